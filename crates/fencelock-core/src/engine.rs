@@ -1,0 +1,222 @@
+//! The engine state machine: [`Engine::step`] turns one [`Input`] into an
+//! [`Output`] (replies, effects, next deadline); the query methods read it.
+//!
+//! # Time
+//! Every input carries `now`; the engine never reads a clock. A batch first
+//! *advances* to its `now`: due timers fire one by one in deadline order, and the
+//! engine's clock moves to each timer's own deadline as it fires, so the outcome
+//! does not depend on how often the driver ticks (a lease that expired at 500 closes
+//! its lock-delay from 500, and a waiter granted at 600 waited until 600, even when
+//! the tick comes at 1000). Timers due at the same instant fire lease expiries
+//! first, then lock reopenings, then wait timeouts, each by id. Then the commands
+//! apply at `now`. A batch whose `now` is behind the engine's clock applies at the
+//! engine's clock: time never goes back under one leader.
+//!
+//! # Retries (INV-6)
+//! Request ids are chosen by clients: `GrantLease` ids are global, the others are
+//! scoped to their lease, and a client must not reuse one for a different request.
+//! A retry (same lease, same `req`) is answered from what the engine remembers
+//! instead of being applied again:
+//! - an acquire still in a queue gets `Queued { position }` with its *current*
+//!   position (it is not queued again, its wait deadline is unchanged);
+//! - an acquire granted (now or later) gets `Acquired(grant)`, the same grant, even
+//!   if it has been released since;
+//! - an acquire whose wait timed out gets `Busy` describing the lock *now*;
+//! - a try-acquire that was busy gets the same `Busy` again;
+//! - a keep-alive gets `LeaseKept` again *without* moving the deadline again;
+//! - a release that released gets `Released` again (a `NotHolder` is not
+//!   remembered, since a wrong release changes nothing, INV-5: its retry is
+//!   evaluated again, and is `NotHolder` again);
+//! - a revoke gets `LeaseRevoked` again (from a global memory of the last
+//!   [`REVOKED_MEMORY`] revokes, since the lease itself is gone);
+//! - a grant-lease gets the same `LeaseGranted` while that lease lives.
+//!
+//! Each lease remembers the final outcomes of its last [`DEDUP_PER_LEASE`]
+//! requests; they go with the lease. `CancelWait` makes the engine forget its
+//! request, so a later acquire with that id is a fresh attempt. Invalid commands
+//! are rejected before any of this and leave no trace (INV-9).
+
+mod lease;
+mod lock;
+mod query;
+mod state;
+mod timers;
+
+#[cfg(test)]
+mod tests;
+
+use std::collections::{BTreeMap, VecDeque};
+
+use serde::{Deserialize, Serialize};
+
+use crate::*;
+use state::{Lease, Lock, Outcome};
+use timers::{TimerKind, Timers};
+
+/// The effects produced so far while applying one input, in order.
+type Effects = Vec<Effect>;
+
+/// The lock engine. See the crate docs and the module docs above. The whole value
+/// is the snapshot of the replicated state machine.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Engine {
+    /// The last instant seen, on the current leader's clock.
+    now: Millis,
+    /// The next lease id to hand out (starts at 1).
+    next_lease_id: u64,
+    /// The next fencing token to hand out (starts at 1; 0 is never issued).
+    next_token: u64,
+    leases: BTreeMap<LeaseId, Lease>,
+    /// `GrantLease` request id -> the lease it created, while that lease lives.
+    grant_reqs: BTreeMap<RequestId, LeaseId>,
+    /// The last [`REVOKED_MEMORY`] successful revokes, oldest first.
+    revoked: VecDeque<(LeaseId, RequestId)>,
+    locks: BTreeMap<LockName, Lock>,
+    timers: Timers,
+}
+
+impl Default for Engine {
+    fn default() -> Self {
+        Self {
+            now: 0,
+            next_lease_id: 1,
+            next_token: 1,
+            leases: BTreeMap::new(),
+            grant_reqs: BTreeMap::new(),
+            revoked: VecDeque::new(),
+            locks: BTreeMap::new(),
+            timers: Timers::default(),
+        }
+    }
+}
+
+impl Engine {
+    /// An empty engine at instant 0.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Apply one input. Never panics; an invalid command is answered with
+    /// [`Reply::Rejected`] and changes nothing.
+    pub fn step(&mut self, input: &Input) -> Output {
+        let mut out = Output::default();
+        match input {
+            Input::LeaderStart { now } => self.leader_start(*now),
+            Input::Batch { now, cmds } => {
+                self.advance(*now, &mut out.effects);
+                out.replies = cmds
+                    .iter()
+                    .map(|c| self.apply(c, &mut out.effects))
+                    .collect();
+            }
+        }
+        out.next_deadline = self.next_deadline();
+        out
+    }
+
+    /// The last instant the engine has seen.
+    pub fn now(&self) -> Millis {
+        self.now
+    }
+
+    /// The earliest pending deadline: the driver should tick at that instant.
+    pub fn next_deadline(&self) -> Option<Millis> {
+        self.timers.next_at()
+    }
+
+    /// Fire every timer due at `now`, in order, then move the clock to `now`.
+    fn advance(&mut self, now: Millis, fx: &mut Effects) {
+        while let Some(timer) = self.timers.pop_due(now) {
+            self.now = self.now.max(timer.at);
+            self.fire(timer.kind, fx);
+        }
+        self.now = self.now.max(now);
+    }
+
+    fn fire(&mut self, kind: TimerKind, fx: &mut Effects) {
+        match kind {
+            TimerKind::LeaseEnd(lease) => self.expire_lease(lease, fx),
+            TimerKind::Reopen(lock) => self.reopen(&lock, fx),
+            TimerKind::WaitEnd(lease, req) => self.time_out_wait(lease, req, fx),
+        }
+    }
+
+    /// Re-base every stored instant onto a new leader's clock (INV-8): leases get a
+    /// full TTL, lock-delays restart in full, waits keep the time they had left,
+    /// ages are kept. Nothing expires here.
+    fn leader_start(&mut self, now: Millis) {
+        let old_now = self.now;
+        self.now = now;
+        for lease in self.leases.values_mut() {
+            lease.deadline = now.saturating_add(lease.ttl_ms);
+        }
+        for lock in self.locks.values_mut() {
+            lock.rebase(old_now, now);
+        }
+        self.rebuild_timers();
+    }
+
+    fn rebuild_timers(&mut self) {
+        self.timers.clear();
+        for (id, lease) in &self.leases {
+            self.timers.insert(lease.deadline, TimerKind::LeaseEnd(*id));
+        }
+        for (name, lock) in &self.locks {
+            if let Some(closed) = lock.closed {
+                self.timers
+                    .insert(closed.until, TimerKind::Reopen(name.clone()));
+            }
+            for w in &lock.queue {
+                self.timers
+                    .insert(w.deadline, TimerKind::WaitEnd(w.lease, w.req));
+            }
+        }
+    }
+
+    fn apply(&mut self, cmd: &Command, fx: &mut Effects) -> Reply {
+        match cmd {
+            Command::GrantLease { req, ttl_ms } => self.grant_lease(*req, *ttl_ms),
+            Command::KeepAlive { req, lease } => self.keep_alive(*req, *lease),
+            Command::Revoke { req, lease } => self.revoke(*req, *lease, fx),
+            Command::Acquire(a) => self.acquire(a, fx),
+            Command::Release {
+                req,
+                lease,
+                lock,
+                token,
+            } => self.release(*req, *lease, lock, *token, fx),
+            Command::CancelWait { req, lease, lock } => self.cancel_wait(*req, *lease, lock, fx),
+        }
+    }
+
+    /// The lease exists and its deadline has not passed at the engine's clock.
+    /// (Inside `advance`, a lease due at the current instant may not have been
+    /// expired yet: it is not live.)
+    fn is_live(&self, lease: LeaseId) -> bool {
+        self.leases
+            .get(&lease)
+            .is_some_and(|l| l.deadline > self.now)
+    }
+
+    fn record(&mut self, lease: LeaseId, req: RequestId, outcome: Outcome) {
+        if let Some(l) = self.leases.get_mut(&lease) {
+            l.dedup.record(req, outcome);
+        }
+    }
+
+    /// The answer to a retry of `(lease, req)` from the lease's memory, if any.
+    fn recorded_reply(&self, lease: LeaseId, req: RequestId) -> Option<Reply> {
+        match self.leases.get(&lease)?.dedup.get(req)? {
+            Outcome::Replied(reply) => Some(reply.clone()),
+            Outcome::TimedOut(lock) => Some(Reply::Busy(self.busy(lock))),
+        }
+    }
+}
+
+/// Request id 0 is reserved.
+fn check_req(req: RequestId) -> Result<(), EngineError> {
+    if req.0 == 0 {
+        return Err(EngineError::InvalidRequestId);
+    }
+    Ok(())
+}

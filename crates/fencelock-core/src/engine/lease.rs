@@ -1,0 +1,123 @@
+//! Lease commands and lease ends: `GrantLease`, `KeepAlive`, `Revoke`, expiry.
+
+use super::{check_req, state::Lease, Effects, Engine, TimerKind};
+use crate::*;
+
+impl Engine {
+    pub(super) fn grant_lease(&mut self, req: RequestId, ttl_ms: u64) -> Reply {
+        if let Err(e) = check_req(req).and(check_ttl(ttl_ms)) {
+            return Reply::Rejected(e);
+        }
+        if let Some(id) = self.grant_reqs.get(&req).copied() {
+            return self.lease_granted(id);
+        }
+        let id = LeaseId(self.next_lease_id);
+        self.next_lease_id = self.next_lease_id.saturating_add(1);
+        let deadline = self.now.saturating_add(ttl_ms);
+        self.leases.insert(id, Lease::new(ttl_ms, deadline, req));
+        self.grant_reqs.insert(req, id);
+        self.timers.insert(deadline, TimerKind::LeaseEnd(id));
+        Reply::LeaseGranted { lease: id, ttl_ms }
+    }
+
+    /// The reply to a retried `GrantLease` whose lease still lives.
+    fn lease_granted(&self, id: LeaseId) -> Reply {
+        match self.leases.get(&id) {
+            Some(lease) => Reply::LeaseGranted {
+                lease: id,
+                ttl_ms: lease.ttl_ms,
+            },
+            None => Reply::Rejected(EngineError::LeaseNotFound(id)),
+        }
+    }
+
+    pub(super) fn keep_alive(&mut self, req: RequestId, id: LeaseId) -> Reply {
+        if let Err(e) = check_req(req).and(self.check_lease(id)) {
+            return Reply::Rejected(e);
+        }
+        if let Some(reply) = self.recorded_reply(id, req) {
+            return reply;
+        }
+        let Some(lease) = self.leases.get_mut(&id) else {
+            return Reply::Rejected(EngineError::LeaseNotFound(id));
+        };
+        let (old, ttl_ms) = (lease.deadline, lease.ttl_ms);
+        lease.deadline = self.now.saturating_add(ttl_ms);
+        let new = lease.deadline;
+        self.timers.remove(old, TimerKind::LeaseEnd(id));
+        self.timers.insert(new, TimerKind::LeaseEnd(id));
+        let reply = Reply::LeaseKept { lease: id, ttl_ms };
+        self.record(id, req, super::Outcome::Replied(reply.clone()));
+        reply
+    }
+
+    pub(super) fn revoke(&mut self, req: RequestId, id: LeaseId, fx: &mut Effects) -> Reply {
+        if let Err(e) = check_req(req) {
+            return Reply::Rejected(e);
+        }
+        if !self.leases.contains_key(&id) {
+            return self.revoke_retry(req, id);
+        }
+        self.end_lease(id, ReleaseCause::Revoked, fx);
+        self.revoked.push_back((id, req));
+        while self.revoked.len() > REVOKED_MEMORY {
+            self.revoked.pop_front();
+        }
+        Reply::LeaseRevoked { lease: id }
+    }
+
+    /// A revoke of a lease that is gone: a retry of a revoke that succeeded, or
+    /// an error.
+    fn revoke_retry(&self, req: RequestId, id: LeaseId) -> Reply {
+        if self.revoked.contains(&(id, req)) {
+            Reply::LeaseRevoked { lease: id }
+        } else {
+            Reply::Rejected(EngineError::LeaseNotFound(id))
+        }
+    }
+
+    /// The lease timer fired.
+    pub(super) fn expire_lease(&mut self, id: LeaseId, fx: &mut Effects) {
+        if self.leases.contains_key(&id) {
+            fx.push(Effect::LeaseExpired { lease: id });
+            self.end_lease(id, ReleaseCause::Expired, fx);
+        }
+    }
+
+    /// Remove the lease, then release its grants (in token order) and drop its
+    /// waits (in request order). Its waiters are not live any more, so a release
+    /// never hands a lock to the lease's own queued request (INV-4).
+    fn end_lease(&mut self, id: LeaseId, cause: ReleaseCause, fx: &mut Effects) {
+        let Some(lease) = self.leases.remove(&id) else {
+            return;
+        };
+        self.timers.remove(lease.deadline, TimerKind::LeaseEnd(id));
+        if self.grant_reqs.get(&lease.grant_req) == Some(&id) {
+            self.grant_reqs.remove(&lease.grant_req);
+        }
+        for (token, lock) in &lease.holds {
+            self.end_grant(lock, id, *token, cause, fx);
+        }
+        for (req, lock) in &lease.waits {
+            self.end_wait(lock, id, *req, WaitEnd::LeaseEnded, fx);
+        }
+    }
+
+    pub(super) fn check_lease(&self, id: LeaseId) -> Result<(), EngineError> {
+        match self.leases.contains_key(&id) {
+            true => Ok(()),
+            false => Err(EngineError::LeaseNotFound(id)),
+        }
+    }
+}
+
+fn check_ttl(ttl_ms: u64) -> Result<(), EngineError> {
+    if (MIN_TTL_MS..=MAX_TTL_MS).contains(&ttl_ms) {
+        return Ok(());
+    }
+    Err(EngineError::InvalidTtl {
+        got_ms: ttl_ms,
+        min_ms: MIN_TTL_MS,
+        max_ms: MAX_TTL_MS,
+    })
+}

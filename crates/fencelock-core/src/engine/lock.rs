@@ -1,0 +1,362 @@
+//! Lock commands and lock transitions: `Acquire`, `Release`, `CancelWait`, the
+//! grant to the next waiter, wait timeouts, lock-delay and reopening.
+
+use super::{
+    check_req,
+    state::{Closed, Holder, Outcome, Waiter},
+    Effects, Engine, TimerKind,
+};
+use crate::*;
+
+/// Saturating conversion for counts and positions on the wire.
+pub(super) fn count(n: usize) -> u32 {
+    u32::try_from(n).unwrap_or(u32::MAX)
+}
+
+impl Engine {
+    pub(super) fn acquire(&mut self, a: &Acquire, fx: &mut Effects) -> Reply {
+        let name = match self.check_acquire(a) {
+            Ok(name) => name,
+            Err(e) => return Reply::Rejected(e),
+        };
+        if let Some(reply) = self.acquire_retry(a.lease, a.req) {
+            return reply;
+        }
+        if self.can_grant_now(&name) {
+            return self.grant_now(&name, a, fx);
+        }
+        if a.wait_ms == 0 {
+            let reply = Reply::Busy(self.busy(&name));
+            self.record(a.lease, a.req, Outcome::Replied(reply.clone()));
+            return reply;
+        }
+        self.enqueue(name, a)
+    }
+
+    /// Validation, in this order: request id, name, wait, lock-delay, lease.
+    fn check_acquire(&self, a: &Acquire) -> Result<LockName, EngineError> {
+        check_req(a.req)?;
+        let name = LockName::new(a.lock.as_str())?;
+        if a.wait_ms > MAX_WAIT_MS {
+            return Err(EngineError::InvalidWait {
+                got_ms: a.wait_ms,
+                max_ms: MAX_WAIT_MS,
+            });
+        }
+        if a.lock_delay_ms > MAX_LOCK_DELAY_MS {
+            let (got_ms, max_ms) = (a.lock_delay_ms, MAX_LOCK_DELAY_MS);
+            return Err(EngineError::InvalidLockDelay { got_ms, max_ms });
+        }
+        self.check_lease(a.lease)?;
+        Ok(name)
+    }
+
+    /// The answer to a retried acquire: still queued, granted, or remembered.
+    fn acquire_retry(&self, lease: LeaseId, req: RequestId) -> Option<Reply> {
+        let l = self.leases.get(&lease)?;
+        if let Some(name) = l.waits.get(&req) {
+            let position = self
+                .locks
+                .get(name)
+                .and_then(|lock| lock.waiter(lease, req));
+            return Some(Reply::Queued {
+                position: count(position.unwrap_or(0)),
+            });
+        }
+        for name in l.holds.values() {
+            let holder = self
+                .locks
+                .get(name)
+                .and_then(|lock| lock.holder_for_req(lease, req));
+            if let Some(h) = holder {
+                return Some(Reply::Acquired(h.grant(name)));
+            }
+        }
+        self.recorded_reply(lease, req)
+    }
+
+    /// Free, open and nobody queued.
+    fn can_grant_now(&self, name: &LockName) -> bool {
+        self.locks
+            .get(name)
+            .is_none_or(|l| l.has_room() && l.queue.is_empty())
+    }
+
+    fn grant_now(&mut self, name: &LockName, a: &Acquire, fx: &mut Effects) -> Reply {
+        let grant = self.install_holder(name, a.lease, a.req, a.lock_delay_ms);
+        let reply = Reply::Acquired(grant.clone());
+        self.record(a.lease, a.req, Outcome::Replied(reply.clone()));
+        fx.push(Effect::Granted {
+            grant,
+            req: a.req,
+            queued: false,
+            waited_ms: 0,
+        });
+        reply
+    }
+
+    fn enqueue(&mut self, name: LockName, a: &Acquire) -> Reply {
+        let deadline = self.now.saturating_add(a.wait_ms);
+        let waiter = Waiter {
+            lease: a.lease,
+            req: a.req,
+            queued_at: self.now,
+            deadline,
+            lock_delay_ms: a.lock_delay_ms,
+        };
+        let lock = self.locks.entry(name.clone()).or_default();
+        let position = count(lock.queue.len());
+        lock.queue.push_back(waiter);
+        if let Some(l) = self.leases.get_mut(&a.lease) {
+            l.waits.insert(a.req, name);
+        }
+        self.timers
+            .insert(deadline, TimerKind::WaitEnd(a.lease, a.req));
+        Reply::Queued { position }
+    }
+
+    /// Issue the next token (INV-2) and make `lease` a holder of `name`.
+    fn install_holder(
+        &mut self,
+        name: &LockName,
+        lease: LeaseId,
+        req: RequestId,
+        delay: u64,
+    ) -> Grant {
+        let token = Token(self.next_token);
+        self.next_token = self.next_token.saturating_add(1);
+        let holder = Holder {
+            lease,
+            req,
+            token,
+            granted_at: self.now,
+            lock_delay_ms: delay,
+        };
+        let grant = holder.grant(name);
+        self.locks
+            .entry(name.clone())
+            .or_default()
+            .holders
+            .push(holder);
+        if let Some(l) = self.leases.get_mut(&lease) {
+            l.holds.insert(token, name.clone());
+        }
+        grant
+    }
+
+    pub(super) fn release(
+        &mut self,
+        req: RequestId,
+        lease: LeaseId,
+        lock: &str,
+        token: Token,
+        fx: &mut Effects,
+    ) -> Reply {
+        let name = match check_release(req, lock, token) {
+            Ok(name) => name,
+            Err(e) => return Reply::Rejected(e),
+        };
+        if !self.leases.contains_key(&lease) {
+            return Reply::NotHolder;
+        }
+        if let Some(reply) = self.recorded_reply(lease, req) {
+            return reply;
+        }
+        let is_grant = self
+            .locks
+            .get(&name)
+            .is_some_and(|l| l.holder(lease, token).is_some());
+        if !is_grant {
+            // Not remembered: a wrong release changes nothing at all (INV-5).
+            return Reply::NotHolder;
+        }
+        self.end_grant(&name, lease, token, ReleaseCause::Released, fx);
+        self.record(lease, req, Outcome::Replied(Reply::Released));
+        Reply::Released
+    }
+
+    pub(super) fn cancel_wait(
+        &mut self,
+        req: RequestId,
+        lease: LeaseId,
+        lock: &str,
+        fx: &mut Effects,
+    ) -> Reply {
+        let name = match check_req(req).and_then(|()| Ok(LockName::new(lock)?)) {
+            Ok(name) => name,
+            Err(e) => return Reply::Rejected(e),
+        };
+        let released = self.withdraw(&name, lease, req, fx);
+        // A later acquire with this id is a fresh attempt.
+        if let Some(l) = self.leases.get_mut(&lease) {
+            l.dedup.forget(req);
+        }
+        Reply::Cancelled { released }
+    }
+
+    /// Withdraw the acquire `(lease, req)` of `name`: take it out of the queue, or
+    /// release its grant if that is still held. Returns whether a grant ended.
+    fn withdraw(
+        &mut self,
+        name: &LockName,
+        lease: LeaseId,
+        req: RequestId,
+        fx: &mut Effects,
+    ) -> bool {
+        let waits = self.leases.get(&lease).map(|l| &l.waits);
+        if waits.and_then(|w| w.get(&req)) == Some(name) {
+            self.end_wait(name, lease, req, WaitEnd::Cancelled, fx);
+            return false;
+        }
+        let held = self
+            .locks
+            .get(name)
+            .and_then(|l| l.holder_for_req(lease, req));
+        let Some(token) = held.map(|h| h.token) else {
+            return false;
+        };
+        self.end_grant(name, lease, token, ReleaseCause::Cancelled, fx);
+        true
+    }
+
+    /// End the grant `(name, lease, token)` if it exists, then close the lock
+    /// (expiry with a lock-delay, INV-7) or grant it to the next live waiter.
+    pub(super) fn end_grant(
+        &mut self,
+        name: &LockName,
+        lease: LeaseId,
+        token: Token,
+        cause: ReleaseCause,
+        fx: &mut Effects,
+    ) {
+        if let Some(l) = self.leases.get_mut(&lease) {
+            l.holds.remove(&token);
+        }
+        let Some(lock) = self.locks.get_mut(name) else {
+            return;
+        };
+        let Some(i) = lock.holder(lease, token) else {
+            return;
+        };
+        let holder = lock.holders.remove(i);
+        let held_ms = self.now.saturating_sub(holder.granted_at);
+        fx.push(Effect::Released {
+            grant: holder.grant(name),
+            held_ms,
+            cause,
+        });
+        if cause == ReleaseCause::Expired && holder.lock_delay_ms > 0 {
+            self.close(name, holder.lock_delay_ms);
+        }
+        self.grant_next(name, fx);
+        self.drop_if_unused(name);
+    }
+
+    /// Remove the queued acquire `(lease, req)` from `name`'s queue.
+    pub(super) fn end_wait(
+        &mut self,
+        name: &LockName,
+        lease: LeaseId,
+        req: RequestId,
+        why: WaitEnd,
+        fx: &mut Effects,
+    ) {
+        if let Some(l) = self.leases.get_mut(&lease) {
+            l.waits.remove(&req);
+        }
+        let Some(lock) = self.locks.get_mut(name) else {
+            return;
+        };
+        let Some(w) = lock.waiter(lease, req).and_then(|i| lock.queue.remove(i)) else {
+            return;
+        };
+        self.timers
+            .remove(w.deadline, TimerKind::WaitEnd(lease, req));
+        fx.push(Effect::WaitEnded {
+            lock: name.clone(),
+            lease,
+            req,
+            why,
+        });
+        self.drop_if_unused(name);
+    }
+
+    /// The wait timer of `(lease, req)` fired.
+    pub(super) fn time_out_wait(&mut self, lease: LeaseId, req: RequestId, fx: &mut Effects) {
+        let Some(name) = self
+            .leases
+            .get(&lease)
+            .and_then(|l| l.waits.get(&req))
+            .cloned()
+        else {
+            return;
+        };
+        self.end_wait(&name, lease, req, WaitEnd::TimedOut, fx);
+        self.record(lease, req, Outcome::TimedOut(name));
+    }
+
+    fn close(&mut self, name: &LockName, delay_ms: u64) {
+        let until = self.now.saturating_add(delay_ms);
+        if let Some(lock) = self.locks.get_mut(name) {
+            lock.closed = Some(Closed { until, delay_ms });
+            self.timers.insert(until, TimerKind::Reopen(name.clone()));
+        }
+    }
+
+    /// The lock-delay timer of `name` fired.
+    pub(super) fn reopen(&mut self, name: &LockName, fx: &mut Effects) {
+        if let Some(lock) = self.locks.get_mut(name) {
+            lock.closed = None;
+        }
+        self.grant_next(name, fx);
+        self.drop_if_unused(name);
+    }
+
+    /// Grant `name` to its first live waiters (FIFO, INV-3) while it has room.
+    /// Waiters whose lease is not live are skipped, never granted (INV-4); their
+    /// lease's expiry removes them.
+    fn grant_next(&mut self, name: &LockName, fx: &mut Effects) {
+        while let Some(w) = self.take_next_live_waiter(name) {
+            self.timers
+                .remove(w.deadline, TimerKind::WaitEnd(w.lease, w.req));
+            if let Some(l) = self.leases.get_mut(&w.lease) {
+                l.waits.remove(&w.req);
+            }
+            let grant = self.install_holder(name, w.lease, w.req, w.lock_delay_ms);
+            self.record(
+                w.lease,
+                w.req,
+                Outcome::Replied(Reply::Acquired(grant.clone())),
+            );
+            let waited_ms = self.now.saturating_sub(w.queued_at);
+            fx.push(Effect::Granted {
+                grant,
+                req: w.req,
+                queued: true,
+                waited_ms,
+            });
+        }
+    }
+
+    fn take_next_live_waiter(&mut self, name: &LockName) -> Option<Waiter> {
+        let lock = self.locks.get(name).filter(|l| l.has_room())?;
+        let i = lock.queue.iter().position(|w| self.is_live(w.lease))?;
+        self.locks.get_mut(name)?.queue.remove(i)
+    }
+
+    fn drop_if_unused(&mut self, name: &LockName) {
+        if self.locks.get(name).is_some_and(|l| l.is_unused()) {
+            self.locks.remove(name);
+        }
+    }
+}
+
+/// Validation of a release, in this order: request id, name, token.
+fn check_release(req: RequestId, lock: &str, token: Token) -> Result<LockName, EngineError> {
+    check_req(req)?;
+    let name = LockName::new(lock)?;
+    if token.0 == 0 {
+        return Err(EngineError::InvalidToken);
+    }
+    Ok(name)
+}

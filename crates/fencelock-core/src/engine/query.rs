@@ -1,0 +1,159 @@
+//! Read-only queries. They take `now` from the caller and never mutate.
+//!
+//! A query may run ahead of the last tick, so a lease whose deadline is `<= now`
+//! is treated as already expired: its grants are not shown as holders (a held
+//! lock-delay shows as `reopens_in_ms`), its waiters and timed-out waits are not
+//! listed, and [`Engine::check`] calls its token stale. Queries do not predict the
+//! grants the next tick will make.
+
+use std::ops::Bound;
+
+use super::{
+    lock::count,
+    state::{Holder, Lock, Waiter},
+    Engine,
+};
+use crate::*;
+
+impl Engine {
+    /// Is `token` the current live grant of `lock` at `now`? (Chubby's
+    /// CheckSequencer.)
+    pub fn check(&self, now: Millis, lock: &str, token: Token) -> Check {
+        let current = self.locks.get(lock).and_then(|l| self.live_holder(now, l));
+        match current {
+            Some(h) if h.token == token => Check::Current,
+            _ => Check::Stale {
+                current: current.map(|h| h.token),
+            },
+        }
+    }
+
+    /// One lock at `now`, or `None` if it is free, open and nobody waits.
+    pub fn lock_info(&self, now: Millis, lock: &str) -> Option<LockInfo> {
+        let (name, l) = self.locks.get_key_value(lock)?;
+        Some(self.info(now, name, l))
+    }
+
+    /// Up to `limit` locks whose name starts with `prefix`, sorted by name.
+    pub fn locks(&self, now: Millis, prefix: &str, limit: usize) -> Vec<LockInfo> {
+        self.locks
+            .range::<str, _>((Bound::Included(prefix), Bound::Unbounded))
+            .take_while(|(name, _)| name.as_str().starts_with(prefix))
+            .take(limit)
+            .map(|(name, l)| self.info(now, name, l))
+            .collect()
+    }
+
+    /// One lease at `now`, or `None` if it does not exist or its deadline passed.
+    pub fn lease_info(&self, now: Millis, lease: LeaseId) -> Option<LeaseInfo> {
+        let l = self.leases.get(&lease).filter(|l| l.deadline > now)?;
+        let locks = l.holds.iter();
+        let locks = locks.map(|(token, lock)| Grant {
+            lock: lock.clone(),
+            lease,
+            token: *token,
+        });
+        Some(LeaseInfo {
+            lease,
+            ttl_ms: l.ttl_ms,
+            ttl_left_ms: l.deadline - now,
+            locks: locks.collect(),
+        })
+    }
+
+    /// Gauges, as of the last input.
+    pub fn stats(&self) -> Stats {
+        let held = self.locks.values().map(|l| l.holders.len() as u64).sum();
+        Stats {
+            leases: self.leases.len() as u64,
+            held_locks: held,
+            waiters: self.locks.values().map(|l| l.queue.len() as u64).sum(),
+            tokens_issued: self.next_token.saturating_sub(1),
+        }
+    }
+
+    /// Why a try-acquire of `name` does not get it, at the engine's clock.
+    pub(super) fn busy(&self, name: &LockName) -> Busy {
+        let Some(lock) = self.locks.get(name) else {
+            return Busy {
+                holder: None,
+                reopens_in_ms: None,
+                waiters: 0,
+            };
+        };
+        Busy {
+            holder: lock.holders.first().map(|h| h.grant(name)),
+            reopens_in_ms: lock.closed.map(|c| c.until.saturating_sub(self.now)),
+            waiters: count(lock.queue.len()),
+        }
+    }
+
+    fn lease_deadline(&self, lease: LeaseId) -> Option<Millis> {
+        self.leases.get(&lease).map(|l| l.deadline)
+    }
+
+    fn live_holder<'a>(&self, now: Millis, lock: &'a Lock) -> Option<&'a Holder> {
+        let live = |h: &&Holder| self.lease_deadline(h.lease).is_some_and(|d| d > now);
+        lock.holders.iter().find(live)
+    }
+
+    fn info(&self, now: Millis, name: &LockName, lock: &Lock) -> LockInfo {
+        LockInfo {
+            name: name.clone(),
+            holder: self
+                .live_holder(now, lock)
+                .map(|h| self.holder_info(now, h)),
+            reopens_in_ms: self
+                .reopens_at(now, lock)
+                .filter(|&t| t > now)
+                .map(|t| t - now),
+            waiters: self.waiter_infos(now, lock),
+        }
+    }
+
+    /// When the lock reopens: its lock-delay, or the one a holder whose lease has
+    /// passed its deadline is about to leave (the later of the two).
+    fn reopens_at(&self, now: Millis, lock: &Lock) -> Option<Millis> {
+        let pending = lock
+            .holders
+            .iter()
+            .filter(|h| h.lock_delay_ms > 0)
+            .filter_map(|h| {
+                let deadline = self.lease_deadline(h.lease).filter(|&d| d <= now)?;
+                Some(deadline.saturating_add(h.lock_delay_ms))
+            });
+        lock.closed
+            .map(|c| c.until)
+            .into_iter()
+            .chain(pending)
+            .max()
+    }
+
+    fn holder_info(&self, now: Millis, h: &Holder) -> HolderInfo {
+        HolderInfo {
+            lease: h.lease,
+            token: h.token,
+            held_ms: now.saturating_sub(h.granted_at),
+            ttl_left_ms: self
+                .lease_deadline(h.lease)
+                .unwrap_or(0)
+                .saturating_sub(now),
+            lock_delay_ms: h.lock_delay_ms,
+        }
+    }
+
+    fn waiter_infos(&self, now: Millis, lock: &Lock) -> Vec<WaiterInfo> {
+        let live = |d: Option<Millis>| d.is_some_and(|d| d > now);
+        let waiters = lock
+            .queue
+            .iter()
+            .filter(|w| w.deadline > now && live(self.lease_deadline(w.lease)));
+        let info = |w: &Waiter| WaiterInfo {
+            lease: w.lease,
+            req: w.req,
+            waited_ms: now.saturating_sub(w.queued_at),
+            wait_left_ms: w.deadline - now,
+        };
+        waiters.map(info).collect()
+    }
+}

@@ -1,0 +1,202 @@
+//! The records the engine keeps: leases with their request memory, and locks with
+//! their holders, FIFO queue and lock-delay.
+//!
+//! Plain data with small helpers; the rules that change them live in `lease.rs`
+//! and `lock.rs`. Every collection is ordered (`BTreeMap`, `Vec`, `VecDeque`), so
+//! iteration order, and therefore every outcome, is the same on every replica.
+
+use std::collections::{BTreeMap, VecDeque};
+
+use serde::{Deserialize, Serialize};
+
+use crate::{Grant, LeaseId, LockName, Millis, Reply, RequestId, Token, DEDUP_PER_LEASE};
+
+/// One lease: a TTL, the instant it ends unless kept alive, and what it holds.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Lease {
+    pub ttl_ms: u64,
+    /// The lease expires when `now >= deadline` (INV-8).
+    pub deadline: Millis,
+    /// The `GrantLease` request that created it; its entry in the engine's
+    /// request map is removed when the lease ends.
+    pub grant_req: RequestId,
+    /// Grants this lease holds, by token (so, in grant order).
+    pub holds: BTreeMap<Token, LockName>,
+    /// Acquires of this lease that wait in a queue, by request id.
+    pub waits: BTreeMap<RequestId, LockName>,
+    /// Final outcomes of its recent requests, for retries (INV-6).
+    pub dedup: Dedup,
+}
+
+impl Lease {
+    pub fn new(ttl_ms: u64, deadline: Millis, grant_req: RequestId) -> Self {
+        Self {
+            ttl_ms,
+            deadline,
+            grant_req,
+            holds: BTreeMap::new(),
+            waits: BTreeMap::new(),
+            dedup: Dedup::default(),
+        }
+    }
+}
+
+/// The final outcome of a lease-bound request, as remembered for a retry.
+/// A request still in a queue is not here: the queue itself answers for it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) enum Outcome {
+    /// Answer the retry with this reply again.
+    Replied(Reply),
+    /// The acquire queued on this lock and its wait ran out: a retry is answered
+    /// with the lock's *current* [`crate::Busy`] (it did not get the lock).
+    TimedOut(LockName),
+}
+
+/// The last [`DEDUP_PER_LEASE`] outcomes of one lease, oldest first.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Dedup(VecDeque<(RequestId, Outcome)>);
+
+impl Dedup {
+    pub fn get(&self, req: RequestId) -> Option<&Outcome> {
+        self.0.iter().find(|(r, _)| *r == req).map(|(_, o)| o)
+    }
+
+    /// Remember `outcome` for `req`: replaces an earlier entry in place, otherwise
+    /// appends and forgets the oldest entry beyond the bound.
+    pub fn record(&mut self, req: RequestId, outcome: Outcome) {
+        if let Some(entry) = self.0.iter_mut().find(|(r, _)| *r == req) {
+            entry.1 = outcome;
+            return;
+        }
+        self.0.push_back((req, outcome));
+        while self.0.len() > DEDUP_PER_LEASE {
+            self.0.pop_front();
+        }
+    }
+
+    pub fn forget(&mut self, req: RequestId) {
+        self.0.retain(|(r, _)| *r != req);
+    }
+}
+
+/// How many holders a lock admits at once. Only exclusive locks exist today;
+/// shared locks, semaphores and elections would add variants here (and a mode on
+/// holders and waiters) without reshaping [`Lock`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) enum LockKind {
+    #[default]
+    Exclusive,
+}
+
+impl LockKind {
+    pub fn capacity(self) -> usize {
+        match self {
+            LockKind::Exclusive => 1,
+        }
+    }
+}
+
+/// One lock that is held, has waiters, or is closed by lock-delay. A lock with
+/// none of these has no entry.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Lock {
+    pub kind: LockKind,
+    /// At most `kind.capacity()` holders (INV-1).
+    pub holders: Vec<Holder>,
+    /// Waiting acquires, first in line first (INV-3).
+    pub queue: VecDeque<Waiter>,
+    /// Set after a holder's lease expired with a lock-delay (INV-7).
+    pub closed: Option<Closed>,
+}
+
+impl Lock {
+    pub fn is_unused(&self) -> bool {
+        self.holders.is_empty() && self.queue.is_empty() && self.closed.is_none()
+    }
+
+    /// Another holder may be admitted (ignoring the queue).
+    pub fn has_room(&self) -> bool {
+        self.closed.is_none() && self.holders.len() < self.kind.capacity()
+    }
+
+    pub fn holder(&self, lease: LeaseId, token: Token) -> Option<usize> {
+        self.holders
+            .iter()
+            .position(|h| h.lease == lease && h.token == token)
+    }
+
+    pub fn holder_for_req(&self, lease: LeaseId, req: RequestId) -> Option<&Holder> {
+        self.holders
+            .iter()
+            .find(|h| h.lease == lease && h.req == req)
+    }
+
+    pub fn waiter(&self, lease: LeaseId, req: RequestId) -> Option<usize> {
+        self.queue
+            .iter()
+            .position(|w| w.lease == lease && w.req == req)
+    }
+}
+
+/// A grant of a lock.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Holder {
+    pub lease: LeaseId,
+    /// The acquire that was granted (for retries and `CancelWait`).
+    pub req: RequestId,
+    pub token: Token,
+    pub granted_at: Millis,
+    pub lock_delay_ms: u64,
+}
+
+impl Holder {
+    pub fn grant(&self, lock: &LockName) -> Grant {
+        Grant {
+            lock: lock.clone(),
+            lease: self.lease,
+            token: self.token,
+        }
+    }
+}
+
+/// A queued acquire.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Waiter {
+    pub lease: LeaseId,
+    pub req: RequestId,
+    pub queued_at: Millis,
+    /// The wait times out when `now >= deadline`.
+    pub deadline: Millis,
+    pub lock_delay_ms: u64,
+}
+
+/// A lock closed by lock-delay: nobody is granted before `until`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Closed {
+    pub until: Millis,
+    /// The full delay, so that a new leader can restart it.
+    pub delay_ms: u64,
+}
+
+/// The instant at `new_now` that has the age `instant` had at `old_now`
+/// (saturating at 0).
+pub(crate) fn rebase(instant: Millis, old_now: Millis, new_now: Millis) -> Millis {
+    new_now.saturating_sub(old_now.saturating_sub(instant))
+}
+
+impl Lock {
+    /// Move every stored instant onto a new leader's clock (see
+    /// [`crate::Input::LeaderStart`]).
+    pub fn rebase(&mut self, old_now: Millis, new_now: Millis) {
+        for h in &mut self.holders {
+            h.granted_at = rebase(h.granted_at, old_now, new_now);
+        }
+        for w in &mut self.queue {
+            w.queued_at = rebase(w.queued_at, old_now, new_now);
+            w.deadline = new_now.saturating_add(w.deadline.saturating_sub(old_now));
+        }
+        if let Some(c) = &mut self.closed {
+            c.until = new_now.saturating_add(c.delay_ms);
+        }
+    }
+}

@@ -1,0 +1,25 @@
+//! Engine unit tests: one input at a time, asserting the exact [`Output`].
+//!
+//! Invariants cited by these tests (the numbering is the one of `docs/design.md`):
+//! - INV-1 at most one live holder per exclusive lock.
+//! - INV-2 tokens strictly increase across all grants of all locks, never reused,
+//!   never 0.
+//! - INV-3 FIFO: among live waiters of a lock, grants follow queue order.
+//! - INV-4 no grant to an expired (or revoked) lease; a waiter whose lease ended is
+//!   dropped.
+//! - INV-5 release is compare-and-delete: a wrong (lock, lease, token) changes
+//!   nothing.
+//! - INV-6 a retried request (same lease, same req) never grants twice and gets the
+//!   first outcome.
+//! - INV-7 lock-delay: after an unclean loss (expiry) the lock stays closed for
+//!   lock_delay; after release/revoke it does not.
+//! - INV-8 a lease expires only when its deadline (now + ttl since last
+//!   keep-alive) has passed; LeaderStart gives every lease a full fresh TTL.
+//! - INV-9 every invalid input is rejected with an error and changes nothing.
+
+use super::*;
+
+mod harness;
+mod lease_tests;
+mod lock_tests;
+mod misc_tests;

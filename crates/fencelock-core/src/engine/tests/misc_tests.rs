@@ -1,0 +1,362 @@
+//! Lock-delay, the order of timers, LeaderStart, queries and snapshots.
+
+use super::harness::*;
+use super::*;
+use ReleaseCause::*;
+
+/// Lease 1 (TTL 1000) and lease 2 (TTL 5000), made at 0.
+fn two_leases() -> Engine {
+    let mut e = Engine::new();
+    batch(&mut e, 0, vec![new_lease(1, 1000), new_lease(2, 5000)]);
+    e
+}
+
+#[test]
+fn inv7_expiry_with_lock_delay_closes_the_lock_until_the_delay_ends() {
+    let mut e = two_leases();
+    one(&mut e, 0, acq(1, 1, "a", 0, 300));
+    assert_eq!(
+        one(&mut e, 900, acq(2, 2, "a", 2000, 0)).0,
+        Reply::Queued { position: 0 }
+    );
+    let fx = vec![expired(1), released(grant("a", 1, 1), 1000, Expired)];
+    assert_eq!(tick(&mut e, 1000), out(vec![], fx, Some(1300)));
+    assert_eq!(
+        one(&mut e, 1100, acq(3, 2, "a", 0, 0)).0,
+        busy(None, Some(200), 1)
+    );
+    let waiter = WaiterInfo {
+        lease: l(2),
+        req: r(2),
+        waited_ms: 200,
+        wait_left_ms: 1800,
+    };
+    let info = LockInfo {
+        name: name("a"),
+        holder: None,
+        reopens_in_ms: Some(200),
+        waiters: vec![waiter],
+    };
+    assert_eq!(e.lock_info(1100, "a"), Some(info));
+    assert_eq!(tick(&mut e, 1299), out(vec![], vec![], Some(1300)));
+    let fx = vec![granted(grant("a", 2, 2), 2, true, 400)];
+    assert_eq!(tick(&mut e, 1300), out(vec![], fx, Some(5000)));
+}
+
+#[test]
+fn inv7_expiry_without_lock_delay_grants_the_next_waiter_at_once() {
+    let mut e = two_leases();
+    one(&mut e, 0, acq(1, 1, "a", 0, 0));
+    one(&mut e, 900, acq(2, 2, "a", 2000, 0));
+    let fx = vec![
+        expired(1),
+        released(grant("a", 1, 1), 1000, Expired),
+        granted(grant("a", 2, 2), 2, true, 100),
+    ];
+    assert_eq!(tick(&mut e, 1000), out(vec![], fx, Some(5000)));
+}
+
+#[test]
+fn inv7_release_and_cancel_never_close_the_lock() {
+    let mut e = two_leases();
+    one(&mut e, 0, acq(1, 1, "a", 0, 300));
+    one(&mut e, 10, rel(2, 1, "a", 1));
+    assert_eq!(e.lock_info(10, "a"), None);
+    assert_eq!(
+        one(&mut e, 10, acq(3, 2, "a", 0, 300)).0,
+        Reply::Acquired(grant("a", 2, 2))
+    );
+    assert_eq!(
+        one(&mut e, 20, cancel(3, 2, "a")).0,
+        Reply::Cancelled { released: true }
+    );
+    assert_eq!(
+        one(&mut e, 20, acq(4, 1, "a", 0, 0)).0,
+        Reply::Acquired(grant("a", 1, 3))
+    );
+}
+
+#[test]
+fn inv7_a_closed_lock_without_waiters_reopens_and_is_forgotten() {
+    let mut e = two_leases();
+    one(&mut e, 0, acq(1, 1, "a", 0, 500));
+    tick(&mut e, 1000);
+    assert_eq!(
+        one(&mut e, 1000, acq(2, 2, "a", 100, 0)).0,
+        Reply::Queued { position: 0 }
+    );
+    let fx = vec![wait_ended("a", 2, 2, WaitEnd::TimedOut)];
+    assert_eq!(tick(&mut e, 1100), out(vec![], fx, Some(1500)));
+    assert_eq!(
+        e.lock_info(1100, "a").map(|i| i.reopens_in_ms),
+        Some(Some(400))
+    );
+    assert_eq!(tick(&mut e, 1500), out(vec![], vec![], Some(5000)));
+    assert_eq!(e.lock_info(1500, "a"), None);
+}
+
+#[test]
+fn timers_fire_at_their_own_instants_within_one_tick() {
+    // Lease 1 expires at 500 holding "a" with lock-delay 100; the lock reopens at
+    // 600 and goes to the waiter (whose wait would end at 700). One tick at 1000
+    // gives the same outcome as ticks at 500 and 600.
+    let mut e = Engine::new();
+    let cmds = vec![
+        new_lease(1, 500),
+        new_lease(2, 5000),
+        acq(1, 1, "a", 0, 100),
+        acq(2, 2, "a", 700, 0),
+    ];
+    batch(&mut e, 0, cmds);
+    let fx = vec![
+        expired(1),
+        released(grant("a", 1, 1), 500, Expired),
+        granted(grant("a", 2, 2), 2, true, 600),
+    ];
+    assert_eq!(tick(&mut e, 1000), out(vec![], fx, Some(5000)));
+    assert_eq!(e.lock_info(1000, "a").unwrap().holder.unwrap().held_ms, 400);
+}
+
+#[test]
+fn timers_due_together_fire_reopen_before_wait_timeout() {
+    let mut e = two_leases();
+    one(&mut e, 0, acq(1, 1, "a", 0, 300));
+    one(&mut e, 300, acq(2, 2, "a", 1000, 0)); // wait ends at 1300, as the delay
+    let fx = vec![
+        expired(1),
+        released(grant("a", 1, 1), 1000, Expired),
+        granted(grant("a", 2, 2), 2, true, 1000),
+    ];
+    assert_eq!(tick(&mut e, 1300), out(vec![], fx, Some(5000)));
+}
+
+#[test]
+fn timers_due_together_fire_lease_expiry_before_wait_timeout() {
+    let mut e = two_leases();
+    batch(
+        &mut e,
+        0,
+        vec![acq(1, 1, "a", 0, 0), acq(2, 2, "a", 1000, 0)],
+    );
+    let fx = vec![
+        expired(1),
+        released(grant("a", 1, 1), 1000, Expired),
+        granted(grant("a", 2, 2), 2, true, 1000),
+    ];
+    assert_eq!(tick(&mut e, 1000), out(vec![], fx, Some(5000)));
+}
+
+#[test]
+fn a_batch_behind_the_clock_applies_at_the_engine_clock() {
+    let mut e = setup(1);
+    tick(&mut e, 500);
+    assert_eq!(
+        batch(&mut e, 200, vec![acq(1, 1, "a", 0, 0)]).next_deadline,
+        Some(1000)
+    );
+    assert_eq!(e.now(), 500);
+    assert_eq!(e.lock_info(500, "a").unwrap().holder.unwrap().held_ms, 0);
+}
+
+/// Lease 1 expired at 1000 holding "a" with lock-delay 300 (closed until 1300);
+/// lease 2 holds "b" since 100; lease 3 waits for "b" until 1600. Clock at 1100.
+fn before_leader_change() -> Engine {
+    let mut e = Engine::new();
+    batch(
+        &mut e,
+        0,
+        vec![new_lease(1, 1000), new_lease(2, 4000), new_lease(3, 4000)],
+    );
+    one(&mut e, 0, acq(1, 1, "a", 0, 300));
+    batch(
+        &mut e,
+        100,
+        vec![acq(2, 2, "b", 0, 0), acq(3, 3, "b", 1500, 0)],
+    );
+    tick(&mut e, 1100);
+    e
+}
+
+#[test]
+fn inv8_leader_start_rebases_every_instant_onto_the_new_clock() {
+    let mut e = before_leader_change();
+    assert_eq!(
+        e.step(&Input::LeaderStart { now: 5000 }),
+        out(vec![], vec![], Some(5300))
+    );
+    assert_eq!(e.now(), 5000);
+    assert_eq!(e.lease_info(5000, l(2)).unwrap().ttl_left_ms, 4000);
+    assert_eq!(e.lock_info(5000, "a").unwrap().reopens_in_ms, Some(300));
+    let b = e.lock_info(5000, "b").unwrap();
+    let holder = HolderInfo {
+        lease: l(2),
+        token: t(2),
+        held_ms: 1000,
+        ttl_left_ms: 4000,
+        lock_delay_ms: 0,
+    };
+    assert_eq!(b.holder, Some(holder));
+    let waiter = WaiterInfo {
+        lease: l(3),
+        req: r(3),
+        waited_ms: 1000,
+        wait_left_ms: 500,
+    };
+    assert_eq!(b.waiters, vec![waiter]);
+    let fx = vec![wait_ended("b", 3, 3, WaitEnd::TimedOut)];
+    assert_eq!(tick(&mut e, 5500), out(vec![], fx, Some(9000)));
+}
+
+#[test]
+fn inv8_leader_start_on_a_smaller_clock_saturates_ages() {
+    let mut e = before_leader_change();
+    assert_eq!(
+        e.step(&Input::LeaderStart { now: 10 }),
+        out(vec![], vec![], Some(310))
+    );
+    assert_eq!(e.now(), 10);
+    let b = e.lock_info(10, "b").unwrap();
+    assert_eq!(b.holder.unwrap().held_ms, 10);
+    assert_eq!(b.waiters[0].wait_left_ms, 500);
+    assert_eq!(e.lease_info(10, l(3)).unwrap().ttl_left_ms, 4000);
+}
+
+#[test]
+fn inv8_leader_start_expires_nothing_and_gives_a_full_ttl() {
+    let mut e = setup(1);
+    one(&mut e, 0, acq(1, 1, "a", 0, 0));
+    // The old clock's deadline (1000) is meaningless on the new clock.
+    assert_eq!(
+        e.step(&Input::LeaderStart { now: 5000 }),
+        out(vec![], vec![], Some(6000))
+    );
+    assert_eq!(tick(&mut e, 5999), out(vec![], vec![], Some(6000)));
+    let fx = vec![expired(1), released(grant("a", 1, 1), 1000, Expired)];
+    assert_eq!(tick(&mut e, 6000), out(vec![], fx, None));
+}
+
+#[test]
+fn check_is_current_only_for_the_live_holders_token() {
+    let mut e = setup(2);
+    one(&mut e, 0, acq(1, 1, "a", 0, 0));
+    assert_eq!(e.check(10, "a", t(1)), Check::Current);
+    assert_eq!(
+        e.check(10, "a", t(2)),
+        Check::Stale {
+            current: Some(t(1))
+        }
+    );
+    assert_eq!(
+        e.check(10, "a", t(0)),
+        Check::Stale {
+            current: Some(t(1))
+        }
+    );
+    assert_eq!(e.check(10, "b", t(1)), Check::Stale { current: None });
+    assert_eq!(e.check(999, "a", t(1)), Check::Current);
+    // The deadline passed; no tick ran yet, but the grant is already stale.
+    assert_eq!(e.check(1000, "a", t(1)), Check::Stale { current: None });
+}
+
+#[test]
+fn lock_info_treats_a_lease_past_its_deadline_as_expired() {
+    let mut e = two_leases();
+    batch(
+        &mut e,
+        0,
+        vec![
+            acq(1, 1, "a", 0, 300),
+            acq(2, 2, "b", 0, 0),
+            acq(3, 1, "b", 3000, 0),
+        ],
+    );
+    let a = LockInfo {
+        name: name("a"),
+        holder: None,
+        reopens_in_ms: Some(200),
+        waiters: vec![],
+    };
+    assert_eq!(e.lock_info(1100, "a"), Some(a));
+    assert_eq!(e.lock_info(1100, "b").unwrap().waiters, vec![]);
+    assert_eq!(e.lock_info(999, "b").unwrap().waiters.len(), 1);
+}
+
+#[test]
+fn locks_lists_by_prefix_in_name_order_up_to_limit() {
+    let mut e = setup(1);
+    let cmds = ["x", "jobs", "job/2", "job/1"].iter().enumerate();
+    batch(
+        &mut e,
+        0,
+        cmds.map(|(i, n)| acq(i as u64 + 1, 1, n, 0, 0)).collect(),
+    );
+    let names = |v: Vec<LockInfo>| {
+        v.into_iter()
+            .map(|i| i.name.to_string())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(names(e.locks(0, "job/", 10)), ["job/1", "job/2"]);
+    assert_eq!(names(e.locks(0, "job", 2)), ["job/1", "job/2"]);
+    assert_eq!(names(e.locks(0, "", 10)), ["job/1", "job/2", "jobs", "x"]);
+    assert_eq!(names(e.locks(0, "y", 10)), Vec::<String>::new());
+    assert_eq!(e.lock_info(0, "nope"), None);
+}
+
+#[test]
+fn lease_info_lists_grants_in_token_order() {
+    let mut e = setup(2);
+    batch(&mut e, 0, vec![acq(1, 1, "b", 0, 0), acq(2, 1, "a", 0, 0)]);
+    let locks = vec![grant("b", 1, 1), grant("a", 1, 2)];
+    let info = LeaseInfo {
+        lease: l(1),
+        ttl_ms: TTL,
+        ttl_left_ms: 600,
+        locks,
+    };
+    assert_eq!(e.lease_info(400, l(1)), Some(info));
+    assert_eq!(e.lease_info(1000, l(1)), None);
+    assert_eq!(e.lease_info(0, l(9)), None);
+}
+
+#[test]
+fn snapshot_round_trip_gives_an_identical_engine() {
+    let mut e = before_leader_change();
+    batch(
+        &mut e,
+        1200,
+        vec![revoke(9, 2), acq(4, 3, "c", 0, 0), acq(5, 3, "d", 0, 0)],
+    );
+    let json = serde_json::to_string(&e).unwrap();
+    let mut back: Engine = serde_json::from_str(&json).unwrap();
+    assert_eq!(back, e);
+    // Both continue identically, including the remembered outcomes.
+    let input = Input::Batch {
+        now: 1400,
+        cmds: vec![revoke(9, 2), acq(4, 3, "c", 0, 0)],
+    };
+    assert_eq!(back.step(&input), e.step(&input));
+    assert_eq!(back, e);
+}
+
+#[test]
+fn never_panics_at_the_edges_of_time() {
+    let mut e = Engine::new();
+    let end = u64::MAX - 10;
+    let cmds = vec![
+        new_lease(1, MAX_TTL_MS),
+        new_lease(2, MAX_TTL_MS),
+        acq(1, 1, "a", MAX_WAIT_MS, MAX_LOCK_DELAY_MS),
+        acq(2, 2, "a", MAX_WAIT_MS, 0),
+    ];
+    let o = batch(&mut e, end, cmds);
+    assert_eq!(o.next_deadline, Some(u64::MAX));
+    e.step(&Input::LeaderStart { now: u64::MAX });
+    e.step(&Input::LeaderStart { now: 0 });
+    e.step(&Input::LeaderStart { now: u64::MAX });
+    // Everything is due at the last instant, the saturated lock-delay included.
+    let o = tick(&mut e, u64::MAX);
+    assert_eq!(o.effects[0], expired(1));
+    assert_eq!(o.next_deadline, None);
+    assert_eq!(e.lock_info(u64::MAX, "a"), None);
+    assert_eq!(e.check(u64::MAX, "a", t(1)), Check::Stale { current: None });
+}

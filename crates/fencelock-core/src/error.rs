@@ -1,0 +1,33 @@
+//! Errors the engine returns for a command it refuses. Contention is not an error:
+//! a busy lock is [`crate::Reply::Busy`], a wait that ran out is an effect.
+
+use serde::{Deserialize, Serialize};
+
+use crate::{LeaseId, NameError};
+
+/// Why the engine refused a command. The command changed nothing.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+#[non_exhaustive]
+pub enum EngineError {
+    /// The TTL is outside `MIN_TTL_MS..=MAX_TTL_MS`.
+    #[error("invalid ttl: {got_ms} ms (must be between {min_ms} ms and {max_ms} ms)")]
+    InvalidTtl { got_ms: u64, min_ms: u64, max_ms: u64 },
+    /// The wait timeout is above `MAX_WAIT_MS`.
+    #[error("invalid wait: {got_ms} ms (must be at most {max_ms} ms)")]
+    InvalidWait { got_ms: u64, max_ms: u64 },
+    /// The lock-delay is above `MAX_LOCK_DELAY_MS`.
+    #[error("invalid lock_delay: {got_ms} ms (must be at most {max_ms} ms)")]
+    InvalidLockDelay { got_ms: u64, max_ms: u64 },
+    /// The lock name is not a valid name.
+    #[error("invalid lock name: {0}")]
+    InvalidName(#[from] NameError),
+    /// Request id 0 is reserved; every request carries a non-zero id chosen by the client.
+    #[error("invalid request id: 0 (request ids must be non-zero)")]
+    InvalidRequestId,
+    /// A fencing token of 0 is never issued, so it can never match a grant.
+    #[error("invalid token: 0 (tokens start at 1)")]
+    InvalidToken,
+    /// The lease does not exist: never granted, revoked, or expired.
+    #[error("lease {0} not found (never granted, revoked, or expired)")]
+    LeaseNotFound(LeaseId),
+}

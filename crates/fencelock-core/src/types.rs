@@ -1,0 +1,244 @@
+//! The engine's vocabulary: identifiers, inputs, replies and effects.
+//!
+//! Everything here is serializable because inputs are entries of the replicated
+//! log, replies travel back through the Raft client-write response, and the whole
+//! engine is a snapshot.
+
+use serde::{Deserialize, Serialize};
+
+use crate::{EngineError, LockName};
+
+/// A monotonic instant in milliseconds on the leader's clock (not wall-clock time).
+/// Values from different leaders are not comparable; [`Input::LeaderStart`] re-bases.
+pub type Millis = u64;
+
+/// Shortest lease TTL.
+pub const MIN_TTL_MS: u64 = 100;
+/// Longest lease TTL (1 h).
+pub const MAX_TTL_MS: u64 = 3_600_000;
+/// Longest wait for a queued acquire (1 h).
+pub const MAX_WAIT_MS: u64 = 3_600_000;
+/// Longest lock-delay (Chubby's upper bound: 1 min).
+pub const MAX_LOCK_DELAY_MS: u64 = 60_000;
+/// How many recent request outcomes each lease remembers for retries.
+pub const DEDUP_PER_LEASE: usize = 256;
+/// How many recent successful revokes the engine remembers, so that a retried
+/// revoke is answered `LeaseRevoked` again rather than `LeaseNotFound`.
+pub const REVOKED_MEMORY: usize = 4096;
+
+/// Lease identifier, assigned by the engine from a counter in replicated state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct LeaseId(pub u64);
+
+/// Fencing token: strictly greater than every token issued before it, for any lock
+/// (INV-2). Never 0.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Token(pub u64);
+
+/// Client-chosen request id (non-zero). A retry of a request reuses its id and gets
+/// the first outcome again (INV-6). Scoped to the lease for lease-bound requests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct RequestId(pub u64);
+
+impl std::fmt::Display for LeaseId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+impl std::fmt::Display for Token {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+/// One input to the engine: an entry of the replicated log.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Input {
+    /// A node became leader at `now` (its own clock). Every live lease gets a fresh
+    /// full TTL from `now`; a closed lock-delay restarts in full; a queued wait keeps
+    /// the time it had left. This is the one input whose `now` may be smaller than
+    /// the engine's current time (another clock).
+    LeaderStart { now: Millis },
+    /// Advance time to `now` (expire what is due), then apply `cmds` in order.
+    /// An empty batch is a pure tick.
+    Batch { now: Millis, cmds: Vec<Command> },
+}
+
+/// A client command. Every one is validated by the engine; an invalid one is
+/// answered with [`Reply::Rejected`] and changes nothing.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Command {
+    /// Create a lease that expires `ttl_ms` after `now` unless kept alive.
+    GrantLease { req: RequestId, ttl_ms: u64 },
+    /// Move the lease deadline to `now + ttl`.
+    KeepAlive { req: RequestId, lease: LeaseId },
+    /// End the lease now: release its locks (no lock-delay), drop its waiters.
+    Revoke { req: RequestId, lease: LeaseId },
+    /// Take `lock` for `lease`. `wait_ms == 0` is a try: [`Reply::Busy`] if taken.
+    /// Otherwise the request queues FIFO for up to `wait_ms` ([`Reply::Queued`]) and
+    /// its outcome arrives later as an [`Effect`] carrying `req`.
+    Acquire(Acquire),
+    /// Compare-and-delete: releases only when (lock, lease, token) is the current grant.
+    Release { req: RequestId, lease: LeaseId, lock: String, token: Token },
+    /// The requester of `req` no longer wants that acquire: if it is queued it leaves
+    /// the queue; if it was already granted and is still held, it is released (the
+    /// grant never reached anyone who will release it).
+    CancelWait { req: RequestId, lease: LeaseId, lock: String },
+}
+
+/// Arguments of [`Command::Acquire`]. `lock` is validated by the engine.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Acquire {
+    pub req: RequestId,
+    pub lease: LeaseId,
+    pub lock: String,
+    /// 0 = try once; otherwise the longest time to wait in the queue.
+    pub wait_ms: u64,
+    /// If the lease later *expires* while holding this lock (not a release or
+    /// revoke), the lock stays closed to everyone for this long.
+    pub lock_delay_ms: u64,
+}
+
+/// The current grant of a lock.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Grant {
+    pub lock: LockName,
+    pub lease: LeaseId,
+    pub token: Token,
+}
+
+/// Why a try-acquire did not get the lock.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Busy {
+    /// The current holder, if the lock is held.
+    pub holder: Option<Grant>,
+    /// When the lock is closed by lock-delay: milliseconds until it reopens.
+    pub reopens_in_ms: Option<u64>,
+    /// How many requests are queued.
+    pub waiters: u32,
+}
+
+/// The immediate answer to one command.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Reply {
+    LeaseGranted { lease: LeaseId, ttl_ms: u64 },
+    /// Keep-alive accepted; the deadline is now `now + ttl_ms`.
+    LeaseKept { lease: LeaseId, ttl_ms: u64 },
+    LeaseRevoked { lease: LeaseId },
+    Acquired(Grant),
+    Busy(Busy),
+    /// Queued at 0-based `position`; the outcome comes as [`Effect::Granted`] or
+    /// [`Effect::WaitEnded`] with the same (lease, req).
+    Queued { position: u32 },
+    Released,
+    /// (lock, lease, token) is not the current grant; nothing changed.
+    NotHolder,
+    /// Answer to [`Command::CancelWait`]; `released` when a grant was released.
+    Cancelled { released: bool },
+    Rejected(EngineError),
+}
+
+/// How a queued acquire ended without a grant.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum WaitEnd {
+    TimedOut,
+    /// The waiter's lease expired or was revoked; it is dropped, never granted (INV-4).
+    LeaseEnded,
+    Cancelled,
+}
+
+/// Why a grant ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ReleaseCause {
+    Released,
+    Revoked,
+    Expired,
+    Cancelled,
+}
+
+/// Something that happened while applying an input, besides the replies. The
+/// driver uses effects to wake waiters and to count metrics.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Effect {
+    /// A grant was made. `queued` grants are the outcome of an earlier
+    /// [`Reply::Queued`] for (lease, req); `waited_ms` is the time in the queue.
+    Granted { grant: Grant, req: RequestId, queued: bool, waited_ms: u64 },
+    /// A queued acquire ended without a grant.
+    WaitEnded { lock: LockName, lease: LeaseId, req: RequestId, why: WaitEnd },
+    /// A grant ended after being held `held_ms`.
+    Released { grant: Grant, held_ms: u64, cause: ReleaseCause },
+    /// A lease expired (its deadline passed).
+    LeaseExpired { lease: LeaseId },
+}
+
+/// Result of one [`Input`]: one reply per command, in order, then the effects, and
+/// the earliest deadline the driver must wake up for (a tick at that time).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Output {
+    pub replies: Vec<Reply>,
+    pub effects: Vec<Effect>,
+    pub next_deadline: Option<Millis>,
+}
+
+/// Answer of [`crate::Engine::check`] (Chubby's CheckSequencer).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Check {
+    /// `token` is the current live grant of the lock.
+    Current,
+    /// The lock is now held under a different token (or free): `current` if held.
+    Stale { current: Option<Token> },
+}
+
+/// A read-only view of one lock at `now`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LockInfo {
+    pub name: LockName,
+    pub holder: Option<HolderInfo>,
+    /// Milliseconds until a lock-delay reopens the lock.
+    pub reopens_in_ms: Option<u64>,
+    /// Queued requests, first in line first.
+    pub waiters: Vec<WaiterInfo>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HolderInfo {
+    pub lease: LeaseId,
+    pub token: Token,
+    /// Milliseconds since the grant.
+    pub held_ms: u64,
+    /// Milliseconds until the holder's lease expires unless kept alive.
+    pub ttl_left_ms: u64,
+    pub lock_delay_ms: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WaiterInfo {
+    pub lease: LeaseId,
+    pub req: RequestId,
+    pub waited_ms: u64,
+    /// Milliseconds until this wait times out.
+    pub wait_left_ms: u64,
+}
+
+/// A read-only view of one lease at `now`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeaseInfo {
+    pub lease: LeaseId,
+    pub ttl_ms: u64,
+    pub ttl_left_ms: u64,
+    pub locks: Vec<Grant>,
+}
+
+/// Gauges for metrics.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Stats {
+    pub leases: u64,
+    pub held_locks: u64,
+    pub waiters: u64,
+    /// Total tokens ever issued (the last token issued).
+    pub tokens_issued: u64,
+}

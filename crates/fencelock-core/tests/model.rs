@@ -1,0 +1,458 @@
+//! Property test: the engine against a naive reference model, through the public
+//! API only.
+//!
+//! Random runs of a few leases and three lock names (plus an invalid one): random
+//! commands (invalid ones included), time jumps of 0 to 3 TTLs, occasional
+//! `LeaderStart` on another clock, snapshot round trips, and retries of earlier
+//! requests with the same request id. After every input:
+//! - the engine's output equals the model's exactly (replies, effects, next
+//!   deadline), and so do `stats`, `check`, `lock_info` and `lease_info`, at the
+//!   engine's clock and ahead of it;
+//! - an output-only oracle checks the invariants (ids as in `docs/design.md`):
+//!   INV-1 at most one live holder per exclusive lock;
+//!   INV-2 tokens strictly increase across all grants, never 0;
+//!   INV-3 grants follow queue order among live waiters;
+//!   INV-4 no grant to an expired or revoked lease;
+//!   INV-5 a release ends only the grant it names;
+//!   INV-6 a retried request never yields a second grant or another token;
+//!   INV-8 LeaderStart expires nothing;
+//!   INV-9 a rejected command changes nothing;
+//! - a batch gives the same output as its commands applied one by one;
+//! - `step` never panics (a panic fails the test).
+//!
+//! Cases: 1024 by default; set `PROPTEST_CASES` for more.
+
+#[path = "model/oracle.rs"]
+mod oracle;
+#[path = "model/reference.rs"]
+mod reference;
+
+use fencelock_core::*;
+use proptest::prelude::*;
+
+use oracle::Oracle;
+use reference::Model;
+
+/// Lock names: three valid ones and one that is always rejected.
+const LOCKS: [&str; 4] = ["a", "b", "c", "bad\u{7}"];
+
+/// Which lease a command names.
+#[derive(Clone, Copy, Debug)]
+enum LeasePick {
+    /// The n-th lease alive before the batch (modulo their number).
+    Live(usize),
+    /// A lease that ended, or was never granted.
+    Gone,
+}
+
+#[derive(Clone, Debug)]
+enum Cmd {
+    Grant {
+        ttl: u64,
+    },
+    Keep {
+        lease: LeasePick,
+    },
+    Revoke {
+        lease: LeasePick,
+    },
+    Acquire {
+        lease: LeasePick,
+        lock: usize,
+        wait: u64,
+        delay: u64,
+    },
+    /// Release by the holder of `lock`, with its token, as the oracle knows it.
+    ReleaseHeld {
+        lock: usize,
+    },
+    /// Release with an arbitrary lease and token (mostly wrong).
+    Release {
+        lease: LeasePick,
+        lock: usize,
+        token: u64,
+    },
+    /// Cancel one of the last 8 acquires.
+    Cancel {
+        pick: usize,
+    },
+    /// Re-issue one of the last 12 commands verbatim.
+    Retry {
+        pick: usize,
+    },
+}
+
+#[derive(Clone, Debug)]
+enum Op {
+    Tick(u64),
+    Leader(u64),
+    Batch(u64, Vec<(Cmd, bool)>),
+    Snapshot,
+}
+
+/// Time jumps: mostly small, sometimes up to 3 TTLs.
+fn jump() -> impl Strategy<Value = u64> {
+    prop_oneof![10 => 0..50u64, 4 => 0..300u64, 1 => 0..3000u64]
+}
+
+fn ttl() -> impl Strategy<Value = u64> {
+    prop_oneof![4 => Just(1000u64), 2 => Just(300), 1 => Just(100), 1 => prop_oneof![Just(99), Just(MAX_TTL_MS + 1)]]
+}
+
+fn wait() -> impl Strategy<Value = u64> {
+    let invalid = Just(MAX_WAIT_MS + 1);
+    prop_oneof![8 => Just(0u64), 4 => Just(100), 6 => Just(500), 5 => Just(2000), 1 => invalid]
+}
+
+fn delay() -> impl Strategy<Value = u64> {
+    let invalid = Just(MAX_LOCK_DELAY_MS + 1);
+    prop_oneof![10 => Just(0u64), 4 => Just(100), 5 => Just(400), 3 => Just(1500), 1 => invalid]
+}
+
+fn lock() -> impl Strategy<Value = usize> {
+    prop_oneof![20 => 0..3usize, 1 => Just(3usize)]
+}
+
+fn lease() -> impl Strategy<Value = LeasePick> {
+    prop_oneof![12 => (0..6usize).prop_map(LeasePick::Live), 1 => Just(LeasePick::Gone)]
+}
+
+fn cmd() -> impl Strategy<Value = Cmd> {
+    prop_oneof![
+        3 => ttl().prop_map(|ttl| Cmd::Grant { ttl }),
+        5 => lease().prop_map(|lease| Cmd::Keep { lease }),
+        1 => lease().prop_map(|lease| Cmd::Revoke { lease }),
+        8 => (lease(), lock(), wait(), delay())
+            .prop_map(|(lease, lock, wait, delay)| Cmd::Acquire { lease, lock, wait, delay }),
+        4 => lock().prop_map(|lock| Cmd::ReleaseHeld { lock }),
+        1 => (lease(), lock(), 0..8u64).prop_map(|(lease, lock, token)| Cmd::Release { lease, lock, token }),
+        2 => (0..8usize).prop_map(|pick| Cmd::Cancel { pick }),
+        3 => (0..12usize).prop_map(|pick| Cmd::Retry { pick }),
+    ]
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    let cmds = prop::collection::vec((cmd(), prop::bool::weighted(0.02)), 1..4);
+    prop_oneof![
+        3 => jump().prop_map(Op::Tick),
+        1 => (0..20_000u64).prop_map(Op::Leader),
+        10 => (jump(), cmds).prop_map(|(j, c)| Op::Batch(j, c)),
+        1 => Just(Op::Snapshot),
+    ]
+}
+
+/// One run: the engine, the model, the oracle, and what was issued so far.
+struct Run {
+    engine: Engine,
+    model: Model,
+    oracle: Oracle,
+    now: u64,
+    next_req: u64,
+    newest_lease: u64,
+    issued: Vec<Command>,
+    acquires: Vec<(RequestId, LeaseId, String)>,
+}
+
+impl Run {
+    fn new() -> Self {
+        let (engine, model, oracle) = (Engine::new(), Model::default(), Oracle::default());
+        let (issued, acquires) = (vec![], vec![]);
+        Run {
+            engine,
+            model,
+            oracle,
+            now: 0,
+            next_req: 1,
+            newest_lease: 0,
+            issued,
+            acquires,
+        }
+    }
+
+    fn op(&mut self, op: &Op) -> Result<(), String> {
+        match op {
+            Op::Tick(j) => self.batch(*j, vec![]),
+            Op::Batch(j, cmds) => {
+                // Resolve at the batch's instant, so that "live" means live then.
+                self.now += j;
+                let cmds = cmds
+                    .iter()
+                    .map(|(c, zero)| self.resolve(c, *zero))
+                    .collect();
+                self.batch(0, cmds)
+            }
+            Op::Leader(now) => self.leader_start(*now),
+            Op::Snapshot => self.snapshot(),
+        }
+    }
+
+    fn req(&mut self, zero: bool) -> RequestId {
+        if zero {
+            return RequestId(0);
+        }
+        self.next_req += 1;
+        RequestId(self.next_req)
+    }
+
+    fn lease(&self, pick: LeasePick) -> LeaseId {
+        let ids = 1..=self.newest_lease;
+        let live: Vec<u64> = ids
+            .clone()
+            .filter(|id| self.engine.lease_info(self.now, LeaseId(*id)).is_some())
+            .collect();
+        let gone = ids
+            .rev()
+            .find(|id| !live.contains(id))
+            .unwrap_or(self.newest_lease + 1);
+        match pick {
+            LeasePick::Live(n) if !live.is_empty() => LeaseId(live[n % live.len()]),
+            _ => LeaseId(gone),
+        }
+    }
+
+    /// The `n`-th of the last `window` items of `v`.
+    fn recent<T: Clone>(v: &[T], n: usize, window: usize) -> Option<T> {
+        let start = v.len().saturating_sub(window);
+        let tail = &v[start..];
+        (!tail.is_empty()).then(|| tail[n % tail.len()].clone())
+    }
+
+    /// Turn a generated command into a concrete one, given the run so far.
+    fn resolve(&mut self, c: &Cmd, zero: bool) -> Command {
+        let req = self.req(zero);
+        match c {
+            Cmd::Grant { ttl } => Command::GrantLease { req, ttl_ms: *ttl },
+            Cmd::Keep { lease } => Command::KeepAlive {
+                req,
+                lease: self.lease(*lease),
+            },
+            Cmd::Revoke { lease } => Command::Revoke {
+                req,
+                lease: self.lease(*lease),
+            },
+            Cmd::Acquire {
+                lease,
+                lock,
+                wait,
+                delay,
+            } => {
+                let (lease, lock) = (self.lease(*lease), LOCKS[*lock].to_string());
+                self.acquires.push((req, lease, lock.clone()));
+                Command::Acquire(Acquire {
+                    req,
+                    lease,
+                    lock,
+                    wait_ms: *wait,
+                    lock_delay_ms: *delay,
+                })
+            }
+            Cmd::ReleaseHeld { lock } => {
+                let lock = LOCKS[*lock].to_string();
+                // That lock's holder, else any holder, else a guess.
+                let held: Vec<_> = self
+                    .oracle
+                    .holders()
+                    .map(|(name, h)| (name.to_string(), *h))
+                    .collect();
+                let this = held
+                    .iter()
+                    .find(|(name, _)| *name == lock)
+                    .or(held.first())
+                    .cloned();
+                let (lock, (lease, token)) = this.unwrap_or((lock, (LeaseId(1), Token(1))));
+                Command::Release {
+                    req,
+                    lease,
+                    lock,
+                    token,
+                }
+            }
+            Cmd::Release { lease, lock, token } => {
+                let (lease, lock) = (self.lease(*lease), LOCKS[*lock].to_string());
+                Command::Release {
+                    req,
+                    lease,
+                    lock,
+                    token: Token(*token),
+                }
+            }
+            Cmd::Cancel { pick } => match Self::recent(&self.acquires, *pick, 8) {
+                Some((req, lease, lock)) => Command::CancelWait { req, lease, lock },
+                None => Command::CancelWait {
+                    req,
+                    lease: self.lease(LeasePick::Live(0)),
+                    lock: "a".into(),
+                },
+            },
+            Cmd::Retry { pick } => match Self::recent(&self.issued, *pick, 12) {
+                Some(c) => c,
+                None => Command::KeepAlive {
+                    req,
+                    lease: self.lease(LeasePick::Live(0)),
+                },
+            },
+        }
+    }
+
+    fn batch(&mut self, jump: u64, cmds: Vec<Command>) -> Result<(), String> {
+        self.now += jump;
+        let input = Input::Batch {
+            now: self.now,
+            cmds: cmds.clone(),
+        };
+        let before = self.engine.clone();
+        let out = self.engine.step(&input);
+        let expected = self.model.step(&input);
+        if out != expected {
+            return Err(format!(
+                "engine and model differ on {input:?}\nengine: {out:?}\nmodel:  {expected:?}"
+            ));
+        }
+        self.one_by_one(before, &cmds, &out)?;
+        for (c, r) in cmds.iter().zip(&out.replies) {
+            self.note(c, r);
+        }
+        self.compare_queries()
+    }
+
+    /// Apply the batch again to `shadow`, one command at a time, feeding the
+    /// oracle in the order things happened; the result must be the same.
+    fn one_by_one(
+        &mut self,
+        mut shadow: Engine,
+        cmds: &[Command],
+        out: &Output,
+    ) -> Result<(), String> {
+        let mut all = shadow.step(&Input::Batch {
+            now: self.now,
+            cmds: vec![],
+        });
+        self.oracle.effects(&all.effects)?;
+        for c in cmds {
+            let pre = shadow.clone();
+            let o = shadow.step(&Input::Batch {
+                now: self.now,
+                cmds: vec![c.clone()],
+            });
+            if matches!(o.replies[0], Reply::Rejected(_))
+                && (shadow != pre || !o.effects.is_empty())
+            {
+                return Err(format!("INV-9: rejected {c:?} changed the engine"));
+            }
+            self.oracle.command(c, &o.effects, &o.replies[0])?;
+            all.effects.extend(o.effects);
+            all.replies.extend(o.replies);
+        }
+        all.next_deadline = shadow.next_deadline();
+        if all != *out || shadow != self.engine {
+            return Err(format!(
+                "batch differs from its commands one by one: {all:?} vs {out:?}"
+            ));
+        }
+        Ok(())
+    }
+
+    /// Remember what was issued, for retries and lease picks.
+    fn note(&mut self, c: &Command, r: &Reply) {
+        if let Reply::LeaseGranted { lease, .. } = r {
+            self.newest_lease = self.newest_lease.max(lease.0);
+        }
+        self.issued.push(c.clone());
+    }
+
+    fn leader_start(&mut self, now: u64) -> Result<(), String> {
+        self.now = now;
+        let input = Input::LeaderStart { now };
+        let out = self.engine.step(&input);
+        let expected = self.model.step(&input);
+        if out != expected {
+            return Err(format!(
+                "engine and model differ on {input:?}\nengine: {out:?}\nmodel:  {expected:?}"
+            ));
+        }
+        self.oracle.leader_start(&out)?;
+        self.compare_queries()
+    }
+
+    fn snapshot(&mut self) -> Result<(), String> {
+        let json = serde_json::to_string(&self.engine).map_err(|e| e.to_string())?;
+        let back: Engine = serde_json::from_str(&json).map_err(|e| e.to_string())?;
+        if back != self.engine {
+            return Err("snapshot round trip changed the engine".into());
+        }
+        self.engine = back;
+        Ok(())
+    }
+
+    /// Queries agree with the model, now and 150 ms ahead (before any tick), and
+    /// the engine's holders are the oracle's (INV-1, INV-4).
+    fn compare_queries(&self) -> Result<(), String> {
+        let (e, m, now) = (&self.engine, &self.model, self.engine.now());
+        if e.stats() != m.stats() {
+            return Err(format!(
+                "stats: engine {:?} model {:?}",
+                e.stats(),
+                m.stats()
+            ));
+        }
+        for at in [now, now + 150] {
+            for lock in &LOCKS[..3] {
+                if e.lock_info(at, lock) != m.lock_info(at, lock) {
+                    return Err(format!(
+                        "lock_info({at}, {lock}): {:?} vs {:?}",
+                        e.lock_info(at, lock),
+                        m.lock_info(at, lock)
+                    ));
+                }
+                for token in 0..=e.stats().tokens_issued + 1 {
+                    if e.check(at, lock, Token(token)) != m.check(at, lock, Token(token)) {
+                        return Err(format!("check({at}, {lock}, {token}) differs"));
+                    }
+                }
+            }
+            for id in 0..=self.newest_lease + 1 {
+                if e.lease_info(at, LeaseId(id)) != m.lease_info(at, id) {
+                    return Err(format!("lease_info({at}, {id}) differs"));
+                }
+            }
+        }
+        for (lock, (_, token)) in self.oracle.holders() {
+            if e.check(now, lock.as_str(), *token) != Check::Current {
+                return Err(format!(
+                    "INV-1/INV-4: oracle holder {lock}/{token} is not current"
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// 1024 cases (about 2 s in debug); `PROPTEST_CASES` overrides. A failure is
+/// saved to `tests/model.proptest-regressions` and replayed first next time.
+fn config() -> ProptestConfig {
+    let mut c = ProptestConfig::default();
+    if std::env::var("PROPTEST_CASES").is_err() {
+        c.cases = 1024;
+    }
+    let file = prop::test_runner::FileFailurePersistence::WithSource("proptest-regressions");
+    c.failure_persistence = Some(Box::new(file));
+    c
+}
+
+proptest! {
+    #![proptest_config(config())]
+
+    #[test]
+    fn engine_matches_model_and_keeps_invariants(
+        first in prop::collection::vec(ttl().prop_map(|ttl| (Cmd::Grant { ttl }, false)), 1..4),
+        ops in prop::collection::vec(op(), 1..80),
+    ) {
+        let mut run = Run::new();
+        let first = Op::Batch(0, first);
+        for (i, op) in std::iter::once(&first).chain(&ops).enumerate() {
+            if let Err(msg) = run.op(op) {
+                return Err(TestCaseError::fail(format!("op {i} {op:?}: {msg}")));
+            }
+        }
+    }
+}

@@ -1,0 +1,654 @@
+//! A naive reference model of the engine, written from the specification
+//! (`docs/design.md`, the `Engine` module docs) rather than from the engine's code:
+//! flat `Vec`s, linear scans, timers found by looking at every deadline.
+//! It is slow and obviously correct; that is its only job.
+
+use fencelock_core::*;
+
+const DEDUP: usize = DEDUP_PER_LEASE;
+
+#[derive(Clone, Debug)]
+enum Memo {
+    Said(Reply),
+    TimedOut(String),
+}
+
+#[derive(Clone, Debug)]
+struct MLease {
+    id: u64,
+    ttl: u64,
+    deadline: u64,
+    grant_req: u64,
+    memo: Vec<(u64, Memo)>,
+}
+
+#[derive(Clone, Debug)]
+struct MHolder {
+    lock: String,
+    lease: u64,
+    req: u64,
+    token: u64,
+    since: u64,
+    delay: u64,
+}
+
+#[derive(Clone, Debug)]
+struct MWaiter {
+    lock: String,
+    lease: u64,
+    req: u64,
+    since: u64,
+    until: u64,
+    delay: u64,
+}
+
+#[derive(Clone, Debug)]
+struct MClosed {
+    lock: String,
+    until: u64,
+    delay: u64,
+}
+
+/// A due timer: (instant, kind rank, lease, lock, req). Sorting these tuples is the
+/// specified firing order: by instant, then lease < reopen < wait, then by id.
+type Due = (u64, u8, u64, String, u64);
+
+#[derive(Clone, Debug, Default)]
+pub struct Model {
+    now: u64,
+    leases_made: u64,
+    tokens_made: u64,
+    leases: Vec<MLease>,
+    /// Holders and waiters of all locks; waiters in arrival order.
+    holders: Vec<MHolder>,
+    waiters: Vec<MWaiter>,
+    closed: Vec<MClosed>,
+    revoked: Vec<(u64, u64)>,
+}
+
+fn lock_name(s: &str) -> LockName {
+    LockName::new(s).expect("model only builds valid names")
+}
+
+fn grant(lock: &str, lease: u64, token: u64) -> Grant {
+    Grant {
+        lock: lock_name(lock),
+        lease: LeaseId(lease),
+        token: Token(token),
+    }
+}
+
+impl Model {
+    pub fn step(&mut self, input: &Input) -> Output {
+        let mut out = Output::default();
+        match input {
+            Input::LeaderStart { now } => self.leader_start(*now),
+            Input::Batch { now, cmds } => {
+                self.advance(*now, &mut out.effects);
+                for c in cmds {
+                    let reply = self.apply(c, &mut out.effects);
+                    out.replies.push(reply);
+                }
+            }
+        }
+        out.next_deadline = self.all_timers().into_iter().map(|t| t.0).min();
+        out
+    }
+
+    fn all_timers(&self) -> Vec<Due> {
+        let mut v: Vec<Due> = vec![];
+        for l in &self.leases {
+            v.push((l.deadline, 0, l.id, String::new(), 0));
+        }
+        for c in &self.closed {
+            v.push((c.until, 1, 0, c.lock.clone(), 0));
+        }
+        for w in &self.waiters {
+            v.push((w.until, 2, w.lease, String::new(), w.req));
+        }
+        v
+    }
+
+    fn advance(&mut self, to: u64, fx: &mut Vec<Effect>) {
+        while let Some(t) = self.all_timers().into_iter().min().filter(|t| t.0 <= to) {
+            self.now = self.now.max(t.0);
+            match t.1 {
+                0 => {
+                    fx.push(Effect::LeaseExpired {
+                        lease: LeaseId(t.2),
+                    });
+                    self.end_lease(t.2, ReleaseCause::Expired, fx);
+                }
+                1 => {
+                    self.closed.retain(|c| c.lock != t.3);
+                    self.grant_next(&t.3, fx);
+                }
+                _ => self.time_out(t.2, t.4, fx),
+            }
+        }
+        self.now = self.now.max(to);
+    }
+
+    fn leader_start(&mut self, now: u64) {
+        let old = self.now;
+        self.now = now;
+        let age = |t: u64| now.saturating_sub(old.saturating_sub(t));
+        for l in &mut self.leases {
+            l.deadline = now.saturating_add(l.ttl);
+        }
+        for h in &mut self.holders {
+            h.since = age(h.since);
+        }
+        for w in &mut self.waiters {
+            w.since = age(w.since);
+            w.until = now.saturating_add(w.until.saturating_sub(old));
+        }
+        for c in &mut self.closed {
+            c.until = now.saturating_add(c.delay);
+        }
+    }
+
+    fn lease(&self, id: u64) -> Option<&MLease> {
+        self.leases.iter().find(|l| l.id == id)
+    }
+
+    fn live(&self, id: u64) -> bool {
+        self.lease(id).is_some_and(|l| l.deadline > self.now)
+    }
+
+    fn memo(&self, lease: u64, req: u64) -> Option<Reply> {
+        let (_, m) = self.lease(lease)?.memo.iter().find(|(r, _)| *r == req)?;
+        Some(match m {
+            Memo::Said(r) => r.clone(),
+            Memo::TimedOut(lock) => Reply::Busy(self.busy(lock)),
+        })
+    }
+
+    fn remember(&mut self, lease: u64, req: u64, m: Memo) {
+        let Some(l) = self.leases.iter_mut().find(|l| l.id == lease) else {
+            return;
+        };
+        if let Some(e) = l.memo.iter_mut().find(|(r, _)| *r == req) {
+            e.1 = m;
+            return;
+        }
+        l.memo.push((req, m));
+        if l.memo.len() > DEDUP {
+            l.memo.remove(0);
+        }
+    }
+
+    fn busy(&self, lock: &str) -> Busy {
+        Busy {
+            holder: self
+                .holders
+                .iter()
+                .find(|h| h.lock == lock)
+                .map(|h| grant(lock, h.lease, h.token)),
+            reopens_in_ms: self
+                .closed
+                .iter()
+                .find(|c| c.lock == lock)
+                .map(|c| c.until - self.now),
+            waiters: self.waiters.iter().filter(|w| w.lock == lock).count() as u32,
+        }
+    }
+
+    fn end_lease(&mut self, id: u64, cause: ReleaseCause, fx: &mut Vec<Effect>) {
+        self.leases.retain(|l| l.id != id);
+        let mut held: Vec<MHolder> = self
+            .holders
+            .iter()
+            .filter(|h| h.lease == id)
+            .cloned()
+            .collect();
+        held.sort_by_key(|h| h.token);
+        for h in held {
+            self.end_grant(&h.lock, id, h.token, cause, fx);
+        }
+        let mut waits: Vec<MWaiter> = self
+            .waiters
+            .iter()
+            .filter(|w| w.lease == id)
+            .cloned()
+            .collect();
+        waits.sort_by_key(|w| w.req);
+        for w in waits {
+            self.waiters.retain(|x| !(x.lease == id && x.req == w.req));
+            let lock = lock_name(&w.lock);
+            fx.push(Effect::WaitEnded {
+                lock,
+                lease: LeaseId(id),
+                req: RequestId(w.req),
+                why: WaitEnd::LeaseEnded,
+            });
+        }
+    }
+
+    fn end_grant(
+        &mut self,
+        lock: &str,
+        lease: u64,
+        token: u64,
+        cause: ReleaseCause,
+        fx: &mut Vec<Effect>,
+    ) {
+        let i = self
+            .holders
+            .iter()
+            .position(|h| h.lock == lock && h.lease == lease && h.token == token);
+        let h = self.holders.remove(i.expect("end_grant of a holder"));
+        let held_ms = self.now - h.since;
+        fx.push(Effect::Released {
+            grant: grant(lock, lease, token),
+            held_ms,
+            cause,
+        });
+        if cause == ReleaseCause::Expired && h.delay > 0 {
+            let until = self.now.saturating_add(h.delay);
+            self.closed.push(MClosed {
+                lock: lock.to_string(),
+                until,
+                delay: h.delay,
+            });
+        }
+        self.grant_next(lock, fx);
+    }
+
+    fn grant_next(&mut self, lock: &str, fx: &mut Vec<Effect>) {
+        if self.holders.iter().any(|h| h.lock == lock) || self.closed.iter().any(|c| c.lock == lock)
+        {
+            return;
+        }
+        let Some(i) = self
+            .waiters
+            .iter()
+            .position(|w| w.lock == lock && self.live(w.lease))
+        else {
+            return;
+        };
+        let w = self.waiters.remove(i);
+        let g = self.make_holder(lock, w.lease, w.req, w.delay);
+        self.remember(w.lease, w.req, Memo::Said(Reply::Acquired(g.clone())));
+        let waited_ms = self.now - w.since;
+        fx.push(Effect::Granted {
+            grant: g,
+            req: RequestId(w.req),
+            queued: true,
+            waited_ms,
+        });
+    }
+
+    fn make_holder(&mut self, lock: &str, lease: u64, req: u64, delay: u64) -> Grant {
+        self.tokens_made += 1;
+        let token = self.tokens_made;
+        let since = self.now;
+        self.holders.push(MHolder {
+            lock: lock.to_string(),
+            lease,
+            req,
+            token,
+            since,
+            delay,
+        });
+        grant(lock, lease, token)
+    }
+
+    fn time_out(&mut self, lease: u64, req: u64, fx: &mut Vec<Effect>) {
+        let i = self
+            .waiters
+            .iter()
+            .position(|w| w.lease == lease && w.req == req)
+            .unwrap();
+        let w = self.waiters.remove(i);
+        let lock = lock_name(&w.lock);
+        fx.push(Effect::WaitEnded {
+            lock,
+            lease: LeaseId(lease),
+            req: RequestId(req),
+            why: WaitEnd::TimedOut,
+        });
+        self.remember(lease, req, Memo::TimedOut(w.lock));
+    }
+
+    fn apply(&mut self, cmd: &Command, fx: &mut Vec<Effect>) -> Reply {
+        let r = match cmd {
+            Command::GrantLease { req, ttl_ms } => self.grant_lease(req.0, *ttl_ms),
+            Command::KeepAlive { req, lease } => self.keep_alive(req.0, lease.0),
+            Command::Revoke { req, lease } => self.revoke(req.0, lease.0, fx),
+            Command::Acquire(a) => self.acquire(a, fx),
+            Command::Release {
+                req,
+                lease,
+                lock,
+                token,
+            } => self.release(req.0, lease.0, lock, token.0, fx),
+            Command::CancelWait { req, lease, lock } => self.cancel(req.0, lease.0, lock, fx),
+        };
+        r.unwrap_or_else(Reply::Rejected)
+    }
+
+    fn grant_lease(&mut self, req: u64, ttl: u64) -> Result<Reply, EngineError> {
+        if req == 0 {
+            return Err(EngineError::InvalidRequestId);
+        }
+        if !(MIN_TTL_MS..=MAX_TTL_MS).contains(&ttl) {
+            return Err(EngineError::InvalidTtl {
+                got_ms: ttl,
+                min_ms: MIN_TTL_MS,
+                max_ms: MAX_TTL_MS,
+            });
+        }
+        if let Some(l) = self.leases.iter().find(|l| l.grant_req == req) {
+            return Ok(Reply::LeaseGranted {
+                lease: LeaseId(l.id),
+                ttl_ms: l.ttl,
+            });
+        }
+        self.leases_made += 1;
+        let id = self.leases_made;
+        let deadline = self.now + ttl;
+        self.leases.push(MLease {
+            id,
+            ttl,
+            deadline,
+            grant_req: req,
+            memo: vec![],
+        });
+        Ok(Reply::LeaseGranted {
+            lease: LeaseId(id),
+            ttl_ms: ttl,
+        })
+    }
+
+    fn keep_alive(&mut self, req: u64, id: u64) -> Result<Reply, EngineError> {
+        if req == 0 {
+            return Err(EngineError::InvalidRequestId);
+        }
+        self.lease(id)
+            .ok_or(EngineError::LeaseNotFound(LeaseId(id)))?;
+        if let Some(r) = self.memo(id, req) {
+            return Ok(r);
+        }
+        let now = self.now;
+        let l = self.leases.iter_mut().find(|l| l.id == id).unwrap();
+        l.deadline = now + l.ttl;
+        let reply = Reply::LeaseKept {
+            lease: LeaseId(id),
+            ttl_ms: l.ttl,
+        };
+        self.remember(id, req, Memo::Said(reply.clone()));
+        Ok(reply)
+    }
+
+    fn revoke(&mut self, req: u64, id: u64, fx: &mut Vec<Effect>) -> Result<Reply, EngineError> {
+        if req == 0 {
+            return Err(EngineError::InvalidRequestId);
+        }
+        if self.lease(id).is_none() {
+            if self.revoked.contains(&(id, req)) {
+                return Ok(Reply::LeaseRevoked { lease: LeaseId(id) });
+            }
+            return Err(EngineError::LeaseNotFound(LeaseId(id)));
+        }
+        self.end_lease(id, ReleaseCause::Revoked, fx);
+        self.revoked.push((id, req));
+        Ok(Reply::LeaseRevoked { lease: LeaseId(id) })
+    }
+
+    fn acquire(&mut self, a: &Acquire, fx: &mut Vec<Effect>) -> Result<Reply, EngineError> {
+        let (req, lease, lock) = (a.req.0, a.lease.0, a.lock.as_str());
+        if req == 0 {
+            return Err(EngineError::InvalidRequestId);
+        }
+        LockName::new(lock)?;
+        if a.wait_ms > MAX_WAIT_MS {
+            return Err(EngineError::InvalidWait {
+                got_ms: a.wait_ms,
+                max_ms: MAX_WAIT_MS,
+            });
+        }
+        if a.lock_delay_ms > MAX_LOCK_DELAY_MS {
+            return Err(EngineError::InvalidLockDelay {
+                got_ms: a.lock_delay_ms,
+                max_ms: MAX_LOCK_DELAY_MS,
+            });
+        }
+        self.lease(lease)
+            .ok_or(EngineError::LeaseNotFound(a.lease))?;
+        if let Some(w) = self
+            .waiters
+            .iter()
+            .find(|w| w.lease == lease && w.req == req)
+        {
+            let same_lock = self.waiters.iter().filter(|x| x.lock == w.lock);
+            let position = same_lock
+                .take_while(|x| !(x.lease == lease && x.req == req))
+                .count();
+            return Ok(Reply::Queued {
+                position: position as u32,
+            });
+        }
+        if let Some(h) = self
+            .holders
+            .iter()
+            .find(|h| h.lease == lease && h.req == req)
+        {
+            return Ok(Reply::Acquired(grant(&h.lock, lease, h.token)));
+        }
+        if let Some(r) = self.memo(lease, req) {
+            return Ok(r);
+        }
+        Ok(self.acquire_fresh(a, fx))
+    }
+
+    fn acquire_fresh(&mut self, a: &Acquire, fx: &mut Vec<Effect>) -> Reply {
+        let (req, lease, lock) = (a.req.0, a.lease.0, a.lock.as_str());
+        let b = self.busy(lock);
+        if b.holder.is_none() && b.reopens_in_ms.is_none() && b.waiters == 0 {
+            let g = self.make_holder(lock, lease, req, a.lock_delay_ms);
+            self.remember(lease, req, Memo::Said(Reply::Acquired(g.clone())));
+            fx.push(Effect::Granted {
+                grant: g.clone(),
+                req: a.req,
+                queued: false,
+                waited_ms: 0,
+            });
+            return Reply::Acquired(g);
+        }
+        if a.wait_ms == 0 {
+            self.remember(lease, req, Memo::Said(Reply::Busy(b.clone())));
+            return Reply::Busy(b);
+        }
+        let (since, until, delay) = (self.now, self.now + a.wait_ms, a.lock_delay_ms);
+        self.waiters.push(MWaiter {
+            lock: lock.to_string(),
+            lease,
+            req,
+            since,
+            until,
+            delay,
+        });
+        Reply::Queued {
+            position: b.waiters,
+        }
+    }
+
+    fn release(
+        &mut self,
+        req: u64,
+        lease: u64,
+        lock: &str,
+        token: u64,
+        fx: &mut Vec<Effect>,
+    ) -> Result<Reply, EngineError> {
+        if req == 0 {
+            return Err(EngineError::InvalidRequestId);
+        }
+        LockName::new(lock)?;
+        if token == 0 {
+            return Err(EngineError::InvalidToken);
+        }
+        if self.lease(lease).is_none() {
+            return Ok(Reply::NotHolder);
+        }
+        if let Some(r) = self.memo(lease, req) {
+            return Ok(r);
+        }
+        if !self
+            .holders
+            .iter()
+            .any(|h| h.lock == lock && h.lease == lease && h.token == token)
+        {
+            return Ok(Reply::NotHolder);
+        }
+        self.end_grant(lock, lease, token, ReleaseCause::Released, fx);
+        self.remember(lease, req, Memo::Said(Reply::Released));
+        Ok(Reply::Released)
+    }
+
+    fn cancel(
+        &mut self,
+        req: u64,
+        lease: u64,
+        lock: &str,
+        fx: &mut Vec<Effect>,
+    ) -> Result<Reply, EngineError> {
+        if req == 0 {
+            return Err(EngineError::InvalidRequestId);
+        }
+        let name = LockName::new(lock)?;
+        if self.lease(lease).is_none() {
+            return Ok(Reply::Cancelled { released: false });
+        }
+        let mut released = false;
+        if let Some(i) = self
+            .waiters
+            .iter()
+            .position(|w| w.lease == lease && w.req == req && w.lock == lock)
+        {
+            self.waiters.remove(i);
+            let (lease, req) = (LeaseId(lease), RequestId(req));
+            fx.push(Effect::WaitEnded {
+                lock: name,
+                lease,
+                req,
+                why: WaitEnd::Cancelled,
+            });
+        } else if let Some(h) = self
+            .holders
+            .iter()
+            .find(|h| h.lock == lock && h.lease == lease && h.req == req)
+        {
+            let token = h.token;
+            self.end_grant(lock, lease, token, ReleaseCause::Cancelled, fx);
+            released = true;
+        }
+        if let Some(l) = self.leases.iter_mut().find(|l| l.id == lease) {
+            l.memo.retain(|(r, _)| *r != req);
+        }
+        Ok(Reply::Cancelled { released })
+    }
+
+    // ---- queries, at an instant `now` that may be ahead of the last tick ----
+
+    fn live_at(&self, id: u64, now: u64) -> bool {
+        self.lease(id).is_some_and(|l| l.deadline > now)
+    }
+
+    pub fn stats(&self) -> Stats {
+        Stats {
+            leases: self.leases.len() as u64,
+            held_locks: self.holders.len() as u64,
+            waiters: self.waiters.len() as u64,
+            tokens_issued: self.tokens_made,
+        }
+    }
+
+    pub fn check(&self, now: u64, lock: &str, token: Token) -> Check {
+        let current = self
+            .holders
+            .iter()
+            .find(|h| h.lock == lock && self.live_at(h.lease, now));
+        match current {
+            Some(h) if h.token == token.0 => Check::Current,
+            _ => Check::Stale {
+                current: current.map(|h| Token(h.token)),
+            },
+        }
+    }
+
+    pub fn lock_info(&self, now: u64, lock: &str) -> Option<LockInfo> {
+        let exists = self.holders.iter().any(|h| h.lock == lock)
+            || self.waiters.iter().any(|w| w.lock == lock)
+            || self.closed.iter().any(|c| c.lock == lock);
+        if !exists {
+            return None;
+        }
+        let holder = self
+            .holders
+            .iter()
+            .find(|h| h.lock == lock && self.live_at(h.lease, now));
+        let holder = holder.map(|h| HolderInfo {
+            lease: LeaseId(h.lease),
+            token: Token(h.token),
+            held_ms: now.saturating_sub(h.since),
+            ttl_left_ms: self.lease(h.lease).unwrap().deadline - now,
+            lock_delay_ms: h.delay,
+        });
+        let mut reopen: Vec<u64> = self
+            .closed
+            .iter()
+            .filter(|c| c.lock == lock)
+            .map(|c| c.until)
+            .collect();
+        for h in self
+            .holders
+            .iter()
+            .filter(|h| h.lock == lock && h.delay > 0 && !self.live_at(h.lease, now))
+        {
+            reopen.push(
+                self.lease(h.lease)
+                    .unwrap()
+                    .deadline
+                    .saturating_add(h.delay),
+            );
+        }
+        let reopens_in_ms = reopen
+            .into_iter()
+            .max()
+            .filter(|&t| t > now)
+            .map(|t| t - now);
+        let waiters = self
+            .waiters
+            .iter()
+            .filter(|w| w.lock == lock && w.until > now && self.live_at(w.lease, now));
+        let waiters = waiters
+            .map(|w| WaiterInfo {
+                lease: LeaseId(w.lease),
+                req: RequestId(w.req),
+                waited_ms: now.saturating_sub(w.since),
+                wait_left_ms: w.until - now,
+            })
+            .collect();
+        Some(LockInfo {
+            name: lock_name(lock),
+            holder,
+            reopens_in_ms,
+            waiters,
+        })
+    }
+
+    pub fn lease_info(&self, now: u64, id: u64) -> Option<LeaseInfo> {
+        let l = self.lease(id).filter(|l| l.deadline > now)?;
+        let mut held: Vec<&MHolder> = self.holders.iter().filter(|h| h.lease == id).collect();
+        held.sort_by_key(|h| h.token);
+        let locks = held.iter().map(|h| grant(&h.lock, id, h.token)).collect();
+        Some(LeaseInfo {
+            lease: LeaseId(id),
+            ttl_ms: l.ttl,
+            ttl_left_ms: l.deadline - now,
+            locks,
+        })
+    }
+}

@@ -1,0 +1,14 @@
+//! Generates the tonic/prost code from `proto/` with protox (pure Rust: no `protoc`).
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let protos = ["proto/fencelock/v1/lock.proto", "proto/fencelock/v1/raft.proto"];
+    for p in protos {
+        println!("cargo:rerun-if-changed={p}");
+    }
+    let fds = protox::compile(protos, ["proto"])?;
+    tonic_prost_build::configure()
+        .build_server(true)
+        .build_client(true)
+        .compile_fds(fds)?;
+    Ok(())
+}
