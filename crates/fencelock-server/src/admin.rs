@@ -1,0 +1,165 @@
+//! The HTTP admin endpoint (axum): health, Prometheus metrics, and the lock table
+//! as JSON. Read-only; it never changes a lock.
+//!
+//! - `GET /healthz`: 200 `{"status":"ok",…}` when this node leads and serves, else 503.
+//! - `GET /metrics`: Prometheus text format.
+//! - `GET /v1/locks?prefix=&limit=`: `{"locks":[Lock…]}` sorted by name.
+//! - `GET /v1/locks/{name}`: one `Lock` (a free lock has `"holder": null`).
+//!
+//! A `Lock` is `{"name", "holder": {"lease_id","token","token_age_ms","ttl_left_ms",
+//! "lock_delay_ms"} | null, "reopens_in_ms": n | null, "waiters": [{"lease_id",
+//! "waited_ms","wait_left_ms"}]}`.
+
+use std::sync::Arc;
+
+use axum::{
+    extract::{Path, Query, State},
+    http::{header, StatusCode},
+    response::{IntoResponse, Response},
+    routing::get,
+    Json, Router,
+};
+use fencelock_core::{LockInfo, LockName};
+use serde::{Deserialize, Serialize};
+
+use crate::{api::Ops, metrics::Metrics};
+
+#[derive(Clone)]
+struct Admin {
+    ops: Ops,
+    metrics: Arc<Metrics>,
+    node_id: u64,
+}
+
+/// The admin router.
+pub fn router(ops: Ops, metrics: Arc<Metrics>, node_id: u64) -> Router {
+    Router::new()
+        .route("/healthz", get(healthz))
+        .route("/metrics", get(metrics_text))
+        .route("/v1/locks", get(list))
+        .route("/v1/locks/{name}", get(one))
+        .with_state(Admin { ops, metrics, node_id })
+}
+
+#[derive(Serialize)]
+struct Health {
+    status: &'static str,
+    node_id: u64,
+    leader: Option<u64>,
+    term: u64,
+    last_applied: Option<u64>,
+}
+
+async fn healthz(State(a): State<Admin>) -> Response {
+    let m = a.ops.raft.metrics().borrow().clone();
+    let ready = a.ops.driver.is_ready();
+    let body = Health {
+        status: if ready { "ok" } else { "unavailable" },
+        node_id: a.node_id,
+        leader: m.current_leader,
+        term: m.current_term,
+        last_applied: m.last_applied.map(|l| l.index),
+    };
+    let code = if ready { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
+    (code, Json(body)).into_response()
+}
+
+async fn metrics_text(State(a): State<Admin>) -> Response {
+    let stats = match a.ops.engine.read() {
+        Ok(e) => e.stats(),
+        Err(_) => return (StatusCode::INTERNAL_SERVER_ERROR, "engine lock poisoned").into_response(),
+    };
+    let body = a.metrics.render(&stats, a.ops.driver.is_ready());
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], body).into_response()
+}
+
+#[derive(Deserialize)]
+struct ListQuery {
+    #[serde(default)]
+    prefix: String,
+    limit: Option<usize>,
+}
+
+async fn list(State(a): State<Admin>, Query(q): Query<ListQuery>) -> Response {
+    let limit = q.limit.unwrap_or(1000).clamp(1, 10_000);
+    match a.ops.locks(&q.prefix, limit).await {
+        Ok(locks) => Json(LocksJson { locks: locks.into_iter().map(LockJson::from).collect() }).into_response(),
+        Err(s) => status_json(s),
+    }
+}
+
+async fn one(State(a): State<Admin>, Path(name): Path<String>) -> Response {
+    let name = match LockName::new(name) {
+        Ok(n) => n,
+        Err(e) => return error_json(StatusCode::BAD_REQUEST, format!("invalid lock name: {e}")),
+    };
+    match a.ops.lock_info(&name).await {
+        Ok(info) => Json(LockJson::from(info)).into_response(),
+        Err(s) => status_json(s),
+    }
+}
+
+fn status_json(s: tonic::Status) -> Response {
+    let code = match s.code() {
+        tonic::Code::InvalidArgument => StatusCode::BAD_REQUEST,
+        tonic::Code::NotFound => StatusCode::NOT_FOUND,
+        tonic::Code::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+        _ => StatusCode::INTERNAL_SERVER_ERROR,
+    };
+    error_json(code, s.message().to_string())
+}
+
+fn error_json(code: StatusCode, error: String) -> Response {
+    (code, Json(serde_json::json!({ "error": error }))).into_response()
+}
+
+#[derive(Serialize)]
+struct LocksJson {
+    locks: Vec<LockJson>,
+}
+
+/// One lock in the admin JSON.
+#[derive(Serialize)]
+struct LockJson {
+    name: String,
+    holder: Option<HolderJson>,
+    reopens_in_ms: Option<u64>,
+    waiters: Vec<WaiterJson>,
+}
+
+#[derive(Serialize)]
+struct HolderJson {
+    lease_id: u64,
+    token: u64,
+    token_age_ms: u64,
+    ttl_left_ms: u64,
+    lock_delay_ms: u64,
+}
+
+#[derive(Serialize)]
+struct WaiterJson {
+    lease_id: u64,
+    waited_ms: u64,
+    wait_left_ms: u64,
+}
+
+impl From<LockInfo> for LockJson {
+    fn from(i: LockInfo) -> Self {
+        Self {
+            name: i.name.to_string(),
+            holder: i.holder.map(|h| HolderJson {
+                lease_id: h.lease.0,
+                token: h.token.0,
+                token_age_ms: h.held_ms,
+                ttl_left_ms: h.ttl_left_ms,
+                lock_delay_ms: h.lock_delay_ms,
+            }),
+            reopens_in_ms: i.reopens_in_ms,
+            waiters: i
+                .waiters
+                .into_iter()
+                .map(|w| WaiterJson { lease_id: w.lease.0, waited_ms: w.waited_ms, wait_left_ms: w.wait_left_ms })
+                .collect(),
+        }
+    }
+}

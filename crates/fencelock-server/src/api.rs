@@ -1,0 +1,225 @@
+//! The operations of the `fencelock.v1` API, from protobuf request to protobuf
+//! response, shared by the unary RPCs and the session stream (see `grpc.rs`).
+//!
+//! Writes go through the driver (persisted before they are answered); reads take
+//! the engine's read lock on the leader after confirming leadership.
+
+use fencelock_core::{
+    Acquire, Busy, Check, Command, EngineError, Grant, HolderInfo, LeaseId, LockInfo, LockName,
+    Reply, RequestId, Token, WaiterInfo,
+};
+use fencelock_proto::v1 as pb;
+use tonic::Status;
+
+use crate::{
+    clock::Clock,
+    driver::{AcquireOutcome, DriverError, DriverHandle},
+    raft::{state_machine::SharedEngine, Raft},
+};
+
+/// Default and largest page of `ListLocks`.
+const LIST_DEFAULT: usize = 1000;
+const LIST_MAX: usize = 10_000;
+
+/// Everything an API operation needs; cheap to clone.
+#[derive(Clone)]
+pub struct Ops {
+    pub driver: DriverHandle,
+    pub engine: SharedEngine,
+    pub raft: Raft,
+    pub clock: Clock,
+}
+
+impl Ops {
+    pub async fn grant_lease(&self, r: pb::GrantLeaseRequest) -> Result<pb::GrantLeaseResponse, Status> {
+        let cmd = Command::GrantLease { req: RequestId(r.request_id), ttl_ms: r.ttl_ms };
+        match self.driver.submit(cmd).await.map_err(driver_status)? {
+            Reply::LeaseGranted { lease, ttl_ms } => Ok(pb::GrantLeaseResponse { lease_id: lease.0, ttl_ms }),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    pub async fn keep_alive(&self, r: pb::KeepAliveRequest) -> Result<pb::KeepAliveResponse, Status> {
+        let cmd = Command::KeepAlive { req: RequestId(r.request_id), lease: LeaseId(r.lease_id) };
+        match self.driver.submit(cmd).await.map_err(driver_status)? {
+            Reply::LeaseKept { lease, ttl_ms } => Ok(pb::KeepAliveResponse { lease_id: lease.0, ttl_ms }),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    pub async fn revoke_lease(&self, r: pb::RevokeLeaseRequest) -> Result<pb::RevokeLeaseResponse, Status> {
+        let cmd = Command::Revoke { req: RequestId(r.request_id), lease: LeaseId(r.lease_id) };
+        match self.driver.submit(cmd).await.map_err(driver_status)? {
+            Reply::LeaseRevoked { .. } => Ok(pb::RevokeLeaseResponse {}),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    pub async fn acquire(&self, r: pb::AcquireRequest) -> Result<pb::AcquireResponse, Status> {
+        use pb::acquire_response::Outcome;
+        let acq = Acquire {
+            req: RequestId(r.request_id),
+            lease: LeaseId(r.lease_id),
+            lock: r.lock,
+            wait_ms: r.wait_ms,
+            lock_delay_ms: r.lock_delay_ms,
+        };
+        let outcome = match self.driver.acquire(acq).await.map_err(driver_status)? {
+            AcquireOutcome::Acquired { grant, waited_ms } => Outcome::Acquired(acquired(grant, waited_ms)),
+            AcquireOutcome::Busy(b) => Outcome::Busy(busy(b)),
+            AcquireOutcome::TimedOut => Outcome::TimedOut(pb::TimedOut {}),
+            AcquireOutcome::LeaseEnded(l) => {
+                return Err(Status::not_found(format!("lease {l} ended (expired or revoked) while waiting")))
+            }
+            AcquireOutcome::Rejected(e) => return Err(engine_status(e)),
+        };
+        Ok(pb::AcquireResponse { outcome: Some(outcome) })
+    }
+
+    pub async fn release(&self, r: pb::ReleaseRequest) -> Result<pb::ReleaseResponse, Status> {
+        let cmd = Command::Release {
+            req: RequestId(r.request_id),
+            lease: LeaseId(r.lease_id),
+            lock: r.lock,
+            token: Token(r.token),
+        };
+        match self.driver.submit(cmd).await.map_err(driver_status)? {
+            Reply::Released => Ok(pb::ReleaseResponse { released: true }),
+            Reply::NotHolder => Ok(pb::ReleaseResponse { released: false }),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Cancel a queued acquire (used by the session stream's `Cancel`).
+    pub async fn cancel_wait(&self, req: u64, lease: u64, lock: String) -> Result<pb::CancelResponse, Status> {
+        let cmd = Command::CancelWait { req: RequestId(req), lease: LeaseId(lease), lock };
+        match self.driver.submit(cmd).await.map_err(driver_status)? {
+            Reply::Cancelled { released } => Ok(pb::CancelResponse { released }),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    pub async fn check(&self, r: pb::CheckRequest) -> Result<pb::CheckResponse, Status> {
+        let name = valid_name(&r.lock)?;
+        if r.token == 0 {
+            return Err(engine_status(EngineError::InvalidToken));
+        }
+        self.linearizable().await?;
+        let now = self.clock.now();
+        let check = self.read(|e| e.check(now, name.as_str(), Token(r.token)))?;
+        Ok(match check {
+            Check::Current => pb::CheckResponse { current: true, current_token: Some(r.token) },
+            Check::Stale { current } => pb::CheckResponse { current: false, current_token: current.map(|t| t.0) },
+        })
+    }
+
+    pub async fn describe_lock(&self, r: pb::DescribeLockRequest) -> Result<pb::DescribeLockResponse, Status> {
+        let name = valid_name(&r.lock)?;
+        let info = self.lock_info(&name).await?;
+        Ok(pb::DescribeLockResponse { lock: Some(lock_info(info)) })
+    }
+
+    pub async fn list_locks(&self, r: pb::ListLocksRequest) -> Result<pb::ListLocksResponse, Status> {
+        let limit = match r.limit as usize {
+            0 => LIST_DEFAULT,
+            n => n.min(LIST_MAX),
+        };
+        let locks = self.locks(&r.prefix, limit).await?;
+        Ok(pb::ListLocksResponse { locks: locks.into_iter().map(lock_info).collect() })
+    }
+
+    /// One lock as the engine sees it now (an unknown lock is free).
+    pub async fn lock_info(&self, name: &LockName) -> Result<LockInfo, Status> {
+        self.linearizable().await?;
+        let now = self.clock.now();
+        let info = self.read(|e| e.lock_info(now, name.as_str()))?;
+        Ok(info.unwrap_or_else(|| LockInfo { name: name.clone(), holder: None, reopens_in_ms: None, waiters: vec![] }))
+    }
+
+    /// Locks whose names start with `prefix`, sorted, at most `limit`.
+    pub async fn locks(&self, prefix: &str, limit: usize) -> Result<Vec<LockInfo>, Status> {
+        self.linearizable().await?;
+        let now = self.clock.now();
+        self.read(|e| e.locks(now, prefix, limit))
+    }
+
+    fn read<T>(&self, f: impl FnOnce(&fencelock_core::Engine) -> T) -> Result<T, Status> {
+        let engine = self.engine.read().map_err(|_| Status::internal("engine lock poisoned"))?;
+        Ok(f(&engine))
+    }
+
+    /// Confirm this node still leads (a quorum answers) and has applied everything
+    /// committed before this read, so a read never sees stale state.
+    async fn linearizable(&self) -> Result<(), Status> {
+        if !self.driver.is_ready() {
+            return Err(driver_status(DriverError::NotLeader { leader: None }));
+        }
+        self.raft
+            .ensure_linearizable()
+            .await
+            .map(|_| ())
+            .map_err(|e| Status::unavailable(format!("cannot confirm leadership: {e}")))
+    }
+}
+
+fn valid_name(s: &str) -> Result<LockName, Status> {
+    LockName::new(s).map_err(|e| engine_status(EngineError::InvalidName(e)))
+}
+
+fn acquired(g: Grant, waited_ms: u64) -> pb::Acquired {
+    pb::Acquired { lock: g.lock.to_string(), lease_id: g.lease.0, token: g.token.0, waited_ms }
+}
+
+fn busy(b: Busy) -> pb::Busy {
+    let holder = b.holder.map(|g| pb::Holder { lease_id: g.lease.0, token: g.token.0, ..Default::default() });
+    pb::Busy { holder, reopens_in_ms: b.reopens_in_ms, waiters: b.waiters }
+}
+
+fn holder(h: HolderInfo) -> pb::Holder {
+    pb::Holder {
+        lease_id: h.lease.0,
+        token: h.token.0,
+        held_ms: h.held_ms,
+        ttl_left_ms: h.ttl_left_ms,
+        lock_delay_ms: h.lock_delay_ms,
+    }
+}
+
+fn waiter(w: WaiterInfo) -> pb::Waiter {
+    pb::Waiter { lease_id: w.lease.0, waited_ms: w.waited_ms, wait_left_ms: w.wait_left_ms }
+}
+
+fn lock_info(i: LockInfo) -> pb::LockInfo {
+    pb::LockInfo {
+        name: i.name.to_string(),
+        holder: i.holder.map(holder),
+        reopens_in_ms: i.reopens_in_ms,
+        waiters: i.waiters.into_iter().map(waiter).collect(),
+    }
+}
+
+/// gRPC status for an engine refusal.
+pub fn engine_status(e: EngineError) -> Status {
+    match e {
+        EngineError::LeaseNotFound(_) => Status::not_found(e.to_string()),
+        _ => Status::invalid_argument(e.to_string()),
+    }
+}
+
+/// gRPC status for a driver failure; `fencelock-leader` metadata names the leader.
+pub fn driver_status(e: DriverError) -> Status {
+    let mut s = Status::unavailable(e.to_string());
+    if let DriverError::NotLeader { leader: Some(l) } = &e {
+        if let Ok(v) = l.parse() {
+            s.metadata_mut().insert("fencelock-leader", v);
+        }
+    }
+    s
+}
+
+fn unexpected(r: Reply) -> Status {
+    match r {
+        Reply::Rejected(e) => engine_status(e),
+        other => Status::internal(format!("unexpected engine reply {other:?}")),
+    }
+}

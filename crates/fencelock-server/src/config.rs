@@ -1,0 +1,54 @@
+//! Server configuration. Every field has a `fencelock serve` flag and a
+//! `FENCELOCK_…` environment variable (see the CLI).
+
+use std::{net::SocketAddr, path::PathBuf, time::Duration};
+
+/// How to run one fencelock node.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// This node's id in the Raft group (≥ 1). A single node is a group of one.
+    pub node_id: u64,
+    /// Directory for the redb database (log, vote, snapshot). Created if missing.
+    pub data_dir: PathBuf,
+    /// gRPC listen address (client API and Raft peer API).
+    pub grpc_listen: SocketAddr,
+    /// HTTP admin listen address (health, metrics, JSON).
+    pub http_listen: SocketAddr,
+    /// Address other members use to reach this node's gRPC port; defaults to the
+    /// bound gRPC address.
+    pub advertise: Option<String>,
+    /// Raft heartbeat interval.
+    pub heartbeat: Duration,
+    /// Raft election timeout range (min; max is twice this).
+    pub election_timeout: Duration,
+    /// Most commands the driver puts into one log entry.
+    pub max_batch: usize,
+    /// Take a snapshot after this many applied entries.
+    pub snapshot_every: u64,
+}
+
+impl Config {
+    /// Defaults of `fencelock serve`: gRPC 127.0.0.1:7070, HTTP 127.0.0.1:7071,
+    /// data in `./fencelock-data`.
+    pub fn new(data_dir: impl Into<PathBuf>) -> Self {
+        Self {
+            node_id: 1,
+            data_dir: data_dir.into(),
+            grpc_listen: SocketAddr::from(([127, 0, 0, 1], 7070)),
+            http_listen: SocketAddr::from(([127, 0, 0, 1], 7071)),
+            advertise: None,
+            heartbeat: Duration::from_millis(50),
+            election_timeout: Duration::from_millis(150),
+            max_batch: 4096,
+            snapshot_every: 20_000,
+        }
+    }
+
+    /// For tests: both listeners on free ports of 127.0.0.1.
+    pub fn for_test(data_dir: impl Into<PathBuf>) -> Self {
+        let mut c = Self::new(data_dir);
+        c.grpc_listen = SocketAddr::from(([127, 0, 0, 1], 0));
+        c.http_listen = SocketAddr::from(([127, 0, 0, 1], 0));
+        c
+    }
+}

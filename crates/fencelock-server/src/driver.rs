@@ -1,0 +1,490 @@
+//! The driver: the one task that turns client commands into Raft log entries.
+//!
+//! Where it sits: between the request handlers (gRPC, session streams) and the
+//! Raft group whose state machine is the engine. It is the only proposer, so it is
+//! the engine's sole writer. Its contract:
+//!
+//! - **Persist, then reply.** A command is answered only after the entry holding it
+//!   is committed (fsynced on a quorum) and applied; the reply is the engine's own.
+//! - **Group commit.** While one entry is being written, every command that
+//!   arrives is gathered into the next single entry (an engine `Input::Batch`), so
+//!   a burst of requests costs one append and one fsync.
+//! - **Time.** The driver reads the monotonic [`Clock`] and puts `now` into every
+//!   entry; when the engine reports its next deadline, the driver proposes an empty
+//!   batch (a tick) at that time, so expiries are decided by the leader's clock and
+//!   written to the log.
+//! - **Leadership.** When this node becomes leader (a restart of a single node
+//!   included), the first entry it writes is `LeaderStart`, which gives every
+//!   restored lease a fresh full TTL. Until that entry is applied, requests wait.
+//!   When it stops being leader, queued callers get [`DriverError::NotLeader`].
+//! - **Waiters.** A queued acquire is answered `Queued` by the engine; the caller
+//!   then waits for the grant effect with its (lease, request id). If the caller
+//!   has gone away when the grant comes, the driver proposes `CancelWait`, which
+//!   releases the undelivered grant.
+
+use std::{collections::HashMap, sync::Arc};
+
+use fencelock_core::{
+    Acquire, Busy, Command, Effect, EngineError, Grant, Input, LeaseId, Output,
+    Reply, RequestId, WaitEnd,
+};
+use openraft::{
+    error::{ClientWriteError, RaftError},
+    ServerState,
+};
+use tokio::{
+    sync::{mpsc, oneshot, watch},
+    task::JoinHandle,
+    time::Instant,
+};
+
+use crate::{clock::Clock, metrics::Metrics, raft::Raft};
+
+/// Why the driver could not get a command decided.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DriverError {
+    /// This node is not the leader; `leader` is the current leader's address if known.
+    #[error("not the leader{}", leader.as_ref().map(|l| format!("; the leader is {l}")).unwrap_or_default())]
+    NotLeader { leader: Option<String> },
+    /// The outcome is unknown (storage failed, shutting down, leadership moved
+    /// while writing). Retrying with the same request id is safe.
+    #[error("unavailable: {0}")]
+    Unavailable(String),
+}
+
+/// The final outcome of an acquire, after any wait in the queue.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AcquireOutcome {
+    Acquired { grant: Grant, waited_ms: u64 },
+    Busy(Busy),
+    TimedOut,
+    /// The caller's lease ended while it waited.
+    LeaseEnded(LeaseId),
+    Rejected(EngineError),
+}
+
+type ReplyTx = oneshot::Sender<Result<Reply, DriverError>>;
+type WaitTx = oneshot::Sender<Result<WaitOutcome, DriverError>>;
+
+#[derive(Debug)]
+enum WaitOutcome {
+    Granted { grant: Grant, waited_ms: u64 },
+    Ended(WaitEnd),
+}
+
+struct Msg {
+    cmd: Command,
+    reply: Option<ReplyTx>,
+    waiter: Option<WaitTx>,
+}
+
+/// A cheap, cloneable handle to the driver.
+#[derive(Clone)]
+pub struct DriverHandle {
+    tx: mpsc::UnboundedSender<Msg>,
+    ready: watch::Receiver<bool>,
+}
+
+impl DriverHandle {
+    /// Propose `cmd` and return the engine's reply once it is durable and applied.
+    pub async fn submit(&self, cmd: Command) -> Result<Reply, DriverError> {
+        self.send(cmd, None).await
+    }
+
+    async fn send(&self, cmd: Command, waiter: Option<WaitTx>) -> Result<Reply, DriverError> {
+        let (tx, rx) = oneshot::channel();
+        let msg = Msg { cmd, reply: Some(tx), waiter };
+        self.tx.send(msg).map_err(|_| shutting_down())?;
+        rx.await.map_err(|_| shutting_down())?
+    }
+
+    /// Acquire, waiting in the server-side queue if the command says so. If this
+    /// future is dropped before it completes, the wait is cancelled (and a grant
+    /// that was made but not delivered is released).
+    pub async fn acquire(&self, acq: Acquire) -> Result<AcquireOutcome, DriverError> {
+        let mut guard = CancelOnDrop::new(self, &acq);
+        let (wtx, wrx) = oneshot::channel();
+        let lease = acq.lease;
+        let outcome = match self.send(Command::Acquire(acq), Some(wtx)).await {
+            Ok(Reply::Queued { .. }) => match wrx.await {
+                Ok(Ok(WaitOutcome::Granted { grant, waited_ms })) => {
+                    Ok(AcquireOutcome::Acquired { grant, waited_ms })
+                }
+                Ok(Ok(WaitOutcome::Ended(why))) => Ok(ended(why, lease)),
+                Ok(Err(e)) => Err(e),
+                Err(_) => Err(shutting_down()),
+            },
+            Ok(reply) => immediate(reply),
+            Err(e) => Err(e),
+        };
+        // Completed (either way): the caller has the outcome, or will retry with the
+        // same request id; a cancel now could race with that retry.
+        guard.armed = false;
+        outcome
+    }
+
+    /// Resolves once this node is the leader and has applied its `LeaderStart`.
+    pub async fn wait_ready(&self) -> bool {
+        let mut ready = self.ready.clone();
+        let ok = ready.wait_for(|r| *r).await.is_ok();
+        ok
+    }
+
+    /// Whether this node currently serves requests (leader with `LeaderStart` applied).
+    pub fn is_ready(&self) -> bool {
+        *self.ready.borrow()
+    }
+}
+
+fn ended(why: WaitEnd, lease: LeaseId) -> AcquireOutcome {
+    match why {
+        WaitEnd::TimedOut => AcquireOutcome::TimedOut,
+        WaitEnd::LeaseEnded => AcquireOutcome::LeaseEnded(lease),
+        // Only this caller cancels its own wait, and it is gone by then.
+        WaitEnd::Cancelled => AcquireOutcome::TimedOut,
+    }
+}
+
+fn immediate(reply: Reply) -> Result<AcquireOutcome, DriverError> {
+    match reply {
+        Reply::Acquired(grant) => Ok(AcquireOutcome::Acquired { grant, waited_ms: 0 }),
+        Reply::Busy(b) => Ok(AcquireOutcome::Busy(b)),
+        Reply::Rejected(e) => Ok(AcquireOutcome::Rejected(e)),
+        other => Err(DriverError::Unavailable(format!("internal: unexpected reply {other:?}"))),
+    }
+}
+
+fn shutting_down() -> DriverError {
+    DriverError::Unavailable("server is shutting down".into())
+}
+
+/// Proposes `CancelWait` for an acquire whose caller went away mid-flight.
+struct CancelOnDrop {
+    tx: mpsc::UnboundedSender<Msg>,
+    cmd: Option<Command>,
+    armed: bool,
+}
+
+impl CancelOnDrop {
+    fn new(h: &DriverHandle, a: &Acquire) -> Self {
+        let cmd = Command::CancelWait { req: a.req, lease: a.lease, lock: a.lock.clone() };
+        Self { tx: h.tx.clone(), cmd: Some(cmd), armed: true }
+    }
+}
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        if let (true, Some(cmd)) = (self.armed, self.cmd.take()) {
+            let _ = self.tx.send(Msg { cmd, reply: None, waiter: None });
+        }
+    }
+}
+
+/// Everything the driver task owns.
+pub struct Driver {
+    raft: Raft,
+    node_id: u64,
+    clock: Clock,
+    metrics: Arc<Metrics>,
+    max_batch: usize,
+    rx: mpsc::UnboundedReceiver<Msg>,
+    ready_tx: watch::Sender<bool>,
+    pending: Vec<Msg>,
+    waiters: HashMap<(LeaseId, RequestId), WaitTx>,
+    inflight: Option<Inflight>,
+    /// When the engine's next deadline falls due (a tick must be written then).
+    tick_at: Option<Instant>,
+    tick_due: bool,
+    /// After a failed write, no new write before this instant.
+    retry_at: Option<Instant>,
+    role: Role,
+    leader_hint: Option<String>,
+}
+
+struct Inflight {
+    task: JoinHandle<Result<Output, DriverError>>,
+    msgs: Vec<Msg>,
+    /// `Some(term)` when this write is the `LeaderStart` of `term`.
+    leader_start: Option<u64>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Role {
+    Follower,
+    /// Leader of this term; its `LeaderStart` is not applied yet.
+    Starting(u64),
+    /// Leader of this term, serving.
+    Ready(u64),
+}
+
+type WriteError = RaftError<u64, ClientWriteError<u64, openraft::BasicNode>>;
+
+impl Driver {
+    /// Create the driver and its handle. Run it with [`Driver::run`].
+    pub fn new(
+        raft: Raft,
+        node_id: u64,
+        clock: Clock,
+        metrics: Arc<Metrics>,
+        max_batch: usize,
+    ) -> (Self, DriverHandle) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let (ready_tx, ready) = watch::channel(false);
+        let driver = Self {
+            raft,
+            node_id,
+            clock,
+            metrics,
+            max_batch: max_batch.max(1),
+            rx,
+            ready_tx,
+            pending: Vec::new(),
+            waiters: HashMap::new(),
+            inflight: None,
+            tick_at: None,
+            tick_due: false,
+            retry_at: None,
+            role: Role::Follower,
+            leader_hint: None,
+        };
+        (driver, DriverHandle { tx, ready })
+    }
+
+    /// Run until `shutdown` resolves, the Raft node stops, or every handle is dropped.
+    pub async fn run(mut self, shutdown: impl std::future::Future<Output = ()>) {
+        let mut metrics_rx = self.raft.metrics();
+        tokio::pin!(shutdown);
+        let first = metrics_rx.borrow_and_update().clone();
+        self.on_metrics(&first);
+        loop {
+            self.maybe_write();
+            let wake = earliest(self.tick_at, self.retry_at);
+            tokio::select! {
+                biased;
+                _ = &mut shutdown => break,
+                done = wait_inflight(&mut self.inflight) => self.on_written(done),
+                changed = metrics_rx.changed() => {
+                    if changed.is_err() { break; }
+                    let m = metrics_rx.borrow_and_update().clone();
+                    self.on_metrics(&m);
+                }
+                msg = self.rx.recv() => match msg {
+                    Some(m) => self.enqueue(m),
+                    None => break,
+                },
+                _ = sleep_until(wake) => self.on_timer(),
+            }
+        }
+        self.fail_all(shutting_down());
+    }
+
+    fn on_timer(&mut self) {
+        let now = Instant::now();
+        if self.tick_at.is_some_and(|t| t <= now) {
+            self.tick_at = None;
+            self.tick_due = true;
+        }
+        if self.retry_at.is_some_and(|t| t <= now) {
+            self.retry_at = None;
+        }
+    }
+
+    fn enqueue(&mut self, msg: Msg) {
+        if self.role == Role::Follower {
+            let leader = self.leader_hint.clone();
+            reply(msg.reply, Err(DriverError::NotLeader { leader }));
+            return;
+        }
+        self.pending.push(msg);
+        // Gather everything already queued into this same batch.
+        while self.pending.len() < self.max_batch {
+            match self.rx.try_recv() {
+                Ok(m) => self.pending.push(m),
+                Err(_) => break,
+            }
+        }
+    }
+
+    /// Start the next write if none is in flight and there is something to write.
+    fn maybe_write(&mut self) {
+        if self.inflight.is_some() || self.retry_at.is_some() {
+            return;
+        }
+        match self.role {
+            Role::Follower => {}
+            Role::Starting(term) => {
+                let input = Input::LeaderStart { now: self.clock.now() };
+                self.spawn_write(input, Vec::new(), Some(term));
+            }
+            Role::Ready(_) => {
+                if self.pending.is_empty() && !self.tick_due {
+                    return;
+                }
+                let n = self.pending.len().min(self.max_batch);
+                let msgs: Vec<Msg> = self.pending.drain(..n).collect();
+                let cmds = msgs.iter().map(|m| m.cmd.clone()).collect();
+                self.tick_due = false;
+                self.metrics.batch(msgs.len());
+                let input = Input::Batch { now: self.clock.now(), cmds };
+                self.spawn_write(input, msgs, None);
+            }
+        }
+    }
+
+    fn spawn_write(&mut self, input: Input, msgs: Vec<Msg>, leader_start: Option<u64>) {
+        let raft = self.raft.clone();
+        let task = tokio::spawn(async move {
+            match raft.client_write(input).await {
+                Ok(resp) => Ok(resp.data),
+                Err(e) => Err(map_write_error(e)),
+            }
+        });
+        self.inflight = Some(Inflight { task, msgs, leader_start });
+    }
+
+    fn on_written(&mut self, (done, res): (Inflight, Result<Output, DriverError>)) {
+        let out = match res {
+            Ok(out) => out,
+            Err(e) => {
+                tracing::warn!(error = %e, "log write failed");
+                for m in done.msgs {
+                    reply(m.reply, Err(e.clone()));
+                }
+                self.retry_at = Some(Instant::now() + RETRY_AFTER_FAILED_WRITE);
+                return;
+            }
+        };
+        if let Some(term) = done.leader_start {
+            if self.role == Role::Starting(term) {
+                self.role = Role::Ready(term);
+                let _ = self.ready_tx.send(true);
+                tracing::info!(term, "leader ready: restored leases got a fresh TTL");
+            }
+        }
+        self.deliver(done.msgs, out);
+    }
+
+    /// Send each caller its reply, register queued waiters, then act on effects
+    /// (replies first, so a waiter queued and granted in one batch is found).
+    fn deliver(&mut self, msgs: Vec<Msg>, out: Output) {
+        let mut replies = out.replies.into_iter();
+        for m in msgs {
+            let Some(r) = replies.next() else {
+                reply(m.reply, Err(DriverError::Unavailable("internal: missing reply".into())));
+                continue;
+            };
+            if let (Reply::Queued { .. }, Command::Acquire(a), Some(w)) = (&r, &m.cmd, m.waiter) {
+                self.waiters.insert((a.lease, a.req), w);
+            }
+            reply(m.reply, Ok(r));
+        }
+        for e in &out.effects {
+            self.metrics.effect(e);
+            self.wake(e);
+        }
+        self.tick_at = out.next_deadline.map(|d| Instant::from_std(self.clock.instant_at(d)));
+    }
+
+    /// Complete the wait of a queued acquire. A waiter with no registered caller was
+    /// queued before a leader change or restart; its client retries with the same
+    /// request id and then finds the outcome. A caller that went away proposes
+    /// `CancelWait` itself (see [`DriverHandle::acquire`]).
+    fn wake(&mut self, e: &Effect) {
+        let (key, outcome) = match e {
+            Effect::Granted { grant, req, queued: true, waited_ms } => (
+                (grant.lease, *req),
+                WaitOutcome::Granted { grant: grant.clone(), waited_ms: *waited_ms },
+            ),
+            Effect::WaitEnded { lease, req, why, .. } => ((*lease, *req), WaitOutcome::Ended(*why)),
+            _ => return,
+        };
+        if let Some(w) = self.waiters.remove(&key) {
+            let _ = w.send(Ok(outcome));
+        }
+    }
+
+    fn on_metrics(&mut self, m: &openraft::RaftMetrics<u64, openraft::BasicNode>) {
+        let leader_id = m.current_leader;
+        self.leader_hint = leader_id
+            .and_then(|id| m.membership_config.membership().get_node(&id).map(|n| n.addr.clone()));
+        let is_leader = m.state == ServerState::Leader && leader_id == Some(self.node_id);
+        let term = m.current_term;
+        let role = match (is_leader, self.role) {
+            (false, _) => Role::Follower,
+            (true, Role::Starting(t) | Role::Ready(t)) if t == term => self.role,
+            (true, _) => Role::Starting(term),
+        };
+        if role != self.role {
+            tracing::info!(?role, term, leader = ?leader_id, "role changed");
+            self.role = role;
+            if !matches!(role, Role::Ready(_)) {
+                let _ = self.ready_tx.send(false);
+                self.retry_at = None;
+            }
+            if role == Role::Follower {
+                let leader = self.leader_hint.clone();
+                self.fail_all(DriverError::NotLeader { leader });
+            }
+        }
+    }
+
+    fn fail_all(&mut self, e: DriverError) {
+        for m in self.pending.drain(..) {
+            reply(m.reply, Err(e.clone()));
+        }
+        for (_, w) in self.waiters.drain() {
+            let _ = w.send(Err(e.clone()));
+        }
+        self.tick_at = None;
+        self.tick_due = false;
+    }
+}
+
+/// Pause after a failed log write before the next attempt, so a failing disk is
+/// not hammered in a loop.
+const RETRY_AFTER_FAILED_WRITE: std::time::Duration = std::time::Duration::from_millis(100);
+
+fn reply(tx: Option<ReplyTx>, r: Result<Reply, DriverError>) {
+    if let Some(tx) = tx {
+        let _ = tx.send(r);
+    }
+}
+
+async fn wait_inflight(
+    inflight: &mut Option<Inflight>,
+) -> (Inflight, Result<Output, DriverError>) {
+    let Some(f) = inflight.as_mut() else {
+        return std::future::pending().await;
+    };
+    let res = match (&mut f.task).await {
+        Ok(r) => r,
+        Err(join) => Err(DriverError::Unavailable(format!("write task failed: {join}"))),
+    };
+    let Some(f) = inflight.take() else {
+        return std::future::pending().await;
+    };
+    (f, res)
+}
+
+fn map_write_error(e: WriteError) -> DriverError {
+    match e {
+        RaftError::APIError(ClientWriteError::ForwardToLeader(f)) => {
+            DriverError::NotLeader { leader: f.leader_node.map(|n| n.addr) }
+        }
+        other => DriverError::Unavailable(other.to_string()),
+    }
+}
+
+fn earliest(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+async fn sleep_until(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}

@@ -1,0 +1,161 @@
+//! The tonic glue of the `fencelock.v1.Lock` service: unary RPCs delegate to
+//! [`Ops`]; the session stream multiplexes the same operations by `op_id`.
+
+use std::collections::HashMap;
+
+use fencelock_proto::v1::{self as pb, lock_server, session_request::Op, session_response::Result as R};
+use tokio::{sync::mpsc, task::JoinSet};
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::{Request, Response, Status, Streaming};
+
+use crate::api::Ops;
+
+/// How many responses a session buffers before its reader waits for the client.
+const SESSION_BUFFER: usize = 4096;
+
+/// The `fencelock.v1.Lock` service.
+pub struct LockService {
+    ops: Ops,
+}
+
+impl LockService {
+    pub fn new(ops: Ops) -> Self {
+        Self { ops }
+    }
+}
+
+#[tonic::async_trait]
+impl lock_server::Lock for LockService {
+    async fn grant_lease(&self, r: Request<pb::GrantLeaseRequest>) -> Result<Response<pb::GrantLeaseResponse>, Status> {
+        self.ops.grant_lease(r.into_inner()).await.map(Response::new)
+    }
+
+    async fn keep_alive(&self, r: Request<pb::KeepAliveRequest>) -> Result<Response<pb::KeepAliveResponse>, Status> {
+        self.ops.keep_alive(r.into_inner()).await.map(Response::new)
+    }
+
+    async fn revoke_lease(&self, r: Request<pb::RevokeLeaseRequest>) -> Result<Response<pb::RevokeLeaseResponse>, Status> {
+        self.ops.revoke_lease(r.into_inner()).await.map(Response::new)
+    }
+
+    async fn acquire(&self, r: Request<pb::AcquireRequest>) -> Result<Response<pb::AcquireResponse>, Status> {
+        self.ops.acquire(r.into_inner()).await.map(Response::new)
+    }
+
+    async fn release(&self, r: Request<pb::ReleaseRequest>) -> Result<Response<pb::ReleaseResponse>, Status> {
+        self.ops.release(r.into_inner()).await.map(Response::new)
+    }
+
+    async fn check(&self, r: Request<pb::CheckRequest>) -> Result<Response<pb::CheckResponse>, Status> {
+        self.ops.check(r.into_inner()).await.map(Response::new)
+    }
+
+    async fn describe_lock(&self, r: Request<pb::DescribeLockRequest>) -> Result<Response<pb::DescribeLockResponse>, Status> {
+        self.ops.describe_lock(r.into_inner()).await.map(Response::new)
+    }
+
+    async fn list_locks(&self, r: Request<pb::ListLocksRequest>) -> Result<Response<pb::ListLocksResponse>, Status> {
+        self.ops.list_locks(r.into_inner()).await.map(Response::new)
+    }
+
+    type SessionStream = ReceiverStream<Result<pb::SessionResponse, Status>>;
+
+    async fn session(&self, r: Request<Streaming<pb::SessionRequest>>) -> Result<Response<Self::SessionStream>, Status> {
+        let (tx, rx) = mpsc::channel(SESSION_BUFFER);
+        tokio::spawn(Session::new(self.ops.clone(), tx).run(r.into_inner()));
+        Ok(Response::new(ReceiverStream::new(rx)))
+    }
+}
+
+type Out = mpsc::Sender<Result<pb::SessionResponse, Status>>;
+
+/// One session stream: each operation runs as its own task so a queued acquire
+/// does not hold up the others; when the stream ends, unfinished operations are
+/// aborted, which cancels their queued acquires (see `DriverHandle::acquire`).
+struct Session {
+    ops: Ops,
+    out: Out,
+    tasks: JoinSet<u64>,
+    /// Acquires in flight by op_id: (request id, lease, lock), for `Cancel`.
+    acquires: HashMap<u64, (u64, u64, String, tokio::task::AbortHandle)>,
+}
+
+impl Session {
+    fn new(ops: Ops, out: Out) -> Self {
+        Self { ops, out, tasks: JoinSet::new(), acquires: HashMap::new() }
+    }
+
+    async fn run(mut self, mut inbound: Streaming<pb::SessionRequest>) {
+        loop {
+            tokio::select! {
+                msg = inbound.message() => match msg {
+                    Ok(Some(m)) => self.start(m),
+                    Ok(None) | Err(_) => break,
+                },
+                Some(Ok(op_id)) = self.tasks.join_next() => {
+                    self.acquires.remove(&op_id);
+                }
+            }
+        }
+        self.tasks.shutdown().await;
+    }
+
+    fn start(&mut self, m: pb::SessionRequest) {
+        let op_id = m.op_id;
+        let Some(op) = m.op else {
+            let err = Status::invalid_argument("session request without an operation");
+            self.spawn_reply(op_id, async move { Err(err) });
+            return;
+        };
+        if let Op::Cancel(c) = op {
+            return self.cancel(op_id, c.op_id);
+        }
+        let ops = self.ops.clone();
+        let acquire_key = match &op {
+            Op::Acquire(a) => Some((a.request_id, a.lease_id, a.lock.clone())),
+            _ => None,
+        };
+        let abort = self.spawn_reply(op_id, async move { run_op(&ops, op).await });
+        if let Some((req, lease, lock)) = acquire_key {
+            self.acquires.insert(op_id, (req, lease, lock, abort));
+        }
+    }
+
+    fn cancel(&mut self, op_id: u64, target: u64) {
+        let ops = self.ops.clone();
+        let Some((req, lease, lock, abort)) = self.acquires.remove(&target) else {
+            self.spawn_reply(op_id, async move { Ok(R::Cancel(pb::CancelResponse { released: false })) });
+            return;
+        };
+        abort.abort();
+        self.spawn_reply(op_id, async move { ops.cancel_wait(req, lease, lock).await.map(R::Cancel) });
+    }
+
+    fn spawn_reply(
+        &mut self,
+        op_id: u64,
+        f: impl std::future::Future<Output = Result<R, Status>> + Send + 'static,
+    ) -> tokio::task::AbortHandle {
+        let out = self.out.clone();
+        self.tasks.spawn(async move {
+            let result = match f.await {
+                Ok(r) => r,
+                Err(s) => R::Error(pb::Error { code: s.code() as i32, message: s.message().to_string() }),
+            };
+            let _ = out.send(Ok(pb::SessionResponse { op_id, result: Some(result) })).await;
+            op_id
+        })
+    }
+}
+
+async fn run_op(ops: &Ops, op: Op) -> Result<R, Status> {
+    Ok(match op {
+        Op::GrantLease(r) => R::GrantLease(ops.grant_lease(r).await?),
+        Op::KeepAlive(r) => R::KeepAlive(ops.keep_alive(r).await?),
+        Op::RevokeLease(r) => R::RevokeLease(ops.revoke_lease(r).await?),
+        Op::Acquire(r) => R::Acquire(ops.acquire(r).await?),
+        Op::Release(r) => R::Release(ops.release(r).await?),
+        Op::Check(r) => R::Check(ops.check(r).await?),
+        Op::Cancel(_) => return Err(Status::internal("cancel is handled by the session")),
+    })
+}

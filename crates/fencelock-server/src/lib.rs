@@ -1,0 +1,157 @@
+//! `fencelock-server`: one node of the fencelock lock service.
+//!
+//! Where it sits: it owns the [`fencelock_core::Engine`] (inside the Raft state
+//! machine), persists every change through openraft with a redb log before
+//! answering, and serves the `fencelock.v1` gRPC API and an HTTP admin endpoint.
+//! A single node is a Raft group of one.
+//!
+//! Layout: [`driver`] (the only proposer: batching, time, leadership), [`api`]
+//! (operations shared by unary RPCs and sessions), [`grpc`] (tonic glue),
+//! [`admin`] (axum), [`raft`] (type config, storage, network), [`clock`] (the only
+//! clock), [`metrics`].
+//!
+//! ```no_run
+//! # async fn f() -> Result<(), fencelock_server::ServerError> {
+//! let running = fencelock_server::start(fencelock_server::Config::new("./fencelock-data")).await?;
+//! println!("gRPC on {}, HTTP on {}", running.grpc_addr, running.http_addr);
+//! running.shutdown().await;
+//! # Ok(()) }
+//! ```
+
+pub mod admin;
+pub mod api;
+pub mod clock;
+pub mod config;
+pub mod driver;
+pub mod grpc;
+pub mod metrics;
+pub mod raft;
+
+use std::{collections::BTreeMap, net::SocketAddr, sync::Arc};
+
+pub use config::Config;
+use fencelock_proto::v1::lock_server::LockServer;
+use tokio::{net::TcpListener, sync::watch, task::JoinHandle};
+use tokio_stream::wrappers::TcpListenerStream;
+
+use crate::{api::Ops, clock::Clock, driver::Driver, metrics::Metrics};
+
+/// Why the server could not start.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ServerError {
+    #[error("cannot listen on {addr}: {source}")]
+    Bind { addr: SocketAddr, source: std::io::Error },
+    #[error("storage in {dir}: {message}")]
+    Storage { dir: String, message: String },
+    #[error("raft: {0}")]
+    Raft(String),
+}
+
+/// A started node. Dropping it does not stop it; call [`Running::shutdown`].
+pub struct Running {
+    pub grpc_addr: SocketAddr,
+    pub http_addr: SocketAddr,
+    pub raft: raft::Raft,
+    stop: watch::Sender<bool>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl Running {
+    /// Stop serving, finish in-flight requests, stop Raft. What was acknowledged is
+    /// already durable, so this is only about being tidy.
+    pub async fn shutdown(self) {
+        let _ = self.stop.send(true);
+        for t in self.tasks {
+            let _ = t.await;
+        }
+        let _ = self.raft.shutdown().await;
+    }
+}
+
+/// Bind the listeners, open storage, start Raft (initializing a new single-node
+/// group on an empty data dir), the driver and both servers.
+pub async fn start(config: Config) -> Result<Running, ServerError> {
+    let grpc = bind(config.grpc_listen).await?;
+    let http = bind(config.http_listen).await?;
+    let grpc_addr = local_addr(&grpc, config.grpc_listen)?;
+    let http_addr = local_addr(&http, config.http_listen)?;
+    let raft = start_raft(&config, grpc_addr).await?;
+    let engine = raft.1;
+    let raft = raft.0;
+
+    let clock = Clock::new();
+    let metrics = Arc::new(Metrics::default());
+    let (driver, handle) = Driver::new(raft.clone(), config.node_id, clock, metrics.clone(), config.max_batch);
+    let (stop, stop_rx) = watch::channel(false);
+    let ops = Ops { driver: handle, engine, raft: raft.clone(), clock };
+
+    let mut tasks = vec![tokio::spawn(driver.run(stopped(stop_rx.clone())))];
+    let lock_svc = LockServer::new(grpc::LockService::new(ops.clone()));
+    let raft_svc = raft::network::RaftService::new(raft.clone()).into_server();
+    let grpc_stop = stopped(stop_rx.clone());
+    tasks.push(tokio::spawn(async move {
+        let res = tonic::transport::Server::builder()
+            .add_service(lock_svc)
+            .add_service(raft_svc)
+            .serve_with_incoming_shutdown(TcpListenerStream::new(grpc), grpc_stop)
+            .await;
+        if let Err(e) = res {
+            tracing::error!(error = %e, "gRPC server failed");
+        }
+    }));
+    let router = admin::router(ops, metrics, config.node_id);
+    let http_stop = stopped(stop_rx);
+    tasks.push(tokio::spawn(async move {
+        if let Err(e) = axum::serve(http, router).with_graceful_shutdown(http_stop).await {
+            tracing::error!(error = %e, "HTTP server failed");
+        }
+    }));
+    tracing::info!(%grpc_addr, %http_addr, data_dir = %config.data_dir.display(), "fencelock serving");
+    Ok(Running { grpc_addr, http_addr, raft, stop, tasks })
+}
+
+async fn start_raft(
+    config: &Config,
+    grpc_addr: SocketAddr,
+) -> Result<(raft::Raft, raft::state_machine::SharedEngine), ServerError> {
+    let storage_err = |message: String| ServerError::Storage { dir: config.data_dir.display().to_string(), message };
+    let (log, sm) = raft::open_storage(&config.data_dir).map_err(|e| storage_err(e.to_string()))?;
+    let engine = sm.engine();
+    let election = config.election_timeout.as_millis() as u64;
+    let rc = openraft::Config {
+        cluster_name: "fencelock".into(),
+        heartbeat_interval: config.heartbeat.as_millis() as u64,
+        election_timeout_min: election,
+        election_timeout_max: election * 2,
+        snapshot_policy: openraft::SnapshotPolicy::LogsSinceLast(config.snapshot_every),
+        max_in_snapshot_log_to_keep: 1000,
+        snapshot_max_chunk_size: 1024 * 1024,
+        ..Default::default()
+    }
+    .validate()
+    .map_err(|e| ServerError::Raft(e.to_string()))?;
+    let raft = raft::Raft::new(config.node_id, Arc::new(rc), raft::network::Network::new(config.node_id), log, sm)
+        .await
+        .map_err(|e| ServerError::Raft(e.to_string()))?;
+    let initialized = raft.is_initialized().await.map_err(|e| ServerError::Raft(e.to_string()))?;
+    if !initialized {
+        let addr = config.advertise.clone().unwrap_or_else(|| grpc_addr.to_string());
+        let members = BTreeMap::from([(config.node_id, openraft::BasicNode::new(addr))]);
+        raft.initialize(members).await.map_err(|e| ServerError::Raft(e.to_string()))?;
+    }
+    Ok((raft, engine))
+}
+
+async fn bind(addr: SocketAddr) -> Result<TcpListener, ServerError> {
+    TcpListener::bind(addr).await.map_err(|source| ServerError::Bind { addr, source })
+}
+
+fn local_addr(l: &TcpListener, addr: SocketAddr) -> Result<SocketAddr, ServerError> {
+    l.local_addr().map_err(|source| ServerError::Bind { addr, source })
+}
+
+/// Resolves when `stop` turns true (or its sender is gone).
+async fn stopped(mut stop: watch::Receiver<bool>) {
+    let _ = stop.wait_for(|s| *s).await;
+}

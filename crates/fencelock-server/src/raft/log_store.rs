@@ -1,0 +1,446 @@
+//! The Raft log, the vote and the committed log id, in one redb database.
+//!
+//! Layout of `fencelock.redb` (all values are JSON):
+//!
+//! | table          | key            | value                                   |
+//! |----------------|----------------|-----------------------------------------|
+//! | `raft_log`     | log index, u64 | `openraft::Entry<TypeConfig>`           |
+//! | `raft_meta`    | `"vote"`       | `Vote<u64>`                             |
+//! |                | `"committed"`  | `LogId<u64>`                            |
+//! |                | `"last_purged"`| `LogId<u64>`                            |
+//! | `raft_snapshot`| see [`super::state_machine`]                             |
+//!
+//! Every write is one redb write transaction. Appends, truncations, purges and votes
+//! commit with [`Durability::Immediate`] (fsync before the call returns); the
+//! committed log id commits with [`Durability::None`] and becomes durable with the
+//! next immediate commit (see [`LogStore::save_committed`]).
+//!
+//! redb is synchronous, so every write transaction runs on tokio's blocking pool
+//! (`spawn_blocking`) and is awaited: writes stay strictly ordered (openraft awaits
+//! each storage call) without stalling the async workers during an fsync.
+#![allow(clippy::result_large_err)] // openraft's error types are large by design
+
+use std::fmt::Debug;
+use std::io;
+use std::ops::{Bound, RangeBounds};
+use std::path::Path;
+use std::sync::Arc;
+
+use openraft::storage::{LogFlushed, RaftLogStorage};
+use openraft::{
+    AnyError, Entry, ErrorSubject, ErrorVerb, LogId, LogState, OptionalSend, RaftLogReader,
+    StorageError, StorageIOError, Vote,
+};
+use redb::{Database, Durability, ReadableDatabase, ReadableTable, TableDefinition};
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+
+use super::state_machine::StateMachine;
+use super::{NodeId, TypeConfig};
+
+/// File name of the database inside the data directory.
+pub const DB_FILE: &str = "fencelock.redb";
+
+pub(crate) const LOG: TableDefinition<u64, &[u8]> = TableDefinition::new("raft_log");
+pub(crate) const META: TableDefinition<&str, &[u8]> = TableDefinition::new("raft_meta");
+pub(crate) const SNAPSHOT: TableDefinition<&str, &[u8]> = TableDefinition::new("raft_snapshot");
+
+const KEY_VOTE: &str = "vote";
+const KEY_COMMITTED: &str = "committed";
+const KEY_LAST_PURGED: &str = "last_purged";
+
+/// redb's page cache. The log is purged behind snapshots, so the live data is small.
+const CACHE_BYTES: usize = 64 * 1024 * 1024;
+
+/// Any failure inside a storage operation. Converted to openraft's [`StorageError`]
+/// (with the subject and verb of the operation) at the trait boundary.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum DbError {
+    #[error("redb: {0}")]
+    Redb(#[from] redb::Error),
+    #[error("json: {0}")]
+    Json(#[from] serde_json::Error),
+    #[error("{0}")]
+    Other(String),
+}
+
+macro_rules! redb_into_db_error {
+    ($($t:ty),*) => {$(
+        impl From<$t> for DbError {
+            fn from(e: $t) -> Self {
+                DbError::Redb(e.into())
+            }
+        }
+    )*};
+}
+redb_into_db_error!(
+    redb::TransactionError,
+    redb::TableError,
+    redb::StorageError,
+    redb::CommitError,
+    redb::SetDurabilityError,
+    redb::DatabaseError
+);
+
+impl DbError {
+    pub(crate) fn into_storage(
+        self,
+        subject: ErrorSubject<NodeId>,
+        verb: ErrorVerb,
+    ) -> StorageError<NodeId> {
+        StorageIOError::new(subject, verb, AnyError::new(&self)).into()
+    }
+}
+
+/// Runs a synchronous redb job on the blocking pool and waits for it.
+pub(crate) async fn blocking<T, F>(f: F) -> Result<T, DbError>
+where
+    F: FnOnce() -> Result<T, DbError> + Send + 'static,
+    T: Send + 'static,
+{
+    match tokio::task::spawn_blocking(f).await {
+        Ok(r) => r,
+        Err(join) => Err(DbError::Other(format!("storage task failed: {join}"))),
+    }
+}
+
+fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, DbError> {
+    Ok(serde_json::from_slice(bytes)?)
+}
+
+fn encode<T: Serialize>(v: &T) -> Result<Vec<u8>, DbError> {
+    Ok(serde_json::to_vec(v)?)
+}
+
+/// Opens (creating if needed) `dir/fencelock.redb` and returns the log store and the
+/// state machine over it. The state machine starts from the persisted snapshot, if
+/// any; openraft re-applies the committed log after it.
+///
+/// Fails with a message naming the directory when another process (or another
+/// handle in this process) already has the database open: two servers must never
+/// share one data directory.
+pub fn open(dir: &Path) -> Result<(LogStore, StateMachine), StorageError<NodeId>> {
+    // A plain message (no Rust type name in it): it is shown to operators.
+    let store_err = |e: DbError| -> StorageError<NodeId> {
+        StorageIOError::new(ErrorSubject::Store, ErrorVerb::Read, AnyError::error(e)).into()
+    };
+    std::fs::create_dir_all(dir).map_err(|e| {
+        store_err(DbError::Other(format!(
+            "cannot create data directory {}: {e}",
+            dir.display()
+        )))
+    })?;
+    let file = dir.join(DB_FILE);
+    let db = Database::builder()
+        .set_cache_size(CACHE_BYTES)
+        .create(&file)
+        .map_err(|e| match e {
+            redb::DatabaseError::DatabaseAlreadyOpen => store_err(DbError::Other(format!(
+                "data directory {} is already in use: the database {} is locked by another \
+                 fencelock server (or another open handle); two servers cannot share one data \
+                 directory",
+                dir.display(),
+                file.display()
+            ))),
+            other => store_err(DbError::Other(format!(
+                "cannot open database {}: {other}",
+                file.display()
+            ))),
+        })?;
+    // Create the tables once so that read transactions never meet a missing table.
+    let init = || -> Result<(), DbError> {
+        let txn = db.begin_write()?;
+        {
+            txn.open_table(LOG)?;
+            txn.open_table(META)?;
+            txn.open_table(SNAPSHOT)?;
+        }
+        txn.commit()?;
+        Ok(())
+    };
+    init().map_err(|e| e.into_storage(ErrorSubject::Store, ErrorVerb::Write))?;
+    let db = Arc::new(db);
+    let sm = StateMachine::load(db.clone())?;
+    Ok((LogStore { db }, sm))
+}
+
+/// Only the log id of a stored entry (the payload is skipped while parsing).
+#[derive(Deserialize)]
+struct StoredLogId {
+    log_id: LogId<NodeId>,
+}
+
+/// The Raft log store: log entries, vote, committed and last-purged log ids.
+///
+/// Cheap to clone; clones share the database. openraft serializes all writes.
+#[derive(Clone)]
+pub struct LogStore {
+    db: Arc<Database>,
+}
+
+impl Debug for LogStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LogStore").finish_non_exhaustive()
+    }
+}
+
+impl LogStore {
+    fn read_meta<T: DeserializeOwned>(&self, key: &str) -> Result<Option<T>, DbError> {
+        let txn = self.db.begin_read()?;
+        let table = txn.open_table(META)?;
+        match table.get(key)? {
+            Some(v) => Ok(Some(decode(v.value())?)),
+            None => Ok(None),
+        }
+    }
+
+    /// Writes one meta key in its own transaction.
+    async fn write_meta(
+        &self,
+        key: &'static str,
+        value: Vec<u8>,
+        durability: Durability,
+    ) -> Result<(), DbError> {
+        let db = self.db.clone();
+        blocking(move || {
+            let mut txn = db.begin_write()?;
+            txn.set_durability(durability)?;
+            {
+                let mut table = txn.open_table(META)?;
+                table.insert(key, value.as_slice())?;
+            }
+            txn.commit()?;
+            Ok(())
+        })
+        .await
+    }
+
+    fn read_entries(
+        &self,
+        start: Bound<u64>,
+        end: Bound<u64>,
+    ) -> Result<Vec<Entry<TypeConfig>>, DbError> {
+        // redb (like BTreeMap) must not be given a range whose start is after its end.
+        let lo = match start {
+            Bound::Included(s) => s,
+            Bound::Excluded(s) => match s.checked_add(1) {
+                Some(s) => s,
+                None => return Ok(Vec::new()),
+            },
+            Bound::Unbounded => 0,
+        };
+        let hi_exclusive = match end {
+            Bound::Included(e) => e.checked_add(1),
+            Bound::Excluded(e) => Some(e),
+            Bound::Unbounded => None,
+        };
+        if let Some(hi) = hi_exclusive {
+            if hi <= lo {
+                return Ok(Vec::new());
+            }
+        }
+        let txn = self.db.begin_read()?;
+        let table = txn.open_table(LOG)?;
+        let range = table.range::<u64>((
+            Bound::Included(lo),
+            hi_exclusive.map_or(Bound::Unbounded, Bound::Excluded),
+        ))?;
+        let mut out = Vec::new();
+        for item in range {
+            let (_k, v) = item?;
+            out.push(decode::<Entry<TypeConfig>>(v.value())?);
+        }
+        Ok(out)
+    }
+
+    fn log_state(&self) -> Result<LogState<TypeConfig>, DbError> {
+        let txn = self.db.begin_read()?;
+        let last_purged: Option<LogId<NodeId>> = {
+            let meta = txn.open_table(META)?;
+            let id = match meta.get(KEY_LAST_PURGED)? {
+                Some(v) => Some(decode(v.value())?),
+                None => None,
+            };
+            id
+        };
+        let last_in_log: Option<LogId<NodeId>> = {
+            let log = txn.open_table(LOG)?;
+            let id = match log.last()? {
+                Some((_k, v)) => Some(decode::<StoredLogId>(v.value())?.log_id),
+                None => None,
+            };
+            id
+        };
+        Ok(LogState {
+            last_purged_log_id: last_purged,
+            last_log_id: last_in_log.or(last_purged),
+        })
+    }
+}
+
+impl RaftLogReader<TypeConfig> for LogStore {
+    async fn try_get_log_entries<RB: RangeBounds<u64> + Clone + Debug + OptionalSend>(
+        &mut self,
+        range: RB,
+    ) -> Result<Vec<Entry<TypeConfig>>, StorageError<NodeId>> {
+        self.read_entries(range.start_bound().cloned(), range.end_bound().cloned())
+            .map_err(|e| e.into_storage(ErrorSubject::Logs, ErrorVerb::Read))
+    }
+}
+
+impl RaftLogStorage<TypeConfig> for LogStore {
+    type LogReader = LogStore;
+
+    async fn get_log_state(&mut self) -> Result<LogState<TypeConfig>, StorageError<NodeId>> {
+        self.log_state()
+            .map_err(|e| e.into_storage(ErrorSubject::Logs, ErrorVerb::Read))
+    }
+
+    async fn get_log_reader(&mut self) -> Self::LogReader {
+        self.clone()
+    }
+
+    /// Durable (fsync'd) before returning.
+    async fn save_vote(&mut self, vote: &Vote<NodeId>) -> Result<(), StorageError<NodeId>> {
+        let to_err = |e: DbError| e.into_storage(ErrorSubject::Vote, ErrorVerb::Write);
+        let bytes = encode(vote).map_err(to_err)?;
+        self.write_meta(KEY_VOTE, bytes, Durability::Immediate)
+            .await
+            .map_err(to_err)
+    }
+
+    async fn read_vote(&mut self) -> Result<Option<Vote<NodeId>>, StorageError<NodeId>> {
+        self.read_meta(KEY_VOTE)
+            .map_err(|e| e.into_storage(ErrorSubject::Vote, ErrorVerb::Read))
+    }
+
+    /// Persisted without its own fsync: it becomes durable with the next immediate
+    /// commit (the next append, vote, truncate or purge). Losing the latest value in
+    /// a crash only means re-applying less of the log at startup; it never claims
+    /// more than was committed, because only durably appended entries get committed.
+    async fn save_committed(
+        &mut self,
+        committed: Option<LogId<NodeId>>,
+    ) -> Result<(), StorageError<NodeId>> {
+        let to_err = |e: DbError| e.into_storage(ErrorSubject::Store, ErrorVerb::Write);
+        let db = self.db.clone();
+        let bytes = match &committed {
+            Some(c) => Some(encode(c).map_err(to_err)?),
+            None => None,
+        };
+        blocking(move || {
+            let mut txn = db.begin_write()?;
+            txn.set_durability(Durability::None)?;
+            {
+                let mut table = txn.open_table(META)?;
+                match &bytes {
+                    Some(b) => {
+                        table.insert(KEY_COMMITTED, b.as_slice())?;
+                    }
+                    None => {
+                        table.remove(KEY_COMMITTED)?;
+                    }
+                }
+            }
+            txn.commit()?;
+            Ok(())
+        })
+        .await
+        .map_err(to_err)
+    }
+
+    async fn read_committed(&mut self) -> Result<Option<LogId<NodeId>>, StorageError<NodeId>> {
+        self.read_meta(KEY_COMMITTED)
+            .map_err(|e| e.into_storage(ErrorSubject::Store, ErrorVerb::Read))
+    }
+
+    /// All `entries` go into ONE write transaction committed with
+    /// `Durability::Immediate` (one fsync per call); `callback` is called after the
+    /// commit returned, so the entries are on disk when openraft hears of it.
+    async fn append<I>(
+        &mut self,
+        entries: I,
+        callback: LogFlushed<TypeConfig>,
+    ) -> Result<(), StorageError<NodeId>>
+    where
+        I: IntoIterator<Item = Entry<TypeConfig>> + OptionalSend,
+        I::IntoIter: OptionalSend,
+    {
+        let to_err = |e: DbError| e.into_storage(ErrorSubject::Logs, ErrorVerb::Write);
+        let mut encoded: Vec<(u64, Vec<u8>)> = Vec::new();
+        for entry in entries {
+            match encode(&entry) {
+                Ok(bytes) => encoded.push((entry.log_id.index, bytes)),
+                Err(e) => {
+                    callback.log_io_completed(Err(io::Error::other(e.to_string())));
+                    return Err(to_err(e));
+                }
+            }
+        }
+        let db = self.db.clone();
+        let res = blocking(move || {
+            let mut txn = db.begin_write()?;
+            txn.set_durability(Durability::Immediate)?;
+            {
+                let mut table = txn.open_table(LOG)?;
+                for (index, bytes) in &encoded {
+                    table.insert(*index, bytes.as_slice())?;
+                }
+            }
+            txn.commit()?;
+            Ok(())
+        })
+        .await;
+        match res {
+            Ok(()) => {
+                callback.log_io_completed(Ok(()));
+                Ok(())
+            }
+            Err(e) => {
+                callback.log_io_completed(Err(io::Error::other(e.to_string())));
+                Err(to_err(e))
+            }
+        }
+    }
+
+    /// Deletes the entries at `log_id.index` and after, in one durable transaction.
+    async fn truncate(&mut self, log_id: LogId<NodeId>) -> Result<(), StorageError<NodeId>> {
+        let db = self.db.clone();
+        let since = log_id.index;
+        blocking(move || {
+            let mut txn = db.begin_write()?;
+            txn.set_durability(Durability::Immediate)?;
+            {
+                let mut table = txn.open_table(LOG)?;
+                table.retain_in::<u64, _>(since.., |_, _| false)?;
+            }
+            txn.commit()?;
+            Ok(())
+        })
+        .await
+        .map_err(|e| e.into_storage(ErrorSubject::Log(log_id), ErrorVerb::Delete))
+    }
+
+    /// Records `log_id` as last purged and deletes the entries up to it, in one
+    /// durable transaction.
+    async fn purge(&mut self, log_id: LogId<NodeId>) -> Result<(), StorageError<NodeId>> {
+        let to_err = |e: DbError| e.into_storage(ErrorSubject::Log(log_id), ErrorVerb::Delete);
+        let bytes = encode(&log_id).map_err(to_err)?;
+        let db = self.db.clone();
+        let upto = log_id.index;
+        blocking(move || {
+            let mut txn = db.begin_write()?;
+            txn.set_durability(Durability::Immediate)?;
+            {
+                let mut meta = txn.open_table(META)?;
+                meta.insert(KEY_LAST_PURGED, bytes.as_slice())?;
+                let mut table = txn.open_table(LOG)?;
+                table.retain_in::<u64, _>(..=upto, |_, _| false)?;
+            }
+            txn.commit()?;
+            Ok(())
+        })
+        .await
+        .map_err(to_err)
+    }
+}

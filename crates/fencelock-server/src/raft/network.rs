@@ -1,0 +1,306 @@
+//! Raft traffic between members over gRPC (`fencelock.raft.v1.Raft`).
+//!
+//! Each RPC carries one openraft message as JSON in a `RaftPayload`; the answer is
+//! the JSON of `Result<response, RaftError>` as returned by the callee's
+//! `openraft::Raft`. The format is internal to one version of fencelock.
+//!
+//! Client side: [`Network`] (the `RaftNetworkFactory`) hands out
+//! [`NetworkConnection`]s to `http://{node.addr}`. Channels are created lazily
+//! (no I/O until the first call), shared per address across connections, and
+//! reconnect by themselves. Each call is bounded by the `RPCOption` hard TTL.
+//!
+//! Server side: [`RaftService`] implements the generated service trait by calling
+//! the local `openraft::Raft`. Mount it with [`RaftService::into_server`], which
+//! raises tonic's 4 MiB message limit to [`MAX_MESSAGE_BYTES`].
+#![allow(clippy::result_large_err)] // openraft's error types are large by design
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use fencelock_proto::raft::raft_client::RaftClient;
+use fencelock_proto::raft::raft_server::{Raft as RaftRpc, RaftServer};
+use fencelock_proto::raft::RaftPayload;
+use openraft::error::{
+    InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Timeout, Unreachable,
+};
+use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
+use openraft::raft::{
+    AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse,
+    VoteRequest, VoteResponse,
+};
+use openraft::{BasicNode, RPCTypes};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use tonic::transport::{Channel, Endpoint};
+use tonic::{Code, Request, Response, Status};
+
+use super::{NodeId, TypeConfig};
+
+/// Largest gRPC message between members, both ways. Snapshot chunks travel as JSON
+/// arrays of numbers (up to ~4 bytes per byte), so keep openraft's
+/// `snapshot_max_chunk_size` well under a quarter of this.
+pub const MAX_MESSAGE_BYTES: usize = 64 * 1024 * 1024;
+
+/// TCP connect timeout of peer channels.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// The `RaftNetworkFactory`: one per Raft node.
+#[derive(Clone, Debug)]
+pub struct Network {
+    /// This node's id (reported in timeout errors).
+    id: NodeId,
+    /// One lazily connecting channel per peer address, shared by connections.
+    channels: Arc<Mutex<HashMap<String, Channel>>>,
+}
+
+impl Network {
+    /// A factory for node `id`.
+    pub fn new(id: NodeId) -> Self {
+        Self {
+            id,
+            channels: Arc::new(Mutex::new(HashMap::new())),
+        }
+    }
+
+    fn channel(&self, addr: &str) -> Result<Channel, tonic::transport::Error> {
+        let mut channels = self.channels.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(c) = channels.get(addr) {
+            return Ok(c.clone());
+        }
+        let channel = Endpoint::from_shared(format!("http://{addr}"))?
+            .connect_timeout(CONNECT_TIMEOUT)
+            .tcp_nodelay(true)
+            .connect_lazy();
+        channels.insert(addr.to_string(), channel.clone());
+        Ok(channel)
+    }
+}
+
+impl RaftNetworkFactory<TypeConfig> for Network {
+    type Network = NetworkConnection;
+
+    async fn new_client(&mut self, target: NodeId, node: &BasicNode) -> Self::Network {
+        // An unparsable address is reported on every call (as Unreachable) rather
+        // than here, where errors cannot be returned.
+        let client = self.channel(&node.addr).map(|ch| {
+            RaftClient::new(ch)
+                .max_decoding_message_size(MAX_MESSAGE_BYTES)
+                .max_encoding_message_size(MAX_MESSAGE_BYTES)
+        });
+        NetworkConnection {
+            id: self.id,
+            target,
+            node: node.clone(),
+            client: client
+                .map_err(|e| format!("bad address {:?} of node {target}: {e}", node.addr)),
+        }
+    }
+}
+
+/// A client to one peer.
+pub struct NetworkConnection {
+    id: NodeId,
+    target: NodeId,
+    node: BasicNode,
+    client: Result<RaftClient<Channel>, String>,
+}
+
+/// Why a call did not produce the remote's answer.
+enum CallError {
+    Timeout(Duration),
+    Unreachable(Status),
+    Network(Status),
+    BadAddress(String),
+    BadJson(serde_json::Error),
+}
+
+impl std::fmt::Display for CallError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CallError::Timeout(d) => write!(f, "timed out after {d:?}"),
+            CallError::Unreachable(s) | CallError::Network(s) => write!(f, "{s}"),
+            CallError::BadAddress(s) => write!(f, "{s}"),
+            CallError::BadJson(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+struct Msg(String);
+
+impl NetworkConnection {
+    /// Sends `req` as JSON with the method chosen by `kind`, within `ttl`, and
+    /// decodes the callee's `Result<Resp, E>`.
+    async fn call<Req, Resp>(
+        &mut self,
+        kind: RPCTypes,
+        req: &Req,
+        ttl: Duration,
+    ) -> Result<Resp, CallError>
+    where
+        Req: Serialize,
+        Resp: DeserializeOwned,
+    {
+        let json = serde_json::to_vec(req).map_err(CallError::BadJson)?;
+        let client = match &mut self.client {
+            Ok(c) => c,
+            Err(msg) => return Err(CallError::BadAddress(msg.clone())),
+        };
+        let mut request = Request::new(RaftPayload { json });
+        request.set_timeout(ttl);
+        let fut = async {
+            match kind {
+                RPCTypes::AppendEntries => client.append_entries(request).await,
+                RPCTypes::Vote => client.vote(request).await,
+                RPCTypes::InstallSnapshot => client.install_snapshot(request).await,
+            }
+        };
+        let resp = match tokio::time::timeout(ttl, fut).await {
+            Err(_elapsed) => return Err(CallError::Timeout(ttl)),
+            Ok(Err(status)) => {
+                return Err(match status.code() {
+                    Code::DeadlineExceeded => CallError::Timeout(ttl),
+                    // Connection refused/reset, DNS, TLS...: back off before retrying.
+                    Code::Unavailable => CallError::Unreachable(status),
+                    _ => CallError::Network(status),
+                });
+            }
+            Ok(Ok(resp)) => resp.into_inner(),
+        };
+        serde_json::from_slice(&resp.json).map_err(CallError::BadJson)
+    }
+
+    fn rpc_error<E: std::error::Error>(
+        &self,
+        kind: RPCTypes,
+        err: CallError,
+    ) -> RPCError<NodeId, BasicNode, RaftError<NodeId, E>> {
+        match err {
+            CallError::Timeout(timeout) => RPCError::Timeout(Timeout {
+                action: kind,
+                id: self.id,
+                target: self.target,
+                timeout,
+            }),
+            CallError::Unreachable(s) => RPCError::Unreachable(Unreachable::new(&s)),
+            CallError::BadAddress(m) => RPCError::Unreachable(Unreachable::new(&Msg(m))),
+            CallError::Network(s) => RPCError::Network(NetworkError::new(&s)),
+            CallError::BadJson(e) => RPCError::Network(NetworkError::new(&e)),
+        }
+    }
+
+    /// Maps the callee's answer: its own Raft error becomes a `RemoteError`.
+    fn remote<Resp, E: std::error::Error>(
+        &self,
+        answer: Result<Resp, RaftError<NodeId, E>>,
+    ) -> Result<Resp, RPCError<NodeId, BasicNode, RaftError<NodeId, E>>> {
+        answer.map_err(|e| {
+            RPCError::RemoteError(RemoteError::new_with_node(
+                self.target,
+                self.node.clone(),
+                e,
+            ))
+        })
+    }
+}
+
+impl RaftNetwork<TypeConfig> for NetworkConnection {
+    async fn append_entries(
+        &mut self,
+        rpc: AppendEntriesRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<AppendEntriesResponse<NodeId>, RPCError<NodeId, BasicNode, RaftError<NodeId>>> {
+        let kind = RPCTypes::AppendEntries;
+        match self.call(kind, &rpc, option.hard_ttl()).await {
+            Ok(answer) => self.remote(answer),
+            Err(e) => Err(self.rpc_error(kind, e)),
+        }
+    }
+
+    async fn install_snapshot(
+        &mut self,
+        rpc: InstallSnapshotRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<
+        InstallSnapshotResponse<NodeId>,
+        RPCError<NodeId, BasicNode, RaftError<NodeId, InstallSnapshotError>>,
+    > {
+        let kind = RPCTypes::InstallSnapshot;
+        match self.call(kind, &rpc, option.hard_ttl()).await {
+            Ok(answer) => self.remote(answer),
+            Err(e) => Err(self.rpc_error(kind, e)),
+        }
+    }
+
+    async fn vote(
+        &mut self,
+        rpc: VoteRequest<NodeId>,
+        option: RPCOption,
+    ) -> Result<VoteResponse<NodeId>, RPCError<NodeId, BasicNode, RaftError<NodeId>>> {
+        let kind = RPCTypes::Vote;
+        match self.call(kind, &rpc, option.hard_ttl()).await {
+            Ok(answer) => self.remote(answer),
+            Err(e) => Err(self.rpc_error(kind, e)),
+        }
+    }
+}
+
+/// The gRPC service receiving Raft traffic from the other members.
+#[derive(Clone)]
+pub struct RaftService {
+    raft: super::Raft,
+}
+
+impl RaftService {
+    pub fn new(raft: super::Raft) -> Self {
+        Self { raft }
+    }
+
+    /// The tonic service to add to the server's router, with the message size limit
+    /// raised to [`MAX_MESSAGE_BYTES`].
+    pub fn into_server(self) -> RaftServer<RaftService> {
+        RaftServer::new(self)
+            .max_decoding_message_size(MAX_MESSAGE_BYTES)
+            .max_encoding_message_size(MAX_MESSAGE_BYTES)
+    }
+}
+
+fn decode_request<T: DeserializeOwned>(request: Request<RaftPayload>) -> Result<T, Status> {
+    serde_json::from_slice(&request.into_inner().json)
+        .map_err(|e| Status::invalid_argument(format!("malformed raft payload: {e}")))
+}
+
+fn encode_answer<T: Serialize>(answer: &T) -> Result<Response<RaftPayload>, Status> {
+    serde_json::to_vec(answer)
+        .map(|json| Response::new(RaftPayload { json }))
+        .map_err(|e| Status::internal(format!("cannot encode raft answer: {e}")))
+}
+
+#[tonic::async_trait]
+impl RaftRpc for RaftService {
+    async fn append_entries(
+        &self,
+        request: Request<RaftPayload>,
+    ) -> Result<Response<RaftPayload>, Status> {
+        let rpc: AppendEntriesRequest<TypeConfig> = decode_request(request)?;
+        let answer = self.raft.append_entries(rpc).await;
+        encode_answer(&answer)
+    }
+
+    async fn vote(&self, request: Request<RaftPayload>) -> Result<Response<RaftPayload>, Status> {
+        let rpc: VoteRequest<NodeId> = decode_request(request)?;
+        let answer = self.raft.vote(rpc).await;
+        encode_answer(&answer)
+    }
+
+    async fn install_snapshot(
+        &self,
+        request: Request<RaftPayload>,
+    ) -> Result<Response<RaftPayload>, Status> {
+        let rpc: InstallSnapshotRequest<TypeConfig> = decode_request(request)?;
+        let answer = self.raft.install_snapshot(rpc).await;
+        encode_answer(&answer)
+    }
+}

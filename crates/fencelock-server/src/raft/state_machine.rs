@@ -1,0 +1,364 @@
+//! The replicated state machine: the [`Engine`], fed by committed log entries.
+//!
+//! The engine lives in memory. It is not written on every apply: it is rebuilt at
+//! startup from the latest snapshot (persisted in the `raft_snapshot` table of the
+//! same redb database) plus the committed log after it, which openraft re-applies.
+//!
+//! Snapshot bytes are the JSON of [`SnapshotPayload`] (last applied log id, last
+//! membership, engine). The table holds two keys written in one durable transaction:
+//! `"meta"` (JSON of openraft's `SnapshotMeta`) and `"data"` (the snapshot bytes).
+#![allow(clippy::result_large_err)] // openraft's error types are large by design
+
+use std::io::Cursor;
+use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
+
+use fencelock_core::{Engine, Output};
+use openraft::storage::RaftStateMachine;
+use openraft::{
+    BasicNode, Entry, EntryPayload, ErrorSubject, ErrorVerb, LogId, OptionalSend,
+    RaftSnapshotBuilder, Snapshot, SnapshotMeta, StorageError, StoredMembership,
+};
+use redb::{Database, Durability, ReadableDatabase, ReadableTable};
+use serde::{Deserialize, Serialize};
+
+use super::log_store::{blocking, DbError, SNAPSHOT};
+use super::{NodeId, TypeConfig};
+
+/// The engine, shared with the server's read path. Only [`StateMachine`]'s apply
+/// and snapshot install take the write lock; everyone else must only read.
+///
+/// If the engine panics while applying an entry, the lock is left poisoned on
+/// purpose (the engine may be half-updated): readers then get a `PoisonError` and
+/// must not serve from it; openraft gets a storage error and stops the node.
+pub type SharedEngine = Arc<RwLock<Engine>>;
+
+const KEY_META: &str = "meta";
+const KEY_DATA: &str = "data";
+
+type Membership = StoredMembership<NodeId, BasicNode>;
+type Meta = SnapshotMeta<NodeId, BasicNode>;
+
+/// The content of a snapshot (serialized as JSON).
+#[derive(Serialize)]
+struct SnapshotPayloadRef<'a> {
+    last_applied: &'a Option<LogId<NodeId>>,
+    last_membership: &'a Membership,
+    engine: &'a Engine,
+}
+
+/// Owned twin of [`SnapshotPayloadRef`], for decoding.
+#[derive(Deserialize)]
+struct SnapshotPayload {
+    last_applied: Option<LogId<NodeId>>,
+    last_membership: Membership,
+    engine: Engine,
+}
+
+/// The Raft state machine over the [`Engine`]. Also its own snapshot builder: the
+/// builder is a detached copy taken between two applies.
+pub struct StateMachine {
+    db: Arc<Database>,
+    engine: SharedEngine,
+    last_applied: Option<LogId<NodeId>>,
+    last_membership: Membership,
+}
+
+impl std::fmt::Debug for StateMachine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StateMachine")
+            .field("last_applied", &self.last_applied)
+            .field("last_membership", &self.last_membership)
+            .finish_non_exhaustive()
+    }
+}
+
+fn sm_err(verb: ErrorVerb) -> impl Fn(DbError) -> StorageError<NodeId> {
+    move |e| e.into_storage(ErrorSubject::StateMachine, verb)
+}
+
+fn snap_err(meta: Option<&Meta>, verb: ErrorVerb) -> impl Fn(DbError) -> StorageError<NodeId> {
+    let sig = meta.map(|m| m.signature());
+    move |e| e.into_storage(ErrorSubject::Snapshot(sig.clone()), verb)
+}
+
+/// Reads the persisted snapshot (meta, data), if any.
+fn read_snapshot(db: &Database) -> Result<Option<(Meta, Vec<u8>)>, DbError> {
+    let txn = db.begin_read()?;
+    let table = txn.open_table(SNAPSHOT)?;
+    let meta = table.get(KEY_META)?;
+    let data = table.get(KEY_DATA)?;
+    match (meta, data) {
+        (Some(m), Some(d)) => {
+            let meta: Meta = serde_json::from_slice(m.value())?;
+            Ok(Some((meta, d.value().to_vec())))
+        }
+        (None, None) => Ok(None),
+        _ => Err(DbError::Other(
+            "snapshot table holds meta without data or data without meta".into(),
+        )),
+    }
+}
+
+/// Persists `(meta, data)` as the current snapshot, durably. With `only_if_newer`,
+/// an already stored snapshot with a greater last log id is kept (a snapshot built
+/// concurrently with an install must not replace the installed, newer one).
+/// Returns whether it was written.
+fn write_snapshot(
+    db: &Database,
+    meta: &Meta,
+    data: &[u8],
+    only_if_newer: bool,
+) -> Result<bool, DbError> {
+    let meta_bytes = serde_json::to_vec(meta)?;
+    let mut txn = db.begin_write()?;
+    txn.set_durability(Durability::Immediate)?;
+    let written = {
+        let mut table = txn.open_table(SNAPSHOT)?;
+        let keep_existing = if only_if_newer {
+            match table.get(KEY_META)? {
+                Some(existing) => {
+                    let existing: Meta = serde_json::from_slice(existing.value())?;
+                    existing.last_log_id > meta.last_log_id
+                }
+                None => false,
+            }
+        } else {
+            false
+        };
+        if !keep_existing {
+            table.insert(KEY_META, meta_bytes.as_slice())?;
+            table.insert(KEY_DATA, data)?;
+        }
+        !keep_existing
+    };
+    txn.commit()?;
+    Ok(written)
+}
+
+fn decode_payload(data: &[u8]) -> Result<SnapshotPayload, DbError> {
+    Ok(serde_json::from_slice(data)?)
+}
+
+fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    if let Some(s) = payload.downcast_ref::<&str>() {
+        (*s).to_string()
+    } else if let Some(s) = payload.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "non-string panic payload".to_string()
+    }
+}
+
+impl StateMachine {
+    /// Loads the state machine from the persisted snapshot of `db` (or starts empty).
+    pub(crate) fn load(db: Arc<Database>) -> Result<Self, StorageError<NodeId>> {
+        let snap = read_snapshot(&db).map_err(snap_err(None, ErrorVerb::Read))?;
+        let mut sm = StateMachine {
+            db,
+            engine: Arc::new(RwLock::new(Engine::new())),
+            last_applied: None,
+            last_membership: Membership::default(),
+        };
+        if let Some((meta, data)) = snap {
+            let payload = decode_payload(&data).map_err(snap_err(Some(&meta), ErrorVerb::Read))?;
+            check_payload(&meta, &payload).map_err(snap_err(Some(&meta), ErrorVerb::Read))?;
+            sm.last_applied = payload.last_applied;
+            sm.last_membership = payload.last_membership;
+            *sm.engine.write().expect("fresh lock") = payload.engine;
+        }
+        Ok(sm)
+    }
+
+    /// The engine handle for the read path. Reads only: only apply mutates it.
+    pub fn engine(&self) -> SharedEngine {
+        self.engine.clone()
+    }
+
+    /// Last applied log id (what openraft's `applied_state` reports).
+    pub fn last_applied(&self) -> Option<LogId<NodeId>> {
+        self.last_applied
+    }
+
+    /// Applies one input to the engine under the write lock. A panic in the engine
+    /// becomes a storage error and leaves the lock poisoned (see [`SharedEngine`]).
+    fn step(
+        &self,
+        log_id: &LogId<NodeId>,
+        input: &fencelock_core::Input,
+    ) -> Result<Output, StorageError<NodeId>> {
+        let to_err = sm_err(ErrorVerb::Write);
+        let mut guard = self.engine.write().map_err(|_| {
+            to_err(DbError::Other(
+                "engine lock is poisoned by an earlier failed apply".into(),
+            ))
+        })?;
+        match catch_unwind(AssertUnwindSafe(|| guard.step(input))) {
+            Ok(out) => Ok(out),
+            Err(payload) => {
+                let msg = panic_message(payload.as_ref());
+                // Poison the lock: drop the guard while unwinding.
+                let _ = catch_unwind(AssertUnwindSafe(move || {
+                    let _guard = guard;
+                    resume_unwind(payload)
+                }));
+                Err(DbError::Other(format!(
+                    "engine panicked applying log entry {log_id}: {msg}"
+                ))
+                .into_storage(ErrorSubject::Apply(*log_id), ErrorVerb::Write))
+            }
+        }
+    }
+
+    /// The bytes of a snapshot of the current state.
+    fn snapshot_bytes(&self) -> Result<Vec<u8>, StorageError<NodeId>> {
+        let engine = self.engine.read().map_err(|_| {
+            sm_err(ErrorVerb::Read)(DbError::Other("engine lock is poisoned".into()))
+        })?;
+        serde_json::to_vec(&SnapshotPayloadRef {
+            last_applied: &self.last_applied,
+            last_membership: &self.last_membership,
+            engine: &engine,
+        })
+        .map_err(|e| sm_err(ErrorVerb::Read)(e.into()))
+    }
+}
+
+/// A snapshot's data must describe the same point of the log as its meta.
+fn check_payload(meta: &Meta, payload: &SnapshotPayload) -> Result<(), DbError> {
+    if meta.last_log_id != payload.last_applied || meta.last_membership != payload.last_membership {
+        return Err(DbError::Other(format!(
+            "snapshot data (last applied {:?}) does not match its meta ({meta})",
+            payload.last_applied
+        )));
+    }
+    Ok(())
+}
+
+impl RaftSnapshotBuilder<TypeConfig> for StateMachine {
+    /// Serializes the state, persists it durably as the current snapshot (unless a
+    /// newer one is already stored) and returns it.
+    async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig>, StorageError<NodeId>> {
+        let data = self.snapshot_bytes()?;
+        // Unique within this process; two snapshots with the same last log id hold
+        // the same state, so a clash across restarts is harmless.
+        static SEQ: AtomicU64 = AtomicU64::new(0);
+        let seq = SEQ.fetch_add(1, Ordering::Relaxed);
+        let snapshot_id = match &self.last_applied {
+            Some(l) => format!(
+                "{}-{}-{}-{seq}",
+                l.leader_id.term, l.leader_id.node_id, l.index
+            ),
+            None => format!("none-{seq}"),
+        };
+        let meta = Meta {
+            last_log_id: self.last_applied,
+            last_membership: self.last_membership.clone(),
+            snapshot_id,
+        };
+        let db = self.db.clone();
+        let (m, d) = (meta.clone(), data.clone());
+        let written = blocking(move || write_snapshot(&db, &m, &d, true))
+            .await
+            .map_err(snap_err(Some(&meta), ErrorVerb::Write))?;
+        if !written {
+            tracing::info!(%meta, "built snapshot is older than the stored one; kept the stored one");
+        }
+        Ok(Snapshot {
+            meta,
+            snapshot: Box::new(Cursor::new(data)),
+        })
+    }
+}
+
+impl RaftStateMachine<TypeConfig> for StateMachine {
+    type SnapshotBuilder = StateMachine;
+
+    async fn applied_state(
+        &mut self,
+    ) -> Result<(Option<LogId<NodeId>>, Membership), StorageError<NodeId>> {
+        Ok((self.last_applied, self.last_membership.clone()))
+    }
+
+    async fn apply<I>(&mut self, entries: I) -> Result<Vec<Output>, StorageError<NodeId>>
+    where
+        I: IntoIterator<Item = Entry<TypeConfig>> + OptionalSend,
+        I::IntoIter: OptionalSend,
+    {
+        let mut outputs = Vec::new();
+        for entry in entries {
+            let out = match &entry.payload {
+                EntryPayload::Blank => Output::default(),
+                EntryPayload::Normal(input) => self.step(&entry.log_id, input)?,
+                EntryPayload::Membership(m) => {
+                    self.last_membership = StoredMembership::new(Some(entry.log_id), m.clone());
+                    Output::default()
+                }
+            };
+            self.last_applied = Some(entry.log_id);
+            outputs.push(out);
+        }
+        Ok(outputs)
+    }
+
+    /// A detached copy of the current state (cloned engine), built between applies.
+    async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
+        // A poisoned engine cannot be snapshotted: the copy keeps the poisoned
+        // original's handle, so `build_snapshot` fails instead of saving it.
+        let engine = match self.engine.read() {
+            Ok(e) => Arc::new(RwLock::new(e.clone())),
+            Err(_) => self.engine.clone(),
+        };
+        StateMachine {
+            db: self.db.clone(),
+            engine,
+            last_applied: self.last_applied,
+            last_membership: self.last_membership.clone(),
+        }
+    }
+
+    async fn begin_receiving_snapshot(
+        &mut self,
+    ) -> Result<Box<Cursor<Vec<u8>>>, StorageError<NodeId>> {
+        Ok(Box::new(Cursor::new(Vec::new())))
+    }
+
+    /// Decodes the snapshot, persists it durably as the current one, then replaces
+    /// the engine and the applied state with it.
+    async fn install_snapshot(
+        &mut self,
+        meta: &Meta,
+        snapshot: Box<Cursor<Vec<u8>>>,
+    ) -> Result<(), StorageError<NodeId>> {
+        let data = snapshot.into_inner();
+        let payload = decode_payload(&data).map_err(snap_err(Some(meta), ErrorVerb::Read))?;
+        check_payload(meta, &payload).map_err(snap_err(Some(meta), ErrorVerb::Read))?;
+        let db = self.db.clone();
+        let m = meta.clone();
+        blocking(move || write_snapshot(&db, &m, &data, false))
+            .await
+            .map_err(snap_err(Some(meta), ErrorVerb::Write))?;
+        {
+            let mut engine = self.engine.write().map_err(|_| {
+                sm_err(ErrorVerb::Write)(DbError::Other(
+                    "engine lock is poisoned by an earlier failed apply".into(),
+                ))
+            })?;
+            *engine = payload.engine;
+        }
+        self.last_applied = payload.last_applied;
+        self.last_membership = payload.last_membership;
+        Ok(())
+    }
+
+    async fn get_current_snapshot(
+        &mut self,
+    ) -> Result<Option<Snapshot<TypeConfig>>, StorageError<NodeId>> {
+        let snap = read_snapshot(&self.db).map_err(snap_err(None, ErrorVerb::Read))?;
+        Ok(snap.map(|(meta, data)| Snapshot {
+            meta,
+            snapshot: Box::new(Cursor::new(data)),
+        }))
+    }
+}
