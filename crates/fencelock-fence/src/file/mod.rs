@@ -1,0 +1,251 @@
+//! [`FileFence`]: a durable fence for many keys in one directory.
+//!
+//! The marks live in memory and in an append-only log (`fence.log`, format in
+//! [`log`]); a raise is appended and `fdatasync`ed before `admit` answers
+//! [`Fenced::Admitted`], so an admitted mark survives SIGKILL and power loss.
+//! Opening replays the log (dropping a torn last record) and compacts it to
+//! one record per key when it has grown to many more records than keys.
+//!
+//! Admits on one key are serialized by a per-key lock; admits on different
+//! keys proceed in parallel, and their appends share `fdatasync` calls (group
+//! commit). An admit at the current mark (equal token) writes nothing.
+//!
+//! One process at a time: the directory is locked with `flock` (`LOCK`), and a
+//! second [`FileFence::open`] of it fails until the first is dropped.
+
+mod log;
+
+use std::collections::HashMap;
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use nix::fcntl::{Flock, FlockArg};
+
+use crate::fence::{check_input, check_key, judge, Fence, FenceError, Fenced};
+use crate::keylocks::KeyLocks;
+use log::{Appender, Replay};
+
+const LOG_FILE: &str = "fence.log";
+const LOCK_FILE: &str = "LOCK";
+
+/// A durable, file-backed [`Fence`]. Cheap to clone (shared state).
+#[derive(Clone)]
+pub struct FileFence {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    dir: PathBuf,
+    /// Serializes admits per key, so check-then-append is atomic per key.
+    keys: KeyLocks,
+    /// The durable marks; a mark is raised here only after its record is
+    /// synced.
+    marks: Mutex<HashMap<String, u64>>,
+    log: Appender,
+    /// Held for the life of the fence: one process per directory.
+    _lock: Flock<File>,
+}
+
+impl FileFence {
+    /// Open (creating if needed) the fence stored in `dir`.
+    ///
+    /// Fails with [`FenceError::Corrupt`] if the log is damaged anywhere but
+    /// in its last record, and with [`FenceError::Storage`] if another
+    /// process (or another `FileFence` in this one) has it open.
+    pub async fn open(dir: impl AsRef<Path>) -> Result<Self, FenceError> {
+        let dir = dir.as_ref().to_path_buf();
+        tokio::task::spawn_blocking(move || Self::open_blocking(dir))
+            .await
+            .map_err(FenceError::storage)?
+    }
+
+    /// [`FileFence::open`] for synchronous callers.
+    pub fn open_blocking(dir: PathBuf) -> Result<Self, FenceError> {
+        fs::create_dir_all(&dir)?;
+        let lock = lock_dir(&dir)?;
+        let path = dir.join(LOG_FILE);
+        let replay = read_or_create(&dir, &path)?;
+        if needs_compaction(&replay) {
+            compact(&dir, &replay.marks)?;
+        }
+        let file = OpenOptions::new().append(true).open(&path)?;
+        let inner = Inner {
+            dir,
+            keys: KeyLocks::default(),
+            marks: Mutex::new(replay.marks),
+            log: Appender::new(file)?,
+            _lock: lock,
+        };
+        Ok(Self {
+            inner: Arc::new(inner),
+        })
+    }
+
+    /// The directory this fence lives in.
+    pub fn dir(&self) -> &Path {
+        &self.inner.dir
+    }
+}
+
+#[async_trait]
+impl Fence for FileFence {
+    async fn admit(&self, key: &str, token: u64) -> Result<Fenced, FenceError> {
+        check_input(key, token)?;
+        // Run in its own task: if the caller drops this future midway, the
+        // admit still finishes (or fails) as one step under the key's lock.
+        let inner = self.inner.clone();
+        let key = key.to_owned();
+        tokio::spawn(async move { inner.admit(&key, token).await })
+            .await
+            .map_err(FenceError::storage)?
+    }
+
+    async fn highest(&self, key: &str) -> Result<Option<u64>, FenceError> {
+        check_key(key)?;
+        if self.inner.log.is_poisoned() {
+            return Err(FenceError::Poisoned);
+        }
+        Ok(self.inner.mark(key))
+    }
+}
+
+impl Inner {
+    fn mark(&self, key: &str) -> Option<u64> {
+        self.marks
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(key)
+            .copied()
+    }
+
+    async fn admit(self: &Arc<Self>, key: &str, token: u64) -> Result<Fenced, FenceError> {
+        if self.log.is_poisoned() {
+            return Err(FenceError::Poisoned);
+        }
+        let _guard = self.keys.lock(key).await;
+        let mark = self.mark(key);
+        let outcome = judge(mark, token);
+        if !outcome.is_admitted() || mark == Some(token) {
+            return Ok(outcome); // stale, or already durable at this mark
+        }
+        let record = log::encode(key, token);
+        let this = self.clone();
+        tokio::task::spawn_blocking(move || this.log.append_durable(&record))
+            .await
+            .map_err(FenceError::storage)??;
+        self.marks
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(key.to_owned(), token);
+        Ok(outcome)
+    }
+}
+
+fn lock_dir(dir: &Path) -> Result<Flock<File>, FenceError> {
+    let file = OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(dir.join(LOCK_FILE))?;
+    Flock::lock(file, FlockArg::LockExclusiveNonblock).map_err(|(_, errno)| {
+        let msg = format!(
+            "fence directory {} is in use by another FileFence ({errno})",
+            dir.display()
+        );
+        FenceError::storage(io::Error::new(io::ErrorKind::WouldBlock, msg))
+    })
+}
+
+/// Replay the log, truncating a torn tail; create an empty log if none.
+fn read_or_create(dir: &Path, path: &Path) -> Result<Replay, FenceError> {
+    let bytes = match fs::read(path) {
+        Ok(bytes) => bytes,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            write_durably(dir, path, log::MAGIC)?;
+            log::MAGIC.to_vec()
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let replay = log::replay(&bytes)?;
+    if replay.good_len < bytes.len() {
+        let file = OpenOptions::new().write(true).open(path)?;
+        file.set_len(replay.good_len as u64)?;
+        file.sync_all()?;
+    }
+    Ok(replay)
+}
+
+fn needs_compaction(replay: &Replay) -> bool {
+    replay.records > 2 * replay.marks.len() + 1024
+}
+
+/// Rewrite the log with one record per key.
+fn compact(dir: &Path, marks: &HashMap<String, u64>) -> Result<(), FenceError> {
+    let mut keys: Vec<_> = marks.iter().collect();
+    keys.sort();
+    let mut bytes = log::MAGIC.to_vec();
+    for (key, token) in keys {
+        bytes.extend(log::encode(key, *token));
+    }
+    write_durably(dir, &dir.join(LOG_FILE), &bytes)?;
+    tracing::info!(keys = marks.len(), "fence log compacted");
+    Ok(())
+}
+
+/// Write `bytes` to `path` atomically and durably: a temporary file, fsync,
+/// rename over `path`, fsync the directory.
+pub(crate) fn write_durably(dir: &Path, path: &Path, bytes: &[u8]) -> io::Result<()> {
+    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("file");
+    let tmp = dir.join(format!(".{name}.tmp"));
+    let result = (|| {
+        let mut file = File::create(&tmp)?;
+        file.write_all(bytes)?;
+        file.sync_all()?;
+        fs::rename(&tmp, path)?;
+        File::open(dir)?.sync_all()
+    })();
+    if result.is_err() {
+        let _ = fs::remove_file(&tmp);
+    }
+    result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn compaction_keeps_every_mark() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let fence = FileFence::open(dir.path()).await.unwrap();
+            for token in 1..=1100 {
+                assert!(fence.admit("hot", token).await.unwrap().is_admitted());
+            }
+            assert!(fence.admit("cold", 42).await.unwrap().is_admitted());
+        }
+        let before = fs::metadata(dir.path().join(LOG_FILE)).unwrap().len();
+        let fence = FileFence::open(dir.path()).await.unwrap();
+        let after = fs::metadata(dir.path().join(LOG_FILE)).unwrap().len();
+        assert!(after < before, "log not compacted: {before} -> {after}");
+        assert_eq!(fence.highest("hot").await.unwrap(), Some(1100));
+        assert_eq!(fence.highest("cold").await.unwrap(), Some(42));
+        let expected = 8 + log::encode("hot", 1).len() + log::encode("cold", 1).len();
+        assert_eq!(after as usize, expected);
+    }
+
+    #[tokio::test]
+    async fn a_second_open_of_one_dir_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let first = FileFence::open(dir.path()).await.unwrap();
+        assert!(matches!(
+            FileFence::open(dir.path()).await,
+            Err(FenceError::Storage(_))
+        ));
+        drop(first);
+        assert!(FileFence::open(dir.path()).await.is_ok());
+    }
+}

@@ -1,0 +1,184 @@
+//! [`RedisFence`]: one Lua script ([`SCRIPT`]) that checks the token against
+//! the key's mark, performs the caller's write and raises the mark, all in
+//! one atomic step on the Redis server.
+//!
+//! The mark of resource key `K` is the string key `{prefix}K` (prefix
+//! `fencelock:fence:` by default) holding the token in decimal.
+//!
+//! # Durability: what Redis must be configured for
+//!
+//! The mark is only as durable as Redis makes it. With the default
+//! configuration (RDB snapshots, no AOF) a crash forgets the marks raised
+//! since the last snapshot, and a stale token is admitted after the restart;
+//! an asynchronous replica promoted on fail-over can forget them too. For a
+//! fence that survives a crash run Redis with `appendonly yes` and
+//! `appendfsync always`, and do not fail over to a replica that may lag.
+//!
+//! In Redis Cluster the mark key and the data key must hash to the same slot:
+//! give both a hash tag (e.g. resource key `{orders}`, data key `{orders}:v`).
+
+use std::sync::LazyLock;
+
+use async_trait::async_trait;
+use redis::aio::MultiplexedConnection;
+use redis::{Script, Value};
+
+use crate::fence::{check_input, check_key, Fence, FenceError, Fenced, Stale};
+
+/// The script's source, documented in the crate's README.
+pub const SCRIPT: &str = include_str!("fence.lua");
+
+static FENCE_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(SCRIPT));
+
+/// The default prefix of mark keys.
+pub const DEFAULT_PREFIX: &str = "fencelock:fence:";
+
+/// A write that [`RedisFence::write`] performs together with the check.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum RedisWrite {
+    /// `SET key value`.
+    Set { key: String, value: Vec<u8> },
+    /// `DEL key`; the reply is the number of keys removed.
+    Del { key: String },
+    /// `APPEND key value`; the reply is the new length.
+    Append { key: String, value: Vec<u8> },
+    /// `HSET key field value [field value …]`; the reply is the number of
+    /// fields added. Needs at least one field.
+    HSet {
+        key: String,
+        fields: Vec<(String, Vec<u8>)>,
+    },
+}
+
+/// A [`Fence`] whose marks live in Redis, with fenced writes.
+#[derive(Clone)]
+pub struct RedisFence {
+    conn: MultiplexedConnection,
+    prefix: String,
+}
+
+impl RedisFence {
+    /// Use `conn` with the default mark prefix.
+    pub fn new(conn: MultiplexedConnection) -> Self {
+        Self {
+            conn,
+            prefix: DEFAULT_PREFIX.to_owned(),
+        }
+    }
+
+    /// Connect to `url` (`redis://127.0.0.1:6379/`).
+    pub async fn connect(url: &str) -> Result<Self, FenceError> {
+        let client = redis::Client::open(url).map_err(FenceError::storage)?;
+        let conn = client
+            .get_multiplexed_async_connection()
+            .await
+            .map_err(FenceError::storage)?;
+        Ok(Self::new(conn))
+    }
+
+    /// Use another prefix for mark keys.
+    pub fn with_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = prefix.into();
+        self
+    }
+
+    /// The Redis key holding the mark of resource `key`.
+    pub fn mark_key(&self, key: &str) -> String {
+        format!("{}{}", self.prefix, key)
+    }
+
+    /// Admit `token` on resource `key` and, if admitted, perform `write` in
+    /// the same atomic step. Stale: nothing is written. If Redis refuses the
+    /// write (e.g. `WRONGTYPE`), the call fails and the mark is unchanged.
+    ///
+    /// The reply is the write's integer reply (0 for `SET`).
+    pub async fn write(
+        &self,
+        key: &str,
+        token: u64,
+        write: RedisWrite,
+    ) -> Result<Fenced<i64>, FenceError> {
+        check_input(key, token)?;
+        let mut call = FENCE_SCRIPT.prepare_invoke();
+        call.key(self.mark_key(key)).arg(token.to_string());
+        match write {
+            RedisWrite::Set { key, value } => call.key(key).arg("SET").arg(value),
+            RedisWrite::Del { key } => call.key(key).arg("DEL"),
+            RedisWrite::Append { key, value } => call.key(key).arg("APPEND").arg(value),
+            RedisWrite::HSet { key, fields } => {
+                call.key(key).arg("HSET");
+                for (field, value) in fields {
+                    call.arg(field).arg(value);
+                }
+                &mut call
+            }
+        };
+        let mut conn = self.conn.clone();
+        let reply: Value = call
+            .invoke_async(&mut conn)
+            .await
+            .map_err(FenceError::storage)?;
+        parse_reply(reply, token)
+    }
+}
+
+/// `{1, token, n}` → admitted with `n`; `{0, highest}` → stale.
+fn parse_reply(reply: Value, token: u64) -> Result<Fenced<i64>, FenceError> {
+    let bad = || FenceError::storage(format!("unexpected fence script reply: {reply:?}"));
+    let Value::Array(items) = &reply else {
+        return Err(bad());
+    };
+    match items.as_slice() {
+        [Value::Int(1), _, Value::Int(n)] => Ok(Fenced::Admitted(*n)),
+        [Value::Int(0), highest] => {
+            let highest = decimal(highest).ok_or_else(bad)?;
+            Ok(Fenced::Stale(Stale {
+                highest,
+                got: token,
+            }))
+        }
+        _ => Err(bad()),
+    }
+}
+
+fn decimal(value: &Value) -> Option<u64> {
+    match value {
+        Value::BulkString(bytes) => std::str::from_utf8(bytes).ok()?.parse().ok(),
+        Value::SimpleString(s) => s.parse().ok(),
+        Value::Int(n) => u64::try_from(*n).ok(),
+        _ => None,
+    }
+}
+
+#[async_trait]
+impl Fence for RedisFence {
+    async fn admit(&self, key: &str, token: u64) -> Result<Fenced, FenceError> {
+        check_input(key, token)?;
+        let mut conn = self.conn.clone();
+        let reply: Value = FENCE_SCRIPT
+            .key(self.mark_key(key))
+            .arg(token.to_string())
+            .arg("NONE")
+            .invoke_async(&mut conn)
+            .await
+            .map_err(FenceError::storage)?;
+        Ok(parse_reply(reply, token)?.map(|_| ()))
+    }
+
+    async fn highest(&self, key: &str) -> Result<Option<u64>, FenceError> {
+        check_key(key)?;
+        let mut conn = self.conn.clone();
+        let value: Value = redis::cmd("GET")
+            .arg(self.mark_key(key))
+            .query_async(&mut conn)
+            .await
+            .map_err(FenceError::storage)?;
+        match value {
+            Value::Nil => Ok(None),
+            other => decimal(&other).map(Some).ok_or_else(|| {
+                FenceError::Corrupt(format!("mark of {key:?} is not a token: {other:?}"))
+            }),
+        }
+    }
+}

@@ -1,0 +1,387 @@
+//! The HTTP surface of the storage server: routes, header parsing, and the
+//! one critical section per fenced request.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::extract::rejection::PathRejection;
+use axum::extract::{Path, State};
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+use http_body_util::{BodyExt, LengthLimitError, Limited};
+use serde_json::json;
+
+use super::audit::{AuditLog, Outcome, Record};
+use super::objects::{invalid_object_key, ObjectStore};
+use crate::fence::{Fence, FenceError, Fenced, MAX_TOKEN};
+use crate::keylocks::KeyLocks;
+use crate::FileFence;
+
+/// Header naming the lock whose token a request carries.
+pub const LOCK_HEADER: &str = "fencing-lock";
+/// Header carrying the fencing token, in decimal.
+pub const TOKEN_HEADER: &str = "fencing-token";
+
+/// Everything a handler needs.
+pub(crate) struct Store {
+    pub fence: FileFence,
+    pub objects: ObjectStore,
+    pub audit: AuditLog,
+    /// Makes "admit, act, log" one step per key: without it, holder 5's
+    /// admitted but slow write could land after holder 6's.
+    pub locks: KeyLocks,
+    pub max_body: usize,
+    /// Set when the audit log could not be written: refuse fenced requests
+    /// (fail closed) until restarted.
+    pub failed: AtomicBool,
+}
+
+pub(crate) fn router(store: Arc<Store>) -> Router {
+    Router::new()
+        .route(
+            "/objects/{key}",
+            get(get_object).put(put_object).delete(delete_object),
+        )
+        .route("/fence/{key}", get(get_fence))
+        .route("/log", get(get_log))
+        .route("/healthz", get(healthz))
+        .with_state(store)
+}
+
+/// A request's answer when it is not a success.
+#[derive(Debug)]
+pub(crate) enum ApiError {
+    BadRequest(String),
+    TooLarge(usize),
+    Stale { highest: u64, got: u64 },
+    NotFound(String),
+    Internal(String),
+    Unavailable(String),
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let (status, body) = match self {
+            ApiError::BadRequest(msg) => (StatusCode::BAD_REQUEST, json!({ "error": msg })),
+            ApiError::TooLarge(limit) => (
+                StatusCode::PAYLOAD_TOO_LARGE,
+                json!({ "error": "body too large", "limit": limit }),
+            ),
+            ApiError::Stale { highest, got } => (
+                StatusCode::CONFLICT,
+                json!({ "error": "stale token", "highest": highest, "got": got }),
+            ),
+            ApiError::NotFound(key) => (
+                StatusCode::NOT_FOUND,
+                json!({ "error": "not found", "key": key }),
+            ),
+            ApiError::Internal(msg) => (StatusCode::INTERNAL_SERVER_ERROR, json!({ "error": msg })),
+            ApiError::Unavailable(msg) => {
+                (StatusCode::SERVICE_UNAVAILABLE, json!({ "error": msg }))
+            }
+        };
+        (status, Json(body)).into_response()
+    }
+}
+
+impl From<FenceError> for ApiError {
+    fn from(err: FenceError) -> Self {
+        match err {
+            FenceError::Poisoned => ApiError::Unavailable(err.to_string()),
+            other => ApiError::Internal(other.to_string()),
+        }
+    }
+}
+
+/// The fencing headers of a request.
+#[derive(Debug, Clone)]
+pub(crate) struct Fencing {
+    lock: String,
+    token: u64,
+}
+
+/// Both headers, one, or neither: `Ok(None)` for neither.
+fn fencing(headers: &HeaderMap) -> Result<Option<Fencing>, ApiError> {
+    let lock = header_str(headers, LOCK_HEADER)?;
+    let token = header_str(headers, TOKEN_HEADER)?;
+    match (lock, token) {
+        (None, None) => Ok(None),
+        (None, Some(_)) => Err(ApiError::BadRequest("missing Fencing-Lock header".into())),
+        (Some(_), None) => Err(ApiError::BadRequest("missing Fencing-Token header".into())),
+        (Some(lock), Some(token)) => Ok(Some(Fencing {
+            lock: parse_lock(lock)?,
+            token: parse_token(token)?,
+        })),
+    }
+}
+
+/// Both headers, required (writes).
+fn required_fencing(headers: &HeaderMap) -> Result<Fencing, ApiError> {
+    fencing(headers)?.ok_or_else(|| {
+        ApiError::BadRequest("writes need Fencing-Lock and Fencing-Token headers".into())
+    })
+}
+
+fn header_str<'a>(headers: &'a HeaderMap, name: &str) -> Result<Option<&'a str>, ApiError> {
+    let mut values = headers.get_all(name).iter();
+    let Some(value) = values.next() else {
+        return Ok(None);
+    };
+    if values.next().is_some() {
+        return Err(ApiError::BadRequest(format!("more than one {name} header")));
+    }
+    value
+        .to_str()
+        .map(|s| Some(s.trim()))
+        .map_err(|_| ApiError::BadRequest(format!("{name} is not ASCII")))
+}
+
+fn parse_token(raw: &str) -> Result<u64, ApiError> {
+    let bad = || {
+        ApiError::BadRequest(format!(
+            "malformed Fencing-Token {raw:?}: expected a decimal in 1..={MAX_TOKEN}"
+        ))
+    };
+    if raw.is_empty() || !raw.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(bad());
+    }
+    match raw.parse::<u64>() {
+        Ok(0) => Err(ApiError::BadRequest(
+            "Fencing-Token 0 is not a token (tokens start at 1)".into(),
+        )),
+        Ok(token) if token <= MAX_TOKEN => Ok(token),
+        _ => Err(bad()),
+    }
+}
+
+fn parse_lock(raw: &str) -> Result<String, ApiError> {
+    if raw.is_empty() || raw.len() > 256 {
+        return Err(ApiError::BadRequest(
+            "Fencing-Lock must be 1 to 256 characters".into(),
+        ));
+    }
+    Ok(raw.to_owned())
+}
+
+fn object_key(path: Result<Path<String>, PathRejection>) -> Result<String, ApiError> {
+    let Path(key) = path.map_err(|e| ApiError::BadRequest(format!("invalid object key: {e}")))?;
+    match invalid_object_key(&key) {
+        Some(reason) => Err(ApiError::BadRequest(format!(
+            "invalid object key: {reason}"
+        ))),
+        None => Ok(key),
+    }
+}
+
+/// Read the body, refusing more than `limit` bytes with 413.
+async fn read_body(headers: &HeaderMap, body: Body, limit: usize) -> Result<Vec<u8>, ApiError> {
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+    if declared.is_some_and(|len| len > limit as u64) {
+        return Err(ApiError::TooLarge(limit));
+    }
+    match Limited::new(body, limit).collect().await {
+        Ok(collected) => Ok(collected.to_bytes().to_vec()),
+        Err(e) if e.downcast_ref::<LengthLimitError>().is_some() => Err(ApiError::TooLarge(limit)),
+        Err(e) => Err(ApiError::BadRequest(format!("could not read body: {e}"))),
+    }
+}
+
+/// What a fenced request does once admitted.
+enum Act {
+    Put(Vec<u8>),
+    Delete,
+    Read,
+}
+
+impl Act {
+    fn op(&self) -> &'static str {
+        match self {
+            Act::Put(_) => "PUT",
+            Act::Delete => "DELETE",
+            Act::Read => "GET",
+        }
+    }
+}
+
+/// What an admitted act produced.
+enum Done {
+    Put { created: bool, size: usize },
+    Deleted(bool),
+    Read(Option<Vec<u8>>),
+}
+
+/// The critical section, in its own task so that a client hanging up cannot
+/// cut it short: lock the key, admit durably, act durably, log durably.
+async fn fenced(
+    store: Arc<Store>,
+    key: String,
+    fencing: Fencing,
+    act: Act,
+) -> Result<Done, ApiError> {
+    tokio::spawn(async move { fenced_locked(&store, &key, &fencing, act).await })
+        .await
+        .map_err(|e| ApiError::Internal(format!("request task failed: {e}")))?
+}
+
+async fn fenced_locked(
+    store: &Arc<Store>,
+    key: &str,
+    fencing: &Fencing,
+    act: Act,
+) -> Result<Done, ApiError> {
+    if store.failed.load(Ordering::SeqCst) {
+        return Err(ApiError::Unavailable(
+            "audit log failed earlier; restart the storage server".into(),
+        ));
+    }
+    let _guard = store.locks.lock(key).await;
+    let op = act.op();
+    // 1. check and raise the fence, durably.
+    if let Fenced::Stale(stale) = store.fence.admit(key, fencing.token).await? {
+        log(store, op, key, fencing, Outcome::Stale, stale.highest).await?;
+        return Err(ApiError::Stale {
+            highest: stale.highest,
+            got: stale.got,
+        });
+    }
+    // 2. act on the object, durably.
+    let done = act_on(store, key, act).await?;
+    // 3. log, durably; 4. the caller answers 2xx.
+    log(store, op, key, fencing, Outcome::Accepted, fencing.token).await?;
+    Ok(done)
+}
+
+async fn act_on(store: &Arc<Store>, key: &str, act: Act) -> Result<Done, ApiError> {
+    let (store, key) = (store.clone(), key.to_owned());
+    tokio::task::spawn_blocking(move || match act {
+        Act::Put(bytes) => store.objects.put(&key, &bytes).map(|created| Done::Put {
+            created,
+            size: bytes.len(),
+        }),
+        Act::Delete => store.objects.delete(&key).map(Done::Deleted),
+        Act::Read => store.objects.get(&key).map(Done::Read),
+    })
+    .await
+    .map_err(|e| ApiError::Internal(format!("object task failed: {e}")))?
+    .map_err(|e| ApiError::Internal(format!("object storage failed: {e}")))
+}
+
+async fn log(
+    store: &Arc<Store>,
+    op: &'static str,
+    key: &str,
+    fencing: &Fencing,
+    outcome: Outcome,
+    highest: u64,
+) -> Result<(), ApiError> {
+    let record = Record {
+        op,
+        key: key.to_owned(),
+        lock: fencing.lock.clone(),
+        token: fencing.token,
+        outcome,
+        highest,
+    };
+    let audit_store = store.clone();
+    match tokio::task::spawn_blocking(move || audit_store.audit.append(record)).await {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err(e)) => {
+            store.failed.store(true, Ordering::SeqCst);
+            tracing::error!(error = %e, "audit log write failed; refusing fenced requests");
+            Err(ApiError::Internal(format!("audit log failed: {e}")))
+        }
+        Err(e) => Err(ApiError::Internal(format!("audit task failed: {e}"))),
+    }
+}
+
+async fn put_object(
+    State(store): State<Arc<Store>>,
+    path: Result<Path<String>, PathRejection>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
+    let key = object_key(path)?;
+    let fencing = required_fencing(&headers)?;
+    let bytes = read_body(&headers, body, store.max_body).await?;
+    let token = fencing.token;
+    match fenced(store, key.clone(), fencing, Act::Put(bytes)).await? {
+        Done::Put { created, size } => {
+            let status = if created {
+                StatusCode::CREATED
+            } else {
+                StatusCode::OK
+            };
+            Ok((
+                status,
+                Json(json!({ "key": key, "token": token, "size": size })),
+            )
+                .into_response())
+        }
+        _ => unreachable!("a put returns Done::Put"),
+    }
+}
+
+async fn delete_object(
+    State(store): State<Arc<Store>>,
+    path: Result<Path<String>, PathRejection>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let key = object_key(path)?;
+    let fencing = required_fencing(&headers)?;
+    let token = fencing.token;
+    match fenced(store, key.clone(), fencing, Act::Delete).await? {
+        Done::Deleted(existed) => {
+            Ok(Json(json!({ "key": key, "token": token, "existed": existed })).into_response())
+        }
+        _ => unreachable!("a delete returns Done::Deleted"),
+    }
+}
+
+async fn get_object(
+    State(store): State<Arc<Store>>,
+    path: Result<Path<String>, PathRejection>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let key = object_key(path)?;
+    let bytes = match fencing(&headers)? {
+        Some(fencing) => match fenced(store, key.clone(), fencing, Act::Read).await? {
+            Done::Read(bytes) => bytes,
+            _ => unreachable!("a read returns Done::Read"),
+        },
+        None => match act_on(&store, &key, Act::Read).await? {
+            Done::Read(bytes) => bytes,
+            _ => unreachable!("a read returns Done::Read"),
+        },
+    };
+    let bytes = bytes.ok_or(ApiError::NotFound(key))?;
+    Ok(([(header::CONTENT_TYPE, "application/octet-stream")], bytes).into_response())
+}
+
+async fn get_fence(
+    State(store): State<Arc<Store>>,
+    path: Result<Path<String>, PathRejection>,
+) -> Result<Response, ApiError> {
+    let key = object_key(path)?;
+    let highest = store.fence.highest(&key).await?;
+    Ok(Json(json!({ "key": key, "highest": highest })).into_response())
+}
+
+async fn get_log(State(store): State<Arc<Store>>) -> Result<Response, ApiError> {
+    let bytes = tokio::task::spawn_blocking(move || store.audit.read_all())
+        .await
+        .map_err(|e| ApiError::Internal(format!("log task failed: {e}")))?
+        .map_err(|e| ApiError::Internal(format!("reading the audit log failed: {e}")))?;
+    Ok(([(header::CONTENT_TYPE, "application/x-ndjson")], bytes).into_response())
+}
+
+async fn healthz(State(store): State<Arc<Store>>) -> Response {
+    if store.failed.load(Ordering::SeqCst) {
+        return ApiError::Unavailable("audit log failed".into()).into_response();
+    }
+    Json(json!({ "status": "ok" })).into_response()
+}

@@ -1,0 +1,251 @@
+//! The one conformance suite every `Fence` implementation must pass. Each
+//! case takes the fence (or, for the race, one handle per task: separate
+//! connections where the store has them) and a key prefix of its own.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
+use std::sync::Arc;
+
+use fencelock_fence::{Fence, FenceError, Fenced, Stale, MAX_KEY_LEN, MAX_TOKEN};
+
+fn stale(highest: u64, got: u64) -> Fenced {
+    Fenced::Stale(Stale { highest, got })
+}
+
+/// Accept above, accept equal, reject below; the mark moves only up.
+pub async fn exact_cases(fence: &dyn Fence, p: &str) {
+    let k = format!("{p}:exact");
+    assert_eq!(fence.highest(&k).await.unwrap(), None);
+    assert_eq!(fence.admit(&k, 5).await.unwrap(), Fenced::Admitted(()));
+    assert_eq!(fence.highest(&k).await.unwrap(), Some(5));
+    assert_eq!(
+        fence.admit(&k, 5).await.unwrap(),
+        Fenced::Admitted(()),
+        "equal token must be admitted"
+    );
+    assert_eq!(fence.admit(&k, 4).await.unwrap(), stale(5, 4));
+    assert_eq!(fence.admit(&k, 1).await.unwrap(), stale(5, 1));
+    assert_eq!(
+        fence.highest(&k).await.unwrap(),
+        Some(5),
+        "a stale admit changed the mark"
+    );
+    assert_eq!(fence.admit(&k, 6).await.unwrap(), Fenced::Admitted(()));
+    assert_eq!(fence.admit(&k, 5).await.unwrap(), stale(6, 5));
+    assert_eq!(fence.admit(&k, 1000).await.unwrap(), Fenced::Admitted(()));
+    assert_eq!(fence.highest(&k).await.unwrap(), Some(1000));
+}
+
+/// Tokens are compared exactly up to `MAX_TOKEN` (doubles are not exact
+/// above 2^53: a store that compares floats fails here).
+pub async fn large_tokens_are_exact(fence: &dyn Fence, p: &str) {
+    let k = format!("{p}:large");
+    let two53 = 1u64 << 53;
+    assert!(fence.admit(&k, two53 + 1).await.unwrap().is_admitted());
+    assert_eq!(
+        fence.admit(&k, two53).await.unwrap(),
+        stale(two53 + 1, two53)
+    );
+    assert!(fence.admit(&k, MAX_TOKEN).await.unwrap().is_admitted());
+    assert_eq!(
+        fence.admit(&k, MAX_TOKEN - 1).await.unwrap(),
+        stale(MAX_TOKEN, MAX_TOKEN - 1)
+    );
+    assert_eq!(fence.highest(&k).await.unwrap(), Some(MAX_TOKEN));
+}
+
+/// Keys do not affect one another; any valid key works.
+pub async fn keys_are_independent(fence: &dyn Fence, p: &str) {
+    let (a, b) = (format!("{p}:a"), format!("{p}:b"));
+    assert!(fence.admit(&a, 50).await.unwrap().is_admitted());
+    assert_eq!(fence.highest(&b).await.unwrap(), None);
+    assert!(fence.admit(&b, 3).await.unwrap().is_admitted());
+    assert_eq!(
+        (
+            fence.highest(&a).await.unwrap(),
+            fence.highest(&b).await.unwrap()
+        ),
+        (Some(50), Some(3))
+    );
+    let unicode = format!("{p}:ключ/🔒 with spaces");
+    assert!(fence.admit(&unicode, 7).await.unwrap().is_admitted());
+    assert_eq!(fence.highest(&unicode).await.unwrap(), Some(7));
+    let long = format!("{p}:{}", "k".repeat(MAX_KEY_LEN - p.len() - 1));
+    assert_eq!(long.len(), MAX_KEY_LEN);
+    assert!(fence.admit(&long, 9).await.unwrap().is_admitted());
+    assert_eq!(fence.highest(&long).await.unwrap(), Some(9));
+}
+
+/// Invalid input is an error and changes nothing.
+pub async fn invalid_input_is_refused(fence: &dyn Fence, p: &str) {
+    let k = format!("{p}:invalid");
+    assert!(matches!(
+        fence.admit(&k, 0).await,
+        Err(FenceError::InvalidToken(0))
+    ));
+    assert!(
+        matches!(fence.admit(&k, MAX_TOKEN + 1).await, Err(FenceError::InvalidToken(t)) if t == MAX_TOKEN + 1)
+    );
+    assert!(matches!(
+        fence.admit(&k, u64::MAX).await,
+        Err(FenceError::InvalidToken(u64::MAX))
+    ));
+    assert!(matches!(
+        fence.admit("", 1).await,
+        Err(FenceError::InvalidKey { .. })
+    ));
+    assert!(matches!(
+        fence.admit("a\0b", 1).await,
+        Err(FenceError::InvalidKey { .. })
+    ));
+    let too_long = "k".repeat(MAX_KEY_LEN + 1);
+    assert!(matches!(
+        fence.admit(&too_long, 1).await,
+        Err(FenceError::InvalidKey { .. })
+    ));
+    assert!(matches!(
+        fence.highest("").await,
+        Err(FenceError::InvalidKey { .. })
+    ));
+    assert_eq!(fence.highest(&k).await.unwrap(), None);
+}
+
+/// The read-modify-write of the `Fence` docs: holder 6's fenced read stops
+/// holder 5's late write.
+pub async fn fenced_read_stops_an_older_write(fence: &dyn Fence, p: &str) {
+    let k = format!("{p}:rmw");
+    assert!(
+        fence.admit(&k, 5).await.unwrap().is_admitted(),
+        "holder 5 reads"
+    );
+    assert!(
+        fence.admit(&k, 6).await.unwrap().is_admitted(),
+        "holder 6 reads"
+    );
+    assert_eq!(
+        fence.admit(&k, 5).await.unwrap(),
+        stale(6, 5),
+        "holder 5's write must be stale"
+    );
+    assert!(
+        fence.admit(&k, 6).await.unwrap().is_admitted(),
+        "holder 6 writes"
+    );
+    assert_eq!(fence.highest(&k).await.unwrap(), Some(6));
+}
+
+/// One admit as seen from outside: when it started and ended on a logical
+/// clock shared by all tasks, and what it answered.
+#[derive(Debug, Clone)]
+struct Op {
+    key: usize,
+    token: u64,
+    start: u64,
+    end: u64,
+    outcome: Fenced,
+}
+
+const TASKS: usize = 16;
+const OPS_PER_TASK: usize = 40;
+const KEYS: usize = 3;
+
+/// 16 tasks admit random tokens on 3 keys at once. Checks, per key:
+/// an admitted token is ≥ every token admitted by an admit that ended
+/// before it started (the admitted sequence never goes down); a stale answer
+/// names a mark above its token that some admit really set, and that is ≥
+/// every token admitted before it started; the final mark is the largest
+/// admitted token.
+pub async fn racing_tokens(fences: &[Arc<dyn Fence>], p: &str, seed: u64) {
+    assert_eq!(fences.len(), TASKS);
+    let clock = Arc::new(AtomicU64::new(0));
+    let mut tasks = Vec::new();
+    for (i, fence) in fences.iter().enumerate() {
+        let (fence, clock, p) = (fence.clone(), clock.clone(), p.to_owned());
+        tasks.push(tokio::spawn(async move {
+            let mut rng = fastrand::Rng::with_seed(seed.wrapping_add(i as u64));
+            let mut ops = Vec::new();
+            for n in 0..OPS_PER_TASK {
+                let key = rng.usize(..KEYS);
+                let token = rng.u64(1..=(5 + 2 * n as u64)); // marks climb; stale and equal are common
+                let start = clock.fetch_add(1, SeqCst);
+                let outcome = fence.admit(&format!("{p}:race{key}"), token).await.unwrap();
+                let end = clock.fetch_add(1, SeqCst);
+                ops.push(Op {
+                    key,
+                    token,
+                    start,
+                    end,
+                    outcome,
+                });
+            }
+            ops
+        }));
+    }
+    let mut ops = Vec::new();
+    for task in tasks {
+        ops.extend(task.await.unwrap());
+    }
+    let (mut admitted, mut rejected) = (0, 0);
+    for key in 0..KEYS {
+        let of_key: Vec<&Op> = ops.iter().filter(|o| o.key == key).collect();
+        let (a, r) = check_history(&of_key, seed);
+        admitted += a;
+        rejected += r;
+        let max = of_key
+            .iter()
+            .filter(|o| o.outcome.is_admitted())
+            .map(|o| o.token)
+            .max();
+        assert_eq!(
+            fences[0].highest(&format!("{p}:race{key}")).await.unwrap(),
+            max,
+            "final mark, key {key}"
+        );
+    }
+    assert_eq!(admitted + rejected, TASKS * OPS_PER_TASK);
+    assert!(
+        admitted > 0 && rejected > 0,
+        "seed {seed}: {admitted} admitted, {rejected} rejected"
+    );
+}
+
+fn check_history(ops: &[&Op], seed: u64) -> (usize, usize) {
+    let admitted: Vec<&&Op> = ops.iter().filter(|o| o.outcome.is_admitted()).collect();
+    let tokens: HashMap<u64, ()> = admitted.iter().map(|o| (o.token, ())).collect();
+    let max_before = |start: u64| {
+        admitted
+            .iter()
+            .filter(|a| a.end < start)
+            .map(|a| a.token)
+            .max()
+    };
+    for op in ops {
+        match op.outcome {
+            Fenced::Admitted(()) => {
+                let before = max_before(op.start);
+                assert!(
+                    before.is_none_or(|b| b <= op.token),
+                    "seed {seed}: stale token {} won after {before:?}",
+                    op.token
+                );
+            }
+            Fenced::Stale(Stale { highest, got }) => {
+                assert_eq!(got, op.token, "seed {seed}");
+                assert!(
+                    got < highest,
+                    "seed {seed}: rejected {got} with mark {highest}"
+                );
+                assert!(
+                    tokens.contains_key(&highest),
+                    "seed {seed}: mark {highest} was never admitted"
+                );
+                let before = max_before(op.start);
+                assert!(
+                    before.is_none_or(|b| b <= highest),
+                    "seed {seed}: mark {highest} below admitted {before:?}"
+                );
+            }
+        }
+    }
+    (admitted.len(), ops.len() - admitted.len())
+}

@@ -1,0 +1,711 @@
+//! The fenced storage server over real HTTP: stale writes, fenced reads, bad
+//! requests, concurrent writers checked against the audit log, restarts, and
+//! SIGKILL of a server process in the middle of writes.
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use fencelock_fence::storage::{self, AuditEntry, Outcome};
+use serde_json::{json, Value};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use crate::support::ChildGuard;
+
+// ------------------------------------------------------------ the client ---
+
+/// A response: status, body.
+#[derive(Debug)]
+struct Resp {
+    status: u16,
+    body: Vec<u8>,
+}
+
+impl Resp {
+    fn json(&self) -> Value {
+        serde_json::from_slice(&self.body)
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {:?}", String::from_utf8_lossy(&self.body)))
+    }
+    fn text(&self) -> String {
+        String::from_utf8(self.body.clone()).unwrap()
+    }
+}
+
+/// One HTTP/1.1 request on its own connection (`Connection: close`), written
+/// by hand so that malformed requests can be sent too.
+async fn request(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> Resp {
+    try_request(addr, method, path, headers, body)
+        .await
+        .unwrap_or_else(|e| panic!("{method} {path}: {e}"))
+}
+
+async fn try_request(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> std::io::Result<Resp> {
+    let mut stream = TcpStream::connect(addr).await?;
+    let mut head = format!("{method} {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n");
+    if !headers.iter().any(|(n, _)| {
+        n.eq_ignore_ascii_case("content-length") || n.eq_ignore_ascii_case("transfer-encoding")
+    }) {
+        head.push_str(&format!("Content-Length: {}\r\n", body.len()));
+    }
+    for (name, value) in headers {
+        head.push_str(&format!("{name}: {value}\r\n"));
+    }
+    head.push_str("\r\n");
+    stream.write_all(head.as_bytes()).await?;
+    stream.write_all(body).await?;
+    let mut raw = Vec::new();
+    stream.read_to_end(&mut raw).await?;
+    parse_response(&raw).ok_or_else(|| {
+        std::io::Error::other(format!("bad response {:?}", String::from_utf8_lossy(&raw)))
+    })
+}
+
+fn parse_response(raw: &[u8]) -> Option<Resp> {
+    let split = raw.windows(4).position(|w| w == b"\r\n\r\n")?;
+    let head = std::str::from_utf8(&raw[..split]).ok()?;
+    let status = head.split(' ').nth(1)?.parse().ok()?;
+    let mut body = raw[split + 4..].to_vec();
+    let length = head
+        .lines()
+        .find_map(|l| {
+            l.split_once(':')
+                .filter(|(n, _)| n.eq_ignore_ascii_case("content-length"))
+        })
+        .and_then(|(_, v)| v.trim().parse::<usize>().ok());
+    if let Some(length) = length {
+        body.truncate(length);
+    }
+    Some(Resp { status, body })
+}
+
+fn fenced(token: &str) -> [(&'static str, &str); 2] {
+    [("Fencing-Lock", "doc-lock"), ("Fencing-Token", token)]
+}
+
+async fn put(addr: SocketAddr, key: &str, token: u64, body: &str) -> Resp {
+    request(
+        addr,
+        "PUT",
+        &format!("/objects/{key}"),
+        &fenced(&token.to_string()),
+        body.as_bytes(),
+    )
+    .await
+}
+
+async fn mark(addr: SocketAddr, key: &str) -> Value {
+    request(addr, "GET", &format!("/fence/{key}"), &[], b"")
+        .await
+        .json()["highest"]
+        .clone()
+}
+
+async fn audit(addr: SocketAddr) -> Vec<AuditEntry> {
+    let resp = request(addr, "GET", "/log", &[], b"").await;
+    assert_eq!(resp.status, 200);
+    resp.text()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+// ------------------------------------------------------------ the server ---
+
+/// The storage server in this process, on a port of its own.
+struct Server {
+    addr: SocketAddr,
+    stop: tokio::sync::oneshot::Sender<()>,
+    task: tokio::task::JoinHandle<std::io::Result<()>>,
+}
+
+impl Server {
+    async fn start(dir: &Path) -> Self {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(storage::serve(listener, dir.to_owned(), async move {
+            let _ = stopped.await;
+        }));
+        Server { addr, stop, task }
+    }
+
+    async fn shutdown(self) {
+        self.stop.send(()).unwrap();
+        self.task.await.unwrap().unwrap();
+    }
+}
+
+// ------------------------------------------------------------- the tests ---
+
+#[tokio::test]
+async fn put_get_delete_and_a_stale_write() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Server::start(dir.path()).await;
+    let r = put(s.addr, "doc", 5, "v5").await;
+    assert_eq!(
+        (r.status, r.json()),
+        (201, json!({"key": "doc", "token": 5, "size": 2}))
+    );
+    let r = put(s.addr, "doc", 5, "v5b").await;
+    assert_eq!(
+        (r.status, r.json()),
+        (200, json!({"key": "doc", "token": 5, "size": 3})),
+        "equal token admitted"
+    );
+    let r = put(s.addr, "doc", 4, "late").await;
+    assert_eq!(
+        (r.status, r.json()),
+        (409, json!({"error": "stale token", "highest": 5, "got": 4}))
+    );
+    let r = request(s.addr, "GET", "/objects/doc", &[], b"").await;
+    assert_eq!((r.status, r.text()), (200, "v5b".to_owned()));
+    let r = request(s.addr, "DELETE", "/objects/doc", &fenced("3"), b"").await;
+    assert_eq!(
+        (r.status, r.json()),
+        (409, json!({"error": "stale token", "highest": 5, "got": 3}))
+    );
+    let r = request(s.addr, "DELETE", "/objects/doc", &fenced("6"), b"").await;
+    assert_eq!(
+        (r.status, r.json()),
+        (200, json!({"key": "doc", "token": 6, "existed": true}))
+    );
+    let r = request(s.addr, "GET", "/objects/doc", &[], b"").await;
+    assert_eq!(
+        (r.status, r.json()),
+        (404, json!({"error": "not found", "key": "doc"}))
+    );
+    assert_eq!(mark(s.addr, "doc").await, json!(6));
+    let log: Vec<_> = audit(s.addr)
+        .await
+        .into_iter()
+        .map(|e| (e.seq, e.op, e.token, e.outcome, e.highest, e.lock))
+        .collect();
+    let lock = || "doc-lock".to_owned();
+    assert_eq!(
+        log,
+        vec![
+            (0, "PUT".into(), 5, Outcome::Accepted, 5, lock()),
+            (1, "PUT".into(), 5, Outcome::Accepted, 5, lock()),
+            (2, "PUT".into(), 4, Outcome::Stale, 5, lock()),
+            (3, "DELETE".into(), 3, Outcome::Stale, 5, lock()),
+            (4, "DELETE".into(), 6, Outcome::Accepted, 6, lock()),
+        ]
+    );
+    s.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_fenced_get_raises_the_mark() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Server::start(dir.path()).await;
+    assert_eq!(
+        put(s.addr, "doc", 5, "v5").await.status,
+        201,
+        "holder 5 writes"
+    );
+    let r = request(s.addr, "GET", "/objects/doc", &fenced("6"), b"").await;
+    assert_eq!(
+        (r.status, r.text()),
+        (200, "v5".to_owned()),
+        "holder 6 reads, fenced"
+    );
+    assert_eq!(mark(s.addr, "doc").await, json!(6));
+    let r = put(s.addr, "doc", 5, "late 5").await;
+    assert_eq!(
+        (r.status, r.json()),
+        (409, json!({"error": "stale token", "highest": 6, "got": 5})),
+        "holder 5's late write"
+    );
+    let r = request(s.addr, "GET", "/objects/doc", &fenced("5"), b"").await;
+    assert_eq!(
+        (r.status, r.json()),
+        (409, json!({"error": "stale token", "highest": 6, "got": 5})),
+        "a stale fenced read"
+    );
+    assert_eq!(
+        put(s.addr, "doc", 6, "v6").await.status,
+        200,
+        "holder 6 writes"
+    );
+    let r = request(s.addr, "GET", "/objects/doc", &[], b"").await;
+    assert_eq!((r.status, r.text()), (200, "v6".to_owned()));
+    assert_eq!(
+        mark(s.addr, "doc").await,
+        json!(6),
+        "an unfenced read leaves the mark"
+    );
+    let r = request(s.addr, "GET", "/objects/missing", &fenced("2"), b"").await;
+    assert_eq!(r.status, 404);
+    assert_eq!(
+        mark(s.addr, "missing").await,
+        json!(2),
+        "a fenced read of a missing object still raises the mark"
+    );
+    let ops: Vec<_> = audit(s.addr)
+        .await
+        .into_iter()
+        .map(|e| (e.op, e.key, e.token, e.outcome))
+        .collect();
+    let e = |op: &str, key: &str, t, o| (op.to_owned(), key.to_owned(), t, o);
+    assert_eq!(
+        ops,
+        vec![
+            e("PUT", "doc", 5, Outcome::Accepted),
+            e("GET", "doc", 6, Outcome::Accepted),
+            e("PUT", "doc", 5, Outcome::Stale),
+            e("GET", "doc", 5, Outcome::Stale),
+            e("PUT", "doc", 6, Outcome::Accepted),
+            e("GET", "missing", 2, Outcome::Accepted),
+        ]
+    );
+    s.shutdown().await;
+}
+
+#[tokio::test]
+async fn bad_requests_get_4xx_and_change_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Server::start(dir.path()).await;
+    let a = s.addr;
+    // (method, path, headers, body, status, error)
+    type Case<'a> = (
+        &'a str,
+        String,
+        Vec<(&'a str, &'a str)>,
+        Vec<u8>,
+        u16,
+        &'a str,
+    );
+    let cases: Vec<Case> = vec![
+        (
+            "PUT",
+            "/objects/doc".into(),
+            vec![],
+            b"x".to_vec(),
+            400,
+            "writes need Fencing-Lock and Fencing-Token headers",
+        ),
+        (
+            "DELETE",
+            "/objects/doc".into(),
+            vec![],
+            vec![],
+            400,
+            "writes need Fencing-Lock and Fencing-Token headers",
+        ),
+        (
+            "PUT",
+            "/objects/doc".into(),
+            vec![("Fencing-Token", "5")],
+            b"x".to_vec(),
+            400,
+            "missing Fencing-Lock header",
+        ),
+        (
+            "PUT",
+            "/objects/doc".into(),
+            vec![("Fencing-Lock", "l")],
+            b"x".to_vec(),
+            400,
+            "missing Fencing-Token header",
+        ),
+        (
+            "GET",
+            "/objects/doc".into(),
+            vec![("Fencing-Token", "5")],
+            vec![],
+            400,
+            "missing Fencing-Lock header",
+        ),
+        (
+            "PUT",
+            "/objects/doc".into(),
+            fenced("0").to_vec(),
+            b"x".to_vec(),
+            400,
+            "Fencing-Token 0 is not a token (tokens start at 1)",
+        ),
+        (
+            "PUT",
+            "/objects/.hidden".into(),
+            fenced("5").to_vec(),
+            b"x".to_vec(),
+            400,
+            "invalid object key: object keys may not start with '.'",
+        ),
+        (
+            "PUT",
+            "/objects/a%2Fb".into(),
+            fenced("5").to_vec(),
+            b"x".to_vec(),
+            400,
+            "invalid object key: object keys may hold only A-Z a-z 0-9 . _ -",
+        ),
+        (
+            "PUT",
+            "/objects/a%20b".into(),
+            fenced("5").to_vec(),
+            b"x".to_vec(),
+            400,
+            "invalid object key: object keys may hold only A-Z a-z 0-9 . _ -",
+        ),
+        (
+            "PUT",
+            format!("/objects/{}", "k".repeat(201)),
+            fenced("5").to_vec(),
+            b"x".to_vec(),
+            400,
+            "invalid object key: object keys are 1 to 200 bytes long",
+        ),
+    ];
+    for (method, path, headers, body, status, error) in cases {
+        let r = request(a, method, &path, &headers, &body).await;
+        assert_eq!(
+            (r.status, r.json()),
+            (status, json!({ "error": error })),
+            "{method} {path} {headers:?}"
+        );
+    }
+    for token in [
+        "abc",
+        "-1",
+        "+5",
+        "1.5",
+        "",
+        " ",
+        "0x10",
+        "9223372036854775808",
+        "99999999999999999999999",
+    ] {
+        let r = request(a, "PUT", "/objects/doc", &fenced(token), b"x").await;
+        assert_eq!(r.status, 400, "token {token:?}");
+        let error = r.json()["error"].as_str().unwrap().to_owned();
+        assert!(
+            error.starts_with("malformed Fencing-Token"),
+            "token {token:?}: {error}"
+        );
+    }
+    // Oversized: declared by Content-Length (refused before the body is read)...
+    let limit = storage::DEFAULT_MAX_BODY;
+    let too_long = (limit + 1).to_string();
+    let mut headers = fenced("5").to_vec();
+    headers.push(("Content-Length", &too_long));
+    let r = request(a, "PUT", "/objects/doc", &headers, b"").await;
+    assert_eq!(
+        (r.status, r.json()),
+        (413, json!({"error": "body too large", "limit": limit}))
+    );
+    // ...and sent chunked, with no length declared.
+    let r = chunked_put(a, "doc", "5", limit + 1).await;
+    assert_eq!(
+        (r.status, r.json()),
+        (413, json!({"error": "body too large", "limit": limit}))
+    );
+    // Nothing changed: no object, no mark, no log entry; token 1 still works.
+    assert_eq!(
+        request(a, "GET", "/objects/doc", &[], b"").await.status,
+        404
+    );
+    assert_eq!(mark(a, "doc").await, Value::Null);
+    assert_eq!(audit(a).await, vec![]);
+    let exactly = "x".repeat(limit);
+    assert_eq!(
+        put(a, "doc", 1, &exactly).await.status,
+        201,
+        "a body of exactly the limit is fine"
+    );
+    assert_eq!(
+        request(a, "GET", "/objects/doc", &[], b"").await.body.len(),
+        limit
+    );
+    s.shutdown().await;
+}
+
+/// A PUT with a chunked body of `len` bytes.
+async fn chunked_put(addr: SocketAddr, key: &str, token: &str, len: usize) -> Resp {
+    let mut body = Vec::new();
+    for chunk in vec![b'y'; len].chunks(64 * 1024) {
+        body.extend(format!("{:x}\r\n", chunk.len()).as_bytes());
+        body.extend(chunk);
+        body.extend(b"\r\n");
+    }
+    body.extend(b"0\r\n\r\n");
+    let mut headers = fenced(token).to_vec();
+    headers.push(("Transfer-Encoding", "chunked"));
+    request(addr, "PUT", &format!("/objects/{key}"), &headers, &body).await
+}
+
+/// 16 writers PUT random tokens on 3 keys at once. The audit log, in order,
+/// must replay per key as a fence would: accepted tokens never go down,
+/// every stale entry is below the mark of its moment and names it; the
+/// answers the writers got must match the log one to one; each object must
+/// hold the body of its key's last accepted PUT.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_writers_agree_with_the_audit_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Server::start(dir.path()).await;
+    let mut tasks = Vec::new();
+    for task in 0..16u64 {
+        let addr = s.addr;
+        tasks.push(tokio::spawn(async move {
+            let mut rng = fastrand::Rng::with_seed(100 + task);
+            let mut answers = Vec::new();
+            for op in 0..12u64 {
+                let key = format!("obj{}", rng.u8(..3));
+                // Unique tokens, so each body is known by (key, token).
+                let token = rng.u64(1..=(2 + op)) * 1000 + task * 20 + op;
+                let body = format!("task {task} op {op} token {token}");
+                let r = put(addr, &key, token, &body).await;
+                answers.push((key, token, body, r.status, r.json()));
+            }
+            answers
+        }));
+    }
+    let mut answers = Vec::new();
+    for t in tasks {
+        answers.extend(t.await.unwrap());
+    }
+    let log = audit(s.addr).await;
+    assert_eq!(log.len(), answers.len(), "one log entry per fenced request");
+    let mut marks: HashMap<String, u64> = HashMap::new();
+    let mut last_body: HashMap<String, u64> = HashMap::new();
+    for (i, e) in log.iter().enumerate() {
+        assert_eq!(e.seq, i as u64);
+        let mark = marks.get(&e.key).copied();
+        match e.outcome {
+            Outcome::Accepted => {
+                assert!(
+                    mark.is_none_or(|m| m <= e.token),
+                    "entry {i}: accepted {} after {mark:?}",
+                    e.token
+                );
+                assert_eq!(e.highest, e.token);
+                marks.insert(e.key.clone(), e.token);
+                last_body.insert(e.key.clone(), e.token);
+            }
+            Outcome::Stale => {
+                assert_eq!(
+                    Some(e.highest),
+                    mark,
+                    "entry {i}: a stale entry names the mark of its moment"
+                );
+                assert!(e.token < e.highest, "entry {i}");
+            }
+        }
+    }
+    let by_token: HashMap<(String, u64), (String, u16, Value)> = answers
+        .iter()
+        .map(|(k, t, b, st, j)| ((k.clone(), *t), (b.clone(), *st, j.clone())))
+        .collect();
+    assert_eq!(by_token.len(), answers.len(), "tokens are unique");
+    for e in &log {
+        let (_, status, body) = &by_token[&(e.key.clone(), e.token)];
+        match e.outcome {
+            Outcome::Accepted => assert!(*status == 200 || *status == 201, "{e:?}: {status}"),
+            Outcome::Stale => {
+                assert_eq!(
+                    (*status, body),
+                    (
+                        409,
+                        &json!({"error": "stale token", "highest": e.highest, "got": e.token})
+                    )
+                )
+            }
+        }
+    }
+    let stale = log.iter().filter(|e| e.outcome == Outcome::Stale).count();
+    assert!(
+        stale > 0 && stale < log.len(),
+        "{stale} stale of {}",
+        log.len()
+    );
+    for (key, token) in &last_body {
+        let r = request(s.addr, "GET", &format!("/objects/{key}"), &[], b"").await;
+        assert_eq!(r.text(), by_token[&(key.clone(), *token)].0, "object {key}");
+        assert_eq!(mark(s.addr, key).await, json!(token));
+    }
+    s.shutdown().await;
+}
+
+#[tokio::test]
+async fn objects_marks_and_log_survive_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Server::start(dir.path()).await;
+    assert_eq!(put(s.addr, "a", 10, "a10").await.status, 201);
+    assert_eq!(put(s.addr, "b", 3, "b3").await.status, 201);
+    assert_eq!(put(s.addr, "a", 9, "a9").await.status, 409);
+    s.shutdown().await;
+
+    let s = Server::start(dir.path()).await;
+    assert_eq!(
+        request(s.addr, "GET", "/objects/a", &[], b"").await.text(),
+        "a10"
+    );
+    assert_eq!(
+        request(s.addr, "GET", "/objects/b", &[], b"").await.text(),
+        "b3"
+    );
+    assert_eq!(
+        (mark(s.addr, "a").await, mark(s.addr, "b").await),
+        (json!(10), json!(3))
+    );
+    let r = put(s.addr, "a", 9, "a9 again").await;
+    assert_eq!(
+        (r.status, r.json()),
+        (
+            409,
+            json!({"error": "stale token", "highest": 10, "got": 9})
+        )
+    );
+    assert_eq!(put(s.addr, "a", 11, "a11").await.status, 200);
+    let log: Vec<_> = audit(s.addr)
+        .await
+        .into_iter()
+        .map(|e| (e.seq, e.key, e.token, e.outcome))
+        .collect();
+    assert_eq!(
+        log,
+        vec![
+            (0, "a".into(), 10, Outcome::Accepted),
+            (1, "b".into(), 3, Outcome::Accepted),
+            (2, "a".into(), 9, Outcome::Stale),
+            (3, "a".into(), 9, Outcome::Stale),
+            (4, "a".into(), 11, Outcome::Accepted),
+        ]
+    );
+    assert_eq!(
+        request(s.addr, "GET", "/healthz", &[], b"").await.json(),
+        json!({"status": "ok"})
+    );
+    s.shutdown().await;
+}
+
+// ------------------------------------------------- SIGKILL of the server ---
+
+const CHILD_DIR_ENV: &str = "FENCELOCK_FENCE_TEST_STORAGE_DIR";
+
+/// Runs only as the child of `writes_survive_sigkill_of_the_server`: serve
+/// on a free port, print it, serve until killed. (libtest prints "test … "
+/// before it on the same line, so the parent looks for the marker anywhere.)
+#[tokio::test]
+async fn storage_child_serves_until_killed() {
+    let Ok(dir) = std::env::var(CHILD_DIR_ENV) else {
+        return;
+    };
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    println!("LISTENING {}", listener.local_addr().unwrap());
+    storage::serve(listener, PathBuf::from(dir), std::future::pending())
+        .await
+        .unwrap();
+}
+
+fn spawn_server_process(dir: &Path) -> (ChildGuard, SocketAddr) {
+    let mut child = ChildGuard(
+        Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "storage_server::storage_child_serves_until_killed",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env(CHILD_DIR_ENV, dir)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let mut lines = BufReader::new(child.0.stdout.take().unwrap()).lines();
+    let addr = lines
+        .find_map(|l| {
+            l.ok()?
+                .split_once("LISTENING ")
+                .map(|(_, a)| a.trim().parse().unwrap())
+        })
+        .expect("the storage child did not report its address");
+    (child, addr)
+}
+
+/// A writer PUTs rising tokens to 2 keys while the server process is
+/// SIGKILLed, three times. After each restart: every acknowledged write is
+/// in the log as accepted, each object holds its last acknowledged body or
+/// the one body in flight at the kill, the marks are at least the last
+/// acknowledged tokens, and a lower token is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writes_survive_sigkill_of_the_server() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut acked: HashMap<String, (u64, String)> = HashMap::new();
+    let mut token = 0u64;
+    for round in 0..3 {
+        let (mut child, addr) = spawn_server_process(dir.path());
+        let mut in_flight: HashMap<String, String> = HashMap::new();
+        let mut sent_this_round = 0;
+        loop {
+            token += 1;
+            let key = format!("k{}", token % 2);
+            let body = format!("round {round} token {token}");
+            if sent_this_round == 25 {
+                // Kill while this request is on its way.
+                let req = tokio::spawn({
+                    let (key, body) = (key.clone(), body.clone());
+                    async move {
+                        try_request(
+                            addr,
+                            "PUT",
+                            &format!("/objects/{key}"),
+                            &fenced(&token.to_string()),
+                            body.as_bytes(),
+                        )
+                        .await
+                    }
+                });
+                child.kill();
+                if let Ok(Ok(r)) = req.await {
+                    if r.status == 200 || r.status == 201 {
+                        acked.insert(key.clone(), (token, body.clone()));
+                    }
+                }
+                in_flight.insert(key, body);
+                break;
+            }
+            let r = put(addr, &key, token, &body).await;
+            assert!(r.status == 200 || r.status == 201, "{:?}", r);
+            acked.insert(key, (token, body));
+            sent_this_round += 1;
+        }
+        let s = Server::start(dir.path()).await;
+        let log = audit(s.addr).await;
+        for (key, (t, body)) in &acked {
+            assert!(
+                log.iter()
+                    .any(|e| &e.key == key && e.token == *t && e.outcome == Outcome::Accepted),
+                "round {round}: acked {key}@{t} not in log"
+            );
+            let stored = request(s.addr, "GET", &format!("/objects/{key}"), &[], b"")
+                .await
+                .text();
+            assert!(
+                &stored == body || in_flight.get(key) == Some(&stored),
+                "round {round}: {key} holds {stored:?}, acked {body:?}"
+            );
+            let m = mark(s.addr, key).await.as_u64().unwrap();
+            assert!(m >= *t, "round {round}: mark {m} below acked {t}");
+            let r = put(s.addr, key, t - 1, "stale").await;
+            assert_eq!(r.status, 409, "round {round}: a lower token after restart");
+        }
+        s.shutdown().await;
+    }
+}

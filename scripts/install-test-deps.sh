@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# Install the real servers that the fencelock-fence tests start: PostgreSQL
+# (initdb + postgres) and Redis (redis-server), from Debian's packages.
+#
+# Idempotent: installs only what is missing and says what it did. Safe to run
+# from .ci/run on every build. Needs root (or sudo) only when something is
+# missing.
+set -euo pipefail
+
+have_postgres() {
+    compgen -G '/usr/lib/postgresql/*/bin/postgres' >/dev/null &&
+        compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null
+}
+have_redis() { command -v redis-server >/dev/null 2>&1; }
+
+missing=()
+if have_postgres; then
+    echo "install-test-deps: postgresql present: $(ls -d /usr/lib/postgresql/*/bin/postgres | head -n1)"
+else
+    missing+=(postgresql)
+fi
+if have_redis; then
+    echo "install-test-deps: redis-server present: $(command -v redis-server)"
+else
+    missing+=(redis-server)
+fi
+
+if [ ${#missing[@]} -eq 0 ]; then
+    echo "install-test-deps: nothing to install"
+    exit 0
+fi
+
+SUDO=()
+if [ "$(id -u)" -ne 0 ]; then
+    if command -v sudo >/dev/null 2>&1; then SUDO=(sudo); else
+        echo "install-test-deps: need root to install: ${missing[*]}" >&2
+        exit 1
+    fi
+fi
+
+echo "install-test-deps: installing: ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+"${SUDO[@]}" apt-get update -qq
+"${SUDO[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+
+# Debian starts the services on install; the tests run their own instances
+# on free ports, so the system ones are not needed. Stop the ones this
+# script just installed, quietly (a service that was already there is left).
+for svc in "${missing[@]}"; do
+    if command -v service >/dev/null 2>&1; then
+        "${SUDO[@]}" service "$svc" stop >/dev/null 2>&1 || true
+    fi
+done
+
+have_postgres || { echo "install-test-deps: postgres still missing" >&2; exit 1; }
+have_redis || { echo "install-test-deps: redis-server still missing" >&2; exit 1; }
+echo "install-test-deps: installed: ${missing[*]}"
