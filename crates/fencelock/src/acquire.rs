@@ -1,0 +1,248 @@
+//! Taking a lock: [`LockRequest`] and the `Acquire` RPC with its retries.
+//!
+//! Where it sits: [`crate::Client::lock`] builds a [`LockRequest`]; its
+//! [`acquire`](LockRequest::acquire) checks out the client's shared lease for the
+//! TTL ([`crate::registry`]), then sends one `Acquire` RPC that waits on the
+//! server's FIFO queue (no polling) and wraps the grant in a [`LockGuard`].
+//! [`crate::Client::acquire_detached`] uses the same RPC on a lease of its own.
+//!
+//! Retries: one logical acquire keeps its request id across transport retries,
+//! so the server answers a retry with the first outcome. Two cases start over:
+//! the lease ended on the server while the request waited (a fresh lease, same
+//! deadline), and a retry answered with a grant the server had meanwhile
+//! released (a new request id).
+
+use std::time::Duration;
+
+use fencelock_proto::v1 as pb;
+use tokio::time::Instant;
+
+use crate::client::Client;
+use crate::error::Error;
+use crate::guard::LockGuard;
+use crate::lease::{self, LeaseLost};
+use crate::metrics;
+use crate::rpc::{new_request_id, request, Rpc};
+use crate::types::{acquire_from_proto, to_ms, Acquire, Acquired, LockOptions};
+
+/// How many times one acquire may start over on a fresh lease or request id (after
+/// its lease was lost while it waited, or a retried grant turned out stale).
+const ACQUIRE_TRIES: u32 = 3;
+
+/// A lock request being built: [`Client::lock`], then options, then
+/// [`acquire`](LockRequest::acquire).
+#[derive(Debug, Clone)]
+#[must_use = "a lock request does nothing until `.acquire().await`"]
+pub struct LockRequest {
+    client: Client,
+    name: String,
+    opts: LockOptions,
+}
+
+impl LockRequest {
+    pub(crate) fn new(client: Client, name: String) -> LockRequest {
+        LockRequest { client, name, opts: LockOptions::default() }
+    }
+
+    /// Lease TTL (100 ms to 1 h). Default 15 s.
+    pub fn ttl(mut self, ttl: Duration) -> Self {
+        self.opts.ttl = ttl;
+        self
+    }
+
+    /// How long to wait in the server's FIFO queue (≤ 1 h). Default zero: try once.
+    pub fn wait(mut self, wait: Duration) -> Self {
+        self.opts.wait = wait;
+        self
+    }
+
+    /// Lock-delay after an unclean loss (≤ 60 s). Default zero.
+    pub fn lock_delay(mut self, lock_delay: Duration) -> Self {
+        self.opts.lock_delay = lock_delay;
+        self
+    }
+
+    /// All options at once.
+    pub fn options(mut self, opts: LockOptions) -> Self {
+        self.opts = opts;
+        self
+    }
+
+    /// Takes the lock. One RPC waits on the server's queue until the grant or the
+    /// end of the wait (no polling); the deadline of the whole call is the wait
+    /// plus the RPC timeout, retries included. The first acquire with a TTL also
+    /// grants the client's lease for that TTL.
+    ///
+    /// Dropping the future cancels the request: the server removes it from the
+    /// queue and releases a grant that could not be delivered. If the lease is
+    /// lost while the request waits, it starts over on a fresh lease within the
+    /// same deadline (losing its place in the queue).
+    pub async fn acquire(self) -> Result<Acquire, Error> {
+        let start = Instant::now();
+        let result = self.run(start).await;
+        record(&result, start);
+        result
+    }
+
+    async fn run(&self, start: Instant) -> Result<Acquire, Error> {
+        let inner = &self.client.inner;
+        let deadline = start + self.opts.wait + inner.rpc.rpc_timeout;
+        let mut tries = 0;
+        loop {
+            tries += 1;
+            let lease = inner.leases.check_out(self.opts.ttl, deadline).await?;
+            let lease_id = lease.cell().id;
+            let outcome = match self.client.acquire_on_lease(&self.name, lease_id, &self.opts, start, deadline).await {
+                Err(Error::LeaseNotFound(_)) if tries < ACQUIRE_TRIES => {
+                    // The lease ended (on the server) while the request waited.
+                    lease.cell().lose(LeaseLost::NotFound);
+                    continue;
+                }
+                other => other?,
+            };
+            let grant = match outcome {
+                Acquire::Acquired(grant) => grant,
+                // Busy or timed out: no grant to wrap.
+                other => return Ok(other.map(|_| unreachable!())),
+            };
+            if lease.cell().is_lost() {
+                // The lease was lost while the grant travelled: the client could not
+                // prove it holds the lock. Free it and start over on a fresh lease.
+                tracing::debug!(lock = %self.name, token = grant.token, "fencelock: discarding a grant");
+                let _ = self.client.release_raw(&grant.lock, grant.lease_id, grant.token).await;
+                if tries < ACQUIRE_TRIES {
+                    continue;
+                }
+                return Err(Error::LeaseNotFound(format!("lease {lease_id} lost while acquiring")));
+            }
+            return Ok(Acquire::Acquired(LockGuard::new(self.client.clone(), grant, lease)));
+        }
+    }
+}
+
+/// An acquire's outcome, and whether it took more than one attempt.
+struct Granted {
+    outcome: Acquire<Acquired>,
+    retried: bool,
+}
+
+/// One logical `Acquire` RPC on `lease_id` (one request id), retried until
+/// `deadline`. Each attempt asks to wait only for what is left of the wait.
+async fn acquire_once(
+    rpc: &Rpc,
+    name: &str,
+    lease_id: u64,
+    opts: &LockOptions,
+    start: Instant,
+    deadline: Instant,
+) -> Result<Granted, Error> {
+    let wait_end = start + opts.wait;
+    let request_id = new_request_id();
+    let mut attempts = 0u32;
+    let resp = rpc
+        .call("acquire", deadline, |mut c, left| {
+            attempts += 1;
+            let msg = pb::AcquireRequest {
+                request_id,
+                lease_id,
+                lock: name.to_string(),
+                wait_ms: wait_left(opts.wait, wait_end, Instant::now()),
+                lock_delay_ms: to_ms(opts.lock_delay),
+            };
+            let req = request(msg, left);
+            async move { c.acquire(req).await }
+        })
+        .await?;
+    Ok(Granted { outcome: acquire_from_proto(resp)?, retried: attempts > 1 })
+}
+
+/// The `wait_ms` of an attempt at `now`: what is left of the wait, but at least
+/// 1 ms if there was a wait at all (0 would turn a wait into a try, and answer
+/// busy instead of timed out).
+fn wait_left(wait: Duration, wait_end: Instant, now: Instant) -> u64 {
+    if wait.is_zero() {
+        0
+    } else {
+        to_ms(wait_end.saturating_duration_since(now)).max(1)
+    }
+}
+
+pub(crate) fn record<G>(result: &Result<Acquire<G>, Error>, start: Instant) {
+    let label = match result {
+        Ok(outcome) => outcome.label(),
+        Err(_) => "error",
+    };
+    metrics::acquire(label, start.elapsed());
+}
+
+/// Aborts a task when dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+impl Client {
+    pub(crate) async fn detached(
+        &self,
+        name: &str,
+        opts: &LockOptions,
+        start: Instant,
+    ) -> Result<Acquire<Acquired>, Error> {
+        let rpc = &self.inner.rpc;
+        let deadline = start + opts.wait + rpc.rpc_timeout;
+        let (cell, sent) = lease::grant(rpc, opts.ttl, deadline).await?;
+        let watchdog = AbortOnDrop(lease::spawn_watchdog(rpc.clone(), cell.clone(), sent));
+        let outcome = self.acquire_on_lease(name, cell.id, opts, start, deadline).await;
+        drop(watchdog);
+        if !matches!(outcome, Ok(Acquire::Acquired(_))) {
+            if let Err(e) = lease::revoke(rpc, cell.id).await {
+                tracing::debug!(lease = cell.id, error = %e, "fencelock: revoke of unused lease failed");
+            }
+        }
+        outcome
+    }
+
+    /// One acquire on `lease_id`. If a retried request was answered with a grant
+    /// that is no longer current (the server released it because the first
+    /// attempt's caller had gone away, then answered the retry with the first
+    /// outcome), it asks again with a new request id.
+    async fn acquire_on_lease(
+        &self,
+        name: &str,
+        lease_id: u64,
+        opts: &LockOptions,
+        start: Instant,
+        deadline: Instant,
+    ) -> Result<Acquire<Acquired>, Error> {
+        for _ in 0..ACQUIRE_TRIES {
+            let Granted { outcome, retried } =
+                acquire_once(&self.inner.rpc, name, lease_id, opts, start, deadline).await?;
+            match outcome {
+                Acquire::Acquired(g) if retried && !self.check(&g.lock, g.token).await?.current => {
+                    tracing::debug!(lock = name, token = g.token, "fencelock: a retry returned a stale grant");
+                }
+                outcome => return Ok(outcome),
+            }
+        }
+        Err(Error::Unavailable(format!("grants of {name:?} kept being lost in transit")))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: Duration = Duration::from_millis(1);
+
+    #[test]
+    fn wait_left_shrinks_but_never_turns_into_a_try() {
+        let t0 = Instant::now();
+        assert_eq!(wait_left(Duration::ZERO, t0, t0), 0);
+        assert_eq!(wait_left(5000 * MS, t0 + 5000 * MS, t0), 5000);
+        assert_eq!(wait_left(5000 * MS, t0 + 5000 * MS, t0 + 1200 * MS), 3800);
+        assert_eq!(wait_left(5000 * MS, t0 + 5000 * MS, t0 + 9000 * MS), 1);
+    }
+}

@@ -1,0 +1,275 @@
+//! [`Client`]: the entry point. Connecting, taking locks, and the plain RPCs.
+//!
+//! Where it sits: on top of [`crate::rpc`] (deadlines, retries) and
+//! [`crate::registry`] (shared leases). [`Client::lock`] builds a
+//! [`LockRequest`] (see [`crate::acquire`]). Everything else here is one RPC.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use fencelock_proto::v1 as pb;
+use tokio::time::Instant;
+use tonic::transport::Endpoint;
+
+use crate::acquire::{self, LockRequest};
+use crate::backoff::Backoff;
+use crate::error::{Error, WithLockError};
+use crate::guard::LockGuard;
+use crate::lease;
+use crate::registry::Registry;
+use crate::rpc::{new_request_id, request, Rpc};
+use crate::session::Session;
+use crate::types::{Acquire, Acquired, CheckResult, LockInfo, LockOptions};
+
+/// Default deadline of one RPC (beyond the wait of a waiting acquire).
+pub const DEFAULT_RPC_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A connection to a fencelock server. Cheap to clone (an `Arc` inside); clones
+/// share the connection and the leases. `Send + Sync`.
+#[derive(Clone)]
+pub struct Client {
+    pub(crate) inner: Arc<Inner>,
+}
+
+pub(crate) struct Inner {
+    pub(crate) rpc: Rpc,
+    pub(crate) leases: Arc<Registry>,
+}
+
+/// Configures a [`Client`]; from [`Client::builder`].
+#[derive(Debug, Clone)]
+pub struct ClientBuilder {
+    url: String,
+    rpc_timeout: Duration,
+    connect_timeout: Duration,
+    backoff: Backoff,
+}
+
+impl ClientBuilder {
+    /// Deadline of every RPC; a waiting acquire gets its wait plus this. Retries
+    /// happen within it. Default 10 s.
+    pub fn rpc_timeout(mut self, timeout: Duration) -> Self {
+        self.rpc_timeout = timeout;
+        self
+    }
+
+    /// How long to try the first connection. Default 5 s.
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// Delays between retries of one request. Default 50 ms doubling to 2 s.
+    pub fn backoff(mut self, backoff: Backoff) -> Self {
+        self.backoff = backoff;
+        self
+    }
+
+    /// Connects. Fails with [`Error::InvalidArgument`] for a malformed URL and
+    /// [`Error::Connect`] if the server cannot be reached now. Later connection
+    /// failures are retried by every RPC until its deadline.
+    pub async fn connect(self) -> Result<Client, Error> {
+        let endpoint = Endpoint::from_shared(self.url.clone())
+            .map_err(|e| Error::InvalidArgument(format!("bad server url {:?}: {e}", self.url)))?
+            .connect_timeout(self.connect_timeout)
+            .tcp_nodelay(true)
+            // Detect a dead connection even while a call hangs on it, so that the
+            // next attempt reconnects.
+            .http2_keep_alive_interval(Duration::from_secs(10))
+            .keep_alive_timeout(Duration::from_secs(5));
+        let channel =
+            endpoint.connect().await.map_err(|e| Error::Connect(format!("{}: {}", self.url, error_chain(&e))))?;
+        let rpc = Rpc::new(channel, self.rpc_timeout, self.backoff);
+        let leases = Registry::new(rpc.clone(), tokio::runtime::Handle::current());
+        Ok(Client { inner: Arc::new(Inner { rpc, leases }) })
+    }
+}
+
+/// "outer: inner: innermost", for errors whose Display hides the cause.
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        out.push_str(": ");
+        out.push_str(&s.to_string());
+        source = s.source();
+    }
+    out
+}
+
+impl Client {
+    /// Connects to `url` (e.g. `http://127.0.0.1:7070`) with the defaults.
+    pub async fn connect(url: impl Into<String>) -> Result<Client, Error> {
+        Client::builder(url).connect().await
+    }
+
+    /// A builder for a client of `url`.
+    pub fn builder(url: impl Into<String>) -> ClientBuilder {
+        ClientBuilder {
+            url: url.into(),
+            rpc_timeout: DEFAULT_RPC_TIMEOUT,
+            connect_timeout: Duration::from_secs(5),
+            backoff: Backoff::default(),
+        }
+    }
+
+    /// A request for the lock `name`, with default [`LockOptions`] (15 s TTL, try
+    /// once, no lock-delay).
+    pub fn lock(&self, name: impl Into<String>) -> LockRequest {
+        LockRequest::new(self.clone(), name.into())
+    }
+
+    /// Acquires `name`, runs `f` while holding it, and releases it.
+    ///
+    /// * Busy or timed out: [`WithLockError::NotAcquired`]; `f` does not run.
+    /// * If the lease is lost while `f` runs, `f`'s future is dropped at once (so
+    ///   it stops at its current await point) and the result is
+    ///   [`WithLockError::LeaseLost`].
+    /// * Otherwise the lock is released and `f`'s value returned. It is returned
+    ///   even if the release fails (it is logged; the lock is then freed with the
+    ///   lease): `f` finished while the lock was provably held.
+    ///
+    /// `f` may borrow the guard (`async |g: &LockGuard| g.token()`), or be a plain
+    /// closure returning a future that does not (`|g: &LockGuard| { let t =
+    /// g.token(); async move { t } }`).
+    pub async fn with_lock<T, F>(&self, name: &str, opts: LockOptions, f: F) -> Result<T, WithLockError>
+    where
+        F: AsyncFnOnce(&LockGuard) -> T,
+    {
+        let outcome = self.lock(name).options(opts).acquire().await?;
+        let guard = outcome.acquired().map_err(WithLockError::NotAcquired)?;
+        let result = {
+            let work = f(&guard);
+            tokio::select! {
+                biased;
+                reason = guard.lost() => Err(reason),
+                value = work => Ok(value),
+            }
+        };
+        match result {
+            Ok(value) => {
+                if let Err(e) = guard.release().await {
+                    tracing::warn!(lock = name, error = %e, "fencelock: release after with_lock failed");
+                }
+                Ok(value)
+            }
+            Err(reason) => Err(WithLockError::LeaseLost(reason)),
+        }
+    }
+
+    /// Is `token` the current live grant of `name`? (Chubby's CheckSequencer.) A
+    /// window remains between this check and any action taken on its answer:
+    /// prefer a resource that stores and compares tokens.
+    pub async fn check(&self, name: &str, token: u64) -> Result<CheckResult, Error> {
+        let msg = pb::CheckRequest { lock: name.to_string(), token };
+        let rpc = &self.inner.rpc;
+        rpc.call("check", rpc.deadline(), |mut c, left| {
+            let req = request(msg.clone(), left);
+            async move { c.check(req).await }
+        })
+        .await
+        .map(CheckResult::from)
+    }
+
+    /// One lock as the server sees it (no holder and no waiters if nobody holds or
+    /// waits for it).
+    pub async fn describe(&self, name: &str) -> Result<LockInfo, Error> {
+        let msg = pb::DescribeLockRequest { lock: name.to_string() };
+        let rpc = &self.inner.rpc;
+        let resp = rpc
+            .call("describe_lock", rpc.deadline(), |mut c, left| {
+                let req = request(msg.clone(), left);
+                async move { c.describe_lock(req).await }
+            })
+            .await?;
+        resp.lock.map(LockInfo::from).ok_or_else(|| Error::Protocol("DescribeLockResponse without a lock".into()))
+    }
+
+    /// Held or waited-on locks whose name starts with `prefix`, sorted by name; at
+    /// most `limit` (0 = the server's default, 1000).
+    pub async fn list(&self, prefix: &str, limit: u32) -> Result<Vec<LockInfo>, Error> {
+        let msg = pb::ListLocksRequest { prefix: prefix.to_string(), limit };
+        let rpc = &self.inner.rpc;
+        let resp = rpc
+            .call("list_locks", rpc.deadline(), |mut c, left| {
+                let req = request(msg.clone(), left);
+                async move { c.list_locks(req).await }
+            })
+            .await?;
+        Ok(resp.locks.into_iter().map(LockInfo::from).collect())
+    }
+
+    /// Releases the grant `(name, lease_id, token)` if it is current
+    /// (compare-and-delete). `Ok(false)`: it was not (already released, lease gone,
+    /// or a later holder); nothing changed. For grants from
+    /// [`acquire_detached`](Self::acquire_detached); a [`LockGuard`] releases itself.
+    pub async fn release_raw(&self, name: &str, lease_id: u64, token: u64) -> Result<bool, Error> {
+        let msg = pb::ReleaseRequest { request_id: new_request_id(), lease_id, lock: name.to_string(), token };
+        let rpc = &self.inner.rpc;
+        let resp = rpc
+            .call("release", rpc.deadline(), |mut c, left| {
+                let req = request(msg.clone(), left);
+                async move { c.release(req).await }
+            })
+            .await;
+        match resp {
+            Ok(r) => Ok(r.released),
+            Err(Error::LeaseNotFound(_)) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Ends the lease now: its locks are released (without lock-delay) and its
+    /// waits dropped. [`Error::LeaseNotFound`] if it is gone already. If it is a
+    /// lease of this client, its guards see [`LeaseLost::Revoked`](crate::LeaseLost::Revoked).
+    pub async fn revoke_lease(&self, lease_id: u64) -> Result<(), Error> {
+        lease::revoke(&self.inner.rpc, lease_id).await?;
+        self.inner.leases.revoked(lease_id);
+        Ok(())
+    }
+
+    /// Acquires `name` on a fresh lease of its own, kept alive only while the
+    /// request waits; after the grant nothing renews it, so the lock is held until
+    /// [`release_raw`](Self::release_raw) or [`revoke_lease`](Self::revoke_lease),
+    /// or until the lease expires one TTL after the grant. For scripts that hand
+    /// the grant to another process. If the lock is not acquired, the lease is
+    /// revoked before this returns.
+    pub async fn acquire_detached(&self, name: &str, opts: LockOptions) -> Result<Acquire<Acquired>, Error> {
+        let start = Instant::now();
+        let result = self.detached(name, &opts, start).await;
+        acquire::record(&result, start);
+        result
+    }
+
+    /// Opens a [`Session`]: one bidirectional stream that carries many concurrent
+    /// operations. For high-rate callers; see [`Session`].
+    pub async fn session(&self) -> Result<Session, Error> {
+        Session::open(self.inner.rpc.raw(), self.inner.rpc.rpc_timeout).await
+    }
+
+    pub(crate) fn runtime(&self) -> tokio::runtime::Handle {
+        self.inner.leases.runtime()
+    }
+}
+
+impl fmt::Debug for Client {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Client").field("rpc_timeout", &self.inner.rpc.rpc_timeout).finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn client_is_send_sync_and_clone() {
+        fn check<T: Send + Sync + Clone + 'static>() {}
+        check::<Client>();
+        fn check_guard<T: Send + Sync + 'static>() {}
+        check_guard::<LockGuard>();
+        check_guard::<crate::LeaseWatch>();
+        check_guard::<Session>();
+    }
+}

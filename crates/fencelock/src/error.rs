@@ -1,0 +1,197 @@
+//! Errors of the client library, and how gRPC statuses map onto them.
+//!
+//! Where it sits: every RPC in [`crate::rpc`] and [`crate::session`] turns a
+//! [`tonic::Status`] into an [`Error`] here. Contention is never an error: a busy
+//! lock is [`crate::Acquire::Busy`], a wait that ran out is
+//! [`crate::Acquire::TimedOut`]. [`WithLockError`] is the error of
+//! [`crate::Client::with_lock`], which adds "not acquired" and "lease lost" to
+//! [`Error`].
+
+use std::error::Error as StdError;
+use std::time::Duration;
+
+use tonic::{Code, Status};
+
+use crate::lease::LeaseLost;
+
+/// Why a client operation failed. The operation's outcome is then unknown only for
+/// [`Error::Timeout`] and [`Error::Unavailable`]; every other variant means the
+/// server refused the request and nothing changed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The server rejected an argument: a bad lock name, TTL, wait, lock-delay,
+    /// token or request id. Retrying the same request fails the same way.
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+    /// The lease is gone (never granted, revoked, or expired).
+    #[error("lease not found: {0}")]
+    LeaseNotFound(String),
+    /// The server stayed unavailable (no leader, shutting down, unreachable) until
+    /// the operation's deadline, across retries with the same request id. The
+    /// request may or may not have taken effect.
+    #[error("server unavailable: {0}")]
+    Unavailable(String),
+    /// The first connection to the server could not be made.
+    #[error("cannot connect: {0}")]
+    Connect(String),
+    /// The operation's deadline passed without an answer. The request may or may
+    /// not have taken effect.
+    #[error("timed out waiting for the server")]
+    Timeout,
+    /// The server answered something this client does not understand (a missing
+    /// field, an unknown outcome).
+    #[error("protocol error: {0}")]
+    Protocol(String),
+    /// Any other gRPC status the server returned (`code: message`).
+    #[error("server error: {0}")]
+    Server(String),
+}
+
+impl Error {
+    /// Maps a final (non-retried) gRPC status to an error.
+    pub(crate) fn from_status(status: &Status) -> Error {
+        let msg = status.message().to_string();
+        match status.code() {
+            _ if is_local_timeout(status) => Error::Timeout,
+            Code::InvalidArgument => Error::InvalidArgument(msg),
+            Code::NotFound => Error::LeaseNotFound(msg),
+            Code::Unavailable => Error::Unavailable(msg),
+            Code::DeadlineExceeded => Error::Timeout,
+            code => Error::Server(format!("{code:?}: {msg}")),
+        }
+    }
+
+    /// True when the outcome of the failed request is unknown (it may have been
+    /// applied): the caller may retry with the same request id.
+    pub fn is_transient(&self) -> bool {
+        matches!(self, Error::Unavailable(_) | Error::Timeout)
+    }
+}
+
+/// Should a call that failed with `status` be retried (with the same request id)?
+///
+/// `UNAVAILABLE` always is. A status that the transport produced locally (it has a
+/// source error: a connection reset, a broken HTTP/2 stream) is too, whatever its
+/// code, because the server never answered. A status the server sent never has a
+/// source. The client's own deadline (tonic's `TimeoutExpired`) is not retried.
+pub(crate) fn is_retryable(status: &Status) -> bool {
+    match status.code() {
+        Code::Unavailable => true,
+        Code::Unknown | Code::Internal | Code::Cancelled => status.source().is_some() && !is_local_timeout(status),
+        _ => false,
+    }
+}
+
+/// Did the status come from tonic's client-side `grpc-timeout` enforcement?
+fn is_local_timeout(status: &Status) -> bool {
+    let mut source: Option<&(dyn StdError + 'static)> = status.source();
+    while let Some(err) = source {
+        if err.is::<tonic::TimeoutExpired>() {
+            return true;
+        }
+        source = err.source();
+    }
+    false
+}
+
+/// Why [`crate::Client::with_lock`] did not run its closure, or stopped it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum WithLockError {
+    /// The lock was not acquired: it was busy, or the wait ran out. The closure did
+    /// not run.
+    #[error("lock not acquired: {0}")]
+    NotAcquired(NotAcquired),
+    /// The lease was lost while the closure ran: the closure's future was dropped
+    /// (cancelled) at its next await point, and its work may be partly done.
+    #[error("lease lost while holding the lock: {0}")]
+    LeaseLost(LeaseLost),
+    /// An RPC failed (acquiring the lock or granting the lease).
+    #[error(transparent)]
+    Client(#[from] Error),
+}
+
+/// The contention outcomes of an acquire, for [`WithLockError::NotAcquired`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NotAcquired {
+    /// `wait` was zero and the lock was held, or closed by lock-delay.
+    Busy {
+        /// The holder's lease, if the lock is held.
+        holder_lease: Option<u64>,
+        /// The holder's fencing token, if the lock is held.
+        holder_token: Option<u64>,
+        /// Time until a lock-delay reopens the lock, if one is running.
+        reopens_in: Option<Duration>,
+        /// Number of queued requests.
+        waiters: u32,
+    },
+    /// The wait ran out before the lock was granted.
+    TimedOut,
+}
+
+impl std::fmt::Display for NotAcquired {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            NotAcquired::Busy { holder_lease: Some(lease), holder_token: Some(token), .. } => {
+                write!(f, "busy (held by lease {lease} under token {token})")
+            }
+            NotAcquired::Busy { reopens_in: Some(d), .. } => {
+                write!(f, "busy (closed by lock-delay for {} ms)", d.as_millis())
+            }
+            NotAcquired::Busy { .. } => write!(f, "busy"),
+            NotAcquired::TimedOut => write!(f, "wait timed out"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn server_codes_map_to_variants() {
+        let cases = [
+            (Status::invalid_argument("bad ttl"), Error::InvalidArgument("bad ttl".into())),
+            (Status::not_found("lease 7"), Error::LeaseNotFound("lease 7".into())),
+            (Status::unavailable("no leader"), Error::Unavailable("no leader".into())),
+            (Status::deadline_exceeded("late"), Error::Timeout),
+            (Status::internal("boom"), Error::Server("Internal: boom".into())),
+        ];
+        for (status, want) in cases {
+            assert_eq!(Error::from_status(&status), want, "{status:?}");
+        }
+    }
+
+    #[test]
+    fn only_unavailable_is_retried_when_the_server_answered() {
+        assert!(is_retryable(&Status::unavailable("no leader")));
+        // Sent by the server (no source): a real answer, not retried.
+        assert!(!is_retryable(&Status::internal("boom")));
+        assert!(!is_retryable(&Status::unknown("?")));
+        assert!(!is_retryable(&Status::not_found("gone")));
+        assert!(!is_retryable(&Status::invalid_argument("bad")));
+    }
+
+    #[test]
+    fn local_transport_failures_are_retried() {
+        let io = std::io::Error::new(std::io::ErrorKind::ConnectionReset, "reset");
+        let status = Status::from_error(Box::new(io));
+        assert_eq!(status.code(), Code::Unknown);
+        assert!(is_retryable(&status));
+    }
+
+    #[test]
+    fn local_deadline_is_a_timeout_and_not_retried() {
+        let status = Status::from_error(Box::new(tonic::TimeoutExpired(())));
+        assert!(!is_retryable(&status));
+        assert_eq!(Error::from_status(&status), Error::Timeout);
+    }
+
+    #[test]
+    fn transient_errors_are_the_unknown_outcomes() {
+        assert!(Error::Timeout.is_transient());
+        assert!(Error::Unavailable("x".into()).is_transient());
+        assert!(!Error::LeaseNotFound("x".into()).is_transient());
+    }
+}

@@ -1,0 +1,171 @@
+//! [`LockGuard`]: a held lock, its fencing token, and the signal of its loss.
+//!
+//! Where it sits: [`crate::LockRequest::acquire`] returns one per grant. The guard
+//! holds a user count on the client's shared lease for its TTL (see
+//! [`crate::registry`]), so the watchdog keeps renewing while any guard lives.
+//! Releasing consumes the guard; dropping it releases in the background.
+
+use std::fmt;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::client::Client;
+use crate::error::Error;
+use crate::lease::{LeaseLost, LeaseWatch};
+use crate::metrics;
+use crate::registry::LeaseHandle;
+use crate::types::Acquired;
+
+/// A held lock.
+///
+/// * [`token`](LockGuard::token) is the fencing token: pass it to the protected
+///   resource with every write, and let the resource reject lower tokens.
+/// * [`lost`](LockGuard::lost) resolves when the lease is lost; after that the
+///   lock may be granted to someone else. Select on it next to your work.
+/// * [`deadline`](LockGuard::deadline) is the latest instant until which the
+///   client can prove it holds the lock.
+///
+/// # Release
+/// [`release`](LockGuard::release) releases the lock and reports whether it was
+/// still held. Dropping the guard without releasing it releases the lock in the
+/// background, on the current tokio runtime (or the one the client was created
+/// on); if no runtime runs any more, the lock is freed when the lease expires on
+/// the server, one TTL after the last keep-alive. When the last guard of a lease
+/// is gone, the lease is revoked too.
+pub struct LockGuard {
+    name: String,
+    lease_id: u64,
+    token: u64,
+    waited: Duration,
+    watch: LeaseWatch,
+    /// `None` once released.
+    held: Option<Held>,
+}
+
+struct Held {
+    client: Client,
+    /// Held for its `Drop`: one user of the shared lease, which stays alive (and
+    /// renewed) until the last user is gone.
+    #[allow(dead_code)]
+    lease: LeaseHandle,
+    acquired_at: Instant,
+}
+
+impl LockGuard {
+    pub(crate) fn new(client: Client, grant: Acquired, lease: LeaseHandle) -> LockGuard {
+        LockGuard {
+            name: grant.lock,
+            lease_id: grant.lease_id,
+            token: grant.token,
+            waited: grant.waited,
+            watch: LeaseWatch::new(lease.cell().clone()),
+            held: Some(Held { client, lease, acquired_at: Instant::now() }),
+        }
+    }
+
+    /// The lock name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The fencing token of this grant: strictly greater than every token the
+    /// service issued before it, for any lock.
+    pub fn token(&self) -> u64 {
+        self.token
+    }
+
+    /// The lease the lock is bound to (shared by this client's locks with the same TTL).
+    pub fn lease_id(&self) -> u64 {
+        self.lease_id
+    }
+
+    /// Time the request spent in the server's queue before the grant.
+    pub fn waited(&self) -> Duration {
+        self.waited
+    }
+
+    /// The conservative deadline of the lease: when the request that last confirmed
+    /// it (grant or keep-alive) was sent, plus the TTL. The watchdog moves it
+    /// forward about every TTL/3. Until it passes, the lock cannot have been
+    /// granted to anyone else (clock drift aside); at it, [`lost`](Self::lost)
+    /// fires unless a keep-alive confirmed the lease again.
+    pub fn deadline(&self) -> Instant {
+        self.watch.deadline()
+    }
+
+    /// Resolves when the lease, and so this lock, is lost: when the server reports
+    /// the lease gone (noticed at the next keep-alive, within about TTL/3), when
+    /// this client revokes it, or at [`deadline`](Self::deadline) if no keep-alive
+    /// confirmed it by then. Resolves at once if already lost. It always fires on
+    /// loss: the timer runs in the future itself, not only in the watchdog.
+    pub async fn lost(&self) -> LeaseLost {
+        self.watch.lost().await
+    }
+
+    /// True once the lease is lost (including a passed deadline).
+    pub fn is_lost(&self) -> bool {
+        self.watch.is_lost()
+    }
+
+    /// A handle on the lease state to move into another task.
+    pub fn lease_watch(&self) -> LeaseWatch {
+        self.watch.clone()
+    }
+
+    /// Releases the lock. `Ok(true)`: it was held and is now free. `Ok(false)`:
+    /// this guard was not the holder any more (the lease was lost). An error means
+    /// the outcome is unknown; the lock is then freed when the lease is revoked or
+    /// expires.
+    pub async fn release(mut self) -> Result<bool, Error> {
+        let Some(held) = self.held.take() else { return Ok(false) };
+        metrics::hold(held.acquired_at.elapsed());
+        if let Some(reason) = self.watch.lost_reason() {
+            if reason == LeaseLost::Expired {
+                // The server may still hold it: free it for others.
+                spawn_release(held, self.name.clone(), self.lease_id, self.token);
+            }
+            return Ok(false);
+        }
+        let released = held.client.release_raw(&self.name, self.lease_id, self.token).await;
+        if let Ok(false) = released {
+            tracing::debug!(lock = %self.name, token = self.token, "fencelock: released a lock no longer held");
+        }
+        drop(held); // after the release, so the lease outlives it
+        released
+    }
+}
+
+/// Releases in the background, then drops the lease handle.
+fn spawn_release(held: Held, name: String, lease_id: u64, token: u64) {
+    let runtime = held.client.runtime();
+    runtime.spawn(async move {
+        if let Err(e) = held.client.release_raw(&name, lease_id, token).await {
+            tracing::debug!(lock = %name, token, error = %e, "fencelock: background release failed");
+        }
+        drop(held);
+    });
+}
+
+impl Drop for LockGuard {
+    fn drop(&mut self) {
+        if let Some(held) = self.held.take() {
+            metrics::hold(held.acquired_at.elapsed());
+            if self.watch.lost_reason().is_some_and(|r| r != LeaseLost::Expired) {
+                return; // the server has dropped the grant already
+            }
+            spawn_release(held, std::mem::take(&mut self.name), self.lease_id, self.token);
+        }
+    }
+}
+
+impl fmt::Debug for LockGuard {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LockGuard")
+            .field("name", &self.name)
+            .field("lease_id", &self.lease_id)
+            .field("token", &self.token)
+            .field("lost", &self.watch.lost_reason())
+            .finish_non_exhaustive()
+    }
+}

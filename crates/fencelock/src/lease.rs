@@ -1,0 +1,406 @@
+//! Leases on the client side: the lease state signal, the conservative local
+//! deadline, and the watchdog that keeps a lease alive.
+//!
+//! Where it sits: [`crate::registry`] shares one lease per TTL between the guards
+//! of a [`crate::Client`]; each lease is a [`LeaseCell`] with one watchdog task.
+//! Every [`crate::LockGuard`] on the lease reads the same cell through a
+//! [`LeaseWatch`].
+//!
+//! # The deadline
+//! The server moves a lease's deadline to `handled + ttl` when it handles a grant
+//! or keep-alive, and it handles the request after the client sent it. So the
+//! client counts `sent + ttl`, from the moment it *sent* the first attempt of the
+//! request the server confirmed: that is never later than the server's own
+//! deadline (clock drift aside). Until then the holder can prove that it holds
+//! its locks; after it, it cannot.
+//!
+//! # Loss
+//! A lease is lost, once and for good, when the server answers `NOT_FOUND` to a
+//! keep-alive ([`LeaseLost::NotFound`]), when the deadline passes without a
+//! confirmed keep-alive ([`LeaseLost::Expired`]), when this client revokes it
+//! ([`LeaseLost::Revoked`]), or when the client closes it after its last lock was
+//! released ([`LeaseLost::Closed`]). [`LeaseWatch::lost`] fires for each of these,
+//! and it fires at the deadline by its own timer even if the watchdog task is
+//! stalled: loss is never silent.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use fencelock_proto::v1::{GrantLeaseRequest, KeepAliveRequest, RevokeLeaseRequest};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+use crate::backoff::renew_interval;
+use crate::error::Error;
+use crate::metrics;
+use crate::rpc::{new_request_id, request, Rpc};
+use crate::types::{ms, to_ms};
+
+/// Why a lease, and every lock bound to it, was lost.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, thiserror::Error)]
+#[non_exhaustive]
+pub enum LeaseLost {
+    /// The local deadline passed without a confirmed keep-alive: the client can no
+    /// longer prove it holds the lease (the server may or may not have expired it).
+    #[error("the lease deadline passed without a confirmed keep-alive")]
+    Expired,
+    /// The server no longer knows the lease: it expired there, or someone revoked it.
+    #[error("the server no longer knows the lease (expired or revoked)")]
+    NotFound,
+    /// This client revoked the lease ([`crate::Client::revoke_lease`]).
+    #[error("the lease was revoked by this client")]
+    Revoked,
+    /// The client revoked the lease after the last lock on it was released.
+    #[error("the lease was closed after its last lock was released")]
+    Closed,
+}
+
+impl LeaseLost {
+    fn label(self) -> &'static str {
+        match self {
+            LeaseLost::Expired => "expired",
+            LeaseLost::NotFound => "not_found",
+            LeaseLost::Revoked => "revoked",
+            LeaseLost::Closed => "closed",
+        }
+    }
+}
+
+/// What the client knows about one lease. Pure values: the transitions are
+/// functions, tested without a clock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct LeaseState {
+    /// `sent + ttl` of the last confirmed grant or keep-alive.
+    pub deadline: Instant,
+    /// Set once, for good.
+    pub lost: Option<LeaseLost>,
+}
+
+impl LeaseState {
+    /// After the server confirmed a request sent at `sent` with `ttl`: the later of
+    /// the two deadlines. A lost lease stays lost.
+    pub fn confirmed(self, sent: Instant, ttl: Duration) -> LeaseState {
+        match self.lost {
+            Some(_) => self,
+            None => LeaseState { deadline: self.deadline.max(sent + ttl), lost: None },
+        }
+    }
+
+    /// At `now`: lost as [`LeaseLost::Expired`] if the deadline has passed.
+    pub fn at(self, now: Instant) -> LeaseState {
+        match self.lost {
+            None if now >= self.deadline => LeaseState { lost: Some(LeaseLost::Expired), ..self },
+            _ => self,
+        }
+    }
+
+    /// Lost for `reason`, unless it was lost already.
+    pub fn lose(self, reason: LeaseLost) -> LeaseState {
+        LeaseState { lost: Some(self.lost.unwrap_or(reason)), ..self }
+    }
+}
+
+/// One lease, shared by the watchdog and every guard on it.
+#[derive(Debug)]
+pub(crate) struct LeaseCell {
+    pub id: u64,
+    pub ttl: Duration,
+    state: watch::Sender<LeaseState>,
+}
+
+impl LeaseCell {
+    pub fn new(id: u64, ttl: Duration, deadline: Instant) -> Arc<LeaseCell> {
+        let (state, _) = watch::channel(LeaseState { deadline, lost: None });
+        Arc::new(LeaseCell { id, ttl, state })
+    }
+
+    /// The state now (an expired deadline is applied first).
+    pub fn state(&self) -> LeaseState {
+        self.transition(|s| s.at(Instant::now()));
+        *self.state.borrow()
+    }
+
+    pub fn is_lost(&self) -> bool {
+        self.state().lost.is_some()
+    }
+
+    /// Records a confirmation of a request sent at `sent`. False if the lease was
+    /// already lost (a late confirmation does not revive it).
+    pub fn confirm(&self, sent: Instant, ttl: Duration) -> bool {
+        let now = Instant::now();
+        self.transition(|s| s.at(now).confirmed(sent, ttl));
+        self.state.borrow().lost.is_none()
+    }
+
+    /// Marks the lease lost for `reason` (no-op if it is lost already).
+    pub fn lose(&self, reason: LeaseLost) {
+        self.transition(|s| s.lose(reason));
+    }
+
+    /// Applies `f`; publishes and counts a loss if it happens now.
+    fn transition(&self, f: impl FnOnce(LeaseState) -> LeaseState) {
+        let mut newly_lost = None;
+        self.state.send_if_modified(|s| {
+            let next = f(*s);
+            if s.lost.is_none() {
+                newly_lost = next.lost;
+            }
+            let changed = next != *s;
+            *s = next;
+            changed
+        });
+        if let Some(reason) = newly_lost {
+            if reason != LeaseLost::Closed {
+                tracing::warn!(lease = self.id, %reason, "fencelock: lease lost");
+                metrics::lease_lost(reason.label());
+            }
+        }
+    }
+}
+
+/// A read-only handle on a lease's state: its deadline and its loss signal.
+///
+/// Cheap to clone, `Send + Sync + 'static`: move it into another task to stop work
+/// there when the lease is lost. Every [`crate::LockGuard`] of a lease sees the
+/// same state.
+#[derive(Debug, Clone)]
+pub struct LeaseWatch {
+    cell: Arc<LeaseCell>,
+}
+
+impl LeaseWatch {
+    pub(crate) fn new(cell: Arc<LeaseCell>) -> LeaseWatch {
+        LeaseWatch { cell }
+    }
+
+    /// The lease id.
+    pub fn lease_id(&self) -> u64 {
+        self.cell.id
+    }
+
+    /// The lease's TTL, as granted.
+    pub fn ttl(&self) -> Duration {
+        self.cell.ttl
+    }
+
+    /// The conservative deadline: the moment the request that last confirmed the
+    /// lease (grant or keep-alive) was *sent*, plus the TTL. The server's deadline
+    /// is never earlier. After a loss, the last deadline the client had.
+    pub fn deadline(&self) -> Instant {
+        self.cell.state().deadline
+    }
+
+    /// Why the lease was lost, or `None` while it is live (the deadline is checked
+    /// against the clock, so this is `Some(Expired)` as soon as it passes).
+    pub fn lost_reason(&self) -> Option<LeaseLost> {
+        self.cell.state().lost
+    }
+
+    /// True once the lease is lost.
+    pub fn is_lost(&self) -> bool {
+        self.lost_reason().is_some()
+    }
+
+    /// Resolves when the lease is lost, with the reason: at once if it is lost
+    /// already; when the server answers `NOT_FOUND` to a keep-alive (within about
+    /// TTL/3 of the revocation); when the lease is revoked or closed by this
+    /// client; and at the latest at [`LeaseWatch::deadline`] if no keep-alive
+    /// confirmed the lease by then. It never resolves while the lease is provably
+    /// held. Cancel-safe.
+    pub async fn lost(&self) -> LeaseLost {
+        let mut rx = self.cell.state.subscribe();
+        loop {
+            // Mark the current value seen first, so that any later change wakes us.
+            rx.borrow_and_update();
+            let state = self.cell.state();
+            if let Some(reason) = state.lost {
+                return reason;
+            }
+            tokio::select! {
+                // Cannot fail: `self.cell` owns the sender.
+                _ = rx.changed() => {}
+                _ = tokio::time::sleep_until(state.deadline) => {}
+            }
+        }
+    }
+}
+
+/// Grants a lease of `ttl` before `deadline`. Returns the cell and the send time
+/// of the grant's first attempt (what the deadline counts from).
+pub(crate) async fn grant(rpc: &Rpc, ttl: Duration, deadline: Instant) -> Result<(Arc<LeaseCell>, Instant), Error> {
+    let msg = GrantLeaseRequest { request_id: new_request_id(), ttl_ms: to_ms(ttl) };
+    let sent = Instant::now();
+    let resp =
+        rpc.call("grant_lease", deadline, |mut c, left| async move { c.grant_lease(request(msg, left)).await }).await?;
+    if resp.lease_id == 0 {
+        return Err(Error::Protocol("GrantLeaseResponse with lease id 0".into()));
+    }
+    let ttl = if resp.ttl_ms > 0 { ms(resp.ttl_ms) } else { ttl };
+    Ok((LeaseCell::new(resp.lease_id, ttl, sent + ttl), sent))
+}
+
+/// Revokes `lease_id`, with retries until the RPC deadline.
+pub(crate) async fn revoke(rpc: &Rpc, lease_id: u64) -> Result<(), Error> {
+    let msg = RevokeLeaseRequest { request_id: new_request_id(), lease_id };
+    rpc.call("revoke_lease", rpc.deadline(), |mut c, left| async move { c.revoke_lease(request(msg, left)).await })
+        .await
+        .map(|_| ())
+}
+
+/// Revokes `lease_id` in the background; failures are logged (the lease then
+/// expires on the server after its TTL, as nobody renews it).
+pub(crate) fn spawn_revoke(runtime: &tokio::runtime::Handle, rpc: Rpc, lease_id: u64) {
+    runtime.spawn(async move {
+        match revoke(&rpc, lease_id).await {
+            Ok(()) | Err(Error::LeaseNotFound(_)) => {}
+            Err(e) => tracing::debug!(lease = lease_id, error = %e, "fencelock: revoke failed"),
+        }
+    });
+}
+
+/// Starts the watchdog of `cell`, whose last confirmed request was sent at `sent`.
+pub(crate) fn spawn_watchdog(rpc: Rpc, cell: Arc<LeaseCell>, sent: Instant) -> JoinHandle<()> {
+    tokio::spawn(watchdog(rpc, cell, sent))
+}
+
+/// Keeps the lease alive until it is lost (or the task is aborted by the
+/// registry when the last guard goes). Renews [`renew_interval`] after the last
+/// confirmed send; after a failed round, retries with backoff until the deadline.
+async fn watchdog(rpc: Rpc, cell: Arc<LeaseCell>, mut last_sent: Instant) {
+    let mut failures = 0u32;
+    loop {
+        let next = match failures {
+            0 => last_sent + renew_interval(cell.ttl, fastrand::f64()),
+            n => Instant::now() + rpc.backoff().delay(n - 1, fastrand::f64()),
+        };
+        let state = cell.state();
+        if state.lost.is_some() {
+            break;
+        }
+        tokio::time::sleep_until(next.min(state.deadline)).await;
+        if cell.is_lost() {
+            break;
+        }
+        let sent = Instant::now();
+        // A round may take a third of the TTL, so that a hung attempt leaves room
+        // for another round before the deadline.
+        let round_end = (sent + rpc.rpc_timeout.min(cell.ttl / 3)).min(cell.state().deadline);
+        match keep_alive(&rpc, cell.id, round_end).await {
+            Ok(ttl) => {
+                metrics::renewal();
+                if !cell.confirm(sent, ttl.unwrap_or(cell.ttl)) {
+                    break;
+                }
+                last_sent = sent;
+                failures = 0;
+            }
+            Err(Error::LeaseNotFound(_)) => {
+                cell.lose(LeaseLost::NotFound);
+                break;
+            }
+            Err(e) => {
+                metrics::renewal_failure();
+                failures += 1;
+                tracing::debug!(lease = cell.id, failures, error = %e, "fencelock: keep-alive failed");
+            }
+        }
+    }
+    // Lost because the client could not prove the lease: the server may still
+    // hold it, but nobody will use its locks any more. Free them for others.
+    if cell.state().lost == Some(LeaseLost::Expired) {
+        let _ = revoke(&rpc, cell.id).await;
+    }
+}
+
+/// One keep-alive round: the confirmed TTL (None if the server sent 0).
+async fn keep_alive(rpc: &Rpc, lease_id: u64, deadline: Instant) -> Result<Option<Duration>, Error> {
+    let msg = KeepAliveRequest { request_id: new_request_id(), lease_id };
+    let resp =
+        rpc.call("keep_alive", deadline, |mut c, left| async move { c.keep_alive(request(msg, left)).await }).await?;
+    Ok((resp.ttl_ms > 0).then(|| ms(resp.ttl_ms)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const S: Duration = Duration::from_secs(1);
+
+    fn live(deadline: Instant) -> LeaseState {
+        LeaseState { deadline, lost: None }
+    }
+
+    #[test]
+    fn deadline_counts_from_the_send_time() {
+        let t0 = Instant::now();
+        let s = live(t0 + 15 * S).confirmed(t0 + 5 * S, 15 * S);
+        assert_eq!(s.deadline, t0 + 20 * S);
+    }
+
+    #[test]
+    fn a_stale_confirmation_never_moves_the_deadline_back() {
+        let t0 = Instant::now();
+        // A keep-alive sent at t0+1 confirmed after one sent at t0+5.
+        let s = live(t0 + 20 * S).confirmed(t0 + S, 15 * S);
+        assert_eq!(s.deadline, t0 + 20 * S);
+    }
+
+    #[test]
+    fn expires_exactly_at_the_deadline() {
+        let t0 = Instant::now();
+        let s = live(t0 + 15 * S);
+        assert_eq!(s.at(t0 + 15 * S - Duration::from_nanos(1)).lost, None);
+        assert_eq!(s.at(t0 + 15 * S).lost, Some(LeaseLost::Expired));
+    }
+
+    #[test]
+    fn loss_is_final_and_keeps_its_first_reason() {
+        let t0 = Instant::now();
+        let s = live(t0 + 15 * S).lose(LeaseLost::NotFound);
+        assert_eq!(s.lose(LeaseLost::Closed).lost, Some(LeaseLost::NotFound));
+        let late = s.confirmed(t0 + 10 * S, 15 * S);
+        assert_eq!(late, s, "a confirmation after the loss changes nothing");
+        assert_eq!(live(t0).at(t0).confirmed(t0, 15 * S).lost, Some(LeaseLost::Expired));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn lost_fires_at_the_deadline_without_any_watchdog() {
+        let t0 = Instant::now();
+        let cell = LeaseCell::new(7, 3 * S, t0 + 3 * S);
+        let watch = LeaseWatch::new(cell.clone());
+        assert!(!watch.is_lost());
+        assert_eq!(watch.lost().await, LeaseLost::Expired);
+        assert_eq!(Instant::now(), t0 + 3 * S);
+        assert!(watch.is_lost());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn lost_waits_for_a_moved_deadline() {
+        let t0 = Instant::now();
+        let cell = LeaseCell::new(7, 3 * S, t0 + 3 * S);
+        let watch = LeaseWatch::new(cell.clone());
+        let c = cell.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(2 * S).await;
+            assert!(c.confirm(t0 + 2 * S, 3 * S));
+        });
+        assert_eq!(watch.lost().await, LeaseLost::Expired);
+        assert_eq!(Instant::now(), t0 + 5 * S);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn lost_fires_on_a_reported_loss_before_the_deadline() {
+        let t0 = Instant::now();
+        let cell = LeaseCell::new(7, 30 * S, t0 + 30 * S);
+        let watch = LeaseWatch::new(cell.clone());
+        let c = cell.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(S).await;
+            c.lose(LeaseLost::NotFound);
+        });
+        assert_eq!(watch.lost().await, LeaseLost::NotFound);
+        assert_eq!(Instant::now(), t0 + S);
+        assert_eq!(watch.deadline(), t0 + 30 * S, "the deadline stays what it was");
+    }
+}

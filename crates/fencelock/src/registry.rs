@@ -1,0 +1,158 @@
+//! The leases of one client, shared by TTL.
+//!
+//! Where it sits: between [`crate::Client`] and [`crate::lease`]. Every acquire
+//! checks out a [`LeaseHandle`] for its TTL: the first one grants a lease and
+//! starts its watchdog; later ones with the same TTL join it while it is live, so
+//! a client sends one keep-alive per TTL, not one per lock. A handle counts as a
+//! user until it is dropped (an acquire in flight counts too, so the lease cannot
+//! be revoked under it). When the last user goes, the registry stops the
+//! watchdog and revokes the lease in the background. A lost lease stays in its
+//! slot until the next acquire with that TTL replaces it with a fresh one.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use tokio::runtime::Handle;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+use crate::error::Error;
+use crate::lease::{self, LeaseCell, LeaseLost};
+use crate::rpc::Rpc;
+use crate::types::to_ms;
+
+/// The shared leases of one client, by TTL in milliseconds.
+#[derive(Debug)]
+pub(crate) struct Registry {
+    rpc: Rpc,
+    /// Where background revokes and releases run when dropped outside a runtime.
+    runtime: Handle,
+    slots: Mutex<HashMap<u64, Slot>>,
+}
+
+#[derive(Debug, Default)]
+struct Slot {
+    /// Serializes grants for this TTL, so that concurrent first acquires share one
+    /// lease. Slots are never removed: one per TTL the client ever used.
+    gate: Arc<tokio::sync::Mutex<()>>,
+    live: Option<Entry>,
+}
+
+#[derive(Debug)]
+struct Entry {
+    cell: Arc<LeaseCell>,
+    users: usize,
+    watchdog: JoinHandle<()>,
+}
+
+/// One user of a shared lease. Dropping it may close the lease.
+#[derive(Debug)]
+pub(crate) struct LeaseHandle {
+    registry: Arc<Registry>,
+    ttl_ms: u64,
+    cell: Arc<LeaseCell>,
+}
+
+impl LeaseHandle {
+    pub fn cell(&self) -> &Arc<LeaseCell> {
+        &self.cell
+    }
+}
+
+impl Drop for LeaseHandle {
+    fn drop(&mut self) {
+        self.registry.check_in(self.ttl_ms, &self.cell);
+    }
+}
+
+impl Registry {
+    pub fn new(rpc: Rpc, runtime: Handle) -> Arc<Registry> {
+        Arc::new(Registry { rpc, runtime, slots: Mutex::default() })
+    }
+
+    pub fn runtime(&self) -> Handle {
+        Handle::try_current().unwrap_or_else(|_| self.runtime.clone())
+    }
+
+    /// A live lease of `ttl` for one more user, granting one (before `deadline`)
+    /// if there is none.
+    pub async fn check_out(self: &Arc<Self>, ttl: Duration, deadline: Instant) -> Result<LeaseHandle, Error> {
+        let ttl_ms = to_ms(ttl);
+        if let Some(h) = self.join(ttl_ms) {
+            return Ok(h);
+        }
+        let gate = self.lock().entry(ttl_ms).or_default().gate.clone();
+        let _granting = gate.lock().await;
+        if let Some(h) = self.join(ttl_ms) {
+            return Ok(h);
+        }
+        let (cell, sent) = lease::grant(&self.rpc, ttl, deadline).await?;
+        let watchdog = lease::spawn_watchdog(self.rpc.clone(), cell.clone(), sent);
+        let old = self.lock().entry(ttl_ms).or_default().live.replace(Entry { cell: cell.clone(), users: 1, watchdog });
+        if let Some(old) = old {
+            old.watchdog.abort(); // it was lost; its task is ending anyway
+        }
+        Ok(LeaseHandle { registry: self.clone(), ttl_ms, cell })
+    }
+
+    /// Joins the live lease of `ttl_ms`, if there is one.
+    fn join(self: &Arc<Self>, ttl_ms: u64) -> Option<LeaseHandle> {
+        let mut slots = self.lock();
+        let entry = slots.get_mut(&ttl_ms)?.live.as_mut()?;
+        if entry.cell.is_lost() {
+            return None;
+        }
+        entry.users += 1;
+        Some(LeaseHandle { registry: self.clone(), ttl_ms, cell: entry.cell.clone() })
+    }
+
+    /// One user of `cell` is gone; close the lease if it was the last.
+    fn check_in(&self, ttl_ms: u64, cell: &Arc<LeaseCell>) {
+        let closed = {
+            let mut slots = self.lock();
+            let Some(slot) = slots.get_mut(&ttl_ms) else { return };
+            match &mut slot.live {
+                Some(e) if Arc::ptr_eq(&e.cell, cell) => {
+                    e.users -= 1;
+                    if e.users > 0 {
+                        return;
+                    }
+                    slot.live.take()
+                }
+                // Replaced after a loss: nothing to close.
+                _ => None,
+            }
+        };
+        if let Some(entry) = closed {
+            self.close(entry);
+        }
+    }
+
+    /// Stops the watchdog and revokes the lease unless the server no longer has it.
+    fn close(&self, entry: Entry) {
+        entry.watchdog.abort();
+        let before = entry.cell.state().lost;
+        entry.cell.lose(LeaseLost::Closed);
+        if !matches!(before, Some(LeaseLost::NotFound | LeaseLost::Revoked)) {
+            lease::spawn_revoke(&self.runtime(), self.rpc.clone(), entry.cell.id);
+        }
+    }
+
+    /// Marks a lease of this client lost after it was revoked by
+    /// [`crate::Client::revoke_lease`].
+    pub fn revoked(&self, lease_id: u64) {
+        let slots = self.lock();
+        for e in slots.values().filter_map(|s| s.live.as_ref()) {
+            if e.cell.id == lease_id {
+                e.cell.lose(LeaseLost::Revoked);
+            }
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, HashMap<u64, Slot>> {
+        // A panic while holding this lock leaves the map consistent (every
+        // critical section is a single update), so poisoning is ignored.
+        self.slots.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}

@@ -1,0 +1,265 @@
+//! Plain values of the client API: lock options, acquire outcomes, and the
+//! read-only views of locks ([`LockInfo`], [`CheckResult`]).
+//!
+//! Where it sits: these mirror messages of `fencelock.v1` (see `lock.proto`) with
+//! [`Duration`]s instead of millisecond counts, so that callers never see the
+//! generated protobuf types. The `from_proto` conversions live here too.
+
+use std::time::Duration;
+
+use fencelock_proto::v1 as pb;
+
+use crate::error::{Error, NotAcquired};
+
+/// How to take a lock. The defaults: a 15 s TTL, no wait (try once), no lock-delay.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LockOptions {
+    /// Lease time-to-live (100 ms to 1 h). Locks of one [`crate::Client`] with the
+    /// same TTL share one lease and one keep-alive loop.
+    pub ttl: Duration,
+    /// How long to wait in the server's FIFO queue; zero tries once.
+    pub wait: Duration,
+    /// If the lease later expires while holding the lock (an unclean loss, not a
+    /// release), the lock stays closed to everyone for this long (at most 60 s).
+    pub lock_delay: Duration,
+}
+
+impl Default for LockOptions {
+    fn default() -> Self {
+        LockOptions { ttl: Duration::from_secs(15), wait: Duration::ZERO, lock_delay: Duration::ZERO }
+    }
+}
+
+/// The outcome of an acquire. Contention is an outcome, not an error.
+///
+/// `G` is what a grant gives: a [`crate::LockGuard`] (kept alive, released on drop)
+/// for [`crate::LockRequest::acquire`]; a bare [`Acquired`] for
+/// [`crate::Client::acquire_detached`] and [`crate::Session::acquire`].
+#[derive(Debug)]
+#[must_use = "an acquired lock is held until its guard is released or dropped"]
+pub enum Acquire<G = crate::LockGuard> {
+    /// The lock is held.
+    Acquired(G),
+    /// The wait was zero and the lock is held by someone (or closed by lock-delay).
+    Busy {
+        /// The holder's lease, if the lock is held.
+        holder_lease: Option<u64>,
+        /// The holder's fencing token, if the lock is held.
+        holder_token: Option<u64>,
+        /// Time until a lock-delay reopens the lock, if one is running.
+        reopens_in: Option<Duration>,
+        /// Number of queued requests.
+        waiters: u32,
+    },
+    /// The wait ran out before the lock could be granted.
+    TimedOut,
+}
+
+impl<G> Acquire<G> {
+    /// Applies `f` to the grant, keeping the other outcomes.
+    pub fn map<H>(self, f: impl FnOnce(G) -> H) -> Acquire<H> {
+        match self {
+            Acquire::Acquired(g) => Acquire::Acquired(f(g)),
+            Acquire::Busy { holder_lease, holder_token, reopens_in, waiters } => {
+                Acquire::Busy { holder_lease, holder_token, reopens_in, waiters }
+            }
+            Acquire::TimedOut => Acquire::TimedOut,
+        }
+    }
+
+    /// The grant, or the contention outcome as [`NotAcquired`].
+    pub fn acquired(self) -> Result<G, NotAcquired> {
+        match self {
+            Acquire::Acquired(g) => Ok(g),
+            Acquire::Busy { holder_lease, holder_token, reopens_in, waiters } => {
+                Err(NotAcquired::Busy { holder_lease, holder_token, reopens_in, waiters })
+            }
+            Acquire::TimedOut => Err(NotAcquired::TimedOut),
+        }
+    }
+
+    /// The metric label of this outcome.
+    pub(crate) fn label(&self) -> &'static str {
+        match self {
+            Acquire::Acquired(_) => "acquired",
+            Acquire::Busy { .. } => "busy",
+            Acquire::TimedOut => "timed_out",
+        }
+    }
+}
+
+/// A grant without a guard: what the server answered. Nothing keeps its lease
+/// alive or releases it; the caller owns that (e.g. with
+/// [`crate::Client::release_raw`] or [`crate::Client::revoke_lease`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Acquired {
+    /// The lock name.
+    pub lock: String,
+    /// The lease the lock is bound to.
+    pub lease_id: u64,
+    /// The fencing token of this grant.
+    pub token: u64,
+    /// Time the request spent in the server's queue.
+    pub waited: Duration,
+}
+
+/// Answer of [`crate::Client::check`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CheckResult {
+    /// True iff the token is the current grant of the lock and its lease is live.
+    pub current: bool,
+    /// The current holder's token, if the lock is held.
+    pub current_token: Option<u64>,
+}
+
+/// One lock as the server sees it. A lock nobody holds or waits for has no holder
+/// and no waiters.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LockInfo {
+    pub name: String,
+    pub holder: Option<Holder>,
+    /// Time until a lock-delay reopens the lock, if one is running.
+    pub reopens_in: Option<Duration>,
+    /// Queued requests, first in line first.
+    pub waiters: Vec<Waiter>,
+}
+
+/// The current holder of a lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Holder {
+    pub lease_id: u64,
+    pub token: u64,
+    /// Time since the grant.
+    pub held: Duration,
+    /// Time until the holder's lease expires unless renewed.
+    pub ttl_left: Duration,
+    /// Lock-delay that applies if this lease expires while holding.
+    pub lock_delay: Duration,
+}
+
+/// A queued acquire.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Waiter {
+    pub lease_id: u64,
+    /// Time in the queue so far.
+    pub waited: Duration,
+    /// Time until this wait times out.
+    pub wait_left: Duration,
+}
+
+pub(crate) fn ms(v: u64) -> Duration {
+    Duration::from_millis(v)
+}
+
+/// A duration as whole milliseconds for the wire, rounded up so that a non-zero
+/// duration never becomes "zero" (which means "try once" or "none").
+pub(crate) fn to_ms(d: Duration) -> u64 {
+    let ms = d.as_millis();
+    let ms = if d.as_nanos().is_multiple_of(1_000_000) { ms } else { ms + 1 };
+    u64::try_from(ms).unwrap_or(u64::MAX)
+}
+
+impl From<pb::Holder> for Holder {
+    fn from(h: pb::Holder) -> Self {
+        Holder {
+            lease_id: h.lease_id,
+            token: h.token,
+            held: ms(h.held_ms),
+            ttl_left: ms(h.ttl_left_ms),
+            lock_delay: ms(h.lock_delay_ms),
+        }
+    }
+}
+
+impl From<pb::Waiter> for Waiter {
+    fn from(w: pb::Waiter) -> Self {
+        Waiter { lease_id: w.lease_id, waited: ms(w.waited_ms), wait_left: ms(w.wait_left_ms) }
+    }
+}
+
+impl From<pb::LockInfo> for LockInfo {
+    fn from(l: pb::LockInfo) -> Self {
+        LockInfo {
+            name: l.name,
+            holder: l.holder.map(Holder::from),
+            reopens_in: l.reopens_in_ms.map(ms),
+            waiters: l.waiters.into_iter().map(Waiter::from).collect(),
+        }
+    }
+}
+
+impl From<pb::CheckResponse> for CheckResult {
+    fn from(c: pb::CheckResponse) -> Self {
+        CheckResult { current: c.current, current_token: c.current_token }
+    }
+}
+
+/// Decodes an `AcquireResponse`. A missing outcome is a protocol error.
+pub(crate) fn acquire_from_proto(resp: pb::AcquireResponse) -> Result<Acquire<Acquired>, Error> {
+    use pb::acquire_response::Outcome;
+    match resp.outcome {
+        Some(Outcome::Acquired(a)) => Ok(Acquire::Acquired(Acquired {
+            lock: a.lock,
+            lease_id: a.lease_id,
+            token: a.token,
+            waited: ms(a.waited_ms),
+        })),
+        Some(Outcome::Busy(b)) => Ok(Acquire::Busy {
+            holder_lease: b.holder.map(|h| h.lease_id),
+            holder_token: b.holder.map(|h| h.token),
+            reopens_in: b.reopens_in_ms.map(ms),
+            waiters: b.waiters,
+        }),
+        Some(Outcome::TimedOut(_)) => Ok(Acquire::TimedOut),
+        None => Err(Error::Protocol("AcquireResponse without an outcome".into())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_round_up_to_whole_milliseconds() {
+        assert_eq!(to_ms(Duration::ZERO), 0);
+        assert_eq!(to_ms(Duration::from_micros(1)), 1);
+        assert_eq!(to_ms(Duration::from_millis(1500)), 1500);
+        assert_eq!(to_ms(Duration::from_micros(1_500_001)), 1501);
+        assert_eq!(to_ms(Duration::MAX), u64::MAX);
+    }
+
+    #[test]
+    fn busy_outcome_carries_the_holder() {
+        let resp = pb::AcquireResponse {
+            outcome: Some(pb::acquire_response::Outcome::Busy(pb::Busy {
+                holder: Some(pb::Holder { lease_id: 4, token: 9, ..Default::default() }),
+                reopens_in_ms: None,
+                waiters: 2,
+            })),
+        };
+        match acquire_from_proto(resp).unwrap() {
+            Acquire::Busy { holder_lease, holder_token, reopens_in, waiters } => {
+                assert_eq!((holder_lease, holder_token, reopens_in, waiters), (Some(4), Some(9), None, 2));
+            }
+            other => panic!("expected busy, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn missing_outcome_is_a_protocol_error() {
+        let got = acquire_from_proto(pb::AcquireResponse { outcome: None });
+        assert!(matches!(got, Err(Error::Protocol(_))));
+    }
+
+    #[test]
+    fn acquired_maps_contention_to_not_acquired() {
+        let busy: Acquire<()> =
+            Acquire::Busy { holder_lease: None, holder_token: None, reopens_in: Some(ms(30)), waiters: 0 };
+        assert_eq!(
+            busy.acquired(),
+            Err(NotAcquired::Busy { holder_lease: None, holder_token: None, reopens_in: Some(ms(30)), waiters: 0 })
+        );
+        assert_eq!(Acquire::<()>::TimedOut.acquired(), Err(NotAcquired::TimedOut));
+        assert_eq!(Acquire::Acquired(5).map(|x| x * 2).acquired(), Ok(10));
+    }
+}
