@@ -4,7 +4,10 @@
 use std::collections::HashMap;
 
 use fencelock_proto::v1::{self as pb, lock_server, session_request::Op, session_response::Result as R};
-use tokio::{sync::mpsc, task::JoinSet};
+use tokio::{
+    sync::{mpsc, watch},
+    task::JoinSet,
+};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
@@ -16,11 +19,14 @@ const SESSION_BUFFER: usize = 4096;
 /// The `fencelock.v1.Lock` service.
 pub struct LockService {
     ops: Ops,
+    /// Turns true on shutdown: open session streams end, so a graceful shutdown
+    /// does not wait for clients to close them.
+    stop: watch::Receiver<bool>,
 }
 
 impl LockService {
-    pub fn new(ops: Ops) -> Self {
-        Self { ops }
+    pub fn new(ops: Ops, stop: watch::Receiver<bool>) -> Self {
+        Self { ops, stop }
     }
 }
 
@@ -62,7 +68,7 @@ impl lock_server::Lock for LockService {
 
     async fn session(&self, r: Request<Streaming<pb::SessionRequest>>) -> Result<Response<Self::SessionStream>, Status> {
         let (tx, rx) = mpsc::channel(SESSION_BUFFER);
-        tokio::spawn(Session::new(self.ops.clone(), tx).run(r.into_inner()));
+        tokio::spawn(Session::new(self.ops.clone(), tx).run(r.into_inner(), self.stop.clone()));
         Ok(Response::new(ReceiverStream::new(rx)))
     }
 }
@@ -85,9 +91,10 @@ impl Session {
         Self { ops, out, tasks: JoinSet::new(), acquires: HashMap::new() }
     }
 
-    async fn run(mut self, mut inbound: Streaming<pb::SessionRequest>) {
+    async fn run(mut self, mut inbound: Streaming<pb::SessionRequest>, mut stop: watch::Receiver<bool>) {
         loop {
             tokio::select! {
+                _ = stop.wait_for(|s| *s) => break,
                 msg = inbound.message() => match msg {
                     Ok(Some(m)) => self.start(m),
                     Ok(None) | Err(_) => break,

@@ -21,6 +21,9 @@ pub enum Outcome {
     Accepted,
     /// Rejected: the token was below the key's mark; nothing changed.
     Stale,
+    /// Carried out although the token was below the key's mark, because the
+    /// server runs with fencing off (`--unfenced`, for demonstrations only).
+    Unfenced,
 }
 
 /// One line of the audit log.

@@ -37,6 +37,8 @@ pub(crate) struct Store {
     /// Set when the audit log could not be written: refuse fenced requests
     /// (fail closed) until restarted.
     pub failed: AtomicBool,
+    /// Reject stale tokens (always, except in the `--unfenced` demonstration).
+    pub enforce: bool,
 }
 
 pub(crate) fn router(store: Arc<Store>) -> Router {
@@ -242,17 +244,21 @@ async fn fenced_locked(
     let _guard = store.locks.lock(key).await;
     let op = act.op();
     // 1. check and raise the fence, durably.
+    let mut outcome = (Outcome::Accepted, fencing.token);
     if let Fenced::Stale(stale) = store.fence.admit(key, fencing.token).await? {
-        log(store, op, key, fencing, Outcome::Stale, stale.highest).await?;
-        return Err(ApiError::Stale {
-            highest: stale.highest,
-            got: stale.got,
-        });
+        if store.enforce {
+            log(store, op, key, fencing, Outcome::Stale, stale.highest).await?;
+            return Err(ApiError::Stale {
+                highest: stale.highest,
+                got: stale.got,
+            });
+        }
+        outcome = (Outcome::Unfenced, stale.highest);
     }
     // 2. act on the object, durably.
     let done = act_on(store, key, act).await?;
     // 3. log, durably; 4. the caller answers 2xx.
-    log(store, op, key, fencing, Outcome::Accepted, fencing.token).await?;
+    log(store, op, key, fencing, outcome.0, outcome.1).await?;
     Ok(done)
 }
 

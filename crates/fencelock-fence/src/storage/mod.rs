@@ -84,6 +84,9 @@ pub struct Config {
     pub data_dir: PathBuf,
     /// The largest request body accepted, in bytes.
     pub max_body: usize,
+    /// Reject stale tokens. `false` only to demonstrate what goes wrong without
+    /// fencing: stale writes are then carried out and logged as `unfenced`.
+    pub enforce: bool,
 }
 
 impl Config {
@@ -92,6 +95,7 @@ impl Config {
         Self {
             data_dir: data_dir.into(),
             max_body: DEFAULT_MAX_BODY,
+            enforce: true,
         }
     }
 }
@@ -141,5 +145,6 @@ async fn open_store(config: Config) -> io::Result<http::Store> {
         locks: KeyLocks::default(),
         max_body: config.max_body,
         failed: AtomicBool::new(false),
+        enforce: config.enforce,
     })
 }

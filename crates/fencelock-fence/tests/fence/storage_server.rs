@@ -505,6 +505,7 @@ async fn concurrent_writers_agree_with_the_audit_log() {
                 );
                 assert!(e.token < e.highest, "entry {i}");
             }
+            Outcome::Unfenced => panic!("entry {i}: an enforcing server never carries out a stale write"),
         }
     }
     let by_token: HashMap<(String, u64), (String, u16, Value)> = answers
@@ -525,6 +526,7 @@ async fn concurrent_writers_agree_with_the_audit_log() {
                     )
                 )
             }
+            Outcome::Unfenced => panic!("{e:?}: an enforcing server never carries out a stale write"),
         }
     }
     let stale = log.iter().filter(|e| e.outcome == Outcome::Stale).count();
