@@ -1,0 +1,320 @@
+//! `fencelock demo`: the paused-holder scenario of Kleppmann's "How to do
+//! distributed locking" (2016), played with real processes.
+//!
+//! A lock server and a fenced storage server start on free ports with data in a
+//! temp dir. Client A (its own `fencelock` process) acquires the lock and reads
+//! the object; A is paused with SIGSTOP for longer than its TTL, so its lease
+//! expires; client B acquires with a larger token, reads, appends and writes;
+//! A resumes and writes what it computed from its old read, with its old token.
+//! With fencing the storage rejects A's write and B's write is kept; the same
+//! scenario with fencing off shows B's acknowledged write silently lost.
+//!
+//! A does not look at its lease before writing, on purpose: the pause could have
+//! hit right after such a check, which is why only the resource can stop it.
+
+use std::{
+    net::SocketAddr,
+    path::Path,
+    process::{ExitCode, Stdio},
+    time::Duration,
+};
+
+use anyhow::{bail, Context};
+use clap::Args;
+use fencelock::{Acquire, Client};
+use nix::{
+    sys::signal::{kill, Signal},
+    unistd::Pid,
+};
+use serde_json::{json, Value};
+use tokio::{
+    io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines},
+    process::{Child, ChildStdout, Command},
+    time::Instant,
+};
+
+use crate::{duration::parse_duration, exit, http::request};
+
+const LOCK: &str = "demo-ledger";
+const KEY: &str = "ledger";
+
+#[derive(Args, Debug)]
+pub struct DemoArgs {
+    /// Lease TTL of clients A and B.
+    #[arg(long, default_value = "1s", value_parser = parse_duration)]
+    ttl: Duration,
+    /// How long A stays paused; longer than the TTL.
+    #[arg(long, default_value = "2s", value_parser = parse_duration)]
+    pause: Duration,
+    /// Play only the fenced run.
+    #[arg(long)]
+    fenced_only: bool,
+}
+
+pub async fn demo(a: DemoArgs) -> anyhow::Result<ExitCode> {
+    if a.pause <= a.ttl {
+        bail!("--pause ({:?}) must be longer than --ttl ({:?}) for A's lease to expire", a.pause, a.ttl);
+    }
+    let fenced = play(true, &a).await?;
+    let unfenced = if a.fenced_only { None } else { Some(play(false, &a).await?) };
+    println!("\nresult:");
+    println!(
+        "  fencing on:  {}",
+        if fenced.lost_nothing { "nothing lost; A's stale write was rejected" } else { "AN ACKNOWLEDGED WRITE WAS LOST" }
+    );
+    if let Some(u) = unfenced {
+        println!(
+            "  fencing off: {}",
+            if u.lost_nothing { "nothing lost this time (the race did not happen)" } else { "B's acknowledged write was silently lost" }
+        );
+    }
+    Ok(ExitCode::from(if fenced.lost_nothing { exit::OK } else { exit::ERROR }))
+}
+
+struct Outcome {
+    lost_nothing: bool,
+}
+
+/// One run of the scenario, with the storage server enforcing tokens or not.
+async fn play(fencing: bool, a: &DemoArgs) -> anyhow::Result<Outcome> {
+    let tmp = tempfile::tempdir()?;
+    let lock_srv = Servers::start(tmp.path(), fencing).await?;
+    let mut tl = Timeline::new();
+    println!("\n=== the paused holder, fencing {} ===", if fencing { "ON" } else { "OFF" });
+    tl.say(format!(
+        "lock server at {}, storage at http://{} ({})",
+        lock_srv.lock_url,
+        lock_srv.storage,
+        if fencing { "rejects stale tokens" } else { "fencing off: accepts every write" }
+    ));
+
+    let mut a_proc = DemoClient::spawn("A", &lock_srv, a.ttl, Duration::ZERO, true)?;
+    a_proc.events_until(&mut tl, "ready").await?;
+    let pid = Pid::from_raw(a_proc.child.id().context("A has no pid")? as i32);
+    kill(pid, Signal::SIGSTOP)?;
+    let paused_at = Instant::now();
+    tl.say(format!("A is paused (SIGSTOP) for {:?}, longer than its {:?} TTL (a GC pause, a VM stall)", a.pause, a.ttl));
+
+    let mut b_proc = DemoClient::spawn("B", &lock_srv, a.ttl, Duration::from_secs(30), false)?;
+    b_proc.events_until(&mut tl, "exit").await?;
+    b_proc.child.wait().await?;
+
+    tokio::time::sleep_until(paused_at + a.pause).await;
+    kill(pid, Signal::SIGCONT)?;
+    tl.say("A resumes (SIGCONT); it still believes it holds the lock, and writes".into());
+    a_proc.proceed().await?;
+    a_proc.events_until(&mut tl, "exit").await?;
+    a_proc.child.wait().await?;
+
+    let (_, body) = request(lock_srv.storage, "GET", &format!("/objects/{KEY}"), &[], b"").await?;
+    let final_list: Vec<String> = serde_json::from_str(&body).unwrap_or_default();
+    tl.say(format!("final object {KEY:?}: {final_list:?}"));
+    print_audit(lock_srv.storage).await?;
+    let acked: Vec<String> = a_proc.acked.iter().chain(&b_proc.acked).cloned().collect();
+    let lost: Vec<&String> = acked.iter().filter(|e| final_list.iter().filter(|f| f == e).count() != 1).collect();
+    for e in &lost {
+        println!("  LOST: acknowledged write {e:?} is not in the final object");
+    }
+    Ok(Outcome { lost_nothing: lost.is_empty() })
+}
+
+async fn print_audit(storage: SocketAddr) -> anyhow::Result<()> {
+    let (_, log) = request(storage, "GET", "/log", &[], b"").await?;
+    println!("  storage audit log:");
+    for line in log.lines().filter(|l| !l.is_empty()) {
+        let e: Value = serde_json::from_str(line)?;
+        println!(
+            "    {:<6} {:<6} token {:<4} -> {}{}",
+            e["op"].as_str().unwrap_or("?"),
+            e["key"].as_str().unwrap_or("?"),
+            e["token"].as_u64().unwrap_or(0),
+            e["outcome"].as_str().unwrap_or("?"),
+            if e["outcome"] == "accepted" { String::new() } else { format!(" (highest seen {})", e["highest"]) }
+        );
+    }
+    Ok(())
+}
+
+/// Prints events with the time since the run started.
+struct Timeline {
+    start: Instant,
+}
+
+impl Timeline {
+    fn new() -> Self {
+        Self { start: Instant::now() }
+    }
+
+    fn say(&mut self, what: String) {
+        println!("  t={:>5} ms  {what}", self.start.elapsed().as_millis());
+    }
+}
+
+/// The lock server and the storage server of one run, as child processes.
+struct Servers {
+    lock_url: String,
+    storage: SocketAddr,
+    _children: Vec<Child>,
+}
+
+impl Servers {
+    async fn start(dir: &Path, fencing: bool) -> anyhow::Result<Self> {
+        let (grpc, http, storage) = (free_addr()?, free_addr()?, free_addr()?);
+        let exe = std::env::current_exe()?;
+        let mut lock = Command::new(&exe);
+        lock.arg("serve").arg("--data-dir").arg(dir.join("lock")).args(["--listen", &grpc.to_string(), "--http", &http.to_string()]);
+        let mut store = Command::new(&exe);
+        store.arg("storage").arg("--data-dir").arg(dir.join("storage")).args(["--listen", &storage.to_string()]);
+        if !fencing {
+            store.arg("--unfenced");
+        }
+        let mut children = Vec::new();
+        for c in [&mut lock, &mut store] {
+            children.push(c.stdout(Stdio::null()).stderr(Stdio::null()).kill_on_drop(true).spawn()?);
+        }
+        wait_healthy(http).await?;
+        wait_healthy(storage).await?;
+        Ok(Self { lock_url: format!("http://{grpc}"), storage, _children: children })
+    }
+}
+
+fn free_addr() -> anyhow::Result<SocketAddr> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?)
+}
+
+async fn wait_healthy(addr: SocketAddr) -> anyhow::Result<()> {
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_secs(20) {
+        if let Ok((200, _)) = request(addr, "GET", "/healthz", &[], b"").await {
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    bail!("server at {addr} did not become healthy")
+}
+
+/// A demo client process (`fencelock demo-client`) and what it reported.
+struct DemoClient {
+    name: &'static str,
+    child: Child,
+    lines: Lines<BufReader<ChildStdout>>,
+    /// Entries whose write the storage acknowledged (2xx).
+    acked: Vec<String>,
+}
+
+impl DemoClient {
+    fn spawn(name: &'static str, s: &Servers, ttl: Duration, wait: Duration, hold: bool) -> anyhow::Result<Self> {
+        let mut c = Command::new(std::env::current_exe()?);
+        c.args(["demo-client", "--name", name, "--server", &s.lock_url, "--storage", &s.storage.to_string()])
+            .args(["--ttl", &format!("{}ms", ttl.as_millis()), "--wait", &format!("{}ms", wait.as_millis())])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .kill_on_drop(true);
+        if hold {
+            c.arg("--hold");
+        }
+        let mut child = c.spawn()?;
+        let stdout = child.stdout.take().context("no stdout")?;
+        Ok(Self { name, child, lines: BufReader::new(stdout).lines(), acked: Vec::new() })
+    }
+
+    /// Tell a `--hold` client to go on and write.
+    async fn proceed(&mut self) -> anyhow::Result<()> {
+        let stdin = self.child.stdin.as_mut().context("no stdin")?;
+        stdin.write_all(b"write\n").await?;
+        Ok(())
+    }
+
+    /// Print this client's events until `last` (or its exit).
+    async fn events_until(&mut self, tl: &mut Timeline, last: &str) -> anyhow::Result<()> {
+        while let Some(line) = self.lines.next_line().await? {
+            let e: Value = serde_json::from_str(&line).with_context(|| format!("bad event {line:?}"))?;
+            let kind = e["event"].as_str().unwrap_or("");
+            if let Some(text) = describe(&e) {
+                tl.say(format!("{}  {text}", self.name));
+            }
+            if kind == "write" && e["status"].as_u64().is_some_and(|s| (200..300).contains(&s)) {
+                self.acked.push(e["entry"].as_str().unwrap_or_default().to_string());
+            }
+            if kind == last {
+                return Ok(());
+            }
+        }
+        if last == "exit" {
+            return Ok(());
+        }
+        bail!("client {} ended before {last:?}", self.name)
+    }
+}
+
+fn describe(e: &Value) -> Option<String> {
+    let t = &e["token"];
+    Some(match e["event"].as_str()? {
+        "acquired" => format!(
+            "acquired {LOCK:?}: token {t}, lease {} (waited {} ms)",
+            e["lease"], e["waited_ms"]
+        ),
+        "read" => format!("read {KEY:?} with token {t}: {}", e["content"]),
+        "write" => match e["status"].as_u64() {
+            Some(s) if (200..300).contains(&s) => format!("wrote {KEY:?} = {} with token {t}: accepted ({s})", e["content"]),
+            Some(409) => format!("wrote {KEY:?} = {} with token {t}: REJECTED 409 {}", e["content"], e["body"].as_str().unwrap_or_default()),
+            s => format!("write with token {t} failed: {s:?} {}", e["body"].as_str().unwrap_or_default()),
+        },
+        "released" => format!("released (token {t})"),
+        "lost" => format!("notices its lease was lost ({}): too late, the write already went out", e["reason"].as_str().unwrap_or_default()),
+        _ => return None,
+    })
+}
+
+/// `fencelock demo-client`: one side of the demo, reporting JSON lines on stdout.
+#[derive(Args, Debug)]
+pub struct DemoClientArgs {
+    #[arg(long)]
+    name: String,
+    #[arg(long)]
+    server: String,
+    #[arg(long)]
+    storage: SocketAddr,
+    #[arg(long, value_parser = parse_duration)]
+    ttl: Duration,
+    #[arg(long, value_parser = parse_duration)]
+    wait: Duration,
+    /// Between the read and the write, wait for a line on stdin.
+    #[arg(long)]
+    hold: bool,
+}
+
+pub async fn demo_client(a: DemoClientArgs) -> anyhow::Result<ExitCode> {
+    let client = Client::connect(&a.server).await?;
+    let guard = match client.lock(LOCK).ttl(a.ttl).wait(a.wait).acquire().await? {
+        Acquire::Acquired(g) => g,
+        other => bail!("{} could not acquire: {other:?}", a.name),
+    };
+    let token = guard.token();
+    emit(json!({"event": "acquired", "token": token, "lease": guard.lease_id(), "waited_ms": guard.waited().as_millis() as u64}));
+    let fencing = [("Fencing-Lock", LOCK.to_string()), ("Fencing-Token", token.to_string())];
+    let (status, body) = request(a.storage, "GET", &format!("/objects/{KEY}"), &fencing, b"").await?;
+    let mut list: Vec<String> = if status == 200 { serde_json::from_str(&body)? } else { Vec::new() };
+    emit(json!({"event": "read", "token": token, "content": list}));
+    if a.hold {
+        emit(json!({"event": "ready"}));
+        let mut line = String::new();
+        BufReader::new(tokio::io::stdin()).read_line(&mut line).await?;
+    }
+    let entry = format!("{} booked seat 7", a.name);
+    list.push(entry.clone());
+    let bytes = serde_json::to_vec(&list)?;
+    let (status, body) = request(a.storage, "PUT", &format!("/objects/{KEY}"), &fencing, &bytes).await?;
+    emit(json!({"event": "write", "token": token, "entry": entry, "content": list, "status": status, "body": body}));
+    if let Some(reason) = guard.lease_watch().lost_reason() {
+        emit(json!({"event": "lost", "token": token, "reason": reason.to_string()}));
+    } else if guard.release().await? {
+        emit(json!({"event": "released", "token": token}));
+    }
+    emit(json!({"event": "exit"}));
+    Ok(ExitCode::from(exit::OK))
+}
+
+fn emit(v: Value) {
+    println!("{v}");
+}

@@ -1,0 +1,97 @@
+//! `fencelock`: the command-line front of fencelock.
+//!
+//! `serve` runs a node; `run` runs a command under a lock; `acquire`, `release`,
+//! `locks` and `check` are for scripts and people. Exit codes are documented in
+//! [`exit`] and in the README; contention is an outcome with its own code.
+
+mod client_cmds;
+mod demo;
+mod duration;
+mod exit;
+mod http;
+mod run;
+mod serve;
+mod storage;
+
+use std::{process::ExitCode, time::Duration};
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::duration::parse_duration;
+
+/// A distributed lock service with leases, FIFO queues and fencing tokens.
+#[derive(Parser, Debug)]
+#[command(name = "fencelock", version, about, after_help = exit::HELP)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand, Debug)]
+enum Cmd {
+    /// Run a fencelock server node (a Raft group of one by default).
+    Serve(serve::ServeArgs),
+    /// Run a command while holding a lock; stop it if the lease is lost.
+    Run(run::RunArgs),
+    /// Acquire a lock on a lease of its own (not kept alive) and print the token.
+    Acquire(client_cmds::AcquireArgs),
+    /// Release a lock taken with `acquire` (compare-and-delete on lease and token).
+    Release(client_cmds::ReleaseArgs),
+    /// List held and waited-on locks.
+    Locks(client_cmds::LocksArgs),
+    /// Is TOKEN the current live grant of NAME? Exit 0 if yes, 1 if not.
+    Check(client_cmds::CheckArgs),
+    /// Run the fenced storage server (HTTP object store that rejects stale tokens).
+    Storage(storage::StorageArgs),
+    /// Play the paused-holder scenario with real processes, with and without fencing.
+    Demo(demo::DemoArgs),
+    /// One client of `demo` (internal).
+    #[command(hide = true)]
+    DemoClient(demo::DemoClientArgs),
+}
+
+/// `--server` for every client command.
+#[derive(Args, Debug, Clone)]
+pub struct ServerArg {
+    /// fencelock server URL.
+    #[arg(long, env = "FENCELOCK_SERVER", default_value = "http://127.0.0.1:7070")]
+    pub server: String,
+}
+
+/// Options shared by `run` and `acquire`.
+#[derive(Args, Debug, Clone)]
+pub struct LockArgs {
+    /// Lock name (1–512 bytes of UTF-8, no control characters).
+    pub name: String,
+    /// Lease TTL: the lock is lost this long after the holder stops renewing.
+    #[arg(long, default_value = "15s", value_parser = parse_duration, env = "FENCELOCK_TTL")]
+    pub ttl: Duration,
+    /// How long to wait in the queue if the lock is held (0s: fail at once).
+    #[arg(long, default_value = "0s", value_parser = parse_duration, env = "FENCELOCK_WAIT")]
+    pub wait: Duration,
+    /// After an unclean loss (lease expiry), keep the lock closed this long.
+    #[arg(long, default_value = "0s", value_parser = parse_duration)]
+    pub lock_delay: Duration,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => return exit::error(anyhow::anyhow!("cannot start the runtime: {e}")),
+    };
+    rt.block_on(async move {
+        let res = match cli.cmd {
+            Cmd::Serve(a) => serve::serve(a).await,
+            Cmd::Run(a) => run::run(a).await,
+            Cmd::Acquire(a) => client_cmds::acquire(a).await,
+            Cmd::Release(a) => client_cmds::release(a).await,
+            Cmd::Locks(a) => client_cmds::locks(a).await,
+            Cmd::Check(a) => client_cmds::check(a).await,
+            Cmd::Storage(a) => storage::storage(a).await,
+            Cmd::Demo(a) => demo::demo(a).await,
+            Cmd::DemoClient(a) => demo::demo_client(a).await,
+        };
+        res.unwrap_or_else(exit::error)
+    })
+}

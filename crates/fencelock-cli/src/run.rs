@@ -1,0 +1,145 @@
+//! `fencelock run NAME -- CMD…`: run a command while holding a lock.
+//!
+//! The lease is kept alive by the client's watchdog while the child runs. The child
+//! gets `FENCELOCK_LOCK`, `FENCELOCK_TOKEN` and `FENCELOCK_LEASE` in its environment
+//! (pass the token to the resource it writes). If the lease is lost, the child's
+//! process group gets SIGTERM, then SIGKILL after `--kill-grace`, and `run` exits
+//! with [`exit::LEASE_LOST`]. If this process dies, the kernel kills the child
+//! (parent-death signal), so a child never outlives the lease-keeping process.
+
+use std::{process::ExitCode, time::Duration};
+
+use anyhow::Context;
+use clap::Args;
+use fencelock::{Acquire, Client, LockGuard};
+use nix::{sys::signal::Signal, unistd::Pid};
+use tokio::{
+    process::{Child, Command},
+    signal::unix::{signal, SignalKind},
+};
+
+use crate::{duration::parse_duration, exit, LockArgs, ServerArg};
+
+#[derive(Args, Debug)]
+pub struct RunArgs {
+    #[command(flatten)]
+    server: ServerArg,
+    #[command(flatten)]
+    lock: LockArgs,
+    /// After SIGTERM, how long the child has to exit before SIGKILL.
+    #[arg(long, default_value = "5s", value_parser = parse_duration)]
+    kill_grace: Duration,
+    /// The command to run, after `--`.
+    #[arg(last = true, required = true, value_name = "CMD")]
+    cmd: Vec<String>,
+}
+
+pub async fn run(a: RunArgs) -> anyhow::Result<ExitCode> {
+    let client = Client::connect(&a.server.server)
+        .await
+        .with_context(|| format!("connecting to {}", a.server.server))?;
+    let guard = match acquire(&client, &a.lock).await? {
+        Ok(g) => g,
+        Err(code) => return Ok(code),
+    };
+    let mut child = spawn(&a.cmd, &guard).with_context(|| format!("starting {:?}", a.cmd[0]))?;
+    let pgid = child.id().map(|id| Pid::from_raw(-(id as i32)));
+    supervise(&mut child, pgid, guard, a.kill_grace).await
+}
+
+/// Acquire with the given options; a contention outcome is an exit code.
+async fn acquire(client: &Client, l: &LockArgs) -> anyhow::Result<Result<LockGuard, ExitCode>> {
+    let req = client.lock(&l.name).ttl(l.ttl).wait(l.wait).lock_delay(l.lock_delay);
+    Ok(match req.acquire().await? {
+        Acquire::Acquired(g) => Ok(g),
+        Acquire::Busy { holder_lease, holder_token, reopens_in, .. } => {
+            eprintln!("fencelock: lock {:?} is busy{}", l.name, busy_detail(holder_lease, holder_token, reopens_in));
+            Err(ExitCode::from(exit::BUSY))
+        }
+        Acquire::TimedOut => {
+            eprintln!("fencelock: timed out after {:?} waiting for lock {:?}", l.wait, l.name);
+            Err(ExitCode::from(exit::TIMED_OUT))
+        }
+    })
+}
+
+pub fn busy_detail(lease: Option<u64>, token: Option<u64>, reopens_in: Option<Duration>) -> String {
+    match (lease, token, reopens_in) {
+        (Some(l), Some(t), _) => format!(" (held by lease {l} with token {t})"),
+        (_, _, Some(d)) => format!(" (closed by lock-delay for another {d:?})"),
+        _ => String::new(),
+    }
+}
+
+fn spawn(cmd: &[String], guard: &LockGuard) -> std::io::Result<Child> {
+    let mut c = Command::new(&cmd[0]);
+    c.args(&cmd[1..])
+        .env("FENCELOCK_LOCK", guard.name())
+        .env("FENCELOCK_TOKEN", guard.token().to_string())
+        .env("FENCELOCK_LEASE", guard.lease_id().to_string())
+        .process_group(0)
+        .kill_on_drop(true);
+    // SAFETY: the closure only calls prctl(2), which is async-signal-safe.
+    unsafe {
+        c.pre_exec(|| {
+            nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(std::io::Error::from)
+        });
+    }
+    c.spawn()
+}
+
+/// Wait for the child while watching the lease; forward SIGTERM/SIGINT/SIGHUP.
+async fn supervise(
+    child: &mut Child,
+    pgid: Option<Pid>,
+    guard: LockGuard,
+    grace: Duration,
+) -> anyhow::Result<ExitCode> {
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
+    let mut hup = signal(SignalKind::hangup())?;
+    loop {
+        tokio::select! {
+            status = child.wait() => {
+                let status = status.context("waiting for the child")?;
+                if let Err(e) = guard.release().await {
+                    eprintln!("fencelock: warning: could not release the lock (its lease will expire): {e}");
+                }
+                return Ok(child_code(status));
+            }
+            reason = guard.lost() => {
+                eprintln!("fencelock: lease lost ({reason}); stopping the command");
+                stop(child, pgid, grace).await;
+                return Ok(ExitCode::from(exit::LEASE_LOST));
+            }
+            _ = term.recv() => forward(pgid, Signal::SIGTERM),
+            _ = int.recv() => forward(pgid, Signal::SIGINT),
+            _ = hup.recv() => forward(pgid, Signal::SIGHUP),
+        }
+    }
+}
+
+fn forward(pgid: Option<Pid>, sig: Signal) {
+    if let Some(p) = pgid {
+        let _ = nix::sys::signal::kill(p, sig);
+    }
+}
+
+/// SIGTERM the child's group, then SIGKILL after `grace`.
+async fn stop(child: &mut Child, pgid: Option<Pid>, grace: Duration) {
+    forward(pgid, Signal::SIGTERM);
+    if tokio::time::timeout(grace, child.wait()).await.is_err() {
+        eprintln!("fencelock: the command did not exit within {grace:?}; sending SIGKILL");
+        forward(pgid, Signal::SIGKILL);
+        let _ = child.wait().await;
+    }
+}
+
+fn child_code(status: std::process::ExitStatus) -> ExitCode {
+    use std::os::unix::process::ExitStatusExt;
+    match (status.code(), status.signal()) {
+        (Some(c), _) => ExitCode::from(c as u8),
+        (None, Some(sig)) => ExitCode::from(128u8.saturating_add(sig as u8)),
+        _ => ExitCode::from(exit::ERROR),
+    }
+}

@@ -1,0 +1,146 @@
+//! Test support: real `fencelock` processes on free ports of 127.0.0.1, with data
+//! in temp dirs, and a minimal HTTP/1.1 GET for the admin endpoint.
+#![allow(dead_code)]
+
+use std::{
+    io::{Read, Write},
+    net::{SocketAddr, TcpListener, TcpStream},
+    path::{Path, PathBuf},
+    process::{Child, Command, Output, Stdio},
+    time::{Duration, Instant},
+};
+
+/// The `fencelock` binary under test.
+pub fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_fencelock")
+}
+
+/// A free port on 127.0.0.1 (bound and released; the OS does not hand it out again
+/// at once).
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").expect("bind :0").local_addr().expect("addr").port()
+}
+
+/// A `fencelock serve` process. Killed (SIGKILL) on drop.
+pub struct Server {
+    pub dir: PathBuf,
+    pub grpc: SocketAddr,
+    pub http: SocketAddr,
+    child: Option<Child>,
+    log: PathBuf,
+}
+
+impl Server {
+    /// Start a server on free ports with its data in `dir`, and wait until healthy.
+    pub fn start(dir: &Path) -> Server {
+        let grpc = SocketAddr::from(([127, 0, 0, 1], free_port()));
+        let http = SocketAddr::from(([127, 0, 0, 1], free_port()));
+        let mut s = Server { dir: dir.to_path_buf(), grpc, http, child: None, log: dir.join("server.log") };
+        s.spawn();
+        s
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}", self.grpc)
+    }
+
+    fn spawn(&mut self) {
+        std::fs::create_dir_all(&self.dir).expect("mkdir");
+        let log = std::fs::OpenOptions::new().create(true).append(true).open(&self.log).expect("log");
+        let child = Command::new(bin())
+            .args(["serve", "--data-dir"])
+            .arg(self.dir.join("data"))
+            .args(["--listen", &self.grpc.to_string(), "--http", &self.http.to_string()])
+            .env("FENCELOCK_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("spawn fencelock serve");
+        self.child = Some(child);
+        self.wait_healthy(Duration::from_secs(20));
+    }
+
+    /// Wait until `/healthz` answers 200.
+    pub fn wait_healthy(&self, within: Duration) {
+        let start = Instant::now();
+        while start.elapsed() < within {
+            if let Ok((200, _)) = http_get(self.http, "/healthz") {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        panic!("server not healthy within {within:?}; log:\n{}", self.log_text());
+    }
+
+    /// SIGKILL the server (no shutdown of any kind) and reap it.
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// SIGKILL, then start again on the same ports and data dir.
+    pub fn restart(&mut self) {
+        self.kill();
+        self.spawn();
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("running").id()
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// Run `fencelock ARGS…` against `server` and wait for it.
+pub fn cli(server: &Server, args: &[&str]) -> Output {
+    Command::new(bin()).args(args).env("FENCELOCK_SERVER", server.url()).output().expect("run fencelock")
+}
+
+pub fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+pub fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// `GET path` over HTTP/1.1 with `Connection: close`: (status, body).
+pub fn http_get(addr: SocketAddr, path: &str) -> std::io::Result<(u16, String)> {
+    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2))?;
+    s.set_read_timeout(Some(Duration::from_secs(10)))?;
+    write!(s, "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n")?;
+    let mut buf = Vec::new();
+    s.read_to_end(&mut buf)?;
+    let text = String::from_utf8_lossy(&buf).into_owned();
+    let status = text.split(' ').nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
+    let body = text.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default();
+    Ok((status, dechunk(&body)))
+}
+
+/// Undo `Transfer-Encoding: chunked` if the body looks chunked.
+fn dechunk(body: &str) -> String {
+    let mut out = String::new();
+    let mut rest = body;
+    loop {
+        let Some((size, tail)) = rest.split_once("\r\n") else { return body.to_string() };
+        let Ok(n) = usize::from_str_radix(size.trim(), 16) else { return body.to_string() };
+        if n == 0 {
+            return out;
+        }
+        if tail.len() < n {
+            return body.to_string();
+        }
+        out.push_str(&tail[..n]);
+        rest = tail[n..].trim_start_matches("\r\n");
+    }
+}

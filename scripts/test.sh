@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# The whole fencelock test suite, as the README and .ci/run call it.
+#
+# Installs what the tests need on a fresh machine (Debian's PostgreSQL and
+# Redis, cargo-nextest), then runs every test of the workspace with nextest:
+# unit and property tests, and the end-to-end tests that start real
+# `fencelock` processes and real servers on free ports of 127.0.0.1.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+scripts/install-test-deps.sh
+if ! cargo nextest --version >/dev/null 2>&1; then
+    echo "test.sh: installing cargo-nextest"
+    cargo install cargo-nextest --locked
+fi
+
+cargo build --workspace --all-targets --locked
+cargo nextest run --workspace --locked --no-fail-fast "$@"
