@@ -39,6 +39,16 @@ impl<C: TokenChecker + ?Sized> TokenChecker for std::sync::Arc<C> {
     }
 }
 
+/// The fencelock client asks the server's `Check` RPC (linearizable: the
+/// leader confirms its leadership before answering).
+#[cfg(feature = "client")]
+#[async_trait]
+impl TokenChecker for fencelock::Client {
+    async fn check(&self, lock: &str, token: u64) -> Result<bool, BoxError> {
+        Ok(fencelock::Client::check(self, lock, token).await?.current)
+    }
+}
+
 /// The outcome of a checked act.
 #[must_use = "an act refused by the check did not happen"]
 #[derive(Debug, Clone, PartialEq, Eq)]

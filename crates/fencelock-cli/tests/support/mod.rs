@@ -95,6 +95,39 @@ impl Server {
     }
 }
 
+/// A `fencelock storage` process (the fenced object store). Killed on drop.
+pub struct Storage {
+    pub addr: SocketAddr,
+    child: Child,
+}
+
+impl Storage {
+    pub fn start(dir: &Path) -> Storage {
+        let addr = SocketAddr::from(([127, 0, 0, 1], free_port()));
+        let child = Command::new(bin())
+            .args(["storage", "--data-dir"])
+            .arg(dir)
+            .args(["--listen", &addr.to_string()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn fencelock storage");
+        let start = Instant::now();
+        while !matches!(http_get(addr, "/healthz"), Ok((200, _))) {
+            assert!(start.elapsed() < Duration::from_secs(20), "storage server not healthy");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Storage { addr, child }
+    }
+}
+
+impl Drop for Storage {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 impl Drop for Server {
     fn drop(&mut self) {
         self.kill();
@@ -116,9 +149,26 @@ pub fn stderr(o: &Output) -> String {
 
 /// `GET path` over HTTP/1.1 with `Connection: close`: (status, body).
 pub fn http_get(addr: SocketAddr, path: &str) -> std::io::Result<(u16, String)> {
+    http_request(addr, "GET", path, &[], b"")
+}
+
+/// One HTTP/1.1 request with `Connection: close`: (status, body).
+pub fn http_request(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, String)],
+    body: &[u8],
+) -> std::io::Result<(u16, String)> {
     let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2))?;
     s.set_read_timeout(Some(Duration::from_secs(10)))?;
-    write!(s, "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n")?;
+    let mut head = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Length: {}\r\n", body.len());
+    for (k, v) in headers {
+        head.push_str(&format!("{k}: {v}\r\n"));
+    }
+    head.push_str("\r\n");
+    s.write_all(head.as_bytes())?;
+    s.write_all(body)?;
     let mut buf = Vec::new();
     s.read_to_end(&mut buf)?;
     let text = String::from_utf8_lossy(&buf).into_owned();
