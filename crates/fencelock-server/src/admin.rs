@@ -48,6 +48,9 @@ struct Health {
     leader: Option<u64>,
     term: u64,
     last_applied: Option<u64>,
+    /// Why the node stopped serving (a storage failure), if it did.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<String>,
 }
 
 async fn healthz(State(a): State<Admin>) -> Response {
@@ -59,6 +62,7 @@ async fn healthz(State(a): State<Admin>) -> Response {
         leader: m.current_leader,
         term: m.current_term,
         last_applied: m.last_applied.map(|l| l.index),
+        error: m.running_state.as_ref().err().map(|e| e.to_string()),
     };
     let code = if ready { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
     (code, Json(body)).into_response()

@@ -199,6 +199,9 @@ pub struct Driver {
     retry_at: Option<Instant>,
     role: Role,
     leader_hint: Option<String>,
+    /// Set once the Raft node has stopped (a storage failure is fatal to it):
+    /// every request is then answered with this reason until a restart.
+    stopped: Option<String>,
 }
 
 struct Inflight {
@@ -246,6 +249,7 @@ impl Driver {
             retry_at: None,
             role: Role::Follower,
             leader_hint: None,
+            stopped: None,
         };
         (driver, DriverHandle { tx, ready })
     }
@@ -263,8 +267,11 @@ impl Driver {
                 biased;
                 _ = &mut shutdown => break,
                 done = wait_inflight(&mut self.inflight) => self.on_written(done),
-                changed = metrics_rx.changed() => {
-                    if changed.is_err() { break; }
+                changed = metrics_rx.changed(), if self.stopped.is_none() => {
+                    if changed.is_err() {
+                        self.stop_serving("the Raft node stopped".into());
+                        continue;
+                    }
                     let m = metrics_rx.borrow_and_update().clone();
                     self.on_metrics(&m);
                 }
@@ -290,6 +297,10 @@ impl Driver {
     }
 
     fn enqueue(&mut self, msg: Msg) {
+        if let Some(why) = &self.stopped {
+            reply(msg.reply, Err(DriverError::Unavailable(why.clone())));
+            return;
+        }
         if self.role == Role::Follower {
             let leader = self.leader_hint.clone();
             reply(msg.reply, Err(DriverError::NotLeader { leader }));
@@ -403,7 +414,21 @@ impl Driver {
         }
     }
 
+    /// Fail closed: answer everything with `why` from now on. Nothing more is
+    /// written, so the last durable state is what a restart will find.
+    fn stop_serving(&mut self, why: String) {
+        tracing::error!(reason = %why, "not serving any more; restart the server");
+        let why = format!("{why}; nothing more is written and the last durable state is kept; restart the server");
+        self.stopped = Some(why.clone());
+        self.role = Role::Follower;
+        let _ = self.ready_tx.send(false);
+        self.fail_all(DriverError::Unavailable(why));
+    }
+
     fn on_metrics(&mut self, m: &openraft::RaftMetrics<u64, openraft::BasicNode>) {
+        if let Err(fatal) = &m.running_state {
+            return self.stop_serving(format!("the server stopped after a fatal error: {fatal}"));
+        }
         let leader_id = m.current_leader;
         self.leader_hint = leader_id
             .and_then(|id| m.membership_config.membership().get_node(&id).map(|n| n.addr.clone()));

@@ -24,6 +24,8 @@ pub fn free_port() -> u16 {
 /// A `fencelock serve` process. Killed (SIGKILL) on drop.
 pub struct Server {
     pub dir: PathBuf,
+    /// The server's data directory (by default `dir/data`).
+    pub data: PathBuf,
     pub grpc: SocketAddr,
     pub http: SocketAddr,
     child: Option<Child>,
@@ -33,9 +35,21 @@ pub struct Server {
 impl Server {
     /// Start a server on free ports with its data in `dir`, and wait until healthy.
     pub fn start(dir: &Path) -> Server {
+        Self::start_with_data(dir, &dir.join("data"))
+    }
+
+    /// Like [`Server::start`], with the data directory somewhere else.
+    pub fn start_with_data(dir: &Path, data: &Path) -> Server {
         let grpc = SocketAddr::from(([127, 0, 0, 1], free_port()));
         let http = SocketAddr::from(([127, 0, 0, 1], free_port()));
-        let mut s = Server { dir: dir.to_path_buf(), grpc, http, child: None, log: dir.join("server.log") };
+        let mut s = Server {
+            dir: dir.to_path_buf(),
+            data: data.to_path_buf(),
+            grpc,
+            http,
+            child: None,
+            log: dir.join("server.log"),
+        };
         s.spawn();
         s
     }
@@ -49,7 +63,7 @@ impl Server {
         let log = std::fs::OpenOptions::new().create(true).append(true).open(&self.log).expect("log");
         let child = Command::new(bin())
             .args(["serve", "--data-dir"])
-            .arg(self.dir.join("data"))
+            .arg(&self.data)
             .args(["--listen", &self.grpc.to_string(), "--http", &self.http.to_string()])
             .env("FENCELOCK_LOG", "info")
             .stdout(Stdio::null())
@@ -84,6 +98,11 @@ impl Server {
     pub fn restart(&mut self) {
         self.kill();
         self.spawn();
+    }
+
+    /// Whether the process is still running (it has not exited or crashed).
+    pub fn is_running(&mut self) -> bool {
+        self.child.as_mut().is_some_and(|c| matches!(c.try_wait(), Ok(None)))
     }
 
     pub fn pid(&self) -> u32 {
