@@ -66,12 +66,14 @@ async fn main() -> anyhow::Result<()> {
     );
     let mut rates = Vec::new();
     for run in 1..=args.runs {
-        let before = running.as_ref().map(|r| server_batching(r.http_addr));
+        let before = match running.as_ref() {
+            Some(r) => Some(server_batching(r.http_addr).await?),
+            None => None,
+        };
         let (cycles, secs, lat) = one_run(&url, args.clients, locks, args.seconds).await?;
         let rate = cycles as f64 / secs;
         let batching = match (before, running.as_ref()) {
-            (Some(b), Some(r)) => {
-                let (e1, c1) = b.await?;
+            (Some((e1, c1)), Some(r)) => {
                 let (e2, c2) = server_batching(r.http_addr).await?;
                 format!(", {:.1} commands per log entry", (c2 - c1) as f64 / (e2 - e1).max(1) as f64)
             }

@@ -42,7 +42,14 @@ pub async fn run(a: RunArgs) -> anyhow::Result<ExitCode> {
         Ok(g) => g,
         Err(code) => return Ok(code),
     };
-    let mut child = spawn(&a.cmd, &guard).with_context(|| format!("starting {:?}", a.cmd[0]))?;
+    let mut child = match spawn(&a.cmd, &guard) {
+        Ok(c) => c,
+        Err(e) => {
+            // Release now rather than leave the lock held until its TTL runs out.
+            let _ = guard.release().await;
+            return Err(anyhow::Error::new(e).context(format!("starting {:?}", a.cmd[0])));
+        }
+    };
     let pgid = child.id().map(|id| Pid::from_raw(-(id as i32)));
     supervise(&mut child, pgid, guard, a.kill_grace).await
 }

@@ -81,4 +81,12 @@ fn cli_reports_bad_input_with_documented_exit_codes() {
     }
     let out = cli(&server, &["locks", "--json"]);
     assert_eq!(support::stdout(&out).trim(), r#"{"locks":[]}"#, "bad input changed nothing");
+
+    // A command that cannot be started: a clear error, and the lock is released
+    // at once rather than held until its TTL runs out.
+    let out = cli(&server, &["run", "job", "--ttl", "1h", "--", "/nonexistent/command"]);
+    assert_eq!(out.status.code(), Some(70), "{}", stderr(&out));
+    assert!(stderr(&out).contains("starting \"/nonexistent/command\""), "{}", stderr(&out));
+    let out = cli(&server, &["locks", "--json"]);
+    assert_eq!(support::stdout(&out).trim(), r#"{"locks":[]}"#, "the lock was released");
 }
