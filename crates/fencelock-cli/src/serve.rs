@@ -23,7 +23,7 @@ pub struct ServeArgs {
     #[arg(long, env = "FENCELOCK_NODE_ID", default_value_t = 1)]
     node_id: u64,
     /// Log filter (tracing env-filter syntax), e.g. `info` or `fencelock_server=debug`.
-    #[arg(long, env = "FENCELOCK_LOG", default_value = "info")]
+    #[arg(long, env = "FENCELOCK_LOG", default_value = "info,openraft=warn")]
     log: String,
 }
 
@@ -51,7 +51,10 @@ pub async fn serve(a: ServeArgs) -> anyhow::Result<std::process::ExitCode> {
 }
 
 pub fn init_logging(filter: &str) {
-    let filter = tracing_subscriber::EnvFilter::try_new(filter)
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
+    let filter = tracing_subscriber::EnvFilter::try_new(filter).unwrap_or_else(|e| {
+        eprintln!("fencelock: warning: log filter {filter:?} is invalid ({e}); using \"info\"");
+        tracing_subscriber::EnvFilter::new("info")
+    });
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_ansi(ansi).with_writer(std::io::stderr).try_init();
 }
