@@ -272,4 +272,29 @@ mod tests {
         check_guard::<crate::LeaseWatch>();
         check_guard::<Session>();
     }
+
+    /// Compiles only if `with_lock` (with a closure borrowing the guard) and
+    /// `acquire` can run on a multi-threaded runtime.
+    #[allow(dead_code)]
+    fn futures_are_send(client: Client) {
+        fn is_send<T: Send + 'static>(_: T) {}
+        let c = client.clone();
+        is_send(async move { c.with_lock("a", LockOptions::default(), async |g: &LockGuard| g.token()).await });
+        is_send(client.lock("a").acquire());
+    }
+
+    #[tokio::test]
+    async fn connecting_to_a_closed_port_is_a_connect_error() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        drop(listener);
+        let got = Client::builder(format!("http://{addr}")).connect_timeout(Duration::from_secs(1)).connect().await;
+        assert!(matches!(got, Err(Error::Connect(_))), "{got:?}");
+    }
+
+    #[tokio::test]
+    async fn a_malformed_url_is_an_invalid_argument() {
+        let got = Client::connect("not a url").await;
+        assert!(matches!(got, Err(Error::InvalidArgument(_))), "{got:?}");
+    }
 }

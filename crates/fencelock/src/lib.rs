@@ -92,8 +92,3 @@ pub use guard::LockGuard;
 pub use lease::{LeaseLost, LeaseWatch};
 pub use session::Session;
 pub use types::{Acquire, Acquired, CheckResult, Holder, LockInfo, LockOptions, Waiter};
-
-#[cfg(test)]
-mod client_tests;
-#[cfg(test)]
-mod mock;

@@ -16,7 +16,7 @@ use std::time::Duration;
 use fencelock_proto::v1::lock_client::LockClient;
 use tokio::time::Instant;
 use tonic::transport::Channel;
-use tonic::{Code, Response, Status};
+use tonic::{Response, Status};
 
 use crate::backoff::Backoff;
 use crate::error::{is_retryable, Error};
@@ -98,11 +98,13 @@ impl Rpc {
     }
 }
 
-/// The error once the deadline leaves no room for another retry.
+/// The error once the deadline leaves no room for another retry: the server
+/// kept refusing or dropping the call (a closed connection arrives as
+/// `Cancelled`), so it is unavailable; with no answer at all, a timeout.
 fn exhausted(last: Option<Status>) -> Error {
     match last {
-        Some(s) if s.code() != Code::Cancelled => Error::Unavailable(s.message().to_string()),
-        _ => Error::Timeout,
+        Some(s) => Error::Unavailable(s.message().to_string()),
+        None => Error::Timeout,
     }
 }
 

@@ -1,77 +1,25 @@
 //! The client against a real single-node fencelock server (started in-process on
-//! free ports with a temporary data directory).
+//! free ports with a temporary data directory): leases shared by TTL, the loss
+//! signal, guards released on drop, waiting acquires pushed by the server,
+//! `with_lock`, detached grants and sessions. Network faults (lost answers, hung
+//! keep-alives, reset connections) are in `tests/faults.rs`.
 //!
-//! Each test asserts concrete outcomes. Nothing sleeps to assert timing: tests
-//! await the future under test, or wait for a server-side condition with
+//! Each test asserts concrete outcomes, checked on the server where it matters
+//! (`describe`, `check`, and its `/metrics`). Nothing sleeps to assert timing:
+//! tests await the future under test, or wait for a server-side condition with
 //! [`eventually`], under generous timeouts.
 
-use std::future::Future;
+mod support;
+
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use fencelock::{Acquire, Client, LeaseLost, LockGuard, LockOptions, WithLockError};
+use fencelock::{Acquire, Client, Error, LeaseLost, LockGuard, LockOptions, NotAcquired, WithLockError};
 use fencelock_proto::v1 as pb;
 use fencelock_proto::v1::lock_client::LockClient;
-
-const SECS: Duration = Duration::from_secs(1);
-
-struct Server {
-    running: Option<fencelock_server::Running>,
-    url: String,
-    _dir: tempfile::TempDir,
-}
-
-impl Server {
-    async fn start() -> Server {
-        let dir = tempfile::tempdir().unwrap();
-        let running = fencelock_server::start(fencelock_server::Config::for_test(dir.path())).await.unwrap();
-        let url = format!("http://{}", running.grpc_addr);
-        // Until the node has elected itself it answers UNAVAILABLE; the client
-        // retries that, the raw and session APIs do not. Wait for it here.
-        let client = Client::connect(url.clone()).await.unwrap();
-        client.describe("ready").await.expect("the server becomes ready");
-        Server { running: Some(running), url, _dir: dir }
-    }
-
-    async fn client(&self) -> Client {
-        Client::connect(self.url.clone()).await.unwrap()
-    }
-
-    async fn stop(mut self) {
-        self.running.take().unwrap().shutdown().await;
-    }
-}
-
-async fn within<F: Future>(what: &str, f: F) -> F::Output {
-    tokio::time::timeout(20 * SECS, f).await.unwrap_or_else(|_| panic!("{what}: not within 20 s"))
-}
-
-/// Waits until `cond` holds (checked every 10 ms, up to 20 s). For conditions on
-/// server state, not for timing.
-async fn eventually<F, Fut>(what: &str, mut cond: F)
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = bool>,
-{
-    within(what, async {
-        while !cond().await {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    })
-    .await
-}
-
-fn acquired(outcome: Acquire) -> LockGuard {
-    match outcome {
-        Acquire::Acquired(g) => g,
-        other => panic!("expected a grant, got {other:?}"),
-    }
-}
-
-async fn waiters(client: &Client, name: &str) -> usize {
-    client.describe(name).await.unwrap().waiters.len()
-}
+use support::{acquired, eventually, holder, waiters, within, Server, SECS};
+use tokio::time::Instant;
 
 #[tokio::test]
 async fn acquire_and_release() {
@@ -81,16 +29,43 @@ async fn acquire_and_release() {
     assert_eq!(guard.name(), "jobs/a");
     assert!(guard.token() > 0);
     let info = client.describe("jobs/a").await.unwrap();
-    let holder = info.holder.expect("held");
-    assert_eq!((holder.lease_id, holder.token), (guard.lease_id(), guard.token()));
+    assert_eq!(info.name, "jobs/a");
+    let h = info.holder.expect("held");
+    assert_eq!((h.lease_id, h.token), (guard.lease_id(), guard.token()));
     let check = client.check("jobs/a", guard.token()).await.unwrap();
     assert!(check.current);
+    assert_eq!(check.current_token, Some(guard.token()));
+    let other = client.check("jobs/a", guard.token() + 1).await.unwrap();
+    assert!(!other.current);
+    assert_eq!(other.current_token, Some(guard.token()));
     let token = guard.token();
     assert_eq!(guard.release().await, Ok(true));
     assert_eq!(client.describe("jobs/a").await.unwrap().holder, None);
     let stale = client.check("jobs/a", token).await.unwrap();
     assert!(!stale.current);
     assert_eq!(stale.current_token, None);
+    server.stop().await;
+}
+
+/// The guard's deadline counts from the send time of the grant (never later than
+/// the server's), and releasing the last lock of a lease revokes the lease.
+#[tokio::test]
+async fn release_frees_the_lock_and_revokes_the_unused_lease() {
+    let server = Server::start().await;
+    let client = server.client().await;
+    let before = Instant::now();
+    let guard = acquired(client.lock("a").acquire().await.unwrap());
+    let after = Instant::now();
+    // The default TTL is 15 s, counted from when the grant was sent.
+    assert!(guard.deadline() >= before + 15 * SECS && guard.deadline() <= after + 15 * SECS);
+    assert!(!guard.is_lost());
+    assert_eq!(server.metric("fencelock_active_leases").await, 1);
+    let lease = guard.lease_id();
+    assert_eq!(guard.release().await, Ok(true));
+    assert_eq!(holder(&client, "a").await, None);
+    eventually("lease revoked", || async { server.metric("fencelock_active_leases").await == 0 }).await;
+    assert!(!server.lease_is_live(lease).await);
+    assert_eq!(server.metric("fencelock_lease_expirations_total").await, 0, "revoked, not expired");
     server.stop().await;
 }
 
@@ -109,20 +84,24 @@ async fn tokens_increase_across_grants() {
 }
 
 #[tokio::test]
-async fn a_held_lock_is_busy_for_another_client() {
+async fn a_held_lock_is_busy_for_another_client_and_for_its_holder() {
     let server = Server::start().await;
     let (c1, c2) = (server.client().await, server.client().await);
     let guard = acquired(c1.lock("a").acquire().await.unwrap());
-    match c2.lock("a").acquire().await.unwrap() {
-        Acquire::Busy { holder_lease, holder_token, reopens_in, waiters } => {
-            assert_eq!(holder_lease, Some(guard.lease_id()));
-            assert_eq!(holder_token, Some(guard.token()));
-            assert_eq!((reopens_in, waiters), (None, 0));
+    for client in [&c2, &c1] {
+        // Not reentrant: the holder's own client (same lease) is busy too.
+        match client.lock("a").acquire().await.unwrap() {
+            Acquire::Busy { holder_lease, holder_token, reopens_in, waiters } => {
+                assert_eq!(holder_lease, Some(guard.lease_id()));
+                assert_eq!(holder_token, Some(guard.token()));
+                assert_eq!((reopens_in, waiters), (None, 0));
+            }
+            other => panic!("expected busy, got {other:?}"),
         }
-        other => panic!("expected busy, got {other:?}"),
     }
     let timed_out = c2.lock("a").wait(Duration::from_millis(200)).acquire().await.unwrap();
     assert!(matches!(timed_out, Acquire::TimedOut), "{timed_out:?}");
+    assert_eq!(holder(&c2, "a").await, Some((guard.lease_id(), guard.token())));
     server.stop().await;
 }
 
@@ -151,6 +130,29 @@ async fn waiters_are_granted_in_fifo_order_when_the_holder_releases() {
     server.stop().await;
 }
 
+/// A waiting acquire is one request that the server answers with the grant: from
+/// the moment it is queued until the grant, the server writes exactly one command
+/// (the holder's release), so the client never polled.
+#[tokio::test]
+async fn a_waiting_acquire_is_granted_when_the_holder_releases_without_polling() {
+    let server = Server::start().await;
+    let client = server.client().await;
+    // A long TTL, so that no keep-alive falls into the window counted below.
+    let ttl = 60 * SECS;
+    let first = acquired(client.lock("a").ttl(ttl).acquire().await.unwrap());
+    let waiter = tokio::spawn(client.lock("a").ttl(ttl).wait(10 * SECS).acquire());
+    eventually("queued", || async { waiters(&client, "a").await == 1 }).await;
+    let commands = server.metric("fencelock_log_commands_total").await;
+    let token = first.token();
+    assert_eq!(first.release().await, Ok(true));
+    let next = acquired(within("grant", waiter).await.unwrap().unwrap());
+    assert!(next.token() > token);
+    assert_eq!(holder(&client, "a").await, Some((next.lease_id(), next.token())));
+    assert_eq!(server.metric("fencelock_log_commands_total").await, commands + 1, "only the release was written");
+    assert_eq!(server.metric("fencelock_grants_after_wait_total").await, 1);
+    server.stop().await;
+}
+
 #[tokio::test]
 async fn dropping_a_waiting_acquire_leaves_the_queue() {
     let server = Server::start().await;
@@ -160,11 +162,12 @@ async fn dropping_a_waiting_acquire_leaves_the_queue() {
     eventually("queued", || async { waiters(&c0, "q").await == 1 }).await;
     waiter.abort();
     eventually("dequeued", || async { waiters(&c0, "q").await == 0 }).await;
+    assert_eq!(server.metric("fencelock_waits_dropped_total").await, 1);
     server.stop().await;
 }
 
 #[tokio::test]
-async fn guards_with_the_same_ttl_share_one_lease() {
+async fn guards_with_the_same_ttl_share_one_lease_until_the_last_goes() {
     let server = Server::start().await;
     let client = server.client().await;
     let a = acquired(client.lock("a").ttl(10 * SECS).acquire().await.unwrap());
@@ -172,10 +175,30 @@ async fn guards_with_the_same_ttl_share_one_lease() {
     let c = acquired(client.lock("c").ttl(20 * SECS).acquire().await.unwrap());
     assert_eq!(a.lease_id(), b.lease_id());
     assert_ne!(a.lease_id(), c.lease_id());
+    assert_eq!(server.metric("fencelock_active_leases").await, 2);
+    let shared = a.lease_id();
     // The lease lives on while b holds it.
     assert_eq!(a.release().await, Ok(true));
     assert!(client.check("b", b.token()).await.unwrap().current);
-    assert!(!b.is_lost());
+    assert!(!b.is_lost(), "b still holds the shared lease");
+    // The last guard gone, the shared lease is revoked; c's stays.
+    assert_eq!(b.release().await, Ok(true));
+    eventually("shared lease revoked", || async { server.metric("fencelock_active_leases").await == 1 }).await;
+    assert!(!server.lease_is_live(shared).await);
+    assert!(client.check("c", c.token()).await.unwrap().current);
+    assert!(!c.is_lost());
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn concurrent_first_acquires_grant_one_lease() {
+    let server = Server::start().await;
+    let client = server.client().await;
+    let tries = (0..8).map(|i| client.lock(format!("l{i}")).acquire());
+    let guards: Vec<_> = futures::future::join_all(tries).await.into_iter().map(|r| acquired(r.unwrap())).collect();
+    assert!(guards.iter().all(|g| g.lease_id() == guards[0].lease_id()));
+    assert_eq!(server.metric("fencelock_active_leases").await, 1);
+    assert_eq!(server.metric("fencelock_held_locks").await, 8);
     server.stop().await;
 }
 
@@ -196,17 +219,53 @@ async fn lost_fires_when_another_client_revokes_the_lease() {
 }
 
 #[tokio::test]
+async fn revoking_an_own_lease_marks_its_guards_revoked() {
+    let server = Server::start().await;
+    let client = server.client().await;
+    let guard = acquired(client.lock("a").acquire().await.unwrap());
+    client.revoke_lease(guard.lease_id()).await.unwrap();
+    assert_eq!(within("lost", guard.lost()).await, LeaseLost::Revoked);
+    assert_eq!(holder(&client, "a").await, None);
+    assert!(matches!(client.revoke_lease(guard.lease_id()).await, Err(Error::LeaseNotFound(_))));
+    // A new acquire gets a fresh lease.
+    let next = acquired(client.lock("b").acquire().await.unwrap());
+    assert_ne!(next.lease_id(), guard.lease_id());
+    assert_eq!(guard.release().await, Ok(false));
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn dropping_a_guard_releases_it_in_the_background() {
+    let server = Server::start().await;
+    let client = server.client().await;
+    let guard = acquired(client.lock("a").acquire().await.unwrap());
+    let lease = guard.lease_id();
+    drop(guard);
+    eventually("released", || async { holder(&client, "a").await.is_none() }).await;
+    eventually("lease revoked", || async { server.metric("fencelock_active_leases").await == 0 }).await;
+    assert!(!server.lease_is_live(lease).await);
+    assert_eq!(server.metric("fencelock_releases_total").await, 1, "released, not dropped with the lease");
+    server.stop().await;
+}
+
+/// The deadline moves with every keep-alive; the lease outlives several TTLs.
+#[tokio::test]
 async fn a_lease_outlives_several_ttls_while_kept_alive() {
     let server = Server::start().await;
     let client = server.client().await;
     let ttl = SECS;
     let guard = acquired(client.lock("a").ttl(ttl).acquire().await.unwrap());
     let first_deadline = guard.deadline();
-    // Wait (on the server's view, not a timer) until the deadline has moved past
+    eventually("renewed once", || async { guard.deadline() > first_deadline }).await;
+    // Wait (on the client's view, not a timer) until the deadline has moved past
     // three TTLs' worth of renewals.
     eventually("renewed", || async { guard.deadline() > first_deadline + 2 * ttl }).await;
     assert!(!guard.is_lost());
+    let watch = guard.lease_watch();
+    assert!(!watch.is_lost());
+    assert_eq!((watch.lease_id(), watch.ttl()), (guard.lease_id(), ttl));
     assert!(client.check("a", guard.token()).await.unwrap().current);
+    assert_eq!(server.metric("fencelock_lease_expirations_total").await, 0);
     assert_eq!(guard.release().await, Ok(true));
     server.stop().await;
 }
@@ -215,9 +274,50 @@ async fn a_lease_outlives_several_ttls_while_kept_alive() {
 async fn with_lock_runs_the_closure_and_releases() {
     let server = Server::start().await;
     let client = server.client().await;
-    let token = client.with_lock("a", LockOptions::default(), async |g: &LockGuard| g.token()).await.unwrap();
+    let (name, token) = client
+        .with_lock("a", LockOptions::default(), async |g: &LockGuard| (g.name().to_string(), g.token()))
+        .await
+        .unwrap();
+    assert_eq!(name, "a");
     assert!(token > 0);
     assert_eq!(client.describe("a").await.unwrap().holder, None);
+    assert!(!client.check("a", token).await.unwrap().current);
+    assert_eq!(server.metric("fencelock_releases_total").await, 1);
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn with_lock_accepts_a_closure_returning_a_future() {
+    let server = Server::start().await;
+    let client = server.client().await;
+    let (token, n) = client
+        .with_lock("a", LockOptions::default(), |g: &LockGuard| {
+            let token = g.token();
+            async move { (token, token + 1) }
+        })
+        .await
+        .unwrap();
+    assert_eq!(n, token + 1);
+    assert_eq!(client.describe("a").await.unwrap().holder, None);
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn with_lock_does_not_run_the_closure_when_busy() {
+    let server = Server::start().await;
+    let (client, other) = (server.client().await, server.client().await);
+    let holder = acquired(other.lock("a").acquire().await.unwrap());
+    let ran = AtomicBool::new(false);
+    let got =
+        client.with_lock("a", LockOptions::default(), async |_: &LockGuard| ran.store(true, Ordering::SeqCst)).await;
+    match got {
+        Err(WithLockError::NotAcquired(NotAcquired::Busy { holder_token, .. })) => {
+            assert_eq!(holder_token, Some(holder.token()))
+        }
+        other => panic!("expected busy, got {other:?}"),
+    }
+    assert!(!ran.load(Ordering::SeqCst));
+    assert!(client.check("a", holder.token()).await.unwrap().current);
     server.stop().await;
 }
 
@@ -286,7 +386,14 @@ async fn detached_grants_stay_until_released_by_token() {
         o => panic!("expected a grant, got {o:?}"),
     };
     drop(scripts); // nothing of the grant lives in the client
+    assert_eq!(holder(&other, "deploy").await, Some((grant.lease_id, grant.token)));
     assert!(other.check("deploy", grant.token).await.unwrap().current);
+    // Busy: the fresh lease of the failed attempt is revoked before it returns.
+    match other.acquire_detached("deploy", LockOptions::default()).await.unwrap() {
+        Acquire::Busy { holder_token, .. } => assert_eq!(holder_token, Some(grant.token)),
+        o => panic!("expected busy, got {o:?}"),
+    }
+    assert_eq!(server.metric("fencelock_active_leases").await, 1, "only the detached grant's lease");
     assert!(matches!(other.lock("deploy").acquire().await.unwrap(), Acquire::Busy { .. }));
     assert_eq!(other.release_raw("deploy", grant.lease_id, grant.token).await, Ok(true));
     assert_eq!(other.release_raw("deploy", grant.lease_id, grant.token).await, Ok(false));
@@ -307,14 +414,16 @@ async fn list_shows_held_locks_by_prefix() {
     server.stop().await;
 }
 
+/// INV-9 seen from the client.
 #[tokio::test]
 async fn invalid_names_are_invalid_arguments() {
     let server = Server::start().await;
     let client = server.client().await;
     let got = client.lock("").acquire().await;
-    assert!(matches!(got, Err(fencelock::Error::InvalidArgument(_))), "{got:?}");
+    assert!(matches!(got, Err(Error::InvalidArgument(_))), "{got:?}");
     let got = client.lock("a").ttl(Duration::from_millis(10)).acquire().await;
-    assert!(matches!(got, Err(fencelock::Error::InvalidArgument(_))), "{got:?}");
+    assert!(matches!(got, Err(Error::InvalidArgument(_))), "{got:?}");
+    assert_eq!(server.metric("fencelock_active_leases").await, 0, "a rejected request changes nothing");
     server.stop().await;
 }
 
@@ -332,11 +441,19 @@ async fn session_acquire_and_release() {
     .await;
     let grants: Vec<_> = grants
         .into_iter()
-        .map(|g| match g.unwrap() {
-            Acquire::Acquired(a) => a,
+        .enumerate()
+        .map(|(i, g)| match g.unwrap() {
+            Acquire::Acquired(a) => {
+                assert_eq!((a.lock.as_str(), a.lease_id), (format!("s{i}").as_str(), lease));
+                a
+            }
             o => panic!("expected a grant, got {o:?}"),
         })
         .collect();
+    let mut tokens: Vec<u64> = grants.iter().map(|g| g.token).collect();
+    tokens.sort();
+    tokens.dedup();
+    assert_eq!(tokens.len(), 16, "distinct tokens");
     assert!(session.check("s0", grants[0].token).await.unwrap().current);
     let busy = session.acquire("s0", lease, Duration::ZERO, Duration::ZERO).await.unwrap();
     assert!(matches!(busy, Acquire::Busy { holder_token: Some(t), .. } if t == grants[0].token));
@@ -349,17 +466,46 @@ async fn session_acquire_and_release() {
         async move { other.acquire("s0", lease2, 30 * SECS, Duration::ZERO).await }
     });
     eventually("queued", || async { waiters(&client, "s0").await == 1 }).await;
-    for g in &grants {
-        assert_eq!(session.release(&g.lock, lease, g.token).await, Ok(true));
-    }
+    let releases = futures::future::join_all(grants.iter().map(|g| session.release(&g.lock, lease, g.token))).await;
+    assert!(releases.into_iter().all(|r| r == Ok(true)));
     match within("pushed grant", waiter).await.unwrap().unwrap() {
         Acquire::Acquired(a) => assert!(a.token > grants.iter().map(|g| g.token).max().unwrap()),
         o => panic!("expected a grant, got {o:?}"),
     }
-    assert!(matches!(session.keep_alive(u64::MAX).await, Err(fencelock::Error::LeaseNotFound(_))));
+    assert!(matches!(session.keep_alive(u64::MAX).await, Err(Error::LeaseNotFound(_))));
     session.revoke_lease(lease).await.unwrap();
+    assert!(!session.is_closed());
     // Close both streams first: the server's graceful shutdown waits for open streams.
     drop((session, other));
+    server.stop().await;
+}
+
+/// Dropping a queued session acquire sends a `Cancel` on the open stream: the
+/// request leaves the queue while the stream stays open.
+#[tokio::test]
+async fn dropping_a_session_acquire_sends_a_cancel() {
+    let server = Server::start().await;
+    let client = server.client().await;
+    let holder_session = client.session().await.unwrap();
+    let lease = holder_session.grant_lease(10 * SECS).await.unwrap();
+    let first = holder_session.acquire("a", lease, Duration::ZERO, Duration::ZERO).await.unwrap();
+    let Acquire::Acquired(first) = first else { panic!("expected a grant, got {first:?}") };
+
+    let session = client.session().await.unwrap();
+    let lease2 = session.grant_lease(10 * SECS).await.unwrap();
+    let s = session.clone();
+    let waiter = tokio::spawn(async move { s.acquire("a", lease2, 30 * SECS, Duration::ZERO).await });
+    eventually("queued", || async { waiters(&client, "a").await == 1 }).await;
+    waiter.abort();
+    eventually("cancelled", || async { waiters(&client, "a").await == 0 }).await;
+    assert!(!session.is_closed(), "the stream stays open");
+    assert_eq!(server.metric("fencelock_waits_dropped_total").await, 1);
+    // Nothing was granted to the cancelled request; the lock is still the holder's.
+    assert_eq!(holder(&client, "a").await, Some((lease, first.token)));
+    assert_eq!(server.metric("fencelock_grants_total").await, 1);
+    // The session still works after the cancel.
+    assert_eq!(session.release("a", lease, first.token).await, Ok(true));
+    drop((session, holder_session));
     server.stop().await;
 }
 
