@@ -6,7 +6,6 @@ use std::fs::OpenOptions;
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
-use std::process::{Command, Stdio};
 
 use fencelock_fence::{Fence, FenceError, Fenced, FileFence, Stale};
 
@@ -106,20 +105,7 @@ async fn sigkill_child_admits_in_a_loop() {
 /// Start the child on `dir`, let it report `admits` admits, SIGKILL it, and
 /// return the highest token it reported per key.
 fn run_child_and_kill(dir: &Path, admits: usize) -> HashMap<String, u64> {
-    let mut child = ChildGuard(
-        Command::new(std::env::current_exe().unwrap())
-            .args([
-                "--exact",
-                "file_fence::sigkill_child_admits_in_a_loop",
-                "--nocapture",
-                "--test-threads=1",
-            ])
-            .env(CHILD_DIR_ENV, dir)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
+    let mut child = ChildGuard::spawn_test("file_fence::sigkill_child_admits_in_a_loop", CHILD_DIR_ENV, dir);
     let mut reported = HashMap::new();
     let mut lines = BufReader::new(child.0.stdout.take().unwrap()).lines();
     let mut seen = 0;

@@ -6,7 +6,6 @@ use std::collections::HashMap;
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 
 use fencelock_fence::storage::{self, AuditEntry, Outcome};
 use serde_json::{json, Value};
@@ -616,20 +615,7 @@ async fn storage_child_serves_until_killed() {
 }
 
 fn spawn_server_process(dir: &Path) -> (ChildGuard, SocketAddr) {
-    let mut child = ChildGuard(
-        Command::new(std::env::current_exe().unwrap())
-            .args([
-                "--exact",
-                "storage_server::storage_child_serves_until_killed",
-                "--nocapture",
-                "--test-threads=1",
-            ])
-            .env(CHILD_DIR_ENV, dir)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
+    let mut child = ChildGuard::spawn_test("storage_server::storage_child_serves_until_killed", CHILD_DIR_ENV, dir);
     let mut lines = BufReader::new(child.0.stdout.take().unwrap()).lines();
     let addr = lines
         .find_map(|l| {

@@ -74,6 +74,20 @@ fn stop_child(child: &mut Child, signal: Signal, polls: u32) {
 pub struct ChildGuard(pub Child);
 
 impl ChildGuard {
+    /// Run this test binary again as a child that executes only the test
+    /// `test` (which sees `env=dir` and plays the child's part), with its
+    /// stdout piped back.
+    pub fn spawn_test(test: &str, env: &str, dir: &std::path::Path) -> ChildGuard {
+        let child = std::process::Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", test, "--nocapture", "--test-threads=1"])
+            .env(env, dir)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        ChildGuard(child)
+    }
+
     /// SIGKILL the child and reap it; its exit status.
     pub fn kill(&mut self) -> std::process::ExitStatus {
         let _ = self.0.kill();
