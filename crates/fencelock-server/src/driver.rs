@@ -123,13 +123,6 @@ impl DriverHandle {
         outcome
     }
 
-    /// Resolves once this node is the leader and has applied its `LeaderStart`.
-    pub async fn wait_ready(&self) -> bool {
-        let mut ready = self.ready.clone();
-        let ok = ready.wait_for(|r| *r).await.is_ok();
-        ok
-    }
-
     /// Whether this node currently serves requests (leader with `LeaderStart` applied).
     pub fn is_ready(&self) -> bool {
         *self.ready.borrow()
