@@ -73,7 +73,7 @@ async fn connect(s: &ServerArg) -> anyhow::Result<Client> {
 pub async fn acquire(a: AcquireArgs) -> anyhow::Result<ExitCode> {
     let client = connect(&a.server).await?;
     let l = &a.lock;
-    let opts = LockOptions { ttl: l.ttl, wait: l.wait, lock_delay: l.lock_delay };
+    let opts = LockOptions { ttl: l.ttl, wait: l.wait, lock_delay: l.lock_delay, require_fencing: false };
     let (code, v, text) = match client.acquire_detached(&l.name, opts).await? {
         Acquire::Acquired(g) => (
             exit::OK,

@@ -15,8 +15,8 @@ use tonic::{Code, Status};
 use crate::lease::LeaseLost;
 
 /// Why a client operation failed. The operation's outcome is then unknown only for
-/// [`Error::Timeout`] and [`Error::Unavailable`]; every other variant means the
-/// server refused the request and nothing changed.
+/// [`Error::Timeout`], [`Error::Unavailable`] and [`Error::Backend`]; every other
+/// variant means the request was refused and nothing changed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
@@ -46,6 +46,17 @@ pub enum Error {
     /// Any other gRPC status the server returned (`code: message`).
     #[error("server error: {0}")]
     Server(String),
+    /// The backend cannot do what was asked, and nothing was sent: a fenced lock
+    /// from a backend without fencing tokens, a lock-delay where the backend has
+    /// none, a TTL below the backend's granularity. See
+    /// [`crate::backend::Capabilities`].
+    #[error("not supported by this backend: {0}")]
+    Unsupported(String),
+    /// A backend other than the native server (Redis, etcd, ZooKeeper,
+    /// PostgreSQL) failed or could not be reached (`backend: message`). The
+    /// operation's outcome is unknown.
+    #[error("backend error: {0}")]
+    Backend(String),
 }
 
 impl Error {
@@ -65,7 +76,7 @@ impl Error {
     /// True when the outcome of the failed request is unknown (it may have been
     /// applied): the caller may retry with the same request id.
     pub fn is_transient(&self) -> bool {
-        matches!(self, Error::Unavailable(_) | Error::Timeout)
+        matches!(self, Error::Unavailable(_) | Error::Timeout | Error::Backend(_))
     }
 }
 

@@ -31,7 +31,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use crate::backoff::renew_interval;
+use crate::backoff::{renew_interval, Backoff};
 use crate::error::Error;
 use crate::metrics;
 use crate::rpc::{new_request_id, request, Rpc};
@@ -265,51 +265,74 @@ pub(crate) fn spawn_watchdog(rpc: Rpc, cell: Arc<LeaseCell>, sent: Instant) -> J
 }
 
 /// Keeps the lease alive until it is lost (or the task is aborted by the
-/// registry when the last guard goes). Renews [`renew_interval`] after the last
-/// confirmed send; after a failed round, retries with backoff until the deadline.
-async fn watchdog(rpc: Rpc, cell: Arc<LeaseCell>, mut last_sent: Instant) {
+/// registry when the last guard goes); then revokes it if it was lost by its
+/// deadline, to free its locks for others.
+async fn watchdog(rpc: Rpc, cell: Arc<LeaseCell>, last_sent: Instant) {
+    let round = rpc.rpc_timeout;
+    renew_loop(&cell, rpc.backoff(), round, last_sent, |end| keep_alive(&rpc, cell.id, end)).await;
+    // Lost because the client could not prove the lease: the server may still
+    // hold it, but nobody will use its locks any more. Free them for others.
+    if cell.state().lost == Some(LeaseLost::Expired) {
+        let _ = revoke(&rpc, cell.id).await;
+    }
+}
+
+/// The watchdog loop shared by every backend: renews the lease
+/// [`renew_interval`] after the send time of the last confirmed renewal; after a
+/// failed round, retries with `backoff` until the deadline. Returns once the
+/// lease is lost.
+///
+/// `renew(round_end)` runs one renewal that must finish by `round_end`: it
+/// answers the TTL the server confirmed (`None`: the cell's TTL), or
+/// [`Error::LeaseNotFound`] when the server says the lease is gone (the cell is
+/// then lost as [`LeaseLost::NotFound`]); any other error is retried.
+pub(crate) async fn renew_loop<F, Fut>(
+    cell: &LeaseCell,
+    backoff: Backoff,
+    round_timeout: Duration,
+    mut last_sent: Instant,
+    mut renew: F,
+) where
+    F: FnMut(Instant) -> Fut,
+    Fut: std::future::Future<Output = Result<Option<Duration>, Error>>,
+{
     let mut failures = 0u32;
     loop {
         let next = match failures {
             0 => last_sent + renew_interval(cell.ttl, fastrand::f64()),
-            n => Instant::now() + rpc.backoff().delay(n - 1, fastrand::f64()),
+            n => Instant::now() + backoff.delay(n - 1, fastrand::f64()),
         };
         let state = cell.state();
         if state.lost.is_some() {
-            break;
+            return;
         }
         tokio::time::sleep_until(next.min(state.deadline)).await;
         if cell.is_lost() {
-            break;
+            return;
         }
         let sent = Instant::now();
         // A round may take a third of the TTL, so that a hung attempt leaves room
         // for another round before the deadline.
-        let round_end = (sent + rpc.rpc_timeout.min(cell.ttl / 3)).min(cell.state().deadline);
-        match keep_alive(&rpc, cell.id, round_end).await {
+        let round_end = (sent + round_timeout.min(cell.ttl / 3)).min(cell.state().deadline);
+        match renew(round_end).await {
             Ok(ttl) => {
                 metrics::renewal();
                 if !cell.confirm(sent, ttl.unwrap_or(cell.ttl)) {
-                    break;
+                    return;
                 }
                 last_sent = sent;
                 failures = 0;
             }
             Err(Error::LeaseNotFound(_)) => {
                 cell.lose(LeaseLost::NotFound);
-                break;
+                return;
             }
             Err(e) => {
                 metrics::renewal_failure();
                 failures += 1;
-                tracing::debug!(lease = cell.id, failures, error = %e, "fencelock: keep-alive failed");
+                tracing::debug!(lease = cell.id, failures, error = %e, "fencelock: renewal failed");
             }
         }
-    }
-    // Lost because the client could not prove the lease: the server may still
-    // hold it, but nobody will use its locks any more. Free them for others.
-    if cell.state().lost == Some(LeaseLost::Expired) {
-        let _ = revoke(&rpc, cell.id).await;
     }
 }
 

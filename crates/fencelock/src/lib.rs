@@ -73,6 +73,7 @@
 //! `error`, `metrics` (names of the exported metrics).
 
 mod acquire;
+pub mod backend;
 mod backoff;
 mod client;
 mod error;
@@ -85,6 +86,7 @@ mod session;
 mod types;
 
 pub use acquire::LockRequest;
+pub use backend::{connect, with_lock, Backend, Capabilities, Fencing, Guard, LockBackend};
 pub use backoff::Backoff;
 pub use client::{Client, ClientBuilder, DEFAULT_RPC_TIMEOUT};
 pub use error::{Error, NotAcquired, WithLockError};

@@ -11,7 +11,7 @@ use fencelock_proto::v1 as pb;
 
 use crate::error::{Error, NotAcquired};
 
-/// How to take a lock. The defaults: a 15 s TTL, no wait (try once), no lock-delay.
+/// How to take a lock.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LockOptions {
     /// Lease time-to-live (100 ms to 1 h). Locks of one [`crate::Client`] with the
@@ -22,11 +22,22 @@ pub struct LockOptions {
     /// If the lease later expires while holding the lock (an unclean loss, not a
     /// release), the lock stays closed to everyone for this long (at most 60 s).
     pub lock_delay: Duration,
+    /// Refuse to take the lock through a backend that gives no fencing token
+    /// ([`crate::backend::Fencing::None`], e.g. Redlock): the acquire fails with
+    /// [`crate::Error::Unsupported`] before anything is sent. Every grant of the
+    /// native server is fenced, so it never refuses.
+    pub require_fencing: bool,
 }
 
 impl Default for LockOptions {
+    /// A 15 s TTL, no wait (try once), no lock-delay, fencing not required.
     fn default() -> Self {
-        LockOptions { ttl: Duration::from_secs(15), wait: Duration::ZERO, lock_delay: Duration::ZERO }
+        LockOptions {
+            ttl: Duration::from_secs(15),
+            wait: Duration::ZERO,
+            lock_delay: Duration::ZERO,
+            require_fencing: false,
+        }
     }
 }
 

@@ -8,7 +8,8 @@
 
 #![allow(dead_code)] // each test binary uses a different part
 
-pub mod proxy;
+#[allow(unused_imports)]
+pub use fencelock_testkit::proxy;
 
 use std::future::Future;
 use std::net::SocketAddr;

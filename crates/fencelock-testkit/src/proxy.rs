@@ -1,6 +1,6 @@
-//! A userspace TCP fault proxy for the client tests: it listens on 127.0.0.1:0,
-//! forwards every accepted connection to one upstream address (the real server's
-//! gRPC port), and can be switched at runtime between [`Mode`]s to produce the
+//! A userspace TCP fault proxy for tests: it listens on 127.0.0.1:0, forwards
+//! every accepted connection to one upstream address (a real server's port),
+//! and can be switched at runtime between [`Mode`]s to produce the
 //! network faults the real server cannot produce by itself.
 //!
 //! The faults are per connection, not per call: HTTP/2 multiplexes every call of a
@@ -68,9 +68,14 @@ impl Proxy {
         Proxy { addr, shared, accept }
     }
 
-    /// The URL clients connect to.
+    /// The URL clients connect to, for the native gRPC client.
     pub fn url(&self) -> String {
         format!("http://{}", self.addr)
+    }
+
+    /// The address clients connect to.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
     }
 
     /// Switches the mode; takes effect at once for current connections too.

@@ -1,0 +1,92 @@
+//! `etcd` (Debian's etcd-server, v3 API).
+
+use std::fs::File;
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use nix::sys::signal::Signal;
+
+use crate::{free_port, shared_tempdir, stop_child, wait_ready, which, INSTALL_HINT};
+
+/// A single-member etcd cluster. Its Raft timers are shortened (heartbeat
+/// 20 ms, election 200 ms), which also lowers etcd's minimum lease TTL to one
+/// second; data is fsynced as etcd always does.
+pub struct EtcdServer {
+    child: Option<Child>,
+    port: u16,
+    peer_port: u16,
+    dir: tempfile::TempDir,
+}
+
+impl EtcdServer {
+    /// Starts a fresh member and waits until `/health` says it has a leader.
+    pub fn start() -> Self {
+        let mut server = EtcdServer { child: None, port: free_port(), peer_port: free_port(), dir: shared_tempdir() };
+        server.spawn();
+        server
+    }
+
+    /// `etcd://127.0.0.1:PORT`.
+    pub fn url(&self) -> String {
+        format!("etcd://127.0.0.1:{}", self.port)
+    }
+
+    /// The client port.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// SIGKILL, then start again on the same ports and data.
+    pub fn kill_and_restart(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        self.spawn();
+    }
+
+    fn spawn(&mut self) {
+        let bin = which("etcd").unwrap_or_else(|| panic!("etcd not found: {INSTALL_HINT}"));
+        let log_path = self.dir.path().join("etcd.log");
+        let log = File::options().create(true).append(true).open(&log_path).unwrap();
+        let client = format!("http://127.0.0.1:{}", self.port);
+        let peer = format!("http://127.0.0.1:{}", self.peer_port);
+        let mut child = Command::new(bin)
+            .args(["--name", "t", "--data-dir", self.dir.path().join("data").to_str().unwrap()])
+            .args(["--listen-client-urls", &client, "--advertise-client-urls", &client])
+            .args(["--listen-peer-urls", &peer, "--initial-advertise-peer-urls", &peer])
+            .args(["--initial-cluster", &format!("t={peer}"), "--initial-cluster-state", "new"])
+            .args(["--heartbeat-interval", "20", "--election-timeout", "200"])
+            .args(["--log-level", "warn", "--logger", "zap"])
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start etcd ({e}): {INSTALL_HINT}"));
+        let port = self.port;
+        wait_ready("etcd", &mut child, &log_path, || etcd_healthy(port));
+        self.child = Some(child);
+    }
+}
+
+fn etcd_healthy(port: u16) -> bool {
+    let Ok(mut stream) = TcpStream::connect(("127.0.0.1", port)) else {
+        return false;
+    };
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
+    let request = "GET /health HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
+    let mut reply = String::new();
+    stream.write_all(request.as_bytes()).is_ok()
+        && stream.read_to_string(&mut reply).is_ok()
+        && reply.contains("\"health\":\"true\"")
+}
+
+impl Drop for EtcdServer {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            stop_child(&mut child, Signal::SIGKILL, 500);
+        }
+    }
+}

@@ -1,0 +1,105 @@
+//! Real servers and network faults for fencelock's tests and benchmarks.
+//!
+//! Each server runs from Debian's packages on a free port of 127.0.0.1 with its
+//! data in a temporary directory, is started and waited for here, and is
+//! killed on drop: [`RedisServer`], [`PgServer`], [`EtcdServer`],
+//! [`ZkServer`]. A missing binary fails the test (never skips it) with a
+//! message naming `scripts/install-test-deps.sh`. [`proxy`] is a userspace TCP
+//! proxy that cuts, holds or resets connections on command.
+//!
+//! Waiting for readiness is bounded by a count of polls, not a clock: the
+//! workspace reads no clock outside the server's clock module.
+
+use std::fs;
+use std::net::TcpListener;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::Child;
+use std::thread::sleep;
+use std::time::Duration;
+
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+
+mod etcd;
+mod postgres;
+pub mod proxy;
+mod redis;
+mod zookeeper;
+
+pub use etcd::EtcdServer;
+pub use postgres::PgServer;
+pub use redis::RedisServer;
+pub use zookeeper::ZkServer;
+
+pub(crate) const INSTALL_HINT: &str =
+    "run scripts/install-test-deps.sh (it installs postgresql, redis-server, etcd-server and zookeeper)";
+
+/// How many polls, 20 ms apart, a server gets to become ready (about a
+/// minute) before the test fails. A bound on waiting, not a timing
+/// assertion; counted rather than clocked, as the workspace reads no clock
+/// outside the server's clock module.
+pub(crate) const READY_POLLS: u32 = 3000;
+pub(crate) const POLL: Duration = Duration::from_millis(20);
+
+/// A port nobody listens on right now.
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A temporary directory that another user (postgres) can enter.
+pub(crate) fn shared_tempdir() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().expect("create temp dir");
+    fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o755)).unwrap();
+    dir
+}
+
+/// The last lines of a server's log, for a failure message.
+pub(crate) fn log_tail(path: &Path) -> String {
+    let text = fs::read_to_string(path).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(20)..].join("\n")
+}
+
+/// Signal `child` and wait for it; SIGKILL if it outlives `polls` polls.
+pub(crate) fn stop_child(child: &mut Child, signal: Signal, polls: u32) {
+    if child.try_wait().ok().flatten().is_some() {
+        return;
+    }
+    let _ = kill(Pid::from_raw(child.id() as i32), signal);
+    for _ in 0..polls {
+        if child.try_wait().ok().flatten().is_some() {
+            return;
+        }
+        sleep(POLL);
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+/// Polls `ready` until it holds, failing with the server's log if `child` exits
+/// or after [`READY_POLLS`] polls.
+pub(crate) fn wait_ready(what: &str, child: &mut Child, log: &Path, mut ready: impl FnMut() -> bool) {
+    for poll in 0.. {
+        if ready() {
+            return;
+        }
+        if let Some(status) = child.try_wait().unwrap() {
+            panic!("{what} exited ({status}):\n{}", log_tail(log));
+        }
+        assert!(poll < READY_POLLS, "{what} not ready:\n{}", log_tail(log));
+        sleep(POLL);
+    }
+}
+
+pub(crate) fn which(program: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .chain(["/usr/sbin".into(), "/usr/bin".into()])
+        .map(|dir| dir.join(program))
+        .find(|p| p.is_file())
+}

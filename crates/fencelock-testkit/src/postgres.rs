@@ -1,0 +1,201 @@
+//! PostgreSQL.
+
+use std::fs::{self, File};
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::unix::process::CommandExt;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+
+use nix::sys::signal::Signal;
+
+use crate::{free_port, shared_tempdir, stop_child, wait_ready, INSTALL_HINT, READY_POLLS};
+
+/// A PostgreSQL cluster made by `initdb`, run by `postgres` (as the
+/// `postgres` user when the tests run as root: postgres refuses root).
+pub struct PgServer {
+    child: Option<Child>,
+    port: u16,
+    bin: PathBuf,
+    dir: tempfile::TempDir,
+    user: Option<(u32, u32)>,
+}
+
+impl PgServer {
+    /// initdb a fresh cluster, start it, wait until it accepts connections.
+    pub fn start() -> Self {
+        let bin = pg_bin_dir();
+        let dir = shared_tempdir();
+        let user = if running_as_root() {
+            Some(postgres_ids())
+        } else {
+            None
+        };
+        let data = dir.path().join("data");
+        fs::create_dir(&data).unwrap();
+        fs::set_permissions(&data, fs::Permissions::from_mode(0o700)).unwrap();
+        if let Some((uid, gid)) = user {
+            std::os::unix::fs::chown(&data, Some(uid), Some(gid)).unwrap();
+        }
+        let mut server = PgServer {
+            child: None,
+            port: free_port(),
+            bin,
+            dir,
+            user,
+        };
+        server.initdb();
+        server.spawn();
+        server
+    }
+
+    /// The tokio-postgres connection string.
+    pub fn conn_str(&self) -> String {
+        format!(
+            "host=127.0.0.1 port={} user=postgres dbname=postgres",
+            self.port
+        )
+    }
+
+    /// Stop the server the way a crash would (immediate shutdown: no
+    /// checkpoint, WAL recovery at the next start), then start it again on
+    /// the same port and data.
+    pub fn crash_and_restart(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            stop_child(&mut child, Signal::SIGQUIT, READY_POLLS);
+        }
+        self.spawn();
+    }
+
+    fn command(&self, program: &str) -> Command {
+        let mut cmd = Command::new(self.bin.join(program));
+        cmd.current_dir(self.dir.path())
+            .env("LC_ALL", "C")
+            .stdin(Stdio::null());
+        if let Some((uid, gid)) = self.user {
+            cmd.uid(uid).gid(gid);
+        }
+        cmd
+    }
+
+    fn initdb(&self) {
+        let data = self.dir.path().join("data");
+        let out = self
+            .command("initdb")
+            .args([
+                "-D",
+                data.to_str().unwrap(),
+                "-U",
+                "postgres",
+                "--auth=trust",
+                "-E",
+                "UTF8",
+                "--locale=C",
+                "-N",
+            ])
+            .output()
+            .unwrap_or_else(|e| panic!("cannot run initdb ({e}): {INSTALL_HINT}"));
+        assert!(
+            out.status.success(),
+            "initdb failed:\n{}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    fn spawn(&mut self) {
+        let data = self.dir.path().join("data");
+        let log_path = self.dir.path().join("postgres.log");
+        let log = File::options()
+            .create(true)
+            .append(true)
+            .open(&log_path)
+            .unwrap();
+        let child = self
+            .command("postgres")
+            .args(["-D", data.to_str().unwrap(), "-p", &self.port.to_string()])
+            .args([
+                "-c",
+                "listen_addresses=127.0.0.1",
+                "-c",
+                "unix_socket_directories=",
+            ])
+            .args([
+                "-c",
+                "shared_buffers=16MB",
+                "-c",
+                "max_connections=200",
+                "-c",
+                "fsync=on",
+            ])
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start postgres ({e}): {INSTALL_HINT}"));
+        let mut child = child;
+        let (bin, port) = (self.bin.clone(), self.port);
+        wait_ready("postgres", &mut child, &log_path, || pg_ready(&bin, port));
+        self.child = Some(child);
+    }
+
+    /// A `postgres://` URL for the `postgres` superuser (trust authentication).
+    pub fn url(&self) -> String {
+        format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
+    }
+
+    /// The port it listens on.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+}
+
+impl Drop for PgServer {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            stop_child(&mut child, Signal::SIGQUIT, 500);
+        }
+    }
+}
+
+/// The newest `/usr/lib/postgresql/*/bin` that has `initdb` and `postgres`.
+fn pg_bin_dir() -> PathBuf {
+    let mut dirs: Vec<(u32, PathBuf)> = fs::read_dir("/usr/lib/postgresql")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| Some((e.file_name().to_str()?.parse().ok()?, e.path().join("bin"))))
+        .filter(|(_, bin)| bin.join("initdb").exists() && bin.join("postgres").exists())
+        .collect();
+    dirs.sort();
+    dirs.pop().map(|(_, bin)| bin).unwrap_or_else(|| {
+        panic!("PostgreSQL not found in /usr/lib/postgresql/*/bin: {INSTALL_HINT}")
+    })
+}
+
+fn running_as_root() -> bool {
+    fs::metadata("/proc/self")
+        .map(|m| m.uid() == 0)
+        .unwrap_or(false)
+}
+
+/// uid and gid of the `postgres` user (Debian's package creates it).
+fn postgres_ids() -> (u32, u32) {
+    let passwd = fs::read_to_string("/etc/passwd").unwrap();
+    passwd
+        .lines()
+        .map(|line| line.split(':').collect::<Vec<_>>())
+        .find(|f| f.first() == Some(&"postgres") && f.len() > 3)
+        .map(|f| (f[2].parse().unwrap(), f[3].parse().unwrap()))
+        .unwrap_or_else(|| {
+            panic!("no postgres user to run PostgreSQL as (tests run as root): {INSTALL_HINT}")
+        })
+}
+
+
+fn pg_ready(bin: &std::path::Path, port: u16) -> bool {
+    Command::new(bin.join("pg_isready"))
+        .args(["-h", "127.0.0.1", "-p", &port.to_string(), "-U", "postgres", "-d", "postgres"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}

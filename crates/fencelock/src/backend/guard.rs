@@ -1,0 +1,147 @@
+//! [`Guard`]: a lock held through any [`super::LockBackend`], and [`Held`], the
+//! part each backend supplies (how to release its grant).
+//!
+//! Where it sits: every backend's `acquire` returns `Acquire<Guard>`. The guard
+//! reads the lease state through a [`LeaseWatch`] (the same type the native
+//! client uses), so `deadline()` and `lost()` mean the same thing everywhere:
+//! see the timing contract in the crate docs.
+
+use std::fmt;
+
+use tokio::time::Instant;
+
+use super::BoxFuture;
+use crate::error::Error;
+use crate::lease::{LeaseLost, LeaseWatch};
+
+/// The backend's side of a held lock.
+///
+/// Implementations keep the lease alive for as long as they live (usually by
+/// owning a [`super::KeptLease`]) and stop renewing when dropped.
+pub trait Held: Send + Sync {
+    /// Releases the lock if this grant still holds it (compare-and-delete):
+    /// `Ok(true)` released, `Ok(false)` it was not held any more (nothing
+    /// changed). An error leaves the outcome unknown; the lock is then freed when
+    /// its lease expires on the backend.
+    fn release(self: Box<Self>) -> BoxFuture<'static, Result<bool, Error>>;
+
+    /// The guard was dropped without [`Guard::release`]: free the lock in the
+    /// background, without blocking (or leave it to expire, if the backend
+    /// cannot run a task here).
+    fn release_in_background(self: Box<Self>);
+}
+
+/// A held lock, from any backend.
+///
+/// * [`token`](Guard::token) is the fencing token (`None` where the backend has
+///   none: see [`super::Capabilities::fencing`]).
+/// * [`lost`](Guard::lost) resolves when the lock is lost; select on it next to
+///   the work.
+/// * [`deadline`](Guard::deadline) is the latest instant until which the client
+///   can prove it holds the lock.
+///
+/// Dropping the guard releases the lock in the background.
+pub struct Guard {
+    name: String,
+    token: Option<u64>,
+    backend: &'static str,
+    watch: LeaseWatch,
+    /// `None` once released.
+    held: Option<Box<dyn Held>>,
+}
+
+impl Guard {
+    /// A guard on `name` granted by `backend` with `token`, whose lease state is
+    /// `watch`. For backend implementations.
+    pub fn new(name: String, token: Option<u64>, backend: &'static str, watch: LeaseWatch, held: Box<dyn Held>) -> Guard {
+        Guard { name, token, backend, watch, held: Some(held) }
+    }
+
+    /// The lock name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The backend that granted the lock (as [`super::LockBackend::kind`]).
+    pub fn backend(&self) -> &'static str {
+        self.backend
+    }
+
+    /// The fencing token of this grant, or `None` if the backend gives none.
+    pub fn token(&self) -> Option<u64> {
+        self.token
+    }
+
+    /// The fencing token, or [`Error::Unsupported`] if the backend gives none:
+    /// for code that must not write without one.
+    pub fn fencing_token(&self) -> Result<u64, Error> {
+        self.token.ok_or_else(|| Error::Unsupported(format!("{} gives no fencing token", self.backend)))
+    }
+
+    /// The backend's id of the lease behind the lock (a lease, session or owner
+    /// id, depending on the backend).
+    pub fn lease_id(&self) -> u64 {
+        self.watch.lease_id()
+    }
+
+    /// The conservative deadline: when the request that last confirmed the lease
+    /// was sent, plus the TTL the backend granted. See [`LeaseWatch::deadline`].
+    pub fn deadline(&self) -> Instant {
+        self.watch.deadline()
+    }
+
+    /// Resolves when the lock is lost (at the latest at
+    /// [`deadline`](Self::deadline) unless a renewal moved it). Cancel-safe.
+    pub async fn lost(&self) -> LeaseLost {
+        self.watch.lost().await
+    }
+
+    /// True once the lock is lost (including a passed deadline).
+    pub fn is_lost(&self) -> bool {
+        self.watch.is_lost()
+    }
+
+    /// A handle on the lease state to move into another task.
+    pub fn lease_watch(&self) -> LeaseWatch {
+        self.watch.clone()
+    }
+
+    /// Releases the lock. `Ok(true)`: it was held and is now free. `Ok(false)`:
+    /// it was lost before (nothing to release, or a background release was
+    /// started for a lease that may still live on the backend). An error means
+    /// the outcome is unknown; the lock is freed when the lease expires.
+    pub async fn release(mut self) -> Result<bool, Error> {
+        let Some(held) = self.held.take() else { return Ok(false) };
+        match self.watch.lost_reason() {
+            None => held.release().await,
+            Some(LeaseLost::Expired) => {
+                // The backend may still hold it: free it for others.
+                held.release_in_background();
+                Ok(false)
+            }
+            Some(_) => Ok(false),
+        }
+    }
+}
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        if let Some(held) = self.held.take() {
+            match self.watch.lost_reason() {
+                None | Some(LeaseLost::Expired) => held.release_in_background(),
+                Some(_) => {} // the backend dropped the grant already
+            }
+        }
+    }
+}
+
+impl fmt::Debug for Guard {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Guard")
+            .field("name", &self.name)
+            .field("backend", &self.backend)
+            .field("token", &self.token)
+            .field("lost", &self.watch.lost_reason())
+            .finish_non_exhaustive()
+    }
+}

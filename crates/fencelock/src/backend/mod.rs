@@ -1,0 +1,295 @@
+//! One client API over many lock services: the [`LockBackend`] trait, what each
+//! backend declares it guarantees ([`Capabilities`]), the backend-neutral
+//! [`Guard`], and [`connect`], which picks the backend from a URL.
+//!
+//! Where it sits: above the native client ([`crate::Client`] is one
+//! implementation) and beside the other backends, each in its own module
+//! behind a cargo feature of the same name (all on by default):
+//!
+//! | URL | backend | recipe |
+//! |---|---|---|
+//! | `fencelock://h:p`, `http://h:p` | [`crate::Client`] | the fencelock server |
+//! | `redis://h:p[/db]` | `redis` | Lua scripts, a FIFO ticket queue, token from `INCR` |
+//! | `redlock://h1:p1,h2:p2,h3:p3` | `redlock` | majority of independent Redis nodes, no token |
+//! | `etcd://h:p[,h:p…]` | `etcd` | lease + `prefix/leaseID` key, wait on the predecessor |
+//! | `zk://h:p[,h:p…]` | `zookeeper` | ephemeral sequential node, wait on the predecessor |
+//! | `postgres://…` | `postgres` | lease table on the database clock, `LISTEN/NOTIFY` |
+//!
+//! Every backend gives the same guard: a token (where it can), a conservative
+//! [`Guard::deadline`], a [`Guard::lost`] signal that always fires on loss, a
+//! watchdog that renews at TTL/3, and release as compare-and-delete. What
+//! differs is declared in [`Capabilities`], so a caller can refuse a backend
+//! that cannot give what it needs (e.g. [`LockOptions::require_fencing`]).
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::error::{Error, WithLockError};
+use crate::types::{Acquire, CheckResult, LockOptions};
+
+mod guard;
+mod keepalive;
+mod native;
+mod url;
+
+pub use guard::{Guard, Held};
+pub use keepalive::{KeptLease, Renew, Renewed};
+pub use url::{BackendUrl, Scheme};
+
+/// A boxed future, as the object-safe trait methods return.
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// What a grant's fencing token is worth.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Fencing {
+    /// No token: nothing orders two grants (Redlock, advisory locks). A paused
+    /// holder can write after its lock went to someone else, and no resource can
+    /// tell.
+    None,
+    /// Tokens of one lock strictly increase; tokens of different locks are
+    /// unrelated.
+    PerLock,
+    /// Tokens strictly increase across every lock of the service.
+    Global,
+}
+
+impl fmt::Display for Fencing {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Fencing::None => "none",
+            Fencing::PerLock => "per lock",
+            Fencing::Global => "global",
+        })
+    }
+}
+
+/// What a backend guarantees, stated honestly. Tests check the backend against
+/// its own declaration (one conformance suite, every backend).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Capabilities {
+    /// Whether grants carry a fencing token, and its scope.
+    pub fencing: Fencing,
+    /// Tokens never go backwards, even across a crash or restart of the backend
+    /// (the counter is durable before a grant is acknowledged).
+    pub durable_tokens: bool,
+    /// Waiters are granted in arrival order, and a new request never overtakes
+    /// one that waits.
+    pub fifo: bool,
+    /// A waiter is woken by the backend when its turn comes (never by polling),
+    /// and only the next waiter is woken.
+    pub push_wakeup: bool,
+    /// The backend expires a lock by itself when its holder stops renewing (a
+    /// crashed holder blocks others for at most the TTL).
+    pub server_ttl: bool,
+    /// A granted lock survives the loss of one backend server (replication with
+    /// a quorum, or a majority of independent nodes).
+    pub survives_failover: bool,
+    /// [`LockOptions::lock_delay`] is supported.
+    pub lock_delay: bool,
+    /// The smallest TTL the backend keeps exactly; larger TTLs are rounded up to
+    /// its granularity (e.g. whole seconds for etcd).
+    pub min_ttl: Duration,
+}
+
+impl Capabilities {
+    /// Checks a request against these capabilities before anything is sent:
+    /// [`Error::InvalidArgument`] for a bad lock name (see [`check_name`]) or a
+    /// TTL or wait out of range, [`Error::Unsupported`] if the caller asks for
+    /// fencing or a lock-delay the backend cannot give.
+    pub fn admit(&self, backend: &str, name: &str, opts: &LockOptions) -> Result<(), Error> {
+        check_name(name)?;
+        if opts.require_fencing && self.fencing == Fencing::None {
+            return Err(Error::Unsupported(format!(
+                "{backend} gives no fencing token, and this lock requires one; use a backend with fencing (fencelock, redis, etcd, zk, postgres) or do not require fencing"
+            )));
+        }
+        if !opts.lock_delay.is_zero() && !self.lock_delay {
+            return Err(Error::Unsupported(format!("{backend} has no lock-delay")));
+        }
+        if opts.ttl < MIN_TTL || opts.ttl > MAX_TTL {
+            return Err(Error::InvalidArgument(format!(
+                "ttl {} ms is out of range ({} ms to {} s)",
+                opts.ttl.as_millis(),
+                MIN_TTL.as_millis(),
+                MAX_TTL.as_secs()
+            )));
+        }
+        if opts.wait > MAX_WAIT {
+            return Err(Error::InvalidArgument(format!(
+                "wait {} ms is out of range (at most {} s)",
+                opts.wait.as_millis(),
+                MAX_WAIT.as_secs()
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// Longest lock name, in bytes of UTF-8 (as the native server).
+pub const MAX_NAME_BYTES: usize = 512;
+
+/// Lock names are the same on every backend: 1 to 512 bytes of UTF-8 without
+/// control characters. A backend that cannot store some character (a `/` in a
+/// ZooKeeper path) encodes it; the caller never sees the difference.
+pub fn check_name(name: &str) -> Result<(), Error> {
+    if name.is_empty() {
+        return Err(Error::InvalidArgument("lock name is empty".into()));
+    }
+    if name.len() > MAX_NAME_BYTES {
+        return Err(Error::InvalidArgument(format!(
+            "lock name is {} bytes long (at most {MAX_NAME_BYTES})",
+            name.len()
+        )));
+    }
+    if let Some((at, _)) = name.char_indices().find(|(_, c)| c.is_control()) {
+        return Err(Error::InvalidArgument(format!("lock name contains a control character at byte {at}")));
+    }
+    Ok(())
+}
+
+/// The TTL range every backend accepts (the native server's range).
+pub const MIN_TTL: Duration = Duration::from_millis(100);
+/// See [`MIN_TTL`].
+pub const MAX_TTL: Duration = Duration::from_secs(3600);
+/// The longest wait every backend accepts.
+pub const MAX_WAIT: Duration = Duration::from_secs(3600);
+
+/// A lock service. Object-safe: hold it as `Arc<dyn LockBackend>` (what
+/// [`connect`] returns) and write the program once for every backend.
+///
+/// Contract for implementations (the conformance suite in
+/// `crates/fencelock/tests/backends` checks each one):
+/// * at most one live [`Guard`] per lock name at any time, among all clients,
+///   as long as each guard is used only before its [`Guard::deadline`];
+/// * a grant's token, where [`Capabilities::fencing`] is not `None`, is greater
+///   than the token of every earlier grant of the same lock;
+/// * contention is an outcome ([`Acquire::Busy`], [`Acquire::TimedOut`]), never
+///   an error; a waiting acquire holds no resources after it returns or is
+///   dropped;
+/// * the guard renews itself every TTL/3 while it lives, and its
+///   [`Guard::lost`] fires whenever the backend can no longer prove the lock
+///   held; release is compare-and-delete (a guard whose lock went to someone
+///   else releases nothing).
+pub trait LockBackend: Send + Sync + fmt::Debug {
+    /// The backend's name, as in its URL scheme: `fencelock`, `redis`,
+    /// `redlock`, `etcd`, `zk`, `postgres`.
+    fn kind(&self) -> &'static str;
+
+    /// What this backend guarantees.
+    fn capabilities(&self) -> Capabilities;
+
+    /// Takes the lock `name` with `opts`: tries once if `opts.wait` is zero,
+    /// otherwise waits up to `opts.wait` (in FIFO order where
+    /// [`Capabilities::fifo`]). Fails with [`Error::Unsupported`] before sending
+    /// anything if `opts` asks for what the backend cannot give. Dropping the
+    /// future withdraws the request.
+    fn acquire<'a>(&'a self, name: &'a str, opts: &'a LockOptions) -> BoxFuture<'a, Result<Acquire<Guard>, Error>>;
+
+    /// Is `token` the current grant of `name`? (Chubby's CheckSequencer.)
+    /// [`Error::Unsupported`] where the backend cannot tell.
+    fn check<'a>(&'a self, name: &'a str, token: u64) -> BoxFuture<'a, Result<CheckResult, Error>> {
+        let _ = (name, token);
+        let kind = self.kind();
+        Box::pin(async move { Err(Error::Unsupported(format!("{kind} cannot check a token"))) })
+    }
+}
+
+/// A shared handle on any backend.
+pub type Backend = Arc<dyn LockBackend>;
+
+/// Connects to the lock service named by `url` (see the table in the
+/// [module docs](self)). [`Error::InvalidArgument`] for a malformed URL or an
+/// unknown scheme, [`Error::Unsupported`] for a backend whose cargo feature is
+/// off, [`Error::Connect`] if the service cannot be reached now.
+pub async fn connect(url: &str) -> Result<Backend, Error> {
+    let parsed = BackendUrl::parse(url)?;
+    match parsed.scheme {
+        Scheme::Native => Ok(Arc::new(crate::Client::connect(parsed.native_endpoint()).await?)),
+        #[allow(unreachable_patterns)]
+        other => Err(Error::Unsupported(format!(
+            "the {other} backend is not compiled in (enable the fencelock crate's feature \"{}\")",
+            other.feature()
+        ))),
+    }
+}
+
+/// Acquires `name` on `backend`, runs `f` while holding it, and releases it;
+/// the backend-neutral form of [`crate::Client::with_lock`], with the same
+/// contract: `f` does not run unless the lock is acquired, and its future is
+/// dropped at once if the lease is lost ([`WithLockError::LeaseLost`]).
+pub async fn with_lock<T, F>(backend: &dyn LockBackend, name: &str, opts: LockOptions, f: F) -> Result<T, WithLockError>
+where
+    F: AsyncFnOnce(&Guard) -> T,
+{
+    let guard = backend.acquire(name, &opts).await?.acquired().map_err(WithLockError::NotAcquired)?;
+    let result = {
+        let work = f(&guard);
+        tokio::select! {
+            biased;
+            reason = guard.lost() => Err(reason),
+            value = work => Ok(value),
+        }
+    };
+    match result {
+        Ok(value) => {
+            if let Err(e) = guard.release().await {
+                tracing::warn!(lock = name, error = %e, "fencelock: release after with_lock failed");
+            }
+            Ok(value)
+        }
+        Err(reason) => Err(WithLockError::LeaseLost(reason)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn caps(fencing: Fencing, lock_delay: bool) -> Capabilities {
+        Capabilities {
+            fencing,
+            durable_tokens: false,
+            fifo: false,
+            push_wakeup: false,
+            server_ttl: true,
+            survives_failover: false,
+            lock_delay,
+            min_ttl: MIN_TTL,
+        }
+    }
+
+    #[test]
+    fn a_fenced_lock_is_refused_by_a_backend_without_tokens() {
+        let opts = LockOptions { require_fencing: true, ..LockOptions::default() };
+        let got = caps(Fencing::None, false).admit("redlock", "a", &opts);
+        assert!(matches!(got, Err(Error::Unsupported(ref m)) if m.contains("redlock")), "{got:?}");
+        assert_eq!(caps(Fencing::PerLock, false).admit("redis", "a", &opts), Ok(()));
+        assert_eq!(caps(Fencing::None, false).admit("redlock", "a", &LockOptions::default()), Ok(()));
+    }
+
+    #[test]
+    fn names_are_checked_alike_for_every_backend() {
+        let caps = caps(Fencing::Global, true);
+        let opts = LockOptions::default();
+        for bad in ["", "a\nb", &"x".repeat(MAX_NAME_BYTES + 1)] {
+            assert!(matches!(caps.admit("x", bad, &opts), Err(Error::InvalidArgument(_))), "{bad:?}");
+        }
+        for good in ["a", "jobs/nightly report", "ключ", &"x".repeat(MAX_NAME_BYTES)] {
+            assert_eq!(caps.admit("x", good, &opts), Ok(()), "{good:?}");
+        }
+    }
+
+    #[test]
+    fn lock_delay_and_ttl_are_checked_before_sending() {
+        let delayed = LockOptions { lock_delay: Duration::from_secs(1), ..LockOptions::default() };
+        assert!(matches!(caps(Fencing::Global, false).admit("etcd", "a", &delayed), Err(Error::Unsupported(_))));
+        assert_eq!(caps(Fencing::Global, true).admit("fencelock", "a", &delayed), Ok(()));
+        let short = LockOptions { ttl: Duration::from_millis(99), ..LockOptions::default() };
+        assert!(matches!(caps(Fencing::Global, true).admit("x", "a", &short), Err(Error::InvalidArgument(_))));
+        let long_wait = LockOptions { wait: MAX_WAIT + Duration::from_millis(1), ..LockOptions::default() };
+        assert!(matches!(caps(Fencing::Global, true).admit("x", "a", &long_wait), Err(Error::InvalidArgument(_))));
+    }
+}

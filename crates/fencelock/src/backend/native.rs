@@ -1,0 +1,58 @@
+//! The native fencelock server as a [`LockBackend`]: [`crate::Client`] is one
+//! implementation among the others, and its [`crate::LockGuard`] the [`Held`]
+//! part of a [`Guard`].
+
+use std::time::Duration;
+
+use super::{BoxFuture, Capabilities, Fencing, Guard, Held, LockBackend};
+use crate::client::Client;
+use crate::error::Error;
+use crate::guard::LockGuard;
+use crate::types::{Acquire, CheckResult, LockOptions};
+
+impl LockBackend for Client {
+    fn kind(&self) -> &'static str {
+        "fencelock"
+    }
+
+    /// Global durable tokens (fsynced through Raft before a grant is
+    /// acknowledged), server-side FIFO queues with push grants, lock-delay.
+    /// Fail-over needs a cluster; a single node is one durable server.
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            fencing: Fencing::Global,
+            durable_tokens: true,
+            fifo: true,
+            push_wakeup: true,
+            server_ttl: true,
+            survives_failover: false,
+            lock_delay: true,
+            min_ttl: Duration::from_millis(100),
+        }
+    }
+
+    fn acquire<'a>(&'a self, name: &'a str, opts: &'a LockOptions) -> BoxFuture<'a, Result<Acquire<Guard>, Error>> {
+        Box::pin(async move {
+            self.capabilities().admit(self.kind(), name, opts)?;
+            let outcome = self.lock(name).options(*opts).acquire().await?;
+            Ok(outcome.map(|g| {
+                let (name, token, watch) = (g.name().to_string(), g.token(), g.lease_watch());
+                Guard::new(name, Some(token), "fencelock", watch, Box::new(g))
+            }))
+        })
+    }
+
+    fn check<'a>(&'a self, name: &'a str, token: u64) -> BoxFuture<'a, Result<CheckResult, Error>> {
+        Box::pin(Client::check(self, name, token))
+    }
+}
+
+impl Held for LockGuard {
+    fn release(self: Box<Self>) -> BoxFuture<'static, Result<bool, Error>> {
+        Box::pin(LockGuard::release(*self))
+    }
+
+    fn release_in_background(self: Box<Self>) {
+        drop(self); // a dropped LockGuard releases in the background
+    }
+}

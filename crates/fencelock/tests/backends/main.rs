@@ -1,0 +1,7 @@
+//! One conformance suite ([`suite`]), run against every backend on real
+//! servers started on free ports of 127.0.0.1: one module per backend, each
+//! a [`suite::Target`] plus the tests of what only that backend does.
+
+mod suite;
+
+mod native;

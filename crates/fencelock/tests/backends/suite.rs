@@ -1,0 +1,312 @@
+//! The conformance suite: the same test bodies for every backend, each run
+//! against real servers (see `targets.rs`). A body checks the backend against
+//! the contract of `LockBackend` and against the capabilities the backend
+//! declares; where a capability is declared absent, the body checks nothing
+//! it does not promise (and says so in its return value).
+//!
+//! No body asserts a duration. Waits are bounded by [`LIMIT`] so that a broken
+//! backend fails the test instead of hanging it.
+
+use std::future::Future;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use fencelock::backend::{self, Backend, Fencing};
+use fencelock::{Acquire, Error, LeaseLost, LockOptions};
+use fencelock_testkit::proxy::{Mode, Proxy};
+
+pub const MS: Duration = Duration::from_millis(1);
+pub const SECS: Duration = Duration::from_secs(1);
+
+/// Upper bound of every wait; only reached when a test fails.
+pub const LIMIT: Duration = Duration::from_secs(30);
+
+/// A real lock service to run the suite against.
+pub trait Target: Send + Sync + Sized + 'static {
+    /// Starts the service (its servers on free ports of 127.0.0.1).
+    fn start() -> impl Future<Output = Self> + Send;
+    /// The backend URL that reaches the service directly.
+    fn url(&self) -> String;
+    /// Puts a fault proxy in front of every server of the service; returns a
+    /// URL whose connections all go through them.
+    fn via_proxies(&self) -> impl Future<Output = (String, Vec<Proxy>)> + Send;
+    /// The TTL for tests that wait for an expiry: short, but at least the
+    /// backend's smallest.
+    fn short_ttl(&self) -> Duration {
+        SECS
+    }
+}
+
+pub async fn connect(url: &str) -> Backend {
+    within("connect", backend::connect(url)).await.unwrap_or_else(|e| panic!("connect {url}: {e}"))
+}
+
+pub async fn within<T>(what: &str, f: impl Future<Output = T>) -> T {
+    tokio::time::timeout(LIMIT, f).await.unwrap_or_else(|_| panic!("{what}: no answer within {LIMIT:?}"))
+}
+
+fn opts(ttl: Duration, wait: Duration) -> LockOptions {
+    LockOptions { ttl, wait, ..LockOptions::default() }
+}
+
+/// Invariant (mutual exclusion, the contract of `LockBackend`): 16 clients,
+/// each with its own connection, take one lock 5 times each with a wait; no
+/// two are ever inside at once. Where the backend declares fencing, the tokens
+/// in grant order strictly increase.
+pub async fn mutual_exclusion<T: Target>(t: &T) {
+    const CLIENTS: usize = 16;
+    const ROUNDS: usize = 5;
+    let inside = Arc::new(AtomicUsize::new(0));
+    let tokens = Arc::new(Mutex::new(Vec::new()));
+    let mut tasks = Vec::new();
+    for _ in 0..CLIENTS {
+        let b = connect(&t.url()).await;
+        let (inside, tokens) = (inside.clone(), tokens.clone());
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..ROUNDS {
+                let guard = b.acquire("mutex", &opts(10 * SECS, 25 * SECS)).await.unwrap().acquired().unwrap();
+                assert_eq!(inside.fetch_add(1, Ordering::SeqCst), 0, "two holders at once");
+                tokens.lock().unwrap().push(guard.token());
+                tokio::task::yield_now().await;
+                tokio::time::sleep(MS).await;
+                assert!(!guard.is_lost(), "lost while holding");
+                inside.fetch_sub(1, Ordering::SeqCst);
+                assert!(guard.release().await.unwrap(), "release of a held lock");
+            }
+        }));
+    }
+    for task in tasks {
+        within("16 clients", task).await.unwrap();
+    }
+    let tokens = tokens.lock().unwrap().clone();
+    assert_eq!(tokens.len(), CLIENTS * ROUNDS);
+    let fencing = connect(&t.url()).await.capabilities().fencing;
+    if fencing == Fencing::None {
+        assert!(tokens.iter().all(Option::is_none), "a backend without fencing must give no token");
+    } else {
+        let tokens: Vec<u64> = tokens.into_iter().map(|t| t.expect("a fenced backend gives a token")).collect();
+        assert!(tokens.windows(2).all(|w| w[0] < w[1]), "tokens in grant order: {tokens:?}");
+    }
+}
+
+/// Invariant (global fencing): where declared global, tokens increase across
+/// different locks too.
+pub async fn tokens_across_locks<T: Target>(t: &T) {
+    let b = connect(&t.url()).await;
+    if b.capabilities().fencing != Fencing::Global {
+        return;
+    }
+    let mut last = 0;
+    for name in ["a", "b", "a", "c", "b"] {
+        let g = b.acquire(name, &opts(10 * SECS, Duration::ZERO)).await.unwrap().acquired().unwrap();
+        let token = g.token().unwrap();
+        assert!(token > last, "{name}: token {token} after {last}");
+        last = token;
+        assert!(g.release().await.unwrap());
+    }
+}
+
+/// Contention is an outcome: a try on a held lock is `Busy`, a wait that runs
+/// out is `TimedOut`; neither is an error, and neither disturbs the holder.
+pub async fn contention_is_an_outcome<T: Target>(t: &T) {
+    let (a, b) = (connect(&t.url()).await, connect(&t.url()).await);
+    let held = a.acquire("busy", &opts(10 * SECS, Duration::ZERO)).await.unwrap().acquired().unwrap();
+    match b.acquire("busy", &opts(10 * SECS, Duration::ZERO)).await.unwrap() {
+        Acquire::Busy { .. } => {}
+        other => panic!("a try on a held lock: {other:?}"),
+    }
+    match b.acquire("busy", &opts(10 * SECS, 300 * MS)).await.unwrap() {
+        Acquire::TimedOut => {}
+        other => panic!("a wait on a held lock: {other:?}"),
+    }
+    assert!(!held.is_lost());
+    assert!(held.release().await.unwrap());
+    let again = b.acquire("busy", &opts(10 * SECS, Duration::ZERO)).await.unwrap().acquired().unwrap();
+    assert!(again.release().await.unwrap());
+}
+
+/// A released lock goes to a waiter; a dropped guard releases too (the waiter
+/// would time out otherwise: the TTL is longer than its wait).
+pub async fn release_and_drop_free_the_lock<T: Target>(t: &T) {
+    let (a, b) = (connect(&t.url()).await, connect(&t.url()).await);
+    let g = a.acquire("handoff", &opts(60 * SECS, Duration::ZERO)).await.unwrap().acquired().unwrap();
+    let waiter = tokio::spawn(async move {
+        let got = b.acquire("handoff", &opts(60 * SECS, 20 * SECS)).await.unwrap().acquired().unwrap();
+        (b, got)
+    });
+    tokio::time::sleep(200 * MS).await;
+    drop(g);
+    let (_b, got) = within("waiter after a dropped guard", waiter).await.unwrap();
+    assert!(!got.is_lost());
+    assert!(got.release().await.unwrap());
+}
+
+/// Invariant (lease expiry and compare-and-delete release): a holder that stops
+/// renewing (its connections held by a proxy) sees `lost()` fire; then the lock
+/// goes to another client with a larger token (if fenced); the old holder's
+/// release, once it can talk again, releases nothing; the new holder keeps
+/// the lock.
+pub async fn expiry_and_release_by_a_non_holder<T: Target>(t: &T) {
+    let (proxied, proxies) = t.via_proxies().await;
+    let old = connect(&proxied).await;
+    let new = connect(&t.url()).await;
+    let ttl = t.short_ttl();
+    let stale = old.acquire("expiry", &opts(ttl, Duration::ZERO)).await.unwrap().acquired().unwrap();
+    for p in &proxies {
+        p.set_mode(Mode::Hold);
+    }
+    let reason = within("lost() of a holder cut off", stale.lost()).await;
+    assert!(matches!(reason, LeaseLost::Expired | LeaseLost::NotFound), "{reason:?}");
+    let fresh = within("grant after the expiry", new.acquire("expiry", &opts(30 * SECS, 20 * SECS)))
+        .await
+        .unwrap()
+        .acquired()
+        .unwrap();
+    if let (Some(old_token), Some(new_token)) = (stale.token(), fresh.token()) {
+        assert!(new_token > old_token, "token after an expiry: {new_token} after {old_token}");
+    }
+    for p in &proxies {
+        p.set_mode(Mode::Pass);
+    }
+    assert!(!within("release by a non-holder", stale.release()).await.unwrap(), "a stale guard released");
+    let third = connect(&t.url()).await;
+    match third.acquire("expiry", &opts(10 * SECS, Duration::ZERO)).await.unwrap() {
+        Acquire::Busy { .. } => {}
+        other => panic!("the new holder lost its lock to a stale release: {other:?}"),
+    }
+    assert!(!fresh.is_lost());
+    assert!(fresh.release().await.unwrap());
+}
+
+/// `lost()` fires when the backend connection is cut (every connection reset,
+/// and every reconnect too), at the latest at the deadline; loss is never
+/// silent.
+pub async fn lost_fires_when_the_connection_is_cut<T: Target>(t: &T) {
+    let (proxied, proxies) = t.via_proxies().await;
+    let b = connect(&proxied).await;
+    let g = b.acquire("cut", &opts(t.short_ttl(), Duration::ZERO)).await.unwrap().acquired().unwrap();
+    for p in &proxies {
+        p.set_mode(Mode::Reset);
+    }
+    let reason = within("lost() after the cut", g.lost()).await;
+    assert!(matches!(reason, LeaseLost::Expired | LeaseLost::NotFound), "{reason:?}");
+    assert!(g.is_lost());
+    for p in &proxies {
+        p.set_mode(Mode::Pass);
+    }
+    drop(g);
+}
+
+/// Invariant (FIFO), where declared: five waiters queued one after the other
+/// are granted in that order when the holder releases.
+pub async fn fifo_where_declared<T: Target>(t: &T) {
+    let holder = connect(&t.url()).await;
+    if !holder.capabilities().fifo {
+        return;
+    }
+    let g = holder.acquire("fifo", &opts(30 * SECS, Duration::ZERO)).await.unwrap().acquired().unwrap();
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let mut tasks = Vec::new();
+    for i in 0..5 {
+        let b = connect(&t.url()).await;
+        let order = order.clone();
+        tasks.push(tokio::spawn(async move {
+            let got = b.acquire("fifo", &opts(30 * SECS, 25 * SECS)).await.unwrap().acquired().unwrap();
+            order.lock().unwrap().push(i);
+            assert!(got.release().await.unwrap());
+        }));
+        // Let this waiter reach the queue before the next one starts.
+        tokio::time::sleep(300 * MS).await;
+    }
+    assert!(g.release().await.unwrap());
+    for task in tasks {
+        within("waiters", task).await.unwrap();
+    }
+    assert_eq!(*order.lock().unwrap(), vec![0, 1, 2, 3, 4], "grant order");
+}
+
+/// Bad input gets a clear error and changes nothing: bad names, TTLs, waits,
+/// fencing asked of a backend without it, a malformed URL, an unreachable
+/// server.
+pub async fn bad_input<T: Target>(t: &T) {
+    let b = connect(&t.url()).await;
+    let long = "x".repeat(513);
+    for name in ["", "a\u{7}b", long.as_str()] {
+        let got = b.acquire(name, &opts(10 * SECS, Duration::ZERO)).await;
+        assert!(matches!(got, Err(Error::InvalidArgument(_))), "name {name:?}: {got:?}");
+    }
+    for ttl in [Duration::ZERO, 99 * MS, 3601 * SECS] {
+        let got = b.acquire("bad", &opts(ttl, Duration::ZERO)).await;
+        assert!(matches!(got, Err(Error::InvalidArgument(_))), "ttl {ttl:?}: {got:?}");
+    }
+    let got = b.acquire("bad", &opts(10 * SECS, 3601 * SECS)).await;
+    assert!(matches!(got, Err(Error::InvalidArgument(_))), "wait: {got:?}");
+    let fenced = LockOptions { require_fencing: true, ..opts(10 * SECS, Duration::ZERO) };
+    let got = b.acquire("bad", &fenced).await;
+    if b.capabilities().fencing == Fencing::None {
+        assert!(matches!(got, Err(Error::Unsupported(_))), "fencing required of {}: {got:?}", b.kind());
+    } else {
+        assert!(got.unwrap().acquired().unwrap().release().await.unwrap());
+    }
+    // Nothing was left behind by the refused requests.
+    let g = b.acquire("bad", &opts(10 * SECS, Duration::ZERO)).await.unwrap().acquired().unwrap();
+    assert!(g.release().await.unwrap());
+    let scheme = t.url().split("://").next().unwrap().to_string();
+    let got = backend::connect(&format!("{scheme}://127.0.0.1:notaport")).await;
+    assert!(matches!(got, Err(Error::InvalidArgument(_))), "malformed url: {got:?}");
+    let closed = fencelock_testkit::free_port();
+    let unreachable = format!("{scheme}://127.0.0.1:{closed}");
+    let got = within("connect to a closed port", backend::connect(&unreachable)).await;
+    assert!(matches!(got, Err(Error::Connect(_))), "unreachable {unreachable}: {got:?}");
+}
+
+/// Lock names with characters some backends treat specially (path
+/// separators, spaces, non-ASCII) are distinct locks, and work.
+pub async fn names_are_opaque<T: Target>(t: &T) {
+    let b = connect(&t.url()).await;
+    let names = ["jobs/nightly", "jobs", "jobs/nightly/x", "a b", "ключ", "..", "%2F", "/"];
+    let mut guards = Vec::new();
+    for name in names {
+        let got = b.acquire(name, &opts(10 * SECS, Duration::ZERO)).await.unwrap();
+        guards.push(got.acquired().unwrap_or_else(|e| panic!("{name:?}: {e}")));
+    }
+    for g in guards {
+        assert!(g.release().await.unwrap());
+    }
+}
+
+/// `with_lock` runs the closure under the lock and releases it.
+pub async fn with_lock_runs_and_releases<T: Target>(t: &T) {
+    let b = connect(&t.url()).await;
+    let token =
+        backend::with_lock(b.as_ref(), "with", opts(10 * SECS, Duration::ZERO), async |g: &fencelock::Guard| g.token())
+            .await
+            .unwrap();
+    if b.capabilities().fencing != Fencing::None {
+        assert!(token.is_some());
+    }
+    let g = b.acquire("with", &opts(10 * SECS, Duration::ZERO)).await.unwrap().acquired().unwrap();
+    assert!(g.release().await.unwrap());
+}
+
+/// Runs each body of the suite as its own test for `$target`.
+#[macro_export]
+macro_rules! conformance {
+    ($target:ty) => {
+        $crate::conformance!($target:
+            mutual_exclusion, tokens_across_locks, contention_is_an_outcome,
+            release_and_drop_free_the_lock, expiry_and_release_by_a_non_holder,
+            lost_fires_when_the_connection_is_cut, fifo_where_declared, bad_input,
+            names_are_opaque, with_lock_runs_and_releases);
+    };
+    ($target:ty: $($body:ident),* $(,)?) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $body() {
+                let target = <$target as $crate::suite::Target>::start().await;
+                $crate::suite::$body(&target).await;
+            }
+        )*
+    };
+}
