@@ -82,10 +82,19 @@ pub(crate) fn stop_child(child: &mut Child, signal: Signal, polls: u32) {
 }
 
 /// Polls `ready` until it holds, failing with the server's log if `child` exits
-/// or after [`READY_POLLS`] polls.
+/// or after [`READY_POLLS`] polls. A server that lost the race for its port
+/// (another test's server bound it between [`free_port`] and the spawn) exits,
+/// while the other server answers `ready`: so the child must still be alive
+/// after `ready` holds, and a few polls later too.
 pub(crate) fn wait_ready(what: &str, child: &mut Child, log: &Path, mut ready: impl FnMut() -> bool) {
     for poll in 0.. {
         if ready() {
+            for _ in 0..5 {
+                if let Some(status) = child.try_wait().unwrap() {
+                    panic!("{what} exited ({status}) while something else answered on its port:\n{}", log_tail(log));
+                }
+                sleep(POLL);
+            }
             return;
         }
         if let Some(status) = child.try_wait().unwrap() {

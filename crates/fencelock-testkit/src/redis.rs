@@ -76,19 +76,29 @@ impl RedisServer {
             .stderr(Stdio::null())
             .spawn()
             .unwrap_or_else(|e| panic!("cannot start redis-server ({e}): {INSTALL_HINT}"));
-        let port = self.port;
-        wait_ready("redis-server", &mut child, &log, || redis_ping(port));
+        let (port, pid) = (self.port, child.id());
+        wait_ready("redis-server", &mut child, &log, || redis_pid(port) == Some(pid));
         self.child = Some(child);
     }
 }
 
-fn redis_ping(port: u16) -> bool {
-    let Ok(mut stream) = TcpStream::connect(("127.0.0.1", port)) else {
-        return false;
-    };
-    let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
-    let mut reply = [0u8; 5];
-    stream.write_all(b"PING\r\n").is_ok() && stream.read_exact(&mut reply).is_ok() && &reply == b"+PONG"
+/// The `process_id` of the Redis server answering on `port`: ready, and ours
+/// (not another test's server that took the port).
+fn redis_pid(port: u16) -> Option<u32> {
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    stream.write_all(b"INFO server\r\n").ok()?;
+    let mut reply = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !reply.ends_with(b"\r\n\r\n") {
+        let n = stream.read(&mut buf).ok()?;
+        if n == 0 {
+            break;
+        }
+        reply.extend_from_slice(&buf[..n]);
+    }
+    let text = String::from_utf8_lossy(&reply);
+    text.lines().find_map(|l| l.strip_prefix("process_id:")).and_then(|v| v.trim().parse().ok())
 }
 
 impl Drop for RedisServer {

@@ -15,7 +15,7 @@ use crate::{free_port, shared_tempdir, stop_child, wait_ready, which, INSTALL_HI
 const ZK_JAR: &str = "/usr/share/java/zookeeper.jar";
 
 /// A standalone ZooKeeper server: `tickTime` 100 ms, so sessions of 200 ms to
-/// 20 s are allowed; no per-host connection limit (`maxClientCnxns=0`);
+/// 60 s are allowed; no per-host connection limit (`maxClientCnxns=0`);
 /// `forceSync` on (the default: transactions are fsynced before they are
 /// acknowledged).
 pub struct ZkServer {
@@ -88,7 +88,9 @@ fn zk_serving(port: u16) -> bool {
     let Ok(mut stream) = TcpStream::connect(("127.0.0.1", port)) else {
         return false;
     };
-    let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
+    // Short: a server that accepted before it serves answers nothing, and the
+    // next poll asks again.
+    let _ = stream.set_read_timeout(Some(Duration::from_millis(300)));
     let mut reply = String::new();
     stream.write_all(b"srvr").is_ok() && stream.read_to_string(&mut reply).is_ok() && reply.contains("Mode:")
 }

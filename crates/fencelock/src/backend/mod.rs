@@ -30,10 +30,20 @@ use std::time::Duration;
 use crate::error::{Error, WithLockError};
 use crate::types::{Acquire, CheckResult, LockOptions};
 
+#[cfg(feature = "etcd")]
+pub mod etcd;
 mod guard;
 mod keepalive;
 mod native;
+#[cfg(feature = "postgres")]
+pub mod postgres;
+#[cfg(feature = "redis")]
+pub mod redis;
+#[cfg(feature = "redis")]
+pub mod redlock;
 mod url;
+#[cfg(feature = "zookeeper")]
+pub mod zookeeper;
 
 pub use guard::{Guard, Held};
 pub use keepalive::{KeptLease, Renew, Renewed};
@@ -78,8 +88,9 @@ pub struct Capabilities {
     /// Waiters are granted in arrival order, and a new request never overtakes
     /// one that waits.
     pub fifo: bool,
-    /// A waiter is woken by the backend when its turn comes (never by polling),
-    /// and only the next waiter is woken.
+    /// A waiter is woken by the backend when its turn comes (not by polling
+    /// for the lock), and only the next waiter is woken. A waiter may still
+    /// refresh its own liveness every TTL/3 (Redis, PostgreSQL queues).
     pub push_wakeup: bool,
     /// The backend expires a lock by itself when its holder stops renewing (a
     /// crashed holder blocks others for at most the TTL).
@@ -89,8 +100,10 @@ pub struct Capabilities {
     pub survives_failover: bool,
     /// [`LockOptions::lock_delay`] is supported.
     pub lock_delay: bool,
-    /// The smallest TTL the backend keeps exactly; larger TTLs are rounded up to
-    /// its granularity (e.g. whole seconds for etcd).
+    /// The smallest TTL the backend keeps; a shorter one is refused with
+    /// [`Error::Unsupported`] rather than silently lengthened. Larger TTLs may
+    /// be rounded up to the backend's granularity (whole seconds for etcd); the
+    /// guard's deadline always uses the TTL the backend granted.
     pub min_ttl: Duration,
 }
 
@@ -108,6 +121,13 @@ impl Capabilities {
         }
         if !opts.lock_delay.is_zero() && !self.lock_delay {
             return Err(Error::Unsupported(format!("{backend} has no lock-delay")));
+        }
+        if opts.ttl >= MIN_TTL && opts.ttl < self.min_ttl {
+            return Err(Error::Unsupported(format!(
+                "{backend} keeps TTLs of at least {} ms, and {} ms was asked: a shorter lease would silently last longer",
+                self.min_ttl.as_millis(),
+                opts.ttl.as_millis()
+            )));
         }
         if opts.ttl < MIN_TTL || opts.ttl > MAX_TTL {
             return Err(Error::InvalidArgument(format!(
@@ -136,16 +156,16 @@ pub const MAX_NAME_BYTES: usize = 512;
 /// ZooKeeper path) encodes it; the caller never sees the difference.
 pub fn check_name(name: &str) -> Result<(), Error> {
     if name.is_empty() {
-        return Err(Error::InvalidArgument("lock name is empty".into()));
+        return Err(Error::InvalidArgument("invalid lock name: it is empty".into()));
     }
     if name.len() > MAX_NAME_BYTES {
         return Err(Error::InvalidArgument(format!(
-            "lock name is {} bytes long (at most {MAX_NAME_BYTES})",
+            "invalid lock name: {} bytes long (at most {MAX_NAME_BYTES})",
             name.len()
         )));
     }
     if let Some((at, _)) = name.char_indices().find(|(_, c)| c.is_control()) {
-        return Err(Error::InvalidArgument(format!("lock name contains a control character at byte {at}")));
+        return Err(Error::InvalidArgument(format!("invalid lock name: a control character at byte {at}")));
     }
     Ok(())
 }
@@ -208,6 +228,16 @@ pub async fn connect(url: &str) -> Result<Backend, Error> {
     let parsed = BackendUrl::parse(url)?;
     match parsed.scheme {
         Scheme::Native => Ok(Arc::new(crate::Client::connect(parsed.native_endpoint()).await?)),
+        #[cfg(feature = "redis")]
+        Scheme::Redis => Ok(Arc::new(redis::RedisBackend::connect(&parsed).await?)),
+        #[cfg(feature = "redis")]
+        Scheme::Redlock => Ok(Arc::new(redlock::RedlockBackend::connect(&parsed).await?)),
+        #[cfg(feature = "etcd")]
+        Scheme::Etcd => Ok(Arc::new(etcd::EtcdBackend::connect(&parsed).await?)),
+        #[cfg(feature = "zookeeper")]
+        Scheme::ZooKeeper => Ok(Arc::new(zookeeper::ZkBackend::connect(&parsed).await?)),
+        #[cfg(feature = "postgres")]
+        Scheme::Postgres => Ok(Arc::new(postgres::PgBackend::connect(&parsed).await?)),
         #[allow(unreachable_patterns)]
         other => Err(Error::Unsupported(format!(
             "the {other} backend is not compiled in (enable the fencelock crate's feature \"{}\")",
@@ -280,6 +310,15 @@ mod tests {
         for good in ["a", "jobs/nightly report", "ключ", &"x".repeat(MAX_NAME_BYTES)] {
             assert_eq!(caps.admit("x", good, &opts), Ok(()), "{good:?}");
         }
+    }
+
+    #[test]
+    fn a_ttl_below_the_backends_minimum_is_refused_not_lengthened() {
+        let caps = Capabilities { min_ttl: Duration::from_secs(1), ..caps(Fencing::PerLock, false) };
+        let short = LockOptions { ttl: Duration::from_millis(500), ..LockOptions::default() };
+        assert!(matches!(caps.admit("etcd", "a", &short), Err(Error::Unsupported(ref m)) if m.contains("1000 ms")));
+        let exact = LockOptions { ttl: Duration::from_secs(1), ..LockOptions::default() };
+        assert_eq!(caps.admit("etcd", "a", &exact), Ok(()));
     }
 
     #[test]

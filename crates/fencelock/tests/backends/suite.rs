@@ -1,8 +1,8 @@
 //! The conformance suite: the same test bodies for every backend, each run
-//! against real servers (see `targets.rs`). A body checks the backend against
+//! against real servers (one module per backend beside this one). A body checks the backend against
 //! the contract of `LockBackend` and against the capabilities the backend
 //! declares; where a capability is declared absent, the body checks nothing
-//! it does not promise (and says so in its return value).
+//! it does not promise (each such branch says so in a comment or doc).
 //!
 //! No body asserts a duration. Waits are bounded by [`LIMIT`] so that a broken
 //! backend fails the test instead of hanging it.
