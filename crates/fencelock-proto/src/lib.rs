@@ -12,3 +12,18 @@ pub mod v1 {
 pub mod raft {
     tonic::include_proto!("fencelock.raft.v1");
 }
+
+/// A client-only subset of etcd's v3 API (`proto/etcd/`): the KV, Watch and
+/// Lease services with the messages and field numbers of etcd's own
+/// `rpc.proto` and `kv.proto`, for the etcd backend of the `fencelock` crate.
+pub mod etcd {
+    /// etcd's `etcdserverpb` package (`proto/etcd/rpc.proto`).
+    pub mod etcdserverpb {
+        tonic::include_proto!("etcdserverpb");
+    }
+
+    /// etcd's `mvccpb` package (`proto/etcd/kv.proto`).
+    pub mod mvccpb {
+        tonic::include_proto!("mvccpb");
+    }
+}

@@ -5,3 +5,8 @@
 mod suite;
 
 mod native;
+#[cfg(feature = "etcd")] mod etcd;
+#[cfg(feature = "redis")] mod redis;
+#[cfg(feature = "redis")] mod redlock;
+#[cfg(feature = "zookeeper")] mod zookeeper;
+#[cfg(feature = "postgres")] mod postgres;

@@ -1,0 +1,483 @@
+//! The etcd backend (`etcd://h:p[,h:p…][?prefix=fencelock]`, etcd v3 API over
+//! gRPC): etcd's own lock recipe, one lease per acquire, with a fencing token
+//! from etcd's global revision counter.
+//!
+//! Where it sits: [`super::connect`] builds an [`EtcdBackend`] for an `etcd://`
+//! URL; its guards are [`Guard`]s kept by a [`KeptLease`] like every other
+//! backend's. The gRPC code is generated (client only) from the subset of
+//! etcd's API in `fencelock-proto/proto/etcd/`; `etcd/rpc.rs` holds the connection
+//! and the calls.
+//!
+//! # Keys
+//! A lock `name` is the key prefix `P/N/`, where `P` is the URL's `prefix`
+//! (default `fencelock`) and `N` the lock name, each with `%` written `%25` and
+//! `/` written `%2F`. Neither part then contains a `/`, so the prefix of one
+//! lock never contains another lock's keys ("jobs" and "jobs/nightly" are
+//! `fencelock/jobs/` and `fencelock/jobs%2Fnightly/`). Each acquire adds one key
+//! under it: `P/N/` followed by its lease id in 16 hex digits, with an empty
+//! value, attached to the lease.
+//!
+//! # The recipe
+//! 1. LeaseGrant with the TTL rounded up to whole seconds; the guard uses the
+//!    TTL etcd granted (etcd raises a TTL below its minimum, 1.5 election
+//!    timeouts rounded up to a second). A new lease for every acquire, so a
+//!    key is never re-created by the same lease (the key-reuse trap of sharing
+//!    one session lease between acquires). The lease is kept alive from here on
+//!    ([`KeptLease`], every TTL/3), while waiting too.
+//! 2. Txn: `create_revision(key) == 0` → Put(key, lease), else Range(key). The
+//!    key's create revision is `my_rev`.
+//! 3. Range `P/N/` sorted by create revision, ascending, limit 1: the owner.
+//!    If it is this key, the lock is granted; the token is `my_rev`. If the
+//!    owner was created after `my_rev`, this key is gone (deleted by someone,
+//!    or its lease expired): the acquire fails.
+//! 4. Not granted, with no wait: revoke the lease (which deletes the key) and
+//!    answer Busy with the owner's create revision and lease. Otherwise find the
+//!    predecessor: Range `P/N/` with `max_create_revision = my_rev - 1`, sorted
+//!    by create revision, descending, limit 1. Watch its key for a deletion,
+//!    from now (no start revision: a watcher whose start revision is not past
+//!    the store's current one is "unsynced", and etcd 3.4 services those only
+//!    every 100 ms, which made every contended handoff of the standard recipe
+//!    take ~100 ms); once etcd confirmed the watcher, Range the predecessor
+//!    again (it may have gone before the watcher existed). When it is gone, go
+//!    to 3: the predecessor may have died while an earlier key still holds the
+//!    lock.
+//! 5. The wait running out, the lease being lost, or the acquire future being
+//!    dropped revokes the lease (deleting the key), inline or in a spawned task.
+//!
+//! Renewal is one LeaseKeepAlive (on a stream of its own) and a Range of the
+//! key, concurrently: the lease is gone at TTL 0, and the lock is gone if the
+//! key was deleted (or is not the one this acquire created). Release is a Txn
+//! `create_revision(key) == token` → delete, then LeaseRevoke.
+//!
+//! # Guarantees
+//! * Mutual exclusion among guards used before their deadline: the owner is
+//!   the key with the lowest create revision, and a guard's deadline counts
+//!   from the send time of its last confirmed keep-alive, never later than
+//!   etcd's own expiry of the lease (which deletes the key).
+//! * Tokens: the key's create revision. Revisions are etcd's one counter for
+//!   the whole keyspace, fsynced in the WAL before a write is acknowledged and
+//!   never reused, so tokens of one lock strictly increase in grant order,
+//!   across restarts of etcd and leader changes ([`Fencing::PerLock`]). Tokens
+//!   of different locks come from the same counter but are taken when the key
+//!   is created, i.e. when the request queued: a grant that waited carries the
+//!   revision of its arrival, which may be lower than the token of a grant of
+//!   another lock that came and went meanwhile. So they are not declared
+//!   global: a resource guarded by several locks must keep one high-water mark
+//!   per lock.
+//! * FIFO: waiters are granted in the order of their keys' creation, and a new
+//!   request's key is always the newest. Each waiter is woken by etcd only when
+//!   its predecessor goes (no herd, no polling).
+//! * A crashed holder blocks others for at most its lease's TTL (etcd expires
+//!   the lease and deletes the key).
+//!
+//! Not guaranteed: etcd's lease TTLs are whole seconds, and etcd raises a TTL
+//! below its minimum (1.5 election timeouts, rounded up: 1 s with the test
+//! kit's timers, 2 s with etcd's defaults); the guard's deadline and renewals
+//! use the TTL etcd granted, so a short TTL may be kept longer than asked.
+//! etcd checks lease expiry every 500 ms, so a lock may outlive its TTL by that
+//! much on the server (never on the client). The endpoints of the URL are used
+//! one at a time, in order: there is no balancing, and a move to the next
+//! endpoint happens only after a call failed (see `etcd/rpc.rs`). No
+//! lock-delay. Authentication and TLS are not supported.
+
+mod rpc;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use fencelock_proto::etcd::etcdserverpb::RangeRequest;
+use fencelock_proto::etcd::mvccpb::KeyValue;
+use tokio::time::Instant;
+
+use self::rpc::{prefix_range, Etcd};
+use super::{check_name, BackendUrl, BoxFuture, Capabilities, Fencing, Guard, Held, KeptLease, LockBackend};
+use super::{Renew, Renewed, Scheme};
+use crate::error::Error;
+use crate::lease::LeaseWatch;
+use crate::types::{Acquire, CheckResult, LockOptions};
+
+/// The key prefix of every lock when the URL names none.
+pub const DEFAULT_PREFIX: &str = "fencelock";
+
+/// An etcd cluster as a lock service (see the [module docs](self) for the
+/// recipe and what it guarantees).
+#[derive(Debug, Clone)]
+pub struct EtcdBackend {
+    etcd: Arc<Etcd>,
+    /// The encoded prefix, with its `/`.
+    prefix: Vec<u8>,
+}
+
+impl EtcdBackend {
+    /// Connects to the cluster of `url` (`etcd://h:p[,h:p…][?prefix=P]`): to
+    /// the first endpoint, in the URL's order, that answers a linearizable read
+    /// within a few seconds. [`Error::InvalidArgument`] for a URL that is not
+    /// `etcd://`, has a user, a path or an unknown parameter, or an empty
+    /// prefix; [`Error::Connect`] if no endpoint answers.
+    pub async fn connect(url: &BackendUrl) -> Result<Self, Error> {
+        let prefix = parse_url(url)?;
+        let probe = RangeRequest { count_only: true, ..prefix_range(&prefix) };
+        let etcd = Etcd::connect(&url.hosts, probe).await?;
+        Ok(EtcdBackend { etcd: Arc::new(etcd), prefix })
+    }
+
+    /// `P/N/`: the prefix of every key of lock `name`.
+    fn lock_prefix(&self, name: &str) -> Vec<u8> {
+        let mut key = self.prefix.clone();
+        encode(name, &mut key);
+        key.push(b'/');
+        key
+    }
+
+    /// Queues a request for lock `name` (steps 1 and 2 of the recipe) and
+    /// takes its turn (steps 3 to 5).
+    async fn acquire_lock(&self, name: &str, opts: &LockOptions) -> Result<Acquire<Guard>, Error> {
+        self.capabilities().admit(self.kind(), name, opts)?;
+        let lock = self.lock_prefix(name);
+        let wait_end = Instant::now() + opts.wait;
+        let sent = Instant::now();
+        let (lease_id, ttl) = self.etcd.lease_grant(ttl_secs(opts.ttl), self.etcd.deadline()).await?;
+        let withdraw = Withdraw { etcd: self.etcd.clone(), lease_id, armed: true };
+        let key = key_of(&lock, lease_id);
+        let rev = self.etcd.create(&key, lease_id, self.etcd.deadline()).await?;
+        let mine = Mine { etcd: self.etcd.clone(), lease_id, key, rev };
+        let kept = KeptLease::start(lease_id as u64, Duration::from_secs(ttl as u64), sent, Arc::new(mine.clone()));
+        let turn = if opts.wait.is_zero() {
+            self.try_turn(&lock, &mine).await?
+        } else {
+            match tokio::time::timeout_at(wait_end, self.wait_turn(&lock, &mine, kept.watch())).await {
+                Ok(turn) => turn?,
+                Err(_) => Turn::TimedOut,
+            }
+        };
+        match turn {
+            Turn::Granted => {
+                withdraw.disarm();
+                let watch = kept.watch();
+                let token = Some(mine.rev as u64);
+                let held = EtcdHeld { mine, _kept: kept };
+                Ok(Acquire::Acquired(Guard::new(name.to_string(), token, self.kind(), watch, Box::new(held))))
+            }
+            Turn::Busy { owner, keys } => {
+                drop(kept);
+                withdraw.now().await;
+                Ok(Acquire::Busy {
+                    holder_lease: Some(owner.lease as u64),
+                    holder_token: Some(owner.create_revision as u64),
+                    reopens_in: None,
+                    // Every key but the owner's and this one (gone now).
+                    waiters: u32::try_from(keys.saturating_sub(2).max(0)).unwrap_or(u32::MAX),
+                })
+            }
+            Turn::TimedOut => {
+                drop(kept);
+                withdraw.now().await;
+                Ok(Acquire::TimedOut)
+            }
+        }
+    }
+
+    /// Step 3, once: granted if `mine` is the owner of `lock`, else busy.
+    async fn try_turn(&self, lock: &[u8], mine: &Mine) -> Result<Turn, Error> {
+        let (owner, keys) = self.other_owner(lock, mine).await?;
+        match owner {
+            None => Ok(Turn::Granted),
+            Some(owner) => Ok(Turn::Busy { owner, keys }),
+        }
+    }
+
+    /// Steps 3 and 4 until `mine` owns `lock`. Fails if the lease is lost (see
+    /// `lease`) or the key is gone meanwhile.
+    async fn wait_turn(&self, lock: &[u8], mine: &Mine, lease: LeaseWatch) -> Result<Turn, Error> {
+        let turn = async {
+            loop {
+                if self.other_owner(lock, mine).await?.0.is_none() {
+                    return Ok(Turn::Granted);
+                }
+                let end = self.etcd.deadline();
+                if let Some(predecessor) = self.etcd.last_created_before(lock, mine.rev, end).await? {
+                    self.wait_gone(&predecessor).await?;
+                }
+            }
+        };
+        tokio::select! {
+            biased;
+            reason = lease.lost() => Err(Error::Backend(format!("etcd: lost the lease while waiting: {reason}"))),
+            turn = turn => turn,
+        }
+    }
+
+    /// The owner of `lock` (the key with the lowest create revision), or `None`
+    /// if it is `mine`; with the number of keys of the lock. Fails if `mine` is
+    /// not among them any more.
+    async fn other_owner(&self, lock: &[u8], mine: &Mine) -> Result<(Option<KeyValue>, i64), Error> {
+        let (first, keys) = self.etcd.first_created(lock, self.etcd.deadline()).await?;
+        match first {
+            Some(kv) if kv.create_revision == mine.rev => Ok((None, keys)),
+            Some(kv) if kv.create_revision < mine.rev => Ok((Some(kv), keys)),
+            _ => Err(Error::Backend("etcd: the key of a waiting acquire was deleted".into())),
+        }
+    }
+
+    /// Waits until `predecessor` is gone: a watcher from now on its key, then a
+    /// look whether it went before the watcher existed.
+    async fn wait_gone(&self, predecessor: &KeyValue) -> Result<(), Error> {
+        let mut watcher = self.etcd.watch_deletion(&predecessor.key, self.etcd.deadline()).await?;
+        match self.etcd.get(&predecessor.key, self.etcd.deadline()).await? {
+            Some(kv) if kv.create_revision == predecessor.create_revision => self.etcd.deleted(&mut watcher).await,
+            _ => Ok(()),
+        }
+    }
+}
+
+impl LockBackend for EtcdBackend {
+    fn kind(&self) -> &'static str {
+        "etcd"
+    }
+
+    /// Per-lock durable tokens (create revisions, fsynced before a write is
+    /// acknowledged; ordered per lock, not across locks: see the module docs), FIFO with a push wake-up of the next waiter only (a watch
+    /// on the predecessor), server-side expiry (leases), Raft fail-over. TTLs
+    /// are whole seconds from 1 s (etcd raises a TTL below its own minimum,
+    /// which depends on its election timeout, and the guard uses the TTL etcd
+    /// granted); no lock-delay.
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            fencing: Fencing::PerLock,
+            durable_tokens: true,
+            fifo: true,
+            push_wakeup: true,
+            server_ttl: true,
+            survives_failover: true,
+            lock_delay: false,
+            min_ttl: Duration::from_secs(1),
+        }
+    }
+
+    fn acquire<'a>(&'a self, name: &'a str, opts: &'a LockOptions) -> BoxFuture<'a, Result<Acquire<Guard>, Error>> {
+        Box::pin(self.acquire_lock(name, opts))
+    }
+
+    /// Current if `token` is the create revision of the lock's owner key (a key
+    /// exists only while its lease lives).
+    fn check<'a>(&'a self, name: &'a str, token: u64) -> BoxFuture<'a, Result<CheckResult, Error>> {
+        Box::pin(async move {
+            check_name(name)?;
+            let (owner, _) = self.etcd.first_created(&self.lock_prefix(name), self.etcd.deadline()).await?;
+            let current_token = owner.map(|kv| kv.create_revision as u64);
+            Ok(CheckResult { current: current_token == Some(token), current_token })
+        })
+    }
+}
+
+/// Where an acquire's turn ended.
+enum Turn {
+    Granted,
+    Busy { owner: KeyValue, keys: i64 },
+    TimedOut,
+}
+
+/// One acquire's key: what renews it, and what release compares.
+#[derive(Clone)]
+struct Mine {
+    etcd: Arc<Etcd>,
+    lease_id: i64,
+    key: Vec<u8>,
+    /// The key's create revision: the token.
+    rev: i64,
+}
+
+impl Renew for Mine {
+    /// A keep-alive of the lease and a read of the key, at once: `Gone` if the
+    /// lease is (TTL 0) or the key is no longer this acquire's.
+    fn renew(&self, round_end: Instant) -> BoxFuture<'_, Result<Renewed, Error>> {
+        Box::pin(async move {
+            let (ttl, key) = tokio::join!(
+                self.etcd.lease_keep_alive(self.lease_id, round_end),
+                self.etcd.get(&self.key, round_end)
+            );
+            if matches!(key, Ok(ref kv) if kv.as_ref().map(|kv| kv.create_revision) != Some(self.rev)) {
+                return Ok(Renewed::Gone);
+            }
+            let ttl = ttl?;
+            key?;
+            if ttl <= 0 {
+                return Ok(Renewed::Gone);
+            }
+            Ok(Renewed::Confirmed(Some(Duration::from_secs(ttl as u64))))
+        })
+    }
+}
+
+/// A granted lock: the key and the lease keeping it.
+struct EtcdHeld {
+    mine: Mine,
+    /// Renews the lease until the release is done (or this is dropped).
+    _kept: KeptLease,
+}
+
+impl EtcdHeld {
+    /// Compare-and-delete of the key, then the lease's revocation.
+    async fn release_now(self) -> Result<bool, Error> {
+        let Mine { etcd, lease_id, key, rev } = &self.mine;
+        let released = etcd.delete_if_created_at(key, *rev, etcd.deadline()).await?;
+        if let Err(e) = etcd.lease_revoke(*lease_id, etcd.deadline()).await {
+            // The lease then expires by itself (the watchdog stops with `self`).
+            tracing::debug!(lease = lease_id, error = %e, "fencelock: etcd: revoke after release failed");
+        }
+        Ok(released)
+    }
+}
+
+impl Held for EtcdHeld {
+    fn release(self: Box<Self>) -> BoxFuture<'static, Result<bool, Error>> {
+        Box::pin(self.release_now())
+    }
+
+    fn release_in_background(self: Box<Self>) {
+        // Without a runtime, dropping `self` stops the renewals: the lease expires.
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                let lease = self.mine.lease_id;
+                if let Err(e) = self.release_now().await {
+                    tracing::debug!(lease, error = %e, "fencelock: etcd: background release failed");
+                }
+            });
+        }
+    }
+}
+
+/// Withdraws a request that was not granted: revokes its lease, which deletes
+/// its key. Armed until granted; if dropped armed (the acquire future was
+/// dropped, or failed), the revocation runs in a spawned task.
+struct Withdraw {
+    etcd: Arc<Etcd>,
+    lease_id: i64,
+    armed: bool,
+}
+
+impl Withdraw {
+    /// The request was granted: nothing to withdraw.
+    fn disarm(mut self) {
+        self.armed = false;
+    }
+
+    /// Withdraws now; if that fails, once more in the background.
+    async fn now(mut self) {
+        match self.etcd.lease_revoke(self.lease_id, self.etcd.deadline()).await {
+            Ok(()) => self.armed = false,
+            Err(e) => tracing::debug!(lease = self.lease_id, error = %e, "fencelock: etcd: withdraw failed"),
+        }
+    }
+}
+
+impl Drop for Withdraw {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        // Without a runtime the lease expires by itself (nobody renews it).
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            let (etcd, lease_id) = (self.etcd.clone(), self.lease_id);
+            runtime.spawn(async move {
+                if let Err(e) = etcd.lease_revoke(lease_id, etcd.deadline()).await {
+                    tracing::debug!(lease = lease_id, error = %e, "fencelock: etcd: withdraw failed");
+                }
+            });
+        }
+    }
+}
+
+/// The prefix of `url` (encoded, with its `/`), after checking the URL.
+fn parse_url(url: &BackendUrl) -> Result<Vec<u8>, Error> {
+    let bad = |why: String| Error::InvalidArgument(format!("{}: {why}", url.raw));
+    if url.scheme != Scheme::Etcd {
+        return Err(bad(format!("not an etcd url (scheme {})", url.scheme)));
+    }
+    if url.userinfo.is_some() {
+        return Err(bad("etcd authentication is not supported".into()));
+    }
+    if !url.path.is_empty() {
+        return Err(bad("an etcd url has no path (use ?prefix=)".into()));
+    }
+    if let Some((key, _)) = url.params.iter().find(|(k, _)| k != "prefix") {
+        return Err(bad(format!("unknown parameter {key:?} (etcd takes prefix)")));
+    }
+    let prefix = url.param("prefix").unwrap_or(DEFAULT_PREFIX);
+    if prefix.is_empty() || prefix.chars().any(char::is_control) {
+        return Err(bad("the prefix must be non-empty, without control characters".into()));
+    }
+    let mut out = Vec::new();
+    encode(prefix, &mut out);
+    out.push(b'/');
+    Ok(out)
+}
+
+/// Appends `s` with `%` as `%25` and `/` as `%2F` (injective, and the result
+/// has no `/`).
+fn encode(s: &str, out: &mut Vec<u8>) {
+    for b in s.bytes() {
+        match b {
+            b'%' => out.extend_from_slice(b"%25"),
+            b'/' => out.extend_from_slice(b"%2F"),
+            b => out.push(b),
+        }
+    }
+}
+
+/// The key of lease `lease_id`'s request on `lock`.
+fn key_of(lock: &[u8], lease_id: i64) -> Vec<u8> {
+    let mut key = lock.to_vec();
+    key.extend_from_slice(format!("{lease_id:016x}").as_bytes());
+    key
+}
+
+/// `ttl` in whole seconds, rounded up.
+fn ttl_secs(ttl: Duration) -> i64 {
+    i64::try_from(ttl.as_millis().div_ceil(1000)).unwrap_or(i64::MAX).max(1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn prefix_of(url: &str) -> Result<String, Error> {
+        parse_url(&BackendUrl::parse(url)?).map(|p| String::from_utf8(p).unwrap())
+    }
+
+    #[test]
+    fn names_are_encoded_injectively_and_never_nest() {
+        let names = ["jobs/nightly", "jobs", "jobs/nightly/x", "..", "%2F", "/", "ключ", "a b", "%", "%25"];
+        let mut encoded: Vec<Vec<u8>> = Vec::new();
+        for name in names {
+            let mut e = Vec::new();
+            encode(name, &mut e);
+            assert!(!e.contains(&b'/'), "{name:?}");
+            e.push(b'/');
+            for other in &encoded {
+                assert!(!e.starts_with(other) && !other.starts_with(&e), "{name:?} nests with {other:?}");
+            }
+            encoded.push(e);
+        }
+    }
+
+    #[test]
+    fn urls_give_the_prefix_or_say_why_not() {
+        assert_eq!(prefix_of("etcd://h:1").unwrap(), "fencelock/");
+        assert_eq!(prefix_of("etcd://h:1,g:2?prefix=app/locks").unwrap(), "app%2Flocks/");
+        for bad in ["etcd://u:p@h", "etcd://h/x", "etcd://h?prefix=", "etcd://h?ttl=3", "redis://h"] {
+            assert!(matches!(prefix_of(bad), Err(Error::InvalidArgument(_))), "{bad}");
+        }
+    }
+
+    #[test]
+    fn ttls_round_up_to_whole_seconds() {
+        let ms = Duration::from_millis;
+        assert_eq!([ms(100), ms(1000), ms(1001), ms(15_000)].map(ttl_secs), [1, 1, 2, 15]);
+    }
+
+    #[test]
+    fn keys_sort_under_their_lock() {
+        assert_eq!(key_of(b"fencelock/a/", 0x1234), b"fencelock/a/0000000000001234");
+    }
+}

@@ -1,0 +1,440 @@
+//! The etcd connection of the etcd backend: the endpoints of the URL, with
+//! fail-over between them, and one typed function per etcd call the recipe
+//! makes, each bounded by a deadline, with failures mapped to
+//! [`Error::Backend`] (`"etcd: what: why"`).
+//!
+//! Where it sits: under [`super::EtcdBackend`], which holds one [`Etcd`] in an
+//! `Arc` shared by its guards, renewals and background cleanups. Calls go to
+//! one endpoint at a time (see [`Etcd::connect`]); nothing here retries a call:
+//! the recipe decides what a failure means (the watchdog retries renewals, an
+//! acquire fails and withdraws).
+
+use std::fmt;
+use std::future::Future;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use fencelock_proto::etcd::etcdserverpb::compare::{CompareResult, CompareTarget, TargetUnion};
+use fencelock_proto::etcd::etcdserverpb::kv_client::KvClient;
+use fencelock_proto::etcd::etcdserverpb::lease_client::LeaseClient;
+use fencelock_proto::etcd::etcdserverpb::range_request::{SortOrder, SortTarget};
+use fencelock_proto::etcd::etcdserverpb::request_op::Request;
+use fencelock_proto::etcd::etcdserverpb::response_op::Response;
+use fencelock_proto::etcd::etcdserverpb::watch_client::WatchClient;
+use fencelock_proto::etcd::etcdserverpb::watch_create_request::FilterType;
+use fencelock_proto::etcd::etcdserverpb::watch_request::RequestUnion;
+use fencelock_proto::etcd::etcdserverpb::{
+    Compare, DeleteRangeRequest, LeaseGrantRequest, LeaseKeepAliveRequest, LeaseRevokeRequest, PutRequest,
+    RangeRequest, RequestOp, TxnRequest, TxnResponse, WatchCreateRequest, WatchRequest, WatchResponse,
+};
+use fencelock_proto::etcd::mvccpb::event::EventType;
+use fencelock_proto::etcd::mvccpb::KeyValue;
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::transport::{Channel, Endpoint};
+use tonic::{Code, Status, Streaming};
+
+use crate::error::{is_retryable, Error};
+
+/// How long connecting to one endpoint (TCP and the first call) may take.
+pub(super) const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
+/// The deadline of one call other than a watch (which waits as long as the
+/// acquire does).
+pub(super) const CALL_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// A connection to an etcd cluster through the endpoints of a URL.
+///
+/// All calls go to one endpoint, the *current* one. A call that fails in
+/// transport (no answer by its deadline, a reset, a refused reconnect) moves
+/// the connection to the next endpoint of the list, round robin, for the
+/// calls after it; with a single endpoint, it starts a fresh connection to it.
+/// So a lease kept through a member that died is kept through the next one,
+/// as long as that happens within the lease's TTL.
+pub(super) struct Etcd {
+    /// `(host:port, endpoint)`, in the URL's order.
+    endpoints: Vec<(String, Endpoint)>,
+    current: Mutex<Current>,
+}
+
+struct Current {
+    /// Bumped on every move, so that many calls failing at once move once.
+    generation: u64,
+    index: usize,
+    channel: Channel,
+}
+
+impl fmt::Debug for Etcd {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let names: Vec<&str> = self.endpoints.iter().map(|(n, _)| n.as_str()).collect();
+        f.debug_struct("Etcd").field("endpoints", &names).finish_non_exhaustive()
+    }
+}
+
+impl Etcd {
+    /// Connects to the first of `hosts`, in order, that answers a linearizable
+    /// `probe` Range (so the member is up and its cluster has a leader) within
+    /// [`CONNECT_TIMEOUT`]. [`Error::Connect`] with every endpoint's reason if
+    /// none does, [`Error::InvalidArgument`] if a host cannot form a URI.
+    pub async fn connect(hosts: &[(String, u16)], probe: RangeRequest) -> Result<Etcd, Error> {
+        let mut endpoints = Vec::new();
+        for (host, port) in hosts {
+            let name = if host.contains(':') { format!("[{host}]:{port}") } else { format!("{host}:{port}") };
+            let endpoint = Endpoint::from_shared(format!("http://{name}"))
+                .map_err(|e| Error::InvalidArgument(format!("etcd: bad endpoint {name}: {e}")))?
+                .connect_timeout(CONNECT_TIMEOUT)
+                .tcp_nodelay(true)
+                // Notice a dead connection even while a watch waits on it.
+                .http2_keep_alive_interval(Duration::from_secs(5))
+                .keep_alive_timeout(Duration::from_secs(3));
+            endpoints.push((name, endpoint));
+        }
+        let mut failures = Vec::new();
+        for (index, (name, endpoint)) in endpoints.iter().enumerate() {
+            match probe_endpoint(endpoint, probe.clone()).await {
+                Ok(channel) => {
+                    let current = Mutex::new(Current { generation: 0, index, channel });
+                    return Ok(Etcd { endpoints, current });
+                }
+                Err(why) => failures.push(format!("{name}: {why}")),
+            }
+        }
+        Err(Error::Connect(format!("etcd: {}", failures.join("; "))))
+    }
+
+    /// The deadline of a call started now.
+    pub fn deadline(&self) -> Instant {
+        Instant::now() + CALL_TIMEOUT
+    }
+
+    /// The current channel and its generation.
+    fn channel(&self) -> (u64, Channel) {
+        let current = self.current.lock().unwrap_or_else(|e| e.into_inner());
+        (current.generation, current.channel.clone())
+    }
+
+    /// A call on the channel of `generation` failed in transport: move to the
+    /// next endpoint (unless another call did already).
+    fn failed(&self, generation: u64) {
+        let mut current = self.current.lock().unwrap_or_else(|e| e.into_inner());
+        if current.generation != generation {
+            return;
+        }
+        current.generation += 1;
+        current.index = (current.index + 1) % self.endpoints.len();
+        let (name, endpoint) = &self.endpoints[current.index];
+        tracing::debug!(endpoint = %name, "fencelock: etcd: moving to the next endpoint");
+        current.channel = endpoint.connect_lazy();
+    }
+
+    /// Runs `call` on the current channel until `end`. A transport failure or
+    /// no answer by `end` moves to the next endpoint; every failure is
+    /// [`Error::Backend`].
+    async fn call<T, F, Fut>(&self, what: &str, end: Instant, call: F) -> Result<T, Error>
+    where
+        F: FnOnce(Channel) -> Fut,
+        Fut: Future<Output = Result<tonic::Response<T>, Status>>,
+    {
+        let (generation, channel) = self.channel();
+        self.call_on(generation, channel, what, end, call).await
+    }
+
+    /// [`Etcd::call`] on `channel`, of `generation`.
+    async fn call_on<T, F, Fut>(
+        &self,
+        generation: u64,
+        channel: Channel,
+        what: &str,
+        end: Instant,
+        call: F,
+    ) -> Result<T, Error>
+    where
+        F: FnOnce(Channel) -> Fut,
+        Fut: Future<Output = Result<tonic::Response<T>, Status>>,
+    {
+        match tokio::time::timeout_at(end, call(channel)).await {
+            Ok(Ok(response)) => Ok(response.into_inner()),
+            Ok(Err(status)) => {
+                if is_transport(&status) {
+                    self.failed(generation);
+                }
+                Err(status_error(what, &status))
+            }
+            Err(_) => {
+                self.failed(generation);
+                Err(Error::Backend(format!("etcd: {what}: no answer in time")))
+            }
+        }
+    }
+
+    /// A linearizable Range.
+    pub async fn range(&self, request: RangeRequest, end: Instant) -> Result<(Option<KeyValue>, i64), Error> {
+        let response =
+            self.call("range", end, |ch| async move { KvClient::new(ch).range(request).await }).await?;
+        Ok((response.kvs.into_iter().next(), response.count))
+    }
+
+    /// The key `key`, if it exists.
+    pub async fn get(&self, key: &[u8], end: Instant) -> Result<Option<KeyValue>, Error> {
+        Ok(self.range(RangeRequest { key: key.to_vec(), ..RangeRequest::default() }, end).await?.0)
+    }
+
+    /// The oldest key (lowest create revision) under `prefix`, and the number of
+    /// keys under it.
+    pub async fn first_created(&self, prefix: &[u8], end: Instant) -> Result<(Option<KeyValue>, i64), Error> {
+        let request = RangeRequest {
+            limit: 1,
+            sort_order: SortOrder::Ascend as i32,
+            sort_target: SortTarget::Create as i32,
+            ..prefix_range(prefix)
+        };
+        self.range(request, end).await
+    }
+
+    /// The newest key under `prefix` created before revision `before`.
+    pub async fn last_created_before(
+        &self,
+        prefix: &[u8],
+        before: i64,
+        end: Instant,
+    ) -> Result<Option<KeyValue>, Error> {
+        let request = RangeRequest {
+            limit: 1,
+            sort_order: SortOrder::Descend as i32,
+            sort_target: SortTarget::Create as i32,
+            max_create_revision: before - 1,
+            ..prefix_range(prefix)
+        };
+        Ok(self.range(request, end).await?.0)
+    }
+
+    async fn txn(&self, request: TxnRequest, end: Instant) -> Result<TxnResponse, Error> {
+        self.call("txn", end, |ch| async move { KvClient::new(ch).txn(request).await }).await
+    }
+
+    /// Creates `key`, attached to `lease`, unless it exists; either way returns
+    /// the key's create revision. One Txn: `create_revision(key) == 0` →
+    /// Put, else Range.
+    pub async fn create(&self, key: &[u8], lease: i64, end: Instant) -> Result<i64, Error> {
+        let put = PutRequest { key: key.to_vec(), lease, ..PutRequest::default() };
+        let get = RangeRequest { key: key.to_vec(), ..RangeRequest::default() };
+        let request = TxnRequest {
+            compare: vec![compare_created_at(key, 0)],
+            success: vec![RequestOp { request: Some(Request::RequestPut(put)) }],
+            failure: vec![RequestOp { request: Some(Request::RequestRange(get)) }],
+        };
+        let response = self.txn(request, end).await?;
+        let revision = if response.succeeded {
+            // The Put is the Txn's only write: the key was created at its revision.
+            response.header.map_or(0, |h| h.revision)
+        } else {
+            match response.responses.into_iter().next().and_then(|r| r.response) {
+                Some(Response::ResponseRange(r)) => r.kvs.first().map_or(0, |kv| kv.create_revision),
+                _ => 0,
+            }
+        };
+        if revision <= 0 {
+            return Err(Error::Backend("etcd: txn: no create revision in the answer".into()));
+        }
+        Ok(revision)
+    }
+
+    /// Deletes `key` if its create revision is `revision` (compare-and-delete).
+    /// True if it did.
+    pub async fn delete_if_created_at(&self, key: &[u8], revision: i64, end: Instant) -> Result<bool, Error> {
+        let delete = DeleteRangeRequest { key: key.to_vec(), ..DeleteRangeRequest::default() };
+        let request = TxnRequest {
+            compare: vec![compare_created_at(key, revision)],
+            success: vec![RequestOp { request: Some(Request::RequestDeleteRange(delete)) }],
+            failure: vec![],
+        };
+        Ok(self.txn(request, end).await?.succeeded)
+    }
+
+    /// Grants a lease of `ttl_secs`: its id and the TTL etcd granted, in
+    /// seconds (etcd raises a TTL below its minimum).
+    pub async fn lease_grant(&self, ttl_secs: i64, end: Instant) -> Result<(i64, i64), Error> {
+        let request = LeaseGrantRequest { ttl: ttl_secs, id: 0 };
+        let response =
+            self.call("lease grant", end, |ch| async move { LeaseClient::new(ch).lease_grant(request).await }).await?;
+        if !response.error.is_empty() {
+            return Err(Error::Backend(format!("etcd: lease grant: {}", response.error)));
+        }
+        if response.id <= 0 || response.ttl <= 0 {
+            return Err(Error::Backend(format!("etcd: lease grant: id {} ttl {}", response.id, response.ttl)));
+        }
+        Ok((response.id, response.ttl))
+    }
+
+    /// Revokes lease `id`, which deletes every key attached to it. A lease
+    /// that is gone already counts as revoked.
+    pub async fn lease_revoke(&self, id: i64, end: Instant) -> Result<(), Error> {
+        let request = LeaseRevokeRequest { id };
+        let call = self.call("lease revoke", end, |ch| async move {
+            match LeaseClient::new(ch).lease_revoke(request).await {
+                Err(status) if status.code() == Code::NotFound => Ok(tonic::Response::new(Default::default())),
+                other => other,
+            }
+        });
+        call.await.map(|_| ())
+    }
+
+    /// One keep-alive of lease `id` (on a stream of its own): the TTL etcd
+    /// renewed it to, in seconds; 0 or less if the lease is gone.
+    pub async fn lease_keep_alive(&self, id: i64, end: Instant) -> Result<i64, Error> {
+        let request = LeaseKeepAliveRequest { id };
+        let response = self
+            .call("keep-alive", end, |ch| async move {
+                let mut stream = LeaseClient::new(ch).lease_keep_alive(tokio_stream::once(request)).await?.into_inner();
+                match stream.message().await? {
+                    Some(answer) => Ok(tonic::Response::new(answer)),
+                    None => Err(Status::unavailable("the keep-alive stream ended without an answer")),
+                }
+            })
+            .await?;
+        Ok(response.ttl)
+    }
+
+    /// Starts watching `key` for its deletion, from now (no start revision, so
+    /// the watcher is synced at once and its events come without delay); returns
+    /// once etcd confirmed the watcher, by `end`.
+    pub async fn watch_deletion(&self, key: &[u8], end: Instant) -> Result<Watcher, Error> {
+        let create = WatchCreateRequest {
+            key: key.to_vec(),
+            filters: vec![FilterType::Noput as i32],
+            ..WatchCreateRequest::default()
+        };
+        let (requests, rx) = mpsc::channel(1);
+        // Sent before the call: etcd answers (headers included) only once it has
+        // a request to answer.
+        let first = WatchRequest { request_union: Some(RequestUnion::CreateRequest(create)) };
+        if requests.try_send(first).is_err() {
+            return Err(Error::Backend("etcd: watch: cannot queue the create request".into()));
+        }
+        let (generation, channel) = self.channel();
+        let (responses, created) = self
+            .call_on(generation, channel, "watch", end, |channel| async move {
+                let mut responses = WatchClient::new(channel).watch(ReceiverStream::new(rx)).await?.into_inner();
+                let created = responses.message().await?;
+                Ok(tonic::Response::new((responses, created)))
+            })
+            .await?;
+        match created {
+            Some(r) if r.created && !r.canceled => Ok(Watcher { _requests: requests, responses, generation }),
+            Some(r) => Err(Error::Backend(format!("etcd: watch: not created: {}", r.cancel_reason))),
+            None => Err(Error::Backend("etcd: watch: the stream ended before the watcher was created".into())),
+        }
+    }
+
+    /// Waits until `watcher`'s key is deleted, or etcd cancels the watcher (the
+    /// caller then looks again). An error if the stream fails.
+    pub async fn deleted(&self, watcher: &mut Watcher) -> Result<(), Error> {
+        loop {
+            match watcher.responses.message().await {
+                Ok(Some(r)) if r.canceled => return Ok(()),
+                Ok(Some(r)) if r.events.iter().any(|e| e.r#type == EventType::Delete as i32) => return Ok(()),
+                Ok(Some(_)) => {}
+                Ok(None) => return Err(Error::Backend("etcd: watch: the stream ended".into())),
+                Err(status) => {
+                    if is_transport(&status) {
+                        self.failed(watcher.generation);
+                    }
+                    return Err(status_error("watch", &status));
+                }
+            }
+        }
+    }
+}
+
+/// A watcher on one key; dropping it ends its stream (and the watcher on etcd).
+pub(super) struct Watcher {
+    /// Kept open so that etcd keeps the stream.
+    _requests: mpsc::Sender<WatchRequest>,
+    responses: Streaming<WatchResponse>,
+    generation: u64,
+}
+
+/// Connects to `endpoint` and runs `probe` on it, within [`CONNECT_TIMEOUT`].
+async fn probe_endpoint(endpoint: &Endpoint, probe: RangeRequest) -> Result<Channel, String> {
+    let attempt = async {
+        let channel = endpoint.connect().await.map_err(|e| error_chain(&e))?;
+        KvClient::new(channel.clone()).range(probe).await.map_err(|s| describe(&s))?;
+        Ok(channel)
+    };
+    tokio::time::timeout(CONNECT_TIMEOUT, attempt).await.unwrap_or_else(|_| Err("no answer in time".into()))
+}
+
+/// A Range over every key that starts with `prefix`.
+pub(super) fn prefix_range(prefix: &[u8]) -> RangeRequest {
+    RangeRequest { key: prefix.to_vec(), range_end: prefix_end(prefix), ..RangeRequest::default() }
+}
+
+/// The end of the range of keys starting with `prefix`: `prefix` with its last
+/// byte below 0xff incremented (and what follows it dropped); `\0` (to the end
+/// of the keyspace) if there is none.
+pub(super) fn prefix_end(prefix: &[u8]) -> Vec<u8> {
+    let mut end = prefix.to_vec();
+    while let Some(last) = end.pop() {
+        if last < 0xff {
+            end.push(last + 1);
+            return end;
+        }
+    }
+    vec![0]
+}
+
+/// `create_revision(key) == revision`; 0 means "the key does not exist".
+fn compare_created_at(key: &[u8], revision: i64) -> Compare {
+    Compare {
+        result: CompareResult::Equal as i32,
+        target: CompareTarget::Create as i32,
+        key: key.to_vec(),
+        target_union: Some(TargetUnion::CreateRevision(revision)),
+        range_end: vec![],
+    }
+}
+
+/// Did the call fail in transport (rather than being answered by etcd)?
+fn is_transport(status: &Status) -> bool {
+    is_retryable(status)
+}
+
+fn status_error(what: &str, status: &Status) -> Error {
+    Error::Backend(format!("etcd: {what}: {}", describe(status)))
+}
+
+/// "Code: message: source: …".
+fn describe(status: &Status) -> String {
+    let mut out = format!("{:?}: {}", status.code(), status.message());
+    let mut source = std::error::Error::source(status);
+    while let Some(s) = source {
+        out.push_str(": ");
+        out.push_str(&s.to_string());
+        source = s.source();
+    }
+    out
+}
+
+/// "outer: inner: innermost".
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        out.push_str(": ");
+        out.push_str(&s.to_string());
+        source = s.source();
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_prefix_range_ends_after_the_prefix() {
+        assert_eq!(prefix_end(b"fencelock/a/"), b"fencelock/a0");
+        assert_eq!(prefix_end(b"a\xff"), b"b");
+        assert_eq!(prefix_end(b"\xff\xff"), vec![0]);
+    }
+}

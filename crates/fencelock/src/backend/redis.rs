@@ -1,0 +1,894 @@
+//! The Redis backend: locks on one Redis server, with a global fencing token,
+//! a FIFO queue of waiters and push wake-ups.
+//! URL: `redis://[user:password@]host:port[/db][?prefix=fencelock&durable=true]`.
+//!
+//! Where it sits: [`super::connect`] builds a [`RedisBackend`] for a
+//! `redis://` URL. The scripts are in `redis/*.lua` beside this file. The
+//! connection handling here (`Conn`: one multiplexed connection per server,
+//! made again after it breaks) is shared with the Redlock backend
+//! ([`super::redlock`]).
+//!
+//! # Keys
+//! Every key starts with the prefix (`prefix=`, default `fencelock`) and `:`.
+//! A lock name is used as it is (Redis keys are binary-safe), so distinct
+//! names are distinct keys:
+//!
+//! | key | type | what |
+//! |---|---|---|
+//! | `{p}:lock:{name}` | string, PX ttl | the holder: `"{token}:{ticket}"` |
+//! | `{p}:token` | string (`INCR`) | the token counter, one for every lock |
+//! | `{p}:queue:{name}` | list | waiting tickets, first in line at the head |
+//! | `{p}:waiter:{ticket}` | string, PX ttl | a waiter is alive (its TTL in ms) |
+//! | `{p}:wake:{ticket}` | list | the waiter `BLPOP`s here; a push wakes it alone |
+//!
+//! A ticket is 128 random bits in hex, made per acquire; it is also the owner
+//! part of the lock's value, so release and renewal are compare-and-act on it,
+//! and its high 64 bits are the guard's [`Guard::lease_id`] (and
+//! `holder_lease` in `Busy`).
+//!
+//! # The recipe
+//! * **Acquire** (`acquire.lua`, one atomic script): drop dead tickets at the
+//!   head of the queue (their waiter key expired); grant iff the lock is free
+//!   and the queue is empty or the caller's ticket is its head: `INCR` the
+//!   counter, `SET` the lock `PX ttl`, take the ticket off the queue. A try
+//!   (`wait` zero) never enqueues, so with a live waiter queued it is `Busy`:
+//!   nobody overtakes a waiter. A waiting acquire enqueues its ticket once and
+//!   sets its waiter key `PX ttl`.
+//! * **Waiting**: on a connection of its own (a blocking command must not stall
+//!   the shared one), `BLPOP {p}:wake:{ticket}` for at most the wait left and
+//!   TTL/3 (to refresh its waiter key); the first in line also wakes when the
+//!   holder's lock would expire (its `PTTL`: a crashed holder never releases).
+//!   Then the script runs again. Nothing polls for the lock. A failure of the
+//!   server while waiting (a restart, a broken connection) is retried with
+//!   backoff while the wait lasts (the ticket may lose its place if its
+//!   waiter key expires meanwhile); a try is not retried beyond one resend on
+//!   a fresh connection, which every idempotent call gets (the acquire script
+//!   is idempotent per ticket: it answers the same grant again).
+//! * **Release** (`release.lua`): compare-and-delete, then push one wake to the
+//!   first live waiter only.
+//! * **Renew** (`renew.lua`): `PEXPIRE` if the value is still ours, else the
+//!   lock is gone ([`Renewed::Gone`]).
+//! * **Give up** (`withdraw.lua`): a wait that times out, or an acquire future
+//!   that is dropped (a drop guard spawns it), takes its ticket off the queue,
+//!   deletes a grant made to it whose answer was lost, and passes the wake on
+//!   if it was first in line. A waiter that crashed stays in the queue until
+//!   its waiter key expires (at most its TTL), and is skipped after that.
+//!
+//! # What it guarantees, and what it does not
+//! * One holder at a time on one Redis server whose memory is intact, as long
+//!   as each guard is used before its deadline (counted from when the acquire
+//!   or renewal was sent, so never later than Redis's own expiry; Redis decides
+//!   expiry with `PX`). Redis measures `PX` with its own wall clock: a jump of
+//!   the server's clock can expire a lock early.
+//! * Tokens increase across every lock of the server ([`Fencing::Global`])
+//!   while the counter survives. What survives a restart of the server (or a
+//!   crash, or a fail-over to a replica):
+//!
+//!   | server set-up | locks | tokens |
+//!   |---|---|---|
+//!   | no persistence (a cache) | all lost | **start again at 1** |
+//!   | RDB snapshots, or AOF `appendfsync everysec` (the default) | the last writes lost | **can go backwards** |
+//!   | AOF with `appendfsync always`, `durable=true` | kept (expiry by the server's clock) | keep increasing |
+//!   | fail-over to an asynchronous replica | the last writes may be lost | **can go backwards** |
+//!
+//!   A lost lock can be granted again while its old holder has not yet
+//!   learnt (at its next renewal, within TTL/3) that it is gone; with the
+//!   counter gone too, the new holder's token may be smaller than the old
+//!   one's, and a fenced resource would refuse the new holder.
+//!   [`Capabilities::durable_tokens`] is true only in `durable=true` mode.
+//! * `durable=true` makes the tokens durable: at connect the backend reads
+//!   `CONFIG GET appendonly` / `appendfsync` and refuses ([`Error::Unsupported`])
+//!   unless they are `yes` / `always`; then Redis fsyncs its AOF before it
+//!   answers each write, so an acknowledged token survives SIGKILL or a power
+//!   loss. The cost: one fsync per write on the Redis server (every acquire,
+//!   renewal and release; throughput falls to what the disk can fsync, and
+//!   every other client of that server pays it too). The check is made once,
+//!   at connect: a later `CONFIG SET` is not seen. (Redis 7.0 has no
+//!   `WAITAOF`, so the backend cannot ask per write.)
+//! * No fail-over: a replica promoted after a crash may miss the last
+//!   grants and increments (replication is asynchronous), so neither locks
+//!   nor tokens survive a fail-over ([`Capabilities::survives_failover`] is
+//!   false). Not for Redis Cluster: the scripts touch keys they compute
+//!   (waiter and wake keys), which a cluster would route elsewhere.
+//! * Waiters are served in arrival order, woken one at a time by push.
+
+use std::fmt;
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, LazyLock, Mutex, PoisonError};
+use std::time::Duration;
+
+use redis::aio::MultiplexedConnection;
+use redis::{AsyncConnectionConfig, ErrorKind, RedisError, RedisResult, Script, Value};
+use tokio::time::{timeout_at, Instant};
+
+use super::{check_name, BackendUrl, BoxFuture, Capabilities, Fencing, Guard, Held, KeptLease, LockBackend};
+use super::{Renew, Renewed};
+use crate::backoff::Backoff;
+use crate::error::Error;
+use crate::types::{Acquire, CheckResult, LockOptions};
+
+/// The key prefix when the URL gives none.
+pub const DEFAULT_PREFIX: &str = "fencelock";
+
+/// How long connecting to a server may take (the connection attempt only).
+pub(super) const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How long one request (a script, a command) may take, outside renewals
+/// (which the watchdog bounds).
+pub(super) const OP_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How long past its own timeout a `BLPOP` may stay unanswered before its
+/// connection is given up.
+const BLOCK_GRACE: Duration = Duration::from_secs(1);
+
+/// Idle connections for `BLPOP` kept for the next waiter.
+const MAX_IDLE_BLOCKING: usize = 8;
+
+const QUEUE_LUA: &str = include_str!("redis/queue.lua");
+static ACQUIRE: LazyLock<Script> = LazyLock::new(|| with_queue(include_str!("redis/acquire.lua")));
+static RELEASE: LazyLock<Script> = LazyLock::new(|| with_queue(include_str!("redis/release.lua")));
+static WITHDRAW: LazyLock<Script> = LazyLock::new(|| with_queue(include_str!("redis/withdraw.lua")));
+/// `renew.lua`: `PEXPIRE` if the value matches; shared with Redlock.
+pub(super) static RENEW: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("redis/renew.lua")));
+
+fn with_queue(script: &str) -> Script {
+    Script::new(&format!("{QUEUE_LUA}\n{script}"))
+}
+
+/// Locks on one Redis server. See the [module docs](self) for the recipe and
+/// what it guarantees.
+pub struct RedisBackend {
+    shared: Arc<Shared>,
+}
+
+/// What the backend, its guards and its background tasks share.
+struct Shared {
+    conn: Conn,
+    keys: Keys,
+    durable: bool,
+    /// Connections for `BLPOP`, idle.
+    idle: Mutex<Vec<MultiplexedConnection>>,
+}
+
+impl RedisBackend {
+    /// Connects to the server of `url` (`redis://[user:password@]host:port[/db]`
+    /// with `prefix=` and `durable=` parameters). [`Error::InvalidArgument`]
+    /// for a bad URL, [`Error::Connect`] if the server does not answer within
+    /// a few seconds, [`Error::Unsupported`] if `durable=true` and the server
+    /// does not fsync every write (see the [module docs](self)).
+    pub async fn connect(url: &BackendUrl) -> Result<Self, Error> {
+        check_params(url, &["prefix", "durable"])?;
+        let (host, port) = url.single_host()?;
+        let durable = url.flag("durable", false)?;
+        let keys = Keys { prefix: format!("{}:", prefix(url)?) };
+        let conn = Conn::new(url, host, port)?;
+        conn.connect_now().await?;
+        if durable {
+            check_durable(&conn).await?;
+        }
+        let shared = Arc::new(Shared { conn, keys, durable, idle: Mutex::new(Vec::new()) });
+        Ok(RedisBackend { shared })
+    }
+
+    /// One run of the acquire script for `ticket`; `wait` enqueues it if the
+    /// lock is not granted.
+    async fn attempt(&self, name: &str, ticket: &Ticket, ttl: Duration, wait: bool) -> Result<Attempt, Error> {
+        let keys = &self.shared.keys;
+        let (lock, queue, counter) = (keys.lock(name), keys.queue(name), keys.counter());
+        let (prefix, ticket, ttl_ms, wait) = (&keys.prefix, &ticket.text, millis(ttl), if wait { "1" } else { "0" });
+        let deadline = Instant::now() + OP_TIMEOUT;
+        let reply: Value = self
+            .shared
+            .conn
+            .run(deadline, Retry::Once, |mut c| {
+                let (lock, queue, counter) = (&lock, &queue, &counter);
+                async move {
+                    let mut call = ACQUIRE.prepare_invoke();
+                    call.key(lock).key(queue).key(counter).arg(prefix).arg(ticket).arg(ttl_ms).arg(wait);
+                    call.invoke_async(&mut c).await
+                }
+            })
+            .await?;
+        parse_attempt(&reply)
+    }
+
+    /// Tries once: granted, or `Busy` with what the script saw.
+    async fn try_once(&self, name: &str, ticket: &Ticket, ttl: Duration) -> Result<Acquire<Guard>, Error> {
+        let sent = Instant::now();
+        Ok(match self.attempt(name, ticket, ttl, false).await? {
+            Attempt::Granted { token } => Acquire::Acquired(self.grant(name, ticket, token, ttl, sent)),
+            Attempt::Refused { holder, waiters, .. } => {
+                let holder_lease = holder.as_deref().and_then(lease_of);
+                let holder_token = holder.as_deref().and_then(token_of);
+                Acquire::Busy { holder_lease, holder_token, reopens_in: None, waiters }
+            }
+        })
+    }
+
+    /// Waits in the queue until granted or until `opts.wait` has passed (then
+    /// `TimedOut`, with the ticket still queued: the caller withdraws it).
+    /// A failure of the server (a restart, a lost connection) is retried with
+    /// backoff while the wait lasts; the last one is returned if it outlasts
+    /// the wait.
+    async fn wait_in_line(&self, name: &str, ticket: &Ticket, opts: &LockOptions) -> Result<Acquire<Guard>, Error> {
+        let end = Instant::now() + opts.wait;
+        let mut failures = 0;
+        loop {
+            match self.wait_once(name, ticket, opts, end).await {
+                Ok(Some(outcome)) => return Ok(outcome),
+                Ok(None) => failures = 0,
+                Err(e) => {
+                    let retry_at = Instant::now() + Backoff::default().delay(failures, fastrand::f64());
+                    if retry_at >= end {
+                        return Err(e);
+                    }
+                    failures += 1;
+                    tracing::debug!(lock = name, failures, error = %e, "fencelock: redis wait failed; retrying");
+                    tokio::time::sleep_until(retry_at).await;
+                }
+            }
+        }
+    }
+
+    /// One round of a wait: an attempt, then (not granted, wait not over) a
+    /// nap until woken. `None`: go on waiting.
+    async fn wait_once(
+        &self,
+        name: &str,
+        ticket: &Ticket,
+        opts: &LockOptions,
+        end: Instant,
+    ) -> Result<Option<Acquire<Guard>>, Error> {
+        let sent = Instant::now();
+        let (pttl, first) = match self.attempt(name, ticket, opts.ttl, true).await? {
+            Attempt::Granted { token } => {
+                return Ok(Some(Acquire::Acquired(self.grant(name, ticket, token, opts.ttl, sent))));
+            }
+            Attempt::Refused { pttl, first, .. } => (pttl, first),
+        };
+        let now = Instant::now();
+        if now >= end {
+            return Ok(Some(Acquire::TimedOut));
+        }
+        self.nap(ticket, nap_length(end - now, opts.ttl, first, pttl)).await?;
+        Ok(None)
+    }
+
+    /// Blocks on the ticket's wake list for at most `nap`, on a connection of
+    /// its own. Returns when woken, at the end of the nap, or (if the server
+    /// does not answer) a little after.
+    async fn nap(&self, ticket: &Ticket, nap: Duration) -> Result<(), Error> {
+        let wake = self.shared.keys.wake(&ticket.text);
+        let mut conn = self.shared.blocking_conn().await?;
+        // BLPOP takes seconds with decimals; 0 would block for ever.
+        let secs = format!("{:.3}", nap.as_secs_f64().max(0.001));
+        let mut blpop = redis::cmd("BLPOP");
+        blpop.arg(&wake).arg(secs);
+        match tokio::time::timeout(nap + BLOCK_GRACE, blpop.query_async::<Value>(&mut conn)).await {
+            Ok(Ok(_)) => self.shared.give_back(conn),
+            // A refusal by the server would come again: fail.
+            Ok(Err(e)) if !breaks(&e) => return Err(self.shared.conn.error(&e)),
+            // The connection broke (a restart?) or left the BLPOP unanswered:
+            // drop it; the next attempt finds out whether the server is there.
+            Ok(Err(_)) | Err(_) => {}
+        }
+        Ok(())
+    }
+
+    /// The guard of a grant made by a request sent at `sent`.
+    fn grant(&self, name: &str, ticket: &Ticket, token: u64, ttl: Duration, sent: Instant) -> Guard {
+        let keys = &self.shared.keys;
+        let owner = format!("{token}:{}", ticket.text);
+        let (lock, queue) = (keys.lock(name), keys.queue(name));
+        let renew = Arc::new(RenewLock { shared: self.shared.clone(), lock: lock.clone(), owner: owner.clone(), ttl });
+        let kept = KeptLease::start(ticket.id, ttl, sent, renew);
+        let watch = kept.watch();
+        let held = RedisHeld { kept, shared: self.shared.clone(), lock, queue, owner };
+        Guard::new(name.to_string(), Some(token), "redis", watch, Box::new(held))
+    }
+}
+
+/// How long a waiter blocks before it runs the script again: at most the wait
+/// left and a third of its TTL (to refresh its waiter key); the first in line
+/// also wakes just after the holder's lock would expire.
+fn nap_length(left: Duration, ttl: Duration, first: bool, holder_pttl: Option<Duration>) -> Duration {
+    let nap = left.min(ttl / 3);
+    match (first, holder_pttl) {
+        (true, Some(pttl)) => nap.min(pttl + Duration::from_millis(1)),
+        _ => nap,
+    }
+}
+
+impl LockBackend for RedisBackend {
+    fn kind(&self) -> &'static str {
+        "redis"
+    }
+
+    /// Global tokens from one counter, durable only in `durable=true` mode; a
+    /// FIFO queue with push wake-ups; expiry by Redis (`PX`). No fail-over
+    /// (asynchronous replicas) and no lock-delay. `PX` counts milliseconds,
+    /// and the shared TTL floor is 100 ms.
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            fencing: Fencing::Global,
+            durable_tokens: self.shared.durable,
+            fifo: true,
+            push_wakeup: true,
+            server_ttl: true,
+            survives_failover: false,
+            lock_delay: false,
+            min_ttl: Duration::from_millis(100),
+        }
+    }
+
+    fn acquire<'a>(&'a self, name: &'a str, opts: &'a LockOptions) -> BoxFuture<'a, Result<Acquire<Guard>, Error>> {
+        Box::pin(async move {
+            self.capabilities().admit(self.kind(), name, opts)?;
+            let ticket = Ticket::new();
+            // Dropped (with the future, or on an error) it withdraws the ticket.
+            let mut withdraw =
+                Withdraw { shared: Some(self.shared.clone()), name: name.to_string(), ticket: ticket.text.clone() };
+            let outcome = if opts.wait.is_zero() {
+                self.try_once(name, &ticket, opts.ttl).await?
+            } else {
+                self.wait_in_line(name, &ticket, opts).await?
+            };
+            match outcome {
+                Acquire::TimedOut => withdraw.now().await,
+                _ => withdraw.disarm(),
+            }
+            Ok(outcome)
+        })
+    }
+
+    /// Is `token` the value of the lock now? Reads the lock key once.
+    fn check<'a>(&'a self, name: &'a str, token: u64) -> BoxFuture<'a, Result<CheckResult, Error>> {
+        Box::pin(async move {
+            check_name(name)?;
+            let lock = self.shared.keys.lock(name);
+            let deadline = Instant::now() + OP_TIMEOUT;
+            let value: Option<String> = self
+                .shared
+                .conn
+                .run(deadline, Retry::Once, |mut c| {
+                    let lock = &lock;
+                    async move { redis::cmd("GET").arg(lock).query_async(&mut c).await }
+                })
+                .await?;
+            let current_token = value.as_deref().and_then(token_of);
+            Ok(CheckResult { current: current_token == Some(token), current_token })
+        })
+    }
+}
+
+impl fmt::Debug for RedisBackend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisBackend")
+            .field("server", &self.shared.conn.addr)
+            .field("prefix", &self.shared.keys.prefix)
+            .field("durable", &self.shared.durable)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Shared {
+    /// Release: compare-and-delete `lock` if it holds `owner`, then wake the
+    /// next waiter. `Ok(true)` iff this call deleted it. Not retried: a lost
+    /// answer leaves the outcome unknown (an error).
+    async fn release(&self, lock: &str, queue: &str, owner: &str) -> Result<bool, Error> {
+        let prefix = &self.keys.prefix;
+        let deadline = Instant::now() + OP_TIMEOUT;
+        let n: i64 = self
+            .conn
+            .run(deadline, Retry::Never, |mut c| async move {
+                let mut call = RELEASE.prepare_invoke();
+                call.key(lock).key(queue).arg(prefix).arg(owner);
+                call.invoke_async(&mut c).await
+            })
+            .await?;
+        Ok(n == 1)
+    }
+
+    /// A waiter gives up: see `withdraw.lua`. Idempotent.
+    async fn withdraw(&self, name: &str, ticket: &str) -> Result<(), Error> {
+        let (lock, queue, prefix) = (self.keys.lock(name), self.keys.queue(name), &self.keys.prefix);
+        let deadline = Instant::now() + OP_TIMEOUT;
+        let _: i64 = self
+            .conn
+            .run(deadline, Retry::Once, |mut c| {
+                let (lock, queue) = (&lock, &queue);
+                async move {
+                    let mut call = WITHDRAW.prepare_invoke();
+                    call.key(lock).key(queue).arg(prefix).arg(ticket);
+                    call.invoke_async(&mut c).await
+                }
+            })
+            .await?;
+        Ok(())
+    }
+
+    /// An idle connection for `BLPOP`, or a new one.
+    async fn blocking_conn(&self) -> Result<MultiplexedConnection, Error> {
+        if let Some(conn) = self.idle.lock().unwrap_or_else(PoisonError::into_inner).pop() {
+            return Ok(conn);
+        }
+        self.conn.open().await
+    }
+
+    /// Keeps a `BLPOP` connection whose command was answered.
+    fn give_back(&self, conn: MultiplexedConnection) {
+        let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
+        if idle.len() < MAX_IDLE_BLOCKING {
+            idle.push(conn);
+        }
+    }
+}
+
+/// The names of the keys (see the table in the [module docs](self)).
+struct Keys {
+    /// The prefix with its `:`.
+    prefix: String,
+}
+
+impl Keys {
+    fn lock(&self, name: &str) -> String {
+        format!("{}lock:{name}", self.prefix)
+    }
+
+    fn queue(&self, name: &str) -> String {
+        format!("{}queue:{name}", self.prefix)
+    }
+
+    fn counter(&self) -> String {
+        format!("{}token", self.prefix)
+    }
+
+    fn wake(&self, ticket: &str) -> String {
+        format!("{}wake:{ticket}", self.prefix)
+    }
+}
+
+/// One acquire's identity: 128 random bits, as 32 hex digits in Redis; `id`
+/// (the high half) is the guard's lease id.
+pub(super) struct Ticket {
+    pub(super) id: u64,
+    pub(super) text: String,
+}
+
+impl Ticket {
+    pub(super) fn new() -> Ticket {
+        let bits = fastrand::u128(..);
+        Ticket { id: (bits >> 64) as u64, text: format!("{bits:032x}") }
+    }
+}
+
+/// What one run of the acquire script found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Attempt {
+    Granted { token: u64 },
+    /// `holder`: the lock's value, if held; `pttl`: its time to live.
+    Refused { holder: Option<String>, pttl: Option<Duration>, waiters: u32, first: bool },
+}
+
+/// Parses the acquire script's reply (see `acquire.lua`).
+fn parse_attempt(reply: &Value) -> Result<Attempt, Error> {
+    let bad = || Error::Backend(format!("redis: unexpected reply of the acquire script: {reply:?}"));
+    let Value::Array(items) = reply else { return Err(bad()) };
+    match items.as_slice() {
+        [Value::Int(1), token] => Ok(Attempt::Granted { token: decimal(token).ok_or_else(bad)? }),
+        [Value::Int(0), Value::BulkString(holder), Value::Int(pttl), Value::Int(waiters), Value::Int(first)] => {
+            Ok(Attempt::Refused {
+                holder: (!holder.is_empty()).then(|| String::from_utf8_lossy(holder).into_owned()),
+            pttl: u64::try_from(*pttl).ok().map(Duration::from_millis),
+                waiters: u32::try_from(*waiters).unwrap_or(u32::MAX),
+                first: *first == 1,
+            })
+        }
+        _ => Err(bad()),
+    }
+}
+
+/// A token in a reply: an integer or a decimal string.
+fn decimal(value: &Value) -> Option<u64> {
+    match value {
+        Value::Int(n) => u64::try_from(*n).ok(),
+        Value::BulkString(bytes) => std::str::from_utf8(bytes).ok()?.parse().ok(),
+        Value::SimpleString(s) => s.parse().ok(),
+        _ => None,
+    }
+}
+
+/// The token of a lock value `"{token}:{ticket}"`.
+fn token_of(value: &str) -> Option<u64> {
+    value.split_once(':')?.0.parse().ok()
+}
+
+/// The lease id of a lock value `"{token}:{ticket}"`: the high half of the
+/// ticket, as the holder's [`Guard::lease_id`].
+fn lease_of(value: &str) -> Option<u64> {
+    let ticket = value.split_once(':')?.1;
+    u64::from_str_radix(ticket.get(..16)?, 16).ok()
+}
+
+/// A duration in whole milliseconds, at least 1 (for `PX`).
+pub(super) fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
+}
+
+/// Drop guard of an acquire: unless disarmed, withdraws the ticket in the
+/// background (the future was dropped, or failed).
+struct Withdraw {
+    shared: Option<Arc<Shared>>,
+    name: String,
+    ticket: String,
+}
+
+impl Withdraw {
+    /// The acquire ended cleanly: nothing to withdraw.
+    fn disarm(&mut self) {
+        self.shared = None;
+    }
+
+    /// Withdraws now (a wait ran out); errors are ignored: the waiter key then
+    /// expires after the TTL, and the ticket is skipped after that.
+    async fn now(&mut self) {
+        if let Some(shared) = self.shared.take() {
+            if let Err(e) = shared.withdraw(&self.name, &self.ticket).await {
+                tracing::debug!(lock = self.name, error = %e, "fencelock: redis withdraw failed");
+            }
+        }
+    }
+}
+
+impl Drop for Withdraw {
+    fn drop(&mut self) {
+        let Some(shared) = self.shared.take() else { return };
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            let (name, ticket) = (std::mem::take(&mut self.name), std::mem::take(&mut self.ticket));
+            runtime.spawn(async move {
+                let _ = shared.withdraw(&name, &ticket).await;
+            });
+        }
+    }
+}
+
+/// Renews one grant: `PEXPIRE` if the lock still holds `owner`.
+struct RenewLock {
+    shared: Arc<Shared>,
+    lock: String,
+    owner: String,
+    ttl: Duration,
+}
+
+impl Renew for RenewLock {
+    fn renew(&self, round_end: Instant) -> BoxFuture<'_, Result<Renewed, Error>> {
+        Box::pin(async move {
+            let (lock, owner, ttl_ms) = (&self.lock, &self.owner, millis(self.ttl));
+            let n: i64 = self
+                .shared
+                .conn
+                .run(round_end, Retry::Once, |mut c| async move {
+                    let mut call = RENEW.prepare_invoke();
+                    call.key(lock).arg(owner).arg(ttl_ms);
+                    call.invoke_async(&mut c).await
+                })
+                .await?;
+            Ok(if n == 1 { Renewed::Confirmed(Some(self.ttl)) } else { Renewed::Gone })
+        })
+    }
+}
+
+/// A held Redis lock: keeps the lease alive while it lives.
+struct RedisHeld {
+    kept: KeptLease,
+    shared: Arc<Shared>,
+    lock: String,
+    queue: String,
+    owner: String,
+}
+
+impl Held for RedisHeld {
+    fn release(self: Box<Self>) -> BoxFuture<'static, Result<bool, Error>> {
+        Box::pin(async move {
+            let RedisHeld { kept, shared, lock, queue, owner } = *self;
+            drop(kept); // stop renewing first
+            shared.release(&lock, &queue, &owner).await
+        })
+    }
+
+    fn release_in_background(self: Box<Self>) {
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                let _ = self.release().await;
+            });
+        }
+    }
+}
+
+/// Refuses durable mode unless the server fsyncs its AOF on every write.
+async fn check_durable(conn: &Conn) -> Result<(), Error> {
+    let refuse = |why: String| {
+        Error::Unsupported(format!(
+            "redis: durable=true needs the server {} to run with `appendonly yes` and `appendfsync always` \
+             (set them in redis.conf or with CONFIG SET), {why}; or drop durable=true and accept that tokens \
+             can go backwards after a restart",
+            conn.addr
+        ))
+    };
+    let appendonly = config_get(conn, "appendonly").await.map_err(|e| refuse(format!("and CONFIG GET failed: {e}")))?;
+    let appendfsync = config_get(conn, "appendfsync").await.map_err(|e| refuse(format!("and CONFIG GET failed: {e}")))?;
+    if appendonly == "yes" && appendfsync == "always" {
+        Ok(())
+    } else {
+        Err(refuse(format!("but it has appendonly={appendonly} and appendfsync={appendfsync}")))
+    }
+}
+
+/// `CONFIG GET param`: its value.
+async fn config_get(conn: &Conn, param: &str) -> Result<String, Error> {
+    let deadline = Instant::now() + OP_TIMEOUT;
+    let pair: Vec<String> = conn
+        .run(deadline, Retry::Once, |mut c| async move {
+            redis::cmd("CONFIG").arg("GET").arg(param).query_async(&mut c).await
+        })
+        .await?;
+    match pair.as_slice() {
+        [_, value] => Ok(value.clone()),
+        _ => Err(Error::Backend(format!("redis: CONFIG GET {param} answered {pair:?}"))),
+    }
+}
+
+/// Refuses query parameters other than `known` (a typo would otherwise be
+/// ignored silently).
+pub(super) fn check_params(url: &BackendUrl, known: &[&str]) -> Result<(), Error> {
+    match url.params.iter().find(|(k, _)| !known.contains(&k.as_str())) {
+        Some((k, _)) => Err(Error::InvalidArgument(format!(
+            "{}: unknown parameter {k:?} for the {} backend (known: {})",
+            url.raw,
+            url.scheme,
+            known.join(", ")
+        ))),
+        None => Ok(()),
+    }
+}
+
+/// The `prefix=` parameter (default [`DEFAULT_PREFIX`]): not empty, no
+/// control characters.
+pub(super) fn prefix(url: &BackendUrl) -> Result<String, Error> {
+    let prefix = url.param("prefix").unwrap_or(DEFAULT_PREFIX);
+    if prefix.is_empty() || prefix.chars().any(char::is_control) {
+        return Err(Error::InvalidArgument(format!("{}: prefix must be non-empty text", url.raw)));
+    }
+    Ok(prefix.to_string())
+}
+
+/// The database number in the URL's path (default 0).
+fn db_number(url: &BackendUrl) -> Result<u32, Error> {
+    if url.path.is_empty() {
+        return Ok(0);
+    }
+    url.path.parse().map_err(|_| {
+        Error::InvalidArgument(format!("{}: the path must be a database number, not {:?}", url.raw, url.path))
+    })
+}
+
+/// Whether a call may be sent again on a fresh connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Retry {
+    /// Idempotent: once more if the connection turned out broken (e.g. the
+    /// server restarted since the connection was made).
+    Once,
+    /// The answer matters and a second run could give another one.
+    Never,
+}
+
+/// One Redis server over one multiplexed connection, made on first use and
+/// made again after it breaks (an IO error or a call without an answer by its
+/// deadline). Every call is bounded by a deadline.
+pub(super) struct Conn {
+    client: redis::Client,
+    /// `host:port`, for messages.
+    pub(super) addr: String,
+    /// The connection in use with its generation (from 1), if any.
+    current: Mutex<Option<(u64, MultiplexedConnection)>>,
+    /// Held while connecting, so that concurrent callers wait for one connection.
+    connecting: tokio::sync::Mutex<()>,
+    generations: AtomicU64,
+}
+
+impl Conn {
+    /// A handle on the server `host:port` with the URL's credentials and
+    /// database; does not connect yet.
+    pub(super) fn new(url: &BackendUrl, host: &str, port: u16) -> Result<Conn, Error> {
+        let db = db_number(url)?;
+        let auth = url.userinfo.as_ref().map(|u| format!("{u}@")).unwrap_or_default();
+        let host = if host.contains(':') { format!("[{host}]") } else { host.to_string() };
+        let client = redis::Client::open(format!("redis://{auth}{host}:{port}/{db}").as_str())
+            .map_err(|e| Error::InvalidArgument(format!("{}: {e}", url.raw)))?;
+        Ok(Conn {
+            client,
+            addr: format!("{host}:{port}"),
+            current: Mutex::new(None),
+            connecting: tokio::sync::Mutex::new(()),
+            generations: AtomicU64::new(0),
+        })
+    }
+
+    /// Connects and pings: [`Error::Connect`] if that fails within
+    /// [`CONNECT_TIMEOUT`].
+    pub(super) async fn connect_now(&self) -> Result<(), Error> {
+        let deadline = Instant::now() + CONNECT_TIMEOUT;
+        self.run(deadline, Retry::Never, |mut c| async move { redis::cmd("PING").query_async::<()>(&mut c).await })
+            .await
+            .map_err(|e| match e {
+                Error::Backend(msg) => Error::Connect(msg),
+                other => other,
+            })
+    }
+
+    /// A new connection of its own (not the shared one), for a blocking command.
+    pub(super) async fn open(&self) -> Result<MultiplexedConnection, Error> {
+        let config = connection_config();
+        let connect = self.client.get_multiplexed_async_connection_with_config(&config);
+        match tokio::time::timeout(CONNECT_TIMEOUT, connect).await {
+            Ok(Ok(conn)) => Ok(conn),
+            Ok(Err(e)) => Err(self.error(&e)),
+            Err(_) => Err(Error::Backend(format!("redis: {}: no connection within {CONNECT_TIMEOUT:?}", self.addr))),
+        }
+    }
+
+    /// Runs `op` on the shared connection by `deadline`. A broken connection
+    /// is dropped (the next call makes a new one); with [`Retry::Once`], a
+    /// call that found the connection broken runs once more on a new one.
+    pub(super) async fn run<T, F, Fut>(&self, deadline: Instant, retry: Retry, op: F) -> Result<T, Error>
+    where
+        F: Fn(MultiplexedConnection) -> Fut,
+        Fut: Future<Output = RedisResult<T>>,
+    {
+        let used = AtomicU64::new(0);
+        let call = async {
+            let mut retried = false;
+            loop {
+                let (generation, conn, fresh) = self.get().await?;
+                used.store(generation, Ordering::Relaxed);
+                match op(conn).await {
+                    Err(e) if breaks(&e) => {
+                        self.forget(generation);
+                        if retry == Retry::Never || fresh || retried {
+                            return Err(e);
+                        }
+                        retried = true;
+                    }
+                    other => return other,
+                }
+            }
+        };
+        match timeout_at(deadline, call).await {
+            Ok(Ok(value)) => Ok(value),
+            Ok(Err(e)) => Err(self.error(&e)),
+            Err(_) => {
+                // A connection that leaves a call unanswered may be dead
+                // without an error (a partition): make a new one next time.
+                self.forget(used.load(Ordering::Relaxed));
+                Err(Error::Backend(format!("redis: {}: no answer in time", self.addr)))
+            }
+        }
+    }
+
+    /// The shared connection (and whether it was made by this call).
+    async fn get(&self) -> RedisResult<(u64, MultiplexedConnection, bool)> {
+        if let Some((generation, conn)) = self.current() {
+            return Ok((generation, conn, false));
+        }
+        let _connecting = self.connecting.lock().await;
+        if let Some((generation, conn)) = self.current() {
+            return Ok((generation, conn, true));
+        }
+        let conn = self.client.get_multiplexed_async_connection_with_config(&connection_config()).await?;
+        let generation = self.generations.fetch_add(1, Ordering::Relaxed) + 1;
+        *self.current.lock().unwrap_or_else(PoisonError::into_inner) = Some((generation, conn.clone()));
+        Ok((generation, conn, true))
+    }
+
+    fn current(&self) -> Option<(u64, MultiplexedConnection)> {
+        self.current.lock().unwrap_or_else(PoisonError::into_inner).clone()
+    }
+
+    /// Drops connection `generation` if it is still the one in use.
+    fn forget(&self, generation: u64) {
+        let mut current = self.current.lock().unwrap_or_else(PoisonError::into_inner);
+        if current.as_ref().is_some_and(|(g, _)| *g == generation) {
+            *current = None;
+        }
+    }
+
+    /// A failed call as [`Error::Backend`].
+    pub(super) fn error(&self, e: &RedisError) -> Error {
+        Error::Backend(format!("redis: {}: {e}", self.addr))
+    }
+}
+
+/// No response timeout in the driver: every call has its own deadline here
+/// (and a `BLPOP` must be able to block).
+fn connection_config() -> AsyncConnectionConfig {
+    AsyncConnectionConfig::new().set_connection_timeout(Some(CONNECT_TIMEOUT)).set_response_timeout(None)
+}
+
+/// Does `e` mean the connection is unusable (rather than a refusal by the
+/// server, over a healthy connection)?
+fn breaks(e: &RedisError) -> bool {
+    matches!(e.kind(), ErrorKind::Io | ErrorKind::Parse) || e.is_unrecoverable_error()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bulk(s: &str) -> Value {
+        Value::BulkString(s.as_bytes().to_vec())
+    }
+
+    #[test]
+    fn acquire_replies_parse() {
+        let granted = Value::Array(vec![Value::Int(1), bulk("42")]);
+        assert_eq!(parse_attempt(&granted), Ok(Attempt::Granted { token: 42 }));
+        let value = "7:00000000000000ff0000000000000001";
+        let held = Value::Array(vec![Value::Int(0), bulk(value), Value::Int(900), Value::Int(2), Value::Int(1)]);
+        let want = Attempt::Refused {
+            holder: Some(value.to_string()),
+            pttl: Some(Duration::from_millis(900)),
+            waiters: 2,
+            first: true,
+        };
+        assert_eq!(parse_attempt(&held), Ok(want));
+        let free = Value::Array(vec![Value::Int(0), bulk(""), Value::Int(-2), Value::Int(1), Value::Int(0)]);
+        let want = Attempt::Refused { holder: None, pttl: None, waiters: 1, first: false };
+        assert_eq!(parse_attempt(&free), Ok(want));
+        for bad in [Value::Nil, Value::Array(vec![Value::Int(1), bulk("x")]), Value::Array(vec![Value::Int(2)])] {
+            assert!(matches!(parse_attempt(&bad), Err(Error::Backend(_))), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn lock_values_carry_their_token() {
+        assert_eq!(token_of("12:00ff"), Some(12));
+        assert_eq!(token_of("x:00ff"), None);
+        assert_eq!(token_of("12"), None);
+        assert_eq!(lease_of("12:00000000000000ff0000000000000001"), Some(255));
+        assert_eq!(lease_of("12:ff"), None);
+    }
+
+    #[test]
+    fn the_first_in_line_wakes_at_the_holders_expiry() {
+        let s = Duration::from_secs(1);
+        assert_eq!(nap_length(10 * s, 30 * s, false, Some(s)), 10 * s, "not first: the refresh or the wait");
+        assert_eq!(nap_length(10 * s, 3 * s, false, None), s, "a third of the TTL");
+        assert_eq!(nap_length(10 * s, 30 * s, true, Some(s)), s + Duration::from_millis(1));
+        assert_eq!(nap_length(s / 2, 30 * s, true, Some(s)), s / 2, "never past the wait");
+    }
+
+    #[test]
+    fn urls_are_checked() {
+        let url = |u: &str| BackendUrl::parse(u).unwrap();
+        assert!(check_params(&url("redis://h?prefix=a&durable=1"), &["prefix", "durable"]).is_ok());
+        let err = check_params(&url("redis://h?durabel=1"), &["prefix", "durable"]).unwrap_err();
+        assert!(matches!(&err, Error::InvalidArgument(m) if m.contains("durabel")), "{err}");
+        assert_eq!(prefix(&url("redis://h")).unwrap(), "fencelock");
+        assert_eq!(prefix(&url("redis://h?prefix=app")).unwrap(), "app");
+        assert!(prefix(&url("redis://h?prefix=")).is_err());
+        assert_eq!(db_number(&url("redis://h/3")).unwrap(), 3);
+        assert!(db_number(&url("redis://h/x")).is_err());
+        assert!(Conn::new(&url("redis://h/x"), "h", 1).is_err());
+        assert_eq!(Conn::new(&url("redis://[::1]:7/2"), "::1", 7).unwrap().addr, "[::1]:7");
+    }
+
+    #[test]
+    fn tickets_are_random_and_hex() {
+        let (a, b) = (Ticket::new(), Ticket::new());
+        assert_ne!(a.text, b.text);
+        assert_eq!(a.text.len(), 32);
+        assert!(a.text.chars().all(|c| c.is_ascii_hexdigit()));
+        assert_eq!(format!("{:016x}", a.id), a.text[..16]);
+    }
+}

@@ -1,0 +1,17 @@
+-- fencelock Redis backend: release (queue.lua comes first).
+--
+-- KEYS[1]  "{prefix}lock:{name}"
+-- KEYS[2]  "{prefix}queue:{name}"
+-- ARGV[2]  the holder's value "{token}:{ticket}"
+--
+-- Compare-and-delete: deletes the lock only if it still holds ARGV[2]. Then,
+-- if the lock is free, wakes the first live waiter (only it).
+-- Returns 1 if this call deleted the lock, else 0.
+
+local released = 0
+if redis.call('GET', KEYS[1]) == ARGV[2] then
+  redis.call('DEL', KEYS[1])
+  released = 1
+end
+if redis.call('EXISTS', KEYS[1]) == 0 then wake_head(KEYS[2]) end
+return released

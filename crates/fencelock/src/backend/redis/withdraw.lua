@@ -1,0 +1,26 @@
+-- fencelock Redis backend: a waiter gives up (queue.lua comes first).
+--
+-- KEYS[1]  "{prefix}lock:{name}"
+-- KEYS[2]  "{prefix}queue:{name}"
+-- ARGV[2]  the waiter's ticket
+--
+-- Takes the ticket off the queue with its waiter and wake keys. If the lock
+-- was granted to this ticket by an attempt whose answer never reached the
+-- caller (the acquire was dropped in flight), deletes it. If the caller was
+-- first in line, or held the lock, and the lock is now free, passes the wake
+-- on to the next live waiter.
+-- Returns 1 if a lock granted to the ticket was deleted, else 0.
+
+local lock, queue, ticket = KEYS[1], KEYS[2], ARGV[2]
+local was_head = redis.call('LINDEX', queue, 0) == ticket
+redis.call('LREM', queue, 0, ticket)
+redis.call('DEL', waiter_key(ticket), wake_key(ticket))
+local withdrew = 0
+local holder = redis.call('GET', lock)
+if holder and string.sub(holder, -#ticket - 1) == ':' .. ticket then
+  redis.call('DEL', lock)
+  holder = false
+  withdrew = 1
+end
+if not holder and (was_head or withdrew == 1) then wake_head(queue) end
+return withdrew

@@ -1,0 +1,746 @@
+//! The ZooKeeper backend (`zk://h:p[,h:p…][/chroot][?prefix=/fencelock]`): a lock is
+//! a queue of ephemeral sequential nodes, the holder is the first of them, and the
+//! fencing token is the holder node's creation zxid.
+//!
+//! Where it sits: [`super::connect`] calls [`ZkBackend::connect`] for `zk://` and
+//! `zookeeper://` URLs. The backend talks to the ensemble through the
+//! `zookeeper-client` crate, but writes the lock recipe itself: the crate's built-in
+//! recipe throws away the creation zxid, which is the token.
+//!
+//! # The recipe
+//! Lock `name` lives under `{chroot}{prefix}/{enc(name)}`, where `enc`
+//! percent-encodes every byte outside `[A-Za-z0-9_-]` (injective; no `/`, no `.`,
+//! no character ZooKeeper refuses in a path). That parent is a container node,
+//! created on demand (the server deletes it some time after it becomes empty).
+//! 1. Create `{parent}/lock-{nonce}-` as an ephemeral sequential node of the
+//!    session (the nonce, random per acquire, tells this request's node apart from
+//!    the other requests of the same session).
+//! 2. List the children and sort them by sequence number. If the own node is the
+//!    first, the lock is granted: the token is the own node's czxid.
+//! 3. Otherwise, with a zero wait, delete the own node and answer
+//!    [`Acquire::Busy`] (with the first node's session and czxid). With a wait, set
+//!    an exists-watch on the node just before the own one (the predecessor only, so
+//!    a release wakes one waiter, not the herd): if it is gone already, go to 2 at
+//!    once; otherwise wait for its deletion and go to 2 (an earlier node may still
+//!    hold); at the end of the wait, delete the own node and answer
+//!    [`Acquire::TimedOut`].
+//!
+//! Dropping an acquire future withdraws the request: a drop guard deletes the own
+//! node in a background task. Release is compare-and-delete: delete the own node at
+//! version 0 (it is never modified); a node that is gone releases nothing.
+//!
+//! # Sessions and the lease
+//! The TTL of a lock is the ZooKeeper session timeout. The backend shares one
+//! session per requested TTL among all its guards and acquires in flight (as
+//! Curator shares one per client): a session is opened on demand, and closed when
+//! its last user (guard, acquire or background release) is dropped, which deletes
+//! every node it still owns. Sharing keeps the connection count at one per TTL in
+//! use, and its cost is that one session's expiry loses every guard on it, which is
+//! the truth: ZooKeeper deletes all of that session's nodes at once. A backend that
+//! holds nothing has no session, so taking one lock after another opens a session
+//! (one more round trip) per acquire.
+//!
+//! The server negotiates the timeout into `[minSessionTimeout, maxSessionTimeout]`
+//! (by default `[2, 20] × tickTime`), so the lease uses the *negotiated* timeout,
+//! which may be longer or shorter than the TTL asked for. Each guard has its own
+//! watchdog ([`KeptLease`]): every third of the timeout it reads the stat of its own
+//! node, one round trip that proves both the session alive (the server touched it)
+//! and the node present. The server expires a session one timeout after it last
+//! heard from the client, so `sent + timeout` of a confirmed read is a safe
+//! deadline. A watcher of the session state loses every guard of the session at
+//! once ([`LeaseLost::NotFound`]) when the client learns that the session expired,
+//! was closed or failed authentication.
+//!
+//! # Guarantees
+//! * Tokens are the czxids of the queue nodes: ZooKeeper's one transaction
+//!   counter, logged (fsynced by default) before the create is acknowledged, so
+//!   they never go back, even across a crash (durable). They strictly increase
+//!   per lock in grant order ([`Fencing::PerLock`]), but not across locks: a
+//!   node is created when its request queues, so a grant that waited carries
+//!   the zxid of its arrival, which may be lower than the token of a grant of
+//!   another lock that came and went meanwhile.
+//! * FIFO: sequence numbers order the queue by arrival; a release wakes only the
+//!   next waiter (push, no polling).
+//! * A crashed holder blocks others for at most the negotiated session timeout
+//!   (rounded up to the server's tick).
+//! * Survives the loss of a minority of the ensemble (a quorum decides).
+//!
+//! # Not guaranteed
+//! * No lock-delay.
+//! * A waiter whose session expires while it waits fails with [`Error::Backend`]
+//!   (it lost its place in the queue); it does not requeue by itself.
+//! * If a create's answer is lost (connection loss), the acquire fails and the
+//!   cleanup looks for the node by its nonce; a create the server applies only
+//!   after that look leaves a node that blocks the lock until its session closes
+//!   (when its last user goes) or expires.
+//! * Renewals are reads, answered by the server the client is connected to. A
+//!   follower cut off from the leader still answers until it notices (within
+//!   `syncLimit` ticks), while the leader may expire the session meanwhile: in
+//!   an ensemble the deadline can be late by up to that window. (A standalone
+//!   server has no such window.)
+//! * zookeeper-client 0.11 doubles its delay between reconnection attempts
+//!   without a cap within one outage (100 ms, 200 ms, 400 ms, …, bounded only by
+//!   the session's own end), so after an outage of `d` the session may come back
+//!   only about `2d` later: an outage longer than about a third of the timeout can
+//!   lose a lease although the ensemble came back in time.
+//! * A sequence counter wraps after 2^31 creations under a parent that never
+//!   empties; ZooKeeper's own recipe has the same limit.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::future::Future;
+use std::sync::{Arc, Mutex as StdMutex, PoisonError, Weak};
+use std::time::Duration;
+
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+use zookeeper_client as zk;
+
+use super::{
+    check_name, BackendUrl, BoxFuture, Capabilities, Fencing, Guard, Held, KeptLease, LockBackend, Renew, Renewed,
+};
+use crate::backoff::Backoff;
+use crate::error::Error;
+use crate::lease::LeaseLost;
+use crate::types::{Acquire, CheckResult, LockOptions};
+
+/// Where locks live under the chroot unless the URL says `?prefix=`.
+pub const DEFAULT_PREFIX: &str = "/fencelock";
+
+/// The smallest TTL declared: twice the smallest `tickTime` in use (100 ms). A
+/// server raises a shorter request to its `minSessionTimeout` (by default
+/// 2 × `tickTime`, 4 s with the default tick of 2 s); the lease then keeps the
+/// negotiated timeout.
+pub const MIN_TTL: Duration = Duration::from_millis(200);
+
+/// Name prefix of the contender nodes under a lock's parent.
+const NODE_PREFIX: &str = "lock-";
+/// Bound of a connection attempt (every host of the URL tried once).
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// Session timeout of the probe opened by `connect` and of the session `check`
+/// opens when no lock session is live.
+const PROBE_SESSION: Duration = Duration::from_secs(5);
+/// Bound of one request (a request on a disconnected session waits for the
+/// reconnection, which the client gives up after 7/5 of the session timeout).
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+
+const OWN_NODE: zk::CreateOptions<'static> = zk::CreateMode::EphemeralSequential.with_acls(zk::Acls::anyone_all());
+const LOCK_NODE: zk::CreateOptions<'static> = zk::CreateMode::Container.with_acls(zk::Acls::anyone_all());
+const BASE_NODE: zk::CreateOptions<'static> = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
+
+/// Locks on a ZooKeeper ensemble. See the [module docs](self) for the recipe.
+pub struct ZkBackend {
+    /// `h:p,h:p` for the client.
+    hosts: String,
+    /// `{chroot}{prefix}`: the parent of every lock's node.
+    base: String,
+    /// The shared sessions, by requested TTL. Held weakly: the guards and acquires
+    /// own them, and the last one to go closes the session.
+    sessions: tokio::sync::Mutex<HashMap<Duration, Weak<Session>>>,
+}
+
+impl fmt::Debug for ZkBackend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ZkBackend").field("hosts", &self.hosts).field("base", &self.base).finish_non_exhaustive()
+    }
+}
+
+impl ZkBackend {
+    /// Connects to the ensemble of `url` and creates the base path. Fails with
+    /// [`Error::InvalidArgument`] for a bad chroot or prefix, [`Error::Connect`]
+    /// if no host of the URL answers within a few seconds.
+    pub async fn connect(url: &BackendUrl) -> Result<Self, Error> {
+        let (hosts, base) = parse_url(url)?;
+        let probe = open_client(&hosts, PROBE_SESSION).await.map_err(|e| Error::Connect(format!("zk {hosts}: {e}")))?;
+        match request(probe.mkdir(&base, &BASE_NODE)).await {
+            Ok(()) => {}
+            Err(zk::Error::ConnectionLoss | zk::Error::Timeout) => {
+                return Err(Error::Connect(format!("zk {hosts}: the connection was lost while creating {base}")));
+            }
+            Err(e) => return Err(fail(&format!("create the base path {base}"), e)),
+        }
+        Ok(ZkBackend { hosts, base, sessions: tokio::sync::Mutex::new(HashMap::new()) })
+    }
+
+    /// The live session for `ttl`, opened if there is none. Opening holds the
+    /// map's lock, so concurrent first acquires of one TTL share one session (and
+    /// acquires of other TTLs wait for the opening, at most [`CONNECT_TIMEOUT`]).
+    async fn session(&self, ttl: Duration) -> Result<Arc<Session>, Error> {
+        let mut sessions = self.sessions.lock().await;
+        if let Some(live) = sessions.get(&ttl).and_then(Weak::upgrade).filter(|s| s.is_live()) {
+            return Ok(live);
+        }
+        let session = Arc::new(Session::open(&self.hosts, ttl).await?);
+        sessions.retain(|_, s| s.strong_count() > 0);
+        sessions.insert(ttl, Arc::downgrade(&session));
+        Ok(session)
+    }
+
+    /// Any live session of this backend, or a new one that is not shared (for
+    /// reads).
+    async fn any_session(&self) -> Result<Arc<Session>, Error> {
+        let sessions = self.sessions.lock().await;
+        if let Some(live) = sessions.values().filter_map(Weak::upgrade).find(|s| s.is_live()) {
+            return Ok(live);
+        }
+        drop(sessions);
+        Ok(Arc::new(Session::open(&self.hosts, PROBE_SESSION).await?))
+    }
+
+    /// The parent node of lock `name`.
+    fn lock_path(&self, name: &str) -> String {
+        format!("{}/{}", self.base, encode_name(name))
+    }
+
+    /// The recipe (see the module docs).
+    async fn lock(&self, name: &str, opts: &LockOptions) -> Result<Acquire<Guard>, Error> {
+        self.capabilities().admit(self.kind(), name, opts)?;
+        let wait_end = Instant::now() + opts.wait;
+        let session = self.session(opts.ttl).await?;
+        let mut entry = Entry::new(session.clone(), self.lock_path(name));
+        let (path, czxid) = entry.create(&self.base).await?;
+        let own = path.rsplit('/').next().unwrap_or_default().to_string();
+        loop {
+            let sent = Instant::now();
+            let queue = list_queue(&session, &entry.parent).await?;
+            let Some(pos) = queue.iter().position(|child| *child == own) else {
+                return Err(Error::Backend(format!(
+                    "zk: lock node {path} vanished while queued (session {:#x} expired?)",
+                    session.id
+                )));
+            };
+            if pos == 0 {
+                entry.disarm();
+                return Ok(Acquire::Acquired(self.grant(name, session, path, czxid, sent)));
+            }
+            if opts.wait.is_zero() {
+                let busy = busy(&session, &entry.parent, &queue).await;
+                entry.withdraw().await;
+                return Ok(busy);
+            }
+            let predecessor = format!("{}/{}", entry.parent, queue[pos - 1]);
+            if !wait_for_deletion(&session, &predecessor, wait_end).await? {
+                entry.withdraw().await;
+                return Ok(Acquire::TimedOut);
+            }
+        }
+    }
+
+    /// The guard of a grant: node `path` with `czxid`, confirmed by a request sent
+    /// at `sent`.
+    fn grant(&self, name: &str, session: Arc<Session>, path: String, czxid: u64, sent: Instant) -> Guard {
+        let renew = Arc::new(NodeCheck { session: Arc::downgrade(&session), path: path.clone() });
+        let lease = Arc::new(KeptLease::start(session.id, session.timeout, sent, renew));
+        session.register(&lease);
+        let watch = lease.watch();
+        Guard::new(name.to_string(), Some(czxid), self.kind(), watch, Box::new(ZkHeld { session, path, _lease: lease }))
+    }
+
+    /// Reads who holds `name`: its first node's czxid, compared with `token`.
+    async fn check_token(&self, name: &str, token: u64) -> Result<CheckResult, Error> {
+        check_name(name)?;
+        let session = self.any_session().await?;
+        let parent = self.lock_path(name);
+        let queue = list_queue(&session, &parent).await?;
+        let Some(first) = queue.first() else { return Ok(CheckResult { current: false, current_token: None }) };
+        let stat = request(session.client.check_stat(&format!("{parent}/{first}")))
+            .await
+            .map_err(|e| fail("read the holder's node", e))?;
+        let current_token = stat.and_then(|s| u64::try_from(s.czxid).ok());
+        Ok(CheckResult { current: current_token == Some(token), current_token })
+    }
+}
+
+impl LockBackend for ZkBackend {
+    fn kind(&self) -> &'static str {
+        "zk"
+    }
+
+    /// Per-lock durable tokens (czxids, logged before the create is acknowledged),
+    /// FIFO with a push to the next waiter only, session expiry on the server, a
+    /// quorum ensemble; no lock-delay. `min_ttl` is [`MIN_TTL`]; the server may
+    /// raise it (see there).
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            fencing: Fencing::PerLock,
+            durable_tokens: true,
+            fifo: true,
+            push_wakeup: true,
+            server_ttl: true,
+            survives_failover: true,
+            lock_delay: false,
+            min_ttl: MIN_TTL,
+        }
+    }
+
+    fn acquire<'a>(&'a self, name: &'a str, opts: &'a LockOptions) -> BoxFuture<'a, Result<Acquire<Guard>, Error>> {
+        Box::pin(self.lock(name, opts))
+    }
+
+    /// Current iff `token` is the czxid of the lock's first node (whose session the
+    /// server has not expired yet).
+    fn check<'a>(&'a self, name: &'a str, token: u64) -> BoxFuture<'a, Result<CheckResult, Error>> {
+        Box::pin(self.check_token(name, token))
+    }
+}
+
+/// One ZooKeeper session shared by the guards of one TTL. Dropping the last
+/// reference closes it (the server then deletes its nodes).
+struct Session {
+    client: zk::Client,
+    /// The session id (the guards' lease id).
+    id: u64,
+    /// The negotiated session timeout.
+    timeout: Duration,
+    /// The leases of the guards on this session, lost together when it ends.
+    leases: Arc<StdMutex<Vec<Weak<KeptLease>>>>,
+    /// Watches the session state; aborted on drop.
+    watcher: JoinHandle<()>,
+}
+
+impl Session {
+    /// Opens a session asking for `ttl` as its timeout.
+    async fn open(hosts: &str, ttl: Duration) -> Result<Session, Error> {
+        let client = open_client(hosts, ttl).await.map_err(|e| Error::Backend(format!("zk {hosts}: {e}")))?;
+        let leases = Arc::new(StdMutex::new(Vec::new()));
+        let watcher = tokio::spawn(lose_all_when_ended(client.state_watcher(), leases.clone()));
+        let id = client.session_id().0 as u64;
+        let timeout = client.session_timeout();
+        Ok(Session { client, id, timeout, leases, watcher })
+    }
+
+    /// True until the client learns that the session ended.
+    fn is_live(&self) -> bool {
+        !self.client.state().is_terminated()
+    }
+
+    /// Adds a guard's lease to those lost when the session ends (at once if it
+    /// ended already).
+    fn register(&self, lease: &Arc<KeptLease>) {
+        let mut leases = self.leases.lock().unwrap_or_else(PoisonError::into_inner);
+        leases.retain(|l| l.strong_count() > 0);
+        leases.push(Arc::downgrade(lease));
+        drop(leases);
+        if !self.is_live() {
+            lease.lose(LeaseLost::NotFound);
+        }
+    }
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        self.watcher.abort();
+    }
+}
+
+/// Waits until the session ends (expired, closed, authentication failed), then
+/// loses every lease registered on it.
+async fn lose_all_when_ended(mut states: zk::StateWatcher, leases: Arc<StdMutex<Vec<Weak<KeptLease>>>>) {
+    let mut state = states.state();
+    while !state.is_terminated() {
+        state = states.changed().await;
+    }
+    tracing::warn!(%state, "fencelock: zk session ended; its locks are lost");
+    let leases = std::mem::take(&mut *leases.lock().unwrap_or_else(PoisonError::into_inner));
+    for lease in leases.iter().filter_map(Weak::upgrade) {
+        lease.lose(LeaseLost::NotFound);
+    }
+}
+
+/// A new client session with `timeout` asked for; every host is tried once.
+async fn open_client(hosts: &str, timeout: Duration) -> Result<zk::Client, String> {
+    let connect = zk::Client::connector().with_session_timeout(timeout).with_fail_eagerly().connect(hosts);
+    match tokio::time::timeout(CONNECT_TIMEOUT, connect).await {
+        Ok(Ok(client)) => Ok(client),
+        Ok(Err(e)) => Err(format!("cannot open a session: {e}")),
+        Err(_) => Err(format!("no session within {} s", CONNECT_TIMEOUT.as_secs())),
+    }
+}
+
+/// One acquire's place in a lock's queue, and its drop guard: dropped while it
+/// still owns (or may own) a node, it deletes that node in the background.
+struct Entry {
+    session: Arc<Session>,
+    /// The lock's parent node.
+    parent: String,
+    /// `lock-{nonce}-`: the own node's name before its sequence number.
+    stem: String,
+    own: Own,
+}
+
+/// What an [`Entry`] owns on the server.
+#[derive(Debug, Default)]
+enum Own {
+    #[default]
+    Nothing,
+    /// A create was sent and not answered (yet, or its answer was lost): a node
+    /// with the stem may exist.
+    Unknown,
+    /// This node.
+    Node(String),
+}
+
+impl Entry {
+    fn new(session: Arc<Session>, parent: String) -> Entry {
+        let stem = format!("{NODE_PREFIX}{:016x}-", fastrand::u64(..));
+        Entry { session, parent, stem, own: Own::Nothing }
+    }
+
+    /// Creates the own node (and the lock's parent if missing): its path and czxid.
+    async fn create(&mut self, base: &str) -> Result<(String, u64), Error> {
+        let prefix = format!("{}/{}", self.parent, self.stem);
+        // The parent may be missing, or deleted as an empty container between our
+        // creating it and our node: a few tries.
+        for _ in 0..3 {
+            self.own = Own::Unknown;
+            match request(self.session.client.create(&prefix, &[], &OWN_NODE)).await {
+                Ok((stat, sequence)) => {
+                    let path = format!("{prefix}{sequence}");
+                    self.own = Own::Node(path.clone());
+                    return match u64::try_from(stat.czxid) {
+                        Ok(czxid) if czxid > 0 => Ok((path, czxid)),
+                        _ => Err(Error::Backend(format!("zk: create answered czxid {}", stat.czxid))),
+                    };
+                }
+                Err(zk::Error::NoNode) => {
+                    self.own = Own::Nothing;
+                    ensure_parent(&self.session, base, &self.parent).await?;
+                }
+                Err(e) => {
+                    if refused(&e) || session_ended(&e) {
+                        self.own = Own::Nothing;
+                    }
+                    return Err(fail("create the lock node", e));
+                }
+            }
+        }
+        Err(Error::Backend(format!("zk: the lock node {} keeps disappearing", self.parent)))
+    }
+
+    /// The caller owns the node now: dropping the entry leaves it.
+    fn disarm(&mut self) {
+        self.own = Own::Nothing;
+    }
+
+    /// Deletes the own node now (one try, for at most a session timeout); if that
+    /// fails, dropping the entry retries in the background.
+    async fn withdraw(&mut self) {
+        if let Own::Node(path) = &self.own {
+            let deleted = tokio::time::timeout(self.session.timeout, delete_node(&self.session, path)).await;
+            if matches!(deleted, Ok(Ok(_))) {
+                self.own = Own::Nothing;
+            }
+        }
+    }
+}
+
+impl Drop for Entry {
+    fn drop(&mut self) {
+        let own = std::mem::take(&mut self.own);
+        if matches!(own, Own::Nothing) {
+            return;
+        }
+        // Without a runtime the node lives until its session closes, which
+        // happens when the session's last user goes.
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            let (session, parent, stem) = (self.session.clone(), self.parent.clone(), self.stem.clone());
+            runtime.spawn(async move { remove(&session, &parent, &stem, own).await });
+        }
+    }
+}
+
+/// Deletes what an entry owns: its node, or any node with its stem if the create's
+/// answer was lost. Retries on connection trouble until twice the session timeout;
+/// gives up silently after (the node then goes with the session).
+async fn remove(session: &Session, parent: &str, stem: &str, own: Own) {
+    let path = match own {
+        Own::Nothing => return,
+        Own::Node(path) => path,
+        Own::Unknown => match find_by_stem(session, parent, stem).await {
+            Some(path) => path,
+            None => return,
+        },
+    };
+    delete_with_retries(session, &path).await;
+}
+
+/// The node under `parent` whose name starts with `stem`, if any (read errors: none).
+async fn find_by_stem(session: &Session, parent: &str, stem: &str) -> Option<String> {
+    let children = request(session.client.list_children(parent)).await.ok()?;
+    children.into_iter().find(|c| c.starts_with(stem)).map(|c| format!("{parent}/{c}"))
+}
+
+/// [`delete_node`] until it answers, for at most twice the session timeout.
+async fn delete_with_retries(session: &Session, path: &str) {
+    let end = Instant::now() + (2 * session.timeout).max(Duration::from_secs(2));
+    let backoff = Backoff::default();
+    for attempt in 0.. {
+        match delete_node(session, path).await {
+            Ok(_) => return,
+            Err(e) if Instant::now() >= end => {
+                tracing::debug!(path, error = %e, "fencelock: zk node not deleted; it goes with its session");
+                return;
+            }
+            Err(_) => tokio::time::sleep(backoff.delay(attempt, fastrand::f64())).await,
+        }
+    }
+}
+
+/// Compare-and-delete of a node of ours: deleted at version 0 → `true`; gone (or
+/// its session ended, which deletes it) → `false`; [`Error::Backend`] when the
+/// outcome is unknown.
+async fn delete_node(session: &Session, path: &str) -> Result<bool, Error> {
+    match request(session.client.delete(path, Some(0))).await {
+        Ok(()) => Ok(true),
+        Err(zk::Error::NoNode | zk::Error::BadVersion) => Ok(false),
+        Err(e) if session_ended(&e) => Ok(false),
+        Err(e) => Err(fail("delete the lock node", e)),
+    }
+}
+
+/// Creates the lock's parent container (and the base path if it is missing too).
+async fn ensure_parent(session: &Session, base: &str, parent: &str) -> Result<(), Error> {
+    let client = &session.client;
+    match request(client.create(parent, &[], &LOCK_NODE)).await {
+        Ok(_) | Err(zk::Error::NodeExists) => return Ok(()),
+        Err(zk::Error::NoNode) => {}
+        Err(e) => return Err(fail("create the lock's parent node", e)),
+    }
+    request(client.mkdir(base, &BASE_NODE)).await.map_err(|e| fail("create the base path", e))?;
+    match request(client.create(parent, &[], &LOCK_NODE)).await {
+        Ok(_) | Err(zk::Error::NodeExists) => Ok(()),
+        Err(e) => Err(fail("create the lock's parent node", e)),
+    }
+}
+
+/// The contender nodes under `parent`, first in line first (an absent parent has
+/// none).
+async fn list_queue(session: &Session, parent: &str) -> Result<Vec<String>, Error> {
+    match request(session.client.list_children(parent)).await {
+        Ok(children) => Ok(queue_order(children)),
+        Err(zk::Error::NoNode) => Ok(Vec::new()),
+        Err(e) => Err(fail("list the lock's queue", e)),
+    }
+}
+
+/// Keeps the contender nodes among `children` and sorts them by sequence number.
+fn queue_order(children: Vec<String>) -> Vec<String> {
+    let mut queue: Vec<(i64, String)> = children.into_iter().filter_map(|c| Some((sequence(&c)?, c))).collect();
+    queue.sort_unstable();
+    queue.into_iter().map(|(_, c)| c).collect()
+}
+
+/// The sequence number of a contender node `lock-{nonce}-{digits}`; `None` for
+/// any other name.
+fn sequence(child: &str) -> Option<i64> {
+    let (_, digits) = child.strip_prefix(NODE_PREFIX)?.rsplit_once('-')?;
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse().ok()
+}
+
+/// [`Acquire::Busy`] for a queue whose first node is the holder: its session and
+/// czxid if it can still be read, and the others but us as waiters.
+async fn busy(session: &Session, parent: &str, queue: &[String]) -> Acquire<Guard> {
+    let holder = match queue.first() {
+        Some(first) => request(session.client.check_stat(&format!("{parent}/{first}"))).await.ok().flatten(),
+        None => None,
+    };
+    Acquire::Busy {
+        holder_lease: holder.map(|s| s.ephemeral_owner as u64),
+        holder_token: holder.and_then(|s| u64::try_from(s.czxid).ok()),
+        reopens_in: None,
+        waiters: u32::try_from(queue.len().saturating_sub(2)).unwrap_or(u32::MAX),
+    }
+}
+
+/// Waits until node `path` is deleted (`true`, also when it is gone already or
+/// the watch ends for another reason: the caller re-reads the queue) or until
+/// `until` (`false`).
+async fn wait_for_deletion(session: &Session, path: &str, until: Instant) -> Result<bool, Error> {
+    let (stat, watcher) =
+        request(session.client.check_and_watch_stat(path)).await.map_err(|e| fail("watch the predecessor", e))?;
+    if stat.is_none() {
+        return Ok(true);
+    }
+    tokio::select! {
+        _ = watcher.changed() => Ok(true),
+        _ = tokio::time::sleep_until(until) => Ok(false),
+    }
+}
+
+/// The held lock: the own node on a session, kept by a watchdog.
+struct ZkHeld {
+    session: Arc<Session>,
+    path: String,
+    /// Renewed while this lives; the session's state watcher holds it weakly, to
+    /// lose it when the session ends.
+    _lease: Arc<KeptLease>,
+}
+
+impl Held for ZkHeld {
+    fn release(self: Box<Self>) -> BoxFuture<'static, Result<bool, Error>> {
+        Box::pin(async move { delete_node(&self.session, &self.path).await })
+    }
+
+    fn release_in_background(self: Box<Self>) {
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move { delete_with_retries(&self.session, &self.path).await });
+        }
+    }
+}
+
+/// One renewal: read the own node's stat. Present and ours → confirmed for the
+/// negotiated timeout; gone, or the session ended → [`Renewed::Gone`].
+struct NodeCheck {
+    /// Weak: the guard keeps the session, not its watchdog.
+    session: Weak<Session>,
+    path: String,
+}
+
+impl Renew for NodeCheck {
+    fn renew(&self, round_end: Instant) -> BoxFuture<'_, Result<Renewed, Error>> {
+        Box::pin(async move {
+            let Some(session) = self.session.upgrade() else { return Ok(Renewed::Gone) };
+            let read = tokio::time::timeout_at(round_end, session.client.check_stat(&self.path)).await;
+            match read {
+                Err(_) => Err(Error::Backend("zk: renewal round timed out".into())),
+                Ok(Ok(Some(stat))) if stat.ephemeral_owner as u64 == session.id => {
+                    Ok(Renewed::Confirmed(Some(session.timeout)))
+                }
+                Ok(Ok(_)) => Ok(Renewed::Gone),
+                Ok(Err(e)) if session_ended(&e) => Ok(Renewed::Gone),
+                Ok(Err(e)) => Err(fail("renew", e)),
+            }
+        })
+    }
+}
+
+/// Errors after which the session, and every node it owned, is gone.
+fn session_ended(e: &zk::Error) -> bool {
+    matches!(e, zk::Error::SessionExpired | zk::Error::ClientClosed | zk::Error::AuthFailed)
+}
+
+/// Errors the server answers when it refuses a write (nothing changed).
+fn refused(e: &zk::Error) -> bool {
+    matches!(
+        e,
+        zk::Error::NodeExists
+            | zk::Error::NoAuth
+            | zk::Error::InvalidAcl
+            | zk::Error::NoChildrenForEphemerals
+            | zk::Error::BadArguments(_)
+            | zk::Error::QuotaExceeded
+    )
+}
+
+/// `Error::Backend("zk: {what}: {e}")`.
+fn fail(what: &str, e: zk::Error) -> Error {
+    Error::Backend(format!("zk: {what}: {e}"))
+}
+
+/// A request bounded by [`REQUEST_TIMEOUT`] (then [`zk::Error::Timeout`]).
+async fn request<T>(f: impl Future<Output = Result<T, zk::Error>>) -> Result<T, zk::Error> {
+    tokio::time::timeout(REQUEST_TIMEOUT, f).await.unwrap_or(Err(zk::Error::Timeout))
+}
+
+/// The ZooKeeper path component of lock `name`: every byte outside
+/// `[A-Za-z0-9_-]` as `%XX`. Injective (`%` itself is encoded), never `.` or
+/// `..`, never a `/` or a character ZooKeeper refuses.
+pub fn encode_name(name: &str) -> String {
+    let mut out = String::with_capacity(name.len());
+    for b in name.bytes() {
+        if b.is_ascii_alphanumeric() || b == b'_' || b == b'-' {
+            out.push(char::from(b));
+        } else {
+            out.push('%');
+            out.push(char::from(HEX[usize::from(b >> 4)]));
+            out.push(char::from(HEX[usize::from(b & 15)]));
+        }
+    }
+    out
+}
+
+const HEX: &[u8; 16] = b"0123456789ABCDEF";
+
+/// The client's connect string (`h:p,[v6]:p`) and the base path
+/// (`/{chroot}{prefix}`) of `url`.
+fn parse_url(url: &BackendUrl) -> Result<(String, String), Error> {
+    if url.userinfo.is_some() {
+        return Err(Error::InvalidArgument(format!("{}: the zk backend takes no user in the URL", url.raw)));
+    }
+    let hosts: Vec<String> = url
+        .hosts
+        .iter()
+        .map(|(h, p)| if h.contains(':') { format!("[{h}]:{p}") } else { format!("{h}:{p}") })
+        .collect();
+    let chroot = if url.path.is_empty() { String::new() } else { format!("/{}", url.path) };
+    let prefix = url.param("prefix").unwrap_or(DEFAULT_PREFIX);
+    if !prefix.starts_with('/') {
+        return Err(Error::InvalidArgument(format!("{}: prefix {prefix:?} must start with /", url.raw)));
+    }
+    let base = format!("{chroot}{prefix}");
+    check_path(&base).map_err(|why| Error::InvalidArgument(format!("{}: path {base:?} {why}", url.raw)))?;
+    Ok((hosts.join(","), base))
+}
+
+/// Is `path` an absolute ZooKeeper path other than `/` that ZooKeeper accepts?
+fn check_path(path: &str) -> Result<(), &'static str> {
+    let Some(rest) = path.strip_prefix('/') else { return Err("is not absolute") };
+    for part in rest.split('/') {
+        match part {
+            "" => return Err("has an empty component"),
+            "." | ".." => return Err("has a . or .. component"),
+            _ if part.chars().any(refused_in_path) => return Err("has a character ZooKeeper refuses"),
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// Characters ZooKeeper's `PathUtils.validatePath` refuses (surrogates are no `char`).
+fn refused_in_path(c: char) -> bool {
+    c.is_control() || ('\u{e000}'..='\u{f8ff}').contains(&c) || ('\u{fff0}'..='\u{ffff}').contains(&c)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_encode_injectively_into_one_path_component() {
+        let names = ["jobs/nightly", "jobs", "jobs/nightly/x", "..", ".", "%2F", "/", "ключ", "a b", "a-b_C9"];
+        let encoded: Vec<String> = names.iter().map(|n| encode_name(n)).collect();
+        for (name, enc) in names.iter().zip(&encoded) {
+            assert!(!enc.contains('/') && !enc.contains('.') && !enc.is_empty(), "{name:?} → {enc:?}");
+            assert!(check_path(&format!("/{enc}")).is_ok(), "{name:?} → {enc:?}");
+        }
+        let mut unique = encoded.clone();
+        unique.sort();
+        unique.dedup();
+        assert_eq!(unique.len(), names.len(), "{encoded:?}");
+        assert_eq!(encode_name("a-b_C9"), "a-b_C9");
+        assert_eq!(encode_name("%2F"), "%252F");
+        assert_eq!(encode_name("/"), "%2F");
+    }
+
+    #[test]
+    fn the_queue_is_ordered_by_sequence_and_ignores_foreign_nodes() {
+        let children = ["lock-ab-0000000010", "other", "lock-cd-0000000002", "lock-x-", "lock-ef-0000000007"];
+        let queue = queue_order(children.iter().map(|c| c.to_string()).collect());
+        assert_eq!(queue, ["lock-cd-0000000002", "lock-ef-0000000007", "lock-ab-0000000010"]);
+        assert_eq!(sequence("lock-0123abcd-0000000042"), Some(42));
+        assert_eq!(sequence("lock-0123abcd-"), None);
+    }
+
+    #[test]
+    fn urls_give_hosts_and_base_path() {
+        let parse = |u: &str| parse_url(&BackendUrl::parse(u).unwrap());
+        assert_eq!(parse("zk://a:1,b,[::1]:3").unwrap(), ("a:1,b:2181,[::1]:3".into(), "/fencelock".into()));
+        assert_eq!(parse("zk://a/app/x?prefix=/locks").unwrap().1, "/app/x/locks");
+        for bad in ["zk://a?prefix=locks", "zk://a?prefix=/", "zk://a/../x", "zk://u@a", "zk://a?prefix=/a//b"] {
+            assert!(matches!(parse(bad), Err(Error::InvalidArgument(_))), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,288 @@
+//! etcd (Debian's etcd-server, one member) as a conformance target, and the
+//! tests of what only the etcd backend does: its keys, its tokens, the
+//! predecessor watch, fail-over between endpoints, a crash of etcd.
+//!
+//! The tests read etcd's keys directly through the generated client
+//! (`fencelock_proto::etcd`), under the default prefix `fencelock/`: lock `N`
+//! is the key prefix `fencelock/N/` (`N` with `%` and `/` percent-encoded).
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use fencelock::backend::{Backend, Capabilities, Fencing};
+use fencelock::{Acquire, Error, Guard, LockOptions};
+use fencelock_proto::etcd::etcdserverpb::kv_client::KvClient;
+use fencelock_proto::etcd::etcdserverpb::range_request::{SortOrder, SortTarget};
+use fencelock_proto::etcd::etcdserverpb::{DeleteRangeRequest, RangeRequest};
+use fencelock_proto::etcd::mvccpb::KeyValue;
+use fencelock_testkit::proxy::{Mode, Proxy};
+use fencelock_testkit::EtcdServer;
+use tokio::task::JoinHandle;
+use tonic::transport::Channel;
+
+use crate::suite::{self, within, Target, MS, SECS};
+
+pub struct Etcd {
+    server: EtcdServer,
+}
+
+impl Etcd {
+    fn addr(&self) -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], self.server.port()))
+    }
+}
+
+impl Target for Etcd {
+    async fn start() -> Etcd {
+        let server = tokio::task::spawn_blocking(EtcdServer::start).await.unwrap();
+        Etcd { server }
+    }
+
+    fn url(&self) -> String {
+        self.server.url()
+    }
+
+    async fn via_proxies(&self) -> (String, Vec<Proxy>) {
+        let proxy = Proxy::start(self.addr()).await;
+        (format!("etcd://{}", proxy.addr()), vec![proxy])
+    }
+
+    fn short_ttl(&self) -> Duration {
+        SECS
+    }
+}
+
+crate::conformance!(Etcd);
+
+fn opts(ttl: Duration, wait: Duration) -> LockOptions {
+    LockOptions { ttl, wait, ..LockOptions::default() }
+}
+
+/// A raw KV client on etcd, to look at (and tamper with) the keys.
+async fn raw(port: u16) -> KvClient<Channel> {
+    within("raw etcd client", KvClient::connect(format!("http://127.0.0.1:{port}"))).await.unwrap()
+}
+
+/// The keys of lock `encoded` (its name as it appears in the key), oldest
+/// first.
+async fn keys(kv: &mut KvClient<Channel>, encoded: &str) -> Vec<KeyValue> {
+    let prefix = format!("fencelock/{encoded}/").into_bytes();
+    let mut end = prefix.clone();
+    *end.last_mut().unwrap() += 1;
+    let request = RangeRequest {
+        key: prefix,
+        range_end: end,
+        sort_order: SortOrder::Ascend as i32,
+        sort_target: SortTarget::Create as i32,
+        ..RangeRequest::default()
+    };
+    within("range", kv.range(request)).await.unwrap().into_inner().kvs
+}
+
+/// Waits until lock `encoded` has `n` keys.
+async fn until_keys(kv: &mut KvClient<Channel>, encoded: &str, n: usize) {
+    within(&format!("{n} keys under {encoded}"), async {
+        while keys(kv, encoded).await.len() != n {
+            tokio::time::sleep(20 * MS).await;
+        }
+    })
+    .await;
+}
+
+/// An acquire with a wait, on a connection of its own, in a task.
+async fn waiter(url: &str, name: &'static str, ttl: Duration) -> JoinHandle<Result<Acquire<Guard>, Error>> {
+    let b = suite::connect(url).await;
+    tokio::spawn(async move { b.acquire(name, &opts(ttl, 25 * SECS)).await })
+}
+
+async fn granted(task: JoinHandle<Result<Acquire<Guard>, Error>>, what: &str) -> Guard {
+    within(what, task).await.unwrap().unwrap().acquired().unwrap_or_else(|e| panic!("{what}: {e}"))
+}
+
+/// The declaration: global durable tokens (revisions), FIFO with a push to
+/// the next waiter (predecessor watch), leases expire on the server, Raft
+/// fail-over, no lock-delay, TTLs of whole seconds from 1 s.
+#[tokio::test]
+async fn declares_its_capabilities() {
+    let t = Etcd::start().await;
+    let b = suite::connect(&t.url()).await;
+    assert_eq!(b.kind(), "etcd");
+    assert_eq!(
+        b.capabilities(),
+        Capabilities {
+            fencing: Fencing::PerLock,
+            durable_tokens: true,
+            fifo: true,
+            push_wakeup: true,
+            server_ttl: true,
+            survives_failover: true,
+            lock_delay: false,
+            min_ttl: SECS,
+        }
+    );
+}
+
+/// Property (token = create revision, one key per request under the lock's
+/// own prefix): the token is the create revision of the holder's key, which
+/// is attached to the guard's lease; `check` knows it while it is held and not
+/// after; release deletes the key.
+#[tokio::test]
+async fn the_token_is_the_create_revision_of_the_key() {
+    let t = Etcd::start().await;
+    let mut kv = raw(t.server.port()).await;
+    let b = suite::connect(&t.url()).await;
+    let g = b.acquire("jobs/nightly", &opts(10 * SECS, Duration::ZERO)).await.unwrap().acquired().unwrap();
+    let held = keys(&mut kv, "jobs%2Fnightly").await;
+    assert_eq!(held.len(), 1, "{held:?}");
+    assert_eq!(g.token(), Some(held[0].create_revision as u64));
+    assert_eq!(g.lease_id(), held[0].lease as u64);
+    assert_eq!(held[0].key, format!("fencelock/jobs%2Fnightly/{:016x}", g.lease_id()).into_bytes());
+    assert!(keys(&mut kv, "jobs").await.is_empty(), "another lock's prefix");
+    let token = g.token().unwrap();
+    let check = b.check("jobs/nightly", token).await.unwrap();
+    assert!(check.current && check.current_token == Some(token), "{check:?}");
+    assert!(!b.check("jobs/nightly", token - 1).await.unwrap().current);
+    assert!(g.release().await.unwrap());
+    assert!(keys(&mut kv, "jobs%2Fnightly").await.is_empty());
+    let check = b.check("jobs/nightly", token).await.unwrap();
+    assert!(!check.current && check.current_token.is_none(), "{check:?}");
+}
+
+/// Property (a waiter watches only its predecessor, and re-checks ownership
+/// when woken): holder H and waiters W1, W2, W3. W2's key is deleted (a waiter
+/// that vanished): W3, woken, finds that H still holds and waits on W1; W2's
+/// acquire fails (its place is gone). H's release goes to W1 only, W1's to W3.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_watches_only_its_predecessor() {
+    let t = Etcd::start().await;
+    let mut kv = raw(t.server.port()).await;
+    let h = suite::connect(&t.url()).await;
+    let held = h.acquire("queue", &opts(30 * SECS, Duration::ZERO)).await.unwrap().acquired().unwrap();
+    let w1 = waiter(&t.url(), "queue", 30 * SECS).await;
+    until_keys(&mut kv, "queue", 2).await;
+    // A short TTL: W2 notices the loss of its key at its next renewal.
+    let w2 = waiter(&t.url(), "queue", 3 * SECS).await;
+    until_keys(&mut kv, "queue", 3).await;
+    let w3 = waiter(&t.url(), "queue", 30 * SECS).await;
+    until_keys(&mut kv, "queue", 4).await;
+    let order = keys(&mut kv, "queue").await;
+    within("delete W2's key", kv.delete_range(DeleteRangeRequest { key: order[2].key.clone(), ..Default::default() }))
+        .await
+        .unwrap();
+    match within("W2 without its key", w2).await.unwrap() {
+        Err(Error::Backend(m)) => assert!(m.starts_with("etcd: "), "{m}"),
+        other => panic!("a waiter whose key was deleted: {other:?}"),
+    }
+    tokio::time::sleep(300 * MS).await;
+    assert!(!w1.is_finished() && !w3.is_finished(), "a waiter was granted while the holder holds");
+    assert!(!held.is_lost());
+    assert!(held.release().await.unwrap());
+    let g1 = granted(w1, "W1 after the holder").await;
+    tokio::time::sleep(300 * MS).await;
+    assert!(!w3.is_finished(), "W3 was granted while W1 holds");
+    let t1 = g1.token().unwrap();
+    assert!(g1.release().await.unwrap());
+    let g3 = granted(w3, "W3 after W1").await;
+    assert!(g3.token().unwrap() > t1);
+    assert!(g3.release().await.unwrap());
+    until_keys(&mut kv, "queue", 0).await;
+}
+
+/// Property (a request that is not granted holds nothing): a busy try and a
+/// timed-out wait leave no key behind when they return, a dropped waiting
+/// acquire's key goes soon after, and after the release no key is left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_not_granted_leave_no_key_behind() {
+    let t = Etcd::start().await;
+    let mut kv = raw(t.server.port()).await;
+    let (a, b) = (suite::connect(&t.url()).await, suite::connect(&t.url()).await);
+    let held = a.acquire("gone", &opts(30 * SECS, Duration::ZERO)).await.unwrap().acquired().unwrap();
+    match b.acquire("gone", &opts(30 * SECS, Duration::ZERO)).await.unwrap() {
+        Acquire::Busy { holder_token, holder_lease, waiters, .. } => {
+            assert_eq!((holder_token, holder_lease, waiters), (held.token(), Some(held.lease_id()), 0));
+        }
+        other => panic!("a try on a held lock: {other:?}"),
+    }
+    assert_eq!(keys(&mut kv, "gone").await.len(), 1, "a busy try left its key");
+    assert!(matches!(b.acquire("gone", &opts(30 * SECS, 200 * MS)).await.unwrap(), Acquire::TimedOut));
+    assert_eq!(keys(&mut kv, "gone").await.len(), 1, "a timed-out wait left its key");
+    let dropped = waiter(&t.url(), "gone", 30 * SECS).await;
+    until_keys(&mut kv, "gone", 2).await;
+    dropped.abort();
+    assert!(dropped.await.unwrap_err().is_cancelled());
+    until_keys(&mut kv, "gone", 1).await;
+    assert!(held.release().await.unwrap());
+    assert!(keys(&mut kv, "gone").await.is_empty());
+}
+
+/// Property (fail-over between the URL's endpoints): with two endpoints, the
+/// first unreachable at connect is skipped; a guard keeps its lease through
+/// the second endpoint once the one it talks to resets every connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_next_endpoint_keeps_the_lease() {
+    let t = Etcd::start().await;
+    let closed = fencelock_testkit::free_port();
+    let b = suite::connect(&format!("etcd://127.0.0.1:{closed},127.0.0.1:{}", t.server.port())).await;
+    let g = b.acquire("skip", &opts(SECS, Duration::ZERO)).await.unwrap().acquired().unwrap();
+    assert!(g.release().await.unwrap());
+
+    let (p1, p2) = (Proxy::start(t.addr()).await, Proxy::start(t.addr()).await);
+    let b: Backend = suite::connect(&format!("etcd://{},{}", p1.addr(), p2.addr())).await;
+    let g = b.acquire("failover", &opts(SECS, Duration::ZERO)).await.unwrap().acquired().unwrap();
+    p1.set_mode(Mode::Reset);
+    // Several TTLs: renewals through the first endpoint fail, the next one
+    // takes over before the deadline.
+    tokio::time::sleep(3 * SECS).await;
+    assert!(!g.is_lost(), "the lease was lost although another endpoint answers");
+    assert!(g.release().await.unwrap());
+}
+
+/// Property (durable tokens): tokens keep increasing across a SIGKILL and
+/// restart of etcd, and a lock held across it stays held (its lease
+/// survives; the guard renews once etcd is back).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tokens_increase_across_a_crash_of_etcd() {
+    let mut t = Etcd::start().await;
+    let b = suite::connect(&t.url()).await;
+    let first = b.acquire("crash", &opts(10 * SECS, Duration::ZERO)).await.unwrap().acquired().unwrap();
+    let t1 = first.token().unwrap();
+    assert!(first.release().await.unwrap());
+    let kept = b.acquire("kept", &opts(30 * SECS, Duration::ZERO)).await.unwrap().acquired().unwrap();
+    let server = t.server;
+    t.server = tokio::task::spawn_blocking(move || {
+        let mut server = server;
+        server.kill_and_restart();
+        server
+    })
+    .await
+    .unwrap();
+    // The first calls after the crash may fail while the connection is redone.
+    let again = within("a grant after the restart", async {
+        loop {
+            match b.acquire("crash", &opts(10 * SECS, Duration::ZERO)).await {
+                Ok(got) => break got.acquired().unwrap(),
+                Err(Error::Backend(_)) => tokio::time::sleep(50 * MS).await,
+                Err(e) => panic!("acquire after the restart: {e}"),
+            }
+        }
+    })
+    .await;
+    let t2 = again.token().unwrap();
+    assert!(t2 > t1, "token {t2} after a restart, {t1} before");
+    assert!(again.release().await.unwrap());
+    match b.acquire("kept", &opts(10 * SECS, Duration::ZERO)).await.unwrap() {
+        Acquire::Busy { holder_token, .. } => assert_eq!(holder_token, kept.token()),
+        other => panic!("a lock held across the restart: {other:?}"),
+    }
+    assert!(!kept.is_lost());
+    assert!(kept.release().await.unwrap());
+}
+
+/// Bad URLs are refused before anything is sent.
+#[tokio::test]
+async fn bad_urls_are_refused() {
+    for url in ["etcd://127.0.0.1:1?prefix=", "etcd://127.0.0.1:1?timeout=3", "etcd://me@127.0.0.1:1", "etcd://h:1/x"] {
+        let got = within("connect", fencelock::backend::connect(url)).await;
+        assert!(matches!(got, Err(Error::InvalidArgument(_))), "{url}: {got:?}");
+    }
+}

@@ -1,0 +1,415 @@
+//! Redis (one server) as a conformance target, without persistence and in
+//! `durable=true` mode on a server with `appendfsync always`, and the tests
+//! of what only the Redis backend does: the durable-mode check, what a
+//! restart does to the tokens, and the FIFO ticket queue (only the next
+//! waiter is woken, dead and dropped waiters are skipped, a try never
+//! overtakes a waiter). The queue tests read the backend's keys
+//! (`fencelock:queue:{name}`, `fencelock:waiter:{ticket}`) directly.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use fencelock::backend::{self, Capabilities, Fencing};
+use fencelock::{Acquire, Backend, Error, LeaseLost, LockOptions};
+use fencelock_testkit::proxy::Proxy;
+use fencelock_testkit::RedisServer;
+use redis::aio::MultiplexedConnection;
+use tokio::sync::{mpsc, oneshot};
+
+use crate::suite::{self, within, Target, MS, SECS};
+
+/// A Redis server without persistence (Redis as a cache).
+pub struct Volatile {
+    server: RedisServer,
+}
+
+impl Target for Volatile {
+    async fn start() -> Volatile {
+        Volatile { server: start_server(false).await }
+    }
+
+    fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.server.port())
+    }
+
+    async fn via_proxies(&self) -> (String, Vec<Proxy>) {
+        let proxy = Proxy::start(addr(&self.server)).await;
+        (format!("redis://{}", proxy.addr()), vec![proxy])
+    }
+
+    fn short_ttl(&self) -> Duration {
+        500 * MS
+    }
+}
+
+crate::conformance!(Volatile);
+
+/// The suite again in `durable=true` mode, on a server with AOF and
+/// `appendfsync always`.
+mod durable {
+    use super::*;
+
+    pub struct Durable {
+        server: RedisServer,
+    }
+
+    impl Target for Durable {
+        async fn start() -> Durable {
+            Durable { server: start_server(true).await }
+        }
+
+        fn url(&self) -> String {
+            format!("redis://127.0.0.1:{}?durable=true", self.server.port())
+        }
+
+        async fn via_proxies(&self) -> (String, Vec<Proxy>) {
+            let proxy = Proxy::start(addr(&self.server)).await;
+            (format!("redis://{}?durable=true", proxy.addr()), vec![proxy])
+        }
+
+        fn short_ttl(&self) -> Duration {
+            500 * MS
+        }
+    }
+
+    crate::conformance!(Durable);
+}
+
+/// Starts a durable (AOF, `appendfsync always`) or volatile server.
+async fn start_server(durable: bool) -> RedisServer {
+    let start = if durable { RedisServer::start } else { RedisServer::start_volatile };
+    tokio::task::spawn_blocking(start).await.unwrap()
+}
+
+fn addr(server: &RedisServer) -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], server.port()))
+}
+
+fn url(server: &RedisServer) -> String {
+    format!("redis://127.0.0.1:{}", server.port())
+}
+
+/// A connection of the test's own, to look at the backend's keys.
+async fn inspect(server: &RedisServer) -> MultiplexedConnection {
+    let client = redis::Client::open(url(server).as_str()).unwrap();
+    within("inspect connection", client.get_multiplexed_async_connection()).await.unwrap()
+}
+
+async fn queue_len(conn: &mut MultiplexedConnection, name: &str) -> usize {
+    redis::cmd("LLEN").arg(format!("fencelock:queue:{name}")).query_async(conn).await.unwrap()
+}
+
+/// Waits (bounded) until the queue of `name` holds `n` tickets.
+async fn until_queued(conn: &mut MultiplexedConnection, name: &str, n: usize) {
+    within(&format!("{n} queued on {name}"), async {
+        while queue_len(conn, name).await != n {
+            tokio::time::sleep(5 * MS).await;
+        }
+    })
+    .await;
+}
+
+/// Waits (bounded) until `n` clients are blocked (in BLPOP) on the server.
+async fn until_blocked(conn: &mut MultiplexedConnection, n: usize) {
+    within(&format!("{n} blocked clients"), async {
+        loop {
+            let info: String = redis::cmd("INFO").arg("clients").query_async(conn).await.unwrap();
+            let blocked = info.lines().find_map(|l| l.strip_prefix("blocked_clients:")?.trim().parse::<usize>().ok());
+            if blocked == Some(n) {
+                return;
+            }
+            tokio::time::sleep(5 * MS).await;
+        }
+    })
+    .await;
+}
+
+/// How many scripts the server has run (EVALSHA and EVAL calls).
+async fn script_runs(conn: &mut MultiplexedConnection) -> u64 {
+    let info: String = redis::cmd("INFO").arg("commandstats").query_async(conn).await.unwrap();
+    info.lines()
+        .filter(|l| l.starts_with("cmdstat_evalsha:") || l.starts_with("cmdstat_eval:"))
+        .filter_map(|l| l.split("calls=").nth(1)?.split(',').next()?.parse::<u64>().ok())
+        .sum()
+}
+
+fn opts(ttl: Duration, wait: Duration) -> LockOptions {
+    LockOptions { ttl, wait, ..LockOptions::default() }
+}
+
+/// Acquires `name` once (no wait) and releases it; the grant's token.
+async fn token_of_a_grant(b: &Backend, name: &str) -> u64 {
+    let g = within("grant", b.acquire(name, &opts(10 * SECS, Duration::ZERO))).await.unwrap().acquired().unwrap();
+    let token = g.token().unwrap();
+    assert!(g.release().await.unwrap());
+    token
+}
+
+/// Kills the server with SIGKILL and starts it again on the same port and data.
+async fn kill_and_restart(mut server: RedisServer) -> RedisServer {
+    tokio::task::spawn_blocking(move || {
+        server.kill_and_restart();
+        server
+    })
+    .await
+    .unwrap()
+}
+
+/// The declaration: global tokens, FIFO with push wake-ups, server-side TTL,
+/// no fail-over, no lock-delay; durable tokens only in durable mode.
+#[tokio::test]
+async fn declares_its_capabilities() {
+    let (volatile, durable) = (start_server(false).await, start_server(true).await);
+    let mut want = Capabilities {
+        fencing: Fencing::Global,
+        durable_tokens: false,
+        fifo: true,
+        push_wakeup: true,
+        server_ttl: true,
+        survives_failover: false,
+        lock_delay: false,
+        min_ttl: 100 * MS,
+    };
+    let b = suite::connect(&url(&volatile)).await;
+    assert_eq!((b.kind(), b.capabilities()), ("redis", want));
+    want.durable_tokens = true;
+    let d = suite::connect(&format!("{}?durable=true", url(&durable))).await;
+    assert_eq!(d.capabilities(), want);
+}
+
+/// Durable mode is refused, with what to set, by a server that does not
+/// fsync every write; and malformed parameters are refused before anything.
+#[tokio::test]
+async fn durable_mode_needs_a_server_that_fsyncs_every_write() {
+    let server = start_server(false).await;
+    let got = within("connect", backend::connect(&format!("{}?durable=true", url(&server)))).await;
+    match got {
+        Err(Error::Unsupported(m)) => {
+            assert!(m.contains("appendonly yes") && m.contains("appendfsync always"), "{m}");
+            assert!(m.contains("appendonly=no"), "says what the server has: {m}");
+        }
+        other => panic!("durable mode on a volatile server: {other:?}"),
+    }
+    for bad in ["?durable=maybe", "?durabel=true", "?prefix=", "/notadb"] {
+        let got = within("connect", backend::connect(&format!("{}{bad}", url(&server).trim_end_matches('/')))).await;
+        assert!(matches!(got, Err(Error::InvalidArgument(_))), "{bad}: {got:?}");
+    }
+    let got = within("connect", backend::connect(&format!("redis://127.0.0.1:{0},127.0.0.1:{0}", server.port()))).await;
+    assert!(matches!(got, Err(Error::InvalidArgument(_))), "two hosts: {got:?}");
+}
+
+/// Durable tokens (the declared `durable_tokens: true`): after a SIGKILL and
+/// restart of a server with `appendfsync always`, tokens go on increasing.
+#[tokio::test]
+async fn durable_tokens_increase_across_a_kill_and_restart() {
+    let server = start_server(true).await;
+    let b = suite::connect(&format!("{}?durable=true", url(&server))).await;
+    let mut before = 0;
+    for name in ["a", "b", "c"] {
+        before = token_of_a_grant(&b, name).await;
+    }
+    let _server = kill_and_restart(server).await;
+    // The backend's connection broke with the server: it reconnects by itself.
+    let after = token_of_a_grant(&b, "a").await;
+    assert!(after > before, "token {after} after a restart, {before} before");
+}
+
+/// The documented weakness (the declared `durable_tokens: false`): without
+/// persistence the counter starts over after a restart, and tokens go
+/// backwards. This asserts the finding, it does not endorse it.
+#[tokio::test]
+async fn volatile_tokens_start_over_after_a_restart() {
+    let server = start_server(false).await;
+    let b = suite::connect(&url(&server)).await;
+    let mut before = 0;
+    for name in ["a", "b", "c"] {
+        before = token_of_a_grant(&b, name).await;
+    }
+    assert!(before >= 3);
+    let _server = kill_and_restart(server).await;
+    let after = token_of_a_grant(&b, "a").await;
+    assert!(after <= before, "the counter survived a restart without persistence? {after} after {before}");
+}
+
+/// What a restart without persistence does (the documented weakness): every
+/// lock is gone, so a waiter is granted at once (it reconnects by itself),
+/// with a token no larger than the old holder's; the old holder learns at its
+/// next renewal that the lock is no longer its own (`lost()` fires).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_without_persistence_frees_the_lock() {
+    let server = start_server(false).await;
+    let mut redis = inspect(&server).await;
+    let (holder, waiter) = (suite::connect(&url(&server)).await, suite::connect(&url(&server)).await);
+    let held = holder.acquire("restart", &opts(3 * SECS, Duration::ZERO)).await.unwrap().acquired().unwrap();
+    let waiting = tokio::spawn(async move { waiter.acquire("restart", &opts(60 * SECS, 20 * SECS)).await });
+    until_queued(&mut redis, "restart", 1).await;
+    let _server = kill_and_restart(server).await;
+    let got = within("the waiter after a restart", waiting).await.unwrap().unwrap().acquired().unwrap();
+    let (old, new) = (held.token().unwrap(), got.token().unwrap());
+    assert!(new <= old, "token {new} after the restart, {old} before");
+    assert_eq!(within("the old holder's loss", held.lost()).await, LeaseLost::NotFound);
+    assert!(got.release().await.unwrap());
+}
+
+/// Push wake-up (the declared `push_wakeup`): with three waiters queued, each
+/// release wakes exactly the next one. The others stay queued, and no waiter
+/// runs the acquire script before its turn (counted by the server: one script
+/// per release and one per grant, nothing more).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_the_next_waiter_is_woken() {
+    let server = start_server(false).await;
+    let mut redis = inspect(&server).await;
+    let long = opts(60 * SECS, 30 * SECS); // no waiter refresh or renewal during the test
+    let holder = suite::connect(&url(&server)).await;
+    // Load the acquire and release scripts, so that each later call is one EVALSHA.
+    token_of_a_grant(&holder, "warm-up").await;
+    let held = holder.acquire("next", &long).await.unwrap().acquired().unwrap();
+    let (granted_tx, mut granted) = mpsc::unbounded_channel();
+    let mut releases = Vec::new();
+    let mut waiters = Vec::new();
+    for i in 0..3 {
+        let b = suite::connect(&url(&server)).await;
+        let (release_tx, release) = oneshot::channel::<()>();
+        releases.push(release_tx);
+        let granted_tx = granted_tx.clone();
+        waiters.push(tokio::spawn(async move {
+            let g = b.acquire("next", &long).await.unwrap().acquired().unwrap();
+            granted_tx.send(i).unwrap();
+            release.await.unwrap();
+            assert!(g.release().await.unwrap());
+        }));
+        until_queued(&mut redis, "next", i + 1).await;
+    }
+    let runs_before = script_runs(&mut redis).await;
+    assert!(held.release().await.unwrap());
+    for (i, release) in releases.into_iter().enumerate() {
+        assert_eq!(within("the next grant", granted.recv()).await, Some(i), "grant order");
+        assert_eq!(queue_len(&mut redis, "next").await, 2 - i, "the others stay queued");
+        assert!(waiters[i + 1..].iter().all(|w| !w.is_finished()));
+        release.send(()).unwrap();
+    }
+    for w in waiters {
+        within("waiter", w).await.unwrap();
+    }
+    // The holder's release, then a grant and a release per waiter: 7. A
+    // waiter woken before its turn would have run its script once more, and
+    // it would have done so before its own grant (one connection, in order).
+    let runs = script_runs(&mut redis).await - runs_before;
+    assert_eq!(runs, 1 + 3 * 2, "script runs after the holder's release");
+}
+
+/// A dead waiter is skipped (FIFO without blocking on the dead): a ticket
+/// whose waiter key is gone (its process crashed, the key expired) is dropped
+/// from the head of the queue, and the release wakes the live one behind it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_waiter_is_skipped() {
+    let server = start_server(false).await;
+    let mut redis = inspect(&server).await;
+    let (holder, waiter) = (suite::connect(&url(&server)).await, suite::connect(&url(&server)).await);
+    let held = holder.acquire("dead", &opts(60 * SECS, Duration::ZERO)).await.unwrap().acquired().unwrap();
+    // A waiter that queued, then died.
+    let dead = "deadbeefdeadbeefdeadbeefdeadbeef";
+    let _: () = redis::pipe()
+        .cmd("RPUSH")
+        .arg("fencelock:queue:dead")
+        .arg(dead)
+        .cmd("SET")
+        .arg(format!("fencelock:waiter:{dead}"))
+        .arg(60_000)
+        .arg("PX")
+        .arg(60_000)
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+    let live = tokio::spawn(async move { waiter.acquire("dead", &opts(60 * SECS, 30 * SECS)).await });
+    until_queued(&mut redis, "dead", 2).await;
+    // Its liveness key expires.
+    let _: () = redis::cmd("DEL").arg(format!("fencelock:waiter:{dead}")).query_async(&mut redis).await.unwrap();
+    assert!(held.release().await.unwrap());
+    let got = within("the live waiter after the dead one", live).await.unwrap().unwrap().acquired().unwrap();
+    assert_eq!(queue_len(&mut redis, "dead").await, 0, "the dead ticket was dropped");
+    assert!(got.release().await.unwrap());
+}
+
+/// FIFO (the declared `fifo`): a try never overtakes a live waiter, even on
+/// a free lock; once the waiter is dead, the try goes through.
+#[tokio::test]
+async fn a_try_never_overtakes_a_live_waiter() {
+    let server = start_server(false).await;
+    let mut redis = inspect(&server).await;
+    let b = suite::connect(&url(&server)).await;
+    let ticket = "0123456789abcdef0123456789abcdef";
+    let waiter = format!("fencelock:waiter:{ticket}");
+    let _: () = redis::pipe()
+        .cmd("RPUSH")
+        .arg("fencelock:queue:line")
+        .arg(ticket)
+        .cmd("SET")
+        .arg(&waiter)
+        .arg(60_000)
+        .arg("PX")
+        .arg(60_000)
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+    match b.acquire("line", &opts(10 * SECS, Duration::ZERO)).await.unwrap() {
+        Acquire::Busy { holder_token: None, waiters: 1, .. } => {}
+        other => panic!("a try past a live waiter: {other:?}"),
+    }
+    let _: () = redis::cmd("DEL").arg(&waiter).query_async(&mut redis).await.unwrap();
+    let g = b.acquire("line", &opts(10 * SECS, Duration::ZERO)).await.unwrap().acquired().unwrap();
+    assert!(g.release().await.unwrap());
+}
+
+/// Dropping a waiting acquire withdraws it (the contract of `acquire`): its
+/// ticket leaves the queue, its blocking connection is closed, and the next
+/// release goes to the waiter behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_waiter_leaves_the_queue() {
+    let server = start_server(false).await;
+    let mut redis = inspect(&server).await;
+    let holder = suite::connect(&url(&server)).await;
+    let held = holder.acquire("drop", &opts(60 * SECS, Duration::ZERO)).await.unwrap().acquired().unwrap();
+    let mut tasks = Vec::new();
+    for i in 0..2 {
+        let b = suite::connect(&url(&server)).await;
+        tasks.push(tokio::spawn(async move { b.acquire("drop", &opts(60 * SECS, 30 * SECS)).await }));
+        until_queued(&mut redis, "drop", i + 1).await;
+    }
+    let second = tasks.pop().unwrap();
+    let first = tasks.pop().unwrap();
+    until_blocked(&mut redis, 2).await;
+    first.abort();
+    until_queued(&mut redis, "drop", 1).await;
+    // Its BLPOP connection was closed with it.
+    until_blocked(&mut redis, 1).await;
+    assert!(held.release().await.unwrap());
+    let got = within("the waiter behind the dropped one", second).await.unwrap().unwrap().acquired().unwrap();
+    assert!(got.release().await.unwrap());
+    let waiters: Vec<String> = redis::cmd("KEYS").arg("fencelock:waiter:*").query_async(&mut redis).await.unwrap();
+    assert_eq!(waiters, Vec::<String>::new(), "no waiter key left behind");
+}
+
+/// `Busy` names the holder's token and lease, and `check` tells the current grant from
+/// an old one (Chubby's CheckSequencer).
+#[tokio::test]
+async fn busy_names_the_holder_and_check_knows_the_current_grant() {
+    let server = start_server(false).await;
+    let (a, b) = (suite::connect(&url(&server)).await, suite::connect(&url(&server)).await);
+    let old = token_of_a_grant(&a, "who").await;
+    let g = a.acquire("who", &opts(10 * SECS, Duration::ZERO)).await.unwrap().acquired().unwrap();
+    let token = g.token().unwrap();
+    match b.acquire("who", &opts(10 * SECS, Duration::ZERO)).await.unwrap() {
+        Acquire::Busy { holder_token: Some(t), holder_lease: Some(lease), waiters: 0, .. } => {
+            assert_eq!((t, lease), (token, g.lease_id()));
+        }
+        other => panic!("{other:?}"),
+    }
+    let now = b.check("who", token).await.unwrap();
+    assert!(now.current && now.current_token == Some(token), "{now:?}");
+    let stale = b.check("who", old).await.unwrap();
+    assert!(!stale.current && stale.current_token == Some(token), "{stale:?}");
+    assert!(g.release().await.unwrap());
+    let free = b.check("who", token).await.unwrap();
+    assert!(!free.current && free.current_token.is_none(), "{free:?}");
+}

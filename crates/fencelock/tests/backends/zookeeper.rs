@@ -1,0 +1,317 @@
+//! ZooKeeper (Debian's zookeeper package, standalone, `tickTime` 100 ms) as a
+//! conformance target, and the tests of what only the ZooKeeper recipe does: the
+//! token is the holder node's czxid, a waiter watches only its predecessor, a
+//! withdrawn request leaves no node, tokens survive a crash of the server, and a
+//! session's expiry loses every guard on it.
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use fencelock::backend::zookeeper::encode_name;
+use fencelock::backend::{Capabilities, Fencing};
+use fencelock::{Acquire, CheckResult, Error, LeaseLost, LockOptions};
+use fencelock_testkit::proxy::{Mode, Proxy};
+use fencelock_testkit::ZkServer;
+use zookeeper_client as zk;
+
+use crate::suite::{self, Target, MS, SECS};
+
+pub struct Zk {
+    server: ZkServer,
+}
+
+impl Zk {
+    fn addr(&self) -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], self.server.port()))
+    }
+
+    /// A plain client of the server, to look at the nodes.
+    async fn raw(&self) -> zk::Client {
+        let hosts = format!("127.0.0.1:{}", self.server.port());
+        suite::within("raw client", zk::Client::connect(&hosts)).await.unwrap()
+    }
+}
+
+impl Target for Zk {
+    async fn start() -> Zk {
+        let server = tokio::task::spawn_blocking(ZkServer::start).await.unwrap();
+        Zk { server }
+    }
+
+    fn url(&self) -> String {
+        self.server.url()
+    }
+
+    async fn via_proxies(&self) -> (String, Vec<Proxy>) {
+        let proxy = Proxy::start(self.addr()).await;
+        (format!("zk://{}", proxy.addr()), vec![proxy])
+    }
+
+    fn short_ttl(&self) -> Duration {
+        SECS
+    }
+}
+
+crate::conformance!(Zk);
+
+fn opts(ttl: Duration, wait: Duration) -> LockOptions {
+    LockOptions { ttl, wait, ..LockOptions::default() }
+}
+
+/// The contender nodes of lock `name` under `base`, first in line first (full
+/// paths).
+async fn queue(raw: &zk::Client, base: &str, name: &str) -> Vec<String> {
+    let parent = format!("{base}/{}", encode_name(name));
+    let mut children = match raw.list_children(&parent).await {
+        Ok(children) => children,
+        Err(zk::Error::NoNode) => Vec::new(),
+        Err(e) => panic!("list {parent}: {e}"),
+    };
+    // `lock-{nonce}-{sequence of 10 digits}`
+    children.sort_by(|a, b| a[a.len() - 10..].cmp(&b[b.len() - 10..]));
+    children.into_iter().map(|c| format!("{parent}/{c}")).collect()
+}
+
+/// Creates a persistent sequential node `{prefix}…`; its czxid.
+async fn create_node(raw: &zk::Client, prefix: &str) -> i64 {
+    let options = zk::CreateMode::PersistentSequential.with_acls(zk::Acls::anyone_all());
+    raw.create(prefix, &[], &options).await.unwrap().0.czxid
+}
+
+/// Waits until lock `name` has `len` nodes; returns them.
+async fn queue_of_len(raw: &zk::Client, name: &str, len: usize) -> Vec<String> {
+    suite::within(&format!("{len} nodes in the queue of {name}"), async {
+        loop {
+            let nodes = queue(raw, "/fencelock", name).await;
+            if nodes.len() == len {
+                return nodes;
+            }
+            tokio::time::sleep(20 * MS).await;
+        }
+    })
+    .await
+}
+
+/// ZooKeeper declares global durable tokens (zxids), FIFO with a push to the
+/// next waiter, server-side expiry, fail-over (a quorum), no lock-delay, and the
+/// smallest session timeout ZooKeeper can be configured to.
+#[tokio::test]
+async fn declares_its_capabilities() {
+    let t = Zk::start().await;
+    let b = suite::connect(&t.url()).await;
+    assert_eq!(b.kind(), "zk");
+    assert_eq!(
+        b.capabilities(),
+        Capabilities {
+            fencing: Fencing::PerLock,
+            durable_tokens: true,
+            fifo: true,
+            push_wakeup: true,
+            server_ttl: true,
+            survives_failover: true,
+            lock_delay: false,
+            min_ttl: 200 * MS,
+        }
+    );
+}
+
+/// The token is the holder node's czxid, and the lease id its session (read back
+/// with a plain client); `check` reads the same.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_token_is_the_czxid_of_the_holder_node() {
+    let t = Zk::start().await;
+    let b = suite::connect(&t.url()).await;
+    let raw = t.raw().await;
+    let g = b.acquire("czxid", &opts(10 * SECS, Duration::ZERO)).await.unwrap().acquired().unwrap();
+    let nodes = queue(&raw, "/fencelock", "czxid").await;
+    assert_eq!(nodes.len(), 1, "{nodes:?}");
+    let stat = raw.check_stat(&nodes[0]).await.unwrap().expect("the holder's node");
+    let token = g.token().unwrap();
+    assert_eq!(token, stat.czxid as u64);
+    assert_eq!(g.lease_id(), stat.ephemeral_owner as u64);
+    assert_eq!(b.check("czxid", token).await.unwrap(), CheckResult { current: true, current_token: Some(token) });
+    assert!(!b.check("czxid", token - 1).await.unwrap().current);
+    assert!(g.release().await.unwrap());
+    assert_eq!(b.check("czxid", token).await.unwrap(), CheckResult { current: false, current_token: None });
+}
+
+/// Push wake-up of the next waiter only: with a holder and three waiters queued
+/// in order, deleting the second waiter's node wakes the third, which goes back
+/// to waiting on the first waiter (it is not granted while the holder holds);
+/// the second waiter, whose node is gone, fails instead of taking the lock; the
+/// others are granted in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_watches_only_its_predecessor() {
+    let t = Zk::start().await;
+    let raw = t.raw().await;
+    let holder = suite::connect(&t.url()).await;
+    let g = holder.acquire("pred", &opts(30 * SECS, Duration::ZERO)).await.unwrap().acquired().unwrap();
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let mut waiters = Vec::new();
+    for i in 1..=3 {
+        let b = suite::connect(&t.url()).await;
+        let order = order.clone();
+        waiters.push(tokio::spawn(async move {
+            let got = b.acquire("pred", &opts(30 * SECS, 25 * SECS)).await?.acquired().expect("granted");
+            order.lock().unwrap().push(i);
+            assert!(got.release().await.unwrap());
+            Ok::<(), Error>(())
+        }));
+        queue_of_len(&raw, "pred", i + 1).await;
+    }
+    let nodes = queue_of_len(&raw, "pred", 4).await;
+    raw.delete(&nodes[2], None).await.unwrap();
+    let left = queue_of_len(&raw, "pred", 3).await;
+    assert_eq!(left, [nodes[0].clone(), nodes[1].clone(), nodes[3].clone()]);
+    // Give the third waiter time to (wrongly) take the lock; it must not.
+    tokio::time::sleep(500 * MS).await;
+    assert!(waiters.iter().all(|w| !w.is_finished()), "a waiter returned while the holder holds");
+    assert_eq!(queue(&raw, "/fencelock", "pred").await, left);
+    assert!(!g.is_lost());
+    assert!(g.release().await.unwrap());
+    let mut results = Vec::new();
+    for w in waiters {
+        results.push(suite::within("waiter", w).await.unwrap());
+    }
+    assert!(results[0].is_ok() && results[2].is_ok(), "{results:?}");
+    assert!(matches!(results[1], Err(Error::Backend(_))), "a waiter without its node: {:?}", results[1]);
+    assert_eq!(*order.lock().unwrap(), vec![1, 3]);
+}
+
+/// A request that ends without the lock leaves no node behind: a try on a held
+/// lock (Busy, which names the holder), a wait that runs out, and a waiting
+/// acquire whose future is dropped. The holder keeps the lock throughout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_withdrawn_request_leaves_no_node() {
+    let t = Zk::start().await;
+    let raw = t.raw().await;
+    let (a, b) = (suite::connect(&t.url()).await, suite::connect(&t.url()).await);
+    let g = a.acquire("gone", &opts(30 * SECS, Duration::ZERO)).await.unwrap().acquired().unwrap();
+    match b.acquire("gone", &opts(30 * SECS, Duration::ZERO)).await.unwrap() {
+        Acquire::Busy { holder_lease, holder_token, reopens_in: None, waiters: 0 } => {
+            assert_eq!((holder_lease, holder_token), (Some(g.lease_id()), g.token()));
+        }
+        other => panic!("a try on a held lock: {other:?}"),
+    }
+    assert_eq!(queue(&raw, "/fencelock", "gone").await.len(), 1, "after Busy");
+    let timed_out = b.acquire("gone", &opts(30 * SECS, 200 * MS)).await.unwrap();
+    assert!(matches!(timed_out, Acquire::TimedOut), "{timed_out:?}");
+    assert_eq!(queue(&raw, "/fencelock", "gone").await.len(), 1, "after TimedOut");
+
+    let waiting = tokio::spawn(async move { b.acquire("gone", &opts(30 * SECS, 25 * SECS)).await.map(|_| ()) });
+    queue_of_len(&raw, "gone", 2).await;
+    waiting.abort();
+    assert!(waiting.await.unwrap_err().is_cancelled());
+    queue_of_len(&raw, "gone", 1).await;
+
+    let c = suite::connect(&t.url()).await;
+    let dropped = tokio::time::timeout(300 * MS, c.acquire("gone", &opts(30 * SECS, 25 * SECS))).await;
+    assert!(dropped.is_err(), "the acquire future is dropped while it waits");
+    queue_of_len(&raw, "gone", 1).await;
+
+    assert!(!g.is_lost());
+    assert!(g.release().await.unwrap());
+    queue_of_len(&raw, "gone", 0).await;
+}
+
+/// Durable tokens: tokens granted after a SIGKILL and restart of the server are
+/// larger than every token before it. And a guard held across the crash keeps
+/// its lock: the session is logged and outlives the restart, the guard's
+/// watchdog confirms it again once the client has reconnected, and its release
+/// frees the lock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tokens_increase_across_a_server_kill() {
+    let t = Zk::start().await;
+    let b = suite::connect(&t.url()).await;
+    let kept = b.acquire("kept", &opts(60 * SECS, Duration::ZERO)).await.unwrap().acquired().unwrap();
+    let g = b.acquire("restart", &opts(10 * SECS, Duration::ZERO)).await.unwrap().acquired().unwrap();
+    let before = g.token().unwrap();
+    assert!(g.release().await.unwrap());
+
+    let t = tokio::task::spawn_blocking(move || {
+        let mut t = t;
+        t.server.kill_and_restart();
+        t
+    })
+    .await
+    .unwrap();
+    let restarted = tokio::time::Instant::now();
+
+    let again = suite::within("acquire after the restart", b.acquire("restart", &opts(10 * SECS, 20 * SECS)))
+        .await
+        .unwrap()
+        .acquired()
+        .unwrap();
+    let after = again.token().unwrap();
+    assert!(after > before, "token {after} after the restart, {before} before");
+    let other = b.acquire("other", &opts(10 * SECS, Duration::ZERO)).await.unwrap().acquired().unwrap();
+    assert!(other.token().unwrap() > after);
+    assert!(again.release().await.unwrap() && other.release().await.unwrap());
+
+    // The client reconnects with backoff; wait for a renewal sent after the restart.
+    suite::within("a renewal after the restart", async {
+        while kept.deadline() <= restarted + 60 * SECS {
+            assert!(!kept.is_lost(), "the session outlived the restart");
+            tokio::time::sleep(50 * MS).await;
+        }
+    })
+    .await;
+    let released = suite::within("release across the restart", kept.release()).await;
+    assert_eq!(released, Ok(true), "release of a lock held across the restart");
+    drop(t);
+}
+
+/// Session expiry fires `lost()` at once, as `NotFound`, for every guard of the
+/// session (long before their deadlines). The ensemble is two hosts behind
+/// proxies: the session lives on the first; then the first is cut and the
+/// client reconnects to the second, a server that never heard of the session
+/// and answers, as an ensemble that expired it does, that it is expired. The
+/// backend then opens a fresh session for the next acquire.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn session_expiry_loses_every_guard_of_the_session() {
+    let home = Zk::start().await;
+    let stranger = Zk::start().await;
+    let (to_home, to_stranger) = (Proxy::start(home.addr()).await, Proxy::start(stranger.addr()).await);
+    to_stranger.set_mode(Mode::Reset);
+    let b = suite::connect(&format!("zk://{},{}", to_home.addr(), to_stranger.addr())).await;
+    let g1 = b.acquire("expiry-1", &opts(20 * SECS, Duration::ZERO)).await.unwrap().acquired().unwrap();
+    let g2 = b.acquire("expiry-2", &opts(20 * SECS, Duration::ZERO)).await.unwrap().acquired().unwrap();
+    assert_eq!(g1.lease_id(), g2.lease_id(), "one session per TTL");
+    // A server refuses a client that has seen a later zxid than its own: bring
+    // the stranger past every zxid of home.
+    let seen = create_node(&home.raw().await, "/marker").await;
+    let stranger_raw = stranger.raw().await;
+    while create_node(&stranger_raw, "/filler").await <= seen {}
+
+    to_home.set_mode(Mode::Reset);
+    to_stranger.set_mode(Mode::Pass);
+    assert_eq!(suite::within("lost() of the first guard", g1.lost()).await, LeaseLost::NotFound);
+    assert_eq!(suite::within("lost() of the second guard", g2.lost()).await, LeaseLost::NotFound);
+    let old_session = g1.lease_id();
+    assert!(!g1.release().await.unwrap());
+    assert!(!g2.release().await.unwrap());
+
+    let fresh = suite::within("acquire on a fresh session", b.acquire("expiry-1", &opts(20 * SECS, Duration::ZERO)))
+        .await
+        .unwrap()
+        .acquired()
+        .unwrap();
+    assert_ne!(fresh.lease_id(), old_session);
+    assert!(fresh.release().await.unwrap());
+}
+
+/// The URL's chroot and `prefix` place the locks: `/app/x` + `/locks`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_chroot_and_prefix_place_the_locks() {
+    let t = Zk::start().await;
+    let raw = t.raw().await;
+    let b = suite::connect(&format!("{}/app/x?prefix=/locks", t.url())).await;
+    let g = b.acquire("jobs/nightly", &opts(10 * SECS, Duration::ZERO)).await.unwrap().acquired().unwrap();
+    let nodes = queue(&raw, "/app/x/locks", "jobs/nightly").await;
+    assert_eq!(nodes.len(), 1, "{nodes:?}");
+    assert!(nodes[0].starts_with("/app/x/locks/jobs%2Fnightly/lock-"), "{}", nodes[0]);
+    assert!(g.release().await.unwrap());
+    let bad = fencelock::backend::connect(&format!("{}?prefix=locks", t.url())).await;
+    assert!(matches!(bad, Err(Error::InvalidArgument(_))), "{bad:?}");
+}
