@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Install the real servers that the fencelock-fence tests start: PostgreSQL
-# (initdb + postgres) and Redis (redis-server), from Debian's packages.
+# Install the real servers that the tests start (fences, backends, benchmarks):
+# PostgreSQL (initdb + postgres), Redis (redis-server), etcd (etcd-server) and
+# ZooKeeper (zookeeper, which brings a Java runtime), from Debian's packages.
 #
 # Idempotent: installs only what is missing and says what it did. Safe to run
 # from .ci/run on every build. Needs root (or sudo) only when something is
@@ -12,6 +13,8 @@ have_postgres() {
         compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null
 }
 have_redis() { command -v redis-server >/dev/null 2>&1; }
+have_etcd() { command -v etcd >/dev/null 2>&1; }
+have_zookeeper() { [ -f /usr/share/java/zookeeper.jar ] && command -v java >/dev/null 2>&1; }
 
 missing=()
 if have_postgres; then
@@ -23,6 +26,17 @@ if have_redis; then
     echo "install-test-deps: redis-server present: $(command -v redis-server)"
 else
     missing+=(redis-server)
+fi
+
+if have_etcd; then
+    echo "install-test-deps: etcd present: $(command -v etcd)"
+else
+    missing+=(etcd-server)
+fi
+if have_zookeeper; then
+    echo "install-test-deps: zookeeper present: /usr/share/java/zookeeper.jar"
+else
+    missing+=(zookeeper)
 fi
 
 if [ ${#missing[@]} -eq 0 ]; then
@@ -46,7 +60,8 @@ export DEBIAN_FRONTEND=noninteractive
 # Debian starts the services on install; the tests run their own instances
 # on free ports, so the system ones are not needed. Stop the ones this
 # script just installed, quietly (a service that was already there is left).
-for svc in "${missing[@]}"; do
+for pkg in "${missing[@]}"; do
+    case "$pkg" in etcd-server) svc=etcd ;; *) svc=$pkg ;; esac
     if command -v service >/dev/null 2>&1; then
         "${SUDO[@]}" service "$svc" stop >/dev/null 2>&1 || true
     fi
@@ -54,4 +69,6 @@ done
 
 have_postgres || { echo "install-test-deps: postgres still missing" >&2; exit 1; }
 have_redis || { echo "install-test-deps: redis-server still missing" >&2; exit 1; }
+have_etcd || { echo "install-test-deps: etcd still missing" >&2; exit 1; }
+have_zookeeper || { echo "install-test-deps: zookeeper still missing" >&2; exit 1; }
 echo "install-test-deps: installed: ${missing[*]}"

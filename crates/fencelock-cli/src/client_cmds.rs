@@ -5,6 +5,7 @@ use std::{process::ExitCode, time::Duration};
 
 use anyhow::Context;
 use clap::Args;
+use fencelock::backend::{BackendUrl, Scheme};
 use fencelock::{Acquire, Client, LockOptions};
 use serde_json::json;
 
@@ -66,8 +67,22 @@ pub struct CheckArgs {
     json: bool,
 }
 
+/// The native client: `acquire`, `release` and `locks` hand a lease between
+/// processes and list the server's queues, which only the fencelock server
+/// does. Any other backend URL is a clear error.
 async fn connect(s: &ServerArg) -> anyhow::Result<Client> {
-    Client::connect(&s.server).await.with_context(|| format!("connecting to {}", s.server))
+    let url = BackendUrl::parse(&s.server)?;
+    if url.scheme != Scheme::Native {
+        anyhow::bail!(
+            "{} needs a fencelock server (fencelock://host:port); the {} backend cannot hand a lock to another \
+             process or list its queues. `fencelock run --server {}` works with every backend",
+            std::env::args().nth(1).unwrap_or_default(),
+            url.scheme,
+            s.server
+        );
+    }
+    let endpoint = url.native_endpoint();
+    Client::connect(endpoint).await.with_context(|| format!("connecting to {}", s.server))
 }
 
 pub async fn acquire(a: AcquireArgs) -> anyhow::Result<ExitCode> {
@@ -140,8 +155,8 @@ pub async fn locks(a: LocksArgs) -> anyhow::Result<ExitCode> {
 }
 
 pub async fn check(a: CheckArgs) -> anyhow::Result<ExitCode> {
-    let client = connect(&a.server).await?;
-    let r = client.check(&a.name, a.token).await?;
+    let backend = fencelock::connect(&a.server.server).await.with_context(|| format!("connecting to {}", a.server.server))?;
+    let r = backend.check(&a.name, a.token).await?;
     let v = json!({"lock": a.name, "token": a.token, "current": r.current, "current_token": r.current_token});
     let text = match (r.current, r.current_token) {
         (true, _) => format!("token {} is the current grant of {:?}", a.token, a.name),

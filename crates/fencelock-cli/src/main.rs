@@ -53,7 +53,10 @@ enum Cmd {
 /// `--server` for every client command.
 #[derive(Args, Debug, Clone)]
 pub struct ServerArg {
-    /// fencelock server URL.
+    /// Lock service URL: fencelock://host:port (or http://) for a fencelock
+    /// server; `run` and `check` also take redis://host:port,
+    /// redlock://h1:p1,h2:p2,h3:p3, etcd://host:port, zk://host:port and
+    /// postgres://user@host/db[?mode=advisory].
     #[arg(long, env = "FENCELOCK_SERVER", default_value = "http://127.0.0.1:7070")]
     pub server: String,
 }

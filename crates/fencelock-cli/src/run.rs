@@ -1,8 +1,11 @@
 //! `fencelock run NAME -- CMD…`: run a command while holding a lock.
 //!
-//! The lease is kept alive by the client's watchdog while the child runs. The child
-//! gets `FENCELOCK_LOCK`, `FENCELOCK_TOKEN` and `FENCELOCK_LEASE` in its environment
-//! (pass the token to the resource it writes). If the lease is lost, the child's
+//! Works with every backend (`--server` takes any backend URL: see
+//! [`fencelock::backend`]). The lease is kept alive by the client's watchdog
+//! while the child runs. The child gets `FENCELOCK_LOCK`, `FENCELOCK_TOKEN`,
+//! `FENCELOCK_LEASE` and `FENCELOCK_BACKEND` in its environment (pass the token
+//! to the resource it writes; it is empty where the backend gives none, and
+//! `--require-fencing` refuses such a backend). If the lease is lost, the child's
 //! process group gets SIGTERM, then SIGKILL after `--kill-grace`, and `run` exits
 //! with [`exit::LEASE_LOST`]. If this process dies, the kernel kills the child
 //! (parent-death signal), so a child never outlives the lease-keeping process.
@@ -11,7 +14,7 @@ use std::{process::ExitCode, time::Duration};
 
 use anyhow::Context;
 use clap::Args;
-use fencelock::{Acquire, Client, LockGuard};
+use fencelock::{Acquire, Backend, Guard, LockOptions};
 use nix::{sys::signal::Signal, unistd::Pid};
 use tokio::{
     process::{Child, Command},
@@ -26,6 +29,10 @@ pub struct RunArgs {
     server: ServerArg,
     #[command(flatten)]
     lock: LockArgs,
+    /// Refuse to run unless the backend gives a fencing token (Redlock and
+    /// PostgreSQL advisory locks give none).
+    #[arg(long)]
+    require_fencing: bool,
     /// After SIGTERM, how long the child has to exit before SIGKILL.
     #[arg(long, default_value = "5s", value_parser = parse_duration)]
     kill_grace: Duration,
@@ -35,10 +42,15 @@ pub struct RunArgs {
 }
 
 pub async fn run(a: RunArgs) -> anyhow::Result<ExitCode> {
-    let client = Client::connect(&a.server.server)
-        .await
-        .with_context(|| format!("connecting to {}", a.server.server))?;
-    let guard = match acquire(&client, &a.lock).await? {
+    let backend =
+        fencelock::connect(&a.server.server).await.with_context(|| format!("connecting to {}", a.server.server))?;
+    let opts = LockOptions {
+        ttl: a.lock.ttl,
+        wait: a.lock.wait,
+        lock_delay: a.lock.lock_delay,
+        require_fencing: a.require_fencing,
+    };
+    let guard = match acquire(&backend, &a.lock.name, &opts).await? {
         Ok(g) => g,
         Err(code) => return Ok(code),
     };
@@ -55,16 +67,15 @@ pub async fn run(a: RunArgs) -> anyhow::Result<ExitCode> {
 }
 
 /// Acquire with the given options; a contention outcome is an exit code.
-async fn acquire(client: &Client, l: &LockArgs) -> anyhow::Result<Result<LockGuard, ExitCode>> {
-    let req = client.lock(&l.name).ttl(l.ttl).wait(l.wait).lock_delay(l.lock_delay);
-    Ok(match req.acquire().await? {
+async fn acquire(backend: &Backend, name: &str, opts: &LockOptions) -> anyhow::Result<Result<Guard, ExitCode>> {
+    Ok(match backend.acquire(name, opts).await? {
         Acquire::Acquired(g) => Ok(g),
         Acquire::Busy { holder_lease, holder_token, reopens_in, .. } => {
-            eprintln!("fencelock: lock {:?} is busy{}", l.name, busy_detail(holder_lease, holder_token, reopens_in));
+            eprintln!("fencelock: lock {name:?} is busy{}", busy_detail(holder_lease, holder_token, reopens_in));
             Err(ExitCode::from(exit::BUSY))
         }
         Acquire::TimedOut => {
-            eprintln!("fencelock: timed out after {:?} waiting for lock {:?}", l.wait, l.name);
+            eprintln!("fencelock: timed out after {:?} waiting for lock {name:?}", opts.wait);
             Err(ExitCode::from(exit::TIMED_OUT))
         }
     })
@@ -73,17 +84,19 @@ async fn acquire(client: &Client, l: &LockArgs) -> anyhow::Result<Result<LockGua
 pub fn busy_detail(lease: Option<u64>, token: Option<u64>, reopens_in: Option<Duration>) -> String {
     match (lease, token, reopens_in) {
         (Some(l), Some(t), _) => format!(" (held by lease {l} with token {t})"),
+        (None, Some(t), _) => format!(" (held with token {t})"),
         (_, _, Some(d)) => format!(" (closed by lock-delay for another {d:?})"),
         _ => String::new(),
     }
 }
 
-fn spawn(cmd: &[String], guard: &LockGuard) -> std::io::Result<Child> {
+fn spawn(cmd: &[String], guard: &Guard) -> std::io::Result<Child> {
     let mut c = Command::new(&cmd[0]);
     c.args(&cmd[1..])
         .env("FENCELOCK_LOCK", guard.name())
-        .env("FENCELOCK_TOKEN", guard.token().to_string())
+        .env("FENCELOCK_TOKEN", guard.token().map(|t| t.to_string()).unwrap_or_default())
         .env("FENCELOCK_LEASE", guard.lease_id().to_string())
+        .env("FENCELOCK_BACKEND", guard.backend())
         .process_group(0)
         .kill_on_drop(true);
     // SAFETY: the closure only calls prctl(2), which is async-signal-safe.
@@ -99,7 +112,7 @@ fn spawn(cmd: &[String], guard: &LockGuard) -> std::io::Result<Child> {
 async fn supervise(
     child: &mut Child,
     pgid: Option<Pid>,
-    guard: LockGuard,
+    guard: Guard,
     grace: Duration,
 ) -> anyhow::Result<ExitCode> {
     let mut term = signal(SignalKind::terminate())?;

@@ -66,8 +66,13 @@
 //! * A waiting acquire is one RPC: the server pushes the grant (no polling).
 //!   Dropping the future cancels it on the server.
 //!
+//! # Other lock services
+//! [`backend`] puts the same guard over Redis, Redlock, etcd, ZooKeeper and
+//! PostgreSQL: [`connect`] a URL, take locks through [`LockBackend`], and read
+//! what each backend guarantees from [`Capabilities`].
+//!
 //! # Modules
-//! `client` (entry point and plain RPCs), `acquire` (taking a lock), `guard` (held locks), `lease` (lease
+//! `backend` (the trait, the URL dispatch and the other backends), `client` (entry point and plain RPCs), `acquire` (taking a lock), `guard` (held locks), `lease` (lease
 //! state, deadline, watchdog), `registry` (leases shared by TTL), `session`
 //! (multiplexed stream), `rpc` (deadlines and retries), `backoff`, `types`,
 //! `error`, `metrics` (names of the exported metrics).
