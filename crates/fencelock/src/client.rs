@@ -139,23 +139,7 @@ impl Client {
     {
         let outcome = self.lock(name).options(opts).acquire().await?;
         let guard = outcome.acquired().map_err(WithLockError::NotAcquired)?;
-        let result = {
-            let work = f(&guard);
-            tokio::select! {
-                biased;
-                reason = guard.lost() => Err(reason),
-                value = work => Ok(value),
-            }
-        };
-        match result {
-            Ok(value) => {
-                if let Err(e) = guard.release().await {
-                    tracing::warn!(lock = name, error = %e, "fencelock: release after with_lock failed");
-                }
-                Ok(value)
-            }
-            Err(reason) => Err(WithLockError::LeaseLost(reason)),
-        }
+        crate::backend::hold_while(guard, name, f).await
     }
 
     /// Is `token` the current live grant of `name`? (Chubby's CheckSequencer.) A

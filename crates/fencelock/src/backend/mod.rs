@@ -255,6 +255,42 @@ where
     F: AsyncFnOnce(&Guard) -> T,
 {
     let guard = backend.acquire(name, &opts).await?.acquired().map_err(WithLockError::NotAcquired)?;
+    hold_while(guard, name, f).await
+}
+
+/// What [`hold_while`] needs of a guard: its loss signal and its release.
+pub(crate) trait GuardLike: Sized {
+    fn lost(&self) -> impl Future<Output = crate::LeaseLost> + Send;
+    fn release(self) -> impl Future<Output = Result<bool, Error>> + Send;
+}
+
+impl GuardLike for Guard {
+    fn lost(&self) -> impl Future<Output = crate::LeaseLost> + Send {
+        Guard::lost(self)
+    }
+    fn release(self) -> impl Future<Output = Result<bool, Error>> + Send {
+        Guard::release(self)
+    }
+}
+
+impl GuardLike for crate::LockGuard {
+    fn lost(&self) -> impl Future<Output = crate::LeaseLost> + Send {
+        crate::LockGuard::lost(self)
+    }
+    fn release(self) -> impl Future<Output = Result<bool, Error>> + Send {
+        crate::LockGuard::release(self)
+    }
+}
+
+/// Runs `f` on a held `guard`: drops `f`'s future at once if the lease is lost
+/// ([`WithLockError::LeaseLost`]), otherwise releases the lock and returns
+/// `f`'s value (even if the release fails: `f` finished while the lock was
+/// provably held; the failure is logged). Shared by both `with_lock`s.
+pub(crate) async fn hold_while<G, T, F>(guard: G, name: &str, f: F) -> Result<T, WithLockError>
+where
+    G: GuardLike,
+    F: AsyncFnOnce(&G) -> T,
+{
     let result = {
         let work = f(&guard);
         tokio::select! {
