@@ -10,7 +10,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use fencelock::backend::{Backend, Capabilities, Fencing};
-use fencelock::{Acquire, Error, Guard, LockOptions};
+use fencelock::{Acquire, Error, Guard};
 use fencelock_proto::etcd::etcdserverpb::kv_client::KvClient;
 use fencelock_proto::etcd::etcdserverpb::range_request::{SortOrder, SortTarget};
 use fencelock_proto::etcd::etcdserverpb::{DeleteRangeRequest, RangeRequest};
@@ -20,7 +20,7 @@ use fencelock_testkit::EtcdServer;
 use tokio::task::JoinHandle;
 use tonic::transport::Channel;
 
-use crate::suite::{self, within, Target, MS, SECS};
+use crate::suite::{self, opts, within, Target, MS, SECS};
 
 pub struct Etcd {
     server: EtcdServer,
@@ -28,7 +28,7 @@ pub struct Etcd {
 
 impl Etcd {
     fn addr(&self) -> SocketAddr {
-        SocketAddr::from(([127, 0, 0, 1], self.server.port()))
+        suite::local(self.server.port())
     }
 }
 
@@ -43,8 +43,7 @@ impl Target for Etcd {
     }
 
     async fn via_proxies(&self) -> (String, Vec<Proxy>) {
-        let proxy = Proxy::start(self.addr()).await;
-        (format!("etcd://{}", proxy.addr()), vec![proxy])
+        suite::through_proxy("etcd://", self.server.port(), "").await
     }
 
     fn short_ttl(&self) -> Duration {
@@ -54,9 +53,6 @@ impl Target for Etcd {
 
 crate::conformance!(Etcd);
 
-fn opts(ttl: Duration, wait: Duration) -> LockOptions {
-    LockOptions { ttl, wait, ..LockOptions::default() }
-}
 
 /// A raw KV client on etcd, to look at (and tamper with) the keys.
 async fn raw(port: u16) -> KvClient<Channel> {

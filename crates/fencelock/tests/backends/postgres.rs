@@ -3,7 +3,6 @@
 //! drawn after the row lock, expiry by the database's clock, the queue table,
 //! durability across a crash, and the advisory mode's limits.
 
-use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -13,7 +12,7 @@ use fencelock_testkit::PgServer;
 use fencelock_testkit::proxy::Proxy;
 use tokio_postgres::NoTls;
 
-use crate::suite::{self, within, Target, MS, SECS};
+use crate::suite::{self, opts, within, Target, MS, SECS};
 
 async fn start_server() -> PgServer {
     tokio::task::spawn_blocking(PgServer::start).await.unwrap()
@@ -21,8 +20,7 @@ async fn start_server() -> PgServer {
 
 /// A `postgres://` URL through a fault proxy in front of `pg`, with `query`.
 async fn proxied(pg: &PgServer, query: &str) -> (String, Vec<Proxy>) {
-    let proxy = Proxy::start(SocketAddr::from(([127, 0, 0, 1], pg.port()))).await;
-    (format!("postgres://postgres@{}/postgres{query}", proxy.addr()), vec![proxy])
+    suite::through_proxy("postgres://postgres@", pg.port(), &format!("/postgres{query}")).await
 }
 
 /// A plain SQL connection, to look at (and tamper with) what the backend wrote.
@@ -37,9 +35,6 @@ async fn count(raw: &tokio_postgres::Client, query: &str) -> i64 {
     raw.query_one(query, &[]).await.unwrap().get(0)
 }
 
-fn opts(ttl: Duration, wait: Duration) -> LockOptions {
-    LockOptions { ttl, wait, ..LockOptions::default() }
-}
 
 /// Polls `probe` until it is true (bounded by [`suite::LIMIT`]).
 async fn eventually<F, Fut>(what: &str, mut probe: F)
@@ -216,7 +211,11 @@ async fn no_token_inversion_under_contention() {
 /// the inversions it produces under the same contention and prints them; it
 /// asserts only that the count is measured. (The conformance body
 /// `mutual_exclusion` and the test above check this backend's recipe.)
+///
+/// A measurement, so not run by default: `cargo nextest run -p fencelock
+/// --test backends --run-ignored only -E 'test(naive)' --no-capture`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "a measurement (prints the naive recipe's inversions), not a check"]
 async fn naive_insert_on_conflict_tokens_demonstration() {
     const CLIENTS: usize = 16;
     const ROUNDS: usize = 20;

@@ -6,17 +6,16 @@
 //! overtakes a waiter). The queue tests read the backend's keys
 //! (`fencelock:queue:{name}`, `fencelock:waiter:{ticket}`) directly.
 
-use std::net::SocketAddr;
 use std::time::Duration;
 
 use fencelock::backend::{self, Capabilities, Fencing};
-use fencelock::{Acquire, Backend, Error, LeaseLost, LockOptions};
+use fencelock::{Acquire, Backend, Error, LeaseLost};
 use fencelock_testkit::proxy::Proxy;
 use fencelock_testkit::RedisServer;
 use redis::aio::MultiplexedConnection;
 use tokio::sync::{mpsc, oneshot};
 
-use crate::suite::{self, within, Target, MS, SECS};
+use crate::suite::{self, opts, within, Target, MS, SECS};
 
 /// A Redis server without persistence (Redis as a cache).
 pub struct Volatile {
@@ -33,8 +32,7 @@ impl Target for Volatile {
     }
 
     async fn via_proxies(&self) -> (String, Vec<Proxy>) {
-        let proxy = Proxy::start(addr(&self.server)).await;
-        (format!("redis://{}", proxy.addr()), vec![proxy])
+        suite::through_proxy("redis://", self.server.port(), "").await
     }
 
     fn short_ttl(&self) -> Duration {
@@ -63,8 +61,7 @@ mod durable {
         }
 
         async fn via_proxies(&self) -> (String, Vec<Proxy>) {
-            let proxy = Proxy::start(addr(&self.server)).await;
-            (format!("redis://{}?durable=true", proxy.addr()), vec![proxy])
+            suite::through_proxy("redis://", self.server.port(), "?durable=true").await
         }
 
         fn short_ttl(&self) -> Duration {
@@ -79,10 +76,6 @@ mod durable {
 async fn start_server(durable: bool) -> RedisServer {
     let start = if durable { RedisServer::start } else { RedisServer::start_volatile };
     tokio::task::spawn_blocking(start).await.unwrap()
-}
-
-fn addr(server: &RedisServer) -> SocketAddr {
-    SocketAddr::from(([127, 0, 0, 1], server.port()))
 }
 
 fn url(server: &RedisServer) -> String {
@@ -133,9 +126,6 @@ async fn script_runs(conn: &mut MultiplexedConnection) -> u64 {
         .sum()
 }
 
-fn opts(ttl: Duration, wait: Duration) -> LockOptions {
-    LockOptions { ttl, wait, ..LockOptions::default() }
-}
 
 /// Acquires `name` once (no wait) and releases it; the grant's token.
 async fn token_of_a_grant(b: &Backend, name: &str) -> u64 {

@@ -12,7 +12,7 @@ use fencelock::{Acquire, Error, LockOptions};
 use fencelock_testkit::proxy::{Mode, Proxy};
 use fencelock_testkit::RedisServer;
 
-use crate::suite::{self, within, Target, MS, SECS};
+use crate::suite::{self, opts, within, Target, MS, SECS};
 
 /// Three independent Redis servers.
 pub struct Redlock {
@@ -52,16 +52,13 @@ async fn start_servers(n: usize) -> Vec<RedisServer> {
 }
 
 fn addr(server: &RedisServer) -> SocketAddr {
-    SocketAddr::from(([127, 0, 0, 1], server.port()))
+    crate::suite::local(server.port())
 }
 
 fn url_of(addrs: impl Iterator<Item = SocketAddr>) -> String {
     format!("redlock://{}", addrs.map(|a| a.to_string()).collect::<Vec<_>>().join(","))
 }
 
-fn opts(ttl: Duration, wait: Duration) -> LockOptions {
-    LockOptions { ttl, wait, ..LockOptions::default() }
-}
 
 /// The declaration: no token, no queue, no push wake-ups, expiry on the nodes,
 /// survives the loss of a minority of nodes, no lock-delay.

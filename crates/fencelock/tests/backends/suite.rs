@@ -46,8 +46,21 @@ pub async fn within<T>(what: &str, f: impl Future<Output = T>) -> T {
     tokio::time::timeout(LIMIT, f).await.unwrap_or_else(|_| panic!("{what}: no answer within {LIMIT:?}"))
 }
 
-fn opts(ttl: Duration, wait: Duration) -> LockOptions {
+/// Lock options with `ttl` and `wait`, the rest default.
+pub fn opts(ttl: Duration, wait: Duration) -> LockOptions {
     LockOptions { ttl, wait, ..LockOptions::default() }
+}
+
+/// `127.0.0.1:port`.
+pub fn local(port: u16) -> std::net::SocketAddr {
+    std::net::SocketAddr::from(([127, 0, 0, 1], port))
+}
+
+/// One fault proxy in front of `127.0.0.1:port`, and the URL
+/// `{prefix}{proxy address}{suffix}` that reaches the server through it.
+pub async fn through_proxy(prefix: &str, port: u16, suffix: &str) -> (String, Vec<Proxy>) {
+    let proxy = Proxy::start(local(port)).await;
+    (format!("{prefix}{}{suffix}", proxy.addr()), vec![proxy])
 }
 
 /// Invariant (mutual exclusion, the contract of `LockBackend`): 16 clients,

@@ -10,12 +10,12 @@ use std::time::Duration;
 
 use fencelock::backend::zookeeper::encode_name;
 use fencelock::backend::{Capabilities, Fencing};
-use fencelock::{Acquire, CheckResult, Error, LeaseLost, LockOptions};
+use fencelock::{Acquire, CheckResult, Error, LeaseLost};
 use fencelock_testkit::proxy::{Mode, Proxy};
 use fencelock_testkit::ZkServer;
 use zookeeper_client as zk;
 
-use crate::suite::{self, Target, MS, SECS};
+use crate::suite::{self, opts, Target, MS, SECS};
 
 pub struct Zk {
     server: ZkServer,
@@ -23,7 +23,7 @@ pub struct Zk {
 
 impl Zk {
     fn addr(&self) -> SocketAddr {
-        SocketAddr::from(([127, 0, 0, 1], self.server.port()))
+        suite::local(self.server.port())
     }
 
     /// A plain client of the server, to look at the nodes.
@@ -44,8 +44,7 @@ impl Target for Zk {
     }
 
     async fn via_proxies(&self) -> (String, Vec<Proxy>) {
-        let proxy = Proxy::start(self.addr()).await;
-        (format!("zk://{}", proxy.addr()), vec![proxy])
+        suite::through_proxy("zk://", self.server.port(), "").await
     }
 
     fn short_ttl(&self) -> Duration {
@@ -55,9 +54,6 @@ impl Target for Zk {
 
 crate::conformance!(Zk);
 
-fn opts(ttl: Duration, wait: Duration) -> LockOptions {
-    LockOptions { ttl, wait, ..LockOptions::default() }
-}
 
 /// The contender nodes of lock `name` under `base`, first in line first (full
 /// paths).
