@@ -85,6 +85,8 @@ impl LockRequest {
     }
 
     async fn run(&self, start: Instant) -> Result<Acquire, Error> {
+        // Bad input is refused before a lease is checked out for it.
+        crate::LockBackend::capabilities(&self.client).admit("fencelock", &self.name, &self.opts)?;
         let inner = &self.client.inner;
         let deadline = start + self.opts.wait + inner.rpc.rpc_timeout;
         let mut tries = 0;

@@ -25,6 +25,9 @@ use crate::types::{Acquire, Acquired, CheckResult, LockInfo, LockOptions};
 /// Default deadline of one RPC (beyond the wait of a waiting acquire).
 pub const DEFAULT_RPC_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// Default of [`ClientBuilder::lease_linger`].
+pub const DEFAULT_LEASE_LINGER: Duration = Duration::from_secs(2);
+
 /// A connection to a fencelock server. Cheap to clone (an `Arc` inside); clones
 /// share the connection and the leases. `Send + Sync`.
 #[derive(Clone)]
@@ -44,6 +47,7 @@ pub struct ClientBuilder {
     rpc_timeout: Duration,
     connect_timeout: Duration,
     backoff: Backoff,
+    lease_linger: Duration,
 }
 
 impl ClientBuilder {
@@ -66,6 +70,16 @@ impl ClientBuilder {
         self
     }
 
+    /// How long a lease whose last lock was released is kept (renewed, holding
+    /// nothing) before it is revoked, so that the next acquire with the same TTL
+    /// needs no new lease: a loop of acquire → release then costs two commands
+    /// on the server, not four. Zero revokes at once. Dropping the last clone of
+    /// the client revokes lingering leases at once. Default 2 s.
+    pub fn lease_linger(mut self, linger: Duration) -> Self {
+        self.lease_linger = linger;
+        self
+    }
+
     /// Connects. Fails with [`Error::InvalidArgument`] for a malformed URL and
     /// [`Error::Connect`] if the server cannot be reached now. Later connection
     /// failures are retried by every RPC until its deadline.
@@ -81,7 +95,7 @@ impl ClientBuilder {
         let channel =
             endpoint.connect().await.map_err(|e| Error::Connect(format!("{}: {}", self.url, error_chain(&e))))?;
         let rpc = Rpc::new(channel, self.rpc_timeout, self.backoff);
-        let leases = Registry::new(rpc.clone(), tokio::runtime::Handle::current());
+        let leases = Registry::new(rpc.clone(), tokio::runtime::Handle::current(), self.lease_linger);
         Ok(Client { inner: Arc::new(Inner { rpc, leases }) })
     }
 }
@@ -111,6 +125,7 @@ impl Client {
             rpc_timeout: DEFAULT_RPC_TIMEOUT,
             connect_timeout: Duration::from_secs(5),
             backoff: Backoff::default(),
+            lease_linger: DEFAULT_LEASE_LINGER,
         }
     }
 

@@ -5,12 +5,16 @@
 //! starts its watchdog; later ones with the same TTL join it while it is live, so
 //! a client sends one keep-alive per TTL, not one per lock. A handle counts as a
 //! user until it is dropped (an acquire in flight counts too, so the lease cannot
-//! be revoked under it). When the last user goes, the registry stops the
-//! watchdog and revokes the lease in the background. A lost lease stays in its
-//! slot until the next acquire with that TTL replaces it with a fresh one.
+//! be revoked under it). When the last user goes, the lease lingers (kept alive,
+//! holding nothing) for the client's linger time, so that a loop of acquire →
+//! release costs two commands, not four; if no acquire joins it meanwhile, the
+//! registry stops the watchdog and revokes the lease in the background. Dropping
+//! the registry (the last clone of the client) revokes lingering leases at once.
+//! A lost lease stays in its slot until the next acquire with that TTL replaces
+//! it with a fresh one.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
 use tokio::runtime::Handle;
@@ -28,6 +32,8 @@ pub(crate) struct Registry {
     rpc: Rpc,
     /// Where background revokes and releases run when dropped outside a runtime.
     runtime: Handle,
+    /// How long a lease with no user is kept before it is revoked.
+    linger: Duration,
     slots: Mutex<HashMap<u64, Slot>>,
 }
 
@@ -44,6 +50,10 @@ struct Entry {
     cell: Arc<LeaseCell>,
     users: usize,
     watchdog: JoinHandle<()>,
+    /// When `users` last fell to zero.
+    idle_since: Instant,
+    /// A reaper task is watching this entry.
+    reaper: bool,
 }
 
 /// One user of a shared lease. Dropping it may close the lease.
@@ -67,8 +77,8 @@ impl Drop for LeaseHandle {
 }
 
 impl Registry {
-    pub fn new(rpc: Rpc, runtime: Handle) -> Arc<Registry> {
-        Arc::new(Registry { rpc, runtime, slots: Mutex::default() })
+    pub fn new(rpc: Rpc, runtime: Handle, linger: Duration) -> Arc<Registry> {
+        Arc::new(Registry { rpc, runtime, linger, slots: Mutex::default() })
     }
 
     pub fn runtime(&self) -> Handle {
@@ -89,7 +99,7 @@ impl Registry {
         }
         let (cell, sent) = lease::grant(&self.rpc, ttl, deadline).await?;
         let watchdog = lease::spawn_watchdog(self.rpc.clone(), cell.clone(), sent);
-        let old = self.lock().entry(ttl_ms).or_default().live.replace(Entry { cell: cell.clone(), users: 1, watchdog });
+        let old = self.lock().entry(ttl_ms).or_default().live.replace(Entry { cell: cell.clone(), users: 1, watchdog, idle_since: Instant::now(), reaper: false });
         if let Some(old) = old {
             old.watchdog.abort(); // it was lost; its task is ending anyway
         }
@@ -107,8 +117,10 @@ impl Registry {
         Some(LeaseHandle { registry: self.clone(), ttl_ms, cell: entry.cell.clone() })
     }
 
-    /// One user of `cell` is gone; close the lease if it was the last.
-    fn check_in(&self, ttl_ms: u64, cell: &Arc<LeaseCell>) {
+    /// One user of `cell` is gone. If it was the last, the lease is closed after
+    /// the linger time unless a user joins it meanwhile (at once if lost, or if
+    /// the linger is zero).
+    fn check_in(self: &Arc<Self>, ttl_ms: u64, cell: &Arc<LeaseCell>) {
         let closed = {
             let mut slots = self.lock();
             let Some(slot) = slots.get_mut(&ttl_ms) else { return };
@@ -118,7 +130,16 @@ impl Registry {
                     if e.users > 0 {
                         return;
                     }
-                    slot.live.take()
+                    if self.linger.is_zero() || e.cell.is_lost() {
+                        slot.live.take()
+                    } else {
+                        e.idle_since = Instant::now();
+                        if !e.reaper {
+                            e.reaper = true;
+                            self.spawn_reaper(ttl_ms, cell.clone());
+                        }
+                        None
+                    }
                 }
                 // Replaced after a loss: nothing to close.
                 _ => None,
@@ -127,6 +148,42 @@ impl Registry {
         if let Some(entry) = closed {
             self.close(entry);
         }
+    }
+
+    /// One task per idle lease (not one per release): it closes the lease once it
+    /// has been idle for the linger time, and ends if a user joins it. It does not
+    /// keep the registry alive.
+    fn spawn_reaper(self: &Arc<Self>, ttl_ms: u64, cell: Arc<LeaseCell>) {
+        let (registry, linger) = (Arc::downgrade(self), self.linger);
+        let mut until = Instant::now() + linger;
+        self.runtime().spawn(async move {
+            loop {
+                tokio::time::sleep_until(until).await;
+                let Some(registry) = Weak::upgrade(&registry) else { return };
+                let closed = {
+                    let mut slots = registry.lock();
+                    let Some(slot) = slots.get_mut(&ttl_ms) else { return };
+                    match &mut slot.live {
+                        Some(e) if Arc::ptr_eq(&e.cell, &cell) => {
+                            if e.users > 0 {
+                                e.reaper = false;
+                                return;
+                            }
+                            until = e.idle_since + linger;
+                            if until > Instant::now() {
+                                continue; // used and idle again since: wait for the rest
+                            }
+                            slot.live.take()
+                        }
+                        _ => return,
+                    }
+                };
+                if let Some(entry) = closed {
+                    registry.close(entry);
+                }
+                return;
+            }
+        });
     }
 
     /// Stops the watchdog and revokes the lease unless the server no longer has it.
@@ -154,5 +211,16 @@ impl Registry {
         // A panic while holding this lock leaves the map consistent (every
         // critical section is a single update), so poisoning is ignored.
         self.slots.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl Drop for Registry {
+    /// The client is gone: revoke the leases that were lingering. (A lease with
+    /// users keeps the registry alive, so every entry left here is idle.)
+    fn drop(&mut self) {
+        let idle: Vec<Entry> = self.lock().values_mut().filter_map(|s| s.live.take()).collect();
+        for entry in idle {
+            self.close(entry);
+        }
     }
 }

@@ -48,7 +48,8 @@ async fn acquire_and_release() {
 }
 
 /// The guard's deadline counts from the send time of the grant (never later than
-/// the server's), and releasing the last lock of a lease revokes the lease.
+/// the server's), and releasing the last lock of a lease revokes the lease (after
+/// the client's linger time).
 #[tokio::test]
 async fn release_frees_the_lock_and_revokes_the_unused_lease() {
     let server = Server::start().await;
@@ -65,6 +66,29 @@ async fn release_frees_the_lock_and_revokes_the_unused_lease() {
     assert_eq!(holder(&client, "a").await, None);
     eventually("lease revoked", || async { server.metric("fencelock_active_leases").await == 0 }).await;
     assert!(!server.lease_is_live(lease).await);
+    assert_eq!(server.metric("fencelock_lease_expirations_total").await, 0, "revoked, not expired");
+    server.stop().await;
+}
+
+/// An acquire → release loop keeps one lease: the lease of the last release
+/// lingers, and the next acquire joins it instead of granting a new one.
+#[tokio::test]
+async fn back_to_back_acquires_reuse_the_lingering_lease() {
+    let server = Server::start().await;
+    let client = Client::builder(server.url.clone()).lease_linger(3600 * SECS).connect().await.unwrap();
+    let first = acquired(client.lock("a").acquire().await.unwrap());
+    let lease = first.lease_id();
+    assert_eq!(first.release().await, Ok(true));
+    for _ in 0..5 {
+        let again = acquired(client.lock("a").acquire().await.unwrap());
+        assert_eq!(again.lease_id(), lease, "a new lease was granted for a back-to-back acquire");
+        assert_eq!(again.release().await, Ok(true));
+    }
+    assert!(server.lease_is_live(lease).await, "the idle lease lingers");
+    assert_eq!(server.metric("fencelock_active_leases").await, 1);
+    // The last clone of the client gone, the lingering lease is revoked (not left to expire).
+    drop(client);
+    eventually("lingering lease revoked", || async { server.metric("fencelock_active_leases").await == 0 }).await;
     assert_eq!(server.metric("fencelock_lease_expirations_total").await, 0, "revoked, not expired");
     server.stop().await;
 }
