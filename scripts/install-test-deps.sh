@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Install the real servers that the tests start (fences, backends, benchmarks):
 # PostgreSQL (initdb + postgres), Redis (redis-server), etcd (etcd-server) and
-# ZooKeeper (zookeeper, which brings a Java runtime), from Debian's packages.
+# ZooKeeper (zookeeper, which brings a Java runtime), from Debian's packages;
+# and strace, with which the benchmark counts the native server's fsyncs.
 #
 # Idempotent: installs only what is missing and says what it did. Safe to run
 # from .ci/run on every build. Needs root (or sudo) only when something is
@@ -15,6 +16,7 @@ have_postgres() {
 have_redis() { command -v redis-server >/dev/null 2>&1; }
 have_etcd() { command -v etcd >/dev/null 2>&1; }
 have_zookeeper() { [ -f /usr/share/java/zookeeper.jar ] && command -v java >/dev/null 2>&1; }
+have_strace() { command -v strace >/dev/null 2>&1; }
 
 missing=()
 if have_postgres; then
@@ -37,6 +39,11 @@ if have_zookeeper; then
     echo "install-test-deps: zookeeper present: /usr/share/java/zookeeper.jar"
 else
     missing+=(zookeeper)
+fi
+if have_strace; then
+    echo "install-test-deps: strace present: $(command -v strace)"
+else
+    missing+=(strace)
 fi
 
 if [ ${#missing[@]} -eq 0 ]; then
@@ -61,7 +68,7 @@ export DEBIAN_FRONTEND=noninteractive
 # on free ports, so the system ones are not needed. Stop the ones this
 # script just installed, quietly (a service that was already there is left).
 for pkg in "${missing[@]}"; do
-    case "$pkg" in etcd-server) svc=etcd ;; *) svc=$pkg ;; esac
+    case "$pkg" in etcd-server) svc=etcd ;; strace) continue ;; *) svc=$pkg ;; esac
     if command -v service >/dev/null 2>&1; then
         "${SUDO[@]}" service "$svc" stop >/dev/null 2>&1 || true
     fi
@@ -71,4 +78,5 @@ have_postgres || { echo "install-test-deps: postgres still missing" >&2; exit 1;
 have_redis || { echo "install-test-deps: redis-server still missing" >&2; exit 1; }
 have_etcd || { echo "install-test-deps: etcd still missing" >&2; exit 1; }
 have_zookeeper || { echo "install-test-deps: zookeeper still missing" >&2; exit 1; }
+have_strace || { echo "install-test-deps: strace still missing" >&2; exit 1; }
 echo "install-test-deps: installed: ${missing[*]}"

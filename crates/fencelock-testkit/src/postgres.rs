@@ -56,6 +56,11 @@ impl PgServer {
         )
     }
 
+    /// The server's process id (the postmaster: its backends are its children).
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().map(|c| c.id()).unwrap_or(0)
+    }
+
     /// Stop the server the way a crash would (immediate shutdown: no
     /// checkpoint, WAL recovery at the next start), then start it again on
     /// the same port and data.

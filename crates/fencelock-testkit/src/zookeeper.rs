@@ -42,6 +42,11 @@ impl ZkServer {
         self.port
     }
 
+    /// The server's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().map(|c| c.id()).unwrap_or(0)
+    }
+
     /// SIGKILL, then start again on the same port and data.
     pub fn kill_and_restart(&mut self) {
         if let Some(mut child) = self.child.take() {

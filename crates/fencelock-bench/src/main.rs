@@ -1,0 +1,274 @@
+//! `fencelock-bench`: the same lock workloads against fencelock and every peer
+//! engine, in one run, engines interleaved; a markdown table, a JSON file and
+//! charts out.
+//!
+//! Workloads (see the README's Benchmarks section):
+//! - **W1** uncontended cycles: C clients, each on its own lock, acquire →
+//!   release; cycles/s, acquire latency, engine CPU per cycle.
+//! - **W2** contended handoff: 16 clients on one lock, hold 0; cycles/s,
+//!   handoff latency, fairness, self re-grants.
+//! - **W3** scale (native): many live leases each holding a lock; memory per
+//!   lease, creation time, CPU while some renew.
+//! - **W4** durability (native): fsyncs per acknowledged operation, and a
+//!   SIGKILL + restart that must find every acknowledged grant.
+//!
+//! Each engine is started here on free ports of 127.0.0.1 with its data in a
+//! temp dir (or reached at `--url id=URL`). Every cell runs `--runs` times;
+//! within a run the engines take turns in a rotated order, so drift on a
+//! shared machine hits all of them alike. `--quick` runs every cell briefly:
+//! it checks that everything runs, and its figures mean little.
+#![allow(clippy::disallowed_methods)] // a benchmark measures time: it reads the clock on purpose
+
+mod chart;
+mod durability;
+mod engines;
+mod model;
+mod procstat;
+mod report;
+mod scale;
+mod stats;
+mod workload;
+
+use std::{
+    collections::HashMap,
+    path::{Path, PathBuf},
+    time::Duration,
+};
+
+use anyhow::{bail, Context};
+use clap::{Parser, Subcommand};
+use indicatif::{ProgressBar, ProgressStyle};
+
+use crate::{
+    engines::{Engine, Servers},
+    model::{Cell, Report, Settings},
+    workload::{RunSpec, Workload},
+};
+
+#[derive(Parser, Debug)]
+#[command(about = "Lock workloads against fencelock and its peers: a table, JSON and charts")]
+struct Args {
+    #[command(subcommand)]
+    cmd: Option<Cmd>,
+    /// A few seconds per cell: checks that every cell runs (for CI), no real figures.
+    #[arg(long)]
+    quick: bool,
+    /// Directory for results.md, results.json and the charts
+    /// [default: bench/results/<UTC date>, or target/bench-quick with --quick].
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// Engines to measure, comma-separated.
+    #[arg(long, value_delimiter = ',', default_values_t = engines::ALL.iter().map(|s| s.to_string()))]
+    engines: Vec<String>,
+    /// Workloads to run, comma-separated (W1, W2, W3, W4).
+    #[arg(long, value_delimiter = ',', default_values_t = ["W1", "W2", "W3", "W4"].map(String::from))]
+    workloads: Vec<String>,
+    /// Use a running engine instead of starting one: `--url redis=redis://10.0.0.5:6379`
+    /// (no CPU figures for it). Repeatable.
+    #[arg(long = "url", value_name = "ID=URL")]
+    urls: Vec<String>,
+    /// Measured seconds per run of a cell [default: 5, quick 1].
+    #[arg(long)]
+    seconds: Option<f64>,
+    /// Runs per cell [default: 3, quick 1].
+    #[arg(long)]
+    runs: Option<usize>,
+    /// Client counts of W1.
+    #[arg(long, value_delimiter = ',', default_values_t = [1usize, 16, 64])]
+    clients: Vec<usize>,
+    /// Clients contending in W2.
+    #[arg(long, default_value_t = 16)]
+    contenders: usize,
+    /// Lease TTL asked of every engine, ms.
+    #[arg(long, default_value_t = 10_000)]
+    ttl_ms: u64,
+    /// W3: live leases to create [default: 1000000, quick 20000].
+    #[arg(long)]
+    leases: Option<u64>,
+    /// W3: leases renewing at TTL/3 while the server's CPU is measured [default: 10000, quick 1000].
+    #[arg(long)]
+    renewing: Option<u64>,
+}
+
+#[derive(Subcommand, Debug)]
+enum Cmd {
+    /// (internal) Run a native server in this process; prints its addresses.
+    #[command(hide = true)]
+    ServeNative {
+        #[arg(long)]
+        data_dir: PathBuf,
+    },
+}
+
+fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    match args.cmd {
+        Some(Cmd::ServeNative { data_dir }) => rt.block_on(engines::serve_native(data_dir)),
+        None => rt.block_on(bench(args)),
+    }
+}
+
+async fn bench(args: Args) -> anyhow::Result<()> {
+    let settings = Settings {
+        seconds: args.seconds.unwrap_or(if args.quick { 1.0 } else { 5.0 }),
+        warmup: if args.quick { 0.3 } else { 1.0 },
+        runs: args.runs.unwrap_or(if args.quick { 1 } else { 3 }).max(1),
+        ttl_ms: args.ttl_ms,
+    };
+    let started = procstat::command_line("date", &["-u", "+%Y-%m-%dT%H:%M:%SZ"]).unwrap_or_default();
+    let out = args.out.clone().unwrap_or_else(|| match args.quick {
+        true => PathBuf::from("target/bench-quick"),
+        false => PathBuf::from(format!("bench/results/{}", started.get(..10).unwrap_or("undated"))),
+    });
+    let workloads: Vec<String> = args.workloads.iter().map(|w| w.to_uppercase()).collect();
+    let given = given_urls(&args.urls)?;
+    let data = tempfile::Builder::new().prefix("fencelock-bench").tempdir()?;
+    let machine = procstat::machine(data.path());
+    eprintln!("machine: {} cores, {}, {} GiB, Linux {}, data on {}", machine.cores, machine.cpu, machine.memory_gib, machine.kernel, machine.data_fs);
+
+    let mut servers = Servers::default();
+    let mut engines = Vec::new();
+    for id in &args.engines {
+        eprintln!("starting {id}");
+        let e = engines::start(id, given.get(id.as_str()).map(String::as_str), &mut servers, data.path())?;
+        wait_ready(&e).await.with_context(|| format!("engine {id} at {}", e.url))?;
+        engines.push(e);
+    }
+
+    let w1 = workloads.iter().any(|w| w == "W1");
+    let w2 = workloads.iter().any(|w| w == "W2");
+    let w3 = workloads.iter().any(|w| w == "W3");
+    let w4 = workloads.iter().any(|w| w == "W4");
+    let mut plan: Vec<(Workload, usize)> = Vec::new();
+    if w1 {
+        plan.extend(args.clients.iter().map(|&c| (Workload::Uncontended, c)));
+    }
+    if w2 {
+        plan.push((Workload::Contended, args.contenders));
+    }
+    let steps = plan.len() * settings.runs * engines.len() + usize::from(w3) + usize::from(w4);
+    let bar = ProgressBar::new(steps as u64);
+    bar.set_style(ProgressStyle::with_template("{elapsed_precise} [{bar:30}] {pos}/{len} {msg}")?.progress_chars("=> "));
+
+    let mut cells = Vec::new();
+    let mut run_no = 0;
+    for &(workload, clients) in &plan {
+        let mut runs: Vec<Vec<model::RunResult>> = vec![Vec::new(); engines.len()];
+        for run in 0..settings.runs {
+            for k in 0..engines.len() {
+                let i = (k + run) % engines.len(); // rotate the order every run
+                let e = &engines[i];
+                bar.set_message(format!("{} C={clients} {} (run {}/{})", workload.id(), e.info.id, run + 1, settings.runs));
+                run_no += 1;
+                let spec = RunSpec {
+                    workload,
+                    clients,
+                    warmup: Duration::from_secs_f64(settings.warmup),
+                    measure: Duration::from_secs_f64(settings.seconds),
+                    ttl: Duration::from_millis(settings.ttl_ms),
+                    run_no,
+                };
+                let r = workload::run(e, spec)
+                    .await
+                    .with_context(|| format!("{} with {clients} clients on {}", workload.id(), e.info.id))?;
+                runs[i].push(r);
+                bar.inc(1);
+            }
+        }
+        for (e, runs) in engines.iter().zip(runs) {
+            let median = stats::median_run(&runs);
+            cells.push(Cell {
+                workload: workload.id().into(),
+                engine: e.info.id.clone(),
+                clients,
+                locks: if workload == Workload::Uncontended { clients } else { 1 },
+                runs,
+                median,
+            });
+        }
+    }
+
+    let scale = if w3 {
+        bar.set_message("W3 scale (native)");
+        let leases = args.leases.unwrap_or(if args.quick { 20_000 } else { 1_000_000 });
+        let renewing = args.renewing.unwrap_or(if args.quick { 1_000 } else { 10_000 });
+        let secs = if args.quick { 2.0 } else { settings.seconds.max(10.0) };
+        let mut native = engines::NativeServer::start(&data.path().join("w3"))?;
+        let s = scale::run(&mut native, leases, renewing, Duration::from_secs_f64(secs)).await.context("W3")?;
+        bar.inc(1);
+        Some(s)
+    } else {
+        None
+    };
+    let durability = if w4 {
+        bar.set_message("W4 durability (native)");
+        let mut native = engines::NativeServer::start(&data.path().join("w4"))?;
+        let secs = if args.quick { 1.0 } else { settings.seconds };
+        let d = durability::run(&mut native, 16, Duration::from_secs_f64(secs)).await.context("W4")?;
+        bar.inc(1);
+        Some(d)
+    } else {
+        None
+    };
+    bar.finish_with_message("done");
+    drop(servers);
+
+    let mut report = Report {
+        started,
+        mode: if args.quick { "quick" } else { "full" }.into(),
+        command: std::env::args().collect::<Vec<_>>().join(" "),
+        machine,
+        settings,
+        engines: engines.iter().map(|e| e.info.clone()).collect(),
+        cells,
+        scale,
+        durability,
+        targets: Vec::new(),
+    };
+    report.targets = report::targets(&report);
+    write(&report, &out)
+}
+
+/// The results, as markdown (also printed), JSON and charts in `out`.
+fn write(report: &Report, out: &Path) -> anyhow::Result<()> {
+    std::fs::create_dir_all(out).with_context(|| format!("create {}", out.display()))?;
+    let md = report::markdown(report);
+    println!("{md}");
+    std::fs::write(out.join("results.md"), &md)?;
+    std::fs::write(out.join("results.json"), serde_json::to_string_pretty(report)?)?;
+    let charts = chart::draw(report, out)?;
+    eprintln!("wrote {} ({} charts)", out.display(), charts.len());
+    Ok(())
+}
+
+fn given_urls(urls: &[String]) -> anyhow::Result<HashMap<&str, String>> {
+    urls.iter()
+        .map(|u| match u.split_once('=') {
+            Some((id, url)) if engines::ALL.contains(&id) => Ok((id, url.to_string())),
+            _ => bail!("--url wants ID=URL with ID one of {}; got {u:?}", engines::ALL.join(", ")),
+        })
+        .collect()
+}
+
+/// Waits (up to 30 s) until one acquire + release goes through.
+async fn wait_ready(e: &Engine) -> anyhow::Result<()> {
+    let spec = RunSpec {
+        workload: Workload::Uncontended,
+        clients: 1,
+        warmup: Duration::ZERO,
+        measure: Duration::from_millis(200),
+        ttl: Duration::from_secs(10),
+        run_no: 0,
+    };
+    let mut last = None;
+    for _ in 0..60 {
+        match workload::run(e, spec).await {
+            Ok(r) if r.cycles > 0 => return Ok(()),
+            Ok(_) => last = Some(anyhow::anyhow!("no cycle completed")),
+            Err(err) => last = Some(err),
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    Err(last.unwrap_or_else(|| anyhow::anyhow!("not ready")))
+}

@@ -1,0 +1,133 @@
+//! What the kernel says about a process: CPU time and resident memory from
+//! `/proc`, and a description of the machine.
+//!
+//! Where it sits: the workloads read an engine's CPU before and after a measured
+//! run ([`cpu_time`]) and W3 reads the native server's memory ([`rss_bytes`]).
+//! CPU is counted over the whole process tree (PostgreSQL serves each
+//! connection from a child of the postmaster): every live descendant's user +
+//! system time, plus the time of children already reaped (`cutime`, `cstime`).
+
+use std::{fs, path::Path, time::Duration};
+
+use crate::model::Machine;
+
+/// Fields 14..=17 of `/proc/PID/stat` (utime, stime, cutime, cstime) and field
+/// 4 (ppid), for one process.
+fn stat(pid: u32) -> Option<(u32, u64)> {
+    let text = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name is in parentheses and may hold spaces: split after it.
+    let rest = &text[text.rfind(')')? + 2..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    // rest starts at field 3 (state): field n is f[n - 3].
+    let ppid = f.get(1)?.parse().ok()?;
+    let ticks: u64 = f.get(11..15)?.iter().filter_map(|v| v.parse::<u64>().ok()).sum();
+    Some((ppid, ticks))
+}
+
+/// CPU time (user + system) of `pid` and all its descendants so far.
+pub fn cpu_time(pid: u32) -> Option<Duration> {
+    let all: Vec<(u32, u32, u64)> = fs::read_dir("/proc")
+        .ok()?
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter_map(|p| stat(p).map(|(ppid, t)| (p, ppid, t)))
+        .collect();
+    all.iter().find(|(p, _, _)| *p == pid)?;
+    let mut tree = vec![pid];
+    let mut i = 0;
+    while i < tree.len() {
+        let parent = tree[i];
+        tree.extend(all.iter().filter(|(_, pp, _)| *pp == parent).map(|(p, _, _)| *p));
+        i += 1;
+    }
+    let ticks: u64 = all.iter().filter(|(p, _, _)| tree.contains(p)).map(|(_, _, t)| t).sum();
+    Some(Duration::from_secs_f64(ticks as f64 / clock_ticks()))
+}
+
+/// CPU time (user + system, all threads) of `pid` alone, its children not counted.
+pub fn own_cpu_time(pid: u32) -> Option<Duration> {
+    let text = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &text[text.rfind(')')? + 2..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: u64 = f.get(11..13)?.iter().filter_map(|v| v.parse::<u64>().ok()).sum();
+    Some(Duration::from_secs_f64(ticks as f64 / clock_ticks()))
+}
+
+fn clock_ticks() -> f64 {
+    nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK).ok().flatten().unwrap_or(100) as f64
+}
+
+/// Resident set size of `pid` (`VmRSS`), bytes.
+pub fn rss_bytes(pid: u32) -> Option<u64> {
+    let text = fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let kb: u64 = text.lines().find_map(|l| l.strip_prefix("VmRSS:"))?.trim().trim_end_matches("kB").trim().parse().ok()?;
+    Some(kb * 1024)
+}
+
+/// This machine, and the filesystem that holds `data_dir`.
+pub fn machine(data_dir: &Path) -> Machine {
+    let cpuinfo = fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let cpu = cpuinfo
+        .lines()
+        .find(|l| l.starts_with("model name"))
+        .and_then(|l| l.split(':').nth(1))
+        .map(|s| s.trim().to_string())
+        .unwrap_or_else(|| "unknown CPU".into());
+    let mem_kb: f64 = fs::read_to_string("/proc/meminfo")
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("MemTotal:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0.0);
+    Machine {
+        cores: std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
+        cpu,
+        memory_gib: (mem_kb / 1024.0 / 1024.0 * 10.0).round() / 10.0,
+        kernel: fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default().trim().to_string(),
+        data_fs: fs_type(data_dir),
+        rustc: command_line("rustc", &["--version"]).unwrap_or_else(|| "unknown".into()),
+        commit: command_line("git", &["rev-parse", "--short=12", "HEAD"]).unwrap_or_else(|| "unknown".into()),
+    }
+}
+
+/// The type and device of the mount holding `dir` (the longest mount point
+/// that is a prefix of it), e.g. "ext4 on /dev/vda".
+fn fs_type(dir: &Path) -> String {
+    let dir = dir.canonicalize().unwrap_or_else(|_| dir.to_path_buf());
+    let mounts = fs::read_to_string("/proc/self/mounts").unwrap_or_default();
+    mounts
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            (f.len() >= 3 && dir.starts_with(f[1])).then(|| (f[1].len(), format!("{} on {}", f[2], f[0])))
+        })
+        .max_by_key(|(len, _)| *len)
+        .map(|(_, s)| s)
+        .unwrap_or_else(|| "unknown".into())
+}
+
+/// The first line a command prints, if it runs.
+pub fn command_line(program: &str, args: &[&str]) -> Option<String> {
+    let out = std::process::Command::new(program).args(args).output().ok()?;
+    let text = String::from_utf8_lossy(if out.stdout.is_empty() { &out.stderr } else { &out.stdout }).to_string();
+    text.lines().next().map(|l| l.trim().to_string()).filter(|l| !l.is_empty())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Our own process exists, has used some CPU after spinning, and has a resident size.
+    #[test]
+    fn reads_own_process() {
+        let me = std::process::id();
+        let before = cpu_time(me).unwrap();
+        let mut x = 0u64;
+        for i in 0..50_000_000u64 {
+            x = x.wrapping_mul(31).wrapping_add(i);
+        }
+        std::hint::black_box(x);
+        assert!(cpu_time(me).unwrap() > before, "spinning used no CPU");
+        assert!(rss_bytes(me).unwrap() > 1024 * 1024);
+        assert!(cpu_time(u32::MAX).is_none());
+    }
+}

@@ -1,0 +1,354 @@
+//! W3 scale (native server): many live leases, each holding a lock of its own;
+//! the server's resident memory per lease, the time to create them, and the
+//! server's CPU while some of them renew at TTL/3.
+//!
+//! Where it sits: `main` calls [`run`] once, on a fresh [`NativeServer`]. The
+//! leases are created through [`fencelock::Session`]s (one connection each,
+//! many requests in flight on each), by a fixed set of worker tasks that take
+//! the next lease number from a shared counter: client memory stays bounded
+//! whatever the lease count. Idle leases get the longest TTL (1 h) and are
+//! never touched again; the renewing ones get a short TTL, are created last,
+//! and are renewed from the moment they exist by [`Renewer`], which spreads
+//! them over the renewal period in slots of 10 ms. Every keep-alive is a
+//! command through the server's Raft log, like a grant.
+//!
+//! Also here: the small HTTP/1.0 client that reads the server's admin
+//! endpoint (`/healthz`, `/metrics`), shared with [`crate::durability`].
+
+use std::{
+    sync::{
+        atomic::{AtomicU64, AtomicUsize, Ordering},
+        Arc, Mutex,
+    },
+    time::Duration,
+};
+
+use anyhow::{bail, Context};
+use fencelock::{Acquire, Client, Error, Session};
+use tokio::{
+    io::{AsyncReadExt, AsyncWriteExt},
+    net::TcpStream,
+    task::JoinSet,
+    time::{Instant, MissedTickBehavior},
+};
+
+use crate::{engines::NativeServer, model::Scale, procstat};
+
+/// Sessions (each on a connection of its own) that create the leases.
+const SESSIONS: usize = 16;
+/// Creates in flight per session (the server writes at most 4096 commands per log entry).
+const WINDOW: usize = 256;
+/// TTL of the idle leases: the longest the server allows, so they live through the run unrenewed.
+const IDLE_TTL: Duration = Duration::from_secs(3600);
+/// TTL of the renewing leases; they renew every TTL/3.
+const RENEW_TTL: Duration = Duration::from_secs(3);
+/// The renewal period is cut into this many slots; each renewing lease sits in one.
+const SLOTS: usize = 100;
+/// Deadline of every RPC while creating (a queue of thousands of creates can be slow on a debug build).
+const RPC_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// W3: create `leases` leases (the last `renewing` of them with a short TTL,
+/// renewed from creation on), each holding one lock; measure memory, creation
+/// time, then the server's CPU for `measure` while the renewing ones renew.
+pub async fn run(native: &mut NativeServer, leases: u64, renewing: u64, measure: Duration) -> anyhow::Result<Scale> {
+    let renewing = renewing.min(leases);
+    let http = native.http_addr().to_string();
+    let pid = native.pid();
+    wait_ready(&http, Duration::from_secs(30)).await?;
+    let mut sessions = Vec::with_capacity(SESSIONS);
+    for _ in 0..SESSIONS {
+        let client = Client::builder(native.url()).rpc_timeout(RPC_TIMEOUT).connect().await?;
+        sessions.push(client.session().await.context("open a session")?);
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let rss_before = procstat::rss_bytes(pid).context("read the server's resident memory")?;
+    let at_start = ServerCounters::read(&http).await?;
+
+    let renewer = Arc::new(Renewer::new(sessions.clone()));
+    let renewing_task = tokio::spawn(renewer.clone().run());
+    let next = Arc::new(AtomicU64::new(0));
+    let failures = Arc::new(AtomicU64::new(0));
+    let first_error: Arc<Mutex<Option<String>>> = Arc::default();
+    let started = Instant::now();
+    let mut workers = JoinSet::new();
+    for session in &sessions {
+        for _ in 0..WINDOW {
+            let (session, next, failures, first_error, renewer) =
+                (session.clone(), next.clone(), failures.clone(), first_error.clone(), renewer.clone());
+            workers.spawn(async move {
+                let mut last_ack = None;
+                loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    if i >= leases {
+                        return last_ack;
+                    }
+                    let renews = i >= leases - renewing;
+                    match create(&session, i, renews, &renewer).await {
+                        Ok(at) => last_ack = Some(at),
+                        Err(e) => {
+                            failures.fetch_add(1, Ordering::Relaxed);
+                            first_error.lock().unwrap().get_or_insert_with(|| format!("lease {i}: {e:#}"));
+                        }
+                    }
+                }
+            });
+        }
+    }
+    let mut last_ack = None;
+    while let Some(r) = workers.join_next().await {
+        last_ack = last_ack.max(r?);
+    }
+    let create_seconds = last_ack.map_or(0.0, |t: Instant| (t - started).as_secs_f64());
+    let after_create = ServerCounters::read(&http).await?;
+    let create_failures = failures.load(Ordering::Relaxed);
+    if let Some(e) = first_error.lock().unwrap().take() {
+        eprintln!("W3: {create_failures} creates failed; the first: {e}");
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let rss_after = procstat::rss_bytes(pid).context("read the server's resident memory")?;
+
+    // The measurement: only the renewing leases are active.
+    let cpu_before = procstat::cpu_time(pid).context("read the server's CPU time")?;
+    let acks_before = renewer.acks.load(Ordering::Relaxed);
+    let before = ServerCounters::read(&http).await?;
+    let from = Instant::now();
+    tokio::time::sleep(measure).await;
+    let cpu_after = procstat::cpu_time(pid).context("read the server's CPU time")?;
+    let renewals = renewer.acks.load(Ordering::Relaxed) - acks_before;
+    let renew_seconds = from.elapsed().as_secs_f64();
+    let after = ServerCounters::read(&http).await?;
+    renewing_task.abort();
+    let renew_failures = renewer.failures.load(Ordering::Relaxed);
+    if let Some(e) = renewer.first_error.lock().unwrap().take() {
+        eprintln!("W3: {renew_failures} keep-alives failed; the first: {e}");
+    }
+
+    let cpu = (cpu_after - cpu_before).as_secs_f64();
+    let create_entries = after_create.entries - at_start.entries;
+    let create_commands = after_create.commands - at_start.commands;
+    Ok(Scale {
+        leases,
+        create_seconds,
+        creates_per_sec: if create_seconds > 0.0 { leases as f64 / create_seconds } else { 0.0 },
+        rss_before,
+        rss_after,
+        bytes_per_lease: if leases > 0 { rss_after.saturating_sub(rss_before) as f64 / leases as f64 } else { 0.0 },
+        renewing,
+        renew_ttl_ms: RENEW_TTL.as_millis() as u64,
+        renewals,
+        renew_seconds,
+        renew_cpu_cores: cpu / renew_seconds,
+        cpu_us_per_renewal: if renewals > 0 { cpu * 1e6 / renewals as f64 } else { 0.0 },
+        renew_failures,
+        create_failures,
+        create_sessions: SESSIONS as u64,
+        create_in_flight: (SESSIONS * WINDOW) as u64,
+        create_log_entries: create_entries,
+        create_log_commands: create_commands,
+        create_commands_per_entry: ratio(create_commands, create_entries),
+        renew_log_entries: after.entries - before.entries,
+        renew_log_commands: after.commands - before.commands,
+        renew_max_latency_ms: renewer.max_latency_us.load(Ordering::Relaxed) as f64 / 1000.0,
+        renewing_lost: renewer.lost.load(Ordering::Relaxed),
+        live_leases_end: after.active_leases,
+        held_locks_end: after.held_locks,
+        lease_expirations: after.expirations,
+    })
+}
+
+/// Grants lease `i` and takes its lock; the time the grant was acknowledged.
+async fn create(session: &Session, i: u64, renews: bool, renewer: &Renewer) -> anyhow::Result<Instant> {
+    let lease = session.grant_lease(if renews { RENEW_TTL } else { IDLE_TTL }).await.context("grant_lease")?;
+    if renews {
+        renewer.add(lease); // renewed from now on, before its lock is even asked for
+    }
+    match session.acquire(&format!("w3/{i}"), lease, Duration::ZERO, Duration::ZERO).await.context("acquire")? {
+        Acquire::Acquired(_) => Ok(Instant::now()),
+        other => bail!("lock w3/{i} not granted: {other:?}"),
+    }
+}
+
+/// Keeps the renewing leases alive: every TTL/3, each lease once, spread evenly
+/// over the period (a lease sits in one of [`SLOTS`] slots of TTL/3 ÷ SLOTS).
+struct Renewer {
+    slots: Vec<Mutex<Vec<u64>>>,
+    next_slot: AtomicUsize,
+    sessions: Vec<Session>,
+    /// Keep-alives acknowledged.
+    acks: AtomicU64,
+    /// Keep-alives that failed (any error).
+    failures: AtomicU64,
+    /// Leases a keep-alive found ended (they leave the rotation).
+    lost: AtomicU64,
+    max_latency_us: AtomicU64,
+    first_error: Mutex<Option<String>>,
+}
+
+impl Renewer {
+    fn new(sessions: Vec<Session>) -> Renewer {
+        Renewer {
+            slots: (0..SLOTS).map(|_| Mutex::new(Vec::new())).collect(),
+            next_slot: AtomicUsize::new(0),
+            sessions,
+            acks: AtomicU64::new(0),
+            failures: AtomicU64::new(0),
+            lost: AtomicU64::new(0),
+            max_latency_us: AtomicU64::new(0),
+            first_error: Mutex::new(None),
+        }
+    }
+
+    /// Puts `lease` into the next slot, round robin.
+    fn add(&self, lease: u64) {
+        let slot = self.next_slot.fetch_add(1, Ordering::Relaxed) % SLOTS;
+        self.slots[slot].lock().unwrap().push(lease);
+    }
+
+    /// Every TTL/3 ÷ SLOTS, sends a keep-alive for every lease of the next slot.
+    async fn run(self: Arc<Self>) {
+        let mut tick = tokio::time::interval(RENEW_TTL / 3 / SLOTS as u32);
+        tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        for k in 0usize.. {
+            tick.tick().await;
+            let slot = k % SLOTS;
+            let leases = self.slots[slot].lock().unwrap().clone();
+            for (j, lease) in leases.into_iter().enumerate() {
+                let session = self.sessions[(k + j) % self.sessions.len()].clone();
+                let me = self.clone();
+                tokio::spawn(async move { me.renew(&session, slot, lease).await });
+            }
+        }
+    }
+
+    async fn renew(&self, session: &Session, slot: usize, lease: u64) {
+        let sent = Instant::now();
+        match session.keep_alive(lease).await {
+            Ok(_) => {
+                self.acks.fetch_add(1, Ordering::Relaxed);
+                self.max_latency_us.fetch_max(sent.elapsed().as_micros() as u64, Ordering::Relaxed);
+            }
+            Err(e) => {
+                self.failures.fetch_add(1, Ordering::Relaxed);
+                if matches!(e, Error::LeaseNotFound(_)) {
+                    self.lost.fetch_add(1, Ordering::Relaxed);
+                    self.slots[slot].lock().unwrap().retain(|&l| l != lease);
+                }
+                self.first_error.lock().unwrap().get_or_insert_with(|| format!("lease {lease}: {e}"));
+            }
+        }
+    }
+}
+
+fn ratio(a: u64, b: u64) -> f64 {
+    if b > 0 {
+        a as f64 / b as f64
+    } else {
+        0.0
+    }
+}
+
+// ---- the server's admin endpoint ---------------------------------------------------------------------------------
+
+/// Counters and gauges of the server's `/metrics`.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub(crate) struct ServerCounters {
+    /// `fencelock_log_entries_total`: log entries the driver wrote.
+    pub entries: u64,
+    /// `fencelock_log_commands_total`: commands in those entries.
+    pub commands: u64,
+    /// `fencelock_active_leases`.
+    pub active_leases: u64,
+    /// `fencelock_held_locks`.
+    pub held_locks: u64,
+    /// `fencelock_lease_expirations_total`.
+    pub expirations: u64,
+}
+
+impl ServerCounters {
+    pub async fn read(http_addr: &str) -> anyhow::Result<ServerCounters> {
+        let (status, body) = http_get(http_addr, "/metrics").await?;
+        if status != 200 {
+            bail!("GET http://{http_addr}/metrics answered {status}");
+        }
+        ServerCounters::parse(&body)
+    }
+
+    /// From the Prometheus text format.
+    fn parse(text: &str) -> anyhow::Result<ServerCounters> {
+        let get = |name: &str| {
+            text.lines()
+                .filter(|l| !l.starts_with('#'))
+                .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse::<f64>().ok())
+                .map(|v| v as u64)
+                .with_context(|| format!("metric {name} missing from /metrics"))
+        };
+        Ok(ServerCounters {
+            entries: get("fencelock_log_entries_total")?,
+            commands: get("fencelock_log_commands_total")?,
+            active_leases: get("fencelock_active_leases")?,
+            held_locks: get("fencelock_held_locks")?,
+            expirations: get("fencelock_lease_expirations_total")?,
+        })
+    }
+}
+
+/// `GET path` over HTTP/1.0 (no chunking; the server closes after the body): status and body.
+pub(crate) async fn http_get(addr: &str, path: &str) -> anyhow::Result<(u16, String)> {
+    let get = async {
+        let mut s = TcpStream::connect(addr).await?;
+        s.write_all(format!("GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").as_bytes()).await?;
+        let mut buf = Vec::new();
+        s.read_to_end(&mut buf).await?;
+        anyhow::Ok(String::from_utf8_lossy(&buf).into_owned())
+    };
+    let text = tokio::time::timeout(Duration::from_secs(10), get)
+        .await
+        .with_context(|| format!("GET http://{addr}{path} timed out"))?
+        .with_context(|| format!("GET http://{addr}{path}"))?;
+    let (head, body) = text.split_once("\r\n\r\n").with_context(|| format!("GET http://{addr}{path}: no HTTP answer"))?;
+    let status = head.split_whitespace().nth(1).and_then(|s| s.parse().ok()).context("no HTTP status")?;
+    Ok((status, body.to_string()))
+}
+
+/// Waits until the server's `/healthz` says it leads and serves.
+pub(crate) async fn wait_ready(http_addr: &str, limit: Duration) -> anyhow::Result<()> {
+    let end = Instant::now() + limit;
+    loop {
+        let last = match http_get(http_addr, "/healthz").await {
+            Ok((200, _)) => return Ok(()),
+            Ok((status, body)) => format!("{status} {body}"),
+            Err(e) => format!("{e:#}"),
+        };
+        if Instant::now() > end {
+            bail!("the server at {http_addr} is not ready after {limit:?}: {last}");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An excerpt of the server's real `/metrics`.
+    #[test]
+    fn parses_metrics() {
+        let text = "# HELP fencelock_log_entries_total Log entries written by this node's driver.\n\
+            # TYPE fencelock_log_entries_total counter\nfencelock_log_entries_total 1234\n\
+            # HELP fencelock_log_commands_total Commands written in those entries.\n\
+            # TYPE fencelock_log_commands_total counter\nfencelock_log_commands_total 567890\n\
+            # HELP fencelock_lease_expirations_total Leases that expired.\n\
+            # TYPE fencelock_lease_expirations_total counter\nfencelock_lease_expirations_total 0\n\
+            # HELP fencelock_active_leases Live leases.\n\
+            # TYPE fencelock_active_leases gauge\nfencelock_active_leases 20000\n\
+            # HELP fencelock_held_locks Locks currently held.\n\
+            # TYPE fencelock_held_locks gauge\nfencelock_held_locks 19999\n\
+            fencelock_wait_seconds_bucket{le=\"0.001\"} 3\n";
+        let c = ServerCounters::parse(text).unwrap();
+        assert_eq!(
+            c,
+            ServerCounters { entries: 1234, commands: 567890, active_leases: 20000, held_locks: 19999, expirations: 0 }
+        );
+        assert!(ServerCounters::parse("fencelock_log_entries_total 1\n").is_err(), "missing metrics are an error");
+    }
+}

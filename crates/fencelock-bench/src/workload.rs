@@ -1,0 +1,353 @@
+//! W1 (uncontended cycles) and W2 (contended handoff): clients that loop
+//! acquire → release through the client library, timed in this process.
+//!
+//! Where it sits: `main` calls [`run`] once per (cell, engine, run), engines
+//! interleaved. Every client has a connection of its own
+//! (`fencelock::connect`, or a Redis connection for the `redis-poll`
+//! reference). A run has a warm-up, then a measured window; only grants whose
+//! acquire returned inside the window count. The engine process's CPU is read
+//! at both ends of the window.
+//!
+//! W2 figures come from one timeline (one monotonic clock, one process): the
+//! grants sorted by when their acquire returned. A handoff is the time from a
+//! holder starting its release to the next grant's acquire returning. A
+//! self re-grant is a grant to the client that held the lock just before; it
+//! breaks the FIFO promise when another client's acquire had started before
+//! that release began.
+
+use std::{
+    sync::{
+        atomic::{AtomicBool, AtomicU64, Ordering},
+        Arc,
+    },
+    time::Duration,
+};
+
+use anyhow::{bail, Context};
+use fencelock::{Acquire, Backend, LockOptions};
+use tokio::time::Instant;
+
+use crate::{engines::Engine, model::RunResult, procstat, stats};
+
+/// W1: each client on its own lock. W2: every client on one lock, hold 0.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Workload {
+    Uncontended,
+    Contended,
+}
+
+impl Workload {
+    pub fn id(self) -> &'static str {
+        match self {
+            Workload::Uncontended => "W1",
+            Workload::Contended => "W2",
+        }
+    }
+}
+
+/// How long and with what lease a run goes.
+#[derive(Debug, Clone, Copy)]
+pub struct RunSpec {
+    pub workload: Workload,
+    pub clients: usize,
+    pub warmup: Duration,
+    pub measure: Duration,
+    pub ttl: Duration,
+    /// Distinguishes lock names between runs (a run never sees an earlier run's locks).
+    pub run_no: usize,
+}
+
+/// One grant as a client saw it.
+#[derive(Debug, Clone, Copy)]
+struct Grant {
+    client: usize,
+    invoked: Instant,
+    granted: Instant,
+    release_started: Instant,
+}
+
+/// A client's lock connection: a backend, or the polling Redis reference.
+enum Locker {
+    Backend(Backend),
+    Poll(poll::RedisPoll),
+}
+
+impl Locker {
+    async fn connect(engine: &Engine) -> anyhow::Result<Locker> {
+        Ok(if engine.info.id == "redis-poll" {
+            Locker::Poll(poll::RedisPoll::connect(&engine.url).await?)
+        } else {
+            Locker::Backend(fencelock::connect(&engine.url).await.with_context(|| format!("connect to {}", engine.url))?)
+        })
+    }
+
+    /// Acquire `name`, release it; returns (granted, release started) or None
+    /// if the wait ran out.
+    async fn cycle(&self, name: &str, opts: &LockOptions) -> anyhow::Result<Option<(Instant, Instant)>> {
+        match self {
+            Locker::Backend(b) => match b.acquire(name, opts).await? {
+                Acquire::Acquired(g) => {
+                    let granted = Instant::now();
+                    let release_started = Instant::now();
+                    if !g.release().await? {
+                        bail!("release of {name} found the grant gone");
+                    }
+                    Ok(Some((granted, release_started)))
+                }
+                Acquire::TimedOut | Acquire::Busy { .. } => Ok(None),
+            },
+            Locker::Poll(p) => {
+                let Some(value) = p.acquire(name, opts.ttl, opts.wait).await? else { return Ok(None) };
+                let granted = Instant::now();
+                let release_started = Instant::now();
+                if !p.release(name, &value).await? {
+                    bail!("release of {name} found the key gone");
+                }
+                Ok(Some((granted, release_started)))
+            }
+        }
+    }
+}
+
+/// One measured run of one cell on one engine.
+pub async fn run(engine: &Engine, spec: RunSpec) -> anyhow::Result<RunResult> {
+    let mut lockers = Vec::with_capacity(spec.clients);
+    for _ in 0..spec.clients {
+        lockers.push(Locker::connect(engine).await?);
+    }
+    let opts = LockOptions {
+        ttl: spec.ttl,
+        wait: match spec.workload {
+            Workload::Uncontended => Duration::ZERO,
+            Workload::Contended => Duration::from_secs(30),
+        },
+        ..LockOptions::default()
+    };
+    let stop = Arc::new(AtomicBool::new(false));
+    let errors = Arc::new(AtomicU64::new(0));
+    let start = Instant::now();
+    let window = (start + spec.warmup, start + spec.warmup + spec.measure);
+    let mut tasks = Vec::new();
+    for (client, locker) in lockers.into_iter().enumerate() {
+        let name = match spec.workload {
+            Workload::Uncontended => format!("bench/w1/r{}/c{client}", spec.run_no),
+            Workload::Contended => format!("bench/w2/r{}", spec.run_no),
+        };
+        let (stop, errors) = (stop.clone(), errors.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut grants = Vec::new();
+            while !stop.load(Ordering::Relaxed) {
+                let invoked = Instant::now();
+                match locker.cycle(&name, &opts).await {
+                    Ok(Some((granted, release_started))) => {
+                        grants.push(Grant { client, invoked, granted, release_started })
+                    }
+                    Ok(None) => {}
+                    Err(e) => {
+                        if errors.fetch_add(1, Ordering::Relaxed) == 0 {
+                            eprintln!("bench: {name}: {e:#}");
+                        }
+                        tokio::time::sleep(Duration::from_millis(10)).await;
+                    }
+                }
+            }
+            grants
+        }));
+    }
+    tokio::time::sleep_until(window.0).await;
+    let me = std::process::id();
+    let (cpu_before, own_before) = (engine.pid.and_then(procstat::cpu_time), procstat::own_cpu_time(me));
+    tokio::time::sleep_until(window.1).await;
+    let (cpu_after, own_after) = (engine.pid.and_then(procstat::cpu_time), procstat::own_cpu_time(me));
+    stop.store(true, Ordering::Relaxed);
+    let mut all = Vec::new();
+    for t in tasks {
+        all.extend(t.await?);
+    }
+    let errors = errors.load(Ordering::Relaxed);
+    let mut result = summarize(all, window, cpu_before.zip(cpu_after), spec, errors);
+    result.client_cpu_us_per_cycle = own_before
+        .zip(own_after)
+        .filter(|_| result.cycles > 0)
+        .map(|(a, b)| (b - a).as_secs_f64() * 1e6 / result.cycles as f64);
+    Ok(result)
+}
+
+fn summarize(
+    mut grants: Vec<Grant>,
+    (from, to): (Instant, Instant),
+    cpu: Option<(Duration, Duration)>,
+    spec: RunSpec,
+    errors: u64,
+) -> RunResult {
+    grants.retain(|g| g.granted >= from && g.granted < to);
+    grants.sort_by_key(|g| g.granted);
+    let seconds = (to - from).as_secs_f64();
+    let cycles = grants.len() as u64;
+    let mut acquire: Vec<f64> = grants.iter().map(|g| ms(g.granted - g.invoked)).collect();
+    let mut result = RunResult {
+        cycles,
+        seconds,
+        cycles_per_sec: cycles as f64 / seconds,
+        acquire_ms: stats::latency(&mut acquire),
+        cpu_us_per_cycle: cpu.filter(|_| cycles > 0).map(|(a, b)| (b - a).as_secs_f64() * 1e6 / cycles as f64),
+        errors,
+        ..RunResult::default()
+    };
+    if spec.workload == Workload::Contended {
+        contended(&grants, spec.clients, &mut result);
+    }
+    result
+}
+
+/// Handoff latency, fairness and self re-grants over grants sorted by grant time.
+fn contended(grants: &[Grant], clients: usize, r: &mut RunResult) {
+    let mut handoff: Vec<f64> = grants.windows(2).map(|w| ms(w[1].granted.saturating_duration_since(w[0].release_started))).collect();
+    r.handoff_ms = Some(stats::latency(&mut handoff));
+    let mut per_client = vec![0u64; clients];
+    for g in grants {
+        per_client[g.client] += 1;
+    }
+    let (max, min) = (per_client.iter().copied().max().unwrap_or(0), per_client.iter().copied().min().unwrap_or(0));
+    r.fairness = (min > 0).then(|| max as f64 / min as f64);
+    r.starved_clients = Some(per_client.iter().filter(|&&n| n == 0).count() as u64);
+    // Each client's grants, by index into `grants`, in order.
+    let mut by_client: Vec<Vec<usize>> = vec![Vec::new(); clients];
+    for (i, g) in grants.iter().enumerate() {
+        by_client[g.client].push(i);
+    }
+    let mut selfs = 0u64;
+    let mut while_waited = 0u64;
+    for i in 0..grants.len().saturating_sub(1) {
+        let (prev, next) = (&grants[i], &grants[i + 1]);
+        if prev.client != next.client {
+            continue;
+        }
+        selfs += 1;
+        let waited = by_client.iter().enumerate().filter(|(c, _)| *c != prev.client).any(|(_, idx)| {
+            // The other client's first grant after `i`: was it asked for before the release began?
+            let j = idx.partition_point(|&k| k <= i + 1);
+            idx.get(j).is_some_and(|&k| grants[k].invoked < prev.release_started)
+        });
+        if waited {
+            while_waited += 1;
+        }
+    }
+    r.self_regrant_share = Some(if grants.len() > 1 { selfs as f64 / (grants.len() - 1) as f64 } else { 0.0 });
+    r.self_regrant_while_others_waited = Some(while_waited);
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+/// The lock most Redis users have: `SET key value NX PX ttl`, retried every
+/// 100 ms while taken (redis-py's `Lock` default `sleep=0.1`); release is a
+/// compare-and-delete script. No token, no queue: for reference only.
+mod poll {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::time::Duration;
+
+    use redis::aio::MultiplexedConnection;
+    use tokio::time::Instant;
+
+    const RELEASE: &str = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) else return 0 end";
+    const SLEEP: Duration = Duration::from_millis(100);
+
+    pub struct RedisPoll {
+        conn: MultiplexedConnection,
+        release: redis::Script,
+        next: AtomicU64,
+        id: u64,
+    }
+
+    impl RedisPoll {
+        pub async fn connect(url: &str) -> anyhow::Result<RedisPoll> {
+            let conn = redis::Client::open(url)?.get_multiplexed_async_connection().await?;
+            Ok(RedisPoll { conn, release: redis::Script::new(RELEASE), next: AtomicU64::new(0), id: fastrand::u64(..) })
+        }
+
+        /// The value written on success, or None when `wait` ran out.
+        pub async fn acquire(&self, key: &str, ttl: Duration, wait: Duration) -> anyhow::Result<Option<String>> {
+            let value = format!("{:x}-{}", self.id, self.next.fetch_add(1, Ordering::Relaxed));
+            let end = Instant::now() + wait;
+            let mut conn = self.conn.clone();
+            loop {
+                let set: Option<String> = redis::cmd("SET")
+                    .arg(key)
+                    .arg(&value)
+                    .arg("NX")
+                    .arg("PX")
+                    .arg(ttl.as_millis() as u64)
+                    .query_async(&mut conn)
+                    .await?;
+                if set.is_some() {
+                    return Ok(Some(value));
+                }
+                if Instant::now() + SLEEP > end {
+                    return Ok(None);
+                }
+                tokio::time::sleep(SLEEP).await;
+            }
+        }
+
+        pub async fn release(&self, key: &str, value: &str) -> anyhow::Result<bool> {
+            let mut conn = self.conn.clone();
+            let n: i64 = self.release.key(key).arg(value).invoke_async(&mut conn).await?;
+            Ok(n == 1)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec() -> RunSpec {
+        RunSpec {
+            workload: Workload::Contended,
+            clients: 3,
+            warmup: Duration::ZERO,
+            measure: Duration::from_secs(1),
+            ttl: Duration::from_secs(1),
+            run_no: 0,
+        }
+    }
+
+    /// Timeline arithmetic: handoffs, fairness, and a self re-grant counted as a
+    /// FIFO break only when another client had asked before the release began.
+    #[test]
+    fn contended_figures() {
+        let t0 = Instant::now();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        let g = |client, invoked, granted, release| Grant { client, invoked: at(invoked), granted: at(granted), release_started: at(release) };
+        let grants = vec![
+            g(0, 0, 1, 2),
+            g(0, 3, 4, 5),   // self re-grant; client 1 asked at 1 < 2: a FIFO break
+            g(1, 1, 7, 8),   // handoff 5 -> 7
+            g(1, 9, 10, 11), // self re-grant; client 2 asks only at 12: no break
+            g(2, 12, 13, 14),
+        ];
+        let r = summarize(grants, (t0, at(100)), None, spec(), 0);
+        assert_eq!(r.cycles, 5);
+        let h = r.handoff_ms.unwrap();
+        assert_eq!(h.samples, 4);
+        assert!((h.max - 2.0).abs() < 1e-9, "largest handoff is 2 ms: {h:?}");
+        assert_eq!(r.fairness, Some(2.0));
+        assert_eq!(r.self_regrant_share, Some(0.5));
+        assert_eq!(r.self_regrant_while_others_waited, Some(1));
+        assert_eq!(r.starved_clients, Some(0));
+    }
+
+    /// Grants outside the measured window do not count; a client with none is starved.
+    #[test]
+    fn window_and_starvation() {
+        let t0 = Instant::now();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        let g = |client, ms| Grant { client, invoked: at(ms), granted: at(ms), release_started: at(ms) };
+        let r = summarize(vec![g(0, 5), g(1, 50), g(0, 20), g(0, 30)], (at(10), at(40)), None, spec(), 0);
+        assert_eq!(r.cycles, 2);
+        assert_eq!(r.fairness, None);
+        assert_eq!(r.starved_clients, Some(2));
+    }
+}

@@ -1,0 +1,71 @@
+//! `fencelock-bench --quick` end to end: every engine is started, every cell of
+//! every workload runs and completes cycles without errors, and the report,
+//! JSON and charts are written. No figure is asserted (timings belong in the
+//! benchmark's output, not in tests); what is checked is that each cell ran
+//! and that the native server's durability check found every grant.
+
+use std::{path::Path, process::Command};
+
+use serde_json::Value;
+
+const ENGINES: [&str; 8] = ["fencelock", "redis", "redis-aof", "etcd", "zookeeper", "postgres", "pg-advisory", "redis-poll"];
+
+#[test]
+fn quick_run_measures_every_cell_of_every_engine() {
+    let out = tempfile::tempdir().unwrap();
+    let status = Command::new(env!("CARGO_BIN_EXE_fencelock-bench"))
+        .args(["--quick", "--seconds", "0.5", "--clients", "1,16", "--out"])
+        .arg(out.path())
+        .status()
+        .expect("run fencelock-bench");
+    assert!(status.success(), "fencelock-bench --quick failed: {status}");
+
+    let report: Value = serde_json::from_str(&std::fs::read_to_string(out.path().join("results.json")).unwrap()).unwrap();
+    assert_eq!(report["mode"], "quick");
+    let ids: Vec<&str> = report["engines"].as_array().unwrap().iter().map(|e| e["id"].as_str().unwrap()).collect();
+    assert_eq!(ids, ENGINES);
+
+    let cells = report["cells"].as_array().unwrap();
+    for engine in ENGINES {
+        for (workload, clients) in [("W1", 1), ("W1", 16), ("W2", 16)] {
+            let cell = cells
+                .iter()
+                .find(|c| c["engine"] == engine && c["workload"] == workload && c["clients"] == clients)
+                .unwrap_or_else(|| panic!("no {workload} cell with {clients} clients for {engine}"));
+            let m = &cell["median"];
+            assert!(m["cycles"].as_u64().unwrap() > 0, "{workload}/{clients} on {engine}: no cycle: {m}");
+            assert_eq!(m["errors"], 0, "{workload}/{clients} on {engine}: errors: {m}");
+            assert!(m["cpu_us_per_cycle"].as_f64().is_some(), "{engine}: engine CPU not read");
+            if workload == "W2" {
+                assert!(m["handoff_ms"]["samples"].as_u64().unwrap() > 0, "{engine}: no handoff measured");
+            }
+        }
+    }
+
+    let scale = &report["scale"];
+    assert_eq!(scale["leases"], 20_000, "W3 created every lease: {scale}");
+    assert_eq!(scale["renew_failures"], 0, "{scale}");
+    assert!(scale["renewals"].as_u64().unwrap() > 0, "{scale}");
+    assert!(scale["rss_after"].as_u64().unwrap() > scale["rss_before"].as_u64().unwrap(), "{scale}");
+
+    let d = &report["durability"];
+    assert!(d["fsyncs"].as_u64().unwrap() > 0, "strace saw no fsync: {d}");
+    assert!(d["grants_verified"].as_u64().unwrap() > 0, "{d}");
+    assert_eq!(d["grants_missing"], 0, "an acknowledged grant was lost: {d}");
+    assert!(d["first_token_after"].as_u64().unwrap() > d["max_token_before"].as_u64().unwrap(), "{d}");
+
+    let md = std::fs::read_to_string(out.path().join("results.md")).unwrap();
+    for engine in ENGINES {
+        assert!(md.contains(engine), "results.md does not mention {engine}");
+    }
+    for chart in ["w1-throughput", "w1-latency"] {
+        for ext in ["svg", "png"] {
+            let p = out.path().join(format!("{chart}.{ext}"));
+            assert!(non_empty(&p), "{} missing", p.display());
+        }
+    }
+}
+
+fn non_empty(p: &Path) -> bool {
+    std::fs::metadata(p).map(|m| m.len() > 0).unwrap_or(false)
+}
