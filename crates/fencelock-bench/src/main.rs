@@ -102,7 +102,11 @@ enum Cmd {
 
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    if let (Some(Cmd::ServeNative { .. }), Ok(n)) = (&args.cmd, std::env::var("FENCELOCK_BENCH_SERVER_THREADS")) {
+        builder.worker_threads(n.parse()?);
+    }
+    let rt = builder.enable_all().build()?;
     match args.cmd {
         Some(Cmd::ServeNative { data_dir }) => rt.block_on(engines::serve_native(data_dir)),
         None => rt.block_on(bench(args)),
