@@ -93,6 +93,8 @@ struct Args {
 #[derive(Subcommand, Debug)]
 enum Cmd {
     /// (internal) Run a native server in this process; prints its addresses.
+    /// `FENCELOCK_BENCH_SERVER_THREADS=N` gives its runtime N worker threads
+    /// (default: one per core).
     #[command(hide = true)]
     ServeNative {
         #[arg(long)]
