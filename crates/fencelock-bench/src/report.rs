@@ -406,34 +406,51 @@ fn w1(md: &mut String, r: &Report) {
         }
         header(md, &cols, 1);
         for (id, cell) in ids.iter().zip(&cells) {
-            let mut v = vec![format!("`{id}`")];
-            match cell {
-                Some(cl) => {
-                    let m = &cl.median;
-                    v.push(rate(m.cycles_per_sec));
-                    if range {
-                        v.push(run_range(cl));
-                    }
-                    v.extend([
-                        ms(m.acquire_ms.p50),
-                        ms(m.acquire_ms.p99),
-                        ms(m.acquire_ms.p999),
-                        opt(m.cpu_us_per_cycle, us),
-                        opt(m.client_cpu_us_per_cycle, us),
-                    ]);
-                    if runs {
-                        v.push(cl.runs.len().to_string());
-                    }
-                    if errs {
-                        v.push(thousands(m.errors));
-                    }
-                }
-                None => v.extend(std::iter::repeat_n("n/a".to_string(), cols.len() - 1)),
-            }
-            row(md, &v);
+            let figures = |m: &RunResult| {
+                vec![
+                    ms(m.acquire_ms.p50),
+                    ms(m.acquire_ms.p99),
+                    ms(m.acquire_ms.p999),
+                    opt(m.cpu_us_per_cycle, us),
+                    opt(m.client_cpu_us_per_cycle, us),
+                ]
+            };
+            cell_row(md, id, *cell, cols.len(), (range, runs, errs), figures);
         }
         let _ = writeln!(md);
     }
+}
+
+/// One engine's row of a W1 or W2 table: id, cycles/s, the run range if
+/// `range`, the workload's `figures`, then runs and errors if those columns
+/// are shown; "n/a" throughout for an engine without this cell.
+fn cell_row(
+    md: &mut String,
+    id: &str,
+    cell: Option<&Cell>,
+    width: usize,
+    (range, runs, errs): (bool, bool, bool),
+    figures: impl Fn(&RunResult) -> Vec<String>,
+) {
+    let mut v = vec![format!("`{id}`")];
+    match cell {
+        Some(cl) => {
+            let m = &cl.median;
+            v.push(rate(m.cycles_per_sec));
+            if range {
+                v.push(run_range(cl));
+            }
+            v.extend(figures(m));
+            if runs {
+                v.push(cl.runs.len().to_string());
+            }
+            if errs {
+                v.push(thousands(m.errors));
+            }
+        }
+        None => v.extend(std::iter::repeat_n("n/a".to_string(), width - 1)),
+    }
+    row(md, &v);
 }
 
 fn w2(md: &mut String, r: &Report) {
@@ -471,38 +488,23 @@ fn w2(md: &mut String, r: &Report) {
     }
     header(md, &cols, 1);
     for (id, cell) in ids.iter().zip(&cells) {
-        let mut v = vec![format!("`{id}`")];
-        match cell {
-            Some(cl) => {
-                let m = &cl.median;
-                v.push(rate(m.cycles_per_sec));
-                if range {
-                    v.push(run_range(cl));
-                }
-                let fairness = match (m.fairness, m.starved_clients) {
-                    (Some(f), _) => format!("{f:.2}"),
-                    (None, Some(n)) => format!("starved {n}"),
-                    (None, None) => "n/a".into(),
-                };
-                v.extend([
-                    opt(m.handoff_ms, |h| ms(h.p50)),
-                    opt(m.handoff_ms, |h| ms(h.p99)),
-                    fairness,
-                    opt(m.self_regrant_share, |s| format!("{:.1} %", s * 100.0)),
-                    opt(m.self_regrant_while_others_waited, thousands),
-                    opt(m.cpu_us_per_cycle, us),
-                    opt(m.client_cpu_us_per_cycle, us),
-                ]);
-                if runs {
-                    v.push(cl.runs.len().to_string());
-                }
-                if errs {
-                    v.push(thousands(m.errors));
-                }
-            }
-            None => v.extend(std::iter::repeat_n("n/a".to_string(), cols.len() - 1)),
-        }
-        row(md, &v);
+        let figures = |m: &RunResult| {
+            let fairness = match (m.fairness, m.starved_clients) {
+                (Some(f), _) => format!("{f:.2}"),
+                (None, Some(n)) => format!("starved {n}"),
+                (None, None) => "n/a".into(),
+            };
+            vec![
+                opt(m.handoff_ms, |h| ms(h.p50)),
+                opt(m.handoff_ms, |h| ms(h.p99)),
+                fairness,
+                opt(m.self_regrant_share, |s| format!("{:.1} %", s * 100.0)),
+                opt(m.self_regrant_while_others_waited, thousands),
+                opt(m.cpu_us_per_cycle, us),
+                opt(m.client_cpu_us_per_cycle, us),
+            ]
+        };
+        cell_row(md, id, *cell, cols.len(), (range, runs, errs), figures);
     }
     let _ = writeln!(md);
 }
