@@ -33,7 +33,6 @@ impl LockBackend for Client {
 
     fn acquire<'a>(&'a self, name: &'a str, opts: &'a LockOptions) -> BoxFuture<'a, Result<Acquire<Guard>, Error>> {
         Box::pin(async move {
-            self.capabilities().admit(self.kind(), name, opts)?;
             let outcome = self.lock(name).options(*opts).acquire().await?;
             Ok(outcome.map(|g| {
                 let (name, token, watch) = (g.name().to_string(), g.token(), g.lease_watch());
