@@ -11,17 +11,27 @@ use std::{fs, path::Path, time::Duration};
 
 use crate::model::Machine;
 
-/// Fields 14..=17 of `/proc/PID/stat` (utime, stime, cutime, cstime) and field
-/// 4 (ppid), for one process.
-fn stat(pid: u32) -> Option<(u32, u64)> {
+/// One process's line of `/proc/PID/stat`: its parent, its own CPU ticks
+/// (utime + stime, fields 14–15) and those of its reaped children (cutime +
+/// cstime, fields 16–17).
+struct Stat {
+    ppid: u32,
+    own: u64,
+    reaped: u64,
+}
+
+fn stat(pid: u32) -> Option<Stat> {
     let text = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // The command name is in parentheses and may hold spaces: split after it.
     let rest = &text[text.rfind(')')? + 2..];
     let f: Vec<&str> = rest.split_whitespace().collect();
     // rest starts at field 3 (state): field n is f[n - 3].
-    let ppid = f.get(1)?.parse().ok()?;
-    let ticks: u64 = f.get(11..15)?.iter().filter_map(|v| v.parse::<u64>().ok()).sum();
-    Some((ppid, ticks))
+    let sum = |r: std::ops::Range<usize>| -> Option<u64> { f.get(r)?.iter().map(|v| v.parse::<u64>().ok()).sum() };
+    Some(Stat { ppid: f.get(1)?.parse().ok()?, own: sum(11..13)?, reaped: sum(13..15)? })
+}
+
+fn ticks_to_time(ticks: u64) -> Duration {
+    Duration::from_secs_f64(ticks as f64 / clock_ticks())
 }
 
 /// CPU time (user + system) of `pid` and all its descendants so far.
@@ -29,7 +39,7 @@ pub fn cpu_time(pid: u32) -> Option<Duration> {
     let all: Vec<(u32, u32, u64)> = fs::read_dir("/proc")
         .ok()?
         .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
-        .filter_map(|p| stat(p).map(|(ppid, t)| (p, ppid, t)))
+        .filter_map(|p| stat(p).map(|s| (p, s.ppid, s.own + s.reaped)))
         .collect();
     all.iter().find(|(p, _, _)| *p == pid)?;
     let mut tree = vec![pid];
@@ -40,16 +50,12 @@ pub fn cpu_time(pid: u32) -> Option<Duration> {
         i += 1;
     }
     let ticks: u64 = all.iter().filter(|(p, _, _)| tree.contains(p)).map(|(_, _, t)| t).sum();
-    Some(Duration::from_secs_f64(ticks as f64 / clock_ticks()))
+    Some(ticks_to_time(ticks))
 }
 
 /// CPU time (user + system, all threads) of `pid` alone, its children not counted.
 pub fn own_cpu_time(pid: u32) -> Option<Duration> {
-    let text = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let rest = &text[text.rfind(')')? + 2..];
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    let ticks: u64 = f.get(11..13)?.iter().filter_map(|v| v.parse::<u64>().ok()).sum();
-    Some(Duration::from_secs_f64(ticks as f64 / clock_ticks()))
+    stat(pid).map(|s| ticks_to_time(s.own))
 }
 
 fn clock_ticks() -> f64 {
@@ -127,6 +133,7 @@ mod tests {
         }
         std::hint::black_box(x);
         assert!(cpu_time(me).unwrap() > before, "spinning used no CPU");
+        assert!(own_cpu_time(me).unwrap() <= cpu_time(me).unwrap());
         assert!(rss_bytes(me).unwrap() > 1024 * 1024);
         assert!(cpu_time(u32::MAX).is_none());
     }
