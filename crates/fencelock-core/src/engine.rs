@@ -44,6 +44,8 @@ mod timers;
 
 #[cfg(test)]
 mod tests;
+#[cfg(all(test, feature = "mutants"))]
+mod mutant_tests;
 
 use std::collections::{BTreeMap, VecDeque};
 
@@ -112,6 +114,14 @@ impl Engine {
         }
         out.next_deadline = self.next_deadline();
         out
+    }
+
+    /// Test-only mutant (see [`crate::mutants`]): forget the token counter, as if it
+    /// were kept only in memory, so the next grant gets token 1 again (INV-2 broken).
+    /// Bookkeeping keyed by token may then be confused; nothing panics.
+    #[cfg(feature = "mutants")]
+    pub fn mutant_forget_tokens(&mut self) {
+        self.next_token = 1;
     }
 
     /// The last instant the engine has seen.
@@ -211,6 +221,19 @@ impl Engine {
             Outcome::TimedOut(lock) => Some(Reply::Busy(self.busy(lock))),
         }
     }
+}
+
+/// Whether the dead-waiter mutant is on (see [`crate::mutants`]).
+#[cfg(feature = "mutants")]
+fn dead_waiter_mutant() -> bool {
+    crate::mutants::dead_waiter_check_removed()
+}
+
+/// Without the `mutants` feature the dead-waiter protection is always on.
+#[cfg(not(feature = "mutants"))]
+#[inline(always)]
+fn dead_waiter_mutant() -> bool {
+    false
 }
 
 /// Request id 0 is reserved.

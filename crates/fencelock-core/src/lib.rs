@@ -15,6 +15,8 @@
 
 mod engine;
 mod error;
+#[cfg(feature = "mutants")]
+pub mod mutants;
 mod name;
 mod types;
 

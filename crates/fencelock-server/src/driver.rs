@@ -20,9 +20,18 @@
 //! - **Waiters.** A queued acquire is answered `Queued` by the engine; the caller
 //!   then waits for the grant effect with its (lease, request id). If the caller
 //!   has gone away when the grant comes, the driver proposes `CancelWait`, which
-//!   releases the undelivered grant.
+//!   releases the undelivered grant. A retried acquire (same lease and request id)
+//!   owns the wait from the moment it arrives: it drops any unwritten `CancelWait`
+//!   of that acquire, and a cancel from an older caller of it is never written, so
+//!   a cancel never ends (or releases) the wait of a caller that is still there.
 
-use std::{collections::HashMap, sync::Arc};
+use std::{
+    collections::HashMap,
+    sync::{
+        atomic::{AtomicU64, Ordering},
+        Arc,
+    },
+};
 
 use fencelock_core::{
     Acquire, Busy, Command, Effect, EngineError, Grant, Input, LeaseId, Output,
@@ -76,25 +85,44 @@ struct Msg {
     cmd: Command,
     reply: Option<ReplyTx>,
     waiter: Option<WaitTx>,
+    /// For an acquire sent by [`DriverHandle::acquire`]: its generation.
+    gen: Option<u64>,
+}
+
+/// What handles send to the driver task.
+enum ToDriver {
+    Cmd(Msg),
+    /// The caller of the acquire of generation `gen` is done with it: it completed,
+    /// or it went away mid-flight (`cancel`, carrying the `CancelWait` to write).
+    AcquireGone { key: (LeaseId, RequestId), gen: u64, cancel: Option<Command> },
+}
+
+/// Who owns the wait of one (lease, request id): the newest acquire of it that
+/// arrived, and how many callers of it have not reported that they are done.
+struct Owner {
+    newest: u64,
+    live: u64,
 }
 
 /// A cheap, cloneable handle to the driver.
 #[derive(Clone)]
 pub struct DriverHandle {
-    tx: mpsc::UnboundedSender<Msg>,
+    tx: mpsc::UnboundedSender<ToDriver>,
     ready: watch::Receiver<bool>,
+    /// Generations of acquires, so a retry supersedes its older callers.
+    next_gen: Arc<AtomicU64>,
 }
 
 impl DriverHandle {
     /// Propose `cmd` and return the engine's reply once it is durable and applied.
     pub async fn submit(&self, cmd: Command) -> Result<Reply, DriverError> {
-        self.send(cmd, None).await
+        self.send(cmd, None, None).await
     }
 
-    async fn send(&self, cmd: Command, waiter: Option<WaitTx>) -> Result<Reply, DriverError> {
+    async fn send(&self, cmd: Command, waiter: Option<WaitTx>, gen: Option<u64>) -> Result<Reply, DriverError> {
         let (tx, rx) = oneshot::channel();
-        let msg = Msg { cmd, reply: Some(tx), waiter };
-        self.tx.send(msg).map_err(|_| shutting_down())?;
+        let msg = Msg { cmd, reply: Some(tx), waiter, gen };
+        self.tx.send(ToDriver::Cmd(msg)).map_err(|_| shutting_down())?;
         rx.await.map_err(|_| shutting_down())?
     }
 
@@ -102,10 +130,11 @@ impl DriverHandle {
     /// future is dropped before it completes, the wait is cancelled (and a grant
     /// that was made but not delivered is released).
     pub async fn acquire(&self, acq: Acquire) -> Result<AcquireOutcome, DriverError> {
-        let mut guard = CancelOnDrop::new(self, &acq);
+        let gen = self.next_gen.fetch_add(1, Ordering::Relaxed);
+        let mut guard = CancelOnDrop::new(self, &acq, gen);
         let (wtx, wrx) = oneshot::channel();
         let lease = acq.lease;
-        let outcome = match self.send(Command::Acquire(acq), Some(wtx)).await {
+        let outcome = match self.send(Command::Acquire(acq), Some(wtx), Some(gen)).await {
             Ok(Reply::Queued { .. }) => match wrx.await {
                 Ok(Ok(WaitOutcome::Granted { grant, waited_ms })) => {
                     Ok(AcquireOutcome::Acquired { grant, waited_ms })
@@ -118,7 +147,8 @@ impl DriverHandle {
             Err(e) => Err(e),
         };
         // Completed (either way): the caller has the outcome, or will retry with the
-        // same request id; a cancel now could race with that retry.
+        // same request id; a cancel now could race with that retry. The guard still
+        // tells the driver that this caller is done.
         guard.armed = false;
         outcome
     }
@@ -133,7 +163,7 @@ fn ended(why: WaitEnd, lease: LeaseId) -> AcquireOutcome {
     match why {
         WaitEnd::TimedOut => AcquireOutcome::TimedOut,
         WaitEnd::LeaseEnded => AcquireOutcome::LeaseEnded(lease),
-        // Only this caller cancels its own wait, and it is gone by then.
+        // Only the wait's current owner cancels it, and it is gone by then.
         WaitEnd::Cancelled => AcquireOutcome::TimedOut,
     }
 }
@@ -151,25 +181,28 @@ fn shutting_down() -> DriverError {
     DriverError::Unavailable("server is shutting down".into())
 }
 
-/// Proposes `CancelWait` for an acquire whose caller went away mid-flight.
+/// Tells the driver when the caller of an acquire is done with it, and asks for a
+/// `CancelWait` if it went away mid-flight (the driver writes it only if no newer
+/// acquire of the same lease and request id has arrived).
 struct CancelOnDrop {
-    tx: mpsc::UnboundedSender<Msg>,
-    cmd: Option<Command>,
+    tx: mpsc::UnboundedSender<ToDriver>,
+    key: (LeaseId, RequestId),
+    gen: u64,
+    lock: String,
     armed: bool,
 }
 
 impl CancelOnDrop {
-    fn new(h: &DriverHandle, a: &Acquire) -> Self {
-        let cmd = Command::CancelWait { req: a.req, lease: a.lease, lock: a.lock.clone() };
-        Self { tx: h.tx.clone(), cmd: Some(cmd), armed: true }
+    fn new(h: &DriverHandle, a: &Acquire, gen: u64) -> Self {
+        Self { tx: h.tx.clone(), key: (a.lease, a.req), gen, lock: a.lock.clone(), armed: true }
     }
 }
 
 impl Drop for CancelOnDrop {
     fn drop(&mut self) {
-        if let (true, Some(cmd)) = (self.armed, self.cmd.take()) {
-            let _ = self.tx.send(Msg { cmd, reply: None, waiter: None });
-        }
+        let ((lease, req), gen) = (self.key, self.gen);
+        let cancel = self.armed.then(|| Command::CancelWait { req, lease, lock: std::mem::take(&mut self.lock) });
+        let _ = self.tx.send(ToDriver::AcquireGone { key: self.key, gen, cancel });
     }
 }
 
@@ -180,10 +213,13 @@ pub struct Driver {
     clock: Clock,
     metrics: Arc<Metrics>,
     max_batch: usize,
-    rx: mpsc::UnboundedReceiver<Msg>,
+    rx: mpsc::UnboundedReceiver<ToDriver>,
     ready_tx: watch::Sender<bool>,
     pending: Vec<Msg>,
     waiters: HashMap<(LeaseId, RequestId), WaitTx>,
+    /// Per (lease, request id) with a caller of [`DriverHandle::acquire`] not done
+    /// yet: the newest acquire of it (the only one whose cancel is written).
+    owners: HashMap<(LeaseId, RequestId), Owner>,
     inflight: Option<Inflight>,
     /// When the engine's next deadline falls due (a tick must be written then).
     tick_at: Option<Instant>,
@@ -236,6 +272,7 @@ impl Driver {
             ready_tx,
             pending: Vec::new(),
             waiters: HashMap::new(),
+            owners: HashMap::new(),
             inflight: None,
             tick_at: None,
             tick_due: false,
@@ -244,7 +281,7 @@ impl Driver {
             leader_hint: None,
             stopped: None,
         };
-        (driver, DriverHandle { tx, ready })
+        (driver, DriverHandle { tx, ready, next_gen: Arc::new(AtomicU64::new(1)) })
     }
 
     /// Run until `shutdown` resolves, the Raft node stops, or every handle is dropped.
@@ -289,7 +326,28 @@ impl Driver {
         }
     }
 
-    fn enqueue(&mut self, msg: Msg) {
+    fn enqueue(&mut self, msg: ToDriver) {
+        self.accept(msg);
+        // Gather everything already queued into this same batch.
+        while self.pending.len() < self.max_batch {
+            match self.rx.try_recv() {
+                Ok(m) => self.accept(m),
+                Err(_) => break,
+            }
+        }
+    }
+
+    fn accept(&mut self, msg: ToDriver) {
+        let msg = match msg {
+            ToDriver::Cmd(m) => m,
+            ToDriver::AcquireGone { key, gen, cancel } => match self.acquire_gone(key, gen, cancel) {
+                Some(cmd) => Msg { cmd, reply: None, waiter: None, gen: None },
+                None => return,
+            },
+        };
+        if let (Command::Acquire(a), Some(gen)) = (&msg.cmd, msg.gen) {
+            self.acquire_arrived((a.lease, a.req), gen);
+        }
         if let Some(why) = &self.stopped {
             reply(msg.reply, Err(DriverError::Unavailable(why.clone())));
             return;
@@ -300,13 +358,29 @@ impl Driver {
             return;
         }
         self.pending.push(msg);
-        // Gather everything already queued into this same batch.
-        while self.pending.len() < self.max_batch {
-            match self.rx.try_recv() {
-                Ok(m) => self.pending.push(m),
-                Err(_) => break,
-            }
+    }
+
+    /// An acquire (maybe a retry) arrived: it owns the wait of its key from now on,
+    /// so an unwritten cancel of that key, from an older caller, is dropped.
+    fn acquire_arrived(&mut self, key: (LeaseId, RequestId), gen: u64) {
+        let owner = self.owners.entry(key).or_insert(Owner { newest: gen, live: 0 });
+        owner.newest = owner.newest.max(gen);
+        owner.live += 1;
+        self.pending.retain(|m| m.reply.is_some() || !cancels(&m.cmd, key));
+    }
+
+    /// The caller of the acquire `gen` of `key` is done; the `CancelWait` to write,
+    /// if it went away and was the wait's newest owner.
+    fn acquire_gone(&mut self, key: (LeaseId, RequestId), gen: u64, cancel: Option<Command>) -> Option<Command> {
+        let Some(owner) = self.owners.get_mut(&key) else {
+            return cancel;
+        };
+        let current = gen >= owner.newest;
+        owner.live = owner.live.saturating_sub(1);
+        if owner.live == 0 {
+            self.owners.remove(&key);
         }
+        cancel.filter(|_| current)
     }
 
     /// Start the next write if none is in flight and there is something to write.
@@ -365,6 +439,8 @@ impl Driver {
                 tracing::info!(term, "leader ready: restored leases got a fresh TTL");
             }
         }
+        #[cfg(feature = "failpoints")]
+        crate::faults::crash_point(crate::faults::REPLY_BEFORE_SEND);
         self.deliver(done.msgs, out);
     }
 
@@ -378,7 +454,11 @@ impl Driver {
                 continue;
             };
             if let (Reply::Queued { .. }, Command::Acquire(a), Some(w)) = (&r, &m.cmd, m.waiter) {
-                self.waiters.insert((a.lease, a.req), w);
+                // A superseded caller of a retried acquire does not take the wait back.
+                let key = (a.lease, a.req);
+                if self.owners.get(&key).is_none_or(|o| m.gen.is_none_or(|g| g >= o.newest)) {
+                    self.waiters.insert(key, w);
+                }
             }
             reply(m.reply, Ok(r));
         }
@@ -461,6 +541,11 @@ impl Driver {
 /// Pause after a failed log write before the next attempt, so a failing disk is
 /// not hammered in a loop.
 const RETRY_AFTER_FAILED_WRITE: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// `cmd` is a `CancelWait` of the acquire `(lease, req)`.
+fn cancels(cmd: &Command, (lease, req): (LeaseId, RequestId)) -> bool {
+    matches!(cmd, Command::CancelWait { lease: l, req: r, .. } if (*l, *r) == (lease, req))
+}
 
 fn reply(tx: Option<ReplyTx>, r: Result<Reply, DriverError>) {
     if let Some(tx) = tx {

@@ -8,7 +8,7 @@
 //! Layout: [`driver`] (the only proposer: batching, time, leadership), [`api`]
 //! (operations shared by unary RPCs and sessions), [`grpc`] (tonic glue),
 //! [`admin`] (axum), [`raft`] (type config, storage, network), [`clock`] (the only
-//! clock), [`metrics`].
+//! clock), [`metrics`], [`faults`] (test-only fault injection, inert by default).
 //!
 //! ```no_run
 //! # async fn f() -> Result<(), fencelock_server::ServerError> {
@@ -23,6 +23,7 @@ pub mod api;
 pub mod clock;
 pub mod config;
 pub mod driver;
+pub mod faults;
 pub mod grpc;
 pub mod metrics;
 pub mod raft;
@@ -82,7 +83,7 @@ pub async fn start(config: Config) -> Result<Running, ServerError> {
 
     let clock = Clock::new();
     let metrics = Arc::new(Metrics::default());
-    let (driver, handle) = Driver::new(raft.clone(), config.node_id, clock, metrics.clone(), config.max_batch);
+    let (driver, handle) = Driver::new(raft.clone(), config.node_id, clock.clone(), metrics.clone(), config.max_batch);
     let (stop, stop_rx) = watch::channel(false);
     let ops = Ops { driver: handle, engine, raft: raft.clone(), clock };
 

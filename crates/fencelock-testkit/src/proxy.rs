@@ -48,6 +48,7 @@ struct Shared {
     state: watch::Sender<State>,
     accepted: AtomicUsize,
     dropped_bytes: AtomicU64,
+    held_bytes: AtomicU64,
 }
 
 /// A running proxy; it stops when dropped.
@@ -63,7 +64,12 @@ impl Proxy {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind the proxy");
         let addr = listener.local_addr().unwrap();
         let (state, _) = watch::channel(State { mode: Mode::Pass, resets: 0 });
-        let shared = Arc::new(Shared { state, accepted: AtomicUsize::new(0), dropped_bytes: AtomicU64::new(0) });
+        let shared = Arc::new(Shared {
+            state,
+            accepted: AtomicUsize::new(0),
+            dropped_bytes: AtomicU64::new(0),
+            held_bytes: AtomicU64::new(0),
+        });
         let accept = tokio::spawn(accept_loop(listener, upstream, shared.clone()));
         Proxy { addr, shared, accept }
     }
@@ -103,6 +109,12 @@ impl Proxy {
     /// Server→client bytes discarded in [`Mode::DropReplies`] so far.
     pub fn dropped_bytes(&self) -> u64 {
         self.shared.dropped_bytes.load(Ordering::SeqCst)
+    }
+
+    /// Bytes (either direction) that arrived in [`Mode::Hold`] and were held
+    /// back, so far: proof that a hold delayed something.
+    pub fn held_bytes(&self) -> u64 {
+        self.shared.held_bytes.load(Ordering::SeqCst)
     }
 }
 
@@ -178,6 +190,9 @@ where
             return Ok(());
         }
         // Held bytes wait here (in order) until the mode changes.
+        if state.borrow().mode == Mode::Hold {
+            shared.held_bytes.fetch_add(n as u64, Ordering::SeqCst);
+        }
         let mode = match state.wait_for(|s| s.mode != Mode::Hold).await {
             Ok(s) => s.mode,
             Err(_) => return Ok(()),

@@ -86,7 +86,8 @@ impl Engine {
 
     /// Remove the lease, then release its grants (in token order) and drop its
     /// waits (in request order). Its waiters are not live any more, so a release
-    /// never hands a lock to the lease's own queued request (INV-4).
+    /// never hands a lock to the lease's own queued request (INV-4). (The
+    /// dead-waiter mutant, see `crate::mutants`, leaves the waits queued.)
     fn end_lease(&mut self, id: LeaseId, cause: ReleaseCause, fx: &mut Effects) {
         let Some(lease) = self.leases.remove(&id) else {
             return;
@@ -97,6 +98,9 @@ impl Engine {
         }
         for (token, lock) in &lease.holds {
             self.end_grant(lock, id, *token, cause, fx);
+        }
+        if super::dead_waiter_mutant() {
+            return;
         }
         for (req, lock) in &lease.waits {
             self.end_wait(lock, id, *req, WaitEnd::LeaseEnded, fx);

@@ -338,9 +338,12 @@ impl Engine {
         }
     }
 
+    /// The first waiter whose lease is live (with the dead-waiter mutant, see
+    /// `crate::mutants`: the first waiter).
     fn take_next_live_waiter(&mut self, name: &LockName) -> Option<Waiter> {
         let lock = self.locks.get(name).filter(|l| l.has_room())?;
-        let i = lock.queue.iter().position(|w| self.is_live(w.lease))?;
+        let mutant = super::dead_waiter_mutant();
+        let i = lock.queue.iter().position(|w| mutant || self.is_live(w.lease))?;
         self.locks.get_mut(name)?.queue.remove(i)
     }
 

@@ -131,9 +131,8 @@ pub fn open(dir: &Path) -> Result<(LogStore, StateMachine), StorageError<NodeId>
         )))
     })?;
     let file = dir.join(DB_FILE);
-    let db = Database::builder()
-        .set_cache_size(CACHE_BYTES)
-        .create(&file)
+    create_new(&file).map_err(store_err)?;
+    let db = create_db(Database::builder().set_cache_size(CACHE_BYTES), &file)
         .map_err(|e| match e {
             redb::DatabaseError::DatabaseAlreadyOpen => store_err(DbError::Other(format!(
                 "data directory {} is already in use: the database {} is locked by another \
@@ -162,6 +161,42 @@ pub fn open(dir: &Path) -> Result<(LogStore, StateMachine), StorageError<NodeId>
     let db = Arc::new(db);
     let sm = StateMachine::load(db.clone())?;
     Ok((LogStore { db }, sm))
+}
+
+/// Creates the database file if it does not exist, under a temporary name that is
+/// renamed into place once redb has written and synced its header.
+///
+/// redb writes a new file's header in two synced steps; a crash between them leaves
+/// a file that redb refuses ever after ("magic number mismatch"), although nothing
+/// in it was acknowledged. Created aside, such a crash leaves only the temporary
+/// file, which the next start deletes and creates again.
+fn create_new(file: &Path) -> Result<(), DbError> {
+    if file.exists() {
+        return Ok(());
+    }
+    let tmp = file.with_extension("redb.creating");
+    let io = |what: &str, e: std::io::Error| DbError::Other(format!("cannot {what} {}: {e}", tmp.display()));
+    match std::fs::remove_file(&tmp) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(io("remove", e)),
+        _ => {}
+    }
+    drop(Database::builder().create(&tmp).map_err(|e| DbError::Other(format!("cannot create {}: {e}", tmp.display())))?);
+    std::fs::File::open(&tmp).and_then(|f| f.sync_all()).map_err(|e| io("sync", e))?;
+    std::fs::rename(&tmp, file).map_err(|e| io("rename", e))?;
+    if let Some(dir) = file.parent() {
+        std::fs::File::open(dir).and_then(|d| d.sync_all()).map_err(|e| io("sync the directory of", e))?;
+    }
+    Ok(())
+}
+
+/// Opens (creating if needed) the database file; through the power-loss shim when the
+/// `power-loss` feature is compiled in and `FENCELOCK_POWER_LOSS_SHIM=1` is set.
+fn create_db(builder: &redb::Builder, file: &Path) -> Result<Database, redb::DatabaseError> {
+    #[cfg(feature = "power-loss")]
+    if super::power_loss::enabled() {
+        return super::power_loss::create_database(builder, file);
+    }
+    builder.create(file)
 }
 
 /// Only the log id of a stored entry (the payload is skipped while parsing).
@@ -357,6 +392,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     /// All `entries` go into ONE write transaction committed with
     /// `Durability::Immediate` (one fsync per call); `callback` is called after the
     /// commit returned, so the entries are on disk when openraft hears of it.
+    /// (Test-only crash points around the commit: see [`crate::faults`].)
     async fn append<I>(
         &mut self,
         entries: I,
@@ -387,12 +423,16 @@ impl RaftLogStorage<TypeConfig> for LogStore {
                     table.insert(*index, bytes.as_slice())?;
                 }
             }
+            #[cfg(feature = "failpoints")]
+            crate::faults::crash_point(crate::faults::LOG_BEFORE_FSYNC);
             txn.commit()?;
             Ok(())
         })
         .await;
         match res {
             Ok(()) => {
+                #[cfg(feature = "failpoints")]
+                crate::faults::crash_point(crate::faults::LOG_AFTER_FSYNC);
                 callback.log_io_completed(Ok(()));
                 Ok(())
             }

@@ -12,6 +12,8 @@ use fencelock_core::{Input, Output};
 
 pub mod log_store;
 pub mod network;
+#[cfg(feature = "power-loss")]
+pub mod power_loss;
 pub mod state_machine;
 
 pub use log_store::{open as open_storage, LogStore, DB_FILE};

@@ -63,6 +63,11 @@ pub struct StateMachine {
     engine: SharedEngine,
     last_applied: Option<LogId<NodeId>>,
     last_membership: Membership,
+    /// Test-only `memory-token` mutant (see [`crate::faults`]): right before the
+    /// first entry with an index at least this (the first entry that was not in
+    /// the log when the storage was opened), forget the engine's token counter.
+    #[cfg(feature = "mutants")]
+    forget_tokens_from: Option<u64>,
 }
 
 impl std::fmt::Debug for StateMachine {
@@ -137,6 +142,17 @@ fn write_snapshot(
     Ok(written)
 }
 
+/// The index of the first entry that is not in the log yet: one past the last
+/// stored entry or the snapshot, whichever is later (0 for an empty store).
+#[cfg(feature = "mutants")]
+fn first_new_index(db: &Database, snapshot: Option<LogId<NodeId>>) -> Result<u64, DbError> {
+    let txn = db.begin_read()?;
+    let table = txn.open_table(super::log_store::LOG)?;
+    let last_in_log = table.last()?.map(|(k, _)| k.value());
+    let last = last_in_log.max(snapshot.map(|l| l.index));
+    Ok(last.map_or(0, |i| i.saturating_add(1)))
+}
+
 fn decode_payload(data: &[u8]) -> Result<SnapshotPayload, DbError> {
     Ok(serde_json::from_slice(data)?)
 }
@@ -160,6 +176,8 @@ impl StateMachine {
             engine: Arc::new(RwLock::new(Engine::new())),
             last_applied: None,
             last_membership: Membership::default(),
+            #[cfg(feature = "mutants")]
+            forget_tokens_from: None,
         };
         if let Some((meta, data)) = snap {
             let payload = decode_payload(&data).map_err(snap_err(Some(&meta), ErrorVerb::Read))?;
@@ -168,7 +186,26 @@ impl StateMachine {
             sm.last_membership = payload.last_membership;
             *sm.engine.write().expect("fresh lock") = payload.engine;
         }
+        #[cfg(feature = "mutants")]
+        if crate::faults::memory_token_mutant() {
+            let first_new = first_new_index(&sm.db, sm.last_applied).map_err(sm_err(ErrorVerb::Read))?;
+            sm.forget_tokens_from = Some(first_new);
+        }
         Ok(sm)
+    }
+
+    /// The `memory-token` mutant: forget the token counter once, right before the
+    /// first entry that was not in the log at open (see `forget_tokens_from`).
+    #[cfg(feature = "mutants")]
+    fn mutant_forget_tokens(&mut self, index: u64) {
+        if self.forget_tokens_from.is_none_or(|from| index < from) {
+            return;
+        }
+        self.forget_tokens_from = None;
+        if let Ok(mut engine) = self.engine.write() {
+            tracing::warn!(index, "TEST-ONLY MUTANT memory-token: the token counter starts again from 1");
+            engine.mutant_forget_tokens();
+        }
     }
 
     /// The engine handle for the read path. Reads only: only apply mutates it.
@@ -288,6 +325,10 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
     {
         let mut outputs = Vec::new();
         for entry in entries {
+            #[cfg(feature = "failpoints")]
+            crate::faults::crash_point(crate::faults::SM_BEFORE_APPLY);
+            #[cfg(feature = "mutants")]
+            self.mutant_forget_tokens(entry.log_id.index);
             let out = match &entry.payload {
                 EntryPayload::Blank => Output::default(),
                 EntryPayload::Normal(input) => self.step(&entry.log_id, input)?,
@@ -315,6 +356,8 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             engine,
             last_applied: self.last_applied,
             last_membership: self.last_membership.clone(),
+            #[cfg(feature = "mutants")]
+            forget_tokens_from: None,
         }
     }
 

@@ -597,3 +597,16 @@ async fn malformed_payload_is_invalid_argument() {
     assert_eq!(answer.vote, Vote::new(5, 2));
     raft.shutdown().await.unwrap();
 }
+
+/// A crash while the database was being created leaves only the temporary file
+/// (redb refuses a file whose header was cut between its two syncs): the next
+/// start deletes it and creates the database again, and boots.
+#[test]
+fn a_half_created_database_is_created_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let tmp = dir.path().join("fencelock.redb.creating");
+    std::fs::write(&tmp, vec![0u8; 4096]).unwrap();
+    let (_log, _sm) = super::open_storage(dir.path()).unwrap();
+    assert!(dir.path().join("fencelock.redb").exists());
+    assert!(!tmp.exists());
+}

@@ -1,0 +1,252 @@
+//! The test-only faults of `fencelock_server::faults`, end to end: a real server in
+//! this process (`start` on a temp dir) and the raw gRPC client.
+//!
+//! Each mutant test proves that the mutant breaks the invariant it names, and the
+//! control tests that the same steps keep it without the env var (so the faults
+//! are inert unless asked for). Env vars are set at a test's start: nextest runs
+//! each test in its own process.
+//!
+//! - INV-2 tokens strictly increase across all grants, never reused (restarts
+//!   included).
+//! - INV-4 no grant to an expired lease.
+
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use fencelock_proto::v1::{self as pb, acquire_response::Outcome, lock_client::LockClient};
+use fencelock_server::{faults, Config, Running};
+use tonic::transport::Channel;
+
+type Client = LockClient<Channel>;
+
+fn request_id() -> u64 {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    NEXT.fetch_add(1, Ordering::Relaxed)
+}
+
+/// Start a server on `dir`. Right after an in-process shutdown the database may
+/// still be held for a moment (openraft drops its storage from its own tasks), so
+/// "already in use" is retried for a while.
+async fn start(dir: &Path) -> (Running, Client) {
+    let mut tries = 0;
+    let running = loop {
+        match fencelock_server::start(Config::for_test(dir)).await {
+            Ok(r) => break r,
+            Err(e) if tries < 100 && e.to_string().contains("already in use") => tries += 1,
+            Err(e) => panic!("server start: {e}"),
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let client = LockClient::connect(format!("http://{}", running.grpc_addr)).await.expect("connect");
+    (running, client)
+}
+
+/// A new lease, retried while the node is not serving yet (leader election and
+/// `LeaderStart` after a start).
+async fn lease(c: &mut Client, ttl_ms: u64) -> u64 {
+    for _ in 0..200 {
+        let req = pb::GrantLeaseRequest { request_id: request_id(), ttl_ms };
+        if let Ok(r) = c.grant_lease(req).await {
+            return r.into_inner().lease_id;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    panic!("no lease: the server did not become ready");
+}
+
+async fn acquire(c: &mut Client, lease_id: u64, lock: &str, wait_ms: u64) -> Result<Option<Outcome>, tonic::Status> {
+    let req = pb::AcquireRequest { request_id: request_id(), lease_id, lock: lock.into(), wait_ms, lock_delay_ms: 0 };
+    Ok(c.acquire(req).await?.into_inner().outcome)
+}
+
+/// The token of a grant of a free lock.
+async fn token(c: &mut Client, lease_id: u64, lock: &str) -> u64 {
+    match acquire(c, lease_id, lock, 0).await {
+        Ok(Some(Outcome::Acquired(a))) => a.token,
+        other => panic!("acquire of the free lock {lock}: {other:?}"),
+    }
+}
+
+/// Tokens of three grants, then of the first grant after a restart on the same
+/// data directory.
+async fn tokens_across_a_restart() -> (Vec<u64>, u64) {
+    let dir = tempfile::tempdir().unwrap();
+    let (running, mut c) = start(dir.path()).await;
+    let l = lease(&mut c, 60_000).await;
+    let mut before = Vec::new();
+    for lock in ["a", "b", "c"] {
+        before.push(token(&mut c, l, lock).await);
+    }
+    running.shutdown().await;
+    let (running, mut c) = start(dir.path()).await;
+    let l = lease(&mut c, 60_000).await;
+    let after = token(&mut c, l, "d").await;
+    running.shutdown().await;
+    (before, after)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inv2_holds_without_a_mutant_tokens_keep_increasing_across_a_restart() {
+    std::env::remove_var(faults::ENV_MUTANT);
+    assert_eq!(faults::init_from_env(), Ok(vec![]), "nothing is active without the env vars");
+    let (before, after) = tokens_across_a_restart().await;
+    assert_eq!(before, vec![1, 2, 3]);
+    assert!(after > 3, "INV-2: token {after} after the restart, 3 before");
+}
+
+#[cfg(feature = "mutants")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inv2_broken_by_memory_token_mutant_the_first_token_after_a_restart_is_lower() {
+    std::env::set_var(faults::ENV_MUTANT, "memory-token");
+    assert_eq!(faults::init_from_env(), Ok(vec!["mutant memory-token".to_string()]));
+    let (before, after) = tokens_across_a_restart().await;
+    assert_eq!(before, vec![1, 2, 3], "the mutant changes nothing before a restart");
+    assert!(after < 3, "the mutant must make the token go back: {after} after the restart, 3 before");
+}
+
+#[cfg(feature = "mutants")]
+#[test]
+fn an_unknown_mutant_is_an_error() {
+    std::env::set_var(faults::ENV_MUTANT, "memory-token,no-such-bug");
+    let err = faults::init_from_env().unwrap_err();
+    assert!(err.contains("no-such-bug"), "{err}");
+}
+
+/// Lease 1 holds "x"; lease 2 (TTL 300 ms, never kept alive) queues for it; once
+/// lease 2 has expired, lease 1 releases. Returns the outcome of lease 2's acquire.
+async fn release_to_an_expired_waiter() -> Result<Option<Outcome>, tonic::Status> {
+    let dir = tempfile::tempdir().unwrap();
+    let (running, mut c) = start(dir.path()).await;
+    let holder = lease(&mut c, 60_000).await;
+    let t = token(&mut c, holder, "x").await;
+    let waiter = lease(&mut c, 300).await;
+    let mut wc = c.clone();
+    let waiting = tokio::spawn(async move { acquire(&mut wc, waiter, "x", 10_000).await });
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    let req = pb::ReleaseRequest { request_id: request_id(), lease_id: holder, lock: "x".into(), token: t };
+    assert!(c.release(req).await.unwrap().into_inner().released);
+    let outcome = tokio::time::timeout(Duration::from_secs(5), waiting).await.expect("the waiter is answered");
+    running.shutdown().await;
+    outcome.unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inv4_holds_without_a_mutant_an_expired_waiter_is_not_granted() {
+    std::env::remove_var(faults::ENV_MUTANT);
+    faults::init_from_env().unwrap();
+    let status = release_to_an_expired_waiter().await.expect_err("the waiter's lease ended");
+    assert_eq!(status.code(), tonic::Code::NotFound, "{status}");
+}
+
+#[cfg(feature = "mutants")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inv4_broken_by_dead_waiter_mutant_an_expired_waiter_is_granted() {
+    std::env::set_var(faults::ENV_MUTANT, "dead-waiter");
+    assert_eq!(faults::init_from_env(), Ok(vec!["mutant dead-waiter".to_string()]));
+    match release_to_an_expired_waiter().await {
+        Ok(Some(Outcome::Acquired(a))) => assert_eq!(a.token, 2, "the expired lease got the lock"),
+        other => panic!("the mutant must grant the lock to the expired waiter: {other:?}"),
+    }
+}
+
+/// The lock's holder's TTL left, as the server sees it.
+#[cfg(feature = "fault-clock")]
+async fn ttl_left(c: &mut Client, lock: &str) -> u64 {
+    let r = c.describe_lock(pb::DescribeLockRequest { lock: lock.into() }).await.unwrap().into_inner();
+    r.lock.and_then(|l| l.holder).map(|h| h.ttl_left_ms).expect("held")
+}
+
+#[cfg(feature = "fault-clock")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fault_clock_jump_moves_the_servers_time_forward() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("clock");
+    std::fs::write(&file, "rate=1 jump_ms=0\n").unwrap();
+    std::env::set_var(faults::ENV_FAULT_CLOCK, &file);
+    let active = faults::init_from_env().unwrap();
+    assert_eq!(active, vec![format!("fault-clock {}", file.display())]);
+    let (running, mut c) = start(&dir.path().join("data")).await;
+    let l = lease(&mut c, 60_000).await;
+    token(&mut c, l, "x").await;
+    let before = ttl_left(&mut c, "x").await;
+    assert!(before > 55_000, "{before}");
+    let tmp = dir.path().join("clock.tmp");
+    std::fs::write(&tmp, "rate=1 jump_ms=30000\n").unwrap();
+    std::fs::rename(&tmp, &file).unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let after = ttl_left(&mut c, "x").await;
+    assert!(after <= before - 30_000 && after > 20_000, "a 30 s jump: {before} ms left before, {after} after");
+    running.shutdown().await;
+}
+
+/// Set in the child process of [`a_failpoint_that_returns_aborts_the_process`]:
+/// its data directory.
+#[cfg(feature = "failpoints")]
+const CHILD_DIR: &str = "FAULTS_TEST_CHILD_DIR";
+
+/// Each crash point, set to `return`, aborts a server process at its first pass
+/// (all four are passed while a new node initializes and takes the lead), and the
+/// data directory it leaves behind starts and serves again.
+#[cfg(feature = "failpoints")]
+#[test]
+fn a_failpoint_that_returns_aborts_the_process() {
+    use std::os::unix::process::ExitStatusExt;
+    use std::process::{Command, Stdio};
+    const TEST: &str = "a_failpoint_that_returns_aborts_the_process";
+    if let Ok(dir) = std::env::var(CHILD_DIR) {
+        return serve_until_crash(Path::new(&dir));
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    for point in faults::CRASH_POINTS {
+        let dir = tmp.path().join(point);
+        let mut child = Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", TEST, "--nocapture", "--test-threads", "1"])
+            .env(CHILD_DIR, &dir)
+            .env(faults::ENV_FAILPOINTS, format!("{point}=return"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let out = wait_with_timeout(&mut child, Duration::from_secs(20));
+        let stderr = std::io::read_to_string(child.stderr.take().unwrap()).unwrap_or_default();
+        assert_eq!(out.signal(), Some(6), "{point}: the child must abort (SIGABRT), got {out:?}; stderr:\n{stderr}");
+        assert!(stderr.contains(&format!("failpoint {point} fired")), "{point}: stderr:\n{stderr}");
+        // The crash leaves a data directory that starts and serves.
+        rt.block_on(async {
+            let (running, mut c) = start(&dir).await;
+            let l = lease(&mut c, 60_000).await;
+            token(&mut c, l, "after-crash").await;
+            running.shutdown().await;
+        });
+    }
+}
+
+#[cfg(feature = "failpoints")]
+fn wait_with_timeout(child: &mut std::process::Child, limit: Duration) -> std::process::ExitStatus {
+    for _ in 0..limit.as_millis() / 20 {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = child.kill();
+    panic!("the child did not crash within {limit:?}");
+}
+
+/// The child: configure the failpoints, start, and serve a grant; it should abort
+/// on the way.
+#[cfg(feature = "failpoints")]
+fn serve_until_crash(dir: &Path) {
+    let active = faults::init_from_env().unwrap();
+    assert_eq!(active.len(), 1, "{active:?}");
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    rt.block_on(async {
+        let (_running, mut c) = start(dir).await;
+        let l = lease(&mut c, 60_000).await;
+        token(&mut c, l, "x").await;
+        tokio::time::sleep(Duration::from_secs(5)).await;
+    });
+    panic!("the failpoint did not fire");
+}
