@@ -1,0 +1,83 @@
+//! `fencelock-sim`: a deterministic simulation of fencelock under faults, on
+//! [turmoil](https://docs.rs/turmoil) (virtual time, simulated TCP, seeded
+//! partitions and held messages).
+//!
+//! # What is simulated
+//! - **The real engine.** The "server" host owns a real [`fencelock_core::Engine`].
+//! - **A model of the driver**, not the driver itself: requests arrive over
+//!   turmoil TCP (JSON lines, [`wire`]), are batched (group commit), appended to a
+//!   simulated durable log (an in-memory `Vec` that survives crashes) *before* the
+//!   engine applies them and before anything is answered, with `now` taken from
+//!   the virtual monotonic clock; the engine is ticked at its `next_deadline`. A
+//!   crash loses everything but the log; the restart replays the log and writes
+//!   `LeaderStart`, as the real single-node server does.
+//! - **Clients** (`client-N` hosts): a lease kept alive every TTL/3 with a
+//!   conservative deadline (from the send time of the acknowledged request), a
+//!   FIFO acquire with a wait, a write to the resource with the fencing token,
+//!   a release. A client can be paused between its last deadline check and its
+//!   write, for 1.5–5 TTLs (Kleppmann's case).
+//! - **A fenced resource**: accepts a write only if its token is at least the
+//!   highest accepted so far, and records every decision.
+//! - **The nemesis** ([`nemesis`]): client pauses, server crash-restarts (inside a
+//!   write window), partitions and held messages, one episode at a time.
+//!
+//! NOT simulated: openraft, redb, tonic/gRPC, real clocks and processes. Those are
+//! covered by the process-level chaos suite (`fencelock-chaos`).
+//!
+//! All randomness comes from the seed: turmoil's own RNG, the nemesis, the
+//! clients and the simulated disk each get a generator derived from it, and the
+//! server's collections are ordered, so the same seed gives the same trace.
+//!
+//! # Invariants
+//! One module in [`check`] and one test file in `tests/` each: INV-FENCE,
+//! INV-TOKENS, INV-EXCL, INV-DEAD-WAITER, INV-HEAL, plus determinism and mutants
+//! that must turn a checker red.
+//!
+//! # Found here, fixed in the server: a `CancelWait` raced a retry of the same acquire
+//! `fencelock-server`'s driver used to write a `CancelWait(lease, req)` when the caller
+//! of a queued acquire goes away, even if a retry of that acquire (same lease and
+//! request id) had arrived since, and it registered waiters only from the `Queued`
+//! reply. With the cancel and the retry in one batch:
+//! - cancel first: the cancel's `WaitEnded{Cancelled}` wakes the retry, whose
+//!   caller is told `TimedOut` while its acquire is queued again; the grant it
+//!   gets later is held by nobody for as long as its lease is kept alive (the
+//!   lock is stuck: INV-HEAL fails, e.g. `--seed 4 --mutant racy-cancel`);
+//! - retry first: the retry is answered `Acquired(grant)`, then the cancel
+//!   releases that grant and the lock goes to the next waiter while the retrying
+//!   client believes it holds it (INV-EXCL fails, `--seed 48 --mutant
+//!   racy-cancel`; the fence still rejects its stale writes).
+//!
+//! The real driver now avoids both, as the simulated one does (a retry
+//! supersedes an unwritten cancel and owns the wait from its arrival; a cancel
+//! from an older call is dropped; `fencelock-server/tests/cancel_race.rs`);
+//! [`Mutant::RacyCancel`] models the old behaviour, which the suite catches.
+//!
+//! # Reproducing a seed
+//! ```text
+//! FENCELOCK_SIM_SEED=7 cargo nextest run -p fencelock-sim      # the tests, seed 7 only
+//! cargo run -p fencelock-sim -- --seed 7 --trace                # one run, its trace and verdicts
+//! ```
+//!
+//! ```no_run
+//! let report = fencelock_sim::run(&fencelock_sim::SimConfig::new(7));
+//! for verdict in fencelock_sim::check::ALL.map(|c| fencelock_sim::check::run(c, &report)) {
+//!     println!("{}", verdict.summary());
+//! }
+//! ```
+
+pub mod check;
+mod client;
+mod clock;
+pub mod config;
+pub mod event;
+pub mod harness;
+pub mod nemesis;
+pub mod report;
+mod resource;
+mod server;
+mod sim;
+pub mod wire;
+
+pub use config::{Mutant, SimConfig};
+pub use report::Report;
+pub use sim::run;
