@@ -1,0 +1,120 @@
+//! A minimal HTTP/1.1 client for the fenced storage server and the lock
+//! server's admin port: one request per connection (`Connection: close`), so
+//! a proxy that holds a connection holds exactly one request.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use anyhow::{anyhow, bail, Context};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+/// A response: status and body.
+#[derive(Debug, Clone)]
+pub struct Response {
+    pub status: u16,
+    pub body: Vec<u8>,
+}
+
+impl Response {
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+}
+
+/// Sends one request and reads the whole answer, within `timeout`.
+pub async fn request(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, String)],
+    body: &[u8],
+    timeout: Duration,
+) -> anyhow::Result<Response> {
+    tokio::time::timeout(timeout, exchange(addr, method, path, headers, body))
+        .await
+        .map_err(|_| anyhow!("{method} {path}: no answer within {} ms", timeout.as_millis()))?
+}
+
+async fn exchange(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, String)],
+    body: &[u8],
+) -> anyhow::Result<Response> {
+    let mut s = TcpStream::connect(addr).await.with_context(|| format!("connect {addr}"))?;
+    let _ = s.set_nodelay(true);
+    let mut head = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Length: {}\r\n", body.len());
+    for (k, v) in headers {
+        head.push_str(&format!("{k}: {v}\r\n"));
+    }
+    head.push_str("\r\n");
+    let mut msg = head.into_bytes();
+    msg.extend_from_slice(body);
+    s.write_all(&msg).await.context("send request")?;
+    // Read until the answer is complete by its Content-Length, not to EOF: a
+    // proxy in between may end the connection with a reset, which can discard
+    // bytes not yet read.
+    let mut raw = Vec::new();
+    let mut buf = [0u8; 8192];
+    loop {
+        if let Some(r) = complete(&raw) {
+            return r;
+        }
+        let n = s.read(&mut buf).await.context("read answer")?;
+        if n == 0 {
+            return parse(&raw);
+        }
+        raw.extend_from_slice(&buf[..n]);
+    }
+}
+
+/// The parsed answer once `raw` holds its head and its whole body.
+fn complete(raw: &[u8]) -> Option<anyhow::Result<Response>> {
+    let end = raw.windows(4).position(|w| w == b"\r\n\r\n")?;
+    let head = std::str::from_utf8(&raw[..end]).ok()?;
+    let len = content_length(head)?;
+    (raw.len() >= end + 4 + len).then(|| parse(raw))
+}
+
+fn content_length(head: &str) -> Option<usize> {
+    head.lines().find_map(|l| {
+        let (k, v) = l.split_once(':')?;
+        k.trim().eq_ignore_ascii_case("content-length").then(|| v.trim().parse::<usize>().ok())?
+    })
+}
+
+fn parse(raw: &[u8]) -> anyhow::Result<Response> {
+    let end = raw.windows(4).position(|w| w == b"\r\n\r\n").ok_or_else(|| anyhow!("truncated answer"))?;
+    let head = std::str::from_utf8(&raw[..end]).context("answer head is not UTF-8")?;
+    let status_line = head.lines().next().unwrap_or_default();
+    let status: u16 = status_line
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| anyhow!("bad status line {status_line:?}"))?;
+    let mut body = raw[end + 4..].to_vec();
+    if let Some(len) = content_length(head) {
+        if body.len() < len {
+            bail!("answer body cut short ({} of {len} bytes)", body.len());
+        }
+        body.truncate(len);
+    }
+    Ok(Response { status, body })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An answer is split at its blank line and cut to its Content-Length.
+    #[test]
+    fn parses_status_and_body() {
+        let r = parse(b"HTTP/1.1 409 Conflict\r\ncontent-length: 2\r\n\r\nokXX").unwrap();
+        assert_eq!(r.status, 409);
+        assert_eq!(r.body, b"ok");
+        assert!(parse(b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nok").is_err());
+        assert!(parse(b"HTTP/1.1 200").is_err());
+    }
+}

@@ -1,0 +1,209 @@
+//! `fencelock-chaos`: the fault-injection suite. It starts a lock service, the
+//! fenced storage server and worker processes that append to one object under
+//! the lock, injects one scenario's faults on a schedule drawn from a seed,
+//! and checks the histories: tokens never reused or inverted, no stale write
+//! accepted, no acknowledged append lost, acknowledged grants surviving
+//! restarts, every fault healed, and proof that the faults really happened.
+//!
+//! ```text
+//! fencelock-chaos run --scenario K1 --seed 42 --duration 60s
+//! fencelock-chaos run --scenario K4 --backend etcd --seed 7 --duration 30s
+//! fencelock-chaos profile short --report docs/safety.md
+//! ```
+//! Exit codes: 0 every check passed; 1 a check failed; 2 inconclusive (a
+//! fault could not be shown to have happened); 3 the harness itself failed.
+#![allow(clippy::disallowed_methods)] // a harness schedules faults by the clock on purpose
+
+mod checker;
+mod history;
+mod http;
+mod nemesis;
+mod procs;
+mod profile;
+mod report;
+mod run;
+mod scenario;
+mod targets;
+mod worker;
+mod workers;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::{Args, Parser, Subcommand};
+
+use crate::scenario::{Mutant, RunSpec, Scenario};
+
+#[derive(Parser, Debug)]
+#[command(name = "fencelock-chaos", about = "Fault injection against fencelock and its peers, with checkers that can fail")]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand, Debug)]
+enum Cmd {
+    /// One scenario against one backend.
+    Run(RunArgs),
+    /// A fixed list of runs (short: a few minutes, for CI; long: 30 minutes
+    /// or more), then the report.
+    Profile(profile::ProfileArgs),
+    /// Writes the markdown report from the verdicts under a directory.
+    Report(profile::ReportArgs),
+    #[command(hide = true)]
+    Worker(worker::WorkerArgs),
+    #[command(hide = true)]
+    Serve(ServeArgs),
+    #[command(hide = true)]
+    Storage(StorageArgs),
+}
+
+#[derive(Args, Debug)]
+struct RunArgs {
+    /// K1, K2, K3, K4, S1, S4 or S5.
+    #[arg(long)]
+    scenario: Scenario,
+    /// fencelock, redis, redlock, etcd, zk or postgres.
+    #[arg(long, default_value = "fencelock")]
+    backend: String,
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// How long faults are injected, e.g. `60s`, `500ms`, `30m`.
+    #[arg(long, default_value = "20s", value_parser = parse_duration)]
+    duration: Duration,
+    #[arg(long, default_value_t = 4)]
+    workers: u32,
+    /// Lease TTL (raised to the backend's minimum).
+    #[arg(long, default_value = "500ms", value_parser = parse_duration)]
+    ttl: Duration,
+    /// Run a deliberately broken build: fencing-off, memory-token, dead-waiter.
+    #[arg(long)]
+    mutant: Option<Mutant>,
+    /// Directory for histories, logs and verdict.json [default: target/chaos/<scenario>-<backend>-<seed>].
+    #[arg(long)]
+    out: Option<PathBuf>,
+}
+
+#[derive(Args, Debug)]
+struct ServeArgs {
+    #[arg(long)]
+    data_dir: PathBuf,
+    #[arg(long)]
+    grpc: SocketAddr,
+    #[arg(long)]
+    http: SocketAddr,
+}
+
+#[derive(Args, Debug)]
+struct StorageArgs {
+    #[arg(long)]
+    data_dir: PathBuf,
+    #[arg(long)]
+    listen: SocketAddr,
+    #[arg(long)]
+    unfenced: bool,
+}
+
+/// `250ms`, `20s`, `30m`, `1h`, or plain seconds.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let (num, unit) = s.find(|c: char| !c.is_ascii_digit() && c != '.').map_or((s, "s"), |i| s.split_at(i));
+    let v: f64 = num.parse().map_err(|_| format!("bad duration {s:?}"))?;
+    let secs = match unit {
+        "ms" => v / 1000.0,
+        "s" => v,
+        "m" => v * 60.0,
+        "h" => v * 3600.0,
+        _ => return Err(format!("bad duration unit in {s:?} (ms, s, m, h)")),
+    };
+    if !(secs.is_finite() && secs >= 0.0) {
+        return Err(format!("bad duration {s:?}"));
+    }
+    Ok(Duration::from_secs_f64(secs))
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let filter = std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into());
+    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("tokio runtime");
+    let res = rt.block_on(async move {
+        match cli.cmd {
+            Cmd::Run(a) => run_one(a).await,
+            Cmd::Profile(a) => profile::profile(a).await,
+            Cmd::Report(a) => profile::report(a).map(|_| ExitCode::SUCCESS),
+            Cmd::Worker(a) => worker::run(a).await.map(|_| ExitCode::SUCCESS),
+            Cmd::Serve(a) => serve(a).await.map(|_| ExitCode::SUCCESS),
+            Cmd::Storage(a) => storage(a).await.map(|_| ExitCode::SUCCESS),
+        }
+    });
+    // A worker's stdin reader blocks a thread that a normal runtime drop would
+    // wait for.
+    rt.shutdown_background();
+    match res {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("fencelock-chaos: {e:#}");
+            ExitCode::from(3)
+        }
+    }
+}
+
+async fn run_one(a: RunArgs) -> anyhow::Result<ExitCode> {
+    let out = a.out.unwrap_or_else(|| {
+        PathBuf::from(format!("target/chaos/{}-{}-{}", a.scenario, a.backend, a.seed))
+    });
+    let spec = RunSpec {
+        scenario: a.scenario,
+        backend: a.backend,
+        seed: a.seed,
+        duration: a.duration,
+        workers: a.workers,
+        ttl: a.ttl,
+        mutant: a.mutant,
+        out: out.clone(),
+    };
+    let verdict = run::run(spec).await?;
+    print!("{}", profile::summary(&verdict));
+    println!("details: {}", out.display());
+    Ok(profile::exit_code(&verdict))
+}
+
+async fn serve(a: ServeArgs) -> anyhow::Result<()> {
+    let active = fencelock_server::faults::init_from_env().map_err(anyhow::Error::msg)?;
+    if !active.is_empty() {
+        eprintln!("fencelock-chaos serve: faults armed: {}", active.join(", "));
+    }
+    let mut config = fencelock_server::Config::new(&a.data_dir);
+    config.grpc_listen = a.grpc;
+    config.http_listen = a.http;
+    let running = fencelock_server::start(config).await.context("start the lock server")?;
+    wait_for_term().await?;
+    running.shutdown().await;
+    Ok(())
+}
+
+async fn storage(a: StorageArgs) -> anyhow::Result<()> {
+    let listener = tokio::net::TcpListener::bind(a.listen).await.with_context(|| format!("listen on {}", a.listen))?;
+    let mut config = fencelock_fence::storage::Config::new(&a.data_dir);
+    config.enforce = !a.unfenced;
+    let term = async {
+        let _ = wait_for_term().await;
+    };
+    fencelock_fence::storage::serve_with(listener, config, term).await.context("storage server")?;
+    Ok(())
+}
+
+async fn wait_for_term() -> anyhow::Result<()> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+    }
+    Ok(())
+}

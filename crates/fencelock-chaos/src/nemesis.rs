@@ -1,0 +1,473 @@
+//! The nemesis: injects the run's faults on a schedule drawn from the seed,
+//! and writes what it did (`fault` start/end) and what it saw (`evidence`,
+//! `restart`, `holder`, `s1-trial`) into the harness history.
+//!
+//! Every wait is bounded; every fault is healed before the next one, and
+//! [`heal_all`] heals whatever is left at the end.
+
+use std::time::Duration;
+
+use fencelock_testkit::proxy::{Mode, Proxy};
+use nix::sys::signal::Signal;
+use serde_json::json;
+
+use crate::history::{mono_ns, Event, Op};
+use crate::http;
+use crate::procs::{proc_state, signal};
+use crate::run::{Ctx, LOCK};
+use crate::scenario::Scenario;
+use crate::targets::Target;
+
+/// Failpoints of `fencelock-server` (feature `failpoints`) the K4 nemesis
+/// arms: a crash right there.
+const FAILPOINTS: &[&str] = &["log-before-fsync", "log-after-fsync", "reply-before-send", "sm-before-apply"];
+
+/// Injects `ctx.spec.scenario`'s faults until `ctx.end`.
+pub async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
+    match ctx.spec.scenario {
+        Scenario::K1 => k1_pauses(ctx).await,
+        Scenario::K2 => k2_held_network(ctx).await,
+        Scenario::K3 => k3_clock(ctx).await,
+        Scenario::K4 | Scenario::S5 if ctx.spec.backend == "fencelock" => k4_native_kills(ctx).await,
+        Scenario::K4 => k4_peer_kills(ctx).await,
+        Scenario::S1 => s1_dead_waiters(ctx).await,
+        Scenario::S4 => s4_resets(ctx).await,
+        Scenario::S5 => anyhow::bail!("S5 needs the native server"),
+    }
+}
+
+fn fault(ctx: &mut Ctx, phase: &str, target: &str, detail: serde_json::Value) {
+    let e = Event {
+        fault: Some(ctx.spec.scenario.to_string()),
+        phase: Some(phase.into()),
+        target: Some(target.into()),
+        detail,
+        ..Event::note("nemesis", Op::Fault)
+    };
+    ctx.note(e);
+}
+
+fn evidence(ctx: &mut Ctx, what: &str, count: u64, target: &str, detail: serde_json::Value) {
+    let e = Event {
+        what: Some(what.into()),
+        count: Some(count),
+        target: Some(target.into()),
+        detail,
+        ..Event::note("nemesis", Op::Evidence)
+    };
+    ctx.note(e);
+}
+
+async fn pause_between_faults(ctx: &mut Ctx, lo_ms: u64, hi_ms: u64) {
+    let ms = ctx.rng.u64(lo_ms..=hi_ms);
+    let until = (tokio::time::Instant::now() + Duration::from_millis(ms)).min(ctx.end);
+    tokio::time::sleep_until(until).await;
+}
+
+/// K1: a worker stops itself with SIGSTOP at its next write, after its last
+/// check; it stays stopped for 1.5–5 × TTL, then gets SIGCONT.
+async fn k1_pauses(ctx: &mut Ctx) -> anyhow::Result<()> {
+    while !ctx.over() {
+        pause_between_faults(ctx, 200, 800).await;
+        let w = ctx.rng.usize(..ctx.workers.len());
+        ctx.workers.send(w, "pause-next");
+        if !ctx.workers.wait_line(w, "pausing", Duration::from_secs(10)).await {
+            ctx.workers.send(w, "cancel");
+            continue;
+        }
+        let pid = ctx.workers.pid(w);
+        let pause = ctx.between(ctx.ttl, 1.5, 5.0);
+        let target = format!("w{w}");
+        fault(ctx, "start", &target, json!({ "pause_ms": pause.as_millis() as u64, "pid": pid }));
+        if wait_state(pid, 'T', Duration::from_secs(2)).await {
+            evidence(ctx, "stopped", 1, &target, json!({ "pid": pid }));
+        }
+        tokio::time::sleep(pause).await;
+        signal(pid, Signal::SIGCONT);
+        fault(ctx, "end", &target, serde_json::Value::Null);
+    }
+    Ok(())
+}
+
+/// Waits up to `within` for `/proc/<pid>/stat` to show `state`.
+async fn wait_state(pid: u32, state: char, within: Duration) -> bool {
+    let deadline = tokio::time::Instant::now() + within;
+    while tokio::time::Instant::now() < deadline {
+        if proc_state(pid) == Some(state) {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    false
+}
+
+/// K2: a worker about to write gets its whole network held (its keep-alives
+/// and its write) for 1.5–5 × TTL; then everything held flows on, late.
+async fn k2_held_network(ctx: &mut Ctx) -> anyhow::Result<()> {
+    while !ctx.over() {
+        pause_between_faults(ctx, 200, 800).await;
+        let w = ctx.rng.usize(..ctx.workers.len());
+        ctx.workers.send(w, "hold-next");
+        if !ctx.workers.wait_line(w, "at-write", Duration::from_secs(10)).await {
+            ctx.workers.send(w, "cancel");
+            continue;
+        }
+        let hold = ctx.between(ctx.ttl, 1.5, 5.0);
+        let target = format!("w{w}");
+        let held_before = ctx.storage_proxies[w].held_bytes();
+        set_worker_network(ctx, w, Mode::Hold);
+        fault(ctx, "start", &target, json!({ "hold_ms": hold.as_millis() as u64 }));
+        ctx.workers.send(w, "go");
+        tokio::time::sleep(hold).await;
+        let held = ctx.storage_proxies[w].held_bytes() - held_before;
+        if held > 0 {
+            evidence(ctx, "held-bytes", held, &target, serde_json::Value::Null);
+        }
+        set_worker_network(ctx, w, Mode::Pass);
+        fault(ctx, "end", &target, serde_json::Value::Null);
+    }
+    Ok(())
+}
+
+fn set_worker_network(ctx: &Ctx, w: usize, mode: Mode) {
+    if let Some(p) = ctx.lock_proxies.get(w) {
+        p.set_mode(mode);
+    }
+    ctx.storage_proxies[w].set_mode(mode);
+}
+
+/// K3: the lock server's injected clock runs at 0.5–5× real time for a while,
+/// or jumps forward by 1–3 × TTL.
+async fn k3_clock(ctx: &mut Ctx) -> anyhow::Result<()> {
+    let file = ctx.data.path().join("clock");
+    let mut jump_ms = 0u64;
+    while !ctx.over() {
+        pause_between_faults(ctx, 300, 1000).await;
+        if ctx.rng.f64() < 0.4 {
+            jump_ms += ctx.between(ctx.ttl, 1.0, 3.0).as_millis() as u64;
+            std::fs::write(&file, format!("rate=1 jump_ms={jump_ms}\n"))?;
+            fault(ctx, "start", "server", json!({ "jump_total_ms": jump_ms }));
+            evidence(ctx, "clock", 1, "server", json!({ "jump_total_ms": jump_ms }));
+            // The server re-reads the file every 20 ms.
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            fault(ctx, "end", "server", serde_json::Value::Null);
+        } else {
+            let rate = [0.5, 2.0, 3.0, 5.0][ctx.rng.usize(..4)];
+            let spell = ctx.between(ctx.ttl, 2.0, 6.0);
+            std::fs::write(&file, format!("rate={rate} jump_ms={jump_ms}\n"))?;
+            fault(ctx, "start", "server", json!({ "rate": rate, "ms": spell.as_millis() as u64 }));
+            evidence(ctx, "clock", 1, "server", json!({ "rate": rate }));
+            tokio::time::sleep(spell).await;
+            std::fs::write(&file, format!("rate=1 jump_ms={jump_ms}\n"))?;
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            fault(ctx, "end", "server", serde_json::Value::Null);
+        }
+    }
+    Ok(())
+}
+
+/// K4 (and S5) against the native server: every 0.5–2.5 s the server dies,
+/// by SIGKILL or at an armed failpoint (S5: then loses its unsynced bytes),
+/// and is started again on the same data; right after, before any client can
+/// reach it (their proxies hold), the lock's holder is read back (C6 compares
+/// it with the history).
+async fn k4_native_kills(ctx: &mut Ctx) -> anyhow::Result<()> {
+    let mut armed: Option<String> = None;
+    while !ctx.over() {
+        let window = Duration::from_millis(ctx.rng.u64(500..=2500));
+        let old_pid = ctx.target.pid();
+        let cause = wait_for_death(ctx, window, armed.as_deref()).await;
+        let Target::Native { server, .. } = &mut ctx.target else { unreachable!("native") };
+        let status = if cause == "sigkill" { server.kill().map(|_| "killed".to_string()) } else { Some(cause.clone()) };
+        // After the death (SIGKILL reaped, or the exit seen): every answer the
+        // server ever sent left before this instant.
+        let killed_at = mono_ns();
+        // No client reaches the service again until its holder is read back:
+        // the read-back shows exactly what the restarted server recovered.
+        for p in &ctx.lock_proxies {
+            p.set_mode(Mode::Hold);
+        }
+        fault(ctx, "start", "server", json!({ "cause": cause, "pid": old_pid, "status": status }));
+        if cause.starts_with("failpoint") {
+            evidence(ctx, "failpoint", 1, "server", json!({ "armed": armed }));
+        }
+        if ctx.spec.scenario == Scenario::S5 {
+            power_loss(ctx)?;
+        }
+        armed = next_failpoint(ctx);
+        let new_pid = restart_native(ctx, armed.as_deref()).await?;
+        evidence(ctx, "restarted", 1, "server", json!({ "old_pid": old_pid, "new_pid": new_pid }));
+        let restart = json!({ "old_pid": old_pid, "new_pid": new_pid, "cause": cause, "killed_at": killed_at });
+        ctx.note(Event { detail: restart, ..Event::note("nemesis", Op::Restart) });
+        note_holder(ctx, json!({ "killed_at": killed_at })).await;
+        for p in &ctx.lock_proxies {
+            p.set_mode(Mode::Pass);
+        }
+        fault(ctx, "end", "server", serde_json::Value::Null);
+    }
+    if armed.is_some() {
+        // Never leave a failpoint armed into the end of the run.
+        restart_clean(ctx).await?;
+    }
+    Ok(())
+}
+
+/// Waits `window` (an armed failpoint may end the server earlier) and says
+/// how the server is to die: `failpoint …` if it already died by itself,
+/// `sigkill` otherwise.
+async fn wait_for_death(ctx: &mut Ctx, window: Duration, armed: Option<&str>) -> String {
+    let deadline = tokio::time::Instant::now() + window;
+    while tokio::time::Instant::now() < deadline {
+        let Target::Native { server, .. } = &mut ctx.target else { unreachable!("native") };
+        if let Some(status) = server.exited() {
+            return format!("failpoint {} ({status})", armed.unwrap_or("none"));
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    "sigkill".into()
+}
+
+/// Half of the restarts arm a failpoint that crashes the next server after a
+/// seeded number of passes.
+fn next_failpoint(ctx: &mut Ctx) -> Option<String> {
+    if ctx.rng.bool() {
+        return None;
+    }
+    let name = FAILPOINTS[ctx.rng.usize(..FAILPOINTS.len())];
+    Some(format!("{name}={}*off->return", ctx.rng.u64(1..=60)))
+}
+
+/// Starts the native server again. An armed failpoint may fire during the
+/// start itself (replaying the log applies entries, and the new term's first
+/// entry is written and fsynced): that is a crash during recovery, and the
+/// server is then started once more without it.
+async fn restart_native(ctx: &mut Ctx, failpoints: Option<&str>) -> anyhow::Result<u32> {
+    let Target::Native { server, .. } = &mut ctx.target else { unreachable!("native") };
+    match failpoints {
+        Some(fp) => server.env.insert("FAILPOINTS".into(), fp.into()),
+        None => server.env.remove("FAILPOINTS"),
+    };
+    let first = server.start().await;
+    match (first, failpoints) {
+        (Ok(pid), _) => Ok(pid),
+        (Err(e), Some(fp)) => {
+            server.kill();
+            server.env.remove("FAILPOINTS");
+            let pid = server.start().await?;
+            evidence(ctx, "failpoint", 1, "server", json!({ "armed": fp, "during": "recovery", "error": e.to_string() }));
+            Ok(pid)
+        }
+        (Err(e), None) => Err(e),
+    }
+}
+
+async fn restart_clean(ctx: &mut Ctx) -> anyhow::Result<()> {
+    let Target::Native { server, .. } = &mut ctx.target else { return Ok(()) };
+    server.kill();
+    server.env.remove("FAILPOINTS");
+    server.start().await?;
+    Ok(())
+}
+
+/// S5: the server is dead; drop what it had not synced and tear its last write.
+fn power_loss(ctx: &mut Ctx) -> anyhow::Result<()> {
+    let seed = ctx.rng.u64(..);
+    let dir = ctx.spec.out.join("lock-data");
+    let loss = fencelock_server::raft::power_loss::simulate(&dir, seed)?;
+    let detail = serde_json::to_value(loss)?;
+    evidence(ctx, "rolled-back", loss.undone_writes, "server", detail);
+    Ok(())
+}
+
+/// Writes the lock's holder as the native server's admin API shows it.
+async fn note_holder(ctx: &mut Ctx, detail: serde_json::Value) {
+    let Some(admin) = ctx.target.admin() else { return };
+    let (lease, token) = describe_holder(admin).await.unwrap_or((None, None));
+    ctx.note(Event { lease, token, detail, ..Event::note("nemesis", Op::Holder) });
+}
+
+/// `(lease, token)` of `LOCK`'s holder, `(None, None)` if nobody holds it.
+async fn describe_holder(admin: std::net::SocketAddr) -> anyhow::Result<(Option<u64>, Option<u64>)> {
+    let v = describe(admin, LOCK).await?;
+    let h = &v["holder"];
+    Ok((h["lease_id"].as_u64(), h["token"].as_u64()))
+}
+
+async fn describe(admin: std::net::SocketAddr, lock: &str) -> anyhow::Result<serde_json::Value> {
+    let r = http::request(admin, "GET", &format!("/v1/locks/{lock}"), &[], b"", Duration::from_secs(5)).await?;
+    match r.status {
+        200 => Ok(serde_json::from_slice(&r.body)?),
+        404 => Ok(serde_json::Value::Null),
+        s => anyhow::bail!("describe {lock}: {s} {}", r.text()),
+    }
+}
+
+/// K4 against a peer engine: SIGKILL (PostgreSQL: immediate shutdown) and
+/// restart every 1–4 s; Redlock loses one node at a time.
+async fn k4_peer_kills(ctx: &mut Ctx) -> anyhow::Result<()> {
+    let mut n = 0;
+    while !ctx.over() {
+        pause_between_faults(ctx, 1000, 4000).await;
+        if ctx.over() {
+            break;
+        }
+        let old_pid = ctx.target.pid();
+        fault(ctx, "start", "server", json!({ "cause": "sigkill", "pid": old_pid }));
+        ctx.target.kill_and_restart_peer(n).await?;
+        n += 1;
+        let new_pid = ctx.target.pid();
+        evidence(ctx, "restarted", 1, "server", json!({ "old_pid": old_pid, "new_pid": new_pid }));
+        fault(ctx, "end", "server", serde_json::Value::Null);
+    }
+    Ok(())
+}
+
+/// S1 trials, on locks of their own beside the workers' load: a holder takes
+/// the lock; a waiter (through a proxy) queues behind it; the waiter's
+/// network is held until its lease has expired at the server; the holder
+/// releases. The lock must not go to the dead waiter.
+async fn s1_dead_waiters(ctx: &mut Ctx) -> anyhow::Result<()> {
+    let url = ctx.target.url();
+    let upstream = ctx.target.upstream().expect("native has one address");
+    let admin = ctx.target.admin().expect("native has an admin port");
+    let holder = fencelock::Client::connect(url).await?;
+    let mut trial = 0u64;
+    while !ctx.over() {
+        trial += 1;
+        let proxy = Proxy::start(upstream).await;
+        let r = s1_trial(ctx, &holder, &proxy, admin, trial).await;
+        if let Err(e) = r {
+            tracing::warn!(trial, error = %e, "S1 trial could not be set up");
+        }
+    }
+    Ok(())
+}
+
+async fn s1_trial(
+    ctx: &mut Ctx,
+    holder: &fencelock::Client,
+    proxy: &Proxy,
+    admin: std::net::SocketAddr,
+    trial: u64,
+) -> anyhow::Result<()> {
+    let lock = format!("s1-{trial}");
+    let ttl = ctx.ttl;
+    let g = holder.lock(&lock).ttl(ttl).acquire().await?.acquired().map_err(|e| anyhow::anyhow!("{e:?}"))?;
+    let waiter = fencelock::Client::connect(proxy.url()).await?;
+    let wlock = lock.clone();
+    let wait = tokio::spawn(async move { waiter.lock(&wlock).ttl(ttl).wait(ttl * 20).acquire().await });
+    let Some(dead_lease) = queued_waiter(admin, &lock).await else {
+        wait.abort();
+        anyhow::bail!("the waiter never showed in the queue");
+    };
+    let held_before = proxy.held_bytes();
+    proxy.set_mode(Mode::Hold);
+    fault(ctx, "start", "waiter", json!({ "lock": lock, "dead_lease": dead_lease }));
+    // Past the waiter's TTL at the server, with its keep-alives held.
+    tokio::time::sleep(ttl.mul_f64(1.5) + Duration::from_millis(100)).await;
+    let released = g.release().await;
+    let holder_after = describe(admin, &lock).await?["holder"]["lease_id"].as_u64();
+    // Nobody else waits: a live client must get the lock at once.
+    let probe = match holder.lock(&lock).ttl(ttl).wait(ttl * 2).acquire().await {
+        Ok(fencelock::Acquire::Acquired(p)) => {
+            let _ = p.release().await;
+            "acquired".to_string()
+        }
+        Ok(other) => format!("not acquired: {other:?}"),
+        Err(e) => format!("error: {e}"),
+    };
+    let held = proxy.held_bytes() - held_before;
+    proxy.reset_then_pass();
+    fault(ctx, "end", "waiter", serde_json::Value::Null);
+    let outcome = match tokio::time::timeout(ttl * 4, wait).await {
+        Ok(Ok(Ok(fencelock::Acquire::Acquired(g)))) => {
+            let lease = g.lease_id();
+            let _ = g.release().await;
+            if lease == dead_lease { "acquired".to_string() } else { format!("acquired with a new lease {lease}") }
+        }
+        Ok(Ok(Ok(other))) => format!("not-acquired: {other:?}"),
+        Ok(Ok(Err(e))) => format!("error: {e}"),
+        Ok(Err(e)) => format!("error: {e}"),
+        Err(_) => "error: no answer".to_string(),
+    };
+    if held > 0 && released.is_ok() {
+        evidence(ctx, "trial", 1, "waiter", json!({ "held_bytes": held }));
+    }
+    let detail = json!({
+        "lock": lock, "dead_lease": dead_lease, "holder_after": holder_after, "probe": probe, "waiter_outcome": outcome
+    });
+    ctx.note(Event { detail, ..Event::note("nemesis", Op::S1Trial) });
+    Ok(())
+}
+
+/// Polls the lock's queue (up to 5 s) until one waiter shows; its lease.
+async fn queued_waiter(admin: std::net::SocketAddr, lock: &str) -> Option<u64> {
+    for _ in 0..500 {
+        if let Ok(v) = describe(admin, lock).await {
+            if let Some(lease) = v["waiters"][0]["lease_id"].as_u64() {
+                return Some(lease);
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    None
+}
+
+/// S4: a worker's connection to the lock server loses every answer for
+/// 50–300 ms, then is reset; its client retries with the same request ids.
+async fn s4_resets(ctx: &mut Ctx) -> anyhow::Result<()> {
+    while !ctx.over() {
+        pause_between_faults(ctx, 200, 700).await;
+        let w = ctx.rng.usize(..ctx.workers.len());
+        let lose = Duration::from_millis(ctx.rng.u64(50..=300));
+        let target = format!("w{w}");
+        let dropped_before = ctx.lock_proxies[w].dropped_bytes();
+        ctx.lock_proxies[w].set_mode(Mode::DropReplies);
+        fault(ctx, "start", &target, json!({ "drop_ms": lose.as_millis() as u64 }));
+        tokio::time::sleep(lose).await;
+        ctx.lock_proxies[w].reset_then_pass();
+        let dropped = ctx.lock_proxies[w].dropped_bytes() - dropped_before;
+        if dropped > 0 {
+            evidence(ctx, "reset", dropped, &target, serde_json::Value::Null);
+        }
+        fault(ctx, "end", &target, serde_json::Value::Null);
+    }
+    Ok(())
+}
+
+/// The end of the run: every proxy passes, every worker runs, the native
+/// server is up without failpoints; S4 runs record the server's counters.
+pub async fn heal_all(ctx: &mut Ctx) -> anyhow::Result<()> {
+    for p in ctx.lock_proxies.iter().chain(&ctx.storage_proxies) {
+        p.set_mode(Mode::Pass);
+    }
+    for w in 0..ctx.workers.len() {
+        signal(ctx.workers.pid(w), Signal::SIGCONT);
+    }
+    if let Target::Native { server, .. } = &mut ctx.target {
+        if server.exited().is_some() || server.pid().is_none() {
+            server.env.remove("FAILPOINTS");
+            server.start().await?;
+        }
+    }
+    if ctx.spec.scenario == Scenario::K3 {
+        let file = ctx.data.path().join("clock");
+        let keep = std::fs::read_to_string(&file).unwrap_or_default();
+        let jump = keep.split_whitespace().find_map(|kv| kv.strip_prefix("jump_ms=")).unwrap_or("0").to_string();
+        std::fs::write(&file, format!("rate=1 jump_ms={jump}\n"))?;
+    }
+    Ok(())
+}
+
+/// The server's count of tokens issued, from `/metrics` (S4's check).
+pub async fn note_server_stats(ctx: &mut Ctx) {
+    let Some(admin) = ctx.target.admin() else { return };
+    let Ok(r) = http::request(admin, "GET", "/metrics", &[], b"", Duration::from_secs(5)).await else { return };
+    let issued = r
+        .text()
+        .lines()
+        .find_map(|l| l.strip_prefix("fencelock_tokens_issued ").and_then(|v| v.trim().parse::<u64>().ok()));
+    if let Some(issued) = issued {
+        ctx.note(Event { detail: json!({ "tokens_issued": issued }), ..Event::note("harness", Op::ServerStats) });
+    }
+}

@@ -1,0 +1,206 @@
+//! Profiles: fixed lists of runs with fixed seeds. `short` (a few minutes,
+//! run by CI as a test), `long` (30 minutes or more, documented in the
+//! README; at least 200 server kills), `mutants` (each deliberately broken
+//! build against the scenario that must catch it). A profile ends with the
+//! markdown report.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use clap::{Args, ValueEnum};
+
+use crate::checker::{Status, Verdict};
+use crate::report::{self, ReportMeta};
+use crate::run;
+use crate::scenario::{Mutant, RunSpec, Scenario};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Profile {
+    Short,
+    Long,
+    Mutants,
+}
+
+#[derive(Args, Debug)]
+pub struct ProfileArgs {
+    #[arg(value_enum)]
+    profile: Profile,
+    /// Directory for every run's histories and verdicts [default: target/chaos/<profile>].
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// Where the markdown report goes [default: <out>/safety.md]; the
+    /// committed one is docs/safety.md.
+    #[arg(long)]
+    report: Option<PathBuf>,
+    /// Only the runs against these backends (comma-separated).
+    #[arg(long, value_delimiter = ',')]
+    backends: Vec<String>,
+}
+
+#[derive(Args, Debug)]
+pub struct ReportArgs {
+    /// A profile's output directory (its runs' verdict.json files).
+    #[arg(long)]
+    from: PathBuf,
+    #[arg(long)]
+    out: PathBuf,
+}
+
+/// One planned run.
+struct Plan {
+    scenario: Scenario,
+    backend: &'static str,
+    seed: u64,
+    secs: u64,
+    mutant: Option<Mutant>,
+}
+
+fn plan(s: Scenario, backend: &'static str, seed: u64, secs: u64) -> Plan {
+    Plan { scenario: s, backend, seed, secs, mutant: None }
+}
+
+fn plans(p: Profile) -> Vec<Plan> {
+    use Scenario::*;
+    let peers = ["redis", "redlock", "etcd", "zk", "postgres"];
+    match p {
+        Profile::Short => {
+            let mut v = vec![
+                plan(K1, "fencelock", 1, 20),
+                plan(K2, "fencelock", 2, 20),
+                plan(K3, "fencelock", 3, 15),
+                plan(K4, "fencelock", 4, 30),
+                plan(S1, "fencelock", 5, 8),
+                plan(S4, "fencelock", 6, 15),
+                plan(S5, "fencelock", 7, 20),
+            ];
+            for (i, b) in peers.iter().enumerate() {
+                v.push(plan(K1, b, 11 + i as u64, 10));
+                v.push(plan(K4, b, 21 + i as u64, 10));
+            }
+            v
+        }
+        Profile::Long => {
+            // K4 alone runs 30 minutes: about 1,000 kills at 0.5–2.5 s apart.
+            let mut v = vec![plan(K4, "fencelock", 104, 30 * 60)];
+            for (s, seed) in [(K1, 101), (K2, 102), (K3, 103), (S1, 105), (S4, 106), (S5, 107)] {
+                v.push(plan(s, "fencelock", seed, 180));
+            }
+            for (i, b) in peers.iter().enumerate() {
+                v.push(plan(K1, b, 111 + i as u64, 120));
+                v.push(plan(K2, b, 121 + i as u64, 120));
+                v.push(plan(K4, b, 131 + i as u64, 120));
+            }
+            v.extend(plans(Profile::Mutants));
+            v
+        }
+        Profile::Mutants => vec![
+            Plan { mutant: Some(Mutant::FencingOff), ..plan(K1, "fencelock", 201, 15) },
+            Plan { mutant: Some(Mutant::MemoryToken), ..plan(K4, "fencelock", 202, 15) },
+            Plan { mutant: Some(Mutant::DeadWaiter), ..plan(S1, "fencelock", 203, 8) },
+        ],
+    }
+}
+
+/// `fencelock-chaos profile …`: every run, then the report. Exit 0 only if
+/// every run passed and every mutant run failed.
+pub async fn profile(a: ProfileArgs) -> anyhow::Result<ExitCode> {
+    let name = format!("{:?}", a.profile).to_lowercase();
+    let out = a.out.unwrap_or_else(|| PathBuf::from(format!("target/chaos/{name}")));
+    let started = Instant::now();
+    let mut verdicts = Vec::new();
+    let mut bad = Vec::new();
+    for p in plans(a.profile) {
+        if !a.backends.is_empty() && !a.backends.iter().any(|b| b == p.backend) {
+            continue;
+        }
+        let spec = RunSpec {
+            scenario: p.scenario,
+            backend: p.backend.to_string(),
+            seed: p.seed,
+            duration: Duration::from_secs(p.secs),
+            workers: 4,
+            ttl: Duration::from_millis(500),
+            mutant: p.mutant,
+            out: out.join(run_dir(&p)),
+        };
+        eprintln!("fencelock-chaos: {} against {} (seed {}, {} s{})", p.scenario, p.backend, p.seed, p.secs,
+            p.mutant.map(|m| format!(", mutant {}", m.name())).unwrap_or_default());
+        let v = run::run(spec).await.with_context(|| format!("{} against {}", p.scenario, p.backend))?;
+        eprint!("{}", summary(&v));
+        let expected = if p.mutant.is_some() { !v.passed } else { v.passed };
+        if !expected {
+            bad.push(run_dir(&p));
+        }
+        verdicts.push(v);
+    }
+    let meta = ReportMeta::collect(&name, started.elapsed());
+    let report_path = a.report.unwrap_or_else(|| out.join("safety.md"));
+    write_report(&report_path, &verdicts, &meta)?;
+    eprintln!("fencelock-chaos: report in {}", report_path.display());
+    if bad.is_empty() {
+        return Ok(ExitCode::SUCCESS);
+    }
+    eprintln!("fencelock-chaos: unexpected results in {}", bad.join(", "));
+    Ok(ExitCode::from(1))
+}
+
+fn run_dir(p: &Plan) -> String {
+    let m = p.mutant.map(|m| format!("-{}", m.name())).unwrap_or_default();
+    format!("{}-{}-{}{m}", p.scenario, p.backend, p.seed)
+}
+
+/// `fencelock-chaos report`: the markdown from the verdicts already on disk.
+pub fn report(a: ReportArgs) -> anyhow::Result<()> {
+    let mut verdicts = Vec::new();
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir(&a.from)?.filter_map(|e| e.ok().map(|e| e.path())).collect();
+    dirs.sort();
+    for d in dirs {
+        let f = d.join("verdict.json");
+        if f.exists() {
+            let v: Verdict = serde_json::from_slice(&std::fs::read(&f)?).with_context(|| format!("{}", f.display()))?;
+            verdicts.push(v);
+        }
+    }
+    let meta = ReportMeta::collect("report", Duration::ZERO);
+    write_report(&a.out, &verdicts, &meta)
+}
+
+fn write_report(path: &Path, verdicts: &[Verdict], meta: &ReportMeta) -> anyhow::Result<()> {
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    std::fs::write(path, report::markdown(verdicts, meta)).with_context(|| format!("write {}", path.display()))
+}
+
+/// A few lines per run for the terminal.
+pub fn summary(v: &Verdict) -> String {
+    let mut s = format!(
+        "{} against {} (seed {}{}): {}\n",
+        v.info.scenario,
+        v.info.backend,
+        v.info.seed,
+        v.info.mutant.as_ref().map(|m| format!(", mutant {m}")).unwrap_or_default(),
+        if v.passed { "PASS" } else { "FAIL" }
+    );
+    for c in &v.checks {
+        s.push_str(&format!("  {:<4} {:<40} {:?} ({} violations)\n", c.id, c.name, c.status, c.violations));
+        for e in c.examples.iter().take(3) {
+            s.push_str(&format!("         {e}\n"));
+        }
+    }
+    s
+}
+
+/// 0 pass, 1 a check failed, 2 inconclusive only.
+pub fn exit_code(v: &Verdict) -> ExitCode {
+    if v.passed {
+        return ExitCode::SUCCESS;
+    }
+    if v.checks.iter().any(|c| c.status == Status::Fail) {
+        ExitCode::from(1)
+    } else {
+        ExitCode::from(2)
+    }
+}

@@ -1,0 +1,220 @@
+//! One run: start the lock service, the fenced storage server, the proxies and
+//! the workers; let the nemesis inject the scenario's faults for the duration;
+//! heal everything; read the final object and the storage's audit log; check.
+//!
+//! Layout of `spec.out`: `history/*.jsonl` (one file per worker, `harness.jsonl`
+//! for the nemesis's notes), `lock-server.log`, `storage.log`, `workers.log`,
+//! `verdict.json`.
+
+use std::path::Path;
+use std::time::Duration;
+
+use anyhow::Context;
+use fencelock::backend::Capabilities;
+use fencelock_testkit::proxy::{Mode, Proxy};
+
+use crate::checker::{self, RunInfo, Verdict};
+use crate::history::{self, Event, Op, Writer};
+use crate::http;
+use crate::nemesis;
+use crate::procs::{free_addr, storage_server, ServerProc};
+use crate::scenario::{Mutant, RunSpec, Scenario};
+use crate::targets::Target;
+use crate::worker::{entries, WorkerArgs};
+use crate::workers::Workers;
+
+pub const LOCK: &str = "chaos";
+pub const KEY: &str = "chaos-object";
+
+/// Everything a nemesis works with.
+pub struct Ctx {
+    pub spec: RunSpec,
+    pub rng: fastrand::Rng,
+    pub ttl: Duration,
+    pub target: Target,
+    /// The storage server's process: alive as long as the run.
+    #[allow(dead_code)]
+    pub storage: ServerProc,
+    pub storage_addr: std::net::SocketAddr,
+    pub workers: Workers,
+    /// Per worker: its proxy to the lock service (if the service has one address).
+    pub lock_proxies: Vec<Proxy>,
+    /// Per worker: its proxy to the storage.
+    pub storage_proxies: Vec<Proxy>,
+    pub notes: Writer,
+    pub data: tempfile::TempDir,
+    /// When the nemesis stops injecting.
+    pub end: tokio::time::Instant,
+}
+
+impl Ctx {
+    pub fn note(&mut self, e: Event) {
+        if let Err(err) = self.notes.write(&e) {
+            tracing::error!(error = %err, "cannot write the harness history");
+        }
+    }
+
+    pub fn over(&self) -> bool {
+        tokio::time::Instant::now() >= self.end
+    }
+
+    /// A seeded duration between `lo` and `hi` times `unit`.
+    pub fn between(&mut self, unit: Duration, lo: f64, hi: f64) -> Duration {
+        unit.mul_f64(lo + (hi - lo) * self.rng.f64())
+    }
+}
+
+/// Runs `spec` and returns its verdict (also written to `verdict.json`).
+pub async fn run(spec: RunSpec) -> anyhow::Result<Verdict> {
+    if let Some(why) = spec.scenario.unsupported(&spec.backend) {
+        anyhow::bail!("{} against {}: not applicable: {why}", spec.scenario, spec.backend);
+    }
+    let hist_dir = spec.out.join("history");
+    std::fs::create_dir_all(&hist_dir).with_context(|| format!("create {}", hist_dir.display()))?;
+    let data = tempfile::Builder::new().prefix("fencelock-chaos-").tempdir()?;
+    let target = Target::start(&spec.backend, &spec.out, server_env(&spec, data.path())).await?;
+    let caps = capabilities(&target.url()).await?;
+    let ttl = spec.ttl.max(caps.min_ttl);
+    let storage_addr = free_addr();
+    let unfenced = spec.mutant == Some(Mutant::FencingOff);
+    let mut storage = storage_server(&data.path().join("storage"), storage_addr, unfenced, spec.out.join("storage.log"));
+    storage.start().await?;
+    let (lock_proxies, storage_proxies, args) = wire_workers(&spec, &target, storage_addr, ttl, &hist_dir).await;
+    let workers = Workers::start(args, &spec.out.join("workers.log")).await?;
+    let notes = Writer::create(&hist_dir.join("harness.jsonl"))?;
+    let rng = fastrand::Rng::with_seed(spec.seed);
+    let end = tokio::time::Instant::now() + spec.duration;
+    let info = run_info(&spec, &caps, ttl);
+    let mut ctx = Ctx { spec, rng, ttl, target, storage, storage_addr, workers, lock_proxies, storage_proxies, notes, data, end };
+    tracing::info!(scenario = %ctx.spec.scenario, backend = %ctx.spec.backend, seed = ctx.spec.seed, "run started");
+    nemesis::run(&mut ctx).await?;
+    finish(&mut ctx, &info).await
+}
+
+/// Environment of the native server for this run's faults and mutant.
+fn server_env(spec: &RunSpec, data: &Path) -> Vec<(String, String)> {
+    let mut env = vec![("RUST_LOG".to_string(), "warn".to_string())];
+    match spec.mutant {
+        Some(Mutant::MemoryToken) => env.push(("FENCELOCK_MUTANT".into(), "memory-token".into())),
+        Some(Mutant::DeadWaiter) => env.push(("FENCELOCK_MUTANT".into(), "dead-waiter".into())),
+        _ => {}
+    }
+    match spec.scenario {
+        Scenario::K3 => {
+            let file = data.join("clock");
+            let _ = std::fs::write(&file, "rate=1 jump_ms=0\n");
+            env.push(("FENCELOCK_FAULT_CLOCK".into(), file.display().to_string()));
+        }
+        Scenario::S5 => env.push(("FENCELOCK_POWER_LOSS_SHIM".into(), "1".into())),
+        _ => {}
+    }
+    env
+}
+
+async fn capabilities(url: &str) -> anyhow::Result<Capabilities> {
+    let b = fencelock::backend::connect(url).await.with_context(|| format!("connect to {url}"))?;
+    Ok(b.capabilities())
+}
+
+/// One proxy to the lock service (where it has one address) and one to the
+/// storage per worker, and each worker's arguments.
+async fn wire_workers(
+    spec: &RunSpec,
+    target: &Target,
+    storage: std::net::SocketAddr,
+    ttl: Duration,
+    hist: &Path,
+) -> (Vec<Proxy>, Vec<Proxy>, Vec<WorkerArgs>) {
+    let (mut lock_proxies, mut storage_proxies, mut args) = (Vec::new(), Vec::new(), Vec::new());
+    for id in 0..spec.workers {
+        let lock_url = match target.upstream() {
+            Some(up) => {
+                let p = Proxy::start(up).await;
+                let url = target.url_via(p.addr());
+                lock_proxies.push(p);
+                url
+            }
+            None => target.url(),
+        };
+        let sp = Proxy::start(storage).await;
+        args.push(WorkerArgs {
+            id,
+            lock_url,
+            storage: sp.addr(),
+            lock: LOCK.into(),
+            key: KEY.into(),
+            ttl_ms: ttl.as_millis() as u64,
+            wait_ms: (ttl * 10).as_millis() as u64,
+            history: hist.join(format!("w{id}.jsonl")),
+            hold_ms: 20,
+        });
+        storage_proxies.push(sp);
+    }
+    (lock_proxies, storage_proxies, args)
+}
+
+fn run_info(spec: &RunSpec, caps: &Capabilities, ttl: Duration) -> RunInfo {
+    let ttl_ms = ttl.as_millis() as u64;
+    // S6: a new grant and write within 2 × TTL of the fault's end; clients
+    // that lost their connection to a restarted server also need their
+    // reconnect back-off (up to 1 s) and the new leader's start.
+    let allowance = if spec.scenario.restarts() { 1_500 } else { 500 };
+    RunInfo {
+        scenario: spec.scenario.to_string(),
+        backend: spec.backend.clone(),
+        mutant: spec.mutant.map(|m| m.name().to_string()),
+        seed: spec.seed,
+        duration_ms: spec.duration.as_millis() as u64,
+        workers: spec.workers,
+        fencing: caps.fencing != fencelock::backend::Fencing::None,
+        durable_tokens: caps.durable_tokens,
+        ttl_ms,
+        heal_bound_ms: 2 * ttl_ms + allowance,
+        min_stale_rejects: spec.scenario.min_stale_rejects(),
+        required_evidence: spec.scenario.required_evidence(),
+        object_key: KEY.into(),
+    }
+}
+
+/// Heal, let the workers show S6, stop them, read the final state, check.
+async fn finish(ctx: &mut Ctx, info: &RunInfo) -> anyhow::Result<Verdict> {
+    nemesis::heal_all(ctx).await?;
+    tokio::time::sleep(Duration::from_millis(info.heal_bound_ms)).await;
+    let killed = ctx.workers.stop(Duration::from_secs(15)).await;
+    if killed > 0 {
+        tracing::warn!(killed, "workers did not stop by themselves");
+    }
+    if ctx.spec.scenario == Scenario::S4 {
+        nemesis::note_server_stats(ctx).await;
+    }
+    let value = final_value(ctx.storage_addr).await?;
+    ctx.note(Event { value: Some(value), ..Event::note("harness", Op::FinalRead) });
+    let audit = audit_log(ctx.storage_addr).await?;
+    let events = history::read_dir(&ctx.spec.out.join("history"))?;
+    let verdict = checker::check(info, &events, &audit);
+    let path = ctx.spec.out.join("verdict.json");
+    std::fs::write(&path, serde_json::to_vec_pretty(&verdict)?).with_context(|| format!("write {}", path.display()))?;
+    for p in ctx.lock_proxies.iter().chain(&ctx.storage_proxies) {
+        p.set_mode(Mode::Pass);
+    }
+    Ok(verdict)
+}
+
+async fn final_value(storage: std::net::SocketAddr) -> anyhow::Result<Vec<String>> {
+    let r = http::request(storage, "GET", &format!("/objects/{KEY}"), &[], b"", Duration::from_secs(10)).await?;
+    match r.status {
+        200 => Ok(entries(&r.body)),
+        404 => Ok(Vec::new()),
+        s => anyhow::bail!("final read: {s} {}", r.text()),
+    }
+}
+
+async fn audit_log(storage: std::net::SocketAddr) -> anyhow::Result<Vec<fencelock_fence::storage::AuditEntry>> {
+    let r = http::request(storage, "GET", "/log", &[], b"", Duration::from_secs(30)).await?;
+    anyhow::ensure!(r.status == 200, "audit log: {} {}", r.status, r.text());
+    r.text()
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str(l).with_context(|| format!("audit line {l:?}")))
+        .collect()
+}

@@ -1,0 +1,144 @@
+//! What a run is: a scenario (the fault), a backend, a seed, a duration, an
+//! optional mutant; and what each scenario must prove happened.
+
+use std::fmt;
+use std::path::PathBuf;
+use std::str::FromStr;
+use std::time::Duration;
+
+use anyhow::bail;
+use serde::{Deserialize, Serialize};
+
+/// The faults (ids as in `../shared/reference/reliability.md`). S6, heal after
+/// every fault, is checked in every run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, PartialOrd, Ord)]
+pub enum Scenario {
+    /// A holder stopped with SIGSTOP after its last check, before its write,
+    /// for 1.5–5 × TTL.
+    K1,
+    /// A holder's traffic (keep-alives and its write) held in a TCP proxy for
+    /// 1.5–5 × TTL; the held write arrives late.
+    K2,
+    /// The lock server's clock runs fast or slow and jumps forward (injected
+    /// clock, `fault-clock`).
+    K3,
+    /// The lock server SIGKILLed and restarted, or crashed at a failpoint
+    /// around fsync and reply.
+    K4,
+    /// A waiter's keep-alives blocked past its TTL, then the holder releases:
+    /// the lock must not go to the dead waiter.
+    S1,
+    /// A client's connection loses the answers and is reset after the request
+    /// was sent; the client retries: exactly one grant.
+    S4,
+    /// Power loss: the server killed, its unsynced bytes dropped and its last
+    /// write torn, then restarted.
+    S5,
+}
+
+pub const ALL: &[Scenario] = &[Scenario::K1, Scenario::K2, Scenario::K3, Scenario::K4, Scenario::S1, Scenario::S4, Scenario::S5];
+
+impl fmt::Display for Scenario {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(self, f)
+    }
+}
+
+impl FromStr for Scenario {
+    type Err = anyhow::Error;
+    fn from_str(s: &str) -> anyhow::Result<Self> {
+        ALL.iter()
+            .copied()
+            .find(|x| x.to_string().eq_ignore_ascii_case(s))
+            .ok_or_else(|| anyhow::anyhow!("unknown scenario {s:?} (one of K1, K2, K3, K4, S1, S4, S5)"))
+    }
+}
+
+impl Scenario {
+    /// Why this scenario cannot run against `backend`, if it cannot.
+    pub fn unsupported(self, backend: &str) -> Option<&'static str> {
+        let native = backend == "fencelock";
+        match self {
+            Scenario::K2 if backend == "redlock" => Some("Redlock talks to several nodes; one proxy cannot hold them all"),
+            Scenario::K3 if !native => Some("the injected clock is fencelock's own (a peer engine's clock cannot be skewed here)"),
+            Scenario::S1 | Scenario::S4 if !native => Some("needs the native server's admin view of queues and counters"),
+            Scenario::S5 if !native => Some("the power-loss shim sits under fencelock's own storage"),
+            _ => None,
+        }
+    }
+
+    /// The evidence kinds a run must show (else it is inconclusive).
+    pub fn required_evidence(self) -> Vec<String> {
+        let what: &[&str] = match self {
+            Scenario::K1 => &["stopped"],
+            Scenario::K2 => &["held-bytes"],
+            Scenario::K3 => &["clock"],
+            Scenario::K4 => &["restarted"],
+            Scenario::S1 => &["trial"],
+            Scenario::S4 => &["reset"],
+            Scenario::S5 => &["restarted", "rolled-back"],
+        };
+        what.iter().map(|s| s.to_string()).collect()
+    }
+
+    /// Writes the fence must have refused for the run to show anything.
+    pub fn min_stale_rejects(self) -> u64 {
+        match self {
+            Scenario::K1 | Scenario::K2 => 1,
+            _ => 0,
+        }
+    }
+
+    /// Whether the run restarts the lock service.
+    pub fn restarts(self) -> bool {
+        matches!(self, Scenario::K4 | Scenario::S5)
+    }
+}
+
+/// Deliberately broken builds that the suite must catch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Mutant {
+    /// The storage server carries out stale writes (`--unfenced`).
+    FencingOff,
+    /// The lock server forgets its token counter on restart.
+    MemoryToken,
+    /// The engine hands a lock to a waiter whose lease has expired.
+    DeadWaiter,
+}
+
+impl Mutant {
+    pub fn name(self) -> &'static str {
+        match self {
+            Mutant::FencingOff => "fencing-off",
+            Mutant::MemoryToken => "memory-token",
+            Mutant::DeadWaiter => "dead-waiter",
+        }
+    }
+}
+
+impl FromStr for Mutant {
+    type Err = anyhow::Error;
+    fn from_str(s: &str) -> anyhow::Result<Self> {
+        Ok(match s {
+            "fencing-off" => Mutant::FencingOff,
+            "memory-token" => Mutant::MemoryToken,
+            "dead-waiter" => Mutant::DeadWaiter,
+            _ => bail!("unknown mutant {s:?} (fencing-off, memory-token, dead-waiter)"),
+        })
+    }
+}
+
+/// One run.
+#[derive(Debug, Clone)]
+pub struct RunSpec {
+    pub scenario: Scenario,
+    pub backend: String,
+    pub seed: u64,
+    pub duration: Duration,
+    pub workers: u32,
+    /// Asked TTL; raised to the backend's minimum.
+    pub ttl: Duration,
+    pub mutant: Option<Mutant>,
+    /// Where the histories, logs and verdict go.
+    pub out: PathBuf,
+}

@@ -1,0 +1,331 @@
+//! One worker process: it loops acquire → fenced read of the object → append
+//! its own unique id → fenced write with its token → release, and writes every
+//! step to its history file. The harness runs several, each in its own
+//! process, so that a SIGSTOP pauses exactly one holder (its keep-alives too).
+//!
+//! Control (one line per command on stdin): `pause-next` — at the next write,
+//! after the last check of the lease, stop this process with SIGSTOP (the
+//! harness sends SIGCONT later: the Kleppmann pause); `hold-next` — at the next
+//! write, print `at-write <seq>` and wait for `go` (the harness holds the
+//! network meanwhile); `cancel` — forget a pending `pause-next`/`hold-next`;
+//! `stop` — finish the current cycle and exit.
+//! Reports (stdout): `ready`, `pausing <seq>`, `at-write <seq>`.
+
+use std::io::Write as _;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::Args;
+use fencelock::backend::{Backend, Guard};
+use fencelock::{Acquire, Error, LockOptions};
+use tokio::io::AsyncBufReadExt;
+use tokio::sync::mpsc;
+
+use crate::history::{mono_ns, Event, Kind, Op, Writer};
+use crate::http;
+
+/// The storage's fencing headers, as `fencelock_fence::storage` names them.
+const LOCK_HEADER: &str = "Fencing-Lock";
+const TOKEN_HEADER: &str = "Fencing-Token";
+/// The token a worker sends when its backend gives none: the storage then
+/// admits every write (equal tokens are admitted), which is what "no fencing"
+/// means for the resource.
+pub const NO_TOKEN: u64 = 1;
+/// Longer than any hold the nemesis applies (5 × TTL ≤ 5 × 2 s): a held write
+/// must arrive late, not be abandoned by the worker.
+const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
+const READ_TIMEOUT: Duration = Duration::from_secs(5);
+
+#[derive(Args, Debug, Clone)]
+pub struct WorkerArgs {
+    #[arg(long)]
+    pub id: u32,
+    /// The lock service, as `fencelock::backend::connect` takes it.
+    #[arg(long)]
+    pub lock_url: String,
+    /// The fenced storage server (or this worker's proxy to it).
+    #[arg(long)]
+    pub storage: SocketAddr,
+    #[arg(long)]
+    pub lock: String,
+    #[arg(long)]
+    pub key: String,
+    #[arg(long)]
+    pub ttl_ms: u64,
+    #[arg(long)]
+    pub wait_ms: u64,
+    #[arg(long)]
+    pub history: PathBuf,
+    /// After its write a worker keeps the lock for a random 0..hold_ms, as a
+    /// job does (and so that a kill often finds a holder).
+    #[arg(long, default_value_t = 0)]
+    pub hold_ms: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Ctl {
+    PauseNext,
+    HoldNext,
+    Go,
+    Cancel,
+    Stop,
+}
+
+struct Worker {
+    a: WorkerArgs,
+    p: String,
+    out: Writer,
+    backend: Backend,
+    ctl: mpsc::UnboundedReceiver<Ctl>,
+    pending: Option<Ctl>,
+    stopping: bool,
+}
+
+/// The worker's main: connects, then cycles until told to stop.
+pub async fn run(a: WorkerArgs) -> anyhow::Result<()> {
+    let out = Writer::create(&a.history).with_context(|| format!("history {}", a.history.display()))?;
+    let backend = connect(&a.lock_url).await?;
+    let (tx, ctl) = mpsc::unbounded_channel();
+    tokio::spawn(read_control(tx));
+    let p = format!("w{}", a.id);
+    let mut w = Worker { a, p, out, backend, ctl, pending: None, stopping: false };
+    say("ready");
+    let mut seq = 0;
+    while !w.stopping {
+        w.drain_control();
+        if w.stopping {
+            break;
+        }
+        seq += 1;
+        w.cycle(seq).await?;
+    }
+    Ok(())
+}
+
+/// Connects, retrying for up to 30 s (the service may be restarting).
+async fn connect(url: &str) -> anyhow::Result<Backend> {
+    let mut last = None;
+    for _ in 0..300 {
+        match fencelock::backend::connect(url).await {
+            Ok(b) => return Ok(b),
+            Err(e @ (Error::InvalidArgument(_) | Error::Unsupported(_))) => return Err(e.into()),
+            Err(e) => last = Some(e),
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Err(anyhow::anyhow!("cannot connect to {url}: {}", last.map(|e| e.to_string()).unwrap_or_default()))
+}
+
+async fn read_control(tx: mpsc::UnboundedSender<Ctl>) {
+    let mut lines = tokio::io::BufReader::new(tokio::io::stdin()).lines();
+    while let Ok(Some(line)) = lines.next_line().await {
+        let c = match line.trim() {
+            "pause-next" => Ctl::PauseNext,
+            "hold-next" => Ctl::HoldNext,
+            "go" => Ctl::Go,
+            "cancel" => Ctl::Cancel,
+            "stop" => Ctl::Stop,
+            _ => continue,
+        };
+        if tx.send(c).is_err() {
+            return;
+        }
+    }
+    // The harness is gone: stop.
+    let _ = tx.send(Ctl::Stop);
+}
+
+fn say(line: &str) {
+    let mut o = std::io::stdout().lock();
+    let _ = writeln!(o, "{line}");
+    let _ = o.flush();
+}
+
+impl Worker {
+    fn drain_control(&mut self) {
+        while let Ok(c) = self.ctl.try_recv() {
+            self.take(c);
+        }
+    }
+
+    fn take(&mut self, c: Ctl) {
+        match c {
+            Ctl::Stop => self.stopping = true,
+            Ctl::PauseNext | Ctl::HoldNext => self.pending = Some(c),
+            Ctl::Cancel => self.pending = None,
+            Ctl::Go => {}
+        }
+    }
+
+    fn log(&mut self, e: Event) -> anyhow::Result<()> {
+        self.out.write(&e).context("write history")
+    }
+
+    fn ev(&self, kind: Kind, f: Op, seq: u64) -> Event {
+        Event { seq, ..Event::new(mono_ns(), self.p.clone(), kind, f) }
+    }
+
+    /// One acquire → read → write → release cycle.
+    async fn cycle(&mut self, seq: u64) -> anyhow::Result<()> {
+        let Some(guard) = self.acquire(seq).await? else {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            return Ok(());
+        };
+        let token = guard.token().unwrap_or(NO_TOKEN);
+        if let Some(value) = self.read(seq, token).await? {
+            self.write(seq, token, &guard, value).await?;
+        }
+        if self.a.hold_ms > 0 {
+            tokio::time::sleep(Duration::from_millis(fastrand::u64(0..self.a.hold_ms))).await;
+        }
+        self.release(seq, token, guard).await
+    }
+
+    async fn acquire(&mut self, seq: u64) -> anyhow::Result<Option<Guard>> {
+        self.log(self.ev(Kind::Invoke, Op::Acquire, seq))?;
+        let opts = LockOptions {
+            ttl: Duration::from_millis(self.a.ttl_ms),
+            wait: Duration::from_millis(self.a.wait_ms),
+            ..LockOptions::default()
+        };
+        let res = self.backend.acquire(&self.a.lock, &opts).await;
+        let mut e = self.ev(Kind::Ok, Op::Acquire, seq);
+        let guard = match res {
+            Ok(Acquire::Acquired(g)) => {
+                e.token = g.token();
+                e.lease = Some(g.lease_id());
+                Some(g)
+            }
+            Ok(Acquire::Busy { .. }) => fail(&mut e, "busy"),
+            Ok(Acquire::TimedOut) => fail(&mut e, "timed out"),
+            Err(err) => {
+                e.kind = if definite(&err) { Kind::Fail } else { Kind::Unknown };
+                e.error = Some(err.to_string());
+                None
+            }
+        };
+        self.log(e)?;
+        Ok(guard)
+    }
+
+    /// A fenced read; `None` (after logging why) unless it succeeded.
+    async fn read(&mut self, seq: u64, token: u64) -> anyhow::Result<Option<Vec<String>>> {
+        self.log(Event { token: Some(token), ..self.ev(Kind::Invoke, Op::Read, seq) })?;
+        let path = format!("/objects/{}", self.a.key);
+        let res = http::request(self.a.storage, "GET", &path, &self.fencing(token), b"", READ_TIMEOUT).await;
+        let mut e = Event { token: Some(token), ..self.ev(Kind::Ok, Op::Read, seq) };
+        let value = match res {
+            Ok(r) if r.status == 200 => Some(entries(&r.body)),
+            Ok(r) if r.status == 404 => Some(Vec::new()),
+            Ok(r) if r.status == 409 => {
+                e.stale = true;
+                fail(&mut e, &r.text())
+            }
+            Ok(r) if r.status < 500 => fail(&mut e, &format!("{}: {}", r.status, r.text())),
+            Ok(r) => unknown(&mut e, &format!("{}: {}", r.status, r.text())),
+            Err(err) => unknown(&mut e, &err.to_string()),
+        };
+        e.value.clone_from(&value);
+        self.log(e)?;
+        Ok(value)
+    }
+
+    async fn write(&mut self, seq: u64, token: u64, guard: &Guard, mut value: Vec<String>) -> anyhow::Result<()> {
+        let id = format!("{}-{seq}", self.p);
+        let invoke = Event { token: Some(token), append: Some(id.clone()), ..self.ev(Kind::Invoke, Op::Write, seq) };
+        self.log(invoke.clone())?;
+        // The last check: never write once the guard says the lease may be gone.
+        if guard.is_lost() || tokio::time::Instant::now() >= guard.deadline() {
+            let e = Event { kind: Kind::Fail, t: mono_ns(), skipped: true, error: Some("lease lost before the write".into()), ..invoke };
+            return self.log(e);
+        }
+        self.fault_point(seq).await;
+        value.push(id);
+        let body = value.join("\n");
+        let path = format!("/objects/{}", self.a.key);
+        let res = http::request(self.a.storage, "PUT", &path, &self.fencing(token), body.as_bytes(), WRITE_TIMEOUT).await;
+        let mut e = Event { kind: Kind::Ok, t: mono_ns(), ..invoke };
+        match res {
+            Ok(r) if r.status == 200 || r.status == 201 => {}
+            Ok(r) if r.status == 409 => {
+                e.stale = true;
+                fail::<()>(&mut e, &r.text());
+            }
+            Ok(r) if r.status < 500 => {
+                fail::<()>(&mut e, &format!("{}: {}", r.status, r.text()));
+            }
+            Ok(r) => {
+                unknown::<()>(&mut e, &format!("{}: {}", r.status, r.text()));
+            }
+            Err(err) => {
+                unknown::<()>(&mut e, &err.to_string());
+            }
+        }
+        self.log(e)
+    }
+
+    /// Where a pending `pause-next` or `hold-next` takes effect: after the
+    /// last check, before the write leaves.
+    async fn fault_point(&mut self, seq: u64) {
+        match self.pending.take() {
+            Some(Ctl::PauseNext) => {
+                say(&format!("pausing {seq}"));
+                let _ = nix::sys::signal::raise(nix::sys::signal::Signal::SIGSTOP);
+            }
+            Some(Ctl::HoldNext) => {
+                say(&format!("at-write {seq}"));
+                let wait = tokio::time::timeout(Duration::from_secs(10), async {
+                    while let Some(c) = self.ctl.recv().await {
+                        if c == Ctl::Go {
+                            return;
+                        }
+                        self.take(c);
+                    }
+                });
+                let _ = wait.await;
+            }
+            _ => {}
+        }
+    }
+
+    async fn release(&mut self, seq: u64, token: u64, guard: Guard) -> anyhow::Result<()> {
+        self.log(Event { token: Some(token), ..self.ev(Kind::Invoke, Op::Release, seq) })?;
+        let res = guard.release().await;
+        let mut e = Event { token: Some(token), ..self.ev(Kind::Ok, Op::Release, seq) };
+        match res {
+            Ok(released) => e.released = Some(released),
+            Err(err) => {
+                unknown::<()>(&mut e, &err.to_string());
+            }
+        }
+        self.log(e)
+    }
+
+    fn fencing(&self, token: u64) -> Vec<(&'static str, String)> {
+        vec![(LOCK_HEADER, self.a.lock.clone()), (TOKEN_HEADER, token.to_string())]
+    }
+}
+
+/// Errors after which the request certainly did not take effect.
+fn definite(e: &Error) -> bool {
+    matches!(e, Error::InvalidArgument(_) | Error::Unsupported(_) | Error::Connect(_))
+}
+
+fn fail<T>(e: &mut Event, why: &str) -> Option<T> {
+    e.kind = Kind::Fail;
+    e.error = Some(why.to_string());
+    None
+}
+
+fn unknown<T>(e: &mut Event, why: &str) -> Option<T> {
+    e.kind = Kind::Unknown;
+    e.error = Some(why.to_string());
+    None
+}
+
+/// The object's entries: one id per line.
+pub fn entries(body: &[u8]) -> Vec<String> {
+    String::from_utf8_lossy(body).lines().filter(|l| !l.is_empty()).map(str::to_string).collect()
+}

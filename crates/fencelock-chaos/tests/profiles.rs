@@ -1,0 +1,112 @@
+//! The short profile of the fault-injection suite, as CI runs it: each test
+//! runs `fencelock-chaos profile short` for one backend (fixed seeds) and
+//! requires every run to pass — C2 tokens, C3 no stale accept, C4 no lost
+//! update, C6 acknowledged grants survive restarts, S1/S4/S6, and C8 proof
+//! that the faults happened (a run without proof is inconclusive and fails).
+//! Against peers without durable tokens or fencing, violations are findings
+//! and do not fail the run.
+
+use std::path::Path;
+use std::process::Command;
+
+fn profile(args: &[&str], out: &Path) -> (bool, String) {
+    let o = Command::new(env!("CARGO_BIN_EXE_fencelock-chaos"))
+        .args(["profile"])
+        .args(args)
+        .arg("--out")
+        .arg(out)
+        .output()
+        .expect("run fencelock-chaos");
+    let text = format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    (o.status.success(), text)
+}
+
+/// Every verdict.json under `out`.
+fn verdicts(out: &Path) -> Vec<serde_json::Value> {
+    let mut v = Vec::new();
+    for e in std::fs::read_dir(out).unwrap() {
+        let f = e.unwrap().path().join("verdict.json");
+        if f.exists() {
+            v.push(serde_json::from_slice(&std::fs::read(f).unwrap()).unwrap());
+        }
+    }
+    v
+}
+
+fn short(backend: &str, runs: usize) {
+    let tmp = tempfile::tempdir().unwrap();
+    let (ok, text) = profile(&["short", "--backends", backend], tmp.path());
+    assert!(ok, "the short profile against {backend} failed:\n{text}");
+    let vs = verdicts(tmp.path());
+    assert_eq!(vs.len(), runs, "{text}");
+    for v in &vs {
+        assert_eq!(v["passed"], true, "{v:#}");
+        let faults: u64 = v["stats"]["faults"].as_object().map_or(0, |m| m.values().filter_map(|x| x.as_u64()).sum());
+        assert!(faults > 0, "no fault injected: {v:#}");
+    }
+    let report = std::fs::read_to_string(tmp.path().join("safety.md")).unwrap();
+    assert!(report.contains(backend), "{report}");
+}
+
+/// K1, K2, K3, K4 (kills and failpoints), S1, S4 and S5 against fencelock.
+#[test]
+fn short_profile_fencelock() {
+    short("fencelock", 7);
+}
+
+/// K1 and K4 against Redis (no persistence: its lost grants are findings).
+#[test]
+fn short_profile_redis() {
+    short("redis", 2);
+}
+
+/// K1 and K4 against Redlock (no token: its violations are findings).
+#[test]
+fn short_profile_redlock() {
+    short("redlock", 2);
+}
+
+#[test]
+fn short_profile_etcd() {
+    short("etcd", 2);
+}
+
+#[test]
+fn short_profile_zookeeper() {
+    short("zk", 2);
+}
+
+#[test]
+fn short_profile_postgres() {
+    short("postgres", 2);
+}
+
+/// C9: each mutant must turn its scenario red, in the check that guards
+/// against it: storage with fencing off → stale accepts or lost updates (C3,
+/// C4); a token counter only in memory → token inversions (C2); the
+/// dead-waiter check removed → a grant to a dead waiter (S1).
+#[test]
+fn every_mutant_turns_the_suite_red() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (ok, text) = profile(&["mutants"], tmp.path());
+    assert!(ok, "a mutant survived:\n{text}");
+    let vs = verdicts(tmp.path());
+    assert_eq!(vs.len(), 3, "{text}");
+    for v in &vs {
+        assert_eq!(v["passed"], false, "{v:#}");
+        let red: Vec<&str> = v["checks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|c| c["status"] == "fail")
+            .map(|c| c["id"].as_str().unwrap())
+            .collect();
+        let expect: &[&str] = match v["info"]["mutant"].as_str().unwrap() {
+            "fencing-off" => &["C3", "C4"],
+            "memory-token" => &["C2"],
+            "dead-waiter" => &["S1"],
+            m => panic!("unknown mutant {m}"),
+        };
+        assert!(red.iter().any(|id| expect.contains(id)), "mutant {} red in {red:?}, expected one of {expect:?}", v["info"]["mutant"]);
+    }
+}
