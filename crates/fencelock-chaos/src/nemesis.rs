@@ -217,14 +217,24 @@ async fn k4_native_kills(ctx: &mut Ctx) -> anyhow::Result<()> {
 /// `sigkill` otherwise.
 async fn wait_for_death(ctx: &mut Ctx, window: Duration, armed: Option<&str>) -> String {
     let deadline = tokio::time::Instant::now() + window;
-    while tokio::time::Instant::now() < deadline {
+    // S5 kills, after the window, at the first moment the server has written
+    // bytes it has not synced yet (its undo journal is not empty), so that
+    // the power loss has something to drop; at most 5 s later regardless.
+    let undo = (ctx.spec.scenario == Scenario::S5)
+        .then(|| fencelock_server::raft::power_loss::undo_path(&fencelock_server::raft::power_loss::db_path(&ctx.spec.out.join("lock-data"))));
+    let last = deadline + Duration::from_secs(5);
+    loop {
+        let now = tokio::time::Instant::now();
         let Target::Native { server, .. } = &mut ctx.target else { unreachable!("native") };
         if let Some(status) = server.exited() {
             return format!("failpoint {} ({status})", armed.unwrap_or("none"));
         }
-        tokio::time::sleep(Duration::from_millis(10)).await;
+        let unsynced = || undo.as_ref().is_none_or(|u| std::fs::metadata(u).is_ok_and(|m| m.len() > 0));
+        if now >= last || (now >= deadline && unsynced()) {
+            return "sigkill".into();
+        }
+        tokio::time::sleep(Duration::from_millis(if now >= deadline { 1 } else { 10 })).await;
     }
-    "sigkill".into()
 }
 
 /// Half of the restarts arm a failpoint that crashes the next server after a
