@@ -220,6 +220,9 @@ pub struct Driver {
     /// Per (lease, request id) with a caller of [`DriverHandle::acquire`] not done
     /// yet: the newest acquire of it (the only one whose cancel is written).
     owners: HashMap<(LeaseId, RequestId), Owner>,
+    /// How many of `pending` are cancels of dropped callers: an arriving acquire
+    /// scans `pending` for its key's cancel only when there is one at all.
+    unwritten_cancels: usize,
     inflight: Option<Inflight>,
     /// When the engine's next deadline falls due (a tick must be written then).
     tick_at: Option<Instant>,
@@ -273,6 +276,7 @@ impl Driver {
             pending: Vec::new(),
             waiters: HashMap::new(),
             owners: HashMap::new(),
+            unwritten_cancels: 0,
             inflight: None,
             tick_at: None,
             tick_due: false,
@@ -357,6 +361,7 @@ impl Driver {
             reply(msg.reply, Err(DriverError::NotLeader { leader }));
             return;
         }
+        self.unwritten_cancels += usize::from(is_dropped_cancel(&msg));
         self.pending.push(msg);
     }
 
@@ -366,7 +371,11 @@ impl Driver {
         let owner = self.owners.entry(key).or_insert(Owner { newest: gen, live: 0 });
         owner.newest = owner.newest.max(gen);
         owner.live += 1;
-        self.pending.retain(|m| m.reply.is_some() || !cancels(&m.cmd, key));
+        if self.unwritten_cancels > 0 {
+            let before = self.pending.len();
+            self.pending.retain(|m| !(is_dropped_cancel(m) && cancels(&m.cmd, key)));
+            self.unwritten_cancels -= before - self.pending.len();
+        }
     }
 
     /// The caller of the acquire `gen` of `key` is done; the `CancelWait` to write,
@@ -400,6 +409,7 @@ impl Driver {
                 }
                 let n = self.pending.len().min(self.max_batch);
                 let msgs: Vec<Msg> = self.pending.drain(..n).collect();
+                self.unwritten_cancels -= msgs.iter().filter(|m| is_dropped_cancel(m)).count();
                 let cmds = msgs.iter().map(|m| m.cmd.clone()).collect();
                 self.tick_due = false;
                 self.metrics.batch(msgs.len());
@@ -527,6 +537,7 @@ impl Driver {
     }
 
     fn fail_all(&mut self, e: DriverError) {
+        self.unwritten_cancels = 0;
         for m in self.pending.drain(..) {
             reply(m.reply, Err(e.clone()));
         }
@@ -541,6 +552,11 @@ impl Driver {
 /// Pause after a failed log write before the next attempt, so a failing disk is
 /// not hammered in a loop.
 const RETRY_AFTER_FAILED_WRITE: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// `m` is the `CancelWait` of a caller that went away (nobody awaits its reply).
+fn is_dropped_cancel(m: &Msg) -> bool {
+    m.reply.is_none() && matches!(m.cmd, Command::CancelWait { .. })
+}
 
 /// `cmd` is a `CancelWait` of the acquire `(lease, req)`.
 fn cancels(cmd: &Command, (lease, req): (LeaseId, RequestId)) -> bool {
