@@ -11,41 +11,15 @@
 //! retry is answered `Acquired`, and the lock's holder is the waiter's lease with
 //! the token the retry got.
 
-use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use fencelock_proto::v1::{self as pb, acquire_response::Outcome, lock_client::LockClient};
-use fencelock_server::{Config, Running};
-use tonic::transport::Channel;
+use fencelock_proto::v1::{self as pb, acquire_response::Outcome};
+mod support;
 
-type Client = LockClient<Channel>;
+use support::{lease, request_id, start, Client};
 
 /// Locks (one per round) on which the drop and the retry race.
 const ROUNDS: u64 = 50;
-
-fn request_id() -> u64 {
-    static NEXT: AtomicU64 = AtomicU64::new(1);
-    NEXT.fetch_add(1, Ordering::Relaxed)
-}
-
-async fn start(dir: &Path) -> (Running, Client) {
-    let running = fencelock_server::start(Config::for_test(dir)).await.expect("server start");
-    let client = LockClient::connect(format!("http://{}", running.grpc_addr)).await.expect("connect");
-    (running, client)
-}
-
-/// A new lease, retried while the node is not serving yet.
-async fn lease(c: &mut Client, ttl_ms: u64) -> u64 {
-    for _ in 0..200 {
-        let req = pb::GrantLeaseRequest { request_id: request_id(), ttl_ms };
-        if let Ok(r) = c.grant_lease(req).await {
-            return r.into_inner().lease_id;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-    panic!("no lease: the server did not become ready");
-}
 
 async fn acquire(c: &mut Client, req: u64, lease_id: u64, lock: &str, wait_ms: u64) -> Option<Outcome> {
     let r = pb::AcquireRequest { request_id: req, lease_id, lock: lock.into(), wait_ms, lock_delay_ms: 0 };

@@ -10,50 +10,13 @@
 //!   included).
 //! - INV-4 no grant to an expired lease.
 
-use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use fencelock_proto::v1::{self as pb, acquire_response::Outcome, lock_client::LockClient};
-use fencelock_server::{faults, Config, Running};
-use tonic::transport::Channel;
+use fencelock_proto::v1::{self as pb, acquire_response::Outcome};
+mod support;
 
-type Client = LockClient<Channel>;
-
-fn request_id() -> u64 {
-    static NEXT: AtomicU64 = AtomicU64::new(1);
-    NEXT.fetch_add(1, Ordering::Relaxed)
-}
-
-/// Start a server on `dir`. Right after an in-process shutdown the database may
-/// still be held for a moment (openraft drops its storage from its own tasks), so
-/// "already in use" is retried for a while.
-async fn start(dir: &Path) -> (Running, Client) {
-    let mut tries = 0;
-    let running = loop {
-        match fencelock_server::start(Config::for_test(dir)).await {
-            Ok(r) => break r,
-            Err(e) if tries < 100 && e.to_string().contains("already in use") => tries += 1,
-            Err(e) => panic!("server start: {e}"),
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
-    let client = LockClient::connect(format!("http://{}", running.grpc_addr)).await.expect("connect");
-    (running, client)
-}
-
-/// A new lease, retried while the node is not serving yet (leader election and
-/// `LeaderStart` after a start).
-async fn lease(c: &mut Client, ttl_ms: u64) -> u64 {
-    for _ in 0..200 {
-        let req = pb::GrantLeaseRequest { request_id: request_id(), ttl_ms };
-        if let Ok(r) = c.grant_lease(req).await {
-            return r.into_inner().lease_id;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-    panic!("no lease: the server did not become ready");
-}
+use fencelock_server::faults;
+use support::{lease, request_id, start, Client};
 
 async fn acquire(c: &mut Client, lease_id: u64, lock: &str, wait_ms: u64) -> Result<Option<Outcome>, tonic::Status> {
     let req = pb::AcquireRequest { request_id: request_id(), lease_id, lock: lock.into(), wait_ms, lock_delay_ms: 0 };
@@ -195,7 +158,7 @@ fn a_failpoint_that_returns_aborts_the_process() {
     use std::process::{Command, Stdio};
     const TEST: &str = "a_failpoint_that_returns_aborts_the_process";
     if let Ok(dir) = std::env::var(CHILD_DIR) {
-        return serve_until_crash(Path::new(&dir));
+        return serve_until_crash(std::path::Path::new(&dir));
     }
     let tmp = tempfile::tempdir().unwrap();
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
@@ -238,7 +201,7 @@ fn wait_with_timeout(child: &mut std::process::Child, limit: Duration) -> std::p
 /// The child: configure the failpoints, start, and serve a grant; it should abort
 /// on the way.
 #[cfg(feature = "failpoints")]
-fn serve_until_crash(dir: &Path) {
+fn serve_until_crash(dir: &std::path::Path) {
     let active = faults::init_from_env().unwrap();
     assert_eq!(active.len(), 1, "{active:?}");
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();

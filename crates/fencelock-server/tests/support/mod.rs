@@ -1,0 +1,48 @@
+//! What the server's integration tests share: the raw gRPC client, request ids,
+//! a server started in this process on a temp dir, and leases.
+#![allow(dead_code)] // each test file uses its own part
+
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use fencelock_proto::v1::{self as pb, lock_client::LockClient};
+use fencelock_server::{Config, Running};
+use tonic::transport::Channel;
+
+pub type Client = LockClient<Channel>;
+
+pub fn request_id() -> u64 {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    NEXT.fetch_add(1, Ordering::Relaxed)
+}
+
+/// Start a server on `dir`. Right after an in-process shutdown the database may
+/// still be held for a moment (openraft drops its storage from its own tasks), so
+/// "already in use" is retried for a while.
+pub async fn start(dir: &Path) -> (Running, Client) {
+    let mut tries = 0;
+    let running = loop {
+        match fencelock_server::start(Config::for_test(dir)).await {
+            Ok(r) => break r,
+            Err(e) if tries < 100 && e.to_string().contains("already in use") => tries += 1,
+            Err(e) => panic!("server start: {e}"),
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let client = LockClient::connect(format!("http://{}", running.grpc_addr)).await.expect("connect");
+    (running, client)
+}
+
+/// A new lease, retried while the node is not serving yet (leader election and
+/// `LeaderStart` after a start).
+pub async fn lease(c: &mut Client, ttl_ms: u64) -> u64 {
+    for _ in 0..200 {
+        let req = pb::GrantLeaseRequest { request_id: request_id(), ttl_ms };
+        if let Ok(r) = c.grant_lease(req).await {
+            return r.into_inner().lease_id;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    panic!("no lease: the server did not become ready");
+}
