@@ -65,7 +65,10 @@ pub enum Op {
     /// null), `probe` ("acquired" if a live client got the lock right after
     /// the release), `waiter_outcome` ("acquired", "not-acquired", "error: …").
     S1Trial,
-    /// Server counters at the end: `detail.tokens_issued`.
+    /// Server counters at the end: `detail.tokens_issued`, `detail.grants_cancelled`
+    /// (grants released undelivered because their caller had gone),
+    /// `detail.grants_expired` (grants ended by their lease's expiry),
+    /// `detail.grants_revoked` (by a revoke, counted before the workers stop).
     ServerStats,
     /// The object's final contents, read at the end: `value`.
     FinalRead,

@@ -469,15 +469,33 @@ pub async fn heal_all(ctx: &mut Ctx) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The server's count of tokens issued, from `/metrics` (S4's check).
-pub async fn note_server_stats(ctx: &mut Ctx) {
+/// The server's count of tokens issued, of grants it released undelivered
+/// (their caller had gone), of grants ended by their lease's expiry, and
+/// `revoked` (from [`revoked_grants`] before the workers stopped), from
+/// `/metrics` (S4's check).
+pub async fn note_server_stats(ctx: &mut Ctx, revoked: Option<u64>) {
     let Some(admin) = ctx.target.admin() else { return };
-    let Ok(r) = http::request(admin, "GET", "/metrics", &[], b"", Duration::from_secs(5)).await else { return };
-    let issued = r
-        .text()
-        .lines()
-        .find_map(|l| l.strip_prefix("fencelock_tokens_issued ").and_then(|v| v.trim().parse::<u64>().ok()));
-    if let Some(issued) = issued {
-        ctx.note(Event { detail: json!({ "tokens_issued": issued }), ..Event::note("harness", Op::ServerStats) });
+    let Some(text) = metrics_text(admin).await else { return };
+    let (issued, cancelled) = (metric(&text, "fencelock_tokens_issued"), metric(&text, "fencelock_releases_cancelled_total"));
+    if let (Some(issued), Some(cancelled), Some(expired), Some(revoked)) =
+        (issued, cancelled, metric(&text, "fencelock_releases_expired_total"), revoked)
+    {
+        let detail = json!({
+            "tokens_issued": issued, "grants_cancelled": cancelled, "grants_expired": expired, "grants_revoked": revoked
+        });
+        ctx.note(Event { detail, ..Event::note("harness", Op::ServerStats) });
     }
+}
+
+/// Grants released because their lease was revoked so far (native server).
+pub async fn revoked_grants(ctx: &Ctx) -> Option<u64> {
+    metric(&metrics_text(ctx.target.admin()?).await?, "fencelock_releases_revoked_total")
+}
+
+async fn metrics_text(admin: std::net::SocketAddr) -> Option<String> {
+    http::request(admin, "GET", "/metrics", &[], b"", Duration::from_secs(5)).await.ok().map(|r| r.text())
+}
+
+fn metric(text: &str, name: &str) -> Option<u64> {
+    text.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse::<u64>().ok())
 }

@@ -180,12 +180,15 @@ fn run_info(spec: &RunSpec, caps: &Capabilities, ttl: Duration) -> RunInfo {
 async fn finish(ctx: &mut Ctx, info: &RunInfo) -> anyhow::Result<Verdict> {
     nemesis::heal_all(ctx).await?;
     tokio::time::sleep(Duration::from_millis(info.heal_bound_ms)).await;
+    // Before the workers stop: their leases' revocations at exit are not
+    // counted among the grants revoked during the run.
+    let revoked = nemesis::revoked_grants(ctx).await;
     let killed = ctx.workers.stop(Duration::from_secs(15)).await;
     if killed > 0 {
         tracing::warn!(killed, "workers did not stop by themselves");
     }
     if ctx.spec.scenario == Scenario::S4 {
-        nemesis::note_server_stats(ctx).await;
+        nemesis::note_server_stats(ctx, revoked).await;
     }
     let value = final_value(ctx.storage_addr).await?;
     ctx.note(Event { value: Some(value), ..Event::note("harness", Op::FinalRead) });

@@ -54,6 +54,7 @@ pub struct Metrics {
     pub releases: AtomicU64,
     pub releases_by_expiry: AtomicU64,
     pub releases_by_revoke: AtomicU64,
+    pub releases_by_cancel: AtomicU64,
     pub expirations: AtomicU64,
     pub wait_timeouts: AtomicU64,
     pub waits_dropped: AtomicU64,
@@ -79,7 +80,8 @@ impl Metrics {
                 let c = match cause {
                     ReleaseCause::Expired => &self.releases_by_expiry,
                     ReleaseCause::Revoked => &self.releases_by_revoke,
-                    ReleaseCause::Released | ReleaseCause::Cancelled => &self.releases,
+                    ReleaseCause::Released => &self.releases,
+                    ReleaseCause::Cancelled => &self.releases_by_cancel,
                 };
                 c.fetch_add(1, Relaxed);
             }
@@ -105,12 +107,17 @@ impl Metrics {
     /// Render everything, with the engine gauges in `stats`.
     pub fn render(&self, stats: &Stats, is_leader: bool) -> String {
         let mut o = String::with_capacity(4096);
-        let counters: [(&str, &str, &AtomicU64); 10] = [
+        let counters: [(&str, &str, &AtomicU64); 11] = [
             ("fencelock_grants_total", "Locks granted.", &self.grants),
             ("fencelock_grants_after_wait_total", "Locks granted to a queued waiter.", &self.grants_after_wait),
             ("fencelock_releases_total", "Locks released by their holder.", &self.releases),
             ("fencelock_releases_expired_total", "Locks released because the holder's lease expired.", &self.releases_by_expiry),
             ("fencelock_releases_revoked_total", "Locks released because the holder's lease was revoked.", &self.releases_by_revoke),
+            (
+                "fencelock_releases_cancelled_total",
+                "Grants released undelivered: the caller went away before the answer reached it.",
+                &self.releases_by_cancel,
+            ),
             ("fencelock_lease_expirations_total", "Leases that expired.", &self.expirations),
             ("fencelock_wait_timeouts_total", "Queued acquires that timed out.", &self.wait_timeouts),
             ("fencelock_waits_dropped_total", "Queued acquires dropped (lease ended or cancelled).", &self.waits_dropped),
