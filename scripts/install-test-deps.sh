@@ -2,7 +2,8 @@
 # Install the real servers that the tests start (fences, backends, benchmarks):
 # PostgreSQL (initdb + postgres), Redis (redis-server), etcd (etcd-server) and
 # ZooKeeper (zookeeper, which brings a Java runtime), from Debian's packages;
-# and strace, with which the benchmark counts the native server's fsyncs.
+# strace, with which the benchmark counts the native server's fsyncs; and
+# libfaketime, which skews clocks of the chaos suite's processes (K3).
 #
 # Idempotent: installs only what is missing and says what it did. Safe to run
 # from .ci/run on every build. Needs root (or sudo) only when something is
@@ -17,6 +18,7 @@ have_redis() { command -v redis-server >/dev/null 2>&1; }
 have_etcd() { command -v etcd >/dev/null 2>&1; }
 have_zookeeper() { [ -f /usr/share/java/zookeeper.jar ] && command -v java >/dev/null 2>&1; }
 have_strace() { command -v strace >/dev/null 2>&1; }
+have_faketime() { compgen -G '/usr/lib/*/faketime/libfaketimeMT.so.1' >/dev/null; }
 
 missing=()
 if have_postgres; then
@@ -44,6 +46,11 @@ if have_strace; then
     echo "install-test-deps: strace present: $(command -v strace)"
 else
     missing+=(strace)
+fi
+if have_faketime; then
+    echo "install-test-deps: libfaketime present: $(ls /usr/lib/*/faketime/libfaketimeMT.so.1 | head -n1)"
+else
+    missing+=(libfaketime)
 fi
 
 if [ ${#missing[@]} -eq 0 ]; then

@@ -15,8 +15,14 @@ use serde::{Deserialize, Serialize};
 
 /// `CLOCK_MONOTONIC` now, in nanoseconds.
 pub fn mono_ns() -> u64 {
-    let ts = nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC).expect("CLOCK_MONOTONIC");
-    ts.tv_sec() as u64 * 1_000_000_000 + ts.tv_nsec() as u64
+    // A raw system call, not libc's clock_gettime: a process running under
+    // libfaketime (K3) has that one replaced, and the histories of all
+    // processes must share the kernel's clock.
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: `ts` is a valid, writable timespec for the kernel to fill.
+    let rc = unsafe { libc::syscall(libc::SYS_clock_gettime, libc::CLOCK_MONOTONIC, &mut ts as *mut libc::timespec) };
+    assert_eq!(rc, 0, "clock_gettime(CLOCK_MONOTONIC) failed");
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 /// What an event is.

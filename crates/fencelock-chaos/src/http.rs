@@ -9,11 +9,12 @@ use anyhow::{anyhow, bail, Context};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-/// A response: status and body.
+/// A response: status, body, and the server's `Date` header (its wall clock).
 #[derive(Debug, Clone)]
 pub struct Response {
     pub status: u16,
     pub body: Vec<u8>,
+    pub date: Option<String>,
 }
 
 impl Response {
@@ -79,9 +80,13 @@ fn complete(raw: &[u8]) -> Option<anyhow::Result<Response>> {
 }
 
 fn content_length(head: &str) -> Option<usize> {
-    head.lines().find_map(|l| {
+    header(head, "content-length")?.parse().ok()
+}
+
+fn header<'h>(head: &'h str, name: &str) -> Option<&'h str> {
+    head.lines().skip(1).find_map(|l| {
         let (k, v) = l.split_once(':')?;
-        k.trim().eq_ignore_ascii_case("content-length").then(|| v.trim().parse::<usize>().ok())?
+        k.trim().eq_ignore_ascii_case(name).then(|| v.trim())
     })
 }
 
@@ -101,7 +106,7 @@ fn parse(raw: &[u8]) -> anyhow::Result<Response> {
         }
         body.truncate(len);
     }
-    Ok(Response { status, body })
+    Ok(Response { status, body, date: header(head, "date").map(str::to_string) })
 }
 
 #[cfg(test)]
@@ -111,9 +116,10 @@ mod tests {
     /// An answer is split at its blank line and cut to its Content-Length.
     #[test]
     fn parses_status_and_body() {
-        let r = parse(b"HTTP/1.1 409 Conflict\r\ncontent-length: 2\r\n\r\nokXX").unwrap();
+        let r = parse(b"HTTP/1.1 409 Conflict\r\ncontent-length: 2\r\ndate: Sun, 22 Nov 2026 10:00:00 GMT\r\n\r\nokXX").unwrap();
         assert_eq!(r.status, 409);
         assert_eq!(r.body, b"ok");
+        assert_eq!(r.date.as_deref(), Some("Sun, 22 Nov 2026 10:00:00 GMT"));
         assert!(parse(b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nok").is_err());
         assert!(parse(b"HTTP/1.1 200").is_err());
     }

@@ -15,6 +15,7 @@
 #![allow(clippy::disallowed_methods)] // a harness schedules faults by the clock on purpose
 
 mod checker;
+mod faketime;
 mod history;
 mod http;
 mod nemesis;

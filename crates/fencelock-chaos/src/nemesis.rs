@@ -71,7 +71,7 @@ async fn k1_pauses(ctx: &mut Ctx) -> anyhow::Result<()> {
         pause_between_faults(ctx, 200, 800).await;
         let w = ctx.rng.usize(..ctx.workers.len());
         ctx.workers.send(w, "pause-next");
-        if !ctx.workers.wait_line(w, "pausing", Duration::from_secs(10)).await {
+        if ctx.workers.wait_line(w, "pausing", Duration::from_secs(10)).await.is_none() {
             ctx.workers.send(w, "cancel");
             continue;
         }
@@ -108,7 +108,7 @@ async fn k2_held_network(ctx: &mut Ctx) -> anyhow::Result<()> {
         pause_between_faults(ctx, 200, 800).await;
         let w = ctx.rng.usize(..ctx.workers.len());
         ctx.workers.send(w, "hold-next");
-        if !ctx.workers.wait_line(w, "at-write", Duration::from_secs(10)).await {
+        if ctx.workers.wait_line(w, "at-write", Duration::from_secs(10)).await.is_none() {
             ctx.workers.send(w, "cancel");
             continue;
         }
@@ -136,34 +136,149 @@ fn set_worker_network(ctx: &Ctx, w: usize, mode: Mode) {
     ctx.storage_proxies[w].set_mode(mode);
 }
 
-/// K3: the lock server's injected clock runs at 0.5–5× real time for a while,
-/// or jumps forward by 1–3 × TTL.
+/// K3's slow client: worker `SLOW_WORKER`'s clocks (monotonic too) run at
+/// `SLOW_RATE` × real time for the whole run, `FAST_WORKER`'s at `FAST_RATE`
+/// (libfaketime, see [`crate::faketime`]).
+pub const SLOW_WORKER: usize = 0;
+pub const SLOW_RATE: f64 = 0.25;
+pub const FAST_WORKER: usize = 1;
+pub const FAST_RATE: f64 = 2.0;
+/// The file (in the run's data dir) with the server's wall-clock offset.
+pub const WALL_OFFSET_FILE: &str = "wall-offset";
+
+/// The clock faults of K3, drawn in seeded rounds that hold each once.
+#[derive(Debug, Clone, Copy)]
+enum ClockFault {
+    ServerJump,
+    ServerRate,
+    WallJump,
+    SlowClient,
+}
+
+/// K3, one fault at a time: the server's injected monotonic clock jumps
+/// forward by 1–3 × TTL or runs at 0.5–5× real time for 2–6 × TTL; the
+/// server's wall clock jumps by an hour to 400 days, forward or back (it must
+/// not care); the slow client dawdles before its last check with its
+/// keep-alives held, so that its own clock, not the server, says whether its
+/// lease still holds.
 async fn k3_clock(ctx: &mut Ctx) -> anyhow::Result<()> {
-    let file = ctx.data.path().join("clock");
-    let mut jump_ms = 0u64;
+    let (mut jump_ms, mut wall_s) = (0u64, 0i64);
+    let mut round: Vec<ClockFault> = Vec::new();
     while !ctx.over() {
         pause_between_faults(ctx, 300, 1000).await;
-        if ctx.rng.f64() < 0.4 {
-            jump_ms += ctx.between(ctx.ttl, 1.0, 3.0).as_millis() as u64;
-            std::fs::write(&file, format!("rate=1 jump_ms={jump_ms}\n"))?;
-            fault(ctx, "start", "server", json!({ "jump_total_ms": jump_ms }));
-            evidence(ctx, "clock", 1, "server", json!({ "jump_total_ms": jump_ms }));
-            // The server re-reads the file every 20 ms.
-            tokio::time::sleep(Duration::from_millis(50)).await;
-            fault(ctx, "end", "server", serde_json::Value::Null);
-        } else {
-            let rate = [0.5, 2.0, 3.0, 5.0][ctx.rng.usize(..4)];
-            let spell = ctx.between(ctx.ttl, 2.0, 6.0);
-            std::fs::write(&file, format!("rate={rate} jump_ms={jump_ms}\n"))?;
-            fault(ctx, "start", "server", json!({ "rate": rate, "ms": spell.as_millis() as u64 }));
-            evidence(ctx, "clock", 1, "server", json!({ "rate": rate }));
-            tokio::time::sleep(spell).await;
-            std::fs::write(&file, format!("rate=1 jump_ms={jump_ms}\n"))?;
-            tokio::time::sleep(Duration::from_millis(50)).await;
-            fault(ctx, "end", "server", serde_json::Value::Null);
+        if ctx.over() {
+            break;
+        }
+        if round.is_empty() {
+            round = vec![ClockFault::ServerJump, ClockFault::ServerRate, ClockFault::WallJump, ClockFault::SlowClient];
+            ctx.rng.shuffle(&mut round);
+        }
+        match round.pop().expect("refilled") {
+            ClockFault::ServerJump => server_clock_jump(ctx, &mut jump_ms).await?,
+            ClockFault::ServerRate => server_clock_rate(ctx, jump_ms).await?,
+            ClockFault::WallJump => server_wall_jump(ctx, &mut wall_s).await?,
+            ClockFault::SlowClient => slow_client(ctx).await,
         }
     }
     Ok(())
+}
+
+async fn server_clock_jump(ctx: &mut Ctx, jump_ms: &mut u64) -> anyhow::Result<()> {
+    let file = ctx.data.path().join("clock");
+    *jump_ms += ctx.between(ctx.ttl, 1.0, 3.0).as_millis() as u64;
+    std::fs::write(&file, format!("rate=1 jump_ms={jump_ms}\n"))?;
+    fault(ctx, "start", "server", json!({ "jump_total_ms": *jump_ms }));
+    evidence(ctx, "clock", 1, "server", json!({ "jump_total_ms": *jump_ms }));
+    // The server re-reads the file every 20 ms.
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    fault(ctx, "end", "server", serde_json::Value::Null);
+    Ok(())
+}
+
+async fn server_clock_rate(ctx: &mut Ctx, jump_ms: u64) -> anyhow::Result<()> {
+    let file = ctx.data.path().join("clock");
+    let rate = [0.5, 2.0, 3.0, 5.0][ctx.rng.usize(..4)];
+    let spell = ctx.between(ctx.ttl, 2.0, 6.0);
+    std::fs::write(&file, format!("rate={rate} jump_ms={jump_ms}\n"))?;
+    fault(ctx, "start", "server", json!({ "rate": rate, "ms": spell.as_millis() as u64 }));
+    evidence(ctx, "clock", 1, "server", json!({ "rate": rate }));
+    tokio::time::sleep(spell).await;
+    std::fs::write(&file, format!("rate=1 jump_ms={jump_ms}\n"))?;
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    fault(ctx, "end", "server", serde_json::Value::Null);
+    Ok(())
+}
+
+/// The server's wall clock jumps to a new offset; the evidence is its own
+/// `Date` header, read back after libfaketime has re-read the file.
+async fn server_wall_jump(ctx: &mut Ctx, wall_s: &mut i64) -> anyhow::Result<()> {
+    let sign = if ctx.rng.bool() { 1 } else { -1 };
+    let to = sign * ctx.rng.i64(3_600..=400 * 86_400);
+    std::fs::write(ctx.data.path().join(WALL_OFFSET_FILE), crate::faketime::offset(to))?;
+    fault(ctx, "start", "server", json!({ "wall_offset_s": to, "from_s": *wall_s }));
+    *wall_s = to;
+    // libfaketime re-reads the file at most once a second; `Date` has a 1 s grain.
+    tokio::time::sleep(Duration::from_millis(1300)).await;
+    if let Some(seen) = server_wall_offset(ctx).await {
+        if (seen - to).abs() <= 3 {
+            evidence(ctx, "wall-clock", 1, "server", json!({ "offset_s": to, "seen_s": seen }));
+        }
+    }
+    fault(ctx, "end", "server", serde_json::Value::Null);
+    Ok(())
+}
+
+/// How far the server's wall clock (its admin `Date` header) is from ours.
+async fn server_wall_offset(ctx: &Ctx) -> Option<i64> {
+    let admin = ctx.target.admin()?;
+    let r = http::request(admin, "GET", "/healthz", &[], b"", Duration::from_secs(2)).await.ok()?;
+    let theirs = httpdate::parse_http_date(r.date.as_deref()?).ok()?;
+    let ours = std::time::SystemTime::now();
+    Some(match theirs.duration_since(ours) {
+        Ok(ahead) => ahead.as_secs_f64().round() as i64,
+        Err(behind) => -(behind.duration().as_secs_f64().round() as i64),
+    })
+}
+
+/// The slow client takes 0.6 × TTL by its own clock (2.4 × TTL of real time)
+/// between its read and its last check, while its keep-alives are held: its
+/// clock tells it the lease still holds, the server let it expire long ago,
+/// and only the fence stands between its write and the object.
+async fn slow_client(ctx: &mut Ctx) {
+    let w = SLOW_WORKER;
+    if w >= ctx.workers.len() {
+        return;
+    }
+    let own_ms = ctx.ttl.mul_f64(0.6).as_millis() as u64;
+    ctx.workers.send(w, &format!("slow-next {own_ms}"));
+    if ctx.workers.wait_line(w, "slowing", Duration::from_secs(10)).await.is_none() {
+        ctx.workers.send(w, "cancel");
+        return;
+    }
+    let target = format!("w{w}");
+    if let Some(p) = ctx.lock_proxies.get(w) {
+        p.set_mode(Mode::Hold);
+    }
+    fault(ctx, "start", &target, json!({ "own_ms": own_ms, "rate": SLOW_RATE }));
+    let slowed = ctx.workers.wait_line(w, "slowed", Duration::from_secs(30)).await;
+    if let Some((own, real)) = slowed.as_deref().and_then(parse_slowed) {
+        // Evidence only if its clock really ran slow: under half of real time.
+        if own > 0 && own * 2 < real {
+            evidence(ctx, "client-clock", 1, &target, json!({ "own_ms": own, "real_ms": real }));
+        }
+    }
+    // Its write, if it makes one, goes to the storage (not held) now.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    if let Some(p) = ctx.lock_proxies.get(w) {
+        p.set_mode(Mode::Pass);
+    }
+    fault(ctx, "end", &target, serde_json::Value::Null);
+}
+
+/// `slowed <seq> <own ms> <real ms>` → `(own, real)`.
+fn parse_slowed(line: &str) -> Option<(u64, u64)> {
+    let mut f = line.split_whitespace().skip(2).map(|x| x.parse::<u64>().ok());
+    Some((f.next()??, f.next()??))
 }
 
 /// K4 (and S5) against the native server: every 0.5–2.5 s the server dies,
@@ -498,4 +613,17 @@ async fn metrics_text(admin: std::net::SocketAddr) -> Option<String> {
 
 fn metric(text: &str, name: &str) -> Option<u64> {
     text.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse::<u64>().ok())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The slow client's report gives its own and the real milliseconds.
+    #[test]
+    fn parses_the_slow_clients_report() {
+        assert_eq!(parse_slowed("slowed 17 300 1204"), Some((300, 1204)));
+        assert_eq!(parse_slowed("slowed 17 300"), None);
+        assert_eq!(parse_slowed("slowed 17 x 1204"), None);
+    }
 }

@@ -69,7 +69,7 @@ fn plans(p: Profile) -> Vec<Plan> {
             let mut v = vec![
                 plan(K1, "fencelock", 1, 20),
                 plan(K2, "fencelock", 2, 20),
-                plan(K3, "fencelock", 3, 15),
+                plan(K3, "fencelock", 3, 20),
                 plan(K4, "fencelock", 4, 30),
                 plan(S1, "fencelock", 5, 8),
                 plan(S4, "fencelock", 6, 15),

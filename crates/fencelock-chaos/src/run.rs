@@ -14,6 +14,7 @@ use fencelock::backend::Capabilities;
 use fencelock_testkit::proxy::{Mode, Proxy};
 
 use crate::checker::{self, RunInfo, Verdict};
+use crate::faketime;
 use crate::history::{self, Event, Op, Writer};
 use crate::http;
 use crate::nemesis;
@@ -72,7 +73,7 @@ pub async fn run(spec: RunSpec) -> anyhow::Result<Verdict> {
     let hist_dir = spec.out.join("history");
     std::fs::create_dir_all(&hist_dir).with_context(|| format!("create {}", hist_dir.display()))?;
     let data = tempfile::Builder::new().prefix("fencelock-chaos-").tempdir()?;
-    let target = Target::start(&spec.backend, &spec.out, server_env(&spec, data.path())).await?;
+    let target = Target::start(&spec.backend, &spec.out, server_env(&spec, data.path())?).await?;
     let caps = capabilities(&target.url()).await?;
     let ttl = spec.ttl.max(caps.min_ttl);
     let storage_addr = free_addr();
@@ -80,7 +81,7 @@ pub async fn run(spec: RunSpec) -> anyhow::Result<Verdict> {
     let mut storage = storage_server(&data.path().join("storage"), storage_addr, unfenced, spec.out.join("storage.log"));
     storage.start().await?;
     let (lock_proxies, storage_proxies, args) = wire_workers(&spec, &target, storage_addr, ttl, &hist_dir).await;
-    let workers = Workers::start(args, &spec.out.join("workers.log")).await?;
+    let workers = Workers::start(args, &worker_envs(&spec)?, &spec.out.join("workers.log")).await?;
     let notes = Writer::create(&hist_dir.join("harness.jsonl"))?;
     let rng = fastrand::Rng::with_seed(spec.seed);
     let end = tokio::time::Instant::now() + spec.duration;
@@ -92,7 +93,7 @@ pub async fn run(spec: RunSpec) -> anyhow::Result<Verdict> {
 }
 
 /// Environment of the native server for this run's faults and mutant.
-fn server_env(spec: &RunSpec, data: &Path) -> Vec<(String, String)> {
+fn server_env(spec: &RunSpec, data: &Path) -> anyhow::Result<Vec<(String, String)>> {
     let mut env = vec![("RUST_LOG".to_string(), "warn".to_string())];
     match spec.mutant {
         Some(Mutant::MemoryToken) => env.push(("FENCELOCK_MUTANT".into(), "memory-token".into())),
@@ -104,11 +105,26 @@ fn server_env(spec: &RunSpec, data: &Path) -> Vec<(String, String)> {
             let file = data.join("clock");
             let _ = std::fs::write(&file, "rate=1 jump_ms=0\n");
             env.push(("FENCELOCK_FAULT_CLOCK".into(), file.display().to_string()));
+            env.extend(faketime::wall_jumps(&data.join(nemesis::WALL_OFFSET_FILE))?);
         }
         Scenario::S5 => env.push(("FENCELOCK_POWER_LOSS_SHIM".into(), "1".into())),
         _ => {}
     }
-    env
+    Ok(env)
+}
+
+/// Extra environment per worker: under K3, one client whose clocks run slow
+/// and one whose clocks run fast (libfaketime).
+fn worker_envs(spec: &RunSpec) -> anyhow::Result<Vec<Vec<(String, String)>>> {
+    let mut envs = vec![Vec::new(); spec.workers as usize];
+    if spec.scenario == Scenario::K3 {
+        for (w, rate) in [(nemesis::SLOW_WORKER, nemesis::SLOW_RATE), (nemesis::FAST_WORKER, nemesis::FAST_RATE)] {
+            if let Some(env) = envs.get_mut(w) {
+                *env = faketime::rate(rate)?;
+            }
+        }
+    }
+    Ok(envs)
 }
 
 async fn capabilities(url: &str) -> anyhow::Result<Capabilities> {

@@ -7,9 +7,13 @@
 //! after the last check of the lease, stop this process with SIGSTOP (the
 //! harness sends SIGCONT later: the Kleppmann pause); `hold-next` — at the next
 //! write, print `at-write <seq>` and wait for `go` (the harness holds the
-//! network meanwhile); `cancel` — forget a pending `pause-next`/`hold-next`;
-//! `stop` — finish the current cycle and exit.
-//! Reports (stdout): `ready`, `pausing <seq>`, `at-write <seq>`.
+//! network meanwhile); `slow-next <ms>` — at the next write, *before* the last
+//! check, print `slowing <seq>`, take `<ms>` by this process's own clock (K3:
+//! a clock that may run slow), then print `slowed <seq> <own ms> <real ms>`;
+//! `cancel` — forget a pending `pause-next`/`hold-next`/`slow-next`; `stop` —
+//! finish the current cycle and exit.
+//! Reports (stdout): `ready`, `pausing <seq>`, `at-write <seq>`, `slowing
+//! <seq>`, `slowed <seq> <own ms> <real ms>`.
 
 use std::io::Write as _;
 use std::net::SocketAddr;
@@ -68,6 +72,7 @@ pub struct WorkerArgs {
 enum Ctl {
     PauseNext,
     HoldNext,
+    SlowNext(u64),
     Go,
     Cancel,
     Stop,
@@ -127,7 +132,10 @@ async fn read_control(tx: mpsc::UnboundedSender<Ctl>) {
             "go" => Ctl::Go,
             "cancel" => Ctl::Cancel,
             "stop" => Ctl::Stop,
-            _ => continue,
+            l => match l.strip_prefix("slow-next ").and_then(|ms| ms.parse().ok()) {
+                Some(ms) => Ctl::SlowNext(ms),
+                None => continue,
+            },
         };
         if tx.send(c).is_err() {
             return;
@@ -153,7 +161,7 @@ impl Worker {
     fn take(&mut self, c: Ctl) {
         match c {
             Ctl::Stop => self.stopping = true,
-            Ctl::PauseNext | Ctl::HoldNext => self.pending = Some(c),
+            Ctl::PauseNext | Ctl::HoldNext | Ctl::SlowNext(_) => self.pending = Some(c),
             Ctl::Cancel => self.pending = None,
             Ctl::Go => {}
         }
@@ -236,6 +244,7 @@ impl Worker {
         let id = format!("{}-{seq}", self.p);
         let invoke = Event { token: Some(token), append: Some(id.clone()), ..self.ev(Kind::Invoke, Op::Write, seq) };
         self.log(invoke.clone())?;
+        self.slow_point(seq).await;
         // The last check: never write once the guard says the lease may be gone.
         if guard.is_lost() || tokio::time::Instant::now() >= guard.deadline() {
             let e = Event { kind: Kind::Fail, t: mono_ns(), skipped: true, error: Some("lease lost before the write".into()), ..invoke };
@@ -264,6 +273,18 @@ impl Worker {
             }
         }
         self.log(e)
+    }
+
+    /// Where a pending `slow-next` takes effect: before the last check, so
+    /// that the check judges the lease by this process's own clock.
+    async fn slow_point(&mut self, seq: u64) {
+        let Some(Ctl::SlowNext(ms)) = self.pending else { return };
+        self.pending = None;
+        say(&format!("slowing {seq}"));
+        let (own, real) = (tokio::time::Instant::now(), mono_ns());
+        tokio::time::sleep(Duration::from_millis(ms)).await;
+        let real_ms = (mono_ns() - real) / 1_000_000;
+        say(&format!("slowed {seq} {} {real_ms}", own.elapsed().as_millis()));
     }
 
     /// Where a pending `pause-next` or `hold-next` takes effect: after the

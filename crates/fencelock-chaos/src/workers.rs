@@ -23,15 +23,17 @@ pub struct Workers {
 }
 
 impl Workers {
-    /// Starts one `fencelock-chaos worker` per argument set (stderr to `log`)
-    /// and waits until each says `ready`.
-    pub async fn start(args: Vec<WorkerArgs>, log: &std::path::Path) -> anyhow::Result<Workers> {
+    /// Starts one `fencelock-chaos worker` per argument set (stderr to `log`;
+    /// worker `i` gets the extra environment `envs[i]`, if any) and waits
+    /// until each says `ready`.
+    pub async fn start(args: Vec<WorkerArgs>, envs: &[Vec<(String, String)>], log: &std::path::Path) -> anyhow::Result<Workers> {
         let (tx, lines) = mpsc::unbounded_channel();
         let mut procs = Vec::new();
         for (i, a) in args.into_iter().enumerate() {
             let err = std::fs::File::options().create(true).append(true).open(log)?;
             let mut child = Command::new(self_exe()?)
                 .args(worker_argv(&a))
+                .envs(envs.get(i).cloned().unwrap_or_default())
                 .stdin(Stdio::piped())
                 .stdout(Stdio::piped())
                 .stderr(err)
@@ -79,14 +81,14 @@ impl Workers {
     }
 
     /// Waits up to `within` for worker `i` to print a line starting with
-    /// `prefix`; other lines are dropped.
-    pub async fn wait_line(&mut self, i: usize, prefix: &str, within: Duration) -> bool {
+    /// `prefix`, and returns it; other lines are dropped.
+    pub async fn wait_line(&mut self, i: usize, prefix: &str, within: Duration) -> Option<String> {
         let deadline = tokio::time::Instant::now() + within;
         loop {
             match tokio::time::timeout_at(deadline, self.lines.recv()).await {
-                Ok(Some((w, line))) if w == i && line.starts_with(prefix) => return true,
+                Ok(Some((w, line))) if w == i && line.starts_with(prefix) => return Some(line),
                 Ok(Some(_)) => continue,
-                _ => return false,
+                _ => return None,
             }
         }
     }
