@@ -49,8 +49,8 @@ struct Cli {
 enum Cmd {
     /// One scenario against one backend.
     Run(RunArgs),
-    /// A fixed list of runs (short: a few minutes, for CI; long: 30 minutes
-    /// or more), then the report.
+    /// A fixed list of runs (short: a few minutes, for CI; long: about 45
+    /// minutes, K4 alone 15), then the report.
     Profile(profile::ProfileArgs),
     /// Writes the markdown report from the verdicts under a directory.
     Report(profile::ReportArgs),

@@ -82,15 +82,15 @@ fn plans(p: Profile) -> Vec<Plan> {
             v
         }
         Profile::Long => {
-            // K4 alone runs 30 minutes: about 1,000 kills at 0.5–2.5 s apart.
-            let mut v = vec![plan(K4, "fencelock", 104, 30 * 60)];
+            // K4 alone runs 15 minutes: about 500 kills at 0.5–2.5 s apart.
+            let mut v = vec![plan(K4, "fencelock", 104, 15 * 60)];
             for (s, seed) in [(K1, 101), (K2, 102), (K3, 103), (S1, 105), (S4, 106), (S5, 107)] {
-                v.push(plan(s, "fencelock", seed, 180));
+                v.push(plan(s, "fencelock", seed, 120));
             }
             for (i, b) in peers.iter().enumerate() {
-                v.push(plan(K1, b, 111 + i as u64, 120));
-                v.push(plan(K2, b, 121 + i as u64, 120));
-                v.push(plan(K4, b, 131 + i as u64, 120));
+                v.push(plan(K1, b, 111 + i as u64, 60));
+                v.push(plan(K2, b, 121 + i as u64, 60));
+                v.push(plan(K4, b, 131 + i as u64, 60));
             }
             v.extend(plans(Profile::Mutants));
             v
