@@ -158,7 +158,7 @@ impl Engine {
         let old_now = self.now;
         self.now = now;
         for lease in self.leases.values_mut() {
-            lease.deadline = now.saturating_add(lease.ttl_ms);
+            lease.rebase(old_now, now);
         }
         for lock in self.locks.values_mut() {
             lock.rebase(old_now, now);

@@ -58,9 +58,11 @@ impl std::fmt::Display for Token {
 /// One input to the engine: an entry of the replicated log.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Input {
-    /// A node became leader at `now` (its own clock). Every live lease gets a fresh
-    /// full TTL from `now`; a closed lock-delay restarts in full; a queued wait keeps
-    /// the time it had left. This is the one input whose `now` may be smaller than
+    /// A node became leader at `now` (its own clock). Every live lease kept alive
+    /// (or created) since the previous `LeaderStart` gets a fresh full TTL from
+    /// `now`; one that was not keeps the time it had left, at most its TTL
+    /// (INV-12: elections alone never keep a lease alive). A closed lock-delay
+    /// restarts in full; a queued wait keeps the time it had left. This is the one input whose `now` may be smaller than
     /// the engine's current time (another clock).
     LeaderStart { now: Millis },
     /// Advance time to `now` (expire what is due), then apply `cmds` in order.

@@ -43,6 +43,7 @@ impl Engine {
         };
         let (old, ttl_ms) = (lease.deadline, lease.ttl_ms);
         lease.deadline = self.now.saturating_add(ttl_ms);
+        lease.extended = false;
         let new = lease.deadline;
         self.timers.remove(old, TimerKind::LeaseEnd(id));
         self.timers.insert(new, TimerKind::LeaseEnd(id));

@@ -26,6 +26,11 @@ pub(crate) struct Lease {
     pub waits: BTreeMap<RequestId, LockName>,
     /// Final outcomes of its recent requests, for retries (INV-6).
     pub dedup: Dedup,
+    /// Set by the `LeaderStart` that gave this lease a fresh TTL; cleared by its
+    /// next keep-alive. A lease that already had its fresh TTL gets no second
+    /// one from the next leader (INV-12, etcd#9888).
+    #[serde(default)]
+    pub extended: bool,
 }
 
 impl Lease {
@@ -37,7 +42,22 @@ impl Lease {
             holds: BTreeMap::new(),
             waits: BTreeMap::new(),
             dedup: Dedup::default(),
+            extended: false,
         }
+    }
+
+    /// Re-bases the deadline onto a new leader's clock, which reads `now` where
+    /// the old leader's last read `old_now` (INV-12). A lease kept alive (or
+    /// created) since the last leader change gets one fresh full TTL: the time
+    /// between the old leader's last entry and `now` is unknown, and the lease
+    /// must not end before its holder's own deadline (INV-8). A lease that
+    /// already had its fresh TTL keeps only what it had left at `old_now` (at
+    /// most its TTL), so that elections alone never keep a lease alive: without
+    /// keep-alives it ends within two TTLs of served time after its last one.
+    pub fn rebase(&mut self, old_now: Millis, now: Millis) {
+        let left = if self.extended { self.deadline.saturating_sub(old_now).min(self.ttl_ms) } else { self.ttl_ms };
+        self.extended = true;
+        self.deadline = now.saturating_add(left);
     }
 }
 

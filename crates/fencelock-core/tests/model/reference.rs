@@ -20,6 +20,8 @@ struct MLease {
     deadline: u64,
     grant_req: u64,
     memo: Vec<(u64, Memo)>,
+    /// Had its fresh TTL from a leader change and no keep-alive since.
+    extended: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -134,7 +136,9 @@ impl Model {
         self.now = now;
         let age = |t: u64| now.saturating_sub(old.saturating_sub(t));
         for l in &mut self.leases {
-            l.deadline = now.saturating_add(l.ttl);
+            let left = if l.extended { l.deadline.saturating_sub(old).min(l.ttl) } else { l.ttl };
+            l.deadline = now.saturating_add(left);
+            l.extended = true;
         }
         for h in &mut self.holders {
             h.since = age(h.since);
@@ -354,6 +358,7 @@ impl Model {
             deadline,
             grant_req: req,
             memo: vec![],
+            extended: false,
         });
         Ok(Reply::LeaseGranted {
             lease: LeaseId(id),
@@ -373,6 +378,7 @@ impl Model {
         let now = self.now;
         let l = self.leases.iter_mut().find(|l| l.id == id).unwrap();
         l.deadline = now + l.ttl;
+        l.extended = false;
         let reply = Reply::LeaseKept {
             lease: LeaseId(id),
             ttl_ms: l.ttl,

@@ -25,6 +25,8 @@ struct Lease {
     deadline: Millis,
     /// Keep-alive request ids already applied (a retry does not move the deadline).
     kept: BTreeSet<RequestId>,
+    /// Had its fresh TTL from a leader change and no keep-alive since.
+    extended: bool,
 }
 
 #[derive(Debug, Default)]
@@ -76,10 +78,12 @@ fn is_dead_wait(e: &Effect) -> bool {
 
 impl Model {
     fn leader_start(&mut self, now: Millis) {
-        for l in self.leases.values_mut() {
-            l.deadline = now + l.ttl;
-        }
         let old = self.now;
+        for l in self.leases.values_mut() {
+            let left = if l.extended { l.deadline.saturating_sub(old).min(l.ttl) } else { l.ttl };
+            l.deadline = now.saturating_add(left);
+            l.extended = true;
+        }
         for at in self.queued_at.values_mut() {
             *at = now.saturating_sub(old.saturating_sub(*at));
         }
@@ -118,6 +122,7 @@ impl Model {
                 ttl,
                 deadline: at + ttl,
                 kept: BTreeSet::new(),
+                extended: false,
             };
             self.leases.entry(*lease).or_insert_with(fresh);
         }
@@ -188,6 +193,7 @@ impl Model {
                     Some(l) => {
                         if l.kept.insert(*req) {
                             l.deadline = at + l.ttl;
+                            l.extended = false;
                         }
                     }
                     None => v.violate(format!(

@@ -235,6 +235,49 @@ fn inv8_leader_start_expires_nothing_and_gives_a_full_ttl() {
     assert_eq!(tick(&mut e, 6000), out(vec![], fx, None));
 }
 
+/// INV-12: a lease that already had its fresh TTL from one leader change and
+/// was not kept alive since gets no second one: it keeps what it had left.
+#[test]
+fn inv12_a_second_leader_change_without_keep_alive_gives_no_fresh_ttl() {
+    let mut e = setup(1); // lease 1, TTL 1000, at 0
+    e.step(&Input::LeaderStart { now: 5000 }); // fresh TTL: ends at 6000
+    tick(&mut e, 5400); // 600 left
+    assert_eq!(e.step(&Input::LeaderStart { now: 100 }), out(vec![], vec![], Some(700)));
+    assert_eq!(tick(&mut e, 699), out(vec![], vec![], Some(700)));
+    assert_eq!(tick(&mut e, 700), out(vec![], vec![expired(1)], None));
+}
+
+/// INV-12: a keep-alive earns the lease a fresh TTL at the next leader change
+/// again (INV-8: the holder's own deadline, sent + TTL, is never cut short).
+#[test]
+fn inv12_a_keep_alive_earns_the_next_fresh_ttl() {
+    let mut e = setup(1);
+    e.step(&Input::LeaderStart { now: 5000 });
+    tick(&mut e, 5900);
+    one(&mut e, 5900, keep(9, 1));
+    assert_eq!(e.step(&Input::LeaderStart { now: 100 }), out(vec![], vec![], Some(1100)));
+}
+
+/// INV-12, etcd#9888: leader changes in a row, each leader serving 100 ms
+/// and no keep-alive at all: the lease still ends, within two TTLs of served
+/// time (one fresh TTL, then what was left).
+#[test]
+fn inv12_elections_alone_never_keep_a_lease_alive() {
+    let mut e = setup(1);
+    let mut served = 0;
+    for term in 1..=100u64 {
+        let start = term * 10_000;
+        e.step(&Input::LeaderStart { now: start });
+        let fx = tick(&mut e, start + 100).effects;
+        served += 100;
+        if fx.contains(&expired(1)) {
+            assert!(served <= 2 * 1000, "ended after {served} ms served");
+            return;
+        }
+    }
+    panic!("the lease outlived 100 leader changes without a keep-alive");
+}
+
 #[test]
 fn check_is_current_only_for_the_live_holders_token() {
     let mut e = setup(2);
