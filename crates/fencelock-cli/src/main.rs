@@ -1,10 +1,11 @@
 //! `fencelock`: the command-line front of fencelock.
 //!
-//! `serve` runs a node; `run` runs a command under a lock; `acquire`, `release`,
+//! `serve` runs a node; `cluster` shows and changes a group's members; `run` runs a command under a lock; `acquire`, `release`,
 //! `locks` and `check` are for scripts and people. Exit codes are documented in
 //! [`exit`] and in the README; contention is an outcome with its own code.
 
 mod client_cmds;
+mod cluster;
 mod demo;
 mod duration;
 mod exit;
@@ -29,8 +30,10 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Cmd {
-    /// Run a fencelock server node (a Raft group of one by default).
+    /// Run a fencelock server node (a Raft group of one by default; `--peers` for 3 or 5).
     Serve(serve::ServeArgs),
+    /// Show or change the members of a fencelock group.
+    Cluster(cluster::ClusterArgs),
     /// Run a command while holding a lock; stop it if the lease is lost.
     Run(run::RunArgs),
     /// Acquire a lock on a lease of its own (not kept alive) and print the token.
@@ -86,6 +89,7 @@ fn main() -> ExitCode {
     rt.block_on(async move {
         let res = match cli.cmd {
             Cmd::Serve(a) => serve::serve(a).await,
+            Cmd::Cluster(a) => cluster::cluster(a).await,
             Cmd::Run(a) => run::run(a).await,
             Cmd::Acquire(a) => client_cmds::acquire(a).await,
             Cmd::Release(a) => client_cmds::release(a).await,

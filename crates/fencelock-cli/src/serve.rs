@@ -1,46 +1,95 @@
 //! `fencelock serve`: run one node until SIGTERM or SIGINT.
+//!
+//! Every setting comes from, in this order: its flag, its `FENCELOCK_…`
+//! environment variable, the `--config` file (TOML, the flags' names with
+//! underscores), the default. A node whose data dir is empty forms a group of
+//! one, or with `--peers` a group of the listed voters (start each with the
+//! same list), or with `--join` waits to be added (`fencelock cluster add`).
+//! A node with data ignores all three: its membership is in its log.
 
-use std::{net::SocketAddr, path::PathBuf};
+use std::collections::BTreeMap;
+use std::{net::SocketAddr, path::PathBuf, time::Duration};
 
-use anyhow::Context;
+use anyhow::{bail, Context};
 use clap::Args;
+use serde::Deserialize;
 use tokio::signal::unix::{signal, SignalKind};
 
+use crate::duration::parse_duration;
 use crate::exit;
 
 #[derive(Args, Debug)]
 pub struct ServeArgs {
-    /// Directory for the durable state (Raft log, vote, snapshots).
-    #[arg(long, env = "FENCELOCK_DATA_DIR", default_value = "./fencelock-data")]
-    data_dir: PathBuf,
-    /// gRPC listen address (client API).
-    #[arg(long, env = "FENCELOCK_LISTEN", default_value = "127.0.0.1:7070")]
-    listen: SocketAddr,
-    /// HTTP admin listen address (/healthz, /metrics, /v1/locks).
-    #[arg(long, env = "FENCELOCK_HTTP", default_value = "127.0.0.1:7071")]
-    http: SocketAddr,
-    /// This node's id in the Raft group.
-    #[arg(long, env = "FENCELOCK_NODE_ID", default_value_t = 1)]
-    node_id: u64,
-    /// Log filter (tracing env-filter syntax), e.g. `info` or `fencelock_server=debug`.
-    #[arg(long, env = "FENCELOCK_LOG", default_value = "info,openraft=warn")]
-    log: String,
+    /// A TOML file with any of the settings below (`node_id = 2`,
+    /// `peers = "1=10.0.0.1:7070,2=10.0.0.2:7070,3=10.0.0.3:7070"`, `data_dir`,
+    /// `listen`, `http`, `advertise`, `join`, `heartbeat`, `election_timeout`,
+    /// `log`); flags and environment variables override it.
+    #[arg(long, env = "FENCELOCK_CONFIG")]
+    config: Option<PathBuf>,
+    /// Directory for the durable state (Raft log, vote, snapshots) [default: ./fencelock-data].
+    #[arg(long, env = "FENCELOCK_DATA_DIR")]
+    data_dir: Option<PathBuf>,
+    /// gRPC listen address (client API and Raft peers) [default: 127.0.0.1:7070].
+    #[arg(long, env = "FENCELOCK_LISTEN")]
+    listen: Option<SocketAddr>,
+    /// HTTP admin listen address (/healthz, /metrics, /v1/locks, /v1/cluster) [default: 127.0.0.1:7071].
+    #[arg(long, env = "FENCELOCK_HTTP")]
+    http: Option<SocketAddr>,
+    /// This node's id in the Raft group (1, 2, …) [default: 1].
+    #[arg(long, env = "FENCELOCK_NODE_ID")]
+    node_id: Option<u64>,
+    /// The voters of a new group, `id=host:port,…` (gRPC addresses, this node
+    /// included). Used only when the data dir is empty.
+    #[arg(long, env = "FENCELOCK_PEERS")]
+    peers: Option<String>,
+    /// With an empty data dir: form no group; wait to be added with `fencelock cluster add`.
+    #[arg(long, env = "FENCELOCK_JOIN", conflicts_with = "peers")]
+    join: bool,
+    /// The gRPC address other nodes and clients use for this node [default: the listen address].
+    #[arg(long, env = "FENCELOCK_ADVERTISE")]
+    advertise: Option<String>,
+    /// Raft heartbeat interval [default: 50ms].
+    #[arg(long, env = "FENCELOCK_HEARTBEAT", value_parser = parse_duration)]
+    heartbeat: Option<Duration>,
+    /// Raft election timeout (a follower waits this to twice this without a
+    /// heartbeat before it stands for election) [default: 150ms].
+    #[arg(long, env = "FENCELOCK_ELECTION_TIMEOUT", value_parser = parse_duration)]
+    election_timeout: Option<Duration>,
+    /// Log filter (tracing env-filter syntax), e.g. `info` or `fencelock_server=debug` [default: info,openraft=warn].
+    #[arg(long, env = "FENCELOCK_LOG")]
+    log: Option<String>,
+}
+
+/// The `--config` file: the same settings, all optional.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileConfig {
+    data_dir: Option<PathBuf>,
+    listen: Option<SocketAddr>,
+    http: Option<SocketAddr>,
+    node_id: Option<u64>,
+    peers: Option<String>,
+    #[serde(default)]
+    join: bool,
+    advertise: Option<String>,
+    heartbeat: Option<String>,
+    election_timeout: Option<String>,
+    log: Option<String>,
 }
 
 pub async fn serve(a: ServeArgs) -> anyhow::Result<std::process::ExitCode> {
-    init_logging(&a.log);
-    let mut config = fencelock_server::Config::new(&a.data_dir);
-    config.grpc_listen = a.listen;
-    config.http_listen = a.http;
-    config.node_id = a.node_id;
+    let (config, log) = resolve(a)?;
+    init_logging(&log);
     let mut term = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
     let mut int = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
+    let data_dir = config.data_dir.clone();
+    let node_id = config.node_id;
     let running = fencelock_server::start(config).await?;
     eprintln!(
-        "fencelock: serving gRPC on {} and HTTP on {}, data in {}",
+        "fencelock: node {node_id} serving gRPC on {} and HTTP on {}, data in {}",
         running.grpc_addr,
         running.http_addr,
-        a.data_dir.display()
+        data_dir.display()
     );
     tokio::select! {
         _ = term.recv() => eprintln!("fencelock: SIGTERM, shutting down"),
@@ -50,6 +99,77 @@ pub async fn serve(a: ServeArgs) -> anyhow::Result<std::process::ExitCode> {
     Ok(std::process::ExitCode::from(exit::OK))
 }
 
+/// The server's configuration and the log filter, from flags, environment,
+/// file and defaults.
+fn resolve(a: ServeArgs) -> anyhow::Result<(fencelock_server::Config, String)> {
+    let file = match &a.config {
+        Some(path) => {
+            let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+            toml::from_str::<FileConfig>(&text).with_context(|| format!("in {}", path.display()))?
+        }
+        None => FileConfig::default(),
+    };
+    let mut c = fencelock_server::Config::new(a.data_dir.or(file.data_dir).unwrap_or_else(|| "./fencelock-data".into()));
+    if let Some(l) = a.listen.or(file.listen) {
+        c.grpc_listen = l;
+    }
+    if let Some(h) = a.http.or(file.http) {
+        c.http_listen = h;
+    }
+    c.node_id = a.node_id.or(file.node_id).unwrap_or(1);
+    c.advertise = a.advertise.or(file.advertise);
+    if let Some(h) = a.heartbeat.or(file_duration(file.heartbeat.as_deref(), "heartbeat")?) {
+        c.heartbeat = h;
+    }
+    if let Some(e) = a.election_timeout.or(file_duration(file.election_timeout.as_deref(), "election_timeout")?) {
+        c.election_timeout = e;
+    }
+    let join = a.join || file.join;
+    c.bootstrap = match a.peers.or(file.peers) {
+        Some(_) if join => bail!("--join and --peers exclude each other: a new node either forms a group or joins one"),
+        Some(p) => fencelock_server::Bootstrap::Peers(parse_peers(&p)?),
+        None if join => fencelock_server::Bootstrap::Join,
+        None => fencelock_server::Bootstrap::Single,
+    };
+    if let fencelock_server::Bootstrap::Peers(peers) = &c.bootstrap {
+        if c.advertise.is_none() {
+            c.advertise = peers.get(&c.node_id).cloned();
+        }
+    }
+    c.validate().map_err(|e| anyhow::anyhow!("{e}"))?;
+    let log = a.log.or(file.log).unwrap_or_else(|| "info,openraft=warn".into());
+    Ok((c, log))
+}
+
+fn file_duration(v: Option<&str>, key: &str) -> anyhow::Result<Option<Duration>> {
+    v.map(|s| parse_duration(s).map_err(|e| anyhow::anyhow!("{key}: {e}"))).transpose()
+}
+
+/// `1=host:port,2=host:port` → id → address. Ids ≥ 1, each once; addresses
+/// `host:port`.
+pub fn parse_peers(s: &str) -> anyhow::Result<BTreeMap<u64, String>> {
+    let mut peers = BTreeMap::new();
+    for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let Some((id, addr)) = part.split_once('=') else { bail!("peer {part:?}: expected id=host:port") };
+        let id: u64 = id.trim().parse().with_context(|| format!("peer {part:?}: the id is not a number"))?;
+        if id == 0 {
+            bail!("peer {part:?}: node ids start at 1");
+        }
+        let addr = addr.trim();
+        let port_ok = addr.rsplit_once(':').is_some_and(|(h, p)| !h.is_empty() && p.parse::<u16>().is_ok());
+        if !port_ok || addr.contains('/') {
+            bail!("peer {part:?}: {addr:?} is not host:port");
+        }
+        if peers.insert(id, addr.to_string()).is_some() {
+            bail!("peer id {id} is listed twice");
+        }
+    }
+    if peers.is_empty() {
+        bail!("--peers is empty; expected id=host:port,…");
+    }
+    Ok(peers)
+}
+
 pub fn init_logging(filter: &str) {
     let filter = tracing_subscriber::EnvFilter::try_new(filter).unwrap_or_else(|e| {
         eprintln!("fencelock: warning: log filter {filter:?} is invalid ({e}); using \"info\"");
@@ -57,4 +177,69 @@ pub fn init_logging(filter: &str) {
     });
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let _ = tracing_subscriber::fmt().with_env_filter(filter).with_ansi(ansi).with_writer(std::io::stderr).try_init();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn peers_parse_and_bad_ones_say_why() {
+        let p = parse_peers("1=127.0.0.1:7070, 2=node-2:7070,3=[::1]:7070").unwrap();
+        assert_eq!(p.len(), 3);
+        assert_eq!(p[&2], "node-2:7070");
+        let err = |s: &str| parse_peers(s).unwrap_err().to_string();
+        assert!(err("1=a:1,1=b:2").contains("twice"));
+        assert!(err("0=a:1").contains("start at 1"));
+        assert!(err("x=a:1").contains("not a number"));
+        assert!(err("1=a").contains("not host:port"));
+        assert!(err("1=http://a:1").contains("not host:port"));
+        assert!(err("1").contains("expected id=host:port"));
+        assert!(err("").contains("empty"));
+    }
+
+    fn args() -> ServeArgs {
+        ServeArgs {
+            config: None,
+            data_dir: None,
+            listen: None,
+            http: None,
+            node_id: None,
+            peers: None,
+            join: false,
+            advertise: None,
+            heartbeat: None,
+            election_timeout: None,
+            log: None,
+        }
+    }
+
+    /// A flag beats the file; the file beats the default; unknown keys are errors.
+    #[test]
+    fn config_file_settings_and_their_precedence() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("node.toml");
+        std::fs::write(&path, "node_id = 2\npeers = \"1=127.0.0.1:7070,2=127.0.0.1:7170\"\nelection_timeout = \"300ms\"\n")
+            .unwrap();
+        let (c, _) = resolve(ServeArgs { config: Some(path.clone()), heartbeat: Some(Duration::from_millis(80)), ..args() }).unwrap();
+        assert_eq!(c.node_id, 2);
+        assert_eq!(c.election_timeout, Duration::from_millis(300));
+        assert_eq!(c.heartbeat, Duration::from_millis(80));
+        assert_eq!(c.advertise.as_deref(), Some("127.0.0.1:7170"));
+        let (c, _) = resolve(ServeArgs { config: Some(path.clone()), node_id: Some(1), ..args() }).unwrap();
+        assert_eq!(c.advertise.as_deref(), Some("127.0.0.1:7070"));
+        let e = resolve(ServeArgs { config: Some(path.clone()), node_id: Some(7), ..args() }).unwrap_err();
+        assert!(e.to_string().contains("not among the peers"), "{e}");
+        std::fs::write(&path, "nodeid = 2\n").unwrap();
+        let e = resolve(ServeArgs { config: Some(path), ..args() }).unwrap_err();
+        assert!(format!("{e:#}").contains("unknown field"), "{e:#}");
+    }
+
+    #[test]
+    fn join_and_peers_exclude_each_other() {
+        let e = resolve(ServeArgs { join: true, peers: Some("1=a:1".into()), ..args() }).unwrap_err();
+        assert!(e.to_string().contains("exclude"), "{e}");
+        let (c, _) = resolve(ServeArgs { join: true, node_id: Some(4), ..args() }).unwrap();
+        assert_eq!(c.bootstrap, fencelock_server::Bootstrap::Join);
+    }
 }

@@ -1,10 +1,15 @@
-//! The HTTP admin endpoint (axum): health, Prometheus metrics, and the lock table
-//! as JSON. Read-only; it never changes a lock.
+//! The HTTP admin endpoint (axum): health, Prometheus metrics, the lock table
+//! as JSON, and the group's membership. It never changes a lock.
 //!
 //! - `GET /healthz`: 200 `{"status":"ok",…}` when this node leads and serves, else 503.
 //! - `GET /metrics`: Prometheus text format.
 //! - `GET /v1/locks?prefix=&limit=`: `{"locks":[Lock…]}` sorted by name.
 //! - `GET /v1/locks/{name}`: one `Lock` (a free lock has `"holder": null`).
+//! - `GET /v1/cluster`: this node's view of the group ([`crate::cluster::Status`]).
+//! - `POST /v1/cluster/members` `{"id":4,"addr":"host:port"}`: add a node (its
+//!   gRPC address); `DELETE /v1/cluster/members/{id}`: remove one. Any member
+//!   takes them (a follower forwards to the leader); 200 with the new status,
+//!   400 for a change that makes no sense, 503 when no leader could make it.
 //!
 //! A `Lock` is `{"name", "holder": {"lease_id","token","token_age_ms","ttl_left_ms",
 //! "lock_delay_ms"} | null, "reopens_in_ms": n | null, "waiters": [{"lease_id",
@@ -16,12 +21,13 @@ use axum::{
     extract::{Path, Query, State},
     http::{header, StatusCode},
     response::{IntoResponse, Response},
-    routing::get,
+    routing::{delete, get, post},
     Json, Router,
 };
 use fencelock_core::{LockInfo, LockName};
 use serde::{Deserialize, Serialize};
 
+use crate::cluster::{self, Change, ClusterError};
 use crate::{api::Ops, metrics::Metrics};
 
 #[derive(Clone)]
@@ -38,6 +44,9 @@ pub fn router(ops: Ops, metrics: Arc<Metrics>, node_id: u64) -> Router {
         .route("/metrics", get(metrics_text))
         .route("/v1/locks", get(list))
         .route("/v1/locks/{name}", get(one))
+        .route("/v1/cluster", get(cluster_status))
+        .route("/v1/cluster/members", post(cluster_add))
+        .route("/v1/cluster/members/{id}", delete(cluster_remove))
         .with_state(Admin { ops, metrics, node_id })
 }
 
@@ -100,6 +109,46 @@ async fn one(State(a): State<Admin>, Path(name): Path<String>) -> Response {
     match a.ops.lock_info(&name).await {
         Ok(info) => Json(LockJson::from(info)).into_response(),
         Err(s) => status_json(s),
+    }
+}
+
+async fn cluster_status(State(a): State<Admin>) -> Response {
+    Json(cluster::status(&a.ops.raft)).into_response()
+}
+
+#[derive(Deserialize)]
+struct AddMember {
+    id: u64,
+    addr: String,
+}
+
+async fn cluster_add(
+    State(a): State<Admin>,
+    body: Result<Json<AddMember>, axum::extract::rejection::JsonRejection>,
+) -> Response {
+    match body {
+        Ok(Json(m)) => change(&a, Change::Add { id: m.id, addr: m.addr }).await,
+        Err(e) => error_json(StatusCode::BAD_REQUEST, format!("expected {{\"id\": n, \"addr\": \"host:port\"}}: {}", e.body_text())),
+    }
+}
+
+async fn cluster_remove(State(a): State<Admin>, Path(id): Path<String>) -> Response {
+    match id.parse::<u64>() {
+        Ok(id) => change(&a, Change::Remove { id }).await,
+        Err(_) => error_json(StatusCode::BAD_REQUEST, format!("node id {id:?} is not a number")),
+    }
+}
+
+/// Makes the change here if this node leads, else hands it to the leader once.
+async fn change(a: &Admin, c: Change) -> Response {
+    let res = match cluster::apply(&a.ops.raft, &c).await {
+        Err(ClusterError::NotLeader { leader: Some((id, addr)) }) if id != a.node_id => cluster::forward(&addr, &c).await,
+        r => r,
+    };
+    match res {
+        Ok(s) => Json(s).into_response(),
+        Err(e @ ClusterError::Invalid(_)) => error_json(StatusCode::BAD_REQUEST, e.to_string()),
+        Err(e) => error_json(StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
     }
 }
 

@@ -1,7 +1,21 @@
 //! Server configuration. Every field has a `fencelock serve` flag and a
 //! `FENCELOCK_…` environment variable (see the CLI).
 
-use std::{net::SocketAddr, path::PathBuf, time::Duration};
+use std::{collections::BTreeMap, net::SocketAddr, path::PathBuf, time::Duration};
+
+/// How a node whose data dir is empty comes into a group. A node with data
+/// ignores it: its membership is in its log.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Bootstrap {
+    /// A new group of one (the default).
+    Single,
+    /// A new group of these voters, node id → gRPC address; this node must be
+    /// one of them. Start every listed node with the same list.
+    Peers(BTreeMap<u64, String>),
+    /// No group of its own: wait to be added to an existing group (`fencelock
+    /// cluster add`).
+    Join,
+}
 
 /// How to run one fencelock node.
 #[derive(Debug, Clone)]
@@ -17,6 +31,8 @@ pub struct Config {
     /// Address other members use to reach this node's gRPC port; defaults to the
     /// bound gRPC address.
     pub advertise: Option<String>,
+    /// How an empty node comes into a group.
+    pub bootstrap: Bootstrap,
     /// Raft heartbeat interval.
     pub heartbeat: Duration,
     /// Raft election timeout range (min; max is twice this).
@@ -37,11 +53,36 @@ impl Config {
             grpc_listen: SocketAddr::from(([127, 0, 0, 1], 7070)),
             http_listen: SocketAddr::from(([127, 0, 0, 1], 7071)),
             advertise: None,
+            bootstrap: Bootstrap::Single,
             heartbeat: Duration::from_millis(50),
             election_timeout: Duration::from_millis(150),
             max_batch: 4096,
             snapshot_every: 20_000,
         }
+    }
+
+    /// Checks what the server cannot start with, and says why.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.node_id == 0 {
+            return Err("node ids start at 1".into());
+        }
+        if let Bootstrap::Peers(peers) = &self.bootstrap {
+            if !peers.contains_key(&self.node_id) {
+                let ids: Vec<String> = peers.keys().map(u64::to_string).collect();
+                return Err(format!("node {} is not among the peers (ids {})", self.node_id, ids.join(", ")));
+            }
+            if peers.contains_key(&0) {
+                return Err("node ids start at 1".into());
+            }
+        }
+        if self.heartbeat.is_zero() || self.election_timeout <= self.heartbeat {
+            return Err(format!(
+                "the election timeout ({} ms) must be longer than the heartbeat ({} ms)",
+                self.election_timeout.as_millis(),
+                self.heartbeat.as_millis()
+            ));
+        }
+        Ok(())
     }
 
     /// For tests: both listeners on free ports of 127.0.0.1.

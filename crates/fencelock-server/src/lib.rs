@@ -21,6 +21,7 @@
 pub mod admin;
 pub mod api;
 pub mod clock;
+pub mod cluster;
 pub mod config;
 pub mod driver;
 pub mod faults;
@@ -30,7 +31,7 @@ pub mod raft;
 
 use std::{collections::BTreeMap, net::SocketAddr, sync::Arc};
 
-pub use config::Config;
+pub use config::{Bootstrap, Config};
 use fencelock_proto::v1::lock_server::LockServer;
 use tokio::{net::TcpListener, sync::watch, task::JoinHandle};
 use tokio_stream::wrappers::TcpListenerStream;
@@ -41,6 +42,8 @@ use crate::{api::Ops, clock::Clock, driver::Driver, metrics::Metrics};
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ServerError {
+    #[error("configuration: {0}")]
+    Config(String),
     #[error("cannot listen on {addr}: {source}")]
     Bind { addr: SocketAddr, source: std::io::Error },
     #[error("storage in {dir}: {message}")]
@@ -73,6 +76,7 @@ impl Running {
 /// Bind the listeners, open storage, start Raft (initializing a new single-node
 /// group on an empty data dir), the driver and both servers.
 pub async fn start(config: Config) -> Result<Running, ServerError> {
+    config.validate().map_err(ServerError::Config)?;
     let grpc = bind(config.grpc_listen).await?;
     let http = bind(config.http_listen).await?;
     let grpc_addr = local_addr(&grpc, config.grpc_listen)?;
@@ -137,11 +141,27 @@ async fn start_raft(
         .map_err(|e| ServerError::Raft(e.to_string()))?;
     let initialized = raft.is_initialized().await.map_err(|e| ServerError::Raft(e.to_string()))?;
     if !initialized {
-        let addr = config.advertise.clone().unwrap_or_else(|| grpc_addr.to_string());
-        let members = BTreeMap::from([(config.node_id, openraft::BasicNode::new(addr))]);
-        raft.initialize(members).await.map_err(|e| ServerError::Raft(e.to_string()))?;
+        bootstrap(&raft, config, grpc_addr).await?;
     }
     Ok((raft, engine))
+}
+
+/// Forms the group on a node whose storage is empty (see [`Bootstrap`]).
+async fn bootstrap(raft: &raft::Raft, config: &Config, grpc_addr: SocketAddr) -> Result<(), ServerError> {
+    let members = match &config.bootstrap {
+        Bootstrap::Single => {
+            let addr = config.advertise.clone().unwrap_or_else(|| grpc_addr.to_string());
+            BTreeMap::from([(config.node_id, openraft::BasicNode::new(addr))])
+        }
+        // Every listed node initializes with the same voters: the same first
+        // entry on each, so it does not matter which of them comes up first.
+        Bootstrap::Peers(peers) => cluster::initial_members(peers),
+        Bootstrap::Join => {
+            tracing::info!(node_id = config.node_id, "empty node waiting to be added to a group (fencelock cluster add)");
+            return Ok(());
+        }
+    };
+    raft.initialize(members).await.map_err(|e| ServerError::Raft(e.to_string()))
 }
 
 async fn bind(addr: SocketAddr) -> Result<TcpListener, ServerError> {

@@ -42,6 +42,11 @@ use super::{NodeId, TypeConfig};
 /// `snapshot_max_chunk_size` well under a quarter of this.
 pub const MAX_MESSAGE_BYTES: usize = 64 * 1024 * 1024;
 
+/// Metadata naming the node a Raft message is meant for. A node refuses a
+/// message for another id: two members configured with one address (a wrong
+/// `--peers`) would otherwise talk to themselves as if to a peer.
+pub const TARGET_HEADER: &str = "fencelock-raft-target";
+
 /// TCP connect timeout of peer channels.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 
@@ -150,6 +155,7 @@ impl NetworkConnection {
         };
         let mut request = Request::new(RaftPayload { json });
         request.set_timeout(ttl);
+        request.metadata_mut().insert(TARGET_HEADER, self.target.into());
         let fut = async {
             match kind {
                 RPCTypes::AppendEntries => client.append_entries(request).await,
@@ -251,11 +257,26 @@ impl RaftNetwork<TypeConfig> for NetworkConnection {
 #[derive(Clone)]
 pub struct RaftService {
     raft: super::Raft,
+    id: NodeId,
 }
 
 impl RaftService {
     pub fn new(raft: super::Raft) -> Self {
-        Self { raft }
+        let id = raft.metrics().borrow().id;
+        Self { raft, id }
+    }
+
+    /// Refuses a message meant for another node id (see [`TARGET_HEADER`]).
+    fn check_target(&self, request: &Request<RaftPayload>) -> Result<(), Status> {
+        let Some(v) = request.metadata().get(TARGET_HEADER) else { return Ok(()) };
+        match v.to_str().ok().and_then(|s| s.parse::<NodeId>().ok()) {
+            Some(t) if t == self.id => Ok(()),
+            t => Err(Status::failed_precondition(format!(
+                "this is node {}, not node {}: the sender has a wrong address for node {0} (check --peers and --advertise)",
+                self.id,
+                t.map(|t| t.to_string()).unwrap_or_else(|| "?".into()),
+            ))),
+        }
     }
 
     /// The tonic service to add to the server's router, with the message size limit
@@ -284,12 +305,14 @@ impl RaftRpc for RaftService {
         &self,
         request: Request<RaftPayload>,
     ) -> Result<Response<RaftPayload>, Status> {
+        self.check_target(&request)?;
         let rpc: AppendEntriesRequest<TypeConfig> = decode_request(request)?;
         let answer = self.raft.append_entries(rpc).await;
         encode_answer(&answer)
     }
 
     async fn vote(&self, request: Request<RaftPayload>) -> Result<Response<RaftPayload>, Status> {
+        self.check_target(&request)?;
         let rpc: VoteRequest<NodeId> = decode_request(request)?;
         let answer = self.raft.vote(rpc).await;
         encode_answer(&answer)
@@ -299,8 +322,15 @@ impl RaftRpc for RaftService {
         &self,
         request: Request<RaftPayload>,
     ) -> Result<Response<RaftPayload>, Status> {
+        self.check_target(&request)?;
         let rpc: InstallSnapshotRequest<TypeConfig> = decode_request(request)?;
         let answer = self.raft.install_snapshot(rpc).await;
+        encode_answer(&answer)
+    }
+
+    async fn change_members(&self, request: Request<RaftPayload>) -> Result<Response<RaftPayload>, Status> {
+        let change: crate::cluster::Change = decode_request(request)?;
+        let answer = crate::cluster::apply(&self.raft, &change).await;
         encode_answer(&answer)
     }
 }

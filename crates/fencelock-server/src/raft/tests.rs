@@ -598,6 +598,30 @@ async fn malformed_payload_is_invalid_argument() {
     raft.shutdown().await.unwrap();
 }
 
+/// A message meant for another node id (two members given one address) is
+/// refused with a reason, before Raft sees it (INV-9); one for this node passes.
+#[tokio::test]
+async fn a_message_for_another_node_is_refused() {
+    use fencelock_proto::raft::raft_server::Raft as _;
+    use fencelock_proto::raft::RaftPayload;
+
+    let dir = tempfile::tempdir().unwrap();
+    let (log, sm) = open_storage(dir.path()).unwrap();
+    let raft = super::Raft::new(2, test_config(), Network::new(2), log, sm).await.unwrap();
+    let svc = RaftService::new(raft.clone());
+    let vote = |to: u64| {
+        let req = openraft::raft::VoteRequest::<NodeId>::new(Vote::new(5, 1), None);
+        let mut r = tonic::Request::new(RaftPayload { json: serde_json::to_vec(&req).unwrap() });
+        r.metadata_mut().insert(super::network::TARGET_HEADER, to.into());
+        r
+    };
+    let status = svc.vote(vote(3)).await.unwrap_err();
+    assert_eq!(status.code(), tonic::Code::FailedPrecondition);
+    assert!(status.message().contains("this is node 2, not node 3"), "{}", status.message());
+    assert!(svc.vote(vote(2)).await.is_ok());
+    raft.shutdown().await.unwrap();
+}
+
 /// A crash while the database was being created leaves only the temporary file
 /// (redb refuses a file whose header was cut between its two syncs): the next
 /// start deletes it and creates the database again, and boots.

@@ -1,0 +1,123 @@
+//! `fencelock cluster status|add|remove`: the group's membership, through the
+//! HTTP admin endpoint of any member (a follower hands changes to the leader).
+
+use std::net::SocketAddr;
+use std::process::ExitCode;
+
+use anyhow::{bail, Context};
+use clap::{Args, Subcommand};
+use fencelock_server::cluster::Status;
+
+use crate::{exit, http};
+
+#[derive(Args, Debug)]
+pub struct ClusterArgs {
+    #[command(subcommand)]
+    cmd: ClusterCmd,
+    /// HTTP admin address of a member; several, comma-separated, are tried in
+    /// order until one answers.
+    #[arg(long, env = "FENCELOCK_ADMIN", default_value = "127.0.0.1:7071", value_delimiter = ',', global = true)]
+    admin: Vec<SocketAddr>,
+    /// Print the JSON status instead of a table.
+    #[arg(long, global = true)]
+    json: bool,
+}
+
+#[derive(Subcommand, Debug)]
+enum ClusterCmd {
+    /// Show the members, their roles, and who leads.
+    Status,
+    /// Add node ID at ADDR (its gRPC host:port). Start it first with an empty
+    /// data dir and `--join`; this returns once it has caught up and votes.
+    Add { id: u64, addr: String },
+    /// Remove node ID from the group (the leader too; another takes over).
+    Remove { id: u64 },
+}
+
+pub async fn cluster(a: ClusterArgs) -> anyhow::Result<ExitCode> {
+    let (method, path, body) = match &a.cmd {
+        ClusterCmd::Status => ("GET", "/v1/cluster".to_string(), String::new()),
+        ClusterCmd::Add { id, addr } => {
+            ("POST", "/v1/cluster/members".to_string(), serde_json::json!({ "id": id, "addr": addr }).to_string())
+        }
+        ClusterCmd::Remove { id } => ("DELETE", format!("/v1/cluster/members/{id}"), String::new()),
+    };
+    let headers = [("Content-Type", "application/json".to_string())];
+    let mut last = None;
+    for admin in &a.admin {
+        match http::request(*admin, method, &path, &headers, body.as_bytes()).await {
+            Ok((200, text)) => {
+                let status: Status = serde_json::from_str(&text).with_context(|| format!("unexpected answer from {admin}"))?;
+                if a.json {
+                    println!("{text}");
+                } else {
+                    print!("{}", render(&status));
+                }
+                return Ok(ExitCode::from(exit::OK));
+            }
+            Ok((code, text)) => bail!("{admin}: {code}: {}", error_text(&text)),
+            Err(e) => last = Some(format!("{admin}: {e:#}")),
+        }
+    }
+    bail!("no member answered ({})", last.unwrap_or_else(|| "no --admin address".into()))
+}
+
+fn error_text(body: &str) -> String {
+    serde_json::from_str::<serde_json::Value>(body)
+        .ok()
+        .and_then(|v| v["error"].as_str().map(str::to_string))
+        .unwrap_or_else(|| body.trim().to_string())
+}
+
+/// The status as a short table.
+fn render(s: &Status) -> String {
+    let mut out = format!(
+        "node {} is {} (term {}); leader: {}; last log {}, applied {}\n",
+        s.node_id,
+        s.state,
+        s.term,
+        s.leader.map(|l| format!("node {l}")).unwrap_or_else(|| "none".into()),
+        s.last_log_index.map(|i| i.to_string()).unwrap_or_else(|| "-".into()),
+        s.last_applied.map(|i| i.to_string()).unwrap_or_else(|| "-".into()),
+    );
+    out.push_str(&format!("{:<6}{:<24}{:<10}{}\n", "ID", "ADDRESS", "ROLE", "MATCHED"));
+    for m in &s.members {
+        let role = match (m.voter, Some(m.id) == s.leader) {
+            (true, true) => "leader",
+            (true, false) => "voter",
+            (false, _) => "learner",
+        };
+        let matched = m.matched.map(|i| i.to_string()).unwrap_or_else(|| "-".into());
+        out.push_str(&format!("{:<6}{:<24}{:<10}{}\n", m.id, m.addr, role, matched));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use fencelock_server::cluster::Member;
+
+    #[test]
+    fn status_renders_roles_and_the_leader() {
+        let s = Status {
+            node_id: 2,
+            state: "follower".into(),
+            leader: Some(1),
+            leader_addr: Some("127.0.0.1:7070".into()),
+            term: 3,
+            last_log_index: Some(12),
+            last_applied: Some(12),
+            members: vec![
+                Member { id: 1, addr: "127.0.0.1:7070".into(), voter: true, matched: None },
+                Member { id: 2, addr: "127.0.0.1:7170".into(), voter: true, matched: None },
+                Member { id: 4, addr: "127.0.0.1:7470".into(), voter: false, matched: None },
+            ],
+        };
+        let t = render(&s);
+        assert!(t.starts_with("node 2 is follower (term 3); leader: node 1; last log 12, applied 12\n"), "{t}");
+        assert!(t.contains("1     127.0.0.1:7070          leader"), "{t}");
+        assert!(t.contains("2     127.0.0.1:7170          voter"), "{t}");
+        assert!(t.contains("4     127.0.0.1:7470          learner"), "{t}");
+    }
+}

@@ -1,0 +1,260 @@
+//! Membership of the Raft group: who is in it, and adding or removing a node.
+//!
+//! Where it sits: called by the HTTP admin endpoint ([`crate::admin`]:
+//! `GET /v1/cluster`, `POST /v1/cluster/members`, `DELETE
+//! /v1/cluster/members/{id}`) and by the peer service
+//! ([`crate::raft::RaftService`]'s `ChangeMembers`), through which a follower
+//! hands a change to the leader. Only the leader changes membership; a
+//! follower's admin endpoint forwards the change once, to the leader it knows.
+//!
+//! Adding a node first makes it a learner and waits until it has caught up
+//! with the log (so the group never counts on a voter that cannot vote yet),
+//! then makes it a voter. Removing a node takes it out of the voters, then out
+//! of the group; the leader may remove itself, and steps down once the new
+//! membership is committed. Each step is one joint-consensus change of
+//! openraft, durable before it is acknowledged.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use openraft::error::{ClientWriteError, RaftError};
+use openraft::{BasicNode, ChangeMembers, ServerState};
+use serde::{Deserialize, Serialize};
+
+use crate::raft::{NodeId, Raft};
+
+/// How long adding a node may wait for it to catch up before giving up.
+pub const CATCH_UP_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// A change of membership, as the admin endpoint and the peer service take it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "lowercase")]
+pub enum Change {
+    /// Add node `id`, reachable (gRPC, clients and peers) at `addr`.
+    Add { id: NodeId, addr: String },
+    /// Remove node `id` from the group.
+    Remove { id: NodeId },
+}
+
+/// One member, as [`Status`] lists it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Member {
+    pub id: NodeId,
+    /// Its gRPC address.
+    pub addr: String,
+    /// Voter (counts for the quorum) or learner (only receives the log).
+    pub voter: bool,
+    /// On the leader: the last log index known to be replicated to it.
+    pub matched: Option<u64>,
+}
+
+/// What this node knows of the group.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Status {
+    pub node_id: NodeId,
+    /// `leader`, `follower`, `candidate`, `learner` or `shutdown`.
+    pub state: String,
+    pub leader: Option<NodeId>,
+    /// The leader's gRPC address, if known.
+    pub leader_addr: Option<String>,
+    pub term: u64,
+    pub last_log_index: Option<u64>,
+    pub last_applied: Option<u64>,
+    pub members: Vec<Member>,
+}
+
+/// Why a membership change was not made.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, Serialize, Deserialize)]
+pub enum ClusterError {
+    /// This node is not the leader; `leader` is the leader's `(id, gRPC address)`
+    /// if known.
+    #[error("not the leader{}", leader.as_ref().map(|(id, a)| format!("; the leader is node {id} at {a}")).unwrap_or_default())]
+    NotLeader { leader: Option<(NodeId, String)> },
+    /// The change makes no sense (unknown node, bad address, last voter).
+    #[error("{0}")]
+    Invalid(String),
+    /// Raft could not make the change (no quorum, timed out, shutting down).
+    #[error("membership change failed: {0}")]
+    Failed(String),
+}
+
+/// The group as this node sees it now.
+pub fn status(raft: &Raft) -> Status {
+    let m = raft.metrics().borrow().clone();
+    let membership = m.membership_config.membership();
+    let voters: BTreeSet<NodeId> = membership.voter_ids().collect();
+    let members = membership
+        .nodes()
+        .map(|(id, node)| Member {
+            id: *id,
+            addr: node.addr.clone(),
+            voter: voters.contains(id),
+            matched: m.replication.as_ref().and_then(|r| r.get(id).cloned().flatten()).map(|l| l.index),
+        })
+        .collect();
+    let leader_addr = m.current_leader.and_then(|l| membership.get_node(&l)).map(|n| n.addr.clone());
+    Status {
+        node_id: m.id,
+        state: state_name(m.state).into(),
+        leader: m.current_leader,
+        leader_addr,
+        term: m.current_term,
+        last_log_index: m.last_log_index,
+        last_applied: m.last_applied.map(|l| l.index),
+        members,
+    }
+}
+
+fn state_name(s: ServerState) -> &'static str {
+    match s {
+        ServerState::Leader => "leader",
+        ServerState::Follower => "follower",
+        ServerState::Candidate => "candidate",
+        ServerState::Learner => "learner",
+        ServerState::Shutdown => "shutdown",
+    }
+}
+
+/// Makes `change` on this node, which must be the leader. Idempotent: adding
+/// a voter that is already one (at the same address), or removing a node that
+/// is not a member, succeeds and changes nothing.
+pub async fn apply(raft: &Raft, change: &Change) -> Result<Status, ClusterError> {
+    validate(change)?;
+    let now = status(raft);
+    match change {
+        Change::Add { id, addr } => add(raft, &now, *id, addr).await?,
+        Change::Remove { id } => remove(raft, &now, *id).await?,
+    }
+    Ok(status(raft))
+}
+
+fn validate(change: &Change) -> Result<(), ClusterError> {
+    let id = match change {
+        Change::Add { id, addr } => {
+            if addr.parse::<std::net::SocketAddr>().is_err() && !looks_like_host_port(addr) {
+                return Err(ClusterError::Invalid(format!("address {addr:?} is not host:port")));
+            }
+            *id
+        }
+        Change::Remove { id } => *id,
+    };
+    if id == 0 {
+        return Err(ClusterError::Invalid("node ids start at 1".into()));
+    }
+    Ok(())
+}
+
+/// `name:port` with a non-empty name and a port number.
+fn looks_like_host_port(s: &str) -> bool {
+    s.rsplit_once(':').is_some_and(|(h, p)| !h.is_empty() && !h.contains('/') && p.parse::<u16>().is_ok())
+}
+
+async fn add(raft: &Raft, now: &Status, id: NodeId, addr: &str) -> Result<(), ClusterError> {
+    match now.members.iter().find(|m| m.id == id) {
+        Some(m) if m.addr != addr => {
+            return Err(ClusterError::Invalid(format!(
+                "node {id} is already a member at {}; remove it first to move it",
+                m.addr
+            )))
+        }
+        Some(m) if m.voter => return Ok(()),
+        _ => {}
+    }
+    // Blocking: returns once the learner has caught up with the leader's log.
+    let learner = raft.add_learner(id, BasicNode::new(addr), true);
+    match tokio::time::timeout(CATCH_UP_TIMEOUT, learner).await {
+        Err(_) => {
+            return Err(ClusterError::Failed(format!(
+                "node {id} at {addr} did not catch up within {} s (is it running, with an empty data dir and --join?)",
+                CATCH_UP_TIMEOUT.as_secs()
+            )))
+        }
+        Ok(r) => r.map_err(write_error)?,
+    };
+    raft.change_membership(ChangeMembers::AddVoterIds(BTreeSet::from([id])), false).await.map_err(write_error)?;
+    Ok(())
+}
+
+async fn remove(raft: &Raft, now: &Status, id: NodeId) -> Result<(), ClusterError> {
+    let Some(member) = now.members.iter().find(|m| m.id == id) else { return Ok(()) };
+    if member.voter {
+        let voters = now.members.iter().filter(|m| m.voter).count();
+        if voters == 1 {
+            return Err(ClusterError::Invalid(format!("node {id} is the last voter; a group cannot be empty")));
+        }
+        raft.change_membership(ChangeMembers::RemoveVoters(BTreeSet::from([id])), false)
+            .await
+            .map_err(write_error)?;
+    }
+    if raft.metrics().borrow().membership_config.membership().get_node(&id).is_some() {
+        let nodes = ChangeMembers::RemoveNodes(BTreeSet::from([id]));
+        match raft.change_membership(nodes, false).await {
+            Ok(_) => {}
+            // The leader removed itself and stepped down after the first step:
+            // the node is out of the voters, which is what matters; the next
+            // leader drops it from the nodes when asked again.
+            Err(e) if id == now.node_id => tracing::info!(error = %e, "removed myself from the voters"),
+            Err(e) => return Err(write_error(e)),
+        }
+    }
+    Ok(())
+}
+
+fn write_error(e: RaftError<NodeId, ClientWriteError<NodeId, BasicNode>>) -> ClusterError {
+    match e {
+        RaftError::APIError(ClientWriteError::ForwardToLeader(f)) => ClusterError::NotLeader {
+            leader: f.leader_id.zip(f.leader_node.map(|n| n.addr)),
+        },
+        RaftError::APIError(ClientWriteError::ChangeMembershipError(c)) => ClusterError::Invalid(c.to_string()),
+        RaftError::Fatal(f) => ClusterError::Failed(f.to_string()),
+    }
+}
+
+/// The voters of a new group from `--peers`: id → gRPC address.
+pub fn initial_members(peers: &BTreeMap<NodeId, String>) -> BTreeMap<NodeId, BasicNode> {
+    peers.iter().map(|(id, addr)| (*id, BasicNode::new(addr))).collect()
+}
+
+/// Sends `change` to the leader at `leader_addr` (its gRPC address) over the
+/// peer service, for a follower that was asked to make it.
+pub async fn forward(leader_addr: &str, change: &Change) -> Result<Status, ClusterError> {
+    use fencelock_proto::raft::raft_client::RaftClient;
+    use fencelock_proto::raft::RaftPayload;
+    let unreachable = |e: String| ClusterError::Failed(format!("cannot reach the leader at {leader_addr}: {e}"));
+    let endpoint = tonic::transport::Endpoint::from_shared(format!("http://{leader_addr}"))
+        .map_err(|e| unreachable(e.to_string()))?
+        .connect_timeout(Duration::from_secs(3));
+    let channel = endpoint.connect().await.map_err(|e| unreachable(e.to_string()))?;
+    let json = serde_json::to_vec(change).map_err(|e| ClusterError::Failed(e.to_string()))?;
+    let mut req = tonic::Request::new(RaftPayload { json });
+    req.set_timeout(CATCH_UP_TIMEOUT + Duration::from_secs(10));
+    let answer = RaftClient::new(channel).change_members(req).await.map_err(|s| unreachable(s.message().to_string()))?;
+    serde_json::from_slice::<Result<Status, ClusterError>>(&answer.into_inner().json)
+        .map_err(|e| ClusterError::Failed(format!("malformed answer from the leader: {e}")))?
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Bad changes are refused before Raft sees them (INV-9).
+    #[test]
+    fn invalid_changes_are_refused_with_a_reason() {
+        let bad = |c: Change| validate(&c).unwrap_err().to_string();
+        assert!(bad(Change::Add { id: 0, addr: "127.0.0.1:1".into() }).contains("start at 1"));
+        assert!(bad(Change::Add { id: 4, addr: "nope".into() }).contains("host:port"));
+        assert!(bad(Change::Add { id: 4, addr: "http://a:1".into() }).contains("host:port"));
+        assert!(bad(Change::Remove { id: 0 }).contains("start at 1"));
+        assert!(validate(&Change::Add { id: 4, addr: "node-4.internal:7070".into() }).is_ok());
+        assert!(validate(&Change::Add { id: 4, addr: "[::1]:7070".into() }).is_ok());
+    }
+
+    /// The wire form the admin endpoint and the peer service share.
+    #[test]
+    fn changes_are_tagged_json() {
+        let c: Change = serde_json::from_str(r#"{"op":"add","id":4,"addr":"127.0.0.1:7470"}"#).unwrap();
+        assert_eq!(c, Change::Add { id: 4, addr: "127.0.0.1:7470".into() });
+        let c: Change = serde_json::from_str(r#"{"op":"remove","id":2}"#).unwrap();
+        assert_eq!(c, Change::Remove { id: 2 });
+    }
+}
