@@ -10,7 +10,6 @@ use std::time::Duration;
 
 use fencelock_proto::v1 as pb;
 use tokio::time::Instant;
-use tonic::transport::Endpoint;
 
 use crate::acquire::{self, LockRequest};
 use crate::backoff::Backoff;
@@ -18,7 +17,7 @@ use crate::error::{Error, WithLockError};
 use crate::guard::LockGuard;
 use crate::lease;
 use crate::registry::Registry;
-use crate::rpc::{new_request_id, request, Rpc};
+use crate::rpc::{new_request_id, normalize, request, Rpc, Servers};
 use crate::session::Session;
 use crate::types::{Acquire, Acquired, CheckResult, LockInfo, LockOptions};
 
@@ -80,45 +79,30 @@ impl ClientBuilder {
         self
     }
 
-    /// Connects. Fails with [`Error::InvalidArgument`] for a malformed URL and
-    /// [`Error::Connect`] if the server cannot be reached now. Later connection
-    /// failures are retried by every RPC until its deadline.
+    /// Connects to the first server of the list that answers. Fails with
+    /// [`Error::InvalidArgument`] for a malformed URL and [`Error::Connect`] if
+    /// no server can be reached now. Later failures are retried by every RPC
+    /// until its deadline, following the leader a follower names, else moving
+    /// along the list.
     pub async fn connect(self) -> Result<Client, Error> {
-        let endpoint = Endpoint::from_shared(self.url.clone())
-            .map_err(|e| Error::InvalidArgument(format!("bad server url {:?}: {e}", self.url)))?
-            .connect_timeout(self.connect_timeout)
-            .tcp_nodelay(true)
-            // Detect a dead connection even while a call hangs on it, so that the
-            // next attempt reconnects.
-            .http2_keep_alive_interval(Duration::from_secs(10))
-            .keep_alive_timeout(Duration::from_secs(5));
-        let channel =
-            endpoint.connect().await.map_err(|e| Error::Connect(format!("{}: {}", self.url, error_chain(&e))))?;
-        let rpc = Rpc::new(channel, self.rpc_timeout, self.backoff);
+        let urls = self.url.split(',').filter(|u| !u.trim().is_empty()).map(normalize).collect();
+        let servers = Servers::connect(urls, self.connect_timeout).await?;
+        let rpc = Rpc::new(servers, self.rpc_timeout, self.backoff);
         let leases = Registry::new(rpc.clone(), tokio::runtime::Handle::current(), self.lease_linger);
         Ok(Client { inner: Arc::new(Inner { rpc, leases }) })
     }
 }
 
-/// "outer: inner: innermost", for errors whose Display hides the cause.
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut out = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        out.push_str(": ");
-        out.push_str(&s.to_string());
-        source = s.source();
-    }
-    out
-}
-
 impl Client {
-    /// Connects to `url` (e.g. `http://127.0.0.1:7070`) with the defaults.
+    /// Connects to `url` (e.g. `http://127.0.0.1:7070`, or a group's members
+    /// comma-separated, see [`Client::builder`]) with the defaults.
     pub async fn connect(url: impl Into<String>) -> Result<Client, Error> {
         Client::builder(url).connect().await
     }
 
-    /// A builder for a client of `url`.
+    /// A builder for a client of `url`: one server (`http://host:port`), or the
+    /// members of a group, comma-separated (`http://a:7070,http://b:7070,c:7070`;
+    /// a bare `host:port` means `http://`).
     pub fn builder(url: impl Into<String>) -> ClientBuilder {
         ClientBuilder {
             url: url.into(),
@@ -127,6 +111,12 @@ impl Client {
             backoff: Backoff::default(),
             lease_linger: DEFAULT_LEASE_LINGER,
         }
+    }
+
+    /// The server this client talks to now (`http://host:port`): the first of
+    /// its list that answered, or the leader it was last sent to.
+    pub fn server(&self) -> String {
+        self.inner.rpc.server()
     }
 
     /// A request for the lock `name`, with default [`LockOptions`] (15 s TTL, try

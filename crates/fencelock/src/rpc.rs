@@ -9,13 +9,22 @@
 //! same message, so every retry carries the same `request_id` and the server
 //! answers a retry with the first outcome (never a second grant). The tonic
 //! [`Channel`] reconnects by itself on the next attempt after a transport failure.
+//!
+//! [`Servers`] is the group as the client knows it: a list of endpoints and the
+//! one it talks to now. A retryable failure moves the client on: to the leader
+//! a follower named (`fencelock-leader` metadata, retried at once), else to the
+//! next endpoint of the list. Retries keep their request id across servers, so
+//! a retry that reaches the new leader after a fail-over still never grants
+//! twice (the dedup memory is replicated state).
 
+use std::collections::HashMap;
 use std::future::Future;
+use std::sync::Mutex;
 use std::time::Duration;
 
 use fencelock_proto::v1::lock_client::LockClient;
 use tokio::time::Instant;
-use tonic::transport::Channel;
+use tonic::transport::{Channel, Endpoint};
 use tonic::{Response, Status};
 
 use crate::backoff::Backoff;
@@ -34,10 +43,151 @@ pub(crate) fn request<T>(msg: T, timeout: Duration) -> tonic::Request<T> {
     req
 }
 
-/// The connection to one server, shared by every handle of a [`crate::Client`].
+/// Metadata with which a follower names the leader's gRPC `host:port`.
+pub(crate) const LEADER_HEADER: &str = "fencelock-leader";
+
+/// How many times one call follows a leader hint without a backoff delay.
+const HINT_JUMPS: u32 = 3;
+
+/// The servers of one group, and the one this client talks to now.
+#[derive(Debug)]
+pub(crate) struct Servers {
+    /// The endpoints as configured (`http://host:port`), in order.
+    urls: Vec<String>,
+    connect_timeout: Duration,
+    now: Mutex<Current>,
+}
+
+#[derive(Debug)]
+struct Current {
+    /// Bumped at every switch, so that one failure moves the client once
+    /// however many calls saw it.
+    gen: u64,
+    url: String,
+    client: LockClient<Channel>,
+    /// One lazily connecting channel per server ever used.
+    channels: HashMap<String, Channel>,
+}
+
+/// A server URL as tonic takes it: `http://` is added to a bare `host:port`.
+pub(crate) fn normalize(url: &str) -> String {
+    let url = url.trim();
+    if url.contains("://") {
+        url.to_string()
+    } else {
+        format!("http://{url}")
+    }
+}
+
+fn endpoint(url: &str, connect_timeout: Duration) -> Result<Endpoint, Error> {
+    Ok(Endpoint::from_shared(url.to_string())
+        .map_err(|e| Error::InvalidArgument(format!("bad server url {url:?}: {e}")))?
+        .connect_timeout(connect_timeout)
+        .tcp_nodelay(true)
+        // Detect a dead connection even while a call hangs on it, so that the
+        // next attempt reconnects.
+        .http2_keep_alive_interval(Duration::from_secs(10))
+        .keep_alive_timeout(Duration::from_secs(5)))
+}
+
+/// "outer: inner: innermost", for errors whose Display hides the cause.
+pub(crate) fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        out.push_str(": ");
+        out.push_str(&s.to_string());
+        source = s.source();
+    }
+    out
+}
+
+impl Servers {
+    /// Checks every URL, then connects to the first server that answers, in
+    /// list order. [`Error::Connect`] names every failure if none does.
+    pub(crate) async fn connect(urls: Vec<String>, connect_timeout: Duration) -> Result<Servers, Error> {
+        if urls.is_empty() {
+            return Err(Error::InvalidArgument("no server url".into()));
+        }
+        let endpoints = urls.iter().map(|u| endpoint(u, connect_timeout)).collect::<Result<Vec<_>, _>>()?;
+        let mut failures = Vec::new();
+        for (url, ep) in urls.iter().zip(endpoints) {
+            match ep.connect().await {
+                Ok(ch) => return Ok(Servers::with(urls.clone(), connect_timeout, url.clone(), ch)),
+                Err(e) => failures.push(format!("{url}: {}", error_chain(&e))),
+            }
+        }
+        Err(Error::Connect(failures.join("; ")))
+    }
+
+    fn with(urls: Vec<String>, connect_timeout: Duration, url: String, ch: Channel) -> Servers {
+        let channels = HashMap::from([(url.clone(), ch.clone())]);
+        let now = Current { gen: 0, url, client: LockClient::new(ch), channels };
+        Servers { urls, connect_timeout, now: Mutex::new(now) }
+    }
+
+    /// One server, connected lazily (for tests).
+    #[cfg(test)]
+    pub(crate) fn lazy(urls: &[&str]) -> Servers {
+        let urls: Vec<String> = urls.iter().map(|u| u.to_string()).collect();
+        let ch = Endpoint::from_shared(urls[0].clone()).expect("test url").connect_lazy();
+        Servers::with(urls.clone(), Duration::from_secs(1), urls[0].clone(), ch)
+    }
+
+    fn current(&self) -> (u64, LockClient<Channel>) {
+        let now = self.now.lock().unwrap_or_else(|p| p.into_inner());
+        (now.gen, now.client.clone())
+    }
+
+    /// The URL talked to now.
+    pub(crate) fn url(&self) -> String {
+        self.now.lock().unwrap_or_else(|p| p.into_inner()).url.clone()
+    }
+
+    /// After a retryable failure of an attempt made at generation `gen`: go to
+    /// the leader `hint` names, else to the next server of the list. Returns
+    /// whether the client now talks to another server than at `gen`.
+    fn failed(&self, gen: u64, hint: Option<String>) -> bool {
+        let mut now = self.now.lock().unwrap_or_else(|p| p.into_inner());
+        if now.gen != gen {
+            return true;
+        }
+        let next = match hint {
+            Some(h) => normalize(&h),
+            None if self.urls.len() > 1 => {
+                let i = self.urls.iter().position(|u| *u == now.url).map_or(0, |i| (i + 1) % self.urls.len());
+                self.urls[i].clone()
+            }
+            None => return false,
+        };
+        if next == now.url {
+            return false;
+        }
+        let ch = match now.channels.get(&next) {
+            Some(ch) => ch.clone(),
+            None => match endpoint(&next, self.connect_timeout) {
+                Ok(ep) => ep.connect_lazy(),
+                Err(_) => return false,
+            },
+        };
+        tracing::debug!(from = %now.url, to = %next, "fencelock: switching server");
+        now.channels.insert(next.clone(), ch.clone());
+        now.client = LockClient::new(ch);
+        now.url = next;
+        now.gen += 1;
+        true
+    }
+}
+
+/// The leader a refusing follower named, if it did.
+fn leader_hint(status: &Status) -> Option<String> {
+    status.metadata().get(LEADER_HEADER).and_then(|v| v.to_str().ok()).map(str::to_string)
+}
+
+/// The connection to the group, shared by every handle of a [`crate::Client`].
 #[derive(Debug, Clone)]
 pub(crate) struct Rpc {
-    client: LockClient<Channel>,
+    servers: std::sync::Arc<Servers>,
     /// Deadline of a call that does not wait (and the part of a waiting acquire's
     /// deadline beyond its wait).
     pub(crate) rpc_timeout: Duration,
@@ -45,8 +195,13 @@ pub(crate) struct Rpc {
 }
 
 impl Rpc {
-    pub(crate) fn new(channel: Channel, rpc_timeout: Duration, backoff: Backoff) -> Rpc {
-        Rpc { client: LockClient::new(channel), rpc_timeout, backoff }
+    pub(crate) fn new(servers: Servers, rpc_timeout: Duration, backoff: Backoff) -> Rpc {
+        Rpc { servers: std::sync::Arc::new(servers), rpc_timeout, backoff }
+    }
+
+    /// The server talked to now.
+    pub(crate) fn server(&self) -> String {
+        self.servers.url()
     }
 
     /// The retry policy.
@@ -54,9 +209,9 @@ impl Rpc {
         self.backoff
     }
 
-    /// The raw tonic client (for the session stream).
+    /// The raw tonic client of the server talked to now (for the session stream).
     pub(crate) fn raw(&self) -> LockClient<Channel> {
-        self.client.clone()
+        self.servers.current().1
     }
 
     /// The deadline of a non-waiting call that starts now.
@@ -72,19 +227,29 @@ impl Rpc {
         F: FnMut(LockClient<Channel>, Duration) -> Fut,
         Fut: Future<Output = Result<Response<T>, Status>>,
     {
-        let mut retries = 0u32;
+        let (mut retries, mut jumps) = (0u32, 0u32);
         let mut last: Option<Status> = None;
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
                 return Err(exhausted(last));
             }
-            let status = match tokio::time::timeout(left, attempt(self.client.clone(), left)).await {
+            let (gen, client) = self.servers.current();
+            let status = match tokio::time::timeout(left, attempt(client, left)).await {
                 Err(_elapsed) => return Err(Error::Timeout),
                 Ok(Ok(resp)) => return Ok(resp.into_inner()),
                 Ok(Err(status)) if is_retryable(&status) => status,
                 Ok(Err(status)) => return Err(Error::from_status(&status)),
             };
+            let hint = leader_hint(&status);
+            let hinted = hint.is_some();
+            if self.servers.failed(gen, hint) && hinted && jumps < HINT_JUMPS {
+                // A follower named the leader: go there at once.
+                jumps += 1;
+                metrics::rpc_retry(op);
+                last = Some(status);
+                continue;
+            }
             let delay = self.backoff.delay(retries, fastrand::f64());
             tracing::debug!(op, retries, ?delay, %status, "fencelock: retrying");
             metrics::rpc_retry(op);
@@ -115,9 +280,59 @@ mod tests {
 
     fn rpc() -> Rpc {
         // Never connected: the tests below never touch the channel.
-        let ch = tonic::transport::Endpoint::from_static("http://127.0.0.1:1").connect_lazy();
         let backoff = Backoff { initial: Duration::from_millis(1), max: Duration::from_millis(4) };
-        Rpc::new(ch, Duration::from_secs(5), backoff)
+        Rpc::new(Servers::lazy(&["http://127.0.0.1:1"]), Duration::from_secs(5), backoff)
+    }
+
+    fn not_leader(leader: &str) -> Status {
+        let mut s = Status::unavailable("not the leader");
+        s.metadata_mut().insert(LEADER_HEADER, leader.parse().unwrap());
+        s
+    }
+
+    /// A follower's hint moves the client to the leader; without one, a
+    /// failure moves it along the list, round and round; a failure seen by a
+    /// call of an older generation moves it no further.
+    #[tokio::test]
+    async fn failures_move_to_the_named_leader_or_the_next_server() {
+        let s = Servers::lazy(&["http://a:1", "http://b:2", "http://c:3"]);
+        assert_eq!(s.url(), "http://a:1");
+        assert!(s.failed(0, leader_hint(&not_leader("c:3"))));
+        assert_eq!(s.url(), "http://c:3");
+        assert!(s.failed(0, None), "an older generation's failure: already moved");
+        assert_eq!(s.url(), "http://c:3");
+        assert!(s.failed(1, None));
+        assert_eq!(s.url(), "http://a:1");
+        assert!(s.failed(2, None));
+        assert_eq!(s.url(), "http://b:2");
+        assert!(!s.failed(3, leader_hint(&not_leader("b:2"))), "the hint names this server: stay");
+        let one = Servers::lazy(&["http://a:1"]);
+        assert!(!one.failed(0, None), "one server: nowhere else to go");
+    }
+
+    /// A call refused by a follower is retried at once on the leader it named,
+    /// with the same attempt (the same request id).
+    #[tokio::test(start_paused = true)]
+    async fn a_not_leader_answer_is_retried_on_the_leader_at_once() {
+        let backoff = Backoff { initial: Duration::from_secs(1), max: Duration::from_secs(1) };
+        let rpc = Rpc::new(Servers::lazy(&["http://a:1", "http://b:2"]), Duration::from_secs(5), backoff);
+        let calls = AtomicU32::new(0);
+        let start = Instant::now();
+        let got = rpc
+            .call("test", start + Duration::from_secs(5), |_, _| {
+                let n = calls.fetch_add(1, Ordering::SeqCst);
+                async move {
+                    if n == 0 {
+                        Err(not_leader("b:2"))
+                    } else {
+                        Ok(Response::new(n))
+                    }
+                }
+            })
+            .await;
+        assert_eq!(got, Ok(1));
+        assert_eq!(rpc.server(), "http://b:2");
+        assert_eq!(Instant::now(), start, "no backoff before following the hint");
     }
 
     #[test]

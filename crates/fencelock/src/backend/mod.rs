@@ -227,7 +227,7 @@ pub type Backend = Arc<dyn LockBackend>;
 pub async fn connect(url: &str) -> Result<Backend, Error> {
     let parsed = BackendUrl::parse(url)?;
     match parsed.scheme {
-        Scheme::Native => Ok(Arc::new(crate::Client::connect(parsed.native_endpoint()).await?)),
+        Scheme::Native => Ok(Arc::new(crate::Client::connect(parsed.native_endpoints()).await?)),
         #[cfg(feature = "redis")]
         Scheme::Redis => Ok(Arc::new(redis::RedisBackend::connect(&parsed).await?)),
         #[cfg(feature = "redis")]

@@ -156,6 +156,13 @@ impl BackendUrl {
         let (h, p) = &self.hosts[0];
         format!("http://{h}:{p}")
     }
+
+    /// `http://host:port` of every host, comma-separated: the members of a
+    /// fencelock group for the native client (`fencelock://a:7070,b:7070,c:7070`).
+    pub fn native_endpoints(&self) -> String {
+        let host = |h: &str| if h.contains(':') { format!("[{h}]") } else { h.to_string() };
+        self.hosts.iter().map(|(h, p)| format!("http://{}:{p}", host(h))).collect::<Vec<_>>().join(",")
+    }
 }
 
 fn parse_host(part: &str, default_port: u16) -> Result<(String, u16), String> {
@@ -218,6 +225,8 @@ mod tests {
         assert_eq!(pg.userinfo.as_deref(), Some("me:pw"));
         assert_eq!((pg.path.as_str(), pg.param("mode")), ("locks", Some("advisory")));
         assert_eq!(BackendUrl::parse("http://h:9").unwrap().native_endpoint(), "http://h:9");
+        let group = BackendUrl::parse("fencelock://a:7070,b,[::1]:7171").unwrap();
+        assert_eq!(group.native_endpoints(), "http://a:7070,http://b:7070,http://[::1]:7171");
     }
 
     #[test]
