@@ -94,6 +94,11 @@ pub(crate) fn is_retryable(status: &Status) -> bool {
     }
 }
 
+/// A deadline ran out: the server's (`DeadlineExceeded`) or tonic's own.
+pub(crate) fn is_timeout(status: &Status) -> bool {
+    status.code() == Code::DeadlineExceeded || is_local_timeout(status)
+}
+
 /// Did the status come from tonic's client-side `grpc-timeout` enforcement?
 fn is_local_timeout(status: &Status) -> bool {
     let mut source: Option<&(dyn StdError + 'static)> = status.source();

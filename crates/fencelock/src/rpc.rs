@@ -28,7 +28,7 @@ use tonic::transport::{Channel, Endpoint};
 use tonic::{Response, Status};
 
 use crate::backoff::Backoff;
-use crate::error::{is_retryable, Error};
+use crate::error::{is_retryable, is_timeout, Error};
 use crate::metrics;
 
 /// A new random, non-zero request id for one logical request.
@@ -48,6 +48,11 @@ pub(crate) const LEADER_HEADER: &str = "fencelock-leader";
 
 /// How many times one call follows a leader hint without a backoff delay.
 const HINT_JUMPS: u32 = 3;
+
+/// With several servers, an attempt of a call that does not wait gets at most
+/// half the time left (but at least this): a server that hangs (stopped, cut
+/// off from its peers, still starting) leaves time to try another.
+const MIN_ATTEMPT: Duration = Duration::from_millis(250);
 
 /// The servers of one group, and the one this client talks to now.
 #[derive(Debug)]
@@ -139,6 +144,11 @@ impl Servers {
         (now.gen, now.client.clone())
     }
 
+    /// How many servers the client knows.
+    fn count(&self) -> usize {
+        self.urls.len()
+    }
+
     /// The URL talked to now.
     pub(crate) fn url(&self) -> String {
         self.now.lock().unwrap_or_else(|p| p.into_inner()).url.clone()
@@ -176,6 +186,19 @@ impl Servers {
         now.url = next;
         now.gen += 1;
         true
+    }
+}
+
+impl Rpc {
+    /// The time one attempt of `op` may take when `left` remains: all of it
+    /// for a waiting acquire (cutting it would cost its place in the queue) or
+    /// with one server; else half, at least [`MIN_ATTEMPT`].
+    fn attempt_budget(&self, op: &str, left: Duration) -> Duration {
+        if op == "acquire" || self.servers.urls.len() < 2 {
+            left
+        } else {
+            (left / 2).max(MIN_ATTEMPT).min(left)
+        }
     }
 }
 
@@ -227,7 +250,7 @@ impl Rpc {
         F: FnMut(LockClient<Channel>, Duration) -> Fut,
         Fut: Future<Output = Result<Response<T>, Status>>,
     {
-        let (mut retries, mut jumps) = (0u32, 0u32);
+        let (mut retries, mut jumps, mut hops) = (0u32, 0u32, 0usize);
         let mut last: Option<Status> = None;
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
@@ -235,29 +258,46 @@ impl Rpc {
                 return Err(exhausted(last));
             }
             let (gen, client) = self.servers.current();
-            let status = match tokio::time::timeout(left, attempt(client, left)).await {
-                Err(_elapsed) => return Err(Error::Timeout),
+            let budget = self.attempt_budget(op, left);
+            let partial = budget < left;
+            let status = match tokio::time::timeout(budget, attempt(client, budget)).await {
                 Ok(Ok(resp)) => return Ok(resp.into_inner()),
                 Ok(Err(status)) if is_retryable(&status) => status,
+                // Only this attempt's share of the time ran out: try elsewhere.
+                Ok(Err(status)) if partial && is_timeout(&status) => status,
                 Ok(Err(status)) => return Err(Error::from_status(&status)),
+                Err(_elapsed) if partial => {
+                    Status::deadline_exceeded(format!("{} did not answer within {budget:?}", self.servers.url()))
+                }
+                Err(_elapsed) => return Err(Error::Timeout),
             };
             let hint = leader_hint(&status);
             let hinted = hint.is_some();
-            if self.servers.failed(gen, hint) && hinted && jumps < HINT_JUMPS {
+            let switched = self.servers.failed(gen, hint);
+            metrics::rpc_retry(op);
+            if switched && hinted && jumps < HINT_JUMPS {
                 // A follower named the leader: go there at once.
                 jumps += 1;
-                metrics::rpc_retry(op);
                 last = Some(status);
                 continue;
             }
-            let delay = self.backoff.delay(retries, fastrand::f64());
-            tracing::debug!(op, retries, ?delay, %status, "fencelock: retrying");
-            metrics::rpc_retry(op);
+            // Moving to another server costs a short pause, not a longer one
+            // each time: a dead server refuses at once, and one round over the
+            // list should not use up the backoff. Once a whole round failed,
+            // the backoff grows.
+            let delay = if switched && hops < self.servers.count() {
+                hops += 1;
+                self.backoff.delay(0, fastrand::f64())
+            } else {
+                hops = 0;
+                retries += 1;
+                self.backoff.delay(retries - 1, fastrand::f64())
+            };
+            tracing::debug!(op, retries, hops, ?delay, %status, "fencelock: retrying");
             if Instant::now() + delay >= deadline {
                 return Err(exhausted(Some(status)));
             }
             tokio::time::sleep(delay).await;
-            retries += 1;
             last = Some(status);
         }
     }
@@ -333,6 +373,36 @@ mod tests {
         assert_eq!(got, Ok(1));
         assert_eq!(rpc.server(), "http://b:2");
         assert_eq!(Instant::now(), start, "no backoff before following the hint");
+    }
+
+    /// A server that hangs gets half the time left; then the call moves on
+    /// and the next server answers, within the one deadline.
+    #[tokio::test(start_paused = true)]
+    async fn a_hung_server_costs_half_the_time_then_the_next_one_answers() {
+        let backoff = Backoff { initial: Duration::from_millis(1), max: Duration::from_millis(1) };
+        let rpc = Rpc::new(Servers::lazy(&["http://a:1", "http://b:2"]), Duration::from_secs(5), backoff);
+        let calls = AtomicU32::new(0);
+        let start = Instant::now();
+        let got = rpc
+            .call("keep_alive", start + Duration::from_secs(4), |_, left| {
+                let n = calls.fetch_add(1, Ordering::SeqCst);
+                async move {
+                    if n == 0 {
+                        assert_eq!(left, Duration::from_secs(2));
+                        futures::future::pending().await
+                    } else {
+                        Ok(Response::new(n))
+                    }
+                }
+            })
+            .await;
+        assert_eq!(got, Ok(1));
+        assert_eq!(rpc.server(), "http://b:2");
+        assert!(Instant::now() - start < Duration::from_millis(2100));
+        // A waiting acquire is never cut short: its place in the queue would go.
+        assert_eq!(rpc.attempt_budget("acquire", Duration::from_secs(4)), Duration::from_secs(4));
+        assert_eq!(rpc.attempt_budget("keep_alive", Duration::from_millis(300)), Duration::from_millis(250));
+        assert_eq!(rpc.attempt_budget("keep_alive", Duration::from_millis(100)), Duration::from_millis(100));
     }
 
     #[test]

@@ -2,6 +2,8 @@
 //! in temp dirs, and a minimal HTTP/1.1 GET for the admin endpoint.
 #![allow(dead_code)]
 
+pub mod cluster;
+
 use std::{
     io::{Read, Write},
     net::{SocketAddr, TcpListener, TcpStream},

@@ -1,0 +1,192 @@
+//! A fencelock group of real `fencelock serve` processes on free ports of
+//! 127.0.0.1, each with its data in a temp dir; nodes are killed (SIGKILL),
+//! restarted on the same ports and data, added with `--join` and `fencelock
+//! cluster add`, and removed with `fencelock cluster remove`.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use super::{bin, free_port, http_get};
+
+/// How a node's empty data dir comes into the group.
+#[derive(Debug, Clone)]
+enum Boot {
+    Peers(String),
+    Join,
+}
+
+/// One node. Killed (SIGKILL) on drop.
+pub struct Node {
+    pub id: u64,
+    pub grpc: SocketAddr,
+    pub http: SocketAddr,
+    pub data: PathBuf,
+    log: PathBuf,
+    boot: Boot,
+    child: Option<Child>,
+}
+
+impl Node {
+    fn spawn(&mut self) {
+        let log = std::fs::OpenOptions::new().create(true).append(true).open(&self.log).expect("log");
+        let mut cmd = Command::new(bin());
+        cmd.args(["serve", "--node-id", &self.id.to_string(), "--data-dir"])
+            .arg(&self.data)
+            .args(["--listen", &self.grpc.to_string(), "--http", &self.http.to_string()])
+            .env("FENCELOCK_LOG", "info,openraft=warn")
+            .stdout(Stdio::null())
+            .stderr(log);
+        match &self.boot {
+            Boot::Peers(p) => cmd.args(["--peers", p]),
+            Boot::Join => cmd.arg("--join"),
+        };
+        self.child = Some(cmd.spawn().expect("spawn fencelock serve"));
+    }
+
+    /// SIGKILL and reap.
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Start again on the same ports and data.
+    pub fn restart(&mut self) {
+        self.kill();
+        self.spawn();
+    }
+
+    pub fn is_running(&mut self) -> bool {
+        self.child.as_mut().is_some_and(|c| matches!(c.try_wait(), Ok(None)))
+    }
+
+    /// Whether this node leads and serves (`/healthz` 200).
+    pub fn serves(&self) -> bool {
+        matches!(http_get(self.http, "/healthz"), Ok((200, _)))
+    }
+
+    /// `GET /v1/cluster` as JSON, if the node answers.
+    pub fn status(&self) -> Option<serde_json::Value> {
+        match http_get(self.http, "/v1/cluster") {
+            Ok((200, body)) => serde_json::from_str(&body).ok(),
+            _ => None,
+        }
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// A group of nodes with ids 1..=n (more can be added).
+pub struct Cluster {
+    pub dir: tempfile::TempDir,
+    pub nodes: Vec<Node>,
+}
+
+impl Cluster {
+    /// Starts `n` nodes with `--peers` and waits until one leads and serves.
+    pub fn start(n: u64) -> Cluster {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let addrs: Vec<(u64, SocketAddr, SocketAddr)> = (1..=n).map(|id| (id, local(), local())).collect();
+        let peers = addrs.iter().map(|(id, g, _)| format!("{id}={g}")).collect::<Vec<_>>().join(",");
+        let mut nodes = Vec::new();
+        for (id, grpc, http) in addrs {
+            nodes.push(new_node(&dir, id, grpc, http, Boot::Peers(peers.clone())));
+        }
+        for node in &mut nodes {
+            node.spawn();
+        }
+        let c = Cluster { dir, nodes };
+        c.wait_leader(None, Duration::from_secs(20)).unwrap_or_else(|| c.fail("no leader"));
+        c
+    }
+
+    /// The client URL: every node, comma-separated.
+    pub fn urls(&self) -> String {
+        self.nodes.iter().map(|n| format!("http://{}", n.grpc)).collect::<Vec<_>>().join(",")
+    }
+
+    /// The admin addresses, comma-separated (for `fencelock cluster --admin`).
+    pub fn admins(&self) -> String {
+        self.nodes.iter().map(|n| n.http.to_string()).collect::<Vec<_>>().join(",")
+    }
+
+    /// The index of the node that leads and serves now, if one does.
+    pub fn leader(&self) -> Option<usize> {
+        self.nodes.iter().position(|n| n.serves())
+    }
+
+    /// Waits up to `within` for a serving leader other than node id `not`;
+    /// returns its index and how long it took.
+    pub fn wait_leader(&self, not: Option<u64>, within: Duration) -> Option<(usize, Duration)> {
+        let start = Instant::now();
+        while start.elapsed() < within {
+            if let Some(i) = self.nodes.iter().position(|n| Some(n.id) != not && n.serves()) {
+                return Some((i, start.elapsed()));
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        None
+    }
+
+    /// Starts node `id` with `--join` on free ports and adds it with
+    /// `fencelock cluster add` through the admin endpoints; returns its index.
+    pub fn add(&mut self, id: u64) -> usize {
+        let mut node = new_node(&self.dir, id, local(), local(), Boot::Join);
+        node.spawn();
+        let grpc = node.grpc.to_string();
+        self.nodes.push(node);
+        let out = self.cluster_cli(&["add", &id.to_string(), &grpc]);
+        assert!(out.status.success(), "cluster add {id}: {}\n{}", super::stderr(&out), self.logs());
+        self.nodes.len() - 1
+    }
+
+    /// `fencelock cluster ARGS… --admin <every node>`.
+    pub fn cluster_cli(&self, args: &[&str]) -> Output {
+        Command::new(bin())
+            .arg("cluster")
+            .args(args)
+            .args(["--admin", &self.admins()])
+            .output()
+            .expect("run fencelock cluster")
+    }
+
+    /// The voter ids in the status of the node at `i`.
+    pub fn voters(&self, i: usize) -> Vec<u64> {
+        let s = self.nodes[i].status().unwrap_or_else(|| self.fail("no status"));
+        s["members"].as_array().expect("members").iter().filter(|m| m["voter"] == true).map(|m| m["id"].as_u64().unwrap()).collect()
+    }
+
+    pub fn logs(&self) -> String {
+        self.nodes.iter().map(|n| format!("--- node {} ---\n{}", n.id, tail(&n.log_text(), 40))).collect::<Vec<_>>().join("\n")
+    }
+
+    pub fn fail(&self, why: &str) -> ! {
+        panic!("{why}\n{}", self.logs())
+    }
+}
+
+fn new_node(dir: &tempfile::TempDir, id: u64, grpc: SocketAddr, http: SocketAddr, boot: Boot) -> Node {
+    let data = dir.path().join(format!("n{id}"));
+    let log = dir.path().join(format!("n{id}.log"));
+    Node { id, grpc, http, data, log, boot, child: None }
+}
+
+fn local() -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], free_port()))
+}
+
+fn tail(s: &str, n: usize) -> String {
+    let lines: Vec<&str> = s.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}
