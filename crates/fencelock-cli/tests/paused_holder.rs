@@ -2,6 +2,8 @@
 //! its TTL loses the lock; a waiter gets it with a larger token; once the holder
 //! resumes, it notices the loss, kills its child and exits with code 75.
 
+#![allow(clippy::disallowed_methods)] // the test times processes by the clock
+
 mod support;
 
 use std::{

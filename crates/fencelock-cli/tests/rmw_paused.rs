@@ -7,6 +7,8 @@
 //!
 //! The workers are this test binary run again with `RMW_WORKER` set.
 
+#![allow(clippy::disallowed_methods)] // the test times processes by the clock
+
 mod support;
 
 use std::{
