@@ -12,64 +12,10 @@ mod support;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use fencelock::{Acquire, Client, LockGuard, LockOptions};
-use support::cluster::Cluster;
-use support::http_get;
-
-/// Default timeouts: heartbeat 50 ms, election 150–300 ms. The bound
-/// for a new leader after the old one dies.
-const NEW_LEADER_WITHIN: Duration = Duration::from_secs(2);
-
-async fn client(c: &Cluster) -> Client {
-    Client::builder(c.urls()).rpc_timeout(Duration::from_secs(5)).connect().await.expect("connect to the group")
-}
-
-/// TTL of the lock held through the faults.
-const HELD_TTL: Duration = Duration::from_secs(3);
-
-async fn hold(client: &Client, name: &str) -> LockGuard {
-    let opts = LockOptions { ttl: HELD_TTL, ..LockOptions::default() };
-    match client.lock(name).options(opts).acquire().await.expect("acquire") {
-        Acquire::Acquired(g) => g,
-        other => panic!("{name}: {other:?}"),
-    }
-}
-
-/// INV-11: the holder is not told of a loss while its lease lives.
-async fn assert_not_lost(held: &LockGuard) {
-    if held.is_lost() {
-        panic!("INV-11: the held lease was reported lost: {:?}", held.lost().await);
-    }
-}
-
-/// The token of `name`'s holder as the node at `http` sees it.
-fn holder_token(c: &Cluster, i: usize, name: &str) -> Option<u64> {
-    let (code, body) = http_get(c.nodes[i].http, &format!("/v1/locks/{name}")).ok()?;
-    if code != 200 {
-        return None;
-    }
-    serde_json::from_str::<serde_json::Value>(&body).ok()?["holder"]["token"].as_u64()
-}
-
-/// One acquire → release of `name`; the token, or `None` if the group could
-/// not be reached in time (a fail-over in progress).
-async fn cycle(client: &Client, name: &str) -> Option<u64> {
-    let opts = LockOptions { ttl: Duration::from_secs(2), wait: Duration::from_secs(3), ..LockOptions::default() };
-    match client.lock(name).options(opts).acquire().await {
-        Ok(Acquire::Acquired(g)) => {
-            let t = g.token();
-            let _ = g.release().await;
-            Some(t)
-        }
-        _ => None,
-    }
-}
-
-fn assert_increasing(tokens: &[u64]) {
-    for w in tokens.windows(2) {
-        assert!(w[0] < w[1], "INV-2: token {} after {}: {tokens:?}", w[1], w[0]);
-    }
-}
+use fencelock::{Acquire, LockOptions};
+use support::cluster::{
+    assert_increasing, assert_not_lost, client, cycle, hold, holder_token, Cluster, HELD_TTL, NEW_LEADER_WITHIN,
+};
 
 /// The leader dies (SIGKILL) while three clients take turns on a lock and a
 /// fourth holds another: a new leader serves within 2 s, the held grant is

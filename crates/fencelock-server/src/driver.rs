@@ -234,6 +234,13 @@ pub struct Driver {
     /// Set once the Raft node has stopped (a storage failure is fatal to it):
     /// every request is then answered with this reason until a restart.
     stopped: Option<String>,
+    /// How long a leader of a group of several may go without an answer from
+    /// a majority before it stops serving (`None`: never).
+    quorum_timeout: Option<std::time::Duration>,
+    /// Set while this node leads but is cut off from a majority: every request
+    /// is answered with this reason (retryable: a client tries another node),
+    /// nothing is written, until a majority answers again or another leads.
+    cut_off: Option<String>,
 }
 
 struct Inflight {
@@ -284,8 +291,19 @@ impl Driver {
             role: Role::Follower,
             leader_hint: None,
             stopped: None,
+            quorum_timeout: None,
+            cut_off: None,
         };
         (driver, DriverHandle { tx, ready, next_gen: Arc::new(AtomicU64::new(1)) })
+    }
+
+    /// A leader of a group of several that has not heard from a majority for
+    /// `timeout` stops serving until it does: its writes cannot commit, so its
+    /// callers get a retryable error now rather than a hang (and retry, with
+    /// the same request ids, on the majority's new leader).
+    pub fn with_quorum_timeout(mut self, timeout: std::time::Duration) -> Self {
+        self.quorum_timeout = Some(timeout);
+        self
     }
 
     /// Run until `shutdown` resolves, the Raft node stops, or every handle is dropped.
@@ -361,6 +379,10 @@ impl Driver {
             reply(msg.reply, Err(DriverError::NotLeader { leader }));
             return;
         }
+        if let Some(why) = &self.cut_off {
+            reply(msg.reply, Err(DriverError::Unavailable(why.clone())));
+            return;
+        }
         self.unwritten_cancels += usize::from(is_dropped_cancel(&msg));
         self.pending.push(msg);
     }
@@ -394,7 +416,7 @@ impl Driver {
 
     /// Start the next write if none is in flight and there is something to write.
     fn maybe_write(&mut self) {
-        if self.inflight.is_some() || self.retry_at.is_some() {
+        if self.inflight.is_some() || self.retry_at.is_some() || self.cut_off.is_some() {
             return;
         }
         match self.role {
@@ -533,6 +555,49 @@ impl Driver {
                 let leader = self.leader_hint.clone();
                 self.fail_all(DriverError::NotLeader { leader });
             }
+        }
+        self.check_quorum(m, is_leader);
+    }
+
+    /// Stops serving while this leader is cut off from a majority, and serves
+    /// again once a majority answers (see [`Driver::with_quorum_timeout`]).
+    fn check_quorum(&mut self, m: &openraft::RaftMetrics<u64, openraft::BasicNode>, is_leader: bool) {
+        let Some(limit) = self.quorum_timeout else { return };
+        let voters = m.membership_config.membership().voter_ids().count();
+        let silent = m.millis_since_quorum_ack.filter(|ms| *ms > limit.as_millis() as u64);
+        let lost = match silent {
+            Some(ms) if is_leader && voters > 1 => Some(ms),
+            _ => None,
+        };
+        match (lost, self.cut_off.is_some()) {
+            (Some(ms), false) => {
+                let why = format!(
+                    "node {} leads but has not heard from a majority of its group for {ms} ms; the outcome of requests \
+                     in flight here is unknown; retry on another node",
+                    self.node_id
+                );
+                tracing::warn!(ms, "cut off from a majority: serving nothing until it answers again");
+                self.cut_off = Some(why.clone());
+                let _ = self.ready_tx.send(false);
+                let e = DriverError::Unavailable(why);
+                self.fail_all(e.clone());
+                if let Some(inflight) = self.inflight.as_mut() {
+                    for m in &mut inflight.msgs {
+                        reply(m.reply.take(), Err(e.clone()));
+                        m.waiter = None;
+                    }
+                }
+            }
+            (None, true) => {
+                self.cut_off = None;
+                if matches!(self.role, Role::Ready(_)) {
+                    tracing::info!("a majority answers again: serving");
+                    let _ = self.ready_tx.send(true);
+                    // Expiries were not ticked meanwhile: tick now.
+                    self.tick_due = true;
+                }
+            }
+            _ => {}
         }
     }
 

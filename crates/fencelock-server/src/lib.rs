@@ -88,6 +88,10 @@ pub async fn start(config: Config) -> Result<Running, ServerError> {
     let clock = Clock::new();
     let metrics = Arc::new(Metrics::default());
     let (driver, handle) = Driver::new(raft.clone(), config.node_id, clock.clone(), metrics.clone(), config.max_batch);
+    // A follower stands for election after one to two election timeouts of
+    // silence; a leader silent from its majority for twice the longest of
+    // those has almost surely been replaced.
+    let driver = driver.with_quorum_timeout(config.election_timeout * 4);
     let (stop, stop_rx) = watch::channel(false);
     let ops = Ops { driver: handle, engine, raft: raft.clone(), clock };
 

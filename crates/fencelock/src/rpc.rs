@@ -54,6 +54,11 @@ const HINT_JUMPS: u32 = 3;
 /// off from its peers, still starting) leaves time to try another.
 const MIN_ATTEMPT: Duration = Duration::from_millis(250);
 
+/// HTTP/2 pings on a connection with calls in flight: one this often...
+const KEEP_ALIVE_INTERVAL: Duration = Duration::from_secs(1);
+/// ...and the connection is dead if a ping is not answered within this.
+const KEEP_ALIVE_TIMEOUT: Duration = Duration::from_secs(2);
+
 /// The servers of one group, and the one this client talks to now.
 #[derive(Debug)]
 pub(crate) struct Servers {
@@ -89,10 +94,11 @@ fn endpoint(url: &str, connect_timeout: Duration) -> Result<Endpoint, Error> {
         .map_err(|e| Error::InvalidArgument(format!("bad server url {url:?}: {e}")))?
         .connect_timeout(connect_timeout)
         .tcp_nodelay(true)
-        // Detect a dead connection even while a call hangs on it, so that the
-        // next attempt reconnects.
-        .http2_keep_alive_interval(Duration::from_secs(10))
-        .keep_alive_timeout(Duration::from_secs(5)))
+        // Detect a dead connection (a server cut off, its packets dropped)
+        // while a call hangs on it, within about 3 s: the call then fails,
+        // retryably, and goes to another server; the next one reconnects.
+        .http2_keep_alive_interval(KEEP_ALIVE_INTERVAL)
+        .keep_alive_timeout(KEEP_ALIVE_TIMEOUT))
 }
 
 /// "outer: inner: innermost", for errors whose Display hides the cause.

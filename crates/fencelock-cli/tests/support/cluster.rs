@@ -8,6 +8,8 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+use fencelock::{Acquire, Client, LockGuard, LockOptions};
+
 use super::{bin, free_port, http_get};
 
 /// How a node's empty data dir comes into the group.
@@ -25,13 +27,22 @@ pub struct Node {
     pub data: PathBuf,
     log: PathBuf,
     boot: Boot,
+    /// The network namespace the node runs in, if any (partition tests).
+    ns: Option<String>,
     child: Option<Child>,
 }
 
 impl Node {
     fn spawn(&mut self) {
         let log = std::fs::OpenOptions::new().create(true).append(true).open(&self.log).expect("log");
-        let mut cmd = Command::new(bin());
+        let mut cmd = match &self.ns {
+            Some(ns) => {
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", ns, bin()]);
+                c
+            }
+            None => Command::new(bin()),
+        };
         cmd.args(["serve", "--node-id", &self.id.to_string(), "--data-dir"])
             .arg(&self.data)
             .args(["--listen", &self.grpc.to_string(), "--http", &self.http.to_string()])
@@ -111,6 +122,26 @@ impl Cluster {
         c
     }
 
+    /// Starts one node per namespace of `net` (node `i` in namespace `i`, on
+    /// its address, ports 7070 and 7071) and waits until one leads and serves.
+    pub fn start_in(net: &super::netns::Net) -> Cluster {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let at = |i: usize, port: u16| SocketAddr::new(net.addr(i).parse().expect("ip"), port);
+        let peers = (1..=net.nodes).map(|i| format!("{i}={}", at(i, 7070))).collect::<Vec<_>>().join(",");
+        let mut nodes = Vec::new();
+        for i in 1..=net.nodes {
+            let mut node = new_node(&dir, i as u64, at(i, 7070), at(i, 7071), Boot::Peers(peers.clone()));
+            node.ns = Some(net.ns(i));
+            nodes.push(node);
+        }
+        for node in &mut nodes {
+            node.spawn();
+        }
+        let c = Cluster { dir, nodes };
+        c.wait_leader(None, Duration::from_secs(20)).unwrap_or_else(|| c.fail("no leader"));
+        c
+    }
+
     /// The client URL: every node, comma-separated.
     pub fn urls(&self) -> String {
         self.nodes.iter().map(|n| format!("http://{}", n.grpc)).collect::<Vec<_>>().join(",")
@@ -176,10 +207,65 @@ impl Cluster {
     }
 }
 
+/// Default timeouts: heartbeat 50 ms, election 150–300 ms. The bound
+/// for a new leader after the old one dies.
+pub const NEW_LEADER_WITHIN: Duration = Duration::from_secs(2);
+
+pub async fn client(c: &Cluster) -> Client {
+    Client::builder(c.urls()).rpc_timeout(Duration::from_secs(5)).connect().await.expect("connect to the group")
+}
+
+/// TTL of the lock held through the faults.
+pub const HELD_TTL: Duration = Duration::from_secs(3);
+
+pub async fn hold(client: &Client, name: &str) -> LockGuard {
+    let opts = LockOptions { ttl: HELD_TTL, ..LockOptions::default() };
+    match client.lock(name).options(opts).acquire().await.expect("acquire") {
+        Acquire::Acquired(g) => g,
+        other => panic!("{name}: {other:?}"),
+    }
+}
+
+/// INV-11: the holder is not told of a loss while its lease lives.
+pub async fn assert_not_lost(held: &LockGuard) {
+    if held.is_lost() {
+        panic!("INV-11: the held lease was reported lost: {:?}", held.lost().await);
+    }
+}
+
+/// The token of `name`'s holder as node `i` sees it.
+pub fn holder_token(c: &Cluster, i: usize, name: &str) -> Option<u64> {
+    let (code, body) = http_get(c.nodes[i].http, &format!("/v1/locks/{name}")).ok()?;
+    if code != 200 {
+        return None;
+    }
+    serde_json::from_str::<serde_json::Value>(&body).ok()?["holder"]["token"].as_u64()
+}
+
+/// One acquire → release of `name`; the token, or `None` if the group could
+/// not be reached in time (a fail-over in progress).
+pub async fn cycle(client: &Client, name: &str) -> Option<u64> {
+    let opts = LockOptions { ttl: Duration::from_secs(2), wait: Duration::from_secs(3), ..LockOptions::default() };
+    match client.lock(name).options(opts).acquire().await {
+        Ok(Acquire::Acquired(g)) => {
+            let t = g.token();
+            let _ = g.release().await;
+            Some(t)
+        }
+        _ => None,
+    }
+}
+
+pub fn assert_increasing(tokens: &[u64]) {
+    for w in tokens.windows(2) {
+        assert!(w[0] < w[1], "INV-2: token {} after {}: {tokens:?}", w[1], w[0]);
+    }
+}
+
 fn new_node(dir: &tempfile::TempDir, id: u64, grpc: SocketAddr, http: SocketAddr, boot: Boot) -> Node {
     let data = dir.path().join(format!("n{id}"));
     let log = dir.path().join(format!("n{id}.log"));
-    Node { id, grpc, http, data, log, boot, child: None }
+    Node { id, grpc, http, data, log, boot, ns: None, child: None }
 }
 
 fn local() -> SocketAddr {

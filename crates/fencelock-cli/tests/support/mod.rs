@@ -5,6 +5,7 @@
 #![allow(clippy::disallowed_methods)]
 
 pub mod cluster;
+pub mod netns;
 
 use std::{
     io::{Read, Write},
