@@ -15,6 +15,7 @@
 #![allow(clippy::disallowed_methods)] // a harness schedules faults by the clock on purpose
 
 mod checker;
+mod cluster;
 mod faketime;
 mod history;
 mod http;
@@ -64,10 +65,10 @@ enum Cmd {
 
 #[derive(Args, Debug)]
 struct RunArgs {
-    /// K1, K2, K3, K4, S1, S4 or S5.
+    /// K1, K2, K3, K4, S1, S4, S5; L1, L2 or L3 (against fencelock3).
     #[arg(long)]
     scenario: Scenario,
-    /// fencelock, redis, redlock, etcd, zk or postgres.
+    /// fencelock, fencelock3 (a 3-node group), redis, redlock, etcd, zk or postgres.
     #[arg(long, default_value = "fencelock")]
     backend: String,
     #[arg(long, default_value_t = 1)]
@@ -96,6 +97,12 @@ struct ServeArgs {
     grpc: SocketAddr,
     #[arg(long)]
     http: SocketAddr,
+    /// This node's id in a group (with `--peers`).
+    #[arg(long, default_value_t = 1)]
+    node_id: u64,
+    /// The voters of a new group, `id=host:port,…`.
+    #[arg(long)]
+    peers: Option<String>,
 }
 
 #[derive(Args, Debug)]
@@ -106,6 +113,17 @@ struct StorageArgs {
     listen: SocketAddr,
     #[arg(long)]
     unfenced: bool,
+}
+
+/// `1=host:port,2=host:port` → id → address.
+fn parse_peers(s: &str) -> anyhow::Result<std::collections::BTreeMap<u64, String>> {
+    s.split(',')
+        .filter(|p| !p.trim().is_empty())
+        .map(|p| {
+            let (id, addr) = p.split_once('=').with_context(|| format!("peer {p:?} is not id=host:port"))?;
+            Ok((id.trim().parse().with_context(|| format!("peer {p:?}: bad id"))?, addr.trim().to_string()))
+        })
+        .collect()
 }
 
 /// `250ms`, `20s`, `30m`, `1h`, or plain seconds.
@@ -181,6 +199,10 @@ async fn serve(a: ServeArgs) -> anyhow::Result<()> {
     let mut config = fencelock_server::Config::new(&a.data_dir);
     config.grpc_listen = a.grpc;
     config.http_listen = a.http;
+    config.node_id = a.node_id;
+    if let Some(p) = &a.peers {
+        config.bootstrap = fencelock_server::Bootstrap::Peers(parse_peers(p)?);
+    }
     let running = fencelock_server::start(config).await.context("start the lock server")?;
     wait_for_term().await?;
     running.shutdown().await;

@@ -33,10 +33,13 @@ pub async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
         Scenario::S1 => s1_dead_waiters(ctx).await,
         Scenario::S4 => s4_resets(ctx).await,
         Scenario::S5 => anyhow::bail!("S5 needs the native server"),
+        Scenario::L1 => crate::cluster::l1_leader_kills(ctx).await,
+        Scenario::L2 => crate::cluster::l2_leader_isolation(ctx).await,
+        Scenario::L3 => crate::cluster::l3_partitions(ctx).await,
     }
 }
 
-fn fault(ctx: &mut Ctx, phase: &str, target: &str, detail: serde_json::Value) {
+pub(crate) fn fault(ctx: &mut Ctx, phase: &str, target: &str, detail: serde_json::Value) {
     let e = Event {
         fault: Some(ctx.spec.scenario.to_string()),
         phase: Some(phase.into()),
@@ -47,7 +50,7 @@ fn fault(ctx: &mut Ctx, phase: &str, target: &str, detail: serde_json::Value) {
     ctx.note(e);
 }
 
-fn evidence(ctx: &mut Ctx, what: &str, count: u64, target: &str, detail: serde_json::Value) {
+pub(crate) fn evidence(ctx: &mut Ctx, what: &str, count: u64, target: &str, detail: serde_json::Value) {
     let e = Event {
         what: Some(what.into()),
         count: Some(count),
@@ -58,7 +61,7 @@ fn evidence(ctx: &mut Ctx, what: &str, count: u64, target: &str, detail: serde_j
     ctx.note(e);
 }
 
-async fn pause_between_faults(ctx: &mut Ctx, lo_ms: u64, hi_ms: u64) {
+pub(crate) async fn pause_between_faults(ctx: &mut Ctx, lo_ms: u64, hi_ms: u64) {
     let ms = ctx.rng.u64(lo_ms..=hi_ms);
     let until = (tokio::time::Instant::now() + Duration::from_millis(ms)).min(ctx.end);
     tokio::time::sleep_until(until).await;
@@ -574,6 +577,9 @@ pub async fn heal_all(ctx: &mut Ctx) -> anyhow::Result<()> {
             server.env.remove("FAILPOINTS");
             server.start().await?;
         }
+    }
+    if let Target::Cluster(c) = &mut ctx.target {
+        c.heal().await?;
     }
     if ctx.spec.scenario == Scenario::K3 {
         let file = ctx.data.path().join("clock");

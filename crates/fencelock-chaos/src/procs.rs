@@ -37,13 +37,13 @@ pub fn signal(pid: u32, sig: Signal) {
 /// ports and data dir.
 pub struct ServerProc {
     pub name: &'static str,
-    args: Vec<String>,
+    pub(crate) args: Vec<String>,
     log: PathBuf,
     child: Option<Child>,
     /// Environment of the next start (a failpoint, a mutant, the shim…).
     pub env: BTreeMap<String, String>,
     /// `GET` this path on `health` answers 200 when it is ready.
-    health: (SocketAddr, &'static str),
+    pub(crate) health: (SocketAddr, &'static str),
 }
 
 impl ServerProc {
@@ -139,6 +139,17 @@ pub fn lock_server(data: &Path, grpc: SocketAddr, http: SocketAddr, log: PathBuf
         http.to_string(),
     ];
     ServerProc::new("lock server", args, log, (http, "/healthz"))
+}
+
+/// Node `id` of a group of `peers` (`1=host:port,…`): `fencelock-chaos serve`.
+/// Ready when its admin endpoint answers `/v1/cluster` (a follower never
+/// answers `/healthz` with 200).
+pub fn cluster_node(data: &Path, id: u64, peers: &str, grpc: SocketAddr, http: SocketAddr, log: PathBuf) -> ServerProc {
+    let mut s = lock_server(data, grpc, http, log);
+    s.args.extend(["--node-id".into(), id.to_string(), "--peers".into(), peers.to_string()]);
+    s.name = "cluster node";
+    s.health = (http, "/v1/cluster");
+    s
 }
 
 /// The fenced storage server: `fencelock-chaos storage`.

@@ -79,6 +79,7 @@ fn plans(p: Profile) -> Vec<Plan> {
                 v.push(plan(K1, b, 11 + i as u64, 10));
                 v.push(plan(K4, b, 21 + i as u64, 10));
             }
+            v.extend([plan(L1, "fencelock3", 31, 15), plan(L2, "fencelock3", 32, 15), plan(L3, "fencelock3", 33, 15)]);
             v
         }
         Profile::Long => {
@@ -91,6 +92,9 @@ fn plans(p: Profile) -> Vec<Plan> {
                 v.push(plan(K1, b, 111 + i as u64, 60));
                 v.push(plan(K2, b, 121 + i as u64, 60));
                 v.push(plan(K4, b, 131 + i as u64, 60));
+            }
+            for (s, seed) in [(K1, 141), (L1, 142), (L2, 143), (L3, 144)] {
+                v.push(plan(s, "fencelock3", seed, 120));
             }
             v.extend(plans(Profile::Mutants));
             v

@@ -104,6 +104,24 @@ const SCENARIOS: &[(&str, &str, &str)] = &[
          catches the rest.",
     ),
     (
+        "L1",
+        "leader of a 3-node group killed",
+        "The leader of a 3-node fencelock group is SIGKILLed every 1–3 s and restarted once another node leads. \
+         Tokens must keep increasing across every change of leader, and no stale write may be accepted.",
+    ),
+    (
+        "L2",
+        "leader cut off from its group",
+        "The leader's Raft traffic to and from both peers is held in proxies until a new leader is elected and \
+         1–3 s beyond; clients still reach the old leader, which must grant nothing. Then the held bytes flow on.",
+    ),
+    (
+        "L3",
+        "one node cut off (minority of one)",
+        "A node drawn at random, the leader or a follower, is cut off from the other two for 1–3 s. \
+         The majority goes on; the minority grants nothing.",
+    ),
+    (
         "S1",
         "grant to a dead waiter",
         "A waiter's keep-alives are blocked past its TTL, then the holder releases (etcd#11456). \

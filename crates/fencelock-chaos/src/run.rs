@@ -174,7 +174,14 @@ fn run_info(spec: &RunSpec, caps: &Capabilities, ttl: Duration) -> RunInfo {
     // S6: a new grant and write within 2 × TTL of the fault's end; clients
     // that lost their connection to a restarted server also need their
     // reconnect back-off (up to 1 s) and the new leader's start.
-    let allowance = if spec.scenario.restarts() { 1_500 } else { 500 };
+    // In a group: an election (150–300 ms once a follower notices), the new
+    // leader's first entry, and clients finding it (a cut-off old leader
+    // tells them after four election timeouts).
+    let allowance = match spec.scenario {
+        Scenario::L1 | Scenario::L2 | Scenario::L3 => 3_000,
+        s if s.restarts() => 1_500,
+        _ => 500,
+    };
     RunInfo {
         scenario: spec.scenario.to_string(),
         backend: spec.backend.clone(),

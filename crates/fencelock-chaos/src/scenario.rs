@@ -34,9 +34,29 @@ pub enum Scenario {
     /// Power loss: the server killed, its unsynced bytes dropped and its last
     /// write torn, then restarted.
     S5,
+    /// A 3-node group's leader SIGKILLed every 1–3 s and restarted once
+    /// another leads.
+    L1,
+    /// A 3-node group's leader cut off from both peers for 1–3 s beyond the
+    /// election of a new leader.
+    L2,
+    /// One node of a 3-node group, the leader or a follower, cut off from the
+    /// other two (a minority of one) for 1–3 s.
+    L3,
 }
 
-pub const ALL: &[Scenario] = &[Scenario::K1, Scenario::K2, Scenario::K3, Scenario::K4, Scenario::S1, Scenario::S4, Scenario::S5];
+pub const ALL: &[Scenario] = &[
+    Scenario::K1,
+    Scenario::K2,
+    Scenario::K3,
+    Scenario::K4,
+    Scenario::S1,
+    Scenario::S4,
+    Scenario::S5,
+    Scenario::L1,
+    Scenario::L2,
+    Scenario::L3,
+];
 
 impl fmt::Display for Scenario {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -50,7 +70,7 @@ impl FromStr for Scenario {
         ALL.iter()
             .copied()
             .find(|x| x.to_string().eq_ignore_ascii_case(s))
-            .ok_or_else(|| anyhow::anyhow!("unknown scenario {s:?} (one of K1, K2, K3, K4, S1, S4, S5)"))
+            .ok_or_else(|| anyhow::anyhow!("unknown scenario {s:?} (one of K1, K2, K3, K4, S1, S4, S5, L1, L2, L3)"))
     }
 }
 
@@ -58,7 +78,11 @@ impl Scenario {
     /// Why this scenario cannot run against `backend`, if it cannot.
     pub fn unsupported(self, backend: &str) -> Option<&'static str> {
         let native = backend == "fencelock";
+        let group = backend == "fencelock3";
         match self {
+            Scenario::L1 | Scenario::L2 | Scenario::L3 if !group => Some("needs a group of nodes: the fencelock3 backend"),
+            Scenario::K1 | Scenario::L1 | Scenario::L2 | Scenario::L3 => None,
+            _ if group => Some("against the 3-node group the suite runs K1 and the L scenarios"),
             Scenario::K2 if backend == "redlock" => Some("Redlock talks to several nodes; one proxy cannot hold them all"),
             Scenario::K3 if !native => Some("the injected clock is fencelock's own (a peer engine's clock cannot be skewed here)"),
             Scenario::S1 | Scenario::S4 if !native => Some("needs the native server's admin view of queues and counters"),
@@ -77,6 +101,9 @@ impl Scenario {
             Scenario::S1 => &["trial"],
             Scenario::S4 => &["reset"],
             Scenario::S5 => &["restarted", "rolled-back"],
+            Scenario::L1 => &["leader-killed", "new-leader"],
+            Scenario::L2 => &["isolated", "new-leader"],
+            Scenario::L3 => &["isolated"],
         };
         what.iter().map(|s| s.to_string()).collect()
     }

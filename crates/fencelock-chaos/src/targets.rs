@@ -9,14 +9,16 @@ use std::path::Path;
 use anyhow::bail;
 use fencelock_testkit::{EtcdServer, PgServer, RedisServer, ZkServer};
 
+use crate::cluster::Cluster;
 use crate::procs::{free_addr, lock_server, ServerProc};
 
-/// Every backend id `--backend` takes.
-pub const BACKENDS: &[&str] = &["fencelock", "redis", "redlock", "etcd", "zk", "postgres"];
+/// Every backend id `--backend` takes (`fencelock3`: a 3-node fencelock group).
+pub const BACKENDS: &[&str] = &["fencelock", "fencelock3", "redis", "redlock", "etcd", "zk", "postgres"];
 
 /// A running lock service.
 pub enum Target {
     Native { server: ServerProc, grpc: SocketAddr, http: SocketAddr },
+    Cluster(Cluster),
     Redis(RedisServer),
     Redlock(Vec<RedisServer>),
     Etcd(EtcdServer),
@@ -35,6 +37,7 @@ impl Target {
                 server.start().await?;
                 Target::Native { server, grpc, http }
             }
+            "fencelock3" => Target::Cluster(Cluster::start(dir, env).await?),
             "redis" => Target::Redis(blocking(RedisServer::start_volatile).await?),
             "redlock" => Target::Redlock(blocking(|| (0..3).map(|_| RedisServer::start_volatile()).collect()).await?),
             "etcd" => Target::Etcd(blocking(EtcdServer::start).await?),
@@ -49,6 +52,7 @@ impl Target {
     pub fn url(&self) -> String {
         match self {
             Target::Native { grpc, .. } => format!("http://{grpc}"),
+            Target::Cluster(c) => c.url(),
             Target::Redis(r) => r.url(),
             Target::Redlock(rs) => {
                 let hosts: Vec<String> = rs.iter().map(|r| format!("127.0.0.1:{}", r.port())).collect();
@@ -66,7 +70,7 @@ impl Target {
         let port = match self {
             Target::Native { grpc, .. } => grpc.port(),
             Target::Redis(r) => r.port(),
-            Target::Redlock(_) => return None,
+            Target::Redlock(_) | Target::Cluster(_) => return None,
             Target::Etcd(e) => e.port(),
             Target::Zk(z) => z.port(),
             Target::Postgres(p) => p.port(),
@@ -90,10 +94,11 @@ impl Target {
         }
     }
 
-    /// The service's process id (the first node's for Redlock).
+    /// The service's process id (the first node's for Redlock and a group).
     pub fn pid(&self) -> Option<u32> {
         match self {
             Target::Native { server, .. } => server.pid(),
+            Target::Cluster(c) => c.nodes.first().and_then(|n| n.server.pid()),
             Target::Redis(r) => Some(r.pid()),
             Target::Redlock(rs) => rs.first().map(RedisServer::pid),
             Target::Etcd(e) => Some(e.pid()),
@@ -116,7 +121,7 @@ impl Target {
             Target::Etcd(e) => e.kill_and_restart(),
             Target::Zk(z) => z.kill_and_restart(),
             Target::Postgres(p) => p.crash_and_restart(),
-            Target::Native { .. } => {}
+            Target::Native { .. } | Target::Cluster(_) => {}
         });
         Ok(())
     }

@@ -54,6 +54,13 @@ fn short_profile_fencelock() {
     short("fencelock", 7);
 }
 
+/// L1 (leader kills), L2 (leader isolation) and L3 (a node cut off) against a
+/// 3-node fencelock group.
+#[test]
+fn short_profile_fencelock3() {
+    short("fencelock3", 3);
+}
+
 /// K1 and K4 against Redis (no persistence: its lost grants are findings).
 #[test]
 fn short_profile_redis() {

@@ -12,6 +12,7 @@
 //! | `fault-clock` | `FENCELOCK_FAULT_CLOCK=<file>` | the clock's rate and jumps ([`crate::clock`]) |
 //! | `mutants` | `FENCELOCK_MUTANT=<list>` | known bugs switched back on ([`init_from_env`]) |
 //! | `power-loss` | `FENCELOCK_POWER_LOSS_SHIM=1` | simulated power loss of the storage |
+//! | `peer-routes` | `FENCELOCK_PEER_ROUTES=2=host:port,…` | this node reaches peer 2 through `host:port` (a proxy that can cut that one direction) |
 //!
 //! The harness calls [`init_from_env`] once, before [`crate::start`].
 //!
@@ -58,6 +59,28 @@ pub const ENV_FAILPOINTS: &str = "FAILPOINTS";
 pub const ENV_MUTANT: &str = "FENCELOCK_MUTANT";
 /// The fault clock's setting file (see [`crate::clock`]).
 pub const ENV_FAULT_CLOCK: &str = "FENCELOCK_FAULT_CLOCK";
+/// Per peer id, the address this node's Raft traffic to it goes through.
+pub const ENV_PEER_ROUTES: &str = "FENCELOCK_PEER_ROUTES";
+
+/// The routes of [`ENV_PEER_ROUTES`], once [`init_from_env`] has read them.
+static PEER_ROUTES: std::sync::OnceLock<std::collections::BTreeMap<u64, String>> = std::sync::OnceLock::new();
+
+/// The address through which this node reaches peer `id`, if a route was set
+/// (feature `peer-routes` and [`ENV_PEER_ROUTES`]); `None`: its own address.
+pub fn peer_route(id: u64) -> Option<String> {
+    PEER_ROUTES.get()?.get(&id).cloned()
+}
+
+/// `2=127.0.0.1:5001,3=127.0.0.1:5002` → id → address.
+fn parse_routes(list: &str) -> Result<std::collections::BTreeMap<u64, String>, String> {
+    let mut routes = std::collections::BTreeMap::new();
+    for part in list.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let (id, addr) = part.split_once('=').ok_or_else(|| format!("{ENV_PEER_ROUTES}: {part:?} is not id=host:port"))?;
+        let id = id.trim().parse::<u64>().map_err(|_| format!("{ENV_PEER_ROUTES}: bad node id in {part:?}"))?;
+        routes.insert(id, addr.trim().to_string());
+    }
+    Ok(routes)
+}
 
 /// Crash point: entries in the transaction, before the commit (fsync).
 pub const LOG_BEFORE_FSYNC: &str = "log-before-fsync";
@@ -87,6 +110,14 @@ pub fn init_from_env() -> Result<Vec<String>, String> {
     let mut active = failpoints_from_env()?;
     if let Some(list) = mutants {
         active.extend(set_mutants(&list)?);
+    }
+    if let Some(list) = env_var(ENV_PEER_ROUTES)? {
+        if !cfg!(feature = "peer-routes") {
+            return Err(lacks(ENV_PEER_ROUTES, "peer-routes"));
+        }
+        let routes = parse_routes(&list)?;
+        active.push(format!("peer-routes {list}"));
+        let _ = PEER_ROUTES.set(routes);
     }
     if let Some(path) = env_var(ENV_FAULT_CLOCK)? {
         if !cfg!(feature = "fault-clock") {
@@ -231,6 +262,14 @@ mod tests {
         assert_eq!(parse_mutants(""), Ok(vec![]));
         let err = parse_mutants("memory-token,dead-writer").unwrap_err();
         assert!(err.contains("unknown mutant \"dead-writer\""), "{err}");
+    }
+
+    #[test]
+    fn peer_routes_parse_and_bad_ones_say_why() {
+        let r = parse_routes("2=127.0.0.1:5001, 3=127.0.0.1:5002,").unwrap();
+        assert_eq!(r.get(&3).map(String::as_str), Some("127.0.0.1:5002"));
+        assert!(parse_routes("2").unwrap_err().contains("id=host:port"));
+        assert!(parse_routes("x=a:1").unwrap_err().contains("bad node id"));
     }
 
     #[test]

@@ -86,9 +86,11 @@ impl RaftNetworkFactory<TypeConfig> for Network {
     type Network = NetworkConnection;
 
     async fn new_client(&mut self, target: NodeId, node: &BasicNode) -> Self::Network {
+        // Test-only (`peer-routes`): through a fault proxy for this direction.
+        let addr = crate::faults::peer_route(target).unwrap_or_else(|| node.addr.clone());
         // An unparsable address is reported on every call (as Unreachable) rather
         // than here, where errors cannot be returned.
-        let client = self.channel(&node.addr).map(|ch| {
+        let client = self.channel(&addr).map(|ch| {
             RaftClient::new(ch)
                 .max_decoding_message_size(MAX_MESSAGE_BYTES)
                 .max_encoding_message_size(MAX_MESSAGE_BYTES)
