@@ -208,7 +208,12 @@ pub fn engine_status(e: EngineError) -> Status {
 
 /// gRPC status for a driver failure; `fencelock-leader` metadata names the leader.
 pub fn driver_status(e: DriverError) -> Status {
-    let mut s = Status::unavailable(e.to_string());
+    // The status code already says "unavailable"; the message says why.
+    let message = match &e {
+        DriverError::Unavailable(why) => why.clone(),
+        other => other.to_string(),
+    };
+    let mut s = Status::unavailable(message);
     if let DriverError::NotLeader { leader: Some(l) } = &e {
         if let Ok(v) = l.parse() {
             s.metadata_mut().insert("fencelock-leader", v);
