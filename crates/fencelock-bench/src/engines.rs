@@ -6,35 +6,54 @@
 //! redis-server, etcd, ZooKeeper, PostgreSQL, each in its durable default
 //! except Redis without AOF); the native server runs as a child process of this
 //! binary (`fencelock-bench serve-native`), so that its CPU and memory are its
-//! own and it can be killed like any other server.
+//! own and it can be killed like any other server. `fencelock-3` is three such
+//! children forming one Raft group on this machine; the clients are given all
+//! three and follow the leader themselves.
 
 use std::{
+    collections::BTreeMap,
     io::{BufRead, BufReader},
+    net::{SocketAddr, TcpListener},
     path::{Path, PathBuf},
     process::{Child, Command, Stdio},
+    time::Duration,
 };
 
 use anyhow::{bail, Context};
 use fencelock_testkit::{EtcdServer, PgServer, RedisServer, ZkServer};
+use tokio::time::Instant;
 
-use crate::{model::EngineInfo, procstat::command_line};
+use crate::{model::EngineInfo, procstat, procstat::command_line, scale::http_get};
 
 /// Every engine, in the order they are started and measured.
-pub const ALL: &[&str] = &["fencelock", "redis", "redis-aof", "etcd", "zookeeper", "postgres", "pg-advisory", "redis-poll"];
+pub const ALL: &[&str] = &["fencelock", "fencelock-3", "redis", "redis-aof", "etcd", "zookeeper", "postgres", "pg-advisory", "redis-poll"];
 
 /// A started (or given) engine.
 pub struct Engine {
     pub info: EngineInfo,
     /// The URL `fencelock::connect` takes (for `redis-poll`, the Redis URL).
     pub url: String,
-    /// The process whose CPU is charged to this engine.
-    pub pid: Option<u32>,
+    /// The processes whose CPU is charged to this engine (every node of a
+    /// group); empty for an engine given by URL.
+    pub pids: Vec<u32>,
+}
+
+impl Engine {
+    /// CPU time (user + system, children included) of all its processes so
+    /// far; `None` without processes or when one of them cannot be read.
+    pub fn cpu_time(&self) -> Option<Duration> {
+        if self.pids.is_empty() {
+            return None;
+        }
+        self.pids.iter().map(|&p| procstat::cpu_time(p)).sum()
+    }
 }
 
 /// Servers kept alive for the run; dropping them stops them.
 #[derive(Default)]
 pub struct Servers {
     native: Option<NativeServer>,
+    native3: Option<NativeCluster>,
     redis: Option<RedisServer>,
     redis_aof: Option<RedisServer>,
     etcd: Option<EtcdServer>,
@@ -43,41 +62,45 @@ pub struct Servers {
 }
 
 /// Starts `id` (or uses `given` as its URL, without CPU figures).
-pub fn start(id: &str, given: Option<&str>, servers: &mut Servers, data: &Path) -> anyhow::Result<Engine> {
-    let (url, pid) = match given {
-        Some(url) => (url.to_string(), None),
-        None => launch(id, servers, data)?,
+pub async fn start(id: &str, given: Option<&str>, servers: &mut Servers, data: &Path) -> anyhow::Result<Engine> {
+    let (url, pids) = match given {
+        Some(url) => (url.to_string(), Vec::new()),
+        None => launch(id, servers, data).await?,
     };
-    let info = info(id, pid.is_some())?;
-    Ok(Engine { info, url, pid })
+    let info = info(id, !pids.is_empty())?;
+    Ok(Engine { info, url, pids })
 }
 
-fn launch(id: &str, s: &mut Servers, data: &Path) -> anyhow::Result<(String, Option<u32>)> {
+async fn launch(id: &str, s: &mut Servers, data: &Path) -> anyhow::Result<(String, Vec<u32>)> {
     Ok(match id {
         "fencelock" => {
             let n = s.native.insert(NativeServer::start(&data.join("fencelock"))?);
-            (n.url(), Some(n.pid()))
+            (n.url(), vec![n.pid()])
+        }
+        "fencelock-3" => {
+            let c = s.native3.insert(NativeCluster::start(&data.join("fencelock-3"), 3).await?);
+            (c.url(), c.pids())
         }
         "redis" | "redis-poll" => {
             let r = s.redis.get_or_insert_with(RedisServer::start_volatile);
-            (r.url(), Some(r.pid()))
+            (r.url(), vec![r.pid()])
         }
         "redis-aof" => {
             let r = s.redis_aof.get_or_insert_with(RedisServer::start);
-            (format!("{}?durable=true", r.url()), Some(r.pid()))
+            (format!("{}?durable=true", r.url()), vec![r.pid()])
         }
         "etcd" => {
             let e = s.etcd.get_or_insert_with(EtcdServer::start);
-            (e.url(), Some(e.pid()))
+            (e.url(), vec![e.pid()])
         }
         "zookeeper" => {
             let z = s.zk.get_or_insert_with(ZkServer::start);
-            (z.url(), Some(z.pid()))
+            (z.url(), vec![z.pid()])
         }
         "postgres" | "pg-advisory" => {
             let p = s.pg.get_or_insert_with(PgServer::start);
             let url = if id == "postgres" { p.url() } else { format!("{}?mode=advisory", p.url()) };
-            (url, Some(p.pid()))
+            (url, vec![p.pid()])
         }
         other => bail!("unknown engine {other:?}; known: {}", ALL.join(", ")),
     })
@@ -89,6 +112,13 @@ fn info(id: &str, cpu_measured: bool) -> anyhow::Result<EngineInfo> {
     let pg = || command_line(&pg_bin("postgres"), &["--version"]).and_then(|v| v.split_whitespace().nth(2).map(String::from));
     let (label, version, durable, fencing, fifo) = match id {
         "fencelock" => ("fencelock (1 node, redb, fsync per batch)", Some(env!("CARGO_PKG_VERSION").to_string()), true, "global", true),
+        "fencelock-3" => (
+            "fencelock, 3-node Raft group (3 processes on this machine, each redb, fsync per batch)",
+            Some(env!("CARGO_PKG_VERSION").to_string()),
+            true,
+            "global",
+            true,
+        ),
         "redis" => ("Redis, no AOF (fencelock's FIFO recipe)", redis(), false, "global", true),
         "redis-aof" => ("Redis, AOF appendfsync always (FIFO recipe)", redis(), true, "global", true),
         "redis-poll" => ("Redis, no AOF, SET NX + 100 ms polling (redis-py's Lock)", redis(), false, "none", false),

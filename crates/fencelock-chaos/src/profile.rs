@@ -37,6 +37,10 @@ pub struct ProfileArgs {
     /// Only the runs against these backends (comma-separated).
     #[arg(long, value_delimiter = ',')]
     backends: Vec<String>,
+    /// Keep the verdicts of runs already in `--out` (after an interrupted
+    /// profile) and run only the others; the report covers all of them.
+    #[arg(long)]
+    resume: bool,
 }
 
 #[derive(Args, Debug)]
@@ -115,8 +119,25 @@ pub async fn profile(a: ProfileArgs) -> anyhow::Result<ExitCode> {
     let started = Instant::now();
     let mut verdicts = Vec::new();
     let mut bad = Vec::new();
+    let mut kept = 0;
     for p in plans(a.profile) {
         if !a.backends.is_empty() && !a.backends.iter().any(|b| b == p.backend) {
+            continue;
+        }
+        if let Some(why) = p.scenario.unsupported(p.backend) {
+            eprintln!("fencelock-chaos: {} against {}: skipped: {why}", p.scenario, p.backend);
+            continue;
+        }
+        let done = out.join(run_dir(&p)).join("verdict.json");
+        if a.resume && done.exists() {
+            let v: Verdict = serde_json::from_slice(&std::fs::read(&done)?).with_context(|| format!("{}", done.display()))?;
+            eprintln!("fencelock-chaos: {} against {}: kept from an earlier run", p.scenario, p.backend);
+            kept += 1;
+            let expected = if p.mutant.is_some() { !v.passed } else { v.passed };
+            if !expected {
+                bad.push(run_dir(&p));
+            }
+            verdicts.push(v);
             continue;
         }
         let spec = RunSpec {
@@ -139,6 +160,10 @@ pub async fn profile(a: ProfileArgs) -> anyhow::Result<ExitCode> {
         }
         verdicts.push(v);
     }
+    let name = match kept {
+        0 => name,
+        n => format!("{name}, resumed: {n} runs kept from an earlier invocation (maybe of an earlier commit); wall time is this invocation's"),
+    };
     let meta = ReportMeta::collect(&name, started.elapsed());
     let report_path = a.report.unwrap_or_else(|| out.join("safety.md"));
     write_report(&report_path, &verdicts, &meta)?;
