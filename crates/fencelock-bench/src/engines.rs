@@ -149,22 +149,31 @@ fn pg_bin(name: &str) -> String {
 }
 
 /// The native server as a child process of this binary (`serve-native`),
-/// with its data in `dir`.
+/// with its data in `dir`: a group of one, or one member of a group.
 pub struct NativeServer {
     child: Child,
     dir: PathBuf,
+    /// `serve-native` arguments after `--data-dir DIR` (a member's id, peers and ports).
+    args: Vec<String>,
     grpc: String,
     http: String,
 }
 
 impl NativeServer {
-    /// Starts it on free ports; returns once it listens.
+    /// Starts a group of one on free ports; returns once it listens.
     pub fn start(dir: &Path) -> anyhow::Result<NativeServer> {
+        NativeServer::spawn(dir, Vec::new())
+    }
+
+    /// Starts `serve-native --data-dir DIR ARGS…`; returns once it listens
+    /// (a group member may not serve yet: it has to find its leader).
+    fn spawn(dir: &Path, args: Vec<String>) -> anyhow::Result<NativeServer> {
         std::fs::create_dir_all(dir)?;
         let mut child = Command::new(std::env::current_exe()?)
             .arg("serve-native")
             .arg("--data-dir")
             .arg(dir)
+            .args(&args)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -182,9 +191,10 @@ impl NativeServer {
             }
         }
         match (grpc, http) {
-            (Some(grpc), Some(http)) => Ok(NativeServer { child, dir: dir.to_path_buf(), grpc, http }),
+            (Some(grpc), Some(http)) => Ok(NativeServer { child, dir: dir.to_path_buf(), args, grpc, http }),
             _ => {
                 let _ = child.kill();
+                let _ = child.wait();
                 bail!("the native server did not start (it printed {line:?})")
             }
         }
@@ -205,11 +215,11 @@ impl NativeServer {
     }
 
     /// SIGKILL it (nothing more is written), then start a new one on the same data
-    /// (new ports: call [`url`](Self::url) again).
+    /// (a group of one gets new ports: call [`url`](Self::url) again).
     pub fn kill_and_restart(&mut self) -> anyhow::Result<()> {
         let _ = self.child.kill();
         let _ = self.child.wait();
-        *self = NativeServer::start(&self.dir.clone())?;
+        *self = NativeServer::spawn(&self.dir.clone(), self.args.clone())?;
         Ok(())
     }
 }
@@ -221,12 +231,184 @@ impl Drop for NativeServer {
     }
 }
 
+/// A new Raft group of native servers, node ids 1..=n, each a child process
+/// (`serve-native --peers`) on its own free ports of 127.0.0.1 with its data
+/// in `dir/node-ID`. All of them share this machine's cores and disk. Dropping
+/// it kills every node.
+pub struct NativeCluster {
+    nodes: Vec<NativeServer>,
+}
+
+impl NativeCluster {
+    /// Starts `n` nodes and returns once one of them leads and serves
+    /// (`/healthz` 200). The ports are picked free and released for the nodes to
+    /// bind; should another process take one meanwhile, the group is started
+    /// again from empty data on new ports (three tries in all).
+    pub async fn start(dir: &Path, n: u64) -> anyhow::Result<NativeCluster> {
+        let mut last = None;
+        for _ in 0..3 {
+            match NativeCluster::try_start(dir, n).await {
+                Ok(c) => return Ok(c),
+                Err(e) => last = Some(e),
+            }
+            let _ = std::fs::remove_dir_all(dir);
+        }
+        Err(last.unwrap_or_else(|| anyhow::anyhow!("no try")).context(format!("start a {n}-node fencelock group")))
+    }
+
+    async fn try_start(dir: &Path, n: u64) -> anyhow::Result<NativeCluster> {
+        let addrs = free_addrs(2 * n as usize)?;
+        let (grpc, http) = addrs.split_at(n as usize);
+        let peers = peers_arg(grpc);
+        let mut nodes = Vec::new();
+        for (i, (g, h)) in grpc.iter().zip(http).enumerate() {
+            let id = (i + 1).to_string();
+            let args = ["--node-id", &id, "--peers", &peers, "--grpc-listen", &g.to_string(), "--http-listen", &h.to_string()];
+            nodes.push(NativeServer::spawn(&dir.join(format!("node-{id}")), args.map(String::from).to_vec())?);
+        }
+        let c = NativeCluster { nodes };
+        c.wait_leader(Duration::from_secs(30)).await?;
+        Ok(c)
+    }
+
+    /// Waits until one node's `/healthz` is 200: it leads and serves.
+    async fn wait_leader(&self, limit: Duration) -> anyhow::Result<()> {
+        let end = Instant::now() + limit;
+        loop {
+            let mut last = String::new();
+            for n in &self.nodes {
+                last = match http_get(n.http_addr(), "/healthz").await {
+                    Ok((200, _)) => return Ok(()),
+                    Ok((status, body)) => format!("{}: {status} {}", n.http_addr(), body.trim()),
+                    Err(e) => format!("{e:#}"),
+                };
+            }
+            if Instant::now() > end {
+                bail!("no node of the group leads after {limit:?} (last answer: {last})");
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// `fencelock://127.0.0.1:P1,127.0.0.1:P2,…`: every member; the client
+    /// finds the leader itself.
+    pub fn url(&self) -> String {
+        let hosts: Vec<&str> = self.nodes.iter().map(|n| n.grpc.as_str()).collect();
+        format!("fencelock://{}", hosts.join(","))
+    }
+
+    /// Every node's process.
+    pub fn pids(&self) -> Vec<u32> {
+        self.nodes.iter().map(NativeServer::pid).collect()
+    }
+}
+
+/// `n` distinct free addresses on 127.0.0.1 (all bound at once, then released).
+fn free_addrs(n: usize) -> anyhow::Result<Vec<SocketAddr>> {
+    let listeners = (0..n).map(|_| TcpListener::bind("127.0.0.1:0")).collect::<Result<Vec<_>, _>>()?;
+    Ok(listeners.iter().map(TcpListener::local_addr).collect::<Result<_, _>>()?)
+}
+
+/// `1=ADDR1,2=ADDR2,…`: node ids from 1 in the order given.
+fn peers_arg(grpc: &[SocketAddr]) -> String {
+    grpc.iter().enumerate().map(|(i, a)| format!("{}={a}", i + 1)).collect::<Vec<_>>().join(",")
+}
+
+/// Parses `--peers`: `ID=HOST:PORT,…`, ids ≥ 1, each once.
+fn parse_peers(s: &str) -> anyhow::Result<BTreeMap<u64, String>> {
+    let mut peers = BTreeMap::new();
+    for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let (id, addr) = part.split_once('=').with_context(|| format!("--peers: {part:?} is not ID=HOST:PORT"))?;
+        let id: u64 = id.trim().parse().with_context(|| format!("--peers: bad node id in {part:?}"))?;
+        if id == 0 || addr.trim().is_empty() {
+            bail!("--peers: {part:?}: ids start at 1 and need an address");
+        }
+        if peers.insert(id, addr.trim().to_string()).is_some() {
+            bail!("--peers: node {id} is listed twice");
+        }
+    }
+    if peers.is_empty() {
+        bail!("--peers is empty; expected ID=HOST:PORT,…");
+    }
+    Ok(peers)
+}
+
+/// `serve-native`'s options: a group of one on ports of its choosing by
+/// default; with `--peers`, a member of a new group on the ports given.
+#[derive(clap::Args, Debug)]
+pub struct ServeArgs {
+    /// This node's data directory.
+    #[arg(long)]
+    pub data_dir: PathBuf,
+    /// This node's id in the group (≥ 1).
+    #[arg(long, default_value_t = 1)]
+    pub node_id: u64,
+    /// Form a new group of these voters, `ID=HOST:PORT,…` (gRPC addresses, this
+    /// node among them; start every member with the same list).
+    #[arg(long)]
+    pub peers: Option<String>,
+    /// gRPC listen address (port 0: any free port).
+    #[arg(long, default_value = "127.0.0.1:0")]
+    pub grpc_listen: SocketAddr,
+    /// HTTP admin listen address (port 0: any free port).
+    #[arg(long, default_value = "127.0.0.1:0")]
+    pub http_listen: SocketAddr,
+}
+
 /// `serve-native`: run a node in this process until killed, after printing
 /// `grpc=ADDR http=ADDR` on one line of stdout.
-pub async fn serve_native(data_dir: PathBuf) -> anyhow::Result<()> {
-    let running = fencelock_server::start(fencelock_server::Config::for_test(data_dir)).await?;
+pub async fn serve_native(a: ServeArgs) -> anyhow::Result<()> {
+    let mut config = fencelock_server::Config::for_test(a.data_dir);
+    config.node_id = a.node_id;
+    config.grpc_listen = a.grpc_listen;
+    config.http_listen = a.http_listen;
+    if let Some(p) = &a.peers {
+        let peers = parse_peers(p)?;
+        config.advertise = peers.get(&a.node_id).cloned();
+        config.bootstrap = fencelock_server::Bootstrap::Peers(peers);
+    }
+    let running = fencelock_server::start(config).await?;
     println!("grpc={} http={}", running.grpc_addr, running.http_addr);
     tokio::signal::ctrl_c().await?;
     running.shutdown().await;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What the group's members are started with parses back to the same map;
+    /// malformed lists say why.
+    #[test]
+    fn peers_round_trip_and_errors() {
+        let addrs: Vec<SocketAddr> = ["127.0.0.1:7070", "127.0.0.1:7170", "127.0.0.1:7270"].map(|a| a.parse().unwrap()).to_vec();
+        let p = parse_peers(&peers_arg(&addrs)).unwrap();
+        assert_eq!(p.into_iter().collect::<Vec<_>>(), vec![(1, "127.0.0.1:7070".into()), (2, "127.0.0.1:7170".into()), (3, "127.0.0.1:7270".into())]);
+        for bad in ["", "1", "0=a:1", "x=a:1", "1=a:1,1=b:2", "2="] {
+            assert!(parse_peers(bad).is_err(), "{bad:?} accepted");
+        }
+    }
+
+    /// Free addresses are distinct and on loopback.
+    #[test]
+    fn free_addrs_distinct() {
+        let a = free_addrs(6).unwrap();
+        let mut ports: Vec<u16> = a.iter().map(SocketAddr::port).collect();
+        ports.sort_unstable();
+        ports.dedup();
+        assert_eq!(ports.len(), 6);
+        assert!(a.iter().all(|a| a.ip().is_loopback()));
+    }
+
+    /// An engine's CPU is the sum over its processes; none without processes.
+    #[test]
+    fn engine_cpu_sums_processes() {
+        let e = |pids: Vec<u32>| Engine { info: info("fencelock-3", true).unwrap(), url: String::new(), pids };
+        let me = std::process::id();
+        assert!(e(Vec::new()).cpu_time().is_none());
+        assert!(e(vec![me, u32::MAX]).cpu_time().is_none(), "an unreadable process makes the sum unknown");
+        let one = e(vec![me]).cpu_time().unwrap();
+        assert!(e(vec![me, me]).cpu_time().unwrap() >= one * 2);
+    }
 }

@@ -13,7 +13,9 @@
 //!   SIGKILL + restart that must find every acknowledged grant.
 //!
 //! Each engine is started here on free ports of 127.0.0.1 with its data in a
-//! temp dir (or reached at `--url id=URL`). Every cell runs `--runs` times;
+//! temp dir (or reached at `--url id=URL`); `fencelock-3` is a 3-node group of
+//! native servers on this machine, measured in W1 and W2 next to the single
+//! node (W3 and W4 stay single-node). Every cell runs `--runs` times;
 //! within a run the engines take turns in a rotated order, so drift on a
 //! shared machine hits all of them alike. `--quick` runs every cell briefly:
 //! it checks that everything runs, and its figures mean little.
@@ -92,25 +94,22 @@ struct Args {
 
 #[derive(Subcommand, Debug)]
 enum Cmd {
-    /// (internal) Run a native server in this process; prints its addresses.
-    /// `FENCELOCK_BENCH_SERVER_THREADS=N` gives its runtime N worker threads
-    /// (default: one per core).
+    /// (internal) Run a native server in this process, alone or as a member of
+    /// a group; prints its addresses. `FENCELOCK_BENCH_SERVER_THREADS=N` gives
+    /// its runtime N worker threads (default: one per core).
     #[command(hide = true)]
-    ServeNative {
-        #[arg(long)]
-        data_dir: PathBuf,
-    },
+    ServeNative(engines::ServeArgs),
 }
 
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let mut builder = tokio::runtime::Builder::new_multi_thread();
-    if let (Some(Cmd::ServeNative { .. }), Ok(n)) = (&args.cmd, std::env::var("FENCELOCK_BENCH_SERVER_THREADS")) {
+    if let (Some(Cmd::ServeNative(_)), Ok(n)) = (&args.cmd, std::env::var("FENCELOCK_BENCH_SERVER_THREADS")) {
         builder.worker_threads(n.parse()?);
     }
     let rt = builder.enable_all().build()?;
     match args.cmd {
-        Some(Cmd::ServeNative { data_dir }) => rt.block_on(engines::serve_native(data_dir)),
+        Some(Cmd::ServeNative(a)) => rt.block_on(engines::serve_native(a)),
         None => rt.block_on(bench(args)),
     }
 }
@@ -137,7 +136,7 @@ async fn bench(args: Args) -> anyhow::Result<()> {
     let mut engines = Vec::new();
     for id in &args.engines {
         eprintln!("starting {id}");
-        let e = engines::start(id, given.get(id.as_str()).map(String::as_str), &mut servers, data.path())?;
+        let e = engines::start(id, given.get(id.as_str()).map(String::as_str), &mut servers, data.path()).await?;
         wait_ready(&e).await.with_context(|| format!("engine {id} at {}", e.url))?;
         engines.push(e);
     }

@@ -61,7 +61,8 @@ pub struct Settings {
 /// One engine (a lock service plus the recipe the client library uses on it).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct EngineInfo {
-    /// Short id used in cells and charts: `fencelock`, `redis`, `redis-aof`,
+    /// Short id used in cells and charts: `fencelock`, `fencelock-3` (a 3-node
+    /// group), `redis`, `redis-aof`,
     /// `etcd`, `zookeeper`, `postgres`, `pg-advisory`, `redis-poll`.
     pub id: String,
     /// Human label, e.g. "Redis 7.0.15, no AOF".
@@ -97,8 +98,9 @@ pub struct RunResult {
     pub cycles_per_sec: f64,
     /// Acquire call → grant returned.
     pub acquire_ms: Latency,
-    /// The engine process's CPU (user + system, its children included) per
-    /// cycle, µs; `None` when the process could not be read.
+    /// The engine process's CPU (user + system, its children included; summed
+    /// over the nodes of a group) per cycle, µs; `None` when a process could not
+    /// be read.
     pub cpu_us_per_cycle: Option<f64>,
     /// The benchmark process's own CPU per cycle, µs: the client library and
     /// its connections (all clients of the run share this process and the

@@ -15,6 +15,9 @@ use crate::model::{Cell, Durability, Report, RunResult, Scale, Target};
 pub const TARGET_CLIENTS: usize = 64;
 /// Durable peers W2's handoff target compares against (the fastest one).
 const DURABLE_PEERS: &[&str] = &["redis-aof", "etcd", "zookeeper"];
+/// The single native node, and the 3-node group shown next to it.
+const NATIVE: &str = "fencelock";
+const GROUP: &str = "fencelock-3";
 
 /// The cell of `workload` on `engine` (W1: with `clients`; W2: any client count).
 pub fn cell<'a>(r: &'a Report, workload: &str, engine: &str, clients: Option<usize>) -> Option<&'a Cell> {
@@ -284,6 +287,7 @@ pub fn markdown(r: &Report) -> String {
     targets_table(&mut md, r);
     w1(&mut md, r);
     w2(&mut md, r);
+    group_vs_node(&mut md, r);
     ratios(&mut md, r);
     if let Some(s) = &r.scale {
         w3(&mut md, s);
@@ -330,7 +334,8 @@ fn engines(md: &mut String, r: &Report) {
     let _ = writeln!(
         md,
         "\nDurable: an acknowledged grant survives a crash (fsync before the reply). `redis-poll` (SET NX, retried every \
-         100 ms, no token, no queue) is the lock most Redis users have, for reference only.\n"
+         100 ms, no token, no queue) is the lock most Redis users have, for reference only. `fencelock-3` is three \
+         fencelock nodes forming one Raft group on this machine; its clients are given all three and follow the leader.\n"
     );
 }
 
@@ -386,7 +391,8 @@ fn w1(md: &mut String, r: &Report) {
     let _ = writeln!(
         md,
         "C clients, each on its own lock, loop acquire → release. Acquire latency is the acquire call until the grant \
-         returns. Engine CPU is the engine process's (user + system, children included) per cycle; client CPU is \
+         returns. Engine CPU is the engine process's (user + system, children included; for `fencelock-3` its three nodes' \
+         summed) per cycle; client CPU is \
          the benchmark process's own (the client library and its connections; every engine's clients run in it).\n"
     );
     for &c in &cs {
@@ -505,6 +511,79 @@ fn w2(md: &mut String, r: &Report) {
             ]
         };
         cell_row(md, id, *cell, cols.len(), (range, runs, errs), figures);
+    }
+    let _ = writeln!(md);
+}
+
+/// Pairs of cells measured on both the single node and the group: every W1
+/// client count, then W2; each with its label.
+fn group_pairs(r: &Report) -> Vec<(String, &Cell, &Cell)> {
+    let mut pairs = Vec::new();
+    for c in w1_clients(r) {
+        if let (Some(one), Some(three)) = (cell(r, "W1", NATIVE, Some(c)), cell(r, "W1", GROUP, Some(c))) {
+            pairs.push((format!("W1, {c} client{}", if c == 1 { "" } else { "s" }), one, three));
+        }
+    }
+    if let (Some(one), Some(three)) = (cell(r, "W2", NATIVE, None), cell(r, "W2", GROUP, None)) {
+        pairs.push((format!("W2, {} clients on one lock", three.clients), one, three));
+    }
+    pairs
+}
+
+/// The 3-node group next to the single node, cell by cell: what replication costs.
+fn group_vs_node(md: &mut String, r: &Report) {
+    let pairs = group_pairs(r);
+    if pairs.is_empty() {
+        return;
+    }
+    let m = &r.machine;
+    let _ = writeln!(md, "## fencelock: 3-node group next to 1 node ({})\n", runs_phrase(r.settings.runs));
+    let _ = writeln!(
+        md,
+        "The cells above, side by side: `{NATIVE}` is one node, `{GROUP}` a Raft group of three nodes whose leader \
+         acknowledges a write once a majority has it in its log. All three run on this one machine ({} cores, {}, \
+         data on {}): they share its cores and its disk, and their Raft traffic goes over loopback. Every run \
+         measured {} s after {} s of warm-up. Latency is the acquire in W1, the handoff in W2. The group's engine \
+         CPU is its three processes' summed.\n",
+        m.cores,
+        or_unknown(&m.cpu),
+        or_unknown(&m.data_fs),
+        r.settings.seconds,
+        r.settings.warmup
+    );
+    header(
+        md,
+        &[
+            "cell",
+            "1 node cycles/s",
+            "3 nodes cycles/s",
+            "3 nodes ÷ 1 node",
+            "1 node p50 / p99 ms",
+            "3 nodes p50 / p99 ms",
+            "1 node engine CPU µs/cycle",
+            "3 nodes engine CPU µs/cycle",
+        ],
+        1,
+    );
+    let lat = |c: &Cell| {
+        let l = if c.workload == "W2" { c.median.handoff_ms } else { Some(c.median.acquire_ms) };
+        opt(l, |l| format!("{} / {}", ms(l.p50), ms(l.p99)))
+    };
+    for (name, one, three) in pairs {
+        let (a, b) = (&one.median, &three.median);
+        row(
+            md,
+            &[
+                name,
+                rate(a.cycles_per_sec),
+                rate(b.cycles_per_sec),
+                opt(ratio(Some(b.cycles_per_sec), Some(a.cycles_per_sec)), times),
+                lat(one),
+                lat(three),
+                opt(a.cpu_us_per_cycle, us),
+                opt(b.cpu_us_per_cycle, us),
+            ],
+        );
     }
     let _ = writeln!(md);
 }
@@ -836,6 +915,27 @@ pub(crate) mod tests {
         assert!(md.contains("**Quick mode"), "{md}");
         assert!(md.contains("errors"));
         assert!(!md.contains("## W3"));
+    }
+
+    /// With `fencelock-3` measured, its cells stand next to the single node's,
+    /// with the ratio; without it, no such section.
+    #[test]
+    fn report_group_next_to_node() {
+        let mut r = report();
+        assert!(!markdown(&r).contains("3-node group next to 1 node"));
+        r.engines.insert(1, engine(GROUP));
+        r.cells.push(w1_cell(GROUP, 1, 3_000.0));
+        r.cells.push(w1_cell(GROUP, 64, 30_000.0));
+        r.cells.push(w2_cell(GROUP, 5_000.0, 1.2));
+        let md = markdown(&r);
+        assert!(md.contains("## fencelock: 3-node group next to 1 node (median of 3 runs)"), "{md}");
+        assert!(md.contains("2 cores, Test CPU @ 3.0GHz"), "the machine is named: {md}");
+        assert!(md.contains("| W1, 1 client | 12,000 | 3,000 | 0.25× | 0.25 / 1.00 | 0.25 / 1.00 |"), "{md}");
+        assert!(md.contains("| W1, 64 clients | 120,000 | 30,000 | 0.25× |"), "{md}");
+        assert!(md.contains("| W2, 16 clients on one lock | 20,000 | 5,000 | 0.25× | 0.13 / 0.40 | 0.40 / 1.20 |"), "{md}");
+        assert!(md.contains("| fencelock ÷ `fencelock-3` | 4.00× | 4.00× |"), "{md}");
+        // Targets stay the single node's.
+        assert_eq!(targets(&r).len(), targets(&report()).len());
     }
 
     #[test]

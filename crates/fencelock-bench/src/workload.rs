@@ -5,8 +5,8 @@
 //! interleaved. Every client has a connection of its own
 //! (`fencelock::connect`, or a Redis connection for the `redis-poll`
 //! reference). A run has a warm-up, then a measured window; only grants whose
-//! acquire returned inside the window count. The engine process's CPU is read
-//! at both ends of the window.
+//! acquire returned inside the window count. The engine's CPU (every process
+//! of it: the three nodes of `fencelock-3`) is read at both ends of the window.
 //!
 //! W2 figures come from one timeline (one monotonic clock, one process): the
 //! grants sorted by when their acquire returned. A handoff is the time from a
@@ -156,9 +156,9 @@ pub async fn run(engine: &Engine, spec: RunSpec) -> anyhow::Result<RunResult> {
     }
     tokio::time::sleep_until(window.0).await;
     let me = std::process::id();
-    let (cpu_before, own_before) = (engine.pid.and_then(procstat::cpu_time), procstat::own_cpu_time(me));
+    let (cpu_before, own_before) = (engine.cpu_time(), procstat::own_cpu_time(me));
     tokio::time::sleep_until(window.1).await;
-    let (cpu_after, own_after) = (engine.pid.and_then(procstat::cpu_time), procstat::own_cpu_time(me));
+    let (cpu_after, own_after) = (engine.cpu_time(), procstat::own_cpu_time(me));
     stop.store(true, Ordering::Relaxed);
     let mut all = Vec::new();
     for t in tasks {

@@ -2,13 +2,14 @@
 //! every workload runs and completes cycles without errors, and the report,
 //! JSON and charts are written. No figure is asserted (timings belong in the
 //! benchmark's output, not in tests); what is checked is that each cell ran
-//! and that the native server's durability check found every grant.
+//! and that the native server's durability check found every grant. The
+//! 3-node group (`fencelock-3`) runs W1 and W2 like every other engine.
 
 use std::{path::Path, process::Command};
 
 use serde_json::Value;
 
-const ENGINES: [&str; 8] = ["fencelock", "redis", "redis-aof", "etcd", "zookeeper", "postgres", "pg-advisory", "redis-poll"];
+const ENGINES: [&str; 9] = ["fencelock", "fencelock-3", "redis", "redis-aof", "etcd", "zookeeper", "postgres", "pg-advisory", "redis-poll"];
 
 #[test]
 fn quick_run_measures_every_cell_of_every_engine() {
@@ -58,6 +59,7 @@ fn quick_run_measures_every_cell_of_every_engine() {
     for engine in ENGINES {
         assert!(md.contains(engine), "results.md does not mention {engine}");
     }
+    assert!(md.contains("3-node group next to 1 node"), "results.md does not put the group next to the node");
     for chart in ["w1-throughput", "w1-latency"] {
         for ext in ["svg", "png"] {
             let p = out.path().join(format!("{chart}.{ext}"));

@@ -357,7 +357,7 @@ pub(super) struct Watcher {
 /// Connects to `endpoint` and runs `probe` on it, within [`CONNECT_TIMEOUT`].
 async fn probe_endpoint(endpoint: &Endpoint, probe: RangeRequest) -> Result<Channel, String> {
     let attempt = async {
-        let channel = endpoint.connect().await.map_err(|e| error_chain(&e))?;
+        let channel = endpoint.connect().await.map_err(|e| crate::rpc::error_chain(&e))?;
         KvClient::new(channel.clone()).range(probe).await.map_err(|s| describe(&s))?;
         Ok(channel)
     };
@@ -407,18 +407,6 @@ fn status_error(what: &str, status: &Status) -> Error {
 fn describe(status: &Status) -> String {
     let mut out = format!("{:?}: {}", status.code(), status.message());
     let mut source = std::error::Error::source(status);
-    while let Some(s) = source {
-        out.push_str(": ");
-        out.push_str(&s.to_string());
-        source = s.source();
-    }
-    out
-}
-
-/// "outer: inner: innermost".
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut out = e.to_string();
-    let mut source = e.source();
     while let Some(s) = source {
         out.push_str(": ");
         out.push_str(&s.to_string());
