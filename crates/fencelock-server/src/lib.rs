@@ -33,7 +33,11 @@ use std::{collections::BTreeMap, net::SocketAddr, sync::Arc};
 
 pub use config::{Bootstrap, Config};
 use fencelock_proto::v1::lock_server::LockServer;
-use tokio::{net::TcpListener, sync::watch, task::JoinHandle};
+use tokio::{
+    net::{TcpListener, TcpSocket},
+    sync::watch,
+    task::JoinHandle,
+};
 use tokio_stream::wrappers::TcpListenerStream;
 
 use crate::{api::Ops, clock::Clock, driver::Driver, metrics::Metrics};
@@ -73,15 +77,20 @@ impl Running {
     }
 }
 
-/// Bind the listeners, open storage, start Raft (initializing a new single-node
-/// group on an empty data dir), the driver and both servers.
+/// Bind the listeners, open storage, start Raft (forming a new group on an
+/// empty data dir, see [`Bootstrap`]), the driver and both servers.
 pub async fn start(config: Config) -> Result<Running, ServerError> {
     config.validate().map_err(ServerError::Config)?;
-    let grpc = bind(config.grpc_listen).await?;
-    let http = bind(config.http_listen).await?;
-    let grpc_addr = local_addr(&grpc, config.grpc_listen)?;
-    let http_addr = local_addr(&http, config.http_listen)?;
+    let grpc = reserve(config.grpc_listen)?;
+    let http = reserve(config.http_listen)?;
+    let grpc_addr = reserved_addr(&grpc, config.grpc_listen)?;
+    let http_addr = reserved_addr(&http, config.http_listen)?;
     let raft = start_raft(&config, grpc_addr).await?;
+    // Only now accept connections: before, a client (or a peer) would connect
+    // and hang on a handshake nobody answers, instead of being refused at once
+    // and trying another node.
+    let grpc = listen(grpc, grpc_addr)?;
+    let http = listen(http, http_addr)?;
     let engine = raft.1;
     let raft = raft.0;
 
@@ -168,12 +177,23 @@ async fn bootstrap(raft: &raft::Raft, config: &Config, grpc_addr: SocketAddr) ->
     raft.initialize(members).await.map_err(|e| ServerError::Raft(e.to_string()))
 }
 
-async fn bind(addr: SocketAddr) -> Result<TcpListener, ServerError> {
-    TcpListener::bind(addr).await.map_err(|source| ServerError::Bind { addr, source })
+/// A socket bound to `addr` (so its port is taken and known) that does not
+/// accept connections yet.
+fn reserve(addr: SocketAddr) -> Result<TcpSocket, ServerError> {
+    let bind_err = |source| ServerError::Bind { addr, source };
+    let socket = if addr.is_ipv4() { TcpSocket::new_v4() } else { TcpSocket::new_v6() }.map_err(bind_err)?;
+    // As `TcpListener::bind` does: a restart can take the port again at once.
+    socket.set_reuseaddr(true).map_err(bind_err)?;
+    socket.bind(addr).map_err(bind_err)?;
+    Ok(socket)
 }
 
-fn local_addr(l: &TcpListener, addr: SocketAddr) -> Result<SocketAddr, ServerError> {
-    l.local_addr().map_err(|source| ServerError::Bind { addr, source })
+fn reserved_addr(s: &TcpSocket, addr: SocketAddr) -> Result<SocketAddr, ServerError> {
+    s.local_addr().map_err(|source| ServerError::Bind { addr, source })
+}
+
+fn listen(s: TcpSocket, addr: SocketAddr) -> Result<TcpListener, ServerError> {
+    s.listen(1024).map_err(|source| ServerError::Bind { addr, source })
 }
 
 /// Resolves when `stop` turns true (or its sender is gone).
