@@ -45,10 +45,8 @@ async fn leader_killed_under_load_loses_no_acknowledged_grant() {
     tokio::time::sleep(Duration::from_millis(800)).await;
     let before = tokens.lock().unwrap().len();
     assert!(before > 0, "no grant before the kill");
-    let old = c.leader().unwrap_or_else(|| c.fail("no leader"));
-    let old_id = c.nodes[old].id;
-    c.nodes[old].kill();
-    let (new, took) = c.wait_leader(Some(old_id), Duration::from_secs(10)).unwrap_or_else(|| c.fail("no new leader"));
+    let kill = c.kill_leader();
+    let (new, took) = (kill.new, kill.took);
     assert!(took <= NEW_LEADER_WITHIN, "a new leader took {took:?}");
     tokio::time::sleep(Duration::from_millis(1500)).await;
     stop.store(true, std::sync::atomic::Ordering::SeqCst);
@@ -77,14 +75,10 @@ async fn twenty_leader_changes_in_a_row() {
     let mut tokens = vec![held.token()];
     let mut slowest = Duration::ZERO;
     for change in 1..=20 {
-        let old = c.leader().unwrap_or_else(|| c.fail("no leader"));
-        let old_id = c.nodes[old].id;
-        let killed_at = tokio::time::Instant::now();
-        c.nodes[old].kill();
-        let (_, took) =
-            c.wait_leader(Some(old_id), Duration::from_secs(10)).unwrap_or_else(|| c.fail(&format!("change {change}: no new leader")));
-        slowest = slowest.max(took);
-        c.nodes[old].restart();
+        let kill = c.kill_leader();
+        let killed_at = kill.at;
+        slowest = slowest.max(kill.took);
+        c.nodes[kill.old].restart();
         let t = cycle(&client, "probe").await.unwrap_or_else(|| c.fail(&format!("change {change}: no grant")));
         tokens.push(t);
         // A keep-alive sent after the kill was confirmed: the deadline is
@@ -102,7 +96,7 @@ async fn twenty_leader_changes_in_a_row() {
     assert_increasing(&tokens);
     assert!(slowest <= NEW_LEADER_WITHIN, "the slowest of 20 elections took {slowest:?}");
     assert_not_lost(&held).await;
-    let leader = c.leader().unwrap_or_else(|| c.fail("no leader at the end"));
+    let leader = c.must_lead("at the end");
     assert_eq!(holder_token(&c, leader, "held"), Some(held.token()), "INV-10: the held grant is gone");
 }
 
@@ -116,7 +110,7 @@ async fn membership_three_four_five_three_removing_the_leader() {
     let mut tokens = vec![held.token()];
     for id in [4, 5] {
         let i = c.add(id);
-        let leader = c.leader().unwrap_or_else(|| c.fail("no leader"));
+        let leader = c.must_lead("now");
         let mut voters = c.voters(leader);
         voters.sort();
         assert_eq!(voters, (1..=id).collect::<Vec<_>>(), "after adding {id}");
@@ -124,7 +118,7 @@ async fn membership_three_four_five_three_removing_the_leader() {
         tokens.push(cycle(&client, "probe").await.unwrap_or_else(|| c.fail("no grant")));
     }
     // Remove the leader, then one more.
-    let leader = c.leader().unwrap_or_else(|| c.fail("no leader"));
+    let leader = c.must_lead("now");
     let leader_id = c.nodes[leader].id;
     let out = c.cluster_cli(&["remove", &leader_id.to_string()]);
     assert!(out.status.success(), "remove the leader: {}", support::stderr(&out));

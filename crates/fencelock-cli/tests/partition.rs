@@ -7,6 +7,8 @@
 //! increase across the partition), INV-10 (the held grant survives),
 //! INV-11 (its holder hears of no loss while its lease lives).
 
+#![allow(clippy::disallowed_methods)] // the test times processes by the clock
+
 mod support;
 
 use std::time::{Duration, Instant};
@@ -33,7 +35,7 @@ async fn an_isolated_leader_grants_nothing_and_the_majority_goes_on() {
     let held = hold(&client, "held").await;
     let mut tokens = vec![held.token(), cycle(&client, "probe").await.expect("a grant before the partition")];
 
-    let old = c.leader().unwrap_or_else(|| c.fail("no leader"));
+    let old = c.must_lead("before the partition");
     let old_id = c.nodes[old].id;
     net.isolate(old_id as usize);
     let (_, took) = c.wait_leader(Some(old_id), Duration::from_secs(10)).unwrap_or_else(|| c.fail("the majority elected no leader"));
@@ -70,7 +72,7 @@ async fn an_isolated_leader_grants_nothing_and_the_majority_goes_on() {
     tokens.push(cycle(&client, "probe").await.unwrap_or_else(|| c.fail("no grant after the heal")));
     assert_increasing(&tokens);
     assert_not_lost(&held).await;
-    let leader = c.leader().unwrap_or_else(|| c.fail("no leader after the heal"));
+    let leader = c.must_lead("after the heal");
     assert_eq!(holder_token(&c, leader, "held"), Some(held.token()), "INV-10: the held grant is gone");
     assert_eq!(holder_token(&c, leader, "minority"), None, "INV-1: the minority's acquire took effect");
 }

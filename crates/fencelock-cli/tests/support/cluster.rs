@@ -58,10 +58,7 @@ impl Node {
 
     /// SIGKILL and reap.
     pub fn kill(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
+        super::kill_child(&mut self.child);
     }
 
     /// Start again on the same ports and data.
@@ -71,7 +68,7 @@ impl Node {
     }
 
     pub fn is_running(&mut self) -> bool {
-        self.child.as_mut().is_some_and(|c| matches!(c.try_wait(), Ok(None)))
+        super::child_running(&mut self.child)
     }
 
     /// Whether this node leads and serves (`/healthz` 200).
@@ -96,6 +93,15 @@ impl Drop for Node {
     fn drop(&mut self) {
         self.kill();
     }
+}
+
+/// What [`Cluster::kill_leader`] did: node indexes, the time a new leader
+/// took, and the instant just before the kill.
+pub struct LeaderKill {
+    pub old: usize,
+    pub new: usize,
+    pub took: Duration,
+    pub at: tokio::time::Instant,
 }
 
 /// A group of nodes with ids 1..=n (more can be added).
@@ -155,6 +161,22 @@ impl Cluster {
     /// The index of the node that leads and serves now, if one does.
     pub fn leader(&self) -> Option<usize> {
         self.nodes.iter().position(|n| n.serves())
+    }
+
+    /// The index of the serving leader, or a failure that says `when`.
+    pub fn must_lead(&self, when: &str) -> usize {
+        self.leader().unwrap_or_else(|| self.fail(&format!("no leader {when}")))
+    }
+
+    /// SIGKILLs the leader and waits (up to 10 s) until another node leads.
+    pub fn kill_leader(&mut self) -> LeaderKill {
+        let old = self.must_lead("before the kill");
+        let old_id = self.nodes[old].id;
+        let at = tokio::time::Instant::now();
+        self.nodes[old].kill();
+        let (new, took) =
+            self.wait_leader(Some(old_id), Duration::from_secs(10)).unwrap_or_else(|| self.fail("no new leader after the kill"));
+        LeaderKill { old, new, took, at }
     }
 
     /// Waits up to `within` for a serving leader other than node id `not`;

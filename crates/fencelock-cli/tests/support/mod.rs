@@ -93,10 +93,7 @@ impl Server {
 
     /// SIGKILL the server (no shutdown of any kind) and reap it.
     pub fn kill(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
+        kill_child(&mut self.child);
     }
 
     /// SIGKILL, then start again on the same ports and data dir.
@@ -107,7 +104,7 @@ impl Server {
 
     /// Whether the process is still running (it has not exited or crashed).
     pub fn is_running(&mut self) -> bool {
-        self.child.as_mut().is_some_and(|c| matches!(c.try_wait(), Ok(None)))
+        child_running(&mut self.child)
     }
 
     pub fn pid(&self) -> u32 {
@@ -117,6 +114,19 @@ impl Server {
     pub fn log_text(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
+}
+
+/// SIGKILL `child` (no shutdown of any kind), if any, and reap it.
+pub fn kill_child(child: &mut Option<Child>) {
+    if let Some(mut c) = child.take() {
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+}
+
+/// Whether `child` is still running (it has not exited or crashed).
+pub fn child_running(child: &mut Option<Child>) -> bool {
+    child.as_mut().is_some_and(|c| matches!(c.try_wait(), Ok(None)))
 }
 
 /// A `fencelock storage` process (the fenced object store). Killed on drop.
