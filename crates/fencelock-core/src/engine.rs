@@ -236,10 +236,3 @@ fn dead_waiter_mutant() -> bool {
     false
 }
 
-/// Request id 0 is reserved.
-fn check_req(req: RequestId) -> Result<(), EngineError> {
-    if req.0 == 0 {
-        return Err(EngineError::InvalidRequestId);
-    }
-    Ok(())
-}

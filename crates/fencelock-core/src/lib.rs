@@ -19,6 +19,7 @@ mod error;
 pub mod mutants;
 mod name;
 mod types;
+mod validate;
 
 pub use engine::Engine;
 pub use error::EngineError;

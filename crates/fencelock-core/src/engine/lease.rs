@@ -1,6 +1,7 @@
 //! Lease commands and lease ends: `GrantLease`, `KeepAlive`, `Revoke`, expiry.
 
-use super::{check_req, state::Lease, Effects, Engine, TimerKind};
+use super::{state::Lease, Effects, Engine, TimerKind};
+use crate::validate::{check_req, check_ttl};
 use crate::*;
 
 impl Engine {
@@ -114,15 +115,4 @@ impl Engine {
             false => Err(EngineError::LeaseNotFound(id)),
         }
     }
-}
-
-fn check_ttl(ttl_ms: u64) -> Result<(), EngineError> {
-    if (MIN_TTL_MS..=MAX_TTL_MS).contains(&ttl_ms) {
-        return Ok(());
-    }
-    Err(EngineError::InvalidTtl {
-        got_ms: ttl_ms,
-        min_ms: MIN_TTL_MS,
-        max_ms: MAX_TTL_MS,
-    })
 }

@@ -2,10 +2,10 @@
 //! grant to the next waiter, wait timeouts, lock-delay and reopening.
 
 use super::{
-    check_req,
     state::{Closed, Holder, Outcome, Waiter},
     Effects, Engine, TimerKind,
 };
+use crate::validate::{check_acquire, check_cancel, check_release};
 use crate::*;
 
 /// Saturating conversion for counts and positions on the wire.
@@ -35,18 +35,7 @@ impl Engine {
 
     /// Validation, in this order: request id, name, wait, lock-delay, lease.
     fn check_acquire(&self, a: &Acquire) -> Result<LockName, EngineError> {
-        check_req(a.req)?;
-        let name = LockName::new(a.lock.as_str())?;
-        if a.wait_ms > MAX_WAIT_MS {
-            return Err(EngineError::InvalidWait {
-                got_ms: a.wait_ms,
-                max_ms: MAX_WAIT_MS,
-            });
-        }
-        if a.lock_delay_ms > MAX_LOCK_DELAY_MS {
-            let (got_ms, max_ms) = (a.lock_delay_ms, MAX_LOCK_DELAY_MS);
-            return Err(EngineError::InvalidLockDelay { got_ms, max_ms });
-        }
+        let name = check_acquire(a)?;
         self.check_lease(a.lease)?;
         Ok(name)
     }
@@ -182,7 +171,7 @@ impl Engine {
         lock: &str,
         fx: &mut Effects,
     ) -> Reply {
-        let name = match check_req(req).and_then(|()| Ok(LockName::new(lock)?)) {
+        let name = match check_cancel(req, lock) {
             Ok(name) => name,
             Err(e) => return Reply::Rejected(e),
         };
@@ -354,12 +343,3 @@ impl Engine {
     }
 }
 
-/// Validation of a release, in this order: request id, name, token.
-fn check_release(req: RequestId, lock: &str, token: Token) -> Result<LockName, EngineError> {
-    check_req(req)?;
-    let name = LockName::new(lock)?;
-    if token.0 == 0 {
-        return Err(EngineError::InvalidToken);
-    }
-    Ok(name)
-}

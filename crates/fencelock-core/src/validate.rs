@@ -1,0 +1,76 @@
+//! Stateless validation of commands: the rules a command must meet whatever the
+//! engine's state (request id, lock name, TTL, wait, lock-delay, token).
+//!
+//! Where it sits: the one place these rules live. The engine applies them first to
+//! every command it is given (an invalid command is rejected and leaves no trace,
+//! INV-9), and the server applies the same [`Command::validate`] before it proposes
+//! a command, so a command the engine would reject is never written to the log (a
+//! rejected request costs no disk). Rules that depend on state (does the lease
+//! exist?) stay in the engine.
+
+use crate::*;
+
+impl Command {
+    /// Checks every rule of this command that does not depend on the engine's
+    /// state, in the order the engine reports them (request id first).
+    pub fn validate(&self) -> Result<(), EngineError> {
+        match self {
+            Command::GrantLease { req, ttl_ms } => check_req(*req).and(check_ttl(*ttl_ms)),
+            Command::KeepAlive { req, .. } | Command::Revoke { req, .. } => check_req(*req),
+            Command::Acquire(a) => a.validate(),
+            Command::Release { req, lock, token, .. } => check_release(*req, lock, *token).map(drop),
+            Command::CancelWait { req, lock, .. } => check_cancel(*req, lock).map(drop),
+        }
+    }
+}
+
+impl Acquire {
+    /// [`Command::validate`] of this acquire.
+    pub fn validate(&self) -> Result<(), EngineError> {
+        check_acquire(self).map(drop)
+    }
+}
+
+/// Request id 0 is reserved.
+pub(crate) fn check_req(req: RequestId) -> Result<(), EngineError> {
+    match req.0 {
+        0 => Err(EngineError::InvalidRequestId),
+        _ => Ok(()),
+    }
+}
+
+pub(crate) fn check_ttl(ttl_ms: u64) -> Result<(), EngineError> {
+    if (MIN_TTL_MS..=MAX_TTL_MS).contains(&ttl_ms) {
+        return Ok(());
+    }
+    Err(EngineError::InvalidTtl { got_ms: ttl_ms, min_ms: MIN_TTL_MS, max_ms: MAX_TTL_MS })
+}
+
+/// An acquire's request id, name, wait and lock-delay, in this order; the name.
+pub(crate) fn check_acquire(a: &Acquire) -> Result<LockName, EngineError> {
+    check_req(a.req)?;
+    let name = LockName::new(a.lock.as_str())?;
+    if a.wait_ms > MAX_WAIT_MS {
+        return Err(EngineError::InvalidWait { got_ms: a.wait_ms, max_ms: MAX_WAIT_MS });
+    }
+    if a.lock_delay_ms > MAX_LOCK_DELAY_MS {
+        return Err(EngineError::InvalidLockDelay { got_ms: a.lock_delay_ms, max_ms: MAX_LOCK_DELAY_MS });
+    }
+    Ok(name)
+}
+
+/// A release's request id, name and token, in this order; the name.
+pub(crate) fn check_release(req: RequestId, lock: &str, token: Token) -> Result<LockName, EngineError> {
+    check_req(req)?;
+    let name = LockName::new(lock)?;
+    if token.0 == 0 {
+        return Err(EngineError::InvalidToken);
+    }
+    Ok(name)
+}
+
+/// A cancel's request id and name; the name.
+pub(crate) fn check_cancel(req: RequestId, lock: &str) -> Result<LockName, EngineError> {
+    check_req(req)?;
+    Ok(LockName::new(lock)?)
+}
