@@ -115,7 +115,14 @@ pub struct DriverHandle {
 
 impl DriverHandle {
     /// Propose `cmd` and return the engine's reply once it is durable and applied.
+    ///
+    /// A command that breaks a stateless rule ([`Command::validate`]) is answered
+    /// `Rejected` here, as the engine would answer it, and is never proposed: a
+    /// rejected request costs no log entry and no disk.
     pub async fn submit(&self, cmd: Command) -> Result<Reply, DriverError> {
+        if let Err(e) = cmd.validate() {
+            return Ok(Reply::Rejected(e));
+        }
         self.send(cmd, None, None).await
     }
 
@@ -129,7 +136,11 @@ impl DriverHandle {
     /// Acquire, waiting in the server-side queue if the command says so. If this
     /// future is dropped before it completes, the wait is cancelled (and a grant
     /// that was made but not delivered is released).
+    /// An invalid acquire is rejected before it reaches the driver (see [`Self::submit`]).
     pub async fn acquire(&self, acq: Acquire) -> Result<AcquireOutcome, DriverError> {
+        if let Err(e) = acq.validate() {
+            return Ok(AcquireOutcome::Rejected(e));
+        }
         let gen = self.next_gen.fetch_add(1, Ordering::Relaxed);
         let mut guard = CancelOnDrop::new(self, &acq, gen);
         let (wtx, wrx) = oneshot::channel();
@@ -175,6 +186,34 @@ fn immediate(reply: Reply) -> Result<AcquireOutcome, DriverError> {
         Reply::Rejected(e) => Ok(AcquireOutcome::Rejected(e)),
         other => Err(DriverError::Unavailable(format!("internal: unexpected reply {other:?}"))),
     }
+}
+
+/// Most bytes of commands in one log entry (as estimated by [`approx_bytes`]):
+/// a burst of large requests is split over several entries instead of making one
+/// entry that every member must write, send and hold in memory at once.
+const MAX_BATCH_BYTES: usize = 1 << 20;
+
+/// How many of the first `pending` commands go into the next entry: at most
+/// `max_batch`, at most [`MAX_BATCH_BYTES`], and always at least one.
+fn batch_len(pending: &[Msg], max_batch: usize) -> usize {
+    let mut bytes = 0;
+    let fits = pending.iter().take(max_batch).take_while(|m| {
+        bytes += approx_bytes(&m.cmd);
+        bytes <= MAX_BATCH_BYTES
+    });
+    fits.count().max(1).min(pending.len())
+}
+
+/// Roughly how many bytes `cmd` takes in an entry: fixed fields plus its lock name
+/// (validated commands have names of at most 512 bytes).
+fn approx_bytes(cmd: &Command) -> usize {
+    const FIXED: usize = 128;
+    FIXED
+        + match cmd {
+            Command::Acquire(a) => a.lock.len(),
+            Command::Release { lock, .. } | Command::CancelWait { lock, .. } => lock.len(),
+            Command::GrantLease { .. } | Command::KeepAlive { .. } | Command::Revoke { .. } => 0,
+        }
 }
 
 fn shutting_down() -> DriverError {
@@ -429,7 +468,7 @@ impl Driver {
                 if self.pending.is_empty() && !self.tick_due {
                     return;
                 }
-                let n = self.pending.len().min(self.max_batch);
+                let n = batch_len(&self.pending, self.max_batch);
                 let msgs: Vec<Msg> = self.pending.drain(..n).collect();
                 self.unwritten_cancels -= msgs.iter().filter(|m| is_dropped_cancel(m)).count();
                 let cmds = msgs.iter().map(|m| m.cmd.clone()).collect();
@@ -670,5 +709,42 @@ async fn sleep_until(at: Option<Instant>) {
     match at {
         Some(at) => tokio::time::sleep_until(at).await,
         None => std::future::pending().await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn acquire(name_len: usize) -> Msg {
+        let lock = "x".repeat(name_len);
+        let acq = Acquire { req: RequestId(1), lease: LeaseId(1), lock, wait_ms: 0, lock_delay_ms: 0 };
+        Msg { cmd: Command::Acquire(acq), reply: None, waiter: None, gen: None }
+    }
+
+    /// Small commands fill a batch up to `max_batch`.
+    #[test]
+    fn batch_len_is_capped_by_count() {
+        let pending: Vec<Msg> = (0..10).map(|_| acquire(8)).collect();
+        assert_eq!(batch_len(&pending, 4), 4);
+        assert_eq!(batch_len(&pending, 100), 10);
+    }
+
+    /// Large commands close a batch at `MAX_BATCH_BYTES`, whatever the count.
+    #[test]
+    fn batch_len_is_capped_by_bytes() {
+        let each = approx_bytes(&acquire(512).cmd);
+        let pending: Vec<Msg> = (0..4096).map(|_| acquire(512)).collect();
+        let n = batch_len(&pending, 4096);
+        assert_eq!(n, MAX_BATCH_BYTES / each);
+        assert!(n * each <= MAX_BATCH_BYTES && (n + 1) * each > MAX_BATCH_BYTES);
+    }
+
+    /// One command larger than the cap still goes out alone (it cannot be split).
+    #[test]
+    fn batch_len_takes_at_least_one() {
+        let pending = vec![acquire(MAX_BATCH_BYTES), acquire(8)];
+        assert_eq!(batch_len(&pending, 4096), 1);
+        assert_eq!(batch_len(&[], 4096), 0);
     }
 }
