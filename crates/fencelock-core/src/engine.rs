@@ -36,6 +36,7 @@
 //! request, so a later acquire with that id is a fresh attempt. Invalid commands
 //! are rejected before any of this and leave no trace (INV-9).
 
+mod consistency;
 mod lease;
 mod lock;
 mod query;

@@ -380,6 +380,8 @@ impl Run {
         if back != self.engine {
             return Err("snapshot round trip changed the engine".into());
         }
+        // Every state the engine reaches passes the check a received snapshot gets.
+        back.check_consistency().map_err(|e| format!("consistency check refused a real state: {e}"))?;
         self.engine = back;
         Ok(())
     }

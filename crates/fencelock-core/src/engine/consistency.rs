@@ -1,0 +1,78 @@
+//! [`Engine::check_consistency`]: the structural rules every engine state meets,
+//! checked on a decoded snapshot before it is installed.
+//!
+//! Where it sits: deserializing an [`Engine`] does not re-validate it (names and
+//! cross-references are trusted because they only enter through validated
+//! commands). A snapshot received from a peer, or read from disk, is input all the
+//! same: the server calls this on it before installing it, so a crafted or
+//! corrupted snapshot is refused instead of being served (or panicking later).
+
+use super::Engine;
+use crate::validate::check_ttl;
+use crate::*;
+
+impl Engine {
+    /// Checks that the state is one the engine itself could have reached: valid
+    /// names and TTLs, tokens and lease ids below their counters, at most one
+    /// holder per exclusive lock, and every hold and wait recorded on both its lease
+    /// and its lock. Says what is wrong with the first breach found.
+    pub fn check_consistency(&self) -> Result<(), String> {
+        if self.next_token == 0 || self.next_lease_id == 0 {
+            return Err("the token and lease counters start at 1".into());
+        }
+        self.check_leases()?;
+        self.check_locks()
+    }
+
+    fn check_leases(&self) -> Result<(), String> {
+        for (id, lease) in &self.leases {
+            if id.0 == 0 || id.0 >= self.next_lease_id {
+                return Err(format!("lease {id} is not below the next lease id {}", self.next_lease_id));
+            }
+            check_ttl(lease.ttl_ms).map_err(|e| format!("lease {id}: {e}"))?;
+            for (token, name) in &lease.holds {
+                check_name(name)?;
+                let held = self.locks.get(name).and_then(|l| l.holder(*id, *token));
+                if held.is_none() {
+                    return Err(format!("lease {id} holds {name:?} with token {token}, but the lock has no such holder"));
+                }
+            }
+            for (req, name) in &lease.waits {
+                check_name(name)?;
+                if self.locks.get(name).and_then(|l| l.waiter(*id, *req)).is_none() {
+                    return Err(format!("lease {id} waits for {name:?} (request {}), but the lock has no such waiter", req.0));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn check_locks(&self) -> Result<(), String> {
+        for (name, lock) in &self.locks {
+            check_name(name)?;
+            if lock.holders.len() > lock.kind.capacity() {
+                return Err(format!("lock {name:?} has {} holders", lock.holders.len()));
+            }
+            for h in &lock.holders {
+                if h.token.0 == 0 || h.token.0 >= self.next_token {
+                    return Err(format!("lock {name:?}: token {} is not below the next token {}", h.token, self.next_token));
+                }
+                let recorded = self.leases.get(&h.lease).and_then(|l| l.holds.get(&h.token));
+                if recorded != Some(name) {
+                    return Err(format!("lock {name:?} is held by lease {} with token {}, but the lease does not hold it", h.lease, h.token));
+                }
+            }
+            for w in &lock.queue {
+                let recorded = self.leases.get(&w.lease).and_then(|l| l.waits.get(&w.req));
+                if recorded != Some(name) {
+                    return Err(format!("lock {name:?} queues lease {} (request {}), but the lease does not wait for it", w.lease, w.req.0));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+fn check_name(name: &LockName) -> Result<(), String> {
+    LockName::new(name.as_str()).map(drop).map_err(|e| format!("lock name {name:?}: {e}"))
+}

@@ -1,0 +1,79 @@
+//! `check_consistency`: a state the engine reached passes; each kind of crafted
+//! breach (what a forged or corrupted snapshot could carry) is named.
+
+use super::harness::*;
+use super::*;
+
+/// One lease holding "a" (token 1) and another queued for it.
+fn held_and_queued() -> Engine {
+    let mut e = setup(2);
+    one(&mut e, 0, acq(1, 1, "a", 0, 0));
+    one(&mut e, 0, acq(2, 2, "a", 500, 0));
+    e.check_consistency().expect("a state the engine reached");
+    e
+}
+
+fn refused(e: &Engine, what: &str) {
+    let err = e.check_consistency().expect_err("a crafted state must be refused");
+    assert!(err.contains(what), "{err:?} should mention {what:?}");
+}
+
+#[test]
+fn a_real_state_passes() {
+    let mut e = held_and_queued();
+    one(&mut e, 10, rel(3, 1, "a", 1));
+    e.check_consistency().expect("after a handoff");
+    assert_eq!(Engine::new().check_consistency(), Ok(()));
+}
+
+#[test]
+fn a_token_at_or_above_the_counter_is_refused() {
+    let mut e = held_and_queued();
+    e.next_token = 1;
+    refused(&e, "not below the next token");
+}
+
+#[test]
+fn a_hold_missing_on_either_side_is_refused() {
+    let mut e = held_and_queued();
+    e.leases.get_mut(&l(1)).unwrap().holds.clear();
+    refused(&e, "the lease does not hold it");
+    let mut e = held_and_queued();
+    e.locks.get_mut(&name("a")).unwrap().holders.clear();
+    refused(&e, "no such holder");
+}
+
+#[test]
+fn a_wait_missing_on_either_side_is_refused() {
+    let mut e = held_and_queued();
+    e.leases.get_mut(&l(2)).unwrap().waits.clear();
+    refused(&e, "the lease does not wait for it");
+    let mut e = held_and_queued();
+    e.locks.get_mut(&name("a")).unwrap().queue.clear();
+    refused(&e, "no such waiter");
+}
+
+#[test]
+fn two_holders_of_an_exclusive_lock_are_refused() {
+    let mut e = held_and_queued();
+    let lock = e.locks.get_mut(&name("a")).unwrap();
+    let mut second = lock.holders[0].clone();
+    second.lease = l(2);
+    lock.holders.push(second);
+    refused(&e, "2 holders");
+}
+
+#[test]
+fn invalid_names_ttls_and_counters_are_refused() {
+    let json = serde_json::to_string(&held_and_queued()).unwrap();
+    let bad_name: Engine = serde_json::from_str(&json.replace("\"a\"", "\"\"")).unwrap();
+    refused(&bad_name, "name is empty");
+    let mut e = held_and_queued();
+    e.leases.get_mut(&l(1)).unwrap().ttl_ms = 0;
+    refused(&e, "invalid ttl");
+    let mut e = held_and_queued();
+    e.next_lease_id = 2;
+    refused(&e, "next lease id");
+    e.next_token = 0;
+    refused(&e, "counters start at 1");
+}
