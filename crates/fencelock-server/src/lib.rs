@@ -106,7 +106,7 @@ pub async fn start(config: Config) -> Result<Running, ServerError> {
 
     let mut tasks = vec![tokio::spawn(driver.run(stopped(stop_rx.clone())))];
     let lock_svc = LockServer::new(grpc::LockService::new(ops.clone(), stop_rx.clone()));
-    let raft_svc = raft::network::RaftService::new(raft.clone()).into_server();
+    let raft_svc = raft::network::RaftService::new(raft.clone(), ops.engine.clone(), metrics.clone()).into_server();
     let grpc_stop = stopped(stop_rx.clone());
     tasks.push(tokio::spawn(async move {
         let res = tonic::transport::Server::builder()

@@ -60,6 +60,8 @@ pub struct Metrics {
     pub waits_dropped: AtomicU64,
     pub batches: AtomicU64,
     pub batched_commands: AtomicU64,
+    /// Raft messages from peers refused as malformed or unsafe (never applied).
+    pub peer_messages_refused: AtomicU64,
     pub wait_time: Histogram,
     pub hold_time: Histogram,
 }
@@ -107,7 +109,7 @@ impl Metrics {
     /// Render everything, with the engine gauges in `stats`.
     pub fn render(&self, stats: &Stats, is_leader: bool) -> String {
         let mut o = String::with_capacity(4096);
-        let counters: [(&str, &str, &AtomicU64); 11] = [
+        let counters: [(&str, &str, &AtomicU64); 12] = [
             ("fencelock_grants_total", "Locks granted.", &self.grants),
             ("fencelock_grants_after_wait_total", "Locks granted to a queued waiter.", &self.grants_after_wait),
             ("fencelock_releases_total", "Locks released by their holder.", &self.releases),
@@ -123,6 +125,11 @@ impl Metrics {
             ("fencelock_waits_dropped_total", "Queued acquires dropped (lease ended or cancelled).", &self.waits_dropped),
             ("fencelock_log_entries_total", "Log entries written by this node's driver.", &self.batches),
             ("fencelock_log_commands_total", "Commands written in those entries.", &self.batched_commands),
+            (
+                "fencelock_peer_messages_refused_total",
+                "Raft messages from peers refused as malformed or unsafe (a snapshot that does not decode, or would lower the token counter).",
+                &self.peer_messages_refused,
+            ),
         ];
         for (name, help, v) in counters {
             let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} counter\n{name} {}", v.load(Relaxed));

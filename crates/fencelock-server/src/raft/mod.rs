@@ -12,6 +12,7 @@ use fencelock_core::{Input, Output};
 
 pub mod log_store;
 pub mod network;
+pub mod snapshot_rx;
 #[cfg(feature = "power-loss")]
 pub mod power_loss;
 pub mod state_machine;

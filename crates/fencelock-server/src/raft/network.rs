@@ -35,7 +35,8 @@ use serde::Serialize;
 use tonic::transport::{Channel, Endpoint};
 use tonic::{Code, Request, Response, Status};
 
-use super::{NodeId, TypeConfig};
+use super::{snapshot_rx, NodeId, SharedEngine, TypeConfig};
+use crate::metrics::Metrics;
 
 /// Largest gRPC message between members, both ways. Snapshot chunks travel as JSON
 /// arrays of numbers (up to ~4 bytes per byte), so keep openraft's
@@ -255,17 +256,33 @@ impl RaftNetwork<TypeConfig> for NetworkConnection {
     }
 }
 
-/// The gRPC service receiving Raft traffic from the other members.
+/// The gRPC service receiving Raft traffic from the other members. Every message
+/// is input: one that does not decode, or a snapshot that [`snapshot_rx`] refuses,
+/// gets an error and is counted; it never reaches the node's state.
 #[derive(Clone)]
 pub struct RaftService {
     raft: super::Raft,
     id: NodeId,
+    engine: SharedEngine,
+    metrics: Arc<Metrics>,
+    snapshots: snapshot_rx::SharedReceiver,
 }
 
 impl RaftService {
-    pub fn new(raft: super::Raft) -> Self {
+    /// The service of `raft`, whose state machine's engine is `engine`.
+    pub fn new(raft: super::Raft, engine: SharedEngine, metrics: Arc<Metrics>) -> Self {
         let id = raft.metrics().borrow().id;
-        Self { raft, id }
+        Self { raft, id, engine, metrics, snapshots: Default::default() }
+    }
+
+    /// Decodes a peer message; one that does not decode is refused and counted.
+    fn decode<T: DeserializeOwned>(&self, request: Request<RaftPayload>) -> Result<T, Status> {
+        decode_request(request).inspect_err(|s| self.refused(s.message()))
+    }
+
+    fn refused(&self, why: &str) {
+        self.metrics.peer_messages_refused.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        tracing::warn!(node_id = self.id, why, "refused a Raft message from a peer");
     }
 
     /// Refuses a message meant for another node id (see [`TARGET_HEADER`]).
@@ -308,14 +325,14 @@ impl RaftRpc for RaftService {
         request: Request<RaftPayload>,
     ) -> Result<Response<RaftPayload>, Status> {
         self.check_target(&request)?;
-        let rpc: AppendEntriesRequest<TypeConfig> = decode_request(request)?;
+        let rpc: AppendEntriesRequest<TypeConfig> = self.decode(request)?;
         let answer = self.raft.append_entries(rpc).await;
         encode_answer(&answer)
     }
 
     async fn vote(&self, request: Request<RaftPayload>) -> Result<Response<RaftPayload>, Status> {
         self.check_target(&request)?;
-        let rpc: VoteRequest<NodeId> = decode_request(request)?;
+        let rpc: VoteRequest<NodeId> = self.decode(request)?;
         let answer = self.raft.vote(rpc).await;
         encode_answer(&answer)
     }
@@ -325,13 +342,19 @@ impl RaftRpc for RaftService {
         request: Request<RaftPayload>,
     ) -> Result<Response<RaftPayload>, Status> {
         self.check_target(&request)?;
-        let rpc: InstallSnapshotRequest<TypeConfig> = decode_request(request)?;
-        let answer = self.raft.install_snapshot(rpc).await;
-        encode_answer(&answer)
+        let rpc: InstallSnapshotRequest<TypeConfig> = self.decode(request)?;
+        match self.snapshots.receive(&self.raft, &self.engine, rpc).await {
+            Ok(answer) => encode_answer(&answer),
+            Err(refused) => {
+                let why = refused.to_string();
+                self.refused(&why);
+                Err(Status::invalid_argument(why))
+            }
+        }
     }
 
     async fn change_members(&self, request: Request<RaftPayload>) -> Result<Response<RaftPayload>, Status> {
-        let change: crate::cluster::Change = decode_request(request)?;
+        let change: crate::cluster::Change = self.decode(request)?;
         let answer = crate::cluster::apply(&self.raft, &change).await;
         encode_answer(&answer)
     }

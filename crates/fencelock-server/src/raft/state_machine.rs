@@ -157,6 +157,14 @@ fn decode_payload(data: &[u8]) -> Result<SnapshotPayload, DbError> {
     Ok(serde_json::from_slice(data)?)
 }
 
+/// The engine of a received snapshot, if its data decodes and matches its meta
+/// (see [`super::snapshot_rx`], which checks a snapshot before it is installed).
+pub(crate) fn decode_received(meta: &Meta, data: &[u8]) -> Result<Engine, DbError> {
+    let payload = decode_payload(data)?;
+    check_payload(meta, &payload)?;
+    Ok(payload.engine)
+}
+
 fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
     if let Some(s) = payload.downcast_ref::<&str>() {
         (*s).to_string()

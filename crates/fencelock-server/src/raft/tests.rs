@@ -380,7 +380,7 @@ async fn start_node(
     let raft = super::Raft::new(id, config, Network::new(id), log, sm)
         .await
         .unwrap();
-    let svc = RaftService::new(raft.clone()).into_server();
+    let svc = RaftService::new(raft.clone(), sm_engine.clone(), Default::default()).into_server();
     let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
     let server = tokio::spawn(async move {
         tonic::transport::Server::builder()
@@ -571,10 +571,11 @@ async fn malformed_payload_is_invalid_argument() {
 
     let dir = tempfile::tempdir().unwrap();
     let (log, sm) = open_storage(dir.path()).unwrap();
+    let engine = sm.engine();
     let raft = super::Raft::new(1, test_config(), Network::new(1), log, sm)
         .await
         .unwrap();
-    let svc = RaftService::new(raft.clone());
+    let svc = RaftService::new(raft.clone(), engine, Default::default());
     let status = svc
         .vote(tonic::Request::new(RaftPayload {
             json: b"{not json".to_vec(),
@@ -607,8 +608,9 @@ async fn a_message_for_another_node_is_refused() {
 
     let dir = tempfile::tempdir().unwrap();
     let (log, sm) = open_storage(dir.path()).unwrap();
+    let engine = sm.engine();
     let raft = super::Raft::new(2, test_config(), Network::new(2), log, sm).await.unwrap();
-    let svc = RaftService::new(raft.clone());
+    let svc = RaftService::new(raft.clone(), engine, Default::default());
     let vote = |to: u64| {
         let req = openraft::raft::VoteRequest::<NodeId>::new(Vote::new(5, 1), None);
         let mut r = tonic::Request::new(RaftPayload { json: serde_json::to_vec(&req).unwrap() });
