@@ -81,8 +81,9 @@ async fn connect(s: &ServerArg) -> anyhow::Result<Client> {
             s.server
         );
     }
-    let endpoint = url.native_endpoint();
-    Client::connect(endpoint).await.with_context(|| format!("connecting to {}", s.server))
+    // Every member of the list: the client moves past one that is down, and
+    // follows the leader a follower names.
+    Client::connect(url.native_endpoints()).await.with_context(|| format!("connecting to {}", s.server))
 }
 
 pub async fn acquire(a: AcquireArgs) -> anyhow::Result<ExitCode> {

@@ -103,6 +103,8 @@ impl BackendUrl {
         };
         let (scheme_str, rest) = url.split_once("://").ok_or_else(|| bad("no scheme"))?;
         let scheme = Scheme::from_str(&scheme_str.to_ascii_lowercase()).ok_or_else(|| bad("unknown scheme"))?;
+        let rest = strip_repeated_schemes(rest, scheme).map_err(|why| bad(&why))?;
+        let rest = rest.as_str();
         let (rest, query) = match rest.split_once('?') {
             Some((r, q)) => (r, Some(q)),
             None => (rest, None),
@@ -151,18 +153,30 @@ impl BackendUrl {
         }
     }
 
-    /// `http://host:port` of the first host, for the native gRPC client.
-    pub fn native_endpoint(&self) -> String {
-        let (h, p) = &self.hosts[0];
-        format!("http://{h}:{p}")
-    }
-
     /// `http://host:port` of every host, comma-separated: the members of a
     /// fencelock group for the native client (`fencelock://a:7070,b:7070,c:7070`).
     pub fn native_endpoints(&self) -> String {
         let host = |h: &str| if h.contains(':') { format!("[{h}]") } else { h.to_string() };
         self.hosts.iter().map(|(h, p)| format!("http://{}:{p}", host(h))).collect::<Vec<_>>().join(",")
     }
+}
+
+/// `a:1,http://b:2` → `a:1,b:2`: each member of a list may repeat the scheme
+/// (`http://a:7070,http://b:7070`, as `Client::connect` documents it), as long
+/// as it names the same backend.
+fn strip_repeated_schemes(rest: &str, scheme: Scheme) -> Result<String, String> {
+    let mut parts = Vec::new();
+    for part in rest.split(',') {
+        let listed = part.split_once("://").and_then(|(s, tail)| Some((Scheme::from_str(&s.to_ascii_lowercase())?, tail)));
+        match listed {
+            Some((other, _)) if other != scheme => {
+                return Err(format!("a server list takes one scheme, not both {scheme} and {other}"));
+            }
+            Some((_, tail)) => parts.push(tail),
+            None => parts.push(part),
+        }
+    }
+    Ok(parts.join(","))
 }
 
 fn parse_host(part: &str, default_port: u16) -> Result<(String, u16), String> {
@@ -196,6 +210,18 @@ fn parse_host(part: &str, default_port: u16) -> Result<(String, u16), String> {
 mod tests {
     use super::*;
 
+    /// Issue 16: the list form `Client::connect` documents parses for the CLI too.
+    #[test]
+    fn a_list_may_repeat_its_scheme_but_not_mix_schemes() {
+        let u = BackendUrl::parse("http://a:7070,http://b:7071,c").unwrap();
+        assert_eq!(u.scheme, Scheme::Native);
+        assert_eq!(u.hosts, vec![("a".into(), 7070), ("b".into(), 7071), ("c".into(), 7070)]);
+        let u = BackendUrl::parse("fencelock://a:7070,http://b:7070").unwrap();
+        assert_eq!(u.native_endpoints(), "http://a:7070,http://b:7070");
+        let err = BackendUrl::parse("fencelock://a:1,redis://b:2").unwrap_err().to_string();
+        assert!(err.contains("one scheme, not both fencelock and redis"), "{err}");
+    }
+
     #[test]
     fn every_scheme_parses_with_default_ports() {
         let cases = [
@@ -224,7 +250,7 @@ mod tests {
         let pg = BackendUrl::parse("postgres://me:pw@db:6432/locks?mode=advisory").unwrap();
         assert_eq!(pg.userinfo.as_deref(), Some("me:pw"));
         assert_eq!((pg.path.as_str(), pg.param("mode")), ("locks", Some("advisory")));
-        assert_eq!(BackendUrl::parse("http://h:9").unwrap().native_endpoint(), "http://h:9");
+        assert_eq!(BackendUrl::parse("http://h:9").unwrap().native_endpoints(), "http://h:9");
         let group = BackendUrl::parse("fencelock://a:7070,b,[::1]:7171").unwrap();
         assert_eq!(group.native_endpoints(), "http://a:7070,http://b:7070,http://[::1]:7171");
     }
