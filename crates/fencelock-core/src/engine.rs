@@ -40,6 +40,7 @@ mod consistency;
 mod lease;
 mod lock;
 mod query;
+mod restore;
 mod state;
 mod timers;
 

@@ -77,3 +77,18 @@ fn invalid_names_ttls_and_counters_are_refused() {
     e.next_token = 0;
     refused(&e, "counters start at 1");
 }
+
+/// A restored engine holds nothing, reuses no lease id, and issues its next
+/// token at the floor it was given, never below its own counter (INV-2).
+#[test]
+fn inv2_a_restored_engine_forgets_holders_and_raises_the_token_counter() {
+    let e = held_and_queued();
+    let restored = e.restored(1000);
+    assert_eq!(restored.stats(), Stats { leases: 0, held_locks: 0, waiters: 0, tokens_issued: 999 });
+    assert_eq!(restored.check_consistency(), Ok(()));
+    assert_eq!(e.restored(0).next_token(), e.next_token(), "a floor below the counter changes nothing");
+    let mut r = restored;
+    let out = batch(&mut r, 0, vec![new_lease(900, TTL), acq(901, 3, "a", 0, 0)]);
+    assert_eq!(out.replies[0], Reply::LeaseGranted { lease: l(3), ttl_ms: TTL }, "lease ids continue");
+    assert_eq!(out.replies[1], Reply::Acquired(grant("a", 3, 1000)));
+}
