@@ -12,6 +12,7 @@ mod exit;
 mod http;
 mod run;
 mod serve;
+mod snapshot;
 mod storage;
 
 use std::{process::ExitCode, time::Duration};
@@ -46,6 +47,8 @@ enum Cmd {
     Check(client_cmds::CheckArgs),
     /// Run the fenced storage server (HTTP object store that rejects stale tokens).
     Storage(storage::StorageArgs),
+    /// Back up a running group's state, or build a new data dir from a backup.
+    Snapshot(snapshot::SnapshotArgs),
     /// Play the paused-holder scenario with real processes, with and without fencing.
     Demo(demo::DemoArgs),
     /// One client of `demo` (internal).
@@ -96,6 +99,7 @@ fn main() -> ExitCode {
             Cmd::Locks(a) => client_cmds::locks(a).await,
             Cmd::Check(a) => client_cmds::check(a).await,
             Cmd::Storage(a) => storage::storage(a).await,
+            Cmd::Snapshot(a) => snapshot::snapshot(a).await,
             Cmd::Demo(a) => demo::demo(a).await,
             Cmd::DemoClient(a) => demo::demo_client(a).await,
         };

@@ -6,6 +6,9 @@
 //! - `GET /v1/locks?prefix=&limit=`: `{"locks":[Lock…]}` sorted by name.
 //! - `GET /v1/locks/{name}`: one `Lock` (a free lock has `"holder": null`).
 //! - `GET /v1/cluster`: this node's view of the group ([`crate::cluster::Status`]).
+//! - `GET /v1/snapshot`: a backup of the state, consistent (one linearizable read
+//!   on the leader), as a [`crate::backup::Backup`] JSON document; 503 on a
+//!   node that does not lead.
 //! - `POST /v1/cluster/members` `{"id":4,"addr":"host:port"}`: add a node (its
 //!   gRPC address); `DELETE /v1/cluster/members/{id}`: remove one. Any member
 //!   takes them (a follower forwards to the leader); 200 with the new status,
@@ -45,6 +48,7 @@ pub fn router(ops: Ops, metrics: Arc<Metrics>, node_id: u64) -> Router {
         .route("/v1/locks", get(list))
         .route("/v1/locks/{name}", get(one))
         .route("/v1/cluster", get(cluster_status))
+        .route("/v1/snapshot", get(snapshot))
         .route("/v1/cluster/members", post(cluster_add))
         .route("/v1/cluster/members/{id}", delete(cluster_remove))
         .with_state(Admin { ops, metrics, node_id })
@@ -109,6 +113,17 @@ async fn one(State(a): State<Admin>, Path(name): Path<String>) -> Response {
     match a.ops.lock_info(&name).await {
         Ok(info) => Json(LockJson::from(info)).into_response(),
         Err(s) => status_json(s),
+    }
+}
+
+async fn snapshot(State(a): State<Admin>) -> Response {
+    if let Err(s) = a.ops.linearizable().await {
+        return status_json(s);
+    }
+    let applied = a.ops.raft.metrics().borrow().last_applied.map(|l| l.index);
+    match a.ops.engine.read() {
+        Ok(e) => Json(crate::backup::Backup::of(&e, a.node_id, applied)).into_response(),
+        Err(_) => error_json(StatusCode::INTERNAL_SERVER_ERROR, "engine lock poisoned".into()),
     }
 }
 

@@ -150,7 +150,7 @@ impl Ops {
 
     /// Confirm this node still leads (a quorum answers) and has applied everything
     /// committed before this read, so a read never sees stale state.
-    async fn linearizable(&self) -> Result<(), Status> {
+    pub(crate) async fn linearizable(&self) -> Result<(), Status> {
         if !self.driver.is_ready() {
             return Err(driver_status(DriverError::NotLeader { leader: None }));
         }

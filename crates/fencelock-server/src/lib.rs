@@ -20,6 +20,7 @@
 
 pub mod admin;
 pub mod api;
+pub mod backup;
 pub mod clock;
 pub mod cluster;
 pub mod config;

@@ -46,8 +46,8 @@ pub(crate) const META: TableDefinition<&str, &[u8]> = TableDefinition::new("raft
 pub(crate) const SNAPSHOT: TableDefinition<&str, &[u8]> = TableDefinition::new("raft_snapshot");
 
 const KEY_VOTE: &str = "vote";
-const KEY_COMMITTED: &str = "committed";
-const KEY_LAST_PURGED: &str = "last_purged";
+pub(crate) const KEY_COMMITTED: &str = "committed";
+pub(crate) const KEY_LAST_PURGED: &str = "last_purged";
 
 /// redb's page cache. The log is purged behind snapshots, so the live data is small.
 const CACHE_BYTES: usize = 64 * 1024 * 1024;

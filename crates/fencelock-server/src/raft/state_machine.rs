@@ -270,6 +270,33 @@ impl StateMachine {
     }
 }
 
+/// Seeds an empty database with a restored group's first state (see
+/// [`crate::backup::restore`]): `engine` as the snapshot at `last`, with
+/// `membership`, and the log purged and committed up to `last`, in one durable
+/// transaction, so the node starts from it as from any snapshot.
+pub(crate) fn seed_restored(sm: &StateMachine, last: LogId<NodeId>, membership: Membership, engine: &Engine) -> Result<(), DbError> {
+    use super::log_store::{KEY_COMMITTED, KEY_LAST_PURGED, LOG, META};
+    let db = &sm.db;
+    let data = serde_json::to_vec(&SnapshotPayloadRef { last_applied: &Some(last), last_membership: &membership, engine })?;
+    let meta = Meta { last_log_id: Some(last), last_membership: membership, snapshot_id: format!("restored-{}", last.index) };
+    let (meta_bytes, last_bytes) = (serde_json::to_vec(&meta)?, serde_json::to_vec(&last)?);
+    let mut txn = db.begin_write()?;
+    txn.set_durability(Durability::Immediate)?;
+    {
+        if txn.open_table(LOG)?.last()?.is_some() || txn.open_table(SNAPSHOT)?.get(KEY_META)?.is_some() {
+            return Err(DbError::Other("the database is not empty".into()));
+        }
+        let mut snapshot = txn.open_table(SNAPSHOT)?;
+        snapshot.insert(KEY_META, meta_bytes.as_slice())?;
+        snapshot.insert(KEY_DATA, data.as_slice())?;
+        let mut raft_meta = txn.open_table(META)?;
+        raft_meta.insert(KEY_LAST_PURGED, last_bytes.as_slice())?;
+        raft_meta.insert(KEY_COMMITTED, last_bytes.as_slice())?;
+    }
+    txn.commit()?;
+    Ok(())
+}
+
 /// A snapshot's data must describe the same point of the log as its meta.
 fn check_payload(meta: &Meta, payload: &SnapshotPayload) -> Result<(), DbError> {
     if meta.last_log_id != payload.last_applied || meta.last_membership != payload.last_membership {
