@@ -14,6 +14,17 @@ fn fencelock(args: &[&str]) -> Output {
     Command::new(support::bin()).args(args).output().expect("run fencelock")
 }
 
+/// SIGTERM, and wait until it has exited (it closes its database cleanly).
+fn stop_cleanly(server: &mut Server) {
+    let term = Command::new("kill").args(["-TERM", &server.pid().to_string()]).status().unwrap();
+    assert!(term.success());
+    let start = std::time::Instant::now();
+    while server.is_running() {
+        assert!(start.elapsed() < std::time::Duration::from_secs(20), "the server did not stop on SIGTERM");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
 fn acquire_token(server: &Server, name: &str) -> u64 {
     let out = cli(server, &["acquire", name, "--ttl", "60s", "--json"]);
     assert!(out.status.success(), "{out:?}");
@@ -74,4 +85,27 @@ fn restore_refuses_a_used_dir_a_foreign_file_and_an_unknown_version() {
         assert!(stderr(&out).contains(why), "case {i}: {}", stderr(&out));
     }
     assert!(!tmp.path().join("n1").exists() && !tmp.path().join("n2").exists(), "a refused restore writes nothing");
+}
+
+/// `fencelock check-data` passes a stopped server's data dir and names the
+/// record when one byte of a log entry is changed.
+#[test]
+fn check_data_passes_a_real_dir_and_names_a_corrupt_record() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut server = Server::start(tmp.path());
+    acquire_token(&server, "checked");
+    stop_cleanly(&mut server);
+    let data = tmp.path().join("data");
+    let ok = fencelock(&["check-data", data.to_str().unwrap()]);
+    assert!(ok.status.success(), "{ok:?}");
+    assert!(stdout(&ok).contains("1 held locks"), "{}", stdout(&ok));
+
+    let file = data.join("fencelock.redb");
+    let mut bytes = std::fs::read(&file).unwrap();
+    let at = bytes.windows(7).position(|w| w == b"checked").expect("the lock name is in the file");
+    bytes[at] = b'C';
+    std::fs::write(&file, bytes).unwrap();
+    let bad = fencelock(&["check-data", data.to_str().unwrap()]);
+    assert_eq!(bad.status.code(), Some(1), "{bad:?}");
+    assert!(stderr(&bad).contains("corrupt record raft_log["), "{}", stderr(&bad));
 }

@@ -35,6 +35,7 @@ use redb::{Database, Durability, ReadableDatabase, ReadableTable, TableDefinitio
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
+use super::record;
 use super::state_machine::StateMachine;
 use super::{NodeId, TypeConfig};
 
@@ -55,13 +56,17 @@ const CACHE_BYTES: usize = 64 * 1024 * 1024;
 /// Any failure inside a storage operation. Converted to openraft's [`StorageError`]
 /// (with the subject and verb of the operation) at the trait boundary.
 #[derive(Debug, thiserror::Error)]
-pub(crate) enum DbError {
+#[non_exhaustive]
+pub enum DbError {
     #[error("redb: {0}")]
     Redb(#[from] redb::Error),
     #[error("json: {0}")]
     Json(#[from] serde_json::Error),
     #[error("{0}")]
     Other(String),
+    /// A stored record failed its check (see [`super::record`]).
+    #[error("corrupt record {record}: {why}")]
+    Corrupt { record: String, why: String },
 }
 
 macro_rules! redb_into_db_error {
@@ -104,12 +109,26 @@ where
     }
 }
 
-fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, DbError> {
-    Ok(serde_json::from_slice(bytes)?)
+/// Decodes the stored value `bytes` of `record` (its name, for errors): its
+/// checksum must match ([`record::open`]) and its JSON must decode.
+pub(crate) fn decode<T: DeserializeOwned>(record: &dyn Fn() -> String, bytes: &[u8]) -> Result<T, DbError> {
+    let payload = record::open(record, bytes)?;
+    serde_json::from_slice(payload).map_err(|e| DbError::Corrupt { record: record(), why: e.to_string() })
 }
 
-fn encode<T: Serialize>(v: &T) -> Result<Vec<u8>, DbError> {
-    Ok(serde_json::to_vec(v)?)
+/// `v` as a stored value: JSON sealed with its checksum.
+pub(crate) fn encode<T: Serialize>(v: &T) -> Result<Vec<u8>, DbError> {
+    Ok(record::seal(&serde_json::to_vec(v)?))
+}
+
+/// The name of log entry `index`, for errors.
+pub(crate) fn entry_name(index: u64) -> impl Fn() -> String {
+    move || format!("raft_log[{index}]")
+}
+
+/// The name of meta key `key`, for errors.
+pub(crate) fn meta_name(key: &str) -> impl Fn() -> String + '_ {
+    move || format!("raft_meta[{key:?}]")
 }
 
 /// Opens (creating if needed) `dir/fencelock.redb` and returns the log store and the
@@ -119,7 +138,18 @@ fn encode<T: Serialize>(v: &T) -> Result<Vec<u8>, DbError> {
 /// Fails with a message naming the directory when another process (or another
 /// handle in this process) already has the database open: two servers must never
 /// share one data directory.
+///
+/// A database redb cannot read at all (it meets some corrupt bytes with a
+/// panic) is reported as corrupt, naming `fencelock check-data`.
 pub fn open(dir: &Path) -> Result<(LogStore, StateMachine), StorageError<NodeId>> {
+    let opened = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| open_unguarded(dir)));
+    opened.unwrap_or_else(|_| {
+        let why = format!("the database in {} is corrupt (redb could not read it); run fencelock check-data on it", dir.display());
+        Err(StorageIOError::new(ErrorSubject::Store, ErrorVerb::Read, AnyError::error(why)).into())
+    })
+}
+
+fn open_unguarded(dir: &Path) -> Result<(LogStore, StateMachine), StorageError<NodeId>> {
     // A plain message (no Rust type name in it): it is shown to operators.
     let store_err = |e: DbError| -> StorageError<NodeId> {
         StorageIOError::new(ErrorSubject::Store, ErrorVerb::Read, AnyError::error(e)).into()
@@ -224,7 +254,7 @@ impl LogStore {
         let txn = self.db.begin_read()?;
         let table = txn.open_table(META)?;
         match table.get(key)? {
-            Some(v) => Ok(Some(decode(v.value())?)),
+            Some(v) => Ok(Some(decode(&meta_name(key), v.value())?)),
             None => Ok(None),
         }
     }
@@ -282,8 +312,8 @@ impl LogStore {
         ))?;
         let mut out = Vec::new();
         for item in range {
-            let (_k, v) = item?;
-            out.push(decode::<Entry<TypeConfig>>(v.value())?);
+            let (k, v) = item?;
+            out.push(decode::<Entry<TypeConfig>>(&entry_name(k.value()), v.value())?);
         }
         Ok(out)
     }
@@ -293,7 +323,7 @@ impl LogStore {
         let last_purged: Option<LogId<NodeId>> = {
             let meta = txn.open_table(META)?;
             let id = match meta.get(KEY_LAST_PURGED)? {
-                Some(v) => Some(decode(v.value())?),
+                Some(v) => Some(decode(&meta_name(KEY_LAST_PURGED), v.value())?),
                 None => None,
             };
             id
@@ -301,7 +331,7 @@ impl LogStore {
         let last_in_log: Option<LogId<NodeId>> = {
             let log = txn.open_table(LOG)?;
             let id = match log.last()? {
-                Some((_k, v)) => Some(decode::<StoredLogId>(v.value())?.log_id),
+                Some((k, v)) => Some(decode::<StoredLogId>(&entry_name(k.value()), v.value())?.log_id),
                 None => None,
             };
             id

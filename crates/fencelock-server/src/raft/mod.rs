@@ -10,8 +10,10 @@ use std::io::Cursor;
 
 use fencelock_core::{Input, Output};
 
+pub mod check;
 pub mod log_store;
 pub mod network;
+pub(crate) mod record;
 pub mod snapshot_rx;
 #[cfg(feature = "power-loss")]
 pub mod power_loss;

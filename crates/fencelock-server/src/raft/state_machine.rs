@@ -23,7 +23,8 @@ use openraft::{
 use redb::{Database, Durability, ReadableDatabase, ReadableTable};
 use serde::{Deserialize, Serialize};
 
-use super::log_store::{blocking, DbError, SNAPSHOT};
+use super::log_store::{blocking, decode, encode, DbError, SNAPSHOT};
+use super::record;
 use super::{NodeId, TypeConfig};
 
 /// The engine, shared with the server's read path. Only [`StateMachine`]'s apply
@@ -88,16 +89,22 @@ fn snap_err(meta: Option<&Meta>, verb: ErrorVerb) -> impl Fn(DbError) -> Storage
     move |e| e.into_storage(ErrorSubject::Snapshot(sig.clone()), verb)
 }
 
+/// The name of snapshot key `key`, for errors.
+fn snapshot_name(key: &str) -> impl Fn() -> String + '_ {
+    move || format!("raft_snapshot[{key:?}]")
+}
+
 /// Reads the persisted snapshot (meta, data), if any.
-fn read_snapshot(db: &Database) -> Result<Option<(Meta, Vec<u8>)>, DbError> {
+pub(crate) fn read_snapshot(db: &impl ReadableDatabase) -> Result<Option<(Meta, Vec<u8>)>, DbError> {
     let txn = db.begin_read()?;
     let table = txn.open_table(SNAPSHOT)?;
     let meta = table.get(KEY_META)?;
     let data = table.get(KEY_DATA)?;
     match (meta, data) {
         (Some(m), Some(d)) => {
-            let meta: Meta = serde_json::from_slice(m.value())?;
-            Ok(Some((meta, d.value().to_vec())))
+            let meta: Meta = decode(&snapshot_name(KEY_META), m.value())?;
+            let data = record::open(&snapshot_name(KEY_DATA), d.value())?;
+            Ok(Some((meta, data.to_vec())))
         }
         (None, None) => Ok(None),
         _ => Err(DbError::Other(
@@ -116,7 +123,8 @@ fn write_snapshot(
     data: &[u8],
     only_if_newer: bool,
 ) -> Result<bool, DbError> {
-    let meta_bytes = serde_json::to_vec(meta)?;
+    let meta_bytes = encode(meta)?;
+    let data = record::seal(data);
     let mut txn = db.begin_write()?;
     txn.set_durability(Durability::Immediate)?;
     let written = {
@@ -124,7 +132,7 @@ fn write_snapshot(
         let keep_existing = if only_if_newer {
             match table.get(KEY_META)? {
                 Some(existing) => {
-                    let existing: Meta = serde_json::from_slice(existing.value())?;
+                    let existing: Meta = decode(&snapshot_name(KEY_META), existing.value())?;
                     existing.last_log_id > meta.last_log_id
                 }
                 None => false,
@@ -134,7 +142,7 @@ fn write_snapshot(
         };
         if !keep_existing {
             table.insert(KEY_META, meta_bytes.as_slice())?;
-            table.insert(KEY_DATA, data)?;
+            table.insert(KEY_DATA, data.as_slice())?;
         }
         !keep_existing
     };
@@ -178,7 +186,7 @@ fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
 impl StateMachine {
     /// Loads the state machine from the persisted snapshot of `db` (or starts empty).
     pub(crate) fn load(db: Arc<Database>) -> Result<Self, StorageError<NodeId>> {
-        let snap = read_snapshot(&db).map_err(snap_err(None, ErrorVerb::Read))?;
+        let snap = read_snapshot(&*db).map_err(snap_err(None, ErrorVerb::Read))?;
         let mut sm = StateMachine {
             db,
             engine: Arc::new(RwLock::new(Engine::new())),
@@ -279,7 +287,7 @@ pub(crate) fn seed_restored(sm: &StateMachine, last: LogId<NodeId>, membership: 
     let db = &sm.db;
     let data = serde_json::to_vec(&SnapshotPayloadRef { last_applied: &Some(last), last_membership: &membership, engine })?;
     let meta = Meta { last_log_id: Some(last), last_membership: membership, snapshot_id: format!("restored-{}", last.index) };
-    let (meta_bytes, last_bytes) = (serde_json::to_vec(&meta)?, serde_json::to_vec(&last)?);
+    let (meta_bytes, last_bytes, data) = (encode(&meta)?, encode(&last)?, record::seal(&data));
     let mut txn = db.begin_write()?;
     txn.set_durability(Durability::Immediate)?;
     {
@@ -433,7 +441,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
     async fn get_current_snapshot(
         &mut self,
     ) -> Result<Option<Snapshot<TypeConfig>>, StorageError<NodeId>> {
-        let snap = read_snapshot(&self.db).map_err(snap_err(None, ErrorVerb::Read))?;
+        let snap = read_snapshot(&*self.db).map_err(snap_err(None, ErrorVerb::Read))?;
         Ok(snap.map(|(meta, data)| Snapshot {
             meta,
             snapshot: Box::new(Cursor::new(data)),
