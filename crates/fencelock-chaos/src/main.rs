@@ -20,6 +20,7 @@ mod faketime;
 mod history;
 mod http;
 mod nemesis;
+mod peer_input;
 mod procs;
 mod profile;
 mod report;
@@ -65,7 +66,7 @@ enum Cmd {
 
 #[derive(Args, Debug)]
 struct RunArgs {
-    /// K1, K2, K3, K4, S1, S4, S5; L1, L2 or L3 (against fencelock3).
+    /// K1, K2, K3, K4, S1, S4, S5, P1; L1, L2 or L3 (against fencelock3).
     #[arg(long)]
     scenario: Scenario,
     /// fencelock, fencelock3 (a 3-node group), redis, redlock, etcd, zk or postgres.

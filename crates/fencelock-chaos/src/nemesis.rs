@@ -36,6 +36,7 @@ pub async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
         Scenario::L1 => crate::cluster::l1_leader_kills(ctx).await,
         Scenario::L2 => crate::cluster::l2_leader_isolation(ctx).await,
         Scenario::L3 => crate::cluster::l3_partitions(ctx).await,
+        Scenario::P1 => crate::peer_input::p1_peer_input(ctx).await,
     }
 }
 
@@ -613,11 +614,11 @@ pub async fn revoked_grants(ctx: &Ctx) -> Option<u64> {
     metric(&metrics_text(ctx.target.admin()?).await?, "fencelock_releases_revoked_total")
 }
 
-async fn metrics_text(admin: std::net::SocketAddr) -> Option<String> {
+pub(crate) async fn metrics_text(admin: std::net::SocketAddr) -> Option<String> {
     http::request(admin, "GET", "/metrics", &[], b"", Duration::from_secs(5)).await.ok().map(|r| r.text())
 }
 
-fn metric(text: &str, name: &str) -> Option<u64> {
+pub(crate) fn metric(text: &str, name: &str) -> Option<u64> {
     text.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse::<u64>().ok())
 }
 

@@ -122,6 +122,16 @@ const SCENARIOS: &[(&str, &str, &str)] = &[
          The majority goes on; the minority grants nothing.",
     ),
     (
+        "P1",
+        "malformed and forged peer messages",
+        "In seeded rounds, Raft payloads that are not JSON, are cut short or mutated (append_entries, vote, \
+         install_snapshot), snapshots whose data does not decode, and forged well-formed snapshots from another \
+         node of a later term that would send the token counter back are sent to the server's gRPC port. Each \
+         must be refused and counted (`fencelock_peer_messages_refused_total`), and the server must keep serving \
+         with its tokens increasing. Well-formed AppendEntries or Vote requests of a higher term are not sent: \
+         peers are not authenticated yet (issue 15), and those disrupt leadership today.",
+    ),
+    (
         "S1",
         "grant to a dead waiter",
         "A waiter's keep-alives are blocked past its TTL, then the holder releases (etcd#11456). \

@@ -43,6 +43,12 @@ pub enum Scenario {
     /// One node of a 3-node group, the leader or a follower, cut off from the
     /// other two (a minority of one) for 1–3 s.
     L3,
+    /// Peer input: malformed Raft payloads, snapshots whose data does not
+    /// decode, and forged snapshots that would send the token counter back,
+    /// sent to the server's gRPC port in rounds (see `peer_input`). Not
+    /// well-formed `AppendEntries` or `Vote` of a higher term: peers are not
+    /// authenticated yet (issue 15) and those disrupt leadership today.
+    P1,
 }
 
 pub const ALL: &[Scenario] = &[
@@ -56,6 +62,7 @@ pub const ALL: &[Scenario] = &[
     Scenario::L1,
     Scenario::L2,
     Scenario::L3,
+    Scenario::P1,
 ];
 
 impl fmt::Display for Scenario {
@@ -70,7 +77,7 @@ impl FromStr for Scenario {
         ALL.iter()
             .copied()
             .find(|x| x.to_string().eq_ignore_ascii_case(s))
-            .ok_or_else(|| anyhow::anyhow!("unknown scenario {s:?} (one of K1, K2, K3, K4, S1, S4, S5, L1, L2, L3)"))
+            .ok_or_else(|| anyhow::anyhow!("unknown scenario {s:?} (one of K1, K2, K3, K4, S1, S4, S5, L1, L2, L3, P1)"))
     }
 }
 
@@ -81,6 +88,10 @@ impl Scenario {
         let group = backend == "fencelock3";
         match self {
             Scenario::L1 | Scenario::L2 | Scenario::L3 if !group => Some("needs a group of nodes: the fencelock3 backend"),
+            Scenario::P1 if !native => Some(
+                "sends Raft messages to one fencelock node and reads its admin counters; every node of a group runs \
+                 the same checks, and the group itself is not targeted yet",
+            ),
             Scenario::K1 | Scenario::L1 | Scenario::L2 | Scenario::L3 => None,
             _ if group => Some("against the 3-node group the suite runs K1 and the L scenarios"),
             Scenario::K2 if backend == "redlock" => Some("Redlock talks to several nodes; one proxy cannot hold them all"),
@@ -104,6 +115,7 @@ impl Scenario {
             Scenario::L1 => &["leader-killed", "new-leader"],
             Scenario::L2 => &["isolated", "new-leader"],
             Scenario::L3 => &["isolated"],
+            Scenario::P1 => &["refused", "serving"],
         };
         what.iter().map(|s| s.to_string()).collect()
     }

@@ -48,10 +48,11 @@ fn short(backend: &str, runs: usize) {
     assert!(report.contains(backend), "{report}");
 }
 
-/// K1, K2, K3, K4 (kills and failpoints), S1, S4 and S5 against fencelock.
+/// K1, K2, K3, K4 (kills and failpoints), S1, S4, S5 and P1 (malformed and
+/// forged peer messages) against fencelock.
 #[test]
 fn short_profile_fencelock() {
-    short("fencelock", 7);
+    short("fencelock", 8);
 }
 
 /// L1 (leader kills), L2 (leader isolation) and L3 (a node cut off) against a

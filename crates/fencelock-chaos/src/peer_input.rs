@@ -1,0 +1,400 @@
+//! P1, peer input (issue 14, part 1): the nemesis sends malformed and forged
+//! Raft messages to the native server's gRPC port during the run, in seeded
+//! rounds, as anyone who reaches that port can. Each round holds, shuffled:
+//! - for each of `append_entries`, `vote` and `install_snapshot`: a payload
+//!   that is not JSON, one that is a message's JSON cut short, and one with a
+//!   structural byte replaced (never valid JSON, see [`mutate`]);
+//! - an `InstallSnapshot` whose snapshot data does not decode, or describes
+//!   another point of the log than its meta;
+//! - a forged, well-formed `InstallSnapshot` (a rollback): from a leader that is
+//!   not the target node, of a term above the node's (so that the server's
+//!   snapshot checks are reached: a lower vote is answered without them), for a
+//!   point of the log far ahead of its own, holding an empty engine. Installed,
+//!   it would send the token counter back to 0 (sent only once the server has
+//!   issued a token).
+//!
+//! The server must refuse every message (INVALID_ARGUMENT, counted in
+//! `fencelock_peer_messages_refused_total`) and keep serving; the usual checks
+//! (token order, no stale accept, final object, heal after each round) apply as
+//! in every run. Evidence: `refused`, the metric's increase over the run,
+//! recorded only if it equals the number of messages sent and every answer was
+//! a refusal; `serving`, the same server process healthy at the end.
+//!
+//! Not sent: well-formed `AppendEntries` or `Vote` requests of a higher term, or
+//! a vote of the node's own term by another leader. Peers are not authenticated
+//! yet (issue 15): from anyone, the former move a node's term and disrupt its
+//! leadership today, and for the latter openraft's vote comparison panics (it
+//! assumes two committed leaders of one term cannot exist). The (a) payloads
+//! here are built from messages of term 0 and never decode anyway.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use anyhow::Context;
+use fencelock_proto::raft::{raft_client::RaftClient, RaftPayload};
+use fencelock_server::raft::TypeConfig;
+use openraft::raft::{AppendEntriesRequest, InstallSnapshotRequest, VoteRequest};
+use openraft::{BasicNode, CommittedLeaderId, LogId, Membership, SnapshotMeta, StoredMembership, Vote};
+use serde_json::json;
+use tonic::transport::Channel;
+use tonic::Code;
+
+use crate::http;
+use crate::nemesis::{evidence, fault, metric, metrics_text, pause_between_faults};
+use crate::run::Ctx;
+use crate::targets::Target;
+
+/// Index of the forged snapshots' last log entry: beyond any run's log.
+const FAR_AHEAD: u64 = 1 << 40;
+/// Bytes a peer message never starts with in JSON.
+const NOT_JSON_START: &[u8] = b"\x00\xff<#x";
+/// Bytes never valid where a `:`, `,`, `}` or `]` stands outside a string.
+const NOT_STRUCTURAL: &[u8] = b";#=";
+
+/// The Raft RPC a message goes to.
+#[derive(Debug, Clone, Copy)]
+enum Rpc {
+    AppendEntries,
+    Vote,
+    InstallSnapshot,
+}
+
+/// What is wrong with a message.
+#[derive(Debug, Clone, Copy)]
+enum Defect {
+    NotJson(Rpc),
+    Truncated(Rpc),
+    Mutated(Rpc),
+    BadSnapshotData,
+    Rollback,
+}
+
+impl Defect {
+    fn rpc(self) -> Rpc {
+        match self {
+            Defect::NotJson(r) | Defect::Truncated(r) | Defect::Mutated(r) => r,
+            Defect::BadSnapshotData | Defect::Rollback => Rpc::InstallSnapshot,
+        }
+    }
+
+    fn name(self) -> String {
+        match self {
+            Defect::NotJson(r) => format!("not-json {r:?}"),
+            Defect::Truncated(r) => format!("truncated {r:?}"),
+            Defect::Mutated(r) => format!("mutated {r:?}"),
+            Defect::BadSnapshotData => "bad-snapshot-data".into(),
+            Defect::Rollback => "rollback-snapshot".into(),
+        }
+    }
+}
+
+/// What the server's admin port shows.
+#[derive(Debug, Clone, Copy)]
+struct View {
+    node_id: u64,
+    term: u64,
+    tokens_issued: u64,
+    refused: u64,
+}
+
+async fn view(admin: SocketAddr) -> anyhow::Result<View> {
+    let r = http::request(admin, "GET", "/healthz", &[], b"", Duration::from_secs(5)).await?;
+    anyhow::ensure!(r.status == 200, "healthz: {} {}", r.status, r.text());
+    let h: serde_json::Value = serde_json::from_slice(&r.body).context("healthz")?;
+    let text = metrics_text(admin).await.context("no metrics")?;
+    let num = |name: &str| metric(&text, name).with_context(|| format!("no metric {name}"));
+    Ok(View {
+        node_id: h["node_id"].as_u64().context("healthz: no node_id")?,
+        term: h["term"].as_u64().context("healthz: no term")?,
+        tokens_issued: num("fencelock_tokens_issued")?,
+        refused: num("fencelock_peer_messages_refused_total")?,
+    })
+}
+
+/// Answers to the messages sent.
+#[derive(Debug, Default)]
+struct Tally {
+    sent: u64,
+    refused: u64,
+    /// Per defect: messages not refused, with how they were answered.
+    other: BTreeMap<String, String>,
+}
+
+/// P1: rounds of malformed and forged messages, 0.3–1 s apart, until the end.
+pub async fn p1_peer_input(ctx: &mut Ctx) -> anyhow::Result<()> {
+    let Target::Native { grpc, http: admin, server } = &ctx.target else { anyhow::bail!("P1 needs the native server") };
+    let (grpc, admin, pid) = (*grpc, *admin, server.pid());
+    let first = view(admin).await?;
+    let mut peer = RaftClient::connect(format!("http://{grpc}")).await?;
+    let mut tally = Tally::default();
+    let mut round = 0u64;
+    while !ctx.over() {
+        pause_between_faults(ctx, 300, 1000).await;
+        if ctx.over() {
+            break;
+        }
+        let now = match view(admin).await {
+            Ok(v) => v,
+            Err(e) => {
+                tracing::warn!(error = %e, "P1: the server does not answer; no more rounds");
+                break;
+            }
+        };
+        round += 1;
+        let defects = defects(ctx, &now);
+        fault(ctx, "start", "server", json!({ "round": round, "messages": defects.len() }));
+        let sent_before = tally.sent;
+        for d in defects {
+            let json = message(ctx, &now, grpc, d);
+            tally.sent += 1;
+            match send(&mut peer, d.rpc(), json).await {
+                Err(s) if s.code() == Code::InvalidArgument => tally.refused += 1,
+                other => {
+                    let answer =
+                        other.map_or_else(|s| format!("{:?}: {}", s.code(), s.message()), |_| "answered".into());
+                    tally.other.insert(d.name(), answer);
+                }
+            }
+        }
+        fault(ctx, "end", "server", serde_json::Value::Null);
+        evidence(ctx, "peer-messages", tally.sent - sent_before, "server", json!({ "round": round, "term": now.term }));
+    }
+    finish(ctx, admin, pid, &first, &tally).await;
+    Ok(())
+}
+
+/// The end of P1: `refused` if the server counted exactly the messages sent
+/// and refused every one; `serving` if the same process is healthy.
+async fn finish(ctx: &mut Ctx, admin: SocketAddr, pid: Option<u32>, first: &View, tally: &Tally) {
+    let last = view(admin).await;
+    let counted = last.as_ref().map_or(0, |v| v.refused - first.refused);
+    let detail = json!({
+        "sent": tally.sent, "refused_answers": tally.refused, "metric_increase": counted, "not_refused": tally.other,
+    });
+    if tally.sent > 0 && tally.refused == tally.sent && counted == tally.sent {
+        evidence(ctx, "refused", counted, "server", detail);
+    } else {
+        tracing::warn!(%detail, "P1: not every message was refused and counted");
+        evidence(ctx, "not-refused", tally.sent.saturating_sub(tally.refused.min(counted)), "server", detail);
+    }
+    let same = match &mut ctx.target {
+        Target::Native { server, .. } => server.exited().is_none() && server.pid() == pid,
+        _ => false,
+    };
+    match last {
+        Ok(v) if same => evidence(ctx, "serving", 1, "server", json!({ "pid": pid, "term": [first.term, v.term] })),
+        Ok(_) => tracing::warn!("P1: the server process changed during the run"),
+        Err(e) => tracing::warn!(error = %e, "P1: the server is not serving at the end"),
+    }
+}
+
+/// One round's defects, shuffled; the rollback only once the server has
+/// issued a token (an empty engine is not below a fresh one).
+fn defects(ctx: &mut Ctx, now: &View) -> Vec<Defect> {
+    let mut v = Vec::new();
+    for rpc in [Rpc::AppendEntries, Rpc::Vote, Rpc::InstallSnapshot] {
+        v.extend([Defect::NotJson(rpc), Defect::Truncated(rpc), Defect::Mutated(rpc)]);
+    }
+    v.push(Defect::BadSnapshotData);
+    if now.tokens_issued > 0 {
+        v.push(Defect::Rollback);
+    }
+    ctx.rng.shuffle(&mut v);
+    v
+}
+
+/// The payload of one message with defect `d` to the node `now` describes.
+fn message(ctx: &mut Ctx, now: &View, grpc: SocketAddr, d: Defect) -> Vec<u8> {
+    let rng = &mut ctx.rng;
+    match d {
+        Defect::NotJson(_) => {
+            let mut b = vec![NOT_JSON_START[rng.usize(..NOT_JSON_START.len())]];
+            b.extend((0..rng.usize(0..64)).map(|_| rng.u8(..)));
+            b
+        }
+        Defect::Truncated(rpc) => {
+            let json = harmless(rpc, now, grpc);
+            // A strict prefix of a JSON object is never JSON: it closes only at its last byte.
+            json[..rng.usize(..json.len())].to_vec()
+        }
+        Defect::Mutated(rpc) => mutate(rng, &harmless(rpc, now, grpc)),
+        Defect::BadSnapshotData => {
+            let term = now.term + rng.u64(1..=3);
+            let leader = other_node(now);
+            let at = far_ahead(term, leader);
+            let good = snapshot_data(at, &membership(now, grpc));
+            let data = match rng.u8(..4) {
+                0 => (0..rng.usize(1..256)).map(|_| rng.u8(..)).collect(),
+                1 => good[..rng.usize(..good.len())].to_vec(),
+                2 => br#"{"engine":1}"#.to_vec(),
+                // Decodes, but describes another point of the log than its meta.
+                _ => snapshot_data(LogId { index: FAR_AHEAD - 1, ..at }, &membership(now, grpc)),
+            };
+            snapshot_request(term, leader, now, grpc, data)
+        }
+        Defect::Rollback => {
+            let term = now.term + rng.u64(1..=3);
+            let leader = other_node(now);
+            let data = snapshot_data(far_ahead(term, leader), &membership(now, grpc));
+            snapshot_request(term, leader, now, grpc, data)
+        }
+    }
+}
+
+/// A node id that is not the target's.
+fn other_node(now: &View) -> u64 {
+    now.node_id + 1
+}
+
+/// A well-formed message of term 0 for `rpc`, below any vote the node has: the
+/// base of the payloads cut short or mutated.
+fn harmless(rpc: Rpc, now: &View, grpc: SocketAddr) -> Vec<u8> {
+    let leader = other_node(now);
+    let json = match rpc {
+        Rpc::AppendEntries => serde_json::to_vec(&AppendEntriesRequest::<TypeConfig> {
+            vote: Vote::new_committed(0, leader),
+            prev_log_id: None,
+            entries: Vec::new(),
+            leader_commit: None,
+        }),
+        Rpc::Vote => serde_json::to_vec(&VoteRequest { vote: Vote::new(0, leader), last_log_id: None }),
+        Rpc::InstallSnapshot => {
+            let data = snapshot_data(far_ahead(0, leader), &membership(now, grpc));
+            return snapshot_request(0, leader, now, grpc, data);
+        }
+    };
+    json.expect("a Raft message serializes")
+}
+
+fn far_ahead(term: u64, leader: u64) -> LogId<u64> {
+    LogId::new(CommittedLeaderId::new(term, leader), FAR_AHEAD)
+}
+
+/// The node alone as voter, at its gRPC address.
+fn membership(now: &View, grpc: SocketAddr) -> StoredMembership<u64, BasicNode> {
+    let nodes = BTreeMap::from([(now.node_id, BasicNode::new(grpc.to_string()))]);
+    StoredMembership::new(None, Membership::new(vec![[now.node_id].into()], nodes))
+}
+
+/// Snapshot data in the server's format: an empty engine at `at`.
+fn snapshot_data(at: LogId<u64>, membership: &StoredMembership<u64, BasicNode>) -> Vec<u8> {
+    let payload = json!({ "last_applied": at, "last_membership": membership, "engine": fencelock_core::Engine::new() });
+    serde_json::to_vec(&payload).expect("a snapshot serializes")
+}
+
+/// An `InstallSnapshot` in one chunk from `leader` at `term`, for the point
+/// `far_ahead(term, leader)`, carrying `data`.
+fn snapshot_request(term: u64, leader: u64, now: &View, grpc: SocketAddr, data: Vec<u8>) -> Vec<u8> {
+    static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let id = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let meta = SnapshotMeta {
+        last_log_id: Some(far_ahead(term, leader)),
+        last_membership: membership(now, grpc),
+        snapshot_id: format!("chaos-p1-{id}"),
+    };
+    let req = InstallSnapshotRequest::<TypeConfig> {
+        vote: Vote::new_committed(term, leader),
+        meta,
+        offset: 0,
+        data,
+        done: true,
+    };
+    serde_json::to_vec(&req).expect("a Raft message serializes")
+}
+
+/// `json` with one structural byte outside its strings (`:`, `,`, `}`, `]`)
+/// replaced by one of [`NOT_STRUCTURAL`]: no longer JSON, whichever is drawn.
+fn mutate(rng: &mut fastrand::Rng, json: &[u8]) -> Vec<u8> {
+    let spots = structural(json);
+    let mut out = json.to_vec();
+    if let Some(&at) = spots.get(rng.usize(..spots.len().max(1))) {
+        out[at] = NOT_STRUCTURAL[rng.usize(..NOT_STRUCTURAL.len())];
+    }
+    out
+}
+
+/// Offsets of `:`, `,`, `}` and `]` outside strings.
+fn structural(json: &[u8]) -> Vec<usize> {
+    let (mut in_string, mut escaped, mut spots) = (false, false, Vec::new());
+    for (i, &b) in json.iter().enumerate() {
+        if in_string {
+            match b {
+                _ if escaped => escaped = false,
+                b'\\' => escaped = true,
+                b'"' => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_string = true,
+            b':' | b',' | b'}' | b']' => spots.push(i),
+            _ => {}
+        }
+    }
+    spots
+}
+
+/// Sends one payload; the server's answer, or its refusal.
+async fn send(peer: &mut RaftClient<Channel>, rpc: Rpc, json: Vec<u8>) -> Result<(), tonic::Status> {
+    let mut req = tonic::Request::new(RaftPayload { json });
+    req.set_timeout(Duration::from_secs(5));
+    match rpc {
+        Rpc::AppendEntries => peer.append_entries(req).await.map(drop),
+        Rpc::Vote => peer.vote(req).await.map(drop),
+        Rpc::InstallSnapshot => peer.install_snapshot(req).await.map(drop),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn view() -> View {
+        View { node_id: 1, term: 3, tokens_issued: 5, refused: 0 }
+    }
+
+    fn addr() -> SocketAddr {
+        "127.0.0.1:7070".parse().unwrap()
+    }
+
+    /// INV-9 is what P1 probes: every malformed payload it sends must be one
+    /// the server's decoder refuses, else the `refused` count could not match.
+    /// No cut or mutation of a real message, and no non-JSON bytes, decode.
+    #[test]
+    fn malformed_payloads_never_decode() {
+        let mut rng = fastrand::Rng::with_seed(7);
+        for rpc in [Rpc::AppendEntries, Rpc::Vote, Rpc::InstallSnapshot] {
+            let base = harmless(rpc, &view(), addr());
+            assert!(serde_json::from_slice::<serde_json::Value>(&base).is_ok(), "the base is JSON");
+            assert!(!structural(&base).is_empty());
+            for _ in 0..500 {
+                let cut = &base[..rng.usize(..base.len())];
+                assert!(serde_json::from_slice::<serde_json::Value>(cut).is_err(), "{}", String::from_utf8_lossy(cut));
+                let m = mutate(&mut rng, &base);
+                assert!(serde_json::from_slice::<serde_json::Value>(&m).is_err(), "{}", String::from_utf8_lossy(&m));
+            }
+        }
+    }
+
+    /// Escaped quotes do not end a string: a `:` inside one is not structural.
+    #[test]
+    fn structural_bytes_skip_strings() {
+        assert_eq!(structural(br#"{"a\":,}":[1,2]}"#), vec![9, 12, 14, 15]);
+    }
+
+    /// The rollback is a message the server would otherwise act on: a vote of
+    /// a later term from another node, at a point far ahead of its log.
+    #[test]
+    fn the_rollback_is_well_formed_and_from_a_later_term() {
+        let v = view();
+        let data = snapshot_data(far_ahead(v.term + 1, other_node(&v)), &membership(&v, addr()));
+        let json = snapshot_request(v.term + 1, other_node(&v), &v, addr(), data);
+        let req: InstallSnapshotRequest<TypeConfig> = serde_json::from_slice(&json).unwrap();
+        assert!(req.vote > Vote::new_committed(v.term, v.node_id));
+        assert_eq!(req.meta.last_log_id.map(|l| l.index), Some(FAR_AHEAD));
+        let payload: serde_json::Value = serde_json::from_slice(&req.data).unwrap();
+        assert_eq!(payload["last_applied"], serde_json::to_value(req.meta.last_log_id).unwrap());
+    }
+}
