@@ -24,7 +24,7 @@ use std::sync::{Arc, Mutex};
 use async_trait::async_trait;
 use nix::fcntl::{Flock, FlockArg};
 
-use crate::fence::{check_input, check_key, judge, Fence, FenceError, Fenced};
+use crate::fence::{check_input, check_key, check_token, judge, Fence, FenceError, Fenced};
 use crate::keylocks::KeyLocks;
 use log::{Appender, Replay};
 
@@ -88,6 +88,41 @@ impl FileFence {
     pub fn dir(&self) -> &Path {
         &self.inner.dir
     }
+
+    /// [`Fence::highest`] for synchronous callers.
+    pub fn highest_blocking(&self, key: &str) -> Result<Option<u64>, FenceError> {
+        check_key(key)?;
+        if self.inner.log.is_poisoned() {
+            return Err(FenceError::Poisoned);
+        }
+        Ok(self.inner.mark(key))
+    }
+
+    /// Set `key`'s mark to `to`, or remove it (`None`), and return the mark
+    /// it had. The log is rewritten durably (one record per key). This is an
+    /// operator's deliberate repair (`fencelock storage reset-mark`), the one
+    /// way a mark goes down: it consumes the handle and fails if clones of it
+    /// are alive, so nothing admits through it meanwhile; open the fence
+    /// again to use it.
+    pub fn reset_mark(self, key: &str, to: Option<u64>) -> Result<Option<u64>, FenceError> {
+        check_key(key)?;
+        if let Some(token) = to {
+            check_token(token)?;
+        }
+        let inner = Arc::try_unwrap(self.inner).map_err(|_| {
+            FenceError::storage(io::Error::other("the fence has other open handles"))
+        })?;
+        if inner.log.is_poisoned() {
+            return Err(FenceError::Poisoned);
+        }
+        let mut marks = inner.marks.into_inner().unwrap_or_else(|p| p.into_inner());
+        let before = match to {
+            Some(token) => marks.insert(key.to_owned(), token),
+            None => marks.remove(key),
+        };
+        compact(&inner.dir, &marks)?;
+        Ok(before)
+    }
 }
 
 #[async_trait]
@@ -104,11 +139,7 @@ impl Fence for FileFence {
     }
 
     async fn highest(&self, key: &str) -> Result<Option<u64>, FenceError> {
-        check_key(key)?;
-        if self.inner.log.is_poisoned() {
-            return Err(FenceError::Poisoned);
-        }
-        Ok(self.inner.mark(key))
+        self.highest_blocking(key)
     }
 }
 
@@ -235,6 +266,38 @@ mod tests {
         assert_eq!(fence.highest("cold").await.unwrap(), Some(42));
         let expected = 8 + log::encode("hot", 1).len() + log::encode("cold", 1).len();
         assert_eq!(after as usize, expected);
+    }
+
+    /// Issue 14: an operator lowers or removes a poisoned mark; it stays so
+    /// across a reopen, and other keys keep theirs.
+    #[tokio::test]
+    async fn reset_mark_lowers_or_removes_a_mark_durably() {
+        let dir = tempfile::tempdir().unwrap();
+        let fence = FileFence::open(dir.path()).await.unwrap();
+        assert!(fence
+            .admit("poisoned", crate::MAX_TOKEN)
+            .await
+            .unwrap()
+            .is_admitted());
+        assert!(fence.admit("other", 7).await.unwrap().is_admitted());
+        assert_eq!(
+            fence.reset_mark("poisoned", Some(5)).unwrap(),
+            Some(crate::MAX_TOKEN)
+        );
+        let fence = FileFence::open(dir.path()).await.unwrap();
+        assert_eq!(fence.highest("poisoned").await.unwrap(), Some(5));
+        assert_eq!(fence.highest("other").await.unwrap(), Some(7));
+        assert!(fence.admit("poisoned", 6).await.unwrap().is_admitted());
+        assert_eq!(fence.reset_mark("other", None).unwrap(), Some(7));
+        let fence = FileFence::open(dir.path()).await.unwrap();
+        assert_eq!(fence.highest("other").await.unwrap(), None);
+        assert_eq!(fence.highest("poisoned").await.unwrap(), Some(6));
+        let clone = fence.clone();
+        assert!(
+            matches!(fence.reset_mark("other", None), Err(FenceError::Storage(_))),
+            "another handle is alive"
+        );
+        drop(clone);
     }
 
     #[tokio::test]

@@ -5,17 +5,20 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use axum::body::Body;
-use axum::extract::rejection::PathRejection;
-use axum::extract::{Path, State};
+use axum::extract::rejection::{PathRejection, QueryRejection};
+use axum::extract::{Path, Query, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
 use http_body_util::{BodyExt, LengthLimitError, Limited};
+use serde::Deserialize;
 use serde_json::json;
 
-use super::audit::{AuditLog, Outcome, Record};
+use super::audit::{AuditLog, Durability, Outcome, Record};
+use super::log_stream::log_body;
 use super::objects::{invalid_object_key, ObjectStore};
+use super::tokens::{TokenLimit, TokenRefused};
 use crate::fence::{Fence, FenceError, Fenced, MAX_TOKEN};
 use crate::keylocks::KeyLocks;
 use crate::FileFence;
@@ -30,6 +33,8 @@ pub(crate) struct Store {
     pub fence: FileFence,
     pub objects: ObjectStore,
     pub audit: AuditLog,
+    /// Refuses tokens that could not have been issued.
+    pub tokens: TokenLimit,
     /// Makes "admit, act, log" one step per key: without it, holder 5's
     /// admitted but slow write could land after holder 6's.
     pub locks: KeyLocks,
@@ -58,7 +63,13 @@ pub(crate) fn router(store: Arc<Store>) -> Router {
 pub(crate) enum ApiError {
     BadRequest(String),
     TooLarge(usize),
-    Stale { highest: u64, got: u64 },
+    Stale {
+        highest: u64,
+        got: u64,
+    },
+    Token(TokenRefused),
+    /// `If-None-Match: *` and the object exists.
+    Exists(String),
     NotFound(String),
     Internal(String),
     Unavailable(String),
@@ -75,6 +86,20 @@ impl IntoResponse for ApiError {
             ApiError::Stale { highest, got } => (
                 StatusCode::CONFLICT,
                 json!({ "error": "stale token", "highest": highest, "got": got }),
+            ),
+            ApiError::Token(refused) => match refused.limit() {
+                Some(limit) => (
+                    StatusCode::BAD_REQUEST,
+                    json!({ "error": refused.to_string(), "limit": limit }),
+                ),
+                None => (
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    json!({ "error": refused.to_string() }),
+                ),
+            },
+            ApiError::Exists(key) => (
+                StatusCode::PRECONDITION_FAILED,
+                json!({ "error": "object exists (If-None-Match: *)", "key": key }),
             ),
             ApiError::NotFound(key) => (
                 StatusCode::NOT_FOUND,
@@ -159,6 +184,17 @@ fn parse_token(raw: &str) -> Result<u64, ApiError> {
     }
 }
 
+/// `If-None-Match: *` (create only): `true`; absent: `false`.
+fn if_none_match(headers: &HeaderMap) -> Result<bool, ApiError> {
+    match header_str(headers, header::IF_NONE_MATCH.as_str())? {
+        None => Ok(false),
+        Some("*") => Ok(true),
+        Some(_) => Err(ApiError::BadRequest(
+            "only If-None-Match: * (create only) is supported".into(),
+        )),
+    }
+}
+
 fn parse_lock(raw: &str) -> Result<String, ApiError> {
     if raw.is_empty() || raw.len() > 256 {
         return Err(ApiError::BadRequest(
@@ -195,7 +231,8 @@ async fn read_body(headers: &HeaderMap, body: Body, limit: usize) -> Result<Vec<
 
 /// What a fenced request does once admitted.
 enum Act {
-    Put(Vec<u8>),
+    /// The bytes, and whether only to create (`If-None-Match: *`).
+    Put(Vec<u8>, bool),
     Delete,
     Read,
 }
@@ -203,7 +240,7 @@ enum Act {
 impl Act {
     fn op(&self) -> &'static str {
         match self {
-            Act::Put(_) => "PUT",
+            Act::Put(..) => "PUT",
             Act::Delete => "DELETE",
             Act::Read => "GET",
         }
@@ -219,12 +256,18 @@ enum Done {
 
 /// The critical section, in its own task so that a client hanging up cannot
 /// cut it short: lock the key, admit durably, act durably, log durably.
+/// A token that could not have been issued is refused first.
 async fn fenced(
     store: Arc<Store>,
     key: String,
     fencing: Fencing,
     act: Act,
 ) -> Result<Done, ApiError> {
+    store
+        .tokens
+        .check(fencing.token)
+        .await
+        .map_err(ApiError::Token)?;
     tokio::spawn(async move { fenced_locked(&store, &key, &fencing, act).await })
         .await
         .map_err(|e| ApiError::Internal(format!("request task failed: {e}")))?
@@ -243,11 +286,32 @@ async fn fenced_locked(
     }
     let _guard = store.locks.lock(key).await;
     let op = act.op();
+    match act {
+        Act::Put(_, true) if exists(store, key).await? => {
+            return Err(ApiError::Exists(key.to_owned()))
+        }
+        // Nothing to read and no mark to raise: no mark is created (see
+        // "Reads of missing objects" in the module docs).
+        Act::Read if store.fence.highest(key).await?.is_none() && !exists(store, key).await? => {
+            return Ok(Done::Read(None))
+        }
+        _ => {}
+    }
     // 1. check and raise the fence, durably.
     let mut outcome = (Outcome::Accepted, fencing.token);
     if let Fenced::Stale(stale) = store.fence.admit(key, fencing.token).await? {
         if store.enforce {
-            log(store, op, key, fencing, Outcome::Stale, stale.highest).await?;
+            let (outcome, highest) = (Outcome::Stale, stale.highest);
+            log(
+                store,
+                op,
+                key,
+                fencing,
+                outcome,
+                highest,
+                Durability::Buffered,
+            )
+            .await?;
             return Err(ApiError::Stale {
                 highest: stale.highest,
                 got: stale.got,
@@ -258,14 +322,30 @@ async fn fenced_locked(
     // 2. act on the object, durably.
     let done = act_on(store, key, act).await?;
     // 3. log, durably; 4. the caller answers 2xx.
-    log(store, op, key, fencing, outcome.0, outcome.1).await?;
+    log(
+        store,
+        op,
+        key,
+        fencing,
+        outcome.0,
+        outcome.1,
+        Durability::Sync,
+    )
+    .await?;
     Ok(done)
+}
+
+async fn exists(store: &Arc<Store>, key: &str) -> Result<bool, ApiError> {
+    let (store, key) = (store.clone(), key.to_owned());
+    tokio::task::spawn_blocking(move || store.objects.exists(&key))
+        .await
+        .map_err(|e| ApiError::Internal(format!("object task failed: {e}")))
 }
 
 async fn act_on(store: &Arc<Store>, key: &str, act: Act) -> Result<Done, ApiError> {
     let (store, key) = (store.clone(), key.to_owned());
     tokio::task::spawn_blocking(move || match act {
-        Act::Put(bytes) => store.objects.put(&key, &bytes).map(|created| Done::Put {
+        Act::Put(bytes, _) => store.objects.put(&key, &bytes).map(|created| Done::Put {
             created,
             size: bytes.len(),
         }),
@@ -284,6 +364,7 @@ async fn log(
     fencing: &Fencing,
     outcome: Outcome,
     highest: u64,
+    durability: Durability,
 ) -> Result<(), ApiError> {
     let record = Record {
         op,
@@ -294,15 +375,20 @@ async fn log(
         highest,
     };
     let audit_store = store.clone();
-    match tokio::task::spawn_blocking(move || audit_store.audit.append(record)).await {
+    match tokio::task::spawn_blocking(move || audit_store.audit.append(record, durability)).await {
         Ok(Ok(_)) => Ok(()),
         Ok(Err(e)) => {
-            store.failed.store(true, Ordering::SeqCst);
-            tracing::error!(error = %e, "audit log write failed; refusing fenced requests");
+            audit_failed(store, &e);
             Err(ApiError::Internal(format!("audit log failed: {e}")))
         }
         Err(e) => Err(ApiError::Internal(format!("audit task failed: {e}"))),
     }
+}
+
+/// The audit log could not be written: fail closed until restarted.
+pub(crate) fn audit_failed(store: &Store, err: &std::io::Error) {
+    store.failed.store(true, Ordering::SeqCst);
+    tracing::error!(error = %err, "audit log write failed; refusing fenced requests");
 }
 
 async fn put_object(
@@ -313,9 +399,10 @@ async fn put_object(
 ) -> Result<Response, ApiError> {
     let key = object_key(path)?;
     let fencing = required_fencing(&headers)?;
+    let create_only = if_none_match(&headers)?;
     let bytes = read_body(&headers, body, store.max_body).await?;
     let token = fencing.token;
-    match fenced(store, key.clone(), fencing, Act::Put(bytes)).await? {
+    match fenced(store, key.clone(), fencing, Act::Put(bytes, create_only)).await? {
         Done::Put { created, size } => {
             let status = if created {
                 StatusCode::CREATED
@@ -377,12 +464,35 @@ async fn get_fence(
     Ok(Json(json!({ "key": key, "highest": highest })).into_response())
 }
 
-async fn get_log(State(store): State<Arc<Store>>) -> Result<Response, ApiError> {
-    let bytes = tokio::task::spawn_blocking(move || store.audit.read_all())
+/// `GET /log?from=&limit=`: entries with `seq >= from`, at most `limit`.
+#[derive(Deserialize)]
+struct LogQuery {
+    from: Option<u64>,
+    limit: Option<u64>,
+}
+
+async fn get_log(
+    State(store): State<Arc<Store>>,
+    query: Result<Query<LogQuery>, QueryRejection>,
+) -> Result<Response, ApiError> {
+    let Query(q) =
+        query.map_err(|e| ApiError::BadRequest(format!("invalid query: {}", e.body_text())))?;
+    let files = tokio::task::spawn_blocking(move || store.audit.snapshot())
         .await
         .map_err(|e| ApiError::Internal(format!("log task failed: {e}")))?
         .map_err(|e| ApiError::Internal(format!("reading the audit log failed: {e}")))?;
-    Ok(([(header::CONTENT_TYPE, "application/x-ndjson")], bytes).into_response())
+    // The whole log's length is known from the snapshot: say it, so that
+    // clients that do not read chunked answers get the whole log as before.
+    let whole =
+        (q.from.is_none() && q.limit.is_none()).then(|| files.iter().map(|f| f.len).sum::<u64>());
+    let body = log_body(files, q.from.unwrap_or(0), q.limit.unwrap_or(u64::MAX));
+    let mut response = ([(header::CONTENT_TYPE, "application/x-ndjson")], body).into_response();
+    if let Some(len) = whole {
+        response
+            .headers_mut()
+            .insert(header::CONTENT_LENGTH, len.into());
+    }
+    Ok(response)
 }
 
 async fn healthz(State(store): State<Arc<Store>>) -> Response {

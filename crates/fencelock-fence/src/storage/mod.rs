@@ -5,11 +5,11 @@
 //!
 //! | request | fencing headers | answer |
 //! |---|---|---|
-//! | `PUT /objects/{key}` (body ≤ 1 MiB) | required | `201` created / `200` replaced, `{"key","token","size"}` |
+//! | `PUT /objects/{key}` (body ≤ 1 MiB) | required | `201` created / `200` replaced, `{"key","token","size"}`; with `If-None-Match: *` only creates: `412` if the object exists |
 //! | `DELETE /objects/{key}` | required | `200 {"key","token","existed"}` |
-//! | `GET /objects/{key}` | optional: with them it is a *fenced read* and raises the mark like a write (also when the object is missing) | `200` the bytes, `404 {"error":"not found","key"}` |
+//! | `GET /objects/{key}` | optional: with them it is a *fenced read* and raises the mark like a write (a missing object's only if it has one: see below) | `200` the bytes, `404 {"error":"not found","key"}` |
 //! | `GET /fence/{key}` | – | `200 {"key","highest"}` (`null` if never fenced) |
-//! | `GET /log` | – | the audit log, JSON lines ([`AuditEntry`]) |
+//! | `GET /log?from=SEQ&limit=N` | – | the audit log, JSON lines ([`AuditEntry`]), streamed: the entries with `seq >= from` (default 0), at most `limit` (default all), of the files still kept |
 //! | `GET /healthz` | – | `200 {"status":"ok"}`, `503` after an audit log failure |
 //!
 //! Fencing headers: `Fencing-Lock: <lock name>` and `Fencing-Token: <decimal
@@ -19,7 +19,36 @@
 //! change nothing, are not logged: a missing or malformed header, token `0`,
 //! only one of the two headers (`400`); an invalid key (`400`: keys are 1–200
 //! bytes of `A-Z a-z 0-9 . _ -`, not starting with `.`); a body over the
-//! limit (`413`).
+//! limit (`413`); a token that could not have been issued (`400`
+//! `{"error","limit"}`, or `503` if the lock service cannot be asked: see
+//! [`Config::max_token`] and [`Config::lock_server`]).
+//!
+//! # Reads of missing objects
+//!
+//! A fenced read of an object that does not exist and whose key has no mark
+//! answers `404` and changes nothing: it creates no mark and writes no audit
+//! entry, so reading many missing keys costs no disk and poisons no future
+//! key. (A missing object whose key has a mark, e.g. a deleted one, is
+//! fenced as before: its mark is raised, so marks only grow in number by
+//! writes.) The fencing rule for reads, "a stale writer cannot write after
+//! a newer holder read", still holds for every key the fence knows. For a
+//! key it does not know, the newer holder read *nothing*, and its write is
+//! a creation: it must say so with `If-None-Match: *`, which fails (`412`)
+//! if anyone, a stale writer included, created the object after the read.
+//! Then holder 6 reads `doc` (404, no mark), stale holder 5 creates `doc`
+//! (admitted: the key had no mark), holder 6's create gets `412` and it
+//! reads again (raising the mark to 6, so holder 5 is now refused), and
+//! holder 5's acknowledged write is not lost. A creation without
+//! `If-None-Match: *` after reading "missing" would overwrite it, as any
+//! blind write does.
+//!
+//! # The audit log
+//!
+//! Accepted operations are fsynced before the answer; rejected (stale)
+//! ones are buffered and fsynced within [`AUDIT_FLUSH_INTERVAL`] (or with the
+//! next accepted one), so a flood of stale requests costs no fsync each.
+//! The log is rotated by size ([`AuditConfig`]: 64 MiB files, 4 kept by
+//! default). An operator's [`reset_mark`] is logged as op `RESET`.
 //!
 //! # The fence key is the object key
 //!
@@ -58,20 +87,26 @@
 
 mod audit;
 mod http;
+mod log_stream;
 mod objects;
+mod tokens;
 
 use std::future::Future;
 use std::io;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
-pub use audit::{AuditEntry, Outcome};
+pub use audit::{
+    AuditConfig, AuditEntry, Outcome, AUDIT_FLUSH_INTERVAL, DEFAULT_AUDIT_KEEP_FILES,
+    DEFAULT_AUDIT_MAX_FILE_BYTES,
+};
 pub use http::{LOCK_HEADER, TOKEN_HEADER};
 pub use objects::{invalid_object_key, MAX_OBJECT_KEY_LEN};
+pub use tokens::{DEFAULT_MAX_TOKEN, DEFAULT_TOKEN_MARGIN};
 
 use crate::keylocks::KeyLocks;
-use crate::FileFence;
+use crate::{FenceError, FileFence};
 
 /// The default body limit: 1 MiB.
 pub const DEFAULT_MAX_BODY: usize = 1024 * 1024;
@@ -80,13 +115,22 @@ pub const DEFAULT_MAX_BODY: usize = 1024 * 1024;
 #[derive(Debug, Clone)]
 pub struct Config {
     /// Where the fence (`fence/`), the objects (`objects/`) and the audit log
-    /// (`audit.log`) live.
+    /// (`audit.log`, rotated to `audit.log.1` …) live.
     pub data_dir: PathBuf,
     /// The largest request body accepted, in bytes.
     pub max_body: usize,
     /// Reject stale tokens. `false` only to demonstrate what goes wrong without
     /// fencing: stale writes are then carried out and logged as `unfenced`.
     pub enforce: bool,
+    /// The largest token accepted (default [`DEFAULT_MAX_TOKEN`]).
+    pub max_token: u64,
+    /// The lock service's admin HTTP (`http://host:port`): tokens above the
+    /// highest it has issued plus [`Config::token_margin`] are refused.
+    pub lock_server: Option<String>,
+    /// See [`Config::lock_server`] (default [`DEFAULT_TOKEN_MARGIN`]).
+    pub token_margin: u64,
+    /// Rotation of the audit log.
+    pub audit: AuditConfig,
 }
 
 impl Config {
@@ -96,6 +140,10 @@ impl Config {
             data_dir: data_dir.into(),
             max_body: DEFAULT_MAX_BODY,
             enforce: true,
+            max_token: DEFAULT_MAX_TOKEN,
+            lock_server: None,
+            token_margin: DEFAULT_TOKEN_MARGIN,
+            audit: AuditConfig::default(),
         }
     }
 }
@@ -119,21 +167,48 @@ pub async fn serve_with(
 ) -> io::Result<()> {
     let store = Arc::new(open_store(config).await?);
     tracing::info!(addr = ?listener.local_addr().ok(), "fenced storage server listening");
-    axum::serve(listener, http::router(store))
+    let flusher = tokio::spawn(flush_audit_log(store.clone()));
+    let served = axum::serve(listener, http::router(store.clone()))
         .with_graceful_shutdown(shutdown)
+        .await;
+    flusher.abort();
+    let flushed = tokio::task::spawn_blocking(move || store.audit.flush())
         .await
+        .map_err(io::Error::other)?;
+    served.and(flushed)
+}
+
+/// Make buffered audit entries durable every [`AUDIT_FLUSH_INTERVAL`].
+async fn flush_audit_log(store: Arc<http::Store>) {
+    let mut ticks = tokio::time::interval(AUDIT_FLUSH_INTERVAL);
+    loop {
+        ticks.tick().await;
+        let audit_store = store.clone();
+        match tokio::task::spawn_blocking(move || audit_store.audit.flush()).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => return http::audit_failed(&store, &e),
+            Err(e) => tracing::error!(error = %e, "audit flush task failed"),
+        }
+    }
 }
 
 async fn open_store(config: Config) -> io::Result<http::Store> {
+    let tokens = tokens::TokenLimit::new(
+        config.max_token,
+        config.lock_server.as_deref(),
+        config.token_margin,
+    )
+    .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
     let dir = config.data_dir;
     std::fs::create_dir_all(&dir)?;
     let fence = FileFence::open(dir.join("fence"))
         .await
         .map_err(io::Error::other)?;
+    let audit_config = config.audit;
     let (objects, audit) = tokio::task::spawn_blocking(move || {
         Ok::<_, io::Error>((
             objects::ObjectStore::open(dir.join("objects"))?,
-            audit::AuditLog::open(dir.join("audit.log"))?,
+            audit::AuditLog::open(dir.join("audit.log"), audit_config)?,
         ))
     })
     .await
@@ -142,9 +217,109 @@ async fn open_store(config: Config) -> io::Result<http::Store> {
         fence,
         objects,
         audit,
+        tokens,
         locks: KeyLocks::default(),
         max_body: config.max_body,
         failed: AtomicBool::new(false),
         enforce: config.enforce,
     })
+}
+
+/// Why [`reset_mark`] failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ResetMarkError {
+    /// The key is not a valid object key.
+    #[error("invalid object key {key:?}: {reason}")]
+    InvalidKey {
+        /// The key given.
+        key: String,
+        /// What is wrong with it.
+        reason: &'static str,
+    },
+    /// The fence could not be opened (a running storage server holds it:
+    /// stop it first) or rewritten.
+    #[error("fence in {dir}: {source}")]
+    Fence {
+        /// The fence directory.
+        dir: PathBuf,
+        /// What failed.
+        #[source]
+        source: FenceError,
+    },
+    /// The audit entry could not be written; the mark was not changed.
+    #[error("audit log in {dir}: {source}")]
+    Audit {
+        /// The data directory.
+        dir: PathBuf,
+        /// What failed.
+        #[source]
+        source: io::Error,
+    },
+}
+
+/// What [`reset_mark`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MarkReset {
+    /// The mark before (`None`: there was none).
+    pub before: Option<u64>,
+    /// The mark after (`None`: removed).
+    pub after: Option<u64>,
+}
+
+/// Reset the mark of `key` in the storage server's `data_dir` to `to`
+/// (`None` removes it, so any token is admitted next): an operator's
+/// repair of a key poisoned by an absurd token. The server must be stopped
+/// (the fence directory's lock refuses a second user). The audit log gets a
+/// `RESET` entry, fsynced, before the mark changes.
+///
+/// Lowering a mark re-admits tokens it refused, stale holders' included: set
+/// it to at least the highest token the lock service has issued for the
+/// lock that guards `key` (`fencelock_tokens_issued` on its `/metrics`).
+pub fn reset_mark(
+    data_dir: &Path,
+    key: &str,
+    to: Option<u64>,
+) -> Result<MarkReset, ResetMarkError> {
+    if let Some(reason) = invalid_object_key(key) {
+        return Err(ResetMarkError::InvalidKey {
+            key: key.to_owned(),
+            reason,
+        });
+    }
+    let fence_dir = data_dir.join("fence");
+    let fence_err = |source| ResetMarkError::Fence {
+        dir: fence_dir.clone(),
+        source,
+    };
+    if let Some(token) = to {
+        crate::check_token(token).map_err(fence_err)?;
+    }
+    let fence = FileFence::open_blocking(fence_dir.clone()).map_err(fence_err)?;
+    let before = fence.highest_blocking(key).map_err(fence_err)?;
+    // No rotation here: the server's limits are not known to this tool, and
+    // one line does not matter.
+    let no_rotation = AuditConfig {
+        max_file_bytes: u64::MAX,
+        keep_files: DEFAULT_AUDIT_KEEP_FILES,
+    };
+    let audit_err = |source| ResetMarkError::Audit {
+        dir: data_dir.to_owned(),
+        source,
+    };
+    let audit =
+        audit::AuditLog::open(data_dir.join("audit.log"), no_rotation).map_err(audit_err)?;
+    let record = audit::Record {
+        op: "RESET",
+        key: key.to_owned(),
+        lock: String::new(),
+        token: before.unwrap_or(0),
+        outcome: Outcome::Accepted,
+        highest: to.unwrap_or(0),
+    };
+    audit
+        .append(record, audit::Durability::Sync)
+        .map_err(audit_err)?;
+    fence.reset_mark(key, to).map_err(fence_err)?;
+    tracing::warn!(key, ?before, after = ?to, "fence mark reset by the operator");
+    Ok(MarkReset { before, after: to })
 }

@@ -73,6 +73,11 @@ impl ObjectStore {
         result.map(|()| !existed)
     }
 
+    /// Whether the object exists.
+    pub(crate) fn exists(&self, key: &str) -> bool {
+        self.path(key).exists()
+    }
+
     /// The object's bytes, or `None` if there is no such object.
     pub(crate) fn get(&self, key: &str) -> io::Result<Option<Vec<u8>>> {
         match fs::read(self.path(key)) {

@@ -79,6 +79,12 @@ fn parse_response(raw: &[u8]) -> Option<Resp> {
     let head = std::str::from_utf8(&raw[..split]).ok()?;
     let status = head.split(' ').nth(1)?.parse().ok()?;
     let mut body = raw[split + 4..].to_vec();
+    if head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked")
+    {
+        body = dechunk(&body)?;
+    }
     let length = head
         .lines()
         .find_map(|l| {
@@ -90,6 +96,20 @@ fn parse_response(raw: &[u8]) -> Option<Resp> {
         body.truncate(length);
     }
     Some(Resp { status, body })
+}
+
+fn dechunk(mut rest: &[u8]) -> Option<Vec<u8>> {
+    let mut out = Vec::new();
+    loop {
+        let end = rest.windows(2).position(|w| w == b"\r\n")?;
+        let size =
+            usize::from_str_radix(std::str::from_utf8(&rest[..end]).ok()?.trim(), 16).ok()?;
+        if size == 0 {
+            return Some(out);
+        }
+        out.extend_from_slice(rest.get(end + 2..end + 2 + size)?);
+        rest = rest.get(end + 4 + size..)?;
+    }
 }
 
 fn fenced(token: &str) -> [(&'static str, &str); 2] {
@@ -134,10 +154,14 @@ struct Server {
 
 impl Server {
     async fn start(dir: &Path) -> Self {
+        Self::start_with(storage::Config::new(dir)).await
+    }
+
+    async fn start_with(config: storage::Config) -> Self {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let task = tokio::spawn(storage::serve(listener, dir.to_owned(), async move {
+        let task = tokio::spawn(storage::serve_with(listener, config, async move {
             let _ = stopped.await;
         }));
         Server { addr, stop, task }
@@ -252,8 +276,8 @@ async fn a_fenced_get_raises_the_mark() {
     assert_eq!(r.status, 404);
     assert_eq!(
         mark(s.addr, "missing").await,
-        json!(2),
-        "a fenced read of a missing object still raises the mark"
+        Value::Null,
+        "a fenced read of a missing, unmarked object creates no mark (issue 14)"
     );
     let ops: Vec<_> = audit(s.addr)
         .await
@@ -269,7 +293,6 @@ async fn a_fenced_get_raises_the_mark() {
             e("PUT", "doc", 5, Outcome::Stale),
             e("GET", "doc", 5, Outcome::Stale),
             e("PUT", "doc", 6, Outcome::Accepted),
-            e("GET", "missing", 2, Outcome::Accepted),
         ]
     );
     s.shutdown().await;
@@ -504,7 +527,9 @@ async fn concurrent_writers_agree_with_the_audit_log() {
                 );
                 assert!(e.token < e.highest, "entry {i}");
             }
-            Outcome::Unfenced => panic!("entry {i}: an enforcing server never carries out a stale write"),
+            Outcome::Unfenced => {
+                panic!("entry {i}: an enforcing server never carries out a stale write")
+            }
         }
     }
     let by_token: HashMap<(String, u64), (String, u16, Value)> = answers
@@ -525,7 +550,9 @@ async fn concurrent_writers_agree_with_the_audit_log() {
                     )
                 )
             }
-            Outcome::Unfenced => panic!("{e:?}: an enforcing server never carries out a stale write"),
+            Outcome::Unfenced => {
+                panic!("{e:?}: an enforcing server never carries out a stale write")
+            }
         }
     }
     let stale = log.iter().filter(|e| e.outcome == Outcome::Stale).count();
@@ -615,7 +642,11 @@ async fn storage_child_serves_until_killed() {
 }
 
 fn spawn_server_process(dir: &Path) -> (ChildGuard, SocketAddr) {
-    let mut child = ChildGuard::spawn_test("storage_server::storage_child_serves_until_killed", CHILD_DIR_ENV, dir);
+    let mut child = ChildGuard::spawn_test(
+        "storage_server::storage_child_serves_until_killed",
+        CHILD_DIR_ENV,
+        dir,
+    );
     let mut lines = BufReader::new(child.0.stdout.take().unwrap()).lines();
     let addr = lines
         .find_map(|l| {
@@ -696,4 +727,310 @@ async fn writes_survive_sigkill_of_the_server() {
         }
         s.shutdown().await;
     }
+}
+
+// ------------------------------------------- issue 14: the storage server ---
+
+/// Issue 14 finding: a fenced GET of a missing key raised (created) its mark,
+/// so reading future keys with a high token poisoned them. Now such a read
+/// creates no mark and no log entry; a deleted key's mark is still raised;
+/// and `If-None-Match: *` keeps "a stale writer cannot write after a newer
+/// holder read" for a key the fence did not know.
+#[tokio::test]
+async fn a_fenced_read_of_a_missing_key_creates_no_mark() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Server::start(dir.path()).await;
+    for n in 0..50 {
+        let r = request(
+            s.addr,
+            "GET",
+            &format!("/objects/future-{n}"),
+            &fenced("1000"),
+            b"",
+        )
+        .await;
+        assert_eq!(r.status, 404);
+    }
+    for n in 0..50 {
+        let key = format!("future-{n}");
+        assert_eq!(mark(s.addr, &key).await, Value::Null, "{key}");
+        assert_eq!(
+            put(s.addr, &key, 1, "first").await.status,
+            201,
+            "{key} is not poisoned"
+        );
+    }
+    assert_eq!(audit(s.addr).await.len(), 50, "only the 50 PUTs are logged");
+
+    // A deleted object's key keeps its mark, and a fenced read raises it.
+    assert_eq!(
+        request(s.addr, "DELETE", "/objects/future-0", &fenced("3"), b"")
+            .await
+            .status,
+        200
+    );
+    assert_eq!(
+        request(s.addr, "GET", "/objects/future-0", &fenced("4"), b"")
+            .await
+            .status,
+        404
+    );
+    assert_eq!(mark(s.addr, "future-0").await, json!(4));
+
+    // Holder 6 reads `doc` (missing), stale holder 5 creates it, holder 6's
+    // create-only write is refused, it reads again and holder 5 is fenced out.
+    assert_eq!(
+        request(s.addr, "GET", "/objects/doc", &fenced("6"), b"")
+            .await
+            .status,
+        404
+    );
+    assert_eq!(put(s.addr, "doc", 5, "by 5").await.status, 201);
+    let mut create_only = fenced("6").to_vec();
+    create_only.push(("If-None-Match", "*"));
+    let r = request(s.addr, "PUT", "/objects/doc", &create_only, b"by 6").await;
+    assert_eq!(
+        (r.status, r.json()),
+        (
+            412,
+            json!({"error": "object exists (If-None-Match: *)", "key": "doc"})
+        )
+    );
+    let r = request(s.addr, "GET", "/objects/doc", &fenced("6"), b"").await;
+    assert_eq!(
+        (r.status, r.text()),
+        (200, "by 5".to_owned()),
+        "5's acknowledged write was not lost"
+    );
+    assert_eq!(put(s.addr, "doc", 5, "late 5").await.status, 409);
+    let r = request(s.addr, "PUT", "/objects/new", &create_only, b"by 6").await;
+    assert_eq!(r.status, 201, "a create-only write of a missing object");
+    let mut bad = fenced("6").to_vec();
+    bad.push(("If-None-Match", "\"etag\""));
+    assert_eq!(
+        request(s.addr, "PUT", "/objects/new", &bad, b"x")
+            .await
+            .status,
+        400
+    );
+    s.shutdown().await;
+}
+
+/// Issue 14 finding: a fenced write with token 2^63−1 was accepted, and the
+/// key could never be written again. Now tokens above the configured
+/// maximum are refused with 400 naming the limit, and change nothing.
+#[tokio::test]
+async fn a_token_above_the_maximum_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Server::start(dir.path()).await;
+    let absurd = fencelock_fence::MAX_TOKEN.to_string();
+    for method in ["PUT", "DELETE", "GET"] {
+        let r = request(s.addr, method, "/objects/doc", &fenced(&absurd), b"x").await;
+        assert_eq!(r.status, 400, "{method}");
+        assert_eq!(
+            r.json()["limit"],
+            json!(storage::DEFAULT_MAX_TOKEN),
+            "{method}"
+        );
+        let error = r.json()["error"].as_str().unwrap().to_owned();
+        assert!(
+            error.contains("above this server's maximum token"),
+            "{error}"
+        );
+    }
+    assert_eq!(mark(s.addr, "doc").await, Value::Null);
+    assert_eq!(
+        put(s.addr, "doc", 5, "v5").await.status,
+        201,
+        "the key is not poisoned"
+    );
+    assert_eq!(audit(s.addr).await.len(), 1);
+    s.shutdown().await;
+}
+
+/// Issue 14 finding, with the lock service known: a token above the highest
+/// it has issued (plus the margin) is refused, and a token issued after the
+/// server's last look is not (it asks again before refusing).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tokens_the_lock_service_never_issued_are_refused() {
+    use fencelock::{Acquire, Client};
+    let tmp = tempfile::tempdir().unwrap();
+    let lock =
+        fencelock_server::start(fencelock_server::Config::for_test(&tmp.path().join("lock")))
+            .await
+            .unwrap();
+    let client = Client::connect(format!("http://{}", lock.grpc_addr))
+        .await
+        .unwrap();
+    let acquire = || async {
+        match client
+            .lock("doc-lock")
+            .ttl(std::time::Duration::from_secs(10))
+            .acquire()
+            .await
+            .unwrap()
+        {
+            Acquire::Acquired(g) => g,
+            other => panic!("expected a grant, got {other:?}"),
+        }
+    };
+    let mut config = storage::Config::new(tmp.path().join("storage"));
+    config.lock_server = Some(format!("http://{}", lock.http_addr));
+    config.token_margin = 0;
+    let s = Server::start_with(config).await;
+
+    let first = acquire().await;
+    let t1 = first.token();
+    assert_eq!(put(s.addr, "doc", t1, "v1").await.status, 201);
+    let r = put(s.addr, "doc", t1 + 1, "never issued").await;
+    assert_eq!(r.status, 400, "{:?}", r.json());
+    assert_eq!(r.json()["limit"], json!(t1));
+    assert!(r.json()["error"]
+        .as_str()
+        .unwrap()
+        .contains("was never issued"));
+    assert!(first.release().await.unwrap());
+    let second = acquire().await;
+    let t2 = second.token();
+    assert!(t2 > t1);
+    assert_eq!(
+        put(s.addr, "doc", t2, "v2").await.status,
+        200,
+        "a token issued since the last look"
+    );
+    assert_eq!(mark(s.addr, "doc").await, json!(t2));
+    drop(second);
+    s.shutdown().await;
+    lock.shutdown().await;
+
+    // The lock service unreachable: within the known count plus the margin
+    // is fine, above it fails closed with 503.
+    let mut config = storage::Config::new(tmp.path().join("storage2"));
+    config.lock_server = Some(format!(
+        "http://127.0.0.1:{}",
+        fencelock_testkit::free_port()
+    ));
+    config.token_margin = 10;
+    let s = Server::start_with(config).await;
+    assert_eq!(put(s.addr, "doc", 10, "v").await.status, 201);
+    let r = put(s.addr, "doc", 11, "v").await;
+    assert_eq!(r.status, 503, "{:?}", r.json());
+    assert_eq!(mark(s.addr, "doc").await, json!(10));
+    s.shutdown().await;
+}
+
+/// Issue 14: an operator resets a poisoned mark (`fencelock storage
+/// reset-mark`): refused while the server runs, audited as `RESET`, and the
+/// key takes ordinary tokens again.
+#[tokio::test]
+async fn reset_mark_repairs_a_poisoned_key_and_is_audited() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Server::start(dir.path()).await;
+    let high = storage::DEFAULT_MAX_TOKEN;
+    assert_eq!(put(s.addr, "doc", high, "poison").await.status, 201);
+    assert_eq!(put(s.addr, "doc", 7, "v7").await.status, 409);
+    let running = storage::reset_mark(dir.path(), "doc", Some(5));
+    assert!(
+        matches!(running, Err(storage::ResetMarkError::Fence { .. })),
+        "{running:?}"
+    );
+    s.shutdown().await;
+
+    assert!(matches!(
+        storage::reset_mark(dir.path(), "a/b", None),
+        Err(storage::ResetMarkError::InvalidKey { .. })
+    ));
+    let done = storage::reset_mark(dir.path(), "doc", Some(5)).unwrap();
+    assert_eq!(
+        done,
+        storage::MarkReset {
+            before: Some(high),
+            after: Some(5)
+        }
+    );
+    let s = Server::start(dir.path()).await;
+    assert_eq!(mark(s.addr, "doc").await, json!(5));
+    assert_eq!(
+        put(s.addr, "doc", 4, "v4").await.status,
+        409,
+        "below the new mark"
+    );
+    assert_eq!(put(s.addr, "doc", 7, "v7").await.status, 200);
+    let log = audit(s.addr).await;
+    let reset = &log[2];
+    assert_eq!(
+        (
+            reset.seq,
+            reset.op.as_str(),
+            reset.token,
+            reset.highest,
+            reset.outcome
+        ),
+        (2, "RESET", high, 5, Outcome::Accepted)
+    );
+    assert_eq!(log.len(), 5);
+    s.shutdown().await;
+}
+
+/// Issue 14 findings: the audit log grew without bound and `GET /log` read
+/// it whole. It rotates by size, keeping `keep_files` old files, `seq` runs
+/// on, and `GET /log?from=&limit=` returns a range (streamed).
+#[tokio::test]
+async fn the_audit_log_rotates_and_log_takes_a_range() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = storage::Config::new(dir.path());
+    config.audit = storage::AuditConfig {
+        max_file_bytes: 2000,
+        keep_files: 2,
+    };
+    let s = Server::start_with(config).await;
+    for token in 1..=60 {
+        assert!(matches!(
+            put(s.addr, "doc", token, "v").await.status,
+            200 | 201
+        ));
+    }
+    for token in 1..=10 {
+        assert_eq!(put(s.addr, "doc", token, "stale").await.status, 409);
+    }
+    let mut names: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .filter(|n| n.starts_with("audit.log"))
+        .collect();
+    names.sort();
+    assert_eq!(names, ["audit.log", "audit.log.1", "audit.log.2"]);
+    for name in &names {
+        assert!(
+            std::fs::metadata(dir.path().join(name)).unwrap().len() <= 2000,
+            "{name}"
+        );
+    }
+    let log = audit(s.addr).await;
+    let seqs: Vec<u64> = log.iter().map(|e| e.seq).collect();
+    let first = seqs[0];
+    assert!(first > 0, "the oldest entries were rotated away");
+    assert_eq!(
+        seqs,
+        (first..70).collect::<Vec<_>>(),
+        "contiguous up to the last entry"
+    );
+    let addr = s.addr;
+    let range = |q: &'static str| async move {
+        let r = request(addr, "GET", &format!("/log?{q}"), &[], b"").await;
+        assert_eq!(r.status, 200, "{q}");
+        r.text()
+            .lines()
+            .map(|l| serde_json::from_str::<AuditEntry>(l).unwrap().seq)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(range("from=55&limit=3").await, vec![55, 56, 57]);
+    assert_eq!(range("from=68").await, vec![68, 69]);
+    assert_eq!(range("from=0&limit=2").await, vec![first, first + 1]);
+    assert_eq!(range("from=70").await, Vec::<u64>::new());
+    assert_eq!(
+        request(s.addr, "GET", "/log?from=x", &[], b"").await.status,
+        400
+    );
+    s.shutdown().await;
 }
