@@ -66,8 +66,15 @@ pub struct Engine {
     now: Millis,
     /// The next lease id to hand out (starts at 1).
     next_lease_id: u64,
-    /// The next fencing token to hand out (starts at 1; 0 is never issued).
+    /// The next fencing token to hand out (starts at 1; 0 is never issued;
+    /// raised to a `LeaderStart`'s token floor).
     next_token: u64,
+    /// How many tokens were issued (absent in states written before it existed).
+    #[serde(default)]
+    tokens_issued: u64,
+    /// The group's id, from the first `LeaderStart` that carried one.
+    #[serde(default)]
+    cluster_id: Option<ClusterId>,
     leases: BTreeMap<LeaseId, Lease>,
     /// `GrantLease` request id -> the lease it created, while that lease lives.
     grant_reqs: BTreeMap<RequestId, LeaseId>,
@@ -83,6 +90,8 @@ impl Default for Engine {
             now: 0,
             next_lease_id: 1,
             next_token: 1,
+            tokens_issued: 0,
+            cluster_id: None,
             leases: BTreeMap::new(),
             grant_reqs: BTreeMap::new(),
             revoked: VecDeque::new(),
@@ -103,7 +112,11 @@ impl Engine {
     pub fn step(&mut self, input: &Input) -> Output {
         let mut out = Output::default();
         match input {
-            Input::LeaderStart { now } => self.leader_start(*now),
+            Input::LeaderStart { now, token_floor, cluster_id } => {
+                self.leader_start(*now);
+                self.next_token = self.next_token.max(*token_floor);
+                self.cluster_id = self.cluster_id.or(*cluster_id);
+            }
             Input::Batch { now, cmds } => {
                 self.advance(*now, &mut out.effects);
                 out.replies = cmds
@@ -122,6 +135,12 @@ impl Engine {
     #[cfg(feature = "mutants")]
     pub fn mutant_forget_tokens(&mut self) {
         self.next_token = 1;
+    }
+
+    /// The group's id: adopted from the first `LeaderStart` that carried one,
+    /// never changed after (`None` until then).
+    pub fn cluster_id(&self) -> Option<ClusterId> {
+        self.cluster_id
     }
 
     /// The last instant the engine has seen.

@@ -23,3 +23,4 @@ mod harness;
 mod lease_tests;
 mod lock_tests;
 mod misc_tests;
+mod floor_tests;
