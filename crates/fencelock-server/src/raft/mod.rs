@@ -10,6 +10,7 @@ use std::io::Cursor;
 
 use fencelock_core::{Input, Output};
 
+pub mod identity;
 pub mod log_store;
 pub mod network;
 #[cfg(feature = "power-loss")]
