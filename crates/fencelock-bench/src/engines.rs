@@ -168,7 +168,10 @@ impl NativeServer {
     /// Starts `serve-native --data-dir DIR ARGS…`; returns once it listens
     /// (a group member may not serve yet: it has to find its leader).
     fn spawn(dir: &Path, args: Vec<String>) -> anyhow::Result<NativeServer> {
-        std::fs::create_dir_all(dir)?;
+        // Only the parent: the server refuses an existing empty data dir.
+        if let Some(parent) = dir.parent() {
+            std::fs::create_dir_all(parent)?;
+        }
         let mut child = Command::new(std::env::current_exe()?)
             .arg("serve-native")
             .arg("--data-dir")

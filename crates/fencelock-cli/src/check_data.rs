@@ -42,7 +42,7 @@ pub fn check(a: CheckDataArgs) -> anyhow::Result<ExitCode> {
             idx(report.committed_index),
             report.stats.leases,
             report.stats.held_locks,
-            report.stats.tokens_issued
+            report.stats.token_counter
         );
     }
     Ok(ExitCode::from(exit::OK))

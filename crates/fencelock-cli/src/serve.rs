@@ -5,7 +5,10 @@
 //! underscores), the default. A node whose data dir is empty forms a group of
 //! one, or with `--peers` a group of the listed voters (start each with the
 //! same list), or with `--join` waits to be added (`fencelock cluster add`).
-//! A node with data ignores all three: its membership is in its log.
+//! A node with data ignores all three: its membership is in its log (a
+//! `--peers` that contradicts it is named in a warning, or refused if it shares
+//! no member with it). A data dir that exists but holds no node's data is
+//! refused; `--force-new-cluster` starts a new group there deliberately.
 
 use std::collections::BTreeMap;
 use std::{net::SocketAddr, path::PathBuf, time::Duration};
@@ -55,6 +58,11 @@ pub struct ServeArgs {
     /// heartbeat before it stands for election) [default: 150ms].
     #[arg(long, env = "FENCELOCK_ELECTION_TIMEOUT", value_parser = parse_duration)]
     election_timeout: Option<Duration>,
+    /// Start a new group even where the data dir is refused (it exists but is
+    /// empty, has no or an empty database, or is another node's). A refused
+    /// database is moved aside (fencelock.redb.set-aside-N), never deleted.
+    #[arg(long, env = "FENCELOCK_FORCE_NEW_CLUSTER")]
+    force_new_cluster: bool,
     /// Log filter (tracing env-filter syntax), e.g. `info` or `fencelock_server=debug` [default: info,openraft=warn].
     #[arg(long, env = "FENCELOCK_LOG")]
     log: Option<String>,
@@ -94,6 +102,10 @@ pub async fn serve(a: ServeArgs) -> anyhow::Result<std::process::ExitCode> {
     tokio::select! {
         _ = term.recv() => eprintln!("fencelock: SIGTERM, shutting down"),
         _ = int.recv() => eprintln!("fencelock: SIGINT, shutting down"),
+        why = running.failed() => {
+            running.shutdown().await;
+            bail!("stopped serving: {why}");
+        }
     }
     running.shutdown().await;
     Ok(std::process::ExitCode::from(exit::OK))
@@ -131,12 +143,15 @@ fn resolve(a: ServeArgs) -> anyhow::Result<(fencelock_server::Config, String)> {
         None if join => fencelock_server::Bootstrap::Join,
         None => fencelock_server::Bootstrap::Single,
     };
+    c.force_new_cluster = a.force_new_cluster;
+    // Before `advertise` defaults to the peers entry: the entry is checked
+    // against the listen address then.
+    c.validate().map_err(|e| anyhow::anyhow!("{e}"))?;
     if let fencelock_server::Bootstrap::Peers(peers) = &c.bootstrap {
         if c.advertise.is_none() {
             c.advertise = peers.get(&c.node_id).cloned();
         }
     }
-    c.validate().map_err(|e| anyhow::anyhow!("{e}"))?;
     let log = a.log.or(file.log).unwrap_or_else(|| "info,openraft=warn".into());
     Ok((c, log))
 }
@@ -210,6 +225,7 @@ mod tests {
             advertise: None,
             heartbeat: None,
             election_timeout: None,
+            force_new_cluster: false,
             log: None,
         }
     }
@@ -221,12 +237,15 @@ mod tests {
         let path = dir.path().join("node.toml");
         std::fs::write(&path, "node_id = 2\npeers = \"1=127.0.0.1:7070,2=127.0.0.1:7170\"\nelection_timeout = \"300ms\"\n")
             .unwrap();
-        let (c, _) = resolve(ServeArgs { config: Some(path.clone()), heartbeat: Some(Duration::from_millis(80)), ..args() }).unwrap();
+        let listen = |port: u16| Some(SocketAddr::from(([127, 0, 0, 1], port)));
+        let (c, _) =
+            resolve(ServeArgs { config: Some(path.clone()), heartbeat: Some(Duration::from_millis(80)), listen: listen(7170), ..args() })
+                .unwrap();
         assert_eq!(c.node_id, 2);
         assert_eq!(c.election_timeout, Duration::from_millis(300));
         assert_eq!(c.heartbeat, Duration::from_millis(80));
         assert_eq!(c.advertise.as_deref(), Some("127.0.0.1:7170"));
-        let (c, _) = resolve(ServeArgs { config: Some(path.clone()), node_id: Some(1), ..args() }).unwrap();
+        let (c, _) = resolve(ServeArgs { config: Some(path.clone()), node_id: Some(1), listen: listen(7070), ..args() }).unwrap();
         assert_eq!(c.advertise.as_deref(), Some("127.0.0.1:7070"));
         let e = resolve(ServeArgs { config: Some(path.clone()), node_id: Some(7), ..args() }).unwrap_err();
         assert!(e.to_string().contains("not among the peers"), "{e}");

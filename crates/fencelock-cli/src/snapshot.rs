@@ -74,7 +74,7 @@ async fn save(file: &std::path::Path, admins: &[SocketAddr]) -> anyhow::Result<E
                     file.display(),
                     b.engine.stats().leases,
                     b.engine.stats().held_locks,
-                    b.tokens_issued,
+                    b.last_token,
                     b.node_id,
                     b.last_applied_index.map_or("-".into(), |i| i.to_string())
                 );

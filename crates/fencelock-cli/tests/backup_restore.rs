@@ -70,7 +70,7 @@ fn restore_refuses_a_used_dir_a_foreign_file_and_an_unknown_version() {
     std::fs::create_dir_all(&used).unwrap();
     std::fs::write(used.join("something"), b"x").unwrap();
     let good = serde_json::json!({"format": "fencelock-backup", "version": 1, "node_id": 1,
-        "last_applied_index": null, "tokens_issued": 0, "engine": {"now": 0, "next_lease_id": 1, "next_token": 1,
+        "last_applied_index": null, "last_token": 0, "engine": {"now": 0, "next_lease_id": 1, "next_token": 1,
         "leases": {}, "grant_reqs": {}, "revoked": [], "locks": {}, "timers": []}});
     let cases = [
         (good.clone(), used.clone(), "is not empty"),

@@ -26,6 +26,7 @@ async fn grpc_rejects_each_bad_input_clearly() {
     let r = c.grant_lease(GrantLeaseRequest { request_id: 0, ttl_ms: 5000 }).await;
     assert_status(r, Code::InvalidArgument, "request id");
     let lease = c.grant_lease(GrantLeaseRequest { request_id: 7, ttl_ms: 5000 }).await.unwrap().into_inner().lease_id;
+    let counter = token_counter(&server);
 
     let acq = |lock: &str, wait_ms, lock_delay_ms| AcquireRequest {
         request_id: 11,
@@ -53,9 +54,19 @@ async fn grpc_rejects_each_bad_input_clearly() {
     assert!(listed.locks.is_empty(), "{listed:?}");
     let ok = c.acquire(acq("ok", 0, 0)).await.unwrap().into_inner();
     match ok.outcome {
-        Some(acquire_response::Outcome::Acquired(a)) => assert_eq!(a.token, 1, "first grant gets token 1"),
+        // The counter starts at the leader's token floor (not 1): the first grant
+        // takes the next token, so none was consumed by the rejected requests.
+        Some(acquire_response::Outcome::Acquired(a)) => assert_eq!(a.token, counter + 1, "no token consumed"),
         other => panic!("expected a grant, got {other:?}"),
     }
+}
+
+/// The server's `fencelock_token_counter` gauge: every token issued so far is
+/// at most this, and the next one is greater.
+fn token_counter(server: &Server) -> u64 {
+    let (_, text) = support::http_get(server.http, "/metrics").unwrap();
+    let line = text.lines().find_map(|l| l.strip_prefix("fencelock_token_counter ")).expect("the gauge");
+    line.trim().parse().unwrap()
 }
 
 #[test]

@@ -16,13 +16,22 @@ fn demo_fences_off_the_paused_holder() {
         .collect();
     assert!(out.status.success(), "demo failed:\n{text}\n{}", String::from_utf8_lossy(&out.stderr));
     let (fenced, unfenced) = text.split_once("fencing OFF").expect("both runs printed");
-    // Fenced run: A (token 1) is rejected after B (token 2) wrote; B's write stays.
-    assert!(fenced.contains("B acquired \"demo-ledger\": token 2"), "{fenced}");
-    assert!(fenced.contains("with token 1: REJECTED 409"), "{fenced}");
+    // Fenced run: A (the first token) is rejected after B (a larger one) wrote;
+    // B's write stays. (Tokens start at the group's token floor, not at 1.)
+    let (a, b) = (token_of(fenced, "A"), token_of(fenced, "B"));
+    assert!(b > a, "B's token {b} is above A's {a}: {fenced}");
+    assert!(fenced.contains(&format!("with token {a}: REJECTED 409")), "{fenced}");
     assert!(fenced.contains("final object \"ledger\": [\"B booked seat 7\"]"), "{fenced}");
-    assert!(fenced.contains("PUT ledger token 1 -> stale (highest seen 2)"), "{fenced}");
+    assert!(fenced.contains(&format!("PUT ledger token {a} -> stale (highest seen {b})")), "{fenced}");
     // Unfenced run: the same race loses B's acknowledged write.
     assert!(unfenced.contains("final object \"ledger\": [\"A booked seat 7\"]"), "{unfenced}");
     assert!(unfenced.contains("LOST: acknowledged write \"B booked seat 7\""), "{unfenced}");
     assert!(text.contains("fencing on: nothing lost; A's stale write was rejected"), "{text}");
+}
+
+/// The token in the line `WHO acquired "demo-ledger": token N, …`.
+fn token_of(text: &str, who: &str) -> u64 {
+    let prefix = format!("{who} acquired \"demo-ledger\": token ");
+    let rest = text.lines().find_map(|l| l.split_once(&prefix).map(|(_, r)| r)).unwrap_or_else(|| panic!("{who} acquired: {text}"));
+    rest.split(',').next().unwrap().trim().parse().unwrap_or_else(|e| panic!("{rest:?}: {e}"))
 }

@@ -68,8 +68,19 @@ pub struct Engine {
     now: Millis,
     /// The next lease id to hand out (starts at 1).
     next_lease_id: u64,
-    /// The next fencing token to hand out (starts at 1; 0 is never issued).
+    /// The next fencing token to hand out (starts at 1; 0 is never issued;
+    /// raised to a `LeaderStart`'s token floor).
     next_token: u64,
+    /// How many tokens were issued (absent in states written before it existed).
+    #[serde(default)]
+    tokens_issued: u64,
+    /// The group's id, from the first `LeaderStart` that carried one.
+    #[serde(default)]
+    cluster_id: Option<ClusterId>,
+    /// Test-only: the memory-token mutant also drops the next token floor.
+    #[cfg(feature = "mutants")]
+    #[serde(skip)]
+    mutant_skip_floor: bool,
     leases: BTreeMap<LeaseId, Lease>,
     /// `GrantLease` request id -> the lease it created, while that lease lives.
     grant_reqs: BTreeMap<RequestId, LeaseId>,
@@ -85,6 +96,10 @@ impl Default for Engine {
             now: 0,
             next_lease_id: 1,
             next_token: 1,
+            tokens_issued: 0,
+            cluster_id: None,
+            #[cfg(feature = "mutants")]
+            mutant_skip_floor: false,
             leases: BTreeMap::new(),
             grant_reqs: BTreeMap::new(),
             revoked: VecDeque::new(),
@@ -105,7 +120,11 @@ impl Engine {
     pub fn step(&mut self, input: &Input) -> Output {
         let mut out = Output::default();
         match input {
-            Input::LeaderStart { now } => self.leader_start(*now),
+            Input::LeaderStart { now, token_floor, cluster_id } => {
+                self.leader_start(*now);
+                self.raise_token_floor(*token_floor);
+                self.cluster_id = self.cluster_id.or(*cluster_id);
+            }
             Input::Batch { now, cmds } => {
                 self.advance(*now, &mut out.effects);
                 out.replies = cmds
@@ -120,10 +139,28 @@ impl Engine {
 
     /// Test-only mutant (see [`crate::mutants`]): forget the token counter, as if it
     /// were kept only in memory, so the next grant gets token 1 again (INV-2 broken).
+    /// The next `LeaderStart`'s token floor is ignored too (as if it were lower,
+    /// a start in the same second), or it would hide the mutant.
     /// Bookkeeping keyed by token may then be confused; nothing panics.
     #[cfg(feature = "mutants")]
     pub fn mutant_forget_tokens(&mut self) {
         self.next_token = 1;
+        self.mutant_skip_floor = true;
+    }
+
+    /// The next token is at least `floor` (see [`crate::token_floor`]).
+    fn raise_token_floor(&mut self, floor: u64) {
+        #[cfg(feature = "mutants")]
+        if std::mem::take(&mut self.mutant_skip_floor) {
+            return;
+        }
+        self.next_token = self.next_token.max(floor);
+    }
+
+    /// The group's id: adopted from the first `LeaderStart` that carried one,
+    /// never changed after (`None` until then).
+    pub fn cluster_id(&self) -> Option<ClusterId> {
+        self.cluster_id
     }
 
     /// The last instant the engine has seen.

@@ -64,10 +64,61 @@ pub enum Input {
     /// (INV-12: elections alone never keep a lease alive). A closed lock-delay
     /// restarts in full; a queued wait keeps the time it had left. This is the one input whose `now` may be smaller than
     /// the engine's current time (another clock).
-    LeaderStart { now: Millis },
+    ///
+    /// `token_floor`: the next token is at least this (INV-2 across groups: see
+    /// [`token_floor`]); 0 changes nothing. `cluster_id`: the group's id, adopted
+    /// only if the engine has none yet (the first leader's proposal wins and
+    /// never changes after). Both default when absent, so entries written before
+    /// they existed still decode.
+    LeaderStart {
+        now: Millis,
+        #[serde(default)]
+        token_floor: u64,
+        #[serde(default)]
+        cluster_id: Option<ClusterId>,
+    },
     /// Advance time to `now` (expire what is due), then apply `cmds` in order.
     /// An empty batch is a pure tick.
     Batch { now: Millis, cmds: Vec<Command> },
+}
+
+impl Input {
+    /// A `LeaderStart` at `now` with no token floor and no cluster id.
+    pub fn leader_start(now: Millis) -> Self {
+        Input::LeaderStart { now, token_floor: 0, cluster_id: None }
+    }
+}
+
+/// The id of one group (one formation of a Raft group): random, 128 bits, shown
+/// as 32 hex digits. It is part of the replicated state (see
+/// [`Input::LeaderStart`]), so every member and every snapshot carries it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct ClusterId(pub u128);
+
+impl std::fmt::Display for ClusterId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:032x}", self.0)
+    }
+}
+
+/// How many bits of a token lie below the wall-clock seconds in [`token_floor`].
+pub const TOKEN_FLOOR_SHIFT: u32 = 31;
+
+/// The lowest token a leader that starts at `unix_seconds` (wall-clock seconds
+/// since 1970) lets the engine issue next: `unix_seconds << 31`.
+///
+/// Why: a group started afresh (new data dir, `--force-new-cluster`) must not
+/// issue tokens below those an earlier group on the same machine issued, or the
+/// fences would refuse it (or worse, a fence that lost its marks would accept an
+/// older holder). With this floor, a group whose leader started at second `s`
+/// issues tokens from `s·2^31` on, so it stays below a later group's floor as
+/// long as it issues fewer than 2^31 tokens per second of its life (counted from
+/// its leader's start), and the wall clock of the later start is not behind the
+/// earlier start. The floor stays below 2^63 (the largest token the fences
+/// take): seconds past 2^32 (the year 2106) count as 2^32 − 1.
+pub fn token_floor(unix_seconds: u64) -> u64 {
+    unix_seconds.min(u64::from(u32::MAX)) << TOKEN_FLOOR_SHIFT
 }
 
 /// A client command. Every one is validated by the engine; an invalid one is
@@ -241,6 +292,11 @@ pub struct Stats {
     pub leases: u64,
     pub held_locks: u64,
     pub waiters: u64,
-    /// Total tokens ever issued (the last token issued).
+    /// How many tokens were issued (grants made), since the state began or since
+    /// it was last written by a version without this count.
     pub tokens_issued: u64,
+    /// The token counter: every token issued so far is at most this and the next
+    /// one is greater (0 before any). Not a count: a [`Input::LeaderStart`]
+    /// token floor raises it, before any token is issued from it.
+    pub token_counter: u64,
 }

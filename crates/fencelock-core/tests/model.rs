@@ -85,9 +85,17 @@ enum Cmd {
 #[derive(Clone, Debug)]
 enum Op {
     Tick(u64),
-    Leader(u64),
+    /// A new leader at this instant, with a token floor relative to the
+    /// counter (`Some(d)`: counter − 1 + d, so below, at and above it; or a jump
+    /// of 2^31, a second of the wall clock) and maybe a cluster id.
+    Leader(u64, Option<u64>, Option<u128>),
     Batch(u64, Vec<(Cmd, bool)>),
     Snapshot,
+}
+
+/// Token floors of a `LeaderStart`, relative to the counter (see [`Op::Leader`]).
+fn floor() -> impl Strategy<Value = Option<u64>> {
+    prop_oneof![3 => Just(None), 2 => (0..4u64).prop_map(Some), 1 => Just(Some(1u64 << 31))]
 }
 
 /// Time jumps: mostly small, sometimes up to 3 TTLs.
@@ -135,7 +143,7 @@ fn op() -> impl Strategy<Value = Op> {
     let cmds = prop::collection::vec((cmd(), prop::bool::weighted(0.02)), 1..4);
     prop_oneof![
         3 => jump().prop_map(Op::Tick),
-        1 => (0..20_000u64).prop_map(Op::Leader),
+        1 => (0..20_000u64, floor(), prop::option::of(0..3u128)).prop_map(|(n, f, c)| Op::Leader(n, f, c)),
         10 => (jump(), cmds).prop_map(|(j, c)| Op::Batch(j, c)),
         1 => Just(Op::Snapshot),
     ]
@@ -181,7 +189,11 @@ impl Run {
                     .collect();
                 self.batch(0, cmds)
             }
-            Op::Leader(now) => self.leader_start(*now),
+            Op::Leader(now, floor, cluster) => {
+                let counter = self.engine.stats().token_counter;
+                let floor = floor.map_or(0, |d| (counter + d).saturating_sub(1));
+                self.leader_start(*now, floor, cluster.map(ClusterId))
+            }
             Op::Snapshot => self.snapshot(),
         }
     }
@@ -360,9 +372,9 @@ impl Run {
         self.issued.push(c.clone());
     }
 
-    fn leader_start(&mut self, now: u64) -> Result<(), String> {
+    fn leader_start(&mut self, now: u64, token_floor: u64, cluster_id: Option<ClusterId>) -> Result<(), String> {
         self.now = now;
-        let input = Input::LeaderStart { now };
+        let input = Input::LeaderStart { now, token_floor, cluster_id };
         let out = self.engine.step(&input);
         let expected = self.model.step(&input);
         if out != expected {
@@ -386,10 +398,22 @@ impl Run {
         Ok(())
     }
 
+    /// Tokens worth a `check`: the first ones, each side of the counter and of
+    /// every holder's token (the floor makes the tokens sparse).
+    fn tokens_to_check(&self) -> Vec<u64> {
+        let counter = self.engine.stats().token_counter;
+        let held = self.oracle.holders().map(|(_, (_, t))| t.0);
+        let around = held.chain([counter]).flat_map(|t| [t.saturating_sub(1), t, t + 1]);
+        (0..3).chain(around).collect()
+    }
+
     /// Queries agree with the model, now and 150 ms ahead (before any tick), and
     /// the engine's holders are the oracle's (INV-1, INV-4).
     fn compare_queries(&self) -> Result<(), String> {
         let (e, m, now) = (&self.engine, &self.model, self.engine.now());
+        if e.cluster_id() != m.cluster_id() {
+            return Err(format!("cluster id: engine {:?} model {:?}", e.cluster_id(), m.cluster_id()));
+        }
         if e.stats() != m.stats() {
             return Err(format!(
                 "stats: engine {:?} model {:?}",
@@ -406,7 +430,7 @@ impl Run {
                         m.lock_info(at, lock)
                     ));
                 }
-                for token in 0..=e.stats().tokens_issued + 1 {
+                for token in self.tokens_to_check() {
                     if e.check(at, lock, Token(token)) != m.check(at, lock, Token(token)) {
                         return Err(format!("check({at}, {lock}, {token}) differs"));
                     }

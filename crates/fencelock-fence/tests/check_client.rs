@@ -9,7 +9,7 @@ use fencelock_fence::{CheckValidator, Checked};
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn check_validator_asks_the_lock_server() {
     let tmp = tempfile::tempdir().unwrap();
-    let server = fencelock_server::start(fencelock_server::Config::for_test(tmp.path())).await.unwrap();
+    let server = fencelock_server::start(fencelock_server::Config::for_test(tmp.path().join("data"))).await.unwrap();
     let client = Client::connect(format!("http://{}", server.grpc_addr)).await.unwrap();
     let guard = match client.lock("mailer").ttl(Duration::from_secs(10)).acquire().await.unwrap() {
         Acquire::Acquired(g) => g,

@@ -37,8 +37,8 @@ pub struct Backup {
     /// The node that took it, and its last applied log index then.
     pub node_id: u64,
     pub last_applied_index: Option<u64>,
-    /// The last token issued before the backup.
-    pub tokens_issued: u64,
+    /// The last token issued before the backup (the engine's counter).
+    pub last_token: u64,
     pub engine: Engine,
 }
 
@@ -61,8 +61,8 @@ pub enum BackupError {
 impl Backup {
     /// A backup of `engine` (read under its lock, so consistent) on node `node_id`.
     pub fn of(engine: &Engine, node_id: u64, last_applied_index: Option<u64>) -> Backup {
-        let tokens_issued = engine.stats().tokens_issued;
-        Backup { format: FORMAT.into(), version: VERSION, node_id, last_applied_index, tokens_issued, engine: engine.clone() }
+        let last_token = engine.stats().token_counter;
+        Backup { format: FORMAT.into(), version: VERSION, node_id, last_applied_index, last_token, engine: engine.clone() }
     }
 
     /// Decodes and checks a backup file: its format, version and consistency.
@@ -112,7 +112,7 @@ pub struct Restored {
 /// group of one (see the module docs for what is kept and what is dropped).
 pub fn restore(backup: &Backup, dir: &Path, opts: &RestoreOptions) -> Result<Restored, BackupError> {
     check_target(dir)?;
-    let floor = backup.tokens_issued.saturating_add(1).saturating_add(opts.token_gap).max(opts.min_token.unwrap_or(0));
+    let floor = backup.last_token.saturating_add(1).saturating_add(opts.token_gap).max(opts.min_token.unwrap_or(0));
     let engine = backup.engine.restored(floor);
     let last = LogId::new(CommittedLeaderId::new(1, opts.node_id), 1);
     let voters = vec![BTreeSet::from([opts.node_id])];

@@ -2,7 +2,9 @@
 //!
 //! The engine never reads a clock; the driver reads this one and passes `now` in
 //! every input. Wall-clock time is never used for an expiry (a jump of the system
-//! clock changes nothing). `clippy.toml` bans `Instant::now` elsewhere.
+//! clock changes nothing). `clippy.toml` bans `Instant::now` elsewhere. The wall
+//! clock is read for one thing only: the token floor of a `LeaderStart`
+//! ([`Clock::token_floor`]), which is not an expiry.
 //!
 //! # Fault clock (test-only)
 //! With the `fault-clock` feature, and only if the env var `FENCELOCK_FAULT_CLOCK`
@@ -57,6 +59,16 @@ impl Clock {
             return f.now();
         }
         Instant::now().saturating_duration_since(self.base).as_millis() as Millis
+    }
+
+    /// The token floor for a `LeaderStart` now: [`fencelock_core::token_floor`]
+    /// of the wall-clock seconds (0 if the wall clock is before 1970). Real wall
+    /// time even under the fault clock: the floor is about other groups on this
+    /// machine, not about this group's leases.
+    #[allow(clippy::disallowed_methods)] // the one place that reads the wall clock
+    pub fn token_floor(&self) -> u64 {
+        let since_epoch = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
+        fencelock_core::token_floor(since_epoch.map_or(0, |d| d.as_secs()))
     }
 
     /// The `Instant` at which this clock reads `at`.

@@ -215,6 +215,43 @@ pub fn initial_members(peers: &BTreeMap<NodeId, String>) -> BTreeMap<NodeId, Bas
     peers.iter().map(|(id, addr)| (*id, BasicNode::new(addr))).collect()
 }
 
+/// On a node that has data, `--peers` and `--join` do nothing: its membership
+/// is in its log. Operators restart nodes with the command line they were
+/// formed with, so a `--peers` that agrees with the stored membership is fine;
+/// one that differs (the group changed since, or the flag is wrong) is named in
+/// a warning; one that shares no member (same id, same address) with it means
+/// this data dir is another group's, and is refused.
+pub fn check_bootstrap_flags(raft: &Raft, config: &crate::Config) -> Result<(), crate::ServerError> {
+    let peers = match &config.bootstrap {
+        crate::Bootstrap::Peers(peers) => peers,
+        crate::Bootstrap::Join => {
+            tracing::info!("--join has no effect: this node has data, and its membership is in its log");
+            return Ok(());
+        }
+        crate::Bootstrap::Single => return Ok(()),
+    };
+    let stored: BTreeMap<NodeId, String> = {
+        let m = raft.metrics().borrow().membership_config.clone();
+        m.membership().nodes().map(|(id, n)| (*id, n.addr.clone())).collect()
+    };
+    if &stored == peers {
+        return Ok(());
+    }
+    let show = |m: &BTreeMap<NodeId, String>| m.iter().map(|(id, a)| format!("{id}={a}")).collect::<Vec<_>>().join(",");
+    let (flag, data, dir) = (show(peers), show(&stored), config.data_dir.display());
+    if !peers.iter().any(|(id, addr)| stored.get(id) == Some(addr)) {
+        return Err(crate::ServerError::Config(format!(
+            "--peers {flag} contradicts the data in {dir}, whose group is {data}: no member in common, so this \
+             data dir is another group's. Point --data-dir at this node's data, or drop --peers"
+        )));
+    }
+    tracing::warn!(
+        "--peers {flag} differs from the membership in {dir} ({data}); the stored membership is used \
+         (--peers only forms a new group; `fencelock cluster add/remove` changes it)"
+    );
+    Ok(())
+}
+
 /// Sends `change` to the leader at `leader_addr` (its gRPC address) over the
 /// peer service, for a follower that was asked to make it.
 pub async fn forward(leader_addr: &str, change: &Change) -> Result<Status, ClusterError> {

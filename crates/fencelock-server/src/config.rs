@@ -41,6 +41,10 @@ pub struct Config {
     pub max_batch: usize,
     /// Take a snapshot after this many applied entries.
     pub snapshot_every: u64,
+    /// Start a new group even where the data dir is refused (empty, without a
+    /// database or identity, another node's): a refused database is moved
+    /// aside, never deleted. See [`crate::raft::identity`].
+    pub force_new_cluster: bool,
 }
 
 impl Config {
@@ -58,6 +62,7 @@ impl Config {
             election_timeout: Duration::from_millis(150),
             max_batch: 4096,
             snapshot_every: 20_000,
+            force_new_cluster: false,
         }
     }
 
@@ -75,6 +80,7 @@ impl Config {
                 return Err("node ids start at 1".into());
             }
         }
+        self.validate_addresses()?;
         if self.heartbeat.is_zero() || self.election_timeout <= self.heartbeat {
             return Err(format!(
                 "the election timeout ({} ms) must be longer than the heartbeat ({} ms)",
@@ -85,6 +91,35 @@ impl Config {
         Ok(())
     }
 
+    /// The address others are told to use must be one they can reach: a
+    /// wildcard listen address needs `--advertise` (unless `--peers` names this
+    /// node's address), and this node's `--peers` entry must be its address.
+    fn validate_addresses(&self) -> Result<(), String> {
+        let listen = self.grpc_listen;
+        let entry = match &self.bootstrap {
+            Bootstrap::Peers(peers) => peers.get(&self.node_id),
+            _ => None,
+        };
+        if listen.ip().is_unspecified() && self.advertise.is_none() && entry.is_none() {
+            return Err(format!(
+                "--listen {listen} is a wildcard address, which other nodes and clients cannot use to reach \
+                 this node: set --advertise to the host:port they should use"
+            ));
+        }
+        match (entry, &self.advertise) {
+            (Some(e), Some(a)) if e != a => Err(format!(
+                "node {}'s --peers entry {e} is not its --advertise address {a}: the other nodes would use {e}",
+                self.node_id
+            )),
+            (Some(e), None) if !names_listen_addr(e, listen) => Err(format!(
+                "node {}'s --peers entry {e} is not its --listen address {listen}: fix the entry, or set \
+                 --advertise {e} if that is how the others reach this node",
+                self.node_id
+            )),
+            _ => Ok(()),
+        }
+    }
+
     /// For tests: both listeners on free ports of 127.0.0.1.
     pub fn for_test(data_dir: impl Into<PathBuf>) -> Self {
         let mut c = Self::new(data_dir);
@@ -92,4 +127,14 @@ impl Config {
         c.http_listen = SocketAddr::from(([127, 0, 0, 1], 0));
         c
     }
+}
+
+/// Whether `entry` (`host:port` from `--peers`) can name a socket bound to
+/// `listen`: the same port, and the same IP when both are IP literals and
+/// `listen` is not a wildcard. A host name is not resolved.
+fn names_listen_addr(entry: &str, listen: SocketAddr) -> bool {
+    if let Ok(addr) = entry.parse::<SocketAddr>() {
+        return addr.port() == listen.port() && (listen.ip().is_unspecified() || addr.ip() == listen.ip());
+    }
+    entry.rsplit_once(':').and_then(|(_, port)| port.parse::<u16>().ok()) == Some(listen.port())
 }

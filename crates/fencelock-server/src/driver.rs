@@ -276,6 +276,9 @@ pub struct Driver {
     /// How long a leader of a group of several may go without an answer from
     /// a majority before it stops serving (`None`: never).
     quorum_timeout: Option<std::time::Duration>,
+    /// The cluster id this node proposes in its `LeaderStart`s (adopted by the
+    /// engine only if the group has none yet; see [`crate::raft::identity`]).
+    cluster_id: Option<fencelock_core::ClusterId>,
     /// Set while this node leads but is cut off from a majority: every request
     /// is answered with this reason (retryable: a client tries another node),
     /// nothing is written, until a majority answers again or another leads.
@@ -331,6 +334,7 @@ impl Driver {
             leader_hint: None,
             stopped: None,
             quorum_timeout: None,
+            cluster_id: None,
             cut_off: None,
         };
         (driver, DriverHandle { tx, ready, next_gen: Arc::new(AtomicU64::new(1)) })
@@ -342,6 +346,12 @@ impl Driver {
     /// the same request ids, on the majority's new leader).
     pub fn with_quorum_timeout(mut self, timeout: std::time::Duration) -> Self {
         self.quorum_timeout = Some(timeout);
+        self
+    }
+
+    /// Propose `id` as the group's cluster id in every `LeaderStart`.
+    pub fn with_cluster_id(mut self, id: Option<fencelock_core::ClusterId>) -> Self {
+        self.cluster_id = id;
         self
     }
 
@@ -461,7 +471,9 @@ impl Driver {
         match self.role {
             Role::Follower => {}
             Role::Starting(term) => {
-                let input = Input::LeaderStart { now: self.clock.now() };
+                // The floor and the cluster id: see `raft::identity` (issue 14).
+                let (token_floor, cluster_id) = (self.clock.token_floor(), self.cluster_id);
+                let input = Input::LeaderStart { now: self.clock.now(), token_floor, cluster_id };
                 self.spawn_write(input, Vec::new(), Some(term));
             }
             Role::Ready(_) => {

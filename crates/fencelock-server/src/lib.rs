@@ -62,11 +62,32 @@ pub struct Running {
     pub grpc_addr: SocketAddr,
     pub http_addr: SocketAddr,
     pub raft: raft::Raft,
+    /// The data dir's identity (node id, cluster id once known).
+    pub identity: raft::identity::SharedIdentity,
+    /// Why the node stopped serving on its own (see [`Running::failed`]).
+    failed: watch::Receiver<Option<String>>,
     stop: watch::Sender<bool>,
     tasks: Vec<JoinHandle<()>>,
 }
 
 impl Running {
+    /// The group's cluster id, once this node has applied it.
+    pub fn cluster_id(&self) -> Option<fencelock_core::ClusterId> {
+        self.identity.cluster_id()
+    }
+
+    /// Resolves with the reason when the node stops serving on its own (its
+    /// data dir was deleted or replaced, see [`raft::identity::watch`]); never
+    /// resolves otherwise.
+    pub async fn failed(&self) -> String {
+        let mut rx = self.failed.clone();
+        let why = match rx.wait_for(Option::is_some).await {
+            Ok(why) => why.clone().unwrap_or_default(),
+            Err(_) => return std::future::pending().await,
+        };
+        why
+    }
+
     /// Stop serving, finish in-flight requests, stop Raft. What was acknowledged is
     /// already durable, so this is only about being tidy.
     pub async fn shutdown(self) {
@@ -92,8 +113,7 @@ pub async fn start(config: Config) -> Result<Running, ServerError> {
     // and trying another node.
     let grpc = listen(grpc, grpc_addr)?;
     let http = listen(http, http_addr)?;
-    let engine = raft.1;
-    let raft = raft.0;
+    let (raft, engine, log, identity) = raft;
 
     let clock = Clock::new();
     let metrics = Arc::new(Metrics::default());
@@ -102,10 +122,21 @@ pub async fn start(config: Config) -> Result<Running, ServerError> {
     // silence; a leader silent from its majority for twice the longest of
     // those has almost surely been replaced.
     let driver = driver.with_quorum_timeout(config.election_timeout * 4);
+    let id = identity.get();
+    let driver = driver.with_cluster_id(Some(id.cluster_id.unwrap_or(id.proposed)));
     let (stop, stop_rx) = watch::channel(false);
-    let ops = Ops { driver: handle, engine, raft: raft.clone(), clock };
+    let (failed_tx, failed) = watch::channel(None);
+    let ops = Ops { driver: handle, engine: engine.clone(), raft: raft.clone(), clock };
 
     let mut tasks = vec![tokio::spawn(driver.run(stopped(stop_rx.clone())))];
+    let watched = raft::identity::Watched {
+        dir: config.data_dir.clone(),
+        identity: identity.clone(),
+        log,
+        engine: engine.clone(),
+        raft: raft.clone(),
+    };
+    tasks.push(tokio::spawn(raft::identity::watch(watched, failed_tx, stop_rx.clone())));
     let lock_svc = LockServer::new(grpc::LockService::new(ops.clone(), stop_rx.clone()));
     let raft_svc = raft::network::RaftService::new(raft.clone(), ops.engine.clone(), metrics.clone()).into_server();
     let grpc_stop = stopped(stop_rx.clone());
@@ -127,16 +158,16 @@ pub async fn start(config: Config) -> Result<Running, ServerError> {
         }
     }));
     tracing::info!(%grpc_addr, %http_addr, data_dir = %config.data_dir.display(), "fencelock serving");
-    Ok(Running { grpc_addr, http_addr, raft, stop, tasks })
+    Ok(Running { grpc_addr, http_addr, raft, identity, failed, stop, tasks })
 }
 
-async fn start_raft(
-    config: &Config,
-    grpc_addr: SocketAddr,
-) -> Result<(raft::Raft, raft::state_machine::SharedEngine), ServerError> {
+type Started = (raft::Raft, raft::state_machine::SharedEngine, raft::LogStore, raft::identity::SharedIdentity);
+
+async fn start_raft(config: &Config, grpc_addr: SocketAddr) -> Result<Started, ServerError> {
     let storage_err = |message: String| ServerError::Storage { dir: config.data_dir.display().to_string(), message };
-    let (log, sm) = raft::open_storage(&config.data_dir).map_err(|e| storage_err(e.to_string()))?;
+    let (log, sm, identity) = raft::identity::open(config).map_err(|e| storage_err(e.to_string()))?;
     let engine = sm.engine();
+    let log_store = log.clone();
     let election = config.election_timeout.as_millis() as u64;
     let rc = openraft::Config {
         cluster_name: "fencelock".into(),
@@ -156,8 +187,10 @@ async fn start_raft(
     let initialized = raft.is_initialized().await.map_err(|e| ServerError::Raft(e.to_string()))?;
     if !initialized {
         bootstrap(&raft, config, grpc_addr).await?;
+    } else {
+        cluster::check_bootstrap_flags(&raft, config)?;
     }
-    Ok((raft, engine))
+    Ok((raft, engine, log_store, identity))
 }
 
 /// Forms the group on a node whose storage is empty (see [`Bootstrap`]).

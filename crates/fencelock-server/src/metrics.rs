@@ -134,11 +134,12 @@ impl Metrics {
         for (name, help, v) in counters {
             let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} counter\n{name} {}", v.load(Relaxed));
         }
-        let gauges: [(&str, &str, u64); 5] = [
+        let gauges: [(&str, &str, u64); 6] = [
             ("fencelock_active_leases", "Live leases.", stats.leases),
             ("fencelock_held_locks", "Locks currently held.", stats.held_locks),
             ("fencelock_queue_depth", "Acquires waiting in queues, all locks.", stats.waiters),
-            ("fencelock_tokens_issued", "Fencing tokens ever issued (the last token).", stats.tokens_issued),
+            ("fencelock_tokens_issued", "Fencing tokens issued (grants made).", stats.tokens_issued),
+            ("fencelock_token_counter", "Every token issued is at most this; the next is greater.", stats.token_counter),
             ("fencelock_is_leader", "1 if this node leads the group and serves requests.", is_leader as u64),
         ];
         for (name, help, v) in gauges {

@@ -51,8 +51,9 @@ fn offsets(file: &[u8]) -> Vec<usize> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_single_byte_flip_is_detected_or_harmless() {
     let tmp = tempfile::tempdir().unwrap();
-    let original = tmp.path().join("original");
-    real_data_dir(&original).await;
+    real_data_dir(&tmp.path().join("original")).await;
+    // The test support keeps a server's data in `data/` under the dir it is given.
+    let original = tmp.path().join("original").join("data");
     // The database may be held for a moment after an in-process shutdown.
     let baseline = loop {
         match check_data(&original) {

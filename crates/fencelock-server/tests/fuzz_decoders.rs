@@ -230,7 +230,7 @@ fn commands() -> Vec<Command> {
 fn inputs() -> Vec<Input> {
     vec![
         Input::Batch { now: 10, cmds: commands() },
-        Input::LeaderStart { now: 5 },
+        Input::LeaderStart { now: 5, token_floor: 1 << 40, cluster_id: Some(fencelock_core::ClusterId(7)) },
         Input::Batch { now: 2000, cmds: vec![] },
     ]
 }
@@ -305,7 +305,7 @@ fn raft_messages() {
 #[test]
 fn snapshot_data_check() {
     let local = busy_engine();
-    let ours = local.stats().tokens_issued;
+    let ours = local.stats().token_counter;
     let shared = Arc::new(RwLock::new(local.clone()));
     let at = log_id(2, 9);
     let seeds = vec![snapshot_data(at, &local), snapshot_data(at, &Engine::new())];
@@ -322,7 +322,7 @@ fn snapshot_data_check() {
         };
         if verdict.is_ok() {
             engine.check_consistency().map_err(|e| format!("accepted an inconsistent engine: {e}"))?;
-            if engine.stats().tokens_issued < ours {
+            if engine.stats().token_counter < ours {
                 return Err("accepted a snapshot that lowers the token counter".into());
             }
         }
@@ -340,9 +340,9 @@ fn log_entries_apply() {
         let Ok(entry) = serde_json::from_slice::<Entry<TypeConfig>>(bytes) else { return Ok(Refused) };
         let EntryPayload::Normal(input) = entry.payload else { return Ok(Accepted) };
         let mut engine = base.clone();
-        let before = engine.stats().tokens_issued;
+        let before = engine.stats().token_counter;
         engine.step(&input);
-        if engine.stats().tokens_issued < before {
+        if engine.stats().token_counter < before {
             return Err("an entry lowered the token counter".into());
         }
         engine.check_consistency().map_err(|e| format!("an entry left the engine inconsistent: {e}"))?;

@@ -12,6 +12,12 @@ pub fn now_ms() -> Millis {
     turmoil::sim_elapsed().map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
+/// The token floor of a `LeaderStart` ([`fencelock_core::token_floor`]) on a
+/// virtual wall clock that reads the virtual time since the epoch.
+pub fn token_floor() -> u64 {
+    fencelock_core::token_floor(now_ms() / 1000)
+}
+
 /// Sleep `ms` milliseconds of virtual time.
 pub async fn sleep_ms(ms: u64) {
     tokio::time::sleep(Duration::from_millis(ms)).await;

@@ -538,13 +538,13 @@ async fn dropping_a_session_acquire_sends_a_cancel() {
 #[tokio::test]
 async fn the_client_reconnects_after_a_server_restart_and_keeps_its_lock() {
     let dir = tempfile::tempdir().unwrap();
-    let running = fencelock_server::start(fencelock_server::Config::for_test(dir.path())).await.unwrap();
+    let running = fencelock_server::start(fencelock_server::Config::for_test(dir.path().join("data"))).await.unwrap();
     let addr = running.grpc_addr;
     let client = Client::connect(format!("http://{addr}")).await.unwrap();
     let guard = acquired(client.lock("a").ttl(10 * SECS).acquire().await.unwrap());
 
     running.shutdown().await;
-    let mut config = fencelock_server::Config::for_test(dir.path());
+    let mut config = fencelock_server::Config::for_test(dir.path().join("data"));
     config.grpc_listen = addr;
     let running = fencelock_server::start(config).await.unwrap();
 

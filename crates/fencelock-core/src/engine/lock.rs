@@ -114,6 +114,7 @@ impl Engine {
     ) -> Grant {
         let token = Token(self.next_token);
         self.next_token = self.next_token.saturating_add(1);
+        self.tokens_issued = self.tokens_issued.saturating_add(1);
         let holder = Holder {
             lease,
             req,

@@ -80,7 +80,7 @@ fn inv4_broken_by_dead_waiter_mutant_a_release_grants_an_expired_waiter() {
     // The lock stays held by the dead lease: past its wait timer, through a
     // LeaderStart, nobody else gets it and nothing panics.
     batch(&mut e, 10_000, vec![]);
-    e.step(&Input::LeaderStart { now: 20_000 });
+    e.step(&Input::leader_start(20_000));
     let o = batch(&mut e, 20_000, vec![lease(103, 5000), acq(4, 3, "a", 0)]);
     let busy = Busy { holder: Some(grant("a", 2, 2)), reopens_in_ms: None, waiters: 0 };
     assert_eq!(o.replies[1], Reply::Busy(busy));

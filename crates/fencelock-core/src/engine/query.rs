@@ -68,7 +68,8 @@ impl Engine {
             leases: self.leases.len() as u64,
             held_locks: held,
             waiters: self.locks.values().map(|l| l.queue.len() as u64).sum(),
-            tokens_issued: self.next_token.saturating_sub(1),
+            tokens_issued: self.tokens_issued,
+            token_counter: self.next_token.saturating_sub(1),
         }
     }
 

@@ -24,3 +24,4 @@ mod lease_tests;
 mod lock_tests;
 mod misc_tests;
 mod consistency_tests;
+mod floor_tests;

@@ -60,6 +60,9 @@ pub struct Model {
     now: u64,
     leases_made: u64,
     tokens_made: u64,
+    /// The last token issued, or the last token floor minus one if higher.
+    counter: u64,
+    cluster: Option<ClusterId>,
     leases: Vec<MLease>,
     /// Holders and waiters of all locks; waiters in arrival order.
     holders: Vec<MHolder>,
@@ -84,7 +87,11 @@ impl Model {
     pub fn step(&mut self, input: &Input) -> Output {
         let mut out = Output::default();
         match input {
-            Input::LeaderStart { now } => self.leader_start(*now),
+            Input::LeaderStart { now, token_floor, cluster_id } => {
+                self.leader_start(*now);
+                self.counter = self.counter.max(token_floor.saturating_sub(1));
+                self.cluster = self.cluster.or(*cluster_id);
+            }
             Input::Batch { now, cmds } => {
                 self.advance(*now, &mut out.effects);
                 for c in cmds {
@@ -285,7 +292,8 @@ impl Model {
 
     fn make_holder(&mut self, lock: &str, lease: u64, req: u64, delay: u64) -> Grant {
         self.tokens_made += 1;
-        let token = self.tokens_made;
+        self.counter += 1;
+        let token = self.counter;
         let since = self.now;
         self.holders.push(MHolder {
             lock: lock.to_string(),
@@ -568,7 +576,12 @@ impl Model {
             held_locks: self.holders.len() as u64,
             waiters: self.waiters.len() as u64,
             tokens_issued: self.tokens_made,
+            token_counter: self.counter,
         }
+    }
+
+    pub fn cluster_id(&self) -> Option<ClusterId> {
+        self.cluster
     }
 
     pub fn check(&self, now: u64, lock: &str, token: Token) -> Check {

@@ -6,6 +6,7 @@
 //! |----------------|----------------|-----------------------------------------|
 //! | `raft_log`     | log index, u64 | `openraft::Entry<TypeConfig>`           |
 //! | `raft_meta`    | `"vote"`       | `Vote<u64>`                             |
+//! |                | `"identity"`   | see [`super::identity`]                 |
 //! |                | `"committed"`  | `LogId<u64>`                            |
 //! |                | `"last_purged"`| `LogId<u64>`                            |
 //! | `raft_snapshot`| see [`super::state_machine`]                             |
@@ -250,6 +251,11 @@ impl Debug for LogStore {
 }
 
 impl LogStore {
+    /// The database (for the data dir's identity, [`super::identity`]).
+    pub(crate) fn db(&self) -> &Arc<Database> {
+        &self.db
+    }
+
     fn read_meta<T: DeserializeOwned>(&self, key: &str) -> Result<Option<T>, DbError> {
         let txn = self.db.begin_read()?;
         let table = txn.open_table(META)?;

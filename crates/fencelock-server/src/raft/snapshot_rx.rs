@@ -11,8 +11,9 @@
 //! - it is at most [`MAX_SNAPSHOT_BYTES`] (checked chunk by chunk);
 //! - it decodes, and its data describes the same point of the log as its meta;
 //! - the engine in it passes `Engine::check_consistency`;
-//! - if openraft would install it (it goes beyond what this node has applied), its
-//!   token counter is not below this node's: a snapshot must never send tokens back.
+//! - if openraft would install it (it goes beyond what this node has applied), it
+//!   is of this node's cluster (when both know their cluster id), and its token
+//!   counter is not below this node's: a snapshot must never send tokens back.
 //!
 //! A refused snapshot is answered with INVALID_ARGUMENT (a leader backs off and
 //! sends again), logged and counted in `fencelock_peer_messages_refused_total`;
@@ -69,7 +70,10 @@ impl Receiver {
         }
         let my_vote = raft.metrics().borrow().vote;
         let vote = req.vote;
-        if vote < my_vote {
+        // By term alone: openraft's `Vote` ordering panics (unreachable!) on
+        // two committed votes of one term from different nodes, which a peer
+        // could send.
+        if vote.leader_id().term < my_vote.leader_id().term {
             return Ok(Ok(InstallSnapshotResponse { vote: my_vote }));
         }
         let finished = {
@@ -97,11 +101,16 @@ pub fn check(snapshot: &Snapshot<TypeConfig>, applied: Option<LogId<NodeId>>, en
         // openraft ignores a snapshot it has already applied past.
         return Ok(());
     }
-    let ours = engine.read().map_err(|_| "this node's engine lock is poisoned".to_string())?.stats().tokens_issued;
-    let theirs = received.stats().tokens_issued;
+    let local = engine.read().map_err(|_| "this node's engine lock is poisoned".to_string())?;
+    if let (Some(theirs), Some(ours)) = (received.cluster_id(), local.cluster_id()) {
+        if theirs != ours {
+            return Err(format!("it is of cluster {theirs}, this node is of cluster {ours}"));
+        }
+    }
+    let (theirs, ours) = (received.stats().token_counter, local.stats().token_counter);
     if theirs < ours {
         return Err(format!(
-            "its token counter ({theirs} issued) is below this node's ({ours} issued): installing it would send tokens backwards"
+            "its token counter ({theirs}) is below this node's ({ours}): installing it would send tokens backwards"
         ));
     }
     Ok(())

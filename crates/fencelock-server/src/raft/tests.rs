@@ -84,7 +84,7 @@ async fn log_vote_and_committed_survive_reopen() {
     let entries = vec![
         blank(1, 1),
         membership(1, 2, &[1]),
-        normal(1, 3, Input::LeaderStart { now: 1_000 }),
+        normal(1, 3, Input::leader_start(1_000)),
         normal(
             1,
             4,
@@ -172,7 +172,7 @@ async fn snapshot_restores_engine_on_reopen() {
             .apply(vec![
                 blank(1, 1),
                 membership(1, 2, &[1]),
-                normal(1, 3, Input::LeaderStart { now: 1_000 }),
+                normal(1, 3, Input::leader_start(1_000)),
                 normal(
                     1,
                     4,
@@ -277,7 +277,7 @@ async fn installed_snapshot_replaces_state_and_survives_reopen() {
     leader
         .apply(vec![
             membership(1, 1, &[1, 2]),
-            normal(1, 2, Input::LeaderStart { now: 50 }),
+            normal(1, 2, Input::leader_start(50)),
             normal(
                 1,
                 3,
@@ -446,7 +446,7 @@ async fn three_nodes_replicate_and_install_snapshot_over_grpc() {
     let lraft = nodes[&leader].raft.clone();
 
     let w = lraft
-        .client_write(Input::LeaderStart { now: 10 })
+        .client_write(Input::leader_start(10))
         .await
         .unwrap();
     assert_eq!(

@@ -23,7 +23,7 @@ pub fn request_id() -> u64 {
 pub async fn start(dir: &Path) -> (Running, Client) {
     let mut tries = 0;
     let running = loop {
-        match fencelock_server::start(Config::for_test(dir)).await {
+        match fencelock_server::start(Config::for_test(dir.join("data"))).await {
             Ok(r) => break r,
             Err(e) if tries < 100 && e.to_string().contains("already in use") => tries += 1,
             Err(e) => panic!("server start: {e}"),

@@ -45,7 +45,7 @@ pub fn check(r: &Report) -> Verdict {
     let (mut grants, mut dead_waits) = (0u64, 0u64);
     for (input, out) in r.log.iter().zip(&r.replayed) {
         match input {
-            Input::LeaderStart { now } => m.leader_start(*now),
+            Input::LeaderStart { now, .. } => m.leader_start(*now),
             Input::Batch { now, cmds } => m.batch(&mut v, *now, cmds, out),
         }
         grants += out

@@ -33,7 +33,7 @@ use tokio::sync::mpsc;
 
 use super::log::{ServerShared, WritePhase};
 use crate::{
-    clock::{now_ms, sleep_ms, sleep_until_opt},
+    clock::{now_ms, sleep_ms, sleep_until_opt, token_floor},
     config::Mutant,
     event::EventKind,
     wire::{Push, PushOutcome, Request, ServerMsg},
@@ -107,7 +107,10 @@ impl Driver {
 
     /// Write `LeaderStart`, then serve batches forever (until the host crashes).
     pub async fn run(mut self, replayed: usize) {
-        self.write(Input::LeaderStart { now: now_ms() }, Vec::new())
+        // The token floor from the virtual wall clock, as the real server's
+        // from the real one: tokens jump at restarts, as they do there.
+        let input = Input::LeaderStart { now: now_ms(), token_floor: token_floor(), cluster_id: None };
+        self.write(input, Vec::new())
             .await;
         self.shared.events.push(EventKind::ServerUp { replayed });
         loop {

@@ -16,7 +16,7 @@ pub struct Native {
 impl Target for Native {
     async fn start() -> Native {
         let dir = tempfile::tempdir().unwrap();
-        let running = fencelock_server::start(fencelock_server::Config::for_test(dir.path())).await.unwrap();
+        let running = fencelock_server::start(fencelock_server::Config::for_test(dir.path().join("data"))).await.unwrap();
         let addr = running.grpc_addr;
         // Wait until the node has elected itself (the client retries meanwhile).
         let client = fencelock::Client::connect(format!("http://{addr}")).await.unwrap();

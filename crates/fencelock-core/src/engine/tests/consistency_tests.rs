@@ -84,7 +84,7 @@ fn invalid_names_ttls_and_counters_are_refused() {
 fn inv2_a_restored_engine_forgets_holders_and_raises_the_token_counter() {
     let e = held_and_queued();
     let restored = e.restored(1000);
-    assert_eq!(restored.stats(), Stats { leases: 0, held_locks: 0, waiters: 0, tokens_issued: 999 });
+    assert_eq!(restored.stats(), Stats { leases: 0, held_locks: 0, waiters: 0, tokens_issued: 0, token_counter: 999 });
     assert_eq!(restored.check_consistency(), Ok(()));
     assert_eq!(e.restored(0).next_token(), e.next_token(), "a floor below the counter changes nothing");
     let mut r = restored;

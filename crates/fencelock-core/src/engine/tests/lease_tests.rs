@@ -272,7 +272,8 @@ fn inv4_lease_expiry_releases_its_locks_and_drops_its_waits() {
             leases: 2,
             held_locks: 2,
             waiters: 0,
-            tokens_issued: 4
+            tokens_issued: 4,
+            token_counter: 4
         }
     );
 }

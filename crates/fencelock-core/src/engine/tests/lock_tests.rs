@@ -24,7 +24,8 @@ fn inv2_acquire_of_a_free_lock_grants_at_once_with_token_1() {
             leases: 1,
             held_locks: 1,
             waiters: 0,
-            tokens_issued: 1
+            tokens_issued: 1,
+            token_counter: 1
         }
     );
 }
@@ -197,7 +198,8 @@ fn inv6_acquire_retry_after_a_grant_returns_the_same_grant_and_grants_nothing() 
             leases: 2,
             held_locks: 0,
             waiters: 0,
-            tokens_issued: 2
+            tokens_issued: 2,
+            token_counter: 2
         }
     );
 }

@@ -181,7 +181,7 @@ fn before_leader_change() -> Engine {
 fn inv8_leader_start_rebases_every_instant_onto_the_new_clock() {
     let mut e = before_leader_change();
     assert_eq!(
-        e.step(&Input::LeaderStart { now: 5000 }),
+        e.step(&Input::leader_start(5000)),
         out(vec![], vec![], Some(5300))
     );
     assert_eq!(e.now(), 5000);
@@ -211,7 +211,7 @@ fn inv8_leader_start_rebases_every_instant_onto_the_new_clock() {
 fn inv8_leader_start_on_a_smaller_clock_saturates_ages() {
     let mut e = before_leader_change();
     assert_eq!(
-        e.step(&Input::LeaderStart { now: 10 }),
+        e.step(&Input::leader_start(10)),
         out(vec![], vec![], Some(310))
     );
     assert_eq!(e.now(), 10);
@@ -227,7 +227,7 @@ fn inv8_leader_start_expires_nothing_and_gives_a_full_ttl() {
     one(&mut e, 0, acq(1, 1, "a", 0, 0));
     // The old clock's deadline (1000) is meaningless on the new clock.
     assert_eq!(
-        e.step(&Input::LeaderStart { now: 5000 }),
+        e.step(&Input::leader_start(5000)),
         out(vec![], vec![], Some(6000))
     );
     assert_eq!(tick(&mut e, 5999), out(vec![], vec![], Some(6000)));
@@ -240,9 +240,9 @@ fn inv8_leader_start_expires_nothing_and_gives_a_full_ttl() {
 #[test]
 fn inv12_a_second_leader_change_without_keep_alive_gives_no_fresh_ttl() {
     let mut e = setup(1); // lease 1, TTL 1000, at 0
-    e.step(&Input::LeaderStart { now: 5000 }); // fresh TTL: ends at 6000
+    e.step(&Input::leader_start(5000)); // fresh TTL: ends at 6000
     tick(&mut e, 5400); // 600 left
-    assert_eq!(e.step(&Input::LeaderStart { now: 100 }), out(vec![], vec![], Some(700)));
+    assert_eq!(e.step(&Input::leader_start(100)), out(vec![], vec![], Some(700)));
     assert_eq!(tick(&mut e, 699), out(vec![], vec![], Some(700)));
     assert_eq!(tick(&mut e, 700), out(vec![], vec![expired(1)], None));
 }
@@ -252,10 +252,10 @@ fn inv12_a_second_leader_change_without_keep_alive_gives_no_fresh_ttl() {
 #[test]
 fn inv12_a_keep_alive_earns_the_next_fresh_ttl() {
     let mut e = setup(1);
-    e.step(&Input::LeaderStart { now: 5000 });
+    e.step(&Input::leader_start(5000));
     tick(&mut e, 5900);
     one(&mut e, 5900, keep(9, 1));
-    assert_eq!(e.step(&Input::LeaderStart { now: 100 }), out(vec![], vec![], Some(1100)));
+    assert_eq!(e.step(&Input::leader_start(100)), out(vec![], vec![], Some(1100)));
 }
 
 /// INV-12, etcd#9888: leader changes in a row, each leader serving 100 ms
@@ -267,7 +267,7 @@ fn inv12_elections_alone_never_keep_a_lease_alive() {
     let mut served = 0;
     for term in 1..=100u64 {
         let start = term * 10_000;
-        e.step(&Input::LeaderStart { now: start });
+        e.step(&Input::leader_start(start));
         let fx = tick(&mut e, start + 100).effects;
         served += 100;
         if fx.contains(&expired(1)) {
@@ -393,9 +393,9 @@ fn never_panics_at_the_edges_of_time() {
     ];
     let o = batch(&mut e, end, cmds);
     assert_eq!(o.next_deadline, Some(u64::MAX));
-    e.step(&Input::LeaderStart { now: u64::MAX });
-    e.step(&Input::LeaderStart { now: 0 });
-    e.step(&Input::LeaderStart { now: u64::MAX });
+    e.step(&Input::leader_start(u64::MAX));
+    e.step(&Input::leader_start(0));
+    e.step(&Input::leader_start(u64::MAX));
     // Everything is due at the last instant, the saturated lock-delay included.
     let o = tick(&mut e, u64::MAX);
     assert_eq!(o.effects[0], expired(1));

@@ -1,0 +1,415 @@
+//! The data dir's identity: which group and which node a data dir belongs to,
+//! in what on-disk format, checked before the node serves anything.
+//!
+//! Where it sits: [`open`] wraps [`super::log_store::open`] for the server's
+//! start-up; [`watch`] runs beside the driver while the node serves.
+//!
+//! # What is stored
+//! One JSON value under the key `"identity"` of the `raft_meta` table:
+//! the on-disk format version ([`FORMAT_VERSION`]), this node's id, the id this
+//! node proposes for its group, and the group's cluster id once this node has
+//! applied it.
+//!
+//! # Start-up rules
+//! - The data dir does not exist: a first start. It is created, the identity is
+//!   written, and one log line says so.
+//! - It exists but is empty, or has no database, or a zero-byte database, or a
+//!   database without an identity and without any Raft state: refused. That is
+//!   what a lost volume, a wiped directory or a start from the wrong working
+//!   directory looks like, and starting a new group there silently would hand
+//!   out grants that contradict the old group's.
+//! - Its node id differs from `--node-id`, or its format is newer than this
+//!   binary reads: refused, saying which.
+//! - `--force-new-cluster` turns every refusal into a fresh start: a refused
+//!   database is moved aside (renamed `fencelock.redb.set-aside-N`, never
+//!   deleted) and a new one is created.
+//! - A database with Raft state but no identity (written before identities
+//!   existed) is adopted: the identity is added, the state is kept.
+//!
+//! # How every member gets the same cluster id
+//! Members of a `--peers` group bootstrap independently with the same voter
+//! list, so no node can pick the id alone. Instead the id is part of the
+//! replicated state: every node proposes a random id of its own in each
+//! `LeaderStart` it writes, and the engine adopts the first one it applies and
+//! never changes it ([`fencelock_core::Engine::cluster_id`]). The first leader's
+//! first entry therefore fixes the group's id, every member applies the same
+//! entry, and snapshots carry it. [`watch`] records the applied id in the
+//! member's own identity; a joining node (`--join`) learns it the same way. A
+//! group formed by an older version gets the id of its first leader after the
+//! upgrade. A node whose recorded id differs from the applied one stops
+//! serving (its data dir and its group disagree).
+//!
+//! # While serving
+//! [`watch`] checks every [`WATCH_EVERY`] that the database path still names
+//! the file that was opened (same device and inode): a data dir deleted or
+//! replaced under a running server is noticed and the node fails closed (its
+//! Raft node is shut down, so nothing more is acknowledged) instead of granting
+//! from a file that no longer exists on disk.
+#![allow(clippy::result_large_err)]
+
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use fencelock_core::ClusterId;
+use redb::{Database, ReadableDatabase, ReadableTableMetadata};
+use serde::{Deserialize, Serialize};
+use tokio::sync::watch as tokio_watch;
+
+use super::log_store::{self, DbError, LogStore, DB_FILE, LOG, META, SNAPSHOT};
+use super::state_machine::{SharedEngine, StateMachine};
+use super::Raft;
+use crate::config::{Bootstrap, Config};
+
+/// The on-disk format this binary writes and reads. A data dir with a higher
+/// number was written by a newer fencelock and is refused.
+pub const FORMAT_VERSION: u32 = 1;
+
+const KEY_IDENTITY: &str = "identity";
+
+/// How often [`watch`] looks at the data dir.
+pub const WATCH_EVERY: Duration = Duration::from_millis(250);
+
+/// Who a data dir belongs to.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Identity {
+    /// The on-disk format version it was written in.
+    pub format: u32,
+    /// The node this data dir belongs to.
+    pub node_id: u64,
+    /// The id this node proposes if it is its group's first leader.
+    pub proposed: ClusterId,
+    /// The group's id, once this node has applied the entry that fixed it.
+    pub cluster_id: Option<ClusterId>,
+}
+
+/// The identity of the running node; shared with [`watch`], which fills in the
+/// cluster id once it is applied.
+#[derive(Debug, Clone)]
+pub struct SharedIdentity(Arc<Mutex<Identity>>);
+
+impl SharedIdentity {
+    /// The group's cluster id, once known on this node (`None` before its
+    /// first `LeaderStart` is applied here). The check of incoming snapshots
+    /// and peer messages against it is the caller's.
+    pub fn cluster_id(&self) -> Option<ClusterId> {
+        self.get().cluster_id
+    }
+
+    /// A copy of the whole identity.
+    pub fn get(&self) -> Identity {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner).clone()
+    }
+
+    fn set_cluster_id(&self, id: ClusterId) {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner).cluster_id = Some(id);
+    }
+}
+
+/// Why a data dir was refused, or its identity could not be read or written.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum IdentityError {
+    #[error(
+        "data directory {dir} exists but is empty; a node's data is never in an empty directory \
+         (a volume not mounted? a directory wiped?). Point --data-dir at the node's data, or start \
+         a new group here deliberately with --force-new-cluster"
+    )]
+    EmptyDir { dir: PathBuf },
+    #[error(
+        "data directory {dir} has no database {DB_FILE} (but other files); point --data-dir at the \
+         node's data, or start a new group here deliberately with --force-new-cluster"
+    )]
+    NoDatabase { dir: PathBuf },
+    #[error(
+        "the database {file} is empty (zero bytes): its data is lost; restore the data dir from a \
+         backup, or start a new group deliberately with --force-new-cluster (the empty file is \
+         moved aside)"
+    )]
+    ZeroBytes { file: PathBuf },
+    #[error(
+        "the database {file} has no identity and no Raft state (never initialized, or wiped); \
+         start a new group deliberately with --force-new-cluster (the file is moved aside)"
+    )]
+    NoIdentity { file: PathBuf },
+    #[error(
+        "data directory {dir} belongs to node {stored} (cluster {cluster}), not to --node-id \
+         {flag}: start it with --node-id {stored}, or give node {flag} its own --data-dir \
+         (--force-new-cluster moves this database aside and starts node {flag} afresh here)"
+    )]
+    OtherNode { dir: PathBuf, stored: u64, flag: u64, cluster: String },
+    #[error(
+        "the database {file} is in on-disk format {found}; this fencelock reads up to format \
+         {FORMAT_VERSION}: run a newer fencelock"
+    )]
+    NewerFormat { file: PathBuf, found: u32 },
+    #[error("data directory {dir}: {what}: {source}")]
+    Io { dir: PathBuf, what: String, source: std::io::Error },
+    #[error("{0}")]
+    Storage(String),
+}
+
+/// What the data dir looks like before it is opened.
+#[derive(Debug, PartialEq, Eq)]
+enum Found {
+    /// No directory: a first start.
+    Nothing,
+    /// A directory with a non-empty database file in it.
+    Database,
+}
+
+/// Opens the data dir of `config` for serving: checks and creates its identity
+/// (see the module docs) and opens the storage. Logs one line on a first start.
+pub fn open(config: &Config) -> Result<(LogStore, StateMachine, SharedIdentity), IdentityError> {
+    match open_checked(config) {
+        Err(refused) if config.force_new_cluster && refused.is_refusal() => {
+            let dir = &config.data_dir;
+            tracing::warn!("--force-new-cluster: starting a new group in {} ({refused})", dir.display());
+            set_aside(dir)?;
+            let (log, sm) = open_storage(dir)?;
+            let identity = first_start(config, &log)?;
+            Ok((log, sm, SharedIdentity(Arc::new(Mutex::new(identity)))))
+        }
+        other => other,
+    }
+}
+
+/// [`open`] without `--force-new-cluster`. On a refusal the database is closed
+/// again before this returns.
+fn open_checked(config: &Config) -> Result<(LogStore, StateMachine, SharedIdentity), IdentityError> {
+    let dir = &config.data_dir;
+    let found = inspect(dir)?;
+    let (log, sm) = open_storage(dir)?;
+    let identity = match read(log.db()).map_err(storage)? {
+        None if found == Found::Nothing => first_start(config, &log)?,
+        None if has_raft_state(log.db()).map_err(storage)? => adopt(config, &log)?,
+        None => return Err(IdentityError::NoIdentity { file: dir.join(DB_FILE) }),
+        Some(id) => {
+            check(config, &id)?;
+            id
+        }
+    };
+    Ok((log, sm, SharedIdentity(Arc::new(Mutex::new(identity)))))
+}
+
+impl IdentityError {
+    /// A refusal of the data dir's contents (which `--force-new-cluster`
+    /// overrides), rather than a failure to read or write it (which nothing
+    /// overrides: a database in use by another server among them).
+    pub fn is_refusal(&self) -> bool {
+        !matches!(self, IdentityError::Io { .. } | IdentityError::Storage(_))
+    }
+}
+
+fn open_storage(dir: &Path) -> Result<(LogStore, StateMachine), IdentityError> {
+    log_store::open(dir).map_err(|e| storage(DbError::Other(e.to_string())))
+}
+
+/// What `dir` holds, or why it is refused.
+fn inspect(dir: &Path) -> Result<Found, IdentityError> {
+    let io = |what: &str| {
+        let what = what.to_string();
+        move |source| IdentityError::Io { dir: dir.to_path_buf(), what, source }
+    };
+    match std::fs::metadata(dir) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Found::Nothing),
+        Err(e) => return Err(io("cannot read it")(e)),
+        Ok(_) => {}
+    }
+    let file = dir.join(DB_FILE);
+    match std::fs::metadata(&file) {
+        Ok(m) if m.len() == 0 => Err(IdentityError::ZeroBytes { file }),
+        Ok(_) => Ok(Found::Database),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let empty = std::fs::read_dir(dir).map_err(io("cannot list it"))?.next().is_none();
+            let dir = dir.to_path_buf();
+            Err(if empty { IdentityError::EmptyDir { dir } } else { IdentityError::NoDatabase { dir } })
+        }
+        Err(e) => Err(io("cannot read its database")(e)),
+    }
+}
+
+/// Renames the database (if any) to the first free `fencelock.redb.set-aside-N`.
+fn set_aside(dir: &Path) -> Result<(), IdentityError> {
+    let file = dir.join(DB_FILE);
+    if !file.exists() {
+        return Ok(());
+    }
+    let io = |source| IdentityError::Io { dir: dir.to_path_buf(), what: "cannot move the database aside".into(), source };
+    let aside = (1..).map(|n| dir.join(format!("{DB_FILE}.set-aside-{n}"))).find(|p| !p.exists());
+    let aside = aside.expect("an unbounded range has a free name");
+    std::fs::rename(&file, &aside).map_err(io)?;
+    tracing::warn!("moved the refused database {} to {}", file.display(), aside.display());
+    Ok(())
+}
+
+/// Whether the identity fits the flags.
+fn check(config: &Config, id: &Identity) -> Result<(), IdentityError> {
+    if id.format > FORMAT_VERSION {
+        return Err(IdentityError::NewerFormat { file: config.data_dir.join(DB_FILE), found: id.format });
+    }
+    if id.node_id != config.node_id {
+        let cluster = id.cluster_id.map_or_else(|| "not known yet".to_string(), |c| c.to_string());
+        let (dir, stored, flag) = (config.data_dir.clone(), id.node_id, config.node_id);
+        return Err(IdentityError::OtherNode { dir, stored, flag, cluster });
+    }
+    Ok(())
+}
+
+/// Writes a new identity and says so on one line.
+fn first_start(config: &Config, log: &LogStore) -> Result<Identity, IdentityError> {
+    let id = new_identity(config)?;
+    write(log.db(), &id).map_err(storage)?;
+    let (dir, node) = (config.data_dir.display(), config.node_id);
+    match &config.bootstrap {
+        Bootstrap::Single => {
+            tracing::info!("new data dir {dir}: node {node} forms a new group, cluster id {}", id.proposed)
+        }
+        Bootstrap::Peers(p) => tracing::info!(
+            "new data dir {dir}: node {node} forms a new group with nodes {:?}; it proposes cluster id {} \
+             (the group's first leader's proposal becomes the cluster id)",
+            p.keys().collect::<Vec<_>>(),
+            id.proposed
+        ),
+        Bootstrap::Join => {
+            tracing::info!("new data dir {dir}: node {node} waits to be added to a group and will take its cluster id")
+        }
+    }
+    Ok(id)
+}
+
+/// A database written before identities existed: keep its state, add one.
+fn adopt(config: &Config, log: &LogStore) -> Result<Identity, IdentityError> {
+    let id = new_identity(config)?;
+    write(log.db(), &id).map_err(storage)?;
+    tracing::warn!(
+        "the database in {} has no identity (written by an older fencelock): recorded it as node {}'s, format {}",
+        config.data_dir.display(),
+        config.node_id,
+        FORMAT_VERSION
+    );
+    Ok(id)
+}
+
+fn new_identity(config: &Config) -> Result<Identity, IdentityError> {
+    let proposed = random_cluster_id().map_err(|source| IdentityError::Io {
+        dir: config.data_dir.clone(),
+        what: "cannot read /dev/urandom for a cluster id".into(),
+        source,
+    })?;
+    Ok(Identity { format: FORMAT_VERSION, node_id: config.node_id, proposed, cluster_id: None })
+}
+
+/// 128 random bits from the operating system.
+fn random_cluster_id() -> std::io::Result<ClusterId> {
+    use std::io::Read;
+    let mut bytes = [0u8; 16];
+    std::fs::File::open("/dev/urandom")?.read_exact(&mut bytes)?;
+    Ok(ClusterId(u128::from_le_bytes(bytes)))
+}
+
+fn storage(e: DbError) -> IdentityError {
+    IdentityError::Storage(e.to_string())
+}
+
+fn read(db: &Database) -> Result<Option<Identity>, DbError> {
+    let txn = db.begin_read()?;
+    let table = txn.open_table(META)?;
+    let value = table.get(KEY_IDENTITY)?;
+    Ok(value.map(|v| serde_json::from_slice(v.value())).transpose()?)
+}
+
+/// Writes `id`, durably (fsync before it returns).
+fn write(db: &Database, id: &Identity) -> Result<(), DbError> {
+    let bytes = serde_json::to_vec(id)?;
+    let txn = db.begin_write()?;
+    txn.open_table(META)?.insert(KEY_IDENTITY, bytes.as_slice())?;
+    txn.commit()?;
+    Ok(())
+}
+
+/// Whether the database holds anything of a Raft node: a vote, a log entry, a
+/// purge mark or a snapshot.
+fn has_raft_state(db: &Database) -> Result<bool, DbError> {
+    let txn = db.begin_read()?;
+    let meta_empty = txn.open_table(META)?.is_empty()?;
+    let log_empty = txn.open_table(LOG)?.is_empty()?;
+    let snapshot_empty = txn.open_table(SNAPSHOT)?.is_empty()?;
+    Ok(!(meta_empty && log_empty && snapshot_empty))
+}
+
+/// Device and inode of a path.
+fn file_id(path: &Path) -> std::io::Result<(u64, u64)> {
+    std::fs::metadata(path).map(|m| (m.dev(), m.ino()))
+}
+
+/// What [`watch`] needs of the running node.
+pub struct Watched {
+    pub dir: PathBuf,
+    pub identity: SharedIdentity,
+    pub log: LogStore,
+    pub engine: SharedEngine,
+    pub raft: Raft,
+}
+
+/// Watches the data dir while the node serves (see the module docs). On a
+/// failure it logs why, shuts the Raft node down (nothing more is
+/// acknowledged) and sends the reason on `failed`. Ends then, or when `stop`
+/// turns true.
+pub async fn watch(w: Watched, failed: tokio_watch::Sender<Option<String>>, mut stop: tokio_watch::Receiver<bool>) {
+    let file = w.dir.join(DB_FILE);
+    let opened = match file_id(&file) {
+        Ok(id) => id,
+        Err(e) => return fail(&w, &failed, format!("cannot stat the database {}: {e}", file.display())).await,
+    };
+    let mut tick = tokio::time::interval(WATCH_EVERY);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = stop.wait_for(|s| *s) => return,
+        }
+        if let Err(why) = check_once(&w, &file, opened).await {
+            return fail(&w, &failed, why).await;
+        }
+    }
+}
+
+/// One look: the file is still the one opened; the applied cluster id is recorded.
+async fn check_once(w: &Watched, file: &Path, opened: (u64, u64)) -> Result<(), String> {
+    match file_id(file) {
+        Ok(now) if now == opened => {}
+        Ok(_) => return Err(format!("the database {} was replaced while the server ran", file.display())),
+        Err(e) => {
+            return Err(format!(
+                "the database {} is gone while the server ran (data dir deleted or moved?): {e}",
+                file.display()
+            ))
+        }
+    }
+    let applied = w.engine.read().unwrap_or_else(PoisonError::into_inner).cluster_id();
+    match (w.identity.cluster_id(), applied) {
+        (None, Some(id)) => record_cluster_id(w, id).await,
+        (Some(mine), Some(group)) if mine != group => Err(format!(
+            "this data dir belongs to cluster {mine}, but the applied state is of cluster {group}"
+        )),
+        _ => Ok(()),
+    }
+}
+
+async fn record_cluster_id(w: &Watched, id: ClusterId) -> Result<(), String> {
+    let mut identity = w.identity.get();
+    identity.cluster_id = Some(id);
+    let db = w.log.db().clone();
+    let written = log_store::blocking(move || write(&db, &identity)).await;
+    written.map_err(|e| format!("cannot record the cluster id {id}: {e}"))?;
+    w.identity.set_cluster_id(id);
+    tracing::info!("node {} is a member of cluster {id}", w.identity.get().node_id);
+    Ok(())
+}
+
+async fn fail(w: &Watched, failed: &tokio_watch::Sender<Option<String>>, why: String) {
+    tracing::error!("stopping: {why}; nothing more is acknowledged from this data dir");
+    let _ = w.raft.shutdown().await;
+    let _ = failed.send(Some(why));
+}
