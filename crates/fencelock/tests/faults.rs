@@ -68,7 +68,7 @@ async fn a_lost_answer_is_retried_with_the_same_request_id_and_grants_once() {
 
     assert_eq!((guard.lease_id(), guard.token()), granted, "the retry got the first grant");
     assert_eq!(server.metric("fencelock_grants_total").await, grants + 1, "one grant, not two");
-    assert_eq!(server.metric("fencelock_tokens_issued").await, granted.1, "no token issued after it");
+    assert_eq!(server.metric("fencelock_token_counter").await, granted.1, "no token issued after it");
     assert_eq!(holder(&observer, "a").await, Some(granted));
     assert_eq!(proxy.accepted(), 2, "the retry went over a new connection");
     assert!(!guard.is_lost() && !warm.is_lost(), "the lease survived the reset");
