@@ -41,6 +41,8 @@ pub struct Config {
     pub max_batch: usize,
     /// Take a snapshot after this many applied entries.
     pub snapshot_every: u64,
+    /// Limits on accepted connections, both ports (see [`crate::conn_limits`]).
+    pub connections: crate::conn_limits::ConnLimits,
 }
 
 impl Config {
@@ -58,6 +60,7 @@ impl Config {
             election_timeout: Duration::from_millis(150),
             max_batch: 4096,
             snapshot_every: 20_000,
+            connections: crate::conn_limits::ConnLimits::default(),
         }
     }
 
@@ -82,6 +85,7 @@ impl Config {
                 self.heartbeat.as_millis()
             ));
         }
+        self.connections.validate()?;
         Ok(())
     }
 
