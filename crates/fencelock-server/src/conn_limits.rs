@@ -289,13 +289,13 @@ pub struct Conn {
     idle: Duration,
     last: Instant,
     timer: Pin<Box<Sleep>>,
-    _permit: Permit,
+    permit: Permit,
 }
 
 impl Conn {
     fn new(io: TcpStream, idle: Duration, permit: Permit) -> Self {
         let last = Instant::now();
-        Self { io, idle, last, timer: Box::pin(tokio::time::sleep_until(last + idle)), _permit: permit }
+        Self { io, idle, last, timer: Box::pin(tokio::time::sleep_until(last + idle)), permit }
     }
 
     fn touch(&mut self, moved: bool) {
@@ -319,7 +319,7 @@ impl Conn {
     }
 
     fn metrics_idle(&self) {
-        self._permit.gate.metrics.conns.idle_closed.fetch_add(1, Relaxed);
+        self.permit.gate.metrics.conns.idle_closed.fetch_add(1, Relaxed);
     }
 }
 
