@@ -26,7 +26,9 @@ pub struct ServeArgs {
     /// A TOML file with any of the settings below (`node_id = 2`,
     /// `peers = "1=10.0.0.1:7070,2=10.0.0.2:7070,3=10.0.0.3:7070"`, `data_dir`,
     /// `listen`, `http`, `advertise`, `join`, `heartbeat`, `election_timeout`,
-    /// `log`); flags and environment variables override it.
+    /// `log`, and the connection limits `max_connections`,
+    /// `max_connections_per_source`, `handshake_timeout`, `idle_timeout`,
+    /// `header_read_timeout`); flags and environment variables override it.
     #[arg(long, env = "FENCELOCK_CONFIG")]
     config: Option<PathBuf>,
     /// Directory for the durable state (Raft log, vote, snapshots) [default: ./fencelock-data].
@@ -66,6 +68,30 @@ pub struct ServeArgs {
     /// Log filter (tracing env-filter syntax), e.g. `info` or `fencelock_server=debug` [default: info,openraft=warn].
     #[arg(long, env = "FENCELOCK_LOG")]
     log: Option<String>,
+    #[command(flatten)]
+    limits: LimitArgs,
+}
+
+/// The connection limits of both ports (`fencelock_server::conn_limits`).
+#[derive(Args, Debug, Default)]
+pub struct LimitArgs {
+    /// Most connections open at once, gRPC and HTTP together; one more is closed
+    /// at once [default: 768].
+    #[arg(long, env = "FENCELOCK_MAX_CONNECTIONS")]
+    max_connections: Option<usize>,
+    /// Most connections open at once from one IP address [default: 128].
+    #[arg(long, env = "FENCELOCK_MAX_CONNECTIONS_PER_SOURCE")]
+    max_connections_per_source: Option<usize>,
+    /// A connection that sends nothing within this is closed [default: 10s].
+    #[arg(long, env = "FENCELOCK_HANDSHAKE_TIMEOUT", value_parser = parse_duration)]
+    handshake_timeout: Option<Duration>,
+    /// A connection with no traffic either way for this is closed [default: 300s].
+    #[arg(long, env = "FENCELOCK_IDLE_TIMEOUT", value_parser = parse_duration)]
+    idle_timeout: Option<Duration>,
+    /// HTTP port: a request whose headers are not in within this closes its
+    /// connection [default: 10s].
+    #[arg(long, env = "FENCELOCK_HEADER_READ_TIMEOUT", value_parser = parse_duration)]
+    header_read_timeout: Option<Duration>,
 }
 
 /// The `--config` file: the same settings, all optional.
@@ -83,6 +109,11 @@ struct FileConfig {
     heartbeat: Option<String>,
     election_timeout: Option<String>,
     log: Option<String>,
+    max_connections: Option<usize>,
+    max_connections_per_source: Option<usize>,
+    handshake_timeout: Option<String>,
+    idle_timeout: Option<String>,
+    header_read_timeout: Option<String>,
 }
 
 pub async fn serve(a: ServeArgs) -> anyhow::Result<std::process::ExitCode> {
@@ -121,6 +152,7 @@ fn resolve(a: ServeArgs) -> anyhow::Result<(fencelock_server::Config, String)> {
         }
         None => FileConfig::default(),
     };
+    let limits = resolve_limits(a.limits, &file)?;
     let mut c = fencelock_server::Config::new(a.data_dir.or(file.data_dir).unwrap_or_else(|| "./fencelock-data".into()));
     if let Some(l) = a.listen.or(file.listen) {
         c.grpc_listen = l;
@@ -136,6 +168,7 @@ fn resolve(a: ServeArgs) -> anyhow::Result<(fencelock_server::Config, String)> {
     if let Some(e) = a.election_timeout.or(file_duration(file.election_timeout.as_deref(), "election_timeout")?) {
         c.election_timeout = e;
     }
+    c.connections = limits;
     let join = a.join || file.join;
     c.bootstrap = match a.peers.or(file.peers) {
         Some(_) if join => bail!("--join and --peers exclude each other: a new node either forms a group or joins one"),
@@ -154,6 +187,28 @@ fn resolve(a: ServeArgs) -> anyhow::Result<(fencelock_server::Config, String)> {
     }
     let log = a.log.or(file.log).unwrap_or_else(|| "info,openraft=warn".into());
     Ok((c, log))
+}
+
+/// The connection limits from flags, environment and file, over the defaults.
+fn resolve_limits(a: LimitArgs, file: &FileConfig) -> anyhow::Result<fencelock_server::conn_limits::ConnLimits> {
+    let mut l = fencelock_server::conn_limits::ConnLimits::default();
+    if let Some(n) = a.max_connections.or(file.max_connections) {
+        l.max_connections = n;
+    }
+    if let Some(n) = a.max_connections_per_source.or(file.max_connections_per_source) {
+        l.max_per_source = n;
+    }
+    let durations = [
+        (a.handshake_timeout, &file.handshake_timeout, "handshake_timeout", &mut l.handshake_timeout),
+        (a.idle_timeout, &file.idle_timeout, "idle_timeout", &mut l.idle_timeout),
+        (a.header_read_timeout, &file.header_read_timeout, "header_read_timeout", &mut l.header_read_timeout),
+    ];
+    for (flag, in_file, key, field) in durations {
+        if let Some(d) = flag.or(file_duration(in_file.as_deref(), key)?) {
+            *field = d;
+        }
+    }
+    Ok(l)
 }
 
 fn file_duration(v: Option<&str>, key: &str) -> anyhow::Result<Option<Duration>> {
@@ -227,6 +282,7 @@ mod tests {
             election_timeout: None,
             force_new_cluster: false,
             log: None,
+            limits: LimitArgs::default(),
         }
     }
 
@@ -252,6 +308,28 @@ mod tests {
         std::fs::write(&path, "nodeid = 2\n").unwrap();
         let e = resolve(ServeArgs { config: Some(path), ..args() }).unwrap_err();
         assert!(format!("{e:#}").contains("unknown field"), "{e:#}");
+    }
+
+    /// The connection limits come from flags, file and defaults like the rest;
+    /// limits that cannot work are refused.
+    #[test]
+    fn connection_limits_from_flags_and_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("node.toml");
+        std::fs::write(&path, "max_connections = 300\nidle_timeout = \"1m\"\nhandshake_timeout = \"3s\"\n").unwrap();
+        let limits = LimitArgs {
+            max_connections_per_source: Some(20),
+            handshake_timeout: Some(Duration::from_secs(2)),
+            ..LimitArgs::default()
+        };
+        let (c, _) = resolve(ServeArgs { config: Some(path.clone()), limits, ..args() }).unwrap();
+        let l = &c.connections;
+        assert_eq!((l.max_connections, l.max_per_source), (300, 20));
+        assert_eq!((l.idle_timeout, l.handshake_timeout), (Duration::from_secs(60), Duration::from_secs(2)));
+        assert_eq!(l.header_read_timeout, fencelock_server::conn_limits::ConnLimits::default().header_read_timeout);
+        let limits = LimitArgs { max_connections_per_source: Some(400), ..LimitArgs::default() };
+        let e = resolve(ServeArgs { config: Some(path), limits, ..args() }).unwrap_err();
+        assert!(e.to_string().contains("above the total"), "{e}");
     }
 
     #[test]

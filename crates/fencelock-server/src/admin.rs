@@ -17,8 +17,11 @@
 //! A `Lock` is `{"name", "holder": {"lease_id","token","token_age_ms","ttl_left_ms",
 //! "lock_delay_ms"} | null, "reopens_in_ms": n | null, "waiters": [{"lease_id",
 //! "waited_ms","wait_left_ms"}]}`.
+//!
+//! [`serve`] runs the router over HTTP/1.1 on connections admitted by
+//! [`crate::conn_limits`], with a header-read timeout.
 
-use std::sync::Arc;
+use std::{net::SocketAddr, sync::Arc, time::Duration};
 
 use axum::{
     extract::{Path, Query, State},
@@ -31,6 +34,7 @@ use fencelock_core::{LockInfo, LockName};
 use serde::{Deserialize, Serialize};
 
 use crate::cluster::{self, Change, ClusterError};
+use crate::conn_limits::Conn;
 use crate::{api::Ops, metrics::Metrics};
 
 #[derive(Clone)]
@@ -52,6 +56,50 @@ pub fn router(ops: Ops, metrics: Arc<Metrics>, node_id: u64) -> Router {
         .route("/v1/cluster/members", post(cluster_add))
         .route("/v1/cluster/members/{id}", delete(cluster_remove))
         .with_state(Admin { ops, metrics, node_id })
+}
+
+/// Serves `router` on the connections from `incoming` until `stop`; then lets
+/// requests in progress finish (each connection closes after its current
+/// request) and returns once all are closed. A connection whose request headers
+/// are not all in within `header_read_timeout` is closed (hyper's timer).
+pub async fn serve(
+    mut incoming: tokio::sync::mpsc::Receiver<(Conn, SocketAddr)>,
+    router: Router,
+    header_read_timeout: Duration,
+    stop: impl std::future::Future<Output = ()>,
+) {
+    let (closing, close) = tokio::sync::watch::channel(false);
+    let mut conns = tokio::task::JoinSet::new();
+    let mut stop = std::pin::pin!(stop);
+    loop {
+        let conn = tokio::select! {
+            _ = &mut stop => break,
+            c = incoming.recv() => c,
+        };
+        let Some((conn, _peer)) = conn else { break };
+        while conns.try_join_next().is_some() {}
+        conns.spawn(serve_connection(conn, router.clone(), header_read_timeout, close.clone()));
+    }
+    drop(incoming);
+    let _ = closing.send(true);
+    while conns.join_next().await.is_some() {}
+}
+
+async fn serve_connection(
+    conn: Conn,
+    router: Router,
+    header_read_timeout: Duration,
+    mut close: tokio::sync::watch::Receiver<bool>,
+) {
+    let mut http = hyper::server::conn::http1::Builder::new();
+    http.timer(hyper_util::rt::TokioTimer::new()).header_read_timeout(header_read_timeout);
+    let service = hyper_util::service::TowerToHyperService::new(router);
+    let mut served = std::pin::pin!(http.serve_connection(hyper_util::rt::TokioIo::new(conn), service));
+    tokio::select! {
+        _ = served.as_mut() => return,
+        _ = close.wait_for(|c| *c) => served.as_mut().graceful_shutdown(),
+    }
+    let _ = served.await;
 }
 
 #[derive(Serialize)]

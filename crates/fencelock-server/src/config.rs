@@ -45,6 +45,8 @@ pub struct Config {
     /// database or identity, another node's): a refused database is moved
     /// aside, never deleted. See [`crate::raft::identity`].
     pub force_new_cluster: bool,
+    /// Limits on accepted connections, both ports (see [`crate::conn_limits`]).
+    pub connections: crate::conn_limits::ConnLimits,
 }
 
 impl Config {
@@ -63,6 +65,7 @@ impl Config {
             max_batch: 4096,
             snapshot_every: 20_000,
             force_new_cluster: false,
+            connections: crate::conn_limits::ConnLimits::default(),
         }
     }
 
@@ -88,6 +91,7 @@ impl Config {
                 self.heartbeat.as_millis()
             ));
         }
+        self.connections.validate()?;
         Ok(())
     }
 

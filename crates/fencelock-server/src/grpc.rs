@@ -16,6 +16,20 @@ use crate::api::Ops;
 /// How many responses a session buffers before its reader waits for the client.
 const SESSION_BUFFER: usize = 4096;
 
+/// Largest client request message tonic decodes (unary or one session
+/// message); a larger one is refused (`OUT_OF_RANGE`) before it is decoded.
+/// The largest legitimate request is an acquire: a lock name of at most 512
+/// bytes and a few integers, well under 1 KiB. (The Raft service has its own,
+/// larger limit: `raft::network::MAX_MESSAGE_BYTES`.)
+pub const MAX_REQUEST_BYTES: usize = 64 * 1024;
+
+/// Most HTTP/2 streams (calls in flight) one connection may have open: bounds
+/// what one connection can hold, far above what a client needs. A session
+/// multiplexes its operations on one stream; a unary acquire that waits holds
+/// one stream for its wait, so a client over this many waiting at once on one
+/// connection queues the rest until a stream frees.
+pub const MAX_STREAMS_PER_CONNECTION: u32 = 4096;
+
 /// The `fencelock.v1.Lock` service.
 pub struct LockService {
     ops: Ops,

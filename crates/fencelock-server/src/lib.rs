@@ -8,7 +8,8 @@
 //! Layout: [`driver`] (the only proposer: batching, time, leadership), [`api`]
 //! (operations shared by unary RPCs and sessions), [`grpc`] (tonic glue),
 //! [`admin`] (axum), [`raft`] (type config, storage, network), [`clock`] (the only
-//! clock), [`metrics`], [`faults`] (test-only fault injection, inert by default).
+//! clock), [`metrics`], [`faults`] (test-only fault injection, inert by default),
+//! [`conn_limits`] (what both listeners accept).
 //!
 //! ```no_run
 //! # async fn f() -> Result<(), fencelock_server::ServerError> {
@@ -24,6 +25,7 @@ pub mod backup;
 pub mod clock;
 pub mod cluster;
 pub mod config;
+pub mod conn_limits;
 pub mod driver;
 pub mod faults;
 pub mod grpc;
@@ -39,7 +41,7 @@ use tokio::{
     sync::watch,
     task::JoinHandle,
 };
-use tokio_stream::wrappers::TcpListenerStream;
+use tokio_stream::wrappers::ReceiverStream;
 
 use crate::{api::Ops, clock::Clock, driver::Driver, metrics::Metrics};
 
@@ -137,14 +139,18 @@ pub async fn start(config: Config) -> Result<Running, ServerError> {
         raft: raft.clone(),
     };
     tasks.push(tokio::spawn(raft::identity::watch(watched, failed_tx, stop_rx.clone())));
-    let lock_svc = LockServer::new(grpc::LockService::new(ops.clone(), stop_rx.clone()));
+    let lock_svc = LockServer::new(grpc::LockService::new(ops.clone(), stop_rx.clone()))
+        .max_decoding_message_size(grpc::MAX_REQUEST_BYTES);
+    let gate = conn_limits::Gate::new(config.connections.clone(), metrics.clone());
     let raft_svc = raft::network::RaftService::new(raft.clone(), ops.engine.clone(), metrics.clone()).into_server();
     let grpc_stop = stopped(stop_rx.clone());
+    let grpc = incoming(grpc, &gate);
     tasks.push(tokio::spawn(async move {
         let res = tonic::transport::Server::builder()
+            .max_concurrent_streams(grpc::MAX_STREAMS_PER_CONNECTION)
             .add_service(lock_svc)
             .add_service(raft_svc)
-            .serve_with_incoming_shutdown(nodelay(TcpListenerStream::new(grpc)), grpc_stop)
+            .serve_with_incoming_shutdown(grpc, grpc_stop)
             .await;
         if let Err(e) = res {
             tracing::error!(error = %e, "gRPC server failed");
@@ -152,11 +158,9 @@ pub async fn start(config: Config) -> Result<Running, ServerError> {
     }));
     let router = admin::router(ops, metrics, config.node_id);
     let http_stop = stopped(stop_rx);
-    tasks.push(tokio::spawn(async move {
-        if let Err(e) = axum::serve(http, router).with_graceful_shutdown(http_stop).await {
-            tracing::error!(error = %e, "HTTP server failed");
-        }
-    }));
+    let header_read_timeout = gate.limits().header_read_timeout;
+    let http = conn_limits::accept(http, gate);
+    tasks.push(tokio::spawn(admin::serve(http, router, header_read_timeout, http_stop)));
     tracing::info!(%grpc_addr, %http_addr, data_dir = %config.data_dir.display(), "fencelock serving");
     Ok(Running { grpc_addr, http_addr, raft, identity, failed, stop, tasks })
 }
@@ -211,19 +215,14 @@ async fn bootstrap(raft: &raft::Raft, config: &Config, grpc_addr: SocketAddr) ->
     raft.initialize(members).await.map_err(|e| ServerError::Raft(e.to_string()))
 }
 
-/// Accepted connections with Nagle's algorithm off: an answer written in
-/// several pieces (HTTP/2 headers, data, trailers) must not wait for the
-/// peer's delayed ACK (up to 40 ms on Linux), on client and Raft traffic alike.
-fn nodelay(
-    incoming: TcpListenerStream,
-) -> impl tokio_stream::Stream<Item = std::io::Result<tokio::net::TcpStream>> {
+/// The gRPC port's connections as tonic takes them: admitted by `gate`, with
+/// Nagle's algorithm off (see [`conn_limits::accept`]).
+fn incoming(
+    listener: TcpListener,
+    gate: &Arc<conn_limits::Gate>,
+) -> impl tokio_stream::Stream<Item = std::io::Result<conn_limits::Conn>> {
     use tokio_stream::StreamExt as _;
-    incoming.map(|conn| {
-        if let Ok(c) = &conn {
-            let _ = c.set_nodelay(true);
-        }
-        conn
-    })
+    ReceiverStream::new(conn_limits::accept(listener, gate.clone())).map(|(conn, _peer)| Ok(conn))
 }
 
 /// A socket bound to `addr` (so its port is taken and known) that does not

@@ -64,6 +64,62 @@ pub struct Metrics {
     pub peer_messages_refused: AtomicU64,
     pub wait_time: Histogram,
     pub hold_time: Histogram,
+    /// Accepted connections, fed by [`crate::conn_limits`].
+    pub conns: ConnMetrics,
+}
+
+/// Connection counts of both listeners (see [`crate::conn_limits`]).
+#[derive(Default)]
+pub struct ConnMetrics {
+    pub open: AtomicU64,
+    pub refused_total: AtomicU64,
+    pub refused_per_source: AtomicU64,
+    pub handshake_timeouts: AtomicU64,
+    pub idle_closed: AtomicU64,
+}
+
+impl ConnMetrics {
+    pub fn opened(&self) {
+        self.open.fetch_add(1, Relaxed);
+    }
+
+    pub fn closed(&self) {
+        self.open.fetch_sub(1, Relaxed);
+    }
+
+    fn render(&self, o: &mut String) {
+        let counters: [(&str, &str, &AtomicU64); 4] = [
+            (
+                "fencelock_connections_refused_total",
+                "Connections closed at once: the total connection limit was reached.",
+                &self.refused_total,
+            ),
+            (
+                "fencelock_connections_refused_per_source_total",
+                "Connections closed at once: their source address was at its connection limit.",
+                &self.refused_per_source,
+            ),
+            (
+                "fencelock_connections_handshake_timeouts_total",
+                "Connections closed for sending nothing within the handshake timeout.",
+                &self.handshake_timeouts,
+            ),
+            (
+                "fencelock_connections_idle_closed_total",
+                "Connections closed after the idle timeout.",
+                &self.idle_closed,
+            ),
+        ];
+        for (name, help, v) in counters {
+            let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} counter\n{name} {}", v.load(Relaxed));
+        }
+        let name = "fencelock_connections_open";
+        let _ = writeln!(
+            o,
+            "# HELP {name} Accepted connections open, both ports.\n# TYPE {name} gauge\n{name} {}",
+            self.open.load(Relaxed)
+        );
+    }
 }
 
 impl Metrics {
@@ -147,6 +203,7 @@ impl Metrics {
         }
         self.wait_time.render(&mut o, "fencelock_wait_seconds", "Time from acquire to grant.");
         self.hold_time.render(&mut o, "fencelock_hold_seconds", "Time from grant to release or expiry.");
+        self.conns.render(&mut o);
         o
     }
 }

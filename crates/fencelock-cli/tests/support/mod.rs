@@ -35,6 +35,10 @@ pub struct Server {
     pub http: SocketAddr,
     child: Option<Child>,
     log: PathBuf,
+    /// Extra `fencelock serve` flags.
+    flags: Vec<String>,
+    /// The process's descriptor limit (soft and hard), if set.
+    nofile: Option<u64>,
 }
 
 impl Server {
@@ -45,6 +49,16 @@ impl Server {
 
     /// Like [`Server::start`], with the data directory somewhere else.
     pub fn start_with_data(dir: &Path, data: &Path) -> Server {
+        Self::launch(dir, data, &[], None)
+    }
+
+    /// Like [`Server::start`], with extra `fencelock serve` flags and, if
+    /// `nofile` is set, that limit on the process's open descriptors.
+    pub fn start_with_flags(dir: &Path, flags: &[&str], nofile: Option<u64>) -> Server {
+        Self::launch(dir, &dir.join("data"), flags, nofile)
+    }
+
+    fn launch(dir: &Path, data: &Path, flags: &[&str], nofile: Option<u64>) -> Server {
         let grpc = SocketAddr::from(([127, 0, 0, 1], free_port()));
         let http = SocketAddr::from(([127, 0, 0, 1], free_port()));
         let mut s = Server {
@@ -54,6 +68,8 @@ impl Server {
             http,
             child: None,
             log: dir.join("server.log"),
+            flags: flags.iter().map(|f| f.to_string()).collect(),
+            nofile,
         };
         s.spawn();
         s
@@ -66,15 +82,18 @@ impl Server {
     fn spawn(&mut self) {
         std::fs::create_dir_all(&self.dir).expect("mkdir");
         let log = std::fs::OpenOptions::new().create(true).append(true).open(&self.log).expect("log");
-        let child = Command::new(bin())
-            .args(["serve", "--data-dir"])
+        let mut cmd = Command::new(bin());
+        cmd.args(["serve", "--data-dir"])
             .arg(&self.data)
             .args(["--listen", &self.grpc.to_string(), "--http", &self.http.to_string()])
+            .args(&self.flags)
             .env("FENCELOCK_LOG", "info")
             .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .expect("spawn fencelock serve");
+            .stderr(log);
+        if let Some(n) = self.nofile {
+            limit_descriptors(&mut cmd, n);
+        }
+        let child = cmd.spawn().expect("spawn fencelock serve");
         self.child = Some(child);
         self.wait_healthy(Duration::from_secs(20));
     }
@@ -113,6 +132,26 @@ impl Server {
 
     pub fn log_text(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+/// Start `cmd` with at most `n` open descriptors (`RLIMIT_NOFILE`, soft and hard).
+pub fn limit_descriptors(cmd: &mut Command, n: u64) {
+    use nix::sys::resource::{setrlimit, Resource};
+    use std::os::unix::process::CommandExt;
+    // SAFETY: between fork and exec, only setrlimit (async-signal-safe) runs.
+    unsafe {
+        cmd.pre_exec(move || setrlimit(Resource::RLIMIT_NOFILE, n, n).map_err(std::io::Error::from));
+    }
+}
+
+/// Raise this process's soft descriptor limit to at least `n` (up to the hard
+/// limit), for tests that hold many sockets.
+pub fn raise_own_descriptor_limit(n: u64) {
+    use nix::sys::resource::{getrlimit, setrlimit, Resource};
+    let (soft, hard) = getrlimit(Resource::RLIMIT_NOFILE).expect("getrlimit");
+    if soft < n {
+        setrlimit(Resource::RLIMIT_NOFILE, n.min(hard), hard).expect("setrlimit");
     }
 }
 

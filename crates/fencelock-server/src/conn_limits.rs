@@ -1,0 +1,428 @@
+//! Connection limits for the server's two listeners (gRPC and HTTP admin).
+//!
+//! Where it sits: between a bound [`TcpListener`] and the protocol servers
+//! (tonic in `lib.rs`, hyper/axum in [`crate::admin::serve`]). Every accepted
+//! socket passes a [`Gate`], shared by both listeners, before a protocol server
+//! sees it:
+//!
+//! - at most [`ConnLimits::max_connections`] open at once in total and
+//!   [`ConnLimits::max_per_source`] from one IP address: one more is closed at
+//!   once (a refusal, counted in the metrics and logged at most every
+//!   [`LOG_EVERY`]). The process therefore never holds more accepted sockets than
+//!   the total, however many arrive, and one address cannot take all of them;
+//! - a connection that sends nothing within [`ConnLimits::handshake_timeout`] is
+//!   closed before any protocol server holds it;
+//! - a connection on which no byte moves either way for
+//!   [`ConnLimits::idle_timeout`] is closed ([`Conn`]). A healthy client is not
+//!   affected: while a call is in flight the Rust client pings every second, and a
+//!   connection closed while idle is opened again by its next call (a lease
+//!   keep-alive is a new call).
+//!
+//! The HTTP header-read timeout is the admin server's (hyper's), configured here.
+
+use std::{
+    collections::HashMap,
+    future::Future,
+    io,
+    net::{IpAddr, SocketAddr},
+    pin::Pin,
+    sync::{atomic::Ordering::Relaxed, Arc, Mutex},
+    task::{ready, Context, Poll},
+    time::Duration,
+};
+
+use tokio::{
+    io::{AsyncRead, AsyncWrite, ReadBuf},
+    net::{TcpListener, TcpStream},
+    sync::mpsc,
+    time::{Instant, Sleep},
+};
+
+use crate::metrics::Metrics;
+
+/// At most one log line per kind of refusal this often, with the count since the last.
+pub const LOG_EVERY: Duration = Duration::from_secs(10);
+
+/// After a failed `accept` (out of descriptors, most likely), wait this long
+/// before the next, instead of spinning.
+const ACCEPT_ERROR_PAUSE: Duration = Duration::from_millis(100);
+
+/// Connections handed over but not yet taken by the protocol server.
+const HANDOVER_BUFFER: usize = 64;
+
+/// The limits on accepted connections, for both listeners together.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConnLimits {
+    /// Most connections open at once, both ports together. The default, 768,
+    /// leaves a quarter of a 1,024-descriptor limit for the node's own files and
+    /// its connections to peers.
+    pub max_connections: usize,
+    /// Most connections open at once from one IP address. The default, 128, is a
+    /// sixth of the total: one address cannot take the rest from others.
+    pub max_per_source: usize,
+    /// A connection that sends no byte within this is closed (default 10 s).
+    pub handshake_timeout: Duration,
+    /// A connection on which no byte moves either way for this is closed
+    /// (default 300 s, longer than any server-side call of the admin port).
+    pub idle_timeout: Duration,
+    /// HTTP admin port: a request whose headers are not all in within this is
+    /// closed (default 10 s).
+    pub header_read_timeout: Duration,
+}
+
+impl Default for ConnLimits {
+    fn default() -> Self {
+        Self {
+            max_connections: 768,
+            max_per_source: 128,
+            handshake_timeout: Duration::from_secs(10),
+            idle_timeout: Duration::from_secs(300),
+            header_read_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+impl ConnLimits {
+    /// Checks what the server cannot run with, and says why.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.max_connections == 0 || self.max_per_source == 0 {
+            return Err("the connection limits (total and per source) must be at least 1".into());
+        }
+        if self.max_per_source > self.max_connections {
+            return Err(format!(
+                "the per-source connection limit ({}) is above the total ({})",
+                self.max_per_source, self.max_connections
+            ));
+        }
+        let timeouts = [self.handshake_timeout, self.idle_timeout, self.header_read_timeout];
+        if timeouts.iter().any(Duration::is_zero) {
+            return Err("the handshake, idle and header-read timeouts must be above zero".into());
+        }
+        Ok(())
+    }
+}
+
+/// Admission of accepted connections: counts what is open, refuses what is
+/// over a limit. Shared by both listeners.
+pub struct Gate {
+    limits: ConnLimits,
+    open: Mutex<Open>,
+    metrics: Arc<Metrics>,
+    log: Mutex<RefusalLog>,
+}
+
+#[derive(Default)]
+struct Open {
+    total: usize,
+    by_source: HashMap<IpAddr, usize>,
+}
+
+/// Why a connection was closed by the gate, for the rate-limited log.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum Refusal {
+    Total,
+    PerSource,
+    Handshake,
+}
+
+#[derive(Default)]
+struct RefusalLog {
+    last: HashMap<Refusal, Instant>,
+    since: HashMap<Refusal, u64>,
+}
+
+impl Gate {
+    pub fn new(limits: ConnLimits, metrics: Arc<Metrics>) -> Arc<Self> {
+        Arc::new(Self { limits, open: Mutex::default(), metrics, log: Mutex::default() })
+    }
+
+    pub fn limits(&self) -> &ConnLimits {
+        &self.limits
+    }
+
+    /// A permit for a connection from `ip`, or `None` (counted and logged) if a
+    /// limit is reached.
+    fn admit(self: &Arc<Self>, ip: IpAddr) -> Option<Permit> {
+        let ip = ip.to_canonical();
+        let refused = {
+            let mut open = self.open.lock().unwrap_or_else(|p| p.into_inner());
+            let from_ip = open.by_source.get(&ip).copied().unwrap_or(0);
+            if open.total >= self.limits.max_connections {
+                Some(Refusal::Total)
+            } else if from_ip >= self.limits.max_per_source {
+                Some(Refusal::PerSource)
+            } else {
+                open.total += 1;
+                open.by_source.insert(ip, from_ip + 1);
+                None
+            }
+        };
+        match refused {
+            Some(why) => {
+                self.refuse(why, ip);
+                None
+            }
+            None => {
+                self.metrics.conns.opened();
+                Some(Permit { gate: self.clone(), ip })
+            }
+        }
+    }
+
+    fn release(&self, ip: IpAddr) {
+        let mut open = self.open.lock().unwrap_or_else(|p| p.into_inner());
+        open.total -= 1;
+        if let Some(n) = open.by_source.get_mut(&ip) {
+            *n -= 1;
+            if *n == 0 {
+                open.by_source.remove(&ip);
+            }
+        }
+        self.metrics.conns.closed();
+    }
+
+    fn refuse(&self, why: Refusal, ip: IpAddr) {
+        let c = &self.metrics.conns;
+        match why {
+            Refusal::Total => c.refused_total.fetch_add(1, Relaxed),
+            Refusal::PerSource => c.refused_per_source.fetch_add(1, Relaxed),
+            Refusal::Handshake => c.handshake_timeouts.fetch_add(1, Relaxed),
+        };
+        if let Some(n) = self.due_log(why) {
+            let (total, per_source) = (self.limits.max_connections, self.limits.max_per_source);
+            match why {
+                Refusal::Total => {
+                    tracing::warn!(source = %ip, n, limit = total, "connections refused: the total limit is reached")
+                }
+                Refusal::PerSource => {
+                    tracing::warn!(source = %ip, n, limit = per_source, "connections refused: the per-source limit is reached")
+                }
+                Refusal::Handshake => {
+                    tracing::warn!(source = %ip, n, "connections closed: nothing sent within the handshake timeout")
+                }
+            }
+        }
+    }
+
+    /// How many refusals of this kind to report now (this one included), or
+    /// `None` if one was logged less than [`LOG_EVERY`] ago.
+    fn due_log(&self, why: Refusal) -> Option<u64> {
+        let mut log = self.log.lock().unwrap_or_else(|p| p.into_inner());
+        let n = log.since.entry(why).or_insert(0);
+        *n += 1;
+        let now = Instant::now();
+        if log.last.get(&why).is_some_and(|t| now < *t + LOG_EVERY) {
+            return None;
+        }
+        log.last.insert(why, now);
+        log.since.remove(&why)
+    }
+}
+
+/// One admitted connection's place in the counts; given back on drop.
+struct Permit {
+    gate: Arc<Gate>,
+    ip: IpAddr,
+}
+
+impl Drop for Permit {
+    fn drop(&mut self) {
+        self.gate.release(self.ip);
+    }
+}
+
+/// Accept on `listener` until the receiver is dropped, and hand over the
+/// connections that pass the gate and send something within the handshake
+/// timeout, with `TCP_NODELAY` set: an answer written in several pieces
+/// (HTTP/2 headers, data, trailers) must not wait for the peer's delayed ACK.
+pub fn accept(listener: TcpListener, gate: Arc<Gate>) -> mpsc::Receiver<(Conn, SocketAddr)> {
+    let (tx, rx) = mpsc::channel(HANDOVER_BUFFER);
+    tokio::spawn(accept_loop(listener, gate, tx));
+    rx
+}
+
+async fn accept_loop(listener: TcpListener, gate: Arc<Gate>, tx: mpsc::Sender<(Conn, SocketAddr)>) {
+    loop {
+        let accepted = tokio::select! {
+            _ = tx.closed() => return,
+            a = listener.accept() => a,
+        };
+        let (stream, peer) = match accepted {
+            Ok(a) => a,
+            Err(e) => {
+                tracing::debug!(error = %e, "accept failed");
+                tokio::time::sleep(ACCEPT_ERROR_PAUSE).await;
+                continue;
+            }
+        };
+        // Over a limit: the stream is dropped, so closed, here.
+        let Some(permit) = gate.admit(peer.ip()) else {
+            continue;
+        };
+        let _ = stream.set_nodelay(true);
+        tokio::spawn(handshake(stream, peer, permit, tx.clone()));
+    }
+}
+
+/// Hands `stream` over once it has a byte to read (or is closed by its peer);
+/// closes it if nothing arrives within the handshake timeout.
+async fn handshake(stream: TcpStream, peer: SocketAddr, permit: Permit, tx: mpsc::Sender<(Conn, SocketAddr)>) {
+    let gate = permit.gate.clone();
+    let mut byte = [0u8; 1];
+    let first_byte = tokio::time::timeout(gate.limits.handshake_timeout, stream.peek(&mut byte));
+    let arrived = tokio::select! {
+        _ = tx.closed() => return,
+        r = first_byte => r.is_ok(),
+    };
+    if !arrived {
+        drop(stream);
+        return gate.refuse(Refusal::Handshake, peer.ip().to_canonical());
+    }
+    let conn = Conn::new(stream, gate.limits.idle_timeout, permit);
+    let _ = tx.send((conn, peer)).await;
+}
+
+/// An admitted connection: closed (reads fail with `TimedOut`) once no byte has
+/// moved either way for the idle timeout; gives its place back when dropped.
+pub struct Conn {
+    io: TcpStream,
+    idle: Duration,
+    last: Instant,
+    timer: Pin<Box<Sleep>>,
+    permit: Permit,
+}
+
+impl Conn {
+    fn new(io: TcpStream, idle: Duration, permit: Permit) -> Self {
+        let last = Instant::now();
+        Self { io, idle, last, timer: Box::pin(tokio::time::sleep_until(last + idle)), permit }
+    }
+
+    fn touch(&mut self, moved: bool) {
+        if moved {
+            self.last = Instant::now();
+        }
+    }
+
+    /// Ready with an error once the connection has been idle for too long;
+    /// otherwise re-arms the timer for the last activity plus the idle timeout.
+    fn poll_idle(&mut self, cx: &mut Context<'_>) -> Poll<io::Error> {
+        loop {
+            ready!(self.timer.as_mut().poll(cx));
+            let due = self.last + self.idle;
+            if Instant::now() >= due {
+                self.metrics_idle();
+                return Poll::Ready(io::Error::new(io::ErrorKind::TimedOut, "connection idle for too long"));
+            }
+            self.timer.as_mut().reset(due);
+        }
+    }
+
+    fn metrics_idle(&self) {
+        self.permit.gate.metrics.conns.idle_closed.fetch_add(1, Relaxed);
+    }
+}
+
+impl AsyncRead for Conn {
+    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        let before = buf.filled().len();
+        match Pin::new(&mut self.io).poll_read(cx, buf) {
+            Poll::Ready(r) => {
+                let moved = buf.filled().len() > before;
+                self.touch(moved);
+                Poll::Ready(r)
+            }
+            Poll::Pending => self.poll_idle(cx).map(Err),
+        }
+    }
+}
+
+impl AsyncWrite for Conn {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        let r = ready!(Pin::new(&mut self.io).poll_write(cx, buf));
+        self.touch(matches!(r, Ok(n) if n > 0));
+        Poll::Ready(r)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let r = ready!(Pin::new(&mut self.io).poll_write_vectored(cx, bufs));
+        self.touch(matches!(r, Ok(n) if n > 0));
+        Poll::Ready(r)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.io).poll_shutdown(cx)
+    }
+}
+
+impl tonic::transport::server::Connected for Conn {
+    type ConnectInfo = tonic::transport::server::TcpConnectInfo;
+
+    fn connect_info(&self) -> Self::ConnectInfo {
+        <TcpStream as tonic::transport::server::Connected>::connect_info(&self.io)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn gate(total: usize, per_source: usize) -> Arc<Gate> {
+        let limits = ConnLimits { max_connections: total, max_per_source: per_source, ..ConnLimits::default() };
+        Gate::new(limits, Arc::new(Metrics::default()))
+    }
+
+    fn ip(last: u8) -> IpAddr {
+        IpAddr::from([127, 0, 0, last])
+    }
+
+    /// Finding "connections without limits" (issue 14): one address gets at
+    /// most its share; others still get in; a closed connection frees its place.
+    #[test]
+    fn per_source_and_total_limits_and_places_come_back() {
+        let g = gate(3, 2);
+        let a1 = g.admit(ip(2)).expect("first from .2");
+        let _a2 = g.admit(ip(2)).expect("second from .2");
+        assert!(g.admit(ip(2)).is_none(), "a third from .2 is over the per-source limit");
+        let _b1 = g.admit(ip(1)).expect("another address still gets in");
+        assert!(g.admit(ip(3)).is_none(), "over the total");
+        drop(a1);
+        assert!(g.admit(ip(2)).is_some(), "a closed connection gives its place back");
+        let m = &g.metrics.conns;
+        assert_eq!(m.refused_per_source.load(Relaxed), 1);
+        assert_eq!(m.refused_total.load(Relaxed), 1);
+    }
+
+    /// An IPv4 client reaching an IPv6 listener counts as its IPv4 address.
+    #[test]
+    fn mapped_addresses_count_as_their_ipv4_source() {
+        let g = gate(10, 1);
+        let _a = g.admit(ip(2)).expect("first");
+        assert!(g.admit(IpAddr::from(std::net::Ipv4Addr::new(127, 0, 0, 2).to_ipv6_mapped())).is_none());
+    }
+
+    #[test]
+    fn limits_that_cannot_work_are_refused() {
+        let bad = |f: fn(&mut ConnLimits)| {
+            let mut l = ConnLimits::default();
+            f(&mut l);
+            l.validate().unwrap_err()
+        };
+        assert!(bad(|l| l.max_connections = 0).contains("at least 1"));
+        assert!(bad(|l| l.max_per_source = 1000).contains("above the total"));
+        assert!(bad(|l| l.idle_timeout = Duration::ZERO).contains("above zero"));
+        ConnLimits::default().validate().expect("the defaults are valid");
+    }
+}
