@@ -1,6 +1,9 @@
 //! Issue 3, C3/C4 end to end: worker processes append to one object by
 //! read-modify-write under the lock, reading with their fencing token (a fenced
 //! read raises the object's mark, so an older holder can no longer write it).
+//! A read of the missing object creates no mark (issue 14), so a worker that
+//! read "missing" creates it with `If-None-Match: *`: a creation by anyone
+//! since its read, a stale holder's included, makes that write fail (`412`).
 //! Holders are paused with SIGSTOP between their read and their write for longer
 //! than their TTL. At the end the object holds exactly the appends the storage
 //! acknowledged, each once: no acknowledged write is lost or duplicated.
@@ -117,8 +120,11 @@ fn worker(id: &str) {
                     _ => tokio::time::sleep(Duration::from_millis(20)).await,
                 }
             };
-            let fencing = [("Fencing-Lock", LOCK.to_string()), ("Fencing-Token", guard.token().to_string())];
+            let mut fencing = vec![("Fencing-Lock", LOCK.to_string()), ("Fencing-Token", guard.token().to_string())];
             let (status, body) = http_request(storage, "GET", "/objects/list", &fencing, b"").unwrap();
+            if status == 404 {
+                fencing.push(("If-None-Match", "*".to_string()));
+            }
             let mut list: Vec<String> = match status {
                 200 => serde_json::from_str(&body).unwrap(),
                 404 => Vec::new(),
@@ -137,7 +143,7 @@ fn worker(id: &str) {
             let (status, body) = http_request(storage, "PUT", "/objects/list", &fencing, &bytes).unwrap();
             match status {
                 200 | 201 => say(&format!("ACK {entry} {}", guard.token())),
-                409 => say(&format!("REJ {entry} {}", guard.token())),
+                409 | 412 => say(&format!("REJ {entry} {}", guard.token())),
                 s => panic!("write failed: {s} {body}"),
             }
             let _ = guard.release().await;

@@ -238,7 +238,7 @@ pub enum ResetMarkError {
     },
     /// The fence could not be opened (a running storage server holds it:
     /// stop it first) or rewritten.
-    #[error("fence in {dir}: {source}")]
+    #[error("cannot open or rewrite the fence in {} (is the storage server stopped?)", dir.display())]
     Fence {
         /// The fence directory.
         dir: PathBuf,
@@ -247,7 +247,7 @@ pub enum ResetMarkError {
         source: FenceError,
     },
     /// The audit entry could not be written; the mark was not changed.
-    #[error("audit log in {dir}: {source}")]
+    #[error("cannot write the audit log in {}; the mark was not changed", dir.display())]
     Audit {
         /// The data directory.
         dir: PathBuf,

@@ -856,7 +856,7 @@ async fn tokens_the_lock_service_never_issued_are_refused() {
     use fencelock::{Acquire, Client};
     let tmp = tempfile::tempdir().unwrap();
     let lock =
-        fencelock_server::start(fencelock_server::Config::for_test(&tmp.path().join("lock")))
+        fencelock_server::start(fencelock_server::Config::for_test(tmp.path().join("lock")))
             .await
             .unwrap();
     let client = Client::connect(format!("http://{}", lock.grpc_addr))
