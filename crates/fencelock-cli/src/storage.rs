@@ -66,7 +66,7 @@ struct ResetMarkArgs {
     data_dir: PathBuf,
     /// The new mark; without it the mark is removed and any token is admitted
     /// next. Use at least the lock service's highest token issued
-    /// (fencelock_tokens_issued on its /metrics), so stale holders stay out.
+    /// (fencelock_token_counter on its /metrics), so stale holders stay out.
     #[arg(long)]
     to: Option<u64>,
 }

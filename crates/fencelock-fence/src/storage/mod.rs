@@ -274,7 +274,7 @@ pub struct MarkReset {
 ///
 /// Lowering a mark re-admits tokens it refused, stale holders' included: set
 /// it to at least the highest token the lock service has issued for the
-/// lock that guards `key` (`fencelock_tokens_issued` on its `/metrics`).
+/// lock that guards `key` (`fencelock_token_counter` on its `/metrics`).
 pub fn reset_mark(
     data_dir: &Path,
     key: &str,

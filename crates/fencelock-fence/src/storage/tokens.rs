@@ -17,8 +17,10 @@
 //!   service cannot be asked, such a token is refused with `503` (fail
 //!   closed); tokens at or below the known count need no fetch.
 //!
-//! The count is the `fencelock_tokens_issued` gauge of the lock service's
-//! admin HTTP `/metrics`; concurrent fetches are merged into one.
+//! The highest token issued is the `fencelock_token_counter` gauge of the lock
+//! service's admin HTTP `/metrics` (not `fencelock_tokens_issued`, which counts
+//! grants: tokens jump with each leader's floor); concurrent fetches are merged
+//! into one.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -39,7 +41,7 @@ pub const DEFAULT_MAX_TOKEN: u64 = 9_000_000_000_000_000_000;
 pub const DEFAULT_TOKEN_MARGIN: u64 = 1000;
 
 /// The gauge read from the lock service's `/metrics`.
-const GAUGE: &str = "fencelock_tokens_issued";
+const GAUGE: &str = "fencelock_token_counter";
 /// How long one fetch of the count may take.
 const FETCH_TIMEOUT: Duration = Duration::from_secs(5);
 /// The largest `/metrics` answer read.
@@ -210,11 +212,12 @@ fn metrics_url(base: &str) -> Result<hyper::Uri, String> {
     Ok(uri)
 }
 
-/// The value of the gauge in a Prometheus text answer.
+/// The value of the gauge in a Prometheus text answer, exactly: tokens are
+/// near 2^62, where an `f64` would round them (the server prints integers).
 fn tokens_issued(metrics: &str) -> Option<u64> {
     metrics.lines().find_map(|line| {
         let (name, value) = line.split_once(' ')?;
-        (name == GAUGE).then(|| value.trim().parse::<f64>().ok().map(|v| v as u64))?
+        (name == GAUGE).then(|| value.trim().parse::<u64>().ok())?
     })
 }
 
@@ -224,9 +227,11 @@ mod tests {
 
     #[test]
     fn the_gauge_is_found() {
-        let text = "# HELP fencelock_tokens_issued x\n# TYPE fencelock_tokens_issued gauge\nfencelock_tokens_issued_total 9\nfencelock_tokens_issued 42\n";
+        let text = "# HELP fencelock_token_counter x\n# TYPE fencelock_token_counter gauge\nfencelock_token_counter_total 9\nfencelock_token_counter 42\n";
         assert_eq!(tokens_issued(text), Some(42));
         assert_eq!(tokens_issued("other 1\n"), None);
+        // Tokens near 2^62 (a leader's wall-clock floor) are read exactly.
+        assert_eq!(tokens_issued("fencelock_token_counter 3848290697216000001\n"), Some(3848290697216000001));
     }
 
     #[test]
