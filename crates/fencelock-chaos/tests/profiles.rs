@@ -111,7 +111,11 @@ fn every_mutant_turns_the_suite_red() {
             .collect();
         let expect: &[&str] = match v["info"]["mutant"].as_str().unwrap() {
             "fencing-off" => &["C3", "C4"],
-            "memory-token" => &["C2"],
+            // Forgetting the counter re-issues low tokens: seen as a token
+            // inversion (C2), or, since the engine keys holds by token, as
+            // holders that do not survive the restart (C6). Since leaders raise
+            // a wall-clock token floor, runs have shown the C6 form.
+            "memory-token" => &["C2", "C6"],
             "dead-waiter" => &["S1"],
             m => panic!("unknown mutant {m}"),
         };
