@@ -389,7 +389,15 @@ async fn check_once(w: &Watched, file: &Path, opened: (u64, u64)) -> Result<(), 
     }
     let applied = w.engine.read().unwrap_or_else(PoisonError::into_inner).cluster_id();
     match (w.identity.cluster_id(), applied) {
-        (None, Some(id)) => record_cluster_id(w, id).await,
+        // Recording is bookkeeping (the id is in the replicated state): a
+        // failed write (a full disk) is logged and tried again at the next
+        // look; it does not stop the node.
+        (None, Some(id)) => {
+            if let Err(why) = record_cluster_id(w, id).await {
+                tracing::warn!(%why, "will try again");
+            }
+            Ok(())
+        }
         (Some(mine), Some(group)) if mine != group => Err(format!(
             "this data dir belongs to cluster {mine}, but the applied state is of cluster {group}"
         )),
