@@ -13,7 +13,7 @@
 use std::{
     collections::BTreeMap,
     io::{BufRead, BufReader},
-    net::{SocketAddr, TcpListener},
+    net::SocketAddr,
     path::{Path, PathBuf},
     process::{Child, Command, Stdio},
     time::Duration,
@@ -306,10 +306,9 @@ impl NativeCluster {
     }
 }
 
-/// `n` distinct free addresses on 127.0.0.1 (all bound at once, then released).
+/// `n` distinct free addresses on 127.0.0.1 (see `fencelock_testkit::free_port`).
 fn free_addrs(n: usize) -> anyhow::Result<Vec<SocketAddr>> {
-    let listeners = (0..n).map(|_| TcpListener::bind("127.0.0.1:0")).collect::<Result<Vec<_>, _>>()?;
-    Ok(listeners.iter().map(TcpListener::local_addr).collect::<Result<_, _>>()?)
+    Ok((0..n).map(|_| SocketAddr::from(([127, 0, 0, 1], fencelock_testkit::free_port()))).collect())
 }
 
 /// `1=ADDR1,2=ADDR2,…`: node ids from 1 in the order given.

@@ -72,7 +72,12 @@ impl ServerProc {
         let deadline = tokio::time::Instant::now() + within;
         loop {
             if let Some(status) = self.exited() {
-                bail!("{} exited while starting ({status}); see {}", self.name, self.log.display());
+                bail!(
+                    "{} exited while starting ({status}); the end of {}:\n{}",
+                    self.name,
+                    self.log.display(),
+                    log_tail(&self.log, 20)
+                );
             }
             let r = http::request(self.health.0, "GET", self.health.1, &[], b"", Duration::from_secs(1)).await;
             if r.is_ok_and(|r| r.status == 200) {
@@ -159,6 +164,19 @@ pub fn storage_server(data: &Path, listen: SocketAddr, unfenced: bool, log: Path
         args.push("--unfenced".into());
     }
     ServerProc::new("storage server", args, log, (listen, "/healthz"))
+}
+
+/// The last `lines` lines of a child's log: a failure report must say why
+/// the child failed, since the run's directory may be gone when it is read.
+fn log_tail(log: &Path, lines: usize) -> String {
+    match std::fs::read(log) {
+        Ok(bytes) => {
+            let text = String::from_utf8_lossy(&bytes);
+            let all: Vec<&str> = text.lines().collect();
+            all[all.len().saturating_sub(lines)..].join("\n")
+        }
+        Err(e) => format!("(cannot read it: {e})"),
+    }
 }
 
 /// A free port of 127.0.0.1.

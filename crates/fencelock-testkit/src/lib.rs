@@ -42,13 +42,39 @@ pub(crate) const INSTALL_HINT: &str =
 pub(crate) const READY_POLLS: u32 = 3000;
 pub(crate) const POLL: Duration = Duration::from_millis(20);
 
-/// A port nobody listens on right now.
+/// A port of 127.0.0.1 that nobody listens on right now, for a server the
+/// test starts next.
+///
+/// Taken from below the kernel's ephemeral range (`ip_local_port_range`,
+/// 32768–60999 by default): a port the kernel handed out for `bind(:0)` and
+/// that the test then released can be taken again, before the server binds
+/// it, as the source port of any outgoing connection of any process (the
+/// tests make thousands); a port below the range is never handed out by the
+/// kernel. Processes start at different points of the range (by pid), each
+/// walks it in steps, and a port is returned only if it can be bound now.
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    use std::sync::atomic::{AtomicU32, Ordering};
+    const LOW: u32 = 10_000;
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let high = ephemeral_low().clamp(LOW + 1_000, 32_768);
+    let span = high - LOW;
+    let start = std::process::id().wrapping_mul(7_919) % span;
+    for _ in 0..span {
+        let step = NEXT.fetch_add(1, Ordering::Relaxed);
+        let port = LOW + (start + step.wrapping_mul(13)) % span;
+        if TcpListener::bind(("127.0.0.1", port as u16)).is_ok() {
+            return port as u16;
+        }
+    }
+    panic!("no free port in 127.0.0.1:{LOW}..{high}");
+}
+
+/// The low end of the kernel's ephemeral port range.
+fn ephemeral_low() -> u32 {
+    fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse().ok())
+        .unwrap_or(32_768)
 }
 
 /// A temporary directory that another user (postgres) can enter.

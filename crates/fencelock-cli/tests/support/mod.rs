@@ -20,11 +20,7 @@ pub fn bin() -> &'static str {
     env!("CARGO_BIN_EXE_fencelock")
 }
 
-/// A free port on 127.0.0.1 (bound and released; the OS does not hand it out again
-/// at once).
-pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").expect("bind :0").local_addr().expect("addr").port()
-}
+pub use fencelock_testkit::free_port;
 
 /// A `fencelock serve` process. Killed (SIGKILL) on drop.
 pub struct Server {
