@@ -4,6 +4,7 @@
 //! `locks` and `check` are for scripts and people. Exit codes are documented in
 //! [`exit`] and in the README; contention is an outcome with its own code.
 
+mod certs;
 mod check_data;
 mod client_cmds;
 mod cluster;
@@ -50,6 +51,8 @@ enum Cmd {
     Storage(storage::StorageArgs),
     /// Back up a running group's state, or build a new data dir from a backup.
     Snapshot(snapshot::SnapshotArgs),
+    /// Make the certificates of a secure group (CA, nodes, a client).
+    Certs(certs::CertsArgs),
     /// Verify a data dir offline: checksums, log order, snapshot, rebuilt state.
     CheckData(check_data::CheckDataArgs),
     /// Play the paused-holder scenario with real processes, with and without fencing.
@@ -104,6 +107,7 @@ fn main() -> ExitCode {
             Cmd::Storage(a) => storage::storage(a).await,
             Cmd::Snapshot(a) => snapshot::snapshot(a).await,
             Cmd::CheckData(a) => check_data::check(a),
+            Cmd::Certs(a) => certs::certs(a),
             Cmd::Demo(a) => demo::demo(a).await,
             Cmd::DemoClient(a) => demo::demo_client(a).await,
         };

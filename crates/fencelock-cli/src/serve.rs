@@ -70,6 +70,36 @@ pub struct ServeArgs {
     log: Option<String>,
     #[command(flatten)]
     limits: LimitArgs,
+    #[command(flatten)]
+    tls: ServeTlsArgs,
+}
+
+/// TLS of both ports and between members (`fencelock_server::tls`).
+#[derive(Args, Debug, Default)]
+pub struct ServeTlsArgs {
+    /// This node's certificate (PEM, leaf first), for every port and towards
+    /// peers; with --tls-key and --tls-ca turns TLS on. `fencelock certs init`
+    /// makes one per node. Re-read when the file changes or on SIGHUP.
+    #[arg(long, env = "FENCELOCK_TLS_CERT", requires_all = ["tls_key", "tls_ca"])]
+    tls_cert: Option<PathBuf>,
+    /// The private key of --tls-cert (PEM).
+    #[arg(long, env = "FENCELOCK_TLS_KEY", requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
+    /// The cluster CA (PEM): only a node certificate it signed may send Raft
+    /// messages to this node.
+    #[arg(long, env = "FENCELOCK_TLS_CA", requires = "tls_cert")]
+    tls_ca: Option<PathBuf>,
+    /// The CA of client certificates (PEM): clients may present one (mTLS).
+    /// Keep it apart from the cluster CA.
+    #[arg(long, env = "FENCELOCK_CLIENT_CA", requires = "tls_cert")]
+    client_ca: Option<PathBuf>,
+    /// Refuse client and admin connections without a client certificate.
+    #[arg(long, env = "FENCELOCK_REQUIRE_CLIENT_CERT", requires = "client_ca")]
+    require_client_cert: bool,
+    /// Serve plaintext on an address other hosts can reach (refused without
+    /// this flag): for a network that is yours alone.
+    #[arg(long, env = "FENCELOCK_INSECURE")]
+    insecure: bool,
 }
 
 /// The connection limits of both ports (`fencelock_server::conn_limits`).
@@ -114,6 +144,14 @@ struct FileConfig {
     handshake_timeout: Option<String>,
     idle_timeout: Option<String>,
     header_read_timeout: Option<String>,
+    tls_cert: Option<PathBuf>,
+    tls_key: Option<PathBuf>,
+    tls_ca: Option<PathBuf>,
+    client_ca: Option<PathBuf>,
+    #[serde(default)]
+    require_client_cert: bool,
+    #[serde(default)]
+    insecure: bool,
 }
 
 pub async fn serve(a: ServeArgs) -> anyhow::Result<std::process::ExitCode> {
@@ -153,6 +191,7 @@ fn resolve(a: ServeArgs) -> anyhow::Result<(fencelock_server::Config, String)> {
         None => FileConfig::default(),
     };
     let limits = resolve_limits(a.limits, &file)?;
+    let (tls, insecure) = resolve_tls(a.tls, &file)?;
     let mut c = fencelock_server::Config::new(a.data_dir.or(file.data_dir).unwrap_or_else(|| "./fencelock-data".into()));
     if let Some(l) = a.listen.or(file.listen) {
         c.grpc_listen = l;
@@ -169,6 +208,8 @@ fn resolve(a: ServeArgs) -> anyhow::Result<(fencelock_server::Config, String)> {
         c.election_timeout = e;
     }
     c.connections = limits;
+    c.tls = tls;
+    c.insecure = insecure;
     let join = a.join || file.join;
     c.bootstrap = match a.peers.or(file.peers) {
         Some(_) if join => bail!("--join and --peers exclude each other: a new node either forms a group or joins one"),
@@ -209,6 +250,25 @@ fn resolve_limits(a: LimitArgs, file: &FileConfig) -> anyhow::Result<fencelock_s
         }
     }
     Ok(l)
+}
+
+/// TLS from flags, environment and file: all three files or none.
+fn resolve_tls(a: ServeTlsArgs, file: &FileConfig) -> anyhow::Result<(Option<fencelock_server::tls::TlsFiles>, bool)> {
+    let cert = a.tls_cert.or(file.tls_cert.clone());
+    let key = a.tls_key.or(file.tls_key.clone());
+    let ca = a.tls_ca.or(file.tls_ca.clone());
+    let client_ca = a.client_ca.or(file.client_ca.clone());
+    let require_client_cert = a.require_client_cert || file.require_client_cert;
+    let tls = match (cert, key, ca) {
+        (Some(cert), Some(key), Some(ca)) => {
+            Some(fencelock_server::tls::TlsFiles { cert, key, ca, client_ca, require_client_cert })
+        }
+        (None, None, None) if client_ca.is_none() && !require_client_cert => None,
+        _ => bail!(
+            "TLS needs --tls-cert, --tls-key and --tls-ca together (--client-ca and --require-client-cert only with them)"
+        ),
+    };
+    Ok((tls, a.insecure || file.insecure))
 }
 
 fn file_duration(v: Option<&str>, key: &str) -> anyhow::Result<Option<Duration>> {

@@ -34,7 +34,7 @@ use fencelock_core::{LockInfo, LockName};
 use serde::{Deserialize, Serialize};
 
 use crate::cluster::{self, Change, ClusterError};
-use crate::conn_limits::Conn;
+use crate::conn_limits::Stream;
 use crate::{api::Ops, metrics::Metrics};
 
 #[derive(Clone)]
@@ -63,7 +63,7 @@ pub fn router(ops: Ops, metrics: Arc<Metrics>, node_id: u64) -> Router {
 /// request) and returns once all are closed. A connection whose request headers
 /// are not all in within `header_read_timeout` is closed (hyper's timer).
 pub async fn serve(
-    mut incoming: tokio::sync::mpsc::Receiver<(Conn, SocketAddr)>,
+    mut incoming: tokio::sync::mpsc::Receiver<(Stream, SocketAddr)>,
     router: Router,
     header_read_timeout: Duration,
     stop: impl std::future::Future<Output = ()>,
@@ -86,7 +86,7 @@ pub async fn serve(
 }
 
 async fn serve_connection(
-    conn: Conn,
+    conn: Stream,
     router: Router,
     header_read_timeout: Duration,
     mut close: tokio::sync::watch::Receiver<bool>,

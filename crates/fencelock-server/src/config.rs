@@ -47,6 +47,12 @@ pub struct Config {
     pub force_new_cluster: bool,
     /// Limits on accepted connections, both ports (see [`crate::conn_limits`]).
     pub connections: crate::conn_limits::ConnLimits,
+    /// TLS on both ports and between members (see [`crate::tls`]); `None`
+    /// serves plaintext, which only a loopback address or [`Config::insecure`]
+    /// allows.
+    pub tls: Option<crate::tls::TlsFiles>,
+    /// Serve plaintext on a non-loopback address all the same.
+    pub insecure: bool,
 }
 
 impl Config {
@@ -66,6 +72,8 @@ impl Config {
             snapshot_every: 20_000,
             force_new_cluster: false,
             connections: crate::conn_limits::ConnLimits::default(),
+            tls: None,
+            insecure: false,
         }
     }
 
@@ -84,6 +92,7 @@ impl Config {
             }
         }
         self.validate_addresses()?;
+        self.validate_exposure()?;
         if self.heartbeat.is_zero() || self.election_timeout <= self.heartbeat {
             return Err(format!(
                 "the election timeout ({} ms) must be longer than the heartbeat ({} ms)",
@@ -122,6 +131,24 @@ impl Config {
             )),
             _ => Ok(()),
         }
+    }
+
+    /// Plaintext only where nobody else can connect: a listener on an address
+    /// other than loopback needs TLS, or `--insecure` to say it is meant.
+    fn validate_exposure(&self) -> Result<(), String> {
+        if self.tls.is_some() || self.insecure {
+            return Ok(());
+        }
+        for (flag, addr) in [("--listen", self.grpc_listen), ("--http", self.http_listen)] {
+            if !addr.ip().is_loopback() {
+                return Err(format!(
+                    "{flag} {addr} is reachable from other hosts and TLS is off: anyone there could take and \
+                     release locks and speak Raft to this node. Set --tls-cert, --tls-key and --tls-ca \
+                     (fencelock certs init makes them), or pass --insecure if the network is yours alone"
+                ));
+            }
+        }
+        Ok(())
     }
 
     /// For tests: both listeners on free ports of 127.0.0.1.

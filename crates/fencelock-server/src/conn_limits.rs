@@ -18,6 +18,9 @@
 //!   connection closed while idle is opened again by its next call (a lease
 //!   keep-alive is a new call).
 //!
+//! - with TLS on ([`crate::tls`]), the TLS handshake must also be done within
+//!   the handshake timeout; one that fails is counted and closed.
+//!
 //! The HTTP header-read timeout is the admin server's (hyper's), configured here.
 
 use std::{
@@ -38,7 +41,10 @@ use tokio::{
     time::{Instant, Sleep},
 };
 
-use crate::metrics::Metrics;
+use crate::{
+    metrics::Metrics,
+    tls::{Port, ServerTls},
+};
 
 /// At most one log line per kind of refusal this often, with the count since the last.
 pub const LOG_EVERY: Duration = Duration::from_secs(10);
@@ -231,17 +237,21 @@ impl Drop for Permit {
     }
 }
 
+/// TLS for one listener: the node's configuration and which port this is.
+pub type ListenerTls = Option<(Arc<ServerTls>, Port)>;
+
 /// Accept on `listener` until the receiver is dropped, and hand over the
 /// connections that pass the gate and send something within the handshake
-/// timeout, with `TCP_NODELAY` set: an answer written in several pieces
-/// (HTTP/2 headers, data, trailers) must not wait for the peer's delayed ACK.
-pub fn accept(listener: TcpListener, gate: Arc<Gate>) -> mpsc::Receiver<(Conn, SocketAddr)> {
+/// timeout (and finish the TLS handshake within it, with `tls`), with
+/// `TCP_NODELAY` set: an answer written in several pieces (HTTP/2 headers,
+/// data, trailers) must not wait for the peer's delayed ACK.
+pub fn accept(listener: TcpListener, gate: Arc<Gate>, tls: ListenerTls) -> mpsc::Receiver<(Stream, SocketAddr)> {
     let (tx, rx) = mpsc::channel(HANDOVER_BUFFER);
-    tokio::spawn(accept_loop(listener, gate, tx));
+    tokio::spawn(accept_loop(listener, gate, tls, tx));
     rx
 }
 
-async fn accept_loop(listener: TcpListener, gate: Arc<Gate>, tx: mpsc::Sender<(Conn, SocketAddr)>) {
+async fn accept_loop(listener: TcpListener, gate: Arc<Gate>, tls: ListenerTls, tx: mpsc::Sender<(Stream, SocketAddr)>) {
     loop {
         let accepted = tokio::select! {
             _ = tx.closed() => return,
@@ -260,16 +270,24 @@ async fn accept_loop(listener: TcpListener, gate: Arc<Gate>, tx: mpsc::Sender<(C
             continue;
         };
         let _ = stream.set_nodelay(true);
-        tokio::spawn(handshake(stream, peer, permit, tx.clone()));
+        tokio::spawn(handshake(stream, peer, permit, tls.clone(), tx.clone()));
     }
 }
 
-/// Hands `stream` over once it has a byte to read (or is closed by its peer);
-/// closes it if nothing arrives within the handshake timeout.
-async fn handshake(stream: TcpStream, peer: SocketAddr, permit: Permit, tx: mpsc::Sender<(Conn, SocketAddr)>) {
+/// Hands `stream` over once it has a byte to read (or is closed by its peer)
+/// and, with TLS, has finished the TLS handshake; closes it if either takes
+/// longer than the handshake timeout, or if the TLS handshake fails.
+async fn handshake(
+    stream: TcpStream,
+    peer: SocketAddr,
+    permit: Permit,
+    tls: ListenerTls,
+    tx: mpsc::Sender<(Stream, SocketAddr)>,
+) {
     let gate = permit.gate.clone();
+    let deadline = Instant::now() + gate.limits.handshake_timeout;
     let mut byte = [0u8; 1];
-    let first_byte = tokio::time::timeout(gate.limits.handshake_timeout, stream.peek(&mut byte));
+    let first_byte = tokio::time::timeout_at(deadline, stream.peek(&mut byte));
     let arrived = tokio::select! {
         _ = tx.closed() => return,
         r = first_byte => r.is_ok(),
@@ -279,7 +297,117 @@ async fn handshake(stream: TcpStream, peer: SocketAddr, permit: Permit, tx: mpsc
         return gate.refuse(Refusal::Handshake, peer.ip().to_canonical());
     }
     let conn = Conn::new(stream, gate.limits.idle_timeout, permit);
-    let _ = tx.send((conn, peer)).await;
+    let stream = match tls {
+        None => Stream::Plain(conn),
+        Some((tls, port)) => {
+            let accepted = tokio::select! {
+                _ = tx.closed() => return,
+                r = tokio::time::timeout_at(deadline, tls.acceptor(port).accept(conn)) => r,
+            };
+            match accepted {
+                Ok(Ok(s)) => Stream::Tls(Box::new(s)),
+                Ok(Err(e)) => return gate.tls_failed(peer, &e.to_string()),
+                Err(_) => return gate.refuse(Refusal::Handshake, peer.ip().to_canonical()),
+            }
+        }
+    };
+    let _ = tx.send((stream, peer)).await;
+}
+
+impl Gate {
+    /// A TLS handshake that failed: counted, logged at debug (a scanner or a
+    /// plaintext client can cause any number of them).
+    fn tls_failed(&self, peer: SocketAddr, why: &str) {
+        self.metrics.conns.tls_failures.fetch_add(1, Relaxed);
+        tracing::debug!(%peer, error = why, "TLS handshake failed");
+    }
+}
+
+/// An admitted connection as a protocol server gets it: plaintext or TLS.
+pub enum Stream {
+    Plain(Conn),
+    Tls(Box<tokio_rustls::server::TlsStream<Conn>>),
+}
+
+/// What tonic puts in every request's extensions about its connection.
+#[derive(Debug, Clone)]
+pub struct ConnInfo {
+    /// The client's address.
+    pub remote: Option<SocketAddr>,
+    /// The certificate chain the client presented and the TLS handshake
+    /// verified (leaf first); empty without TLS or without a certificate.
+    pub client_certs: Arc<Vec<rustls::pki_types::CertificateDer<'static>>>,
+}
+
+impl Stream {
+    fn info(&self) -> ConnInfo {
+        match self {
+            Stream::Plain(c) => ConnInfo { remote: c.io.peer_addr().ok(), client_certs: Arc::default() },
+            Stream::Tls(t) => {
+                let (c, session) = t.get_ref();
+                let certs = session.peer_certificates().map(|c| c.iter().map(|c| c.clone().into_owned()).collect());
+                ConnInfo { remote: c.io.peer_addr().ok(), client_certs: Arc::new(certs.unwrap_or_default()) }
+            }
+        }
+    }
+}
+
+macro_rules! delegate {
+    ($self:ident, $s:ident => $e:expr) => {
+        match $self.get_mut() {
+            Stream::Plain($s) => {
+                let $s = Pin::new($s);
+                $e
+            }
+            Stream::Tls($s) => {
+                let $s = Pin::new(&mut **$s);
+                $e
+            }
+        }
+    };
+}
+
+impl AsyncRead for Stream {
+    fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        delegate!(self, s => s.poll_read(cx, buf))
+    }
+}
+
+impl AsyncWrite for Stream {
+    fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        delegate!(self, s => s.poll_write(cx, buf))
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        delegate!(self, s => s.poll_write_vectored(cx, bufs))
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        match self {
+            Stream::Plain(c) => c.is_write_vectored(),
+            Stream::Tls(t) => t.is_write_vectored(),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        delegate!(self, s => s.poll_flush(cx))
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        delegate!(self, s => s.poll_shutdown(cx))
+    }
+}
+
+impl tonic::transport::server::Connected for Stream {
+    type ConnectInfo = ConnInfo;
+
+    fn connect_info(&self) -> Self::ConnectInfo {
+        self.info()
+    }
 }
 
 /// An admitted connection: closed (reads fail with `TimedOut`) once no byte has
@@ -364,14 +492,6 @@ impl AsyncWrite for Conn {
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         Pin::new(&mut self.io).poll_shutdown(cx)
-    }
-}
-
-impl tonic::transport::server::Connected for Conn {
-    type ConnectInfo = tonic::transport::server::TcpConnectInfo;
-
-    fn connect_info(&self) -> Self::ConnectInfo {
-        <TcpStream as tonic::transport::server::Connected>::connect_info(&self.io)
     }
 }
 

@@ -9,7 +9,8 @@
 //! (operations shared by unary RPCs and sessions), [`grpc`] (tonic glue),
 //! [`admin`] (axum), [`raft`] (type config, storage, network), [`clock`] (the only
 //! clock), [`metrics`], [`faults`] (test-only fault injection, inert by default),
-//! [`conn_limits`] (what both listeners accept).
+//! [`conn_limits`] (what both listeners accept), [`tls`] (certificates for the
+//! listeners and between members), [`certs`] (makes them: `fencelock certs init`).
 //!
 //! ```no_run
 //! # async fn f() -> Result<(), fencelock_server::ServerError> {
@@ -22,6 +23,7 @@
 pub mod admin;
 pub mod api;
 pub mod backup;
+pub mod certs;
 pub mod clock;
 pub mod cluster;
 pub mod config;
@@ -31,6 +33,7 @@ pub mod faults;
 pub mod grpc;
 pub mod metrics;
 pub mod raft;
+pub mod tls;
 
 use std::{collections::BTreeMap, net::SocketAddr, sync::Arc};
 
@@ -57,6 +60,8 @@ pub enum ServerError {
     Storage { dir: String, message: String },
     #[error("raft: {0}")]
     Raft(String),
+    #[error("TLS: {0}")]
+    Tls(#[from] tls::TlsError),
 }
 
 /// A started node. Dropping it does not stop it; call [`Running::shutdown`].
@@ -105,11 +110,12 @@ impl Running {
 /// empty data dir, see [`Bootstrap`]), the driver and both servers.
 pub async fn start(config: Config) -> Result<Running, ServerError> {
     config.validate().map_err(ServerError::Config)?;
+    let tls = config.tls.clone().map(tls::ServerTls::load).transpose()?;
     let grpc = reserve(config.grpc_listen)?;
     let http = reserve(config.http_listen)?;
     let grpc_addr = reserved_addr(&grpc, config.grpc_listen)?;
     let http_addr = reserved_addr(&http, config.http_listen)?;
-    let raft = start_raft(&config, grpc_addr).await?;
+    let raft = start_raft(&config, grpc_addr, tls.clone()).await?;
     // Only now accept connections: before, a client (or a peer) would connect
     // and hang on a handshake nobody answers, instead of being refused at once
     // and trying another node.
@@ -142,9 +148,13 @@ pub async fn start(config: Config) -> Result<Running, ServerError> {
     let lock_svc = LockServer::new(grpc::LockService::new(ops.clone(), stop_rx.clone()))
         .max_decoding_message_size(grpc::MAX_REQUEST_BYTES);
     let gate = conn_limits::Gate::new(config.connections.clone(), metrics.clone());
-    let raft_svc = raft::network::RaftService::new(raft.clone(), ops.engine.clone(), metrics.clone()).into_server();
+    let raft_svc =
+        raft::network::RaftService::new(raft.clone(), ops.engine.clone(), metrics.clone()).with_tls(tls.clone()).into_server();
+    if let Some(tls) = &tls {
+        tasks.push(tokio::spawn(tls.clone().watch(stop_rx.clone())));
+    }
     let grpc_stop = stopped(stop_rx.clone());
-    let grpc = incoming(grpc, &gate);
+    let grpc = incoming(grpc, &gate, tls.clone().map(|t| (t, tls::Port::Grpc)));
     tasks.push(tokio::spawn(async move {
         let res = tonic::transport::Server::builder()
             .max_concurrent_streams(grpc::MAX_STREAMS_PER_CONNECTION)
@@ -159,7 +169,7 @@ pub async fn start(config: Config) -> Result<Running, ServerError> {
     let router = admin::router(ops, metrics, config.node_id);
     let http_stop = stopped(stop_rx);
     let header_read_timeout = gate.limits().header_read_timeout;
-    let http = conn_limits::accept(http, gate);
+    let http = conn_limits::accept(http, gate, tls.map(|t| (t, tls::Port::Admin)));
     tasks.push(tokio::spawn(admin::serve(http, router, header_read_timeout, http_stop)));
     tracing::info!(%grpc_addr, %http_addr, data_dir = %config.data_dir.display(), "fencelock serving");
     Ok(Running { grpc_addr, http_addr, raft, identity, failed, stop, tasks })
@@ -167,7 +177,11 @@ pub async fn start(config: Config) -> Result<Running, ServerError> {
 
 type Started = (raft::Raft, raft::state_machine::SharedEngine, raft::LogStore, raft::identity::SharedIdentity);
 
-async fn start_raft(config: &Config, grpc_addr: SocketAddr) -> Result<Started, ServerError> {
+async fn start_raft(
+    config: &Config,
+    grpc_addr: SocketAddr,
+    tls: Option<Arc<tls::ServerTls>>,
+) -> Result<Started, ServerError> {
     let storage_err = |message: String| ServerError::Storage { dir: config.data_dir.display().to_string(), message };
     let (log, sm, identity) = raft::identity::open(config).map_err(|e| storage_err(e.to_string()))?;
     let engine = sm.engine();
@@ -185,7 +199,7 @@ async fn start_raft(config: &Config, grpc_addr: SocketAddr) -> Result<Started, S
     }
     .validate()
     .map_err(|e| ServerError::Raft(e.to_string()))?;
-    let raft = raft::Raft::new(config.node_id, Arc::new(rc), raft::network::Network::new(config.node_id), log, sm)
+    let raft = raft::Raft::new(config.node_id, Arc::new(rc), raft::network::Network::new(config.node_id, tls), log, sm)
         .await
         .map_err(|e| ServerError::Raft(e.to_string()))?;
     let initialized = raft.is_initialized().await.map_err(|e| ServerError::Raft(e.to_string()))?;
@@ -216,13 +230,14 @@ async fn bootstrap(raft: &raft::Raft, config: &Config, grpc_addr: SocketAddr) ->
 }
 
 /// The gRPC port's connections as tonic takes them: admitted by `gate`, with
-/// Nagle's algorithm off (see [`conn_limits::accept`]).
+/// Nagle's algorithm off, through TLS if on (see [`conn_limits::accept`]).
 fn incoming(
     listener: TcpListener,
     gate: &Arc<conn_limits::Gate>,
-) -> impl tokio_stream::Stream<Item = std::io::Result<conn_limits::Conn>> {
+    tls: conn_limits::ListenerTls,
+) -> impl tokio_stream::Stream<Item = std::io::Result<conn_limits::Stream>> {
     use tokio_stream::StreamExt as _;
-    ReceiverStream::new(conn_limits::accept(listener, gate.clone())).map(|(conn, _peer)| Ok(conn))
+    ReceiverStream::new(conn_limits::accept(listener, gate.clone(), tls)).map(|(conn, _peer)| Ok(conn))
 }
 
 /// A socket bound to `addr` (so its port is taken and known) that does not

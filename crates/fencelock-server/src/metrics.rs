@@ -76,6 +76,7 @@ pub struct ConnMetrics {
     pub refused_per_source: AtomicU64,
     pub handshake_timeouts: AtomicU64,
     pub idle_closed: AtomicU64,
+    pub tls_failures: AtomicU64,
 }
 
 impl ConnMetrics {
@@ -88,7 +89,7 @@ impl ConnMetrics {
     }
 
     fn render(&self, o: &mut String) {
-        let counters: [(&str, &str, &AtomicU64); 4] = [
+        let counters: [(&str, &str, &AtomicU64); 5] = [
             (
                 "fencelock_connections_refused_total",
                 "Connections closed at once: the total connection limit was reached.",
@@ -108,6 +109,11 @@ impl ConnMetrics {
                 "fencelock_connections_idle_closed_total",
                 "Connections closed after the idle timeout.",
                 &self.idle_closed,
+            ),
+            (
+                "fencelock_connections_tls_failures_total",
+                "Connections closed because their TLS handshake failed (a plaintext client, a certificate the node does not trust).",
+                &self.tls_failures,
             ),
         ];
         for (name, help, v) in counters {

@@ -9,6 +9,11 @@
 //! (no I/O until the first call), shared per address across connections, and
 //! reconnect by themselves. Each call is bounded by the `RPCOption` hard TTL.
 //!
+//! With TLS ([`crate::tls`]) peers are dialled over `https://`, presenting the
+//! node's certificate, and [`RaftService`] serves a call only on a connection
+//! that presented a node certificate of the cluster CA: anyone else gets
+//! UNAUTHENTICATED, and the call never reaches Raft.
+//!
 //! Server side: [`RaftService`] implements the generated service trait by calling
 //! the local `openraft::Raft`. Mount it with [`RaftService::into_server`], which
 //! raises tonic's 4 MiB message limit to [`MAX_MESSAGE_BYTES`].
@@ -36,7 +41,7 @@ use tonic::transport::{Channel, Endpoint};
 use tonic::{Code, Request, Response, Status};
 
 use super::{snapshot_rx, NodeId, SharedEngine, TypeConfig};
-use crate::metrics::Metrics;
+use crate::{conn_limits::ConnInfo, metrics::Metrics, tls::ServerTls};
 
 /// Largest gRPC message between members, both ways. Snapshot chunks travel as JSON
 /// arrays of numbers (up to ~4 bytes per byte), so keep openraft's
@@ -56,29 +61,36 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 pub struct Network {
     /// This node's id (reported in timeout errors).
     id: NodeId,
-    /// One lazily connecting channel per peer address, shared by connections.
-    channels: Arc<Mutex<HashMap<String, Channel>>>,
+    /// One lazily connecting channel per peer address, shared by connections,
+    /// with the TLS generation it was made with.
+    channels: Arc<Mutex<HashMap<String, (Channel, u64)>>>,
+    /// TLS to peers, if on.
+    tls: Option<Arc<ServerTls>>,
 }
 
 impl Network {
-    /// A factory for node `id`.
-    pub fn new(id: NodeId) -> Self {
-        Self {
-            id,
-            channels: Arc::new(Mutex::new(HashMap::new())),
-        }
+    /// A factory for node `id`, dialling peers with `tls` if given.
+    pub fn new(id: NodeId, tls: Option<Arc<ServerTls>>) -> Self {
+        Self { id, channels: Arc::new(Mutex::new(HashMap::new())), tls }
     }
 
+    /// The channel to `addr`; made anew after the certificates were reloaded.
     fn channel(&self, addr: &str) -> Result<Channel, tonic::transport::Error> {
+        let tls = self.tls.as_ref().map(|t| t.peer_client());
+        let generation = tls.as_ref().map_or(0, |(_, g)| *g);
         let mut channels = self.channels.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(c) = channels.get(addr) {
-            return Ok(c.clone());
+        if let Some((c, g)) = channels.get(addr) {
+            if *g == generation {
+                return Ok(c.clone());
+            }
         }
-        let channel = Endpoint::from_shared(format!("http://{addr}"))?
-            .connect_timeout(CONNECT_TIMEOUT)
-            .tcp_nodelay(true)
-            .connect_lazy();
-        channels.insert(addr.to_string(), channel.clone());
+        let scheme = if tls.is_some() { "https" } else { "http" };
+        let mut endpoint = Endpoint::from_shared(format!("{scheme}://{addr}"))?;
+        if let Some((config, _)) = tls {
+            endpoint = endpoint.tls_config(config)?;
+        }
+        let channel = endpoint.connect_timeout(CONNECT_TIMEOUT).tcp_nodelay(true).connect_lazy();
+        channels.insert(addr.to_string(), (channel.clone(), generation));
         Ok(channel)
     }
 }
@@ -266,13 +278,37 @@ pub struct RaftService {
     engine: SharedEngine,
     metrics: Arc<Metrics>,
     snapshots: snapshot_rx::SharedReceiver,
+    /// With TLS on: callers must present a node certificate.
+    tls: Option<Arc<ServerTls>>,
 }
 
 impl RaftService {
     /// The service of `raft`, whose state machine's engine is `engine`.
     pub fn new(raft: super::Raft, engine: SharedEngine, metrics: Arc<Metrics>) -> Self {
         let id = raft.metrics().borrow().id;
-        Self { raft, id, engine, metrics, snapshots: Default::default() }
+        Self { raft, id, engine, metrics, snapshots: Default::default(), tls: None }
+    }
+
+    /// Serves only callers whose connection presented a node certificate of
+    /// `tls`'s cluster CA (when `Some`).
+    pub fn with_tls(mut self, tls: Option<Arc<ServerTls>>) -> Self {
+        self.tls = tls;
+        self
+    }
+
+    /// Refuses a caller that is not a member (no node certificate), then a
+    /// message meant for another node id.
+    fn check_sender(&self, request: &Request<RaftPayload>) -> Result<(), Status> {
+        if let Some(tls) = &self.tls {
+            let chain = request.extensions().get::<ConnInfo>().map(|i| i.client_certs.clone()).unwrap_or_default();
+            if let Err(why) = tls.verify_peer(&chain) {
+                self.refused(&why);
+                return Err(Status::unauthenticated(format!(
+                    "Raft messages are accepted only from members of the group: {why}"
+                )));
+            }
+        }
+        self.check_target(request)
     }
 
     /// Decodes a peer message; one that does not decode is refused and counted.
@@ -324,14 +360,14 @@ impl RaftRpc for RaftService {
         &self,
         request: Request<RaftPayload>,
     ) -> Result<Response<RaftPayload>, Status> {
-        self.check_target(&request)?;
+        self.check_sender(&request)?;
         let rpc: AppendEntriesRequest<TypeConfig> = self.decode(request)?;
         let answer = self.raft.append_entries(rpc).await;
         encode_answer(&answer)
     }
 
     async fn vote(&self, request: Request<RaftPayload>) -> Result<Response<RaftPayload>, Status> {
-        self.check_target(&request)?;
+        self.check_sender(&request)?;
         let rpc: VoteRequest<NodeId> = self.decode(request)?;
         let answer = self.raft.vote(rpc).await;
         encode_answer(&answer)
@@ -341,7 +377,7 @@ impl RaftRpc for RaftService {
         &self,
         request: Request<RaftPayload>,
     ) -> Result<Response<RaftPayload>, Status> {
-        self.check_target(&request)?;
+        self.check_sender(&request)?;
         let rpc: InstallSnapshotRequest<TypeConfig> = self.decode(request)?;
         match self.snapshots.receive(&self.raft, &self.engine, rpc).await {
             Ok(answer) => encode_answer(&answer),

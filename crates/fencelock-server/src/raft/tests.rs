@@ -377,7 +377,7 @@ async fn start_node(
     let dir = tempfile::tempdir().unwrap();
     let (log, sm) = open_storage(dir.path()).unwrap();
     let sm_engine = sm.engine();
-    let raft = super::Raft::new(id, config, Network::new(id), log, sm)
+    let raft = super::Raft::new(id, config, Network::new(id, None), log, sm)
         .await
         .unwrap();
     let svc = RaftService::new(raft.clone(), sm_engine.clone(), Default::default()).into_server();
@@ -543,7 +543,7 @@ async fn unreachable_peer_maps_to_unreachable() {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         l.local_addr().unwrap()
     };
-    let mut net = Network::new(1);
+    let mut net = Network::new(1, None);
     let mut conn = net.new_client(2, &BasicNode::new(addr.to_string())).await;
     let req = VoteRequest::new(Vote::new(1, 1), None);
     let err = conn
@@ -572,7 +572,7 @@ async fn malformed_payload_is_invalid_argument() {
     let dir = tempfile::tempdir().unwrap();
     let (log, sm) = open_storage(dir.path()).unwrap();
     let engine = sm.engine();
-    let raft = super::Raft::new(1, test_config(), Network::new(1), log, sm)
+    let raft = super::Raft::new(1, test_config(), Network::new(1, None), log, sm)
         .await
         .unwrap();
     let svc = RaftService::new(raft.clone(), engine, Default::default());
@@ -609,7 +609,7 @@ async fn a_message_for_another_node_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let (log, sm) = open_storage(dir.path()).unwrap();
     let engine = sm.engine();
-    let raft = super::Raft::new(2, test_config(), Network::new(2), log, sm).await.unwrap();
+    let raft = super::Raft::new(2, test_config(), Network::new(2, None), log, sm).await.unwrap();
     let svc = RaftService::new(raft.clone(), engine, Default::default());
     let vote = |to: u64| {
         let req = openraft::raft::VoteRequest::<NodeId>::new(Vote::new(5, 1), None);
