@@ -17,7 +17,8 @@ use crate::error::{Error, WithLockError};
 use crate::guard::LockGuard;
 use crate::lease;
 use crate::registry::Registry;
-use crate::rpc::{new_request_id, normalize, request, Rpc, Servers};
+use crate::rpc::{new_request_id, normalize, request, Dial, Rpc, Servers};
+use crate::tls::ClientTls;
 use crate::session::Session;
 use crate::types::{Acquire, Acquired, CheckResult, LockInfo, LockOptions};
 
@@ -47,6 +48,7 @@ pub struct ClientBuilder {
     connect_timeout: Duration,
     backoff: Backoff,
     lease_linger: Duration,
+    tls: Option<ClientTls>,
 }
 
 impl ClientBuilder {
@@ -79,14 +81,24 @@ impl ClientBuilder {
         self
     }
 
+    /// Talks TLS to the servers, verifying them with `tls`'s CA (and
+    /// presenting its client certificate, if any). Bare `host:port`s in the
+    /// URL then mean `https://`; an `http://` URL is refused.
+    pub fn tls(mut self, tls: ClientTls) -> Self {
+        self.tls = Some(tls);
+        self
+    }
+
     /// Connects to the first server of the list that answers. Fails with
     /// [`Error::InvalidArgument`] for a malformed URL and [`Error::Connect`] if
     /// no server can be reached now. Later failures are retried by every RPC
     /// until its deadline, following the leader a follower names, else moving
     /// along the list.
     pub async fn connect(self) -> Result<Client, Error> {
-        let urls = self.url.split(',').filter(|u| !u.trim().is_empty()).map(normalize).collect();
-        let servers = Servers::connect(urls, self.connect_timeout).await?;
+        let tls = self.tls.is_some();
+        let urls = self.url.split(',').filter(|u| !u.trim().is_empty()).map(|u| normalize(u, tls)).collect();
+        let dial = Dial { connect_timeout: self.connect_timeout, tls: self.tls };
+        let servers = Servers::connect(urls, dial).await?;
         let rpc = Rpc::new(servers, self.rpc_timeout, self.backoff);
         let leases = Registry::new(rpc.clone(), tokio::runtime::Handle::current(), self.lease_linger);
         Ok(Client { inner: Arc::new(Inner { rpc, leases }) })
@@ -100,9 +112,10 @@ impl Client {
         Client::builder(url).connect().await
     }
 
-    /// A builder for a client of `url`: one server (`http://host:port`), or the
-    /// members of a group, comma-separated (`http://a:7070,http://b:7070,c:7070`;
-    /// a bare `host:port` means `http://`).
+    /// A builder for a client of `url`: one server (`http://host:port`, or
+    /// `https://host:port` with [`ClientBuilder::tls`]), or the members of a
+    /// group, comma-separated (`http://a:7070,http://b:7070,c:7070`; a bare
+    /// `host:port` means `http://`, or `https://` with TLS).
     pub fn builder(url: impl Into<String>) -> ClientBuilder {
         ClientBuilder {
             url: url.into(),
@@ -110,6 +123,7 @@ impl Client {
             connect_timeout: Duration::from_secs(5),
             backoff: Backoff::default(),
             lease_linger: DEFAULT_LEASE_LINGER,
+            tls: None,
         }
     }
 

@@ -88,6 +88,7 @@ pub mod metrics;
 mod registry;
 mod rpc;
 mod session;
+mod tls;
 mod types;
 
 pub use acquire::LockRequest;
@@ -98,4 +99,5 @@ pub use error::{Error, NotAcquired, WithLockError};
 pub use guard::LockGuard;
 pub use lease::{LeaseLost, LeaseWatch};
 pub use session::Session;
+pub use tls::ClientTls;
 pub use types::{Acquire, Acquired, CheckResult, Holder, LockInfo, LockOptions, Waiter};

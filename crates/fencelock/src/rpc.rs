@@ -29,6 +29,7 @@ use tonic::{Response, Status};
 
 use crate::backoff::Backoff;
 use crate::error::{is_retryable, is_timeout, Error};
+use crate::tls::ClientTls;
 use crate::metrics;
 
 /// A new random, non-zero request id for one logical request.
@@ -64,8 +65,16 @@ const KEEP_ALIVE_TIMEOUT: Duration = Duration::from_secs(2);
 pub(crate) struct Servers {
     /// The endpoints as configured (`http://host:port`), in order.
     urls: Vec<String>,
-    connect_timeout: Duration,
+    dial: Dial,
     now: Mutex<Current>,
+}
+
+/// How to open a connection to a server.
+#[derive(Debug, Clone)]
+pub(crate) struct Dial {
+    pub connect_timeout: Duration,
+    /// For `https://` servers.
+    pub tls: Option<ClientTls>,
 }
 
 #[derive(Debug)]
@@ -79,20 +88,40 @@ struct Current {
     channels: HashMap<String, Channel>,
 }
 
-/// A server URL as tonic takes it: `http://` is added to a bare `host:port`.
-pub(crate) fn normalize(url: &str) -> String {
+/// A server URL as tonic takes it: `http://` (`https://` with `tls`) is
+/// added to a bare `host:port`.
+pub(crate) fn normalize(url: &str, tls: bool) -> String {
     let url = url.trim();
     if url.contains("://") {
         url.to_string()
+    } else if tls {
+        format!("https://{url}")
     } else {
         format!("http://{url}")
     }
 }
 
-fn endpoint(url: &str, connect_timeout: Duration) -> Result<Endpoint, Error> {
-    Ok(Endpoint::from_shared(url.to_string())
-        .map_err(|e| Error::InvalidArgument(format!("bad server url {url:?}: {e}")))?
-        .connect_timeout(connect_timeout)
+fn endpoint(url: &str, dial: &Dial) -> Result<Endpoint, Error> {
+    let mut ep = Endpoint::from_shared(url.to_string())
+        .map_err(|e| Error::InvalidArgument(format!("bad server url {url:?}: {e}")))?;
+    match (url.starts_with("https://"), &dial.tls) {
+        (true, Some(tls)) => {
+            ep = ep.tls_config(tls.config()).map_err(|e| Error::InvalidArgument(format!("TLS for {url}: {e}")))?;
+        }
+        (true, None) => {
+            return Err(Error::InvalidArgument(format!(
+                "{url} is https:// but no CA is given to verify it with (ClientBuilder::tls; CLI: --tls-ca)"
+            )))
+        }
+        (false, Some(_)) => {
+            return Err(Error::InvalidArgument(format!(
+                "{url} is plaintext but TLS is configured: use https:// (or a bare host:port)"
+            )))
+        }
+        (false, None) => {}
+    }
+    Ok(ep
+        .connect_timeout(dial.connect_timeout)
         .tcp_nodelay(true)
         // Detect a dead connection (a server cut off, its packets dropped)
         // while a call hangs on it, within about 3 s: the call then fails,
@@ -116,25 +145,25 @@ pub(crate) fn error_chain(e: &dyn std::error::Error) -> String {
 impl Servers {
     /// Checks every URL, then connects to the first server that answers, in
     /// list order. [`Error::Connect`] names every failure if none does.
-    pub(crate) async fn connect(urls: Vec<String>, connect_timeout: Duration) -> Result<Servers, Error> {
+    pub(crate) async fn connect(urls: Vec<String>, dial: Dial) -> Result<Servers, Error> {
         if urls.is_empty() {
             return Err(Error::InvalidArgument("no server url".into()));
         }
-        let endpoints = urls.iter().map(|u| endpoint(u, connect_timeout)).collect::<Result<Vec<_>, _>>()?;
+        let endpoints = urls.iter().map(|u| endpoint(u, &dial)).collect::<Result<Vec<_>, _>>()?;
         let mut failures = Vec::new();
         for (url, ep) in urls.iter().zip(endpoints) {
             match ep.connect().await {
-                Ok(ch) => return Ok(Servers::with(urls.clone(), connect_timeout, url.clone(), ch)),
+                Ok(ch) => return Ok(Servers::with(urls.clone(), dial, url.clone(), ch)),
                 Err(e) => failures.push(format!("{url}: {}", error_chain(&e))),
             }
         }
         Err(Error::Connect(failures.join("; ")))
     }
 
-    fn with(urls: Vec<String>, connect_timeout: Duration, url: String, ch: Channel) -> Servers {
+    fn with(urls: Vec<String>, dial: Dial, url: String, ch: Channel) -> Servers {
         let channels = HashMap::from([(url.clone(), ch.clone())]);
         let now = Current { gen: 0, url, client: LockClient::new(ch), channels };
-        Servers { urls, connect_timeout, now: Mutex::new(now) }
+        Servers { urls, dial, now: Mutex::new(now) }
     }
 
     /// One server, connected lazily (for tests).
@@ -142,7 +171,7 @@ impl Servers {
     pub(crate) fn lazy(urls: &[&str]) -> Servers {
         let urls: Vec<String> = urls.iter().map(|u| u.to_string()).collect();
         let ch = Endpoint::from_shared(urls[0].clone()).expect("test url").connect_lazy();
-        Servers::with(urls.clone(), Duration::from_secs(1), urls[0].clone(), ch)
+        Servers::with(urls.clone(), Dial { connect_timeout: Duration::from_secs(1), tls: None }, urls[0].clone(), ch)
     }
 
     fn current(&self) -> (u64, LockClient<Channel>) {
@@ -169,7 +198,8 @@ impl Servers {
             return true;
         }
         let next = match hint {
-            Some(h) => normalize(&h),
+            // A hint is a bare host:port: the scheme is this client's.
+            Some(h) => normalize(&h, self.dial.tls.is_some()),
             None if self.urls.len() > 1 => {
                 let i = self.urls.iter().position(|u| *u == now.url).map_or(0, |i| (i + 1) % self.urls.len());
                 self.urls[i].clone()
@@ -181,7 +211,7 @@ impl Servers {
         }
         let ch = match now.channels.get(&next) {
             Some(ch) => ch.clone(),
-            None => match endpoint(&next, self.connect_timeout) {
+            None => match endpoint(&next, &self.dial) {
                 Ok(ep) => ep.connect_lazy(),
                 Err(_) => return false,
             },
