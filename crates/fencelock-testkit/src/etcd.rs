@@ -1,6 +1,6 @@
 //! `etcd` (Debian's etcd-server, v3 API).
 
-use std::fs::File;
+use std::fs::{self, File};
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::process::{Child, Command, Stdio};
@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use nix::sys::signal::Signal;
 
+use crate::certs::TestCerts;
 use crate::{free_port, shared_tempdir, stop_child, wait_ready, which, INSTALL_HINT};
 
 /// A single-member etcd cluster. Its Raft timers are shortened (heartbeat
@@ -18,14 +19,35 @@ pub struct EtcdServer {
     port: u16,
     peer_port: u16,
     dir: tempfile::TempDir,
+    certs: Option<TestCerts>,
+    token_ttl_secs: u32,
 }
 
 impl EtcdServer {
     /// Starts a fresh member and waits until `/health` says it has a leader.
     pub fn start() -> Self {
-        let mut server = EtcdServer { child: None, port: free_port(), peer_port: free_port(), dir: shared_tempdir() };
+        Self::start_with(None, 300)
+    }
+
+    /// Starts a fresh member that serves clients over TLS only (`https`
+    /// client URL, a server certificate of a fresh test CA, no client
+    /// certificate asked), with simple auth tokens that expire after
+    /// `token_ttl_secs` idle seconds once auth is enabled (auth itself is
+    /// enabled by the test, through the gRPC Auth API).
+    pub fn start_tls(token_ttl_secs: u32) -> Self {
+        Self::start_with(Some(TestCerts::new("etcd")), token_ttl_secs)
+    }
+
+    fn start_with(certs: Option<TestCerts>, token_ttl_secs: u32) -> Self {
+        let (port, peer_port, dir) = (free_port(), free_port(), shared_tempdir());
+        let mut server = EtcdServer { child: None, port, peer_port, dir, certs, token_ttl_secs };
         server.spawn();
         server
+    }
+
+    /// The test CA and certificates of a TLS member.
+    pub fn certs(&self) -> Option<&TestCerts> {
+        self.certs.as_ref()
     }
 
     /// `etcd://127.0.0.1:PORT`.
@@ -56,22 +78,35 @@ impl EtcdServer {
         let bin = which("etcd").unwrap_or_else(|| panic!("etcd not found: {INSTALL_HINT}"));
         let log_path = self.dir.path().join("etcd.log");
         let log = File::options().create(true).append(true).open(&log_path).unwrap();
-        let client = format!("http://127.0.0.1:{}", self.port);
+        let scheme = if self.certs.is_some() { "https" } else { "http" };
+        let client = format!("{scheme}://127.0.0.1:{}", self.port);
         let peer = format!("http://127.0.0.1:{}", self.peer_port);
-        let mut child = Command::new(bin)
+        let mut command = Command::new(bin);
+        if let Some(certs) = &self.certs {
+            command.arg("--cert-file").arg(certs.server_cert()).arg("--key-file").arg(certs.server_key());
+        }
+        let level = if self.certs.is_some() { "info" } else { "warn" };
+        let mut child = command
             .args(["--name", "t", "--data-dir", self.dir.path().join("data").to_str().unwrap()])
             .args(["--listen-client-urls", &client, "--advertise-client-urls", &client])
             .args(["--listen-peer-urls", &peer, "--initial-advertise-peer-urls", &peer])
             .args(["--initial-cluster", &format!("t={peer}"), "--initial-cluster-state", "new"])
             .args(["--heartbeat-interval", "20", "--election-timeout", "200"])
-            .args(["--log-level", "warn", "--logger", "zap"])
+            .args(["--log-level", level, "--logger", "zap"])
+            .args(["--auth-token-ttl", &self.token_ttl_secs.to_string()])
             .stdin(Stdio::null())
             .stdout(log.try_clone().unwrap())
             .stderr(log)
             .spawn()
             .unwrap_or_else(|e| panic!("cannot start etcd ({e}): {INSTALL_HINT}"));
         let port = self.port;
-        wait_ready("etcd", &mut child, &log_path, || etcd_healthy(port));
+        if self.certs.is_some() {
+            // No plaintext /health to ask: the log says when it serves.
+            let ready = || fs::read_to_string(&log_path).is_ok_and(|l| l.contains("serving client traffic securely"));
+            wait_ready("etcd", &mut child, &log_path, ready);
+        } else {
+            wait_ready("etcd", &mut child, &log_path, || etcd_healthy(port));
+        }
         self.child = Some(child);
     }
 }

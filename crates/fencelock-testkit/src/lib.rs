@@ -21,15 +21,17 @@ use std::time::Duration;
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
+pub mod certs;
 mod etcd;
 mod postgres;
 pub mod proxy;
 mod redis;
 mod zookeeper;
 
+pub use certs::TestCerts;
 pub use etcd::EtcdServer;
-pub use postgres::PgServer;
-pub use redis::RedisServer;
+pub use postgres::{PgServer, PG_SECURE_USER};
+pub use redis::{RedisSecurity, RedisServer};
 pub use zookeeper::ZkServer;
 
 pub(crate) const INSTALL_HINT: &str =

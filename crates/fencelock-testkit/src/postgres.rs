@@ -8,6 +8,7 @@ use std::process::{Child, Command, Stdio};
 
 use nix::sys::signal::Signal;
 
+use crate::certs::TestCerts;
 use crate::{free_port, shared_tempdir, stop_child, wait_ready, INSTALL_HINT, READY_POLLS};
 
 /// A PostgreSQL cluster made by `initdb`, run by `postgres` (as the
@@ -18,11 +19,32 @@ pub struct PgServer {
     bin: PathBuf,
     dir: tempfile::TempDir,
     user: Option<(u32, u32)>,
+    certs: Option<TestCerts>,
 }
+
+/// The user [`PgServer::start_secure`] makes, its password and its database.
+pub const PG_SECURE_USER: (&str, &str, &str) = ("locker", "pg-s3cret", "locks");
 
 impl PgServer {
     /// initdb a fresh cluster, start it, wait until it accepts connections.
     pub fn start() -> Self {
+        Self::start_with(false)
+    }
+
+    /// A cluster that speaks TLS only to TCP clients (`ssl=on` with a server
+    /// certificate of a fresh test CA; `pg_hba.conf` has `hostssl` lines
+    /// only), where user [`PG_SECURE_USER`] logs in with `scram-sha-256` and
+    /// owns its database; `postgres` is trusted (over TLS) for inspection.
+    pub fn start_secure() -> Self {
+        Self::start_with(true)
+    }
+
+    /// The test CA and certificates of a secure cluster.
+    pub fn certs(&self) -> Option<&TestCerts> {
+        self.certs.as_ref()
+    }
+
+    fn start_with(secure: bool) -> Self {
         let bin = pg_bin_dir();
         let dir = shared_tempdir();
         let user = if running_as_root() {
@@ -42,10 +64,59 @@ impl PgServer {
             bin,
             dir,
             user,
+            certs: None,
         };
         server.initdb();
+        if secure {
+            server.secure();
+        }
         server.spawn();
+        if secure {
+            server.add_password_user();
+        }
         server
+    }
+
+    /// Certificates, `ssl=on` and `hostssl`-only `pg_hba.conf`.
+    fn secure(&mut self) {
+        let certs = TestCerts::new("postgres");
+        if let Some((uid, gid)) = self.user {
+            certs.chown(uid, gid);
+        }
+        let data = self.dir.path().join("data");
+        let conf = format!(
+            "ssl = on\nssl_cert_file = '{}'\nssl_key_file = '{}'\npassword_encryption = 'scram-sha-256'\n",
+            certs.server_cert().display(),
+            certs.server_key().display()
+        );
+        let mut existing = fs::read_to_string(data.join("postgresql.conf")).unwrap();
+        existing.push_str(&conf);
+        fs::write(data.join("postgresql.conf"), existing).unwrap();
+        let hba = "hostssl all postgres 127.0.0.1/32 trust\nhostssl all all 127.0.0.1/32 scram-sha-256\n";
+        fs::write(data.join("pg_hba.conf"), hba).unwrap();
+        self.certs = Some(certs);
+    }
+
+    /// `CREATE ROLE` the password user and its database, through psql as
+    /// `postgres` (over TLS).
+    fn add_password_user(&self) {
+        let (user, password, db) = PG_SECURE_USER;
+        let port = self.port.to_string();
+        for sql in [
+            format!("CREATE ROLE {user} LOGIN PASSWORD '{password}'"),
+            format!("CREATE DATABASE {db} OWNER {user}"),
+        ] {
+            let out = self
+                .command("psql")
+                .args(["-h", "127.0.0.1", "-p", &port, "-U", "postgres", "-d", "postgres"])
+                .args(["-v", "ON_ERROR_STOP=1", "-c", &sql])
+                // Not the tester's ~/.postgresql (unreadable to the postgres user).
+                .env("HOME", self.dir.path())
+                .env("PGSSLMODE", "require")
+                .output()
+                .unwrap_or_else(|e| panic!("cannot run psql ({e}): {INSTALL_HINT}"));
+            assert!(out.status.success(), "psql {sql}: {}", String::from_utf8_lossy(&out.stderr));
+        }
     }
 
     /// The tokio-postgres connection string.

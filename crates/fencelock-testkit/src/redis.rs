@@ -5,6 +5,9 @@ use std::net::TcpStream;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
+use std::fs;
+
+use crate::certs::TestCerts;
 use crate::{free_port, shared_tempdir, wait_ready, which, INSTALL_HINT};
 
 /// A `redis-server`. [`RedisServer::start`] runs it with AOF on and
@@ -16,6 +19,20 @@ pub struct RedisServer {
     port: u16,
     durable: bool,
     dir: tempfile::TempDir,
+    security: RedisSecurity,
+    certs: Option<TestCerts>,
+}
+
+/// What a secured server asks of its clients ([`RedisServer::start_secure`]).
+#[derive(Debug, Clone, Default)]
+pub struct RedisSecurity {
+    /// TLS only: the plaintext port is off (`--port 0`), the server listens
+    /// with `--tls-port` on a certificate of a fresh test CA; clients need no
+    /// certificate (`--tls-auth-clients no`).
+    pub tls: bool,
+    /// An ACL user `(name, password)` with every permission; the `default`
+    /// user is off, so a client must log in.
+    pub user: Option<(String, String)>,
 }
 
 impl RedisServer {
@@ -30,10 +47,27 @@ impl RedisServer {
         Self::start_with(false)
     }
 
-    fn start_with(durable: bool) -> Self {
-        let mut server = RedisServer { child: None, port: free_port(), durable, dir: shared_tempdir() };
+    /// A fresh volatile server with TLS and/or an ACL user (see
+    /// [`RedisSecurity`]).
+    pub fn start_secure(security: RedisSecurity) -> Self {
+        let certs = security.tls.then(|| TestCerts::new("redis"));
+        let mut server =
+            RedisServer { child: None, port: free_port(), durable: false, dir: shared_tempdir(), security, certs };
         server.spawn();
         server
+    }
+
+    fn start_with(durable: bool) -> Self {
+        let security = RedisSecurity::default();
+        let mut server =
+            RedisServer { child: None, port: free_port(), durable, dir: shared_tempdir(), security, certs: None };
+        server.spawn();
+        server
+    }
+
+    /// The test CA and certificates of a TLS server.
+    pub fn certs(&self) -> Option<&TestCerts> {
+        self.certs.as_ref()
     }
 
     /// `redis://127.0.0.1:PORT/`.
@@ -65,8 +99,13 @@ impl RedisServer {
         let bin = which("redis-server").unwrap_or_else(|| panic!("redis-server not found: {INSTALL_HINT}"));
         let log = self.dir.path().join("redis.log");
         let appendonly = if self.durable { "yes" } else { "no" };
-        let mut child = Command::new(bin)
-            .args(["--bind", "127.0.0.1", "--port", &self.port.to_string()])
+        let mut command = Command::new(bin);
+        command.args(["--bind", "127.0.0.1"]).args(self.listen_args());
+        if let Some((user, password)) = &self.security.user {
+            command.args(["--user", user, "on", &format!(">{password}"), "~*", "&*", "+@all"]);
+            command.args(["--user", "default", "off"]);
+        }
+        let mut child = command
             .args(["--dir", self.dir.path().to_str().unwrap()])
             .args(["--appendonly", appendonly, "--appendfsync", "always", "--save", ""])
             .args(["--daemonize", "no", "--protected-mode", "no", "--maxclients", "10000"])
@@ -77,8 +116,37 @@ impl RedisServer {
             .spawn()
             .unwrap_or_else(|e| panic!("cannot start redis-server ({e}): {INSTALL_HINT}"));
         let (port, pid) = (self.port, child.id());
-        wait_ready("redis-server", &mut child, &log, || redis_pid(port) == Some(pid));
+        if self.certs.is_some() || self.security.user.is_some() {
+            // No plaintext INFO to ask: the log says when it listens.
+            let ready = || fs::read_to_string(&log).is_ok_and(|l| l.contains("Ready to accept connections"));
+            wait_ready("redis-server", &mut child, &log, ready);
+        } else {
+            wait_ready("redis-server", &mut child, &log, || redis_pid(port) == Some(pid));
+        }
         self.child = Some(child);
+    }
+
+    /// `--port P`, or for TLS `--port 0 --tls-port P` and the certificate files.
+    fn listen_args(&self) -> Vec<String> {
+        let port = self.port.to_string();
+        let Some(certs) = &self.certs else {
+            return vec!["--port".into(), port];
+        };
+        let path = |p: std::path::PathBuf| p.to_string_lossy().into_owned();
+        vec![
+            "--port".into(),
+            "0".into(),
+            "--tls-port".into(),
+            port,
+            "--tls-cert-file".into(),
+            path(certs.server_cert()),
+            "--tls-key-file".into(),
+            path(certs.server_key()),
+            "--tls-ca-cert-file".into(),
+            path(certs.ca()),
+            "--tls-auth-clients".into(),
+            "no".into(),
+        ]
     }
 }
 

@@ -8,6 +8,7 @@
 //! [`Error`].
 
 use std::error::Error as StdError;
+use std::sync::Arc;
 use std::time::Duration;
 
 use tonic::{Code, Status};
@@ -57,6 +58,51 @@ pub enum Error {
     /// operation's outcome is unknown.
     #[error("backend error: {0}")]
     Backend(String),
+    /// A backend's connection could not be secured or authenticated, and
+    /// retrying will not help: a TLS handshake that failed (a certificate not
+    /// signed by the CA given, a host name the certificate does not name, a
+    /// server that does not speak TLS where TLS was asked, or the reverse), a
+    /// user or password the backend refused, a CA, certificate or key file that
+    /// cannot be read. The message names the backend and the cause (never a
+    /// password); `source` is the underlying error where there is one.
+    #[error("{message}")]
+    Security {
+        message: String,
+        #[source]
+        source: Option<Cause>,
+    },
+}
+
+impl Error {
+    /// An [`Error::Security`] with `message` and the error that caused it.
+    pub(crate) fn security(message: impl Into<String>, source: impl StdError + Send + Sync + 'static) -> Error {
+        Error::Security { message: message.into(), source: Some(Cause(Arc::new(source))) }
+    }
+}
+
+/// The underlying error of an [`Error::Security`], shared so that the error
+/// stays `Clone`; two causes are equal when they read the same.
+#[derive(Debug, Clone)]
+pub struct Cause(Arc<dyn StdError + Send + Sync>);
+
+impl PartialEq for Cause {
+    fn eq(&self, other: &Cause) -> bool {
+        self.0.to_string() == other.0.to_string()
+    }
+}
+
+impl Eq for Cause {}
+
+impl std::fmt::Display for Cause {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl StdError for Cause {
+    fn source(&self) -> Option<&(dyn StdError + 'static)> {
+        self.0.source()
+    }
 }
 
 impl Error {

@@ -95,7 +95,7 @@ pub use acquire::LockRequest;
 pub use backend::{connect, with_lock, Backend, Capabilities, Fencing, Guard, LockBackend};
 pub use backoff::Backoff;
 pub use client::{Client, ClientBuilder, DEFAULT_LEASE_LINGER, DEFAULT_RPC_TIMEOUT};
-pub use error::{Error, NotAcquired, WithLockError};
+pub use error::{Cause, Error, NotAcquired, WithLockError};
 pub use guard::LockGuard;
 pub use lease::{LeaseLost, LeaseWatch};
 pub use session::Session;

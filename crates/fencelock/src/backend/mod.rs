@@ -9,11 +9,16 @@
 //! | URL | backend | recipe |
 //! |---|---|---|
 //! | `fencelock://h:p`, `http://h:p` | [`crate::Client`] | the fencelock server |
-//! | `redis://h:p[/db]` | `redis` | Lua scripts, a FIFO ticket queue, token from `INCR` |
-//! | `redlock://h1:p1,h2:p2,h3:p3` | `redlock` | majority of independent Redis nodes, no token |
-//! | `etcd://h:p[,h:p…]` | `etcd` | lease + `prefix/leaseID` key, wait on the predecessor |
+//! | `redis://h:p[/db]`, `rediss://…` | `redis` | Lua scripts, a FIFO ticket queue, token from `INCR` |
+//! | `redlock://h1:p1,h2:p2,h3:p3`, `redlock+tls://…` | `redlock` | majority of independent Redis nodes, no token |
+//! | `etcd://h:p[,h:p…]`, `etcd+tls://…` | `etcd` | lease + `prefix/leaseID` key, wait on the predecessor |
 //! | `zk://h:p[,h:p…]` | `zookeeper` | ephemeral sequential node, wait on the predecessor |
-//! | `postgres://…` | `postgres` | lease table on the database clock, `LISTEN/NOTIFY` |
+//! | `postgres://…[?sslmode=…]` | `postgres` | lease table on the database clock, `LISTEN/NOTIFY` |
+//!
+//! TLS and credentials (Redis and etcd TLS with `ca=`, `cert=`, `key=`;
+//! PostgreSQL's `sslmode`; `user:password@` for Redis ACL users, etcd,
+//! ZooKeeper digest and PostgreSQL) are described in the `url` module's docs
+//! and [`tls`]; a refused handshake or password is [`Error::Security`].
 //!
 //! Every backend gives the same guard: a token (where it can), a conservative
 //! [`Guard::deadline`], a [`Guard::lost`] signal that always fires on loss, a
@@ -41,6 +46,7 @@ pub mod postgres;
 pub mod redis;
 #[cfg(feature = "redis")]
 pub mod redlock;
+pub mod tls;
 mod url;
 #[cfg(feature = "zookeeper")]
 pub mod zookeeper;

@@ -15,8 +15,12 @@
 //! Everything but this backend's own parameters (`mode`, `table`) goes to
 //! tokio-postgres unchanged, so its connection options work
 //! (`connect_timeout`, `application_name`, `options`, several hosts with
-//! `target_session_attrs=read-write`, …). There is no TLS (`NoTls`, as the
-//! project's PostgreSQL fence). Defaults added when the URL does not set them:
+//! `target_session_attrs=read-write`, …), except `sslmode` and `sslrootcert`,
+//! which this backend reads itself (libpq's meaning, on rustls: see `tls`;
+//! `require` encrypts without checking the server, `verify-full` checks the
+//! chain and the host name). A wrong password or a failed handshake at
+//! connect is [`Error::Security`] (one extra connection at connect tells).
+//! Defaults added when the URL does not set them:
 //! `connect_timeout=5s` (it bounds the whole connection handshake, not only
 //! the TCP connect) and `application_name=fencelock`.
 //!
@@ -44,6 +48,7 @@
 pub mod advisory;
 pub mod lease;
 mod listen;
+mod tls;
 
 use std::fmt;
 use std::future::Future;
@@ -51,7 +56,9 @@ use std::time::Duration;
 
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
-use tokio_postgres::{Client, Config, NoTls};
+use tokio_postgres::{Client, Config};
+
+use self::tls::PgConfig;
 
 use super::{BackendUrl, BoxFuture, Capabilities, Guard, LockBackend};
 use crate::error::Error;
@@ -91,6 +98,7 @@ impl PgBackend {
     /// schema cannot be created.
     pub async fn connect(url: &BackendUrl) -> Result<Self, Error> {
         let settings = Settings::from_url(url)?;
+        probe(&settings.config).await?;
         let mode = match settings.table {
             Some(table) => Mode::Lease(lease::LeaseMode::connect(settings.config, table).await?),
             None => Mode::Advisory(Box::new(advisory::AdvisoryMode::connect(settings.config).await?)),
@@ -148,7 +156,7 @@ impl LockBackend for PgBackend {
 /// What the URL says: the connection config for tokio-postgres, and the table
 /// of the lease-table mode (`None`: advisory mode).
 struct Settings {
-    config: Config,
+    config: PgConfig,
     table: Option<String>,
 }
 
@@ -170,15 +178,19 @@ impl Settings {
             (true, None) => None,
             (false, table) => Some(check_table(table.unwrap_or(DEFAULT_TABLE))?.to_string()),
         };
-        let stripped = strip_params(&url.raw, &["mode", "table"]);
-        let mut config: Config = stripped
-            .parse()
-            .map_err(|e| Error::InvalidArgument(format!("postgres: bad connection url: {}", describe(&e))))?;
-        if config.get_connect_timeout().is_none() {
-            config.connect_timeout(CONNECT_TIMEOUT);
+        let stripped = strip_params(&url.raw, &["mode", "table", tls::PARAMS[0], tls::PARAMS[1]]);
+        let config: Config = stripped.parse().map_err(|e| {
+            // The driver's message may quote the URL: say it without the password.
+            let shown = describe(&e).replace(&url.raw, &url.redacted());
+            Error::InvalidArgument(format!("postgres: bad connection url {url}: {shown}"))
+        })?;
+        let mut config = PgConfig::new(config, url)?;
+        let inner = config.inner_mut();
+        if inner.get_connect_timeout().is_none() {
+            inner.connect_timeout(CONNECT_TIMEOUT);
         }
-        if config.get_application_name().is_none() {
-            config.application_name("fencelock");
+        if inner.get_application_name().is_none() {
+            inner.application_name("fencelock");
         }
         Ok(Settings { config, table })
     }
@@ -202,7 +214,9 @@ fn check_table(table: &str) -> Result<&str, Error> {
 /// `raw` without the query parameters named in `keys` (tokio-postgres refuses
 /// parameters it does not know).
 fn strip_params(raw: &str, keys: &[&str]) -> String {
-    let Some((base, query)) = raw.split_once('?') else { return raw.to_string() };
+    let Some((base, query)) = raw.split_once('?') else {
+        return raw.to_string();
+    };
     let kept: Vec<&str> = query
         .split('&')
         .filter(|pair| !pair.is_empty() && !keys.contains(&pair.split_once('=').map_or(*pair, |(k, _)| k)))
@@ -216,9 +230,9 @@ fn strip_params(raw: &str, keys: &[&str]) -> String {
 
 /// Opens one connection (the whole handshake bounded by the config's
 /// `connect_timeout`) and spawns the task that drives it.
-async fn open(config: &Config) -> Result<(Client, JoinHandle<()>), String> {
+async fn open(config: &PgConfig) -> Result<(Client, JoinHandle<()>), String> {
     let limit = config.get_connect_timeout().copied().unwrap_or(CONNECT_TIMEOUT);
-    let (client, connection) = match tokio::time::timeout(limit, config.connect(NoTls)).await {
+    let (client, connection) = match tokio::time::timeout(limit, config.connect()).await {
         Ok(Ok(pair)) => pair,
         Ok(Err(e)) => return Err(describe(&e)),
         Err(_) => return Err(format!("no answer within {} ms", limit.as_millis())),
@@ -229,6 +243,39 @@ async fn open(config: &Config) -> Result<(Client, JoinHandle<()>), String> {
         }
     });
     Ok((client, driver))
+}
+
+/// Opens and closes one connection, so that a refused password or a failed
+/// TLS handshake at connect is an [`Error::Security`] that says so, and any
+/// other failure an [`Error::Connect`].
+async fn probe(config: &PgConfig) -> Result<(), Error> {
+    let limit = config.get_connect_timeout().copied().unwrap_or(CONNECT_TIMEOUT);
+    match tokio::time::timeout(limit, config.connect()).await {
+        Ok(Ok(_closed_on_drop)) => Ok(()),
+        Ok(Err(e)) => Err(connect_error(&e)),
+        Err(_) => Err(Error::Connect(format!("postgres: no answer within {} ms", limit.as_millis()))),
+    }
+}
+
+/// A failed connection attempt as [`Error::Security`] (authentication
+/// refused, no `pg_hba.conf` entry for this user or encryption, a failed TLS
+/// handshake) or [`Error::Connect`].
+fn connect_error(e: &tokio_postgres::Error) -> Error {
+    use tokio_postgres::error::SqlState;
+    if let Some(db) = e.as_db_error() {
+        let refused = [SqlState::INVALID_PASSWORD, SqlState::INVALID_AUTHORIZATION_SPECIFICATION];
+        if refused.contains(db.code()) {
+            return Error::security(format!("postgres: authentication refused: {}", db.message()), db.clone());
+        }
+    }
+    if let Some(cause) = super::tls::rustls_cause(e) {
+        return Error::security(format!("postgres: TLS handshake failed: {cause}"), cause.clone());
+    }
+    let text = describe(e);
+    if text.contains("TLS") {
+        return Error::Security { message: format!("postgres: {text}"), source: None };
+    }
+    Error::Connect(format!("postgres: {text}"))
 }
 
 /// A tokio-postgres error with the server's message, if it sent one.

@@ -1,6 +1,10 @@
 //! The Redis backend: locks on one Redis server, with a global fencing token,
 //! a FIFO queue of waiters and push wake-ups.
-//! URL: `redis://[user:password@]host:port[/db][?prefix=fencelock&durable=true]`.
+//! URL: `redis://[user:password@]host:port[/db][?prefix=fencelock&durable=true]`,
+//! or `rediss://…[&ca=ca.pem&cert=c.pem&key=k.pem]` for TLS (see
+//! [`super::tls`]; the server's certificate must chain to `ca=` and name the
+//! host). `user:password@` logs in as a Redis 6+ ACL user (`AUTH user pw`),
+//! `:password@` as the default user (`requirepass`).
 //!
 //! Where it sits: [`super::connect`] builds a [`RedisBackend`] for a
 //! `redis://` URL. The scripts are in `redis/*.lua` beside this file. The
@@ -99,9 +103,13 @@ use std::sync::{Arc, LazyLock, Mutex, PoisonError};
 use std::time::Duration;
 
 use redis::aio::MultiplexedConnection;
-use redis::{AsyncConnectionConfig, ErrorKind, RedisError, RedisResult, Script, Value};
+use redis::{
+    AsyncConnectionConfig, ClientTlsConfig, ConnectionAddr, ErrorKind, IntoConnectionInfo, RedisConnectionInfo,
+    RedisError, RedisResult, Script, TlsCertificates, Value,
+};
 use tokio::time::{timeout_at, Instant};
 
+use super::tls::{self, TlsFiles};
 use super::{check_name, BackendUrl, BoxFuture, Capabilities, Fencing, Guard, Held, KeptLease, LockBackend};
 use super::{Renew, Renewed};
 use crate::backoff::Backoff;
@@ -158,11 +166,11 @@ impl RedisBackend {
     /// a few seconds, [`Error::Unsupported`] if `durable=true` and the server
     /// does not fsync every write (see the [module docs](self)).
     pub async fn connect(url: &BackendUrl) -> Result<Self, Error> {
-        check_params(url, &["prefix", "durable"])?;
+        check_params(url, &["prefix", "durable", "ca", "cert", "key"])?;
         let (host, port) = url.single_host()?;
         let durable = url.flag("durable", false)?;
         let keys = Keys { prefix: format!("{}:", prefix(url)?) };
-        let conn = Conn::new(url, host, port)?;
+        let conn = Conn::new(url, host, port, TlsFiles::from_url(url)?.as_ref())?;
         conn.connect_now().await?;
         if durable {
             check_durable(&conn).await?;
@@ -466,21 +474,30 @@ impl Ticket {
 /// What one run of the acquire script found.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Attempt {
-    Granted { token: u64 },
+    Granted {
+        token: u64,
+    },
     /// `holder`: the lock's value, if held; `pttl`: its time to live.
-    Refused { holder: Option<String>, pttl: Option<Duration>, waiters: u32, first: bool },
+    Refused {
+        holder: Option<String>,
+        pttl: Option<Duration>,
+        waiters: u32,
+        first: bool,
+    },
 }
 
 /// Parses the acquire script's reply (see `acquire.lua`).
 fn parse_attempt(reply: &Value) -> Result<Attempt, Error> {
     let bad = || Error::Backend(format!("redis: unexpected reply of the acquire script: {reply:?}"));
-    let Value::Array(items) = reply else { return Err(bad()) };
+    let Value::Array(items) = reply else {
+        return Err(bad());
+    };
     match items.as_slice() {
         [Value::Int(1), token] => Ok(Attempt::Granted { token: decimal(token).ok_or_else(bad)? }),
         [Value::Int(0), Value::BulkString(holder), Value::Int(pttl), Value::Int(waiters), Value::Int(first)] => {
             Ok(Attempt::Refused {
                 holder: (!holder.is_empty()).then(|| String::from_utf8_lossy(holder).into_owned()),
-            pttl: u64::try_from(*pttl).ok().map(Duration::from_millis),
+                pttl: u64::try_from(*pttl).ok().map(Duration::from_millis),
                 waiters: u32::try_from(*waiters).unwrap_or(u32::MAX),
                 first: *first == 1,
             })
@@ -543,7 +560,9 @@ impl Withdraw {
 
 impl Drop for Withdraw {
     fn drop(&mut self) {
-        let Some(shared) = self.shared.take() else { return };
+        let Some(shared) = self.shared.take() else {
+            return;
+        };
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             let (name, ticket) = (std::mem::take(&mut self.name), std::mem::take(&mut self.ticket));
             runtime.spawn(async move {
@@ -617,7 +636,8 @@ async fn check_durable(conn: &Conn) -> Result<(), Error> {
         ))
     };
     let appendonly = config_get(conn, "appendonly").await.map_err(|e| refuse(format!("and CONFIG GET failed: {e}")))?;
-    let appendfsync = config_get(conn, "appendfsync").await.map_err(|e| refuse(format!("and CONFIG GET failed: {e}")))?;
+    let appendfsync =
+        config_get(conn, "appendfsync").await.map_err(|e| refuse(format!("and CONFIG GET failed: {e}")))?;
     if appendonly == "yes" && appendfsync == "always" {
         Ok(())
     } else {
@@ -645,7 +665,7 @@ pub(super) fn check_params(url: &BackendUrl, known: &[&str]) -> Result<(), Error
     match url.params.iter().find(|(k, _)| !known.contains(&k.as_str())) {
         Some((k, _)) => Err(Error::InvalidArgument(format!(
             "{}: unknown parameter {k:?} for the {} backend (known: {})",
-            url.raw,
+            url,
             url.scheme,
             known.join(", ")
         ))),
@@ -658,7 +678,7 @@ pub(super) fn check_params(url: &BackendUrl, known: &[&str]) -> Result<(), Error
 pub(super) fn prefix(url: &BackendUrl) -> Result<String, Error> {
     let prefix = url.param("prefix").unwrap_or(DEFAULT_PREFIX);
     if prefix.is_empty() || prefix.chars().any(char::is_control) {
-        return Err(Error::InvalidArgument(format!("{}: prefix must be non-empty text", url.raw)));
+        return Err(Error::InvalidArgument(format!("{url}: prefix must be non-empty text")));
     }
     Ok(prefix.to_string())
 }
@@ -668,9 +688,9 @@ fn db_number(url: &BackendUrl) -> Result<u32, Error> {
     if url.path.is_empty() {
         return Ok(0);
     }
-    url.path.parse().map_err(|_| {
-        Error::InvalidArgument(format!("{}: the path must be a database number, not {:?}", url.raw, url.path))
-    })
+    url.path
+        .parse()
+        .map_err(|_| Error::InvalidArgument(format!("{}: the path must be a database number, not {:?}", url, url.path)))
 }
 
 /// Whether a call may be sent again on a fresh connection.
@@ -690,6 +710,8 @@ pub(super) struct Conn {
     client: redis::Client,
     /// `host:port`, for messages.
     pub(super) addr: String,
+    /// Whether the connection is TLS.
+    tls: bool,
     /// The connection in use with its generation (from 1), if any.
     current: Mutex<Option<(u64, MultiplexedConnection)>>,
     /// Held while connecting, so that concurrent callers wait for one connection.
@@ -698,17 +720,35 @@ pub(super) struct Conn {
 }
 
 impl Conn {
-    /// A handle on the server `host:port` with the URL's credentials and
-    /// database; does not connect yet.
-    pub(super) fn new(url: &BackendUrl, host: &str, port: u16) -> Result<Conn, Error> {
-        let db = db_number(url)?;
-        let auth = url.userinfo.as_ref().map(|u| format!("{u}@")).unwrap_or_default();
-        let host = if host.contains(':') { format!("[{host}]") } else { host.to_string() };
-        let client = redis::Client::open(format!("redis://{auth}{host}:{port}/{db}").as_str())
-            .map_err(|e| Error::InvalidArgument(format!("{}: {e}", url.raw)))?;
+    /// A handle on the server `host:port` with the URL's credentials,
+    /// database and TLS files (`tls`, read once by the caller: see
+    /// [`super::tls`]); does not connect yet.
+    pub(super) fn new(url: &BackendUrl, host: &str, port: u16, tls: Option<&TlsFiles>) -> Result<Conn, Error> {
+        let mut redis = RedisConnectionInfo::default().set_db(i64::from(db_number(url)?));
+        if let Some(user) = url.user() {
+            redis = redis.set_username(user);
+        }
+        if let Some(password) = url.password() {
+            redis = redis.set_password(password);
+        }
+        let addr = match tls {
+            None => ConnectionAddr::Tcp(host.to_string(), port),
+            Some(_) => ConnectionAddr::TcpTls { host: host.to_string(), port, insecure: false, tls_params: None },
+        };
+        let info = addr
+            .into_connection_info()
+            .map_err(|e| Error::InvalidArgument(format!("{url}: {e}")))?
+            .set_redis_settings(redis);
+        let client = match tls {
+            None => redis::Client::open(info),
+            Some(files) => redis::Client::build_with_tls(info, certificates(files)),
+        }
+        .map_err(|e| Error::InvalidArgument(format!("{url}: {e}")))?;
+        let shown = if host.contains(':') { format!("[{host}]") } else { host.to_string() };
         Ok(Conn {
             client,
-            addr: format!("{host}:{port}"),
+            addr: format!("{shown}:{port}"),
+            tls: tls.is_some(),
             current: Mutex::new(None),
             connecting: tokio::sync::Mutex::new(()),
             generations: AtomicU64::new(0),
@@ -716,13 +756,17 @@ impl Conn {
     }
 
     /// Connects and pings: [`Error::Connect`] if that fails within
-    /// [`CONNECT_TIMEOUT`].
+    /// [`CONNECT_TIMEOUT`], [`Error::Security`] if the TLS handshake or the
+    /// authentication fails.
     pub(super) async fn connect_now(&self) -> Result<(), Error> {
         let deadline = Instant::now() + CONNECT_TIMEOUT;
         self.run(deadline, Retry::Never, |mut c| async move { redis::cmd("PING").query_async::<()>(&mut c).await })
             .await
             .map_err(|e| match e {
-                Error::Backend(msg) => Error::Connect(msg),
+                Error::Backend(msg) if self.tls => Error::Connect(msg),
+                Error::Backend(msg) => Error::Connect(format!(
+                    "{msg} (a server that closes plaintext connections may speak TLS only: use rediss://)"
+                )),
                 other => other,
             })
     }
@@ -803,9 +847,46 @@ impl Conn {
         }
     }
 
-    /// A failed call as [`Error::Backend`].
+    /// A failed call as [`Error::Backend`], or [`Error::Security`] for a
+    /// failed TLS handshake or a refused authentication.
     pub(super) fn error(&self, e: &RedisError) -> Error {
-        Error::Backend(format!("redis: {}: {e}", self.addr))
+        if let Some(cause) = tls::rustls_cause(e) {
+            return Error::security(format!("redis: {}: TLS handshake failed: {cause}", self.addr), cause.clone());
+        }
+        // The redis crate keeps rustls's error only as text.
+        let text = e.to_string();
+        if self.tls
+            && ["invalid peer certificate", "received fatal alert", "peer is incompatible"]
+                .iter()
+                .any(|t| text.contains(t))
+        {
+            return Error::Security {
+                message: format!("redis: {}: TLS handshake failed: {text}", self.addr),
+                source: None,
+            };
+        }
+        let refused = match e.code() {
+            _ if e.kind() == ErrorKind::AuthenticationFailed => Some("authentication refused (wrong user or password)"),
+            Some("WRONGPASS") => Some("authentication refused (wrong user or password)"),
+            Some("NOAUTH") => Some("the server requires authentication: give user:password@ in the URL"),
+            Some("NOPERM") => Some("the ACL user lacks a permission the backend needs (+@all on its keys)"),
+            _ => None,
+        };
+        match refused {
+            Some(why) => Error::Security { message: format!("redis: {}: {why}: {e}", self.addr), source: None },
+            None => Error::Backend(format!("redis: {}: {e}", self.addr)),
+        }
+    }
+}
+
+/// The TLS files as the redis driver takes them.
+fn certificates(files: &TlsFiles) -> TlsCertificates {
+    TlsCertificates {
+        client_tls: files
+            .identity
+            .as_ref()
+            .map(|(cert, key)| ClientTlsConfig { client_cert: cert.clone(), client_key: key.clone() }),
+        root_cert: Some(files.ca_pem.clone()),
     }
 }
 
@@ -879,8 +960,8 @@ mod tests {
         assert!(prefix(&url("redis://h?prefix=")).is_err());
         assert_eq!(db_number(&url("redis://h/3")).unwrap(), 3);
         assert!(db_number(&url("redis://h/x")).is_err());
-        assert!(Conn::new(&url("redis://h/x"), "h", 1).is_err());
-        assert_eq!(Conn::new(&url("redis://[::1]:7/2"), "::1", 7).unwrap().addr, "[::1]:7");
+        assert!(Conn::new(&url("redis://h/x"), "h", 1, None).is_err());
+        assert_eq!(Conn::new(&url("redis://[::1]:7/2"), "::1", 7, None).unwrap().addr, "[::1]:7");
     }
 
     #[test]

@@ -73,6 +73,7 @@ use redis::Value;
 use tokio::time::Instant;
 
 use super::redis::{check_params, millis, prefix, Conn, Retry, Ticket, OP_TIMEOUT, RENEW};
+use super::tls::TlsFiles;
 use super::{BackendUrl, BoxFuture, Capabilities, Fencing, Guard, Held, KeptLease, LockBackend, Renew, Renewed};
 use crate::error::Error;
 use crate::types::{Acquire, LockOptions};
@@ -104,22 +105,30 @@ impl RedlockBackend {
     /// [`Error::Connect`] if fewer than a majority of the nodes answer within
     /// a few seconds.
     pub async fn connect(url: &BackendUrl) -> Result<Self, Error> {
-        check_params(url, &["prefix"])?;
+        check_params(url, &["prefix", "ca", "cert", "key"])?;
+        let tls = TlsFiles::from_url(url)?;
         let prefix = format!("{}:", prefix(url)?);
         for (i, node) in url.hosts.iter().enumerate() {
             if url.hosts[..i].contains(node) {
                 return Err(Error::InvalidArgument(format!(
                     "{}: node {}:{} is named twice (it would count twice towards a majority)",
-                    url.raw, node.0, node.1
+                    url, node.0, node.1
                 )));
             }
         }
-        let conns = url.hosts.iter().map(|(h, p)| Conn::new(url, h, *p)).collect::<Result<Vec<_>, _>>()?;
+        let conns =
+            url.hosts.iter().map(|(h, p)| Conn::new(url, h, *p, tls.as_ref())).collect::<Result<Vec<_>, _>>()?;
         let nodes = Nodes { conns, prefix };
         let pings = nodes.conns.iter().map(|c| Box::pin(c.connect_now()) as BoxFuture<'_, Result<(), Error>>);
         let answers = join_all(pings).await;
-        let failed: Vec<String> = answers.into_iter().filter_map(Result::err).map(|e| e.to_string()).collect();
+        let failed: Vec<Error> = answers.into_iter().filter_map(Result::err).collect();
         if nodes.conns.len() - failed.len() < nodes.quorum() {
+            // A refused certificate or password is the same mistake on every
+            // node: say it as itself, not as "unreachable".
+            if let Some(refused) = failed.iter().find(|e| matches!(e, Error::Security { .. })) {
+                return Err(refused.clone());
+            }
+            let failed: Vec<String> = failed.iter().map(Error::to_string).collect();
             return Err(Error::Connect(format!(
                 "redlock: {} of {} nodes unreachable, a majority ({}) is needed: {}",
                 failed.len(),
@@ -366,7 +375,9 @@ impl Undo {
 
 impl Drop for Undo {
     fn drop(&mut self) {
-        let Some(nodes) = self.nodes.take() else { return };
+        let Some(nodes) = self.nodes.take() else {
+            return;
+        };
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             let (key, owner) = (std::mem::take(&mut self.key), std::mem::take(&mut self.owner));
             runtime.spawn(async move {

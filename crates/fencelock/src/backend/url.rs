@@ -4,6 +4,28 @@
 //! the backend's `connect`. The parser is deliberately small: hosts, one path,
 //! and query parameters; PostgreSQL gets the URL as written (its driver parses
 //! it again, with every option it knows).
+//!
+//! # Transport security and credentials
+//! One grammar for every backend that speaks TLS: the scheme says TLS, the
+//! query names the files, the userinfo carries the credentials.
+//!
+//! | backend | TLS | files | credentials |
+//! |---|---|---|---|
+//! | Redis | `rediss://` (or `redis+tls://`) | `ca=`, `cert=`, `key=` | `user:password@` (ACL user) or `:password@` |
+//! | Redlock | `redlock+tls://` | `ca=`, `cert=`, `key=` | as Redis, the same on every node |
+//! | etcd | `etcd+tls://` | `ca=`, `cert=`, `key=` | `user:password@` (etcd's auth) |
+//! | ZooKeeper | — | — | `user:password@` (`digest` scheme) |
+//! | PostgreSQL | `sslmode=` (libpq's) | `sslrootcert=` | `user:password@` |
+//!
+//! * `ca=/path/ca.pem`: the CAs (PEM) the server's certificate must chain to;
+//!   without it, the system's (`/etc/ssl/certs`). The host name of the URL
+//!   must be named by the certificate (DNS name or IP address).
+//! * `cert=` and `key=` (PEM, together): a client certificate for servers that
+//!   ask for one.
+//! * A user or password may be percent-encoded (`%40` for `@`).
+//!
+//! A password never leaves this module in text: [`BackendUrl`]'s `Display`
+//! and `Debug`, and every error made from a URL, show it as `***`.
 
 use std::fmt;
 
@@ -28,13 +50,21 @@ pub enum Scheme {
 
 impl Scheme {
     fn from_str(s: &str) -> Option<Scheme> {
+        Self::with_tls(s).map(|(scheme, _)| scheme)
+    }
+
+    /// The scheme named by `s`, and whether the name asks for TLS.
+    fn with_tls(s: &str) -> Option<(Scheme, bool)> {
         Some(match s {
-            "fencelock" | "http" => Scheme::Native,
-            "redis" => Scheme::Redis,
-            "redlock" => Scheme::Redlock,
-            "etcd" => Scheme::Etcd,
-            "zk" | "zookeeper" => Scheme::ZooKeeper,
-            "postgres" | "postgresql" => Scheme::Postgres,
+            "fencelock" | "http" => (Scheme::Native, false),
+            "redis" => (Scheme::Redis, false),
+            "rediss" | "redis+tls" => (Scheme::Redis, true),
+            "redlock" => (Scheme::Redlock, false),
+            "redlock+tls" => (Scheme::Redlock, true),
+            "etcd" => (Scheme::Etcd, false),
+            "etcd+tls" => (Scheme::Etcd, true),
+            "zk" | "zookeeper" => (Scheme::ZooKeeper, false),
+            "postgres" | "postgresql" => (Scheme::Postgres, false),
             _ => return None,
         })
     }
@@ -75,13 +105,17 @@ impl fmt::Display for Scheme {
     }
 }
 
-/// A parsed backend URL.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// A parsed backend URL. Its `Display` and `Debug` hide the password.
+#[derive(Clone, PartialEq, Eq)]
 pub struct BackendUrl {
-    /// The URL as given.
+    /// The URL as given, password included: never print it (print the
+    /// `BackendUrl`, which hides the password).
     pub raw: String,
     pub scheme: Scheme,
-    /// `user[:password]` before the `@`, if any.
+    /// The scheme asks for TLS (`rediss`, `redis+tls`, `redlock+tls`,
+    /// `etcd+tls`); PostgreSQL says it with `sslmode=` instead.
+    pub tls: bool,
+    /// `user[:password]` before the `@`, if any, as written (percent-encoded).
     pub userinfo: Option<String>,
     /// One or more `(host, port)`, in the order given.
     pub hosts: Vec<(String, u16)>,
@@ -96,13 +130,14 @@ impl BackendUrl {
     /// Parses `url`. [`Error::InvalidArgument`] with the reason if it is not a
     /// backend URL.
     pub fn parse(url: &str) -> Result<BackendUrl, Error> {
+        let shown = redact(url);
         let bad = |why: &str| {
             Error::InvalidArgument(format!(
-                "bad server url {url:?}: {why} (expected e.g. fencelock://127.0.0.1:7070, redis://host:6379, redlock://h1:6379,h2:6379,h3:6379, etcd://host:2379, zk://host:2181, postgres://user@host/db)"
+                "bad server url {shown:?}: {why} (expected e.g. fencelock://127.0.0.1:7070, redis://host:6379, redlock://h1:6379,h2:6379,h3:6379, etcd://host:2379, zk://host:2181, postgres://user@host/db)"
             ))
         };
         let (scheme_str, rest) = url.split_once("://").ok_or_else(|| bad("no scheme"))?;
-        let scheme = Scheme::from_str(&scheme_str.to_ascii_lowercase()).ok_or_else(|| bad("unknown scheme"))?;
+        let (scheme, tls) = Scheme::with_tls(&scheme_str.to_ascii_lowercase()).ok_or_else(|| bad("unknown scheme"))?;
         let rest = strip_repeated_schemes(rest, scheme).map_err(|why| bad(&why))?;
         let rest = rest.as_str();
         let (rest, query) = match rest.split_once('?') {
@@ -126,7 +161,25 @@ impl BackendUrl {
             let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
             params.push((k.to_string(), v.to_string()));
         }
-        Ok(BackendUrl { raw: url.to_string(), scheme, userinfo, hosts, path: path.to_string(), params })
+        Ok(BackendUrl { raw: url.to_string(), scheme, tls, userinfo, hosts, path: path.to_string(), params })
+    }
+
+    /// The user of the userinfo (percent-decoded), if one is given and not empty.
+    pub fn user(&self) -> Option<String> {
+        let info = self.userinfo.as_deref()?;
+        let user = info.split_once(':').map_or(info, |(u, _)| u);
+        (!user.is_empty()).then(|| percent_decode(user))
+    }
+
+    /// The password of the userinfo (percent-decoded), if one is given.
+    pub fn password(&self) -> Option<String> {
+        let (_, password) = self.userinfo.as_deref()?.split_once(':')?;
+        Some(percent_decode(password))
+    }
+
+    /// The URL as given, with the password (if any) replaced by `***`.
+    pub fn redacted(&self) -> String {
+        redact(&self.raw)
     }
 
     /// The value of query parameter `key`, if given.
@@ -141,7 +194,7 @@ impl BackendUrl {
             None => Ok(default),
             Some("true" | "1" | "yes" | "on" | "") => Ok(true),
             Some("false" | "0" | "no" | "off") => Ok(false),
-            Some(v) => Err(Error::InvalidArgument(format!("{}: {key}={v:?} is not a boolean", self.raw))),
+            Some(v) => Err(Error::InvalidArgument(format!("{self}: {key}={v:?} is not a boolean"))),
         }
     }
 
@@ -149,16 +202,83 @@ impl BackendUrl {
     pub fn single_host(&self) -> Result<(&str, u16), Error> {
         match self.hosts.as_slice() {
             [(h, p)] => Ok((h, *p)),
-            _ => Err(Error::InvalidArgument(format!("{}: the {} backend takes one host", self.raw, self.scheme))),
+            _ => Err(Error::InvalidArgument(format!("{self}: the {} backend takes one host", self.scheme))),
         }
     }
 
     /// `http://host:port` of every host, comma-separated: the members of a
     /// fencelock group for the native client (`fencelock://a:7070,b:7070,c:7070`).
     pub fn native_endpoints(&self) -> String {
-        let host = |h: &str| if h.contains(':') { format!("[{h}]") } else { h.to_string() };
+        let host = |h: &str| {
+            if h.contains(':') {
+                format!("[{h}]")
+            } else {
+                h.to_string()
+            }
+        };
         self.hosts.iter().map(|(h, p)| format!("http://{}:{p}", host(h))).collect::<Vec<_>>().join(",")
     }
+}
+
+impl fmt::Display for BackendUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.redacted())
+    }
+}
+
+impl fmt::Debug for BackendUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let userinfo =
+            self.userinfo.as_ref().map(|_| (self.user().unwrap_or_default(), self.password().map(|_| "***")));
+        f.debug_struct("BackendUrl")
+            .field("raw", &self.redacted())
+            .field("scheme", &self.scheme)
+            .field("tls", &self.tls)
+            .field("userinfo", &userinfo)
+            .field("hosts", &self.hosts)
+            .field("path", &self.path)
+            .field("params", &self.params)
+            .finish()
+    }
+}
+
+/// `url` with the password of its userinfo replaced by `***` (a URL
+/// without one as it is). Works on any text, parsed or not.
+pub(crate) fn redact(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_string();
+    };
+    let end = rest.find(['/', '?']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(end);
+    let Some((userinfo, hosts)) = authority.rsplit_once('@') else {
+        return url.to_string();
+    };
+    match userinfo.split_once(':') {
+        Some((user, _)) => format!("{scheme}://{user}:***@{hosts}{tail}"),
+        None => url.to_string(),
+    }
+}
+
+/// `%XX` escapes decoded (an escape that is not two hex digits is kept as it
+/// is); the result is read as UTF-8, lossily.
+fn percent_decode(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = bytes.get(i + 1..i + 3).and_then(|h| std::str::from_utf8(h).ok());
+        match (bytes[i], hex.and_then(|h| u8::from_str_radix(h, 16).ok())) {
+            (b'%', Some(b)) => {
+                out.push(b);
+                i += 3;
+            }
+            (b, _) => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// `a:1,http://b:2` → `a:1,b:2`: each member of a list may repeat the scheme
@@ -167,7 +287,8 @@ impl BackendUrl {
 fn strip_repeated_schemes(rest: &str, scheme: Scheme) -> Result<String, String> {
     let mut parts = Vec::new();
     for part in rest.split(',') {
-        let listed = part.split_once("://").and_then(|(s, tail)| Some((Scheme::from_str(&s.to_ascii_lowercase())?, tail)));
+        let listed =
+            part.split_once("://").and_then(|(s, tail)| Some((Scheme::from_str(&s.to_ascii_lowercase())?, tail)));
         match listed {
             Some((other, _)) if other != scheme => {
                 return Err(format!("a server list takes one scheme, not both {scheme} and {other}"));
@@ -271,5 +392,44 @@ mod tests {
         let u = BackendUrl::parse("redis://h?durable=maybe").unwrap();
         assert!(u.flag("durable", false).is_err());
         assert!(BackendUrl::parse("redlock://a,b").unwrap().single_host().is_err());
+    }
+
+    /// Issue 15: the TLS schemes, and credentials taken apart and decoded.
+    #[test]
+    fn tls_schemes_and_credentials() {
+        for (url, scheme, tls) in [
+            ("rediss://h", Scheme::Redis, true),
+            ("redis+tls://h", Scheme::Redis, true),
+            ("redis://h", Scheme::Redis, false),
+            ("redlock+tls://a,b,c", Scheme::Redlock, true),
+            ("etcd+tls://h", Scheme::Etcd, true),
+            ("etcd://h", Scheme::Etcd, false),
+        ] {
+            let u = BackendUrl::parse(url).unwrap();
+            assert_eq!((u.scheme, u.tls), (scheme, tls), "{url}");
+        }
+        assert_eq!(BackendUrl::parse("rediss://h").unwrap().hosts[0].1, 6379);
+        let u = BackendUrl::parse("rediss://al%40ice:p%3Aw%2F@h:1?ca=/x").unwrap();
+        assert_eq!((u.user().as_deref(), u.password().as_deref()), (Some("al@ice"), Some("p:w/")));
+        let u = BackendUrl::parse("redis://:secret@h").unwrap();
+        assert_eq!((u.user(), u.password().as_deref()), (None, Some("secret")));
+        let u = BackendUrl::parse("zk://bob@h").unwrap();
+        assert_eq!((u.user().as_deref(), u.password()), (Some("bob"), None));
+    }
+
+    /// Issue 15: a password appears in no Display, Debug or parse error of a URL.
+    #[test]
+    fn passwords_are_never_shown() {
+        let u = BackendUrl::parse("rediss://alice:hunter2@h:1/0?ca=/x").unwrap();
+        assert_eq!(u.to_string(), "rediss://alice:***@h:1/0?ca=/x");
+        let debug = format!("{u:?}");
+        assert!(!debug.contains("hunter2") && debug.contains("alice"), "{debug}");
+        assert!(!u.flag("ca", false).unwrap_err().to_string().contains("hunter2"));
+        for bad in ["redis://alice:hunter2@h:x", "mysql://alice:hunter2@h", "redis://alice:hunter2@"] {
+            let err = BackendUrl::parse(bad).unwrap_err().to_string();
+            assert!(!err.contains("hunter2") && err.contains("alice:***@"), "{err}");
+        }
+        assert_eq!(redact("postgres://u:p@w@h/db?x=@"), "postgres://u:***@h/db?x=@");
+        assert_eq!(redact("redis://h/a@b"), "redis://h/a@b");
     }
 }

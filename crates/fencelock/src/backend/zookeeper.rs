@@ -124,14 +124,41 @@ const PROBE_SESSION: Duration = Duration::from_secs(5);
 /// reconnection, which the client gives up after 7/5 of the session timeout).
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 
-const OWN_NODE: zk::CreateOptions<'static> = zk::CreateMode::EphemeralSequential.with_acls(zk::Acls::anyone_all());
-const LOCK_NODE: zk::CreateOptions<'static> = zk::CreateMode::Container.with_acls(zk::Acls::anyone_all());
-const BASE_NODE: zk::CreateOptions<'static> = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
+/// The ACL of the nodes the backend creates: anyone may do anything without
+/// a login; with a digest login, only that identity (`creator_all`), so a
+/// client without it can neither take these locks nor delete their nodes.
+fn acls(login: &Login) -> zk::Acls<'static> {
+    if login.auth.is_some() {
+        zk::Acls::creator_all()
+    } else {
+        zk::Acls::anyone_all()
+    }
+}
+
+fn own_node(login: &Login) -> zk::CreateOptions<'static> {
+    zk::CreateMode::EphemeralSequential.with_acls(acls(login))
+}
+
+fn lock_node(login: &Login) -> zk::CreateOptions<'static> {
+    zk::CreateMode::Container.with_acls(acls(login))
+}
+
+fn base_node(login: &Login) -> zk::CreateOptions<'static> {
+    zk::CreateMode::Persistent.with_acls(acls(login))
+}
+
+/// Where and as whom sessions are opened: the connect string and the
+/// `digest` credentials (`user:password`), if the URL gives them.
+#[derive(Clone)]
+struct Login {
+    /// `h:p,h:p` for the client.
+    hosts: String,
+    auth: Option<String>,
+}
 
 /// Locks on a ZooKeeper ensemble. See the [module docs](self) for the recipe.
 pub struct ZkBackend {
-    /// `h:p,h:p` for the client.
-    hosts: String,
+    login: Login,
     /// `{chroot}{prefix}`: the parent of every lock's node.
     base: String,
     /// The shared sessions, by requested TTL. Held weakly: the guards and acquires
@@ -141,7 +168,11 @@ pub struct ZkBackend {
 
 impl fmt::Debug for ZkBackend {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ZkBackend").field("hosts", &self.hosts).field("base", &self.base).finish_non_exhaustive()
+        f.debug_struct("ZkBackend")
+            .field("hosts", &self.login.hosts)
+            .field("digest_auth", &self.login.auth.is_some())
+            .field("base", &self.base)
+            .finish_non_exhaustive()
     }
 }
 
@@ -151,15 +182,17 @@ impl ZkBackend {
     /// if no host of the URL answers within a few seconds.
     pub async fn connect(url: &BackendUrl) -> Result<Self, Error> {
         let (hosts, base) = parse_url(url)?;
-        let probe = open_client(&hosts, PROBE_SESSION).await.map_err(|e| Error::Connect(format!("zk {hosts}: {e}")))?;
-        match request(probe.mkdir(&base, &BASE_NODE)).await {
+        let auth = url.user().map(|user| format!("{user}:{}", url.password().unwrap_or_default()));
+        let login = Login { hosts: hosts.clone(), auth };
+        let probe = open_client(&login, PROBE_SESSION).await.map_err(|e| Error::Connect(format!("zk {hosts}: {e}")))?;
+        match request(probe.mkdir(&base, &base_node(&login))).await {
             Ok(()) => {}
             Err(zk::Error::ConnectionLoss | zk::Error::Timeout) => {
                 return Err(Error::Connect(format!("zk {hosts}: the connection was lost while creating {base}")));
             }
             Err(e) => return Err(fail(&format!("create the base path {base}"), e)),
         }
-        Ok(ZkBackend { hosts, base, sessions: tokio::sync::Mutex::new(HashMap::new()) })
+        Ok(ZkBackend { login, base, sessions: tokio::sync::Mutex::new(HashMap::new()) })
     }
 
     /// The live session for `ttl`, opened if there is none. Opening holds the
@@ -170,7 +203,7 @@ impl ZkBackend {
         if let Some(live) = sessions.get(&ttl).and_then(Weak::upgrade).filter(|s| s.is_live()) {
             return Ok(live);
         }
-        let session = Arc::new(Session::open(&self.hosts, ttl).await?);
+        let session = Arc::new(Session::open(&self.login, ttl).await?);
         sessions.retain(|_, s| s.strong_count() > 0);
         sessions.insert(ttl, Arc::downgrade(&session));
         Ok(session)
@@ -184,7 +217,7 @@ impl ZkBackend {
             return Ok(live);
         }
         drop(sessions);
-        Ok(Arc::new(Session::open(&self.hosts, PROBE_SESSION).await?))
+        Ok(Arc::new(Session::open(&self.login, PROBE_SESSION).await?))
     }
 
     /// The parent node of lock `name`.
@@ -242,7 +275,9 @@ impl ZkBackend {
         let session = self.any_session().await?;
         let parent = self.lock_path(name);
         let queue = list_queue(&session, &parent).await?;
-        let Some(first) = queue.first() else { return Ok(CheckResult { current: false, current_token: None }) };
+        let Some(first) = queue.first() else {
+            return Ok(CheckResult { current: false, current_token: None });
+        };
         let stat = request(session.client.check_stat(&format!("{parent}/{first}")))
             .await
             .map_err(|e| fail("read the holder's node", e))?;
@@ -288,6 +323,7 @@ impl LockBackend for ZkBackend {
 /// reference closes it (the server then deletes its nodes).
 struct Session {
     client: zk::Client,
+    login: Login,
     /// The session id (the guards' lease id).
     id: u64,
     /// The negotiated session timeout.
@@ -300,13 +336,14 @@ struct Session {
 
 impl Session {
     /// Opens a session asking for `ttl` as its timeout.
-    async fn open(hosts: &str, ttl: Duration) -> Result<Session, Error> {
-        let client = open_client(hosts, ttl).await.map_err(|e| Error::Backend(format!("zk {hosts}: {e}")))?;
+    async fn open(login: &Login, ttl: Duration) -> Result<Session, Error> {
+        let hosts = &login.hosts;
+        let client = open_client(login, ttl).await.map_err(|e| Error::Backend(format!("zk {hosts}: {e}")))?;
         let leases = Arc::new(StdMutex::new(Vec::new()));
         let watcher = tokio::spawn(lose_all_when_ended(client.state_watcher(), leases.clone()));
         let id = client.session_id().0 as u64;
         let timeout = client.session_timeout();
-        Ok(Session { client, id, timeout, leases, watcher })
+        Ok(Session { client, login: login.clone(), id, timeout, leases, watcher })
     }
 
     /// True until the client learns that the session ended.
@@ -347,9 +384,14 @@ async fn lose_all_when_ended(mut states: zk::StateWatcher, leases: Arc<StdMutex<
     }
 }
 
-/// A new client session with `timeout` asked for; every host is tried once.
-async fn open_client(hosts: &str, timeout: Duration) -> Result<zk::Client, String> {
-    let connect = zk::Client::connector().with_session_timeout(timeout).with_fail_eagerly().connect(hosts);
+/// A new client session with `timeout` asked for, logged in with `digest`
+/// if `login` says so; every host is tried once.
+async fn open_client(login: &Login, timeout: Duration) -> Result<zk::Client, String> {
+    let mut connector = zk::Client::connector().with_session_timeout(timeout).with_fail_eagerly();
+    if let Some(auth) = &login.auth {
+        connector = connector.with_auth("digest", auth.as_bytes());
+    }
+    let connect = connector.connect(&login.hosts);
     match tokio::time::timeout(CONNECT_TIMEOUT, connect).await {
         Ok(Ok(client)) => Ok(client),
         Ok(Err(e)) => Err(format!("cannot open a session: {e}")),
@@ -393,7 +435,7 @@ impl Entry {
         // creating it and our node: a few tries.
         for _ in 0..3 {
             self.own = Own::Unknown;
-            match request(self.session.client.create(&prefix, &[], &OWN_NODE)).await {
+            match request(self.session.client.create(&prefix, &[], &own_node(&self.session.login))).await {
                 Ok((stat, sequence)) => {
                     let path = format!("{prefix}{sequence}");
                     self.own = Own::Node(path.clone());
@@ -501,13 +543,14 @@ async fn delete_node(session: &Session, path: &str) -> Result<bool, Error> {
 /// Creates the lock's parent container (and the base path if it is missing too).
 async fn ensure_parent(session: &Session, base: &str, parent: &str) -> Result<(), Error> {
     let client = &session.client;
-    match request(client.create(parent, &[], &LOCK_NODE)).await {
+    let (lock, base_options) = (lock_node(&session.login), base_node(&session.login));
+    match request(client.create(parent, &[], &lock)).await {
         Ok(_) | Err(zk::Error::NodeExists) => return Ok(()),
         Err(zk::Error::NoNode) => {}
         Err(e) => return Err(fail("create the lock's parent node", e)),
     }
-    request(client.mkdir(base, &BASE_NODE)).await.map_err(|e| fail("create the base path", e))?;
-    match request(client.create(parent, &[], &LOCK_NODE)).await {
+    request(client.mkdir(base, &base_options)).await.map_err(|e| fail("create the base path", e))?;
+    match request(client.create(parent, &[], &lock)).await {
         Ok(_) | Err(zk::Error::NodeExists) => Ok(()),
         Err(e) => Err(fail("create the lock's parent node", e)),
     }
@@ -602,7 +645,9 @@ struct NodeCheck {
 impl Renew for NodeCheck {
     fn renew(&self, round_end: Instant) -> BoxFuture<'_, Result<Renewed, Error>> {
         Box::pin(async move {
-            let Some(session) = self.session.upgrade() else { return Ok(Renewed::Gone) };
+            let Some(session) = self.session.upgrade() else {
+                return Ok(Renewed::Gone);
+            };
             let read = tokio::time::timeout_at(round_end, session.client.check_stat(&self.path)).await;
             match read {
                 Err(_) => Err(Error::Backend("zk: renewal round timed out".into())),
@@ -635,9 +680,17 @@ fn refused(e: &zk::Error) -> bool {
     )
 }
 
-/// `Error::Backend("zk: {what}: {e}")`.
+/// `Error::Backend("zk: {what}: {e}")`; [`Error::Security`] if the server
+/// refused it for want of rights (`NoAuth`) or refused the login.
 fn fail(what: &str, e: zk::Error) -> Error {
-    Error::Backend(format!("zk: {what}: {e}"))
+    match e {
+        zk::Error::NoAuth => Error::security(
+            format!("zk: {what}: not authorized: the node's ACL does not admit this client (digest login user:password@ of the identity that created it)"),
+            e,
+        ),
+        zk::Error::AuthFailed => Error::security(format!("zk: {what}: the server refused the login"), e),
+        e => Error::Backend(format!("zk: {what}: {e}")),
+    }
 }
 
 /// A request bounded by [`REQUEST_TIMEOUT`] (then [`zk::Error::Timeout`]).
@@ -667,8 +720,8 @@ const HEX: &[u8; 16] = b"0123456789ABCDEF";
 /// The client's connect string (`h:p,[v6]:p`) and the base path
 /// (`/{chroot}{prefix}`) of `url`.
 fn parse_url(url: &BackendUrl) -> Result<(String, String), Error> {
-    if url.userinfo.is_some() {
-        return Err(Error::InvalidArgument(format!("{}: the zk backend takes no user in the URL", url.raw)));
+    if url.userinfo.is_some() && (url.user().is_none() || url.password().is_none()) {
+        return Err(Error::InvalidArgument(format!("{url}: zk digest auth needs user:password@")));
     }
     let hosts: Vec<String> = url
         .hosts
@@ -678,16 +731,18 @@ fn parse_url(url: &BackendUrl) -> Result<(String, String), Error> {
     let chroot = if url.path.is_empty() { String::new() } else { format!("/{}", url.path) };
     let prefix = url.param("prefix").unwrap_or(DEFAULT_PREFIX);
     if !prefix.starts_with('/') {
-        return Err(Error::InvalidArgument(format!("{}: prefix {prefix:?} must start with /", url.raw)));
+        return Err(Error::InvalidArgument(format!("{url}: prefix {prefix:?} must start with /")));
     }
     let base = format!("{chroot}{prefix}");
-    check_path(&base).map_err(|why| Error::InvalidArgument(format!("{}: path {base:?} {why}", url.raw)))?;
+    check_path(&base).map_err(|why| Error::InvalidArgument(format!("{url}: path {base:?} {why}")))?;
     Ok((hosts.join(","), base))
 }
 
 /// Is `path` an absolute ZooKeeper path other than `/` that ZooKeeper accepts?
 fn check_path(path: &str) -> Result<(), &'static str> {
-    let Some(rest) = path.strip_prefix('/') else { return Err("is not absolute") };
+    let Some(rest) = path.strip_prefix('/') else {
+        return Err("is not absolute");
+    };
     for part in rest.split('/') {
         match part {
             "" => return Err("has an empty component"),
@@ -739,7 +794,9 @@ mod tests {
         let parse = |u: &str| parse_url(&BackendUrl::parse(u).unwrap());
         assert_eq!(parse("zk://a:1,b,[::1]:3").unwrap(), ("a:1,b:2181,[::1]:3".into(), "/fencelock".into()));
         assert_eq!(parse("zk://a/app/x?prefix=/locks").unwrap().1, "/app/x/locks");
-        for bad in ["zk://a?prefix=locks", "zk://a?prefix=/", "zk://a/../x", "zk://u@a", "zk://a?prefix=/a//b"] {
+        for bad in
+            ["zk://a?prefix=locks", "zk://a?prefix=/", "zk://a/../x", "zk://u@a", "zk://:p@a", "zk://a?prefix=/a//b"]
+        {
             assert!(matches!(parse(bad), Err(Error::InvalidArgument(_))), "{bad}");
         }
     }

@@ -11,9 +11,10 @@
 
 use std::fmt;
 use std::future::Future;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
+use fencelock_proto::etcd::etcdserverpb::auth_client::AuthClient;
 use fencelock_proto::etcd::etcdserverpb::compare::{CompareResult, CompareTarget, TargetUnion};
 use fencelock_proto::etcd::etcdserverpb::kv_client::KvClient;
 use fencelock_proto::etcd::etcdserverpb::lease_client::LeaseClient;
@@ -24,18 +25,49 @@ use fencelock_proto::etcd::etcdserverpb::watch_client::WatchClient;
 use fencelock_proto::etcd::etcdserverpb::watch_create_request::FilterType;
 use fencelock_proto::etcd::etcdserverpb::watch_request::RequestUnion;
 use fencelock_proto::etcd::etcdserverpb::{
-    Compare, DeleteRangeRequest, LeaseGrantRequest, LeaseKeepAliveRequest, LeaseRevokeRequest, PutRequest,
-    RangeRequest, RequestOp, TxnRequest, TxnResponse, WatchCreateRequest, WatchRequest, WatchResponse,
+    AuthenticateRequest, Compare, DeleteRangeRequest, LeaseGrantRequest, LeaseKeepAliveRequest, LeaseRevokeRequest,
+    PutRequest, RangeRequest, RequestOp, TxnRequest, TxnResponse, WatchCreateRequest, WatchRequest, WatchResponse,
 };
 use fencelock_proto::etcd::mvccpb::event::EventType;
 use fencelock_proto::etcd::mvccpb::KeyValue;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_stream::wrappers::ReceiverStream;
-use tonic::transport::{Channel, Endpoint};
+use tonic::metadata::AsciiMetadataValue;
+use tonic::service::interceptor::InterceptedService;
+use tonic::service::Interceptor;
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
 use tonic::{Code, Status, Streaming};
 
+use crate::backend::tls::{self, TlsFiles};
 use crate::error::{is_retryable, Error};
+
+/// What reaching the cluster takes besides its endpoints: TLS files and a
+/// user's credentials, if the URL gives them.
+#[derive(Debug, Default)]
+pub(super) struct Access {
+    /// The CAs and client certificate for `https` endpoints; `None`: plaintext.
+    pub tls: Option<TlsFiles>,
+    /// `(user, password)` for etcd's Authenticate.
+    pub credentials: Option<(String, String)>,
+}
+
+/// A channel whose every call carries the current auth token (if any) in
+/// the `token` metadata, as etcd's auth expects.
+type Chan = InterceptedService<Channel, TokenInterceptor>;
+
+/// Adds the shared token to each call.
+#[derive(Clone, Default)]
+struct TokenInterceptor(Arc<RwLock<Option<AsciiMetadataValue>>>);
+
+impl Interceptor for TokenInterceptor {
+    fn call(&mut self, mut request: tonic::Request<()>) -> Result<tonic::Request<()>, Status> {
+        if let Some(token) = self.0.read().unwrap_or_else(|e| e.into_inner()).clone() {
+            request.metadata_mut().insert("token", token);
+        }
+        Ok(request)
+    }
+}
 
 /// How long connecting to one endpoint (TCP and the first call) may take.
 pub(super) const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
@@ -55,13 +87,16 @@ pub(super) struct Etcd {
     /// `(host:port, endpoint)`, in the URL's order.
     endpoints: Vec<(String, Endpoint)>,
     current: Mutex<Current>,
+    credentials: Option<(String, String)>,
+    /// The token of the last Authenticate, sent with every call.
+    token: TokenInterceptor,
 }
 
 struct Current {
     /// Bumped on every move, so that many calls failing at once move once.
     generation: u64,
     index: usize,
-    channel: Channel,
+    channel: Chan,
 }
 
 impl fmt::Debug for Etcd {
@@ -74,43 +109,53 @@ impl fmt::Debug for Etcd {
 impl Etcd {
     /// Connects to the first of `hosts`, in order, that answers a linearizable
     /// `probe` Range (so the member is up and its cluster has a leader) within
-    /// [`CONNECT_TIMEOUT`]. [`Error::Connect`] with every endpoint's reason if
-    /// none does, [`Error::InvalidArgument`] if a host cannot form a URI.
-    pub async fn connect(hosts: &[(String, u16)], probe: RangeRequest) -> Result<Etcd, Error> {
+    /// [`CONNECT_TIMEOUT`], after authenticating if `access` has credentials.
+    /// [`Error::Security`] if an endpoint refuses the TLS handshake or the
+    /// credentials; [`Error::Connect`] with every endpoint's reason if none
+    /// answers; [`Error::InvalidArgument`] if a host cannot form a URI.
+    pub async fn connect(hosts: &[(String, u16)], access: Access, probe: RangeRequest) -> Result<Etcd, Error> {
         let mut endpoints = Vec::new();
         for (host, port) in hosts {
-            let name = if host.contains(':') { format!("[{host}]:{port}") } else { format!("{host}:{port}") };
-            let endpoint = Endpoint::from_shared(format!("http://{name}"))
-                .map_err(|e| Error::InvalidArgument(format!("etcd: bad endpoint {name}: {e}")))?
-                .connect_timeout(CONNECT_TIMEOUT)
-                .tcp_nodelay(true)
-                // Notice a dead connection even while a watch waits on it.
-                .http2_keep_alive_interval(Duration::from_secs(5))
-                .keep_alive_timeout(Duration::from_secs(3));
-            endpoints.push((name, endpoint));
+            endpoints.push(endpoint(host, *port, access.tls.as_ref())?);
         }
+        let token = TokenInterceptor::default();
         let mut failures = Vec::new();
         for (index, (name, endpoint)) in endpoints.iter().enumerate() {
-            match probe_endpoint(endpoint, probe.clone()).await {
+            let channel = InterceptedService::new(endpoint.connect_lazy(), token.clone());
+            let attempt = probe_endpoint(channel, &access.credentials, &token, probe.clone());
+            match attempt.await {
                 Ok(channel) => {
                     let current = Mutex::new(Current { generation: 0, index, channel });
-                    return Ok(Etcd { endpoints, current });
+                    return Ok(Etcd { endpoints, current, credentials: access.credentials, token });
                 }
+                Err(e @ Error::Security { .. }) => return Err(e),
                 Err(why) => failures.push(format!("{name}: {why}")),
             }
         }
-        Err(Error::Connect(format!("etcd: {}", failures.join("; "))))
+        let hint = if access.tls.is_none() { " (a server that speaks TLS only needs etcd+tls://)" } else { "" };
+        Err(Error::Connect(format!("etcd: {}{hint}", failures.join("; "))))
+    }
+
+    /// Authenticates again (after etcd answered `invalid auth token`: the
+    /// token expired, or the member restarted).
+    async fn reauthenticate(&self, end: Instant) -> Result<(), Error> {
+        let Some(credentials) = &self.credentials else {
+            return Ok(());
+        };
+        let (_, channel) = self.channel();
+        let answer = tokio::time::timeout_at(end, authenticate(channel, credentials, &self.token)).await;
+        answer.unwrap_or_else(|_| Err(Error::Backend("etcd: authenticate: no answer in time".into())))
+    }
+
+    /// The current channel and its generation.
+    fn channel(&self) -> (u64, Chan) {
+        let current = self.current.lock().unwrap_or_else(|e| e.into_inner());
+        (current.generation, current.channel.clone())
     }
 
     /// The deadline of a call started now.
     pub fn deadline(&self) -> Instant {
         Instant::now() + CALL_TIMEOUT
-    }
-
-    /// The current channel and its generation.
-    fn channel(&self) -> (u64, Channel) {
-        let current = self.current.lock().unwrap_or_else(|e| e.into_inner());
-        (current.generation, current.channel.clone())
     }
 
     /// A call on the channel of `generation` failed in transport: move to the
@@ -124,53 +169,66 @@ impl Etcd {
         current.index = (current.index + 1) % self.endpoints.len();
         let (name, endpoint) = &self.endpoints[current.index];
         tracing::debug!(endpoint = %name, "fencelock: etcd: moving to the next endpoint");
-        current.channel = endpoint.connect_lazy();
+        current.channel = InterceptedService::new(endpoint.connect_lazy(), self.token.clone());
     }
 
     /// Runs `call` on the current channel until `end`. A transport failure or
-    /// no answer by `end` moves to the next endpoint; every failure is
+    /// no answer by `end` moves to the next endpoint; an expired auth token is
+    /// renewed and the call made once more; every failure is
     /// [`Error::Backend`].
     async fn call<T, F, Fut>(&self, what: &str, end: Instant, call: F) -> Result<T, Error>
     where
-        F: FnOnce(Channel) -> Fut,
+        F: Fn(Chan) -> Fut,
         Fut: Future<Output = Result<tonic::Response<T>, Status>>,
     {
         let (generation, channel) = self.channel();
-        self.call_on(generation, channel, what, end, call).await
+        match self.call_on(generation, channel, what, end, &call).await {
+            Err(Expired) if self.credentials.is_some() => {
+                self.reauthenticate(end).await?;
+                let (generation, channel) = self.channel();
+                self.call_on(generation, channel, what, end, &call).await.map_err(Failure::into_error)
+            }
+            other => other.map_err(Failure::into_error),
+        }
     }
 
-    /// [`Etcd::call`] on `channel`, of `generation`.
+    /// [`Etcd::call`] on `channel`, of `generation`, once.
     async fn call_on<T, F, Fut>(
         &self,
         generation: u64,
-        channel: Channel,
+        channel: Chan,
         what: &str,
         end: Instant,
         call: F,
-    ) -> Result<T, Error>
+    ) -> Result<T, Failure>
     where
-        F: FnOnce(Channel) -> Fut,
+        F: FnOnce(Chan) -> Fut,
         Fut: Future<Output = Result<tonic::Response<T>, Status>>,
     {
         match tokio::time::timeout_at(end, call(channel)).await {
             Ok(Ok(response)) => Ok(response.into_inner()),
+            Ok(Err(status)) if is_expired_token(&status) => Err(Expired),
             Ok(Err(status)) => {
                 if is_transport(&status) {
                     self.failed(generation);
                 }
-                Err(status_error(what, &status))
+                Err(Failed(status_error(what, &status)))
             }
             Err(_) => {
                 self.failed(generation);
-                Err(Error::Backend(format!("etcd: {what}: no answer in time")))
+                Err(Failed(Error::Backend(format!("etcd: {what}: no answer in time"))))
             }
         }
     }
 
     /// A linearizable Range.
     pub async fn range(&self, request: RangeRequest, end: Instant) -> Result<(Option<KeyValue>, i64), Error> {
-        let response =
-            self.call("range", end, |ch| async move { KvClient::new(ch).range(request).await }).await?;
+        let response = self
+            .call("range", end, |ch| {
+                let request = request.clone();
+                async move { KvClient::new(ch).range(request).await }
+            })
+            .await?;
         Ok((response.kvs.into_iter().next(), response.count))
     }
 
@@ -209,7 +267,11 @@ impl Etcd {
     }
 
     async fn txn(&self, request: TxnRequest, end: Instant) -> Result<TxnResponse, Error> {
-        self.call("txn", end, |ch| async move { KvClient::new(ch).txn(request).await }).await
+        self.call("txn", end, |ch| {
+            let request = request.clone();
+            async move { KvClient::new(ch).txn(request).await }
+        })
+        .await
     }
 
     /// Creates `key`, attached to `lease`, unless it exists; either way returns
@@ -318,7 +380,8 @@ impl Etcd {
                 let created = responses.message().await?;
                 Ok(tonic::Response::new((responses, created)))
             })
-            .await?;
+            .await
+            .map_err(Failure::into_error)?;
         match created {
             Some(r) if r.created && !r.canceled => Ok(Watcher { _requests: requests, responses, generation }),
             Some(r) => Err(Error::Backend(format!("etcd: watch: not created: {}", r.cancel_reason))),
@@ -354,14 +417,107 @@ pub(super) struct Watcher {
     generation: u64,
 }
 
-/// Connects to `endpoint` and runs `probe` on it, within [`CONNECT_TIMEOUT`].
-async fn probe_endpoint(endpoint: &Endpoint, probe: RangeRequest) -> Result<Channel, String> {
+/// The endpoint of `host:port`: `https` with `tls`'s CAs and client
+/// certificate (the host name checked against the server's certificate),
+/// else `http`.
+fn endpoint(host: &str, port: u16, tls: Option<&TlsFiles>) -> Result<(String, Endpoint), Error> {
+    let name = if host.contains(':') { format!("[{host}]:{port}") } else { format!("{host}:{port}") };
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    let mut endpoint = Endpoint::from_shared(format!("{scheme}://{name}"))
+        .map_err(|e| Error::InvalidArgument(format!("etcd: bad endpoint {name}: {e}")))?
+        .connect_timeout(CONNECT_TIMEOUT)
+        .tcp_nodelay(true)
+        // Notice a dead connection even while a watch waits on it.
+        .http2_keep_alive_interval(Duration::from_secs(5))
+        .keep_alive_timeout(Duration::from_secs(3));
+    if let Some(files) = tls {
+        let mut config = ClientTlsConfig::new().ca_certificate(Certificate::from_pem(&files.ca_pem)).domain_name(host);
+        if let Some((cert, key)) = &files.identity {
+            config = config.identity(Identity::from_pem(cert, key));
+        }
+        endpoint =
+            endpoint.tls_config(config).map_err(|e| Error::security(format!("etcd: TLS setup for {name}"), e))?;
+    }
+    Ok((name, endpoint))
+}
+
+/// Authenticates (if there are credentials) and runs `probe` on `channel`,
+/// within [`CONNECT_TIMEOUT`]. [`Error::Security`] for a refused handshake or
+/// credentials, else the reason as [`Error::Connect`].
+async fn probe_endpoint(
+    channel: Chan,
+    credentials: &Option<(String, String)>,
+    token: &TokenInterceptor,
+    probe: RangeRequest,
+) -> Result<Chan, Error> {
     let attempt = async {
-        let channel = endpoint.connect().await.map_err(|e| crate::rpc::error_chain(&e))?;
-        KvClient::new(channel.clone()).range(probe).await.map_err(|s| describe(&s))?;
-        Ok(channel)
+        if let Some(credentials) = credentials {
+            authenticate(channel.clone(), credentials, token).await?;
+        }
+        match KvClient::new(channel.clone()).range(probe).await {
+            Ok(_) => Ok(channel),
+            Err(status) => Err(refusal(&status).unwrap_or_else(|| Error::Connect(describe(&status)))),
+        }
     };
-    tokio::time::timeout(CONNECT_TIMEOUT, attempt).await.unwrap_or_else(|_| Err("no answer in time".into()))
+    let answer = tokio::time::timeout(CONNECT_TIMEOUT, attempt).await;
+    answer.unwrap_or_else(|_| Err(Error::Connect("no answer in time".into())))
+}
+
+/// etcd's Authenticate with `credentials`; its token is sent with every later call.
+async fn authenticate(channel: Chan, credentials: &(String, String), token: &TokenInterceptor) -> Result<(), Error> {
+    let (name, password) = credentials.clone();
+    // etcd refuses an Authenticate that carries an expired token: send none.
+    *token.0.write().unwrap_or_else(|e| e.into_inner()) = None;
+    let answer = AuthClient::new(channel).authenticate(AuthenticateRequest { name, password }).await;
+    let answer = answer.map_err(|status| refusal(&status).unwrap_or_else(|| Error::Connect(describe(&status))))?;
+    let value = AsciiMetadataValue::try_from(answer.into_inner().token)
+        .map_err(|e| Error::Backend(format!("etcd: authenticate: a token that is no header value: {e}")))?;
+    *token.0.write().unwrap_or_else(|e| e.into_inner()) = Some(value);
+    Ok(())
+}
+
+/// The [`Error::Security`] that `status` is, if it is one: a failed TLS
+/// handshake, refused credentials, or a call without credentials to a
+/// cluster with auth on.
+fn refusal(status: &Status) -> Option<Error> {
+    if let Some(cause) = tls::rustls_cause(status) {
+        return Some(Error::security(format!("etcd: TLS handshake failed: {cause}"), cause.clone()));
+    }
+    let message = status.message();
+    let why = if message.contains("authentication failed") {
+        "authentication refused (wrong user or password)"
+    } else if message.contains("user name is empty") || message.contains("auth: invalid auth token") {
+        "the cluster has auth on: give user:password@ in the URL"
+    } else if message.contains("permission denied") {
+        "the user lacks a permission the backend needs (readwrite on the prefix)"
+    } else {
+        return None;
+    };
+    Some(Error::Security { message: format!("etcd: {why}: {message}"), source: None })
+}
+
+/// Did etcd refuse the call's auth token (expired, or unknown after a
+/// restart of the member)?
+fn is_expired_token(status: &Status) -> bool {
+    status.message().contains("invalid auth token")
+}
+
+/// How one attempt of a call failed.
+enum Failure {
+    /// etcd refused the auth token: authenticate again and retry.
+    Expired,
+    Failed(Error),
+}
+
+use Failure::{Expired, Failed};
+
+impl Failure {
+    fn into_error(self) -> Error {
+        match self {
+            Expired => Error::Backend("etcd: invalid auth token (it expired, and a new one was refused too)".into()),
+            Failed(e) => e,
+        }
+    }
 }
 
 /// A Range over every key that starts with `prefix`.

@@ -71,7 +71,9 @@ use tokio::task::{AbortHandle, JoinHandle};
 use tokio::time::Instant;
 use tokio_postgres::error::SqlState;
 use tokio_postgres::types::Type;
-use tokio_postgres::{CancelToken, Client, Config, NoTls, Row};
+use tokio_postgres::{CancelToken, Client, Row};
+
+use super::tls::{PgConfig as Config, PgTls};
 
 use super::{backend_error, bounded, open, spawn_detached, STATEMENT_TIMEOUT};
 use crate::backend::{BoxFuture, Capabilities, Fencing, Guard, Held, KeptLease, Renew, Renewed};
@@ -185,13 +187,11 @@ impl AdvisoryMode {
         ttl: Duration,
         deadline: Instant,
     ) -> Result<Acquire<Guard>, Error> {
-        let mut cancel = CancelOnDrop::new(&session);
+        let mut cancel = CancelOnDrop::new(&session, self.config.tls());
         let sql = "SELECT pg_backend_pid(), pg_advisory_xact_lock(hashtextextended($1, 0))";
-        let waited = tokio::time::timeout_at(
-            deadline + WAIT_GRACE,
-            session.client.query_typed_one(sql, &[(&name, Type::TEXT)]),
-        )
-        .await;
+        let waited =
+            tokio::time::timeout_at(deadline + WAIT_GRACE, session.client.query_typed_one(sql, &[(&name, Type::TEXT)]))
+                .await;
         let row = match waited {
             Ok(Ok(row)) => row,
             Ok(Err(e)) if e.code() == Some(&SqlState::LOCK_NOT_AVAILABLE) => {
@@ -243,11 +243,13 @@ fn guard(session: Session, name: &str, pid: i32, ttl: Duration, sent: Instant) -
 struct CancelOnDrop {
     token: Option<CancelToken>,
     driver: AbortHandle,
+    /// The connection's TLS: a cancel request opens a connection of its own.
+    tls: PgTls,
 }
 
 impl CancelOnDrop {
-    fn new(session: &Session) -> CancelOnDrop {
-        CancelOnDrop { token: Some(session.client.cancel_token()), driver: session.driver.abort_handle() }
+    fn new(session: &Session, tls: PgTls) -> CancelOnDrop {
+        CancelOnDrop { token: Some(session.client.cancel_token()), driver: session.driver.abort_handle(), tls }
     }
 
     fn disarm(&mut self) {
@@ -259,8 +261,9 @@ impl Drop for CancelOnDrop {
     fn drop(&mut self) {
         if let Some(token) = self.token.take() {
             self.driver.abort();
+            let tls = self.tls.clone();
             spawn_detached(async move {
-                if let Err(e) = token.cancel_query(NoTls).await {
+                if let Err(e) = token.cancel_query(tls).await {
                     tracing::debug!(error = %super::describe(&e), "fencelock: postgres: cancelling a wait failed");
                 }
             });

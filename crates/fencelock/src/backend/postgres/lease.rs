@@ -180,7 +180,9 @@ use std::time::Duration;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_postgres::types::{FromSql, ToSql, Type};
-use tokio_postgres::{Client, Config, Row};
+use tokio_postgres::{Client, Row};
+
+use super::tls::PgConfig as Config;
 
 use super::listen::{Registration, Wakers};
 use super::{backend_error, bounded, describe, open, spawn_detached, AbortOnDrop, STATEMENT_TIMEOUT};
@@ -382,7 +384,9 @@ impl LeaseMode {
     pub async fn check(&self, name: &str, token: u64) -> Result<CheckResult, Error> {
         let by = Instant::now() + STATEMENT_TIMEOUT;
         let rows = self.store.db.query("check", &self.store.sql.check, &[(&name, Type::TEXT)], by).await?;
-        let Some(row) = rows.first() else { return Ok(CheckResult { current: false, current_token: None }) };
+        let Some(row) = rows.first() else {
+            return Ok(CheckResult { current: false, current_token: None });
+        };
         let held: bool = column(row, 1)?;
         let current_token = if held { Some(to_token(column(row, 0)?)?) } else { None };
         Ok(CheckResult { current: current_token == Some(token), current_token })

@@ -25,7 +25,9 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use tokio::sync::Notify;
-use tokio_postgres::{AsyncMessage, Client, Config, NoTls};
+use tokio_postgres::{AsyncMessage, Client};
+
+use super::tls::PgConfig as Config;
 
 use super::{describe, AbortOnDrop};
 use crate::backoff::Backoff;
@@ -71,8 +73,12 @@ impl Wakers {
     /// Handles one notification payload, `<id>:<name>` (see the module docs).
     /// A payload of another shape is ignored.
     pub fn dispatch(&self, payload: &str) {
-        let Some((id, name)) = payload.split_once(':') else { return };
-        let Ok(target) = id.parse::<i64>() else { return };
+        let Some((id, name)) = payload.split_once(':') else {
+            return;
+        };
+        let Ok(target) = id.parse::<i64>() else {
+            return;
+        };
         if let Some(slots) = self.lock().get(name) {
             for slot in slots {
                 let id = slot.id.load(Ordering::SeqCst);
@@ -140,7 +146,7 @@ struct Listener {
 impl Listener {
     async fn open(config: &Config, channel: &str, wakers: &Arc<Wakers>) -> Result<Listener, String> {
         let limit = config.get_connect_timeout().copied().unwrap_or(super::CONNECT_TIMEOUT);
-        let (client, mut connection) = match tokio::time::timeout(limit, config.connect(NoTls)).await {
+        let (client, mut connection) = match tokio::time::timeout(limit, config.connect()).await {
             Ok(Ok(pair)) => pair,
             Ok(Err(e)) => return Err(describe(&e)),
             Err(_) => return Err(format!("no answer within {} ms", limit.as_millis())),
