@@ -71,19 +71,19 @@ pub struct CheckArgs {
 /// processes and list the server's queues, which only the fencelock server
 /// does. Any other backend URL is a clear error.
 async fn connect(s: &ServerArg) -> anyhow::Result<Client> {
-    let url = BackendUrl::parse(&s.server)?;
+    let url = BackendUrl::parse(&s.url())?;
     if url.scheme != Scheme::Native {
         anyhow::bail!(
             "{} needs a fencelock server (fencelock://host:port); the {} backend cannot hand a lock to another \
              process or list its queues. `fencelock run --server {}` works with every backend",
             std::env::args().nth(1).unwrap_or_default(),
             url.scheme,
-            s.server
+            url
         );
     }
     // Every member of the list: the client moves past one that is down, and
     // follows the leader a follower names.
-    Client::connect(url.native_endpoints()).await.with_context(|| format!("connecting to {}", s.server))
+    fencelock::backend::native_client(&url).await.with_context(|| format!("connecting to {url}"))
 }
 
 pub async fn acquire(a: AcquireArgs) -> anyhow::Result<ExitCode> {
@@ -156,7 +156,7 @@ pub async fn locks(a: LocksArgs) -> anyhow::Result<ExitCode> {
 }
 
 pub async fn check(a: CheckArgs) -> anyhow::Result<ExitCode> {
-    let backend = fencelock::connect(&a.server.server).await.with_context(|| format!("connecting to {}", a.server.server))?;
+    let backend = fencelock::connect(&a.server.url()).await.with_context(|| format!("connecting to {}", a.server.shown()))?;
     let r = backend.check(&a.name, a.token).await?;
     let v = json!({"lock": a.name, "token": a.token, "current": r.current, "current_token": r.current_token});
     let text = match (r.current, r.current_token) {

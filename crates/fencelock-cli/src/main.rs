@@ -62,15 +62,54 @@ enum Cmd {
     DemoClient(demo::DemoClientArgs),
 }
 
-/// `--server` for every client command.
+/// `--server` (and its TLS files) for every client command.
 #[derive(Args, Debug, Clone)]
 pub struct ServerArg {
     /// Lock service URL: fencelock://host:port (or http://) for a fencelock
-    /// server; `run` and `check` also take redis://host:port,
-    /// redlock://h1:p1,h2:p2,h3:p3, etcd://host:port, zk://host:port and
-    /// postgres://user@host/db[?mode=advisory].
+    /// server, fencelock+tls://host:port (or https://) with TLS, a group as
+    /// fencelock://a:7070,b:7070,c:7070; `run` and `check` also take
+    /// redis://host:port (rediss:// with TLS), redlock://h1:p1,h2:p2,h3:p3,
+    /// etcd://host:port (etcd+tls://), zk://host:port and
+    /// postgres://user@host/db[?mode=advisory&sslmode=verify-full].
     #[arg(long, env = "FENCELOCK_SERVER", default_value = "http://127.0.0.1:7070")]
     pub server: String,
+    /// The CA (PEM) that signed the servers' certificates; turns TLS on
+    /// (fencelock:// becomes fencelock+tls://). The URL's ca= does the same.
+    #[arg(long, env = "FENCELOCK_TLS_CA")]
+    pub tls_ca: Option<std::path::PathBuf>,
+    /// A client certificate (PEM) to present, for servers that ask for one.
+    #[arg(long, env = "FENCELOCK_TLS_CERT", requires_all = ["tls_key", "tls_ca"])]
+    pub tls_cert: Option<std::path::PathBuf>,
+    /// The key of --tls-cert (PEM).
+    #[arg(long, env = "FENCELOCK_TLS_KEY", requires = "tls_cert")]
+    pub tls_key: Option<std::path::PathBuf>,
+}
+
+impl ServerArg {
+    /// The URL with the TLS flags folded in: a fencelock URL gets the TLS
+    /// scheme, and every URL the flags as `ca=`, `cert=`, `key=` (a backend
+    /// without TLS then says so).
+    pub fn url(&self) -> String {
+        let Some(ca) = &self.tls_ca else { return self.server.clone() };
+        let mut url = self.server.trim().to_string();
+        for plain in ["fencelock://", "http://"] {
+            if let Some(rest) = url.strip_prefix(plain) {
+                url = format!("fencelock+tls://{rest}");
+            }
+        }
+        let mut params = vec![format!("ca={}", ca.display())];
+        if let (Some(c), Some(k)) = (&self.tls_cert, &self.tls_key) {
+            params.push(format!("cert={}", c.display()));
+            params.push(format!("key={}", k.display()));
+        }
+        let sep = if url.contains('?') { '&' } else { '?' };
+        format!("{url}{sep}{}", params.join("&"))
+    }
+
+    /// The URL as it may be shown: its password hidden.
+    pub fn shown(&self) -> String {
+        fencelock::backend::BackendUrl::parse(&self.server).map_or_else(|_| "(a malformed URL)".into(), |u| u.to_string())
+    }
 }
 
 /// Options shared by `run` and `acquire`.

@@ -43,7 +43,7 @@ pub struct RunArgs {
 
 pub async fn run(a: RunArgs) -> anyhow::Result<ExitCode> {
     let backend =
-        fencelock::connect(&a.server.server).await.with_context(|| format!("connecting to {}", a.server.server))?;
+        fencelock::connect(&a.server.url()).await.with_context(|| format!("connecting to {}", a.server.shown()))?;
     let opts = LockOptions {
         ttl: a.lock.ttl,
         wait: a.lock.wait,

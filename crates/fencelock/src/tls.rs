@@ -8,6 +8,7 @@
 
 use std::path::Path;
 
+use crate::backend::tls::{read_certs, read_key, TlsFiles};
 use crate::error::Error;
 
 /// The CA that signed the servers' certificates, and optionally this
@@ -39,15 +40,13 @@ impl ClientTls {
     }
 
     /// From files: the CA, and a client certificate and key if both given.
-    /// [`Error::InvalidArgument`] names a file that cannot be read, or a
-    /// certificate given without its key.
+    /// [`Error::Security`] names a file that cannot be read or holds no PEM
+    /// certificate (or key); [`Error::InvalidArgument`] a certificate given
+    /// without its key.
     pub fn from_files(ca: &Path, cert: Option<&Path>, key: Option<&Path>) -> Result<Self, Error> {
-        let read = |what: &str, p: &Path| {
-            std::fs::read(p).map_err(|e| Error::InvalidArgument(format!("cannot read the {what} {}: {e}", p.display())))
-        };
-        let tls = ClientTls::new(read("TLS CA", ca)?);
+        let tls = ClientTls::new(read_certs(ca)?);
         match (cert, key) {
-            (Some(c), Some(k)) => Ok(tls.identity(read("client certificate", c)?, read("client key", k)?)),
+            (Some(c), Some(k)) => Ok(tls.identity(read_certs(c)?, read_key(k)?)),
             (None, None) => Ok(tls),
             _ => Err(Error::InvalidArgument("a client certificate needs its key, and a key its certificate".into())),
         }
@@ -61,5 +60,11 @@ impl ClientTls {
             c = c.identity(tonic::transport::Identity::from_pem(cert, key));
         }
         c
+    }
+}
+
+impl From<TlsFiles> for ClientTls {
+    fn from(f: TlsFiles) -> Self {
+        ClientTls { ca_pem: f.ca_pem, identity: f.identity }
     }
 }

@@ -233,7 +233,7 @@ pub type Backend = Arc<dyn LockBackend>;
 pub async fn connect(url: &str) -> Result<Backend, Error> {
     let parsed = BackendUrl::parse(url)?;
     match parsed.scheme {
-        Scheme::Native => Ok(Arc::new(crate::Client::connect(parsed.native_endpoints()).await?)),
+        Scheme::Native => Ok(Arc::new(native_client(&parsed).await?)),
         #[cfg(feature = "redis")]
         Scheme::Redis => Ok(Arc::new(redis::RedisBackend::connect(&parsed).await?)),
         #[cfg(feature = "redis")]
@@ -250,6 +250,22 @@ pub async fn connect(url: &str) -> Result<Backend, Error> {
             other.feature()
         ))),
     }
+}
+
+/// The native client of a `fencelock://` (or `fencelock+tls://`) URL, as
+/// its own type: for what only the fencelock server does (hand a lease to
+/// another process, list queues).
+pub async fn native_client(url: &BackendUrl) -> Result<crate::Client, Error> {
+    let mut builder = crate::Client::builder(url.native_endpoints());
+    if let Some(files) = tls::TlsFiles::from_url(url)? {
+        if url.param("ca").is_none() {
+            return Err(Error::InvalidArgument(format!(
+                "{url}: name the CA of the group's certificates with ca=/path/ca.pem"
+            )));
+        }
+        builder = builder.tls(crate::ClientTls::from(files));
+    }
+    builder.connect().await
 }
 
 /// Acquires `name` on `backend`, runs `f` while holding it, and releases it;

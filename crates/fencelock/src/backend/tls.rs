@@ -50,7 +50,7 @@ impl TlsFiles {
         if !url.tls {
             if let Some(given) = [("ca", ca), ("cert", cert), ("key", key)].iter().find(|(_, v)| v.is_some()) {
                 return Err(Error::InvalidArgument(format!(
-                    "{url}: {}= is for a TLS connection; use the TLS scheme (rediss://, redlock+tls://, etcd+tls://)",
+                    "{url}: {}= is for a TLS connection; use the TLS scheme (fencelock+tls://, rediss://, redlock+tls://, etcd+tls://)",
                     given.0
                 )));
             }
@@ -90,7 +90,7 @@ pub fn read_certs(path: &Path) -> Result<Vec<u8>, Error> {
 }
 
 /// The file at `path`, which must hold a PEM private key.
-fn read_key(path: &Path) -> Result<Vec<u8>, Error> {
+pub fn read_key(path: &Path) -> Result<Vec<u8>, Error> {
     let pem = read(path)?;
     PrivateKeyDer::from_pem_slice(&pem)
         .map_err(|e| Error::security(format!("tls: {} holds no PEM private key", path.display()), e))?;

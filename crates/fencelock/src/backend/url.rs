@@ -11,6 +11,7 @@
 //!
 //! | backend | TLS | files | credentials |
 //! |---|---|---|---|
+//! | fencelock | `fencelock+tls://` (or `https://`) | `ca=` (required), `cert=`, `key=` | — |
 //! | Redis | `rediss://` (or `redis+tls://`) | `ca=`, `cert=`, `key=` | `user:password@` (ACL user) or `:password@` |
 //! | Redlock | `redlock+tls://` | `ca=`, `cert=`, `key=` | as Redis, the same on every node |
 //! | etcd | `etcd+tls://` | `ca=`, `cert=`, `key=` | `user:password@` (etcd's auth) |
@@ -57,6 +58,7 @@ impl Scheme {
     fn with_tls(s: &str) -> Option<(Scheme, bool)> {
         Some(match s {
             "fencelock" | "http" => (Scheme::Native, false),
+            "fencelock+tls" | "https" => (Scheme::Native, true),
             "redis" => (Scheme::Redis, false),
             "rediss" | "redis+tls" => (Scheme::Redis, true),
             "redlock" => (Scheme::Redlock, false),
@@ -112,8 +114,8 @@ pub struct BackendUrl {
     /// `BackendUrl`, which hides the password).
     pub raw: String,
     pub scheme: Scheme,
-    /// The scheme asks for TLS (`rediss`, `redis+tls`, `redlock+tls`,
-    /// `etcd+tls`); PostgreSQL says it with `sslmode=` instead.
+    /// The scheme asks for TLS (`fencelock+tls`, `https`, `rediss`,
+    /// `redis+tls`, `redlock+tls`, `etcd+tls`); PostgreSQL says it with `sslmode=` instead.
     pub tls: bool,
     /// `user[:password]` before the `@`, if any, as written (percent-encoded).
     pub userinfo: Option<String>,
@@ -206,9 +208,11 @@ impl BackendUrl {
         }
     }
 
-    /// `http://host:port` of every host, comma-separated: the members of a
-    /// fencelock group for the native client (`fencelock://a:7070,b:7070,c:7070`).
+    /// `http://host:port` (`https://` with TLS) of every host, comma-separated:
+    /// the members of a fencelock group for the native client
+    /// (`fencelock://a:7070,b:7070,c:7070`).
     pub fn native_endpoints(&self) -> String {
+        let scheme = if self.tls { "https" } else { "http" };
         let host = |h: &str| {
             if h.contains(':') {
                 format!("[{h}]")
@@ -216,7 +220,7 @@ impl BackendUrl {
                 h.to_string()
             }
         };
-        self.hosts.iter().map(|(h, p)| format!("http://{}:{p}", host(h))).collect::<Vec<_>>().join(",")
+        self.hosts.iter().map(|(h, p)| format!("{scheme}://{}:{p}", host(h))).collect::<Vec<_>>().join(",")
     }
 }
 
