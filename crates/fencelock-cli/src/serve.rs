@@ -343,6 +343,7 @@ mod tests {
             force_new_cluster: false,
             log: None,
             limits: LimitArgs::default(),
+            tls: ServeTlsArgs::default(),
         }
     }
 

@@ -280,6 +280,7 @@ fn a_wildcard_listen_address_without_advertise_is_an_error() {
     assert!(s.log().contains("set --advertise"), "{}", s.log());
     assert!(!data.exists(), "nothing was created");
     let advertise = format!("127.0.0.1:{}", wildcard.port());
-    let mut s = Serve::start_on(tmp.path(), &data, wildcard, &["--advertise", &advertise]);
+    // A wildcard is reachable from other hosts: plaintext there needs --insecure.
+    let mut s = Serve::start_on(tmp.path(), &data, wildcard, &["--advertise", &advertise, "--insecure"]);
     assert!(s.healthy(), "with --advertise it serves:\n{}", s.log());
 }

@@ -49,6 +49,11 @@ impl Node {
             .env("FENCELOCK_LOG", "info,openraft=warn")
             .stdout(Stdio::null())
             .stderr(log);
+        if self.ns.is_some() {
+            // A bridge of namespaces this test made: a network of its own,
+            // where plaintext on a non-loopback address is meant.
+            cmd.arg("--insecure");
+        }
         match &self.boot {
             Boot::Peers(p) => cmd.args(["--peers", p]),
             Boot::Join => cmd.arg("--join"),
