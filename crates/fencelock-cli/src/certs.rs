@@ -50,7 +50,7 @@ fn init(a: InitArgs) -> anyhow::Result<std::process::ExitCode> {
         println!("{}", p.display());
     }
     eprintln!(
-        "fencelock: {} node certificates for {} and a client certificate in {}; keep the *.key files secret",
+        "fencelock: certificates of nodes 1..={} (valid for {}) and of a client in {}; keep the *.key files secret",
         a.nodes,
         hosts.join(", "),
         a.dir.display()

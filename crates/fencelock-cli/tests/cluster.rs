@@ -140,3 +140,18 @@ async fn membership_three_four_five_three_removing_the_leader() {
     assert_not_lost(&held).await;
     assert_eq!(holder_token(&c, new, "held"), Some(held.token()), "INV-10: the held grant is gone");
 }
+
+/// Issue 16: `fencelock locks --server` naming one follower exited 70 "not the
+/// leader": a refused read did not name the leader the way a refused write
+/// does. Every member, given alone, now gets the client to the leader.
+#[test]
+fn a_read_sent_to_a_follower_alone_reaches_the_leader() {
+    let c = Cluster::start(3);
+    for n in &c.nodes {
+        let out = std::process::Command::new(support::bin())
+            .args(["locks", "--json", "--server", &format!("fencelock://{}", n.grpc)])
+            .output()
+            .expect("run fencelock locks");
+        assert!(out.status.success(), "locks through node {} alone: {}", n.id, support::stderr(&out));
+    }
+}

@@ -143,6 +143,14 @@ impl Ops {
         self.read(|e| e.locks(now, prefix, limit))
     }
 
+    /// The address of the leader, if it is another node: a read refused here
+    /// names it, so that the client goes there at once (as a refused write does).
+    fn other_leader(&self) -> Option<String> {
+        let m = self.raft.metrics().borrow().clone();
+        let leader = m.current_leader.filter(|l| *l != m.id)?;
+        m.membership_config.membership().get_node(&leader).map(|n| n.addr.clone())
+    }
+
     fn read<T>(&self, f: impl FnOnce(&fencelock_core::Engine) -> T) -> Result<T, Status> {
         let engine = self.engine.read().map_err(|_| Status::internal("engine lock poisoned"))?;
         Ok(f(&engine))
@@ -152,7 +160,7 @@ impl Ops {
     /// committed before this read, so a read never sees stale state.
     pub(crate) async fn linearizable(&self) -> Result<(), Status> {
         if !self.driver.is_ready() {
-            return Err(driver_status(DriverError::NotLeader { leader: None }));
+            return Err(driver_status(DriverError::NotLeader { leader: self.other_leader() }));
         }
         self.raft
             .ensure_linearizable()
