@@ -21,6 +21,8 @@ pub struct ClusterArgs {
     /// Print the JSON status instead of a table.
     #[arg(long, global = true)]
     json: bool,
+    #[command(flatten)]
+    tls: http::AdminTlsArgs,
 }
 
 #[derive(Subcommand, Debug)]
@@ -43,9 +45,10 @@ pub async fn cluster(a: ClusterArgs) -> anyhow::Result<ExitCode> {
         ClusterCmd::Remove { id } => ("DELETE", format!("/v1/cluster/members/{id}"), String::new()),
     };
     let headers = [("Content-Type", "application/json".to_string())];
+    let tls = a.tls.config()?;
     let mut last = None;
     for admin in &a.admin {
-        match http::request(*admin, method, &path, &headers, body.as_bytes()).await {
+        match http::request_tls(tls.as_ref(), *admin, method, &path, &headers, body.as_bytes()).await {
             Ok((200, text)) => {
                 let status: Status = serde_json::from_str(&text).with_context(|| format!("unexpected answer from {admin}"))?;
                 if a.json {

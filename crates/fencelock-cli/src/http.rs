@@ -1,13 +1,68 @@
 //! A minimal HTTP/1.1 client (one request per connection) for the demo's talk
-//! with the fenced storage server.
+//! with the fenced storage server and for the admin commands (`cluster`,
+//! `snapshot save`), over TLS when the node's admin port has it.
 
-use std::net::SocketAddr;
+use std::{net::SocketAddr, path::PathBuf, sync::Arc};
 
 use anyhow::{bail, Context};
+use clap::Args;
 use tokio::{
-    io::{AsyncReadExt, AsyncWriteExt},
+    io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt},
     net::TcpStream,
 };
+use tokio_rustls::rustls;
+
+/// TLS towards a node's admin port: the CA of its certificate, and a client
+/// certificate if the node asks for one.
+#[derive(Args, Debug, Clone, Default)]
+pub struct AdminTlsArgs {
+    /// The CA (PEM) of the nodes' certificates; turns TLS on.
+    #[arg(long, env = "FENCELOCK_TLS_CA", global = true)]
+    pub tls_ca: Option<PathBuf>,
+    /// A client certificate (PEM), for nodes that ask for one.
+    #[arg(long, env = "FENCELOCK_TLS_CERT", requires = "tls_key", global = true)]
+    pub tls_cert: Option<PathBuf>,
+    /// The key of --tls-cert (PEM).
+    #[arg(long, env = "FENCELOCK_TLS_KEY", requires = "tls_cert", global = true)]
+    pub tls_key: Option<PathBuf>,
+}
+
+impl AdminTlsArgs {
+    /// The client configuration, or `None` without `--tls-ca`.
+    pub fn config(&self) -> anyhow::Result<Option<Arc<rustls::ClientConfig>>> {
+        use fencelock::backend::tls::{client_config, read_certs, read_key, TlsFiles, Verify};
+        let Some(ca) = &self.tls_ca else { return Ok(None) };
+        let identity = match (&self.tls_cert, &self.tls_key) {
+            (Some(c), Some(k)) => Some((read_certs(c)?, read_key(k)?)),
+            _ => None,
+        };
+        let files = TlsFiles { ca_pem: read_certs(ca)?, identity };
+        Ok(Some(Arc::new(client_config(&files, Verify::Full)?)))
+    }
+}
+
+/// Send one request and return (status, body); over TLS with `tls`.
+pub async fn request_tls(
+    tls: Option<&Arc<rustls::ClientConfig>>,
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, String)],
+    body: &[u8],
+) -> anyhow::Result<(u16, String)> {
+    let tcp = TcpStream::connect(addr).await.with_context(|| format!("connecting to {addr}"))?;
+    match tls {
+        None => exchange(tcp, addr, method, path, headers, body).await,
+        Some(config) => {
+            let name = rustls::pki_types::ServerName::IpAddress(addr.ip().into());
+            let stream = tokio_rustls::TlsConnector::from(config.clone())
+                .connect(name, tcp)
+                .await
+                .with_context(|| format!("TLS handshake with {addr}"))?;
+            exchange(stream, addr, method, path, headers, body).await
+        }
+    }
+}
 
 /// Send one request and return (status, body).
 pub async fn request(
@@ -17,7 +72,17 @@ pub async fn request(
     headers: &[(&str, String)],
     body: &[u8],
 ) -> anyhow::Result<(u16, String)> {
-    let mut s = TcpStream::connect(addr).await.with_context(|| format!("connecting to {addr}"))?;
+    request_tls(None, addr, method, path, headers, body).await
+}
+
+async fn exchange(
+    mut s: impl AsyncRead + AsyncWrite + Unpin,
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, String)],
+    body: &[u8],
+) -> anyhow::Result<(u16, String)> {
     let mut head = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Length: {}\r\n", body.len());
     for (k, v) in headers {
         head.push_str(&format!("{k}: {v}\r\n"));

@@ -27,6 +27,8 @@ enum SnapshotCmd {
         /// HTTP admin address of a member; several, comma-separated.
         #[arg(long, env = "FENCELOCK_ADMIN", default_value = "127.0.0.1:7071", value_delimiter = ',')]
         admin: Vec<SocketAddr>,
+        #[command(flatten)]
+        tls: crate::http::AdminTlsArgs,
     },
     /// Build a new data dir (absent or empty) from the backup FILE: a group of
     /// one with no leases and no locks, whose tokens start above every token the
@@ -54,7 +56,7 @@ enum SnapshotCmd {
 
 pub async fn snapshot(a: SnapshotArgs) -> anyhow::Result<ExitCode> {
     match a.cmd {
-        SnapshotCmd::Save { file, admin } => save(&file, &admin).await,
+        SnapshotCmd::Save { file, admin, tls } => save(&file, &admin, &tls).await,
         SnapshotCmd::Restore { file, data_dir, node_id, advertise, min_token, token_gap } => {
             let opts = RestoreOptions { node_id, addr: advertise, min_token, token_gap };
             restore(&file, &data_dir, &opts)
@@ -62,10 +64,11 @@ pub async fn snapshot(a: SnapshotArgs) -> anyhow::Result<ExitCode> {
     }
 }
 
-async fn save(file: &std::path::Path, admins: &[SocketAddr]) -> anyhow::Result<ExitCode> {
+async fn save(file: &std::path::Path, admins: &[SocketAddr], tls: &http::AdminTlsArgs) -> anyhow::Result<ExitCode> {
+    let tls = tls.config()?;
     let mut errors = Vec::new();
     for admin in admins {
-        match http::request(*admin, "GET", "/v1/snapshot", &[], b"").await {
+        match http::request_tls(tls.as_ref(), *admin, "GET", "/v1/snapshot", &[], b"").await {
             Ok((200, body)) => {
                 let b = Backup::decode(body.as_bytes()).with_context(|| format!("the backup from {admin}"))?;
                 write_new(file, body.as_bytes())?;

@@ -42,6 +42,7 @@ fn s(p: &Path) -> String {
 /// A TLS node: `serve` with node `id`'s certificate of `certs`.
 struct Node {
     grpc: SocketAddr,
+    http: SocketAddr,
     child: Child,
     log: PathBuf,
 }
@@ -66,7 +67,7 @@ impl Node {
             .stderr(std::fs::File::create(&log).unwrap())
             .spawn()
             .expect("spawn fencelock serve");
-        Node { grpc, child, log }
+        Node { grpc, http, child, log }
     }
 
     fn log_text(&self) -> String {
@@ -342,4 +343,31 @@ fn plaintext_on_a_shared_network_needs_insecure() {
     }
     let _ = ok.kill();
     let _ = ok.wait();
+}
+
+/// The admin commands speak TLS to a TLS node's admin port: `cluster status`
+/// and `snapshot save` with `--tls-ca` (and the client certificate); without
+/// it they fail with an error instead of hanging.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admin_commands_over_tls() {
+    let dir = tempfile::tempdir().unwrap();
+    let certs = make_certs(&dir.path().join("certs"), 1);
+    let node = Node::start(dir.path(), &certs, 1, &[]);
+    let c = tls_client(&format!("https://{}", node.grpc), tls_of(&certs, false)).await;
+    acquire_token(&c, "backed-up").await;
+    let admin = node.http.to_string();
+    let tls_args = ["--tls-ca", &s(&certs.join("ca.pem")), "--tls-cert", &s(&certs.join("client.pem"))];
+    let key = ["--tls-key".to_string(), s(&certs.join("client.key"))];
+    let status = Command::new(bin()).args(["cluster", "status", "--json", "--admin", &admin]).args(tls_args).args(&key).output().unwrap();
+    assert!(status.status.success(), "cluster status over TLS: {}", stderr(&status));
+    assert!(stdout(&status).contains("\"leader\":1"), "{}", stdout(&status));
+    let plain = Command::new(bin()).args(["cluster", "status", "--admin", &admin]).output().unwrap();
+    assert_eq!(plain.status.code(), Some(70), "plaintext to a TLS admin port must fail: {}", stdout(&plain));
+    let file = dir.path().join("backup.json");
+    let save = Command::new(bin())
+        .args(["snapshot", "save", &s(&file), "--admin", &admin, "--tls-ca", &s(&certs.join("ca.pem"))])
+        .output()
+        .unwrap();
+    assert!(save.status.success(), "snapshot save over TLS: {}", stderr(&save));
+    assert!(std::fs::read_to_string(&file).unwrap().contains("backed-up"), "the backup holds the lock");
 }
