@@ -28,7 +28,9 @@ pub struct ServeArgs {
     /// `listen`, `http`, `advertise`, `join`, `heartbeat`, `election_timeout`,
     /// `log`, and the connection limits `max_connections`,
     /// `max_connections_per_source`, `handshake_timeout`, `idle_timeout`,
-    /// `header_read_timeout`); flags and environment variables override it.
+    /// `header_read_timeout`, and TLS: `tls_cert`, `tls_key`, `tls_ca`,
+    /// `client_ca`, `require_client_cert`, `insecure`); flags and environment
+    /// variables override it.
     #[arg(long, env = "FENCELOCK_CONFIG")]
     config: Option<PathBuf>,
     /// Directory for the durable state (Raft log, vote, snapshots) [default: ./fencelock-data].
