@@ -224,7 +224,7 @@ impl Engine {
 
     fn apply(&mut self, cmd: &Command, fx: &mut Effects) -> Reply {
         match cmd {
-            Command::GrantLease { req, ttl_ms } => self.grant_lease(*req, *ttl_ms),
+            Command::GrantLease { req, ttl_ms, id } => self.grant_lease(*req, *ttl_ms, *id, None),
             Command::KeepAlive { req, lease } => self.keep_alive(*req, *lease),
             Command::Revoke { req, lease } => self.revoke(*req, *lease, fx),
             Command::Acquire(a) => self.acquire(a, fx),
@@ -235,6 +235,36 @@ impl Engine {
                 token,
             } => self.release(*req, *lease, lock, *token, fx),
             Command::CancelWait { req, lease, lock } => self.cancel_wait(*req, *lease, lock, fx),
+            Command::As { caller, cmd } => self.apply_as(caller, cmd, fx),
+        }
+    }
+
+    /// `cmd` from `caller`: a grant makes the caller the lease's owner; any other
+    /// command on a lease that has an owner needs to come from that owner (or be
+    /// a revoke by an admin). Rules without state first (INV-9), then ownership,
+    /// then the command's own rules.
+    fn apply_as(&mut self, caller: &Caller, cmd: &Command, fx: &mut Effects) -> Reply {
+        if let Err(e) = crate::validate::check_caller(caller, cmd) {
+            return Reply::Rejected(e);
+        }
+        if let Command::GrantLease { req, ttl_ms, id } = cmd {
+            return self.grant_lease(*req, *ttl_ms, *id, Some(&caller.name));
+        }
+        if let Err(e) = cmd.validate().and_then(|()| self.check_owner(caller, cmd)) {
+            return Reply::Rejected(e);
+        }
+        self.apply(cmd, fx)
+    }
+
+    /// Whether `caller` may send `cmd` on its lease (a lease that is gone is
+    /// left to the command, which knows what to answer).
+    fn check_owner(&self, caller: &Caller, cmd: &Command) -> Result<(), EngineError> {
+        let Some(lease) = cmd.lease() else { return Ok(()) };
+        let owner = self.leases.get(&lease).and_then(|l| l.owner.as_deref());
+        let admin_revoke = caller.admin && matches!(cmd, Command::Revoke { .. });
+        match owner {
+            Some(o) if o != caller.name && !admin_revoke => Err(EngineError::NotOwner { lease }),
+            _ => Ok(()),
         }
     }
 

@@ -30,4 +30,14 @@ pub enum EngineError {
     /// The lease does not exist: never granted, revoked, or expired.
     #[error("lease {0} not found (never granted, revoked, or expired)")]
     LeaseNotFound(LeaseId),
+    /// The lease belongs to another identity (see [`crate::Command::As`]).
+    #[error("lease {lease} belongs to another identity")]
+    NotOwner { lease: LeaseId },
+    /// The proposed lease id is 0 or belongs to a live lease.
+    #[error("lease id {0} is not free")]
+    LeaseIdTaken(LeaseId),
+    /// The caller's name is empty, too long or not visible ASCII, or the command
+    /// inside [`crate::Command::As`] is itself an `As`.
+    #[error("invalid caller: {0}")]
+    InvalidCaller(String),
 }

@@ -26,7 +26,9 @@ pub const DEDUP_PER_LEASE: usize = 256;
 /// revoke is answered `LeaseRevoked` again rather than `LeaseNotFound`.
 pub const REVOKED_MEMORY: usize = 4096;
 
-/// Lease identifier, assigned by the engine from a counter in replicated state.
+/// Lease identifier: proposed at random by the leader (see [`Command::GrantLease`])
+/// or, when none is proposed, assigned by the engine from a counter in replicated
+/// state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(transparent)]
 pub struct LeaseId(pub u64);
@@ -126,7 +128,18 @@ pub fn token_floor(unix_seconds: u64) -> u64 {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Command {
     /// Create a lease that expires `ttl_ms` after `now` unless kept alive.
-    GrantLease { req: RequestId, ttl_ms: u64 },
+    ///
+    /// `id`: the id the new lease gets, chosen at random by the server that
+    /// proposes the command, so that lease ids cannot be guessed (the engine
+    /// never reads a random source, as it never reads a clock). `None` (and
+    /// entries written before the field existed) takes the next id of the
+    /// engine's counter. An id that is 0 or belongs to a live lease is refused.
+    GrantLease {
+        req: RequestId,
+        ttl_ms: u64,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        id: Option<LeaseId>,
+    },
     /// Move the lease deadline to `now + ttl`.
     KeepAlive { req: RequestId, lease: LeaseId },
     /// End the lease now: release its locks (no lock-delay), drop its waiters.
@@ -141,6 +154,48 @@ pub enum Command {
     /// the queue; if it was already granted and is still held, it is released (the
     /// grant never reached anyone who will release it).
     CancelWait { req: RequestId, lease: LeaseId, lock: String },
+    /// `cmd`, sent by the authenticated `caller` (a server with authentication
+    /// on wraps every command in this). A lease granted this way belongs to the
+    /// caller: the caller's other commands on it are applied, anyone else's are
+    /// refused ([`EngineError::NotOwner`]); a revoke by an `admin` caller is
+    /// applied too. A lease granted without a caller (authentication off, or
+    /// before it was turned on) belongs to nobody and takes commands from
+    /// anyone. `cmd` may not itself be an `As`.
+    As { caller: Caller, cmd: Box<Command> },
+}
+
+impl Command {
+    /// The lease this command acts on (`None` for a grant).
+    pub fn lease(&self) -> Option<LeaseId> {
+        match self {
+            Command::GrantLease { .. } => None,
+            Command::KeepAlive { lease, .. } | Command::Revoke { lease, .. } => Some(*lease),
+            Command::Release { lease, .. } | Command::CancelWait { lease, .. } => Some(*lease),
+            Command::Acquire(a) => Some(a.lease),
+            Command::As { cmd, .. } => cmd.lease(),
+        }
+    }
+
+    /// The command without its caller envelope.
+    pub fn inner(&self) -> &Command {
+        match self {
+            Command::As { cmd, .. } => cmd,
+            other => other,
+        }
+    }
+}
+
+/// Longest identity name, in bytes.
+pub const MAX_CALLER_NAME: usize = 128;
+
+/// Who sent a command, as the server authenticated it (see [`Command::As`]).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Caller {
+    /// The identity's name: 1 to [`MAX_CALLER_NAME`] bytes of visible ASCII.
+    pub name: String,
+    /// The identity may revoke anyone's lease.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub admin: bool,
 }
 
 /// Arguments of [`Command::Acquire`]. `lock` is validated by the engine.
@@ -260,6 +315,9 @@ pub struct LockInfo {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct HolderInfo {
     pub lease: LeaseId,
+    /// The identity that owns the holder's lease (`None`: granted without one).
+    #[serde(default)]
+    pub owner: Option<String>,
     pub token: Token,
     /// Milliseconds since the grant.
     pub held_ms: u64,
@@ -281,6 +339,9 @@ pub struct WaiterInfo {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LeaseInfo {
     pub lease: LeaseId,
+    /// The identity that owns the lease (`None`: granted without one).
+    #[serde(default)]
+    pub owner: Option<String>,
     pub ttl_ms: u64,
     pub ttl_left_ms: u64,
     pub locks: Vec<Grant>,

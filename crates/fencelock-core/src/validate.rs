@@ -15,12 +15,28 @@ impl Command {
     /// state, in the order the engine reports them (request id first).
     pub fn validate(&self) -> Result<(), EngineError> {
         match self {
-            Command::GrantLease { req, ttl_ms } => check_req(*req).and(check_ttl(*ttl_ms)),
+            Command::GrantLease { req, ttl_ms, .. } => check_req(*req).and(check_ttl(*ttl_ms)),
             Command::KeepAlive { req, .. } | Command::Revoke { req, .. } => check_req(*req),
             Command::Acquire(a) => a.validate(),
             Command::Release { req, lock, token, .. } => check_release(*req, lock, *token).map(drop),
             Command::CancelWait { req, lock, .. } => check_cancel(*req, lock).map(drop),
+            Command::As { caller, cmd } => check_caller(caller, cmd).and_then(|()| cmd.validate()),
         }
+    }
+}
+
+/// The caller's name, and no `As` inside an `As`.
+pub(crate) fn check_caller(caller: &Caller, cmd: &Command) -> Result<(), EngineError> {
+    let name = &caller.name;
+    if name.is_empty() || name.len() > MAX_CALLER_NAME || !name.bytes().all(|b| b.is_ascii_graphic()) {
+        return Err(EngineError::InvalidCaller(format!(
+            "name must be 1 to {MAX_CALLER_NAME} bytes of visible ASCII, got {} bytes",
+            name.len()
+        )));
+    }
+    match cmd {
+        Command::As { .. } => Err(EngineError::InvalidCaller("a command may carry one caller only".into())),
+        _ => Ok(()),
     }
 }
 

@@ -233,7 +233,7 @@ impl Run {
     fn resolve(&mut self, c: &Cmd, zero: bool) -> Command {
         let req = self.req(zero);
         match c {
-            Cmd::Grant { ttl } => Command::GrantLease { req, ttl_ms: *ttl },
+            Cmd::Grant { ttl } => Command::GrantLease { req, ttl_ms: *ttl, id: None },
             Cmd::Keep { lease } => Command::KeepAlive {
                 req,
                 lease: self.lease(*lease),

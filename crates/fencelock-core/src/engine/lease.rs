@@ -5,25 +5,45 @@ use crate::validate::{check_req, check_ttl};
 use crate::*;
 
 impl Engine {
-    pub(super) fn grant_lease(&mut self, req: RequestId, ttl_ms: u64) -> Reply {
+    /// A new lease with id `proposed` (or the counter's next), owned by `owner`.
+    /// A retry (same `req`) gets the lease it created, if the same owner asks.
+    pub(super) fn grant_lease(&mut self, req: RequestId, ttl_ms: u64, proposed: Option<LeaseId>, owner: Option<&str>) -> Reply {
         if let Err(e) = check_req(req).and(check_ttl(ttl_ms)) {
             return Reply::Rejected(e);
         }
         if let Some(id) = self.grant_reqs.get(&req).copied() {
-            return self.lease_granted(id);
+            return self.lease_granted(id, owner);
         }
-        let id = LeaseId(self.next_lease_id);
-        self.next_lease_id = self.next_lease_id.saturating_add(1);
+        let id = match proposed {
+            Some(id) if id.0 == 0 || self.leases.contains_key(&id) => return Reply::Rejected(EngineError::LeaseIdTaken(id)),
+            Some(id) => id,
+            None => self.next_counter_id(),
+        };
         let deadline = self.now.saturating_add(ttl_ms);
-        self.leases.insert(id, Lease::new(ttl_ms, deadline, req));
+        self.leases.insert(id, Lease::new(ttl_ms, deadline, req, owner.map(str::to_string)));
         self.grant_reqs.insert(req, id);
         self.timers.insert(deadline, TimerKind::LeaseEnd(id));
         Reply::LeaseGranted { lease: id, ttl_ms }
     }
 
-    /// The reply to a retried `GrantLease` whose lease still lives.
-    fn lease_granted(&self, id: LeaseId) -> Reply {
+    /// The counter's next id that no live lease has (a proposed id may have
+    /// taken one).
+    fn next_counter_id(&mut self) -> LeaseId {
+        loop {
+            let id = LeaseId(self.next_lease_id);
+            self.next_lease_id = self.next_lease_id.saturating_add(1);
+            if !self.leases.contains_key(&id) {
+                return id;
+            }
+        }
+    }
+
+    /// The reply to a retried `GrantLease` whose lease still lives, for `owner`.
+    fn lease_granted(&self, id: LeaseId, owner: Option<&str>) -> Reply {
         match self.leases.get(&id) {
+            Some(lease) if lease.owner.is_some() && lease.owner.as_deref() != owner => {
+                Reply::Rejected(EngineError::NotOwner { lease: id })
+            }
             Some(lease) => Reply::LeaseGranted {
                 lease: id,
                 ttl_ms: lease.ttl_ms,

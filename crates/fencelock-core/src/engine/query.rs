@@ -55,6 +55,7 @@ impl Engine {
         });
         Some(LeaseInfo {
             lease,
+            owner: l.owner.clone(),
             ttl_ms: l.ttl_ms,
             ttl_left_ms: l.deadline - now,
             locks: locks.collect(),
@@ -133,6 +134,7 @@ impl Engine {
     fn holder_info(&self, now: Millis, h: &Holder) -> HolderInfo {
         HolderInfo {
             lease: h.lease,
+            owner: self.leases.get(&h.lease).and_then(|l| l.owner.clone()),
             token: h.token,
             held_ms: now.saturating_sub(h.granted_at),
             ttl_left_ms: self

@@ -31,11 +31,15 @@ pub(crate) struct Lease {
     /// one from the next leader (INV-12, etcd#9888).
     #[serde(default)]
     pub extended: bool,
+    /// The identity that granted it (see [`crate::Command::As`]); `None`: anyone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
 }
 
 impl Lease {
-    pub fn new(ttl_ms: u64, deadline: Millis, grant_req: RequestId) -> Self {
+    pub fn new(ttl_ms: u64, deadline: Millis, grant_req: RequestId, owner: Option<String>) -> Self {
         Self {
+            owner,
             ttl_ms,
             deadline,
             grant_req,

@@ -16,6 +16,8 @@
 //! - INV-8 a lease expires only when its deadline (now + ttl since last
 //!   keep-alive) has passed; LeaderStart gives every lease a full fresh TTL.
 //! - INV-9 every invalid input is rejected with an error and changes nothing.
+//! - INV-13 a lease granted by an identity takes commands only from it (and a
+//!   revoke from an admin).
 
 use super::*;
 
@@ -25,3 +27,4 @@ mod lock_tests;
 mod misc_tests;
 mod consistency_tests;
 mod floor_tests;
+mod owner_tests;

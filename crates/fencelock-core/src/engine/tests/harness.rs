@@ -34,6 +34,7 @@ pub fn new_lease(req: u64, ttl_ms: u64) -> Command {
     Command::GrantLease {
         req: r(req),
         ttl_ms,
+        id: None,
     }
 }
 

@@ -37,6 +37,7 @@ fn grant_lease_starts_a_lease_that_ends_at_now_plus_ttl() {
         info,
         LeaseInfo {
             lease: l(1),
+            owner: None,
             ttl_ms: 200,
             ttl_left_ms: 190,
             locks: vec![]

@@ -190,6 +190,7 @@ fn inv8_leader_start_rebases_every_instant_onto_the_new_clock() {
     let b = e.lock_info(5000, "b").unwrap();
     let holder = HolderInfo {
         lease: l(2),
+        owner: None,
         token: t(2),
         held_ms: 1000,
         ttl_left_ms: 4000,
@@ -352,6 +353,7 @@ fn lease_info_lists_grants_in_token_order() {
     let locks = vec![grant("b", 1, 1), grant("a", 1, 2)];
     let info = LeaseInfo {
         lease: l(1),
+        owner: None,
         ttl_ms: TTL,
         ttl_left_ms: 600,
         locks,
