@@ -4,6 +4,7 @@
 //! `locks` and `check` are for scripts and people. Exit codes are documented in
 //! [`exit`] and in the README; contention is an outcome with its own code.
 
+mod auth;
 mod certs;
 mod check_data;
 mod client_cmds;
@@ -53,6 +54,8 @@ enum Cmd {
     Snapshot(snapshot::SnapshotArgs),
     /// Make the certificates of a secure group (CA, nodes, a client).
     Certs(certs::CertsArgs),
+    /// Add tokens to, or check, the auth file a node reads (--auth-file).
+    Auth(auth::AuthArgs),
     /// Verify a data dir offline: checksums, log order, snapshot, rebuilt state.
     CheckData(check_data::CheckDataArgs),
     /// Play the paused-holder scenario with real processes, with and without fencing.
@@ -147,6 +150,7 @@ fn main() -> ExitCode {
             Cmd::Snapshot(a) => snapshot::snapshot(a).await,
             Cmd::CheckData(a) => check_data::check(a),
             Cmd::Certs(a) => certs::certs(a),
+            Cmd::Auth(a) => auth::auth(a),
             Cmd::Demo(a) => demo::demo(a).await,
             Cmd::DemoClient(a) => demo::demo_client(a).await,
         };

@@ -29,7 +29,7 @@ pub struct ServeArgs {
     /// `log`, and the connection limits `max_connections`,
     /// `max_connections_per_source`, `handshake_timeout`, `idle_timeout`,
     /// `header_read_timeout`, and TLS: `tls_cert`, `tls_key`, `tls_ca`,
-    /// `client_ca`, `require_client_cert`, `insecure`); flags and environment
+    /// `client_ca`, `require_client_cert`, `insecure`, and `auth_file`); flags and environment
     /// variables override it.
     #[arg(long, env = "FENCELOCK_CONFIG")]
     config: Option<PathBuf>,
@@ -98,8 +98,14 @@ pub struct ServeTlsArgs {
     /// Refuse client and admin connections without a client certificate.
     #[arg(long, env = "FENCELOCK_REQUIRE_CLIENT_CERT", requires = "client_ca")]
     require_client_cert: bool,
-    /// Serve plaintext on an address other hosts can reach (refused without
-    /// this flag): for a network that is yours alone.
+    /// The auth file (TOML): identities (bearer tokens, client-certificate
+    /// names) and their permissions on lock-name prefixes; turns
+    /// authentication on. `fencelock auth add-token` writes it. Re-read when
+    /// it changes.
+    #[arg(long, env = "FENCELOCK_AUTH_FILE")]
+    auth_file: Option<PathBuf>,
+    /// Serve without TLS or without --auth-file on an address other hosts
+    /// can reach (refused without this flag): for a network that is yours alone.
     #[arg(long, env = "FENCELOCK_INSECURE")]
     insecure: bool,
 }
@@ -154,6 +160,7 @@ struct FileConfig {
     require_client_cert: bool,
     #[serde(default)]
     insecure: bool,
+    auth_file: Option<PathBuf>,
 }
 
 pub async fn serve(a: ServeArgs) -> anyhow::Result<std::process::ExitCode> {
@@ -193,6 +200,7 @@ fn resolve(a: ServeArgs) -> anyhow::Result<(fencelock_server::Config, String)> {
         None => FileConfig::default(),
     };
     let limits = resolve_limits(a.limits, &file)?;
+    let auth_file = a.tls.auth_file.clone().or(file.auth_file.clone());
     let (tls, insecure) = resolve_tls(a.tls, &file)?;
     let mut c = fencelock_server::Config::new(a.data_dir.or(file.data_dir).unwrap_or_else(|| "./fencelock-data".into()));
     if let Some(l) = a.listen.or(file.listen) {
@@ -211,6 +219,7 @@ fn resolve(a: ServeArgs) -> anyhow::Result<(fencelock_server::Config, String)> {
     }
     c.connections = limits;
     c.tls = tls;
+    c.auth_file = auth_file;
     c.insecure = insecure;
     let join = a.join || file.join;
     c.bootstrap = match a.peers.or(file.peers) {

@@ -15,8 +15,15 @@
 //!   400 for a change that makes no sense, 503 when no leader could make it.
 //!
 //! A `Lock` is `{"name", "holder": {"lease_id","token","token_age_ms","ttl_left_ms",
-//! "lock_delay_ms"} | null, "reopens_in_ms": n | null, "waiters": [{"lease_id",
+//! "lock_delay_ms","owner"?} | null, "reopens_in_ms": n | null, "waiters": [{"lease_id",
 //! "waited_ms","wait_left_ms"}]}`.
+//!
+//! With authentication on (see [`crate::auth`]) a request carries
+//! `Authorization: Bearer <token>` or comes on a connection with a client
+//! certificate: without either it gets 401, without the permission 403.
+//! `/v1/locks` needs `read` on the lock or the prefix; `/v1/cluster`,
+//! `/v1/snapshot` and membership changes need `admin`; `/healthz` and
+//! `/metrics` are public unless the auth file says `protect_metrics = true`.
 //!
 //! [`serve`] runs the router over HTTP/1.1 on connections admitted by
 //! [`crate::conn_limits`], with a header-read timeout.
@@ -24,8 +31,8 @@
 use std::{net::SocketAddr, sync::Arc, time::Duration};
 
 use axum::{
-    extract::{Path, Query, State},
-    http::{header, StatusCode},
+    extract::{FromRequestParts, Path, Query, State},
+    http::{header, request::Parts, StatusCode},
     response::{IntoResponse, Response},
     routing::{delete, get, post},
     Json, Router,
@@ -33,8 +40,10 @@ use axum::{
 use fencelock_core::{LockInfo, LockName};
 use serde::{Deserialize, Serialize};
 
+use crate::auth::{Auth, Refusal, Verb, Who};
 use crate::cluster::{self, Change, ClusterError};
-use crate::conn_limits::Stream;
+use crate::conn_limits::{ConnInfo, Stream};
+use crate::tls::ServerTls;
 use crate::{api::Ops, metrics::Metrics};
 
 #[derive(Clone)]
@@ -42,10 +51,54 @@ struct Admin {
     ops: Ops,
     metrics: Arc<Metrics>,
     node_id: u64,
+    auth: Arc<Auth>,
+    /// For a membership change handed to the leader.
+    tls: Option<Arc<ServerTls>>,
 }
 
-/// The admin router.
-pub fn router(ops: Ops, metrics: Arc<Metrics>, node_id: u64) -> Router {
+/// The caller of a request, or why it has none.
+struct Caller(Result<Who, Refusal>);
+
+impl FromRequestParts<Admin> for Caller {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(parts: &mut Parts, a: &Admin) -> Result<Self, Self::Rejection> {
+        let token = parts.headers.get(header::AUTHORIZATION).map(|v| v.to_str().unwrap_or("\u{fffd}"));
+        let cn = parts.extensions.get::<ConnInfo>().and_then(|c| c.client_cn.as_deref());
+        Ok(Caller(a.auth.authenticate(token, cn)))
+    }
+}
+
+impl Caller {
+    /// The caller, once it is allowed by `allowed`; else the 401 or 403.
+    fn allowed(self, allowed: impl FnOnce(&Who) -> Result<(), Refusal>) -> Result<Who, Response> {
+        let who = self.0.map_err(refusal)?;
+        allowed(&who).map_err(refusal)?;
+        Ok(who)
+    }
+
+    /// For `/healthz` and `/metrics`: anyone, unless the auth file protects them.
+    fn for_metrics(self, a: &Admin) -> Result<(), Response> {
+        match a.auth.protect_metrics() {
+            true => self.0.map(drop).map_err(refusal),
+            false => Ok(()),
+        }
+    }
+}
+
+fn refusal(r: Refusal) -> Response {
+    match r {
+        Refusal::Unauthenticated(_) => {
+            let mut resp = error_json(StatusCode::UNAUTHORIZED, r.to_string());
+            resp.headers_mut().insert(header::WWW_AUTHENTICATE, header::HeaderValue::from_static("Bearer"));
+            resp
+        }
+        Refusal::Denied { .. } => error_json(StatusCode::FORBIDDEN, r.to_string()),
+    }
+}
+
+/// The admin router. `tls`: the node's certificates, to reach the leader.
+pub fn router(ops: Ops, metrics: Arc<Metrics>, node_id: u64, auth: Arc<Auth>, tls: Option<Arc<ServerTls>>) -> Router {
     Router::new()
         .route("/healthz", get(healthz))
         .route("/metrics", get(metrics_text))
@@ -55,7 +108,7 @@ pub fn router(ops: Ops, metrics: Arc<Metrics>, node_id: u64) -> Router {
         .route("/v1/snapshot", get(snapshot))
         .route("/v1/cluster/members", post(cluster_add))
         .route("/v1/cluster/members/{id}", delete(cluster_remove))
-        .with_state(Admin { ops, metrics, node_id })
+        .with_state(Admin { ops, metrics, node_id, auth, tls })
 }
 
 /// Serves `router` on the connections from `incoming` until `stop`; then lets
@@ -93,6 +146,7 @@ async fn serve_connection(
 ) {
     let mut http = hyper::server::conn::http1::Builder::new();
     http.timer(hyper_util::rt::TokioTimer::new()).header_read_timeout(header_read_timeout);
+    let router = router.layer(axum::Extension(conn.info()));
     let service = hyper_util::service::TowerToHyperService::new(router);
     let mut served = std::pin::pin!(http.serve_connection(hyper_util::rt::TokioIo::new(conn), service));
     tokio::select! {
@@ -114,7 +168,10 @@ struct Health {
     error: Option<String>,
 }
 
-async fn healthz(State(a): State<Admin>) -> Response {
+async fn healthz(State(a): State<Admin>, c: Caller) -> Response {
+    if let Err(r) = c.for_metrics(&a) {
+        return r;
+    }
     let m = a.ops.raft.metrics().borrow().clone();
     let ready = a.ops.driver.is_ready();
     let body = Health {
@@ -129,7 +186,10 @@ async fn healthz(State(a): State<Admin>) -> Response {
     (code, Json(body)).into_response()
 }
 
-async fn metrics_text(State(a): State<Admin>) -> Response {
+async fn metrics_text(State(a): State<Admin>, c: Caller) -> Response {
+    if let Err(r) = c.for_metrics(&a) {
+        return r;
+    }
     let stats = match a.ops.engine.read() {
         Ok(e) => e.stats(),
         Err(_) => return (StatusCode::INTERNAL_SERVER_ERROR, "engine lock poisoned").into_response(),
@@ -145,7 +205,10 @@ struct ListQuery {
     limit: Option<usize>,
 }
 
-async fn list(State(a): State<Admin>, Query(q): Query<ListQuery>) -> Response {
+async fn list(State(a): State<Admin>, c: Caller, Query(q): Query<ListQuery>) -> Response {
+    if let Err(r) = c.allowed(|w| w.require_prefix(Verb::Read, &q.prefix)) {
+        return r;
+    }
     let limit = q.limit.unwrap_or(1000).clamp(1, 10_000);
     match a.ops.locks(&q.prefix, limit).await {
         Ok(locks) => Json(LocksJson { locks: locks.into_iter().map(LockJson::from).collect() }).into_response(),
@@ -153,18 +216,24 @@ async fn list(State(a): State<Admin>, Query(q): Query<ListQuery>) -> Response {
     }
 }
 
-async fn one(State(a): State<Admin>, Path(name): Path<String>) -> Response {
+async fn one(State(a): State<Admin>, c: Caller, Path(name): Path<String>) -> Response {
     let name = match LockName::new(name) {
         Ok(n) => n,
         Err(e) => return error_json(StatusCode::BAD_REQUEST, format!("invalid lock name: {e}")),
     };
+    if let Err(r) = c.allowed(|w| w.require(Verb::Read, name.as_str())) {
+        return r;
+    }
     match a.ops.lock_info(&name).await {
         Ok(info) => Json(LockJson::from(info)).into_response(),
         Err(s) => status_json(s),
     }
 }
 
-async fn snapshot(State(a): State<Admin>) -> Response {
+async fn snapshot(State(a): State<Admin>, c: Caller) -> Response {
+    if let Err(r) = c.allowed(Who::require_admin) {
+        return r;
+    }
     if let Err(s) = a.ops.linearizable().await {
         return status_json(s);
     }
@@ -175,7 +244,10 @@ async fn snapshot(State(a): State<Admin>) -> Response {
     }
 }
 
-async fn cluster_status(State(a): State<Admin>) -> Response {
+async fn cluster_status(State(a): State<Admin>, c: Caller) -> Response {
+    if let Err(r) = c.allowed(Who::require_admin) {
+        return r;
+    }
     Json(cluster::status(&a.ops.raft)).into_response()
 }
 
@@ -187,15 +259,22 @@ struct AddMember {
 
 async fn cluster_add(
     State(a): State<Admin>,
+    c: Caller,
     body: Result<Json<AddMember>, axum::extract::rejection::JsonRejection>,
 ) -> Response {
+    if let Err(r) = c.allowed(Who::require_admin) {
+        return r;
+    }
     match body {
         Ok(Json(m)) => change(&a, Change::Add { id: m.id, addr: m.addr }).await,
         Err(e) => error_json(StatusCode::BAD_REQUEST, format!("expected {{\"id\": n, \"addr\": \"host:port\"}}: {}", e.body_text())),
     }
 }
 
-async fn cluster_remove(State(a): State<Admin>, Path(id): Path<String>) -> Response {
+async fn cluster_remove(State(a): State<Admin>, c: Caller, Path(id): Path<String>) -> Response {
+    if let Err(r) = c.allowed(Who::require_admin) {
+        return r;
+    }
     match id.parse::<u64>() {
         Ok(id) => change(&a, Change::Remove { id }).await,
         Err(_) => error_json(StatusCode::BAD_REQUEST, format!("node id {id:?} is not a number")),
@@ -205,7 +284,7 @@ async fn cluster_remove(State(a): State<Admin>, Path(id): Path<String>) -> Respo
 /// Makes the change here if this node leads, else hands it to the leader once.
 async fn change(a: &Admin, c: Change) -> Response {
     let res = match cluster::apply(&a.ops.raft, &c).await {
-        Err(ClusterError::NotLeader { leader: Some((id, addr)) }) if id != a.node_id => cluster::forward(&addr, &c).await,
+        Err(ClusterError::NotLeader { leader: Some((id, addr)) }) if id != a.node_id => cluster::forward(&addr, &c, a.tls.as_deref()).await,
         r => r,
     };
     match res {
@@ -220,6 +299,8 @@ fn status_json(s: tonic::Status) -> Response {
         tonic::Code::InvalidArgument => StatusCode::BAD_REQUEST,
         tonic::Code::NotFound => StatusCode::NOT_FOUND,
         tonic::Code::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+        tonic::Code::Unauthenticated => StatusCode::UNAUTHORIZED,
+        tonic::Code::PermissionDenied => StatusCode::FORBIDDEN,
         _ => StatusCode::INTERNAL_SERVER_ERROR,
     };
     error_json(code, s.message().to_string())
@@ -250,6 +331,9 @@ struct HolderJson {
     token_age_ms: u64,
     ttl_left_ms: u64,
     lock_delay_ms: u64,
+    /// The identity that owns the holder's lease (absent without one).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    owner: Option<String>,
 }
 
 #[derive(Serialize)]
@@ -269,6 +353,7 @@ impl From<LockInfo> for LockJson {
                 token_age_ms: h.held_ms,
                 ttl_left_ms: h.ttl_left_ms,
                 lock_delay_ms: h.lock_delay_ms,
+                owner: h.owner,
             }),
             reopens_in_ms: i.reopens_in_ms,
             waiters: i

@@ -2,7 +2,9 @@
 //! response, shared by the unary RPCs and the session stream (see `grpc.rs`).
 //!
 //! Writes go through the driver (persisted before they are answered); reads take
-//! the engine's read lock on the leader after confirming leadership.
+//! the engine's read lock on the leader after confirming leadership. Every
+//! operation gets the caller ([`Who`]) and checks its permission before it
+//! proposes or reads anything; lease ownership is the engine's (INV-13).
 
 use fencelock_core::{
     Acquire, Busy, Check, Command, EngineError, Grant, HolderInfo, LeaseId, LockInfo, LockName,
@@ -12,6 +14,7 @@ use fencelock_proto::v1 as pb;
 use tonic::Status;
 
 use crate::{
+    auth::{self, Refusal, Verb, Who},
     clock::Clock,
     driver::{AcquireOutcome, DriverError, DriverHandle},
     raft::{state_machine::SharedEngine, Raft},
@@ -31,32 +34,35 @@ pub struct Ops {
 }
 
 impl Ops {
-    pub async fn grant_lease(&self, r: pb::GrantLeaseRequest) -> Result<pb::GrantLeaseResponse, Status> {
-        let cmd = Command::GrantLease { req: RequestId(r.request_id), ttl_ms: r.ttl_ms };
-        match self.driver.submit(cmd).await.map_err(driver_status)? {
+    pub async fn grant_lease(&self, who: &Who, r: pb::GrantLeaseRequest) -> Result<pb::GrantLeaseResponse, Status> {
+        who.require_somewhere(Verb::Acquire).map_err(refused)?;
+        let id = auth::random_lease_id().map(LeaseId);
+        let cmd = Command::GrantLease { req: RequestId(r.request_id), ttl_ms: r.ttl_ms, id };
+        match self.driver.submit(who.wrap(cmd)).await.map_err(driver_status)? {
             Reply::LeaseGranted { lease, ttl_ms } => Ok(pb::GrantLeaseResponse { lease_id: lease.0, ttl_ms }),
             other => Err(unexpected(other)),
         }
     }
 
-    pub async fn keep_alive(&self, r: pb::KeepAliveRequest) -> Result<pb::KeepAliveResponse, Status> {
+    pub async fn keep_alive(&self, who: &Who, r: pb::KeepAliveRequest) -> Result<pb::KeepAliveResponse, Status> {
         let cmd = Command::KeepAlive { req: RequestId(r.request_id), lease: LeaseId(r.lease_id) };
-        match self.driver.submit(cmd).await.map_err(driver_status)? {
+        match self.driver.submit(who.wrap(cmd)).await.map_err(driver_status)? {
             Reply::LeaseKept { lease, ttl_ms } => Ok(pb::KeepAliveResponse { lease_id: lease.0, ttl_ms }),
             other => Err(unexpected(other)),
         }
     }
 
-    pub async fn revoke_lease(&self, r: pb::RevokeLeaseRequest) -> Result<pb::RevokeLeaseResponse, Status> {
+    pub async fn revoke_lease(&self, who: &Who, r: pb::RevokeLeaseRequest) -> Result<pb::RevokeLeaseResponse, Status> {
         let cmd = Command::Revoke { req: RequestId(r.request_id), lease: LeaseId(r.lease_id) };
-        match self.driver.submit(cmd).await.map_err(driver_status)? {
+        match self.driver.submit(who.wrap(cmd)).await.map_err(driver_status)? {
             Reply::LeaseRevoked { .. } => Ok(pb::RevokeLeaseResponse {}),
             other => Err(unexpected(other)),
         }
     }
 
-    pub async fn acquire(&self, r: pb::AcquireRequest) -> Result<pb::AcquireResponse, Status> {
+    pub async fn acquire(&self, who: &Who, r: pb::AcquireRequest) -> Result<pb::AcquireResponse, Status> {
         use pb::acquire_response::Outcome;
+        who.require(Verb::Acquire, &r.lock).map_err(refused)?;
         let acq = Acquire {
             req: RequestId(r.request_id),
             lease: LeaseId(r.lease_id),
@@ -64,7 +70,7 @@ impl Ops {
             wait_ms: r.wait_ms,
             lock_delay_ms: r.lock_delay_ms,
         };
-        let outcome = match self.driver.acquire(acq).await.map_err(driver_status)? {
+        let outcome = match self.driver.acquire(acq, who.caller()).await.map_err(driver_status)? {
             AcquireOutcome::Acquired { grant, waited_ms } => Outcome::Acquired(acquired(grant, waited_ms)),
             AcquireOutcome::Busy(b) => Outcome::Busy(busy(b)),
             AcquireOutcome::TimedOut => Outcome::TimedOut(pb::TimedOut {}),
@@ -76,14 +82,15 @@ impl Ops {
         Ok(pb::AcquireResponse { outcome: Some(outcome) })
     }
 
-    pub async fn release(&self, r: pb::ReleaseRequest) -> Result<pb::ReleaseResponse, Status> {
+    pub async fn release(&self, who: &Who, r: pb::ReleaseRequest) -> Result<pb::ReleaseResponse, Status> {
+        who.require(Verb::Acquire, &r.lock).map_err(refused)?;
         let cmd = Command::Release {
             req: RequestId(r.request_id),
             lease: LeaseId(r.lease_id),
             lock: r.lock,
             token: Token(r.token),
         };
-        match self.driver.submit(cmd).await.map_err(driver_status)? {
+        match self.driver.submit(who.wrap(cmd)).await.map_err(driver_status)? {
             Reply::Released => Ok(pb::ReleaseResponse { released: true }),
             Reply::NotHolder => Ok(pb::ReleaseResponse { released: false }),
             other => Err(unexpected(other)),
@@ -91,16 +98,18 @@ impl Ops {
     }
 
     /// Cancel a queued acquire (used by the session stream's `Cancel`).
-    pub async fn cancel_wait(&self, req: u64, lease: u64, lock: String) -> Result<pb::CancelResponse, Status> {
+    pub async fn cancel_wait(&self, who: &Who, req: u64, lease: u64, lock: String) -> Result<pb::CancelResponse, Status> {
+        who.require(Verb::Acquire, &lock).map_err(refused)?;
         let cmd = Command::CancelWait { req: RequestId(req), lease: LeaseId(lease), lock };
-        match self.driver.submit(cmd).await.map_err(driver_status)? {
+        match self.driver.submit(who.wrap(cmd)).await.map_err(driver_status)? {
             Reply::Cancelled { released } => Ok(pb::CancelResponse { released }),
             other => Err(unexpected(other)),
         }
     }
 
-    pub async fn check(&self, r: pb::CheckRequest) -> Result<pb::CheckResponse, Status> {
+    pub async fn check(&self, who: &Who, r: pb::CheckRequest) -> Result<pb::CheckResponse, Status> {
         let name = valid_name(&r.lock)?;
+        who.require(Verb::Check, name.as_str()).map_err(refused)?;
         if r.token == 0 {
             return Err(engine_status(EngineError::InvalidToken));
         }
@@ -113,13 +122,15 @@ impl Ops {
         })
     }
 
-    pub async fn describe_lock(&self, r: pb::DescribeLockRequest) -> Result<pb::DescribeLockResponse, Status> {
+    pub async fn describe_lock(&self, who: &Who, r: pb::DescribeLockRequest) -> Result<pb::DescribeLockResponse, Status> {
         let name = valid_name(&r.lock)?;
+        who.require(Verb::Read, name.as_str()).map_err(refused)?;
         let info = self.lock_info(&name).await?;
         Ok(pb::DescribeLockResponse { lock: Some(lock_info(info)) })
     }
 
-    pub async fn list_locks(&self, r: pb::ListLocksRequest) -> Result<pb::ListLocksResponse, Status> {
+    pub async fn list_locks(&self, who: &Who, r: pb::ListLocksRequest) -> Result<pb::ListLocksResponse, Status> {
+        who.require_prefix(Verb::Read, &r.prefix).map_err(refused)?;
         let limit = match r.limit as usize {
             0 => LIST_DEFAULT,
             n => n.min(LIST_MAX),
@@ -190,6 +201,7 @@ fn holder(h: HolderInfo) -> pb::Holder {
         held_ms: h.held_ms,
         ttl_left_ms: h.ttl_left_ms,
         lock_delay_ms: h.lock_delay_ms,
+        owner: h.owner.unwrap_or_default(),
     }
 }
 
@@ -206,10 +218,22 @@ fn lock_info(i: LockInfo) -> pb::LockInfo {
     }
 }
 
+/// gRPC status for a call refused by [`crate::auth`]: UNAUTHENTICATED or
+/// PERMISSION_DENIED, saying why.
+pub fn refused(r: Refusal) -> Status {
+    match r {
+        Refusal::Unauthenticated(_) => Status::unauthenticated(r.to_string()),
+        Refusal::Denied { .. } => Status::permission_denied(r.to_string()),
+    }
+}
+
 /// gRPC status for an engine refusal.
 pub fn engine_status(e: EngineError) -> Status {
     match e {
         EngineError::LeaseNotFound(_) => Status::not_found(e.to_string()),
+        EngineError::NotOwner { .. } => Status::permission_denied(e.to_string()),
+        // A random id that collided: a retry proposes another.
+        EngineError::LeaseIdTaken(_) => Status::unavailable(e.to_string()),
         _ => Status::invalid_argument(e.to_string()),
     }
 }

@@ -14,6 +14,7 @@
 //! membership is committed. Each step is one joint-consensus change of
 //! openraft, durable before it is acknowledged.
 
+use crate::tls::ServerTls;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
@@ -254,11 +255,11 @@ pub fn check_bootstrap_flags(raft: &Raft, config: &crate::Config) -> Result<(), 
 
 /// Sends `change` to the leader at `leader_addr` (its gRPC address) over the
 /// peer service, for a follower that was asked to make it.
-pub async fn forward(leader_addr: &str, change: &Change) -> Result<Status, ClusterError> {
+pub async fn forward(leader_addr: &str, change: &Change, tls: Option<&ServerTls>) -> Result<Status, ClusterError> {
     use fencelock_proto::raft::raft_client::RaftClient;
     use fencelock_proto::raft::RaftPayload;
     let unreachable = |e: String| ClusterError::Failed(format!("cannot reach the leader at {leader_addr}: {e}"));
-    let endpoint = tonic::transport::Endpoint::from_shared(format!("http://{leader_addr}"))
+    let endpoint = crate::raft::network::peer_endpoint(leader_addr, tls.map(|t| t.peer_client().0))
         .map_err(|e| unreachable(e.to_string()))?
         .connect_timeout(Duration::from_secs(3));
     let channel = endpoint.connect().await.map_err(|e| unreachable(e.to_string()))?;

@@ -51,7 +51,12 @@ pub struct Config {
     /// serves plaintext, which only a loopback address or [`Config::insecure`]
     /// allows.
     pub tls: Option<crate::tls::TlsFiles>,
-    /// Serve plaintext on a non-loopback address all the same.
+    /// The auth file (see [`crate::auth`]): identities and their rules. `None`
+    /// serves everyone, which only a loopback address or
+    /// [`Config::insecure`] allows.
+    pub auth_file: Option<PathBuf>,
+    /// Serve without TLS or without authentication on a non-loopback address
+    /// all the same.
     pub insecure: bool,
 }
 
@@ -73,6 +78,7 @@ impl Config {
             force_new_cluster: false,
             connections: crate::conn_limits::ConnLimits::default(),
             tls: None,
+            auth_file: None,
             insecure: false,
         }
     }
@@ -133,20 +139,28 @@ impl Config {
         }
     }
 
-    /// Plaintext only where nobody else can connect: a listener on an address
-    /// other than loopback needs TLS, or `--insecure` to say it is meant.
+    /// Open doors only where nobody else can connect: a listener on an address
+    /// other than loopback needs TLS and authentication, or `--insecure` to
+    /// say it is meant.
     fn validate_exposure(&self) -> Result<(), String> {
-        if self.tls.is_some() || self.insecure {
+        if self.insecure {
             return Ok(());
         }
-        for (flag, addr) in [("--listen", self.grpc_listen), ("--http", self.http_listen)] {
-            if !addr.ip().is_loopback() {
-                return Err(format!(
-                    "{flag} {addr} is reachable from other hosts and TLS is off: anyone there could take and \
-                     release locks and speak Raft to this node. Set --tls-cert, --tls-key and --tls-ca \
-                     (fencelock certs init makes them), or pass --insecure if the network is yours alone"
-                ));
-            }
+        let exposed = [("--listen", self.grpc_listen), ("--http", self.http_listen)].into_iter().find(|(_, a)| !a.ip().is_loopback());
+        let Some((flag, addr)) = exposed else { return Ok(()) };
+        if self.tls.is_none() {
+            return Err(format!(
+                "{flag} {addr} is reachable from other hosts and TLS is off: anyone there could read tokens, \
+                 take and release locks and speak Raft to this node. Set --tls-cert, --tls-key and --tls-ca \
+                 (fencelock certs init makes them), or pass --insecure if the network is yours alone"
+            ));
+        }
+        if self.auth_file.is_none() {
+            return Err(format!(
+                "{flag} {addr} is reachable from other hosts and authentication is off: anyone there could \
+                 take, release and revoke any lock. Set --auth-file (fencelock auth add-token writes one), \
+                 or pass --insecure if the network is yours alone"
+            ));
         }
         Ok(())
     }

@@ -337,16 +337,20 @@ pub struct ConnInfo {
     /// The certificate chain the client presented and the TLS handshake
     /// verified (leaf first); empty without TLS or without a certificate.
     pub client_certs: Arc<Vec<rustls::pki_types::CertificateDer<'static>>>,
+    /// The common name of the presented certificate's subject (see
+    /// [`crate::auth::subject_common_name`]), read once per connection.
+    pub client_cn: Option<Arc<str>>,
 }
 
 impl Stream {
-    fn info(&self) -> ConnInfo {
+    pub(crate) fn info(&self) -> ConnInfo {
         match self {
-            Stream::Plain(c) => ConnInfo { remote: c.io.peer_addr().ok(), client_certs: Arc::default() },
+            Stream::Plain(c) => ConnInfo { remote: c.io.peer_addr().ok(), client_certs: Arc::default(), client_cn: None },
             Stream::Tls(t) => {
                 let (c, session) = t.get_ref();
-                let certs = session.peer_certificates().map(|c| c.iter().map(|c| c.clone().into_owned()).collect());
-                ConnInfo { remote: c.io.peer_addr().ok(), client_certs: Arc::new(certs.unwrap_or_default()) }
+                let certs: Vec<_> = session.peer_certificates().map(|c| c.iter().map(|c| c.clone().into_owned()).collect()).unwrap_or_default();
+                let client_cn = certs.first().and_then(|leaf| crate::auth::subject_common_name(leaf)).map(Arc::from);
+                ConnInfo { remote: c.io.peer_addr().ok(), client_certs: Arc::new(certs), client_cn }
             }
         }
     }

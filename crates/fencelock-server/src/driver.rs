@@ -34,7 +34,7 @@ use std::{
 };
 
 use fencelock_core::{
-    Acquire, Busy, Command, Effect, EngineError, Grant, Input, LeaseId, Output,
+    Acquire, Busy, Caller, Command, Effect, EngineError, Grant, Input, LeaseId, Output,
     Reply, RequestId, WaitEnd,
 };
 use openraft::{
@@ -137,15 +137,20 @@ impl DriverHandle {
     /// future is dropped before it completes, the wait is cancelled (and a grant
     /// that was made but not delivered is released).
     /// An invalid acquire is rejected before it reaches the driver (see [`Self::submit`]).
-    pub async fn acquire(&self, acq: Acquire) -> Result<AcquireOutcome, DriverError> {
-        if let Err(e) = acq.validate() {
+    /// `caller`: who asks (see [`Command::As`]); `None` with authentication off.
+    pub async fn acquire(&self, acq: Acquire, caller: Option<Caller>) -> Result<AcquireOutcome, DriverError> {
+        let cmd = match caller {
+            Some(caller) => Command::As { caller, cmd: Box::new(Command::Acquire(acq.clone())) },
+            None => Command::Acquire(acq.clone()),
+        };
+        if let Err(e) = cmd.validate() {
             return Ok(AcquireOutcome::Rejected(e));
         }
         let gen = self.next_gen.fetch_add(1, Ordering::Relaxed);
         let mut guard = CancelOnDrop::new(self, &acq, gen);
         let (wtx, wrx) = oneshot::channel();
         let lease = acq.lease;
-        let outcome = match self.send(Command::Acquire(acq), Some(wtx), Some(gen)).await {
+        let outcome = match self.send(cmd, Some(wtx), Some(gen)).await {
             Ok(Reply::Queued { .. }) => match wrx.await {
                 Ok(Ok(WaitOutcome::Granted { grant, waited_ms })) => {
                     Ok(AcquireOutcome::Acquired { grant, waited_ms })
@@ -213,6 +218,7 @@ fn approx_bytes(cmd: &Command) -> usize {
             Command::Acquire(a) => a.lock.len(),
             Command::Release { lock, .. } | Command::CancelWait { lock, .. } => lock.len(),
             Command::GrantLease { .. } | Command::KeepAlive { .. } | Command::Revoke { .. } => 0,
+            Command::As { caller, cmd } => caller.name.len() + approx_bytes(cmd),
         }
 }
 
@@ -416,7 +422,7 @@ impl Driver {
                 None => return,
             },
         };
-        if let (Command::Acquire(a), Some(gen)) = (&msg.cmd, msg.gen) {
+        if let (Command::Acquire(a), Some(gen)) = (msg.cmd.inner(), msg.gen) {
             self.acquire_arrived((a.lease, a.req), gen);
         }
         if let Some(why) = &self.stopped {
@@ -536,7 +542,7 @@ impl Driver {
                 reply(m.reply, Err(DriverError::Unavailable("internal: missing reply".into())));
                 continue;
             };
-            if let (Reply::Queued { .. }, Command::Acquire(a), Some(w)) = (&r, &m.cmd, m.waiter) {
+            if let (Reply::Queued { .. }, Command::Acquire(a), Some(w)) = (&r, m.cmd.inner(), m.waiter) {
                 // A superseded caller of a retried acquire does not take the wait back.
                 let key = (a.lease, a.req);
                 if self.owners.get(&key).is_none_or(|o| m.gen.is_none_or(|g| g >= o.newest)) {
@@ -671,12 +677,12 @@ const RETRY_AFTER_FAILED_WRITE: std::time::Duration = std::time::Duration::from_
 
 /// `m` is the `CancelWait` of a caller that went away (nobody awaits its reply).
 fn is_dropped_cancel(m: &Msg) -> bool {
-    m.reply.is_none() && matches!(m.cmd, Command::CancelWait { .. })
+    m.reply.is_none() && matches!(m.cmd.inner(), Command::CancelWait { .. })
 }
 
 /// `cmd` is a `CancelWait` of the acquire `(lease, req)`.
 fn cancels(cmd: &Command, (lease, req): (LeaseId, RequestId)) -> bool {
-    matches!(cmd, Command::CancelWait { lease: l, req: r, .. } if (*l, *r) == (lease, req))
+    matches!(cmd.inner(), Command::CancelWait { lease: l, req: r, .. } if (*l, *r) == (lease, req))
 }
 
 fn reply(tx: Option<ReplyTx>, r: Result<Reply, DriverError>) {

@@ -1,7 +1,7 @@
 //! The tonic glue of the `fencelock.v1.Lock` service: unary RPCs delegate to
 //! [`Ops`]; the session stream multiplexes the same operations by `op_id`.
 
-use std::collections::HashMap;
+use std::{collections::HashMap, sync::Arc};
 
 use fencelock_proto::v1::{self as pb, lock_server, session_request::Op, session_response::Result as R};
 use tokio::{
@@ -11,7 +11,9 @@ use tokio::{
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
-use crate::api::Ops;
+use crate::api::{refused, Ops};
+use crate::auth::{Auth, Who};
+use crate::conn_limits::ConnInfo;
 
 /// How many responses a session buffers before its reader waits for the client.
 const SESSION_BUFFER: usize = 4096;
@@ -33,56 +35,74 @@ pub const MAX_STREAMS_PER_CONNECTION: u32 = 4096;
 /// The `fencelock.v1.Lock` service.
 pub struct LockService {
     ops: Ops,
+    auth: Arc<Auth>,
     /// Turns true on shutdown: open session streams end, so a graceful shutdown
     /// does not wait for clients to close them.
     stop: watch::Receiver<bool>,
 }
 
 impl LockService {
-    pub fn new(ops: Ops, stop: watch::Receiver<bool>) -> Self {
-        Self { ops, stop }
+    pub fn new(ops: Ops, auth: Arc<Auth>, stop: watch::Receiver<bool>) -> Self {
+        Self { ops, auth, stop }
+    }
+
+    /// Who sent `r` (its `authorization` metadata, or its connection's client
+    /// certificate); a session is authenticated once, when it opens.
+    fn who<T>(&self, r: &Request<T>) -> Result<Who, Status> {
+        let token = r.metadata().get("authorization").map(|v| v.to_str().unwrap_or("\u{fffd}"));
+        let cn = r.extensions().get::<ConnInfo>().and_then(|c| c.client_cn.as_deref());
+        self.auth.authenticate(token, cn).map_err(refused)
     }
 }
 
 #[tonic::async_trait]
 impl lock_server::Lock for LockService {
     async fn grant_lease(&self, r: Request<pb::GrantLeaseRequest>) -> Result<Response<pb::GrantLeaseResponse>, Status> {
-        self.ops.grant_lease(r.into_inner()).await.map(Response::new)
+        let who = self.who(&r)?;
+        self.ops.grant_lease(&who, r.into_inner()).await.map(Response::new)
     }
 
     async fn keep_alive(&self, r: Request<pb::KeepAliveRequest>) -> Result<Response<pb::KeepAliveResponse>, Status> {
-        self.ops.keep_alive(r.into_inner()).await.map(Response::new)
+        let who = self.who(&r)?;
+        self.ops.keep_alive(&who, r.into_inner()).await.map(Response::new)
     }
 
     async fn revoke_lease(&self, r: Request<pb::RevokeLeaseRequest>) -> Result<Response<pb::RevokeLeaseResponse>, Status> {
-        self.ops.revoke_lease(r.into_inner()).await.map(Response::new)
+        let who = self.who(&r)?;
+        self.ops.revoke_lease(&who, r.into_inner()).await.map(Response::new)
     }
 
     async fn acquire(&self, r: Request<pb::AcquireRequest>) -> Result<Response<pb::AcquireResponse>, Status> {
-        self.ops.acquire(r.into_inner()).await.map(Response::new)
+        let who = self.who(&r)?;
+        self.ops.acquire(&who, r.into_inner()).await.map(Response::new)
     }
 
     async fn release(&self, r: Request<pb::ReleaseRequest>) -> Result<Response<pb::ReleaseResponse>, Status> {
-        self.ops.release(r.into_inner()).await.map(Response::new)
+        let who = self.who(&r)?;
+        self.ops.release(&who, r.into_inner()).await.map(Response::new)
     }
 
     async fn check(&self, r: Request<pb::CheckRequest>) -> Result<Response<pb::CheckResponse>, Status> {
-        self.ops.check(r.into_inner()).await.map(Response::new)
+        let who = self.who(&r)?;
+        self.ops.check(&who, r.into_inner()).await.map(Response::new)
     }
 
     async fn describe_lock(&self, r: Request<pb::DescribeLockRequest>) -> Result<Response<pb::DescribeLockResponse>, Status> {
-        self.ops.describe_lock(r.into_inner()).await.map(Response::new)
+        let who = self.who(&r)?;
+        self.ops.describe_lock(&who, r.into_inner()).await.map(Response::new)
     }
 
     async fn list_locks(&self, r: Request<pb::ListLocksRequest>) -> Result<Response<pb::ListLocksResponse>, Status> {
-        self.ops.list_locks(r.into_inner()).await.map(Response::new)
+        let who = self.who(&r)?;
+        self.ops.list_locks(&who, r.into_inner()).await.map(Response::new)
     }
 
     type SessionStream = ReceiverStream<Result<pb::SessionResponse, Status>>;
 
     async fn session(&self, r: Request<Streaming<pb::SessionRequest>>) -> Result<Response<Self::SessionStream>, Status> {
+        let who = self.who(&r)?;
         let (tx, rx) = mpsc::channel(SESSION_BUFFER);
-        tokio::spawn(Session::new(self.ops.clone(), tx).run(r.into_inner(), self.stop.clone()));
+        tokio::spawn(Session::new(self.ops.clone(), who, tx).run(r.into_inner(), self.stop.clone()));
         Ok(Response::new(ReceiverStream::new(rx)))
     }
 }
@@ -94,6 +114,7 @@ type Out = mpsc::Sender<Result<pb::SessionResponse, Status>>;
 /// aborted, which cancels their queued acquires (see `DriverHandle::acquire`).
 struct Session {
     ops: Ops,
+    who: Who,
     out: Out,
     tasks: JoinSet<u64>,
     /// Acquires in flight by op_id: (request id, lease, lock), for `Cancel`.
@@ -101,8 +122,8 @@ struct Session {
 }
 
 impl Session {
-    fn new(ops: Ops, out: Out) -> Self {
-        Self { ops, out, tasks: JoinSet::new(), acquires: HashMap::new() }
+    fn new(ops: Ops, who: Who, out: Out) -> Self {
+        Self { ops, who, out, tasks: JoinSet::new(), acquires: HashMap::new() }
     }
 
     async fn run(mut self, mut inbound: Streaming<pb::SessionRequest>, mut stop: watch::Receiver<bool>) {
@@ -131,25 +152,25 @@ impl Session {
         if let Op::Cancel(c) = op {
             return self.cancel(op_id, c.op_id);
         }
-        let ops = self.ops.clone();
+        let (ops, who) = (self.ops.clone(), self.who.clone());
         let acquire_key = match &op {
             Op::Acquire(a) => Some((a.request_id, a.lease_id, a.lock.clone())),
             _ => None,
         };
-        let abort = self.spawn_reply(op_id, async move { run_op(&ops, op).await });
+        let abort = self.spawn_reply(op_id, async move { run_op(&ops, &who, op).await });
         if let Some((req, lease, lock)) = acquire_key {
             self.acquires.insert(op_id, (req, lease, lock, abort));
         }
     }
 
     fn cancel(&mut self, op_id: u64, target: u64) {
-        let ops = self.ops.clone();
+        let (ops, who) = (self.ops.clone(), self.who.clone());
         let Some((req, lease, lock, abort)) = self.acquires.remove(&target) else {
             self.spawn_reply(op_id, async move { Ok(R::Cancel(pb::CancelResponse { released: false })) });
             return;
         };
         abort.abort();
-        self.spawn_reply(op_id, async move { ops.cancel_wait(req, lease, lock).await.map(R::Cancel) });
+        self.spawn_reply(op_id, async move { ops.cancel_wait(&who, req, lease, lock).await.map(R::Cancel) });
     }
 
     fn spawn_reply(
@@ -169,14 +190,14 @@ impl Session {
     }
 }
 
-async fn run_op(ops: &Ops, op: Op) -> Result<R, Status> {
+async fn run_op(ops: &Ops, who: &Who, op: Op) -> Result<R, Status> {
     Ok(match op {
-        Op::GrantLease(r) => R::GrantLease(ops.grant_lease(r).await?),
-        Op::KeepAlive(r) => R::KeepAlive(ops.keep_alive(r).await?),
-        Op::RevokeLease(r) => R::RevokeLease(ops.revoke_lease(r).await?),
-        Op::Acquire(r) => R::Acquire(ops.acquire(r).await?),
-        Op::Release(r) => R::Release(ops.release(r).await?),
-        Op::Check(r) => R::Check(ops.check(r).await?),
+        Op::GrantLease(r) => R::GrantLease(ops.grant_lease(who, r).await?),
+        Op::KeepAlive(r) => R::KeepAlive(ops.keep_alive(who, r).await?),
+        Op::RevokeLease(r) => R::RevokeLease(ops.revoke_lease(who, r).await?),
+        Op::Acquire(r) => R::Acquire(ops.acquire(who, r).await?),
+        Op::Release(r) => R::Release(ops.release(who, r).await?),
+        Op::Check(r) => R::Check(ops.check(who, r).await?),
         Op::Cancel(_) => return Err(Status::internal("cancel is handled by the session")),
     })
 }

@@ -22,6 +22,7 @@
 
 pub mod admin;
 pub mod api;
+pub mod auth;
 pub mod backup;
 pub mod certs;
 pub mod clock;
@@ -62,6 +63,8 @@ pub enum ServerError {
     Raft(String),
     #[error("TLS: {0}")]
     Tls(#[from] tls::TlsError),
+    #[error("{0}")]
+    Auth(#[from] auth::AuthFileError),
 }
 
 /// A started node. Dropping it does not stop it; call [`Running::shutdown`].
@@ -111,6 +114,10 @@ impl Running {
 pub async fn start(config: Config) -> Result<Running, ServerError> {
     config.validate().map_err(ServerError::Config)?;
     let tls = config.tls.clone().map(tls::ServerTls::load).transpose()?;
+    let auth = match &config.auth_file {
+        Some(path) => auth::Auth::load(path)?,
+        None => auth::Auth::off(),
+    };
     let grpc = reserve(config.grpc_listen)?;
     let http = reserve(config.http_listen)?;
     let grpc_addr = reserved_addr(&grpc, config.grpc_listen)?;
@@ -145,13 +152,16 @@ pub async fn start(config: Config) -> Result<Running, ServerError> {
         raft: raft.clone(),
     };
     tasks.push(tokio::spawn(raft::identity::watch(watched, failed_tx, stop_rx.clone())));
-    let lock_svc = LockServer::new(grpc::LockService::new(ops.clone(), stop_rx.clone()))
+    let lock_svc = LockServer::new(grpc::LockService::new(ops.clone(), auth.clone(), stop_rx.clone()))
         .max_decoding_message_size(grpc::MAX_REQUEST_BYTES);
     let gate = conn_limits::Gate::new(config.connections.clone(), metrics.clone());
     let raft_svc =
         raft::network::RaftService::new(raft.clone(), ops.engine.clone(), metrics.clone()).with_tls(tls.clone()).into_server();
     if let Some(tls) = &tls {
         tasks.push(tokio::spawn(tls.clone().watch(stop_rx.clone())));
+    }
+    if auth.is_on() {
+        tasks.push(tokio::spawn(auth.clone().watch(stop_rx.clone())));
     }
     let grpc_stop = stopped(stop_rx.clone());
     let grpc = incoming(grpc, &gate, tls.clone().map(|t| (t, tls::Port::Grpc)));
@@ -166,7 +176,7 @@ pub async fn start(config: Config) -> Result<Running, ServerError> {
             tracing::error!(error = %e, "gRPC server failed");
         }
     }));
-    let router = admin::router(ops, metrics, config.node_id);
+    let router = admin::router(ops, metrics, config.node_id, auth, tls.clone());
     let http_stop = stopped(stop_rx);
     let header_read_timeout = gate.limits().header_read_timeout;
     let http = conn_limits::accept(http, gate, tls.map(|t| (t, tls::Port::Admin)));

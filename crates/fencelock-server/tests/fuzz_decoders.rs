@@ -215,8 +215,8 @@ fn commands() -> Vec<Command> {
         Command::Acquire(Acquire { req: RequestId(req), lease: LeaseId(1), lock: lock.into(), wait_ms, lock_delay_ms: 50 })
     };
     vec![
-        Command::GrantLease { req: RequestId(1), ttl_ms: 1000 },
-        Command::GrantLease { req: RequestId(2), ttl_ms: 1000 },
+        Command::GrantLease { req: RequestId(1), ttl_ms: 1000, id: None },
+        Command::GrantLease { req: RequestId(2), ttl_ms: 1000, id: None },
         acq(3, "a", 0),
         Command::Acquire(Acquire { req: RequestId(4), lease: LeaseId(2), lock: "a".into(), wait_ms: 500, lock_delay_ms: 0 }),
         Command::KeepAlive { req: RequestId(5), lease: LeaseId(1) },

@@ -216,7 +216,7 @@ pub(crate) fn acquire_from_proto(resp: pb::AcquireResponse) -> Result<Acquire<Ac
             waited: ms(a.waited_ms),
         })),
         Some(Outcome::Busy(b)) => Ok(Acquire::Busy {
-            holder_lease: b.holder.map(|h| h.lease_id),
+            holder_lease: b.holder.as_ref().map(|h| h.lease_id),
             holder_token: b.holder.map(|h| h.token),
             reopens_in: b.reopens_in_ms.map(ms),
             waiters: b.waiters,

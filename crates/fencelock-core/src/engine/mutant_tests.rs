@@ -11,7 +11,7 @@ use super::*;
 use crate::mutants::{dead_waiter_check_removed, set_dead_waiter_check_removed};
 
 fn lease(req: u64, ttl_ms: u64) -> Command {
-    Command::GrantLease { req: RequestId(req), ttl_ms }
+    Command::GrantLease { req: RequestId(req), ttl_ms, id: None }
 }
 
 fn acq(req: u64, lease: u64, lock: &str, wait_ms: u64) -> Command {

@@ -84,14 +84,21 @@ impl Network {
                 return Ok(c.clone());
             }
         }
-        let scheme = if tls.is_some() { "https" } else { "http" };
-        let mut endpoint = Endpoint::from_shared(format!("{scheme}://{addr}"))?;
-        if let Some((config, _)) = tls {
-            endpoint = endpoint.tls_config(config)?;
-        }
+        let endpoint = peer_endpoint(addr, tls.map(|(config, _)| config))?;
         let channel = endpoint.connect_timeout(CONNECT_TIMEOUT).tcp_nodelay(true).connect_lazy();
         channels.insert(addr.to_string(), (channel.clone(), generation));
         Ok(channel)
+    }
+}
+
+/// The endpoint of a peer's gRPC port: `https://` presenting this node's
+/// certificate when `tls` is given, else `http://`.
+pub(crate) fn peer_endpoint(addr: &str, tls: Option<tonic::transport::ClientTlsConfig>) -> Result<Endpoint, tonic::transport::Error> {
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    let endpoint = Endpoint::from_shared(format!("{scheme}://{addr}"))?;
+    match tls {
+        Some(config) => endpoint.tls_config(config),
+        None => Ok(endpoint),
     }
 }
 

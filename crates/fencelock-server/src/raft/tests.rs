@@ -50,6 +50,7 @@ fn grant(req: u64, ttl_ms: u64) -> Command {
     Command::GrantLease {
         req: RequestId(req),
         ttl_ms,
+        id: None,
     }
 }
 

@@ -72,7 +72,7 @@ impl Worker {
         let req = self.session.borrow_mut().req();
         let (sent, ttl_ms) = (now_ms(), self.cfg.ttl_ms);
         while now_ms() < sent + ttl_ms {
-            match self.server.call(Command::GrantLease { req, ttl_ms }).await {
+            match self.server.call(Command::GrantLease { req, ttl_ms, id: None }).await {
                 Ok(Reply::LeaseGranted { lease, ttl_ms }) => {
                     self.session.borrow_mut().set_lease(lease, sent + ttl_ms);
                     return Some(lease);

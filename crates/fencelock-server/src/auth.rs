@@ -1,0 +1,659 @@
+//! Who is calling and what they may do: the auth file (`--auth-file`), bearer
+//! tokens, client-certificate identities and rules on lock-name prefixes.
+//!
+//! Where it sits: between the connection (its verified client certificate, see
+//! [`crate::conn_limits::ConnInfo`]) and the API ([`crate::api::Ops`]). The gRPC
+//! service and the admin router call [`Auth::authenticate`] for every request and
+//! hand the resulting [`Who`] to the operation, which asks it for the verb it
+//! needs ([`Who::require`]) before anything is proposed (a refused call costs no
+//! disk) and wraps its commands in the caller ([`Who::wrap`]), so the engine
+//! records who owns each lease (INV-13).
+//!
+//! # The auth file
+//! ```toml
+//! # Roles: sets of rules on lock-name prefixes ("" is every lock). The verbs:
+//! # acquire (acquire, release, keep alive and revoke its own leases), check
+//! # (check tokens, for resource servers), read (describe and list locks),
+//! # admin (membership, snapshots, revoke anyone's lease; prefix "" only).
+//! # The role "admin" is built in: every verb on every lock.
+//! [roles.worker]
+//! rules = [{ prefix = "jobs/", verbs = ["acquire", "read"] }]
+//!
+//! [roles.verifier]
+//! rules = [{ prefix = "", verbs = ["check"] }]
+//!
+//! # Bearer tokens, as `fencelock auth add-token` writes them: the token itself
+//! # is shown once and stored only as a salted SHA-256 hash.
+//! [[tokens]]
+//! name = "report-runner"
+//! id = "3f9a1c02"
+//! hash = "sha256:<salt, 32 hex>:<digest, 64 hex>"
+//! roles = ["worker"]
+//!
+//! # Client certificates (verified by --client-ca or the cluster CA) by their
+//! # subject's common name; `name` defaults to the CN.
+//! [[certs]]
+//! cn = "fencelock client"
+//! name = "ops"
+//! roles = ["admin"]
+//!
+//! # /metrics and /healthz answer without credentials unless this is true.
+//! protect_metrics = false
+//! ```
+//!
+//! Tokens are 256 random bits, so a fast salted hash is enough: a slow
+//! password hash (argon2) defends guessable secrets, and would only give a
+//! flood of wrong tokens a way to burn the server's CPU.
+
+use std::{
+    collections::{BTreeMap, HashMap},
+    fmt,
+    path::{Path, PathBuf},
+    sync::{Arc, RwLock},
+    time::{Duration, SystemTime},
+};
+
+use fencelock_core::{Caller, Command, MAX_CALLER_NAME};
+use serde::Deserialize;
+
+/// Why the auth file cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum AuthFileError {
+    #[error("cannot read the auth file {path}: {source}")]
+    Read { path: PathBuf, source: std::io::Error },
+    #[error("the auth file {path} is not valid: {why}")]
+    Invalid { path: PathBuf, why: String },
+}
+
+/// What an identity may do, on a lock-name prefix.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Verb {
+    Acquire,
+    Check,
+    Read,
+    Admin,
+}
+
+impl fmt::Display for Verb {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Verb::Acquire => "acquire",
+            Verb::Check => "check",
+            Verb::Read => "read",
+            Verb::Admin => "admin",
+        })
+    }
+}
+
+/// A call refused before it did anything.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Refusal {
+    /// No credentials, or credentials that name nobody.
+    #[error("not authenticated: {0}")]
+    Unauthenticated(String),
+    /// The identity has no rule for this verb on this object.
+    #[error("permission denied: {identity} may not {verb} {object}")]
+    Denied { identity: String, verb: Verb, object: String },
+}
+
+/// One rule: `verbs` on every lock whose name starts with `prefix`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Rule {
+    pub prefix: String,
+    pub verbs: Vec<Verb>,
+}
+
+/// An authenticated caller.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Identity {
+    pub name: String,
+    pub rules: Vec<Rule>,
+}
+
+impl Identity {
+    fn may(&self, verb: Verb, name: &str) -> bool {
+        self.rules.iter().any(|r| r.verbs.contains(&verb) && name.starts_with(&r.prefix))
+    }
+
+    fn may_somewhere(&self, verb: Verb) -> bool {
+        self.rules.iter().any(|r| r.verbs.contains(&verb))
+    }
+}
+
+/// Who sent a request: anyone (authentication is off) or an identity.
+#[derive(Debug, Clone)]
+pub enum Who {
+    Anyone,
+    Id(Arc<Identity>),
+}
+
+impl Who {
+    /// `verb` on the lock `name`.
+    pub fn require(&self, verb: Verb, name: &str) -> Result<(), Refusal> {
+        self.check(verb, |id| id.may(verb, name), || format!("lock {name:?}"))
+    }
+
+    /// `verb` on every lock whose name starts with `prefix` (a listing).
+    pub fn require_prefix(&self, verb: Verb, prefix: &str) -> Result<(), Refusal> {
+        let covered = |id: &Identity| id.may(verb, prefix);
+        self.check(verb, covered, || format!("locks under {prefix:?}"))
+    }
+
+    /// `verb` on some lock (taking a lease needs `acquire` somewhere).
+    pub fn require_somewhere(&self, verb: Verb) -> Result<(), Refusal> {
+        self.check(verb, |id| id.may_somewhere(verb), || "any lock".into())
+    }
+
+    /// `admin` (on the whole group).
+    pub fn require_admin(&self) -> Result<(), Refusal> {
+        self.check(Verb::Admin, |id| id.may(Verb::Admin, ""), || "the cluster".into())
+    }
+
+    fn check(&self, verb: Verb, ok: impl Fn(&Identity) -> bool, object: impl Fn() -> String) -> Result<(), Refusal> {
+        match self {
+            Who::Anyone => Ok(()),
+            Who::Id(id) if ok(id) => Ok(()),
+            Who::Id(id) => Err(Refusal::Denied { identity: id.name.clone(), verb, object: object() }),
+        }
+    }
+
+    /// `cmd` as the engine gets it: with the caller when there is one.
+    pub fn wrap(&self, cmd: Command) -> Command {
+        match self.caller() {
+            Some(caller) => Command::As { caller, cmd: Box::new(cmd) },
+            None => cmd,
+        }
+    }
+
+    /// The caller the engine records (`None` when authentication is off).
+    pub fn caller(&self) -> Option<Caller> {
+        match self {
+            Who::Anyone => None,
+            Who::Id(id) => Some(Caller { name: id.name.clone(), admin: id.may(Verb::Admin, "") }),
+        }
+    }
+
+    /// The identity's name, for logs (`-` when authentication is off).
+    pub fn name(&self) -> &str {
+        match self {
+            Who::Anyone => "-",
+            Who::Id(id) => &id.name,
+        }
+    }
+}
+
+/// The prefix of every token `fencelock auth add-token` makes.
+pub const TOKEN_PREFIX: &str = "flt_";
+
+/// The identities and rules of one auth file, ready to answer requests.
+#[derive(Debug, Default)]
+pub struct Table {
+    /// By token id: (salt, digest, identity).
+    tokens: HashMap<String, (Vec<u8>, Vec<u8>, Arc<Identity>)>,
+    /// By certificate common name.
+    certs: HashMap<String, Arc<Identity>>,
+    pub protect_metrics: bool,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct File {
+    #[serde(default)]
+    roles: BTreeMap<String, RoleDef>,
+    #[serde(default)]
+    tokens: Vec<TokenDef>,
+    #[serde(default)]
+    certs: Vec<CertDef>,
+    #[serde(default)]
+    protect_metrics: bool,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RoleDef {
+    rules: Vec<Rule>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TokenDef {
+    name: String,
+    id: String,
+    hash: String,
+    roles: Vec<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CertDef {
+    cn: String,
+    name: Option<String>,
+    roles: Vec<String>,
+}
+
+impl Table {
+    /// Parses and checks an auth file's text: every role a token or
+    /// certificate names exists, names and ids are unique and valid, `admin`
+    /// rules cover the whole group.
+    pub fn parse(text: &str) -> Result<Table, String> {
+        let file: File = toml::from_str(text).map_err(|e| e.to_string())?;
+        let roles = roles(file.roles)?;
+        let mut table = Table { protect_metrics: file.protect_metrics, ..Table::default() };
+        let mut names = std::collections::HashSet::new();
+        for t in file.tokens {
+            let id = identity(&t.name, &t.roles, &roles, &mut names)?;
+            let (salt, digest) = parse_hash(&t.hash).ok_or_else(|| format!("token {:?}: hash is not sha256:<32 hex>:<64 hex>", t.name))?;
+            if !is_token_id(&t.id) || table.tokens.contains_key(&t.id) {
+                return Err(format!("token {:?}: id {:?} is not 8 hex digits or is used twice", t.name, t.id));
+            }
+            table.tokens.insert(t.id, (salt, digest, id));
+        }
+        for c in file.certs {
+            let name = c.name.clone().unwrap_or_else(|| c.cn.clone());
+            let id = identity(&name, &c.roles, &roles, &mut names)?;
+            if table.certs.insert(c.cn.clone(), id).is_some() {
+                return Err(format!("certificate CN {:?} is listed twice", c.cn));
+            }
+        }
+        Ok(table)
+    }
+
+    /// Every identity, sorted by name, with how it authenticates and its rules
+    /// (for `fencelock auth check`).
+    pub fn identities(&self) -> Vec<(String, String)> {
+        let rules = |id: &Identity| {
+            let r: Vec<String> = id.rules.iter().map(|r| {
+                let verbs: Vec<String> = r.verbs.iter().map(Verb::to_string).collect();
+                format!("{} on {:?}", verbs.join(","), r.prefix)
+            }).collect();
+            if r.is_empty() { "no permissions".to_string() } else { r.join("; ") }
+        };
+        let tokens = self.tokens.iter().map(|(tid, (_, _, id))| (id.name.clone(), format!("token {tid}: {}", rules(id))));
+        let certs = self.certs.iter().map(|(cn, id)| (id.name.clone(), format!("certificate CN {cn:?}: {}", rules(id))));
+        let mut all: Vec<_> = tokens.chain(certs).collect();
+        all.sort();
+        all
+    }
+
+    /// The identity of a bearer token, if the table knows it.
+    fn by_token(&self, token: &str) -> Option<Arc<Identity>> {
+        let rest = token.strip_prefix(TOKEN_PREFIX)?;
+        let (id, secret) = rest.split_once('_')?;
+        let (salt, digest, identity) = self.tokens.get(id)?;
+        same(&salted_digest(salt, secret.as_bytes()), digest).then(|| identity.clone())
+    }
+}
+
+fn roles(defs: BTreeMap<String, RoleDef>) -> Result<BTreeMap<String, Vec<Rule>>, String> {
+    let mut roles = BTreeMap::new();
+    roles.insert(
+        "admin".to_string(),
+        vec![Rule { prefix: String::new(), verbs: vec![Verb::Acquire, Verb::Check, Verb::Read, Verb::Admin] }],
+    );
+    for (name, def) in defs {
+        if name == "admin" {
+            return Err("the role \"admin\" is built in and cannot be redefined".into());
+        }
+        if let Some(r) = def.rules.iter().find(|r| r.verbs.contains(&Verb::Admin) && !r.prefix.is_empty()) {
+            return Err(format!("role {name:?}: admin applies to the whole group, so its prefix must be \"\" (got {:?})", r.prefix));
+        }
+        roles.insert(name, def.rules);
+    }
+    Ok(roles)
+}
+
+fn identity(
+    name: &str,
+    role_names: &[String],
+    roles: &BTreeMap<String, Vec<Rule>>,
+    seen: &mut std::collections::HashSet<String>,
+) -> Result<Arc<Identity>, String> {
+    if name.is_empty() || name.len() > MAX_CALLER_NAME || !name.bytes().all(|b| b.is_ascii_graphic()) {
+        return Err(format!("identity {name:?}: a name is 1 to {MAX_CALLER_NAME} bytes of visible ASCII (no spaces)"));
+    }
+    if !seen.insert(name.to_string()) {
+        return Err(format!("identity {name:?} is defined twice"));
+    }
+    let mut rules = Vec::new();
+    for r in role_names {
+        let role = roles.get(r).ok_or_else(|| format!("identity {name:?}: no role {r:?} (defined: {:?})", roles.keys().collect::<Vec<_>>()))?;
+        rules.extend(role.iter().cloned());
+    }
+    Ok(Arc::new(Identity { name: name.to_string(), rules }))
+}
+
+fn is_token_id(id: &str) -> bool {
+    id.len() == 8 && id.bytes().all(|b| b.is_ascii_hexdigit())
+}
+
+fn parse_hash(h: &str) -> Option<(Vec<u8>, Vec<u8>)> {
+    let mut parts = h.split(':');
+    let (algo, salt, digest) = (parts.next()?, parts.next()?, parts.next()?);
+    if algo != "sha256" || parts.next().is_some() {
+        return None;
+    }
+    let (salt, digest) = (from_hex(salt)?, from_hex(digest)?);
+    (salt.len() == 16 && digest.len() == 32).then_some((salt, digest))
+}
+
+fn salted_digest(salt: &[u8], secret: &[u8]) -> Vec<u8> {
+    let mut ctx = ring::digest::Context::new(&ring::digest::SHA256);
+    ctx.update(salt);
+    ctx.update(secret);
+    ctx.finish().as_ref().to_vec()
+}
+
+/// Equal, in time that does not depend on where they differ.
+fn same(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn from_hex(s: &str) -> Option<Vec<u8>> {
+    if s.len() % 2 != 0 {
+        return None;
+    }
+    (0..s.len()).step_by(2).map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok()).collect()
+}
+
+/// A new token: what the user is shown once, and the file entry's id and hash.
+pub struct NewToken {
+    pub token: String,
+    pub id: String,
+    pub hash: String,
+}
+
+/// Makes a new random token (256 bits from the OS's generator).
+pub fn new_token() -> Result<NewToken, String> {
+    use ring::rand::SecureRandom;
+    let rng = ring::rand::SystemRandom::new();
+    let (mut id, mut salt, mut secret) = ([0u8; 4], [0u8; 16], [0u8; 32]);
+    for buf in [&mut id[..], &mut salt[..], &mut secret[..]] {
+        rng.fill(buf).map_err(|_| "the operating system's random source failed".to_string())?;
+    }
+    let (id, secret) = (hex(&id), hex(&secret));
+    let hash = format!("sha256:{}:{}", hex(&salt), hex(&salted_digest(&salt, secret.as_bytes())));
+    Ok(NewToken { token: format!("{TOKEN_PREFIX}{id}_{secret}"), id, hash })
+}
+
+/// A random lease id in `1..2^63` (so it stays a positive `int64` for every
+/// client), from the OS's generator; `None` if that fails (the engine's counter
+/// then assigns one).
+pub fn random_lease_id() -> Option<u64> {
+    use ring::rand::SecureRandom;
+    let mut b = [0u8; 8];
+    ring::rand::SystemRandom::new().fill(&mut b).ok()?;
+    let id = u64::from_le_bytes(b) >> 1;
+    (id != 0).then_some(id)
+}
+
+/// Authentication of a node: off (everyone is [`Who::Anyone`]) or the table
+/// of an auth file, re-read when the file changes.
+pub struct Auth {
+    path: Option<PathBuf>,
+    table: RwLock<(Arc<Table>, Option<SystemTime>)>,
+}
+
+impl Auth {
+    /// Authentication off.
+    pub fn off() -> Arc<Auth> {
+        Arc::new(Auth { path: None, table: RwLock::new((Arc::default(), None)) })
+    }
+
+    /// Loads `path`; an error names the file and what is wrong.
+    pub fn load(path: &Path) -> Result<Arc<Auth>, AuthFileError> {
+        let (table, stamp) = read_table(path)?;
+        Ok(Arc::new(Auth { path: Some(path.to_path_buf()), table: RwLock::new((Arc::new(table), stamp)) }))
+    }
+
+    pub fn is_on(&self) -> bool {
+        self.path.is_some()
+    }
+
+    fn table(&self) -> Arc<Table> {
+        self.table.read().map(|t| t.0.clone()).unwrap_or_default()
+    }
+
+    /// Whether `/metrics` and `/healthz` need credentials.
+    pub fn protect_metrics(&self) -> bool {
+        self.table().protect_metrics
+    }
+
+    /// Who sent a request with this `authorization` value and this verified
+    /// client certificate's common name. A token, when given, decides (a
+    /// wrong token is refused even on a connection with a good certificate).
+    pub fn authenticate(&self, authorization: Option<&str>, cert_cn: Option<&str>) -> Result<Who, Refusal> {
+        if !self.is_on() {
+            return Ok(Who::Anyone);
+        }
+        let table = self.table();
+        if let Some(value) = authorization {
+            let token = value.strip_prefix("Bearer ").or_else(|| value.strip_prefix("bearer ")).unwrap_or(value).trim();
+            return table.by_token(token).map(Who::Id).ok_or_else(|| Refusal::Unauthenticated("the token is not valid".into()));
+        }
+        if let Some(cn) = cert_cn {
+            return table.certs.get(cn).cloned().map(Who::Id).ok_or_else(|| {
+                Refusal::Unauthenticated(format!("the client certificate's CN {cn:?} names no identity in the auth file"))
+            });
+        }
+        Err(Refusal::Unauthenticated(
+            "this server requires credentials: a bearer token (--auth-token) or a client certificate".into(),
+        ))
+    }
+
+    /// Reads the file again if it changed since it was last read; a file that
+    /// does not load keeps the last good table (and says why).
+    pub fn reload_if_changed(&self) -> Result<bool, AuthFileError> {
+        let Some(path) = &self.path else { return Ok(false) };
+        let stamp = modified(path);
+        if self.table.read().map(|t| t.1 == stamp).unwrap_or(false) {
+            return Ok(false);
+        }
+        let (table, stamp) = read_table(path).inspect_err(|_| {
+            if let Ok(mut t) = self.table.write() {
+                t.1 = modified(path);
+            }
+        })?;
+        if let Ok(mut t) = self.table.write() {
+            *t = (Arc::new(table), stamp);
+        }
+        Ok(true)
+    }
+
+    /// Re-reads the file when it changes (checked every second) until `stop`.
+    pub async fn watch(self: Arc<Self>, mut stop: tokio::sync::watch::Receiver<bool>) {
+        loop {
+            tokio::select! {
+                _ = stop.wait_for(|s| *s) => return,
+                _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+            }
+            match self.reload_if_changed() {
+                Ok(true) => tracing::info!("auth file re-read"),
+                Ok(false) => {}
+                Err(e) => tracing::error!(error = %e, "auth file not re-read; the last good one stays in force"),
+            }
+        }
+    }
+}
+
+fn modified(path: &Path) -> Option<SystemTime> {
+    std::fs::metadata(path).and_then(|m| m.modified()).ok()
+}
+
+fn read_table(path: &Path) -> Result<(Table, Option<SystemTime>), AuthFileError> {
+    let stamp = modified(path);
+    let text = std::fs::read_to_string(path).map_err(|source| AuthFileError::Read { path: path.to_path_buf(), source })?;
+    let table = Table::parse(&text).map_err(|why| AuthFileError::Invalid { path: path.to_path_buf(), why })?;
+    Ok((table, stamp))
+}
+
+/// The first common name (OID 2.5.4.3) of a DER certificate's subject, if it
+/// is a UTF8String, PrintableString or IA5String. The certificate was verified
+/// by the TLS handshake; this reads it without trusting its lengths.
+pub fn subject_common_name(cert: &[u8]) -> Option<String> {
+    const SEQ: u8 = 0x30;
+    let (_, cert, _) = der(cert, SEQ)?;
+    let (_, mut tbs, _) = der(cert, SEQ)?;
+    if tbs.first() == Some(&0xA0) {
+        tbs = der(tbs, 0xA0)?.2; // version
+    }
+    let rest = der(tbs, 0x02)?.2; // serial
+    let rest = der(rest, SEQ)?.2; // signature algorithm
+    let rest = der(rest, SEQ)?.2; // issuer
+    let rest = der(rest, SEQ)?.2; // validity
+    let (_, mut subject, _) = der(rest, SEQ)?;
+    while !subject.is_empty() {
+        let (_, set, next) = der(subject, 0x31)?;
+        subject = next;
+        let (_, attr, _) = der(set, SEQ)?;
+        let (_, oid, value) = der(attr, 0x06)?;
+        if oid == [0x55, 0x04, 0x03] {
+            let tag = *value.first()?;
+            if ![0x0C, 0x13, 0x16].contains(&tag) {
+                return None;
+            }
+            return String::from_utf8(der(value, tag)?.1.to_vec()).ok();
+        }
+    }
+    None
+}
+
+/// One DER element with tag `tag` at the start of `b`: (tag, contents, rest).
+fn der(b: &[u8], tag: u8) -> Option<(u8, &[u8], &[u8])> {
+    if *b.first()? != tag {
+        return None;
+    }
+    let first = *b.get(1)?;
+    let (len, head) = if first < 0x80 {
+        (first as usize, 2)
+    } else {
+        let n = (first & 0x7F) as usize;
+        if n == 0 || n > 4 {
+            return None;
+        }
+        let len = b.get(2..2 + n)?.iter().fold(0usize, |acc, x| (acc << 8) | *x as usize);
+        (len, 2 + n)
+    };
+    let end = head.checked_add(len)?;
+    Some((tag, b.get(head..end)?, b.get(end..)?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn table_with(token: &NewToken) -> Table {
+        let text = format!(
+            r#"
+            [roles.worker]
+            rules = [{{ prefix = "jobs/", verbs = ["acquire", "read"] }}]
+            [roles.verifier]
+            rules = [{{ prefix = "", verbs = ["check"] }}]
+            [[tokens]]
+            name = "runner"
+            id = "{}"
+            hash = "{}"
+            roles = ["worker"]
+            [[certs]]
+            cn = "fencelock client"
+            name = "ops"
+            roles = ["admin", "verifier"]
+            "#,
+            token.id, token.hash
+        );
+        Table::parse(&text).unwrap()
+    }
+
+    fn auth(table: Table) -> Auth {
+        Auth { path: Some("x".into()), table: RwLock::new((Arc::new(table), None)) }
+    }
+
+    #[test]
+    fn a_token_names_its_identity_and_a_changed_one_nobody() {
+        let t = new_token().unwrap();
+        let a = auth(table_with(&t));
+        let who = a.authenticate(Some(&format!("Bearer {}", t.token)), None).unwrap();
+        assert_eq!(who.name(), "runner");
+        let mut wrong = t.token.clone();
+        wrong.pop();
+        wrong.push(if t.token.ends_with('0') { '1' } else { '0' });
+        for bad in [wrong.as_str(), "flt_00000000_00", "", "Bearer"] {
+            assert!(matches!(a.authenticate(Some(bad), Some("fencelock client")), Err(Refusal::Unauthenticated(_))), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn no_credentials_or_an_unknown_certificate_is_unauthenticated() {
+        let a = auth(table_with(&new_token().unwrap()));
+        assert!(matches!(a.authenticate(None, None), Err(Refusal::Unauthenticated(_))));
+        assert!(matches!(a.authenticate(None, Some("stranger")), Err(Refusal::Unauthenticated(_))));
+        assert_eq!(a.authenticate(None, Some("fencelock client")).unwrap().name(), "ops");
+        assert!(matches!(Auth::off().authenticate(None, None), Ok(Who::Anyone)));
+    }
+
+    #[test]
+    fn rules_allow_their_verbs_on_their_prefix_only() {
+        let t = new_token().unwrap();
+        let a = auth(table_with(&t));
+        let worker = a.authenticate(Some(&t.token), None).unwrap();
+        assert_eq!(worker.require(Verb::Acquire, "jobs/nightly"), Ok(()));
+        assert_eq!(worker.require_prefix(Verb::Read, "jobs/n"), Ok(()));
+        assert!(worker.require(Verb::Acquire, "billing/x").is_err());
+        assert!(worker.require_prefix(Verb::Read, "").is_err(), "a listing of every lock needs read on \"\"");
+        assert!(worker.require(Verb::Check, "jobs/nightly").is_err());
+        let e = worker.require_admin().unwrap_err();
+        assert_eq!(e.to_string(), "permission denied: runner may not admin the cluster");
+        assert_eq!(worker.caller(), Some(Caller { name: "runner".into(), admin: false }));
+        let ops = a.authenticate(None, Some("fencelock client")).unwrap();
+        assert_eq!(ops.require_admin(), Ok(()));
+        assert_eq!(ops.caller(), Some(Caller { name: "ops".into(), admin: true }));
+    }
+
+    #[test]
+    fn a_bad_file_is_refused_with_the_reason() {
+        let cases = [
+            ("[[tokens]]\nname='a'\nid='0000000g'\nhash='sha256:00:00'\nroles=[]", "hash"),
+            ("[[certs]]\ncn='x'\nroles=['nope']", "no role \"nope\""),
+            ("[roles.admin]\nrules=[]", "built in"),
+            ("[roles.r]\nrules=[{prefix='a/', verbs=['admin']}]", "whole group"),
+            ("[roles.r]\nrules=[{prefix='a/', verbs=['write']}]", "unknown variant"),
+            ("[[certs]]\ncn='x'\nname='has space'\nroles=[]", "visible ASCII"),
+            ("[[certs]]\ncn='x'\nroles=[]\n[[certs]]\ncn='y'\nname='x'\nroles=[]", "defined twice"),
+            ("colour = 'blue'", "unknown field"),
+        ];
+        for (text, why) in cases {
+            let e = Table::parse(text).unwrap_err();
+            assert!(e.contains(why), "{text:?}: {e}");
+        }
+    }
+
+    #[test]
+    fn the_common_name_is_read_from_a_certificate() {
+        let ca = crate::certs::Ca::new("test CA").unwrap();
+        let cert = ca.issue("fencelock client", &[], crate::certs::Role::Client).unwrap();
+        let der = rustls_pemfile_der(&cert.cert_pem);
+        assert_eq!(subject_common_name(&der).as_deref(), Some("fencelock client"));
+        for cut in [0, 1, 10, der.len() / 2, der.len() - 1] {
+            let _ = subject_common_name(&der[..cut]); // never panics on a truncated certificate
+        }
+        assert_eq!(subject_common_name(b"\x30\x84\xff\xff\xff\xff"), None);
+    }
+
+    fn rustls_pemfile_der(pem: &str) -> Vec<u8> {
+        use rustls::pki_types::{pem::PemObject, CertificateDer};
+        CertificateDer::from_pem_slice(pem.as_bytes()).unwrap().to_vec()
+    }
+
+    #[test]
+    fn random_lease_ids_are_positive_int64s() {
+        for _ in 0..100 {
+            let id = random_lease_id().unwrap();
+            assert!(id > 0 && id < 1 << 63);
+        }
+    }
+}
