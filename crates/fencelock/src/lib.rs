@@ -78,6 +78,7 @@
 //! `error`, `metrics` (names of the exported metrics).
 
 mod acquire;
+mod auth;
 pub mod backend;
 mod backoff;
 mod client;
@@ -92,6 +93,7 @@ mod tls;
 mod types;
 
 pub use acquire::LockRequest;
+pub use auth::check_auth_token;
 pub use backend::{connect, with_lock, Backend, Capabilities, Fencing, Guard, LockBackend};
 pub use backoff::Backoff;
 pub use client::{Client, ClientBuilder, DEFAULT_LEASE_LINGER, DEFAULT_RPC_TIMEOUT};
