@@ -64,17 +64,6 @@ pub async fn request_tls(
     }
 }
 
-/// Send one request and return (status, body).
-pub async fn request(
-    addr: SocketAddr,
-    method: &str,
-    path: &str,
-    headers: &[(&str, String)],
-    body: &[u8],
-) -> anyhow::Result<(u16, String)> {
-    request_tls(None, addr, method, path, headers, body).await
-}
-
 async fn exchange(
     mut s: impl AsyncRead + AsyncWrite + Unpin,
     addr: SocketAddr,
