@@ -74,8 +74,9 @@
 //! # Modules
 //! `backend` (the trait, the URL dispatch and the other backends), `client` (entry point and plain RPCs), `acquire` (taking a lock), `guard` (held locks), `lease` (lease
 //! state, deadline, watchdog), `registry` (leases shared by TTL), `session`
-//! (multiplexed stream), `rpc` (deadlines and retries), `backoff`, `types`,
-//! `error`, `metrics` (names of the exported metrics).
+//! (multiplexed stream), `rpc` (deadlines and retries), `auth` (the bearer
+//! token on every call), `backoff`, `types`, `error`, `metrics` (names of the
+//! exported metrics).
 
 mod acquire;
 mod auth;
