@@ -135,9 +135,12 @@ mod tests {
     /// A gRPC server of the `Lock` service that records the `authorization`
     /// of every call and refuses it (UNAUTHENTICATED), as a server with
     /// authentication does to a bad token.
+    /// Each call's path and `authorization`.
+    type Seen = std::sync::Arc<std::sync::Mutex<Vec<(String, Option<String>)>>>;
+
     #[derive(Clone, Default)]
     struct Refuser {
-        seen: std::sync::Arc<std::sync::Mutex<Vec<(String, Option<String>)>>>,
+        seen: Seen,
     }
 
     impl tonic::server::NamedService for Refuser {
