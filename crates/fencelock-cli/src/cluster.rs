@@ -44,7 +44,8 @@ pub async fn cluster(a: ClusterArgs) -> anyhow::Result<ExitCode> {
         }
         ClusterCmd::Remove { id } => ("DELETE", format!("/v1/cluster/members/{id}"), String::new()),
     };
-    let headers = [("Content-Type", "application/json".to_string())];
+    let mut headers = vec![("Content-Type", "application/json".to_string())];
+    headers.extend(a.tls.auth_header()?);
     let tls = a.tls.config()?;
     let mut last = None;
     for admin in &a.admin {
@@ -58,7 +59,14 @@ pub async fn cluster(a: ClusterArgs) -> anyhow::Result<ExitCode> {
                 }
                 return Ok(ExitCode::from(exit::OK));
             }
-            Ok((code, text)) => bail!("{admin}: {code}: {}", error_text(&text)),
+            Ok((code, text)) => {
+                let msg = error_text(&text);
+                // Every member refuses the same token: no use trying the next.
+                match http::auth_refusal(*admin, code, &msg) {
+                    Some(refused) => return Err(refused),
+                    None => bail!("{admin}: {code}: {msg}"),
+                }
+            }
             Err(e) => last = Some(format!("{admin}: {e:#}")),
         }
     }

@@ -33,7 +33,7 @@ use tokio::{
     time::Instant,
 };
 
-use crate::{duration::parse_duration, exit, http::request};
+use crate::{duration::parse_duration, exit, http::request_tls};
 
 const LOCK: &str = "demo-ledger";
 const KEY: &str = "ledger";
@@ -106,7 +106,7 @@ async fn play(fencing: bool, a: &DemoArgs) -> anyhow::Result<Outcome> {
     a_proc.events_until(&mut tl, "exit").await?;
     a_proc.child.wait().await?;
 
-    let (_, body) = request(lock_srv.storage, "GET", &format!("/objects/{KEY}"), &[], b"").await?;
+    let (_, body) = request_tls(None, lock_srv.storage, "GET", &format!("/objects/{KEY}"), &[], b"").await?;
     let final_list: Vec<String> = serde_json::from_str(&body).unwrap_or_default();
     tl.say(format!("final object {KEY:?}: {final_list:?}"));
     print_audit(lock_srv.storage).await?;
@@ -119,7 +119,7 @@ async fn play(fencing: bool, a: &DemoArgs) -> anyhow::Result<Outcome> {
 }
 
 async fn print_audit(storage: SocketAddr) -> anyhow::Result<()> {
-    let (_, log) = request(storage, "GET", "/log", &[], b"").await?;
+    let (_, log) = request_tls(None, storage, "GET", "/log", &[], b"").await?;
     println!("  storage audit log:");
     for line in log.lines().filter(|l| !l.is_empty()) {
         let e: Value = serde_json::from_str(line)?;
@@ -185,7 +185,7 @@ fn free_addr() -> anyhow::Result<SocketAddr> {
 async fn wait_healthy(addr: SocketAddr) -> anyhow::Result<()> {
     let start = Instant::now();
     while start.elapsed() < Duration::from_secs(20) {
-        if let Ok((200, _)) = request(addr, "GET", "/healthz", &[], b"").await {
+        if let Ok((200, _)) = request_tls(None, addr, "GET", "/healthz", &[], b"").await {
             return Ok(());
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
@@ -293,7 +293,7 @@ pub async fn demo_client(a: DemoClientArgs) -> anyhow::Result<ExitCode> {
     let token = guard.token();
     emit(json!({"event": "acquired", "token": token, "lease": guard.lease_id(), "waited_ms": guard.waited().as_millis() as u64}));
     let fencing = [("Fencing-Lock", LOCK.to_string()), ("Fencing-Token", token.to_string())];
-    let (status, body) = request(a.storage, "GET", &format!("/objects/{KEY}"), &fencing, b"").await?;
+    let (status, body) = request_tls(None, a.storage, "GET", &format!("/objects/{KEY}"), &fencing, b"").await?;
     let mut list: Vec<String> = if status == 200 { serde_json::from_str(&body)? } else { Vec::new() };
     emit(json!({"event": "read", "token": token, "content": list}));
     if a.hold {
@@ -304,7 +304,7 @@ pub async fn demo_client(a: DemoClientArgs) -> anyhow::Result<ExitCode> {
     let entry = format!("{} booked seat 7", a.name);
     list.push(entry.clone());
     let bytes = serde_json::to_vec(&list)?;
-    let (status, body) = request(a.storage, "PUT", &format!("/objects/{KEY}"), &fencing, &bytes).await?;
+    let (status, body) = request_tls(None, a.storage, "PUT", &format!("/objects/{KEY}"), &fencing, &bytes).await?;
     emit(json!({"event": "write", "token": token, "entry": entry, "content": list, "status": status, "body": body}));
     if let Some(reason) = guard.lease_watch().lost_reason() {
         emit(json!({"event": "lost", "token": token, "reason": reason.to_string()}));

@@ -17,6 +17,11 @@ pub const BUSY: u8 = 73;
 pub const TIMED_OUT: u8 = 74;
 /// The lease was lost while `run`'s child was running; the child was stopped.
 pub const LEASE_LOST: u8 = 75;
+/// The server refused the auth token: none or a bad one (UNAUTHENTICATED,
+/// HTTP 401), or one without the right to do this (PERMISSION_DENIED, 403).
+/// Retrying will not help; a token will. (sysexits' `EX_NOPERM`, as the other
+/// codes above 70 follow sysexits.)
+pub const AUTH: u8 = 77;
 
 /// Shown at the end of `fencelock --help`.
 pub const HELP: &str = "\
@@ -27,10 +32,47 @@ Exit codes:
   70  error (cannot connect, invalid argument, server error)
   73  lock busy (--wait 0s)
   74  wait timed out
-  75  lease lost while running the child (child stopped)";
+  75  lease lost while running the child (child stopped)
+  77  not authenticated or permission denied (--auth-token, FENCELOCK_AUTH_TOKEN)";
 
-/// Print `e` and return [`ERROR`].
+/// Print `e` and return its code: [`AUTH`] if the server refused the auth
+/// token, else [`ERROR`].
 pub fn error(e: anyhow::Error) -> ExitCode {
     eprintln!("fencelock: error: {e:#}");
-    ExitCode::from(ERROR)
+    ExitCode::from(code(&e))
+}
+
+/// The exit code of an error.
+fn code(e: &anyhow::Error) -> u8 {
+    let refused = e.chain().any(|cause| {
+        matches!(
+            cause.downcast_ref::<fencelock::Error>(),
+            Some(fencelock::Error::Unauthenticated(_) | fencelock::Error::PermissionDenied(_))
+        )
+    });
+    if refused {
+        AUTH
+    } else {
+        ERROR
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Rule: an auth refusal, however deep in the error's context, exits with
+    /// AUTH (77); any other error with ERROR (70).
+    #[test]
+    fn auth_refusals_have_their_own_exit_code() {
+        let unauth = anyhow::Error::new(fencelock::Error::Unauthenticated("no token".into())).context("connecting");
+        let denied = anyhow::Error::new(fencelock::Error::PermissionDenied("reader".into())).context("a").context("b");
+        assert_eq!(code(&unauth), AUTH);
+        assert_eq!(code(&denied), AUTH);
+        assert_eq!(format!("{unauth:#}"), "connecting: not authenticated: no token");
+        let other = anyhow::Error::new(fencelock::Error::Unavailable("down".into())).context("connecting");
+        assert_eq!(code(&other), ERROR);
+        assert_eq!(code(&anyhow::anyhow!("plain")), ERROR);
+        assert!(HELP.contains("77  not authenticated or permission denied"));
+    }
 }

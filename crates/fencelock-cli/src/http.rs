@@ -1,6 +1,7 @@
 //! A minimal HTTP/1.1 client (one request per connection) for the demo's talk
 //! with the fenced storage server and for the admin commands (`cluster`,
-//! `snapshot save`), over TLS when the node's admin port has it.
+//! `snapshot save`), over TLS when the node's admin port has it, with the
+//! auth token when one is given.
 
 use std::{net::SocketAddr, path::PathBuf, sync::Arc};
 
@@ -12,8 +13,11 @@ use tokio::{
 };
 use tokio_rustls::rustls;
 
+use crate::AuthToken;
+
 /// TLS towards a node's admin port: the CA of its certificate, and a client
-/// certificate if the node asks for one.
+/// certificate if the node asks for one; and the auth token, if the node
+/// requires one.
 #[derive(Args, Debug, Clone, Default)]
 pub struct AdminTlsArgs {
     /// The CA (PEM) of the nodes' certificates; turns TLS on.
@@ -25,6 +29,10 @@ pub struct AdminTlsArgs {
     /// The key of --tls-cert (PEM).
     #[arg(long, env = "FENCELOCK_TLS_KEY", requires = "tls_cert", global = true)]
     pub tls_key: Option<PathBuf>,
+    /// Bearer token for nodes that require one. Never printed. Prefer the
+    /// environment variable: a flag is visible to other users in the process list.
+    #[arg(long, env = "FENCELOCK_AUTH_TOKEN", hide_env_values = true, value_name = "TOKEN", global = true)]
+    pub auth_token: Option<AuthToken>,
 }
 
 impl AdminTlsArgs {
@@ -39,6 +47,26 @@ impl AdminTlsArgs {
         let files = TlsFiles { ca_pem: read_certs(ca)?, identity };
         Ok(Some(Arc::new(client_config(&files, Verify::Full)?)))
     }
+
+    /// The `Authorization: Bearer` header, or `None` without a token. A token
+    /// that cannot be a header value (empty, whitespace, a line break that
+    /// would end the header) is an error that does not quote it.
+    pub fn auth_header(&self) -> anyhow::Result<Option<(&'static str, String)>> {
+        let Some(token) = &self.auth_token else { return Ok(None) };
+        fencelock::check_auth_token(token.secret())?;
+        Ok(Some(("Authorization", format!("Bearer {}", token.secret()))))
+    }
+}
+
+/// A 401 or 403 from `admin` as the client library's auth errors (so that
+/// the exit code says what happened), else `None`.
+pub fn auth_refusal(admin: SocketAddr, status: u16, message: &str) -> Option<anyhow::Error> {
+    let e = match status {
+        401 => fencelock::Error::Unauthenticated(message.to_string()),
+        403 => fencelock::Error::PermissionDenied(message.to_string()),
+        _ => return None,
+    };
+    Some(anyhow::Error::new(e).context(admin.to_string()))
 }
 
 /// Send one request and return (status, body); over TLS with `tls`.
@@ -62,17 +90,6 @@ pub async fn request_tls(
             exchange(stream, addr, method, path, headers, body).await
         }
     }
-}
-
-/// Send one request and return (status, body).
-pub async fn request(
-    addr: SocketAddr,
-    method: &str,
-    path: &str,
-    headers: &[(&str, String)],
-    body: &[u8],
-) -> anyhow::Result<(u16, String)> {
-    request_tls(None, addr, method, path, headers, body).await
 }
 
 async fn exchange(
@@ -110,4 +127,46 @@ fn dechunk(mut rest: &str) -> String {
         rest = tail[n..].trim_start_matches("\r\n");
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn with_token(t: &str) -> AdminTlsArgs {
+        AdminTlsArgs { auth_token: Some(t.parse().unwrap()), ..AdminTlsArgs::default() }
+    }
+
+    /// Rule: the admin requests carry `Authorization: Bearer <token>` only
+    /// when a token is given; a token that would break the header (empty,
+    /// a space, a line break that could inject another header) is a clear
+    /// error that does not quote it.
+    #[test]
+    fn the_auth_header_is_sent_only_when_given_and_only_if_valid() {
+        assert_eq!(AdminTlsArgs::default().auth_header().unwrap(), None);
+        let t = "flt_0123abcd_AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA";
+        assert_eq!(with_token(t).auth_header().unwrap(), Some(("Authorization", format!("Bearer {t}"))));
+        for bad in ["", "sekrit sekrit", "sekrit\r\nX-Admin: yes"] {
+            let err = format!("{:#}", with_token(bad).auth_header().unwrap_err());
+            assert!(err.contains("invalid auth token") && !err.contains("sekrit"), "{err}");
+        }
+        let debug = format!("{:?}", with_token("sekrit"));
+        assert!(!debug.contains("sekrit"), "{debug}");
+    }
+
+    /// Rule: 401 and 403 from the admin port become the library's
+    /// Unauthenticated / PermissionDenied (which the exit code reads); other
+    /// statuses are not auth refusals.
+    #[test]
+    fn admin_401_and_403_are_auth_refusals() {
+        let addr: SocketAddr = "127.0.0.1:7071".parse().unwrap();
+        let e = auth_refusal(addr, 401, "token missing").unwrap();
+        assert_eq!(format!("{e:#}"), "127.0.0.1:7071: not authenticated: token missing");
+        assert!(matches!(e.downcast_ref(), Some(fencelock::Error::Unauthenticated(_))));
+        let e = auth_refusal(addr, 403, "role reader").unwrap();
+        assert_eq!(format!("{e:#}"), "127.0.0.1:7071: permission denied: role reader");
+        assert!(matches!(e.downcast_ref(), Some(fencelock::Error::PermissionDenied(_))));
+        assert!(auth_refusal(addr, 503, "no leader").is_none());
+        assert!(auth_refusal(addr, 200, "").is_none());
+    }
 }

@@ -65,7 +65,7 @@ enum Cmd {
     DemoClient(demo::DemoClientArgs),
 }
 
-/// `--server` (and its TLS files) for every client command.
+/// `--server` (and its TLS files and auth token) for every client command.
 #[derive(Args, Debug, Clone)]
 pub struct ServerArg {
     /// Lock service URL: fencelock://host:port (or http://) for a fencelock
@@ -86,30 +86,88 @@ pub struct ServerArg {
     /// The key of --tls-cert (PEM).
     #[arg(long, env = "FENCELOCK_TLS_KEY", requires = "tls_cert")]
     pub tls_key: Option<std::path::PathBuf>,
+    /// Bearer token for a fencelock server that requires one (the URL's
+    /// token= does the same). Never printed. Prefer the environment variable:
+    /// a flag is visible to other users in the process list.
+    #[arg(long, env = "FENCELOCK_AUTH_TOKEN", hide_env_values = true, value_name = "TOKEN")]
+    pub auth_token: Option<AuthToken>,
+}
+
+/// An auth token from the command line or the environment. Opaque; its
+/// `Debug` hides it, so no `{:?}` of the arguments shows it. Checked where it
+/// is used (by the client library, or [`http::AdminTlsArgs::auth_header`]),
+/// not by clap, whose error would quote it.
+#[derive(Clone)]
+pub struct AuthToken(String);
+
+impl AuthToken {
+    /// The token itself: only to send it.
+    pub fn secret(&self) -> &str {
+        &self.0
+    }
+
+    /// The token as a URL query value: percent-encoded but for the unreserved
+    /// characters (the tokens a server issues need no encoding).
+    fn url_encoded(&self) -> String {
+        let mut out = String::with_capacity(self.0.len());
+        for b in self.0.bytes() {
+            if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+                out.push(b as char);
+            } else {
+                out.push_str(&format!("%{b:02X}"));
+            }
+        }
+        out
+    }
+}
+
+impl std::str::FromStr for AuthToken {
+    type Err = std::convert::Infallible;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Ok(AuthToken(s.to_string()))
+    }
+}
+
+impl std::fmt::Debug for AuthToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("AuthToken(***)")
+    }
 }
 
 impl ServerArg {
-    /// The URL with the TLS flags folded in: a fencelock URL gets the TLS
-    /// scheme, and every URL the flags as `ca=`, `cert=`, `key=` (a backend
-    /// without TLS then says so).
+    /// The URL with the TLS flags and the auth token folded in: a fencelock
+    /// URL gets the TLS scheme, and every URL the flags as `ca=`, `cert=`,
+    /// `key=` (a backend without TLS then says so) and the token as `token=`
+    /// (a backend other than fencelock then says so). A `ca=` or `token=` the
+    /// URL has itself comes first, and wins. It holds the token: never print
+    /// it (print [`shown`](Self::shown)).
     pub fn url(&self) -> String {
-        let Some(ca) = &self.tls_ca else { return self.server.clone() };
+        if self.tls_ca.is_none() && self.auth_token.is_none() {
+            return self.server.clone();
+        }
         let mut url = self.server.trim().to_string();
-        for plain in ["fencelock://", "http://"] {
-            if let Some(rest) = url.strip_prefix(plain) {
-                url = format!("fencelock+tls://{rest}");
+        let mut params = Vec::new();
+        if let Some(ca) = &self.tls_ca {
+            for plain in ["fencelock://", "http://"] {
+                if let Some(rest) = url.strip_prefix(plain) {
+                    url = format!("fencelock+tls://{rest}");
+                }
+            }
+            params.push(format!("ca={}", ca.display()));
+            if let (Some(c), Some(k)) = (&self.tls_cert, &self.tls_key) {
+                params.push(format!("cert={}", c.display()));
+                params.push(format!("key={}", k.display()));
             }
         }
-        let mut params = vec![format!("ca={}", ca.display())];
-        if let (Some(c), Some(k)) = (&self.tls_cert, &self.tls_key) {
-            params.push(format!("cert={}", c.display()));
-            params.push(format!("key={}", k.display()));
+        if let Some(token) = &self.auth_token {
+            params.push(format!("token={}", token.url_encoded()));
         }
         let sep = if url.contains('?') { '&' } else { '?' };
         format!("{url}{sep}{}", params.join("&"))
     }
 
-    /// The URL as it may be shown: its password hidden.
+    /// The URL as it may be shown: its password and token hidden.
     pub fn shown(&self) -> String {
         fencelock::backend::BackendUrl::parse(&self.server).map_or_else(|_| "(a malformed URL)".into(), |u| u.to_string())
     }
@@ -156,4 +214,81 @@ fn main() -> ExitCode {
         };
         res.unwrap_or_else(exit::error)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    const SECRET: &str = "flt_0123abcd_c2VrcmV0c2VjcmV0c2VjcmV0c2VjcmV0c2VjcmV0c2Vj";
+
+    fn server(url: &str, token: Option<&str>) -> ServerArg {
+        ServerArg {
+            server: url.into(),
+            tls_ca: None,
+            tls_cert: None,
+            tls_key: None,
+            auth_token: token.map(|t| t.parse().unwrap()),
+        }
+    }
+
+    /// Rule: `--auth-token` is folded into `url()` as `token=` (with the TLS
+    /// flags, and percent-encoded where needed), and `shown()` never shows it,
+    /// nor a `token=` written in the URL; without it the URL is unchanged.
+    #[test]
+    fn the_auth_token_goes_into_the_url_and_is_never_shown() {
+        let s = server("fencelock://a:7070,b:7070", Some(SECRET));
+        assert_eq!(s.url(), format!("fencelock://a:7070,b:7070?token={SECRET}"));
+        let parsed = fencelock::backend::BackendUrl::parse(&s.url()).unwrap();
+        assert_eq!(parsed.auth_token().as_deref(), Some(SECRET));
+        assert!(!s.shown().contains(SECRET) && !format!("{s:?}").contains(SECRET), "{s:?}");
+        assert!(!parsed.to_string().contains(SECRET), "{parsed}");
+
+        let tls = ServerArg { tls_ca: Some("/ca.pem".into()), ..server("http://h:1", Some(SECRET)) };
+        assert_eq!(tls.url(), format!("fencelock+tls://h:1?ca=/ca.pem&token={SECRET}"));
+
+        let odd = server("fencelock://h?x=1", Some("a&b c"));
+        assert_eq!(odd.url(), "fencelock://h?x=1&token=a%26b%20c");
+        assert_eq!(fencelock::backend::BackendUrl::parse(&odd.url()).unwrap().auth_token().as_deref(), Some("a&b c"));
+
+        let in_url = server(&format!("fencelock://h?token={SECRET}"), None);
+        assert_eq!(in_url.url(), in_url.server);
+        assert_eq!(in_url.shown(), "fencelock://h?token=***");
+        assert_eq!(server("  http://h:1", None).url(), "  http://h:1");
+    }
+
+    /// Rule: the token is `--auth-token` / FENCELOCK_AUTH_TOKEN (not
+    /// FENCELOCK_TOKEN, the fencing token `run` gives its child), on every
+    /// client command and on the admin commands, and clap never prints its
+    /// value from the environment.
+    #[test]
+    fn the_auth_token_flag_and_its_env_var() {
+        let mut cli = Cli::command();
+        cli.build(); // propagates the admin commands' global flags to their subcommands
+        let paths: [&[&str]; 8] = [
+            &["run"],
+            &["acquire"],
+            &["release"],
+            &["locks"],
+            &["check"],
+            &["cluster"],
+            &["cluster", "status"],
+            &["snapshot", "save"],
+        ];
+        for path in paths {
+            let mut cmd = &cli;
+            for name in path {
+                cmd = cmd.find_subcommand(name).unwrap_or_else(|| panic!("{path:?}"));
+            }
+            let arg = cmd.get_arguments().find(|a| a.get_id() == "auth_token").unwrap_or_else(|| panic!("{path:?}"));
+            assert_eq!(arg.get_long(), Some("auth-token"), "{path:?}");
+            assert_eq!(arg.get_env().and_then(|e| e.to_str()), Some("FENCELOCK_AUTH_TOKEN"), "{path:?}");
+            assert!(arg.is_hide_env_values_set(), "{path:?}");
+        }
+        let parsed = Cli::try_parse_from(["fencelock", "locks", "--server", "http://h:1", "--auth-token", SECRET]).unwrap();
+        assert!(!format!("{parsed:?}").contains(SECRET));
+        let parsed = Cli::try_parse_from(["fencelock", "cluster", "status", "--auth-token", SECRET]).unwrap();
+        assert!(!format!("{parsed:?}").contains(SECRET));
+    }
 }

@@ -65,10 +65,11 @@ pub async fn snapshot(a: SnapshotArgs) -> anyhow::Result<ExitCode> {
 }
 
 async fn save(file: &std::path::Path, admins: &[SocketAddr], tls: &http::AdminTlsArgs) -> anyhow::Result<ExitCode> {
+    let headers: Vec<_> = tls.auth_header()?.into_iter().collect();
     let tls = tls.config()?;
     let mut errors = Vec::new();
     for admin in admins {
-        match http::request_tls(tls.as_ref(), *admin, "GET", "/v1/snapshot", &[], b"").await {
+        match http::request_tls(tls.as_ref(), *admin, "GET", "/v1/snapshot", &headers, b"").await {
             Ok((200, body)) => {
                 let b = Backup::decode(body.as_bytes()).with_context(|| format!("the backup from {admin}"))?;
                 write_new(file, body.as_bytes())?;
@@ -83,7 +84,13 @@ async fn save(file: &std::path::Path, admins: &[SocketAddr], tls: &http::AdminTl
                 );
                 return Ok(ExitCode::from(exit::OK));
             }
-            Ok((code, body)) => errors.push(format!("{admin}: {code}: {}", body.trim())),
+            Ok((code, body)) => {
+                // Every member refuses the same token: no use trying the next.
+                if let Some(refused) = http::auth_refusal(*admin, code, body.trim()) {
+                    return Err(refused);
+                }
+                errors.push(format!("{admin}: {code}: {}", body.trim()))
+            }
             Err(e) => errors.push(format!("{admin}: {e:#}")),
         }
     }

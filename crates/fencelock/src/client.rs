@@ -12,6 +12,7 @@ use fencelock_proto::v1 as pb;
 use tokio::time::Instant;
 
 use crate::acquire::{self, LockRequest};
+use crate::auth::Auth;
 use crate::backoff::Backoff;
 use crate::error::{Error, WithLockError};
 use crate::guard::LockGuard;
@@ -40,8 +41,9 @@ pub(crate) struct Inner {
     pub(crate) leases: Arc<Registry>,
 }
 
-/// Configures a [`Client`]; from [`Client::builder`].
-#[derive(Debug, Clone)]
+/// Configures a [`Client`]; from [`Client::builder`]. Its `Debug` hides the
+/// token.
+#[derive(Clone)]
 pub struct ClientBuilder {
     url: String,
     rpc_timeout: Duration,
@@ -49,6 +51,22 @@ pub struct ClientBuilder {
     backoff: Backoff,
     lease_linger: Duration,
     tls: Option<ClientTls>,
+    token: Option<String>,
+}
+
+impl fmt::Debug for ClientBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ClientBuilder")
+            .field("url", &self.url)
+            .field("rpc_timeout", &self.rpc_timeout)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("backoff", &self.backoff)
+            .field("lease_linger", &self.lease_linger)
+            .field("tls", &self.tls)
+            // Never the token.
+            .field("token", &self.token.as_ref().map(|_| "***"))
+            .finish()
+    }
 }
 
 impl ClientBuilder {
@@ -89,15 +107,29 @@ impl ClientBuilder {
         self
     }
 
+    /// Authenticates every call with the bearer token `token`, for servers
+    /// that require one: each RPC, and the opening of a [`Session`] stream,
+    /// carries `authorization: Bearer <token>`. The token is opaque; it must be
+    /// non-empty visible ASCII without whitespace (see
+    /// [`check_auth_token`](crate::check_auth_token)), else [`connect`](Self::connect)
+    /// fails with [`Error::InvalidArgument`]. It is never shown (`Debug` hides
+    /// it). A server that refuses it answers [`Error::Unauthenticated`] or
+    /// [`Error::PermissionDenied`], which are not retried.
+    pub fn token(mut self, token: impl Into<String>) -> Self {
+        self.token = Some(token.into());
+        self
+    }
+
     /// Connects to the first server of the list that answers. Fails with
-    /// [`Error::InvalidArgument`] for a malformed URL and [`Error::Connect`] if
+    /// [`Error::InvalidArgument`] for a malformed URL or token and [`Error::Connect`] if
     /// no server can be reached now. Later failures are retried by every RPC
     /// until its deadline, following the leader a follower names, else moving
     /// along the list.
     pub async fn connect(self) -> Result<Client, Error> {
         let tls = self.tls.is_some();
         let urls = self.url.split(',').filter(|u| !u.trim().is_empty()).map(|u| normalize(u, tls)).collect();
-        let dial = Dial { connect_timeout: self.connect_timeout, tls: self.tls };
+        let auth = Auth::new(self.token.as_deref())?;
+        let dial = Dial { connect_timeout: self.connect_timeout, tls: self.tls, auth };
         let servers = Servers::connect(urls, dial).await?;
         let rpc = Rpc::new(servers, self.rpc_timeout, self.backoff);
         let leases = Registry::new(rpc.clone(), tokio::runtime::Handle::current(), self.lease_linger);
@@ -124,6 +156,7 @@ impl Client {
             backoff: Backoff::default(),
             lease_linger: DEFAULT_LEASE_LINGER,
             tls: None,
+            token: None,
         }
     }
 
@@ -293,6 +326,35 @@ mod tests {
         drop(listener);
         let got = Client::builder(format!("http://{addr}")).connect_timeout(Duration::from_secs(1)).connect().await;
         assert!(matches!(got, Err(Error::Connect(_))), "{got:?}");
+    }
+
+    /// Rule: the builder's Debug never shows the token.
+    #[test]
+    fn builder_debug_hides_the_token() {
+        let b = Client::builder("http://127.0.0.1:7070").token("flt_0123abcd_sekritsekrit");
+        let debug = format!("{b:?}");
+        assert!(!debug.contains("sekrit") && debug.contains("token: Some(\"***\")"), "{debug}");
+        let debug = format!("{:?}", Client::builder("http://127.0.0.1:7070"));
+        assert!(debug.contains("token: None"), "{debug}");
+    }
+
+    /// Rule: a token that cannot be a header value fails connect with a clear
+    /// InvalidArgument, before any dialing (the port here is closed: a
+    /// Connect error would mean the token was not checked first).
+    #[tokio::test]
+    async fn an_invalid_token_fails_connect_before_dialing() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        drop(listener);
+        for bad in ["", "flt_1 sekrit", "flt_1sekrit\n"] {
+            let got = Client::builder(format!("http://{addr}")).token(bad).connect().await;
+            match got {
+                Err(Error::InvalidArgument(m)) => {
+                    assert!(m.starts_with("invalid auth token") && !m.contains("sekrit"), "{m}")
+                }
+                other => panic!("{bad:?}: {other:?}"),
+            }
+        }
     }
 
     #[tokio::test]

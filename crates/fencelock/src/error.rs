@@ -44,6 +44,16 @@ pub enum Error {
     /// field, an unknown outcome).
     #[error("protocol error: {0}")]
     Protocol(String),
+    /// The server requires a bearer token and got none, or one it does not
+    /// accept (unknown, expired, revoked): gRPC `UNAUTHENTICATED`, HTTP 401.
+    /// Set one with [`crate::ClientBuilder::token`] (URL: `token=`). Not
+    /// retried: the same request fails the same way until the token changes.
+    #[error("not authenticated: {0}")]
+    Unauthenticated(String),
+    /// The token is valid but does not allow this operation (on this lock):
+    /// gRPC `PERMISSION_DENIED`, HTTP 403. Not retried.
+    #[error("permission denied: {0}")]
+    PermissionDenied(String),
     /// Any other gRPC status the server returned (`code: message`).
     #[error("server error: {0}")]
     Server(String),
@@ -115,6 +125,8 @@ impl Error {
             Code::NotFound => Error::LeaseNotFound(msg),
             Code::Unavailable => Error::Unavailable(msg),
             Code::DeadlineExceeded => Error::Timeout,
+            Code::Unauthenticated => Error::Unauthenticated(msg),
+            Code::PermissionDenied => Error::PermissionDenied(msg),
             code => Error::Server(format!("{code:?}: {msg}")),
         }
     }
@@ -131,13 +143,23 @@ impl Error {
 /// `UNAVAILABLE` always is. A status that the transport produced locally (it has a
 /// source error: a connection reset, a broken HTTP/2 stream) is too, whatever its
 /// code, because the server never answered. A status the server sent never has a
-/// source. The client's own deadline (tonic's `TimeoutExpired`) is not retried.
+/// source. The client's own deadline (tonic's `TimeoutExpired`) is not retried,
+/// nor is a refused token (`UNAUTHENTICATED`, `PERMISSION_DENIED`), whatever
+/// its origin: another attempt carries the same token and is refused the same
+/// way, and a tight retry loop against an auth check helps nobody.
 pub(crate) fn is_retryable(status: &Status) -> bool {
     match status.code() {
+        _ if is_auth_refusal(status) => false,
         Code::Unavailable => true,
         Code::Unknown | Code::Internal | Code::Cancelled => status.source().is_some() && !is_local_timeout(status),
         _ => false,
     }
+}
+
+/// The server refused the token: missing or bad (`UNAUTHENTICATED`), or not
+/// allowed this (`PERMISSION_DENIED`).
+pub(crate) fn is_auth_refusal(status: &Status) -> bool {
+    matches!(status.code(), Code::Unauthenticated | Code::PermissionDenied)
 }
 
 /// A deadline ran out: the server's (`DeadlineExceeded`) or tonic's own.
@@ -248,6 +270,30 @@ mod tests {
         let status = Status::from_error(Box::new(tonic::TimeoutExpired(())));
         assert!(!is_retryable(&status));
         assert_eq!(Error::from_status(&status), Error::Timeout);
+    }
+
+    /// Rule: UNAUTHENTICATED and PERMISSION_DENIED are never retried (not even
+    /// with a transport source), and map to their own errors, which say
+    /// "not authenticated: <server message>" / "permission denied: <server message>".
+    #[test]
+    fn auth_refusals_are_not_retried_and_say_what_they_are() {
+        let unauth = Status::unauthenticated("token missing");
+        let denied = Status::permission_denied("role reader may not acquire");
+        assert!(!is_retryable(&unauth));
+        assert!(!is_retryable(&denied));
+        // A status with a source (made by a local layer) is retried for the
+        // codes of a broken transport, but never as an auth refusal.
+        for code in [Code::Unauthenticated, Code::PermissionDenied] {
+            let mut local = Status::new(code, "from a layer");
+            local.set_source(Arc::new(std::io::Error::other("local")));
+            assert!(!is_retryable(&local), "{code:?}");
+        }
+        assert_eq!(Error::from_status(&unauth), Error::Unauthenticated("token missing".into()));
+        assert_eq!(Error::from_status(&denied), Error::PermissionDenied("role reader may not acquire".into()));
+        assert_eq!(Error::from_status(&unauth).to_string(), "not authenticated: token missing");
+        assert_eq!(Error::from_status(&denied).to_string(), "permission denied: role reader may not acquire");
+        assert!(!Error::from_status(&unauth).is_transient());
+        assert!(!Error::from_status(&denied).is_transient());
     }
 
     #[test]

@@ -74,10 +74,12 @@
 //! # Modules
 //! `backend` (the trait, the URL dispatch and the other backends), `client` (entry point and plain RPCs), `acquire` (taking a lock), `guard` (held locks), `lease` (lease
 //! state, deadline, watchdog), `registry` (leases shared by TTL), `session`
-//! (multiplexed stream), `rpc` (deadlines and retries), `backoff`, `types`,
-//! `error`, `metrics` (names of the exported metrics).
+//! (multiplexed stream), `rpc` (deadlines and retries), `auth` (the bearer
+//! token on every call), `backoff`, `types`, `error`, `metrics` (names of the
+//! exported metrics).
 
 mod acquire;
+mod auth;
 pub mod backend;
 mod backoff;
 mod client;
@@ -92,6 +94,7 @@ mod tls;
 mod types;
 
 pub use acquire::LockRequest;
+pub use auth::check_auth_token;
 pub use backend::{connect, with_lock, Backend, Capabilities, Fencing, Guard, LockBackend};
 pub use backoff::Backoff;
 pub use client::{Client, ClientBuilder, DEFAULT_LEASE_LINGER, DEFAULT_RPC_TIMEOUT};

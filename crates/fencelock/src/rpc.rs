@@ -24,9 +24,11 @@ use std::time::Duration;
 
 use fencelock_proto::v1::lock_client::LockClient;
 use tokio::time::Instant;
+use tonic::service::interceptor::InterceptedService;
 use tonic::transport::{Channel, Endpoint};
 use tonic::{Response, Status};
 
+use crate::auth::Auth;
 use crate::backoff::Backoff;
 use crate::error::{is_retryable, is_timeout, Error};
 use crate::tls::ClientTls;
@@ -75,6 +77,19 @@ pub(crate) struct Dial {
     pub connect_timeout: Duration,
     /// For `https://` servers.
     pub tls: Option<ClientTls>,
+    /// The bearer token every call carries, if any (its `Debug` hides it).
+    pub auth: Auth,
+}
+
+/// A gRPC client of one server. Every one is made by [`Dial::client`], so
+/// every call through it, unary or streaming, carries the token of [`Auth`].
+pub(crate) type Grpc = LockClient<InterceptedService<Channel, Auth>>;
+
+impl Dial {
+    /// The gRPC client of a connection to one server.
+    fn client(&self, ch: Channel) -> Grpc {
+        LockClient::with_interceptor(ch, self.auth.clone())
+    }
 }
 
 #[derive(Debug)]
@@ -83,7 +98,7 @@ struct Current {
     /// however many calls saw it.
     gen: u64,
     url: String,
-    client: LockClient<Channel>,
+    client: Grpc,
     /// One lazily connecting channel per server ever used.
     channels: HashMap<String, Channel>,
 }
@@ -162,7 +177,7 @@ impl Servers {
 
     fn with(urls: Vec<String>, dial: Dial, url: String, ch: Channel) -> Servers {
         let channels = HashMap::from([(url.clone(), ch.clone())]);
-        let now = Current { gen: 0, url, client: LockClient::new(ch), channels };
+        let now = Current { gen: 0, url, client: dial.client(ch), channels };
         Servers { urls, dial, now: Mutex::new(now) }
     }
 
@@ -171,10 +186,11 @@ impl Servers {
     pub(crate) fn lazy(urls: &[&str]) -> Servers {
         let urls: Vec<String> = urls.iter().map(|u| u.to_string()).collect();
         let ch = Endpoint::from_shared(urls[0].clone()).expect("test url").connect_lazy();
-        Servers::with(urls.clone(), Dial { connect_timeout: Duration::from_secs(1), tls: None }, urls[0].clone(), ch)
+        let dial = Dial { connect_timeout: Duration::from_secs(1), tls: None, auth: Auth::default() };
+        Servers::with(urls.clone(), dial, urls[0].clone(), ch)
     }
 
-    fn current(&self) -> (u64, LockClient<Channel>) {
+    fn current(&self) -> (u64, Grpc) {
         let now = self.now.lock().unwrap_or_else(|p| p.into_inner());
         (now.gen, now.client.clone())
     }
@@ -218,7 +234,7 @@ impl Servers {
         };
         tracing::debug!(from = %now.url, to = %next, "fencelock: switching server");
         now.channels.insert(next.clone(), ch.clone());
-        now.client = LockClient::new(ch);
+        now.client = self.dial.client(ch);
         now.url = next;
         now.gen += 1;
         true
@@ -269,7 +285,7 @@ impl Rpc {
     }
 
     /// The raw tonic client of the server talked to now (for the session stream).
-    pub(crate) fn raw(&self) -> LockClient<Channel> {
+    pub(crate) fn raw(&self) -> Grpc {
         self.servers.current().1
     }
 
@@ -283,7 +299,7 @@ impl Rpc {
     /// logs and metrics.
     pub(crate) async fn call<T, F, Fut>(&self, op: &'static str, deadline: Instant, mut attempt: F) -> Result<T, Error>
     where
-        F: FnMut(LockClient<Channel>, Duration) -> Fut,
+        F: FnMut(Grpc, Duration) -> Fut,
         Fut: Future<Output = Result<Response<T>, Status>>,
     {
         let (mut retries, mut jumps, mut hops) = (0u32, 0u32, 0usize);
@@ -476,6 +492,37 @@ mod tests {
             .await;
         assert_eq!(got, Err(Error::LeaseNotFound("lease 9 not found".into())));
         assert_eq!(calls.load(Ordering::SeqCst), 1);
+    }
+
+    /// Rule: a refused token is not retried, on any server of the list (the
+    /// call does not move on to the next one either).
+    #[tokio::test]
+    async fn does_not_retry_an_auth_refusal() {
+        for status in [Status::unauthenticated("no token"), Status::permission_denied("not yours")] {
+            let rpc = Rpc::new(Servers::lazy(&["http://a:1", "http://b:2"]), Duration::from_secs(5), Backoff::default());
+            let calls = AtomicU32::new(0);
+            let got: Result<(), _> = rpc
+                .call("test", Instant::now() + Duration::from_secs(5), |_, _| {
+                    calls.fetch_add(1, Ordering::SeqCst);
+                    let status = status.clone();
+                    async move { Err(status) }
+                })
+                .await;
+            assert_eq!(got, Err(Error::from_status(&status)));
+            assert!(matches!(got, Err(Error::Unauthenticated(_) | Error::PermissionDenied(_))), "{got:?}");
+            assert_eq!(calls.load(Ordering::SeqCst), 1);
+            assert_eq!(rpc.server(), "http://a:1");
+        }
+    }
+
+    /// Rule: the Debug of a Dial (and so of the servers and the client's
+    /// connection) never shows the token.
+    #[test]
+    fn dial_debug_hides_the_token() {
+        let auth = Auth::new(Some("flt_0123abcd_sekrit")).unwrap();
+        let dial = Dial { connect_timeout: Duration::from_secs(1), tls: None, auth };
+        let debug = format!("{dial:?}");
+        assert!(!debug.contains("sekrit") && debug.contains("***"), "{debug}");
     }
 
     #[tokio::test(start_paused = true)]

@@ -21,16 +21,14 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use fencelock_proto::v1 as pb;
-use fencelock_proto::v1::lock_client::LockClient;
 use fencelock_proto::v1::session_request::Op;
 use fencelock_proto::v1::session_response::Result as Reply;
 use tokio::sync::{mpsc, oneshot};
 use tokio_stream::wrappers::UnboundedReceiverStream;
-use tonic::transport::Channel;
 use tonic::{Code, Status, Streaming};
 
-use crate::error::Error;
-use crate::rpc::new_request_id;
+use crate::error::{is_auth_refusal, Error};
+use crate::rpc::{new_request_id, Grpc};
 use crate::types::{acquire_from_proto, ms, to_ms, Acquire, Acquired, CheckResult};
 
 /// One `Session` stream. Cheap to clone; the stream closes when the last clone is
@@ -59,7 +57,7 @@ struct Pending {
 
 impl Session {
     /// Opens the stream (the answer to its headers is awaited for `rpc_timeout`).
-    pub(crate) async fn open(mut client: LockClient<Channel>, rpc_timeout: Duration) -> Result<Session, Error> {
+    pub(crate) async fn open(mut client: Grpc, rpc_timeout: Duration) -> Result<Session, Error> {
         let (tx, rx) = mpsc::unbounded_channel();
         let opened = tokio::time::timeout(rpc_timeout, client.session(UnboundedReceiverStream::new(rx)))
             .await
@@ -205,6 +203,8 @@ async fn read(
         match inbound.message().await {
             Ok(Some(resp)) => deliver(resp, &pending, &tx),
             Ok(None) => break Error::Unavailable("session stream ended".into()),
+            // A refused token is said as such, not as a broken stream.
+            Err(status) if is_auth_refusal(&status) => break Error::from_status(&status),
             Err(status) => break Error::Unavailable(format!("session stream failed: {}", status.message())),
         }
     };

@@ -17,8 +17,10 @@
 //!
 //! TLS and credentials (Redis and etcd TLS with `ca=`, `cert=`, `key=`;
 //! PostgreSQL's `sslmode`; `user:password@` for Redis ACL users, etcd,
-//! ZooKeeper digest and PostgreSQL) are described in the `url` module's docs
-//! and [`tls`]; a refused handshake or password is [`Error::Security`].
+//! ZooKeeper digest and PostgreSQL; `token=` for a fencelock server's bearer
+//! token) are described in the `url` module's docs and [`tls`]; a refused
+//! handshake or password is [`Error::Security`], a token the fencelock server
+//! refuses [`Error::Unauthenticated`] or [`Error::PermissionDenied`].
 //!
 //! Every backend gives the same guard: a token (where it can), a conservative
 //! [`Guard::deadline`], a [`Guard::lost`] signal that always fires on loss, a
@@ -232,6 +234,12 @@ pub type Backend = Arc<dyn LockBackend>;
 /// off, [`Error::Connect`] if the service cannot be reached now.
 pub async fn connect(url: &str) -> Result<Backend, Error> {
     let parsed = BackendUrl::parse(url)?;
+    if parsed.scheme != Scheme::Native && parsed.param(url::TOKEN_PARAM).is_some() {
+        return Err(Error::InvalidArgument(format!(
+            "{parsed}: token= is the bearer token of a fencelock server; the {} backend takes its credentials as user:password@",
+            parsed.scheme
+        )));
+    }
     match parsed.scheme {
         Scheme::Native => Ok(Arc::new(native_client(&parsed).await?)),
         #[cfg(feature = "redis")]
@@ -254,9 +262,13 @@ pub async fn connect(url: &str) -> Result<Backend, Error> {
 
 /// The native client of a `fencelock://` (or `fencelock+tls://`) URL, as
 /// its own type: for what only the fencelock server does (hand a lease to
-/// another process, list queues).
+/// another process, list queues). The URL's `token=` is its bearer token
+/// ([`crate::ClientBuilder::token`]).
 pub async fn native_client(url: &BackendUrl) -> Result<crate::Client, Error> {
     let mut builder = crate::Client::builder(url.native_endpoints());
+    if let Some(token) = url.auth_token() {
+        builder = builder.token(token);
+    }
     if let Some(files) = tls::TlsFiles::from_url(url)? {
         if url.param("ca").is_none() {
             return Err(Error::InvalidArgument(format!(
@@ -388,5 +400,26 @@ mod tests {
         assert!(matches!(caps(Fencing::Global, true).admit("x", "a", &short), Err(Error::InvalidArgument(_))));
         let long_wait = LockOptions { wait: MAX_WAIT + Duration::from_millis(1), ..LockOptions::default() };
         assert!(matches!(caps(Fencing::Global, true).admit("x", "a", &long_wait), Err(Error::InvalidArgument(_))));
+    }
+
+    /// Rule: a fencelock URL's `token=` reaches the client builder (a bad
+    /// one fails its check there, before any dialing: the port is closed);
+    /// another backend's URL with `token=` is a clear error. No message
+    /// shows the token.
+    #[tokio::test]
+    async fn url_tokens_go_to_the_native_client_and_nowhere_else() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        drop(listener);
+        let err = connect(&format!("fencelock://{addr}?token=sekrit%20sekrit")).await.err().unwrap();
+        assert!(matches!(&err, Error::InvalidArgument(m) if m.contains("invalid auth token")), "{err:?}");
+        let err = native_client(&BackendUrl::parse(&format!("http://{addr}?token=")).unwrap()).await.unwrap_err();
+        assert!(matches!(&err, Error::InvalidArgument(m) if m.contains("invalid auth token: it is empty")), "{err:?}");
+        for other in ["redis://h?token=sekrit", "etcd://h?token=sekrit", "zk://h?token=sekrit", "postgres://u@h/db?token=sekrit"] {
+            let err = connect(other).await.err().unwrap();
+            let msg = err.to_string();
+            assert!(matches!(err, Error::InvalidArgument(_)) && msg.contains("token=***: token= is the bearer token"), "{msg}");
+            assert!(!msg.contains("sekrit"), "{msg}");
+        }
     }
 }

@@ -11,7 +11,7 @@
 //!
 //! | backend | TLS | files | credentials |
 //! |---|---|---|---|
-//! | fencelock | `fencelock+tls://` (or `https://`) | `ca=` (required), `cert=`, `key=` | — |
+//! | fencelock | `fencelock+tls://` (or `https://`) | `ca=` (required), `cert=`, `key=` | `token=` (a bearer token) |
 //! | Redis | `rediss://` (or `redis+tls://`) | `ca=`, `cert=`, `key=` | `user:password@` (ACL user) or `:password@` |
 //! | Redlock | `redlock+tls://` | `ca=`, `cert=`, `key=` | as Redis, the same on every node |
 //! | etcd | `etcd+tls://` | `ca=`, `cert=`, `key=` | `user:password@` (etcd's auth) |
@@ -24,9 +24,13 @@
 //! * `cert=` and `key=` (PEM, together): a client certificate for servers that
 //!   ask for one.
 //! * A user or password may be percent-encoded (`%40` for `@`).
+//! * `token=` (fencelock only): the bearer token sent with every call (see
+//!   [`crate::ClientBuilder::token`]), percent-encoded if it holds anything
+//!   but letters, digits and `-._~` (the tokens a fencelock server issues
+//!   never do). Another backend refuses it: its credentials are the userinfo.
 //!
-//! A password never leaves this module in text: [`BackendUrl`]'s `Display`
-//! and `Debug`, and every error made from a URL, show it as `***`.
+//! A password or token never leaves this module in text: [`BackendUrl`]'s
+//! `Display` and `Debug`, and every error made from a URL, show it as `***`.
 
 use std::fmt;
 
@@ -107,11 +111,12 @@ impl fmt::Display for Scheme {
     }
 }
 
-/// A parsed backend URL. Its `Display` and `Debug` hide the password.
+/// A parsed backend URL. Its `Display` and `Debug` hide the password and the
+/// `token=`.
 #[derive(Clone, PartialEq, Eq)]
 pub struct BackendUrl {
-    /// The URL as given, password included: never print it (print the
-    /// `BackendUrl`, which hides the password).
+    /// The URL as given, password and token included: never print it (print
+    /// the `BackendUrl`, which hides them).
     pub raw: String,
     pub scheme: Scheme,
     /// The scheme asks for TLS (`fencelock+tls`, `https`, `rediss`,
@@ -124,7 +129,8 @@ pub struct BackendUrl {
     /// The path without its leading `/` (a Redis db number, a ZooKeeper chroot,
     /// a PostgreSQL database); empty if none.
     pub path: String,
-    /// Query parameters in order.
+    /// Query parameters in order, as written (`token=`'s value included:
+    /// never print them; the `Debug` of the `BackendUrl` hides it).
     pub params: Vec<(String, String)>,
 }
 
@@ -179,9 +185,18 @@ impl BackendUrl {
         Some(percent_decode(password))
     }
 
-    /// The URL as given, with the password (if any) replaced by `***`.
+    /// The URL as given, with the password and the `token=` (if any)
+    /// replaced by `***`.
     pub fn redacted(&self) -> String {
         redact(&self.raw)
+    }
+
+    /// The bearer token of `token=` (percent-decoded), if one is given: for a
+    /// fencelock server, which [`super::native_client`] hands to
+    /// [`crate::ClientBuilder::token`]. Not checked here (the builder checks
+    /// it); never print it.
+    pub fn auth_token(&self) -> Option<String> {
+        self.param(TOKEN_PARAM).map(percent_decode)
     }
 
     /// The value of query parameter `key`, if given.
@@ -234,6 +249,11 @@ impl fmt::Debug for BackendUrl {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let userinfo =
             self.userinfo.as_ref().map(|_| (self.user().unwrap_or_default(), self.password().map(|_| "***")));
+        let params: Vec<(&str, &str)> = self
+            .params
+            .iter()
+            .map(|(k, v)| (k.as_str(), if is_secret_param(k) { "***" } else { v.as_str() }))
+            .collect();
         f.debug_struct("BackendUrl")
             .field("raw", &self.redacted())
             .field("scheme", &self.scheme)
@@ -241,14 +261,42 @@ impl fmt::Debug for BackendUrl {
             .field("userinfo", &userinfo)
             .field("hosts", &self.hosts)
             .field("path", &self.path)
-            .field("params", &self.params)
+            .field("params", &params)
             .finish()
     }
 }
 
-/// `url` with the password of its userinfo replaced by `***` (a URL
-/// without one as it is). Works on any text, parsed or not.
+/// The query parameter that carries a fencelock bearer token.
+pub(crate) const TOKEN_PARAM: &str = "token";
+
+/// Is the value of query parameter `key` a secret, hidden when a URL is
+/// shown? (`Token=` too: a misspelt key is not read as the token, but may
+/// still hold one.)
+fn is_secret_param(key: &str) -> bool {
+    key.eq_ignore_ascii_case(TOKEN_PARAM)
+}
+
+/// `url` with the password of its userinfo and the value of its `token=`
+/// replaced by `***` (a URL without them as it is). Works on any text, parsed
+/// or not.
 pub(crate) fn redact(url: &str) -> String {
+    match url.split_once('?') {
+        Some((head, query)) => format!("{}?{}", redact_password(head), redact_query(query)),
+        None => redact_password(url),
+    }
+}
+
+/// A query with the values of its secret parameters replaced by `***`.
+fn redact_query(query: &str) -> String {
+    let hide = |pair: &str| match pair.split_once('=') {
+        Some((k, _)) if is_secret_param(k) => format!("{k}=***"),
+        _ => pair.to_string(),
+    };
+    query.split('&').map(hide).collect::<Vec<_>>().join("&")
+}
+
+/// A URL without its query, with the password of its userinfo replaced by `***`.
+fn redact_password(url: &str) -> String {
     let Some((scheme, rest)) = url.split_once("://") else {
         return url.to_string();
     };
@@ -419,6 +467,31 @@ mod tests {
         assert_eq!((u.user(), u.password().as_deref()), (None, Some("secret")));
         let u = BackendUrl::parse("zk://bob@h").unwrap();
         assert_eq!((u.user().as_deref(), u.password()), (Some("bob"), None));
+    }
+
+    /// Rule: `token=` is kept as written by the parser (percent-decoded by
+    /// `auth_token`), and hidden in Display, Debug, `redacted()` and every parse
+    /// error, like a password; the other parameters stay visible.
+    #[test]
+    fn tokens_are_kept_and_never_shown() {
+        let secret = "flt_0123abcd_c2VrcmV0c2VjcmV0c2VjcmV0c2VjcmV0c2VjcmV0c2Vj";
+        let u = BackendUrl::parse(&format!("fencelock+tls://a:7070,b:7070?ca=/ca.pem&token={secret}")).unwrap();
+        assert_eq!(u.auth_token().as_deref(), Some(secret));
+        assert_eq!(u.param("ca"), Some("/ca.pem"));
+        assert_eq!(u.native_endpoints(), "https://a:7070,https://b:7070");
+        assert_eq!(u.to_string(), "fencelock+tls://a:7070,b:7070?ca=/ca.pem&token=***");
+        assert_eq!(u.redacted(), u.to_string());
+        let debug = format!("{u:?}");
+        assert!(!debug.contains(secret) && debug.contains("/ca.pem"), "{debug}");
+        let with_pw = BackendUrl::parse(&format!("http://u:pw@h?token={secret}&x=1")).unwrap();
+        assert_eq!(with_pw.to_string(), "http://u:***@h?token=***&x=1");
+        assert_eq!(BackendUrl::parse("http://h?token=a%20b").unwrap().auth_token().as_deref(), Some("a b"));
+        assert_eq!(BackendUrl::parse("http://h").unwrap().auth_token(), None);
+        for bad in [format!("fencelock://h:x?token={secret}"), format!("h:7070?token={secret}")] {
+            let err = BackendUrl::parse(&bad).unwrap_err().to_string();
+            assert!(!err.contains(secret) && err.contains("token=***"), "{err}");
+        }
+        assert_eq!(redact(&format!("h?Token={secret}&TOKEN={secret}")), "h?Token=***&TOKEN=***");
     }
 
     /// Issue 15: a password appears in no Display, Debug or parse error of a URL.
