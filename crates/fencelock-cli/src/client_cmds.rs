@@ -143,14 +143,18 @@ pub async fn locks(a: LocksArgs) -> anyhow::Result<ExitCode> {
         println!("{}", json!({ "locks": v }));
         return Ok(ExitCode::from(exit::OK));
     }
-    println!("{:<32} {:>12} {:>12} {:>10} {:>8}", "LOCK", "HOLDER-LEASE", "TOKEN", "TTL-LEFT", "WAITERS");
+    println!("{:<32} {:<16} {:>19} {:>20} {:>10} {:>8}", "LOCK", "OWNER", "HOLDER-LEASE", "TOKEN", "TTL-LEFT", "WAITERS");
     for l in &locks {
-        let (lease, token, ttl) = match &l.holder {
-            Some(h) => (h.lease_id.to_string(), h.token.to_string(), fmt_dur(h.ttl_left)),
-            None if l.reopens_in.is_some() => ("-".into(), "-".into(), format!("delay {}", fmt_dur(l.reopens_in.unwrap_or_default()))),
-            None => ("-".into(), "-".into(), "-".into()),
+        let dash = || "-".to_string();
+        let (owner, lease, token, ttl) = match &l.holder {
+            Some(h) => {
+                let owner = h.owner.clone().unwrap_or_else(dash);
+                (owner, h.lease_id.to_string(), h.token.to_string(), fmt_dur(h.ttl_left))
+            }
+            None if l.reopens_in.is_some() => (dash(), dash(), dash(), format!("delay {}", fmt_dur(l.reopens_in.unwrap_or_default()))),
+            None => (dash(), dash(), dash(), dash()),
         };
-        println!("{:<32} {:>12} {:>12} {:>10} {:>8}", l.name, lease, token, ttl, l.waiters.len());
+        println!("{:<32} {:<16} {:>19} {:>20} {:>10} {:>8}", l.name, owner, lease, token, ttl, l.waiters.len());
     }
     Ok(ExitCode::from(exit::OK))
 }
@@ -171,7 +175,7 @@ pub async fn check(a: CheckArgs) -> anyhow::Result<ExitCode> {
 fn lock_json(l: &fencelock::LockInfo) -> serde_json::Value {
     json!({
         "name": l.name,
-        "holder": l.holder.as_ref().map(|h| json!({"lease_id": h.lease_id, "token": h.token,
+        "holder": l.holder.as_ref().map(|h| json!({"lease_id": h.lease_id, "owner": h.owner, "token": h.token,
             "held_ms": h.held.as_millis() as u64, "ttl_left_ms": h.ttl_left.as_millis() as u64})),
         "reopens_in_ms": l.reopens_in.map(|d| d.as_millis() as u64),
         "waiters": l.waiters.len(),

@@ -1,8 +1,9 @@
 //! TLS on a real `fencelock serve` (issue 15): certificates from
 //! `fencelock certs init`, clients over TLS, plaintext and strangers refused,
 //! Raft only from members, certificates rotated under a held lock, a 3-node
-//! group whose members talk TLS to each other, and the refusal to serve
-//! plaintext where others can connect.
+//! group whose members talk TLS to each other, the refusal to serve
+//! plaintext (or without authentication) where others can connect, and the
+//! README's secure setup with tokens and permissions from `fencelock auth`.
 //!
 //! Invariant: INV-2's precondition, "only members move the state": a
 //! process without a node certificate of the cluster CA cannot make a node
@@ -370,4 +371,96 @@ async fn admin_commands_over_tls() {
         .unwrap();
     assert!(save.status.success(), "snapshot save over TLS: {}", stderr(&save));
     assert!(std::fs::read_to_string(&file).unwrap().contains("backed-up"), "the backup holds the lock");
+}
+
+/// `fencelock <args>` with `FENCELOCK_AUTH_TOKEN` set to `token` (if any).
+fn fencelock_as(token: Option<&str>, args: &[&str]) -> Output {
+    let mut cmd = Command::new(bin());
+    cmd.args(args).env_remove("FENCELOCK_AUTH_TOKEN").env_remove("FENCELOCK_SERVER");
+    if let Some(t) = token {
+        cmd.env("FENCELOCK_AUTH_TOKEN", t);
+    }
+    cmd.output().expect("run fencelock")
+}
+
+/// `fencelock auth add-token NAME --role ROLE --file FILE`: the token it prints.
+fn add_token(file: &Path, name: &str, role: &str) -> String {
+    let out = fencelock_as(None, &["auth", "add-token", name, "--role", role, "--file", &s(file)]);
+    assert!(out.status.success(), "add-token {name}: {}", stderr(&out));
+    let token = stdout(&out).trim().to_string();
+    assert!(token.starts_with("flt_") && !std::fs::read_to_string(file).unwrap().contains(&token), "only the hash is stored");
+    token
+}
+
+/// The README's secure setup, as a user runs it: `certs init`, `auth
+/// add-token`, a TLS node with `--auth-file`, then `run`, `acquire`, `locks`
+/// and `cluster status` with and without tokens and permissions.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tokens_and_permissions_from_the_cli() {
+    let dir = tempfile::tempdir().unwrap();
+    let certs = make_certs(&dir.path().join("certs"), 1);
+    let file = dir.path().join("auth.toml");
+    std::fs::write(&file, "[roles.batch]\nrules = [{ prefix = \"jobs/\", verbs = [\"acquire\", \"read\"] }]\n").unwrap();
+    let ops = add_token(&file, "ops", "admin");
+    let batch = add_token(&file, "batch-runner", "batch");
+    let refused = fencelock_as(None, &["auth", "add-token", "x", "--role", "nope", "--file", &s(&file)]);
+    assert_eq!(refused.status.code(), Some(70), "an unknown role is refused: {}", stderr(&refused));
+    assert!(stderr(&refused).contains("no role \"nope\""), "{}", stderr(&refused));
+    let listed = fencelock_as(None, &["auth", "check", "--file", &s(&file)]);
+    assert!(stdout(&listed).contains("batch-runner\ttoken") && stdout(&listed).contains("acquire,read on \"jobs/\""), "{}", stdout(&listed));
+
+    let node = Node::start(dir.path(), &certs, 1, &["--auth-file".into(), s(&file)]);
+    let server = format!("fencelock+tls://{}", node.grpc);
+    let ca = s(&certs.join("ca.pem"));
+    let (server, ca) = (server.as_str(), ca.as_str());
+    let run = |token, lock| fencelock_as(token, &["run", lock, "--server", server, "--tls-ca", ca, "--", "sh", "-c", "test -n \"$FENCELOCK_TOKEN\""]);
+    let start = Instant::now();
+    while !run(Some(&batch), "jobs/nightly").status.success() {
+        assert!(start.elapsed() < Duration::from_secs(30), "run with a token never succeeded: {}", node.log_text());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let out = run(None, "jobs/nightly");
+    assert_eq!(out.status.code(), Some(77), "no token: {}", stderr(&out));
+    assert!(stderr(&out).contains("not authenticated"), "{}", stderr(&out));
+    let out = run(Some("flt_00000000_00"), "jobs/nightly");
+    assert_eq!(out.status.code(), Some(77), "a wrong token: {}", stderr(&out));
+    let out = run(Some(&batch), "billing/x");
+    assert_eq!(out.status.code(), Some(77), "outside its prefix: {}", stderr(&out));
+    assert!(stderr(&out).contains("permission denied: batch-runner may not acquire lock \"billing/x\""), "{}", stderr(&out));
+
+    // Who holds it: the owner is shown to anyone who may read the lock.
+    let held = fencelock_as(Some(&batch), &["acquire", "jobs/held", "--ttl", "60s", "--server", server, "--tls-ca", ca]);
+    assert!(held.status.success(), "{}", stderr(&held));
+    let locks = fencelock_as(Some(&batch), &["locks", "--prefix", "jobs/", "--json", "--server", server, "--tls-ca", ca]);
+    assert!(locks.status.success(), "{}", stderr(&locks));
+    assert!(stdout(&locks).contains("\"owner\":\"batch-runner\""), "{}", stdout(&locks));
+    let all = fencelock_as(Some(&batch), &["locks", "--server", server, "--tls-ca", ca]);
+    assert_eq!(all.status.code(), Some(77), "listing every lock needs read on \"\": {}", stderr(&all));
+
+    // The admin port: membership is for admins.
+    let admin = node.http.to_string();
+    let status = |token| fencelock_as(token, &["cluster", "status", "--admin", &admin, "--tls-ca", ca]);
+    assert_eq!(status(Some(&batch)).status.code(), Some(77));
+    let ok = status(Some(&ops));
+    assert!(ok.status.success(), "{}", stderr(&ok));
+}
+
+/// TLS without authentication on an address other hosts can reach is
+/// refused as well, naming --auth-file.
+#[test]
+fn tls_without_authentication_on_a_shared_network_needs_insecure() {
+    let dir = tempfile::tempdir().unwrap();
+    let certs = make_certs(&dir.path().join("certs"), 1);
+    let port = free_port();
+    let out = Command::new(bin())
+        .args(["serve", "--data-dir", &s(&dir.path().join("d")), "--listen", &format!("0.0.0.0:{port}")])
+        .args(["--advertise", &format!("127.0.0.1:{port}"), "--http", &format!("127.0.0.1:{}", free_port())])
+        .args(["--tls-cert", &s(&certs.join("node1.pem")), "--tls-key", &s(&certs.join("node1.key"))])
+        .args(["--tls-ca", &s(&certs.join("ca.pem"))])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(70));
+    let err = stderr(&out);
+    assert!(err.contains("authentication is off") && err.contains("--auth-file"), "{err}");
+    assert!(!dir.path().join("d").exists(), "nothing was written for a refused start");
 }

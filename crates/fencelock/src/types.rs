@@ -136,9 +136,12 @@ pub struct LockInfo {
 }
 
 /// The current holder of a lock.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Holder {
     pub lease_id: u64,
+    /// The identity that owns the holder's lease, on a server with
+    /// authentication on (`None` when it was granted without one).
+    pub owner: Option<String>,
     pub token: u64,
     /// Time since the grant.
     pub held: Duration,
@@ -174,6 +177,7 @@ impl From<pb::Holder> for Holder {
     fn from(h: pb::Holder) -> Self {
         Holder {
             lease_id: h.lease_id,
+            owner: (!h.owner.is_empty()).then_some(h.owner),
             token: h.token,
             held: ms(h.held_ms),
             ttl_left: ms(h.ttl_left_ms),
