@@ -29,7 +29,8 @@ pub struct ServeArgs {
     /// `log`, and the connection limits `max_connections`,
     /// `max_connections_per_source`, `handshake_timeout`, `idle_timeout`,
     /// `header_read_timeout`, and TLS: `tls_cert`, `tls_key`, `tls_ca`,
-    /// `client_ca`, `require_client_cert`, `insecure`, and `auth_file`); flags and environment
+    /// `client_ca`, `require_client_cert`, `insecure`, `auth_file`, `audit_log`, and
+    /// the quotas `max_leases_per_identity` … `max_waiters`); flags and environment
     /// variables override it.
     #[arg(long, env = "FENCELOCK_CONFIG")]
     config: Option<PathBuf>,
@@ -74,6 +75,39 @@ pub struct ServeArgs {
     limits: LimitArgs,
     #[command(flatten)]
     tls: ServeTlsArgs,
+    #[command(flatten)]
+    quotas: QuotaArgs,
+    /// Append an audit log here: one JSON line per admin action, auth-file
+    /// change and refused call (rotated at 64 MiB, 4 old files kept).
+    #[arg(long, env = "FENCELOCK_AUDIT_LOG")]
+    audit_log: Option<PathBuf>,
+}
+
+/// Quotas per identity and global limits (`fencelock_server::quota`); 0 = no
+/// limit. An identity of the auth file may have its own (`limits = {…}`).
+#[derive(Args, Debug, Default)]
+pub struct QuotaArgs {
+    /// Live leases of one identity [default: 10000].
+    #[arg(long, env = "FENCELOCK_MAX_LEASES_PER_IDENTITY")]
+    max_leases_per_identity: Option<u64>,
+    /// Locks one identity holds [default: 10000].
+    #[arg(long, env = "FENCELOCK_MAX_LOCKS_PER_IDENTITY")]
+    max_locks_per_identity: Option<u64>,
+    /// Acquires of one identity waiting in queues [default: 10000].
+    #[arg(long, env = "FENCELOCK_MAX_WAITS_PER_IDENTITY")]
+    max_waits_per_identity: Option<u64>,
+    /// Requests per second of one identity [default: 0, no limit].
+    #[arg(long, env = "FENCELOCK_MAX_RPS_PER_IDENTITY")]
+    max_rps_per_identity: Option<u64>,
+    /// Live leases, all identities [default: 200000].
+    #[arg(long, env = "FENCELOCK_MAX_LEASES")]
+    max_leases: Option<u64>,
+    /// Held locks, all identities [default: 200000].
+    #[arg(long, env = "FENCELOCK_MAX_LOCKS")]
+    max_locks: Option<u64>,
+    /// Queued acquires, all identities [default: 200000].
+    #[arg(long, env = "FENCELOCK_MAX_WAITERS")]
+    max_waiters: Option<u64>,
 }
 
 /// TLS of both ports and between members (`fencelock_server::tls`).
@@ -161,6 +195,34 @@ struct FileConfig {
     #[serde(default)]
     insecure: bool,
     auth_file: Option<PathBuf>,
+    audit_log: Option<PathBuf>,
+    max_leases_per_identity: Option<u64>,
+    max_locks_per_identity: Option<u64>,
+    max_waits_per_identity: Option<u64>,
+    max_rps_per_identity: Option<u64>,
+    max_leases: Option<u64>,
+    max_locks: Option<u64>,
+    max_waiters: Option<u64>,
+}
+
+/// Quotas and global limits from flags, environment and file.
+fn resolve_quotas(a: &QuotaArgs, file: &FileConfig) -> fencelock_server::quota::Limits {
+    let mut l = fencelock_server::quota::Limits::default();
+    let fields = [
+        (a.max_leases_per_identity.or(file.max_leases_per_identity), &mut l.per_identity.leases),
+        (a.max_locks_per_identity.or(file.max_locks_per_identity), &mut l.per_identity.locks),
+        (a.max_waits_per_identity.or(file.max_waits_per_identity), &mut l.per_identity.waits),
+        (a.max_rps_per_identity.or(file.max_rps_per_identity), &mut l.per_identity.rps),
+        (a.max_leases.or(file.max_leases), &mut l.global.leases),
+        (a.max_locks.or(file.max_locks), &mut l.global.locks),
+        (a.max_waiters.or(file.max_waiters), &mut l.global.waiters),
+    ];
+    for (value, field) in fields {
+        if let Some(v) = value {
+            *field = v;
+        }
+    }
+    l
 }
 
 pub async fn serve(a: ServeArgs) -> anyhow::Result<std::process::ExitCode> {
@@ -201,6 +263,8 @@ fn resolve(a: ServeArgs) -> anyhow::Result<(fencelock_server::Config, String)> {
     };
     let limits = resolve_limits(a.limits, &file)?;
     let auth_file = a.tls.auth_file.clone().or(file.auth_file.clone());
+    let quotas = resolve_quotas(&a.quotas, &file);
+    let audit_log = a.audit_log.clone().or(file.audit_log.clone());
     let (tls, insecure) = resolve_tls(a.tls, &file)?;
     let mut c = fencelock_server::Config::new(a.data_dir.or(file.data_dir).unwrap_or_else(|| "./fencelock-data".into()));
     if let Some(l) = a.listen.or(file.listen) {
@@ -220,6 +284,8 @@ fn resolve(a: ServeArgs) -> anyhow::Result<(fencelock_server::Config, String)> {
     c.connections = limits;
     c.tls = tls;
     c.auth_file = auth_file;
+    c.limits = quotas;
+    c.audit_log = audit_log;
     c.insecure = insecure;
     let join = a.join || file.join;
     c.bootstrap = match a.peers.or(file.peers) {
@@ -355,6 +421,8 @@ mod tests {
             log: None,
             limits: LimitArgs::default(),
             tls: ServeTlsArgs::default(),
+            quotas: QuotaArgs::default(),
+            audit_log: None,
         }
     }
 
@@ -380,6 +448,22 @@ mod tests {
         std::fs::write(&path, "nodeid = 2\n").unwrap();
         let e = resolve(ServeArgs { config: Some(path), ..args() }).unwrap_err();
         assert!(format!("{e:#}").contains("unknown field"), "{e:#}");
+    }
+
+    /// Quotas and the audit log come from flags, file and defaults like the
+    /// rest (a flag wins over the file).
+    #[test]
+    fn quotas_and_audit_log_from_flags_and_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.toml");
+        std::fs::write(&path, "max_leases_per_identity = 5\nmax_waiters = 7\naudit_log = \"/var/log/fl.audit\"\n").unwrap();
+        let quotas = QuotaArgs { max_waiters: Some(9), max_rps_per_identity: Some(3), ..QuotaArgs::default() };
+        let (c, _) = resolve(ServeArgs { config: Some(path), quotas, ..args() }).unwrap();
+        assert_eq!(c.limits.per_identity.leases, 5);
+        assert_eq!(c.limits.per_identity.rps, 3);
+        assert_eq!(c.limits.global.waiters, 9);
+        assert_eq!(c.limits.global.leases, fencelock_server::quota::Global::default().leases);
+        assert_eq!(c.audit_log.as_deref(), Some(std::path::Path::new("/var/log/fl.audit")));
     }
 
     /// The connection limits come from flags, file and defaults like the rest;

@@ -82,6 +82,10 @@ pub struct Engine {
     #[serde(skip)]
     mutant_skip_floor: bool,
     leases: BTreeMap<LeaseId, Lease>,
+    /// The live leases of each owner (see [`Command::As`]), for quotas. Absent
+    /// in states written before owners existed, which had none.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    owned: BTreeMap<String, std::collections::BTreeSet<LeaseId>>,
     /// `GrantLease` request id -> the lease it created, while that lease lives.
     grant_reqs: BTreeMap<RequestId, LeaseId>,
     /// The last [`REVOKED_MEMORY`] successful revokes, oldest first.
@@ -101,6 +105,7 @@ impl Default for Engine {
             #[cfg(feature = "mutants")]
             mutant_skip_floor: false,
             leases: BTreeMap::new(),
+            owned: BTreeMap::new(),
             grant_reqs: BTreeMap::new(),
             revoked: VecDeque::new(),
             locks: BTreeMap::new(),

@@ -347,6 +347,16 @@ pub struct LeaseInfo {
     pub locks: Vec<Grant>,
 }
 
+/// What one owner's live leases hold (see [`crate::Engine::usage`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Usage {
+    pub leases: u64,
+    /// Locks held.
+    pub holds: u64,
+    /// Acquires queued.
+    pub waits: u64,
+}
+
 /// Gauges for metrics.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Stats {

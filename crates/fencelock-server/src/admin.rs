@@ -40,6 +40,7 @@ use axum::{
 use fencelock_core::{LockInfo, LockName};
 use serde::{Deserialize, Serialize};
 
+use crate::audit::Event;
 use crate::auth::{Auth, Refusal, Verb, Who};
 use crate::cluster::{self, Change, ClusterError};
 use crate::conn_limits::{ConnInfo, Stream};
@@ -70,19 +71,38 @@ impl FromRequestParts<Admin> for Caller {
 }
 
 impl Caller {
-    /// The caller, once it is allowed by `allowed`; else the 401 or 403.
-    fn allowed(self, allowed: impl FnOnce(&Who) -> Result<(), Refusal>) -> Result<Who, Response> {
-        let who = self.0.map_err(refusal)?;
-        allowed(&who).map_err(refusal)?;
+    /// The caller, once it is allowed by `allowed`; else the 401 or 403 (and
+    /// an audit line).
+    fn allowed(self, a: &Admin, allowed: impl FnOnce(&Who) -> Result<(), Refusal>) -> Result<Who, Response> {
+        let who = self.0.map_err(|r| a.refusal("-", r))?;
+        allowed(&who).map_err(|r| a.refusal(who.name(), r))?;
         Ok(who)
     }
 
     /// For `/healthz` and `/metrics`: anyone, unless the auth file protects them.
     fn for_metrics(self, a: &Admin) -> Result<(), Response> {
         match a.auth.protect_metrics() {
-            true => self.0.map(drop).map_err(refusal),
+            true => self.0.map(drop).map_err(|r| a.refusal("-", r)),
             false => Ok(()),
         }
+    }
+}
+
+impl Admin {
+    fn refusal(&self, who: &str, r: Refusal) -> Response {
+        let (verb, object, outcome) = match &r {
+            Refusal::Unauthenticated(_) => (String::new(), String::new(), "unauthenticated"),
+            Refusal::Denied { verb, object, .. } => (verb.to_string(), object.clone(), "denied"),
+        };
+        let detail = r.to_string();
+        let event = Event { identity: who, remote: None, verb: &verb, action: "http", object: &object, outcome, detail: &detail };
+        self.ops.audit.record(&event);
+        refusal(r)
+    }
+
+    /// An admin action's audit line.
+    fn audit(&self, who: &Who, action: &str, object: &str, outcome: &str, detail: &str) {
+        self.ops.audit.record(&Event { identity: who.name(), remote: None, verb: "admin", action, object, outcome, detail });
     }
 }
 
@@ -194,7 +214,8 @@ async fn metrics_text(State(a): State<Admin>, c: Caller) -> Response {
         Ok(e) => e.stats(),
         Err(_) => return (StatusCode::INTERNAL_SERVER_ERROR, "engine lock poisoned").into_response(),
     };
-    let body = a.metrics.render(&stats, a.ops.driver.is_ready());
+    let mut body = a.metrics.render(&stats, a.ops.driver.is_ready());
+    a.ops.quotas.render(&mut body);
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], body).into_response()
 }
 
@@ -206,7 +227,7 @@ struct ListQuery {
 }
 
 async fn list(State(a): State<Admin>, c: Caller, Query(q): Query<ListQuery>) -> Response {
-    if let Err(r) = c.allowed(|w| w.require_prefix(Verb::Read, &q.prefix)) {
+    if let Err(r) = c.allowed(&a, |w| w.require_prefix(Verb::Read, &q.prefix)) {
         return r;
     }
     let limit = q.limit.unwrap_or(1000).clamp(1, 10_000);
@@ -221,7 +242,7 @@ async fn one(State(a): State<Admin>, c: Caller, Path(name): Path<String>) -> Res
         Ok(n) => n,
         Err(e) => return error_json(StatusCode::BAD_REQUEST, format!("invalid lock name: {e}")),
     };
-    if let Err(r) = c.allowed(|w| w.require(Verb::Read, name.as_str())) {
+    if let Err(r) = c.allowed(&a, |w| w.require(Verb::Read, name.as_str())) {
         return r;
     }
     match a.ops.lock_info(&name).await {
@@ -231,13 +252,16 @@ async fn one(State(a): State<Admin>, c: Caller, Path(name): Path<String>) -> Res
 }
 
 async fn snapshot(State(a): State<Admin>, c: Caller) -> Response {
-    if let Err(r) = c.allowed(Who::require_admin) {
-        return r;
-    }
+    let who = match c.allowed(&a, Who::require_admin) {
+        Ok(who) => who,
+        Err(r) => return r,
+    };
     if let Err(s) = a.ops.linearizable().await {
+        a.audit(&who, "snapshot", "the state", "error", s.message());
         return status_json(s);
     }
     let applied = a.ops.raft.metrics().borrow().last_applied.map(|l| l.index);
+    a.audit(&who, "snapshot", "the state", "ok", "");
     match a.ops.engine.read() {
         Ok(e) => Json(crate::backup::Backup::of(&e, a.node_id, applied)).into_response(),
         Err(_) => error_json(StatusCode::INTERNAL_SERVER_ERROR, "engine lock poisoned".into()),
@@ -245,7 +269,7 @@ async fn snapshot(State(a): State<Admin>, c: Caller) -> Response {
 }
 
 async fn cluster_status(State(a): State<Admin>, c: Caller) -> Response {
-    if let Err(r) = c.allowed(Who::require_admin) {
+    if let Err(r) = c.allowed(&a, Who::require_admin) {
         return r;
     }
     Json(cluster::status(&a.ops.raft)).into_response()
@@ -262,31 +286,39 @@ async fn cluster_add(
     c: Caller,
     body: Result<Json<AddMember>, axum::extract::rejection::JsonRejection>,
 ) -> Response {
-    if let Err(r) = c.allowed(Who::require_admin) {
-        return r;
-    }
+    let who = match c.allowed(&a, Who::require_admin) {
+        Ok(who) => who,
+        Err(r) => return r,
+    };
     match body {
-        Ok(Json(m)) => change(&a, Change::Add { id: m.id, addr: m.addr }).await,
+        Ok(Json(m)) => change(&a, &who, Change::Add { id: m.id, addr: m.addr }).await,
         Err(e) => error_json(StatusCode::BAD_REQUEST, format!("expected {{\"id\": n, \"addr\": \"host:port\"}}: {}", e.body_text())),
     }
 }
 
 async fn cluster_remove(State(a): State<Admin>, c: Caller, Path(id): Path<String>) -> Response {
-    if let Err(r) = c.allowed(Who::require_admin) {
-        return r;
-    }
+    let who = match c.allowed(&a, Who::require_admin) {
+        Ok(who) => who,
+        Err(r) => return r,
+    };
     match id.parse::<u64>() {
-        Ok(id) => change(&a, Change::Remove { id }).await,
+        Ok(id) => change(&a, &who, Change::Remove { id }).await,
         Err(_) => error_json(StatusCode::BAD_REQUEST, format!("node id {id:?} is not a number")),
     }
 }
 
 /// Makes the change here if this node leads, else hands it to the leader once.
-async fn change(a: &Admin, c: Change) -> Response {
+async fn change(a: &Admin, who: &Who, c: Change) -> Response {
     let res = match cluster::apply(&a.ops.raft, &c).await {
         Err(ClusterError::NotLeader { leader: Some((id, addr)) }) if id != a.node_id => cluster::forward(&addr, &c, a.tls.as_deref()).await,
         r => r,
     };
+    let (action, object) = match &c {
+        Change::Add { id, addr } => ("cluster.add", format!("node {id} at {addr}")),
+        Change::Remove { id } => ("cluster.remove", format!("node {id}")),
+    };
+    let error = res.as_ref().err().map(ToString::to_string);
+    a.audit(who, action, &object, if error.is_some() { "error" } else { "ok" }, error.as_deref().unwrap_or(""));
     match res {
         Ok(s) => Json(s).into_response(),
         Err(e @ ClusterError::Invalid(_)) => error_json(StatusCode::BAD_REQUEST, e.to_string()),

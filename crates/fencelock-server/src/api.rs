@@ -14,8 +14,10 @@ use fencelock_proto::v1 as pb;
 use tonic::Status;
 
 use crate::{
+    audit::{Audit, Event},
     auth::{self, Refusal, Verb, Who},
     clock::Clock,
+    quota::{Adds, Exhausted, Quotas},
     driver::{AcquireOutcome, DriverError, DriverHandle},
     raft::{state_machine::SharedEngine, Raft},
 };
@@ -31,11 +33,48 @@ pub struct Ops {
     pub engine: SharedEngine,
     pub raft: Raft,
     pub clock: Clock,
+    pub quotas: std::sync::Arc<Quotas>,
+    pub audit: std::sync::Arc<Audit>,
 }
 
 impl Ops {
+    /// The status of a call [`crate::auth`] refused, recorded in the audit log.
+    pub fn refused(&self, who: &str, remote: Option<std::net::SocketAddr>, r: Refusal) -> Status {
+        let (verb, object, outcome) = match &r {
+            Refusal::Unauthenticated(_) => (String::new(), String::new(), "unauthenticated"),
+            Refusal::Denied { verb, object, .. } => (verb.to_string(), object.clone(), "denied"),
+        };
+        let detail = r.to_string();
+        let remote = remote.map(|a| a.to_string());
+        self.audit.record(&Event { identity: who, remote, verb: &verb, action: "call", object: &object, outcome, detail: &detail });
+        refused(r)
+    }
+
+    /// Checks `verb` on `name` for `who`, and its request rate.
+    fn allow(&self, who: &Who, check: impl FnOnce(&Who) -> Result<(), Refusal>) -> Result<(), Status> {
+        check(who).map_err(|r| self.refused(who.name(), None, r))?;
+        if let Some((name, own)) = who.for_quota() {
+            self.quotas.rate(name, own, std::time::Instant::now()).map_err(|e| self.exhausted(who, e))?;
+        }
+        Ok(())
+    }
+
+    /// Whether the state has room for what `who` adds.
+    fn admit(&self, who: &Who, adds: Adds) -> Result<(), Status> {
+        let admitted = self.read(|e| self.quotas.admit(e, who.for_quota(), adds))?;
+        admitted.map_err(|e| self.exhausted(who, e))
+    }
+
+    fn exhausted(&self, who: &Who, e: Exhausted) -> Status {
+        let detail = e.to_string();
+        let event = Event { identity: who.name(), remote: None, verb: "", action: "call", object: e.limit, outcome: "limited", detail: &detail };
+        self.audit.record(&event);
+        Status::resource_exhausted(detail)
+    }
+
     pub async fn grant_lease(&self, who: &Who, r: pb::GrantLeaseRequest) -> Result<pb::GrantLeaseResponse, Status> {
-        who.require_somewhere(Verb::Acquire).map_err(refused)?;
+        self.allow(who, |w| w.require_somewhere(Verb::Acquire))?;
+        self.admit(who, Adds::Lease)?;
         let id = auth::random_lease_id().map(LeaseId);
         let cmd = Command::GrantLease { req: RequestId(r.request_id), ttl_ms: r.ttl_ms, id };
         match self.driver.submit(who.wrap(cmd)).await.map_err(driver_status)? {
@@ -45,6 +84,7 @@ impl Ops {
     }
 
     pub async fn keep_alive(&self, who: &Who, r: pb::KeepAliveRequest) -> Result<pb::KeepAliveResponse, Status> {
+        self.allow(who, |_| Ok(()))?;
         let cmd = Command::KeepAlive { req: RequestId(r.request_id), lease: LeaseId(r.lease_id) };
         match self.driver.submit(who.wrap(cmd)).await.map_err(driver_status)? {
             Reply::LeaseKept { lease, ttl_ms } => Ok(pb::KeepAliveResponse { lease_id: lease.0, ttl_ms }),
@@ -53,6 +93,7 @@ impl Ops {
     }
 
     pub async fn revoke_lease(&self, who: &Who, r: pb::RevokeLeaseRequest) -> Result<pb::RevokeLeaseResponse, Status> {
+        self.allow(who, |_| Ok(()))?;
         let cmd = Command::Revoke { req: RequestId(r.request_id), lease: LeaseId(r.lease_id) };
         match self.driver.submit(who.wrap(cmd)).await.map_err(driver_status)? {
             Reply::LeaseRevoked { .. } => Ok(pb::RevokeLeaseResponse {}),
@@ -62,7 +103,8 @@ impl Ops {
 
     pub async fn acquire(&self, who: &Who, r: pb::AcquireRequest) -> Result<pb::AcquireResponse, Status> {
         use pb::acquire_response::Outcome;
-        who.require(Verb::Acquire, &r.lock).map_err(refused)?;
+        self.allow(who, |w| w.require(Verb::Acquire, &r.lock))?;
+        self.admit(who, Adds::Lock { waits: r.wait_ms > 0 })?;
         let acq = Acquire {
             req: RequestId(r.request_id),
             lease: LeaseId(r.lease_id),
@@ -83,7 +125,7 @@ impl Ops {
     }
 
     pub async fn release(&self, who: &Who, r: pb::ReleaseRequest) -> Result<pb::ReleaseResponse, Status> {
-        who.require(Verb::Acquire, &r.lock).map_err(refused)?;
+        self.allow(who, |w| w.require(Verb::Acquire, &r.lock))?;
         let cmd = Command::Release {
             req: RequestId(r.request_id),
             lease: LeaseId(r.lease_id),
@@ -99,7 +141,7 @@ impl Ops {
 
     /// Cancel a queued acquire (used by the session stream's `Cancel`).
     pub async fn cancel_wait(&self, who: &Who, req: u64, lease: u64, lock: String) -> Result<pb::CancelResponse, Status> {
-        who.require(Verb::Acquire, &lock).map_err(refused)?;
+        self.allow(who, |w| w.require(Verb::Acquire, &lock))?;
         let cmd = Command::CancelWait { req: RequestId(req), lease: LeaseId(lease), lock };
         match self.driver.submit(who.wrap(cmd)).await.map_err(driver_status)? {
             Reply::Cancelled { released } => Ok(pb::CancelResponse { released }),
@@ -109,7 +151,7 @@ impl Ops {
 
     pub async fn check(&self, who: &Who, r: pb::CheckRequest) -> Result<pb::CheckResponse, Status> {
         let name = valid_name(&r.lock)?;
-        who.require(Verb::Check, name.as_str()).map_err(refused)?;
+        self.allow(who, |w| w.require(Verb::Check, name.as_str()))?;
         if r.token == 0 {
             return Err(engine_status(EngineError::InvalidToken));
         }
@@ -124,13 +166,13 @@ impl Ops {
 
     pub async fn describe_lock(&self, who: &Who, r: pb::DescribeLockRequest) -> Result<pb::DescribeLockResponse, Status> {
         let name = valid_name(&r.lock)?;
-        who.require(Verb::Read, name.as_str()).map_err(refused)?;
+        self.allow(who, |w| w.require(Verb::Read, name.as_str()))?;
         let info = self.lock_info(&name).await?;
         Ok(pb::DescribeLockResponse { lock: Some(lock_info(info)) })
     }
 
     pub async fn list_locks(&self, who: &Who, r: pb::ListLocksRequest) -> Result<pb::ListLocksResponse, Status> {
-        who.require_prefix(Verb::Read, &r.prefix).map_err(refused)?;
+        self.allow(who, |w| w.require_prefix(Verb::Read, &r.prefix))?;
         let limit = match r.limit as usize {
             0 => LIST_DEFAULT,
             n => n.min(LIST_MAX),

@@ -37,6 +37,9 @@
 //! name = "ops"
 //! roles = ["admin"]
 //!
+//! # An identity may have its own limits (see crate::quota; 0 = none):
+//! # limits = { leases = 100, locks = 100, waits = 1000, rps = 50 }
+//!
 //! # /metrics and /healthz answer without credentials unless this is true.
 //! protect_metrics = false
 //! ```
@@ -54,6 +57,8 @@ use std::{
 };
 
 use fencelock_core::{Caller, Command, MAX_CALLER_NAME};
+
+use crate::quota::Quota;
 use serde::Deserialize;
 
 /// Why the auth file cannot be used.
@@ -110,6 +115,8 @@ pub struct Rule {
 pub struct Identity {
     pub name: String,
     pub rules: Vec<Rule>,
+    /// Its own limits (`limits = { leases = 100 }` in the file), else the node's.
+    pub quota: Option<Quota>,
 }
 
 impl Identity {
@@ -175,6 +182,15 @@ impl Who {
         }
     }
 
+    /// The identity's name and own quota, for [`crate::quota`] (`None` when
+    /// authentication is off).
+    pub fn for_quota(&self) -> Option<(&str, Option<&Quota>)> {
+        match self {
+            Who::Anyone => None,
+            Who::Id(id) => Some((&id.name, id.quota.as_ref())),
+        }
+    }
+
     /// The identity's name, for logs (`-` when authentication is off).
     pub fn name(&self) -> &str {
         match self {
@@ -223,6 +239,7 @@ struct TokenDef {
     id: String,
     hash: String,
     roles: Vec<String>,
+    limits: Option<Quota>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -231,6 +248,7 @@ struct CertDef {
     cn: String,
     name: Option<String>,
     roles: Vec<String>,
+    limits: Option<Quota>,
 }
 
 impl Table {
@@ -243,7 +261,7 @@ impl Table {
         let mut table = Table { protect_metrics: file.protect_metrics, ..Table::default() };
         let mut names = std::collections::HashSet::new();
         for t in file.tokens {
-            let id = identity(&t.name, &t.roles, &roles, &mut names)?;
+            let id = identity(&t.name, &t.roles, t.limits, &roles, &mut names)?;
             let (salt, digest) = parse_hash(&t.hash).ok_or_else(|| format!("token {:?}: hash is not sha256:<32 hex>:<64 hex>", t.name))?;
             if !is_token_id(&t.id) || table.tokens.contains_key(&t.id) {
                 return Err(format!("token {:?}: id {:?} is not 8 hex digits or is used twice", t.name, t.id));
@@ -252,7 +270,7 @@ impl Table {
         }
         for c in file.certs {
             let name = c.name.clone().unwrap_or_else(|| c.cn.clone());
-            let id = identity(&name, &c.roles, &roles, &mut names)?;
+            let id = identity(&name, &c.roles, c.limits, &roles, &mut names)?;
             if table.certs.insert(c.cn.clone(), id).is_some() {
                 return Err(format!("certificate CN {:?} is listed twice", c.cn));
             }
@@ -307,6 +325,7 @@ fn roles(defs: BTreeMap<String, RoleDef>) -> Result<BTreeMap<String, Vec<Rule>>,
 fn identity(
     name: &str,
     role_names: &[String],
+    quota: Option<Quota>,
     roles: &BTreeMap<String, Vec<Rule>>,
     seen: &mut std::collections::HashSet<String>,
 ) -> Result<Arc<Identity>, String> {
@@ -321,7 +340,7 @@ fn identity(
         let role = roles.get(r).ok_or_else(|| format!("identity {name:?}: no role {r:?} (defined: {:?})", roles.keys().collect::<Vec<_>>()))?;
         rules.extend(role.iter().cloned());
     }
-    Ok(Arc::new(Identity { name: name.to_string(), rules }))
+    Ok(Arc::new(Identity { name: name.to_string(), rules, quota }))
 }
 
 fn is_token_id(id: &str) -> bool {
@@ -465,18 +484,30 @@ impl Auth {
         Ok(true)
     }
 
-    /// Re-reads the file when it changes (checked every second) until `stop`.
-    pub async fn watch(self: Arc<Self>, mut stop: tokio::sync::watch::Receiver<bool>) {
+    /// Re-reads the file when it changes (checked every second) until `stop`;
+    /// each change goes to the audit log.
+    pub async fn watch(self: Arc<Self>, audit: Arc<crate::audit::Audit>, mut stop: tokio::sync::watch::Receiver<bool>) {
         loop {
             tokio::select! {
                 _ = stop.wait_for(|s| *s) => return,
                 _ = tokio::time::sleep(Duration::from_secs(1)) => {}
             }
-            match self.reload_if_changed() {
-                Ok(true) => tracing::info!("auth file re-read"),
-                Ok(false) => {}
-                Err(e) => tracing::error!(error = %e, "auth file not re-read; the last good one stays in force"),
-            }
+            let path = self.path.as_ref().map(|p| p.display().to_string()).unwrap_or_default();
+            let (outcome, detail) = match self.reload_if_changed() {
+                Ok(true) => {
+                    tracing::info!("auth file re-read");
+                    ("ok", String::new())
+                }
+                Ok(false) => continue,
+                Err(e) => {
+                    tracing::error!(error = %e, "auth file not re-read; the last good one stays in force");
+                    ("error", e.to_string())
+                }
+            };
+            let event = crate::audit::Event {
+                identity: "-", remote: None, verb: "admin", action: "auth.reload", object: &path, outcome, detail: &detail,
+            };
+            audit.record(&event);
         }
     }
 }

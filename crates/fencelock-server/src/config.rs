@@ -58,6 +58,10 @@ pub struct Config {
     /// Serve without TLS or without authentication on a non-loopback address
     /// all the same.
     pub insecure: bool,
+    /// Quotas per identity and global limits (see [`crate::quota`]).
+    pub limits: crate::quota::Limits,
+    /// Where the audit log goes (see [`crate::audit`]); `None`: no audit log.
+    pub audit_log: Option<PathBuf>,
 }
 
 impl Config {
@@ -80,6 +84,8 @@ impl Config {
             tls: None,
             auth_file: None,
             insecure: false,
+            limits: crate::quota::Limits::default(),
+            audit_log: None,
         }
     }
 

@@ -11,7 +11,7 @@ use tokio::{
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
-use crate::api::{refused, Ops};
+use crate::api::Ops;
 use crate::auth::{Auth, Who};
 use crate::conn_limits::ConnInfo;
 
@@ -50,8 +50,9 @@ impl LockService {
     /// certificate); a session is authenticated once, when it opens.
     fn who<T>(&self, r: &Request<T>) -> Result<Who, Status> {
         let token = r.metadata().get("authorization").map(|v| v.to_str().unwrap_or("\u{fffd}"));
-        let cn = r.extensions().get::<ConnInfo>().and_then(|c| c.client_cn.as_deref());
-        self.auth.authenticate(token, cn).map_err(refused)
+        let info = r.extensions().get::<ConnInfo>();
+        let cn = info.and_then(|c| c.client_cn.as_deref());
+        self.auth.authenticate(token, cn).map_err(|e| self.ops.refused("-", info.and_then(|c| c.remote), e))
     }
 }
 

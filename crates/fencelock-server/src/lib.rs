@@ -22,6 +22,7 @@
 
 pub mod admin;
 pub mod api;
+pub mod audit;
 pub mod auth;
 pub mod backup;
 pub mod certs;
@@ -33,6 +34,7 @@ pub mod driver;
 pub mod faults;
 pub mod grpc;
 pub mod metrics;
+pub mod quota;
 pub mod raft;
 pub mod tls;
 
@@ -141,7 +143,12 @@ pub async fn start(config: Config) -> Result<Running, ServerError> {
     let driver = driver.with_cluster_id(Some(id.cluster_id.unwrap_or(id.proposed)));
     let (stop, stop_rx) = watch::channel(false);
     let (failed_tx, failed) = watch::channel(None);
-    let ops = Ops { driver: handle, engine: engine.clone(), raft: raft.clone(), clock };
+    let audit = match &config.audit_log {
+        Some(path) => audit::Audit::open(path).map_err(|e| ServerError::Config(format!("cannot open the audit log {}: {e}", path.display())))?,
+        None => audit::Audit::off(),
+    };
+    let quotas = Arc::new(quota::Quotas::new(config.limits));
+    let ops = Ops { driver: handle, engine: engine.clone(), raft: raft.clone(), clock, quotas, audit: audit.clone() };
 
     let mut tasks = vec![tokio::spawn(driver.run(stopped(stop_rx.clone())))];
     let watched = raft::identity::Watched {
@@ -161,8 +168,9 @@ pub async fn start(config: Config) -> Result<Running, ServerError> {
         tasks.push(tokio::spawn(tls.clone().watch(stop_rx.clone())));
     }
     if auth.is_on() {
-        tasks.push(tokio::spawn(auth.clone().watch(stop_rx.clone())));
+        tasks.push(tokio::spawn(auth.clone().watch(audit.clone(), stop_rx.clone())));
     }
+    tasks.push(tokio::spawn(audit.run(stop_rx.clone())));
     let grpc_stop = stopped(stop_rx.clone());
     let grpc = incoming(grpc, &gate, tls.clone().map(|t| (t, tls::Port::Grpc)));
     tasks.push(tokio::spawn(async move {

@@ -13,21 +13,40 @@ use crate::*;
 
 impl Engine {
     /// Checks that the state is one the engine itself could have reached: valid
-    /// names and TTLs, tokens and lease ids below their counters, at most one
-    /// holder per exclusive lock, and every hold and wait recorded on both its lease
-    /// and its lock. Says what is wrong with the first breach found.
+    /// names and TTLs, tokens below their counter, lease ids not 0 (they may be
+    /// above the counter: a server proposes random ones), at most one holder
+    /// per exclusive lock, every hold and wait recorded on both its lease and
+    /// its lock, and the owner index matching the leases' owners. Says what is
+    /// wrong with the first breach found.
     pub fn check_consistency(&self) -> Result<(), String> {
         if self.next_token == 0 || self.next_lease_id == 0 {
             return Err("the token and lease counters start at 1".into());
         }
         self.check_leases()?;
-        self.check_locks()
+        self.check_locks()?;
+        self.check_owned()
+    }
+
+    /// [`Engine::owned`] lists exactly the leases that have an owner, under it.
+    fn check_owned(&self) -> Result<(), String> {
+        let mut want: std::collections::BTreeMap<&str, std::collections::BTreeSet<LeaseId>> = Default::default();
+        for (id, lease) in &self.leases {
+            if let Some(o) = &lease.owner {
+                want.entry(o.as_str()).or_default().insert(*id);
+            }
+        }
+        let have: std::collections::BTreeMap<&str, std::collections::BTreeSet<LeaseId>> =
+            self.owned.iter().map(|(o, ids)| (o.as_str(), ids.clone())).collect();
+        match have == want {
+            true => Ok(()),
+            false => Err("the index of leases by owner does not match the leases' owners".into()),
+        }
     }
 
     fn check_leases(&self) -> Result<(), String> {
         for (id, lease) in &self.leases {
-            if id.0 == 0 || id.0 >= self.next_lease_id {
-                return Err(format!("lease {id} is not below the next lease id {}", self.next_lease_id));
+            if id.0 == 0 {
+                return Err("lease id 0 is never issued".into());
             }
             check_ttl(lease.ttl_ms).map_err(|e| format!("lease {id}: {e}"))?;
             for (token, name) in &lease.holds {

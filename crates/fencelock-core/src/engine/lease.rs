@@ -20,6 +20,9 @@ impl Engine {
             None => self.next_counter_id(),
         };
         let deadline = self.now.saturating_add(ttl_ms);
+        if let Some(o) = owner {
+            self.owned.entry(o.to_string()).or_default().insert(id);
+        }
         self.leases.insert(id, Lease::new(ttl_ms, deadline, req, owner.map(str::to_string)));
         self.grant_reqs.insert(req, id);
         self.timers.insert(deadline, TimerKind::LeaseEnd(id));
@@ -115,6 +118,9 @@ impl Engine {
             return;
         };
         self.timers.remove(lease.deadline, TimerKind::LeaseEnd(id));
+        if let Some(o) = &lease.owner {
+            self.disown(o, id);
+        }
         if self.grant_reqs.get(&lease.grant_req) == Some(&id) {
             self.grant_reqs.remove(&lease.grant_req);
         }
@@ -126,6 +132,15 @@ impl Engine {
         }
         for (req, lock) in &lease.waits {
             self.end_wait(lock, id, *req, WaitEnd::LeaseEnded, fx);
+        }
+    }
+
+    fn disown(&mut self, owner: &str, id: LeaseId) {
+        if let Some(ids) = self.owned.get_mut(owner) {
+            ids.remove(&id);
+            if ids.is_empty() {
+                self.owned.remove(owner);
+            }
         }
     }
 

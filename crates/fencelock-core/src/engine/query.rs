@@ -62,6 +62,17 @@ impl Engine {
         })
     }
 
+    /// What the leases of `owner` hold and wait for, as of the last input
+    /// (for quotas; costs one step per lease of the owner).
+    pub fn usage(&self, owner: &str) -> Usage {
+        let leases = self.owned.get(owner).into_iter().flatten().filter_map(|id| self.leases.get(id));
+        leases.fold(Usage::default(), |u, l| Usage {
+            leases: u.leases + 1,
+            holds: u.holds + l.holds.len() as u64,
+            waits: u.waits + l.waits.len() as u64,
+        })
+    }
+
     /// Gauges, as of the last input.
     pub fn stats(&self) -> Stats {
         let held = self.locks.values().map(|l| l.holders.len() as u64).sum();

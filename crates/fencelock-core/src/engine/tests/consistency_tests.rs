@@ -72,8 +72,10 @@ fn invalid_names_ttls_and_counters_are_refused() {
     e.leases.get_mut(&l(1)).unwrap().ttl_ms = 0;
     refused(&e, "invalid ttl");
     let mut e = held_and_queued();
-    e.next_lease_id = 2;
-    refused(&e, "next lease id");
+    let lease = e.leases.remove(&l(1)).unwrap();
+    e.leases.insert(l(0), lease);
+    refused(&e, "lease id 0");
+    let mut e = held_and_queued();
     e.next_token = 0;
     refused(&e, "counters start at 1");
 }

@@ -128,3 +128,26 @@ fn the_counter_skips_an_id_a_proposal_took() {
     let o = batch(&mut e, 0, vec![Command::GrantLease { req: r(1), ttl_ms: TTL, id: Some(l(1)) }, new_lease(2, TTL)]);
     assert_eq!(o.replies, vec![lease_granted(1), lease_granted(2)]);
 }
+
+#[test]
+fn usage_counts_an_owners_leases_holds_and_waits_until_they_end() {
+    let mut e = alice_holds_a();
+    batch(&mut e, 0, vec![by("bob", new_lease(3, TTL)), by("bob", acq(4, 2, "a", 500, 0))]);
+    assert_eq!(e.usage("alice"), Usage { leases: 1, holds: 1, waits: 0 });
+    assert_eq!(e.usage("bob"), Usage { leases: 1, holds: 0, waits: 1 });
+    assert_eq!(e.check_consistency(), Ok(()));
+    batch(&mut e, 0, vec![by("alice", revoke(5, 1))]);
+    assert_eq!(e.usage("alice"), Usage::default());
+    assert_eq!(e.usage("bob"), Usage { leases: 1, holds: 1, waits: 0 }, "bob's wait became a hold");
+    batch(&mut e, 2 * TTL, vec![]);
+    assert_eq!(e.usage("bob"), Usage::default(), "an expired lease leaves its owner's count");
+    assert_eq!(e.check_consistency(), Ok(()));
+}
+
+#[test]
+fn a_state_whose_owner_index_disagrees_with_its_leases_is_refused() {
+    let e = alice_holds_a();
+    let json = serde_json::to_string(&e).unwrap().replace("\"owned\":{\"alice\"", "\"owned\":{\"mallory\"");
+    let bad: Engine = serde_json::from_str(&json).unwrap();
+    assert!(bad.check_consistency().unwrap_err().contains("owner"));
+}

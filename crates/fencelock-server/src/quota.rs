@@ -1,0 +1,245 @@
+//! Limits on what one identity, and everyone together, may hold: live leases,
+//! held locks, queued acquires, and requests per second.
+//!
+//! Where it sits: in [`crate::api::Ops`], after authentication and permissions
+//! and before anything is proposed, so a refused request costs no disk. The
+//! counts come from the engine ([`fencelock_core::Engine::usage`] for an
+//! identity, [`fencelock_core::Engine::stats`] for all), as applied when the
+//! request arrives: requests in flight at that moment are not counted yet, so
+//! a burst can pass a limit by the number of its requests still in flight
+//! (each of which is bounded in size and by the connection limits).
+//!
+//! Over a limit a request gets RESOURCE_EXHAUSTED naming the limit and its
+//! value; `fencelock_limit_refusals_total{limit}` counts refusals per limit.
+//! Without authentication only the global limits apply.
+
+use std::{
+    collections::HashMap,
+    sync::{atomic::AtomicU64, atomic::Ordering::Relaxed, Mutex},
+    time::Instant,
+};
+
+use fencelock_core::Engine;
+use serde::Deserialize;
+
+/// What one identity may have at once; 0 means no limit. The auth file may
+/// give an identity its own values (see [`crate::auth`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Quota {
+    #[serde(default)]
+    pub leases: u64,
+    /// Locks held.
+    #[serde(default)]
+    pub locks: u64,
+    /// Acquires waiting in queues.
+    #[serde(default)]
+    pub waits: u64,
+    /// Requests per second (any request: a keep-alive counts too).
+    #[serde(default)]
+    pub rps: u64,
+}
+
+impl Default for Quota {
+    fn default() -> Self {
+        Quota { leases: 10_000, locks: 10_000, waits: 10_000, rps: 0 }
+    }
+}
+
+/// What all identities together may have at once; 0 means no limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Global {
+    pub leases: u64,
+    pub locks: u64,
+    pub waiters: u64,
+}
+
+impl Default for Global {
+    /// About 1 GB of memory at the most (a lease holding a lock with a full
+    /// retry memory takes a few KB).
+    fn default() -> Self {
+        Global { leases: 200_000, locks: 200_000, waiters: 200_000 }
+    }
+}
+
+/// The limits of a node.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Limits {
+    /// For each identity that has no values of its own.
+    pub per_identity: Quota,
+    pub global: Global,
+}
+
+/// The limits a request ran into.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("limit reached: {limit} = {value}")]
+pub struct Exhausted {
+    pub limit: &'static str,
+    pub value: u64,
+}
+
+/// Every limit, in the order of the refusal counters.
+const LIMITS: [&str; 7] = [
+    "leases_per_identity",
+    "locks_per_identity",
+    "waits_per_identity",
+    "requests_per_second_per_identity",
+    "leases",
+    "locks",
+    "waiters",
+];
+
+/// What a request would add.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Adds {
+    Lease,
+    /// An acquire; `waits`: it may queue.
+    Lock { waits: bool },
+}
+
+/// The limits of a node, with the request rates of its identities.
+pub struct Quotas {
+    limits: Limits,
+    /// Tokens left and when they were last counted, by identity.
+    buckets: Mutex<HashMap<String, (f64, Instant)>>,
+    refusals: [AtomicU64; LIMITS.len()],
+}
+
+impl Quotas {
+    pub fn new(limits: Limits) -> Self {
+        Quotas { limits, buckets: Mutex::default(), refusals: Default::default() }
+    }
+
+    /// Whether `identity` (`None`: authentication off) may add `adds` to the
+    /// state `engine` has now. `own`: the identity's own quota, if it has one.
+    pub fn admit(&self, engine: &Engine, identity: Option<(&str, Option<&Quota>)>, adds: Adds) -> Result<(), Exhausted> {
+        let stats = engine.stats();
+        let g = self.limits.global;
+        let global = match adds {
+            Adds::Lease => [("leases", g.leases, stats.leases)].to_vec(),
+            Adds::Lock { waits } => {
+                let mut v = vec![("locks", g.locks, stats.held_locks)];
+                if waits {
+                    v.push(("waiters", g.waiters, stats.waiters));
+                }
+                v
+            }
+        };
+        let mut checks = global;
+        if let Some((name, own)) = identity {
+            let q = own.unwrap_or(&self.limits.per_identity);
+            let u = engine.usage(name);
+            match adds {
+                Adds::Lease => checks.push(("leases_per_identity", q.leases, u.leases)),
+                Adds::Lock { waits } => {
+                    checks.push(("locks_per_identity", q.locks, u.holds));
+                    if waits {
+                        checks.push(("waits_per_identity", q.waits, u.waits));
+                    }
+                }
+            }
+        }
+        match checks.into_iter().find(|(_, max, used)| *max > 0 && used >= max) {
+            Some((limit, value, _)) => Err(self.refused(limit, value)),
+            None => Ok(()),
+        }
+    }
+
+    /// One request of `identity`, at `now`: refused when its requests per
+    /// second are used up (a token bucket holding one second's worth).
+    pub fn rate(&self, identity: &str, own: Option<&Quota>, now: Instant) -> Result<(), Exhausted> {
+        let rps = own.unwrap_or(&self.limits.per_identity).rps;
+        if rps == 0 {
+            return Ok(());
+        }
+        let mut buckets = self.buckets.lock().unwrap_or_else(|p| p.into_inner());
+        let (tokens, at) = buckets.entry(identity.to_string()).or_insert((rps as f64, now));
+        *tokens = (*tokens + now.saturating_duration_since(*at).as_secs_f64() * rps as f64).min(rps as f64);
+        *at = now;
+        if *tokens < 1.0 {
+            drop(buckets);
+            return Err(self.refused("requests_per_second_per_identity", rps));
+        }
+        *tokens -= 1.0;
+        Ok(())
+    }
+
+    fn refused(&self, limit: &'static str, value: u64) -> Exhausted {
+        if let Some(i) = LIMITS.iter().position(|l| *l == limit) {
+            self.refusals[i].fetch_add(1, Relaxed);
+        }
+        Exhausted { limit, value }
+    }
+
+    /// `fencelock_limit_refusals_total` and the limits, in the Prometheus text format.
+    pub fn render(&self, out: &mut String) {
+        use std::fmt::Write;
+        let name = "fencelock_limit_refusals_total";
+        let _ = writeln!(out, "# HELP {name} Requests refused because a limit was reached, by limit.\n# TYPE {name} counter");
+        for (limit, n) in LIMITS.iter().zip(&self.refusals) {
+            let _ = writeln!(out, "{name}{{limit=\"{limit}\"}} {}", n.load(Relaxed));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use fencelock_core::{Acquire, Caller, Command, Input, LeaseId, RequestId};
+    use std::time::Duration;
+
+    fn by(name: &str, cmd: Command) -> Command {
+        Command::As { caller: Caller { name: name.into(), admin: false }, cmd: Box::new(cmd) }
+    }
+
+    /// An engine where `name` has `n` leases, each holding one lock.
+    fn engine_with(name: &str, n: u64) -> Engine {
+        let mut e = Engine::new();
+        let mut cmds = vec![];
+        for i in 1..=n {
+            cmds.push(by(name, Command::GrantLease { req: RequestId(i), ttl_ms: 60_000, id: None }));
+            let acq = Acquire { req: RequestId(i), lease: LeaseId(i), lock: format!("l{i}"), wait_ms: 0, lock_delay_ms: 0 };
+            cmds.push(by(name, Command::Acquire(acq)));
+        }
+        e.step(&Input::Batch { now: 0, cmds });
+        e
+    }
+
+    #[test]
+    fn an_identity_at_its_quota_is_refused_naming_the_limit_and_others_are_not() {
+        let q = Quotas::new(Limits { per_identity: Quota { leases: 3, locks: 3, waits: 0, rps: 0 }, global: Global { leases: 0, locks: 0, waiters: 0 } });
+        let e = engine_with("flood", 3);
+        let err = q.admit(&e, Some(("flood", None)), Adds::Lease).unwrap_err();
+        assert_eq!(err.to_string(), "limit reached: leases_per_identity = 3");
+        let err = q.admit(&e, Some(("flood", None)), Adds::Lock { waits: true }).unwrap_err();
+        assert_eq!(err.limit, "locks_per_identity");
+        assert_eq!(q.admit(&e, Some(("other", None)), Adds::Lease), Ok(()));
+        let own = Quota { leases: 4, ..Quota::default() };
+        assert_eq!(q.admit(&e, Some(("flood", Some(&own))), Adds::Lease), Ok(()), "an identity's own quota wins");
+        let mut text = String::new();
+        q.render(&mut text);
+        assert!(text.contains("fencelock_limit_refusals_total{limit=\"leases_per_identity\"} 1"), "{text}");
+    }
+
+    #[test]
+    fn global_limits_apply_to_everyone_and_without_authentication() {
+        let q = Quotas::new(Limits { per_identity: Quota::default(), global: Global { leases: 2, locks: 0, waiters: 0 } });
+        let e = engine_with("a", 2);
+        assert_eq!(q.admit(&e, None, Adds::Lease).unwrap_err().limit, "leases");
+        assert_eq!(q.admit(&e, Some(("b", None)), Adds::Lease).unwrap_err().limit, "leases");
+        assert_eq!(q.admit(&e, None, Adds::Lock { waits: true }), Ok(()));
+    }
+
+    #[test]
+    fn the_request_rate_refills_over_time() {
+        let q = Quotas::new(Limits { per_identity: Quota { rps: 10, ..Quota::default() }, ..Limits::default() });
+        let t0 = Instant::now();
+        for _ in 0..10 {
+            assert_eq!(q.rate("a", None, t0), Ok(()));
+        }
+        assert_eq!(q.rate("a", None, t0).unwrap_err().limit, "requests_per_second_per_identity");
+        assert_eq!(q.rate("b", None, t0), Ok(()), "each identity has its own bucket");
+        assert_eq!(q.rate("a", None, t0 + Duration::from_millis(100)), Ok(()), "one request per 100 ms comes back");
+        assert!(q.rate("a", None, t0 + Duration::from_millis(100)).is_err());
+    }
+}
