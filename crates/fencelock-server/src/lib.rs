@@ -76,6 +76,7 @@ pub struct Running {
     pub raft: raft::Raft,
     /// The data dir's identity (node id, cluster id once known).
     pub identity: raft::identity::SharedIdentity,
+    engine: raft::state_machine::SharedEngine,
     /// Why the node stopped serving on its own (see [`Running::failed`]).
     failed: watch::Receiver<Option<String>>,
     stop: watch::Sender<bool>,
@@ -83,6 +84,11 @@ pub struct Running {
 }
 
 impl Running {
+    /// The engine's gauges, as applied on this node.
+    pub fn stats(&self) -> fencelock_core::Stats {
+        self.engine.read().map(|e| e.stats()).unwrap_or_default()
+    }
+
     /// The group's cluster id, once this node has applied it.
     pub fn cluster_id(&self) -> Option<fencelock_core::ClusterId> {
         self.identity.cluster_id()
@@ -190,7 +196,7 @@ pub async fn start(config: Config) -> Result<Running, ServerError> {
     let http = conn_limits::accept(http, gate, tls.map(|t| (t, tls::Port::Admin)));
     tasks.push(tokio::spawn(admin::serve(http, router, header_read_timeout, http_stop)));
     tracing::info!(%grpc_addr, %http_addr, data_dir = %config.data_dir.display(), "fencelock serving");
-    Ok(Running { grpc_addr, http_addr, raft, identity, failed, stop, tasks })
+    Ok(Running { grpc_addr, http_addr, raft, identity, engine, failed, stop, tasks })
 }
 
 type Started = (raft::Raft, raft::state_machine::SharedEngine, raft::LogStore, raft::identity::SharedIdentity);

@@ -12,29 +12,14 @@ use std::path::Path;
 use std::sync::Arc;
 
 use fencelock_proto::v1::{self as pb, lock_client::LockClient};
-use fencelock_server::{auth, certs, tls::TlsFiles, Config, Running};
+use fencelock_server::{certs, tls::TlsFiles, Config, Running};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tonic::service::interceptor::InterceptedService;
-use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
+use tonic::transport::{Certificate, ClientTlsConfig, Endpoint, Identity};
 use tonic::Code;
 
 mod support;
-use support::request_id;
+use support::{add_token, request_id, Authed, Bearer};
 
-type Authed = LockClient<InterceptedService<Channel, Bearer>>;
-
-/// Puts `authorization: Bearer <token>` on every call, when it has a token.
-#[derive(Clone)]
-struct Bearer(Option<String>);
-
-impl tonic::service::Interceptor for Bearer {
-    fn call(&mut self, mut r: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
-        if let Some(t) = &self.0 {
-            r.metadata_mut().insert("authorization", format!("Bearer {t}").parse().unwrap());
-        }
-        Ok(r)
-    }
-}
 
 /// A node with TLS (client certificates optional) and an auth file, and the
 /// tokens of that file.
@@ -50,11 +35,6 @@ struct Node {
     admin: String,
 }
 
-fn add_token(text: &mut String, name: &str, role: &str) -> String {
-    let t = auth::new_token().unwrap();
-    text.push_str(&format!("\n[[tokens]]\nname = \"{name}\"\nid = \"{}\"\nhash = \"{}\"\nroles = [\"{role}\"]\n", t.id, t.hash));
-    t.token
-}
 
 async fn start_node() -> Node {
     let dir = tempfile::tempdir().unwrap();

@@ -1,5 +1,6 @@
-//! What the server's integration tests share: the raw gRPC client, request ids,
-//! a server started in this process on a temp dir, and leases.
+//! What the server's integration tests share: the raw gRPC client (with a
+//! bearer token, too), request ids, a server started in this process on a temp
+//! dir, and leases.
 #![allow(dead_code)] // each test file uses its own part
 
 use std::path::Path;
@@ -11,6 +12,30 @@ use fencelock_server::{Config, Running};
 use tonic::transport::Channel;
 
 pub type Client = LockClient<Channel>;
+
+/// A client whose calls carry a bearer token.
+pub type Authed = LockClient<tonic::service::interceptor::InterceptedService<Channel, Bearer>>;
+
+/// Puts `authorization: Bearer <token>` on every call, when it has a token.
+#[derive(Clone)]
+pub struct Bearer(pub Option<String>);
+
+impl tonic::service::Interceptor for Bearer {
+    fn call(&mut self, mut r: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
+        if let Some(t) = &self.0 {
+            r.metadata_mut().insert("authorization", format!("Bearer {t}").parse().unwrap());
+        }
+        Ok(r)
+    }
+}
+
+/// Appends a new token for `name` with `role` to the auth file text `text`;
+/// the token.
+pub fn add_token(text: &mut String, name: &str, role: &str) -> String {
+    let t = fencelock_server::auth::new_token().unwrap();
+    text.push_str(&format!("\n[[tokens]]\nname = \"{name}\"\nid = \"{}\"\nhash = \"{}\"\nroles = [\"{role}\"]\n", t.id, t.hash));
+    t.token
+}
 
 pub fn request_id() -> u64 {
     static NEXT: AtomicU64 = AtomicU64::new(1);
