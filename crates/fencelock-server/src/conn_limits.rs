@@ -305,7 +305,11 @@ async fn handshake(
                 r = tokio::time::timeout_at(deadline, tls.acceptor(port).accept(conn)) => r,
             };
             match accepted {
-                Ok(Ok(s)) => Stream::Tls(Box::new(s)),
+                Ok(Ok(s)) => {
+                    let certs = s.get_ref().1.peer_certificates().unwrap_or_default();
+                    let member = tls.verify_peer(certs).map_err(Arc::from);
+                    Stream::Tls(Box::new(s), member)
+                }
                 Ok(Err(e)) => return gate.tls_failed(peer, &e.to_string()),
                 Err(_) => return gate.refuse(Refusal::Handshake, peer.ip().to_canonical()),
             }
@@ -326,7 +330,9 @@ impl Gate {
 /// An admitted connection as a protocol server gets it: plaintext or TLS.
 pub enum Stream {
     Plain(Conn),
-    Tls(Box<tokio_rustls::server::TlsStream<Conn>>),
+    /// With whether the client's certificate is a member's (see
+    /// [`ConnInfo::member`]), decided once, at the handshake.
+    Tls(Box<tokio_rustls::server::TlsStream<Conn>>, Result<(), Arc<str>>),
 }
 
 /// What tonic puts in every request's extensions about its connection.
@@ -340,17 +346,24 @@ pub struct ConnInfo {
     /// The common name of the presented certificate's subject (see
     /// [`crate::auth::subject_common_name`]), read once per connection.
     pub client_cn: Option<Arc<str>>,
+    /// Whether the presented certificate is a node certificate of the
+    /// cluster CA (see [`crate::tls::ServerTls::verify_peer`]), or why not;
+    /// verified once at the handshake, not on every Raft call.
+    pub member: Result<(), Arc<str>>,
 }
 
 impl Stream {
     pub(crate) fn info(&self) -> ConnInfo {
         match self {
-            Stream::Plain(c) => ConnInfo { remote: c.io.peer_addr().ok(), client_certs: Arc::default(), client_cn: None },
-            Stream::Tls(t) => {
+            Stream::Plain(c) => {
+                let member = Err(Arc::from("no TLS"));
+                ConnInfo { remote: c.io.peer_addr().ok(), client_certs: Arc::default(), client_cn: None, member }
+            }
+            Stream::Tls(t, member) => {
                 let (c, session) = t.get_ref();
                 let certs: Vec<_> = session.peer_certificates().map(|c| c.iter().map(|c| c.clone().into_owned()).collect()).unwrap_or_default();
                 let client_cn = certs.first().and_then(|leaf| crate::auth::subject_common_name(leaf)).map(Arc::from);
-                ConnInfo { remote: c.io.peer_addr().ok(), client_certs: Arc::new(certs), client_cn }
+                ConnInfo { remote: c.io.peer_addr().ok(), client_certs: Arc::new(certs), client_cn, member: member.clone() }
             }
         }
     }
@@ -363,7 +376,7 @@ macro_rules! delegate {
                 let $s = Pin::new($s);
                 $e
             }
-            Stream::Tls($s) => {
+            Stream::Tls($s, _) => {
                 let $s = Pin::new(&mut **$s);
                 $e
             }
@@ -393,7 +406,7 @@ impl AsyncWrite for Stream {
     fn is_write_vectored(&self) -> bool {
         match self {
             Stream::Plain(c) => c.is_write_vectored(),
-            Stream::Tls(t) => t.is_write_vectored(),
+            Stream::Tls(t, _) => t.is_write_vectored(),
         }
     }
 
