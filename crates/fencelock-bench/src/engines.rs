@@ -26,7 +26,7 @@ use tokio::time::Instant;
 use crate::{model::EngineInfo, procstat, procstat::command_line, scale::http_get};
 
 /// Every engine, in the order they are started and measured.
-pub const ALL: &[&str] = &["fencelock", "fencelock-3", "redis", "redis-aof", "etcd", "zookeeper", "postgres", "pg-advisory", "redis-poll"];
+pub const ALL: &[&str] = &["fencelock", "fencelock-secure", "fencelock-3", "redis", "redis-aof", "etcd", "zookeeper", "postgres", "pg-advisory", "redis-poll"];
 
 /// A started (or given) engine.
 pub struct Engine {
@@ -53,6 +53,7 @@ impl Engine {
 #[derive(Default)]
 pub struct Servers {
     native: Option<NativeServer>,
+    native_secure: Option<NativeServer>,
     native3: Option<NativeCluster>,
     redis: Option<RedisServer>,
     redis_aof: Option<RedisServer>,
@@ -76,6 +77,11 @@ async fn launch(id: &str, s: &mut Servers, data: &Path) -> anyhow::Result<(Strin
         "fencelock" => {
             let n = s.native.insert(NativeServer::start(&data.join("fencelock"))?);
             (n.url(), vec![n.pid()])
+        }
+        "fencelock-secure" => {
+            let (args, query) = secure_setup(&data.join("fencelock-secure-files"))?;
+            let n = s.native_secure.insert(NativeServer::spawn(&data.join("fencelock-secure"), args)?);
+            (format!("fencelock+tls://{}?{query}", n.grpc), vec![n.pid()])
         }
         "fencelock-3" => {
             let c = s.native3.insert(NativeCluster::start(&data.join("fencelock-3"), 3).await?);
@@ -112,6 +118,13 @@ fn info(id: &str, cpu_measured: bool) -> anyhow::Result<EngineInfo> {
     let pg = || command_line(&pg_bin("postgres"), &["--version"]).and_then(|v| v.split_whitespace().nth(2).map(String::from));
     let (label, version, durable, fencing, fifo) = match id {
         "fencelock" => ("fencelock (1 node, redb, fsync per batch)", Some(env!("CARGO_PKG_VERSION").to_string()), true, "global", true),
+        "fencelock-secure" => (
+            "fencelock (1 node as above, with TLS and a bearer token on every call)",
+            Some(env!("CARGO_PKG_VERSION").to_string()),
+            true,
+            "global",
+            true,
+        ),
         "fencelock-3" => (
             "fencelock, 3-node Raft group (3 processes on this machine, each redb, fsync per batch)",
             Some(env!("CARGO_PKG_VERSION").to_string()),
@@ -355,6 +368,29 @@ pub struct ServeArgs {
     /// HTTP admin listen address (port 0: any free port).
     #[arg(long, default_value = "127.0.0.1:0")]
     pub http_listen: SocketAddr,
+    /// TLS with the files `certs::init` wrote into this directory (node1.pem…).
+    #[arg(long)]
+    pub tls_dir: Option<PathBuf>,
+    /// Authentication with this auth file.
+    #[arg(long)]
+    pub auth_file: Option<PathBuf>,
+}
+
+/// Certificates, an auth file with one token and what `serve-native` and the
+/// client URL need for them: (`serve-native` arguments, URL query).
+fn secure_setup(dir: &Path) -> anyhow::Result<(Vec<String>, String)> {
+    let _ = std::fs::remove_dir_all(dir);
+    fencelock_server::certs::init(dir, 1, &["localhost".into(), "127.0.0.1".into()])?;
+    let t = fencelock_server::auth::new_token().map_err(anyhow::Error::msg)?;
+    let file = dir.join("auth.toml");
+    let text = format!(
+        "[roles.bench]\nrules = [{{ prefix = \"\", verbs = [\"acquire\", \"check\", \"read\"] }}]\n\
+         [[tokens]]\nname = \"bench\"\nid = \"{}\"\nhash = \"{}\"\nroles = [\"bench\"]\nlimits = {{ leases = 0, locks = 0, waits = 0 }}\n",
+        t.id, t.hash
+    );
+    std::fs::write(&file, text)?;
+    let args = vec!["--tls-dir".into(), dir.display().to_string(), "--auth-file".into(), file.display().to_string()];
+    Ok((args, format!("ca={}&token={}", dir.join("ca.pem").display(), t.token)))
 }
 
 /// `serve-native`: run a node in this process until killed, after printing
@@ -369,6 +405,19 @@ pub async fn serve_native(a: ServeArgs) -> anyhow::Result<()> {
         config.advertise = peers.get(&a.node_id).cloned();
         config.bootstrap = fencelock_server::Bootstrap::Peers(peers);
     }
+    if let Some(dir) = &a.tls_dir {
+        let (cert, key) = fencelock_server::certs::files::node(a.node_id);
+        config.tls = Some(fencelock_server::tls::TlsFiles {
+            cert: dir.join(cert),
+            key: dir.join(key),
+            ca: dir.join(fencelock_server::certs::files::CA),
+            client_ca: None,
+            require_client_cert: false,
+        });
+    }
+    config.auth_file = a.auth_file.clone();
+    // The bench measures the engine, not the default limits (W3 makes 1M leases).
+    config.limits.global = fencelock_server::quota::Global { leases: 0, locks: 0, waiters: 0 };
     let running = fencelock_server::start(config).await?;
     println!("grpc={} http={}", running.grpc_addr, running.http_addr);
     tokio::signal::ctrl_c().await?;

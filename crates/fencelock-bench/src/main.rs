@@ -15,7 +15,9 @@
 //! Each engine is started here on free ports of 127.0.0.1 with its data in a
 //! temp dir (or reached at `--url id=URL`); `fencelock-3` is a 3-node group of
 //! native servers on this machine, measured in W1 and W2 next to the single
-//! node (W3 and W4 stay single-node). Every cell runs `--runs` times;
+//! node (W3 and W4 stay single-node); `fencelock-secure` is the single node
+//! with TLS and a bearer token on every call (certificates from
+//! `fencelock_server::certs`), for the cost of both. Every cell runs `--runs` times;
 //! within a run the engines take turns in a rotated order, so drift on a
 //! shared machine hits all of them alike. `--quick` runs every cell briefly:
 //! it checks that everything runs, and its figures mean little.

@@ -18,6 +18,7 @@ const DURABLE_PEERS: &[&str] = &["redis-aof", "etcd", "zookeeper"];
 /// The single native node, and the 3-node group shown next to it.
 const NATIVE: &str = "fencelock";
 const GROUP: &str = "fencelock-3";
+const SECURE: &str = "fencelock-secure";
 
 /// The cell of `workload` on `engine` (W1: with `clients`; W2: any client count).
 pub fn cell<'a>(r: &'a Report, workload: &str, engine: &str, clients: Option<usize>) -> Option<&'a Cell> {
@@ -287,7 +288,9 @@ pub fn markdown(r: &Report) -> String {
     targets_table(&mut md, r);
     w1(&mut md, r);
     w2(&mut md, r);
-    group_vs_node(&mut md, r);
+    for v in &VARIANTS {
+        variant_vs_node(&mut md, r, v);
+    }
     ratios(&mut md, r);
     if let Some(s) = &r.scale {
         w3(&mut md, s);
@@ -517,60 +520,87 @@ fn w2(md: &mut String, r: &Report) {
 
 /// Pairs of cells measured on both the single node and the group: every W1
 /// client count, then W2; each with its label.
-fn group_pairs(r: &Report) -> Vec<(String, &Cell, &Cell)> {
+/// A variant of the single node measured in the same run: its cells stand
+/// next to the node's, with the ratio.
+struct Variant {
+    id: &'static str,
+    title: &'static str,
+    /// Short name in the columns ("3 nodes").
+    short: &'static str,
+}
+
+const VARIANTS: [Variant; 2] = [
+    Variant { id: GROUP, title: "3-node group next to 1 node", short: "3 nodes" },
+    Variant { id: SECURE, title: "TLS and authentication next to plaintext", short: "TLS + token" },
+];
+
+fn variant_pairs<'a>(r: &'a Report, v: &Variant) -> Vec<(String, &'a Cell, &'a Cell)> {
     let mut pairs = Vec::new();
     for c in w1_clients(r) {
-        if let (Some(one), Some(three)) = (cell(r, "W1", NATIVE, Some(c)), cell(r, "W1", GROUP, Some(c))) {
-            pairs.push((format!("W1, {c} client{}", if c == 1 { "" } else { "s" }), one, three));
+        if let (Some(one), Some(other)) = (cell(r, "W1", NATIVE, Some(c)), cell(r, "W1", v.id, Some(c))) {
+            pairs.push((format!("W1, {c} client{}", if c == 1 { "" } else { "s" }), one, other));
         }
     }
-    if let (Some(one), Some(three)) = (cell(r, "W2", NATIVE, None), cell(r, "W2", GROUP, None)) {
-        pairs.push((format!("W2, {} clients on one lock", three.clients), one, three));
+    if let (Some(one), Some(other)) = (cell(r, "W2", NATIVE, None), cell(r, "W2", v.id, None)) {
+        pairs.push((format!("W2, {} clients on one lock", other.clients), one, other));
     }
     pairs
 }
 
-/// The 3-node group next to the single node, cell by cell: what replication costs.
-fn group_vs_node(md: &mut String, r: &Report) {
-    let pairs = group_pairs(r);
-    if pairs.is_empty() {
-        return;
-    }
+/// What the variant is, for the reader of its section.
+fn variant_intro(v: &Variant, r: &Report) -> String {
     let m = &r.machine;
-    let _ = writeln!(md, "## fencelock: 3-node group next to 1 node ({})\n", runs_phrase(r.settings.runs));
-    let _ = writeln!(
-        md,
-        "The cells above, side by side: `{NATIVE}` is one node, `{GROUP}` a Raft group of three nodes whose leader \
-         acknowledges a write once a majority has it in its log. All three run on this one machine ({} cores, {}, \
-         data on {}): they share its cores and its disk, and their Raft traffic goes over loopback. Every run \
-         measured {} s after {} s of warm-up. Latency is the acquire in W1, the handoff in W2. The group's engine \
-         CPU is its three processes' summed.\n",
+    let setting = format!(
+        "All run on this one machine ({} cores, {}, data on {}). Every run measured {} s after {} s of warm-up. \
+         Latency is the acquire in W1, the handoff in W2.",
         m.cores,
         or_unknown(&m.cpu),
         or_unknown(&m.data_fs),
         r.settings.seconds,
         r.settings.warmup
     );
-    header(
-        md,
-        &[
-            "cell",
-            "1 node cycles/s",
-            "3 nodes cycles/s",
-            "3 nodes ÷ 1 node",
-            "1 node p50 / p99 ms",
-            "3 nodes p50 / p99 ms",
-            "1 node engine CPU µs/cycle",
-            "3 nodes engine CPU µs/cycle",
-        ],
-        1,
-    );
+    match v.id {
+        GROUP => format!(
+            "The cells above, side by side: `{NATIVE}` is one node, `{GROUP}` a Raft group of three nodes whose leader \
+             acknowledges a write once a majority has it in its log. They share the machine's cores and its disk, and \
+             their Raft traffic goes over loopback; the group's engine CPU is its three processes' summed. {setting}\n"
+        ),
+        _ => format!(
+            "The cells above, side by side: `{NATIVE}` is one node over plaintext without authentication, `{SECURE}` the \
+             same node with TLS (ECDSA P-256 certificates, rustls) and an auth file, every call carrying a bearer token \
+             that the node checks (a salted SHA-256) along with the identity's permission and quotas. Connections are \
+             opened once per client, so this is the steady cost per call, not the handshake's. {setting}\n"
+        ),
+    }
+}
+
+/// A variant next to the single node, cell by cell: what replication, or TLS
+/// and authentication, cost.
+fn variant_vs_node(md: &mut String, r: &Report, v: &Variant) {
+    let pairs = variant_pairs(r, v);
+    if pairs.is_empty() {
+        return;
+    }
+    let _ = writeln!(md, "## fencelock: {} ({})\n", v.title, runs_phrase(r.settings.runs));
+    let _ = writeln!(md, "{}", variant_intro(v, r));
+    let s = v.short;
+    let cols = [
+        "cell".to_string(),
+        "1 node cycles/s".into(),
+        format!("{s} cycles/s"),
+        format!("{s} ÷ 1 node"),
+        "1 node p50 / p99 ms".into(),
+        format!("{s} p50 / p99 ms"),
+        "1 node engine CPU µs/cycle".into(),
+        format!("{s} engine CPU µs/cycle"),
+    ];
+    header(md, &cols.iter().map(String::as_str).collect::<Vec<_>>(), 1);
     let lat = |c: &Cell| {
         let l = if c.workload == "W2" { c.median.handoff_ms } else { Some(c.median.acquire_ms) };
         opt(l, |l| format!("{} / {}", ms(l.p50), ms(l.p99)))
     };
-    for (name, one, three) in pairs {
-        let (a, b) = (&one.median, &three.median);
+    for (name, one, other) in pairs {
+        let (a, b) = (&one.median, &other.median);
         row(
             md,
             &[
@@ -579,7 +609,7 @@ fn group_vs_node(md: &mut String, r: &Report) {
                 rate(b.cycles_per_sec),
                 opt(ratio(Some(b.cycles_per_sec), Some(a.cycles_per_sec)), times),
                 lat(one),
-                lat(three),
+                lat(other),
                 opt(a.cpu_us_per_cycle, us),
                 opt(b.cpu_us_per_cycle, us),
             ],
@@ -915,6 +945,22 @@ pub(crate) mod tests {
         assert!(md.contains("**Quick mode"), "{md}");
         assert!(md.contains("errors"));
         assert!(!md.contains("## W3"));
+    }
+
+    /// With `fencelock-secure` measured, its cells stand next to the plain
+    /// node's, with the ratio: the cost of TLS and authentication.
+    #[test]
+    fn report_secure_next_to_plain() {
+        let mut r = report();
+        assert!(!markdown(&r).contains("TLS and authentication next to plaintext"));
+        r.engines.insert(1, engine(SECURE));
+        r.cells.push(w1_cell(SECURE, 64, 90_000.0));
+        r.cells.push(w2_cell(SECURE, 15_000.0, 1.2));
+        let md = markdown(&r);
+        assert!(md.contains("## fencelock: TLS and authentication next to plaintext (median of 3 runs)"), "{md}");
+        assert!(md.contains("| cell | 1 node cycles/s | TLS + token cycles/s | TLS + token ÷ 1 node |"), "{md}");
+        assert!(md.contains("| W1, 64 clients | 120,000 | 90,000 | 0.75× |"), "{md}");
+        assert!(md.contains("| W2, 16 clients on one lock | 20,000 | 15,000 | 0.75× |"), "{md}");
     }
 
     /// With `fencelock-3` measured, its cells stand next to the single node's,
