@@ -33,9 +33,9 @@ use std::time::Duration;
 
 use anyhow::Context;
 use fencelock_proto::raft::{raft_client::RaftClient, RaftPayload};
-use fencelock_server::raft::TypeConfig;
+use fencelock_server::raft::{Member, TypeConfig};
 use openraft::raft::{AppendEntriesRequest, InstallSnapshotRequest, VoteRequest};
-use openraft::{BasicNode, CommittedLeaderId, LogId, Membership, SnapshotMeta, StoredMembership, Vote};
+use openraft::{CommittedLeaderId, LogId, Membership, SnapshotMeta, StoredMembership, Vote};
 use serde_json::json;
 use tonic::transport::Channel;
 use tonic::Code;
@@ -272,13 +272,13 @@ fn far_ahead(term: u64, leader: u64) -> LogId<u64> {
 }
 
 /// The node alone as voter, at its gRPC address.
-fn membership(now: &View, grpc: SocketAddr) -> StoredMembership<u64, BasicNode> {
-    let nodes = BTreeMap::from([(now.node_id, BasicNode::new(grpc.to_string()))]);
+fn membership(now: &View, grpc: SocketAddr) -> StoredMembership<u64, Member> {
+    let nodes = BTreeMap::from([(now.node_id, Member::new(grpc.to_string()))]);
     StoredMembership::new(None, Membership::new(vec![[now.node_id].into()], nodes))
 }
 
 /// Snapshot data in the server's format: an empty engine at `at`.
-fn snapshot_data(at: LogId<u64>, membership: &StoredMembership<u64, BasicNode>) -> Vec<u8> {
+fn snapshot_data(at: LogId<u64>, membership: &StoredMembership<u64, Member>) -> Vec<u8> {
     let payload = json!({ "last_applied": at, "last_membership": membership, "engine": fencelock_core::Engine::new() });
     serde_json::to_vec(&payload).expect("a snapshot serializes")
 }

@@ -31,7 +31,14 @@ enum ClusterCmd {
     Status,
     /// Add node ID at ADDR (its gRPC host:port). Start it first with an empty
     /// data dir and `--join`; this returns once it has caught up and votes.
-    Add { id: u64, addr: String },
+    Add {
+        id: u64,
+        addr: String,
+        /// Its peer address, if it serves Raft on a port of its own
+        /// (started with --peer-listen).
+        #[arg(long)]
+        peer_addr: Option<String>,
+    },
     /// Remove node ID from the group (the leader too; another takes over).
     Remove { id: u64 },
 }
@@ -39,8 +46,9 @@ enum ClusterCmd {
 pub async fn cluster(a: ClusterArgs) -> anyhow::Result<ExitCode> {
     let (method, path, body) = match &a.cmd {
         ClusterCmd::Status => ("GET", "/v1/cluster".to_string(), String::new()),
-        ClusterCmd::Add { id, addr } => {
-            ("POST", "/v1/cluster/members".to_string(), serde_json::json!({ "id": id, "addr": addr }).to_string())
+        ClusterCmd::Add { id, addr, peer_addr } => {
+            let body = serde_json::json!({ "id": id, "addr": addr, "peer_addr": peer_addr });
+            ("POST", "/v1/cluster/members".to_string(), body.to_string())
         }
         ClusterCmd::Remove { id } => ("DELETE", format!("/v1/cluster/members/{id}"), String::new()),
     };
@@ -99,7 +107,11 @@ fn render(s: &Status) -> String {
             (false, _) => "learner",
         };
         let matched = m.matched.map(|i| i.to_string()).unwrap_or_else(|| "-".into());
-        out.push_str(&format!("{:<6}{:<24}{:<10}{}\n", m.id, m.addr, role, matched));
+        let addr = match &m.peer_addr {
+            Some(p) => format!("{} (peers {p})", m.addr),
+            None => m.addr.clone(),
+        };
+        out.push_str(&format!("{:<6}{:<24}{:<10}{}\n", m.id, addr, role, matched));
     }
     out
 }
@@ -120,9 +132,9 @@ mod tests {
             last_log_index: Some(12),
             last_applied: Some(12),
             members: vec![
-                Member { id: 1, addr: "127.0.0.1:7070".into(), voter: true, matched: None },
-                Member { id: 2, addr: "127.0.0.1:7170".into(), voter: true, matched: None },
-                Member { id: 4, addr: "127.0.0.1:7470".into(), voter: false, matched: None },
+                Member { id: 1, addr: "127.0.0.1:7070".into(), peer_addr: None, voter: true, matched: None },
+                Member { id: 2, addr: "127.0.0.1:7170".into(), peer_addr: None, voter: true, matched: None },
+                Member { id: 4, addr: "127.0.0.1:7470".into(), peer_addr: None, voter: false, matched: None },
             ],
         };
         let t = render(&s);

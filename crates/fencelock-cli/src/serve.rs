@@ -56,6 +56,14 @@ pub struct ServeArgs {
     /// The gRPC address other nodes and clients use for this node [default: the listen address].
     #[arg(long, env = "FENCELOCK_ADVERTISE")]
     advertise: Option<String>,
+    /// Serve Raft on a port of its own (e.g. 127.0.0.1:7073); the client port
+    /// then serves clients only. Such a node is listed in --peers as
+    /// CLIENT/PEER and added with `cluster add ID ADDR --peer-addr PEER`.
+    #[arg(long, env = "FENCELOCK_PEER_LISTEN")]
+    peer_listen: Option<SocketAddr>,
+    /// The peer address other nodes use for this node [default: the peer listen address].
+    #[arg(long, env = "FENCELOCK_PEER_ADVERTISE", requires = "peer_listen")]
+    peer_advertise: Option<String>,
     /// Raft heartbeat interval [default: 50ms].
     #[arg(long, env = "FENCELOCK_HEARTBEAT", value_parser = parse_duration)]
     heartbeat: Option<Duration>,
@@ -178,6 +186,8 @@ struct FileConfig {
     #[serde(default)]
     join: bool,
     advertise: Option<String>,
+    peer_listen: Option<SocketAddr>,
+    peer_advertise: Option<String>,
     heartbeat: Option<String>,
     election_timeout: Option<String>,
     log: Option<String>,
@@ -275,6 +285,8 @@ fn resolve(a: ServeArgs) -> anyhow::Result<(fencelock_server::Config, String)> {
     }
     c.node_id = a.node_id.or(file.node_id).unwrap_or(1);
     c.advertise = a.advertise.or(file.advertise);
+    c.peer_listen = a.peer_listen.or(file.peer_listen);
+    c.peer_advertise = a.peer_advertise.or(file.peer_advertise);
     if let Some(h) = a.heartbeat.or(file_duration(file.heartbeat.as_deref(), "heartbeat")?) {
         c.heartbeat = h;
     }
@@ -299,8 +311,12 @@ fn resolve(a: ServeArgs) -> anyhow::Result<(fencelock_server::Config, String)> {
     // against the listen address then.
     c.validate().map_err(|e| anyhow::anyhow!("{e}"))?;
     if let fencelock_server::Bootstrap::Peers(peers) = &c.bootstrap {
+        let entry = peers.get(&c.node_id).map(|e| fencelock_server::config::peer_entry(e));
         if c.advertise.is_none() {
-            c.advertise = peers.get(&c.node_id).cloned();
+            c.advertise = entry.map(|(client, _)| client.to_string());
+        }
+        if c.peer_advertise.is_none() {
+            c.peer_advertise = entry.and_then(|(_, peer)| peer.map(str::to_string));
         }
     }
     let log = a.log.or(file.log).unwrap_or_else(|| "info,openraft=warn".into());
@@ -363,9 +379,12 @@ pub fn parse_peers(s: &str) -> anyhow::Result<BTreeMap<u64, String>> {
             bail!("peer {part:?}: node ids start at 1");
         }
         let addr = addr.trim();
-        let port_ok = addr.rsplit_once(':').is_some_and(|(h, p)| !h.is_empty() && p.parse::<u16>().is_ok());
-        if !port_ok || addr.contains('/') {
-            bail!("peer {part:?}: {addr:?} is not host:port");
+        let (client, peer) = fencelock_server::config::peer_entry(addr);
+        for a in std::iter::once(client).chain(peer) {
+            let port_ok = a.rsplit_once(':').is_some_and(|(h, p)| !h.is_empty() && p.parse::<u16>().is_ok());
+            if !port_ok || a.contains('/') {
+                bail!("peer {part:?}: {a:?} is not host:port (an entry is CLIENT or CLIENT/PEER)");
+            }
         }
         if peers.insert(id, addr.to_string()).is_some() {
             bail!("peer id {id} is listed twice");
@@ -415,6 +434,8 @@ mod tests {
             peers: None,
             join: false,
             advertise: None,
+            peer_listen: None,
+            peer_advertise: None,
             heartbeat: None,
             election_timeout: None,
             force_new_cluster: false,

@@ -464,3 +464,65 @@ fn tls_without_authentication_on_a_shared_network_needs_insecure() {
     assert!(err.contains("authentication is off") && err.contains("--auth-file"), "{err}");
     assert!(!dir.path().join("d").exists(), "nothing was written for a refused start");
 }
+
+/// A group whose members serve Raft on a port of their own (`--peer-listen`,
+/// listed in `--peers` as CLIENT/PEER): it forms over TLS and serves clients;
+/// the client port no longer speaks Raft at all, the peer port completes a
+/// handshake only with a node certificate, `cluster status` shows both
+/// addresses, and a follower hands a membership change to the leader's peer
+/// port.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_group_with_a_peer_port_of_its_own() {
+    let dir = tempfile::tempdir().unwrap();
+    let certs = make_certs(&dir.path().join("certs"), 3);
+    let port = || SocketAddr::from(([127, 0, 0, 1], free_port()));
+    let addrs: Vec<(SocketAddr, SocketAddr, SocketAddr)> = (0..3).map(|_| (port(), port(), port())).collect();
+    let peers = addrs.iter().enumerate().map(|(i, (g, _, p))| format!("{}={g}/{p}", i + 1)).collect::<Vec<_>>().join(",");
+    let nodes: Vec<Node> = addrs
+        .iter()
+        .enumerate()
+        .map(|(i, (g, h, p))| {
+            let extra = ["--peers".into(), peers.clone(), "--peer-listen".into(), p.to_string()];
+            Node::start_at(dir.path(), &certs, i as u64 + 1, *g, *h, &extra)
+        })
+        .collect();
+    let url = addrs.iter().map(|(g, _, _)| format!("https://{g}")).collect::<Vec<_>>().join(",");
+    let c = tls_client(&url, tls_of(&certs, true)).await;
+    let t1 = acquire_token(&c, "p1").await;
+
+    let ca = certs.join("ca.pem");
+    let member = (certs.join("node2.pem"), certs.join("node2.key"));
+    let garbage = RaftPayload { json: b"not json".to_vec() };
+    let mut on_client_port = raft_client(addrs[0].0, &ca, Some((&member.0, &member.1))).await;
+    let status = on_client_port.vote(garbage.clone()).await.expect_err("no Raft on the client port");
+    assert_eq!(status.code(), tonic::Code::Unimplemented, "{status:?}");
+    let mut on_peer_port = raft_client(addrs[0].2, &ca, Some((&member.0, &member.1))).await;
+    let status = on_peer_port.vote(garbage.clone()).await.expect_err("garbage is refused");
+    assert_eq!(status.code(), tonic::Code::InvalidArgument, "a member reaches Raft on the peer port: {status:?}");
+    let client_cert = Identity::from_pem(std::fs::read(certs.join("client.pem")).unwrap(), std::fs::read(certs.join("client.key")).unwrap());
+    let tls = ClientTlsConfig::new().ca_certificate(Certificate::from_pem(std::fs::read(&ca).unwrap())).identity(client_cert);
+    let stranger = async {
+        let ch = Endpoint::from_shared(format!("https://{}", addrs[0].2))?.tls_config(tls)?.connect().await?;
+        Ok::<_, Box<dyn std::error::Error>>(RaftClient::new(ch).vote(garbage).await?)
+    };
+    assert!(stranger.await.is_err(), "a client certificate must not reach the peer port");
+
+    let admin: Vec<String> = addrs.iter().map(|(_, h, _)| h.to_string()).collect();
+    let tls_args = ["--tls-ca".to_string(), s(&ca)];
+    let status = Command::new(bin()).args(["cluster", "status", "--json", "--admin", &admin.join(",")]).args(&tls_args).output().unwrap();
+    assert!(status.status.success(), "{}", stderr(&status));
+    let json: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
+    let shown: Vec<&str> = json["members"].as_array().unwrap().iter().map(|m| m["peer_addr"].as_str().unwrap_or("")).collect();
+    assert_eq!(shown, addrs.iter().map(|(_, _, p)| p.to_string()).collect::<Vec<_>>());
+
+    // Remove node 3 through a follower: it hands the change to the leader's peer port.
+    let leader = json["leader"].as_u64().unwrap();
+    let follower = (1..=2u64).find(|id| *id != leader).unwrap();
+    let via = admin[follower as usize - 1].clone();
+    let third = if leader == 3 { 2 } else { 3 };
+    let removed = Command::new(bin()).args(["cluster", "remove", &third.to_string(), "--admin", &via]).args(&tls_args).output().unwrap();
+    assert!(removed.status.success(), "remove via follower {follower}: {}", stderr(&removed));
+    let t2 = acquire_token(&c, "p2").await;
+    assert!(t2 > t1);
+    drop(nodes);
+}

@@ -9,8 +9,8 @@
 //! - `GET /v1/snapshot`: a backup of the state, consistent (one linearizable read
 //!   on the leader), as a [`crate::backup::Backup`] JSON document; 503 on a
 //!   node that does not lead.
-//! - `POST /v1/cluster/members` `{"id":4,"addr":"host:port"}`: add a node (its
-//!   gRPC address); `DELETE /v1/cluster/members/{id}`: remove one. Any member
+//! - `POST /v1/cluster/members` `{"id":4,"addr":"host:port","peer_addr"?:"host:port"}`:
+//!   add a node (its gRPC address, and its peer address if it has a peer port); `DELETE /v1/cluster/members/{id}`: remove one. Any member
 //!   takes them (a follower forwards to the leader); 200 with the new status,
 //!   400 for a change that makes no sense, 503 when no leader could make it.
 //!
@@ -279,6 +279,8 @@ async fn cluster_status(State(a): State<Admin>, c: Caller) -> Response {
 struct AddMember {
     id: u64,
     addr: String,
+    #[serde(default)]
+    peer_addr: Option<String>,
 }
 
 async fn cluster_add(
@@ -291,7 +293,7 @@ async fn cluster_add(
         Err(r) => return r,
     };
     match body {
-        Ok(Json(m)) => change(&a, &who, Change::Add { id: m.id, addr: m.addr }).await,
+        Ok(Json(m)) => change(&a, &who, Change::Add { id: m.id, addr: m.addr, peer_addr: m.peer_addr }).await,
         Err(e) => error_json(StatusCode::BAD_REQUEST, format!("expected {{\"id\": n, \"addr\": \"host:port\"}}: {}", e.body_text())),
     }
 }
@@ -314,7 +316,9 @@ async fn change(a: &Admin, who: &Who, c: Change) -> Response {
         r => r,
     };
     let (action, object) = match &c {
-        Change::Add { id, addr } => ("cluster.add", format!("node {id} at {addr}")),
+        Change::Add { id, addr, peer_addr } => {
+            ("cluster.add", format!("node {id} at {addr}{}", peer_addr.as_ref().map(|p| format!(" (peers: {p})")).unwrap_or_default()))
+        }
         Change::Remove { id } => ("cluster.remove", format!("node {id}")),
     };
     let error = res.as_ref().err().map(ToString::to_string);

@@ -13,11 +13,12 @@
 //! until it grew `--bump-revision`, etcd#16028). The restored node is a group of
 //! one; grow it with `fencelock cluster add`.
 
+use crate::raft::Member;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
 use fencelock_core::Engine;
-use openraft::{BasicNode, CommittedLeaderId, LogId, Membership, StoredMembership};
+use openraft::{CommittedLeaderId, LogId, Membership, StoredMembership};
 use serde::{Deserialize, Serialize};
 
 /// What a backup file says it is.
@@ -116,7 +117,7 @@ pub fn restore(backup: &Backup, dir: &Path, opts: &RestoreOptions) -> Result<Res
     let engine = backup.engine.restored(floor);
     let last = LogId::new(CommittedLeaderId::new(1, opts.node_id), 1);
     let voters = vec![BTreeSet::from([opts.node_id])];
-    let nodes = BTreeMap::from([(opts.node_id, BasicNode::new(&opts.addr))]);
+    let nodes = BTreeMap::from([(opts.node_id, Member::new(&opts.addr))]);
     let membership = StoredMembership::new(Some(last), Membership::new(voters, nodes));
     let storage = |message: String| BackupError::Storage { dir: dir.display().to_string(), message };
     let (_log, sm) = crate::raft::open_storage(dir).map_err(|e| storage(e.to_string()))?;

@@ -19,7 +19,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use openraft::error::{ClientWriteError, RaftError};
-use openraft::{BasicNode, ChangeMembers, ServerState};
+use openraft::{ChangeMembers, ServerState};
+
+use crate::raft::Member as Node;
 use serde::{Deserialize, Serialize};
 
 use crate::raft::{NodeId, Raft};
@@ -31,8 +33,14 @@ pub const CATCH_UP_TIMEOUT: Duration = Duration::from_secs(60);
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "lowercase")]
 pub enum Change {
-    /// Add node `id`, reachable (gRPC, clients and peers) at `addr`.
-    Add { id: NodeId, addr: String },
+    /// Add node `id`, reachable by clients at `addr` (its gRPC port) and by
+    /// peers at `peer_addr` (its `--peer-listen` port), or at `addr` too.
+    Add {
+        id: NodeId,
+        addr: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        peer_addr: Option<String>,
+    },
     /// Remove node `id` from the group.
     Remove { id: NodeId },
 }
@@ -43,6 +51,9 @@ pub struct Member {
     pub id: NodeId,
     /// Its gRPC address.
     pub addr: String,
+    /// Its peer (Raft) address, when it has a port of its own for peers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peer_addr: Option<String>,
     /// Voter (counts for the quorum) or learner (only receives the log).
     pub voter: bool,
     /// On the leader: the last log index known to be replicated to it.
@@ -89,6 +100,7 @@ pub fn status(raft: &Raft) -> Status {
         .map(|(id, node)| Member {
             id: *id,
             addr: node.addr.clone(),
+            peer_addr: node.peer_addr.clone(),
             voter: voters.contains(id),
             matched: m.replication.as_ref().and_then(|r| r.get(id).cloned().flatten()).map(|l| l.index),
         })
@@ -123,7 +135,7 @@ pub async fn apply(raft: &Raft, change: &Change) -> Result<Status, ClusterError>
     validate(change)?;
     let now = status(raft);
     match change {
-        Change::Add { id, addr } => add(raft, &now, *id, addr).await?,
+        Change::Add { id, addr, peer_addr } => add(raft, &now, *id, Node::with_peer(addr.clone(), peer_addr.clone())).await?,
         Change::Remove { id } => remove(raft, &now, *id).await?,
     }
     Ok(status(raft))
@@ -131,9 +143,11 @@ pub async fn apply(raft: &Raft, change: &Change) -> Result<Status, ClusterError>
 
 fn validate(change: &Change) -> Result<(), ClusterError> {
     let id = match change {
-        Change::Add { id, addr } => {
-            if addr.parse::<std::net::SocketAddr>().is_err() && !looks_like_host_port(addr) {
-                return Err(ClusterError::Invalid(format!("address {addr:?} is not host:port")));
+        Change::Add { id, addr, peer_addr } => {
+            for a in std::iter::once(addr).chain(peer_addr) {
+                if a.parse::<std::net::SocketAddr>().is_err() && !looks_like_host_port(a) {
+                    return Err(ClusterError::Invalid(format!("address {a:?} is not host:port")));
+                }
             }
             *id
         }
@@ -150,19 +164,20 @@ fn looks_like_host_port(s: &str) -> bool {
     s.rsplit_once(':').is_some_and(|(h, p)| !h.is_empty() && !h.contains('/') && p.parse::<u16>().is_ok())
 }
 
-async fn add(raft: &Raft, now: &Status, id: NodeId, addr: &str) -> Result<(), ClusterError> {
+async fn add(raft: &Raft, now: &Status, id: NodeId, node: Node) -> Result<(), ClusterError> {
+    let addr = node.addr.clone();
     match now.members.iter().find(|m| m.id == id) {
-        Some(m) if m.addr != addr => {
+        Some(m) if m.addr != node.addr || m.peer_addr != node.peer_addr => {
             return Err(ClusterError::Invalid(format!(
                 "node {id} is already a member at {}; remove it first to move it",
-                m.addr
+                Node::with_peer(m.addr.clone(), m.peer_addr.clone())
             )))
         }
         Some(m) if m.voter => return Ok(()),
         _ => {}
     }
     // Blocking: returns once the learner has caught up with the leader's log.
-    let learner = raft.add_learner(id, BasicNode::new(addr), true);
+    let learner = raft.add_learner(id, node, true);
     match tokio::time::timeout(CATCH_UP_TIMEOUT, learner).await {
         Err(_) => {
             return Err(ClusterError::Failed(format!(
@@ -201,19 +216,27 @@ async fn remove(raft: &Raft, now: &Status, id: NodeId) -> Result<(), ClusterErro
     Ok(())
 }
 
-fn write_error(e: RaftError<NodeId, ClientWriteError<NodeId, BasicNode>>) -> ClusterError {
+fn write_error(e: RaftError<NodeId, ClientWriteError<NodeId, Node>>) -> ClusterError {
     match e {
         RaftError::APIError(ClientWriteError::ForwardToLeader(f)) => ClusterError::NotLeader {
-            leader: f.leader_id.zip(f.leader_node.map(|n| n.addr)),
+            // Where a follower hands the change to: the leader's peer port.
+            leader: f.leader_id.zip(f.leader_node.map(|n| n.peer().to_string())),
         },
         RaftError::APIError(ClientWriteError::ChangeMembershipError(c)) => ClusterError::Invalid(c.to_string()),
         RaftError::Fatal(f) => ClusterError::Failed(f.to_string()),
     }
 }
 
-/// The voters of a new group from `--peers`: id → gRPC address.
-pub fn initial_members(peers: &BTreeMap<NodeId, String>) -> BTreeMap<NodeId, BasicNode> {
-    peers.iter().map(|(id, addr)| (*id, BasicNode::new(addr))).collect()
+/// The voters of a new group from `--peers`: id → `CLIENT` or `CLIENT/PEER`
+/// address (see [`crate::config::peer_entry`]).
+pub fn initial_members(peers: &BTreeMap<NodeId, String>) -> BTreeMap<NodeId, Node> {
+    peers
+        .iter()
+        .map(|(id, entry)| {
+            let (addr, peer) = crate::config::peer_entry(entry);
+            (*id, Node::with_peer(addr, peer.map(str::to_string)))
+        })
+        .collect()
 }
 
 /// On a node that has data, `--peers` and `--join` do nothing: its membership
@@ -279,19 +302,22 @@ mod tests {
     #[test]
     fn invalid_changes_are_refused_with_a_reason() {
         let bad = |c: Change| validate(&c).unwrap_err().to_string();
-        assert!(bad(Change::Add { id: 0, addr: "127.0.0.1:1".into() }).contains("start at 1"));
-        assert!(bad(Change::Add { id: 4, addr: "nope".into() }).contains("host:port"));
-        assert!(bad(Change::Add { id: 4, addr: "http://a:1".into() }).contains("host:port"));
+        assert!(bad(Change::Add { id: 0, addr: "127.0.0.1:1".into(), peer_addr: None }).contains("start at 1"));
+        assert!(bad(Change::Add { id: 4, addr: "nope".into(), peer_addr: None }).contains("host:port"));
+        assert!(bad(Change::Add { id: 4, addr: "http://a:1".into(), peer_addr: None }).contains("host:port"));
         assert!(bad(Change::Remove { id: 0 }).contains("start at 1"));
-        assert!(validate(&Change::Add { id: 4, addr: "node-4.internal:7070".into() }).is_ok());
-        assert!(validate(&Change::Add { id: 4, addr: "[::1]:7070".into() }).is_ok());
+        assert!(validate(&Change::Add { id: 4, addr: "node-4.internal:7070".into(), peer_addr: None }).is_ok());
+        assert!(validate(&Change::Add { id: 4, addr: "[::1]:7070".into(), peer_addr: None }).is_ok());
+        let with_peer = |p: &str| Change::Add { id: 4, addr: "a:7070".into(), peer_addr: Some(p.into()) };
+        assert!(validate(&with_peer("a:7073")).is_ok());
+        assert!(bad(with_peer("a")).contains("host:port"));
     }
 
     /// The wire form the admin endpoint and the peer service share.
     #[test]
     fn changes_are_tagged_json() {
         let c: Change = serde_json::from_str(r#"{"op":"add","id":4,"addr":"127.0.0.1:7470"}"#).unwrap();
-        assert_eq!(c, Change::Add { id: 4, addr: "127.0.0.1:7470".into() });
+        assert_eq!(c, Change::Add { id: 4, addr: "127.0.0.1:7470".into(), peer_addr: None });
         let c: Change = serde_json::from_str(r#"{"op":"remove","id":2}"#).unwrap();
         assert_eq!(c, Change::Remove { id: 2 });
     }

@@ -9,8 +9,10 @@ use std::{collections::BTreeMap, net::SocketAddr, path::PathBuf, time::Duration}
 pub enum Bootstrap {
     /// A new group of one (the default).
     Single,
-    /// A new group of these voters, node id → gRPC address; this node must be
-    /// one of them. Start every listed node with the same list.
+    /// A new group of these voters, node id → gRPC address, or
+    /// `CLIENT/PEER` for a node with its own peer port (see [`peer_entry`]);
+    /// this node must be one of them. Start every listed node with the same
+    /// list.
     Peers(BTreeMap<u64, String>),
     /// No group of its own: wait to be added to an existing group (`fencelock
     /// cluster add`).
@@ -31,6 +33,12 @@ pub struct Config {
     /// Address other members use to reach this node's gRPC port; defaults to the
     /// bound gRPC address.
     pub advertise: Option<String>,
+    /// Serve Raft on a listener of its own at this address (the client port
+    /// then serves clients only); `None`: peers use the client port.
+    pub peer_listen: Option<SocketAddr>,
+    /// Address other members use to reach the peer listener; defaults to its
+    /// bound address (or this node's `--peers` entry's peer part).
+    pub peer_advertise: Option<String>,
     /// How an empty node comes into a group.
     pub bootstrap: Bootstrap,
     /// Raft heartbeat interval.
@@ -74,6 +82,8 @@ impl Config {
             grpc_listen: SocketAddr::from(([127, 0, 0, 1], 7070)),
             http_listen: SocketAddr::from(([127, 0, 0, 1], 7071)),
             advertise: None,
+            peer_listen: None,
+            peer_advertise: None,
             bootstrap: Bootstrap::Single,
             heartbeat: Duration::from_millis(50),
             election_timeout: Duration::from_millis(150),
@@ -121,10 +131,44 @@ impl Config {
     /// node's address), and this node's `--peers` entry must be its address.
     fn validate_addresses(&self) -> Result<(), String> {
         let listen = self.grpc_listen;
-        let entry = match &self.bootstrap {
+        let raw = match &self.bootstrap {
             Bootstrap::Peers(peers) => peers.get(&self.node_id),
             _ => None,
         };
+        let (entry, peer_entry_addr) = match raw.map(|e| peer_entry(e)) {
+            Some((client, peer)) => (Some(client.to_string()), peer),
+            None => (None, None),
+        };
+        if raw.is_some() && peer_entry_addr.is_some() != self.peer_listen.is_some() {
+            return Err(format!(
+                "node {}'s --peers entry {} does not match --peer-listen: a node with a peer port of its own is \
+                 listed as CLIENT/PEER (and started with --peer-listen), one without as CLIENT",
+                self.node_id,
+                raw.map(String::as_str).unwrap_or_default()
+            ));
+        }
+        if let Some(p) = self.peer_listen {
+            if p.ip().is_unspecified() && self.peer_advertise.is_none() && peer_entry_addr.is_none() {
+                return Err(format!(
+                    "--peer-listen {p} is a wildcard address, which other nodes cannot use to reach this node: set \
+                     --peer-advertise to the host:port they should use"
+                ));
+            }
+        }
+        if let (Some(peer), Some(pl)) = (peer_entry_addr, self.peer_listen) {
+            let fits = match &self.peer_advertise {
+                Some(adv) => adv == peer,
+                None => names_listen_addr(peer, pl),
+            };
+            if !fits {
+                return Err(format!(
+                    "node {}'s --peers entry names {peer} for peers, which is not its --peer-listen {pl} (or \
+                     --peer-advertise): the other nodes would send Raft messages there",
+                    self.node_id
+                ));
+            }
+        }
+        let entry = entry.as_ref();
         if listen.ip().is_unspecified() && self.advertise.is_none() && entry.is_none() {
             return Err(format!(
                 "--listen {listen} is a wildcard address, which other nodes and clients cannot use to reach \
@@ -152,7 +196,11 @@ impl Config {
         if self.insecure {
             return Ok(());
         }
-        let exposed = [("--listen", self.grpc_listen), ("--http", self.http_listen)].into_iter().find(|(_, a)| !a.ip().is_loopback());
+        let peer = self.peer_listen.map(|p| ("--peer-listen", p));
+        let exposed = [("--listen", self.grpc_listen), ("--http", self.http_listen)]
+            .into_iter()
+            .chain(peer)
+            .find(|(_, a)| !a.ip().is_loopback());
         let Some((flag, addr)) = exposed else { return Ok(()) };
         if self.tls.is_none() {
             return Err(format!(
@@ -180,6 +228,15 @@ impl Config {
     }
 }
 
+/// A `--peers` entry: `CLIENT` or `CLIENT/PEER` (a node with a peer port of
+/// its own, `--peer-listen`): (client address, peer address).
+pub fn peer_entry(entry: &str) -> (&str, Option<&str>) {
+    match entry.split_once('/') {
+        Some((client, peer)) => (client.trim(), Some(peer.trim())),
+        None => (entry.trim(), None),
+    }
+}
+
 /// Whether `entry` (`host:port` from `--peers`) can name a socket bound to
 /// `listen`: the same port, and the same IP when both are IP literals and
 /// `listen` is not a wildcard. A host name is not resolved.
@@ -188,4 +245,43 @@ fn names_listen_addr(entry: &str, listen: SocketAddr) -> bool {
         return addr.port() == listen.port() && (listen.ip().is_unspecified() || addr.ip() == listen.ip());
     }
     entry.rsplit_once(':').and_then(|(_, port)| port.parse::<u16>().ok()) == Some(listen.port())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn with_peers(entry: &str, peer_listen: Option<&str>) -> Config {
+        let mut c = Config::new("d");
+        c.grpc_listen = "127.0.0.1:7070".parse().unwrap();
+        c.peer_listen = peer_listen.map(|p| p.parse().unwrap());
+        c.bootstrap = Bootstrap::Peers(BTreeMap::from([(1, entry.to_string()), (2, "127.0.0.1:7170/127.0.0.1:7173".into())]));
+        c
+    }
+
+    /// A node with a peer port is listed as CLIENT/PEER, one without as
+    /// CLIENT, and the peer part names its --peer-listen; a mismatch says so.
+    #[test]
+    fn a_peers_entry_must_match_the_peer_listener() {
+        assert_eq!(with_peers("127.0.0.1:7070/127.0.0.1:7073", Some("127.0.0.1:7073")).validate(), Ok(()));
+        let e = with_peers("127.0.0.1:7070", Some("127.0.0.1:7073")).validate().unwrap_err();
+        assert!(e.contains("does not match --peer-listen"), "{e}");
+        let e = with_peers("127.0.0.1:7070/127.0.0.1:7073", None).validate().unwrap_err();
+        assert!(e.contains("does not match --peer-listen"), "{e}");
+        let e = with_peers("127.0.0.1:7070/127.0.0.1:7999", Some("127.0.0.1:7073")).validate().unwrap_err();
+        assert!(e.contains("not its --peer-listen"), "{e}");
+        assert_eq!(peer_entry(" a:1 / b:2 "), ("a:1", Some("b:2")));
+        assert_eq!(peer_entry("a:1"), ("a:1", None));
+    }
+
+    /// A wildcard peer listener needs an address others can use.
+    #[test]
+    fn a_wildcard_peer_listener_needs_an_advertised_address() {
+        let mut c = Config::for_test("d");
+        c.peer_listen = Some("0.0.0.0:7073".parse().unwrap());
+        c.insecure = true;
+        assert!(c.validate().unwrap_err().contains("--peer-advertise"));
+        c.peer_advertise = Some("10.0.0.1:7073".into());
+        assert_eq!(c.validate(), Ok(()));
+    }
 }

@@ -307,7 +307,7 @@ enum Role {
     Ready(u64),
 }
 
-type WriteError = RaftError<u64, ClientWriteError<u64, openraft::BasicNode>>;
+type WriteError = RaftError<u64, ClientWriteError<u64, crate::raft::Member>>;
 
 impl Driver {
     /// Create the driver and its handle. Run it with [`Driver::run`].
@@ -587,7 +587,7 @@ impl Driver {
         self.fail_all(DriverError::Unavailable(why));
     }
 
-    fn on_metrics(&mut self, m: &openraft::RaftMetrics<u64, openraft::BasicNode>) {
+    fn on_metrics(&mut self, m: &openraft::RaftMetrics<u64, crate::raft::Member>) {
         if let Err(fatal) = &m.running_state {
             return self.stop_serving(format!("the server stopped after a fatal error: {fatal}"));
         }
@@ -618,7 +618,7 @@ impl Driver {
 
     /// Stops serving while this leader is cut off from a majority, and serves
     /// again once a majority answers (see [`Driver::with_quorum_timeout`]).
-    fn check_quorum(&mut self, m: &openraft::RaftMetrics<u64, openraft::BasicNode>, is_leader: bool) {
+    fn check_quorum(&mut self, m: &openraft::RaftMetrics<u64, crate::raft::Member>, is_leader: bool) {
         let Some(limit) = self.quorum_timeout else { return };
         let voters = m.membership_config.membership().voter_ids().count();
         let silent = m.millis_since_quorum_ack.filter(|ms| *ms > limit.as_millis() as u64);

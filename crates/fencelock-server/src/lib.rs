@@ -73,6 +73,8 @@ pub enum ServerError {
 pub struct Running {
     pub grpc_addr: SocketAddr,
     pub http_addr: SocketAddr,
+    /// The peer listener's address, with `--peer-listen`.
+    pub peer_addr: Option<SocketAddr>,
     pub raft: raft::Raft,
     /// The data dir's identity (node id, cluster id once known).
     pub identity: raft::identity::SharedIdentity,
@@ -130,12 +132,22 @@ pub async fn start(config: Config) -> Result<Running, ServerError> {
     let http = reserve(config.http_listen)?;
     let grpc_addr = reserved_addr(&grpc, config.grpc_listen)?;
     let http_addr = reserved_addr(&http, config.http_listen)?;
-    let raft = start_raft(&config, grpc_addr, tls.clone()).await?;
+    let peer = config.peer_listen.map(reserve).transpose()?;
+    let peer_addr = match (&peer, config.peer_listen) {
+        (Some(s), Some(want)) => Some(reserved_addr(s, want)?),
+        _ => None,
+    };
+    let node = own_member(&config, grpc_addr, peer_addr);
+    let raft = start_raft(&config, node, tls.clone()).await?;
     // Only now accept connections: before, a client (or a peer) would connect
     // and hang on a handshake nobody answers, instead of being refused at once
     // and trying another node.
     let grpc = listen(grpc, grpc_addr)?;
     let http = listen(http, http_addr)?;
+    let peer = match (peer, peer_addr) {
+        (Some(s), Some(a)) => Some(listen(s, a)?),
+        _ => None,
+    };
     let (raft, engine, log, identity) = raft;
 
     let clock = Clock::new();
@@ -179,33 +191,39 @@ pub async fn start(config: Config) -> Result<Running, ServerError> {
     tasks.push(tokio::spawn(audit.run(stop_rx.clone())));
     let grpc_stop = stopped(stop_rx.clone());
     let grpc = incoming(grpc, &gate, tls.clone().map(|t| (t, tls::Port::Grpc)));
+    let server = || tonic::transport::Server::builder().max_concurrent_streams(grpc::MAX_STREAMS_PER_CONNECTION);
+    // With a peer port, Raft is served there only; else next to the client API.
+    let (client_router, raft_svc) = match peer {
+        Some(_) => (server().add_service(lock_svc), Some(raft_svc)),
+        None => (server().add_service(lock_svc).add_service(raft_svc), None),
+    };
     tasks.push(tokio::spawn(async move {
-        let res = tonic::transport::Server::builder()
-            .max_concurrent_streams(grpc::MAX_STREAMS_PER_CONNECTION)
-            .add_service(lock_svc)
-            .add_service(raft_svc)
-            .serve_with_incoming_shutdown(grpc, grpc_stop)
-            .await;
-        if let Err(e) = res {
+        if let Err(e) = client_router.serve_with_incoming_shutdown(grpc, grpc_stop).await {
             tracing::error!(error = %e, "gRPC server failed");
         }
     }));
+    if let (Some(peer), Some(raft_svc)) = (peer, raft_svc) {
+        let peers = incoming(peer, &gate, tls.clone().map(|t| (t, tls::Port::Peer)));
+        let peer_stop = stopped(stop_rx.clone());
+        let router = server().add_service(raft_svc);
+        tasks.push(tokio::spawn(async move {
+            if let Err(e) = router.serve_with_incoming_shutdown(peers, peer_stop).await {
+                tracing::error!(error = %e, "peer gRPC server failed");
+            }
+        }));
+    }
     let router = admin::router(ops, metrics, config.node_id, auth, tls.clone());
     let http_stop = stopped(stop_rx);
     let header_read_timeout = gate.limits().header_read_timeout;
     let http = conn_limits::accept(http, gate, tls.map(|t| (t, tls::Port::Admin)));
     tasks.push(tokio::spawn(admin::serve(http, router, header_read_timeout, http_stop)));
-    tracing::info!(%grpc_addr, %http_addr, data_dir = %config.data_dir.display(), "fencelock serving");
-    Ok(Running { grpc_addr, http_addr, raft, identity, engine, failed, stop, tasks })
+    tracing::info!(%grpc_addr, %http_addr, peer_addr = ?peer_addr, data_dir = %config.data_dir.display(), "fencelock serving");
+    Ok(Running { grpc_addr, http_addr, peer_addr, raft, identity, engine, failed, stop, tasks })
 }
 
 type Started = (raft::Raft, raft::state_machine::SharedEngine, raft::LogStore, raft::identity::SharedIdentity);
 
-async fn start_raft(
-    config: &Config,
-    grpc_addr: SocketAddr,
-    tls: Option<Arc<tls::ServerTls>>,
-) -> Result<Started, ServerError> {
+async fn start_raft(config: &Config, node: raft::Member, tls: Option<Arc<tls::ServerTls>>) -> Result<Started, ServerError> {
     let storage_err = |message: String| ServerError::Storage { dir: config.data_dir.display().to_string(), message };
     let (log, sm, identity) = raft::identity::open(config).map_err(|e| storage_err(e.to_string()))?;
     let engine = sm.engine();
@@ -228,7 +246,7 @@ async fn start_raft(
         .map_err(|e| ServerError::Raft(e.to_string()))?;
     let initialized = raft.is_initialized().await.map_err(|e| ServerError::Raft(e.to_string()))?;
     if !initialized {
-        bootstrap(&raft, config, grpc_addr).await?;
+        bootstrap(&raft, config, node).await?;
     } else {
         cluster::check_bootstrap_flags(&raft, config)?;
     }
@@ -236,12 +254,9 @@ async fn start_raft(
 }
 
 /// Forms the group on a node whose storage is empty (see [`Bootstrap`]).
-async fn bootstrap(raft: &raft::Raft, config: &Config, grpc_addr: SocketAddr) -> Result<(), ServerError> {
+async fn bootstrap(raft: &raft::Raft, config: &Config, node: raft::Member) -> Result<(), ServerError> {
     let members = match &config.bootstrap {
-        Bootstrap::Single => {
-            let addr = config.advertise.clone().unwrap_or_else(|| grpc_addr.to_string());
-            BTreeMap::from([(config.node_id, openraft::BasicNode::new(addr))])
-        }
+        Bootstrap::Single => BTreeMap::from([(config.node_id, node)]),
         // Every listed node initializes with the same voters: the same first
         // entry on each, so it does not matter which of them comes up first.
         Bootstrap::Peers(peers) => cluster::initial_members(peers),
@@ -251,6 +266,13 @@ async fn bootstrap(raft: &raft::Raft, config: &Config, grpc_addr: SocketAddr) ->
         }
     };
     raft.initialize(members).await.map_err(|e| ServerError::Raft(e.to_string()))
+}
+
+/// This node as the membership records it: the address clients and peers use.
+fn own_member(config: &Config, grpc_addr: SocketAddr, peer_addr: Option<SocketAddr>) -> raft::Member {
+    let addr = config.advertise.clone().unwrap_or_else(|| grpc_addr.to_string());
+    let peer = peer_addr.map(|p| config.peer_advertise.clone().unwrap_or_else(|| p.to_string()));
+    raft::Member::with_peer(addr, peer)
 }
 
 /// The gRPC port's connections as tonic takes them: admitted by `gate`, with

@@ -82,6 +82,9 @@ pub enum Port {
     Grpc,
     /// The admin API: HTTP/1.1.
     Admin,
+    /// The peer port (`--peer-listen`): HTTP/2, and only a node certificate
+    /// of the cluster CA completes the handshake.
+    Peer,
 }
 
 /// The node's TLS state: the loaded configuration and where it came from.
@@ -94,6 +97,7 @@ pub struct ServerTls {
 pub struct Loaded {
     grpc: Arc<ServerConfig>,
     admin: Arc<ServerConfig>,
+    peer: Arc<ServerConfig>,
     peer_verifier: Arc<dyn ClientCertVerifier>,
     peer_client: tonic::transport::ClientTlsConfig,
     /// Modification times and sizes the files had when read.
@@ -130,6 +134,7 @@ impl ServerTls {
         tokio_rustls::TlsAcceptor::from(match port {
             Port::Grpc => l.grpc.clone(),
             Port::Admin => l.admin.clone(),
+            Port::Peer => l.peer.clone(),
         })
     }
 
@@ -256,20 +261,21 @@ fn load(f: &TlsFiles, generation: u64) -> Result<Loaded, TlsError> {
     }
     let builder = WebPkiClientVerifier::builder_with_provider(Arc::new(any), provider());
     let client_verifier = if f.require_client_cert { builder.build()? } else { builder.allow_unauthenticated().build()? };
-    let server = |alpn: &[&[u8]]| -> Result<Arc<ServerConfig>, TlsError> {
+    let server = |alpn: &[&[u8]], verifier: &Arc<dyn ClientCertVerifier>| -> Result<Arc<ServerConfig>, TlsError> {
         let err = |source| TlsError::Config { cert: f.cert.clone(), key: f.key.clone(), source };
         let mut c = ServerConfig::builder_with_provider(provider())
             .with_safe_default_protocol_versions()
             .map_err(err)?
-            .with_client_cert_verifier(client_verifier.clone())
+            .with_client_cert_verifier(verifier.clone())
             .with_single_cert(chain.clone(), key.clone_key())
             .map_err(err)?;
         c.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
         Ok(Arc::new(c))
     };
     Ok(Loaded {
-        grpc: server(&[b"h2"])?,
-        admin: server(&[b"http/1.1"])?,
+        grpc: server(&[b"h2"], &client_verifier)?,
+        admin: server(&[b"http/1.1"], &client_verifier)?,
+        peer: server(&[b"h2"], &peer_verifier)?,
         peer_verifier,
         peer_client: peer_client(f)?,
         stamps,

@@ -254,13 +254,13 @@ fn busy_engine() -> Engine {
     e
 }
 
-fn membership() -> StoredMembership<u64, openraft::BasicNode> {
-    let nodes = std::collections::BTreeMap::from([(1u64, openraft::BasicNode::new("127.0.0.1:7070"))]);
+fn membership() -> StoredMembership<u64, fencelock_server::raft::Member> {
+    let nodes = std::collections::BTreeMap::from([(1u64, fencelock_server::raft::Member::new("127.0.0.1:7070"))]);
     let m = Membership::new(vec![[1u64].into()], nodes);
     StoredMembership::new(Some(log_id(1, 1)), m)
 }
 
-fn meta(at: LogId<u64>) -> SnapshotMeta<u64, openraft::BasicNode> {
+fn meta(at: LogId<u64>) -> SnapshotMeta<u64, fencelock_server::raft::Member> {
     SnapshotMeta { last_log_id: Some(at), last_membership: membership(), snapshot_id: "s".into() }
 }
 

@@ -27,13 +27,51 @@ pub use state_machine::{SharedEngine, StateMachine};
 #[cfg(test)]
 mod tests;
 
+/// A member of the group as the membership records it: the address clients
+/// use (its gRPC client port, named in leader hints) and, when the node serves
+/// Raft on a port of its own (`--peer-listen`), the address peers use. Stored
+/// as `{"addr": …}` like openraft's `BasicNode`, which memberships written
+/// before the peer address existed hold.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Member {
+    pub addr: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peer_addr: Option<String>,
+}
+
+impl Member {
+    /// A member that serves peers on its client port.
+    pub fn new(addr: impl Into<String>) -> Self {
+        Member { addr: addr.into(), peer_addr: None }
+    }
+
+    /// A member with its own peer port at `peer_addr` (if given).
+    pub fn with_peer(addr: impl Into<String>, peer_addr: Option<String>) -> Self {
+        Member { addr: addr.into(), peer_addr }
+    }
+
+    /// Where peers send Raft messages.
+    pub fn peer(&self) -> &str {
+        self.peer_addr.as_deref().unwrap_or(&self.addr)
+    }
+}
+
+impl std::fmt::Display for Member {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.peer_addr {
+            Some(p) => write!(f, "{} (peers: {p})", self.addr),
+            None => f.write_str(&self.addr),
+        }
+    }
+}
+
 openraft::declare_raft_types!(
     /// openraft types of fencelock.
     pub TypeConfig:
         D = Input,
         R = Output,
         NodeId = u64,
-        Node = openraft::BasicNode,
+        Node = Member,
         SnapshotData = Cursor<Vec<u8>>,
 );
 

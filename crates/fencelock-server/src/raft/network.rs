@@ -19,6 +19,7 @@
 //! raises tonic's 4 MiB message limit to [`MAX_MESSAGE_BYTES`].
 #![allow(clippy::result_large_err)] // openraft's error types are large by design
 
+use crate::raft::Member;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -34,7 +35,7 @@ use openraft::raft::{
     AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse,
     VoteRequest, VoteResponse,
 };
-use openraft::{BasicNode, RPCTypes};
+use openraft::{RPCTypes};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use tonic::transport::{Channel, Endpoint};
@@ -105,9 +106,9 @@ pub(crate) fn peer_endpoint(addr: &str, tls: Option<tonic::transport::ClientTlsC
 impl RaftNetworkFactory<TypeConfig> for Network {
     type Network = NetworkConnection;
 
-    async fn new_client(&mut self, target: NodeId, node: &BasicNode) -> Self::Network {
+    async fn new_client(&mut self, target: NodeId, node: &Member) -> Self::Network {
         // Test-only (`peer-routes`): through a fault proxy for this direction.
-        let addr = crate::faults::peer_route(target).unwrap_or_else(|| node.addr.clone());
+        let addr = crate::faults::peer_route(target).unwrap_or_else(|| node.peer().to_string());
         // An unparsable address is reported on every call (as Unreachable) rather
         // than here, where errors cannot be returned.
         let client = self.channel(&addr).map(|ch| {
@@ -129,7 +130,7 @@ impl RaftNetworkFactory<TypeConfig> for Network {
 pub struct NetworkConnection {
     id: NodeId,
     target: NodeId,
-    node: BasicNode,
+    node: Member,
     client: Result<RaftClient<Channel>, String>,
 }
 
@@ -204,7 +205,7 @@ impl NetworkConnection {
         &self,
         kind: RPCTypes,
         err: CallError,
-    ) -> RPCError<NodeId, BasicNode, RaftError<NodeId, E>> {
+    ) -> RPCError<NodeId, Member, RaftError<NodeId, E>> {
         match err {
             CallError::Timeout(timeout) => RPCError::Timeout(Timeout {
                 action: kind,
@@ -223,7 +224,7 @@ impl NetworkConnection {
     fn remote<Resp, E: std::error::Error>(
         &self,
         answer: Result<Resp, RaftError<NodeId, E>>,
-    ) -> Result<Resp, RPCError<NodeId, BasicNode, RaftError<NodeId, E>>> {
+    ) -> Result<Resp, RPCError<NodeId, Member, RaftError<NodeId, E>>> {
         answer.map_err(|e| {
             RPCError::RemoteError(RemoteError::new_with_node(
                 self.target,
@@ -239,7 +240,7 @@ impl RaftNetwork<TypeConfig> for NetworkConnection {
         &mut self,
         rpc: AppendEntriesRequest<TypeConfig>,
         option: RPCOption,
-    ) -> Result<AppendEntriesResponse<NodeId>, RPCError<NodeId, BasicNode, RaftError<NodeId>>> {
+    ) -> Result<AppendEntriesResponse<NodeId>, RPCError<NodeId, Member, RaftError<NodeId>>> {
         let kind = RPCTypes::AppendEntries;
         match self.call(kind, &rpc, option.hard_ttl()).await {
             Ok(answer) => self.remote(answer),
@@ -253,7 +254,7 @@ impl RaftNetwork<TypeConfig> for NetworkConnection {
         option: RPCOption,
     ) -> Result<
         InstallSnapshotResponse<NodeId>,
-        RPCError<NodeId, BasicNode, RaftError<NodeId, InstallSnapshotError>>,
+        RPCError<NodeId, Member, RaftError<NodeId, InstallSnapshotError>>,
     > {
         let kind = RPCTypes::InstallSnapshot;
         match self.call(kind, &rpc, option.hard_ttl()).await {
@@ -266,7 +267,7 @@ impl RaftNetwork<TypeConfig> for NetworkConnection {
         &mut self,
         rpc: VoteRequest<NodeId>,
         option: RPCOption,
-    ) -> Result<VoteResponse<NodeId>, RPCError<NodeId, BasicNode, RaftError<NodeId>>> {
+    ) -> Result<VoteResponse<NodeId>, RPCError<NodeId, Member, RaftError<NodeId>>> {
         let kind = RPCTypes::Vote;
         match self.call(kind, &rpc, option.hard_ttl()).await {
             Ok(answer) => self.remote(answer),

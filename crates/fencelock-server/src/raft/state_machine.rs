@@ -9,6 +9,7 @@
 //! `"meta"` (JSON of openraft's `SnapshotMeta`) and `"data"` (the snapshot bytes).
 #![allow(clippy::result_large_err)] // openraft's error types are large by design
 
+use crate::raft::Member;
 use std::io::Cursor;
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -17,7 +18,7 @@ use std::sync::{Arc, RwLock};
 use fencelock_core::{Engine, Output};
 use openraft::storage::RaftStateMachine;
 use openraft::{
-    BasicNode, Entry, EntryPayload, ErrorSubject, ErrorVerb, LogId, OptionalSend,
+    Entry, EntryPayload, ErrorSubject, ErrorVerb, LogId, OptionalSend,
     RaftSnapshotBuilder, Snapshot, SnapshotMeta, StorageError, StoredMembership,
 };
 use redb::{Database, Durability, ReadableDatabase, ReadableTable};
@@ -38,8 +39,8 @@ pub type SharedEngine = Arc<RwLock<Engine>>;
 const KEY_META: &str = "meta";
 const KEY_DATA: &str = "data";
 
-type Membership = StoredMembership<NodeId, BasicNode>;
-type Meta = SnapshotMeta<NodeId, BasicNode>;
+type Membership = StoredMembership<NodeId, Member>;
+type Meta = SnapshotMeta<NodeId, Member>;
 
 /// The content of a snapshot (serialized as JSON).
 #[derive(Serialize)]

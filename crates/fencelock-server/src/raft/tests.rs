@@ -1,6 +1,7 @@
 //! Tests of the redb storage (openraft's conformance suite plus restart cases) and
 //! of the gRPC network (a real multi-node group on localhost).
 
+use crate::raft::Member;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
@@ -9,7 +10,7 @@ use fencelock_core::{Command, Engine, Input, LeaseId, Output, Reply, RequestId};
 use openraft::storage::{RaftLogStorage, RaftLogStorageExt, RaftStateMachine};
 use openraft::testing::{StoreBuilder, Suite};
 use openraft::{
-    BasicNode, CommittedLeaderId, Entry, EntryPayload, LogId, Membership, RaftLogReader,
+    CommittedLeaderId, Entry, EntryPayload, LogId, Membership, RaftLogReader,
     RaftSnapshotBuilder, StorageError, StoredMembership, Vote,
 };
 use tempfile::TempDir;
@@ -28,9 +29,9 @@ fn blank(term: u64, index: u64) -> Entry<TypeConfig> {
 }
 
 fn membership(term: u64, index: u64, voters: &[NodeId]) -> Entry<TypeConfig> {
-    let nodes: BTreeMap<NodeId, BasicNode> = voters
+    let nodes: BTreeMap<NodeId, Member> = voters
         .iter()
-        .map(|id| (*id, BasicNode::new(format!("127.0.0.1:{}", 7000 + id))))
+        .map(|id| (*id, Member::new(format!("127.0.0.1:{}", 7000 + id))))
         .collect();
     let set: BTreeSet<NodeId> = voters.iter().copied().collect();
     Entry {
@@ -423,7 +424,7 @@ async fn three_nodes_replicate_and_install_snapshot_over_grpc() {
     let mut addrs = BTreeMap::new();
     for id in 1..=3u64 {
         let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        addrs.insert(id, BasicNode::new(l.local_addr().unwrap().to_string()));
+        addrs.insert(id, Member::new(l.local_addr().unwrap().to_string()));
         listeners.push((id, l));
     }
     let mut nodes = BTreeMap::new();
@@ -433,7 +434,7 @@ async fn three_nodes_replicate_and_install_snapshot_over_grpc() {
     let timeout = Some(Duration::from_secs(10));
 
     let n1 = &nodes[&1];
-    let voters: BTreeMap<NodeId, BasicNode> =
+    let voters: BTreeMap<NodeId, Member> =
         [(1, addrs[&1].clone()), (2, addrs[&2].clone())].into();
     n1.raft.initialize(voters).await.unwrap();
     let leader = n1
@@ -545,7 +546,7 @@ async fn unreachable_peer_maps_to_unreachable() {
         l.local_addr().unwrap()
     };
     let mut net = Network::new(1, None);
-    let mut conn = net.new_client(2, &BasicNode::new(addr.to_string())).await;
+    let mut conn = net.new_client(2, &Member::new(addr.to_string())).await;
     let req = VoteRequest::new(Vote::new(1, 1), None);
     let err = conn
         .vote(req, RPCOption::new(Duration::from_secs(2)))
@@ -554,7 +555,7 @@ async fn unreachable_peer_maps_to_unreachable() {
     assert!(matches!(err, RPCError::Unreachable(_)), "got {err:?}");
 
     let mut bad = net
-        .new_client(3, &BasicNode::new("not a host:port".to_string()))
+        .new_client(3, &Member::new("not a host:port".to_string()))
         .await;
     let req = VoteRequest::new(Vote::new(1, 1), None);
     let err = bad
