@@ -71,7 +71,14 @@ pub(crate) async fn serve(
         // The configuration in use at the accept: a reloaded certificate
         // serves the connections accepted after it.
         let acceptor = how.tls.as_ref().map(|t| t.acceptor());
-        conns.spawn(connection(tcp, peer, acceptor, router.clone(), how.clone(), close.clone()));
+        conns.spawn(connection(
+            tcp,
+            peer,
+            acceptor,
+            router.clone(),
+            how.clone(),
+            close.clone(),
+        ));
     }
     drop(listener);
     let _ = closing.send(true);

@@ -187,7 +187,10 @@ impl std::fmt::Debug for Config {
             .field("max_token", &self.max_token)
             .field("lock_server", &self.lock_server)
             .field("lock_server_tls", &self.lock_server_tls.is_some())
-            .field("lock_server_token", &self.lock_server_token.as_ref().map(|_| "***"))
+            .field(
+                "lock_server_token",
+                &self.lock_server_token.as_ref().map(|_| "***"),
+            )
             .field("token_margin", &self.token_margin)
             .field("audit", &self.audit)
             .field("tls", &self.tls)
@@ -258,7 +261,9 @@ pub async fn serve_with(
     let addr = listener.local_addr()?;
     config.check_exposure(addr).map_err(invalid)?;
     let tls = match &config.tls {
-        Some(files) => Some(tls::ServerTls::load(files.clone()).map_err(|e| invalid(e.to_string()))?),
+        Some(files) => {
+            Some(tls::ServerTls::load(files.clone()).map_err(|e| invalid(e.to_string()))?)
+        }
         None => None,
     };
     let how = listen::Listening {

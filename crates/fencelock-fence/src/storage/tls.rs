@@ -183,7 +183,9 @@ impl ServerTls {
         loop {
             tick.tick().await;
             match self.reload_if_changed() {
-                Ok(true) => tracing::info!(cert = %self.files.cert.display(), "TLS certificates reloaded"),
+                Ok(true) => {
+                    tracing::info!(cert = %self.files.cert.display(), "TLS certificates reloaded")
+                }
                 Ok(false) => {}
                 Err(e) => tracing::error!(
                     error = %e,
@@ -274,8 +276,7 @@ fn load(f: &TlsFiles) -> Result<Loaded, TlsError> {
                     source,
                 })?;
             }
-            let verifier =
-                WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider());
+            let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider());
             let verifier = if f.require_client_cert {
                 verifier.build()
             } else {

@@ -112,7 +112,10 @@ struct Issued {
     authority: String,
     /// With an `https://` URL: the connector and the name the certificate
     /// must have.
-    tls: Option<(tokio_rustls::TlsConnector, rustls::pki_types::ServerName<'static>)>,
+    tls: Option<(
+        tokio_rustls::TlsConnector,
+        rustls::pki_types::ServerName<'static>,
+    )>,
     authorization: Option<HeaderValue>,
     margin: u64,
     known: AtomicU64,
@@ -126,7 +129,11 @@ struct Issued {
 
 impl TokenLimit {
     /// `lock_server`: the lock service's admin HTTP, if any.
-    pub(crate) fn new(max: u64, lock_server: Option<LockServer<'_>>, margin: u64) -> Result<Self, String> {
+    pub(crate) fn new(
+        max: u64,
+        lock_server: Option<LockServer<'_>>,
+        margin: u64,
+    ) -> Result<Self, String> {
         let issued = match lock_server {
             None => None,
             Some(server) => Some(Issued::new(server, margin)?),
@@ -167,7 +174,7 @@ impl Issued {
             }
             (Some("https"), None) => {
                 return Err(format!(
-                    "lock server URL {base:?}: https:// needs the CA of the lock service's certificate"
+                    "lock server URL {base:?}: https:// needs the lock service's CA"
                 ))
             }
             (_, Some(_)) => {
@@ -304,7 +311,10 @@ impl Issued {
         if let Some(auth) = &self.authorization {
             request.headers_mut().insert(AUTHORIZATION, auth.clone());
         }
-        sender.send_request(request).await.map_err(|e| e.to_string())
+        sender
+            .send_request(request)
+            .await
+            .map_err(|e| e.to_string())
     }
 }
 
