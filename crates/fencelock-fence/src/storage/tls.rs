@@ -66,8 +66,9 @@ pub enum TlsError {
         /// Why.
         source: io::Error,
     },
-    /// The file holds no PEM certificate (or key) that can be parsed.
-    #[error("the {what} {} is not PEM ({source}); expected {expected}", path.display())]
+    /// The file is not PEM, or holds no certificate (or key) that can be
+    /// parsed.
+    #[error("the {what} {} holds no PEM {expected} ({source})", path.display())]
     NotPem {
         /// Which file.
         what: &'static str,
@@ -230,7 +231,7 @@ fn read_certs(what: &'static str, path: &Path) -> Result<Vec<CertificateDer<'sta
     let not_pem = |source| TlsError::NotPem {
         what,
         path: path.to_path_buf(),
-        expected: "-----BEGIN CERTIFICATE-----",
+        expected: "certificate",
         source,
     };
     let certs = CertificateDer::pem_slice_iter(&pem)
@@ -248,7 +249,7 @@ fn read_key(path: &Path) -> Result<PrivateKeyDer<'static>, TlsError> {
     PrivateKeyDer::from_pem_slice(&pem).map_err(|source| TlsError::NotPem {
         what,
         path: path.to_path_buf(),
-        expected: "-----BEGIN PRIVATE KEY----- (or an EC or RSA key)",
+        expected: "private key",
         source,
     })
 }

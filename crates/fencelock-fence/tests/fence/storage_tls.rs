@@ -596,12 +596,12 @@ async fn tls_files_that_do_not_load_are_named_at_start() {
     );
     let e = start(storage::TlsFiles::new(&garbage, certs.join("node1.key"))).await;
     assert!(
-        e.contains(&garbage.display().to_string()) && e.contains("not PEM"),
+        e.contains(&garbage.display().to_string()) && e.contains("holds no PEM certificate"),
         "{e}"
     );
     let e = start(storage::TlsFiles::new(certs.join("node1.pem"), &garbage)).await;
     assert!(
-        e.contains(&garbage.display().to_string()) && e.contains("private key"),
+        e.contains(&garbage.display().to_string()) && e.contains("holds no PEM private key"),
         "{e}"
     );
     let e = start(storage::TlsFiles::new(
