@@ -21,7 +21,7 @@ use std::{
 
 use anyhow::{bail, Context};
 use clap::Args;
-use fencelock::{Acquire, Client};
+use fencelock::Acquire;
 use nix::{
     sys::signal::{kill, Signal},
     unistd::Pid,
@@ -291,7 +291,9 @@ pub struct DemoClientArgs {
 
 pub async fn demo_client(a: DemoClientArgs) -> anyhow::Result<ExitCode> {
     let storage = StorageUrl::parse(&a.storage, a.storage_ca.as_deref())?;
-    let client = Client::connect(&a.server).await?;
+    // The client library's URL grammar, so `fencelock+tls://…?ca=…` works too.
+    let server = fencelock::backend::BackendUrl::parse(&a.server)?;
+    let client = fencelock::backend::native_client(&server).await.with_context(|| format!("connecting to {server}"))?;
     let guard = match client.lock(LOCK).ttl(a.ttl).wait(a.wait).acquire().await? {
         Acquire::Acquired(g) => g,
         other => bail!("{} could not acquire: {other:?}", a.name),
