@@ -21,7 +21,7 @@ use std::{
 
 use anyhow::{bail, Context};
 use clap::Args;
-use fencelock::{Acquire, Client};
+use fencelock::Acquire;
 use nix::{
     sys::signal::{kill, Signal},
     unistd::Pid,
@@ -273,8 +273,13 @@ pub struct DemoClientArgs {
     name: String,
     #[arg(long)]
     server: String,
+    /// The storage server: host:port or http://host:port, or
+    /// https://host:port with --storage-ca.
     #[arg(long)]
-    storage: SocketAddr,
+    storage: String,
+    /// The CA (PEM) of the storage server's certificate, for https://.
+    #[arg(long)]
+    storage_ca: Option<std::path::PathBuf>,
     #[arg(long, value_parser = parse_duration)]
     ttl: Duration,
     #[arg(long, value_parser = parse_duration)]
@@ -285,7 +290,10 @@ pub struct DemoClientArgs {
 }
 
 pub async fn demo_client(a: DemoClientArgs) -> anyhow::Result<ExitCode> {
-    let client = Client::connect(&a.server).await?;
+    let storage = StorageUrl::parse(&a.storage, a.storage_ca.as_deref())?;
+    // The client library's URL grammar, so `fencelock+tls://…?ca=…` works too.
+    let server = fencelock::backend::BackendUrl::parse(&a.server)?;
+    let client = fencelock::backend::native_client(&server).await.with_context(|| format!("connecting to {server}"))?;
     let guard = match client.lock(LOCK).ttl(a.ttl).wait(a.wait).acquire().await? {
         Acquire::Acquired(g) => g,
         other => bail!("{} could not acquire: {other:?}", a.name),
@@ -293,7 +301,7 @@ pub async fn demo_client(a: DemoClientArgs) -> anyhow::Result<ExitCode> {
     let token = guard.token();
     emit(json!({"event": "acquired", "token": token, "lease": guard.lease_id(), "waited_ms": guard.waited().as_millis() as u64}));
     let fencing = [("Fencing-Lock", LOCK.to_string()), ("Fencing-Token", token.to_string())];
-    let (status, body) = request_tls(None, a.storage, "GET", &format!("/objects/{KEY}"), &fencing, b"").await?;
+    let (status, body) = storage.request("GET", &format!("/objects/{KEY}"), &fencing, b"").await?;
     let mut list: Vec<String> = if status == 200 { serde_json::from_str(&body)? } else { Vec::new() };
     emit(json!({"event": "read", "token": token, "content": list}));
     if a.hold {
@@ -304,7 +312,7 @@ pub async fn demo_client(a: DemoClientArgs) -> anyhow::Result<ExitCode> {
     let entry = format!("{} booked seat 7", a.name);
     list.push(entry.clone());
     let bytes = serde_json::to_vec(&list)?;
-    let (status, body) = request_tls(None, a.storage, "PUT", &format!("/objects/{KEY}"), &fencing, &bytes).await?;
+    let (status, body) = storage.request("PUT", &format!("/objects/{KEY}"), &fencing, &bytes).await?;
     emit(json!({"event": "write", "token": token, "entry": entry, "content": list, "status": status, "body": body}));
     if let Some(reason) = guard.lease_watch().lost_reason() {
         emit(json!({"event": "lost", "token": token, "reason": reason.to_string()}));
@@ -317,4 +325,60 @@ pub async fn demo_client(a: DemoClientArgs) -> anyhow::Result<ExitCode> {
 
 fn emit(v: Value) {
     println!("{v}");
+}
+
+/// Where a client finds the storage server: an address, and TLS for
+/// `https://` (the CA of its certificate, which must name the address).
+struct StorageUrl {
+    addr: SocketAddr,
+    tls: Option<std::sync::Arc<tokio_rustls::rustls::ClientConfig>>,
+}
+
+impl StorageUrl {
+    /// `host:port`, `http://host:port`, or `https://host:port` with `ca`.
+    fn parse(raw: &str, ca: Option<&Path>) -> anyhow::Result<Self> {
+        let (https, rest) = match raw.split_once("://") {
+            None => (false, raw),
+            Some(("http", rest)) => (false, rest),
+            Some(("https", rest)) => (true, rest),
+            Some((scheme, _)) => bail!("--storage {raw:?}: {scheme}:// is not http:// or https://"),
+        };
+        let addr: SocketAddr =
+            rest.trim_end_matches('/').parse().with_context(|| format!("--storage {raw:?}: expected host:port (an IP address)"))?;
+        let tls = match (https, ca) {
+            (true, Some(ca)) => {
+                use fencelock::backend::tls::{client_config, read_certs, TlsFiles, Verify};
+                let files = TlsFiles { ca_pem: read_certs(ca)?, identity: None };
+                Some(std::sync::Arc::new(client_config(&files, Verify::Full)?))
+            }
+            (true, None) => bail!("--storage {raw:?}: https:// needs --storage-ca"),
+            (false, Some(_)) => bail!("--storage-ca is for an https:// storage server"),
+            (false, None) => None,
+        };
+        Ok(Self { addr, tls })
+    }
+
+    async fn request(&self, method: &str, path: &str, headers: &[(&str, String)], body: &[u8]) -> anyhow::Result<(u16, String)> {
+        request_tls(self.tls.as_ref(), self.addr, method, path, headers, body).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Rule: the demo client reaches the storage server by `host:port` or
+    /// `http://` (plaintext, unchanged) or `https://` with `--storage-ca`;
+    /// TLS without a CA, a CA without TLS, or another scheme is an error.
+    #[test]
+    fn storage_urls() {
+        assert!(StorageUrl::parse("127.0.0.1:7072", None).unwrap().tls.is_none());
+        assert_eq!(StorageUrl::parse("http://127.0.0.1:7072/", None).unwrap().addr, "127.0.0.1:7072".parse().unwrap());
+        let no_ca = StorageUrl::parse("https://127.0.0.1:7072", None).err().unwrap();
+        assert!(no_ca.to_string().contains("--storage-ca"), "{no_ca}");
+        assert!(StorageUrl::parse("http://127.0.0.1:1", Some(Path::new("/ca.pem"))).is_err());
+        assert!(StorageUrl::parse("ftp://127.0.0.1:1", None).is_err());
+        let missing = StorageUrl::parse("https://127.0.0.1:1", Some(Path::new("/nonexistent/ca.pem"))).err().unwrap();
+        assert!(format!("{missing:#}").contains("/nonexistent/ca.pem"), "{missing:#}");
+    }
 }

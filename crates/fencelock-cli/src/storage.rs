@@ -2,15 +2,23 @@
 //! refuses writes with stale fencing tokens) until SIGTERM or SIGINT;
 //! `fencelock storage reset-mark KEY`: an operator's reset of one key's mark,
 //! with the server stopped.
+//!
+//! TLS (`--tls-cert`, `--tls-key`, `--client-ca`, `--require-client-cert`)
+//! follows `fencelock serve`'s flags and is `fencelock_fence::storage`'s
+//! (files re-read when they change); plaintext on an address other hosts can
+//! reach needs `--insecure`. `--lock-server` takes the client library's URL
+//! grammar (`https://host:port?ca=…&cert=…&key=…&token=…`, see
+//! `fencelock::backend::BackendUrl`) for a lock service with TLS.
 
-use std::{net::SocketAddr, path::PathBuf, process::ExitCode};
+use std::{net::SocketAddr, path::PathBuf, process::ExitCode, sync::Arc};
 
-use anyhow::Context;
+use anyhow::{bail, Context};
 use clap::{Args, Subcommand};
+use fencelock::backend::BackendUrl;
 use fencelock_fence::storage;
 use tokio::signal::unix::{signal, SignalKind};
 
-use crate::exit;
+use crate::{exit, AuthToken};
 
 #[derive(Args, Debug)]
 #[command(args_conflicts_with_subcommands = true)]
@@ -20,7 +28,8 @@ pub struct StorageArgs {
     /// Directory for the objects, the fence marks and the audit log.
     #[arg(long, env = "FENCELOCK_STORAGE_DIR", default_value = "./fencelock-storage")]
     data_dir: PathBuf,
-    /// HTTP listen address.
+    /// HTTP listen address (HTTPS with --tls-cert). An address other than
+    /// loopback needs TLS, or --insecure.
     #[arg(long, env = "FENCELOCK_STORAGE_LISTEN", default_value = "127.0.0.1:7072")]
     listen: SocketAddr,
     /// Largest request body, in bytes.
@@ -32,9 +41,16 @@ pub struct StorageArgs {
     max_token: u64,
     /// The lock service's admin HTTP (http://host:port): refuse tokens above
     /// the highest it has issued plus --token-margin (asked again before
-    /// refusing, so a fresh token passes; 503 if it cannot be asked).
+    /// refusing, so a fresh token passes; 503 if it cannot be asked). With
+    /// TLS: https://host:port?ca=ca.pem (fencelock+tls:// too), and
+    /// &cert=…&key=… if it asks for a client certificate.
     #[arg(long, env = "FENCELOCK_STORAGE_LOCK_SERVER")]
     lock_server: Option<String>,
+    /// Bearer token for a lock service whose /metrics needs one
+    /// (protect_metrics in its auth file); the URL's token= does the same.
+    /// Never printed; prefer the environment variable.
+    #[arg(long, env = "FENCELOCK_STORAGE_LOCK_SERVER_TOKEN", hide_env_values = true, value_name = "TOKEN")]
+    lock_server_token: Option<AuthToken>,
     /// Tokens accepted above the lock service's last known count.
     #[arg(long, default_value_t = storage::DEFAULT_TOKEN_MARGIN)]
     token_margin: u64,
@@ -48,6 +64,99 @@ pub struct StorageArgs {
     /// Only to demonstrate what goes wrong without fencing; never in production.
     #[arg(long, hide = true)]
     unfenced: bool,
+    #[command(flatten)]
+    tls: StorageTlsArgs,
+}
+
+/// TLS on the storage listener (`fencelock_fence::storage::TlsFiles`).
+#[derive(Args, Debug, Default)]
+pub struct StorageTlsArgs {
+    /// This server's certificate (PEM, leaf first); with --tls-key turns
+    /// HTTPS on. `fencelock certs init` makes one (node1.pem). Re-read when
+    /// the file changes (replace it by rename).
+    #[arg(long, env = "FENCELOCK_STORAGE_TLS_CERT", requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// The private key of --tls-cert (PEM).
+    #[arg(long, env = "FENCELOCK_STORAGE_TLS_KEY", requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
+    /// The CA of client certificates (PEM): clients may present one (mTLS).
+    #[arg(long, env = "FENCELOCK_STORAGE_CLIENT_CA", requires = "tls_cert")]
+    client_ca: Option<PathBuf>,
+    /// Refuse connections without a client certificate of --client-ca.
+    #[arg(long, env = "FENCELOCK_STORAGE_REQUIRE_CLIENT_CERT", requires = "client_ca")]
+    require_client_cert: bool,
+    /// Serve plaintext on an address other hosts can reach (refused without
+    /// this flag): for a network that is yours alone.
+    #[arg(long, env = "FENCELOCK_STORAGE_INSECURE")]
+    insecure: bool,
+}
+
+impl StorageTlsArgs {
+    fn files(&self) -> Option<storage::TlsFiles> {
+        let (cert, key) = (self.tls_cert.clone()?, self.tls_key.clone()?);
+        Some(storage::TlsFiles {
+            cert,
+            key,
+            client_ca: self.client_ca.clone(),
+            require_client_cert: self.require_client_cert,
+        })
+    }
+}
+
+/// The lock service's admin HTTP as the storage server reaches it.
+struct LockServer {
+    /// `http://host:port` or `https://host:port`.
+    base: String,
+    tls: Option<Arc<storage::rustls::ClientConfig>>,
+    token: Option<String>,
+}
+
+/// Parses `--lock-server` with the client library's URL grammar: `http://`
+/// or `fencelock://` plaintext, `https://` or `fencelock+tls://` with TLS
+/// (`ca=`, else the system's CAs; `cert=` and `key=` together), `token=`
+/// (which wins over `--lock-server-token`, as `--server`'s does over
+/// `--auth-token`). One host, its port given (the admin port, not gRPC's).
+fn lock_server(raw: &str, flag_token: Option<&AuthToken>) -> anyhow::Result<LockServer> {
+    use fencelock::backend::{
+        tls::{client_config, TlsFiles, Verify},
+        Scheme,
+    };
+    let url = BackendUrl::parse(raw).context("--lock-server")?;
+    let bad = |why: &str| anyhow::anyhow!("--lock-server {url}: {why} (expected http://host:port or https://host:port?ca=ca.pem, the lock service's admin HTTP)");
+    if url.scheme != Scheme::Native {
+        return Err(bad("not a fencelock server URL"));
+    }
+    if url.hosts.len() != 1 {
+        return Err(bad("name one node"));
+    }
+    if !url.path.is_empty() {
+        return Err(bad("no path: /metrics is added"));
+    }
+    if !has_port(raw) {
+        return Err(bad("name the port of its admin HTTP (--http of fencelock serve, e.g. 7071)"));
+    }
+    if let Some((k, _)) = url.params.iter().find(|(k, _)| !["ca", "cert", "key", "token"].contains(&k.as_str())) {
+        return Err(bad(&format!("unknown parameter {k:?} (it takes ca, cert, key, token)")));
+    }
+    let tls = match TlsFiles::from_url(&url)? {
+        Some(files) => Some(Arc::new(client_config(&files, Verify::Full)?)),
+        None => None,
+    };
+    let token = url.auth_token().or_else(|| flag_token.map(|t| t.secret().to_string()));
+    if let Some(t) = &token {
+        fencelock::check_auth_token(t).context("--lock-server-token")?;
+    }
+    Ok(LockServer { base: url.native_endpoints(), tls, token })
+}
+
+/// Whether the authority of `raw` names a port (`BackendUrl` fills in gRPC's
+/// 7070 when it does not, which is not the admin port).
+fn has_port(raw: &str) -> bool {
+    let rest = raw.split_once("://").map_or(raw, |(_, r)| r);
+    let authority = rest.split(['/', '?']).next().unwrap_or("");
+    let host = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+    let after_bracket = host.rsplit_once(']').map_or(host, |(_, p)| p);
+    after_bracket.rsplit_once(':').is_some_and(|(_, p)| !p.is_empty())
 }
 
 #[derive(Subcommand, Debug)]
@@ -80,17 +189,28 @@ pub async fn storage(a: StorageArgs) -> anyhow::Result<ExitCode> {
 
 async fn serve(a: StorageArgs) -> anyhow::Result<ExitCode> {
     crate::serve::init_logging("info");
-    let listener = tokio::net::TcpListener::bind(a.listen)
-        .await
-        .with_context(|| format!("cannot listen on {}", a.listen))?;
-    let addr = listener.local_addr()?;
     let mut config = storage::Config::new(&a.data_dir);
     config.max_body = a.max_body;
     config.enforce = !a.unfenced;
     config.max_token = a.max_token;
-    config.lock_server = a.lock_server.clone();
     config.token_margin = a.token_margin;
     config.audit = storage::AuditConfig { max_file_bytes: a.audit_max_bytes, keep_files: a.audit_keep };
+    config.tls = a.tls.files();
+    config.insecure = a.tls.insecure;
+    if let Some(raw) = &a.lock_server {
+        let l = lock_server(raw, a.lock_server_token.as_ref())?;
+        config.lock_server = Some(l.base);
+        config.lock_server_tls = l.tls;
+        config.lock_server_token = l.token;
+    } else if a.lock_server_token.is_some() {
+        bail!("--lock-server-token needs --lock-server");
+    }
+    config.check_exposure(a.listen).map_err(anyhow::Error::msg)?;
+    let listener = tokio::net::TcpListener::bind(a.listen)
+        .await
+        .with_context(|| format!("cannot listen on {}", a.listen))?;
+    let addr = listener.local_addr()?;
+    let scheme = if config.tls.is_some() { "https" } else { "http" };
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;
     let shutdown = async move {
@@ -100,7 +220,7 @@ async fn serve(a: StorageArgs) -> anyhow::Result<ExitCode> {
         }
     };
     eprintln!(
-        "fencelock: fenced storage on http://{addr}, data in {}{}",
+        "fencelock: fenced storage on {scheme}://{addr}, data in {}{}",
         a.data_dir.display(),
         if a.unfenced { " (FENCING OFF: stale writes are carried out)" } else { "" }
     );
@@ -117,4 +237,54 @@ async fn reset_mark(r: ResetMarkArgs) -> anyhow::Result<ExitCode> {
     let show = |m: Option<u64>| m.map_or("none".to_owned(), |t| t.to_string());
     println!("{}: mark {} -> {} (audited as RESET)", r.key, show(done.before), show(done.after));
     Ok(ExitCode::from(exit::OK))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SECRET: &str = "flt_0123abcd_c2VrcmV0c2VjcmV0c2VjcmV0c2VjcmV0c2VjcmV0c2Vj";
+
+    /// Rule: `--lock-server` takes the client library's URLs: plaintext
+    /// `http://` / `fencelock://` unchanged, `https://` / `fencelock+tls://`
+    /// with `ca=` (a file that does not load is named), `token=` or
+    /// `--lock-server-token`; one host with its (admin) port, no path, no
+    /// unknown parameter. No error shows the token.
+    #[test]
+    fn lock_server_urls() {
+        let l = lock_server("http://127.0.0.1:7071/", None).unwrap();
+        assert_eq!((l.base.as_str(), l.tls.is_none(), l.token), ("http://127.0.0.1:7071", true, None));
+        let l = lock_server("fencelock://[::1]:7071", None).unwrap();
+        assert_eq!(l.base, "http://[::1]:7071");
+
+        let flag: AuthToken = SECRET.parse().unwrap();
+        let l = lock_server("http://h:7071", Some(&flag)).unwrap();
+        assert_eq!(l.token.as_deref(), Some(SECRET));
+        let l = lock_server("http://h:7071?token=from-url", Some(&flag)).unwrap();
+        assert_eq!(l.token.as_deref(), Some("from-url"), "the URL's token= wins, as for --server");
+
+        let err = |url: &str| format!("{:#}", lock_server(url, None).err().unwrap_or_else(|| panic!("{url} accepted")));
+        assert!(err("http://h").contains("name the port"), "{}", err("http://h"));
+        assert!(err("http://a:1,b:1").contains("one node"));
+        assert!(err("http://h:1/metrics").contains("no path"));
+        assert!(err("http://h:1?x=1").contains("unknown parameter \"x\""));
+        assert!(err("redis://h:1").contains("not a fencelock server URL"));
+        assert!(err("http://h:1?ca=/x.pem").contains("TLS"), "{}", err("http://h:1?ca=/x.pem"));
+        let missing = err("https://h:1?ca=/nonexistent/ca.pem");
+        assert!(missing.contains("/nonexistent/ca.pem"), "{missing}");
+        let e = err(&format!("https://h:1?ca=/nonexistent/ca.pem&token={SECRET}"));
+        assert!(!e.contains(SECRET), "{e}");
+        let e = format!("{:#}", lock_server("http://h:1?token=a%20b", None).err().unwrap());
+        assert!(e.contains("invalid auth token") && !e.contains("a b"), "{e}");
+    }
+
+    #[test]
+    fn ports_are_seen() {
+        assert!(has_port("http://h:1"));
+        assert!(has_port("https://u:p@h:1/?ca=x"));
+        assert!(has_port("http://[::1]:7071"));
+        assert!(!has_port("http://[::1]"));
+        assert!(!has_port("http://h/"));
+        assert!(!has_port("http://h?ca=a:b"));
+    }
 }

@@ -84,18 +84,33 @@
 //!
 //! After an audit-log write fails the server fails closed: fenced requests
 //! and `/healthz` answer `503` until it is restarted.
+//!
+//! # Connections, TLS, exposure
+//!
+//! HTTP/1.1, over TLS with [`Config::tls`] (ALPN `http/1.1`; client
+//! certificates optional or required; the files re-read when they change:
+//! see [`TlsFiles`]). A TLS handshake must be done within
+//! [`Config::handshake_timeout`], and a request's headers must be in within
+//! [`Config::header_read_timeout`], which also closes a connection that
+//! never speaks or stays idle between requests. Without TLS the server
+//! refuses to listen on an address other than loopback unless
+//! [`Config::insecure`] says that is meant.
 
 mod audit;
 mod http;
+mod listen;
 mod log_stream;
 mod objects;
+mod tls;
 mod tokens;
 
 use std::future::Future;
 use std::io;
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
+use std::time::Duration;
 
 pub use audit::{
     AuditConfig, AuditEntry, Outcome, AUDIT_FLUSH_INTERVAL, DEFAULT_AUDIT_KEEP_FILES,
@@ -103,7 +118,10 @@ pub use audit::{
 };
 pub use http::{LOCK_HEADER, TOKEN_HEADER};
 pub use objects::{invalid_object_key, MAX_OBJECT_KEY_LEN};
+pub use tls::{TlsError, TlsFiles, RELOAD_EVERY};
 pub use tokens::{DEFAULT_MAX_TOKEN, DEFAULT_TOKEN_MARGIN};
+/// The rustls of [`Config::lock_server_tls`].
+pub use tokio_rustls::rustls;
 
 use crate::keylocks::KeyLocks;
 use crate::{FenceError, FileFence};
@@ -111,8 +129,14 @@ use crate::{FenceError, FileFence};
 /// The default body limit: 1 MiB.
 pub const DEFAULT_MAX_BODY: usize = 1024 * 1024;
 
+/// The default [`Config::handshake_timeout`]: 10 s (the node's).
+pub const DEFAULT_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The default [`Config::header_read_timeout`]: 10 s (the node's).
+pub const DEFAULT_HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// The storage server's settings.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct Config {
     /// Where the fence (`fence/`), the objects (`objects/`) and the audit log
     /// (`audit.log`, rotated to `audit.log.1` …) live.
@@ -124,13 +148,57 @@ pub struct Config {
     pub enforce: bool,
     /// The largest token accepted (default [`DEFAULT_MAX_TOKEN`]).
     pub max_token: u64,
-    /// The lock service's admin HTTP (`http://host:port`): tokens above the
-    /// highest it has issued plus [`Config::token_margin`] are refused.
+    /// The lock service's admin HTTP (`http://host:port`, or
+    /// `https://host:port` with [`Config::lock_server_tls`]): tokens above
+    /// the highest it has issued plus [`Config::token_margin`] are refused.
     pub lock_server: Option<String>,
+    /// TLS towards an `https://` [`Config::lock_server`]: the CA of its
+    /// certificate, and a client certificate if it asks for one. The host
+    /// of the URL must be named by the certificate.
+    pub lock_server_tls: Option<Arc<rustls::ClientConfig>>,
+    /// A bearer token sent to [`Config::lock_server`]
+    /// (`Authorization: Bearer …`), for a lock service whose auth file
+    /// protects `/metrics`. Never logged.
+    pub lock_server_token: Option<String>,
     /// See [`Config::lock_server`] (default [`DEFAULT_TOKEN_MARGIN`]).
     pub token_margin: u64,
     /// Rotation of the audit log.
     pub audit: AuditConfig,
+    /// TLS on the listener; `None` serves plaintext, which only a loopback
+    /// address or [`Config::insecure`] allows.
+    pub tls: Option<TlsFiles>,
+    /// Serve plaintext on an address other hosts can reach all the same.
+    pub insecure: bool,
+    /// A TLS handshake not done within this after the accept closes the
+    /// connection (default [`DEFAULT_HANDSHAKE_TIMEOUT`]).
+    pub handshake_timeout: Duration,
+    /// A request whose headers are not in within this (counted from the
+    /// connection's start, or from the end of its previous request) closes
+    /// the connection (default [`DEFAULT_HEADER_READ_TIMEOUT`]).
+    pub header_read_timeout: Duration,
+}
+
+impl std::fmt::Debug for Config {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Config")
+            .field("data_dir", &self.data_dir)
+            .field("max_body", &self.max_body)
+            .field("enforce", &self.enforce)
+            .field("max_token", &self.max_token)
+            .field("lock_server", &self.lock_server)
+            .field("lock_server_tls", &self.lock_server_tls.is_some())
+            .field(
+                "lock_server_token",
+                &self.lock_server_token.as_ref().map(|_| "***"),
+            )
+            .field("token_margin", &self.token_margin)
+            .field("audit", &self.audit)
+            .field("tls", &self.tls)
+            .field("insecure", &self.insecure)
+            .field("handshake_timeout", &self.handshake_timeout)
+            .field("header_read_timeout", &self.header_read_timeout)
+            .finish()
+    }
 }
 
 impl Config {
@@ -142,9 +210,30 @@ impl Config {
             enforce: true,
             max_token: DEFAULT_MAX_TOKEN,
             lock_server: None,
+            lock_server_tls: None,
+            lock_server_token: None,
             token_margin: DEFAULT_TOKEN_MARGIN,
             audit: AuditConfig::default(),
+            tls: None,
+            insecure: false,
+            handshake_timeout: DEFAULT_HANDSHAKE_TIMEOUT,
+            header_read_timeout: DEFAULT_HEADER_READ_TIMEOUT,
         }
+    }
+
+    /// Refuses plaintext on `listen` if other hosts can reach it (an
+    /// address other than loopback), unless [`Config::insecure`]; says why
+    /// and the way out, in one line.
+    pub fn check_exposure(&self, listen: SocketAddr) -> Result<(), String> {
+        if self.insecure || self.tls.is_some() || listen.ip().is_loopback() {
+            return Ok(());
+        }
+        Err(format!(
+            "--listen {listen} is reachable from other hosts and TLS is off: anyone there could \
+             read and overwrite objects and see the fencing tokens in flight. Set --tls-cert and \
+             --tls-key (fencelock certs init makes them), or pass --insecure if the network is \
+             yours alone"
+        ))
     }
 }
 
@@ -159,23 +248,41 @@ pub async fn serve(
     serve_with(listener, Config::new(data_dir), shutdown).await
 }
 
-/// [`serve`] with explicit settings.
+/// [`serve`] with explicit settings. Fails at once (`InvalidInput`, nothing
+/// written) if the listener is exposed without TLS (see
+/// [`Config::check_exposure`]) or a TLS file does not load (the error names
+/// the file: [`TlsError`]).
 pub async fn serve_with(
     listener: tokio::net::TcpListener,
     config: Config,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> io::Result<()> {
+    let invalid = |e: String| io::Error::new(io::ErrorKind::InvalidInput, e);
+    let addr = listener.local_addr()?;
+    config.check_exposure(addr).map_err(invalid)?;
+    let tls = match &config.tls {
+        Some(files) => {
+            Some(tls::ServerTls::load(files.clone()).map_err(|e| invalid(e.to_string()))?)
+        }
+        None => None,
+    };
+    let how = listen::Listening {
+        tls: tls.clone(),
+        handshake_timeout: config.handshake_timeout,
+        header_read_timeout: config.header_read_timeout,
+    };
     let store = Arc::new(open_store(config).await?);
-    tracing::info!(addr = ?listener.local_addr().ok(), "fenced storage server listening");
+    tracing::info!(%addr, tls = tls.is_some(), "fenced storage server listening");
     let flusher = tokio::spawn(flush_audit_log(store.clone()));
-    let served = axum::serve(listener, http::router(store.clone()))
-        .with_graceful_shutdown(shutdown)
-        .await;
+    let watcher = tls.map(|t| tokio::spawn(t.watch()));
+    listen::serve(listener, http::router(store.clone()), how, shutdown).await;
     flusher.abort();
-    let flushed = tokio::task::spawn_blocking(move || store.audit.flush())
+    if let Some(w) = watcher {
+        w.abort();
+    }
+    tokio::task::spawn_blocking(move || store.audit.flush())
         .await
-        .map_err(io::Error::other)?;
-    served.and(flushed)
+        .map_err(io::Error::other)?
 }
 
 /// Make buffered audit entries durable every [`AUDIT_FLUSH_INTERVAL`].
@@ -193,12 +300,16 @@ async fn flush_audit_log(store: Arc<http::Store>) {
 }
 
 async fn open_store(config: Config) -> io::Result<http::Store> {
-    let tokens = tokens::TokenLimit::new(
-        config.max_token,
-        config.lock_server.as_deref(),
-        config.token_margin,
-    )
-    .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+    let lock_server = match &config.lock_server {
+        None => None,
+        Some(url) => Some(tokens::LockServer {
+            url,
+            tls: config.lock_server_tls.clone(),
+            token: config.lock_server_token.as_deref(),
+        }),
+    };
+    let tokens = tokens::TokenLimit::new(config.max_token, lock_server, config.token_margin)
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
     let dir = config.data_dir;
     std::fs::create_dir_all(&dir)?;
     let fence = FileFence::open(dir.join("fence"))

@@ -20,15 +20,20 @@
 //! The highest token issued is the `fencelock_token_counter` gauge of the lock
 //! service's admin HTTP `/metrics` (not `fencelock_tokens_issued`, which counts
 //! grants: tokens jump with each leader's floor); concurrent fetches are merged
-//! into one.
+//! into one. Each fetch is one request on a connection of its own, over TLS
+//! for an `https://` lock service, with its bearer token if one is given.
 
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Bytes;
 use http_body_util::{BodyExt, Empty, Limited};
-use hyper_util::client::legacy::{connect::HttpConnector, Client};
-use hyper_util::rt::TokioExecutor;
+use hyper::header::{HeaderValue, AUTHORIZATION, HOST};
+use hyper_util::rt::TokioIo;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::TcpStream;
+use tokio_rustls::rustls;
 
 /// The default largest token: 9×10^18, below [`crate::MAX_TOKEN`] (2^63−1 ≈
 /// 9.22×10^18). No counting lock service comes near it (a group whose
@@ -87,10 +92,31 @@ pub(crate) struct TokenLimit {
     issued: Option<Issued>,
 }
 
+/// Where the lock service's admin HTTP is, and how to reach it.
+pub(crate) struct LockServer<'a> {
+    /// `http://host:port` or `https://host:port`.
+    pub url: &'a str,
+    /// For `https://`.
+    pub tls: Option<Arc<rustls::ClientConfig>>,
+    /// `Authorization: Bearer` for a protected `/metrics`.
+    pub token: Option<&'a str>,
+}
+
 /// The lock service's count, as last fetched.
 struct Issued {
-    /// `http://host:port/metrics` of the lock service's admin HTTP.
+    /// `http(s)://host:port/metrics` of the lock service's admin HTTP.
     url: hyper::Uri,
+    /// `host:port` of `url` (the port given, or the scheme's), to connect to.
+    addr: String,
+    /// `url`'s authority, for `Host:`.
+    authority: String,
+    /// With an `https://` URL: the connector and the name the certificate
+    /// must have.
+    tls: Option<(
+        tokio_rustls::TlsConnector,
+        rustls::pki_types::ServerName<'static>,
+    )>,
+    authorization: Option<HeaderValue>,
     margin: u64,
     known: AtomicU64,
     /// How many fetches were started; fetch `n` is the `n`th.
@@ -99,23 +125,18 @@ struct Issued {
     /// succeeded, so a waiter can tell whether it began after its token
     /// arrived (then it counts as this token's refresh).
     fetching: tokio::sync::Mutex<u64>,
-    client: Client<HttpConnector, Empty<Bytes>>,
 }
 
 impl TokenLimit {
-    /// `lock_server` is the base URL of the lock service's admin HTTP
-    /// (`http://host:port`).
-    pub(crate) fn new(max: u64, lock_server: Option<&str>, margin: u64) -> Result<Self, String> {
+    /// `lock_server`: the lock service's admin HTTP, if any.
+    pub(crate) fn new(
+        max: u64,
+        lock_server: Option<LockServer<'_>>,
+        margin: u64,
+    ) -> Result<Self, String> {
         let issued = match lock_server {
             None => None,
-            Some(base) => Some(Issued {
-                url: metrics_url(base)?,
-                margin,
-                known: AtomicU64::new(0),
-                started: AtomicU64::new(0),
-                fetching: tokio::sync::Mutex::new(0),
-                client: Client::builder(TokioExecutor::new()).build_http(),
-            }),
+            Some(server) => Some(Issued::new(server, margin)?),
         };
         Ok(Self { max, issued })
     }
@@ -136,6 +157,57 @@ impl TokenLimit {
 }
 
 impl Issued {
+    fn new(server: LockServer<'_>, margin: u64) -> Result<Self, String> {
+        let url = metrics_url(server.url)?;
+        let base = server.url.trim_end_matches('/');
+        let authority = url.authority().map(|a| a.to_string()).unwrap_or_default();
+        let https = url.scheme_str() == Some("https");
+        let port = url.port_u16().unwrap_or(if https { 443 } else { 80 });
+        let addr = format!("{}:{port}", url.host().unwrap_or_default());
+        let tls = match (url.scheme_str(), server.tls) {
+            (Some("https"), Some(config)) => {
+                let host = url.host().unwrap_or_default();
+                let host = host.trim_start_matches('[').trim_end_matches(']');
+                let name = rustls::pki_types::ServerName::try_from(host.to_owned())
+                    .map_err(|e| format!("lock server URL {base:?}: host {host:?}: {e}"))?;
+                Some((tokio_rustls::TlsConnector::from(config), name))
+            }
+            (Some("https"), None) => {
+                return Err(format!(
+                    "lock server URL {base:?}: https:// needs the lock service's CA"
+                ))
+            }
+            (_, Some(_)) => {
+                return Err(format!(
+                    "lock server URL {base:?}: TLS settings are given, so use https://"
+                ))
+            }
+            (_, None) => None,
+        };
+        let authorization = match server.token {
+            None => None,
+            Some(t) => {
+                let mut v = HeaderValue::from_str(&format!("Bearer {t}"))
+                    .ok()
+                    .filter(|_| !t.is_empty() && !t.contains(char::is_whitespace))
+                    .ok_or("the lock server token is not a valid bearer token (empty, spaces or control characters)")?;
+                v.set_sensitive(true);
+                Some(v)
+            }
+        };
+        Ok(Issued {
+            url,
+            addr,
+            authority,
+            tls,
+            authorization,
+            margin,
+            known: AtomicU64::new(0),
+            started: AtomicU64::new(0),
+            fetching: tokio::sync::Mutex::new(0),
+        })
+    }
+
     fn within(&self, token: u64) -> bool {
         token
             <= self
@@ -177,13 +249,18 @@ impl Issued {
     }
 
     async fn fetch(&self) -> Result<u64, String> {
-        let request = self.client.get(self.url.clone());
-        let response = tokio::time::timeout(FETCH_TIMEOUT, request)
+        let response = tokio::time::timeout(FETCH_TIMEOUT, self.get())
             .await
-            .map_err(|_| format!("no answer in {FETCH_TIMEOUT:?}"))?
-            .map_err(|e| e.to_string())?;
-        if !response.status().is_success() {
-            return Err(format!("/metrics answered {}", response.status()));
+            .map_err(|_| format!("no answer in {FETCH_TIMEOUT:?}"))??;
+        let status = response.status();
+        if status == hyper::StatusCode::UNAUTHORIZED || status == hyper::StatusCode::FORBIDDEN {
+            return Err(format!(
+                "/metrics answered {status}: the lock service wants credentials for it \
+                 (a token with --lock-server-token, or a client certificate)"
+            ));
+        }
+        if !status.is_success() {
+            return Err(format!("/metrics answered {status}"));
         }
         let body = tokio::time::timeout(
             FETCH_TIMEOUT,
@@ -196,17 +273,61 @@ impl Issued {
         tokens_issued(&String::from_utf8_lossy(&body))
             .ok_or_else(|| format!("no {GAUGE} gauge in /metrics"))
     }
+
+    /// `GET /metrics` on a connection of its own (over TLS for `https://`).
+    async fn get(&self) -> Result<hyper::Response<hyper::body::Incoming>, String> {
+        let tcp = TcpStream::connect(&self.addr)
+            .await
+            .map_err(|e| format!("cannot connect: {e}"))?;
+        let _ = tcp.set_nodelay(true);
+        match &self.tls {
+            None => self.get_on(tcp).await,
+            Some((connector, name)) => {
+                let tls = connector
+                    .connect(name.clone(), tcp)
+                    .await
+                    .map_err(|e| format!("TLS handshake: {e}"))?;
+                self.get_on(tls).await
+            }
+        }
+    }
+
+    async fn get_on<S>(&self, io: S) -> Result<hyper::Response<hyper::body::Incoming>, String>
+    where
+        S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
+        let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(io))
+            .await
+            .map_err(|e| e.to_string())?;
+        tokio::spawn(async move {
+            if let Err(e) = conn.await {
+                tracing::debug!(error = %e, "lock server connection ended with an error");
+            }
+        });
+        let mut request = hyper::Request::get("/metrics")
+            .header(HOST, self.authority.as_str())
+            .body(Empty::<Bytes>::new())
+            .map_err(|e| e.to_string())?;
+        if let Some(auth) = &self.authorization {
+            request.headers_mut().insert(AUTHORIZATION, auth.clone());
+        }
+        sender
+            .send_request(request)
+            .await
+            .map_err(|e| e.to_string())
+    }
 }
 
-/// `base` + `/metrics`, for an `http://host:port` base.
+/// `base` + `/metrics`, for an `http://host:port` or `https://host:port` base.
 fn metrics_url(base: &str) -> Result<hyper::Uri, String> {
     let base = base.trim_end_matches('/');
     let uri: hyper::Uri = format!("{base}/metrics")
         .parse()
         .map_err(|e| format!("lock server URL {base:?}: {e}"))?;
-    if uri.scheme_str() != Some("http") || uri.host().is_none() || uri.path() != "/metrics" {
+    let scheme_ok = matches!(uri.scheme_str(), Some("http" | "https"));
+    if !scheme_ok || uri.host().is_none() || uri.path() != "/metrics" {
         return Err(format!(
-            "lock server URL {base:?}: expected http://host:port (the lock service's admin HTTP)"
+            "lock server URL {base:?}: expected http://host:port or https://host:port (the lock service's admin HTTP)"
         ));
     }
     Ok(uri)
@@ -240,7 +361,8 @@ mod tests {
             metrics_url("http://127.0.0.1:7071/").unwrap().to_string(),
             "http://127.0.0.1:7071/metrics"
         );
-        assert!(metrics_url("https://h:1").is_err());
+        assert!(metrics_url("https://h:1").is_ok());
+        assert!(metrics_url("ftp://h:1").is_err());
         assert!(metrics_url("127.0.0.1:7071").is_err());
         assert!(metrics_url("http://h:1/x").is_err());
     }

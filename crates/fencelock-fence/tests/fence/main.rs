@@ -1,6 +1,7 @@
 //! The integration tests of fencelock-fence, one binary: the shared
 //! conformance suite run against every `Fence`, then each implementation's
-//! own durability and atomicity tests, then the storage server.
+//! own durability and atomicity tests, then the storage server (plaintext and
+//! TLS).
 //!
 //! PostgreSQL and Redis are real servers started by `support` (install them
 //! with `scripts/install-test-deps.sh`; without them these tests fail).
@@ -13,6 +14,7 @@ mod file_fence;
 mod pg_fence;
 mod redis_fence;
 mod storage_server;
+mod storage_tls;
 
 use std::any::Any;
 use std::sync::Arc;

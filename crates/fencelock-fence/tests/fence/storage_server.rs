@@ -18,17 +18,17 @@ use crate::support::ChildGuard;
 
 /// A response: status, body.
 #[derive(Debug)]
-struct Resp {
-    status: u16,
-    body: Vec<u8>,
+pub(crate) struct Resp {
+    pub(crate) status: u16,
+    pub(crate) body: Vec<u8>,
 }
 
 impl Resp {
-    fn json(&self) -> Value {
+    pub(crate) fn json(&self) -> Value {
         serde_json::from_slice(&self.body)
             .unwrap_or_else(|e| panic!("not JSON ({e}): {:?}", String::from_utf8_lossy(&self.body)))
     }
-    fn text(&self) -> String {
+    pub(crate) fn text(&self) -> String {
         String::from_utf8(self.body.clone()).unwrap()
     }
 }
@@ -47,7 +47,7 @@ async fn request(
         .unwrap_or_else(|e| panic!("{method} {path}: {e}"))
 }
 
-async fn try_request(
+pub(crate) async fn try_request(
     addr: SocketAddr,
     method: &str,
     path: &str,
@@ -74,7 +74,7 @@ async fn try_request(
     })
 }
 
-fn parse_response(raw: &[u8]) -> Option<Resp> {
+pub(crate) fn parse_response(raw: &[u8]) -> Option<Resp> {
     let split = raw.windows(4).position(|w| w == b"\r\n\r\n")?;
     let head = std::str::from_utf8(&raw[..split]).ok()?;
     let status = head.split(' ').nth(1)?.parse().ok()?;
@@ -112,7 +112,7 @@ fn dechunk(mut rest: &[u8]) -> Option<Vec<u8>> {
     }
 }
 
-fn fenced(token: &str) -> [(&'static str, &str); 2] {
+pub(crate) fn fenced(token: &str) -> [(&'static str, &str); 2] {
     [("Fencing-Lock", "doc-lock"), ("Fencing-Token", token)]
 }
 
