@@ -9,7 +9,7 @@ use std::{path::Path, process::Command};
 
 use serde_json::Value;
 
-const ENGINES: [&str; 9] = ["fencelock", "fencelock-3", "redis", "redis-aof", "etcd", "zookeeper", "postgres", "pg-advisory", "redis-poll"];
+const ENGINES: [&str; 10] = ["fencelock", "fencelock-secure", "fencelock-3", "redis", "redis-aof", "etcd", "zookeeper", "postgres", "pg-advisory", "redis-poll"];
 
 #[test]
 fn quick_run_measures_every_cell_of_every_engine() {

@@ -9,6 +9,11 @@
 //! a burst can pass a limit by the number of its requests still in flight
 //! (each of which is bounded in size and by the connection limits).
 //!
+//! What a check costs: a lease is counted in O(1); a lock counts the
+//! identity's leases' holds and waits (at most its lease quota), and the global
+//! held locks and waiters come from [`Engine::stats`] taken at most every
+//! [`STATS_EVERY`] (it walks every lock), so they may lag by that much.
+//!
 //! Over a limit a request gets RESOURCE_EXHAUSTED naming the limit and its
 //! value; `fencelock_limit_refusals_total{limit}` counts refusals per limit.
 //! Without authentication only the global limits apply.
@@ -97,9 +102,14 @@ pub enum Adds {
     Lock { waits: bool },
 }
 
+/// How often the global held-lock and waiter counts are taken again.
+pub const STATS_EVERY: std::time::Duration = std::time::Duration::from_millis(100);
+
 /// The limits of a node, with the request rates of its identities.
 pub struct Quotas {
     limits: Limits,
+    /// The engine's gauges and when they were taken (see [`STATS_EVERY`]).
+    stats: Mutex<Option<(Instant, fencelock_core::Stats)>>,
     /// Tokens left and when they were last counted, by identity.
     buckets: Mutex<HashMap<String, (f64, Instant)>>,
     refusals: [AtomicU64; LIMITS.len()],
@@ -107,41 +117,55 @@ pub struct Quotas {
 
 impl Quotas {
     pub fn new(limits: Limits) -> Self {
-        Quotas { limits, buckets: Mutex::default(), refusals: Default::default() }
+        Quotas { limits, stats: Mutex::default(), buckets: Mutex::default(), refusals: Default::default() }
     }
 
     /// Whether `identity` (`None`: authentication off) may add `adds` to the
     /// state `engine` has now. `own`: the identity's own quota, if it has one.
     pub fn admit(&self, engine: &Engine, identity: Option<(&str, Option<&Quota>)>, adds: Adds) -> Result<(), Exhausted> {
-        let stats = engine.stats();
         let g = self.limits.global;
-        let global = match adds {
-            Adds::Lease => [("leases", g.leases, stats.leases)].to_vec(),
-            Adds::Lock { waits } => {
-                let mut v = vec![("locks", g.locks, stats.held_locks)];
+        let mut checks = Vec::with_capacity(4);
+        match adds {
+            Adds::Lease => checks.push(("leases", g.leases, engine.lease_count())),
+            Adds::Lock { waits } if g.locks > 0 || (waits && g.waiters > 0) => {
+                let stats = self.stats(engine, Instant::now());
+                checks.push(("locks", g.locks, stats.held_locks));
                 if waits {
-                    v.push(("waiters", g.waiters, stats.waiters));
+                    checks.push(("waiters", g.waiters, stats.waiters));
                 }
-                v
             }
-        };
-        let mut checks = global;
+            Adds::Lock { .. } => {}
+        }
         if let Some((name, own)) = identity {
             let q = own.unwrap_or(&self.limits.per_identity);
-            let u = engine.usage(name);
             match adds {
-                Adds::Lease => checks.push(("leases_per_identity", q.leases, u.leases)),
-                Adds::Lock { waits } => {
+                Adds::Lease => checks.push(("leases_per_identity", q.leases, engine.owned_lease_count(name))),
+                Adds::Lock { waits } if q.locks > 0 || (waits && q.waits > 0) => {
+                    let u = engine.usage(name);
                     checks.push(("locks_per_identity", q.locks, u.holds));
                     if waits {
                         checks.push(("waits_per_identity", q.waits, u.waits));
                     }
                 }
+                Adds::Lock { .. } => {}
             }
         }
         match checks.into_iter().find(|(_, max, used)| *max > 0 && used >= max) {
             Some((limit, value, _)) => Err(self.refused(limit, value)),
             None => Ok(()),
+        }
+    }
+
+    /// The engine's gauges, taken again when older than [`STATS_EVERY`].
+    fn stats(&self, engine: &Engine, now: Instant) -> fencelock_core::Stats {
+        let mut cached = self.stats.lock().unwrap_or_else(|p| p.into_inner());
+        match *cached {
+            Some((at, stats)) if now.saturating_duration_since(at) < STATS_EVERY => stats,
+            _ => {
+                let stats = engine.stats();
+                *cached = Some((now, stats));
+                stats
+            }
         }
     }
 

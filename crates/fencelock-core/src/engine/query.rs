@@ -62,6 +62,16 @@ impl Engine {
         })
     }
 
+    /// How many leases there are (live or due to expire at the next tick); O(1).
+    pub fn lease_count(&self) -> u64 {
+        self.leases.len() as u64
+    }
+
+    /// How many leases `owner` has; O(1) (see [`Engine::usage`] for the rest).
+    pub fn owned_lease_count(&self, owner: &str) -> u64 {
+        self.owned.get(owner).map_or(0, |ids| ids.len() as u64)
+    }
+
     /// What the leases of `owner` hold and wait for, as of the last input
     /// (for quotas; costs one step per lease of the owner).
     pub fn usage(&self, owner: &str) -> Usage {
