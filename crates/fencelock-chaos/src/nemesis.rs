@@ -37,6 +37,7 @@ pub async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
         Scenario::L2 => crate::cluster::l2_leader_isolation(ctx).await,
         Scenario::L3 => crate::cluster::l3_partitions(ctx).await,
         Scenario::P1 => crate::peer_input::p1_peer_input(ctx).await,
+        Scenario::P2 => crate::peer_tls::p2_forged_peer(ctx).await,
     }
 }
 

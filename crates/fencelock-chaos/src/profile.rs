@@ -79,6 +79,7 @@ fn plans(p: Profile) -> Vec<Plan> {
                 plan(S4, "fencelock", 6, 15),
                 plan(S5, "fencelock", 7, 20),
                 plan(P1, "fencelock", 8, 15),
+                plan(P2, "fencelock", 9, 15),
             ];
             for (i, b) in peers.iter().enumerate() {
                 v.push(plan(K1, b, 11 + i as u64, 10));
@@ -90,7 +91,7 @@ fn plans(p: Profile) -> Vec<Plan> {
         Profile::Long => {
             // K4 alone runs 15 minutes: about 800 kills (0.5–2.5 s apart, plus restarts).
             let mut v = vec![plan(K4, "fencelock", 104, 15 * 60)];
-            for (s, seed) in [(K1, 101), (K2, 102), (K3, 103), (S1, 105), (S4, 106), (S5, 107), (P1, 108)] {
+            for (s, seed) in [(K1, 101), (K2, 102), (K3, 103), (S1, 105), (S4, 106), (S5, 107), (P1, 108), (P2, 109)] {
                 v.push(plan(s, "fencelock", seed, 120));
             }
             for (i, b) in peers.iter().enumerate() {
