@@ -87,6 +87,10 @@ struct RunArgs {
     /// Run a deliberately broken build: fencing-off, memory-token, dead-waiter.
     #[arg(long)]
     mutant: Option<Mutant>,
+    /// Run the native server with TLS and an auth file: workers connect with
+    /// `fencelock+tls://…?ca=…&token=…`, admin calls go over TLS with the token.
+    #[arg(long)]
+    tls: bool,
     /// Directory for histories, logs and verdict.json [default: target/chaos/<scenario>-<backend>-<seed>].
     #[arg(long)]
     out: Option<PathBuf>,
@@ -192,6 +196,7 @@ async fn run_one(a: RunArgs) -> anyhow::Result<ExitCode> {
         workers: a.workers,
         ttl: a.ttl,
         mutant: a.mutant,
+        tls: a.tls,
         out: out.clone(),
     };
     let verdict = run::run(spec).await?;

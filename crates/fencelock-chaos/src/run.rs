@@ -62,6 +62,12 @@ impl Ctx {
         tokio::time::Instant::now() >= self.end
     }
 
+    /// The URL of the lock service (or of a proxy `via` in front of it), over
+    /// TLS with the run's token if the server runs with them.
+    pub fn lock_url(&self, via: Option<std::net::SocketAddr>) -> String {
+        lock_url(&self.target, self.secure.as_ref(), via)
+    }
+
     /// A seeded duration between `lo` and `hi` times `unit`.
     pub fn between(&mut self, unit: Duration, lo: f64, hi: f64) -> Duration {
         unit.mul_f64(lo + (hi - lo) * self.rng.f64())
@@ -76,7 +82,12 @@ pub async fn run(spec: RunSpec) -> anyhow::Result<Verdict> {
     let hist_dir = spec.out.join("history");
     std::fs::create_dir_all(&hist_dir).with_context(|| format!("create {}", hist_dir.display()))?;
     let data = tempfile::Builder::new().prefix("fencelock-chaos-").tempdir()?;
-    let secure = match spec.scenario.tls() {
+    if spec.tls {
+        if let Some(why) = spec.scenario.unsupported_with_tls(&spec.backend) {
+            anyhow::bail!("{} against {} with --tls: not applicable: {why}", spec.scenario, spec.backend);
+        }
+    }
+    let secure = match spec.tls || spec.scenario.needs_tls() {
         true => Some(Secure::create(&data.path().join("tls"))?),
         false => None,
     };
@@ -201,7 +212,11 @@ fn run_info(spec: &RunSpec, caps: &Capabilities, ttl: Duration) -> RunInfo {
     };
     RunInfo {
         scenario: spec.scenario.to_string(),
-        backend: spec.backend.clone(),
+        // A run under TLS and auth gets its own rows in the report (P2 always is).
+        backend: match spec.tls && !spec.scenario.needs_tls() {
+            true => format!("{} (TLS, auth)", spec.backend),
+            false => spec.backend.clone(),
+        },
         mutant: spec.mutant.map(|m| m.name().to_string()),
         seed: spec.seed,
         duration_ms: spec.duration.as_millis() as u64,

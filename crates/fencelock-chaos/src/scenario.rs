@@ -137,9 +137,19 @@ impl Scenario {
         }
     }
 
-    /// Whether the native server runs with TLS and an auth file.
-    pub fn tls(self) -> bool {
+    /// Whether the native server must run with TLS and an auth file.
+    pub fn needs_tls(self) -> bool {
         self == Scenario::P2
+    }
+
+    /// Why this scenario cannot run against the native server under TLS and
+    /// auth (`--tls`), if it cannot.
+    pub fn unsupported_with_tls(self, backend: &str) -> Option<&'static str> {
+        match self {
+            _ if backend != "fencelock" => Some("TLS and auth are set up for the native single node only"),
+            Scenario::P1 => Some("P1 speaks plaintext Raft to the gRPC port; under TLS a non-member's messages are refused before they are decoded, which is P2"),
+            _ => None,
+        }
     }
 
     /// Whether the run restarts the lock service.
@@ -192,6 +202,8 @@ pub struct RunSpec {
     /// Asked TTL; raised to the backend's minimum.
     pub ttl: Duration,
     pub mutant: Option<Mutant>,
+    /// The native server runs with TLS and an auth file (always for P2).
+    pub tls: bool,
     /// Where the histories, logs and verdict go.
     pub out: PathBuf,
 }

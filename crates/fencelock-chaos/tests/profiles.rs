@@ -116,6 +116,26 @@ fn short_profile_postgres() {
     short("postgres", 2);
 }
 
+/// `run --tls` briefly: K1 (holders paused past their TTL) against the native
+/// server under TLS and auth passes, with stale writes fenced, and is reported
+/// as its own backend.
+#[test]
+fn k1_under_tls_and_auth() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("K1-tls");
+    let o = Command::new(env!("CARGO_BIN_EXE_fencelock-chaos"))
+        .args(["run", "--scenario", "K1", "--tls", "--seed", "1", "--duration", "6s", "--out"])
+        .arg(&out)
+        .output()
+        .expect("run fencelock-chaos");
+    let text = format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    assert!(o.status.success(), "K1 under TLS failed:\n{text}");
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join("verdict.json")).unwrap()).unwrap();
+    assert_eq!(v["passed"], true, "{v:#}");
+    assert_eq!(v["info"]["backend"], "fencelock (TLS, auth)", "{v:#}");
+    assert!(v["stats"]["acquires"]["ok"].as_u64().unwrap() > 0, "{v:#}");
+}
+
 /// C9: each mutant must turn its scenario red, in the check that guards
 /// against it: storage with fencing off → stale accepts or lost updates (C3,
 /// C4); a token counter only in memory → token inversions (C2); the
