@@ -1,13 +1,36 @@
 //! A minimal HTTP/1.1 client for the fenced storage server and the lock
 //! server's admin port: one request per connection (`Connection: close`), so
-//! a proxy that holds a connection holds exactly one request.
+//! a proxy that holds a connection holds exactly one request. An address
+//! registered with [`use_tls`] (a lock server run with TLS and an auth file)
+//! is spoken to over TLS, with its bearer token on every request.
 
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
+
 use anyhow::{anyhow, bail, Context};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
+
+/// How an address registered with [`use_tls`] is reached.
+#[derive(Clone)]
+struct Tls {
+    config: Arc<rustls::ClientConfig>,
+    token: String,
+}
+
+fn tls_addrs() -> &'static Mutex<HashMap<SocketAddr, Tls>> {
+    static ADDRS: OnceLock<Mutex<HashMap<SocketAddr, Tls>>> = OnceLock::new();
+    ADDRS.get_or_init(Default::default)
+}
+
+/// From now on, requests to `addr` go over TLS (`config`) and carry
+/// `Authorization: Bearer <token>`.
+pub fn use_tls(addr: SocketAddr, config: Arc<rustls::ClientConfig>, token: String) {
+    tls_addrs().lock().expect("tls registry").insert(addr, Tls { config, token });
+}
 
 /// A response: status, body, and the server's `Date` header (its wall clock).
 #[derive(Debug, Clone)]
@@ -44,8 +67,25 @@ async fn exchange(
     headers: &[(&str, String)],
     body: &[u8],
 ) -> anyhow::Result<Response> {
-    let mut s = TcpStream::connect(addr).await.with_context(|| format!("connect {addr}"))?;
+    let s = TcpStream::connect(addr).await.with_context(|| format!("connect {addr}"))?;
     let _ = s.set_nodelay(true);
+    let tls = tls_addrs().lock().expect("tls registry").get(&addr).cloned();
+    let Some(tls) = tls else { return talk(s, addr, method, path, headers, body).await };
+    let name = rustls::pki_types::ServerName::IpAddress(addr.ip().into());
+    let s = tokio_rustls::TlsConnector::from(tls.config).connect(name, s).await.with_context(|| format!("TLS to {addr}"))?;
+    let mut headers = headers.to_vec();
+    headers.push(("Authorization", format!("Bearer {}", tls.token)));
+    talk(s, addr, method, path, &headers, body).await
+}
+
+async fn talk(
+    mut s: impl AsyncRead + AsyncWrite + Unpin,
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, String)],
+    body: &[u8],
+) -> anyhow::Result<Response> {
     let mut head = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Length: {}\r\n", body.len());
     for (k, v) in headers {
         head.push_str(&format!("{k}: {v}\r\n"));

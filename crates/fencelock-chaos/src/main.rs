@@ -22,10 +22,12 @@ mod http;
 mod nemesis;
 mod peer_input;
 mod procs;
+mod peer_tls;
 mod profile;
 mod report;
 mod run;
 mod scenario;
+mod secure;
 mod targets;
 mod worker;
 mod workers;
@@ -66,7 +68,7 @@ enum Cmd {
 
 #[derive(Args, Debug)]
 struct RunArgs {
-    /// K1, K2, K3, K4, S1, S4, S5, P1; L1, L2 or L3 (against fencelock3).
+    /// K1, K2, K3, K4, S1, S4, S5, P1, P2; L1, L2 or L3 (against fencelock3).
     #[arg(long)]
     scenario: Scenario,
     /// fencelock, fencelock3 (a 3-node group), redis, redlock, etcd, zk or postgres.
@@ -85,6 +87,10 @@ struct RunArgs {
     /// Run a deliberately broken build: fencing-off, memory-token, dead-waiter.
     #[arg(long)]
     mutant: Option<Mutant>,
+    /// Run the native server with TLS and an auth file: workers connect with
+    /// `fencelock+tls://…?ca=…&token=…`, admin calls go over TLS with the token.
+    #[arg(long)]
+    tls: bool,
     /// Directory for histories, logs and verdict.json [default: target/chaos/<scenario>-<backend>-<seed>].
     #[arg(long)]
     out: Option<PathBuf>,
@@ -104,6 +110,12 @@ struct ServeArgs {
     /// The voters of a new group, `id=host:port,…`.
     #[arg(long)]
     peers: Option<String>,
+    /// TLS with node 1's certificate of this `certs::init` directory.
+    #[arg(long)]
+    tls_dir: Option<PathBuf>,
+    /// Authentication: this auth file.
+    #[arg(long)]
+    auth_file: Option<PathBuf>,
 }
 
 #[derive(Args, Debug)]
@@ -184,6 +196,7 @@ async fn run_one(a: RunArgs) -> anyhow::Result<ExitCode> {
         workers: a.workers,
         ttl: a.ttl,
         mutant: a.mutant,
+        tls: a.tls,
         out: out.clone(),
     };
     let verdict = run::run(spec).await?;
@@ -203,6 +216,11 @@ async fn serve(a: ServeArgs) -> anyhow::Result<()> {
     config.node_id = a.node_id;
     if let Some(p) = &a.peers {
         config.bootstrap = fencelock_server::Bootstrap::Peers(parse_peers(p)?);
+    }
+    if let Some(dir) = &a.tls_dir {
+        secure::server_config(&mut config, dir, a.auth_file.as_deref());
+    } else {
+        config.auth_file = a.auth_file.clone();
     }
     let running = fencelock_server::start(config).await.context("start the lock server")?;
     wait_for_term().await?;

@@ -37,6 +37,7 @@ pub async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
         Scenario::L2 => crate::cluster::l2_leader_isolation(ctx).await,
         Scenario::L3 => crate::cluster::l3_partitions(ctx).await,
         Scenario::P1 => crate::peer_input::p1_peer_input(ctx).await,
+        Scenario::P2 => crate::peer_tls::p2_forged_peer(ctx).await,
     }
 }
 
@@ -235,7 +236,10 @@ async fn server_wall_jump(ctx: &mut Ctx, wall_s: &mut i64) -> anyhow::Result<()>
 /// How far the server's wall clock (its admin `Date` header) is from ours.
 async fn server_wall_offset(ctx: &Ctx) -> Option<i64> {
     let admin = ctx.target.admin()?;
-    let r = http::request(admin, "GET", "/healthz", &[], b"", Duration::from_secs(2)).await.ok()?;
+    let r = http::request(admin, "GET", "/healthz", &[], b"", Duration::from_secs(2))
+        .await
+        .inspect_err(|e| tracing::warn!(error = %e, "K3: no answer from the server's admin port"))
+        .ok()?;
     let theirs = httpdate::parse_http_date(r.date.as_deref()?).ok()?;
     let ours = std::time::SystemTime::now();
     Some(match theirs.duration_since(ours) {
@@ -451,15 +455,20 @@ async fn k4_peer_kills(ctx: &mut Ctx) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// A client of the native server at `url` (TLS and its token if it has them).
+async fn native_client(url: &str) -> anyhow::Result<fencelock::Client> {
+    let u = fencelock::backend::BackendUrl::parse(url).map_err(|e| anyhow::anyhow!("{e}"))?;
+    Ok(fencelock::backend::native_client(&u).await?)
+}
+
 /// S1 trials, on locks of their own beside the workers' load: a holder takes
 /// the lock; a waiter (through a proxy) queues behind it; the waiter's
 /// network is held until its lease has expired at the server; the holder
 /// releases. The lock must not go to the dead waiter.
 async fn s1_dead_waiters(ctx: &mut Ctx) -> anyhow::Result<()> {
-    let url = ctx.target.url();
     let upstream = ctx.target.upstream().expect("native has one address");
     let admin = ctx.target.admin().expect("native has an admin port");
-    let holder = fencelock::Client::connect(url).await?;
+    let holder = native_client(&ctx.lock_url(None)).await?;
     let mut trial = 0u64;
     while !ctx.over() {
         trial += 1;
@@ -482,7 +491,7 @@ async fn s1_trial(
     let lock = format!("s1-{trial}");
     let ttl = ctx.ttl;
     let g = holder.lock(&lock).ttl(ttl).acquire().await?.acquired().map_err(|e| anyhow::anyhow!("{e:?}"))?;
-    let waiter = fencelock::Client::connect(proxy.url()).await?;
+    let waiter = native_client(&ctx.lock_url(Some(proxy.addr()))).await?;
     let wlock = lock.clone();
     let wait = tokio::spawn(async move { waiter.lock(&wlock).ttl(ttl).wait(ttl * 20).acquire().await });
     let Some(dead_lease) = queued_waiter(admin, &lock).await else {

@@ -21,11 +21,14 @@
 //! a refusal; `serving`, the same server process healthy at the end.
 //!
 //! Not sent: well-formed `AppendEntries` or `Vote` requests of a higher term, or
-//! a vote of the node's own term by another leader. Peers are not authenticated
-//! yet (issue 15): from anyone, the former move a node's term and disrupt its
-//! leadership today, and for the latter openraft's vote comparison panics (it
-//! assumes two committed leaders of one term cannot exist). The (a) payloads
-//! here are built from messages of term 0 and never decode anyway.
+//! a vote of the node's own term by another leader. P1's server runs without
+//! TLS, so anyone who reaches its port speaks as a peer: the former would move
+//! its term and disrupt its leadership, and for the latter openraft's vote
+//! comparison panics (it assumes two committed leaders of one term cannot
+//! exist). Under TLS only members speak Raft: P2 ([`crate::peer_tls`]) sends
+//! well-formed higher-term messages from non-members, which must be refused
+//! before they are decoded. The (a) payloads here are built from messages of
+//! term 0 and never decode anyway.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -54,7 +57,7 @@ const NOT_STRUCTURAL: &[u8] = b";#=";
 
 /// The Raft RPC a message goes to.
 #[derive(Debug, Clone, Copy)]
-enum Rpc {
+pub(crate) enum Rpc {
     AppendEntries,
     Vote,
     InstallSnapshot,
@@ -62,7 +65,7 @@ enum Rpc {
 
 /// What is wrong with a message.
 #[derive(Debug, Clone, Copy)]
-enum Defect {
+pub(crate) enum Defect {
     NotJson(Rpc),
     Truncated(Rpc),
     Mutated(Rpc),
@@ -91,14 +94,14 @@ impl Defect {
 
 /// What the server's admin port shows.
 #[derive(Debug, Clone, Copy)]
-struct View {
-    node_id: u64,
-    term: u64,
-    tokens_issued: u64,
-    refused: u64,
+pub(crate) struct View {
+    pub(crate) node_id: u64,
+    pub(crate) term: u64,
+    pub(crate) tokens_issued: u64,
+    pub(crate) refused: u64,
 }
 
-async fn view(admin: SocketAddr) -> anyhow::Result<View> {
+pub(crate) async fn view(admin: SocketAddr) -> anyhow::Result<View> {
     let r = http::request(admin, "GET", "/healthz", &[], b"", Duration::from_secs(5)).await?;
     anyhow::ensure!(r.status == 200, "healthz: {} {}", r.status, r.text());
     let h: serde_json::Value = serde_json::from_slice(&r.body).context("healthz")?;
@@ -205,7 +208,7 @@ fn defects(ctx: &mut Ctx, now: &View) -> Vec<Defect> {
 }
 
 /// The payload of one message with defect `d` to the node `now` describes.
-fn message(ctx: &mut Ctx, now: &View, grpc: SocketAddr, d: Defect) -> Vec<u8> {
+pub(crate) fn message(ctx: &mut Ctx, now: &View, grpc: SocketAddr, d: Defect) -> Vec<u8> {
     let rng = &mut ctx.rng;
     match d {
         Defect::NotJson(_) => {
@@ -240,6 +243,24 @@ fn message(ctx: &mut Ctx, now: &View, grpc: SocketAddr, d: Defect) -> Vec<u8> {
             snapshot_request(term, leader, now, grpc, data)
         }
     }
+}
+
+/// A well-formed `Vote` or `AppendEntries` (empty, no previous entry) from
+/// another node at `term`: heard from a member, a `term` above the node's
+/// makes it step down and take that term.
+pub(crate) fn higher_term(rpc: Rpc, term: u64, now: &View) -> Vec<u8> {
+    let leader = other_node(now);
+    let json = match rpc {
+        Rpc::AppendEntries => serde_json::to_vec(&AppendEntriesRequest::<TypeConfig> {
+            vote: Vote::new_committed(term, leader),
+            prev_log_id: None,
+            entries: Vec::new(),
+            leader_commit: None,
+        }),
+        Rpc::Vote => serde_json::to_vec(&VoteRequest { vote: Vote::new(term, leader), last_log_id: None }),
+        Rpc::InstallSnapshot => unreachable!("a snapshot is built by message(.., Defect::Rollback)"),
+    };
+    json.expect("a Raft message serializes")
 }
 
 /// A node id that is not the target's.
@@ -337,7 +358,7 @@ fn structural(json: &[u8]) -> Vec<usize> {
 }
 
 /// Sends one payload; the server's answer, or its refusal.
-async fn send(peer: &mut RaftClient<Channel>, rpc: Rpc, json: Vec<u8>) -> Result<(), tonic::Status> {
+pub(crate) async fn send(peer: &mut RaftClient<Channel>, rpc: Rpc, json: Vec<u8>) -> Result<(), tonic::Status> {
     let mut req = tonic::Request::new(RaftPayload { json });
     req.set_timeout(Duration::from_secs(5));
     match rpc {

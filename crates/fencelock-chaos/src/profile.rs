@@ -41,6 +41,10 @@ pub struct ProfileArgs {
     /// profile) and run only the others; the report covers all of them.
     #[arg(long)]
     resume: bool,
+    /// Run the native single node's runs with TLS and an auth file (see
+    /// `run --tls`); the other backends' runs, and P1, are skipped.
+    #[arg(long)]
+    tls: bool,
 }
 
 #[derive(Args, Debug)]
@@ -79,6 +83,7 @@ fn plans(p: Profile) -> Vec<Plan> {
                 plan(S4, "fencelock", 6, 15),
                 plan(S5, "fencelock", 7, 20),
                 plan(P1, "fencelock", 8, 15),
+                plan(P2, "fencelock", 9, 15),
             ];
             for (i, b) in peers.iter().enumerate() {
                 v.push(plan(K1, b, 11 + i as u64, 10));
@@ -90,7 +95,7 @@ fn plans(p: Profile) -> Vec<Plan> {
         Profile::Long => {
             // K4 alone runs 15 minutes: about 800 kills (0.5–2.5 s apart, plus restarts).
             let mut v = vec![plan(K4, "fencelock", 104, 15 * 60)];
-            for (s, seed) in [(K1, 101), (K2, 102), (K3, 103), (S1, 105), (S4, 106), (S5, 107), (P1, 108)] {
+            for (s, seed) in [(K1, 101), (K2, 102), (K3, 103), (S1, 105), (S4, 106), (S5, 107), (P1, 108), (P2, 109)] {
                 v.push(plan(s, "fencelock", seed, 120));
             }
             for (i, b) in peers.iter().enumerate() {
@@ -129,14 +134,19 @@ pub async fn profile(a: ProfileArgs) -> anyhow::Result<ExitCode> {
             eprintln!("fencelock-chaos: {} against {}: skipped: {why}", p.scenario, p.backend);
             continue;
         }
-        let done = out.join(run_dir(&p)).join("verdict.json");
+        if let Some(why) = a.tls.then(|| p.scenario.unsupported_with_tls(p.backend)).flatten() {
+            eprintln!("fencelock-chaos: {} against {} with --tls: skipped: {why}", p.scenario, p.backend);
+            continue;
+        }
+        let dir = run_dir(&p) + if a.tls { "-tls" } else { "" };
+        let done = out.join(&dir).join("verdict.json");
         if a.resume && done.exists() {
             let v: Verdict = serde_json::from_slice(&std::fs::read(&done)?).with_context(|| format!("{}", done.display()))?;
             eprintln!("fencelock-chaos: {} against {}: kept from an earlier run", p.scenario, p.backend);
             kept += 1;
             let expected = if p.mutant.is_some() { !v.passed } else { v.passed };
             if !expected {
-                bad.push(run_dir(&p));
+                bad.push(dir);
             }
             verdicts.push(v);
             continue;
@@ -149,15 +159,16 @@ pub async fn profile(a: ProfileArgs) -> anyhow::Result<ExitCode> {
             workers: 4,
             ttl: Duration::from_millis(500),
             mutant: p.mutant,
-            out: out.join(run_dir(&p)),
+            tls: a.tls,
+            out: out.join(&dir),
         };
-        eprintln!("fencelock-chaos: {} against {} (seed {}, {} s{})", p.scenario, p.backend, p.seed, p.secs,
-            p.mutant.map(|m| format!(", mutant {}", m.name())).unwrap_or_default());
+        eprintln!("fencelock-chaos: {} against {} (seed {}, {} s{}{})", p.scenario, p.backend, p.seed, p.secs,
+            p.mutant.map(|m| format!(", mutant {}", m.name())).unwrap_or_default(), if a.tls { ", TLS and auth" } else { "" });
         let v = run::run(spec).await.with_context(|| format!("{} against {}", p.scenario, p.backend))?;
         eprint!("{}", summary(&v));
         let expected = if p.mutant.is_some() { !v.passed } else { v.passed };
         if !expected {
-            bad.push(run_dir(&p));
+            bad.push(dir);
         }
         verdicts.push(v);
     }

@@ -128,8 +128,17 @@ const SCENARIOS: &[(&str, &str, &str)] = &[
          install_snapshot), snapshots whose data does not decode, and forged well-formed snapshots from another \
          node of a later term that would send the token counter back are sent to the server's gRPC port. Each \
          must be refused and counted (`fencelock_peer_messages_refused_total`), and the server must keep serving \
-         with its tokens increasing. Well-formed AppendEntries or Vote requests of a higher term are not sent: \
-         peers are not authenticated yet (issue 15), and those disrupt leadership today.",
+         with its tokens increasing. Well-formed AppendEntries or Vote requests of a higher term are not sent here: \
+         from a member they move the term; P2 sends them from non-members under TLS.",
+    ),
+    (
+        "P2",
+        "forged peer under TLS",
+        "The server runs with TLS and an auth file (clients and admin calls with a bearer token). In seeded rounds, \
+         well-formed Vote and AppendEntries requests of a term far above the node's and the forged rollback \
+         snapshot are sent to its gRPC port from TLS connections without a node certificate: none, or a client \
+         certificate of the client CA. Each must be refused UNAUTHENTICATED and counted \
+         (`fencelock_peer_messages_refused_total`), the node's term must not move, and it must keep serving.",
     ),
     (
         "S1",

@@ -20,6 +20,7 @@ use crate::http;
 use crate::nemesis;
 use crate::procs::{free_addr, storage_server, ServerProc};
 use crate::scenario::{Mutant, RunSpec, Scenario};
+use crate::secure::Secure;
 use crate::targets::Target;
 use crate::worker::{entries, WorkerArgs};
 use crate::workers::Workers;
@@ -44,6 +45,8 @@ pub struct Ctx {
     pub storage_proxies: Vec<Proxy>,
     pub notes: Writer,
     pub data: tempfile::TempDir,
+    /// The native server's TLS files and token, if it runs with TLS and auth.
+    pub secure: Option<Secure>,
     /// When the nemesis stops injecting.
     pub end: tokio::time::Instant,
 }
@@ -57,6 +60,12 @@ impl Ctx {
 
     pub fn over(&self) -> bool {
         tokio::time::Instant::now() >= self.end
+    }
+
+    /// The URL of the lock service (or of a proxy `via` in front of it), over
+    /// TLS with the run's token if the server runs with them.
+    pub fn lock_url(&self, via: Option<std::net::SocketAddr>) -> String {
+        lock_url(&self.target, self.secure.as_ref(), via)
     }
 
     /// A seeded duration between `lo` and `hi` times `unit`.
@@ -73,20 +82,29 @@ pub async fn run(spec: RunSpec) -> anyhow::Result<Verdict> {
     let hist_dir = spec.out.join("history");
     std::fs::create_dir_all(&hist_dir).with_context(|| format!("create {}", hist_dir.display()))?;
     let data = tempfile::Builder::new().prefix("fencelock-chaos-").tempdir()?;
-    let target = Target::start(&spec.backend, &spec.out, server_env(&spec, data.path())?).await?;
-    let caps = capabilities(&target.url()).await?;
+    if spec.tls {
+        if let Some(why) = spec.scenario.unsupported_with_tls(&spec.backend) {
+            anyhow::bail!("{} against {} with --tls: not applicable: {why}", spec.scenario, spec.backend);
+        }
+    }
+    let secure = match spec.tls || spec.scenario.needs_tls() {
+        true => Some(Secure::create(&data.path().join("tls"))?),
+        false => None,
+    };
+    let target = Target::start(&spec.backend, &spec.out, server_env(&spec, data.path())?, secure.as_ref()).await?;
+    let caps = capabilities(&lock_url(&target, secure.as_ref(), None)).await?;
     let ttl = spec.ttl.max(caps.min_ttl);
     let storage_addr = free_addr();
     let unfenced = spec.mutant == Some(Mutant::FencingOff);
     let mut storage = storage_server(&data.path().join("storage"), storage_addr, unfenced, spec.out.join("storage.log"));
     storage.start().await?;
-    let (lock_proxies, storage_proxies, args) = wire_workers(&spec, &target, storage_addr, ttl, &hist_dir).await;
+    let (lock_proxies, storage_proxies, args) = wire_workers(&spec, &target, secure.as_ref(), storage_addr, ttl, &hist_dir).await;
     let workers = Workers::start(args, &worker_envs(&spec)?, &spec.out.join("workers.log")).await?;
     let notes = Writer::create(&hist_dir.join("harness.jsonl"))?;
     let rng = fastrand::Rng::with_seed(spec.seed);
     let end = tokio::time::Instant::now() + spec.duration;
     let info = run_info(&spec, &caps, ttl);
-    let mut ctx = Ctx { spec, rng, ttl, target, storage, storage_addr, workers, lock_proxies, storage_proxies, notes, data, end };
+    let mut ctx = Ctx { spec, rng, ttl, target, storage, storage_addr, workers, lock_proxies, storage_proxies, notes, data, secure, end };
     tracing::info!(scenario = %ctx.spec.scenario, backend = %ctx.spec.backend, seed = ctx.spec.seed, "run started");
     nemesis::run(&mut ctx).await?;
     finish(&mut ctx, &info).await
@@ -137,6 +155,7 @@ async fn capabilities(url: &str) -> anyhow::Result<Capabilities> {
 async fn wire_workers(
     spec: &RunSpec,
     target: &Target,
+    secure: Option<&Secure>,
     storage: std::net::SocketAddr,
     ttl: Duration,
     hist: &Path,
@@ -146,11 +165,11 @@ async fn wire_workers(
         let lock_url = match target.upstream() {
             Some(up) => {
                 let p = Proxy::start(up).await;
-                let url = target.url_via(p.addr());
+                let url = lock_url(target, secure, Some(p.addr()));
                 lock_proxies.push(p);
                 url
             }
-            None => target.url(),
+            None => lock_url(target, secure, None),
         };
         let sp = Proxy::start(storage).await;
         args.push(WorkerArgs {
@@ -169,6 +188,15 @@ async fn wire_workers(
     (lock_proxies, storage_proxies, args)
 }
 
+/// The URL of the lock service, or of a proxy `via` in front of it: over TLS
+/// with the run's token if the server has them.
+fn lock_url(target: &Target, secure: Option<&Secure>, via: Option<std::net::SocketAddr>) -> String {
+    match (secure, target) {
+        (Some(s), Target::Native { grpc, .. }) => s.url(via.unwrap_or(*grpc)),
+        (_, _) => via.map_or_else(|| target.url(), |p| target.url_via(p)),
+    }
+}
+
 fn run_info(spec: &RunSpec, caps: &Capabilities, ttl: Duration) -> RunInfo {
     let ttl_ms = ttl.as_millis() as u64;
     // S6: a new grant and write within 2 × TTL of the fault's end; clients
@@ -184,7 +212,11 @@ fn run_info(spec: &RunSpec, caps: &Capabilities, ttl: Duration) -> RunInfo {
     };
     RunInfo {
         scenario: spec.scenario.to_string(),
-        backend: spec.backend.clone(),
+        // A run under TLS and auth gets its own rows in the report (P2 always is).
+        backend: match spec.tls && !spec.scenario.needs_tls() {
+            true => format!("{} (TLS, auth)", spec.backend),
+            false => spec.backend.clone(),
+        },
         mutant: spec.mutant.map(|m| m.name().to_string()),
         seed: spec.seed,
         duration_ms: spec.duration.as_millis() as u64,

@@ -46,9 +46,15 @@ pub enum Scenario {
     /// Peer input: malformed Raft payloads, snapshots whose data does not
     /// decode, and forged snapshots that would send the token counter back,
     /// sent to the server's gRPC port in rounds (see `peer_input`). Not
-    /// well-formed `AppendEntries` or `Vote` of a higher term: peers are not
-    /// authenticated yet (issue 15) and those disrupt leadership today.
+    /// well-formed `AppendEntries` or `Vote` of a higher term: from a member
+    /// those move the term (P2 sends them as a non-member, under TLS).
     P1,
+    /// Forged peer under TLS: the server runs with TLS and an auth file, and
+    /// well-formed `Vote`, `AppendEntries` of a term far above the node's and
+    /// the rollback snapshot are sent from connections without a node
+    /// certificate (none, or a client certificate): every one refused
+    /// UNAUTHENTICATED, the term unmoved (see `peer_tls`).
+    P2,
 }
 
 pub const ALL: &[Scenario] = &[
@@ -63,6 +69,7 @@ pub const ALL: &[Scenario] = &[
     Scenario::L2,
     Scenario::L3,
     Scenario::P1,
+    Scenario::P2,
 ];
 
 impl fmt::Display for Scenario {
@@ -77,7 +84,7 @@ impl FromStr for Scenario {
         ALL.iter()
             .copied()
             .find(|x| x.to_string().eq_ignore_ascii_case(s))
-            .ok_or_else(|| anyhow::anyhow!("unknown scenario {s:?} (one of K1, K2, K3, K4, S1, S4, S5, L1, L2, L3, P1)"))
+            .ok_or_else(|| anyhow::anyhow!("unknown scenario {s:?} (one of K1, K2, K3, K4, S1, S4, S5, L1, L2, L3, P1, P2)"))
     }
 }
 
@@ -88,7 +95,7 @@ impl Scenario {
         let group = backend == "fencelock3";
         match self {
             Scenario::L1 | Scenario::L2 | Scenario::L3 if !group => Some("needs a group of nodes: the fencelock3 backend"),
-            Scenario::P1 if !native => Some(
+            Scenario::P1 | Scenario::P2 if !native => Some(
                 "sends Raft messages to one fencelock node and reads its admin counters; every node of a group runs \
                  the same checks, and the group itself is not targeted yet",
             ),
@@ -116,6 +123,7 @@ impl Scenario {
             Scenario::L2 => &["isolated", "new-leader"],
             Scenario::L3 => &["isolated"],
             Scenario::P1 => &["refused", "serving"],
+            Scenario::P2 => &["refused", "term-unmoved", "serving"],
         };
         what.iter().map(|s| s.to_string()).collect()
     }
@@ -126,6 +134,21 @@ impl Scenario {
             // K3's slow client writes past its lease at every such fault.
             Scenario::K1 | Scenario::K2 | Scenario::K3 => 1,
             _ => 0,
+        }
+    }
+
+    /// Whether the native server must run with TLS and an auth file.
+    pub fn needs_tls(self) -> bool {
+        self == Scenario::P2
+    }
+
+    /// Why this scenario cannot run against the native server under TLS and
+    /// auth (`--tls`), if it cannot.
+    pub fn unsupported_with_tls(self, backend: &str) -> Option<&'static str> {
+        match self {
+            _ if backend != "fencelock" => Some("TLS and auth are set up for the native single node only"),
+            Scenario::P1 => Some("P1 speaks plaintext Raft to the gRPC port; under TLS a non-member's messages are refused before they are decoded, which is P2"),
+            _ => None,
         }
     }
 
@@ -179,6 +202,8 @@ pub struct RunSpec {
     /// Asked TTL; raised to the backend's minimum.
     pub ttl: Duration,
     pub mutant: Option<Mutant>,
+    /// The native server runs with TLS and an auth file (always for P2).
+    pub tls: bool,
     /// Where the histories, logs and verdict go.
     pub out: PathBuf,
 }

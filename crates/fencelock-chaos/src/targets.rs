@@ -11,6 +11,7 @@ use fencelock_testkit::{EtcdServer, PgServer, RedisServer, ZkServer};
 
 use crate::cluster::Cluster;
 use crate::procs::{free_addr, lock_server, ServerProc};
+use crate::secure::Secure;
 
 /// Every backend id `--backend` takes (`fencelock3`: a 3-node fencelock group).
 pub const BACKENDS: &[&str] = &["fencelock", "fencelock3", "redis", "redlock", "etcd", "zk", "postgres"];
@@ -27,13 +28,21 @@ pub enum Target {
 }
 
 impl Target {
-    /// Starts the backend `id`. The native server gets `env` (faults, mutants).
-    pub async fn start(id: &str, dir: &Path, env: Vec<(String, String)>) -> anyhow::Result<Target> {
+    /// Starts the backend `id`. The native server gets `env` (faults, mutants)
+    /// and, with `secure`, TLS and the auth file.
+    pub async fn start(id: &str, dir: &Path, env: Vec<(String, String)>, secure: Option<&Secure>) -> anyhow::Result<Target> {
+        if secure.is_some() && id != "fencelock" {
+            bail!("TLS and auth are set up for the native single node only, not {id}");
+        }
         let t = match id {
             "fencelock" => {
                 let (grpc, http) = (free_addr(), free_addr());
                 let mut server = lock_server(&dir.join("lock-data"), grpc, http, dir.join("lock-server.log"));
                 server.env.extend(env);
+                if let Some(s) = secure {
+                    server.args.extend(s.serve_args());
+                    s.register_admin(http)?;
+                }
                 server.start().await?;
                 Target::Native { server, grpc, http }
             }

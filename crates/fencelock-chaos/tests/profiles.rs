@@ -48,11 +48,38 @@ fn short(backend: &str, runs: usize) {
     assert!(report.contains(backend), "{report}");
 }
 
-/// K1, K2, K3, K4 (kills and failpoints), S1, S4, S5 and P1 (malformed and
-/// forged peer messages) against fencelock.
+/// K1, K2, K3, K4 (kills and failpoints), S1, S4, S5, P1 (malformed and
+/// forged peer messages) and P2 (forged peer under TLS) against fencelock.
 #[test]
 fn short_profile_fencelock() {
-    short("fencelock", 8);
+    short("fencelock", 9);
+}
+
+/// P2 alone, briefly (6 s of rounds): the server under TLS and auth refuses
+/// every well-formed Vote, AppendEntries and rollback snapshot from a sender
+/// without a node certificate (UNAUTHENTICATED, counted), its term does not
+/// move, and the run's checks pass.
+#[test]
+fn p2_forged_peer_under_tls() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("P2");
+    let o = Command::new(env!("CARGO_BIN_EXE_fencelock-chaos"))
+        .args(["run", "--scenario", "P2", "--seed", "9", "--duration", "6s", "--out"])
+        .arg(&out)
+        .output()
+        .expect("run fencelock-chaos");
+    let text = format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    assert!(o.status.success(), "P2 failed:\n{text}");
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join("verdict.json")).unwrap()).unwrap();
+    assert_eq!(v["passed"], true, "{v:#}");
+    let evidence = &v["stats"]["evidence"];
+    for what in ["refused", "term-unmoved", "serving"] {
+        assert!(evidence[what].as_u64().unwrap_or(0) > 0, "no {what}: {v:#}");
+    }
+    // Two senders, at least Vote and AppendEntries each, in every round.
+    assert!(evidence["refused"].as_u64().unwrap() >= 4, "{v:#}");
+    let harness = std::fs::read_to_string(out.join("history/harness.jsonl")).unwrap();
+    assert!(!harness.contains("not-refused") && !harness.contains("term-moved"), "{harness}");
 }
 
 /// L1 (leader kills), L2 (leader isolation) and L3 (a node cut off) against a
@@ -87,6 +114,26 @@ fn short_profile_zookeeper() {
 #[test]
 fn short_profile_postgres() {
     short("postgres", 2);
+}
+
+/// `run --tls` briefly: K1 (holders paused past their TTL) against the native
+/// server under TLS and auth passes, with stale writes fenced, and is reported
+/// as its own backend.
+#[test]
+fn k1_under_tls_and_auth() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("K1-tls");
+    let o = Command::new(env!("CARGO_BIN_EXE_fencelock-chaos"))
+        .args(["run", "--scenario", "K1", "--tls", "--seed", "1", "--duration", "6s", "--out"])
+        .arg(&out)
+        .output()
+        .expect("run fencelock-chaos");
+    let text = format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    assert!(o.status.success(), "K1 under TLS failed:\n{text}");
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join("verdict.json")).unwrap()).unwrap();
+    assert_eq!(v["passed"], true, "{v:#}");
+    assert_eq!(v["info"]["backend"], "fencelock (TLS, auth)", "{v:#}");
+    assert!(v["stats"]["acquires"]["ok"].as_u64().unwrap() > 0, "{v:#}");
 }
 
 /// C9: each mutant must turn its scenario red, in the check that guards
