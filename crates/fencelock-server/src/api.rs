@@ -61,6 +61,9 @@ impl Ops {
 
     /// Whether the state has room for what `who` adds.
     fn admit(&self, who: &Who, adds: Adds) -> Result<(), Status> {
+        if !self.quotas.applies(who.for_quota().is_some(), adds) {
+            return Ok(());
+        }
         let admitted = self.read(|e| self.quotas.admit(e, who.for_quota(), adds))?;
         admitted.map_err(|e| self.exhausted(who, e))
     }

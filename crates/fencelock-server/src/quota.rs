@@ -169,6 +169,18 @@ impl Quotas {
         }
     }
 
+    /// Whether any limit applies to `adds` from a caller with (`true`) or
+    /// without an identity: if not, the engine need not be read at all.
+    pub fn applies(&self, identified: bool, adds: Adds) -> bool {
+        let g = self.limits.global;
+        let global = match adds {
+            Adds::Lease => g.leases > 0,
+            Adds::Lock { waits } => g.locks > 0 || (waits && g.waiters > 0),
+        };
+        // An identity's own quota may differ from the defaults: always count.
+        global || identified
+    }
+
     /// One request of `identity`, at `now`: refused when its requests per
     /// second are used up (a token bucket holding one second's worth).
     pub fn rate(&self, identity: &str, own: Option<&Quota>, now: Instant) -> Result<(), Exhausted> {
@@ -252,6 +264,10 @@ mod tests {
         assert_eq!(q.admit(&e, None, Adds::Lease).unwrap_err().limit, "leases");
         assert_eq!(q.admit(&e, Some(("b", None)), Adds::Lease).unwrap_err().limit, "leases");
         assert_eq!(q.admit(&e, None, Adds::Lock { waits: true }), Ok(()));
+        // Without limits for it, a request costs no look at the engine.
+        assert!(q.applies(false, Adds::Lease));
+        assert!(!q.applies(false, Adds::Lock { waits: true }));
+        assert!(q.applies(true, Adds::Lock { waits: false }), "an identity is always counted");
     }
 
     #[test]
