@@ -340,9 +340,6 @@ pub enum Stream {
 pub struct ConnInfo {
     /// The client's address.
     pub remote: Option<SocketAddr>,
-    /// The certificate chain the client presented and the TLS handshake
-    /// verified (leaf first); empty without TLS or without a certificate.
-    pub client_certs: Arc<Vec<rustls::pki_types::CertificateDer<'static>>>,
     /// The common name of the presented certificate's subject (see
     /// [`crate::auth::subject_common_name`]), read once per connection.
     pub client_cn: Option<Arc<str>>,
@@ -357,13 +354,13 @@ impl Stream {
         match self {
             Stream::Plain(c) => {
                 let member = Err(Arc::from("no TLS"));
-                ConnInfo { remote: c.io.peer_addr().ok(), client_certs: Arc::default(), client_cn: None, member }
+                ConnInfo { remote: c.io.peer_addr().ok(), client_cn: None, member }
             }
             Stream::Tls(t, member) => {
                 let (c, session) = t.get_ref();
-                let certs: Vec<_> = session.peer_certificates().map(|c| c.iter().map(|c| c.clone().into_owned()).collect()).unwrap_or_default();
-                let client_cn = certs.first().and_then(|leaf| crate::auth::subject_common_name(leaf)).map(Arc::from);
-                ConnInfo { remote: c.io.peer_addr().ok(), client_certs: Arc::new(certs), client_cn, member: member.clone() }
+                let leaf = session.peer_certificates().and_then(|c| c.first());
+                let client_cn = leaf.and_then(|leaf| crate::auth::subject_common_name(leaf)).map(Arc::from);
+                ConnInfo { remote: c.io.peer_addr().ok(), client_cn, member: member.clone() }
             }
         }
     }
