@@ -92,6 +92,9 @@ pub struct Engine {
     revoked: VecDeque<(LeaseId, RequestId)>,
     locks: BTreeMap<LockName, Lock>,
     timers: Timers,
+    /// Who may do what (absent in states written before it existed).
+    #[serde(default, skip_serializing_if = "Policy::is_empty")]
+    policy: Policy,
 }
 
 impl Default for Engine {
@@ -110,6 +113,7 @@ impl Default for Engine {
             revoked: VecDeque::new(),
             locks: BTreeMap::new(),
             timers: Timers::default(),
+            policy: Policy::default(),
         }
     }
 }
@@ -241,7 +245,24 @@ impl Engine {
             } => self.release(*req, *lease, lock, *token, fx),
             Command::CancelWait { req, lease, lock } => self.cancel_wait(*req, *lease, lock, fx),
             Command::As { caller, cmd } => self.apply_as(caller, cmd, fx),
+            Command::Policy(_) => Reply::Rejected(EngineError::NotAdmin),
         }
+    }
+
+    /// A policy change from `caller`, who must be an admin.
+    fn change_policy(&mut self, caller: &Caller, change: &PolicyChange) -> Reply {
+        if !caller.admin {
+            return Reply::Rejected(EngineError::NotAdmin);
+        }
+        match self.policy.apply(change) {
+            Ok(changed) => Reply::PolicyChanged { version: self.policy.version(), changed },
+            Err(e) => Reply::Rejected(e),
+        }
+    }
+
+    /// Who may do what (see [`crate::policy`]).
+    pub fn policy(&self) -> &Policy {
+        &self.policy
     }
 
     /// `cmd` from `caller`: a grant makes the caller the lease's owner; any other
@@ -254,6 +275,9 @@ impl Engine {
         }
         if let Command::GrantLease { req, ttl_ms, id } = cmd {
             return self.grant_lease(*req, *ttl_ms, *id, Some(&caller.name));
+        }
+        if let Command::Policy(change) = cmd {
+            return self.change_policy(caller, change);
         }
         if let Err(e) = cmd.validate().and_then(|()| self.check_owner(caller, cmd)) {
             return Reply::Rejected(e);

@@ -40,4 +40,10 @@ pub enum EngineError {
     /// inside [`crate::Command::As`] is itself an `As`.
     #[error("invalid caller: {0}")]
     InvalidCaller(String),
+    /// A policy change needs a caller with the `admin` verb.
+    #[error("changing the policy needs the admin verb")]
+    NotAdmin,
+    /// The policy change breaks a rule of [`crate::policy`] (the text says which).
+    #[error("invalid policy change: {0}")]
+    InvalidPolicy(String),
 }

@@ -18,10 +18,12 @@ mod error;
 #[cfg(feature = "mutants")]
 pub mod mutants;
 mod name;
+pub mod policy;
 mod types;
 mod validate;
 
 pub use engine::Engine;
 pub use error::EngineError;
 pub use name::{LockName, NameError, MAX_LOCK_NAME_BYTES};
+pub use policy::{Policy, PolicyChange, Quota};
 pub use types::*;

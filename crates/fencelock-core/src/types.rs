@@ -162,13 +162,16 @@ pub enum Command {
     /// before it was turned on) belongs to nobody and takes commands from
     /// anyone. `cmd` may not itself be an `As`.
     As { caller: Caller, cmd: Box<Command> },
+    /// Change who may do what ([`crate::policy`]). Applied only inside an `As`
+    /// whose caller is `admin`; refused ([`EngineError::NotAdmin`]) otherwise.
+    Policy(crate::PolicyChange),
 }
 
 impl Command {
     /// The lease this command acts on (`None` for a grant).
     pub fn lease(&self) -> Option<LeaseId> {
         match self {
-            Command::GrantLease { .. } => None,
+            Command::GrantLease { .. } | Command::Policy(_) => None,
             Command::KeepAlive { lease, .. } | Command::Revoke { lease, .. } => Some(*lease),
             Command::Release { lease, .. } | Command::CancelWait { lease, .. } => Some(*lease),
             Command::Acquire(a) => Some(a.lease),
@@ -247,6 +250,9 @@ pub enum Reply {
     NotHolder,
     /// Answer to [`Command::CancelWait`]; `released` when a grant was released.
     Cancelled { released: bool },
+    /// Answer to [`Command::Policy`]: the policy's version after it, and whether
+    /// the change changed anything (a retry, or deleting what is absent, does not).
+    PolicyChanged { version: u64, changed: bool },
     Rejected(EngineError),
 }
 

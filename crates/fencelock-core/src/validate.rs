@@ -21,6 +21,7 @@ impl Command {
             Command::Release { req, lock, token, .. } => check_release(*req, lock, *token).map(drop),
             Command::CancelWait { req, lock, .. } => check_cancel(*req, lock).map(drop),
             Command::As { caller, cmd } => check_caller(caller, cmd).and_then(|()| cmd.validate()),
+            Command::Policy(change) => change.validate(),
         }
     }
 }

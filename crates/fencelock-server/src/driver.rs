@@ -219,6 +219,7 @@ fn approx_bytes(cmd: &Command) -> usize {
             Command::Release { lock, .. } | Command::CancelWait { lock, .. } => lock.len(),
             Command::GrantLease { .. } | Command::KeepAlive { .. } | Command::Revoke { .. } => 0,
             Command::As { caller, cmd } => caller.name.len() + approx_bytes(cmd),
+            Command::Policy(change) => serde_json::to_vec(change).map_or(1024, |j| j.len()),
         }
 }
 

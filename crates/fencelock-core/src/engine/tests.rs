@@ -28,3 +28,4 @@ mod misc_tests;
 mod consistency_tests;
 mod floor_tests;
 mod owner_tests;
+mod policy_tests;

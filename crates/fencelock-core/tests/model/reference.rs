@@ -336,10 +336,11 @@ impl Model {
                 token,
             } => self.release(req.0, lease.0, lock, token.0, fx),
             Command::CancelWait { req, lease, lock } => self.cancel(req.0, lease.0, lock, fx),
-            // Lease ownership and proposed ids are the engine's unit tests'
-            // (engine/tests/owner_tests.rs); the generator makes neither.
-            Command::GrantLease { id: Some(_), .. } | Command::As { .. } => {
-                unreachable!("the model's generator makes no proposed lease ids and no callers")
+            // Lease ownership, proposed ids and the policy are the engine's unit
+            // tests' (engine/tests/owner_tests.rs, policy_tests.rs); the
+            // generator makes none of them.
+            Command::GrantLease { id: Some(_), .. } | Command::As { .. } | Command::Policy(_) => {
+                unreachable!("the model's generator makes no proposed lease ids, callers or policy changes")
             }
         };
         r.unwrap_or_else(Reply::Rejected)
