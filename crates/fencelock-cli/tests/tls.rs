@@ -205,7 +205,8 @@ async fn raft_client(addr: SocketAddr, ca: &Path, identity: Option<(&Path, &Path
 
 /// A forged snapshot that would reset the token counter, sent by a process
 /// that is not a member (no certificate, or a client certificate), is
-/// refused with UNAUTHENTICATED before it is even decoded, and the node's
+/// refused with UNAUTHENTICATED before it is even decoded, and so is a
+/// membership change handed over the peer service (`ChangeMembers`); the node's
 /// tokens go on from where they were. A member's certificate gets past the
 /// check (the garbage payload is then refused as malformed).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -224,6 +225,9 @@ async fn raft_messages_only_from_members() {
         let status = raft.install_snapshot(forged.clone()).await.expect_err("a non-member's snapshot is refused");
         assert_eq!(status.code(), tonic::Code::Unauthenticated, "{status:?}");
         let status = raft.append_entries(forged.clone()).await.expect_err("a non-member's entries are refused");
+        assert_eq!(status.code(), tonic::Code::Unauthenticated, "{status:?}");
+        let remove = RaftPayload { json: br#"{"op":"remove","id":1}"#.to_vec() };
+        let status = raft.change_members(remove).await.expect_err("a non-member's membership change is refused");
         assert_eq!(status.code(), tonic::Code::Unauthenticated, "{status:?}");
     }
     let member = (certs.join("node2.pem"), certs.join("node2.key"));

@@ -398,6 +398,7 @@ impl RaftRpc for RaftService {
     }
 
     async fn change_members(&self, request: Request<RaftPayload>) -> Result<Response<RaftPayload>, Status> {
+        self.check_sender(&request)?;
         let change: crate::cluster::Change = self.decode(request)?;
         let answer = crate::cluster::apply(&self.raft, &change).await;
         encode_answer(&answer)
