@@ -256,7 +256,9 @@ pub fn check_bootstrap_flags(raft: &Raft, config: &crate::Config) -> Result<(), 
     };
     let stored: BTreeMap<NodeId, String> = {
         let m = raft.metrics().borrow().membership_config.clone();
-        m.membership().nodes().map(|(id, n)| (*id, n.addr.clone())).collect()
+        // As `--peers` writes a member: CLIENT, or CLIENT/PEER with a peer port.
+        let entry = |n: &Node| n.peer_addr.as_ref().map_or_else(|| n.addr.clone(), |p| format!("{}/{p}", n.addr));
+        m.membership().nodes().map(|(id, n)| (*id, entry(n))).collect()
     };
     if &stored == peers {
         return Ok(());
