@@ -170,3 +170,46 @@ mod tests {
         assert!(auth_refusal(addr, 200, "").is_none());
     }
 }
+
+/// Sends one admin request to the first of `admins` that answers it: a member
+/// that cannot be reached, or that answers 503 (it could reach no leader), is
+/// skipped for the next. Returns the 200 answer's body; a 401 or 403 is the
+/// client library's auth error (see [`auth_refusal`]), any other status an
+/// error with the node's message.
+pub async fn call_admin(
+    admins: &[SocketAddr],
+    args: &AdminTlsArgs,
+    method: &str,
+    path: &str,
+    body: &[u8],
+) -> anyhow::Result<String> {
+    let mut headers = vec![("Content-Type", "application/json".to_string())];
+    headers.extend(args.auth_header()?);
+    let tls = args.config()?;
+    let mut last = None;
+    for admin in admins {
+        match request_tls(tls.as_ref(), *admin, method, path, &headers, body).await {
+            Ok((200, text)) => return Ok(text),
+            Ok((code, text)) => {
+                let msg = error_message(&text);
+                if let Some(refused) = auth_refusal(*admin, code, &msg) {
+                    return Err(refused);
+                }
+                if code != 503 {
+                    anyhow::bail!("{admin}: {code}: {msg}");
+                }
+                last = Some(format!("{admin}: {code}: {msg}"));
+            }
+            Err(e) => last = Some(format!("{admin}: {e:#}")),
+        }
+    }
+    anyhow::bail!("no member could answer ({})", last.unwrap_or_else(|| "no --admin address".into()))
+}
+
+/// The `error` of a JSON error body, else the body.
+pub fn error_message(body: &str) -> String {
+    serde_json::from_str::<serde_json::Value>(body)
+        .ok()
+        .and_then(|v| v["error"].as_str().map(str::to_string))
+        .unwrap_or_else(|| body.trim().to_string())
+}

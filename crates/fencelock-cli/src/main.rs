@@ -54,7 +54,7 @@ enum Cmd {
     Snapshot(snapshot::SnapshotArgs),
     /// Make the certificates of a secure group (CA, nodes, a client).
     Certs(certs::CertsArgs),
-    /// Add tokens to, or check, the auth file a node reads (--auth-file).
+    /// Who may do what: the group's roles and identities, or a node's auth file.
     Auth(auth::AuthArgs),
     /// Verify a data dir offline: checksums, log order, snapshot, rebuilt state.
     CheckData(check_data::CheckDataArgs),
@@ -208,7 +208,7 @@ fn main() -> ExitCode {
             Cmd::Snapshot(a) => snapshot::snapshot(a).await,
             Cmd::CheckData(a) => check_data::check(a),
             Cmd::Certs(a) => certs::certs(a),
-            Cmd::Auth(a) => auth::auth(a),
+            Cmd::Auth(a) => auth::auth(a).await,
             Cmd::Demo(a) => demo::demo(a).await,
             Cmd::DemoClient(a) => demo::demo_client(a).await,
         };

@@ -530,3 +530,88 @@ async fn a_group_with_a_peer_port_of_its_own() {
     assert!(t2 > t1);
     drop(nodes);
 }
+
+/// `fencelock auth` against a running group (INV-14): an admin from the
+/// auth file defines a role and a token through a follower (which hands the
+/// change to the leader), the token works at once through any member, is
+/// limited to its role's prefix, cannot change the policy, and stops working
+/// on every member once removed; the policy outlives a restart of the group.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_group_policy_from_the_cli() {
+    let dir = tempfile::tempdir().unwrap();
+    let certs = make_certs(&dir.path().join("certs"), 3);
+    let file = dir.path().join("auth.toml");
+    let ops = add_token(&file, "ops", "admin");
+    let port = || SocketAddr::from(([127, 0, 0, 1], free_port()));
+    let addrs: Vec<(SocketAddr, SocketAddr, SocketAddr)> = (0..3).map(|_| (port(), port(), port())).collect();
+    let peers = addrs.iter().enumerate().map(|(i, (g, _, p))| format!("{}={g}/{p}", i + 1)).collect::<Vec<_>>().join(",");
+    let start = |i: usize| {
+        let (g, h, p) = addrs[i];
+        let extra = ["--peers".into(), peers.clone(), "--peer-listen".into(), p.to_string(), "--auth-file".into(), s(&file)];
+        Node::start_at(dir.path(), &certs, i as u64 + 1, g, h, &extra)
+    };
+    let mut nodes: Vec<Node> = (0..3).map(start).collect();
+    let ca = s(&certs.join("ca.pem"));
+    let admins: Vec<String> = addrs.iter().map(|(_, h, _)| h.to_string()).collect();
+    let servers = format!("fencelock+tls://{}", addrs.iter().map(|(g, _, _)| g.to_string()).collect::<Vec<_>>().join(","));
+    let auth = |token: &str, admin: &str, args: &[&str]| {
+        let mut all = vec!["auth"];
+        all.extend_from_slice(args);
+        all.extend_from_slice(&["--admin", admin, "--tls-ca", &ca]);
+        fencelock_as(Some(token), &all)
+    };
+    let leader = || {
+        let out = fencelock_as(Some(&ops), &["cluster", "status", "--json", "--admin", &admins.join(","), "--tls-ca", &ca]);
+        let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+        json["leader"].as_u64()
+    };
+    let started = Instant::now();
+    let leader_id = loop {
+        if let Some(l) = leader() {
+            break l;
+        }
+        assert!(started.elapsed() < Duration::from_secs(30), "no leader: {}", nodes[0].log_text());
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let follower = admins[(leader_id as usize) % 3].clone(); // the node after the leader
+
+    let out = auth(&ops, &follower, &["role", "worker", "--rule", "jobs/=acquire,read"]);
+    assert!(out.status.success(), "role via a follower: {}", stderr(&out));
+    let out = auth(&ops, &follower, &["add-token", "runner", "--role", "worker", "--max-leases", "5"]);
+    assert!(out.status.success(), "add-token via a follower: {}", stderr(&out));
+    let runner = stdout(&out).trim().to_string();
+    assert!(runner.starts_with("flt_"), "{runner:?}");
+
+    let acquire = |token: &str, lock: &str| fencelock_as(Some(token), &["acquire", lock, "--ttl", "30s", "--server", &servers, "--tls-ca", &ca]);
+    let out = acquire(&runner, "jobs/a");
+    assert!(out.status.success(), "the new token works at once: {}", stderr(&out));
+    let out = acquire(&runner, "billing/a");
+    assert_eq!(out.status.code(), Some(77), "outside its role: {}", stderr(&out));
+    let out = auth(&runner, &follower, &["role", "worker", "--rule", "=acquire"]);
+    assert_eq!(out.status.code(), Some(77), "a worker cannot change the policy: {}", stderr(&out));
+
+    let out = auth(&ops, &admins[0], &["remove-role", "worker"]);
+    assert!(!out.status.success() && stderr(&out).contains("in use"), "a role in use stays: {}", stderr(&out));
+    let out = auth(&ops, &admins[0], &["add-token", "ops", "--role", "worker"]);
+    assert!(!out.status.success() && stderr(&out).contains("auth file"), "the file's admin cannot be shadowed: {}", stderr(&out));
+    let listed = auth(&ops, &admins[2], &["list"]);
+    assert!(stdout(&listed).contains("runner") && stdout(&listed).contains("acquire,read on \"jobs/\""), "{}", stdout(&listed));
+    assert!(!stdout(&listed).contains("sha256"), "no hash is shown");
+
+    // Restart every node: the policy is in the log, the token still works.
+    for n in nodes.drain(..) {
+        drop(n);
+    }
+    nodes = (0..3).map(start).collect();
+    let started = Instant::now();
+    while !acquire(&runner, "jobs/b").status.success() {
+        assert!(started.elapsed() < Duration::from_secs(30), "the token is gone after a restart: {}", nodes[0].log_text());
+        std::thread::sleep(Duration::from_millis(200));
+    }
+
+    let out = auth(&ops, &admins.join(","), &["remove", "runner"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = acquire(&runner, "jobs/c");
+    assert_eq!(out.status.code(), Some(77), "a removed token is refused at once: {}", stderr(&out));
+    assert!(stderr(&out).contains("not authenticated"), "{}", stderr(&out));
+}

@@ -14,6 +14,14 @@
 //!   takes them (a follower forwards to the leader); 200 with the new status,
 //!   400 for a change that makes no sense, 503 when no leader could make it.
 //!
+//! - `GET /v1/auth`: the roles and identities this node knows, from its auth
+//!   file and the group's policy ([`crate::policy::View`]; never a hash).
+//! - `POST /v1/auth` with a [`fencelock_core::PolicyChange`] as JSON (for
+//!   example `{"op":"put_role","name":"worker","rules":[{"prefix":"jobs/","verbs":["acquire"]}]}`):
+//!   changes the group's policy through the log (a follower hands it to the
+//!   leader); 200 `{"version","changed"}`, 400 for a change that breaks a
+//!   rule, 503 when no leader could make it.
+//!
 //! A `Lock` is `{"name", "holder": {"lease_id","token","token_age_ms","ttl_left_ms",
 //! "lock_delay_ms","owner"?} | null, "reopens_in_ms": n | null, "waiters": [{"lease_id",
 //! "waited_ms","wait_left_ms"}]}`.
@@ -22,7 +30,7 @@
 //! `Authorization: Bearer <token>` or comes on a connection with a client
 //! certificate: without either it gets 401, without the permission 403.
 //! `/v1/locks` needs `read` on the lock or the prefix; `/v1/cluster`,
-//! `/v1/snapshot` and membership changes need `admin`; `/healthz` and
+//! `/v1/snapshot`, `/v1/auth` and membership changes need `admin`; `/healthz` and
 //! `/metrics` are public unless the auth file says `protect_metrics = true`.
 //!
 //! [`serve`] runs the router over HTTP/1.1 on connections admitted by
@@ -43,6 +51,8 @@ use serde::{Deserialize, Serialize};
 use crate::audit::Event;
 use crate::auth::{Auth, Refusal, Verb, Who};
 use crate::cluster::{self, Change, ClusterError};
+use crate::policy::{self, PolicyError};
+use fencelock_core::PolicyChange;
 use crate::conn_limits::{ConnInfo, Stream};
 use crate::tls::ServerTls;
 use crate::{api::Ops, metrics::Metrics};
@@ -128,6 +138,7 @@ pub fn router(ops: Ops, metrics: Arc<Metrics>, node_id: u64, auth: Arc<Auth>, tl
         .route("/v1/snapshot", get(snapshot))
         .route("/v1/cluster/members", post(cluster_add))
         .route("/v1/cluster/members/{id}", delete(cluster_remove))
+        .route("/v1/auth", get(auth_view).post(auth_change))
         .with_state(Admin { ops, metrics, node_id, auth, tls })
 }
 
@@ -326,6 +337,42 @@ async fn change(a: &Admin, who: &Who, c: Change) -> Response {
     match res {
         Ok(s) => Json(s).into_response(),
         Err(e @ ClusterError::Invalid(_)) => error_json(StatusCode::BAD_REQUEST, e.to_string()),
+        Err(e) => error_json(StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
+    }
+}
+
+async fn auth_view(State(a): State<Admin>, c: Caller) -> Response {
+    if let Err(r) = c.allowed(&a, Who::require_admin) {
+        return r;
+    }
+    Json(policy::view(&a.auth.file(), &a.auth.group_policy())).into_response()
+}
+
+async fn auth_change(
+    State(a): State<Admin>,
+    c: Caller,
+    body: Result<Json<PolicyChange>, axum::extract::rejection::JsonRejection>,
+) -> Response {
+    let who = match c.allowed(&a, Who::require_admin) {
+        Ok(who) => who,
+        Err(r) => return r,
+    };
+    let change = match body {
+        Ok(Json(change)) => change,
+        Err(e) => return error_json(StatusCode::BAD_REQUEST, format!("expected a policy change: {}", e.body_text())),
+    };
+    let (action, object) = match &change {
+        PolicyChange::PutRole { name, .. } => ("auth.put_role", format!("role {name}")),
+        PolicyChange::DeleteRole { name } => ("auth.delete_role", format!("role {name}")),
+        PolicyChange::PutIdentity { name, .. } => ("auth.put_identity", format!("identity {name}")),
+        PolicyChange::DeleteIdentity { name } => ("auth.delete_identity", format!("identity {name}")),
+    };
+    let res = policy::change(&a.ops.driver, &a.ops.raft, &a.auth, &who, change, a.tls.as_deref()).await;
+    let error = res.as_ref().err().map(ToString::to_string);
+    a.audit(&who, action, &object, if error.is_some() { "error" } else { "ok" }, error.as_deref().unwrap_or(""));
+    match res {
+        Ok(changed) => Json(changed).into_response(),
+        Err(e @ PolicyError::Invalid(_)) => error_json(StatusCode::BAD_REQUEST, e.to_string()),
         Err(e) => error_json(StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
     }
 }

@@ -38,6 +38,17 @@ pub struct Ops {
 }
 
 impl Ops {
+    /// A request this node could not authenticate: if another node leads, the
+    /// client is sent there (a node that follows may not have applied the
+    /// newest policy yet; the leader's is authoritative, and every operation
+    /// is served by the leader anyway); else the refusal, audited.
+    pub fn unauthenticated(&self, remote: Option<std::net::SocketAddr>, r: Refusal) -> Status {
+        match (&r, self.other_leader()) {
+            (Refusal::Unauthenticated(_), Some(leader)) => driver_status(DriverError::NotLeader { leader: Some(leader) }),
+            _ => self.refused("-", remote, r),
+        }
+    }
+
     /// The status of a call [`crate::auth`] refused, recorded in the audit log.
     pub fn refused(&self, who: &str, remote: Option<std::net::SocketAddr>, r: Refusal) -> Status {
         let (verb, object, outcome) = match &r {
@@ -201,7 +212,7 @@ impl Ops {
 
     /// The address of the leader, if it is another node: a read refused here
     /// names it, so that the client goes there at once (as a refused write does).
-    fn other_leader(&self) -> Option<String> {
+    pub(crate) fn other_leader(&self) -> Option<String> {
         let m = self.raft.metrics().borrow().clone();
         let leader = m.current_leader.filter(|l| *l != m.id)?;
         m.membership_config.membership().get_node(&leader).map(|n| n.addr.clone())

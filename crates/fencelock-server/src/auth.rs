@@ -56,9 +56,11 @@ use std::{
     time::{Duration, SystemTime},
 };
 
-use fencelock_core::{Caller, Command, MAX_CALLER_NAME};
+use fencelock_core::policy::{parse_token_hash, Credential, IdentityDef, Policy, PolicyChange};
+use fencelock_core::{Caller, Command};
 
 use crate::quota::Quota;
+use crate::raft::state_machine::SharedEngine;
 use serde::Deserialize;
 
 /// Why the auth file cannot be used.
@@ -70,26 +72,7 @@ pub enum AuthFileError {
     Invalid { path: PathBuf, why: String },
 }
 
-/// What an identity may do, on a lock-name prefix.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Verb {
-    Acquire,
-    Check,
-    Read,
-    Admin,
-}
-
-impl fmt::Display for Verb {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Verb::Acquire => "acquire",
-            Verb::Check => "check",
-            Verb::Read => "read",
-            Verb::Admin => "admin",
-        })
-    }
-}
+pub use fencelock_core::policy::{Rule, Verb};
 
 /// A call refused before it did anything.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -102,14 +85,6 @@ pub enum Refusal {
     Denied { identity: String, verb: Verb, object: String },
 }
 
-/// One rule: `verbs` on every lock whose name starts with `prefix`.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Rule {
-    pub prefix: String,
-    pub verbs: Vec<Verb>,
-}
-
 /// An authenticated caller.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Identity {
@@ -117,6 +92,7 @@ pub struct Identity {
     pub rules: Vec<Rule>,
     /// Its own limits (`limits = { leases = 100 }` in the file), else the node's.
     pub quota: Option<Quota>,
+    pub source: Source,
 }
 
 impl Identity {
@@ -203,13 +179,22 @@ impl Who {
 /// The prefix of every token `fencelock auth add-token` makes.
 pub const TOKEN_PREFIX: &str = "flt_";
 
-/// The identities and rules of one auth file, ready to answer requests.
+/// The identities a node knows, ready to answer requests: its auth file's
+/// and the group's policy's, merged (see [`Table::build`]).
 #[derive(Debug, Default)]
 pub struct Table {
     /// By token id: (salt, digest, identity).
     tokens: HashMap<String, (Vec<u8>, Vec<u8>, Arc<Identity>)>,
     /// By certificate common name.
     certs: HashMap<String, Arc<Identity>>,
+    pub protect_metrics: bool,
+}
+
+/// An auth file, parsed and checked: its roles and identities as a
+/// [`Policy`] (checked by the same rules as the group's), and its switches.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct AuthFile {
+    pub policy: Policy,
     pub protect_metrics: bool,
 }
 
@@ -251,45 +236,101 @@ struct CertDef {
     limits: Option<Quota>,
 }
 
-impl Table {
+impl AuthFile {
     /// Parses and checks an auth file's text: every role a token or
     /// certificate names exists, names and ids are unique and valid, `admin`
-    /// rules cover the whole group.
-    pub fn parse(text: &str) -> Result<Table, String> {
+    /// rules cover the whole group ([`fencelock_core::policy`]'s rules).
+    pub fn parse(text: &str) -> Result<AuthFile, String> {
         let file: File = toml::from_str(text).map_err(|e| e.to_string())?;
-        let roles = roles(file.roles)?;
+        let mut policy = Policy::default();
+        let apply = |policy: &mut Policy, change: PolicyChange| match policy.apply(&change) {
+            Ok(_) => Ok(()),
+            Err(fencelock_core::EngineError::InvalidPolicy(why)) => Err(why),
+            Err(e) => Err(e.to_string()),
+        };
+        for (name, def) in file.roles {
+            apply(&mut policy, PolicyChange::PutRole { name, rules: def.rules })?;
+        }
+        let tokens = file.tokens.into_iter().map(|t| (t.name, Credential::Token { id: t.id, hash: t.hash }, t.roles, t.limits));
+        let certs = file.certs.into_iter().map(|c| (c.name.unwrap_or_else(|| c.cn.clone()), Credential::Cert { cn: c.cn }, c.roles, c.limits));
+        for (name, credential, roles, limits) in tokens.chain(certs) {
+            if policy.identities().contains_key(&name) {
+                return Err(format!("identity {name:?} is defined twice"));
+            }
+            apply(&mut policy, PolicyChange::PutIdentity { name, identity: IdentityDef { credential, roles, limits } })?;
+        }
+        Ok(AuthFile { policy, protect_metrics: file.protect_metrics })
+    }
+
+    /// Whether the file defines identity `name`.
+    pub fn defines(&self, name: &str) -> bool {
+        self.policy.identities().contains_key(name)
+    }
+}
+
+/// Where an identity is defined.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Source {
+    /// The node's auth file.
+    File,
+    /// The group's policy, changed with `fencelock auth` against the group.
+    Group,
+}
+
+impl fmt::Display for Source {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Source::File => "file",
+            Source::Group => "group",
+        })
+    }
+}
+
+impl Table {
+    /// Parses an auth file alone (see [`AuthFile::parse`]).
+    pub fn parse(text: &str) -> Result<Table, String> {
+        Ok(Table::build(&AuthFile::parse(text)?, &Policy::default()))
+    }
+
+    /// The identities of `file` and of the group's `policy`. The file's win: a
+    /// group identity whose name, token id or certificate CN the file already
+    /// uses is left out on this node (the admin endpoint refuses to create
+    /// one whose name a node's file has), so a group change can never take
+    /// the bootstrap admin away.
+    pub fn build(file: &AuthFile, policy: &Policy) -> Table {
         let mut table = Table { protect_metrics: file.protect_metrics, ..Table::default() };
-        let mut names = std::collections::HashSet::new();
-        for t in file.tokens {
-            let id = identity(&t.name, &t.roles, t.limits, &roles, &mut names)?;
-            let (salt, digest) = parse_hash(&t.hash).ok_or_else(|| format!("token {:?}: hash is not sha256:<32 hex>:<64 hex>", t.name))?;
-            if !is_token_id(&t.id) || table.tokens.contains_key(&t.id) {
-                return Err(format!("token {:?}: id {:?} is not 8 hex digits or is used twice", t.name, t.id));
+        table.add(&file.policy, Source::File, |_| false);
+        table.add(policy, Source::Group, |name| file.defines(name));
+        table
+    }
+
+    fn add(&mut self, policy: &Policy, source: Source, skip: impl Fn(&str) -> bool) {
+        for (name, def) in policy.identities() {
+            if skip(name) {
+                continue;
             }
-            table.tokens.insert(t.id, (salt, digest, id));
-        }
-        for c in file.certs {
-            let name = c.name.clone().unwrap_or_else(|| c.cn.clone());
-            let id = identity(&name, &c.roles, c.limits, &roles, &mut names)?;
-            if table.certs.insert(c.cn.clone(), id).is_some() {
-                return Err(format!("certificate CN {:?} is listed twice", c.cn));
+            let identity = Arc::new(Identity { name: name.clone(), rules: policy.rules_of(def), quota: def.limits, source });
+            match &def.credential {
+                Credential::Token { id, hash } => {
+                    let Some((salt, digest)) = parse_token_hash(hash) else { continue };
+                    self.tokens.entry(id.clone()).or_insert((salt, digest, identity));
+                }
+                Credential::Cert { cn } => {
+                    self.certs.entry(cn.clone()).or_insert(identity);
+                }
             }
         }
-        Ok(table)
     }
 
     /// Every identity, sorted by name, with how it authenticates and its rules
-    /// (for `fencelock auth check`).
+    /// (for `fencelock auth check` and `auth list`).
     pub fn identities(&self) -> Vec<(String, String)> {
         let rules = |id: &Identity| {
-            let r: Vec<String> = id.rules.iter().map(|r| {
-                let verbs: Vec<String> = r.verbs.iter().map(Verb::to_string).collect();
-                format!("{} on {:?}", verbs.join(","), r.prefix)
-            }).collect();
+            let r: Vec<String> = id.rules.iter().map(Rule::to_string).collect();
             if r.is_empty() { "no permissions".to_string() } else { r.join("; ") }
         };
-        let tokens = self.tokens.iter().map(|(tid, (_, _, id))| (id.name.clone(), format!("token {tid}: {}", rules(id))));
-        let certs = self.certs.iter().map(|(cn, id)| (id.name.clone(), format!("certificate CN {cn:?}: {}", rules(id))));
+        let tokens = self.tokens.iter().map(|(tid, (_, _, id))| (id.name.clone(), format!("token {tid} ({}): {}", id.source, rules(id))));
+        let certs = self.certs.iter().map(|(cn, id)| (id.name.clone(), format!("certificate CN {cn:?} ({}): {}", id.source, rules(id))));
         let mut all: Vec<_> = tokens.chain(certs).collect();
         all.sort();
         all
@@ -302,59 +343,6 @@ impl Table {
         let (salt, digest, identity) = self.tokens.get(id)?;
         same(&salted_digest(salt, secret.as_bytes()), digest).then(|| identity.clone())
     }
-}
-
-fn roles(defs: BTreeMap<String, RoleDef>) -> Result<BTreeMap<String, Vec<Rule>>, String> {
-    let mut roles = BTreeMap::new();
-    roles.insert(
-        "admin".to_string(),
-        vec![Rule { prefix: String::new(), verbs: vec![Verb::Acquire, Verb::Check, Verb::Read, Verb::Admin] }],
-    );
-    for (name, def) in defs {
-        if name == "admin" {
-            return Err("the role \"admin\" is built in and cannot be redefined".into());
-        }
-        if let Some(r) = def.rules.iter().find(|r| r.verbs.contains(&Verb::Admin) && !r.prefix.is_empty()) {
-            return Err(format!("role {name:?}: admin applies to the whole group, so its prefix must be \"\" (got {:?})", r.prefix));
-        }
-        roles.insert(name, def.rules);
-    }
-    Ok(roles)
-}
-
-fn identity(
-    name: &str,
-    role_names: &[String],
-    quota: Option<Quota>,
-    roles: &BTreeMap<String, Vec<Rule>>,
-    seen: &mut std::collections::HashSet<String>,
-) -> Result<Arc<Identity>, String> {
-    if name.is_empty() || name.len() > MAX_CALLER_NAME || !name.bytes().all(|b| b.is_ascii_graphic()) {
-        return Err(format!("identity {name:?}: a name is 1 to {MAX_CALLER_NAME} bytes of visible ASCII (no spaces)"));
-    }
-    if !seen.insert(name.to_string()) {
-        return Err(format!("identity {name:?} is defined twice"));
-    }
-    let mut rules = Vec::new();
-    for r in role_names {
-        let role = roles.get(r).ok_or_else(|| format!("identity {name:?}: no role {r:?} (defined: {:?})", roles.keys().collect::<Vec<_>>()))?;
-        rules.extend(role.iter().cloned());
-    }
-    Ok(Arc::new(Identity { name: name.to_string(), rules, quota }))
-}
-
-fn is_token_id(id: &str) -> bool {
-    id.len() == 8 && id.bytes().all(|b| b.is_ascii_hexdigit())
-}
-
-fn parse_hash(h: &str) -> Option<(Vec<u8>, Vec<u8>)> {
-    let mut parts = h.split(':');
-    let (algo, salt, digest) = (parts.next()?, parts.next()?, parts.next()?);
-    if algo != "sha256" || parts.next().is_some() {
-        return None;
-    }
-    let (salt, digest) = (from_hex(salt)?, from_hex(digest)?);
-    (salt.len() == 16 && digest.len() == 32).then_some((salt, digest))
 }
 
 fn salted_digest(salt: &[u8], secret: &[u8]) -> Vec<u8> {
@@ -371,13 +359,6 @@ fn same(a: &[u8], b: &[u8]) -> bool {
 
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-fn from_hex(s: &str) -> Option<Vec<u8>> {
-    if s.len() % 2 != 0 {
-        return None;
-    }
-    (0..s.len()).step_by(2).map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok()).collect()
 }
 
 /// A new token: what the user is shown once, and the file entry's id and hash.
@@ -411,36 +392,95 @@ pub fn random_lease_id() -> Option<u64> {
     (id != 0).then_some(id)
 }
 
-/// Authentication of a node: off (everyone is [`Who::Anyone`]) or the table
-/// of an auth file, re-read when the file changes.
+/// Authentication of a node: off (everyone is [`Who::Anyone`]), or its auth
+/// file (re-read when it changes) merged with the group's policy (read from
+/// the engine, so a change is in force on a node as soon as it applied it).
 pub struct Auth {
     path: Option<PathBuf>,
-    table: RwLock<(Arc<Table>, Option<SystemTime>)>,
+    file: RwLock<(Arc<AuthFile>, Option<SystemTime>)>,
+    /// Bumped whenever the file is re-read.
+    file_gen: std::sync::atomic::AtomicU64,
+    /// The engine whose policy is the group's (see [`Auth::attach`]).
+    group: std::sync::OnceLock<SharedEngine>,
+    /// The merged table, with the file generation and policy version it is of.
+    merged: RwLock<(u64, u64, Arc<Table>)>,
 }
 
 impl Auth {
+    fn new(path: Option<PathBuf>, file: AuthFile, stamp: Option<SystemTime>) -> Arc<Auth> {
+        let table = Arc::new(Table::build(&file, &Policy::default()));
+        Arc::new(Auth {
+            path,
+            file: RwLock::new((Arc::new(file), stamp)),
+            file_gen: Default::default(),
+            group: Default::default(),
+            merged: RwLock::new((0, 0, table)),
+        })
+    }
+
     /// Authentication off.
     pub fn off() -> Arc<Auth> {
-        Arc::new(Auth { path: None, table: RwLock::new((Arc::default(), None)) })
+        Auth::new(None, AuthFile::default(), None)
     }
 
     /// Loads `path`; an error names the file and what is wrong.
     pub fn load(path: &Path) -> Result<Arc<Auth>, AuthFileError> {
-        let (table, stamp) = read_table(path)?;
-        Ok(Arc::new(Auth { path: Some(path.to_path_buf()), table: RwLock::new((Arc::new(table), stamp)) }))
+        let (file, stamp) = read_file(path)?;
+        Ok(Auth::new(Some(path.to_path_buf()), file, stamp))
+    }
+
+    /// Takes the group's policy from `engine` from now on.
+    pub fn attach(&self, engine: SharedEngine) {
+        let _ = self.group.set(engine);
     }
 
     pub fn is_on(&self) -> bool {
         self.path.is_some()
     }
 
+    /// The node's auth file, as last loaded.
+    pub fn file(&self) -> Arc<AuthFile> {
+        self.file.read().map(|f| f.0.clone()).unwrap_or_default()
+    }
+
+    /// The group's policy (empty before [`Auth::attach`], or if the engine
+    /// failed).
+    pub fn group_policy(&self) -> Policy {
+        self.group.get().and_then(|e| e.read().ok().map(|e| e.policy().clone())).unwrap_or_default()
+    }
+
+    /// The merged table, rebuilt when the file or the group's policy changed.
     fn table(&self) -> Arc<Table> {
-        self.table.read().map(|t| t.0.clone()).unwrap_or_default()
+        let gen = self.file_gen.load(std::sync::atomic::Ordering::Acquire);
+        let version = self.group.get().and_then(|e| e.read().ok().map(|e| e.policy().version())).unwrap_or(0);
+        if let Ok(m) = self.merged.read() {
+            if (m.0, m.1) == (gen, version) {
+                return m.2.clone();
+            }
+        }
+        let policy = self.group_policy();
+        let table = Arc::new(Table::build(&self.file(), &policy));
+        if let Ok(mut m) = self.merged.write() {
+            *m = (gen, policy.version(), table.clone());
+        }
+        table
+    }
+
+    /// Whether an identity called `name` is known here and may `admin`.
+    pub fn is_admin_named(&self, name: &str) -> bool {
+        let table = self.table();
+        let mut all = table.tokens.values().map(|t| &t.2).chain(table.certs.values());
+        all.any(|id| id.name == name && id.may(Verb::Admin, ""))
+    }
+
+    /// Every identity this node knows (see [`Table::identities`]).
+    pub fn identities(&self) -> Vec<(String, String)> {
+        self.table().identities()
     }
 
     /// Whether `/metrics` and `/healthz` need credentials.
     pub fn protect_metrics(&self) -> bool {
-        self.table().protect_metrics
+        self.file().protect_metrics
     }
 
     /// Who sent a request with this `authorization` value and this verified
@@ -457,7 +497,7 @@ impl Auth {
         }
         if let Some(cn) = cert_cn {
             return table.certs.get(cn).cloned().map(Who::Id).ok_or_else(|| {
-                Refusal::Unauthenticated(format!("the client certificate's CN {cn:?} names no identity in the auth file"))
+                Refusal::Unauthenticated(format!("the client certificate's CN {cn:?} names no identity of this group"))
             });
         }
         Err(Refusal::Unauthenticated(
@@ -466,21 +506,22 @@ impl Auth {
     }
 
     /// Reads the file again if it changed since it was last read; a file that
-    /// does not load keeps the last good table (and says why).
+    /// does not load keeps the last good one (and says why).
     pub fn reload_if_changed(&self) -> Result<bool, AuthFileError> {
         let Some(path) = &self.path else { return Ok(false) };
         let stamp = modified(path);
-        if self.table.read().map(|t| t.1 == stamp).unwrap_or(false) {
+        if self.file.read().map(|t| t.1 == stamp).unwrap_or(false) {
             return Ok(false);
         }
-        let (table, stamp) = read_table(path).inspect_err(|_| {
-            if let Ok(mut t) = self.table.write() {
+        let (file, stamp) = read_file(path).inspect_err(|_| {
+            if let Ok(mut t) = self.file.write() {
                 t.1 = modified(path);
             }
         })?;
-        if let Ok(mut t) = self.table.write() {
-            *t = (Arc::new(table), stamp);
+        if let Ok(mut t) = self.file.write() {
+            *t = (Arc::new(file), stamp);
         }
+        self.file_gen.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
         Ok(true)
     }
 
@@ -516,11 +557,11 @@ fn modified(path: &Path) -> Option<SystemTime> {
     std::fs::metadata(path).and_then(|m| m.modified()).ok()
 }
 
-fn read_table(path: &Path) -> Result<(Table, Option<SystemTime>), AuthFileError> {
+fn read_file(path: &Path) -> Result<(AuthFile, Option<SystemTime>), AuthFileError> {
     let stamp = modified(path);
     let text = std::fs::read_to_string(path).map_err(|source| AuthFileError::Read { path: path.to_path_buf(), source })?;
-    let table = Table::parse(&text).map_err(|why| AuthFileError::Invalid { path: path.to_path_buf(), why })?;
-    Ok((table, stamp))
+    let file = AuthFile::parse(&text).map_err(|why| AuthFileError::Invalid { path: path.to_path_buf(), why })?;
+    Ok((file, stamp))
 }
 
 /// The first common name (OID 2.5.4.3) of a DER certificate's subject, if it
@@ -578,7 +619,7 @@ fn der(b: &[u8], tag: u8) -> Option<(u8, &[u8], &[u8])> {
 mod tests {
     use super::*;
 
-    fn table_with(token: &NewToken) -> Table {
+    fn file_with(token: &NewToken) -> AuthFile {
         let text = format!(
             r#"
             [roles.worker]
@@ -597,17 +638,17 @@ mod tests {
             "#,
             token.id, token.hash
         );
-        Table::parse(&text).unwrap()
+        AuthFile::parse(&text).unwrap()
     }
 
-    fn auth(table: Table) -> Auth {
-        Auth { path: Some("x".into()), table: RwLock::new((Arc::new(table), None)) }
+    fn auth(file: AuthFile) -> Arc<Auth> {
+        Auth::new(Some("x".into()), file, None)
     }
 
     #[test]
     fn a_token_names_its_identity_and_a_changed_one_nobody() {
         let t = new_token().unwrap();
-        let a = auth(table_with(&t));
+        let a = auth(file_with(&t));
         let who = a.authenticate(Some(&format!("Bearer {}", t.token)), None).unwrap();
         assert_eq!(who.name(), "runner");
         let mut wrong = t.token.clone();
@@ -620,7 +661,7 @@ mod tests {
 
     #[test]
     fn no_credentials_or_an_unknown_certificate_is_unauthenticated() {
-        let a = auth(table_with(&new_token().unwrap()));
+        let a = auth(file_with(&new_token().unwrap()));
         assert!(matches!(a.authenticate(None, None), Err(Refusal::Unauthenticated(_))));
         assert!(matches!(a.authenticate(None, Some("stranger")), Err(Refusal::Unauthenticated(_))));
         assert_eq!(a.authenticate(None, Some("fencelock client")).unwrap().name(), "ops");
@@ -630,7 +671,7 @@ mod tests {
     #[test]
     fn rules_allow_their_verbs_on_their_prefix_only() {
         let t = new_token().unwrap();
-        let a = auth(table_with(&t));
+        let a = auth(file_with(&t));
         let worker = a.authenticate(Some(&t.token), None).unwrap();
         assert_eq!(worker.require(Verb::Acquire, "jobs/nightly"), Ok(()));
         assert_eq!(worker.require_prefix(Verb::Read, "jobs/n"), Ok(()));
@@ -648,7 +689,8 @@ mod tests {
     #[test]
     fn a_bad_file_is_refused_with_the_reason() {
         let cases = [
-            ("[[tokens]]\nname='a'\nid='0000000g'\nhash='sha256:00:00'\nroles=[]", "hash"),
+            ("[[tokens]]\nname='a'\nid='0000000a'\nhash='sha256:00:00'\nroles=[]", "hash"),
+            ("[[tokens]]\nname='a'\nid='0000000g'\nhash='sha256:00:00'\nroles=[]", "8 hex digits"),
             ("[[certs]]\ncn='x'\nroles=['nope']", "no role \"nope\""),
             ("[roles.admin]\nrules=[]", "built in"),
             ("[roles.r]\nrules=[{prefix='a/', verbs=['admin']}]", "whole group"),
@@ -658,9 +700,45 @@ mod tests {
             ("colour = 'blue'", "unknown field"),
         ];
         for (text, why) in cases {
-            let e = Table::parse(text).unwrap_err();
+            let e = AuthFile::parse(text).unwrap_err();
             assert!(e.contains(why), "{text:?}: {e}");
         }
+    }
+
+    /// A group policy with one token identity `name` (roles `roles`, which
+    /// the policy defines as read on "").
+    fn group_with(name: &str, token: &NewToken, role: &str) -> Policy {
+        let mut p = Policy::default();
+        let read = vec![Rule { prefix: String::new(), verbs: vec![Verb::Read] }];
+        p.apply(&PolicyChange::PutRole { name: role.into(), rules: read }).unwrap();
+        let credential = Credential::Token { id: token.id.clone(), hash: token.hash.clone() };
+        let identity = IdentityDef { credential, roles: vec![role.into()], limits: None };
+        p.apply(&PolicyChange::PutIdentity { name: name.into(), identity }).unwrap();
+        p
+    }
+
+    #[test]
+    fn group_identities_authenticate_next_to_the_files() {
+        let (file_token, group_token) = (new_token().unwrap(), new_token().unwrap());
+        let table = Table::build(&file_with(&file_token), &group_with("reader", &group_token, "reader"));
+        let who = table.by_token(&group_token.token).expect("a group token is known");
+        assert_eq!((who.name.as_str(), who.source), ("reader", Source::Group));
+        assert_eq!(who.rules, vec![Rule { prefix: String::new(), verbs: vec![Verb::Read] }]);
+        assert_eq!(table.by_token(&file_token.token).unwrap().source, Source::File);
+    }
+
+    #[test]
+    fn the_file_wins_over_a_group_identity_of_the_same_name_or_token() {
+        let (file_token, group_token) = (new_token().unwrap(), new_token().unwrap());
+        let file = file_with(&file_token);
+        // A group identity named like the file's: left out on this node.
+        let table = Table::build(&file, &group_with("runner", &group_token, "worker"));
+        assert!(table.by_token(&group_token.token).is_none());
+        assert_eq!(table.by_token(&file_token.token).unwrap().rules, file.policy.rules_of(&file.policy.identities()["runner"]));
+        // A group identity with the file's token id: the file's stays.
+        let same_id = NewToken { token: String::new(), id: file_token.id.clone(), hash: group_token.hash.clone() };
+        let table = Table::build(&file, &group_with("other", &same_id, "reader"));
+        assert_eq!(table.by_token(&file_token.token).unwrap().name, "runner");
     }
 
     #[test]

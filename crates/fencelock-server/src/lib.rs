@@ -34,6 +34,7 @@ pub mod driver;
 pub mod faults;
 pub mod grpc;
 pub mod metrics;
+pub mod policy;
 pub mod quota;
 pub mod raft;
 pub mod tls;
@@ -180,8 +181,11 @@ pub async fn start(config: Config) -> Result<Running, ServerError> {
     let lock_svc = LockServer::new(grpc::LockService::new(ops.clone(), auth.clone(), stop_rx.clone()))
         .max_decoding_message_size(grpc::MAX_REQUEST_BYTES);
     let gate = conn_limits::Gate::new(config.connections.clone(), metrics.clone());
-    let raft_svc =
-        raft::network::RaftService::new(raft.clone(), ops.engine.clone(), metrics.clone()).with_tls(tls.clone()).into_server();
+    auth.attach(engine.clone());
+    let raft_svc = raft::network::RaftService::new(raft.clone(), ops.engine.clone(), metrics.clone())
+        .with_tls(tls.clone())
+        .with_policy(ops.driver.clone(), auth.clone())
+        .into_server();
     if let Some(tls) = &tls {
         tasks.push(tokio::spawn(tls.clone().watch(stop_rx.clone())));
     }

@@ -25,31 +25,10 @@ use std::{
 };
 
 use fencelock_core::Engine;
-use serde::Deserialize;
 
-/// What one identity may have at once; 0 means no limit. The auth file may
-/// give an identity its own values (see [`crate::auth`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Quota {
-    #[serde(default)]
-    pub leases: u64,
-    /// Locks held.
-    #[serde(default)]
-    pub locks: u64,
-    /// Acquires waiting in queues.
-    #[serde(default)]
-    pub waits: u64,
-    /// Requests per second (any request: a keep-alive counts too).
-    #[serde(default)]
-    pub rps: u64,
-}
-
-impl Default for Quota {
-    fn default() -> Self {
-        Quota { leases: 10_000, locks: 10_000, waits: 10_000, rps: 0 }
-    }
-}
+/// What one identity may have at once (0 means no limit); the auth file and
+/// the group's policy may give an identity its own values (see [`crate::auth`]).
+pub use fencelock_core::Quota;
 
 /// What all identities together may have at once; 0 means no limit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -288,19 +288,28 @@ pub struct RaftService {
     snapshots: snapshot_rx::SharedReceiver,
     /// With TLS on: callers must present a node certificate.
     tls: Option<Arc<ServerTls>>,
+    /// For policy changes handed over by a follower (see [`crate::policy`]).
+    driver: Option<(crate::driver::DriverHandle, Arc<crate::auth::Auth>)>,
 }
 
 impl RaftService {
     /// The service of `raft`, whose state machine's engine is `engine`.
     pub fn new(raft: super::Raft, engine: SharedEngine, metrics: Arc<Metrics>) -> Self {
         let id = raft.metrics().borrow().id;
-        Self { raft, id, engine, metrics, snapshots: Default::default(), tls: None }
+        Self { raft, id, engine, metrics, snapshots: Default::default(), tls: None, driver: None }
     }
 
     /// Serves only callers whose connection presented a node certificate of
     /// `tls`'s cluster CA (when `Some`).
     pub fn with_tls(mut self, tls: Option<Arc<ServerTls>>) -> Self {
         self.tls = tls;
+        self
+    }
+
+    /// Takes policy changes handed over by followers to `driver`, from
+    /// callers that `auth` knows as admins.
+    pub fn with_policy(mut self, driver: crate::driver::DriverHandle, auth: Arc<crate::auth::Auth>) -> Self {
+        self.driver = Some((driver, auth));
         self
     }
 
@@ -401,6 +410,14 @@ impl RaftRpc for RaftService {
         self.check_sender(&request)?;
         let change: crate::cluster::Change = self.decode(request)?;
         let answer = crate::cluster::apply(&self.raft, &change).await;
+        encode_answer(&answer)
+    }
+
+    async fn change_policy(&self, request: Request<RaftPayload>) -> Result<Response<RaftPayload>, Status> {
+        self.check_sender(&request)?;
+        let cmd: fencelock_core::Command = self.decode(request)?;
+        let Some((driver, auth)) = &self.driver else { return Err(Status::unavailable("this node takes no policy changes")) };
+        let answer = crate::policy::from_peer(driver, auth, cmd).await;
         encode_answer(&answer)
     }
 }
