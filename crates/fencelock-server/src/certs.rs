@@ -10,7 +10,7 @@
 use std::{
     io::Write,
     path::{Path, PathBuf},
-    time::SystemTime,
+    time::{Duration, SystemTime},
 };
 
 use rcgen::{
@@ -75,6 +75,21 @@ impl Ca {
     /// A certificate for `name`, valid for the host names and addresses in
     /// `hosts` (DNS names or IP addresses), signed by this CA.
     pub fn issue(&self, name: &str, hosts: &[String], role: Role) -> Result<Issued, CertsError> {
+        let now = SystemTime::now();
+        let days = Duration::from_secs(LEAF_DAYS as u64 * 86_400);
+        self.issue_valid(name, hosts, role, now - Duration::from_secs(3600), now + days)
+    }
+
+    /// [`Ca::issue`], valid from `not_before` to `not_after` (a certificate
+    /// that expired, or is not valid yet, for tests of the handshake).
+    pub fn issue_valid(
+        &self,
+        name: &str,
+        hosts: &[String],
+        role: Role,
+        not_before: SystemTime,
+        not_after: SystemTime,
+    ) -> Result<Issued, CertsError> {
         let mut params = CertificateParams::new(hosts.to_vec())?;
         params.distinguished_name = named(name);
         params.key_usages = vec![KeyUsagePurpose::DigitalSignature, KeyUsagePurpose::KeyEncipherment];
@@ -83,7 +98,8 @@ impl Ca {
             Role::Client => vec![ExtendedKeyUsagePurpose::ClientAuth],
         };
         params.use_authority_key_identifier_extension = true;
-        valid_for(&mut params, LEAF_DAYS);
+        params.not_before = time::OffsetDateTime::from(not_before);
+        params.not_after = time::OffsetDateTime::from(not_after);
         let key = KeyPair::generate()?;
         let cert = params.signed_by(&key, &self.issuer)?;
         Ok(Issued { cert_pem: cert.pem(), key_pem: key.serialize_pem() })

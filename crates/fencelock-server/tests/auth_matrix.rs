@@ -1,6 +1,7 @@
 //! Authentication and permissions at the boundary (issue 15): every verb of
 //! the gRPC API and of the admin HTTP port, called with no credentials, a wrong
-//! token, a certificate of a CA the node does not trust, an identity without
+//! token, a certificate of a CA the node does not trust or one outside its
+//! validity (expired, not valid yet), an identity without
 //! the rule and one with it, gets exactly the documented outcome, and a refused
 //! call changes nothing (not even the log).
 //!
@@ -37,9 +38,15 @@ struct Node {
 
 
 async fn start_node() -> Node {
+    start_node_with(|_| ()).await
+}
+
+/// [`start_node`], after `before` has had the certificate directory.
+async fn start_node_with(before: impl FnOnce(&Path)) -> Node {
     let dir = tempfile::tempdir().unwrap();
     let p = |f: &str| dir.path().join(f);
     certs::init(dir.path(), 1, &["localhost".into(), "127.0.0.1".into()]).unwrap();
+    before(dir.path());
     let mut text = String::from(
         "[roles.worker]\nrules = [{ prefix = \"jobs/\", verbs = [\"acquire\", \"read\"] }]\n\
          [roles.verifier]\nrules = [{ prefix = \"\", verbs = [\"check\"] }]\n\
@@ -196,6 +203,42 @@ async fn a_certificate_of_a_ca_the_node_does_not_trust_cannot_connect() {
         }
     }
     assert_eq!(node.last_log_index(), before);
+    node.running.shutdown().await;
+}
+
+/// A client certificate of the trusted client CA, with the CN of a known
+/// identity, but expired (or not valid yet): the handshake refuses it, and
+/// nothing is written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_expired_or_not_yet_valid_certificate_cannot_connect() {
+    use std::time::{Duration, SystemTime};
+    let day = Duration::from_secs(86_400);
+    let now = SystemTime::now();
+    let node = start_node_with(|dir| {
+        // The node's client CA is replaced by one whose certificates the test issues.
+        let ca = certs::Ca::new("test client CA").unwrap();
+        std::fs::write(dir.join("client-ca.pem"), ca.cert_pem()).unwrap();
+        for (name, from, to) in [("expired", now - 10 * day, now - day), ("future", now + day, now + 10 * day), ("valid", now - day, now + day)] {
+            let c = ca.issue_valid("client", &[], certs::Role::Client, from, to).unwrap();
+            std::fs::write(dir.join(format!("{name}.pem")), &c.cert_pem).unwrap();
+            std::fs::write(dir.join(format!("{name}.key")), &c.key_pem).unwrap();
+        }
+    })
+    .await;
+    let before = node.last_log_index();
+    for name in ["expired", "future"] {
+        let (c, k) = (node.file(&format!("{name}.pem")), node.file(&format!("{name}.key")));
+        if let Ok(mut client) = node.client(None, Some((&c, &k))).await {
+            let e = grant(&mut client).await.expect_err("an invalid certificate must not get a lease");
+            assert_ne!(e.code(), Code::Ok, "{name}");
+        }
+    }
+    assert_eq!(node.last_log_index(), before, "nothing is written");
+    // The same CA and CN within their validity: the identity is served, so
+    // the refusals above are the dates'.
+    let (c, k) = (node.file("valid.pem"), node.file("valid.key"));
+    let mut client = node.client(None, Some((&c, &k))).await.expect("a valid certificate connects");
+    grant(&mut client).await.expect("a valid certificate gets a lease");
     node.running.shutdown().await;
 }
 
