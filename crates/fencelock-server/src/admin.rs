@@ -67,16 +67,17 @@ struct Admin {
     tls: Option<Arc<ServerTls>>,
 }
 
-/// The caller of a request, or why it has none.
-struct Caller(Result<Who, Refusal>);
+/// The caller of a request, or why it has none; and where it came from.
+struct Caller(Result<Who, Refusal>, Option<SocketAddr>);
 
 impl FromRequestParts<Admin> for Caller {
     type Rejection = std::convert::Infallible;
 
     async fn from_request_parts(parts: &mut Parts, a: &Admin) -> Result<Self, Self::Rejection> {
         let token = parts.headers.get(header::AUTHORIZATION).map(|v| v.to_str().unwrap_or("\u{fffd}"));
-        let cn = parts.extensions.get::<ConnInfo>().and_then(|c| c.client_cn.as_deref());
-        Ok(Caller(a.auth.authenticate(token, cn)))
+        let info = parts.extensions.get::<ConnInfo>();
+        let (cn, remote) = (info.and_then(|c| c.client_cn.as_deref()), info.and_then(|c| c.remote));
+        Ok(Caller(a.auth.authenticate(token, cn).map(|w| w.at(remote)), remote))
     }
 }
 
@@ -84,35 +85,38 @@ impl Caller {
     /// The caller, once it is allowed by `allowed`; else the 401 or 403 (and
     /// an audit line).
     fn allowed(self, a: &Admin, allowed: impl FnOnce(&Who) -> Result<(), Refusal>) -> Result<Who, Response> {
-        let who = self.0.map_err(|r| a.refusal("-", r))?;
-        allowed(&who).map_err(|r| a.refusal(who.name(), r))?;
+        let remote = self.1;
+        let who = self.0.map_err(|r| a.refusal("-", remote, r))?;
+        allowed(&who).map_err(|r| a.refusal(who.name(), remote, r))?;
         Ok(who)
     }
 
     /// For `/healthz` and `/metrics`: anyone, unless the auth file protects them.
     fn for_metrics(self, a: &Admin) -> Result<(), Response> {
         match a.auth.protect_metrics() {
-            true => self.0.map(drop).map_err(|r| a.refusal("-", r)),
+            true => self.0.map(drop).map_err(|r| a.refusal("-", self.1, r)),
             false => Ok(()),
         }
     }
 }
 
 impl Admin {
-    fn refusal(&self, who: &str, r: Refusal) -> Response {
+    fn refusal(&self, who: &str, remote: Option<SocketAddr>, r: Refusal) -> Response {
         let (verb, object, outcome) = match &r {
             Refusal::Unauthenticated(_) => (String::new(), String::new(), "unauthenticated"),
             Refusal::Denied { verb, object, .. } => (verb.to_string(), object.clone(), "denied"),
         };
         let detail = r.to_string();
-        let event = Event { identity: who, remote: None, verb: &verb, action: "http", object: &object, outcome, detail: &detail };
+        let remote = remote.map(|a| a.to_string());
+        let event = Event { identity: who, remote, verb: &verb, action: "http", object: &object, outcome, detail: &detail };
         self.ops.audit.record(&event);
         refusal(r)
     }
 
     /// An admin action's audit line.
     fn audit(&self, who: &Who, action: &str, object: &str, outcome: &str, detail: &str) {
-        self.ops.audit.record(&Event { identity: who.name(), remote: None, verb: "admin", action, object, outcome, detail });
+        let remote = who.remote().map(|a| a.to_string());
+        self.ops.audit.record(&Event { identity: who.name(), remote, verb: "admin", action, object, outcome, detail });
     }
 }
 

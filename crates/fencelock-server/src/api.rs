@@ -63,7 +63,7 @@ impl Ops {
 
     /// Checks `verb` on `name` for `who`, and its request rate.
     fn allow(&self, who: &Who, check: impl FnOnce(&Who) -> Result<(), Refusal>) -> Result<(), Status> {
-        check(who).map_err(|r| self.refused(who.name(), None, r))?;
+        check(who).map_err(|r| self.refused(who.name(), who.remote(), r))?;
         if let Some((name, own)) = who.for_quota() {
             self.quotas.rate(name, own, std::time::Instant::now()).map_err(|e| self.exhausted(who, e))?;
         }
@@ -81,7 +81,8 @@ impl Ops {
 
     fn exhausted(&self, who: &Who, e: Exhausted) -> Status {
         let detail = e.to_string();
-        let event = Event { identity: who.name(), remote: None, verb: "", action: "call", object: e.limit, outcome: "limited", detail: &detail };
+        let remote = who.remote().map(|a| a.to_string());
+        let event = Event { identity: who.name(), remote, verb: "", action: "call", object: e.limit, outcome: "limited", detail: &detail };
         self.audit.record(&event);
         Status::resource_exhausted(detail)
     }

@@ -105,14 +105,34 @@ impl Identity {
     }
 }
 
-/// Who sent a request: anyone (authentication is off) or an identity.
-#[derive(Debug, Clone)]
-pub enum Who {
-    Anyone,
-    Id(Arc<Identity>),
+/// Who sent a request: anyone (authentication is off) or an identity, and
+/// from where (for the audit log).
+#[derive(Debug, Clone, Default)]
+pub struct Who {
+    id: Option<Arc<Identity>>,
+    remote: Option<std::net::SocketAddr>,
 }
 
 impl Who {
+    /// Anyone: authentication is off.
+    pub fn anyone() -> Who {
+        Who::default()
+    }
+
+    fn identity(id: Arc<Identity>) -> Who {
+        Who { id: Some(id), remote: None }
+    }
+
+    /// The same caller, whose connection comes from `remote`.
+    pub fn at(self, remote: Option<std::net::SocketAddr>) -> Who {
+        Who { remote, ..self }
+    }
+
+    /// Where the request came from, if known.
+    pub fn remote(&self) -> Option<std::net::SocketAddr> {
+        self.remote
+    }
+
     /// `verb` on the lock `name`.
     pub fn require(&self, verb: Verb, name: &str) -> Result<(), Refusal> {
         self.check(verb, |id| id.may(verb, name), || format!("lock {name:?}"))
@@ -135,10 +155,10 @@ impl Who {
     }
 
     fn check(&self, verb: Verb, ok: impl Fn(&Identity) -> bool, object: impl Fn() -> String) -> Result<(), Refusal> {
-        match self {
-            Who::Anyone => Ok(()),
-            Who::Id(id) if ok(id) => Ok(()),
-            Who::Id(id) => Err(Refusal::Denied { identity: id.name.clone(), verb, object: object() }),
+        match &self.id {
+            None => Ok(()),
+            Some(id) if ok(id) => Ok(()),
+            Some(id) => Err(Refusal::Denied { identity: id.name.clone(), verb, object: object() }),
         }
     }
 
@@ -152,27 +172,18 @@ impl Who {
 
     /// The caller the engine records (`None` when authentication is off).
     pub fn caller(&self) -> Option<Caller> {
-        match self {
-            Who::Anyone => None,
-            Who::Id(id) => Some(Caller { name: id.name.clone(), admin: id.may(Verb::Admin, "") }),
-        }
+        self.id.as_ref().map(|id| Caller { name: id.name.clone(), admin: id.may(Verb::Admin, "") })
     }
 
     /// The identity's name and own quota, for [`crate::quota`] (`None` when
     /// authentication is off).
     pub fn for_quota(&self) -> Option<(&str, Option<&Quota>)> {
-        match self {
-            Who::Anyone => None,
-            Who::Id(id) => Some((&id.name, id.quota.as_ref())),
-        }
+        self.id.as_ref().map(|id| (id.name.as_str(), id.quota.as_ref()))
     }
 
     /// The identity's name, for logs (`-` when authentication is off).
     pub fn name(&self) -> &str {
-        match self {
-            Who::Anyone => "-",
-            Who::Id(id) => &id.name,
-        }
+        self.id.as_ref().map_or("-", |id| &id.name)
     }
 }
 
@@ -392,7 +403,7 @@ pub fn random_lease_id() -> Option<u64> {
     (id != 0).then_some(id)
 }
 
-/// Authentication of a node: off (everyone is [`Who::Anyone`]), or its auth
+/// Authentication of a node: off (everyone is [`Who::anyone`]), or its auth
 /// file (re-read when it changes) merged with the group's policy (read from
 /// the engine, so a change is in force on a node as soon as it applied it).
 pub struct Auth {
@@ -488,15 +499,15 @@ impl Auth {
     /// wrong token is refused even on a connection with a good certificate).
     pub fn authenticate(&self, authorization: Option<&str>, cert_cn: Option<&str>) -> Result<Who, Refusal> {
         if !self.is_on() {
-            return Ok(Who::Anyone);
+            return Ok(Who::anyone());
         }
         let table = self.table();
         if let Some(value) = authorization {
             let token = value.strip_prefix("Bearer ").or_else(|| value.strip_prefix("bearer ")).unwrap_or(value).trim();
-            return table.by_token(token).map(Who::Id).ok_or_else(|| Refusal::Unauthenticated("the token is not valid".into()));
+            return table.by_token(token).map(Who::identity).ok_or_else(|| Refusal::Unauthenticated("the token is not valid".into()));
         }
         if let Some(cn) = cert_cn {
-            return table.certs.get(cn).cloned().map(Who::Id).ok_or_else(|| {
+            return table.certs.get(cn).cloned().map(Who::identity).ok_or_else(|| {
                 Refusal::Unauthenticated(format!("the client certificate's CN {cn:?} names no identity of this group"))
             });
         }
@@ -665,7 +676,7 @@ mod tests {
         assert!(matches!(a.authenticate(None, None), Err(Refusal::Unauthenticated(_))));
         assert!(matches!(a.authenticate(None, Some("stranger")), Err(Refusal::Unauthenticated(_))));
         assert_eq!(a.authenticate(None, Some("fencelock client")).unwrap().name(), "ops");
-        assert!(matches!(Auth::off().authenticate(None, None), Ok(Who::Anyone)));
+        assert_eq!(Auth::off().authenticate(None, None).unwrap().caller(), None, "anyone, when authentication is off");
     }
 
     #[test]

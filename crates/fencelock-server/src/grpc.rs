@@ -52,7 +52,8 @@ impl LockService {
         let token = r.metadata().get("authorization").map(|v| v.to_str().unwrap_or("\u{fffd}"));
         let info = r.extensions().get::<ConnInfo>();
         let cn = info.and_then(|c| c.client_cn.as_deref());
-        self.auth.authenticate(token, cn).map_err(|e| self.ops.unauthenticated(info.and_then(|c| c.remote), e))
+        let remote = info.and_then(|c| c.remote);
+        self.auth.authenticate(token, cn).map(|w| w.at(remote)).map_err(|e| self.ops.unauthenticated(remote, e))
     }
 }
 

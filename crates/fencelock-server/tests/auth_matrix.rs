@@ -66,6 +66,7 @@ async fn start_node_with(before: impl FnOnce(&Path)) -> Node {
         require_client_cert: false,
     });
     config.auth_file = Some(p("auth.toml"));
+    config.audit_log = Some(p("audit.log"));
     let running = fencelock_server::start(config).await.expect("start");
     let node = Node { running, dir, worker, other_worker, verifier, admin };
     node.wait_ready().await;
@@ -113,6 +114,11 @@ impl Node {
 
     /// One HTTP/1.1 request to the admin port over TLS: (status, body).
     async fn http(&self, method: &str, path: &str, token: Option<&str>) -> (u16, String) {
+        self.http_with(method, path, token, "").await
+    }
+
+    /// [`Node::http`] with a JSON body.
+    async fn http_with(&self, method: &str, path: &str, token: Option<&str>, body: &str) -> (u16, String) {
         let mut roots = rustls::RootCertStore::empty();
         let pem = std::fs::read(self.file("ca.pem")).unwrap();
         use rustls::pki_types::{pem::PemObject, CertificateDer};
@@ -127,7 +133,10 @@ impl Node {
         let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
         let mut tls = tokio_rustls::TlsConnector::from(Arc::new(config)).connect(name, tcp).await.unwrap();
         let auth = token.map(|t| format!("Authorization: Bearer {t}\r\n")).unwrap_or_default();
-        let req = format!("{method} {path} HTTP/1.1\r\nHost: localhost\r\n{auth}Content-Length: 0\r\nConnection: close\r\n\r\n");
+        let req = format!(
+            "{method} {path} HTTP/1.1\r\nHost: localhost\r\n{auth}Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        );
         tls.write_all(req.as_bytes()).await.unwrap();
         let mut resp = Vec::new();
         let _ = tls.read_to_end(&mut resp).await;
@@ -363,6 +372,12 @@ async fn the_admin_port_answers_401_403_or_the_data() {
         ("GET", "/v1/cluster", Some(&node.admin), 200),
         ("GET", "/v1/snapshot", Some(&node.worker), 403),
         ("GET", "/v1/snapshot", Some(&node.admin), 200),
+        ("GET", "/v1/auth", None, 401),
+        ("GET", "/v1/auth", Some(&node.worker), 403),
+        ("GET", "/v1/auth", Some(&node.admin), 200),
+        ("POST", "/v1/auth", Some(&node.worker), 403),
+        // An admin gets through to the change, which is empty: 400.
+        ("POST", "/v1/auth", Some(&node.admin), 400),
         ("DELETE", "/v1/cluster/members/1", None, 401),
         ("DELETE", "/v1/cluster/members/1", Some(&node.worker), 403),
         ("POST", "/v1/cluster/members", Some(&node.worker), 403),
@@ -400,4 +415,47 @@ async fn a_token_added_to_the_file_works_without_a_restart() {
     }
     assert!(ok, "the node did not pick up the new token within 5 s");
     node.running.shutdown().await;
+}
+
+/// The audit log (issue 15, part 5): a denied call, an unauthenticated one,
+/// a refused and an accepted policy change and a snapshot each leave one JSON
+/// line with the identity, where it came from, the verb, the object and the
+/// outcome.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn denied_calls_and_admin_actions_are_audited_with_who_and_from_where() {
+    let node = start_node().await;
+    let mut worker = node.with_token(&node.worker).await;
+    let lease = grant(&mut worker).await.unwrap();
+    let e = worker.acquire(acquire(lease, "billing/x")).await.unwrap_err();
+    assert_eq!(e.code(), Code::PermissionDenied);
+    let mut nobody = node.client(None, None).await.unwrap();
+    assert_eq!(grant(&mut nobody).await.unwrap_err().code(), Code::Unauthenticated);
+    let role = r#"{"op":"put_role","name":"r","rules":[{"prefix":"r/","verbs":["read"]}]}"#;
+    assert_eq!(node.http_with("POST", "/v1/auth", Some(&node.worker), role).await.0, 403);
+    let (code, body) = node.http_with("POST", "/v1/auth", Some(&node.admin), role).await;
+    assert_eq!((code, body.as_str()), (200, r#"{"version":1,"changed":true}"#));
+    assert_eq!(node.http("GET", "/v1/snapshot", Some(&node.admin)).await.0, 200);
+    let log = node.file("audit.log");
+    node.running.shutdown().await;
+
+    let lines: Vec<serde_json::Value> =
+        std::fs::read_to_string(log).unwrap().lines().map(|l| serde_json::from_str(l).expect("a JSON line")).collect();
+    let find = |identity: &str, action: &str, outcome: &str| {
+        lines
+            .iter()
+            .find(|l| l["identity"] == identity && l["action"] == action && l["outcome"] == outcome)
+            .unwrap_or_else(|| panic!("no {identity} {action} {outcome} line in {lines:#?}"))
+    };
+    let denied = find("worker", "call", "denied");
+    assert_eq!((denied["verb"].as_str(), denied["object"].as_str()), (Some("acquire"), Some("lock \"billing/x\"")));
+    let unauthenticated = find("-", "call", "unauthenticated");
+    let changed = find("root", "auth.put_role", "ok");
+    assert_eq!(changed["object"], "role r");
+    let refused = find("worker", "http", "denied");
+    assert_eq!(refused["verb"], "admin");
+    find("root", "snapshot", "ok");
+    for l in [denied, unauthenticated, changed, refused] {
+        assert!(l["remote"].as_str().is_some_and(|r| r.starts_with("127.0.0.1:")), "where it came from: {l}");
+        assert!(l["time"].is_string(), "{l}");
+    }
 }
