@@ -27,7 +27,8 @@ pub struct ServeArgs {
     /// `peers = "1=10.0.0.1:7070,2=10.0.0.2:7070,3=10.0.0.3:7070"`, `data_dir`,
     /// `listen`, `http`, `advertise`, `join`, `heartbeat`, `election_timeout`,
     /// `log`, and the connection limits `max_connections`,
-    /// `max_connections_per_source`, `handshake_timeout`, `idle_timeout`,
+    /// `max_connections_per_source`, `max_new_connections_per_source`,
+    /// `handshake_timeout`, `idle_timeout`,
     /// `header_read_timeout`, and TLS: `tls_cert`, `tls_key`, `tls_ca`,
     /// `client_ca`, `require_client_cert`, `insecure`, `auth_file`, `audit_log`, and
     /// the quotas `max_leases_per_identity` … `max_waiters`); flags and environment
@@ -162,6 +163,10 @@ pub struct LimitArgs {
     /// Most connections open at once from one IP address [default: 128].
     #[arg(long, env = "FENCELOCK_MAX_CONNECTIONS_PER_SOURCE")]
     max_connections_per_source: Option<usize>,
+    /// Most new connections a second from one IP address, after a burst of
+    /// --max-connections-per-source plus this; 0: no limit [default: 100].
+    #[arg(long, env = "FENCELOCK_MAX_NEW_CONNECTIONS_PER_SOURCE")]
+    max_new_connections_per_source: Option<u32>,
     /// A connection that sends nothing within this is closed [default: 10s].
     #[arg(long, env = "FENCELOCK_HANDSHAKE_TIMEOUT", value_parser = parse_duration)]
     handshake_timeout: Option<Duration>,
@@ -193,6 +198,7 @@ struct FileConfig {
     log: Option<String>,
     max_connections: Option<usize>,
     max_connections_per_source: Option<usize>,
+    max_new_connections_per_source: Option<u32>,
     handshake_timeout: Option<String>,
     idle_timeout: Option<String>,
     header_read_timeout: Option<String>,
@@ -331,6 +337,9 @@ fn resolve_limits(a: LimitArgs, file: &FileConfig) -> anyhow::Result<fencelock_s
     }
     if let Some(n) = a.max_connections_per_source.or(file.max_connections_per_source) {
         l.max_per_source = n;
+    }
+    if let Some(n) = a.max_new_connections_per_source.or(file.max_new_connections_per_source) {
+        l.new_per_source_per_sec = n;
     }
     let durations = [
         (a.handshake_timeout, &file.handshake_timeout, "handshake_timeout", &mut l.handshake_timeout),

@@ -197,3 +197,37 @@ async fn issue_14_an_oversized_request_is_refused_before_it_is_decoded() {
     let status = c.acquire(ok).await.expect_err("lease 1 does not exist");
     assert_ne!(status.code(), tonic::Code::OutOfRange, "a request of the largest legitimate size is decoded: {status:?}");
 }
+
+/// A source that opens connections in a loop, closing each at once (as a
+/// flood of TLS handshakes does), is held to its rate of new connections
+/// (here 1 a second after a burst of 5 + 1) and counted, while another source
+/// is served. Without the rate limit every one of them would be admitted,
+/// since none stays open long enough to meet the per-source cap.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_source_opening_connections_in_a_loop_is_held_to_its_rate() {
+    const LOOP: u64 = 100;
+    let tmp = tempfile::tempdir().unwrap();
+    let flags = ["--max-connections-per-source", "5", "--max-new-connections-per-source", "1"];
+    let server = Server::start_with_flags(tmp.path(), &flags, None);
+    for _ in 0..LOOP {
+        let socket = TcpSocket::new_v4().expect("socket");
+        socket.bind(SocketAddr::from(([127, 0, 0, 2], 0))).expect("bind 127.0.0.2");
+        let conn = tokio::time::timeout(BOUND, socket.connect(server.grpc)).await.expect("connect within the bound").expect("connect");
+        drop(conn);
+    }
+    // At most 6 + 1 a second of the loop's connections are admitted; the
+    // server takes them in well under the 4 s this leaves.
+    let start = tokio::time::Instant::now();
+    let refused = loop {
+        let refused = metric(&metrics(&server).await, "fencelock_connections_refused_rate_total");
+        if refused >= LOOP - 10 || start.elapsed() > BOUND {
+            break refused;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!(refused >= LOOP - 10, "{refused} of {LOOP} refused by the rate limit");
+    let (out, server) = tokio::task::spawn_blocking(move || (cli(&server, &["acquire", "rate/other-source", "--ttl", "30s"]), server))
+        .await
+        .expect("join");
+    assert!(out.status.success(), "another source is served: {}\n{}", stderr(&out), server.log_text());
+}

@@ -10,6 +10,11 @@
 //!   once (a refusal, counted in the metrics and logged at most every
 //!   [`LOG_EVERY`]). The process therefore never holds more accepted sockets than
 //!   the total, however many arrive, and one address cannot take all of them;
+//! - at most [`ConnLimits::new_per_source_per_sec`] new connections a second
+//!   from one IP address, after a burst of [`ConnLimits::rate_burst`]: a
+//!   source that opens connections (and TLS handshakes, which cost the node a
+//!   signature each) in a loop is refused beyond that rate, however briefly it
+//!   keeps each one;
 //! - a connection that sends nothing within [`ConnLimits::handshake_timeout`] is
 //!   closed before any protocol server holds it;
 //! - a connection on which no byte moves either way for
@@ -66,6 +71,9 @@ pub struct ConnLimits {
     /// Most connections open at once from one IP address. The default, 128, is a
     /// sixth of the total: one address cannot take the rest from others.
     pub max_per_source: usize,
+    /// Most new connections a second from one IP address, after a burst (see
+    /// [`ConnLimits::rate_burst`]) (default 100; 0: no limit).
+    pub new_per_source_per_sec: u32,
     /// A connection that sends no byte within this is closed (default 10 s).
     pub handshake_timeout: Duration,
     /// A connection on which no byte moves either way for this is closed
@@ -81,6 +89,7 @@ impl Default for ConnLimits {
         Self {
             max_connections: 768,
             max_per_source: 128,
+            new_per_source_per_sec: 100,
             handshake_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(300),
             header_read_timeout: Duration::from_secs(10),
@@ -89,6 +98,13 @@ impl Default for ConnLimits {
 }
 
 impl ConnLimits {
+    /// How many new connections one source may open at once before its rate
+    /// applies: its whole share, and a second's worth on top (so a client
+    /// that fills its share can still replace a connection at once).
+    pub fn rate_burst(&self) -> usize {
+        self.max_per_source.saturating_add(self.new_per_source_per_sec as usize)
+    }
+
     /// Checks what the server cannot run with, and says why.
     pub fn validate(&self) -> Result<(), String> {
         if self.max_connections == 0 || self.max_per_source == 0 {
@@ -121,6 +137,38 @@ pub struct Gate {
 struct Open {
     total: usize,
     by_source: HashMap<IpAddr, usize>,
+    /// New-connection allowance of each source that connected recently:
+    /// (tokens left, when last counted).
+    rate: HashMap<IpAddr, (f64, Instant)>,
+}
+
+/// Sources forgotten by the rate limit once it tracks this many (a full
+/// allowance again, which is what an idle source has anyway).
+const RATE_SOURCES: usize = 4096;
+
+impl Open {
+    /// Takes one new connection from `ip`'s allowance at `now`; `false` if it
+    /// has none left.
+    fn take_rate(&mut self, ip: IpAddr, now: Instant, per_sec: u32, burst: usize) -> bool {
+        if per_sec == 0 {
+            return true;
+        }
+        if self.rate.len() >= RATE_SOURCES && !self.rate.contains_key(&ip) {
+            let full = |(left, at): &(f64, Instant)| *left + now.saturating_duration_since(*at).as_secs_f64() * f64::from(per_sec) >= burst as f64;
+            self.rate.retain(|_, r| !full(r));
+            if self.rate.len() >= RATE_SOURCES {
+                self.rate.clear();
+            }
+        }
+        let (left, at) = self.rate.entry(ip).or_insert((burst as f64, now));
+        *left = (*left + now.saturating_duration_since(*at).as_secs_f64() * f64::from(per_sec)).min(burst as f64);
+        *at = now;
+        if *left < 1.0 {
+            return false;
+        }
+        *left -= 1.0;
+        true
+    }
 }
 
 /// Why a connection was closed by the gate, for the rate-limited log.
@@ -128,6 +176,7 @@ struct Open {
 enum Refusal {
     Total,
     PerSource,
+    Rate,
     Handshake,
 }
 
@@ -157,6 +206,8 @@ impl Gate {
                 Some(Refusal::Total)
             } else if from_ip >= self.limits.max_per_source {
                 Some(Refusal::PerSource)
+            } else if !open.take_rate(ip, Instant::now(), self.limits.new_per_source_per_sec, self.limits.rate_burst()) {
+                Some(Refusal::Rate)
             } else {
                 open.total += 1;
                 open.by_source.insert(ip, from_ip + 1);
@@ -192,6 +243,7 @@ impl Gate {
         match why {
             Refusal::Total => c.refused_total.fetch_add(1, Relaxed),
             Refusal::PerSource => c.refused_per_source.fetch_add(1, Relaxed),
+            Refusal::Rate => c.refused_rate.fetch_add(1, Relaxed),
             Refusal::Handshake => c.handshake_timeouts.fetch_add(1, Relaxed),
         };
         if let Some(n) = self.due_log(why) {
@@ -202,6 +254,10 @@ impl Gate {
                 }
                 Refusal::PerSource => {
                     tracing::warn!(source = %ip, n, limit = per_source, "connections refused: the per-source limit is reached")
+                }
+                Refusal::Rate => {
+                    let limit = self.limits.new_per_source_per_sec;
+                    tracing::warn!(source = %ip, n, limit, "connections refused: the source opens new ones faster than its limit per second")
                 }
                 Refusal::Handshake => {
                     tracing::warn!(source = %ip, n, "connections closed: nothing sent within the handshake timeout")
@@ -545,6 +601,26 @@ mod tests {
         let g = gate(10, 1);
         let _a = g.admit(ip(2)).expect("first");
         assert!(g.admit(IpAddr::from(std::net::Ipv4Addr::new(127, 0, 0, 2).to_ipv6_mapped())).is_none());
+    }
+
+    /// A source that opens connections in a loop, closing each at once, gets
+    /// its burst and then its rate; another source is not affected.
+    #[test]
+    fn new_connections_per_source_are_rate_limited_after_a_burst() {
+        let limits = ConnLimits { max_connections: 100, max_per_source: 5, new_per_source_per_sec: 10, ..ConnLimits::default() };
+        let g = Gate::new(limits, Arc::new(Metrics::default()));
+        let admitted = (0..30).filter(|_| g.admit(ip(2)).is_some()).count();
+        assert_eq!(admitted, 15, "the burst (5 + 10), then nothing within the same instant (each permit is dropped at once)");
+        assert!(g.admit(ip(3)).is_some(), "another address still gets in");
+        assert_eq!(g.metrics.conns.refused_rate.load(Relaxed), 15);
+
+        let mut open = Open::default();
+        let t0 = Instant::now();
+        assert!((0..5).all(|_| open.take_rate(ip(2), t0, 10, 5)));
+        assert!(!open.take_rate(ip(2), t0, 10, 5));
+        assert!(open.take_rate(ip(2), t0 + Duration::from_millis(100), 10, 5), "a tenth of a second gives one back");
+        assert!(!open.take_rate(ip(2), t0 + Duration::from_millis(100), 10, 5));
+        assert!((0..100).all(|_| open.take_rate(ip(2), t0, 0, 5)), "0 is no limit");
     }
 
     #[test]

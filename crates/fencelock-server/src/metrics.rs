@@ -74,6 +74,7 @@ pub struct ConnMetrics {
     pub open: AtomicU64,
     pub refused_total: AtomicU64,
     pub refused_per_source: AtomicU64,
+    pub refused_rate: AtomicU64,
     pub handshake_timeouts: AtomicU64,
     pub idle_closed: AtomicU64,
     pub tls_failures: AtomicU64,
@@ -89,7 +90,7 @@ impl ConnMetrics {
     }
 
     fn render(&self, o: &mut String) {
-        let counters: [(&str, &str, &AtomicU64); 5] = [
+        let counters: [(&str, &str, &AtomicU64); 6] = [
             (
                 "fencelock_connections_refused_total",
                 "Connections closed at once: the total connection limit was reached.",
@@ -99,6 +100,11 @@ impl ConnMetrics {
                 "fencelock_connections_refused_per_source_total",
                 "Connections closed at once: their source address was at its connection limit.",
                 &self.refused_per_source,
+            ),
+            (
+                "fencelock_connections_refused_rate_total",
+                "Connections closed at once: their source address opened new ones faster than its limit per second.",
+                &self.refused_rate,
             ),
             (
                 "fencelock_connections_handshake_timeouts_total",
