@@ -61,11 +61,7 @@ impl AdminTlsArgs {
 /// A 401 or 403 from `admin` as the client library's auth errors (so that
 /// the exit code says what happened), else `None`.
 pub fn auth_refusal(admin: SocketAddr, status: u16, message: &str) -> Option<anyhow::Error> {
-    let e = match status {
-        401 => fencelock::Error::Unauthenticated(message.to_string()),
-        403 => fencelock::Error::PermissionDenied(message.to_string()),
-        _ => return None,
-    };
+    let e = fencelock::Error::from_http_refusal(status, message)?;
     Some(anyhow::Error::new(e).context(admin.to_string()))
 }
 

@@ -115,6 +115,15 @@ impl StdError for Cause {
     }
 }
 
+/// A refusal, without the server's own prefix (the error's display adds it).
+fn refusal(unauthenticated: bool, message: &str) -> Error {
+    if unauthenticated {
+        Error::Unauthenticated(message.strip_prefix("not authenticated: ").unwrap_or(message).to_string())
+    } else {
+        Error::PermissionDenied(message.strip_prefix("permission denied: ").unwrap_or(message).to_string())
+    }
+}
+
 impl Error {
     /// Maps a final (non-retried) gRPC status to an error.
     pub(crate) fn from_status(status: &Status) -> Error {
@@ -125,9 +134,17 @@ impl Error {
             Code::NotFound => Error::LeaseNotFound(msg),
             Code::Unavailable => Error::Unavailable(msg),
             Code::DeadlineExceeded => Error::Timeout,
-            Code::Unauthenticated => Error::Unauthenticated(msg),
-            Code::PermissionDenied => Error::PermissionDenied(msg),
+            Code::Unauthenticated | Code::PermissionDenied => refusal(status.code() == Code::Unauthenticated, &msg),
             code => Error::Server(format!("{code:?}: {msg}")),
+        }
+    }
+
+    /// An admin port's 401 or 403 as [`Error::Unauthenticated`] or
+    /// [`Error::PermissionDenied`]; `None` for any other status.
+    pub fn from_http_refusal(status: u16, message: &str) -> Option<Error> {
+        match status {
+            401 | 403 => Some(refusal(status == 401, message)),
+            _ => None,
         }
     }
 
@@ -289,6 +306,10 @@ mod tests {
             assert!(!is_retryable(&local), "{code:?}");
         }
         assert_eq!(Error::from_status(&unauth), Error::Unauthenticated("token missing".into()));
+        let twice = Status::permission_denied("permission denied: w may not acquire lock \"x\"");
+        assert_eq!(Error::from_status(&twice).to_string(), "permission denied: w may not acquire lock \"x\"", "said once");
+        assert_eq!(Error::from_http_refusal(401, "not authenticated: bad").unwrap().to_string(), "not authenticated: bad");
+        assert!(Error::from_http_refusal(500, "x").is_none());
         assert_eq!(Error::from_status(&denied), Error::PermissionDenied("role reader may not acquire".into()));
         assert_eq!(Error::from_status(&unauth).to_string(), "not authenticated: token missing");
         assert_eq!(Error::from_status(&denied).to_string(), "permission denied: role reader may not acquire");
