@@ -1,0 +1,538 @@
+//! The driver's decisions, without IO: [`DriverCore`] takes events (a request
+//! arrived, a caller went away, the write in flight finished, the Raft role
+//! changed, a timer fired) with the time they happen at, and answers with
+//! [`Action`]s (write this entry, reply to this caller, wake this waiter, say
+//! whether this node serves). The tokio shell in [`super`] owns the channels,
+//! the Raft handle and the timers, and does what the actions say; the tests
+//! beside this file drive the core alone and check the exact actions.
+//!
+//! The rules it keeps are the driver's (see [`super`]): persist then reply, one
+//! write in flight with everything that arrives meanwhile gathered into the
+//! next, `LeaderStart` first under each new leadership, ticks at the engine's
+//! deadlines, a retried acquire owning its wait, and failing closed when the
+//! node stops or is cut off from a majority.
+//!
+//! `R` is how a caller is answered and `W` how a waiter is woken: the shell's
+//! oneshot senders, the tests' plain ids.
+
+use std::collections::HashMap;
+
+use fencelock_core::{
+    ClusterId, Command, Effect, Grant, Input, LeaseId, Millis, Output, Reply, RequestId, WaitEnd,
+};
+
+use super::DriverError;
+
+/// Pause after a failed log write before the next attempt, so a failing disk is
+/// not hammered in a loop.
+pub const RETRY_AFTER_FAILED_WRITE_MS: Millis = 100;
+
+/// Most bytes of commands in one log entry (as estimated by [`approx_bytes`]):
+/// a burst of large requests is split over several entries instead of making one
+/// entry that every member must write, send and hold in memory at once.
+pub const MAX_BATCH_BYTES: usize = 1 << 20;
+
+/// How a queued acquire's wait ended, as its waiter is told.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WaitOutcome {
+    Granted { grant: Grant, waited_ms: u64 },
+    Ended(WaitEnd),
+}
+
+/// One command and who awaits its outcome.
+#[derive(Debug)]
+pub struct Msg<R, W> {
+    pub cmd: Command,
+    /// Who gets the engine's reply (`None`: the cancel of a caller that went away).
+    pub reply: Option<R>,
+    /// For an acquire that may queue: who is woken when its wait ends.
+    pub waiter: Option<W>,
+    /// For an acquire of a caller that reports when it is done: its
+    /// generation (a retry has a newer one).
+    pub gen: Option<u64>,
+}
+
+/// What the core needs to know of the Raft node, from its metrics.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RaftView {
+    /// The node stopped after a fatal error (a storage failure).
+    pub fatal: Option<String>,
+    /// This node is the leader (openraft says so and names it).
+    pub is_leader: bool,
+    pub term: u64,
+    /// The leader's client address, if known (hints for refused callers).
+    pub leader_addr: Option<String>,
+    /// How many voters the group has.
+    pub voters: usize,
+    /// On a leader: how long since a majority last answered.
+    pub millis_since_quorum_ack: Option<u64>,
+}
+
+/// Something that happened, for [`DriverCore::step`].
+#[derive(Debug)]
+pub enum Event<R, W> {
+    /// A command arrived.
+    Request(Msg<R, W>),
+    /// The caller of the acquire `gen` of `key` is done with it; `cancel` is
+    /// the `CancelWait` to write if it went away mid-flight.
+    AcquireGone { key: (LeaseId, RequestId), gen: u64, cancel: Option<Command> },
+    /// The write in flight finished: the engine's output, or why it failed.
+    Written(Result<Output, DriverError>),
+    /// Raft's view changed.
+    Raft(RaftView),
+    /// The Raft node is gone (its metrics stopped): fail closed.
+    RaftGone,
+    /// The time came for [`DriverCore::next_wake`].
+    Timer,
+}
+
+/// What the shell must do, in order.
+#[derive(Debug, PartialEq)]
+pub enum Action<R, W> {
+    /// Propose this entry (one at a time: the next comes after its `Written`).
+    Write(Input),
+    Reply(R, Result<Reply, DriverError>),
+    Wake(W, Result<WaitOutcome, DriverError>),
+    /// Whether this node serves requests now.
+    Ready(bool),
+    /// A batch of this many commands was written (for the metrics).
+    Batched(usize),
+    /// The engine reported this effect (for the metrics).
+    Effect(Effect),
+}
+
+/// The time of an event: the engine's clock, and the token floor a
+/// `LeaderStart` written now would carry (see [`fencelock_core::token_floor`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Time {
+    pub now: Millis,
+    pub token_floor: u64,
+}
+
+/// Who owns the wait of one (lease, request id): the newest acquire of it that
+/// arrived, and how many callers of it have not reported that they are done.
+#[derive(Debug)]
+struct Owner {
+    newest: u64,
+    live: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Role {
+    Follower,
+    /// Leader of this term; its `LeaderStart` is not applied yet.
+    Starting(u64),
+    /// Leader of this term, serving.
+    Ready(u64),
+}
+
+#[derive(Debug)]
+struct Inflight<R, W> {
+    msgs: Vec<Msg<R, W>>,
+    /// `Some(term)` when this write is the `LeaderStart` of `term`.
+    leader_start: Option<u64>,
+}
+
+/// The driver's state and rules. See the module docs.
+#[derive(Debug)]
+pub struct DriverCore<R, W> {
+    max_batch: usize,
+    /// How long a leader of a group of several may go without an answer from
+    /// a majority before it stops serving (`None`: never).
+    quorum_timeout_ms: Option<u64>,
+    /// The cluster id this node proposes in its `LeaderStart`s.
+    cluster_id: Option<ClusterId>,
+    pending: Vec<Msg<R, W>>,
+    waiters: HashMap<(LeaseId, RequestId), W>,
+    /// Per (lease, request id) with a caller not done yet: the newest acquire
+    /// of it (the only one whose cancel is written).
+    owners: HashMap<(LeaseId, RequestId), Owner>,
+    /// How many of `pending` are cancels of callers that went away: an arriving
+    /// acquire scans `pending` for its key's cancel only when there is one.
+    unwritten_cancels: usize,
+    inflight: Option<Inflight<R, W>>,
+    /// The engine's next deadline (a tick must be written then).
+    tick_at: Option<Millis>,
+    tick_due: bool,
+    /// After a failed write, no new write before this instant.
+    retry_at: Option<Millis>,
+    role: Role,
+    leader_hint: Option<String>,
+    /// Set once the Raft node has stopped: every request is answered with this.
+    stopped: Option<String>,
+    /// Set while this node leads but is cut off from a majority.
+    cut_off: Option<String>,
+    /// What the shell was last told by [`Action::Ready`].
+    ready: bool,
+}
+
+type Actions<R, W> = Vec<Action<R, W>>;
+
+impl<R, W> DriverCore<R, W> {
+    /// A follower with nothing pending. `max_batch`: most commands in one entry.
+    pub fn new(max_batch: usize) -> Self {
+        Self {
+            max_batch: max_batch.max(1),
+            quorum_timeout_ms: None,
+            cluster_id: None,
+            pending: Vec::new(),
+            waiters: HashMap::new(),
+            owners: HashMap::new(),
+            unwritten_cancels: 0,
+            inflight: None,
+            tick_at: None,
+            tick_due: false,
+            retry_at: None,
+            role: Role::Follower,
+            leader_hint: None,
+            stopped: None,
+            cut_off: None,
+            ready: false,
+        }
+    }
+
+    /// See [`super::Driver::with_quorum_timeout`].
+    pub fn with_quorum_timeout(mut self, ms: u64) -> Self {
+        self.quorum_timeout_ms = Some(ms);
+        self
+    }
+
+    /// Propose `id` as the group's cluster id in every `LeaderStart`.
+    pub fn with_cluster_id(mut self, id: Option<ClusterId>) -> Self {
+        self.cluster_id = id;
+        self
+    }
+
+    /// When the shell must send [`Event::Timer`] (the engine's next deadline or
+    /// the end of the pause after a failed write), if ever.
+    pub fn next_wake(&self) -> Option<Millis> {
+        match (self.tick_at, self.retry_at) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Handles `events`, all at `time`, then starts the next write if one can
+    /// start: every request among the events goes into the same entry (group
+    /// commit).
+    pub fn step(&mut self, time: Time, events: impl IntoIterator<Item = Event<R, W>>) -> Actions<R, W> {
+        let mut out = Vec::new();
+        for e in events {
+            self.handle(time, e, &mut out);
+        }
+        self.maybe_write(time, &mut out);
+        out
+    }
+
+    /// Everything pending and waiting fails with `e`, as when the server shuts down.
+    pub fn shut_down(&mut self, e: DriverError) -> Actions<R, W> {
+        let mut out = Vec::new();
+        self.fail_all(e, &mut out);
+        out
+    }
+
+    fn handle(&mut self, time: Time, e: Event<R, W>, out: &mut Actions<R, W>) {
+        match e {
+            Event::Request(m) => self.accept(m, out),
+            Event::AcquireGone { key, gen, cancel } => {
+                if let Some(cmd) = self.acquire_gone(key, gen, cancel) {
+                    self.accept(Msg { cmd, reply: None, waiter: None, gen: None }, out);
+                }
+            }
+            Event::Written(res) => self.on_written(time, res, out),
+            Event::Raft(view) => self.on_raft(view, out),
+            Event::RaftGone => self.stop_serving("the Raft node stopped".into(), out),
+            Event::Timer => self.on_timer(time),
+        }
+    }
+
+    fn on_timer(&mut self, time: Time) {
+        if self.tick_at.is_some_and(|t| t <= time.now) {
+            self.tick_at = None;
+            self.tick_due = true;
+        }
+        if self.retry_at.is_some_and(|t| t <= time.now) {
+            self.retry_at = None;
+        }
+    }
+
+    fn accept(&mut self, msg: Msg<R, W>, out: &mut Actions<R, W>) {
+        if let (Command::Acquire(a), Some(gen)) = (msg.cmd.inner(), msg.gen) {
+            self.acquire_arrived((a.lease, a.req), gen);
+        }
+        let refused = match (&self.stopped, self.role, &self.cut_off) {
+            (Some(why), _, _) => Some(DriverError::Unavailable(why.clone())),
+            (None, Role::Follower, _) => Some(DriverError::NotLeader { leader: self.leader_hint.clone() }),
+            (None, _, Some(why)) => Some(DriverError::Unavailable(why.clone())),
+            _ => None,
+        };
+        match refused {
+            Some(e) => reply(out, msg.reply, Err(e)),
+            None => {
+                self.unwritten_cancels += usize::from(is_dropped_cancel(&msg));
+                self.pending.push(msg);
+            }
+        }
+    }
+
+    /// An acquire (maybe a retry) arrived: it owns the wait of its key from now on,
+    /// so an unwritten cancel of that key, from an older caller, is dropped.
+    fn acquire_arrived(&mut self, key: (LeaseId, RequestId), gen: u64) {
+        let owner = self.owners.entry(key).or_insert(Owner { newest: gen, live: 0 });
+        owner.newest = owner.newest.max(gen);
+        owner.live += 1;
+        if self.unwritten_cancels > 0 {
+            let before = self.pending.len();
+            self.pending.retain(|m| !(is_dropped_cancel(m) && cancels(&m.cmd, key)));
+            self.unwritten_cancels -= before - self.pending.len();
+        }
+    }
+
+    /// The caller of the acquire `gen` of `key` is done; the `CancelWait` to write,
+    /// if it went away and was the wait's newest owner.
+    fn acquire_gone(&mut self, key: (LeaseId, RequestId), gen: u64, cancel: Option<Command>) -> Option<Command> {
+        let Some(owner) = self.owners.get_mut(&key) else {
+            return cancel;
+        };
+        let current = gen >= owner.newest;
+        owner.live = owner.live.saturating_sub(1);
+        if owner.live == 0 {
+            self.owners.remove(&key);
+        }
+        cancel.filter(|_| current)
+    }
+
+    /// Starts the next write if none is in flight and there is something to write.
+    fn maybe_write(&mut self, time: Time, out: &mut Actions<R, W>) {
+        if self.inflight.is_some() || self.retry_at.is_some() || self.cut_off.is_some() {
+            return;
+        }
+        match self.role {
+            Role::Follower => {}
+            Role::Starting(term) => {
+                // The floor and the cluster id: see `raft::identity` (issue 14).
+                let input = Input::LeaderStart { now: time.now, token_floor: time.token_floor, cluster_id: self.cluster_id };
+                self.inflight = Some(Inflight { msgs: Vec::new(), leader_start: Some(term) });
+                out.push(Action::Write(input));
+            }
+            Role::Ready(_) => {
+                if self.pending.is_empty() && !self.tick_due {
+                    return;
+                }
+                let n = batch_len(&self.pending, self.max_batch);
+                let msgs: Vec<Msg<R, W>> = self.pending.drain(..n).collect();
+                self.unwritten_cancels -= msgs.iter().filter(|m| is_dropped_cancel(m)).count();
+                let cmds = msgs.iter().map(|m| m.cmd.clone()).collect();
+                self.tick_due = false;
+                out.push(Action::Batched(msgs.len()));
+                out.push(Action::Write(Input::Batch { now: time.now, cmds }));
+                self.inflight = Some(Inflight { msgs, leader_start: None });
+            }
+        }
+    }
+
+    fn on_written(&mut self, time: Time, res: Result<Output, DriverError>, out: &mut Actions<R, W>) {
+        let Some(done) = self.inflight.take() else { return };
+        let output = match res {
+            Ok(output) => output,
+            Err(e) => {
+                tracing::warn!(error = %e, "log write failed");
+                for m in done.msgs {
+                    reply(out, m.reply, Err(e.clone()));
+                }
+                self.retry_at = Some(time.now.saturating_add(RETRY_AFTER_FAILED_WRITE_MS));
+                return;
+            }
+        };
+        if let Some(term) = done.leader_start {
+            if self.role == Role::Starting(term) {
+                self.role = Role::Ready(term);
+                self.set_ready(self.cut_off.is_none(), out);
+                tracing::info!(term, "leader ready: restored leases got a fresh TTL");
+            }
+        }
+        self.deliver(done.msgs, output, out);
+    }
+
+    /// Sends each caller its reply, registers queued waiters, then acts on
+    /// effects (replies first, so a waiter queued and granted in one batch is found).
+    fn deliver(&mut self, msgs: Vec<Msg<R, W>>, output: Output, out: &mut Actions<R, W>) {
+        let mut replies = output.replies.into_iter();
+        for m in msgs {
+            let Some(r) = replies.next() else {
+                reply(out, m.reply, Err(DriverError::Unavailable("internal: missing reply".into())));
+                continue;
+            };
+            if let (Reply::Queued { .. }, Command::Acquire(a), Some(w)) = (&r, m.cmd.inner(), m.waiter) {
+                // A superseded caller of a retried acquire does not take the wait back.
+                let key = (a.lease, a.req);
+                if self.owners.get(&key).is_none_or(|o| m.gen.is_none_or(|g| g >= o.newest)) {
+                    self.waiters.insert(key, w);
+                }
+            }
+            reply(out, m.reply, Ok(r));
+        }
+        for e in output.effects {
+            self.wake(&e, out);
+            out.push(Action::Effect(e));
+        }
+        self.tick_at = output.next_deadline;
+    }
+
+    /// Completes the wait of a queued acquire. A waiter with no registered caller
+    /// was queued before a leader change or restart; its client retries with the
+    /// same request id and then finds the outcome.
+    fn wake(&mut self, e: &Effect, out: &mut Actions<R, W>) {
+        let (key, outcome) = match e {
+            Effect::Granted { grant, req, queued: true, waited_ms } => {
+                ((grant.lease, *req), WaitOutcome::Granted { grant: grant.clone(), waited_ms: *waited_ms })
+            }
+            Effect::WaitEnded { lease, req, why, .. } => ((*lease, *req), WaitOutcome::Ended(*why)),
+            _ => return,
+        };
+        if let Some(w) = self.waiters.remove(&key) {
+            out.push(Action::Wake(w, Ok(outcome)));
+        }
+    }
+
+    /// Fails closed: answers everything with `why` from now on. Nothing more is
+    /// written, so the last durable state is what a restart will find.
+    fn stop_serving(&mut self, why: String, out: &mut Actions<R, W>) {
+        if self.stopped.is_some() {
+            return;
+        }
+        tracing::error!(reason = %why, "not serving any more; restart the server");
+        let why = format!("{why}; nothing more is written and the last durable state is kept; restart the server");
+        self.stopped = Some(why.clone());
+        self.role = Role::Follower;
+        self.set_ready(false, out);
+        self.fail_all(DriverError::Unavailable(why), out);
+    }
+
+    fn on_raft(&mut self, view: RaftView, out: &mut Actions<R, W>) {
+        if let Some(fatal) = &view.fatal {
+            return self.stop_serving(format!("the server stopped after a fatal error: {fatal}"), out);
+        }
+        if self.stopped.is_some() {
+            return;
+        }
+        self.leader_hint = view.leader_addr.clone();
+        let role = match (view.is_leader, self.role) {
+            (false, _) => Role::Follower,
+            (true, Role::Starting(t) | Role::Ready(t)) if t == view.term => self.role,
+            (true, _) => Role::Starting(view.term),
+        };
+        if role != self.role {
+            tracing::info!(?role, term = view.term, "role changed");
+            self.role = role;
+            if !matches!(role, Role::Ready(_)) {
+                self.set_ready(false, out);
+                self.retry_at = None;
+            }
+            if role == Role::Follower {
+                let leader = self.leader_hint.clone();
+                self.fail_all(DriverError::NotLeader { leader }, out);
+            }
+        }
+        self.check_quorum(&view, out);
+    }
+
+    /// Stops serving while this leader is cut off from a majority, and serves
+    /// again once a majority answers.
+    fn check_quorum(&mut self, view: &RaftView, out: &mut Actions<R, W>) {
+        let Some(limit) = self.quorum_timeout_ms else { return };
+        let silent = view.millis_since_quorum_ack.filter(|ms| *ms > limit);
+        let lost = silent.filter(|_| view.is_leader && view.voters > 1);
+        match (lost, self.cut_off.is_some()) {
+            (Some(ms), false) => {
+                let why = format!(
+                    "this node leads but has not heard from a majority of its group for {ms} ms; the outcome of \
+                     requests in flight here is unknown; retry on another node"
+                );
+                tracing::warn!(ms, "cut off from a majority: serving nothing until it answers again");
+                self.cut_off = Some(why.clone());
+                self.set_ready(false, out);
+                let e = DriverError::Unavailable(why);
+                self.fail_all(e.clone(), out);
+                if let Some(inflight) = self.inflight.as_mut() {
+                    for m in &mut inflight.msgs {
+                        if let Some(r) = m.reply.take() {
+                            out.push(Action::Reply(r, Err(e.clone())));
+                        }
+                        m.waiter = None;
+                    }
+                }
+            }
+            (None, true) => {
+                self.cut_off = None;
+                if matches!(self.role, Role::Ready(_)) {
+                    tracing::info!("a majority answers again: serving");
+                    self.set_ready(true, out);
+                    // Expiries were not ticked meanwhile: tick now.
+                    self.tick_due = true;
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn set_ready(&mut self, ready: bool, out: &mut Actions<R, W>) {
+        if self.ready != ready {
+            self.ready = ready;
+            out.push(Action::Ready(ready));
+        }
+    }
+
+    fn fail_all(&mut self, e: DriverError, out: &mut Actions<R, W>) {
+        self.unwritten_cancels = 0;
+        for m in self.pending.drain(..) {
+            reply(out, m.reply, Err(e.clone()));
+        }
+        for (_, w) in self.waiters.drain() {
+            out.push(Action::Wake(w, Err(e.clone())));
+        }
+        self.tick_at = None;
+        self.tick_due = false;
+    }
+}
+
+fn reply<R, W>(out: &mut Actions<R, W>, to: Option<R>, r: Result<Reply, DriverError>) {
+    if let Some(to) = to {
+        out.push(Action::Reply(to, r));
+    }
+}
+
+/// `m` is the `CancelWait` of a caller that went away (nobody awaits its reply).
+fn is_dropped_cancel<R, W>(m: &Msg<R, W>) -> bool {
+    m.reply.is_none() && matches!(m.cmd.inner(), Command::CancelWait { .. })
+}
+
+/// `cmd` is a `CancelWait` of the acquire `(lease, req)`.
+fn cancels(cmd: &Command, (lease, req): (LeaseId, RequestId)) -> bool {
+    matches!(cmd.inner(), Command::CancelWait { lease: l, req: r, .. } if (*l, *r) == (lease, req))
+}
+
+/// How many of the first `pending` commands go into the next entry: at most
+/// `max_batch`, at most [`MAX_BATCH_BYTES`], and always at least one.
+pub fn batch_len<R, W>(pending: &[Msg<R, W>], max_batch: usize) -> usize {
+    let mut bytes = 0;
+    let fits = pending.iter().take(max_batch).take_while(|m| {
+        bytes += approx_bytes(&m.cmd);
+        bytes <= MAX_BATCH_BYTES
+    });
+    fits.count().max(1).min(pending.len())
+}
+
+/// Roughly how many bytes `cmd` takes in an entry: fixed fields plus its lock name
+/// (validated commands have names of at most 512 bytes).
+pub fn approx_bytes(cmd: &Command) -> usize {
+    const FIXED: usize = 128;
+    FIXED
+        + match cmd {
+            Command::Acquire(a) => a.lock.len(),
+            Command::Release { lock, .. } | Command::CancelWait { lock, .. } => lock.len(),
+            Command::GrantLease { .. } | Command::KeepAlive { .. } | Command::Revoke { .. } => 0,
+            Command::As { caller, cmd } => caller.name.len() + approx_bytes(cmd),
+            Command::Policy(change) => serde_json::to_vec(change).map_or(1024, |j| j.len()),
+        }
+}

@@ -1,0 +1,388 @@
+//! The driver: the one task that turns client commands into Raft log entries.
+//!
+//! Where it sits: between the request handlers (gRPC, session streams) and the
+//! Raft group whose state machine is the engine. It is the only proposer, so it is
+//! the engine's sole writer. Its contract:
+//!
+//! - **Persist, then reply.** A command is answered only after the entry holding it
+//!   is committed (fsynced on a quorum) and applied; the reply is the engine's own.
+//! - **Group commit.** While one entry is being written, every command that
+//!   arrives is gathered into the next single entry (an engine `Input::Batch`), so
+//!   a burst of requests costs one append and one fsync.
+//! - **Time.** The driver reads the monotonic [`Clock`] and puts `now` into every
+//!   entry; when the engine reports its next deadline, the driver proposes an empty
+//!   batch (a tick) at that time, so expiries are decided by the leader's clock and
+//!   written to the log.
+//! - **Leadership.** When this node becomes leader (a restart of a single node
+//!   included), the first entry it writes is `LeaderStart`, which gives every
+//!   restored lease a fresh full TTL. Until that entry is applied, requests wait.
+//!   When it stops being leader, queued callers get [`DriverError::NotLeader`].
+//! - **Waiters.** A queued acquire is answered `Queued` by the engine; the caller
+//!   then waits for the grant effect with its (lease, request id). If the caller
+//!   has gone away when the grant comes, the driver proposes `CancelWait`, which
+//!   releases the undelivered grant. A retried acquire (same lease and request id)
+//!   owns the wait from the moment it arrives: it drops any unwritten `CancelWait`
+//!   of that acquire, and a cancel from an older caller of it is never written, so
+//!   a cancel never ends (or releases) the wait of a caller that is still there.
+//!
+//! The decisions are [`core::DriverCore`]'s, which does no IO and is tested
+//! alone (`driver/tests/`); this module is its tokio shell: it owns the
+//! channels, the Raft handle, the write task and the timers, turns what
+//! happens into the core's events and does what its actions say.
+
+use std::sync::{
+    atomic::{AtomicU64, Ordering},
+    Arc,
+};
+
+use fencelock_core::{
+    Acquire, Busy, Caller, Command, EngineError, Grant, LeaseId, Output,
+    Reply, RequestId, WaitEnd,
+};
+use openraft::{
+    error::{ClientWriteError, RaftError},
+    ServerState,
+};
+use tokio::{
+    sync::{mpsc, oneshot, watch},
+    task::JoinHandle,
+    time::Instant,
+};
+
+use crate::{clock::Clock, metrics::Metrics, raft::Raft};
+
+pub mod core;
+#[cfg(test)]
+mod tests;
+
+use self::core::{Action, DriverCore, Event, RaftView, Time, WaitOutcome};
+
+/// Why the driver could not get a command decided.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DriverError {
+    /// This node is not the leader; `leader` is the current leader's address if known.
+    #[error("not the leader{}", leader.as_ref().map(|l| format!("; the leader is {l}")).unwrap_or_default())]
+    NotLeader { leader: Option<String> },
+    /// The outcome is unknown (storage failed, shutting down, leadership moved
+    /// while writing). Retrying with the same request id is safe.
+    #[error("unavailable: {0}")]
+    Unavailable(String),
+}
+
+/// The final outcome of an acquire, after any wait in the queue.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AcquireOutcome {
+    Acquired { grant: Grant, waited_ms: u64 },
+    Busy(Busy),
+    TimedOut,
+    /// The caller's lease ended while it waited.
+    LeaseEnded(LeaseId),
+    Rejected(EngineError),
+}
+
+type ReplyTx = oneshot::Sender<Result<Reply, DriverError>>;
+type WaitTx = oneshot::Sender<Result<WaitOutcome, DriverError>>;
+
+type Msg = core::Msg<ReplyTx, WaitTx>;
+
+/// What handles send to the driver task.
+enum ToDriver {
+    Cmd(Msg),
+    /// The caller of the acquire of generation `gen` is done with it: it completed,
+    /// or it went away mid-flight (`cancel`, carrying the `CancelWait` to write).
+    AcquireGone { key: (LeaseId, RequestId), gen: u64, cancel: Option<Command> },
+}
+
+/// A cheap, cloneable handle to the driver.
+#[derive(Clone)]
+pub struct DriverHandle {
+    tx: mpsc::UnboundedSender<ToDriver>,
+    ready: watch::Receiver<bool>,
+    /// Generations of acquires, so a retry supersedes its older callers.
+    next_gen: Arc<AtomicU64>,
+}
+
+impl DriverHandle {
+    /// Propose `cmd` and return the engine's reply once it is durable and applied.
+    ///
+    /// A command that breaks a stateless rule ([`Command::validate`]) is answered
+    /// `Rejected` here, as the engine would answer it, and is never proposed: a
+    /// rejected request costs no log entry and no disk.
+    pub async fn submit(&self, cmd: Command) -> Result<Reply, DriverError> {
+        if let Err(e) = cmd.validate() {
+            return Ok(Reply::Rejected(e));
+        }
+        self.send(cmd, None, None).await
+    }
+
+    async fn send(&self, cmd: Command, waiter: Option<WaitTx>, gen: Option<u64>) -> Result<Reply, DriverError> {
+        let (tx, rx) = oneshot::channel();
+        let msg = Msg { cmd, reply: Some(tx), waiter, gen };
+        self.tx.send(ToDriver::Cmd(msg)).map_err(|_| shutting_down())?;
+        rx.await.map_err(|_| shutting_down())?
+    }
+
+    /// Acquire, waiting in the server-side queue if the command says so. If this
+    /// future is dropped before it completes, the wait is cancelled (and a grant
+    /// that was made but not delivered is released).
+    /// An invalid acquire is rejected before it reaches the driver (see [`Self::submit`]).
+    /// `caller`: who asks (see [`Command::As`]); `None` with authentication off.
+    pub async fn acquire(&self, acq: Acquire, caller: Option<Caller>) -> Result<AcquireOutcome, DriverError> {
+        let cmd = match caller {
+            Some(caller) => Command::As { caller, cmd: Box::new(Command::Acquire(acq.clone())) },
+            None => Command::Acquire(acq.clone()),
+        };
+        if let Err(e) = cmd.validate() {
+            return Ok(AcquireOutcome::Rejected(e));
+        }
+        let gen = self.next_gen.fetch_add(1, Ordering::Relaxed);
+        let mut guard = CancelOnDrop::new(self, &acq, gen);
+        let (wtx, wrx) = oneshot::channel();
+        let lease = acq.lease;
+        let outcome = match self.send(cmd, Some(wtx), Some(gen)).await {
+            Ok(Reply::Queued { .. }) => match wrx.await {
+                Ok(Ok(WaitOutcome::Granted { grant, waited_ms })) => {
+                    Ok(AcquireOutcome::Acquired { grant, waited_ms })
+                }
+                Ok(Ok(WaitOutcome::Ended(why))) => Ok(ended(why, lease)),
+                Ok(Err(e)) => Err(e),
+                Err(_) => Err(shutting_down()),
+            },
+            Ok(reply) => immediate(reply),
+            Err(e) => Err(e),
+        };
+        // Completed (either way): the caller has the outcome, or will retry with the
+        // same request id; a cancel now could race with that retry. The guard still
+        // tells the driver that this caller is done.
+        guard.armed = false;
+        outcome
+    }
+
+    /// Whether this node currently serves requests (leader with `LeaderStart` applied).
+    pub fn is_ready(&self) -> bool {
+        *self.ready.borrow()
+    }
+}
+
+fn ended(why: WaitEnd, lease: LeaseId) -> AcquireOutcome {
+    match why {
+        WaitEnd::TimedOut => AcquireOutcome::TimedOut,
+        WaitEnd::LeaseEnded => AcquireOutcome::LeaseEnded(lease),
+        // Only the wait's current owner cancels it, and it is gone by then.
+        WaitEnd::Cancelled => AcquireOutcome::TimedOut,
+    }
+}
+
+fn immediate(reply: Reply) -> Result<AcquireOutcome, DriverError> {
+    match reply {
+        Reply::Acquired(grant) => Ok(AcquireOutcome::Acquired { grant, waited_ms: 0 }),
+        Reply::Busy(b) => Ok(AcquireOutcome::Busy(b)),
+        Reply::Rejected(e) => Ok(AcquireOutcome::Rejected(e)),
+        other => Err(DriverError::Unavailable(format!("internal: unexpected reply {other:?}"))),
+    }
+}
+
+fn shutting_down() -> DriverError {
+    DriverError::Unavailable("server is shutting down".into())
+}
+
+/// Tells the driver when the caller of an acquire is done with it, and asks for a
+/// `CancelWait` if it went away mid-flight (the driver writes it only if no newer
+/// acquire of the same lease and request id has arrived).
+struct CancelOnDrop {
+    tx: mpsc::UnboundedSender<ToDriver>,
+    key: (LeaseId, RequestId),
+    gen: u64,
+    lock: String,
+    armed: bool,
+}
+
+impl CancelOnDrop {
+    fn new(h: &DriverHandle, a: &Acquire, gen: u64) -> Self {
+        Self { tx: h.tx.clone(), key: (a.lease, a.req), gen, lock: a.lock.clone(), armed: true }
+    }
+}
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        let ((lease, req), gen) = (self.key, self.gen);
+        let cancel = self.armed.then(|| Command::CancelWait { req, lease, lock: std::mem::take(&mut self.lock) });
+        let _ = self.tx.send(ToDriver::AcquireGone { key: self.key, gen, cancel });
+    }
+}
+
+/// The driver task: the tokio shell of a [`DriverCore`].
+pub struct Driver {
+    raft: Raft,
+    node_id: u64,
+    clock: Clock,
+    metrics: Arc<Metrics>,
+    max_batch: usize,
+    rx: mpsc::UnboundedReceiver<ToDriver>,
+    ready_tx: watch::Sender<bool>,
+    core: DriverCore<ReplyTx, WaitTx>,
+    /// The write in flight (the core starts one at a time).
+    write: Option<JoinHandle<Result<Output, DriverError>>>,
+}
+
+type WriteError = RaftError<u64, ClientWriteError<u64, crate::raft::Member>>;
+
+impl Driver {
+    /// Create the driver and its handle. Run it with [`Driver::run`].
+    pub fn new(
+        raft: Raft,
+        node_id: u64,
+        clock: Clock,
+        metrics: Arc<Metrics>,
+        max_batch: usize,
+    ) -> (Self, DriverHandle) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let (ready_tx, ready) = watch::channel(false);
+        let max_batch = max_batch.max(1);
+        let core = DriverCore::new(max_batch);
+        let driver = Self { raft, node_id, clock, metrics, max_batch, rx, ready_tx, core, write: None };
+        (driver, DriverHandle { tx, ready, next_gen: Arc::new(AtomicU64::new(1)) })
+    }
+
+    /// A leader of a group of several that has not heard from a majority for
+    /// `timeout` stops serving until it does: its writes cannot commit, so its
+    /// callers get a retryable error now rather than a hang (and retry, with
+    /// the same request ids, on the majority's new leader).
+    pub fn with_quorum_timeout(mut self, timeout: std::time::Duration) -> Self {
+        self.core = self.core.with_quorum_timeout(timeout.as_millis() as u64);
+        self
+    }
+
+    /// Propose `id` as the group's cluster id in every `LeaderStart`.
+    pub fn with_cluster_id(mut self, id: Option<fencelock_core::ClusterId>) -> Self {
+        self.core = self.core.with_cluster_id(id);
+        self
+    }
+
+    /// Run until `shutdown` resolves or every handle is dropped.
+    pub async fn run(mut self, shutdown: impl std::future::Future<Output = ()>) {
+        let mut metrics_rx = self.raft.metrics();
+        tokio::pin!(shutdown);
+        let first = view(&metrics_rx.borrow_and_update(), self.node_id);
+        self.step(vec![Event::Raft(first)]);
+        let mut raft_gone = false;
+        loop {
+            let wake = self.core.next_wake().map(|at| Instant::from_std(self.clock.instant_at(at)));
+            tokio::select! {
+                biased;
+                _ = &mut shutdown => break,
+                done = wait_write(&mut self.write) => {
+                    #[cfg(feature = "failpoints")]
+                    if done.is_ok() {
+                        crate::faults::crash_point(crate::faults::REPLY_BEFORE_SEND);
+                    }
+                    self.step(vec![Event::Written(done)]);
+                }
+                changed = metrics_rx.changed(), if !raft_gone => {
+                    if changed.is_err() {
+                        raft_gone = true;
+                        self.step(vec![Event::RaftGone]);
+                        continue;
+                    }
+                    let v = view(&metrics_rx.borrow_and_update(), self.node_id);
+                    self.step(vec![Event::Raft(v)]);
+                }
+                msg = self.rx.recv() => match msg {
+                    Some(m) => {
+                        // Everything already queued goes into the same entry.
+                        let mut events = vec![event(m)];
+                        while events.len() < self.max_batch {
+                            match self.rx.try_recv() {
+                                Ok(m) => events.push(event(m)),
+                                Err(_) => break,
+                            }
+                        }
+                        self.step(events);
+                    }
+                    None => break,
+                },
+                _ = sleep_until(wake) => self.step(vec![Event::Timer]),
+            }
+        }
+        let actions = self.core.shut_down(shutting_down());
+        self.execute(actions);
+    }
+
+    fn step(&mut self, events: Vec<Event<ReplyTx, WaitTx>>) {
+        let time = Time { now: self.clock.now(), token_floor: self.clock.token_floor() };
+        let actions = self.core.step(time, events);
+        self.execute(actions);
+    }
+
+    fn execute(&mut self, actions: Vec<Action<ReplyTx, WaitTx>>) {
+        for a in actions {
+            match a {
+                Action::Write(input) => {
+                    let raft = self.raft.clone();
+                    let write = async move { raft.client_write(input).await.map(|r| r.data).map_err(map_write_error) };
+                    self.write = Some(tokio::spawn(write));
+                }
+                Action::Reply(tx, r) => {
+                    let _ = tx.send(r);
+                }
+                Action::Wake(w, r) => {
+                    let _ = w.send(r);
+                }
+                Action::Ready(ready) => {
+                    let _ = self.ready_tx.send(ready);
+                }
+                Action::Batched(n) => self.metrics.batch(n),
+                Action::Effect(e) => self.metrics.effect(&e),
+            }
+        }
+    }
+}
+
+fn event(m: ToDriver) -> Event<ReplyTx, WaitTx> {
+    match m {
+        ToDriver::Cmd(m) => Event::Request(m),
+        ToDriver::AcquireGone { key, gen, cancel } => Event::AcquireGone { key, gen, cancel },
+    }
+}
+
+/// What the core needs of Raft's metrics.
+fn view(m: &openraft::RaftMetrics<u64, crate::raft::Member>, node_id: u64) -> RaftView {
+    let membership = m.membership_config.membership();
+    RaftView {
+        fatal: m.running_state.as_ref().err().map(|e| e.to_string()),
+        is_leader: m.state == ServerState::Leader && m.current_leader == Some(node_id),
+        term: m.current_term,
+        leader_addr: m.current_leader.and_then(|id| membership.get_node(&id).map(|n| n.addr.clone())),
+        voters: membership.voter_ids().count(),
+        millis_since_quorum_ack: m.millis_since_quorum_ack,
+    }
+}
+
+async fn wait_write(write: &mut Option<JoinHandle<Result<Output, DriverError>>>) -> Result<Output, DriverError> {
+    let Some(task) = write.as_mut() else {
+        return std::future::pending().await;
+    };
+    let res = match task.await {
+        Ok(r) => r,
+        Err(join) => Err(DriverError::Unavailable(format!("write task failed: {join}"))),
+    };
+    *write = None;
+    res
+}
+
+fn map_write_error(e: WriteError) -> DriverError {
+    match e {
+        RaftError::APIError(ClientWriteError::ForwardToLeader(f)) => {
+            DriverError::NotLeader { leader: f.leader_node.map(|n| n.addr) }
+        }
+        other => DriverError::Unavailable(other.to_string()),
+    }
+}
+
+async fn sleep_until(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+

@@ -1,0 +1,71 @@
+//! Waiters: a queued acquire is woken by its grant; a caller that went away
+//! gets its `CancelWait` written; a retry of the same acquire (same lease and
+//! request id) owns the wait from its arrival, so the cancel of an older caller
+//! is never written (the race the simulator found, see `fencelock-sim`).
+
+use super::harness::*;
+use fencelock_core::{Command, LeaseId, Reply, RequestId};
+
+fn queued() -> Reply {
+    Reply::Queued { position: 0 }
+}
+
+fn cancel(lease: u64, req: u64, lock: &str) -> Command {
+    Command::CancelWait { req: RequestId(req), lease: LeaseId(lease), lock: lock.into() }
+}
+
+/// Acquire (lease 1, req 5) on "a" by caller 1, generation 1, answered Queued.
+fn queued_core() -> Core {
+    let mut c = ready(64);
+    assert_eq!(c.step(at(20), [acquire(1, 1, 1, 5, "a")]), vec![Action::Batched(1), batch(20, vec![acquire_cmd(1, 5, "a")])]);
+    assert_eq!(c.step(at(21), [written(vec![queued()], vec![], None)]), vec![Action::Reply(1, Ok(queued()))]);
+    c
+}
+
+#[test]
+fn a_grant_wakes_the_waiter_of_its_acquire() {
+    let mut c = queued_core();
+    assert_eq!(c.step(at(30), [request(2, keep(2, 1))]).len(), 2);
+    let effect = granted("a", 1, 5, 9);
+    let a = c.step(at(31), [written(vec![kept(2)], vec![effect.clone()], None)]);
+    let woken = WaitOutcome::Granted { grant: grant("a", 1, 9), waited_ms: 5 };
+    assert_eq!(a, vec![Action::Reply(2, Ok(kept(2))), Action::Wake(1, Ok(woken)), Action::Effect(effect)]);
+}
+
+#[test]
+fn a_caller_that_went_away_gets_its_cancel_written() {
+    let mut c = queued_core();
+    let a = c.step(at(30), [gone(1, 1, 5, "a")]);
+    assert_eq!(a, vec![Action::Batched(1), batch(30, vec![cancel(1, 5, "a")])]);
+}
+
+#[test]
+fn a_retry_drops_the_unwritten_cancel_of_the_caller_it_replaces() {
+    let mut c = queued_core();
+    assert_eq!(c.step(at(30), [request(2, keep(2, 1))]).len(), 2, "a write in flight holds the cancel back");
+    assert_eq!(c.step(at(31), [gone(1, 1, 5, "a"), acquire(3, 2, 1, 5, "a")]), vec![]);
+    let a = c.step(at(32), [written(vec![kept(2)], vec![], None)]);
+    assert_eq!(
+        a,
+        vec![Action::Reply(2, Ok(kept(2))), Action::Batched(1), batch(32, vec![acquire_cmd(1, 5, "a")])],
+        "the retry, without the cancel"
+    );
+}
+
+#[test]
+fn the_cancel_of_a_superseded_caller_is_never_written() {
+    let mut c = queued_core();
+    // The retry (generation 2) arrives and is queued again; then the first
+    // caller goes away: its cancel would end the retry's wait.
+    assert_eq!(c.step(at(30), [acquire(3, 2, 1, 5, "a")]).len(), 2);
+    assert_eq!(c.step(at(31), [written(vec![queued()], vec![], None)]), vec![Action::Reply(3, Ok(queued()))]);
+    assert_eq!(c.step(at(32), [gone(1, 1, 5, "a")]), vec![], "no cancel from the older caller");
+    // The retry's own caller going away does cancel.
+    assert_eq!(c.step(at(33), [gone(2, 1, 5, "a")]), vec![Action::Batched(1), batch(33, vec![cancel(1, 5, "a")])]);
+}
+
+#[test]
+fn a_caller_done_with_its_outcome_cancels_nothing() {
+    let mut c = queued_core();
+    assert_eq!(c.step(at(30), [done(1, 1, 5)]), vec![]);
+}
