@@ -4,13 +4,16 @@
 //!
 //! # What is simulated
 //! - **The real engine.** The "server" host owns a real [`fencelock_core::Engine`].
-//! - **A model of the driver**, not the driver itself: requests arrive over
-//!   turmoil TCP (JSON lines, [`wire`]), are batched (group commit), appended to a
-//!   simulated durable log (an in-memory `Vec` that survives crashes) *before* the
-//!   engine applies them and before anything is answered, with `now` taken from
-//!   the virtual monotonic clock; the engine is ticked at its `next_deadline`. A
-//!   crash loses everything but the log; the restart replays the log and writes
-//!   `LeaderStart`, as the real single-node server does.
+//! - **The real driver core.** Requests arrive over turmoil TCP (JSON lines,
+//!   [`wire`]) and go to `fencelock_server::driver::core::DriverCore`, the
+//!   server's own decisions (group commit, persist then reply, `LeaderStart`
+//!   first, ticks at the engine's deadlines, waiters and the cancels of callers
+//!   that went away), behind a simulated shell: a write goes to a simulated
+//!   durable log (an in-memory `Vec` that survives crashes) *before* the engine
+//!   applies it and before anything is answered, with `now` taken from the
+//!   virtual monotonic clock. A crash loses everything but the log; the restart
+//!   replays the log and the core writes `LeaderStart`, as the real single-node
+//!   server does.
 //! - **Clients** (`client-N` hosts): a lease kept alive every TTL/3 with a
 //!   conservative deadline (from the send time of the acknowledged request), a
 //!   FIFO acquire with a wait, a write to the resource with the fencing token,
@@ -21,7 +24,8 @@
 //! - **The nemesis** ([`nemesis`]): client pauses, server crash-restarts (inside a
 //!   write window), partitions and held messages, one episode at a time.
 //!
-//! NOT simulated: openraft, redb, tonic/gRPC, real clocks and processes. Those are
+//! NOT simulated: openraft, redb, tonic/gRPC, the driver's tokio shell, real
+//! clocks and processes. Those are
 //! covered by the process-level chaos suite (`fencelock-chaos`).
 //!
 //! All randomness comes from the seed: turmoil's own RNG, the nemesis, the
@@ -41,16 +45,18 @@
 //! - cancel first: the cancel's `WaitEnded{Cancelled}` wakes the retry, whose
 //!   caller is told `TimedOut` while its acquire is queued again; the grant it
 //!   gets later is held by nobody for as long as its lease is kept alive (the
-//!   lock is stuck: INV-HEAL fails, e.g. `--seed 4 --mutant racy-cancel`);
+//!   lock is stuck: INV-HEAL failed, at seed 4 of the simulator's former model
+//!   of the driver);
 //! - retry first: the retry is answered `Acquired(grant)`, then the cancel
 //!   releases that grant and the lock goes to the next waiter while the retrying
 //!   client believes it holds it (INV-EXCL fails, `--seed 48 --mutant
 //!   racy-cancel`; the fence still rejects its stale writes).
 //!
-//! The real driver now avoids both, as the simulated one does (a retry
-//! supersedes an unwritten cancel and owns the wait from its arrival; a cancel
-//! from an older call is dropped; `fencelock-server/tests/cancel_race.rs`);
-//! [`Mutant::RacyCancel`] models the old behaviour, which the suite catches.
+//! The driver now avoids both (a retry supersedes an unwritten cancel and owns
+//! the wait from its arrival; a cancel from an older call is dropped;
+//! `fencelock-server/tests/cancel_race.rs` and the driver core's own tests);
+//! [`Mutant::RacyCancel`] brings the old behaviour back in the simulated shell,
+//! and INV-EXCL catches it (seed 20 of the test seeds, among others).
 //!
 //! # Reproducing a seed
 //! ```text

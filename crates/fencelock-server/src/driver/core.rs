@@ -13,9 +13,12 @@
 //! node stops or is cut off from a majority.
 //!
 //! `R` is how a caller is answered and `W` how a waiter is woken: the shell's
-//! oneshot senders, the tests' plain ids.
+//! oneshot senders, the tests' plain ids, the simulator's connections
+//! (`fencelock-sim` runs this core behind simulated connections and a
+//! simulated log). Its collections are ordered, so the same events give the
+//! same actions in the same order.
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 
 use fencelock_core::{
     ClusterId, Command, Effect, Grant, Input, LeaseId, Millis, Output, Reply, RequestId, WaitEnd,
@@ -143,10 +146,10 @@ pub struct DriverCore<R, W> {
     /// The cluster id this node proposes in its `LeaderStart`s.
     cluster_id: Option<ClusterId>,
     pending: Vec<Msg<R, W>>,
-    waiters: HashMap<(LeaseId, RequestId), W>,
+    waiters: BTreeMap<(LeaseId, RequestId), W>,
     /// Per (lease, request id) with a caller not done yet: the newest acquire
     /// of it (the only one whose cancel is written).
-    owners: HashMap<(LeaseId, RequestId), Owner>,
+    owners: BTreeMap<(LeaseId, RequestId), Owner>,
     /// How many of `pending` are cancels of callers that went away: an arriving
     /// acquire scans `pending` for its key's cancel only when there is one.
     unwritten_cancels: usize,
@@ -176,8 +179,8 @@ impl<R, W> DriverCore<R, W> {
             quorum_timeout_ms: None,
             cluster_id: None,
             pending: Vec::new(),
-            waiters: HashMap::new(),
-            owners: HashMap::new(),
+            waiters: BTreeMap::new(),
+            owners: BTreeMap::new(),
             unwritten_cancels: 0,
             inflight: None,
             tick_at: None,
@@ -488,7 +491,7 @@ impl<R, W> DriverCore<R, W> {
         for m in self.pending.drain(..) {
             reply(out, m.reply, Err(e.clone()));
         }
-        for (_, w) in self.waiters.drain() {
+        for (_, w) in std::mem::take(&mut self.waiters) {
             out.push(Action::Wake(w, Err(e.clone())));
         }
         self.tick_at = None;

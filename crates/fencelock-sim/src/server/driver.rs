@@ -1,34 +1,33 @@
-//! A model of `fencelock-server`'s driver loop, around the real engine.
+//! The simulated server's shell around the real driver core
+//! (`fencelock_server::driver::core::DriverCore`), in place of the real tokio
+//! shell: callers are simulated connections, and the log is [`DurableLog`]
+//! (a write is durable once it is in it) with the real engine applied after
+//! it.
 //!
-//! It keeps the real driver's contract (see `fencelock-server/src/driver.rs`):
-//! - **Persist, then reply.** A batch is written to the durable log (a simulated
-//!   fsync of 1–3 ms) before the engine applies it and before any reply or push.
-//! - **Group commit.** Requests that arrive while a batch is written wait, and all
-//!   of them go into the next `Input::Batch`.
-//! - **Time.** `now` is the virtual monotonic clock in milliseconds; when the
-//!   engine reports a next deadline the driver writes an empty batch (a tick) then.
-//! - **Leadership.** After a (re)start the first entry written is `LeaderStart`.
-//! - **Waiters.** An acquire's connection owns its (lease, req) from the moment
-//!   the request arrives; the grant or the end of the wait is pushed to the owner.
-//!   When the owner closes, its waits are cancelled with `CancelWait`, as the real
-//!   driver does when a caller goes away.
+//! What it does as the real shell does: every request that arrived goes to the
+//! core in one step (group commit); a write is persisted (a simulated fsync of
+//! 1–3 ms), then applied, then reported to the core, which answers its callers
+//! (persist, then reply); a queued acquire's caller is woken by the core; when
+//! a caller is done with an acquire (answered, woken) or went away (its
+//! connection closed), the core is told, with the `CancelWait` to write in the
+//! second case. The node is a single leader of term 1 from its start, so the
+//! core's first write is `LeaderStart`. `now` is the virtual monotonic clock.
 //!
-//! One deliberate difference: a retried acquire (same lease and request id)
-//! supersedes a `CancelWait` of that acquire that is not written yet, and takes
-//! the ownership over, so a cancel never ends the wait of a caller that is still
-//! there. The real driver registers a waiter only from the `Queued` reply and
-//! writes the cancel anyway: with the cancel and the retry in one batch, the
-//! cancel's `WaitEnded{Cancelled}` wakes the retry, whose caller is told
-//! `TimedOut` while its acquire stays queued, and the grant it later gets is held
-//! by nobody for as long as the lease is kept alive. [`Mutant::RacyCancel`]
-//! brings that behaviour back.
+//! What it leaves out: Raft replication, redb, gRPC (the process-level chaos
+//! suite covers those).
 //!
-//! What it leaves out: Raft replication, redb, gRPC (the process-level chaos suite
-//! covers those).
+//! The mutants: `ReplyBeforePersist` reports a write to the core (which
+//! answers) before it is in the log; `RacyCancel` brings back the old driver's
+//! race (see the crate docs): acquires carry no generation and a closed
+//! connection's cancels are plain commands, so a cancel is written even when a
+//! retry of its acquire arrived since.
+//!
+//! [`DurableLog`]: super::log::DurableLog
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::BTreeMap;
 
-use fencelock_core::{Command, Effect, Engine, Input, LeaseId, Millis, Output, Reply, RequestId};
+use fencelock_core::{Command, Effect, Engine, Input, LeaseId, Output, Reply, RequestId};
+use fencelock_server::driver::core::{Action, DriverCore, Event, Msg, RaftView, Time, WaitOutcome};
 use tokio::sync::mpsc;
 
 use super::log::{ServerShared, WritePhase};
@@ -48,32 +47,28 @@ const MAX_BATCH: usize = 64;
 /// What connection tasks tell the driver.
 #[derive(Debug)]
 pub enum ToDriver {
-    Opened {
-        conn: ConnId,
-        tx: mpsc::UnboundedSender<ServerMsg>,
-    },
-    Request {
-        conn: ConnId,
-        req: Request,
-    },
-    Closed {
-        conn: ConnId,
-    },
+    Opened { conn: ConnId, tx: mpsc::UnboundedSender<ServerMsg> },
+    Request { conn: ConnId, req: Request },
+    Closed { conn: ConnId },
 }
 
-/// Where a reply goes: (connection, request id on that connection). Commands the
-/// driver makes itself (`CancelWait`) have none.
-type Origin = Option<(ConnId, u64)>;
+type Key = (LeaseId, RequestId);
 
-struct Pending {
-    origin: Origin,
-    cmd: Command,
+/// Where a reply goes: the connection, the request's id on it, and for an
+/// acquire its key, generation and lock.
+#[derive(Debug)]
+struct Origin {
+    conn: ConnId,
+    id: u64,
+    acquire: Option<(Key, u64, String)>,
 }
 
-/// A queued acquire whose outcome is owed to a connection.
+/// Who is woken when a queued acquire's wait ends.
+#[derive(Debug)]
 struct Waiter {
     conn: ConnId,
-    lock: String,
+    key: Key,
+    gen: u64,
 }
 
 /// The driver task's state. It is the engine's only writer.
@@ -82,137 +77,208 @@ pub struct Driver {
     shared: ServerShared,
     rx: mpsc::UnboundedReceiver<ToDriver>,
     conns: BTreeMap<ConnId, mpsc::UnboundedSender<ServerMsg>>,
-    waiters: BTreeMap<(LeaseId, RequestId), Waiter>,
-    pending: VecDeque<Pending>,
-    /// The engine's next deadline: write a tick then.
-    tick_at: Option<Millis>,
+    core: DriverCore<Origin, Waiter>,
+    /// Per connection, its acquires whose callers are not done: key →
+    /// (generation, lock, answered `Queued`).
+    acquires: BTreeMap<ConnId, BTreeMap<Key, (u64, String, bool)>>,
+    next_gen: u64,
+    /// The write the core asked for, not started yet.
+    write: Option<Input>,
+    /// Events the last actions caused (callers done or gone), for the next
+    /// step: as in the real shell, they come after the messages that had
+    /// arrived by then.
+    followups: Vec<Event<Origin, Waiter>>,
 }
 
 impl Driver {
-    pub fn new(
-        engine: Engine,
-        shared: ServerShared,
-        rx: mpsc::UnboundedReceiver<ToDriver>,
-    ) -> Self {
+    pub fn new(engine: Engine, shared: ServerShared, rx: mpsc::UnboundedReceiver<ToDriver>) -> Self {
         Self {
             engine,
             shared,
             rx,
             conns: BTreeMap::new(),
-            waiters: BTreeMap::new(),
-            pending: VecDeque::new(),
-            tick_at: None,
+            core: DriverCore::new(MAX_BATCH),
+            acquires: BTreeMap::new(),
+            next_gen: 1,
+            write: None,
+            followups: Vec::new(),
         }
     }
 
-    /// Write `LeaderStart`, then serve batches forever (until the host crashes).
+    /// Lead from now on: write `LeaderStart`, then serve (until the host crashes).
     pub async fn run(mut self, replayed: usize) {
-        // The token floor from the virtual wall clock, as the real server's
-        // from the real one: tokens jump at restarts, as they do there.
-        let input = Input::LeaderStart { now: now_ms(), token_floor: token_floor(), cluster_id: None };
-        self.write(input, Vec::new())
-            .await;
-        self.shared.events.push(EventKind::ServerUp { replayed });
+        let leader = RaftView { is_leader: true, term: 1, voters: 1, ..RaftView::default() };
+        self.step(vec![Event::Raft(leader)]);
+        let mut up = false;
         loop {
-            self.wait_for_work().await;
-            let n = self.pending.len().min(MAX_BATCH);
-            let (origins, cmds) = self.pending.drain(..n).map(|p| (p.origin, p.cmd)).unzip();
-            self.write(
-                Input::Batch {
-                    now: now_ms(),
-                    cmds,
-                },
-                origins,
-            )
-            .await;
-        }
-    }
-
-    /// Until there is a command to write or a tick is due.
-    async fn wait_for_work(&mut self) {
-        loop {
-            while let Ok(msg) = self.rx.try_recv() {
-                self.on_msg(msg);
+            if let Some(input) = self.write.take() {
+                let out = self.persist(input).await;
+                if let Some(out) = out {
+                    self.step(vec![Event::Written(Ok(out))]);
+                }
+                if !up {
+                    up = true;
+                    self.shared.events.push(EventKind::ServerUp { replayed });
+                }
+                continue;
             }
-            if !self.pending.is_empty() || self.tick_due() {
-                return;
+            if !self.followups.is_empty() {
+                let mut events = Vec::new();
+                while let Ok(msg) = self.rx.try_recv() {
+                    events.extend(self.on_msg(msg));
+                }
+                events.append(&mut self.followups);
+                self.step(events);
+                continue;
             }
             tokio::select! {
                 biased;
                 msg = self.rx.recv() => match msg {
-                    Some(msg) => self.on_msg(msg),
+                    Some(msg) => {
+                        let mut events = self.on_msg(msg);
+                        while let Ok(msg) = self.rx.try_recv() {
+                            events.extend(self.on_msg(msg));
+                        }
+                        self.step(events);
+                    }
                     None => std::future::pending::<()>().await,
                 },
-                () = sleep_until_opt(self.tick_at) => {}
+                () = sleep_until_opt(self.core.next_wake()) => self.step(vec![Event::Timer]),
             }
         }
     }
 
-    fn tick_due(&self) -> bool {
-        self.tick_at.is_some_and(|t| now_ms() >= t)
+    /// Gives the core `events` at the current virtual time and does what it
+    /// answers; what that causes waits in `followups`.
+    fn step(&mut self, events: Vec<Event<Origin, Waiter>>) {
+        let time = Time { now: now_ms(), token_floor: token_floor() };
+        for action in self.core.step(time, events) {
+            if let Some(e) = self.execute(action) {
+                self.followups.push(e);
+            }
+        }
     }
 
-    fn on_msg(&mut self, msg: ToDriver) {
+    /// Does `action`; the event it causes, if any (an acquire's caller is done).
+    fn execute(&mut self, action: Action<Origin, Waiter>) -> Option<Event<Origin, Waiter>> {
+        match action {
+            Action::Write(input) => {
+                self.write = Some(input);
+                None
+            }
+            Action::Reply(to, reply) => {
+                let Ok(reply) = reply else { return None };
+                let queued = matches!(reply, Reply::Queued { .. });
+                self.send(to.conn, ServerMsg::Reply { id: to.id, reply });
+                let (key, gen, lock) = to.acquire?;
+                match queued {
+                    false => self.done(to.conn, key, gen),
+                    true => self.queued(to.conn, key, gen, lock),
+                }
+            }
+            Action::Wake(w, Ok(outcome)) => {
+                let outcome = match outcome {
+                    WaitOutcome::Granted { grant, .. } => PushOutcome::Granted(grant),
+                    WaitOutcome::Ended(why) => PushOutcome::Ended(why),
+                };
+                let (lease, req) = w.key;
+                self.send(w.conn, ServerMsg::Push(Push { lease, req, outcome }));
+                self.done(w.conn, w.key, w.gen)
+            }
+            Action::Wake(_, Err(_)) | Action::Ready(_) | Action::Batched(_) | Action::Effect(_) => None,
+        }
+    }
+
+    /// The acquire `gen` of `key` on `conn` is queued. Under `RacyCancel`, as
+    /// the old driver did, a caller that left while it was written gets its
+    /// cancel now, after the entry (a retry may be about to arrive).
+    fn queued(&mut self, conn: ConnId, key: Key, gen: u64, lock: String) -> Option<Event<Origin, Waiter>> {
+        if let Some(a) = self.acquires.get_mut(&conn).and_then(|m| m.get_mut(&key)).filter(|a| a.0 == gen) {
+            a.2 = true;
+        }
+        let left = !self.conns.contains_key(&conn);
+        let (lease, req) = key;
+        let cancel = Command::CancelWait { req, lease, lock };
+        (self.racy_cancel() && left).then(|| Event::Request(Msg { cmd: cancel, reply: None, waiter: None, gen: None }))
+    }
+
+    /// The caller of acquire `gen` of `key` on `conn` has its outcome.
+    fn done(&mut self, conn: ConnId, key: Key, gen: u64) -> Option<Event<Origin, Waiter>> {
+        let mine = self.acquires.get_mut(&conn)?;
+        if mine.get(&key).is_some_and(|(g, ..)| *g == gen) {
+            mine.remove(&key);
+        }
+        Some(Event::AcquireGone { key, gen, cancel: None })
+    }
+
+    fn on_msg(&mut self, msg: ToDriver) -> Vec<Event<Origin, Waiter>> {
         match msg {
             ToDriver::Opened { conn, tx } => {
                 self.conns.insert(conn, tx);
+                Vec::new()
             }
             ToDriver::Request { conn, req } => self.on_request(conn, req),
             ToDriver::Closed { conn } => self.on_closed(conn),
         }
     }
 
-    fn on_request(&mut self, conn: ConnId, req: Request) {
-        if let (Command::Acquire(a), false) = (&req.cmd, self.racy_cancel()) {
-            // A retry supersedes an unwritten cancel of the same acquire, and its
-            // connection owns the wait from now on.
-            let key = (a.lease, a.req);
-            self.pending
-                .retain(|p| p.origin.is_some() || !cancels(&p.cmd, key));
-            self.waiters.insert(
-                key,
-                Waiter {
-                    conn,
-                    lock: a.lock.clone(),
-                },
-            );
-        }
-        let origin = Some((conn, req.id));
-        self.pending.push_back(Pending {
-            origin,
-            cmd: req.cmd,
-        });
+    /// A request; an acquire that re-asks (same lease and request id) on the
+    /// same connection supersedes that connection's earlier caller of it,
+    /// which is done.
+    fn on_request(&mut self, conn: ConnId, req: Request) -> Vec<Event<Origin, Waiter>> {
+        let Command::Acquire(a) = &req.cmd else {
+            let origin = Origin { conn, id: req.id, acquire: None };
+            return vec![Event::Request(Msg { cmd: req.cmd, reply: Some(origin), waiter: None, gen: None })];
+        };
+        let key = (a.lease, a.req);
+        let gen = self.next_gen;
+        self.next_gen += 1;
+        let replaced = self.acquires.entry(conn).or_default().insert(key, (gen, a.lock.clone(), false));
+        let mut events: Vec<_> = replaced.map(|(old, ..)| Event::AcquireGone { key, gen: old, cancel: None }).into_iter().collect();
+        let waiter = Waiter { conn, key, gen };
+        let origin = Origin { conn, id: req.id, acquire: Some((key, gen, a.lock.clone())) };
+        // The old driver's way: no generations, so no ownership of the wait.
+        let owned = (!self.racy_cancel()).then_some(gen);
+        events.push(Event::Request(Msg { cmd: req.cmd, reply: Some(origin), waiter: Some(waiter), gen: owned }));
+        events
     }
 
     fn racy_cancel(&self) -> bool {
         self.shared.mutant == Mutant::RacyCancel
     }
 
-    /// The caller behind `conn` went away: cancel the waits it owns.
-    fn on_closed(&mut self, conn: ConnId) {
+    /// The callers behind `conn` went away: each acquire they were not done
+    /// with gets its cancel (which the core writes only for a wait's newest
+    /// owner).
+    fn on_closed(&mut self, conn: ConnId) -> Vec<Event<Origin, Waiter>> {
         self.conns.remove(&conn);
-        let gone: Vec<_> = self
-            .waiters
-            .iter()
-            .filter(|(_, w)| w.conn == conn)
-            .map(|(k, _)| *k)
-            .collect();
-        for key in gone {
-            if let Some(w) = self.waiters.remove(&key) {
-                self.cancel_later(key, w.lock);
-            }
-        }
+        let gone = self.acquires.remove(&conn).unwrap_or_default();
+        let racy = self.racy_cancel();
+        // Under `RacyCancel`, an acquire not answered yet is cancelled when
+        // it is (see `queued`).
+        gone.into_iter()
+            .filter(|(_, (_, _, queued))| !racy || *queued)
+            .map(|((lease, req), (gen, lock, _))| {
+                let cancel = Command::CancelWait { req, lease, lock };
+                match racy {
+                    true => Event::Request(Msg { cmd: cancel, reply: None, waiter: None, gen: None }),
+                    false => Event::AcquireGone { key: (lease, req), gen, cancel: Some(cancel) },
+                }
+            })
+            .collect()
     }
 
-    fn cancel_later(&mut self, (lease, req): (LeaseId, RequestId), lock: String) {
-        let cmd = Command::CancelWait { req, lease, lock };
-        self.pending.push_back(Pending { origin: None, cmd });
-    }
-
-    /// Persist `input`, apply it, then reply (or, as a mutant, the reverse).
-    async fn write(&mut self, input: Input, origins: Vec<Origin>) {
+    /// Persists `input`, then applies it (or, as a mutant, the reverse, with
+    /// the core told before the entry is in the log: then `None`).
+    async fn persist(&mut self, input: Input) -> Option<Output> {
         if self.shared.mutant == Mutant::ReplyBeforePersist {
-            return self.write_reply_first(input, origins).await;
+            let out = self.apply(&input);
+            self.step(vec![Event::Written(Ok(out))]);
+            self.shared.phase.set(WritePhase::Syncing);
+            sleep_ms(self.shared.fsync_ms()).await;
+            self.shared.log.append(input);
+            self.shared.phase.set(WritePhase::Idle);
+            return None;
         }
         self.shared.phase.set(WritePhase::Syncing);
         sleep_ms(self.shared.fsync_ms()).await;
@@ -221,17 +287,7 @@ impl Driver {
         self.shared.phase.set(WritePhase::Replying);
         sleep_ms(1).await;
         self.shared.phase.set(WritePhase::Idle);
-        self.deliver(&input, origins, out);
-    }
-
-    /// The bug that persist-before-reply prevents: answer, then write.
-    async fn write_reply_first(&mut self, input: Input, origins: Vec<Origin>) {
-        let out = self.apply(&input);
-        self.deliver(&input, origins, out);
-        self.shared.phase.set(WritePhase::Syncing);
-        sleep_ms(self.shared.fsync_ms()).await;
-        self.shared.log.append(input);
-        self.shared.phase.set(WritePhase::Idle);
+        Some(out)
     }
 
     fn apply(&mut self, input: &Input) -> Output {
@@ -244,81 +300,6 @@ impl Driver {
         out
     }
 
-    /// Send each origin its reply, register queued waiters, then push outcomes
-    /// (replies first, so a wait queued and decided in one batch is found).
-    fn deliver(&mut self, input: &Input, origins: Vec<Origin>, out: Output) {
-        let cmds: &[Command] = match input {
-            Input::Batch { cmds, .. } => cmds,
-            Input::LeaderStart { .. } => &[],
-        };
-        for ((cmd, origin), reply) in cmds.iter().zip(origins).zip(out.replies) {
-            self.register_wait(cmd, origin, &reply);
-            if let Some((conn, id)) = origin {
-                self.send(conn, ServerMsg::Reply { id, reply });
-            }
-        }
-        for e in &out.effects {
-            self.wake(e);
-        }
-        self.tick_at = out.next_deadline;
-    }
-
-    /// An acquire's reply: an immediate outcome ends its owner's wait.
-    fn register_wait(&mut self, cmd: &Command, origin: Origin, reply: &Reply) {
-        let (Command::Acquire(a), Some((conn, _))) = (cmd, origin) else {
-            return;
-        };
-        let key = (a.lease, a.req);
-        if self.racy_cancel() {
-            return self.register_wait_racy(a, conn, reply);
-        }
-        let owned = self.waiters.get(&key).is_some_and(|w| w.conn == conn);
-        if owned && !matches!(reply, Reply::Queued { .. }) {
-            self.waiters.remove(&key);
-        }
-    }
-
-    /// The real driver's way: register from the `Queued` reply.
-    fn register_wait_racy(&mut self, a: &fencelock_core::Acquire, conn: ConnId, reply: &Reply) {
-        if !matches!(reply, Reply::Queued { .. }) {
-            return;
-        }
-        let key = (a.lease, a.req);
-        if self.conns.contains_key(&conn) {
-            let lock = a.lock.clone();
-            self.waiters.insert(key, Waiter { conn, lock });
-        } else {
-            // Its caller left while the batch was written.
-            self.cancel_later(key, a.lock.clone());
-        }
-    }
-
-    /// Push the outcome of a queued acquire to the connection waiting for it.
-    fn wake(&mut self, e: &Effect) {
-        let (lease, req, outcome) = match e {
-            Effect::Granted {
-                grant,
-                req,
-                queued: true,
-                ..
-            } => (grant.lease, *req, PushOutcome::Granted(grant.clone())),
-            Effect::WaitEnded {
-                lease, req, why, ..
-            } => (*lease, *req, PushOutcome::Ended(*why)),
-            _ => return,
-        };
-        if let Some(w) = self.waiters.remove(&(lease, req)) {
-            self.send(
-                w.conn,
-                ServerMsg::Push(Push {
-                    lease,
-                    req,
-                    outcome,
-                }),
-            );
-        }
-    }
-
     fn send(&self, conn: ConnId, msg: ServerMsg) {
         if let Some(tx) = self.conns.get(&conn) {
             let _ = tx.send(msg);
@@ -326,27 +307,15 @@ impl Driver {
     }
 }
 
-/// `cmd` is a `CancelWait` of the acquire `(lease, req)`.
-fn cancels(cmd: &Command, (lease, req): (LeaseId, RequestId)) -> bool {
-    matches!(cmd, Command::CancelWait { lease: l, req: r, .. } if (*l, *r) == (lease, req))
-}
-
 /// The trace event for an engine effect, if it is one the checkers use.
 fn effect_event(e: &Effect) -> Option<EventKind> {
     match e {
-        Effect::Granted {
-            grant, req, queued, ..
-        } => Some(EventKind::Granted {
-            lease: grant.lease,
-            req: *req,
-            token: grant.token,
-            queued: *queued,
-        }),
-        Effect::Released { grant, cause, .. } => Some(EventKind::Released {
-            lease: grant.lease,
-            token: grant.token,
-            cause: *cause,
-        }),
+        Effect::Granted { grant, req, queued, .. } => {
+            Some(EventKind::Granted { lease: grant.lease, req: *req, token: grant.token, queued: *queued })
+        }
+        Effect::Released { grant, cause, .. } => {
+            Some(EventKind::Released { lease: grant.lease, token: grant.token, cause: *cause })
+        }
         Effect::LeaseExpired { lease } => Some(EventKind::LeaseExpired { lease: *lease }),
         Effect::WaitEnded { .. } => None,
     }
