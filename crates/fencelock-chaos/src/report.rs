@@ -17,7 +17,8 @@ use crate::checker::{Status, Verdict};
 /// How the report was produced.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct ReportMeta {
-    /// The command line that produced the verdicts.
+    /// The command line that produced the verdicts, as a user would type it
+    /// (the program by name, paths relative to the checkout).
     pub command: String,
     /// UTC, `YYYY-MM-DD HH:MM`.
     pub date: String,
@@ -37,7 +38,6 @@ impl ReportMeta {
     /// Reads this process's command line and the machine; what cannot be
     /// read stays `unknown`.
     pub fn collect(profile: &str, wall_time: Duration) -> Self {
-        let args: Vec<String> = std::env::args().collect();
         let commit = command("git", &["rev-parse", "--short", "HEAD"]);
         let dirty = command("git", &["status", "--porcelain", "--untracked-files=no"]).is_some_and(|s| !s.is_empty());
         let cpu_model = std::fs::read_to_string("/proc/cpuinfo").ok().and_then(|s| {
@@ -48,7 +48,7 @@ impl ReportMeta {
         });
         let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").ok().map(|s| s.trim().to_string());
         ReportMeta {
-            command: args.join(" "),
+            command: fencelock_testkit::cmdline::this_command(),
             date: command("date", &["-u", "+%Y-%m-%d %H:%M UTC"]).unwrap_or_else(unknown),
             git_commit: commit.map(|c| if dirty { format!("{c}-dirty") } else { c }).unwrap_or_else(unknown),
             cpu_model: cpu_model.unwrap_or_else(unknown),
