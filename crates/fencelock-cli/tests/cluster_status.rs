@@ -4,6 +4,7 @@
 //! alone), and `status` printed the view of the first listed member that
 //! answered, a follower's as often as not, leader row included. It now shows
 //! the leader's view when any listed member leads.
+#![allow(clippy::disallowed_methods)] // the test waits for processes by the clock
 
 mod support;
 
