@@ -104,7 +104,9 @@ pub struct Capabilities {
     /// crashed holder blocks others for at most the TTL).
     pub server_ttl: bool,
     /// A granted lock survives the loss of one backend server (replication with
-    /// a quorum, or a majority of independent nodes).
+    /// a quorum, or a majority of independent nodes), and the client reaches
+    /// the servers left. It can depend on the URL: a fencelock client given
+    /// several members of a group has it, one given a single address has not.
     pub survives_failover: bool,
     /// [`LockOptions::lock_delay`] is supported.
     pub lock_delay: bool,
