@@ -224,7 +224,7 @@ async fn bench(args: Args) -> anyhow::Result<()> {
     let mut report = Report {
         started,
         mode: if args.quick { "quick" } else { "full" }.into(),
-        command: std::env::args().collect::<Vec<_>>().join(" "),
+        command: fencelock_testkit::cmdline::this_command(),
         machine,
         settings,
         engines: engines.iter().map(|e| e.info.clone()).collect(),

@@ -15,7 +15,8 @@ pub struct Report {
     pub started: String,
     /// `quick` (every cell runs briefly: a smoke check, not figures) or `full`.
     pub mode: String,
-    /// The command line that produced this report.
+    /// The command line that produced this report, as a user would type it
+    /// (the program by name, paths relative to the checkout).
     pub command: String,
     pub machine: Machine,
     pub settings: Settings,

@@ -55,18 +55,23 @@ pub async fn cluster(a: ClusterArgs) -> anyhow::Result<ExitCode> {
     let mut headers = vec![("Content-Type", "application/json".to_string())];
     headers.extend(a.tls.auth_header()?);
     let tls = a.tls.config()?;
-    let mut last = None;
+    // `status` wants the leader's view: only the leader knows how far each
+    // member has replicated (MATCHED), so a follower's answer is kept while
+    // the other listed members are asked for the leader's.
+    let want_leader = matches!(a.cmd, ClusterCmd::Status);
+    let (mut last, mut follower_view) = (None, None);
     for admin in &a.admin {
         match http::request_tls(tls.as_ref(), *admin, method, &path, &headers, body.as_bytes()).await {
             Ok((200, text)) => {
                 let status: Status = serde_json::from_str(&text).with_context(|| format!("unexpected answer from {admin}"))?;
-                if a.json {
-                    println!("{text}");
-                } else {
-                    print!("{}", render(&status));
+                if want_leader && status.state != "leader" {
+                    follower_view.get_or_insert((text, status));
+                    continue;
                 }
-                return Ok(ExitCode::from(exit::OK));
+                return Ok(show(a.json, &text, &status));
             }
+            // A member that fails after another answered changes nothing.
+            Ok(_) | Err(_) if follower_view.is_some() => continue,
             Ok((code, text)) => {
                 let msg = error_text(&text);
                 // Every member refuses the same token: no use trying the next.
@@ -78,7 +83,20 @@ pub async fn cluster(a: ClusterArgs) -> anyhow::Result<ExitCode> {
             Err(e) => last = Some(format!("{admin}: {e:#}")),
         }
     }
-    bail!("no member answered ({})", last.unwrap_or_else(|| "no --admin address".into()))
+    match follower_view {
+        Some((text, status)) => Ok(show(a.json, &text, &status)),
+        None => bail!("no member answered ({})", last.unwrap_or_else(|| "no --admin address".into())),
+    }
+}
+
+/// Prints a member's answer: its JSON as it came, or the table.
+fn show(json: bool, text: &str, status: &Status) -> ExitCode {
+    if json {
+        println!("{text}");
+    } else {
+        print!("{}", render(status));
+    }
+    ExitCode::from(exit::OK)
 }
 
 fn error_text(body: &str) -> String {
@@ -113,6 +131,16 @@ fn render(s: &Status) -> String {
         };
         out.push_str(&format!("{:<6}{:<24}{:<10}{}\n", m.id, addr, role, matched));
     }
+    if s.state != "leader" {
+        let leader = match (s.leader, &s.leader_addr) {
+            (Some(id), Some(addr)) => format!("node {id}, gRPC {addr}"),
+            (Some(id), None) => format!("node {id}"),
+            _ => "none now".into(),
+        };
+        out.push_str(&format!(
+            "MATCHED is known to the leader only ({leader}): add its admin address to --admin to see it\n"
+        ));
+    }
     out
 }
 
@@ -142,5 +170,27 @@ mod tests {
         assert!(t.contains("1     127.0.0.1:7070          leader"), "{t}");
         assert!(t.contains("2     127.0.0.1:7170          voter"), "{t}");
         assert!(t.contains("4     127.0.0.1:7470          learner"), "{t}");
+        assert!(t.ends_with("MATCHED is known to the leader only (node 1, gRPC 127.0.0.1:7070): add its admin address to --admin to see it\n"), "{t}");
+    }
+
+    /// Issue 16: the leader's view shows each member's matched index, and no note.
+    #[test]
+    fn the_leaders_view_shows_matched_indexes() {
+        let member = |id, matched| Member { id, addr: format!("127.0.0.1:{id}070"), peer_addr: None, voter: true, matched };
+        let s = Status {
+            node_id: 1,
+            state: "leader".into(),
+            leader: Some(1),
+            leader_addr: Some("127.0.0.1:1070".into()),
+            term: 3,
+            last_log_index: Some(12),
+            last_applied: Some(12),
+            members: vec![member(1, Some(12)), member(2, Some(11)), member(3, None)],
+        };
+        let t = render(&s);
+        assert!(t.contains("1     127.0.0.1:1070          leader    12\n"), "{t}");
+        assert!(t.contains("2     127.0.0.1:2070          voter     11\n"), "{t}");
+        assert!(t.contains("3     127.0.0.1:3070          voter     -\n"), "{t}");
+        assert!(!t.contains("known to the leader only"), "{t}");
     }
 }

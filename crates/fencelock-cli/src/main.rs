@@ -70,7 +70,9 @@ enum Cmd {
 pub struct ServerArg {
     /// Lock service URL: fencelock://host:port (or http://) for a fencelock
     /// server, fencelock+tls://host:port (or https://) with TLS, a group as
-    /// fencelock://a:7070,b:7070,c:7070; `run` and `check` also take
+    /// fencelock://a:7070,b:7070,c:7070 (or http://a:7070,http://b:7070):
+    /// every member is tried, one that is down is passed over (the README's
+    /// "Server URLs"); `run` and `check` also take
     /// redis://host:port (rediss:// with TLS), redlock://h1:p1,h2:p2,h3:p3,
     /// etcd://host:port (etcd+tls://), zk://host:port and
     /// postgres://user@host/db[?mode=advisory&sslmode=verify-full].

@@ -56,7 +56,10 @@ pub struct Member {
     pub peer_addr: Option<String>,
     /// Voter (counts for the quorum) or learner (only receives the log).
     pub voter: bool,
-    /// On the leader: the last log index known to be replicated to it.
+    /// The last log index known to be replicated to it. Only the leader
+    /// knows it (openraft's `RaftMetrics::replication` is `Some` on the leader
+    /// alone): `None` in a follower's or learner's view, and in the leader's
+    /// for a member that has not answered since this leader was elected.
     pub matched: Option<u64>,
 }
 

@@ -45,7 +45,7 @@ pub enum FaultKind {
     IsolateServer,
     /// Every client but one is cut off from the server for longer than a TTL:
     /// the one left keeps taking the lock while the others' queued waits outlive
-    /// their leases (reliability scenario S1, etcd#11456).
+    /// their leases (scenario S1 of `docs/scenarios.md`, etcd#11456).
     StarveWaiters,
 }
 

@@ -5,7 +5,8 @@
 //! killed on drop: [`RedisServer`], [`PgServer`], [`EtcdServer`],
 //! [`ZkServer`]. A missing binary fails the test (never skips it) with a
 //! message naming `scripts/install-test-deps.sh`. [`proxy`] is a userspace TCP
-//! proxy that cuts, holds or resets connections on command.
+//! proxy that cuts, holds or resets connections on command. [`cmdline`] writes
+//! a harness tool's command line for its report as a user would type it.
 //!
 //! Waiting for readiness is bounded by a count of polls, not a clock: the
 //! workspace reads no clock outside the server's clock module.
@@ -22,6 +23,7 @@ use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
 pub mod certs;
+pub mod cmdline;
 mod etcd;
 mod postgres;
 pub mod proxy;

@@ -13,12 +13,14 @@ use tokio::time::Instant;
 
 use crate::acquire::{self, LockRequest};
 use crate::auth::Auth;
+use crate::backend::tls::TlsFiles;
+use crate::backend::{BackendUrl, Scheme};
 use crate::backoff::Backoff;
 use crate::error::{Error, WithLockError};
 use crate::guard::LockGuard;
 use crate::lease;
 use crate::registry::Registry;
-use crate::rpc::{new_request_id, normalize, request, Dial, Rpc, Servers};
+use crate::rpc::{new_request_id, request, Dial, Rpc, Servers};
 use crate::tls::ClientTls;
 use crate::session::Session;
 use crate::types::{Acquire, Acquired, CheckResult, LockInfo, LockOptions};
@@ -99,9 +101,10 @@ impl ClientBuilder {
         self
     }
 
-    /// Talks TLS to the servers, verifying them with `tls`'s CA (and
-    /// presenting its client certificate, if any). Bare `host:port`s in the
-    /// URL then mean `https://`; an `http://` URL is refused.
+    /// Talks TLS to every server of the URL, verifying them with `tls`'s CA
+    /// (and presenting its client certificate, if any), whatever the URL's
+    /// scheme (`fencelock://a` then means `fencelock+tls://a`, as `--tls-ca`
+    /// does for the CLI). It replaces the URL's `ca=`, `cert=` and `key=`.
     pub fn tls(mut self, tls: ClientTls) -> Self {
         self.tls = Some(tls);
         self
@@ -114,22 +117,36 @@ impl ClientBuilder {
     /// [`check_auth_token`](crate::check_auth_token)), else [`connect`](Self::connect)
     /// fails with [`Error::InvalidArgument`]. It is never shown (`Debug` hides
     /// it). A server that refuses it answers [`Error::Unauthenticated`] or
-    /// [`Error::PermissionDenied`], which are not retried.
+    /// [`Error::PermissionDenied`], which are not retried. It replaces the
+    /// URL's `token=`.
     pub fn token(mut self, token: impl Into<String>) -> Self {
         self.token = Some(token.into());
         self
     }
 
     /// Connects to the first server of the list that answers. Fails with
-    /// [`Error::InvalidArgument`] for a malformed URL or token and [`Error::Connect`] if
-    /// no server can be reached now. Later failures are retried by every RPC
-    /// until its deadline, following the leader a follower names, else moving
-    /// along the list.
+    /// [`Error::InvalidArgument`] for a malformed URL or token, or the URL of
+    /// another backend; [`Error::Security`] for a TLS file that cannot be
+    /// read; [`Error::Connect`] if no server can be reached now. Later
+    /// failures are retried by every RPC until its deadline, following the
+    /// leader a follower names, else moving along the list.
     pub async fn connect(self) -> Result<Client, Error> {
-        let tls = self.tls.is_some();
-        let urls = self.url.split(',').filter(|u| !u.trim().is_empty()).map(|u| normalize(u, tls)).collect();
-        let auth = Auth::new(self.token.as_deref())?;
-        let dial = Dial { connect_timeout: self.connect_timeout, tls: self.tls, auth };
+        let url = BackendUrl::parse(&self.url)?;
+        if url.scheme != Scheme::Native {
+            return Err(Error::InvalidArgument(format!(
+                "{url}: a Client talks to a fencelock server (fencelock://, fencelock+tls://, http://, https://); \
+                 fencelock::connect takes the {} backend",
+                url.scheme
+            )));
+        }
+        let tls = match self.tls {
+            Some(tls) => Some(tls),
+            None => url_tls(&url)?,
+        };
+        let token = self.token.or_else(|| url.auth_token());
+        let auth = Auth::new(token.as_deref())?;
+        let urls = BackendUrl { tls: tls.is_some(), ..url }.native_endpoint_list();
+        let dial = Dial { connect_timeout: self.connect_timeout, tls, auth };
         let servers = Servers::connect(urls, dial).await?;
         let rpc = Rpc::new(servers, self.rpc_timeout, self.backoff);
         let leases = Registry::new(rpc.clone(), tokio::runtime::Handle::current(), self.lease_linger);
@@ -138,16 +155,21 @@ impl ClientBuilder {
 }
 
 impl Client {
-    /// Connects to `url` (e.g. `http://127.0.0.1:7070`, or a group's members
-    /// comma-separated, see [`Client::builder`]) with the defaults.
+    /// Connects to `url` (e.g. `fencelock://127.0.0.1:7070`, or a group's
+    /// members comma-separated, see [`Client::builder`]) with the defaults.
     pub async fn connect(url: impl Into<String>) -> Result<Client, Error> {
         Client::builder(url).connect().await
     }
 
-    /// A builder for a client of `url`: one server (`http://host:port`, or
-    /// `https://host:port` with [`ClientBuilder::tls`]), or the members of a
-    /// group, comma-separated (`http://a:7070,http://b:7070,c:7070`; a bare
-    /// `host:port` means `http://`, or `https://` with TLS).
+    /// A builder for a client of `url`, a fencelock server URL as every
+    /// client of fencelock takes it (the CLI's `--server`, [`crate::connect`]):
+    /// one server (`fencelock://host:port`, or `http://host:port`), or the
+    /// members of a group, comma-separated, each with or without the scheme
+    /// (`fencelock://a:7070,b:7070,c:7070`, `http://a:7070,http://b:7070`); a
+    /// port left out is 7070. TLS is `fencelock+tls://` (or `https://`) with
+    /// `?ca=FILE[&cert=FILE&key=FILE]`, or [`ClientBuilder::tls`]; a bearer
+    /// token is `token=` or [`ClientBuilder::token`]. Parsed by
+    /// [`BackendUrl::parse`](crate::backend::BackendUrl::parse), at connect.
     pub fn builder(url: impl Into<String>) -> ClientBuilder {
         ClientBuilder {
             url: url.into(),
@@ -164,6 +186,12 @@ impl Client {
     /// its list that answered, or the leader it was last sent to.
     pub fn server(&self) -> String {
         self.inner.rpc.server()
+    }
+
+    /// How many servers the client was given: more than one is a group it
+    /// can fail over in (see [`Capabilities::survives_failover`](crate::Capabilities::survives_failover)).
+    pub fn servers_given(&self) -> usize {
+        self.inner.rpc.servers_given()
     }
 
     /// A request for the lock `name`, with default [`LockOptions`] (15 s TTL, try
@@ -289,6 +317,19 @@ impl Client {
     }
 }
 
+/// The TLS of a `fencelock+tls://` URL, from its `ca=` (required: a group's
+/// certificates are signed by its own CA), `cert=` and `key=`; `None` for a
+/// plaintext URL.
+fn url_tls(url: &BackendUrl) -> Result<Option<ClientTls>, Error> {
+    let Some(files) = TlsFiles::from_url(url)? else {
+        return Ok(None);
+    };
+    if url.param("ca").is_none() {
+        return Err(Error::InvalidArgument(format!("{url}: name the CA of the group's certificates with ca=/path/ca.pem")));
+    }
+    Ok(Some(ClientTls::from(files)))
+}
+
 impl fmt::Debug for Client {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Client").field("rpc_timeout", &self.inner.rpc.rpc_timeout).finish_non_exhaustive()
@@ -361,5 +402,49 @@ mod tests {
     async fn a_malformed_url_is_an_invalid_argument() {
         let got = Client::connect("not a url").await;
         assert!(matches!(got, Err(Error::InvalidArgument(_))), "{got:?}");
+    }
+
+    /// Issue 16: one grammar for `Client::connect` and every other client
+    /// (`BackendUrl`). Each URL here fails before any dialing, for the reason
+    /// the parser or the TLS files give, not with a connect error.
+    #[tokio::test]
+    async fn the_client_takes_the_backend_url_grammar() {
+        let cases = [
+            ("127.0.0.1:7070", "no scheme"),
+            ("http://a:7070,http://b:x", "bad port \"x\""),
+            ("fencelock://a:1,redis://b:2", "one scheme, not both fencelock and redis"),
+            ("redis://127.0.0.1:6379", "fencelock::connect takes the redis backend"),
+            ("fencelock+tls://127.0.0.1:7070", "name the CA of the group's certificates with ca="),
+            ("fencelock://127.0.0.1:7070?ca=/ca.pem", "ca= is for a TLS connection"),
+            ("fencelock://127.0.0.1:7070?token=two%20words", "invalid auth token"),
+        ];
+        for (url, why) in cases {
+            match Client::connect(url).await {
+                Err(Error::InvalidArgument(m)) => assert!(m.contains(why), "{url}: {m}"),
+                other => panic!("{url}: {other:?}"),
+            }
+        }
+        let missing = Client::connect("https://127.0.0.1:7070?ca=/nonexistent/ca.pem").await;
+        assert!(matches!(&missing, Err(Error::Security { message, .. }) if message.contains("/nonexistent/ca.pem")), "{missing:?}");
+    }
+
+    /// Every member of a list is dialled in order, whichever way the list is
+    /// spelt: with both ports closed, the connect error names both.
+    #[tokio::test]
+    async fn every_member_of_a_list_is_tried() {
+        let closed = || {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            l.local_addr().unwrap()
+        };
+        let (a, b) = (closed(), closed());
+        for url in [format!("fencelock://{a},{b}"), format!("http://{a},http://{b}"), format!("http://{a},{b}")] {
+            let got = Client::builder(&url).connect_timeout(Duration::from_secs(1)).connect().await;
+            match got {
+                Err(Error::Connect(m)) => {
+                    assert!(m.contains(&format!("http://{a}")) && m.contains(&format!("http://{b}")), "{url}: {m}")
+                }
+                other => panic!("{url}: {other:?}"),
+            }
+        }
     }
 }

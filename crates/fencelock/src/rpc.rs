@@ -104,7 +104,7 @@ struct Current {
 }
 
 /// A server URL as tonic takes it: `http://` (`https://` with `tls`) is
-/// added to a bare `host:port`.
+/// added to a bare `host:port` (a leader hint, as a follower names it).
 pub(crate) fn normalize(url: &str, tls: bool) -> String {
     let url = url.trim();
     if url.contains("://") {
@@ -130,7 +130,7 @@ fn endpoint(url: &str, dial: &Dial) -> Result<Endpoint, Error> {
         }
         (false, Some(_)) => {
             return Err(Error::InvalidArgument(format!(
-                "{url} is plaintext but TLS is configured: use https:// (or a bare host:port)"
+                "{url} is plaintext but TLS is configured: use https://"
             )))
         }
         (false, None) => {}
@@ -277,6 +277,11 @@ impl Rpc {
     /// The server talked to now.
     pub(crate) fn server(&self) -> String {
         self.servers.url()
+    }
+
+    /// How many servers the client was given.
+    pub(crate) fn servers_given(&self) -> usize {
+        self.servers.count()
     }
 
     /// The retry policy.

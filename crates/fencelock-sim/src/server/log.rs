@@ -41,7 +41,7 @@ impl DurableLog {
 }
 
 /// Where the driver is in writing a batch; the nemesis crashes the server inside
-/// a write window to hit "around fsync and reply" (reliability scenario K4).
+/// a write window to hit "around fsync and reply" (scenario K4 of `docs/scenarios.md`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum WritePhase {
     #[default]

@@ -104,7 +104,9 @@ pub struct Capabilities {
     /// crashed holder blocks others for at most the TTL).
     pub server_ttl: bool,
     /// A granted lock survives the loss of one backend server (replication with
-    /// a quorum, or a majority of independent nodes).
+    /// a quorum, or a majority of independent nodes), and the client reaches
+    /// the servers left. It can depend on the URL: a fencelock client given
+    /// several members of a group has it, one given a single address has not.
     pub survives_failover: bool,
     /// [`LockOptions::lock_delay`] is supported.
     pub lock_delay: bool,
@@ -262,22 +264,10 @@ pub async fn connect(url: &str) -> Result<Backend, Error> {
 
 /// The native client of a `fencelock://` (or `fencelock+tls://`) URL, as
 /// its own type: for what only the fencelock server does (hand a lease to
-/// another process, list queues). The URL's `token=` is its bearer token
-/// ([`crate::ClientBuilder::token`]).
+/// another process, list queues). The same as [`crate::Client::connect`] of
+/// the URL: every member of its list, its TLS files, its `token=`.
 pub async fn native_client(url: &BackendUrl) -> Result<crate::Client, Error> {
-    let mut builder = crate::Client::builder(url.native_endpoints());
-    if let Some(token) = url.auth_token() {
-        builder = builder.token(token);
-    }
-    if let Some(files) = tls::TlsFiles::from_url(url)? {
-        if url.param("ca").is_none() {
-            return Err(Error::InvalidArgument(format!(
-                "{url}: name the CA of the group's certificates with ca=/path/ca.pem"
-            )));
-        }
-        builder = builder.tls(crate::ClientTls::from(files));
-    }
-    builder.connect().await
+    crate::Client::connect(url.raw.clone()).await
 }
 
 /// Acquires `name` on `backend`, runs `f` while holding it, and releases it;

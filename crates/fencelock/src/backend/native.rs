@@ -17,7 +17,14 @@ impl LockBackend for Client {
 
     /// Global durable tokens (fsynced through Raft before a grant is
     /// acknowledged), server-side FIFO queues with push grants, lock-delay.
-    /// Fail-over needs a cluster; a single node is one durable server.
+    ///
+    /// `survives_failover` is true when the client was given several members
+    /// of a group (`fencelock://a,b,c`): a grant is durable on a majority
+    /// before it is acknowledged, a new leader keeps it, and the client moves
+    /// past a member that is down to whichever leads. Given one address it is
+    /// false, even if that node belongs to a group: when it is down, the
+    /// client has nowhere else to go. (The client cannot tell a list of
+    /// unrelated single nodes from a group: listing them is a mistake.)
     fn capabilities(&self) -> Capabilities {
         Capabilities {
             fencing: Fencing::Global,
@@ -25,7 +32,7 @@ impl LockBackend for Client {
             fifo: true,
             push_wakeup: true,
             server_ttl: true,
-            survives_failover: false,
+            survives_failover: self.servers_given() > 1,
             lock_delay: true,
             min_ttl: Duration::from_millis(100),
         }

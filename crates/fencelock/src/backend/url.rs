@@ -1,7 +1,10 @@
 //! Backend URLs: `scheme://[user[:password]@]host[:port][,host[:port]…][/path][?k=v&…]`.
 //!
-//! Where it sits: [`super::connect`] parses the URL here and hands the parts to
-//! the backend's `connect`. The parser is deliberately small: hosts, one path,
+//! Where it sits: the one parser of server URLs. [`super::connect`] parses the
+//! URL here and hands the parts to the backend's `connect`;
+//! [`crate::ClientBuilder::connect`] parses a fencelock URL here too, so the
+//! library and the CLI (`--server`) take the same URLs (the README's "Server
+//! URLs" documents them). The parser is deliberately small: hosts, one path,
 //! and query parameters; PostgreSQL gets the URL as written (its driver parses
 //! it again, with every option it knows).
 //!
@@ -227,6 +230,11 @@ impl BackendUrl {
     /// the members of a fencelock group for the native client
     /// (`fencelock://a:7070,b:7070,c:7070`).
     pub fn native_endpoints(&self) -> String {
+        self.native_endpoint_list().join(",")
+    }
+
+    /// [`native_endpoints`](Self::native_endpoints) as a list.
+    pub(crate) fn native_endpoint_list(&self) -> Vec<String> {
         let scheme = if self.tls { "https" } else { "http" };
         let host = |h: &str| {
             if h.contains(':') {
@@ -235,7 +243,7 @@ impl BackendUrl {
                 h.to_string()
             }
         };
-        self.hosts.iter().map(|(h, p)| format!("{scheme}://{}:{p}", host(h))).collect::<Vec<_>>().join(",")
+        self.hosts.iter().map(|(h, p)| format!("{scheme}://{}:{p}", host(h))).collect()
     }
 }
 

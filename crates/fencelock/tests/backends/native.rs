@@ -1,11 +1,14 @@
 //! The native fencelock server, in-process, as a conformance target.
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 
 use fencelock::backend::{Capabilities, Fencing};
-use fencelock_testkit::proxy::Proxy;
+use fencelock::{Acquire, LockBackend};
+use fencelock_server::{Bootstrap, Config, Running};
+use fencelock_testkit::{free_port, proxy::Proxy};
 
-use crate::suite::{self, Target, MS};
+use crate::suite::{self, local, opts, within, Target, MS, SECS};
 
 pub struct Native {
     _running: fencelock_server::Running,
@@ -40,7 +43,9 @@ impl Target for Native {
 
 crate::conformance!(Native);
 
-/// The native server declares everything but fail-over (a single node).
+/// The native server declares everything; fail-over only for a list of
+/// members (see `declares_failover_for_a_group_and_survives_it`), not for
+/// the one address of a single node.
 #[tokio::test]
 async fn declares_its_capabilities() {
     let t = Native::start().await;
@@ -60,4 +65,62 @@ async fn declares_its_capabilities() {
     );
     let http = suite::connect(&format!("http://{}", t.addr)).await;
     assert_eq!(http.kind(), "fencelock");
+}
+
+/// Issue 16: the native backend declared `survives_failover: false` although
+/// groups and client fail-over exist. Given the members of a 3-node group it
+/// declares fail-over, and has it: the node the client talks to (the one that
+/// granted, so the leader) is shut down while a lock is held, and the grant stays held (renewed
+/// through the new leader, never reported lost) and exclusive. Given one
+/// member alone it declares none: that node down, the client has nowhere to go.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn declares_failover_for_a_group_and_survives_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut nodes = start_group(dir.path()).await;
+    let url = format!("fencelock://{}", nodes.iter().map(|n| n.grpc_addr.to_string()).collect::<Vec<_>>().join(","));
+    let client = within("connect", fencelock::Client::connect(url.clone())).await.unwrap();
+    assert!(client.capabilities().survives_failover, "{url}");
+    let one = within("connect", fencelock::Client::connect(format!("fencelock://{}", nodes[1].grpc_addr))).await.unwrap();
+    assert!(!one.capabilities().survives_failover);
+    assert!(suite::connect(&url).await.capabilities().survives_failover, "through fencelock::connect");
+
+    let g = within("grant", client.acquire("failover", &opts(3 * SECS, 10 * SECS))).await.unwrap().acquired().unwrap();
+    let serving = client.server();
+    let i = nodes.iter().position(|n| serving.ends_with(&n.grpc_addr.to_string())).expect("a node of the group");
+    within("shutdown", nodes.remove(i).shutdown()).await;
+    let first = g.deadline();
+    within("a renewal through the new leader", async {
+        while g.deadline() == first {
+            assert!(!g.is_lost(), "lost with two of three nodes up");
+            tokio::time::sleep(20 * MS).await;
+        }
+    })
+    .await;
+    let other = suite::connect(&url).await;
+    match within("try", other.acquire("failover", &opts(3 * SECS, std::time::Duration::ZERO))).await.unwrap() {
+        Acquire::Busy { holder_token, .. } => assert_eq!(holder_token, g.token()),
+        other => panic!("a second holder after the fail-over: {other:?}"),
+    }
+    assert!(within("release", g.release()).await.unwrap());
+    let again = within("grant after release", other.acquire("failover", &opts(3 * SECS, 5 * SECS))).await.unwrap();
+    assert!(again.acquired().unwrap().release().await.unwrap());
+}
+
+/// Three in-process nodes on free ports of 127.0.0.1 forming one group, the
+/// leader elected.
+async fn start_group(dir: &std::path::Path) -> Vec<Running> {
+    let ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
+    let peers: BTreeMap<u64, String> = (1..=3).map(|id| (id, local(ports[id as usize - 1]).to_string())).collect();
+    let mut nodes = Vec::new();
+    for id in 1..=3u64 {
+        let mut c = Config::for_test(dir.join(format!("n{id}")));
+        c.node_id = id;
+        c.grpc_listen = local(ports[id as usize - 1]);
+        c.bootstrap = Bootstrap::Peers(peers.clone());
+        nodes.push(fencelock_server::start(c).await.unwrap());
+    }
+    let all = nodes.iter().map(|n| format!("http://{}", n.grpc_addr)).collect::<Vec<_>>().join(",");
+    let client = fencelock::Client::connect(all).await.unwrap();
+    within("a leader", client.describe("ready")).await.unwrap();
+    nodes
 }
