@@ -125,48 +125,6 @@ fn dechunk(mut rest: &str) -> String {
     out
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn with_token(t: &str) -> AdminTlsArgs {
-        AdminTlsArgs { auth_token: Some(t.parse().unwrap()), ..AdminTlsArgs::default() }
-    }
-
-    /// Rule: the admin requests carry `Authorization: Bearer <token>` only
-    /// when a token is given; a token that would break the header (empty,
-    /// a space, a line break that could inject another header) is a clear
-    /// error that does not quote it.
-    #[test]
-    fn the_auth_header_is_sent_only_when_given_and_only_if_valid() {
-        assert_eq!(AdminTlsArgs::default().auth_header().unwrap(), None);
-        let t = "flt_0123abcd_AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA";
-        assert_eq!(with_token(t).auth_header().unwrap(), Some(("Authorization", format!("Bearer {t}"))));
-        for bad in ["", "sekrit sekrit", "sekrit\r\nX-Admin: yes"] {
-            let err = format!("{:#}", with_token(bad).auth_header().unwrap_err());
-            assert!(err.contains("invalid auth token") && !err.contains("sekrit"), "{err}");
-        }
-        let debug = format!("{:?}", with_token("sekrit"));
-        assert!(!debug.contains("sekrit"), "{debug}");
-    }
-
-    /// Rule: 401 and 403 from the admin port become the library's
-    /// Unauthenticated / PermissionDenied (which the exit code reads); other
-    /// statuses are not auth refusals.
-    #[test]
-    fn admin_401_and_403_are_auth_refusals() {
-        let addr: SocketAddr = "127.0.0.1:7071".parse().unwrap();
-        let e = auth_refusal(addr, 401, "token missing").unwrap();
-        assert_eq!(format!("{e:#}"), "127.0.0.1:7071: not authenticated: token missing");
-        assert!(matches!(e.downcast_ref(), Some(fencelock::Error::Unauthenticated(_))));
-        let e = auth_refusal(addr, 403, "role reader").unwrap();
-        assert_eq!(format!("{e:#}"), "127.0.0.1:7071: permission denied: role reader");
-        assert!(matches!(e.downcast_ref(), Some(fencelock::Error::PermissionDenied(_))));
-        assert!(auth_refusal(addr, 503, "no leader").is_none());
-        assert!(auth_refusal(addr, 200, "").is_none());
-    }
-}
-
 /// Sends one admin request to the first of `admins` that answers it: a member
 /// that cannot be reached, or that answers 503 (it could reach no leader), is
 /// skipped for the next. Returns the 200 answer's body; a 401 or 403 is the
@@ -208,4 +166,47 @@ pub fn error_message(body: &str) -> String {
         .ok()
         .and_then(|v| v["error"].as_str().map(str::to_string))
         .unwrap_or_else(|| body.trim().to_string())
+}
+
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn with_token(t: &str) -> AdminTlsArgs {
+        AdminTlsArgs { auth_token: Some(t.parse().unwrap()), ..AdminTlsArgs::default() }
+    }
+
+    /// Rule: the admin requests carry `Authorization: Bearer <token>` only
+    /// when a token is given; a token that would break the header (empty,
+    /// a space, a line break that could inject another header) is a clear
+    /// error that does not quote it.
+    #[test]
+    fn the_auth_header_is_sent_only_when_given_and_only_if_valid() {
+        assert_eq!(AdminTlsArgs::default().auth_header().unwrap(), None);
+        let t = "flt_0123abcd_AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA";
+        assert_eq!(with_token(t).auth_header().unwrap(), Some(("Authorization", format!("Bearer {t}"))));
+        for bad in ["", "sekrit sekrit", "sekrit\r\nX-Admin: yes"] {
+            let err = format!("{:#}", with_token(bad).auth_header().unwrap_err());
+            assert!(err.contains("invalid auth token") && !err.contains("sekrit"), "{err}");
+        }
+        let debug = format!("{:?}", with_token("sekrit"));
+        assert!(!debug.contains("sekrit"), "{debug}");
+    }
+
+    /// Rule: 401 and 403 from the admin port become the library's
+    /// Unauthenticated / PermissionDenied (which the exit code reads); other
+    /// statuses are not auth refusals.
+    #[test]
+    fn admin_401_and_403_are_auth_refusals() {
+        let addr: SocketAddr = "127.0.0.1:7071".parse().unwrap();
+        let e = auth_refusal(addr, 401, "token missing").unwrap();
+        assert_eq!(format!("{e:#}"), "127.0.0.1:7071: not authenticated: token missing");
+        assert!(matches!(e.downcast_ref(), Some(fencelock::Error::Unauthenticated(_))));
+        let e = auth_refusal(addr, 403, "role reader").unwrap();
+        assert_eq!(format!("{e:#}"), "127.0.0.1:7071: permission denied: role reader");
+        assert!(matches!(e.downcast_ref(), Some(fencelock::Error::PermissionDenied(_))));
+        assert!(auth_refusal(addr, 503, "no leader").is_none());
+        assert!(auth_refusal(addr, 200, "").is_none());
+    }
 }

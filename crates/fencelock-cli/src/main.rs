@@ -33,6 +33,7 @@ struct Cli {
 }
 
 #[derive(Subcommand, Debug)]
+#[allow(clippy::large_enum_variant)] // parsed once per process
 enum Cmd {
     /// Run a fencelock server node (a Raft group of one by default; `--peers` for 3 or 5).
     Serve(serve::ServeArgs),

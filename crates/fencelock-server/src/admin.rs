@@ -81,6 +81,8 @@ impl FromRequestParts<Admin> for Caller {
     }
 }
 
+// axum's Response is what a handler answers, refusals included.
+#[allow(clippy::result_large_err)]
 impl Caller {
     /// The caller, once it is allowed by `allowed`; else the 401 or 403 (and
     /// an audit line).

@@ -65,7 +65,7 @@ impl Ops {
     fn allow(&self, who: &Who, check: impl FnOnce(&Who) -> Result<(), Refusal>) -> Result<(), Status> {
         check(who).map_err(|r| self.refused(who.name(), who.remote(), r))?;
         if let Some((name, own)) = who.for_quota() {
-            self.quotas.rate(name, own, std::time::Instant::now()).map_err(|e| self.exhausted(who, e))?;
+            self.quotas.rate(name, own, self.clock.instant()).map_err(|e| self.exhausted(who, e))?;
         }
         Ok(())
     }
@@ -75,7 +75,7 @@ impl Ops {
         if !self.quotas.applies(who.for_quota().is_some(), adds) {
             return Ok(());
         }
-        let admitted = self.read(|e| self.quotas.admit(e, who.for_quota(), adds))?;
+        let admitted = self.read(|e| self.quotas.admit(e, who.for_quota(), adds, self.clock.instant()))?;
         admitted.map_err(|e| self.exhausted(who, e))
     }
 

@@ -194,12 +194,15 @@ pub const TOKEN_PREFIX: &str = "flt_";
 /// and the group's policy's, merged (see [`Table::build`]).
 #[derive(Debug, Default)]
 pub struct Table {
-    /// By token id: (salt, digest, identity).
-    tokens: HashMap<String, (Vec<u8>, Vec<u8>, Arc<Identity>)>,
+    /// By token id.
+    tokens: HashMap<String, TokenEntry>,
     /// By certificate common name.
     certs: HashMap<String, Arc<Identity>>,
     pub protect_metrics: bool,
 }
+
+/// A token the table knows: (salt, digest of salt and secret, identity).
+type TokenEntry = (Vec<u8>, Vec<u8>, Arc<Identity>);
 
 /// An auth file, parsed and checked: its roles and identities as a
 /// [`Policy`] (checked by the same rules as the group's), and its switches.

@@ -61,6 +61,13 @@ impl Clock {
         Instant::now().saturating_duration_since(self.base).as_millis() as Millis
     }
 
+    /// The monotonic instant now, for what is measured in real time and
+    /// never decides a lease: request rates, caches.
+    #[allow(clippy::disallowed_methods)] // the clock module reads the monotonic clock
+    pub fn instant(&self) -> Instant {
+        Instant::now()
+    }
+
     /// The token floor for a `LeaderStart` now: [`fencelock_core::token_floor`]
     /// of the wall-clock seconds (0 if the wall clock is before 1970). Real wall
     /// time even under the fault clock: the floor is about other groups on this

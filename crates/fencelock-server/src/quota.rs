@@ -100,14 +100,14 @@ impl Quotas {
     }
 
     /// Whether `identity` (`None`: authentication off) may add `adds` to the
-    /// state `engine` has now. `own`: the identity's own quota, if it has one.
-    pub fn admit(&self, engine: &Engine, identity: Option<(&str, Option<&Quota>)>, adds: Adds) -> Result<(), Exhausted> {
+    /// state `engine` has `now`. `own`: the identity's own quota, if it has one.
+    pub fn admit(&self, engine: &Engine, identity: Option<(&str, Option<&Quota>)>, adds: Adds, now: Instant) -> Result<(), Exhausted> {
         let g = self.limits.global;
         let mut checks = Vec::with_capacity(4);
         match adds {
             Adds::Lease => checks.push(("leases", g.leases, engine.lease_count())),
             Adds::Lock { waits } if g.locks > 0 || (waits && g.waiters > 0) => {
-                let stats = self.stats(engine, Instant::now());
+                let stats = self.stats(engine, now);
                 checks.push(("locks", g.locks, stats.held_locks));
                 if waits {
                     checks.push(("waiters", g.waiters, stats.waiters));
@@ -207,6 +207,12 @@ mod tests {
         Command::As { caller: Caller { name: name.into(), admin: false }, cmd: Box::new(cmd) }
     }
 
+    /// Any instant: these tests are about counts, or measure from it.
+    #[allow(clippy::disallowed_methods)] // a test's own time base
+    fn t0() -> Instant {
+        Instant::now()
+    }
+
     /// An engine where `name` has `n` leases, each holding one lock.
     fn engine_with(name: &str, n: u64) -> Engine {
         let mut e = Engine::new();
@@ -224,13 +230,13 @@ mod tests {
     fn an_identity_at_its_quota_is_refused_naming_the_limit_and_others_are_not() {
         let q = Quotas::new(Limits { per_identity: Quota { leases: 3, locks: 3, waits: 0, rps: 0 }, global: Global { leases: 0, locks: 0, waiters: 0 } });
         let e = engine_with("flood", 3);
-        let err = q.admit(&e, Some(("flood", None)), Adds::Lease).unwrap_err();
+        let err = q.admit(&e, Some(("flood", None)), Adds::Lease, t0()).unwrap_err();
         assert_eq!(err.to_string(), "limit reached: leases_per_identity = 3");
-        let err = q.admit(&e, Some(("flood", None)), Adds::Lock { waits: true }).unwrap_err();
+        let err = q.admit(&e, Some(("flood", None)), Adds::Lock { waits: true }, t0()).unwrap_err();
         assert_eq!(err.limit, "locks_per_identity");
-        assert_eq!(q.admit(&e, Some(("other", None)), Adds::Lease), Ok(()));
+        assert_eq!(q.admit(&e, Some(("other", None)), Adds::Lease, t0()), Ok(()));
         let own = Quota { leases: 4, ..Quota::default() };
-        assert_eq!(q.admit(&e, Some(("flood", Some(&own))), Adds::Lease), Ok(()), "an identity's own quota wins");
+        assert_eq!(q.admit(&e, Some(("flood", Some(&own))), Adds::Lease, t0()), Ok(()), "an identity's own quota wins");
         let mut text = String::new();
         q.render(&mut text);
         assert!(text.contains("fencelock_limit_refusals_total{limit=\"leases_per_identity\"} 1"), "{text}");
@@ -240,9 +246,9 @@ mod tests {
     fn global_limits_apply_to_everyone_and_without_authentication() {
         let q = Quotas::new(Limits { per_identity: Quota::default(), global: Global { leases: 2, locks: 0, waiters: 0 } });
         let e = engine_with("a", 2);
-        assert_eq!(q.admit(&e, None, Adds::Lease).unwrap_err().limit, "leases");
-        assert_eq!(q.admit(&e, Some(("b", None)), Adds::Lease).unwrap_err().limit, "leases");
-        assert_eq!(q.admit(&e, None, Adds::Lock { waits: true }), Ok(()));
+        assert_eq!(q.admit(&e, None, Adds::Lease, t0()).unwrap_err().limit, "leases");
+        assert_eq!(q.admit(&e, Some(("b", None)), Adds::Lease, t0()).unwrap_err().limit, "leases");
+        assert_eq!(q.admit(&e, None, Adds::Lock { waits: true }, t0()), Ok(()));
         // Without limits for it, a request costs no look at the engine.
         assert!(q.applies(false, Adds::Lease));
         assert!(!q.applies(false, Adds::Lock { waits: true }));
@@ -252,7 +258,7 @@ mod tests {
     #[test]
     fn the_request_rate_refills_over_time() {
         let q = Quotas::new(Limits { per_identity: Quota { rps: 10, ..Quota::default() }, ..Limits::default() });
-        let t0 = Instant::now();
+        let t0 = t0();
         for _ in 0..10 {
             assert_eq!(q.rate("a", None, t0), Ok(()));
         }

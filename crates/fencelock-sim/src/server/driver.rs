@@ -199,7 +199,7 @@ impl Driver {
         let left = !self.conns.contains_key(&conn);
         let (lease, req) = key;
         let cancel = Command::CancelWait { req, lease, lock };
-        (self.racy_cancel() && left).then(|| Event::Request(Msg { cmd: cancel, reply: None, waiter: None, gen: None }))
+        (self.racy_cancel() && left).then_some(Event::Request(Msg { cmd: cancel, reply: None, waiter: None, gen: None }))
     }
 
     /// The caller of acquire `gen` of `key` on `conn` has its outcome.
