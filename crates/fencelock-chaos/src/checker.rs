@@ -16,6 +16,9 @@
 //! into `finding`s: it does what it declares; so does one that declares no
 //! durable tokens, for C2 across restarts, C6, and S6 after a restart.
 //!
+//! A1 (not in the reference): under TLS and auth, no call of the run was
+//! refused for its credentials; see [`a1_no_refusals`].
+//!
 //! Rules where the reference leaves room:
 //! * C2: a duplicate or an inversion counts once per later grant; a pair is
 //!   *across a restart* if an outage of the lock service (`restart` note:
@@ -220,6 +223,7 @@ pub fn check(info: &RunInfo, history: &[Event], audit: &[AuditEntry]) -> Verdict
         s1_dead_waiters(&r),
         s4_exactly_once(&r, &stats),
         s6,
+        a1_no_refusals(&r),
     ];
     let passed = !checks.iter().any(|c| c.status.is_red());
     Verdict { info: info.clone(), checks, stats, passed }
@@ -911,6 +915,40 @@ fn s4_exactly_once(r: &Run<'_>, stats: &Stats) -> Check {
     tally.judge("S4", S4, false)
 }
 
+// ---- A1 ----
+
+const A1: &str = "no call refused by authentication";
+
+/// A1, under TLS and auth: the run's own calls were never refused for their
+/// credentials (a worker's acquire or release refused, or any refusal in the
+/// service's audit logs: a keep-alive too), so no scenario passes because
+/// auth stopped its work. Violations: the larger of the audit logs' count and
+/// the history's, as for C3. Without the audit note the service ran without
+/// auth: not applicable, unless a worker was refused all the same.
+fn a1_no_refusals(r: &Run<'_>) -> Check {
+    let mut history = Tally::default();
+    for o in r.ops.iter().filter(|o| o.done.is_some_and(|d| d.refused)) {
+        let why = o.done.and_then(|d| d.error.clone()).unwrap_or_default();
+        history.add(|| format!("{}: {why}", r.describe(o)));
+    }
+    let notes: Vec<&Event> = r.notes(Op::AuthAudit).collect();
+    if notes.is_empty() && history.violations == 0 {
+        return without("A1", A1, Status::NotApplicable, "the service ran without authentication".into());
+    }
+    let mut audit = Tally::default();
+    for n in &notes {
+        if let Some(err) = n.detail["error"].as_str().filter(|_| history.violations == 0) {
+            return without("A1", A1, Status::Inconclusive, format!("the service's audit logs could not be read: {err}"));
+        }
+        audit.violations += n.count.unwrap_or(0);
+        let examples = n.detail["examples"].as_array().into_iter().flatten().filter_map(|x| x.as_str());
+        audit.examples.extend(examples.map(|x| format!("audit log: {x}")));
+    }
+    let mut tally = if audit.violations > history.violations { audit } else { history };
+    tally.examples.truncate(MAX_EXAMPLES);
+    tally.judge("A1", A1, false)
+}
+
 // ---- S6 ----
 
 const S6: &str = "heal: a fenced write soon after every fault";
@@ -1552,5 +1590,45 @@ mod tests {
         let text = serde_json::to_string(&v).unwrap();
         assert!(text.contains(r#""status":"not-applicable""#));
         assert_eq!(serde_json::from_str::<Verdict>(&text).unwrap(), v);
+    }
+
+    fn auth_audit(count: u64, detail: serde_json::Value) -> impl FnOnce(&mut Event) {
+        move |e: &mut Event| {
+            e.count = Some(count);
+            e.detail = detail;
+        }
+    }
+
+    /// A1: a clean run under auth passes; one refused call, in the audit logs
+    /// or in a worker's history, fails it; unread audit logs make it
+    /// inconclusive; a run without auth is not applicable.
+    #[test]
+    fn a1_fails_on_any_auth_refusal() {
+        let i = info();
+        let a = audit(&[(1, AuditOutcome::Accepted), (2, AuditOutcome::Accepted)]);
+        assert_eq!(get(&run(&i, &clean(), &a), "A1").status, Status::NotApplicable);
+        let mut h = clean();
+        h.note(6_000, Op::AuthAudit, auth_audit(0, json!({ "files": 3, "examples": [] })));
+        assert_eq!(get(&run(&i, &h, &a), "A1").status, Status::Pass);
+
+        let mut h = clean();
+        let line = r#"{"identity":"chaos-worker","verb":"acquire","outcome":"denied"}"#;
+        h.note(6_000, Op::AuthAudit, auth_audit(2, json!({ "files": 3, "examples": [line] })));
+        let v = run(&i, &h, &a);
+        let a1 = get(&v, "A1");
+        assert_eq!((a1.status, a1.violations), (Status::Fail, 2), "{a1:?}");
+        assert!(a1.examples[0].contains("chaos-worker") && !v.passed);
+
+        let mut h = clean();
+        h.op("w2", Op::Acquire, 1, (40, 41), Kind::Fail, |e| {
+            e.refused = true;
+            e.error = Some("permission denied: chaos-worker may not acquire lock \"x\"".into());
+        });
+        let a1 = get(&run(&i, &h, &a), "A1").clone();
+        assert_eq!((a1.status, a1.violations), (Status::Fail, 1), "a refused worker fails even without the audit note");
+
+        let mut h = clean();
+        h.note(6_000, Op::AuthAudit, auth_audit(0, json!({ "error": "no audit log" })));
+        assert_eq!(get(&run(&i, &h, &a), "A1").status, Status::Inconclusive);
     }
 }

@@ -8,6 +8,13 @@
 //! black hole whose bytes flow on, late, when it heals). Clients talk to the
 //! nodes directly, with all three addresses: the old leader stays reachable
 //! to them, as in a partial partition, and must grant nothing meanwhile.
+//!
+//! Under `--tls` ([`Secure`]) every node serves TLS with its own node
+//! certificate and the run's auth file, and speaks Raft on a peer port of its
+//! own (`--peer-listen`, listed in `--peers` as `ID=CLIENT/PEER`): the proxies
+//! then carry the peers' mutually authenticated TLS, byte for byte. The
+//! harness's admin calls (`/v1/cluster` for readiness, `/healthz`) go over
+//! TLS with the admin token; clients use the worker token.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -22,6 +29,7 @@ use crate::http;
 use crate::nemesis::{evidence, fault, pause_between_faults};
 use crate::procs::{cluster_node, free_addr, ServerProc};
 use crate::run::Ctx;
+use crate::secure::Secure;
 use crate::targets::Target;
 
 /// Nodes of the group.
@@ -43,39 +51,56 @@ pub struct Cluster {
 }
 
 impl Cluster {
-    /// Starts the nodes (each with `env`), waits until one leads and serves.
-    pub async fn start(dir: &Path, env: Vec<(String, String)>) -> anyhow::Result<Cluster> {
-        let addrs: Vec<(u64, SocketAddr, SocketAddr)> = (1..=NODES).map(|id| (id, free_addr(), free_addr())).collect();
-        let peers = addrs.iter().map(|(id, g, _)| format!("{id}={g}")).collect::<Vec<_>>().join(",");
+    /// Starts the nodes (each with `env`; with `secure`, TLS, the auth file
+    /// and a peer port each), waits until one leads and serves.
+    pub async fn start(dir: &Path, env: Vec<(String, String)>, secure: Option<&Secure>) -> anyhow::Result<Cluster> {
+        let peer_port = || secure.map(|_| free_addr());
+        let addrs: Vec<(u64, SocketAddr, SocketAddr, Option<SocketAddr>)> =
+            (1..=NODES).map(|id| (id, free_addr(), free_addr(), peer_port())).collect();
+        let entry = |g: &SocketAddr, p: &Option<SocketAddr>| p.map_or_else(|| g.to_string(), |p| format!("{g}/{p}"));
+        let peers = addrs.iter().map(|(id, g, _, p)| format!("{id}={}", entry(g, p))).collect::<Vec<_>>().join(",");
         let mut links = BTreeMap::new();
-        for (from, _, _) in &addrs {
-            for (to, grpc, _) in &addrs {
+        for (from, _, _, _) in &addrs {
+            for (to, grpc, _, peer) in &addrs {
                 if from != to {
-                    links.insert((*from, *to), Proxy::start(*grpc).await);
+                    links.insert((*from, *to), Proxy::start(peer.unwrap_or(*grpc)).await);
                 }
             }
         }
         let mut nodes = Vec::new();
-        for (id, grpc, http) in addrs {
+        for (id, grpc, http, peer) in addrs {
             let routes: Vec<String> =
                 links.iter().filter(|((f, _), _)| *f == id).map(|((_, t), p)| format!("{t}={}", p.addr())).collect();
             let data = dir.join(format!("node{id}-data"));
             let mut server = cluster_node(&data, id, &peers, grpc, http, dir.join(format!("node{id}.log")));
+            if let (Some(s), Some(peer)) = (secure, peer) {
+                server.args.extend(s.serve_args(&dir.join(format!("node{id}{}", crate::secure::AUDIT_SUFFIX))));
+                server.args.extend(["--peer-listen".into(), peer.to_string()]);
+                s.register_admin(http)?;
+            }
             server.env.extend(env.iter().cloned());
             server.env.insert("FENCELOCK_PEER_ROUTES".into(), routes.join(","));
             nodes.push(Node { id, server, grpc, http });
         }
         for n in &mut nodes {
             n.server.start().await?;
+            if secure.is_some() {
+                restart_without_peers(&mut n.server);
+            }
         }
         let c = Cluster { nodes, links };
         c.wait_leader(None, Duration::from_secs(30)).await.context("the group elected no leader")?;
         Ok(c)
     }
 
-    /// Every node, as a backend URL: `fencelock://a,b,c`.
+    /// Every node's client address.
+    pub fn grpc(&self) -> Vec<SocketAddr> {
+        self.nodes.iter().map(|n| n.grpc).collect()
+    }
+
+    /// Every node, as a plaintext backend URL: `fencelock://a,b,c`.
     pub fn url(&self) -> String {
-        let hosts: Vec<String> = self.nodes.iter().map(|n| n.grpc.to_string()).collect();
+        let hosts: Vec<String> = self.grpc().iter().map(SocketAddr::to_string).collect();
         format!("fencelock://{}", hosts.join(","))
     }
 
@@ -123,6 +148,17 @@ impl Cluster {
             }
         }
         Ok(())
+    }
+}
+
+/// Later starts of a node that formed the group read the membership from its
+/// log and need no `--peers`. A workaround: the server (`check_bootstrap_flags`)
+/// compares `--peers` entries with the stored members' client addresses, so a
+/// node listed as `ID=CLIENT/PEER` is refused ("no member in common") when it
+/// restarts with the command line it was formed with.
+fn restart_without_peers(server: &mut ServerProc) {
+    if let Some(i) = server.args.iter().position(|a| a == "--peers") {
+        server.args.drain(i..i + 2);
     }
 }
 

@@ -81,6 +81,10 @@ pub enum Op {
     /// A grant + fenced write succeeded after a fault ended: `detail.fault_end`
     /// (ns) and `detail.healed_after_ms`.
     Heal,
+    /// The lock service's audit logs, read at the end of a run under TLS and
+    /// auth: `count` calls refused (unauthenticated, denied, over a limit),
+    /// `detail.files` read, `detail.examples`; or `detail.error`.
+    AuthAudit,
 }
 
 /// One line of a history file. Fields not used by an event are absent.
@@ -113,6 +117,10 @@ pub struct Event {
     /// Write not sent: the worker's last check found the lease gone.
     #[serde(default, skip_serializing_if = "is_false")]
     pub skipped: bool,
+    /// Refused by the lock service's authentication (UNAUTHENTICATED or
+    /// PERMISSION_DENIED): nothing was done, and the run fails (A1).
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub refused: bool,
     /// Release: whether the backend said the lock was still ours.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub released: Option<bool>,
@@ -157,6 +165,7 @@ impl Event {
             error: None,
             stale: false,
             skipped: false,
+            refused: false,
             released: None,
             fault: None,
             phase: None,

@@ -87,8 +87,11 @@ struct RunArgs {
     /// Run a deliberately broken build: fencing-off, memory-token, dead-waiter.
     #[arg(long)]
     mutant: Option<Mutant>,
-    /// Run the native server with TLS and an auth file: workers connect with
-    /// `fencelock+tls://…?ca=…&token=…`, admin calls go over TLS with the token.
+    /// Run fencelock (a node, or the group of fencelock3, whose nodes then
+    /// speak Raft on peer ports of their own) with TLS and an auth file: workers
+    /// connect with `fencelock+tls://…?ca=…&token=…` as an identity that may
+    /// only acquire, check and read the run's locks; admin calls go over TLS
+    /// with an admin token.
     #[arg(long)]
     tls: bool,
     /// Directory for histories, logs and verdict.json [default: target/chaos/<scenario>-<backend>-<seed>].
@@ -107,15 +110,22 @@ struct ServeArgs {
     /// This node's id in a group (with `--peers`).
     #[arg(long, default_value_t = 1)]
     node_id: u64,
-    /// The voters of a new group, `id=host:port,…`.
+    /// The voters of a new group, `id=host:port,…` (`id=CLIENT/PEER` for
+    /// nodes with a peer port of their own).
     #[arg(long)]
     peers: Option<String>,
-    /// TLS with node 1's certificate of this `certs::init` directory.
+    /// Serve Raft on a port of its own (the client port then serves clients only).
+    #[arg(long)]
+    peer_listen: Option<SocketAddr>,
+    /// TLS with this node's certificate (`--node-id`) of this `certs::init` directory.
     #[arg(long)]
     tls_dir: Option<PathBuf>,
     /// Authentication: this auth file.
     #[arg(long)]
     auth_file: Option<PathBuf>,
+    /// The audit log (refused calls, admin actions).
+    #[arg(long)]
+    audit_log: Option<PathBuf>,
 }
 
 #[derive(Args, Debug)]
@@ -214,11 +224,13 @@ async fn serve(a: ServeArgs) -> anyhow::Result<()> {
     config.grpc_listen = a.grpc;
     config.http_listen = a.http;
     config.node_id = a.node_id;
+    config.peer_listen = a.peer_listen;
+    config.audit_log = a.audit_log.clone();
     if let Some(p) = &a.peers {
         config.bootstrap = fencelock_server::Bootstrap::Peers(parse_peers(p)?);
     }
     if let Some(dir) = &a.tls_dir {
-        secure::server_config(&mut config, dir, a.auth_file.as_deref());
+        secure::server_config(&mut config, dir, a.node_id, a.auth_file.as_deref());
     } else {
         config.auth_file = a.auth_file.clone();
     }

@@ -500,7 +500,8 @@ async fn s1_trial(
     admin: std::net::SocketAddr,
     trial: u64,
 ) -> anyhow::Result<()> {
-    let lock = format!("s1-{trial}");
+    // Under the workers' prefix: under TLS and auth the trial clients use their identity.
+    let lock = format!("{LOCK}-s1-{trial}");
     let ttl = ctx.ttl;
     let g = holder.lock(&lock).ttl(ttl).acquire().await?.acquired().map_err(|e| anyhow::anyhow!("{e:?}"))?;
     let waiter = native_client(&ctx.lock_url(Some(proxy.addr()))).await?;

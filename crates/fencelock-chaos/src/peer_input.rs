@@ -20,12 +20,17 @@
 //! recorded only if it equals the number of messages sent and every answer was
 //! a refusal; `serving`, the same server process healthy at the end.
 //!
+//! Under `--tls` the messages go over TLS from a connection presenting node
+//! 2's certificate of the cluster CA (a member, as far as the server can
+//! tell), so that they pass the membership check and reach the decoder and the
+//! snapshot checks as they do in plaintext.
+//!
 //! Not sent: well-formed `AppendEntries` or `Vote` requests of a higher term, or
-//! a vote of the node's own term by another leader. P1's server runs without
-//! TLS, so anyone who reaches its port speaks as a peer: the former would move
-//! its term and disrupt its leadership, and for the latter openraft's vote
-//! comparison panics (it assumes two committed leaders of one term cannot
-//! exist). Under TLS only members speak Raft: P2 ([`crate::peer_tls`]) sends
+//! a vote of the node's own term by another leader. P1's sender speaks as a
+//! peer (in plaintext anyone does; under TLS it has a member's certificate):
+//! the former would move its term and disrupt its leadership, and for the
+//! latter openraft's vote comparison panics (it assumes two committed leaders
+//! of one term cannot exist). Under TLS only members speak Raft: P2 ([`crate::peer_tls`]) sends
 //! well-formed higher-term messages from non-members, which must be refused
 //! before they are decoded. The (a) payloads here are built from messages of
 //! term 0 and never decode anyway.
@@ -129,7 +134,12 @@ pub async fn p1_peer_input(ctx: &mut Ctx) -> anyhow::Result<()> {
     let Target::Native { grpc, http: admin, server } = &ctx.target else { anyhow::bail!("P1 needs the native server") };
     let (grpc, admin, pid) = (*grpc, *admin, server.pid());
     let first = view(admin).await?;
-    let mut peer = RaftClient::connect(format!("http://{grpc}")).await?;
+    let mut peer = match &ctx.secure {
+        // Under TLS only a member gets past the check to the decoder: speak as
+        // node 2 (the server is node 1).
+        Some(s) => s.member_raft_client(grpc, 2).await.context("connect with node 2's certificate")?,
+        None => RaftClient::connect(format!("http://{grpc}")).await?,
+    };
     let mut tally = Tally::default();
     let mut round = 0u64;
     while !ctx.over() {

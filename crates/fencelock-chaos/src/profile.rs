@@ -41,8 +41,9 @@ pub struct ProfileArgs {
     /// profile) and run only the others; the report covers all of them.
     #[arg(long)]
     resume: bool,
-    /// Run the native single node's runs with TLS and an auth file (see
-    /// `run --tls`); the other backends' runs, and P1, are skipped.
+    /// Run fencelock's runs (the single node's and the 3-node group's) with
+    /// TLS and an auth file (see `run --tls`); the other backends' runs are
+    /// skipped.
     #[arg(long)]
     tls: bool,
 }

@@ -3,8 +3,10 @@
 //! heal everything; read the final object and the storage's audit log; check.
 //!
 //! Layout of `spec.out`: `history/*.jsonl` (one file per worker, `harness.jsonl`
-//! for the nemesis's notes), `lock-server.log`, `storage.log`, `workers.log`,
-//! `verdict.json`.
+//! for the nemesis's notes), `lock-server.log` (a group: `node1.log`…),
+//! `storage.log`, `workers.log`, `verdict.json`; under TLS and auth, the
+//! service's audit logs `lock-audit.log` (`node1-audit.log`…) and the
+//! certificates and auth file in the run's temp dir.
 
 use std::path::Path;
 use std::time::Duration;
@@ -45,7 +47,7 @@ pub struct Ctx {
     pub storage_proxies: Vec<Proxy>,
     pub notes: Writer,
     pub data: tempfile::TempDir,
-    /// The native server's TLS files and token, if it runs with TLS and auth.
+    /// The service's TLS files and tokens, if it runs with TLS and auth.
     pub secure: Option<Secure>,
     /// When the nemesis stops injecting.
     pub end: tokio::time::Instant,
@@ -63,7 +65,7 @@ impl Ctx {
     }
 
     /// The URL of the lock service (or of a proxy `via` in front of it), over
-    /// TLS with the run's token if the server runs with them.
+    /// TLS with the workers' token if the service runs with TLS and auth.
     pub fn lock_url(&self, via: Option<std::net::SocketAddr>) -> String {
         lock_url(&self.target, self.secure.as_ref(), via)
     }
@@ -189,10 +191,11 @@ async fn wire_workers(
 }
 
 /// The URL of the lock service, or of a proxy `via` in front of it: over TLS
-/// with the run's token if the server has them.
+/// with the workers' token if the service runs with TLS and auth.
 fn lock_url(target: &Target, secure: Option<&Secure>, via: Option<std::net::SocketAddr>) -> String {
     match (secure, target) {
-        (Some(s), Target::Native { grpc, .. }) => s.url(via.unwrap_or(*grpc)),
+        (Some(s), Target::Native { grpc, .. }) => s.url(&[via.unwrap_or(*grpc)]),
+        (Some(s), Target::Cluster(c)) => s.url(&c.grpc()),
         (_, _) => via.map_or_else(|| target.url(), |p| target.url_via(p)),
     }
 }
@@ -244,6 +247,12 @@ async fn finish(ctx: &mut Ctx, info: &RunInfo) -> anyhow::Result<Verdict> {
     }
     if ctx.spec.scenario == Scenario::S4 {
         nemesis::note_server_stats(ctx, revoked).await;
+    }
+    if ctx.secure.is_some() {
+        // The nodes write their audit lines out every second.
+        tokio::time::sleep(Duration::from_millis(1_200)).await;
+        let note = crate::secure::audit_note(&ctx.spec.out);
+        ctx.note(note);
     }
     let value = final_value(ctx.storage_addr).await?;
     ctx.note(Event { value: Some(value), ..Event::note("harness", Op::FinalRead) });

@@ -45,7 +45,8 @@ pub enum Scenario {
     L3,
     /// Peer input: malformed Raft payloads, snapshots whose data does not
     /// decode, and forged snapshots that would send the token counter back,
-    /// sent to the server's gRPC port in rounds (see `peer_input`). Not
+    /// sent to the server's gRPC port in rounds (see `peer_input`; under
+    /// `--tls`, over TLS with a member's node certificate). Not
     /// well-formed `AppendEntries` or `Vote` of a higher term: from a member
     /// those move the term (P2 sends them as a non-member, under TLS).
     P1,
@@ -142,13 +143,15 @@ impl Scenario {
         self == Scenario::P2
     }
 
-    /// Why this scenario cannot run against the native server under TLS and
-    /// auth (`--tls`), if it cannot.
+    /// Why this scenario cannot run against `backend` under TLS and auth
+    /// (`--tls`), if it cannot. Every scenario fencelock's own server runs (a
+    /// node or the 3-node group) runs under TLS too; P1 then speaks as a
+    /// member (a node certificate), so that its malformed messages reach the
+    /// decoder.
     pub fn unsupported_with_tls(self, backend: &str) -> Option<&'static str> {
-        match self {
-            _ if backend != "fencelock" => Some("TLS and auth are set up for the native single node only"),
-            Scenario::P1 => Some("P1 speaks plaintext Raft to the gRPC port; under TLS a non-member's messages are refused before they are decoded, which is P2"),
-            _ => None,
+        match backend {
+            "fencelock" | "fencelock3" => None,
+            _ => Some("TLS and auth are set up for fencelock's own server only (a node or a 3-node group)"),
         }
     }
 
@@ -202,7 +205,8 @@ pub struct RunSpec {
     /// Asked TTL; raised to the backend's minimum.
     pub ttl: Duration,
     pub mutant: Option<Mutant>,
-    /// The native server runs with TLS and an auth file (always for P2).
+    /// fencelock (a node or the group) runs with TLS and an auth file (the
+    /// native server always for P2).
     pub tls: bool,
     /// Where the histories, logs and verdict go.
     pub out: PathBuf,

@@ -28,11 +28,11 @@ pub enum Target {
 }
 
 impl Target {
-    /// Starts the backend `id`. The native server gets `env` (faults, mutants)
-    /// and, with `secure`, TLS and the auth file.
+    /// Starts the backend `id`. fencelock's own (a node or a group) gets `env`
+    /// (faults, mutants) and, with `secure`, TLS and the auth file.
     pub async fn start(id: &str, dir: &Path, env: Vec<(String, String)>, secure: Option<&Secure>) -> anyhow::Result<Target> {
-        if secure.is_some() && id != "fencelock" {
-            bail!("TLS and auth are set up for the native single node only, not {id}");
+        if secure.is_some() && !matches!(id, "fencelock" | "fencelock3") {
+            bail!("TLS and auth are set up for fencelock's own server only (a node or a group), not {id}");
         }
         let t = match id {
             "fencelock" => {
@@ -40,13 +40,13 @@ impl Target {
                 let mut server = lock_server(&dir.join("lock-data"), grpc, http, dir.join("lock-server.log"));
                 server.env.extend(env);
                 if let Some(s) = secure {
-                    server.args.extend(s.serve_args());
+                    server.args.extend(s.serve_args(&dir.join(format!("lock{}", crate::secure::AUDIT_SUFFIX))));
                     s.register_admin(http)?;
                 }
                 server.start().await?;
                 Target::Native { server, grpc, http }
             }
-            "fencelock3" => Target::Cluster(Cluster::start(dir, env).await?),
+            "fencelock3" => Target::Cluster(Cluster::start(dir, env, secure).await?),
             "redis" => Target::Redis(blocking(RedisServer::start_volatile).await?),
             "redlock" => Target::Redlock(blocking(|| (0..3).map(|_| RedisServer::start_volatile()).collect()).await?),
             "etcd" => Target::Etcd(blocking(EtcdServer::start).await?),

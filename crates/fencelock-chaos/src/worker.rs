@@ -210,6 +210,7 @@ impl Worker {
             Ok(Acquire::TimedOut) => fail(&mut e, "timed out"),
             Err(err) => {
                 e.kind = if definite(&err) { Kind::Fail } else { Kind::Unknown };
+                e.refused = refused(&err);
                 e.error = Some(err.to_string());
                 None
             }
@@ -317,6 +318,10 @@ impl Worker {
         let mut e = Event { token: Some(token), ..self.ev(Kind::Ok, Op::Release, seq) };
         match res {
             Ok(released) => e.released = Some(released),
+            Err(err) if refused(&err) => {
+                e.refused = true;
+                fail::<()>(&mut e, &err.to_string());
+            }
             Err(err) => {
                 unknown::<()>(&mut e, &err.to_string());
             }
@@ -331,7 +336,13 @@ impl Worker {
 
 /// Errors after which the request certainly did not take effect.
 fn definite(e: &Error) -> bool {
-    matches!(e, Error::InvalidArgument(_) | Error::Unsupported(_) | Error::Connect(_))
+    refused(e) || matches!(e, Error::InvalidArgument(_) | Error::Unsupported(_) | Error::Connect(_))
+}
+
+/// The service refused the worker's credentials: decided before anything is
+/// written, never retried.
+fn refused(e: &Error) -> bool {
+    matches!(e, Error::Unauthenticated(_) | Error::PermissionDenied(_))
 }
 
 fn fail<T>(e: &mut Event, why: &str) -> Option<T> {

@@ -1,7 +1,14 @@
 //! A 3-node group of real processes on 127.0.0.1: the leader killed under
-//! load, twenty leader changes in a row, and membership 3 → 4 → 5 → 3 with the
-//! leader removed along the way. A client given every node's address rides
-//! through all of it.
+//! load, twenty leader changes in a row, membership 3 → 4 → 5 → 3 with the
+//! leader removed along the way, and a read through a follower. A client given
+//! every node's address rides through all of it.
+//!
+//! Every group runs as the README's secure setup (issue 15): TLS with node
+//! certificates of `fencelock certs init`, Raft on a peer port of each node's
+//! own (`--peer-listen`, `--peers ID=CLIENT/PEER`), an auth file. Clients
+//! connect over TLS with a token that may take and read locks but not change
+//! the group; `fencelock cluster` and the harness's reads of `/v1/cluster` and
+//! `/v1/locks` use an admin token (see `support::cluster`).
 //!
 //! Invariants: INV-2 (tokens strictly increase across fail-overs), INV-10 (an
 //! acknowledged grant survives the death of the leader that granted it),
@@ -114,7 +121,7 @@ async fn membership_three_four_five_three_removing_the_leader() {
         let mut voters = c.voters(leader);
         voters.sort();
         assert_eq!(voters, (1..=id).collect::<Vec<_>>(), "after adding {id}");
-        assert!(c.nodes[i].status().is_some(), "node {id} answers");
+        assert!(c.nodes[i].status().is_some(), "node {id} answers: {:?}\n{}", c.nodes[i].admin_get("/v1/cluster"), c.logs());
         tokens.push(cycle(&client, "probe").await.unwrap_or_else(|| c.fail("no grant")));
     }
     // Remove the leader, then one more.
@@ -148,10 +155,33 @@ async fn membership_three_four_five_three_removing_the_leader() {
 fn a_read_sent_to_a_follower_alone_reaches_the_leader() {
     let c = Cluster::start(3);
     for n in &c.nodes {
-        let out = std::process::Command::new(support::bin())
-            .args(["locks", "--json", "--server", &format!("fencelock://{}", n.grpc)])
-            .output()
-            .expect("run fencelock locks");
+        let out = c.client_cli(&["locks", "--json", "--server", &n.server_url()]);
         assert!(out.status.success(), "locks through node {} alone: {}", n.id, support::stderr(&out));
     }
+}
+
+/// A node with a peer port of its own restarts with the command line its
+/// group was formed with (`--peers ID=CLIENT/PEER`, as the README's secure
+/// setup starts it). Fails today: on a node with data, `check_bootstrap_flags`
+/// (fencelock-server `cluster.rs`) compares the `--peers` entries, `CLIENT/PEER`,
+/// with the stored members' client addresses, finds "no member in common" and
+/// refuses to start. `support::cluster` restarts such nodes without `--peers`
+/// meanwhile.
+#[test]
+#[ignore = "server bug: a node listed as ID=CLIENT/PEER is refused when restarted with its own --peers"]
+fn a_node_with_a_peer_port_restarts_with_its_formation_flags() {
+    let mut c = Cluster::start(3);
+    let last = c.nodes.len() - 1;
+    c.nodes[last].restart_with_formation_flags();
+    // Up to 20 s (400 × 50 ms) for the node to answer again.
+    for tries in 0.. {
+        if c.nodes[last].status().is_some() {
+            break;
+        }
+        let running = c.nodes[last].is_running();
+        assert!(running && tries < 400, "the node did not come back:\n{}", c.logs());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let leader = c.wait_leader(None, Duration::from_secs(10)).unwrap_or_else(|| c.fail("no leader")).0;
+    assert!(c.voters(leader).contains(&c.nodes[last].id), "still a voter");
 }

@@ -14,6 +14,7 @@ use std::process::{Child, Command, Output, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use support::secure::trusting;
 use support::{bin, free_port, http_get, stderr};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_rustls::rustls;
@@ -25,9 +26,7 @@ fn s(p: &Path) -> String {
 /// `fencelock certs init --dir DIR --nodes 1`: ca.pem, node1.pem/.key for
 /// localhost and 127.0.0.1, client-ca.pem, client.pem/.key.
 fn make_certs(dir: &Path) -> PathBuf {
-    let out = Command::new(bin()).args(["certs", "init", "--dir", &s(dir), "--nodes", "1"]).output().unwrap();
-    assert!(out.status.success(), "certs init: {}", stderr(&out));
-    dir.to_path_buf()
+    support::secure::make_certs(dir, 1)
 }
 
 /// A child process killed on drop; its stderr in `log`.
@@ -54,12 +53,6 @@ impl Drop for Proc {
     }
 }
 
-/// A client configuration trusting `ca` (the library's, as the CLI builds it).
-fn trusting(ca: &Path) -> Arc<rustls::ClientConfig> {
-    use fencelock::backend::tls::{client_config, read_certs, TlsFiles, Verify};
-    let files = TlsFiles { ca_pem: read_certs(ca).unwrap(), identity: None };
-    Arc::new(client_config(&files, Verify::Full).unwrap())
-}
 
 /// One HTTPS request with `Connection: close`: (status, body).
 async fn https(addr: SocketAddr, tls: &Arc<rustls::ClientConfig>, method: &str, path: &str, headers: &[(&str, String)]) -> std::io::Result<(u16, String)> {

@@ -15,27 +15,14 @@ mod support;
 use std::net::SocketAddr;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use fencelock::{Acquire, Client, ClientTls, LockOptions};
 use fencelock_proto::raft::{raft_client::RaftClient, RaftPayload};
+use support::secure::{add_token, certs_init, fencelock_as, make_certs};
 use support::{bin, free_port, stderr, stdout};
 use tonic::transport::{Certificate, ClientTlsConfig, Endpoint, Identity};
-
-/// `fencelock certs init --dir DIR --nodes N`.
-fn certs_init(dir: &Path, nodes: u64) -> Output {
-    Command::new(bin())
-        .args(["certs", "init", "--dir", dir.to_str().unwrap(), "--nodes", &nodes.to_string()])
-        .output()
-        .expect("run fencelock certs init")
-}
-
-fn make_certs(dir: &Path, nodes: u64) -> PathBuf {
-    let out = certs_init(dir, nodes);
-    assert!(out.status.success(), "certs init failed: {}", stderr(&out));
-    dir.to_path_buf()
-}
 
 fn s(p: &Path) -> String {
     p.to_str().unwrap().to_string()
@@ -376,25 +363,6 @@ async fn admin_commands_over_tls() {
         .unwrap();
     assert!(save.status.success(), "snapshot save over TLS: {}", stderr(&save));
     assert!(std::fs::read_to_string(&file).unwrap().contains("backed-up"), "the backup holds the lock");
-}
-
-/// `fencelock <args>` with `FENCELOCK_AUTH_TOKEN` set to `token` (if any).
-fn fencelock_as(token: Option<&str>, args: &[&str]) -> Output {
-    let mut cmd = Command::new(bin());
-    cmd.args(args).env_remove("FENCELOCK_AUTH_TOKEN").env_remove("FENCELOCK_SERVER");
-    if let Some(t) = token {
-        cmd.env("FENCELOCK_AUTH_TOKEN", t);
-    }
-    cmd.output().expect("run fencelock")
-}
-
-/// `fencelock auth add-token NAME --role ROLE --file FILE`: the token it prints.
-fn add_token(file: &Path, name: &str, role: &str) -> String {
-    let out = fencelock_as(None, &["auth", "add-token", name, "--role", role, "--file", &s(file)]);
-    assert!(out.status.success(), "add-token {name}: {}", stderr(&out));
-    let token = stdout(&out).trim().to_string();
-    assert!(token.starts_with("flt_") && !std::fs::read_to_string(file).unwrap().contains(&token), "only the hash is stored");
-    token
 }
 
 /// The README's secure setup, as a user runs it: `certs init`, `auth

@@ -2,14 +2,23 @@
 //! 127.0.0.1, each with its data in a temp dir; nodes are killed (SIGKILL),
 //! restarted on the same ports and data, added with `--join` and `fencelock
 //! cluster add`, and removed with `fencelock cluster remove`.
+//!
+//! [`Cluster::start`] runs the group as the README's secure setup does: TLS
+//! with each node's certificate of `fencelock certs init`, Raft on a peer port
+//! of its own (`--peer-listen`, `--peers ID=CLIENT/PEER`), an auth file; the
+//! clients over TLS with a token that may take and read locks but not change
+//! the group, the admin calls (`cluster`, `/v1/cluster`, `/v1/locks`) with an
+//! admin token. [`Cluster::start_in`] (network namespaces) runs plaintext.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use fencelock::{Acquire, Client, LockGuard, LockOptions};
+use fencelock::{Acquire, Client, ClientTls, LockGuard, LockOptions};
 
+use super::secure::Secure;
 use super::{bin, free_port, http_get};
 
 /// How a node's empty data dir comes into the group.
@@ -24,16 +33,25 @@ pub struct Node {
     pub id: u64,
     pub grpc: SocketAddr,
     pub http: SocketAddr,
+    /// The Raft port of its own (secure groups).
+    pub peer: Option<SocketAddr>,
     pub data: PathBuf,
     log: PathBuf,
     boot: Boot,
     /// The network namespace the node runs in, if any (partition tests).
     ns: Option<String>,
+    /// TLS and the auth file, if the group has them.
+    secure: Option<Arc<Secure>>,
     child: Option<Child>,
 }
 
 impl Node {
+    /// Starts the process; `--peers` (if it has them) only `with_peers`.
     fn spawn(&mut self) {
+        self.spawn_with(true);
+    }
+
+    fn spawn_with(&mut self, with_peers: bool) {
         let log = std::fs::OpenOptions::new().create(true).append(true).open(&self.log).expect("log");
         let mut cmd = match &self.ns {
             Some(ns) => {
@@ -55,9 +73,16 @@ impl Node {
             cmd.arg("--insecure");
         }
         match &self.boot {
-            Boot::Peers(p) => cmd.args(["--peers", p]),
+            Boot::Peers(p) if with_peers => cmd.args(["--peers", p]),
+            Boot::Peers(_) => &mut cmd,
             Boot::Join => cmd.arg("--join"),
         };
+        if let Some(s) = &self.secure {
+            cmd.args(s.serve_args(self.id));
+        }
+        if let Some(p) = self.peer {
+            cmd.args(["--peer-listen", &p.to_string()]);
+        }
         self.child = Some(cmd.spawn().expect("spawn fencelock serve"));
     }
 
@@ -66,26 +91,53 @@ impl Node {
         super::kill_child(&mut self.child);
     }
 
-    /// Start again on the same ports and data.
+    /// Start again on the same ports and data. A node with a peer port of its
+    /// own restarts without `--peers` (its membership is in its log): a
+    /// workaround, since the server refuses the `ID=CLIENT/PEER` list it was
+    /// formed with (see `a_node_with_a_peer_port_restarts_with_its_formation_flags`).
     pub fn restart(&mut self) {
         self.kill();
-        self.spawn();
+        self.spawn_with(self.peer.is_none());
+    }
+
+    /// Start again on the same ports and data, with the flags it was first
+    /// started with (`--peers` included).
+    pub fn restart_with_formation_flags(&mut self) {
+        self.kill();
+        self.spawn_with(true);
     }
 
     pub fn is_running(&mut self) -> bool {
         super::child_running(&mut self.child)
     }
 
+    /// `GET path` on the admin port: over TLS with the admin token if the
+    /// group is secure.
+    pub fn admin_get(&self, path: &str) -> std::io::Result<(u16, String)> {
+        match &self.secure {
+            Some(s) => s.admin_get(self.http, path),
+            None => http_get(self.http, path),
+        }
+    }
+
     /// Whether this node leads and serves (`/healthz` 200).
     pub fn serves(&self) -> bool {
-        matches!(http_get(self.http, "/healthz"), Ok((200, _)))
+        matches!(self.admin_get("/healthz"), Ok((200, _)))
     }
 
     /// `GET /v1/cluster` as JSON, if the node answers.
     pub fn status(&self) -> Option<serde_json::Value> {
-        match http_get(self.http, "/v1/cluster") {
+        match self.admin_get("/v1/cluster") {
             Ok((200, body)) => serde_json::from_str(&body).ok(),
             _ => None,
+        }
+    }
+
+    /// This node alone, as a client's `--server`.
+    pub fn server_url(&self) -> String {
+        match self.secure {
+            Some(_) => format!("fencelock+tls://{}", self.grpc),
+            None => format!("fencelock://{}", self.grpc),
         }
     }
 
@@ -113,28 +165,57 @@ pub struct LeaderKill {
 pub struct Cluster {
     pub dir: tempfile::TempDir,
     pub nodes: Vec<Node>,
+    /// TLS and the auth file, if the group has them.
+    pub secure: Option<Arc<Secure>>,
 }
 
+/// Node certificates made for a secure group: its first nodes and the two
+/// added by the membership test.
+const CERTIFIED_NODES: u64 = 5;
+
 impl Cluster {
-    /// Starts `n` nodes with `--peers` and waits until one leads and serves.
+    /// Starts `n` nodes with `--peers`, TLS, a peer port each and the auth
+    /// file, and waits until one leads and serves.
     pub fn start(n: u64) -> Cluster {
         let dir = tempfile::tempdir().expect("tempdir");
-        let addrs: Vec<(u64, SocketAddr, SocketAddr)> = (1..=n).map(|id| (id, local(), local())).collect();
-        let peers = addrs.iter().map(|(id, g, _)| format!("{id}={g}")).collect::<Vec<_>>().join(",");
+        let secure = Arc::new(Secure::create(dir.path(), CERTIFIED_NODES.max(n)));
+        let addrs: Vec<(u64, SocketAddr, SocketAddr, SocketAddr)> = (1..=n).map(|id| (id, local(), local(), local())).collect();
+        let peers = addrs.iter().map(|(id, g, _, p)| format!("{id}={g}/{p}")).collect::<Vec<_>>().join(",");
         let mut nodes = Vec::new();
-        for (id, grpc, http) in addrs {
-            nodes.push(new_node(&dir, id, grpc, http, Boot::Peers(peers.clone())));
+        for (id, grpc, http, peer) in addrs {
+            let mut node = new_node(&dir, id, grpc, http, Boot::Peers(peers.clone()));
+            (node.peer, node.secure) = (Some(peer), Some(secure.clone()));
+            nodes.push(node);
         }
         for node in &mut nodes {
             node.spawn();
         }
-        let c = Cluster { dir, nodes };
+        let c = Cluster { dir, nodes, secure: Some(secure) };
         c.wait_leader(None, Duration::from_secs(20)).unwrap_or_else(|| c.fail("no leader"));
+        c.wait_formed(Duration::from_secs(20));
         c
+    }
+
+    /// Waits until every node knows the leader and has applied an entry: the
+    /// group's first membership is committed everywhere. A workaround: until a
+    /// follower has learnt that commit, it answers a membership change with
+    /// 400 "already undergoing a configuration change" instead of handing it
+    /// to the leader (openraft checks that before leadership).
+    fn wait_formed(&self, within: Duration) {
+        let start = Instant::now();
+        let formed = |n: &Node| n.status().is_some_and(|s| s["leader"].is_u64() && s["last_applied"].is_u64());
+        while !self.nodes.iter().all(formed) {
+            if start.elapsed() > within {
+                self.fail("the group did not form on every node");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
 
     /// Starts one node per namespace of `net` (node `i` in namespace `i`, on
     /// its address, ports 7070 and 7071) and waits until one leads and serves.
+    /// Plaintext with `--insecure`: the bridge is a network of the test's own,
+    /// and what it tests (a minority grants nothing) does not depend on TLS.
     pub fn start_in(net: &super::netns::Net) -> Cluster {
         let dir = tempfile::tempdir().expect("tempdir");
         let at = |i: usize, port: u16| SocketAddr::new(net.addr(i).parse().expect("ip"), port);
@@ -148,14 +229,15 @@ impl Cluster {
         for node in &mut nodes {
             node.spawn();
         }
-        let c = Cluster { dir, nodes };
+        let c = Cluster { dir, nodes, secure: None };
         c.wait_leader(None, Duration::from_secs(20)).unwrap_or_else(|| c.fail("no leader"));
         c
     }
 
     /// The client URL: every node, comma-separated.
     pub fn urls(&self) -> String {
-        self.nodes.iter().map(|n| format!("http://{}", n.grpc)).collect::<Vec<_>>().join(",")
+        let scheme = if self.secure.is_some() { "https" } else { "http" };
+        self.nodes.iter().map(|n| format!("{scheme}://{}", n.grpc)).collect::<Vec<_>>().join(",")
     }
 
     /// The admin addresses, comma-separated (for `fencelock cluster --admin`).
@@ -197,26 +279,44 @@ impl Cluster {
         None
     }
 
-    /// Starts node `id` with `--join` on free ports and adds it with
-    /// `fencelock cluster add` through the admin endpoints; returns its index.
+    /// Starts node `id` with `--join` on free ports (and a peer port, in a
+    /// secure group) and adds it with `fencelock cluster add` through the
+    /// admin endpoints; returns its index.
     pub fn add(&mut self, id: u64) -> usize {
         let mut node = new_node(&self.dir, id, local(), local(), Boot::Join);
+        node.secure = self.secure.clone();
+        node.peer = self.secure.as_ref().map(|_| local());
         node.spawn();
-        let grpc = node.grpc.to_string();
+        let mut args = vec!["add".to_string(), id.to_string(), node.grpc.to_string()];
+        if let Some(p) = node.peer {
+            args.extend(["--peer-addr".into(), p.to_string()]);
+        }
         self.nodes.push(node);
-        let out = self.cluster_cli(&["add", &id.to_string(), &grpc]);
+        let out = self.cluster_cli(&args.iter().map(String::as_str).collect::<Vec<_>>());
         assert!(out.status.success(), "cluster add {id}: {}\n{}", super::stderr(&out), self.logs());
         self.nodes.len() - 1
     }
 
-    /// `fencelock cluster ARGS… --admin <every node>`.
+    /// `fencelock cluster ARGS… --admin <every node>` (over TLS with the admin
+    /// token, in a secure group).
     pub fn cluster_cli(&self, args: &[&str]) -> Output {
-        Command::new(bin())
-            .arg("cluster")
-            .args(args)
-            .args(["--admin", &self.admins()])
-            .output()
-            .expect("run fencelock cluster")
+        let mut cmd = Command::new(bin());
+        cmd.arg("cluster").args(args).args(["--admin", &self.admins()]).env_remove("FENCELOCK_AUTH_TOKEN");
+        if let Some(s) = &self.secure {
+            cmd.args(["--tls-ca", s.ca().to_str().unwrap()]).env("FENCELOCK_AUTH_TOKEN", &s.admin_token);
+        }
+        cmd.output().expect("run fencelock cluster")
+    }
+
+    /// `fencelock ARGS…` as a client: over TLS with the client token, in a
+    /// secure group.
+    pub fn client_cli(&self, args: &[&str]) -> Output {
+        let mut cmd = Command::new(bin());
+        cmd.args(args).env_remove("FENCELOCK_AUTH_TOKEN").env_remove("FENCELOCK_SERVER");
+        if let Some(s) = &self.secure {
+            cmd.args(["--tls-ca", s.ca().to_str().unwrap()]).env("FENCELOCK_AUTH_TOKEN", &s.client_token);
+        }
+        cmd.output().expect("run fencelock")
     }
 
     /// The voter ids in the status of the node at `i`.
@@ -238,8 +338,13 @@ impl Cluster {
 /// for a new leader after the old one dies.
 pub const NEW_LEADER_WITHIN: Duration = Duration::from_secs(2);
 
+/// A client of every node (over TLS with the client token, in a secure group).
 pub async fn client(c: &Cluster) -> Client {
-    Client::builder(c.urls()).rpc_timeout(Duration::from_secs(5)).connect().await.expect("connect to the group")
+    let mut b = Client::builder(c.urls()).rpc_timeout(Duration::from_secs(5));
+    if let Some(s) = &c.secure {
+        b = b.tls(ClientTls::from_files(&s.ca(), None, None).expect("the CA")).token(s.client_token.clone());
+    }
+    b.connect().await.expect("connect to the group")
 }
 
 /// TTL of the lock held through the faults.
@@ -262,7 +367,7 @@ pub async fn assert_not_lost(held: &LockGuard) {
 
 /// The token of `name`'s holder as node `i` sees it.
 pub fn holder_token(c: &Cluster, i: usize, name: &str) -> Option<u64> {
-    let (code, body) = http_get(c.nodes[i].http, &format!("/v1/locks/{name}")).ok()?;
+    let (code, body) = c.nodes[i].admin_get(&format!("/v1/locks/{name}")).ok()?;
     if code != 200 {
         return None;
     }
@@ -292,7 +397,7 @@ pub fn assert_increasing(tokens: &[u64]) {
 fn new_node(dir: &tempfile::TempDir, id: u64, grpc: SocketAddr, http: SocketAddr, boot: Boot) -> Node {
     let data = dir.path().join(format!("n{id}"));
     let log = dir.path().join(format!("n{id}.log"));
-    Node { id, grpc, http, data, log, boot, ns: None, child: None }
+    Node { id, grpc, http, peer: None, data, log, boot, ns: None, secure: None, child: None }
 }
 
 fn local() -> SocketAddr {
