@@ -488,6 +488,9 @@ async fn s1_dead_waiters(ctx: &mut Ctx) -> anyhow::Result<()> {
         let r = s1_trial(ctx, &holder, &proxy, admin, trial).await;
         if let Err(e) = r {
             tracing::warn!(trial, error = %e, "S1 trial could not be set up");
+            // Not in a loop as fast as it can fail (thousands of refused
+            // calls a second under a misconfigured auth file).
+            tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
     Ok(())

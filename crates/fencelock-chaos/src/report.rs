@@ -201,6 +201,11 @@ const CHECKS: &[(&str, &str)] = &[
     ("S1", "No trial hands the lock to a waiter whose lease had expired."),
     ("S4", "The server issued no more tokens than there were acquires that may have succeeded."),
     ("S6", "After each fault ends, a fenced write succeeds within the heal bound."),
+    (
+        "A1",
+        "Under TLS and auth: no call of the run was refused for its credentials (the workers' histories and \
+            every node's audit log), so no scenario passes because authentication stopped its work.",
+    ),
 ];
 
 const BACKENDS: &[&str] = &["fencelock", "redis", "redlock", "etcd", "zk", "postgres"];

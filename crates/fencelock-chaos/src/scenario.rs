@@ -9,7 +9,7 @@ use std::time::Duration;
 use anyhow::bail;
 use serde::{Deserialize, Serialize};
 
-/// The faults (ids as in `../shared/reference/reliability.md`). S6, heal after
+/// The faults (ids as in `docs/scenarios.md`, the catalogue). S6, heal after
 /// every fault, is checked in every run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, PartialOrd, Ord)]
 pub enum Scenario {

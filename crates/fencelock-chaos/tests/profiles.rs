@@ -57,8 +57,12 @@ fn short_with(backend: &str, runs: usize, tls: bool) {
         assert_eq!(v["passed"], true, "{v:#}");
         let faults: u64 = v["stats"]["faults"].as_object().map_or(0, |m| m.values().filter_map(|x| x.as_u64()).sum());
         assert!(faults > 0, "no fault injected: {v:#}");
-        let needed = v["info"]["min_stale_rejects"].as_u64().unwrap();
-        assert!(v["stats"]["stale_rejected"].as_u64().unwrap() >= needed, "too few stale writes fenced: {v:#}");
+        // With fencing tokens, the scenario's stale writes must reach the fence
+        // (as C8 requires); a backend without them (Redlock) has nothing to fence with.
+        if v["info"]["fencing"] == true {
+            let needed = v["info"]["min_stale_rejects"].as_u64().unwrap();
+            assert!(v["stats"]["stale_rejected"].as_u64().unwrap() >= needed, "too few stale writes fenced: {v:#}");
+        }
         if tls {
             assert_secure(v);
         }
