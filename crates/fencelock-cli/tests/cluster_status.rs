@@ -27,9 +27,12 @@ fn the_leader_shows_a_matched_index_for_each_follower() {
     order.extend((0..3).filter(|i| *i != follower));
     let admin = order.iter().map(|i| c.nodes[*i].http.to_string()).collect::<Vec<_>>().join(",");
     let status = |args: &[&str]| {
+        let secure = c.secure.as_ref().expect("a secure group");
         let out = std::process::Command::new(support::bin())
             .args(["cluster", "status"])
             .args(args)
+            .args(["--tls-ca", secure.ca().to_str().unwrap()])
+            .env("FENCELOCK_AUTH_TOKEN", &secure.admin_token)
             .output()
             .expect("run fencelock cluster status");
         assert!(out.status.success(), "cluster status {args:?}: {}", stderr(&out));

@@ -78,6 +78,13 @@ fn both_spellings(addrs: &[SocketAddr]) -> [String; 2] {
     [format!("fencelock://{}", join("")), join("http://")]
 }
 
+/// The CA (`FENCELOCK_TLS_CA`, which turns TLS on for either spelling) and
+/// the client token of `c`, a secure group.
+fn client_env(c: &Cluster) -> [(&'static str, String); 2] {
+    let secure = c.secure.as_ref().expect("a secure group");
+    [("FENCELOCK_TLS_CA", secure.ca().display().to_string()), ("FENCELOCK_AUTH_TOKEN", secure.client_token.clone())]
+}
+
 /// The case: a follower, listed first, is down.
 #[test]
 fn every_command_with_the_first_listed_follower_down() {
@@ -85,8 +92,10 @@ fn every_command_with_the_first_listed_follower_down() {
     let leader = c.must_lead("at the start");
     let follower = (0..c.nodes.len()).find(|i| *i != leader).expect("a follower");
     c.nodes[follower].kill();
+    let env = client_env(&c);
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
     for (n, servers) in both_spellings(&listed_first(&c, follower)).iter().enumerate() {
-        every_command(servers, &[], &[], &format!("follower-down-{n}"));
+        every_command(servers, &env, &[], &format!("follower-down-{n}"));
     }
 }
 
@@ -95,8 +104,10 @@ fn every_command_with_the_first_listed_follower_down() {
 fn every_command_with_the_first_listed_leader_killed() {
     let mut c = Cluster::start(3);
     let kill = c.kill_leader();
+    let env = client_env(&c);
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
     for (n, servers) in both_spellings(&listed_first(&c, kill.old)).iter().enumerate() {
-        every_command(servers, &[], &[], &format!("leader-down-{n}"));
+        every_command(servers, &env, &[], &format!("leader-down-{n}"));
     }
 }
 
