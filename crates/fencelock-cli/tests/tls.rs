@@ -229,7 +229,8 @@ async fn raft_messages_only_from_members() {
 }
 
 /// Certificates rotated to a new CA while a lock is held by a client that
-/// trusts both: the holder keeps its lease, new handshakes use the new
+/// trusts both, and three others acquire and release in a loop: every call
+/// succeeds, the holder keeps its lease, new handshakes use the new
 /// certificate (a client trusting only the old CA is refused, one trusting
 /// only the new CA is served), and the node never restarted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -259,8 +260,32 @@ async fn certificates_rotate_without_a_restart_or_a_lost_lease() {
         Acquire::Acquired(g) => g,
         other => panic!("not acquired: {other:?}"),
     };
+    // Load through the rotation: three clients acquire and release locks of
+    // their own in a loop; every call must succeed (with the client's own
+    // retries), before and after the new certificates are in.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let rotated = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut load = Vec::new();
+    for w in 0..3 {
+        let c = tls_client(&url, ClientTls::from_files(&both, None, None).unwrap()).await;
+        let (stop, rotated) = (stop.clone(), rotated.clone());
+        load.push(tokio::spawn(async move {
+            let (mut before, mut after) = (0u32, 0u32);
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let was_rotated = rotated.load(std::sync::atomic::Ordering::Relaxed);
+                match c.lock(&format!("load-{w}")).acquire().await {
+                    Ok(Acquire::Acquired(g)) => assert!(g.release().await.expect("release under rotation"), "released"),
+                    other => panic!("acquire under rotation: {other:?}"),
+                }
+                *(if was_rotated { &mut after } else { &mut before }) += 1;
+            }
+            (before, after)
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
 
     copy(&new);
+    rotated.store(true, std::sync::atomic::Ordering::Relaxed);
     let start = Instant::now();
     loop {
         let fresh = Client::builder(&url).tls(tls_of(&new, false)).connect_timeout(Duration::from_secs(1)).connect().await;
@@ -280,6 +305,11 @@ async fn certificates_rotate_without_a_restart_or_a_lost_lease() {
     let held = holder.list("", 100).await.expect("list");
     assert!(held.iter().any(|l| l.name == "rotating" && l.holder.is_some()), "still held: {held:?}");
     assert!(node.log_text().contains("TLS certificates reloaded"), "{}", node.log_text());
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for w in load {
+        let (before, after) = w.await.expect("a load client failed");
+        assert!(before > 0 && after > 0, "cycles before and after the rotation: {before}, {after}");
+    }
 }
 
 /// Three TLS nodes: they elect a leader over TLS (each presents its node
