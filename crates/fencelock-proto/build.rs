@@ -6,10 +6,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         println!("cargo:rerun-if-changed={p}");
     }
     let fds = protox::compile(protos, ["proto"])?;
-    tonic_prost_build::configure()
-        .build_server(true)
-        .build_client(true)
-        .compile_fds(fds)?;
+    tonic_prost_build::configure().build_server(true).build_client(true).compile_fds(fds)?;
 
     // The subset of etcd's v3 API that the etcd backend uses: clients only.
     let etcd = ["proto/etcd/kv.proto", "proto/etcd/rpc.proto"];
@@ -17,9 +14,6 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         println!("cargo:rerun-if-changed={p}");
     }
     let fds = protox::compile(etcd, ["proto"])?;
-    tonic_prost_build::configure()
-        .build_server(false)
-        .build_client(true)
-        .compile_fds(fds)?;
+    tonic_prost_build::configure().build_server(false).build_client(true).compile_fds(fds)?;
     Ok(())
 }

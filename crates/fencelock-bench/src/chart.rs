@@ -27,7 +27,13 @@ use crate::{
 
 const FONT: &[u8] = include_bytes!("../assets/DejaVuSans.ttf");
 const SIZE: (u32, u32) = (1000, 600);
-const PALETTE: [RGBColor; 5] = [RGBColor(31, 119, 180), RGBColor(255, 127, 14), RGBColor(44, 160, 44), RGBColor(214, 39, 40), RGBColor(148, 103, 189)];
+const PALETTE: [RGBColor; 5] = [
+    RGBColor(31, 119, 180),
+    RGBColor(255, 127, 14),
+    RGBColor(44, 160, 44),
+    RGBColor(214, 39, 40),
+    RGBColor(148, 103, 189),
+];
 const GREY: RGBColor = RGBColor(90, 90, 90);
 
 /// Registers the embedded font as plotters' `sans-serif` (once per process).
@@ -101,10 +107,12 @@ pub fn draw(r: &Report, out: &Path) -> anyhow::Result<Vec<PathBuf>> {
     let mut written = Vec::new();
     for b in &charts {
         let svg = out.join(format!("{}.svg", b.stem));
-        render(SVGBackend::new(&svg, SIZE).into_drawing_area(), b, &sub, false).with_context(|| format!("draw {}", svg.display()))?;
+        render(SVGBackend::new(&svg, SIZE).into_drawing_area(), b, &sub, false)
+            .with_context(|| format!("draw {}", svg.display()))?;
         written.push(svg);
         let png = out.join(format!("{}.png", b.stem));
-        render(BitMapBackend::new(&png, SIZE).into_drawing_area(), b, &sub, true).with_context(|| format!("draw {}", png.display()))?;
+        render(BitMapBackend::new(&png, SIZE).into_drawing_area(), b, &sub, true)
+            .with_context(|| format!("draw {}", png.display()))?;
         written.push(png);
     }
     Ok(written)
@@ -117,7 +125,13 @@ fn subtitle(r: &Report) -> String {
         1 => "1 run".to_string(),
         n => format!("median of {n} runs"),
     };
-    let mut s = format!("{} cores, {} · {runs} of {} s · {}", m.cores, m.cpu.trim(), r.settings.seconds, r.started.get(..10).unwrap_or(&r.started));
+    let mut s = format!(
+        "{} cores, {} · {runs} of {} s · {}",
+        m.cores,
+        m.cpu.trim(),
+        r.settings.seconds,
+        r.started.get(..10).unwrap_or(&r.started)
+    );
     if r.mode == "quick" {
         s.push_str(" · QUICK MODE: a smoke check, not results");
     }
@@ -127,7 +141,9 @@ fn subtitle(r: &Report) -> String {
 /// Every chart's data (some may be empty).
 fn charts(r: &Report) -> Vec<Bars> {
     let mut v = Vec::new();
-    let with = |w: &str| -> Vec<String> { engine_ids(r).into_iter().filter(|e| r.cells.iter().any(|c| c.workload == w && &c.engine == e)).collect() };
+    let with = |w: &str| -> Vec<String> {
+        engine_ids(r).into_iter().filter(|e| r.cells.iter().any(|c| c.workload == w && &c.engine == e)).collect()
+    };
 
     let w1 = with("W1");
     let cs = w1_clients(r);
@@ -137,13 +153,20 @@ fn charts(r: &Report) -> Vec<Bars> {
         y_desc: "cycles/s".into(),
         series: cs
             .iter()
-            .map(|&c| (format!("{c} client{}", if c == 1 { "" } else { "s" }), w1.iter().map(|e| cell(r, "W1", e, Some(c)).map(|c| c.median.cycles_per_sec)).collect()))
+            .map(|&c| {
+                (
+                    format!("{c} client{}", if c == 1 { "" } else { "s" }),
+                    w1.iter().map(|e| cell(r, "W1", e, Some(c)).map(|c| c.median.cycles_per_sec)).collect(),
+                )
+            })
             .collect(),
         groups: w1.clone(),
         fmt: compact,
     });
     if let Some(&top) = cs.last() {
-        let lat = |f: fn(&crate::model::Latency) -> f64| -> Vec<Option<f64>> { w1.iter().map(|e| cell(r, "W1", e, Some(top)).map(|c| f(&c.median.acquire_ms))).collect() };
+        let lat = |f: fn(&crate::model::Latency) -> f64| -> Vec<Option<f64>> {
+            w1.iter().map(|e| cell(r, "W1", e, Some(top)).map(|c| f(&c.median.acquire_ms))).collect()
+        };
         v.push(Bars {
             stem: "w1-latency",
             title: format!("W1 uncontended: acquire latency at {top} clients"),
@@ -165,7 +188,9 @@ fn charts(r: &Report) -> Vec<Bars> {
         groups: w2.clone(),
         fmt: compact,
     });
-    let hand = |f: fn(&crate::model::Latency) -> f64| -> Vec<Option<f64>> { w2.iter().map(|e| w2_cell(e).and_then(|c| c.median.handoff_ms).map(|h| f(&h))).collect() };
+    let hand = |f: fn(&crate::model::Latency) -> f64| -> Vec<Option<f64>> {
+        w2.iter().map(|e| w2_cell(e).and_then(|c| c.median.handoff_ms).map(|h| f(&h))).collect()
+    };
     v.push(Bars {
         stem: "w2-handoff",
         title: format!("W2 contended: handoff latency (release starts → next holder's grant), {n} clients"),
@@ -347,7 +372,14 @@ fn render<DB: DrawingBackend>(root: DrawingArea<DB, Shift>, b: &Bars, sub: &str,
         p.text(&root, &label, (x - 8, y), 14.0, &BLACK, anchor(HPos::Right, VPos::Center))?;
     }
     let y_desc = if log { format!("{} (log scale)", b.y_desc) } else { b.y_desc.clone() };
-    p.text(&root, &y_desc, (area.get_base_pixel().0 + 16, (ys.start + ys.end) / 2), 15.0, &BLACK, Anchor { h: HPos::Center, v: VPos::Center, up: true })?;
+    p.text(
+        &root,
+        &y_desc,
+        (area.get_base_pixel().0 + 16, (ys.start + ys.end) / 2),
+        15.0,
+        &BLACK,
+        Anchor { h: HPos::Center, v: VPos::Center, up: true },
+    )?;
 
     // Engine names under their groups.
     for (i, g) in b.groups.iter().enumerate() {
@@ -363,7 +395,10 @@ fn render<DB: DrawingBackend>(root: DrawingArea<DB, Shift>, b: &Bars, sub: &str,
         let left = |i: usize| i as f64 - 0.4 + s as f64 * width;
         let bars = values.iter().enumerate().filter_map(|(i, v)| {
             let v = (*v).filter(|v| v.is_finite() && *v > 0.0)?;
-            Some(Rectangle::new([(left(i) + width * 0.06, y0), (left(i) + width * 0.94, tf(v).max(y0))], color.filled()))
+            Some(Rectangle::new(
+                [(left(i) + width * 0.06, y0), (left(i) + width * 0.94, tf(v).max(y0))],
+                color.filled(),
+            ))
         });
         chart.draw_series(bars).map_err(err)?;
         for (i, v) in values.iter().enumerate() {
@@ -383,11 +418,16 @@ fn render<DB: DrawingBackend>(root: DrawingArea<DB, Shift>, b: &Bars, sub: &str,
 fn legend<DB: DrawingBackend>(p: &mut Painter, area: &DrawingArea<DB, Shift>, b: &Bars, y: i32) -> anyhow::Result<()> {
     let font = FontDesc::new(FontFamily::SansSerif, 14.0, FontStyle::Normal);
     let (swatch, gap, pad) = (14, 6, 24);
-    let widths: Vec<i32> = b.series.iter().map(|(name, _)| font.box_size(name).map(|(w, _)| w as i32).map_err(|e| anyhow!("{e:?}"))).collect::<Result<_, _>>()?;
+    let widths: Vec<i32> = b
+        .series
+        .iter()
+        .map(|(name, _)| font.box_size(name).map(|(w, _)| w as i32).map_err(|e| anyhow!("{e:?}")))
+        .collect::<Result<_, _>>()?;
     let total: i32 = widths.iter().map(|w| swatch + gap + w).sum::<i32>() + pad * (widths.len() as i32 - 1);
     let mut x = (area.dim_in_pixel().0 as i32 - total) / 2;
     for (s, ((name, _), w)) in b.series.iter().zip(&widths).enumerate() {
-        area.draw(&Rectangle::new([(x, y - 7), (x + swatch, y + 7)], PALETTE[s % PALETTE.len()].filled())).map_err(|e| anyhow!("{e:?}"))?;
+        area.draw(&Rectangle::new([(x, y - 7), (x + swatch, y + 7)], PALETTE[s % PALETTE.len()].filled()))
+            .map_err(|e| anyhow!("{e:?}"))?;
         p.text(area, name, (x + swatch + gap, y), 14.0, &BLACK, anchor(HPos::Left, VPos::Center))?;
         x += swatch + gap + w + pad;
     }

@@ -148,8 +148,7 @@ pub async fn run(native: &mut NativeServer, clients: usize, measure: Duration) -
     while let Some(r) = load.join_next().await {
         let _ = r?; // the load ends with an error: its server is gone
     }
-    let max_token_before =
-        counts.max_token.load(Ordering::Relaxed).max(background.max_token.load(Ordering::Relaxed));
+    let max_token_before = counts.max_token.load(Ordering::Relaxed).max(background.max_token.load(Ordering::Relaxed));
 
     let client = Client::connect(native.url()).await.context("connect to the restarted server")?;
     let (mut grants_verified, mut grants_missing) = (0, 0);

@@ -26,7 +26,18 @@ use tokio::time::Instant;
 use crate::{model::EngineInfo, procstat, procstat::command_line, scale::http_get};
 
 /// Every engine, in the order they are started and measured.
-pub const ALL: &[&str] = &["fencelock", "fencelock-secure", "fencelock-3", "redis", "redis-aof", "etcd", "zookeeper", "postgres", "pg-advisory", "redis-poll"];
+pub const ALL: &[&str] = &[
+    "fencelock",
+    "fencelock-secure",
+    "fencelock-3",
+    "redis",
+    "redis-aof",
+    "etcd",
+    "zookeeper",
+    "postgres",
+    "pg-advisory",
+    "redis-poll",
+];
 
 /// A started (or given) engine.
 pub struct Engine {
@@ -114,10 +125,21 @@ async fn launch(id: &str, s: &mut Servers, data: &Path) -> anyhow::Result<(Strin
 
 /// Label, version and declared guarantees of `id`.
 fn info(id: &str, cpu_measured: bool) -> anyhow::Result<EngineInfo> {
-    let redis = || command_line("redis-server", &["--version"]).and_then(|v| v.split_whitespace().nth(2).map(|s| s.trim_start_matches("v=").to_string()));
-    let pg = || command_line(&pg_bin("postgres"), &["--version"]).and_then(|v| v.split_whitespace().nth(2).map(String::from));
+    let redis = || {
+        command_line("redis-server", &["--version"])
+            .and_then(|v| v.split_whitespace().nth(2).map(|s| s.trim_start_matches("v=").to_string()))
+    };
+    let pg = || {
+        command_line(&pg_bin("postgres"), &["--version"]).and_then(|v| v.split_whitespace().nth(2).map(String::from))
+    };
     let (label, version, durable, fencing, fifo) = match id {
-        "fencelock" => ("fencelock (1 node, redb, fsync per batch)", Some(env!("CARGO_PKG_VERSION").to_string()), true, "global", true),
+        "fencelock" => (
+            "fencelock (1 node, redb, fsync per batch)",
+            Some(env!("CARGO_PKG_VERSION").to_string()),
+            true,
+            "global",
+            true,
+        ),
         "fencelock-secure" => (
             "fencelock (1 node as above, with TLS and a bearer token on every call)",
             Some(env!("CARGO_PKG_VERSION").to_string()),
@@ -135,8 +157,20 @@ fn info(id: &str, cpu_measured: bool) -> anyhow::Result<EngineInfo> {
         "redis" => ("Redis, no AOF (fencelock's FIFO recipe)", redis(), false, "global", true),
         "redis-aof" => ("Redis, AOF appendfsync always (FIFO recipe)", redis(), true, "global", true),
         "redis-poll" => ("Redis, no AOF, SET NX + 100 ms polling (redis-py's Lock)", redis(), false, "none", false),
-        "etcd" => ("etcd (concurrency-style recipe)", command_line("etcd", &["--version"]).and_then(|v| v.split_whitespace().last().map(String::from)), true, "per lock", true),
-        "zookeeper" => ("ZooKeeper (Curator-style recipe)", command_line("dpkg-query", &["-W", "-f", "${Version}", "zookeeper"]), true, "per lock", true),
+        "etcd" => (
+            "etcd (concurrency-style recipe)",
+            command_line("etcd", &["--version"]).and_then(|v| v.split_whitespace().last().map(String::from)),
+            true,
+            "per lock",
+            true,
+        ),
+        "zookeeper" => (
+            "ZooKeeper (Curator-style recipe)",
+            command_line("dpkg-query", &["-W", "-f", "${Version}", "zookeeper"]),
+            true,
+            "per lock",
+            true,
+        ),
         "postgres" => ("PostgreSQL lease table", pg(), true, "global", true),
         "pg-advisory" => ("PostgreSQL advisory locks", pg(), true, "none", false),
         other => bail!("unknown engine {other:?}"),
@@ -279,7 +313,8 @@ impl NativeCluster {
         let mut nodes = Vec::new();
         for (i, (g, h)) in grpc.iter().zip(http).enumerate() {
             let id = (i + 1).to_string();
-            let args = ["--node-id", &id, "--peers", &peers, "--grpc-listen", &g.to_string(), "--http-listen", &h.to_string()];
+            let args =
+                ["--node-id", &id, "--peers", &peers, "--grpc-listen", &g.to_string(), "--http-listen", &h.to_string()];
             nodes.push(NativeServer::spawn(&dir.join(format!("node-{id}")), args.map(String::from).to_vec())?);
         }
         let c = NativeCluster { nodes };
@@ -433,9 +468,13 @@ mod tests {
     /// malformed lists say why.
     #[test]
     fn peers_round_trip_and_errors() {
-        let addrs: Vec<SocketAddr> = ["127.0.0.1:7070", "127.0.0.1:7170", "127.0.0.1:7270"].map(|a| a.parse().unwrap()).to_vec();
+        let addrs: Vec<SocketAddr> =
+            ["127.0.0.1:7070", "127.0.0.1:7170", "127.0.0.1:7270"].map(|a| a.parse().unwrap()).to_vec();
         let p = parse_peers(&peers_arg(&addrs)).unwrap();
-        assert_eq!(p.into_iter().collect::<Vec<_>>(), vec![(1, "127.0.0.1:7070".into()), (2, "127.0.0.1:7170".into()), (3, "127.0.0.1:7270".into())]);
+        assert_eq!(
+            p.into_iter().collect::<Vec<_>>(),
+            vec![(1, "127.0.0.1:7070".into()), (2, "127.0.0.1:7170".into()), (3, "127.0.0.1:7270".into())]
+        );
         for bad in ["", "1", "0=a:1", "x=a:1", "1=a:1,1=b:2", "2="] {
             assert!(parse_peers(bad).is_err(), "{bad:?} accepted");
         }

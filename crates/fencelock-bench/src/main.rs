@@ -132,7 +132,10 @@ async fn bench(args: Args) -> anyhow::Result<()> {
     let given = given_urls(&args.urls)?;
     let data = tempfile::Builder::new().prefix("fencelock-bench").tempdir()?;
     let machine = procstat::machine(data.path());
-    eprintln!("machine: {} cores, {}, {} GiB, Linux {}, data on {}", machine.cores, machine.cpu, machine.memory_gib, machine.kernel, machine.data_fs);
+    eprintln!(
+        "machine: {} cores, {}, {} GiB, Linux {}, data on {}",
+        machine.cores, machine.cpu, machine.memory_gib, machine.kernel, machine.data_fs
+    );
 
     let mut servers = Servers::default();
     let mut engines = Vec::new();
@@ -156,7 +159,9 @@ async fn bench(args: Args) -> anyhow::Result<()> {
     }
     let steps = plan.len() * settings.runs * engines.len() + usize::from(w3) + usize::from(w4);
     let bar = ProgressBar::new(steps as u64);
-    bar.set_style(ProgressStyle::with_template("{elapsed_precise} [{bar:30}] {pos}/{len} {msg}")?.progress_chars("=> "));
+    bar.set_style(
+        ProgressStyle::with_template("{elapsed_precise} [{bar:30}] {pos}/{len} {msg}")?.progress_chars("=> "),
+    );
 
     let mut cells = Vec::new();
     let mut run_no = 0;
@@ -166,7 +171,13 @@ async fn bench(args: Args) -> anyhow::Result<()> {
             for k in 0..engines.len() {
                 let i = (k + run) % engines.len(); // rotate the order every run
                 let e = &engines[i];
-                bar.set_message(format!("{} C={clients} {} (run {}/{})", workload.id(), e.info.id, run + 1, settings.runs));
+                bar.set_message(format!(
+                    "{} C={clients} {} (run {}/{})",
+                    workload.id(),
+                    e.info.id,
+                    run + 1,
+                    settings.runs
+                ));
                 run_no += 1;
                 let spec = RunSpec {
                     workload,

@@ -65,7 +65,8 @@ fn clock_ticks() -> f64 {
 /// Resident set size of `pid` (`VmRSS`), bytes.
 pub fn rss_bytes(pid: u32) -> Option<u64> {
     let text = fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let kb: u64 = text.lines().find_map(|l| l.strip_prefix("VmRSS:"))?.trim().trim_end_matches("kB").trim().parse().ok()?;
+    let kb: u64 =
+        text.lines().find_map(|l| l.strip_prefix("VmRSS:"))?.trim().trim_end_matches("kB").trim().parse().ok()?;
     Some(kb * 1024)
 }
 

@@ -78,12 +78,26 @@ pub fn targets(r: &Report) -> Vec<Target> {
     let w1 = |e: &str| median(r, "W1", e, Some(c)).map(|m| m.cycles_per_sec);
     let w2 = |e: &str| median(r, "W2", e, None);
     let mut t = Vec::new();
-    for (peer, name, goal) in [("redis", "Redis (no AOF)", 2.0), ("redis-aof", "Redis (AOF always)", 5.0), ("etcd", "etcd", 20.0)] {
-        t.push(target(format!("W1 {c} clients: fencelock / {name} cycles/s"), ">=", goal, ratio(w1("fencelock"), w1(peer)), "×"));
+    for (peer, name, goal) in
+        [("redis", "Redis (no AOF)", 2.0), ("redis-aof", "Redis (AOF always)", 5.0), ("etcd", "etcd", 20.0)]
+    {
+        t.push(target(
+            format!("W1 {c} clients: fencelock / {name} cycles/s"),
+            ">=",
+            goal,
+            ratio(w1("fencelock"), w1(peer)),
+            "×",
+        ));
     }
     let native = w2("fencelock");
     t.push(target("W2: fencelock handoff p99", "<=", 1.0, native.and_then(|m| m.handoff_ms).map(|h| h.p99), "ms"));
-    t.push(target("W2: fencelock fairness (max / min grants per client)", "<=", 1.05, native.and_then(|m| m.fairness), "×"));
+    t.push(target(
+        "W2: fencelock fairness (max / min grants per client)",
+        "<=",
+        1.05,
+        native.and_then(|m| m.fairness),
+        "×",
+    ));
     t.push(target(
         "W2: fencelock self re-grants while others waited (FIFO)",
         "<=",
@@ -91,27 +105,41 @@ pub fn targets(r: &Report) -> Vec<Target> {
         native.and_then(|m| m.self_regrant_while_others_waited).map(|n| n as f64),
         "grants",
     ));
-    let fastest = DURABLE_PEERS
-        .iter()
-        .filter_map(|&p| w2(p).map(|m| (p, m.cycles_per_sec)))
-        .max_by(|a, b| a.1.total_cmp(&b.1));
+    let fastest =
+        DURABLE_PEERS.iter().filter_map(|&p| w2(p).map(|m| (p, m.cycles_per_sec))).max_by(|a, b| a.1.total_cmp(&b.1));
     let name = match fastest {
         Some((p, _)) => format!("W2: fencelock / fastest durable peer ({p}) cycles/s"),
         None => format!("W2: fencelock / fastest durable peer ({}: none measured) cycles/s", DURABLE_PEERS.join(", ")),
     };
     t.push(target(name, ">=", 3.0, ratio(native.map(|m| m.cycles_per_sec), fastest.map(|f| f.1)), "×"));
     let cpu = |e: &str| median(r, "W1", e, Some(c)).and_then(|m| m.cpu_us_per_cycle);
-    t.push(target(format!("W1 {c} clients: fencelock / Redis (no AOF) engine CPU per cycle"), "<=", 1.0, ratio(cpu("fencelock"), cpu("redis")), "×"));
+    t.push(target(
+        format!("W1 {c} clients: fencelock / Redis (no AOF) engine CPU per cycle"),
+        "<=",
+        1.0,
+        ratio(cpu("fencelock"), cpu("redis")),
+        "×",
+    ));
     let s = r.scale.as_ref();
     t.push(target("W3: memory per live lease", "<=", 300.0, s.map(|s| s.bytes_per_lease), "bytes"));
     let full = 1_000_000u64;
     match s {
         Some(s) if s.leases < full => {
             let goal = 10.0 * s.leases as f64 / full as f64;
-            let name = format!("W3: time to create {} leases (fewer than {}: goal scaled from 10 s)", thousands(s.leases), thousands(full));
+            let name = format!(
+                "W3: time to create {} leases (fewer than {}: goal scaled from 10 s)",
+                thousands(s.leases),
+                thousands(full)
+            );
             t.push(target(name, "<=", goal, Some(s.create_seconds), "s"));
         }
-        Some(s) => t.push(target(format!("W3: time to create {} leases", thousands(s.leases)), "<=", 10.0, Some(s.create_seconds), "s")),
+        Some(s) => t.push(target(
+            format!("W3: time to create {} leases", thousands(s.leases)),
+            "<=",
+            10.0,
+            Some(s.create_seconds),
+            "s",
+        )),
         None => t.push(target(format!("W3: time to create {} leases", thousands(full)), "<=", 10.0, None, "s")),
     }
     t
@@ -246,7 +274,11 @@ fn row(md: &mut String, cols: &[String]) {
 /// A table header; columns from `numbers_from` on are right-aligned.
 fn header(md: &mut String, cols: &[&str], numbers_from: usize) {
     let _ = writeln!(md, "| {} |", cols.join(" | "));
-    let _ = writeln!(md, "|{}", (0..cols.len()).map(|i| if i < numbers_from { "---|" } else { "---:|" }).collect::<String>());
+    let _ = writeln!(
+        md,
+        "|{}",
+        (0..cols.len()).map(|i| if i < numbers_from { "---|" } else { "---:|" }).collect::<String>()
+    );
 }
 
 /// "cycles/s low–high" over a cell's runs, when there is more than one.
@@ -316,12 +348,19 @@ fn machine_and_settings(md: &mut String, r: &Report) {
         ("fencelock commit", or_unknown(&m.commit).to_string()),
         ("Measured seconds per run", format!("{} s", s.seconds)),
         ("Warm-up before each run (not counted)", format!("{} s", s.warmup)),
-        ("Runs per cell", format!("{} (engines interleaved, order rotated every run; figures are the median run by throughput)", s.runs)),
+        (
+            "Runs per cell",
+            format!(
+                "{} (engines interleaved, order rotated every run; figures are the median run by throughput)",
+                s.runs
+            ),
+        ),
         ("Lease TTL asked of every engine", format!("{} ms", thousands(s.ttl_ms))),
     ] {
         row(md, &[k.to_string(), v]);
     }
-    let _ = writeln!(md, "\nEvery engine runs on this one machine, on 127.0.0.1, with the clients in the bench process.\n");
+    let _ =
+        writeln!(md, "\nEvery engine runs on this one machine, on 127.0.0.1, with the clients in the bench process.\n");
 }
 
 fn engines(md: &mut String, r: &Report) {
@@ -332,7 +371,18 @@ fn engines(md: &mut String, r: &Report) {
     }
     header(md, &["id", "engine", "version", "durable", "fencing", "FIFO", "engine CPU read"], 7);
     for e in &r.engines {
-        row(md, &[format!("`{}`", e.id), e.label.clone(), e.version.clone(), yes(e.durable).into(), e.fencing.clone(), yes(e.fifo).into(), yes(e.cpu_measured).into()]);
+        row(
+            md,
+            &[
+                format!("`{}`", e.id),
+                e.label.clone(),
+                e.version.clone(),
+                yes(e.durable).into(),
+                e.fencing.clone(),
+                yes(e.fifo).into(),
+                yes(e.cpu_measured).into(),
+            ],
+        );
     }
     let _ = writeln!(
         md,
@@ -366,7 +416,11 @@ fn targets_table(md: &mut String, r: &Report) {
             Some(m) => check(m),
             None => "n/a",
         };
-        let goal = if t.goal.fract() == 0.0 && t.unit != "share" { whole(t.goal, &t.unit) } else { with_unit(t.goal, &t.unit) };
+        let goal = if t.goal.fract() == 0.0 && t.unit != "share" {
+            whole(t.goal, &t.unit)
+        } else {
+            with_unit(t.goal, &t.unit)
+        };
         row(md, &[t.name.clone(), format!("{op} {goal}"), opt(t.measured, |m| with_unit(m, &t.unit)), met.into()]);
     }
     let _ = writeln!(md);
@@ -466,7 +520,12 @@ fn w2(md: &mut String, r: &Report) {
     let ids = engine_ids(r);
     let cells: Vec<Option<&Cell>> = ids.iter().map(|e| cell(r, "W2", e, None)).collect();
     let Some(any) = cells.iter().flatten().next() else { return };
-    let _ = writeln!(md, "## W2: contended handoff, {} clients on one lock ({})\n", any.clients, runs_phrase(r.settings.runs));
+    let _ = writeln!(
+        md,
+        "## W2: contended handoff, {} clients on one lock ({})\n",
+        any.clients,
+        runs_phrase(r.settings.runs)
+    );
     let _ = writeln!(
         md,
         "Every client loops acquire → release on the same lock, holding it for no time. Handoff: a holder starts its \
@@ -625,7 +684,8 @@ fn ratios(md: &mut String, r: &Report) {
     if ids.is_empty() || (c.is_none() && !has_w2) {
         return;
     }
-    let _ = writeln!(md, "## Ratios: fencelock ÷ each engine (cycles/s of the medians; above 1: fencelock is faster)\n");
+    let _ =
+        writeln!(md, "## Ratios: fencelock ÷ each engine (cycles/s of the medians; above 1: fencelock is faster)\n");
     let w1_col = c.map(|c| format!("W1, {c} clients"));
     let mut cols = vec!["engine"];
     if let Some(w) = &w1_col {
@@ -754,7 +814,13 @@ pub(crate) mod tests {
 
     pub fn w2_cell(engine: &str, cps: f64, handoff_p99: f64) -> Cell {
         let m = RunResult {
-            handoff_ms: Some(Latency { p50: handoff_p99 / 3.0, p99: handoff_p99, p999: handoff_p99, max: handoff_p99, samples: 100 }),
+            handoff_ms: Some(Latency {
+                p50: handoff_p99 / 3.0,
+                p99: handoff_p99,
+                p999: handoff_p99,
+                max: handoff_p99,
+                samples: 100,
+            }),
             fairness: Some(1.02),
             starved_clients: Some(0),
             self_regrant_share: Some(0.0),
@@ -771,7 +837,10 @@ pub(crate) mod tests {
                 Ok(t) => return t,
                 Err(e) => {
                     let msg = e.to_string();
-                    let field = msg.strip_prefix("missing field `").and_then(|s| s.split('`').next()).unwrap_or_else(|| panic!("{msg}"));
+                    let field = msg
+                        .strip_prefix("missing field `")
+                        .and_then(|s| s.split('`').next())
+                        .unwrap_or_else(|| panic!("{msg}"));
                     v[field] = 0.into();
                 }
             }
@@ -867,7 +936,13 @@ pub(crate) mod tests {
             c.median.self_regrant_while_others_waited = Some(2);
         }
         let ts = targets(&r);
-        for name in ["W1 64 clients: fencelock / Redis (no AOF) cycles/s", "W2: fencelock handoff p99", "W2: fencelock self re-grants", "W2: fencelock / fastest", "W1 64 clients: fencelock / Redis (no AOF) engine CPU"] {
+        for name in [
+            "W1 64 clients: fencelock / Redis (no AOF) cycles/s",
+            "W2: fencelock handoff p99",
+            "W2: fencelock self re-grants",
+            "W2: fencelock / fastest",
+            "W1 64 clients: fencelock / Redis (no AOF) engine CPU",
+        ] {
             assert_eq!(find(&ts, name).met, Some(false), "{name}");
         }
         let fair = find(&ts, "W2: fencelock fairness");
@@ -882,7 +957,13 @@ pub(crate) mod tests {
         r.cells.retain(|c| c.engine != "redis" && c.engine != "etcd" && c.engine != "zookeeper");
         r.scale = None;
         let ts = targets(&r);
-        for name in ["W1 64 clients: fencelock / Redis (no AOF) cycles/s", "W1 64 clients: fencelock / etcd", "W1 64 clients: fencelock / Redis (no AOF) engine CPU", "W3: memory", "W3: time to create 1,000,000"] {
+        for name in [
+            "W1 64 clients: fencelock / Redis (no AOF) cycles/s",
+            "W1 64 clients: fencelock / etcd",
+            "W1 64 clients: fencelock / Redis (no AOF) engine CPU",
+            "W3: memory",
+            "W3: time to create 1,000,000",
+        ] {
             let t = find(&ts, name);
             assert_eq!((t.measured, t.met), (None, None), "{name}");
         }
@@ -913,7 +994,10 @@ pub(crate) mod tests {
         assert_eq!(find(&targets(&r), "W3: time to create 20,000").met, Some(false));
         r.scale = Some(scale(1_000_000, 9.0));
         let full = targets(&r).into_iter().find(|t| t.name.starts_with("W3: time")).unwrap();
-        assert_eq!((full.name.as_str(), full.goal, full.met), ("W3: time to create 1,000,000 leases", 10.0, Some(true)));
+        assert_eq!(
+            (full.name.as_str(), full.goal, full.met),
+            ("W3: time to create 1,000,000 leases", 10.0, Some(true))
+        );
     }
 
     #[test]
@@ -978,7 +1062,10 @@ pub(crate) mod tests {
         assert!(md.contains("2 cores, Test CPU @ 3.0GHz"), "the machine is named: {md}");
         assert!(md.contains("| W1, 1 client | 12,000 | 3,000 | 0.25× | 0.25 / 1.00 | 0.25 / 1.00 |"), "{md}");
         assert!(md.contains("| W1, 64 clients | 120,000 | 30,000 | 0.25× |"), "{md}");
-        assert!(md.contains("| W2, 16 clients on one lock | 20,000 | 5,000 | 0.25× | 0.13 / 0.40 | 0.40 / 1.20 |"), "{md}");
+        assert!(
+            md.contains("| W2, 16 clients on one lock | 20,000 | 5,000 | 0.25× | 0.13 / 0.40 | 0.40 / 1.20 |"),
+            "{md}"
+        );
         assert!(md.contains("| fencelock ÷ `fencelock-3` | 4.00× | 4.00× |"), "{md}");
         // Targets stay the single node's.
         assert_eq!(targets(&r).len(), targets(&report()).len());
@@ -991,9 +1078,18 @@ pub(crate) mod tests {
         assert_eq!(thousands(1_234_567), "1,234,567");
         assert_eq!(rate(12_345.6), "12,346");
         assert_eq!(rate(9.84), "9.8");
-        assert_eq!((ms(0.0421), ms(0.42), ms(12.34), ms(2500.0)), ("0.042".into(), "0.42".into(), "12.3".into(), "2,500".into()));
-        assert_eq!((whole(2.0, "×"), whole(1.0, "ms"), whole(300.0, "bytes")), ("2×".into(), "1 ms".into(), "300 bytes".into()));
-        assert_eq!((with_unit(4.0, "×"), with_unit(1.05, "×"), with_unit(2040.8, "×")), ("4.00×".into(), "1.05×".into(), "2,041×".into()));
+        assert_eq!(
+            (ms(0.0421), ms(0.42), ms(12.34), ms(2500.0)),
+            ("0.042".into(), "0.42".into(), "12.3".into(), "2,500".into())
+        );
+        assert_eq!(
+            (whole(2.0, "×"), whole(1.0, "ms"), whole(300.0, "bytes")),
+            ("2×".into(), "1 ms".into(), "300 bytes".into())
+        );
+        assert_eq!(
+            (with_unit(4.0, "×"), with_unit(1.05, "×"), with_unit(2040.8, "×")),
+            ("4.00×".into(), "1.05×".into(), "2,041×".into())
+        );
         assert_eq!(with_unit(262.4, "bytes"), "262 bytes");
     }
 }

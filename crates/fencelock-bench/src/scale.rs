@@ -305,7 +305,8 @@ pub(crate) async fn http_get(addr: &str, path: &str) -> anyhow::Result<(u16, Str
         .await
         .with_context(|| format!("GET http://{addr}{path} timed out"))?
         .with_context(|| format!("GET http://{addr}{path}"))?;
-    let (head, body) = text.split_once("\r\n\r\n").with_context(|| format!("GET http://{addr}{path}: no HTTP answer"))?;
+    let (head, body) =
+        text.split_once("\r\n\r\n").with_context(|| format!("GET http://{addr}{path}: no HTTP answer"))?;
     let status = head.split_whitespace().nth(1).and_then(|s| s.parse().ok()).context("no HTTP status")?;
     Ok((status, body.to_string()))
 }

@@ -77,7 +77,9 @@ impl Locker {
         Ok(if engine.info.id == "redis-poll" {
             Locker::Poll(poll::RedisPoll::connect(&engine.url).await?)
         } else {
-            Locker::Backend(fencelock::connect(&engine.url).await.with_context(|| format!("connect to {}", engine.url))?)
+            Locker::Backend(
+                fencelock::connect(&engine.url).await.with_context(|| format!("connect to {}", engine.url))?,
+            )
         })
     }
 
@@ -202,7 +204,8 @@ fn summarize(
 
 /// Handoff latency, fairness and self re-grants over grants sorted by grant time.
 fn contended(grants: &[Grant], clients: usize, r: &mut RunResult) {
-    let mut handoff: Vec<f64> = grants.windows(2).map(|w| ms(w[1].granted.saturating_duration_since(w[0].release_started))).collect();
+    let mut handoff: Vec<f64> =
+        grants.windows(2).map(|w| ms(w[1].granted.saturating_duration_since(w[0].release_started))).collect();
     r.handoff_ms = Some(stats::latency(&mut handoff));
     let mut per_client = vec![0u64; clients];
     for g in grants {
@@ -251,7 +254,8 @@ mod poll {
     use redis::aio::MultiplexedConnection;
     use tokio::time::Instant;
 
-    const RELEASE: &str = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) else return 0 end";
+    const RELEASE: &str =
+        "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) else return 0 end";
     const SLEEP: Duration = Duration::from_millis(100);
 
     pub struct RedisPoll {
@@ -320,7 +324,12 @@ mod tests {
     fn contended_figures() {
         let t0 = Instant::now();
         let at = |ms: u64| t0 + Duration::from_millis(ms);
-        let g = |client, invoked, granted, release| Grant { client, invoked: at(invoked), granted: at(granted), release_started: at(release) };
+        let g = |client, invoked, granted, release| Grant {
+            client,
+            invoked: at(invoked),
+            granted: at(granted),
+            release_started: at(release),
+        };
         let grants = vec![
             g(0, 0, 1, 2),
             g(0, 3, 4, 5),   // self re-grant; client 1 asked at 1 < 2: a FIFO break

@@ -9,7 +9,18 @@ use std::{path::Path, process::Command};
 
 use serde_json::Value;
 
-const ENGINES: [&str; 10] = ["fencelock", "fencelock-secure", "fencelock-3", "redis", "redis-aof", "etcd", "zookeeper", "postgres", "pg-advisory", "redis-poll"];
+const ENGINES: [&str; 10] = [
+    "fencelock",
+    "fencelock-secure",
+    "fencelock-3",
+    "redis",
+    "redis-aof",
+    "etcd",
+    "zookeeper",
+    "postgres",
+    "pg-advisory",
+    "redis-poll",
+];
 
 #[test]
 fn quick_run_measures_every_cell_of_every_engine() {
@@ -21,7 +32,8 @@ fn quick_run_measures_every_cell_of_every_engine() {
         .expect("run fencelock-bench");
     assert!(status.success(), "fencelock-bench --quick failed: {status}");
 
-    let report: Value = serde_json::from_str(&std::fs::read_to_string(out.path().join("results.json")).unwrap()).unwrap();
+    let report: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.path().join("results.json")).unwrap()).unwrap();
     assert_eq!(report["mode"], "quick");
     let ids: Vec<&str> = report["engines"].as_array().unwrap().iter().map(|e| e["id"].as_str().unwrap()).collect();
     assert_eq!(ids, ENGINES);

@@ -821,7 +821,9 @@ impl<'a> CycleIndex<'a> {
     /// read-back; only then is the changed holder excused.
     fn release_invoked(&self, h: &Operation<'_>, from: u64, to: u64) -> bool {
         self.cycles.get(&(h.p(), h.seq())).is_some_and(|c| {
-            c.iter().any(|o| o.invoke.f == Op::Release && (from..to).contains(&o.start()) && o.res() == Res::Ok && o.end() < to)
+            c.iter().any(|o| {
+                o.invoke.f == Op::Release && (from..to).contains(&o.start()) && o.res() == Res::Ok && o.end() < to
+            })
         })
     }
 }
@@ -938,7 +940,12 @@ fn a1_no_refusals(r: &Run<'_>) -> Check {
     let mut audit = Tally::default();
     for n in &notes {
         if let Some(err) = n.detail["error"].as_str().filter(|_| history.violations == 0) {
-            return without("A1", A1, Status::Inconclusive, format!("the service's audit logs could not be read: {err}"));
+            return without(
+                "A1",
+                A1,
+                Status::Inconclusive,
+                format!("the service's audit logs could not be read: {err}"),
+            );
         }
         audit.violations += n.count.unwrap_or(0);
         let examples = n.detail["examples"].as_array().into_iter().flatten().filter_map(|x| x.as_str());
@@ -1523,7 +1530,8 @@ mod tests {
         // S4: a grant whose answer was lost and which the server released when
         // the call ended used a token no acquire returned; only tokens beyond
         // those are double grants.
-        let stats = |n: u64, c: u64| move |e: &mut Event| e.detail = json!({ "tokens_issued": n, "grants_cancelled": c });
+        let stats =
+            |n: u64, c: u64| move |e: &mut Event| e.detail = json!({ "tokens_issued": n, "grants_cancelled": c });
         let mut h = clean();
         h.note(6_000, Op::ServerStats, stats(3, 1));
         assert_eq!(get(&run(&info(), &h, &[]), "S4").status, Status::Pass);

@@ -53,10 +53,7 @@ pub fn wall_jumps(file: &Path) -> anyhow::Result<Vec<(String, String)>> {
 
 /// Environment for a process all of whose clocks run at `rate` × real time.
 pub fn rate(rate: f64) -> anyhow::Result<Vec<(String, String)>> {
-    Ok(vec![
-        ("LD_PRELOAD".into(), library()?.display().to_string()),
-        ("FAKETIME".into(), format!("+0 x{rate}")),
-    ])
+    Ok(vec![("LD_PRELOAD".into(), library()?.display().to_string()), ("FAKETIME".into(), format!("+0 x{rate}"))])
 }
 
 /// The offset file's line for a wall clock `secs` seconds off real time.

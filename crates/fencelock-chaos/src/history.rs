@@ -215,7 +215,9 @@ pub fn read_file(path: &Path) -> io::Result<Vec<Event>> {
         match serde_json::from_str(&line) {
             Ok(e) => out.push(e),
             Err(_) if i + 1 == n => {}
-            Err(e) => return Err(io::Error::new(io::ErrorKind::InvalidData, format!("{}:{}: {e}", path.display(), i + 1))),
+            Err(e) => {
+                return Err(io::Error::new(io::ErrorKind::InvalidData, format!("{}:{}: {e}", path.display(), i + 1)))
+            }
         }
     }
     Ok(out)

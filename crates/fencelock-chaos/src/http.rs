@@ -72,7 +72,10 @@ async fn exchange(
     let tls = tls_addrs().lock().expect("tls registry").get(&addr).cloned();
     let Some(tls) = tls else { return talk(s, addr, method, path, headers, body).await };
     let name = rustls::pki_types::ServerName::IpAddress(addr.ip().into());
-    let s = tokio_rustls::TlsConnector::from(tls.config).connect(name, s).await.with_context(|| format!("TLS to {addr}"))?;
+    let s = tokio_rustls::TlsConnector::from(tls.config)
+        .connect(name, s)
+        .await
+        .with_context(|| format!("TLS to {addr}"))?;
     let mut headers = headers.to_vec();
     headers.push(("Authorization", format!("Bearer {}", tls.token)));
     talk(s, addr, method, path, &headers, body).await
@@ -86,7 +89,8 @@ async fn talk(
     headers: &[(&str, String)],
     body: &[u8],
 ) -> anyhow::Result<Response> {
-    let mut head = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Length: {}\r\n", body.len());
+    let mut head =
+        format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Length: {}\r\n", body.len());
     for (k, v) in headers {
         head.push_str(&format!("{k}: {v}\r\n"));
     }
@@ -156,7 +160,8 @@ mod tests {
     /// An answer is split at its blank line and cut to its Content-Length.
     #[test]
     fn parses_status_and_body() {
-        let r = parse(b"HTTP/1.1 409 Conflict\r\ncontent-length: 2\r\ndate: Sun, 22 Nov 2026 10:00:00 GMT\r\n\r\nokXX").unwrap();
+        let r = parse(b"HTTP/1.1 409 Conflict\r\ncontent-length: 2\r\ndate: Sun, 22 Nov 2026 10:00:00 GMT\r\n\r\nokXX")
+            .unwrap();
         assert_eq!(r.status, 409);
         assert_eq!(r.body, b"ok");
         assert_eq!(r.date.as_deref(), Some("Sun, 22 Nov 2026 10:00:00 GMT"));

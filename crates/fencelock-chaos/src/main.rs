@@ -21,8 +21,8 @@ mod history;
 mod http;
 mod nemesis;
 mod peer_input;
-mod procs;
 mod peer_tls;
+mod procs;
 mod profile;
 mod report;
 mod run;
@@ -43,7 +43,10 @@ use clap::{Args, Parser, Subcommand};
 use crate::scenario::{Mutant, RunSpec, Scenario};
 
 #[derive(Parser, Debug)]
-#[command(name = "fencelock-chaos", about = "Fault injection against fencelock and its peers, with checkers that can fail")]
+#[command(
+    name = "fencelock-chaos",
+    about = "Fault injection against fencelock and its peers, with checkers that can fail"
+)]
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
@@ -195,9 +198,7 @@ fn main() -> ExitCode {
 }
 
 async fn run_one(a: RunArgs) -> anyhow::Result<ExitCode> {
-    let out = a.out.unwrap_or_else(|| {
-        PathBuf::from(format!("target/chaos/{}-{}-{}", a.scenario, a.backend, a.seed))
-    });
+    let out = a.out.unwrap_or_else(|| PathBuf::from(format!("target/chaos/{}-{}-{}", a.scenario, a.backend, a.seed)));
     let spec = RunSpec {
         scenario: a.scenario,
         backend: a.backend,

@@ -355,8 +355,11 @@ async fn wait_for_death(ctx: &mut Ctx, window: Duration, armed: Option<&str>) ->
     // S5 kills, after the window, at the first moment the server has written
     // bytes it has not synced yet (its undo journal is not empty), so that
     // the power loss has something to drop; at most 5 s later regardless.
-    let undo = (ctx.spec.scenario == Scenario::S5)
-        .then(|| fencelock_server::raft::power_loss::undo_path(&fencelock_server::raft::power_loss::db_path(&ctx.spec.out.join("lock-data"))));
+    let undo = (ctx.spec.scenario == Scenario::S5).then(|| {
+        fencelock_server::raft::power_loss::undo_path(&fencelock_server::raft::power_loss::db_path(
+            &ctx.spec.out.join("lock-data"),
+        ))
+    });
     let last = deadline + Duration::from_secs(5);
     loop {
         let now = tokio::time::Instant::now();
@@ -399,7 +402,13 @@ async fn restart_native(ctx: &mut Ctx, failpoints: Option<&str>) -> anyhow::Resu
             server.kill();
             server.env.remove("FAILPOINTS");
             let pid = server.start().await?;
-            evidence(ctx, "failpoint", 1, "server", json!({ "armed": fp, "during": "recovery", "error": e.to_string() }));
+            evidence(
+                ctx,
+                "failpoint",
+                1,
+                "server",
+                json!({ "armed": fp, "during": "recovery", "error": e.to_string() }),
+            );
             Ok(pid)
         }
         (Err(e), None) => Err(e),
@@ -537,7 +546,11 @@ async fn s1_trial(
         Ok(Ok(Ok(fencelock::Acquire::Acquired(g)))) => {
             let lease = g.lease_id();
             let _ = g.release().await;
-            if lease == dead_lease { "acquired".to_string() } else { format!("acquired with a new lease {lease}") }
+            if lease == dead_lease {
+                "acquired".to_string()
+            } else {
+                format!("acquired with a new lease {lease}")
+            }
         }
         Ok(Ok(Ok(other))) => format!("not-acquired: {other:?}"),
         Ok(Ok(Err(e))) => format!("error: {e}"),
@@ -623,7 +636,8 @@ pub async fn heal_all(ctx: &mut Ctx) -> anyhow::Result<()> {
 pub async fn note_server_stats(ctx: &mut Ctx, revoked: Option<u64>) {
     let Some(admin) = ctx.target.admin() else { return };
     let Some(text) = metrics_text(admin).await else { return };
-    let (issued, cancelled) = (metric(&text, "fencelock_tokens_issued"), metric(&text, "fencelock_releases_cancelled_total"));
+    let (issued, cancelled) =
+        (metric(&text, "fencelock_tokens_issued"), metric(&text, "fencelock_releases_cancelled_total"));
     if let (Some(issued), Some(cancelled), Some(expired), Some(revoked)) =
         (issued, cancelled, metric(&text, "fencelock_releases_expired_total"), revoked)
     {

@@ -102,14 +102,17 @@ pub async fn p2_forged_peer(ctx: &mut Ctx) -> anyhow::Result<()> {
             let json = forged(ctx, &now, grpc, f.rpc);
             let slot = &mut peers[f.sender as usize];
             if slot.is_none() {
-                *slot = Some(secure.raft_client(grpc, f.sender).await.with_context(|| format!("connect as {:?}", f.sender))?);
+                *slot = Some(
+                    secure.raft_client(grpc, f.sender).await.with_context(|| format!("connect as {:?}", f.sender))?,
+                );
             }
             let peer = slot.as_mut().expect("connected");
             tally.sent += 1;
             match send(peer, f.rpc, json).await {
                 Err(s) if s.code() == Code::Unauthenticated => tally.refused += 1,
                 other => {
-                    let answer = other.map_or_else(|s| format!("{:?}: {}", s.code(), s.message()), |_| "answered".into());
+                    let answer =
+                        other.map_or_else(|s| format!("{:?}: {}", s.code(), s.message()), |_| "answered".into());
                     tally.other.push(format!("round {round}, {:?} from {:?}: {answer}", f.rpc, f.sender));
                 }
             }
@@ -188,7 +191,8 @@ mod tests {
         let v: VoteRequest<u64> = serde_json::from_slice(&higher_term(Rpc::Vote, term, &now)).unwrap();
         assert_eq!((v.vote.leader_id().term, v.vote.leader_id().voted_for()), (term, Some(2)));
         assert!(v.vote > ours);
-        let a: AppendEntriesRequest<TypeConfig> = serde_json::from_slice(&higher_term(Rpc::AppendEntries, term, &now)).unwrap();
+        let a: AppendEntriesRequest<TypeConfig> =
+            serde_json::from_slice(&higher_term(Rpc::AppendEntries, term, &now)).unwrap();
         assert!(a.vote > ours && a.vote.is_committed());
     }
 }

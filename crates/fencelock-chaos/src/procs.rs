@@ -159,7 +159,8 @@ pub fn cluster_node(data: &Path, id: u64, peers: &str, grpc: SocketAddr, http: S
 
 /// The fenced storage server: `fencelock-chaos storage`.
 pub fn storage_server(data: &Path, listen: SocketAddr, unfenced: bool, log: PathBuf) -> ServerProc {
-    let mut args = vec!["storage".into(), "--data-dir".into(), data.display().to_string(), "--listen".into(), listen.to_string()];
+    let mut args =
+        vec!["storage".into(), "--data-dir".into(), data.display().to_string(), "--listen".into(), listen.to_string()];
     if unfenced {
         args.push("--unfenced".into());
     }

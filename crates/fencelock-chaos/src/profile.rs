@@ -142,7 +142,8 @@ pub async fn profile(a: ProfileArgs) -> anyhow::Result<ExitCode> {
         let dir = run_dir(&p) + if a.tls { "-tls" } else { "" };
         let done = out.join(&dir).join("verdict.json");
         if a.resume && done.exists() {
-            let v: Verdict = serde_json::from_slice(&std::fs::read(&done)?).with_context(|| format!("{}", done.display()))?;
+            let v: Verdict =
+                serde_json::from_slice(&std::fs::read(&done)?).with_context(|| format!("{}", done.display()))?;
             eprintln!("fencelock-chaos: {} against {}: kept from an earlier run", p.scenario, p.backend);
             kept += 1;
             let expected = if p.mutant.is_some() { !v.passed } else { v.passed };
@@ -163,8 +164,15 @@ pub async fn profile(a: ProfileArgs) -> anyhow::Result<ExitCode> {
             tls: a.tls,
             out: out.join(&dir),
         };
-        eprintln!("fencelock-chaos: {} against {} (seed {}, {} s{}{})", p.scenario, p.backend, p.seed, p.secs,
-            p.mutant.map(|m| format!(", mutant {}", m.name())).unwrap_or_default(), if a.tls { ", TLS and auth" } else { "" });
+        eprintln!(
+            "fencelock-chaos: {} against {} (seed {}, {} s{}{})",
+            p.scenario,
+            p.backend,
+            p.seed,
+            p.secs,
+            p.mutant.map(|m| format!(", mutant {}", m.name())).unwrap_or_default(),
+            if a.tls { ", TLS and auth" } else { "" }
+        );
         let v = run::run(spec).await.with_context(|| format!("{} against {}", p.scenario, p.backend))?;
         eprint!("{}", summary(&v));
         let expected = if p.mutant.is_some() { !v.passed } else { v.passed };

@@ -98,15 +98,31 @@ pub async fn run(spec: RunSpec) -> anyhow::Result<Verdict> {
     let ttl = spec.ttl.max(caps.min_ttl);
     let storage_addr = free_addr();
     let unfenced = spec.mutant == Some(Mutant::FencingOff);
-    let mut storage = storage_server(&data.path().join("storage"), storage_addr, unfenced, spec.out.join("storage.log"));
+    let mut storage =
+        storage_server(&data.path().join("storage"), storage_addr, unfenced, spec.out.join("storage.log"));
     storage.start().await?;
-    let (lock_proxies, storage_proxies, args) = wire_workers(&spec, &target, secure.as_ref(), storage_addr, ttl, &hist_dir).await;
+    let (lock_proxies, storage_proxies, args) =
+        wire_workers(&spec, &target, secure.as_ref(), storage_addr, ttl, &hist_dir).await;
     let workers = Workers::start(args, &worker_envs(&spec)?, &spec.out.join("workers.log")).await?;
     let notes = Writer::create(&hist_dir.join("harness.jsonl"))?;
     let rng = fastrand::Rng::with_seed(spec.seed);
     let end = tokio::time::Instant::now() + spec.duration;
     let info = run_info(&spec, &caps, ttl);
-    let mut ctx = Ctx { spec, rng, ttl, target, storage, storage_addr, workers, lock_proxies, storage_proxies, notes, data, secure, end };
+    let mut ctx = Ctx {
+        spec,
+        rng,
+        ttl,
+        target,
+        storage,
+        storage_addr,
+        workers,
+        lock_proxies,
+        storage_proxies,
+        notes,
+        data,
+        secure,
+        end,
+    };
     tracing::info!(scenario = %ctx.spec.scenario, backend = %ctx.spec.backend, seed = ctx.spec.seed, "run started");
     nemesis::run(&mut ctx).await?;
     finish(&mut ctx, &info).await

@@ -82,10 +82,9 @@ impl fmt::Display for Scenario {
 impl FromStr for Scenario {
     type Err = anyhow::Error;
     fn from_str(s: &str) -> anyhow::Result<Self> {
-        ALL.iter()
-            .copied()
-            .find(|x| x.to_string().eq_ignore_ascii_case(s))
-            .ok_or_else(|| anyhow::anyhow!("unknown scenario {s:?} (one of K1, K2, K3, K4, S1, S4, S5, L1, L2, L3, P1, P2)"))
+        ALL.iter().copied().find(|x| x.to_string().eq_ignore_ascii_case(s)).ok_or_else(|| {
+            anyhow::anyhow!("unknown scenario {s:?} (one of K1, K2, K3, K4, S1, S4, S5, L1, L2, L3, P1, P2)")
+        })
     }
 }
 
@@ -95,16 +94,24 @@ impl Scenario {
         let native = backend == "fencelock";
         let group = backend == "fencelock3";
         match self {
-            Scenario::L1 | Scenario::L2 | Scenario::L3 if !group => Some("needs a group of nodes: the fencelock3 backend"),
+            Scenario::L1 | Scenario::L2 | Scenario::L3 if !group => {
+                Some("needs a group of nodes: the fencelock3 backend")
+            }
             Scenario::P1 | Scenario::P2 if !native => Some(
                 "sends Raft messages to one fencelock node and reads its admin counters; every node of a group runs \
                  the same checks, and the group itself is not targeted yet",
             ),
             Scenario::K1 | Scenario::L1 | Scenario::L2 | Scenario::L3 => None,
             _ if group => Some("against the 3-node group the suite runs K1 and the L scenarios"),
-            Scenario::K2 if backend == "redlock" => Some("Redlock talks to several nodes; one proxy cannot hold them all"),
-            Scenario::K3 if !native => Some("the injected clock is fencelock's own (a peer engine's clock cannot be skewed here)"),
-            Scenario::S1 | Scenario::S4 if !native => Some("needs the native server's admin view of queues and counters"),
+            Scenario::K2 if backend == "redlock" => {
+                Some("Redlock talks to several nodes; one proxy cannot hold them all")
+            }
+            Scenario::K3 if !native => {
+                Some("the injected clock is fencelock's own (a peer engine's clock cannot be skewed here)")
+            }
+            Scenario::S1 | Scenario::S4 if !native => {
+                Some("needs the native server's admin view of queues and counters")
+            }
             Scenario::S5 if !native => Some("the power-loss shim sits under fencelock's own storage"),
             _ => None,
         }

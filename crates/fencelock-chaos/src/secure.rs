@@ -71,7 +71,8 @@ impl Secure {
         let admin = fencelock_server::auth::new_token().map_err(anyhow::Error::msg)?;
         let worker = fencelock_server::auth::new_token().map_err(anyhow::Error::msg)?;
         let auth_file = dir.join("auth.toml");
-        std::fs::write(&auth_file, auth_file_text(&admin, &worker)).with_context(|| format!("write {}", auth_file.display()))?;
+        std::fs::write(&auth_file, auth_file_text(&admin, &worker))
+            .with_context(|| format!("write {}", auth_file.display()))?;
         Ok(Secure { certs, auth_file, admin_token: admin.token, worker_token: worker.token })
     }
 
@@ -104,10 +105,11 @@ impl Secure {
         for c in rustls::pki_types::CertificateDer::pem_slice_iter(&pem) {
             roots.add(c.context("the CA file")?).context("the CA certificate")?;
         }
-        let mut config = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-            .with_safe_default_protocol_versions()?
-            .with_root_certificates(roots)
-            .with_no_client_auth();
+        let mut config =
+            rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+                .with_safe_default_protocol_versions()?
+                .with_root_certificates(roots)
+                .with_no_client_auth();
         config.alpn_protocols = vec![b"http/1.1".to_vec()];
         crate::http::use_tls(admin, Arc::new(config), self.admin_token.clone());
         Ok(())
@@ -131,7 +133,9 @@ impl Secure {
     pub async fn member_raft_client(&self, grpc: SocketAddr, id: u64) -> anyhow::Result<RaftClient<Channel>> {
         let read = |name: &str| std::fs::read(self.certs.join(name)).with_context(|| format!("read {name}"));
         let (cert, key) = files::node(id);
-        let tls = ClientTlsConfig::new().ca_certificate(Certificate::from_pem(read(files::CA)?)).identity(Identity::from_pem(read(&cert)?, read(&key)?));
+        let tls = ClientTlsConfig::new()
+            .ca_certificate(Certificate::from_pem(read(files::CA)?))
+            .identity(Identity::from_pem(read(&cert)?, read(&key)?));
         let ch = Endpoint::from_shared(format!("https://{grpc}"))?.tls_config(tls)?.connect().await?;
         Ok(RaftClient::new(ch))
     }

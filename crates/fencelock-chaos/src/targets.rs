@@ -30,7 +30,12 @@ pub enum Target {
 impl Target {
     /// Starts the backend `id`. fencelock's own (a node or a group) gets `env`
     /// (faults, mutants) and, with `secure`, TLS and the auth file.
-    pub async fn start(id: &str, dir: &Path, env: Vec<(String, String)>, secure: Option<&Secure>) -> anyhow::Result<Target> {
+    pub async fn start(
+        id: &str,
+        dir: &Path,
+        env: Vec<(String, String)>,
+        secure: Option<&Secure>,
+    ) -> anyhow::Result<Target> {
         if secure.is_some() && !matches!(id, "fencelock" | "fencelock3") {
             bail!("TLS and auth are set up for fencelock's own server only (a node or a group), not {id}");
         }

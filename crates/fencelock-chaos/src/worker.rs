@@ -248,14 +248,21 @@ impl Worker {
         self.slow_point(seq).await;
         // The last check: never write once the guard says the lease may be gone.
         if guard.is_lost() || tokio::time::Instant::now() >= guard.deadline() {
-            let e = Event { kind: Kind::Fail, t: mono_ns(), skipped: true, error: Some("lease lost before the write".into()), ..invoke };
+            let e = Event {
+                kind: Kind::Fail,
+                t: mono_ns(),
+                skipped: true,
+                error: Some("lease lost before the write".into()),
+                ..invoke
+            };
             return self.log(e);
         }
         self.fault_point(seq).await;
         value.push(id);
         let body = value.join("\n");
         let path = format!("/objects/{}", self.a.key);
-        let res = http::request(self.a.storage, "PUT", &path, &self.fencing(token), body.as_bytes(), WRITE_TIMEOUT).await;
+        let res =
+            http::request(self.a.storage, "PUT", &path, &self.fencing(token), body.as_bytes(), WRITE_TIMEOUT).await;
         let mut e = Event { kind: Kind::Ok, t: mono_ns(), ..invoke };
         match res {
             Ok(r) if r.status == 200 || r.status == 201 => {}

@@ -26,7 +26,11 @@ impl Workers {
     /// Starts one `fencelock-chaos worker` per argument set (stderr to `log`;
     /// worker `i` gets the extra environment `envs[i]`, if any) and waits
     /// until each says `ready`.
-    pub async fn start(args: Vec<WorkerArgs>, envs: &[Vec<(String, String)>], log: &std::path::Path) -> anyhow::Result<Workers> {
+    pub async fn start(
+        args: Vec<WorkerArgs>,
+        envs: &[Vec<(String, String)>],
+        log: &std::path::Path,
+    ) -> anyhow::Result<Workers> {
         let (tx, lines) = mpsc::unbounded_channel();
         let mut procs = Vec::new();
         for (i, a) in args.into_iter().enumerate() {

@@ -186,6 +186,10 @@ fn every_mutant_turns_the_suite_red() {
             "dead-waiter" => &["S1"],
             m => panic!("unknown mutant {m}"),
         };
-        assert!(red.iter().any(|id| expect.contains(id)), "mutant {} red in {red:?}, expected one of {expect:?}", v["info"]["mutant"]);
+        assert!(
+            red.iter().any(|id| expect.contains(id)),
+            "mutant {} red in {red:?}, expected one of {expect:?}",
+            v["info"]["mutant"]
+        );
     }
 }

@@ -160,7 +160,11 @@ pub async fn auth(a: AuthArgs) -> anyhow::Result<std::process::ExitCode> {
             None => add_token(a).await,
         },
         AuthCmd::AddCert(a) => {
-            let identity = IdentityDef { credential: Credential::Cert { cn: a.cn.clone() }, roles: a.roles, limits: a.limits.quota() };
+            let identity = IdentityDef {
+                credential: Credential::Cert { cn: a.cn.clone() },
+                roles: a.roles,
+                limits: a.limits.quota(),
+            };
             let name = a.name.unwrap_or(a.cn);
             change(&a.group, PolicyChange::PutIdentity { name, identity }).await
         }
@@ -278,7 +282,8 @@ fn add_token_to_file(a: AddTokenArgs, file: &Path) -> anyhow::Result<std::proces
 
 fn check(a: CheckArgs) -> anyhow::Result<std::process::ExitCode> {
     let text = std::fs::read_to_string(&a.file).with_context(|| format!("reading {}", a.file.display()))?;
-    let table = fencelock_server::auth::Table::parse(&text).map_err(|why| anyhow::anyhow!("{}: {why}", a.file.display()))?;
+    let table =
+        fencelock_server::auth::Table::parse(&text).map_err(|why| anyhow::anyhow!("{}: {why}", a.file.display()))?;
     for (name, how) in table.identities() {
         println!("{name}\t{how}");
     }
@@ -296,7 +301,11 @@ fn toml_string(s: &str) -> String {
 fn write_private(path: &Path, text: &str) -> anyhow::Result<()> {
     use std::os::unix::fs::OpenOptionsExt;
     let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    let tmp = dir.join(format!(".{}.tmp-{}", path.file_name().and_then(|n| n.to_str()).unwrap_or("auth"), std::process::id()));
+    let tmp = dir.join(format!(
+        ".{}.tmp-{}",
+        path.file_name().and_then(|n| n.to_str()).unwrap_or("auth"),
+        std::process::id()
+    ));
     let mut f = std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)

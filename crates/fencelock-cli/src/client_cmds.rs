@@ -143,7 +143,10 @@ pub async fn locks(a: LocksArgs) -> anyhow::Result<ExitCode> {
         println!("{}", json!({ "locks": v }));
         return Ok(ExitCode::from(exit::OK));
     }
-    println!("{:<32} {:<16} {:>19} {:>20} {:>10} {:>8}", "LOCK", "OWNER", "HOLDER-LEASE", "TOKEN", "TTL-LEFT", "WAITERS");
+    println!(
+        "{:<32} {:<16} {:>19} {:>20} {:>10} {:>8}",
+        "LOCK", "OWNER", "HOLDER-LEASE", "TOKEN", "TTL-LEFT", "WAITERS"
+    );
     for l in &locks {
         let dash = || "-".to_string();
         let (owner, lease, token, ttl) = match &l.holder {
@@ -151,7 +154,9 @@ pub async fn locks(a: LocksArgs) -> anyhow::Result<ExitCode> {
                 let owner = h.owner.clone().unwrap_or_else(dash);
                 (owner, h.lease_id.to_string(), h.token.to_string(), fmt_dur(h.ttl_left))
             }
-            None if l.reopens_in.is_some() => (dash(), dash(), dash(), format!("delay {}", fmt_dur(l.reopens_in.unwrap_or_default()))),
+            None if l.reopens_in.is_some() => {
+                (dash(), dash(), dash(), format!("delay {}", fmt_dur(l.reopens_in.unwrap_or_default())))
+            }
             None => (dash(), dash(), dash(), dash()),
         };
         println!("{:<32} {:<16} {:>19} {:>20} {:>10} {:>8}", l.name, owner, lease, token, ttl, l.waiters.len());
@@ -160,7 +165,8 @@ pub async fn locks(a: LocksArgs) -> anyhow::Result<ExitCode> {
 }
 
 pub async fn check(a: CheckArgs) -> anyhow::Result<ExitCode> {
-    let backend = fencelock::connect(&a.server.url()).await.with_context(|| format!("connecting to {}", a.server.shown()))?;
+    let backend =
+        fencelock::connect(&a.server.url()).await.with_context(|| format!("connecting to {}", a.server.shown()))?;
     let r = backend.check(&a.name, a.token).await?;
     let v = json!({"lock": a.name, "token": a.token, "current": r.current, "current_token": r.current_token});
     let text = match (r.current, r.current_token) {

@@ -63,7 +63,8 @@ pub async fn cluster(a: ClusterArgs) -> anyhow::Result<ExitCode> {
     for admin in &a.admin {
         match http::request_tls(tls.as_ref(), *admin, method, &path, &headers, body.as_bytes()).await {
             Ok((200, text)) => {
-                let status: Status = serde_json::from_str(&text).with_context(|| format!("unexpected answer from {admin}"))?;
+                let status: Status =
+                    serde_json::from_str(&text).with_context(|| format!("unexpected answer from {admin}"))?;
                 if want_leader && status.state != "leader" {
                     follower_view.get_or_insert((text, status));
                     continue;
@@ -176,7 +177,8 @@ mod tests {
     /// Issue 16: the leader's view shows each member's matched index, and no note.
     #[test]
     fn the_leaders_view_shows_matched_indexes() {
-        let member = |id, matched| Member { id, addr: format!("127.0.0.1:{id}070"), peer_addr: None, voter: true, matched };
+        let member =
+            |id, matched| Member { id, addr: format!("127.0.0.1:{id}070"), peer_addr: None, voter: true, matched };
         let s = Status {
             node_id: 1,
             state: "leader".into(),

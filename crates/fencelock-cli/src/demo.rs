@@ -60,12 +60,20 @@ pub async fn demo(a: DemoArgs) -> anyhow::Result<ExitCode> {
     println!("\nresult:");
     println!(
         "  fencing on:  {}",
-        if fenced.lost_nothing { "nothing lost; A's stale write was rejected" } else { "AN ACKNOWLEDGED WRITE WAS LOST" }
+        if fenced.lost_nothing {
+            "nothing lost; A's stale write was rejected"
+        } else {
+            "AN ACKNOWLEDGED WRITE WAS LOST"
+        }
     );
     if let Some(u) = unfenced {
         println!(
             "  fencing off: {}",
-            if u.lost_nothing { "nothing lost this time (the race did not happen)" } else { "B's acknowledged write was silently lost" }
+            if u.lost_nothing {
+                "nothing lost this time (the race did not happen)"
+            } else {
+                "B's acknowledged write was silently lost"
+            }
         );
     }
     Ok(ExitCode::from(if fenced.lost_nothing { exit::OK } else { exit::ERROR }))
@@ -93,7 +101,10 @@ async fn play(fencing: bool, a: &DemoArgs) -> anyhow::Result<Outcome> {
     let pid = Pid::from_raw(a_proc.child.id().context("A has no pid")? as i32);
     kill(pid, Signal::SIGSTOP)?;
     let paused_at = Instant::now();
-    tl.say(format!("A is paused (SIGSTOP) for {:?}, longer than its {:?} TTL (a GC pause, a VM stall)", a.pause, a.ttl));
+    tl.say(format!(
+        "A is paused (SIGSTOP) for {:?}, longer than its {:?} TTL (a GC pause, a VM stall)",
+        a.pause, a.ttl
+    ));
 
     let mut b_proc = DemoClient::spawn("B", &lock_srv, a.ttl, Duration::from_secs(30), false)?;
     b_proc.events_until(&mut tl, "exit").await?;
@@ -162,7 +173,12 @@ impl Servers {
         let (grpc, http, storage) = (free_addr()?, free_addr()?, free_addr()?);
         let exe = std::env::current_exe()?;
         let mut lock = Command::new(&exe);
-        lock.arg("serve").arg("--data-dir").arg(dir.join("lock")).args(["--listen", &grpc.to_string(), "--http", &http.to_string()]);
+        lock.arg("serve").arg("--data-dir").arg(dir.join("lock")).args([
+            "--listen",
+            &grpc.to_string(),
+            "--http",
+            &http.to_string(),
+        ]);
         let mut store = Command::new(&exe);
         store.arg("storage").arg("--data-dir").arg(dir.join("storage")).args(["--listen", &storage.to_string()]);
         if !fencing {
@@ -250,18 +266,24 @@ impl DemoClient {
 fn describe(e: &Value) -> Option<String> {
     let t = &e["token"];
     Some(match e["event"].as_str()? {
-        "acquired" => format!(
-            "acquired {LOCK:?}: token {t}, lease {} (waited {} ms)",
-            e["lease"], e["waited_ms"]
-        ),
+        "acquired" => format!("acquired {LOCK:?}: token {t}, lease {} (waited {} ms)", e["lease"], e["waited_ms"]),
         "read" => format!("read {KEY:?} with token {t}: {}", e["content"]),
         "write" => match e["status"].as_u64() {
-            Some(s) if (200..300).contains(&s) => format!("wrote {KEY:?} = {} with token {t}: accepted ({s})", e["content"]),
-            Some(409) => format!("wrote {KEY:?} = {} with token {t}: REJECTED 409 {}", e["content"], e["body"].as_str().unwrap_or_default()),
+            Some(s) if (200..300).contains(&s) => {
+                format!("wrote {KEY:?} = {} with token {t}: accepted ({s})", e["content"])
+            }
+            Some(409) => format!(
+                "wrote {KEY:?} = {} with token {t}: REJECTED 409 {}",
+                e["content"],
+                e["body"].as_str().unwrap_or_default()
+            ),
             s => format!("write with token {t} failed: {s:?} {}", e["body"].as_str().unwrap_or_default()),
         },
         "released" => format!("released (token {t})"),
-        "lost" => format!("notices its lease was lost ({}): too late, the write already went out", e["reason"].as_str().unwrap_or_default()),
+        "lost" => format!(
+            "notices its lease was lost ({}): too late, the write already went out",
+            e["reason"].as_str().unwrap_or_default()
+        ),
         _ => return None,
     })
 }
@@ -299,7 +321,9 @@ pub async fn demo_client(a: DemoClientArgs) -> anyhow::Result<ExitCode> {
         other => bail!("{} could not acquire: {other:?}", a.name),
     };
     let token = guard.token();
-    emit(json!({"event": "acquired", "token": token, "lease": guard.lease_id(), "waited_ms": guard.waited().as_millis() as u64}));
+    emit(
+        json!({"event": "acquired", "token": token, "lease": guard.lease_id(), "waited_ms": guard.waited().as_millis() as u64}),
+    );
     let fencing = [("Fencing-Lock", LOCK.to_string()), ("Fencing-Token", token.to_string())];
     let (status, body) = storage.request("GET", &format!("/objects/{KEY}"), &fencing, b"").await?;
     let mut list: Vec<String> = if status == 200 { serde_json::from_str(&body)? } else { Vec::new() };
@@ -343,8 +367,10 @@ impl StorageUrl {
             Some(("https", rest)) => (true, rest),
             Some((scheme, _)) => bail!("--storage {raw:?}: {scheme}:// is not http:// or https://"),
         };
-        let addr: SocketAddr =
-            rest.trim_end_matches('/').parse().with_context(|| format!("--storage {raw:?}: expected host:port (an IP address)"))?;
+        let addr: SocketAddr = rest
+            .trim_end_matches('/')
+            .parse()
+            .with_context(|| format!("--storage {raw:?}: expected host:port (an IP address)"))?;
         let tls = match (https, ca) {
             (true, Some(ca)) => {
                 use fencelock::backend::tls::{client_config, read_certs, TlsFiles, Verify};
@@ -358,7 +384,13 @@ impl StorageUrl {
         Ok(Self { addr, tls })
     }
 
-    async fn request(&self, method: &str, path: &str, headers: &[(&str, String)], body: &[u8]) -> anyhow::Result<(u16, String)> {
+    async fn request(
+        &self,
+        method: &str,
+        path: &str,
+        headers: &[(&str, String)],
+        body: &[u8],
+    ) -> anyhow::Result<(u16, String)> {
         request_tls(self.tls.as_ref(), self.addr, method, path, headers, body).await
     }
 }

@@ -96,7 +96,8 @@ async fn exchange(
     headers: &[(&str, String)],
     body: &[u8],
 ) -> anyhow::Result<(u16, String)> {
-    let mut head = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Length: {}\r\n", body.len());
+    let mut head =
+        format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Length: {}\r\n", body.len());
     for (k, v) in headers {
         head.push_str(&format!("{k}: {v}\r\n"));
     }
@@ -167,7 +168,6 @@ pub fn error_message(body: &str) -> String {
         .and_then(|v| v["error"].as_str().map(str::to_string))
         .unwrap_or_else(|| body.trim().to_string())
 }
-
 
 #[cfg(test)]
 mod tests {

@@ -172,7 +172,8 @@ impl ServerArg {
 
     /// The URL as it may be shown: its password and token hidden.
     pub fn shown(&self) -> String {
-        fencelock::backend::BackendUrl::parse(&self.server).map_or_else(|_| "(a malformed URL)".into(), |u| u.to_string())
+        fencelock::backend::BackendUrl::parse(&self.server)
+            .map_or_else(|_| "(a malformed URL)".into(), |u| u.to_string())
     }
 }
 
@@ -289,7 +290,8 @@ mod tests {
             assert_eq!(arg.get_env().and_then(|e| e.to_str()), Some("FENCELOCK_AUTH_TOKEN"), "{path:?}");
             assert!(arg.is_hide_env_values_set(), "{path:?}");
         }
-        let parsed = Cli::try_parse_from(["fencelock", "locks", "--server", "http://h:1", "--auth-token", SECRET]).unwrap();
+        let parsed =
+            Cli::try_parse_from(["fencelock", "locks", "--server", "http://h:1", "--auth-token", SECRET]).unwrap();
         assert!(!format!("{parsed:?}").contains(SECRET));
         let parsed = Cli::try_parse_from(["fencelock", "cluster", "status", "--auth-token", SECRET]).unwrap();
         assert!(!format!("{parsed:?}").contains(SECRET));

@@ -101,20 +101,13 @@ fn spawn(cmd: &[String], guard: &Guard) -> std::io::Result<Child> {
         .kill_on_drop(true);
     // SAFETY: the closure only calls prctl(2), which is async-signal-safe.
     unsafe {
-        c.pre_exec(|| {
-            nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(std::io::Error::from)
-        });
+        c.pre_exec(|| nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(std::io::Error::from));
     }
     c.spawn()
 }
 
 /// Wait for the child while watching the lease; forward SIGTERM/SIGINT/SIGHUP.
-async fn supervise(
-    child: &mut Child,
-    pgid: Option<Pid>,
-    guard: Guard,
-    grace: Duration,
-) -> anyhow::Result<ExitCode> {
+async fn supervise(child: &mut Child, pgid: Option<Pid>, guard: Guard, grace: Duration) -> anyhow::Result<ExitCode> {
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;
     let mut hup = signal(SignalKind::hangup())?;

@@ -282,7 +282,8 @@ fn resolve(a: ServeArgs) -> anyhow::Result<(fencelock_server::Config, String)> {
     let quotas = resolve_quotas(&a.quotas, &file);
     let audit_log = a.audit_log.clone().or(file.audit_log.clone());
     let (tls, insecure) = resolve_tls(a.tls, &file)?;
-    let mut c = fencelock_server::Config::new(a.data_dir.or(file.data_dir).unwrap_or_else(|| "./fencelock-data".into()));
+    let mut c =
+        fencelock_server::Config::new(a.data_dir.or(file.data_dir).unwrap_or_else(|| "./fencelock-data".into()));
     if let Some(l) = a.listen.or(file.listen) {
         c.grpc_listen = l;
     }
@@ -461,17 +462,26 @@ mod tests {
     fn config_file_settings_and_their_precedence() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("node.toml");
-        std::fs::write(&path, "node_id = 2\npeers = \"1=127.0.0.1:7070,2=127.0.0.1:7170\"\nelection_timeout = \"300ms\"\n")
-            .unwrap();
+        std::fs::write(
+            &path,
+            "node_id = 2\npeers = \"1=127.0.0.1:7070,2=127.0.0.1:7170\"\nelection_timeout = \"300ms\"\n",
+        )
+        .unwrap();
         let listen = |port: u16| Some(SocketAddr::from(([127, 0, 0, 1], port)));
-        let (c, _) =
-            resolve(ServeArgs { config: Some(path.clone()), heartbeat: Some(Duration::from_millis(80)), listen: listen(7170), ..args() })
-                .unwrap();
+        let (c, _) = resolve(ServeArgs {
+            config: Some(path.clone()),
+            heartbeat: Some(Duration::from_millis(80)),
+            listen: listen(7170),
+            ..args()
+        })
+        .unwrap();
         assert_eq!(c.node_id, 2);
         assert_eq!(c.election_timeout, Duration::from_millis(300));
         assert_eq!(c.heartbeat, Duration::from_millis(80));
         assert_eq!(c.advertise.as_deref(), Some("127.0.0.1:7170"));
-        let (c, _) = resolve(ServeArgs { config: Some(path.clone()), node_id: Some(1), listen: listen(7070), ..args() }).unwrap();
+        let (c, _) =
+            resolve(ServeArgs { config: Some(path.clone()), node_id: Some(1), listen: listen(7070), ..args() })
+                .unwrap();
         assert_eq!(c.advertise.as_deref(), Some("127.0.0.1:7070"));
         let e = resolve(ServeArgs { config: Some(path.clone()), node_id: Some(7), ..args() }).unwrap_err();
         assert!(e.to_string().contains("not among the peers"), "{e}");
@@ -486,7 +496,8 @@ mod tests {
     fn quotas_and_audit_log_from_flags_and_file() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("c.toml");
-        std::fs::write(&path, "max_leases_per_identity = 5\nmax_waiters = 7\naudit_log = \"/var/log/fl.audit\"\n").unwrap();
+        std::fs::write(&path, "max_leases_per_identity = 5\nmax_waiters = 7\naudit_log = \"/var/log/fl.audit\"\n")
+            .unwrap();
         let quotas = QuotaArgs { max_waiters: Some(9), max_rps_per_identity: Some(3), ..QuotaArgs::default() };
         let (c, _) = resolve(ServeArgs { config: Some(path), quotas, ..args() }).unwrap();
         assert_eq!(c.limits.per_identity.leases, 5);

@@ -122,7 +122,9 @@ fn lock_server(raw: &str, flag_token: Option<&AuthToken>) -> anyhow::Result<Lock
         Scheme,
     };
     let url = BackendUrl::parse(raw).context("--lock-server")?;
-    let bad = |why: &str| anyhow::anyhow!("--lock-server {url}: {why} (expected http://host:port or https://host:port?ca=ca.pem, the lock service's admin HTTP)");
+    let bad = |why: &str| {
+        anyhow::anyhow!("--lock-server {url}: {why} (expected http://host:port or https://host:port?ca=ca.pem, the lock service's admin HTTP)")
+    };
     if url.scheme != Scheme::Native {
         return Err(bad("not a fencelock server URL"));
     }
@@ -206,9 +208,8 @@ async fn serve(a: StorageArgs) -> anyhow::Result<ExitCode> {
         bail!("--lock-server-token needs --lock-server");
     }
     config.check_exposure(a.listen).map_err(anyhow::Error::msg)?;
-    let listener = tokio::net::TcpListener::bind(a.listen)
-        .await
-        .with_context(|| format!("cannot listen on {}", a.listen))?;
+    let listener =
+        tokio::net::TcpListener::bind(a.listen).await.with_context(|| format!("cannot listen on {}", a.listen))?;
     let addr = listener.local_addr()?;
     let scheme = if config.tls.is_some() { "https" } else { "http" };
     let mut term = signal(SignalKind::terminate())?;

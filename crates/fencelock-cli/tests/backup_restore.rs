@@ -76,7 +76,15 @@ fn restore_refuses_a_used_dir_a_foreign_file_and_an_unknown_version() {
     let cases = [
         (good.clone(), used.clone(), "is not empty"),
         (serde_json::json!({"hello": 1}), tmp.path().join("n1"), "not a fencelock backup"),
-        ({ let mut v = good.clone(); v["version"] = 99.into(); v }, tmp.path().join("n2"), "version 99 is not one this binary reads"),
+        (
+            {
+                let mut v = good.clone();
+                v["version"] = 99.into();
+                v
+            },
+            tmp.path().join("n2"),
+            "version 99 is not one this binary reads",
+        ),
     ];
     for (i, (doc, dir, why)) in cases.into_iter().enumerate() {
         let file = tmp.path().join(format!("b{i}.json"));

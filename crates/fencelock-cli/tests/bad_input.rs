@@ -37,7 +37,11 @@ async fn grpc_rejects_each_bad_input_clearly() {
     };
     for name in ["", &"x".repeat(513), "a\nb", "tab\there", "\u{7f}"] {
         assert_status(c.acquire(acq(name, 0, 0)).await, Code::InvalidArgument, "invalid lock name");
-        assert_status(c.check(CheckRequest { lock: name.into(), token: 1 }).await, Code::InvalidArgument, "invalid lock name");
+        assert_status(
+            c.check(CheckRequest { lock: name.into(), token: 1 }).await,
+            Code::InvalidArgument,
+            "invalid lock name",
+        );
     }
     assert_status(c.acquire(acq("ok", 3_600_001, 0)).await, Code::InvalidArgument, "invalid wait");
     assert_status(c.acquire(acq("ok", 0, 60_001)).await, Code::InvalidArgument, "invalid lock_delay");

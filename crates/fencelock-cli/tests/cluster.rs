@@ -40,7 +40,8 @@ async fn leader_killed_under_load_loses_no_acknowledged_grant() {
         let (client, tokens, stop) = (client.clone(), tokens.clone(), stop.clone());
         load.push(tokio::spawn(async move {
             while !stop.load(std::sync::atomic::Ordering::SeqCst) {
-                let opts = LockOptions { ttl: Duration::from_secs(2), wait: Duration::from_secs(3), ..LockOptions::default() };
+                let opts =
+                    LockOptions { ttl: Duration::from_secs(2), wait: Duration::from_secs(3), ..LockOptions::default() };
                 if let Ok(Acquire::Acquired(g)) = client.lock("load").options(opts).acquire().await {
                     // Recorded before the release: grant order is record order.
                     tokens.lock().unwrap().push(g.token());
@@ -121,7 +122,12 @@ async fn membership_three_four_five_three_removing_the_leader() {
         let mut voters = c.voters(leader);
         voters.sort();
         assert_eq!(voters, (1..=id).collect::<Vec<_>>(), "after adding {id}");
-        assert!(c.nodes[i].status().is_some(), "node {id} answers: {:?}\n{}", c.nodes[i].admin_get("/v1/cluster"), c.logs());
+        assert!(
+            c.nodes[i].status().is_some(),
+            "node {id} answers: {:?}\n{}",
+            c.nodes[i].admin_get("/v1/cluster"),
+            c.logs()
+        );
         tokens.push(cycle(&client, "probe").await.unwrap_or_else(|| c.fail("no grant")));
     }
     // Remove the leader, then one more.
@@ -129,7 +135,8 @@ async fn membership_three_four_five_three_removing_the_leader() {
     let leader_id = c.nodes[leader].id;
     let out = c.cluster_cli(&["remove", &leader_id.to_string()]);
     assert!(out.status.success(), "remove the leader: {}", support::stderr(&out));
-    let (new, _) = c.wait_leader(Some(leader_id), Duration::from_secs(10)).unwrap_or_else(|| c.fail("no leader after removal"));
+    let (new, _) =
+        c.wait_leader(Some(leader_id), Duration::from_secs(10)).unwrap_or_else(|| c.fail("no leader after removal"));
     let other = c.nodes.iter().map(|n| n.id).find(|id| *id != leader_id && *id != c.nodes[new].id).unwrap();
     let out = c.cluster_cli(&["remove", &other.to_string()]);
     assert!(out.status.success(), "remove node {other}: {}", support::stderr(&out));

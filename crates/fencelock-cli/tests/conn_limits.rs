@@ -168,7 +168,10 @@ async fn idle_timeout_does_not_cut_a_healthy_holder() {
     assert!(client.check("idle/holder", guard.token()).await.expect("check").current, "the lock was lost");
     assert!(guard.release().await.expect("release"), "the release found the lock held");
     let body = metrics(&server).await;
-    assert!(metric(&body, "fencelock_connections_idle_closed_total") >= 1, "the client's connection was never idle-closed:\n{body}");
+    assert!(
+        metric(&body, "fencelock_connections_idle_closed_total") >= 1,
+        "the client's connection was never idle-closed:\n{body}"
+    );
 }
 
 /// An HTTP request whose headers never finish (a slow-loris client) has its
@@ -195,7 +198,11 @@ async fn issue_14_an_oversized_request_is_refused_before_it_is_decoded() {
     assert_eq!(status.code(), tonic::Code::OutOfRange, "{status:?}");
     let ok = AcquireRequest { request_id: 2, lease_id: 1, lock: "x".repeat(512), ..Default::default() };
     let status = c.acquire(ok).await.expect_err("lease 1 does not exist");
-    assert_ne!(status.code(), tonic::Code::OutOfRange, "a request of the largest legitimate size is decoded: {status:?}");
+    assert_ne!(
+        status.code(),
+        tonic::Code::OutOfRange,
+        "a request of the largest legitimate size is decoded: {status:?}"
+    );
 }
 
 /// A source that opens connections in a loop, closing each at once (as a
@@ -212,7 +219,10 @@ async fn a_source_opening_connections_in_a_loop_is_held_to_its_rate() {
     for _ in 0..LOOP {
         let socket = TcpSocket::new_v4().expect("socket");
         socket.bind(SocketAddr::from(([127, 0, 0, 2], 0))).expect("bind 127.0.0.2");
-        let conn = tokio::time::timeout(BOUND, socket.connect(server.grpc)).await.expect("connect within the bound").expect("connect");
+        let conn = tokio::time::timeout(BOUND, socket.connect(server.grpc))
+            .await
+            .expect("connect within the bound")
+            .expect("connect");
         drop(conn);
     }
     // At most 6 + 1 a second of the loop's connections are admitted; the
@@ -226,8 +236,9 @@ async fn a_source_opening_connections_in_a_loop_is_held_to_its_rate() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
     assert!(refused >= LOOP - 10, "{refused} of {LOOP} refused by the rate limit");
-    let (out, server) = tokio::task::spawn_blocking(move || (cli(&server, &["acquire", "rate/other-source", "--ttl", "30s"]), server))
-        .await
-        .expect("join");
+    let (out, server) =
+        tokio::task::spawn_blocking(move || (cli(&server, &["acquire", "rate/other-source", "--ttl", "30s"]), server))
+            .await
+            .expect("join");
     assert!(out.status.success(), "another source is served: {}\n{}", stderr(&out), server.log_text());
 }

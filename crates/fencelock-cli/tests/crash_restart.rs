@@ -43,9 +43,8 @@ async fn held_leases_and_tokens_survive_sigkill_restarts() {
     // Workers contend on another lock through all restarts and record their tokens.
     let stop = Arc::new(AtomicBool::new(false));
     let seen = Arc::new(Mutex::new(Vec::<(usize, u64)>::new()));
-    let workers: Vec<_> = (0..WORKERS)
-        .map(|w| tokio::spawn(worker(w, client.clone(), stop.clone(), seen.clone())))
-        .collect();
+    let workers: Vec<_> =
+        (0..WORKERS).map(|w| tokio::spawn(worker(w, client.clone(), stop.clone(), seen.clone()))).collect();
 
     for i in 0..RESTARTS {
         tokio::time::sleep(Duration::from_millis(150)).await;

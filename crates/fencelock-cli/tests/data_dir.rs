@@ -135,7 +135,8 @@ fn a_first_start_creates_the_data_dir_and_says_so_on_one_line() {
     let mut s = Serve::start(tmp.path(), &data, &[]);
     assert!(s.healthy(), "{}", s.log());
     let log = s.log();
-    let line = log.lines().find(|l| l.contains("new data dir")).unwrap_or_else(|| panic!("no first-start line:\n{log}"));
+    let line =
+        log.lines().find(|l| l.contains("new data dir")).unwrap_or_else(|| panic!("no first-start line:\n{log}"));
     assert!(line.contains("forms a new group, cluster id"), "{line}");
     s.kill();
     // A restart on the same data is not a first start.

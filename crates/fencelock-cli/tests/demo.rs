@@ -32,6 +32,9 @@ fn demo_fences_off_the_paused_holder() {
 /// The token in the line `WHO acquired "demo-ledger": token N, …`.
 fn token_of(text: &str, who: &str) -> u64 {
     let prefix = format!("{who} acquired \"demo-ledger\": token ");
-    let rest = text.lines().find_map(|l| l.split_once(&prefix).map(|(_, r)| r)).unwrap_or_else(|| panic!("{who} acquired: {text}"));
+    let rest = text
+        .lines()
+        .find_map(|l| l.split_once(&prefix).map(|(_, r)| r))
+        .unwrap_or_else(|| panic!("{who} acquired: {text}"));
     rest.split(',').next().unwrap().trim().parse().unwrap_or_else(|e| panic!("{rest:?}: {e}"))
 }

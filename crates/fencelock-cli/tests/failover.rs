@@ -61,7 +61,8 @@ fn every_command(servers: &str, env: &[(&str, &str)], args: &[&str], lock: &str)
     let child = ["--", "sh", "-c", "echo \"$FENCELOCK_TOKEN\""];
     let run = fencelock(servers, env, &[&["run", lock, "--ttl", "10s", "--wait", "10s"], args, &child].concat());
     assert!(run.status.success(), "{}: exit {:?}: {}", what("run"), run.status.code(), stderr(&run));
-    let ran: u64 = stdout(&run).trim().parse().unwrap_or_else(|e| panic!("run's child printed no token ({e}): {run:?}"));
+    let ran: u64 =
+        stdout(&run).trim().parse().unwrap_or_else(|e| panic!("run's child printed no token ({e}): {run:?}"));
     assert!(ran > token.parse::<u64>().unwrap(), "run got token {ran} after {token}");
 }
 
@@ -122,7 +123,10 @@ fn every_command_over_tls_with_a_token_and_the_first_listed_node_down() {
     let init = Command::new(bin()).args(["certs", "init", "--dir", &s(&certs), "--nodes", "3"]).output().unwrap();
     assert!(init.status.success(), "certs init: {}", stderr(&init));
     let auth = dir.path().join("auth.toml");
-    let added = Command::new(bin()).args(["auth", "add-token", "ops", "--role", "admin", "--file", &s(&auth)]).output().unwrap();
+    let added = Command::new(bin())
+        .args(["auth", "add-token", "ops", "--role", "admin", "--file", &s(&auth)])
+        .output()
+        .unwrap();
     assert!(added.status.success(), "add-token: {}", stderr(&added));
     let token = stdout(&added).trim().to_string();
 
@@ -189,7 +193,12 @@ impl TlsGroup {
             if out.status.success() {
                 return;
             }
-            assert!(start.elapsed() < Duration::from_secs(30), "the TLS group never served: {}\n{}", stderr(&out), self.logs());
+            assert!(
+                start.elapsed() < Duration::from_secs(30),
+                "the TLS group never served: {}\n{}",
+                stderr(&out),
+                self.logs()
+            );
             std::thread::sleep(Duration::from_millis(100));
         }
     }

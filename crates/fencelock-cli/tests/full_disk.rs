@@ -23,8 +23,16 @@ struct Tmpfs(PathBuf);
 impl Tmpfs {
     fn mount(at: &Path, size: &str) -> Tmpfs {
         std::fs::create_dir_all(at).unwrap();
-        let out = Command::new("mount").args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"]).arg(at).output().unwrap();
-        assert!(out.status.success(), "this test mounts a small tmpfs and needs root: {}", String::from_utf8_lossy(&out.stderr));
+        let out = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(at)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "this test mounts a small tmpfs and needs root: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         Tmpfs(at.to_path_buf())
     }
 }

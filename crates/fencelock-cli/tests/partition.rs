@@ -13,7 +13,9 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use support::cluster::{assert_increasing, assert_not_lost, client, cycle, hold, holder_token, Cluster, NEW_LEADER_WITHIN};
+use support::cluster::{
+    assert_increasing, assert_not_lost, client, cycle, hold, holder_token, Cluster, NEW_LEADER_WITHIN,
+};
 use support::netns::Net;
 
 fn net() -> Option<Net> {
@@ -38,7 +40,9 @@ async fn an_isolated_leader_grants_nothing_and_the_majority_goes_on() {
     let old = c.must_lead("before the partition");
     let old_id = c.nodes[old].id;
     net.isolate(old_id as usize);
-    let (_, took) = c.wait_leader(Some(old_id), Duration::from_secs(10)).unwrap_or_else(|| c.fail("the majority elected no leader"));
+    let (_, took) = c
+        .wait_leader(Some(old_id), Duration::from_secs(10))
+        .unwrap_or_else(|| c.fail("the majority elected no leader"));
     assert!(took <= NEW_LEADER_WITHIN + Duration::from_secs(1), "the majority took {took:?} to elect a leader");
     tokens.push(cycle(&client, "probe").await.unwrap_or_else(|| c.fail("no grant from the majority")));
 

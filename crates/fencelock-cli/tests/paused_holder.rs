@@ -11,7 +11,10 @@ use std::{
     time::{Duration, Instant},
 };
 
-use nix::{sys::signal::{kill, Signal}, unistd::Pid};
+use nix::{
+    sys::signal::{kill, Signal},
+    unistd::Pid,
+};
 use support::{cli, stdout, Server};
 
 #[test]
@@ -20,9 +23,23 @@ fn paused_runner_loses_lock_and_its_child_is_killed() {
     let server = Server::start(tmp.path());
     let pidfile = tmp.path().join("child.pid");
     let tokfile = tmp.path().join("child.token");
-    let script = format!("echo $FENCELOCK_TOKEN > {}; echo $$ > {}; exec sleep 60", tokfile.display(), pidfile.display());
+    let script =
+        format!("echo $FENCELOCK_TOKEN > {}; echo $$ > {}; exec sleep 60", tokfile.display(), pidfile.display());
     let mut runner = Command::new(support::bin())
-        .args(["run", "paused", "--ttl", "1s", "--kill-grace", "1s", "--server", &server.url(), "--", "sh", "-c", &script])
+        .args([
+            "run",
+            "paused",
+            "--ttl",
+            "1s",
+            "--kill-grace",
+            "1s",
+            "--server",
+            &server.url(),
+            "--",
+            "sh",
+            "-c",
+            &script,
+        ])
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();

@@ -23,7 +23,10 @@ use std::{
 };
 
 use fencelock::{Acquire, Client};
-use nix::{sys::signal::{kill, Signal}, unistd::Pid};
+use nix::{
+    sys::signal::{kill, Signal},
+    unistd::Pid,
+};
 use support::{http_request, Server, Storage};
 
 const TEST: &str = "paused_holders_lose_no_acknowledged_append";

@@ -89,7 +89,10 @@ fn two_runners_never_overlap(url: &str, fenced: bool) {
             thread::spawn(move || {
                 for _ in 0..RUNS_PER_RUNNER {
                     let out = Command::new(bin())
-                        .args(["run", "nightly", "--ttl", "2s", "--wait", "30s", "--server", &url, "--", "sh", "-c", &script])
+                        .args([
+                            "run", "nightly", "--ttl", "2s", "--wait", "30s", "--server", &url, "--", "sh", "-c",
+                            &script,
+                        ])
                         .output()
                         .expect("run fencelock run");
                     assert!(out.status.success(), "fencelock run failed: {}", String::from_utf8_lossy(&out.stderr));

@@ -37,7 +37,8 @@ struct Proc {
 
 impl Proc {
     fn spawn(cmd: &mut Command, log: PathBuf) -> Proc {
-        let child = cmd.stdout(Stdio::null()).stderr(std::fs::File::create(&log).unwrap()).spawn().expect("spawn fencelock");
+        let child =
+            cmd.stdout(Stdio::null()).stderr(std::fs::File::create(&log).unwrap()).spawn().expect("spawn fencelock");
         Proc { child, log }
     }
 
@@ -53,9 +54,14 @@ impl Drop for Proc {
     }
 }
 
-
 /// One HTTPS request with `Connection: close`: (status, body).
-async fn https(addr: SocketAddr, tls: &Arc<rustls::ClientConfig>, method: &str, path: &str, headers: &[(&str, String)]) -> std::io::Result<(u16, String)> {
+async fn https(
+    addr: SocketAddr,
+    tls: &Arc<rustls::ClientConfig>,
+    method: &str,
+    path: &str,
+    headers: &[(&str, String)],
+) -> std::io::Result<(u16, String)> {
     let tcp = tokio::net::TcpStream::connect(addr).await?;
     let name = rustls::pki_types::ServerName::IpAddress(addr.ip().into());
     let mut stream = tokio_rustls::TlsConnector::from(tls.clone()).connect(name, tcp).await?;
@@ -112,17 +118,44 @@ async fn storage_over_tls_with_a_tls_lock_service_and_the_demo_client() {
     let certs = make_certs(&dir.path().join("certs"));
     let ca = certs.join("ca.pem");
     let (grpc, admin, store) = (free_port(), free_port(), free_port());
-    let (grpc, admin, store) = (SocketAddr::from(([127, 0, 0, 1], grpc)), SocketAddr::from(([127, 0, 0, 1], admin)), SocketAddr::from(([127, 0, 0, 1], store)));
+    let (grpc, admin, store) = (
+        SocketAddr::from(([127, 0, 0, 1], grpc)),
+        SocketAddr::from(([127, 0, 0, 1], admin)),
+        SocketAddr::from(([127, 0, 0, 1], store)),
+    );
     let lock = Proc::spawn(
         Command::new(bin())
-            .args(["serve", "--data-dir", &s(&dir.path().join("lock")), "--listen", &grpc.to_string(), "--http", &admin.to_string()])
-            .args(["--tls-cert", &s(&certs.join("node1.pem")), "--tls-key", &s(&certs.join("node1.key")), "--tls-ca", &s(&ca)]),
+            .args([
+                "serve",
+                "--data-dir",
+                &s(&dir.path().join("lock")),
+                "--listen",
+                &grpc.to_string(),
+                "--http",
+                &admin.to_string(),
+            ])
+            .args([
+                "--tls-cert",
+                &s(&certs.join("node1.pem")),
+                "--tls-key",
+                &s(&certs.join("node1.key")),
+                "--tls-ca",
+                &s(&ca),
+            ]),
         dir.path().join("lock.log"),
     );
     let tls = trusting(&ca);
     let storage = Proc::spawn(
         Command::new(bin())
-            .args(["storage", "--data-dir", &s(&dir.path().join("storage")), "--listen", &store.to_string(), "--token-margin", "0"])
+            .args([
+                "storage",
+                "--data-dir",
+                &s(&dir.path().join("storage")),
+                "--listen",
+                &store.to_string(),
+                "--token-margin",
+                "0",
+            ])
             .args(["--lock-server", &format!("https://{admin}?ca={}", s(&ca))])
             .env("FENCELOCK_STORAGE_TLS_CERT", certs.join("node1.pem"))
             .env("FENCELOCK_STORAGE_TLS_KEY", certs.join("node1.key")),
@@ -169,7 +202,10 @@ async fn storage_off_loopback_needs_tls_or_insecure() {
     assert!(!data.exists(), "nothing is written for a refused start");
 
     let local = SocketAddr::from(([127, 0, 0, 1], port));
-    let insecure = Proc::spawn(Command::new(bin()).args(["storage", "--data-dir", &s(&data), "--listen", &listen, "--insecure"]), dir.path().join("insecure.log"));
+    let insecure = Proc::spawn(
+        Command::new(bin()).args(["storage", "--data-dir", &s(&data), "--listen", &listen, "--insecure"]),
+        dir.path().join("insecure.log"),
+    );
     let start = Instant::now();
     while !matches!(http_get(local, "/healthz"), Ok((200, _))) {
         assert!(start.elapsed() < Duration::from_secs(20), "--insecure did not serve: {}", insecure.log_text());
@@ -180,12 +216,13 @@ async fn storage_off_loopback_needs_tls_or_insecure() {
     let certs = make_certs(&dir.path().join("certs"));
     let port = free_port();
     let listen = format!("0.0.0.0:{port}");
-    let secure = Proc::spawn(
-        Command::new(bin())
-            .args(["storage", "--data-dir", &s(&dir.path().join("tls")), "--listen", &listen])
-            .args(["--tls-cert", &s(&certs.join("node1.pem")), "--tls-key", &s(&certs.join("node1.key"))]),
-        dir.path().join("secure.log"),
-    );
+    let secure =
+        Proc::spawn(
+            Command::new(bin())
+                .args(["storage", "--data-dir", &s(&dir.path().join("tls")), "--listen", &listen])
+                .args(["--tls-cert", &s(&certs.join("node1.pem")), "--tls-key", &s(&certs.join("node1.key"))]),
+            dir.path().join("secure.log"),
+        );
     wait_https_healthy(SocketAddr::from(([127, 0, 0, 1], port)), &trusting(&certs.join("ca.pem")), &secure).await;
 }
 
@@ -206,14 +243,28 @@ fn storage_tls_errors_name_the_file() {
     let out = run(&certs.join("node1.pem"), &certs.join("client.key"));
     assert_eq!(out.status.code(), Some(70));
     let err = stderr(&out);
-    assert!(err.contains(&format!("the private key {} does not match the certificate {}", s(&certs.join("client.key")), s(&certs.join("node1.pem")))), "{err}");
+    assert!(
+        err.contains(&format!(
+            "the private key {} does not match the certificate {}",
+            s(&certs.join("client.key")),
+            s(&certs.join("node1.pem"))
+        )),
+        "{err}"
+    );
     let missing = dir.path().join("nope.pem");
     let out = run(&missing, &certs.join("node1.key"));
     assert_eq!(out.status.code(), Some(70));
     assert!(stderr(&out).contains(&format!("cannot read the certificate {}", s(&missing))), "{}", stderr(&out));
     let out = run(&certs.join("node1.key"), &certs.join("node1.key"));
     assert_eq!(out.status.code(), Some(70));
-    assert!(stderr(&out).contains(&format!("the certificate {} holds no PEM certificate", s(&certs.join("node1.key")))), "{}", stderr(&out));
-    let out = Command::new(bin()).args(["storage", "--require-client-cert", "--tls-cert", "c", "--tls-key", "k"]).output().unwrap();
+    assert!(
+        stderr(&out).contains(&format!("the certificate {} holds no PEM certificate", s(&certs.join("node1.key")))),
+        "{}",
+        stderr(&out)
+    );
+    let out = Command::new(bin())
+        .args(["storage", "--require-client-cert", "--tls-cert", "c", "--tls-key", "k"])
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(2), "--require-client-cert needs --client-ca: {}", stderr(&out));
 }

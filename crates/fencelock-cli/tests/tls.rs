@@ -140,19 +140,35 @@ async fn tls_clients_served_plaintext_and_strangers_refused() {
     let t2 = acquire_token(&mtls, "b").await;
     assert!(t2 > t1, "tokens increase: {t1} then {t2}");
 
-    let plain = Client::builder(format!("http://{}", node.grpc)).connect_timeout(Duration::from_secs(2)).rpc_timeout(Duration::from_secs(2)).connect().await;
+    let plain = Client::builder(format!("http://{}", node.grpc))
+        .connect_timeout(Duration::from_secs(2))
+        .rpc_timeout(Duration::from_secs(2))
+        .connect()
+        .await;
     let plain_failed = match plain {
         Err(_) => true,
         Ok(p) => p.list("", 1).await.is_err(),
     };
     assert!(plain_failed, "a plaintext client must not be served by a TLS node");
-    let stranger = Client::builder(&url).tls(tls_of(&other, false)).connect_timeout(Duration::from_secs(2)).rpc_timeout(Duration::from_secs(2)).connect().await;
+    let stranger = Client::builder(&url)
+        .tls(tls_of(&other, false))
+        .connect_timeout(Duration::from_secs(2))
+        .rpc_timeout(Duration::from_secs(2))
+        .connect()
+        .await;
     let Err(err) = stranger else { panic!("a client trusting another CA must not connect") };
     assert!(format!("{err}").to_lowercase().contains("certificate"), "the error names the certificate: {err}");
 
     // The CLI: the same through --tls-ca, and a clear error without it.
     let ok = Command::new(bin())
-        .args(["acquire", "cli-lock", "--server", &format!("fencelock://{}", node.grpc), "--tls-ca", &s(&certs.join("ca.pem"))])
+        .args([
+            "acquire",
+            "cli-lock",
+            "--server",
+            &format!("fencelock://{}", node.grpc),
+            "--tls-ca",
+            &s(&certs.join("ca.pem")),
+        ])
         .output()
         .unwrap();
     assert!(ok.status.success(), "CLI over TLS: {}", stderr(&ok));
@@ -173,7 +189,12 @@ async fn required_client_certificates() {
     let url = format!("https://{}", node.grpc);
     let with = tls_client(&url, tls_of(&certs, true)).await;
     acquire_token(&with, "x").await;
-    let without = Client::builder(&url).tls(tls_of(&certs, false)).connect_timeout(Duration::from_secs(2)).rpc_timeout(Duration::from_secs(2)).connect().await;
+    let without = Client::builder(&url)
+        .tls(tls_of(&certs, false))
+        .connect_timeout(Duration::from_secs(2))
+        .rpc_timeout(Duration::from_secs(2))
+        .connect()
+        .await;
     let refused = match without {
         Err(_) => true,
         Ok(c) => c.list("", 1).await.is_err(),
@@ -182,12 +203,17 @@ async fn required_client_certificates() {
 }
 
 /// A Raft client for `addr` presenting `identity` (cert, key), trusting `ca`.
-async fn raft_client(addr: SocketAddr, ca: &Path, identity: Option<(&Path, &Path)>) -> RaftClient<tonic::transport::Channel> {
+async fn raft_client(
+    addr: SocketAddr,
+    ca: &Path,
+    identity: Option<(&Path, &Path)>,
+) -> RaftClient<tonic::transport::Channel> {
     let mut tls = ClientTlsConfig::new().ca_certificate(Certificate::from_pem(std::fs::read(ca).unwrap()));
     if let Some((c, k)) = identity {
         tls = tls.identity(Identity::from_pem(std::fs::read(c).unwrap(), std::fs::read(k).unwrap()));
     }
-    let ch = Endpoint::from_shared(format!("https://{addr}")).unwrap().tls_config(tls).unwrap().connect().await.unwrap();
+    let ch =
+        Endpoint::from_shared(format!("https://{addr}")).unwrap().tls_config(tls).unwrap().connect().await.unwrap();
     RaftClient::new(ch)
 }
 
@@ -206,7 +232,8 @@ async fn raft_messages_only_from_members() {
     let before = acquire_token(&c, "t").await;
 
     let ca = certs.join("ca.pem");
-    let forged = RaftPayload { json: br#"{"vote":{"leader_id":{"term":99,"node_id":2},"committed":true},"meta":{}}"#.to_vec() };
+    let forged =
+        RaftPayload { json: br#"{"vote":{"leader_id":{"term":99,"node_id":2},"committed":true},"meta":{}}"#.to_vec() };
     let client_cert = (certs.join("client.pem"), certs.join("client.key"));
     for identity in [None, Some((client_cert.0.as_path(), client_cert.1.as_path()))] {
         let mut raft = raft_client(node.grpc, &ca, identity).await;
@@ -273,7 +300,7 @@ async fn certificates_rotate_without_a_restart_or_a_lost_lease() {
             let (mut before, mut after) = (0u32, 0u32);
             while !stop.load(std::sync::atomic::Ordering::Relaxed) {
                 let was_rotated = rotated.load(std::sync::atomic::Ordering::Relaxed);
-                match c.lock(&format!("load-{w}")).acquire().await {
+                match c.lock(format!("load-{w}")).acquire().await {
                     Ok(Acquire::Acquired(g)) => assert!(g.release().await.expect("release under rotation"), "released"),
                     other => panic!("acquire under rotation: {other:?}"),
                 }
@@ -288,16 +315,26 @@ async fn certificates_rotate_without_a_restart_or_a_lost_lease() {
     rotated.store(true, std::sync::atomic::Ordering::Relaxed);
     let start = Instant::now();
     loop {
-        let fresh = Client::builder(&url).tls(tls_of(&new, false)).connect_timeout(Duration::from_secs(1)).connect().await;
+        let fresh =
+            Client::builder(&url).tls(tls_of(&new, false)).connect_timeout(Duration::from_secs(1)).connect().await;
         if let Ok(c) = fresh {
             if c.list("", 1).await.is_ok() {
                 break;
             }
         }
-        assert!(start.elapsed() < Duration::from_secs(10), "the new certificate was not picked up:\n{}", node.log_text());
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "the new certificate was not picked up:\n{}",
+            node.log_text()
+        );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    let stale = Client::builder(&url).tls(tls_of(&old, false)).connect_timeout(Duration::from_secs(2)).rpc_timeout(Duration::from_secs(2)).connect().await;
+    let stale = Client::builder(&url)
+        .tls(tls_of(&old, false))
+        .connect_timeout(Duration::from_secs(2))
+        .rpc_timeout(Duration::from_secs(2))
+        .connect()
+        .await;
     assert!(stale.is_err(), "a client trusting only the old CA must be refused after the rotation");
     // Three TTLs on: the lease was kept alive through the rotation.
     tokio::time::sleep(Duration::from_secs(6)).await;
@@ -354,7 +391,13 @@ fn plaintext_on_a_shared_network_needs_insecure() {
 
     let mut ok = Command::new(bin())
         .args(["serve", "--data-dir", &s(&dir.path().join("d")), "--listen", &format!("0.0.0.0:{port}")])
-        .args(["--advertise", &format!("127.0.0.1:{port}"), "--http", &format!("127.0.0.1:{}", free_port()), "--insecure"])
+        .args([
+            "--advertise",
+            &format!("127.0.0.1:{port}"),
+            "--http",
+            &format!("127.0.0.1:{}", free_port()),
+            "--insecure",
+        ])
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
@@ -381,7 +424,12 @@ async fn admin_commands_over_tls() {
     let admin = node.http.to_string();
     let tls_args = ["--tls-ca", &s(&certs.join("ca.pem")), "--tls-cert", &s(&certs.join("client.pem"))];
     let key = ["--tls-key".to_string(), s(&certs.join("client.key"))];
-    let status = Command::new(bin()).args(["cluster", "status", "--json", "--admin", &admin]).args(tls_args).args(&key).output().unwrap();
+    let status = Command::new(bin())
+        .args(["cluster", "status", "--json", "--admin", &admin])
+        .args(tls_args)
+        .args(&key)
+        .output()
+        .unwrap();
     assert!(status.status.success(), "cluster status over TLS: {}", stderr(&status));
     assert!(stdout(&status).contains("\"leader\":1"), "{}", stdout(&status));
     let plain = Command::new(bin()).args(["cluster", "status", "--admin", &admin]).output().unwrap();
@@ -403,20 +451,30 @@ async fn tokens_and_permissions_from_the_cli() {
     let dir = tempfile::tempdir().unwrap();
     let certs = make_certs(&dir.path().join("certs"), 1);
     let file = dir.path().join("auth.toml");
-    std::fs::write(&file, "[roles.batch]\nrules = [{ prefix = \"jobs/\", verbs = [\"acquire\", \"read\"] }]\n").unwrap();
+    std::fs::write(&file, "[roles.batch]\nrules = [{ prefix = \"jobs/\", verbs = [\"acquire\", \"read\"] }]\n")
+        .unwrap();
     let ops = add_token(&file, "ops", "admin");
     let batch = add_token(&file, "batch-runner", "batch");
     let refused = fencelock_as(None, &["auth", "add-token", "x", "--role", "nope", "--file", &s(&file)]);
     assert_eq!(refused.status.code(), Some(70), "an unknown role is refused: {}", stderr(&refused));
     assert!(stderr(&refused).contains("no role \"nope\""), "{}", stderr(&refused));
     let listed = fencelock_as(None, &["auth", "check", "--file", &s(&file)]);
-    assert!(stdout(&listed).contains("batch-runner\ttoken") && stdout(&listed).contains("acquire,read on \"jobs/\""), "{}", stdout(&listed));
+    assert!(
+        stdout(&listed).contains("batch-runner\ttoken") && stdout(&listed).contains("acquire,read on \"jobs/\""),
+        "{}",
+        stdout(&listed)
+    );
 
     let node = Node::start(dir.path(), &certs, 1, &["--auth-file".into(), s(&file)]);
     let server = format!("fencelock+tls://{}", node.grpc);
     let ca = s(&certs.join("ca.pem"));
     let (server, ca) = (server.as_str(), ca.as_str());
-    let run = |token, lock| fencelock_as(token, &["run", lock, "--server", server, "--tls-ca", ca, "--", "sh", "-c", "test -n \"$FENCELOCK_TOKEN\""]);
+    let run = |token, lock| {
+        fencelock_as(
+            token,
+            &["run", lock, "--server", server, "--tls-ca", ca, "--", "sh", "-c", "test -n \"$FENCELOCK_TOKEN\""],
+        )
+    };
     let start = Instant::now();
     while !run(Some(&batch), "jobs/nightly").status.success() {
         assert!(start.elapsed() < Duration::from_secs(30), "run with a token never succeeded: {}", node.log_text());
@@ -429,12 +487,18 @@ async fn tokens_and_permissions_from_the_cli() {
     assert_eq!(out.status.code(), Some(77), "a wrong token: {}", stderr(&out));
     let out = run(Some(&batch), "billing/x");
     assert_eq!(out.status.code(), Some(77), "outside its prefix: {}", stderr(&out));
-    assert!(stderr(&out).contains("permission denied: batch-runner may not acquire lock \"billing/x\""), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("permission denied: batch-runner may not acquire lock \"billing/x\""),
+        "{}",
+        stderr(&out)
+    );
 
     // Who holds it: the owner is shown to anyone who may read the lock.
-    let held = fencelock_as(Some(&batch), &["acquire", "jobs/held", "--ttl", "60s", "--server", server, "--tls-ca", ca]);
+    let held =
+        fencelock_as(Some(&batch), &["acquire", "jobs/held", "--ttl", "60s", "--server", server, "--tls-ca", ca]);
     assert!(held.status.success(), "{}", stderr(&held));
-    let locks = fencelock_as(Some(&batch), &["locks", "--prefix", "jobs/", "--json", "--server", server, "--tls-ca", ca]);
+    let locks =
+        fencelock_as(Some(&batch), &["locks", "--prefix", "jobs/", "--json", "--server", server, "--tls-ca", ca]);
     assert!(locks.status.success(), "{}", stderr(&locks));
     assert!(stdout(&locks).contains("\"owner\":\"batch-runner\""), "{}", stdout(&locks));
     let all = fencelock_as(Some(&batch), &["locks", "--server", server, "--tls-ca", ca]);
@@ -480,7 +544,8 @@ async fn a_group_with_a_peer_port_of_its_own() {
     let certs = make_certs(&dir.path().join("certs"), 3);
     let port = || SocketAddr::from(([127, 0, 0, 1], free_port()));
     let addrs: Vec<(SocketAddr, SocketAddr, SocketAddr)> = (0..3).map(|_| (port(), port(), port())).collect();
-    let peers = addrs.iter().enumerate().map(|(i, (g, _, p))| format!("{}={g}/{p}", i + 1)).collect::<Vec<_>>().join(",");
+    let peers =
+        addrs.iter().enumerate().map(|(i, (g, _, p))| format!("{}={g}/{p}", i + 1)).collect::<Vec<_>>().join(",");
     let nodes: Vec<Node> = addrs
         .iter()
         .enumerate()
@@ -502,8 +567,12 @@ async fn a_group_with_a_peer_port_of_its_own() {
     let mut on_peer_port = raft_client(addrs[0].2, &ca, Some((&member.0, &member.1))).await;
     let status = on_peer_port.vote(garbage.clone()).await.expect_err("garbage is refused");
     assert_eq!(status.code(), tonic::Code::InvalidArgument, "a member reaches Raft on the peer port: {status:?}");
-    let client_cert = Identity::from_pem(std::fs::read(certs.join("client.pem")).unwrap(), std::fs::read(certs.join("client.key")).unwrap());
-    let tls = ClientTlsConfig::new().ca_certificate(Certificate::from_pem(std::fs::read(&ca).unwrap())).identity(client_cert);
+    let client_cert = Identity::from_pem(
+        std::fs::read(certs.join("client.pem")).unwrap(),
+        std::fs::read(certs.join("client.key")).unwrap(),
+    );
+    let tls =
+        ClientTlsConfig::new().ca_certificate(Certificate::from_pem(std::fs::read(&ca).unwrap())).identity(client_cert);
     let stranger = async {
         let ch = Endpoint::from_shared(format!("https://{}", addrs[0].2))?.tls_config(tls)?.connect().await?;
         Ok::<_, Box<dyn std::error::Error>>(RaftClient::new(ch).vote(garbage).await?)
@@ -512,10 +581,15 @@ async fn a_group_with_a_peer_port_of_its_own() {
 
     let admin: Vec<String> = addrs.iter().map(|(_, h, _)| h.to_string()).collect();
     let tls_args = ["--tls-ca".to_string(), s(&ca)];
-    let status = Command::new(bin()).args(["cluster", "status", "--json", "--admin", &admin.join(",")]).args(&tls_args).output().unwrap();
+    let status = Command::new(bin())
+        .args(["cluster", "status", "--json", "--admin", &admin.join(",")])
+        .args(&tls_args)
+        .output()
+        .unwrap();
     assert!(status.status.success(), "{}", stderr(&status));
     let json: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
-    let shown: Vec<&str> = json["members"].as_array().unwrap().iter().map(|m| m["peer_addr"].as_str().unwrap_or("")).collect();
+    let shown: Vec<&str> =
+        json["members"].as_array().unwrap().iter().map(|m| m["peer_addr"].as_str().unwrap_or("")).collect();
     assert_eq!(shown, addrs.iter().map(|(_, _, p)| p.to_string()).collect::<Vec<_>>());
 
     // Remove node 3 through a follower: it hands the change to the leader's peer port.
@@ -523,7 +597,11 @@ async fn a_group_with_a_peer_port_of_its_own() {
     let follower = (1..=2u64).find(|id| *id != leader).unwrap();
     let via = admin[follower as usize - 1].clone();
     let third = if leader == 3 { 2 } else { 3 };
-    let removed = Command::new(bin()).args(["cluster", "remove", &third.to_string(), "--admin", &via]).args(&tls_args).output().unwrap();
+    let removed = Command::new(bin())
+        .args(["cluster", "remove", &third.to_string(), "--admin", &via])
+        .args(&tls_args)
+        .output()
+        .unwrap();
     assert!(removed.status.success(), "remove via follower {follower}: {}", stderr(&removed));
     let t2 = acquire_token(&c, "p2").await;
     assert!(t2 > t1);
@@ -543,16 +621,19 @@ async fn the_group_policy_from_the_cli() {
     let ops = add_token(&file, "ops", "admin");
     let port = || SocketAddr::from(([127, 0, 0, 1], free_port()));
     let addrs: Vec<(SocketAddr, SocketAddr, SocketAddr)> = (0..3).map(|_| (port(), port(), port())).collect();
-    let peers = addrs.iter().enumerate().map(|(i, (g, _, p))| format!("{}={g}/{p}", i + 1)).collect::<Vec<_>>().join(",");
+    let peers =
+        addrs.iter().enumerate().map(|(i, (g, _, p))| format!("{}={g}/{p}", i + 1)).collect::<Vec<_>>().join(",");
     let start = |i: usize| {
         let (g, h, p) = addrs[i];
-        let extra = ["--peers".into(), peers.clone(), "--peer-listen".into(), p.to_string(), "--auth-file".into(), s(&file)];
+        let extra =
+            ["--peers".into(), peers.clone(), "--peer-listen".into(), p.to_string(), "--auth-file".into(), s(&file)];
         Node::start_at(dir.path(), &certs, i as u64 + 1, g, h, &extra)
     };
     let mut nodes: Vec<Node> = (0..3).map(start).collect();
     let ca = s(&certs.join("ca.pem"));
     let admins: Vec<String> = addrs.iter().map(|(_, h, _)| h.to_string()).collect();
-    let servers = format!("fencelock+tls://{}", addrs.iter().map(|(g, _, _)| g.to_string()).collect::<Vec<_>>().join(","));
+    let servers =
+        format!("fencelock+tls://{}", addrs.iter().map(|(g, _, _)| g.to_string()).collect::<Vec<_>>().join(","));
     let auth = |token: &str, admin: &str, args: &[&str]| {
         let mut all = vec!["auth"];
         all.extend_from_slice(args);
@@ -560,7 +641,8 @@ async fn the_group_policy_from_the_cli() {
         fencelock_as(Some(token), &all)
     };
     let leader = || {
-        let out = fencelock_as(Some(&ops), &["cluster", "status", "--json", "--admin", &admins.join(","), "--tls-ca", &ca]);
+        let out =
+            fencelock_as(Some(&ops), &["cluster", "status", "--json", "--admin", &admins.join(","), "--tls-ca", &ca]);
         let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
         json["leader"].as_u64()
     };
@@ -581,7 +663,9 @@ async fn the_group_policy_from_the_cli() {
     let runner = stdout(&out).trim().to_string();
     assert!(runner.starts_with("flt_"), "{runner:?}");
 
-    let acquire = |token: &str, lock: &str| fencelock_as(Some(token), &["acquire", lock, "--ttl", "30s", "--server", &servers, "--tls-ca", &ca]);
+    let acquire = |token: &str, lock: &str| {
+        fencelock_as(Some(token), &["acquire", lock, "--ttl", "30s", "--server", &servers, "--tls-ca", &ca])
+    };
     let out = acquire(&runner, "jobs/a");
     assert!(out.status.success(), "the new token works at once: {}", stderr(&out));
     let out = acquire(&runner, "billing/a");
@@ -592,9 +676,17 @@ async fn the_group_policy_from_the_cli() {
     let out = auth(&ops, &admins[0], &["remove-role", "worker"]);
     assert!(!out.status.success() && stderr(&out).contains("in use"), "a role in use stays: {}", stderr(&out));
     let out = auth(&ops, &admins[0], &["add-token", "ops", "--role", "worker"]);
-    assert!(!out.status.success() && stderr(&out).contains("auth file"), "the file's admin cannot be shadowed: {}", stderr(&out));
+    assert!(
+        !out.status.success() && stderr(&out).contains("auth file"),
+        "the file's admin cannot be shadowed: {}",
+        stderr(&out)
+    );
     let listed = auth(&ops, &admins[2], &["list"]);
-    assert!(stdout(&listed).contains("runner") && stdout(&listed).contains("acquire,read on \"jobs/\""), "{}", stdout(&listed));
+    assert!(
+        stdout(&listed).contains("runner") && stdout(&listed).contains("acquire,read on \"jobs/\""),
+        "{}",
+        stdout(&listed)
+    );
     assert!(!stdout(&listed).contains("sha256"), "no hash is shown");
 
     // Restart every node: the policy is in the log, the token still works.
@@ -604,7 +696,11 @@ async fn the_group_policy_from_the_cli() {
     nodes = (0..3).map(start).collect();
     let started = Instant::now();
     while !acquire(&runner, "jobs/b").status.success() {
-        assert!(started.elapsed() < Duration::from_secs(30), "the token is gone after a restart: {}", nodes[0].log_text());
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "the token is gone after a restart: {}",
+            nodes[0].log_text()
+        );
         std::thread::sleep(Duration::from_millis(200));
     }
 

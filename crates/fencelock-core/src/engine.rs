@@ -44,10 +44,10 @@ mod restore;
 mod state;
 mod timers;
 
-#[cfg(test)]
-mod tests;
 #[cfg(all(test, feature = "mutants"))]
 mod mutant_tests;
+#[cfg(test)]
+mod tests;
 
 use std::collections::{BTreeMap, VecDeque};
 
@@ -136,10 +136,7 @@ impl Engine {
             }
             Input::Batch { now, cmds } => {
                 self.advance(*now, &mut out.effects);
-                out.replies = cmds
-                    .iter()
-                    .map(|c| self.apply(c, &mut out.effects))
-                    .collect();
+                out.replies = cmds.iter().map(|c| self.apply(c, &mut out.effects)).collect();
             }
         }
         out.next_deadline = self.next_deadline();
@@ -221,12 +218,10 @@ impl Engine {
         }
         for (name, lock) in &self.locks {
             if let Some(closed) = lock.closed {
-                self.timers
-                    .insert(closed.until, TimerKind::Reopen(name.clone()));
+                self.timers.insert(closed.until, TimerKind::Reopen(name.clone()));
             }
             for w in &lock.queue {
-                self.timers
-                    .insert(w.deadline, TimerKind::WaitEnd(w.lease, w.req));
+                self.timers.insert(w.deadline, TimerKind::WaitEnd(w.lease, w.req));
             }
         }
     }
@@ -237,12 +232,7 @@ impl Engine {
             Command::KeepAlive { req, lease } => self.keep_alive(*req, *lease),
             Command::Revoke { req, lease } => self.revoke(*req, *lease, fx),
             Command::Acquire(a) => self.acquire(a, fx),
-            Command::Release {
-                req,
-                lease,
-                lock,
-                token,
-            } => self.release(*req, *lease, lock, *token, fx),
+            Command::Release { req, lease, lock, token } => self.release(*req, *lease, lock, *token, fx),
             Command::CancelWait { req, lease, lock } => self.cancel_wait(*req, *lease, lock, fx),
             Command::As { caller, cmd } => self.apply_as(caller, cmd, fx),
             Command::Policy(_) => Reply::Rejected(EngineError::NotAdmin),
@@ -301,9 +291,7 @@ impl Engine {
     /// (Inside `advance`, a lease due at the current instant may not have been
     /// expired yet: it is not live.)
     fn is_live(&self, lease: LeaseId) -> bool {
-        self.leases
-            .get(&lease)
-            .is_some_and(|l| l.deadline > self.now)
+        self.leases.get(&lease).is_some_and(|l| l.deadline > self.now)
     }
 
     fn record(&mut self, lease: LeaseId, req: RequestId, outcome: Outcome) {
@@ -333,4 +321,3 @@ fn dead_waiter_mutant() -> bool {
 fn dead_waiter_mutant() -> bool {
     false
 }
-

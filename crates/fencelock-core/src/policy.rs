@@ -70,9 +70,10 @@ impl fmt::Display for Verb {
 impl std::str::FromStr for Verb {
     type Err = String;
     fn from_str(s: &str) -> Result<Verb, String> {
-        Verb::ALL.into_iter().find(|v| v.as_str() == s).ok_or_else(|| {
-            format!("unknown verb {s:?} (the verbs: acquire, check, read, admin)")
-        })
+        Verb::ALL
+            .into_iter()
+            .find(|v| v.as_str() == s)
+            .ok_or_else(|| format!("unknown verb {s:?} (the verbs: acquire, check, read, admin)"))
     }
 }
 
@@ -241,9 +242,14 @@ impl Policy {
         if let Some(r) = def.roles.iter().find(|r| self.role(r).is_none()) {
             return Err(invalid(format!("identity {name:?}: no role {r:?}")));
         }
-        let clash = self.identities.iter().find(|(other, d)| other.as_str() != name && same_credential(&d.credential, &def.credential));
+        let clash = self
+            .identities
+            .iter()
+            .find(|(other, d)| other.as_str() != name && same_credential(&d.credential, &def.credential));
         if let Some((other, _)) = clash {
-            return Err(invalid(format!("identity {name:?}: identity {other:?} already has this token id or certificate CN")));
+            return Err(invalid(format!(
+                "identity {name:?}: identity {other:?} already has this token id or certificate CN"
+            )));
         }
         if !self.identities.contains_key(name) && self.identities.len() >= MAX_IDENTITIES {
             return Err(invalid(format!("the policy already has {MAX_IDENTITIES} identities, the most it may")));
@@ -383,7 +389,8 @@ fn from_hex(s: &str) -> Option<Vec<u8>> {
 mod tests {
     use super::*;
 
-    const HASH: &str = "sha256:00112233445566778899aabbccddeeff:0011223344556677889900112233445566778899001122334455667788990011";
+    const HASH: &str =
+        "sha256:00112233445566778899aabbccddeeff:0011223344556677889900112233445566778899001122334455667788990011";
 
     fn token(id: &str, roles: &[&str]) -> IdentityDef {
         IdentityDef {
@@ -438,8 +445,24 @@ mod tests {
             (role("r", "a/", &[]), "no verbs"),
             (put("has space", token("0000000b", &[])), "visible ASCII"),
             (put("y", token("0000000g", &[])), "8 hex digits"),
-            (put("y", IdentityDef { credential: Credential::Token { id: "0000000b".into(), hash: "sha256:00:00".into() }, roles: vec![], limits: None }), "hash"),
-            (put("y", IdentityDef { credential: Credential::Cert { cn: "a\nb".into() }, roles: vec![], limits: None }), "control"),
+            (
+                put(
+                    "y",
+                    IdentityDef {
+                        credential: Credential::Token { id: "0000000b".into(), hash: "sha256:00:00".into() },
+                        roles: vec![],
+                        limits: None,
+                    },
+                ),
+                "hash",
+            ),
+            (
+                put(
+                    "y",
+                    IdentityDef { credential: Credential::Cert { cn: "a\nb".into() }, roles: vec![], limits: None },
+                ),
+                "control",
+            ),
         ];
         for (change, expected) in cases {
             let w = why(p.apply(&change));
@@ -451,8 +474,15 @@ mod tests {
     #[test]
     fn the_built_in_admin_role_has_every_verb_on_every_lock() {
         let mut p = Policy::default();
-        p.apply(&put("ops", IdentityDef { credential: Credential::Cert { cn: "ops".into() }, roles: vec![ADMIN_ROLE.into()], limits: None }))
-            .unwrap();
+        p.apply(&put(
+            "ops",
+            IdentityDef {
+                credential: Credential::Cert { cn: "ops".into() },
+                roles: vec![ADMIN_ROLE.into()],
+                limits: None,
+            },
+        ))
+        .unwrap();
         let rules = p.rules_of(&p.identities()["ops"]);
         assert_eq!(rules, vec![Rule { prefix: String::new(), verbs: Verb::ALL.to_vec() }]);
     }

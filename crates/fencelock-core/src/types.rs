@@ -236,23 +236,38 @@ pub struct Busy {
 /// The immediate answer to one command.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Reply {
-    LeaseGranted { lease: LeaseId, ttl_ms: u64 },
+    LeaseGranted {
+        lease: LeaseId,
+        ttl_ms: u64,
+    },
     /// Keep-alive accepted; the deadline is now `now + ttl_ms`.
-    LeaseKept { lease: LeaseId, ttl_ms: u64 },
-    LeaseRevoked { lease: LeaseId },
+    LeaseKept {
+        lease: LeaseId,
+        ttl_ms: u64,
+    },
+    LeaseRevoked {
+        lease: LeaseId,
+    },
     Acquired(Grant),
     Busy(Busy),
     /// Queued at 0-based `position`; the outcome comes as [`Effect::Granted`] or
     /// [`Effect::WaitEnded`] with the same (lease, req).
-    Queued { position: u32 },
+    Queued {
+        position: u32,
+    },
     Released,
     /// (lock, lease, token) is not the current grant; nothing changed.
     NotHolder,
     /// Answer to [`Command::CancelWait`]; `released` when a grant was released.
-    Cancelled { released: bool },
+    Cancelled {
+        released: bool,
+    },
     /// Answer to [`Command::Policy`]: the policy's version after it, and whether
     /// the change changed anything (a retry, or deleting what is absent, does not).
-    PolicyChanged { version: u64, changed: bool },
+    PolicyChanged {
+        version: u64,
+        changed: bool,
+    },
     Rejected(EngineError),
 }
 

@@ -165,16 +165,7 @@ impl Run {
     fn new() -> Self {
         let (engine, model, oracle) = (Engine::new(), Model::default(), Oracle::default());
         let (issued, acquires) = (vec![], vec![]);
-        Run {
-            engine,
-            model,
-            oracle,
-            now: 0,
-            next_req: 1,
-            newest_lease: 0,
-            issued,
-            acquires,
-        }
+        Run { engine, model, oracle, now: 0, next_req: 1, newest_lease: 0, issued, acquires }
     }
 
     fn op(&mut self, op: &Op) -> Result<(), String> {
@@ -183,10 +174,7 @@ impl Run {
             Op::Batch(j, cmds) => {
                 // Resolve at the batch's instant, so that "live" means live then.
                 self.now += j;
-                let cmds = cmds
-                    .iter()
-                    .map(|(c, zero)| self.resolve(c, *zero))
-                    .collect();
+                let cmds = cmds.iter().map(|(c, zero)| self.resolve(c, *zero)).collect();
                 self.batch(0, cmds)
             }
             Op::Leader(now, floor, cluster) => {
@@ -208,14 +196,9 @@ impl Run {
 
     fn lease(&self, pick: LeasePick) -> LeaseId {
         let ids = 1..=self.newest_lease;
-        let live: Vec<u64> = ids
-            .clone()
-            .filter(|id| self.engine.lease_info(self.now, LeaseId(*id)).is_some())
-            .collect();
-        let gone = ids
-            .rev()
-            .find(|id| !live.contains(id))
-            .unwrap_or(self.newest_lease + 1);
+        let live: Vec<u64> =
+            ids.clone().filter(|id| self.engine.lease_info(self.now, LeaseId(*id)).is_some()).collect();
+        let gone = ids.rev().find(|id| !live.contains(id)).unwrap_or(self.newest_lease + 1);
         match pick {
             LeasePick::Live(n) if !live.is_empty() => LeaseId(live[n % live.len()]),
             _ => LeaseId(gone),
@@ -234,91 +217,44 @@ impl Run {
         let req = self.req(zero);
         match c {
             Cmd::Grant { ttl } => Command::GrantLease { req, ttl_ms: *ttl, id: None },
-            Cmd::Keep { lease } => Command::KeepAlive {
-                req,
-                lease: self.lease(*lease),
-            },
-            Cmd::Revoke { lease } => Command::Revoke {
-                req,
-                lease: self.lease(*lease),
-            },
-            Cmd::Acquire {
-                lease,
-                lock,
-                wait,
-                delay,
-            } => {
+            Cmd::Keep { lease } => Command::KeepAlive { req, lease: self.lease(*lease) },
+            Cmd::Revoke { lease } => Command::Revoke { req, lease: self.lease(*lease) },
+            Cmd::Acquire { lease, lock, wait, delay } => {
                 let (lease, lock) = (self.lease(*lease), LOCKS[*lock].to_string());
                 self.acquires.push((req, lease, lock.clone()));
-                Command::Acquire(Acquire {
-                    req,
-                    lease,
-                    lock,
-                    wait_ms: *wait,
-                    lock_delay_ms: *delay,
-                })
+                Command::Acquire(Acquire { req, lease, lock, wait_ms: *wait, lock_delay_ms: *delay })
             }
             Cmd::ReleaseHeld { lock } => {
                 let lock = LOCKS[*lock].to_string();
                 // That lock's holder, else any holder, else a guess.
-                let held: Vec<_> = self
-                    .oracle
-                    .holders()
-                    .map(|(name, h)| (name.to_string(), *h))
-                    .collect();
-                let this = held
-                    .iter()
-                    .find(|(name, _)| *name == lock)
-                    .or(held.first())
-                    .cloned();
+                let held: Vec<_> = self.oracle.holders().map(|(name, h)| (name.to_string(), *h)).collect();
+                let this = held.iter().find(|(name, _)| *name == lock).or(held.first()).cloned();
                 let (lock, (lease, token)) = this.unwrap_or((lock, (LeaseId(1), Token(1))));
-                Command::Release {
-                    req,
-                    lease,
-                    lock,
-                    token,
-                }
+                Command::Release { req, lease, lock, token }
             }
             Cmd::Release { lease, lock, token } => {
                 let (lease, lock) = (self.lease(*lease), LOCKS[*lock].to_string());
-                Command::Release {
-                    req,
-                    lease,
-                    lock,
-                    token: Token(*token),
-                }
+                Command::Release { req, lease, lock, token: Token(*token) }
             }
             Cmd::Cancel { pick } => match Self::recent(&self.acquires, *pick, 8) {
                 Some((req, lease, lock)) => Command::CancelWait { req, lease, lock },
-                None => Command::CancelWait {
-                    req,
-                    lease: self.lease(LeasePick::Live(0)),
-                    lock: "a".into(),
-                },
+                None => Command::CancelWait { req, lease: self.lease(LeasePick::Live(0)), lock: "a".into() },
             },
             Cmd::Retry { pick } => match Self::recent(&self.issued, *pick, 12) {
                 Some(c) => c,
-                None => Command::KeepAlive {
-                    req,
-                    lease: self.lease(LeasePick::Live(0)),
-                },
+                None => Command::KeepAlive { req, lease: self.lease(LeasePick::Live(0)) },
             },
         }
     }
 
     fn batch(&mut self, jump: u64, cmds: Vec<Command>) -> Result<(), String> {
         self.now += jump;
-        let input = Input::Batch {
-            now: self.now,
-            cmds: cmds.clone(),
-        };
+        let input = Input::Batch { now: self.now, cmds: cmds.clone() };
         let before = self.engine.clone();
         let out = self.engine.step(&input);
         let expected = self.model.step(&input);
         if out != expected {
-            return Err(format!(
-                "engine and model differ on {input:?}\nengine: {out:?}\nmodel:  {expected:?}"
-            ));
+            return Err(format!("engine and model differ on {input:?}\nengine: {out:?}\nmodel:  {expected:?}"));
         }
         self.one_by_one(before, &cmds, &out)?;
         for (c, r) in cmds.iter().zip(&out.replies) {
@@ -329,26 +265,13 @@ impl Run {
 
     /// Apply the batch again to `shadow`, one command at a time, feeding the
     /// oracle in the order things happened; the result must be the same.
-    fn one_by_one(
-        &mut self,
-        mut shadow: Engine,
-        cmds: &[Command],
-        out: &Output,
-    ) -> Result<(), String> {
-        let mut all = shadow.step(&Input::Batch {
-            now: self.now,
-            cmds: vec![],
-        });
+    fn one_by_one(&mut self, mut shadow: Engine, cmds: &[Command], out: &Output) -> Result<(), String> {
+        let mut all = shadow.step(&Input::Batch { now: self.now, cmds: vec![] });
         self.oracle.effects(&all.effects)?;
         for c in cmds {
             let pre = shadow.clone();
-            let o = shadow.step(&Input::Batch {
-                now: self.now,
-                cmds: vec![c.clone()],
-            });
-            if matches!(o.replies[0], Reply::Rejected(_))
-                && (shadow != pre || !o.effects.is_empty())
-            {
+            let o = shadow.step(&Input::Batch { now: self.now, cmds: vec![c.clone()] });
+            if matches!(o.replies[0], Reply::Rejected(_)) && (shadow != pre || !o.effects.is_empty()) {
                 return Err(format!("INV-9: rejected {c:?} changed the engine"));
             }
             self.oracle.command(c, &o.effects, &o.replies[0])?;
@@ -357,9 +280,7 @@ impl Run {
         }
         all.next_deadline = shadow.next_deadline();
         if all != *out || shadow != self.engine {
-            return Err(format!(
-                "batch differs from its commands one by one: {all:?} vs {out:?}"
-            ));
+            return Err(format!("batch differs from its commands one by one: {all:?} vs {out:?}"));
         }
         Ok(())
     }
@@ -378,9 +299,7 @@ impl Run {
         let out = self.engine.step(&input);
         let expected = self.model.step(&input);
         if out != expected {
-            return Err(format!(
-                "engine and model differ on {input:?}\nengine: {out:?}\nmodel:  {expected:?}"
-            ));
+            return Err(format!("engine and model differ on {input:?}\nengine: {out:?}\nmodel:  {expected:?}"));
         }
         self.oracle.leader_start(&out)?;
         self.compare_queries()
@@ -415,11 +334,7 @@ impl Run {
             return Err(format!("cluster id: engine {:?} model {:?}", e.cluster_id(), m.cluster_id()));
         }
         if e.stats() != m.stats() {
-            return Err(format!(
-                "stats: engine {:?} model {:?}",
-                e.stats(),
-                m.stats()
-            ));
+            return Err(format!("stats: engine {:?} model {:?}", e.stats(), m.stats()));
         }
         for at in [now, now + 150] {
             for lock in &LOCKS[..3] {
@@ -444,9 +359,7 @@ impl Run {
         }
         for (lock, (_, token)) in self.oracle.holders() {
             if e.check(now, lock.as_str(), *token) != Check::Current {
-                return Err(format!(
-                    "INV-1/INV-4: oracle holder {lock}/{token} is not current"
-                ));
+                return Err(format!("INV-1/INV-4: oracle holder {lock}/{token} is not current"));
             }
         }
         Ok(())

@@ -88,28 +88,17 @@ impl<C: TokenChecker> CheckValidator<C> {
     /// error ([`FenceError::Checker`]): do not act on it.
     pub async fn validate(&self, lock: &str, token: u64) -> Result<bool, FenceError> {
         check_input(lock, token)?;
-        self.checker
-            .check(lock, token)
-            .await
-            .map_err(FenceError::Checker)
+        self.checker.check(lock, token).await.map_err(FenceError::Checker)
     }
 
     /// Check, then run `act` only if the token is current. Keep `act` short:
     /// everything it does before its effect lands is inside the window.
-    pub async fn run<T, Fut>(
-        &self,
-        lock: &str,
-        token: u64,
-        act: impl FnOnce() -> Fut,
-    ) -> Result<Checked<T>, FenceError>
+    pub async fn run<T, Fut>(&self, lock: &str, token: u64, act: impl FnOnce() -> Fut) -> Result<Checked<T>, FenceError>
     where
         Fut: Future<Output = T>,
     {
         if !self.validate(lock, token).await? {
-            return Ok(Checked::NotCurrent {
-                lock: lock.to_owned(),
-                token,
-            });
+            return Ok(Checked::NotCurrent { lock: lock.to_owned(), token });
         }
         Ok(Checked::Current(act().await))
     }
@@ -147,26 +136,11 @@ mod tests {
         let server = std::sync::Arc::new(Current::default());
         server.0.lock().unwrap().insert("mailer".into(), 7);
         let validator = CheckValidator::new(server.clone());
-        assert_eq!(
-            validator
-                .run("mailer", 7, || async { "sent" })
-                .await
-                .unwrap(),
-            Checked::Current("sent")
-        );
+        assert_eq!(validator.run("mailer", 7, || async { "sent" }).await.unwrap(), Checked::Current("sent"));
         server.0.lock().unwrap().insert("mailer".into(), 8); // lease expired, 8 granted
         let ran = AtomicBool::new(false);
-        let outcome = validator
-            .run("mailer", 7, || async { ran.store(true, SeqCst) })
-            .await
-            .unwrap();
-        assert_eq!(
-            outcome,
-            Checked::NotCurrent {
-                lock: "mailer".into(),
-                token: 7
-            }
-        );
+        let outcome = validator.run("mailer", 7, || async { ran.store(true, SeqCst) }).await.unwrap();
+        assert_eq!(outcome, Checked::NotCurrent { lock: "mailer".into(), token: 7 });
         assert!(!ran.load(SeqCst));
     }
 
@@ -174,14 +148,9 @@ mod tests {
     async fn a_failed_check_is_an_error_and_nothing_runs() {
         let validator = CheckValidator::new(Down);
         let ran = AtomicBool::new(false);
-        let result = validator
-            .run("mailer", 7, || async { ran.store(true, SeqCst) })
-            .await;
+        let result = validator.run("mailer", 7, || async { ran.store(true, SeqCst) }).await;
         assert!(matches!(result, Err(FenceError::Checker(_))));
         assert!(!ran.load(SeqCst));
-        assert!(matches!(
-            validator.validate("mailer", 0).await,
-            Err(FenceError::InvalidToken(0))
-        ));
+        assert!(matches!(validator.validate("mailer", 0).await, Err(FenceError::InvalidToken(0))));
     }
 }

@@ -240,10 +240,7 @@ pub(crate) fn check_input(key: &str, token: u64) -> Result<(), FenceError> {
 /// The rule itself, in one place: admit `token` against `mark`.
 pub(crate) fn judge(mark: Option<u64>, token: u64) -> Fenced {
     match mark {
-        Some(highest) if token < highest => Fenced::Stale(Stale {
-            highest,
-            got: token,
-        }),
+        Some(highest) if token < highest => Fenced::Stale(Stale { highest, got: token }),
         _ => Fenced::Admitted(()),
     }
 }
@@ -257,10 +254,7 @@ mod tests {
         assert_eq!(judge(None, 1), Fenced::Admitted(()));
         assert_eq!(judge(Some(5), 5), Fenced::Admitted(()));
         assert_eq!(judge(Some(5), 6), Fenced::Admitted(()));
-        assert_eq!(
-            judge(Some(5), 4),
-            Fenced::Stale(Stale { highest: 5, got: 4 })
-        );
+        assert_eq!(judge(Some(5), 4), Fenced::Stale(Stale { highest: 5, got: 4 }));
     }
 
     #[test]

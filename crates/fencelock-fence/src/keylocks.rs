@@ -30,11 +30,7 @@ impl KeyLocks {
             map.entry(key.to_owned()).or_default().clone()
         };
         let guard = mutex.lock_owned().await;
-        KeyGuard {
-            locks: self,
-            key: key.to_owned(),
-            guard: Some(guard),
-        }
+        KeyGuard { locks: self, key: key.to_owned(), guard: Some(guard) }
     }
 
     #[cfg(test)]
@@ -49,10 +45,7 @@ impl Drop for KeyGuard<'_> {
         // (no holder, no waiter: a waiter holds a clone of the Arc).
         drop(self.guard.take());
         let mut map = self.locks.map.lock().unwrap_or_else(|p| p.into_inner());
-        if map
-            .get(&self.key)
-            .is_some_and(|m| Arc::strong_count(m) == 1)
-        {
+        if map.get(&self.key).is_some_and(|m| Arc::strong_count(m) == 1) {
             map.remove(&self.key);
         }
     }

@@ -38,9 +38,7 @@ pub mod redis;
 pub mod storage;
 
 pub use check::{CheckValidator, Checked, TokenChecker};
-pub use fence::{
-    check_key, check_token, BoxError, Fence, FenceError, Fenced, Stale, MAX_KEY_LEN, MAX_TOKEN,
-};
+pub use fence::{check_key, check_token, BoxError, Fence, FenceError, Fenced, Stale, MAX_KEY_LEN, MAX_TOKEN};
 pub use file::FileFence;
 pub use memory::MemoryFence;
 #[cfg(feature = "postgres")]

@@ -36,11 +36,6 @@ impl Fence for MemoryFence {
 
     async fn highest(&self, key: &str) -> Result<Option<u64>, FenceError> {
         check_key(key)?;
-        Ok(self
-            .marks
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(key)
-            .copied())
+        Ok(self.marks.lock().unwrap_or_else(|p| p.into_inner()).get(key).copied())
     }
 }

@@ -89,9 +89,7 @@ impl PgFence {
     /// Connect without TLS (`host=… port=… user=… dbname=…`), spawn the
     /// connection task, and create the table if missing.
     pub async fn connect(config: &str) -> Result<Self, FenceError> {
-        let (client, connection) = tokio_postgres::connect(config, NoTls)
-            .await
-            .map_err(FenceError::storage)?;
+        let (client, connection) = tokio_postgres::connect(config, NoTls).await.map_err(FenceError::storage)?;
         tokio::spawn(async move {
             if let Err(e) = connection.await {
                 tracing::warn!(error = %e, "fencelock PgFence connection closed");
@@ -103,10 +101,7 @@ impl PgFence {
 
     /// Create the fence table if it does not exist.
     pub async fn create_table(client: &impl GenericClient) -> Result<(), FenceError> {
-        client
-            .batch_execute(CREATE_TABLE_SQL)
-            .await
-            .map_err(FenceError::storage)
+        client.batch_execute(CREATE_TABLE_SQL).await.map_err(FenceError::storage)
     }
 
     /// The client this fence uses.
@@ -134,12 +129,7 @@ impl PgFence {
     /// }
     /// # Ok(()) }
     /// ```
-    pub async fn run<T, E, F>(
-        client: &mut Client,
-        key: &str,
-        token: u64,
-        body: F,
-    ) -> Result<Fenced<T>, RunError<E>>
+    pub async fn run<T, E, F>(client: &mut Client, key: &str, token: u64, body: F) -> Result<Fenced<T>, RunError<E>>
     where
         F: for<'t> FnOnce(&'t Transaction<'t>) -> TxFuture<'t, T, E>,
     {
@@ -164,34 +154,19 @@ impl PgFence {
 
 /// The check inside any transaction (or autocommit): admit, or find the mark
 /// that made the token stale.
-async fn admit_in(
-    client: &impl GenericClient,
-    key: &str,
-    token: u64,
-) -> Result<Fenced, FenceError> {
-    let rows = client
-        .query(ADMIT_SQL, &[&key, &(token as i64)])
-        .await
-        .map_err(FenceError::storage)?;
+async fn admit_in(client: &impl GenericClient, key: &str, token: u64) -> Result<Fenced, FenceError> {
+    let rows = client.query(ADMIT_SQL, &[&key, &(token as i64)]).await.map_err(FenceError::storage)?;
     if !rows.is_empty() {
         return Ok(Fenced::Admitted(()));
     }
     // Stale: the row exists and is locked by us (or was raised since); its
     // token is above ours.
-    let highest = mark_of(client, key)
-        .await?
-        .ok_or_else(|| FenceError::Corrupt("stale without a fence row".into()))?;
-    Ok(Fenced::Stale(Stale {
-        highest,
-        got: token,
-    }))
+    let highest = mark_of(client, key).await?.ok_or_else(|| FenceError::Corrupt("stale without a fence row".into()))?;
+    Ok(Fenced::Stale(Stale { highest, got: token }))
 }
 
 async fn mark_of(client: &impl GenericClient, key: &str) -> Result<Option<u64>, FenceError> {
-    let row = client
-        .query_opt(HIGHEST_SQL, &[&key])
-        .await
-        .map_err(FenceError::storage)?;
+    let row = client.query_opt(HIGHEST_SQL, &[&key]).await.map_err(FenceError::storage)?;
     Ok(row.map(|r| r.get::<_, i64>(0) as u64))
 }
 

@@ -45,10 +45,7 @@ pub enum RedisWrite {
     Append { key: String, value: Vec<u8> },
     /// `HSET key field value [field value …]`; the reply is the number of
     /// fields added. Needs at least one field.
-    HSet {
-        key: String,
-        fields: Vec<(String, Vec<u8>)>,
-    },
+    HSet { key: String, fields: Vec<(String, Vec<u8>)> },
 }
 
 /// A [`Fence`] whose marks live in Redis, with fenced writes.
@@ -61,19 +58,13 @@ pub struct RedisFence {
 impl RedisFence {
     /// Use `conn` with the default mark prefix.
     pub fn new(conn: MultiplexedConnection) -> Self {
-        Self {
-            conn,
-            prefix: DEFAULT_PREFIX.to_owned(),
-        }
+        Self { conn, prefix: DEFAULT_PREFIX.to_owned() }
     }
 
     /// Connect to `url` (`redis://127.0.0.1:6379/`).
     pub async fn connect(url: &str) -> Result<Self, FenceError> {
         let client = redis::Client::open(url).map_err(FenceError::storage)?;
-        let conn = client
-            .get_multiplexed_async_connection()
-            .await
-            .map_err(FenceError::storage)?;
+        let conn = client.get_multiplexed_async_connection().await.map_err(FenceError::storage)?;
         Ok(Self::new(conn))
     }
 
@@ -93,12 +84,7 @@ impl RedisFence {
     /// write (e.g. `WRONGTYPE`), the call fails and the mark is unchanged.
     ///
     /// The reply is the write's integer reply (0 for `SET`).
-    pub async fn write(
-        &self,
-        key: &str,
-        token: u64,
-        write: RedisWrite,
-    ) -> Result<Fenced<i64>, FenceError> {
+    pub async fn write(&self, key: &str, token: u64, write: RedisWrite) -> Result<Fenced<i64>, FenceError> {
         check_input(key, token)?;
         let mut call = FENCE_SCRIPT.prepare_invoke();
         call.key(self.mark_key(key)).arg(token.to_string());
@@ -115,10 +101,7 @@ impl RedisFence {
             }
         };
         let mut conn = self.conn.clone();
-        let reply: Value = call
-            .invoke_async(&mut conn)
-            .await
-            .map_err(FenceError::storage)?;
+        let reply: Value = call.invoke_async(&mut conn).await.map_err(FenceError::storage)?;
         parse_reply(reply, token)
     }
 }
@@ -133,10 +116,7 @@ fn parse_reply(reply: Value, token: u64) -> Result<Fenced<i64>, FenceError> {
         [Value::Int(1), _, Value::Int(n)] => Ok(Fenced::Admitted(*n)),
         [Value::Int(0), highest] => {
             let highest = decimal(highest).ok_or_else(bad)?;
-            Ok(Fenced::Stale(Stale {
-                highest,
-                got: token,
-            }))
+            Ok(Fenced::Stale(Stale { highest, got: token }))
         }
         _ => Err(bad()),
     }
@@ -169,16 +149,13 @@ impl Fence for RedisFence {
     async fn highest(&self, key: &str) -> Result<Option<u64>, FenceError> {
         check_key(key)?;
         let mut conn = self.conn.clone();
-        let value: Value = redis::cmd("GET")
-            .arg(self.mark_key(key))
-            .query_async(&mut conn)
-            .await
-            .map_err(FenceError::storage)?;
+        let value: Value =
+            redis::cmd("GET").arg(self.mark_key(key)).query_async(&mut conn).await.map_err(FenceError::storage)?;
         match value {
             Value::Nil => Ok(None),
-            other => decimal(&other).map(Some).ok_or_else(|| {
-                FenceError::Corrupt(format!("mark of {key:?} is not a token: {other:?}"))
-            }),
+            other => decimal(&other)
+                .map(Some)
+                .ok_or_else(|| FenceError::Corrupt(format!("mark of {key:?} is not a token: {other:?}"))),
         }
     }
 }

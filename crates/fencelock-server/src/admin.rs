@@ -51,11 +51,11 @@ use serde::{Deserialize, Serialize};
 use crate::audit::Event;
 use crate::auth::{Auth, Refusal, Verb, Who};
 use crate::cluster::{self, Change, ClusterError};
-use crate::policy::{self, PolicyError};
-use fencelock_core::PolicyChange;
 use crate::conn_limits::{ConnInfo, Stream};
+use crate::policy::{self, PolicyError};
 use crate::tls::ServerTls;
 use crate::{api::Ops, metrics::Metrics};
+use fencelock_core::PolicyChange;
 
 #[derive(Clone)]
 struct Admin {
@@ -110,7 +110,8 @@ impl Admin {
         };
         let detail = r.to_string();
         let remote = remote.map(|a| a.to_string());
-        let event = Event { identity: who, remote, verb: &verb, action: "http", object: &object, outcome, detail: &detail };
+        let event =
+            Event { identity: who, remote, verb: &verb, action: "http", object: &object, outcome, detail: &detail };
         self.ops.audit.record(&event);
         refusal(r)
     }
@@ -311,7 +312,10 @@ async fn cluster_add(
     };
     match body {
         Ok(Json(m)) => change(&a, &who, Change::Add { id: m.id, addr: m.addr, peer_addr: m.peer_addr }).await,
-        Err(e) => error_json(StatusCode::BAD_REQUEST, format!("expected {{\"id\": n, \"addr\": \"host:port\"}}: {}", e.body_text())),
+        Err(e) => error_json(
+            StatusCode::BAD_REQUEST,
+            format!("expected {{\"id\": n, \"addr\": \"host:port\"}}: {}", e.body_text()),
+        ),
     }
 }
 
@@ -329,13 +333,16 @@ async fn cluster_remove(State(a): State<Admin>, c: Caller, Path(id): Path<String
 /// Makes the change here if this node leads, else hands it to the leader once.
 async fn change(a: &Admin, who: &Who, c: Change) -> Response {
     let res = match cluster::apply(&a.ops.raft, &c).await {
-        Err(ClusterError::NotLeader { leader: Some((id, addr)) }) if id != a.node_id => cluster::forward(&addr, &c, a.tls.as_deref()).await,
+        Err(ClusterError::NotLeader { leader: Some((id, addr)) }) if id != a.node_id => {
+            cluster::forward(&addr, &c, a.tls.as_deref()).await
+        }
         r => r,
     };
     let (action, object) = match &c {
-        Change::Add { id, addr, peer_addr } => {
-            ("cluster.add", format!("node {id} at {addr}{}", peer_addr.as_ref().map(|p| format!(" (peers: {p})")).unwrap_or_default()))
-        }
+        Change::Add { id, addr, peer_addr } => (
+            "cluster.add",
+            format!("node {id} at {addr}{}", peer_addr.as_ref().map(|p| format!(" (peers: {p})")).unwrap_or_default()),
+        ),
         Change::Remove { id } => ("cluster.remove", format!("node {id}")),
     };
     let error = res.as_ref().err().map(ToString::to_string);

@@ -7,8 +7,8 @@
 //! proposes or reads anything; lease ownership is the engine's (INV-13).
 
 use fencelock_core::{
-    Acquire, Busy, Check, Command, EngineError, Grant, HolderInfo, LeaseId, LockInfo, LockName,
-    Reply, RequestId, Token, WaiterInfo,
+    Acquire, Busy, Check, Command, EngineError, Grant, HolderInfo, LeaseId, LockInfo, LockName, Reply, RequestId,
+    Token, WaiterInfo,
 };
 use fencelock_proto::v1 as pb;
 use tonic::Status;
@@ -17,8 +17,8 @@ use crate::{
     audit::{Audit, Event},
     auth::{self, Refusal, Verb, Who},
     clock::Clock,
-    quota::{Adds, Exhausted, Quotas},
     driver::{AcquireOutcome, DriverError, DriverHandle},
+    quota::{Adds, Exhausted, Quotas},
     raft::{state_machine::SharedEngine, Raft},
 };
 
@@ -44,7 +44,9 @@ impl Ops {
     /// is served by the leader anyway); else the refusal, audited.
     pub fn unauthenticated(&self, remote: Option<std::net::SocketAddr>, r: Refusal) -> Status {
         match (&r, self.other_leader()) {
-            (Refusal::Unauthenticated(_), Some(leader)) => driver_status(DriverError::NotLeader { leader: Some(leader) }),
+            (Refusal::Unauthenticated(_), Some(leader)) => {
+                driver_status(DriverError::NotLeader { leader: Some(leader) })
+            }
             _ => self.refused("-", remote, r),
         }
     }
@@ -57,7 +59,15 @@ impl Ops {
         };
         let detail = r.to_string();
         let remote = remote.map(|a| a.to_string());
-        self.audit.record(&Event { identity: who, remote, verb: &verb, action: "call", object: &object, outcome, detail: &detail });
+        self.audit.record(&Event {
+            identity: who,
+            remote,
+            verb: &verb,
+            action: "call",
+            object: &object,
+            outcome,
+            detail: &detail,
+        });
         refused(r)
     }
 
@@ -82,7 +92,15 @@ impl Ops {
     fn exhausted(&self, who: &Who, e: Exhausted) -> Status {
         let detail = e.to_string();
         let remote = who.remote().map(|a| a.to_string());
-        let event = Event { identity: who.name(), remote, verb: "", action: "call", object: e.limit, outcome: "limited", detail: &detail };
+        let event = Event {
+            identity: who.name(),
+            remote,
+            verb: "",
+            action: "call",
+            object: e.limit,
+            outcome: "limited",
+            detail: &detail,
+        };
         self.audit.record(&event);
         Status::resource_exhausted(detail)
     }
@@ -155,7 +173,13 @@ impl Ops {
     }
 
     /// Cancel a queued acquire (used by the session stream's `Cancel`).
-    pub async fn cancel_wait(&self, who: &Who, req: u64, lease: u64, lock: String) -> Result<pb::CancelResponse, Status> {
+    pub async fn cancel_wait(
+        &self,
+        who: &Who,
+        req: u64,
+        lease: u64,
+        lock: String,
+    ) -> Result<pb::CancelResponse, Status> {
         self.allow(who, |w| w.require(Verb::Acquire, &lock))?;
         let cmd = Command::CancelWait { req: RequestId(req), lease: LeaseId(lease), lock };
         match self.driver.submit(who.wrap(cmd)).await.map_err(driver_status)? {
@@ -179,7 +203,11 @@ impl Ops {
         })
     }
 
-    pub async fn describe_lock(&self, who: &Who, r: pb::DescribeLockRequest) -> Result<pb::DescribeLockResponse, Status> {
+    pub async fn describe_lock(
+        &self,
+        who: &Who,
+        r: pb::DescribeLockRequest,
+    ) -> Result<pb::DescribeLockResponse, Status> {
         let name = valid_name(&r.lock)?;
         self.allow(who, |w| w.require(Verb::Read, name.as_str()))?;
         let info = self.lock_info(&name).await?;

@@ -176,7 +176,15 @@ mod tests {
     use super::*;
 
     fn event(detail: &str) -> Event<'_> {
-        Event { identity: "ops", remote: None, verb: "admin", action: "cluster.remove", object: "node 2", outcome: "ok", detail }
+        Event {
+            identity: "ops",
+            remote: None,
+            verb: "admin",
+            action: "cluster.remove",
+            object: "node 2",
+            outcome: "ok",
+            detail,
+        }
     }
 
     #[test]
@@ -185,7 +193,12 @@ mod tests {
         let path = dir.path().join("audit.log");
         let a = Audit::open(&path).unwrap();
         a.record(&event("first"));
-        a.record(&Event { identity: "-", remote: Some("10.0.0.9:5000".into()), outcome: "unauthenticated", ..event("") });
+        a.record(&Event {
+            identity: "-",
+            remote: Some("10.0.0.9:5000".into()),
+            outcome: "unauthenticated",
+            ..event("")
+        });
         a.flush();
         let text = std::fs::read_to_string(&path).unwrap();
         let lines: Vec<serde_json::Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
@@ -207,12 +220,16 @@ mod tests {
             a.record(&event(&format!("event {i}")));
         }
         a.flush();
-        let mut files: Vec<String> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+        let mut files: Vec<String> =
+            std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
         files.sort();
         assert_eq!(files, ["audit.log", "audit.log.1", "audit.log.2", "audit.log.3", "audit.log.4"]);
         for f in &files {
             assert!(std::fs::metadata(dir.path().join(f)).unwrap().len() <= 1000, "{f}");
         }
-        assert!(std::fs::read_to_string(&path).unwrap().contains("event 199"), "the newest line is in the current file");
+        assert!(
+            std::fs::read_to_string(&path).unwrap().contains("event 199"),
+            "the newest line is in the current file"
+        );
     }
 }

@@ -265,13 +265,20 @@ impl AuthFile {
         for (name, def) in file.roles {
             apply(&mut policy, PolicyChange::PutRole { name, rules: def.rules })?;
         }
-        let tokens = file.tokens.into_iter().map(|t| (t.name, Credential::Token { id: t.id, hash: t.hash }, t.roles, t.limits));
-        let certs = file.certs.into_iter().map(|c| (c.name.unwrap_or_else(|| c.cn.clone()), Credential::Cert { cn: c.cn }, c.roles, c.limits));
+        let tokens =
+            file.tokens.into_iter().map(|t| (t.name, Credential::Token { id: t.id, hash: t.hash }, t.roles, t.limits));
+        let certs = file
+            .certs
+            .into_iter()
+            .map(|c| (c.name.unwrap_or_else(|| c.cn.clone()), Credential::Cert { cn: c.cn }, c.roles, c.limits));
         for (name, credential, roles, limits) in tokens.chain(certs) {
             if policy.identities().contains_key(&name) {
                 return Err(format!("identity {name:?} is defined twice"));
             }
-            apply(&mut policy, PolicyChange::PutIdentity { name, identity: IdentityDef { credential, roles, limits } })?;
+            apply(
+                &mut policy,
+                PolicyChange::PutIdentity { name, identity: IdentityDef { credential, roles, limits } },
+            )?;
         }
         Ok(AuthFile { policy, protect_metrics: file.protect_metrics })
     }
@@ -323,7 +330,8 @@ impl Table {
             if skip(name) {
                 continue;
             }
-            let identity = Arc::new(Identity { name: name.clone(), rules: policy.rules_of(def), quota: def.limits, source });
+            let identity =
+                Arc::new(Identity { name: name.clone(), rules: policy.rules_of(def), quota: def.limits, source });
             match &def.credential {
                 Credential::Token { id, hash } => {
                     let Some((salt, digest)) = parse_token_hash(hash) else { continue };
@@ -341,10 +349,20 @@ impl Table {
     pub fn identities(&self) -> Vec<(String, String)> {
         let rules = |id: &Identity| {
             let r: Vec<String> = id.rules.iter().map(Rule::to_string).collect();
-            if r.is_empty() { "no permissions".to_string() } else { r.join("; ") }
+            if r.is_empty() {
+                "no permissions".to_string()
+            } else {
+                r.join("; ")
+            }
         };
-        let tokens = self.tokens.iter().map(|(tid, (_, _, id))| (id.name.clone(), format!("token {tid} ({}): {}", id.source, rules(id))));
-        let certs = self.certs.iter().map(|(cn, id)| (id.name.clone(), format!("certificate CN {cn:?} ({}): {}", id.source, rules(id))));
+        let tokens = self
+            .tokens
+            .iter()
+            .map(|(tid, (_, _, id))| (id.name.clone(), format!("token {tid} ({}): {}", id.source, rules(id))));
+        let certs = self
+            .certs
+            .iter()
+            .map(|(cn, id)| (id.name.clone(), format!("certificate CN {cn:?} ({}): {}", id.source, rules(id))));
         let mut all: Vec<_> = tokens.chain(certs).collect();
         all.sort();
         all
@@ -507,7 +525,10 @@ impl Auth {
         let table = self.table();
         if let Some(value) = authorization {
             let token = value.strip_prefix("Bearer ").or_else(|| value.strip_prefix("bearer ")).unwrap_or(value).trim();
-            return table.by_token(token).map(Who::identity).ok_or_else(|| Refusal::Unauthenticated("the token is not valid".into()));
+            return table
+                .by_token(token)
+                .map(Who::identity)
+                .ok_or_else(|| Refusal::Unauthenticated("the token is not valid".into()));
         }
         if let Some(cn) = cert_cn {
             return table.certs.get(cn).cloned().map(Who::identity).ok_or_else(|| {
@@ -560,7 +581,13 @@ impl Auth {
                 }
             };
             let event = crate::audit::Event {
-                identity: "-", remote: None, verb: "admin", action: "auth.reload", object: &path, outcome, detail: &detail,
+                identity: "-",
+                remote: None,
+                verb: "admin",
+                action: "auth.reload",
+                object: &path,
+                outcome,
+                detail: &detail,
             };
             audit.record(&event);
         }
@@ -573,7 +600,8 @@ fn modified(path: &Path) -> Option<SystemTime> {
 
 fn read_file(path: &Path) -> Result<(AuthFile, Option<SystemTime>), AuthFileError> {
     let stamp = modified(path);
-    let text = std::fs::read_to_string(path).map_err(|source| AuthFileError::Read { path: path.to_path_buf(), source })?;
+    let text =
+        std::fs::read_to_string(path).map_err(|source| AuthFileError::Read { path: path.to_path_buf(), source })?;
     let file = AuthFile::parse(&text).map_err(|why| AuthFileError::Invalid { path: path.to_path_buf(), why })?;
     Ok((file, stamp))
 }
@@ -669,7 +697,10 @@ mod tests {
         wrong.pop();
         wrong.push(if t.token.ends_with('0') { '1' } else { '0' });
         for bad in [wrong.as_str(), "flt_00000000_00", "", "Bearer"] {
-            assert!(matches!(a.authenticate(Some(bad), Some("fencelock client")), Err(Refusal::Unauthenticated(_))), "{bad:?}");
+            assert!(
+                matches!(a.authenticate(Some(bad), Some("fencelock client")), Err(Refusal::Unauthenticated(_))),
+                "{bad:?}"
+            );
         }
     }
 
@@ -748,7 +779,10 @@ mod tests {
         // A group identity named like the file's: left out on this node.
         let table = Table::build(&file, &group_with("runner", &group_token, "worker"));
         assert!(table.by_token(&group_token.token).is_none());
-        assert_eq!(table.by_token(&file_token.token).unwrap().rules, file.policy.rules_of(&file.policy.identities()["runner"]));
+        assert_eq!(
+            table.by_token(&file_token.token).unwrap().rules,
+            file.policy.rules_of(&file.policy.identities()["runner"])
+        );
         // A group identity with the file's token id: the file's stays.
         let same_id = NewToken { token: String::new(), id: file_token.id.clone(), hash: group_token.hash.clone() };
         let table = Table::build(&file, &group_with("other", &same_id, "reader"));

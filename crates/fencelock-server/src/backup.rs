@@ -63,7 +63,14 @@ impl Backup {
     /// A backup of `engine` (read under its lock, so consistent) on node `node_id`.
     pub fn of(engine: &Engine, node_id: u64, last_applied_index: Option<u64>) -> Backup {
         let last_token = engine.stats().token_counter;
-        Backup { format: FORMAT.into(), version: VERSION, node_id, last_applied_index, last_token, engine: engine.clone() }
+        Backup {
+            format: FORMAT.into(),
+            version: VERSION,
+            node_id,
+            last_applied_index,
+            last_token,
+            engine: engine.clone(),
+        }
     }
 
     /// Decodes and checks a backup file: its format, version and consistency.

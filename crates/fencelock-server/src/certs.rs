@@ -62,7 +62,8 @@ impl Ca {
         let mut params = CertificateParams::default();
         params.distinguished_name = named(name);
         params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign, KeyUsagePurpose::DigitalSignature];
+        params.key_usages =
+            vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign, KeyUsagePurpose::DigitalSignature];
         valid_for(&mut params, CA_DAYS);
         let issuer = CertifiedIssuer::self_signed(params, KeyPair::generate()?)?;
         Ok(Ca { issuer })

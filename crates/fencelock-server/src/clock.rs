@@ -220,9 +220,8 @@ mod fault {
 
         fn reread(&self, st: &mut State, real: Instant) {
             st.last_read = real;
-            let setting = std::fs::read_to_string(&self.path)
-                .map_err(|e| e.to_string())
-                .and_then(|s| Setting::parse(&s));
+            let setting =
+                std::fs::read_to_string(&self.path).map_err(|e| e.to_string()).and_then(|s| Setting::parse(&s));
             match setting {
                 Ok(s) => st.apply(s, real),
                 Err(e) if !st.complained => {

@@ -144,7 +144,9 @@ pub async fn apply(raft: &Raft, change: &Change) -> Result<Status, ClusterError>
         return Err(not_leader(raft, now.leader));
     }
     match change {
-        Change::Add { id, addr, peer_addr } => add(raft, &now, *id, Node::with_peer(addr.clone(), peer_addr.clone())).await?,
+        Change::Add { id, addr, peer_addr } => {
+            add(raft, &now, *id, Node::with_peer(addr.clone(), peer_addr.clone())).await?
+        }
         Change::Remove { id } => remove(raft, &now, *id).await?,
     }
     Ok(status(raft))
@@ -207,9 +209,7 @@ async fn remove(raft: &Raft, now: &Status, id: NodeId) -> Result<(), ClusterErro
         if voters == 1 {
             return Err(ClusterError::Invalid(format!("node {id} is the last voter; a group cannot be empty")));
         }
-        raft.change_membership(ChangeMembers::RemoveVoters(BTreeSet::from([id])), false)
-            .await
-            .map_err(write_error)?;
+        raft.change_membership(ChangeMembers::RemoveVoters(BTreeSet::from([id])), false).await.map_err(write_error)?;
     }
     if raft.metrics().borrow().membership_config.membership().get_node(&id).is_some() {
         let nodes = ChangeMembers::RemoveNodes(BTreeSet::from([id]));
@@ -310,7 +310,8 @@ pub async fn forward(leader_addr: &str, change: &Change, tls: Option<&ServerTls>
     let json = serde_json::to_vec(change).map_err(|e| ClusterError::Failed(e.to_string()))?;
     let mut req = tonic::Request::new(RaftPayload { json });
     req.set_timeout(CATCH_UP_TIMEOUT + Duration::from_secs(10));
-    let answer = RaftClient::new(channel).change_members(req).await.map_err(|s| unreachable(s.message().to_string()))?;
+    let answer =
+        RaftClient::new(channel).change_members(req).await.map_err(|s| unreachable(s.message().to_string()))?;
     serde_json::from_slice::<Result<Status, ClusterError>>(&answer.into_inner().json)
         .map_err(|e| ClusterError::Failed(format!("malformed answer from the leader: {e}")))?
 }

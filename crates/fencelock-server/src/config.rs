@@ -255,7 +255,8 @@ mod tests {
         let mut c = Config::new("d");
         c.grpc_listen = "127.0.0.1:7070".parse().unwrap();
         c.peer_listen = peer_listen.map(|p| p.parse().unwrap());
-        c.bootstrap = Bootstrap::Peers(BTreeMap::from([(1, entry.to_string()), (2, "127.0.0.1:7170/127.0.0.1:7173".into())]));
+        c.bootstrap =
+            Bootstrap::Peers(BTreeMap::from([(1, entry.to_string()), (2, "127.0.0.1:7170/127.0.0.1:7173".into())]));
         c
     }
 

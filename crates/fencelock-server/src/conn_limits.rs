@@ -154,7 +154,9 @@ impl Open {
             return true;
         }
         if self.rate.len() >= RATE_SOURCES && !self.rate.contains_key(&ip) {
-            let full = |(left, at): &(f64, Instant)| *left + now.saturating_duration_since(*at).as_secs_f64() * f64::from(per_sec) >= burst as f64;
+            let full = |(left, at): &(f64, Instant)| {
+                *left + now.saturating_duration_since(*at).as_secs_f64() * f64::from(per_sec) >= burst as f64
+            };
             self.rate.retain(|_, r| !full(r));
             if self.rate.len() >= RATE_SOURCES {
                 self.rate.clear();
@@ -206,7 +208,8 @@ impl Gate {
                 Some(Refusal::Total)
             } else if from_ip >= self.limits.max_per_source {
                 Some(Refusal::PerSource)
-            } else if !open.take_rate(ip, Instant::now(), self.limits.new_per_source_per_sec, self.limits.rate_burst()) {
+            } else if !open.take_rate(ip, Instant::now(), self.limits.new_per_source_per_sec, self.limits.rate_burst())
+            {
                 Some(Refusal::Rate)
             } else {
                 open.total += 1;
@@ -607,10 +610,14 @@ mod tests {
     /// its burst and then its rate; another source is not affected.
     #[test]
     fn new_connections_per_source_are_rate_limited_after_a_burst() {
-        let limits = ConnLimits { max_connections: 100, max_per_source: 5, new_per_source_per_sec: 10, ..ConnLimits::default() };
+        let limits =
+            ConnLimits { max_connections: 100, max_per_source: 5, new_per_source_per_sec: 10, ..ConnLimits::default() };
         let g = Gate::new(limits, Arc::new(Metrics::default()));
         let admitted = (0..30).filter(|_| g.admit(ip(2)).is_some()).count();
-        assert_eq!(admitted, 15, "the burst (5 + 10), then nothing within the same instant (each permit is dropped at once)");
+        assert_eq!(
+            admitted, 15,
+            "the burst (5 + 10), then nothing within the same instant (each permit is dropped at once)"
+        );
         assert!(g.admit(ip(3)).is_some(), "another address still gets in");
         assert_eq!(g.metrics.conns.refused_rate.load(Relaxed), 15);
 

@@ -75,7 +75,8 @@ pub fn peer_route(id: u64) -> Option<String> {
 fn parse_routes(list: &str) -> Result<std::collections::BTreeMap<u64, String>, String> {
     let mut routes = std::collections::BTreeMap::new();
     for part in list.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-        let (id, addr) = part.split_once('=').ok_or_else(|| format!("{ENV_PEER_ROUTES}: {part:?} is not id=host:port"))?;
+        let (id, addr) =
+            part.split_once('=').ok_or_else(|| format!("{ENV_PEER_ROUTES}: {part:?} is not id=host:port"))?;
         let id = id.trim().parse::<u64>().map_err(|_| format!("{ENV_PEER_ROUTES}: bad node id in {part:?}"))?;
         routes.insert(id, addr.trim().to_string());
     }

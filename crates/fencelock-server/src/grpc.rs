@@ -69,7 +69,10 @@ impl lock_server::Lock for LockService {
         self.ops.keep_alive(&who, r.into_inner()).await.map(Response::new)
     }
 
-    async fn revoke_lease(&self, r: Request<pb::RevokeLeaseRequest>) -> Result<Response<pb::RevokeLeaseResponse>, Status> {
+    async fn revoke_lease(
+        &self,
+        r: Request<pb::RevokeLeaseRequest>,
+    ) -> Result<Response<pb::RevokeLeaseResponse>, Status> {
         let who = self.who(&r)?;
         self.ops.revoke_lease(&who, r.into_inner()).await.map(Response::new)
     }
@@ -89,7 +92,10 @@ impl lock_server::Lock for LockService {
         self.ops.check(&who, r.into_inner()).await.map(Response::new)
     }
 
-    async fn describe_lock(&self, r: Request<pb::DescribeLockRequest>) -> Result<Response<pb::DescribeLockResponse>, Status> {
+    async fn describe_lock(
+        &self,
+        r: Request<pb::DescribeLockRequest>,
+    ) -> Result<Response<pb::DescribeLockResponse>, Status> {
         let who = self.who(&r)?;
         self.ops.describe_lock(&who, r.into_inner()).await.map(Response::new)
     }
@@ -101,7 +107,10 @@ impl lock_server::Lock for LockService {
 
     type SessionStream = ReceiverStream<Result<pb::SessionResponse, Status>>;
 
-    async fn session(&self, r: Request<Streaming<pb::SessionRequest>>) -> Result<Response<Self::SessionStream>, Status> {
+    async fn session(
+        &self,
+        r: Request<Streaming<pb::SessionRequest>>,
+    ) -> Result<Response<Self::SessionStream>, Status> {
         let who = self.who(&r)?;
         let (tx, rx) = mpsc::channel(SESSION_BUFFER);
         tokio::spawn(Session::new(self.ops.clone(), who, tx).run(r.into_inner(), self.stop.clone()));

@@ -163,7 +163,8 @@ pub async fn start(config: Config) -> Result<Running, ServerError> {
     let (stop, stop_rx) = watch::channel(false);
     let (failed_tx, failed) = watch::channel(None);
     let audit = match &config.audit_log {
-        Some(path) => audit::Audit::open(path).map_err(|e| ServerError::Config(format!("cannot open the audit log {}: {e}", path.display())))?,
+        Some(path) => audit::Audit::open(path)
+            .map_err(|e| ServerError::Config(format!("cannot open the audit log {}: {e}", path.display())))?,
         None => audit::Audit::off(),
     };
     let quotas = Arc::new(quota::Quotas::new(config.limits));
@@ -227,7 +228,11 @@ pub async fn start(config: Config) -> Result<Running, ServerError> {
 
 type Started = (raft::Raft, raft::state_machine::SharedEngine, raft::LogStore, raft::identity::SharedIdentity);
 
-async fn start_raft(config: &Config, node: raft::Member, tls: Option<Arc<tls::ServerTls>>) -> Result<Started, ServerError> {
+async fn start_raft(
+    config: &Config,
+    node: raft::Member,
+    tls: Option<Arc<tls::ServerTls>>,
+) -> Result<Started, ServerError> {
     let storage_err = |message: String| ServerError::Storage { dir: config.data_dir.display().to_string(), message };
     let (log, sm, identity) = raft::identity::open(config).map_err(|e| storage_err(e.to_string()))?;
     let engine = sm.engine();
@@ -265,7 +270,10 @@ async fn bootstrap(raft: &raft::Raft, config: &Config, node: raft::Member) -> Re
         // entry on each, so it does not matter which of them comes up first.
         Bootstrap::Peers(peers) => cluster::initial_members(peers),
         Bootstrap::Join => {
-            tracing::info!(node_id = config.node_id, "empty node waiting to be added to a group (fencelock cluster add)");
+            tracing::info!(
+                node_id = config.node_id,
+                "empty node waiting to be added to a group (fencelock cluster add)"
+            );
             return Ok(());
         }
     };

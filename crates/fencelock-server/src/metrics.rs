@@ -11,8 +11,7 @@ use std::{
 use fencelock_core::{Effect, ReleaseCause, Stats, WaitEnd};
 
 /// Bucket upper bounds in seconds for the wait and hold histograms.
-const BUCKETS: [f64; 14] =
-    [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 60.0];
+const BUCKETS: [f64; 14] = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 60.0];
 
 /// A fixed-bucket histogram of seconds, observed in milliseconds.
 #[derive(Default)]
@@ -207,7 +206,11 @@ impl Metrics {
             ("fencelock_held_locks", "Locks currently held.", stats.held_locks),
             ("fencelock_queue_depth", "Acquires waiting in queues, all locks.", stats.waiters),
             ("fencelock_tokens_issued", "Fencing tokens issued (grants made).", stats.tokens_issued),
-            ("fencelock_token_counter", "Every token issued is at most this; the next is greater.", stats.token_counter),
+            (
+                "fencelock_token_counter",
+                "Every token issued is at most this; the next is greater.",
+                stats.token_counter,
+            ),
             ("fencelock_is_leader", "1 if this node leads the group and serves requests.", is_leader as u64),
         ];
         for (name, help, v) in gauges {

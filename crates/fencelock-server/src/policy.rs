@@ -91,9 +91,9 @@ fn answer(r: Result<Reply, DriverError>) -> Result<Changed, PolicyError> {
         Ok(Reply::Rejected(e)) => Err(invalid(e)),
         Ok(other) => Err(PolicyError::Unavailable(format!("unexpected engine reply {other:?}"))),
         Err(e @ DriverError::NotLeader { .. }) => Err(PolicyError::Unavailable(e.to_string())),
-        Err(DriverError::Unavailable(why)) => Err(PolicyError::Unavailable(format!(
-            "the outcome is unknown ({why}); sending the change again is safe"
-        ))),
+        Err(DriverError::Unavailable(why)) => {
+            Err(PolicyError::Unavailable(format!("the outcome is unknown ({why}); sending the change again is safe")))
+        }
     }
 }
 

@@ -78,7 +78,9 @@ const LIMITS: [&str; 7] = [
 pub enum Adds {
     Lease,
     /// An acquire; `waits`: it may queue.
-    Lock { waits: bool },
+    Lock {
+        waits: bool,
+    },
 }
 
 /// How often the global held-lock and waiter counts are taken again.
@@ -101,7 +103,13 @@ impl Quotas {
 
     /// Whether `identity` (`None`: authentication off) may add `adds` to the
     /// state `engine` has `now`. `own`: the identity's own quota, if it has one.
-    pub fn admit(&self, engine: &Engine, identity: Option<(&str, Option<&Quota>)>, adds: Adds, now: Instant) -> Result<(), Exhausted> {
+    pub fn admit(
+        &self,
+        engine: &Engine,
+        identity: Option<(&str, Option<&Quota>)>,
+        adds: Adds,
+        now: Instant,
+    ) -> Result<(), Exhausted> {
         let g = self.limits.global;
         let mut checks = Vec::with_capacity(4);
         match adds {
@@ -190,7 +198,10 @@ impl Quotas {
     pub fn render(&self, out: &mut String) {
         use std::fmt::Write;
         let name = "fencelock_limit_refusals_total";
-        let _ = writeln!(out, "# HELP {name} Requests refused because a limit was reached, by limit.\n# TYPE {name} counter");
+        let _ = writeln!(
+            out,
+            "# HELP {name} Requests refused because a limit was reached, by limit.\n# TYPE {name} counter"
+        );
         for (limit, n) in LIMITS.iter().zip(&self.refusals) {
             let _ = writeln!(out, "{name}{{limit=\"{limit}\"}} {}", n.load(Relaxed));
         }
@@ -219,7 +230,8 @@ mod tests {
         let mut cmds = vec![];
         for i in 1..=n {
             cmds.push(by(name, Command::GrantLease { req: RequestId(i), ttl_ms: 60_000, id: None }));
-            let acq = Acquire { req: RequestId(i), lease: LeaseId(i), lock: format!("l{i}"), wait_ms: 0, lock_delay_ms: 0 };
+            let acq =
+                Acquire { req: RequestId(i), lease: LeaseId(i), lock: format!("l{i}"), wait_ms: 0, lock_delay_ms: 0 };
             cmds.push(by(name, Command::Acquire(acq)));
         }
         e.step(&Input::Batch { now: 0, cmds });
@@ -228,7 +240,10 @@ mod tests {
 
     #[test]
     fn an_identity_at_its_quota_is_refused_naming_the_limit_and_others_are_not() {
-        let q = Quotas::new(Limits { per_identity: Quota { leases: 3, locks: 3, waits: 0, rps: 0 }, global: Global { leases: 0, locks: 0, waiters: 0 } });
+        let q = Quotas::new(Limits {
+            per_identity: Quota { leases: 3, locks: 3, waits: 0, rps: 0 },
+            global: Global { leases: 0, locks: 0, waiters: 0 },
+        });
         let e = engine_with("flood", 3);
         let err = q.admit(&e, Some(("flood", None)), Adds::Lease, t0()).unwrap_err();
         assert_eq!(err.to_string(), "limit reached: leases_per_identity = 3");
@@ -244,7 +259,8 @@ mod tests {
 
     #[test]
     fn global_limits_apply_to_everyone_and_without_authentication() {
-        let q = Quotas::new(Limits { per_identity: Quota::default(), global: Global { leases: 2, locks: 0, waiters: 0 } });
+        let q =
+            Quotas::new(Limits { per_identity: Quota::default(), global: Global { leases: 2, locks: 0, waiters: 0 } });
         let e = engine_with("a", 2);
         assert_eq!(q.admit(&e, None, Adds::Lease, t0()).unwrap_err().limit, "leases");
         assert_eq!(q.admit(&e, Some(("b", None)), Adds::Lease, t0()).unwrap_err().limit, "leases");

@@ -260,7 +260,8 @@ fn load(f: &TlsFiles, generation: u64) -> Result<Loaded, TlsError> {
         any.roots.extend(read_roots(ca)?.roots);
     }
     let builder = WebPkiClientVerifier::builder_with_provider(Arc::new(any), provider());
-    let client_verifier = if f.require_client_cert { builder.build()? } else { builder.allow_unauthenticated().build()? };
+    let client_verifier =
+        if f.require_client_cert { builder.build()? } else { builder.allow_unauthenticated().build()? };
     let server = |alpn: &[&[u8]], verifier: &Arc<dyn ClientCertVerifier>| -> Result<Arc<ServerConfig>, TlsError> {
         let err = |source| TlsError::Config { cert: f.cert.clone(), key: f.key.clone(), source };
         let mut c = ServerConfig::builder_with_provider(provider())

@@ -22,7 +22,6 @@ use tonic::Code;
 mod support;
 use support::{add_token, request_id, Authed, Bearer};
 
-
 /// A node with TLS (client certificates optional) and an auth file, and the
 /// tokens of that file.
 struct Node {
@@ -36,7 +35,6 @@ struct Node {
     verifier: String,
     admin: String,
 }
-
 
 async fn start_node() -> Node {
     start_node_with(|_| ()).await
@@ -88,7 +86,11 @@ impl Node {
         tls
     }
 
-    async fn client(&self, token: Option<&str>, cert: Option<(&Path, &Path)>) -> Result<Authed, tonic::transport::Error> {
+    async fn client(
+        &self,
+        token: Option<&str>,
+        cert: Option<(&Path, &Path)>,
+    ) -> Result<Authed, tonic::transport::Error> {
         let url = format!("https://{}", self.running.grpc_addr);
         let channel = Endpoint::from_shared(url)?.tls_config(self.tls(cert))?.connect().await?;
         Ok(LockClient::with_interceptor(channel, Bearer(token.map(str::to_string))))
@@ -167,12 +169,20 @@ async fn every_verb(c: &mut Authed, lease: u64, lock: &str) -> Vec<(&'static str
         (
             "release",
             code(
-                c.release(pb::ReleaseRequest { request_id: request_id(), lease_id: lease, lock: lock.into(), token: 1 })
-                    .await
-                    .map(drop),
+                c.release(pb::ReleaseRequest {
+                    request_id: request_id(),
+                    lease_id: lease,
+                    lock: lock.into(),
+                    token: 1,
+                })
+                .await
+                .map(drop),
             ),
         ),
-        ("keep_alive", code(c.keep_alive(pb::KeepAliveRequest { request_id: request_id(), lease_id: lease }).await.map(drop))),
+        (
+            "keep_alive",
+            code(c.keep_alive(pb::KeepAliveRequest { request_id: request_id(), lease_id: lease }).await.map(drop)),
+        ),
         ("check", code(c.check(pb::CheckRequest { lock: lock.into(), token: 1 }).await.map(drop))),
         ("describe", code(c.describe_lock(pb::DescribeLockRequest { lock: lock.into() }).await.map(drop))),
         ("list", code(c.list_locks(pb::ListLocksRequest { prefix: "jobs/".into(), limit: 0 }).await.map(drop))),
@@ -228,7 +238,11 @@ async fn an_expired_or_not_yet_valid_certificate_cannot_connect() {
         // The node's client CA is replaced by one whose certificates the test issues.
         let ca = certs::Ca::new("test client CA").unwrap();
         std::fs::write(dir.join("client-ca.pem"), ca.cert_pem()).unwrap();
-        for (name, from, to) in [("expired", now - 10 * day, now - day), ("future", now + day, now + 10 * day), ("valid", now - day, now + day)] {
+        for (name, from, to) in [
+            ("expired", now - 10 * day, now - day),
+            ("future", now + day, now + 10 * day),
+            ("valid", now - day, now + day),
+        ] {
             let c = ca.issue_valid("client", &[], certs::Role::Client, from, to).unwrap();
             std::fs::write(dir.join(format!("{name}.pem")), &c.cert_pem).unwrap();
             std::fs::write(dir.join(format!("{name}.key")), &c.key_pem).unwrap();
@@ -320,7 +334,12 @@ async fn inv13_only_the_owner_uses_a_lease_and_an_admin_may_revoke_it() {
         other.revoke_lease(pb::RevokeLeaseRequest { request_id: request_id(), lease_id: lease }).await.map(drop),
         other.acquire(acquire(lease, "jobs/b")).await.map(drop),
         other
-            .release(pb::ReleaseRequest { request_id: request_id(), lease_id: lease, lock: "jobs/a".into(), token: a.token })
+            .release(pb::ReleaseRequest {
+                request_id: request_id(),
+                lease_id: lease,
+                lock: "jobs/a".into(),
+                token: a.token,
+            })
             .await
             .map(drop),
         admin.keep_alive(pb::KeepAliveRequest { request_id: request_id(), lease_id: lease }).await.map(drop),
@@ -337,7 +356,10 @@ async fn inv13_only_the_owner_uses_a_lease_and_an_admin_may_revoke_it() {
     assert_eq!((holder.lease_id, holder.token, holder.owner.as_str()), (lease, a.token, "worker"));
     assert!(node.last_log_index() >= before);
 
-    admin.revoke_lease(pb::RevokeLeaseRequest { request_id: request_id(), lease_id: lease }).await.expect("an admin revokes");
+    admin
+        .revoke_lease(pb::RevokeLeaseRequest { request_id: request_id(), lease_id: lease })
+        .await
+        .expect("an admin revokes");
     let e = worker.keep_alive(pb::KeepAliveRequest { request_id: request_id(), lease_id: lease }).await.unwrap_err();
     assert_eq!(e.code(), Code::NotFound);
     node.running.shutdown().await;

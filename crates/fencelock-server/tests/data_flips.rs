@@ -24,7 +24,13 @@ async fn real_data_dir(dir: &Path) {
     let (running, mut c) = start(dir).await;
     let l = lease(&mut c, 3_600_000).await;
     for i in 0..30 {
-        let req = pb::AcquireRequest { request_id: request_id(), lease_id: l, lock: format!("lock-{i}"), wait_ms: 0, lock_delay_ms: 0 };
+        let req = pb::AcquireRequest {
+            request_id: request_id(),
+            lease_id: l,
+            lock: format!("lock-{i}"),
+            wait_ms: 0,
+            lock_delay_ms: 0,
+        };
         let Some(Outcome::Acquired(a)) = c.acquire(req).await.unwrap().into_inner().outcome else { panic!("acquire") };
         if i % 3 == 0 {
             let rel = pb::ReleaseRequest { request_id: request_id(), lease_id: l, lock: a.lock, token: a.token };
@@ -58,7 +64,9 @@ async fn every_single_byte_flip_is_detected_or_harmless() {
     let baseline = loop {
         match check_data(&original) {
             Ok(r) => break r,
-            Err(e) if e.to_string().contains("already") => tokio::time::sleep(std::time::Duration::from_millis(50)).await,
+            Err(e) if e.to_string().contains("already") => {
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await
+            }
             Err(e) => panic!("the original data dir must pass: {e}"),
         }
     };
@@ -76,7 +84,10 @@ async fn every_single_byte_flip_is_detected_or_harmless() {
         match check_data(&copy) {
             Err(_) => detected += 1,
             Ok(r) if r.engine == baseline.engine && r.entries == baseline.entries => harmless += 1,
-            Ok(r) => panic!("a flip at byte {i} was served as a different state: {:?} instead of {:?}", r.stats, baseline.stats),
+            Ok(r) => panic!(
+                "a flip at byte {i} was served as a different state: {:?} instead of {:?}",
+                r.stats, baseline.stats
+            ),
         }
     }
     println!("{} offsets of {} bytes: {detected} detected, {harmless} harmless", at.len(), bytes.len());

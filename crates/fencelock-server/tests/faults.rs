@@ -65,7 +65,11 @@ async fn inv2_broken_by_memory_token_mutant_the_first_token_after_a_restart_is_l
     assert_eq!(faults::init_from_env(), Ok(vec!["mutant memory-token".to_string()]));
     let (before, after) = tokens_across_a_restart().await;
     assert!(before.windows(2).all(|w| w[1] == w[0] + 1), "the mutant changes nothing before a restart: {before:?}");
-    assert!(after < before[2], "the mutant must make the token go back: {after} after the restart, {} before", before[2]);
+    assert!(
+        after < before[2],
+        "the mutant must make the token go back: {after} after the restart, {} before",
+        before[2]
+    );
 }
 
 #[cfg(feature = "mutants")]

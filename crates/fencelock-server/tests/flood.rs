@@ -27,7 +27,10 @@ const QUOTA: u64 = 2_000;
 
 fn rss_bytes() -> u64 {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    let kb = status.lines().find_map(|l| l.strip_prefix("VmRSS:")).and_then(|v| v.trim().trim_end_matches(" kB").trim().parse::<u64>().ok());
+    let kb = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches(" kB").trim().parse::<u64>().ok());
     kb.unwrap_or(0) * 1024
 }
 
@@ -120,7 +123,12 @@ async fn a_flooding_identity_is_held_to_its_quota_and_others_keep_acquiring() {
         if let Ok(lease) = lease {
             let got = s.acquire(acquire(lease, "steady/x", 0)).await.map(|r| r.into_inner().outcome);
             if let Ok(Some(pb::acquire_response::Outcome::Acquired(a))) = got {
-                let rel = pb::ReleaseRequest { request_id: request_id(), lease_id: lease, lock: "steady/x".into(), token: a.token };
+                let rel = pb::ReleaseRequest {
+                    request_id: request_id(),
+                    lease_id: lease,
+                    lock: "steady/x".into(),
+                    token: a.token,
+                };
                 ok += usize::from(s.release(rel).await.is_ok_and(|r| r.into_inner().released));
             }
             let _ = s.revoke_lease(pb::RevokeLeaseRequest { request_id: request_id(), lease_id: lease }).await;

@@ -25,7 +25,9 @@ use fencelock_core::{Acquire, Command, Engine, Input, LeaseId, RequestId, Token}
 use fencelock_proto::v1 as pb;
 use fencelock_server::raft::{snapshot_rx, TypeConfig};
 use openraft::raft::{AppendEntriesRequest, InstallSnapshotRequest, VoteRequest};
-use openraft::{CommittedLeaderId, Entry, EntryPayload, LogId, Membership, Snapshot, SnapshotMeta, StoredMembership, Vote};
+use openraft::{
+    CommittedLeaderId, Entry, EntryPayload, LogId, Membership, Snapshot, SnapshotMeta, StoredMembership, Vote,
+};
 use prost::Message as _;
 
 /// Mutations per target in CI.
@@ -55,8 +57,20 @@ impl Rng {
 }
 
 const INTERESTING: &[&[u8]] = &[
-    b"0", b"-1", b"18446744073709551615", b"18446744073709551616", b"9223372036854775807", b"1e999",
-    b"null", b"true", b"\"\"", b"[]", b"{}", b"\"\\u0000\"", b"\"\\ud800\"", b"\xff\xfe",
+    b"0",
+    b"-1",
+    b"18446744073709551615",
+    b"18446744073709551616",
+    b"9223372036854775807",
+    b"1e999",
+    b"null",
+    b"true",
+    b"\"\"",
+    b"[]",
+    b"{}",
+    b"\"\\u0000\"",
+    b"\"\\ud800\"",
+    b"\xff\xfe",
 ];
 
 /// One mutation of `input`: half the time, when it is JSON, of one value inside
@@ -194,11 +208,7 @@ fn fuzz(name: &str, seeds: Vec<Vec<u8>>, min_accepted: u64, target: impl Fn(&[u8
             Ok(Err(broken)) => broken,
             Err(_) => "panicked".to_string(),
         };
-        panic!(
-            "{name}: input {i} (seed {}): {failure}\ninput: {:?}",
-            seed(),
-            String::from_utf8_lossy(&input)
-        );
+        panic!("{name}: input {i} (seed {}): {failure}\ninput: {:?}", seed(), String::from_utf8_lossy(&input));
     }
     println!("{name}: {total} inputs, {accepted} got past decoding");
     assert!(accepted * min_accepted >= total, "{name}: only {accepted} of {total} inputs got past decoding");
@@ -212,13 +222,25 @@ fn log_id(term: u64, index: u64) -> LogId<u64> {
 
 fn commands() -> Vec<Command> {
     let acq = |req, lock: &str, wait_ms| {
-        Command::Acquire(Acquire { req: RequestId(req), lease: LeaseId(1), lock: lock.into(), wait_ms, lock_delay_ms: 50 })
+        Command::Acquire(Acquire {
+            req: RequestId(req),
+            lease: LeaseId(1),
+            lock: lock.into(),
+            wait_ms,
+            lock_delay_ms: 50,
+        })
     };
     vec![
         Command::GrantLease { req: RequestId(1), ttl_ms: 1000, id: None },
         Command::GrantLease { req: RequestId(2), ttl_ms: 1000, id: None },
         acq(3, "a", 0),
-        Command::Acquire(Acquire { req: RequestId(4), lease: LeaseId(2), lock: "a".into(), wait_ms: 500, lock_delay_ms: 0 }),
+        Command::Acquire(Acquire {
+            req: RequestId(4),
+            lease: LeaseId(2),
+            lock: "a".into(),
+            wait_ms: 500,
+            lock_delay_ms: 0,
+        }),
         Command::KeepAlive { req: RequestId(5), lease: LeaseId(1) },
         Command::Release { req: RequestId(6), lease: LeaseId(1), lock: "a".into(), token: Token(1) },
         acq(7, "b", 0),
@@ -356,11 +378,21 @@ fn session_stream_requests() {
     use pb::session_request::Op;
     let ops = [
         Op::GrantLease(pb::GrantLeaseRequest { request_id: 1, ttl_ms: 1000 }),
-        Op::Acquire(pb::AcquireRequest { request_id: 2, lease_id: 1, lock: "a".into(), wait_ms: 500, lock_delay_ms: 0 }),
+        Op::Acquire(pb::AcquireRequest {
+            request_id: 2,
+            lease_id: 1,
+            lock: "a".into(),
+            wait_ms: 500,
+            lock_delay_ms: 0,
+        }),
         Op::Release(pb::ReleaseRequest { request_id: 3, lease_id: 1, lock: "a".into(), token: 7 }),
         Op::KeepAlive(pb::KeepAliveRequest { request_id: 4, lease_id: 1 }),
     ];
-    let seeds = ops.into_iter().enumerate().map(|(i, op)| pb::SessionRequest { op_id: i as u64, op: Some(op) }.encode_to_vec()).collect();
+    let seeds = ops
+        .into_iter()
+        .enumerate()
+        .map(|(i, op)| pb::SessionRequest { op_id: i as u64, op: Some(op) }.encode_to_vec())
+        .collect();
     fuzz("session_requests", seeds, 50, |bytes| {
         let Ok(req) = pb::SessionRequest::decode(bytes) else { return Ok(Refused) };
         // What decodes re-encodes to something that decodes to the same.

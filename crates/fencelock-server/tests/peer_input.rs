@@ -23,7 +23,8 @@ use support::{lease, request_id, start, Client};
 
 /// The token of a grant of the free lock `lock`.
 async fn token(c: &mut Client, lease_id: u64, lock: &str) -> u64 {
-    let req = pb::AcquireRequest { request_id: request_id(), lease_id, lock: lock.into(), wait_ms: 0, lock_delay_ms: 0 };
+    let req =
+        pb::AcquireRequest { request_id: request_id(), lease_id, lock: lock.into(), wait_ms: 0, lock_delay_ms: 0 };
     match c.acquire(req).await.map(|r| r.into_inner().outcome) {
         Ok(Some(Outcome::Acquired(a))) => a.token,
         other => panic!("acquire of the free lock {lock}: {other:?}"),
@@ -55,7 +56,8 @@ fn snapshot_request(running: &fencelock_server::Running, data: Vec<u8>) -> RaftP
 fn empty_state(running: &fencelock_server::Running) -> Vec<u8> {
     let membership = running.raft.metrics().borrow().membership_config.as_ref().clone();
     let last = LogId::new(openraft::CommittedLeaderId::new(100, 2), 1_000_000);
-    let payload = json!({ "last_applied": last, "last_membership": membership, "engine": fencelock_core::Engine::new() });
+    let payload =
+        json!({ "last_applied": last, "last_membership": membership, "engine": fencelock_core::Engine::new() });
     serde_json::to_vec(&payload).unwrap()
 }
 

@@ -48,7 +48,8 @@ async fn inv9_invalid_requests_write_no_log_entry() {
     assert_eq!(last_index(), before, "a rejected request must not become a log entry");
 
     // A valid request still does.
-    let ok = pb::AcquireRequest { request_id: request_id(), lease_id: l, lock: "ok".into(), wait_ms: 0, lock_delay_ms: 0 };
+    let ok =
+        pb::AcquireRequest { request_id: request_id(), lease_id: l, lock: "ok".into(), wait_ms: 0, lock_delay_ms: 0 };
     c.acquire(ok).await.expect("a valid acquire");
     assert!(last_index() > before);
 }

@@ -37,9 +37,9 @@ impl std::str::FromStr for Mutant {
             "unfenced-resource" => Ok(Mutant::UnfencedResource),
             "reply-before-persist" => Ok(Mutant::ReplyBeforePersist),
             "racy-cancel" => Ok(Mutant::RacyCancel),
-            other => Err(format!(
-                "unknown mutant {other:?} (none, unfenced-resource, reply-before-persist, racy-cancel)"
-            )),
+            other => {
+                Err(format!("unknown mutant {other:?} (none, unfenced-resource, reply-before-persist, racy-cancel)"))
+            }
         }
     }
 }
@@ -73,13 +73,7 @@ pub const RESTART_SLACK_MS: u64 = 250;
 impl SimConfig {
     /// The default run for `seed`: 4 clients, 600 ms TTL, 20 s of virtual time.
     pub fn new(seed: u64) -> Self {
-        Self {
-            seed,
-            clients: 4,
-            duration_ms: 20_000,
-            ttl_ms: 600,
-            mutant: Mutant::None,
-        }
+        Self { seed, clients: 4, duration_ms: 20_000, ttl_ms: 600, mutant: Mutant::None }
     }
 
     pub fn with_mutant(mut self, mutant: Mutant) -> Self {

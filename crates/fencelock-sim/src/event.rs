@@ -32,63 +32,28 @@ pub enum EventKind {
     /// `LeaderStart`; it serves from now on.
     ServerUp { replayed: usize },
     /// The engine granted the lock (a live `Effect::Granted`, after persistence).
-    Granted {
-        lease: LeaseId,
-        req: RequestId,
-        token: Token,
-        queued: bool,
-    },
+    Granted { lease: LeaseId, req: RequestId, token: Token, queued: bool },
     /// The engine ended a grant.
-    Released {
-        lease: LeaseId,
-        token: Token,
-        cause: ReleaseCause,
-    },
+    Released { lease: LeaseId, token: Token, cause: ReleaseCause },
     /// The engine expired a lease.
     LeaseExpired { lease: LeaseId },
     /// A client got a lease; its conservative deadline is `deadline`.
-    ClientLease {
-        client: usize,
-        lease: LeaseId,
-        deadline: Millis,
-    },
+    ClientLease { client: usize, lease: LeaseId, deadline: Millis },
     /// A client gave its lease up as lost (its deadline passed, or the server
     /// said it is gone).
     ClientLeaseLost { client: usize, lease: LeaseId },
     /// A client learned of its grant and believes it holds the lock from now on,
     /// until its deadline (`deadline` is the deadline it knows now).
-    Hold {
-        client: usize,
-        lease: LeaseId,
-        token: Token,
-        deadline: Millis,
-    },
+    Hold { client: usize, lease: LeaseId, token: Token, deadline: Millis },
     /// A client stopped believing it holds `token`; the event's instant is the end
     /// of its belief (its deadline, when that passed first).
-    HoldEnd {
-        client: usize,
-        token: Token,
-        why: HoldEnd,
-    },
+    HoldEnd { client: usize, token: Token, why: HoldEnd },
     /// A client was paused between its last deadline check and its write.
-    Paused {
-        client: usize,
-        token: Token,
-        until: Millis,
-    },
+    Paused { client: usize, token: Token, until: Millis },
     /// A client sent a write to the resource.
-    WriteSent {
-        client: usize,
-        token: Token,
-        after_pause: bool,
-    },
+    WriteSent { client: usize, token: Token, after_pause: bool },
     /// The resource decided a write.
-    Write {
-        client: usize,
-        token: Token,
-        accepted: bool,
-        after_pause: bool,
-    },
+    Write { client: usize, token: Token, accepted: bool, after_pause: bool },
 }
 
 impl fmt::Display for Event {
@@ -100,27 +65,11 @@ impl fmt::Display for Event {
             EventKind::ServerUp { replayed } => {
                 write!(f, "server   up (replayed {replayed} entries)")
             }
-            EventKind::Granted {
-                lease,
-                req,
-                token,
-                queued,
-            } => {
-                write!(
-                    f,
-                    "server   granted token {token} to lease {lease} (req {}, queued {queued})",
-                    req.0
-                )
+            EventKind::Granted { lease, req, token, queued } => {
+                write!(f, "server   granted token {token} to lease {lease} (req {}, queued {queued})", req.0)
             }
-            EventKind::Released {
-                lease,
-                token,
-                cause,
-            } => {
-                write!(
-                    f,
-                    "server   ended token {token} of lease {lease} ({cause:?})"
-                )
+            EventKind::Released { lease, token, cause } => {
+                write!(f, "server   ended token {token} of lease {lease} ({cause:?})")
             }
             EventKind::LeaseExpired { lease } => write!(f, "server   lease {lease} expired"),
             other => client_event(f, other),
@@ -130,56 +79,25 @@ impl fmt::Display for Event {
 
 fn client_event(f: &mut fmt::Formatter<'_>, kind: &EventKind) -> fmt::Result {
     match kind {
-        EventKind::ClientLease {
-            client,
-            lease,
-            deadline,
-        } => {
+        EventKind::ClientLease { client, lease, deadline } => {
             write!(f, "client-{client} lease {lease} (deadline {deadline})")
         }
         EventKind::ClientLeaseLost { client, lease } => {
             write!(f, "client-{client} lost lease {lease}")
         }
-        EventKind::Hold {
-            client,
-            lease,
-            token,
-            deadline,
-        } => {
-            write!(
-                f,
-                "client-{client} holds token {token} of lease {lease} (deadline {deadline})"
-            )
+        EventKind::Hold { client, lease, token, deadline } => {
+            write!(f, "client-{client} holds token {token} of lease {lease} (deadline {deadline})")
         }
         EventKind::HoldEnd { client, token, why } => {
             write!(f, "client-{client} stops holding token {token} ({why:?})")
         }
-        EventKind::Paused {
-            client,
-            token,
-            until,
-        } => {
-            write!(
-                f,
-                "client-{client} paused holding token {token} until {until}"
-            )
+        EventKind::Paused { client, token, until } => {
+            write!(f, "client-{client} paused holding token {token} until {until}")
         }
-        EventKind::WriteSent {
-            client,
-            token,
-            after_pause,
-        } => {
-            write!(
-                f,
-                "client-{client} writes with token {token} (after pause {after_pause})"
-            )
+        EventKind::WriteSent { client, token, after_pause } => {
+            write!(f, "client-{client} writes with token {token} (after pause {after_pause})")
         }
-        EventKind::Write {
-            client,
-            token,
-            accepted,
-            after_pause,
-        } => {
+        EventKind::Write { client, token, accepted, after_pause } => {
             let verdict = if *accepted { "accepted" } else { "REJECTED" };
             write!(f, "resource {verdict} write of client-{client} token {token} (after pause {after_pause})")
         }

@@ -17,10 +17,7 @@ pub const SEED_ENV: &str = "FENCELOCK_SIM_SEED";
 
 /// [`SEEDS`], or the one seed in `FENCELOCK_SIM_SEED`.
 pub fn seeds() -> Vec<u64> {
-    match std::env::var(SEED_ENV)
-        .ok()
-        .and_then(|s| s.trim().parse().ok())
-    {
+    match std::env::var(SEED_ENV).ok().and_then(|s| s.trim().parse().ok()) {
         Some(seed) => vec![seed],
         None => SEEDS.collect(),
     }
@@ -45,11 +42,7 @@ pub fn run_seeds(config: impl Fn(u64) -> SimConfig, checker: Checker) -> Vec<Out
     let run_one = |seed| {
         let report = sim::run(&config(seed));
         let verdict = check::run(checker, &report);
-        Outcome {
-            seed,
-            report,
-            verdict,
-        }
+        Outcome { seed, report, verdict }
     };
     seeds().into_iter().map(run_one).collect()
 }
@@ -62,25 +55,12 @@ pub fn assert_holds(test: &str, checker: Checker) -> Vec<Outcome> {
     let failures: Vec<String> = outcomes
         .iter()
         .filter(|o| !o.verdict.holds())
-        .map(|o| {
-            format!(
-                "seed {}: {}\n{}",
-                o.seed,
-                o.verdict.summary(),
-                reproduce(test, o.seed)
-            )
-        })
+        .map(|o| format!("seed {}: {}\n{}", o.seed, o.verdict.summary(), reproduce(test, o.seed)))
         .collect();
     for o in &outcomes {
         println!("seed {:>3}: {}", o.seed, o.verdict.summary());
     }
-    assert!(
-        failures.is_empty(),
-        "{} of {} seeds failed:\n{}",
-        failures.len(),
-        outcomes.len(),
-        failures.join("\n")
-    );
+    assert!(failures.is_empty(), "{} of {} seeds failed:\n{}", failures.len(), outcomes.len(), failures.join("\n"));
     outcomes
 }
 
@@ -98,10 +78,7 @@ pub fn assert_caught(mutant: Mutant, checker: Checker) -> u64 {
         let report = sim::run(&SimConfig::new(seed).with_mutant(mutant));
         let verdict = checker(&report);
         if !verdict.violations.is_empty() {
-            println!(
-                "mutant {mutant:?} caught by seed {seed}: {}",
-                verdict.summary()
-            );
+            println!("mutant {mutant:?} caught by seed {seed}: {}", verdict.summary());
             return seed;
         }
         invariant = verdict.invariant;

@@ -35,10 +35,7 @@ struct Args {
 fn main() -> ExitCode {
     let args = Args::parse();
     if args.clients == 0 || args.ttl_ms < fencelock_core::MIN_TTL_MS {
-        eprintln!(
-            "fencelock-sim: need at least one client and a TTL of at least {} ms",
-            fencelock_core::MIN_TTL_MS
-        );
+        eprintln!("fencelock-sim: need at least one client and a TTL of at least {} ms", fencelock_core::MIN_TTL_MS);
         return ExitCode::from(2);
     }
     let cfg = SimConfig {

@@ -113,21 +113,14 @@ pub struct Nemesis {
 }
 
 impl Nemesis {
-    pub fn new(
-        cfg: &SimConfig,
-        events: Events,
-        pause: PauseCtl,
-        server_phase: Rc<Cell<WritePhase>>,
-    ) -> Self {
+    pub fn new(cfg: &SimConfig, events: Events, pause: PauseCtl, server_phase: Rc<Cell<WritePhase>>) -> Self {
         Self {
             cfg: cfg.clone(),
             rng: fastrand::Rng::with_seed(cfg.seed ^ 0x6e65_6d65_7369_7321),
             events,
             pause,
             server_phase,
-            state: State::Idle {
-                next_at: 2 * cfg.ttl_ms,
-            },
+            state: State::Idle { next_at: 2 * cfg.ttl_ms },
             started: 0,
             windows: Vec::new(),
         }
@@ -142,9 +135,7 @@ impl Nemesis {
     pub fn poll(&mut self, sim: &mut Sim, now: Millis) {
         let state = self.state.clone();
         self.state = match state {
-            State::Idle { next_at } if now >= next_at && self.may_start(now) => {
-                self.begin(sim, now)
-            }
+            State::Idle { next_at } if now >= next_at && self.may_start(now) => self.begin(sim, now),
             State::Waiting { kind, ms, since } => self.wait(sim, now, kind, ms, since),
             State::Active(a) if now >= a.end_at => self.end(sim, now, a),
             other => other,
@@ -180,19 +171,11 @@ impl Nemesis {
                 let (lo, hi) = self.cfg.pause_range_ms();
                 let ms = self.rng.u64(lo..=hi);
                 self.pause.arm(ms);
-                State::Waiting {
-                    kind,
-                    ms,
-                    since: now,
-                }
+                State::Waiting { kind, ms, since: now }
             }
             FaultKind::CrashRestart => {
                 let ms = self.rng.u64(20..=ttl * 3 / 2);
-                State::Waiting {
-                    kind,
-                    ms,
-                    since: now,
-                }
+                State::Waiting { kind, ms, since: now }
             }
             _ => self.start_network_fault(sim, now, kind),
         }
@@ -200,14 +183,7 @@ impl Nemesis {
 
     /// A pause starts when a client takes it; a crash waits (briefly) until the
     /// server is inside a write, to hit the windows around fsync and reply.
-    fn wait(
-        &mut self,
-        sim: &mut Sim,
-        now: Millis,
-        kind: FaultKind,
-        ms: u64,
-        since: Millis,
-    ) -> State {
+    fn wait(&mut self, sim: &mut Sim, now: Millis, kind: FaultKind, ms: u64, since: Millis) -> State {
         if kind == FaultKind::Pause {
             if let Some((client, until)) = self.pause.taken() {
                 let what = format!("pause of client-{client} for {ms} ms");
@@ -234,37 +210,17 @@ impl Nemesis {
         let all: Vec<String> = (0..self.cfg.clients).map(host_name).collect();
         let others: Vec<String> = all.iter().filter(|c| **c != client).cloned().collect();
         let (pairs, ms, hold) = match kind {
-            FaultKind::PartitionClientServer => (
-                pairs(&client, &["server".into()]),
-                self.rng.u64(ttl / 3..=3 * ttl),
-                false,
-            ),
-            FaultKind::PartitionClientResource => (
-                pairs(&client, &["resource".into()]),
-                self.rng.u64(ttl / 3..=3 * ttl),
-                false,
-            ),
-            FaultKind::HoldClientServer => (
-                pairs(&client, &["server".into()]),
-                self.rng.u64(ttl / 3..=2 * ttl),
-                true,
-            ),
-            FaultKind::HoldWrites => (
-                pairs("resource", &all),
-                self.rng.u64(ttl / 2..=2 * ttl),
-                true,
-            ),
+            FaultKind::PartitionClientServer => {
+                (pairs(&client, &["server".into()]), self.rng.u64(ttl / 3..=3 * ttl), false)
+            }
+            FaultKind::PartitionClientResource => {
+                (pairs(&client, &["resource".into()]), self.rng.u64(ttl / 3..=3 * ttl), false)
+            }
+            FaultKind::HoldClientServer => (pairs(&client, &["server".into()]), self.rng.u64(ttl / 3..=2 * ttl), true),
+            FaultKind::HoldWrites => (pairs("resource", &all), self.rng.u64(ttl / 2..=2 * ttl), true),
             FaultKind::HoldServer => (pairs("server", &all), self.rng.u64(ttl / 3..=ttl), true),
-            FaultKind::StarveWaiters => (
-                pairs("server", &others),
-                self.rng.u64(ttl * 3 / 2..=3 * ttl),
-                false,
-            ),
-            _ => (
-                pairs("server", &all),
-                self.rng.u64(ttl / 2..=2 * ttl),
-                false,
-            ),
+            FaultKind::StarveWaiters => (pairs("server", &others), self.rng.u64(ttl * 3 / 2..=3 * ttl), false),
+            _ => (pairs("server", &all), self.rng.u64(ttl / 2..=2 * ttl), false),
         };
         for (a, b) in &pairs {
             if hold {
@@ -275,61 +231,25 @@ impl Nemesis {
         }
         let verb = if hold { "hold" } else { "partition" };
         let what = format!("{verb} {} for {ms} ms", describe(&pairs));
-        let undo = if hold {
-            Undo::Release(pairs)
-        } else {
-            Undo::Repair(pairs)
-        };
+        let undo = if hold { Undo::Release(pairs) } else { Undo::Repair(pairs) };
         self.activate(kind, what, now, now + ms, undo)
     }
 
-    fn activate(
-        &mut self,
-        kind: FaultKind,
-        what: String,
-        start: Millis,
-        end_at: Millis,
-        undo: Undo,
-    ) -> State {
-        self.events.push_at(
-            start,
-            EventKind::FaultStart {
-                fault: what.clone(),
-            },
-        );
-        State::Active(Active {
-            kind,
-            what,
-            start,
-            end_at,
-            undo,
-        })
+    fn activate(&mut self, kind: FaultKind, what: String, start: Millis, end_at: Millis, undo: Undo) -> State {
+        self.events.push_at(start, EventKind::FaultStart { fault: what.clone() });
+        State::Active(Active { kind, what, start, end_at, undo })
     }
 
     fn end(&mut self, sim: &mut Sim, now: Millis, a: Active) -> State {
         match &a.undo {
             Undo::Nothing => {}
             Undo::Bounce => sim.bounce("server"),
-            Undo::Repair(pairs) => pairs
-                .iter()
-                .for_each(|(x, y)| sim.repair(x.as_str(), y.as_str())),
-            Undo::Release(pairs) => pairs
-                .iter()
-                .for_each(|(x, y)| sim.release(x.as_str(), y.as_str())),
+            Undo::Repair(pairs) => pairs.iter().for_each(|(x, y)| sim.repair(x.as_str(), y.as_str())),
+            Undo::Release(pairs) => pairs.iter().for_each(|(x, y)| sim.release(x.as_str(), y.as_str())),
         }
         let end = now.max(a.end_at);
-        self.events.push_at(
-            end,
-            EventKind::FaultEnd {
-                fault: a.what.clone(),
-            },
-        );
-        self.windows.push(FaultWindow {
-            kind: a.kind,
-            what: a.what,
-            start: a.start,
-            end,
-        });
+        self.events.push_at(end, EventKind::FaultEnd { fault: a.what.clone() });
+        self.windows.push(FaultWindow { kind: a.kind, what: a.what, start: a.start, end });
         let gap = self.cfg.heal_bound_ms() + self.rng.u64(100..=self.cfg.ttl_ms);
         State::Idle { next_at: end + gap }
     }

@@ -30,14 +30,7 @@ impl Report {
     ) -> Self {
         let mut engine = Engine::new();
         let replayed = log.iter().map(|input| engine.step(input)).collect();
-        Self {
-            config,
-            events,
-            log,
-            replayed,
-            faults,
-            error,
-        }
+        Self { config, events, log, replayed, faults, error }
     }
 
     /// The trace: one line per event, then the error if there was one.

@@ -25,10 +25,7 @@ pub struct Register {
 
 impl Register {
     pub fn new(mutant: Mutant) -> Self {
-        Self {
-            fenced: mutant != Mutant::UnfencedResource,
-            highest: None,
-        }
+        Self { fenced: mutant != Mutant::UnfencedResource, highest: None }
     }
 
     /// Decide one write.

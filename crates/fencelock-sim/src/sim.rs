@@ -30,13 +30,7 @@ pub fn run(cfg: &SimConfig) -> Report {
     let error = drive(&mut sim, &mut nemesis, cfg.duration_ms);
     drop(sim);
     let log = server.log.entries();
-    Report::new(
-        cfg.clone(),
-        events.snapshot(),
-        log,
-        nemesis.into_windows(),
-        error,
-    )
+    Report::new(cfg.clone(), events.snapshot(), log, nemesis.into_windows(), error)
 }
 
 fn builder(cfg: &SimConfig) -> turmoil::Builder {
@@ -52,27 +46,13 @@ fn builder(cfg: &SimConfig) -> turmoil::Builder {
     b
 }
 
-fn add_hosts(
-    sim: &mut Sim,
-    cfg: &SimConfig,
-    server: &ServerShared,
-    events: &Events,
-    pause: &PauseCtl,
-) {
+fn add_hosts(sim: &mut Sim, cfg: &SimConfig, server: &ServerShared, events: &Events, pause: &PauseCtl) {
     let s = server.clone();
     sim.host("server", move || server::run(s.clone()));
-    let r = ResourceShared {
-        register: Rc::new(RefCell::new(Register::new(cfg.mutant))),
-        events: events.clone(),
-    };
+    let r = ResourceShared { register: Rc::new(RefCell::new(Register::new(cfg.mutant))), events: events.clone() };
     sim.host("resource", move || resource::run(r.clone()));
     for i in 0..cfg.clients {
-        let c = ClientShared {
-            client: i,
-            cfg: cfg.clone(),
-            events: events.clone(),
-            pause: pause.clone(),
-        };
+        let c = ClientShared { client: i, cfg: cfg.clone(), events: events.clone(), pause: pause.clone() };
         sim.host(client::host_name(i), move || client::run(c.clone()));
     }
 }

@@ -71,10 +71,7 @@ pub struct Frames<R> {
 
 impl<R: AsyncRead + Unpin> Frames<R> {
     pub fn new(rd: R) -> Self {
-        Self {
-            rd,
-            buf: Vec::new(),
-        }
+        Self { rd, buf: Vec::new() }
     }
 
     /// The next frame, `Ok(None)` at end of stream, `InvalidData` on a bad frame.
@@ -109,10 +106,7 @@ fn invalid(why: &str) -> io::Error {
 }
 
 /// Write `msg` as one frame.
-pub async fn write_frame<W: AsyncWrite + Unpin, T: Serialize>(
-    w: &mut W,
-    msg: &T,
-) -> io::Result<()> {
+pub async fn write_frame<W: AsyncWrite + Unpin, T: Serialize>(w: &mut W, msg: &T) -> io::Result<()> {
     let mut bytes = serde_json::to_vec(msg).map_err(|e| invalid(&e.to_string()))?;
     bytes.push(b'\n');
     w.write_all(&bytes).await
@@ -130,10 +124,7 @@ mod tests {
     async fn parses_complete_frames_then_eof() {
         let mut f = frames(b"{\"Nope\":1}\n\"Accepted\"\n");
         assert!(f.next::<WriteResp>().await.is_err());
-        assert_eq!(
-            f.next::<WriteResp>().await.unwrap(),
-            Some(WriteResp::Accepted)
-        );
+        assert_eq!(f.next::<WriteResp>().await.unwrap(), Some(WriteResp::Accepted));
         assert_eq!(f.next::<WriteResp>().await.unwrap(), None);
     }
 

@@ -14,9 +14,6 @@ fn inv_dead_waiter_no_grant_to_an_expired_lease() {
     let dead = harness::total(&outcomes, "waiters_whose_lease_ended");
     println!("waiters whose lease ended in the queue, over all seeds: {dead}");
     if outcomes.len() > 1 {
-        assert!(
-            dead >= outcomes.len() as u64,
-            "inconclusive: only {dead} waiters outlived their lease"
-        );
+        assert!(dead >= outcomes.len() as u64, "inconclusive: only {dead} waiters outlived their lease");
     }
 }

@@ -16,10 +16,7 @@ use fencelock_sim::{check::exclusive, harness, Mutant};
 #[test]
 fn inv_excl_one_believer_at_a_time() {
     let outcomes = harness::assert_holds("inv_exclusive", exclusive::check);
-    println!(
-        "beliefs checked over all seeds: {}",
-        harness::total(&outcomes, "beliefs")
-    );
+    println!("beliefs checked over all seeds: {}", harness::total(&outcomes, "beliefs"));
 }
 
 #[test]

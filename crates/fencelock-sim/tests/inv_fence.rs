@@ -14,10 +14,7 @@ fn inv_fence_no_stale_accepts_and_pauses_are_rejected() {
     let outcomes = harness::assert_holds("inv_fence", fence::check);
     let rejected = harness::total(&outcomes, "rejected_after_pause");
     println!("writes rejected after a pause, over all seeds: {rejected}");
-    assert!(
-        rejected >= outcomes.len() as u64,
-        "too few stale writes rejected: {rejected}"
-    );
+    assert!(rejected >= outcomes.len() as u64, "too few stale writes rejected: {rejected}");
 }
 
 #[test]

@@ -9,8 +9,5 @@ use fencelock_sim::{check::heal, harness};
 #[test]
 fn inv_heal_progress_resumes_after_every_fault() {
     let outcomes = harness::assert_holds("inv_heal", heal::check);
-    println!(
-        "faults healed over all seeds: {}",
-        harness::total(&outcomes, "faults")
-    );
+    println!("faults healed over all seeds: {}", harness::total(&outcomes, "faults"));
 }

@@ -15,10 +15,7 @@ use fencelock_sim::{check::tokens, harness, Mutant};
 #[test]
 fn inv_tokens_strictly_increase_across_restarts() {
     let outcomes = harness::assert_holds("inv_tokens", tokens::check);
-    println!(
-        "restarts over all seeds: {}",
-        harness::total(&outcomes, "restarts")
-    );
+    println!("restarts over all seeds: {}", harness::total(&outcomes, "restarts"));
 }
 
 #[test]

@@ -99,7 +99,15 @@ mod tests {
     #[test]
     fn other_arguments_are_kept_as_typed() {
         let got = typed(
-            &["./fencelock-bench", "--engines", "fencelock,redis", "--out=/repo/bench/x", "--data", "/tmp/d", "bench/y"],
+            &[
+                "./fencelock-bench",
+                "--engines",
+                "fencelock,redis",
+                "--out=/repo/bench/x",
+                "--data",
+                "/tmp/d",
+                "bench/y",
+            ],
             "/repo",
         );
         assert_eq!(got, "fencelock-bench --engines fencelock,redis --out=bench/x --data /tmp/d bench/y");

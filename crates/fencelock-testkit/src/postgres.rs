@@ -47,25 +47,14 @@ impl PgServer {
     fn start_with(secure: bool) -> Self {
         let bin = pg_bin_dir();
         let dir = shared_tempdir();
-        let user = if running_as_root() {
-            Some(postgres_ids())
-        } else {
-            None
-        };
+        let user = if running_as_root() { Some(postgres_ids()) } else { None };
         let data = dir.path().join("data");
         fs::create_dir(&data).unwrap();
         fs::set_permissions(&data, fs::Permissions::from_mode(0o700)).unwrap();
         if let Some((uid, gid)) = user {
             std::os::unix::fs::chown(&data, Some(uid), Some(gid)).unwrap();
         }
-        let mut server = PgServer {
-            child: None,
-            port: free_port(),
-            bin,
-            dir,
-            user,
-            certs: None,
-        };
+        let mut server = PgServer { child: None, port: free_port(), bin, dir, user, certs: None };
         server.initdb();
         if secure {
             server.secure();
@@ -102,10 +91,9 @@ impl PgServer {
     fn add_password_user(&self) {
         let (user, password, db) = PG_SECURE_USER;
         let port = self.port.to_string();
-        for sql in [
-            format!("CREATE ROLE {user} LOGIN PASSWORD '{password}'"),
-            format!("CREATE DATABASE {db} OWNER {user}"),
-        ] {
+        for sql in
+            [format!("CREATE ROLE {user} LOGIN PASSWORD '{password}'"), format!("CREATE DATABASE {db} OWNER {user}")]
+        {
             let out = self
                 .command("psql")
                 .args(["-h", "127.0.0.1", "-p", &port, "-U", "postgres", "-d", "postgres"])
@@ -121,10 +109,7 @@ impl PgServer {
 
     /// The tokio-postgres connection string.
     pub fn conn_str(&self) -> String {
-        format!(
-            "host=127.0.0.1 port={} user=postgres dbname=postgres",
-            self.port
-        )
+        format!("host=127.0.0.1 port={} user=postgres dbname=postgres", self.port)
     }
 
     /// The server's process id (the postmaster: its backends are its children).
@@ -144,9 +129,7 @@ impl PgServer {
 
     fn command(&self, program: &str) -> Command {
         let mut cmd = Command::new(self.bin.join(program));
-        cmd.current_dir(self.dir.path())
-            .env("LC_ALL", "C")
-            .stdin(Stdio::null());
+        cmd.current_dir(self.dir.path()).env("LC_ALL", "C").stdin(Stdio::null());
         if let Some((uid, gid)) = self.user {
             cmd.uid(uid).gid(gid);
         }
@@ -157,17 +140,7 @@ impl PgServer {
         let data = self.dir.path().join("data");
         let out = self
             .command("initdb")
-            .args([
-                "-D",
-                data.to_str().unwrap(),
-                "-U",
-                "postgres",
-                "--auth=trust",
-                "-E",
-                "UTF8",
-                "--locale=C",
-                "-N",
-            ])
+            .args(["-D", data.to_str().unwrap(), "-U", "postgres", "--auth=trust", "-E", "UTF8", "--locale=C", "-N"])
             .output()
             .unwrap_or_else(|e| panic!("cannot run initdb ({e}): {INSTALL_HINT}"));
         assert!(
@@ -181,28 +154,12 @@ impl PgServer {
     fn spawn(&mut self) {
         let data = self.dir.path().join("data");
         let log_path = self.dir.path().join("postgres.log");
-        let log = File::options()
-            .create(true)
-            .append(true)
-            .open(&log_path)
-            .unwrap();
+        let log = File::options().create(true).append(true).open(&log_path).unwrap();
         let child = self
             .command("postgres")
             .args(["-D", data.to_str().unwrap(), "-p", &self.port.to_string()])
-            .args([
-                "-c",
-                "listen_addresses=127.0.0.1",
-                "-c",
-                "unix_socket_directories=",
-            ])
-            .args([
-                "-c",
-                "shared_buffers=16MB",
-                "-c",
-                "max_connections=200",
-                "-c",
-                "fsync=on",
-            ])
+            .args(["-c", "listen_addresses=127.0.0.1", "-c", "unix_socket_directories="])
+            .args(["-c", "shared_buffers=16MB", "-c", "max_connections=200", "-c", "fsync=on"])
             .stdout(log.try_clone().unwrap())
             .stderr(log)
             .spawn()
@@ -242,15 +199,13 @@ fn pg_bin_dir() -> PathBuf {
         .filter(|(_, bin)| bin.join("initdb").exists() && bin.join("postgres").exists())
         .collect();
     dirs.sort();
-    dirs.pop().map(|(_, bin)| bin).unwrap_or_else(|| {
-        panic!("PostgreSQL not found in /usr/lib/postgresql/*/bin: {INSTALL_HINT}")
-    })
+    dirs.pop()
+        .map(|(_, bin)| bin)
+        .unwrap_or_else(|| panic!("PostgreSQL not found in /usr/lib/postgresql/*/bin: {INSTALL_HINT}"))
 }
 
 fn running_as_root() -> bool {
-    fs::metadata("/proc/self")
-        .map(|m| m.uid() == 0)
-        .unwrap_or(false)
+    fs::metadata("/proc/self").map(|m| m.uid() == 0).unwrap_or(false)
 }
 
 /// uid and gid of the `postgres` user (Debian's package creates it).
@@ -261,11 +216,8 @@ fn postgres_ids() -> (u32, u32) {
         .map(|line| line.split(':').collect::<Vec<_>>())
         .find(|f| f.first() == Some(&"postgres") && f.len() > 3)
         .map(|f| (f[2].parse().unwrap(), f[3].parse().unwrap()))
-        .unwrap_or_else(|| {
-            panic!("no postgres user to run PostgreSQL as (tests run as root): {INSTALL_HINT}")
-        })
+        .unwrap_or_else(|| panic!("no postgres user to run PostgreSQL as (tests run as root): {INSTALL_HINT}"))
 }
-
 
 fn pg_ready(bin: &std::path::Path, port: u16) -> bool {
     Command::new(bin.join("pg_isready"))

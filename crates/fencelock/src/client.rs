@@ -21,8 +21,8 @@ use crate::guard::LockGuard;
 use crate::lease;
 use crate::registry::Registry;
 use crate::rpc::{new_request_id, request, Dial, Rpc, Servers};
-use crate::tls::ClientTls;
 use crate::session::Session;
+use crate::tls::ClientTls;
 use crate::types::{Acquire, Acquired, CheckResult, LockInfo, LockOptions};
 
 /// Default deadline of one RPC (beyond the wait of a waiting acquire).
@@ -325,7 +325,9 @@ fn url_tls(url: &BackendUrl) -> Result<Option<ClientTls>, Error> {
         return Ok(None);
     };
     if url.param("ca").is_none() {
-        return Err(Error::InvalidArgument(format!("{url}: name the CA of the group's certificates with ca=/path/ca.pem")));
+        return Err(Error::InvalidArgument(format!(
+            "{url}: name the CA of the group's certificates with ca=/path/ca.pem"
+        )));
     }
     Ok(Some(ClientTls::from(files)))
 }
@@ -425,7 +427,10 @@ mod tests {
             }
         }
         let missing = Client::connect("https://127.0.0.1:7070?ca=/nonexistent/ca.pem").await;
-        assert!(matches!(&missing, Err(Error::Security { message, .. }) if message.contains("/nonexistent/ca.pem")), "{missing:?}");
+        assert!(
+            matches!(&missing, Err(Error::Security { message, .. }) if message.contains("/nonexistent/ca.pem")),
+            "{missing:?}"
+        );
     }
 
     /// Every member of a list is dialled in order, whichever way the list is

@@ -307,8 +307,15 @@ mod tests {
         }
         assert_eq!(Error::from_status(&unauth), Error::Unauthenticated("token missing".into()));
         let twice = Status::permission_denied("permission denied: w may not acquire lock \"x\"");
-        assert_eq!(Error::from_status(&twice).to_string(), "permission denied: w may not acquire lock \"x\"", "said once");
-        assert_eq!(Error::from_http_refusal(401, "not authenticated: bad").unwrap().to_string(), "not authenticated: bad");
+        assert_eq!(
+            Error::from_status(&twice).to_string(),
+            "permission denied: w may not acquire lock \"x\"",
+            "said once"
+        );
+        assert_eq!(
+            Error::from_http_refusal(401, "not authenticated: bad").unwrap().to_string(),
+            "not authenticated: bad"
+        );
         assert!(Error::from_http_refusal(500, "x").is_none());
         assert_eq!(Error::from_status(&denied), Error::PermissionDenied("role reader may not acquire".into()));
         assert_eq!(Error::from_status(&unauth).to_string(), "not authenticated: token missing");

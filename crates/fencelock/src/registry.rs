@@ -99,7 +99,13 @@ impl Registry {
         }
         let (cell, sent) = lease::grant(&self.rpc, ttl, deadline).await?;
         let watchdog = lease::spawn_watchdog(self.rpc.clone(), cell.clone(), sent);
-        let old = self.lock().entry(ttl_ms).or_default().live.replace(Entry { cell: cell.clone(), users: 1, watchdog, idle_since: Instant::now(), reaper: false });
+        let old = self.lock().entry(ttl_ms).or_default().live.replace(Entry {
+            cell: cell.clone(),
+            users: 1,
+            watchdog,
+            idle_since: Instant::now(),
+            reaper: false,
+        });
         if let Some(old) = old {
             old.watchdog.abort(); // it was lost; its task is ending anyway
         }

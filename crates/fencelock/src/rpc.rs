@@ -31,8 +31,8 @@ use tonic::{Response, Status};
 use crate::auth::Auth;
 use crate::backoff::Backoff;
 use crate::error::{is_retryable, is_timeout, Error};
-use crate::tls::ClientTls;
 use crate::metrics;
+use crate::tls::ClientTls;
 
 /// A new random, non-zero request id for one logical request.
 pub(crate) fn new_request_id() -> u64 {
@@ -129,9 +129,7 @@ fn endpoint(url: &str, dial: &Dial) -> Result<Endpoint, Error> {
             )))
         }
         (false, Some(_)) => {
-            return Err(Error::InvalidArgument(format!(
-                "{url} is plaintext but TLS is configured: use https://"
-            )))
+            return Err(Error::InvalidArgument(format!("{url} is plaintext but TLS is configured: use https://")))
         }
         (false, None) => {}
     }
@@ -504,7 +502,8 @@ mod tests {
     #[tokio::test]
     async fn does_not_retry_an_auth_refusal() {
         for status in [Status::unauthenticated("no token"), Status::permission_denied("not yours")] {
-            let rpc = Rpc::new(Servers::lazy(&["http://a:1", "http://b:2"]), Duration::from_secs(5), Backoff::default());
+            let rpc =
+                Rpc::new(Servers::lazy(&["http://a:1", "http://b:2"]), Duration::from_secs(5), Backoff::default());
             let calls = AtomicU32::new(0);
             let got: Result<(), _> = rpc
                 .call("test", Instant::now() + Duration::from_secs(5), |_, _| {

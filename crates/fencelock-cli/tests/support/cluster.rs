@@ -165,7 +165,8 @@ impl Cluster {
     pub fn start(n: u64) -> Cluster {
         let dir = tempfile::tempdir().expect("tempdir");
         let secure = Arc::new(Secure::create(dir.path(), CERTIFIED_NODES.max(n)));
-        let addrs: Vec<(u64, SocketAddr, SocketAddr, SocketAddr)> = (1..=n).map(|id| (id, local(), local(), local())).collect();
+        let addrs: Vec<(u64, SocketAddr, SocketAddr, SocketAddr)> =
+            (1..=n).map(|id| (id, local(), local(), local())).collect();
         let peers = addrs.iter().map(|(id, g, _, p)| format!("{id}={g}/{p}")).collect::<Vec<_>>().join(",");
         let mut nodes = Vec::new();
         for (id, grpc, http, peer) in addrs {
@@ -247,8 +248,9 @@ impl Cluster {
         let old_id = self.nodes[old].id;
         let at = tokio::time::Instant::now();
         self.nodes[old].kill();
-        let (new, took) =
-            self.wait_leader(Some(old_id), Duration::from_secs(10)).unwrap_or_else(|| self.fail("no new leader after the kill"));
+        let (new, took) = self
+            .wait_leader(Some(old_id), Duration::from_secs(10))
+            .unwrap_or_else(|| self.fail("no new leader after the kill"));
         LeaderKill { old, new, took, at }
     }
 
@@ -308,11 +310,21 @@ impl Cluster {
     /// The voter ids in the status of the node at `i`.
     pub fn voters(&self, i: usize) -> Vec<u64> {
         let s = self.nodes[i].status().unwrap_or_else(|| self.fail("no status"));
-        s["members"].as_array().expect("members").iter().filter(|m| m["voter"] == true).map(|m| m["id"].as_u64().unwrap()).collect()
+        s["members"]
+            .as_array()
+            .expect("members")
+            .iter()
+            .filter(|m| m["voter"] == true)
+            .map(|m| m["id"].as_u64().unwrap())
+            .collect()
     }
 
     pub fn logs(&self) -> String {
-        self.nodes.iter().map(|n| format!("--- node {} ---\n{}", n.id, tail(&n.log_text(), 40))).collect::<Vec<_>>().join("\n")
+        self.nodes
+            .iter()
+            .map(|n| format!("--- node {} ---\n{}", n.id, tail(&n.log_text(), 40)))
+            .collect::<Vec<_>>()
+            .join("\n")
     }
 
     pub fn fail(&self, why: &str) -> ! {

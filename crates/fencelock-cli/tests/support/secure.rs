@@ -43,7 +43,10 @@ pub fn add_token(file: &Path, name: &str, role: &str) -> String {
     let out = fencelock_as(None, &["auth", "add-token", name, "--role", role, "--file", file.to_str().unwrap()]);
     assert!(out.status.success(), "add-token {name}: {}", stderr(&out));
     let token = stdout(&out).trim().to_string();
-    assert!(token.starts_with("flt_") && !std::fs::read_to_string(file).unwrap().contains(&token), "only the hash is stored");
+    assert!(
+        token.starts_with("flt_") && !std::fs::read_to_string(file).unwrap().contains(&token),
+        "only the hash is stored"
+    );
     token
 }
 

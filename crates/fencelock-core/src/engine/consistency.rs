@@ -53,13 +53,18 @@ impl Engine {
                 check_name(name)?;
                 let held = self.locks.get(name).and_then(|l| l.holder(*id, *token));
                 if held.is_none() {
-                    return Err(format!("lease {id} holds {name:?} with token {token}, but the lock has no such holder"));
+                    return Err(format!(
+                        "lease {id} holds {name:?} with token {token}, but the lock has no such holder"
+                    ));
                 }
             }
             for (req, name) in &lease.waits {
                 check_name(name)?;
                 if self.locks.get(name).and_then(|l| l.waiter(*id, *req)).is_none() {
-                    return Err(format!("lease {id} waits for {name:?} (request {}), but the lock has no such waiter", req.0));
+                    return Err(format!(
+                        "lease {id} waits for {name:?} (request {}), but the lock has no such waiter",
+                        req.0
+                    ));
                 }
             }
         }
@@ -74,17 +79,26 @@ impl Engine {
             }
             for h in &lock.holders {
                 if h.token.0 == 0 || h.token.0 >= self.next_token {
-                    return Err(format!("lock {name:?}: token {} is not below the next token {}", h.token, self.next_token));
+                    return Err(format!(
+                        "lock {name:?}: token {} is not below the next token {}",
+                        h.token, self.next_token
+                    ));
                 }
                 let recorded = self.leases.get(&h.lease).and_then(|l| l.holds.get(&h.token));
                 if recorded != Some(name) {
-                    return Err(format!("lock {name:?} is held by lease {} with token {}, but the lease does not hold it", h.lease, h.token));
+                    return Err(format!(
+                        "lock {name:?} is held by lease {} with token {}, but the lease does not hold it",
+                        h.lease, h.token
+                    ));
                 }
             }
             for w in &lock.queue {
                 let recorded = self.leases.get(&w.lease).and_then(|l| l.waits.get(&w.req));
                 if recorded != Some(name) {
-                    return Err(format!("lock {name:?} queues lease {} (request {}), but the lease does not wait for it", w.lease, w.req.0));
+                    return Err(format!(
+                        "lock {name:?} queues lease {} (request {}), but the lease does not wait for it",
+                        w.lease, w.req.0
+                    ));
                 }
             }
         }

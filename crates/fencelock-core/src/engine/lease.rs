@@ -7,7 +7,13 @@ use crate::*;
 impl Engine {
     /// A new lease with id `proposed` (or the counter's next), owned by `owner`.
     /// A retry (same `req`) gets the lease it created, if the same owner asks.
-    pub(super) fn grant_lease(&mut self, req: RequestId, ttl_ms: u64, proposed: Option<LeaseId>, owner: Option<&str>) -> Reply {
+    pub(super) fn grant_lease(
+        &mut self,
+        req: RequestId,
+        ttl_ms: u64,
+        proposed: Option<LeaseId>,
+        owner: Option<&str>,
+    ) -> Reply {
         if let Err(e) = check_req(req).and(check_ttl(ttl_ms)) {
             return Reply::Rejected(e);
         }
@@ -15,7 +21,9 @@ impl Engine {
             return self.lease_granted(id, owner);
         }
         let id = match proposed {
-            Some(id) if id.0 == 0 || self.leases.contains_key(&id) => return Reply::Rejected(EngineError::LeaseIdTaken(id)),
+            Some(id) if id.0 == 0 || self.leases.contains_key(&id) => {
+                return Reply::Rejected(EngineError::LeaseIdTaken(id))
+            }
             Some(id) => id,
             None => self.next_counter_id(),
         };
@@ -47,10 +55,7 @@ impl Engine {
             Some(lease) if lease.owner.is_some() && lease.owner.as_deref() != owner => {
                 Reply::Rejected(EngineError::NotOwner { lease: id })
             }
-            Some(lease) => Reply::LeaseGranted {
-                lease: id,
-                ttl_ms: lease.ttl_ms,
-            },
+            Some(lease) => Reply::LeaseGranted { lease: id, ttl_ms: lease.ttl_ms },
             None => Reply::Rejected(EngineError::LeaseNotFound(id)),
         }
     }

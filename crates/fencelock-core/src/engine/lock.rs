@@ -44,19 +44,11 @@ impl Engine {
     fn acquire_retry(&self, lease: LeaseId, req: RequestId) -> Option<Reply> {
         let l = self.leases.get(&lease)?;
         if let Some(name) = l.waits.get(&req) {
-            let position = self
-                .locks
-                .get(name)
-                .and_then(|lock| lock.waiter(lease, req));
-            return Some(Reply::Queued {
-                position: count(position.unwrap_or(0)),
-            });
+            let position = self.locks.get(name).and_then(|lock| lock.waiter(lease, req));
+            return Some(Reply::Queued { position: count(position.unwrap_or(0)) });
         }
         for name in l.holds.values() {
-            let holder = self
-                .locks
-                .get(name)
-                .and_then(|lock| lock.holder_for_req(lease, req));
+            let holder = self.locks.get(name).and_then(|lock| lock.holder_for_req(lease, req));
             if let Some(h) = holder {
                 return Some(Reply::Acquired(h.grant(name)));
             }
@@ -66,68 +58,39 @@ impl Engine {
 
     /// Free, open and nobody queued.
     fn can_grant_now(&self, name: &LockName) -> bool {
-        self.locks
-            .get(name)
-            .is_none_or(|l| l.has_room() && l.queue.is_empty())
+        self.locks.get(name).is_none_or(|l| l.has_room() && l.queue.is_empty())
     }
 
     fn grant_now(&mut self, name: &LockName, a: &Acquire, fx: &mut Effects) -> Reply {
         let grant = self.install_holder(name, a.lease, a.req, a.lock_delay_ms);
         let reply = Reply::Acquired(grant.clone());
         self.record(a.lease, a.req, Outcome::Replied(reply.clone()));
-        fx.push(Effect::Granted {
-            grant,
-            req: a.req,
-            queued: false,
-            waited_ms: 0,
-        });
+        fx.push(Effect::Granted { grant, req: a.req, queued: false, waited_ms: 0 });
         reply
     }
 
     fn enqueue(&mut self, name: LockName, a: &Acquire) -> Reply {
         let deadline = self.now.saturating_add(a.wait_ms);
-        let waiter = Waiter {
-            lease: a.lease,
-            req: a.req,
-            queued_at: self.now,
-            deadline,
-            lock_delay_ms: a.lock_delay_ms,
-        };
+        let waiter =
+            Waiter { lease: a.lease, req: a.req, queued_at: self.now, deadline, lock_delay_ms: a.lock_delay_ms };
         let lock = self.locks.entry(name.clone()).or_default();
         let position = count(lock.queue.len());
         lock.queue.push_back(waiter);
         if let Some(l) = self.leases.get_mut(&a.lease) {
             l.waits.insert(a.req, name);
         }
-        self.timers
-            .insert(deadline, TimerKind::WaitEnd(a.lease, a.req));
+        self.timers.insert(deadline, TimerKind::WaitEnd(a.lease, a.req));
         Reply::Queued { position }
     }
 
     /// Issue the next token (INV-2) and make `lease` a holder of `name`.
-    fn install_holder(
-        &mut self,
-        name: &LockName,
-        lease: LeaseId,
-        req: RequestId,
-        delay: u64,
-    ) -> Grant {
+    fn install_holder(&mut self, name: &LockName, lease: LeaseId, req: RequestId, delay: u64) -> Grant {
         let token = Token(self.next_token);
         self.next_token = self.next_token.saturating_add(1);
         self.tokens_issued = self.tokens_issued.saturating_add(1);
-        let holder = Holder {
-            lease,
-            req,
-            token,
-            granted_at: self.now,
-            lock_delay_ms: delay,
-        };
+        let holder = Holder { lease, req, token, granted_at: self.now, lock_delay_ms: delay };
         let grant = holder.grant(name);
-        self.locks
-            .entry(name.clone())
-            .or_default()
-            .holders
-            .push(holder);
+        self.locks.entry(name.clone()).or_default().holders.push(holder);
         if let Some(l) = self.leases.get_mut(&lease) {
             l.holds.insert(token, name.clone());
         }
@@ -152,10 +115,7 @@ impl Engine {
         if let Some(reply) = self.recorded_reply(lease, req) {
             return reply;
         }
-        let is_grant = self
-            .locks
-            .get(&name)
-            .is_some_and(|l| l.holder(lease, token).is_some());
+        let is_grant = self.locks.get(&name).is_some_and(|l| l.holder(lease, token).is_some());
         if !is_grant {
             // Not remembered: a wrong release changes nothing at all (INV-5).
             return Reply::NotHolder;
@@ -165,13 +125,7 @@ impl Engine {
         Reply::Released
     }
 
-    pub(super) fn cancel_wait(
-        &mut self,
-        req: RequestId,
-        lease: LeaseId,
-        lock: &str,
-        fx: &mut Effects,
-    ) -> Reply {
+    pub(super) fn cancel_wait(&mut self, req: RequestId, lease: LeaseId, lock: &str, fx: &mut Effects) -> Reply {
         let name = match check_cancel(req, lock) {
             Ok(name) => name,
             Err(e) => return Reply::Rejected(e),
@@ -186,22 +140,13 @@ impl Engine {
 
     /// Withdraw the acquire `(lease, req)` of `name`: take it out of the queue, or
     /// release its grant if that is still held. Returns whether a grant ended.
-    fn withdraw(
-        &mut self,
-        name: &LockName,
-        lease: LeaseId,
-        req: RequestId,
-        fx: &mut Effects,
-    ) -> bool {
+    fn withdraw(&mut self, name: &LockName, lease: LeaseId, req: RequestId, fx: &mut Effects) -> bool {
         let waits = self.leases.get(&lease).map(|l| &l.waits);
         if waits.and_then(|w| w.get(&req)) == Some(name) {
             self.end_wait(name, lease, req, WaitEnd::Cancelled, fx);
             return false;
         }
-        let held = self
-            .locks
-            .get(name)
-            .and_then(|l| l.holder_for_req(lease, req));
+        let held = self.locks.get(name).and_then(|l| l.holder_for_req(lease, req));
         let Some(token) = held.map(|h| h.token) else {
             return false;
         };
@@ -230,11 +175,7 @@ impl Engine {
         };
         let holder = lock.holders.remove(i);
         let held_ms = self.now.saturating_sub(holder.granted_at);
-        fx.push(Effect::Released {
-            grant: holder.grant(name),
-            held_ms,
-            cause,
-        });
+        fx.push(Effect::Released { grant: holder.grant(name), held_ms, cause });
         if cause == ReleaseCause::Expired && holder.lock_delay_ms > 0 {
             self.close(name, holder.lock_delay_ms);
         }
@@ -243,14 +184,7 @@ impl Engine {
     }
 
     /// Remove the queued acquire `(lease, req)` from `name`'s queue.
-    pub(super) fn end_wait(
-        &mut self,
-        name: &LockName,
-        lease: LeaseId,
-        req: RequestId,
-        why: WaitEnd,
-        fx: &mut Effects,
-    ) {
+    pub(super) fn end_wait(&mut self, name: &LockName, lease: LeaseId, req: RequestId, why: WaitEnd, fx: &mut Effects) {
         if let Some(l) = self.leases.get_mut(&lease) {
             l.waits.remove(&req);
         }
@@ -260,25 +194,14 @@ impl Engine {
         let Some(w) = lock.waiter(lease, req).and_then(|i| lock.queue.remove(i)) else {
             return;
         };
-        self.timers
-            .remove(w.deadline, TimerKind::WaitEnd(lease, req));
-        fx.push(Effect::WaitEnded {
-            lock: name.clone(),
-            lease,
-            req,
-            why,
-        });
+        self.timers.remove(w.deadline, TimerKind::WaitEnd(lease, req));
+        fx.push(Effect::WaitEnded { lock: name.clone(), lease, req, why });
         self.drop_if_unused(name);
     }
 
     /// The wait timer of `(lease, req)` fired.
     pub(super) fn time_out_wait(&mut self, lease: LeaseId, req: RequestId, fx: &mut Effects) {
-        let Some(name) = self
-            .leases
-            .get(&lease)
-            .and_then(|l| l.waits.get(&req))
-            .cloned()
-        else {
+        let Some(name) = self.leases.get(&lease).and_then(|l| l.waits.get(&req)).cloned() else {
             return;
         };
         self.end_wait(&name, lease, req, WaitEnd::TimedOut, fx);
@@ -307,24 +230,14 @@ impl Engine {
     /// lease's expiry removes them.
     fn grant_next(&mut self, name: &LockName, fx: &mut Effects) {
         while let Some(w) = self.take_next_live_waiter(name) {
-            self.timers
-                .remove(w.deadline, TimerKind::WaitEnd(w.lease, w.req));
+            self.timers.remove(w.deadline, TimerKind::WaitEnd(w.lease, w.req));
             if let Some(l) = self.leases.get_mut(&w.lease) {
                 l.waits.remove(&w.req);
             }
             let grant = self.install_holder(name, w.lease, w.req, w.lock_delay_ms);
-            self.record(
-                w.lease,
-                w.req,
-                Outcome::Replied(Reply::Acquired(grant.clone())),
-            );
+            self.record(w.lease, w.req, Outcome::Replied(Reply::Acquired(grant.clone())));
             let waited_ms = self.now.saturating_sub(w.queued_at);
-            fx.push(Effect::Granted {
-                grant,
-                req: w.req,
-                queued: true,
-                waited_ms,
-            });
+            fx.push(Effect::Granted { grant, req: w.req, queued: true, waited_ms });
         }
     }
 
@@ -343,4 +256,3 @@ impl Engine {
         }
     }
 }
-

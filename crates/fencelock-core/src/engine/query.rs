@@ -22,9 +22,7 @@ impl Engine {
         let current = self.locks.get(lock).and_then(|l| self.live_holder(now, l));
         match current {
             Some(h) if h.token == token => Check::Current,
-            _ => Check::Stale {
-                current: current.map(|h| h.token),
-            },
+            _ => Check::Stale { current: current.map(|h| h.token) },
         }
     }
 
@@ -48,11 +46,7 @@ impl Engine {
     pub fn lease_info(&self, now: Millis, lease: LeaseId) -> Option<LeaseInfo> {
         let l = self.leases.get(&lease).filter(|l| l.deadline > now)?;
         let locks = l.holds.iter();
-        let locks = locks.map(|(token, lock)| Grant {
-            lock: lock.clone(),
-            lease,
-            token: *token,
-        });
+        let locks = locks.map(|(token, lock)| Grant { lock: lock.clone(), lease, token: *token });
         Some(LeaseInfo {
             lease,
             owner: l.owner.clone(),
@@ -98,11 +92,7 @@ impl Engine {
     /// Why a try-acquire of `name` does not get it, at the engine's clock.
     pub(super) fn busy(&self, name: &LockName) -> Busy {
         let Some(lock) = self.locks.get(name) else {
-            return Busy {
-                holder: None,
-                reopens_in_ms: None,
-                waiters: 0,
-            };
+            return Busy { holder: None, reopens_in_ms: None, waiters: 0 };
         };
         Busy {
             holder: lock.holders.first().map(|h| h.grant(name)),
@@ -123,13 +113,8 @@ impl Engine {
     fn info(&self, now: Millis, name: &LockName, lock: &Lock) -> LockInfo {
         LockInfo {
             name: name.clone(),
-            holder: self
-                .live_holder(now, lock)
-                .map(|h| self.holder_info(now, h)),
-            reopens_in_ms: self
-                .reopens_at(now, lock)
-                .filter(|&t| t > now)
-                .map(|t| t - now),
+            holder: self.live_holder(now, lock).map(|h| self.holder_info(now, h)),
+            reopens_in_ms: self.reopens_at(now, lock).filter(|&t| t > now).map(|t| t - now),
             waiters: self.waiter_infos(now, lock),
         }
     }
@@ -137,19 +122,11 @@ impl Engine {
     /// When the lock reopens: its lock-delay, or the one a holder whose lease has
     /// passed its deadline is about to leave (the later of the two).
     fn reopens_at(&self, now: Millis, lock: &Lock) -> Option<Millis> {
-        let pending = lock
-            .holders
-            .iter()
-            .filter(|h| h.lock_delay_ms > 0)
-            .filter_map(|h| {
-                let deadline = self.lease_deadline(h.lease).filter(|&d| d <= now)?;
-                Some(deadline.saturating_add(h.lock_delay_ms))
-            });
-        lock.closed
-            .map(|c| c.until)
-            .into_iter()
-            .chain(pending)
-            .max()
+        let pending = lock.holders.iter().filter(|h| h.lock_delay_ms > 0).filter_map(|h| {
+            let deadline = self.lease_deadline(h.lease).filter(|&d| d <= now)?;
+            Some(deadline.saturating_add(h.lock_delay_ms))
+        });
+        lock.closed.map(|c| c.until).into_iter().chain(pending).max()
     }
 
     fn holder_info(&self, now: Millis, h: &Holder) -> HolderInfo {
@@ -158,20 +135,14 @@ impl Engine {
             owner: self.leases.get(&h.lease).and_then(|l| l.owner.clone()),
             token: h.token,
             held_ms: now.saturating_sub(h.granted_at),
-            ttl_left_ms: self
-                .lease_deadline(h.lease)
-                .unwrap_or(0)
-                .saturating_sub(now),
+            ttl_left_ms: self.lease_deadline(h.lease).unwrap_or(0).saturating_sub(now),
             lock_delay_ms: h.lock_delay_ms,
         }
     }
 
     fn waiter_infos(&self, now: Millis, lock: &Lock) -> Vec<WaiterInfo> {
         let live = |d: Option<Millis>| d.is_some_and(|d| d > now);
-        let waiters = lock
-            .queue
-            .iter()
-            .filter(|w| w.deadline > now && live(self.lease_deadline(w.lease)));
+        let waiters = lock.queue.iter().filter(|w| w.deadline > now && live(self.lease_deadline(w.lease)));
         let info = |w: &Waiter| WaiterInfo {
             lease: w.lease,
             req: w.req,

@@ -144,21 +144,15 @@ impl Lock {
     }
 
     pub fn holder(&self, lease: LeaseId, token: Token) -> Option<usize> {
-        self.holders
-            .iter()
-            .position(|h| h.lease == lease && h.token == token)
+        self.holders.iter().position(|h| h.lease == lease && h.token == token)
     }
 
     pub fn holder_for_req(&self, lease: LeaseId, req: RequestId) -> Option<&Holder> {
-        self.holders
-            .iter()
-            .find(|h| h.lease == lease && h.req == req)
+        self.holders.iter().find(|h| h.lease == lease && h.req == req)
     }
 
     pub fn waiter(&self, lease: LeaseId, req: RequestId) -> Option<usize> {
-        self.queue
-            .iter()
-            .position(|w| w.lease == lease && w.req == req)
+        self.queue.iter().position(|w| w.lease == lease && w.req == req)
     }
 }
 
@@ -175,11 +169,7 @@ pub(crate) struct Holder {
 
 impl Holder {
     pub fn grant(&self, lock: &LockName) -> Grant {
-        Grant {
-            lock: lock.clone(),
-            lease: self.lease,
-            token: self.token,
-        }
+        Grant { lock: lock.clone(), lease: self.lease, token: self.token }
     }
 }
 

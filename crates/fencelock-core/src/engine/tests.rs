@@ -21,11 +21,11 @@
 
 use super::*;
 
+mod consistency_tests;
+mod floor_tests;
 mod harness;
 mod lease_tests;
 mod lock_tests;
 mod misc_tests;
-mod consistency_tests;
-mod floor_tests;
 mod owner_tests;
 mod policy_tests;

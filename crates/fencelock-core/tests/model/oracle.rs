@@ -45,9 +45,7 @@ impl Oracle {
     /// Judge the effects of a `LeaderStart` (there must be none).
     pub fn leader_start(&mut self, out: &Output) -> Result<(), String> {
         if !out.replies.is_empty() || !out.effects.is_empty() {
-            return Err(format!(
-                "INV-8: LeaderStart expired or replied something: {out:?}"
-            ));
+            return Err(format!("INV-8: LeaderStart expired or replied something: {out:?}"));
         }
         Ok(())
     }
@@ -59,13 +57,9 @@ impl Oracle {
 
     fn effect(&mut self, f: &Effect, later: &[Effect]) -> Result<(), String> {
         match f {
-            Effect::Granted {
-                grant, req, queued, ..
-            } => self.on_granted(grant, *req, *queued, later),
+            Effect::Granted { grant, req, queued, .. } => self.on_granted(grant, *req, *queued, later),
             Effect::Released { grant, .. } => self.on_released(grant),
-            Effect::WaitEnded {
-                lock, lease, req, ..
-            } => {
+            Effect::WaitEnded { lock, lease, req, .. } => {
                 self.dequeue(lock.as_str(), (*lease, *req));
                 Ok(())
             }
@@ -76,30 +70,18 @@ impl Oracle {
         }
     }
 
-    fn on_granted(
-        &mut self,
-        g: &Grant,
-        req: RequestId,
-        queued: bool,
-        later: &[Effect],
-    ) -> Result<(), String> {
+    fn on_granted(&mut self, g: &Grant, req: RequestId, queued: bool, later: &[Effect]) -> Result<(), String> {
         if let Some(h) = self.holders.get(&g.lock) {
             return Err(format!("INV-1: {g:?} granted while {h:?} holds it"));
         }
         if g.token.0 <= self.last_token {
-            return Err(format!(
-                "INV-2: token {} after token {}",
-                g.token, self.last_token
-            ));
+            return Err(format!("INV-2: token {} after token {}", g.token, self.last_token));
         }
         if self.ended.contains(&g.lease) {
             return Err(format!("INV-4: {g:?} granted to an ended lease"));
         }
         if let Some(first) = self.granted.insert((g.lease, req), g.token) {
-            return Err(format!(
-                "INV-6: request {req:?} of lease {} granted twice ({first}, {})",
-                g.lease, g.token
-            ));
+            return Err(format!("INV-6: request {req:?} of lease {} granted twice ({first}, {})", g.lease, g.token));
         }
         if queued {
             self.check_fifo(g, req, later)?;
@@ -114,9 +96,7 @@ impl Oracle {
     fn check_fifo(&mut self, g: &Grant, req: RequestId, later: &[Effect]) -> Result<(), String> {
         let queue = self.queues.entry(g.lock.to_string()).or_default();
         let Some(at) = queue.iter().position(|p| *p == (g.lease, req)) else {
-            return Err(format!(
-                "INV-3: {g:?} granted to request {req:?} that never queued"
-            ));
+            return Err(format!("INV-3: {g:?} granted to request {req:?} that never queued"));
         };
         for ahead in &queue[..at] {
             let dropped = later.iter().any(|f| {
@@ -124,9 +104,7 @@ impl Oracle {
                     if (*lease, *req) == *ahead)
             });
             if !dropped {
-                return Err(format!(
-                    "INV-3: {g:?} granted ahead of live waiter {ahead:?}"
-                ));
+                return Err(format!("INV-3: {g:?} granted ahead of live waiter {ahead:?}"));
             }
         }
         queue.remove(at);
@@ -136,9 +114,7 @@ impl Oracle {
     fn on_released(&mut self, g: &Grant) -> Result<(), String> {
         match self.holders.remove(&g.lock) {
             Some(h) if h == (g.lease, g.token) => Ok(()),
-            other => Err(format!(
-                "INV-1: released {g:?} but the holder was {other:?}"
-            )),
+            other => Err(format!("INV-1: released {g:?} but the holder was {other:?}")),
         }
     }
 
@@ -173,9 +149,7 @@ impl Oracle {
         }
         match queue.iter().position(|p| *p == pair) {
             Some(at) if at == position as usize => Ok(()),
-            at => Err(format!(
-                "INV-3: {pair:?} queued at {position}, oracle queue says {at:?}"
-            )),
+            at => Err(format!("INV-3: {pair:?} queued at {position}, oracle queue says {at:?}")),
         }
     }
 
@@ -184,28 +158,22 @@ impl Oracle {
     fn on_acquired(&mut self, a: &Acquire, g: &Grant) -> Result<(), String> {
         match self.granted.get(&(a.lease, a.req)) {
             Some(t) if *t == g.token => Ok(()),
-            other => Err(format!(
-                "INV-6: acquire {a:?} replied {g:?}, first grant {other:?}"
-            )),
+            other => Err(format!("INV-6: acquire {a:?} replied {g:?}, first grant {other:?}")),
         }
     }
 }
 
 /// INV-5: a release ends only the grant it names, and `NotHolder` ends nothing.
 fn check_release(c: &Command, fx: &[Effect], r: &Reply) -> Result<(), String> {
-    let Command::Release {
-        lease, lock, token, ..
-    } = c
-    else {
+    let Command::Release { lease, lock, token, .. } = c else {
         return Ok(());
     };
     if *r == Reply::NotHolder && !fx.is_empty() {
         return Err(format!("INV-5: {c:?} was NotHolder but had effects {fx:?}"));
     }
     let named = |g: &Grant| g.lock.as_str() == lock && g.lease == *lease && g.token == *token;
-    let wrong = fx.iter().find(|f| {
-        matches!(f, Effect::Released { grant, cause: ReleaseCause::Released, .. } if !named(grant))
-    });
+    let wrong =
+        fx.iter().find(|f| matches!(f, Effect::Released { grant, cause: ReleaseCause::Released, .. } if !named(grant)));
     match wrong {
         Some(f) => Err(format!("INV-5: {c:?} ended another grant: {f:?}")),
         None => Ok(()),

@@ -76,11 +76,7 @@ fn lock_name(s: &str) -> LockName {
 }
 
 fn grant(lock: &str, lease: u64, token: u64) -> Grant {
-    Grant {
-        lock: lock_name(lock),
-        lease: LeaseId(lease),
-        token: Token(token),
-    }
+    Grant { lock: lock_name(lock), lease: LeaseId(lease), token: Token(token) }
 }
 
 impl Model {
@@ -123,9 +119,7 @@ impl Model {
             self.now = self.now.max(t.0);
             match t.1 {
                 0 => {
-                    fx.push(Effect::LeaseExpired {
-                        lease: LeaseId(t.2),
-                    });
+                    fx.push(Effect::LeaseExpired { lease: LeaseId(t.2) });
                     self.end_lease(t.2, ReleaseCause::Expired, fx);
                 }
                 1 => {
@@ -191,103 +185,52 @@ impl Model {
 
     fn busy(&self, lock: &str) -> Busy {
         Busy {
-            holder: self
-                .holders
-                .iter()
-                .find(|h| h.lock == lock)
-                .map(|h| grant(lock, h.lease, h.token)),
-            reopens_in_ms: self
-                .closed
-                .iter()
-                .find(|c| c.lock == lock)
-                .map(|c| c.until - self.now),
+            holder: self.holders.iter().find(|h| h.lock == lock).map(|h| grant(lock, h.lease, h.token)),
+            reopens_in_ms: self.closed.iter().find(|c| c.lock == lock).map(|c| c.until - self.now),
             waiters: self.waiters.iter().filter(|w| w.lock == lock).count() as u32,
         }
     }
 
     fn end_lease(&mut self, id: u64, cause: ReleaseCause, fx: &mut Vec<Effect>) {
         self.leases.retain(|l| l.id != id);
-        let mut held: Vec<MHolder> = self
-            .holders
-            .iter()
-            .filter(|h| h.lease == id)
-            .cloned()
-            .collect();
+        let mut held: Vec<MHolder> = self.holders.iter().filter(|h| h.lease == id).cloned().collect();
         held.sort_by_key(|h| h.token);
         for h in held {
             self.end_grant(&h.lock, id, h.token, cause, fx);
         }
-        let mut waits: Vec<MWaiter> = self
-            .waiters
-            .iter()
-            .filter(|w| w.lease == id)
-            .cloned()
-            .collect();
+        let mut waits: Vec<MWaiter> = self.waiters.iter().filter(|w| w.lease == id).cloned().collect();
         waits.sort_by_key(|w| w.req);
         for w in waits {
             self.waiters.retain(|x| !(x.lease == id && x.req == w.req));
             let lock = lock_name(&w.lock);
-            fx.push(Effect::WaitEnded {
-                lock,
-                lease: LeaseId(id),
-                req: RequestId(w.req),
-                why: WaitEnd::LeaseEnded,
-            });
+            fx.push(Effect::WaitEnded { lock, lease: LeaseId(id), req: RequestId(w.req), why: WaitEnd::LeaseEnded });
         }
     }
 
-    fn end_grant(
-        &mut self,
-        lock: &str,
-        lease: u64,
-        token: u64,
-        cause: ReleaseCause,
-        fx: &mut Vec<Effect>,
-    ) {
-        let i = self
-            .holders
-            .iter()
-            .position(|h| h.lock == lock && h.lease == lease && h.token == token);
+    fn end_grant(&mut self, lock: &str, lease: u64, token: u64, cause: ReleaseCause, fx: &mut Vec<Effect>) {
+        let i = self.holders.iter().position(|h| h.lock == lock && h.lease == lease && h.token == token);
         let h = self.holders.remove(i.expect("end_grant of a holder"));
         let held_ms = self.now - h.since;
-        fx.push(Effect::Released {
-            grant: grant(lock, lease, token),
-            held_ms,
-            cause,
-        });
+        fx.push(Effect::Released { grant: grant(lock, lease, token), held_ms, cause });
         if cause == ReleaseCause::Expired && h.delay > 0 {
             let until = self.now.saturating_add(h.delay);
-            self.closed.push(MClosed {
-                lock: lock.to_string(),
-                until,
-                delay: h.delay,
-            });
+            self.closed.push(MClosed { lock: lock.to_string(), until, delay: h.delay });
         }
         self.grant_next(lock, fx);
     }
 
     fn grant_next(&mut self, lock: &str, fx: &mut Vec<Effect>) {
-        if self.holders.iter().any(|h| h.lock == lock) || self.closed.iter().any(|c| c.lock == lock)
-        {
+        if self.holders.iter().any(|h| h.lock == lock) || self.closed.iter().any(|c| c.lock == lock) {
             return;
         }
-        let Some(i) = self
-            .waiters
-            .iter()
-            .position(|w| w.lock == lock && self.live(w.lease))
-        else {
+        let Some(i) = self.waiters.iter().position(|w| w.lock == lock && self.live(w.lease)) else {
             return;
         };
         let w = self.waiters.remove(i);
         let g = self.make_holder(lock, w.lease, w.req, w.delay);
         self.remember(w.lease, w.req, Memo::Said(Reply::Acquired(g.clone())));
         let waited_ms = self.now - w.since;
-        fx.push(Effect::Granted {
-            grant: g,
-            req: RequestId(w.req),
-            queued: true,
-            waited_ms,
-        });
+        fx.push(Effect::Granted { grant: g, req: RequestId(w.req), queued: true, waited_ms });
     }
 
     fn make_holder(&mut self, lock: &str, lease: u64, req: u64, delay: u64) -> Grant {
@@ -295,31 +238,15 @@ impl Model {
         self.counter += 1;
         let token = self.counter;
         let since = self.now;
-        self.holders.push(MHolder {
-            lock: lock.to_string(),
-            lease,
-            req,
-            token,
-            since,
-            delay,
-        });
+        self.holders.push(MHolder { lock: lock.to_string(), lease, req, token, since, delay });
         grant(lock, lease, token)
     }
 
     fn time_out(&mut self, lease: u64, req: u64, fx: &mut Vec<Effect>) {
-        let i = self
-            .waiters
-            .iter()
-            .position(|w| w.lease == lease && w.req == req)
-            .unwrap();
+        let i = self.waiters.iter().position(|w| w.lease == lease && w.req == req).unwrap();
         let w = self.waiters.remove(i);
         let lock = lock_name(&w.lock);
-        fx.push(Effect::WaitEnded {
-            lock,
-            lease: LeaseId(lease),
-            req: RequestId(req),
-            why: WaitEnd::TimedOut,
-        });
+        fx.push(Effect::WaitEnded { lock, lease: LeaseId(lease), req: RequestId(req), why: WaitEnd::TimedOut });
         self.remember(lease, req, Memo::TimedOut(w.lock));
     }
 
@@ -329,12 +256,7 @@ impl Model {
             Command::KeepAlive { req, lease } => self.keep_alive(req.0, lease.0),
             Command::Revoke { req, lease } => self.revoke(req.0, lease.0, fx),
             Command::Acquire(a) => self.acquire(a, fx),
-            Command::Release {
-                req,
-                lease,
-                lock,
-                token,
-            } => self.release(req.0, lease.0, lock, token.0, fx),
+            Command::Release { req, lease, lock, token } => self.release(req.0, lease.0, lock, token.0, fx),
             Command::CancelWait { req, lease, lock } => self.cancel(req.0, lease.0, lock, fx),
             // Lease ownership, proposed ids and the policy are the engine's unit
             // tests' (engine/tests/owner_tests.rs, policy_tests.rs); the
@@ -351,41 +273,23 @@ impl Model {
             return Err(EngineError::InvalidRequestId);
         }
         if !(MIN_TTL_MS..=MAX_TTL_MS).contains(&ttl) {
-            return Err(EngineError::InvalidTtl {
-                got_ms: ttl,
-                min_ms: MIN_TTL_MS,
-                max_ms: MAX_TTL_MS,
-            });
+            return Err(EngineError::InvalidTtl { got_ms: ttl, min_ms: MIN_TTL_MS, max_ms: MAX_TTL_MS });
         }
         if let Some(l) = self.leases.iter().find(|l| l.grant_req == req) {
-            return Ok(Reply::LeaseGranted {
-                lease: LeaseId(l.id),
-                ttl_ms: l.ttl,
-            });
+            return Ok(Reply::LeaseGranted { lease: LeaseId(l.id), ttl_ms: l.ttl });
         }
         self.leases_made += 1;
         let id = self.leases_made;
         let deadline = self.now + ttl;
-        self.leases.push(MLease {
-            id,
-            ttl,
-            deadline,
-            grant_req: req,
-            memo: vec![],
-            extended: false,
-        });
-        Ok(Reply::LeaseGranted {
-            lease: LeaseId(id),
-            ttl_ms: ttl,
-        })
+        self.leases.push(MLease { id, ttl, deadline, grant_req: req, memo: vec![], extended: false });
+        Ok(Reply::LeaseGranted { lease: LeaseId(id), ttl_ms: ttl })
     }
 
     fn keep_alive(&mut self, req: u64, id: u64) -> Result<Reply, EngineError> {
         if req == 0 {
             return Err(EngineError::InvalidRequestId);
         }
-        self.lease(id)
-            .ok_or(EngineError::LeaseNotFound(LeaseId(id)))?;
+        self.lease(id).ok_or(EngineError::LeaseNotFound(LeaseId(id)))?;
         if let Some(r) = self.memo(id, req) {
             return Ok(r);
         }
@@ -393,10 +297,7 @@ impl Model {
         let l = self.leases.iter_mut().find(|l| l.id == id).unwrap();
         l.deadline = now + l.ttl;
         l.extended = false;
-        let reply = Reply::LeaseKept {
-            lease: LeaseId(id),
-            ttl_ms: l.ttl,
-        };
+        let reply = Reply::LeaseKept { lease: LeaseId(id), ttl_ms: l.ttl };
         self.remember(id, req, Memo::Said(reply.clone()));
         Ok(reply)
     }
@@ -423,37 +324,18 @@ impl Model {
         }
         LockName::new(lock)?;
         if a.wait_ms > MAX_WAIT_MS {
-            return Err(EngineError::InvalidWait {
-                got_ms: a.wait_ms,
-                max_ms: MAX_WAIT_MS,
-            });
+            return Err(EngineError::InvalidWait { got_ms: a.wait_ms, max_ms: MAX_WAIT_MS });
         }
         if a.lock_delay_ms > MAX_LOCK_DELAY_MS {
-            return Err(EngineError::InvalidLockDelay {
-                got_ms: a.lock_delay_ms,
-                max_ms: MAX_LOCK_DELAY_MS,
-            });
+            return Err(EngineError::InvalidLockDelay { got_ms: a.lock_delay_ms, max_ms: MAX_LOCK_DELAY_MS });
         }
-        self.lease(lease)
-            .ok_or(EngineError::LeaseNotFound(a.lease))?;
-        if let Some(w) = self
-            .waiters
-            .iter()
-            .find(|w| w.lease == lease && w.req == req)
-        {
+        self.lease(lease).ok_or(EngineError::LeaseNotFound(a.lease))?;
+        if let Some(w) = self.waiters.iter().find(|w| w.lease == lease && w.req == req) {
             let same_lock = self.waiters.iter().filter(|x| x.lock == w.lock);
-            let position = same_lock
-                .take_while(|x| !(x.lease == lease && x.req == req))
-                .count();
-            return Ok(Reply::Queued {
-                position: position as u32,
-            });
+            let position = same_lock.take_while(|x| !(x.lease == lease && x.req == req)).count();
+            return Ok(Reply::Queued { position: position as u32 });
         }
-        if let Some(h) = self
-            .holders
-            .iter()
-            .find(|h| h.lease == lease && h.req == req)
-        {
+        if let Some(h) = self.holders.iter().find(|h| h.lease == lease && h.req == req) {
             return Ok(Reply::Acquired(grant(&h.lock, lease, h.token)));
         }
         if let Some(r) = self.memo(lease, req) {
@@ -468,12 +350,7 @@ impl Model {
         if b.holder.is_none() && b.reopens_in_ms.is_none() && b.waiters == 0 {
             let g = self.make_holder(lock, lease, req, a.lock_delay_ms);
             self.remember(lease, req, Memo::Said(Reply::Acquired(g.clone())));
-            fx.push(Effect::Granted {
-                grant: g.clone(),
-                req: a.req,
-                queued: false,
-                waited_ms: 0,
-            });
+            fx.push(Effect::Granted { grant: g.clone(), req: a.req, queued: false, waited_ms: 0 });
             return Reply::Acquired(g);
         }
         if a.wait_ms == 0 {
@@ -481,17 +358,8 @@ impl Model {
             return Reply::Busy(b);
         }
         let (since, until, delay) = (self.now, self.now + a.wait_ms, a.lock_delay_ms);
-        self.waiters.push(MWaiter {
-            lock: lock.to_string(),
-            lease,
-            req,
-            since,
-            until,
-            delay,
-        });
-        Reply::Queued {
-            position: b.waiters,
-        }
+        self.waiters.push(MWaiter { lock: lock.to_string(), lease, req, since, until, delay });
+        Reply::Queued { position: b.waiters }
     }
 
     fn release(
@@ -515,11 +383,7 @@ impl Model {
         if let Some(r) = self.memo(lease, req) {
             return Ok(r);
         }
-        if !self
-            .holders
-            .iter()
-            .any(|h| h.lock == lock && h.lease == lease && h.token == token)
-        {
+        if !self.holders.iter().any(|h| h.lock == lock && h.lease == lease && h.token == token) {
             return Ok(Reply::NotHolder);
         }
         self.end_grant(lock, lease, token, ReleaseCause::Released, fx);
@@ -527,13 +391,7 @@ impl Model {
         Ok(Reply::Released)
     }
 
-    fn cancel(
-        &mut self,
-        req: u64,
-        lease: u64,
-        lock: &str,
-        fx: &mut Vec<Effect>,
-    ) -> Result<Reply, EngineError> {
+    fn cancel(&mut self, req: u64, lease: u64, lock: &str, fx: &mut Vec<Effect>) -> Result<Reply, EngineError> {
         if req == 0 {
             return Err(EngineError::InvalidRequestId);
         }
@@ -542,24 +400,11 @@ impl Model {
             return Ok(Reply::Cancelled { released: false });
         }
         let mut released = false;
-        if let Some(i) = self
-            .waiters
-            .iter()
-            .position(|w| w.lease == lease && w.req == req && w.lock == lock)
-        {
+        if let Some(i) = self.waiters.iter().position(|w| w.lease == lease && w.req == req && w.lock == lock) {
             self.waiters.remove(i);
             let (lease, req) = (LeaseId(lease), RequestId(req));
-            fx.push(Effect::WaitEnded {
-                lock: name,
-                lease,
-                req,
-                why: WaitEnd::Cancelled,
-            });
-        } else if let Some(h) = self
-            .holders
-            .iter()
-            .find(|h| h.lock == lock && h.lease == lease && h.req == req)
-        {
+            fx.push(Effect::WaitEnded { lock: name, lease, req, why: WaitEnd::Cancelled });
+        } else if let Some(h) = self.holders.iter().find(|h| h.lock == lock && h.lease == lease && h.req == req) {
             let token = h.token;
             self.end_grant(lock, lease, token, ReleaseCause::Cancelled, fx);
             released = true;
@@ -591,15 +436,10 @@ impl Model {
     }
 
     pub fn check(&self, now: u64, lock: &str, token: Token) -> Check {
-        let current = self
-            .holders
-            .iter()
-            .find(|h| h.lock == lock && self.live_at(h.lease, now));
+        let current = self.holders.iter().find(|h| h.lock == lock && self.live_at(h.lease, now));
         match current {
             Some(h) if h.token == token.0 => Check::Current,
-            _ => Check::Stale {
-                current: current.map(|h| Token(h.token)),
-            },
+            _ => Check::Stale { current: current.map(|h| Token(h.token)) },
         }
     }
 
@@ -610,10 +450,7 @@ impl Model {
         if !exists {
             return None;
         }
-        let holder = self
-            .holders
-            .iter()
-            .find(|h| h.lock == lock && self.live_at(h.lease, now));
+        let holder = self.holders.iter().find(|h| h.lock == lock && self.live_at(h.lease, now));
         let holder = holder.map(|h| HolderInfo {
             lease: LeaseId(h.lease),
             owner: None,
@@ -622,33 +459,12 @@ impl Model {
             ttl_left_ms: self.lease(h.lease).unwrap().deadline - now,
             lock_delay_ms: h.delay,
         });
-        let mut reopen: Vec<u64> = self
-            .closed
-            .iter()
-            .filter(|c| c.lock == lock)
-            .map(|c| c.until)
-            .collect();
-        for h in self
-            .holders
-            .iter()
-            .filter(|h| h.lock == lock && h.delay > 0 && !self.live_at(h.lease, now))
-        {
-            reopen.push(
-                self.lease(h.lease)
-                    .unwrap()
-                    .deadline
-                    .saturating_add(h.delay),
-            );
+        let mut reopen: Vec<u64> = self.closed.iter().filter(|c| c.lock == lock).map(|c| c.until).collect();
+        for h in self.holders.iter().filter(|h| h.lock == lock && h.delay > 0 && !self.live_at(h.lease, now)) {
+            reopen.push(self.lease(h.lease).unwrap().deadline.saturating_add(h.delay));
         }
-        let reopens_in_ms = reopen
-            .into_iter()
-            .max()
-            .filter(|&t| t > now)
-            .map(|t| t - now);
-        let waiters = self
-            .waiters
-            .iter()
-            .filter(|w| w.lock == lock && w.until > now && self.live_at(w.lease, now));
+        let reopens_in_ms = reopen.into_iter().max().filter(|&t| t > now).map(|t| t - now);
+        let waiters = self.waiters.iter().filter(|w| w.lock == lock && w.until > now && self.live_at(w.lease, now));
         let waiters = waiters
             .map(|w| WaiterInfo {
                 lease: LeaseId(w.lease),
@@ -657,12 +473,7 @@ impl Model {
                 wait_left_ms: w.until - now,
             })
             .collect();
-        Some(LockInfo {
-            name: lock_name(lock),
-            holder,
-            reopens_in_ms,
-            waiters,
-        })
+        Some(LockInfo { name: lock_name(lock), holder, reopens_in_ms, waiters })
     }
 
     pub fn lease_info(&self, now: u64, id: u64) -> Option<LeaseInfo> {
@@ -670,12 +481,6 @@ impl Model {
         let mut held: Vec<&MHolder> = self.holders.iter().filter(|h| h.lease == id).collect();
         held.sort_by_key(|h| h.token);
         let locks = held.iter().map(|h| grant(&h.lock, id, h.token)).collect();
-        Some(LeaseInfo {
-            lease: LeaseId(id),
-            owner: None,
-            ttl_ms: l.ttl,
-            ttl_left_ms: l.deadline - now,
-            locks,
-        })
+        Some(LeaseInfo { lease: LeaseId(id), owner: None, ttl_ms: l.ttl, ttl_left_ms: l.deadline - now, locks })
     }
 }

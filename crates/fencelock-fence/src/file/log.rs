@@ -63,14 +63,9 @@ pub(super) struct Replay {
 /// Replay a whole log file's bytes.
 pub(super) fn replay(bytes: &[u8]) -> Result<Replay, FenceError> {
     if bytes.len() < MAGIC.len() || &bytes[..MAGIC.len()] != MAGIC {
-        return Err(FenceError::Corrupt(
-            "fence log does not start with FLFENCE1".into(),
-        ));
+        return Err(FenceError::Corrupt("fence log does not start with FLFENCE1".into()));
     }
-    let mut replay = Replay {
-        good_len: MAGIC.len(),
-        ..Replay::default()
-    };
+    let mut replay = Replay { good_len: MAGIC.len(), ..Replay::default() };
     let mut pos = MAGIC.len();
     while pos < bytes.len() {
         match parse_record(&bytes[pos..]) {
@@ -87,9 +82,7 @@ pub(super) fn replay(bytes: &[u8]) -> Result<Replay, FenceError> {
                 break;
             }
             Parsed::Bad { reason, .. } => {
-                return Err(FenceError::Corrupt(format!(
-                    "fence log record at byte {pos}: {reason}"
-                )));
+                return Err(FenceError::Corrupt(format!("fence log record at byte {pos}: {reason}")));
             }
         }
     }
@@ -118,10 +111,7 @@ fn parse_record(rest: &[u8]) -> Parsed {
     let plen = u32::from_le_bytes(rest[0..4].try_into().unwrap()) as usize;
     let crc = u32::from_le_bytes(rest[4..8].try_into().unwrap());
     if !(MIN_PAYLOAD..=MAX_PAYLOAD).contains(&plen) {
-        return Parsed::Bad {
-            len: None,
-            reason: "record length out of range",
-        };
+        return Parsed::Bad { len: None, reason: "record length out of range" };
     }
     if rest.len() < HEADER + plen {
         return Parsed::Torn;
@@ -129,22 +119,12 @@ fn parse_record(rest: &[u8]) -> Parsed {
     let payload = &rest[HEADER..HEADER + plen];
     let len = Some(HEADER + plen);
     if crc32(payload) != crc {
-        return Parsed::Bad {
-            len,
-            reason: "checksum mismatch",
-        };
+        return Parsed::Bad { len, reason: "checksum mismatch" };
     }
     let token = u64::from_le_bytes(payload[..8].try_into().unwrap());
     match std::str::from_utf8(&payload[8..]) {
-        Ok(key) if check_key(key).is_ok() => Parsed::Record {
-            key: key.to_owned(),
-            token,
-            len: HEADER + plen,
-        },
-        _ => Parsed::Bad {
-            len,
-            reason: "invalid key",
-        },
+        Ok(key) if check_key(key).is_ok() => Parsed::Record { key: key.to_owned(), token, len: HEADER + plen },
+        _ => Parsed::Bad { len, reason: "invalid key" },
     }
 }
 
@@ -176,12 +156,7 @@ impl Appender {
     /// good length).
     pub(super) fn new(file: File) -> io::Result<Self> {
         let sync_handle = file.try_clone()?;
-        Ok(Self {
-            writer: Mutex::new((file, 0)),
-            synced: Mutex::new(0),
-            sync_handle,
-            poisoned: AtomicBool::new(false),
-        })
+        Ok(Self { writer: Mutex::new((file, 0)), synced: Mutex::new(0), sync_handle, poisoned: AtomicBool::new(false) })
     }
 
     pub(super) fn is_poisoned(&self) -> bool {
@@ -232,19 +207,13 @@ pub(super) fn crc32(data: &[u8]) -> u32 {
         for (n, slot) in table.iter_mut().enumerate() {
             let mut c = n as u32;
             for _ in 0..8 {
-                c = if c & 1 != 0 {
-                    0xEDB8_8320 ^ (c >> 1)
-                } else {
-                    c >> 1
-                };
+                c = if c & 1 != 0 { 0xEDB8_8320 ^ (c >> 1) } else { c >> 1 };
             }
             *slot = c;
         }
         table
     });
-    !data.iter().fold(!0u32, |c, &b| {
-        table[((c ^ b as u32) & 0xFF) as usize] ^ (c >> 8)
-    })
+    !data.iter().fold(!0u32, |c, &b| table[((c ^ b as u32) & 0xFF) as usize] ^ (c >> 8))
 }
 
 #[cfg(test)]
@@ -308,9 +277,6 @@ mod tests {
 
     #[test]
     fn a_foreign_file_is_refused() {
-        assert!(matches!(
-            replay(b"hello world"),
-            Err(FenceError::Corrupt(_))
-        ));
+        assert!(matches!(replay(b"hello world"), Err(FenceError::Corrupt(_))));
     }
 }

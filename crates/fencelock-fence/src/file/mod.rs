@@ -57,9 +57,7 @@ impl FileFence {
     /// process (or another `FileFence` in this one) has it open.
     pub async fn open(dir: impl AsRef<Path>) -> Result<Self, FenceError> {
         let dir = dir.as_ref().to_path_buf();
-        tokio::task::spawn_blocking(move || Self::open_blocking(dir))
-            .await
-            .map_err(FenceError::storage)?
+        tokio::task::spawn_blocking(move || Self::open_blocking(dir)).await.map_err(FenceError::storage)?
     }
 
     /// [`FileFence::open`] for synchronous callers.
@@ -79,9 +77,7 @@ impl FileFence {
             log: Appender::new(file)?,
             _lock: lock,
         };
-        Ok(Self {
-            inner: Arc::new(inner),
-        })
+        Ok(Self { inner: Arc::new(inner) })
     }
 
     /// The directory this fence lives in.
@@ -109,9 +105,8 @@ impl FileFence {
         if let Some(token) = to {
             check_token(token)?;
         }
-        let inner = Arc::try_unwrap(self.inner).map_err(|_| {
-            FenceError::storage(io::Error::other("the fence has other open handles"))
-        })?;
+        let inner = Arc::try_unwrap(self.inner)
+            .map_err(|_| FenceError::storage(io::Error::other("the fence has other open handles")))?;
         if inner.log.is_poisoned() {
             return Err(FenceError::Poisoned);
         }
@@ -133,9 +128,7 @@ impl Fence for FileFence {
         // admit still finishes (or fails) as one step under the key's lock.
         let inner = self.inner.clone();
         let key = key.to_owned();
-        tokio::spawn(async move { inner.admit(&key, token).await })
-            .await
-            .map_err(FenceError::storage)?
+        tokio::spawn(async move { inner.admit(&key, token).await }).await.map_err(FenceError::storage)?
     }
 
     async fn highest(&self, key: &str) -> Result<Option<u64>, FenceError> {
@@ -145,11 +138,7 @@ impl Fence for FileFence {
 
 impl Inner {
     fn mark(&self, key: &str) -> Option<u64> {
-        self.marks
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(key)
-            .copied()
+        self.marks.lock().unwrap_or_else(|p| p.into_inner()).get(key).copied()
     }
 
     async fn admit(self: &Arc<Self>, key: &str, token: u64) -> Result<Fenced, FenceError> {
@@ -164,28 +153,16 @@ impl Inner {
         }
         let record = log::encode(key, token);
         let this = self.clone();
-        tokio::task::spawn_blocking(move || this.log.append_durable(&record))
-            .await
-            .map_err(FenceError::storage)??;
-        self.marks
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(key.to_owned(), token);
+        tokio::task::spawn_blocking(move || this.log.append_durable(&record)).await.map_err(FenceError::storage)??;
+        self.marks.lock().unwrap_or_else(|p| p.into_inner()).insert(key.to_owned(), token);
         Ok(outcome)
     }
 }
 
 fn lock_dir(dir: &Path) -> Result<Flock<File>, FenceError> {
-    let file = OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(dir.join(LOCK_FILE))?;
+    let file = OpenOptions::new().create(true).truncate(false).write(true).open(dir.join(LOCK_FILE))?;
     Flock::lock(file, FlockArg::LockExclusiveNonblock).map_err(|(_, errno)| {
-        let msg = format!(
-            "fence directory {} is in use by another FileFence ({errno})",
-            dir.display()
-        );
+        let msg = format!("fence directory {} is in use by another FileFence ({errno})", dir.display());
         FenceError::storage(io::Error::new(io::ErrorKind::WouldBlock, msg))
     })
 }
@@ -274,16 +251,9 @@ mod tests {
     async fn reset_mark_lowers_or_removes_a_mark_durably() {
         let dir = tempfile::tempdir().unwrap();
         let fence = FileFence::open(dir.path()).await.unwrap();
-        assert!(fence
-            .admit("poisoned", crate::MAX_TOKEN)
-            .await
-            .unwrap()
-            .is_admitted());
+        assert!(fence.admit("poisoned", crate::MAX_TOKEN).await.unwrap().is_admitted());
         assert!(fence.admit("other", 7).await.unwrap().is_admitted());
-        assert_eq!(
-            fence.reset_mark("poisoned", Some(5)).unwrap(),
-            Some(crate::MAX_TOKEN)
-        );
+        assert_eq!(fence.reset_mark("poisoned", Some(5)).unwrap(), Some(crate::MAX_TOKEN));
         let fence = FileFence::open(dir.path()).await.unwrap();
         assert_eq!(fence.highest("poisoned").await.unwrap(), Some(5));
         assert_eq!(fence.highest("other").await.unwrap(), Some(7));
@@ -293,10 +263,7 @@ mod tests {
         assert_eq!(fence.highest("other").await.unwrap(), None);
         assert_eq!(fence.highest("poisoned").await.unwrap(), Some(6));
         let clone = fence.clone();
-        assert!(
-            matches!(fence.reset_mark("other", None), Err(FenceError::Storage(_))),
-            "another handle is alive"
-        );
+        assert!(matches!(fence.reset_mark("other", None), Err(FenceError::Storage(_))), "another handle is alive");
         drop(clone);
     }
 
@@ -304,10 +271,7 @@ mod tests {
     async fn a_second_open_of_one_dir_is_refused() {
         let dir = tempfile::tempdir().unwrap();
         let first = FileFence::open(dir.path()).await.unwrap();
-        assert!(matches!(
-            FileFence::open(dir.path()).await,
-            Err(FenceError::Storage(_))
-        ));
+        assert!(matches!(FileFence::open(dir.path()).await, Err(FenceError::Storage(_))));
         drop(first);
         assert!(FileFence::open(dir.path()).await.is_ok());
     }

@@ -108,10 +108,7 @@ pub struct AuditConfig {
 
 impl Default for AuditConfig {
     fn default() -> Self {
-        Self {
-            max_file_bytes: DEFAULT_AUDIT_MAX_FILE_BYTES,
-            keep_files: DEFAULT_AUDIT_KEEP_FILES,
-        }
+        Self { max_file_bytes: DEFAULT_AUDIT_MAX_FILE_BYTES, keep_files: DEFAULT_AUDIT_KEEP_FILES }
     }
 }
 
@@ -147,11 +144,7 @@ pub(crate) struct SnapshotFile {
 impl AuditLog {
     /// Open `path`, dropping a torn last line.
     pub(crate) fn open(path: PathBuf, config: AuditConfig) -> io::Result<Self> {
-        let file = OpenOptions::new()
-            .create(true)
-            .read(true)
-            .append(true)
-            .open(&path)?;
+        let file = OpenOptions::new().create(true).read(true).append(true).open(&path)?;
         let (good, last) = last_line(&file, &path)?;
         let len = file.metadata()?.len();
         if good < len {
@@ -254,11 +247,7 @@ impl AuditLog {
             }
             fs::rename(&self.path, rotated(&self.path, 1))?;
         }
-        let file = OpenOptions::new()
-            .create(true)
-            .read(true)
-            .append(true)
-            .open(&self.path)?;
+        let file = OpenOptions::new().create(true).read(true).append(true).open(&self.path)?;
         sync_parent(&self.path)?;
         w.file = BufWriter::with_capacity(64 * 1024, file);
         w.len = 0;
@@ -290,11 +279,7 @@ fn snapshot_file(mut file: File, len: u64) -> io::Result<SnapshotFile> {
         .position(|&b| b == b'\n')
         .and_then(|end| serde_json::from_slice::<SeqOnly>(&head[..end]).ok())
         .map(|s| s.seq);
-    Ok(SnapshotFile {
-        file,
-        len,
-        first_seq,
-    })
+    Ok(SnapshotFile { file, len, first_seq })
 }
 
 /// Just the `seq` of a line.
@@ -315,22 +300,13 @@ fn last_line(file: &File, path: &Path) -> io::Result<(u64, Option<Vec<u8>>)> {
         if window < len {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidData,
-                format!(
-                    "audit log {}: no line end in its last {window} bytes",
-                    path.display()
-                ),
+                format!("audit log {}: no line end in its last {window} bytes", path.display()),
             ));
         }
         return Ok((0, None));
     };
-    let start = tail[..end]
-        .iter()
-        .rposition(|&b| b == b'\n')
-        .map_or(0, |i| i + 1);
-    Ok((
-        len - window + end as u64 + 1,
-        Some(tail[start..end].to_vec()),
-    ))
+    let start = tail[..end].iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
+    Ok((len - window + end as u64 + 1, Some(tail[start..end].to_vec())))
 }
 
 /// The last line of `audit.log.1`, for a current file that is empty.
@@ -344,17 +320,12 @@ fn last_rotated_line(path: &Path) -> io::Result<Option<Vec<u8>>> {
 }
 
 fn parse_seq(line: &[u8], path: &Path) -> io::Result<u64> {
-    serde_json::from_slice::<SeqOnly>(line)
-        .map(|s| s.seq)
-        .map_err(|e| {
-            io::Error::new(
-                io::ErrorKind::InvalidData,
-                format!(
-                    "audit log {}: last line is not an audit entry ({e}); move the file aside",
-                    path.display()
-                ),
-            )
-        })
+    serde_json::from_slice::<SeqOnly>(line).map(|s| s.seq).map_err(|e| {
+        io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("audit log {}: last line is not an audit entry ({e}); move the file aside", path.display()),
+        )
+    })
 }
 
 fn sync_parent(path: &Path) -> io::Result<()> {
@@ -369,9 +340,7 @@ fn sync_parent(path: &Path) -> io::Result<()> {
 /// is exempt from the workspace's ban on reading the clock.
 #[allow(clippy::disallowed_methods)]
 fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
 }
 
 #[cfg(test)]
@@ -379,14 +348,7 @@ mod tests {
     use super::*;
 
     fn record(token: u64) -> Record {
-        Record {
-            op: "PUT",
-            key: "k".into(),
-            lock: "l".into(),
-            token,
-            outcome: Outcome::Accepted,
-            highest: token,
-        }
+        Record { op: "PUT", key: "k".into(), lock: "l".into(), token, outcome: Outcome::Accepted, highest: token }
     }
 
     fn tokens_in(path: &Path) -> Vec<u64> {
@@ -424,11 +386,7 @@ mod tests {
         log.append(record(2), Durability::Buffered).unwrap();
         assert_eq!(tokens_in(&path), Vec::<u64>::new(), "buffered, not written");
         log.append(record(3), Durability::Sync).unwrap();
-        assert_eq!(
-            tokens_in(&path),
-            vec![1, 2, 3],
-            "a sync append carries the buffer"
-        );
+        assert_eq!(tokens_in(&path), vec![1, 2, 3], "a sync append carries the buffer");
         log.append(record(4), Durability::Buffered).unwrap();
         log.flush().unwrap();
         assert_eq!(tokens_in(&path), vec![1, 2, 3, 4]);
@@ -454,18 +412,13 @@ mod tests {
         .unwrap()
         .len() as u64
             + 1;
-        let config = AuditConfig {
-            max_file_bytes: 3 * one,
-            keep_files: 2,
-        };
+        let config = AuditConfig { max_file_bytes: 3 * one, keep_files: 2 };
         let log = AuditLog::open(path.clone(), config).unwrap();
         for token in 10..30 {
             log.append(record(token), Durability::Sync).unwrap();
         }
-        let mut names: Vec<_> = fs::read_dir(dir.path())
-            .unwrap()
-            .map(|e| e.unwrap().file_name().into_string().unwrap())
-            .collect();
+        let mut names: Vec<_> =
+            fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
         names.sort();
         assert_eq!(names, ["audit.log", "audit.log.1", "audit.log.2"]);
         for name in &names {
@@ -473,12 +426,7 @@ mod tests {
         }
         assert_eq!(tokens_in(&path), vec![28, 29]);
         assert_eq!(tokens_in(&rotated(&path, 1)), vec![25, 26, 27]);
-        let seqs: Vec<Option<u64>> = log
-            .snapshot()
-            .unwrap()
-            .iter()
-            .map(|f| f.first_seq)
-            .collect();
+        let seqs: Vec<Option<u64>> = log.snapshot().unwrap().iter().map(|f| f.first_seq).collect();
         assert_eq!(seqs, vec![Some(12), Some(15), Some(18)]);
         assert_eq!(log.append(record(30), Durability::Sync).unwrap().seq, 20);
         drop(log);

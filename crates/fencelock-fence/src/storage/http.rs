@@ -48,10 +48,7 @@ pub(crate) struct Store {
 
 pub(crate) fn router(store: Arc<Store>) -> Router {
     Router::new()
-        .route(
-            "/objects/{key}",
-            get(get_object).put(put_object).delete(delete_object),
-        )
+        .route("/objects/{key}", get(get_object).put(put_object).delete(delete_object))
         .route("/fence/{key}", get(get_fence))
         .route("/log", get(get_log))
         .route("/healthz", get(healthz))
@@ -79,36 +76,22 @@ impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let (status, body) = match self {
             ApiError::BadRequest(msg) => (StatusCode::BAD_REQUEST, json!({ "error": msg })),
-            ApiError::TooLarge(limit) => (
-                StatusCode::PAYLOAD_TOO_LARGE,
-                json!({ "error": "body too large", "limit": limit }),
-            ),
-            ApiError::Stale { highest, got } => (
-                StatusCode::CONFLICT,
-                json!({ "error": "stale token", "highest": highest, "got": got }),
-            ),
-            ApiError::Token(refused) => match refused.limit() {
-                Some(limit) => (
-                    StatusCode::BAD_REQUEST,
-                    json!({ "error": refused.to_string(), "limit": limit }),
-                ),
-                None => (
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    json!({ "error": refused.to_string() }),
-                ),
-            },
-            ApiError::Exists(key) => (
-                StatusCode::PRECONDITION_FAILED,
-                json!({ "error": "object exists (If-None-Match: *)", "key": key }),
-            ),
-            ApiError::NotFound(key) => (
-                StatusCode::NOT_FOUND,
-                json!({ "error": "not found", "key": key }),
-            ),
-            ApiError::Internal(msg) => (StatusCode::INTERNAL_SERVER_ERROR, json!({ "error": msg })),
-            ApiError::Unavailable(msg) => {
-                (StatusCode::SERVICE_UNAVAILABLE, json!({ "error": msg }))
+            ApiError::TooLarge(limit) => {
+                (StatusCode::PAYLOAD_TOO_LARGE, json!({ "error": "body too large", "limit": limit }))
             }
+            ApiError::Stale { highest, got } => {
+                (StatusCode::CONFLICT, json!({ "error": "stale token", "highest": highest, "got": got }))
+            }
+            ApiError::Token(refused) => match refused.limit() {
+                Some(limit) => (StatusCode::BAD_REQUEST, json!({ "error": refused.to_string(), "limit": limit })),
+                None => (StatusCode::SERVICE_UNAVAILABLE, json!({ "error": refused.to_string() })),
+            },
+            ApiError::Exists(key) => {
+                (StatusCode::PRECONDITION_FAILED, json!({ "error": "object exists (If-None-Match: *)", "key": key }))
+            }
+            ApiError::NotFound(key) => (StatusCode::NOT_FOUND, json!({ "error": "not found", "key": key })),
+            ApiError::Internal(msg) => (StatusCode::INTERNAL_SERVER_ERROR, json!({ "error": msg })),
+            ApiError::Unavailable(msg) => (StatusCode::SERVICE_UNAVAILABLE, json!({ "error": msg })),
         };
         (status, Json(body)).into_response()
     }
@@ -138,18 +121,13 @@ fn fencing(headers: &HeaderMap) -> Result<Option<Fencing>, ApiError> {
         (None, None) => Ok(None),
         (None, Some(_)) => Err(ApiError::BadRequest("missing Fencing-Lock header".into())),
         (Some(_), None) => Err(ApiError::BadRequest("missing Fencing-Token header".into())),
-        (Some(lock), Some(token)) => Ok(Some(Fencing {
-            lock: parse_lock(lock)?,
-            token: parse_token(token)?,
-        })),
+        (Some(lock), Some(token)) => Ok(Some(Fencing { lock: parse_lock(lock)?, token: parse_token(token)? })),
     }
 }
 
 /// Both headers, required (writes).
 fn required_fencing(headers: &HeaderMap) -> Result<Fencing, ApiError> {
-    fencing(headers)?.ok_or_else(|| {
-        ApiError::BadRequest("writes need Fencing-Lock and Fencing-Token headers".into())
-    })
+    fencing(headers)?.ok_or_else(|| ApiError::BadRequest("writes need Fencing-Lock and Fencing-Token headers".into()))
 }
 
 fn header_str<'a>(headers: &'a HeaderMap, name: &str) -> Result<Option<&'a str>, ApiError> {
@@ -160,25 +138,17 @@ fn header_str<'a>(headers: &'a HeaderMap, name: &str) -> Result<Option<&'a str>,
     if values.next().is_some() {
         return Err(ApiError::BadRequest(format!("more than one {name} header")));
     }
-    value
-        .to_str()
-        .map(|s| Some(s.trim()))
-        .map_err(|_| ApiError::BadRequest(format!("{name} is not ASCII")))
+    value.to_str().map(|s| Some(s.trim())).map_err(|_| ApiError::BadRequest(format!("{name} is not ASCII")))
 }
 
 fn parse_token(raw: &str) -> Result<u64, ApiError> {
-    let bad = || {
-        ApiError::BadRequest(format!(
-            "malformed Fencing-Token {raw:?}: expected a decimal in 1..={MAX_TOKEN}"
-        ))
-    };
+    let bad =
+        || ApiError::BadRequest(format!("malformed Fencing-Token {raw:?}: expected a decimal in 1..={MAX_TOKEN}"));
     if raw.is_empty() || !raw.bytes().all(|b| b.is_ascii_digit()) {
         return Err(bad());
     }
     match raw.parse::<u64>() {
-        Ok(0) => Err(ApiError::BadRequest(
-            "Fencing-Token 0 is not a token (tokens start at 1)".into(),
-        )),
+        Ok(0) => Err(ApiError::BadRequest("Fencing-Token 0 is not a token (tokens start at 1)".into())),
         Ok(token) if token <= MAX_TOKEN => Ok(token),
         _ => Err(bad()),
     }
@@ -189,17 +159,13 @@ fn if_none_match(headers: &HeaderMap) -> Result<bool, ApiError> {
     match header_str(headers, header::IF_NONE_MATCH.as_str())? {
         None => Ok(false),
         Some("*") => Ok(true),
-        Some(_) => Err(ApiError::BadRequest(
-            "only If-None-Match: * (create only) is supported".into(),
-        )),
+        Some(_) => Err(ApiError::BadRequest("only If-None-Match: * (create only) is supported".into())),
     }
 }
 
 fn parse_lock(raw: &str) -> Result<String, ApiError> {
     if raw.is_empty() || raw.len() > 256 {
-        return Err(ApiError::BadRequest(
-            "Fencing-Lock must be 1 to 256 characters".into(),
-        ));
+        return Err(ApiError::BadRequest("Fencing-Lock must be 1 to 256 characters".into()));
     }
     Ok(raw.to_owned())
 }
@@ -207,18 +173,14 @@ fn parse_lock(raw: &str) -> Result<String, ApiError> {
 fn object_key(path: Result<Path<String>, PathRejection>) -> Result<String, ApiError> {
     let Path(key) = path.map_err(|e| ApiError::BadRequest(format!("invalid object key: {e}")))?;
     match invalid_object_key(&key) {
-        Some(reason) => Err(ApiError::BadRequest(format!(
-            "invalid object key: {reason}"
-        ))),
+        Some(reason) => Err(ApiError::BadRequest(format!("invalid object key: {reason}"))),
         None => Ok(key),
     }
 }
 
 /// Read the body, refusing more than `limit` bytes with 413.
 async fn read_body(headers: &HeaderMap, body: Body, limit: usize) -> Result<Vec<u8>, ApiError> {
-    let declared = headers
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+    let declared = headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
     if declared.is_some_and(|len| len > limit as u64) {
         return Err(ApiError::TooLarge(limit));
     }
@@ -257,39 +219,21 @@ enum Done {
 /// The critical section, in its own task so that a client hanging up cannot
 /// cut it short: lock the key, admit durably, act durably, log durably.
 /// A token that could not have been issued is refused first.
-async fn fenced(
-    store: Arc<Store>,
-    key: String,
-    fencing: Fencing,
-    act: Act,
-) -> Result<Done, ApiError> {
-    store
-        .tokens
-        .check(fencing.token)
-        .await
-        .map_err(ApiError::Token)?;
+async fn fenced(store: Arc<Store>, key: String, fencing: Fencing, act: Act) -> Result<Done, ApiError> {
+    store.tokens.check(fencing.token).await.map_err(ApiError::Token)?;
     tokio::spawn(async move { fenced_locked(&store, &key, &fencing, act).await })
         .await
         .map_err(|e| ApiError::Internal(format!("request task failed: {e}")))?
 }
 
-async fn fenced_locked(
-    store: &Arc<Store>,
-    key: &str,
-    fencing: &Fencing,
-    act: Act,
-) -> Result<Done, ApiError> {
+async fn fenced_locked(store: &Arc<Store>, key: &str, fencing: &Fencing, act: Act) -> Result<Done, ApiError> {
     if store.failed.load(Ordering::SeqCst) {
-        return Err(ApiError::Unavailable(
-            "audit log failed earlier; restart the storage server".into(),
-        ));
+        return Err(ApiError::Unavailable("audit log failed earlier; restart the storage server".into()));
     }
     let _guard = store.locks.lock(key).await;
     let op = act.op();
     match act {
-        Act::Put(_, true) if exists(store, key).await? => {
-            return Err(ApiError::Exists(key.to_owned()))
-        }
+        Act::Put(_, true) if exists(store, key).await? => return Err(ApiError::Exists(key.to_owned())),
         // Nothing to read and no mark to raise: no mark is created (see
         // "Reads of missing objects" in the module docs).
         Act::Read if store.fence.highest(key).await?.is_none() && !exists(store, key).await? => {
@@ -302,36 +246,15 @@ async fn fenced_locked(
     if let Fenced::Stale(stale) = store.fence.admit(key, fencing.token).await? {
         if store.enforce {
             let (outcome, highest) = (Outcome::Stale, stale.highest);
-            log(
-                store,
-                op,
-                key,
-                fencing,
-                outcome,
-                highest,
-                Durability::Buffered,
-            )
-            .await?;
-            return Err(ApiError::Stale {
-                highest: stale.highest,
-                got: stale.got,
-            });
+            log(store, op, key, fencing, outcome, highest, Durability::Buffered).await?;
+            return Err(ApiError::Stale { highest: stale.highest, got: stale.got });
         }
         outcome = (Outcome::Unfenced, stale.highest);
     }
     // 2. act on the object, durably.
     let done = act_on(store, key, act).await?;
     // 3. log, durably; 4. the caller answers 2xx.
-    log(
-        store,
-        op,
-        key,
-        fencing,
-        outcome.0,
-        outcome.1,
-        Durability::Sync,
-    )
-    .await?;
+    log(store, op, key, fencing, outcome.0, outcome.1, Durability::Sync).await?;
     Ok(done)
 }
 
@@ -345,10 +268,7 @@ async fn exists(store: &Arc<Store>, key: &str) -> Result<bool, ApiError> {
 async fn act_on(store: &Arc<Store>, key: &str, act: Act) -> Result<Done, ApiError> {
     let (store, key) = (store.clone(), key.to_owned());
     tokio::task::spawn_blocking(move || match act {
-        Act::Put(bytes, _) => store.objects.put(&key, &bytes).map(|created| Done::Put {
-            created,
-            size: bytes.len(),
-        }),
+        Act::Put(bytes, _) => store.objects.put(&key, &bytes).map(|created| Done::Put { created, size: bytes.len() }),
         Act::Delete => store.objects.delete(&key).map(Done::Deleted),
         Act::Read => store.objects.get(&key).map(Done::Read),
     })
@@ -366,14 +286,7 @@ async fn log(
     highest: u64,
     durability: Durability,
 ) -> Result<(), ApiError> {
-    let record = Record {
-        op,
-        key: key.to_owned(),
-        lock: fencing.lock.clone(),
-        token: fencing.token,
-        outcome,
-        highest,
-    };
+    let record = Record { op, key: key.to_owned(), lock: fencing.lock.clone(), token: fencing.token, outcome, highest };
     let audit_store = store.clone();
     match tokio::task::spawn_blocking(move || audit_store.audit.append(record, durability)).await {
         Ok(Ok(_)) => Ok(()),
@@ -404,16 +317,8 @@ async fn put_object(
     let token = fencing.token;
     match fenced(store, key.clone(), fencing, Act::Put(bytes, create_only)).await? {
         Done::Put { created, size } => {
-            let status = if created {
-                StatusCode::CREATED
-            } else {
-                StatusCode::OK
-            };
-            Ok((
-                status,
-                Json(json!({ "key": key, "token": token, "size": size })),
-            )
-                .into_response())
+            let status = if created { StatusCode::CREATED } else { StatusCode::OK };
+            Ok((status, Json(json!({ "key": key, "token": token, "size": size }))).into_response())
         }
         _ => unreachable!("a put returns Done::Put"),
     }
@@ -428,9 +333,7 @@ async fn delete_object(
     let fencing = required_fencing(&headers)?;
     let token = fencing.token;
     match fenced(store, key.clone(), fencing, Act::Delete).await? {
-        Done::Deleted(existed) => {
-            Ok(Json(json!({ "key": key, "token": token, "existed": existed })).into_response())
-        }
+        Done::Deleted(existed) => Ok(Json(json!({ "key": key, "token": token, "existed": existed })).into_response()),
         _ => unreachable!("a delete returns Done::Deleted"),
     }
 }
@@ -475,22 +378,18 @@ async fn get_log(
     State(store): State<Arc<Store>>,
     query: Result<Query<LogQuery>, QueryRejection>,
 ) -> Result<Response, ApiError> {
-    let Query(q) =
-        query.map_err(|e| ApiError::BadRequest(format!("invalid query: {}", e.body_text())))?;
+    let Query(q) = query.map_err(|e| ApiError::BadRequest(format!("invalid query: {}", e.body_text())))?;
     let files = tokio::task::spawn_blocking(move || store.audit.snapshot())
         .await
         .map_err(|e| ApiError::Internal(format!("log task failed: {e}")))?
         .map_err(|e| ApiError::Internal(format!("reading the audit log failed: {e}")))?;
     // The whole log's length is known from the snapshot: say it, so that
     // clients that do not read chunked answers get the whole log as before.
-    let whole =
-        (q.from.is_none() && q.limit.is_none()).then(|| files.iter().map(|f| f.len).sum::<u64>());
+    let whole = (q.from.is_none() && q.limit.is_none()).then(|| files.iter().map(|f| f.len).sum::<u64>());
     let body = log_body(files, q.from.unwrap_or(0), q.limit.unwrap_or(u64::MAX));
     let mut response = ([(header::CONTENT_TYPE, "application/x-ndjson")], body).into_response();
     if let Some(len) = whole {
-        response
-            .headers_mut()
-            .insert(header::CONTENT_LENGTH, len.into());
+        response.headers_mut().insert(header::CONTENT_LENGTH, len.into());
     }
     Ok(response)
 }

@@ -43,12 +43,7 @@ pub(crate) struct Listening {
 
 /// Serve `router` on `listener` until `shutdown`; then stop accepting, close
 /// idle connections, and return once the requests in progress are answered.
-pub(crate) async fn serve(
-    listener: TcpListener,
-    router: Router,
-    how: Listening,
-    shutdown: impl Future<Output = ()>,
-) {
+pub(crate) async fn serve(listener: TcpListener, router: Router, how: Listening, shutdown: impl Future<Output = ()>) {
     let (closing, close) = watch::channel(false);
     let mut conns = tokio::task::JoinSet::new();
     let mut shutdown = std::pin::pin!(shutdown);
@@ -71,14 +66,7 @@ pub(crate) async fn serve(
         // The configuration in use at the accept: a reloaded certificate
         // serves the connections accepted after it.
         let acceptor = how.tls.as_ref().map(|t| t.acceptor());
-        conns.spawn(connection(
-            tcp,
-            peer,
-            acceptor,
-            router.clone(),
-            how.clone(),
-            close.clone(),
-        ));
+        conns.spawn(connection(tcp, peer, acceptor, router.clone(), how.clone(), close.clone()));
     }
     drop(listener);
     let _ = closing.send(true);
@@ -89,9 +77,7 @@ pub(crate) async fn serve(
 fn is_connection_error(e: &io::Error) -> bool {
     matches!(
         e.kind(),
-        io::ErrorKind::ConnectionRefused
-            | io::ErrorKind::ConnectionAborted
-            | io::ErrorKind::ConnectionReset
+        io::ErrorKind::ConnectionRefused | io::ErrorKind::ConnectionAborted | io::ErrorKind::ConnectionReset
     )
 }
 
@@ -122,17 +108,12 @@ async fn connection(
     }
 }
 
-async fn http<S>(
-    stream: S,
-    router: Router,
-    header_read_timeout: Duration,
-    mut close: watch::Receiver<bool>,
-) where
+async fn http<S>(stream: S, router: Router, header_read_timeout: Duration, mut close: watch::Receiver<bool>)
+where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let mut http = hyper::server::conn::http1::Builder::new();
-    http.timer(TokioTimer::new())
-        .header_read_timeout(header_read_timeout);
+    http.timer(TokioTimer::new()).header_read_timeout(header_read_timeout);
     let service = TowerToHyperService::new(router);
     let mut served = std::pin::pin!(http.serve_connection(TokioIo::new(stream), service));
     tokio::select! {

@@ -23,13 +23,7 @@ pub(crate) fn log_body(files: Vec<SnapshotFile>, from: u64, limit: u64) -> Body 
     while files.len() > 1 && files[1].first_seq.is_some_and(|s| s <= from) {
         files.pop_front();
     }
-    let reader = LogReader {
-        files,
-        current: None,
-        from,
-        left: limit,
-        line: Vec::new(),
-    };
+    let reader = LogReader { files, current: None, from, left: limit, line: Vec::new() };
     Body::from_stream(futures::stream::try_unfold(reader, |mut r| async move {
         Ok::<_, io::Error>(r.next_chunk().await?.map(|chunk| (Bytes::from(chunk), r)))
     }))
@@ -60,19 +54,13 @@ impl LogReader {
                 }
             };
             self.line.clear();
-            let n = reader
-                .take(MAX_LINE)
-                .read_until(b'\n', &mut self.line)
-                .await?;
+            let n = reader.take(MAX_LINE).read_until(b'\n', &mut self.line).await?;
             if n == 0 {
                 self.current = None;
                 continue;
             }
             if self.line.last() != Some(&b'\n') {
-                return Err(io::Error::new(
-                    io::ErrorKind::InvalidData,
-                    "audit log line too long or cut short",
-                ));
+                return Err(io::Error::new(io::ErrorKind::InvalidData, "audit log line too long or cut short"));
             }
             let seq = serde_json::from_slice::<SeqOnly>(&self.line).map(|s| s.seq);
             if seq.is_ok_and(|seq| seq < self.from) {

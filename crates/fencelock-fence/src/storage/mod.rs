@@ -113,8 +113,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub use audit::{
-    AuditConfig, AuditEntry, Outcome, AUDIT_FLUSH_INTERVAL, DEFAULT_AUDIT_KEEP_FILES,
-    DEFAULT_AUDIT_MAX_FILE_BYTES,
+    AuditConfig, AuditEntry, Outcome, AUDIT_FLUSH_INTERVAL, DEFAULT_AUDIT_KEEP_FILES, DEFAULT_AUDIT_MAX_FILE_BYTES,
 };
 pub use http::{LOCK_HEADER, TOKEN_HEADER};
 pub use objects::{invalid_object_key, MAX_OBJECT_KEY_LEN};
@@ -187,10 +186,7 @@ impl std::fmt::Debug for Config {
             .field("max_token", &self.max_token)
             .field("lock_server", &self.lock_server)
             .field("lock_server_tls", &self.lock_server_tls.is_some())
-            .field(
-                "lock_server_token",
-                &self.lock_server_token.as_ref().map(|_| "***"),
-            )
+            .field("lock_server_token", &self.lock_server_token.as_ref().map(|_| "***"))
             .field("token_margin", &self.token_margin)
             .field("audit", &self.audit)
             .field("tls", &self.tls)
@@ -261,9 +257,7 @@ pub async fn serve_with(
     let addr = listener.local_addr()?;
     config.check_exposure(addr).map_err(invalid)?;
     let tls = match &config.tls {
-        Some(files) => {
-            Some(tls::ServerTls::load(files.clone()).map_err(|e| invalid(e.to_string()))?)
-        }
+        Some(files) => Some(tls::ServerTls::load(files.clone()).map_err(|e| invalid(e.to_string()))?),
         None => None,
     };
     let how = listen::Listening {
@@ -280,9 +274,7 @@ pub async fn serve_with(
     if let Some(w) = watcher {
         w.abort();
     }
-    tokio::task::spawn_blocking(move || store.audit.flush())
-        .await
-        .map_err(io::Error::other)?
+    tokio::task::spawn_blocking(move || store.audit.flush()).await.map_err(io::Error::other)?
 }
 
 /// Make buffered audit entries durable every [`AUDIT_FLUSH_INTERVAL`].
@@ -312,9 +304,7 @@ async fn open_store(config: Config) -> io::Result<http::Store> {
         .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
     let dir = config.data_dir;
     std::fs::create_dir_all(&dir)?;
-    let fence = FileFence::open(dir.join("fence"))
-        .await
-        .map_err(io::Error::other)?;
+    let fence = FileFence::open(dir.join("fence")).await.map_err(io::Error::other)?;
     let audit_config = config.audit;
     let (objects, audit) = tokio::task::spawn_blocking(move || {
         Ok::<_, io::Error>((
@@ -386,22 +376,12 @@ pub struct MarkReset {
 /// Lowering a mark re-admits tokens it refused, stale holders' included: set
 /// it to at least the highest token the lock service has issued for the
 /// lock that guards `key` (`fencelock_token_counter` on its `/metrics`).
-pub fn reset_mark(
-    data_dir: &Path,
-    key: &str,
-    to: Option<u64>,
-) -> Result<MarkReset, ResetMarkError> {
+pub fn reset_mark(data_dir: &Path, key: &str, to: Option<u64>) -> Result<MarkReset, ResetMarkError> {
     if let Some(reason) = invalid_object_key(key) {
-        return Err(ResetMarkError::InvalidKey {
-            key: key.to_owned(),
-            reason,
-        });
+        return Err(ResetMarkError::InvalidKey { key: key.to_owned(), reason });
     }
     let fence_dir = data_dir.join("fence");
-    let fence_err = |source| ResetMarkError::Fence {
-        dir: fence_dir.clone(),
-        source,
-    };
+    let fence_err = |source| ResetMarkError::Fence { dir: fence_dir.clone(), source };
     if let Some(token) = to {
         crate::check_token(token).map_err(fence_err)?;
     }
@@ -409,16 +389,9 @@ pub fn reset_mark(
     let before = fence.highest_blocking(key).map_err(fence_err)?;
     // No rotation here: the server's limits are not known to this tool, and
     // one line does not matter.
-    let no_rotation = AuditConfig {
-        max_file_bytes: u64::MAX,
-        keep_files: DEFAULT_AUDIT_KEEP_FILES,
-    };
-    let audit_err = |source| ResetMarkError::Audit {
-        dir: data_dir.to_owned(),
-        source,
-    };
-    let audit =
-        audit::AuditLog::open(data_dir.join("audit.log"), no_rotation).map_err(audit_err)?;
+    let no_rotation = AuditConfig { max_file_bytes: u64::MAX, keep_files: DEFAULT_AUDIT_KEEP_FILES };
+    let audit_err = |source| ResetMarkError::Audit { dir: data_dir.to_owned(), source };
+    let audit = audit::AuditLog::open(data_dir.join("audit.log"), no_rotation).map_err(audit_err)?;
     let record = audit::Record {
         op: "RESET",
         key: key.to_owned(),
@@ -427,9 +400,7 @@ pub fn reset_mark(
         outcome: Outcome::Accepted,
         highest: to.unwrap_or(0),
     };
-    audit
-        .append(record, audit::Durability::Sync)
-        .map_err(audit_err)?;
+    audit.append(record, audit::Durability::Sync).map_err(audit_err)?;
     fence.reset_mark(key, to).map_err(fence_err)?;
     tracing::warn!(key, ?before, after = ?to, "fence mark reset by the operator");
     Ok(MarkReset { before, after: to })

@@ -18,10 +18,7 @@ pub const MAX_OBJECT_KEY_LEN: usize = 200;
 pub fn invalid_object_key(key: &str) -> Option<&'static str> {
     if key.is_empty() || key.len() > MAX_OBJECT_KEY_LEN {
         Some("object keys are 1 to 200 bytes long")
-    } else if !key
-        .bytes()
-        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
-    {
+    } else if !key.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-')) {
         Some("object keys may hold only A-Z a-z 0-9 . _ -")
     } else if key.starts_with('.') {
         Some("object keys may not start with '.'")
@@ -47,10 +44,7 @@ impl ObjectStore {
                 fs::remove_file(entry.path())?;
             }
         }
-        Ok(Self {
-            dir,
-            tmp_seq: AtomicU64::new(0),
-        })
+        Ok(Self { dir, tmp_seq: AtomicU64::new(0) })
     }
 
     fn path(&self, key: &str) -> PathBuf {
@@ -64,9 +58,8 @@ impl ObjectStore {
         let tmp = self.dir.join(format!(".tmp.{key}.{n}"));
         let path = self.path(key);
         let existed = path.exists();
-        let result = write_synced(&tmp, bytes)
-            .and_then(|()| fs::rename(&tmp, &path))
-            .and_then(|()| sync_dir(&self.dir));
+        let result =
+            write_synced(&tmp, bytes).and_then(|()| fs::rename(&tmp, &path)).and_then(|()| sync_dir(&self.dir));
         if result.is_err() {
             let _ = fs::remove_file(&tmp);
         }

@@ -43,12 +43,7 @@ pub struct TlsFiles {
 impl TlsFiles {
     /// The certificate and key, no client certificates.
     pub fn new(cert: impl Into<PathBuf>, key: impl Into<PathBuf>) -> Self {
-        Self {
-            cert: cert.into(),
-            key: key.into(),
-            client_ca: None,
-            require_client_cert: false,
-        }
+        Self { cert: cert.into(), key: key.into(), client_ca: None, require_client_cert: false }
     }
 }
 
@@ -138,11 +133,7 @@ impl ServerTls {
     /// Loads the files; the error names the file and what is wrong with it.
     pub(crate) fn load(files: TlsFiles) -> Result<Arc<Self>, TlsError> {
         let loaded = load(&files)?;
-        Ok(Arc::new(Self {
-            files,
-            loaded: RwLock::new(loaded),
-            failed: Mutex::new(None),
-        }))
+        Ok(Arc::new(Self { files, loaded: RwLock::new(loaded), failed: Mutex::new(None) }))
     }
 
     /// The acceptor of a new connection: the configuration in use now.
@@ -218,25 +209,14 @@ fn provider() -> Arc<rustls::crypto::CryptoProvider> {
 }
 
 fn read(what: &'static str, path: &Path) -> Result<Vec<u8>, TlsError> {
-    std::fs::read(path).map_err(|source| TlsError::Read {
-        what,
-        path: path.to_path_buf(),
-        source,
-    })
+    std::fs::read(path).map_err(|source| TlsError::Read { what, path: path.to_path_buf(), source })
 }
 
 /// Every certificate of a PEM file (at least one).
 fn read_certs(what: &'static str, path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {
     let pem = read(what, path)?;
-    let not_pem = |source| TlsError::NotPem {
-        what,
-        path: path.to_path_buf(),
-        expected: "certificate",
-        source,
-    };
-    let certs = CertificateDer::pem_slice_iter(&pem)
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(not_pem)?;
+    let not_pem = |source| TlsError::NotPem { what, path: path.to_path_buf(), expected: "certificate", source };
+    let certs = CertificateDer::pem_slice_iter(&pem).collect::<Result<Vec<_>, _>>().map_err(not_pem)?;
     if certs.is_empty() {
         return Err(not_pem(rustls::pki_types::pem::Error::NoItemsFound));
     }
@@ -261,53 +241,28 @@ fn load(f: &TlsFiles) -> Result<Loaded, TlsError> {
     let key = read_key(&f.key)?;
     let builder = ServerConfig::builder_with_provider(provider())
         .with_safe_default_protocol_versions()
-        .map_err(|source| TlsError::Config {
-            cert: f.cert.clone(),
-            key: f.key.clone(),
-            source,
-        })?;
+        .map_err(|source| TlsError::Config { cert: f.cert.clone(), key: f.key.clone(), source })?;
     let builder = match &f.client_ca {
         None if f.require_client_cert => return Err(TlsError::NoClientCa),
         None => builder.with_no_client_auth(),
         Some(ca) => {
             let mut roots = RootCertStore::empty();
             for cert in read_certs("client CA", ca)? {
-                roots.add(cert).map_err(|source| TlsError::BadCa {
-                    path: ca.clone(),
-                    source,
-                })?;
+                roots.add(cert).map_err(|source| TlsError::BadCa { path: ca.clone(), source })?;
             }
             let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider());
-            let verifier = if f.require_client_cert {
-                verifier.build()
-            } else {
-                verifier.allow_unauthenticated().build()
-            };
-            let verifier = verifier.map_err(|source| TlsError::Verifier {
-                path: ca.clone(),
-                source,
-            })?;
+            let verifier =
+                if f.require_client_cert { verifier.build() } else { verifier.allow_unauthenticated().build() };
+            let verifier = verifier.map_err(|source| TlsError::Verifier { path: ca.clone(), source })?;
             builder.with_client_cert_verifier(verifier)
         }
     };
-    let mut config = builder
-        .with_single_cert(chain, key)
-        .map_err(|source| match source {
-            rustls::Error::InconsistentKeys(rustls::InconsistentKeys::KeyMismatch) => {
-                TlsError::KeyMismatch {
-                    cert: f.cert.clone(),
-                    key: f.key.clone(),
-                }
-            }
-            source => TlsError::Config {
-                cert: f.cert.clone(),
-                key: f.key.clone(),
-                source,
-            },
-        })?;
+    let mut config = builder.with_single_cert(chain, key).map_err(|source| match source {
+        rustls::Error::InconsistentKeys(rustls::InconsistentKeys::KeyMismatch) => {
+            TlsError::KeyMismatch { cert: f.cert.clone(), key: f.key.clone() }
+        }
+        source => TlsError::Config { cert: f.cert.clone(), key: f.key.clone(), source },
+    })?;
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
-    Ok(Loaded {
-        config: Arc::new(config),
-        stamps,
-    })
+    Ok(Loaded { config: Arc::new(config), stamps })
 }

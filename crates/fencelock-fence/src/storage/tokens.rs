@@ -61,18 +61,9 @@ pub(crate) enum TokenRefused {
         "Fencing-Token {token} was never issued: the lock service has issued tokens up to {issued} \
          and this server accepts at most {limit} (its count plus a margin of {margin})"
     )]
-    NeverIssued {
-        token: u64,
-        issued: u64,
-        margin: u64,
-        limit: u64,
-    },
+    NeverIssued { token: u64, issued: u64, margin: u64, limit: u64 },
     #[error("cannot check Fencing-Token {token} against the lock service at {url}: {reason}")]
-    Unreachable {
-        token: u64,
-        url: String,
-        reason: String,
-    },
+    Unreachable { token: u64, url: String, reason: String },
 }
 
 impl TokenRefused {
@@ -112,10 +103,7 @@ struct Issued {
     authority: String,
     /// With an `https://` URL: the connector and the name the certificate
     /// must have.
-    tls: Option<(
-        tokio_rustls::TlsConnector,
-        rustls::pki_types::ServerName<'static>,
-    )>,
+    tls: Option<(tokio_rustls::TlsConnector, rustls::pki_types::ServerName<'static>)>,
     authorization: Option<HeaderValue>,
     margin: u64,
     known: AtomicU64,
@@ -129,11 +117,7 @@ struct Issued {
 
 impl TokenLimit {
     /// `lock_server`: the lock service's admin HTTP, if any.
-    pub(crate) fn new(
-        max: u64,
-        lock_server: Option<LockServer<'_>>,
-        margin: u64,
-    ) -> Result<Self, String> {
+    pub(crate) fn new(max: u64, lock_server: Option<LockServer<'_>>, margin: u64) -> Result<Self, String> {
         let issued = match lock_server {
             None => None,
             Some(server) => Some(Issued::new(server, margin)?),
@@ -144,10 +128,7 @@ impl TokenLimit {
     /// Refuse `token` if it could not have been issued.
     pub(crate) async fn check(&self, token: u64) -> Result<(), TokenRefused> {
         if token > self.max {
-            return Err(TokenRefused::AboveMax {
-                token,
-                max: self.max,
-            });
+            return Err(TokenRefused::AboveMax { token, max: self.max });
         }
         match &self.issued {
             None => Ok(()),
@@ -173,15 +154,9 @@ impl Issued {
                 Some((tokio_rustls::TlsConnector::from(config), name))
             }
             (Some("https"), None) => {
-                return Err(format!(
-                    "lock server URL {base:?}: https:// needs the lock service's CA"
-                ))
+                return Err(format!("lock server URL {base:?}: https:// needs the lock service's CA"))
             }
-            (_, Some(_)) => {
-                return Err(format!(
-                    "lock server URL {base:?}: TLS settings are given, so use https://"
-                ))
-            }
+            (_, Some(_)) => return Err(format!("lock server URL {base:?}: TLS settings are given, so use https://")),
             (_, None) => None,
         };
         let authorization = match server.token {
@@ -209,11 +184,7 @@ impl Issued {
     }
 
     fn within(&self, token: u64) -> bool {
-        token
-            <= self
-                .known
-                .load(Ordering::SeqCst)
-                .saturating_add(self.margin)
+        token <= self.known.load(Ordering::SeqCst).saturating_add(self.margin)
     }
 
     async fn check(&self, token: u64) -> Result<(), TokenRefused> {
@@ -225,14 +196,11 @@ impl Issued {
         if *last_good <= arrived {
             // No fetch began after this token arrived: refresh now.
             let n = self.started.fetch_add(1, Ordering::SeqCst) + 1;
-            let count = self
-                .fetch()
-                .await
-                .map_err(|reason| TokenRefused::Unreachable {
-                    token,
-                    url: self.url.to_string(),
-                    reason,
-                })?;
+            let count = self.fetch().await.map_err(|reason| TokenRefused::Unreachable {
+                token,
+                url: self.url.to_string(),
+                reason,
+            })?;
             self.known.fetch_max(count, Ordering::SeqCst);
             *last_good = n;
         }
@@ -240,12 +208,7 @@ impl Issued {
             return Ok(());
         }
         let issued = self.known.load(Ordering::SeqCst);
-        Err(TokenRefused::NeverIssued {
-            token,
-            issued,
-            margin: self.margin,
-            limit: issued.saturating_add(self.margin),
-        })
+        Err(TokenRefused::NeverIssued { token, issued, margin: self.margin, limit: issued.saturating_add(self.margin) })
     }
 
     async fn fetch(&self) -> Result<u64, String> {
@@ -262,31 +225,22 @@ impl Issued {
         if !status.is_success() {
             return Err(format!("/metrics answered {status}"));
         }
-        let body = tokio::time::timeout(
-            FETCH_TIMEOUT,
-            Limited::new(response.into_body(), MAX_METRICS_BYTES).collect(),
-        )
-        .await
-        .map_err(|_| format!("/metrics body not read in {FETCH_TIMEOUT:?}"))?
-        .map_err(|e| e.to_string())?
-        .to_bytes();
-        tokens_issued(&String::from_utf8_lossy(&body))
-            .ok_or_else(|| format!("no {GAUGE} gauge in /metrics"))
+        let body = tokio::time::timeout(FETCH_TIMEOUT, Limited::new(response.into_body(), MAX_METRICS_BYTES).collect())
+            .await
+            .map_err(|_| format!("/metrics body not read in {FETCH_TIMEOUT:?}"))?
+            .map_err(|e| e.to_string())?
+            .to_bytes();
+        tokens_issued(&String::from_utf8_lossy(&body)).ok_or_else(|| format!("no {GAUGE} gauge in /metrics"))
     }
 
     /// `GET /metrics` on a connection of its own (over TLS for `https://`).
     async fn get(&self) -> Result<hyper::Response<hyper::body::Incoming>, String> {
-        let tcp = TcpStream::connect(&self.addr)
-            .await
-            .map_err(|e| format!("cannot connect: {e}"))?;
+        let tcp = TcpStream::connect(&self.addr).await.map_err(|e| format!("cannot connect: {e}"))?;
         let _ = tcp.set_nodelay(true);
         match &self.tls {
             None => self.get_on(tcp).await,
             Some((connector, name)) => {
-                let tls = connector
-                    .connect(name.clone(), tcp)
-                    .await
-                    .map_err(|e| format!("TLS handshake: {e}"))?;
+                let tls = connector.connect(name.clone(), tcp).await.map_err(|e| format!("TLS handshake: {e}"))?;
                 self.get_on(tls).await
             }
         }
@@ -296,9 +250,8 @@ impl Issued {
     where
         S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
-        let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(io))
-            .await
-            .map_err(|e| e.to_string())?;
+        let (mut sender, conn) =
+            hyper::client::conn::http1::handshake(TokioIo::new(io)).await.map_err(|e| e.to_string())?;
         tokio::spawn(async move {
             if let Err(e) = conn.await {
                 tracing::debug!(error = %e, "lock server connection ended with an error");
@@ -311,19 +264,14 @@ impl Issued {
         if let Some(auth) = &self.authorization {
             request.headers_mut().insert(AUTHORIZATION, auth.clone());
         }
-        sender
-            .send_request(request)
-            .await
-            .map_err(|e| e.to_string())
+        sender.send_request(request).await.map_err(|e| e.to_string())
     }
 }
 
 /// `base` + `/metrics`, for an `http://host:port` or `https://host:port` base.
 fn metrics_url(base: &str) -> Result<hyper::Uri, String> {
     let base = base.trim_end_matches('/');
-    let uri: hyper::Uri = format!("{base}/metrics")
-        .parse()
-        .map_err(|e| format!("lock server URL {base:?}: {e}"))?;
+    let uri: hyper::Uri = format!("{base}/metrics").parse().map_err(|e| format!("lock server URL {base:?}: {e}"))?;
     let scheme_ok = matches!(uri.scheme_str(), Some("http" | "https"));
     if !scheme_ok || uri.host().is_none() || uri.path() != "/metrics" {
         return Err(format!(
@@ -357,10 +305,7 @@ mod tests {
 
     #[test]
     fn lock_server_urls() {
-        assert_eq!(
-            metrics_url("http://127.0.0.1:7071/").unwrap().to_string(),
-            "http://127.0.0.1:7071/metrics"
-        );
+        assert_eq!(metrics_url("http://127.0.0.1:7071/").unwrap().to_string(), "http://127.0.0.1:7071/metrics");
         assert!(metrics_url("https://h:1").is_ok());
         assert!(metrics_url("ftp://h:1").is_err());
         assert!(metrics_url("127.0.0.1:7071").is_err());

@@ -18,18 +18,10 @@ pub async fn exact_cases(fence: &dyn Fence, p: &str) {
     assert_eq!(fence.highest(&k).await.unwrap(), None);
     assert_eq!(fence.admit(&k, 5).await.unwrap(), Fenced::Admitted(()));
     assert_eq!(fence.highest(&k).await.unwrap(), Some(5));
-    assert_eq!(
-        fence.admit(&k, 5).await.unwrap(),
-        Fenced::Admitted(()),
-        "equal token must be admitted"
-    );
+    assert_eq!(fence.admit(&k, 5).await.unwrap(), Fenced::Admitted(()), "equal token must be admitted");
     assert_eq!(fence.admit(&k, 4).await.unwrap(), stale(5, 4));
     assert_eq!(fence.admit(&k, 1).await.unwrap(), stale(5, 1));
-    assert_eq!(
-        fence.highest(&k).await.unwrap(),
-        Some(5),
-        "a stale admit changed the mark"
-    );
+    assert_eq!(fence.highest(&k).await.unwrap(), Some(5), "a stale admit changed the mark");
     assert_eq!(fence.admit(&k, 6).await.unwrap(), Fenced::Admitted(()));
     assert_eq!(fence.admit(&k, 5).await.unwrap(), stale(6, 5));
     assert_eq!(fence.admit(&k, 1000).await.unwrap(), Fenced::Admitted(()));
@@ -42,15 +34,9 @@ pub async fn large_tokens_are_exact(fence: &dyn Fence, p: &str) {
     let k = format!("{p}:large");
     let two53 = 1u64 << 53;
     assert!(fence.admit(&k, two53 + 1).await.unwrap().is_admitted());
-    assert_eq!(
-        fence.admit(&k, two53).await.unwrap(),
-        stale(two53 + 1, two53)
-    );
+    assert_eq!(fence.admit(&k, two53).await.unwrap(), stale(two53 + 1, two53));
     assert!(fence.admit(&k, MAX_TOKEN).await.unwrap().is_admitted());
-    assert_eq!(
-        fence.admit(&k, MAX_TOKEN - 1).await.unwrap(),
-        stale(MAX_TOKEN, MAX_TOKEN - 1)
-    );
+    assert_eq!(fence.admit(&k, MAX_TOKEN - 1).await.unwrap(), stale(MAX_TOKEN, MAX_TOKEN - 1));
     assert_eq!(fence.highest(&k).await.unwrap(), Some(MAX_TOKEN));
 }
 
@@ -60,13 +46,7 @@ pub async fn keys_are_independent(fence: &dyn Fence, p: &str) {
     assert!(fence.admit(&a, 50).await.unwrap().is_admitted());
     assert_eq!(fence.highest(&b).await.unwrap(), None);
     assert!(fence.admit(&b, 3).await.unwrap().is_admitted());
-    assert_eq!(
-        (
-            fence.highest(&a).await.unwrap(),
-            fence.highest(&b).await.unwrap()
-        ),
-        (Some(50), Some(3))
-    );
+    assert_eq!((fence.highest(&a).await.unwrap(), fence.highest(&b).await.unwrap()), (Some(50), Some(3)));
     let unicode = format!("{p}:ключ/🔒 with spaces");
     assert!(fence.admit(&unicode, 7).await.unwrap().is_admitted());
     assert_eq!(fence.highest(&unicode).await.unwrap(), Some(7));
@@ -79,34 +59,14 @@ pub async fn keys_are_independent(fence: &dyn Fence, p: &str) {
 /// Invalid input is an error and changes nothing.
 pub async fn invalid_input_is_refused(fence: &dyn Fence, p: &str) {
     let k = format!("{p}:invalid");
-    assert!(matches!(
-        fence.admit(&k, 0).await,
-        Err(FenceError::InvalidToken(0))
-    ));
-    assert!(
-        matches!(fence.admit(&k, MAX_TOKEN + 1).await, Err(FenceError::InvalidToken(t)) if t == MAX_TOKEN + 1)
-    );
-    assert!(matches!(
-        fence.admit(&k, u64::MAX).await,
-        Err(FenceError::InvalidToken(u64::MAX))
-    ));
-    assert!(matches!(
-        fence.admit("", 1).await,
-        Err(FenceError::InvalidKey { .. })
-    ));
-    assert!(matches!(
-        fence.admit("a\0b", 1).await,
-        Err(FenceError::InvalidKey { .. })
-    ));
+    assert!(matches!(fence.admit(&k, 0).await, Err(FenceError::InvalidToken(0))));
+    assert!(matches!(fence.admit(&k, MAX_TOKEN + 1).await, Err(FenceError::InvalidToken(t)) if t == MAX_TOKEN + 1));
+    assert!(matches!(fence.admit(&k, u64::MAX).await, Err(FenceError::InvalidToken(u64::MAX))));
+    assert!(matches!(fence.admit("", 1).await, Err(FenceError::InvalidKey { .. })));
+    assert!(matches!(fence.admit("a\0b", 1).await, Err(FenceError::InvalidKey { .. })));
     let too_long = "k".repeat(MAX_KEY_LEN + 1);
-    assert!(matches!(
-        fence.admit(&too_long, 1).await,
-        Err(FenceError::InvalidKey { .. })
-    ));
-    assert!(matches!(
-        fence.highest("").await,
-        Err(FenceError::InvalidKey { .. })
-    ));
+    assert!(matches!(fence.admit(&too_long, 1).await, Err(FenceError::InvalidKey { .. })));
+    assert!(matches!(fence.highest("").await, Err(FenceError::InvalidKey { .. })));
     assert_eq!(fence.highest(&k).await.unwrap(), None);
 }
 
@@ -114,23 +74,10 @@ pub async fn invalid_input_is_refused(fence: &dyn Fence, p: &str) {
 /// holder 5's late write.
 pub async fn fenced_read_stops_an_older_write(fence: &dyn Fence, p: &str) {
     let k = format!("{p}:rmw");
-    assert!(
-        fence.admit(&k, 5).await.unwrap().is_admitted(),
-        "holder 5 reads"
-    );
-    assert!(
-        fence.admit(&k, 6).await.unwrap().is_admitted(),
-        "holder 6 reads"
-    );
-    assert_eq!(
-        fence.admit(&k, 5).await.unwrap(),
-        stale(6, 5),
-        "holder 5's write must be stale"
-    );
-    assert!(
-        fence.admit(&k, 6).await.unwrap().is_admitted(),
-        "holder 6 writes"
-    );
+    assert!(fence.admit(&k, 5).await.unwrap().is_admitted(), "holder 5 reads");
+    assert!(fence.admit(&k, 6).await.unwrap().is_admitted(), "holder 6 reads");
+    assert_eq!(fence.admit(&k, 5).await.unwrap(), stale(6, 5), "holder 5's write must be stale");
+    assert!(fence.admit(&k, 6).await.unwrap().is_admitted(), "holder 6 writes");
     assert_eq!(fence.highest(&k).await.unwrap(), Some(6));
 }
 
@@ -170,13 +117,7 @@ pub async fn racing_tokens(fences: &[Arc<dyn Fence>], p: &str, seed: u64) {
                 let start = clock.fetch_add(1, SeqCst);
                 let outcome = fence.admit(&format!("{p}:race{key}"), token).await.unwrap();
                 let end = clock.fetch_add(1, SeqCst);
-                ops.push(Op {
-                    key,
-                    token,
-                    start,
-                    end,
-                    outcome,
-                });
+                ops.push(Op { key, token, start, end, outcome });
             }
             ops
         }));
@@ -191,34 +132,17 @@ pub async fn racing_tokens(fences: &[Arc<dyn Fence>], p: &str, seed: u64) {
         let (a, r) = check_history(&of_key, seed);
         admitted += a;
         rejected += r;
-        let max = of_key
-            .iter()
-            .filter(|o| o.outcome.is_admitted())
-            .map(|o| o.token)
-            .max();
-        assert_eq!(
-            fences[0].highest(&format!("{p}:race{key}")).await.unwrap(),
-            max,
-            "final mark, key {key}"
-        );
+        let max = of_key.iter().filter(|o| o.outcome.is_admitted()).map(|o| o.token).max();
+        assert_eq!(fences[0].highest(&format!("{p}:race{key}")).await.unwrap(), max, "final mark, key {key}");
     }
     assert_eq!(admitted + rejected, TASKS * OPS_PER_TASK);
-    assert!(
-        admitted > 0 && rejected > 0,
-        "seed {seed}: {admitted} admitted, {rejected} rejected"
-    );
+    assert!(admitted > 0 && rejected > 0, "seed {seed}: {admitted} admitted, {rejected} rejected");
 }
 
 fn check_history(ops: &[&Op], seed: u64) -> (usize, usize) {
     let admitted: Vec<&&Op> = ops.iter().filter(|o| o.outcome.is_admitted()).collect();
     let tokens: HashMap<u64, ()> = admitted.iter().map(|o| (o.token, ())).collect();
-    let max_before = |start: u64| {
-        admitted
-            .iter()
-            .filter(|a| a.end < start)
-            .map(|a| a.token)
-            .max()
-    };
+    let max_before = |start: u64| admitted.iter().filter(|a| a.end < start).map(|a| a.token).max();
     for op in ops {
         match op.outcome {
             Fenced::Admitted(()) => {
@@ -231,19 +155,10 @@ fn check_history(ops: &[&Op], seed: u64) -> (usize, usize) {
             }
             Fenced::Stale(Stale { highest, got }) => {
                 assert_eq!(got, op.token, "seed {seed}");
-                assert!(
-                    got < highest,
-                    "seed {seed}: rejected {got} with mark {highest}"
-                );
-                assert!(
-                    tokens.contains_key(&highest),
-                    "seed {seed}: mark {highest} was never admitted"
-                );
+                assert!(got < highest, "seed {seed}: rejected {got} with mark {highest}");
+                assert!(tokens.contains_key(&highest), "seed {seed}: mark {highest} was never admitted");
                 let before = max_before(op.start);
-                assert!(
-                    before.is_none_or(|b| b <= highest),
-                    "seed {seed}: mark {highest} below admitted {before:?}"
-                );
+                assert!(before.is_none_or(|b| b <= highest), "seed {seed}: mark {highest} below admitted {before:?}");
             }
         }
     }

@@ -25,10 +25,7 @@ async fn marks_survive_reopen() {
     for (key, mark) in [("a", Some(7)), ("b", Some(10)), ("c", Some(1)), ("d", None)] {
         assert_eq!(fence.highest(key).await.unwrap(), mark, "key {key}");
     }
-    assert_eq!(
-        fence.admit("a", 6).await.unwrap(),
-        Fenced::Stale(Stale { highest: 7, got: 6 })
-    );
+    assert_eq!(fence.admit("a", 6).await.unwrap(), Fenced::Stale(Stale { highest: 7, got: 6 }));
     assert!(fence.admit("a", 8).await.unwrap().is_admitted());
 }
 
@@ -42,8 +39,7 @@ async fn a_torn_last_record_is_dropped_and_the_log_stays_usable() {
     // A record cut after its header and two bytes of its token.
     let log = dir.path().join("fence.log");
     let mut f = OpenOptions::new().append(true).open(&log).unwrap();
-    f.write_all(&[9, 0, 0, 0, 0xAA, 0xBB, 0xCC, 0xDD, 50, 0])
-        .unwrap();
+    f.write_all(&[9, 0, 0, 0, 0xAA, 0xBB, 0xCC, 0xDD, 50, 0]).unwrap();
     drop(f);
     {
         let fence = FileFence::open(dir.path()).await.unwrap();
@@ -66,10 +62,7 @@ async fn a_corrupt_record_before_the_end_fails_closed() {
     let mut bytes = std::fs::read(&log).unwrap();
     bytes[8 + 8] ^= 0x01; // the first record's token
     std::fs::write(&log, bytes).unwrap();
-    assert!(matches!(
-        FileFence::open(dir.path()).await,
-        Err(FenceError::Corrupt(_))
-    ));
+    assert!(matches!(FileFence::open(dir.path()).await, Err(FenceError::Corrupt(_))));
 }
 
 const CHILD_DIR_ENV: &str = "FENCELOCK_FENCE_TEST_SIGKILL_DIR";
@@ -124,11 +117,7 @@ fn run_child_and_kill(dir: &Path, admits: usize) -> HashMap<String, u64> {
         record(&mut reported, &line);
     }
     let status = child.kill();
-    assert_eq!(
-        status.signal(),
-        Some(9),
-        "the child must die of SIGKILL, not {status}"
-    );
+    assert_eq!(status.signal(), Some(9), "the child must die of SIGKILL, not {status}");
     reported
 }
 
@@ -163,28 +152,16 @@ async fn marks_survive_sigkill() {
             let mark = fence.highest(key).await.unwrap().unwrap_or(0);
             let was = last.get(key).copied().unwrap_or(0);
             let told = reported.get(key).copied().unwrap_or(was);
-            assert!(
-                mark >= told,
-                "round {round}, {key}: mark {mark} below reported admit {told}"
-            );
-            assert!(
-                mark <= told + 1,
-                "round {round}, {key}: mark {mark} beyond reported {told} + 1 in flight"
-            );
+            assert!(mark >= told, "round {round}, {key}: mark {mark} below reported admit {told}");
+            assert!(mark <= told + 1, "round {round}, {key}: mark {mark} beyond reported {told} + 1 in flight");
             if mark > 1 {
                 assert_eq!(
                     fence.admit(key, mark - 1).await.unwrap(),
-                    Fenced::Stale(Stale {
-                        highest: mark,
-                        got: mark - 1
-                    })
+                    Fenced::Stale(Stale { highest: mark, got: mark - 1 })
                 );
             }
             last.insert(key.to_owned(), mark);
         }
-        assert!(
-            reported.values().sum::<u64>() > 0,
-            "round {round}: the child admitted nothing"
-        );
+        assert!(reported.values().sum::<u64>() > 0, "round {round}: the child admitted nothing");
     }
 }

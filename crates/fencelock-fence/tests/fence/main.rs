@@ -36,49 +36,31 @@ impl Subject {
 
 async fn memory() -> Subject {
     let fence: Arc<dyn Fence> = Arc::new(MemoryFence::new());
-    Subject {
-        fences: vec![fence; 16],
-        _guard: Box::new(()),
-    }
+    Subject { fences: vec![fence; 16], _guard: Box::new(()) }
 }
 
 async fn file() -> Subject {
     let dir = tempfile::tempdir().unwrap();
     let fence: Arc<dyn Fence> = Arc::new(FileFence::open(dir.path()).await.unwrap());
-    Subject {
-        fences: vec![fence; 16],
-        _guard: Box::new(dir),
-    }
+    Subject { fences: vec![fence; 16], _guard: Box::new(dir) }
 }
 
 async fn postgres() -> Subject {
-    let server = tokio::task::spawn_blocking(support::PgServer::start)
-        .await
-        .unwrap();
+    let server = tokio::task::spawn_blocking(support::PgServer::start).await.unwrap();
     let mut fences: Vec<Arc<dyn Fence>> = Vec::new();
     for _ in 0..16 {
-        fences.push(Arc::new(
-            PgFence::connect(&server.conn_str()).await.unwrap(),
-        ));
+        fences.push(Arc::new(PgFence::connect(&server.conn_str()).await.unwrap()));
     }
-    Subject {
-        fences,
-        _guard: Box::new(server),
-    }
+    Subject { fences, _guard: Box::new(server) }
 }
 
 async fn redis() -> Subject {
-    let server = tokio::task::spawn_blocking(support::RedisServer::start)
-        .await
-        .unwrap();
+    let server = tokio::task::spawn_blocking(support::RedisServer::start).await.unwrap();
     let mut fences: Vec<Arc<dyn Fence>> = Vec::new();
     for _ in 0..16 {
         fences.push(Arc::new(RedisFence::connect(&server.url()).await.unwrap()));
     }
-    Subject {
-        fences,
-        _guard: Box::new(server),
-    }
+    Subject { fences, _guard: Box::new(server) }
 }
 
 /// The conformance suite as one test per case, for one implementation.

@@ -12,9 +12,7 @@ use tokio_postgres::{Client, NoTls};
 use crate::support::PgServer;
 
 async fn connect(server: &PgServer) -> Client {
-    let (client, connection) = tokio_postgres::connect(&server.conn_str(), NoTls)
-        .await
-        .unwrap();
+    let (client, connection) = tokio_postgres::connect(&server.conn_str(), NoTls).await.unwrap();
     tokio::spawn(connection);
     client
 }
@@ -23,31 +21,17 @@ async fn setup() -> (PgServer, Client) {
     let server = tokio::task::spawn_blocking(PgServer::start).await.unwrap();
     let client = connect(&server).await;
     PgFence::create_table(&client).await.unwrap();
-    client
-        .batch_execute("CREATE TABLE doc (id int PRIMARY KEY, body text NOT NULL)")
-        .await
-        .unwrap();
-    client
-        .batch_execute("INSERT INTO doc VALUES (1, 'v0')")
-        .await
-        .unwrap();
+    client.batch_execute("CREATE TABLE doc (id int PRIMARY KEY, body text NOT NULL)").await.unwrap();
+    client.batch_execute("INSERT INTO doc VALUES (1, 'v0')").await.unwrap();
     (server, client)
 }
 
 async fn body(client: &Client) -> String {
-    client
-        .query_one("SELECT body FROM doc WHERE id = 1", &[])
-        .await
-        .unwrap()
-        .get(0)
+    client.query_one("SELECT body FROM doc WHERE id = 1", &[]).await.unwrap().get(0)
 }
 
 async fn mark(client: &Client, key: &str) -> Option<i64> {
-    client
-        .query_opt("SELECT token FROM fencelock_fence WHERE key = $1", &[&key])
-        .await
-        .unwrap()
-        .map(|r| r.get(0))
+    client.query_opt("SELECT token FROM fencelock_fence WHERE key = $1", &[&key]).await.unwrap().map(|r| r.get(0))
 }
 
 /// Run a fenced `UPDATE doc SET body = $body`.
@@ -58,10 +42,7 @@ async fn write(
 ) -> Result<Fenced<u64>, RunError<tokio_postgres::Error>> {
     let new_body = new_body.to_owned();
     PgFence::run(client, "doc:1", token, move |tx| {
-        Box::pin(async move {
-            tx.execute("UPDATE doc SET body = $1 WHERE id = 1", &[&new_body])
-                .await
-        })
+        Box::pin(async move { tx.execute("UPDATE doc SET body = $1 WHERE id = 1", &[&new_body]).await })
     })
     .await
 }
@@ -69,21 +50,14 @@ async fn write(
 #[tokio::test]
 async fn a_stale_transaction_changes_nothing() {
     let (_server, mut client) = setup().await;
-    assert_eq!(
-        write(&mut client, 5, "from 5").await.unwrap(),
-        Fenced::Admitted(1)
-    );
-    assert_eq!(
-        write(&mut client, 6, "from 6").await.unwrap(),
-        Fenced::Admitted(1)
-    );
+    assert_eq!(write(&mut client, 5, "from 5").await.unwrap(), Fenced::Admitted(1));
+    assert_eq!(write(&mut client, 6, "from 6").await.unwrap(), Fenced::Admitted(1));
     let ran = Arc::new(AtomicBool::new(false));
     let flag = ran.clone();
     let outcome = PgFence::run(&mut client, "doc:1", 5, move |tx| {
         Box::pin(async move {
             flag.store(true, SeqCst);
-            tx.execute("UPDATE doc SET body = 'late 5' WHERE id = 1", &[])
-                .await
+            tx.execute("UPDATE doc SET body = 'late 5' WHERE id = 1", &[]).await
         })
     })
     .await
@@ -100,21 +74,15 @@ async fn a_failing_caller_rolls_back_its_writes_and_the_raise() {
     assert!(write(&mut client, 6, "from 6").await.unwrap().is_admitted());
     let err = PgFence::run(&mut client, "doc:1", 9, |tx| {
         Box::pin(async move {
-            tx.execute("UPDATE doc SET body = 'half' WHERE id = 1", &[])
-                .await?;
-            tx.execute("INSERT INTO doc VALUES (1, 'duplicate key')", &[])
-                .await
+            tx.execute("UPDATE doc SET body = 'half' WHERE id = 1", &[]).await?;
+            tx.execute("INSERT INTO doc VALUES (1, 'duplicate key')", &[]).await
         })
     })
     .await
     .unwrap_err();
     assert!(matches!(err, RunError::Caller(_)), "{err:?}");
     assert_eq!(body(&client).await, "from 6");
-    assert_eq!(
-        mark(&client, "doc:1").await,
-        Some(6),
-        "the raise must roll back with the caller's SQL"
-    );
+    assert_eq!(mark(&client, "doc:1").await, Some(6), "the raise must roll back with the caller's SQL");
 }
 
 #[tokio::test]
@@ -122,23 +90,14 @@ async fn a_fenced_read_raises_the_mark() {
     let (_server, mut client) = setup().await;
     assert!(write(&mut client, 5, "from 5").await.unwrap().is_admitted());
     let read = PgFence::run(&mut client, "doc:1", 6, |tx| {
-        Box::pin(async move {
-            tx.query_one("SELECT body FROM doc WHERE id = 1", &[])
-                .await
-                .map(|r| r.get::<_, String>(0))
-        })
+        Box::pin(
+            async move { tx.query_one("SELECT body FROM doc WHERE id = 1", &[]).await.map(|r| r.get::<_, String>(0)) },
+        )
     })
     .await
     .unwrap();
-    assert_eq!(
-        read,
-        Fenced::Admitted("from 5".to_owned()),
-        "holder 6 reads"
-    );
-    assert_eq!(
-        write(&mut client, 5, "late 5").await.unwrap(),
-        Fenced::Stale(Stale { highest: 6, got: 5 })
-    );
+    assert_eq!(read, Fenced::Admitted("from 5".to_owned()), "holder 6 reads");
+    assert_eq!(write(&mut client, 5, "late 5").await.unwrap(), Fenced::Stale(Stale { highest: 6, got: 5 }));
     assert_eq!(body(&client).await, "from 5");
 }
 
@@ -147,10 +106,7 @@ async fn a_fenced_read_raises_the_mark() {
 async fn until_one_waits_on_a_lock(observer: &Client) {
     loop {
         let waiting: i64 = observer
-            .query_one(
-                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'",
-                &[],
-            )
+            .query_one("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'", &[])
             .await
             .unwrap()
             .get(0);
@@ -175,9 +131,7 @@ async fn the_check_runs_after_the_row_lock() {
     let seven = tokio::spawn(async move {
         PgFence::run(&mut holder7, "doc:1", 7, move |tx| {
             Box::pin(async move {
-                let n = tx
-                    .execute("UPDATE doc SET body = 'from 7' WHERE id = 1", &[])
-                    .await?;
+                let n = tx.execute("UPDATE doc SET body = 'from 7' WHERE id = 1", &[]).await?;
                 entered_tx.send(()).unwrap();
                 release_rx.await.unwrap();
                 Ok::<_, tokio_postgres::Error>(n)
@@ -192,10 +146,7 @@ async fn the_check_runs_after_the_row_lock() {
     until_one_waits_on_a_lock(&client).await;
     release_tx.send(()).unwrap();
     assert_eq!(seven.await.unwrap(), Fenced::Admitted(1));
-    assert_eq!(
-        six.await.unwrap(),
-        Fenced::Stale(Stale { highest: 7, got: 6 })
-    );
+    assert_eq!(six.await.unwrap(), Fenced::Stale(Stale { highest: 7, got: 6 }));
     assert_eq!(body(&client).await, "from 7");
     assert_eq!(mark(&client, "doc:1").await, Some(7));
 }
@@ -218,10 +169,7 @@ async fn marks_survive_a_crash_of_postgres() {
     let fence = PgFence::connect(&server.conn_str()).await.unwrap();
     assert_eq!(fence.highest("a").await.unwrap(), Some(7));
     assert_eq!(fence.highest("b").await.unwrap(), Some(10));
-    assert_eq!(
-        fence.admit("a", 6).await.unwrap(),
-        Fenced::Stale(Stale { highest: 7, got: 6 })
-    );
+    assert_eq!(fence.admit("a", 6).await.unwrap(), Fenced::Stale(Stale { highest: 7, got: 6 }));
     drop(fence);
     server = tokio::task::spawn_blocking(move || {
         server.crash_and_restart();

@@ -8,15 +8,9 @@ use redis::aio::MultiplexedConnection;
 use crate::support::RedisServer;
 
 async fn setup() -> (RedisServer, RedisFence, MultiplexedConnection) {
-    let server = tokio::task::spawn_blocking(RedisServer::start)
-        .await
-        .unwrap();
+    let server = tokio::task::spawn_blocking(RedisServer::start).await.unwrap();
     let fence = RedisFence::connect(&server.url()).await.unwrap();
-    let conn = redis::Client::open(server.url())
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap();
+    let conn = redis::Client::open(server.url()).unwrap().get_multiplexed_async_connection().await.unwrap();
     (server, fence, conn)
 }
 
@@ -25,81 +19,39 @@ async fn get(conn: &mut MultiplexedConnection, key: &str) -> Option<String> {
 }
 
 fn set(key: &str, value: &str) -> RedisWrite {
-    RedisWrite::Set {
-        key: key.into(),
-        value: value.into(),
-    }
+    RedisWrite::Set { key: key.into(), value: value.into() }
 }
 
 #[tokio::test]
 async fn a_stale_write_writes_nothing() {
     let (_server, fence, mut conn) = setup().await;
-    assert_eq!(
-        fence.write("doc", 5, set("doc:v", "from 5")).await.unwrap(),
-        Fenced::Admitted(0)
-    );
-    assert_eq!(
-        fence.write("doc", 6, set("doc:v", "from 6")).await.unwrap(),
-        Fenced::Admitted(0)
-    );
+    assert_eq!(fence.write("doc", 5, set("doc:v", "from 5")).await.unwrap(), Fenced::Admitted(0));
+    assert_eq!(fence.write("doc", 6, set("doc:v", "from 6")).await.unwrap(), Fenced::Admitted(0));
     assert_eq!(
         fence.write("doc", 5, set("doc:v", "late 5")).await.unwrap(),
         Fenced::Stale(Stale { highest: 6, got: 5 })
     );
     assert_eq!(get(&mut conn, "doc:v").await.as_deref(), Some("from 6"));
-    assert_eq!(
-        get(&mut conn, "fencelock:fence:doc").await.as_deref(),
-        Some("6")
-    );
+    assert_eq!(get(&mut conn, "fencelock:fence:doc").await.as_deref(), Some("6"));
     assert_eq!(fence.highest("doc").await.unwrap(), Some(6));
 }
 
 #[tokio::test]
 async fn every_write_op() {
     let (_server, fence, mut conn) = setup().await;
-    let append = |v: &str| RedisWrite::Append {
-        key: "log".into(),
-        value: v.into(),
-    };
-    assert_eq!(
-        fence.write("log", 1, append("a")).await.unwrap(),
-        Fenced::Admitted(1)
-    );
-    assert_eq!(
-        fence.write("log", 2, append("bc")).await.unwrap(),
-        Fenced::Admitted(3)
-    );
-    assert_eq!(
-        fence.write("log", 1, append("x")).await.unwrap(),
-        Fenced::Stale(Stale { highest: 2, got: 1 })
-    );
+    let append = |v: &str| RedisWrite::Append { key: "log".into(), value: v.into() };
+    assert_eq!(fence.write("log", 1, append("a")).await.unwrap(), Fenced::Admitted(1));
+    assert_eq!(fence.write("log", 2, append("bc")).await.unwrap(), Fenced::Admitted(3));
+    assert_eq!(fence.write("log", 1, append("x")).await.unwrap(), Fenced::Stale(Stale { highest: 2, got: 1 }));
     assert_eq!(get(&mut conn, "log").await.as_deref(), Some("abc"));
-    let hset = RedisWrite::HSet {
-        key: "h".into(),
-        fields: vec![("f1".into(), b"1".to_vec()), ("f2".into(), b"2".to_vec())],
-    };
-    assert_eq!(
-        fence.write("h", 4, hset).await.unwrap(),
-        Fenced::Admitted(2)
-    );
-    let fields: Vec<String> = redis::cmd("HVALS")
-        .arg("h")
-        .query_async(&mut conn)
-        .await
-        .unwrap();
+    let hset =
+        RedisWrite::HSet { key: "h".into(), fields: vec![("f1".into(), b"1".to_vec()), ("f2".into(), b"2".to_vec())] };
+    assert_eq!(fence.write("h", 4, hset).await.unwrap(), Fenced::Admitted(2));
+    let fields: Vec<String> = redis::cmd("HVALS").arg("h").query_async(&mut conn).await.unwrap();
     assert_eq!(fields, vec!["1", "2"]);
+    assert_eq!(fence.write("h", 4, RedisWrite::Del { key: "h".into() }).await.unwrap(), Fenced::Admitted(1));
     assert_eq!(
-        fence
-            .write("h", 4, RedisWrite::Del { key: "h".into() })
-            .await
-            .unwrap(),
-        Fenced::Admitted(1)
-    );
-    assert_eq!(
-        fence
-            .write("h", 3, RedisWrite::Del { key: "log".into() })
-            .await
-            .unwrap(),
+        fence.write("h", 3, RedisWrite::Del { key: "log".into() }).await.unwrap(),
         Fenced::Stale(Stale { highest: 4, got: 3 })
     );
     assert_eq!(get(&mut conn, "log").await.as_deref(), Some("abc"));
@@ -108,20 +60,10 @@ async fn every_write_op() {
 #[tokio::test]
 async fn a_write_redis_refuses_leaves_the_mark() {
     let (_server, fence, mut conn) = setup().await;
-    assert!(fence
-        .write("s", 2, set("s", "a string"))
-        .await
-        .unwrap()
-        .is_admitted());
-    let hset = RedisWrite::HSet {
-        key: "s".into(),
-        fields: vec![("f".into(), b"v".to_vec())],
-    };
+    assert!(fence.write("s", 2, set("s", "a string")).await.unwrap().is_admitted());
+    let hset = RedisWrite::HSet { key: "s".into(), fields: vec![("f".into(), b"v".to_vec())] };
     let err = fence.write("s", 9, hset).await.unwrap_err();
-    assert!(
-        matches!(&err, FenceError::Storage(e) if e.to_string().contains("WRONGTYPE")),
-        "{err}"
-    );
+    assert!(matches!(&err, FenceError::Storage(e) if e.to_string().contains("WRONGTYPE")), "{err}");
     assert_eq!(fence.highest("s").await.unwrap(), Some(2));
     assert_eq!(get(&mut conn, "s").await.as_deref(), Some("a string"));
 }
@@ -129,19 +71,9 @@ async fn a_write_redis_refuses_leaves_the_mark() {
 #[tokio::test]
 async fn a_fenced_read_stops_an_older_write() {
     let (_server, fence, mut conn) = setup().await;
-    assert!(fence
-        .write("doc", 5, set("doc", "v5"))
-        .await
-        .unwrap()
-        .is_admitted());
-    assert!(
-        fence.admit("doc", 6).await.unwrap().is_admitted(),
-        "holder 6 reads"
-    );
-    assert_eq!(
-        fence.write("doc", 5, set("doc", "late 5")).await.unwrap(),
-        Fenced::Stale(Stale { highest: 6, got: 5 })
-    );
+    assert!(fence.write("doc", 5, set("doc", "v5")).await.unwrap().is_admitted());
+    assert!(fence.admit("doc", 6).await.unwrap().is_admitted(), "holder 6 reads");
+    assert_eq!(fence.write("doc", 5, set("doc", "late 5")).await.unwrap(), Fenced::Stale(Stale { highest: 6, got: 5 }));
     assert_eq!(get(&mut conn, "doc").await.as_deref(), Some("v5"));
 }
 
@@ -172,11 +104,7 @@ async fn the_script_refuses_bad_calls_without_writing() {
 #[tokio::test]
 async fn marks_survive_a_sigkill_of_redis() {
     let (server, fence, _conn) = setup().await;
-    assert!(fence
-        .write("doc", 41, set("doc", "v41"))
-        .await
-        .unwrap()
-        .is_admitted());
+    assert!(fence.write("doc", 41, set("doc", "v41")).await.unwrap().is_admitted());
     assert!(fence.admit("other", 7).await.unwrap().is_admitted());
     drop(fence);
     let server = tokio::task::spawn_blocking(move || {
@@ -191,15 +119,8 @@ async fn marks_survive_a_sigkill_of_redis() {
     assert_eq!(fence.highest("other").await.unwrap(), Some(7));
     assert_eq!(
         fence.write("doc", 40, set("doc", "late")).await.unwrap(),
-        Fenced::Stale(Stale {
-            highest: 41,
-            got: 40
-        })
+        Fenced::Stale(Stale { highest: 41, got: 40 })
     );
-    let mut conn = redis::Client::open(server.url())
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap();
+    let mut conn = redis::Client::open(server.url()).unwrap().get_multiplexed_async_connection().await.unwrap();
     assert_eq!(get(&mut conn, "doc").await.as_deref(), Some("v41"));
 }

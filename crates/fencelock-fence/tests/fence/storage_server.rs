@@ -35,16 +35,8 @@ impl Resp {
 
 /// One HTTP/1.1 request on its own connection (`Connection: close`), written
 /// by hand so that malformed requests can be sent too.
-async fn request(
-    addr: SocketAddr,
-    method: &str,
-    path: &str,
-    headers: &[(&str, &str)],
-    body: &[u8],
-) -> Resp {
-    try_request(addr, method, path, headers, body)
-        .await
-        .unwrap_or_else(|e| panic!("{method} {path}: {e}"))
+async fn request(addr: SocketAddr, method: &str, path: &str, headers: &[(&str, &str)], body: &[u8]) -> Resp {
+    try_request(addr, method, path, headers, body).await.unwrap_or_else(|e| panic!("{method} {path}: {e}"))
 }
 
 pub(crate) async fn try_request(
@@ -56,9 +48,10 @@ pub(crate) async fn try_request(
 ) -> std::io::Result<Resp> {
     let mut stream = TcpStream::connect(addr).await?;
     let mut head = format!("{method} {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n");
-    if !headers.iter().any(|(n, _)| {
-        n.eq_ignore_ascii_case("content-length") || n.eq_ignore_ascii_case("transfer-encoding")
-    }) {
+    if !headers
+        .iter()
+        .any(|(n, _)| n.eq_ignore_ascii_case("content-length") || n.eq_ignore_ascii_case("transfer-encoding"))
+    {
         head.push_str(&format!("Content-Length: {}\r\n", body.len()));
     }
     for (name, value) in headers {
@@ -69,9 +62,8 @@ pub(crate) async fn try_request(
     stream.write_all(body).await?;
     let mut raw = Vec::new();
     stream.read_to_end(&mut raw).await?;
-    parse_response(&raw).ok_or_else(|| {
-        std::io::Error::other(format!("bad response {:?}", String::from_utf8_lossy(&raw)))
-    })
+    parse_response(&raw)
+        .ok_or_else(|| std::io::Error::other(format!("bad response {:?}", String::from_utf8_lossy(&raw))))
 }
 
 pub(crate) fn parse_response(raw: &[u8]) -> Option<Resp> {
@@ -79,18 +71,12 @@ pub(crate) fn parse_response(raw: &[u8]) -> Option<Resp> {
     let head = std::str::from_utf8(&raw[..split]).ok()?;
     let status = head.split(' ').nth(1)?.parse().ok()?;
     let mut body = raw[split + 4..].to_vec();
-    if head
-        .to_ascii_lowercase()
-        .contains("transfer-encoding: chunked")
-    {
+    if head.to_ascii_lowercase().contains("transfer-encoding: chunked") {
         body = dechunk(&body)?;
     }
     let length = head
         .lines()
-        .find_map(|l| {
-            l.split_once(':')
-                .filter(|(n, _)| n.eq_ignore_ascii_case("content-length"))
-        })
+        .find_map(|l| l.split_once(':').filter(|(n, _)| n.eq_ignore_ascii_case("content-length")))
         .and_then(|(_, v)| v.trim().parse::<usize>().ok());
     if let Some(length) = length {
         body.truncate(length);
@@ -102,8 +88,7 @@ fn dechunk(mut rest: &[u8]) -> Option<Vec<u8>> {
     let mut out = Vec::new();
     loop {
         let end = rest.windows(2).position(|w| w == b"\r\n")?;
-        let size =
-            usize::from_str_radix(std::str::from_utf8(&rest[..end]).ok()?.trim(), 16).ok()?;
+        let size = usize::from_str_radix(std::str::from_utf8(&rest[..end]).ok()?.trim(), 16).ok()?;
         if size == 0 {
             return Some(out);
         }
@@ -117,30 +102,17 @@ pub(crate) fn fenced(token: &str) -> [(&'static str, &str); 2] {
 }
 
 async fn put(addr: SocketAddr, key: &str, token: u64, body: &str) -> Resp {
-    request(
-        addr,
-        "PUT",
-        &format!("/objects/{key}"),
-        &fenced(&token.to_string()),
-        body.as_bytes(),
-    )
-    .await
+    request(addr, "PUT", &format!("/objects/{key}"), &fenced(&token.to_string()), body.as_bytes()).await
 }
 
 async fn mark(addr: SocketAddr, key: &str) -> Value {
-    request(addr, "GET", &format!("/fence/{key}"), &[], b"")
-        .await
-        .json()["highest"]
-        .clone()
+    request(addr, "GET", &format!("/fence/{key}"), &[], b"").await.json()["highest"].clone()
 }
 
 async fn audit(addr: SocketAddr) -> Vec<AuditEntry> {
     let resp = request(addr, "GET", "/log", &[], b"").await;
     assert_eq!(resp.status, 200);
-    resp.text()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
+    resp.text().lines().map(|l| serde_json::from_str(l).unwrap()).collect()
 }
 
 // ------------------------------------------------------------ the server ---
@@ -180,44 +152,22 @@ async fn put_get_delete_and_a_stale_write() {
     let dir = tempfile::tempdir().unwrap();
     let s = Server::start(dir.path()).await;
     let r = put(s.addr, "doc", 5, "v5").await;
-    assert_eq!(
-        (r.status, r.json()),
-        (201, json!({"key": "doc", "token": 5, "size": 2}))
-    );
+    assert_eq!((r.status, r.json()), (201, json!({"key": "doc", "token": 5, "size": 2})));
     let r = put(s.addr, "doc", 5, "v5b").await;
-    assert_eq!(
-        (r.status, r.json()),
-        (200, json!({"key": "doc", "token": 5, "size": 3})),
-        "equal token admitted"
-    );
+    assert_eq!((r.status, r.json()), (200, json!({"key": "doc", "token": 5, "size": 3})), "equal token admitted");
     let r = put(s.addr, "doc", 4, "late").await;
-    assert_eq!(
-        (r.status, r.json()),
-        (409, json!({"error": "stale token", "highest": 5, "got": 4}))
-    );
+    assert_eq!((r.status, r.json()), (409, json!({"error": "stale token", "highest": 5, "got": 4})));
     let r = request(s.addr, "GET", "/objects/doc", &[], b"").await;
     assert_eq!((r.status, r.text()), (200, "v5b".to_owned()));
     let r = request(s.addr, "DELETE", "/objects/doc", &fenced("3"), b"").await;
-    assert_eq!(
-        (r.status, r.json()),
-        (409, json!({"error": "stale token", "highest": 5, "got": 3}))
-    );
+    assert_eq!((r.status, r.json()), (409, json!({"error": "stale token", "highest": 5, "got": 3})));
     let r = request(s.addr, "DELETE", "/objects/doc", &fenced("6"), b"").await;
-    assert_eq!(
-        (r.status, r.json()),
-        (200, json!({"key": "doc", "token": 6, "existed": true}))
-    );
+    assert_eq!((r.status, r.json()), (200, json!({"key": "doc", "token": 6, "existed": true})));
     let r = request(s.addr, "GET", "/objects/doc", &[], b"").await;
-    assert_eq!(
-        (r.status, r.json()),
-        (404, json!({"error": "not found", "key": "doc"}))
-    );
+    assert_eq!((r.status, r.json()), (404, json!({"error": "not found", "key": "doc"})));
     assert_eq!(mark(s.addr, "doc").await, json!(6));
-    let log: Vec<_> = audit(s.addr)
-        .await
-        .into_iter()
-        .map(|e| (e.seq, e.op, e.token, e.outcome, e.highest, e.lock))
-        .collect();
+    let log: Vec<_> =
+        audit(s.addr).await.into_iter().map(|e| (e.seq, e.op, e.token, e.outcome, e.highest, e.lock)).collect();
     let lock = || "doc-lock".to_owned();
     assert_eq!(
         log,
@@ -236,17 +186,9 @@ async fn put_get_delete_and_a_stale_write() {
 async fn a_fenced_get_raises_the_mark() {
     let dir = tempfile::tempdir().unwrap();
     let s = Server::start(dir.path()).await;
-    assert_eq!(
-        put(s.addr, "doc", 5, "v5").await.status,
-        201,
-        "holder 5 writes"
-    );
+    assert_eq!(put(s.addr, "doc", 5, "v5").await.status, 201, "holder 5 writes");
     let r = request(s.addr, "GET", "/objects/doc", &fenced("6"), b"").await;
-    assert_eq!(
-        (r.status, r.text()),
-        (200, "v5".to_owned()),
-        "holder 6 reads, fenced"
-    );
+    assert_eq!((r.status, r.text()), (200, "v5".to_owned()), "holder 6 reads, fenced");
     assert_eq!(mark(s.addr, "doc").await, json!(6));
     let r = put(s.addr, "doc", 5, "late 5").await;
     assert_eq!(
@@ -260,18 +202,10 @@ async fn a_fenced_get_raises_the_mark() {
         (409, json!({"error": "stale token", "highest": 6, "got": 5})),
         "a stale fenced read"
     );
-    assert_eq!(
-        put(s.addr, "doc", 6, "v6").await.status,
-        200,
-        "holder 6 writes"
-    );
+    assert_eq!(put(s.addr, "doc", 6, "v6").await.status, 200, "holder 6 writes");
     let r = request(s.addr, "GET", "/objects/doc", &[], b"").await;
     assert_eq!((r.status, r.text()), (200, "v6".to_owned()));
-    assert_eq!(
-        mark(s.addr, "doc").await,
-        json!(6),
-        "an unfenced read leaves the mark"
-    );
+    assert_eq!(mark(s.addr, "doc").await, json!(6), "an unfenced read leaves the mark");
     let r = request(s.addr, "GET", "/objects/missing", &fenced("2"), b"").await;
     assert_eq!(r.status, 404);
     assert_eq!(
@@ -279,11 +213,7 @@ async fn a_fenced_get_raises_the_mark() {
         Value::Null,
         "a fenced read of a missing, unmarked object creates no mark (issue 14)"
     );
-    let ops: Vec<_> = audit(s.addr)
-        .await
-        .into_iter()
-        .map(|e| (e.op, e.key, e.token, e.outcome))
-        .collect();
+    let ops: Vec<_> = audit(s.addr).await.into_iter().map(|e| (e.op, e.key, e.token, e.outcome)).collect();
     let e = |op: &str, key: &str, t, o| (op.to_owned(), key.to_owned(), t, o);
     assert_eq!(
         ops,
@@ -304,14 +234,7 @@ async fn bad_requests_get_4xx_and_change_nothing() {
     let s = Server::start(dir.path()).await;
     let a = s.addr;
     // (method, path, headers, body, status, error)
-    type Case<'a> = (
-        &'a str,
-        String,
-        Vec<(&'a str, &'a str)>,
-        Vec<u8>,
-        u16,
-        &'a str,
-    );
+    type Case<'a> = (&'a str, String, Vec<(&'a str, &'a str)>, Vec<u8>, u16, &'a str);
     let cases: Vec<Case> = vec![
         (
             "PUT",
@@ -321,38 +244,10 @@ async fn bad_requests_get_4xx_and_change_nothing() {
             400,
             "writes need Fencing-Lock and Fencing-Token headers",
         ),
-        (
-            "DELETE",
-            "/objects/doc".into(),
-            vec![],
-            vec![],
-            400,
-            "writes need Fencing-Lock and Fencing-Token headers",
-        ),
-        (
-            "PUT",
-            "/objects/doc".into(),
-            vec![("Fencing-Token", "5")],
-            b"x".to_vec(),
-            400,
-            "missing Fencing-Lock header",
-        ),
-        (
-            "PUT",
-            "/objects/doc".into(),
-            vec![("Fencing-Lock", "l")],
-            b"x".to_vec(),
-            400,
-            "missing Fencing-Token header",
-        ),
-        (
-            "GET",
-            "/objects/doc".into(),
-            vec![("Fencing-Token", "5")],
-            vec![],
-            400,
-            "missing Fencing-Lock header",
-        ),
+        ("DELETE", "/objects/doc".into(), vec![], vec![], 400, "writes need Fencing-Lock and Fencing-Token headers"),
+        ("PUT", "/objects/doc".into(), vec![("Fencing-Token", "5")], b"x".to_vec(), 400, "missing Fencing-Lock header"),
+        ("PUT", "/objects/doc".into(), vec![("Fencing-Lock", "l")], b"x".to_vec(), 400, "missing Fencing-Token header"),
+        ("GET", "/objects/doc".into(), vec![("Fencing-Token", "5")], vec![], 400, "missing Fencing-Lock header"),
         (
             "PUT",
             "/objects/doc".into(),
@@ -396,30 +291,13 @@ async fn bad_requests_get_4xx_and_change_nothing() {
     ];
     for (method, path, headers, body, status, error) in cases {
         let r = request(a, method, &path, &headers, &body).await;
-        assert_eq!(
-            (r.status, r.json()),
-            (status, json!({ "error": error })),
-            "{method} {path} {headers:?}"
-        );
+        assert_eq!((r.status, r.json()), (status, json!({ "error": error })), "{method} {path} {headers:?}");
     }
-    for token in [
-        "abc",
-        "-1",
-        "+5",
-        "1.5",
-        "",
-        " ",
-        "0x10",
-        "9223372036854775808",
-        "99999999999999999999999",
-    ] {
+    for token in ["abc", "-1", "+5", "1.5", "", " ", "0x10", "9223372036854775808", "99999999999999999999999"] {
         let r = request(a, "PUT", "/objects/doc", &fenced(token), b"x").await;
         assert_eq!(r.status, 400, "token {token:?}");
         let error = r.json()["error"].as_str().unwrap().to_owned();
-        assert!(
-            error.starts_with("malformed Fencing-Token"),
-            "token {token:?}: {error}"
-        );
+        assert!(error.starts_with("malformed Fencing-Token"), "token {token:?}: {error}");
     }
     // Oversized: declared by Content-Length (refused before the body is read)...
     let limit = storage::DEFAULT_MAX_BODY;
@@ -427,33 +305,17 @@ async fn bad_requests_get_4xx_and_change_nothing() {
     let mut headers = fenced("5").to_vec();
     headers.push(("Content-Length", &too_long));
     let r = request(a, "PUT", "/objects/doc", &headers, b"").await;
-    assert_eq!(
-        (r.status, r.json()),
-        (413, json!({"error": "body too large", "limit": limit}))
-    );
+    assert_eq!((r.status, r.json()), (413, json!({"error": "body too large", "limit": limit})));
     // ...and sent chunked, with no length declared.
     let r = chunked_put(a, "doc", "5", limit + 1).await;
-    assert_eq!(
-        (r.status, r.json()),
-        (413, json!({"error": "body too large", "limit": limit}))
-    );
+    assert_eq!((r.status, r.json()), (413, json!({"error": "body too large", "limit": limit})));
     // Nothing changed: no object, no mark, no log entry; token 1 still works.
-    assert_eq!(
-        request(a, "GET", "/objects/doc", &[], b"").await.status,
-        404
-    );
+    assert_eq!(request(a, "GET", "/objects/doc", &[], b"").await.status, 404);
     assert_eq!(mark(a, "doc").await, Value::Null);
     assert_eq!(audit(a).await, vec![]);
     let exactly = "x".repeat(limit);
-    assert_eq!(
-        put(a, "doc", 1, &exactly).await.status,
-        201,
-        "a body of exactly the limit is fine"
-    );
-    assert_eq!(
-        request(a, "GET", "/objects/doc", &[], b"").await.body.len(),
-        limit
-    );
+    assert_eq!(put(a, "doc", 1, &exactly).await.status, 201, "a body of exactly the limit is fine");
+    assert_eq!(request(a, "GET", "/objects/doc", &[], b"").await.body.len(), limit);
     s.shutdown().await;
 }
 
@@ -510,21 +372,13 @@ async fn concurrent_writers_agree_with_the_audit_log() {
         let mark = marks.get(&e.key).copied();
         match e.outcome {
             Outcome::Accepted => {
-                assert!(
-                    mark.is_none_or(|m| m <= e.token),
-                    "entry {i}: accepted {} after {mark:?}",
-                    e.token
-                );
+                assert!(mark.is_none_or(|m| m <= e.token), "entry {i}: accepted {} after {mark:?}", e.token);
                 assert_eq!(e.highest, e.token);
                 marks.insert(e.key.clone(), e.token);
                 last_body.insert(e.key.clone(), e.token);
             }
             Outcome::Stale => {
-                assert_eq!(
-                    Some(e.highest),
-                    mark,
-                    "entry {i}: a stale entry names the mark of its moment"
-                );
+                assert_eq!(Some(e.highest), mark, "entry {i}: a stale entry names the mark of its moment");
                 assert!(e.token < e.highest, "entry {i}");
             }
             Outcome::Unfenced => {
@@ -532,10 +386,8 @@ async fn concurrent_writers_agree_with_the_audit_log() {
             }
         }
     }
-    let by_token: HashMap<(String, u64), (String, u16, Value)> = answers
-        .iter()
-        .map(|(k, t, b, st, j)| ((k.clone(), *t), (b.clone(), *st, j.clone())))
-        .collect();
+    let by_token: HashMap<(String, u64), (String, u16, Value)> =
+        answers.iter().map(|(k, t, b, st, j)| ((k.clone(), *t), (b.clone(), *st, j.clone()))).collect();
     assert_eq!(by_token.len(), answers.len(), "tokens are unique");
     for e in &log {
         let (_, status, body) = &by_token[&(e.key.clone(), e.token)];
@@ -544,10 +396,7 @@ async fn concurrent_writers_agree_with_the_audit_log() {
             Outcome::Stale => {
                 assert_eq!(
                     (*status, body),
-                    (
-                        409,
-                        &json!({"error": "stale token", "highest": e.highest, "got": e.token})
-                    )
+                    (409, &json!({"error": "stale token", "highest": e.highest, "got": e.token}))
                 )
             }
             Outcome::Unfenced => {
@@ -556,11 +405,7 @@ async fn concurrent_writers_agree_with_the_audit_log() {
         }
     }
     let stale = log.iter().filter(|e| e.outcome == Outcome::Stale).count();
-    assert!(
-        stale > 0 && stale < log.len(),
-        "{stale} stale of {}",
-        log.len()
-    );
+    assert!(stale > 0 && stale < log.len(), "{stale} stale of {}", log.len());
     for (key, token) in &last_body {
         let r = request(s.addr, "GET", &format!("/objects/{key}"), &[], b"").await;
         assert_eq!(r.text(), by_token[&(key.clone(), *token)].0, "object {key}");
@@ -579,32 +424,13 @@ async fn objects_marks_and_log_survive_a_restart() {
     s.shutdown().await;
 
     let s = Server::start(dir.path()).await;
-    assert_eq!(
-        request(s.addr, "GET", "/objects/a", &[], b"").await.text(),
-        "a10"
-    );
-    assert_eq!(
-        request(s.addr, "GET", "/objects/b", &[], b"").await.text(),
-        "b3"
-    );
-    assert_eq!(
-        (mark(s.addr, "a").await, mark(s.addr, "b").await),
-        (json!(10), json!(3))
-    );
+    assert_eq!(request(s.addr, "GET", "/objects/a", &[], b"").await.text(), "a10");
+    assert_eq!(request(s.addr, "GET", "/objects/b", &[], b"").await.text(), "b3");
+    assert_eq!((mark(s.addr, "a").await, mark(s.addr, "b").await), (json!(10), json!(3)));
     let r = put(s.addr, "a", 9, "a9 again").await;
-    assert_eq!(
-        (r.status, r.json()),
-        (
-            409,
-            json!({"error": "stale token", "highest": 10, "got": 9})
-        )
-    );
+    assert_eq!((r.status, r.json()), (409, json!({"error": "stale token", "highest": 10, "got": 9})));
     assert_eq!(put(s.addr, "a", 11, "a11").await.status, 200);
-    let log: Vec<_> = audit(s.addr)
-        .await
-        .into_iter()
-        .map(|e| (e.seq, e.key, e.token, e.outcome))
-        .collect();
+    let log: Vec<_> = audit(s.addr).await.into_iter().map(|e| (e.seq, e.key, e.token, e.outcome)).collect();
     assert_eq!(
         log,
         vec![
@@ -615,10 +441,7 @@ async fn objects_marks_and_log_survive_a_restart() {
             (4, "a".into(), 11, Outcome::Accepted),
         ]
     );
-    assert_eq!(
-        request(s.addr, "GET", "/healthz", &[], b"").await.json(),
-        json!({"status": "ok"})
-    );
+    assert_eq!(request(s.addr, "GET", "/healthz", &[], b"").await.json(), json!({"status": "ok"}));
     s.shutdown().await;
 }
 
@@ -636,24 +459,14 @@ async fn storage_child_serves_until_killed() {
     };
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     println!("LISTENING {}", listener.local_addr().unwrap());
-    storage::serve(listener, PathBuf::from(dir), std::future::pending())
-        .await
-        .unwrap();
+    storage::serve(listener, PathBuf::from(dir), std::future::pending()).await.unwrap();
 }
 
 fn spawn_server_process(dir: &Path) -> (ChildGuard, SocketAddr) {
-    let mut child = ChildGuard::spawn_test(
-        "storage_server::storage_child_serves_until_killed",
-        CHILD_DIR_ENV,
-        dir,
-    );
+    let mut child = ChildGuard::spawn_test("storage_server::storage_child_serves_until_killed", CHILD_DIR_ENV, dir);
     let mut lines = BufReader::new(child.0.stdout.take().unwrap()).lines();
     let addr = lines
-        .find_map(|l| {
-            l.ok()?
-                .split_once("LISTENING ")
-                .map(|(_, a)| a.trim().parse().unwrap())
-        })
+        .find_map(|l| l.ok()?.split_once("LISTENING ").map(|(_, a)| a.trim().parse().unwrap()))
         .expect("the storage child did not report its address");
     (child, addr)
 }
@@ -709,13 +522,10 @@ async fn writes_survive_sigkill_of_the_server() {
         let log = audit(s.addr).await;
         for (key, (t, body)) in &acked {
             assert!(
-                log.iter()
-                    .any(|e| &e.key == key && e.token == *t && e.outcome == Outcome::Accepted),
+                log.iter().any(|e| &e.key == key && e.token == *t && e.outcome == Outcome::Accepted),
                 "round {round}: acked {key}@{t} not in log"
             );
-            let stored = request(s.addr, "GET", &format!("/objects/{key}"), &[], b"")
-                .await
-                .text();
+            let stored = request(s.addr, "GET", &format!("/objects/{key}"), &[], b"").await.text();
             assert!(
                 &stored == body || in_flight.get(key) == Some(&stored),
                 "round {round}: {key} holds {stored:?}, acked {body:?}"
@@ -741,78 +551,37 @@ async fn a_fenced_read_of_a_missing_key_creates_no_mark() {
     let dir = tempfile::tempdir().unwrap();
     let s = Server::start(dir.path()).await;
     for n in 0..50 {
-        let r = request(
-            s.addr,
-            "GET",
-            &format!("/objects/future-{n}"),
-            &fenced("1000"),
-            b"",
-        )
-        .await;
+        let r = request(s.addr, "GET", &format!("/objects/future-{n}"), &fenced("1000"), b"").await;
         assert_eq!(r.status, 404);
     }
     for n in 0..50 {
         let key = format!("future-{n}");
         assert_eq!(mark(s.addr, &key).await, Value::Null, "{key}");
-        assert_eq!(
-            put(s.addr, &key, 1, "first").await.status,
-            201,
-            "{key} is not poisoned"
-        );
+        assert_eq!(put(s.addr, &key, 1, "first").await.status, 201, "{key} is not poisoned");
     }
     assert_eq!(audit(s.addr).await.len(), 50, "only the 50 PUTs are logged");
 
     // A deleted object's key keeps its mark, and a fenced read raises it.
-    assert_eq!(
-        request(s.addr, "DELETE", "/objects/future-0", &fenced("3"), b"")
-            .await
-            .status,
-        200
-    );
-    assert_eq!(
-        request(s.addr, "GET", "/objects/future-0", &fenced("4"), b"")
-            .await
-            .status,
-        404
-    );
+    assert_eq!(request(s.addr, "DELETE", "/objects/future-0", &fenced("3"), b"").await.status, 200);
+    assert_eq!(request(s.addr, "GET", "/objects/future-0", &fenced("4"), b"").await.status, 404);
     assert_eq!(mark(s.addr, "future-0").await, json!(4));
 
     // Holder 6 reads `doc` (missing), stale holder 5 creates it, holder 6's
     // create-only write is refused, it reads again and holder 5 is fenced out.
-    assert_eq!(
-        request(s.addr, "GET", "/objects/doc", &fenced("6"), b"")
-            .await
-            .status,
-        404
-    );
+    assert_eq!(request(s.addr, "GET", "/objects/doc", &fenced("6"), b"").await.status, 404);
     assert_eq!(put(s.addr, "doc", 5, "by 5").await.status, 201);
     let mut create_only = fenced("6").to_vec();
     create_only.push(("If-None-Match", "*"));
     let r = request(s.addr, "PUT", "/objects/doc", &create_only, b"by 6").await;
-    assert_eq!(
-        (r.status, r.json()),
-        (
-            412,
-            json!({"error": "object exists (If-None-Match: *)", "key": "doc"})
-        )
-    );
+    assert_eq!((r.status, r.json()), (412, json!({"error": "object exists (If-None-Match: *)", "key": "doc"})));
     let r = request(s.addr, "GET", "/objects/doc", &fenced("6"), b"").await;
-    assert_eq!(
-        (r.status, r.text()),
-        (200, "by 5".to_owned()),
-        "5's acknowledged write was not lost"
-    );
+    assert_eq!((r.status, r.text()), (200, "by 5".to_owned()), "5's acknowledged write was not lost");
     assert_eq!(put(s.addr, "doc", 5, "late 5").await.status, 409);
     let r = request(s.addr, "PUT", "/objects/new", &create_only, b"by 6").await;
     assert_eq!(r.status, 201, "a create-only write of a missing object");
     let mut bad = fenced("6").to_vec();
     bad.push(("If-None-Match", "\"etag\""));
-    assert_eq!(
-        request(s.addr, "PUT", "/objects/new", &bad, b"x")
-            .await
-            .status,
-        400
-    );
+    assert_eq!(request(s.addr, "PUT", "/objects/new", &bad, b"x").await.status, 400);
     s.shutdown().await;
 }
 
@@ -827,23 +596,12 @@ async fn a_token_above_the_maximum_is_refused() {
     for method in ["PUT", "DELETE", "GET"] {
         let r = request(s.addr, method, "/objects/doc", &fenced(&absurd), b"x").await;
         assert_eq!(r.status, 400, "{method}");
-        assert_eq!(
-            r.json()["limit"],
-            json!(storage::DEFAULT_MAX_TOKEN),
-            "{method}"
-        );
+        assert_eq!(r.json()["limit"], json!(storage::DEFAULT_MAX_TOKEN), "{method}");
         let error = r.json()["error"].as_str().unwrap().to_owned();
-        assert!(
-            error.contains("above this server's maximum token"),
-            "{error}"
-        );
+        assert!(error.contains("above this server's maximum token"), "{error}");
     }
     assert_eq!(mark(s.addr, "doc").await, Value::Null);
-    assert_eq!(
-        put(s.addr, "doc", 5, "v5").await.status,
-        201,
-        "the key is not poisoned"
-    );
+    assert_eq!(put(s.addr, "doc", 5, "v5").await.status, 201, "the key is not poisoned");
     assert_eq!(audit(s.addr).await.len(), 1);
     s.shutdown().await;
 }
@@ -855,21 +613,10 @@ async fn a_token_above_the_maximum_is_refused() {
 async fn tokens_the_lock_service_never_issued_are_refused() {
     use fencelock::{Acquire, Client};
     let tmp = tempfile::tempdir().unwrap();
-    let lock =
-        fencelock_server::start(fencelock_server::Config::for_test(tmp.path().join("lock")))
-            .await
-            .unwrap();
-    let client = Client::connect(format!("http://{}", lock.grpc_addr))
-        .await
-        .unwrap();
+    let lock = fencelock_server::start(fencelock_server::Config::for_test(tmp.path().join("lock"))).await.unwrap();
+    let client = Client::connect(format!("http://{}", lock.grpc_addr)).await.unwrap();
     let acquire = || async {
-        match client
-            .lock("doc-lock")
-            .ttl(std::time::Duration::from_secs(10))
-            .acquire()
-            .await
-            .unwrap()
-        {
+        match client.lock("doc-lock").ttl(std::time::Duration::from_secs(10)).acquire().await.unwrap() {
             Acquire::Acquired(g) => g,
             other => panic!("expected a grant, got {other:?}"),
         }
@@ -885,19 +632,12 @@ async fn tokens_the_lock_service_never_issued_are_refused() {
     let r = put(s.addr, "doc", t1 + 1, "never issued").await;
     assert_eq!(r.status, 400, "{:?}", r.json());
     assert_eq!(r.json()["limit"], json!(t1));
-    assert!(r.json()["error"]
-        .as_str()
-        .unwrap()
-        .contains("was never issued"));
+    assert!(r.json()["error"].as_str().unwrap().contains("was never issued"));
     assert!(first.release().await.unwrap());
     let second = acquire().await;
     let t2 = second.token();
     assert!(t2 > t1);
-    assert_eq!(
-        put(s.addr, "doc", t2, "v2").await.status,
-        200,
-        "a token issued since the last look"
-    );
+    assert_eq!(put(s.addr, "doc", t2, "v2").await.status, 200, "a token issued since the last look");
     assert_eq!(mark(s.addr, "doc").await, json!(t2));
     drop(second);
     s.shutdown().await;
@@ -906,10 +646,7 @@ async fn tokens_the_lock_service_never_issued_are_refused() {
     // The lock service unreachable: within the known count plus the margin
     // is fine, above it fails closed with 503.
     let mut config = storage::Config::new(tmp.path().join("storage2"));
-    config.lock_server = Some(format!(
-        "http://127.0.0.1:{}",
-        fencelock_testkit::free_port()
-    ));
+    config.lock_server = Some(format!("http://127.0.0.1:{}", fencelock_testkit::free_port()));
     config.token_margin = 10;
     let s = Server::start_with(config).await;
     assert_eq!(put(s.addr, "doc", 10, "v").await.status, 201);
@@ -930,42 +667,20 @@ async fn reset_mark_repairs_a_poisoned_key_and_is_audited() {
     assert_eq!(put(s.addr, "doc", high, "poison").await.status, 201);
     assert_eq!(put(s.addr, "doc", 7, "v7").await.status, 409);
     let running = storage::reset_mark(dir.path(), "doc", Some(5));
-    assert!(
-        matches!(running, Err(storage::ResetMarkError::Fence { .. })),
-        "{running:?}"
-    );
+    assert!(matches!(running, Err(storage::ResetMarkError::Fence { .. })), "{running:?}");
     s.shutdown().await;
 
-    assert!(matches!(
-        storage::reset_mark(dir.path(), "a/b", None),
-        Err(storage::ResetMarkError::InvalidKey { .. })
-    ));
+    assert!(matches!(storage::reset_mark(dir.path(), "a/b", None), Err(storage::ResetMarkError::InvalidKey { .. })));
     let done = storage::reset_mark(dir.path(), "doc", Some(5)).unwrap();
-    assert_eq!(
-        done,
-        storage::MarkReset {
-            before: Some(high),
-            after: Some(5)
-        }
-    );
+    assert_eq!(done, storage::MarkReset { before: Some(high), after: Some(5) });
     let s = Server::start(dir.path()).await;
     assert_eq!(mark(s.addr, "doc").await, json!(5));
-    assert_eq!(
-        put(s.addr, "doc", 4, "v4").await.status,
-        409,
-        "below the new mark"
-    );
+    assert_eq!(put(s.addr, "doc", 4, "v4").await.status, 409, "below the new mark");
     assert_eq!(put(s.addr, "doc", 7, "v7").await.status, 200);
     let log = audit(s.addr).await;
     let reset = &log[2];
     assert_eq!(
-        (
-            reset.seq,
-            reset.op.as_str(),
-            reset.token,
-            reset.highest,
-            reset.outcome
-        ),
+        (reset.seq, reset.op.as_str(), reset.token, reset.highest, reset.outcome),
         (2, "RESET", high, 5, Outcome::Accepted)
     );
     assert_eq!(log.len(), 5);
@@ -979,16 +694,10 @@ async fn reset_mark_repairs_a_poisoned_key_and_is_audited() {
 async fn the_audit_log_rotates_and_log_takes_a_range() {
     let dir = tempfile::tempdir().unwrap();
     let mut config = storage::Config::new(dir.path());
-    config.audit = storage::AuditConfig {
-        max_file_bytes: 2000,
-        keep_files: 2,
-    };
+    config.audit = storage::AuditConfig { max_file_bytes: 2000, keep_files: 2 };
     let s = Server::start_with(config).await;
     for token in 1..=60 {
-        assert!(matches!(
-            put(s.addr, "doc", token, "v").await.status,
-            200 | 201
-        ));
+        assert!(matches!(put(s.addr, "doc", token, "v").await.status, 200 | 201));
     }
     for token in 1..=10 {
         assert_eq!(put(s.addr, "doc", token, "stale").await.status, 409);
@@ -1001,36 +710,23 @@ async fn the_audit_log_rotates_and_log_takes_a_range() {
     names.sort();
     assert_eq!(names, ["audit.log", "audit.log.1", "audit.log.2"]);
     for name in &names {
-        assert!(
-            std::fs::metadata(dir.path().join(name)).unwrap().len() <= 2000,
-            "{name}"
-        );
+        assert!(std::fs::metadata(dir.path().join(name)).unwrap().len() <= 2000, "{name}");
     }
     let log = audit(s.addr).await;
     let seqs: Vec<u64> = log.iter().map(|e| e.seq).collect();
     let first = seqs[0];
     assert!(first > 0, "the oldest entries were rotated away");
-    assert_eq!(
-        seqs,
-        (first..70).collect::<Vec<_>>(),
-        "contiguous up to the last entry"
-    );
+    assert_eq!(seqs, (first..70).collect::<Vec<_>>(), "contiguous up to the last entry");
     let addr = s.addr;
     let range = |q: &'static str| async move {
         let r = request(addr, "GET", &format!("/log?{q}"), &[], b"").await;
         assert_eq!(r.status, 200, "{q}");
-        r.text()
-            .lines()
-            .map(|l| serde_json::from_str::<AuditEntry>(l).unwrap().seq)
-            .collect::<Vec<_>>()
+        r.text().lines().map(|l| serde_json::from_str::<AuditEntry>(l).unwrap().seq).collect::<Vec<_>>()
     };
     assert_eq!(range("from=55&limit=3").await, vec![55, 56, 57]);
     assert_eq!(range("from=68").await, vec![68, 69]);
     assert_eq!(range("from=0&limit=2").await, vec![first, first + 1]);
     assert_eq!(range("from=70").await, Vec::<u64>::new());
-    assert_eq!(
-        request(s.addr, "GET", "/log?from=x", &[], b"").await.status,
-        400
-    );
+    assert_eq!(request(s.addr, "GET", "/log?from=x", &[], b"").await.status, 400);
     s.shutdown().await;
 }

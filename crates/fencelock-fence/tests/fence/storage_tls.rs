@@ -30,8 +30,7 @@ use crate::storage_server::{fenced, parse_response, try_request, Resp};
 /// `certs::init` into `dir`: ca.pem, node1.pem/.key (for localhost and
 /// 127.0.0.1), client-ca.pem, client.pem/.key.
 fn certs(dir: &Path) -> PathBuf {
-    fencelock_server::certs::init(dir, 1, &["localhost".into(), "127.0.0.1".into()])
-        .expect("make certificates");
+    fencelock_server::certs::init(dir, 1, &["localhost".into(), "127.0.0.1".into()]).expect("make certificates");
     dir.to_path_buf()
 }
 
@@ -46,12 +45,10 @@ fn client_tls(ca: &Path, identity: Option<&Path>) -> Arc<rustls::ClientConfig> {
     for cert in CertificateDer::pem_file_iter(ca).unwrap() {
         roots.add(cert.unwrap()).unwrap();
     }
-    let builder = rustls::ClientConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .unwrap()
-    .with_root_certificates(roots);
+    let builder = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots);
     let mut config = match identity {
         None => builder.with_no_client_auth(),
         Some(certs) => {
@@ -79,14 +76,10 @@ async fn tls_request(
 ) -> std::io::Result<(Resp, Option<Vec<u8>>)> {
     let tcp = TcpStream::connect(addr).await?;
     let name = ServerName::IpAddress(addr.ip().into());
-    let mut stream = tokio_rustls::TlsConnector::from(tls.clone())
-        .connect(name, tcp)
-        .await?;
+    let mut stream = tokio_rustls::TlsConnector::from(tls.clone()).connect(name, tcp).await?;
     let alpn = stream.get_ref().1.alpn_protocol().map(<[u8]>::to_vec);
-    let mut head = format!(
-        "{method} {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\nContent-Length: {}\r\n",
-        body.len()
-    );
+    let mut head =
+        format!("{method} {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\nContent-Length: {}\r\n", body.len());
     for (name, value) in headers {
         head.push_str(&format!("{name}: {value}\r\n"));
     }
@@ -95,9 +88,8 @@ async fn tls_request(
     stream.write_all(body).await?;
     let mut raw = Vec::new();
     stream.read_to_end(&mut raw).await?;
-    let resp = parse_response(&raw).ok_or_else(|| {
-        std::io::Error::other(format!("bad response {:?}", String::from_utf8_lossy(&raw)))
-    })?;
+    let resp = parse_response(&raw)
+        .ok_or_else(|| std::io::Error::other(format!("bad response {:?}", String::from_utf8_lossy(&raw))))?;
     Ok((resp, alpn))
 }
 
@@ -110,17 +102,11 @@ async fn tls_put(
 ) -> std::io::Result<Resp> {
     let token = token.to_string();
     let path = format!("/objects/{key}");
-    Ok(
-        tls_request(addr, tls, "PUT", &path, &fenced(&token), body.as_bytes())
-            .await?
-            .0,
-    )
+    Ok(tls_request(addr, tls, "PUT", &path, &fenced(&token), body.as_bytes()).await?.0)
 }
 
 async fn tls_mark(addr: SocketAddr, tls: &Arc<rustls::ClientConfig>, key: &str) -> Value {
-    let (resp, _) = tls_request(addr, tls, "GET", &format!("/fence/{key}"), &[], b"")
-        .await
-        .unwrap();
+    let (resp, _) = tls_request(addr, tls, "GET", &format!("/fence/{key}"), &[], b"").await.unwrap();
     resp.json()["highest"].clone()
 }
 
@@ -154,10 +140,7 @@ impl TlsServer {
 
 /// Reads `stream` until the server closes it (EOF or an error) and returns
 /// how long that took; panics if it is still open after `limit`.
-async fn closed_within<S: tokio::io::AsyncRead + Unpin>(
-    stream: &mut S,
-    limit: Duration,
-) -> Duration {
+async fn closed_within<S: tokio::io::AsyncRead + Unpin>(stream: &mut S, limit: Duration) -> Duration {
     let start = Instant::now();
     let mut buf = [0u8; 1024];
     loop {
@@ -190,13 +173,8 @@ async fn over_tls_a_fenced_write_is_admitted_and_a_stale_token_refused() {
     assert_eq!(alpn.as_deref(), Some(&b"http/1.1"[..]));
     let stale = tls_put(s.addr, &tls, "doc", 4, "stale").await.unwrap();
     assert_eq!(stale.status, 409, "a stale token over TLS is still refused");
-    assert_eq!(
-        stale.json(),
-        json!({"error": "stale token", "highest": 5, "got": 4})
-    );
-    let (got, _) = tls_request(s.addr, &tls, "GET", "/objects/doc", &[], b"")
-        .await
-        .unwrap();
+    assert_eq!(stale.json(), json!({"error": "stale token", "highest": 5, "got": 4}));
+    let (got, _) = tls_request(s.addr, &tls, "GET", "/objects/doc", &[], b"").await.unwrap();
     assert_eq!(got.text(), "v5", "the stale write changed nothing");
     s.shutdown().await;
 }
@@ -219,26 +197,12 @@ async fn a_plaintext_client_of_the_tls_port_fails_cleanly() {
     )
     .await
     .expect("a plaintext client is answered or closed at once, not left hanging");
-    assert!(
-        plain.is_err(),
-        "a plaintext request got an HTTP answer: {plain:?}"
-    );
-    assert!(
-        start.elapsed() < Duration::from_secs(2),
-        "{:?}",
-        start.elapsed()
-    );
+    assert!(plain.is_err(), "a plaintext request got an HTTP answer: {plain:?}");
+    assert!(start.elapsed() < Duration::from_secs(2), "{:?}", start.elapsed());
 
     let tls = client_tls(&certs.join("ca.pem"), None);
-    assert_eq!(
-        tls_mark(s.addr, &tls, "doc").await,
-        Value::Null,
-        "the plaintext PUT did nothing"
-    );
-    assert_eq!(
-        tls_put(s.addr, &tls, "doc", 5, "v").await.unwrap().status,
-        201
-    );
+    assert_eq!(tls_mark(s.addr, &tls, "doc").await, Value::Null, "the plaintext PUT did nothing");
+    assert_eq!(tls_put(s.addr, &tls, "doc", 5, "v").await.unwrap().status, 201);
     s.shutdown().await;
 }
 
@@ -259,42 +223,17 @@ async fn with_required_client_certificates_a_client_without_one_is_refused() {
     let certified = client_tls(&certs.join("ca.pem"), Some(&certs));
 
     let refused = tls_put(s.addr, &anonymous, "doc", 5, "anon").await;
-    assert!(
-        refused.is_err(),
-        "a client without a certificate was served: {refused:?}"
-    );
-    assert_eq!(
-        tls_mark(s.addr, &certified, "doc").await,
-        Value::Null,
-        "the refused PUT did nothing"
-    );
-    assert_eq!(
-        tls_put(s.addr, &certified, "doc", 5, "v")
-            .await
-            .unwrap()
-            .status,
-        201
-    );
+    assert!(refused.is_err(), "a client without a certificate was served: {refused:?}");
+    assert_eq!(tls_mark(s.addr, &certified, "doc").await, Value::Null, "the refused PUT did nothing");
+    assert_eq!(tls_put(s.addr, &certified, "doc", 5, "v").await.unwrap().status, 201);
     s.shutdown().await;
 
     files.require_client_cert = false;
     let mut config = storage::Config::new(dir.path().join("data2"));
     config.tls = Some(files);
     let s = TlsServer::start(config).await;
-    assert_eq!(
-        tls_put(s.addr, &anonymous, "doc", 5, "v")
-            .await
-            .unwrap()
-            .status,
-        201
-    );
-    assert_eq!(
-        tls_put(s.addr, &certified, "doc", 6, "v")
-            .await
-            .unwrap()
-            .status,
-        200
-    );
+    assert_eq!(tls_put(s.addr, &anonymous, "doc", 5, "v").await.unwrap().status, 201);
+    assert_eq!(tls_put(s.addr, &certified, "doc", 6, "v").await.unwrap().status, 200);
     s.shutdown().await;
 }
 
@@ -316,10 +255,7 @@ async fn silent_connections_are_closed_by_the_handshake_and_header_timeouts() {
 
     let mut silent = TcpStream::connect(s.addr).await.unwrap();
     let took = closed_within(&mut silent, limit).await;
-    assert!(
-        took >= short - Duration::from_millis(50),
-        "closed before the timeout: {took:?}"
-    );
+    assert!(took >= short - Duration::from_millis(50), "closed before the timeout: {took:?}");
 
     let tls = client_tls(&certs.join("ca.pem"), None);
     let tcp = TcpStream::connect(s.addr).await.unwrap();
@@ -328,15 +264,8 @@ async fn silent_connections_are_closed_by_the_handshake_and_header_timeouts() {
         .await
         .expect("the handshake itself is served");
     let took = closed_within(&mut quiet, limit).await;
-    assert!(
-        took >= Duration::from_millis(500),
-        "closed before the header timeout: {took:?}"
-    );
-    assert_eq!(
-        tls_put(s.addr, &tls, "doc", 1, "v").await.unwrap().status,
-        201,
-        "still serving"
-    );
+    assert!(took >= Duration::from_millis(500), "closed before the header timeout: {took:?}");
+    assert_eq!(tls_put(s.addr, &tls, "doc", 1, "v").await.unwrap().status, 201, "still serving");
     s.shutdown().await;
 
     let mut config = storage::Config::new(dir.path().join("plain"));
@@ -355,30 +284,21 @@ async fn plaintext_off_loopback_is_refused_unless_insecure() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
     let listener = tokio::net::TcpListener::bind("0.0.0.0:0").await.unwrap();
-    let served = storage::serve_with(
-        listener,
-        storage::Config::new(&data),
-        std::future::pending(),
-    );
+    let served = storage::serve_with(listener, storage::Config::new(&data), std::future::pending());
     let err = tokio::time::timeout(Duration::from_secs(5), served)
         .await
         .expect("plaintext on 0.0.0.0 must be refused at once, not served")
         .expect_err("plaintext on 0.0.0.0 must be refused");
     assert_eq!(err.kind(), std::io::ErrorKind::InvalidInput);
     let msg = err.to_string();
-    assert!(
-        msg.contains("TLS is off") && msg.contains("--insecure") && msg.contains("--tls-cert"),
-        "{msg}"
-    );
+    assert!(msg.contains("TLS is off") && msg.contains("--insecure") && msg.contains("--tls-cert"), "{msg}");
     assert!(!data.exists(), "nothing is written for a refused start");
 
     let mut config = storage::Config::new(&data);
     config.insecure = true;
     let s = TlsServer::start_on("0.0.0.0:0", config).await;
     let local = SocketAddr::from(([127, 0, 0, 1], s.addr.port()));
-    let health = try_request(local, "GET", "/healthz", &[], b"")
-        .await
-        .unwrap();
+    let health = try_request(local, "GET", "/healthz", &[], b"").await.unwrap();
     assert_eq!(health.status, 200);
     s.shutdown().await;
 
@@ -388,9 +308,7 @@ async fn plaintext_off_loopback_is_refused_unless_insecure() {
     let s = TlsServer::start_on("0.0.0.0:0", config).await;
     let local = SocketAddr::from(([127, 0, 0, 1], s.addr.port()));
     let tls = client_tls(&certs.join("ca.pem"), None);
-    let (health, _) = tls_request(local, &tls, "GET", "/healthz", &[], b"")
-        .await
-        .unwrap();
+    let (health, _) = tls_request(local, &tls, "GET", "/healthz", &[], b"").await.unwrap();
     assert_eq!(health.status, 200, "TLS needs no --insecure");
     s.shutdown().await;
 }
@@ -419,47 +337,27 @@ async fn certificates_replaced_by_rename_are_served_without_a_restart() {
     let mut config = storage::Config::new(dir.path().join("data"));
     config.tls = Some(storage::TlsFiles::new(&cert, &key));
     let s = TlsServer::start(config).await;
-    let (by_old, by_new) = (
-        client_tls(&old.join("ca.pem"), None),
-        client_tls(&new.join("ca.pem"), None),
-    );
+    let (by_old, by_new) = (client_tls(&old.join("ca.pem"), None), client_tls(&new.join("ca.pem"), None));
     let addr = s.addr;
     let healthy = |tls: Arc<rustls::ClientConfig>| async move {
-        tls_request(addr, &tls, "GET", "/healthz", &[], b"")
-            .await
-            .is_ok()
+        tls_request(addr, &tls, "GET", "/healthz", &[], b"").await.is_ok()
     };
-    assert!(
-        healthy(by_old.clone()).await,
-        "the first certificate is served"
-    );
-    assert!(
-        !healthy(by_new.clone()).await,
-        "the new CA does not know it yet"
-    );
+    assert!(healthy(by_old.clone()).await, "the first certificate is served");
+    assert!(!healthy(by_new.clone()).await, "the new CA does not know it yet");
 
     // A broken file: logged, the old certificate stays.
     replace_by_rename(b"not a certificate", &cert);
     tokio::time::sleep(storage::RELOAD_EVERY * 3).await;
-    assert!(
-        healthy(by_old.clone()).await,
-        "a certificate that does not load replaces nothing"
-    );
+    assert!(healthy(by_old.clone()).await, "a certificate that does not load replaces nothing");
 
     replace_by_rename(&std::fs::read(new.join("node1.key")).unwrap(), &key);
     replace_by_rename(&std::fs::read(new.join("node1.pem")).unwrap(), &cert);
     let start = Instant::now();
     while !healthy(by_new.clone()).await {
-        assert!(
-            start.elapsed() < Duration::from_secs(10),
-            "the new certificate was never served"
-        );
+        assert!(start.elapsed() < Duration::from_secs(10), "the new certificate was never served");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    assert!(
-        !healthy(by_old).await,
-        "new connections get the new certificate"
-    );
+    assert!(!healthy(by_old).await, "new connections get the new certificate");
     s.shutdown().await;
 }
 
@@ -501,12 +399,7 @@ async fn an_https_lock_service_is_asked_with_its_ca_and_a_token() {
         .unwrap();
     let start = Instant::now();
     let grant = loop {
-        match client
-            .lock("doc-lock")
-            .ttl(Duration::from_secs(10))
-            .acquire()
-            .await
-        {
+        match client.lock("doc-lock").ttl(Duration::from_secs(10)).acquire().await {
             Ok(Acquire::Acquired(g)) => break g,
             other if start.elapsed() > Duration::from_secs(20) => panic!("no grant: {other:?}"),
             _ => tokio::time::sleep(Duration::from_millis(100)).await,
@@ -520,29 +413,13 @@ async fn an_https_lock_service_is_asked_with_its_ca_and_a_token() {
     config.lock_server_tls = Some(to_lock.clone());
     config.lock_server_token = Some(issued.token.clone());
     config.token_margin = 0;
-    assert!(
-        !format!("{config:?}").contains(&issued.token),
-        "the token is not in the Debug"
-    );
+    assert!(!format!("{config:?}").contains(&issued.token), "the token is not in the Debug");
     let s = TlsServer::start(config).await;
     let plain = |addr, token: u64| async move {
-        try_request(
-            addr,
-            "PUT",
-            "/objects/doc",
-            &fenced(&token.to_string()),
-            b"v",
-        )
-        .await
-        .unwrap()
+        try_request(addr, "PUT", "/objects/doc", &fenced(&token.to_string()), b"v").await.unwrap()
     };
     let r = plain(s.addr, t + 1).await;
-    assert_eq!(
-        r.status,
-        400,
-        "the count was read over TLS with the token: {:?}",
-        r.json()
-    );
+    assert_eq!(r.status, 400, "the count was read over TLS with the token: {:?}", r.json());
     assert_eq!(r.json()["limit"], json!(t));
     assert_eq!(plain(s.addr, t).await.status, 201);
     s.shutdown().await;
@@ -555,10 +432,7 @@ async fn an_https_lock_service_is_asked_with_its_ca_and_a_token() {
     let r = plain(s.addr, t).await;
     assert_eq!(r.status, 503, "{:?}", r.json());
     let why = r.json()["error"].as_str().unwrap().to_string();
-    assert!(
-        why.contains("401") && why.contains("--lock-server-token"),
-        "{why}"
-    );
+    assert!(why.contains("401") && why.contains("--lock-server-token"), "{why}");
     s.shutdown().await;
     drop(grant);
     lock.shutdown().await;
@@ -590,35 +464,16 @@ async fn tls_files_that_do_not_load_are_named_at_start() {
     };
     let missing = dir.path().join("missing.pem");
     let e = start(storage::TlsFiles::new(&missing, certs.join("node1.key"))).await;
-    assert!(
-        e.contains(&missing.display().to_string()) && e.contains("cannot read the certificate"),
-        "{e}"
-    );
+    assert!(e.contains(&missing.display().to_string()) && e.contains("cannot read the certificate"), "{e}");
     let e = start(storage::TlsFiles::new(&garbage, certs.join("node1.key"))).await;
-    assert!(
-        e.contains(&garbage.display().to_string()) && e.contains("holds no PEM certificate"),
-        "{e}"
-    );
+    assert!(e.contains(&garbage.display().to_string()) && e.contains("holds no PEM certificate"), "{e}");
     let e = start(storage::TlsFiles::new(certs.join("node1.pem"), &garbage)).await;
-    assert!(
-        e.contains(&garbage.display().to_string()) && e.contains("holds no PEM private key"),
-        "{e}"
-    );
-    let e = start(storage::TlsFiles::new(
-        certs.join("node1.pem"),
-        certs.join("client.key"),
-    ))
-    .await;
-    assert!(
-        e.contains("does not match") && e.contains("client.key") && e.contains("node1.pem"),
-        "{e}"
-    );
+    assert!(e.contains(&garbage.display().to_string()) && e.contains("holds no PEM private key"), "{e}");
+    let e = start(storage::TlsFiles::new(certs.join("node1.pem"), certs.join("client.key"))).await;
+    assert!(e.contains("does not match") && e.contains("client.key") && e.contains("node1.pem"), "{e}");
     let mut files = server_files(&certs);
     files.client_ca = Some(garbage.clone());
     let e = start(files).await;
-    assert!(
-        e.contains("client CA") && e.contains(&garbage.display().to_string()),
-        "{e}"
-    );
+    assert!(e.contains("client CA") && e.contains(&garbage.display().to_string()), "{e}");
     assert!(!data.exists(), "nothing is written for a refused start");
 }

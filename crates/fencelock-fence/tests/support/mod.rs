@@ -39,4 +39,3 @@ impl Drop for ChildGuard {
         let _ = self.0.wait();
     }
 }
-

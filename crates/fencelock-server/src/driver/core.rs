@@ -20,9 +20,7 @@
 
 use std::collections::BTreeMap;
 
-use fencelock_core::{
-    ClusterId, Command, Effect, Grant, Input, LeaseId, Millis, Output, Reply, RequestId, WaitEnd,
-};
+use fencelock_core::{ClusterId, Command, Effect, Grant, Input, LeaseId, Millis, Output, Reply, RequestId, WaitEnd};
 
 use super::DriverError;
 
@@ -314,7 +312,8 @@ impl<R, W> DriverCore<R, W> {
             Role::Follower => {}
             Role::Starting(term) => {
                 // The floor and the cluster id: see `raft::identity` (issue 14).
-                let input = Input::LeaderStart { now: time.now, token_floor: time.token_floor, cluster_id: self.cluster_id };
+                let input =
+                    Input::LeaderStart { now: time.now, token_floor: time.token_floor, cluster_id: self.cluster_id };
                 self.inflight = Some(Inflight { msgs: Vec::new(), leader_start: Some(term) });
                 out.push(Action::Write(input));
             }

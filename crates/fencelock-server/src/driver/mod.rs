@@ -35,10 +35,7 @@ use std::sync::{
     Arc,
 };
 
-use fencelock_core::{
-    Acquire, Busy, Caller, Command, EngineError, Grant, LeaseId, Output,
-    Reply, RequestId, WaitEnd,
-};
+use fencelock_core::{Acquire, Busy, Caller, Command, EngineError, Grant, LeaseId, Output, Reply, RequestId, WaitEnd};
 use openraft::{
     error::{ClientWriteError, RaftError},
     ServerState,
@@ -72,7 +69,10 @@ pub enum DriverError {
 /// The final outcome of an acquire, after any wait in the queue.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum AcquireOutcome {
-    Acquired { grant: Grant, waited_ms: u64 },
+    Acquired {
+        grant: Grant,
+        waited_ms: u64,
+    },
     Busy(Busy),
     TimedOut,
     /// The caller's lease ended while it waited.
@@ -90,7 +90,11 @@ enum ToDriver {
     Cmd(Msg),
     /// The caller of the acquire of generation `gen` is done with it: it completed,
     /// or it went away mid-flight (`cancel`, carrying the `CancelWait` to write).
-    AcquireGone { key: (LeaseId, RequestId), gen: u64, cancel: Option<Command> },
+    AcquireGone {
+        key: (LeaseId, RequestId),
+        gen: u64,
+        cancel: Option<Command>,
+    },
 }
 
 /// A cheap, cloneable handle to the driver.
@@ -141,9 +145,7 @@ impl DriverHandle {
         let lease = acq.lease;
         let outcome = match self.send(cmd, Some(wtx), Some(gen)).await {
             Ok(Reply::Queued { .. }) => match wrx.await {
-                Ok(Ok(WaitOutcome::Granted { grant, waited_ms })) => {
-                    Ok(AcquireOutcome::Acquired { grant, waited_ms })
-                }
+                Ok(Ok(WaitOutcome::Granted { grant, waited_ms })) => Ok(AcquireOutcome::Acquired { grant, waited_ms }),
                 Ok(Ok(WaitOutcome::Ended(why))) => Ok(ended(why, lease)),
                 Ok(Err(e)) => Err(e),
                 Err(_) => Err(shutting_down()),
@@ -385,4 +387,3 @@ async fn sleep_until(at: Option<Instant>) {
         None => std::future::pending().await,
     }
 }
-

@@ -134,7 +134,16 @@ fn read_all(db: &impl ReadableDatabase, dir: &Path) -> Result<DataReport, DbErro
     }
     engine.check_consistency().map_err(|why| corrupt("the replayed state", why))?;
     let stats = engine.stats();
-    let report = DataReport { dir: dir.to_path_buf(), snapshot_index, entries, first_index: first, last_index: prev, committed_index: committed, stats, engine };
+    let report = DataReport {
+        dir: dir.to_path_buf(),
+        snapshot_index,
+        entries,
+        first_index: first,
+        last_index: prev,
+        committed_index: committed,
+        stats,
+        engine,
+    };
     Ok(report)
 }
 

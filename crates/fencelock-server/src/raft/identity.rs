@@ -236,7 +236,8 @@ fn set_aside(dir: &Path) -> Result<(), IdentityError> {
     if !file.exists() {
         return Ok(());
     }
-    let io = |source| IdentityError::Io { dir: dir.to_path_buf(), what: "cannot move the database aside".into(), source };
+    let io =
+        |source| IdentityError::Io { dir: dir.to_path_buf(), what: "cannot move the database aside".into(), source };
     let aside = (1..).map(|n| dir.join(format!("{DB_FILE}.set-aside-{n}"))).find(|p| !p.exists());
     let aside = aside.expect("an unbounded range has a free name");
     std::fs::rename(&file, &aside).map_err(io)?;
@@ -398,9 +399,9 @@ async fn check_once(w: &Watched, file: &Path, opened: (u64, u64)) -> Result<(), 
             }
             Ok(())
         }
-        (Some(mine), Some(group)) if mine != group => Err(format!(
-            "this data dir belongs to cluster {mine}, but the applied state is of cluster {group}"
-        )),
+        (Some(mine), Some(group)) if mine != group => {
+            Err(format!("this data dir belongs to cluster {mine}, but the applied state is of cluster {group}"))
+        }
         _ => Ok(()),
     }
 }

@@ -29,8 +29,8 @@ use std::sync::Arc;
 
 use openraft::storage::{LogFlushed, RaftLogStorage};
 use openraft::{
-    AnyError, Entry, ErrorSubject, ErrorVerb, LogId, LogState, OptionalSend, RaftLogReader,
-    StorageError, StorageIOError, Vote,
+    AnyError, Entry, ErrorSubject, ErrorVerb, LogId, LogState, OptionalSend, RaftLogReader, StorageError,
+    StorageIOError, Vote,
 };
 use redb::{Database, Durability, ReadableDatabase, ReadableTable, TableDefinition};
 use serde::de::DeserializeOwned;
@@ -89,11 +89,7 @@ redb_into_db_error!(
 );
 
 impl DbError {
-    pub(crate) fn into_storage(
-        self,
-        subject: ErrorSubject<NodeId>,
-        verb: ErrorVerb,
-    ) -> StorageError<NodeId> {
+    pub(crate) fn into_storage(self, subject: ErrorSubject<NodeId>, verb: ErrorVerb) -> StorageError<NodeId> {
         StorageIOError::new(subject, verb, AnyError::new(&self)).into()
     }
 }
@@ -145,7 +141,10 @@ pub(crate) fn meta_name(key: &str) -> impl Fn() -> String + '_ {
 pub fn open(dir: &Path) -> Result<(LogStore, StateMachine), StorageError<NodeId>> {
     let opened = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| open_unguarded(dir)));
     opened.unwrap_or_else(|_| {
-        let why = format!("the database in {} is corrupt (redb could not read it); run fencelock check-data on it", dir.display());
+        let why = format!(
+            "the database in {} is corrupt (redb could not read it); run fencelock check-data on it",
+            dir.display()
+        );
         Err(StorageIOError::new(ErrorSubject::Store, ErrorVerb::Read, AnyError::error(why)).into())
     })
 }
@@ -155,28 +154,20 @@ fn open_unguarded(dir: &Path) -> Result<(LogStore, StateMachine), StorageError<N
     let store_err = |e: DbError| -> StorageError<NodeId> {
         StorageIOError::new(ErrorSubject::Store, ErrorVerb::Read, AnyError::error(e)).into()
     };
-    std::fs::create_dir_all(dir).map_err(|e| {
-        store_err(DbError::Other(format!(
-            "cannot create data directory {}: {e}",
-            dir.display()
-        )))
-    })?;
+    std::fs::create_dir_all(dir)
+        .map_err(|e| store_err(DbError::Other(format!("cannot create data directory {}: {e}", dir.display()))))?;
     let file = dir.join(DB_FILE);
     create_new(&file).map_err(store_err)?;
-    let db = create_db(Database::builder().set_cache_size(CACHE_BYTES), &file)
-        .map_err(|e| match e {
-            redb::DatabaseError::DatabaseAlreadyOpen => store_err(DbError::Other(format!(
-                "data directory {} is already in use: the database {} is locked by another \
+    let db = create_db(Database::builder().set_cache_size(CACHE_BYTES), &file).map_err(|e| match e {
+        redb::DatabaseError::DatabaseAlreadyOpen => store_err(DbError::Other(format!(
+            "data directory {} is already in use: the database {} is locked by another \
                  fencelock server (or another open handle); two servers cannot share one data \
                  directory",
-                dir.display(),
-                file.display()
-            ))),
-            other => store_err(DbError::Other(format!(
-                "cannot open database {}: {other}",
-                file.display()
-            ))),
-        })?;
+            dir.display(),
+            file.display()
+        ))),
+        other => store_err(DbError::Other(format!("cannot open database {}: {other}", file.display()))),
+    })?;
     // Create the tables once so that read transactions never meet a missing table.
     let init = || -> Result<(), DbError> {
         let txn = db.begin_write()?;
@@ -211,7 +202,11 @@ fn create_new(file: &Path) -> Result<(), DbError> {
         Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(io("remove", e)),
         _ => {}
     }
-    drop(Database::builder().create(&tmp).map_err(|e| DbError::Other(format!("cannot create {}: {e}", tmp.display())))?);
+    drop(
+        Database::builder()
+            .create(&tmp)
+            .map_err(|e| DbError::Other(format!("cannot create {}: {e}", tmp.display())))?,
+    );
     std::fs::File::open(&tmp).and_then(|f| f.sync_all()).map_err(|e| io("sync", e))?;
     std::fs::rename(&tmp, file).map_err(|e| io("rename", e))?;
     if let Some(dir) = file.parent() {
@@ -266,12 +261,7 @@ impl LogStore {
     }
 
     /// Writes one meta key in its own transaction.
-    async fn write_meta(
-        &self,
-        key: &'static str,
-        value: Vec<u8>,
-        durability: Durability,
-    ) -> Result<(), DbError> {
+    async fn write_meta(&self, key: &'static str, value: Vec<u8>, durability: Durability) -> Result<(), DbError> {
         let db = self.db.clone();
         blocking(move || {
             let mut txn = db.begin_write()?;
@@ -286,11 +276,7 @@ impl LogStore {
         .await
     }
 
-    fn read_entries(
-        &self,
-        start: Bound<u64>,
-        end: Bound<u64>,
-    ) -> Result<Vec<Entry<TypeConfig>>, DbError> {
+    fn read_entries(&self, start: Bound<u64>, end: Bound<u64>) -> Result<Vec<Entry<TypeConfig>>, DbError> {
         // redb (like BTreeMap) must not be given a range whose start is after its end.
         let lo = match start {
             Bound::Included(s) => s,
@@ -312,10 +298,8 @@ impl LogStore {
         }
         let txn = self.db.begin_read()?;
         let table = txn.open_table(LOG)?;
-        let range = table.range::<u64>((
-            Bound::Included(lo),
-            hi_exclusive.map_or(Bound::Unbounded, Bound::Excluded),
-        ))?;
+        let range =
+            table.range::<u64>((Bound::Included(lo), hi_exclusive.map_or(Bound::Unbounded, Bound::Excluded)))?;
         let mut out = Vec::new();
         for item in range {
             let (k, v) = item?;
@@ -342,10 +326,7 @@ impl LogStore {
             };
             id
         };
-        Ok(LogState {
-            last_purged_log_id: last_purged,
-            last_log_id: last_in_log.or(last_purged),
-        })
+        Ok(LogState { last_purged_log_id: last_purged, last_log_id: last_in_log.or(last_purged) })
     }
 }
 
@@ -363,8 +344,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     type LogReader = LogStore;
 
     async fn get_log_state(&mut self) -> Result<LogState<TypeConfig>, StorageError<NodeId>> {
-        self.log_state()
-            .map_err(|e| e.into_storage(ErrorSubject::Logs, ErrorVerb::Read))
+        self.log_state().map_err(|e| e.into_storage(ErrorSubject::Logs, ErrorVerb::Read))
     }
 
     async fn get_log_reader(&mut self) -> Self::LogReader {
@@ -375,24 +355,18 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     async fn save_vote(&mut self, vote: &Vote<NodeId>) -> Result<(), StorageError<NodeId>> {
         let to_err = |e: DbError| e.into_storage(ErrorSubject::Vote, ErrorVerb::Write);
         let bytes = encode(vote).map_err(to_err)?;
-        self.write_meta(KEY_VOTE, bytes, Durability::Immediate)
-            .await
-            .map_err(to_err)
+        self.write_meta(KEY_VOTE, bytes, Durability::Immediate).await.map_err(to_err)
     }
 
     async fn read_vote(&mut self) -> Result<Option<Vote<NodeId>>, StorageError<NodeId>> {
-        self.read_meta(KEY_VOTE)
-            .map_err(|e| e.into_storage(ErrorSubject::Vote, ErrorVerb::Read))
+        self.read_meta(KEY_VOTE).map_err(|e| e.into_storage(ErrorSubject::Vote, ErrorVerb::Read))
     }
 
     /// Persisted without its own fsync: it becomes durable with the next immediate
     /// commit (the next append, vote, truncate or purge). Losing the latest value in
     /// a crash only means re-applying less of the log at startup; it never claims
     /// more than was committed, because only durably appended entries get committed.
-    async fn save_committed(
-        &mut self,
-        committed: Option<LogId<NodeId>>,
-    ) -> Result<(), StorageError<NodeId>> {
+    async fn save_committed(&mut self, committed: Option<LogId<NodeId>>) -> Result<(), StorageError<NodeId>> {
         let to_err = |e: DbError| e.into_storage(ErrorSubject::Store, ErrorVerb::Write);
         let db = self.db.clone();
         let bytes = match &committed {
@@ -421,19 +395,14 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn read_committed(&mut self) -> Result<Option<LogId<NodeId>>, StorageError<NodeId>> {
-        self.read_meta(KEY_COMMITTED)
-            .map_err(|e| e.into_storage(ErrorSubject::Store, ErrorVerb::Read))
+        self.read_meta(KEY_COMMITTED).map_err(|e| e.into_storage(ErrorSubject::Store, ErrorVerb::Read))
     }
 
     /// All `entries` go into ONE write transaction committed with
     /// `Durability::Immediate` (one fsync per call); `callback` is called after the
     /// commit returned, so the entries are on disk when openraft hears of it.
     /// (Test-only crash points around the commit: see [`crate::faults`].)
-    async fn append<I>(
-        &mut self,
-        entries: I,
-        callback: LogFlushed<TypeConfig>,
-    ) -> Result<(), StorageError<NodeId>>
+    async fn append<I>(&mut self, entries: I, callback: LogFlushed<TypeConfig>) -> Result<(), StorageError<NodeId>>
     where
         I: IntoIterator<Item = Entry<TypeConfig>> + OptionalSend,
         I::IntoIter: OptionalSend,

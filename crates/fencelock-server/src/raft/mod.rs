@@ -14,10 +14,10 @@ pub mod check;
 pub mod identity;
 pub mod log_store;
 pub mod network;
-pub(crate) mod record;
-pub mod snapshot_rx;
 #[cfg(feature = "power-loss")]
 pub mod power_loss;
+pub(crate) mod record;
+pub mod snapshot_rx;
 pub mod state_machine;
 
 pub use log_store::{open as open_storage, LogStore, DB_FILE};

@@ -27,15 +27,13 @@ use std::time::Duration;
 use fencelock_proto::raft::raft_client::RaftClient;
 use fencelock_proto::raft::raft_server::{Raft as RaftRpc, RaftServer};
 use fencelock_proto::raft::RaftPayload;
-use openraft::error::{
-    InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Timeout, Unreachable,
-};
+use openraft::error::{InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Timeout, Unreachable};
 use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
 use openraft::raft::{
-    AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse,
-    VoteRequest, VoteResponse,
+    AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse, VoteRequest,
+    VoteResponse,
 };
-use openraft::{RPCTypes};
+use openraft::RPCTypes;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use tonic::transport::{Channel, Endpoint};
@@ -94,7 +92,10 @@ impl Network {
 
 /// The endpoint of a peer's gRPC port: `https://` presenting this node's
 /// certificate when `tls` is given, else `http://`.
-pub(crate) fn peer_endpoint(addr: &str, tls: Option<tonic::transport::ClientTlsConfig>) -> Result<Endpoint, tonic::transport::Error> {
+pub(crate) fn peer_endpoint(
+    addr: &str,
+    tls: Option<tonic::transport::ClientTlsConfig>,
+) -> Result<Endpoint, tonic::transport::Error> {
     let scheme = if tls.is_some() { "https" } else { "http" };
     let endpoint = Endpoint::from_shared(format!("{scheme}://{addr}"))?;
     match tls {
@@ -120,8 +121,7 @@ impl RaftNetworkFactory<TypeConfig> for Network {
             id: self.id,
             target,
             node: node.clone(),
-            client: client
-                .map_err(|e| format!("bad address {:?} of node {target}: {e}", node.addr)),
+            client: client.map_err(|e| format!("bad address {:?} of node {target}: {e}", node.addr)),
         }
     }
 }
@@ -161,12 +161,7 @@ struct Msg(String);
 impl NetworkConnection {
     /// Sends `req` as JSON with the method chosen by `kind`, within `ttl`, and
     /// decodes the callee's `Result<Resp, E>`.
-    async fn call<Req, Resp>(
-        &mut self,
-        kind: RPCTypes,
-        req: &Req,
-        ttl: Duration,
-    ) -> Result<Resp, CallError>
+    async fn call<Req, Resp>(&mut self, kind: RPCTypes, req: &Req, ttl: Duration) -> Result<Resp, CallError>
     where
         Req: Serialize,
         Resp: DeserializeOwned,
@@ -207,12 +202,9 @@ impl NetworkConnection {
         err: CallError,
     ) -> RPCError<NodeId, Member, RaftError<NodeId, E>> {
         match err {
-            CallError::Timeout(timeout) => RPCError::Timeout(Timeout {
-                action: kind,
-                id: self.id,
-                target: self.target,
-                timeout,
-            }),
+            CallError::Timeout(timeout) => {
+                RPCError::Timeout(Timeout { action: kind, id: self.id, target: self.target, timeout })
+            }
             CallError::Unreachable(s) => RPCError::Unreachable(Unreachable::new(&s)),
             CallError::BadAddress(m) => RPCError::Unreachable(Unreachable::new(&Msg(m))),
             CallError::Network(s) => RPCError::Network(NetworkError::new(&s)),
@@ -225,13 +217,7 @@ impl NetworkConnection {
         &self,
         answer: Result<Resp, RaftError<NodeId, E>>,
     ) -> Result<Resp, RPCError<NodeId, Member, RaftError<NodeId, E>>> {
-        answer.map_err(|e| {
-            RPCError::RemoteError(RemoteError::new_with_node(
-                self.target,
-                self.node.clone(),
-                e,
-            ))
-        })
+        answer.map_err(|e| RPCError::RemoteError(RemoteError::new_with_node(self.target, self.node.clone(), e)))
     }
 }
 
@@ -252,10 +238,8 @@ impl RaftNetwork<TypeConfig> for NetworkConnection {
         &mut self,
         rpc: InstallSnapshotRequest<TypeConfig>,
         option: RPCOption,
-    ) -> Result<
-        InstallSnapshotResponse<NodeId>,
-        RPCError<NodeId, Member, RaftError<NodeId, InstallSnapshotError>>,
-    > {
+    ) -> Result<InstallSnapshotResponse<NodeId>, RPCError<NodeId, Member, RaftError<NodeId, InstallSnapshotError>>>
+    {
         let kind = RPCTypes::InstallSnapshot;
         match self.call(kind, &rpc, option.hard_ttl()).await {
             Ok(answer) => self.remote(answer),
@@ -354,9 +338,7 @@ impl RaftService {
     /// The tonic service to add to the server's router, with the message size limit
     /// raised to [`MAX_MESSAGE_BYTES`].
     pub fn into_server(self) -> RaftServer<RaftService> {
-        RaftServer::new(self)
-            .max_decoding_message_size(MAX_MESSAGE_BYTES)
-            .max_encoding_message_size(MAX_MESSAGE_BYTES)
+        RaftServer::new(self).max_decoding_message_size(MAX_MESSAGE_BYTES).max_encoding_message_size(MAX_MESSAGE_BYTES)
     }
 }
 
@@ -373,10 +355,7 @@ fn encode_answer<T: Serialize>(answer: &T) -> Result<Response<RaftPayload>, Stat
 
 #[tonic::async_trait]
 impl RaftRpc for RaftService {
-    async fn append_entries(
-        &self,
-        request: Request<RaftPayload>,
-    ) -> Result<Response<RaftPayload>, Status> {
+    async fn append_entries(&self, request: Request<RaftPayload>) -> Result<Response<RaftPayload>, Status> {
         self.check_sender(&request)?;
         let rpc: AppendEntriesRequest<TypeConfig> = self.decode(request)?;
         let answer = self.raft.append_entries(rpc).await;
@@ -390,10 +369,7 @@ impl RaftRpc for RaftService {
         encode_answer(&answer)
     }
 
-    async fn install_snapshot(
-        &self,
-        request: Request<RaftPayload>,
-    ) -> Result<Response<RaftPayload>, Status> {
+    async fn install_snapshot(&self, request: Request<RaftPayload>) -> Result<Response<RaftPayload>, Status> {
         self.check_sender(&request)?;
         let rpc: InstallSnapshotRequest<TypeConfig> = self.decode(request)?;
         match self.snapshots.receive(&self.raft, &self.engine, rpc).await {
@@ -416,7 +392,9 @@ impl RaftRpc for RaftService {
     async fn change_policy(&self, request: Request<RaftPayload>) -> Result<Response<RaftPayload>, Status> {
         self.check_sender(&request)?;
         let cmd: fencelock_core::Command = self.decode(request)?;
-        let Some((driver, auth)) = &self.driver else { return Err(Status::unavailable("this node takes no policy changes")) };
+        let Some((driver, auth)) = &self.driver else {
+            return Err(Status::unavailable("this node takes no policy changes"));
+        };
         let answer = crate::policy::from_peer(driver, auth, cmd).await;
         encode_answer(&answer)
     }

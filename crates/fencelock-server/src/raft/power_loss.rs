@@ -657,8 +657,8 @@ mod tests {
             lossy += u64::from(loss.undone_writes > 0);
             torn += u64::from(loss.torn_bytes_kept > 0);
             let floor = states[..acked].iter().rposition(|(_, durable)| *durable);
-            let got = read_back(&db_file)
-                .unwrap_or_else(|e| panic!("kill point {n} (sector {sector}): {e}, after {loss:?}"));
+            let got =
+                read_back(&db_file).unwrap_or_else(|e| panic!("kill point {n} (sector {sector}): {e}, after {loss:?}"));
             let allowed: Vec<&Model> = states.iter().skip(floor.unwrap_or(0)).map(|(m, _)| m).collect();
             let empty_ok = floor.is_none() && got.is_empty();
             assert!(

@@ -94,7 +94,11 @@ impl Receiver {
 
 /// Whether `snapshot` may be installed on a node that has applied up to
 /// `applied`, with the state in `engine`. See the module docs.
-pub fn check(snapshot: &Snapshot<TypeConfig>, applied: Option<LogId<NodeId>>, engine: &SharedEngine) -> Result<(), String> {
+pub fn check(
+    snapshot: &Snapshot<TypeConfig>,
+    applied: Option<LogId<NodeId>>,
+    engine: &SharedEngine,
+) -> Result<(), String> {
     let received = decode_received(&snapshot.meta, snapshot.snapshot.get_ref()).map_err(|e| e.to_string())?;
     received.check_consistency()?;
     if snapshot.meta.last_log_id <= applied {

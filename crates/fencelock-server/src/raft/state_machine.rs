@@ -18,8 +18,8 @@ use std::sync::{Arc, RwLock};
 use fencelock_core::{Engine, Output};
 use openraft::storage::RaftStateMachine;
 use openraft::{
-    Entry, EntryPayload, ErrorSubject, ErrorVerb, LogId, OptionalSend,
-    RaftSnapshotBuilder, Snapshot, SnapshotMeta, StorageError, StoredMembership,
+    Entry, EntryPayload, ErrorSubject, ErrorVerb, LogId, OptionalSend, RaftSnapshotBuilder, Snapshot, SnapshotMeta,
+    StorageError, StoredMembership,
 };
 use redb::{Database, Durability, ReadableDatabase, ReadableTable};
 use serde::{Deserialize, Serialize};
@@ -108,9 +108,7 @@ pub(crate) fn read_snapshot(db: &impl ReadableDatabase) -> Result<Option<(Meta, 
             Ok(Some((meta, data.to_vec())))
         }
         (None, None) => Ok(None),
-        _ => Err(DbError::Other(
-            "snapshot table holds meta without data or data without meta".into(),
-        )),
+        _ => Err(DbError::Other("snapshot table holds meta without data or data without meta".into())),
     }
 }
 
@@ -118,12 +116,7 @@ pub(crate) fn read_snapshot(db: &impl ReadableDatabase) -> Result<Option<(Meta, 
 /// an already stored snapshot with a greater last log id is kept (a snapshot built
 /// concurrently with an install must not replace the installed, newer one).
 /// Returns whether it was written.
-fn write_snapshot(
-    db: &Database,
-    meta: &Meta,
-    data: &[u8],
-    only_if_newer: bool,
-) -> Result<bool, DbError> {
+fn write_snapshot(db: &Database, meta: &Meta, data: &[u8], only_if_newer: bool) -> Result<bool, DbError> {
     let meta_bytes = encode(meta)?;
     let data = record::seal(data);
     let mut txn = db.begin_write()?;
@@ -237,17 +230,12 @@ impl StateMachine {
 
     /// Applies one input to the engine under the write lock. A panic in the engine
     /// becomes a storage error and leaves the lock poisoned (see [`SharedEngine`]).
-    fn step(
-        &self,
-        log_id: &LogId<NodeId>,
-        input: &fencelock_core::Input,
-    ) -> Result<Output, StorageError<NodeId>> {
+    fn step(&self, log_id: &LogId<NodeId>, input: &fencelock_core::Input) -> Result<Output, StorageError<NodeId>> {
         let to_err = sm_err(ErrorVerb::Write);
-        let mut guard = self.engine.write().map_err(|_| {
-            to_err(DbError::Other(
-                "engine lock is poisoned by an earlier failed apply".into(),
-            ))
-        })?;
+        let mut guard = self
+            .engine
+            .write()
+            .map_err(|_| to_err(DbError::Other("engine lock is poisoned by an earlier failed apply".into())))?;
         match catch_unwind(AssertUnwindSafe(|| guard.step(input))) {
             Ok(out) => Ok(out),
             Err(payload) => {
@@ -257,19 +245,18 @@ impl StateMachine {
                     let _guard = guard;
                     resume_unwind(payload)
                 }));
-                Err(DbError::Other(format!(
-                    "engine panicked applying log entry {log_id}: {msg}"
-                ))
-                .into_storage(ErrorSubject::Apply(*log_id), ErrorVerb::Write))
+                Err(DbError::Other(format!("engine panicked applying log entry {log_id}: {msg}"))
+                    .into_storage(ErrorSubject::Apply(*log_id), ErrorVerb::Write))
             }
         }
     }
 
     /// The bytes of a snapshot of the current state.
     fn snapshot_bytes(&self) -> Result<Vec<u8>, StorageError<NodeId>> {
-        let engine = self.engine.read().map_err(|_| {
-            sm_err(ErrorVerb::Read)(DbError::Other("engine lock is poisoned".into()))
-        })?;
+        let engine = self
+            .engine
+            .read()
+            .map_err(|_| sm_err(ErrorVerb::Read)(DbError::Other("engine lock is poisoned".into())))?;
         serde_json::to_vec(&SnapshotPayloadRef {
             last_applied: &self.last_applied,
             last_membership: &self.last_membership,
@@ -283,11 +270,18 @@ impl StateMachine {
 /// [`crate::backup::restore`]): `engine` as the snapshot at `last`, with
 /// `membership`, and the log purged and committed up to `last`, in one durable
 /// transaction, so the node starts from it as from any snapshot.
-pub(crate) fn seed_restored(sm: &StateMachine, last: LogId<NodeId>, membership: Membership, engine: &Engine) -> Result<(), DbError> {
+pub(crate) fn seed_restored(
+    sm: &StateMachine,
+    last: LogId<NodeId>,
+    membership: Membership,
+    engine: &Engine,
+) -> Result<(), DbError> {
     use super::log_store::{KEY_COMMITTED, KEY_LAST_PURGED, LOG, META};
     let db = &sm.db;
-    let data = serde_json::to_vec(&SnapshotPayloadRef { last_applied: &Some(last), last_membership: &membership, engine })?;
-    let meta = Meta { last_log_id: Some(last), last_membership: membership, snapshot_id: format!("restored-{}", last.index) };
+    let data =
+        serde_json::to_vec(&SnapshotPayloadRef { last_applied: &Some(last), last_membership: &membership, engine })?;
+    let meta =
+        Meta { last_log_id: Some(last), last_membership: membership, snapshot_id: format!("restored-{}", last.index) };
     let (meta_bytes, last_bytes, data) = (encode(&meta)?, encode(&last)?, record::seal(&data));
     let mut txn = db.begin_write()?;
     txn.set_durability(Durability::Immediate)?;
@@ -327,17 +321,10 @@ impl RaftSnapshotBuilder<TypeConfig> for StateMachine {
         static SEQ: AtomicU64 = AtomicU64::new(0);
         let seq = SEQ.fetch_add(1, Ordering::Relaxed);
         let snapshot_id = match &self.last_applied {
-            Some(l) => format!(
-                "{}-{}-{}-{seq}",
-                l.leader_id.term, l.leader_id.node_id, l.index
-            ),
+            Some(l) => format!("{}-{}-{}-{seq}", l.leader_id.term, l.leader_id.node_id, l.index),
             None => format!("none-{seq}"),
         };
-        let meta = Meta {
-            last_log_id: self.last_applied,
-            last_membership: self.last_membership.clone(),
-            snapshot_id,
-        };
+        let meta = Meta { last_log_id: self.last_applied, last_membership: self.last_membership.clone(), snapshot_id };
         let db = self.db.clone();
         let (m, d) = (meta.clone(), data.clone());
         let written = blocking(move || write_snapshot(&db, &m, &d, true))
@@ -346,19 +333,14 @@ impl RaftSnapshotBuilder<TypeConfig> for StateMachine {
         if !written {
             tracing::info!(%meta, "built snapshot is older than the stored one; kept the stored one");
         }
-        Ok(Snapshot {
-            meta,
-            snapshot: Box::new(Cursor::new(data)),
-        })
+        Ok(Snapshot { meta, snapshot: Box::new(Cursor::new(data)) })
     }
 }
 
 impl RaftStateMachine<TypeConfig> for StateMachine {
     type SnapshotBuilder = StateMachine;
 
-    async fn applied_state(
-        &mut self,
-    ) -> Result<(Option<LogId<NodeId>>, Membership), StorageError<NodeId>> {
+    async fn applied_state(&mut self) -> Result<(Option<LogId<NodeId>>, Membership), StorageError<NodeId>> {
         Ok((self.last_applied, self.last_membership.clone()))
     }
 
@@ -405,9 +387,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         }
     }
 
-    async fn begin_receiving_snapshot(
-        &mut self,
-    ) -> Result<Box<Cursor<Vec<u8>>>, StorageError<NodeId>> {
+    async fn begin_receiving_snapshot(&mut self) -> Result<Box<Cursor<Vec<u8>>>, StorageError<NodeId>> {
         Ok(Box::new(Cursor::new(Vec::new())))
     }
 
@@ -428,9 +408,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             .map_err(snap_err(Some(meta), ErrorVerb::Write))?;
         {
             let mut engine = self.engine.write().map_err(|_| {
-                sm_err(ErrorVerb::Write)(DbError::Other(
-                    "engine lock is poisoned by an earlier failed apply".into(),
-                ))
+                sm_err(ErrorVerb::Write)(DbError::Other("engine lock is poisoned by an earlier failed apply".into()))
             })?;
             *engine = payload.engine;
         }
@@ -439,13 +417,8 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         Ok(())
     }
 
-    async fn get_current_snapshot(
-        &mut self,
-    ) -> Result<Option<Snapshot<TypeConfig>>, StorageError<NodeId>> {
+    async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot<TypeConfig>>, StorageError<NodeId>> {
         let snap = read_snapshot(&*self.db).map_err(snap_err(None, ErrorVerb::Read))?;
-        Ok(snap.map(|(meta, data)| Snapshot {
-            meta,
-            snapshot: Box::new(Cursor::new(data)),
-        }))
+        Ok(snap.map(|(meta, data)| Snapshot { meta, snapshot: Box::new(Cursor::new(data)) }))
     }
 }

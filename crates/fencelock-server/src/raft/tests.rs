@@ -10,8 +10,8 @@ use fencelock_core::{Command, Engine, Input, LeaseId, Output, Reply, RequestId};
 use openraft::storage::{RaftLogStorage, RaftLogStorageExt, RaftStateMachine};
 use openraft::testing::{StoreBuilder, Suite};
 use openraft::{
-    CommittedLeaderId, Entry, EntryPayload, LogId, Membership, RaftLogReader,
-    RaftSnapshotBuilder, StorageError, StoredMembership, Vote,
+    CommittedLeaderId, Entry, EntryPayload, LogId, Membership, RaftLogReader, RaftSnapshotBuilder, StorageError,
+    StoredMembership, Vote,
 };
 use tempfile::TempDir;
 
@@ -22,37 +22,22 @@ fn log_id(term: u64, index: u64) -> LogId<NodeId> {
 }
 
 fn blank(term: u64, index: u64) -> Entry<TypeConfig> {
-    Entry {
-        log_id: log_id(term, index),
-        payload: EntryPayload::Blank,
-    }
+    Entry { log_id: log_id(term, index), payload: EntryPayload::Blank }
 }
 
 fn membership(term: u64, index: u64, voters: &[NodeId]) -> Entry<TypeConfig> {
-    let nodes: BTreeMap<NodeId, Member> = voters
-        .iter()
-        .map(|id| (*id, Member::new(format!("127.0.0.1:{}", 7000 + id))))
-        .collect();
+    let nodes: BTreeMap<NodeId, Member> =
+        voters.iter().map(|id| (*id, Member::new(format!("127.0.0.1:{}", 7000 + id)))).collect();
     let set: BTreeSet<NodeId> = voters.iter().copied().collect();
-    Entry {
-        log_id: log_id(term, index),
-        payload: EntryPayload::Membership(Membership::new(vec![set], nodes)),
-    }
+    Entry { log_id: log_id(term, index), payload: EntryPayload::Membership(Membership::new(vec![set], nodes)) }
 }
 
 fn normal(term: u64, index: u64, input: Input) -> Entry<TypeConfig> {
-    Entry {
-        log_id: log_id(term, index),
-        payload: EntryPayload::Normal(input),
-    }
+    Entry { log_id: log_id(term, index), payload: EntryPayload::Normal(input) }
 }
 
 fn grant(req: u64, ttl_ms: u64) -> Command {
-    Command::GrantLease {
-        req: RequestId(req),
-        ttl_ms,
-        id: None,
-    }
+    Command::GrantLease { req: RequestId(req), ttl_ms, id: None }
 }
 
 // ---------------------------------------------------------------------------
@@ -87,14 +72,7 @@ async fn log_vote_and_committed_survive_reopen() {
         blank(1, 1),
         membership(1, 2, &[1]),
         normal(1, 3, Input::leader_start(1_000)),
-        normal(
-            1,
-            4,
-            Input::Batch {
-                now: 1_100,
-                cmds: vec![grant(7, 5_000)],
-            },
-        ),
+        normal(1, 4, Input::Batch { now: 1_100, cmds: vec![grant(7, 5_000)] }),
     ];
     {
         let (mut log, _sm) = open_storage(dir.path()).unwrap();
@@ -110,22 +88,13 @@ async fn log_vote_and_committed_survive_reopen() {
     assert_eq!(state.last_purged_log_id, None);
     assert_eq!(state.last_log_id, Some(log_id(1, 4)));
     assert_eq!(log.try_get_log_entries(..).await.unwrap(), entries);
-    assert_eq!(
-        log.try_get_log_entries(2..4).await.unwrap(),
-        entries[1..3].to_vec()
-    );
-    assert_eq!(
-        log.try_get_log_entries(4..=4).await.unwrap(),
-        entries[3..].to_vec()
-    );
+    assert_eq!(log.try_get_log_entries(2..4).await.unwrap(), entries[1..3].to_vec());
+    assert_eq!(log.try_get_log_entries(4..=4).await.unwrap(), entries[3..].to_vec());
     assert_eq!(log.try_get_log_entries(5..).await.unwrap(), vec![]);
     #[allow(clippy::reversed_empty_ranges)]
     let backwards = log.try_get_log_entries(4..2).await.unwrap();
     assert_eq!(backwards, vec![]);
-    assert_eq!(
-        log.read_vote().await.unwrap(),
-        Some(Vote::new_committed(2, 1))
-    );
+    assert_eq!(log.read_vote().await.unwrap(), Some(Vote::new_committed(2, 1)));
     assert_eq!(log.read_committed().await.unwrap(), Some(log_id(1, 3)));
     // No snapshot yet: the state machine starts empty, openraft re-applies the log.
     let mut sm = sm;
@@ -140,9 +109,7 @@ async fn truncate_and_purge_survive_reopen() {
     let dir = tempfile::tempdir().unwrap();
     {
         let (mut log, _sm) = open_storage(dir.path()).unwrap();
-        log.blocking_append((1..=10).map(|i| blank(1, i)))
-            .await
-            .unwrap();
+        log.blocking_append((1..=10).map(|i| blank(1, i))).await.unwrap();
         log.truncate(log_id(1, 8)).await.unwrap();
         log.purge(log_id(1, 3)).await.unwrap();
     }
@@ -150,13 +117,7 @@ async fn truncate_and_purge_survive_reopen() {
     let state = log.get_log_state().await.unwrap();
     assert_eq!(state.last_purged_log_id, Some(log_id(1, 3)));
     assert_eq!(state.last_log_id, Some(log_id(1, 7)));
-    let indexes: Vec<u64> = log
-        .try_get_log_entries(..)
-        .await
-        .unwrap()
-        .iter()
-        .map(|e| e.log_id.index)
-        .collect();
+    let indexes: Vec<u64> = log.try_get_log_entries(..).await.unwrap().iter().map(|e| e.log_id.index).collect();
     assert_eq!(indexes, vec![4, 5, 6, 7]);
     // Purging everything leaves the last purged id as the last log id.
     log.purge(log_id(1, 7)).await.unwrap();
@@ -175,14 +136,7 @@ async fn snapshot_restores_engine_on_reopen() {
                 blank(1, 1),
                 membership(1, 2, &[1]),
                 normal(1, 3, Input::leader_start(1_000)),
-                normal(
-                    1,
-                    4,
-                    Input::Batch {
-                        now: 1_100,
-                        cmds: vec![grant(7, 5_000), grant(8, 9_000)],
-                    },
-                ),
+                normal(1, 4, Input::Batch { now: 1_100, cmds: vec![grant(7, 5_000), grant(8, 9_000)] }),
             ])
             .await
             .unwrap();
@@ -192,48 +146,21 @@ async fn snapshot_restores_engine_on_reopen() {
         assert_eq!(
             outputs[3].replies,
             vec![
-                Reply::LeaseGranted {
-                    lease: LeaseId(1),
-                    ttl_ms: 5_000
-                },
-                Reply::LeaseGranted {
-                    lease: LeaseId(2),
-                    ttl_ms: 9_000
-                },
+                Reply::LeaseGranted { lease: LeaseId(1), ttl_ms: 5_000 },
+                Reply::LeaseGranted { lease: LeaseId(2), ttl_ms: 9_000 },
             ]
         );
         let engine = sm.engine().read().unwrap().clone();
         assert_ne!(engine, Engine::new());
 
-        let snap = sm
-            .get_snapshot_builder()
-            .await
-            .build_snapshot()
-            .await
-            .unwrap();
+        let snap = sm.get_snapshot_builder().await.build_snapshot().await.unwrap();
         assert_eq!(snap.meta.last_log_id, Some(log_id(1, 4)));
         assert_eq!(snap.meta.last_membership.log_id(), &Some(log_id(1, 2)));
 
         // Applied after the snapshot: not in it, so gone after the restart (openraft
         // would re-apply it from the log).
-        let out = sm
-            .apply(vec![normal(
-                1,
-                5,
-                Input::Batch {
-                    now: 1_200,
-                    cmds: vec![grant(9, 1_000)],
-                },
-            )])
-            .await
-            .unwrap();
-        assert_eq!(
-            out[0].replies,
-            vec![Reply::LeaseGranted {
-                lease: LeaseId(3),
-                ttl_ms: 1_000
-            }]
-        );
+        let out = sm.apply(vec![normal(1, 5, Input::Batch { now: 1_200, cmds: vec![grant(9, 1_000)] })]).await.unwrap();
+        assert_eq!(out[0].replies, vec![Reply::LeaseGranted { lease: LeaseId(3), ttl_ms: 1_000 }]);
         assert_ne!(*sm.engine().read().unwrap(), engine);
         (snap.meta, engine)
     };
@@ -243,32 +170,12 @@ async fn snapshot_restores_engine_on_reopen() {
     assert_eq!(applied, Some(log_id(1, 4)));
     assert_eq!(mem, snapshot_meta.last_membership);
     assert_eq!(*sm.engine().read().unwrap(), snapshotted_engine);
-    let current = sm
-        .get_current_snapshot()
-        .await
-        .unwrap()
-        .expect("persisted snapshot");
+    let current = sm.get_current_snapshot().await.unwrap().expect("persisted snapshot");
     assert_eq!(current.meta, snapshot_meta);
 
     // The restored engine continues where the snapshot left off: the next lease is 3.
-    let out = sm
-        .apply(vec![normal(
-            1,
-            5,
-            Input::Batch {
-                now: 1_200,
-                cmds: vec![grant(9, 1_000)],
-            },
-        )])
-        .await
-        .unwrap();
-    assert_eq!(
-        out[0].replies,
-        vec![Reply::LeaseGranted {
-            lease: LeaseId(3),
-            ttl_ms: 1_000
-        }]
-    );
+    let out = sm.apply(vec![normal(1, 5, Input::Batch { now: 1_200, cmds: vec![grant(9, 1_000)] })]).await.unwrap();
+    assert_eq!(out[0].replies, vec![Reply::LeaseGranted { lease: LeaseId(3), ttl_ms: 1_000 }]);
 }
 
 #[tokio::test]
@@ -280,23 +187,11 @@ async fn installed_snapshot_replaces_state_and_survives_reopen() {
         .apply(vec![
             membership(1, 1, &[1, 2]),
             normal(1, 2, Input::leader_start(50)),
-            normal(
-                1,
-                3,
-                Input::Batch {
-                    now: 60,
-                    cmds: vec![grant(1, 1_000)],
-                },
-            ),
+            normal(1, 3, Input::Batch { now: 60, cmds: vec![grant(1, 1_000)] }),
         ])
         .await
         .unwrap();
-    let snap = leader
-        .get_snapshot_builder()
-        .await
-        .build_snapshot()
-        .await
-        .unwrap();
+    let snap = leader.get_snapshot_builder().await.build_snapshot().await.unwrap();
     let leader_engine = leader.engine().read().unwrap().clone();
     {
         let (_f, mut follower) = open_storage(follower_dir.path()).unwrap();
@@ -305,17 +200,11 @@ async fn installed_snapshot_replaces_state_and_survives_reopen() {
         *rx = *snap.snapshot.clone();
         follower.install_snapshot(&snap.meta, rx).await.unwrap();
         assert_eq!(*follower.engine().read().unwrap(), leader_engine);
-        assert_eq!(
-            follower.applied_state().await.unwrap().0,
-            Some(log_id(1, 3))
-        );
+        assert_eq!(follower.applied_state().await.unwrap().0, Some(log_id(1, 3)));
     }
     let (_f, mut follower) = open_storage(follower_dir.path()).unwrap();
     assert_eq!(*follower.engine().read().unwrap(), leader_engine);
-    assert_eq!(
-        follower.applied_state().await.unwrap(),
-        (Some(log_id(1, 3)), snap.meta.last_membership.clone())
-    );
+    assert_eq!(follower.applied_state().await.unwrap(), (Some(log_id(1, 3)), snap.meta.last_membership.clone()));
 
     // Snapshot data that does not match its meta is refused.
     let mut bad_meta = snap.meta.clone();
@@ -323,10 +212,7 @@ async fn installed_snapshot_replaces_state_and_survives_reopen() {
     let mut rx = follower.begin_receiving_snapshot().await.unwrap();
     *rx = *snap.snapshot.clone();
     assert!(follower.install_snapshot(&bad_meta, rx).await.is_err());
-    assert_eq!(
-        follower.applied_state().await.unwrap().0,
-        Some(log_id(1, 3))
-    );
+    assert_eq!(follower.applied_state().await.unwrap().0, Some(log_id(1, 3)));
 }
 
 #[test]
@@ -337,18 +223,9 @@ fn second_open_of_a_data_dir_is_refused_with_a_clear_message() {
     let msg = err.to_string();
     eprintln!("second open: {msg}");
     assert!(msg.contains("already in use"), "message: {msg}");
-    assert!(
-        !msg.contains("DbError"),
-        "no Rust type names for operators: {msg}"
-    );
-    assert!(
-        msg.contains("two servers cannot share one data directory"),
-        "message: {msg}"
-    );
-    assert!(
-        msg.contains(&dir.path().display().to_string()),
-        "message: {msg}"
-    );
+    assert!(!msg.contains("DbError"), "no Rust type names for operators: {msg}");
+    assert!(msg.contains("two servers cannot share one data directory"), "message: {msg}");
+    assert!(msg.contains(&dir.path().display().to_string()), "message: {msg}");
     drop(first);
     open_storage(dir.path()).expect("reopen after the first handle is closed");
 }
@@ -371,32 +248,17 @@ struct Node {
     server: tokio::task::JoinHandle<()>,
 }
 
-async fn start_node(
-    id: NodeId,
-    listener: tokio::net::TcpListener,
-    config: Arc<openraft::Config>,
-) -> Node {
+async fn start_node(id: NodeId, listener: tokio::net::TcpListener, config: Arc<openraft::Config>) -> Node {
     let dir = tempfile::tempdir().unwrap();
     let (log, sm) = open_storage(dir.path()).unwrap();
     let sm_engine = sm.engine();
-    let raft = super::Raft::new(id, config, Network::new(id, None), log, sm)
-        .await
-        .unwrap();
+    let raft = super::Raft::new(id, config, Network::new(id, None), log, sm).await.unwrap();
     let svc = RaftService::new(raft.clone(), sm_engine.clone(), Default::default()).into_server();
     let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
     let server = tokio::spawn(async move {
-        tonic::transport::Server::builder()
-            .add_service(svc)
-            .serve_with_incoming(incoming)
-            .await
-            .unwrap();
+        tonic::transport::Server::builder().add_service(svc).serve_with_incoming(incoming).await.unwrap();
     });
-    Node {
-        raft,
-        sm_engine,
-        _dir: dir,
-        server,
-    }
+    Node { raft, sm_engine, _dir: dir, server }
 }
 
 fn test_config() -> Arc<openraft::Config> {
@@ -434,8 +296,7 @@ async fn three_nodes_replicate_and_install_snapshot_over_grpc() {
     let timeout = Some(Duration::from_secs(10));
 
     let n1 = &nodes[&1];
-    let voters: BTreeMap<NodeId, Member> =
-        [(1, addrs[&1].clone()), (2, addrs[&2].clone())].into();
+    let voters: BTreeMap<NodeId, Member> = [(1, addrs[&1].clone()), (2, addrs[&2].clone())].into();
     n1.raft.initialize(voters).await.unwrap();
     let leader = n1
         .raft
@@ -447,83 +308,36 @@ async fn three_nodes_replicate_and_install_snapshot_over_grpc() {
         .unwrap();
     let lraft = nodes[&leader].raft.clone();
 
-    let w = lraft
-        .client_write(Input::leader_start(10))
-        .await
-        .unwrap();
-    assert_eq!(
-        w.data,
-        Output {
-            next_deadline: None,
-            ..Output::default()
-        }
-    );
-    let w = lraft
-        .client_write(Input::Batch {
-            now: 20,
-            cmds: vec![grant(1, 60_000), grant(2, 60_000)],
-        })
-        .await
-        .unwrap();
+    let w = lraft.client_write(Input::leader_start(10)).await.unwrap();
+    assert_eq!(w.data, Output { next_deadline: None, ..Output::default() });
+    let w = lraft.client_write(Input::Batch { now: 20, cmds: vec![grant(1, 60_000), grant(2, 60_000)] }).await.unwrap();
     assert_eq!(
         w.data.replies,
         vec![
-            Reply::LeaseGranted {
-                lease: LeaseId(1),
-                ttl_ms: 60_000
-            },
-            Reply::LeaseGranted {
-                lease: LeaseId(2),
-                ttl_ms: 60_000
-            },
+            Reply::LeaseGranted { lease: LeaseId(1), ttl_ms: 60_000 },
+            Reply::LeaseGranted { lease: LeaseId(2), ttl_ms: 60_000 },
         ]
     );
     let last = w.log_id.index;
     for id in [1, 2] {
-        nodes[&id]
-            .raft
-            .wait(timeout)
-            .applied_index_at_least(Some(last), "voter applied")
-            .await
-            .unwrap();
+        nodes[&id].raft.wait(timeout).applied_index_at_least(Some(last), "voter applied").await.unwrap();
     }
     let leader_engine = nodes[&leader].sm_engine.read().unwrap().clone();
     for id in [1, 2] {
-        assert_eq!(
-            *nodes[&id].sm_engine.read().unwrap(),
-            leader_engine,
-            "node {id}"
-        );
+        assert_eq!(*nodes[&id].sm_engine.read().unwrap(), leader_engine, "node {id}");
     }
 
     // Compact the leader's log behind a snapshot.
     lraft.trigger().snapshot().await.unwrap();
-    lraft
-        .wait(timeout)
-        .snapshot(w.log_id, "snapshot built")
-        .await
-        .unwrap();
+    lraft.wait(timeout).snapshot(w.log_id, "snapshot built").await.unwrap();
     lraft.trigger().purge_log(last).await.unwrap();
-    lraft
-        .wait(timeout)
-        .purged(Some(w.log_id), "log purged")
-        .await
-        .unwrap();
+    lraft.wait(timeout).purged(Some(w.log_id), "log purged").await.unwrap();
 
     // Node 3 can only be brought up to date by a snapshot.
     lraft.add_learner(3, addrs[&3].clone(), true).await.unwrap();
-    nodes[&3]
-        .raft
-        .wait(timeout)
-        .applied_index_at_least(Some(last), "learner applied")
-        .await
-        .unwrap();
+    nodes[&3].raft.wait(timeout).applied_index_at_least(Some(last), "learner applied").await.unwrap();
     let m3 = nodes[&3].raft.metrics().borrow().clone();
-    assert_eq!(
-        m3.snapshot,
-        Some(w.log_id),
-        "the learner got the leader's snapshot"
-    );
+    assert_eq!(m3.snapshot, Some(w.log_id), "the learner got the leader's snapshot");
     assert_eq!(*nodes[&3].sm_engine.read().unwrap(), leader_engine);
 
     for (_, n) in nodes {
@@ -548,20 +362,12 @@ async fn unreachable_peer_maps_to_unreachable() {
     let mut net = Network::new(1, None);
     let mut conn = net.new_client(2, &Member::new(addr.to_string())).await;
     let req = VoteRequest::new(Vote::new(1, 1), None);
-    let err = conn
-        .vote(req, RPCOption::new(Duration::from_secs(2)))
-        .await
-        .unwrap_err();
+    let err = conn.vote(req, RPCOption::new(Duration::from_secs(2))).await.unwrap_err();
     assert!(matches!(err, RPCError::Unreachable(_)), "got {err:?}");
 
-    let mut bad = net
-        .new_client(3, &Member::new("not a host:port".to_string()))
-        .await;
+    let mut bad = net.new_client(3, &Member::new("not a host:port".to_string())).await;
     let req = VoteRequest::new(Vote::new(1, 1), None);
-    let err = bad
-        .vote(req, RPCOption::new(Duration::from_secs(2)))
-        .await
-        .unwrap_err();
+    let err = bad.vote(req, RPCOption::new(Duration::from_secs(2))).await.unwrap_err();
     assert!(matches!(err, RPCError::Unreachable(_)), "got {err:?}");
 }
 
@@ -574,25 +380,13 @@ async fn malformed_payload_is_invalid_argument() {
     let dir = tempfile::tempdir().unwrap();
     let (log, sm) = open_storage(dir.path()).unwrap();
     let engine = sm.engine();
-    let raft = super::Raft::new(1, test_config(), Network::new(1, None), log, sm)
-        .await
-        .unwrap();
+    let raft = super::Raft::new(1, test_config(), Network::new(1, None), log, sm).await.unwrap();
     let svc = RaftService::new(raft.clone(), engine, Default::default());
-    let status = svc
-        .vote(tonic::Request::new(RaftPayload {
-            json: b"{not json".to_vec(),
-        }))
-        .await
-        .unwrap_err();
+    let status = svc.vote(tonic::Request::new(RaftPayload { json: b"{not json".to_vec() })).await.unwrap_err();
     assert_eq!(status.code(), tonic::Code::InvalidArgument);
     // A well-formed vote gets openraft's answer, JSON-encoded.
     let req = openraft::raft::VoteRequest::<NodeId>::new(Vote::new(5, 2), None);
-    let resp = svc
-        .vote(tonic::Request::new(RaftPayload {
-            json: serde_json::to_vec(&req).unwrap(),
-        }))
-        .await
-        .unwrap();
+    let resp = svc.vote(tonic::Request::new(RaftPayload { json: serde_json::to_vec(&req).unwrap() })).await.unwrap();
     let answer: Result<openraft::raft::VoteResponse<NodeId>, openraft::error::RaftError<NodeId>> =
         serde_json::from_slice(&resp.into_inner().json).unwrap();
     let answer = answer.unwrap();

@@ -33,7 +33,10 @@ impl tonic::service::Interceptor for Bearer {
 /// the token.
 pub fn add_token(text: &mut String, name: &str, role: &str) -> String {
     let t = fencelock_server::auth::new_token().unwrap();
-    text.push_str(&format!("\n[[tokens]]\nname = \"{name}\"\nid = \"{}\"\nhash = \"{}\"\nroles = [\"{role}\"]\n", t.id, t.hash));
+    text.push_str(&format!(
+        "\n[[tokens]]\nname = \"{name}\"\nid = \"{}\"\nhash = \"{}\"\nroles = [\"{role}\"]\n",
+        t.id, t.hash
+    ));
     t.token
 }
 

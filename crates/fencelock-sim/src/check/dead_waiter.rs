@@ -12,9 +12,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use fencelock_core::{
-    Command, Effect, EngineError, Input, LeaseId, Millis, Output, Reply, RequestId, WaitEnd,
-};
+use fencelock_core::{Command, Effect, EngineError, Input, LeaseId, Millis, Output, Reply, RequestId, WaitEnd};
 
 use super::Verdict;
 use crate::report::Report;
@@ -48,18 +46,11 @@ pub fn check(r: &Report) -> Verdict {
             Input::LeaderStart { now, .. } => m.leader_start(*now),
             Input::Batch { now, cmds } => m.batch(&mut v, *now, cmds, out),
         }
-        grants += out
-            .effects
-            .iter()
-            .filter(|e| matches!(e, Effect::Granted { .. }))
-            .count() as u64;
+        grants += out.effects.iter().filter(|e| matches!(e, Effect::Granted { .. })).count() as u64;
         dead_waits += out.effects.iter().filter(|e| is_dead_wait(e)).count() as u64;
     }
-    v.evidence = vec![
-        ("grants", grants),
-        ("leases_expired", m.ended.len() as u64),
-        ("waiters_whose_lease_ended", dead_waits),
-    ];
+    v.evidence =
+        vec![("grants", grants), ("leases_expired", m.ended.len() as u64), ("waiters_whose_lease_ended", dead_waits)];
     // Whether a waiter is queued when its client is cut off is a matter of
     // timing, so this case is proved over a set of seeds (see the test), not in
     // each run.
@@ -67,13 +58,7 @@ pub fn check(r: &Report) -> Verdict {
 }
 
 fn is_dead_wait(e: &Effect) -> bool {
-    matches!(
-        e,
-        Effect::WaitEnded {
-            why: WaitEnd::LeaseEnded,
-            ..
-        }
-    )
+    matches!(e, Effect::WaitEnded { why: WaitEnd::LeaseEnded, .. })
 }
 
 impl Model {
@@ -97,13 +82,7 @@ impl Model {
             self.new_lease(at, cmd, reply);
         }
         for e in &out.effects {
-            if let Effect::Granted {
-                grant,
-                req,
-                queued,
-                waited_ms,
-            } = e
-            {
+            if let Effect::Granted { grant, req, queued, waited_ms } = e {
                 self.check_grant(v, at, grant.lease, *req, *queued, *waited_ms);
             }
         }
@@ -118,64 +97,34 @@ impl Model {
     fn new_lease(&mut self, at: Millis, cmd: &Command, reply: &Reply) {
         if let (Command::GrantLease { .. }, Reply::LeaseGranted { lease, ttl_ms }) = (cmd, reply) {
             let ttl = *ttl_ms;
-            let fresh = || Lease {
-                ttl,
-                deadline: at + ttl,
-                kept: BTreeSet::new(),
-                extended: false,
-            };
+            let fresh = || Lease { ttl, deadline: at + ttl, kept: BTreeSet::new(), extended: false };
             self.leases.entry(*lease).or_insert_with(fresh);
         }
     }
 
     /// The lease must be live at the instant of the grant.
-    fn check_grant(
-        &self,
-        v: &mut Verdict,
-        at: Millis,
-        lease: LeaseId,
-        req: RequestId,
-        queued: bool,
-        waited: u64,
-    ) {
+    fn check_grant(&self, v: &mut Verdict, at: Millis, lease: LeaseId, req: RequestId, queued: bool, waited: u64) {
         let Some(l) = self.leases.get(&lease) else {
-            let ended = self
-                .ended
-                .get(&lease)
-                .map_or("never granted".into(), |d| format!("expired at {d} ms"));
-            return v.violate(format!(
-                "at {at} ms the engine granted to lease {lease}, which has {ended}"
-            ));
+            let ended = self.ended.get(&lease).map_or("never granted".into(), |d| format!("expired at {d} ms"));
+            return v.violate(format!("at {at} ms the engine granted to lease {lease}, which has {ended}"));
         };
         if l.deadline > at {
             return; // live throughout this batch
         }
         // It expires inside this batch's advance: the grant must come first.
-        let granted = if queued {
-            self.queued_at.get(&(lease, req)).map(|q| q + waited)
-        } else {
-            Some(at)
-        };
+        let granted = if queued { self.queued_at.get(&(lease, req)).map(|q| q + waited) } else { Some(at) };
         match granted {
             Some(g) if g < l.deadline => {}
             Some(g) => v.violate(format!(
                 "at {g} ms the engine granted to lease {lease}, whose deadline was {} ms",
                 l.deadline
             )),
-            None => v.violate(format!(
-                "at {at} ms a queued grant to lease {lease} (req {}) was never queued",
-                req.0
-            )),
+            None => v.violate(format!("at {at} ms a queued grant to lease {lease} (req {}) was never queued", req.0)),
         }
     }
 
     fn expire(&mut self, at: Millis) {
-        let due: Vec<LeaseId> = self
-            .leases
-            .iter()
-            .filter(|(_, l)| l.deadline <= at)
-            .map(|(id, _)| *id)
-            .collect();
+        let due: Vec<LeaseId> = self.leases.iter().filter(|(_, l)| l.deadline <= at).map(|(id, _)| *id).collect();
         for id in due {
             if let Some(l) = self.leases.remove(&id) {
                 self.ended.insert(id, l.deadline);
@@ -188,25 +137,19 @@ impl Model {
     /// leases exist.
     fn check_reply(&mut self, v: &mut Verdict, at: Millis, cmd: &Command, reply: &Reply) {
         match (cmd, reply) {
-            (Command::KeepAlive { req, lease }, Reply::LeaseKept { .. }) => {
-                match self.leases.get_mut(lease) {
-                    Some(l) => {
-                        if l.kept.insert(*req) {
-                            l.deadline = at + l.ttl;
-                            l.extended = false;
-                        }
+            (Command::KeepAlive { req, lease }, Reply::LeaseKept { .. }) => match self.leases.get_mut(lease) {
+                Some(l) => {
+                    if l.kept.insert(*req) {
+                        l.deadline = at + l.ttl;
+                        l.extended = false;
                     }
-                    None => v.violate(format!(
-                        "at {at} ms the engine kept lease {lease} alive after it expired"
-                    )),
                 }
-            }
+                None => v.violate(format!("at {at} ms the engine kept lease {lease} alive after it expired")),
+            },
             (Command::Revoke { lease, .. }, Reply::LeaseRevoked { .. }) => {
                 self.leases.remove(lease);
             }
-            (_, Reply::Rejected(EngineError::LeaseNotFound(lease)))
-                if self.leases.contains_key(lease) =>
-            {
+            (_, Reply::Rejected(EngineError::LeaseNotFound(lease))) if self.leases.contains_key(lease) => {
                 v.violate(format!(
                     "at {at} ms the engine had forgotten lease {lease}, live until {} ms",
                     self.leases[lease].deadline
@@ -225,12 +168,7 @@ impl Model {
     ) {
         for e in effects {
             match e {
-                Effect::Granted {
-                    grant,
-                    req,
-                    queued: true,
-                    ..
-                } => self.queued_at.remove(&(grant.lease, *req)),
+                Effect::Granted { grant, req, queued: true, .. } => self.queued_at.remove(&(grant.lease, *req)),
                 Effect::WaitEnded { lease, req, .. } => self.queued_at.remove(&(*lease, *req)),
                 _ => None,
             };

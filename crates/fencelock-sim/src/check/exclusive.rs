@@ -35,16 +35,10 @@ pub fn check(r: &Report) -> Verdict {
     let handovers = handovers_after_expiry(&beliefs);
     v.evidence = vec![
         ("beliefs", beliefs.len() as u64),
-        (
-            "ended_by_deadline",
-            beliefs.iter().filter(|b| b.expired).count() as u64,
-        ),
+        ("ended_by_deadline", beliefs.iter().filter(|b| b.expired).count() as u64),
         ("handovers_after_expiry", handovers),
     ];
-    v.require(
-        handovers > 0,
-        "the lock never passed to another client after a holder's deadline ran out",
-    );
+    v.require(handovers > 0, "the lock never passed to another client after a holder's deadline ran out");
     v
 }
 
@@ -59,26 +53,14 @@ fn beliefs(r: &Report) -> Vec<Belief> {
             EventKind::HoldEnd { client, token, why } => {
                 let from = open.remove(&(client, token)).unwrap_or(e.at_ms);
                 let expired = why == HoldEnd::DeadlinePassed;
-                done.push(Belief {
-                    client,
-                    token,
-                    from,
-                    to: e.at_ms.max(from),
-                    expired,
-                });
+                done.push(Belief { client, token, from, to: e.at_ms.max(from), expired });
             }
             _ => {}
         }
     }
     // Beliefs still open when the run ended last until its end.
     let end = r.end_ms();
-    let open = open.into_iter().map(|((client, token), from)| Belief {
-        client,
-        token,
-        from,
-        to: end,
-        expired: false,
-    });
+    let open = open.into_iter().map(|((client, token), from)| Belief { client, token, from, to: end, expired: false });
     done.extend(open);
     done
 }
@@ -103,7 +85,5 @@ fn check_overlaps(v: &mut Verdict, sorted: &[Belief]) {
 /// client's belief.
 fn handovers_after_expiry(sorted: &[Belief]) -> u64 {
     let pairs = sorted.windows(2);
-    pairs
-        .filter(|w| w[0].expired && w[1].client != w[0].client)
-        .count() as u64
+    pairs.filter(|w| w[0].expired && w[1].client != w[0].client).count() as u64
 }

@@ -13,13 +13,7 @@ pub fn check(r: &Report) -> Verdict {
     let mut highest: Option<Token> = None;
     let (mut accepted, mut rejected, mut paused_rejected, mut stale_accepts) = (0, 0, 0, 0);
     for e in &r.events {
-        let EventKind::Write {
-            client,
-            token,
-            accepted: ok,
-            after_pause,
-        } = e.kind
-        else {
+        let EventKind::Write { client, token, accepted: ok, after_pause } = e.kind else {
             continue;
         };
         if !ok {
@@ -43,9 +37,6 @@ pub fn check(r: &Report) -> Verdict {
         ("rejected_after_pause", paused_rejected),
         ("stale_accepts", stale_accepts),
     ];
-    v.require(
-        paused_rejected > 0,
-        "no write made after a pause was rejected: the Kleppmann case did not happen",
-    );
+    v.require(paused_rejected > 0, "no write made after a pause was rejected: the Kleppmann case did not happen");
     v
 }

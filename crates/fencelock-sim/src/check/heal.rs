@@ -33,26 +33,16 @@ pub fn check(r: &Report) -> Verdict {
     }
     for (what, at) in [("grant", &grants), ("accepted write", &writes)] {
         for (from, to) in quiet_stalls(r, at) {
-            v.violate(format!(
-                "no {what} from {from} ms to {to} ms, with no fault active (bound {bound} ms)"
-            ));
+            v.violate(format!("no {what} from {from} ms to {to} ms, with no fault active (bound {bound} ms)"));
         }
     }
-    v.evidence = vec![
-        ("faults", r.faults.len() as u64),
-        ("slowest_heal_ms", worst),
-    ];
+    v.evidence = vec![("faults", r.faults.len() as u64), ("slowest_heal_ms", worst)];
     v.require(!r.faults.is_empty(), "no fault happened");
     v
 }
 
 fn instants(r: &Report, pick: impl Fn(&EventKind) -> bool) -> Vec<Millis> {
-    let mut at: Vec<Millis> = r
-        .events
-        .iter()
-        .filter(|e| pick(&e.kind))
-        .map(|e| e.at_ms)
-        .collect();
+    let mut at: Vec<Millis> = r.events.iter().filter(|e| pick(&e.kind)).map(|e| e.at_ms).collect();
     at.sort_unstable();
     at
 }
@@ -69,10 +59,7 @@ fn quiet_stalls(r: &Report, at: &[Millis]) -> Vec<(Millis, Millis)> {
     let mut stalls = Vec::new();
     for (q0, q1) in quiet_time(r) {
         let inside = at.iter().copied().filter(|t| (q0..q1).contains(t));
-        let points: Vec<Millis> = std::iter::once(q0)
-            .chain(inside)
-            .chain(std::iter::once(q1))
-            .collect();
+        let points: Vec<Millis> = std::iter::once(q0).chain(inside).chain(std::iter::once(q1)).collect();
         let long = points.windows(2).filter(|w| w[1] - w[0] > bound);
         stalls.extend(long.map(|w| (w[0], w[1])));
     }

@@ -27,12 +27,7 @@ pub struct Verdict {
 
 impl Verdict {
     pub fn new(invariant: &'static str) -> Self {
-        Self {
-            invariant,
-            violations: Vec::new(),
-            evidence: Vec::new(),
-            inconclusive: None,
-        }
+        Self { invariant, violations: Vec::new(), evidence: Vec::new(), inconclusive: None }
     }
 
     /// No violation and conclusive.
@@ -42,10 +37,7 @@ impl Verdict {
 
     /// The value of the evidence counter `name` (0 if absent).
     pub fn evidence(&self, name: &str) -> u64 {
-        self.evidence
-            .iter()
-            .find(|(n, _)| *n == name)
-            .map_or(0, |(_, v)| *v)
+        self.evidence.iter().find(|(n, _)| *n == name).map_or(0, |(_, v)| *v)
     }
 
     /// Record a violation, keeping at most a screenful of them.
@@ -64,17 +56,8 @@ impl Verdict {
 
     /// One line per finding, for reports and test failures.
     pub fn summary(&self) -> String {
-        let evidence: Vec<String> = self
-            .evidence
-            .iter()
-            .map(|(n, v)| format!("{n}={v}"))
-            .collect();
-        let mut s = format!(
-            "{} {} [{}]",
-            self.invariant,
-            self.status(),
-            evidence.join(" ")
-        );
+        let evidence: Vec<String> = self.evidence.iter().map(|(n, v)| format!("{n}={v}")).collect();
+        let mut s = format!("{} {} [{}]", self.invariant, self.status(), evidence.join(" "));
         for v in &self.violations {
             s.push_str(&format!("\n  violation: {v}"));
         }
@@ -97,13 +80,7 @@ impl Verdict {
 pub type Checker = fn(&Report) -> Verdict;
 
 /// Every invariant, in a fixed order.
-pub const ALL: [Checker; 5] = [
-    fence::check,
-    tokens::check,
-    exclusive::check,
-    dead_waiter::check,
-    heal::check,
-];
+pub const ALL: [Checker; 5] = [fence::check, tokens::check, exclusive::check, dead_waiter::check, heal::check];
 
 /// Run `checker`, turning a failed simulation into a violation.
 pub fn run(checker: Checker, report: &Report) -> Verdict {

@@ -55,9 +55,7 @@ fn check_increasing(v: &mut Verdict, live: &[(u64, LeaseId, Token)]) {
     for w in live.windows(2) {
         let ((_, _, a), (at, lease, b)) = (w[0], w[1]);
         if b <= a {
-            v.violate(format!(
-                "at {at} ms token {b} was granted to lease {lease} after token {a}"
-            ));
+            v.violate(format!("at {at} ms token {b} was granted to lease {lease} after token {a}"));
         }
     }
 }
@@ -67,11 +65,7 @@ fn check_same(v: &mut Verdict, live: &[(u64, LeaseId, Token)], durable: &[(Lease
     if live_pairs == durable {
         return;
     }
-    let i = live_pairs
-        .iter()
-        .zip(durable)
-        .take_while(|(a, b)| a == b)
-        .count();
+    let i = live_pairs.iter().zip(durable).take_while(|(a, b)| a == b).count();
     v.violate(format!(
         "the durable log does not hold the grants that were made: they differ at grant #{i} (live {:?}, durable {:?}; {} live, {} durable)",
         live_pairs.get(i),
@@ -86,13 +80,7 @@ fn check_acknowledged(v: &mut Verdict, r: &Report, durable: &[(LeaseId, Token)])
     let by_token: BTreeMap<Token, LeaseId> = durable.iter().map(|(l, t)| (*t, *l)).collect();
     let mut n = 0;
     for e in &r.events {
-        let EventKind::Hold {
-            client,
-            lease,
-            token,
-            ..
-        } = e.kind
-        else {
+        let EventKind::Hold { client, lease, token, .. } = e.kind else {
             continue;
         };
         n += 1;

@@ -38,12 +38,7 @@ pub struct Link {
 
 impl Link {
     pub fn new(host: &str, port: u16, timeout_ms: u64) -> Self {
-        Self {
-            host: host.to_string(),
-            port,
-            timeout_ms,
-            io: None,
-        }
+        Self { host: host.to_string(), port, timeout_ms, io: None }
     }
 
     /// Forget the connection; the next send opens a new one.
@@ -56,9 +51,7 @@ impl Link {
             return Ok(());
         }
         let connect = TcpStream::connect((self.host.as_str(), self.port));
-        let stream = within(self.timeout_ms, connect)
-            .await?
-            .map_err(|_| CallError::Io)?;
+        let stream = within(self.timeout_ms, connect).await?.map_err(|_| CallError::Io)?;
         let (rd, wr) = stream.into_split();
         self.io = Some((Frames::new(rd), wr));
         Ok(())
@@ -78,9 +71,7 @@ impl Link {
         let Some((_, wr)) = self.io.as_mut() else {
             return Err(CallError::Closed);
         };
-        within(self.timeout_ms, write_frame(wr, msg))
-            .await?
-            .map_err(|_| CallError::Io)
+        within(self.timeout_ms, write_frame(wr, msg)).await?.map_err(|_| CallError::Io)
     }
 
     /// The next frame within `ms`. A timeout keeps the connection (reads are
@@ -104,9 +95,7 @@ impl Link {
 }
 
 async fn within<F: std::future::Future>(ms: u64, f: F) -> Result<F::Output, CallError> {
-    tokio::time::timeout(Duration::from_millis(ms), f)
-        .await
-        .map_err(|_| CallError::Timeout)
+    tokio::time::timeout(Duration::from_millis(ms), f).await.map_err(|_| CallError::Timeout)
 }
 
 /// A connection to the lock server: request/reply, plus pushed wait outcomes.
@@ -118,11 +107,7 @@ pub struct ServerConn {
 
 impl ServerConn {
     pub fn new(link: Link) -> Self {
-        Self {
-            link,
-            next_id: 0,
-            pushes: VecDeque::new(),
-        }
+        Self { link, next_id: 0, pushes: VecDeque::new() }
     }
 
     /// Send `cmd` and wait for its reply; on a timeout the connection is dropped.
@@ -156,9 +141,7 @@ impl ServerConn {
         loop {
             let left = until.saturating_sub(now_ms()).max(1);
             match self.link.recv::<ServerMsg>(left).await {
-                Ok(ServerMsg::Push(p)) if (p.lease, p.req) == (lease, req) => {
-                    return Ok(Some(p.outcome))
-                }
+                Ok(ServerMsg::Push(p)) if (p.lease, p.req) == (lease, req) => return Ok(Some(p.outcome)),
                 Ok(_) => {}
                 Err(CallError::Timeout) => return Ok(None),
                 Err(e) => return Err(e),
@@ -170,10 +153,7 @@ impl ServerConn {
     }
 
     fn take_push(&mut self, lease: LeaseId, req: RequestId) -> Option<PushOutcome> {
-        let i = self
-            .pushes
-            .iter()
-            .position(|p| (p.lease, p.req) == (lease, req))?;
+        let i = self.pushes.iter().position(|p| (p.lease, p.req) == (lease, req))?;
         self.pushes.remove(i).map(|p| p.outcome)
     }
 

@@ -75,22 +75,12 @@ pub fn host_name(i: usize) -> String {
 
 /// The client host's software.
 pub async fn run(shared: ClientShared) -> turmoil::Result {
-    let ClientShared {
-        client,
-        cfg,
-        events,
-        pause,
-    } = shared;
+    let ClientShared { client, cfg, events, pause } = shared;
     let session = Rc::new(RefCell::new(Session::new(client, events.clone())));
     let timeout = cfg.request_timeout_ms();
     let server = || ServerConn::new(Link::new("server", SERVER_PORT, timeout));
     let every = cfg.keepalive_every_ms();
-    tokio::task::spawn_local(session::keepalive(
-        session.clone(),
-        server(),
-        every,
-        BACKOFF_MS,
-    ));
+    tokio::task::spawn_local(session::keepalive(session.clone(), server(), every, BACKOFF_MS));
     let seed = cfg.seed ^ (0x9e37_79b9_7f4a_7c15_u64.wrapping_mul(client as u64 + 1));
     let worker = Worker {
         session,

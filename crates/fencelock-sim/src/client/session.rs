@@ -41,14 +41,7 @@ pub type SharedSession = Rc<RefCell<Session>>;
 
 impl Session {
     pub fn new(client: usize, events: Events) -> Self {
-        Self {
-            client,
-            events,
-            current: None,
-            ended: BTreeMap::new(),
-            next_req: 0,
-            paused_until: 0,
-        }
+        Self { client, events, current: None, ended: BTreeMap::new(), next_req: 0, paused_until: 0 }
     }
 
     /// A fresh request id, unique across all clients (the client index is in the
@@ -71,15 +64,12 @@ impl Session {
 
     /// `lease` is the current lease and its deadline has not passed.
     pub fn is_live(&self, lease: LeaseId) -> bool {
-        self.current
-            .is_some_and(|c| c.id == lease && now_ms() < c.deadline)
+        self.current.is_some_and(|c| c.id == lease && now_ms() < c.deadline)
     }
 
     /// The deadline of `lease` if it is the current, live lease.
     pub fn live_deadline(&self, lease: LeaseId) -> Option<Millis> {
-        self.current
-            .filter(|c| c.id == lease && now_ms() < c.deadline)
-            .map(|c| c.deadline)
+        self.current.filter(|c| c.id == lease && now_ms() < c.deadline).map(|c| c.deadline)
     }
 
     /// The instant the client's belief in `lease` ends if it stops now: now while
@@ -98,22 +88,14 @@ impl Session {
         }
         self.current = Some(Current { id, deadline });
         let client = self.client;
-        self.events.push(EventKind::ClientLease {
-            client,
-            lease: id,
-            deadline,
-        });
+        self.events.push(EventKind::ClientLease { client, lease: id, deadline });
     }
 
     /// A keep-alive sent at `sent` was acknowledged: the deadline moves to
     /// `sent + ttl`, unless the lease was already lost.
     pub fn extend(&mut self, lease: LeaseId, deadline: Millis) {
         let now = now_ms();
-        if let Some(c) = self
-            .current
-            .as_mut()
-            .filter(|c| c.id == lease && now < c.deadline)
-        {
+        if let Some(c) = self.current.as_mut().filter(|c| c.id == lease && now < c.deadline) {
             c.deadline = c.deadline.max(deadline);
         }
     }
@@ -126,8 +108,7 @@ impl Session {
         self.ended.insert(lease, now_ms().min(c.deadline));
         self.current = None;
         let client = self.client;
-        self.events
-            .push(EventKind::ClientLeaseLost { client, lease });
+        self.events.push(EventKind::ClientLeaseLost { client, lease });
     }
 
     pub fn pause_until(&mut self, until: Millis) {
@@ -142,12 +123,7 @@ pub async fn gate(session: &SharedSession) {
 }
 
 /// The keep-alive task: every `every_ms`, renew the current lease.
-pub async fn keepalive(
-    session: SharedSession,
-    mut conn: ServerConn,
-    every_ms: u64,
-    backoff_ms: u64,
-) {
+pub async fn keepalive(session: SharedSession, mut conn: ServerConn, every_ms: u64, backoff_ms: u64) {
     loop {
         sleep_ms(every_ms).await;
         gate(&session).await;
@@ -167,12 +143,8 @@ async fn renew(session: &SharedSession, conn: &mut ServerConn, lease: LeaseId, b
         let res = conn.call(Command::KeepAlive { req, lease }).await;
         gate(session).await;
         match res {
-            Ok(Reply::LeaseKept { ttl_ms, .. }) => {
-                return session.borrow_mut().extend(lease, sent + ttl_ms)
-            }
-            Ok(Reply::Rejected(EngineError::LeaseNotFound(_))) => {
-                return session.borrow_mut().lose(lease)
-            }
+            Ok(Reply::LeaseKept { ttl_ms, .. }) => return session.borrow_mut().extend(lease, sent + ttl_ms),
+            Ok(Reply::Rejected(EngineError::LeaseNotFound(_))) => return session.borrow_mut().lose(lease),
             Ok(_) => return,
             Err(_) => sleep_ms(backoff_ms).await,
         }

@@ -116,11 +116,7 @@ impl Worker {
 
     async fn wait_push(&mut self, lease: LeaseId, req: RequestId) -> Option<PushOutcome> {
         let poll_ms = self.cfg.keepalive_every_ms();
-        self.server
-            .push_for(lease, req, poll_ms)
-            .await
-            .ok()
-            .flatten()
+        self.server.push_for(lease, req, poll_ms).await.ok().flatten()
     }
 
     /// Hold the grant: work, check the deadline, (maybe be paused), write, release.
@@ -130,12 +126,7 @@ impl Worker {
         let Some(deadline) = self.session.borrow().live_deadline(lease) else {
             return; // granted too late to use: the lease is already lost here
         };
-        self.events.push(EventKind::Hold {
-            client,
-            lease,
-            token,
-            deadline,
-        });
+        self.events.push(EventKind::Hold { client, lease, token, deadline });
         sleep_ms(self.rng.u64(0..=THINK_MAX_MS)).await;
         if !self.session.borrow().is_live(lease) {
             return self.end_hold(lease, token);
@@ -150,14 +141,9 @@ impl Worker {
     fn end_hold(&self, lease: LeaseId, token: Token) {
         let session = self.session.borrow();
         let at = session.belief_end(lease);
-        let why = if session.is_live(lease) {
-            HoldEnd::Released
-        } else {
-            HoldEnd::DeadlinePassed
-        };
+        let why = if session.is_live(lease) { HoldEnd::Released } else { HoldEnd::DeadlinePassed };
         let client = session.client;
-        self.events
-            .push_at(at, EventKind::HoldEnd { client, token, why });
+        self.events.push_at(at, EventKind::HoldEnd { client, token, why });
     }
 
     /// If the nemesis armed a pause, take it: stop everything for its duration.
@@ -168,11 +154,7 @@ impl Worker {
         };
         let until = now_ms() + ms;
         self.session.borrow_mut().pause_until(until);
-        self.events.push(EventKind::Paused {
-            client,
-            token,
-            until,
-        });
+        self.events.push(EventKind::Paused { client, token, until });
         sleep_until_ms(until).await;
         true
     }
@@ -181,19 +163,8 @@ impl Worker {
     /// resource's own record is what the checkers read).
     async fn write(&mut self, token: Token, after_pause: bool) {
         let client = self.client();
-        self.events.push(EventKind::WriteSent {
-            client,
-            token,
-            after_pause,
-        });
-        let _ = self
-            .resource
-            .write(&WriteReq {
-                client,
-                token,
-                after_pause,
-            })
-            .await;
+        self.events.push(EventKind::WriteSent { client, token, after_pause });
+        let _ = self.resource.write(&WriteReq { client, token, after_pause }).await;
     }
 
     /// Release, retrying the same request id while the lease is live.
@@ -201,12 +172,7 @@ impl Worker {
         let req = self.session.borrow_mut().req();
         let lock = LOCK.to_string();
         while self.session.borrow().is_live(lease) {
-            let cmd = Command::Release {
-                req,
-                lease,
-                lock: lock.clone(),
-                token,
-            };
+            let cmd = Command::Release { req, lease, lock: lock.clone(), token };
             match self.server.call(cmd).await {
                 Ok(_) => return,
                 Err(_) => sleep_ms(BACKOFF_MS).await,

@@ -199,7 +199,12 @@ impl Driver {
         let left = !self.conns.contains_key(&conn);
         let (lease, req) = key;
         let cancel = Command::CancelWait { req, lease, lock };
-        (self.racy_cancel() && left).then_some(Event::Request(Msg { cmd: cancel, reply: None, waiter: None, gen: None }))
+        (self.racy_cancel() && left).then_some(Event::Request(Msg {
+            cmd: cancel,
+            reply: None,
+            waiter: None,
+            gen: None,
+        }))
     }
 
     /// The caller of acquire `gen` of `key` on `conn` has its outcome.
@@ -234,7 +239,8 @@ impl Driver {
         let gen = self.next_gen;
         self.next_gen += 1;
         let replaced = self.acquires.entry(conn).or_default().insert(key, (gen, a.lock.clone(), false));
-        let mut events: Vec<_> = replaced.map(|(old, ..)| Event::AcquireGone { key, gen: old, cancel: None }).into_iter().collect();
+        let mut events: Vec<_> =
+            replaced.map(|(old, ..)| Event::AcquireGone { key, gen: old, cancel: None }).into_iter().collect();
         let waiter = Waiter { conn, key, gen };
         let origin = Origin { conn, id: req.id, acquire: Some((key, gen, a.lock.clone())) };
         // The old driver's way: no generations, so no ownership of the wait.

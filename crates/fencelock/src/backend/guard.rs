@@ -53,7 +53,13 @@ pub struct Guard {
 impl Guard {
     /// A guard on `name` granted by `backend` with `token`, whose lease state is
     /// `watch`. For backend implementations.
-    pub fn new(name: String, token: Option<u64>, backend: &'static str, watch: LeaseWatch, held: Box<dyn Held>) -> Guard {
+    pub fn new(
+        name: String,
+        token: Option<u64>,
+        backend: &'static str,
+        watch: LeaseWatch,
+        held: Box<dyn Held>,
+    ) -> Guard {
         Guard { name, token, backend, watch, held: Some(held) }
     }
 

@@ -405,10 +405,15 @@ mod tests {
         assert!(matches!(&err, Error::InvalidArgument(m) if m.contains("invalid auth token")), "{err:?}");
         let err = native_client(&BackendUrl::parse(&format!("http://{addr}?token=")).unwrap()).await.unwrap_err();
         assert!(matches!(&err, Error::InvalidArgument(m) if m.contains("invalid auth token: it is empty")), "{err:?}");
-        for other in ["redis://h?token=sekrit", "etcd://h?token=sekrit", "zk://h?token=sekrit", "postgres://u@h/db?token=sekrit"] {
+        for other in
+            ["redis://h?token=sekrit", "etcd://h?token=sekrit", "zk://h?token=sekrit", "postgres://u@h/db?token=sekrit"]
+        {
             let err = connect(other).await.err().unwrap();
             let msg = err.to_string();
-            assert!(matches!(err, Error::InvalidArgument(_)) && msg.contains("token=***: token= is the bearer token"), "{msg}");
+            assert!(
+                matches!(err, Error::InvalidArgument(_)) && msg.contains("token=***: token= is the bearer token"),
+                "{msg}"
+            );
             assert!(!msg.contains("sekrit"), "{msg}");
         }
     }

@@ -53,7 +53,6 @@ impl Target for Etcd {
 
 crate::conformance!(Etcd);
 
-
 /// A raw KV client on etcd, to look at (and tamper with) the keys.
 async fn raw(port: u16) -> KvClient<Channel> {
     within("raw etcd client", KvClient::connect(format!("http://127.0.0.1:{port}"))).await.unwrap()

@@ -4,13 +4,22 @@
 
 mod suite;
 
+#[cfg(feature = "etcd")]
+mod etcd;
 mod native;
-#[cfg(feature = "etcd")] mod etcd;
-#[cfg(feature = "redis")] mod redis;
-#[cfg(feature = "redis")] mod redlock;
-#[cfg(feature = "redis")] mod secure_redis;
-#[cfg(feature = "zookeeper")] mod zookeeper;
-#[cfg(feature = "postgres")] mod postgres;
-#[cfg(feature = "postgres")] mod secure_postgres;
-#[cfg(feature = "etcd")] mod secure_etcd;
-#[cfg(feature = "zookeeper")] mod secure_zookeeper;
+#[cfg(feature = "postgres")]
+mod postgres;
+#[cfg(feature = "redis")]
+mod redis;
+#[cfg(feature = "redis")]
+mod redlock;
+#[cfg(feature = "etcd")]
+mod secure_etcd;
+#[cfg(feature = "postgres")]
+mod secure_postgres;
+#[cfg(feature = "redis")]
+mod secure_redis;
+#[cfg(feature = "zookeeper")]
+mod secure_zookeeper;
+#[cfg(feature = "zookeeper")]
+mod zookeeper;

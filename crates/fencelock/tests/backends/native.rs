@@ -19,7 +19,8 @@ pub struct Native {
 impl Target for Native {
     async fn start() -> Native {
         let dir = tempfile::tempdir().unwrap();
-        let running = fencelock_server::start(fencelock_server::Config::for_test(dir.path().join("data"))).await.unwrap();
+        let running =
+            fencelock_server::start(fencelock_server::Config::for_test(dir.path().join("data"))).await.unwrap();
         let addr = running.grpc_addr;
         // Wait until the node has elected itself (the client retries meanwhile).
         let client = fencelock::Client::connect(format!("http://{addr}")).await.unwrap();
@@ -80,7 +81,8 @@ async fn declares_failover_for_a_group_and_survives_it() {
     let url = format!("fencelock://{}", nodes.iter().map(|n| n.grpc_addr.to_string()).collect::<Vec<_>>().join(","));
     let client = within("connect", fencelock::Client::connect(url.clone())).await.unwrap();
     assert!(client.capabilities().survives_failover, "{url}");
-    let one = within("connect", fencelock::Client::connect(format!("fencelock://{}", nodes[1].grpc_addr))).await.unwrap();
+    let one =
+        within("connect", fencelock::Client::connect(format!("fencelock://{}", nodes[1].grpc_addr))).await.unwrap();
     assert!(!one.capabilities().survives_failover);
     assert!(suite::connect(&url).await.capabilities().survives_failover, "through fencelock::connect");
 

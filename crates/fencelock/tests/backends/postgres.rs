@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use fencelock::backend::{self, Backend, Capabilities, Fencing};
 use fencelock::{Acquire, Error, LeaseLost, LockOptions};
-use fencelock_testkit::PgServer;
 use fencelock_testkit::proxy::Proxy;
+use fencelock_testkit::PgServer;
 use tokio_postgres::NoTls;
 
 use crate::suite::{self, opts, within, Target, MS, SECS};
@@ -34,7 +34,6 @@ async fn sql(pg: &PgServer) -> tokio_postgres::Client {
 async fn count(raw: &tokio_postgres::Client, query: &str) -> i64 {
     raw.query_one(query, &[]).await.unwrap().get(0)
 }
-
 
 /// Polls `probe` until it is true (bounded by [`suite::LIMIT`]).
 async fn eventually<F, Fut>(what: &str, mut probe: F)

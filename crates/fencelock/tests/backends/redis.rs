@@ -126,7 +126,6 @@ async fn script_runs(conn: &mut MultiplexedConnection) -> u64 {
         .sum()
 }
 
-
 /// Acquires `name` once (no wait) and releases it; the grant's token.
 async fn token_of_a_grant(b: &Backend, name: &str) -> u64 {
     let g = within("grant", b.acquire(name, &opts(10 * SECS, Duration::ZERO))).await.unwrap().acquired().unwrap();

@@ -59,7 +59,6 @@ fn url_of(addrs: impl Iterator<Item = SocketAddr>) -> String {
     format!("redlock://{}", addrs.map(|a| a.to_string()).collect::<Vec<_>>().join(","))
 }
 
-
 /// The declaration: no token, no queue, no push wake-ups, expiry on the nodes,
 /// survives the loss of a minority of nodes, no lock-delay.
 #[tokio::test]

@@ -54,7 +54,6 @@ impl Target for Zk {
 
 crate::conformance!(Zk);
 
-
 /// The contender nodes of lock `name` under `base`, first in line first (full
 /// paths).
 async fn queue(raw: &zk::Client, base: &str, name: &str) -> Vec<String> {

@@ -36,7 +36,8 @@ pub struct Server {
 impl Server {
     pub async fn start() -> Server {
         let dir = tempfile::tempdir().unwrap();
-        let running = fencelock_server::start(fencelock_server::Config::for_test(dir.path().join("data"))).await.unwrap();
+        let running =
+            fencelock_server::start(fencelock_server::Config::for_test(dir.path().join("data"))).await.unwrap();
         let url = format!("http://{}", running.grpc_addr);
         // Until the node has elected itself it answers UNAVAILABLE; the client
         // retries that, the raw and session APIs do not. Wait for it here.

@@ -23,88 +23,45 @@ pub fn name(s: &str) -> LockName {
 }
 
 pub fn grant(lock: &str, lease: u64, token: u64) -> Grant {
-    Grant {
-        lock: name(lock),
-        lease: l(lease),
-        token: t(token),
-    }
+    Grant { lock: name(lock), lease: l(lease), token: t(token) }
 }
 
 pub fn new_lease(req: u64, ttl_ms: u64) -> Command {
-    Command::GrantLease {
-        req: r(req),
-        ttl_ms,
-        id: None,
-    }
+    Command::GrantLease { req: r(req), ttl_ms, id: None }
 }
 
 pub fn keep(req: u64, lease: u64) -> Command {
-    Command::KeepAlive {
-        req: r(req),
-        lease: l(lease),
-    }
+    Command::KeepAlive { req: r(req), lease: l(lease) }
 }
 
 pub fn revoke(req: u64, lease: u64) -> Command {
-    Command::Revoke {
-        req: r(req),
-        lease: l(lease),
-    }
+    Command::Revoke { req: r(req), lease: l(lease) }
 }
 
 /// Acquire `lock` for `lease`, waiting up to `wait_ms`, with lock-delay `delay`.
 pub fn acq(req: u64, lease: u64, lock: &str, wait_ms: u64, delay: u64) -> Command {
     let lock = lock.to_string();
-    Command::Acquire(Acquire {
-        req: r(req),
-        lease: l(lease),
-        lock,
-        wait_ms,
-        lock_delay_ms: delay,
-    })
+    Command::Acquire(Acquire { req: r(req), lease: l(lease), lock, wait_ms, lock_delay_ms: delay })
 }
 
 pub fn rel(req: u64, lease: u64, lock: &str, token: u64) -> Command {
-    Command::Release {
-        req: r(req),
-        lease: l(lease),
-        lock: lock.to_string(),
-        token: t(token),
-    }
+    Command::Release { req: r(req), lease: l(lease), lock: lock.to_string(), token: t(token) }
 }
 
 pub fn cancel(req: u64, lease: u64, lock: &str) -> Command {
-    Command::CancelWait {
-        req: r(req),
-        lease: l(lease),
-        lock: lock.to_string(),
-    }
+    Command::CancelWait { req: r(req), lease: l(lease), lock: lock.to_string() }
 }
 
 pub fn granted(g: Grant, req: u64, queued: bool, waited_ms: u64) -> Effect {
-    Effect::Granted {
-        grant: g,
-        req: r(req),
-        queued,
-        waited_ms,
-    }
+    Effect::Granted { grant: g, req: r(req), queued, waited_ms }
 }
 
 pub fn released(g: Grant, held_ms: u64, cause: ReleaseCause) -> Effect {
-    Effect::Released {
-        grant: g,
-        held_ms,
-        cause,
-    }
+    Effect::Released { grant: g, held_ms, cause }
 }
 
 pub fn wait_ended(lock: &str, lease: u64, req: u64, why: WaitEnd) -> Effect {
-    Effect::WaitEnded {
-        lock: name(lock),
-        lease: l(lease),
-        req: r(req),
-        why,
-    }
+    Effect::WaitEnded { lock: name(lock), lease: l(lease), req: r(req), why }
 }
 
 pub fn expired(lease: u64) -> Effect {
@@ -112,19 +69,11 @@ pub fn expired(lease: u64) -> Effect {
 }
 
 pub fn busy(holder: Option<Grant>, reopens_in_ms: Option<u64>, waiters: u32) -> Reply {
-    Reply::Busy(Busy {
-        holder,
-        reopens_in_ms,
-        waiters,
-    })
+    Reply::Busy(Busy { holder, reopens_in_ms, waiters })
 }
 
 pub fn out(replies: Vec<Reply>, effects: Vec<Effect>, next: Option<Millis>) -> Output {
-    Output {
-        replies,
-        effects,
-        next_deadline: next,
-    }
+    Output { replies, effects, next_deadline: next }
 }
 
 pub fn batch(e: &mut Engine, now: Millis, cmds: Vec<Command>) -> Output {
@@ -148,10 +97,7 @@ pub fn setup(n: u64) -> Engine {
     let mut e = Engine::new();
     let cmds = (1..=n).map(|i| new_lease(100 + i, TTL)).collect();
     let o = batch(&mut e, 0, cmds);
-    assert!(o
-        .replies
-        .iter()
-        .all(|r| matches!(r, Reply::LeaseGranted { .. })));
+    assert!(o.replies.iter().all(|r| matches!(r, Reply::LeaseGranted { .. })));
     e
 }
 

@@ -15,28 +15,12 @@ fn two_leases() -> Engine {
 fn inv7_expiry_with_lock_delay_closes_the_lock_until_the_delay_ends() {
     let mut e = two_leases();
     one(&mut e, 0, acq(1, 1, "a", 0, 300));
-    assert_eq!(
-        one(&mut e, 900, acq(2, 2, "a", 2000, 0)).0,
-        Reply::Queued { position: 0 }
-    );
+    assert_eq!(one(&mut e, 900, acq(2, 2, "a", 2000, 0)).0, Reply::Queued { position: 0 });
     let fx = vec![expired(1), released(grant("a", 1, 1), 1000, Expired)];
     assert_eq!(tick(&mut e, 1000), out(vec![], fx, Some(1300)));
-    assert_eq!(
-        one(&mut e, 1100, acq(3, 2, "a", 0, 0)).0,
-        busy(None, Some(200), 1)
-    );
-    let waiter = WaiterInfo {
-        lease: l(2),
-        req: r(2),
-        waited_ms: 200,
-        wait_left_ms: 1800,
-    };
-    let info = LockInfo {
-        name: name("a"),
-        holder: None,
-        reopens_in_ms: Some(200),
-        waiters: vec![waiter],
-    };
+    assert_eq!(one(&mut e, 1100, acq(3, 2, "a", 0, 0)).0, busy(None, Some(200), 1));
+    let waiter = WaiterInfo { lease: l(2), req: r(2), waited_ms: 200, wait_left_ms: 1800 };
+    let info = LockInfo { name: name("a"), holder: None, reopens_in_ms: Some(200), waiters: vec![waiter] };
     assert_eq!(e.lock_info(1100, "a"), Some(info));
     assert_eq!(tick(&mut e, 1299), out(vec![], vec![], Some(1300)));
     let fx = vec![granted(grant("a", 2, 2), 2, true, 400)];
@@ -48,11 +32,7 @@ fn inv7_expiry_without_lock_delay_grants_the_next_waiter_at_once() {
     let mut e = two_leases();
     one(&mut e, 0, acq(1, 1, "a", 0, 0));
     one(&mut e, 900, acq(2, 2, "a", 2000, 0));
-    let fx = vec![
-        expired(1),
-        released(grant("a", 1, 1), 1000, Expired),
-        granted(grant("a", 2, 2), 2, true, 100),
-    ];
+    let fx = vec![expired(1), released(grant("a", 1, 1), 1000, Expired), granted(grant("a", 2, 2), 2, true, 100)];
     assert_eq!(tick(&mut e, 1000), out(vec![], fx, Some(5000)));
 }
 
@@ -62,18 +42,9 @@ fn inv7_release_and_cancel_never_close_the_lock() {
     one(&mut e, 0, acq(1, 1, "a", 0, 300));
     one(&mut e, 10, rel(2, 1, "a", 1));
     assert_eq!(e.lock_info(10, "a"), None);
-    assert_eq!(
-        one(&mut e, 10, acq(3, 2, "a", 0, 300)).0,
-        Reply::Acquired(grant("a", 2, 2))
-    );
-    assert_eq!(
-        one(&mut e, 20, cancel(3, 2, "a")).0,
-        Reply::Cancelled { released: true }
-    );
-    assert_eq!(
-        one(&mut e, 20, acq(4, 1, "a", 0, 0)).0,
-        Reply::Acquired(grant("a", 1, 3))
-    );
+    assert_eq!(one(&mut e, 10, acq(3, 2, "a", 0, 300)).0, Reply::Acquired(grant("a", 2, 2)));
+    assert_eq!(one(&mut e, 20, cancel(3, 2, "a")).0, Reply::Cancelled { released: true });
+    assert_eq!(one(&mut e, 20, acq(4, 1, "a", 0, 0)).0, Reply::Acquired(grant("a", 1, 3)));
 }
 
 #[test]
@@ -81,16 +52,10 @@ fn inv7_a_closed_lock_without_waiters_reopens_and_is_forgotten() {
     let mut e = two_leases();
     one(&mut e, 0, acq(1, 1, "a", 0, 500));
     tick(&mut e, 1000);
-    assert_eq!(
-        one(&mut e, 1000, acq(2, 2, "a", 100, 0)).0,
-        Reply::Queued { position: 0 }
-    );
+    assert_eq!(one(&mut e, 1000, acq(2, 2, "a", 100, 0)).0, Reply::Queued { position: 0 });
     let fx = vec![wait_ended("a", 2, 2, WaitEnd::TimedOut)];
     assert_eq!(tick(&mut e, 1100), out(vec![], fx, Some(1500)));
-    assert_eq!(
-        e.lock_info(1100, "a").map(|i| i.reopens_in_ms),
-        Some(Some(400))
-    );
+    assert_eq!(e.lock_info(1100, "a").map(|i| i.reopens_in_ms), Some(Some(400)));
     assert_eq!(tick(&mut e, 1500), out(vec![], vec![], Some(5000)));
     assert_eq!(e.lock_info(1500, "a"), None);
 }
@@ -101,18 +66,9 @@ fn timers_fire_at_their_own_instants_within_one_tick() {
     // 600 and goes to the waiter (whose wait would end at 700). One tick at 1000
     // gives the same outcome as ticks at 500 and 600.
     let mut e = Engine::new();
-    let cmds = vec![
-        new_lease(1, 500),
-        new_lease(2, 5000),
-        acq(1, 1, "a", 0, 100),
-        acq(2, 2, "a", 700, 0),
-    ];
+    let cmds = vec![new_lease(1, 500), new_lease(2, 5000), acq(1, 1, "a", 0, 100), acq(2, 2, "a", 700, 0)];
     batch(&mut e, 0, cmds);
-    let fx = vec![
-        expired(1),
-        released(grant("a", 1, 1), 500, Expired),
-        granted(grant("a", 2, 2), 2, true, 600),
-    ];
+    let fx = vec![expired(1), released(grant("a", 1, 1), 500, Expired), granted(grant("a", 2, 2), 2, true, 600)];
     assert_eq!(tick(&mut e, 1000), out(vec![], fx, Some(5000)));
     assert_eq!(e.lock_info(1000, "a").unwrap().holder.unwrap().held_ms, 400);
 }
@@ -122,27 +78,15 @@ fn timers_due_together_fire_reopen_before_wait_timeout() {
     let mut e = two_leases();
     one(&mut e, 0, acq(1, 1, "a", 0, 300));
     one(&mut e, 300, acq(2, 2, "a", 1000, 0)); // wait ends at 1300, as the delay
-    let fx = vec![
-        expired(1),
-        released(grant("a", 1, 1), 1000, Expired),
-        granted(grant("a", 2, 2), 2, true, 1000),
-    ];
+    let fx = vec![expired(1), released(grant("a", 1, 1), 1000, Expired), granted(grant("a", 2, 2), 2, true, 1000)];
     assert_eq!(tick(&mut e, 1300), out(vec![], fx, Some(5000)));
 }
 
 #[test]
 fn timers_due_together_fire_lease_expiry_before_wait_timeout() {
     let mut e = two_leases();
-    batch(
-        &mut e,
-        0,
-        vec![acq(1, 1, "a", 0, 0), acq(2, 2, "a", 1000, 0)],
-    );
-    let fx = vec![
-        expired(1),
-        released(grant("a", 1, 1), 1000, Expired),
-        granted(grant("a", 2, 2), 2, true, 1000),
-    ];
+    batch(&mut e, 0, vec![acq(1, 1, "a", 0, 0), acq(2, 2, "a", 1000, 0)]);
+    let fx = vec![expired(1), released(grant("a", 1, 1), 1000, Expired), granted(grant("a", 2, 2), 2, true, 1000)];
     assert_eq!(tick(&mut e, 1000), out(vec![], fx, Some(5000)));
 }
 
@@ -150,10 +94,7 @@ fn timers_due_together_fire_lease_expiry_before_wait_timeout() {
 fn a_batch_behind_the_clock_applies_at_the_engine_clock() {
     let mut e = setup(1);
     tick(&mut e, 500);
-    assert_eq!(
-        batch(&mut e, 200, vec![acq(1, 1, "a", 0, 0)]).next_deadline,
-        Some(1000)
-    );
+    assert_eq!(batch(&mut e, 200, vec![acq(1, 1, "a", 0, 0)]).next_deadline, Some(1000));
     assert_eq!(e.now(), 500);
     assert_eq!(e.lock_info(500, "a").unwrap().holder.unwrap().held_ms, 0);
 }
@@ -162,17 +103,9 @@ fn a_batch_behind_the_clock_applies_at_the_engine_clock() {
 /// lease 2 holds "b" since 100; lease 3 waits for "b" until 1600. Clock at 1100.
 fn before_leader_change() -> Engine {
     let mut e = Engine::new();
-    batch(
-        &mut e,
-        0,
-        vec![new_lease(1, 1000), new_lease(2, 4000), new_lease(3, 4000)],
-    );
+    batch(&mut e, 0, vec![new_lease(1, 1000), new_lease(2, 4000), new_lease(3, 4000)]);
     one(&mut e, 0, acq(1, 1, "a", 0, 300));
-    batch(
-        &mut e,
-        100,
-        vec![acq(2, 2, "b", 0, 0), acq(3, 3, "b", 1500, 0)],
-    );
+    batch(&mut e, 100, vec![acq(2, 2, "b", 0, 0), acq(3, 3, "b", 1500, 0)]);
     tick(&mut e, 1100);
     e
 }
@@ -180,29 +113,15 @@ fn before_leader_change() -> Engine {
 #[test]
 fn inv8_leader_start_rebases_every_instant_onto_the_new_clock() {
     let mut e = before_leader_change();
-    assert_eq!(
-        e.step(&Input::leader_start(5000)),
-        out(vec![], vec![], Some(5300))
-    );
+    assert_eq!(e.step(&Input::leader_start(5000)), out(vec![], vec![], Some(5300)));
     assert_eq!(e.now(), 5000);
     assert_eq!(e.lease_info(5000, l(2)).unwrap().ttl_left_ms, 4000);
     assert_eq!(e.lock_info(5000, "a").unwrap().reopens_in_ms, Some(300));
     let b = e.lock_info(5000, "b").unwrap();
-    let holder = HolderInfo {
-        lease: l(2),
-        owner: None,
-        token: t(2),
-        held_ms: 1000,
-        ttl_left_ms: 4000,
-        lock_delay_ms: 0,
-    };
+    let holder =
+        HolderInfo { lease: l(2), owner: None, token: t(2), held_ms: 1000, ttl_left_ms: 4000, lock_delay_ms: 0 };
     assert_eq!(b.holder, Some(holder));
-    let waiter = WaiterInfo {
-        lease: l(3),
-        req: r(3),
-        waited_ms: 1000,
-        wait_left_ms: 500,
-    };
+    let waiter = WaiterInfo { lease: l(3), req: r(3), waited_ms: 1000, wait_left_ms: 500 };
     assert_eq!(b.waiters, vec![waiter]);
     let fx = vec![wait_ended("b", 3, 3, WaitEnd::TimedOut)];
     assert_eq!(tick(&mut e, 5500), out(vec![], fx, Some(9000)));
@@ -211,10 +130,7 @@ fn inv8_leader_start_rebases_every_instant_onto_the_new_clock() {
 #[test]
 fn inv8_leader_start_on_a_smaller_clock_saturates_ages() {
     let mut e = before_leader_change();
-    assert_eq!(
-        e.step(&Input::leader_start(10)),
-        out(vec![], vec![], Some(310))
-    );
+    assert_eq!(e.step(&Input::leader_start(10)), out(vec![], vec![], Some(310)));
     assert_eq!(e.now(), 10);
     let b = e.lock_info(10, "b").unwrap();
     assert_eq!(b.holder.unwrap().held_ms, 10);
@@ -227,10 +143,7 @@ fn inv8_leader_start_expires_nothing_and_gives_a_full_ttl() {
     let mut e = setup(1);
     one(&mut e, 0, acq(1, 1, "a", 0, 0));
     // The old clock's deadline (1000) is meaningless on the new clock.
-    assert_eq!(
-        e.step(&Input::leader_start(5000)),
-        out(vec![], vec![], Some(6000))
-    );
+    assert_eq!(e.step(&Input::leader_start(5000)), out(vec![], vec![], Some(6000)));
     assert_eq!(tick(&mut e, 5999), out(vec![], vec![], Some(6000)));
     let fx = vec![expired(1), released(grant("a", 1, 1), 1000, Expired)];
     assert_eq!(tick(&mut e, 6000), out(vec![], fx, None));
@@ -284,18 +197,8 @@ fn check_is_current_only_for_the_live_holders_token() {
     let mut e = setup(2);
     one(&mut e, 0, acq(1, 1, "a", 0, 0));
     assert_eq!(e.check(10, "a", t(1)), Check::Current);
-    assert_eq!(
-        e.check(10, "a", t(2)),
-        Check::Stale {
-            current: Some(t(1))
-        }
-    );
-    assert_eq!(
-        e.check(10, "a", t(0)),
-        Check::Stale {
-            current: Some(t(1))
-        }
-    );
+    assert_eq!(e.check(10, "a", t(2)), Check::Stale { current: Some(t(1)) });
+    assert_eq!(e.check(10, "a", t(0)), Check::Stale { current: Some(t(1)) });
     assert_eq!(e.check(10, "b", t(1)), Check::Stale { current: None });
     assert_eq!(e.check(999, "a", t(1)), Check::Current);
     // The deadline passed; no tick ran yet, but the grant is already stale.
@@ -305,21 +208,8 @@ fn check_is_current_only_for_the_live_holders_token() {
 #[test]
 fn lock_info_treats_a_lease_past_its_deadline_as_expired() {
     let mut e = two_leases();
-    batch(
-        &mut e,
-        0,
-        vec![
-            acq(1, 1, "a", 0, 300),
-            acq(2, 2, "b", 0, 0),
-            acq(3, 1, "b", 3000, 0),
-        ],
-    );
-    let a = LockInfo {
-        name: name("a"),
-        holder: None,
-        reopens_in_ms: Some(200),
-        waiters: vec![],
-    };
+    batch(&mut e, 0, vec![acq(1, 1, "a", 0, 300), acq(2, 2, "b", 0, 0), acq(3, 1, "b", 3000, 0)]);
+    let a = LockInfo { name: name("a"), holder: None, reopens_in_ms: Some(200), waiters: vec![] };
     assert_eq!(e.lock_info(1100, "a"), Some(a));
     assert_eq!(e.lock_info(1100, "b").unwrap().waiters, vec![]);
     assert_eq!(e.lock_info(999, "b").unwrap().waiters.len(), 1);
@@ -329,16 +219,8 @@ fn lock_info_treats_a_lease_past_its_deadline_as_expired() {
 fn locks_lists_by_prefix_in_name_order_up_to_limit() {
     let mut e = setup(1);
     let cmds = ["x", "jobs", "job/2", "job/1"].iter().enumerate();
-    batch(
-        &mut e,
-        0,
-        cmds.map(|(i, n)| acq(i as u64 + 1, 1, n, 0, 0)).collect(),
-    );
-    let names = |v: Vec<LockInfo>| {
-        v.into_iter()
-            .map(|i| i.name.to_string())
-            .collect::<Vec<_>>()
-    };
+    batch(&mut e, 0, cmds.map(|(i, n)| acq(i as u64 + 1, 1, n, 0, 0)).collect());
+    let names = |v: Vec<LockInfo>| v.into_iter().map(|i| i.name.to_string()).collect::<Vec<_>>();
     assert_eq!(names(e.locks(0, "job/", 10)), ["job/1", "job/2"]);
     assert_eq!(names(e.locks(0, "job", 2)), ["job/1", "job/2"]);
     assert_eq!(names(e.locks(0, "", 10)), ["job/1", "job/2", "jobs", "x"]);
@@ -351,13 +233,7 @@ fn lease_info_lists_grants_in_token_order() {
     let mut e = setup(2);
     batch(&mut e, 0, vec![acq(1, 1, "b", 0, 0), acq(2, 1, "a", 0, 0)]);
     let locks = vec![grant("b", 1, 1), grant("a", 1, 2)];
-    let info = LeaseInfo {
-        lease: l(1),
-        owner: None,
-        ttl_ms: TTL,
-        ttl_left_ms: 600,
-        locks,
-    };
+    let info = LeaseInfo { lease: l(1), owner: None, ttl_ms: TTL, ttl_left_ms: 600, locks };
     assert_eq!(e.lease_info(400, l(1)), Some(info));
     assert_eq!(e.lease_info(1000, l(1)), None);
     assert_eq!(e.lease_info(0, l(9)), None);
@@ -366,19 +242,12 @@ fn lease_info_lists_grants_in_token_order() {
 #[test]
 fn snapshot_round_trip_gives_an_identical_engine() {
     let mut e = before_leader_change();
-    batch(
-        &mut e,
-        1200,
-        vec![revoke(9, 2), acq(4, 3, "c", 0, 0), acq(5, 3, "d", 0, 0)],
-    );
+    batch(&mut e, 1200, vec![revoke(9, 2), acq(4, 3, "c", 0, 0), acq(5, 3, "d", 0, 0)]);
     let json = serde_json::to_string(&e).unwrap();
     let mut back: Engine = serde_json::from_str(&json).unwrap();
     assert_eq!(back, e);
     // Both continue identically, including the remembered outcomes.
-    let input = Input::Batch {
-        now: 1400,
-        cmds: vec![revoke(9, 2), acq(4, 3, "c", 0, 0)],
-    };
+    let input = Input::Batch { now: 1400, cmds: vec![revoke(9, 2), acq(4, 3, "c", 0, 0)] };
     assert_eq!(back.step(&input), e.step(&input));
     assert_eq!(back, e);
 }

@@ -101,7 +101,11 @@ fn inv9_a_bad_caller_is_rejected_and_changes_nothing() {
     let before = e.clone();
     let long = "x".repeat(MAX_CALLER_NAME + 1);
     let nested = by("alice", by("bob", new_lease(1, TTL)));
-    let o = batch(&mut e, 0, vec![by("", new_lease(1, TTL)), by("a b", new_lease(2, TTL)), by(&long, new_lease(3, TTL)), nested]);
+    let o = batch(
+        &mut e,
+        0,
+        vec![by("", new_lease(1, TTL)), by("a b", new_lease(2, TTL)), by(&long, new_lease(3, TTL)), nested],
+    );
     assert!(o.replies.iter().all(|r| matches!(r, Reply::Rejected(EngineError::InvalidCaller(_)))), "{o:?}");
     assert_eq!(e, before);
 }
@@ -110,7 +114,11 @@ fn inv9_a_bad_caller_is_rejected_and_changes_nothing() {
 fn a_proposed_lease_id_is_used_and_a_taken_one_refused() {
     let mut e = Engine::new();
     let with_id = |req, id| Command::GrantLease { req: r(req), ttl_ms: TTL, id: Some(l(id)) };
-    let o = batch(&mut e, 0, vec![with_id(1, 0x5eed_0000_0001), with_id(2, 0x5eed_0000_0001), with_id(3, 0), new_lease(4, TTL)]);
+    let o = batch(
+        &mut e,
+        0,
+        vec![with_id(1, 0x5eed_0000_0001), with_id(2, 0x5eed_0000_0001), with_id(3, 0), new_lease(4, TTL)],
+    );
     assert_eq!(
         o.replies,
         vec![

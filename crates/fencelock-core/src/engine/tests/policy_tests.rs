@@ -21,7 +21,11 @@ fn worker_role() -> Command {
 
 fn runner() -> Command {
     let hash = format!("sha256:{}:{}", "ab".repeat(16), "cd".repeat(32));
-    let identity = IdentityDef { credential: Credential::Token { id: "0123abcd".into(), hash }, roles: vec!["worker".into()], limits: None };
+    let identity = IdentityDef {
+        credential: Credential::Token { id: "0123abcd".into(), hash },
+        roles: vec!["worker".into()],
+        limits: None,
+    };
     Command::Policy(PolicyChange::PutIdentity { name: "runner".into(), identity })
 }
 
@@ -48,7 +52,10 @@ fn inv14_only_an_admin_changes_the_policy() {
 fn inv14_a_change_that_breaks_a_rule_is_rejected_and_leaves_no_trace() {
     let mut e = Engine::new();
     let o = batch(&mut e, 0, vec![as_caller("ops", true, runner())]);
-    assert!(matches!(&o.replies[0], Reply::Rejected(EngineError::InvalidPolicy(w)) if w.contains("no role \"worker\"")), "{o:?}");
+    assert!(
+        matches!(&o.replies[0], Reply::Rejected(EngineError::InvalidPolicy(w)) if w.contains("no role \"worker\"")),
+        "{o:?}"
+    );
     assert_eq!(e, Engine::new());
     assert!(Command::Policy(PolicyChange::DeleteRole { name: "admin".into() }).validate().is_err());
 }

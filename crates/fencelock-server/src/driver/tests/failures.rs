@@ -44,7 +44,13 @@ fn a_fatal_error_stops_the_node() {
 
 /// A leader of 3 with a quorum timeout of 100 ms.
 fn leader_of_three(silent_ms: u64) -> E {
-    Event::Raft(RaftView { is_leader: true, term: 1, voters: 3, millis_since_quorum_ack: Some(silent_ms), ..RaftView::default() })
+    Event::Raft(RaftView {
+        is_leader: true,
+        term: 1,
+        voters: 3,
+        millis_since_quorum_ack: Some(silent_ms),
+        ..RaftView::default()
+    })
 }
 
 #[test]

@@ -1,7 +1,9 @@
 //! Events, engine outputs and a ready core, for the driver core's tests.
 //! Callers are answered through plain ids: `R = W = u32`.
 
-use fencelock_core::{Acquire, Command, Effect, Grant, Input, LeaseId, LockName, Millis, Output, Reply, RequestId, Token};
+use fencelock_core::{
+    Acquire, Command, Effect, Grant, Input, LeaseId, LockName, Millis, Output, Reply, RequestId, Token,
+};
 
 pub use crate::driver::core::{Action, DriverCore, Event, Msg, RaftView, Time, WaitOutcome};
 pub use crate::driver::DriverError;
@@ -54,7 +56,13 @@ pub fn request(id: u32, cmd: Command) -> E {
 }
 
 pub fn acquire_cmd(lease: u64, req: u64, lock: &str) -> Command {
-    Command::Acquire(Acquire { req: RequestId(req), lease: LeaseId(lease), lock: lock.into(), wait_ms: 1000, lock_delay_ms: 0 })
+    Command::Acquire(Acquire {
+        req: RequestId(req),
+        lease: LeaseId(lease),
+        lock: lock.into(),
+        wait_ms: 1000,
+        lock_delay_ms: 0,
+    })
 }
 
 /// Caller `id` sends a waiting acquire of generation `gen`, woken through `id` too.

@@ -17,7 +17,10 @@ fn cancel(lease: u64, req: u64, lock: &str) -> Command {
 /// Acquire (lease 1, req 5) on "a" by caller 1, generation 1, answered Queued.
 fn queued_core() -> Core {
     let mut c = ready(64);
-    assert_eq!(c.step(at(20), [acquire(1, 1, 1, 5, "a")]), vec![Action::Batched(1), batch(20, vec![acquire_cmd(1, 5, "a")])]);
+    assert_eq!(
+        c.step(at(20), [acquire(1, 1, 1, 5, "a")]),
+        vec![Action::Batched(1), batch(20, vec![acquire_cmd(1, 5, "a")])]
+    );
     assert_eq!(c.step(at(21), [written(vec![queued()], vec![], None)]), vec![Action::Reply(1, Ok(queued()))]);
     c
 }
