@@ -136,13 +136,16 @@ fn state_name(s: ServerState) -> &'static str {
 /// is not a member, succeeds and changes nothing.
 pub async fn apply(raft: &Raft, change: &Change) -> Result<Status, ClusterError> {
     validate(change)?;
-    let now = status(raft);
     // Ask Raft only as the leader: a follower's openraft may answer "a change
     // is in progress" (a membership it has not seen committed yet) before it
     // says it is not the leader, which would refuse a change the leader takes.
-    if now.leader != Some(now.node_id) {
-        return Err(not_leader(raft, now.leader));
+    let me = raft.metrics().borrow().id;
+    match leader_within(raft, LEADER_WAIT).await {
+        Some((id, _)) if id == me => {}
+        Some(leader) => return Err(ClusterError::NotLeader { leader: Some(leader) }),
+        None => return Err(ClusterError::Failed("no leader is known; try again once the group has one".into())),
     }
+    let now = status(raft);
     match change {
         Change::Add { id, addr, peer_addr } => {
             add(raft, &now, *id, Node::with_peer(addr.clone(), peer_addr.clone())).await?
@@ -225,14 +228,27 @@ async fn remove(raft: &Raft, now: &Status, id: NodeId) -> Result<(), ClusterErro
     Ok(())
 }
 
-/// The leader's id and peer address (where a follower hands a change), if known.
-fn not_leader(raft: &Raft, leader: Option<NodeId>) -> ClusterError {
-    let m = raft.metrics().borrow().clone();
-    let addr = leader.and_then(|l| m.membership_config.membership().get_node(&l).map(|n| n.peer().to_string()));
-    match (leader, addr) {
-        (Some(id), Some(addr)) => ClusterError::NotLeader { leader: Some((id, addr)) },
-        _ => ClusterError::Failed("no leader is known; try again once the group has one".into()),
-    }
+/// How long a follower that knows no leader yet (the group just formed, or is
+/// electing one) waits for one before it answers that there is none.
+pub const LEADER_WAIT: Duration = Duration::from_secs(3);
+
+/// The leader's id and peer address (where a follower hands a change), once
+/// one is known, waiting up to `within`: this node itself, if it leads.
+pub async fn leader_within(raft: &Raft, within: Duration) -> Option<(NodeId, String)> {
+    let mut metrics = raft.metrics();
+    let wait = async {
+        loop {
+            let leader = {
+                let m = metrics.borrow_and_update();
+                let node = |l: NodeId| m.membership_config.membership().get_node(&l).map(|n| (l, n.peer().to_string()));
+                m.current_leader.and_then(node)
+            };
+            if leader.is_some() || metrics.changed().await.is_err() {
+                return leader;
+            }
+        }
+    };
+    tokio::time::timeout(within, wait).await.ok().flatten()
 }
 
 fn write_error(e: RaftError<NodeId, ClientWriteError<NodeId, Node>>) -> ClusterError {

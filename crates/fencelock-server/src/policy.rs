@@ -58,10 +58,14 @@ pub async fn change(
 ) -> Result<Changed, PolicyError> {
     let cmd = command(auth, who, change)?;
     match driver.submit(cmd.clone()).await {
-        Err(DriverError::NotLeader { .. }) => match leader_peer(raft) {
-            Some(addr) => forward(&addr, &cmd, tls).await,
-            None => Err(PolicyError::Unavailable("no leader is known; try again once the group has one".into())),
-        },
+        Err(DriverError::NotLeader { .. }) => {
+            match crate::cluster::leader_within(raft, crate::cluster::LEADER_WAIT).await {
+                // This node took over meanwhile: propose here after all.
+                Some((id, _)) if id == raft.metrics().borrow().id => answer(driver.submit(cmd).await),
+                Some((_, addr)) => forward(&addr, &cmd, tls).await,
+                None => Err(PolicyError::Unavailable("no leader is known; try again once the group has one".into())),
+            }
+        }
         r => answer(r),
     }
 }
@@ -102,13 +106,6 @@ fn invalid(e: EngineError) -> PolicyError {
         EngineError::InvalidPolicy(why) => PolicyError::Invalid(why),
         other => PolicyError::Invalid(other.to_string()),
     }
-}
-
-/// The leader's peer address, if a leader other than this node is known.
-fn leader_peer(raft: &Raft) -> Option<String> {
-    let m = raft.metrics().borrow().clone();
-    let leader = m.current_leader.filter(|l| *l != m.id)?;
-    m.membership_config.membership().get_node(&leader).map(|n| n.peer().to_string())
 }
 
 /// Hands `cmd` to the leader's peer service at `addr`.
