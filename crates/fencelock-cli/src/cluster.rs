@@ -74,7 +74,7 @@ pub async fn cluster(a: ClusterArgs) -> anyhow::Result<ExitCode> {
             // A member that fails after another answered changes nothing.
             Ok(_) | Err(_) if follower_view.is_some() => continue,
             Ok((code, text)) => {
-                let msg = error_text(&text);
+                let msg = http::error_message(&text);
                 // Every member refuses the same token: no use trying the next.
                 match http::auth_refusal(*admin, code, &msg) {
                     Some(refused) => return Err(refused),
@@ -98,13 +98,6 @@ fn show(json: bool, text: &str, status: &Status) -> ExitCode {
         print!("{}", render(status));
     }
     ExitCode::from(exit::OK)
-}
-
-fn error_text(body: &str) -> String {
-    serde_json::from_str::<serde_json::Value>(body)
-        .ok()
-        .and_then(|v| v["error"].as_str().map(str::to_string))
-        .unwrap_or_else(|| body.trim().to_string())
 }
 
 /// The status as a short table.
