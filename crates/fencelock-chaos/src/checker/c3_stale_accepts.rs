@@ -1,0 +1,77 @@
+//! Check C3, "no stale accepts by the fenced storage" (`docs/invariants.md` maps it to the
+//! design's invariants and the simulator's).
+//!
+//! Rules where the reference leaves room:
+//! * C3: the audit log and the history see the same accepts, so the check
+//!   reports the larger of the two counts, with examples from both.
+
+use fencelock_fence::storage::Outcome as AuditOutcome;
+
+use super::run::{without, HighestDone, Operation, Res, Run, Tally};
+use super::{Check, Status, MAX_EXAMPLES};
+use crate::history::Op;
+
+const C3: &str = "no stale accepts by the fenced storage";
+
+/// C3: the storage never carries out an operation whose token is below the
+/// highest token it carried out before (audit log, by `seq`); and in the
+/// history no write succeeds after an ok read or write with a higher token
+/// had completed.
+pub(super) fn c3_stale_accepts(r: &Run<'_>) -> Check {
+    let writes_ok = r.ops.iter().any(|o| o.is(Op::Write, Res::Ok));
+    if r.audit.is_empty() && !writes_ok {
+        return without("C3", C3, Status::Inconclusive, "no write reached the storage".into());
+    }
+    let audit = c3_audit(r);
+    let history = c3_history(r);
+    let mut examples = audit.examples;
+    examples.extend(history.examples);
+    examples.truncate(MAX_EXAMPLES);
+    let tally = Tally { violations: audit.violations.max(history.violations), examples };
+    tally.judge("C3", C3, !r.info.fencing)
+}
+
+fn c3_audit(r: &Run<'_>) -> Tally {
+    let mut tally = Tally::default();
+    let mut mark: Option<(u64, u64)> = None; // (token, seq)
+    for a in &r.audit {
+        if a.outcome == AuditOutcome::Stale {
+            continue;
+        }
+        let below = mark.is_some_and(|(m, _)| a.token < m);
+        if a.outcome == AuditOutcome::Unfenced || below {
+            let (m, at) = mark.unwrap_or((a.highest, a.seq));
+            tally.add(|| {
+                format!(
+                    "audit #{}: {} token {} carried out ({:?}) after token {m} at #{at}",
+                    a.seq, a.op, a.token, a.outcome
+                )
+            });
+        }
+        if mark.is_none_or(|(m, _)| a.token > m) {
+            mark = Some((a.token, a.seq));
+        }
+    }
+    tally
+}
+
+fn c3_history(r: &Run<'_>) -> Tally {
+    let mut tally = Tally::default();
+    let done: Vec<(Operation<'_>, u64)> = r
+        .ops
+        .iter()
+        .filter(|o| o.is(Op::Write, Res::Ok) || o.is(Op::Read, Res::Ok))
+        .filter_map(|o| o.token().map(|t| (*o, t)))
+        .collect();
+    let mut writes: Vec<(Operation<'_>, u64)> = done.iter().filter(|(o, _)| o.invoke.f == Op::Write).copied().collect();
+    writes.sort_by_key(|(o, _)| o.start());
+    let mut highest = HighestDone::new(done);
+    for (w, tw) in writes {
+        if let Some((x, tx)) = highest.before(w.start()) {
+            if tx > tw {
+                tally.add(|| format!("stale write accepted: {} after {}", r.describe(&w), r.describe(&x)));
+            }
+        }
+    }
+    tally
+}

@@ -1,0 +1,232 @@
+//! The checkers: pure functions from a run's merged history and the storage's
+//! audit log to a [`Verdict`]. No IO, no clock; `run` calls [`check`] and
+//! writes `verdict.json`, `report` reads verdicts back into `docs/safety.md`.
+//!
+//! Operations are paired by `(p, f, seq)`: an invoke and the next completion
+//! with the same key. A completion `unknown`, or none at all, is *unknown*:
+//! it may or may not have happened, and is never counted as a success.
+//!
+//! Every check can fail. A check whose precondition is absent (no restart for
+//! C6, no S1 trial for S1) is `not-applicable`; a check that could have
+//! evaluated something but saw nothing to evaluate is `inconclusive`, which
+//! fails the run like a violation does (C2 with no tokened grant, C3 with no
+//! write, C4 with no final read, C6 with no restart it could judge, S6 with
+//! every fault ending too close to the run's end, C8 missing evidence). A
+//! backend that declares no fencing token turns violations of C2/C3/C4/C6
+//! into `finding`s: it does what it declares; so does one that declares no
+//! durable tokens, for C2 across restarts, C6, and S6 after a restart.
+//!
+//! A1 (not in the reference): under TLS and auth, no call of the run was
+//! refused for its credentials; see [`a1_no_refusals`].
+//!
+//! One check per file (`c2_tokens.rs`, …, `a1_no_refusals.rs`), the shared
+//! indexing of a run in `run.rs`; each check's own rules are in its file.
+//! The ids are those of `docs/invariants.md`.
+
+mod a1_no_refusals;
+mod c2_tokens;
+mod c3_stale_accepts;
+mod c4_lost_updates;
+mod c6_grants_survive;
+mod c8_evidence;
+mod run;
+mod s1_dead_waiters;
+mod s4_exactly_once;
+mod s6_heal;
+#[cfg(test)]
+mod tests;
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use fencelock_fence::storage::AuditEntry;
+use serde::{Deserialize, Serialize};
+
+use crate::history::Event;
+use a1_no_refusals::a1_no_refusals;
+use c2_tokens::c2_tokens;
+use c3_stale_accepts::c3_stale_accepts;
+use c4_lost_updates::c4_lost_updates;
+use c6_grants_survive::c6_grants_survive;
+use c8_evidence::c8_evidence;
+use run::Run;
+use s1_dead_waiters::s1_dead_waiters;
+use s4_exactly_once::s4_exactly_once;
+use s6_heal::s6_heal;
+
+pub(crate) const NS_PER_MS: u64 = 1_000_000;
+/// Examples kept per check.
+pub(crate) const MAX_EXAMPLES: usize = 5;
+
+/// What was run, and what the backend declares.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunInfo {
+    /// `K1`, `K2`, …
+    pub scenario: String,
+    /// `fencelock`, `redis`, `redlock`, `etcd`, `zk`, `postgres`.
+    pub backend: String,
+    /// `fencing-off`, `memory-token`, `dead-waiter`.
+    pub mutant: Option<String>,
+    pub seed: u64,
+    pub duration_ms: u64,
+    pub workers: u32,
+    /// The backend's grants carry a fencing token.
+    pub fencing: bool,
+    /// The backend's tokens survive its restarts.
+    pub durable_tokens: bool,
+    pub ttl_ms: u64,
+    /// S6: a fault must be healed within this many ms of its end.
+    pub heal_bound_ms: u64,
+    /// Stale writes that must reach the fence, else the run is inconclusive.
+    pub min_stale_rejects: u64,
+    /// Evidence `what`s that must each have been seen.
+    pub required_evidence: Vec<String>,
+    /// The object the workers append to (also the fence key).
+    pub object_key: String,
+}
+
+/// A check's result.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Status {
+    Pass,
+    Fail,
+    /// The run could not show what the check needs; fails the run.
+    Inconclusive,
+    /// A violation the backend's declared capabilities allow.
+    Finding,
+    /// The check's precondition is absent from this run.
+    NotApplicable,
+}
+
+impl Status {
+    /// Fail and Inconclusive fail a run.
+    pub fn is_red(self) -> bool {
+        matches!(self, Status::Fail | Status::Inconclusive)
+    }
+}
+
+impl fmt::Display for Status {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Status::Pass => "pass",
+            Status::Fail => "fail",
+            Status::Inconclusive => "inconclusive",
+            Status::Finding => "finding",
+            Status::NotApplicable => "not applicable",
+        })
+    }
+}
+
+/// One check of one run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Check {
+    /// `C2`, `S6`, …
+    pub id: String,
+    pub name: String,
+    pub status: Status,
+    pub violations: u64,
+    /// Up to five, with times (s from the run's first event), workers, tokens;
+    /// for `inconclusive` and `not-applicable`, why.
+    pub examples: Vec<String>,
+}
+
+/// Completions of one kind of operation.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Counts {
+    pub ok: u64,
+    pub fail: u64,
+    /// Completed `unknown`, or never completed.
+    pub unknown: u64,
+}
+
+/// Completions of writes.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WriteCounts {
+    pub ok: u64,
+    /// Refused by the fence (409).
+    pub stale: u64,
+    /// Not sent: the worker found its lease gone.
+    pub skipped: u64,
+    /// Other definite failures.
+    pub fail: u64,
+    pub unknown: u64,
+}
+
+/// The audit log's decisions on the run's object.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AuditCounts {
+    pub accepted: u64,
+    pub stale: u64,
+    pub unfenced: u64,
+}
+
+/// What happened in a run.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Stats {
+    /// Worker operations invoked.
+    pub operations: u64,
+    pub acquires: Counts,
+    /// `fail` includes `reads_stale`.
+    pub reads: Counts,
+    pub reads_stale: u64,
+    pub writes: WriteCounts,
+    pub releases: Counts,
+    /// `fault` start notes by fault id.
+    pub faults: BTreeMap<String, u64>,
+    /// Restarts of the lock service.
+    pub restarts: u64,
+    /// Evidence counts by `what`.
+    pub evidence: BTreeMap<String, u64>,
+    pub audit: AuditCounts,
+    /// Writes refused by the fence: the larger of the audit log's and the history's count.
+    pub stale_rejected: u64,
+    /// S6: the slowest heal, ms.
+    pub heal_max_ms: Option<u64>,
+    pub s1_trials: u64,
+    pub tokens_issued: Option<u64>,
+    /// Grants the server released undelivered (their caller had gone before
+    /// the answer reached it): each consumed a token that no client saw.
+    pub grants_cancelled: Option<u64>,
+    /// Grants ended by their lease's expiry: in S4, a client that lost every
+    /// answer for longer than its lease gives the lease up and retries on a new
+    /// one; the grant it never heard of ends with the old lease.
+    pub grants_expired: Option<u64>,
+    /// Grants ended by a revoke of their lease during the run (before the
+    /// workers stopped): a client that lost every answer may give its lease up.
+    pub grants_revoked: Option<u64>,
+}
+
+/// The result of one run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Verdict {
+    pub info: RunInfo,
+    pub checks: Vec<Check>,
+    pub stats: Stats,
+    /// No check failed or was inconclusive.
+    pub passed: bool,
+}
+
+/// Checks one run: `history` merged by time, `audit` the storage's whole log.
+pub fn check(info: &RunInfo, history: &[Event], audit: &[AuditEntry]) -> Verdict {
+    let r = Run::new(info, history, audit);
+    let mut stats = r.stats();
+    let (s6, heal_max_ms) = s6_heal(&r);
+    stats.heal_max_ms = heal_max_ms;
+    let c3 = c3_stale_accepts(&r);
+    let c8 = c8_evidence(&r, &stats, c3.violations);
+    let checks = vec![
+        c2_tokens(&r),
+        c3,
+        c4_lost_updates(&r),
+        c6_grants_survive(&r),
+        c8,
+        s1_dead_waiters(&r),
+        s4_exactly_once(&r, &stats),
+        s6,
+        a1_no_refusals(&r),
+    ];
+    let passed = !checks.iter().any(|c| c.status.is_red());
+    Verdict { info: info.clone(), checks, stats, passed }
+}

@@ -1,0 +1,37 @@
+//! C3, stale accepts.
+
+use super::*;
+use crate::checker::Status;
+
+#[test]
+fn c3_refused_stale_writes_pass_and_are_counted() {
+    // C3 passes when the fence refuses every stale token; the refusals count.
+    let mut h = clean();
+    h.write("w0", 2, (40, 41), 1, Kind::Fail).0.last_mut().unwrap().stale = true;
+    let log = audit(&[(1, AuditOutcome::Accepted), (2, AuditOutcome::Accepted), (1, AuditOutcome::Stale)]);
+    let v = run(&info(), &h, &log);
+    assert_eq!(get(&v, "C3").status, Status::Pass);
+    assert_eq!((v.stats.stale_rejected, v.stats.audit.stale, v.stats.writes.stale), (1, 1, 1));
+}
+
+#[test]
+fn c3_accepted_stale_write_in_the_audit_log_fails() {
+    // C3: the storage never carries out a token below one it carried out before.
+    let log = audit(&[(1, AuditOutcome::Accepted), (5, AuditOutcome::Accepted), (3, AuditOutcome::Accepted)]);
+    let c = get(&run(&info(), &clean(), &log), "C3").clone();
+    assert_eq!((c.status, c.violations), (Status::Fail, 1));
+    assert!(c.examples[0].contains("audit #2"), "{:?}", c.examples);
+    // An unfenced entry (fencing-off) is a stale accept too.
+    let log = audit(&[(5, AuditOutcome::Accepted), (3, AuditOutcome::Unfenced)]);
+    assert_eq!(get(&run(&info(), &clean(), &log), "C3").status, Status::Fail);
+}
+
+#[test]
+fn c3_history_write_after_a_higher_read_fails() {
+    // C3 (history): no write succeeds after an ok read with a higher token completed.
+    let mut h = H::default();
+    h.read("w1", 1, (0, 1), 9).write("w0", 1, (5, 6), 4, Kind::Ok);
+    let c = get(&run(&info(), &h, &[]), "C3").clone();
+    assert_eq!((c.status, c.violations), (Status::Fail, 1));
+    assert!(c.examples[0].contains("stale write accepted"));
+}

@@ -1,0 +1,52 @@
+//! C6, grants survive restarts.
+
+use super::*;
+use crate::checker::Status;
+
+#[test]
+fn c6_grant_live_at_the_kill_survives() {
+    // C6: the holder read back after a restart is the grant live at the kill.
+    let mut h = H::default();
+    h.acquire("w0", 1, (0, 1), 4).restart(5, 10).holder(5, 11, Some(4)).release("w0", 1, (12, 13));
+    assert_eq!(get(&run(&info(), &h, &[]), "C6").status, Status::Pass);
+}
+
+#[test]
+fn c6_lost_acknowledged_grant_fails() {
+    // C6 fails when the restarted server forgot the live grant.
+    let mut h = H::default();
+    h.acquire("w0", 1, (0, 1), 4).restart(5, 10).holder(5, 11, None).release("w0", 1, (12, 13));
+    let v = run(&info(), &h, &[]);
+    let c = get(&v, "C6");
+    assert_eq!((c.status, c.violations), (Status::Fail, 1));
+    assert!(c.examples[0].contains("lease Some(104)"), "{:?}", c.examples);
+    // Without durable tokens declared, the same is a finding.
+    let mut i = info();
+    i.durable_tokens = false;
+    assert_eq!(get(&run(&i, &h, &[]), "C6").status, Status::Finding);
+}
+
+#[test]
+fn c6_released_or_lost_grants_are_not_held() {
+    // A grant whose release was invoked, or whose worker saw the lease gone,
+    // before the kill is not expected back: nothing to evaluate.
+    let mut h = H::default();
+    h.acquire("w0", 1, (0, 1), 4).op("w0", Op::Release, 1, (3, 30), Kind::Unknown, |_| {});
+    h.restart(5, 10).holder(5, 11, None);
+    assert_eq!(get(&run(&info(), &h, &[]), "C6").status, Status::Inconclusive);
+    let mut h = H::default();
+    h.acquire("w0", 1, (0, 1), 4).op("w0", Op::Write, 1, (2, 3), Kind::Fail, |e| e.skipped = true);
+    h.restart(5, 10).holder(5, 11, None);
+    assert_eq!(get(&run(&info(), &h, &[]), "C6").status, Status::Inconclusive);
+    // A release invoked between the kill and the read-back excuses an empty holder.
+    let mut h = H::default();
+    h.acquire("w0", 1, (0, 1), 4).release("w0", 1, (6, 7)).restart(5, 10).holder(5, 11, None);
+    assert_eq!(get(&run(&info(), &h, &[]), "C6").status, Status::Inconclusive);
+}
+
+#[test]
+fn c6_without_restarts_is_not_applicable() {
+    let mut h = H::default();
+    h.cycle("w0", 1, 0, 1);
+    assert_eq!(get(&run(&info(), &h, &[]), "C6").status, Status::NotApplicable);
+}

@@ -1,0 +1,194 @@
+//! Tests of the checkers on synthetic histories: the builders here, one file
+//! per check beside them.
+
+mod a1;
+mod c2;
+mod c3;
+mod c4;
+mod c6;
+mod c8;
+mod general;
+mod s1;
+mod s4;
+mod s6;
+
+use fencelock_fence::storage::{AuditEntry, Outcome as AuditOutcome};
+
+use serde_json::json;
+
+use super::{check, Check, Counts, RunInfo, Verdict, NS_PER_MS};
+use crate::history::{Event, Kind, Op};
+
+pub(super) const MS: u64 = NS_PER_MS;
+
+pub(super) fn info() -> RunInfo {
+    RunInfo {
+        scenario: "K4".into(),
+        backend: "fencelock".into(),
+        mutant: None,
+        seed: 1,
+        duration_ms: 10_000,
+        workers: 2,
+        fencing: true,
+        durable_tokens: true,
+        ttl_ms: 1_000,
+        heal_bound_ms: 3_000,
+        min_stale_rejects: 0,
+        required_evidence: vec![],
+        object_key: "obj".into(),
+    }
+}
+
+/// A synthetic history; times in ms.
+#[derive(Default)]
+pub(super) struct H(Vec<Event>);
+
+impl H {
+    pub(super) fn op(
+        &mut self,
+        p: &str,
+        f: Op,
+        seq: u64,
+        span: (u64, u64),
+        kind: Kind,
+        fill: impl Fn(&mut Event),
+    ) -> &mut Self {
+        let mut inv = Event { seq, ..Event::new(span.0 * MS, p, Kind::Invoke, f) };
+        fill(&mut inv);
+        if f == Op::Acquire {
+            (inv.token, inv.lease) = (None, None);
+        }
+        let mut done = Event { t: span.1 * MS, kind, ..inv.clone() };
+        fill(&mut done);
+        self.0.push(inv);
+        if kind != Kind::Invoke {
+            self.0.push(done);
+        }
+        self
+    }
+
+    pub(super) fn acquire(&mut self, p: &str, seq: u64, span: (u64, u64), token: u64) -> &mut Self {
+        self.op(p, Op::Acquire, seq, span, Kind::Ok, |e| {
+            e.token = Some(token);
+            e.lease = Some(100 + token);
+        })
+    }
+
+    pub(super) fn write(&mut self, p: &str, seq: u64, span: (u64, u64), token: u64, kind: Kind) -> &mut Self {
+        let id = format!("{p}-{seq}");
+        self.op(p, Op::Write, seq, span, kind, |e| {
+            e.token = Some(token);
+            e.append = Some(id.clone());
+        })
+    }
+
+    pub(super) fn read(&mut self, p: &str, seq: u64, span: (u64, u64), token: u64) -> &mut Self {
+        self.op(p, Op::Read, seq, span, Kind::Ok, |e| e.token = Some(token))
+    }
+
+    pub(super) fn release(&mut self, p: &str, seq: u64, span: (u64, u64)) -> &mut Self {
+        self.op(p, Op::Release, seq, span, Kind::Ok, |e| e.released = Some(true))
+    }
+
+    /// A whole cycle: acquire, read, write ok, release, 10 ms apart from `t`.
+    pub(super) fn cycle(&mut self, p: &str, seq: u64, t: u64, token: u64) -> &mut Self {
+        self.acquire(p, seq, (t, t + 1), token)
+            .read(p, seq, (t + 2, t + 3), token)
+            .write(p, seq, (t + 4, t + 5), token, Kind::Ok)
+            .release(p, seq, (t + 6, t + 7))
+    }
+
+    pub(super) fn note(&mut self, t: u64, f: Op, fill: impl FnOnce(&mut Event)) -> &mut Self {
+        let mut e = Event::new(t * MS, "nemesis", Kind::Note, f);
+        fill(&mut e);
+        self.0.push(e);
+        self
+    }
+
+    pub(super) fn fault(&mut self, t: u64, phase: &str) -> &mut Self {
+        self.note(t, Op::Fault, |e| {
+            e.fault = Some("K4".into());
+            e.phase = Some(phase.into());
+            e.target = Some("server".into());
+        })
+    }
+
+    pub(super) fn evidence(&mut self, t: u64, what: &str, count: u64) -> &mut Self {
+        self.note(t, Op::Evidence, |e| {
+            e.what = Some(what.into());
+            e.count = Some(count);
+        })
+    }
+
+    pub(super) fn restart(&mut self, killed: u64, t: u64) -> &mut Self {
+        self.note(t, Op::Restart, |e| e.detail = json!({ "killed_at": killed * MS }))
+    }
+
+    pub(super) fn holder(&mut self, killed: u64, t: u64, token: Option<u64>) -> &mut Self {
+        self.note(t, Op::Holder, |e| {
+            e.detail = json!({ "killed_at": killed * MS });
+            e.token = token;
+            e.lease = token.map(|t| 100 + t);
+        })
+    }
+
+    pub(super) fn final_read(&mut self, t: u64, ids: &[&str]) -> &mut Self {
+        let value = ids.iter().map(|s| s.to_string()).collect();
+        self.note(t, Op::FinalRead, |e| e.value = Some(value))
+    }
+
+    pub(super) fn events(&self) -> Vec<Event> {
+        let mut v = self.0.clone();
+        v.sort_by_key(|e| e.t);
+        v
+    }
+}
+
+pub(super) fn audit(entries: &[(u64, AuditOutcome)]) -> Vec<AuditEntry> {
+    let mut highest = 0;
+    entries
+        .iter()
+        .enumerate()
+        .map(|(i, &(token, outcome))| {
+            if outcome == AuditOutcome::Accepted {
+                highest = highest.max(token);
+            }
+            AuditEntry {
+                seq: i as u64,
+                time_ms: 0,
+                op: "PUT".into(),
+                key: "obj".into(),
+                lock: "chaos".into(),
+                token,
+                outcome,
+                highest,
+            }
+        })
+        .collect()
+}
+
+pub(super) fn run(info: &RunInfo, h: &H, audit: &[AuditEntry]) -> Verdict {
+    check(info, &h.events(), audit)
+}
+
+pub(super) fn get<'a>(v: &'a Verdict, id: &str) -> &'a Check {
+    v.checks.iter().find(|c| c.id == id).unwrap_or_else(|| panic!("no check {id}"))
+}
+
+/// Two cycles in grant order; the server restarts while w0 holds the
+/// lock, and gives it back; the fault heals; the final read has both appends.
+pub(super) fn clean() -> H {
+    let mut h = H::default();
+    h.acquire("w0", 1, (0, 1), 1)
+        .read("w0", 1, (2, 3), 1)
+        .write("w0", 1, (4, 5), 1, Kind::Ok)
+        .fault(10, "start")
+        .restart(10, 20)
+        .holder(10, 21, Some(1))
+        .evidence(22, "restarted", 1)
+        .fault(23, "end")
+        .release("w0", 1, (24, 25))
+        .cycle("w1", 1, 30, 2)
+        .final_read(5_000, &["w0-1", "w1-1"]);
+    h
+}
