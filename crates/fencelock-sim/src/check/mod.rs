@@ -1,4 +1,6 @@
 //! The invariants, one module each, checked on a finished run's [`Report`].
+//! `docs/invariants.md` maps their ids (INV-EXCL, …) to the design's INV-n and
+//! to the chaos suite's checks.
 //!
 //! A checker returns a [`Verdict`]: the violations it found, counters that show
 //! the dangerous case really happened in this run (evidence), and, when it did
