@@ -11,7 +11,6 @@
 //! three and follow the leader themselves.
 
 use std::{
-    collections::BTreeMap,
     io::{BufRead, BufReader},
     net::SocketAddr,
     path::{Path, PathBuf},
@@ -20,6 +19,7 @@ use std::{
 };
 
 use anyhow::{bail, Context};
+use fencelock_server::config::parse_peers;
 use fencelock_testkit::{EtcdServer, PgServer, RedisServer, ZkServer};
 use tokio::time::Instant;
 
@@ -364,25 +364,6 @@ fn peers_arg(grpc: &[SocketAddr]) -> String {
     grpc.iter().enumerate().map(|(i, a)| format!("{}={a}", i + 1)).collect::<Vec<_>>().join(",")
 }
 
-/// Parses `--peers`: `ID=HOST:PORT,…`, ids ≥ 1, each once.
-fn parse_peers(s: &str) -> anyhow::Result<BTreeMap<u64, String>> {
-    let mut peers = BTreeMap::new();
-    for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-        let (id, addr) = part.split_once('=').with_context(|| format!("--peers: {part:?} is not ID=HOST:PORT"))?;
-        let id: u64 = id.trim().parse().with_context(|| format!("--peers: bad node id in {part:?}"))?;
-        if id == 0 || addr.trim().is_empty() {
-            bail!("--peers: {part:?}: ids start at 1 and need an address");
-        }
-        if peers.insert(id, addr.trim().to_string()).is_some() {
-            bail!("--peers: node {id} is listed twice");
-        }
-    }
-    if peers.is_empty() {
-        bail!("--peers is empty; expected ID=HOST:PORT,…");
-    }
-    Ok(peers)
-}
-
 /// `serve-native`'s options: a group of one on ports of its choosing by
 /// default; with `--peers`, a member of a new group on the ports given.
 #[derive(clap::Args, Debug)]
@@ -436,7 +417,7 @@ pub async fn serve_native(a: ServeArgs) -> anyhow::Result<()> {
     config.grpc_listen = a.grpc_listen;
     config.http_listen = a.http_listen;
     if let Some(p) = &a.peers {
-        let peers = parse_peers(p)?;
+        let peers = parse_peers(p).map_err(|e| anyhow::anyhow!("--peers: {e}"))?;
         config.advertise = peers.get(&a.node_id).cloned();
         config.bootstrap = fencelock_server::Bootstrap::Peers(peers);
     }

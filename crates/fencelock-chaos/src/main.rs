@@ -40,6 +40,8 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 
+use fencelock_server::config::{parse_duration, parse_peers};
+
 use crate::scenario::{Mutant, RunSpec, Scenario};
 
 #[derive(Parser, Debug)]
@@ -141,35 +143,6 @@ struct StorageArgs {
     unfenced: bool,
 }
 
-/// `1=host:port,2=host:port` → id → address.
-fn parse_peers(s: &str) -> anyhow::Result<std::collections::BTreeMap<u64, String>> {
-    s.split(',')
-        .filter(|p| !p.trim().is_empty())
-        .map(|p| {
-            let (id, addr) = p.split_once('=').with_context(|| format!("peer {p:?} is not id=host:port"))?;
-            Ok((id.trim().parse().with_context(|| format!("peer {p:?}: bad id"))?, addr.trim().to_string()))
-        })
-        .collect()
-}
-
-/// `250ms`, `20s`, `30m`, `1h`, or plain seconds.
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let s = s.trim();
-    let (num, unit) = s.find(|c: char| !c.is_ascii_digit() && c != '.').map_or((s, "s"), |i| s.split_at(i));
-    let v: f64 = num.parse().map_err(|_| format!("bad duration {s:?}"))?;
-    let secs = match unit {
-        "ms" => v / 1000.0,
-        "s" => v,
-        "m" => v * 60.0,
-        "h" => v * 3600.0,
-        _ => return Err(format!("bad duration unit in {s:?} (ms, s, m, h)")),
-    };
-    if !(secs.is_finite() && secs >= 0.0) {
-        return Err(format!("bad duration {s:?}"));
-    }
-    Ok(Duration::from_secs_f64(secs))
-}
-
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let filter = std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into());
@@ -228,7 +201,7 @@ async fn serve(a: ServeArgs) -> anyhow::Result<()> {
     config.peer_listen = a.peer_listen;
     config.audit_log = a.audit_log.clone();
     if let Some(p) = &a.peers {
-        config.bootstrap = fencelock_server::Bootstrap::Peers(parse_peers(p)?);
+        config.bootstrap = fencelock_server::Bootstrap::Peers(parse_peers(p).map_err(anyhow::Error::msg)?);
     }
     if let Some(dir) = &a.tls_dir {
         secure::server_config(&mut config, dir, a.node_id, a.auth_file.as_deref());

@@ -33,7 +33,9 @@ use tokio::{
     time::Instant,
 };
 
-use crate::{duration::parse_duration, exit, http::request_tls};
+use fencelock_server::config::parse_duration;
+
+use crate::{exit, http::request_tls};
 
 const LOCK: &str = "demo-ledger";
 const KEY: &str = "ledger";

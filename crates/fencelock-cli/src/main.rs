@@ -10,7 +10,6 @@ mod check_data;
 mod client_cmds;
 mod cluster;
 mod demo;
-mod duration;
 mod exit;
 mod http;
 mod run;
@@ -22,7 +21,7 @@ use std::{process::ExitCode, time::Duration};
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::duration::parse_duration;
+use fencelock_server::config::parse_duration;
 
 /// A distributed lock service with leases, FIFO queues and fencing tokens.
 #[derive(Parser, Debug)]

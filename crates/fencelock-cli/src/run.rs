@@ -21,7 +21,9 @@ use tokio::{
     signal::unix::{signal, SignalKind},
 };
 
-use crate::{duration::parse_duration, exit, LockArgs, ServerArg};
+use fencelock_server::config::parse_duration;
+
+use crate::{exit, LockArgs, ServerArg};
 
 #[derive(Args, Debug)]
 pub struct RunArgs {

@@ -10,7 +10,6 @@
 //! no member with it). A data dir that exists but holds no node's data is
 //! refused; `--force-new-cluster` starts a new group there deliberately.
 
-use std::collections::BTreeMap;
 use std::{net::SocketAddr, path::PathBuf, time::Duration};
 
 use anyhow::{bail, Context};
@@ -18,8 +17,8 @@ use clap::Args;
 use serde::Deserialize;
 use tokio::signal::unix::{signal, SignalKind};
 
-use crate::duration::parse_duration;
 use crate::exit;
+use fencelock_server::config::{parse_duration, parse_peers};
 
 #[derive(Args, Debug)]
 pub struct ServeArgs {
@@ -309,7 +308,7 @@ fn resolve(a: ServeArgs) -> anyhow::Result<(fencelock_server::Config, String)> {
     let join = a.join || file.join;
     c.bootstrap = match a.peers.or(file.peers) {
         Some(_) if join => bail!("--join and --peers exclude each other: a new node either forms a group or joins one"),
-        Some(p) => fencelock_server::Bootstrap::Peers(parse_peers(&p)?),
+        Some(p) => fencelock_server::Bootstrap::Peers(parse_peers(&p).map_err(|e| anyhow::anyhow!("--peers: {e}"))?),
         None if join => fencelock_server::Bootstrap::Join,
         None => fencelock_server::Bootstrap::Single,
     };
@@ -378,34 +377,6 @@ fn file_duration(v: Option<&str>, key: &str) -> anyhow::Result<Option<Duration>>
     v.map(|s| parse_duration(s).map_err(|e| anyhow::anyhow!("{key}: {e}"))).transpose()
 }
 
-/// `1=host:port,2=host:port` → id → address. Ids ≥ 1, each once; addresses
-/// `host:port`.
-pub fn parse_peers(s: &str) -> anyhow::Result<BTreeMap<u64, String>> {
-    let mut peers = BTreeMap::new();
-    for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-        let Some((id, addr)) = part.split_once('=') else { bail!("peer {part:?}: expected id=host:port") };
-        let id: u64 = id.trim().parse().with_context(|| format!("peer {part:?}: the id is not a number"))?;
-        if id == 0 {
-            bail!("peer {part:?}: node ids start at 1");
-        }
-        let addr = addr.trim();
-        let (client, peer) = fencelock_server::config::peer_entry(addr);
-        for a in std::iter::once(client).chain(peer) {
-            let port_ok = a.rsplit_once(':').is_some_and(|(h, p)| !h.is_empty() && p.parse::<u16>().is_ok());
-            if !port_ok || a.contains('/') {
-                bail!("peer {part:?}: {a:?} is not host:port (an entry is CLIENT or CLIENT/PEER)");
-            }
-        }
-        if peers.insert(id, addr.to_string()).is_some() {
-            bail!("peer id {id} is listed twice");
-        }
-    }
-    if peers.is_empty() {
-        bail!("--peers is empty; expected id=host:port,…");
-    }
-    Ok(peers)
-}
-
 pub fn init_logging(filter: &str) {
     let filter = tracing_subscriber::EnvFilter::try_new(filter).unwrap_or_else(|e| {
         eprintln!("fencelock: warning: log filter {filter:?} is invalid ({e}); using \"info\"");
@@ -418,21 +389,6 @@ pub fn init_logging(filter: &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn peers_parse_and_bad_ones_say_why() {
-        let p = parse_peers("1=127.0.0.1:7070, 2=node-2:7070,3=[::1]:7070").unwrap();
-        assert_eq!(p.len(), 3);
-        assert_eq!(p[&2], "node-2:7070");
-        let err = |s: &str| parse_peers(s).unwrap_err().to_string();
-        assert!(err("1=a:1,1=b:2").contains("twice"));
-        assert!(err("0=a:1").contains("start at 1"));
-        assert!(err("x=a:1").contains("not a number"));
-        assert!(err("1=a").contains("not host:port"));
-        assert!(err("1=http://a:1").contains("not host:port"));
-        assert!(err("1").contains("expected id=host:port"));
-        assert!(err("").contains("empty"));
-    }
 
     fn args() -> ServeArgs {
         ServeArgs {

@@ -237,6 +237,73 @@ pub fn peer_entry(entry: &str) -> (&str, Option<&str>) {
     }
 }
 
+/// `1=host:port,2=host:port,…` (`--peers`, and the same list in the config
+/// file) → node id → entry. The one grammar of a peer list, for every binary
+/// that starts a node (`fencelock serve`, the chaos and bench harnesses): ids
+/// from 1, each once; an entry is `CLIENT` or `CLIENT/PEER` (see
+/// [`peer_entry`]), each `host:port`. An error says which entry and why.
+pub fn parse_peers(s: &str) -> Result<BTreeMap<u64, String>, String> {
+    let mut peers = BTreeMap::new();
+    for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let Some((id, addr)) = part.split_once('=') else {
+            return Err(format!("peer {part:?}: expected id=host:port"));
+        };
+        let id: u64 = id.trim().parse().map_err(|_| format!("peer {part:?}: the id is not a number"))?;
+        if id == 0 {
+            return Err(format!("peer {part:?}: node ids start at 1"));
+        }
+        let addr = addr.trim();
+        let (client, peer) = peer_entry(addr);
+        for a in std::iter::once(client).chain(peer) {
+            let port_ok = a.rsplit_once(':').is_some_and(|(h, p)| !h.is_empty() && p.parse::<u16>().is_ok());
+            if !port_ok || a.contains('/') {
+                return Err(format!("peer {part:?}: {a:?} is not host:port (an entry is CLIENT or CLIENT/PEER)"));
+            }
+        }
+        if peers.insert(id, addr.to_string()).is_some() {
+            return Err(format!("peer id {id} is listed twice"));
+        }
+    }
+    if peers.is_empty() {
+        return Err("the peer list is empty; expected id=host:port,…".into());
+    }
+    Ok(peers)
+}
+
+/// A duration on a command line or in a config file: `500ms`, `15s`, `2m`,
+/// `1h`, a combination such as `1m30s`, or a bare number of seconds. The one
+/// grammar of durations for every binary of the workspace.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    if s.is_empty() {
+        return Err("empty duration".into());
+    }
+    if let Ok(secs) = s.parse::<u64>() {
+        return Ok(Duration::from_secs(secs));
+    }
+    let mut total = Duration::ZERO;
+    let mut rest = s;
+    while !rest.is_empty() {
+        let digits = rest.find(|c: char| !c.is_ascii_digit()).unwrap_or(rest.len());
+        if digits == 0 {
+            return Err(format!("invalid duration {s:?}: expected a number, e.g. 500ms, 15s, 2m, 1h"));
+        }
+        let n: u64 = rest[..digits].parse().map_err(|_| format!("invalid duration {s:?}: number too large"))?;
+        rest = &rest[digits..];
+        let unit_len = rest.find(|c: char| c.is_ascii_digit()).unwrap_or(rest.len());
+        let unit = match &rest[..unit_len] {
+            "ms" => Duration::from_millis(n),
+            "s" => Duration::from_secs(n),
+            "m" => Duration::from_secs(n.saturating_mul(60)),
+            "h" => Duration::from_secs(n.saturating_mul(3600)),
+            u => return Err(format!("invalid duration {s:?}: unknown unit {u:?} (use ms, s, m or h)")),
+        };
+        total = total.saturating_add(unit);
+        rest = &rest[unit_len..];
+    }
+    Ok(total)
+}
+
 /// Whether `entry` (`host:port` from `--peers`) can name a socket bound to
 /// `listen`: the same port, and the same IP when both are IP literals and
 /// `listen` is not a wildcard. A host name is not resolved.
@@ -250,6 +317,44 @@ fn names_listen_addr(entry: &str, listen: SocketAddr) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Rule: one peer-list grammar; a bad list says which entry and why.
+    #[test]
+    fn peers_parse_and_bad_ones_say_why() {
+        let p = parse_peers("1=127.0.0.1:7070, 2=node-2:7070,3=[::1]:7070/[::1]:7073").unwrap();
+        assert_eq!(p.len(), 3);
+        assert_eq!(p[&2], "node-2:7070");
+        assert_eq!(p[&3], "[::1]:7070/[::1]:7073");
+        let err = |s: &str| parse_peers(s).unwrap_err();
+        assert!(err("1=a:1,1=b:2").contains("twice"));
+        assert!(err("0=a:1").contains("start at 1"));
+        assert!(err("x=a:1").contains("not a number"));
+        assert!(err("1=a").contains("not host:port"));
+        assert!(err("2=").contains("not host:port"));
+        assert!(err("1=http://a:1").contains("not host:port"));
+        assert!(err("1=a:1/b").contains("not host:port"));
+        assert!(err("1").contains("expected id=host:port"));
+        assert!(err("").contains("empty"));
+    }
+
+    /// Rule: one duration grammar: units, combinations, bare seconds; garbage
+    /// is refused with a reason.
+    #[test]
+    fn durations_parse_and_bad_ones_say_why() {
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("15s"), Ok(Duration::from_secs(15)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert_eq!(parse_duration("1h"), Ok(Duration::from_secs(3600)));
+        assert_eq!(parse_duration("1m30s"), Ok(Duration::from_secs(90)));
+        assert_eq!(parse_duration(" 7 "), Ok(Duration::from_secs(7)));
+        assert_eq!(parse_duration("0s"), Ok(Duration::ZERO));
+        assert!(parse_duration("").unwrap_err().contains("empty"));
+        assert!(parse_duration("10x").unwrap_err().contains("unknown unit"));
+        assert!(parse_duration("1.5s").unwrap_err().contains("unknown unit"));
+        assert!(parse_duration("s").unwrap_err().contains("expected a number"));
+        assert!(parse_duration("-5s").unwrap_err().contains("expected a number"));
+        assert!(parse_duration("99999999999999999999s").unwrap_err().contains("too large"));
+    }
 
     fn with_peers(entry: &str, peer_listen: Option<&str>) -> Config {
         let mut c = Config::new("d");
