@@ -16,6 +16,7 @@
 //! endpoint (`/healthz`, `/metrics`), shared with [`crate::durability`].
 
 use std::{
+    net::SocketAddr,
     sync::{
         atomic::{AtomicU64, AtomicUsize, Ordering},
         Arc, Mutex,
@@ -26,8 +27,6 @@ use std::{
 use anyhow::{bail, Context};
 use fencelock::{Acquire, Client, Error, Session};
 use tokio::{
-    io::{AsyncReadExt, AsyncWriteExt},
-    net::TcpStream,
     task::JoinSet,
     time::{Instant, MissedTickBehavior},
 };
@@ -292,23 +291,12 @@ impl ServerCounters {
     }
 }
 
-/// `GET path` over HTTP/1.0 (no chunking; the server closes after the body): status and body.
+/// `GET path`: status and body.
 pub(crate) async fn http_get(addr: &str, path: &str) -> anyhow::Result<(u16, String)> {
-    let get = async {
-        let mut s = TcpStream::connect(addr).await?;
-        s.write_all(format!("GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").as_bytes()).await?;
-        let mut buf = Vec::new();
-        s.read_to_end(&mut buf).await?;
-        anyhow::Ok(String::from_utf8_lossy(&buf).into_owned())
-    };
-    let text = tokio::time::timeout(Duration::from_secs(10), get)
-        .await
-        .with_context(|| format!("GET http://{addr}{path} timed out"))?
-        .with_context(|| format!("GET http://{addr}{path}"))?;
-    let (head, body) =
-        text.split_once("\r\n\r\n").with_context(|| format!("GET http://{addr}{path}: no HTTP answer"))?;
-    let status = head.split_whitespace().nth(1).and_then(|s| s.parse().ok()).context("no HTTP status")?;
-    Ok((status, body.to_string()))
+    use fencelock_server::http_client::{request, Request};
+    let sock: SocketAddr = addr.parse().with_context(|| format!("{addr:?} is not an IP address and port"))?;
+    let answer = request(sock, None, Request::get(path), Duration::from_secs(10)).await?;
+    Ok((answer.status, answer.text()))
 }
 
 /// Waits until the server's `/healthz` says it leads and serves.

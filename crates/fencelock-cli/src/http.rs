@@ -1,16 +1,12 @@
-//! A minimal HTTP/1.1 client (one request per connection) for the demo's talk
-//! with the fenced storage server and for the admin commands (`cluster`,
-//! `snapshot save`), over TLS when the node's admin port has it, with the
-//! auth token when one is given.
+//! Requests for the demo's talk with the fenced storage server and for the
+//! admin commands (`cluster`, `snapshot save`, `auth`), through the
+//! workspace's one HTTP client (`fencelock_server::http_client`), over TLS
+//! when the node's admin port has it, with the auth token when one is given.
 
-use std::{net::SocketAddr, path::PathBuf, sync::Arc};
+use std::{net::SocketAddr, path::PathBuf, sync::Arc, time::Duration};
 
-use anyhow::{bail, Context};
 use clap::Args;
-use tokio::{
-    io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt},
-    net::TcpStream,
-};
+use fencelock_server::http_client::{self, Request};
 use tokio_rustls::rustls;
 
 use crate::AuthToken;
@@ -65,6 +61,10 @@ pub fn auth_refusal(admin: SocketAddr, status: u16, message: &str) -> Option<any
     Some(anyhow::Error::new(e).context(admin.to_string()))
 }
 
+/// How long one request may take, answer included: an admin port that
+/// accepts and never answers fails the command instead of hanging it.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
+
 /// Send one request and return (status, body); over TLS with `tls`.
 pub async fn request_tls(
     tls: Option<&Arc<rustls::ClientConfig>>,
@@ -74,56 +74,9 @@ pub async fn request_tls(
     headers: &[(&str, String)],
     body: &[u8],
 ) -> anyhow::Result<(u16, String)> {
-    let tcp = TcpStream::connect(addr).await.with_context(|| format!("connecting to {addr}"))?;
-    match tls {
-        None => exchange(tcp, addr, method, path, headers, body).await,
-        Some(config) => {
-            let name = rustls::pki_types::ServerName::IpAddress(addr.ip().into());
-            let stream = tokio_rustls::TlsConnector::from(config.clone())
-                .connect(name, tcp)
-                .await
-                .with_context(|| format!("TLS handshake with {addr}"))?;
-            exchange(stream, addr, method, path, headers, body).await
-        }
-    }
-}
-
-async fn exchange(
-    mut s: impl AsyncRead + AsyncWrite + Unpin,
-    addr: SocketAddr,
-    method: &str,
-    path: &str,
-    headers: &[(&str, String)],
-    body: &[u8],
-) -> anyhow::Result<(u16, String)> {
-    let mut head =
-        format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Length: {}\r\n", body.len());
-    for (k, v) in headers {
-        head.push_str(&format!("{k}: {v}\r\n"));
-    }
-    head.push_str("\r\n");
-    s.write_all(head.as_bytes()).await?;
-    s.write_all(body).await?;
-    let mut buf = Vec::new();
-    s.read_to_end(&mut buf).await?;
-    let text = String::from_utf8_lossy(&buf);
-    let Some((head, body)) = text.split_once("\r\n\r\n") else { bail!("malformed HTTP response from {addr}") };
-    let status = head.split(' ').nth(1).and_then(|c| c.parse().ok()).context("no HTTP status")?;
-    let chunked = head.to_ascii_lowercase().contains("transfer-encoding: chunked");
-    Ok((status, if chunked { dechunk(body) } else { body.to_string() }))
-}
-
-fn dechunk(mut rest: &str) -> String {
-    let mut out = String::new();
-    while let Some((size, tail)) = rest.split_once("\r\n") {
-        let n = usize::from_str_radix(size.trim(), 16).unwrap_or(0);
-        if n == 0 || tail.len() < n {
-            break;
-        }
-        out.push_str(&tail[..n]);
-        rest = tail[n..].trim_start_matches("\r\n");
-    }
-    out
+    let req = Request { method, path, headers, body };
+    let answer = http_client::request(addr, tls, req, REQUEST_TIMEOUT).await?;
+    Ok((answer.status, answer.text()))
 }
 
 /// Sends one admin request to the first of `admins` that answers it: a member

@@ -33,6 +33,7 @@ pub mod conn_limits;
 pub mod driver;
 pub mod faults;
 pub mod grpc;
+pub mod http_client;
 pub mod metrics;
 pub mod policy;
 pub mod quota;
