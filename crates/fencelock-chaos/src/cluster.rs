@@ -3,7 +3,8 @@
 //! (the leader or a follower: a minority of one, a majority of two).
 //!
 //! Every node's Raft traffic to each peer goes through a TCP proxy of its own
-//! (the server's test-only `peer-routes` feature), so one direction between
+//! (`FENCELOCK_PEER_ROUTES`, which `fencelock-chaos serve` turns into the
+//! server's `peer_routes`), so one direction between
 //! two nodes can be cut: isolating a node holds every proxy to and from it (a
 //! black hole whose bytes flow on, late, when it heals). Clients talk to the
 //! nodes directly, with all three addresses: the old leader stays reachable

@@ -189,10 +189,12 @@ async fn run_one(a: RunArgs) -> anyhow::Result<ExitCode> {
     Ok(profile::exit_code(&verdict))
 }
 
+/// A lock server with the faults of its environment plugged in (see
+/// [`fencelock_chaos::faults`]), until SIGTERM or SIGINT.
 async fn serve(a: ServeArgs) -> anyhow::Result<()> {
-    let active = fencelock_server::faults::init_from_env().map_err(anyhow::Error::msg)?;
-    if !active.is_empty() {
-        eprintln!("fencelock-chaos serve: faults armed: {}", active.join(", "));
+    let armed = fencelock_chaos::faults::Armed::from_env().map_err(anyhow::Error::msg)?;
+    if !armed.lines.is_empty() {
+        eprintln!("fencelock-chaos serve: faults armed: {}", armed.lines.join(", "));
     }
     let mut config = fencelock_server::Config::new(&a.data_dir);
     config.grpc_listen = a.grpc;
@@ -208,8 +210,13 @@ async fn serve(a: ServeArgs) -> anyhow::Result<()> {
     } else {
         config.auth_file = a.auth_file.clone();
     }
-    let running = fencelock_server::start(config).await.context("start the lock server")?;
-    wait_for_term().await?;
+    let clock = armed.plug(&mut config);
+    let listeners = fencelock_server::Listeners::bind(&config).context("bind the lock server's ports")?;
+    let term = async {
+        let _ = wait_for_term().await;
+    };
+    let running = fencelock_server::serve(config, listeners, clock, term).await.context("start the lock server")?;
+    running.stopping().await;
     running.shutdown().await;
     Ok(())
 }

@@ -7,6 +7,7 @@
 
 use std::time::Duration;
 
+use fencelock_chaos::faults::power_loss as shim;
 use fencelock_testkit::proxy::{Mode, Proxy};
 use nix::sys::signal::Signal;
 use serde_json::json;
@@ -18,8 +19,8 @@ use crate::run::{Ctx, LOCK};
 use crate::scenario::Scenario;
 use crate::targets::Target;
 
-/// Failpoints of `fencelock-server` (feature `failpoints`) the K4 nemesis
-/// arms: a crash right there.
+/// The server's crash points the K4 nemesis arms through `FAILPOINTS`
+/// (see `fencelock_chaos::faults`): a crash right there.
 const FAILPOINTS: &[&str] = &["log-before-fsync", "log-after-fsync", "reply-before-send", "sm-before-apply"];
 
 /// Injects `ctx.spec.scenario`'s faults until `ctx.end`.
@@ -355,11 +356,8 @@ async fn wait_for_death(ctx: &mut Ctx, window: Duration, armed: Option<&str>) ->
     // S5 kills, after the window, at the first moment the server has written
     // bytes it has not synced yet (its undo journal is not empty), so that
     // the power loss has something to drop; at most 5 s later regardless.
-    let undo = (ctx.spec.scenario == Scenario::S5).then(|| {
-        fencelock_server::raft::power_loss::undo_path(&fencelock_server::raft::power_loss::db_path(
-            &ctx.spec.out.join("lock-data"),
-        ))
-    });
+    let undo =
+        (ctx.spec.scenario == Scenario::S5).then(|| shim::undo_path(&shim::db_path(&ctx.spec.out.join("lock-data"))));
     let last = deadline + Duration::from_secs(5);
     loop {
         let now = tokio::time::Instant::now();
@@ -427,7 +425,7 @@ async fn restart_clean(ctx: &mut Ctx) -> anyhow::Result<()> {
 fn power_loss(ctx: &mut Ctx) -> anyhow::Result<()> {
     let seed = ctx.rng.u64(..);
     let dir = ctx.spec.out.join("lock-data");
-    let loss = fencelock_server::raft::power_loss::simulate(&dir, seed)?;
+    let loss = shim::simulate(&dir, seed)?;
     let detail = serde_json::to_value(loss)?;
     evidence(ctx, "rolled-back", loss.undone_writes, "server", detail);
     Ok(())

@@ -19,8 +19,8 @@ pub enum Scenario {
     /// A holder's traffic (keep-alives and its write) held in a TCP proxy for
     /// 1.5–5 × TTL; the held write arrives late.
     K2,
-    /// The lock server's clock runs fast or slow and jumps forward (injected
-    /// clock, `fault-clock`).
+    /// The lock server's clock runs fast or slow and jumps forward (the fault
+    /// clock of `FENCELOCK_FAULT_CLOCK`, see `fencelock_chaos::faults::clock`).
     K3,
     /// The lock server SIGKILLed and restarted, or crashed at a failpoint
     /// around fsync and reply.

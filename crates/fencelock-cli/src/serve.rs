@@ -247,7 +247,17 @@ pub async fn serve(a: ServeArgs) -> anyhow::Result<std::process::ExitCode> {
     let mut int = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
     let data_dir = config.data_dir.clone();
     let node_id = config.node_id;
-    let running = fencelock_server::start(config).await?;
+    config.validate().map_err(fencelock_server::ServerError::Config)?;
+    let listeners = fencelock_server::Listeners::bind(&config)?;
+    let shutdown = async move {
+        tokio::select! {
+            _ = term.recv() => eprintln!("fencelock: SIGTERM, shutting down"),
+            _ = int.recv() => eprintln!("fencelock: SIGINT, shutting down"),
+        }
+    };
+    // The real monotonic clock: nothing in this binary picks another.
+    let clock = fencelock_server::clock::Clock::new();
+    let running = fencelock_server::serve(config, listeners, clock, shutdown).await?;
     eprintln!(
         "fencelock: node {node_id} serving gRPC on {} and HTTP on {}, data in {}",
         running.grpc_addr,
@@ -255,8 +265,7 @@ pub async fn serve(a: ServeArgs) -> anyhow::Result<std::process::ExitCode> {
         data_dir.display()
     );
     tokio::select! {
-        _ = term.recv() => eprintln!("fencelock: SIGTERM, shutting down"),
-        _ = int.recv() => eprintln!("fencelock: SIGINT, shutting down"),
+        _ = running.stopping() => {}
         why = running.failed() => {
             running.shutdown().await;
             bail!("stopped serving: {why}");

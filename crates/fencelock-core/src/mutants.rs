@@ -1,8 +1,8 @@
 //! Test-only mutants: known bugs that a fault-injection harness can switch back on,
 //! to prove that its checkers catch them ("re-introduce a known bug and watch it go
 //! red"). Compiled only with the `mutants` feature, and even then inert: every
-//! switch is off until a test (or `fencelock_server::faults::init_from_env`) turns
-//! it on.
+//! switch is off until a test (or the fault-injection harness, `fencelock-chaos
+//! serve`, from its `FENCELOCK_MUTANT`) turns it on. Nothing else turns one on.
 //!
 //! - [`set_dead_waiter_check_removed`] re-introduces etcd#11456, a grant to an
 //!   expired waiter (INV-4 broken): `end_lease` leaves the ended lease's waits in
@@ -11,7 +11,8 @@
 //!   that has expired. A lock granted that way stays held by the dead lease.
 //! - [`crate::Engine::mutant_forget_tokens`] makes the token counter behave as if
 //!   it were kept only in memory: the next token is 1 again (INV-2 broken). The
-//!   server calls it once after a restart (`FENCELOCK_MUTANT=memory-token`).
+//!   harness's server hook calls it once after a restart
+//!   (`FENCELOCK_MUTANT=memory-token`).
 //!
 //! The switches are process-wide: tests that turn one on rely on nextest running
 //! each test in its own process.

@@ -70,6 +70,13 @@ pub struct Config {
     pub limits: crate::quota::Limits,
     /// Where the audit log goes (see [`crate::audit`]); `None`: no audit log.
     pub audit_log: Option<PathBuf>,
+    /// Peer id → the address this node dials that peer at, instead of the
+    /// address in the membership (a proxy in between, e.g. one that can cut
+    /// that one direction). Empty: the membership's addresses. No flag sets it.
+    pub peer_routes: BTreeMap<u64, String>,
+    /// The storage backend and hooks plugged into this node (see
+    /// [`crate::seams`]); the default plugs nothing. No flag sets it.
+    pub seams: crate::seams::Seams,
 }
 
 impl Config {
@@ -96,6 +103,8 @@ impl Config {
             insecure: false,
             limits: crate::quota::Limits::default(),
             audit_log: None,
+            peer_routes: BTreeMap::new(),
+            seams: crate::seams::Seams::default(),
         }
     }
 

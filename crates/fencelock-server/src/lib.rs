@@ -8,7 +8,8 @@
 //! Layout: [`driver`] (the only proposer: batching, time, leadership), [`api`]
 //! (operations shared by unary RPCs and sessions), [`grpc`] (tonic glue),
 //! [`admin`] (axum), [`raft`] (type config, storage, network), [`clock`] (the only
-//! clock), [`metrics`], [`faults`] (test-only fault injection, inert by default),
+//! clock, over a time source the caller may choose), [`metrics`], [`seams`] (the
+//! storage backend and hooks a caller may plug in; nothing by default),
 //! [`conn_limits`] (what both listeners accept), [`tls`] (certificates for the
 //! listeners and between members), [`certs`] (makes them: `fencelock certs init`).
 //!
@@ -31,13 +32,13 @@ pub mod cluster;
 pub mod config;
 pub mod conn_limits;
 pub mod driver;
-pub mod faults;
 pub mod grpc;
 pub mod http_client;
 pub mod metrics;
 pub mod policy;
 pub mod quota;
 pub mod raft;
+pub mod seams;
 pub mod tls;
 
 use std::{collections::BTreeMap, net::SocketAddr, sync::Arc};
@@ -53,22 +54,36 @@ use tokio_stream::wrappers::ReceiverStream;
 
 use crate::{api::Ops, clock::Clock, driver::Driver, metrics::Metrics};
 
-/// Why the server could not start.
+/// Why the server could not start. Each variant keeps the error it wraps as its
+/// [`source`](std::error::Error::source).
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ServerError {
+    /// The configuration is inconsistent (see [`Config::validate`]), or contradicts
+    /// the data dir.
     #[error("configuration: {0}")]
     Config(String),
     #[error("cannot listen on {addr}: {source}")]
     Bind { addr: SocketAddr, source: std::io::Error },
-    #[error("storage in {dir}: {message}")]
-    Storage { dir: String, message: String },
-    #[error("raft: {0}")]
-    Raft(String),
+    /// The data dir cannot be opened, or is refused (see [`raft::identity`]).
+    #[error("storage in {}: {source}", dir.display())]
+    Storage { dir: std::path::PathBuf, source: raft::identity::IdentityError },
+    #[error("cannot open the audit log {}: {source}", path.display())]
+    AuditLog { path: std::path::PathBuf, source: std::io::Error },
+    /// openraft refused its configuration or failed to start or form the group.
+    #[error("raft: {what}: {source}")]
+    Raft { what: &'static str, source: Box<dyn std::error::Error + Send + Sync> },
     #[error("TLS: {0}")]
     Tls(#[from] tls::TlsError),
     #[error("{0}")]
     Auth(#[from] auth::AuthFileError),
+}
+
+impl ServerError {
+    /// A [`ServerError::Raft`] for what failed, keeping openraft's error.
+    fn raft<E: std::error::Error + Send + Sync + 'static>(what: &'static str) -> impl FnOnce(E) -> ServerError {
+        move |e| ServerError::Raft { what, source: Box::new(e) }
+    }
 }
 
 /// A started node. Dropping it does not stop it; call [`Running::shutdown`].
@@ -110,6 +125,13 @@ impl Running {
         why
     }
 
+    /// Resolves once the node was told to stop: the shutdown future given to
+    /// [`serve`] resolved (or [`Running::shutdown`] was called). Call
+    /// [`Running::shutdown`] then to wait for it to finish.
+    pub async fn stopping(&self) {
+        stopped(self.stop.subscribe()).await
+    }
+
     /// Stop serving, finish in-flight requests, stop Raft. What was acknowledged is
     /// already durable, so this is only about being tidy.
     pub async fn shutdown(self) {
@@ -121,23 +143,62 @@ impl Running {
     }
 }
 
-/// Bind the listeners, open storage, start Raft (forming a new group on an
-/// empty data dir, see [`Bootstrap`]), the driver and both servers.
+/// The sockets a node serves on, bound by its caller (so a test can bind port 0
+/// and know the port before the node starts) but not listening yet: [`serve`]
+/// listens only once storage and Raft are up, so that until then a client (or
+/// a peer) is refused at once and tries another node, instead of hanging on a
+/// handshake nobody answers.
+#[derive(Debug)]
+pub struct Listeners {
+    /// The gRPC port: the client API (and Raft, without a peer port).
+    pub client: TcpSocket,
+    /// The HTTP admin port.
+    pub admin: TcpSocket,
+    /// Raft's own port (`--peer-listen`), if any.
+    pub peer: Option<TcpSocket>,
+}
+
+impl Listeners {
+    /// Binds the addresses of `config`: `grpc_listen`, `http_listen` and
+    /// `peer_listen`.
+    pub fn bind(config: &Config) -> Result<Listeners, ServerError> {
+        Ok(Listeners {
+            client: reserve(config.grpc_listen)?,
+            admin: reserve(config.http_listen)?,
+            peer: config.peer_listen.map(reserve).transpose()?,
+        })
+    }
+}
+
+/// Bind the listeners of `config` and [`serve`] on them with the real clock,
+/// until [`Running::shutdown`].
 pub async fn start(config: Config) -> Result<Running, ServerError> {
+    config.validate().map_err(ServerError::Config)?;
+    let listeners = Listeners::bind(&config)?;
+    serve(config, listeners, Clock::new(), std::future::pending()).await
+}
+
+/// Serve on `listeners`: open storage, start Raft (forming a new group on an
+/// empty data dir, see [`Bootstrap`]), the driver and the servers, all reading
+/// `clock`. The node stops when `shutdown` resolves (see [`Running::stopping`])
+/// or on [`Running::shutdown`]. `config`'s listen addresses are replaced by the
+/// listeners' own.
+pub async fn serve(
+    mut config: Config,
+    listeners: Listeners,
+    clock: Clock,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> Result<Running, ServerError> {
+    let Listeners { client: grpc, admin: http, peer } = listeners;
+    let grpc_addr = reserved_addr(&grpc, config.grpc_listen)?;
+    let http_addr = reserved_addr(&http, config.http_listen)?;
+    let peer_addr = peer.as_ref().map(|s| reserved_addr(s, config.peer_listen.unwrap_or(grpc_addr))).transpose()?;
+    (config.grpc_listen, config.http_listen, config.peer_listen) = (grpc_addr, http_addr, peer_addr);
     config.validate().map_err(ServerError::Config)?;
     let tls = config.tls.clone().map(tls::ServerTls::load).transpose()?;
     let auth = match &config.auth_file {
         Some(path) => auth::Auth::load(path)?,
         None => auth::Auth::off(),
-    };
-    let grpc = reserve(config.grpc_listen)?;
-    let http = reserve(config.http_listen)?;
-    let grpc_addr = reserved_addr(&grpc, config.grpc_listen)?;
-    let http_addr = reserved_addr(&http, config.http_listen)?;
-    let peer = config.peer_listen.map(reserve).transpose()?;
-    let peer_addr = match (&peer, config.peer_listen) {
-        (Some(s), Some(want)) => Some(reserved_addr(s, want)?),
-        _ => None,
     };
     let node = own_member(&config, grpc_addr, peer_addr);
     let raft = start_raft(&config, node, tls.clone()).await?;
@@ -152,9 +213,9 @@ pub async fn start(config: Config) -> Result<Running, ServerError> {
     };
     let (raft, engine, log, identity) = raft;
 
-    let clock = Clock::new();
     let metrics = Arc::new(Metrics::default());
     let (driver, handle) = Driver::new(raft.clone(), config.node_id, clock.clone(), metrics.clone(), config.max_batch);
+    let driver = driver.with_seams(config.seams.clone());
     // A follower stands for election after one to two election timeouts of
     // silence; a leader silent from its majority for twice the longest of
     // those has almost surely been replaced.
@@ -164,14 +225,16 @@ pub async fn start(config: Config) -> Result<Running, ServerError> {
     let (stop, stop_rx) = watch::channel(false);
     let (failed_tx, failed) = watch::channel(None);
     let audit = match &config.audit_log {
-        Some(path) => audit::Audit::open(path)
-            .map_err(|e| ServerError::Config(format!("cannot open the audit log {}: {e}", path.display())))?,
+        Some(path) => {
+            audit::Audit::open(path).map_err(|source| ServerError::AuditLog { path: path.clone(), source })?
+        }
         None => audit::Audit::off(),
     };
     let quotas = Arc::new(quota::Quotas::new(config.limits));
     let ops = Ops { driver: handle, engine: engine.clone(), raft: raft.clone(), clock, quotas, audit: audit.clone() };
 
     let mut tasks = vec![tokio::spawn(driver.run(stopped(stop_rx.clone())))];
+    tasks.push(tokio::spawn(stop_on(shutdown, stop.clone())));
     let watched = raft::identity::Watched {
         dir: config.data_dir.clone(),
         identity: identity.clone(),
@@ -234,8 +297,8 @@ async fn start_raft(
     node: raft::Member,
     tls: Option<Arc<tls::ServerTls>>,
 ) -> Result<Started, ServerError> {
-    let storage_err = |message: String| ServerError::Storage { dir: config.data_dir.display().to_string(), message };
-    let (log, sm, identity) = raft::identity::open(config).map_err(|e| storage_err(e.to_string()))?;
+    let (log, sm, identity) =
+        raft::identity::open(config).map_err(|source| ServerError::Storage { dir: config.data_dir.clone(), source })?;
     let engine = sm.engine();
     let log_store = log.clone();
     let election = config.election_timeout.as_millis() as u64;
@@ -250,11 +313,11 @@ async fn start_raft(
         ..Default::default()
     }
     .validate()
-    .map_err(|e| ServerError::Raft(e.to_string()))?;
-    let raft = raft::Raft::new(config.node_id, Arc::new(rc), raft::network::Network::new(config.node_id, tls), log, sm)
-        .await
-        .map_err(|e| ServerError::Raft(e.to_string()))?;
-    let initialized = raft.is_initialized().await.map_err(|e| ServerError::Raft(e.to_string()))?;
+    .map_err(ServerError::raft("its configuration"))?;
+    let network = raft::network::Network::new(config.node_id, tls).with_routes(config.peer_routes.clone());
+    let raft =
+        raft::Raft::new(config.node_id, Arc::new(rc), network, log, sm).await.map_err(ServerError::raft("start"))?;
+    let initialized = raft.is_initialized().await.map_err(ServerError::raft("read whether the group is formed"))?;
     if !initialized {
         bootstrap(&raft, config, node).await?;
     } else {
@@ -278,7 +341,7 @@ async fn bootstrap(raft: &raft::Raft, config: &Config, node: raft::Member) -> Re
             return Ok(());
         }
     };
-    raft.initialize(members).await.map_err(|e| ServerError::Raft(e.to_string()))
+    raft.initialize(members).await.map_err(ServerError::raft("form the group"))
 }
 
 /// This node as the membership records it: the address clients and peers use.
@@ -318,7 +381,41 @@ fn listen(s: TcpSocket, addr: SocketAddr) -> Result<TcpListener, ServerError> {
     s.listen(1024).map_err(|source| ServerError::Bind { addr, source })
 }
 
+/// Turns `stop` true when `shutdown` resolves; returns at once when `stop`
+/// turns true first.
+async fn stop_on(shutdown: impl std::future::Future<Output = ()>, stop: watch::Sender<bool>) {
+    let mut rx = stop.subscribe();
+    tokio::select! {
+        _ = shutdown => {
+            let _ = stop.send(true);
+        }
+        _ = rx.wait_for(|s| *s) => {}
+    }
+}
+
 /// Resolves when `stop` turns true (or its sender is gone).
 async fn stopped(mut stop: watch::Receiver<bool>) {
     let _ = stop.wait_for(|s| *s).await;
+}
+
+#[cfg(test)]
+mod tests {
+    use std::error::Error as _;
+
+    use super::*;
+
+    /// A data dir that is refused comes back as `ServerError::Storage` whose
+    /// source is the identity check's own error, not its text.
+    #[tokio::test]
+    async fn a_refused_data_dir_keeps_its_source() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut config = Config::new(dir.path());
+        config.grpc_listen = "127.0.0.1:0".parse().unwrap();
+        config.http_listen = "127.0.0.1:0".parse().unwrap();
+        let Err(err) = start(config).await else { panic!("an empty existing data dir must be refused") };
+        assert!(matches!(err, ServerError::Storage { .. }), "{err:?}");
+        let source = err.source().expect("the storage error keeps its source");
+        let identity = source.downcast_ref::<raft::identity::IdentityError>().expect("an IdentityError");
+        assert!(matches!(identity, raft::identity::IdentityError::EmptyDir { .. }), "{identity:?}");
+    }
 }

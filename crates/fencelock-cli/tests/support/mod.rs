@@ -37,6 +37,8 @@ pub struct Server {
     flags: Vec<String>,
     /// The process's descriptor limit (soft and hard), if set.
     nofile: Option<u64>,
+    /// Extra environment of every start.
+    env: Vec<(String, String)>,
 }
 
 impl Server {
@@ -56,7 +58,18 @@ impl Server {
         Self::launch(dir, &dir.join("data"), flags, nofile)
     }
 
+    /// Like [`Server::start`], with extra environment variables (kept for
+    /// restarts).
+    pub fn start_with_env(dir: &Path, env: &[(&str, &str)]) -> Server {
+        let env = env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        Self::launch_with(dir, &dir.join("data"), &[], None, env)
+    }
+
     fn launch(dir: &Path, data: &Path, flags: &[&str], nofile: Option<u64>) -> Server {
+        Self::launch_with(dir, data, flags, nofile, Vec::new())
+    }
+
+    fn launch_with(dir: &Path, data: &Path, flags: &[&str], nofile: Option<u64>, env: Vec<(String, String)>) -> Server {
         let grpc = SocketAddr::from(([127, 0, 0, 1], free_port()));
         let http = SocketAddr::from(([127, 0, 0, 1], free_port()));
         let mut s = Server {
@@ -68,6 +81,7 @@ impl Server {
             log: dir.join("server.log"),
             flags: flags.iter().map(|f| f.to_string()).collect(),
             nofile,
+            env,
         };
         s.spawn();
         s
@@ -86,6 +100,7 @@ impl Server {
             .args(["--listen", &self.grpc.to_string(), "--http", &self.http.to_string()])
             .args(&self.flags)
             .env("FENCELOCK_LOG", "info")
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdout(Stdio::null())
             .stderr(log);
         if let Some(n) = self.nofile {

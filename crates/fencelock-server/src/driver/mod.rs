@@ -46,7 +46,12 @@ use tokio::{
     time::Instant,
 };
 
-use crate::{clock::Clock, metrics::Metrics, raft::Raft};
+use crate::{
+    clock::Clock,
+    metrics::Metrics,
+    raft::Raft,
+    seams::{CrashPoint, Seams},
+};
 
 pub mod core;
 #[cfg(test)]
@@ -225,6 +230,8 @@ pub struct Driver {
     core: DriverCore<ReplyTx, WaitTx>,
     /// The write in flight (the core starts one at a time).
     write: Option<JoinHandle<Result<Output, DriverError>>>,
+    /// Hooks at [`CrashPoint::ReplyBeforeSend`] (see [`crate::seams`]).
+    seams: Seams,
 }
 
 type WriteError = RaftError<u64, ClientWriteError<u64, crate::raft::Member>>;
@@ -242,7 +249,8 @@ impl Driver {
         let (ready_tx, ready) = watch::channel(false);
         let max_batch = max_batch.max(1);
         let core = DriverCore::new(max_batch);
-        let driver = Self { raft, node_id, clock, metrics, max_batch, rx, ready_tx, core, write: None };
+        let seams = Seams::default();
+        let driver = Self { raft, node_id, clock, metrics, max_batch, rx, ready_tx, core, write: None, seams };
         (driver, DriverHandle { tx, ready, next_gen: Arc::new(AtomicU64::new(1)) })
     }
 
@@ -252,6 +260,12 @@ impl Driver {
     /// the same request ids, on the majority's new leader).
     pub fn with_quorum_timeout(mut self, timeout: std::time::Duration) -> Self {
         self.core = self.core.with_quorum_timeout(timeout.as_millis() as u64);
+        self
+    }
+
+    /// Call the hooks of `seams` at [`CrashPoint::ReplyBeforeSend`].
+    pub fn with_seams(mut self, seams: Seams) -> Self {
+        self.seams = seams;
         self
     }
 
@@ -274,9 +288,8 @@ impl Driver {
                 biased;
                 _ = &mut shutdown => break,
                 done = wait_write(&mut self.write) => {
-                    #[cfg(feature = "failpoints")]
                     if done.is_ok() {
-                        crate::faults::crash_point(crate::faults::REPLY_BEFORE_SEND);
+                        self.seams.crash_point(CrashPoint::ReplyBeforeSend);
                     }
                     self.step(vec![Event::Written(done)]);
                 }

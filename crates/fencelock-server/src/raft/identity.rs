@@ -167,7 +167,7 @@ pub fn open(config: &Config) -> Result<(LogStore, StateMachine, SharedIdentity),
             let dir = &config.data_dir;
             tracing::warn!("--force-new-cluster: starting a new group in {} ({refused})", dir.display());
             set_aside(dir)?;
-            let (log, sm) = open_storage(dir)?;
+            let (log, sm) = open_storage(dir, &config.seams)?;
             let identity = first_start(config, &log)?;
             Ok((log, sm, SharedIdentity(Arc::new(Mutex::new(identity)))))
         }
@@ -180,7 +180,7 @@ pub fn open(config: &Config) -> Result<(LogStore, StateMachine, SharedIdentity),
 fn open_checked(config: &Config) -> Result<(LogStore, StateMachine, SharedIdentity), IdentityError> {
     let dir = &config.data_dir;
     let found = inspect(dir)?;
-    let (log, sm) = open_storage(dir)?;
+    let (log, sm) = open_storage(dir, &config.seams)?;
     let identity = match read(log.db()).map_err(storage)? {
         None if found == Found::Nothing => first_start(config, &log)?,
         None if has_raft_state(log.db()).map_err(storage)? => adopt(config, &log)?,
@@ -202,8 +202,8 @@ impl IdentityError {
     }
 }
 
-fn open_storage(dir: &Path) -> Result<(LogStore, StateMachine), IdentityError> {
-    log_store::open(dir).map_err(|e| storage(DbError::Other(e.to_string())))
+fn open_storage(dir: &Path, seams: &crate::seams::Seams) -> Result<(LogStore, StateMachine), IdentityError> {
+    log_store::open_with(dir, seams).map_err(|e| storage(DbError::Other(e.to_string())))
 }
 
 /// What `dir` holds, or why it is refused.

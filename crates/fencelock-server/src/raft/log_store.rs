@@ -39,6 +39,7 @@ use serde::{Deserialize, Serialize};
 use super::record;
 use super::state_machine::StateMachine;
 use super::{NodeId, TypeConfig};
+use crate::seams::{CrashPoint, Seams};
 
 /// File name of the database inside the data directory.
 pub const DB_FILE: &str = "fencelock.redb";
@@ -139,7 +140,13 @@ pub(crate) fn meta_name(key: &str) -> impl Fn() -> String + '_ {
 /// A database redb cannot read at all (it meets some corrupt bytes with a
 /// panic) is reported as corrupt, naming `fencelock check-data`.
 pub fn open(dir: &Path) -> Result<(LogStore, StateMachine), StorageError<NodeId>> {
-    let opened = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| open_unguarded(dir)));
+    open_with(dir, &Seams::default())
+}
+
+/// [`open`] through `seams`: its storage backend opens the database, its hooks
+/// are called at the log's and the state machine's crash points.
+pub fn open_with(dir: &Path, seams: &Seams) -> Result<(LogStore, StateMachine), StorageError<NodeId>> {
+    let opened = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| open_unguarded(dir, seams)));
     opened.unwrap_or_else(|_| {
         let why = format!(
             "the database in {} is corrupt (redb could not read it); run fencelock check-data on it",
@@ -149,7 +156,7 @@ pub fn open(dir: &Path) -> Result<(LogStore, StateMachine), StorageError<NodeId>
     })
 }
 
-fn open_unguarded(dir: &Path) -> Result<(LogStore, StateMachine), StorageError<NodeId>> {
+fn open_unguarded(dir: &Path, seams: &Seams) -> Result<(LogStore, StateMachine), StorageError<NodeId>> {
     // A plain message (no Rust type name in it): it is shown to operators.
     let store_err = |e: DbError| -> StorageError<NodeId> {
         StorageIOError::new(ErrorSubject::Store, ErrorVerb::Read, AnyError::error(e)).into()
@@ -158,7 +165,7 @@ fn open_unguarded(dir: &Path) -> Result<(LogStore, StateMachine), StorageError<N
         .map_err(|e| store_err(DbError::Other(format!("cannot create data directory {}: {e}", dir.display()))))?;
     let file = dir.join(DB_FILE);
     create_new(&file).map_err(store_err)?;
-    let db = create_db(Database::builder().set_cache_size(CACHE_BYTES), &file).map_err(|e| match e {
+    let db = seams.create_db(Database::builder().set_cache_size(CACHE_BYTES), &file).map_err(|e| match e {
         redb::DatabaseError::DatabaseAlreadyOpen => store_err(DbError::Other(format!(
             "data directory {} is already in use: the database {} is locked by another \
                  fencelock server (or another open handle); two servers cannot share one data \
@@ -181,8 +188,8 @@ fn open_unguarded(dir: &Path) -> Result<(LogStore, StateMachine), StorageError<N
     };
     init().map_err(|e| e.into_storage(ErrorSubject::Store, ErrorVerb::Write))?;
     let db = Arc::new(db);
-    let sm = StateMachine::load(db.clone())?;
-    Ok((LogStore { db }, sm))
+    let sm = StateMachine::load(db.clone(), seams.clone())?;
+    Ok((LogStore { db, seams: seams.clone() }, sm))
 }
 
 /// Creates the database file if it does not exist, under a temporary name that is
@@ -215,16 +222,6 @@ fn create_new(file: &Path) -> Result<(), DbError> {
     Ok(())
 }
 
-/// Opens (creating if needed) the database file; through the power-loss shim when the
-/// `power-loss` feature is compiled in and `FENCELOCK_POWER_LOSS_SHIM=1` is set.
-fn create_db(builder: &redb::Builder, file: &Path) -> Result<Database, redb::DatabaseError> {
-    #[cfg(feature = "power-loss")]
-    if super::power_loss::enabled() {
-        return super::power_loss::create_database(builder, file);
-    }
-    builder.create(file)
-}
-
 /// Only the log id of a stored entry (the payload is skipped while parsing).
 #[derive(Deserialize)]
 struct StoredLogId {
@@ -237,6 +234,8 @@ struct StoredLogId {
 #[derive(Clone)]
 pub struct LogStore {
     db: Arc<Database>,
+    /// Hooks at the append's crash points (see [`crate::seams`]).
+    seams: Seams,
 }
 
 impl Debug for LogStore {
@@ -401,7 +400,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     /// All `entries` go into ONE write transaction committed with
     /// `Durability::Immediate` (one fsync per call); `callback` is called after the
     /// commit returned, so the entries are on disk when openraft hears of it.
-    /// (Test-only crash points around the commit: see [`crate::faults`].)
+    /// ([`CrashPoint::LogBeforeFsync`] and [`CrashPoint::LogAfterFsync`] are around the commit.)
     async fn append<I>(&mut self, entries: I, callback: LogFlushed<TypeConfig>) -> Result<(), StorageError<NodeId>>
     where
         I: IntoIterator<Item = Entry<TypeConfig>> + OptionalSend,
@@ -419,6 +418,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             }
         }
         let db = self.db.clone();
+        let seams = self.seams.clone();
         let res = blocking(move || {
             let mut txn = db.begin_write()?;
             txn.set_durability(Durability::Immediate)?;
@@ -428,16 +428,14 @@ impl RaftLogStorage<TypeConfig> for LogStore {
                     table.insert(*index, bytes.as_slice())?;
                 }
             }
-            #[cfg(feature = "failpoints")]
-            crate::faults::crash_point(crate::faults::LOG_BEFORE_FSYNC);
+            seams.crash_point(CrashPoint::LogBeforeFsync);
             txn.commit()?;
             Ok(())
         })
         .await;
         match res {
             Ok(()) => {
-                #[cfg(feature = "failpoints")]
-                crate::faults::crash_point(crate::faults::LOG_AFTER_FSYNC);
+                self.seams.crash_point(CrashPoint::LogAfterFsync);
                 callback.log_io_completed(Ok(()));
                 Ok(())
             }

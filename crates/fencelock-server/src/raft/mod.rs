@@ -14,13 +14,11 @@ pub mod check;
 pub mod identity;
 pub mod log_store;
 pub mod network;
-#[cfg(feature = "power-loss")]
-pub mod power_loss;
 pub(crate) mod record;
 pub mod snapshot_rx;
 pub mod state_machine;
 
-pub use log_store::{open as open_storage, LogStore, DB_FILE};
+pub use log_store::{open as open_storage, open_with as open_storage_with, LogStore, DB_FILE};
 pub use network::{Network, RaftService};
 pub use state_machine::{SharedEngine, StateMachine};
 

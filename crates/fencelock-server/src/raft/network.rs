@@ -65,12 +65,21 @@ pub struct Network {
     channels: Arc<Mutex<HashMap<String, (Channel, u64)>>>,
     /// TLS to peers, if on.
     tls: Option<Arc<ServerTls>>,
+    /// Peer id → the address to dial it at instead of its own (see
+    /// [`crate::Config::peer_routes`]).
+    routes: Arc<std::collections::BTreeMap<NodeId, String>>,
 }
 
 impl Network {
     /// A factory for node `id`, dialling peers with `tls` if given.
     pub fn new(id: NodeId, tls: Option<Arc<ServerTls>>) -> Self {
-        Self { id, channels: Arc::new(Mutex::new(HashMap::new())), tls }
+        Self { id, channels: Arc::new(Mutex::new(HashMap::new())), tls, routes: Arc::default() }
+    }
+
+    /// Dial peer `id` at `routes[id]` instead of its own address.
+    pub fn with_routes(mut self, routes: std::collections::BTreeMap<NodeId, String>) -> Self {
+        self.routes = Arc::new(routes);
+        self
     }
 
     /// The channel to `addr`; made anew after the certificates were reloaded.
@@ -108,8 +117,8 @@ impl RaftNetworkFactory<TypeConfig> for Network {
     type Network = NetworkConnection;
 
     async fn new_client(&mut self, target: NodeId, node: &Member) -> Self::Network {
-        // Test-only (`peer-routes`): through a fault proxy for this direction.
-        let addr = crate::faults::peer_route(target).unwrap_or_else(|| node.peer().to_string());
+        // A route of `Config::peer_routes` (e.g. a fault proxy for this direction).
+        let addr = self.routes.get(&target).cloned().unwrap_or_else(|| node.peer().to_string());
         // An unparsable address is reported on every call (as Unreachable) rather
         // than here, where errors cannot be returned.
         let client = self.channel(&addr).map(|ch| {

@@ -27,6 +27,7 @@ use serde::{Deserialize, Serialize};
 use super::log_store::{blocking, decode, encode, DbError, SNAPSHOT};
 use super::record;
 use super::{NodeId, TypeConfig};
+use crate::seams::{Applying, CrashPoint, Seams};
 
 /// The engine, shared with the server's read path. Only [`StateMachine`]'s apply
 /// and snapshot install take the write lock; everyone else must only read.
@@ -65,11 +66,12 @@ pub struct StateMachine {
     engine: SharedEngine,
     last_applied: Option<LogId<NodeId>>,
     last_membership: Membership,
-    /// Test-only `memory-token` mutant (see [`crate::faults`]): right before the
-    /// first entry with an index at least this (the first entry that was not in
-    /// the log when the storage was opened), forget the engine's token counter.
-    #[cfg(feature = "mutants")]
-    forget_tokens_from: Option<u64>,
+    /// Hooks at [`CrashPoint::SmBeforeApply`] and before each apply (see
+    /// [`crate::seams`]).
+    seams: Seams,
+    /// With hooks: the index of the first entry that was not in the log when
+    /// the storage was opened.
+    first_new: Option<u64>,
 }
 
 impl std::fmt::Debug for StateMachine {
@@ -146,7 +148,6 @@ fn write_snapshot(db: &Database, meta: &Meta, data: &[u8], only_if_newer: bool) 
 
 /// The index of the first entry that is not in the log yet: one past the last
 /// stored entry or the snapshot, whichever is later (0 for an empty store).
-#[cfg(feature = "mutants")]
 fn first_new_index(db: &Database, snapshot: Option<LogId<NodeId>>) -> Result<u64, DbError> {
     let txn = db.begin_read()?;
     let table = txn.open_table(super::log_store::LOG)?;
@@ -179,15 +180,15 @@ fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
 
 impl StateMachine {
     /// Loads the state machine from the persisted snapshot of `db` (or starts empty).
-    pub(crate) fn load(db: Arc<Database>) -> Result<Self, StorageError<NodeId>> {
+    pub(crate) fn load(db: Arc<Database>, seams: Seams) -> Result<Self, StorageError<NodeId>> {
         let snap = read_snapshot(&*db).map_err(snap_err(None, ErrorVerb::Read))?;
         let mut sm = StateMachine {
             db,
             engine: Arc::new(RwLock::new(Engine::new())),
             last_applied: None,
             last_membership: Membership::default(),
-            #[cfg(feature = "mutants")]
-            forget_tokens_from: None,
+            seams,
+            first_new: None,
         };
         if let Some((meta, data)) = snap {
             let payload = decode_payload(&data).map_err(snap_err(Some(&meta), ErrorVerb::Read))?;
@@ -196,25 +197,20 @@ impl StateMachine {
             sm.last_membership = payload.last_membership;
             *sm.engine.write().expect("fresh lock") = payload.engine;
         }
-        #[cfg(feature = "mutants")]
-        if crate::faults::memory_token_mutant() {
-            let first_new = first_new_index(&sm.db, sm.last_applied).map_err(sm_err(ErrorVerb::Read))?;
-            sm.forget_tokens_from = Some(first_new);
+        if sm.seams.hooks.is_some() {
+            sm.first_new = Some(first_new_index(&sm.db, sm.last_applied).map_err(sm_err(ErrorVerb::Read))?);
         }
         Ok(sm)
     }
 
-    /// The `memory-token` mutant: forget the token counter once, right before the
-    /// first entry that was not in the log at open (see `forget_tokens_from`).
-    #[cfg(feature = "mutants")]
-    fn mutant_forget_tokens(&mut self, index: u64) {
-        if self.forget_tokens_from.is_none_or(|from| index < from) {
+    /// Calls [`crate::seams::Hooks::before_apply`] for the entry at `index`, if
+    /// there are hooks.
+    fn before_apply(&mut self, index: u64) {
+        let (Some(hooks), Some(first_new)) = (&self.seams.hooks, self.first_new) else {
             return;
-        }
-        self.forget_tokens_from = None;
+        };
         if let Ok(mut engine) = self.engine.write() {
-            tracing::warn!(index, "TEST-ONLY MUTANT memory-token: the token counter starts again from 1");
-            engine.mutant_forget_tokens();
+            hooks.before_apply(Applying { index, first_new }, &mut engine);
         }
     }
 
@@ -351,10 +347,8 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
     {
         let mut outputs = Vec::new();
         for entry in entries {
-            #[cfg(feature = "failpoints")]
-            crate::faults::crash_point(crate::faults::SM_BEFORE_APPLY);
-            #[cfg(feature = "mutants")]
-            self.mutant_forget_tokens(entry.log_id.index);
+            self.seams.crash_point(CrashPoint::SmBeforeApply);
+            self.before_apply(entry.log_id.index);
             let out = match &entry.payload {
                 EntryPayload::Blank => Output::default(),
                 EntryPayload::Normal(input) => self.step(&entry.log_id, input)?,
@@ -382,8 +376,9 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             engine,
             last_applied: self.last_applied,
             last_membership: self.last_membership.clone(),
-            #[cfg(feature = "mutants")]
-            forget_tokens_from: None,
+            // A builder only builds snapshots: it applies nothing.
+            seams: Seams::default(),
+            first_new: None,
         }
     }
 

@@ -1,4 +1,3 @@
-#![cfg(feature = "power-loss")]
 //! Scenario S5, simulated power loss, end to end.
 //!
 //! Invariant: a node that loses power (SIGKILL, then every database byte not yet
@@ -8,7 +7,8 @@
 //! token acknowledged before it.
 //!
 //! The server runs in a child process (this test binary run again with
-//! `PL_SERVER_DIR` set) with `FENCELOCK_POWER_LOSS_SHIM=1`. Clients take leases and
+//! `PL_SERVER_DIR` set) with `FENCELOCK_POWER_LOSS_SHIM=1`, served as
+//! `fencelock-chaos serve` serves it (the faults of the environment plugged in). Clients take leases and
 //! locks under load; the parent watches the shim's undo file and SIGKILLs the child
 //! while it is non-empty (a commit has written but not yet fsynced), calls
 //! `power_loss::simulate` with the round's seed, restarts the child on the same data
@@ -21,8 +21,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::Duration;
 
+use fencelock_chaos::faults::power_loss::{self, PowerLoss};
 use fencelock_proto::v1::{self as pb, acquire_response::Outcome, lock_client::LockClient};
-use fencelock_server::raft::power_loss::{self, PowerLoss};
 use tonic::transport::Channel;
 
 const TEST: &str = "acknowledged_grants_survive_simulated_power_loss";
@@ -225,7 +225,12 @@ fn spawn(data: &Path, log: &Path) -> (Child, String) {
 fn serve(dir: &Path) {
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     rt.block_on(async {
-        let running = fencelock_server::start(fencelock_server::Config::for_test(PathBuf::from(dir)))
+        let armed = fencelock_chaos::faults::Armed::from_env().expect("faults from the environment");
+        assert!(armed.lines.iter().any(|l| l.contains("power-loss")), "{:?}", armed.lines);
+        let mut config = fencelock_server::Config::for_test(PathBuf::from(dir));
+        let clock = armed.plug(&mut config);
+        let listeners = fencelock_server::Listeners::bind(&config).expect("bind");
+        let running = fencelock_server::serve(config, listeners, clock, std::future::pending())
             .await
             .expect("server start after a simulated power loss");
         println!("PL_ADDR {}", running.grpc_addr);

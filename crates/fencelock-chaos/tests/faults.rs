@@ -1,5 +1,6 @@
-//! The test-only faults of `fencelock_server::faults`, end to end: a real server in
-//! this process (`start` on a temp dir) and the raw gRPC client.
+//! The faults of `fencelock_chaos::faults`, end to end: a real server in this
+//! process, served as `fencelock-chaos serve` serves it (the faults of the
+//! environment plugged into its seams), on a temp dir, and the raw gRPC client.
 //!
 //! Each mutant test proves that the mutant breaks the invariant it names, and the
 //! control tests that the same steps keep it without the env var (so the faults
@@ -12,11 +13,57 @@
 
 use std::time::Duration;
 
-use fencelock_proto::v1::{self as pb, acquire_response::Outcome};
-mod support;
+use fencelock_chaos::faults::{self, Armed};
+use fencelock_proto::v1::{self as pb, acquire_response::Outcome, lock_client::LockClient};
+use fencelock_server::{Config, Running};
 
-use fencelock_server::faults;
-use support::{lease, request_id, start, Client};
+type Client = LockClient<tonic::transport::Channel>;
+
+fn request_id() -> u64 {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+}
+
+/// The faults armed by the environment, as `fencelock-chaos serve` reads them;
+/// their lines.
+fn arm() -> Result<(Armed, Vec<String>), String> {
+    let armed = Armed::from_env()?;
+    let lines = armed.lines.clone();
+    Ok((armed, lines))
+}
+
+/// Serve `dir/data` with the faults of the environment plugged in. Right after
+/// an in-process shutdown the database may still be held for a moment, so
+/// "already in use" is retried for a while.
+async fn start(dir: &std::path::Path) -> (Running, Client) {
+    let (armed, _) = arm().expect("faults from the environment");
+    let mut tries = 0;
+    let running = loop {
+        let mut config = Config::for_test(dir.join("data"));
+        let clock = armed.plug(&mut config);
+        let listeners = fencelock_server::Listeners::bind(&config).expect("bind");
+        match fencelock_server::serve(config, listeners, clock, std::future::pending()).await {
+            Ok(r) => break r,
+            Err(e) if tries < 100 && e.to_string().contains("already in use") => tries += 1,
+            Err(e) => panic!("server start: {e}"),
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let client = LockClient::connect(format!("http://{}", running.grpc_addr)).await.expect("connect");
+    (running, client)
+}
+
+/// A new lease, retried while the node is not serving yet.
+async fn lease(c: &mut Client, ttl_ms: u64) -> u64 {
+    for _ in 0..200 {
+        let req = pb::GrantLeaseRequest { request_id: request_id(), ttl_ms };
+        if let Ok(r) = c.grant_lease(req).await {
+            return r.into_inner().lease_id;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    panic!("no lease: the server did not become ready");
+}
 
 async fn acquire(c: &mut Client, lease_id: u64, lock: &str, wait_ms: u64) -> Result<Option<Outcome>, tonic::Status> {
     let req = pb::AcquireRequest { request_id: request_id(), lease_id, lock: lock.into(), wait_ms, lock_delay_ms: 0 };
@@ -52,17 +99,16 @@ async fn tokens_across_a_restart() -> (Vec<u64>, u64) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn inv2_holds_without_a_mutant_tokens_keep_increasing_across_a_restart() {
     std::env::remove_var(faults::ENV_MUTANT);
-    assert_eq!(faults::init_from_env(), Ok(vec![]), "nothing is active without the env vars");
+    assert_eq!(arm().map(|a| a.1), Ok(vec![]), "nothing is active without the env vars");
     let (before, after) = tokens_across_a_restart().await;
     assert!(before.windows(2).all(|w| w[1] == w[0] + 1), "one token per grant: {before:?}");
     assert!(after > before[2], "INV-2: token {after} after the restart, {} before", before[2]);
 }
 
-#[cfg(feature = "mutants")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn inv2_broken_by_memory_token_mutant_the_first_token_after_a_restart_is_lower() {
     std::env::set_var(faults::ENV_MUTANT, "memory-token");
-    assert_eq!(faults::init_from_env(), Ok(vec!["mutant memory-token".to_string()]));
+    assert_eq!(arm().map(|a| a.1), Ok(vec!["mutant memory-token".to_string()]));
     let (before, after) = tokens_across_a_restart().await;
     assert!(before.windows(2).all(|w| w[1] == w[0] + 1), "the mutant changes nothing before a restart: {before:?}");
     assert!(
@@ -72,11 +118,10 @@ async fn inv2_broken_by_memory_token_mutant_the_first_token_after_a_restart_is_l
     );
 }
 
-#[cfg(feature = "mutants")]
 #[test]
 fn an_unknown_mutant_is_an_error() {
     std::env::set_var(faults::ENV_MUTANT, "memory-token,no-such-bug");
-    let err = faults::init_from_env().unwrap_err();
+    let err = arm().unwrap_err();
     assert!(err.contains("no-such-bug"), "{err}");
 }
 
@@ -101,16 +146,15 @@ async fn release_to_an_expired_waiter() -> Result<Option<Outcome>, tonic::Status
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn inv4_holds_without_a_mutant_an_expired_waiter_is_not_granted() {
     std::env::remove_var(faults::ENV_MUTANT);
-    faults::init_from_env().unwrap();
+    arm().unwrap();
     let status = release_to_an_expired_waiter().await.expect_err("the waiter's lease ended");
     assert_eq!(status.code(), tonic::Code::NotFound, "{status}");
 }
 
-#[cfg(feature = "mutants")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn inv4_broken_by_dead_waiter_mutant_an_expired_waiter_is_granted() {
     std::env::set_var(faults::ENV_MUTANT, "dead-waiter");
-    assert_eq!(faults::init_from_env(), Ok(vec!["mutant dead-waiter".to_string()]));
+    assert_eq!(arm().map(|a| a.1), Ok(vec!["mutant dead-waiter".to_string()]));
     match release_to_an_expired_waiter().await {
         // The expired lease got the lock (its token: the next after the holder's).
         Ok(Some(Outcome::Acquired(_))) => {}
@@ -119,20 +163,18 @@ async fn inv4_broken_by_dead_waiter_mutant_an_expired_waiter_is_granted() {
 }
 
 /// The lock's holder's TTL left, as the server sees it.
-#[cfg(feature = "fault-clock")]
 async fn ttl_left(c: &mut Client, lock: &str) -> u64 {
     let r = c.describe_lock(pb::DescribeLockRequest { lock: lock.into() }).await.unwrap().into_inner();
     r.lock.and_then(|l| l.holder).map(|h| h.ttl_left_ms).expect("held")
 }
 
-#[cfg(feature = "fault-clock")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fault_clock_jump_moves_the_servers_time_forward() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("clock");
     std::fs::write(&file, "rate=1 jump_ms=0\n").unwrap();
     std::env::set_var(faults::ENV_FAULT_CLOCK, &file);
-    let active = faults::init_from_env().unwrap();
+    let active = arm().unwrap().1;
     assert_eq!(active, vec![format!("fault-clock {}", file.display())]);
     let (running, mut c) = start(&dir.path().join("data")).await;
     let l = lease(&mut c, 60_000).await;
@@ -150,13 +192,11 @@ async fn fault_clock_jump_moves_the_servers_time_forward() {
 
 /// Set in the child process of [`a_failpoint_that_returns_aborts_the_process`]:
 /// its data directory.
-#[cfg(feature = "failpoints")]
 const CHILD_DIR: &str = "FAULTS_TEST_CHILD_DIR";
 
 /// Each crash point, set to `return`, aborts a server process at its first pass
 /// (all four are passed while a new node initializes and takes the lead), and the
 /// data directory it leaves behind starts and serves again.
-#[cfg(feature = "failpoints")]
 #[test]
 fn a_failpoint_that_returns_aborts_the_process() {
     use std::os::unix::process::ExitStatusExt;
@@ -167,7 +207,7 @@ fn a_failpoint_that_returns_aborts_the_process() {
     }
     let tmp = tempfile::tempdir().unwrap();
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
-    for point in faults::CRASH_POINTS {
+    for point in fencelock_server::seams::CrashPoint::ALL.map(|p| p.name()) {
         let dir = tmp.path().join(point);
         let mut child = Command::new(std::env::current_exe().unwrap())
             .args(["--exact", TEST, "--nocapture", "--test-threads", "1"])
@@ -191,7 +231,6 @@ fn a_failpoint_that_returns_aborts_the_process() {
     }
 }
 
-#[cfg(feature = "failpoints")]
 fn wait_with_timeout(child: &mut std::process::Child, limit: Duration) -> std::process::ExitStatus {
     for _ in 0..limit.as_millis() / 20 {
         if let Some(status) = child.try_wait().unwrap() {
@@ -205,9 +244,8 @@ fn wait_with_timeout(child: &mut std::process::Child, limit: Duration) -> std::p
 
 /// The child: configure the failpoints, start, and serve a grant; it should abort
 /// on the way.
-#[cfg(feature = "failpoints")]
 fn serve_until_crash(dir: &std::path::Path) {
-    let active = faults::init_from_env().unwrap();
+    let active = arm().unwrap().1;
     assert_eq!(active.len(), 1, "{active:?}");
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     rt.block_on(async {

@@ -1,7 +1,8 @@
-//! Fault-injection scenario S5, "simulated power loss" (feature `power-loss`, test-only).
+//! Fault-injection scenario S5, "simulated power loss".
 //!
-//! With the feature compiled in and `FENCELOCK_POWER_LOSS_SHIM=1` in the environment,
-//! [`super::log_store::open`] opens the redb database through [`UndoBackend`]. Before
+//! With `FENCELOCK_POWER_LOSS_SHIM=1` in the environment of `fencelock-chaos serve`,
+//! the node opens its redb database through [`UndoBackend`] (plugged in as
+//! [`UndoStorage`], the server's `StorageBackends` seam). Before
 //! every `write` or `set_len` that happens after the last `sync_data`, the backend
 //! appends an undo record (offset, the bytes that range held, the file length) to
 //! `<db>.undo`; `sync_data` fsyncs the database and then empties the undo file, since
@@ -33,9 +34,9 @@ use redb::backends::FileBackend;
 use redb::{BackendError, Builder, Database, DatabaseError, StorageBackend};
 use serde::Serialize;
 
-use super::log_store::DB_FILE;
+use fencelock_server::raft::DB_FILE;
 
-/// Set to `1` to open the database through [`UndoBackend`] (only with the feature).
+/// Set to `1` to open the database through [`UndoBackend`].
 pub const ENV_SHIM: &str = "FENCELOCK_POWER_LOSS_SHIM";
 /// Suffix of the undo file next to the database: `fencelock.redb.undo`.
 pub const UNDO_SUFFIX: &str = ".undo";
@@ -47,9 +48,14 @@ const KIND_WRITE: u8 = 1;
 const KIND_SET_LEN: u8 = 2;
 const RECORD_HEADER: usize = 1 + 8 * 4;
 
-/// Whether `FENCELOCK_POWER_LOSS_SHIM=1` is set.
-pub fn enabled() -> bool {
-    std::env::var(ENV_SHIM).is_ok_and(|v| v == "1")
+/// The server's storage seam opening the database through an [`UndoBackend`].
+#[derive(Debug, Clone, Copy, Default)]
+pub struct UndoStorage;
+
+impl fencelock_server::seams::StorageBackends for UndoStorage {
+    fn create(&self, builder: &Builder, file: &Path) -> Result<Database, DatabaseError> {
+        create_database(builder, file)
+    }
 }
 
 /// `<db>.undo` for the database file `db`.
@@ -69,7 +75,7 @@ pub fn db_path(db_or_data_dir: &Path) -> PathBuf {
 }
 
 /// Opens (creating if needed) the database at `file` through an [`UndoBackend`].
-pub(crate) fn create_database(builder: &Builder, file: &Path) -> Result<Database, DatabaseError> {
+pub fn create_database(builder: &Builder, file: &Path) -> Result<Database, DatabaseError> {
     tracing::warn!(
         db = %file.display(),
         undo = %undo_path(file).display(),
