@@ -144,16 +144,10 @@ impl Armed {
     }
 }
 
-/// `2=127.0.0.1:5001,3=127.0.0.1:5002` → id → address.
+/// `2=127.0.0.1:5001,3=127.0.0.1:5002` → id → address, in the grammar of a
+/// peer list (`fencelock_server::config::parse_peers`).
 pub fn parse_routes(list: &str) -> Result<BTreeMap<u64, String>, String> {
-    let mut routes = BTreeMap::new();
-    for part in list.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-        let (id, addr) =
-            part.split_once('=').ok_or_else(|| format!("{ENV_PEER_ROUTES}: {part:?} is not id=host:port"))?;
-        let id = id.trim().parse::<u64>().map_err(|_| format!("{ENV_PEER_ROUTES}: bad node id in {part:?}"))?;
-        routes.insert(id, addr.trim().to_string());
-    }
-    Ok(routes)
+    fencelock_server::config::parse_peers(list).map_err(|e| format!("{ENV_PEER_ROUTES}: {e}"))
 }
 
 /// The value of `name`, or `None` if it is unset or blank.
@@ -175,6 +169,6 @@ mod tests {
         let r = parse_routes("2=127.0.0.1:5001, 3=127.0.0.1:5002,").unwrap();
         assert_eq!(r.get(&3).map(String::as_str), Some("127.0.0.1:5002"));
         assert!(parse_routes("2").unwrap_err().contains("id=host:port"));
-        assert!(parse_routes("x=a:1").unwrap_err().contains("bad node id"));
+        assert!(parse_routes("x=a:1").unwrap_err().contains("not a number"));
     }
 }
