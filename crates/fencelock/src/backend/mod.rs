@@ -147,6 +147,13 @@ impl Capabilities {
                 MAX_TTL.as_secs()
             )));
         }
+        if opts.lock_delay > MAX_LOCK_DELAY {
+            return Err(Error::InvalidArgument(format!(
+                "lock-delay {} ms is out of range (at most {} s)",
+                opts.lock_delay.as_millis(),
+                MAX_LOCK_DELAY.as_secs()
+            )));
+        }
         if opts.wait > MAX_WAIT {
             return Err(Error::InvalidArgument(format!(
                 "wait {} ms is out of range (at most {} s)",
@@ -158,34 +165,22 @@ impl Capabilities {
     }
 }
 
-/// Longest lock name, in bytes of UTF-8 (as the native server).
-pub const MAX_NAME_BYTES: usize = 512;
-
-/// Lock names are the same on every backend: 1 to 512 bytes of UTF-8 without
-/// control characters. A backend that cannot store some character (a `/` in a
+/// Lock names are the same on every backend, by the engine's rule
+/// ([`fencelock_core::LockName`]: 1 to 512 bytes of UTF-8 without control
+/// characters). A backend that cannot store some character (a `/` in a
 /// ZooKeeper path) encodes it; the caller never sees the difference.
-pub fn check_name(name: &str) -> Result<(), Error> {
-    if name.is_empty() {
-        return Err(Error::InvalidArgument("invalid lock name: it is empty".into()));
-    }
-    if name.len() > MAX_NAME_BYTES {
-        return Err(Error::InvalidArgument(format!(
-            "invalid lock name: {} bytes long (at most {MAX_NAME_BYTES})",
-            name.len()
-        )));
-    }
-    if let Some((at, _)) = name.char_indices().find(|(_, c)| c.is_control()) {
-        return Err(Error::InvalidArgument(format!("invalid lock name: a control character at byte {at}")));
-    }
-    Ok(())
+pub(crate) fn check_name(name: &str) -> Result<(), Error> {
+    fencelock_core::LockName::new(name).map(drop).map_err(|e| Error::InvalidArgument(format!("invalid lock name: {e}")))
 }
 
-/// The TTL range every backend accepts (the native server's range).
-pub const MIN_TTL: Duration = Duration::from_millis(100);
+/// The TTL range every backend accepts: the engine's.
+pub(crate) const MIN_TTL: Duration = Duration::from_millis(fencelock_core::MIN_TTL_MS);
 /// See [`MIN_TTL`].
-pub const MAX_TTL: Duration = Duration::from_secs(3600);
-/// The longest wait every backend accepts.
-pub const MAX_WAIT: Duration = Duration::from_secs(3600);
+pub(crate) const MAX_TTL: Duration = Duration::from_millis(fencelock_core::MAX_TTL_MS);
+/// The longest wait every backend accepts: the engine's.
+pub(crate) const MAX_WAIT: Duration = Duration::from_millis(fencelock_core::MAX_WAIT_MS);
+/// The longest lock-delay: the engine's.
+pub(crate) const MAX_LOCK_DELAY: Duration = Duration::from_millis(fencelock_core::MAX_LOCK_DELAY_MS);
 
 /// A lock service. Object-safe: hold it as `Arc<dyn LockBackend>` (what
 /// [`connect`] returns) and write the program once for every backend.
@@ -364,10 +359,11 @@ mod tests {
     fn names_are_checked_alike_for_every_backend() {
         let caps = caps(Fencing::Global, true);
         let opts = LockOptions::default();
-        for bad in ["", "a\nb", &"x".repeat(MAX_NAME_BYTES + 1)] {
+        let max = fencelock_core::MAX_LOCK_NAME_BYTES;
+        for bad in ["", "a\nb", &"x".repeat(max + 1)] {
             assert!(matches!(caps.admit("x", bad, &opts), Err(Error::InvalidArgument(_))), "{bad:?}");
         }
-        for good in ["a", "jobs/nightly report", "ключ", &"x".repeat(MAX_NAME_BYTES)] {
+        for good in ["a", "jobs/nightly report", "ключ", &"x".repeat(max)] {
             assert_eq!(caps.admit("x", good, &opts), Ok(()), "{good:?}");
         }
     }
@@ -390,6 +386,9 @@ mod tests {
         assert!(matches!(caps(Fencing::Global, true).admit("x", "a", &short), Err(Error::InvalidArgument(_))));
         let long_wait = LockOptions { wait: MAX_WAIT + Duration::from_millis(1), ..LockOptions::default() };
         assert!(matches!(caps(Fencing::Global, true).admit("x", "a", &long_wait), Err(Error::InvalidArgument(_))));
+        let long_delay =
+            LockOptions { lock_delay: MAX_LOCK_DELAY + Duration::from_millis(1), ..LockOptions::default() };
+        assert!(matches!(caps(Fencing::Global, true).admit("x", "a", &long_delay), Err(Error::InvalidArgument(_))));
     }
 
     /// Rule: a fencelock URL's `token=` reaches the client builder (a bad
