@@ -94,13 +94,16 @@ impl LockRequest {
             tries += 1;
             let lease = inner.leases.check_out(self.opts.ttl, deadline).await?;
             let lease_id = lease.cell().id;
-            let outcome = match self.client.acquire_on_lease(&self.name, lease_id, &self.opts, start, deadline).await {
-                Err(Error::LeaseNotFound(_)) if tries < ACQUIRE_TRIES => {
+            let outcome = match self.client.acquire_on_lease(&self.name, lease_id, &self.opts, start, deadline).await? {
+                OnLease::Answered(outcome) => outcome,
+                OnLease::LeaseGone => {
                     // The lease ended (on the server) while the request waited.
                     lease.cell().lose(LeaseLost::NotFound);
-                    continue;
+                    if tries < ACQUIRE_TRIES {
+                        continue;
+                    }
+                    return Err(lease_kept_ending(lease_id));
                 }
-                other => other?,
             };
             let grant = match outcome {
                 Acquire::Acquired(grant) => grant,
@@ -115,17 +118,31 @@ impl LockRequest {
                 if tries < ACQUIRE_TRIES {
                     continue;
                 }
-                return Err(Error::LeaseNotFound(format!("lease {lease_id} lost while acquiring")));
+                return Err(lease_kept_ending(lease_id));
             }
             return Ok(Acquire::Acquired(LockGuard::new(self.client.clone(), grant, lease)));
         }
     }
 }
 
+/// The error of an acquire whose lease ended under it [`ACQUIRE_TRIES`] times:
+/// the server kept dropping leases (a fail-over, a revoking operator); the
+/// outcome is known (nothing is held), and a later try may succeed.
+fn lease_kept_ending(lease_id: u64) -> Error {
+    Error::Unavailable(format!("lease {lease_id} ended while acquiring, {ACQUIRE_TRIES} times in a row"))
+}
+
 /// An acquire's outcome, and whether it took more than one attempt.
 struct Granted {
     outcome: Acquire<Acquired>,
     retried: bool,
+}
+
+/// What one acquire on a lease found: the server's answer, or that the lease
+/// itself is gone (the server's "lease not found", as an outcome).
+enum OnLease {
+    Answered(Acquire<Acquired>),
+    LeaseGone,
 }
 
 /// One logical `Acquire` RPC on `lease_id` (one request id), retried until
@@ -197,7 +214,11 @@ impl Client {
         let deadline = start + opts.wait + rpc.rpc_timeout;
         let (cell, sent) = lease::grant(rpc, opts.ttl, deadline).await?;
         let watchdog = AbortOnDrop(lease::spawn_watchdog(rpc.clone(), cell.clone(), sent));
-        let outcome = self.acquire_on_lease(name, cell.id, opts, start, deadline).await;
+        let outcome = match self.acquire_on_lease(name, cell.id, opts, start, deadline).await {
+            Ok(OnLease::Answered(outcome)) => Ok(outcome),
+            Ok(OnLease::LeaseGone) => Err(Error::LeaseNotFound(format!("lease {} ended while acquiring", cell.id))),
+            Err(e) => Err(e),
+        };
         drop(watchdog);
         if !matches!(outcome, Ok(Acquire::Acquired(_))) {
             if let Err(e) = lease::revoke(rpc, cell.id).await {
@@ -218,15 +239,19 @@ impl Client {
         opts: &LockOptions,
         start: Instant,
         deadline: Instant,
-    ) -> Result<Acquire<Acquired>, Error> {
+    ) -> Result<OnLease, Error> {
         for _ in 0..ACQUIRE_TRIES {
             let Granted { outcome, retried } =
-                acquire_once(&self.inner.rpc, name, lease_id, opts, start, deadline).await?;
+                match acquire_once(&self.inner.rpc, name, lease_id, opts, start, deadline).await {
+                    Ok(granted) => granted,
+                    Err(Error::LeaseNotFound(_)) => return Ok(OnLease::LeaseGone),
+                    Err(e) => return Err(e),
+                };
             match outcome {
                 Acquire::Acquired(g) if retried && !self.check(&g.lock, g.token).await?.current => {
                     tracing::debug!(lock = name, token = g.token, "fencelock: a retry returned a stale grant");
                 }
-                outcome => return Ok(outcome),
+                outcome => return Ok(OnLease::Answered(outcome)),
             }
         }
         Err(Error::Unavailable(format!("grants of {name:?} kept being lost in transit")))

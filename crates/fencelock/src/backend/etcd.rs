@@ -217,7 +217,7 @@ impl EtcdBackend {
         };
         tokio::select! {
             biased;
-            reason = lease.lost() => Err(Error::Backend(format!("etcd: lost the lease while waiting: {reason}"))),
+            reason = lease.lost() => Err(Error::backend("etcd", format!("lost the lease while waiting: {reason}"))),
             turn = turn => turn,
         }
     }
@@ -230,7 +230,7 @@ impl EtcdBackend {
         match first {
             Some(kv) if kv.create_revision == mine.rev => Ok((None, keys)),
             Some(kv) if kv.create_revision < mine.rev => Ok((Some(kv), keys)),
-            _ => Err(Error::Backend("etcd: the key of a waiting acquire was deleted".into())),
+            _ => Err(Error::backend("etcd", "the key of a waiting acquire was deleted")),
         }
     }
 

@@ -18,7 +18,7 @@ use crate::lease::{LeaseLost, LeaseWatch};
 ///
 /// Implementations keep the lease alive for as long as they live (usually by
 /// owning a [`super::KeptLease`]) and stop renewing when dropped.
-pub trait Held: Send + Sync {
+pub(crate) trait Held: Send + Sync {
     /// Releases the lock if this grant still holds it (compare-and-delete):
     /// `Ok(true)` released, `Ok(false)` it was not held any more (nothing
     /// changed). An error leaves the outcome unknown; the lock is then freed when
@@ -53,7 +53,7 @@ pub struct Guard {
 impl Guard {
     /// A guard on `name` granted by `backend` with `token`, whose lease state is
     /// `watch`. For backend implementations.
-    pub fn new(
+    pub(crate) fn new(
         name: String,
         token: Option<u64>,
         backend: &'static str,

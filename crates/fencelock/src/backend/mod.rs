@@ -53,8 +53,9 @@ mod url;
 #[cfg(feature = "zookeeper")]
 pub mod zookeeper;
 
-pub use guard::{Guard, Held};
-pub use keepalive::{KeptLease, Renew, Renewed};
+pub use guard::Guard;
+pub(crate) use guard::Held;
+pub(crate) use keepalive::{KeptLease, Renew, Renewed};
 pub use url::{BackendUrl, Scheme};
 
 /// A boxed future, as the object-safe trait methods return.

@@ -166,6 +166,24 @@ async fn declares_its_capabilities() {
     assert_eq!(d.capabilities(), want);
 }
 
+/// Issue 16: a Redis error reaches the caller as itself. The token counter
+/// is made a string, so the acquire script's `INCR` fails on the server: the
+/// error is `Error::Backend` whose `source()` is the `redis::RedisError` of
+/// that reply, not only its text.
+#[tokio::test]
+async fn a_redis_error_keeps_its_source() {
+    let server = start_server(false).await;
+    let mut raw = inspect(&server).await;
+    redis::cmd("SET").arg("fencelock:token").arg("not a number").query_async::<()>(&mut raw).await.unwrap();
+    let b = suite::connect(&url(&server)).await;
+    let err = b.acquire("a", &opts(10 * SECS, Duration::ZERO)).await.unwrap_err();
+    assert!(matches!(&err, Error::Backend { backend: "redis", .. }), "{err:?}");
+    let source = std::error::Error::source(&err).expect("the driver's error is kept");
+    let cause = source.downcast_ref::<fencelock::Cause>().expect("a Cause");
+    let redis_err = cause.get().downcast_ref::<redis::RedisError>().expect("a redis::RedisError");
+    assert!(redis_err.to_string().contains("not an integer"), "{redis_err}");
+}
+
 /// Durable mode is refused, with what to set, by a server that does not
 /// fsync every write; and malformed parameters are refused before anything.
 #[tokio::test]

@@ -137,7 +137,10 @@ async fn two_nodes_down_of_three_is_an_error() {
     }
     for wait in [Duration::ZERO, 300 * MS] {
         let got = within("acquire", b.acquire("majority", &opts(10 * SECS, wait))).await;
-        assert!(matches!(&got, Err(Error::Backend(m)) if m.contains("majority")), "wait {wait:?}: {got:?}");
+        assert!(
+            matches!(&got, Err(Error::Backend { message, .. }) if message.contains("majority")),
+            "wait {wait:?}: {got:?}"
+        );
     }
     for p in &proxies {
         p.set_mode(Mode::Pass);

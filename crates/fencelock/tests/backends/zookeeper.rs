@@ -170,7 +170,7 @@ async fn a_waiter_watches_only_its_predecessor() {
         results.push(suite::within("waiter", w).await.unwrap());
     }
     assert!(results[0].is_ok() && results[2].is_ok(), "{results:?}");
-    assert!(matches!(results[1], Err(Error::Backend(_))), "a waiter without its node: {:?}", results[1]);
+    assert!(matches!(results[1], Err(Error::Backend { .. })), "a waiter without its node: {:?}", results[1]);
     assert_eq!(*order.lock().unwrap(), vec![1, 3]);
 }
 
