@@ -315,7 +315,8 @@ pub async fn demo_client(a: DemoClientArgs) -> anyhow::Result<ExitCode> {
     let storage = StorageUrl::parse(&a.storage, a.storage_ca.as_deref())?;
     // The client library's URL grammar, so `fencelock+tls://…?ca=…` works too.
     let server = fencelock::backend::BackendUrl::parse(&a.server)?;
-    let client = fencelock::backend::native_client(&server).await.with_context(|| format!("connecting to {server}"))?;
+    let client =
+        fencelock::Client::connect(server.raw.clone()).await.with_context(|| format!("connecting to {server}"))?;
     let guard = match client.lock(LOCK).ttl(a.ttl).wait(a.wait).acquire().await? {
         Acquire::Acquired(g) => g,
         other => bail!("{} could not acquire: {other:?}", a.name),

@@ -40,8 +40,7 @@ async fn leader_killed_under_load_loses_no_acknowledged_grant() {
         let (client, tokens, stop) = (client.clone(), tokens.clone(), stop.clone());
         load.push(tokio::spawn(async move {
             while !stop.load(std::sync::atomic::Ordering::SeqCst) {
-                let opts =
-                    LockOptions { ttl: Duration::from_secs(2), wait: Duration::from_secs(3), ..LockOptions::default() };
+                let opts = LockOptions::default().ttl(Duration::from_secs(2)).wait(Duration::from_secs(3));
                 if let Ok(Acquire::Acquired(g)) = client.lock("load").options(opts).acquire().await {
                     // Recorded before the release: grant order is record order.
                     tokens.lock().unwrap().push(g.token());

@@ -33,7 +33,7 @@ async fn held_leases_and_tokens_survive_sigkill_restarts() {
     };
 
     // A lease nobody renews: after a restart its TTL counts again from the restart.
-    let opts = LockOptions { ttl: Duration::from_secs(4), ..Default::default() };
+    let opts = LockOptions::default().ttl(Duration::from_secs(4));
     let detached = match client.acquire_detached("crash-detached", opts).await.unwrap() {
         Acquire::Acquired(a) => a,
         other => panic!("expected a grant, got {other:?}"),

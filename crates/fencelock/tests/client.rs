@@ -352,7 +352,7 @@ async fn with_lock_cancels_the_closure_when_the_lease_is_lost() {
     let dropped = Arc::new(AtomicBool::new(false));
     let (started_tx, started_rx) = tokio::sync::oneshot::channel();
     let flag = dropped.clone();
-    let opts = LockOptions { ttl: 2 * SECS, ..LockOptions::default() };
+    let opts = LockOptions::default().ttl(2 * SECS);
     let work = tokio::spawn(async move {
         client
             .with_lock("a", opts, async move |g: &LockGuard| {

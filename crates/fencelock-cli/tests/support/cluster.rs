@@ -349,7 +349,7 @@ pub async fn client(c: &Cluster) -> Client {
 pub const HELD_TTL: Duration = Duration::from_secs(3);
 
 pub async fn hold(client: &Client, name: &str) -> LockGuard {
-    let opts = LockOptions { ttl: HELD_TTL, ..LockOptions::default() };
+    let opts = LockOptions::default().ttl(HELD_TTL);
     match client.lock(name).options(opts).acquire().await.expect("acquire") {
         Acquire::Acquired(g) => g,
         other => panic!("{name}: {other:?}"),
@@ -375,7 +375,7 @@ pub fn holder_token(c: &Cluster, i: usize, name: &str) -> Option<u64> {
 /// One acquire → release of `name`; the token, or `None` if the group could
 /// not be reached in time (a fail-over in progress).
 pub async fn cycle(client: &Client, name: &str) -> Option<u64> {
-    let opts = LockOptions { ttl: Duration::from_secs(2), wait: Duration::from_secs(3), ..LockOptions::default() };
+    let opts = LockOptions::default().ttl(Duration::from_secs(2)).wait(Duration::from_secs(3));
     match client.lock(name).options(opts).acquire().await {
         Ok(Acquire::Acquired(g)) => {
             let t = g.token();

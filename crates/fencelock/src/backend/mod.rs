@@ -59,10 +59,12 @@ pub(crate) use keepalive::{KeptLease, Renew, Renewed};
 pub use url::{BackendUrl, Scheme};
 
 /// A boxed future, as the object-safe trait methods return.
-pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+pub(crate) type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
-/// What a grant's fencing token is worth.
+/// What a grant's fencing token is worth. `#[non_exhaustive]`: a new scope
+/// breaks no caller.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum Fencing {
     /// No token: nothing orders two grants (Redlock, advisory locks). A paused
     /// holder can write after its lock went to someone else, and no resource can
@@ -87,7 +89,11 @@ impl fmt::Display for Fencing {
 
 /// What a backend guarantees, stated honestly. Tests check the backend against
 /// its own declaration (one conformance suite, every backend).
+/// `#[non_exhaustive]`, so that a new capability breaks no caller: read the
+/// fields; build one (to compare with) from [`Capabilities::new`] and the
+/// `with_*` methods.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Capabilities {
     /// Whether grants carry a fencing token, and its scope.
     pub fencing: Fencing,
@@ -119,6 +125,64 @@ pub struct Capabilities {
 }
 
 impl Capabilities {
+    /// A backend with `fencing` and nothing else: no durable tokens, no FIFO,
+    /// no push wake-up, no server-side TTL, no fail-over, no lock-delay, and
+    /// the engine's shortest TTL (100 ms) as `min_ttl`.
+    pub const fn new(fencing: Fencing) -> Capabilities {
+        Capabilities {
+            fencing,
+            durable_tokens: false,
+            fifo: false,
+            push_wakeup: false,
+            server_ttl: false,
+            survives_failover: false,
+            lock_delay: false,
+            min_ttl: MIN_TTL,
+        }
+    }
+
+    /// With [`durable_tokens`](#structfield.durable_tokens) set to `yes`.
+    pub const fn with_durable_tokens(mut self, yes: bool) -> Self {
+        self.durable_tokens = yes;
+        self
+    }
+
+    /// With [`fifo`](#structfield.fifo) set to `yes`.
+    pub const fn with_fifo(mut self, yes: bool) -> Self {
+        self.fifo = yes;
+        self
+    }
+
+    /// With [`push_wakeup`](#structfield.push_wakeup) set to `yes`.
+    pub const fn with_push_wakeup(mut self, yes: bool) -> Self {
+        self.push_wakeup = yes;
+        self
+    }
+
+    /// With [`server_ttl`](#structfield.server_ttl) set to `yes`.
+    pub const fn with_server_ttl(mut self, yes: bool) -> Self {
+        self.server_ttl = yes;
+        self
+    }
+
+    /// With [`survives_failover`](#structfield.survives_failover) set to `yes`.
+    pub const fn with_survives_failover(mut self, yes: bool) -> Self {
+        self.survives_failover = yes;
+        self
+    }
+
+    /// With [`lock_delay`](#structfield.lock_delay) set to `yes`.
+    pub const fn with_lock_delay(mut self, yes: bool) -> Self {
+        self.lock_delay = yes;
+        self
+    }
+
+    /// With [`min_ttl`](#structfield.min_ttl) `min_ttl`.
+    pub const fn with_min_ttl(mut self, min_ttl: Duration) -> Self {
+        self.min_ttl = min_ttl;
+        self
+    }
+
     /// Checks a request against these capabilities before anything is sent:
     /// [`Error::InvalidArgument`] for a bad lock name (see [`check_name`]) or a
     /// TTL or wait out of range, [`Error::Unsupported`] if the caller asks for
@@ -239,7 +303,7 @@ pub async fn connect(url: &str) -> Result<Backend, Error> {
         )));
     }
     match parsed.scheme {
-        Scheme::Native => Ok(Arc::new(native_client(&parsed).await?)),
+        Scheme::Native => Ok(Arc::new(crate::Client::connect(parsed.raw).await?)),
         #[cfg(feature = "redis")]
         Scheme::Redis => Ok(Arc::new(redis::RedisBackend::connect(&parsed).await?)),
         #[cfg(feature = "redis")]
@@ -256,14 +320,6 @@ pub async fn connect(url: &str) -> Result<Backend, Error> {
             other.feature()
         ))),
     }
-}
-
-/// The native client of a `fencelock://` (or `fencelock+tls://`) URL, as
-/// its own type: for what only the fencelock server does (hand a lease to
-/// another process, list queues). The same as [`crate::Client::connect`] of
-/// the URL: every member of its list, its TLS files, its `token=`.
-pub async fn native_client(url: &BackendUrl) -> Result<crate::Client, Error> {
-    crate::Client::connect(url.raw.clone()).await
 }
 
 /// Acquires `name` on `backend`, runs `f` while holding it, and releases it;
@@ -403,7 +459,7 @@ mod tests {
         drop(listener);
         let err = connect(&format!("fencelock://{addr}?token=sekrit%20sekrit")).await.err().unwrap();
         assert!(matches!(&err, Error::InvalidArgument(m) if m.contains("invalid auth token")), "{err:?}");
-        let err = native_client(&BackendUrl::parse(&format!("http://{addr}?token=")).unwrap()).await.unwrap_err();
+        let err = crate::Client::connect(format!("http://{addr}?token=")).await.unwrap_err();
         assert!(matches!(&err, Error::InvalidArgument(m) if m.contains("invalid auth token: it is empty")), "{err:?}");
         for other in
             ["redis://h?token=sekrit", "etcd://h?token=sekrit", "zk://h?token=sekrit", "postgres://u@h/db?token=sekrit"]

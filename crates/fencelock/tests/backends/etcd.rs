@@ -104,16 +104,14 @@ async fn declares_its_capabilities() {
     assert_eq!(b.kind(), "etcd");
     assert_eq!(
         b.capabilities(),
-        Capabilities {
-            fencing: Fencing::PerLock,
-            durable_tokens: true,
-            fifo: true,
-            push_wakeup: true,
-            server_ttl: true,
-            survives_failover: true,
-            lock_delay: false,
-            min_ttl: SECS,
-        }
+        Capabilities::new(Fencing::PerLock)
+            .with_durable_tokens(true)
+            .with_fifo(true)
+            .with_push_wakeup(true)
+            .with_server_ttl(true)
+            .with_survives_failover(true)
+            .with_lock_delay(false)
+            .with_min_ttl(SECS)
     );
 }
 

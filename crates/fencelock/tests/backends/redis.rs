@@ -149,16 +149,14 @@ async fn kill_and_restart(mut server: RedisServer) -> RedisServer {
 #[tokio::test]
 async fn declares_its_capabilities() {
     let (volatile, durable) = (start_server(false).await, start_server(true).await);
-    let mut want = Capabilities {
-        fencing: Fencing::Global,
-        durable_tokens: false,
-        fifo: true,
-        push_wakeup: true,
-        server_ttl: true,
-        survives_failover: false,
-        lock_delay: false,
-        min_ttl: 100 * MS,
-    };
+    let mut want = Capabilities::new(Fencing::Global)
+        .with_durable_tokens(false)
+        .with_fifo(true)
+        .with_push_wakeup(true)
+        .with_server_ttl(true)
+        .with_survives_failover(false)
+        .with_lock_delay(false)
+        .with_min_ttl(100 * MS);
     let b = suite::connect(&url(&volatile)).await;
     assert_eq!((b.kind(), b.capabilities()), ("redis", want));
     want.durable_tokens = true;
