@@ -4,7 +4,7 @@
 //! [`tonic::Status`] into an [`Error`] here. Contention is never an error: a busy
 //! lock is [`crate::Acquire::Busy`], a wait that ran out is
 //! [`crate::Acquire::TimedOut`]. [`WithLockError`] is the error of
-//! [`crate::Client::with_lock`], which adds "not acquired" and "lease lost" to
+//! [`crate::with_lock`], which adds "not acquired" and "lease lost" to
 //! [`Error`].
 
 use std::error::Error as StdError;
@@ -230,7 +230,7 @@ fn is_local_timeout(status: &Status) -> bool {
     false
 }
 
-/// Why [`crate::Client::with_lock`] did not run its closure, or stopped it.
+/// Why [`crate::with_lock`] did not run its closure, or stopped it.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum WithLockError {

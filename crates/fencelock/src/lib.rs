@@ -34,17 +34,20 @@
 //! Or let the library do the select and the release:
 //!
 //! ```no_run
-//! # use fencelock::{Client, LockGuard, LockOptions, WithLockError};
+//! # use fencelock::{with_lock, Client, Guard, LockOptions, WithLockError};
 //! # async fn demo(client: Client) -> Result<(), WithLockError> {
-//! let rows = client
-//!     .with_lock("reports/daily", LockOptions::default(), async |guard: &LockGuard| {
-//!         // Dropped (cancelled) at once if the lease is lost.
-//!         write_rows(guard.token()).await
-//!     })
-//!     .await?;
+//! let opts = LockOptions::default().ttl(std::time::Duration::from_secs(15));
+//! let rows = with_lock(&client, "reports/daily", opts, async |guard: &Guard| {
+//!     // Dropped (cancelled) at once if the lease is lost.
+//!     write_rows(guard.token()).await
+//! })
+//! .await?;
 //! # Ok(()) }
-//! # async fn write_rows(_token: u64) -> usize { 0 }
+//! # async fn write_rows(_token: Option<u64>) -> usize { 0 }
 //! ```
+//!
+//! [`with_lock`] takes any [`LockBackend`]: the same code runs on a
+//! `fencelock::connect("redis://…")` backend.
 //!
 //! # The model
 //! A client holds *leases* on the server, one per TTL it uses, shared by all its

@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use fencelock::{Acquire, Client, Error, LeaseLost, LockGuard, LockOptions, NotAcquired, WithLockError};
+use fencelock::{with_lock, Acquire, Client, Error, Guard, LeaseLost, LockOptions, NotAcquired, WithLockError};
 use fencelock_proto::v1 as pb;
 use fencelock_proto::v1::lock_client::LockClient;
 use support::{acquired, eventually, holder, waiters, within, Server, SECS};
@@ -298,10 +298,10 @@ async fn a_lease_outlives_several_ttls_while_kept_alive() {
 async fn with_lock_runs_the_closure_and_releases() {
     let server = Server::start().await;
     let client = server.client().await;
-    let (name, token) = client
-        .with_lock("a", LockOptions::default(), async |g: &LockGuard| (g.name().to_string(), g.token()))
-        .await
-        .unwrap();
+    let (name, token) =
+        with_lock(&client, "a", LockOptions::default(), async |g: &Guard| (g.name().to_string(), g.token().unwrap()))
+            .await
+            .unwrap();
     assert_eq!(name, "a");
     assert!(token > 0);
     assert_eq!(client.describe("a").await.unwrap().holder, None);
@@ -314,13 +314,12 @@ async fn with_lock_runs_the_closure_and_releases() {
 async fn with_lock_accepts_a_closure_returning_a_future() {
     let server = Server::start().await;
     let client = server.client().await;
-    let (token, n) = client
-        .with_lock("a", LockOptions::default(), |g: &LockGuard| {
-            let token = g.token();
-            async move { (token, token + 1) }
-        })
-        .await
-        .unwrap();
+    let (token, n) = with_lock(&client, "a", LockOptions::default(), |g: &Guard| {
+        let token = g.token().unwrap();
+        async move { (token, token + 1) }
+    })
+    .await
+    .unwrap();
     assert_eq!(n, token + 1);
     assert_eq!(client.describe("a").await.unwrap().holder, None);
     server.stop().await;
@@ -333,7 +332,7 @@ async fn with_lock_does_not_run_the_closure_when_busy() {
     let holder = acquired(other.lock("a").acquire().await.unwrap());
     let ran = AtomicBool::new(false);
     let got =
-        client.with_lock("a", LockOptions::default(), async |_: &LockGuard| ran.store(true, Ordering::SeqCst)).await;
+        with_lock(&client, "a", LockOptions::default(), async |_: &Guard| ran.store(true, Ordering::SeqCst)).await;
     match got {
         Err(WithLockError::NotAcquired(NotAcquired::Busy { holder_token, .. })) => {
             assert_eq!(holder_token, Some(holder.token()))
@@ -354,13 +353,12 @@ async fn with_lock_cancels_the_closure_when_the_lease_is_lost() {
     let flag = dropped.clone();
     let opts = LockOptions::default().ttl(2 * SECS);
     let work = tokio::spawn(async move {
-        client
-            .with_lock("a", opts, async move |g: &LockGuard| {
-                let _armed = SetOnDrop(flag);
-                started_tx.send(g.lease_id()).unwrap();
-                std::future::pending::<()>().await
-            })
-            .await
+        with_lock(&client, "a", opts, async move |g: &Guard| {
+            let _armed = SetOnDrop(flag);
+            started_tx.send(g.lease_id()).unwrap();
+            std::future::pending::<()>().await
+        })
+        .await
     });
     let lease = within("closure started", started_rx).await.unwrap();
     admin.revoke_lease(lease).await.unwrap();

@@ -322,51 +322,26 @@ pub async fn connect(url: &str) -> Result<Backend, Error> {
     }
 }
 
-/// Acquires `name` on `backend`, runs `f` while holding it, and releases it;
-/// the backend-neutral form of [`crate::Client::with_lock`], with the same
-/// contract: `f` does not run unless the lock is acquired, and its future is
-/// dropped at once if the lease is lost ([`WithLockError::LeaseLost`]).
+/// Acquires `name` on `backend`, runs `f` while holding it, and releases it:
+/// the one `with_lock`, for every backend (the native [`crate::Client`]
+/// included).
+///
+/// * Busy or timed out: [`WithLockError::NotAcquired`]; `f` does not run.
+/// * If the lock is lost while `f` runs, `f`'s future is dropped at once (so
+///   it stops at its current await point) and the result is
+///   [`WithLockError::LeaseLost`].
+/// * Otherwise the lock is released and `f`'s value returned. It is returned
+///   even if the release fails (it is logged; the lock is then freed with the
+///   lease): `f` finished while the lock was provably held.
+///
+/// `f` may borrow the guard (`async |g: &Guard| g.token()`), or be a plain
+/// closure returning a future that does not (`|g: &Guard| { let t =
+/// g.token(); async move { t } }`).
 pub async fn with_lock<T, F>(backend: &dyn LockBackend, name: &str, opts: LockOptions, f: F) -> Result<T, WithLockError>
 where
     F: AsyncFnOnce(&Guard) -> T,
 {
     let guard = backend.acquire(name, &opts).await?.acquired().map_err(WithLockError::NotAcquired)?;
-    hold_while(guard, name, f).await
-}
-
-/// What [`hold_while`] needs of a guard: its loss signal and its release.
-pub(crate) trait GuardLike: Sized {
-    fn lost(&self) -> impl Future<Output = crate::LeaseLost> + Send;
-    fn release(self) -> impl Future<Output = Result<bool, Error>> + Send;
-}
-
-impl GuardLike for Guard {
-    fn lost(&self) -> impl Future<Output = crate::LeaseLost> + Send {
-        Guard::lost(self)
-    }
-    fn release(self) -> impl Future<Output = Result<bool, Error>> + Send {
-        Guard::release(self)
-    }
-}
-
-impl GuardLike for crate::LockGuard {
-    fn lost(&self) -> impl Future<Output = crate::LeaseLost> + Send {
-        crate::LockGuard::lost(self)
-    }
-    fn release(self) -> impl Future<Output = Result<bool, Error>> + Send {
-        crate::LockGuard::release(self)
-    }
-}
-
-/// Runs `f` on a held `guard`: drops `f`'s future at once if the lease is lost
-/// ([`WithLockError::LeaseLost`]), otherwise releases the lock and returns
-/// `f`'s value (even if the release fails: `f` finished while the lock was
-/// provably held; the failure is logged). Shared by both `with_lock`s.
-pub(crate) async fn hold_while<G, T, F>(guard: G, name: &str, f: F) -> Result<T, WithLockError>
-where
-    G: GuardLike,
-    F: AsyncFnOnce(&G) -> T,
-{
     let result = {
         let work = f(&guard);
         tokio::select! {
