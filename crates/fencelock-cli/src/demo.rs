@@ -266,7 +266,7 @@ impl DemoClient {
 fn describe(e: &Value) -> Option<String> {
     let t = &e["token"];
     Some(match e["event"].as_str()? {
-        "acquired" => format!("acquired {LOCK:?}: token {t}, lease {} (waited {} ms)", e["lease"], e["waited_ms"]),
+        "acquired" => format!("acquired {LOCK:?}: token {t}, lease {}", e["lease"]),
         "read" => format!("read {KEY:?} with token {t}: {}", e["content"]),
         "write" => match e["status"].as_u64() {
             Some(s) if (200..300).contains(&s) => {
@@ -321,10 +321,8 @@ pub async fn demo_client(a: DemoClientArgs) -> anyhow::Result<ExitCode> {
         Acquire::Acquired(g) => g,
         other => bail!("{} could not acquire: {other:?}", a.name),
     };
-    let token = guard.token();
-    emit(
-        json!({"event": "acquired", "token": token, "lease": guard.lease_id(), "waited_ms": guard.waited().as_millis() as u64}),
-    );
+    let token = guard.fencing_token()?;
+    emit(json!({"event": "acquired", "token": token, "lease": guard.lease_id()}));
     let fencing = [("Fencing-Lock", LOCK.to_string()), ("Fencing-Token", token.to_string())];
     let (status, body) = storage.request("GET", &format!("/objects/{KEY}"), &fencing, b"").await?;
     let mut list: Vec<String> = if status == 200 { serde_json::from_str(&body)? } else { Vec::new() };

@@ -11,9 +11,10 @@ use std::time::Duration;
 use fencelock_proto::v1 as pb;
 use tokio::time::Instant;
 
-use crate::acquire::{self, LockRequest};
+use crate::acquire;
 use crate::auth::Auth;
 use crate::backend::tls::TlsFiles;
+use crate::backend::LockRequest;
 use crate::backend::{BackendUrl, Scheme};
 use crate::backoff::Backoff;
 use crate::error::Error;
@@ -196,7 +197,7 @@ impl Client {
     /// A request for the lock `name`, with default [`LockOptions`] (15 s TTL, try
     /// once, no lock-delay).
     pub fn lock(&self, name: impl Into<String>) -> LockRequest {
-        LockRequest::new(self.clone(), name.into())
+        LockRequest::new(Arc::new(self.clone()), name.into())
     }
 
     /// Is `token` the current live grant of `name`? (Chubby's CheckSequencer.) A

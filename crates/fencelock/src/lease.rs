@@ -3,7 +3,7 @@
 //!
 //! Where it sits: [`crate::registry`] shares one lease per TTL between the guards
 //! of a [`crate::Client`]; each lease is a [`LeaseCell`] with one watchdog task.
-//! Every [`crate::LockGuard`] on the lease reads the same cell through a
+//! Every [`crate::Guard`] on the lease reads the same cell through a
 //! [`LeaseWatch`].
 //!
 //! # The deadline
@@ -162,7 +162,7 @@ impl LeaseCell {
 /// A read-only handle on a lease's state: its deadline and its loss signal.
 ///
 /// Cheap to clone, `Send + Sync + 'static`: move it into another task to stop work
-/// there when the lease is lost. Every [`crate::LockGuard`] of a lease sees the
+/// there when the lease is lost. Every [`crate::Guard`] of a lease sees the
 /// same state.
 #[derive(Debug, Clone)]
 pub struct LeaseWatch {

@@ -17,7 +17,7 @@
 //!     Acquire::Acquired(guard) => {
 //!         // Pass the fencing token with every write to the protected resource,
 //!         // and stop as soon as the lease is lost.
-//!         let token = guard.token();
+//!         let token = guard.fencing_token()?;
 //!         tokio::select! {
 //!             _ = write_report(token) => {}
 //!             reason = guard.lost() => eprintln!("lock lost ({reason}), stopped"),
@@ -56,10 +56,10 @@
 //! greater than every token issued before it.
 //!
 //! # Timing contract
-//! * [`LockGuard::deadline`] is conservative: the send time of the request that
+//! * [`Guard::deadline`] is conservative: the send time of the request that
 //!   last confirmed the lease, plus the TTL. The server's deadline is never
 //!   earlier.
-//! * [`LockGuard::lost`] fires when the server reports the lease gone (at the next
+//! * [`Guard::lost`] fires when the server reports the lease gone (at the next
 //!   keep-alive), when this client revokes it, or at the deadline if no keep-alive
 //!   confirmed it by then. It always fires on loss; loss is final.
 //! * Every RPC has a deadline (default 10 s, [`ClientBuilder::rpc_timeout`]; a
@@ -96,13 +96,11 @@ mod session;
 mod tls;
 mod types;
 
-pub use acquire::LockRequest;
 pub use auth::check_auth_token;
-pub use backend::{connect, with_lock, Backend, Capabilities, Fencing, Guard, LockBackend};
+pub use backend::{connect, with_lock, Backend, Capabilities, Fencing, Guard, LockBackend, LockRequest};
 pub use backoff::Backoff;
 pub use client::{Client, ClientBuilder, DEFAULT_LEASE_LINGER, DEFAULT_RPC_TIMEOUT};
 pub use error::{Cause, Error, NotAcquired, WithLockError};
-pub use guard::LockGuard;
 pub use lease::{LeaseLost, LeaseWatch};
 pub use session::Session;
 pub use tls::ClientTls;

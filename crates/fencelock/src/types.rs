@@ -73,12 +73,12 @@ impl LockOptions {
 
 /// The outcome of an acquire. Contention is an outcome, not an error.
 ///
-/// `G` is what a grant gives: a [`crate::LockGuard`] (kept alive, released on drop)
-/// for [`crate::LockRequest::acquire`]; a bare [`Acquired`] for
+/// `G` is what a grant gives: a [`crate::Guard`] (kept alive, released on drop)
+/// for [`crate::LockBackend::acquire`] and [`crate::LockRequest::acquire`]; a bare [`Acquired`] for
 /// [`crate::Client::acquire_detached`] and [`crate::Session::acquire`].
 #[derive(Debug)]
 #[must_use = "an acquired lock is held until its guard is released or dropped"]
-pub enum Acquire<G = crate::LockGuard> {
+pub enum Acquire<G = crate::Guard> {
     /// The lock is held.
     Acquired(G),
     /// The wait was zero and the lock is held by someone (or closed by lock-delay).

@@ -48,6 +48,7 @@ pub mod postgres;
 pub mod redis;
 #[cfg(feature = "redis")]
 pub mod redlock;
+mod request;
 pub mod tls;
 mod url;
 #[cfg(feature = "zookeeper")]
@@ -56,6 +57,7 @@ pub mod zookeeper;
 pub use guard::Guard;
 pub(crate) use guard::Held;
 pub(crate) use keepalive::{KeptLease, Renew, Renewed};
+pub use request::LockRequest;
 pub use url::{BackendUrl, Scheme};
 
 /// A boxed future, as the object-safe trait methods return.
