@@ -283,8 +283,8 @@ async fn watchdog(rpc: Rpc, cell: Arc<LeaseCell>, last_sent: Instant) {
 /// lease is lost.
 ///
 /// `renew(round_end)` runs one renewal that must finish by `round_end`: it
-/// answers [`Renewed::Confirmed`] with the TTL the server confirmed (`None`:
-/// the cell's TTL), or [`Renewed::Gone`] when the server says the lease is gone
+/// answers `Renewed::Confirmed` with the TTL the server confirmed (`None`:
+/// the cell's TTL), or `Renewed::Gone` when the server says the lease is gone
 /// (the cell is then lost as [`LeaseLost::NotFound`]); an error is retried.
 pub(crate) async fn renew_loop<F, Fut>(
     cell: &LeaseCell,
@@ -347,7 +347,7 @@ pub(crate) enum Renewed {
 }
 
 /// One keep-alive round: the confirmed TTL (None if the server sent 0), or
-/// [`Renewed::Gone`] for the server's "lease not found" (the one place that
+/// `Renewed::Gone` for the server's "lease not found" (the one place that
 /// answer becomes an outcome).
 async fn keep_alive(rpc: &Rpc, lease_id: u64, deadline: Instant) -> Result<Renewed, Error> {
     let msg = KeepAliveRequest { request_id: new_request_id(), lease_id };

@@ -70,16 +70,22 @@
 //!   Dropping the future cancels it on the server.
 //!
 //! # Other lock services
-//! [`backend`] puts the same guard over Redis, Redlock, etcd, ZooKeeper and
-//! PostgreSQL: [`connect`] a URL, take locks through [`LockBackend`], and read
-//! what each backend guarantees from [`Capabilities`].
+//! [`backend`] puts the same [`Guard`] over Redis, Redlock, etcd, ZooKeeper and
+//! PostgreSQL: [`connect`] a URL, take locks with `backend.lock(name)` (the
+//! same [`LockRequest`] as [`Client::lock`]) or [`LockBackend::acquire`], and
+//! read what each backend guarantees from [`Capabilities`]. The native
+//! [`Client`] is one [`LockBackend`] among them, with the operations only the
+//! fencelock server has (`describe`, `list`, `check`, `revoke_lease`,
+//! `acquire_detached`, `session`).
 //!
 //! # Modules
-//! `backend` (the trait, the URL dispatch and the other backends), `client` (entry point and plain RPCs), `acquire` (taking a lock), `guard` (held locks), `lease` (lease
-//! state, deadline, watchdog), `registry` (leases shared by TTL), `session`
-//! (multiplexed stream), `rpc` (deadlines and retries), `auth` (the bearer
-//! token on every call), `backoff`, `types`, `error`, `metrics` (names of the
-//! exported metrics).
+//! `backend` (the trait, the one guard and request, the URL dispatch and the
+//! other backends), `client` (the native entry point and plain RPCs), `acquire`
+//! (taking a native lock), `guard` (the native side of a held lock), `lease`
+//! (lease state, deadline, watchdog), `registry` (leases shared by TTL),
+//! `session` (multiplexed stream), `rpc` (deadlines and retries), `auth` (the
+//! bearer token on every call), `backoff`, `types`, `error`, `metrics` (names
+//! of the exported metrics). Lock names and limits are `fencelock-core`'s.
 
 mod acquire;
 mod auth;

@@ -1,8 +1,8 @@
-//! [`KeptLease`]: the lease state and watchdog that every backend other than the
+//! `KeptLease`: the lease state and watchdog that every backend other than the
 //! native server uses for its grants.
 //!
 //! Where it sits: a backend confirms a grant (or a session) by a request it sent
-//! at `sent`, then starts a `KeptLease` with a [`Renew`] that extends it once.
+//! at `sent`, then starts a `KeptLease` with a `Renew` that extends it once.
 //! The watchdog (the same loop as the native client's, [`crate::lease`]) renews
 //! every TTL/3 ± 10 %, retries failures with backoff until the deadline, and
 //! the [`LeaseWatch`] it hands out fires `lost()` on a reported loss or at the

@@ -186,7 +186,7 @@ impl Capabilities {
     }
 
     /// Checks a request against these capabilities before anything is sent:
-    /// [`Error::InvalidArgument`] for a bad lock name (see [`check_name`]) or a
+    /// [`Error::InvalidArgument`] for a bad lock name (see `check_name`) or a
     /// TTL or wait out of range, [`Error::Unsupported`] if the caller asks for
     /// fencing or a lock-delay the backend cannot give.
     pub fn admit(&self, backend: &str, name: &str, opts: &LockOptions) -> Result<(), Error> {
@@ -242,7 +242,7 @@ pub(crate) fn check_name(name: &str) -> Result<(), Error> {
 
 /// The TTL range every backend accepts: the engine's.
 pub(crate) const MIN_TTL: Duration = Duration::from_millis(fencelock_core::MIN_TTL_MS);
-/// See [`MIN_TTL`].
+/// See `MIN_TTL`.
 pub(crate) const MAX_TTL: Duration = Duration::from_millis(fencelock_core::MAX_TTL_MS);
 /// The longest wait every backend accepts: the engine's.
 pub(crate) const MAX_WAIT: Duration = Duration::from_millis(fencelock_core::MAX_WAIT_MS);

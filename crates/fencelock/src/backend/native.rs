@@ -1,6 +1,6 @@
 //! The native fencelock server as a [`LockBackend`]: [`crate::Client`] is one
 //! implementation among the others, and its native grant (`LockGuard`) the
-//! [`Held`] part of a [`Guard`].
+//! `Held` part of a [`Guard`].
 
 use std::time::Duration;
 

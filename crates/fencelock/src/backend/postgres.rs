@@ -9,7 +9,7 @@
 //! Where it sits: one of the backends behind [`super::connect`] (cargo feature
 //! `postgres`). [`PgBackend`] serves both modes with one [`LockBackend`]
 //! implementation; everything else (guards, watchdog, loss) is the shared
-//! machinery of [`super::Guard`] and [`super::KeptLease`].
+//! machinery of [`super::Guard`] and `KeptLease`.
 //!
 //! # The URL
 //! Everything but this backend's own parameters (`mode`, `table`) goes to

@@ -51,7 +51,7 @@
 //! * **Release** (`release.lua`): compare-and-delete, then push one wake to the
 //!   first live waiter only.
 //! * **Renew** (`renew.lua`): `PEXPIRE` if the value is still ours, else the
-//!   lock is gone ([`Renewed::Gone`]).
+//!   lock is gone (`Renewed::Gone`).
 //! * **Give up** (`withdraw.lua`): a wait that times out, or an acquire future
 //!   that is dropped (a drop guard spawns it), takes its ticket off the queue,
 //!   deletes a grant made to it whose answer was lost, and passes the wake on

@@ -43,7 +43,7 @@
 //! The server negotiates the timeout into `[minSessionTimeout, maxSessionTimeout]`
 //! (by default `[2, 20] × tickTime`), so the lease uses the *negotiated* timeout,
 //! which may be longer or shorter than the TTL asked for. Each guard has its own
-//! watchdog ([`KeptLease`]): every third of the timeout it reads the stat of its own
+//! watchdog (`KeptLease`): every third of the timeout it reads the stat of its own
 //! node, one round trip that proves both the session alive (the server touched it)
 //! and the node present. The server expires a session one timeout after it last
 //! heard from the client, so `sent + timeout` of a confirmed read is a safe
@@ -293,7 +293,7 @@ impl LockBackend for ZkBackend {
 
     /// Per-lock durable tokens (czxids, logged before the create is acknowledged),
     /// FIFO with a push to the next waiter only, session expiry on the server, a
-    /// quorum ensemble; no lock-delay. `min_ttl` is [`MIN_TTL`]; the server may
+    /// quorum ensemble; no lock-delay. `min_ttl` is `MIN_TTL`; the server may
     /// raise it (see there).
     fn capabilities(&self) -> Capabilities {
         Capabilities {
@@ -635,7 +635,7 @@ impl Held for ZkHeld {
 }
 
 /// One renewal: read the own node's stat. Present and ours → confirmed for the
-/// negotiated timeout; gone, or the session ended → [`Renewed::Gone`].
+/// negotiated timeout; gone, or the session ended → `Renewed::Gone`.
 struct NodeCheck {
     /// Weak: the guard keeps the session, not its watchdog.
     session: Weak<Session>,

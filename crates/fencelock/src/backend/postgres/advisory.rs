@@ -303,7 +303,7 @@ async fn still_held(session: &Session, by: Instant) -> Result<bool, Error> {
     }
 }
 
-/// The [`Held`] part of an advisory guard: the watchdog and the connection.
+/// The `Held` part of an advisory guard: the watchdog and the connection.
 struct AdvisoryHeld {
     kept: KeptLease,
     session: Arc<Session>,

@@ -6,7 +6,7 @@
 //! has one connection for statements (tokio-postgres pipelines the statements
 //! of concurrent tasks on it; it is reopened when it drops) and one listening
 //! connection (module `listen`). Guards renew through the shared
-//! [`super::super::KeptLease`] watchdog.
+//! `KeptLease` watchdog.
 //!
 //! # Schema
 //! Created at connect if missing, inside a transaction holding
@@ -588,7 +588,7 @@ impl Renew for Grant {
     }
 }
 
-/// The [`Held`] part of a lease-table guard: the watchdog, and the grant.
+/// The `Held` part of a lease-table guard: the watchdog, and the grant.
 struct LeaseHeld {
     kept: KeptLease,
     grant: Arc<Grant>,
