@@ -117,14 +117,10 @@ pub async fn run(engine: &Engine, spec: RunSpec) -> anyhow::Result<RunResult> {
     for _ in 0..spec.clients {
         lockers.push(Locker::connect(engine).await?);
     }
-    let opts = LockOptions {
-        ttl: spec.ttl,
-        wait: match spec.workload {
-            Workload::Uncontended => Duration::ZERO,
-            Workload::Contended => Duration::from_secs(30),
-        },
-        ..LockOptions::default()
-    };
+    let opts = LockOptions::default().ttl(spec.ttl).wait(match spec.workload {
+        Workload::Uncontended => Duration::ZERO,
+        Workload::Contended => Duration::from_secs(30),
+    });
     let stop = Arc::new(AtomicBool::new(false));
     let errors = Arc::new(AtomicU64::new(0));
     let start = Instant::now();

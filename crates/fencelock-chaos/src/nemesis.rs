@@ -476,8 +476,7 @@ async fn k4_peer_kills(ctx: &mut Ctx) -> anyhow::Result<()> {
 
 /// A client of the native server at `url` (TLS and its token if it has them).
 async fn native_client(url: &str) -> anyhow::Result<fencelock::Client> {
-    let u = fencelock::backend::BackendUrl::parse(url).map_err(|e| anyhow::anyhow!("{e}"))?;
-    Ok(fencelock::backend::native_client(&u).await?)
+    Ok(fencelock::Client::connect(url).await?)
 }
 
 /// S1 trials, on locks of their own beside the workers' load: a holder takes

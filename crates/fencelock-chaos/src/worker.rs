@@ -193,11 +193,9 @@ impl Worker {
 
     async fn acquire(&mut self, seq: u64) -> anyhow::Result<Option<Guard>> {
         self.log(self.ev(Kind::Invoke, Op::Acquire, seq))?;
-        let opts = LockOptions {
-            ttl: Duration::from_millis(self.a.ttl_ms),
-            wait: Duration::from_millis(self.a.wait_ms),
-            ..LockOptions::default()
-        };
+        let opts = LockOptions::default()
+            .ttl(Duration::from_millis(self.a.ttl_ms))
+            .wait(Duration::from_millis(self.a.wait_ms));
         let res = self.backend.acquire(&self.a.lock, &opts).await;
         let mut e = self.ev(Kind::Ok, Op::Acquire, seq);
         let guard = match res {

@@ -83,13 +83,13 @@ async fn connect(s: &ServerArg) -> anyhow::Result<Client> {
     }
     // Every member of the list: the client moves past one that is down, and
     // follows the leader a follower names.
-    fencelock::backend::native_client(&url).await.with_context(|| format!("connecting to {url}"))
+    fencelock::Client::connect(url.raw.clone()).await.with_context(|| format!("connecting to {url}"))
 }
 
 pub async fn acquire(a: AcquireArgs) -> anyhow::Result<ExitCode> {
     let client = connect(&a.server).await?;
     let l = &a.lock;
-    let opts = LockOptions { ttl: l.ttl, wait: l.wait, lock_delay: l.lock_delay, require_fencing: false };
+    let opts = LockOptions::default().ttl(l.ttl).wait(l.wait).lock_delay(l.lock_delay);
     let (code, v, text) = match client.acquire_detached(&l.name, opts).await? {
         Acquire::Acquired(g) => (
             exit::OK,

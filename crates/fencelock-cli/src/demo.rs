@@ -268,7 +268,7 @@ impl DemoClient {
 fn describe(e: &Value) -> Option<String> {
     let t = &e["token"];
     Some(match e["event"].as_str()? {
-        "acquired" => format!("acquired {LOCK:?}: token {t}, lease {} (waited {} ms)", e["lease"], e["waited_ms"]),
+        "acquired" => format!("acquired {LOCK:?}: token {t}, lease {}", e["lease"]),
         "read" => format!("read {KEY:?} with token {t}: {}", e["content"]),
         "write" => match e["status"].as_u64() {
             Some(s) if (200..300).contains(&s) => {
@@ -317,15 +317,14 @@ pub async fn demo_client(a: DemoClientArgs) -> anyhow::Result<ExitCode> {
     let storage = StorageUrl::parse(&a.storage, a.storage_ca.as_deref())?;
     // The client library's URL grammar, so `fencelock+tls://…?ca=…` works too.
     let server = fencelock::backend::BackendUrl::parse(&a.server)?;
-    let client = fencelock::backend::native_client(&server).await.with_context(|| format!("connecting to {server}"))?;
+    let client =
+        fencelock::Client::connect(server.raw.clone()).await.with_context(|| format!("connecting to {server}"))?;
     let guard = match client.lock(LOCK).ttl(a.ttl).wait(a.wait).acquire().await? {
         Acquire::Acquired(g) => g,
         other => bail!("{} could not acquire: {other:?}", a.name),
     };
-    let token = guard.token();
-    emit(
-        json!({"event": "acquired", "token": token, "lease": guard.lease_id(), "waited_ms": guard.waited().as_millis() as u64}),
-    );
+    let token = guard.fencing_token()?;
+    emit(json!({"event": "acquired", "token": token, "lease": guard.lease_id()}));
     let fencing = [("Fencing-Lock", LOCK.to_string()), ("Fencing-Token", token.to_string())];
     let (status, body) = storage.request("GET", &format!("/objects/{KEY}"), &fencing, b"").await?;
     let mut list: Vec<String> = if status == 200 { serde_json::from_str(&body)? } else { Vec::new() };

@@ -40,11 +40,10 @@ async fn leader_killed_under_load_loses_no_acknowledged_grant() {
         let (client, tokens, stop) = (client.clone(), tokens.clone(), stop.clone());
         load.push(tokio::spawn(async move {
             while !stop.load(std::sync::atomic::Ordering::SeqCst) {
-                let opts =
-                    LockOptions { ttl: Duration::from_secs(2), wait: Duration::from_secs(3), ..LockOptions::default() };
+                let opts = LockOptions::default().ttl(Duration::from_secs(2)).wait(Duration::from_secs(3));
                 if let Ok(Acquire::Acquired(g)) = client.lock("load").options(opts).acquire().await {
                     // Recorded before the release: grant order is record order.
-                    tokens.lock().unwrap().push(g.token());
+                    tokens.lock().unwrap().push(g.token().unwrap());
                     let _ = g.release().await;
                 }
             }
@@ -64,9 +63,9 @@ async fn leader_killed_under_load_loses_no_acknowledged_grant() {
     let tokens = tokens.lock().unwrap().clone();
     assert!(tokens.len() > before, "no grant after the fail-over: {tokens:?}");
     assert_increasing(&tokens);
-    assert_eq!(holder_token(&c, new, "held"), Some(held.token()), "INV-10: the held grant is gone");
+    assert_eq!(holder_token(&c, new, "held"), Some(held.token().unwrap()), "INV-10: the held grant is gone");
     assert_not_lost(&held).await;
-    assert!(tokens.iter().all(|t| *t != held.token()), "a token was handed out twice");
+    assert!(tokens.iter().all(|t| *t != held.token().unwrap()), "a token was handed out twice");
     held.release().await.expect("release after the fail-over");
 }
 
@@ -80,7 +79,7 @@ async fn twenty_leader_changes_in_a_row() {
     let mut c = Cluster::start(3);
     let client = client(&c).await;
     let held = hold(&client, "held").await;
-    let mut tokens = vec![held.token()];
+    let mut tokens = vec![held.token().unwrap()];
     let mut slowest = Duration::ZERO;
     for change in 1..=20 {
         let kill = c.kill_leader();
@@ -105,7 +104,7 @@ async fn twenty_leader_changes_in_a_row() {
     assert!(slowest <= NEW_LEADER_WITHIN, "the slowest of 20 elections took {slowest:?}");
     assert_not_lost(&held).await;
     let leader = c.must_lead("at the end");
-    assert_eq!(holder_token(&c, leader, "held"), Some(held.token()), "INV-10: the held grant is gone");
+    assert_eq!(holder_token(&c, leader, "held"), Some(held.token().unwrap()), "INV-10: the held grant is gone");
 }
 
 /// 3 → 4 → 5 → 3 voters, the leader among those removed: each step is
@@ -115,7 +114,7 @@ async fn membership_three_four_five_three_removing_the_leader() {
     let mut c = Cluster::start(3);
     let client = client(&c).await;
     let held = hold(&client, "held").await;
-    let mut tokens = vec![held.token()];
+    let mut tokens = vec![held.token().unwrap()];
     for id in [4, 5] {
         let i = c.add(id);
         let leader = c.must_lead("now");
@@ -152,7 +151,7 @@ async fn membership_three_four_five_three_removing_the_leader() {
     tokens.push(cycle(&client, "probe").await.unwrap_or_else(|| c.fail("no grant with three")));
     assert_increasing(&tokens);
     assert_not_lost(&held).await;
-    assert_eq!(holder_token(&c, new, "held"), Some(held.token()), "INV-10: the held grant is gone");
+    assert_eq!(holder_token(&c, new, "held"), Some(held.token().unwrap()), "INV-10: the held grant is gone");
 }
 
 /// Issue 16: `fencelock locks --server` naming one follower exited 70 "not the

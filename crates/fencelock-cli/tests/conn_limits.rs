@@ -165,7 +165,7 @@ async fn idle_timeout_does_not_cut_a_healthy_holder() {
     // Six renewals at TTL/3 with quiet gaps of about 2 s, twice the idle timeout.
     tokio::time::sleep(Duration::from_secs(12)).await;
     assert!(!guard.is_lost(), "the holder lost its lock");
-    assert!(client.check("idle/holder", guard.token()).await.expect("check").current, "the lock was lost");
+    assert!(client.check("idle/holder", guard.token().unwrap()).await.expect("check").current, "the lock was lost");
     assert!(guard.release().await.expect("release"), "the release found the lock held");
     let body = metrics(&server).await;
     assert!(

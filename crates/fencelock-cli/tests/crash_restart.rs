@@ -33,7 +33,7 @@ async fn held_leases_and_tokens_survive_sigkill_restarts() {
     };
 
     // A lease nobody renews: after a restart its TTL counts again from the restart.
-    let opts = LockOptions { ttl: Duration::from_secs(4), ..Default::default() };
+    let opts = LockOptions::default().ttl(Duration::from_secs(4));
     let detached = match client.acquire_detached("crash-detached", opts).await.unwrap() {
         Acquire::Acquired(a) => a,
         other => panic!("expected a grant, got {other:?}"),
@@ -51,7 +51,7 @@ async fn held_leases_and_tokens_survive_sigkill_restarts() {
         tokio::task::block_in_place(|| server.restart());
         let info = client.describe("crash-held").await.expect("describe after restart");
         let h = info.holder.unwrap_or_else(|| panic!("restart {i}: held lock was lost:\n{}", server.log_text()));
-        assert_eq!((h.lease_id, h.token), (held.lease_id(), held.token()), "restart {i}: same holder");
+        assert_eq!((h.lease_id, h.token), (held.lease_id(), held.token().unwrap()), "restart {i}: same holder");
         assert!(!held.is_lost(), "restart {i}: the holder's guard was told it lost the lease");
         if i == 0 {
             // 2.5 s of its 4 s TTL had passed before the kill; after the restart the
@@ -75,9 +75,9 @@ async fn held_leases_and_tokens_survive_sigkill_restarts() {
         let mine: Vec<u64> = seen.iter().filter(|(x, _)| *x == w).map(|(_, t)| *t).collect();
         assert!(mine.windows(2).all(|p| p[1] > p[0]), "worker {w}: tokens went down: {mine:?}");
     }
-    assert!(seen.iter().all(|(_, t)| *t > held.token()), "later grants have larger tokens");
+    assert!(seen.iter().all(|(_, t)| *t > held.token().unwrap()), "later grants have larger tokens");
     let last = match client.lock("crash-final").acquire().await.unwrap() {
-        Acquire::Acquired(g) => g.token(),
+        Acquire::Acquired(g) => g.token().unwrap(),
         other => panic!("{other:?}"),
     };
     assert!(unique.iter().all(|t| *t < last), "a fresh grant is above every token seen");
@@ -90,7 +90,7 @@ async fn worker(w: usize, client: Client, stop: Arc<AtomicBool>, seen: Arc<Mutex
         let req = client.lock("crash-busy").ttl(Duration::from_secs(5)).wait(Duration::from_secs(5));
         match req.acquire().await {
             Ok(Acquire::Acquired(g)) => {
-                seen.lock().unwrap().push((w, g.token()));
+                seen.lock().unwrap().push((w, g.token().unwrap()));
                 tokio::time::sleep(Duration::from_millis(5)).await;
                 let _ = g.release().await;
             }

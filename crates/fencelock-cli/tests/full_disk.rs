@@ -67,7 +67,7 @@ async fn full_disk_fails_requests_and_keeps_the_last_good_state() {
     let filler = fill(&disk.0);
 
     // Keep writing until the disk refuses; every acknowledged token is recorded.
-    let mut acked = vec![before.token()];
+    let mut acked = vec![before.token().unwrap()];
     let mut failure = None;
     for i in 0..5000 {
         match client.acquire_detached(&format!("during-full-{i}"), Default::default()).await {
@@ -93,7 +93,7 @@ async fn full_disk_fails_requests_and_keeps_the_last_good_state() {
     tokio::task::block_in_place(|| server.restart());
     let info = client.describe("before-full").await.unwrap();
     let h = info.holder.expect("the grant acknowledged before the disk filled survives");
-    assert_eq!((h.lease_id, h.token), (before.lease_id(), before.token()));
+    assert_eq!((h.lease_id, h.token), (before.lease_id(), before.token().unwrap()));
     let next = match client.acquire_detached("after-restart", Default::default()).await.unwrap() {
         Acquire::Acquired(a) => a.token,
         other => panic!("{other:?}"),

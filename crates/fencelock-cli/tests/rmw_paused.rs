@@ -123,7 +123,8 @@ fn worker(id: &str) {
                     _ => tokio::time::sleep(Duration::from_millis(20)).await,
                 }
             };
-            let mut fencing = vec![("Fencing-Lock", LOCK.to_string()), ("Fencing-Token", guard.token().to_string())];
+            let mut fencing =
+                vec![("Fencing-Lock", LOCK.to_string()), ("Fencing-Token", guard.token().unwrap().to_string())];
             let (status, body) = http_request(storage, "GET", "/objects/list", &fencing, b"").unwrap();
             if status == 404 {
                 fencing.push(("If-None-Match", "*".to_string()));
@@ -133,20 +134,20 @@ fn worker(id: &str) {
                 404 => Vec::new(),
                 // A fenced read can be refused too: a later holder already read.
                 409 => {
-                    say(&format!("REJ read-{id}-{i} {}", guard.token()));
+                    say(&format!("REJ read-{id}-{i} {}", guard.token().unwrap()));
                     continue;
                 }
                 s => panic!("read failed: {s} {body}"),
             };
-            say(&format!("READ {id} {}", guard.token()));
+            say(&format!("READ {id} {}", guard.token().unwrap()));
             tokio::time::sleep(Duration::from_millis(50)).await;
             let entry = format!("w{id}-{i}");
             list.push(entry.clone());
             let bytes = serde_json::to_vec(&list).unwrap();
             let (status, body) = http_request(storage, "PUT", "/objects/list", &fencing, &bytes).unwrap();
             match status {
-                200 | 201 => say(&format!("ACK {entry} {}", guard.token())),
-                409 | 412 => say(&format!("REJ {entry} {}", guard.token())),
+                200 | 201 => say(&format!("ACK {entry} {}", guard.token().unwrap())),
+                409 | 412 => say(&format!("REJ {entry} {}", guard.token().unwrap())),
                 s => panic!("write failed: {s} {body}"),
             }
             let _ = guard.release().await;

@@ -282,7 +282,7 @@ async fn certificates_rotate_without_a_restart_or_a_lost_lease() {
     let bundle = [std::fs::read(old.join("ca.pem")).unwrap(), std::fs::read(new.join("ca.pem")).unwrap()].concat();
     std::fs::write(&both, bundle).unwrap();
     let holder = tls_client(&url, ClientTls::from_files(&both, None, None).unwrap()).await;
-    let opts = LockOptions { ttl: Duration::from_secs(2), ..LockOptions::default() };
+    let opts = LockOptions::default().ttl(Duration::from_secs(2));
     let guard = match holder.lock("rotating").options(opts).acquire().await.expect("acquire") {
         Acquire::Acquired(g) => g,
         other => panic!("not acquired: {other:?}"),

@@ -15,7 +15,7 @@ async fn check_validator_asks_the_lock_server() {
         Acquire::Acquired(g) => g,
         other => panic!("expected a grant, got {other:?}"),
     };
-    let token = guard.token();
+    let token = guard.token().unwrap();
     let v = CheckValidator::new(client.clone());
 
     assert!(v.validate("mailer", token).await.unwrap(), "the holder's token is current");

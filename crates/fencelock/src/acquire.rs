@@ -1,7 +1,8 @@
-//! Taking a lock: [`LockRequest`] and the `Acquire` RPC with its retries.
+//! Taking a native lock: `Client::acquire_guard` and the `Acquire` RPC with
+//! its retries.
 //!
-//! Where it sits: [`crate::Client::lock`] builds a [`LockRequest`]; its
-//! [`acquire`](LockRequest::acquire) checks out the client's shared lease for the
+//! Where it sits: the native [`crate::LockBackend::acquire`] calls
+//! `acquire_guard`, which checks out the client's shared lease for the
 //! TTL ([`crate::registry`]), then sends one `Acquire` RPC that waits on the
 //! server's FIFO queue (no polling) and wraps the grant in a [`LockGuard`].
 //! [`crate::Client::acquire_detached`] uses the same RPC on a lease of its own.
@@ -29,103 +30,82 @@ use crate::types::{acquire_from_proto, to_ms, Acquire, Acquired, LockOptions};
 /// its lease was lost while it waited, or a retried grant turned out stale).
 const ACQUIRE_TRIES: u32 = 3;
 
-/// A lock request being built: [`Client::lock`], then options, then
-/// [`acquire`](LockRequest::acquire).
-#[derive(Debug, Clone)]
-#[must_use = "a lock request does nothing until `.acquire().await`"]
-pub struct LockRequest {
-    client: Client,
-    name: String,
-    opts: LockOptions,
-}
-
-impl LockRequest {
-    pub(crate) fn new(client: Client, name: String) -> LockRequest {
-        LockRequest { client, name, opts: LockOptions::default() }
-    }
-
-    /// Lease TTL (100 ms to 1 h). Default 15 s.
-    pub fn ttl(mut self, ttl: Duration) -> Self {
-        self.opts.ttl = ttl;
-        self
-    }
-
-    /// How long to wait in the server's FIFO queue (≤ 1 h). Default zero: try once.
-    pub fn wait(mut self, wait: Duration) -> Self {
-        self.opts.wait = wait;
-        self
-    }
-
-    /// Lock-delay after an unclean loss (≤ 60 s). Default zero.
-    pub fn lock_delay(mut self, lock_delay: Duration) -> Self {
-        self.opts.lock_delay = lock_delay;
-        self
-    }
-
-    /// All options at once.
-    pub fn options(mut self, opts: LockOptions) -> Self {
-        self.opts = opts;
-        self
-    }
-
-    /// Takes the lock. One RPC waits on the server's queue until the grant or the
-    /// end of the wait (no polling); the deadline of the whole call is the wait
-    /// plus the RPC timeout, retries included. The first acquire with a TTL also
-    /// grants the client's lease for that TTL.
+impl Client {
+    /// Takes the lock `name` with `opts`. One RPC waits on the server's queue
+    /// until the grant or the end of the wait (no polling); the deadline of the
+    /// whole call is the wait plus the RPC timeout, retries included. The first
+    /// acquire with a TTL also grants the client's lease for that TTL.
     ///
     /// Dropping the future cancels the request: the server removes it from the
     /// queue and releases a grant that could not be delivered. If the lease is
     /// lost while the request waits, it starts over on a fresh lease within the
     /// same deadline (losing its place in the queue).
-    pub async fn acquire(self) -> Result<Acquire, Error> {
+    pub(crate) async fn acquire_guard(&self, name: &str, opts: &LockOptions) -> Result<Acquire<LockGuard>, Error> {
         let start = Instant::now();
-        let result = self.run(start).await;
+        let result = run(self, name, opts, start).await;
         record(&result, start);
         result
     }
+}
 
-    async fn run(&self, start: Instant) -> Result<Acquire, Error> {
-        // Bad input is refused before a lease is checked out for it.
-        crate::LockBackend::capabilities(&self.client).admit("fencelock", &self.name, &self.opts)?;
-        let inner = &self.client.inner;
-        let deadline = start + self.opts.wait + inner.rpc.rpc_timeout;
-        let mut tries = 0;
-        loop {
-            tries += 1;
-            let lease = inner.leases.check_out(self.opts.ttl, deadline).await?;
-            let lease_id = lease.cell().id;
-            let outcome = match self.client.acquire_on_lease(&self.name, lease_id, &self.opts, start, deadline).await {
-                Err(Error::LeaseNotFound(_)) if tries < ACQUIRE_TRIES => {
-                    // The lease ended (on the server) while the request waited.
-                    lease.cell().lose(LeaseLost::NotFound);
-                    continue;
-                }
-                other => other?,
-            };
-            let grant = match outcome {
-                Acquire::Acquired(grant) => grant,
-                // Busy or timed out: no grant to wrap.
-                other => return Ok(other.map(|_| unreachable!())),
-            };
-            if lease.cell().is_lost() {
-                // The lease was lost while the grant travelled: the client could not
-                // prove it holds the lock. Free it and start over on a fresh lease.
-                tracing::debug!(lock = %self.name, token = grant.token, "fencelock: discarding a grant");
-                let _ = self.client.release_raw(&grant.lock, grant.lease_id, grant.token).await;
+async fn run(client: &Client, name: &str, opts: &LockOptions, start: Instant) -> Result<Acquire<LockGuard>, Error> {
+    // Bad input is refused before a lease is checked out for it.
+    crate::LockBackend::capabilities(client).admit("fencelock", name, opts)?;
+    let inner = &client.inner;
+    let deadline = start + opts.wait + inner.rpc.rpc_timeout;
+    let mut tries = 0;
+    loop {
+        tries += 1;
+        let lease = inner.leases.check_out(opts.ttl, deadline).await?;
+        let lease_id = lease.cell().id;
+        let outcome = match client.acquire_on_lease(name, lease_id, opts, start, deadline).await? {
+            OnLease::Answered(outcome) => outcome,
+            OnLease::LeaseGone => {
+                // The lease ended (on the server) while the request waited.
+                lease.cell().lose(LeaseLost::NotFound);
                 if tries < ACQUIRE_TRIES {
                     continue;
                 }
-                return Err(Error::LeaseNotFound(format!("lease {lease_id} lost while acquiring")));
+                return Err(lease_kept_ending(lease_id));
             }
-            return Ok(Acquire::Acquired(LockGuard::new(self.client.clone(), grant, lease)));
+        };
+        let grant = match outcome {
+            Acquire::Acquired(grant) => grant,
+            // Busy or timed out: no grant to wrap.
+            other => return Ok(other.map(|_| unreachable!())),
+        };
+        if lease.cell().is_lost() {
+            // The lease was lost while the grant travelled: the client could not
+            // prove it holds the lock. Free it and start over on a fresh lease.
+            tracing::debug!(lock = %name, token = grant.token, "fencelock: discarding a grant");
+            let _ = client.release_raw(&grant.lock, grant.lease_id, grant.token).await;
+            if tries < ACQUIRE_TRIES {
+                continue;
+            }
+            return Err(lease_kept_ending(lease_id));
         }
+        return Ok(Acquire::Acquired(LockGuard::new(client.clone(), grant, lease)));
     }
+}
+
+/// The error of an acquire whose lease ended under it [`ACQUIRE_TRIES`] times:
+/// the server kept dropping leases (a fail-over, a revoking operator); the
+/// outcome is known (nothing is held), and a later try may succeed.
+fn lease_kept_ending(lease_id: u64) -> Error {
+    Error::Unavailable(format!("lease {lease_id} ended while acquiring, {ACQUIRE_TRIES} times in a row"))
 }
 
 /// An acquire's outcome, and whether it took more than one attempt.
 struct Granted {
     outcome: Acquire<Acquired>,
     retried: bool,
+}
+
+/// What one acquire on a lease found: the server's answer, or that the lease
+/// itself is gone (the server's "lease not found", as an outcome).
+enum OnLease {
+    Answered(Acquire<Acquired>),
+    LeaseGone,
 }
 
 /// One logical `Acquire` RPC on `lease_id` (one request id), retried until
@@ -197,7 +177,11 @@ impl Client {
         let deadline = start + opts.wait + rpc.rpc_timeout;
         let (cell, sent) = lease::grant(rpc, opts.ttl, deadline).await?;
         let watchdog = AbortOnDrop(lease::spawn_watchdog(rpc.clone(), cell.clone(), sent));
-        let outcome = self.acquire_on_lease(name, cell.id, opts, start, deadline).await;
+        let outcome = match self.acquire_on_lease(name, cell.id, opts, start, deadline).await {
+            Ok(OnLease::Answered(outcome)) => Ok(outcome),
+            Ok(OnLease::LeaseGone) => Err(Error::LeaseNotFound(format!("lease {} ended while acquiring", cell.id))),
+            Err(e) => Err(e),
+        };
         drop(watchdog);
         if !matches!(outcome, Ok(Acquire::Acquired(_))) {
             if let Err(e) = lease::revoke(rpc, cell.id).await {
@@ -218,15 +202,19 @@ impl Client {
         opts: &LockOptions,
         start: Instant,
         deadline: Instant,
-    ) -> Result<Acquire<Acquired>, Error> {
+    ) -> Result<OnLease, Error> {
         for _ in 0..ACQUIRE_TRIES {
             let Granted { outcome, retried } =
-                acquire_once(&self.inner.rpc, name, lease_id, opts, start, deadline).await?;
+                match acquire_once(&self.inner.rpc, name, lease_id, opts, start, deadline).await {
+                    Ok(granted) => granted,
+                    Err(Error::LeaseNotFound(_)) => return Ok(OnLease::LeaseGone),
+                    Err(e) => return Err(e),
+                };
             match outcome {
                 Acquire::Acquired(g) if retried && !self.check(&g.lock, g.token).await?.current => {
                     tracing::debug!(lock = name, token = g.token, "fencelock: a retry returned a stale grant");
                 }
-                outcome => return Ok(outcome),
+                outcome => return Ok(OnLease::Answered(outcome)),
             }
         }
         Err(Error::Unavailable(format!("grants of {name:?} kept being lost in transit")))

@@ -11,13 +11,13 @@ use std::time::Duration;
 use fencelock_proto::v1 as pb;
 use tokio::time::Instant;
 
-use crate::acquire::{self, LockRequest};
+use crate::acquire;
 use crate::auth::Auth;
 use crate::backend::tls::TlsFiles;
+use crate::backend::LockRequest;
 use crate::backend::{BackendUrl, Scheme};
 use crate::backoff::Backoff;
-use crate::error::{Error, WithLockError};
-use crate::guard::LockGuard;
+use crate::error::Error;
 use crate::lease;
 use crate::registry::Registry;
 use crate::rpc::{new_request_id, request, Dial, Rpc, Servers};
@@ -197,29 +197,7 @@ impl Client {
     /// A request for the lock `name`, with default [`LockOptions`] (15 s TTL, try
     /// once, no lock-delay).
     pub fn lock(&self, name: impl Into<String>) -> LockRequest {
-        LockRequest::new(self.clone(), name.into())
-    }
-
-    /// Acquires `name`, runs `f` while holding it, and releases it.
-    ///
-    /// * Busy or timed out: [`WithLockError::NotAcquired`]; `f` does not run.
-    /// * If the lease is lost while `f` runs, `f`'s future is dropped at once (so
-    ///   it stops at its current await point) and the result is
-    ///   [`WithLockError::LeaseLost`].
-    /// * Otherwise the lock is released and `f`'s value returned. It is returned
-    ///   even if the release fails (it is logged; the lock is then freed with the
-    ///   lease): `f` finished while the lock was provably held.
-    ///
-    /// `f` may borrow the guard (`async |g: &LockGuard| g.token()`), or be a plain
-    /// closure returning a future that does not (`|g: &LockGuard| { let t =
-    /// g.token(); async move { t } }`).
-    pub async fn with_lock<T, F>(&self, name: &str, opts: LockOptions, f: F) -> Result<T, WithLockError>
-    where
-        F: AsyncFnOnce(&LockGuard) -> T,
-    {
-        let outcome = self.lock(name).options(opts).acquire().await?;
-        let guard = outcome.acquired().map_err(WithLockError::NotAcquired)?;
-        crate::backend::hold_while(guard, name, f).await
+        LockRequest::new(Arc::new(self.clone()), name.into())
     }
 
     /// Is `token` the current live grant of `name`? (Chubby's CheckSequencer.) A
@@ -267,7 +245,7 @@ impl Client {
     /// Releases the grant `(name, lease_id, token)` if it is current
     /// (compare-and-delete). `Ok(false)`: it was not (already released, lease gone,
     /// or a later holder); nothing changed. For grants from
-    /// [`acquire_detached`](Self::acquire_detached); a [`LockGuard`] releases itself.
+    /// [`acquire_detached`](Self::acquire_detached); a guard releases itself.
     pub async fn release_raw(&self, name: &str, lease_id: u64, token: u64) -> Result<bool, Error> {
         let msg = pb::ReleaseRequest { request_id: new_request_id(), lease_id, lock: name.to_string(), token };
         let rpc = &self.inner.rpc;
@@ -347,7 +325,8 @@ mod tests {
         fn check<T: Send + Sync + Clone + 'static>() {}
         check::<Client>();
         fn check_guard<T: Send + Sync + 'static>() {}
-        check_guard::<LockGuard>();
+        check_guard::<crate::guard::LockGuard>();
+        check_guard::<crate::Guard>();
         check_guard::<crate::LeaseWatch>();
         check_guard::<Session>();
     }
@@ -358,7 +337,9 @@ mod tests {
     fn futures_are_send(client: Client) {
         fn is_send<T: Send + 'static>(_: T) {}
         let c = client.clone();
-        is_send(async move { c.with_lock("a", LockOptions::default(), async |g: &LockGuard| g.token()).await });
+        is_send(
+            async move { crate::with_lock(&c, "a", LockOptions::default(), async |g: &crate::Guard| g.token()).await },
+        );
         is_send(client.lock("a").acquire());
     }
 

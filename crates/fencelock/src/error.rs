@@ -4,7 +4,7 @@
 //! [`tonic::Status`] into an [`Error`] here. Contention is never an error: a busy
 //! lock is [`crate::Acquire::Busy`], a wait that ran out is
 //! [`crate::Acquire::TimedOut`]. [`WithLockError`] is the error of
-//! [`crate::Client::with_lock`], which adds "not acquired" and "lease lost" to
+//! [`crate::with_lock`], which adds "not acquired" and "lease lost" to
 //! [`Error`].
 
 use std::error::Error as StdError;
@@ -63,11 +63,22 @@ pub enum Error {
     /// [`crate::backend::Capabilities`].
     #[error("not supported by this backend: {0}")]
     Unsupported(String),
-    /// A backend other than the native server (Redis, etcd, ZooKeeper,
-    /// PostgreSQL) failed or could not be reached (`backend: message`). The
-    /// operation's outcome is unknown.
-    #[error("backend error: {0}")]
-    Backend(String),
+    /// A backend other than the native server (Redis, Redlock, etcd,
+    /// ZooKeeper, PostgreSQL) failed or could not be reached. The operation's
+    /// outcome is unknown. `source` is the driver's own error (a
+    /// `redis::RedisError`, `tokio_postgres::Error`, `zookeeper_client::Error`,
+    /// or the `tonic::Status` of an etcd call) where the failure came from one;
+    /// `None` when the backend answered something the recipe does not allow
+    /// (a missing row, a majority not reached, a node that vanished).
+    #[error("backend error: {backend}: {message}")]
+    Backend {
+        /// The backend, as in its URL scheme (`redis`, `etcd`, `zk`, …).
+        backend: &'static str,
+        /// What failed, with the driver's text.
+        message: String,
+        #[source]
+        source: Option<Cause>,
+    },
     /// A backend's connection could not be secured or authenticated, and
     /// retrying will not help: a TLS handshake that failed (a certificate not
     /// signed by the CA given, a host name the certificate does not name, a
@@ -88,10 +99,26 @@ impl Error {
     pub(crate) fn security(message: impl Into<String>, source: impl StdError + Send + Sync + 'static) -> Error {
         Error::Security { message: message.into(), source: Some(Cause(Arc::new(source))) }
     }
+
+    /// An [`Error::Backend`] of `backend` without an underlying error: the
+    /// backend answered something the recipe does not allow.
+    pub(crate) fn backend(backend: &'static str, message: impl Into<String>) -> Error {
+        Error::Backend { backend, message: message.into(), source: None }
+    }
+
+    /// An [`Error::Backend`] of `backend` caused by the driver's error `source`.
+    pub(crate) fn backend_caused(
+        backend: &'static str,
+        message: impl Into<String>,
+        source: impl StdError + Send + Sync + 'static,
+    ) -> Error {
+        Error::Backend { backend, message: message.into(), source: Some(Cause(Arc::new(source))) }
+    }
 }
 
-/// The underlying error of an [`Error::Security`], shared so that the error
-/// stays `Clone`; two causes are equal when they read the same.
+/// The underlying error of an [`Error::Security`] or [`Error::Backend`] (the
+/// driver's own error), shared so that the error stays `Clone`; two causes are
+/// equal when they read the same.
 #[derive(Debug, Clone)]
 pub struct Cause(Arc<dyn StdError + Send + Sync>);
 
@@ -106,6 +133,13 @@ impl Eq for Cause {}
 impl std::fmt::Display for Cause {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         self.0.fmt(f)
+    }
+}
+
+impl Cause {
+    /// The driver's error itself, to downcast (`cause.get().downcast_ref::<redis::RedisError>()`).
+    pub fn get(&self) -> &(dyn StdError + Send + Sync + 'static) {
+        &*self.0
     }
 }
 
@@ -151,7 +185,7 @@ impl Error {
     /// True when the outcome of the failed request is unknown (it may have been
     /// applied): the caller may retry with the same request id.
     pub fn is_transient(&self) -> bool {
-        matches!(self, Error::Unavailable(_) | Error::Timeout | Error::Backend(_))
+        matches!(self, Error::Unavailable(_) | Error::Timeout | Error::Backend { .. })
     }
 }
 
@@ -196,7 +230,7 @@ fn is_local_timeout(status: &Status) -> bool {
     false
 }
 
-/// Why [`crate::Client::with_lock`] did not run its closure, or stopped it.
+/// Why [`crate::with_lock`] did not run its closure, or stopped it.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum WithLockError {

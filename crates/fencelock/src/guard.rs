@@ -1,12 +1,14 @@
-//! [`LockGuard`]: a held lock, its fencing token, and the signal of its loss.
+//! [`LockGuard`]: the native server's side of a held lock, the part of a
+//! [`crate::Guard`] that knows how to release a native grant.
 //!
-//! Where it sits: [`crate::LockRequest::acquire`] returns one per grant. The guard
-//! holds a user count on the client's shared lease for its TTL (see
-//! [`crate::registry`]), so the watchdog keeps renewing while any guard lives.
-//! Releasing consumes the guard; dropping it releases in the background.
+//! Where it sits: the native acquire ([`crate::acquire`]) makes one per grant
+//! and wraps it in the backend-neutral [`crate::Guard`] (the one public lock
+//! handle; see `backend/native.rs`). It holds a user count on the client's
+//! shared lease for its TTL (see [`crate::registry`]), so the watchdog keeps
+//! renewing while any guard lives. Releasing consumes it; dropping it releases
+//! in the background.
 
 use std::fmt;
-use std::time::Duration;
 
 use tokio::time::Instant;
 
@@ -17,14 +19,7 @@ use crate::metrics;
 use crate::registry::LeaseHandle;
 use crate::types::Acquired;
 
-/// A held lock.
-///
-/// * [`token`](LockGuard::token) is the fencing token: pass it to the protected
-///   resource with every write, and let the resource reject lower tokens.
-/// * [`lost`](LockGuard::lost) resolves when the lease is lost; after that the
-///   lock may be granted to someone else. Select on it next to your work.
-/// * [`deadline`](LockGuard::deadline) is the latest instant until which the
-///   client can prove it holds the lock.
+/// A native grant, held.
 ///
 /// # Release
 /// [`release`](LockGuard::release) releases the lock and reports whether it was
@@ -33,11 +28,10 @@ use crate::types::Acquired;
 /// on); if no runtime runs any more, the lock is freed when the lease expires on
 /// the server, one TTL after the last keep-alive. When the last guard of a lease
 /// is gone, the lease is revoked too.
-pub struct LockGuard {
+pub(crate) struct LockGuard {
     name: String,
     lease_id: u64,
     token: u64,
-    waited: Duration,
     watch: LeaseWatch,
     /// `None` once released.
     held: Option<Held>,
@@ -58,58 +52,24 @@ impl LockGuard {
             name: grant.lock,
             lease_id: grant.lease_id,
             token: grant.token,
-            waited: grant.waited,
             watch: LeaseWatch::new(lease.cell().clone()),
             held: Some(Held { client, lease, acquired_at: Instant::now() }),
         }
     }
 
     /// The lock name.
-    pub fn name(&self) -> &str {
+    pub(crate) fn name(&self) -> &str {
         &self.name
     }
 
     /// The fencing token of this grant: strictly greater than every token the
     /// service issued before it, for any lock.
-    pub fn token(&self) -> u64 {
+    pub(crate) fn token(&self) -> u64 {
         self.token
     }
 
-    /// The lease the lock is bound to (shared by this client's locks with the same TTL).
-    pub fn lease_id(&self) -> u64 {
-        self.lease_id
-    }
-
-    /// Time the request spent in the server's queue before the grant.
-    pub fn waited(&self) -> Duration {
-        self.waited
-    }
-
-    /// The conservative deadline of the lease: when the request that last confirmed
-    /// it (grant or keep-alive) was sent, plus the TTL. The watchdog moves it
-    /// forward about every TTL/3. Until it passes, the lock cannot have been
-    /// granted to anyone else (clock drift aside); at it, [`lost`](Self::lost)
-    /// fires unless a keep-alive confirmed the lease again.
-    pub fn deadline(&self) -> Instant {
-        self.watch.deadline()
-    }
-
-    /// Resolves when the lease, and so this lock, is lost: when the server reports
-    /// the lease gone (noticed at the next keep-alive, within about TTL/3), when
-    /// this client revokes it, or at [`deadline`](Self::deadline) if no keep-alive
-    /// confirmed it by then. Resolves at once if already lost. It always fires on
-    /// loss: the timer runs in the future itself, not only in the watchdog.
-    pub async fn lost(&self) -> LeaseLost {
-        self.watch.lost().await
-    }
-
-    /// True once the lease is lost (including a passed deadline).
-    pub fn is_lost(&self) -> bool {
-        self.watch.is_lost()
-    }
-
     /// A handle on the lease state to move into another task.
-    pub fn lease_watch(&self) -> LeaseWatch {
+    pub(crate) fn lease_watch(&self) -> LeaseWatch {
         self.watch.clone()
     }
 
@@ -117,7 +77,7 @@ impl LockGuard {
     /// this guard was not the holder any more (the lease was lost). An error means
     /// the outcome is unknown; the lock is then freed when the lease is revoked or
     /// expires.
-    pub async fn release(mut self) -> Result<bool, Error> {
+    pub(crate) async fn release(mut self) -> Result<bool, Error> {
         let Some(held) = self.held.take() else { return Ok(false) };
         metrics::hold(held.acquired_at.elapsed());
         if let Some(reason) = self.watch.lost_reason() {

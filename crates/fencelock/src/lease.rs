@@ -3,7 +3,7 @@
 //!
 //! Where it sits: [`crate::registry`] shares one lease per TTL between the guards
 //! of a [`crate::Client`]; each lease is a [`LeaseCell`] with one watchdog task.
-//! Every [`crate::LockGuard`] on the lease reads the same cell through a
+//! Every [`crate::Guard`] on the lease reads the same cell through a
 //! [`LeaseWatch`].
 //!
 //! # The deadline
@@ -162,7 +162,7 @@ impl LeaseCell {
 /// A read-only handle on a lease's state: its deadline and its loss signal.
 ///
 /// Cheap to clone, `Send + Sync + 'static`: move it into another task to stop work
-/// there when the lease is lost. Every [`crate::LockGuard`] of a lease sees the
+/// there when the lease is lost. Every [`crate::Guard`] of a lease sees the
 /// same state.
 #[derive(Debug, Clone)]
 pub struct LeaseWatch {
@@ -283,9 +283,9 @@ async fn watchdog(rpc: Rpc, cell: Arc<LeaseCell>, last_sent: Instant) {
 /// lease is lost.
 ///
 /// `renew(round_end)` runs one renewal that must finish by `round_end`: it
-/// answers the TTL the server confirmed (`None`: the cell's TTL), or
-/// [`Error::LeaseNotFound`] when the server says the lease is gone (the cell is
-/// then lost as [`LeaseLost::NotFound`]); any other error is retried.
+/// answers `Renewed::Confirmed` with the TTL the server confirmed (`None`:
+/// the cell's TTL), or `Renewed::Gone` when the server says the lease is gone
+/// (the cell is then lost as [`LeaseLost::NotFound`]); an error is retried.
 pub(crate) async fn renew_loop<F, Fut>(
     cell: &LeaseCell,
     backoff: Backoff,
@@ -294,7 +294,7 @@ pub(crate) async fn renew_loop<F, Fut>(
     mut renew: F,
 ) where
     F: FnMut(Instant) -> Fut,
-    Fut: std::future::Future<Output = Result<Option<Duration>, Error>>,
+    Fut: std::future::Future<Output = Result<Renewed, Error>>,
 {
     let mut failures = 0u32;
     loop {
@@ -315,7 +315,7 @@ pub(crate) async fn renew_loop<F, Fut>(
         // for another round before the deadline.
         let round_end = (sent + round_timeout.min(cell.ttl / 3)).min(cell.state().deadline);
         match renew(round_end).await {
-            Ok(ttl) => {
+            Ok(Renewed::Confirmed(ttl)) => {
                 metrics::renewal();
                 if !cell.confirm(sent, ttl.unwrap_or(cell.ttl)) {
                     return;
@@ -323,7 +323,7 @@ pub(crate) async fn renew_loop<F, Fut>(
                 last_sent = sent;
                 failures = 0;
             }
-            Err(Error::LeaseNotFound(_)) => {
+            Ok(Renewed::Gone) => {
                 cell.lose(LeaseLost::NotFound);
                 return;
             }
@@ -336,12 +336,26 @@ pub(crate) async fn renew_loop<F, Fut>(
     }
 }
 
-/// One keep-alive round: the confirmed TTL (None if the server sent 0).
-async fn keep_alive(rpc: &Rpc, lease_id: u64, deadline: Instant) -> Result<Option<Duration>, Error> {
+/// What one renewal found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Renewed {
+    /// The backend extended the lease; with the TTL it granted, if it says.
+    Confirmed(Option<Duration>),
+    /// The backend no longer has the lease or the lock (expired, deleted, owned
+    /// by someone else): it is lost.
+    Gone,
+}
+
+/// One keep-alive round: the confirmed TTL (None if the server sent 0), or
+/// `Renewed::Gone` for the server's "lease not found" (the one place that
+/// answer becomes an outcome).
+async fn keep_alive(rpc: &Rpc, lease_id: u64, deadline: Instant) -> Result<Renewed, Error> {
     let msg = KeepAliveRequest { request_id: new_request_id(), lease_id };
-    let resp =
-        rpc.call("keep_alive", deadline, |mut c, left| async move { c.keep_alive(request(msg, left)).await }).await?;
-    Ok((resp.ttl_ms > 0).then(|| ms(resp.ttl_ms)))
+    match rpc.call("keep_alive", deadline, |mut c, left| async move { c.keep_alive(request(msg, left)).await }).await {
+        Ok(resp) => Ok(Renewed::Confirmed((resp.ttl_ms > 0).then(|| ms(resp.ttl_ms)))),
+        Err(Error::LeaseNotFound(_)) => Ok(Renewed::Gone),
+        Err(e) => Err(e),
+    }
 }
 
 #[cfg(test)]

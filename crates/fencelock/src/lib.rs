@@ -17,7 +17,7 @@
 //!     Acquire::Acquired(guard) => {
 //!         // Pass the fencing token with every write to the protected resource,
 //!         // and stop as soon as the lease is lost.
-//!         let token = guard.token();
+//!         let token = guard.fencing_token()?;
 //!         tokio::select! {
 //!             _ = write_report(token) => {}
 //!             reason = guard.lost() => eprintln!("lock lost ({reason}), stopped"),
@@ -34,17 +34,20 @@
 //! Or let the library do the select and the release:
 //!
 //! ```no_run
-//! # use fencelock::{Client, LockGuard, LockOptions, WithLockError};
+//! # use fencelock::{with_lock, Client, Guard, LockOptions, WithLockError};
 //! # async fn demo(client: Client) -> Result<(), WithLockError> {
-//! let rows = client
-//!     .with_lock("reports/daily", LockOptions::default(), async |guard: &LockGuard| {
-//!         // Dropped (cancelled) at once if the lease is lost.
-//!         write_rows(guard.token()).await
-//!     })
-//!     .await?;
+//! let opts = LockOptions::default().ttl(std::time::Duration::from_secs(15));
+//! let rows = with_lock(&client, "reports/daily", opts, async |guard: &Guard| {
+//!     // Dropped (cancelled) at once if the lease is lost.
+//!     write_rows(guard.token()).await
+//! })
+//! .await?;
 //! # Ok(()) }
-//! # async fn write_rows(_token: u64) -> usize { 0 }
+//! # async fn write_rows(_token: Option<u64>) -> usize { 0 }
 //! ```
+//!
+//! [`with_lock`] takes any [`LockBackend`]: the same code runs on a
+//! `fencelock::connect("redis://…")` backend.
 //!
 //! # The model
 //! A client holds *leases* on the server, one per TTL it uses, shared by all its
@@ -53,10 +56,10 @@
 //! greater than every token issued before it.
 //!
 //! # Timing contract
-//! * [`LockGuard::deadline`] is conservative: the send time of the request that
+//! * [`Guard::deadline`] is conservative: the send time of the request that
 //!   last confirmed the lease, plus the TTL. The server's deadline is never
 //!   earlier.
-//! * [`LockGuard::lost`] fires when the server reports the lease gone (at the next
+//! * [`Guard::lost`] fires when the server reports the lease gone (at the next
 //!   keep-alive), when this client revokes it, or at the deadline if no keep-alive
 //!   confirmed it by then. It always fires on loss; loss is final.
 //! * Every RPC has a deadline (default 10 s, [`ClientBuilder::rpc_timeout`]; a
@@ -67,16 +70,22 @@
 //!   Dropping the future cancels it on the server.
 //!
 //! # Other lock services
-//! [`backend`] puts the same guard over Redis, Redlock, etcd, ZooKeeper and
-//! PostgreSQL: [`connect`] a URL, take locks through [`LockBackend`], and read
-//! what each backend guarantees from [`Capabilities`].
+//! [`backend`] puts the same [`Guard`] over Redis, Redlock, etcd, ZooKeeper and
+//! PostgreSQL: [`connect`] a URL, take locks with `backend.lock(name)` (the
+//! same [`LockRequest`] as [`Client::lock`]) or [`LockBackend::acquire`], and
+//! read what each backend guarantees from [`Capabilities`]. The native
+//! [`Client`] is one [`LockBackend`] among them, with the operations only the
+//! fencelock server has (`describe`, `list`, `check`, `revoke_lease`,
+//! `acquire_detached`, `session`).
 //!
 //! # Modules
-//! `backend` (the trait, the URL dispatch and the other backends), `client` (entry point and plain RPCs), `acquire` (taking a lock), `guard` (held locks), `lease` (lease
-//! state, deadline, watchdog), `registry` (leases shared by TTL), `session`
-//! (multiplexed stream), `rpc` (deadlines and retries), `auth` (the bearer
-//! token on every call), `backoff`, `types`, `error`, `metrics` (names of the
-//! exported metrics).
+//! `backend` (the trait, the one guard and request, the URL dispatch and the
+//! other backends), `client` (the native entry point and plain RPCs), `acquire`
+//! (taking a native lock), `guard` (the native side of a held lock), `lease`
+//! (lease state, deadline, watchdog), `registry` (leases shared by TTL),
+//! `session` (multiplexed stream), `rpc` (deadlines and retries), `auth` (the
+//! bearer token on every call), `backoff`, `types`, `error`, `metrics` (names
+//! of the exported metrics). Lock names and limits are `fencelock-core`'s.
 
 mod acquire;
 mod auth;
@@ -93,13 +102,11 @@ mod session;
 mod tls;
 mod types;
 
-pub use acquire::LockRequest;
 pub use auth::check_auth_token;
-pub use backend::{connect, with_lock, Backend, Capabilities, Fencing, Guard, LockBackend};
+pub use backend::{connect, with_lock, Backend, Capabilities, Fencing, Guard, LockBackend, LockRequest};
 pub use backoff::Backoff;
 pub use client::{Client, ClientBuilder, DEFAULT_LEASE_LINGER, DEFAULT_RPC_TIMEOUT};
 pub use error::{Cause, Error, NotAcquired, WithLockError};
-pub use guard::LockGuard;
 pub use lease::{LeaseLost, LeaseWatch};
 pub use session::Session;
 pub use tls::ClientTls;

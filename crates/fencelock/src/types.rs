@@ -11,8 +11,11 @@ use fencelock_proto::v1 as pb;
 
 use crate::error::{Error, NotAcquired};
 
-/// How to take a lock.
+/// How to take a lock: `LockOptions::default().ttl(..).wait(..)`. Not
+/// constructible by a struct literal outside the crate (`#[non_exhaustive]`),
+/// so that a new option breaks no caller.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct LockOptions {
     /// Lease time-to-live (100 ms to 1 h). Locks of one [`crate::Client`] with the
     /// same TTL share one lease and one keep-alive loop.
@@ -41,14 +44,41 @@ impl Default for LockOptions {
     }
 }
 
+impl LockOptions {
+    /// With lease time-to-live `ttl`.
+    pub fn ttl(mut self, ttl: Duration) -> Self {
+        self.ttl = ttl;
+        self
+    }
+
+    /// Waiting up to `wait` (zero: try once).
+    pub fn wait(mut self, wait: Duration) -> Self {
+        self.wait = wait;
+        self
+    }
+
+    /// With lock-delay `lock_delay` after an unclean loss.
+    pub fn lock_delay(mut self, lock_delay: Duration) -> Self {
+        self.lock_delay = lock_delay;
+        self
+    }
+
+    /// Refusing a backend without fencing tokens if `require` (see
+    /// [`LockOptions::require_fencing`](#structfield.require_fencing)).
+    pub fn require_fencing(mut self, require: bool) -> Self {
+        self.require_fencing = require;
+        self
+    }
+}
+
 /// The outcome of an acquire. Contention is an outcome, not an error.
 ///
-/// `G` is what a grant gives: a [`crate::LockGuard`] (kept alive, released on drop)
-/// for [`crate::LockRequest::acquire`]; a bare [`Acquired`] for
+/// `G` is what a grant gives: a [`crate::Guard`] (kept alive, released on drop)
+/// for [`crate::LockBackend::acquire`] and [`crate::LockRequest::acquire`]; a bare [`Acquired`] for
 /// [`crate::Client::acquire_detached`] and [`crate::Session::acquire`].
 #[derive(Debug)]
 #[must_use = "an acquired lock is held until its guard is released or dropped"]
-pub enum Acquire<G = crate::LockGuard> {
+pub enum Acquire<G = crate::Guard> {
     /// The lock is held.
     Acquired(G),
     /// The wait was zero and the lock is held by someone (or closed by lock-delay).

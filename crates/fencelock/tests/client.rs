@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use fencelock::{Acquire, Client, Error, LeaseLost, LockGuard, LockOptions, NotAcquired, WithLockError};
+use fencelock::{with_lock, Acquire, Client, Error, Guard, LeaseLost, LockOptions, NotAcquired, WithLockError};
 use fencelock_proto::v1 as pb;
 use fencelock_proto::v1::lock_client::LockClient;
 use support::{acquired, eventually, holder, waiters, within, Server, SECS};
@@ -27,18 +27,18 @@ async fn acquire_and_release() {
     let client = server.client().await;
     let guard = acquired(client.lock("jobs/a").ttl(5 * SECS).acquire().await.unwrap());
     assert_eq!(guard.name(), "jobs/a");
-    assert!(guard.token() > 0);
+    assert!(guard.token().unwrap() > 0);
     let info = client.describe("jobs/a").await.unwrap();
     assert_eq!(info.name, "jobs/a");
     let h = info.holder.expect("held");
-    assert_eq!((h.lease_id, h.token), (guard.lease_id(), guard.token()));
-    let check = client.check("jobs/a", guard.token()).await.unwrap();
+    assert_eq!((h.lease_id, h.token), (guard.lease_id(), guard.token().unwrap()));
+    let check = client.check("jobs/a", guard.token().unwrap()).await.unwrap();
     assert!(check.current);
-    assert_eq!(check.current_token, Some(guard.token()));
-    let other = client.check("jobs/a", guard.token() + 1).await.unwrap();
+    assert_eq!(check.current_token, Some(guard.token().unwrap()));
+    let other = client.check("jobs/a", guard.token().unwrap() + 1).await.unwrap();
     assert!(!other.current);
-    assert_eq!(other.current_token, Some(guard.token()));
-    let token = guard.token();
+    assert_eq!(other.current_token, Some(guard.token().unwrap()));
+    let token = guard.token().unwrap();
     assert_eq!(guard.release().await, Ok(true));
     assert_eq!(client.describe("jobs/a").await.unwrap().holder, None);
     let stale = client.check("jobs/a", token).await.unwrap();
@@ -99,11 +99,11 @@ async fn tokens_increase_across_grants() {
     let client = server.client().await;
     let a = acquired(client.lock("a").acquire().await.unwrap());
     let b = acquired(client.lock("b").acquire().await.unwrap());
-    assert!(b.token() > a.token());
-    let ta = a.token();
+    assert!(b.token().unwrap() > a.token().unwrap());
+    let ta = a.token().unwrap();
     assert_eq!(a.release().await, Ok(true));
     let a2 = acquired(client.lock("a").acquire().await.unwrap());
-    assert!(a2.token() > b.token() && a2.token() > ta);
+    assert!(a2.token().unwrap() > b.token().unwrap() && a2.token().unwrap() > ta);
     server.stop().await;
 }
 
@@ -117,7 +117,7 @@ async fn a_held_lock_is_busy_for_another_client_and_for_its_holder() {
         match client.lock("a").acquire().await.unwrap() {
             Acquire::Busy { holder_lease, holder_token, reopens_in, waiters } => {
                 assert_eq!(holder_lease, Some(guard.lease_id()));
-                assert_eq!(holder_token, Some(guard.token()));
+                assert_eq!(holder_token, Some(guard.token().unwrap()));
                 assert_eq!((reopens_in, waiters), (None, 0));
             }
             other => panic!("expected busy, got {other:?}"),
@@ -125,7 +125,7 @@ async fn a_held_lock_is_busy_for_another_client_and_for_its_holder() {
     }
     let timed_out = c2.lock("a").wait(Duration::from_millis(200)).acquire().await.unwrap();
     assert!(matches!(timed_out, Acquire::TimedOut), "{timed_out:?}");
-    assert_eq!(holder(&c2, "a").await, Some((guard.lease_id(), guard.token())));
+    assert_eq!(holder(&c2, "a").await, Some((guard.lease_id(), guard.token().unwrap())));
     server.stop().await;
 }
 
@@ -140,17 +140,17 @@ async fn waiters_are_granted_in_fifo_order_when_the_holder_releases() {
     let second = tokio::spawn(c2.lock("q").wait(30 * SECS).acquire());
     eventually("second queued", || async { waiters(&c0, "q").await == 2 }).await;
 
-    let t0 = holder.token();
+    let t0 = holder.token().unwrap();
     assert_eq!(holder.release().await, Ok(true));
     let g1 = acquired(within("first granted", first).await.unwrap().unwrap());
-    assert!(g1.token() > t0);
+    assert!(g1.token().unwrap() > t0);
     assert_eq!(waiters(&c0, "q").await, 1, "the second still waits");
     assert!(!second.is_finished());
 
-    let t1 = g1.token();
+    let t1 = g1.token().unwrap();
     assert_eq!(g1.release().await, Ok(true));
     let g2 = acquired(within("second granted", second).await.unwrap().unwrap());
-    assert!(g2.token() > t1);
+    assert!(g2.token().unwrap() > t1);
     server.stop().await;
 }
 
@@ -167,11 +167,11 @@ async fn a_waiting_acquire_is_granted_when_the_holder_releases_without_polling()
     let waiter = tokio::spawn(client.lock("a").ttl(ttl).wait(10 * SECS).acquire());
     eventually("queued", || async { waiters(&client, "a").await == 1 }).await;
     let commands = server.metric("fencelock_log_commands_total").await;
-    let token = first.token();
+    let token = first.token().unwrap();
     assert_eq!(first.release().await, Ok(true));
     let next = acquired(within("grant", waiter).await.unwrap().unwrap());
-    assert!(next.token() > token);
-    assert_eq!(holder(&client, "a").await, Some((next.lease_id(), next.token())));
+    assert!(next.token().unwrap() > token);
+    assert_eq!(holder(&client, "a").await, Some((next.lease_id(), next.token().unwrap())));
     assert_eq!(server.metric("fencelock_log_commands_total").await, commands + 1, "only the release was written");
     assert_eq!(server.metric("fencelock_grants_after_wait_total").await, 1);
     server.stop().await;
@@ -203,13 +203,13 @@ async fn guards_with_the_same_ttl_share_one_lease_until_the_last_goes() {
     let shared = a.lease_id();
     // The lease lives on while b holds it.
     assert_eq!(a.release().await, Ok(true));
-    assert!(client.check("b", b.token()).await.unwrap().current);
+    assert!(client.check("b", b.token().unwrap()).await.unwrap().current);
     assert!(!b.is_lost(), "b still holds the shared lease");
     // The last guard gone, the shared lease is revoked; c's stays.
     assert_eq!(b.release().await, Ok(true));
     eventually("shared lease revoked", || async { server.metric("fencelock_active_leases").await == 1 }).await;
     assert!(!server.lease_is_live(shared).await);
-    assert!(client.check("c", c.token()).await.unwrap().current);
+    assert!(client.check("c", c.token().unwrap()).await.unwrap().current);
     assert!(!c.is_lost());
     server.stop().await;
 }
@@ -238,7 +238,7 @@ async fn lost_fires_when_another_client_revokes_the_lease() {
     assert_eq!(guard.release().await, Ok(false));
     // The lock is free for others at once (a revoke has no lock-delay).
     let next = acquired(admin.lock("a").acquire().await.unwrap());
-    assert!(next.token() > 0);
+    assert!(next.token().unwrap() > 0);
     server.stop().await;
 }
 
@@ -288,7 +288,7 @@ async fn a_lease_outlives_several_ttls_while_kept_alive() {
     let watch = guard.lease_watch();
     assert!(!watch.is_lost());
     assert_eq!((watch.lease_id(), watch.ttl()), (guard.lease_id(), ttl));
-    assert!(client.check("a", guard.token()).await.unwrap().current);
+    assert!(client.check("a", guard.token().unwrap()).await.unwrap().current);
     assert_eq!(server.metric("fencelock_lease_expirations_total").await, 0);
     assert_eq!(guard.release().await, Ok(true));
     server.stop().await;
@@ -298,10 +298,10 @@ async fn a_lease_outlives_several_ttls_while_kept_alive() {
 async fn with_lock_runs_the_closure_and_releases() {
     let server = Server::start().await;
     let client = server.client().await;
-    let (name, token) = client
-        .with_lock("a", LockOptions::default(), async |g: &LockGuard| (g.name().to_string(), g.token()))
-        .await
-        .unwrap();
+    let (name, token) =
+        with_lock(&client, "a", LockOptions::default(), async |g: &Guard| (g.name().to_string(), g.token().unwrap()))
+            .await
+            .unwrap();
     assert_eq!(name, "a");
     assert!(token > 0);
     assert_eq!(client.describe("a").await.unwrap().holder, None);
@@ -314,13 +314,12 @@ async fn with_lock_runs_the_closure_and_releases() {
 async fn with_lock_accepts_a_closure_returning_a_future() {
     let server = Server::start().await;
     let client = server.client().await;
-    let (token, n) = client
-        .with_lock("a", LockOptions::default(), |g: &LockGuard| {
-            let token = g.token();
-            async move { (token, token + 1) }
-        })
-        .await
-        .unwrap();
+    let (token, n) = with_lock(&client, "a", LockOptions::default(), |g: &Guard| {
+        let token = g.token().unwrap();
+        async move { (token, token + 1) }
+    })
+    .await
+    .unwrap();
     assert_eq!(n, token + 1);
     assert_eq!(client.describe("a").await.unwrap().holder, None);
     server.stop().await;
@@ -333,15 +332,15 @@ async fn with_lock_does_not_run_the_closure_when_busy() {
     let holder = acquired(other.lock("a").acquire().await.unwrap());
     let ran = AtomicBool::new(false);
     let got =
-        client.with_lock("a", LockOptions::default(), async |_: &LockGuard| ran.store(true, Ordering::SeqCst)).await;
+        with_lock(&client, "a", LockOptions::default(), async |_: &Guard| ran.store(true, Ordering::SeqCst)).await;
     match got {
         Err(WithLockError::NotAcquired(NotAcquired::Busy { holder_token, .. })) => {
-            assert_eq!(holder_token, Some(holder.token()))
+            assert_eq!(holder_token, Some(holder.token().unwrap()))
         }
         other => panic!("expected busy, got {other:?}"),
     }
     assert!(!ran.load(Ordering::SeqCst));
-    assert!(client.check("a", holder.token()).await.unwrap().current);
+    assert!(client.check("a", holder.token().unwrap()).await.unwrap().current);
     server.stop().await;
 }
 
@@ -352,15 +351,14 @@ async fn with_lock_cancels_the_closure_when_the_lease_is_lost() {
     let dropped = Arc::new(AtomicBool::new(false));
     let (started_tx, started_rx) = tokio::sync::oneshot::channel();
     let flag = dropped.clone();
-    let opts = LockOptions { ttl: 2 * SECS, ..LockOptions::default() };
+    let opts = LockOptions::default().ttl(2 * SECS);
     let work = tokio::spawn(async move {
-        client
-            .with_lock("a", opts, async move |g: &LockGuard| {
-                let _armed = SetOnDrop(flag);
-                started_tx.send(g.lease_id()).unwrap();
-                std::future::pending::<()>().await
-            })
-            .await
+        with_lock(&client, "a", opts, async move |g: &Guard| {
+            let _armed = SetOnDrop(flag);
+            started_tx.send(g.lease_id()).unwrap();
+            std::future::pending::<()>().await
+        })
+        .await
     });
     let lease = within("closure started", started_rx).await.unwrap();
     admin.revoke_lease(lease).await.unwrap();
@@ -550,7 +548,7 @@ async fn the_client_reconnects_after_a_server_restart_and_keeps_its_lock() {
 
     // The first calls fail (connection refused, then "not the leader") and are
     // retried within the RPC deadline.
-    assert!(client.check("a", guard.token()).await.unwrap().current);
+    assert!(client.check("a", guard.token().unwrap()).await.unwrap().current);
     let before = guard.deadline();
     eventually("a keep-alive after the restart", || async { guard.deadline() > before }).await;
     assert!(!guard.is_lost());

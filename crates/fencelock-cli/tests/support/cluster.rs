@@ -16,7 +16,7 @@ use std::process::{Child, Command, Output, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use fencelock::{Acquire, Client, ClientTls, LockGuard, LockOptions};
+use fencelock::{Acquire, Client, ClientTls, Guard, LockOptions};
 
 use super::secure::Secure;
 use super::{bin, free_port, http_get};
@@ -348,8 +348,8 @@ pub async fn client(c: &Cluster) -> Client {
 /// TTL of the lock held through the faults.
 pub const HELD_TTL: Duration = Duration::from_secs(3);
 
-pub async fn hold(client: &Client, name: &str) -> LockGuard {
-    let opts = LockOptions { ttl: HELD_TTL, ..LockOptions::default() };
+pub async fn hold(client: &Client, name: &str) -> Guard {
+    let opts = LockOptions::default().ttl(HELD_TTL);
     match client.lock(name).options(opts).acquire().await.expect("acquire") {
         Acquire::Acquired(g) => g,
         other => panic!("{name}: {other:?}"),
@@ -357,7 +357,7 @@ pub async fn hold(client: &Client, name: &str) -> LockGuard {
 }
 
 /// INV-11: the holder is not told of a loss while its lease lives.
-pub async fn assert_not_lost(held: &LockGuard) {
+pub async fn assert_not_lost(held: &Guard) {
     if held.is_lost() {
         panic!("INV-11: the held lease was reported lost: {:?}", held.lost().await);
     }
@@ -375,10 +375,10 @@ pub fn holder_token(c: &Cluster, i: usize, name: &str) -> Option<u64> {
 /// One acquire → release of `name`; the token, or `None` if the group could
 /// not be reached in time (a fail-over in progress).
 pub async fn cycle(client: &Client, name: &str) -> Option<u64> {
-    let opts = LockOptions { ttl: Duration::from_secs(2), wait: Duration::from_secs(3), ..LockOptions::default() };
+    let opts = LockOptions::default().ttl(Duration::from_secs(2)).wait(Duration::from_secs(3));
     match client.lock(name).options(opts).acquire().await {
         Ok(Acquire::Acquired(g)) => {
-            let t = g.token();
+            let t = g.token().unwrap();
             let _ = g.release().await;
             Some(t)
         }

@@ -627,7 +627,7 @@ async fn tokens_the_lock_service_never_issued_are_refused() {
     let s = Server::start_with(config).await;
 
     let first = acquire().await;
-    let t1 = first.token();
+    let t1 = first.token().unwrap();
     assert_eq!(put(s.addr, "doc", t1, "v1").await.status, 201);
     let r = put(s.addr, "doc", t1 + 1, "never issued").await;
     assert_eq!(r.status, 400, "{:?}", r.json());
@@ -635,7 +635,7 @@ async fn tokens_the_lock_service_never_issued_are_refused() {
     assert!(r.json()["error"].as_str().unwrap().contains("was never issued"));
     assert!(first.release().await.unwrap());
     let second = acquire().await;
-    let t2 = second.token();
+    let t2 = second.token().unwrap();
     assert!(t2 > t1);
     assert_eq!(put(s.addr, "doc", t2, "v2").await.status, 200, "a token issued since the last look");
     assert_eq!(mark(s.addr, "doc").await, json!(t2));

@@ -405,7 +405,7 @@ async fn an_https_lock_service_is_asked_with_its_ca_and_a_token() {
             _ => tokio::time::sleep(Duration::from_millis(100)).await,
         }
     };
-    let t = grant.token();
+    let t = grant.token().unwrap();
     let to_lock = client_tls(&certs.join("ca.pem"), None);
 
     let mut config = storage::Config::new(dir.path().join("storage"));

@@ -11,7 +11,7 @@
 //! The user needs `readwrite` on the prefix's keys.
 //!
 //! Where it sits: [`super::connect`] builds an [`EtcdBackend`] for an `etcd://`
-//! URL; its guards are [`Guard`]s kept by a [`KeptLease`] like every other
+//! URL; its guards are [`Guard`]s kept by a `KeptLease` like every other
 //! backend's. The gRPC code is generated (client only) from the subset of
 //! etcd's API in `fencelock-proto/proto/etcd/`; `etcd/rpc.rs` holds the connection
 //! and the calls.
@@ -31,7 +31,7 @@
 //!    timeouts rounded up to a second). A new lease for every acquire, so a
 //!    key is never re-created by the same lease (the key-reuse trap of sharing
 //!    one session lease between acquires). The lease is kept alive from here on
-//!    ([`KeptLease`], every TTL/3), while waiting too.
+//!    (`KeptLease`, every TTL/3), while waiting too.
 //! 2. Txn: `create_revision(key) == 0` → Put(key, lease), else Range(key). The
 //!    key's create revision is `my_rev`.
 //! 3. Range `P/N/` sorted by create revision, ascending, limit 1: the owner.
@@ -217,7 +217,7 @@ impl EtcdBackend {
         };
         tokio::select! {
             biased;
-            reason = lease.lost() => Err(Error::Backend(format!("etcd: lost the lease while waiting: {reason}"))),
+            reason = lease.lost() => Err(Error::backend("etcd", format!("lost the lease while waiting: {reason}"))),
             turn = turn => turn,
         }
     }
@@ -230,7 +230,7 @@ impl EtcdBackend {
         match first {
             Some(kv) if kv.create_revision == mine.rev => Ok((None, keys)),
             Some(kv) if kv.create_revision < mine.rev => Ok((Some(kv), keys)),
-            _ => Err(Error::Backend("etcd: the key of a waiting acquire was deleted".into())),
+            _ => Err(Error::backend("etcd", "the key of a waiting acquire was deleted")),
         }
     }
 

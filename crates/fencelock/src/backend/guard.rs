@@ -1,4 +1,4 @@
-//! [`Guard`]: a lock held through any [`super::LockBackend`], and [`Held`], the
+//! [`Guard`]: a lock held through any [`super::LockBackend`], and `Held`, the
 //! part each backend supplies (how to release its grant).
 //!
 //! Where it sits: every backend's `acquire` returns `Acquire<Guard>`. The guard
@@ -17,8 +17,8 @@ use crate::lease::{LeaseLost, LeaseWatch};
 /// The backend's side of a held lock.
 ///
 /// Implementations keep the lease alive for as long as they live (usually by
-/// owning a [`super::KeptLease`]) and stop renewing when dropped.
-pub trait Held: Send + Sync {
+/// owning a `KeptLease`) and stop renewing when dropped.
+pub(crate) trait Held: Send + Sync {
     /// Releases the lock if this grant still holds it (compare-and-delete):
     /// `Ok(true)` released, `Ok(false)` it was not held any more (nothing
     /// changed). An error leaves the outcome unknown; the lock is then freed when
@@ -53,7 +53,7 @@ pub struct Guard {
 impl Guard {
     /// A guard on `name` granted by `backend` with `token`, whose lease state is
     /// `watch`. For backend implementations.
-    pub fn new(
+    pub(crate) fn new(
         name: String,
         token: Option<u64>,
         backend: &'static str,

@@ -1,8 +1,8 @@
-//! [`KeptLease`]: the lease state and watchdog that every backend other than the
+//! `KeptLease`: the lease state and watchdog that every backend other than the
 //! native server uses for its grants.
 //!
 //! Where it sits: a backend confirms a grant (or a session) by a request it sent
-//! at `sent`, then starts a `KeptLease` with a [`Renew`] that extends it once.
+//! at `sent`, then starts a `KeptLease` with a `Renew` that extends it once.
 //! The watchdog (the same loop as the native client's, [`crate::lease`]) renews
 //! every TTL/3 ± 10 %, retries failures with backoff until the deadline, and
 //! the [`LeaseWatch`] it hands out fires `lost()` on a reported loss or at the
@@ -19,23 +19,14 @@ use tokio::time::Instant;
 use super::BoxFuture;
 use crate::backoff::Backoff;
 use crate::error::Error;
+pub(crate) use crate::lease::Renewed;
 use crate::lease::{renew_loop, LeaseCell, LeaseLost, LeaseWatch};
 
 /// The longest one renewal round may take (further bounded by TTL/3).
 const ROUND_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// What one renewal found.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Renewed {
-    /// The backend extended the lease; with the TTL it granted, if it says.
-    Confirmed(Option<Duration>),
-    /// The backend no longer has the lease or the lock (expired, deleted, owned
-    /// by someone else): it is lost.
-    Gone,
-}
-
 /// One renewal of a backend's lease.
-pub trait Renew: Send + Sync + 'static {
+pub(crate) trait Renew: Send + Sync + 'static {
     /// Extends the lease once, finishing by `round_end`. An error is retried
     /// (with backoff) until the lease's deadline.
     fn renew(&self, round_end: Instant) -> BoxFuture<'_, Result<Renewed, Error>>;
@@ -45,7 +36,7 @@ pub trait Renew: Send + Sync + 'static {
 /// stops the watchdog and marks the lease [`LeaseLost::Closed`] for every
 /// [`LeaseWatch`] still around).
 #[derive(Debug)]
-pub struct KeptLease {
+pub(crate) struct KeptLease {
     cell: Arc<LeaseCell>,
     task: JoinHandle<()>,
 }
@@ -54,18 +45,13 @@ impl KeptLease {
     /// Starts keeping lease `id`, confirmed with `ttl` by a request sent at
     /// `sent`: the deadline is `sent + ttl`, and the first renewal goes out about
     /// TTL/3 after `sent`. Must be called within a tokio runtime.
-    pub fn start(id: u64, ttl: Duration, sent: Instant, renew: Arc<dyn Renew>) -> KeptLease {
+    pub(crate) fn start(id: u64, ttl: Duration, sent: Instant, renew: Arc<dyn Renew>) -> KeptLease {
         let cell = LeaseCell::new(id, ttl, sent + ttl);
         let watched = cell.clone();
         let task = tokio::spawn(async move {
             renew_loop(&watched, Backoff::default(), ROUND_TIMEOUT, sent, |end| {
                 let renew = renew.clone();
-                async move {
-                    match renew.renew(end).await? {
-                        Renewed::Confirmed(ttl) => Ok(ttl),
-                        Renewed::Gone => Err(Error::LeaseNotFound("the backend no longer holds the lock".into())),
-                    }
-                }
+                async move { renew.renew(end).await }
             })
             .await;
         });
@@ -73,25 +59,14 @@ impl KeptLease {
     }
 
     /// A handle on the lease state (for a [`super::Guard`]).
-    pub fn watch(&self) -> LeaseWatch {
+    pub(crate) fn watch(&self) -> LeaseWatch {
         LeaseWatch::new(self.cell.clone())
     }
 
     /// Marks the lease lost now (e.g. a ZooKeeper session expired, an etcd
     /// keep-alive stream said TTL 0). Final.
-    pub fn lose(&self, reason: LeaseLost) {
+    pub(crate) fn lose(&self, reason: LeaseLost) {
         self.cell.lose(reason);
-    }
-
-    /// Records a confirmation that arrived outside the watchdog, of a request
-    /// sent at `sent`. False if the lease was lost already.
-    pub fn confirm(&self, sent: Instant, ttl: Duration) -> bool {
-        self.cell.confirm(sent, ttl)
-    }
-
-    /// True once the lease is lost.
-    pub fn is_lost(&self) -> bool {
-        self.cell.is_lost()
     }
 }
 
@@ -144,7 +119,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn failing_renewals_lose_the_lease_at_the_deadline() {
         let t0 = Instant::now();
-        let renew = script(|_| Err(Error::Backend("connection refused".into())));
+        let renew = script(|_| Err(Error::backend("redis", "connection refused")));
         let lease = KeptLease::start(1, 3 * S, t0, renew.clone());
         assert_eq!(lease.watch().lost().await, LeaseLost::Expired);
         assert_eq!(Instant::now(), t0 + 3 * S);

@@ -48,20 +48,25 @@ pub mod postgres;
 pub mod redis;
 #[cfg(feature = "redis")]
 pub mod redlock;
+mod request;
 pub mod tls;
 mod url;
 #[cfg(feature = "zookeeper")]
 pub mod zookeeper;
 
-pub use guard::{Guard, Held};
-pub use keepalive::{KeptLease, Renew, Renewed};
+pub use guard::Guard;
+pub(crate) use guard::Held;
+pub(crate) use keepalive::{KeptLease, Renew, Renewed};
+pub use request::LockRequest;
 pub use url::{BackendUrl, Scheme};
 
 /// A boxed future, as the object-safe trait methods return.
-pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+pub(crate) type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
-/// What a grant's fencing token is worth.
+/// What a grant's fencing token is worth. `#[non_exhaustive]`: a new scope
+/// breaks no caller.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum Fencing {
     /// No token: nothing orders two grants (Redlock, advisory locks). A paused
     /// holder can write after its lock went to someone else, and no resource can
@@ -86,7 +91,11 @@ impl fmt::Display for Fencing {
 
 /// What a backend guarantees, stated honestly. Tests check the backend against
 /// its own declaration (one conformance suite, every backend).
+/// `#[non_exhaustive]`, so that a new capability breaks no caller: read the
+/// fields; build one (to compare with) from [`Capabilities::new`] and the
+/// `with_*` methods.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Capabilities {
     /// Whether grants carry a fencing token, and its scope.
     pub fencing: Fencing,
@@ -118,8 +127,66 @@ pub struct Capabilities {
 }
 
 impl Capabilities {
+    /// A backend with `fencing` and nothing else: no durable tokens, no FIFO,
+    /// no push wake-up, no server-side TTL, no fail-over, no lock-delay, and
+    /// the engine's shortest TTL (100 ms) as `min_ttl`.
+    pub const fn new(fencing: Fencing) -> Capabilities {
+        Capabilities {
+            fencing,
+            durable_tokens: false,
+            fifo: false,
+            push_wakeup: false,
+            server_ttl: false,
+            survives_failover: false,
+            lock_delay: false,
+            min_ttl: MIN_TTL,
+        }
+    }
+
+    /// With [`durable_tokens`](#structfield.durable_tokens) set to `yes`.
+    pub const fn with_durable_tokens(mut self, yes: bool) -> Self {
+        self.durable_tokens = yes;
+        self
+    }
+
+    /// With [`fifo`](#structfield.fifo) set to `yes`.
+    pub const fn with_fifo(mut self, yes: bool) -> Self {
+        self.fifo = yes;
+        self
+    }
+
+    /// With [`push_wakeup`](#structfield.push_wakeup) set to `yes`.
+    pub const fn with_push_wakeup(mut self, yes: bool) -> Self {
+        self.push_wakeup = yes;
+        self
+    }
+
+    /// With [`server_ttl`](#structfield.server_ttl) set to `yes`.
+    pub const fn with_server_ttl(mut self, yes: bool) -> Self {
+        self.server_ttl = yes;
+        self
+    }
+
+    /// With [`survives_failover`](#structfield.survives_failover) set to `yes`.
+    pub const fn with_survives_failover(mut self, yes: bool) -> Self {
+        self.survives_failover = yes;
+        self
+    }
+
+    /// With [`lock_delay`](#structfield.lock_delay) set to `yes`.
+    pub const fn with_lock_delay(mut self, yes: bool) -> Self {
+        self.lock_delay = yes;
+        self
+    }
+
+    /// With [`min_ttl`](#structfield.min_ttl) `min_ttl`.
+    pub const fn with_min_ttl(mut self, min_ttl: Duration) -> Self {
+        self.min_ttl = min_ttl;
+        self
+    }
+
     /// Checks a request against these capabilities before anything is sent:
-    /// [`Error::InvalidArgument`] for a bad lock name (see [`check_name`]) or a
+    /// [`Error::InvalidArgument`] for a bad lock name (see `check_name`) or a
     /// TTL or wait out of range, [`Error::Unsupported`] if the caller asks for
     /// fencing or a lock-delay the backend cannot give.
     pub fn admit(&self, backend: &str, name: &str, opts: &LockOptions) -> Result<(), Error> {
@@ -147,6 +214,13 @@ impl Capabilities {
                 MAX_TTL.as_secs()
             )));
         }
+        if opts.lock_delay > MAX_LOCK_DELAY {
+            return Err(Error::InvalidArgument(format!(
+                "lock-delay {} ms is out of range (at most {} s)",
+                opts.lock_delay.as_millis(),
+                MAX_LOCK_DELAY.as_secs()
+            )));
+        }
         if opts.wait > MAX_WAIT {
             return Err(Error::InvalidArgument(format!(
                 "wait {} ms is out of range (at most {} s)",
@@ -158,34 +232,22 @@ impl Capabilities {
     }
 }
 
-/// Longest lock name, in bytes of UTF-8 (as the native server).
-pub const MAX_NAME_BYTES: usize = 512;
-
-/// Lock names are the same on every backend: 1 to 512 bytes of UTF-8 without
-/// control characters. A backend that cannot store some character (a `/` in a
+/// Lock names are the same on every backend, by the engine's rule
+/// ([`fencelock_core::LockName`]: 1 to 512 bytes of UTF-8 without control
+/// characters). A backend that cannot store some character (a `/` in a
 /// ZooKeeper path) encodes it; the caller never sees the difference.
-pub fn check_name(name: &str) -> Result<(), Error> {
-    if name.is_empty() {
-        return Err(Error::InvalidArgument("invalid lock name: it is empty".into()));
-    }
-    if name.len() > MAX_NAME_BYTES {
-        return Err(Error::InvalidArgument(format!(
-            "invalid lock name: {} bytes long (at most {MAX_NAME_BYTES})",
-            name.len()
-        )));
-    }
-    if let Some((at, _)) = name.char_indices().find(|(_, c)| c.is_control()) {
-        return Err(Error::InvalidArgument(format!("invalid lock name: a control character at byte {at}")));
-    }
-    Ok(())
+pub(crate) fn check_name(name: &str) -> Result<(), Error> {
+    fencelock_core::LockName::new(name).map(drop).map_err(|e| Error::InvalidArgument(format!("invalid lock name: {e}")))
 }
 
-/// The TTL range every backend accepts (the native server's range).
-pub const MIN_TTL: Duration = Duration::from_millis(100);
-/// See [`MIN_TTL`].
-pub const MAX_TTL: Duration = Duration::from_secs(3600);
-/// The longest wait every backend accepts.
-pub const MAX_WAIT: Duration = Duration::from_secs(3600);
+/// The TTL range every backend accepts: the engine's.
+pub(crate) const MIN_TTL: Duration = Duration::from_millis(fencelock_core::MIN_TTL_MS);
+/// See `MIN_TTL`.
+pub(crate) const MAX_TTL: Duration = Duration::from_millis(fencelock_core::MAX_TTL_MS);
+/// The longest wait every backend accepts: the engine's.
+pub(crate) const MAX_WAIT: Duration = Duration::from_millis(fencelock_core::MAX_WAIT_MS);
+/// The longest lock-delay: the engine's.
+pub(crate) const MAX_LOCK_DELAY: Duration = Duration::from_millis(fencelock_core::MAX_LOCK_DELAY_MS);
 
 /// A lock service. Object-safe: hold it as `Arc<dyn LockBackend>` (what
 /// [`connect`] returns) and write the program once for every backend.
@@ -243,7 +305,7 @@ pub async fn connect(url: &str) -> Result<Backend, Error> {
         )));
     }
     match parsed.scheme {
-        Scheme::Native => Ok(Arc::new(native_client(&parsed).await?)),
+        Scheme::Native => Ok(Arc::new(crate::Client::connect(parsed.raw).await?)),
         #[cfg(feature = "redis")]
         Scheme::Redis => Ok(Arc::new(redis::RedisBackend::connect(&parsed).await?)),
         #[cfg(feature = "redis")]
@@ -262,59 +324,26 @@ pub async fn connect(url: &str) -> Result<Backend, Error> {
     }
 }
 
-/// The native client of a `fencelock://` (or `fencelock+tls://`) URL, as
-/// its own type: for what only the fencelock server does (hand a lease to
-/// another process, list queues). The same as [`crate::Client::connect`] of
-/// the URL: every member of its list, its TLS files, its `token=`.
-pub async fn native_client(url: &BackendUrl) -> Result<crate::Client, Error> {
-    crate::Client::connect(url.raw.clone()).await
-}
-
-/// Acquires `name` on `backend`, runs `f` while holding it, and releases it;
-/// the backend-neutral form of [`crate::Client::with_lock`], with the same
-/// contract: `f` does not run unless the lock is acquired, and its future is
-/// dropped at once if the lease is lost ([`WithLockError::LeaseLost`]).
+/// Acquires `name` on `backend`, runs `f` while holding it, and releases it:
+/// the one `with_lock`, for every backend (the native [`crate::Client`]
+/// included).
+///
+/// * Busy or timed out: [`WithLockError::NotAcquired`]; `f` does not run.
+/// * If the lock is lost while `f` runs, `f`'s future is dropped at once (so
+///   it stops at its current await point) and the result is
+///   [`WithLockError::LeaseLost`].
+/// * Otherwise the lock is released and `f`'s value returned. It is returned
+///   even if the release fails (it is logged; the lock is then freed with the
+///   lease): `f` finished while the lock was provably held.
+///
+/// `f` may borrow the guard (`async |g: &Guard| g.token()`), or be a plain
+/// closure returning a future that does not (`|g: &Guard| { let t =
+/// g.token(); async move { t } }`).
 pub async fn with_lock<T, F>(backend: &dyn LockBackend, name: &str, opts: LockOptions, f: F) -> Result<T, WithLockError>
 where
     F: AsyncFnOnce(&Guard) -> T,
 {
     let guard = backend.acquire(name, &opts).await?.acquired().map_err(WithLockError::NotAcquired)?;
-    hold_while(guard, name, f).await
-}
-
-/// What [`hold_while`] needs of a guard: its loss signal and its release.
-pub(crate) trait GuardLike: Sized {
-    fn lost(&self) -> impl Future<Output = crate::LeaseLost> + Send;
-    fn release(self) -> impl Future<Output = Result<bool, Error>> + Send;
-}
-
-impl GuardLike for Guard {
-    fn lost(&self) -> impl Future<Output = crate::LeaseLost> + Send {
-        Guard::lost(self)
-    }
-    fn release(self) -> impl Future<Output = Result<bool, Error>> + Send {
-        Guard::release(self)
-    }
-}
-
-impl GuardLike for crate::LockGuard {
-    fn lost(&self) -> impl Future<Output = crate::LeaseLost> + Send {
-        crate::LockGuard::lost(self)
-    }
-    fn release(self) -> impl Future<Output = Result<bool, Error>> + Send {
-        crate::LockGuard::release(self)
-    }
-}
-
-/// Runs `f` on a held `guard`: drops `f`'s future at once if the lease is lost
-/// ([`WithLockError::LeaseLost`]), otherwise releases the lock and returns
-/// `f`'s value (even if the release fails: `f` finished while the lock was
-/// provably held; the failure is logged). Shared by both `with_lock`s.
-pub(crate) async fn hold_while<G, T, F>(guard: G, name: &str, f: F) -> Result<T, WithLockError>
-where
-    G: GuardLike,
-    F: AsyncFnOnce(&G) -> T,
-{
     let result = {
         let work = f(&guard);
         tokio::select! {
@@ -364,10 +393,11 @@ mod tests {
     fn names_are_checked_alike_for_every_backend() {
         let caps = caps(Fencing::Global, true);
         let opts = LockOptions::default();
-        for bad in ["", "a\nb", &"x".repeat(MAX_NAME_BYTES + 1)] {
+        let max = fencelock_core::MAX_LOCK_NAME_BYTES;
+        for bad in ["", "a\nb", &"x".repeat(max + 1)] {
             assert!(matches!(caps.admit("x", bad, &opts), Err(Error::InvalidArgument(_))), "{bad:?}");
         }
-        for good in ["a", "jobs/nightly report", "ключ", &"x".repeat(MAX_NAME_BYTES)] {
+        for good in ["a", "jobs/nightly report", "ключ", &"x".repeat(max)] {
             assert_eq!(caps.admit("x", good, &opts), Ok(()), "{good:?}");
         }
     }
@@ -390,6 +420,9 @@ mod tests {
         assert!(matches!(caps(Fencing::Global, true).admit("x", "a", &short), Err(Error::InvalidArgument(_))));
         let long_wait = LockOptions { wait: MAX_WAIT + Duration::from_millis(1), ..LockOptions::default() };
         assert!(matches!(caps(Fencing::Global, true).admit("x", "a", &long_wait), Err(Error::InvalidArgument(_))));
+        let long_delay =
+            LockOptions { lock_delay: MAX_LOCK_DELAY + Duration::from_millis(1), ..LockOptions::default() };
+        assert!(matches!(caps(Fencing::Global, true).admit("x", "a", &long_delay), Err(Error::InvalidArgument(_))));
     }
 
     /// Rule: a fencelock URL's `token=` reaches the client builder (a bad
@@ -403,7 +436,7 @@ mod tests {
         drop(listener);
         let err = connect(&format!("fencelock://{addr}?token=sekrit%20sekrit")).await.err().unwrap();
         assert!(matches!(&err, Error::InvalidArgument(m) if m.contains("invalid auth token")), "{err:?}");
-        let err = native_client(&BackendUrl::parse(&format!("http://{addr}?token=")).unwrap()).await.unwrap_err();
+        let err = crate::Client::connect(format!("http://{addr}?token=")).await.unwrap_err();
         assert!(matches!(&err, Error::InvalidArgument(m) if m.contains("invalid auth token: it is empty")), "{err:?}");
         for other in
             ["redis://h?token=sekrit", "etcd://h?token=sekrit", "zk://h?token=sekrit", "postgres://u@h/db?token=sekrit"]

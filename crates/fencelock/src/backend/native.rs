@@ -1,6 +1,6 @@
 //! The native fencelock server as a [`LockBackend`]: [`crate::Client`] is one
-//! implementation among the others, and its [`crate::LockGuard`] the [`Held`]
-//! part of a [`Guard`].
+//! implementation among the others, and its native grant (`LockGuard`) the
+//! `Held` part of a [`Guard`].
 
 use std::time::Duration;
 
@@ -39,17 +39,19 @@ impl LockBackend for Client {
     }
 
     fn acquire<'a>(&'a self, name: &'a str, opts: &'a LockOptions) -> BoxFuture<'a, Result<Acquire<Guard>, Error>> {
-        Box::pin(async move {
-            let outcome = self.lock(name).options(*opts).acquire().await?;
-            Ok(outcome.map(|g| {
-                let (name, token, watch) = (g.name().to_string(), g.token(), g.lease_watch());
-                Guard::new(name, Some(token), "fencelock", watch, Box::new(g))
-            }))
-        })
+        Box::pin(async move { Ok(self.acquire_guard(name, opts).await?.map(LockGuard::into_guard)) })
     }
 
     fn check<'a>(&'a self, name: &'a str, token: u64) -> BoxFuture<'a, Result<CheckResult, Error>> {
         Box::pin(Client::check(self, name, token))
+    }
+}
+
+impl LockGuard {
+    /// The backend-neutral [`Guard`] over this native grant.
+    pub(crate) fn into_guard(self) -> Guard {
+        let (name, token, watch) = (self.name().to_string(), self.token(), self.lease_watch());
+        Guard::new(name, Some(token), "fencelock", watch, Box::new(self))
     }
 }
 

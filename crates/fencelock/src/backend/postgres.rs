@@ -9,7 +9,7 @@
 //! Where it sits: one of the backends behind [`super::connect`] (cargo feature
 //! `postgres`). [`PgBackend`] serves both modes with one [`LockBackend`]
 //! implementation; everything else (guards, watchdog, loss) is the shared
-//! machinery of [`super::Guard`] and [`super::KeptLease`].
+//! machinery of [`super::Guard`] and `KeptLease`.
 //!
 //! # The URL
 //! Everything but this backend's own parameters (`mode`, `table`) goes to
@@ -287,8 +287,8 @@ fn describe(e: &tokio_postgres::Error) -> String {
 }
 
 /// [`Error::Backend`] for a failed `what`.
-fn backend_error(what: &str, e: &tokio_postgres::Error) -> Error {
-    Error::Backend(format!("postgres: {what}: {}", describe(e)))
+fn backend_error(what: &str, e: tokio_postgres::Error) -> Error {
+    Error::backend_caused("postgres", format!("{what}: {}", describe(&e)), e)
 }
 
 /// Runs `f` until `by`: [`Error::Backend`] if it has not finished by then (the
@@ -300,8 +300,8 @@ async fn bounded<T>(
     f: impl Future<Output = Result<T, tokio_postgres::Error>>,
 ) -> Result<T, Error> {
     match tokio::time::timeout_at(by, f).await {
-        Ok(result) => result.map_err(|e| backend_error(what, &e)),
-        Err(_) => Err(Error::Backend(format!("postgres: {what}: no answer in time"))),
+        Ok(result) => result.map_err(|e| backend_error(what, e)),
+        Err(_) => Err(Error::backend("postgres", format!("{what}: no answer in time"))),
     }
 }
 

@@ -51,7 +51,7 @@
 //! * **Release** (`release.lua`): compare-and-delete, then push one wake to the
 //!   first live waiter only.
 //! * **Renew** (`renew.lua`): `PEXPIRE` if the value is still ours, else the
-//!   lock is gone ([`Renewed::Gone`]).
+//!   lock is gone (`Renewed::Gone`).
 //! * **Give up** (`withdraw.lua`): a wait that times out, or an acquire future
 //!   that is dropped (a drop guard spawns it), takes its ticket off the queue,
 //!   deletes a grant made to it whose answer was lost, and passes the wake on
@@ -488,7 +488,7 @@ enum Attempt {
 
 /// Parses the acquire script's reply (see `acquire.lua`).
 fn parse_attempt(reply: &Value) -> Result<Attempt, Error> {
-    let bad = || Error::Backend(format!("redis: unexpected reply of the acquire script: {reply:?}"));
+    let bad = || Error::backend("redis", format!("unexpected reply of the acquire script: {reply:?}"));
     let Value::Array(items) = reply else {
         return Err(bad());
     };
@@ -655,7 +655,7 @@ async fn config_get(conn: &Conn, param: &str) -> Result<String, Error> {
         .await?;
     match pair.as_slice() {
         [_, value] => Ok(value.clone()),
-        _ => Err(Error::Backend(format!("redis: CONFIG GET {param} answered {pair:?}"))),
+        _ => Err(Error::backend("redis", format!("CONFIG GET {param} answered {pair:?}"))),
     }
 }
 
@@ -763,9 +763,9 @@ impl Conn {
         self.run(deadline, Retry::Never, |mut c| async move { redis::cmd("PING").query_async::<()>(&mut c).await })
             .await
             .map_err(|e| match e {
-                Error::Backend(msg) if self.tls => Error::Connect(msg),
-                Error::Backend(msg) => Error::Connect(format!(
-                    "{msg} (a server that closes plaintext connections may speak TLS only: use rediss://)"
+                Error::Backend { message, .. } if self.tls => Error::Connect(format!("redis: {message}")),
+                Error::Backend { message, .. } => Error::Connect(format!(
+                    "redis: {message} (a server that closes plaintext connections may speak TLS only: use rediss://)"
                 )),
                 other => other,
             })
@@ -778,7 +778,7 @@ impl Conn {
         match tokio::time::timeout(CONNECT_TIMEOUT, connect).await {
             Ok(Ok(conn)) => Ok(conn),
             Ok(Err(e)) => Err(self.error(&e)),
-            Err(_) => Err(Error::Backend(format!("redis: {}: no connection within {CONNECT_TIMEOUT:?}", self.addr))),
+            Err(_) => Err(Error::backend("redis", format!("{}: no connection within {CONNECT_TIMEOUT:?}", self.addr))),
         }
     }
 
@@ -815,7 +815,7 @@ impl Conn {
                 // A connection that leaves a call unanswered may be dead
                 // without an error (a partition): make a new one next time.
                 self.forget(used.load(Ordering::Relaxed));
-                Err(Error::Backend(format!("redis: {}: no answer in time", self.addr)))
+                Err(Error::backend("redis", format!("{}: no answer in time", self.addr)))
             }
         }
     }
@@ -874,7 +874,7 @@ impl Conn {
         };
         match refused {
             Some(why) => Error::Security { message: format!("redis: {}: {why}: {e}", self.addr), source: None },
-            None => Error::Backend(format!("redis: {}: {e}", self.addr)),
+            None => Error::backend_caused("redis", format!("{}: {e}", self.addr), e.clone()),
         }
     }
 }
@@ -927,7 +927,7 @@ mod tests {
         let want = Attempt::Refused { holder: None, pttl: None, waiters: 1, first: false };
         assert_eq!(parse_attempt(&free), Ok(want));
         for bad in [Value::Nil, Value::Array(vec![Value::Int(1), bulk("x")]), Value::Array(vec![Value::Int(2)])] {
-            assert!(matches!(parse_attempt(&bad), Err(Error::Backend(_))), "{bad:?}");
+            assert!(matches!(parse_attempt(&bad), Err(Error::Backend { .. })), "{bad:?}");
         }
     }
 

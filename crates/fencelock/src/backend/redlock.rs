@@ -259,13 +259,16 @@ impl Tally {
 impl Nodes {
     /// The error of a round in which too many nodes failed for a majority.
     fn failure(&self, tally: &Tally) -> Error {
-        Error::Backend(format!(
-            "redlock: a majority ({}) of {} nodes is needed and {} failed: {}",
-            self.quorum(),
-            self.conns.len(),
-            tally.errors.len(),
-            tally.errors.join("; ")
-        ))
+        Error::backend(
+            "redlock",
+            format!(
+                "a majority ({}) of {} nodes is needed and {} failed: {}",
+                self.quorum(),
+                self.conns.len(),
+                tally.errors.len(),
+                tally.errors.join("; ")
+            ),
+        )
     }
 
     /// A majority: N/2 + 1.
@@ -406,11 +409,14 @@ impl Renew for RenewOnNodes {
             } else if tally.no > n - quorum {
                 Ok(Renewed::Gone)
             } else {
-                Err(Error::Backend(format!(
-                    "redlock: renewal confirmed by {} of {n} nodes, a majority ({quorum}) is needed; failures: {}",
-                    tally.yes,
-                    tally.errors.join("; ")
-                )))
+                Err(Error::backend(
+                    "redlock",
+                    format!(
+                        "renewal confirmed by {} of {n} nodes, a majority ({quorum}) is needed; failures: {}",
+                        tally.yes,
+                        tally.errors.join("; ")
+                    ),
+                ))
             }
         })
     }
@@ -451,11 +457,14 @@ fn released(tally: &Tally, quorum: usize) -> Result<bool, Error> {
     } else if tally.yes + tally.errors.len() < quorum {
         Ok(false)
     } else {
-        Err(Error::Backend(format!(
-            "redlock: release confirmed by {} nodes, a majority ({quorum}) is needed; failures: {}",
-            tally.yes,
-            tally.errors.join("; ")
-        )))
+        Err(Error::backend(
+            "redlock",
+            format!(
+                "release confirmed by {} nodes, a majority ({quorum}) is needed; failures: {}",
+                tally.yes,
+                tally.errors.join("; ")
+            ),
+        ))
     }
 }
 

@@ -195,7 +195,7 @@ impl BackendUrl {
     }
 
     /// The bearer token of `token=` (percent-decoded), if one is given: for a
-    /// fencelock server, which [`super::native_client`] hands to
+    /// fencelock server, which [`crate::Client::connect`] hands to
     /// [`crate::ClientBuilder::token`]. Not checked here (the builder checks
     /// it); never print it.
     pub fn auth_token(&self) -> Option<String> {

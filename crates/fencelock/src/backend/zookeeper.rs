@@ -43,7 +43,7 @@
 //! The server negotiates the timeout into `[minSessionTimeout, maxSessionTimeout]`
 //! (by default `[2, 20] × tickTime`), so the lease uses the *negotiated* timeout,
 //! which may be longer or shorter than the TTL asked for. Each guard has its own
-//! watchdog ([`KeptLease`]): every third of the timeout it reads the stat of its own
+//! watchdog (`KeptLease`): every third of the timeout it reads the stat of its own
 //! node, one round trip that proves both the session alive (the server touched it)
 //! and the node present. The server expires a session one timeout after it last
 //! heard from the client, so `sent + timeout` of a confirmed read is a safe
@@ -237,10 +237,10 @@ impl ZkBackend {
             let sent = Instant::now();
             let queue = list_queue(&session, &entry.parent).await?;
             let Some(pos) = queue.iter().position(|child| *child == own) else {
-                return Err(Error::Backend(format!(
-                    "zk: lock node {path} vanished while queued (session {:#x} expired?)",
-                    session.id
-                )));
+                return Err(Error::backend(
+                    "zk",
+                    format!("lock node {path} vanished while queued (session {:#x} expired?)", session.id),
+                ));
             };
             if pos == 0 {
                 entry.disarm();
@@ -293,7 +293,7 @@ impl LockBackend for ZkBackend {
 
     /// Per-lock durable tokens (czxids, logged before the create is acknowledged),
     /// FIFO with a push to the next waiter only, session expiry on the server, a
-    /// quorum ensemble; no lock-delay. `min_ttl` is [`MIN_TTL`]; the server may
+    /// quorum ensemble; no lock-delay. `min_ttl` is `MIN_TTL`; the server may
     /// raise it (see there).
     fn capabilities(&self) -> Capabilities {
         Capabilities {
@@ -338,7 +338,7 @@ impl Session {
     /// Opens a session asking for `ttl` as its timeout.
     async fn open(login: &Login, ttl: Duration) -> Result<Session, Error> {
         let hosts = &login.hosts;
-        let client = open_client(login, ttl).await.map_err(|e| Error::Backend(format!("zk {hosts}: {e}")))?;
+        let client = open_client(login, ttl).await.map_err(|e| Error::backend("zk", format!("{hosts}: {e}")))?;
         let leases = Arc::new(StdMutex::new(Vec::new()));
         let watcher = tokio::spawn(lose_all_when_ended(client.state_watcher(), leases.clone()));
         let id = client.session_id().0 as u64;
@@ -441,7 +441,7 @@ impl Entry {
                     self.own = Own::Node(path.clone());
                     return match u64::try_from(stat.czxid) {
                         Ok(czxid) if czxid > 0 => Ok((path, czxid)),
-                        _ => Err(Error::Backend(format!("zk: create answered czxid {}", stat.czxid))),
+                        _ => Err(Error::backend("zk", format!("create answered czxid {}", stat.czxid))),
                     };
                 }
                 Err(zk::Error::NoNode) => {
@@ -456,7 +456,7 @@ impl Entry {
                 }
             }
         }
-        Err(Error::Backend(format!("zk: the lock node {} keeps disappearing", self.parent)))
+        Err(Error::backend("zk", format!("the lock node {} keeps disappearing", self.parent)))
     }
 
     /// The caller owns the node now: dropping the entry leaves it.
@@ -635,7 +635,7 @@ impl Held for ZkHeld {
 }
 
 /// One renewal: read the own node's stat. Present and ours → confirmed for the
-/// negotiated timeout; gone, or the session ended → [`Renewed::Gone`].
+/// negotiated timeout; gone, or the session ended → `Renewed::Gone`.
 struct NodeCheck {
     /// Weak: the guard keeps the session, not its watchdog.
     session: Weak<Session>,
@@ -650,7 +650,7 @@ impl Renew for NodeCheck {
             };
             let read = tokio::time::timeout_at(round_end, session.client.check_stat(&self.path)).await;
             match read {
-                Err(_) => Err(Error::Backend("zk: renewal round timed out".into())),
+                Err(_) => Err(Error::backend("zk", "renewal round timed out")),
                 Ok(Ok(Some(stat))) if stat.ephemeral_owner as u64 == session.id => {
                     Ok(Renewed::Confirmed(Some(session.timeout)))
                 }
@@ -680,7 +680,7 @@ fn refused(e: &zk::Error) -> bool {
     )
 }
 
-/// `Error::Backend("zk: {what}: {e}")`; [`Error::Security`] if the server
+/// [`Error::Backend`] caused by `e`; [`Error::Security`] if the server
 /// refused it for want of rights (`NoAuth`) or refused the login.
 fn fail(what: &str, e: zk::Error) -> Error {
     match e {
@@ -689,7 +689,7 @@ fn fail(what: &str, e: zk::Error) -> Error {
             e,
         ),
         zk::Error::AuthFailed => Error::security(format!("zk: {what}: the server refused the login"), e),
-        e => Error::Backend(format!("zk: {what}: {e}")),
+        e => Error::backend_caused("zk", format!("{what}: {e}"), e),
     }
 }
 

@@ -104,16 +104,14 @@ async fn declares_its_capabilities() {
     assert_eq!(b.kind(), "etcd");
     assert_eq!(
         b.capabilities(),
-        Capabilities {
-            fencing: Fencing::PerLock,
-            durable_tokens: true,
-            fifo: true,
-            push_wakeup: true,
-            server_ttl: true,
-            survives_failover: true,
-            lock_delay: false,
-            min_ttl: SECS,
-        }
+        Capabilities::new(Fencing::PerLock)
+            .with_durable_tokens(true)
+            .with_fifo(true)
+            .with_push_wakeup(true)
+            .with_server_ttl(true)
+            .with_survives_failover(true)
+            .with_lock_delay(false)
+            .with_min_ttl(SECS)
     );
 }
 
@@ -165,7 +163,7 @@ async fn a_waiter_watches_only_its_predecessor() {
         .await
         .unwrap();
     match within("W2 without its key", w2).await.unwrap() {
-        Err(Error::Backend(m)) => assert!(m.starts_with("etcd: "), "{m}"),
+        Err(Error::Backend { backend, message, .. }) => assert_eq!(backend, "etcd", "{message}"),
         other => panic!("a waiter whose key was deleted: {other:?}"),
     }
     tokio::time::sleep(300 * MS).await;
@@ -256,7 +254,7 @@ async fn tokens_increase_across_a_crash_of_etcd() {
         loop {
             match b.acquire("crash", &opts(10 * SECS, Duration::ZERO)).await {
                 Ok(got) => break got.acquired().unwrap(),
-                Err(Error::Backend(_)) => tokio::time::sleep(50 * MS).await,
+                Err(Error::Backend { .. }) => tokio::time::sleep(50 * MS).await,
                 Err(e) => panic!("acquire after the restart: {e}"),
             }
         }

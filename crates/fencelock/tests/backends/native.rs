@@ -53,16 +53,14 @@ async fn declares_its_capabilities() {
     let caps = suite::connect(&t.url()).await.capabilities();
     assert_eq!(
         caps,
-        Capabilities {
-            fencing: Fencing::Global,
-            durable_tokens: true,
-            fifo: true,
-            push_wakeup: true,
-            server_ttl: true,
-            survives_failover: false,
-            lock_delay: true,
-            min_ttl: 100 * MS,
-        }
+        Capabilities::new(Fencing::Global)
+            .with_durable_tokens(true)
+            .with_fifo(true)
+            .with_push_wakeup(true)
+            .with_server_ttl(true)
+            .with_survives_failover(false)
+            .with_lock_delay(true)
+            .with_min_ttl(100 * MS)
     );
     let http = suite::connect(&format!("http://{}", t.addr)).await;
     assert_eq!(http.kind(), "fencelock");

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use fencelock::backend::{self, Backend, Capabilities, Fencing};
-use fencelock::{Acquire, Error, LeaseLost, LockOptions};
+use fencelock::{Acquire, Error, LeaseLost};
 use fencelock_testkit::proxy::Proxy;
 use fencelock_testkit::PgServer;
 use tokio_postgres::NoTls;
@@ -118,31 +118,27 @@ async fn declares_its_capabilities() {
     assert_eq!(lease.kind(), "postgres");
     assert_eq!(
         lease.capabilities(),
-        Capabilities {
-            fencing: Fencing::Global,
-            durable_tokens: true,
-            fifo: true,
-            push_wakeup: true,
-            server_ttl: true,
-            survives_failover: false,
-            lock_delay: false,
-            min_ttl: 100 * MS,
-        }
+        Capabilities::new(Fencing::Global)
+            .with_durable_tokens(true)
+            .with_fifo(true)
+            .with_push_wakeup(true)
+            .with_server_ttl(true)
+            .with_survives_failover(false)
+            .with_lock_delay(false)
+            .with_min_ttl(100 * MS)
     );
     let advisory = suite::connect(&format!("{}?mode=advisory", t.url())).await;
     assert_eq!(advisory.kind(), "postgres");
     assert_eq!(
         advisory.capabilities(),
-        Capabilities {
-            fencing: Fencing::None,
-            durable_tokens: false,
-            fifo: true,
-            push_wakeup: true,
-            server_ttl: false,
-            survives_failover: false,
-            lock_delay: false,
-            min_ttl: 100 * MS,
-        }
+        Capabilities::new(Fencing::None)
+            .with_durable_tokens(false)
+            .with_fifo(true)
+            .with_push_wakeup(true)
+            .with_server_ttl(false)
+            .with_survives_failover(false)
+            .with_lock_delay(false)
+            .with_min_ttl(100 * MS)
     );
 }
 
@@ -519,7 +515,7 @@ async fn a_table_parameter_keeps_locks_apart() {
 async fn advisory_mode_refuses_require_fencing() {
     let t = PgAdvisory::start().await;
     let b = suite::connect(&t.url()).await;
-    let fenced = LockOptions { require_fencing: true, ..opts(10 * SECS, Duration::ZERO) };
+    let fenced = opts(10 * SECS, Duration::ZERO).require_fencing(true);
     let got = b.acquire("fenced", &fenced).await;
     assert!(matches!(got, Err(Error::Unsupported(_))), "{got:?}");
     let g = b.acquire("fenced", &opts(10 * SECS, Duration::ZERO)).await.unwrap().acquired().unwrap();

@@ -149,21 +149,37 @@ async fn kill_and_restart(mut server: RedisServer) -> RedisServer {
 #[tokio::test]
 async fn declares_its_capabilities() {
     let (volatile, durable) = (start_server(false).await, start_server(true).await);
-    let mut want = Capabilities {
-        fencing: Fencing::Global,
-        durable_tokens: false,
-        fifo: true,
-        push_wakeup: true,
-        server_ttl: true,
-        survives_failover: false,
-        lock_delay: false,
-        min_ttl: 100 * MS,
-    };
+    let mut want = Capabilities::new(Fencing::Global)
+        .with_durable_tokens(false)
+        .with_fifo(true)
+        .with_push_wakeup(true)
+        .with_server_ttl(true)
+        .with_survives_failover(false)
+        .with_lock_delay(false)
+        .with_min_ttl(100 * MS);
     let b = suite::connect(&url(&volatile)).await;
     assert_eq!((b.kind(), b.capabilities()), ("redis", want));
     want.durable_tokens = true;
     let d = suite::connect(&format!("{}?durable=true", url(&durable))).await;
     assert_eq!(d.capabilities(), want);
+}
+
+/// Issue 16: a Redis error reaches the caller as itself. The token counter
+/// is made a string, so the acquire script's `INCR` fails on the server: the
+/// error is `Error::Backend` whose `source()` is the `redis::RedisError` of
+/// that reply, not only its text.
+#[tokio::test]
+async fn a_redis_error_keeps_its_source() {
+    let server = start_server(false).await;
+    let mut raw = inspect(&server).await;
+    redis::cmd("SET").arg("fencelock:token").arg("not a number").query_async::<()>(&mut raw).await.unwrap();
+    let b = suite::connect(&url(&server)).await;
+    let err = b.acquire("a", &opts(10 * SECS, Duration::ZERO)).await.unwrap_err();
+    assert!(matches!(&err, Error::Backend { backend: "redis", .. }), "{err:?}");
+    let source = std::error::Error::source(&err).expect("the driver's error is kept");
+    let cause = source.downcast_ref::<fencelock::Cause>().expect("a Cause");
+    let redis_err = cause.get().downcast_ref::<redis::RedisError>().expect("a redis::RedisError");
+    assert!(redis_err.to_string().contains("not an integer"), "{redis_err}");
 }
 
 /// Durable mode is refused, with what to set, by a server that does not

@@ -8,7 +8,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use fencelock::backend::{self, Capabilities, Fencing};
-use fencelock::{Acquire, Error, LockOptions};
+use fencelock::{Acquire, Error};
 use fencelock_testkit::proxy::{Mode, Proxy};
 use fencelock_testkit::RedisServer;
 
@@ -68,16 +68,14 @@ async fn declares_its_capabilities() {
     assert_eq!(b.kind(), "redlock");
     assert_eq!(
         b.capabilities(),
-        Capabilities {
-            fencing: Fencing::None,
-            durable_tokens: false,
-            fifo: false,
-            push_wakeup: false,
-            server_ttl: true,
-            survives_failover: true,
-            lock_delay: false,
-            min_ttl: 100 * MS,
-        }
+        Capabilities::new(Fencing::None)
+            .with_durable_tokens(false)
+            .with_fifo(false)
+            .with_push_wakeup(false)
+            .with_server_ttl(true)
+            .with_survives_failover(true)
+            .with_lock_delay(false)
+            .with_min_ttl(100 * MS)
     );
 }
 
@@ -87,7 +85,7 @@ async fn declares_its_capabilities() {
 async fn require_fencing_is_refused() {
     let t = Redlock::start().await;
     let b = suite::connect(&t.url()).await;
-    let fenced = LockOptions { require_fencing: true, ..opts(10 * SECS, Duration::ZERO) };
+    let fenced = opts(10 * SECS, Duration::ZERO).require_fencing(true);
     let got = b.acquire("fenced", &fenced).await;
     assert!(matches!(&got, Err(Error::Unsupported(m)) if m.contains("redlock")), "{got:?}");
     let g = b.acquire("fenced", &opts(10 * SECS, Duration::ZERO)).await.unwrap().acquired().unwrap();
@@ -137,7 +135,10 @@ async fn two_nodes_down_of_three_is_an_error() {
     }
     for wait in [Duration::ZERO, 300 * MS] {
         let got = within("acquire", b.acquire("majority", &opts(10 * SECS, wait))).await;
-        assert!(matches!(&got, Err(Error::Backend(m)) if m.contains("majority")), "wait {wait:?}: {got:?}");
+        assert!(
+            matches!(&got, Err(Error::Backend { message, .. }) if message.contains("majority")),
+            "wait {wait:?}: {got:?}"
+        );
     }
     for p in &proxies {
         p.set_mode(Mode::Pass);

@@ -48,7 +48,7 @@ pub async fn within<T>(what: &str, f: impl Future<Output = T>) -> T {
 
 /// Lock options with `ttl` and `wait`, the rest default.
 pub fn opts(ttl: Duration, wait: Duration) -> LockOptions {
-    LockOptions { ttl, wait, ..LockOptions::default() }
+    LockOptions::default().ttl(ttl).wait(wait)
 }
 
 /// `127.0.0.1:port`.
@@ -269,7 +269,7 @@ pub async fn bad_input<T: Target>(t: &T) {
     }
     let got = b.acquire("bad", &opts(10 * SECS, 3601 * SECS)).await;
     assert!(matches!(got, Err(Error::InvalidArgument(_))), "wait: {got:?}");
-    let fenced = LockOptions { require_fencing: true, ..opts(10 * SECS, Duration::ZERO) };
+    let fenced = opts(10 * SECS, Duration::ZERO).require_fencing(true);
     let got = b.acquire("bad", &fenced).await;
     if b.capabilities().fencing == Fencing::None {
         assert!(matches!(got, Err(Error::Unsupported(_))), "fencing required of {}: {got:?}", b.kind());

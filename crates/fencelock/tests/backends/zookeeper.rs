@@ -98,16 +98,14 @@ async fn declares_its_capabilities() {
     assert_eq!(b.kind(), "zk");
     assert_eq!(
         b.capabilities(),
-        Capabilities {
-            fencing: Fencing::PerLock,
-            durable_tokens: true,
-            fifo: true,
-            push_wakeup: true,
-            server_ttl: true,
-            survives_failover: true,
-            lock_delay: false,
-            min_ttl: 200 * MS,
-        }
+        Capabilities::new(Fencing::PerLock)
+            .with_durable_tokens(true)
+            .with_fifo(true)
+            .with_push_wakeup(true)
+            .with_server_ttl(true)
+            .with_survives_failover(true)
+            .with_lock_delay(false)
+            .with_min_ttl(200 * MS)
     );
 }
 
@@ -170,7 +168,7 @@ async fn a_waiter_watches_only_its_predecessor() {
         results.push(suite::within("waiter", w).await.unwrap());
     }
     assert!(results[0].is_ok() && results[2].is_ok(), "{results:?}");
-    assert!(matches!(results[1], Err(Error::Backend(_))), "a waiter without its node: {:?}", results[1]);
+    assert!(matches!(results[1], Err(Error::Backend { .. })), "a waiter without its node: {:?}", results[1]);
     assert_eq!(*order.lock().unwrap(), vec![1, 3]);
 }
 

@@ -15,7 +15,7 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use fencelock::{Acquire, Client, LockGuard};
+use fencelock::{Acquire, Client, Guard};
 use fencelock_proto::v1 as pb;
 use fencelock_proto::v1::lock_client::LockClient;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -125,7 +125,7 @@ where
     .await
 }
 
-pub fn acquired(outcome: Acquire) -> LockGuard {
+pub fn acquired(outcome: Acquire) -> Guard {
     match outcome {
         Acquire::Acquired(g) => g,
         other => panic!("expected a grant, got {other:?}"),

@@ -144,7 +144,7 @@ impl Etcd {
         };
         let (_, channel) = self.channel();
         let answer = tokio::time::timeout_at(end, authenticate(channel, credentials, &self.token)).await;
-        answer.unwrap_or_else(|_| Err(Error::Backend("etcd: authenticate: no answer in time".into())))
+        answer.unwrap_or_else(|_| Err(Error::backend("etcd", "authenticate: no answer in time")))
     }
 
     /// The current channel and its generation.
@@ -216,7 +216,7 @@ impl Etcd {
             }
             Err(_) => {
                 self.failed(generation);
-                Err(Failed(Error::Backend(format!("etcd: {what}: no answer in time"))))
+                Err(Failed(Error::backend("etcd", format!("{what}: no answer in time"))))
             }
         }
     }
@@ -296,7 +296,7 @@ impl Etcd {
             }
         };
         if revision <= 0 {
-            return Err(Error::Backend("etcd: txn: no create revision in the answer".into()));
+            return Err(Error::backend("etcd", "txn: no create revision in the answer"));
         }
         Ok(revision)
     }
@@ -320,10 +320,10 @@ impl Etcd {
         let response =
             self.call("lease grant", end, |ch| async move { LeaseClient::new(ch).lease_grant(request).await }).await?;
         if !response.error.is_empty() {
-            return Err(Error::Backend(format!("etcd: lease grant: {}", response.error)));
+            return Err(Error::backend("etcd", format!("lease grant: {}", response.error)));
         }
         if response.id <= 0 || response.ttl <= 0 {
-            return Err(Error::Backend(format!("etcd: lease grant: id {} ttl {}", response.id, response.ttl)));
+            return Err(Error::backend("etcd", format!("lease grant: id {} ttl {}", response.id, response.ttl)));
         }
         Ok((response.id, response.ttl))
     }
@@ -371,7 +371,7 @@ impl Etcd {
         // a request to answer.
         let first = WatchRequest { request_union: Some(RequestUnion::CreateRequest(create)) };
         if requests.try_send(first).is_err() {
-            return Err(Error::Backend("etcd: watch: cannot queue the create request".into()));
+            return Err(Error::backend("etcd", "watch: cannot queue the create request"));
         }
         let (generation, channel) = self.channel();
         let (responses, created) = self
@@ -384,8 +384,8 @@ impl Etcd {
             .map_err(Failure::into_error)?;
         match created {
             Some(r) if r.created && !r.canceled => Ok(Watcher { _requests: requests, responses, generation }),
-            Some(r) => Err(Error::Backend(format!("etcd: watch: not created: {}", r.cancel_reason))),
-            None => Err(Error::Backend("etcd: watch: the stream ended before the watcher was created".into())),
+            Some(r) => Err(Error::backend("etcd", format!("watch: not created: {}", r.cancel_reason))),
+            None => Err(Error::backend("etcd", "watch: the stream ended before the watcher was created")),
         }
     }
 
@@ -397,7 +397,7 @@ impl Etcd {
                 Ok(Some(r)) if r.canceled => return Ok(()),
                 Ok(Some(r)) if r.events.iter().any(|e| e.r#type == EventType::Delete as i32) => return Ok(()),
                 Ok(Some(_)) => {}
-                Ok(None) => return Err(Error::Backend("etcd: watch: the stream ended".into())),
+                Ok(None) => return Err(Error::backend("etcd", "watch: the stream ended")),
                 Err(status) => {
                     if is_transport(&status) {
                         self.failed(watcher.generation);
@@ -471,7 +471,7 @@ async fn authenticate(channel: Chan, credentials: &(String, String), token: &Tok
     let answer = AuthClient::new(channel).authenticate(AuthenticateRequest { name, password }).await;
     let answer = answer.map_err(|status| refusal(&status).unwrap_or_else(|| Error::Connect(describe(&status))))?;
     let value = AsciiMetadataValue::try_from(answer.into_inner().token)
-        .map_err(|e| Error::Backend(format!("etcd: authenticate: a token that is no header value: {e}")))?;
+        .map_err(|e| Error::backend("etcd", format!("authenticate: a token that is no header value: {e}")))?;
     *token.0.write().unwrap_or_else(|e| e.into_inner()) = Some(value);
     Ok(())
 }
@@ -514,7 +514,7 @@ use Failure::{Expired, Failed};
 impl Failure {
     fn into_error(self) -> Error {
         match self {
-            Expired => Error::Backend("etcd: invalid auth token (it expired, and a new one was refused too)".into()),
+            Expired => Error::backend("etcd", "invalid auth token (it expired, and a new one was refused too)"),
             Failed(e) => e,
         }
     }
@@ -556,7 +556,7 @@ fn is_transport(status: &Status) -> bool {
 }
 
 fn status_error(what: &str, status: &Status) -> Error {
-    Error::Backend(format!("etcd: {what}: {}", describe(status)))
+    Error::backend_caused("etcd", format!("{what}: {}", describe(status)), status.clone())
 }
 
 /// "Code: message: source: …".

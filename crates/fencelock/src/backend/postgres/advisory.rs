@@ -138,7 +138,7 @@ impl AdvisoryMode {
     /// transaction begun (and, for a wait until `deadline`, its `lock_timeout`
     /// set to the wait left once connected): one round trip after the handshake.
     async fn session(&self, deadline: Option<Instant>) -> Result<Session, Error> {
-        let (client, driver) = open(&self.config).await.map_err(|e| Error::Backend(format!("postgres: {e}")))?;
+        let (client, driver) = open(&self.config).await.map_err(|e| Error::backend("postgres", e))?;
         let session = Session { client, driver };
         let mut setup = String::from("SET idle_in_transaction_session_timeout = 0; ");
         if self.checks_clients {
@@ -198,7 +198,7 @@ impl AdvisoryMode {
                 cancel.disarm(); // the server ended the wait
                 return Ok(Acquire::TimedOut);
             }
-            Ok(Err(e)) => return Err(backend_error("lock", &e)),
+            Ok(Err(e)) => return Err(backend_error("lock", e)),
             Err(_) => return Ok(Acquire::TimedOut), // `cancel` withdraws the wait
         };
         cancel.disarm();
@@ -298,12 +298,12 @@ async fn still_held(session: &Session, by: Instant) -> Result<bool, Error> {
     match tokio::time::timeout_at(by, session.client.batch_execute("SELECT 1")).await {
         Ok(Ok(())) => Ok(true),
         Ok(Err(e)) if e.is_closed() || e.as_db_error().is_some() => Ok(false),
-        Ok(Err(e)) => Err(backend_error("keep-alive", &e)),
-        Err(_) => Err(Error::Backend("postgres: keep-alive: no answer in time".into())),
+        Ok(Err(e)) => Err(backend_error("keep-alive", e)),
+        Err(_) => Err(Error::backend("postgres", "keep-alive: no answer in time")),
     }
 }
 
-/// The [`Held`] part of an advisory guard: the watchdog and the connection.
+/// The `Held` part of an advisory guard: the watchdog and the connection.
 struct AdvisoryHeld {
     kept: KeptLease,
     session: Arc<Session>,
@@ -336,5 +336,5 @@ impl Held for AdvisoryHeld {
 
 /// Column `i` of `row`, or [`Error::Backend`].
 fn column<'r, T: tokio_postgres::types::FromSql<'r>>(row: &'r Row, i: usize) -> Result<T, Error> {
-    row.try_get(i).map_err(|e| Error::Backend(format!("postgres: unexpected column {i} in the answer: {e}")))
+    row.try_get(i).map_err(|e| Error::backend("postgres", format!("unexpected column {i} in the answer: {e}")))
 }

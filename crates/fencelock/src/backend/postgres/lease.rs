@@ -6,7 +6,7 @@
 //! has one connection for statements (tokio-postgres pipelines the statements
 //! of concurrent tasks on it; it is reopened when it drops) and one listening
 //! connection (module `listen`). Guards renew through the shared
-//! [`super::super::KeptLease`] watchdog.
+//! `KeptLease` watchdog.
 //!
 //! # Schema
 //! Created at connect if missing, inside a transaction holding
@@ -588,7 +588,7 @@ impl Renew for Grant {
     }
 }
 
-/// The [`Held`] part of a lease-table guard: the watchdog, and the grant.
+/// The `Held` part of a lease-table guard: the watchdog, and the grant.
 struct LeaseHeld {
     kept: KeptLease,
     grant: Arc<Grant>,
@@ -799,7 +799,7 @@ impl Db {
         let sent = Instant::now();
         match tokio::time::timeout_at(by, conn.client.query_typed(sql, params)).await {
             Ok(Ok(rows)) => Ok(rows),
-            Ok(Err(e)) => Err(Failed { transient: is_transient(&e), error: backend_error(what, &e) }),
+            Ok(Err(e)) => Err(Failed { transient: is_transient(&e), error: backend_error(what, e) }),
             Err(_) => {
                 if sent.elapsed() >= STALL {
                     self.retire(&conn);
@@ -845,7 +845,7 @@ struct Failed {
 
 impl Failed {
     fn transient(message: String) -> Failed {
-        Failed { error: Error::Backend(message), transient: true }
+        Failed { error: Error::backend("postgres", message), transient: true }
     }
 }
 
@@ -881,18 +881,18 @@ fn micros(d: Duration) -> i64 {
 
 /// The only row of an answer that always has one.
 fn one<'r>(rows: &'r [Row], what: &str) -> Result<&'r Row, Error> {
-    rows.first().ok_or_else(|| Error::Backend(format!("postgres: {what}: no row in the answer")))
+    rows.first().ok_or_else(|| Error::backend("postgres", format!("{what}: no row in the answer")))
 }
 
 /// Column `i` of `row`, or [`Error::Backend`] if it is not what the statement
 /// returns.
 fn column<'r, T: FromSql<'r>>(row: &'r Row, i: usize) -> Result<T, Error> {
-    row.try_get(i).map_err(|e| Error::Backend(format!("postgres: unexpected column {i} in the answer: {e}")))
+    row.try_get(i).map_err(|e| Error::backend("postgres", format!("unexpected column {i} in the answer: {e}")))
 }
 
 /// A token from the sequence (bigint, starts at 1).
 fn to_token(t: i64) -> Result<u64, Error> {
-    u64::try_from(t).map_err(|_| Error::Backend(format!("postgres: negative token {t} in the lock table")))
+    u64::try_from(t).map_err(|_| Error::backend("postgres", format!("negative token {t} in the lock table")))
 }
 
 #[cfg(test)]

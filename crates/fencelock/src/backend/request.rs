@@ -1,0 +1,100 @@
+//! [`LockRequest`]: the lock builder of every backend,
+//! `backend.lock("name").ttl(..).wait(..).acquire()`.
+//!
+//! Where it sits: over the [`LockBackend`] trait only (written once, for every
+//! backend): [`crate::Client::lock`] and `lock` on a [`super::Backend`] build
+//! one; [`LockRequest::acquire`] is [`LockBackend::acquire`] with the options
+//! gathered, and [`LockRequest::with_lock`] is [`super::with_lock`].
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::{with_lock, Guard, LockBackend};
+use crate::error::{Error, WithLockError};
+use crate::types::{Acquire, LockOptions};
+
+/// A lock request being built: `lock(name)`, then options, then
+/// [`acquire`](LockRequest::acquire) or [`with_lock`](LockRequest::with_lock).
+/// Owns a handle on its backend, so its futures are `'static` (spawnable).
+#[derive(Clone)]
+#[must_use = "a lock request does nothing until `.acquire().await`"]
+pub struct LockRequest {
+    backend: Arc<dyn LockBackend>,
+    name: String,
+    opts: LockOptions,
+}
+
+impl LockRequest {
+    pub(crate) fn new(backend: Arc<dyn LockBackend>, name: String) -> LockRequest {
+        LockRequest { backend, name, opts: LockOptions::default() }
+    }
+
+    /// Lease TTL (100 ms to 1 h; at least the backend's
+    /// [`min_ttl`](super::Capabilities::min_ttl)). Default 15 s.
+    pub fn ttl(mut self, ttl: Duration) -> Self {
+        self.opts.ttl = ttl;
+        self
+    }
+
+    /// How long to wait for the lock (≤ 1 h), in FIFO order where the backend
+    /// has it. Default zero: try once.
+    pub fn wait(mut self, wait: Duration) -> Self {
+        self.opts.wait = wait;
+        self
+    }
+
+    /// Lock-delay after an unclean loss (≤ 60 s), where the backend has it.
+    /// Default zero.
+    pub fn lock_delay(mut self, lock_delay: Duration) -> Self {
+        self.opts.lock_delay = lock_delay;
+        self
+    }
+
+    /// Refuse a backend that gives no fencing token. Default false.
+    pub fn require_fencing(mut self, require: bool) -> Self {
+        self.opts.require_fencing = require;
+        self
+    }
+
+    /// All options at once.
+    pub fn options(mut self, opts: LockOptions) -> Self {
+        self.opts = opts;
+        self
+    }
+
+    /// Takes the lock: [`LockBackend::acquire`] with these options (its
+    /// contract: contention is an outcome; dropping the future withdraws the
+    /// request).
+    pub async fn acquire(self) -> Result<Acquire<Guard>, Error> {
+        self.backend.acquire(&self.name, &self.opts).await
+    }
+
+    /// Takes the lock, runs `f` while holding it, and releases it: see
+    /// [`super::with_lock`].
+    pub async fn with_lock<T, F>(self, f: F) -> Result<T, WithLockError>
+    where
+        F: AsyncFnOnce(&Guard) -> T,
+    {
+        with_lock(&*self.backend, &self.name, self.opts, f).await
+    }
+}
+
+impl fmt::Debug for LockRequest {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LockRequest")
+            .field("backend", &self.backend.kind())
+            .field("name", &self.name)
+            .field("opts", &self.opts)
+            .finish()
+    }
+}
+
+impl dyn LockBackend {
+    /// A request for the lock `name` on this backend, with default
+    /// [`LockOptions`] (15 s TTL, try once): `backend.lock("jobs/nightly")
+    /// .ttl(ttl).wait(wait).acquire()`.
+    pub fn lock(self: &Arc<Self>, name: impl Into<String>) -> LockRequest {
+        LockRequest::new(self.clone(), name.into())
+    }
+}
