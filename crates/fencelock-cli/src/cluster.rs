@@ -45,27 +45,34 @@ enum ClusterCmd {
 
 pub async fn cluster(a: ClusterArgs) -> anyhow::Result<ExitCode> {
     let (method, path, body) = match &a.cmd {
-        ClusterCmd::Status => ("GET", "/v1/cluster".to_string(), String::new()),
+        ClusterCmd::Status => return status(&a).await,
         ClusterCmd::Add { id, addr, peer_addr } => {
             let body = serde_json::json!({ "id": id, "addr": addr, "peer_addr": peer_addr });
             ("POST", "/v1/cluster/members".to_string(), body.to_string())
         }
         ClusterCmd::Remove { id } => ("DELETE", format!("/v1/cluster/members/{id}"), String::new()),
     };
+    // A member that is down, or that knows no leader (a node just removed, a
+    // group electing), is skipped for the next listed one.
+    let text = http::call_admin(&a.admin, &a.tls, method, &path, body.as_bytes()).await?;
+    let status: Status = serde_json::from_str(&text).context("unexpected answer to the membership change")?;
+    Ok(show(a.json, &text, &status))
+}
+
+/// `status` wants the leader's view: only the leader knows how far each
+/// member has replicated (MATCHED), so a follower's answer is kept while the
+/// other listed members are asked for the leader's.
+async fn status(a: &ClusterArgs) -> anyhow::Result<ExitCode> {
     let mut headers = vec![("Content-Type", "application/json".to_string())];
     headers.extend(a.tls.auth_header()?);
     let tls = a.tls.config()?;
-    // `status` wants the leader's view: only the leader knows how far each
-    // member has replicated (MATCHED), so a follower's answer is kept while
-    // the other listed members are asked for the leader's.
-    let want_leader = matches!(a.cmd, ClusterCmd::Status);
     let (mut last, mut follower_view) = (None, None);
     for admin in &a.admin {
-        match http::request_tls(tls.as_ref(), *admin, method, &path, &headers, body.as_bytes()).await {
+        match http::request_tls(tls.as_ref(), *admin, "GET", "/v1/cluster", &headers, b"").await {
             Ok((200, text)) => {
                 let status: Status =
                     serde_json::from_str(&text).with_context(|| format!("unexpected answer from {admin}"))?;
-                if want_leader && status.state != "leader" {
+                if status.state != "leader" {
                     follower_view.get_or_insert((text, status));
                     continue;
                 }
