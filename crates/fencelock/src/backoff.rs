@@ -1,6 +1,6 @@
 //! Retry delays and jitter: pure arithmetic, no clock and no IO.
 //!
-//! Where it sits: [`crate::rpc`] sleeps [`Backoff::delay`] between retries of one
+//! Where it sits: [`crate::backend::native::rpc`] sleeps [`Backoff::delay`] between retries of one
 //! request, and the lease watchdog in [`crate::lease`] renews every
 //! [`renew_interval`]. Randomness comes in as an argument `r` in `[0, 1)`, so the
 //! bounds are testable; callers pass `fastrand::f64()`.

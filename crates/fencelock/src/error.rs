@@ -1,6 +1,6 @@
 //! Errors of the client library, and how gRPC statuses map onto them.
 //!
-//! Where it sits: every RPC in [`crate::rpc`] and [`crate::session`] turns a
+//! Where it sits: every RPC in [`crate::backend::native::rpc`] and [`crate::backend::native::session`] turns a
 //! [`tonic::Status`] into an [`Error`] here. Contention is never an error: a busy
 //! lock is [`crate::Acquire::Busy`], a wait that ran out is
 //! [`crate::Acquire::TimedOut`]. [`WithLockError`] is the error of
@@ -12,8 +12,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tonic::{Code, Status};
-
-use crate::lease::LeaseLost;
 
 /// Why a client operation failed. The operation's outcome is then unknown only for
 /// [`Error::Timeout`], [`Error::Unavailable`] and [`Error::Backend`]; every other
@@ -276,6 +274,36 @@ impl std::fmt::Display for NotAcquired {
             }
             NotAcquired::Busy { .. } => write!(f, "busy"),
             NotAcquired::TimedOut => write!(f, "wait timed out"),
+        }
+    }
+}
+
+/// Why a lease, and every lock bound to it, was lost.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, thiserror::Error)]
+#[non_exhaustive]
+pub enum LeaseLost {
+    /// The local deadline passed without a confirmed keep-alive: the client can no
+    /// longer prove it holds the lease (the server may or may not have expired it).
+    #[error("the lease deadline passed without a confirmed keep-alive")]
+    Expired,
+    /// The server no longer knows the lease: it expired there, or someone revoked it.
+    #[error("the server no longer knows the lease (expired or revoked)")]
+    NotFound,
+    /// This client revoked the lease ([`crate::Client::revoke_lease`]).
+    #[error("the lease was revoked by this client")]
+    Revoked,
+    /// The client revoked the lease after the last lock on it was released.
+    #[error("the lease was closed after its last lock was released")]
+    Closed,
+}
+
+impl LeaseLost {
+    pub(crate) fn label(self) -> &'static str {
+        match self {
+            LeaseLost::Expired => "expired",
+            LeaseLost::NotFound => "not_found",
+            LeaseLost::Revoked => "revoked",
+            LeaseLost::Closed => "closed",
         }
     }
 }

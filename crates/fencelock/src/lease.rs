@@ -1,7 +1,7 @@
 //! Leases on the client side: the lease state signal, the conservative local
 //! deadline, and the watchdog that keeps a lease alive.
 //!
-//! Where it sits: [`crate::registry`] shares one lease per TTL between the guards
+//! Where it sits: [`crate::backend::native::registry`] shares one lease per TTL between the guards
 //! of a [`crate::Client`]; each lease is a [`LeaseCell`] with one watchdog task.
 //! Every [`crate::Guard`] on the lease reads the same cell through a
 //! [`LeaseWatch`].
@@ -26,46 +26,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use fencelock_proto::v1::{GrantLeaseRequest, KeepAliveRequest, RevokeLeaseRequest};
 use tokio::sync::watch;
-use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use crate::backoff::{renew_interval, Backoff};
 use crate::error::Error;
+pub use crate::error::LeaseLost;
 use crate::metrics;
-use crate::rpc::{new_request_id, request, Rpc};
-use crate::types::{ms, to_ms};
-
-/// Why a lease, and every lock bound to it, was lost.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, thiserror::Error)]
-#[non_exhaustive]
-pub enum LeaseLost {
-    /// The local deadline passed without a confirmed keep-alive: the client can no
-    /// longer prove it holds the lease (the server may or may not have expired it).
-    #[error("the lease deadline passed without a confirmed keep-alive")]
-    Expired,
-    /// The server no longer knows the lease: it expired there, or someone revoked it.
-    #[error("the server no longer knows the lease (expired or revoked)")]
-    NotFound,
-    /// This client revoked the lease ([`crate::Client::revoke_lease`]).
-    #[error("the lease was revoked by this client")]
-    Revoked,
-    /// The client revoked the lease after the last lock on it was released.
-    #[error("the lease was closed after its last lock was released")]
-    Closed,
-}
-
-impl LeaseLost {
-    fn label(self) -> &'static str {
-        match self {
-            LeaseLost::Expired => "expired",
-            LeaseLost::NotFound => "not_found",
-            LeaseLost::Revoked => "revoked",
-            LeaseLost::Closed => "closed",
-        }
-    }
-}
 
 /// What the client knows about one lease. Pure values: the transitions are
 /// functions, tested without a clock.
@@ -226,57 +193,6 @@ impl LeaseWatch {
     }
 }
 
-/// Grants a lease of `ttl` before `deadline`. Returns the cell and the send time
-/// of the grant's first attempt (what the deadline counts from).
-pub(crate) async fn grant(rpc: &Rpc, ttl: Duration, deadline: Instant) -> Result<(Arc<LeaseCell>, Instant), Error> {
-    let msg = GrantLeaseRequest { request_id: new_request_id(), ttl_ms: to_ms(ttl) };
-    let sent = Instant::now();
-    let resp =
-        rpc.call("grant_lease", deadline, |mut c, left| async move { c.grant_lease(request(msg, left)).await }).await?;
-    if resp.lease_id == 0 {
-        return Err(Error::Protocol("GrantLeaseResponse with lease id 0".into()));
-    }
-    let ttl = if resp.ttl_ms > 0 { ms(resp.ttl_ms) } else { ttl };
-    Ok((LeaseCell::new(resp.lease_id, ttl, sent + ttl), sent))
-}
-
-/// Revokes `lease_id`, with retries until the RPC deadline.
-pub(crate) async fn revoke(rpc: &Rpc, lease_id: u64) -> Result<(), Error> {
-    let msg = RevokeLeaseRequest { request_id: new_request_id(), lease_id };
-    rpc.call("revoke_lease", rpc.deadline(), |mut c, left| async move { c.revoke_lease(request(msg, left)).await })
-        .await
-        .map(|_| ())
-}
-
-/// Revokes `lease_id` in the background; failures are logged (the lease then
-/// expires on the server after its TTL, as nobody renews it).
-pub(crate) fn spawn_revoke(runtime: &tokio::runtime::Handle, rpc: Rpc, lease_id: u64) {
-    runtime.spawn(async move {
-        match revoke(&rpc, lease_id).await {
-            Ok(()) | Err(Error::LeaseNotFound(_)) => {}
-            Err(e) => tracing::debug!(lease = lease_id, error = %e, "fencelock: revoke failed"),
-        }
-    });
-}
-
-/// Starts the watchdog of `cell`, whose last confirmed request was sent at `sent`.
-pub(crate) fn spawn_watchdog(rpc: Rpc, cell: Arc<LeaseCell>, sent: Instant) -> JoinHandle<()> {
-    tokio::spawn(watchdog(rpc, cell, sent))
-}
-
-/// Keeps the lease alive until it is lost (or the task is aborted by the
-/// registry when the last guard goes); then revokes it if it was lost by its
-/// deadline, to free its locks for others.
-async fn watchdog(rpc: Rpc, cell: Arc<LeaseCell>, last_sent: Instant) {
-    let round = rpc.rpc_timeout;
-    renew_loop(&cell, rpc.backoff(), round, last_sent, |end| keep_alive(&rpc, cell.id, end)).await;
-    // Lost because the client could not prove the lease: the server may still
-    // hold it, but nobody will use its locks any more. Free them for others.
-    if cell.state().lost == Some(LeaseLost::Expired) {
-        let _ = revoke(&rpc, cell.id).await;
-    }
-}
-
 /// The watchdog loop shared by every backend: renews the lease
 /// [`renew_interval`] after the send time of the last confirmed renewal; after a
 /// failed round, retries with `backoff` until the deadline. Returns once the
@@ -344,18 +260,6 @@ pub(crate) enum Renewed {
     /// The backend no longer has the lease or the lock (expired, deleted, owned
     /// by someone else): it is lost.
     Gone,
-}
-
-/// One keep-alive round: the confirmed TTL (None if the server sent 0), or
-/// `Renewed::Gone` for the server's "lease not found" (the one place that
-/// answer becomes an outcome).
-async fn keep_alive(rpc: &Rpc, lease_id: u64, deadline: Instant) -> Result<Renewed, Error> {
-    let msg = KeepAliveRequest { request_id: new_request_id(), lease_id };
-    match rpc.call("keep_alive", deadline, |mut c, left| async move { c.keep_alive(request(msg, left)).await }).await {
-        Ok(resp) => Ok(Renewed::Confirmed((resp.ttl_ms > 0).then(|| ms(resp.ttl_ms)))),
-        Err(Error::LeaseNotFound(_)) => Ok(Renewed::Gone),
-        Err(e) => Err(e),
-    }
 }
 
 #[cfg(test)]

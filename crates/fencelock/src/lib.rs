@@ -79,35 +79,29 @@
 //! `acquire_detached`, `session`).
 //!
 //! # Modules
-//! `backend` (the trait, the one guard and request, the URL dispatch and the
-//! other backends), `client` (the native entry point and plain RPCs), `acquire`
-//! (taking a native lock), `guard` (the native side of a held lock), `lease`
-//! (lease state, deadline, watchdog), `registry` (leases shared by TTL),
-//! `session` (multiplexed stream), `rpc` (deadlines and retries), `auth` (the
-//! bearer token on every call), `backoff`, `types`, `error`, `metrics` (names
-//! of the exported metrics). Lock names and limits are `fencelock-core`'s.
+//! No module imports one of its siblings that imports it back: the crate root
+//! holds `error`, `types`, `lease` (the lease state, deadline and the renewal
+//! loop every backend's watchdog runs), `backoff`, `metrics` (names of the
+//! exported metrics) and `backend`; `backend` holds the trait, the one guard
+//! and request, the acquire outcome, the URL grammar and TLS files, and one
+//! module per backend; `backend::native` holds the native client (the
+//! `Client` type, with its methods in `client`, `acquire` and `guard`), its
+//! leases (`registry`, `lease_rpc`), its transport (`rpc`, `session`, `auth`,
+//! `tls`) and the decoding of the server's answers (`proto`). Lock names and
+//! limits are `fencelock-core`'s.
 
-mod acquire;
-mod auth;
 pub mod backend;
 mod backoff;
-mod client;
 mod error;
-mod guard;
 mod lease;
 pub mod metrics;
-mod registry;
-mod rpc;
-mod session;
-mod tls;
 mod types;
 
-pub use auth::check_auth_token;
-pub use backend::{connect, with_lock, Backend, Capabilities, Fencing, Guard, LockBackend, LockRequest};
+pub use backend::native::check_auth_token;
+pub use backend::native::{Client, ClientBuilder, ClientTls, Session, DEFAULT_LEASE_LINGER, DEFAULT_RPC_TIMEOUT};
+pub use backend::{connect, with_lock, Acquire, Backend, Capabilities, Fencing, Guard, LockBackend, LockRequest};
 pub use backoff::Backoff;
-pub use client::{Client, ClientBuilder, DEFAULT_LEASE_LINGER, DEFAULT_RPC_TIMEOUT};
+pub use error::LeaseLost;
 pub use error::{Cause, Error, NotAcquired, WithLockError};
-pub use lease::{LeaseLost, LeaseWatch};
-pub use session::Session;
-pub use tls::ClientTls;
-pub use types::{Acquire, Acquired, CheckResult, Holder, LockInfo, LockOptions, Waiter};
+pub use lease::LeaseWatch;
+pub use types::{Acquired, CheckResult, Holder, LockInfo, LockOptions, Waiter};

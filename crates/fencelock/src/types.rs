@@ -9,8 +9,6 @@ use std::time::Duration;
 
 use fencelock_proto::v1 as pb;
 
-use crate::error::{Error, NotAcquired};
-
 /// How to take a lock: `LockOptions::default().ttl(..).wait(..)`. Not
 /// constructible by a struct literal outside the crate (`#[non_exhaustive]`),
 /// so that a new option breaks no caller.
@@ -68,64 +66,6 @@ impl LockOptions {
     pub fn require_fencing(mut self, require: bool) -> Self {
         self.require_fencing = require;
         self
-    }
-}
-
-/// The outcome of an acquire. Contention is an outcome, not an error.
-///
-/// `G` is what a grant gives: a [`crate::Guard`] (kept alive, released on drop)
-/// for [`crate::LockBackend::acquire`] and [`crate::LockRequest::acquire`]; a bare [`Acquired`] for
-/// [`crate::Client::acquire_detached`] and [`crate::Session::acquire`].
-#[derive(Debug)]
-#[must_use = "an acquired lock is held until its guard is released or dropped"]
-pub enum Acquire<G = crate::Guard> {
-    /// The lock is held.
-    Acquired(G),
-    /// The wait was zero and the lock is held by someone (or closed by lock-delay).
-    Busy {
-        /// The holder's lease, if the lock is held.
-        holder_lease: Option<u64>,
-        /// The holder's fencing token, if the lock is held.
-        holder_token: Option<u64>,
-        /// Time until a lock-delay reopens the lock, if one is running.
-        reopens_in: Option<Duration>,
-        /// Number of queued requests.
-        waiters: u32,
-    },
-    /// The wait ran out before the lock could be granted.
-    TimedOut,
-}
-
-impl<G> Acquire<G> {
-    /// Applies `f` to the grant, keeping the other outcomes.
-    pub fn map<H>(self, f: impl FnOnce(G) -> H) -> Acquire<H> {
-        match self {
-            Acquire::Acquired(g) => Acquire::Acquired(f(g)),
-            Acquire::Busy { holder_lease, holder_token, reopens_in, waiters } => {
-                Acquire::Busy { holder_lease, holder_token, reopens_in, waiters }
-            }
-            Acquire::TimedOut => Acquire::TimedOut,
-        }
-    }
-
-    /// The grant, or the contention outcome as [`NotAcquired`].
-    pub fn acquired(self) -> Result<G, NotAcquired> {
-        match self {
-            Acquire::Acquired(g) => Ok(g),
-            Acquire::Busy { holder_lease, holder_token, reopens_in, waiters } => {
-                Err(NotAcquired::Busy { holder_lease, holder_token, reopens_in, waiters })
-            }
-            Acquire::TimedOut => Err(NotAcquired::TimedOut),
-        }
-    }
-
-    /// The metric label of this outcome.
-    pub(crate) fn label(&self) -> &'static str {
-        match self {
-            Acquire::Acquired(_) => "acquired",
-            Acquire::Busy { .. } => "busy",
-            Acquire::TimedOut => "timed_out",
-        }
     }
 }
 
@@ -239,27 +179,6 @@ impl From<pb::CheckResponse> for CheckResult {
     }
 }
 
-/// Decodes an `AcquireResponse`. A missing outcome is a protocol error.
-pub(crate) fn acquire_from_proto(resp: pb::AcquireResponse) -> Result<Acquire<Acquired>, Error> {
-    use pb::acquire_response::Outcome;
-    match resp.outcome {
-        Some(Outcome::Acquired(a)) => Ok(Acquire::Acquired(Acquired {
-            lock: a.lock,
-            lease_id: a.lease_id,
-            token: a.token,
-            waited: ms(a.waited_ms),
-        })),
-        Some(Outcome::Busy(b)) => Ok(Acquire::Busy {
-            holder_lease: b.holder.as_ref().map(|h| h.lease_id),
-            holder_token: b.holder.map(|h| h.token),
-            reopens_in: b.reopens_in_ms.map(ms),
-            waiters: b.waiters,
-        }),
-        Some(Outcome::TimedOut(_)) => Ok(Acquire::TimedOut),
-        None => Err(Error::Protocol("AcquireResponse without an outcome".into())),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -271,40 +190,5 @@ mod tests {
         assert_eq!(to_ms(Duration::from_millis(1500)), 1500);
         assert_eq!(to_ms(Duration::from_micros(1_500_001)), 1501);
         assert_eq!(to_ms(Duration::MAX), u64::MAX);
-    }
-
-    #[test]
-    fn busy_outcome_carries_the_holder() {
-        let resp = pb::AcquireResponse {
-            outcome: Some(pb::acquire_response::Outcome::Busy(pb::Busy {
-                holder: Some(pb::Holder { lease_id: 4, token: 9, ..Default::default() }),
-                reopens_in_ms: None,
-                waiters: 2,
-            })),
-        };
-        match acquire_from_proto(resp).unwrap() {
-            Acquire::Busy { holder_lease, holder_token, reopens_in, waiters } => {
-                assert_eq!((holder_lease, holder_token, reopens_in, waiters), (Some(4), Some(9), None, 2));
-            }
-            other => panic!("expected busy, got {other:?}"),
-        }
-    }
-
-    #[test]
-    fn missing_outcome_is_a_protocol_error() {
-        let got = acquire_from_proto(pb::AcquireResponse { outcome: None });
-        assert!(matches!(got, Err(Error::Protocol(_))));
-    }
-
-    #[test]
-    fn acquired_maps_contention_to_not_acquired() {
-        let busy: Acquire<()> =
-            Acquire::Busy { holder_lease: None, holder_token: None, reopens_in: Some(ms(30)), waiters: 0 };
-        assert_eq!(
-            busy.acquired(),
-            Err(NotAcquired::Busy { holder_lease: None, holder_token: None, reopens_in: Some(ms(30)), waiters: 0 })
-        );
-        assert_eq!(Acquire::<()>::TimedOut.acquired(), Err(NotAcquired::TimedOut));
-        assert_eq!(Acquire::Acquired(5).map(|x| x * 2).acquired(), Ok(10));
     }
 }

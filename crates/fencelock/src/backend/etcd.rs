@@ -101,9 +101,10 @@ use self::rpc::{prefix_range, Access, Etcd};
 use super::tls::TlsFiles;
 use super::{check_name, BackendUrl, BoxFuture, Capabilities, Fencing, Guard, Held, KeptLease, LockBackend};
 use super::{Renew, Renewed, Scheme};
+use crate::backend::Acquire;
 use crate::error::Error;
 use crate::lease::LeaseWatch;
-use crate::types::{Acquire, CheckResult, LockOptions};
+use crate::types::{CheckResult, LockOptions};
 
 /// The key prefix of every lock when the URL names none.
 pub const DEFAULT_PREFIX: &str = "fencelock";

@@ -35,13 +35,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::error::{Error, WithLockError};
-use crate::types::{Acquire, CheckResult, LockOptions};
+use crate::types::{CheckResult, LockOptions};
 
 #[cfg(feature = "etcd")]
 pub mod etcd;
 mod guard;
 mod keepalive;
-mod native;
+pub(crate) mod native;
+mod outcome;
 #[cfg(feature = "postgres")]
 pub mod postgres;
 #[cfg(feature = "redis")]
@@ -57,6 +58,7 @@ pub mod zookeeper;
 pub use guard::Guard;
 pub(crate) use guard::Held;
 pub(crate) use keepalive::{KeptLease, Renew, Renewed};
+pub use outcome::Acquire;
 pub use request::LockRequest;
 pub use url::{BackendUrl, Scheme};
 

@@ -61,8 +61,9 @@ use tokio_postgres::{Client, Config};
 use self::tls::PgConfig;
 
 use super::{BackendUrl, BoxFuture, Capabilities, Guard, LockBackend};
+use crate::backend::Acquire;
 use crate::error::Error;
-use crate::types::{Acquire, CheckResult, LockOptions};
+use crate::types::{CheckResult, LockOptions};
 
 /// The table of the lease-table mode when the URL names none.
 pub const DEFAULT_TABLE: &str = "fencelock_locks";

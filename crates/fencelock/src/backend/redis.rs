@@ -112,9 +112,10 @@ use tokio::time::{timeout_at, Instant};
 use super::tls::{self, TlsFiles};
 use super::{check_name, BackendUrl, BoxFuture, Capabilities, Fencing, Guard, Held, KeptLease, LockBackend};
 use super::{Renew, Renewed};
+use crate::backend::Acquire;
 use crate::backoff::Backoff;
 use crate::error::Error;
-use crate::types::{Acquire, CheckResult, LockOptions};
+use crate::types::{CheckResult, LockOptions};
 
 /// The key prefix when the URL gives none.
 pub const DEFAULT_PREFIX: &str = "fencelock";

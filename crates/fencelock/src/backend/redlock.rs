@@ -75,8 +75,9 @@ use tokio::time::Instant;
 use super::redis::{check_params, millis, prefix, Conn, Retry, Ticket, OP_TIMEOUT, RENEW};
 use super::tls::TlsFiles;
 use super::{BackendUrl, BoxFuture, Capabilities, Fencing, Guard, Held, KeptLease, LockBackend, Renew, Renewed};
+use crate::backend::Acquire;
 use crate::error::Error;
-use crate::types::{Acquire, LockOptions};
+use crate::types::LockOptions;
 
 /// `unlock.lua`: compare-and-delete on one node.
 static UNLOCK: std::sync::LazyLock<redis::Script> =

@@ -11,8 +11,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::{with_lock, Guard, LockBackend};
+use crate::backend::Acquire;
 use crate::error::{Error, WithLockError};
-use crate::types::{Acquire, LockOptions};
+use crate::types::LockOptions;
 
 /// A lock request being built: `lock(name)`, then options, then
 /// [`acquire`](LockRequest::acquire) or [`with_lock`](LockRequest::with_lock).

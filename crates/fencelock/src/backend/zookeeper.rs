@@ -99,10 +99,11 @@ use zookeeper_client as zk;
 use super::{
     check_name, BackendUrl, BoxFuture, Capabilities, Fencing, Guard, Held, KeptLease, LockBackend, Renew, Renewed,
 };
+use crate::backend::Acquire;
 use crate::backoff::Backoff;
 use crate::error::Error;
 use crate::lease::LeaseLost;
-use crate::types::{Acquire, CheckResult, LockOptions};
+use crate::types::{CheckResult, LockOptions};
 
 /// Where locks live under the chroot unless the URL says `?prefix=`.
 pub const DEFAULT_PREFIX: &str = "/fencelock";

@@ -76,9 +76,10 @@ use tokio_postgres::{CancelToken, Client, Row};
 use super::tls::{PgConfig as Config, PgTls};
 
 use super::{backend_error, bounded, open, spawn_detached, STATEMENT_TIMEOUT};
+use crate::backend::Acquire;
 use crate::backend::{BoxFuture, Capabilities, Fencing, Guard, Held, KeptLease, Renew, Renewed};
 use crate::error::Error;
-use crate::types::{Acquire, LockOptions};
+use crate::types::LockOptions;
 
 /// What the advisory mode guarantees (see the module docs):
 /// * `fencing: None`, `durable_tokens: false`: no token at all;

@@ -186,10 +186,11 @@ use super::tls::PgConfig as Config;
 
 use super::listen::{Registration, Wakers};
 use super::{backend_error, bounded, describe, open, spawn_detached, AbortOnDrop, STATEMENT_TIMEOUT};
+use crate::backend::Acquire;
 use crate::backend::{BoxFuture, Capabilities, Fencing, Guard, Held, KeptLease, Renew, Renewed};
 use crate::backoff::Backoff;
 use crate::error::Error;
-use crate::types::{Acquire, CheckResult, LockOptions};
+use crate::types::{CheckResult, LockOptions};
 
 /// What the lease-table mode guarantees (see the module docs):
 /// * `fencing: Global`, `durable_tokens: true`: one sequence, drawn after the

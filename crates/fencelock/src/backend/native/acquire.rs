@@ -3,7 +3,7 @@
 //!
 //! Where it sits: the native [`crate::LockBackend::acquire`] calls
 //! `acquire_guard`, which checks out the client's shared lease for the
-//! TTL ([`crate::registry`]), then sends one `Acquire` RPC that waits on the
+//! TTL ([`crate::backend::native::registry`]), then sends one `Acquire` RPC that waits on the
 //! server's FIFO queue (no polling) and wraps the grant in a [`LockGuard`].
 //! [`crate::Client::acquire_detached`] uses the same RPC on a lease of its own.
 //!
@@ -18,13 +18,16 @@ use std::time::Duration;
 use fencelock_proto::v1 as pb;
 use tokio::time::Instant;
 
-use crate::client::Client;
+use super::lease_rpc;
+use super::Client;
+use crate::backend::native::guard::LockGuard;
+use crate::backend::native::proto::acquire_from_proto;
+use crate::backend::native::rpc::{new_request_id, request, Rpc};
+use crate::backend::Acquire;
 use crate::error::Error;
-use crate::guard::LockGuard;
-use crate::lease::{self, LeaseLost};
+use crate::lease::LeaseLost;
 use crate::metrics;
-use crate::rpc::{new_request_id, request, Rpc};
-use crate::types::{acquire_from_proto, to_ms, Acquire, Acquired, LockOptions};
+use crate::types::{to_ms, Acquired, LockOptions};
 
 /// How many times one acquire may start over on a fresh lease or request id (after
 /// its lease was lost while it waited, or a retried grant turned out stale).
@@ -175,8 +178,8 @@ impl Client {
     ) -> Result<Acquire<Acquired>, Error> {
         let rpc = &self.inner.rpc;
         let deadline = start + opts.wait + rpc.rpc_timeout;
-        let (cell, sent) = lease::grant(rpc, opts.ttl, deadline).await?;
-        let watchdog = AbortOnDrop(lease::spawn_watchdog(rpc.clone(), cell.clone(), sent));
+        let (cell, sent) = lease_rpc::grant(rpc, opts.ttl, deadline).await?;
+        let watchdog = AbortOnDrop(lease_rpc::spawn_watchdog(rpc.clone(), cell.clone(), sent));
         let outcome = match self.acquire_on_lease(name, cell.id, opts, start, deadline).await {
             Ok(OnLease::Answered(outcome)) => Ok(outcome),
             Ok(OnLease::LeaseGone) => Err(Error::LeaseNotFound(format!("lease {} ended while acquiring", cell.id))),
@@ -184,7 +187,7 @@ impl Client {
         };
         drop(watchdog);
         if !matches!(outcome, Ok(Acquire::Acquired(_))) {
-            if let Err(e) = lease::revoke(rpc, cell.id).await {
+            if let Err(e) = lease_rpc::revoke(rpc, cell.id).await {
                 tracing::debug!(lease = cell.id, error = %e, "fencelock: revoke of unused lease failed");
             }
         }

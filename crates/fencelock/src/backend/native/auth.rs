@@ -1,7 +1,7 @@
 //! Bearer tokens: how the client authenticates to servers that ask for it.
 //!
 //! Where it sits: [`crate::ClientBuilder::token`] takes a token and
-//! [`crate::rpc`] builds every gRPC client of the crate with [`Auth`] as its
+//! [`crate::backend::native::rpc`] builds every gRPC client of the crate with [`Auth`] as its
 //! interceptor, so every call (unary, and the session stream's opening) carries
 //! `authorization: Bearer <token>`: no call path can leave it out. The backend
 //! URL form (`fencelock://h:p?token=…`) is read in [`crate::backend`].

@@ -28,11 +28,11 @@ use tonic::service::interceptor::InterceptedService;
 use tonic::transport::{Channel, Endpoint};
 use tonic::{Response, Status};
 
-use crate::auth::Auth;
+use crate::backend::native::auth::Auth;
+use crate::backend::native::tls::ClientTls;
 use crate::backoff::Backoff;
 use crate::error::{is_retryable, is_timeout, Error};
 use crate::metrics;
-use crate::tls::ClientTls;
 
 /// A new random, non-zero request id for one logical request.
 pub(crate) fn new_request_id() -> u64 {

@@ -27,9 +27,11 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_stream::wrappers::UnboundedReceiverStream;
 use tonic::{Code, Status, Streaming};
 
+use crate::backend::native::proto::acquire_from_proto;
+use crate::backend::native::rpc::{new_request_id, Grpc};
+use crate::backend::Acquire;
 use crate::error::{is_auth_refusal, Error};
-use crate::rpc::{new_request_id, Grpc};
-use crate::types::{acquire_from_proto, ms, to_ms, Acquire, Acquired, CheckResult};
+use crate::types::{ms, to_ms, Acquired, CheckResult};
 
 /// One `Session` stream. Cheap to clone; the stream closes when the last clone is
 /// dropped.

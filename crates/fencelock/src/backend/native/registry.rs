@@ -21,9 +21,10 @@ use tokio::runtime::Handle;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
+use super::lease_rpc;
+use crate::backend::native::rpc::Rpc;
 use crate::error::Error;
-use crate::lease::{self, LeaseCell, LeaseLost};
-use crate::rpc::Rpc;
+use crate::lease::{LeaseCell, LeaseLost};
 use crate::types::to_ms;
 
 /// The shared leases of one client, by TTL in milliseconds.
@@ -97,8 +98,8 @@ impl Registry {
         if let Some(h) = self.join(ttl_ms) {
             return Ok(h);
         }
-        let (cell, sent) = lease::grant(&self.rpc, ttl, deadline).await?;
-        let watchdog = lease::spawn_watchdog(self.rpc.clone(), cell.clone(), sent);
+        let (cell, sent) = lease_rpc::grant(&self.rpc, ttl, deadline).await?;
+        let watchdog = lease_rpc::spawn_watchdog(self.rpc.clone(), cell.clone(), sent);
         let old = self.lock().entry(ttl_ms).or_default().live.replace(Entry {
             cell: cell.clone(),
             users: 1,
@@ -198,7 +199,7 @@ impl Registry {
         let before = entry.cell.state().lost;
         entry.cell.lose(LeaseLost::Closed);
         if !matches!(before, Some(LeaseLost::NotFound | LeaseLost::Revoked)) {
-            lease::spawn_revoke(&self.runtime(), self.rpc.clone(), entry.cell.id);
+            lease_rpc::spawn_revoke(&self.runtime(), self.rpc.clone(), entry.cell.id);
         }
     }
 

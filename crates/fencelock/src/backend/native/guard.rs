@@ -1,10 +1,10 @@
 //! [`LockGuard`]: the native server's side of a held lock, the part of a
 //! [`crate::Guard`] that knows how to release a native grant.
 //!
-//! Where it sits: the native acquire ([`crate::acquire`]) makes one per grant
+//! Where it sits: the native acquire ([`crate::backend::native::acquire`]) makes one per grant
 //! and wraps it in the backend-neutral [`crate::Guard`] (the one public lock
 //! handle; see `backend/native.rs`). It holds a user count on the client's
-//! shared lease for its TTL (see [`crate::registry`]), so the watchdog keeps
+//! shared lease for its TTL (see [`crate::backend::native::registry`]), so the watchdog keeps
 //! renewing while any guard lives. Releasing consumes it; dropping it releases
 //! in the background.
 
@@ -12,11 +12,11 @@ use std::fmt;
 
 use tokio::time::Instant;
 
-use crate::client::Client;
+use super::Client;
+use crate::backend::native::registry::LeaseHandle;
 use crate::error::Error;
 use crate::lease::{LeaseLost, LeaseWatch};
 use crate::metrics;
-use crate::registry::LeaseHandle;
 use crate::types::Acquired;
 
 /// A native grant, held.

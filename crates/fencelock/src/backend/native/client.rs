@@ -1,8 +1,8 @@
 //! [`Client`]: the entry point. Connecting, taking locks, and the plain RPCs.
 //!
-//! Where it sits: on top of [`crate::rpc`] (deadlines, retries) and
-//! [`crate::registry`] (shared leases). [`Client::lock`] builds a
-//! [`LockRequest`] (see [`crate::acquire`]). Everything else here is one RPC.
+//! Where it sits: on top of [`crate::backend::native::rpc`] (deadlines, retries) and
+//! [`crate::backend::native::registry`] (shared leases). [`Client::lock`] builds a
+//! [`LockRequest`] (see [`crate::backend::native::acquire`]). Everything else here is one RPC.
 
 use std::fmt;
 use std::sync::Arc;
@@ -11,37 +11,26 @@ use std::time::Duration;
 use fencelock_proto::v1 as pb;
 use tokio::time::Instant;
 
-use crate::acquire;
-use crate::auth::Auth;
+use super::{lease_rpc, Client, Inner};
+use crate::backend::native::acquire;
+use crate::backend::native::auth::Auth;
+use crate::backend::native::registry::Registry;
+use crate::backend::native::rpc::{new_request_id, request, Dial, Rpc, Servers};
+use crate::backend::native::session::Session;
+use crate::backend::native::tls::ClientTls;
 use crate::backend::tls::TlsFiles;
+use crate::backend::Acquire;
 use crate::backend::LockRequest;
 use crate::backend::{BackendUrl, Scheme};
 use crate::backoff::Backoff;
 use crate::error::Error;
-use crate::lease;
-use crate::registry::Registry;
-use crate::rpc::{new_request_id, request, Dial, Rpc, Servers};
-use crate::session::Session;
-use crate::tls::ClientTls;
-use crate::types::{Acquire, Acquired, CheckResult, LockInfo, LockOptions};
+use crate::types::{Acquired, CheckResult, LockInfo, LockOptions};
 
 /// Default deadline of one RPC (beyond the wait of a waiting acquire).
 pub const DEFAULT_RPC_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Default of [`ClientBuilder::lease_linger`].
 pub const DEFAULT_LEASE_LINGER: Duration = Duration::from_secs(2);
-
-/// A connection to a fencelock server. Cheap to clone (an `Arc` inside); clones
-/// share the connection and the leases. `Send + Sync`.
-#[derive(Clone)]
-pub struct Client {
-    pub(crate) inner: Arc<Inner>,
-}
-
-pub(crate) struct Inner {
-    pub(crate) rpc: Rpc,
-    pub(crate) leases: Arc<Registry>,
-}
 
 /// Configures a [`Client`]; from [`Client::builder`]. Its `Debug` hides the
 /// token.
@@ -266,7 +255,7 @@ impl Client {
     /// waits dropped. [`Error::LeaseNotFound`] if it is gone already. If it is a
     /// lease of this client, its guards see [`LeaseLost::Revoked`](crate::LeaseLost::Revoked).
     pub async fn revoke_lease(&self, lease_id: u64) -> Result<(), Error> {
-        lease::revoke(&self.inner.rpc, lease_id).await?;
+        lease_rpc::revoke(&self.inner.rpc, lease_id).await?;
         self.inner.leases.revoked(lease_id);
         Ok(())
     }
@@ -325,7 +314,7 @@ mod tests {
         fn check<T: Send + Sync + Clone + 'static>() {}
         check::<Client>();
         fn check_guard<T: Send + Sync + 'static>() {}
-        check_guard::<crate::guard::LockGuard>();
+        check_guard::<crate::backend::native::guard::LockGuard>();
         check_guard::<crate::Guard>();
         check_guard::<crate::LeaseWatch>();
         check_guard::<Session>();

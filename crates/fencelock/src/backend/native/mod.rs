@@ -1,14 +1,54 @@
-//! The native fencelock server as a [`LockBackend`]: [`crate::Client`] is one
+//! The native fencelock server as a [`LockBackend`]: [`Client`] is one
 //! implementation among the others, and its native grant (`LockGuard`) the
 //! `Held` part of a [`Guard`].
+//!
+//! Where it sits: a child of `backend` (it uses the trait, the guard and the
+//! URL grammar from there; nothing there uses it but `connect`). The
+//! [`Client`] type is defined here so that its parts can use it without
+//! importing one another: `client` (connecting, the plain RPCs), `acquire`
+//! (taking a lock), `guard` (a held lock), over `registry` (leases shared by
+//! TTL), `lease_rpc` (grant, revoke, the watchdog), `rpc` (deadlines,
+//! retries), `session` (the multiplexed stream), `auth` (the bearer token),
+//! `tls` and `proto` (decoding answers).
 
+mod acquire;
+mod auth;
+mod client;
+mod guard;
+mod lease_rpc;
+pub(crate) mod proto;
+mod registry;
+mod rpc;
+mod session;
+mod tls;
+
+pub use auth::check_auth_token;
+pub use client::{ClientBuilder, DEFAULT_LEASE_LINGER, DEFAULT_RPC_TIMEOUT};
+pub use session::Session;
+pub use tls::ClientTls;
+
+use std::sync::Arc;
 use std::time::Duration;
 
 use super::{BoxFuture, Capabilities, Fencing, Guard, Held, LockBackend};
-use crate::client::Client;
+use crate::backend::Acquire;
 use crate::error::Error;
-use crate::guard::LockGuard;
-use crate::types::{Acquire, CheckResult, LockOptions};
+use crate::types::{CheckResult, LockOptions};
+use guard::LockGuard;
+use registry::Registry;
+use rpc::Rpc;
+
+/// A connection to a fencelock server. Cheap to clone (an `Arc` inside); clones
+/// share the connection and the leases. `Send + Sync`.
+#[derive(Clone)]
+pub struct Client {
+    pub(crate) inner: Arc<Inner>,
+}
+
+pub(crate) struct Inner {
+    pub(crate) rpc: Rpc,
+    pub(crate) leases: Arc<Registry>,
+}
 
 impl LockBackend for Client {
     fn kind(&self) -> &'static str {

@@ -1,7 +1,7 @@
 //! [`ClientTls`]: how the client verifies fencelock servers and, with mTLS,
 //! which certificate it presents (rustls on ring, through tonic).
 //!
-//! Where it sits: [`crate::ClientBuilder::tls`] takes one; [`crate::rpc`]
+//! Where it sits: [`crate::ClientBuilder::tls`] takes one; [`crate::backend::native::rpc`]
 //! dials every `https://` server with it. The backend URL form
 //! (`fencelock+tls://a,b,c?ca=…&cert=…&key=…`) builds one in
 //! [`crate::backend`].

@@ -1,0 +1,56 @@
+//! Decoding the native server's answers into the client's types.
+
+use fencelock_proto::v1 as pb;
+
+use crate::backend::Acquire;
+use crate::error::Error;
+use crate::types::{ms, Acquired};
+
+/// Decodes an `AcquireResponse`. A missing outcome is a protocol error.
+pub(crate) fn acquire_from_proto(resp: pb::AcquireResponse) -> Result<Acquire<Acquired>, Error> {
+    use pb::acquire_response::Outcome;
+    match resp.outcome {
+        Some(Outcome::Acquired(a)) => Ok(Acquire::Acquired(Acquired {
+            lock: a.lock,
+            lease_id: a.lease_id,
+            token: a.token,
+            waited: ms(a.waited_ms),
+        })),
+        Some(Outcome::Busy(b)) => Ok(Acquire::Busy {
+            holder_lease: b.holder.as_ref().map(|h| h.lease_id),
+            holder_token: b.holder.map(|h| h.token),
+            reopens_in: b.reopens_in_ms.map(ms),
+            waiters: b.waiters,
+        }),
+        Some(Outcome::TimedOut(_)) => Ok(Acquire::TimedOut),
+        None => Err(Error::Protocol("AcquireResponse without an outcome".into())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn busy_outcome_carries_the_holder() {
+        let resp = pb::AcquireResponse {
+            outcome: Some(pb::acquire_response::Outcome::Busy(pb::Busy {
+                holder: Some(pb::Holder { lease_id: 4, token: 9, ..Default::default() }),
+                reopens_in_ms: None,
+                waiters: 2,
+            })),
+        };
+        match acquire_from_proto(resp).unwrap() {
+            Acquire::Busy { holder_lease, holder_token, reopens_in, waiters } => {
+                assert_eq!((holder_lease, holder_token, reopens_in, waiters), (Some(4), Some(9), None, 2));
+            }
+            other => panic!("expected busy, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn missing_outcome_is_a_protocol_error() {
+        let got = acquire_from_proto(pb::AcquireResponse { outcome: None });
+        assert!(matches!(got, Err(Error::Protocol(_))));
+    }
+}
