@@ -34,27 +34,27 @@ impl LockRequest {
     /// Lease TTL (100 ms to 1 h; at least the backend's
     /// [`min_ttl`](super::Capabilities::min_ttl)). Default 15 s.
     pub fn ttl(mut self, ttl: Duration) -> Self {
-        self.opts.ttl = ttl;
+        self.opts = self.opts.ttl(ttl);
         self
     }
 
     /// How long to wait for the lock (≤ 1 h), in FIFO order where the backend
     /// has it. Default zero: try once.
     pub fn wait(mut self, wait: Duration) -> Self {
-        self.opts.wait = wait;
+        self.opts = self.opts.wait(wait);
         self
     }
 
     /// Lock-delay after an unclean loss (≤ 60 s), where the backend has it.
     /// Default zero.
     pub fn lock_delay(mut self, lock_delay: Duration) -> Self {
-        self.opts.lock_delay = lock_delay;
+        self.opts = self.opts.lock_delay(lock_delay);
         self
     }
 
     /// Refuse a backend that gives no fencing token. Default false.
     pub fn require_fencing(mut self, require: bool) -> Self {
-        self.opts.require_fencing = require;
+        self.opts = self.opts.require_fencing(require);
         self
     }
 
