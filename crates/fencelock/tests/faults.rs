@@ -103,6 +103,72 @@ async fn a_stale_grant_from_a_retry_is_replaced_by_a_new_request() {
     server.stop().await;
 }
 
+/// Keeps `lease` alive on the server over a connection of its own, every 50 ms,
+/// until the server no longer has it (the task then ends): the server keeps a
+/// lease that the client behind the proxy cannot reach.
+fn keep_alive_directly(server: &Server, lease: u64) -> tokio::task::JoinHandle<()> {
+    let server_url = server.url.clone();
+    tokio::spawn(async move {
+        let mut raw = fencelock_proto::v1::lock_client::LockClient::connect(server_url).await.unwrap();
+        loop {
+            let req = fencelock_proto::v1::KeepAliveRequest { request_id: support::fastrand_id(), lease_id: lease };
+            match raw.keep_alive(req).await {
+                Ok(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+                Err(s) if s.code() == tonic::Code::NotFound => return,
+                Err(s) => panic!("keep-alive: {s}"),
+            }
+        }
+    })
+}
+
+/// INV-6 and the chaos check S4 (exactly-once grants), at the client: a grant
+/// whose answer reaches the client after the client lost the lease it was made
+/// on is not handed out. It ends with that lease (a revoke), as every grant of a
+/// lost lease does, and the acquire starts over on a fresh lease. So the server
+/// ends no grant with a release that no caller asked for: every token it issued
+/// is held by the returned guard, or was released by its holder, or ended with a
+/// revoked lease (or a cancel).
+///
+/// After the reset, the retried acquire's answer and the lost lease's revoke
+/// (sent by its watchdog) race; in either order this must hold.
+#[tokio::test]
+async fn a_grant_that_arrives_on_a_lost_lease_ends_with_that_lease() {
+    let (server, proxy, client, observer) = setup().await;
+    let ttl = Duration::from_millis(600);
+    let warm = acquired(client.lock("warm").ttl(ttl).acquire().await.unwrap());
+    let lease = warm.lease_id();
+    let blocker = acquired(observer.lock("a").acquire().await.unwrap());
+    let pending = tokio::spawn(client.lock("a").ttl(ttl).wait(30 * SECS).acquire());
+    eventually("queued", || async { waiters(&observer, "a").await == 1 }).await;
+
+    // A black hole: the client loses its lease at its deadline, while the
+    // server keeps it (kept alive directly) and grants the lock on it.
+    proxy.set_mode(Mode::Hold);
+    let keeper = keep_alive_directly(&server, lease);
+    assert_eq!(within("lost", warm.lost()).await, LeaseLost::Expired);
+    assert_eq!(blocker.release().await, Ok(true));
+    eventually("granted on the lost lease", || async { holder(&observer, "a").await.map(|h| h.0) == Some(lease) })
+        .await;
+
+    proxy.reset_then_pass();
+    let guard = acquired(within("the acquire", pending).await.unwrap().unwrap());
+    assert_ne!(guard.lease_id(), lease, "held on a fresh lease");
+    assert_eq!(holder(&observer, "a").await, Some((guard.lease_id(), guard.token().unwrap())));
+    within("the lost lease revoked on the server", keeper).await.unwrap();
+
+    // Grants: "warm" and the one on the lost lease (client), the blocker's
+    // (observer), and the guard's.
+    assert_eq!(server.metric("fencelock_grants_total").await, 4);
+    assert_eq!(server.metric("fencelock_tokens_issued").await, 4);
+    assert_eq!(server.metric("fencelock_releases_total").await, 1, "only the blocker released its lock");
+    let ended = server.metric("fencelock_releases_revoked_total").await
+        + server.metric("fencelock_releases_cancelled_total").await;
+    assert_eq!(ended, 2, "\"warm\" and the undelivered grant ended with the lost lease");
+    assert_eq!(warm.release().await, Ok(false));
+    assert_eq!(guard.release().await, Ok(true));
+    server.stop().await;
+}
+
 /// INV-11: keep-alives that hang (the link to the server is a black hole, while
 /// the server itself still has the lease) end in `lost() == Expired` at the
 /// client's deadline, not before. The client then revokes the lease, which frees
@@ -121,20 +187,7 @@ async fn lost_fires_at_the_deadline_when_keep_alives_hang() {
 
     // Someone else keeps the lease alive on the server meanwhile, so only the
     // client's revoke can end it.
-    let keeper = tokio::spawn({
-        let server_url = server.url.clone();
-        async move {
-            let mut raw = fencelock_proto::v1::lock_client::LockClient::connect(server_url).await.unwrap();
-            loop {
-                let req = fencelock_proto::v1::KeepAliveRequest { request_id: support::fastrand_id(), lease_id: lease };
-                match raw.keep_alive(req).await {
-                    Ok(_) => tokio::time::sleep(Duration::from_millis(50)).await,
-                    Err(s) if s.code() == tonic::Code::NotFound => return,
-                    Err(s) => panic!("keep-alive: {s}"),
-                }
-            }
-        }
-    });
+    let keeper = keep_alive_directly(&server, lease);
 
     assert_eq!(within("lost", guard.lost()).await, LeaseLost::Expired);
     let deadline = guard.deadline();

@@ -11,7 +11,9 @@
 //! so the server answers a retry with the first outcome. Two cases start over:
 //! the lease ended on the server while the request waited (a fresh lease, same
 //! deadline), and a retry answered with a grant the server had meanwhile
-//! released (a new request id).
+//! released (a new request id). A grant that arrives after the client lost its
+//! lease is never handed out: the lease is revoked (ending the grant with it)
+//! and the acquire starts over on a fresh lease.
 
 use std::time::Duration;
 
@@ -78,10 +80,17 @@ async fn run(client: &Client, name: &str, opts: &LockOptions, start: Instant) ->
             other => return Ok(other.map(|_| unreachable!())),
         };
         if lease.cell().is_lost() {
-            // The lease was lost while the grant travelled: the client could not
-            // prove it holds the lock. Free it and start over on a fresh lease.
-            tracing::debug!(lock = %name, token = grant.token, "fencelock: discarding a grant");
-            let _ = client.release_raw(&grant.lock, grant.lease_id, grant.token).await;
+            // The lease was lost while the grant travelled: the client cannot
+            // prove it holds the lock. The grant ends with its lease, as every
+            // grant of a lost lease does (the watchdog's revoke may not have
+            // reached the server: revoke it here, before starting over), so the
+            // server counts it as ended with its lease, not as a release that
+            // a caller asked for.
+            tracing::debug!(lock = %name, token = grant.token, "fencelock: a grant arrived on a lost lease");
+            match lease_rpc::revoke(&inner.rpc, lease_id).await {
+                Ok(()) | Err(Error::LeaseNotFound(_)) => {}
+                Err(e) => tracing::debug!(lease = lease_id, error = %e, "fencelock: revoke of a lost lease failed"),
+            }
             if tries < ACQUIRE_TRIES {
                 continue;
             }

@@ -11,7 +11,8 @@
 //! registry stops the watchdog and revokes the lease in the background. Dropping
 //! the registry (the last clone of the client) revokes lingering leases at once.
 //! A lost lease stays in its slot until the next acquire with that TTL replaces
-//! it with a fresh one.
+//! it with a fresh one, and closes it: revoked on the server (unless the server
+//! dropped it already), so that its locks do not wait there for its expiry.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
@@ -108,7 +109,9 @@ impl Registry {
             reaper: false,
         });
         if let Some(old) = old {
-            old.watchdog.abort(); // it was lost; its task is ending anyway
+            // It was lost. Its watchdog may be revoking it (to free its locks):
+            // closing it revokes it again rather than cutting that short.
+            self.close(old);
         }
         Ok(LeaseHandle { registry: self.clone(), ttl_ms, cell })
     }
