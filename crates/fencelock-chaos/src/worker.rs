@@ -341,7 +341,7 @@ impl Worker {
 
 /// Errors after which the request certainly did not take effect.
 fn definite(e: &Error) -> bool {
-    refused(e) || matches!(e, Error::InvalidArgument(_) | Error::Unsupported(_) | Error::Connect(_))
+    refused(e) || matches!(e, Error::InvalidArgument(_) | Error::Unsupported(_) | Error::Connect { .. })
 }
 
 /// The service refused the worker's credentials: decided before anything is

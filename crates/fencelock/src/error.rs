@@ -31,9 +31,18 @@ pub enum Error {
     /// request may or may not have taken effect.
     #[error("server unavailable: {0}")]
     Unavailable(String),
-    /// The first connection to the server could not be made.
-    #[error("cannot connect: {0}")]
-    Connect(String),
+    /// The first connection to the service could not be made. `message` names
+    /// every server or node tried and why; `source` is the driver's own error
+    /// (a `tonic::transport::Error`, `redis::RedisError`,
+    /// `tokio_postgres::Error`, `zookeeper_client::Error`, or an etcd
+    /// `tonic::Status`) when the failure came from one attempt, `None` when
+    /// several were tried or none answered in time.
+    #[error("cannot connect: {message}")]
+    Connect {
+        message: String,
+        #[source]
+        source: Option<Cause>,
+    },
     /// The operation's deadline passed without an answer. The request may or may
     /// not have taken effect.
     #[error("timed out waiting for the server")]
@@ -98,6 +107,29 @@ impl Error {
         Error::Security { message: message.into(), source: Some(Cause(Arc::new(source))) }
     }
 
+    /// An [`Error::Connect`] without one underlying error (several servers
+    /// tried, or no answer in time).
+    pub(crate) fn connect(message: impl Into<String>) -> Error {
+        Error::Connect { message: message.into(), source: None }
+    }
+
+    /// An [`Error::Connect`] caused by the driver's error `source`.
+    pub(crate) fn connect_caused(message: impl Into<String>, source: impl StdError + Send + Sync + 'static) -> Error {
+        Error::Connect { message: message.into(), source: Some(Cause(Arc::new(source))) }
+    }
+
+    /// This error as it ends a connect: a backend's failure becomes an
+    /// [`Error::Connect`] that keeps its text (after the backend's name, and
+    /// followed by `hint`) and its source; any other error stays as it is.
+    pub(crate) fn while_connecting(self, hint: &str) -> Error {
+        match self {
+            Error::Backend { backend, message, source } => {
+                Error::Connect { message: format!("{backend}: {message}{hint}"), source }
+            }
+            other => other,
+        }
+    }
+
     /// An [`Error::Backend`] of `backend` without an underlying error: the
     /// backend answered something the recipe does not allow.
     pub(crate) fn backend(backend: &'static str, message: impl Into<String>) -> Error {
@@ -114,7 +146,7 @@ impl Error {
     }
 }
 
-/// The underlying error of an [`Error::Security`] or [`Error::Backend`] (the
+/// The underlying error of an [`Error::Connect`], [`Error::Security`] or [`Error::Backend`] (the
 /// driver's own error), shared so that the error stays `Clone`; two causes are
 /// equal when they read the same.
 #[derive(Debug, Clone)]

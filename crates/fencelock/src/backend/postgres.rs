@@ -229,14 +229,56 @@ fn strip_params(raw: &str, keys: &[&str]) -> String {
     }
 }
 
+/// A connection that could not be opened: what to say, and the driver's error
+/// where there was one (none when the handshake did not finish in time).
+#[derive(Debug)]
+pub(super) struct OpenFailed {
+    text: String,
+    source: Option<tokio_postgres::Error>,
+}
+
+impl OpenFailed {
+    pub(super) fn by(e: tokio_postgres::Error) -> OpenFailed {
+        OpenFailed { text: describe(&e), source: Some(e) }
+    }
+
+    /// No answer (`what`: " to LISTEN", or "" for the handshake) within `limit`.
+    pub(super) fn no_answer(what: &str, limit: Duration) -> OpenFailed {
+        OpenFailed { text: format!("no answer{what} within {} ms", limit.as_millis()), source: None }
+    }
+
+    /// As [`Error::Connect`] (at connect time), `context` saying which connection.
+    pub(super) fn connect(self, context: &str) -> Error {
+        let message = format!("postgres: {context}{}", self.text);
+        match self.source {
+            Some(e) => Error::connect_caused(message, e),
+            None => Error::connect(message),
+        }
+    }
+
+    /// As [`Error::Backend`] (a connection opened later, for an operation).
+    pub(super) fn backend(self) -> Error {
+        match self.source {
+            Some(e) => Error::backend_caused("postgres", self.text, e),
+            None => Error::backend("postgres", self.text),
+        }
+    }
+}
+
+impl std::fmt::Display for OpenFailed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.text)
+    }
+}
+
 /// Opens one connection (the whole handshake bounded by the config's
 /// `connect_timeout`) and spawns the task that drives it.
-async fn open(config: &PgConfig) -> Result<(Client, JoinHandle<()>), String> {
+async fn open(config: &PgConfig) -> Result<(Client, JoinHandle<()>), OpenFailed> {
     let limit = config.get_connect_timeout().copied().unwrap_or(CONNECT_TIMEOUT);
     let (client, connection) = match tokio::time::timeout(limit, config.connect()).await {
         Ok(Ok(pair)) => pair,
-        Ok(Err(e)) => return Err(describe(&e)),
-        Err(_) => return Err(format!("no answer within {} ms", limit.as_millis())),
+        Ok(Err(e)) => return Err(OpenFailed::by(e)),
+        Err(_) => return Err(OpenFailed::no_answer("", limit)),
     };
     let driver = tokio::spawn(async move {
         if let Err(e) = connection.await {
@@ -253,15 +295,15 @@ async fn probe(config: &PgConfig) -> Result<(), Error> {
     let limit = config.get_connect_timeout().copied().unwrap_or(CONNECT_TIMEOUT);
     match tokio::time::timeout(limit, config.connect()).await {
         Ok(Ok(_closed_on_drop)) => Ok(()),
-        Ok(Err(e)) => Err(connect_error(&e)),
-        Err(_) => Err(Error::Connect(format!("postgres: no answer within {} ms", limit.as_millis()))),
+        Ok(Err(e)) => Err(connect_error(e)),
+        Err(_) => Err(Error::connect(format!("postgres: no answer within {} ms", limit.as_millis()))),
     }
 }
 
 /// A failed connection attempt as [`Error::Security`] (authentication
 /// refused, no `pg_hba.conf` entry for this user or encryption, a failed TLS
 /// handshake) or [`Error::Connect`].
-fn connect_error(e: &tokio_postgres::Error) -> Error {
+fn connect_error(e: tokio_postgres::Error) -> Error {
     use tokio_postgres::error::SqlState;
     if let Some(db) = e.as_db_error() {
         let refused = [SqlState::INVALID_PASSWORD, SqlState::INVALID_AUTHORIZATION_SPECIFICATION];
@@ -269,14 +311,14 @@ fn connect_error(e: &tokio_postgres::Error) -> Error {
             return Error::security(format!("postgres: authentication refused: {}", db.message()), db.clone());
         }
     }
-    if let Some(cause) = super::tls::rustls_cause(e) {
+    if let Some(cause) = super::tls::rustls_cause(&e) {
         return Error::security(format!("postgres: TLS handshake failed: {cause}"), cause.clone());
     }
-    let text = describe(e);
+    let text = describe(&e);
     if text.contains("TLS") {
         return Error::Security { message: format!("postgres: {text}"), source: None };
     }
-    Error::Connect(format!("postgres: {text}"))
+    Error::connect_caused(format!("postgres: {text}"), e)
 }
 
 /// A tokio-postgres error with the server's message, if it sent one.

@@ -763,12 +763,9 @@ impl Conn {
         let deadline = Instant::now() + CONNECT_TIMEOUT;
         self.run(deadline, Retry::Never, |mut c| async move { redis::cmd("PING").query_async::<()>(&mut c).await })
             .await
-            .map_err(|e| match e {
-                Error::Backend { message, .. } if self.tls => Error::Connect(format!("redis: {message}")),
-                Error::Backend { message, .. } => Error::Connect(format!(
-                    "redis: {message} (a server that closes plaintext connections may speak TLS only: use rediss://)"
-                )),
-                other => other,
+            .map_err(|e| {
+                let hint = " (a server that closes plaintext connections may speak TLS only: use rediss://)";
+                e.while_connecting(if self.tls { "" } else { hint })
             })
     }
 

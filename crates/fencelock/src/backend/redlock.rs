@@ -130,7 +130,7 @@ impl RedlockBackend {
                 return Err(refused.clone());
             }
             let failed: Vec<String> = failed.iter().map(Error::to_string).collect();
-            return Err(Error::Connect(format!(
+            return Err(Error::connect(format!(
                 "redlock: {} of {} nodes unreachable, a majority ({}) is needed: {}",
                 failed.len(),
                 nodes.conns.len(),

@@ -565,13 +565,15 @@ async fn advisory_dropped_waiter_leaves_the_lock_queue() {
     assert!(g.release().await.unwrap());
 }
 
-/// Both modes answer a closed port with `Error::Connect`, promptly.
+/// Both modes answer a closed port with `Error::Connect`, promptly, and keep
+/// the driver's error as its source (errors keep their sources).
 #[tokio::test]
 async fn connect_to_nothing_is_a_connect_error() {
     let port = fencelock_testkit::free_port();
     for query in ["", "?mode=advisory"] {
         let url = format!("postgres://postgres@127.0.0.1:{port}/postgres{query}");
         let got: Result<Backend, Error> = within("connect", backend::connect(&url)).await;
-        assert!(matches!(got, Err(Error::Connect(_))), "{url}: {got:?}");
+        let Err(Error::Connect { source: Some(cause), .. }) = &got else { panic!("{url}: {got:?}") };
+        assert!(cause.get().downcast_ref::<tokio_postgres::Error>().is_some(), "{url}: {cause:?}");
     }
 }

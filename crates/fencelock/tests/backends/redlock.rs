@@ -159,7 +159,7 @@ async fn connect_needs_a_majority_of_distinct_nodes() {
     assert!(g.release().await.unwrap());
     let two_down = url_of([addr(&servers[0]), closed(), closed()].into_iter());
     let got = within("connect", backend::connect(&two_down)).await;
-    assert!(matches!(&got, Err(Error::Connect(m)) if m.contains("majority")), "{got:?}");
+    assert!(matches!(&got, Err(Error::Connect { message: m, .. }) if m.contains("majority")), "{got:?}");
     let twice = url_of([addr(&servers[0]), addr(&servers[0]), addr(&servers[1])].into_iter());
     let got = within("connect", backend::connect(&twice)).await;
     assert!(matches!(&got, Err(Error::InvalidArgument(m)) if m.contains("twice")), "{got:?}");

@@ -116,7 +116,7 @@ async fn plaintext_and_wrong_ca_are_refused() {
     let server = start(300).await;
     let plain = format!("etcd://{USER}:{PASSWORD}@127.0.0.1:{}", server.port());
     let err = refused(&plain).await;
-    assert!(matches!(&err, Error::Connect(m) if m.contains("etcd+tls://")), "{err:?}");
+    assert!(matches!(&err, Error::Connect { message: m, .. } if m.contains("etcd+tls://")), "{err:?}");
     let other = TestCerts::new("other");
     let wrong = format!("etcd+tls://{USER}:{PASSWORD}@127.0.0.1:{}?ca={}", server.port(), other.ca().display());
     let err = refused(&wrong).await;

@@ -100,7 +100,7 @@ async fn an_acl_user_over_plaintext() {
 async fn a_plaintext_client_of_a_tls_server_is_told_so() {
     let server = start(true).await;
     let err = refused(&url("redis", &format!("{USER}:{PASSWORD}@"), server.port(), "")).await;
-    assert!(matches!(&err, Error::Connect(m) if m.contains("rediss://")), "{err:?}");
+    assert!(matches!(&err, Error::Connect { message: m, .. } if m.contains("rediss://")), "{err:?}");
 }
 
 /// A server whose certificate is not signed by the `ca=` given is refused in

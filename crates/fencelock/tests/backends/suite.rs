@@ -285,7 +285,7 @@ pub async fn bad_input<T: Target>(t: &T) {
     let closed = fencelock_testkit::free_port();
     let unreachable = format!("{scheme}://127.0.0.1:{closed}");
     let got = within("connect to a closed port", backend::connect(&unreachable)).await;
-    assert!(matches!(got, Err(Error::Connect(_))), "unreachable {unreachable}: {got:?}");
+    assert!(matches!(got, Err(Error::Connect { .. })), "unreachable {unreachable}: {got:?}");
 }
 
 /// Lock names with characters some backends treat specially (path

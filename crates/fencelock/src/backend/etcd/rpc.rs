@@ -129,11 +129,18 @@ impl Etcd {
                     return Ok(Etcd { endpoints, current, credentials: access.credentials, token });
                 }
                 Err(e @ Error::Security { .. }) => return Err(e),
-                Err(why) => failures.push(format!("{name}: {why}")),
+                Err(why) => failures.push((name, why)),
             }
         }
         let hint = if access.tls.is_none() { " (a server that speaks TLS only needs etcd+tls://)" } else { "" };
-        Err(Error::Connect(format!("etcd: {}{hint}", failures.join("; "))))
+        let texts: Vec<String> = failures.iter().map(|(name, why)| format!("{name}: {why}")).collect();
+        let message = format!("etcd: {}{hint}", texts.join("; "));
+        // One endpoint tried: its etcd status is the cause.
+        let source = match failures.pop() {
+            Some((_, Error::Connect { source, .. })) if failures.is_empty() => source,
+            _ => None,
+        };
+        Err(Error::Connect { message, source })
     }
 
     /// Authenticates again (after etcd answered `invalid auth token`: the
@@ -456,11 +463,17 @@ async fn probe_endpoint(
         }
         match KvClient::new(channel.clone()).range(probe).await {
             Ok(_) => Ok(channel),
-            Err(status) => Err(refusal(&status).unwrap_or_else(|| Error::Connect(describe(&status)))),
+            Err(status) => Err(refused_or_unreachable(status)),
         }
     };
     let answer = tokio::time::timeout(CONNECT_TIMEOUT, attempt).await;
-    answer.unwrap_or_else(|_| Err(Error::Connect("no answer in time".into())))
+    answer.unwrap_or_else(|_| Err(Error::connect("no answer in time")))
+}
+
+/// A failed call while connecting: [`Error::Security`] for refused
+/// credentials, else [`Error::Connect`] caused by the status.
+fn refused_or_unreachable(status: tonic::Status) -> Error {
+    refusal(&status).unwrap_or_else(|| Error::connect_caused(describe(&status), status))
 }
 
 /// etcd's Authenticate with `credentials`; its token is sent with every later call.
@@ -469,7 +482,7 @@ async fn authenticate(channel: Chan, credentials: &(String, String), token: &Tok
     // etcd refuses an Authenticate that carries an expired token: send none.
     *token.0.write().unwrap_or_else(|e| e.into_inner()) = None;
     let answer = AuthClient::new(channel).authenticate(AuthenticateRequest { name, password }).await;
-    let answer = answer.map_err(|status| refusal(&status).unwrap_or_else(|| Error::Connect(describe(&status))))?;
+    let answer = answer.map_err(refused_or_unreachable)?;
     let value = AsciiMetadataValue::try_from(answer.into_inner().token)
         .map_err(|e| Error::backend("etcd", format!("authenticate: a token that is no header value: {e}")))?;
     *token.0.write().unwrap_or_else(|e| e.into_inner()) = Some(value);

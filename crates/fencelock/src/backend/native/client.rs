@@ -332,13 +332,17 @@ mod tests {
         is_send(client.lock("a").acquire());
     }
 
+    /// Errors keep their sources: one server that cannot be reached is an
+    /// `Error::Connect` caused by tonic's transport error.
     #[tokio::test]
     async fn connecting_to_a_closed_port_is_a_connect_error() {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = listener.local_addr().unwrap();
         drop(listener);
         let got = Client::builder(format!("http://{addr}")).connect_timeout(Duration::from_secs(1)).connect().await;
-        assert!(matches!(got, Err(Error::Connect(_))), "{got:?}");
+        let Err(Error::Connect { message, source: Some(cause) }) = got else { panic!("{got:?}") };
+        assert!(message.contains(&format!("http://{addr}")), "{message}");
+        assert!(cause.get().downcast_ref::<tonic::transport::Error>().is_some(), "{cause:?}");
     }
 
     /// Rule: the builder's Debug never shows the token.
@@ -415,7 +419,7 @@ mod tests {
         for url in [format!("fencelock://{a},{b}"), format!("http://{a},http://{b}"), format!("http://{a},{b}")] {
             let got = Client::builder(&url).connect_timeout(Duration::from_secs(1)).connect().await;
             match got {
-                Err(Error::Connect(m)) => {
+                Err(Error::Connect { message: m, source: None }) => {
                     assert!(m.contains(&format!("http://{a}")) && m.contains(&format!("http://{b}")), "{url}: {m}")
                 }
                 other => panic!("{url}: {other:?}"),

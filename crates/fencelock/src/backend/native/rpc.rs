@@ -167,10 +167,16 @@ impl Servers {
         for (url, ep) in urls.iter().zip(endpoints) {
             match ep.connect().await {
                 Ok(ch) => return Ok(Servers::with(urls.clone(), dial, url.clone(), ch)),
-                Err(e) => failures.push(format!("{url}: {}", error_chain(&e))),
+                Err(e) => failures.push((url, e)),
             }
         }
-        Err(Error::Connect(failures.join("; ")))
+        let texts: Vec<String> = failures.iter().map(|(url, e)| format!("{url}: {}", error_chain(e))).collect();
+        let message = texts.join("; ");
+        // One server tried: its transport error is the cause.
+        Err(match failures.pop() {
+            Some((_, e)) if failures.is_empty() => Error::connect_caused(message, e),
+            _ => Error::connect(message),
+        })
     }
 
     fn with(urls: Vec<String>, dial: Dial, url: String, ch: Channel) -> Servers {

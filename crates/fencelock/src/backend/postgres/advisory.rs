@@ -75,7 +75,7 @@ use tokio_postgres::{CancelToken, Client, Row};
 
 use super::tls::{PgConfig as Config, PgTls};
 
-use super::{backend_error, bounded, open, spawn_detached, STATEMENT_TIMEOUT};
+use super::{backend_error, bounded, open, spawn_detached, OpenFailed, STATEMENT_TIMEOUT};
 use crate::backend::Acquire;
 use crate::backend::{BoxFuture, Capabilities, Fencing, Guard, Held, KeptLease, Renew, Renewed};
 use crate::error::Error;
@@ -113,12 +113,12 @@ pub(super) struct AdvisoryMode {
 impl AdvisoryMode {
     /// Checks that the database is reachable (one connection, closed again).
     pub async fn connect(config: Config) -> Result<AdvisoryMode, Error> {
-        let (client, _driver) = open(&config).await.map_err(|e| Error::Connect(format!("postgres: {e}")))?;
+        let (client, _driver) = open(&config).await.map_err(|e| e.connect(""))?;
         let by = Instant::now() + STATEMENT_TIMEOUT;
         let sql = "SELECT current_setting('server_version_num')::int";
         let row = bounded("server version", by, client.query_typed_one(sql, &[]))
             .await
-            .map_err(|e| Error::Connect(e.to_string()))?;
+            .map_err(|e| e.while_connecting(""))?;
         let version: i32 = column(&row, 0)?;
         Ok(AdvisoryMode { config, checks_clients: version >= 140_000 })
     }
@@ -139,7 +139,7 @@ impl AdvisoryMode {
     /// transaction begun (and, for a wait until `deadline`, its `lock_timeout`
     /// set to the wait left once connected): one round trip after the handshake.
     async fn session(&self, deadline: Option<Instant>) -> Result<Session, Error> {
-        let (client, driver) = open(&self.config).await.map_err(|e| Error::backend("postgres", e))?;
+        let (client, driver) = open(&self.config).await.map_err(OpenFailed::backend)?;
         let session = Session { client, driver };
         let mut setup = String::from("SET idle_in_transaction_session_timeout = 0; ");
         if self.checks_clients {

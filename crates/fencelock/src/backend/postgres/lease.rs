@@ -185,7 +185,7 @@ use tokio_postgres::{Client, Row};
 use super::tls::PgConfig as Config;
 
 use super::listen::{Registration, Wakers};
-use super::{backend_error, bounded, describe, open, spawn_detached, AbortOnDrop, STATEMENT_TIMEOUT};
+use super::{backend_error, bounded, open, spawn_detached, AbortOnDrop, OpenFailed, STATEMENT_TIMEOUT};
 use crate::backend::Acquire;
 use crate::backend::{BoxFuture, Capabilities, Fencing, Guard, Held, KeptLease, Renew, Renewed};
 use crate::backoff::Backoff;
@@ -756,7 +756,7 @@ struct Conn {
 
 impl Db {
     async fn connect(config: Config) -> Result<Db, Error> {
-        let conn = Conn::open(&config).await.map_err(|e| Error::Connect(format!("postgres: {e}")))?;
+        let conn = Conn::open(&config).await.map_err(|e| e.connect(""))?;
         Ok(Db { config, current: Mutex::new(Some(Arc::new(conn))), opening: tokio::sync::Mutex::new(()) })
     }
 
@@ -823,15 +823,15 @@ impl Db {
 impl Conn {
     /// Opens a connection, with `synchronous_commit` raised to `on` if the
     /// server's default is `off` (a grant must be durable when acknowledged).
-    async fn open(config: &Config) -> Result<Conn, String> {
+    async fn open(config: &Config) -> Result<Conn, OpenFailed> {
         let (client, driver) = open(config).await?;
         let limit = config.get_connect_timeout().copied().unwrap_or(super::CONNECT_TIMEOUT);
         let durable = "SELECT set_config('synchronous_commit', 'on', false) \
                        WHERE current_setting('synchronous_commit') = 'off'";
         match tokio::time::timeout(limit, client.batch_execute(durable)).await {
             Ok(Ok(())) => Ok(Conn { client, driver }),
-            Ok(Err(e)) => Err(describe(&e)),
-            Err(_) => Err(format!("no answer within {} ms", limit.as_millis())),
+            Ok(Err(e)) => Err(OpenFailed::by(e)),
+            Err(_) => Err(OpenFailed::no_answer("", limit)),
         }
     }
 }

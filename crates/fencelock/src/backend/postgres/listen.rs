@@ -29,7 +29,7 @@ use tokio_postgres::{AsyncMessage, Client};
 
 use super::tls::PgConfig as Config;
 
-use super::{describe, AbortOnDrop};
+use super::{describe, AbortOnDrop, OpenFailed};
 use crate::backoff::Backoff;
 use crate::error::Error;
 
@@ -130,9 +130,7 @@ impl Drop for Registration {
 /// at connect) and spawns the task that keeps it, reconnecting when it drops.
 /// The task ends when the returned handle is dropped.
 pub(super) async fn start(config: Config, channel: String, wakers: Arc<Wakers>) -> Result<AbortOnDrop, Error> {
-    let first = Listener::open(&config, &channel, &wakers)
-        .await
-        .map_err(|e| Error::Connect(format!("postgres: listening connection: {e}")))?;
+    let first = Listener::open(&config, &channel, &wakers).await.map_err(|e| e.connect("listening connection: "))?;
     Ok(AbortOnDrop(tokio::spawn(keep_listening(config, channel, wakers, first))))
 }
 
@@ -144,12 +142,12 @@ struct Listener {
 }
 
 impl Listener {
-    async fn open(config: &Config, channel: &str, wakers: &Arc<Wakers>) -> Result<Listener, String> {
+    async fn open(config: &Config, channel: &str, wakers: &Arc<Wakers>) -> Result<Listener, OpenFailed> {
         let limit = config.get_connect_timeout().copied().unwrap_or(super::CONNECT_TIMEOUT);
         let (client, mut connection) = match tokio::time::timeout(limit, config.connect()).await {
             Ok(Ok(pair)) => pair,
-            Ok(Err(e)) => return Err(describe(&e)),
-            Err(_) => return Err(format!("no answer within {} ms", limit.as_millis())),
+            Ok(Err(e)) => return Err(OpenFailed::by(e)),
+            Err(_) => return Err(OpenFailed::no_answer("", limit)),
         };
         let wakers = wakers.clone();
         let driver = AbortOnDrop(tokio::spawn(async move {
@@ -168,8 +166,8 @@ impl Listener {
         // The channel is a checked identifier (see `check_table`).
         match tokio::time::timeout(limit, client.batch_execute(&format!("LISTEN \"{channel}\""))).await {
             Ok(Ok(())) => Ok(Listener { _client: client, driver }),
-            Ok(Err(e)) => Err(describe(&e)),
-            Err(_) => Err(format!("no answer to LISTEN within {} ms", limit.as_millis())),
+            Ok(Err(e)) => Err(OpenFailed::by(e)),
+            Err(_) => Err(OpenFailed::no_answer(" to LISTEN", limit)),
         }
     }
 
