@@ -44,8 +44,8 @@ async fn start(dir: &std::path::Path) -> (Running, Client) {
         let listeners = fencelock_server::Listeners::bind(&config).expect("bind");
         match fencelock_server::serve(config, listeners, clock, std::future::pending()).await {
             Ok(r) => break r,
-            Err(e) if tries < 100 && e.to_string().contains("already in use") => tries += 1,
-            Err(e) => panic!("server start: {e}"),
+            Err(e) if tries < 100 && still_held(&e) => tries += 1,
+            Err(e) => panic!("server start: {e:?}"),
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
@@ -255,4 +255,17 @@ fn serve_until_crash(dir: &std::path::Path) {
         tokio::time::sleep(Duration::from_secs(5)).await;
     });
     panic!("the failpoint did not fire");
+}
+
+/// Whether the database of a start that failed is still held (by the server
+/// just shut down in this process): said by the error or one of its sources.
+fn still_held(e: &fencelock_server::ServerError) -> bool {
+    let mut next: Option<&dyn std::error::Error> = Some(e);
+    while let Some(err) = next {
+        if err.to_string().contains("already in use") {
+            return true;
+        }
+        next = err.source();
+    }
+    false
 }

@@ -55,8 +55,13 @@ pub enum BackupError {
     Inconsistent(String),
     #[error("{dir}: {why}")]
     Target { dir: String, why: String },
-    #[error("storage in {dir}: {message}")]
-    Storage { dir: String, message: String },
+    /// The restored state could not be written to the data dir.
+    #[error("cannot write the restored state to {dir}")]
+    Storage {
+        dir: String,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
 }
 
 impl Backup {
@@ -126,9 +131,12 @@ pub fn restore(backup: &Backup, dir: &Path, opts: &RestoreOptions) -> Result<Res
     let voters = vec![BTreeSet::from([opts.node_id])];
     let nodes = BTreeMap::from([(opts.node_id, Member::new(&opts.addr))]);
     let membership = StoredMembership::new(Some(last), Membership::new(voters, nodes));
-    let storage = |message: String| BackupError::Storage { dir: dir.display().to_string(), message };
-    let (_log, sm) = crate::raft::open_storage(dir).map_err(|e| storage(e.to_string()))?;
-    crate::raft::state_machine::seed_restored(&sm, last, membership, &engine).map_err(|e| storage(e.to_string()))?;
+    let storage = |source: Box<dyn std::error::Error + Send + Sync>| BackupError::Storage {
+        dir: dir.display().to_string(),
+        source,
+    };
+    let (_log, sm) = crate::raft::open_storage(dir).map_err(|e| storage(Box::new(e)))?;
+    crate::raft::state_machine::seed_restored(&sm, last, membership, &engine).map_err(|e| storage(Box::new(e)))?;
     let stats = backup.engine.stats();
     Ok(Restored { next_token: engine.next_token(), dropped_leases: stats.leases, dropped_locks: stats.held_locks })
 }

@@ -63,15 +63,15 @@ pub enum ServerError {
     /// the data dir.
     #[error("configuration: {0}")]
     Config(String),
-    #[error("cannot listen on {addr}: {source}")]
+    #[error("cannot listen on {addr}")]
     Bind { addr: SocketAddr, source: std::io::Error },
     /// The data dir cannot be opened, or is refused (see [`raft::identity`]).
-    #[error("storage in {}: {source}", dir.display())]
+    #[error("storage in {}", dir.display())]
     Storage { dir: std::path::PathBuf, source: raft::identity::IdentityError },
-    #[error("cannot open the audit log {}: {source}", path.display())]
+    #[error("cannot open the audit log {}", path.display())]
     AuditLog { path: std::path::PathBuf, source: std::io::Error },
     /// openraft refused its configuration or failed to start or form the group.
-    #[error("raft: {what}: {source}")]
+    #[error("raft: {what}")]
     Raft { what: &'static str, source: Box<dyn std::error::Error + Send + Sync> },
     #[error("TLS: {0}")]
     Tls(#[from] tls::TlsError),

@@ -59,7 +59,7 @@ use tokio::sync::watch as tokio_watch;
 
 use super::log_store::{self, DbError, LogStore, DB_FILE, LOG, META, SNAPSHOT};
 use super::state_machine::{SharedEngine, StateMachine};
-use super::Raft;
+use super::{NodeId, Raft};
 use crate::config::{Bootstrap, Config};
 
 /// The on-disk format this binary writes and reads. A data dir with a higher
@@ -146,8 +146,13 @@ pub enum IdentityError {
     NewerFormat { file: PathBuf, found: u32 },
     #[error("data directory {dir}: {what}: {source}")]
     Io { dir: PathBuf, what: String, source: std::io::Error },
-    #[error("{0}")]
-    Storage(String),
+    /// Reading or writing the identity in the database failed.
+    #[error(transparent)]
+    Storage(#[from] DbError),
+    /// The database could not be opened (locked by another server, unreadable):
+    /// the cause openraft's storage error carries, or that error itself.
+    #[error("cannot open the database")]
+    Open(#[source] Box<dyn std::error::Error + Send + Sync>),
 }
 
 /// What the data dir looks like before it is opened.
@@ -198,12 +203,22 @@ impl IdentityError {
     /// overrides), rather than a failure to read or write it (which nothing
     /// overrides: a database in use by another server among them).
     pub fn is_refusal(&self) -> bool {
-        !matches!(self, IdentityError::Io { .. } | IdentityError::Storage(_))
+        !matches!(self, IdentityError::Io { .. } | IdentityError::Storage(_) | IdentityError::Open(_))
     }
 }
 
 fn open_storage(dir: &Path, seams: &crate::seams::Seams) -> Result<(LogStore, StateMachine), IdentityError> {
-    log_store::open_with(dir, seams).map_err(|e| storage(DbError::Other(e.to_string())))
+    log_store::open_with(dir, seams).map_err(|e| IdentityError::Open(cause_of(e)))
+}
+
+/// The cause inside openraft's storage error, whose own text repeats it
+/// ("when Read Store: <cause>"), else that error itself.
+fn cause_of(e: openraft::StorageError<NodeId>) -> Box<dyn std::error::Error + Send + Sync> {
+    let inner = std::error::Error::source(&e).and_then(|s| s.downcast_ref::<openraft::AnyError>()).cloned();
+    match inner {
+        Some(cause) => Box::new(cause),
+        None => Box::new(e),
+    }
 }
 
 /// What `dir` holds, or why it is refused.
@@ -311,7 +326,7 @@ fn random_cluster_id() -> std::io::Result<ClusterId> {
 }
 
 fn storage(e: DbError) -> IdentityError {
-    IdentityError::Storage(e.to_string())
+    IdentityError::Storage(e)
 }
 
 fn read(db: &Database) -> Result<Option<Identity>, DbError> {

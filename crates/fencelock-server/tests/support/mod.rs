@@ -53,8 +53,8 @@ pub async fn start(dir: &Path) -> (Running, Client) {
     let running = loop {
         match fencelock_server::start(Config::for_test(dir.join("data"))).await {
             Ok(r) => break r,
-            Err(e) if tries < 100 && e.to_string().contains("already in use") => tries += 1,
-            Err(e) => panic!("server start: {e}"),
+            Err(e) if tries < 100 && still_held(&e) => tries += 1,
+            Err(e) => panic!("server start: {e:?}"),
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
@@ -73,4 +73,17 @@ pub async fn lease(c: &mut Client, ttl_ms: u64) -> u64 {
         tokio::time::sleep(Duration::from_millis(25)).await;
     }
     panic!("no lease: the server did not become ready");
+}
+
+/// Whether the database of a start that failed is still held (by the server
+/// just shut down in this process): said by the error or one of its sources.
+fn still_held(e: &fencelock_server::ServerError) -> bool {
+    let mut next: Option<&dyn std::error::Error> = Some(e);
+    while let Some(err) = next {
+        if err.to_string().contains("already in use") {
+            return true;
+        }
+        next = err.source();
+    }
+    false
 }
