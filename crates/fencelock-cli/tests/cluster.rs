@@ -98,7 +98,9 @@ async fn twenty_leader_changes_in_a_row() {
         if renewed.await.is_err() {
             c.fail(&format!("change {change}: the held lease was not renewed through the new leader"));
         }
-        assert_not_lost(&held).await;
+        if held.is_lost() {
+            c.fail(&format!("change {change}: INV-11: the held lease was reported lost: {:?}", held.lost().await));
+        }
     }
     assert_increasing(&tokens);
     assert!(slowest <= NEW_LEADER_WITHIN, "the slowest of 20 elections took {slowest:?}");
