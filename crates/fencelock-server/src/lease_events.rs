@@ -101,8 +101,8 @@ impl Watch {
     pub fn spawn(self, ops: Ops, stop: watch::Receiver<bool>) -> Out {
         // Room for every event this stream can send: it never waits for the client.
         let (tx, rx) = mpsc::channel(self.first.len() + self.live.len() + 1);
-        for e in &self.first {
-            let _ = tx.try_send(Ok(e.clone()));
+        for &e in &self.first {
+            let _ = tx.try_send(Ok(e));
         }
         if !self.live.is_empty() {
             tokio::spawn(self.forward(tx, ops, stop));
