@@ -279,10 +279,18 @@ impl Engine {
     /// left to the command, which knows what to answer).
     fn check_owner(&self, caller: &Caller, cmd: &Command) -> Result<(), EngineError> {
         let Some(lease) = cmd.lease() else { return Ok(()) };
-        let owner = self.leases.get(&lease).and_then(|l| l.owner.as_deref());
-        let admin_revoke = caller.admin && matches!(cmd, Command::Revoke { .. });
-        match owner {
-            Some(o) if o != caller.name && !admin_revoke => Err(EngineError::NotOwner { lease }),
+        if caller.admin && matches!(cmd, Command::Revoke { .. }) {
+            return Ok(()); // an admin may revoke any lease
+        }
+        self.check_lease_owner(caller, lease)
+    }
+
+    /// Whether `caller` may use `lease` (keep it alive, lock with it, watch it):
+    /// a lease with an owner is its owner's alone (INV-13). A lease that is gone
+    /// or has no owner is left to the caller, which knows what to answer.
+    pub fn check_lease_owner(&self, caller: &Caller, lease: LeaseId) -> Result<(), EngineError> {
+        match self.leases.get(&lease).and_then(|l| l.owner.as_deref()) {
+            Some(o) if o != caller.name => Err(EngineError::NotOwner { lease }),
             _ => Ok(()),
         }
     }

@@ -234,6 +234,7 @@ async fn metrics_text(State(a): State<Admin>, c: Caller) -> Response {
     };
     let mut body = a.metrics.render(&stats, a.ops.driver.is_ready());
     a.ops.quotas.render(&mut body);
+    crate::lease_events::render_metrics(&mut body, a.ops.driver.lease_watchers());
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], body).into_response()
 }
 

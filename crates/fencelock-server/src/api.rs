@@ -72,7 +72,7 @@ impl Ops {
     }
 
     /// Checks `verb` on `name` for `who`, and its request rate.
-    fn allow(&self, who: &Who, check: impl FnOnce(&Who) -> Result<(), Refusal>) -> Result<(), Status> {
+    pub(crate) fn allow(&self, who: &Who, check: impl FnOnce(&Who) -> Result<(), Refusal>) -> Result<(), Status> {
         check(who).map_err(|r| self.refused(who.name(), who.remote(), r))?;
         if let Some((name, own)) = who.for_quota() {
             self.quotas.rate(name, own, self.clock.instant()).map_err(|e| self.exhausted(who, e))?;
@@ -247,7 +247,7 @@ impl Ops {
         m.membership_config.membership().get_node(&leader).map(|n| n.addr.clone())
     }
 
-    fn read<T>(&self, f: impl FnOnce(&fencelock_core::Engine) -> T) -> Result<T, Status> {
+    pub(crate) fn read<T>(&self, f: impl FnOnce(&fencelock_core::Engine) -> T) -> Result<T, Status> {
         let engine = self.engine.read().map_err(|_| Status::internal("engine lock poisoned"))?;
         Ok(f(&engine))
     }

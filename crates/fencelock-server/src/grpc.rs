@@ -1,5 +1,6 @@
 //! The tonic glue of the `fencelock.v1.Lock` service: unary RPCs delegate to
-//! [`Ops`]; the session stream multiplexes the same operations by `op_id`.
+//! [`Ops`]; the session stream multiplexes the same operations by `op_id`;
+//! `WatchLeases` is `crate::lease_events`'.
 
 use std::{collections::HashMap, sync::Arc};
 
@@ -115,6 +116,17 @@ impl lock_server::Lock for LockService {
         let (tx, rx) = mpsc::channel(SESSION_BUFFER);
         tokio::spawn(Session::new(self.ops.clone(), who, tx).run(r.into_inner(), self.stop.clone()));
         Ok(Response::new(ReceiverStream::new(rx)))
+    }
+
+    type WatchLeasesStream = ReceiverStream<Result<pb::LeaseEvent, Status>>;
+
+    async fn watch_leases(
+        &self,
+        r: Request<pb::WatchLeasesRequest>,
+    ) -> Result<Response<Self::WatchLeasesStream>, Status> {
+        let who = self.who(&r)?;
+        let watch = self.ops.watch_leases(&who, r.into_inner()).await?;
+        Ok(Response::new(ReceiverStream::new(watch.spawn(self.ops.clone(), self.stop.clone()))))
     }
 }
 

@@ -34,6 +34,7 @@ pub mod conn_limits;
 pub mod driver;
 pub mod grpc;
 pub mod http_client;
+pub mod lease_events;
 pub mod metrics;
 pub mod policy;
 pub mod quota;

@@ -365,6 +365,44 @@ async fn inv13_only_the_owner_uses_a_lease_and_an_admin_may_revoke_it() {
     node.running.shutdown().await;
 }
 
+/// INV-13 for lease events (issue 17): only a lease's owner may watch it — not
+/// another identity, not an admin (who may only revoke it), not a caller
+/// without credentials; one lease of another in the list refuses the whole
+/// call. The owner's stream gets the admin's revoke pushed, then ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inv13_only_the_owner_watches_a_lease_and_sees_an_admin_revoke_it() {
+    use pb::lease_event::Kind;
+    let node = start_node().await;
+    let mut worker = node.with_token(&node.worker).await;
+    let mut other = node.with_token(&node.other_worker).await;
+    let mut admin = node.with_token(&node.admin).await;
+    let lease = grant(&mut worker).await.unwrap();
+    let others = grant(&mut other).await.unwrap();
+    let watch = |ids: &[u64]| pb::WatchLeasesRequest { lease_ids: ids.to_vec() };
+
+    for (who, c) in [("another identity", &mut other), ("an admin", &mut admin), ("the owner", &mut worker)] {
+        let ids: &[u64] = if who == "the owner" { &[lease, others] } else { &[lease] };
+        let e = c.watch_leases(watch(ids)).await.expect_err(who);
+        assert_eq!(e.code(), Code::PermissionDenied, "{who}: {e:?}");
+        assert!(e.message().contains("belongs to another identity"), "{who}: {e:?}");
+    }
+    let mut anonymous = node.client(None, None).await.unwrap();
+    let e = anonymous.watch_leases(watch(&[lease])).await.expect_err("no credentials");
+    assert_eq!(e.code(), Code::Unauthenticated, "{e:?}");
+
+    let mut events = worker.watch_leases(watch(&[lease])).await.unwrap().into_inner();
+    let first = events.message().await.unwrap().unwrap();
+    assert!(matches!(first.kind, Some(Kind::Watching(_))), "{first:?}");
+    admin
+        .revoke_lease(pb::RevokeLeaseRequest { request_id: request_id(), lease_id: lease })
+        .await
+        .expect("an admin revokes");
+    let revoked = pb::LeaseEvent { lease_id: lease, kind: Some(Kind::Revoked(pb::lease_event::Revoked {})) };
+    assert_eq!(events.message().await.unwrap(), Some(revoked));
+    assert_eq!(events.message().await.unwrap(), None, "the stream ends with its lease");
+    node.running.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lease_ids_are_random() {
     let node = start_node().await;

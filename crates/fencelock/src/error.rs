@@ -315,14 +315,17 @@ impl std::fmt::Display for NotAcquired {
 #[non_exhaustive]
 pub enum LeaseLost {
     /// The local deadline passed without a confirmed keep-alive: the client can no
-    /// longer prove it holds the lease (the server may or may not have expired it).
-    #[error("the lease deadline passed without a confirmed keep-alive")]
+    /// longer prove it holds the lease (the server may or may not have expired it);
+    /// or the server pushed that it expired the lease (native backend).
+    #[error("the lease expired (no keep-alive confirmed it in time)")]
     Expired,
     /// The server no longer knows the lease: it expired there, or someone revoked it.
     #[error("the server no longer knows the lease (expired or revoked)")]
     NotFound,
-    /// This client revoked the lease ([`crate::Client::revoke_lease`]).
-    #[error("the lease was revoked by this client")]
+    /// The lease was revoked: by this client ([`crate::Client::revoke_lease`]), or
+    /// by anyone allowed to (its owner, an admin), as the server pushed it (native
+    /// backend).
+    #[error("the lease was revoked")]
     Revoked,
     /// The client revoked the lease after the last lock on it was released.
     #[error("the lease was closed after its last lock was released")]

@@ -21,7 +21,17 @@
 //! ([`LeaseLost::Revoked`]), or when the client closes it after its last lock was
 //! released ([`LeaseLost::Closed`]). [`LeaseWatch::lost`] fires for each of these,
 //! and it fires at the deadline by its own timer even if the watchdog task is
-//! stalled: loss is never silent.
+//! stalled: loss is never silent. The native backend also learns of a revocation
+//! or an expiry on the server from its push stream (see
+//! [`crate::backend::native::lease_rpc`]): [`LeaseLost::Revoked`] or
+//! [`LeaseLost::Expired`] within a round trip of the server's decision.
+//!
+//! # Jeopardy
+//! A lease is *in jeopardy* from `deadline - margin` (default margin: TTL/3) until
+//! a keep-alive moves the deadline, and for good once it is lost
+//! ([`LeaseWatch::jeopardy`]): keep-alives have been failing for long enough that
+//! the holder should stop starting new writes (Chubby's jeopardy event). With
+//! healthy keep-alives (one every ~TTL/3) a lease never enters jeopardy.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -60,6 +70,17 @@ impl LeaseState {
             None if now >= self.deadline => LeaseState { lost: Some(LeaseLost::Expired), ..self },
             _ => self,
         }
+    }
+
+    /// The instant from which the lease is in jeopardy with `margin`:
+    /// `deadline - margin` (the deadline itself if that underflows).
+    pub fn jeopardy_at(self, margin: Duration) -> Instant {
+        self.deadline.checked_sub(margin).unwrap_or(self.deadline)
+    }
+
+    /// In jeopardy at `now` with `margin`: lost, or past [`Self::jeopardy_at`].
+    pub fn in_jeopardy(self, now: Instant, margin: Duration) -> bool {
+        self.lost.is_some() || now >= self.jeopardy_at(margin)
     }
 
     /// Lost for `reason`, unless it was lost already.
@@ -188,6 +209,51 @@ impl LeaseWatch {
                 // Cannot fail: `self.cell` owns the sender.
                 _ = rx.changed() => {}
                 _ = tokio::time::sleep_until(state.deadline) => {}
+            }
+        }
+    }
+
+    /// The default jeopardy margin: a third of the TTL (the keep-alive period, so
+    /// jeopardy means "about one keep-alive round has failed").
+    pub fn default_jeopardy_margin(&self) -> Duration {
+        self.cell.ttl / 3
+    }
+
+    /// True while the lease is in jeopardy with the default margin (see
+    /// [`Self::jeopardy`]); true once it is lost.
+    pub fn in_jeopardy(&self) -> bool {
+        self.in_jeopardy_with(self.default_jeopardy_margin())
+    }
+
+    /// [`Self::in_jeopardy`] with `margin` before the deadline.
+    pub fn in_jeopardy_with(&self, margin: Duration) -> bool {
+        self.cell.state().in_jeopardy(Instant::now(), margin)
+    }
+
+    /// Resolves when the lease is in jeopardy: when `deadline - margin` passes
+    /// (default margin: TTL/3) without a keep-alive that moved the deadline, or at
+    /// once if the lease is in jeopardy or lost already. A keep-alive confirmed
+    /// meanwhile moves the moment with the deadline. Time to stop starting new
+    /// writes; [`Self::lost`] says when the lease is gone. Cancel-safe; call it
+    /// again after a confirmed keep-alive to wait for the next jeopardy.
+    pub async fn jeopardy(&self) {
+        self.jeopardy_with(self.default_jeopardy_margin()).await
+    }
+
+    /// [`Self::jeopardy`] with `margin` before the deadline.
+    pub async fn jeopardy_with(&self, margin: Duration) {
+        let mut rx = self.cell.state.subscribe();
+        loop {
+            // Mark the current value seen first, so that any later change wakes us.
+            rx.borrow_and_update();
+            let state = self.cell.state();
+            if state.in_jeopardy(Instant::now(), margin) {
+                return;
+            }
+            tokio::select! {
+                // Cannot fail: `self.cell` owns the sender.
+                _ = rx.changed() => {}
+                _ = tokio::time::sleep_until(state.jeopardy_at(margin)) => {}
             }
         }
     }
@@ -343,5 +409,68 @@ mod tests {
         assert_eq!(watch.lost().await, LeaseLost::NotFound);
         assert_eq!(Instant::now(), t0 + S);
         assert_eq!(watch.deadline(), t0 + 30 * S, "the deadline stays what it was");
+    }
+
+    /// Jeopardy: `deadline - margin`, the default margin TTL/3.
+    #[tokio::test(start_paused = true)]
+    async fn jeopardy_fires_at_the_deadline_minus_a_third_of_the_ttl() {
+        let t0 = Instant::now();
+        let cell = LeaseCell::new(7, 30 * S, t0 + 30 * S);
+        let watch = LeaseWatch::new(cell.clone());
+        assert!(!watch.in_jeopardy());
+        watch.jeopardy().await;
+        assert_eq!(Instant::now(), t0 + 20 * S);
+        assert!(watch.in_jeopardy());
+        assert!(!watch.is_lost(), "in jeopardy, not lost");
+    }
+
+    /// Jeopardy with a margin of the caller's choice.
+    #[tokio::test(start_paused = true)]
+    async fn jeopardy_with_a_margin_fires_that_long_before_the_deadline() {
+        let t0 = Instant::now();
+        let cell = LeaseCell::new(7, 30 * S, t0 + 30 * S);
+        let watch = LeaseWatch::new(cell.clone());
+        assert!(!watch.in_jeopardy_with(5 * S));
+        watch.jeopardy_with(5 * S).await;
+        assert_eq!(Instant::now(), t0 + 25 * S);
+        assert!(watch.in_jeopardy_with(5 * S));
+        assert!(!watch.in_jeopardy_with(4 * S));
+    }
+
+    /// A keep-alive confirmed before `deadline - margin` moves the jeopardy with
+    /// the deadline (as `lost` follows a moved deadline).
+    #[tokio::test(start_paused = true)]
+    async fn jeopardy_follows_a_moved_deadline() {
+        let t0 = Instant::now();
+        let cell = LeaseCell::new(7, 3 * S, t0 + 3 * S);
+        let watch = LeaseWatch::new(cell.clone());
+        let c = cell.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(S).await;
+            // Sent at t0+1 s: the deadline moves to t0+4 s, jeopardy to t0+3 s.
+            assert!(c.confirm(t0 + S, 3 * S));
+        });
+        watch.jeopardy().await;
+        assert_eq!(Instant::now(), t0 + 3 * S);
+        assert_eq!(watch.deadline(), t0 + 4 * S);
+        assert!(!watch.is_lost());
+    }
+
+    /// A lost lease is in jeopardy at once, whatever its deadline.
+    #[tokio::test(start_paused = true)]
+    async fn jeopardy_fires_at_once_when_the_lease_is_lost() {
+        let t0 = Instant::now();
+        let cell = LeaseCell::new(7, 30 * S, t0 + 30 * S);
+        let watch = LeaseWatch::new(cell.clone());
+        let c = cell.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(S).await;
+            c.lose(LeaseLost::Revoked);
+        });
+        watch.jeopardy().await;
+        assert_eq!(Instant::now(), t0 + S);
+        assert!(watch.in_jeopardy());
+        watch.jeopardy().await;
+        assert_eq!(Instant::now(), t0 + S, "and at once for every later call");
     }
 }

@@ -59,9 +59,13 @@
 //! * [`Guard::deadline`] is conservative: the send time of the request that
 //!   last confirmed the lease, plus the TTL. The server's deadline is never
 //!   earlier.
-//! * [`Guard::lost`] fires when the server reports the lease gone (at the next
-//!   keep-alive), when this client revokes it, or at the deadline if no keep-alive
-//!   confirmed it by then. It always fires on loss; loss is final.
+//! * [`Guard::lost`] fires when the server reports the lease gone (pushed on the
+//!   `WatchLeases` stream within a round trip of a revocation or expiry, else at
+//!   the next keep-alive), when this client revokes it, or at the deadline if no
+//!   keep-alive confirmed it by then. It always fires on loss; loss is final.
+//! * [`Guard::jeopardy`] fires earlier: at the deadline minus TTL/3 if no
+//!   keep-alive moved the deadline by then (stop starting new writes), and at
+//!   once on loss.
 //! * Every RPC has a deadline (default 10 s, [`ClientBuilder::rpc_timeout`]; a
 //!   waiting acquire gets its wait on top). Transient failures are retried with
 //!   exponential backoff and jitter within that deadline, with the same request

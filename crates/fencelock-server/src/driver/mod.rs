@@ -25,6 +25,12 @@
 //!   of that acquire, and a cancel from an older caller of it is never written, so
 //!   a cancel never ends (or releases) the wait of a caller that is still there.
 //!
+//! - **Lease ends.** Every lease end the leader applies (a `LeaseRevoked` reply,
+//!   a `LeaseExpired` effect) is published on a bounded broadcast
+//!   ([`DriverHandle::lease_ends`]) for the `WatchLeases` streams
+//!   (`lease_events.rs`). Only the leader's driver sees outputs, so only the
+//!   leader publishes; followers serve no lease events (nor any other call).
+//!
 //! The decisions are [`core::DriverCore`]'s, which does no IO and is tested
 //! alone (`driver/tests/`); this module is its tokio shell: it owns the
 //! channels, the Raft handle, the write task and the timers, turns what
@@ -35,13 +41,15 @@ use std::sync::{
     Arc,
 };
 
-use fencelock_core::{Acquire, Busy, Caller, Command, EngineError, Grant, LeaseId, Output, Reply, RequestId, WaitEnd};
+use fencelock_core::{
+    Acquire, Busy, Caller, Command, Effect, EngineError, Grant, LeaseId, Output, Reply, RequestId, WaitEnd,
+};
 use openraft::{
     error::{ClientWriteError, RaftError},
     ServerState,
 };
 use tokio::{
-    sync::{mpsc, oneshot, watch},
+    sync::{broadcast, mpsc, oneshot, watch},
     task::JoinHandle,
     time::Instant,
 };
@@ -85,6 +93,46 @@ pub enum AcquireOutcome {
     Rejected(EngineError),
 }
 
+/// How many lease ends the broadcast keeps for its slowest subscriber; one that
+/// falls further behind is told so (and its stream ends): memory stays bounded
+/// whatever the subscribers do.
+pub const LEASE_END_BUFFER: usize = 1024;
+
+/// A lease that ended in an entry the leader applied.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LeaseEnd {
+    pub lease: LeaseId,
+    pub cause: LeaseEndCause,
+}
+
+/// Why a lease ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LeaseEndCause {
+    /// A `Revoke` (by its owner or an admin) was applied.
+    Revoked,
+    /// Its deadline passed (a tick expired it).
+    Expired,
+}
+
+impl LeaseEnd {
+    /// The lease end a reply reports, if any (a revoke's; a repeated revoke
+    /// reports it again, which subscribers ignore).
+    fn of_reply(r: &Result<Reply, DriverError>) -> Option<LeaseEnd> {
+        match r {
+            Ok(Reply::LeaseRevoked { lease }) => Some(LeaseEnd { lease: *lease, cause: LeaseEndCause::Revoked }),
+            _ => None,
+        }
+    }
+
+    /// The lease end an effect reports, if any.
+    fn of_effect(e: &Effect) -> Option<LeaseEnd> {
+        match e {
+            Effect::LeaseExpired { lease } => Some(LeaseEnd { lease: *lease, cause: LeaseEndCause::Expired }),
+            _ => None,
+        }
+    }
+}
+
 type ReplyTx = oneshot::Sender<Result<Reply, DriverError>>;
 type WaitTx = oneshot::Sender<Result<WaitOutcome, DriverError>>;
 
@@ -109,6 +157,8 @@ pub struct DriverHandle {
     ready: watch::Receiver<bool>,
     /// Generations of acquires, so a retry supersedes its older callers.
     next_gen: Arc<AtomicU64>,
+    /// Lease ends, as the driver publishes them.
+    ends: broadcast::Sender<LeaseEnd>,
 }
 
 impl DriverHandle {
@@ -168,6 +218,21 @@ impl DriverHandle {
     /// Whether this node currently serves requests (leader with `LeaderStart` applied).
     pub fn is_ready(&self) -> bool {
         *self.ready.borrow()
+    }
+
+    /// Follows [`Self::is_ready`]: a stream ends when it turns false.
+    pub fn ready_watch(&self) -> watch::Receiver<bool> {
+        self.ready.clone()
+    }
+
+    /// How many subscribers [`Self::lease_ends`] has now (open lease event streams).
+    pub fn lease_watchers(&self) -> usize {
+        self.ends.receiver_count()
+    }
+
+    /// Every lease end applied from now on (see [`LEASE_END_BUFFER`]).
+    pub fn lease_ends(&self) -> broadcast::Receiver<LeaseEnd> {
+        self.ends.subscribe()
     }
 }
 
@@ -232,6 +297,8 @@ pub struct Driver {
     write: Option<JoinHandle<Result<Output, DriverError>>>,
     /// Hooks at [`CrashPoint::ReplyBeforeSend`] (see [`crate::seams`]).
     seams: Seams,
+    /// Where lease ends are published.
+    ends: broadcast::Sender<LeaseEnd>,
 }
 
 type WriteError = RaftError<u64, ClientWriteError<u64, crate::raft::Member>>;
@@ -250,8 +317,10 @@ impl Driver {
         let max_batch = max_batch.max(1);
         let core = DriverCore::new(max_batch);
         let seams = Seams::default();
-        let driver = Self { raft, node_id, clock, metrics, max_batch, rx, ready_tx, core, write: None, seams };
-        (driver, DriverHandle { tx, ready, next_gen: Arc::new(AtomicU64::new(1)) })
+        let (ends, _) = broadcast::channel(LEASE_END_BUFFER);
+        let handle = DriverHandle { tx, ready, next_gen: Arc::new(AtomicU64::new(1)), ends: ends.clone() };
+        let driver = Self { raft, node_id, clock, metrics, max_batch, rx, ready_tx, core, write: None, seams, ends };
+        (driver, handle)
     }
 
     /// A leader of a group of several that has not heard from a majority for
@@ -338,6 +407,7 @@ impl Driver {
                     self.write = Some(tokio::spawn(write));
                 }
                 Action::Reply(tx, r) => {
+                    self.publish(LeaseEnd::of_reply(&r));
                     let _ = tx.send(r);
                 }
                 Action::Wake(w, r) => {
@@ -347,8 +417,18 @@ impl Driver {
                     let _ = self.ready_tx.send(ready);
                 }
                 Action::Batched(n) => self.metrics.batch(n),
-                Action::Effect(e) => self.metrics.effect(&e),
+                Action::Effect(e) => {
+                    self.publish(LeaseEnd::of_effect(&e));
+                    self.metrics.effect(&e);
+                }
             }
+        }
+    }
+
+    /// Tells the `WatchLeases` streams (none listening is fine).
+    fn publish(&self, end: Option<LeaseEnd>) {
+        if let Some(end) = end {
+            let _ = self.ends.send(end);
         }
     }
 }

@@ -37,6 +37,8 @@ pub(crate) trait Held: Send + Sync {
 ///   none: see [`super::Capabilities::fencing`]).
 /// * [`lost`](Guard::lost) resolves when the lock is lost; select on it next to
 ///   the work.
+/// * [`jeopardy`](Guard::jeopardy) resolves earlier, when keep-alives have failed
+///   for a while (deadline minus TTL/3): stop starting new writes.
 /// * [`deadline`](Guard::deadline) is the latest instant until which the client
 ///   can prove it holds the lock.
 ///
@@ -105,6 +107,26 @@ impl Guard {
     /// True once the lock is lost (including a passed deadline).
     pub fn is_lost(&self) -> bool {
         self.watch.is_lost()
+    }
+
+    /// Resolves when the lock is in jeopardy: [`deadline`](Self::deadline) minus
+    /// a third of the TTL has passed without a keep-alive that moved the
+    /// deadline, or at once if the lock is lost. Stop starting new writes then;
+    /// [`lost`](Self::lost) says when it is gone. Follows a moved deadline.
+    /// Cancel-safe. See [`LeaseWatch::jeopardy`].
+    pub async fn jeopardy(&self) {
+        self.watch.jeopardy().await
+    }
+
+    /// [`jeopardy`](Self::jeopardy) with `margin` before the deadline instead of
+    /// a third of the TTL.
+    pub async fn jeopardy_with(&self, margin: std::time::Duration) {
+        self.watch.jeopardy_with(margin).await
+    }
+
+    /// True while the lock is in jeopardy (default margin), or lost.
+    pub fn in_jeopardy(&self) -> bool {
+        self.watch.in_jeopardy()
     }
 
     /// A handle on the lease state to move into another task.
