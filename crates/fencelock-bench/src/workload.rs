@@ -131,7 +131,7 @@ pub async fn run(engine: &Engine, spec: RunSpec) -> anyhow::Result<RunResult> {
             Workload::Uncontended => format!("bench/w1/r{}/c{client}", spec.run_no),
             Workload::Contended => format!("bench/w2/r{}", spec.run_no),
         };
-        let (stop, errors) = (stop.clone(), errors.clone());
+        let (stop, errors, opts) = (stop.clone(), errors.clone(), opts.clone());
         tasks.push(tokio::spawn(async move {
             let mut grants = Vec::new();
             while !stop.load(Ordering::Relaxed) {

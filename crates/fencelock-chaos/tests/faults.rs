@@ -66,7 +66,14 @@ async fn lease(c: &mut Client, ttl_ms: u64) -> u64 {
 }
 
 async fn acquire(c: &mut Client, lease_id: u64, lock: &str, wait_ms: u64) -> Result<Option<Outcome>, tonic::Status> {
-    let req = pb::AcquireRequest { request_id: request_id(), lease_id, lock: lock.into(), wait_ms, lock_delay_ms: 0 };
+    let req = pb::AcquireRequest {
+        request_id: request_id(),
+        lease_id,
+        lock: lock.into(),
+        wait_ms,
+        lock_delay_ms: 0,
+        ..Default::default()
+    };
     Ok(c.acquire(req).await?.into_inner().outcome)
 }
 

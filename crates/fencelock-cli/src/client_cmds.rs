@@ -6,7 +6,7 @@ use std::{process::ExitCode, time::Duration};
 use anyhow::Context;
 use clap::Args;
 use fencelock::backend::{BackendUrl, Scheme};
-use fencelock::{Acquire, Client, LockOptions};
+use fencelock::{Acquire, Client};
 use serde_json::json;
 
 use crate::{exit, run::busy_detail, LockArgs, ServerArg};
@@ -89,7 +89,7 @@ async fn connect(s: &ServerArg) -> anyhow::Result<Client> {
 pub async fn acquire(a: AcquireArgs) -> anyhow::Result<ExitCode> {
     let client = connect(&a.server).await?;
     let l = &a.lock;
-    let opts = LockOptions::default().ttl(l.ttl).wait(l.wait).lock_delay(l.lock_delay);
+    let opts = l.options(true);
     let (code, v, text) = match client.acquire_detached(&l.name, opts).await? {
         Acquire::Acquired(g) => (
             exit::OK,
@@ -144,24 +144,60 @@ pub async fn locks(a: LocksArgs) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::from(exit::OK));
     }
     println!(
-        "{:<32} {:<16} {:>19} {:>20} {:>10} {:>8}",
-        "LOCK", "OWNER", "HOLDER-LEASE", "TOKEN", "TTL-LEFT", "WAITERS"
+        "{:<32} {:<16} {:<24} {:>19} {:>20} {:>10} {:>8}  VALUE",
+        "LOCK", "OWNER", "IDENTITY", "HOLDER-LEASE", "TOKEN", "TTL-LEFT", "WAITERS"
     );
     for l in &locks {
-        let dash = || "-".to_string();
-        let (owner, lease, token, ttl) = match &l.holder {
-            Some(h) => {
-                let owner = h.owner.clone().unwrap_or_else(dash);
-                (owner, h.lease_id.to_string(), h.token.to_string(), fmt_dur(h.ttl_left))
-            }
-            None if l.reopens_in.is_some() => {
-                (dash(), dash(), dash(), format!("delay {}", fmt_dur(l.reopens_in.unwrap_or_default())))
-            }
-            None => (dash(), dash(), dash(), dash()),
-        };
-        println!("{:<32} {:<16} {:>19} {:>20} {:>10} {:>8}", l.name, owner, lease, token, ttl, l.waiters.len());
+        print_lock(l);
     }
     Ok(ExitCode::from(exit::OK))
+}
+
+/// One row of `fencelock locks`, then one indented line per waiter.
+fn print_lock(l: &fencelock::LockInfo) {
+    let dash = || "-".to_string();
+    let (owner, identity, lease, token, ttl, value) = match &l.holder {
+        Some(h) => (
+            h.owner.clone().unwrap_or_else(dash),
+            h.identity.clone().unwrap_or_else(dash),
+            h.lease_id.to_string(),
+            h.token.to_string(),
+            fmt_dur(h.ttl_left),
+            short_value(&h.value),
+        ),
+        None if l.reopens_in.is_some() => {
+            let ttl = format!("delay {}", fmt_dur(l.reopens_in.unwrap_or_default()));
+            (dash(), dash(), dash(), dash(), ttl, dash())
+        }
+        None => (dash(), dash(), dash(), dash(), dash(), dash()),
+    };
+    let waiters = l.waiters.len();
+    println!("{:<32} {owner:<16} {identity:<24} {lease:>19} {token:>20} {ttl:>10} {waiters:>8}  {value}", l.name);
+    for w in &l.waiters {
+        let identity = w.identity.as_deref().unwrap_or("-");
+        println!("  waiting: {identity} (lease {}, waited {})", w.lease_id, fmt_dur(w.waited));
+    }
+}
+
+/// Longest value shown in the table, in characters.
+const SHOWN_VALUE_CHARS: usize = 32;
+
+/// A value for the table: its text when it is printable UTF-8, else
+/// `base64:` and its base64; cut to [`SHOWN_VALUE_CHARS`] with `…`; `-` when
+/// empty. (`--json` always gives the whole value, in base64.)
+fn short_value(value: &[u8]) -> String {
+    if value.is_empty() {
+        return "-".into();
+    }
+    let text = match std::str::from_utf8(value) {
+        Ok(t) if !t.chars().any(char::is_control) => t.to_string(),
+        _ => format!("base64:{}", fencelock_core::b64::encode(value)),
+    };
+    if text.chars().count() <= SHOWN_VALUE_CHARS {
+        return text;
+    }
+    let cut: String = text.chars().take(SHOWN_VALUE_CHARS - 1).collect();
+    format!("{cut}…")
 }
 
 pub async fn check(a: CheckArgs) -> anyhow::Result<ExitCode> {
@@ -182,9 +218,13 @@ fn lock_json(l: &fencelock::LockInfo) -> serde_json::Value {
     json!({
         "name": l.name,
         "holder": l.holder.as_ref().map(|h| json!({"lease_id": h.lease_id, "owner": h.owner, "token": h.token,
-            "held_ms": h.held.as_millis() as u64, "ttl_left_ms": h.ttl_left.as_millis() as u64})),
+            "held_ms": h.held.as_millis() as u64, "ttl_left_ms": h.ttl_left.as_millis() as u64,
+            "identity": h.identity, "value_base64": fencelock_core::b64::encode(&h.value)})),
         "reopens_in_ms": l.reopens_in.map(|d| d.as_millis() as u64),
         "waiters": l.waiters.len(),
+        "waiting": l.waiters.iter().map(|w| json!({"lease_id": w.lease_id, "identity": w.identity,
+            "waited_ms": w.waited.as_millis() as u64, "wait_left_ms": w.wait_left.as_millis() as u64}))
+            .collect::<Vec<_>>(),
     })
 }
 

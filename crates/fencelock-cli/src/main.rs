@@ -190,6 +190,44 @@ pub struct LockArgs {
     /// After an unclean loss (lease expiry), keep the lock closed this long.
     #[arg(long, default_value = "0s", value_parser = parse_duration)]
     pub lock_delay: Duration,
+    /// Who takes the lock, as `fencelock locks` shows it (≤ 256 bytes, no
+    /// control characters). Default: `hostname:pid` on a backend that keeps
+    /// holder identities (fencelock), none on the others.
+    #[arg(long)]
+    pub identity: Option<String>,
+    /// A value published with the grant (≤ 4096 bytes, e.g. a leader's
+    /// address); only the fencelock backend keeps one.
+    #[arg(long)]
+    pub value: Option<String>,
+}
+
+impl LockArgs {
+    /// The lock options these flags ask for. `keeps_identity`: the backend
+    /// keeps holder identities, so the identity defaults to `hostname:pid`.
+    pub fn options(&self, keeps_identity: bool) -> fencelock::LockOptions {
+        let opts = fencelock::LockOptions::default().ttl(self.ttl).wait(self.wait).lock_delay(self.lock_delay);
+        let opts = match self.identity.clone().or_else(|| keeps_identity.then(default_identity)) {
+            Some(identity) => opts.identity(identity),
+            None => opts,
+        };
+        match &self.value {
+            Some(value) => opts.value(value.as_bytes()),
+            None => opts,
+        }
+    }
+}
+
+/// `hostname:pid` of this process (the hostname as the kernel has it, else
+/// `localhost`), with any control character dropped so that it is a valid
+/// identity.
+pub fn default_identity() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .or_else(|_| std::fs::read_to_string("/etc/hostname"))
+        .map(|h| h.trim().to_string())
+        .unwrap_or_default();
+    let host = if host.is_empty() { "localhost".to_string() } else { host };
+    let host: String = host.chars().filter(|c| !c.is_control()).take(200).collect();
+    format!("{host}:{}", std::process::id())
 }
 
 fn main() -> ExitCode {

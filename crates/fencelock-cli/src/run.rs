@@ -46,11 +46,7 @@ pub struct RunArgs {
 pub async fn run(a: RunArgs) -> anyhow::Result<ExitCode> {
     let backend =
         fencelock::connect(&a.server.url()).await.with_context(|| format!("connecting to {}", a.server.shown()))?;
-    let opts = LockOptions::default()
-        .ttl(a.lock.ttl)
-        .wait(a.lock.wait)
-        .lock_delay(a.lock.lock_delay)
-        .require_fencing(a.require_fencing);
+    let opts = a.lock.options(backend.capabilities().holder_identity).require_fencing(a.require_fencing);
     let guard = match acquire(&backend, &a.lock.name, &opts).await? {
         Ok(g) => g,
         Err(code) => return Ok(code),

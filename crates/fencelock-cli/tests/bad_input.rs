@@ -34,6 +34,7 @@ async fn grpc_rejects_each_bad_input_clearly() {
         lock: lock.into(),
         wait_ms,
         lock_delay_ms,
+        ..Default::default()
     };
     for name in ["", &"x".repeat(513), "a\nb", "tab\there", "\u{7f}"] {
         assert_status(c.acquire(acq(name, 0, 0)).await, Code::InvalidArgument, "invalid lock name");

@@ -18,6 +18,12 @@ pub enum EngineError {
     /// The lock-delay is above `MAX_LOCK_DELAY_MS`.
     #[error("invalid lock_delay: {got_ms} ms (must be at most {max_ms} ms)")]
     InvalidLockDelay { got_ms: u64, max_ms: u64 },
+    /// The holder identity is too long or has a control character.
+    #[error("invalid identity: {0}")]
+    InvalidIdentity(String),
+    /// The holder value is larger than `MAX_VALUE_BYTES`.
+    #[error("invalid value: {got_bytes} bytes (must be at most {max_bytes} bytes)")]
+    InvalidValue { got_bytes: usize, max_bytes: usize },
     /// The lock name is not a valid name.
     #[error("invalid lock name: {0}")]
     InvalidName(#[from] NameError),

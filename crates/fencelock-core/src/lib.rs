@@ -13,6 +13,7 @@
 //! machine; nothing else mutates it. See `docs/design.md` for the model and the
 //! numbered invariants (INV-n) that the tests cite.
 
+pub mod b64;
 mod engine;
 mod error;
 #[cfg(feature = "mutants")]
@@ -27,3 +28,4 @@ pub use error::EngineError;
 pub use name::{LockName, NameError, MAX_LOCK_NAME_BYTES};
 pub use policy::{Policy, PolicyChange, Quota};
 pub use types::*;
+pub use validate::{check_identity, check_value};

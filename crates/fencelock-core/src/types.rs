@@ -20,6 +20,10 @@ pub const MAX_TTL_MS: u64 = 3_600_000;
 pub const MAX_WAIT_MS: u64 = 3_600_000;
 /// Longest lock-delay (Chubby's upper bound: 1 min).
 pub const MAX_LOCK_DELAY_MS: u64 = 60_000;
+/// Longest holder identity ([`Acquire::identity`]), in bytes of UTF-8.
+pub const MAX_IDENTITY_BYTES: usize = 256;
+/// Largest holder value ([`Acquire::value`]), in bytes.
+pub const MAX_VALUE_BYTES: usize = 4096;
 /// How many recent request outcomes each lease remembers for retries.
 pub const DEDUP_PER_LEASE: usize = 256;
 /// How many recent successful revokes the engine remembers, so that a retried
@@ -212,6 +216,21 @@ pub struct Acquire {
     /// If the lease later *expires* while holding this lock (not a release or
     /// revoke), the lock stays closed to everyone for this long.
     pub lock_delay_ms: u64,
+    /// Who the requester says it is (the CLI sends `host:pid`), shown with its
+    /// grant or its place in the queue to anyone who may describe the lock; ""
+    /// is none. At most [`MAX_IDENTITY_BYTES`] of UTF-8 without control
+    /// characters. Informative only: it is not authenticated (that is
+    /// [`Command::As`]). A retry of the same request id gets the first
+    /// outcome, with the identity and value of the first attempt (INV-6): those
+    /// of the retry are not looked at beyond validation. Absent in entries
+    /// written before it existed ("").
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub identity: String,
+    /// Opaque bytes published with the grant (an election's leader address, a
+    /// config version), at most [`MAX_VALUE_BYTES`]; empty is none. Written as
+    /// standard base64 in JSON (log entries, snapshots).
+    #[serde(default, skip_serializing_if = "Vec::is_empty", with = "crate::b64")]
+    pub value: Vec<u8>,
 }
 
 /// The current grant of a lock.
@@ -345,6 +364,12 @@ pub struct HolderInfo {
     /// Milliseconds until the holder's lease expires unless kept alive.
     pub ttl_left_ms: u64,
     pub lock_delay_ms: u64,
+    /// The identity its acquire carried ("" when none, see [`Acquire::identity`]).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub identity: String,
+    /// The value its acquire carried (empty when none, see [`Acquire::value`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty", with = "crate::b64")]
+    pub value: Vec<u8>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -354,6 +379,9 @@ pub struct WaiterInfo {
     pub waited_ms: u64,
     /// Milliseconds until this wait times out.
     pub wait_left_ms: u64,
+    /// The identity its acquire carried ("" when none, see [`Acquire::identity`]).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub identity: String,
 }
 
 /// A read-only view of one lease at `now`.

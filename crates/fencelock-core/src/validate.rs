@@ -1,5 +1,6 @@
 //! Stateless validation of commands: the rules a command must meet whatever the
-//! engine's state (request id, lock name, TTL, wait, lock-delay, token).
+//! engine's state (request id, lock name, TTL, wait, lock-delay, token, holder
+//! identity and value).
 //!
 //! Where it sits: the one place these rules live. The engine applies them first to
 //! every command it is given (an invalid command is rejected and leaves no trace,
@@ -63,7 +64,8 @@ pub(crate) fn check_ttl(ttl_ms: u64) -> Result<(), EngineError> {
     Err(EngineError::InvalidTtl { got_ms: ttl_ms, min_ms: MIN_TTL_MS, max_ms: MAX_TTL_MS })
 }
 
-/// An acquire's request id, name, wait and lock-delay, in this order; the name.
+/// An acquire's request id, name, wait, lock-delay, identity and value, in this
+/// order; the name.
 pub(crate) fn check_acquire(a: &Acquire) -> Result<LockName, EngineError> {
     check_req(a.req)?;
     let name = LockName::new(a.lock.as_str())?;
@@ -73,6 +75,8 @@ pub(crate) fn check_acquire(a: &Acquire) -> Result<LockName, EngineError> {
     if a.lock_delay_ms > MAX_LOCK_DELAY_MS {
         return Err(EngineError::InvalidLockDelay { got_ms: a.lock_delay_ms, max_ms: MAX_LOCK_DELAY_MS });
     }
+    check_identity(&a.identity)?;
+    check_value(&a.value)?;
     Ok(name)
 }
 
@@ -90,4 +94,28 @@ pub(crate) fn check_release(req: RequestId, lock: &str, token: Token) -> Result<
 pub(crate) fn check_cancel(req: RequestId, lock: &str) -> Result<LockName, EngineError> {
     check_req(req)?;
     Ok(LockName::new(lock)?)
+}
+
+/// A holder identity: at most [`MAX_IDENTITY_BYTES`] of UTF-8 (a `String` is
+/// UTF-8 already) and no control character (it is shown on terminals and in
+/// logs, where one could forge or hide lines). Empty is allowed (none).
+pub fn check_identity(identity: &str) -> Result<(), EngineError> {
+    if identity.len() > MAX_IDENTITY_BYTES {
+        return Err(EngineError::InvalidIdentity(format!(
+            "{} bytes (must be at most {MAX_IDENTITY_BYTES} bytes of UTF-8)",
+            identity.len()
+        )));
+    }
+    if identity.chars().any(char::is_control) {
+        return Err(EngineError::InvalidIdentity("must not contain control characters".into()));
+    }
+    Ok(())
+}
+
+/// A holder value: at most [`MAX_VALUE_BYTES`] bytes, any content.
+pub fn check_value(value: &[u8]) -> Result<(), EngineError> {
+    if value.len() > MAX_VALUE_BYTES {
+        return Err(EngineError::InvalidValue { got_bytes: value.len(), max_bytes: MAX_VALUE_BYTES });
+    }
+    Ok(())
 }

@@ -222,7 +222,12 @@ impl Run {
             Cmd::Acquire { lease, lock, wait, delay } => {
                 let (lease, lock) = (self.lease(*lease), LOCKS[*lock].to_string());
                 self.acquires.push((req, lease, lock.clone()));
-                Command::Acquire(Acquire { req, lease, lock, wait_ms: *wait, lock_delay_ms: *delay })
+                // Every acquire names its lease as identity, so the oracle can
+                // check that identities follow waiters into grants.
+                let identity = reference::identity_of(lease.0);
+                let acq =
+                    Acquire { req, lease, lock, wait_ms: *wait, lock_delay_ms: *delay, identity, value: Vec::new() };
+                Command::Acquire(acq)
             }
             Cmd::ReleaseHeld { lock } => {
                 let lock = LOCKS[*lock].to_string();

@@ -23,8 +23,11 @@
 //!   rule, 503 when no leader could make it.
 //!
 //! A `Lock` is `{"name", "holder": {"lease_id","token","token_age_ms","ttl_left_ms",
-//! "lock_delay_ms","owner"?} | null, "reopens_in_ms": n | null, "waiters": [{"lease_id",
-//! "waited_ms","wait_left_ms"}]}`.
+//! "lock_delay_ms","owner"?,"identity","value_base64"} | null, "reopens_in_ms": n | null,
+//! "waiters": [{"lease_id","waited_ms","wait_left_ms","identity"}]}`. `identity` is
+//! what the acquire said about its requester ("" when nothing); `value_base64` is
+//! the holder's value in standard base64 ("" when none), always base64 so that
+//! the field has one type whatever the bytes are.
 //!
 //! With authentication on (see [`crate::auth`]) a request carries
 //! `Authorization: Bearer <token>` or comes on a connection with a client
@@ -431,6 +434,10 @@ struct HolderJson {
     /// The identity that owns the holder's lease (absent without one).
     #[serde(skip_serializing_if = "Option::is_none")]
     owner: Option<String>,
+    /// The identity its acquire carried ("" when none).
+    identity: String,
+    /// Its value, standard base64 ("" when none).
+    value_base64: String,
 }
 
 #[derive(Serialize)]
@@ -438,6 +445,8 @@ struct WaiterJson {
     lease_id: u64,
     waited_ms: u64,
     wait_left_ms: u64,
+    /// The identity its acquire carried ("" when none).
+    identity: String,
 }
 
 impl From<LockInfo> for LockJson {
@@ -451,12 +460,19 @@ impl From<LockInfo> for LockJson {
                 ttl_left_ms: h.ttl_left_ms,
                 lock_delay_ms: h.lock_delay_ms,
                 owner: h.owner,
+                value_base64: fencelock_core::b64::encode(&h.value),
+                identity: h.identity,
             }),
             reopens_in_ms: i.reopens_in_ms,
             waiters: i
                 .waiters
                 .into_iter()
-                .map(|w| WaiterJson { lease_id: w.lease.0, waited_ms: w.waited_ms, wait_left_ms: w.wait_left_ms })
+                .map(|w| WaiterJson {
+                    lease_id: w.lease.0,
+                    waited_ms: w.waited_ms,
+                    wait_left_ms: w.wait_left_ms,
+                    identity: w.identity,
+                })
                 .collect(),
         }
     }

@@ -144,6 +144,8 @@ impl Ops {
             lock: r.lock,
             wait_ms: r.wait_ms,
             lock_delay_ms: r.lock_delay_ms,
+            identity: r.identity,
+            value: r.value,
         };
         let outcome = match self.driver.acquire(acq, who.caller()).await.map_err(driver_status)? {
             AcquireOutcome::Acquired { grant, waited_ms } => Outcome::Acquired(acquired(grant, waited_ms)),
@@ -287,11 +289,13 @@ fn holder(h: HolderInfo) -> pb::Holder {
         ttl_left_ms: h.ttl_left_ms,
         lock_delay_ms: h.lock_delay_ms,
         owner: h.owner.unwrap_or_default(),
+        identity: h.identity,
+        value: h.value,
     }
 }
 
 fn waiter(w: WaiterInfo) -> pb::Waiter {
-    pb::Waiter { lease_id: w.lease.0, waited_ms: w.waited_ms, wait_left_ms: w.wait_left_ms }
+    pb::Waiter { lease_id: w.lease.0, waited_ms: w.waited_ms, wait_left_ms: w.wait_left_ms, identity: w.identity }
 }
 
 fn lock_info(i: LockInfo) -> pb::LockInfo {

@@ -230,8 +230,15 @@ mod tests {
         let mut cmds = vec![];
         for i in 1..=n {
             cmds.push(by(name, Command::GrantLease { req: RequestId(i), ttl_ms: 60_000, id: None }));
-            let acq =
-                Acquire { req: RequestId(i), lease: LeaseId(i), lock: format!("l{i}"), wait_ms: 0, lock_delay_ms: 0 };
+            let acq = Acquire {
+                req: RequestId(i),
+                lease: LeaseId(i),
+                lock: format!("l{i}"),
+                wait_ms: 0,
+                lock_delay_ms: 0,
+                identity: String::new(),
+                value: Vec::new(),
+            };
             cmds.push(by(name, Command::Acquire(acq)));
         }
         e.step(&Input::Batch { now: 0, cmds });

@@ -156,7 +156,14 @@ async fn grant(c: &mut Authed) -> Result<u64, tonic::Status> {
 }
 
 fn acquire(lease: u64, lock: &str) -> pb::AcquireRequest {
-    pb::AcquireRequest { request_id: request_id(), lease_id: lease, lock: lock.into(), wait_ms: 0, lock_delay_ms: 0 }
+    pb::AcquireRequest {
+        request_id: request_id(),
+        lease_id: lease,
+        lock: lock.into(),
+        wait_ms: 0,
+        lock_delay_ms: 0,
+        ..Default::default()
+    }
 }
 
 /// Every gRPC verb, as (what, result code) for one client: the calls a

@@ -22,7 +22,14 @@ use support::{lease, request_id, start, Client};
 const ROUNDS: u64 = 50;
 
 async fn acquire(c: &mut Client, req: u64, lease_id: u64, lock: &str, wait_ms: u64) -> Option<Outcome> {
-    let r = pb::AcquireRequest { request_id: req, lease_id, lock: lock.into(), wait_ms, lock_delay_ms: 0 };
+    let r = pb::AcquireRequest {
+        request_id: req,
+        lease_id,
+        lock: lock.into(),
+        wait_ms,
+        lock_delay_ms: 0,
+        ..Default::default()
+    };
     c.acquire(r).await.expect("acquire").into_inner().outcome
 }
 

@@ -30,6 +30,7 @@ async fn real_data_dir(dir: &Path) {
             lock: format!("lock-{i}"),
             wait_ms: 0,
             lock_delay_ms: 0,
+            ..Default::default()
         };
         let Some(Outcome::Acquired(a)) = c.acquire(req).await.unwrap().into_inner().outcome else { panic!("acquire") };
         if i % 3 == 0 {

@@ -45,7 +45,14 @@ async fn grant(c: &mut Authed) -> Result<u64, tonic::Status> {
 }
 
 fn acquire(lease: u64, lock: &str, wait_ms: u64) -> pb::AcquireRequest {
-    pb::AcquireRequest { request_id: request_id(), lease_id: lease, lock: lock.into(), wait_ms, lock_delay_ms: 0 }
+    pb::AcquireRequest {
+        request_id: request_id(),
+        lease_id: lease,
+        lock: lock.into(),
+        wait_ms,
+        lock_delay_ms: 0,
+        ..Default::default()
+    }
 }
 
 /// One flooding caller until `end`: a lease, a try on a lock of its own and

@@ -228,6 +228,8 @@ fn commands() -> Vec<Command> {
             lock: lock.into(),
             wait_ms,
             lock_delay_ms: 50,
+            identity: String::new(),
+            value: Vec::new(),
         })
     };
     vec![
@@ -240,6 +242,8 @@ fn commands() -> Vec<Command> {
             lock: "a".into(),
             wait_ms: 500,
             lock_delay_ms: 0,
+            identity: "host-b:42".into(),
+            value: b"10.0.0.2:7000".to_vec(),
         }),
         Command::KeepAlive { req: RequestId(5), lease: LeaseId(1) },
         Command::Release { req: RequestId(6), lease: LeaseId(1), lock: "a".into(), token: Token(1) },
@@ -384,6 +388,8 @@ fn session_stream_requests() {
             lock: "a".into(),
             wait_ms: 500,
             lock_delay_ms: 0,
+            identity: "host-b:42".into(),
+            value: b"10.0.0.2:7000".to_vec(),
         }),
         Op::Release(pb::ReleaseRequest { request_id: 3, lease_id: 1, lock: "a".into(), token: 7 }),
         Op::KeepAlive(pb::KeepAliveRequest { request_id: 4, lease_id: 1 }),

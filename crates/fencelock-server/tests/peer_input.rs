@@ -23,8 +23,14 @@ use support::{lease, request_id, start, Client};
 
 /// The token of a grant of the free lock `lock`.
 async fn token(c: &mut Client, lease_id: u64, lock: &str) -> u64 {
-    let req =
-        pb::AcquireRequest { request_id: request_id(), lease_id, lock: lock.into(), wait_ms: 0, lock_delay_ms: 0 };
+    let req = pb::AcquireRequest {
+        request_id: request_id(),
+        lease_id,
+        lock: lock.into(),
+        wait_ms: 0,
+        lock_delay_ms: 0,
+        ..Default::default()
+    };
     match c.acquire(req).await.map(|r| r.into_inner().outcome) {
         Ok(Some(Outcome::Acquired(a))) => a.token,
         other => panic!("acquire of the free lock {lock}: {other:?}"),

@@ -30,6 +30,7 @@ async fn inv9_invalid_requests_write_no_log_entry() {
             lock: lock.into(),
             wait_ms,
             lock_delay_ms: 0,
+            ..Default::default()
         };
         let statuses = [
             c.acquire(acquire(&long_name, 0)).await.unwrap_err(),
@@ -48,8 +49,14 @@ async fn inv9_invalid_requests_write_no_log_entry() {
     assert_eq!(last_index(), before, "a rejected request must not become a log entry");
 
     // A valid request still does.
-    let ok =
-        pb::AcquireRequest { request_id: request_id(), lease_id: l, lock: "ok".into(), wait_ms: 0, lock_delay_ms: 0 };
+    let ok = pb::AcquireRequest {
+        request_id: request_id(),
+        lease_id: l,
+        lock: "ok".into(),
+        wait_ms: 0,
+        lock_delay_ms: 0,
+        ..Default::default()
+    };
     c.acquire(ok).await.expect("a valid acquire");
     assert!(last_index() > before);
 }

@@ -12,7 +12,7 @@ use fencelock_proto::v1 as pb;
 /// How to take a lock: `LockOptions::default().ttl(..).wait(..)`. Not
 /// constructible by a struct literal outside the crate (`#[non_exhaustive]`),
 /// so that a new option breaks no caller.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct LockOptions {
     /// Lease time-to-live (100 ms to 1 h). Locks of one [`crate::Client`] with the
@@ -28,6 +28,16 @@ pub struct LockOptions {
     /// [`crate::Error::Unsupported`] before anything is sent. Every grant of the
     /// native server is fenced, so it never refuses.
     pub require_fencing: bool,
+    /// Who takes the lock, as shown to anyone who describes it (with the
+    /// grant, or with the place in the queue): at most 256 bytes of UTF-8
+    /// without control characters. `None` takes the client's
+    /// [`ClientBuilder::identity`](crate::ClientBuilder::identity), if any. Only
+    /// backends with [`Capabilities::holder_identity`](crate::Capabilities::holder_identity)
+    /// take one; the others refuse it ([`crate::Error::Unsupported`]).
+    pub identity: Option<String>,
+    /// Bytes published with the grant (an election's leader address), at most
+    /// 4096; empty is none. Same backends as `identity`.
+    pub value: Vec<u8>,
 }
 
 impl Default for LockOptions {
@@ -38,6 +48,8 @@ impl Default for LockOptions {
             wait: Duration::ZERO,
             lock_delay: Duration::ZERO,
             require_fencing: false,
+            identity: None,
+            value: Vec::new(),
         }
     }
 }
@@ -65,6 +77,18 @@ impl LockOptions {
     /// [`LockOptions::require_fencing`](#structfield.require_fencing)).
     pub fn require_fencing(mut self, require: bool) -> Self {
         self.require_fencing = require;
+        self
+    }
+
+    /// Taken as `identity` (see [`LockOptions::identity`](#structfield.identity)).
+    pub fn identity(mut self, identity: impl Into<String>) -> Self {
+        self.identity = Some(identity.into());
+        self
+    }
+
+    /// Publishing `value` with the grant (see [`LockOptions::value`](#structfield.value)).
+    pub fn value(mut self, value: impl Into<Vec<u8>>) -> Self {
+        self.value = value.into();
         self
     }
 }
@@ -119,16 +143,23 @@ pub struct Holder {
     pub ttl_left: Duration,
     /// Lock-delay that applies if this lease expires while holding.
     pub lock_delay: Duration,
+    /// The identity its acquire carried ([`LockOptions::identity`]; `None`
+    /// when none). Not authenticated: [`Holder::owner`] is.
+    pub identity: Option<String>,
+    /// The value its acquire carried ([`LockOptions::value`]; empty when none).
+    pub value: Vec<u8>,
 }
 
 /// A queued acquire.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Waiter {
     pub lease_id: u64,
     /// Time in the queue so far.
     pub waited: Duration,
     /// Time until this wait times out.
     pub wait_left: Duration,
+    /// The identity its acquire carried (`None` when none).
+    pub identity: Option<String>,
 }
 
 pub(crate) fn ms(v: u64) -> Duration {
@@ -152,13 +183,20 @@ impl From<pb::Holder> for Holder {
             held: ms(h.held_ms),
             ttl_left: ms(h.ttl_left_ms),
             lock_delay: ms(h.lock_delay_ms),
+            identity: (!h.identity.is_empty()).then_some(h.identity),
+            value: h.value,
         }
     }
 }
 
 impl From<pb::Waiter> for Waiter {
     fn from(w: pb::Waiter) -> Self {
-        Waiter { lease_id: w.lease_id, waited: ms(w.waited_ms), wait_left: ms(w.wait_left_ms) }
+        Waiter {
+            lease_id: w.lease_id,
+            waited: ms(w.waited_ms),
+            wait_left: ms(w.wait_left_ms),
+            identity: (!w.identity.is_empty()).then_some(w.identity),
+        }
     }
 }
 

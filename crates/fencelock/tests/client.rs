@@ -388,7 +388,14 @@ async fn a_retried_acquire_with_the_same_request_id_is_granted_once() {
     let mut raw = LockClient::connect(server.url.clone()).await.unwrap();
     let lease =
         raw.grant_lease(pb::GrantLeaseRequest { request_id: 11, ttl_ms: 10_000 }).await.unwrap().into_inner().lease_id;
-    let req = pb::AcquireRequest { request_id: 4242, lease_id: lease, lock: "a".into(), wait_ms: 0, lock_delay_ms: 0 };
+    let req = pb::AcquireRequest {
+        request_id: 4242,
+        lease_id: lease,
+        lock: "a".into(),
+        wait_ms: 0,
+        lock_delay_ms: 0,
+        ..Default::default()
+    };
     let first = raw.acquire(req.clone()).await.unwrap().into_inner();
     let again = raw.acquire(req).await.unwrap().into_inner();
     let token = |r: &pb::AcquireResponse| match &r.outcome {
@@ -397,8 +404,14 @@ async fn a_retried_acquire_with_the_same_request_id_is_granted_once() {
     };
     assert_eq!(token(&first), token(&again), "the retry gets the first grant");
     // A new request id on the same lease is a new request: the lock is held.
-    let other =
-        pb::AcquireRequest { request_id: 4243, lease_id: lease, lock: "a".into(), wait_ms: 0, lock_delay_ms: 0 };
+    let other = pb::AcquireRequest {
+        request_id: 4243,
+        lease_id: lease,
+        lock: "a".into(),
+        wait_ms: 0,
+        lock_delay_ms: 0,
+        ..Default::default()
+    };
     let busy = raw.acquire(other).await.unwrap().into_inner();
     assert!(matches!(busy.outcome, Some(pb::acquire_response::Outcome::Busy(_))), "{busy:?}");
     server.stop().await;
@@ -559,4 +572,82 @@ async fn the_client_reconnects_after_a_server_restart_and_keeps_its_lock() {
     assert!(!guard.is_lost());
     assert_eq!(guard.release().await, Ok(true));
     running.shutdown().await;
+}
+
+/// Issue 17: `describe` and `list` report the holder's identity (the client's,
+/// from `ClientBuilder::identity`) and value, and each waiter's identity (its
+/// request's own); a granted waiter becomes the holder with its own identity.
+#[tokio::test]
+async fn describe_and_list_show_holder_identity_and_value_and_waiter_identities() {
+    let server = Server::start().await;
+    let c1 = Client::builder(server.url.clone()).identity("host-a:1").connect().await.unwrap();
+    let lock = c1.lock("elect").ttl(5 * SECS).value(&b"10.0.0.1:7000"[..]);
+    let held = acquired(lock.acquire().await.unwrap());
+    let c2 = server.client().await;
+    let queued = tokio::spawn(c2.lock("elect").wait(30 * SECS).identity("host-b:2").acquire());
+    eventually("queued", || async { waiters(&c1, "elect").await == 1 }).await;
+
+    let info = c1.describe("elect").await.unwrap();
+    let h = info.holder.as_ref().expect("held");
+    assert_eq!((h.token, h.identity.as_deref()), (held.token().unwrap(), Some("host-a:1")));
+    assert_eq!(h.value, b"10.0.0.1:7000");
+    let waiting: Vec<_> = info.waiters.iter().map(|w| w.identity.as_deref()).collect();
+    assert_eq!(waiting, vec![Some("host-b:2")]);
+    let listed = c1.list("", 10).await.unwrap();
+    assert_eq!(listed.len(), 1);
+    let h = listed[0].holder.as_ref().expect("held");
+    assert_eq!((h.identity.as_deref(), h.value.as_slice()), (Some("host-a:1"), &b"10.0.0.1:7000"[..]));
+    assert_eq!(listed[0].waiters[0].identity.as_deref(), Some("host-b:2"));
+
+    held.release().await.unwrap();
+    let second = acquired(within("the waiter's grant", queued).await.unwrap().unwrap());
+    let h = c1.describe("elect").await.unwrap().holder.expect("held by the waiter");
+    assert_eq!((h.token, h.identity.as_deref(), h.value.len()), (second.token().unwrap(), Some("host-b:2"), 0));
+}
+
+/// Issue 17: an identity or value over its limit is refused with
+/// `InvalidArgument` naming the limit, by the client before any request and by
+/// the server before any log write (`fencelock_log_entries_total` unchanged).
+#[tokio::test]
+async fn an_oversized_value_or_bad_identity_is_refused_before_any_write() {
+    let server = Server::start().await;
+    let client = server.client().await;
+    let mut raw = server.raw().await;
+    let lease = pb::GrantLeaseRequest { request_id: 77, ttl_ms: 3_600_000 };
+    let lease = raw.grant_lease(lease).await.unwrap().into_inner().lease_id;
+    let entries = server.metric("fencelock_log_entries_total").await;
+
+    let err = client.lock("x").value(vec![0u8; 4097]).acquire().await.unwrap_err();
+    let Error::InvalidArgument(why) = err else { panic!("expected InvalidArgument, got {err:?}") };
+    assert_eq!(why, "invalid value: 4097 bytes (must be at most 4096 bytes)");
+    let err = client.lock("x").identity("a\u{1b}[2Jb").acquire().await.unwrap_err();
+    let Error::InvalidArgument(why) = err else { panic!("expected InvalidArgument, got {err:?}") };
+    assert_eq!(why, "invalid identity: must not contain control characters");
+    let err = Client::builder(server.url.clone()).identity("h".repeat(257)).connect().await.unwrap_err();
+    let Error::InvalidArgument(why) = err else { panic!("expected InvalidArgument, got {err:?}") };
+    assert_eq!(why, "invalid identity: 257 bytes (must be at most 256 bytes of UTF-8)");
+
+    let req = pb::AcquireRequest {
+        request_id: 78,
+        lease_id: lease,
+        lock: "x".into(),
+        value: vec![1; 4097],
+        ..Default::default()
+    };
+    let status = raw.acquire(req).await.unwrap_err();
+    assert_eq!(status.code(), tonic::Code::InvalidArgument, "{status:?}");
+    assert_eq!(status.message(), "invalid value: 4097 bytes (must be at most 4096 bytes)");
+    let req = pb::AcquireRequest {
+        request_id: 79,
+        lease_id: lease,
+        lock: "x".into(),
+        identity: "é".repeat(129),
+        ..Default::default()
+    };
+    let status = raw.acquire(req).await.unwrap_err();
+    assert_eq!(
+        (status.code(), status.message()),
+        (tonic::Code::InvalidArgument, "invalid identity: 258 bytes (must be at most 256 bytes of UTF-8)")
+    );
+    assert_eq!(server.metric("fencelock_log_entries_total").await, entries, "a refused acquire was written");
 }

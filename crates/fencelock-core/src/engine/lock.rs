@@ -2,7 +2,7 @@
 //! grant to the next waiter, wait timeouts, lock-delay and reopening.
 
 use super::{
-    state::{Closed, Holder, Outcome, Waiter},
+    state::{Closed, Holder, Outcome, Tag, Waiter},
     Effects, Engine, TimerKind,
 };
 use crate::validate::{check_acquire, check_cancel, check_release};
@@ -62,7 +62,7 @@ impl Engine {
     }
 
     fn grant_now(&mut self, name: &LockName, a: &Acquire, fx: &mut Effects) -> Reply {
-        let grant = self.install_holder(name, a.lease, a.req, a.lock_delay_ms);
+        let grant = self.install_holder(name, a.lease, a.req, a.lock_delay_ms, Tag::of(a));
         let reply = Reply::Acquired(grant.clone());
         self.record(a.lease, a.req, Outcome::Replied(reply.clone()));
         fx.push(Effect::Granted { grant, req: a.req, queued: false, waited_ms: 0 });
@@ -71,8 +71,8 @@ impl Engine {
 
     fn enqueue(&mut self, name: LockName, a: &Acquire) -> Reply {
         let deadline = self.now.saturating_add(a.wait_ms);
-        let waiter =
-            Waiter { lease: a.lease, req: a.req, queued_at: self.now, deadline, lock_delay_ms: a.lock_delay_ms };
+        let (lease, req, lock_delay_ms, tag) = (a.lease, a.req, a.lock_delay_ms, Tag::of(a));
+        let waiter = Waiter { lease, req, queued_at: self.now, deadline, lock_delay_ms, tag };
         let lock = self.locks.entry(name.clone()).or_default();
         let position = count(lock.queue.len());
         lock.queue.push_back(waiter);
@@ -83,12 +83,20 @@ impl Engine {
         Reply::Queued { position }
     }
 
-    /// Issue the next token (INV-2) and make `lease` a holder of `name`.
-    fn install_holder(&mut self, name: &LockName, lease: LeaseId, req: RequestId, delay: u64) -> Grant {
+    /// Issue the next token (INV-2) and make `lease` a holder of `name`, with the
+    /// identity and value of its acquire.
+    fn install_holder(
+        &mut self,
+        name: &LockName,
+        lease: LeaseId,
+        req: RequestId,
+        delay: u64,
+        tag: Option<Box<Tag>>,
+    ) -> Grant {
         let token = Token(self.next_token);
         self.next_token = self.next_token.saturating_add(1);
         self.tokens_issued = self.tokens_issued.saturating_add(1);
-        let holder = Holder { lease, req, token, granted_at: self.now, lock_delay_ms: delay };
+        let holder = Holder { lease, req, token, granted_at: self.now, lock_delay_ms: delay, tag };
         let grant = holder.grant(name);
         self.locks.entry(name.clone()).or_default().holders.push(holder);
         if let Some(l) = self.leases.get_mut(&lease) {
@@ -234,7 +242,7 @@ impl Engine {
             if let Some(l) = self.leases.get_mut(&w.lease) {
                 l.waits.remove(&w.req);
             }
-            let grant = self.install_holder(name, w.lease, w.req, w.lock_delay_ms);
+            let grant = self.install_holder(name, w.lease, w.req, w.lock_delay_ms, w.tag);
             self.record(w.lease, w.req, Outcome::Replied(Reply::Acquired(grant.clone())));
             let waited_ms = self.now.saturating_sub(w.queued_at);
             fx.push(Effect::Granted { grant, req: w.req, queued: true, waited_ms });

@@ -16,7 +16,15 @@ fn lease(req: u64, ttl_ms: u64) -> Command {
 
 fn acq(req: u64, lease: u64, lock: &str, wait_ms: u64) -> Command {
     let lock = lock.to_string();
-    Command::Acquire(Acquire { req: RequestId(req), lease: LeaseId(lease), lock, wait_ms, lock_delay_ms: 0 })
+    Command::Acquire(Acquire {
+        req: RequestId(req),
+        lease: LeaseId(lease),
+        lock,
+        wait_ms,
+        lock_delay_ms: 0,
+        identity: String::new(),
+        value: Vec::new(),
+    })
 }
 
 fn rel(req: u64, lease: u64, lock: &str, token: u64) -> Command {

@@ -10,7 +10,7 @@ use std::ops::Bound;
 
 use super::{
     lock::count,
-    state::{Holder, Lock, Waiter},
+    state::{Holder, Lock, Tag, Waiter},
     Engine,
 };
 use crate::*;
@@ -137,6 +137,8 @@ impl Engine {
             held_ms: now.saturating_sub(h.granted_at),
             ttl_left_ms: self.lease_deadline(h.lease).unwrap_or(0).saturating_sub(now),
             lock_delay_ms: h.lock_delay_ms,
+            identity: Tag::identity(h.tag.as_deref()).to_owned(),
+            value: Tag::value(h.tag.as_deref()).to_vec(),
         }
     }
 
@@ -148,6 +150,7 @@ impl Engine {
             req: w.req,
             waited_ms: now.saturating_sub(w.queued_at),
             wait_left_ms: w.deadline - now,
+            identity: Tag::identity(w.tag.as_deref()).to_owned(),
         };
         waiters.map(info).collect()
     }

@@ -165,6 +165,10 @@ pub(crate) struct Holder {
     pub token: Token,
     pub granted_at: Millis,
     pub lock_delay_ms: u64,
+    /// Identity and value of the acquire; absent in state written before they
+    /// existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tag: Option<Box<Tag>>,
 }
 
 impl Holder {
@@ -182,6 +186,38 @@ pub(crate) struct Waiter {
     /// The wait times out when `now >= deadline`.
     pub deadline: Millis,
     pub lock_delay_ms: u64,
+    /// Identity and value of the acquire, handed to the holder it becomes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tag: Option<Box<Tag>>,
+}
+
+/// What an acquire says about its requester: [`crate::Acquire::identity`] and
+/// [`crate::Acquire::value`]. Holders and waiters keep it boxed and only when
+/// one is set, so a plain acquire costs one null pointer.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Tag {
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub identity: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty", with = "crate::b64")]
+    pub value: Vec<u8>,
+}
+
+impl Tag {
+    /// The tag of `a`, or `None` when it has neither identity nor value.
+    pub fn of(a: &crate::Acquire) -> Option<Box<Tag>> {
+        if a.identity.is_empty() && a.value.is_empty() {
+            return None;
+        }
+        Some(Box::new(Tag { identity: a.identity.clone(), value: a.value.clone() }))
+    }
+
+    pub fn identity(tag: Option<&Tag>) -> &str {
+        tag.map_or("", |t| t.identity.as_str())
+    }
+
+    pub fn value(tag: Option<&Tag>) -> &[u8] {
+        tag.map_or(&[], |t| t.value.as_slice())
+    }
 }
 
 /// A lock closed by lock-delay: nobody is granted before `until`.

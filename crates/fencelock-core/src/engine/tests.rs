@@ -24,6 +24,7 @@ use super::*;
 mod consistency_tests;
 mod floor_tests;
 mod harness;
+mod identity_tests;
 mod lease_tests;
 mod lock_tests;
 mod misc_tests;

@@ -458,6 +458,8 @@ impl Model {
             held_ms: now.saturating_sub(h.since),
             ttl_left_ms: self.lease(h.lease).unwrap().deadline - now,
             lock_delay_ms: h.delay,
+            identity: identity_of(h.lease),
+            value: Vec::new(),
         });
         let mut reopen: Vec<u64> = self.closed.iter().filter(|c| c.lock == lock).map(|c| c.until).collect();
         for h in self.holders.iter().filter(|h| h.lock == lock && h.delay > 0 && !self.live_at(h.lease, now)) {
@@ -471,6 +473,7 @@ impl Model {
                 req: RequestId(w.req),
                 waited_ms: now.saturating_sub(w.since),
                 wait_left_ms: w.until - now,
+                identity: identity_of(w.lease),
             })
             .collect();
         Some(LockInfo { name: lock_name(lock), holder, reopens_in_ms, waiters })
@@ -483,4 +486,9 @@ impl Model {
         let locks = held.iter().map(|h| grant(&h.lock, id, h.token)).collect();
         Some(LeaseInfo { lease: LeaseId(id), owner: None, ttl_ms: l.ttl, ttl_left_ms: l.deadline - now, locks })
     }
+}
+
+/// The identity the model's acquires of `lease` carry.
+pub fn identity_of(lease: u64) -> String {
+    format!("lease-{lease}")
 }

@@ -526,12 +526,13 @@ pub fn batch_len<R, W>(pending: &[Msg<R, W>], max_batch: usize) -> usize {
 }
 
 /// Roughly how many bytes `cmd` takes in an entry: fixed fields plus its lock name
-/// (validated commands have names of at most 512 bytes).
+/// (validated commands have names of at most 512 bytes), and an acquire's
+/// identity and value (base64 in JSON: 4 characters per 3 bytes).
 pub fn approx_bytes(cmd: &Command) -> usize {
     const FIXED: usize = 128;
     FIXED
         + match cmd {
-            Command::Acquire(a) => a.lock.len(),
+            Command::Acquire(a) => a.lock.len() + a.identity.len() + a.value.len().div_ceil(3) * 4,
             Command::Release { lock, .. } | Command::CancelWait { lock, .. } => lock.len(),
             Command::GrantLease { .. } | Command::KeepAlive { .. } | Command::Revoke { .. } => 0,
             Command::As { caller, cmd } => caller.name.len() + approx_bytes(cmd),

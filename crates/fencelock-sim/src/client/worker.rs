@@ -94,6 +94,8 @@ impl Worker {
             lock: LOCK.to_string(),
             wait_ms: self.cfg.acquire_wait_ms(),
             lock_delay_ms: 0,
+            identity: String::new(),
+            value: Vec::new(),
         });
         while self.session.borrow().is_live(lease) {
             match self.server.call(cmd.clone()).await {

@@ -266,6 +266,7 @@ impl LockBackend for EtcdBackend {
             server_ttl: true,
             survives_failover: true,
             lock_delay: false,
+            holder_identity: false,
             min_ttl: Duration::from_secs(1),
         }
     }

@@ -121,6 +121,11 @@ pub struct Capabilities {
     pub survives_failover: bool,
     /// [`LockOptions::lock_delay`] is supported.
     pub lock_delay: bool,
+    /// The backend keeps a holder identity and value ([`LockOptions::identity`],
+    /// [`LockOptions::value`]) and shows them when the lock is described. A
+    /// backend without it refuses an acquire that carries either with
+    /// [`Error::Unsupported`] rather than drop them silently.
+    pub holder_identity: bool,
     /// The smallest TTL the backend keeps; a shorter one is refused with
     /// [`Error::Unsupported`] rather than silently lengthened. Larger TTLs may
     /// be rounded up to the backend's granularity (whole seconds for etcd); the
@@ -141,6 +146,7 @@ impl Capabilities {
             server_ttl: false,
             survives_failover: false,
             lock_delay: false,
+            holder_identity: false,
             min_ttl: MIN_TTL,
         }
     }
@@ -181,6 +187,12 @@ impl Capabilities {
         self
     }
 
+    /// With [`holder_identity`](#structfield.holder_identity) set to `yes`.
+    pub const fn with_holder_identity(mut self, yes: bool) -> Self {
+        self.holder_identity = yes;
+        self
+    }
+
     /// With [`min_ttl`](#structfield.min_ttl) `min_ttl`.
     pub const fn with_min_ttl(mut self, min_ttl: Duration) -> Self {
         self.min_ttl = min_ttl;
@@ -189,10 +201,17 @@ impl Capabilities {
 
     /// Checks a request against these capabilities before anything is sent:
     /// [`Error::InvalidArgument`] for a bad lock name (see `check_name`) or a
-    /// TTL or wait out of range, [`Error::Unsupported`] if the caller asks for
-    /// fencing or a lock-delay the backend cannot give.
+    /// TTL or wait out of range or a bad identity or value,
+    /// [`Error::Unsupported`] if the caller asks for fencing, a lock-delay or a
+    /// holder identity the backend cannot give.
     pub fn admit(&self, backend: &str, name: &str, opts: &LockOptions) -> Result<(), Error> {
         check_name(name)?;
+        check_tag(opts)?;
+        if (opts.identity.is_some() || !opts.value.is_empty()) && !self.holder_identity {
+            return Err(Error::Unsupported(format!(
+                "{backend} keeps no holder identity or value; use the fencelock backend or leave them out"
+            )));
+        }
         if opts.require_fencing && self.fencing == Fencing::None {
             return Err(Error::Unsupported(format!(
                 "{backend} gives no fencing token, and this lock requires one; use a backend with fencing (fencelock, redis, etcd, zk, postgres) or do not require fencing"
@@ -240,6 +259,14 @@ impl Capabilities {
 /// ZooKeeper path) encodes it; the caller never sees the difference.
 pub(crate) fn check_name(name: &str) -> Result<(), Error> {
     fencelock_core::LockName::new(name).map(drop).map_err(|e| Error::InvalidArgument(format!("invalid lock name: {e}")))
+}
+
+/// Identity and value by the engine's rules ([`fencelock_core::check_identity`],
+/// [`fencelock_core::check_value`]).
+pub(crate) fn check_tag(opts: &LockOptions) -> Result<(), Error> {
+    let invalid = |e: fencelock_core::EngineError| Error::InvalidArgument(e.to_string());
+    fencelock_core::check_identity(opts.identity.as_deref().unwrap_or("")).map_err(invalid)?;
+    fencelock_core::check_value(&opts.value).map_err(invalid)
 }
 
 /// The TTL range every backend accepts: the engine's.
@@ -378,6 +405,7 @@ mod tests {
             server_ttl: true,
             survives_failover: false,
             lock_delay,
+            holder_identity: false,
             min_ttl: MIN_TTL,
         }
     }
@@ -389,6 +417,27 @@ mod tests {
         assert!(matches!(got, Err(Error::Unsupported(ref m)) if m.contains("redlock")), "{got:?}");
         assert_eq!(caps(Fencing::PerLock, false).admit("redis", "a", &opts), Ok(()));
         assert_eq!(caps(Fencing::None, false).admit("redlock", "a", &LockOptions::default()), Ok(()));
+    }
+
+    /// Issue 17: a backend that keeps no holder identity refuses one (and a
+    /// value) rather than drop it; the limits are the engine's, for every backend.
+    #[test]
+    fn identity_and_value_are_refused_by_a_backend_without_them_and_checked_for_all() {
+        let tagged = LockOptions::default().identity("host:1");
+        let got = caps(Fencing::PerLock, false).admit("redis", "a", &tagged);
+        assert!(
+            matches!(got, Err(Error::Unsupported(ref m)) if m.starts_with("redis keeps no holder identity")),
+            "{got:?}"
+        );
+        let valued = LockOptions::default().value(&b"v"[..]);
+        assert!(matches!(caps(Fencing::PerLock, false).admit("etcd", "a", &valued), Err(Error::Unsupported(_))));
+        let native = caps(Fencing::Global, true).with_holder_identity(true);
+        assert_eq!(native.admit("fencelock", "a", &tagged), Ok(()));
+        assert_eq!(native.admit("fencelock", "a", &valued), Ok(()));
+        let big = LockOptions::default().value(vec![0u8; fencelock_core::MAX_VALUE_BYTES + 1]);
+        let want = Err(Error::InvalidArgument("invalid value: 4097 bytes (must be at most 4096 bytes)".into()));
+        assert_eq!(native.admit("fencelock", "a", &big), want);
+        assert_eq!(caps(Fencing::PerLock, false).admit("redis", "a", &big), want, "invalid before unsupported");
     }
 
     #[test]

@@ -327,6 +327,7 @@ impl LockBackend for RedisBackend {
             server_ttl: true,
             survives_failover: false,
             lock_delay: false,
+            holder_identity: false,
             min_ttl: Duration::from_millis(100),
         }
     }

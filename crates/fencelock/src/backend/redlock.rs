@@ -179,6 +179,7 @@ impl LockBackend for RedlockBackend {
             server_ttl: true,
             survives_failover: true,
             lock_delay: false,
+            holder_identity: false,
             min_ttl: Duration::from_millis(100),
         }
     }

@@ -58,6 +58,19 @@ impl LockRequest {
         self
     }
 
+    /// Who takes the lock, shown with the grant (≤ 256 bytes); default: the
+    /// client's identity, if any. See [`LockOptions::identity`](crate::LockOptions::identity).
+    pub fn identity(mut self, identity: impl Into<String>) -> Self {
+        self.opts = self.opts.identity(identity);
+        self
+    }
+
+    /// Bytes published with the grant (≤ 4096). Default none.
+    pub fn value(mut self, value: impl Into<Vec<u8>>) -> Self {
+        self.opts = self.opts.value(value);
+        self
+    }
+
     /// All options at once.
     pub fn options(mut self, opts: LockOptions) -> Self {
         self.opts = opts;

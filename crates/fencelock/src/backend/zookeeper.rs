@@ -305,6 +305,7 @@ impl LockBackend for ZkBackend {
             server_ttl: true,
             survives_failover: true,
             lock_delay: false,
+            holder_identity: false,
             min_ttl: MIN_TTL,
         }
     }

@@ -276,7 +276,7 @@ async fn only_the_next_waiter_is_woken() {
         let b = suite::connect(&url(&server)).await;
         let (release_tx, release) = oneshot::channel::<()>();
         releases.push(release_tx);
-        let granted_tx = granted_tx.clone();
+        let (granted_tx, long) = (granted_tx.clone(), long.clone());
         waiters.push(tokio::spawn(async move {
             let g = b.acquire("next", &long).await.unwrap().acquired().unwrap();
             granted_tx.send(i).unwrap();

@@ -41,7 +41,15 @@ pub fn revoke(req: u64, lease: u64) -> Command {
 /// Acquire `lock` for `lease`, waiting up to `wait_ms`, with lock-delay `delay`.
 pub fn acq(req: u64, lease: u64, lock: &str, wait_ms: u64, delay: u64) -> Command {
     let lock = lock.to_string();
-    Command::Acquire(Acquire { req: r(req), lease: l(lease), lock, wait_ms, lock_delay_ms: delay })
+    Command::Acquire(Acquire {
+        req: r(req),
+        lease: l(lease),
+        lock,
+        wait_ms,
+        lock_delay_ms: delay,
+        identity: String::new(),
+        value: Vec::new(),
+    })
 }
 
 pub fn rel(req: u64, lease: u64, lock: &str, token: u64) -> Command {

@@ -19,7 +19,7 @@ fn inv7_expiry_with_lock_delay_closes_the_lock_until_the_delay_ends() {
     let fx = vec![expired(1), released(grant("a", 1, 1), 1000, Expired)];
     assert_eq!(tick(&mut e, 1000), out(vec![], fx, Some(1300)));
     assert_eq!(one(&mut e, 1100, acq(3, 2, "a", 0, 0)).0, busy(None, Some(200), 1));
-    let waiter = WaiterInfo { lease: l(2), req: r(2), waited_ms: 200, wait_left_ms: 1800 };
+    let waiter = WaiterInfo { lease: l(2), req: r(2), waited_ms: 200, wait_left_ms: 1800, identity: String::new() };
     let info = LockInfo { name: name("a"), holder: None, reopens_in_ms: Some(200), waiters: vec![waiter] };
     assert_eq!(e.lock_info(1100, "a"), Some(info));
     assert_eq!(tick(&mut e, 1299), out(vec![], vec![], Some(1300)));
@@ -118,10 +118,18 @@ fn inv8_leader_start_rebases_every_instant_onto_the_new_clock() {
     assert_eq!(e.lease_info(5000, l(2)).unwrap().ttl_left_ms, 4000);
     assert_eq!(e.lock_info(5000, "a").unwrap().reopens_in_ms, Some(300));
     let b = e.lock_info(5000, "b").unwrap();
-    let holder =
-        HolderInfo { lease: l(2), owner: None, token: t(2), held_ms: 1000, ttl_left_ms: 4000, lock_delay_ms: 0 };
+    let holder = HolderInfo {
+        lease: l(2),
+        owner: None,
+        token: t(2),
+        held_ms: 1000,
+        ttl_left_ms: 4000,
+        lock_delay_ms: 0,
+        identity: String::new(),
+        value: Vec::new(),
+    };
     assert_eq!(b.holder, Some(holder));
-    let waiter = WaiterInfo { lease: l(3), req: r(3), waited_ms: 1000, wait_left_ms: 500 };
+    let waiter = WaiterInfo { lease: l(3), req: r(3), waited_ms: 1000, wait_left_ms: 500, identity: String::new() };
     assert_eq!(b.waiters, vec![waiter]);
     let fx = vec![wait_ended("b", 3, 3, WaitEnd::TimedOut)];
     assert_eq!(tick(&mut e, 5500), out(vec![], fx, Some(9000)));

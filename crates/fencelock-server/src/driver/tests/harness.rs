@@ -62,6 +62,8 @@ pub fn acquire_cmd(lease: u64, req: u64, lock: &str) -> Command {
         lock: lock.into(),
         wait_ms: 1000,
         lock_delay_ms: 0,
+        identity: String::new(),
+        value: Vec::new(),
     })
 }
 

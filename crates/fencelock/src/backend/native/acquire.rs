@@ -126,7 +126,7 @@ async fn acquire_once(
     rpc: &Rpc,
     name: &str,
     lease_id: u64,
-    opts: &LockOptions,
+    (opts, identity): (&LockOptions, &str),
     start: Instant,
     deadline: Instant,
 ) -> Result<Granted, Error> {
@@ -142,6 +142,8 @@ async fn acquire_once(
                 lock: name.to_string(),
                 wait_ms: wait_left(opts.wait, wait_end, Instant::now()),
                 lock_delay_ms: to_ms(opts.lock_delay),
+                identity: identity.to_string(),
+                value: opts.value.clone(),
             };
             let req = request(msg, left);
             async move { c.acquire(req).await }
@@ -185,6 +187,9 @@ impl Client {
         opts: &LockOptions,
         start: Instant,
     ) -> Result<Acquire<Acquired>, Error> {
+        // A bad identity or value is refused before a lease is granted for it
+        // (the server checks the rest, with its own messages).
+        crate::backend::check_tag(opts)?;
         let rpc = &self.inner.rpc;
         let deadline = start + opts.wait + rpc.rpc_timeout;
         let (cell, sent) = lease_rpc::grant(rpc, opts.ttl, deadline).await?;
@@ -215,9 +220,11 @@ impl Client {
         start: Instant,
         deadline: Instant,
     ) -> Result<OnLease, Error> {
+        // The request's own identity, else the client's.
+        let identity = opts.identity.as_deref().or(self.inner.identity.as_deref()).unwrap_or("");
         for _ in 0..ACQUIRE_TRIES {
             let Granted { outcome, retried } =
-                match acquire_once(&self.inner.rpc, name, lease_id, opts, start, deadline).await {
+                match acquire_once(&self.inner.rpc, name, lease_id, (opts, identity), start, deadline).await {
                     Ok(granted) => granted,
                     Err(Error::LeaseNotFound(_)) => return Ok(OnLease::LeaseGone),
                     Err(e) => return Err(e),

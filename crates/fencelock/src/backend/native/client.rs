@@ -43,6 +43,7 @@ pub struct ClientBuilder {
     lease_linger: Duration,
     tls: Option<ClientTls>,
     token: Option<String>,
+    identity: Option<String>,
 }
 
 impl fmt::Debug for ClientBuilder {
@@ -56,6 +57,7 @@ impl fmt::Debug for ClientBuilder {
             .field("tls", &self.tls)
             // Never the token.
             .field("token", &self.token.as_ref().map(|_| "***"))
+            .field("identity", &self.identity)
             .finish()
     }
 }
@@ -113,6 +115,17 @@ impl ClientBuilder {
         self
     }
 
+    /// The holder identity sent with every acquire of this client that does not
+    /// name its own ([`LockOptions::identity`]), e.g. `"host:pid"` or a pod
+    /// name: it is what `fencelock locks` and [`Client::describe`] show for the
+    /// holder and the waiters. At most 256 bytes of UTF-8 without control
+    /// characters (checked at connect). Default none: a library does not guess
+    /// what identifies its process (the CLI sends `hostname:pid`).
+    pub fn identity(mut self, identity: impl Into<String>) -> Self {
+        self.identity = Some(identity.into());
+        self
+    }
+
     /// Connects to the first server of the list that answers. Fails with
     /// [`Error::InvalidArgument`] for a malformed URL or token, or the URL of
     /// another backend; [`Error::Security`] for a TLS file that cannot be
@@ -121,6 +134,8 @@ impl ClientBuilder {
     /// leader a follower names, else moving along the list.
     pub async fn connect(self) -> Result<Client, Error> {
         let url = BackendUrl::parse(&self.url)?;
+        let identity = self.identity.as_deref().unwrap_or("");
+        fencelock_core::check_identity(identity).map_err(|e| Error::InvalidArgument(e.to_string()))?;
         if url.scheme != Scheme::Native {
             return Err(Error::InvalidArgument(format!(
                 "{url}: a Client talks to a fencelock server (fencelock://, fencelock+tls://, http://, https://); \
@@ -139,7 +154,7 @@ impl ClientBuilder {
         let servers = Servers::connect(urls, dial).await?;
         let rpc = Rpc::new(servers, self.rpc_timeout, self.backoff);
         let leases = Registry::new(rpc.clone(), tokio::runtime::Handle::current(), self.lease_linger);
-        Ok(Client { inner: Arc::new(Inner { rpc, leases }) })
+        Ok(Client { inner: Arc::new(Inner { rpc, leases, identity: self.identity }) })
     }
 }
 
@@ -168,6 +183,7 @@ impl Client {
             lease_linger: DEFAULT_LEASE_LINGER,
             tls: None,
             token: None,
+            identity: None,
         }
     }
 

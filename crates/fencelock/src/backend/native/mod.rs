@@ -48,6 +48,8 @@ pub struct Client {
 pub(crate) struct Inner {
     pub(crate) rpc: Rpc,
     pub(crate) leases: Arc<Registry>,
+    /// [`ClientBuilder::identity`]: sent with every acquire that names none.
+    pub(crate) identity: Option<String>,
 }
 
 impl LockBackend for Client {
@@ -74,6 +76,7 @@ impl LockBackend for Client {
             server_ttl: true,
             survives_failover: self.servers_given() > 1,
             lock_delay: true,
+            holder_identity: true,
             min_ttl: Duration::from_millis(100),
         }
     }

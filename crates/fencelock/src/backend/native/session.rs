@@ -115,6 +115,7 @@ impl Session {
             lock: lock.to_string(),
             wait_ms: to_ms(wait),
             lock_delay_ms: to_ms(lock_delay),
+            ..Default::default()
         });
         match self.call(op, wait + self.inner.rpc_timeout, true).await? {
             Reply::Acquire(r) => acquire_from_proto(r),

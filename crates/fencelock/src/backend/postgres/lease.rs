@@ -210,6 +210,7 @@ pub const CAPABILITIES: Capabilities = Capabilities {
     server_ttl: true,
     survives_failover: false,
     lock_delay: false,
+    holder_identity: false,
     min_ttl: Duration::from_millis(100),
 };
 
