@@ -72,7 +72,7 @@ impl Ops {
     }
 
     /// Checks `verb` on `name` for `who`, and its request rate.
-    fn allow(&self, who: &Who, check: impl FnOnce(&Who) -> Result<(), Refusal>) -> Result<(), Status> {
+    pub(crate) fn allow(&self, who: &Who, check: impl FnOnce(&Who) -> Result<(), Refusal>) -> Result<(), Status> {
         check(who).map_err(|r| self.refused(who.name(), who.remote(), r))?;
         if let Some((name, own)) = who.for_quota() {
             self.quotas.rate(name, own, self.clock.instant()).map_err(|e| self.exhausted(who, e))?;

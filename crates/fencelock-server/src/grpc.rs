@@ -39,11 +39,18 @@ pub struct LockService {
     /// Turns true on shutdown: open session streams end, so a graceful shutdown
     /// does not wait for clients to close them.
     stop: watch::Receiver<bool>,
+    /// The node's watch hub, for `Watch` (see [`crate::watching`]).
+    hub: Option<Arc<crate::watching::Hub>>,
 }
 
 impl LockService {
     pub fn new(ops: Ops, auth: Arc<Auth>, stop: watch::Receiver<bool>) -> Self {
-        Self { ops, auth, stop }
+        Self { ops, auth, stop, hub: None }
+    }
+
+    /// Serves `Watch` from `hub` (without, `Watch` is unimplemented).
+    pub fn with_watch(self, hub: Arc<crate::watching::Hub>) -> Self {
+        Self { hub: Some(hub), ..self }
     }
 
     /// Who sent `r` (its `authorization` metadata, or its connection's client
@@ -115,6 +122,14 @@ impl lock_server::Lock for LockService {
         let (tx, rx) = mpsc::channel(SESSION_BUFFER);
         tokio::spawn(Session::new(self.ops.clone(), who, tx).run(r.into_inner(), self.stop.clone()));
         Ok(Response::new(ReceiverStream::new(rx)))
+    }
+
+    type WatchStream = crate::watching::serve::PbStream;
+
+    async fn watch(&self, r: Request<pb::WatchRequest>) -> Result<Response<Self::WatchStream>, Status> {
+        let who = self.who(&r)?;
+        let hub = self.hub.as_ref().ok_or_else(|| Status::unimplemented("this server does not serve watches"))?;
+        crate::watching::serve::grpc(&self.ops, hub, who, r.into_inner(), self.stop.clone()).map(Response::new)
     }
 }
 
