@@ -283,7 +283,8 @@ pub async fn serve(
             }
         }));
     }
-    let router = admin::router(ops, metrics, config.node_id, auth, tls.clone());
+    let watch_source = watching::serve::Source { hub, stop: stop_rx.clone() };
+    let router = admin::router_with_watch(ops, metrics, config.node_id, auth, tls.clone(), Some(watch_source));
     let http_stop = stopped(stop_rx);
     let header_read_timeout = gate.limits().header_read_timeout;
     let http = conn_limits::accept(http, gate, tls.map(|t| (t, tls::Port::Admin)));

@@ -89,3 +89,60 @@ async fn a_watch_sees_every_transition_in_order_and_resumes_exactly() {
     assert_eq!(take(&mut resumed, 5).await, events[2..].to_vec());
     server.stop().await;
 }
+
+/// The `id:` and `data:` of the first `n` events of `GET path` (SSE), sent
+/// with `extra` headers.
+async fn sse(addr: std::net::SocketAddr, path: &str, extra: &str, n: usize) -> Vec<(String, serde_json::Value)> {
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+    within("SSE events", async {
+        let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let req = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nAccept: text/event-stream\r\n{extra}\r\n");
+        s.write_all(req.as_bytes()).await.unwrap();
+        let mut lines = BufReader::new(s).lines();
+        let status = lines.next_line().await.unwrap().expect("a status line");
+        assert!(status.starts_with("HTTP/1.1 200"), "GET {path}: {status}");
+        let (mut out, mut id) = (Vec::new(), None);
+        while out.len() < n {
+            let line = lines.next_line().await.unwrap().expect("more events");
+            if let Some(v) = line.strip_prefix("id: ") {
+                id = Some(v.to_string());
+            } else if let Some(d) = line.strip_prefix("data: ") {
+                let data: serde_json::Value = serde_json::from_str(d).unwrap();
+                out.push((id.take().expect("an id before the data"), data));
+            }
+        }
+        out
+    })
+    .await
+}
+
+/// Rules: `GET /v1/watch` streams the events as SSE, each with `id:` its
+/// revision (the same as the RPC's) and its kind; `Last-Event-ID` resumes
+/// right after that event.
+#[tokio::test]
+async fn the_sse_endpoint_streams_events_with_revision_ids_and_resumes() {
+    let server = Server::start().await;
+    let client = server.client().await;
+    let mut raw = server.raw().await;
+    let mut w = client.watch_from("jobs/", Some(Revision { index: 0, seq: 0 }));
+    let l = lease(&mut raw, 60_000).await;
+    let t1 = acquire(&mut raw, l, "jobs/a", 0).await;
+    raw.release(pb::ReleaseRequest { request_id: fastrand_id(), lease_id: l, lock: "jobs/a".into(), token: t1 })
+        .await
+        .unwrap();
+    let t2 = acquire(&mut raw, l, "jobs/b", 0).await;
+    let rpc = take(&mut w, 3).await;
+
+    let got = sse(server.http_addr(), "/v1/watch?prefix=jobs/&from=0", "", 3).await;
+    let ids: Vec<String> = got.iter().map(|(id, _)| id.clone()).collect();
+    assert_eq!(ids, rpc.iter().map(|e| e.revision.to_string()).collect::<Vec<_>>());
+    let kinds: Vec<(&str, &str, u64)> = got
+        .iter()
+        .map(|(_, d)| (d["kind"].as_str().unwrap(), d["lock"].as_str().unwrap(), d["token"].as_u64().unwrap()))
+        .collect();
+    assert_eq!(kinds, vec![("granted", "jobs/a", t1), ("released", "jobs/a", t1), ("granted", "jobs/b", t2)]);
+
+    let resumed = sse(server.http_addr(), "/v1/watch?prefix=jobs/", &format!("Last-Event-ID: {}\r\n", ids[0]), 2).await;
+    assert_eq!(resumed.iter().map(|(id, _)| id.clone()).collect::<Vec<_>>(), ids[1..].to_vec());
+    server.stop().await;
+}

@@ -17,6 +17,7 @@
 pub mod events;
 pub mod hub;
 pub mod serve;
+pub mod sse;
 
 pub use events::{Event, Kind, PendingWaits};
 pub use hub::{Compacted, Hub, Rev, Subscription, WatchError};

@@ -59,6 +59,14 @@ impl Selector {
     }
 }
 
+/// What a watch serves from: the node's hub, and the node's stop signal
+/// (open watches end when it turns true, so a shutdown does not wait on them).
+#[derive(Debug, Clone)]
+pub struct Source {
+    pub hub: Arc<Hub>,
+    pub stop: watch::Receiver<bool>,
+}
+
 /// What a watch yields: events, then possibly its end by [`Compacted`].
 pub type Item = Result<Arc<Event>, Compacted>;
 
