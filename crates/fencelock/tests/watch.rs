@@ -5,7 +5,7 @@
 
 mod support;
 
-use fencelock::{Revision, WatchEvent, WatchKind, WatchStream};
+use fencelock::{Client, Revision, WatchEvent, WatchKind, WatchStream};
 use fencelock_proto::v1 as pb;
 use fencelock_proto::v1::lock_client::LockClient;
 use support::{eventually, fastrand_id, waiters, within, Server};
@@ -145,4 +145,49 @@ async fn the_sse_endpoint_streams_events_with_revision_ids_and_resumes() {
     let resumed = sse(server.http_addr(), "/v1/watch?prefix=jobs/", &format!("Last-Event-ID: {}\r\n", ids[0]), 2).await;
     assert_eq!(resumed.iter().map(|(id, _)| id.clone()).collect::<Vec<_>>(), ids[1..].to_vec());
     server.stop().await;
+}
+
+/// Rules (authorization, as `ListLocks`): a watch needs `read` on its whole
+/// prefix; a token that may read only `jobs/` sees the events of `jobs/` and
+/// none of `other/`, and is refused a watch of `""` or of `other/`; a caller
+/// without a token is refused.
+#[tokio::test]
+async fn a_token_limited_to_a_prefix_sees_only_that_prefix() {
+    let dir = tempfile::tempdir().unwrap();
+    let (app, reader) = (fencelock_server::auth::new_token().unwrap(), fencelock_server::auth::new_token().unwrap());
+    let file = format!(
+        "[roles.app]\nrules = [{{ prefix = \"\", verbs = [\"acquire\", \"read\"] }}]\n\
+         [roles.jobs]\nrules = [{{ prefix = \"jobs/\", verbs = [\"read\"] }}]\n\
+         [[tokens]]\nname = \"app\"\nid = \"{}\"\nhash = \"{}\"\nroles = [\"app\"]\n\
+         [[tokens]]\nname = \"reader\"\nid = \"{}\"\nhash = \"{}\"\nroles = [\"jobs\"]\n",
+        app.id, app.hash, reader.id, reader.hash
+    );
+    std::fs::write(dir.path().join("auth.toml"), file).unwrap();
+    let mut config = fencelock_server::Config::for_test(dir.path().join("data"));
+    config.auth_file = Some(dir.path().join("auth.toml"));
+    let running = fencelock_server::start(config).await.unwrap();
+    let url = format!("http://{}", running.grpc_addr);
+    let as_token = |t: &str| Client::builder(url.clone()).token(t.to_string()).connect();
+    let (app_client, reader_client) = (as_token(&app.token).await.unwrap(), as_token(&reader.token).await.unwrap());
+    let zero = Some(Revision { index: 0, seq: 0 });
+    let mut w = reader_client.watch_from("jobs/", zero);
+
+    // Held (a dropped guard releases): the grants are the only events.
+    let mut guards = Vec::new();
+    for name in ["other/x", "jobs/a", "other/y", "jobs/b"] {
+        guards.push(support::acquired(within("acquire", app_client.lock(name).acquire()).await.unwrap()));
+    }
+    let tokens: Vec<u64> = guards.iter().map(|g| g.token().unwrap()).collect();
+    let seen = take(&mut w, 2).await;
+    let seen: Vec<_> = seen.iter().map(|e| (e.kind, e.lock.as_str(), e.token)).collect();
+    assert_eq!(seen, vec![(WatchKind::Granted, "jobs/a", tokens[1]), (WatchKind::Granted, "jobs/b", tokens[3])]);
+
+    for prefix in ["", "other/"] {
+        let err = within("a refusal", reader_client.watch_from(prefix, zero).next_event()).await;
+        assert!(matches!(err, Some(Err(fencelock::Error::PermissionDenied(_)))), "{prefix:?}: {err:?}");
+    }
+    let anonymous = Client::connect(url.clone()).await.unwrap();
+    let err = within("a refusal", anonymous.watch_from("jobs/", zero).next_event()).await;
+    assert!(matches!(err, Some(Err(fencelock::Error::Unauthenticated(_)))), "{err:?}");
+    within("shutdown", running.shutdown()).await;
 }
