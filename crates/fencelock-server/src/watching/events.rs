@@ -129,3 +129,71 @@ fn wait_end(why: WaitEnd) -> &'static str {
         WaitEnd::Cancelled => "cancelled",
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use fencelock_core::{LeaseId, RequestId, Token};
+
+    use super::*;
+
+    /// Applies `cmds` at `now` as the entry `index`; its events as
+    /// (kind, lock, lease, token, reason, seq).
+    fn apply(
+        e: &mut Engine,
+        index: u64,
+        now: u64,
+        cmds: Vec<Command>,
+    ) -> Vec<(Kind, String, u64, u64, &'static str, u32)> {
+        let input = Input::Batch { now, cmds };
+        let pending = PendingWaits::before(e, &input);
+        let out = e.step(&input);
+        let events = of_entry(index, &input, &out, &pending);
+        assert!(events.iter().all(|ev| ev.rev.index == index));
+        events.into_iter().map(|ev| (ev.kind, ev.lock, ev.lease, ev.token, ev.reason, ev.rev.seq)).collect()
+    }
+
+    fn lease(id: u64) -> Command {
+        Command::GrantLease { req: RequestId(id), ttl_ms: 10_000, id: Some(LeaseId(id)) }
+    }
+
+    fn acquire(lease: u64, req: u64, lock: &str, wait_ms: u64) -> Command {
+        Command::Acquire(Acquire {
+            req: RequestId(req),
+            lease: LeaseId(lease),
+            lock: lock.into(),
+            wait_ms,
+            lock_delay_ms: 0,
+        })
+    }
+
+    /// Rules: one event per transition, numbered in the entry from 0; a
+    /// queued request's `queued` comes before its grant in the same entry; a
+    /// retried acquire that is still queued is not queued again; release,
+    /// revoke and a wait that runs out map to their kinds and reasons.
+    #[test]
+    fn engine_outputs_become_events_in_order() {
+        let mut e = Engine::new();
+        e.step(&Input::leader_start(0));
+        assert_eq!(apply(&mut e, 2, 1, vec![lease(1), lease(2), lease(3)]), vec![]);
+        let got = apply(&mut e, 3, 2, vec![acquire(1, 10, "a", 0), acquire(2, 20, "a", 5_000)]);
+        let token = |ev: &[(Kind, String, u64, u64, &str, u32)], i: usize| ev[i].3;
+        let granted1 = got.iter().find(|ev| ev.0 == Kind::Granted).map(|ev| ev.3).expect("a grant");
+        assert_eq!(got, vec![(Kind::Queued, "a".into(), 2, 0, "", 0), (Kind::Granted, "a".into(), 1, granted1, "", 1)]);
+        // A retry of the queued acquire: nothing new.
+        assert_eq!(apply(&mut e, 4, 3, vec![acquire(2, 20, "a", 5_000)]), vec![]);
+        let release =
+            Command::Release { req: RequestId(11), lease: LeaseId(1), lock: "a".into(), token: Token(granted1) };
+        let got = apply(&mut e, 5, 4, vec![release]);
+        let t2 = token(&got, 1);
+        assert_eq!(
+            got,
+            vec![(Kind::Released, "a".into(), 1, granted1, "released", 0), (Kind::Granted, "a".into(), 2, t2, "", 1)]
+        );
+        let got = apply(&mut e, 6, 5, vec![acquire(3, 30, "a", 100)]);
+        assert_eq!(got, vec![(Kind::Queued, "a".into(), 3, 0, "", 0)]);
+        // The wait of lease 3 runs out at 105.
+        assert_eq!(apply(&mut e, 7, 200, vec![]), vec![(Kind::Dequeued, "a".into(), 3, 0, "timed_out", 0)]);
+        let revoke = Command::Revoke { req: RequestId(21), lease: LeaseId(2) };
+        assert_eq!(apply(&mut e, 8, 201, vec![revoke]), vec![(Kind::Revoked, "a".into(), 2, t2, "", 0)]);
+    }
+}
