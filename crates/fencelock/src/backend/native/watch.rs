@@ -89,13 +89,15 @@ async fn stream_once(
             Err(status) => return (failed(&status, out).await, delivered),
         };
         let Some(rev) = ev.revision.map(|r| Revision { index: r.index, seq: r.seq }) else { continue };
-        delivered = true;
         if ev.kind == pb::WatchEventKind::Start as i32 {
             next.get_or_insert(rev);
             continue;
         }
         let Some(event) = decode(ev, rev) else { continue };
         *next = Some(rev.next());
+        // Only events count as progress: a server that opens streams and
+        // ends them at once (it is stopping) is backed off from.
+        delivered = true;
         if out.send(Ok(event)).await.is_err() {
             return (Ended::Done, delivered);
         }
@@ -110,7 +112,7 @@ async fn failed(status: &Status, out: &Out) -> Ended {
     }
     let final_code = matches!(
         status.code(),
-        Code::InvalidArgument | Code::PermissionDenied | Code::Unauthenticated | Code::Unimplemented
+        Code::InvalidArgument | Code::OutOfRange | Code::PermissionDenied | Code::Unauthenticated | Code::Unimplemented
     );
     if final_code && !is_retryable(status) && leader_hint(status).is_none() {
         let _ = out.send(Err(Error::from_status(status))).await;
