@@ -26,7 +26,7 @@ pub enum Error {
     /// A watch asked for events older than the oldest the server still holds:
     /// start again from `oldest` (events before it are lost to this watcher).
     #[error("compacted: oldest available revision is {}", oldest)]
-    Compacted { oldest: crate::watch::Revision },
+    Compacted { oldest: crate::types::Revision },
     /// The lease is gone (never granted, revoked, or expired).
     #[error("lease not found: {0}")]
     LeaseNotFound(String),

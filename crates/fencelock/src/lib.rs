@@ -106,4 +106,4 @@ pub use error::LeaseLost;
 pub use error::{Cause, Error, NotAcquired, WithLockError};
 pub use lease::LeaseWatch;
 pub use types::{Acquired, CheckResult, Holder, LockInfo, LockOptions, Waiter};
-pub use watch::{Revision, WatchEvent, WatchKind, WatchStream};
+pub use watch::{ParseRevisionError, Revision, WatchEvent, WatchKind, WatchStream};

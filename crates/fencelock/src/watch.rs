@@ -1,6 +1,6 @@
 //! Watch types: what [`crate::Client::watch`] yields. A [`WatchEvent`] is one
-//! thing that happened to a lock, at a [`Revision`] that orders all events of
-//! the group totally; [`WatchStream`] is the stream of them, which resumes by
+//! thing that happened to a lock, at a [`Revision`] (defined in `types`, as
+//! errors name it too) that orders all events of the group totally; [`WatchStream`] is the stream of them, which resumes by
 //! itself after a dropped stream or a failed server (see
 //! `backend::native::watch`).
 
@@ -11,41 +11,7 @@ use std::task::{Context, Poll};
 use tokio::sync::mpsc;
 
 use crate::error::Error;
-
-/// A position in the group's event history: the Raft log index of the entry
-/// an event was applied at, and its position among that entry's events.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct Revision {
-    pub index: u64,
-    pub seq: u32,
-}
-
-impl Revision {
-    /// The revision right after this one: where to resume after it.
-    pub fn next(self) -> Revision {
-        match self.seq.checked_add(1) {
-            Some(seq) => Revision { index: self.index, seq },
-            None => Revision { index: self.index.saturating_add(1), seq: 0 },
-        }
-    }
-}
-
-impl fmt::Display for Revision {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}.{}", self.index, self.seq)
-    }
-}
-
-impl std::str::FromStr for Revision {
-    type Err = Error;
-
-    /// `INDEX.SEQ`, or `INDEX` (= `INDEX.0`).
-    fn from_str(s: &str) -> Result<Revision, Error> {
-        let bad = || Error::InvalidArgument(format!("{s:?} is not a revision (INDEX or INDEX.SEQ)"));
-        let (index, seq) = s.trim().split_once('.').unwrap_or((s.trim(), "0"));
-        Ok(Revision { index: index.parse().map_err(|_| bad())?, seq: seq.parse().map_err(|_| bad())? })
-    }
-}
+pub use crate::types::{ParseRevisionError, Revision};
 
 /// What happened to a lock.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
