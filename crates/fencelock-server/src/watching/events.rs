@@ -156,14 +156,11 @@ mod tests {
         Command::GrantLease { req: RequestId(id), ttl_ms: 10_000, id: Some(LeaseId(id)) }
     }
 
+    /// Built from JSON so that fields the engine may add with serde defaults
+    /// (a holder's identity, its value) need no change here.
     fn acquire(lease: u64, req: u64, lock: &str, wait_ms: u64) -> Command {
-        Command::Acquire(Acquire {
-            req: RequestId(req),
-            lease: LeaseId(lease),
-            lock: lock.into(),
-            wait_ms,
-            lock_delay_ms: 0,
-        })
+        let a = serde_json::json!({ "req": req, "lease": lease, "lock": lock, "wait_ms": wait_ms, "lock_delay_ms": 0 });
+        Command::Acquire(serde_json::from_value(a).expect("an acquire"))
     }
 
     /// Rules: one event per transition, numbered in the entry from 0; a
