@@ -156,3 +156,43 @@ fn decode(ev: pb::WatchEvent, revision: Revision) -> Option<WatchEvent> {
         reason: ev.reason,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn compacted_status(with_meta: bool) -> Status {
+        let mut s = Status::out_of_range("compacted: oldest available revision is 42.3");
+        if with_meta {
+            s.metadata_mut().insert(OLDEST_KEY, "42.3".parse().unwrap());
+        }
+        s
+    }
+
+    /// Rule: the server's `compacted` error reaches the user as
+    /// `Error::Compacted` with the oldest revision (from the metadata, or the
+    /// message), and ends the watch; it is never retried.
+    #[tokio::test]
+    async fn compacted_ends_the_watch_with_the_oldest_revision() {
+        for with_meta in [true, false] {
+            let (tx, mut rx) = tokio::sync::mpsc::channel(1);
+            assert!(matches!(failed(&compacted_status(with_meta), &tx).await, Ended::Done));
+            let err = rx.recv().await.expect("an error is handed on");
+            assert_eq!(err, Err(Error::Compacted { oldest: Revision { index: 42, seq: 3 } }));
+        }
+    }
+
+    /// Rules: a refusal ends the watch with its error; an unavailable server
+    /// (or a follower naming the leader) is retried, with the hint.
+    #[tokio::test]
+    async fn refusals_end_the_watch_and_unavailable_is_retried() {
+        let (tx, mut rx) = tokio::sync::mpsc::channel(1);
+        assert!(matches!(failed(&Status::permission_denied("no read on \"\""), &tx).await, Ended::Done));
+        assert!(matches!(rx.recv().await, Some(Err(Error::PermissionDenied(_)))));
+        assert!(matches!(failed(&Status::unavailable("stopping"), &tx).await, Ended::Retry(None)));
+        let mut hinted = Status::unavailable("not the leader");
+        hinted.metadata_mut().insert(super::super::rpc::LEADER_HEADER, "10.0.0.2:7070".parse().unwrap());
+        assert!(matches!(failed(&hinted, &tx).await, Ended::Retry(Some(h)) if h == "10.0.0.2:7070"));
+        assert!(rx.try_recv().is_err(), "nothing is handed on for a retry");
+    }
+}
