@@ -70,7 +70,7 @@ pub struct CheckArgs {
 /// The native client: `acquire`, `release` and `locks` hand a lease between
 /// processes and list the server's queues, which only the fencelock server
 /// does. Any other backend URL is a clear error.
-async fn connect(s: &ServerArg) -> anyhow::Result<Client> {
+pub(crate) async fn connect(s: &ServerArg) -> anyhow::Result<Client> {
     let url = BackendUrl::parse(&s.url())?;
     if url.scheme != Scheme::Native {
         anyhow::bail!(

@@ -16,6 +16,7 @@ mod run;
 mod serve;
 mod snapshot;
 mod storage;
+mod watch;
 
 use std::{process::ExitCode, time::Duration};
 
@@ -48,6 +49,8 @@ enum Cmd {
     Locks(client_cmds::LocksArgs),
     /// Is TOKEN the current live grant of NAME? Exit 0 if yes, 1 if not.
     Check(client_cmds::CheckArgs),
+    /// Print lock events (granted, released, expired, …) as they happen, until interrupted.
+    Watch(watch::WatchArgs),
     /// Run the fenced storage server (HTTP object store that rejects stale tokens).
     Storage(storage::StorageArgs),
     /// Back up a running group's state, or build a new data dir from a backup.
@@ -245,6 +248,7 @@ fn main() -> ExitCode {
             Cmd::Release(a) => client_cmds::release(a).await,
             Cmd::Locks(a) => client_cmds::locks(a).await,
             Cmd::Check(a) => client_cmds::check(a).await,
+            Cmd::Watch(a) => watch::watch(a).await,
             Cmd::Storage(a) => storage::storage(a).await,
             Cmd::Snapshot(a) => snapshot::snapshot(a).await,
             Cmd::CheckData(a) => check_data::check(a),

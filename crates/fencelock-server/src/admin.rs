@@ -14,6 +14,8 @@
 //!   takes them (a follower forwards to the leader); 200 with the new status,
 //!   400 for a change that makes no sense, 503 when no leader could make it.
 //!
+//! - `GET /v1/watch?prefix=P&from=R`: lock events as server-sent events
+//!   ([`crate::watching::sse`]); needs `read` on the prefix.
 //! - `GET /v1/auth`: the roles and identities this node knows, from its auth
 //!   file and the group's policy ([`crate::policy::View`]; never a hash).
 //! - `POST /v1/auth` with a [`fencelock_core::PolicyChange`] as JSON (for
@@ -68,6 +70,8 @@ struct Admin {
     auth: Arc<Auth>,
     /// For a membership change handed to the leader.
     tls: Option<Arc<ServerTls>>,
+    /// For `/v1/watch` (absent: 404).
+    watch: Option<crate::watching::serve::Source>,
 }
 
 /// The caller of a request, or why it has none; and where it came from.
@@ -139,7 +143,20 @@ fn refusal(r: Refusal) -> Response {
 
 /// The admin router. `tls`: the node's certificates, to reach the leader.
 pub fn router(ops: Ops, metrics: Arc<Metrics>, node_id: u64, auth: Arc<Auth>, tls: Option<Arc<ServerTls>>) -> Router {
+    router_with_watch(ops, metrics, node_id, auth, tls, None)
+}
+
+/// [`router`], with `/v1/watch` served from `watch`.
+pub fn router_with_watch(
+    ops: Ops,
+    metrics: Arc<Metrics>,
+    node_id: u64,
+    auth: Arc<Auth>,
+    tls: Option<Arc<ServerTls>>,
+    watch: Option<crate::watching::serve::Source>,
+) -> Router {
     Router::new()
+        .route("/v1/watch", get(watch_sse))
         .route("/healthz", get(healthz))
         .route("/metrics", get(metrics_text))
         .route("/v1/locks", get(list))
@@ -149,7 +166,35 @@ pub fn router(ops: Ops, metrics: Arc<Metrics>, node_id: u64, auth: Arc<Auth>, tl
         .route("/v1/cluster/members", post(cluster_add))
         .route("/v1/cluster/members/{id}", delete(cluster_remove))
         .route("/v1/auth", get(auth_view).post(auth_change))
-        .with_state(Admin { ops, metrics, node_id, auth, tls })
+        .with_state(Admin { ops, metrics, node_id, auth, tls, watch })
+}
+
+#[derive(Deserialize)]
+struct WatchQuery {
+    #[serde(default)]
+    prefix: String,
+    from: Option<String>,
+}
+
+/// `GET /v1/watch`: see [`crate::watching::sse`].
+async fn watch_sse(
+    State(a): State<Admin>,
+    caller: Caller,
+    Query(q): Query<WatchQuery>,
+    headers: axum::http::HeaderMap,
+) -> Response {
+    let selector = crate::watching::serve::Selector::Prefix(q.prefix.clone());
+    let who = match caller.allowed(&a, |w| selector.required(w)) {
+        Ok(who) => who,
+        Err(refused) => return refused,
+    };
+    let Some(source) = &a.watch else {
+        return error_json(StatusCode::NOT_FOUND, "this node does not serve watches".into());
+    };
+    match crate::watching::sse::start_rev(&headers, q.from.as_deref()) {
+        Ok(from) => crate::watching::sse::respond(source, who, q.prefix, from),
+        Err(e) => error_json(StatusCode::BAD_REQUEST, e),
+    }
 }
 
 /// Serves `router` on the connections from `incoming` until `stop`; then lets

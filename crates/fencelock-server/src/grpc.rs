@@ -40,11 +40,18 @@ pub struct LockService {
     /// Turns true on shutdown: open session streams end, so a graceful shutdown
     /// does not wait for clients to close them.
     stop: watch::Receiver<bool>,
+    /// The node's watch hub, for `Watch` (see [`crate::watching`]).
+    hub: Option<Arc<crate::watching::Hub>>,
 }
 
 impl LockService {
     pub fn new(ops: Ops, auth: Arc<Auth>, stop: watch::Receiver<bool>) -> Self {
-        Self { ops, auth, stop }
+        Self { ops, auth, stop, hub: None }
+    }
+
+    /// Serves `Watch` from `hub` (without, `Watch` is unimplemented).
+    pub fn with_watch(self, hub: Arc<crate::watching::Hub>) -> Self {
+        Self { hub: Some(hub), ..self }
     }
 
     /// Who sent `r` (its `authorization` metadata, or its connection's client
@@ -127,6 +134,14 @@ impl lock_server::Lock for LockService {
         let who = self.who(&r)?;
         let watch = self.ops.watch_leases(&who, r.into_inner()).await?;
         Ok(Response::new(ReceiverStream::new(watch.spawn(self.ops.clone(), self.stop.clone()))))
+    }
+
+    type WatchStream = crate::watching::serve::PbStream;
+
+    async fn watch(&self, r: Request<pb::WatchRequest>) -> Result<Response<Self::WatchStream>, Status> {
+        let who = self.who(&r)?;
+        let hub = self.hub.as_ref().ok_or_else(|| Status::unimplemented("this server does not serve watches"))?;
+        crate::watching::serve::grpc(&self.ops, hub, who, r.into_inner(), self.stop.clone()).map(Response::new)
     }
 }
 

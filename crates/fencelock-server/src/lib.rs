@@ -11,7 +11,8 @@
 //! clock, over a time source the caller may choose), [`metrics`], [`seams`] (the
 //! storage backend and hooks a caller may plug in; nothing by default),
 //! [`conn_limits`] (what both listeners accept), [`tls`] (certificates for the
-//! listeners and between members), [`certs`] (makes them: `fencelock certs init`).
+//! listeners and between members), [`certs`] (makes them: `fencelock certs init`),
+//! [`watching`] (the event history and streams of the `Watch` RPC).
 //!
 //! ```no_run
 //! # async fn f() -> Result<(), fencelock_server::ServerError> {
@@ -41,6 +42,7 @@ pub mod quota;
 pub mod raft;
 pub mod seams;
 pub mod tls;
+pub mod watching;
 
 use std::{collections::BTreeMap, net::SocketAddr, sync::Arc};
 
@@ -212,7 +214,7 @@ pub async fn serve(
         (Some(s), Some(a)) => Some(listen(s, a)?),
         _ => None,
     };
-    let (raft, engine, log, identity) = raft;
+    let (raft, engine, log, identity, hub) = raft;
 
     let metrics = Arc::new(Metrics::default());
     let (driver, handle) = Driver::new(raft.clone(), config.node_id, clock.clone(), metrics.clone(), config.max_batch);
@@ -244,8 +246,8 @@ pub async fn serve(
         raft: raft.clone(),
     };
     tasks.push(tokio::spawn(raft::identity::watch(watched, failed_tx, stop_rx.clone())));
-    let lock_svc = LockServer::new(grpc::LockService::new(ops.clone(), auth.clone(), stop_rx.clone()))
-        .max_decoding_message_size(grpc::MAX_REQUEST_BYTES);
+    let lock_svc = grpc::LockService::new(ops.clone(), auth.clone(), stop_rx.clone()).with_watch(hub.clone());
+    let lock_svc = LockServer::new(lock_svc).max_decoding_message_size(grpc::MAX_REQUEST_BYTES);
     let gate = conn_limits::Gate::new(config.connections.clone(), metrics.clone());
     auth.attach(engine.clone());
     let raft_svc = raft::network::RaftService::new(raft.clone(), ops.engine.clone(), metrics.clone())
@@ -282,7 +284,8 @@ pub async fn serve(
             }
         }));
     }
-    let router = admin::router(ops, metrics, config.node_id, auth, tls.clone());
+    let watch_source = watching::serve::Source { hub, stop: stop_rx.clone() };
+    let router = admin::router_with_watch(ops, metrics, config.node_id, auth, tls.clone(), Some(watch_source));
     let http_stop = stopped(stop_rx);
     let header_read_timeout = gate.limits().header_read_timeout;
     let http = conn_limits::accept(http, gate, tls.map(|t| (t, tls::Port::Admin)));
@@ -291,7 +294,8 @@ pub async fn serve(
     Ok(Running { grpc_addr, http_addr, peer_addr, raft, identity, engine, failed, stop, tasks })
 }
 
-type Started = (raft::Raft, raft::state_machine::SharedEngine, raft::LogStore, raft::identity::SharedIdentity);
+type Started =
+    (raft::Raft, raft::state_machine::SharedEngine, raft::LogStore, raft::identity::SharedIdentity, Arc<watching::Hub>);
 
 async fn start_raft(
     config: &Config,
@@ -301,6 +305,7 @@ async fn start_raft(
     let (log, sm, identity) =
         raft::identity::open(config).map_err(|source| ServerError::Storage { dir: config.data_dir.clone(), source })?;
     let engine = sm.engine();
+    let hub = sm.watch_hub();
     let log_store = log.clone();
     let election = config.election_timeout.as_millis() as u64;
     let rc = openraft::Config {
@@ -324,7 +329,7 @@ async fn start_raft(
     } else {
         cluster::check_bootstrap_flags(&raft, config)?;
     }
-    Ok((raft, engine, log_store, identity))
+    Ok((raft, engine, log_store, identity, hub))
 }
 
 /// Forms the group on a node whose storage is empty (see [`Bootstrap`]).

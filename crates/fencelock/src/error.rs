@@ -23,6 +23,10 @@ pub enum Error {
     /// token or request id. Retrying the same request fails the same way.
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
+    /// A watch asked for events older than the oldest the server still holds:
+    /// start again from `oldest` (events before it are lost to this watcher).
+    #[error("compacted: oldest available revision is {}", oldest)]
+    Compacted { oldest: crate::types::Revision },
     /// The lease is gone (never granted, revoked, or expired).
     #[error("lease not found: {0}")]
     LeaseNotFound(String),

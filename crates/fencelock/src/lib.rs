@@ -100,6 +100,7 @@ mod error;
 mod lease;
 pub mod metrics;
 mod types;
+pub mod watch;
 
 pub use backend::native::check_auth_token;
 pub use backend::native::{Client, ClientBuilder, ClientTls, Session, DEFAULT_LEASE_LINGER, DEFAULT_RPC_TIMEOUT};
@@ -109,3 +110,4 @@ pub use error::LeaseLost;
 pub use error::{Cause, Error, NotAcquired, WithLockError};
 pub use lease::LeaseWatch;
 pub use types::{Acquired, CheckResult, Holder, LockInfo, LockOptions, Waiter};
+pub use watch::{ParseRevisionError, Revision, WatchEvent, WatchKind, WatchStream};

@@ -230,3 +230,43 @@ mod tests {
         assert_eq!(to_ms(Duration::MAX), u64::MAX);
     }
 }
+
+/// A position in the group's event history: the Raft log index of the entry
+/// an event was applied at, and its position among that entry's events.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Revision {
+    pub index: u64,
+    pub seq: u32,
+}
+
+impl Revision {
+    /// The revision right after this one: where to resume after it.
+    pub fn next(self) -> Revision {
+        match self.seq.checked_add(1) {
+            Some(seq) => Revision { index: self.index, seq },
+            None => Revision { index: self.index.saturating_add(1), seq: 0 },
+        }
+    }
+}
+
+impl std::fmt::Display for Revision {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}.{}", self.index, self.seq)
+    }
+}
+
+/// A text that is not a [`Revision`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0:?} is not a revision (INDEX or INDEX.SEQ)")]
+pub struct ParseRevisionError(String);
+
+impl std::str::FromStr for Revision {
+    type Err = ParseRevisionError;
+
+    /// `INDEX.SEQ`, or `INDEX` (= `INDEX.0`).
+    fn from_str(s: &str) -> Result<Revision, ParseRevisionError> {
+        let bad = || ParseRevisionError(s.to_string());
+        let (index, seq) = s.trim().split_once('.').unwrap_or((s.trim(), "0"));
+        Ok(Revision { index: index.parse().map_err(|_| bad())?, seq: seq.parse().map_err(|_| bad())? })
+    }
+}

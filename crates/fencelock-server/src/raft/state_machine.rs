@@ -28,6 +28,7 @@ use super::log_store::{blocking, decode, encode, DbError, SNAPSHOT};
 use super::record;
 use super::{NodeId, TypeConfig};
 use crate::seams::{Applying, CrashPoint, Seams};
+use crate::watching::{self as watch, Hub};
 
 /// The engine, shared with the server's read path. Only [`StateMachine`]'s apply
 /// and snapshot install take the write lock; everyone else must only read.
@@ -72,6 +73,8 @@ pub struct StateMachine {
     /// With hooks: the index of the first entry that was not in the log when
     /// the storage was opened.
     first_new: Option<u64>,
+    /// Where each applied entry's events go (see [`crate::watching`]).
+    watch: Arc<Hub>,
 }
 
 impl std::fmt::Debug for StateMachine {
@@ -189,6 +192,7 @@ impl StateMachine {
             last_membership: Membership::default(),
             seams,
             first_new: None,
+            watch: Hub::new(watch::hub::DEFAULT_HISTORY, 0),
         };
         if let Some((meta, data)) = snap {
             let payload = decode_payload(&data).map_err(snap_err(Some(&meta), ErrorVerb::Read))?;
@@ -197,6 +201,9 @@ impl StateMachine {
             sm.last_membership = payload.last_membership;
             *sm.engine.write().expect("fresh lock") = payload.engine;
         }
+        // The watch history starts after the snapshot: the log after it is
+        // applied again, which publishes its events.
+        sm.watch = Hub::new(watch::hub::DEFAULT_HISTORY, sm.last_applied.map_or(0, |l| l.index.saturating_add(1)));
         if sm.seams.hooks.is_some() {
             sm.first_new = Some(first_new_index(&sm.db, sm.last_applied).map_err(sm_err(ErrorVerb::Read))?);
         }
@@ -217,6 +224,11 @@ impl StateMachine {
     /// The engine handle for the read path. Reads only: only apply mutates it.
     pub fn engine(&self) -> SharedEngine {
         self.engine.clone()
+    }
+
+    /// This node's watch hub: the events of the entries it applies.
+    pub fn watch_hub(&self) -> Arc<Hub> {
+        self.watch.clone()
     }
 
     /// Last applied log id (what openraft's `applied_state` reports).
@@ -245,6 +257,21 @@ impl StateMachine {
                     .into_storage(ErrorSubject::Apply(*log_id), ErrorVerb::Write))
             }
         }
+    }
+
+    /// [`Self::step`], then publishes the entry's watch events.
+    fn step_and_publish(
+        &self,
+        log_id: &LogId<NodeId>,
+        input: &fencelock_core::Input,
+    ) -> Result<Output, StorageError<NodeId>> {
+        let pending = match self.engine.read() {
+            Ok(engine) => watch::PendingWaits::before(&engine, input),
+            Err(_) => watch::PendingWaits::default(),
+        };
+        let out = self.step(log_id, input)?;
+        self.watch.publish(log_id.index, watch::events::of_entry(log_id.index, input, &out, &pending));
+        Ok(out)
     }
 
     /// The bytes of a snapshot of the current state.
@@ -351,13 +378,16 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             self.before_apply(entry.log_id.index);
             let out = match &entry.payload {
                 EntryPayload::Blank => Output::default(),
-                EntryPayload::Normal(input) => self.step(&entry.log_id, input)?,
+                EntryPayload::Normal(input) => self.step_and_publish(&entry.log_id, input)?,
                 EntryPayload::Membership(m) => {
                     self.last_membership = StoredMembership::new(Some(entry.log_id), m.clone());
                     Output::default()
                 }
             };
             self.last_applied = Some(entry.log_id);
+            if !matches!(entry.payload, EntryPayload::Normal(_)) {
+                self.watch.publish(entry.log_id.index, Vec::new());
+            }
             outputs.push(out);
         }
         Ok(outputs)
@@ -379,6 +409,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             // A builder only builds snapshots: it applies nothing.
             seams: Seams::default(),
             first_new: None,
+            watch: self.watch.clone(),
         }
     }
 
@@ -409,6 +440,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         }
         self.last_applied = payload.last_applied;
         self.last_membership = payload.last_membership;
+        self.watch.reset(self.last_applied.map_or(0, |l| l.index));
         Ok(())
     }
 

@@ -47,6 +47,11 @@ impl Server {
         Server { running: Some(running), url, grpc_addr, http_addr, _dir: dir }
     }
 
+    /// The admin (HTTP) port's address.
+    pub fn http_addr(&self) -> SocketAddr {
+        self.http_addr
+    }
+
     /// A client connected directly (not through a proxy).
     pub async fn client(&self) -> Client {
         Client::connect(self.url.clone()).await.unwrap()

@@ -21,6 +21,7 @@ mod registry;
 mod rpc;
 mod session;
 mod tls;
+mod watch;
 
 pub use auth::check_auth_token;
 pub use client::{ClientBuilder, DEFAULT_LEASE_LINGER, DEFAULT_RPC_TIMEOUT};

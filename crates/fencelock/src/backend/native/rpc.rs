@@ -298,6 +298,18 @@ impl Rpc {
         self.servers.current().1
     }
 
+    /// The tonic client of the server talked to now, with the generation to
+    /// pass to [`Rpc::fail_over`] (for long streams, such as a watch).
+    pub(crate) fn current(&self) -> (u64, Grpc) {
+        self.servers.current()
+    }
+
+    /// After a stream opened at generation `gen` failed: go to the leader
+    /// `hint` names, else to the next server. Whether the server changed.
+    pub(crate) fn fail_over(&self, gen: u64, hint: Option<String>) -> bool {
+        self.servers.failed(gen, hint)
+    }
+
     /// The deadline of a non-waiting call that starts now.
     pub(crate) fn deadline(&self) -> Instant {
         Instant::now() + self.rpc_timeout

@@ -1,0 +1,103 @@
+//! Watch types: what [`crate::Client::watch`] yields. A [`WatchEvent`] is one
+//! thing that happened to a lock, at a [`Revision`] (defined in `types`, as
+//! errors name it too) that orders all events of the group totally; [`WatchStream`] is the stream of them, which resumes by
+//! itself after a dropped stream or a failed server (see
+//! `backend::native::watch`).
+
+use std::fmt;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use tokio::sync::mpsc;
+
+use crate::error::Error;
+pub use crate::types::{ParseRevisionError, Revision};
+
+/// What happened to a lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum WatchKind {
+    /// A lease got the lock (with a new fencing token).
+    Granted,
+    /// The holder released it (`reason` "released", or "cancelled").
+    Released,
+    /// The holder's lease expired.
+    Expired,
+    /// The holder's lease was revoked.
+    Revoked,
+    /// A lease queued for it.
+    Queued,
+    /// A queued request left the queue without the lock (`reason`
+    /// "timed_out", "lease_ended" or "cancelled").
+    Dequeued,
+}
+
+impl WatchKind {
+    /// Lower-case name ("granted", …).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WatchKind::Granted => "granted",
+            WatchKind::Released => "released",
+            WatchKind::Expired => "expired",
+            WatchKind::Revoked => "revoked",
+            WatchKind::Queued => "queued",
+            WatchKind::Dequeued => "dequeued",
+        }
+    }
+}
+
+impl fmt::Display for WatchKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One event of a watch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WatchEvent {
+    pub revision: Revision,
+    pub kind: WatchKind,
+    pub lock: String,
+    pub lease_id: u64,
+    /// The grant's fencing token; 0 for queued and dequeued.
+    pub token: u64,
+    /// The holder's identity ("" when unknown).
+    pub identity: String,
+    /// Why a grant or a wait ended, when the kind does not say it all.
+    pub reason: String,
+}
+
+/// The events of a watch, in revision order, each once. It resumes by itself
+/// (from the revision after the last event, on the next server of the list
+/// when one fails) and ends only with an error it cannot get past:
+/// [`Error::Compacted`], a refused permission, or a bad request. Dropping it
+/// ends the watch.
+pub struct WatchStream {
+    rx: mpsc::Receiver<Result<WatchEvent, Error>>,
+    task: tokio::task::AbortHandle,
+}
+
+impl WatchStream {
+    pub(crate) fn new(rx: mpsc::Receiver<Result<WatchEvent, Error>>, task: tokio::task::AbortHandle) -> Self {
+        WatchStream { rx, task }
+    }
+
+    /// The next event (`None` once the watch ended after its last error).
+    pub async fn next_event(&mut self) -> Option<Result<WatchEvent, Error>> {
+        self.rx.recv().await
+    }
+}
+
+impl Drop for WatchStream {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl tokio_stream::Stream for WatchStream {
+    type Item = Result<WatchEvent, Error>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        self.rx.poll_recv(cx)
+    }
+}
