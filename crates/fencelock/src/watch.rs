@@ -72,30 +72,40 @@ pub struct WatchEvent {
 /// when one fails) and ends only with an error it cannot get past:
 /// [`Error::Compacted`], a refused permission, or a bad request. Dropping it
 /// ends the watch.
-pub struct WatchStream {
-    rx: mpsc::Receiver<Result<WatchEvent, Error>>,
+///
+/// `T` is what it yields: [`WatchEvent`]s for [`crate::Client::watch`], an
+/// election's changes for a [`crate::LeaderStream`]. Either way a task feeds
+/// it, and dropping the stream stops the task.
+pub struct WatchStream<T = WatchEvent> {
+    rx: mpsc::Receiver<Result<T, Error>>,
     task: tokio::task::AbortHandle,
 }
 
-impl WatchStream {
-    pub(crate) fn new(rx: mpsc::Receiver<Result<WatchEvent, Error>>, task: tokio::task::AbortHandle) -> Self {
+impl<T> WatchStream<T> {
+    pub(crate) fn new(rx: mpsc::Receiver<Result<T, Error>>, task: tokio::task::AbortHandle) -> Self {
         WatchStream { rx, task }
     }
 
     /// The next event (`None` once the watch ended after its last error).
-    pub async fn next_event(&mut self) -> Option<Result<WatchEvent, Error>> {
+    pub async fn next_event(&mut self) -> Option<Result<T, Error>> {
         self.rx.recv().await
     }
 }
 
-impl Drop for WatchStream {
+impl<T> Drop for WatchStream<T> {
     fn drop(&mut self) {
         self.task.abort();
     }
 }
 
-impl tokio_stream::Stream for WatchStream {
-    type Item = Result<WatchEvent, Error>;
+impl<T> fmt::Debug for WatchStream<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("WatchStream").field("ended", &self.task.is_finished()).finish_non_exhaustive()
+    }
+}
+
+impl<T> tokio_stream::Stream for WatchStream<T> {
+    type Item = Result<T, Error>;
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         self.rx.poll_recv(cx)

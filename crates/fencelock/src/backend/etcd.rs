@@ -267,6 +267,7 @@ impl LockBackend for EtcdBackend {
             survives_failover: true,
             lock_delay: false,
             holder_identity: false,
+            election: false,
             min_ttl: Duration::from_secs(1),
         }
     }

@@ -37,6 +37,7 @@ use std::time::Duration;
 use crate::error::{Error, WithLockError};
 use crate::types::{CheckResult, LockOptions};
 
+mod election;
 #[cfg(feature = "etcd")]
 pub mod etcd;
 mod guard;
@@ -55,6 +56,8 @@ mod url;
 #[cfg(feature = "zookeeper")]
 pub mod zookeeper;
 
+pub(crate) use election::{leader_stream, LeaderSink};
+pub use election::{Election, Leader, LeaderEvent, LeaderStream, Leadership};
 pub use guard::Guard;
 pub(crate) use guard::Held;
 pub(crate) use keepalive::{KeptLease, Renew, Renewed};
@@ -126,6 +129,11 @@ pub struct Capabilities {
     /// backend without it refuses an acquire that carries either with
     /// [`Error::Unsupported`] rather than drop them silently.
     pub holder_identity: bool,
+    /// Leader election: [`LockBackend::campaign`], [`LockBackend::leader`] and
+    /// [`LockBackend::observe`] work, the leader's term is its fencing token,
+    /// and a campaign whose lease is lost while it waits fails at once. A
+    /// backend without it refuses them with [`Error::Unsupported`].
+    pub election: bool,
     /// The smallest TTL the backend keeps; a shorter one is refused with
     /// [`Error::Unsupported`] rather than silently lengthened. Larger TTLs may
     /// be rounded up to the backend's granularity (whole seconds for etcd); the
@@ -147,6 +155,7 @@ impl Capabilities {
             survives_failover: false,
             lock_delay: false,
             holder_identity: false,
+            election: false,
             min_ttl: MIN_TTL,
         }
     }
@@ -190,6 +199,12 @@ impl Capabilities {
     /// With [`holder_identity`](#structfield.holder_identity) set to `yes`.
     pub const fn with_holder_identity(mut self, yes: bool) -> Self {
         self.holder_identity = yes;
+        self
+    }
+
+    /// With [`election`](#structfield.election) set to `yes`.
+    pub const fn with_election(mut self, yes: bool) -> Self {
+        self.election = yes;
         self
     }
 
@@ -316,6 +331,45 @@ pub trait LockBackend: Send + Sync + fmt::Debug {
         let kind = self.kind();
         Box::pin(async move { Err(Error::Unsupported(format!("{kind} cannot check a token"))) })
     }
+
+    /// Campaigns for the election `name`: waits as a candidate in the lock's
+    /// queue (up to `opts.wait`, as [`acquire`](LockBackend::acquire) does) and
+    /// answers the [`Leadership`], whose term is the grant's token. Unlike an
+    /// acquire, it fails at once ([`Error::LeaseNotFound`]) when the
+    /// candidate's lease is lost while it waits, rather than starting over.
+    /// [`Error::Unsupported`] where [`Capabilities::election`] is false.
+    /// Most callers want [`Election::campaign`] (`backend.election(name)`),
+    /// which waits until elected.
+    fn campaign<'a>(
+        &'a self,
+        name: &'a str,
+        opts: &'a LockOptions,
+    ) -> BoxFuture<'a, Result<Acquire<Leadership>, Error>> {
+        Box::pin(async move {
+            if !self.capabilities().election {
+                return Err(election::unsupported(self.kind()));
+            }
+            election::campaign_by_acquire(self, name, opts).await
+        })
+    }
+
+    /// The current leader of the election `name` (its holder, value and term),
+    /// `None` when nobody leads. [`Error::Unsupported`] where
+    /// [`Capabilities::election`] is false.
+    fn leader<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<Option<Leader>, Error>> {
+        let _ = name;
+        let kind = self.kind();
+        Box::pin(async move { Err(election::unsupported(kind)) })
+    }
+
+    /// Follows the election `name`: the current leader first (if any), then
+    /// every change, terms never going back. [`Error::Unsupported`] where
+    /// [`Capabilities::election`] is false.
+    fn observe<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<LeaderStream, Error>> {
+        let _ = name;
+        let kind = self.kind();
+        Box::pin(async move { Err(election::unsupported(kind)) })
+    }
 }
 
 /// A shared handle on any backend.
@@ -406,6 +460,7 @@ mod tests {
             survives_failover: false,
             lock_delay,
             holder_identity: false,
+            election: false,
             min_ttl: MIN_TTL,
         }
     }

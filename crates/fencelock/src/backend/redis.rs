@@ -328,6 +328,7 @@ impl LockBackend for RedisBackend {
             survives_failover: false,
             lock_delay: false,
             holder_identity: false,
+            election: false,
             min_ttl: Duration::from_millis(100),
         }
     }

@@ -180,6 +180,7 @@ impl LockBackend for RedlockBackend {
             survives_failover: true,
             lock_delay: false,
             holder_identity: false,
+            election: false,
             min_ttl: Duration::from_millis(100),
         }
     }

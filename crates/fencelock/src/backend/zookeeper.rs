@@ -306,6 +306,7 @@ impl LockBackend for ZkBackend {
             survives_failover: true,
             lock_delay: false,
             holder_identity: false,
+            election: false,
             min_ttl: MIN_TTL,
         }
     }

@@ -61,6 +61,7 @@ async fn declares_its_capabilities() {
             .with_survives_failover(false)
             .with_lock_delay(true)
             .with_holder_identity(true)
+            .with_election(true)
             .with_min_ttl(100 * MS)
     );
     let http = suite::connect(&format!("http://{}", t.addr)).await;

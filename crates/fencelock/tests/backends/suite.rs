@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use fencelock::backend::{self, Backend, Fencing};
-use fencelock::{Acquire, Error, LeaseLost, LockOptions};
+use fencelock::{Acquire, Error, LeaderEvent, LeaseLost, LockOptions};
 use fencelock_testkit::proxy::{Mode, Proxy};
 
 pub const MS: Duration = Duration::from_millis(1);
@@ -318,6 +318,82 @@ pub async fn with_lock_runs_and_releases<T: Target>(t: &T) {
 }
 
 /// Runs each body of the suite as its own test for `$target`.
+/// Invariants of leader election (issue 17), where declared: at most one
+/// leader per term and terms strictly increasing in election order; a
+/// candidate that resigns hands over at once to the next in line (who waits
+/// with a TTL far longer than the test, so only the resignation can elect
+/// it); `leader` shows the current leader with its value and term, or none;
+/// an observer sees every leader, terms strictly increasing, and the
+/// vacancies between them. A backend that declares no election refuses all
+/// three calls with `Unsupported`, before anything is sent.
+pub async fn election_where_declared<T: Target>(t: &T) {
+    let b = connect(&t.url()).await;
+    if !b.capabilities().election {
+        let got = b.campaign("e", &opts(10 * SECS, Duration::ZERO)).await;
+        assert!(matches!(got, Err(Error::Unsupported(_))), "campaign: {got:?}");
+        assert!(matches!(b.leader("e").await, Err(Error::Unsupported(_))));
+        assert!(matches!(b.observe("e").await, Err(Error::Unsupported(_))));
+        return;
+    }
+    assert_eq!(within("leader", b.leader("election")).await.unwrap(), None, "nobody leads yet");
+    let mut observer = within("observe", b.observe("election")).await.unwrap();
+    let mut terms = Vec::new();
+    let mut pending = Vec::new();
+    for i in 0..3 {
+        let c = connect(&t.url()).await;
+        let value = format!("candidate-{i}").into_bytes();
+        let candidate = tokio::spawn(async move {
+            let elected = c.election("election").ttl(60 * SECS).value(value).campaign().await;
+            (c, elected)
+        });
+        pending.push(candidate);
+    }
+    let mut order = Vec::new();
+    while !pending.is_empty() {
+        // Exactly one candidate is elected at a time: the others still wait.
+        let (done, rest) = within("an election", first_finished(pending)).await;
+        pending = rest;
+        let (_c, elected) = done.unwrap();
+        let leadership = elected.unwrap();
+        let term = leadership.term();
+        assert!(terms.last().is_none_or(|&t| t < term), "terms in election order: {terms:?} then {term}");
+        terms.push(term);
+        for p in &pending {
+            assert!(!p.is_finished(), "two leaders at once (term {term})");
+        }
+        let shown = within("leader", b.leader("election")).await.unwrap().expect("a leader");
+        assert_eq!((shown.term, shown.value.as_slice()), (term, leadership.value()));
+        order.push(String::from_utf8(leadership.value().to_vec()).unwrap());
+        assert!(within("resign", leadership.resign()).await.unwrap(), "resign of a held leadership");
+    }
+    assert_eq!(within("leader", b.leader("election")).await.unwrap(), None, "all resigned");
+    order.sort();
+    assert_eq!(order, ["candidate-0", "candidate-1", "candidate-2"], "each candidate led once");
+    // The observer saw each leader, then its vacancy, in term order.
+    let mut seen = Vec::new();
+    while seen.len() < 2 * terms.len() {
+        let ev = within("observed change", observer.next_event()).await.expect("the observer goes on").unwrap();
+        seen.push(ev);
+    }
+    for (i, term) in terms.iter().enumerate() {
+        assert!(matches!(&seen[2 * i], LeaderEvent::Leader(l) if l.term == *term), "{seen:?}");
+        assert_eq!(seen[2 * i + 1], LeaderEvent::Vacant { term: *term }, "{seen:?}");
+    }
+}
+
+/// The first of `tasks` to finish, and the others.
+async fn first_finished<T>(
+    mut tasks: Vec<tokio::task::JoinHandle<T>>,
+) -> (Result<T, tokio::task::JoinError>, Vec<tokio::task::JoinHandle<T>>) {
+    loop {
+        if let Some(i) = tasks.iter().position(|t| t.is_finished()) {
+            let done = tasks.remove(i);
+            return (done.await, tasks);
+        }
+        tokio::time::sleep(10 * MS).await;
+    }
+}
+
 #[macro_export]
 macro_rules! conformance {
     ($target:ty) => {
@@ -325,7 +401,7 @@ macro_rules! conformance {
             mutual_exclusion, tokens_across_locks, contention_is_an_outcome,
             release_and_drop_free_the_lock, expiry_and_release_by_a_non_holder,
             lost_fires_when_the_connection_is_cut, fifo_where_declared, bad_input,
-            names_are_opaque, with_lock_runs_and_releases);
+            names_are_opaque, with_lock_runs_and_releases, election_where_declared);
     };
     ($target:ty: $($body:ident),* $(,)?) => {
         $(

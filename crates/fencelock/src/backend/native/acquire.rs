@@ -47,13 +47,40 @@ impl Client {
     /// same deadline (losing its place in the queue).
     pub(crate) async fn acquire_guard(&self, name: &str, opts: &LockOptions) -> Result<Acquire<LockGuard>, Error> {
         let start = Instant::now();
-        let result = run(self, name, opts, start).await;
+        let result = run(self, name, opts, start, OnLoss::StartOver).await;
+        record(&result, start);
+        result
+    }
+
+    /// An election's campaign: [`Client::acquire_guard`], except that a lease
+    /// lost while the candidate waits (the server dropped it, or this client
+    /// could not renew it by its deadline) ends the campaign at once with
+    /// [`Error::LeaseNotFound`] instead of starting over: a candidate whose
+    /// lease ended is never elected on it, and is told so now.
+    pub(crate) async fn campaign_guard(&self, name: &str, opts: &LockOptions) -> Result<Acquire<LockGuard>, Error> {
+        let start = Instant::now();
+        let result = run(self, name, opts, start, OnLoss::Fail).await;
         record(&result, start);
         result
     }
 }
 
-async fn run(client: &Client, name: &str, opts: &LockOptions, start: Instant) -> Result<Acquire<LockGuard>, Error> {
+/// What an acquire does when its lease is lost while it waits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum OnLoss {
+    /// Start over on a fresh lease (a lock acquire).
+    StartOver,
+    /// Fail at once (a campaign).
+    Fail,
+}
+
+async fn run(
+    client: &Client,
+    name: &str,
+    opts: &LockOptions,
+    start: Instant,
+    on_loss: OnLoss,
+) -> Result<Acquire<LockGuard>, Error> {
     // Bad input is refused before a lease is checked out for it.
     crate::LockBackend::capabilities(client).admit("fencelock", name, opts)?;
     let inner = &client.inner;
@@ -63,11 +90,26 @@ async fn run(client: &Client, name: &str, opts: &LockOptions, start: Instant) ->
         tries += 1;
         let lease = inner.leases.check_out(opts.ttl, deadline).await?;
         let lease_id = lease.cell().id;
-        let outcome = match client.acquire_on_lease(name, lease_id, opts, start, deadline).await? {
+        let on_lease = client.acquire_on_lease(name, lease_id, opts, start, deadline);
+        let on_lease = match on_loss {
+            OnLoss::StartOver => on_lease.await?,
+            OnLoss::Fail => {
+                let watch = crate::lease::LeaseWatch::new(lease.cell().clone());
+                tokio::select! {
+                    answer = on_lease => answer?,
+                    // Dropping the request withdraws it on the server.
+                    reason = watch.lost() => return Err(lost_while_waiting(lease_id, name, reason)),
+                }
+            }
+        };
+        let outcome = match on_lease {
             OnLease::Answered(outcome) => outcome,
             OnLease::LeaseGone => {
                 // The lease ended (on the server) while the request waited.
                 lease.cell().lose(LeaseLost::NotFound);
+                if on_loss == OnLoss::Fail {
+                    return Err(lost_while_waiting(lease_id, name, LeaseLost::NotFound));
+                }
                 if tries < ACQUIRE_TRIES {
                     continue;
                 }
@@ -91,6 +133,10 @@ async fn run(client: &Client, name: &str, opts: &LockOptions, start: Instant) ->
                 Ok(()) | Err(Error::LeaseNotFound(_)) => {}
                 Err(e) => tracing::debug!(lease = lease_id, error = %e, "fencelock: revoke of a lost lease failed"),
             }
+            if on_loss == OnLoss::Fail {
+                let reason = lease.cell().state().lost.unwrap_or(LeaseLost::Expired);
+                return Err(lost_while_waiting(lease_id, name, reason));
+            }
             if tries < ACQUIRE_TRIES {
                 continue;
             }
@@ -105,6 +151,11 @@ async fn run(client: &Client, name: &str, opts: &LockOptions, start: Instant) ->
 /// outcome is known (nothing is held), and a later try may succeed.
 fn lease_kept_ending(lease_id: u64) -> Error {
     Error::Unavailable(format!("lease {lease_id} ended while acquiring, {ACQUIRE_TRIES} times in a row"))
+}
+
+/// The error of a campaign whose lease was lost while it waited.
+fn lost_while_waiting(lease_id: u64, name: &str, reason: LeaseLost) -> Error {
+    Error::LeaseNotFound(format!("lease {lease_id} was lost while campaigning for {name:?}: {reason}"))
 }
 
 /// An acquire's outcome, and whether it took more than one attempt.

@@ -14,6 +14,7 @@
 mod acquire;
 mod auth;
 mod client;
+mod election;
 mod guard;
 mod lease_rpc;
 pub(crate) mod proto;
@@ -31,7 +32,7 @@ pub use tls::ClientTls;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::{BoxFuture, Capabilities, Fencing, Guard, Held, LockBackend};
+use super::{BoxFuture, Capabilities, Fencing, Guard, Held, Leader, LeaderStream, Leadership, LockBackend};
 use crate::backend::Acquire;
 use crate::error::Error;
 use crate::types::{CheckResult, LockOptions};
@@ -78,6 +79,7 @@ impl LockBackend for Client {
             survives_failover: self.servers_given() > 1,
             lock_delay: true,
             holder_identity: true,
+            election: true,
             min_ttl: Duration::from_millis(100),
         }
     }
@@ -88,6 +90,35 @@ impl LockBackend for Client {
 
     fn check<'a>(&'a self, name: &'a str, token: u64) -> BoxFuture<'a, Result<CheckResult, Error>> {
         Box::pin(Client::check(self, name, token))
+    }
+
+    fn campaign<'a>(
+        &'a self,
+        name: &'a str,
+        opts: &'a LockOptions,
+    ) -> BoxFuture<'a, Result<Acquire<Leadership>, Error>> {
+        Box::pin(async move {
+            match self.campaign_guard(name, opts).await? {
+                Acquire::Acquired(g) => Ok(Acquire::Acquired(Leadership::new(g.into_guard(), opts.value.clone())?)),
+                other => Ok(other.map(|_| unreachable!("the grant is matched above"))),
+            }
+        })
+    }
+
+    fn leader<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<Option<Leader>, Error>> {
+        Box::pin(self.leader_of(name))
+    }
+
+    fn observe<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<LeaderStream, Error>> {
+        Box::pin(self.observe_election(name))
+    }
+}
+
+impl Client {
+    /// The election `name` on this server: `client.election("db-primary")
+    /// .value(addr).campaign()`. See [`crate::Election`].
+    pub fn election(&self, name: impl Into<String>) -> crate::Election {
+        crate::Election::new(Arc::new(self.clone()), name.into())
     }
 }
 

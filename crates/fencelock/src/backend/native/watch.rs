@@ -36,9 +36,56 @@ impl Client {
     /// `e`, pass `e.revision.next()`. A revision the server no longer holds
     /// ends the stream with [`Error::Compacted`].
     pub fn watch_from(&self, prefix: impl Into<String>, from: Option<Revision>) -> WatchStream {
+        self.watch_selected(Selected::Prefix(prefix.into()), from)
+    }
+
+    /// The events of the one lock `name` from `from` (inclusive).
+    pub(crate) fn watch_lock(&self, name: &str, from: Option<Revision>) -> WatchStream {
+        self.watch_selected(Selected::Name(name.to_string()), from)
+    }
+
+    /// The first revision a watch of `name` opened now would deliver (the
+    /// server's start message): a watch from it misses nothing that a read
+    /// made after this call does not show.
+    pub(crate) async fn start_revision(&self, name: &str) -> Result<Revision, Error> {
+        let rpc = &self.inner.rpc;
+        let msg = Selected::Name(name.to_string()).request(None);
+        let mut stream = rpc
+            .call("watch", rpc.deadline(), |mut c, left| {
+                let req = super::rpc::request(msg.clone(), left);
+                async move { c.watch(req).await }
+            })
+            .await?;
+        let first = stream.message().await.map_err(|s| Error::from_status(&s))?;
+        match first.and_then(|ev| ev.revision.filter(|_| ev.kind == pb::WatchEventKind::Start as i32)) {
+            Some(r) => Ok(Revision { index: r.index, seq: r.seq }),
+            None => Err(Error::Protocol("a watch did not start with its start revision".into())),
+        }
+    }
+
+    fn watch_selected(&self, selected: Selected, from: Option<Revision>) -> WatchStream {
         let (tx, rx) = tokio::sync::mpsc::channel(BUFFER);
-        let task = tokio::spawn(run(self.inner.rpc.clone(), prefix.into(), from, tx));
+        let task = tokio::spawn(run(self.inner.rpc.clone(), selected, from, tx));
         WatchStream::new(rx, task.abort_handle())
+    }
+}
+
+/// Which locks a watch follows.
+#[derive(Debug, Clone)]
+enum Selected {
+    /// Every lock whose name starts with this.
+    Prefix(String),
+    /// This lock only.
+    Name(String),
+}
+
+impl Selected {
+    fn request(&self, from: Option<Revision>) -> pb::WatchRequest {
+        let from = from.map(|r| pb::Revision { index: r.index, seq: r.seq });
+        match self {
+            Selected::Prefix(prefix) => pb::WatchRequest { prefix: prefix.clone(), name: String::new(), from },
+            Selected::Name(name) => pb::WatchRequest { prefix: String::new(), name: name.clone(), from },
+        }
     }
 }
 
@@ -50,11 +97,11 @@ enum Ended {
     Retry(Option<String>),
 }
 
-async fn run(rpc: Rpc, prefix: String, mut next: Option<Revision>, out: Out) {
+async fn run(rpc: Rpc, selected: Selected, mut next: Option<Revision>, out: Out) {
     let mut failures = 0u32;
     loop {
         let (gen, client) = rpc.current();
-        let (ended, delivered) = stream_once(client, &prefix, &mut next, &out).await;
+        let (ended, delivered) = stream_once(client, &selected, &mut next, &out).await;
         let hint = match ended {
             Ended::Done => return,
             Ended::Retry(hint) => hint,
@@ -70,12 +117,11 @@ async fn run(rpc: Rpc, prefix: String, mut next: Option<Revision>, out: Out) {
 /// One `Watch` call, until it ends; whether it handed on anything.
 async fn stream_once(
     mut client: super::rpc::Grpc,
-    prefix: &str,
+    selected: &Selected,
     next: &mut Option<Revision>,
     out: &Out,
 ) -> (Ended, bool) {
-    let from = next.map(|r| pb::Revision { index: r.index, seq: r.seq });
-    let req = pb::WatchRequest { prefix: prefix.to_string(), name: String::new(), from };
+    let req = selected.request(*next);
     let mut stream = match client.watch(req).await {
         Ok(resp) => resp.into_inner(),
         Err(status) => return (failed(&status, out).await, false),

@@ -97,6 +97,7 @@ pub const CAPABILITIES: Capabilities = Capabilities {
     survives_failover: false,
     lock_delay: false,
     holder_identity: false,
+    election: false,
     min_ttl: Duration::from_millis(100),
 };
 

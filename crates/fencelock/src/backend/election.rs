@@ -1,0 +1,359 @@
+//! Leader election over any backend: a candidate [`campaign`](super::LockBackend::campaign)s
+//! for a lock and, once granted, holds a [`Leadership`] whose **term** is the
+//! grant's fencing token; observers follow the [`Leader`] of a name as a
+//! [`LeaderStream`] of [`LeaderEvent`]s.
+//!
+//! Where it sits: above the [`LockBackend`](super::LockBackend) trait. An
+//! election is a lock: candidates wait in the lock's queue (FIFO where the
+//! backend has it), the leader is the holder, its value is the value published
+//! with the grant, and its term is the grant's token, so a
+//! `fencelock-fence` fence given the term accepts the leader's writes and
+//! refuses any earlier leader's. What each backend adds is how it shows the
+//! holder ([`LockBackend::leader`](super::LockBackend::leader)) and how it
+//! follows it ([`LockBackend::observe`](super::LockBackend::observe)); the
+//! rule that an observer never sees a term go back is kept here, once, by
+//! [`Terms`], whatever the backend's notifications deliver.
+
+use std::fmt;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+use super::{Acquire, Guard, LockBackend};
+use crate::error::Error;
+use crate::lease::{LeaseLost, LeaseWatch};
+use crate::types::LockOptions;
+use crate::watch::WatchStream;
+
+/// The leader of an election, as a reader sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Leader {
+    /// The election (lock) name.
+    pub name: String,
+    /// The leader's term: the fencing token of its grant. Every later leader's
+    /// term is greater.
+    pub term: u64,
+    /// What the leader published ([`LockOptions::value`], or its last
+    /// [`Leadership::proclaim`]).
+    pub value: Vec<u8>,
+    /// The identity its campaign carried, if any.
+    pub identity: Option<String>,
+}
+
+/// One change an observer sees.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum LeaderEvent {
+    /// A leader: a new one (a term above every term seen before), or the
+    /// current one with a new value (same term, after a `proclaim`).
+    Leader(Leader),
+    /// The leader of `term` is gone (it resigned, or its lease ended), and
+    /// nobody leads yet.
+    Vacant { term: u64 },
+}
+
+impl LeaderEvent {
+    /// The term the event is about.
+    pub fn term(&self) -> u64 {
+        match self {
+            LeaderEvent::Leader(l) => l.term,
+            LeaderEvent::Vacant { term } => *term,
+        }
+    }
+}
+
+/// The changes of one election, in order, each once, terms never going back.
+/// It ends only with an error it cannot get past (a refused permission, a
+/// compacted history); dropping it ends the observation.
+pub type LeaderStream = WatchStream<LeaderEvent>;
+
+/// Leadership won by a campaign: a held lock whose token is the [`term`](Self::term).
+///
+/// Pass the term to every resource the leader writes (a `fencelock-fence`
+/// fence refuses writes with an older term), stop when [`lost`](Self::lost)
+/// fires, and [`resign`](Self::resign) to hand over at once to the next
+/// candidate. Dropping it resigns in the background.
+#[derive(Debug)]
+pub struct Leadership {
+    guard: Guard,
+    term: u64,
+    value: Vec<u8>,
+}
+
+impl Leadership {
+    /// Leadership over `guard`, which published `value`. The guard must carry a
+    /// token (elections need [`super::Fencing`] other than `None`).
+    pub(crate) fn new(guard: Guard, value: Vec<u8>) -> Result<Leadership, Error> {
+        let term = guard.fencing_token()?;
+        Ok(Leadership { guard, term, value })
+    }
+
+    /// The election name.
+    pub fn name(&self) -> &str {
+        self.guard.name()
+    }
+
+    /// The term: the grant's fencing token, above every earlier leader's.
+    pub fn term(&self) -> u64 {
+        self.term
+    }
+
+    /// The value this leader publishes.
+    pub fn value(&self) -> &[u8] {
+        &self.value
+    }
+
+    /// Gives the leadership up; the next candidate in line is elected at once.
+    /// `Ok(true)`: it was held and is now given up; `Ok(false)`: it had been
+    /// lost before. See [`Guard::release`].
+    pub async fn resign(self) -> Result<bool, Error> {
+        self.guard.release().await
+    }
+
+    /// Resolves when the leadership is lost (the lease expired or was revoked,
+    /// or could not be renewed before its deadline). Cancel-safe.
+    pub async fn lost(&self) -> LeaseLost {
+        self.guard.lost().await
+    }
+
+    /// True once the leadership is lost.
+    pub fn is_lost(&self) -> bool {
+        self.guard.is_lost()
+    }
+
+    /// Resolves when renewals have failed for a third of the TTL: stop starting
+    /// new work as leader. See [`Guard::jeopardy`].
+    pub async fn jeopardy(&self) {
+        self.guard.jeopardy().await
+    }
+
+    /// The last instant until which the leadership is provably held.
+    pub fn deadline(&self) -> Instant {
+        self.guard.deadline()
+    }
+
+    /// A handle on the lease state, to move into another task.
+    pub fn lease_watch(&self) -> LeaseWatch {
+        self.guard.lease_watch()
+    }
+
+    /// The lock guard behind the leadership.
+    pub fn guard(&self) -> &Guard {
+        &self.guard
+    }
+}
+
+/// The filter that keeps an observer's terms from going back: a backend's
+/// notifications may repeat a change or deliver one that an earlier read
+/// already showed; only news passes.
+#[derive(Debug, Default)]
+pub(crate) struct Terms {
+    /// The highest term seen, and whether its leader is still in office (with
+    /// the value last passed on).
+    last: Option<(u64, Option<Vec<u8>>)>,
+}
+
+impl Terms {
+    /// `ev` if it is news: a leader of a higher term, a new value of the
+    /// current leader, the end of the current term, or the end of a term
+    /// above every term seen (a leader that came and went unseen).
+    pub(crate) fn admit(&mut self, ev: LeaderEvent) -> Option<LeaderEvent> {
+        let last_term = self.last.as_ref().map(|(t, _)| *t);
+        let news = match (&ev, &self.last) {
+            (_, None) => true,
+            (LeaderEvent::Leader(l), Some((t, current))) => {
+                l.term > *t || (l.term == *t && current.as_ref().is_some_and(|v| *v != l.value))
+            }
+            (LeaderEvent::Vacant { term }, Some((t, current))) => *term > *t || (*term == *t && current.is_some()),
+        };
+        if !news {
+            return None;
+        }
+        debug_assert!(last_term.is_none_or(|t| ev.term() >= t));
+        self.last = Some(match &ev {
+            LeaderEvent::Leader(l) => (l.term, Some(l.value.clone())),
+            LeaderEvent::Vacant { term } => (*term, None),
+        });
+        Some(ev)
+    }
+}
+
+/// Where a backend's observer task hands its changes: through [`Terms`], to
+/// the reader of the [`LeaderStream`].
+pub(crate) struct LeaderSink {
+    tx: mpsc::Sender<Result<LeaderEvent, Error>>,
+    terms: Terms,
+}
+
+impl LeaderSink {
+    /// Hands `ev` on if it is news. `false` once the reader is gone: stop.
+    pub(crate) async fn send(&mut self, ev: LeaderEvent) -> bool {
+        match self.terms.admit(ev) {
+            Some(ev) => self.tx.send(Ok(ev)).await.is_ok(),
+            None => !self.tx.is_closed(),
+        }
+    }
+
+    /// Ends the stream with `error`.
+    pub(crate) async fn fail(self, error: Error) {
+        let _ = self.tx.send(Err(error)).await;
+    }
+}
+
+/// Changes an observer buffers before its task waits for the reader.
+const BUFFER: usize = 64;
+
+/// A [`LeaderStream`] fed by the task `observe` spawns with its sink.
+pub(crate) fn leader_stream<F, Fut>(observe: F) -> LeaderStream
+where
+    F: FnOnce(LeaderSink) -> Fut,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    let (tx, rx) = mpsc::channel(BUFFER);
+    let task = tokio::spawn(observe(LeaderSink { tx, terms: Terms::default() }));
+    WatchStream::new(rx, task.abort_handle())
+}
+
+/// An election being joined: `backend.election(name)`, options, then
+/// [`campaign`](Election::campaign), or read with [`leader`](Election::leader)
+/// and [`observe`](Election::observe).
+#[derive(Clone)]
+#[must_use = "an election does nothing until `.campaign().await`"]
+pub struct Election {
+    backend: Arc<dyn LockBackend>,
+    name: String,
+    opts: LockOptions,
+}
+
+impl Election {
+    pub(crate) fn new(backend: Arc<dyn LockBackend>, name: String) -> Election {
+        Election { backend, name, opts: LockOptions::default() }
+    }
+
+    /// The candidate's lease TTL (default 15 s): a leader that stops renewing
+    /// is replaced within it.
+    pub fn ttl(mut self, ttl: Duration) -> Self {
+        self.opts = self.opts.ttl(ttl);
+        self
+    }
+
+    /// What the leader publishes (≤ 4096 bytes; an address, say).
+    pub fn value(mut self, value: impl Into<Vec<u8>>) -> Self {
+        self.opts = self.opts.value(value);
+        self
+    }
+
+    /// Who campaigns, shown with the leader (≤ 256 bytes).
+    pub fn identity(mut self, identity: impl Into<String>) -> Self {
+        self.opts = self.opts.identity(identity);
+        self
+    }
+
+    /// Waits in line until elected, however long that takes (drop the future
+    /// to withdraw; wrap it in a timeout to bound it). Fails at once, with
+    /// [`Error::LeaseNotFound`], if the candidate's own lease is lost while it
+    /// waits: a candidate whose lease ended is never elected.
+    pub async fn campaign(self) -> Result<Leadership, Error> {
+        // The longest wait a backend takes; a candidate still waiting after
+        // it queues again (behind those who came meanwhile).
+        let opts = self.opts.wait(super::MAX_WAIT);
+        loop {
+            match self.backend.campaign(&self.name, &opts).await? {
+                Acquire::Acquired(leadership) => return Ok(leadership),
+                Acquire::TimedOut | Acquire::Busy { .. } => continue,
+            }
+        }
+    }
+
+    /// Becomes leader only if nobody leads now: `Acquire::Busy` otherwise.
+    pub async fn try_campaign(self) -> Result<Acquire<Leadership>, Error> {
+        self.backend.campaign(&self.name, &self.opts.wait(Duration::ZERO)).await
+    }
+
+    /// The current leader, if any (a linearizable read where the backend has one).
+    pub async fn leader(&self) -> Result<Option<Leader>, Error> {
+        self.backend.leader(&self.name).await
+    }
+
+    /// The changes of this election from now on, starting with the current
+    /// leader if there is one.
+    pub async fn observe(&self) -> Result<LeaderStream, Error> {
+        self.backend.observe(&self.name).await
+    }
+}
+
+impl fmt::Debug for Election {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Election")
+            .field("backend", &self.backend.kind())
+            .field("name", &self.name)
+            .field("opts", &self.opts)
+            .finish()
+    }
+}
+
+impl dyn LockBackend {
+    /// The election `name` on this backend: `backend.election("db-primary")
+    /// .value(addr).campaign()`.
+    pub fn election(self: &Arc<Self>, name: impl Into<String>) -> Election {
+        Election::new(self.clone(), name.into())
+    }
+}
+
+/// The generic campaign of a backend whose acquire never starts over on a
+/// fresh lease: the acquire, its grant as a [`Leadership`].
+pub(crate) async fn campaign_by_acquire<B: LockBackend + ?Sized>(
+    backend: &B,
+    name: &str,
+    opts: &LockOptions,
+) -> Result<Acquire<Leadership>, Error> {
+    let value = opts.value.clone();
+    match backend.acquire(name, opts).await? {
+        Acquire::Acquired(guard) => Ok(Acquire::Acquired(Leadership::new(guard, value)?)),
+        other => Ok(other.map(|_| unreachable!("the grant is matched above"))),
+    }
+}
+
+/// The refusal of a backend without elections.
+pub(crate) fn unsupported(kind: &str) -> Error {
+    Error::Unsupported(format!(
+        "{kind} has no leader election; use a backend that has one (fencelock, etcd, zk, postgres, redis)"
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn leader(term: u64, value: &str) -> LeaderEvent {
+        LeaderEvent::Leader(Leader { name: "e".into(), term, value: value.into(), identity: None })
+    }
+
+    /// Rule (issue 17): an observer never sees a term go back, and sees each
+    /// change once: repeats, stale leaders and stale vacancies are dropped; a
+    /// new value of the current term and the end of the current term pass.
+    #[test]
+    fn terms_never_go_back_and_changes_pass_once() {
+        let mut t = Terms::default();
+        let mut admit = |ev: LeaderEvent| t.admit(ev);
+        assert_eq!(admit(leader(5, "a")), Some(leader(5, "a")));
+        assert_eq!(admit(leader(5, "a")), None, "a repeat");
+        assert_eq!(admit(leader(4, "z")), None, "an older term");
+        assert_eq!(admit(leader(5, "b")), Some(leader(5, "b")), "a proclaim");
+        assert_eq!(admit(LeaderEvent::Vacant { term: 4 }), None, "an older vacancy");
+        assert_eq!(admit(LeaderEvent::Vacant { term: 5 }), Some(LeaderEvent::Vacant { term: 5 }));
+        assert_eq!(admit(LeaderEvent::Vacant { term: 5 }), None, "a repeated vacancy");
+        assert_eq!(admit(leader(5, "c")), None, "the ended term's value");
+        assert_eq!(admit(LeaderEvent::Vacant { term: 7 }), Some(LeaderEvent::Vacant { term: 7 }), "an unseen term");
+        assert_eq!(admit(leader(7, "x")), None, "the leader of an ended term");
+        assert_eq!(admit(leader(9, "d")), Some(leader(9, "d")));
+    }
+
+    #[test]
+    fn the_first_change_always_passes() {
+        assert_eq!(Terms::default().admit(LeaderEvent::Vacant { term: 3 }), Some(LeaderEvent::Vacant { term: 3 }));
+    }
+}
