@@ -185,7 +185,7 @@ const SHOWN_VALUE_CHARS: usize = 32;
 /// A value for the table: its text when it is printable UTF-8, else
 /// `base64:` and its base64; cut to [`SHOWN_VALUE_CHARS`] with `…`; `-` when
 /// empty. (`--json` always gives the whole value, in base64.)
-fn short_value(value: &[u8]) -> String {
+pub(crate) fn short_value(value: &[u8]) -> String {
     if value.is_empty() {
         return "-".into();
     }

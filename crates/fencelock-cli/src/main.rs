@@ -1,6 +1,7 @@
 //! `fencelock`: the command-line front of fencelock.
 //!
-//! `serve` runs a node; `cluster` shows and changes a group's members; `run` runs a command under a lock; `acquire`, `release`,
+//! `serve` runs a node; `cluster` shows and changes a group's members; `run` runs a command under a lock; `elect`
+//! runs one while leading an election and `leader` shows the leader; `acquire`, `release`,
 //! `locks` and `check` are for scripts and people. Exit codes are documented in
 //! [`exit`] and in the README; contention is an outcome with its own code.
 
@@ -10,6 +11,7 @@ mod check_data;
 mod client_cmds;
 mod cluster;
 mod demo;
+mod elect;
 mod exit;
 mod http;
 mod run;
@@ -41,6 +43,10 @@ enum Cmd {
     Cluster(cluster::ClusterArgs),
     /// Run a command while holding a lock; stop it if the lease is lost.
     Run(run::RunArgs),
+    /// Run a command only while leading an election (FENCELOCK_TERM is its term); stop it if leadership is lost.
+    Elect(elect::ElectArgs),
+    /// Show an election's leader (exit 1 if none), or follow it with --watch.
+    Leader(elect::LeaderArgs),
     /// Acquire a lock on a lease of its own (not kept alive) and print the token.
     Acquire(client_cmds::AcquireArgs),
     /// Release a lock taken with `acquire` (compare-and-delete on lease and token).
@@ -244,6 +250,8 @@ fn main() -> ExitCode {
             Cmd::Serve(a) => serve::serve(a).await,
             Cmd::Cluster(a) => cluster::cluster(a).await,
             Cmd::Run(a) => run::run(a).await,
+            Cmd::Elect(a) => elect::elect(a).await,
+            Cmd::Leader(a) => elect::leader(a).await,
             Cmd::Acquire(a) => client_cmds::acquire(a).await,
             Cmd::Release(a) => client_cmds::release(a).await,
             Cmd::Locks(a) => client_cmds::locks(a).await,
@@ -311,8 +319,10 @@ mod tests {
     fn the_auth_token_flag_and_its_env_var() {
         let mut cli = Cli::command();
         cli.build(); // propagates the admin commands' global flags to their subcommands
-        let paths: [&[&str]; 8] = [
+        let paths: [&[&str]; 10] = [
             &["run"],
+            &["elect"],
+            &["leader"],
             &["acquire"],
             &["release"],
             &["locks"],

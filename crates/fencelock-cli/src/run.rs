@@ -51,7 +51,7 @@ pub async fn run(a: RunArgs) -> anyhow::Result<ExitCode> {
         Ok(g) => g,
         Err(code) => return Ok(code),
     };
-    let mut child = match spawn(&a.cmd, &guard) {
+    let mut child = match spawn(&a.cmd, &guard, &[]) {
         Ok(c) => c,
         Err(e) => {
             // Release now rather than leave the lock held until its TTL runs out.
@@ -87,8 +87,11 @@ pub fn busy_detail(lease: Option<u64>, token: Option<u64>, reopens_in: Option<Du
     }
 }
 
-fn spawn(cmd: &[String], guard: &Guard) -> std::io::Result<Child> {
+/// Starts `cmd` in its own process group with the grant's `FENCELOCK_*`
+/// variables and `extra_env`, killed if this process dies.
+pub(crate) fn spawn(cmd: &[String], guard: &Guard, extra_env: &[(&str, &str)]) -> std::io::Result<Child> {
     let mut c = Command::new(&cmd[0]);
+    c.envs(extra_env.iter().copied());
     c.args(&cmd[1..])
         .env("FENCELOCK_LOCK", guard.name())
         .env("FENCELOCK_TOKEN", guard.token().map(|t| t.to_string()).unwrap_or_default())
@@ -104,7 +107,12 @@ fn spawn(cmd: &[String], guard: &Guard) -> std::io::Result<Child> {
 }
 
 /// Wait for the child while watching the lease; forward SIGTERM/SIGINT/SIGHUP.
-async fn supervise(child: &mut Child, pgid: Option<Pid>, guard: Guard, grace: Duration) -> anyhow::Result<ExitCode> {
+pub(crate) async fn supervise(
+    child: &mut Child,
+    pgid: Option<Pid>,
+    guard: Guard,
+    grace: Duration,
+) -> anyhow::Result<ExitCode> {
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;
     let mut hup = signal(SignalKind::hangup())?;

@@ -144,6 +144,12 @@ impl Leadership {
     pub fn guard(&self) -> &Guard {
         &self.guard
     }
+
+    /// The lock guard behind the leadership, to hold it as a lock (releasing
+    /// the guard resigns).
+    pub fn into_guard(self) -> Guard {
+        self.guard
+    }
 }
 
 /// The filter that keeps an observer's terms from going back: a backend's
