@@ -111,7 +111,9 @@ impl Ops {
         let id = auth::random_lease_id().map(LeaseId);
         let cmd = Command::GrantLease { req: RequestId(r.request_id), ttl_ms: r.ttl_ms, id };
         match self.driver.submit(who.wrap(cmd)).await.map_err(driver_status)? {
-            Reply::LeaseGranted { lease, ttl_ms } => Ok(pb::GrantLeaseResponse { lease_id: lease.0, ttl_ms }),
+            Reply::LeaseGranted { lease, ttl_ms } => {
+                Ok(pb::GrantLeaseResponse { lease_id: lease.0, ttl_ms, leader_term: self.leader_term() })
+            }
             other => Err(unexpected(other)),
         }
     }
@@ -120,7 +122,9 @@ impl Ops {
         self.allow(who, |_| Ok(()))?;
         let cmd = Command::KeepAlive { req: RequestId(r.request_id), lease: LeaseId(r.lease_id) };
         match self.driver.submit(who.wrap(cmd)).await.map_err(driver_status)? {
-            Reply::LeaseKept { lease, ttl_ms } => Ok(pb::KeepAliveResponse { lease_id: lease.0, ttl_ms }),
+            Reply::LeaseKept { lease, ttl_ms } => {
+                Ok(pb::KeepAliveResponse { lease_id: lease.0, ttl_ms, leader_term: self.leader_term() })
+            }
             other => Err(unexpected(other)),
         }
     }
@@ -252,6 +256,12 @@ impl Ops {
     pub(crate) fn read<T>(&self, f: impl FnOnce(&fencelock_core::Engine) -> T) -> Result<T, Status> {
         let engine = self.engine.read().map_err(|_| Status::internal("engine lock poisoned"))?;
         Ok(f(&engine))
+    }
+
+    /// The Raft term this node knows, as lease answers carry it: a client
+    /// that sees it grow knows its lease was carried to a new leader.
+    pub(crate) fn leader_term(&self) -> u64 {
+        self.raft.metrics().borrow().current_term
     }
 
     /// Confirm this node still leads (a quorum answers) and has applied everything

@@ -50,6 +50,7 @@ impl Ops {
         let ends = self.driver.lease_ends();
         self.linearizable().await?;
         let now = self.clock.now();
+        let leader_term = self.leader_term();
         let caller = who.caller();
         let infos = self.read(|e| {
             let mut infos = BTreeMap::new();
@@ -69,7 +70,11 @@ impl Ops {
                 let kind = match info {
                     Some(i) => {
                         live.insert(id);
-                        Kind::Watching(pb::lease_event::Watching { ttl_ms: i.ttl_ms, ttl_left_ms: i.ttl_left_ms })
+                        Kind::Watching(pb::lease_event::Watching {
+                            ttl_ms: i.ttl_ms,
+                            ttl_left_ms: i.ttl_left_ms,
+                            leader_term,
+                        })
                     }
                     None => Kind::NotFound(pb::lease_event::NotFound {}),
                 };

@@ -52,6 +52,11 @@ pub(crate) struct LeaseState {
     pub deadline: Instant,
     /// Set once, for good.
     pub lost: Option<LeaseLost>,
+    /// The highest leader term an answer about the lease carried (0: none yet).
+    pub term: u64,
+    /// How many times an answer carried a higher term than the one before:
+    /// the lease was carried to a new leader and kept.
+    pub failovers: u32,
 }
 
 impl LeaseState {
@@ -60,7 +65,7 @@ impl LeaseState {
     pub fn confirmed(self, sent: Instant, ttl: Duration) -> LeaseState {
         match self.lost {
             Some(_) => self,
-            None => LeaseState { deadline: self.deadline.max(sent + ttl), lost: None },
+            None => LeaseState { deadline: self.deadline.max(sent + ttl), ..self },
         }
     }
 
@@ -83,6 +88,19 @@ impl LeaseState {
         self.lost.is_some() || now >= self.jeopardy_at(margin)
     }
 
+    /// After an answer about the live lease carried leader term `term` (0:
+    /// the backend gave none): a fail-over more if it is higher than the last
+    /// one seen (the first one seen is the starting point). A lost lease stays
+    /// as it was.
+    pub fn seen_term(self, term: u64) -> LeaseState {
+        match (self.lost, term) {
+            (Some(_), _) | (_, 0) => self,
+            _ if self.term == 0 => LeaseState { term, ..self },
+            _ if term > self.term => LeaseState { term, failovers: self.failovers.saturating_add(1), ..self },
+            _ => self,
+        }
+    }
+
     /// Lost for `reason`, unless it was lost already.
     pub fn lose(self, reason: LeaseLost) -> LeaseState {
         LeaseState { lost: Some(self.lost.unwrap_or(reason)), ..self }
@@ -99,7 +117,7 @@ pub(crate) struct LeaseCell {
 
 impl LeaseCell {
     pub fn new(id: u64, ttl: Duration, deadline: Instant) -> Arc<LeaseCell> {
-        let (state, _) = watch::channel(LeaseState { deadline, lost: None });
+        let (state, _) = watch::channel(LeaseState { deadline, lost: None, term: 0, failovers: 0 });
         Arc::new(LeaseCell { id, ttl, state })
     }
 
@@ -119,6 +137,12 @@ impl LeaseCell {
         let now = Instant::now();
         self.transition(|s| s.at(now).confirmed(sent, ttl));
         self.state.borrow().lost.is_none()
+    }
+
+    /// Records that an answer about the lease carried leader term `term` (see
+    /// [`LeaseState::seen_term`]).
+    pub fn seen_term(&self, term: u64) {
+        self.transition(|s| s.seen_term(term));
     }
 
     /// Marks the lease lost for `reason` (no-op if it is lost already).
@@ -204,6 +228,38 @@ impl LeaseWatch {
             let state = self.cell.state();
             if let Some(reason) = state.lost {
                 return reason;
+            }
+            tokio::select! {
+                // Cannot fail: `self.cell` owns the sender.
+                _ = rx.changed() => {}
+                _ = tokio::time::sleep_until(state.deadline) => {}
+            }
+        }
+    }
+
+    /// How many times the lease was carried to a new leader and kept, as far as
+    /// this client has seen (an answer about it carried a higher leader term
+    /// than the one before). Only backends whose answers carry a term count
+    /// them (the native server); elsewhere it stays 0.
+    pub fn failovers(&self) -> u32 {
+        self.cell.state().failovers
+    }
+
+    /// Resolves at the next fail-over the lease survives (after this call) with
+    /// the new [`Self::failovers`] count, or with the reason if the lease is
+    /// lost first. The holder may want to re-check what it assumed of the old
+    /// leader (a cached read, a session) then. Cancel-safe.
+    pub async fn failed_over(&self) -> Result<u32, LeaseLost> {
+        let mut rx = self.cell.state.subscribe();
+        let start = self.cell.state().failovers;
+        loop {
+            rx.borrow_and_update();
+            let state = self.cell.state();
+            if let Some(reason) = state.lost {
+                return Err(reason);
+            }
+            if state.failovers > start {
+                return Ok(state.failovers);
             }
             tokio::select! {
                 // Cannot fail: `self.cell` owns the sender.
@@ -335,7 +391,7 @@ mod tests {
     const S: Duration = Duration::from_secs(1);
 
     fn live(deadline: Instant) -> LeaseState {
-        LeaseState { deadline, lost: None }
+        LeaseState { deadline, lost: None, term: 0, failovers: 0 }
     }
 
     #[test]
@@ -359,6 +415,22 @@ mod tests {
         let s = live(t0 + 15 * S);
         assert_eq!(s.at(t0 + 15 * S - Duration::from_nanos(1)).lost, None);
         assert_eq!(s.at(t0 + 15 * S).lost, Some(LeaseLost::Expired));
+    }
+
+    /// Rule (issue 17, fail-over event): the first term seen is the starting
+    /// point; each higher term is one fail-over; an equal, lower or unknown
+    /// (0) term changes nothing; a lost lease counts nothing more.
+    #[test]
+    fn a_higher_leader_term_counts_one_failover() {
+        let s = live(Instant::now());
+        let s = s.seen_term(0).seen_term(4);
+        assert_eq!((s.term, s.failovers), (4, 0));
+        let s = s.seen_term(4).seen_term(3).seen_term(0);
+        assert_eq!((s.term, s.failovers), (4, 0));
+        let s = s.seen_term(6);
+        assert_eq!((s.term, s.failovers), (6, 1));
+        let s = s.seen_term(9).lose(LeaseLost::Revoked).seen_term(12);
+        assert_eq!((s.term, s.failovers), (9, 2));
     }
 
     #[test]

@@ -129,6 +129,19 @@ impl Guard {
         self.watch.in_jeopardy()
     }
 
+    /// How many times the lock's lease was carried to a new leader and kept
+    /// (native server; 0 on backends whose answers carry no leader term). See
+    /// [`LeaseWatch::failovers`].
+    pub fn failovers(&self) -> u32 {
+        self.watch.failovers()
+    }
+
+    /// Resolves at the next fail-over the lock survives, with the new count, or
+    /// with the reason if the lock is lost first. See [`LeaseWatch::failed_over`].
+    pub async fn failed_over(&self) -> Result<u32, LeaseLost> {
+        self.watch.failed_over().await
+    }
+
     /// A handle on the lease state to move into another task.
     pub fn lease_watch(&self) -> LeaseWatch {
         self.watch.clone()

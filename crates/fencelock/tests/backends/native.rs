@@ -74,6 +74,8 @@ async fn declares_its_capabilities() {
 /// granted, so the leader) is shut down while a lock is held, and the grant stays held (renewed
 /// through the new leader, never reported lost) and exclusive. Given one
 /// member alone it declares none: that node down, the client has nowhere to go.
+/// Issue 17: both guards report the fail-over (`failed_over`, `failovers`),
+/// and a lease end is still pushed after it, by the new leader.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn declares_failover_for_a_group_and_survives_it() {
     let dir = tempfile::tempdir().unwrap();
@@ -87,6 +89,17 @@ async fn declares_failover_for_a_group_and_survives_it() {
     assert!(suite::connect(&url).await.capabilities().survives_failover, "through fencelock::connect");
 
     let g = within("grant", client.acquire("failover", &opts(3 * SECS, 10 * SECS))).await.unwrap().acquired().unwrap();
+    // A lease whose next keep-alive is 20 s away: only the push stream, reopened
+    // on the new leader, can tell it of the fail-over and of its revocation.
+    let long = within("grant", client.acquire("pushed", &opts(60 * SECS, std::time::Duration::ZERO)))
+        .await
+        .unwrap()
+        .acquired()
+        .unwrap();
+    let (g_carried, long_carried) = (g.lease_watch(), long.lease_watch());
+    let g_carried = tokio::spawn(async move { g_carried.failed_over().await });
+    let long_carried = tokio::spawn(async move { long_carried.failed_over().await });
+    assert_eq!((g.failovers(), long.failovers()), (0, 0));
     let serving = client.server();
     let i = nodes.iter().position(|n| serving.ends_with(&n.grpc_addr.to_string())).expect("a node of the group");
     within("shutdown", nodes.remove(i).shutdown()).await;
@@ -98,6 +111,16 @@ async fn declares_failover_for_a_group_and_survives_it() {
         }
     })
     .await;
+    // Issue 17: the guards report that their leases were carried to a new leader.
+    assert!(matches!(within("fail-over seen", g_carried).await.unwrap(), Ok(n) if n >= 1));
+    assert!(matches!(within("fail-over pushed", long_carried).await.unwrap(), Ok(n) if n >= 1));
+    assert!(g.failovers() >= 1 && !long.is_lost());
+    // Pushed lease ends survive the leader change: a revoke by someone else
+    // reaches the holder as Revoked (a keep-alive would say NotFound, and
+    // none is due for 20 s).
+    let stranger = within("connect", fencelock::Client::connect(url.clone())).await.unwrap();
+    within("revoke", stranger.revoke_lease(long.lease_id())).await.unwrap();
+    assert_eq!(within("pushed revoke", long.lost()).await, fencelock::LeaseLost::Revoked);
     let other = suite::connect(&url).await;
     match within("try", other.acquire("failover", &opts(3 * SECS, std::time::Duration::ZERO))).await.unwrap() {
         Acquire::Busy { holder_token, .. } => assert_eq!(holder_token, g.token()),

@@ -41,7 +41,9 @@ pub(crate) async fn grant(rpc: &Rpc, ttl: Duration, deadline: Instant) -> Result
         return Err(Error::Protocol("GrantLeaseResponse with lease id 0".into()));
     }
     let ttl = if resp.ttl_ms > 0 { ms(resp.ttl_ms) } else { ttl };
-    Ok((LeaseCell::new(resp.lease_id, ttl, sent + ttl), sent))
+    let cell = LeaseCell::new(resp.lease_id, ttl, sent + ttl);
+    cell.seen_term(resp.leader_term);
+    Ok((cell, sent))
 }
 
 /// Revokes `lease_id`, with retries until the RPC deadline.
@@ -73,7 +75,7 @@ pub(crate) fn spawn_watchdog(rpc: Rpc, cell: Arc<LeaseCell>, sent: Instant) -> J
 /// deadline, to free its locks for others.
 async fn watchdog(rpc: Rpc, cell: Arc<LeaseCell>, last_sent: Instant) {
     let round = rpc.rpc_timeout;
-    let renew = renew_loop(&cell, rpc.backoff(), round, last_sent, |end| keep_alive(&rpc, cell.id, end));
+    let renew = renew_loop(&cell, rpc.backoff(), round, last_sent, |end| keep_alive(&rpc, &cell, end));
     // Either returns only once the lease is lost.
     tokio::select! {
         _ = renew => {}
@@ -89,10 +91,13 @@ async fn watchdog(rpc: Rpc, cell: Arc<LeaseCell>, last_sent: Instant) {
 /// One keep-alive round: the confirmed TTL (None if the server sent 0), or
 /// `Renewed::Gone` for the server's "lease not found" (the one place that
 /// answer becomes an outcome).
-async fn keep_alive(rpc: &Rpc, lease_id: u64, deadline: Instant) -> Result<Renewed, Error> {
-    let msg = KeepAliveRequest { request_id: new_request_id(), lease_id };
+async fn keep_alive(rpc: &Rpc, cell: &LeaseCell, deadline: Instant) -> Result<Renewed, Error> {
+    let msg = KeepAliveRequest { request_id: new_request_id(), lease_id: cell.id };
     match rpc.call("keep_alive", deadline, |mut c, left| async move { c.keep_alive(request(msg, left)).await }).await {
-        Ok(resp) => Ok(Renewed::Confirmed((resp.ttl_ms > 0).then(|| ms(resp.ttl_ms)))),
+        Ok(resp) => {
+            cell.seen_term(resp.leader_term);
+            Ok(Renewed::Confirmed((resp.ttl_ms > 0).then(|| ms(resp.ttl_ms))))
+        }
         Err(Error::LeaseNotFound(_)) => Ok(Renewed::Gone),
         Err(e) => Err(e),
     }
@@ -106,7 +111,7 @@ async fn listen(rpc: &Rpc, cell: &LeaseCell) {
     let backoff = rpc.backoff();
     let mut failures = 0u32;
     loop {
-        match watch_once(rpc, cell.id, &mut failures).await {
+        match watch_once(rpc, cell, &mut failures).await {
             Ok(reason) => {
                 cell.lose(reason);
                 return;
@@ -124,9 +129,12 @@ async fn listen(rpc: &Rpc, cell: &LeaseCell) {
     }
 }
 
-/// One `WatchLeases` stream for `lease_id`: the loss it reports, or the error
-/// that ended it. `failures` is reset once the server watches the lease.
-async fn watch_once(rpc: &Rpc, lease_id: u64, failures: &mut u32) -> Result<LeaseLost, Error> {
+/// One `WatchLeases` stream for `cell`'s lease: the loss it reports, or the
+/// error that ended it. `failures` is reset once the server watches the lease;
+/// the leader term it watches with is recorded (a stream reopened on a new
+/// leader tells of the fail-over before the next keep-alive does).
+async fn watch_once(rpc: &Rpc, cell: &LeaseCell, failures: &mut u32) -> Result<LeaseLost, Error> {
+    let lease_id = cell.id;
     let msg = WatchLeasesRequest { lease_ids: vec![lease_id] };
     // No grpc-timeout: the stream lives as long as the lease. The call's deadline
     // bounds the wait for the server to open it.
@@ -144,6 +152,9 @@ async fn watch_once(rpc: &Rpc, lease_id: u64, failures: &mut u32) -> Result<Leas
         };
         if event.lease_id != lease_id {
             continue;
+        }
+        if let Some(Kind::Watching(w)) = &event.kind {
+            cell.seen_term(w.leader_term);
         }
         match event.kind.as_ref().and_then(pushed_loss) {
             Some(reason) => return Ok(reason),
@@ -171,7 +182,7 @@ mod tests {
     /// Each pushed end is the loss `lost()` reports; `watching` is none.
     #[test]
     fn pushed_events_map_to_their_losses() {
-        let watching = Kind::Watching(ev::Watching { ttl_ms: 60_000, ttl_left_ms: 59_000 });
+        let watching = Kind::Watching(ev::Watching { ttl_ms: 60_000, ttl_left_ms: 59_000, leader_term: 3 });
         assert_eq!(pushed_loss(&watching), None);
         assert_eq!(pushed_loss(&Kind::Revoked(ev::Revoked {})), Some(LeaseLost::Revoked));
         assert_eq!(pushed_loss(&Kind::Expired(ev::Expired {})), Some(LeaseLost::Expired));
