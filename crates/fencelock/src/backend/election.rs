@@ -209,6 +209,9 @@ impl LeaderSink {
     }
 }
 
+/// How long [`Election::campaign`] waits before it asks again after a `Busy`.
+const BUSY_RETRY: Duration = Duration::from_millis(100);
+
 /// Changes an observer buffers before its task waits for the reader.
 const BUFFER: usize = 64;
 
@@ -269,7 +272,10 @@ impl Election {
         loop {
             match self.backend.campaign(&self.name, &opts).await? {
                 Acquire::Acquired(leadership) => return Ok(leadership),
-                Acquire::TimedOut | Acquire::Busy { .. } => continue,
+                Acquire::TimedOut => continue,
+                // Not an answer to a wait; should a backend give it, do not
+                // spin on it.
+                Acquire::Busy { .. } => tokio::time::sleep(BUSY_RETRY).await,
             }
         }
     }
