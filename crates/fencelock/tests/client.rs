@@ -576,7 +576,8 @@ async fn the_client_reconnects_after_a_server_restart_and_keeps_its_lock() {
 
 /// Issue 17: `describe` and `list` report the holder's identity (the client's,
 /// from `ClientBuilder::identity`) and value, and each waiter's identity (its
-/// request's own); a granted waiter becomes the holder with its own identity.
+/// request's own); a granted waiter becomes the holder with its own identity;
+/// a `Session`'s acquire carries the client's identity.
 #[tokio::test]
 async fn describe_and_list_show_holder_identity_and_value_and_waiter_identities() {
     let server = Server::start().await;
@@ -603,6 +604,14 @@ async fn describe_and_list_show_holder_identity_and_value_and_waiter_identities(
     let second = acquired(within("the waiter's grant", queued).await.unwrap().unwrap());
     let h = c1.describe("elect").await.unwrap().holder.expect("held by the waiter");
     assert_eq!((h.token, h.identity.as_deref(), h.value.len()), (second.token().unwrap(), Some("host-b:2"), 0));
+
+    // A session's acquires carry the client's identity too.
+    let session = c1.session().await.unwrap();
+    let lease = session.grant_lease(5 * SECS).await.unwrap();
+    let got = session.acquire("by-session", lease, std::time::Duration::ZERO, std::time::Duration::ZERO).await;
+    assert!(matches!(got, Ok(fencelock::Acquire::Acquired(_))), "{got:?}");
+    let h = c1.describe("by-session").await.unwrap().holder.expect("held by the session");
+    assert_eq!((h.lease_id, h.identity.as_deref()), (lease, Some("host-a:1")));
 }
 
 /// Issue 17: an identity or value over its limit is refused with

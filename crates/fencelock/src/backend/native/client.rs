@@ -292,7 +292,8 @@ impl Client {
     /// Opens a [`Session`]: one bidirectional stream that carries many concurrent
     /// operations. For high-rate callers; see [`Session`].
     pub async fn session(&self) -> Result<Session, Error> {
-        Session::open(self.inner.rpc.raw(), self.inner.rpc.rpc_timeout).await
+        let identity = self.inner.identity.clone().unwrap_or_default();
+        Session::open(self.inner.rpc.raw(), self.inner.rpc.rpc_timeout, identity).await
     }
 
     pub(crate) fn runtime(&self) -> tokio::runtime::Handle {

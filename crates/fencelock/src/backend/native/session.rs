@@ -45,6 +45,9 @@ struct Inner {
     tx: mpsc::UnboundedSender<pb::SessionRequest>,
     pending: Arc<Mutex<Pending>>,
     rpc_timeout: Duration,
+    /// The client's identity ([`crate::ClientBuilder::identity`]), sent with
+    /// every acquire ("" for none).
+    identity: String,
 }
 
 /// Callers waiting for an answer, by op_id.
@@ -58,8 +61,9 @@ struct Pending {
 }
 
 impl Session {
-    /// Opens the stream (the answer to its headers is awaited for `rpc_timeout`).
-    pub(crate) async fn open(mut client: Grpc, rpc_timeout: Duration) -> Result<Session, Error> {
+    /// Opens the stream (the answer to its headers is awaited for `rpc_timeout`);
+    /// its acquires carry `identity`.
+    pub(crate) async fn open(mut client: Grpc, rpc_timeout: Duration, identity: String) -> Result<Session, Error> {
         let (tx, rx) = mpsc::unbounded_channel();
         let opened = tokio::time::timeout(rpc_timeout, client.session(UnboundedReceiverStream::new(rx)))
             .await
@@ -67,7 +71,7 @@ impl Session {
             .map_err(|s| Error::from_status(&s))?;
         let pending = Arc::new(Mutex::new(Pending { next_op: 1, ..Pending::default() }));
         tokio::spawn(read(opened.into_inner(), pending.clone(), tx.downgrade()));
-        Ok(Session { inner: Arc::new(Inner { tx, pending, rpc_timeout }) })
+        Ok(Session { inner: Arc::new(Inner { tx, pending, rpc_timeout, identity }) })
     }
 
     /// Grants a lease of `ttl`; returns its id. Nothing keeps it alive: call
@@ -115,6 +119,7 @@ impl Session {
             lock: lock.to_string(),
             wait_ms: to_ms(wait),
             lock_delay_ms: to_ms(lock_delay),
+            identity: self.inner.identity.clone(),
             ..Default::default()
         });
         match self.call(op, wait + self.inner.rpc_timeout, true).await? {
