@@ -25,7 +25,7 @@ pub struct ServeArgs {
     /// A TOML file with any of the settings below (`node_id = 2`,
     /// `peers = "1=10.0.0.1:7070,2=10.0.0.2:7070,3=10.0.0.3:7070"`, `data_dir`,
     /// `listen`, `http`, `advertise`, `join`, `heartbeat`, `election_timeout`,
-    /// `log`, and the connection limits `max_connections`,
+    /// `watch_history`, `log`, and the connection limits `max_connections`,
     /// `max_connections_per_source`, `max_new_connections_per_source`,
     /// `handshake_timeout`, `idle_timeout`,
     /// `header_read_timeout`, and TLS: `tls_cert`, `tls_key`, `tls_ca`,
@@ -76,6 +76,11 @@ pub struct ServeArgs {
     /// database is moved aside (fencelock.redb.set-aside-N), never deleted.
     #[arg(long, env = "FENCELOCK_FORCE_NEW_CLUSTER")]
     force_new_cluster: bool,
+    /// Watch events this node keeps for watchers that resume (`fencelock
+    /// watch`, election observers); one that falls further behind gets
+    /// `compacted` [default: 100000].
+    #[arg(long, env = "FENCELOCK_WATCH_HISTORY")]
+    watch_history: Option<usize>,
     /// Log filter (tracing env-filter syntax), e.g. `info` or `fencelock_server=debug` [default: info,openraft=warn].
     #[arg(long, env = "FENCELOCK_LOG")]
     log: Option<String>,
@@ -194,6 +199,7 @@ struct FileConfig {
     peer_advertise: Option<String>,
     heartbeat: Option<String>,
     election_timeout: Option<String>,
+    watch_history: Option<usize>,
     log: Option<String>,
     max_connections: Option<usize>,
     max_connections_per_source: Option<usize>,
@@ -308,6 +314,9 @@ fn resolve(a: ServeArgs) -> anyhow::Result<(fencelock_server::Config, String)> {
     if let Some(e) = a.election_timeout.or(file_duration(file.election_timeout.as_deref(), "election_timeout")?) {
         c.election_timeout = e;
     }
+    if let Some(n) = a.watch_history.or(file.watch_history) {
+        c.watch_history = n;
+    }
     c.connections = limits;
     c.tls = tls;
     c.auth_file = auth_file;
@@ -414,6 +423,7 @@ mod tests {
             heartbeat: None,
             election_timeout: None,
             force_new_cluster: false,
+            watch_history: None,
             log: None,
             limits: LimitArgs::default(),
             tls: ServeTlsArgs::default(),

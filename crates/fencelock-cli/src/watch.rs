@@ -43,7 +43,7 @@ pub async fn watch(a: WatchArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::from(exit::OK))
 }
 
-/// `{"revision":"12.0","index":12,"seq":0,"kind":"granted","lock":…,"lease_id":…,"token":…,"identity":…,"reason":…}`
+/// `{"revision":"12.0","index":12,"seq":0,"kind":"granted","lock":…,"lease_id":…,"token":…,"identity":…,"reason":…,"value_base64":…}`
 fn event_json(e: &WatchEvent) -> serde_json::Value {
     json!({
         "revision": e.revision.to_string(),
@@ -55,10 +55,12 @@ fn event_json(e: &WatchEvent) -> serde_json::Value {
         "token": e.token,
         "identity": e.identity,
         "reason": e.reason,
+        "value_base64": fencelock_core::b64::encode(&e.value),
     })
 }
 
-/// `12.0 granted jobs/a lease=… token=…`, with `(reason)` when there is one.
+/// `12.0 granted jobs/a lease=… token=…`, with `identity=…`, `value=…` and
+/// `(reason)` when there are.
 fn event_text(e: &WatchEvent) -> String {
     let mut line = format!("{} {} {} lease={}", e.revision, e.kind, e.lock, e.lease_id);
     if e.token != 0 {
@@ -66,6 +68,9 @@ fn event_text(e: &WatchEvent) -> String {
     }
     if !e.identity.is_empty() {
         line.push_str(&format!(" identity={}", e.identity));
+    }
+    if !e.value.is_empty() {
+        line.push_str(&format!(" value={}", crate::client_cmds::short_value(&e.value)));
     }
     if !e.reason.is_empty() {
         line.push_str(&format!(" ({})", e.reason));

@@ -234,6 +234,10 @@ impl Engine {
             Command::Acquire(a) => self.acquire(a, fx),
             Command::Release { req, lease, lock, token } => self.release(*req, *lease, lock, *token, fx),
             Command::CancelWait { req, lease, lock } => self.cancel_wait(*req, *lease, lock, fx),
+            Command::SetValue { req, lease, lock, token, value } => {
+                let s = lock::SetValue { req: *req, lease: *lease, lock, token: *token, value };
+                self.set_value(s, fx)
+            }
             Command::As { caller, cmd } => self.apply_as(caller, cmd, fx),
             Command::Policy(_) => Reply::Rejected(EngineError::NotAdmin),
         }

@@ -154,6 +154,19 @@ pub enum Command {
     Acquire(Acquire),
     /// Compare-and-delete: releases only when (lock, lease, token) is the current grant.
     Release { req: RequestId, lease: LeaseId, lock: String, token: Token },
+    /// Compare-and-set of the value published with a grant: replaces the value
+    /// of (lock, lease, token) only when that is the current grant (the holder
+    /// keeps its identity, its token and its place); [`Reply::NotHolder`]
+    /// otherwise, and nothing changes. How an elected leader proclaims a new
+    /// value without giving up its term.
+    SetValue {
+        req: RequestId,
+        lease: LeaseId,
+        lock: String,
+        token: Token,
+        #[serde(default, skip_serializing_if = "Vec::is_empty", with = "crate::b64")]
+        value: Vec<u8>,
+    },
     /// The requester of `req` no longer wants that acquire: if it is queued it leaves
     /// the queue; if it was already granted and is still held, it is released (the
     /// grant never reached anyone who will release it).
@@ -178,6 +191,7 @@ impl Command {
             Command::GrantLease { .. } | Command::Policy(_) => None,
             Command::KeepAlive { lease, .. } | Command::Revoke { lease, .. } => Some(*lease),
             Command::Release { lease, .. } | Command::CancelWait { lease, .. } => Some(*lease),
+            Command::SetValue { lease, .. } => Some(*lease),
             Command::Acquire(a) => Some(a.lease),
             Command::As { cmd, .. } => cmd.lease(),
         }
@@ -233,6 +247,43 @@ pub struct Acquire {
     pub value: Vec<u8>,
 }
 
+/// What an acquire says about its requester: [`Acquire::identity`] and
+/// [`Acquire::value`] (the value later replaced by [`Command::SetValue`]).
+/// Holders, waiters and effects keep it boxed and only when one is set, so a
+/// plain acquire costs one null pointer.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Tag {
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub identity: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty", with = "crate::b64")]
+    pub value: Vec<u8>,
+}
+
+impl Tag {
+    /// The tag of `identity` and `value`, or `None` when both are empty.
+    pub fn new(identity: &str, value: &[u8]) -> Option<Box<Tag>> {
+        if identity.is_empty() && value.is_empty() {
+            return None;
+        }
+        Some(Box::new(Tag { identity: identity.to_owned(), value: value.to_vec() }))
+    }
+
+    /// The tag of `a`.
+    pub fn of(a: &Acquire) -> Option<Box<Tag>> {
+        Tag::new(&a.identity, &a.value)
+    }
+
+    /// The identity of `tag` ("" for none).
+    pub fn identity(tag: Option<&Tag>) -> &str {
+        tag.map_or("", |t| t.identity.as_str())
+    }
+
+    /// The value of `tag` (empty for none).
+    pub fn value(tag: Option<&Tag>) -> &[u8] {
+        tag.map_or(&[], |t| t.value.as_slice())
+    }
+}
+
 /// The current grant of a lock.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Grant {
@@ -275,6 +326,8 @@ pub enum Reply {
         position: u32,
     },
     Released,
+    /// Answer to [`Command::SetValue`]: the grant's value is the new one.
+    ValueSet,
     /// (lock, lease, token) is not the current grant; nothing changed.
     NotHolder,
     /// Answer to [`Command::CancelWait`]; `released` when a grant was released.
@@ -314,11 +367,32 @@ pub enum ReleaseCause {
 pub enum Effect {
     /// A grant was made. `queued` grants are the outcome of an earlier
     /// [`Reply::Queued`] for (lease, req); `waited_ms` is the time in the queue.
-    Granted { grant: Grant, req: RequestId, queued: bool, waited_ms: u64 },
+    /// `tag`: the identity and value the grant publishes (`None`: neither).
+    Granted {
+        grant: Grant,
+        req: RequestId,
+        queued: bool,
+        waited_ms: u64,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        tag: Option<Box<Tag>>,
+    },
     /// A queued acquire ended without a grant.
     WaitEnded { lock: LockName, lease: LeaseId, req: RequestId, why: WaitEnd },
-    /// A grant ended after being held `held_ms`.
-    Released { grant: Grant, held_ms: u64, cause: ReleaseCause },
+    /// A grant ended after being held `held_ms`; `tag` as it was published.
+    Released {
+        grant: Grant,
+        held_ms: u64,
+        cause: ReleaseCause,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        tag: Option<Box<Tag>>,
+    },
+    /// The holder of `grant` published a new value ([`Command::SetValue`]);
+    /// `tag` is its identity and the new value.
+    ValueChanged {
+        grant: Grant,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        tag: Option<Box<Tag>>,
+    },
     /// A lease expired (its deadline passed).
     LeaseExpired { lease: LeaseId },
 }

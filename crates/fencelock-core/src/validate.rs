@@ -1,6 +1,6 @@
 //! Stateless validation of commands: the rules a command must meet whatever the
 //! engine's state (request id, lock name, TTL, wait, lock-delay, token, holder
-//! identity and value).
+//! identity and value, a new value).
 //!
 //! Where it sits: the one place these rules live. The engine applies them first to
 //! every command it is given (an invalid command is rejected and leaves no trace,
@@ -21,6 +21,7 @@ impl Command {
             Command::Acquire(a) => a.validate(),
             Command::Release { req, lock, token, .. } => check_release(*req, lock, *token).map(drop),
             Command::CancelWait { req, lock, .. } => check_cancel(*req, lock).map(drop),
+            Command::SetValue { req, lock, token, value, .. } => check_set_value(*req, lock, *token, value).map(drop),
             Command::As { caller, cmd } => check_caller(caller, cmd).and_then(|()| cmd.validate()),
             Command::Policy(change) => change.validate(),
         }
@@ -87,6 +88,13 @@ pub(crate) fn check_release(req: RequestId, lock: &str, token: Token) -> Result<
     if token.0 == 0 {
         return Err(EngineError::InvalidToken);
     }
+    Ok(name)
+}
+
+/// A set-value's request id, name, token and value, in this order; the name.
+pub(crate) fn check_set_value(req: RequestId, lock: &str, token: Token, value: &[u8]) -> Result<LockName, EngineError> {
+    let name = check_release(req, lock, token)?;
+    check_value(value)?;
     Ok(name)
 }
 

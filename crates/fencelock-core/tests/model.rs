@@ -66,6 +66,18 @@ enum Cmd {
     ReleaseHeld {
         lock: usize,
     },
+    /// A new value from the holder of `lock`, with its token, as the oracle
+    /// knows it (`len` bytes; over the limit is refused).
+    SetValueHeld {
+        lock: usize,
+        len: usize,
+    },
+    /// A new value with an arbitrary lease and token (mostly wrong).
+    SetValue {
+        lease: LeasePick,
+        lock: usize,
+        token: u64,
+    },
     /// Release with an arbitrary lease and token (mostly wrong).
     Release {
         lease: LeasePick,
@@ -121,6 +133,11 @@ fn lock() -> impl Strategy<Value = usize> {
     prop_oneof![20 => 0..3usize, 1 => Just(3usize)]
 }
 
+/// Value lengths: mostly small, sometimes empty or one byte over the limit.
+fn value_len() -> impl Strategy<Value = usize> {
+    prop_oneof![6 => 1..8usize, 2 => Just(0usize), 1 => Just(MAX_VALUE_BYTES + 1)]
+}
+
 fn lease() -> impl Strategy<Value = LeasePick> {
     prop_oneof![12 => (0..6usize).prop_map(LeasePick::Live), 1 => Just(LeasePick::Gone)]
 }
@@ -134,6 +151,8 @@ fn cmd() -> impl Strategy<Value = Cmd> {
             .prop_map(|(lease, lock, wait, delay)| Cmd::Acquire { lease, lock, wait, delay }),
         4 => lock().prop_map(|lock| Cmd::ReleaseHeld { lock }),
         1 => (lease(), lock(), 0..8u64).prop_map(|(lease, lock, token)| Cmd::Release { lease, lock, token }),
+        2 => (lock(), value_len()).prop_map(|(lock, len)| Cmd::SetValueHeld { lock, len }),
+        1 => (lease(), lock(), 0..8u64).prop_map(|(lease, lock, token)| Cmd::SetValue { lease, lock, token }),
         2 => (0..8usize).prop_map(|pick| Cmd::Cancel { pick }),
         3 => (0..12usize).prop_map(|pick| Cmd::Retry { pick }),
     ]
@@ -212,6 +231,16 @@ impl Run {
         (!tail.is_empty()).then(|| tail[n % tail.len()].clone())
     }
 
+    /// The holder of lock `lock` with its token, as the oracle knows it; else
+    /// any holder; else a guess.
+    fn held(&self, lock: usize) -> (String, LeaseId, Token) {
+        let lock = LOCKS[lock].to_string();
+        let held: Vec<_> = self.oracle.holders().map(|(name, h)| (name.to_string(), *h)).collect();
+        let this = held.iter().find(|(name, _)| *name == lock).or(held.first()).cloned();
+        let (lock, (lease, token)) = this.unwrap_or((lock, (LeaseId(1), Token(1))));
+        (lock, lease, token)
+    }
+
     /// Turn a generated command into a concrete one, given the run so far.
     fn resolve(&mut self, c: &Cmd, zero: bool) -> Command {
         let req = self.req(zero);
@@ -230,12 +259,17 @@ impl Run {
                 Command::Acquire(acq)
             }
             Cmd::ReleaseHeld { lock } => {
-                let lock = LOCKS[*lock].to_string();
-                // That lock's holder, else any holder, else a guess.
-                let held: Vec<_> = self.oracle.holders().map(|(name, h)| (name.to_string(), *h)).collect();
-                let this = held.iter().find(|(name, _)| *name == lock).or(held.first()).cloned();
-                let (lock, (lease, token)) = this.unwrap_or((lock, (LeaseId(1), Token(1))));
+                let (lock, lease, token) = self.held(*lock);
                 Command::Release { req, lease, lock, token }
+            }
+            Cmd::SetValueHeld { lock, len } => {
+                let (lock, lease, token) = self.held(*lock);
+                let value = vec![u8::try_from(req.0 % 256).unwrap_or(0); *len];
+                Command::SetValue { req, lease, lock, token, value }
+            }
+            Cmd::SetValue { lease, lock, token } => {
+                let (lease, lock) = (self.lease(*lease), LOCKS[*lock].to_string());
+                Command::SetValue { req, lease, lock, token: Token(*token), value: b"v".to_vec() }
             }
             Cmd::Release { lease, lock, token } => {
                 let (lease, lock) = (self.lease(*lease), LOCKS[*lock].to_string());

@@ -35,6 +35,8 @@ pub struct Ops {
     pub clock: Clock,
     pub quotas: std::sync::Arc<Quotas>,
     pub audit: std::sync::Arc<Audit>,
+    /// The watch history, read with the engine for `DescribeLock`'s revision.
+    pub hub: std::sync::Arc<crate::watching::Hub>,
 }
 
 impl Ops {
@@ -178,6 +180,24 @@ impl Ops {
         }
     }
 
+    /// A new value for a grant, checked as a release is (same verb: whoever may
+    /// take and release the lock may publish with it).
+    pub async fn set_value(&self, who: &Who, r: pb::SetValueRequest) -> Result<pb::SetValueResponse, Status> {
+        self.allow(who, |w| w.require(Verb::Acquire, &r.lock))?;
+        let cmd = Command::SetValue {
+            req: RequestId(r.request_id),
+            lease: LeaseId(r.lease_id),
+            lock: r.lock,
+            token: Token(r.token),
+            value: r.value,
+        };
+        match self.driver.submit(who.wrap(cmd)).await.map_err(driver_status)? {
+            Reply::ValueSet => Ok(pb::SetValueResponse { set: true }),
+            Reply::NotHolder => Ok(pb::SetValueResponse { set: false }),
+            other => Err(unexpected(other)),
+        }
+    }
+
     /// Cancel a queued acquire (used by the session stream's `Cancel`).
     pub async fn cancel_wait(
         &self,
@@ -216,8 +236,9 @@ impl Ops {
     ) -> Result<pb::DescribeLockResponse, Status> {
         let name = valid_name(&r.lock)?;
         self.allow(who, |w| w.require(Verb::Read, name.as_str()))?;
-        let info = self.lock_info(&name).await?;
-        Ok(pb::DescribeLockResponse { lock: Some(lock_info(info)) })
+        let (info, next) = self.lock_info_at(&name).await?;
+        let next = Some(pb::Revision { index: next.index, seq: next.seq });
+        Ok(pb::DescribeLockResponse { lock: Some(lock_info(info)), next })
     }
 
     pub async fn list_locks(&self, who: &Who, r: pb::ListLocksRequest) -> Result<pb::ListLocksResponse, Status> {
@@ -232,10 +253,19 @@ impl Ops {
 
     /// One lock as the engine sees it now (an unknown lock is free).
     pub async fn lock_info(&self, name: &LockName) -> Result<LockInfo, Status> {
+        self.lock_info_at(name).await.map(|(info, _)| info)
+    }
+
+    /// [`Self::lock_info`], and the first watch revision after the state it
+    /// shows: both read under the engine's read lock, and the state machine
+    /// publishes an entry's events before it releases the write lock.
+    pub async fn lock_info_at(&self, name: &LockName) -> Result<(LockInfo, crate::watching::Rev), Status> {
         self.linearizable().await?;
         let now = self.clock.now();
-        let info = self.read(|e| e.lock_info(now, name.as_str()))?;
-        Ok(info.unwrap_or_else(|| LockInfo { name: name.clone(), holder: None, reopens_in_ms: None, waiters: vec![] }))
+        let (info, next) = self.read(|e| (e.lock_info(now, name.as_str()), self.hub.next()))?;
+        let info =
+            info.unwrap_or_else(|| LockInfo { name: name.clone(), holder: None, reopens_in_ms: None, waiters: vec![] });
+        Ok((info, next))
     }
 
     /// Locks whose names start with `prefix`, sorted, at most `limit`.

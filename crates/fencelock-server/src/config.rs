@@ -49,6 +49,8 @@ pub struct Config {
     pub max_batch: usize,
     /// Take a snapshot after this many applied entries.
     pub snapshot_every: u64,
+    /// Watch events kept for watchers that resume (see [`crate::watching`]).
+    pub watch_history: usize,
     /// Start a new group even where the data dir is refused (empty, without a
     /// database or identity, another node's): a refused database is moved
     /// aside, never deleted. See [`crate::raft::identity`].
@@ -79,6 +81,11 @@ pub struct Config {
     pub seams: crate::seams::Seams,
 }
 
+/// The smallest watch history a node keeps (events).
+pub const MIN_WATCH_HISTORY: usize = 16;
+/// The largest (about 200 bytes and up per event in memory).
+pub const MAX_WATCH_HISTORY: usize = 10_000_000;
+
 impl Config {
     /// Defaults of `fencelock serve`: gRPC 127.0.0.1:7070, HTTP 127.0.0.1:7071,
     /// data in `./fencelock-data`.
@@ -96,6 +103,7 @@ impl Config {
             election_timeout: Duration::from_millis(150),
             max_batch: 4096,
             snapshot_every: 20_000,
+            watch_history: crate::watching::hub::DEFAULT_HISTORY,
             force_new_cluster: false,
             connections: crate::conn_limits::ConnLimits::default(),
             tls: None,
@@ -132,6 +140,12 @@ impl Config {
             ));
         }
         self.connections.validate()?;
+        if !(MIN_WATCH_HISTORY..=MAX_WATCH_HISTORY).contains(&self.watch_history) {
+            return Err(format!(
+                "the watch history ({} events) must be {MIN_WATCH_HISTORY} to {MAX_WATCH_HISTORY} events",
+                self.watch_history
+            ));
+        }
         Ok(())
     }
 

@@ -95,6 +95,11 @@ impl lock_server::Lock for LockService {
         self.ops.release(&who, r.into_inner()).await.map(Response::new)
     }
 
+    async fn set_value(&self, r: Request<pb::SetValueRequest>) -> Result<Response<pb::SetValueResponse>, Status> {
+        let who = self.who(&r)?;
+        self.ops.set_value(&who, r.into_inner()).await.map(Response::new)
+    }
+
     async fn check(&self, r: Request<pb::CheckRequest>) -> Result<Response<pb::CheckResponse>, Status> {
         let who = self.who(&r)?;
         self.ops.check(&who, r.into_inner()).await.map(Response::new)

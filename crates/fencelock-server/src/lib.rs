@@ -234,7 +234,15 @@ pub async fn serve(
         None => audit::Audit::off(),
     };
     let quotas = Arc::new(quota::Quotas::new(config.limits));
-    let ops = Ops { driver: handle, engine: engine.clone(), raft: raft.clone(), clock, quotas, audit: audit.clone() };
+    let ops = Ops {
+        driver: handle,
+        engine: engine.clone(),
+        raft: raft.clone(),
+        clock,
+        quotas,
+        audit: audit.clone(),
+        hub: hub.clone(),
+    };
 
     let mut tasks = vec![tokio::spawn(driver.run(stopped(stop_rx.clone())))];
     tasks.push(tokio::spawn(stop_on(shutdown, stop.clone())));
@@ -304,6 +312,7 @@ async fn start_raft(
 ) -> Result<Started, ServerError> {
     let (log, sm, identity) =
         raft::identity::open(config).map_err(|source| ServerError::Storage { dir: config.data_dir.clone(), source })?;
+    let sm = sm.with_watch_history(config.watch_history);
     let engine = sm.engine();
     let hub = sm.watch_hub();
     let log_store = log.clone();

@@ -30,6 +30,9 @@ pub enum WatchKind {
     /// A queued request left the queue without the lock (`reason`
     /// "timed_out", "lease_ended" or "cancelled").
     Dequeued,
+    /// The holder published a new value (same token; an elected leader's
+    /// proclaim).
+    ValueChanged,
 }
 
 impl WatchKind {
@@ -42,6 +45,7 @@ impl WatchKind {
             WatchKind::Revoked => "revoked",
             WatchKind::Queued => "queued",
             WatchKind::Dequeued => "dequeued",
+            WatchKind::ValueChanged => "value_changed",
         }
     }
 }
@@ -61,10 +65,13 @@ pub struct WatchEvent {
     pub lease_id: u64,
     /// The grant's fencing token; 0 for queued and dequeued.
     pub token: u64,
-    /// The holder's identity ("" when unknown).
+    /// The identity the acquire carried ("" when none, and for dequeued).
     pub identity: String,
     /// Why a grant or a wait ended, when the kind does not say it all.
     pub reason: String,
+    /// The value the grant publishes (granted, value changed) or published
+    /// (released, expired, revoked); empty otherwise.
+    pub value: Vec<u8>,
 }
 
 /// The events of a watch, in revision order, each once. It resumes by itself

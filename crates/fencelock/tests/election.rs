@@ -85,3 +85,59 @@ async fn an_observer_sees_the_current_leader_first_and_try_campaign_is_busy_whil
     let gone = within("vacancy on drop", observer.next_event()).await.unwrap().unwrap();
     assert_eq!(gone, LeaderEvent::Vacant { term: next.term() });
 }
+
+/// Rules (proclaim): the leader's new value reaches `leader` and every
+/// observer as the same term with the new value, in order, each once, and
+/// the next leader's grant carries its own campaign value and identity; a
+/// leadership whose term has ended cannot proclaim (`LeaseNotFound`, nothing
+/// changes), nor can the old guard of a lock set a value under a newer
+/// holder.
+#[tokio::test]
+async fn proclaim_keeps_the_term_and_observers_see_each_value_once() {
+    let server = Server::start().await;
+    let (a, b, c) = (server.client().await, server.client().await, server.client().await);
+    let mut observer = c.election("svc").observe().await.unwrap();
+    let mut first =
+        within("campaign", a.election("svc").value(&b"v1"[..]).identity("node-a").campaign()).await.unwrap();
+    let term = first.term();
+    within("proclaim", first.proclaim(&b"v2"[..])).await.unwrap();
+    within("proclaim", first.proclaim(&b"v3"[..])).await.unwrap();
+    assert_eq!(first.value(), b"v3");
+    let shown = c.election("svc").leader().await.unwrap().expect("a leader");
+    assert_eq!((shown.term, shown.value.as_slice(), shown.identity.as_deref()), (term, &b"v3"[..], Some("node-a")));
+    let mut seen = Vec::new();
+    while seen.len() < 3 {
+        let ev = within("observed change", observer.next_event()).await.unwrap().unwrap();
+        let LeaderEvent::Leader(l) = ev else { panic!("only leaders so far: {ev:?}") };
+        seen.push((l.term, l.value, l.identity));
+    }
+    let node_a = Some("node-a".to_string());
+    assert_eq!(
+        seen,
+        vec![
+            (term, b"v1".to_vec(), node_a.clone()),
+            (term, b"v2".to_vec(), node_a.clone()),
+            (term, b"v3".to_vec(), node_a)
+        ]
+    );
+    // Hand over to b; a's leadership is gone and b leads with its own value.
+    let second = tokio::spawn(async move { b.election("svc").value(&b"b1"[..]).identity("node-b").campaign().await });
+    let a_lease = first.guard().lease_id();
+    assert!(first.resign().await.unwrap());
+    let second = within("second leader", second).await.unwrap().unwrap();
+    assert!(second.term() > term);
+    assert_eq!(within("vacancy", observer.next_event()).await.unwrap().unwrap(), LeaderEvent::Vacant { term });
+    let next = within("next leader", observer.next_event()).await.unwrap().unwrap();
+    let LeaderEvent::Leader(l) = next else { panic!("{next:?}") };
+    assert_eq!((l.term, l.value.as_slice(), l.identity.as_deref()), (second.term(), &b"b1"[..], Some("node-b")));
+    // A set-value under the ended term changes nothing.
+    assert!(!a.set_value_raw("svc", a_lease, term, b"late".to_vec()).await.unwrap());
+    let shown = c.election("svc").leader().await.unwrap().expect("a leader");
+    assert_eq!(shown.value, b"b1".to_vec());
+    // A leadership whose lease was revoked cannot proclaim.
+    let mut second = second;
+    c.revoke_lease(second.guard().lease_id()).await.unwrap();
+    eventually("the leader learns of the revoke", || async { second.is_lost() }).await;
+    let got = second.proclaim(&b"b2"[..]).await;
+    assert!(matches!(&got, Err(Error::LeaseNotFound(m)) if m.contains("has ended")), "{got:?}");
+}

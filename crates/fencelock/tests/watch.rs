@@ -191,3 +191,35 @@ async fn a_token_limited_to_a_prefix_sees_only_that_prefix() {
     assert!(matches!(err, Some(Err(fencelock::Error::Unauthenticated(_)))), "{err:?}");
     within("shutdown", running.shutdown()).await;
 }
+
+/// Rule: a node keeps a bounded history (`--watch-history`); a watch that
+/// resumes from a revision it no longer holds ends with `Compacted`, naming
+/// the oldest revision still held, and a watch from that revision goes on
+/// with the newest events, values and identities included.
+#[tokio::test]
+async fn a_resume_older_than_the_history_is_compacted_and_the_oldest_revision_resumes() {
+    let server = Server::start_with(|c| c.watch_history = 16).await;
+    let client = server.client().await;
+    let mut live = client.watch("hist/");
+    let guard = support::acquired(client.lock("hist/a").value(&b"v0"[..]).identity("me").acquire().await.unwrap());
+    let first = take(&mut live, 1).await.remove(0);
+    assert_eq!((first.kind, first.value.as_slice(), first.identity.as_str()), (WatchKind::Granted, &b"v0"[..], "me"));
+    for i in 1..=40 {
+        assert!(guard.set_value(format!("v{i}")).await.unwrap());
+    }
+    let changes = take(&mut live, 40).await;
+    let values: Vec<_> = changes.iter().map(|e| (e.kind, String::from_utf8(e.value.clone()).unwrap())).collect();
+    let expected: Vec<_> = (1..=40).map(|i| (WatchKind::ValueChanged, format!("v{i}"))).collect();
+    assert_eq!(values, expected, "every new value, in order, once");
+    let mut stale = client.watch_from("hist/", Some(first.revision));
+    let oldest = match within("compacted", stale.next_event()).await {
+        Some(Err(fencelock::Error::Compacted { oldest })) => oldest,
+        other => panic!("a resume from before the history: {other:?}"),
+    };
+    assert!(oldest > first.revision, "{oldest} after {}", first.revision);
+    let mut resumed = client.watch_from("hist/", Some(oldest));
+    let from_oldest = take(&mut resumed, 1).await.remove(0);
+    assert_eq!(from_oldest.revision, oldest);
+    assert!(from_oldest.value.starts_with(b"v"), "{from_oldest:?}");
+    drop(guard);
+}

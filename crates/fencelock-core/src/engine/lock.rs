@@ -1,12 +1,21 @@
-//! Lock commands and lock transitions: `Acquire`, `Release`, `CancelWait`, the
+//! Lock commands and lock transitions: `Acquire`, `Release`, `SetValue`, `CancelWait`, the
 //! grant to the next waiter, wait timeouts, lock-delay and reopening.
 
 use super::{
-    state::{Closed, Holder, Outcome, Tag, Waiter},
+    state::{Closed, Holder, Outcome, Waiter},
     Effects, Engine, TimerKind,
 };
-use crate::validate::{check_acquire, check_cancel, check_release};
+use crate::validate::{check_acquire, check_cancel, check_release, check_set_value};
 use crate::*;
+
+/// The arguments of [`Command::SetValue`], borrowed.
+pub(super) struct SetValue<'a> {
+    pub req: RequestId,
+    pub lease: LeaseId,
+    pub lock: &'a str,
+    pub token: Token,
+    pub value: &'a [u8],
+}
 
 /// Saturating conversion for counts and positions on the wire.
 pub(super) fn count(n: usize) -> u32 {
@@ -62,10 +71,11 @@ impl Engine {
     }
 
     fn grant_now(&mut self, name: &LockName, a: &Acquire, fx: &mut Effects) -> Reply {
-        let grant = self.install_holder(name, a.lease, a.req, a.lock_delay_ms, Tag::of(a));
+        let tag = Tag::of(a);
+        let grant = self.install_holder(name, a.lease, a.req, a.lock_delay_ms, tag.clone());
         let reply = Reply::Acquired(grant.clone());
         self.record(a.lease, a.req, Outcome::Replied(reply.clone()));
-        fx.push(Effect::Granted { grant, req: a.req, queued: false, waited_ms: 0 });
+        fx.push(Effect::Granted { grant, req: a.req, queued: false, waited_ms: 0, tag });
         reply
     }
 
@@ -133,6 +143,29 @@ impl Engine {
         Reply::Released
     }
 
+    /// [`Command::SetValue`]: a compare-and-set on the current grant, checked
+    /// as a release is; a wrong one changes nothing and is not remembered (INV-5).
+    pub(super) fn set_value(&mut self, s: SetValue<'_>, fx: &mut Effects) -> Reply {
+        let name = match check_set_value(s.req, s.lock, s.token, s.value) {
+            Ok(name) => name,
+            Err(e) => return Reply::Rejected(e),
+        };
+        if !self.leases.contains_key(&s.lease) {
+            return Reply::NotHolder;
+        }
+        if let Some(reply) = self.recorded_reply(s.lease, s.req) {
+            return reply;
+        }
+        let Some(lock) = self.locks.get_mut(&name) else { return Reply::NotHolder };
+        let Some(holder) = lock.holder(s.lease, s.token).and_then(|i| lock.holders.get_mut(i)) else {
+            return Reply::NotHolder;
+        };
+        holder.tag = Tag::new(Tag::identity(holder.tag.as_deref()), s.value);
+        fx.push(Effect::ValueChanged { grant: holder.grant(&name), tag: holder.tag.clone() });
+        self.record(s.lease, s.req, Outcome::Replied(Reply::ValueSet));
+        Reply::ValueSet
+    }
+
     pub(super) fn cancel_wait(&mut self, req: RequestId, lease: LeaseId, lock: &str, fx: &mut Effects) -> Reply {
         let name = match check_cancel(req, lock) {
             Ok(name) => name,
@@ -183,7 +216,7 @@ impl Engine {
         };
         let holder = lock.holders.remove(i);
         let held_ms = self.now.saturating_sub(holder.granted_at);
-        fx.push(Effect::Released { grant: holder.grant(name), held_ms, cause });
+        fx.push(Effect::Released { grant: holder.grant(name), held_ms, cause, tag: holder.tag });
         if cause == ReleaseCause::Expired && holder.lock_delay_ms > 0 {
             self.close(name, holder.lock_delay_ms);
         }
@@ -242,10 +275,10 @@ impl Engine {
             if let Some(l) = self.leases.get_mut(&w.lease) {
                 l.waits.remove(&w.req);
             }
-            let grant = self.install_holder(name, w.lease, w.req, w.lock_delay_ms, w.tag);
+            let grant = self.install_holder(name, w.lease, w.req, w.lock_delay_ms, w.tag.clone());
             self.record(w.lease, w.req, Outcome::Replied(Reply::Acquired(grant.clone())));
             let waited_ms = self.now.saturating_sub(w.queued_at);
-            fx.push(Effect::Granted { grant, req: w.req, queued: true, waited_ms });
+            fx.push(Effect::Granted { grant, req: w.req, queued: true, waited_ms, tag: w.tag });
         }
     }
 

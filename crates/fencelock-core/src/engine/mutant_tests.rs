@@ -40,11 +40,11 @@ fn grant(lock: &str, lease: u64, token: u64) -> Grant {
 }
 
 fn granted(lock: &str, lease: u64, token: u64, req: u64, waited_ms: u64) -> Effect {
-    Effect::Granted { grant: grant(lock, lease, token), req: RequestId(req), queued: true, waited_ms }
+    Effect::Granted { grant: grant(lock, lease, token), req: RequestId(req), queued: true, waited_ms, tag: None }
 }
 
 fn released(lock: &str, lease: u64, token: u64, held_ms: u64, cause: ReleaseCause) -> Effect {
-    Effect::Released { grant: grant(lock, lease, token), held_ms, cause }
+    Effect::Released { grant: grant(lock, lease, token), held_ms, cause, tag: None }
 }
 
 fn expired(lease: u64) -> Effect {

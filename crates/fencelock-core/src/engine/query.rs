@@ -10,7 +10,7 @@ use std::ops::Bound;
 
 use super::{
     lock::count,
-    state::{Holder, Lock, Tag, Waiter},
+    state::{Holder, Lock, Waiter},
     Engine,
 };
 use crate::*;
@@ -24,6 +24,12 @@ impl Engine {
             Some(h) if h.token == token => Check::Current,
             _ => Check::Stale { current: current.map(|h| h.token) },
         }
+    }
+
+    /// Whether the acquire `(lease, req)` waits in a queue now (cheap: no
+    /// allocation, for the server's per-entry bookkeeping).
+    pub fn is_queued(&self, lease: LeaseId, req: RequestId) -> bool {
+        self.leases.get(&lease).is_some_and(|l| l.waits.contains_key(&req))
     }
 
     /// One lock at `now`, or `None` if it is free, open and nobody waits.

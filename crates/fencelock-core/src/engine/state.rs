@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, VecDeque};
 
 use serde::{Deserialize, Serialize};
 
-use crate::{Grant, LeaseId, LockName, Millis, Reply, RequestId, Token, DEDUP_PER_LEASE};
+use crate::{Grant, LeaseId, LockName, Millis, Reply, RequestId, Tag, Token, DEDUP_PER_LEASE};
 
 /// One lease: a TTL, the instant it ends unless kept alive, and what it holds.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -189,35 +189,6 @@ pub(crate) struct Waiter {
     /// Identity and value of the acquire, handed to the holder it becomes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tag: Option<Box<Tag>>,
-}
-
-/// What an acquire says about its requester: [`crate::Acquire::identity`] and
-/// [`crate::Acquire::value`]. Holders and waiters keep it boxed and only when
-/// one is set, so a plain acquire costs one null pointer.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub(crate) struct Tag {
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub identity: String,
-    #[serde(default, skip_serializing_if = "Vec::is_empty", with = "crate::b64")]
-    pub value: Vec<u8>,
-}
-
-impl Tag {
-    /// The tag of `a`, or `None` when it has neither identity nor value.
-    pub fn of(a: &crate::Acquire) -> Option<Box<Tag>> {
-        if a.identity.is_empty() && a.value.is_empty() {
-            return None;
-        }
-        Some(Box::new(Tag { identity: a.identity.clone(), value: a.value.clone() }))
-    }
-
-    pub fn identity(tag: Option<&Tag>) -> &str {
-        tag.map_or("", |t| t.identity.as_str())
-    }
-
-    pub fn value(tag: Option<&Tag>) -> &[u8] {
-        tag.map_or(&[], |t| t.value.as_slice())
-    }
 }
 
 /// A lock closed by lock-delay: nobody is granted before `until`.

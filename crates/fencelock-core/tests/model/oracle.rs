@@ -63,10 +63,19 @@ impl Oracle {
                 self.dequeue(lock.as_str(), (*lease, *req));
                 Ok(())
             }
+            Effect::ValueChanged { grant, .. } => self.on_value_changed(grant),
             Effect::LeaseExpired { lease } => {
                 self.ended.insert(*lease);
                 Ok(())
             }
+        }
+    }
+
+    /// Only the current holder may publish a value (INV-5 for values).
+    fn on_value_changed(&self, g: &Grant) -> Result<(), String> {
+        match self.holders.get(&g.lock) {
+            Some((lease, token)) if *lease == g.lease && *token == g.token => Ok(()),
+            h => Err(format!("a value set by {g:?} while the holder is {h:?}")),
         }
     }
 

@@ -32,6 +32,8 @@ struct MHolder {
     token: u64,
     since: u64,
     delay: u64,
+    /// The published value (acquires carry none; `SetValue` sets it).
+    value: Vec<u8>,
 }
 
 #[derive(Clone, Debug)]
@@ -211,7 +213,8 @@ impl Model {
         let i = self.holders.iter().position(|h| h.lock == lock && h.lease == lease && h.token == token);
         let h = self.holders.remove(i.expect("end_grant of a holder"));
         let held_ms = self.now - h.since;
-        fx.push(Effect::Released { grant: grant(lock, lease, token), held_ms, cause });
+        let tag = Tag::new(&identity_of(lease), &h.value);
+        fx.push(Effect::Released { grant: grant(lock, lease, token), held_ms, cause, tag });
         if cause == ReleaseCause::Expired && h.delay > 0 {
             let until = self.now.saturating_add(h.delay);
             self.closed.push(MClosed { lock: lock.to_string(), until, delay: h.delay });
@@ -230,7 +233,8 @@ impl Model {
         let g = self.make_holder(lock, w.lease, w.req, w.delay);
         self.remember(w.lease, w.req, Memo::Said(Reply::Acquired(g.clone())));
         let waited_ms = self.now - w.since;
-        fx.push(Effect::Granted { grant: g, req: RequestId(w.req), queued: true, waited_ms });
+        let tag = Tag::new(&identity_of(w.lease), &[]);
+        fx.push(Effect::Granted { grant: g, req: RequestId(w.req), queued: true, waited_ms, tag });
     }
 
     fn make_holder(&mut self, lock: &str, lease: u64, req: u64, delay: u64) -> Grant {
@@ -238,7 +242,7 @@ impl Model {
         self.counter += 1;
         let token = self.counter;
         let since = self.now;
-        self.holders.push(MHolder { lock: lock.to_string(), lease, req, token, since, delay });
+        self.holders.push(MHolder { lock: lock.to_string(), lease, req, token, since, delay, value: Vec::new() });
         grant(lock, lease, token)
     }
 
@@ -258,6 +262,9 @@ impl Model {
             Command::Acquire(a) => self.acquire(a, fx),
             Command::Release { req, lease, lock, token } => self.release(req.0, lease.0, lock, token.0, fx),
             Command::CancelWait { req, lease, lock } => self.cancel(req.0, lease.0, lock, fx),
+            Command::SetValue { req, lease, lock, token, value } => {
+                self.set_value(req.0, lease.0, lock, token.0, value, fx)
+            }
             // Lease ownership, proposed ids and the policy are the engine's unit
             // tests' (engine/tests/owner_tests.rs, policy_tests.rs); the
             // generator makes none of them.
@@ -350,7 +357,8 @@ impl Model {
         if b.holder.is_none() && b.reopens_in_ms.is_none() && b.waiters == 0 {
             let g = self.make_holder(lock, lease, req, a.lock_delay_ms);
             self.remember(lease, req, Memo::Said(Reply::Acquired(g.clone())));
-            fx.push(Effect::Granted { grant: g.clone(), req: a.req, queued: false, waited_ms: 0 });
+            let tag = Tag::new(&a.identity, &a.value);
+            fx.push(Effect::Granted { grant: g.clone(), req: a.req, queued: false, waited_ms: 0, tag });
             return Reply::Acquired(g);
         }
         if a.wait_ms == 0 {
@@ -389,6 +397,41 @@ impl Model {
         self.end_grant(lock, lease, token, ReleaseCause::Released, fx);
         self.remember(lease, req, Memo::Said(Reply::Released));
         Ok(Reply::Released)
+    }
+
+    fn set_value(
+        &mut self,
+        req: u64,
+        lease: u64,
+        lock: &str,
+        token: u64,
+        value: &[u8],
+        fx: &mut Vec<Effect>,
+    ) -> Result<Reply, EngineError> {
+        if req == 0 {
+            return Err(EngineError::InvalidRequestId);
+        }
+        LockName::new(lock)?;
+        if token == 0 {
+            return Err(EngineError::InvalidToken);
+        }
+        if value.len() > MAX_VALUE_BYTES {
+            return Err(EngineError::InvalidValue { got_bytes: value.len(), max_bytes: MAX_VALUE_BYTES });
+        }
+        if self.lease(lease).is_none() {
+            return Ok(Reply::NotHolder);
+        }
+        if let Some(r) = self.memo(lease, req) {
+            return Ok(r);
+        }
+        let Some(h) = self.holders.iter_mut().find(|h| h.lock == lock && h.lease == lease && h.token == token) else {
+            return Ok(Reply::NotHolder);
+        };
+        h.value = value.to_vec();
+        let tag = Tag::new(&identity_of(lease), value);
+        fx.push(Effect::ValueChanged { grant: grant(lock, lease, token), tag });
+        self.remember(lease, req, Memo::Said(Reply::ValueSet));
+        Ok(Reply::ValueSet)
     }
 
     fn cancel(&mut self, req: u64, lease: u64, lock: &str, fx: &mut Vec<Effect>) -> Result<Reply, EngineError> {
@@ -459,7 +502,7 @@ impl Model {
             ttl_left_ms: self.lease(h.lease).unwrap().deadline - now,
             lock_delay_ms: h.delay,
             identity: identity_of(h.lease),
-            value: Vec::new(),
+            value: h.value.clone(),
         });
         let mut reopen: Vec<u64> = self.closed.iter().filter(|c| c.lock == lock).map(|c| c.until).collect();
         for h in self.holders.iter().filter(|h| h.lock == lock && h.delay > 0 && !self.live_at(h.lease, now)) {

@@ -386,7 +386,7 @@ impl<R, W> DriverCore<R, W> {
     /// same request id and then finds the outcome.
     fn wake(&mut self, e: &Effect, out: &mut Actions<R, W>) {
         let (key, outcome) = match e {
-            Effect::Granted { grant, req, queued: true, waited_ms } => {
+            Effect::Granted { grant, req, queued: true, waited_ms, .. } => {
                 ((grant.lease, *req), WaitOutcome::Granted { grant: grant.clone(), waited_ms: *waited_ms })
             }
             Effect::WaitEnded { lease, req, why, .. } => ((*lease, *req), WaitOutcome::Ended(*why)),
@@ -527,13 +527,14 @@ pub fn batch_len<R, W>(pending: &[Msg<R, W>], max_batch: usize) -> usize {
 
 /// Roughly how many bytes `cmd` takes in an entry: fixed fields plus its lock name
 /// (validated commands have names of at most 512 bytes), and an acquire's
-/// identity and value (base64 in JSON: 4 characters per 3 bytes).
+/// identity and value, or a new value (base64 in JSON: 4 characters per 3 bytes).
 pub fn approx_bytes(cmd: &Command) -> usize {
     const FIXED: usize = 128;
     FIXED
         + match cmd {
             Command::Acquire(a) => a.lock.len() + a.identity.len() + a.value.len().div_ceil(3) * 4,
             Command::Release { lock, .. } | Command::CancelWait { lock, .. } => lock.len(),
+            Command::SetValue { lock, value, .. } => lock.len() + value.len().div_ceil(3) * 4,
             Command::GrantLease { .. } | Command::KeepAlive { .. } | Command::Revoke { .. } => 0,
             Command::As { caller, cmd } => caller.name.len() + approx_bytes(cmd),
             Command::Policy(change) => serde_json::to_vec(change).map_or(1024, |j| j.len()),

@@ -210,6 +210,13 @@ impl StateMachine {
         Ok(sm)
     }
 
+    /// Keeps `capacity` watch events instead of the default (before the node
+    /// starts: the history so far is dropped, and starts where it stood).
+    pub(crate) fn with_watch_history(mut self, capacity: usize) -> Self {
+        self.watch = Hub::new(capacity, self.watch.next().index);
+        self
+    }
+
     /// Calls [`crate::seams::Hooks::before_apply`] for the entry at `index`, if
     /// there are hooks.
     fn before_apply(&mut self, index: u64) {
@@ -236,16 +243,27 @@ impl StateMachine {
         self.last_applied
     }
 
-    /// Applies one input to the engine under the write lock. A panic in the engine
-    /// becomes a storage error and leaves the lock poisoned (see [`SharedEngine`]).
-    fn step(&self, log_id: &LogId<NodeId>, input: &fencelock_core::Input) -> Result<Output, StorageError<NodeId>> {
+    /// Applies one input to the engine under the write lock, and publishes the
+    /// entry's watch events before the lock is released: a reader that holds
+    /// the read lock sees the engine and the watch history at the same entry
+    /// (see `Ops::lock_info_at`). A panic in the engine becomes a storage error
+    /// and leaves the lock poisoned (see [`SharedEngine`]).
+    fn step_and_publish(
+        &self,
+        log_id: &LogId<NodeId>,
+        input: &fencelock_core::Input,
+    ) -> Result<Output, StorageError<NodeId>> {
         let to_err = sm_err(ErrorVerb::Write);
         let mut guard = self
             .engine
             .write()
             .map_err(|_| to_err(DbError::Other("engine lock is poisoned by an earlier failed apply".into())))?;
+        let pending = watch::PendingWaits::before(&guard, input);
         match catch_unwind(AssertUnwindSafe(|| guard.step(input))) {
-            Ok(out) => Ok(out),
+            Ok(out) => {
+                self.watch.publish(log_id.index, watch::events::of_entry(log_id.index, input, &out, &pending));
+                Ok(out)
+            }
             Err(payload) => {
                 let msg = panic_message(payload.as_ref());
                 // Poison the lock: drop the guard while unwinding.
@@ -257,21 +275,6 @@ impl StateMachine {
                     .into_storage(ErrorSubject::Apply(*log_id), ErrorVerb::Write))
             }
         }
-    }
-
-    /// [`Self::step`], then publishes the entry's watch events.
-    fn step_and_publish(
-        &self,
-        log_id: &LogId<NodeId>,
-        input: &fencelock_core::Input,
-    ) -> Result<Output, StorageError<NodeId>> {
-        let pending = match self.engine.read() {
-            Ok(engine) => watch::PendingWaits::before(&engine, input),
-            Err(_) => watch::PendingWaits::default(),
-        };
-        let out = self.step(log_id, input)?;
-        self.watch.publish(log_id.index, watch::events::of_entry(log_id.index, input, &out, &pending));
-        Ok(out)
     }
 
     /// The bytes of a snapshot of the current state.

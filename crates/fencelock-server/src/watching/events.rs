@@ -5,7 +5,7 @@
 
 use std::collections::HashSet;
 
-use fencelock_core::{Acquire, Command, Effect, Engine, Input, Output, ReleaseCause, Reply, WaitEnd};
+use fencelock_core::{Acquire, Command, Effect, Engine, Input, Output, ReleaseCause, Reply, Tag, WaitEnd};
 
 use super::hub::Rev;
 
@@ -18,6 +18,7 @@ pub enum Kind {
     Revoked,
     Queued,
     Dequeued,
+    ValueChanged,
 }
 
 impl Kind {
@@ -30,6 +31,7 @@ impl Kind {
             Kind::Revoked => "revoked",
             Kind::Queued => "queued",
             Kind::Dequeued => "dequeued",
+            Kind::ValueChanged => "value_changed",
         }
     }
 }
@@ -43,10 +45,13 @@ pub struct Event {
     pub lease: u64,
     /// The grant's fencing token; 0 for queued and dequeued.
     pub token: u64,
-    /// The holder's identity: "" until acquires carry one.
+    /// The identity the acquire carried ("" for none, and for dequeued).
     pub identity: String,
     /// Why a grant ended or a wait ended, when the kind does not say it all.
     pub reason: &'static str,
+    /// The value the grant publishes (granted, value changed) or published
+    /// (released, expired, revoked); empty otherwise.
+    pub value: Vec<u8>,
 }
 
 /// The (lease, request) pairs of an entry's acquires that were already queued
@@ -59,12 +64,7 @@ impl PendingWaits {
     /// The acquires of `input` that `engine` already has queued.
     pub fn before(engine: &Engine, input: &Input) -> PendingWaits {
         let Input::Batch { cmds, .. } = input else { return PendingWaits::default() };
-        let now = engine.now();
-        let queued = cmds.iter().filter_map(acquire_of).filter(|a| {
-            engine
-                .lock_info(now, &a.lock)
-                .is_some_and(|info| info.waiters.iter().any(|w| w.lease == a.lease && w.req == a.req))
-        });
+        let queued = cmds.iter().filter_map(acquire_of).filter(|a| engine.is_queued(a.lease, a.req));
         PendingWaits(queued.map(|a| (a.lease.0, a.req.0)).collect())
     }
 }
@@ -81,10 +81,11 @@ fn acquire_of(cmd: &Command) -> Option<&Acquire> {
 /// The events of the entry at `index` that applied `input` with `out`.
 pub fn of_entry(index: u64, input: &Input, out: &Output, pending: &PendingWaits) -> Vec<Event> {
     let mut events = Vec::new();
-    let mut push = |kind, lock: &str, lease: u64, token: u64, reason| {
+    let mut push = |kind, lock: &str, lease: u64, token: u64, reason, tag: Option<&Tag>| {
         let seq = u32::try_from(events.len()).unwrap_or(u32::MAX);
         let rev = Rev { index, seq };
-        events.push(Event { rev, kind, lock: lock.to_string(), lease, token, identity: String::new(), reason });
+        let (identity, value) = (Tag::identity(tag).to_owned(), Tag::value(tag).to_vec());
+        events.push(Event { rev, kind, lock: lock.to_string(), lease, token, identity, reason, value });
     };
     if let Input::Batch { cmds, .. } = input {
         let mut seen = HashSet::new();
@@ -92,19 +93,25 @@ pub fn of_entry(index: u64, input: &Input, out: &Output, pending: &PendingWaits)
             let (Some(a), Reply::Queued { .. }) = (acquire_of(cmd), reply) else { continue };
             let key = (a.lease.0, a.req.0);
             if !pending.0.contains(&key) && seen.insert(key) {
-                push(Kind::Queued, &a.lock, a.lease.0, 0, "");
+                let tag = Tag { identity: a.identity.clone(), value: Vec::new() };
+                push(Kind::Queued, &a.lock, a.lease.0, 0, "", Some(&tag));
             }
         }
     }
     for fx in &out.effects {
         match fx {
-            Effect::Granted { grant, .. } => push(Kind::Granted, grant.lock.as_str(), grant.lease.0, grant.token.0, ""),
-            Effect::Released { grant, cause, .. } => {
+            Effect::Granted { grant, tag, .. } => {
+                push(Kind::Granted, grant.lock.as_str(), grant.lease.0, grant.token.0, "", tag.as_deref())
+            }
+            Effect::Released { grant, cause, tag, .. } => {
                 let (kind, reason) = released(*cause);
-                push(kind, grant.lock.as_str(), grant.lease.0, grant.token.0, reason)
+                push(kind, grant.lock.as_str(), grant.lease.0, grant.token.0, reason, tag.as_deref())
+            }
+            Effect::ValueChanged { grant, tag } => {
+                push(Kind::ValueChanged, grant.lock.as_str(), grant.lease.0, grant.token.0, "", tag.as_deref())
             }
             Effect::WaitEnded { lock, lease, why, .. } => {
-                push(Kind::Dequeued, lock.as_str(), lease.0, 0, wait_end(*why))
+                push(Kind::Dequeued, lock.as_str(), lease.0, 0, wait_end(*why), None)
             }
             // A lease's end shows as the ends of its grants and waits.
             Effect::LeaseExpired { .. } => {}
@@ -192,5 +199,48 @@ mod tests {
         assert_eq!(apply(&mut e, 7, 200, vec![]), vec![(Kind::Dequeued, "a".into(), 3, 0, "timed_out", 0)]);
         let revoke = Command::Revoke { req: RequestId(21), lease: LeaseId(2) };
         assert_eq!(apply(&mut e, 8, 201, vec![revoke]), vec![(Kind::Revoked, "a".into(), 2, t2, "", 0)]);
+    }
+
+    /// A grant's events carry what its acquire said (identity, value), a
+    /// queued request its identity, and a new value shows as `value_changed`
+    /// with the same token; the end of the grant carries the last value.
+    #[test]
+    fn identity_and_value_ride_on_grant_events() {
+        let mut e = Engine::new();
+        e.step(&Input::leader_start(0));
+        e.step(&Input::Batch { now: 1, cmds: vec![lease(1), lease(2)] });
+        let tagged = |lease: u64, req: u64, wait_ms: u64, who: &str, value: &[u8]| {
+            let a = serde_json::json!({ "req": req, "lease": lease, "lock": "e", "wait_ms": wait_ms,
+                "lock_delay_ms": 0, "identity": who, "value": fencelock_core::b64::encode(value) });
+            Command::Acquire(serde_json::from_value(a).expect("an acquire"))
+        };
+        let mut step = |index, cmds: Vec<Command>| {
+            let input = Input::Batch { now: 2, cmds };
+            let pending = PendingWaits::before(&e, &input);
+            let out = e.step(&input);
+            let events = of_entry(index, &input, &out, &pending);
+            events.into_iter().map(|ev| (ev.kind, ev.token, ev.identity, ev.value)).collect::<Vec<_>>()
+        };
+        let got = step(3, vec![tagged(1, 10, 0, "host-a:1", b"10.0.0.1"), tagged(2, 20, 5_000, "host-b:2", b"B")]);
+        let t1 = got[1].1;
+        assert_eq!(
+            got,
+            vec![
+                (Kind::Queued, 0, "host-b:2".into(), vec![]),
+                (Kind::Granted, t1, "host-a:1".into(), b"10.0.0.1".to_vec())
+            ]
+        );
+        let set = Command::SetValue {
+            req: RequestId(11),
+            lease: LeaseId(1),
+            lock: "e".into(),
+            token: Token(t1),
+            value: b"10.0.0.9".to_vec(),
+        };
+        assert_eq!(step(4, vec![set]), vec![(Kind::ValueChanged, t1, "host-a:1".into(), b"10.0.0.9".to_vec())]);
+        let release = Command::Release { req: RequestId(12), lease: LeaseId(1), lock: "e".into(), token: Token(t1) };
+        let got = step(5, vec![release]);
+        assert_eq!(got[0], (Kind::Released, t1, "host-a:1".into(), b"10.0.0.9".to_vec()));
+        assert_eq!((got[1].0, &got[1].2, &got[1].3), (Kind::Granted, &"host-b:2".to_string(), &b"B".to_vec()));
     }
 }

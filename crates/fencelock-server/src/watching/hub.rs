@@ -294,6 +294,7 @@ mod tests {
             token: index,
             identity: String::new(),
             reason: "",
+            value: Vec::new(),
         }
     }
 

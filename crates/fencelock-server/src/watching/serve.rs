@@ -173,6 +173,7 @@ pub fn to_pb(e: &Event) -> pb::WatchEvent {
         token: e.token,
         identity: e.identity.clone(),
         reason: e.reason.to_string(),
+        value: e.value.clone(),
     }
 }
 
@@ -184,5 +185,6 @@ fn to_pb_kind(k: Kind) -> pb::WatchEventKind {
         Kind::Revoked => pb::WatchEventKind::Revoked,
         Kind::Queued => pb::WatchEventKind::Queued,
         Kind::Dequeued => pb::WatchEventKind::Dequeued,
+        Kind::ValueChanged => pb::WatchEventKind::ValueChanged,
     }
 }

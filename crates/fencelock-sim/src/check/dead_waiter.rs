@@ -82,7 +82,7 @@ impl Model {
             self.new_lease(at, cmd, reply);
         }
         for e in &out.effects {
-            if let Effect::Granted { grant, req, queued, waited_ms } = e {
+            if let Effect::Granted { grant, req, queued, waited_ms, .. } = e {
                 self.check_grant(v, at, grant.lease, *req, *queued, *waited_ms);
             }
         }

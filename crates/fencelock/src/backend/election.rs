@@ -106,6 +106,21 @@ impl Leadership {
         &self.value
     }
 
+    /// Publishes `value` as this leader's new value, keeping the term:
+    /// observers see the same term with the new value, `leader` shows it.
+    /// [`Error::LeaseNotFound`] if the term has ended (nothing changed);
+    /// [`Error::Unsupported`] where the backend cannot change a held lock's
+    /// value. An error other than these leaves the outcome unknown: proclaim
+    /// again.
+    pub async fn proclaim(&mut self, value: impl Into<Vec<u8>>) -> Result<(), Error> {
+        let value = value.into();
+        if self.guard.set_value(value.clone()).await? {
+            self.value = value;
+            return Ok(());
+        }
+        Err(Error::LeaseNotFound(format!("{}: term {} has ended", self.name(), self.term)))
+    }
+
     /// Gives the leadership up; the next candidate in line is elected at once.
     /// `Ok(true)`: it was held and is now given up; `Ok(false)`: it had been
     /// lost before. See [`Guard::release`].

@@ -29,6 +29,14 @@ pub(crate) trait Held: Send + Sync {
     /// background, without blocking (or leave it to expire, if the backend
     /// cannot run a task here).
     fn release_in_background(self: Box<Self>);
+
+    /// Replaces the value published with this grant if it still holds the lock
+    /// (compare-and-set): `Ok(true)` set, `Ok(false)` it was not held any more.
+    /// `None`: the backend cannot change a held lock's value.
+    fn set_value(&self, value: Vec<u8>) -> Option<BoxFuture<'_, Result<bool, Error>>> {
+        let _ = value;
+        None
+    }
 }
 
 /// A held lock, from any backend.
@@ -145,6 +153,24 @@ impl Guard {
     /// A handle on the lease state to move into another task.
     pub fn lease_watch(&self) -> LeaseWatch {
         self.watch.clone()
+    }
+
+    /// Replaces the value published with this grant (what `describe`, watchers
+    /// and an election's observers see), keeping the lock, its token and its
+    /// place: `Ok(true)` set; `Ok(false)` the lock is not held any more (nothing
+    /// changed). [`Error::Unsupported`] where the backend cannot. An error
+    /// leaves the outcome unknown; a retry is safe.
+    pub async fn set_value(&self, value: impl Into<Vec<u8>>) -> Result<bool, Error> {
+        let Some(held) = self.held.as_ref() else { return Ok(false) };
+        if self.watch.lost_reason().is_some() {
+            return Ok(false);
+        }
+        let value = value.into();
+        super::check_value(&value)?;
+        match held.set_value(value) {
+            Some(set) => set.await,
+            None => Err(Error::Unsupported(format!("{} cannot change the value of a held lock", self.backend))),
+        }
     }
 
     /// Releases the lock. `Ok(true)`: it was held and is now free. `Ok(false)`:

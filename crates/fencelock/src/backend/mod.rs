@@ -281,7 +281,12 @@ pub(crate) fn check_name(name: &str) -> Result<(), Error> {
 pub(crate) fn check_tag(opts: &LockOptions) -> Result<(), Error> {
     let invalid = |e: fencelock_core::EngineError| Error::InvalidArgument(e.to_string());
     fencelock_core::check_identity(opts.identity.as_deref().unwrap_or("")).map_err(invalid)?;
-    fencelock_core::check_value(&opts.value).map_err(invalid)
+    check_value(&opts.value)
+}
+
+/// A value by the engine's rule ([`fencelock_core::check_value`]).
+pub(crate) fn check_value(value: &[u8]) -> Result<(), Error> {
+    fencelock_core::check_value(value).map_err(|e| Error::InvalidArgument(e.to_string()))
 }
 
 /// The TTL range every backend accepts: the engine's.

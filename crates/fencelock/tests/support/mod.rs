@@ -35,9 +35,15 @@ pub struct Server {
 
 impl Server {
     pub async fn start() -> Server {
+        Server::start_with(|_| {}).await
+    }
+
+    /// A server whose test config `change` adjusts first.
+    pub async fn start_with(change: impl FnOnce(&mut fencelock_server::Config)) -> Server {
         let dir = tempfile::tempdir().unwrap();
-        let running =
-            fencelock_server::start(fencelock_server::Config::for_test(dir.path().join("data"))).await.unwrap();
+        let mut config = fencelock_server::Config::for_test(dir.path().join("data"));
+        change(&mut config);
+        let running = fencelock_server::start(config).await.unwrap();
         let url = format!("http://{}", running.grpc_addr);
         // Until the node has elected itself it answers UNAVAILABLE; the client
         // retries that, the raw and session APIs do not. Wait for it here.

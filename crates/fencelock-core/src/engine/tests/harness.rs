@@ -61,11 +61,11 @@ pub fn cancel(req: u64, lease: u64, lock: &str) -> Command {
 }
 
 pub fn granted(g: Grant, req: u64, queued: bool, waited_ms: u64) -> Effect {
-    Effect::Granted { grant: g, req: r(req), queued, waited_ms }
+    Effect::Granted { grant: g, req: r(req), queued, waited_ms, tag: None }
 }
 
 pub fn released(g: Grant, held_ms: u64, cause: ReleaseCause) -> Effect {
-    Effect::Released { grant: g, held_ms, cause }
+    Effect::Released { grant: g, held_ms, cause, tag: None }
 }
 
 pub fn wait_ended(lock: &str, lease: u64, req: u64, why: WaitEnd) -> Effect {

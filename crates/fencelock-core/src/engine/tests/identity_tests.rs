@@ -57,10 +57,12 @@ fn a_granted_waiter_becomes_holder_with_its_own_identity_and_value() {
     one(&mut e, 0, acq_as(2, 2, "a", 900, "host-b:2", b"B"));
     let (reply, fx) = one(&mut e, 100, rel(3, 1, "a", 1));
     assert_eq!(reply, Reply::Released);
-    assert_eq!(
-        fx,
-        vec![released(grant("a", 1, 1), 100, ReleaseCause::Released), granted(grant("a", 2, 2), 2, true, 100)]
-    );
+    // The effects carry what each grant published, for watchers.
+    let (tag_a, tag_b) = (Tag::new("host-a:1", b"A"), Tag::new("host-b:2", b"B"));
+    let released =
+        Effect::Released { grant: grant("a", 1, 1), held_ms: 100, cause: ReleaseCause::Released, tag: tag_a };
+    let granted = Effect::Granted { grant: grant("a", 2, 2), req: r(2), queued: true, waited_ms: 100, tag: tag_b };
+    assert_eq!(fx, vec![released, granted]);
     let info = LockInfo {
         name: name("a"),
         holder: Some(holder(2, 2, 100, 0, "host-b:2", b"B")),
@@ -136,4 +138,58 @@ fn identity_and_value_survive_a_snapshot_with_the_value_as_base64() {
         r#"{"Acquire":{"req":3,"lease":1,"lock":"b","wait_ms":0,"lock_delay_ms":0,"identity":"h:1","value":"dg=="}}"#
     );
     assert_eq!(serde_json::from_str::<Command>(&entry).unwrap(), cmd);
+}
+
+/// `SetValue` with (lock, lease, token).
+fn set(req: u64, lease: u64, lock: &str, token: u64, value: &[u8]) -> Command {
+    Command::SetValue { req: r(req), lease: l(lease), lock: lock.to_string(), token: t(token), value: value.to_vec() }
+}
+
+#[test]
+fn the_holder_sets_a_new_value_and_keeps_its_identity_token_and_queue() {
+    let mut e = setup(2);
+    one(&mut e, 0, acq_as(1, 1, "a", 0, "host-a:1", b"old"));
+    one(&mut e, 0, acq_as(2, 2, "a", 900, "host-b:2", b"B"));
+    let (reply, fx) = one(&mut e, 50, set(3, 1, "a", 1, b"new"));
+    assert_eq!(reply, Reply::ValueSet);
+    assert_eq!(fx, vec![Effect::ValueChanged { grant: grant("a", 1, 1), tag: Tag::new("host-a:1", b"new") }]);
+    let info = e.lock_info(50, "a").unwrap();
+    assert_eq!(info.holder, Some(holder(1, 1, 50, 50, "host-a:1", b"new")));
+    assert_eq!(info.waiters, vec![waiter(2, 2, 50, 850, "host-b:2")]);
+    // An empty value clears it; the identity stays.
+    assert_eq!(one(&mut e, 60, set(4, 1, "a", 1, b"")).0, Reply::ValueSet);
+    assert_eq!(e.lock_info(60, "a").unwrap().holder, Some(holder(1, 1, 60, 60, "host-a:1", b"")));
+}
+
+#[test]
+fn inv5_a_set_value_by_anyone_but_the_current_grant_changes_nothing() {
+    let mut e = setup(2);
+    one(&mut e, 0, acq_as(1, 1, "a", 0, "host-a:1", b"A"));
+    one(&mut e, 0, acq_as(2, 2, "a", 900, "host-b:2", b"B"));
+    let before = e.clone();
+    // A waiter, a wrong token, a lock it does not hold, a lease that is gone.
+    for cmd in [set(3, 2, "a", 1, b"x"), set(4, 1, "a", 2, b"x"), set(5, 1, "b", 1, b"x"), set(6, 9, "a", 1, b"x")] {
+        assert_eq!(one(&mut e, 0, cmd), (Reply::NotHolder, vec![]));
+    }
+    assert_eq!(e, before, "a refused set-value leaves no trace");
+    // The earlier holder, after a handoff: its token is no longer the grant.
+    one(&mut e, 10, rel(7, 1, "a", 1));
+    assert_eq!(one(&mut e, 10, set(8, 1, "a", 1, b"late")), (Reply::NotHolder, vec![]));
+    assert_eq!(e.lock_info(10, "a").unwrap().holder.unwrap().value, b"B".to_vec());
+}
+
+#[test]
+fn inv6_inv9_a_set_value_retry_is_answered_from_memory_and_bad_ones_are_rejected() {
+    let mut e = setup(1);
+    one(&mut e, 0, acq_as(1, 1, "a", 0, "", b""));
+    assert_eq!(one(&mut e, 0, set(2, 1, "a", 1, b"one")).0, Reply::ValueSet);
+    assert_eq!(one(&mut e, 0, set(3, 1, "a", 1, b"two")).0, Reply::ValueSet);
+    // A late retry of the first does not bring its value back.
+    assert_eq!(one(&mut e, 0, set(2, 1, "a", 1, b"one")), (Reply::ValueSet, vec![]));
+    assert_eq!(e.lock_info(0, "a").unwrap().holder.unwrap().value, b"two".to_vec());
+    let big = vec![0u8; MAX_VALUE_BYTES + 1];
+    let too_big = EngineError::InvalidValue { got_bytes: MAX_VALUE_BYTES + 1, max_bytes: MAX_VALUE_BYTES };
+    assert_rejected(&mut e, 0, set(4, 1, "a", 1, &big), too_big);
+    assert_rejected(&mut e, 0, set(5, 1, "a", 0, b"x"), EngineError::InvalidToken);
+    assert_rejected(&mut e, 0, set(0, 1, "a", 1, b"x"), EngineError::InvalidRequestId);
 }

@@ -222,6 +222,12 @@ impl Client {
     /// One lock as the server sees it (no holder and no waiters if nobody holds or
     /// waits for it).
     pub async fn describe(&self, name: &str) -> Result<LockInfo, Error> {
+        self.describe_at(name).await.map(|(info, _)| info)
+    }
+
+    /// [`describe`](Self::describe), and the first watch revision after the
+    /// state it shows (`None` from a server too old to say).
+    pub(crate) async fn describe_at(&self, name: &str) -> Result<(LockInfo, Option<crate::Revision>), Error> {
         let msg = pb::DescribeLockRequest { lock: name.to_string() };
         let rpc = &self.inner.rpc;
         let resp = rpc
@@ -230,7 +236,9 @@ impl Client {
                 async move { c.describe_lock(req).await }
             })
             .await?;
-        resp.lock.map(LockInfo::from).ok_or_else(|| Error::Protocol("DescribeLockResponse without a lock".into()))
+        let next = resp.next.map(|r| crate::Revision { index: r.index, seq: r.seq });
+        let info = resp.lock.map(LockInfo::from);
+        Ok((info.ok_or_else(|| Error::Protocol("DescribeLockResponse without a lock".into()))?, next))
     }
 
     /// Held or waited-on locks whose name starts with `prefix`, sorted by name; at
@@ -262,6 +270,27 @@ impl Client {
             .await;
         match resp {
             Ok(r) => Ok(r.released),
+            Err(Error::LeaseNotFound(_)) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Replaces the value published with the grant `(name, lease_id, token)` if
+    /// it is current (compare-and-set). `Ok(false)`: it was not; nothing
+    /// changed. For grants from [`acquire_detached`](Self::acquire_detached); a
+    /// guard has [`crate::Guard::set_value`].
+    pub async fn set_value_raw(&self, name: &str, lease_id: u64, token: u64, value: Vec<u8>) -> Result<bool, Error> {
+        crate::backend::check_value(&value)?;
+        let msg = pb::SetValueRequest { request_id: new_request_id(), lease_id, lock: name.to_string(), token, value };
+        let rpc = &self.inner.rpc;
+        let resp = rpc
+            .call("set_value", rpc.deadline(), |mut c, left| {
+                let req = request(msg.clone(), left);
+                async move { c.set_value(req).await }
+            })
+            .await;
+        match resp {
+            Ok(r) => Ok(r.set),
             Err(Error::LeaseNotFound(_)) => Ok(false),
             Err(e) => Err(e),
         }

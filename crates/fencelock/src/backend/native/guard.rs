@@ -73,6 +73,13 @@ impl LockGuard {
         self.watch.clone()
     }
 
+    /// Publishes `value` with this grant if it is still current; see
+    /// [`crate::Guard::set_value`].
+    pub(crate) async fn set_value(&self, value: Vec<u8>) -> Result<bool, Error> {
+        let Some(held) = self.held.as_ref() else { return Ok(false) };
+        held.client.set_value_raw(&self.name, self.lease_id, self.token, value).await
+    }
+
     /// Releases the lock. `Ok(true)`: it was held and is now free. `Ok(false)`:
     /// this guard was not the holder any more (the lease was lost). An error means
     /// the outcome is unknown; the lock is then freed when the lease is revoked or

@@ -138,4 +138,8 @@ impl Held for LockGuard {
     fn release_in_background(self: Box<Self>) {
         drop(self); // a dropped LockGuard releases in the background
     }
+
+    fn set_value(&self, value: Vec<u8>) -> Option<BoxFuture<'_, Result<bool, Error>>> {
+        Some(Box::pin(LockGuard::set_value(self, value)))
+    }
 }

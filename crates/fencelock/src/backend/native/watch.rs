@@ -190,6 +190,7 @@ fn decode(ev: pb::WatchEvent, revision: Revision) -> Option<WatchEvent> {
         pb::WatchEventKind::Revoked => WatchKind::Revoked,
         pb::WatchEventKind::Queued => WatchKind::Queued,
         pb::WatchEventKind::Dequeued => WatchKind::Dequeued,
+        pb::WatchEventKind::ValueChanged => WatchKind::ValueChanged,
         pb::WatchEventKind::Start | pb::WatchEventKind::Unspecified => return None,
     };
     Some(WatchEvent {
@@ -200,6 +201,7 @@ fn decode(ev: pb::WatchEvent, revision: Revision) -> Option<WatchEvent> {
         token: ev.token,
         identity: ev.identity,
         reason: ev.reason,
+        value: ev.value,
     })
 }
 
