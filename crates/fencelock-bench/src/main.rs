@@ -11,6 +11,9 @@
 //!   lease, creation time, CPU while some renew.
 //! - **W4** durability (native): fsyncs per acknowledged operation, and a
 //!   SIGKILL + restart that must find every acknowledged grant.
+//! - **W6** election fail-over: three `fencelock elect` candidates, the
+//!   leader SIGKILLed or SIGSTOPped; time until an observer sees the next
+//!   leader, on every engine with elections (see `failover.rs`).
 //!
 //! Each engine is started here on free ports of 127.0.0.1 with its data in a
 //! temp dir (or reached at `--url id=URL`); `fencelock-3` is a 3-node group of
@@ -26,6 +29,7 @@
 mod chart;
 mod durability;
 mod engines;
+mod failover;
 mod model;
 mod procstat;
 mod report;
@@ -64,8 +68,8 @@ struct Args {
     /// Engines to measure, comma-separated.
     #[arg(long, value_delimiter = ',', default_values_t = engines::ALL.iter().map(|s| s.to_string()))]
     engines: Vec<String>,
-    /// Workloads to run, comma-separated (W1, W2, W3, W4).
-    #[arg(long, value_delimiter = ',', default_values_t = ["W1", "W2", "W3", "W4"].map(String::from))]
+    /// Workloads to run, comma-separated (W1, W2, W3, W4, W6).
+    #[arg(long, value_delimiter = ',', default_values_t = ["W1", "W2", "W3", "W4", "W6"].map(String::from))]
     workloads: Vec<String>,
     /// Use a running engine instead of starting one: `--url redis=redis://10.0.0.5:6379`
     /// (no CPU figures for it). Repeatable.
@@ -92,6 +96,13 @@ struct Args {
     /// W3: leases renewing at TTL/3 while the server's CPU is measured [default: 10000, quick 1000].
     #[arg(long)]
     renewing: Option<u64>,
+    /// W6: the candidates' lease TTL, ms, the same for every engine (etcd
+    /// rounds a TTL up to whole seconds, with a floor of about 2 s).
+    #[arg(long, default_value_t = 2_000)]
+    election_ttl_ms: u64,
+    /// W6: samples per engine and fault [default: 5, quick 1].
+    #[arg(long)]
+    election_samples: Option<usize>,
 }
 
 #[derive(Subcommand, Debug)]
@@ -157,7 +168,9 @@ async fn bench(args: Args) -> anyhow::Result<()> {
     if w2 {
         plan.push((Workload::Contended, args.contenders));
     }
-    let steps = plan.len() * settings.runs * engines.len() + usize::from(w3) + usize::from(w4);
+    let w6 = workloads.iter().any(|w| w == "W6");
+    let electing: Vec<&Engine> = if w6 { electing(&engines).await } else { Vec::new() };
+    let steps = plan.len() * settings.runs * engines.len() + usize::from(w3) + usize::from(w4) + electing.len();
     let bar = ProgressBar::new(steps as u64);
     bar.set_style(
         ProgressStyle::with_template("{elapsed_precise} [{bar:30}] {pos}/{len} {msg}")?.progress_chars("=> "),
@@ -229,6 +242,16 @@ async fn bench(args: Args) -> anyhow::Result<()> {
     } else {
         None
     };
+    let mut elections = Vec::new();
+    let spec = failover::Spec {
+        ttl: Duration::from_millis(args.election_ttl_ms),
+        samples: args.election_samples.unwrap_or(if args.quick { 1 } else { 5 }).max(1),
+    };
+    for e in electing {
+        bar.set_message(format!("W6 election fail-over {}", e.info.id));
+        elections.extend(failover::run(e, spec).await.with_context(|| format!("W6 on {}", e.info.id))?);
+        bar.inc(1);
+    }
     bar.finish_with_message("done");
     drop(servers);
 
@@ -242,6 +265,7 @@ async fn bench(args: Args) -> anyhow::Result<()> {
         cells,
         scale,
         durability,
+        elections,
         targets: Vec::new(),
     };
     report.targets = report::targets(&report);
@@ -267,6 +291,19 @@ fn given_urls(urls: &[String]) -> anyhow::Result<HashMap<&str, String>> {
             _ => bail!("--url wants ID=URL with ID one of {}; got {u:?}", engines::ALL.join(", ")),
         })
         .collect()
+}
+
+/// The engines whose backend declares leader election (W6 runs on those).
+async fn electing(engines: &[Engine]) -> Vec<&Engine> {
+    let mut out = Vec::new();
+    for e in engines {
+        match fencelock::connect(&e.url).await {
+            Ok(b) if b.capabilities().election => out.push(e),
+            Ok(_) => eprintln!("W6: {} has no leader election; skipped", e.info.id),
+            Err(err) => eprintln!("W6: {} cannot be reached ({err}); skipped", e.info.id),
+        }
+    }
+    out
 }
 
 /// Waits (up to 30 s) until one acquire + release goes through.

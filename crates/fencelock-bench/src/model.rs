@@ -28,6 +28,9 @@ pub struct Report {
     pub scale: Option<Scale>,
     /// W4: native durability accounting (absent if not run).
     pub durability: Option<Durability>,
+    /// W6: election fail-over, per engine and fault (empty if not run).
+    #[serde(default)]
+    pub elections: Vec<crate::failover::Failover>,
     /// The targets, evaluated on this run's figures.
     pub targets: Vec<Target>,
 }

@@ -330,6 +330,9 @@ pub fn markdown(r: &Report) -> String {
     if let Some(d) = &r.durability {
         w4(&mut md, d);
     }
+    if !r.elections.is_empty() {
+        w6(&mut md, &r.elections);
+    }
     md
 }
 
@@ -779,6 +782,35 @@ fn w4(md: &mut String, d: &Durability) {
     let _ = writeln!(md);
 }
 
+fn w6(md: &mut String, results: &[crate::failover::Failover]) {
+    let _ = writeln!(md, "## W6: election fail-over\n");
+    let ttl = results.first().map_or(0, |f| f.ttl_ms);
+    let _ = writeln!(
+        md,
+        "Three `fencelock elect` candidate processes per engine, each campaigning with a lease TTL of {} ms; an \
+         observer in the bench process. The leader's process is signalled, and the time runs until the observer \
+         sees a leader of a higher term. The signalled candidate is then replaced, so three compete in every \
+         sample.\n",
+        thousands(ttl)
+    );
+    header(md, &["Engine", "Fault", "Samples", "Median", "Max", "Each sample (ms)"], 2);
+    for f in results {
+        let each: Vec<String> = f.samples_ms.iter().map(|ms| format!("{ms:.0}")).collect();
+        row(
+            md,
+            &[
+                f.engine.clone(),
+                f.fault.as_str().to_string(),
+                f.samples_ms.len().to_string(),
+                format!("{:.0} ms", f.median_ms),
+                format!("{:.0} ms", f.max_ms),
+                each.join(", "),
+            ],
+        );
+    }
+    let _ = writeln!(md);
+}
+
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
@@ -894,8 +926,25 @@ pub(crate) mod tests {
             cells,
             scale: Some(scale(20_000, 0.1)),
             durability: Some(durability()),
+            elections: vec![crate::failover::Failover {
+                engine: "fencelock".into(),
+                fault: crate::failover::Fault::Kill,
+                ttl_ms: 2000,
+                samples_ms: vec![2100.0, 1900.4, 2300.0],
+                median_ms: 2100.0,
+                max_ms: 2300.0,
+            }],
             targets: Vec::new(),
         }
+    }
+
+    /// W6 lists each engine and fault with its samples, median and max.
+    #[test]
+    fn w6_rows_show_every_sample() {
+        let md = markdown(&report());
+        assert!(md.contains("## W6: election fail-over"), "{md}");
+        assert!(md.contains("lease TTL of 2,000 ms"), "{md}");
+        assert!(md.contains("| fencelock | SIGKILL | 3 | 2100 ms | 2300 ms | 2100, 1900, 2300 |"), "{md}");
     }
 
     fn find<'a>(ts: &'a [Target], prefix: &str) -> &'a Target {

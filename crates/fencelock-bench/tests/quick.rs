@@ -22,6 +22,9 @@ const ENGINES: [&str; 10] = [
     "redis-poll",
 ];
 
+/// The engines whose backends declare leader election (W6 runs on them).
+const ELECTING: &[&str] = &["fencelock", "fencelock-secure", "fencelock-3"];
+
 #[test]
 fn quick_run_measures_every_cell_of_every_engine() {
     let out = tempfile::tempdir().unwrap();
@@ -66,6 +69,20 @@ fn quick_run_measures_every_cell_of_every_engine() {
     assert!(d["grants_verified"].as_u64().unwrap() > 0, "{d}");
     assert_eq!(d["grants_missing"], 0, "an acknowledged grant was lost: {d}");
     assert!(d["first_token_after"].as_u64().unwrap() > d["max_token_before"].as_u64().unwrap(), "{d}");
+
+    // W6 ran on every engine with elections, one kill and one freeze each.
+    let elections = report["elections"].as_array().unwrap();
+    for engine in ELECTING {
+        for fault in ["Kill", "Stop"] {
+            let f = elections
+                .iter()
+                .find(|f| f["engine"] == *engine && f["fault"] == fault)
+                .unwrap_or_else(|| panic!("no W6 {fault} result for {engine}: {elections:?}"));
+            let samples = f["samples_ms"].as_array().unwrap();
+            assert_eq!(samples.len(), 1, "{f}");
+            assert!(samples[0].as_f64().unwrap() > 0.0, "{f}");
+        }
+    }
 
     let md = std::fs::read_to_string(out.path().join("results.md")).unwrap();
     for engine in ENGINES {
