@@ -55,7 +55,9 @@ fn c3_audit(r: &Run<'_>) -> Tally {
     tally
 }
 
-fn c3_history(r: &Run<'_>) -> Tally {
+/// C3's history rule (E1 applies it to the leaders' writes): no write
+/// succeeds after an ok read or write with a higher token had completed.
+pub(super) fn c3_history(r: &Run<'_>) -> Tally {
     let mut tally = Tally::default();
     let done: Vec<(Operation<'_>, u64)> = r
         .ops
