@@ -8,13 +8,17 @@
 //!   campaign is a grant, its term the token), not repeated here.
 //! * Leaderships overlap as the workers see them (a paused leader still
 //!   believes it leads when the next is elected); the fence must then refuse
-//!   the older term: no write succeeds after a write or read of a newer term
-//!   completed. That is C3's history rule ([`c3_history`]), applied here to
-//!   the leaders' writes, which in an election run are all its writes.
+//!   the older term. These are C3's rules ([`stale_accepts`]), applied here
+//!   to the leaders' writes, which in an election run are all its writes:
+//!   the fence's audit log carries out no term below one it carried out
+//!   before (the order the fence saw: a paused leader's write was invoked
+//!   before its pause, so only the audit log shows it arriving late), and in
+//!   the history no write succeeds after a write or read of a newer term
+//!   completed.
 
 use std::collections::HashMap;
 
-use super::c3_stale_accepts::c3_history;
+use super::c3_stale_accepts::stale_accepts;
 use super::run::{without, Operation, Res, Run, Tally};
 use super::{Check, Status};
 use crate::history::Op;
@@ -43,7 +47,7 @@ pub(super) fn e1_one_leader(r: &Run<'_>) -> Check {
             }
         }
     }
-    let fence = c3_history(r);
+    let fence = stale_accepts(r);
     tally.violations += fence.violations;
     tally.examples.extend(fence.examples);
     tally.examples.truncate(super::MAX_EXAMPLES);

@@ -49,3 +49,17 @@ fn e_checks_only_in_election_runs() {
     h.op("w0", Op::Campaign, 1, (0, 5_000), Kind::Unknown, |_| {});
     assert_eq!(get(&run(&election_info(), &h, &[]), "E1").status, Status::Inconclusive);
 }
+
+#[test]
+fn e1_an_older_term_carried_out_by_the_fence_fails() {
+    // E1 (C3's audit rule): the fence carried out term 5 after term 6, as a
+    // storage with fencing off does with a paused leader's late write, whose
+    // invoke in the history precedes the newer leader's write.
+    let log = audit(&[(5, AuditOutcome::Accepted), (6, AuditOutcome::Accepted), (5, AuditOutcome::Unfenced)]);
+    let c = get(&run(&election_info(), &elections(), &log), "E1").clone();
+    assert_eq!((c.status, c.violations), (Status::Fail, 1), "{:?}", c.examples);
+    assert!(c.examples[0].contains("audit #2"), "{:?}", c.examples);
+    // Refused by the fence: as it must be.
+    let log = audit(&[(5, AuditOutcome::Accepted), (6, AuditOutcome::Accepted), (5, AuditOutcome::Stale)]);
+    assert_eq!(get(&run(&election_info(), &elections(), &log), "E1").status, Status::Pass);
+}
