@@ -203,8 +203,8 @@ const CHECKS: &[(&str, &str)] = &[
     ("S6", "After each fault ends, a fenced write succeeds within the heal bound."),
     (
         "E1",
-        "Election runs: no term is won by two campaigns, and the fence accepts no leader's write of an older term \
-            after a newer term wrote (C3's history rule on the leaders' writes).",
+        "Election runs: no term is won by two campaigns, and the fence carries out no leader's write of an older \
+            term after a newer term's (C3's rules, audit log and history, on the leaders' writes).",
     ),
     (
         "E2",
@@ -214,8 +214,9 @@ const CHECKS: &[(&str, &str)] = &[
     ),
     (
         "E3",
-        "Election runs: every leader an observer reports was elected by the campaign its value names, with that \
-            term (or by a campaign the worker gave up on, which may have been granted).",
+        "Election runs: every leader an observer reports was elected: by the campaign its value names, with that \
+            term; without a value, by a campaign that won that term (or by a campaign the worker gave up on, \
+            which may have been granted).",
     ),
     (
         "A1",
