@@ -52,6 +52,14 @@ pub enum Op {
     Write,
     /// Release the lock (compare-and-delete with `token`); `ok` carries `released`.
     Release,
+    /// Election mode: campaign for the election (the run's lock name) with
+    /// the value `<p>-<seq>`; `ok` (elected) carries the term as `token` and
+    /// `lease`. A campaign the worker gave up waiting for is `unknown`: it may
+    /// have been granted before the worker withdrew.
+    Campaign,
+    /// Election mode: resign the leadership of `token` (the term); `ok`
+    /// carries `released`, `false` when it had been lost before.
+    Resign,
     // ---- harness notes ----
     /// A fault began or ended: `fault` (scenario id), `phase` ("start"/"end"),
     /// `target` ("w3", "server", "storage"), `detail`.
@@ -78,6 +86,14 @@ pub enum Op {
     ServerStats,
     /// The object's final contents, read at the end: `value`.
     FinalRead,
+    /// Election mode: one `LeaderEvent` an observer (`p` = `o0`, `o1`)
+    /// received, at `t` = its receive time: `what` "leader" (with `token` the
+    /// term, `value` [the leader's value]) or "vacant" (`token` the term that
+    /// ended).
+    Observed,
+    /// Election mode: an observer (re)subscribed (`observe`); what ended its
+    /// previous stream, if one did, is in `error`.
+    Subscribed,
     /// A grant + fenced write succeeded after a fault ended: `detail.fault_end`
     /// (ns) and `detail.healed_after_ms`.
     Heal,
@@ -139,6 +155,18 @@ pub struct Event {
     pub count: Option<u64>,
     #[serde(default, skip_serializing_if = "serde_json::Value::is_null")]
     pub detail: serde_json::Value,
+}
+
+impl Op {
+    /// A grant of the lock: an acquire, or a campaign (a leadership is a grant).
+    pub fn is_grant(self) -> bool {
+        matches!(self, Op::Acquire | Op::Campaign)
+    }
+
+    /// The end of a grant by its holder: a release, or a resignation.
+    pub fn is_release(self) -> bool {
+        matches!(self, Op::Release | Op::Resign)
+    }
 }
 
 fn is_zero(v: &u64) -> bool {

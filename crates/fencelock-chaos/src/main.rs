@@ -20,6 +20,7 @@ mod faketime;
 mod history;
 mod http;
 mod nemesis;
+mod observers;
 mod peer_input;
 mod peer_tls;
 mod procs;
@@ -58,8 +59,8 @@ struct Cli {
 enum Cmd {
     /// One scenario against one backend.
     Run(RunArgs),
-    /// A fixed list of runs (short: a few minutes, for CI; long: about 55
-    /// minutes, K4 alone 15), then the report.
+    /// A fixed list of runs (short: a few minutes, for CI; long: about an
+    /// hour, K4 alone 15 minutes), then the report.
     Profile(profile::ProfileArgs),
     /// Writes the markdown report from the verdicts under a directory.
     Report(profile::ReportArgs),
@@ -99,6 +100,11 @@ struct RunArgs {
     /// with an admin token.
     #[arg(long)]
     tls: bool,
+    /// Election mode: the workers campaign for the lock as a leader election
+    /// (campaign → fenced write with the term → resign) and two observers
+    /// follow the leader; the checks E1–E3 are added.
+    #[arg(long)]
+    election: bool,
     /// Directory for histories, logs and verdict.json [default: target/chaos/<scenario>-<backend>-<seed>].
     #[arg(long)]
     out: Option<PathBuf>,
@@ -171,7 +177,9 @@ fn main() -> ExitCode {
 }
 
 async fn run_one(a: RunArgs) -> anyhow::Result<ExitCode> {
-    let out = a.out.unwrap_or_else(|| PathBuf::from(format!("target/chaos/{}-{}-{}", a.scenario, a.backend, a.seed)));
+    let mode = if a.election { "-election" } else { "" };
+    let out =
+        a.out.unwrap_or_else(|| PathBuf::from(format!("target/chaos/{}-{}-{}{mode}", a.scenario, a.backend, a.seed)));
     let spec = RunSpec {
         scenario: a.scenario,
         backend: a.backend,
@@ -181,6 +189,7 @@ async fn run_one(a: RunArgs) -> anyhow::Result<ExitCode> {
         ttl: a.ttl,
         mutant: a.mutant,
         tls: a.tls,
+        election: a.election,
         out: out.clone(),
     };
     let verdict = run::run(spec).await?;

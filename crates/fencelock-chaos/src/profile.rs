@@ -64,10 +64,17 @@ struct Plan {
     seed: u64,
     secs: u64,
     mutant: Option<Mutant>,
+    /// Election mode (see `RunSpec::election`).
+    election: bool,
 }
 
 fn plan(s: Scenario, backend: &'static str, seed: u64, secs: u64) -> Plan {
-    Plan { scenario: s, backend, seed, secs, mutant: None }
+    Plan { scenario: s, backend, seed, secs, mutant: None, election: false }
+}
+
+/// A run in election mode: the workers campaign, observers follow the leader.
+fn election(s: Scenario, backend: &'static str, seed: u64, secs: u64) -> Plan {
+    Plan { election: true, ..plan(s, backend, seed, secs) }
 }
 
 fn plans(p: Profile) -> Vec<Plan> {
@@ -85,12 +92,14 @@ fn plans(p: Profile) -> Vec<Plan> {
                 plan(S5, "fencelock", 7, 20),
                 plan(P1, "fencelock", 8, 15),
                 plan(P2, "fencelock", 9, 15),
+                election(K1, "fencelock", 10, 12),
             ];
             for (i, b) in peers.iter().enumerate() {
                 v.push(plan(K1, b, 11 + i as u64, 10));
                 v.push(plan(K4, b, 21 + i as u64, 10));
             }
             v.extend([plan(L1, "fencelock3", 31, 15), plan(L2, "fencelock3", 32, 15), plan(L3, "fencelock3", 33, 15)]);
+            v.push(election(L1, "fencelock3", 34, 12));
             v
         }
         Profile::Long => {
@@ -107,6 +116,7 @@ fn plans(p: Profile) -> Vec<Plan> {
             for (s, seed) in [(K1, 141), (L1, 142), (L2, 143), (L3, 144)] {
                 v.push(plan(s, "fencelock3", seed, 120));
             }
+            v.extend([election(K1, "fencelock", 151, 120), election(L1, "fencelock3", 152, 120)]);
             v.extend(plans(Profile::Mutants));
             v
         }
@@ -162,16 +172,18 @@ pub async fn profile(a: ProfileArgs) -> anyhow::Result<ExitCode> {
             ttl: Duration::from_millis(500),
             mutant: p.mutant,
             tls: a.tls,
+            election: p.election,
             out: out.join(&dir),
         };
         eprintln!(
-            "fencelock-chaos: {} against {} (seed {}, {} s{}{})",
+            "fencelock-chaos: {} against {} (seed {}, {} s{}{}{})",
             p.scenario,
             p.backend,
             p.seed,
             p.secs,
             p.mutant.map(|m| format!(", mutant {}", m.name())).unwrap_or_default(),
-            if a.tls { ", TLS and auth" } else { "" }
+            if a.tls { ", TLS and auth" } else { "" },
+            if p.election { ", election" } else { "" }
         );
         let v = run::run(spec).await.with_context(|| format!("{} against {}", p.scenario, p.backend))?;
         eprint!("{}", summary(&v));
@@ -198,7 +210,8 @@ pub async fn profile(a: ProfileArgs) -> anyhow::Result<ExitCode> {
 
 fn run_dir(p: &Plan) -> String {
     let m = p.mutant.map(|m| format!("-{}", m.name())).unwrap_or_default();
-    format!("{}-{}-{}{m}", p.scenario, p.backend, p.seed)
+    let e = if p.election { "-election" } else { "" };
+    format!("{}-{}-{}{m}{e}", p.scenario, p.backend, p.seed)
 }
 
 /// `fencelock-chaos report`: the markdown from the verdicts already on disk.

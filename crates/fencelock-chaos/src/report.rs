@@ -202,6 +202,23 @@ const CHECKS: &[(&str, &str)] = &[
     ("S4", "The server issued no more tokens than there were acquires that may have succeeded."),
     ("S6", "After each fault ends, a fenced write succeeds within the heal bound."),
     (
+        "E1",
+        "Election runs: no term is won by two campaigns, and the fence carries out no leader's write of an older \
+            term after a newer term's (C3's rules, audit log and history, on the leaders' writes).",
+    ),
+    (
+        "E2",
+        "Election runs: every observer's terms never go back (a leader of a higher term, a new value of the \
+            current leader, the end of the current term or of an unseen higher one; a resubscription may repeat \
+            the last event).",
+    ),
+    (
+        "E3",
+        "Election runs: every leader an observer reports was elected: by the campaign its value names, with that \
+            term; without a value, by a campaign that won that term (or by a campaign the worker gave up on, \
+            which may have been granted).",
+    ),
+    (
         "A1",
         "Under TLS and auth: no call of the run was refused for its credentials (the workers' histories and \
             every node's audit log), so no scenario passes because authentication stopped its work.",
@@ -526,6 +543,7 @@ mod tests {
             min_stale_rejects: 1,
             required_evidence: vec!["stopped".into()],
             object_key: "chaos-object".into(),
+            election: false,
         };
         let check = |id: &str, status, violations, example: &str| Check {
             id: id.into(),

@@ -20,6 +20,7 @@ use crate::faketime;
 use crate::history::{self, Event, Op, Writer};
 use crate::http;
 use crate::nemesis;
+use crate::observers::Observers;
 use crate::procs::{free_addr, storage_server, ServerProc};
 use crate::scenario::{Mutant, RunSpec, Scenario};
 use crate::secure::Secure;
@@ -28,6 +29,8 @@ use crate::worker::{entries, WorkerArgs};
 use crate::workers::Workers;
 
 pub const LOCK: &str = "chaos";
+/// Election mode: how many observers follow the election.
+const OBSERVERS: usize = 2;
 pub const KEY: &str = "chaos-object";
 
 /// Everything a nemesis works with.
@@ -41,6 +44,8 @@ pub struct Ctx {
     pub storage: ServerProc,
     pub storage_addr: std::net::SocketAddr,
     pub workers: Workers,
+    /// Election mode: the observers of the election.
+    pub observers: Option<Observers>,
     /// Per worker: its proxy to the lock service (if the service has one address).
     pub lock_proxies: Vec<Proxy>,
     /// Per worker: its proxy to the storage.
@@ -104,6 +109,10 @@ pub async fn run(spec: RunSpec) -> anyhow::Result<Verdict> {
     let (lock_proxies, storage_proxies, args) =
         wire_workers(&spec, &target, secure.as_ref(), storage_addr, ttl, &hist_dir).await;
     let workers = Workers::start(args, &worker_envs(&spec)?, &spec.out.join("workers.log")).await?;
+    let observers = match spec.election {
+        true => Some(Observers::start(OBSERVERS, &lock_url(&target, secure.as_ref(), None), LOCK, &hist_dir)?),
+        false => None,
+    };
     let notes = Writer::create(&hist_dir.join("harness.jsonl"))?;
     let rng = fastrand::Rng::with_seed(spec.seed);
     let end = tokio::time::Instant::now() + spec.duration;
@@ -116,6 +125,7 @@ pub async fn run(spec: RunSpec) -> anyhow::Result<Verdict> {
         storage,
         storage_addr,
         workers,
+        observers,
         lock_proxies,
         storage_proxies,
         notes,
@@ -200,6 +210,7 @@ async fn wire_workers(
             wait_ms: (ttl * 10).as_millis() as u64,
             history: hist.join(format!("w{id}.jsonl")),
             hold_ms: 20,
+            election: spec.election,
         });
         storage_proxies.push(sp);
     }
@@ -231,11 +242,7 @@ fn run_info(spec: &RunSpec, caps: &Capabilities, ttl: Duration) -> RunInfo {
     };
     RunInfo {
         scenario: spec.scenario.to_string(),
-        // A run under TLS and auth gets its own rows in the report (P2 always is).
-        backend: match spec.tls && !spec.scenario.needs_tls() {
-            true => format!("{} (TLS, auth)", spec.backend),
-            false => spec.backend.clone(),
-        },
+        backend: backend_label(spec),
         mutant: spec.mutant.map(|m| m.name().to_string()),
         seed: spec.seed,
         duration_ms: spec.duration.as_millis() as u64,
@@ -247,6 +254,23 @@ fn run_info(spec: &RunSpec, caps: &Capabilities, ttl: Duration) -> RunInfo {
         min_stale_rejects: spec.scenario.min_stale_rejects(),
         required_evidence: spec.scenario.required_evidence(),
         object_key: KEY.into(),
+        election: spec.election,
+    }
+}
+
+/// The backend as the report names it: a run under TLS and auth (P2 always
+/// is) and an election run get rows of their own.
+fn backend_label(spec: &RunSpec) -> String {
+    let mut modes = Vec::new();
+    if spec.tls && !spec.scenario.needs_tls() {
+        modes.push("TLS, auth");
+    }
+    if spec.election {
+        modes.push("election");
+    }
+    match modes.is_empty() {
+        true => spec.backend.clone(),
+        false => format!("{} ({})", spec.backend, modes.join(", ")),
     }
 }
 
@@ -258,6 +282,9 @@ async fn finish(ctx: &mut Ctx, info: &RunInfo) -> anyhow::Result<Verdict> {
     // counted among the grants revoked during the run.
     let revoked = nemesis::revoked_grants(ctx).await;
     let killed = ctx.workers.stop(Duration::from_secs(15)).await;
+    if let Some(o) = ctx.observers.take() {
+        o.stop().await;
+    }
     if killed > 0 {
         tracing::warn!(killed, "workers did not stop by themselves");
     }

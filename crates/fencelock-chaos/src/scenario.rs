@@ -215,6 +215,9 @@ pub struct RunSpec {
     /// fencelock (a node or the group) runs with TLS and an auth file (the
     /// native server always for P2).
     pub tls: bool,
+    /// Election mode: the workers campaign for the lock as an election and
+    /// resign (see `worker`), and observers follow its leader (`observers`).
+    pub election: bool,
     /// Where the histories, logs and verdict go.
     pub out: PathBuf,
 }

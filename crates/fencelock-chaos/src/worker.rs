@@ -14,6 +14,12 @@
 //! finish the current cycle and exit.
 //! Reports (stdout): `ready`, `pausing <seq>`, `at-write <seq>`, `slowing
 //! <seq>`, `slowed <seq> <own ms> <real ms>`.
+//!
+//! Election mode (`--election`, leader election of issue 17): the cycle
+//! campaigns for the lock as an election instead (value `<worker>-<seq>`),
+//! and as leader reads and writes with its term as the token, holds, then
+//! resigns (`campaign`, `resign` in the history). The control lines act the
+//! same, so K1 pauses a leader at its write.
 
 use std::io::Write as _;
 use std::net::SocketAddr;
@@ -66,6 +72,9 @@ pub struct WorkerArgs {
     /// job does (and so that a kill often finds a holder).
     #[arg(long, default_value_t = 0)]
     pub hold_ms: u64,
+    /// Campaign for `lock` as an election and resign, instead of acquire and release.
+    #[arg(long)]
+    pub election: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -175,9 +184,14 @@ impl Worker {
         Event { seq, ..Event::new(mono_ns(), self.p.clone(), kind, f) }
     }
 
-    /// One acquire → read → write → release cycle.
+    /// One acquire → read → write → release cycle (election mode: campaign →
+    /// read → write → resign).
     async fn cycle(&mut self, seq: u64) -> anyhow::Result<()> {
-        let Some(guard) = self.acquire(seq).await? else {
+        let granted = match self.a.election {
+            true => self.campaign(seq).await?,
+            false => self.acquire(seq).await?,
+        };
+        let Some(guard) = granted else {
             tokio::time::sleep(Duration::from_millis(20)).await;
             return Ok(());
         };
@@ -206,15 +220,43 @@ impl Worker {
             }
             Ok(Acquire::Busy { .. }) => fail(&mut e, "busy"),
             Ok(Acquire::TimedOut) => fail(&mut e, "timed out"),
-            Err(err) => {
-                e.kind = if definite(&err) { Kind::Fail } else { Kind::Unknown };
-                e.refused = refused(&err);
-                e.error = Some(err.to_string());
-                None
-            }
+            Err(err) => self.failed(&mut e, err),
         };
         self.log(e)?;
         Ok(guard)
+    }
+
+    /// Campaigns for the election `lock` for up to `wait_ms` (then withdraws:
+    /// `unknown`, it may have been elected meanwhile); the leadership's guard.
+    async fn campaign(&mut self, seq: u64) -> anyhow::Result<Option<Guard>> {
+        self.log(self.ev(Kind::Invoke, Op::Campaign, seq))?;
+        let election = self
+            .backend
+            .election(&self.a.lock)
+            .ttl(Duration::from_millis(self.a.ttl_ms))
+            .value(format!("{}-{seq}", self.p));
+        let res = tokio::time::timeout(Duration::from_millis(self.a.wait_ms), election.campaign()).await;
+        let mut e = self.ev(Kind::Ok, Op::Campaign, seq);
+        let guard = match res {
+            Ok(Ok(leadership)) => {
+                e.token = Some(leadership.term());
+                e.lease = Some(leadership.guard().lease_id());
+                Some(leadership.into_guard())
+            }
+            Ok(Err(err)) => self.failed(&mut e, err),
+            Err(_) => unknown(&mut e, "not elected within the wait; withdrawn"),
+        };
+        self.log(e)?;
+        Ok(guard)
+    }
+
+    /// Fills `e` in for a lock service error: `fail` if it certainly did not
+    /// take effect, else `unknown`.
+    fn failed<T>(&self, e: &mut Event, err: Error) -> Option<T> {
+        e.kind = if definite(&err) { Kind::Fail } else { Kind::Unknown };
+        e.refused = refused(&err);
+        e.error = Some(err.to_string());
+        None
     }
 
     /// A fenced read; `None` (after logging why) unless it succeeded.
@@ -317,10 +359,12 @@ impl Worker {
         }
     }
 
+    /// Releases the lock (election mode: resigns, the same call on the leadership's guard).
     async fn release(&mut self, seq: u64, token: u64, guard: Guard) -> anyhow::Result<()> {
-        self.log(Event { token: Some(token), ..self.ev(Kind::Invoke, Op::Release, seq) })?;
+        let op = if self.a.election { Op::Resign } else { Op::Release };
+        self.log(Event { token: Some(token), ..self.ev(Kind::Invoke, op, seq) })?;
         let res = guard.release().await;
-        let mut e = Event { token: Some(token), ..self.ev(Kind::Ok, Op::Release, seq) };
+        let mut e = Event { token: Some(token), ..self.ev(Kind::Ok, op, seq) };
         match res {
             Ok(released) => e.released = Some(released),
             Err(err) if refused(&err) => {

@@ -138,7 +138,7 @@ fn unready(ready: &[bool]) -> Vec<usize> {
 }
 
 fn worker_argv(a: &WorkerArgs) -> Vec<String> {
-    vec![
+    let mut argv = vec![
         "worker".into(),
         "--id".into(),
         a.id.to_string(),
@@ -158,5 +158,9 @@ fn worker_argv(a: &WorkerArgs) -> Vec<String> {
         a.history.display().to_string(),
         "--hold-ms".into(),
         a.hold_ms.to_string(),
-    ]
+    ];
+    if a.election {
+        argv.push("--election".into());
+    }
+    argv
 }

@@ -2,7 +2,8 @@
 //! runs `fencelock-chaos profile short` for one backend (fixed seeds) and
 //! requires every run to pass — C2 tokens, C3 no stale accept, C4 no lost
 //! update, C6 acknowledged grants survive restarts, S1/S4/S6, and C8 proof
-//! that the faults happened (a run without proof is inconclusive and fails).
+//! that the faults happened (a run without proof is inconclusive and fails);
+//! in the election runs (K1 on a node, L1 on the group) also E1–E3.
 //! Against peers without durable tokens or fencing, violations are findings
 //! and do not fail the run. fencelock's own runs (a node, and the 3-node group)
 //! run with TLS and an auth file (`--tls`), the workers as an identity that may
@@ -66,6 +67,9 @@ fn short_with(backend: &str, runs: usize, tls: bool) {
         if tls {
             assert_secure(v);
         }
+        if v["info"]["election"] == true {
+            assert_election(v);
+        }
     }
     let report = std::fs::read_to_string(tmp.path().join("safety.md")).unwrap();
     assert!(report.contains(backend), "{report}");
@@ -76,19 +80,36 @@ fn short_with(backend: &str, runs: usize, tls: bool) {
 fn assert_secure(v: &serde_json::Value) {
     if v["info"]["scenario"] != "P2" {
         let backend = v["info"]["backend"].as_str().unwrap();
-        assert!(backend.ends_with(" (TLS, auth)"), "{v:#}");
+        assert!(backend.contains(" (TLS, auth"), "{v:#}");
     }
-    assert!(v["stats"]["acquires"]["ok"].as_u64().unwrap() > 0, "{v:#}");
+    let grants = v["stats"]["acquires"]["ok"].as_u64().unwrap() + v["stats"]["campaigns"]["ok"].as_u64().unwrap();
+    assert!(grants > 0, "{v:#}");
     let a1 = v["checks"].as_array().unwrap().iter().find(|c| c["id"] == "A1").expect("A1");
     assert_eq!(a1["status"], "pass", "{v:#}");
 }
 
+/// An election run (issue 17): workers were elected and wrote as leaders,
+/// the observers saw leaders, and E1 (one leader per term, older terms
+/// fenced), E2 (observers' terms never go back) and E3 (no phantom leader)
+/// were evaluated and passed.
+fn assert_election(v: &serde_json::Value) {
+    assert!(v["info"]["backend"].as_str().unwrap().contains("election"), "{v:#}");
+    assert!(v["stats"]["campaigns"]["ok"].as_u64().unwrap() > 0, "{v:#}");
+    assert!(v["stats"]["writes"]["ok"].as_u64().unwrap() > 0, "{v:#}");
+    assert!(v["stats"]["leader_events"].as_u64().unwrap() > 0, "{v:#}");
+    for id in ["E1", "E2", "E3"] {
+        let c = v["checks"].as_array().unwrap().iter().find(|c| c["id"] == id).unwrap_or_else(|| panic!("{id}"));
+        assert_eq!(c["status"], "pass", "{v:#}");
+    }
+}
+
 /// K1, K2, K3, K4 (kills and failpoints), S1, S4, S5, P1 (malformed and
-/// forged peer messages, from a member's certificate) and P2 (forged peers
-/// without one) against fencelock under TLS and auth.
+/// forged peer messages, from a member's certificate), P2 (forged peers
+/// without one) and K1 in election mode (leaders paused at their write)
+/// against fencelock under TLS and auth.
 #[test]
 fn short_profile_fencelock() {
-    short_with("fencelock", 9, true);
+    short_with("fencelock", 10, true);
 }
 
 /// P2 alone, briefly (6 s of rounds): the server under TLS and auth refuses
@@ -118,13 +139,13 @@ fn p2_forged_peer_under_tls() {
     assert!(!harness.contains("not-refused") && !harness.contains("term-moved"), "{harness}");
 }
 
-/// L1 (leader kills), L2 (leader isolation) and L3 (a node cut off) against a
-/// 3-node fencelock group under TLS and auth: every node with its own node
-/// certificate, Raft on peer ports of their own (through the nemesis's
-/// proxies), clients and admin calls with their tokens.
+/// L1 (leader kills), L2 (leader isolation), L3 (a node cut off) and L1 in
+/// election mode against a 3-node fencelock group under TLS and auth: every
+/// node with its own node certificate, Raft on peer ports of their own
+/// (through the nemesis's proxies), clients and admin calls with their tokens.
 #[test]
 fn short_profile_fencelock3() {
-    short_with("fencelock3", 3, true);
+    short_with("fencelock3", 4, true);
 }
 
 /// K1 and K4 against Redis (no persistence: its lost grants are findings).

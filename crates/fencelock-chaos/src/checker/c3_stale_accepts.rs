@@ -22,13 +22,18 @@ pub(super) fn c3_stale_accepts(r: &Run<'_>) -> Check {
     if r.audit.is_empty() && !writes_ok {
         return without("C3", C3, Status::Inconclusive, "no write reached the storage".into());
     }
+    stale_accepts(r).judge("C3", C3, !r.info.fencing)
+}
+
+/// C3's rules, without the verdict (E1 applies them to the leaders' writes):
+/// the larger count of the audit log's and the history's stale accepts.
+pub(super) fn stale_accepts(r: &Run<'_>) -> Tally {
     let audit = c3_audit(r);
     let history = c3_history(r);
     let mut examples = audit.examples;
     examples.extend(history.examples);
     examples.truncate(MAX_EXAMPLES);
-    let tally = Tally { violations: audit.violations.max(history.violations), examples };
-    tally.judge("C3", C3, !r.info.fencing)
+    Tally { violations: audit.violations.max(history.violations), examples }
 }
 
 fn c3_audit(r: &Run<'_>) -> Tally {

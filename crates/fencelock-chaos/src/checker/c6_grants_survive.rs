@@ -76,7 +76,7 @@ struct CycleIndex<'a> {
 
 impl<'a> CycleIndex<'a> {
     fn new(r: &Run<'a>) -> Self {
-        let mut grants: Vec<Operation<'a>> = r.ops.iter().filter(|o| o.is(Op::Acquire, Res::Ok)).copied().collect();
+        let mut grants: Vec<Operation<'a>> = r.ops.iter().filter(|o| o.is_grant_ok()).copied().collect();
         grants.sort_by_key(|o| o.end());
         let mut cycles: HashMap<(&str, u64), Vec<Operation<'a>>> = HashMap::new();
         for o in &r.ops {
@@ -93,7 +93,7 @@ impl<'a> CycleIndex<'a> {
         let cycle = self.cycles.get(&(h.p(), h.seq()))?;
         let ended = cycle
             .iter()
-            .any(|o| (o.invoke.f == Op::Release && o.start() < kill) || (o.saw_lease_gone() && o.end() < kill));
+            .any(|o| (o.invoke.f.is_release() && o.start() < kill) || (o.saw_lease_gone() && o.end() < kill));
         (!ended).then_some(h)
     }
 
@@ -106,7 +106,7 @@ impl<'a> CycleIndex<'a> {
     fn release_invoked(&self, h: &Operation<'_>, from: u64, to: u64) -> bool {
         self.cycles.get(&(h.p(), h.seq())).is_some_and(|c| {
             c.iter().any(|o| {
-                o.invoke.f == Op::Release && (from..to).contains(&o.start()) && o.res() == Res::Ok && o.end() < to
+                o.invoke.f.is_release() && (from..to).contains(&o.start()) && o.res() == Res::Ok && o.end() < to
             })
         })
     }

@@ -19,6 +19,13 @@
 //! A1 (not in the reference): under TLS and auth, no call of the run was
 //! refused for its credentials; see [`a1_no_refusals`].
 //!
+//! E1–E3 (leader election, issue 17; not in the reference): in election mode
+//! ([`RunInfo::election`]) the workers campaign and observers follow the
+//! leader: one leader per term and older terms fenced ([`e1_one_leader`]), an
+//! observer's terms never go back ([`e2_observer_terms`]), no observed leader
+//! that no campaign can have elected ([`e3_no_phantom`]). They are part of
+//! election runs' verdicts only.
+//!
 //! One check per file (`c2_tokens.rs`, …, `a1_no_refusals.rs`), the shared
 //! indexing of a run in `run.rs`; each check's own rules are in its file.
 //! The ids are those of `docs/invariants.md`.
@@ -29,6 +36,9 @@ mod c3_stale_accepts;
 mod c4_lost_updates;
 mod c6_grants_survive;
 mod c8_evidence;
+mod e1_one_leader;
+mod e2_observer_terms;
+mod e3_no_phantom;
 mod run;
 mod s1_dead_waiters;
 mod s4_exactly_once;
@@ -49,6 +59,9 @@ use c3_stale_accepts::c3_stale_accepts;
 use c4_lost_updates::c4_lost_updates;
 use c6_grants_survive::c6_grants_survive;
 use c8_evidence::c8_evidence;
+use e1_one_leader::e1_one_leader;
+use e2_observer_terms::e2_observer_terms;
+use e3_no_phantom::e3_no_phantom;
 use run::Run;
 use s1_dead_waiters::s1_dead_waiters;
 use s4_exactly_once::s4_exactly_once;
@@ -83,6 +96,10 @@ pub struct RunInfo {
     pub required_evidence: Vec<String>,
     /// The object the workers append to (also the fence key).
     pub object_key: String,
+    /// Election mode: the workers campaign for the lock as an election and
+    /// observers follow its leader (E1–E3 apply).
+    #[serde(default)]
+    pub election: bool,
 }
 
 /// A check's result.
@@ -168,10 +185,13 @@ pub struct Stats {
     /// Worker operations invoked.
     pub operations: u64,
     pub acquires: Counts,
+    /// Election mode: campaigns (`ok`: elected).
+    pub campaigns: Counts,
     /// `fail` includes `reads_stale`.
     pub reads: Counts,
     pub reads_stale: u64,
     pub writes: WriteCounts,
+    /// Releases, and in election mode resignations.
     pub releases: Counts,
     /// `fault` start notes by fault id.
     pub faults: BTreeMap<String, u64>,
@@ -185,6 +205,11 @@ pub struct Stats {
     /// S6: the slowest heal, ms.
     pub heal_max_ms: Option<u64>,
     pub s1_trials: u64,
+    /// Election mode: leader events the observers received.
+    pub leader_events: u64,
+    /// Election mode: of those, leaders reported without the value their
+    /// campaign published (E3 judges them by their term alone).
+    pub leaders_without_value: u64,
     pub tokens_issued: Option<u64>,
     /// Grants the server released undelivered (their caller had gone before
     /// the answer reached it): each consumed a token that no client saw.
@@ -216,7 +241,7 @@ pub fn check(info: &RunInfo, history: &[Event], audit: &[AuditEntry]) -> Verdict
     stats.heal_max_ms = heal_max_ms;
     let c3 = c3_stale_accepts(&r);
     let c8 = c8_evidence(&r, &stats, c3.violations);
-    let checks = vec![
+    let mut checks = vec![
         c2_tokens(&r),
         c3,
         c4_lost_updates(&r),
@@ -227,6 +252,9 @@ pub fn check(info: &RunInfo, history: &[Event], audit: &[AuditEntry]) -> Verdict
         s6,
         a1_no_refusals(&r),
     ];
+    if info.election {
+        checks.extend([e1_one_leader(&r), e2_observer_terms(&r), e3_no_phantom(&r)]);
+    }
     let passed = !checks.iter().any(|c| c.status.is_red());
     Verdict { info: info.clone(), checks, stats, passed }
 }

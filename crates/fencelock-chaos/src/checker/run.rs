@@ -36,6 +36,11 @@ impl<'a> Operation<'a> {
         self.invoke.f == f && self.res() == res
     }
 
+    /// An ok grant: an acquire, or a campaign that elected its worker.
+    pub(super) fn is_grant_ok(&self) -> bool {
+        self.invoke.f.is_grant() && self.res() == Res::Ok
+    }
+
     pub(super) fn p(&self) -> &'a str {
         &self.invoke.p
     }
@@ -148,9 +153,9 @@ impl<'a> Run<'a> {
         i > 0 && self.up_so_far[i - 1] > a
     }
 
-    /// Ok acquires that carry a token.
+    /// Ok grants (acquires, and campaigns: a term is a token) that carry a token.
     pub(super) fn grants(&self) -> Vec<(Operation<'a>, u64)> {
-        self.ops.iter().filter(|o| o.is(Op::Acquire, Res::Ok)).filter_map(|o| o.token().map(|t| (*o, t))).collect()
+        self.ops.iter().filter(|o| o.is_grant_ok()).filter_map(|o| o.token().map(|t| (*o, t))).collect()
     }
 
     pub(super) fn describe(&self, o: &Operation<'_>) -> String {
@@ -159,6 +164,8 @@ impl<'a> Run<'a> {
             Op::Read => "read",
             Op::Write => "write",
             Op::Release => "release",
+            Op::Campaign => "campaign",
+            Op::Resign => "resign",
             _ => "note",
         };
         let token = o.token().map_or(String::new(), |t| format!(" token {t}"));
@@ -220,7 +227,8 @@ impl Run<'_> {
         let counts = match o.invoke.f {
             Op::Acquire => &mut s.acquires,
             Op::Read => &mut s.reads,
-            Op::Release => &mut s.releases,
+            Op::Campaign => &mut s.campaigns,
+            Op::Release | Op::Resign => &mut s.releases,
             Op::Write => {
                 let d = o.done;
                 let w = &mut s.writes;
@@ -257,6 +265,11 @@ impl Run<'_> {
             }
             Op::Restart => s.restarts += 1,
             Op::S1Trial => s.s1_trials += 1,
+            Op::Observed => {
+                s.leader_events += 1;
+                let unvalued = e.value.as_ref().is_some_and(|v| v.iter().all(|x| x.is_empty()));
+                s.leaders_without_value += u64::from(e.what.as_deref() == Some("leader") && unvalued);
+            }
             Op::ServerStats => {
                 s.tokens_issued = e.detail["tokens_issued"].as_u64().or(s.tokens_issued);
                 s.grants_cancelled = e.detail["grants_cancelled"].as_u64().or(s.grants_cancelled);

@@ -7,6 +7,9 @@ mod c3;
 mod c4;
 mod c6;
 mod c8;
+mod e1;
+mod e2;
+mod e3;
 mod general;
 mod s1;
 mod s4;
@@ -36,7 +39,27 @@ pub(super) fn info() -> RunInfo {
         min_stale_rejects: 0,
         required_evidence: vec![],
         object_key: "obj".into(),
+        election: false,
     }
+}
+
+/// An election run's info: E1–E3 apply.
+pub(super) fn election_info() -> RunInfo {
+    RunInfo { scenario: "K1".into(), election: true, ..info() }
+}
+
+/// Two leaderships (w0 term 5, w1 term 6) in order, both seen by observer o0
+/// (who subscribed first), and the final read with both appends.
+pub(super) fn elections() -> H {
+    let mut h = H::default();
+    h.subscribed("o0", 0)
+        .leadership("w0", 1, 10, 5)
+        .seen_leader("o0", 12, 5, "w0-1")
+        .seen_vacant("o0", 18, 5)
+        .leadership("w1", 1, 20, 6)
+        .seen_leader("o0", 22, 6, "w1-1")
+        .final_read(5_000, &["w0-1", "w1-1"]);
+    h
 }
 
 /// A synthetic history; times in ms.
@@ -55,7 +78,7 @@ impl H {
     ) -> &mut Self {
         let mut inv = Event { seq, ..Event::new(span.0 * MS, p, Kind::Invoke, f) };
         fill(&mut inv);
-        if f == Op::Acquire {
+        if f.is_grant() {
             (inv.token, inv.lease) = (None, None);
         }
         let mut done = Event { t: span.1 * MS, kind, ..inv.clone() };
@@ -99,10 +122,55 @@ impl H {
     }
 
     pub(super) fn note(&mut self, t: u64, f: Op, fill: impl FnOnce(&mut Event)) -> &mut Self {
-        let mut e = Event::new(t * MS, "nemesis", Kind::Note, f);
+        self.note_by("nemesis", t, f, fill)
+    }
+
+    pub(super) fn note_by(&mut self, p: &str, t: u64, f: Op, fill: impl FnOnce(&mut Event)) -> &mut Self {
+        let mut e = Event::new(t * MS, p, Kind::Note, f);
         fill(&mut e);
         self.0.push(e);
         self
+    }
+
+    /// Election mode: `p` elected with `term`, its campaign invoked at `span.0`.
+    pub(super) fn campaign(&mut self, p: &str, seq: u64, span: (u64, u64), term: u64) -> &mut Self {
+        self.op(p, Op::Campaign, seq, span, Kind::Ok, |e| {
+            e.token = Some(term);
+            e.lease = Some(100 + term);
+        })
+    }
+
+    /// A whole leadership: campaign, read, write ok, resign, 10 ms apart from `t`.
+    pub(super) fn leadership(&mut self, p: &str, seq: u64, t: u64, term: u64) -> &mut Self {
+        self.campaign(p, seq, (t, t + 1), term)
+            .read(p, seq, (t + 2, t + 3), term)
+            .write(p, seq, (t + 4, t + 5), term, Kind::Ok)
+            .op(p, Op::Resign, seq, (t + 6, t + 7), Kind::Ok, |e| {
+                e.token = Some(term);
+                e.released = Some(true);
+            })
+    }
+
+    /// Observer `p` (re)subscribed at `t`.
+    pub(super) fn subscribed(&mut self, p: &str, t: u64) -> &mut Self {
+        self.note_by(p, t, Op::Subscribed, |_| {})
+    }
+
+    /// Observer `p` received, at `t`, the leader of `term` with `value`.
+    pub(super) fn seen_leader(&mut self, p: &str, t: u64, term: u64, value: &str) -> &mut Self {
+        self.note_by(p, t, Op::Observed, |e| {
+            e.what = Some("leader".into());
+            e.token = Some(term);
+            e.value = Some(vec![value.into()]);
+        })
+    }
+
+    /// Observer `p` received, at `t`, the end of `term`.
+    pub(super) fn seen_vacant(&mut self, p: &str, t: u64, term: u64) -> &mut Self {
+        self.note_by(p, t, Op::Observed, |e| {
+            e.what = Some("vacant".into());
+            e.token = Some(term);
+        })
     }
 
     pub(super) fn fault(&mut self, t: u64, phase: &str) -> &mut Self {

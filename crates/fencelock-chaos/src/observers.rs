@@ -1,0 +1,113 @@
+//! Election mode's observers: tasks of the harness that follow the run's
+//! election (`backend.election(LOCK).observe()`) and write every
+//! `LeaderEvent` they receive, with its receive time, into their own history
+//! file (`o0.jsonl`, …) for E2 and E3.
+//!
+//! Where it sits: started by `run` beside the workers, stopped before the
+//! histories are read. An observer connects straight to the lock service (no
+//! proxy: the nemesis's faults are the workers' and the servers'), and
+//! subscribes again whenever its stream ends (a node killed under it, say),
+//! noting each subscription (`subscribed`) so the checks know where a new
+//! stream begins.
+
+use std::path::Path;
+use std::time::Duration;
+
+use fencelock::{Backend, LeaderEvent};
+use tokio::task::JoinHandle;
+
+use crate::history::{Event, Op, Writer};
+
+/// How long an observer waits before it connects or subscribes again.
+const RETRY: Duration = Duration::from_millis(100);
+
+/// The running observers.
+pub struct Observers {
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl Observers {
+    /// Starts `n` observers of the election `name` on the service at `url`,
+    /// writing into `hist/o<i>.jsonl`.
+    pub fn start(n: usize, url: &str, name: &str, hist: &Path) -> anyhow::Result<Observers> {
+        let mut tasks = Vec::new();
+        for i in 0..n {
+            let out = Writer::create(&hist.join(format!("o{i}.jsonl")))?;
+            let o = Observer { p: format!("o{i}"), out, url: url.to_string(), name: name.to_string() };
+            tasks.push(tokio::spawn(o.run()));
+        }
+        Ok(Observers { tasks })
+    }
+
+    /// Stops every observer (their files hold every event written so far).
+    pub async fn stop(self) {
+        for t in self.tasks {
+            t.abort();
+            let _ = t.await;
+        }
+    }
+}
+
+struct Observer {
+    p: String,
+    out: Writer,
+    url: String,
+    name: String,
+}
+
+impl Observer {
+    /// Connects and follows the election until aborted.
+    async fn run(mut self) {
+        let mut ended: Option<String> = None;
+        loop {
+            let backend = match fencelock::backend::connect(&self.url).await {
+                Ok(b) => b,
+                Err(e) => {
+                    ended = Some(format!("connect: {e}"));
+                    tokio::time::sleep(RETRY).await;
+                    continue;
+                }
+            };
+            ended = Some(self.follow(&backend, ended.take()).await);
+            tokio::time::sleep(RETRY).await;
+        }
+    }
+
+    /// Subscribes once and records the stream's events; why it ended.
+    async fn follow(&mut self, backend: &Backend, ended: Option<String>) -> String {
+        let mut stream = match backend.election(&self.name).observe().await {
+            Ok(s) => s,
+            Err(e) => return format!("observe: {e}"),
+        };
+        self.write(Event { error: ended, ..Event::note(self.p.clone(), Op::Subscribed) });
+        loop {
+            match stream.next_event().await {
+                Some(Ok(ev)) => self.write(observed(&self.p, &ev)),
+                Some(Err(e)) => return format!("stream: {e}"),
+                None => return "stream ended".into(),
+            }
+        }
+    }
+
+    fn write(&mut self, e: Event) {
+        if let Err(err) = self.out.write(&e) {
+            tracing::error!(error = %err, observer = %self.p, "cannot write the observer's history");
+        }
+    }
+}
+
+/// The `observed` note of `ev`, received now.
+fn observed(p: &str, ev: &LeaderEvent) -> Event {
+    let mut e = Event { token: Some(ev.term()), ..Event::note(p, Op::Observed) };
+    match ev {
+        LeaderEvent::Leader(l) => {
+            e.what = Some("leader".into());
+            e.value = Some(vec![String::from_utf8_lossy(&l.value).into_owned()]);
+            e.detail = serde_json::json!({ "identity": l.identity });
+        }
+        LeaderEvent::Vacant { .. } => e.what = Some("vacant".into()),
+        // A kind of event this harness does not know: E2 reports it as malformed.
+        _ => e.what = Some(format!("{ev:?}")),
+    }
+    e
+}
