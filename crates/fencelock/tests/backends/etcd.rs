@@ -1,6 +1,8 @@
 //! etcd (Debian's etcd-server, one member) as a conformance target, and the
 //! tests of what only the etcd backend does: its keys, its tokens, the
-//! predecessor watch, fail-over between endpoints, a crash of etcd.
+//! predecessor watch, fail-over between endpoints, a crash of etcd, and the
+//! election: the leader in the owner key, a revoked candidate, an observer
+//! across a cut.
 //!
 //! The tests read etcd's keys directly through the generated client
 //! (`fencelock_proto::etcd`), under the default prefix `fencelock/`: lock `N`
