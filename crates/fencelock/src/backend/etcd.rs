@@ -31,7 +31,9 @@
 //! # Leader election
 //! A campaign is an acquire (the candidate's key is its place in line) that
 //! fails with [`Error::LeaseNotFound`] rather than [`Error::Backend`] when the
-//! candidate's lease or key is lost while it waits. The leader is the owner key
+//! candidate's lease or key is lost while it waits; besides its predecessor,
+//! it watches its own key, so that a revoked or expired lease (which deletes
+//! the key) ends it at once rather than at the next renewal. The leader is the owner key
 //! (the lowest create revision), its term the key's create revision (the
 //! token), its identity and value the key's value. `observe` watches the
 //! lock's prefix from just after the revision of the read that showed the
@@ -95,9 +97,10 @@
 //! kit's timers, 2 s with etcd's defaults); the guard's deadline and renewals
 //! use the TTL etcd granted, so a short TTL may be kept longer than asked.
 //! etcd checks lease expiry every 500 ms, so a lock may outlive its TTL by that
-//! much on the server (never on the client). A waiting acquire or campaign
-//! notices the loss of its own lease at its next renewal (every TTL/3), not at
-//! once. The endpoints of the URL are used
+//! much on the server (never on the client). A waiting acquire notices the
+//! loss of its own lease at its next renewal (every TTL/3), not at once (a
+//! campaign also watches its own key, and notices at once). The endpoints of
+//! the URL are used
 //! one at a time, in order: there is no balancing, and a move to the next
 //! endpoint happens only after a call failed (see `etcd/rpc.rs`). No
 //! lock-delay.
@@ -232,10 +235,39 @@ impl EtcdBackend {
                 }
             }
         };
+        let own_key_gone = async {
+            match purpose {
+                Purpose::Lock => std::future::pending().await,
+                Purpose::Campaign => self.own_key_gone(mine).await,
+            }
+        };
         tokio::select! {
             biased;
             reason = lease.lost() => Err(purpose.lost(format!("lost the lease {} while waiting: {reason}", mine.lease_id))),
+            () = own_key_gone => Err(purpose.lost(format!(
+                "the key of a waiting campaign (lease {}) was deleted: its lease was revoked or expired",
+                mine.lease_id
+            ))),
             turn = turn => turn,
+        }
+    }
+
+    /// Resolves once `mine`'s key is gone: a campaign's notice, at once, that
+    /// its lease was revoked or expired (which deletes the key). A watch or
+    /// read that fails leaves the notice to the next renewal: it never
+    /// resolves then.
+    async fn own_key_gone(&self, mine: &Mine) {
+        let own = KeyValue { key: mine.key.clone(), create_revision: mine.rev, ..KeyValue::default() };
+        loop {
+            if self.wait_gone(&own).await.is_err() {
+                return std::future::pending().await;
+            }
+            match self.etcd.get(&own.key, self.etcd.deadline()).await {
+                // The watcher was canceled, the key is still there.
+                Ok(Some(kv)) if kv.create_revision == own.create_revision => continue,
+                Ok(_) => return,
+                Err(_) => return std::future::pending().await,
+            }
         }
     }
 

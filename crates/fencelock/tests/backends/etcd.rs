@@ -317,18 +317,19 @@ async fn the_leader_is_the_owner_key_with_its_identity_and_value() {
     assert!(plain.release().await.unwrap());
 }
 
-/// Issue 17 (a campaign whose lease is lost while it waits ends, rather than
-/// winning later on a lease that is gone): the candidate's lease is revoked
-/// through etcd's API while it waits behind the leader; its campaign ends with
-/// `LeaseNotFound`, and the leader keeps leading.
+/// Issue 17 (a campaign whose lease is lost while it waits ends at once,
+/// rather than winning later on a lease that is gone): the candidate's lease
+/// is revoked through etcd's API while it waits behind the leader; its
+/// campaign ends with `LeaseNotFound`, and the leader keeps leading. The
+/// candidate's TTL puts its next renewal after the test's limit: only the
+/// watch on its own key can end it in time.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_campaign_whose_lease_is_revoked_ends() {
     let t = Etcd::start().await;
     let mut kv = raw(t.server.port()).await;
     let (b, c) = (suite::connect(&t.url()).await, suite::connect(&t.url()).await);
     let leader = within("campaign", b.election("vote").ttl(30 * SECS).campaign()).await.unwrap();
-    // A short TTL: the candidate renews, and so notices the revocation, every second.
-    let candidate = tokio::spawn(async move { c.election("vote").ttl(3 * SECS).campaign().await });
+    let candidate = tokio::spawn(async move { c.election("vote").ttl(4 * suite::LIMIT).campaign().await });
     until_keys(&mut kv, "vote", 2).await;
     let lease = keys(&mut kv, "vote").await[1].lease;
     let mut leases =
