@@ -65,7 +65,12 @@
 //!   (`leader.lua`); `observe` subscribes to the lock's channel, and reads the
 //!   leader again when the leader's lock would expire (an expiry publishes
 //!   nothing) and every second (pub/sub drops messages while the connection
-//!   is down).
+//!   is down). The scripts publish with `redis.pcall`: an ACL user without
+//!   the channel (Redis 7 gives a new user none) still takes and releases
+//!   locks and campaigns, but announces nothing, so observers see its terms
+//!   only by those reads (and miss a term shorter than a second); `observe`
+//!   itself needs `&{p}:leader:*` and is refused ([`Error::Security`])
+//!   without it.
 //! * **Give up** (`withdraw.lua`): a wait that times out, or an acquire future
 //!   that is dropped (a drop guard spawns it), takes its ticket off the queue,
 //!   deletes a grant made to it whose answer was lost, and passes the wake on

@@ -45,7 +45,8 @@ if not holder and (not head or head == ticket) then
   local token = redis.call('GET', counter)
   redis.call('SET', lock, token .. ':' .. ticket, 'PX', ttl)
   redis.call('SET', holder_key, token .. ':' .. data, 'PX', ttl)
-  redis.call('PUBLISH', channel, 'g' .. token .. ':' .. data)
+  -- pcall: a user without the channel in its ACL still locks, unannounced.
+  redis.pcall('PUBLISH', channel, 'g' .. token .. ':' .. data)
   if head == ticket then redis.call('LPOP', queue) end
   redis.call('DEL', waiter_key(ticket), wake_key(ticket))
   return {1, token}

@@ -14,7 +14,8 @@
 local released = 0
 if redis.call('GET', KEYS[1]) == ARGV[2] then
   redis.call('DEL', KEYS[1], KEYS[3])
-  redis.call('PUBLISH', ARGV[3], 'r' .. string.match(ARGV[2], '^(%d+):'))
+  -- pcall: a user without the channel in its ACL still locks, unannounced.
+  redis.pcall('PUBLISH', ARGV[3], 'r' .. string.match(ARGV[2], '^(%d+):'))
   released = 1
 end
 if redis.call('EXISTS', KEYS[1]) == 0 then wake_head(KEYS[2]) end

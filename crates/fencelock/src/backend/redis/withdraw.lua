@@ -22,7 +22,8 @@ local withdrew = 0
 local holder = redis.call('GET', lock)
 if holder and string.sub(holder, -#ticket - 1) == ':' .. ticket then
   redis.call('DEL', lock, KEYS[3])
-  redis.call('PUBLISH', ARGV[3], 'r' .. string.match(holder, '^(%d+):'))
+  -- pcall: a user without the channel in its ACL still locks, unannounced.
+  redis.pcall('PUBLISH', ARGV[3], 'r' .. string.match(holder, '^(%d+):'))
   holder = false
   withdrew = 1
 end
