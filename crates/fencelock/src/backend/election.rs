@@ -218,6 +218,26 @@ impl LeaderSink {
         }
     }
 
+    /// Hands on what a read of the current leader means, for a backend that
+    /// reads the leader rather than receiving its changes: the end of the term
+    /// last passed on if `current` is none or of a later term, then `current`.
+    /// `false` once the reader is gone: stop.
+    pub(crate) async fn show(&mut self, current: Option<Leader>) -> bool {
+        let in_office = match &self.terms.last {
+            Some((term, Some(_))) => Some(*term),
+            _ => None,
+        };
+        if let Some(term) = in_office.filter(|t| current.as_ref().is_none_or(|l| l.term > *t)) {
+            if !self.send(LeaderEvent::Vacant { term }).await {
+                return false;
+            }
+        }
+        match current {
+            Some(leader) => self.send(LeaderEvent::Leader(leader)).await,
+            None => !self.tx.is_closed(),
+        }
+    }
+
     /// Ends the stream with `error`.
     pub(crate) async fn fail(self, error: Error) {
         let _ = self.tx.send(Err(error)).await;
@@ -337,11 +357,66 @@ pub(crate) async fn campaign_by_acquire<B: LockBackend + ?Sized>(
     name: &str,
     opts: &LockOptions,
 ) -> Result<Acquire<Leadership>, Error> {
-    let value = opts.value.clone();
-    match backend.acquire(name, opts).await? {
-        Acquire::Acquired(guard) => Ok(Acquire::Acquired(Leadership::new(guard, value)?)),
+    leadership_of(backend.acquire(name, opts).await?, &opts.value)
+}
+
+/// A campaign's answer from its acquire's: the grant, which published
+/// `value`, as a [`Leadership`].
+pub(crate) fn leadership_of(acquired: Acquire<Guard>, value: &[u8]) -> Result<Acquire<Leadership>, Error> {
+    match acquired {
+        Acquire::Acquired(guard) => Ok(Acquire::Acquired(Leadership::new(guard, value.to_vec())?)),
         other => Ok(other.map(|_| unreachable!("the grant is matched above"))),
     }
+}
+
+/// The holder's identity and value as one byte string, for a backend that
+/// keeps them in one stored value (an etcd key's value, a ZooKeeper node's
+/// data, a column): the identity's length in two bytes (big-endian), the
+/// identity (UTF-8, empty for none), then the value. No identity and no value
+/// is the empty string, so a key written before values were stored reads as
+/// exactly that.
+pub(crate) fn encode_holder(opts: &LockOptions) -> Vec<u8> {
+    let identity = opts.identity.as_deref().unwrap_or("").as_bytes();
+    if identity.is_empty() && opts.value.is_empty() {
+        return Vec::new();
+    }
+    // check_identity keeps it far below 64 KiB.
+    let len = u16::try_from(identity.len()).unwrap_or(u16::MAX);
+    let mut out = Vec::with_capacity(2 + identity.len() + opts.value.len());
+    out.extend_from_slice(&len.to_be_bytes());
+    out.extend_from_slice(&identity[..usize::from(len)]);
+    out.extend_from_slice(&opts.value);
+    out
+}
+
+/// The leader `name` of `term` from what [`encode_holder`] stored.
+/// [`Error::Protocol`] for bytes it cannot have written (something else wrote
+/// under the backend's keys).
+pub(crate) fn decode_holder(name: &str, term: u64, stored: &[u8]) -> Result<Leader, Error> {
+    let leader = |identity: Option<String>, value: &[u8]| Leader {
+        name: name.to_string(),
+        term,
+        value: value.to_vec(),
+        identity,
+    };
+    let Some((len, rest)) = stored.split_first_chunk::<2>() else {
+        return match stored {
+            [] => Ok(leader(None, &[])),
+            _ => Err(malformed(name, "shorter than its length prefix")),
+        };
+    };
+    let len = usize::from(u16::from_be_bytes(*len));
+    if rest.len() < len {
+        return Err(malformed(name, "an identity longer than the data"));
+    }
+    let (identity, value) = rest.split_at(len);
+    let identity =
+        String::from_utf8(identity.to_vec()).map_err(|_| malformed(name, "an identity that is not UTF-8"))?;
+    Ok(leader((!identity.is_empty()).then_some(identity), value))
+}
+
+fn malformed(name: &str, why: &str) -> Error {
+    Error::Protocol(format!("the holder data of {name:?} was not written by fencelock: {why}"))
 }
 
 /// The refusal of a backend without elections.
@@ -377,6 +452,50 @@ mod tests {
         assert_eq!(admit(LeaderEvent::Vacant { term: 7 }), Some(LeaderEvent::Vacant { term: 7 }), "an unseen term");
         assert_eq!(admit(leader(7, "x")), None, "the leader of an ended term");
         assert_eq!(admit(leader(9, "d")), Some(leader(9, "d")));
+    }
+
+    /// Rule: identity and value stored by one backend read back the same,
+    /// empty data is "no identity, no value", and bytes fencelock cannot
+    /// have written are refused, not guessed at.
+    #[test]
+    fn holder_data_round_trips_and_foreign_data_is_refused() {
+        let cases =
+            [(None, &b""[..]), (Some("pod-7"), &b""[..]), (None, &b"10.0.0.1:80"[..]), (Some("h"), &[0, 1, 255][..])];
+        for (identity, value) in cases {
+            let mut opts = LockOptions::default().value(value);
+            opts.identity = identity.map(String::from);
+            let got = decode_holder("e", 7, &encode_holder(&opts)).unwrap();
+            assert_eq!((got.term, got.identity.as_deref(), got.value.as_slice()), (7, identity, value));
+        }
+        assert_eq!(encode_holder(&LockOptions::default()), b"");
+        assert_eq!(encode_holder(&LockOptions::default().identity("ab").value(&b"v"[..])), b"\0\x02abv");
+        for foreign in [&b"x"[..], b"\0\x05ab", b"\0\x01\xff"] {
+            assert!(matches!(decode_holder("e", 1, foreign), Err(Error::Protocol(_))), "{foreign:?}");
+        }
+    }
+
+    /// Rule (issue 17): a backend that reads the leader shows each read as the
+    /// changes since the last one: a new term ends the one shown before it,
+    /// a read of nobody ends the term in office, a repeat or an older term
+    /// shows nothing.
+    #[tokio::test]
+    async fn a_read_leader_shows_as_the_changes_since_the_last_read() {
+        let (tx, mut rx) = mpsc::channel(16);
+        let mut sink = LeaderSink { tx, terms: Terms::default() };
+        let at = |term, value: &str| match leader(term, value) {
+            LeaderEvent::Leader(l) => Some(l),
+            _ => unreachable!(),
+        };
+        for read in [None, at(5, "a"), at(5, "a"), at(7, "b"), at(6, "z"), None, None, at(9, "c")] {
+            assert!(sink.show(read).await);
+        }
+        drop(sink);
+        let mut seen = Vec::new();
+        while let Some(ev) = rx.recv().await {
+            seen.push(ev.unwrap());
+        }
+        let vacant = |term| LeaderEvent::Vacant { term };
+        assert_eq!(seen, [leader(5, "a"), vacant(5), leader(7, "b"), vacant(7), leader(9, "c")]);
     }
 
     #[test]

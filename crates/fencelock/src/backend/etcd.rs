@@ -22,8 +22,22 @@
 //! `/` written `%2F`. Neither part then contains a `/`, so the prefix of one
 //! lock never contains another lock's keys ("jobs" and "jobs/nightly" are
 //! `fencelock/jobs/` and `fencelock/jobs%2Fnightly/`). Each acquire adds one key
-//! under it: `P/N/` followed by its lease id in 16 hex digits, with an empty
-//! value, attached to the lease.
+//! under it: `P/N/` followed by its lease id in 16 hex digits, attached to the
+//! lease. Its value is the request's identity and value
+//! ([`LockOptions::identity`], [`LockOptions::value`]): the identity's length
+//! in two bytes (big-endian), the identity's UTF-8, then the value; empty when
+//! the request carries neither (as every key was before values were stored).
+//!
+//! # Leader election
+//! A campaign is an acquire (the candidate's key is its place in line) that
+//! fails with [`Error::LeaseNotFound`] rather than [`Error::Backend`] when the
+//! candidate's lease or key is lost while it waits; besides its predecessor,
+//! it watches its own key, so that a revoked or expired lease (which deletes
+//! the key) ends it at once rather than at the next renewal. The leader is the owner key
+//! (the lowest create revision), its term the key's create revision (the
+//! token), its identity and value the key's value. `observe` watches the
+//! lock's prefix from just after the revision of the read that showed the
+//! first leader (see `etcd/election.rs`).
 //!
 //! # The recipe
 //! 1. LeaseGrant with the TTL rounded up to whole seconds; the guard uses the
@@ -83,11 +97,15 @@
 //! kit's timers, 2 s with etcd's defaults); the guard's deadline and renewals
 //! use the TTL etcd granted, so a short TTL may be kept longer than asked.
 //! etcd checks lease expiry every 500 ms, so a lock may outlive its TTL by that
-//! much on the server (never on the client). The endpoints of the URL are used
+//! much on the server (never on the client). A waiting acquire notices the
+//! loss of its own lease at its next renewal (every TTL/3), not at once (a
+//! campaign also watches its own key, and notices at once). The endpoints of
+//! the URL are used
 //! one at a time, in order: there is no balancing, and a move to the next
 //! endpoint happens only after a call failed (see `etcd/rpc.rs`). No
-//! lock-delay. Authentication and TLS are not supported.
+//! lock-delay.
 
+mod election;
 mod rpc;
 
 use std::sync::Arc;
@@ -98,9 +116,10 @@ use fencelock_proto::etcd::mvccpb::KeyValue;
 use tokio::time::Instant;
 
 use self::rpc::{prefix_range, Access, Etcd};
+use super::election::{encode_holder, leadership_of};
 use super::tls::TlsFiles;
 use super::{check_name, BackendUrl, BoxFuture, Capabilities, Fencing, Guard, Held, KeptLease, LockBackend};
-use super::{Renew, Renewed, Scheme};
+use super::{Leader, LeaderStream, Leadership, Renew, Renewed, Scheme};
 use crate::backend::Acquire;
 use crate::error::Error;
 use crate::lease::LeaseWatch;
@@ -146,8 +165,8 @@ impl EtcdBackend {
     }
 
     /// Queues a request for lock `name` (steps 1 and 2 of the recipe) and
-    /// takes its turn (steps 3 to 5).
-    async fn acquire_lock(&self, name: &str, opts: &LockOptions) -> Result<Acquire<Guard>, Error> {
+    /// takes its turn (steps 3 to 5), for a lock or a campaign (`purpose`).
+    async fn acquire_lock(&self, name: &str, opts: &LockOptions, purpose: Purpose) -> Result<Acquire<Guard>, Error> {
         self.capabilities().admit(self.kind(), name, opts)?;
         let lock = self.lock_prefix(name);
         let wait_end = Instant::now() + opts.wait;
@@ -155,13 +174,13 @@ impl EtcdBackend {
         let (lease_id, ttl) = self.etcd.lease_grant(ttl_secs(opts.ttl), self.etcd.deadline()).await?;
         let withdraw = Withdraw { etcd: self.etcd.clone(), lease_id, armed: true };
         let key = key_of(&lock, lease_id);
-        let rev = self.etcd.create(&key, lease_id, self.etcd.deadline()).await?;
+        let rev = self.etcd.create(&key, encode_holder(opts), lease_id, self.etcd.deadline()).await?;
         let mine = Mine { etcd: self.etcd.clone(), lease_id, key, rev };
         let kept = KeptLease::start(lease_id as u64, Duration::from_secs(ttl as u64), sent, Arc::new(mine.clone()));
         let turn = if opts.wait.is_zero() {
-            self.try_turn(&lock, &mine).await?
+            self.try_turn(&lock, &mine, purpose).await?
         } else {
-            match tokio::time::timeout_at(wait_end, self.wait_turn(&lock, &mine, kept.watch())).await {
+            match tokio::time::timeout_at(wait_end, self.wait_turn(&lock, &mine, kept.watch(), purpose)).await {
                 Ok(turn) => turn?,
                 Err(_) => Turn::TimedOut,
             }
@@ -194,8 +213,8 @@ impl EtcdBackend {
     }
 
     /// Step 3, once: granted if `mine` is the owner of `lock`, else busy.
-    async fn try_turn(&self, lock: &[u8], mine: &Mine) -> Result<Turn, Error> {
-        let (owner, keys) = self.other_owner(lock, mine).await?;
+    async fn try_turn(&self, lock: &[u8], mine: &Mine, purpose: Purpose) -> Result<Turn, Error> {
+        let (owner, keys) = self.other_owner(lock, mine, purpose).await?;
         match owner {
             None => Ok(Turn::Granted),
             Some(owner) => Ok(Turn::Busy { owner, keys }),
@@ -204,10 +223,10 @@ impl EtcdBackend {
 
     /// Steps 3 and 4 until `mine` owns `lock`. Fails if the lease is lost (see
     /// `lease`) or the key is gone meanwhile.
-    async fn wait_turn(&self, lock: &[u8], mine: &Mine, lease: LeaseWatch) -> Result<Turn, Error> {
+    async fn wait_turn(&self, lock: &[u8], mine: &Mine, lease: LeaseWatch, purpose: Purpose) -> Result<Turn, Error> {
         let turn = async {
             loop {
-                if self.other_owner(lock, mine).await?.0.is_none() {
+                if self.other_owner(lock, mine, purpose).await?.0.is_none() {
                     return Ok(Turn::Granted);
                 }
                 let end = self.etcd.deadline();
@@ -216,22 +235,51 @@ impl EtcdBackend {
                 }
             }
         };
+        let own_key_gone = async {
+            match purpose {
+                Purpose::Lock => std::future::pending().await,
+                Purpose::Campaign => self.own_key_gone(mine).await,
+            }
+        };
         tokio::select! {
             biased;
-            reason = lease.lost() => Err(Error::backend("etcd", format!("lost the lease while waiting: {reason}"))),
+            reason = lease.lost() => Err(purpose.lost(format!("lost the lease {} while waiting: {reason}", mine.lease_id))),
+            () = own_key_gone => Err(purpose.lost(format!(
+                "the key of a waiting campaign (lease {}) was deleted: its lease was revoked or expired",
+                mine.lease_id
+            ))),
             turn = turn => turn,
+        }
+    }
+
+    /// Resolves once `mine`'s key is gone: a campaign's notice, at once, that
+    /// its lease was revoked or expired (which deletes the key). A watch or
+    /// read that fails leaves the notice to the next renewal: it never
+    /// resolves then.
+    async fn own_key_gone(&self, mine: &Mine) {
+        let own = KeyValue { key: mine.key.clone(), create_revision: mine.rev, ..KeyValue::default() };
+        loop {
+            if self.wait_gone(&own).await.is_err() {
+                return std::future::pending().await;
+            }
+            match self.etcd.get(&own.key, self.etcd.deadline()).await {
+                // The watcher was canceled, the key is still there.
+                Ok(Some(kv)) if kv.create_revision == own.create_revision => continue,
+                Ok(_) => return,
+                Err(_) => return std::future::pending().await,
+            }
         }
     }
 
     /// The owner of `lock` (the key with the lowest create revision), or `None`
     /// if it is `mine`; with the number of keys of the lock. Fails if `mine` is
     /// not among them any more.
-    async fn other_owner(&self, lock: &[u8], mine: &Mine) -> Result<(Option<KeyValue>, i64), Error> {
+    async fn other_owner(&self, lock: &[u8], mine: &Mine, purpose: Purpose) -> Result<(Option<KeyValue>, i64), Error> {
         let (first, keys) = self.etcd.first_created(lock, self.etcd.deadline()).await?;
         match first {
             Some(kv) if kv.create_revision == mine.rev => Ok((None, keys)),
             Some(kv) if kv.create_revision < mine.rev => Ok((Some(kv), keys)),
-            _ => Err(Error::backend("etcd", "the key of a waiting acquire was deleted")),
+            _ => Err(purpose.lost(format!("the key of a waiting acquire (lease {}) was deleted", mine.lease_id))),
         }
     }
 
@@ -252,8 +300,10 @@ impl LockBackend for EtcdBackend {
     }
 
     /// Per-lock durable tokens (create revisions, fsynced before a write is
-    /// acknowledged; ordered per lock, not across locks: see the module docs), FIFO with a push wake-up of the next waiter only (a watch
-    /// on the predecessor), server-side expiry (leases), Raft fail-over. TTLs
+    /// acknowledged; ordered per lock, not across locks: see the module docs),
+    /// FIFO with a push wake-up of the next waiter only (a watch on the
+    /// predecessor), server-side expiry (leases), Raft fail-over, the holder's
+    /// identity and value in its key (shown by `leader`), leader election. TTLs
     /// are whole seconds from 1 s (etcd raises a TTL below its own minimum,
     /// which depends on its election timeout, and the guard uses the TTL etcd
     /// granted); no lock-delay.
@@ -266,14 +316,34 @@ impl LockBackend for EtcdBackend {
             server_ttl: true,
             survives_failover: true,
             lock_delay: false,
-            holder_identity: false,
-            election: false,
+            holder_identity: true,
+            election: true,
             min_ttl: Duration::from_secs(1),
         }
     }
 
     fn acquire<'a>(&'a self, name: &'a str, opts: &'a LockOptions) -> BoxFuture<'a, Result<Acquire<Guard>, Error>> {
-        Box::pin(self.acquire_lock(name, opts))
+        Box::pin(self.acquire_lock(name, opts, Purpose::Lock))
+    }
+
+    /// The acquire, except that a lost lease (or key) ends it with
+    /// [`Error::LeaseNotFound`].
+    fn campaign<'a>(
+        &'a self,
+        name: &'a str,
+        opts: &'a LockOptions,
+    ) -> BoxFuture<'a, Result<Acquire<Leadership>, Error>> {
+        Box::pin(async move { leadership_of(self.acquire_lock(name, opts, Purpose::Campaign).await?, &opts.value) })
+    }
+
+    /// The owner key of the lock, read linearizably.
+    fn leader<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<Option<Leader>, Error>> {
+        Box::pin(self.leader_of(name))
+    }
+
+    /// A watch of the lock's keys (see the module docs).
+    fn observe<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<LeaderStream, Error>> {
+        Box::pin(self.observe_election(name))
     }
 
     /// Current if `token` is the create revision of the lock's owner key (a key
@@ -285,6 +355,26 @@ impl LockBackend for EtcdBackend {
             let current_token = owner.map(|kv| kv.create_revision as u64);
             Ok(CheckResult { current: current_token == Some(token), current_token })
         })
+    }
+}
+
+/// What a request is for, which decides what losing its place means.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Purpose {
+    /// A lock: the acquire fails ([`Error::Backend`]).
+    Lock,
+    /// A campaign: a candidate whose lease ended is told so
+    /// ([`Error::LeaseNotFound`]), as every backend's campaign does.
+    Campaign,
+}
+
+impl Purpose {
+    /// The error of a request that lost its lease or key while waiting.
+    fn lost(self, why: String) -> Error {
+        match self {
+            Purpose::Lock => Error::backend("etcd", why),
+            Purpose::Campaign => Error::LeaseNotFound(format!("etcd: {why}")),
+        }
     }
 }
 

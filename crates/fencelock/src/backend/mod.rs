@@ -125,7 +125,8 @@ pub struct Capabilities {
     /// [`LockOptions::lock_delay`] is supported.
     pub lock_delay: bool,
     /// The backend keeps a holder identity and value ([`LockOptions::identity`],
-    /// [`LockOptions::value`]) and shows them when the lock is described. A
+    /// [`LockOptions::value`]) and shows them when the lock is described (the
+    /// fencelock server's `describe`; [`LockBackend::leader`] on the others). A
     /// backend without it refuses an acquire that carries either with
     /// [`Error::Unsupported`] rather than drop them silently.
     pub holder_identity: bool,

@@ -20,10 +20,16 @@
 //! | key | type | what |
 //! |---|---|---|
 //! | `{p}:lock:{name}` | string, PX ttl | the holder: `"{token}:{ticket}"` |
+//! | `{p}:holder:{name}` | string, PX ttl | the holder's `"{token}:{data}"`, `data` its identity and value (below) |
 //! | `{p}:token` | string (`INCR`) | the token counter, one for every lock |
 //! | `{p}:queue:{name}` | list | waiting tickets, first in line at the head |
 //! | `{p}:waiter:{ticket}` | string, PX ttl | a waiter is alive (its TTL in ms) |
 //! | `{p}:wake:{ticket}` | list | the waiter `BLPOP`s here; a push wakes it alone |
+//! | `{p}:leader:{name}` | pub/sub channel | `"g{token}:{data}"` on a grant, `"r{token}"` on a release |
+//!
+//! `data` is the request's identity and value ([`LockOptions::identity`],
+//! [`LockOptions::value`]): the identity's length in two bytes (big-endian),
+//! the identity's UTF-8, then the value; empty when it carries neither.
 //!
 //! A ticket is 128 random bits in hex, made per acquire; it is also the owner
 //! part of the lock's value, so release and renewal are compare-and-act on it,
@@ -52,6 +58,19 @@
 //!   first live waiter only.
 //! * **Renew** (`renew.lua`): `PEXPIRE` if the value is still ours, else the
 //!   lock is gone (`Renewed::Gone`).
+//! * **Leader election** (`redis/election.rs`): a campaign is an acquire that,
+//!   once queued, is not queued again: a candidate whose ticket was dropped
+//!   (it stalled past its TTL, or the server lost the queue) fails with
+//!   [`Error::LeaseNotFound`]. `leader` reads the lock and holder keys
+//!   (`leader.lua`); `observe` subscribes to the lock's channel, and reads the
+//!   leader again when the leader's lock would expire (an expiry publishes
+//!   nothing) and every second (pub/sub drops messages while the connection
+//!   is down). The scripts publish with `redis.pcall`: an ACL user without
+//!   the channel (Redis 7 gives a new user none) still takes and releases
+//!   locks and campaigns, but announces nothing, so observers see its terms
+//!   only by those reads (and miss a term shorter than a second); `observe`
+//!   itself needs `&{p}:leader:*` and is refused ([`Error::Security`])
+//!   without it.
 //! * **Give up** (`withdraw.lua`): a wait that times out, or an acquire future
 //!   that is dropped (a drop guard spawns it), takes its ticket off the queue,
 //!   deletes a grant made to it whose answer was lost, and passes the wake on
@@ -96,6 +115,8 @@
 //!   (waiter and wake keys), which a cluster would route elsewhere.
 //! * Waiters are served in arrival order, woken one at a time by push.
 
+mod election;
+
 use std::fmt;
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -109,9 +130,10 @@ use redis::{
 };
 use tokio::time::{timeout_at, Instant};
 
+use super::election::{encode_holder, leadership_of};
 use super::tls::{self, TlsFiles};
 use super::{check_name, BackendUrl, BoxFuture, Capabilities, Fencing, Guard, Held, KeptLease, LockBackend};
-use super::{Renew, Renewed};
+use super::{Leader, LeaderStream, Leadership, Renew, Renewed};
 use crate::backend::Acquire;
 use crate::backoff::Backoff;
 use crate::error::Error;
@@ -138,6 +160,7 @@ const QUEUE_LUA: &str = include_str!("redis/queue.lua");
 static ACQUIRE: LazyLock<Script> = LazyLock::new(|| with_queue(include_str!("redis/acquire.lua")));
 static RELEASE: LazyLock<Script> = LazyLock::new(|| with_queue(include_str!("redis/release.lua")));
 static WITHDRAW: LazyLock<Script> = LazyLock::new(|| with_queue(include_str!("redis/withdraw.lua")));
+static LEADER: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("redis/leader.lua")));
 /// `renew.lua`: `PEXPIRE` if the value matches; shared with Redlock.
 pub(super) static RENEW: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("redis/renew.lua")));
 
@@ -180,21 +203,25 @@ impl RedisBackend {
         Ok(RedisBackend { shared })
     }
 
-    /// One run of the acquire script for `ticket`; `wait` enqueues it if the
-    /// lock is not granted.
-    async fn attempt(&self, name: &str, ticket: &Ticket, ttl: Duration, wait: bool) -> Result<Attempt, Error> {
+    /// One run of the acquire script for `req`; `wait` enqueues its ticket if
+    /// the lock is not granted; `queued_before` refuses to enqueue it again.
+    async fn attempt(&self, req: &Req<'_>, wait: bool, queued_before: bool) -> Result<Attempt, Error> {
         let keys = &self.shared.keys;
-        let (lock, queue, counter) = (keys.lock(name), keys.queue(name), keys.counter());
-        let (prefix, ticket, ttl_ms, wait) = (&keys.prefix, &ticket.text, millis(ttl), if wait { "1" } else { "0" });
+        let (lock, queue, counter, holder) =
+            (keys.lock(req.name), keys.queue(req.name), keys.counter(), keys.holder(req.name));
+        let flag = |yes: bool| if yes { "1" } else { "0" };
+        let (prefix, ticket, ttl_ms) = (&keys.prefix, &req.ticket.text, millis(req.opts.ttl));
+        let (wait, queued_before, channel) = (flag(wait), flag(queued_before), keys.channel(req.name));
         let deadline = Instant::now() + OP_TIMEOUT;
         let reply: Value = self
             .shared
             .conn
             .run(deadline, Retry::Once, |mut c| {
-                let (lock, queue, counter) = (&lock, &queue, &counter);
+                let (lock, queue, counter, holder, channel) = (&lock, &queue, &counter, &holder, &channel);
                 async move {
                     let mut call = ACQUIRE.prepare_invoke();
-                    call.key(lock).key(queue).key(counter).arg(prefix).arg(ticket).arg(ttl_ms).arg(wait);
+                    call.key(lock).key(queue).key(counter).key(holder);
+                    call.arg(prefix).arg(ticket).arg(ttl_ms).arg(wait).arg(&req.data).arg(channel).arg(queued_before);
                     call.invoke_async(&mut c).await
                 }
             })
@@ -203,15 +230,16 @@ impl RedisBackend {
     }
 
     /// Tries once: granted, or `Busy` with what the script saw.
-    async fn try_once(&self, name: &str, ticket: &Ticket, ttl: Duration) -> Result<Acquire<Guard>, Error> {
+    async fn try_once(&self, req: &Req<'_>) -> Result<Acquire<Guard>, Error> {
         let sent = Instant::now();
-        Ok(match self.attempt(name, ticket, ttl, false).await? {
-            Attempt::Granted { token } => Acquire::Acquired(self.grant(name, ticket, token, ttl, sent)),
+        Ok(match self.attempt(req, false, false).await? {
+            Attempt::Granted { token } => Acquire::Acquired(self.grant(req, token, sent)),
             Attempt::Refused { holder, waiters, .. } => {
                 let holder_lease = holder.as_deref().and_then(lease_of);
                 let holder_token = holder.as_deref().and_then(token_of);
                 Acquire::Busy { holder_lease, holder_token, reopens_in: None, waiters }
             }
+            Attempt::Dropped => return Err(req.lost()),
         })
     }
 
@@ -220,20 +248,22 @@ impl RedisBackend {
     /// A failure of the server (a restart, a lost connection) is retried with
     /// backoff while the wait lasts; the last one is returned if it outlasts
     /// the wait.
-    async fn wait_in_line(&self, name: &str, ticket: &Ticket, opts: &LockOptions) -> Result<Acquire<Guard>, Error> {
-        let end = Instant::now() + opts.wait;
+    async fn wait_in_line(&self, req: &Req<'_>) -> Result<Acquire<Guard>, Error> {
+        let end = Instant::now() + req.opts.wait;
         let mut failures = 0;
+        let mut queued = false;
         loop {
-            match self.wait_once(name, ticket, opts, end).await {
+            match self.wait_once(req, end, &mut queued).await {
                 Ok(Some(outcome)) => return Ok(outcome),
                 Ok(None) => failures = 0,
+                Err(e @ Error::LeaseNotFound(_)) => return Err(e),
                 Err(e) => {
                     let retry_at = Instant::now() + Backoff::default().delay(failures, fastrand::f64());
                     if retry_at >= end {
                         return Err(e);
                     }
                     failures += 1;
-                    tracing::debug!(lock = name, failures, error = %e, "fencelock: redis wait failed; retrying");
+                    tracing::debug!(lock = req.name, failures, error = %e, "fencelock: redis wait failed; retrying");
                     tokio::time::sleep_until(retry_at).await;
                 }
             }
@@ -241,26 +271,24 @@ impl RedisBackend {
     }
 
     /// One round of a wait: an attempt, then (not granted, wait not over) a
-    /// nap until woken. `None`: go on waiting.
-    async fn wait_once(
-        &self,
-        name: &str,
-        ticket: &Ticket,
-        opts: &LockOptions,
-        end: Instant,
-    ) -> Result<Option<Acquire<Guard>>, Error> {
+    /// nap until woken. `None`: go on waiting. `queued`: whether an earlier
+    /// round queued the ticket (a campaign's ticket is not queued twice).
+    async fn wait_once(&self, req: &Req<'_>, end: Instant, queued: &mut bool) -> Result<Option<Acquire<Guard>>, Error> {
         let sent = Instant::now();
-        let (pttl, first) = match self.attempt(name, ticket, opts.ttl, true).await? {
+        let queued_before = *queued && req.purpose == Purpose::Campaign;
+        let (pttl, first) = match self.attempt(req, true, queued_before).await? {
             Attempt::Granted { token } => {
-                return Ok(Some(Acquire::Acquired(self.grant(name, ticket, token, opts.ttl, sent))));
+                return Ok(Some(Acquire::Acquired(self.grant(req, token, sent))));
             }
             Attempt::Refused { pttl, first, .. } => (pttl, first),
+            Attempt::Dropped => return Err(req.lost()),
         };
+        *queued = true;
         let now = Instant::now();
         if now >= end {
             return Ok(Some(Acquire::TimedOut));
         }
-        self.nap(ticket, nap_length(end - now, opts.ttl, first, pttl)).await?;
+        self.nap(&req.ticket, nap_length(end - now, req.opts.ttl, first, pttl)).await?;
         Ok(None)
     }
 
@@ -286,15 +314,31 @@ impl RedisBackend {
     }
 
     /// The guard of a grant made by a request sent at `sent`.
-    fn grant(&self, name: &str, ticket: &Ticket, token: u64, ttl: Duration, sent: Instant) -> Guard {
-        let keys = &self.shared.keys;
-        let owner = format!("{token}:{}", ticket.text);
-        let (lock, queue) = (keys.lock(name), keys.queue(name));
-        let renew = Arc::new(RenewLock { shared: self.shared.clone(), lock: lock.clone(), owner: owner.clone(), ttl });
-        let kept = KeptLease::start(ticket.id, ttl, sent, renew);
+    fn grant(&self, req: &Req<'_>, token: u64, sent: Instant) -> Guard {
+        let (keys, name, ttl) = (&self.shared.keys, req.name, req.opts.ttl);
+        let owner = format!("{token}:{}", req.ticket.text);
+        let (lock, holder) = (keys.lock(name), keys.holder(name));
+        let shared = self.shared.clone();
+        let renew = Arc::new(RenewLock { shared, lock, holder, owner: owner.clone(), ttl });
+        let kept = KeptLease::start(req.ticket.id, ttl, sent, renew);
         let watch = kept.watch();
-        let held = RedisHeld { kept, shared: self.shared.clone(), lock, queue, owner };
+        let held = RedisHeld { kept, shared: self.shared.clone(), name: name.to_string(), owner };
         Guard::new(name.to_string(), Some(token), "redis", watch, Box::new(held))
+    }
+
+    /// An acquire (`Purpose::Lock`) or a campaign: queued, or tried once.
+    async fn acquire_as(&self, name: &str, opts: &LockOptions, purpose: Purpose) -> Result<Acquire<Guard>, Error> {
+        self.capabilities().admit(self.kind(), name, opts)?;
+        let req = Req { name, ticket: Ticket::new(), opts, data: encode_holder(opts), purpose };
+        // Dropped (with the future, or on an error) it withdraws the ticket.
+        let mut withdraw =
+            Withdraw { shared: Some(self.shared.clone()), name: name.to_string(), ticket: req.ticket.text.clone() };
+        let outcome = if opts.wait.is_zero() { self.try_once(&req).await? } else { self.wait_in_line(&req).await? };
+        match outcome {
+            Acquire::TimedOut => withdraw.now().await,
+            _ => withdraw.disarm(),
+        }
+        Ok(outcome)
     }
 }
 
@@ -315,7 +359,8 @@ impl LockBackend for RedisBackend {
     }
 
     /// Global tokens from one counter, durable only in `durable=true` mode; a
-    /// FIFO queue with push wake-ups; expiry by Redis (`PX`). No fail-over
+    /// FIFO queue with push wake-ups; expiry by Redis (`PX`); the holder's
+    /// identity and value (shown by `leader`); leader election. No fail-over
     /// (asynchronous replicas) and no lock-delay. `PX` counts milliseconds,
     /// and the shared TTL floor is 100 ms.
     fn capabilities(&self) -> Capabilities {
@@ -327,30 +372,34 @@ impl LockBackend for RedisBackend {
             server_ttl: true,
             survives_failover: false,
             lock_delay: false,
-            holder_identity: false,
-            election: false,
+            holder_identity: true,
+            election: true,
             min_ttl: Duration::from_millis(100),
         }
     }
 
     fn acquire<'a>(&'a self, name: &'a str, opts: &'a LockOptions) -> BoxFuture<'a, Result<Acquire<Guard>, Error>> {
-        Box::pin(async move {
-            self.capabilities().admit(self.kind(), name, opts)?;
-            let ticket = Ticket::new();
-            // Dropped (with the future, or on an error) it withdraws the ticket.
-            let mut withdraw =
-                Withdraw { shared: Some(self.shared.clone()), name: name.to_string(), ticket: ticket.text.clone() };
-            let outcome = if opts.wait.is_zero() {
-                self.try_once(name, &ticket, opts.ttl).await?
-            } else {
-                self.wait_in_line(name, &ticket, opts).await?
-            };
-            match outcome {
-                Acquire::TimedOut => withdraw.now().await,
-                _ => withdraw.disarm(),
-            }
-            Ok(outcome)
-        })
+        Box::pin(self.acquire_as(name, opts, Purpose::Lock))
+    }
+
+    /// The acquire, except that a ticket dropped from the queue while it
+    /// waits ends it with [`Error::LeaseNotFound`].
+    fn campaign<'a>(
+        &'a self,
+        name: &'a str,
+        opts: &'a LockOptions,
+    ) -> BoxFuture<'a, Result<Acquire<Leadership>, Error>> {
+        Box::pin(async move { leadership_of(self.acquire_as(name, opts, Purpose::Campaign).await?, &opts.value) })
+    }
+
+    /// The lock and holder keys, read at once.
+    fn leader<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<Option<Leader>, Error>> {
+        Box::pin(async move { Ok(self.leader_of(name).await?.map(|(leader, _)| leader)) })
+    }
+
+    /// The lock's channel (see the module docs).
+    fn observe<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<LeaderStream, Error>> {
+        Box::pin(self.observe_election(name))
     }
 
     /// Is `token` the value of the lock now? Reads the lock key once.
@@ -384,17 +433,19 @@ impl fmt::Debug for RedisBackend {
 }
 
 impl Shared {
-    /// Release: compare-and-delete `lock` if it holds `owner`, then wake the
-    /// next waiter. `Ok(true)` iff this call deleted it. Not retried: a lost
-    /// answer leaves the outcome unknown (an error).
-    async fn release(&self, lock: &str, queue: &str, owner: &str) -> Result<bool, Error> {
-        let prefix = &self.keys.prefix;
+    /// Release: compare-and-delete lock `name` if it holds `owner`, then wake
+    /// the next waiter. `Ok(true)` iff this call deleted it. Not retried: a
+    /// lost answer leaves the outcome unknown (an error).
+    async fn release(&self, name: &str, owner: &str) -> Result<bool, Error> {
+        let keys = &self.keys;
+        let (lock, queue, holder, channel) = (keys.lock(name), keys.queue(name), keys.holder(name), keys.channel(name));
+        let (lock, queue, holder, channel, prefix) = (&lock, &queue, &holder, &channel, &keys.prefix);
         let deadline = Instant::now() + OP_TIMEOUT;
         let n: i64 = self
             .conn
             .run(deadline, Retry::Never, |mut c| async move {
                 let mut call = RELEASE.prepare_invoke();
-                call.key(lock).key(queue).arg(prefix).arg(owner);
+                call.key(lock).key(queue).key(holder).arg(prefix).arg(owner).arg(channel);
                 call.invoke_async(&mut c).await
             })
             .await?;
@@ -403,15 +454,17 @@ impl Shared {
 
     /// A waiter gives up: see `withdraw.lua`. Idempotent.
     async fn withdraw(&self, name: &str, ticket: &str) -> Result<(), Error> {
-        let (lock, queue, prefix) = (self.keys.lock(name), self.keys.queue(name), &self.keys.prefix);
+        let keys = &self.keys;
+        let (lock, queue, holder, channel) = (keys.lock(name), keys.queue(name), keys.holder(name), keys.channel(name));
+        let prefix = &keys.prefix;
         let deadline = Instant::now() + OP_TIMEOUT;
         let _: i64 = self
             .conn
             .run(deadline, Retry::Once, |mut c| {
-                let (lock, queue) = (&lock, &queue);
+                let (lock, queue, holder, channel) = (&lock, &queue, &holder, &channel);
                 async move {
                     let mut call = WITHDRAW.prepare_invoke();
-                    call.key(lock).key(queue).arg(prefix).arg(ticket);
+                    call.key(lock).key(queue).key(holder).arg(prefix).arg(ticket).arg(channel);
                     call.invoke_async(&mut c).await
                 }
             })
@@ -458,6 +511,45 @@ impl Keys {
     fn wake(&self, ticket: &str) -> String {
         format!("{}wake:{ticket}", self.prefix)
     }
+
+    fn holder(&self, name: &str) -> String {
+        format!("{}holder:{name}", self.prefix)
+    }
+
+    fn channel(&self, name: &str) -> String {
+        format!("{}leader:{name}", self.prefix)
+    }
+}
+
+/// What a request is for, which decides what losing its place means.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Purpose {
+    /// A lock: a ticket dropped from the queue is queued again, at the back.
+    Lock,
+    /// A campaign: a candidate whose ticket was dropped is told so
+    /// ([`Error::LeaseNotFound`]), as every backend's campaign does.
+    Campaign,
+}
+
+/// One acquire or campaign: what each run of the acquire script sends.
+struct Req<'a> {
+    name: &'a str,
+    ticket: Ticket,
+    opts: &'a LockOptions,
+    /// The identity and value, encoded for the holder key.
+    data: Vec<u8>,
+    purpose: Purpose,
+}
+
+impl Req<'_> {
+    /// The error of a campaign whose ticket was dropped from the queue.
+    fn lost(&self) -> Error {
+        let why = format!("the ticket of a waiting campaign for {:?} was dropped from the queue (its waiter key expired, or the server lost it)", self.name);
+        match self.purpose {
+            Purpose::Lock => Error::backend("redis", why),
+            Purpose::Campaign => Error::LeaseNotFound(format!("redis: {why}")),
+        }
+    }
 }
 
 /// One acquire's identity: 128 random bits, as 32 hex digits in Redis; `id`
@@ -487,6 +579,8 @@ enum Attempt {
         waiters: u32,
         first: bool,
     },
+    /// The ticket, queued before, is queued no more (a campaign's).
+    Dropped,
 }
 
 /// Parses the acquire script's reply (see `acquire.lua`).
@@ -497,6 +591,7 @@ fn parse_attempt(reply: &Value) -> Result<Attempt, Error> {
     };
     match items.as_slice() {
         [Value::Int(1), token] => Ok(Attempt::Granted { token: decimal(token).ok_or_else(bad)? }),
+        [Value::Int(2)] => Ok(Attempt::Dropped),
         [Value::Int(0), Value::BulkString(holder), Value::Int(pttl), Value::Int(waiters), Value::Int(first)] => {
             Ok(Attempt::Refused {
                 holder: (!holder.is_empty()).then(|| String::from_utf8_lossy(holder).into_owned()),
@@ -579,6 +674,8 @@ impl Drop for Withdraw {
 struct RenewLock {
     shared: Arc<Shared>,
     lock: String,
+    /// Renewed with the lock.
+    holder: String,
     owner: String,
     ttl: Duration,
 }
@@ -586,13 +683,13 @@ struct RenewLock {
 impl Renew for RenewLock {
     fn renew(&self, round_end: Instant) -> BoxFuture<'_, Result<Renewed, Error>> {
         Box::pin(async move {
-            let (lock, owner, ttl_ms) = (&self.lock, &self.owner, millis(self.ttl));
+            let (lock, holder, owner, ttl_ms) = (&self.lock, &self.holder, &self.owner, millis(self.ttl));
             let n: i64 = self
                 .shared
                 .conn
                 .run(round_end, Retry::Once, |mut c| async move {
                     let mut call = RENEW.prepare_invoke();
-                    call.key(lock).arg(owner).arg(ttl_ms);
+                    call.key(lock).key(holder).arg(owner).arg(ttl_ms);
                     call.invoke_async(&mut c).await
                 })
                 .await?;
@@ -605,17 +702,17 @@ impl Renew for RenewLock {
 struct RedisHeld {
     kept: KeptLease,
     shared: Arc<Shared>,
-    lock: String,
-    queue: String,
+    /// The lock name.
+    name: String,
     owner: String,
 }
 
 impl Held for RedisHeld {
     fn release(self: Box<Self>) -> BoxFuture<'static, Result<bool, Error>> {
         Box::pin(async move {
-            let RedisHeld { kept, shared, lock, queue, owner } = *self;
+            let RedisHeld { kept, shared, name, owner } = *self;
             drop(kept); // stop renewing first
-            shared.release(&lock, &queue, &owner).await
+            shared.release(&name, &owner).await
         })
     }
 
@@ -926,7 +1023,8 @@ mod tests {
         let free = Value::Array(vec![Value::Int(0), bulk(""), Value::Int(-2), Value::Int(1), Value::Int(0)]);
         let want = Attempt::Refused { holder: None, pttl: None, waiters: 1, first: false };
         assert_eq!(parse_attempt(&free), Ok(want));
-        for bad in [Value::Nil, Value::Array(vec![Value::Int(1), bulk("x")]), Value::Array(vec![Value::Int(2)])] {
+        assert_eq!(parse_attempt(&Value::Array(vec![Value::Int(2)])), Ok(Attempt::Dropped));
+        for bad in [Value::Nil, Value::Array(vec![Value::Int(1), bulk("x")]), Value::Array(vec![Value::Int(3)])] {
             assert!(matches!(parse_attempt(&bad), Err(Error::Backend { .. })), "{bad:?}");
         }
     }

@@ -25,6 +25,11 @@
 //!    hold); at the end of the wait, delete the own node and answer
 //!    [`Acquire::TimedOut`].
 //!
+//! The own node's data is the request's identity and value
+//! ([`LockOptions::identity`], [`LockOptions::value`]): the identity's length in
+//! two bytes (big-endian), the identity's UTF-8, then the value; empty when the
+//! request carries neither.
+//!
 //! Dropping an acquire future withdraws the request: a drop guard deletes the own
 //! node in a background task. Release is compare-and-delete: delete the own node at
 //! version 0 (it is never modified); a node that is gone releases nothing.
@@ -50,6 +55,14 @@
 //! deadline. A watcher of the session state loses every guard of the session at
 //! once ([`LeaseLost::NotFound`]) when the client learns that the session expired,
 //! was closed or failed authentication.
+//!
+//! # Leader election
+//! Curator's LeaderSelector recipe: a campaign is an acquire that fails with
+//! [`Error::LeaseNotFound`] (rather than [`Error::Backend`]) as soon as the
+//! client learns that its session ended, or finds its node gone, while it
+//! waits. The leader is the first node, its term the node's czxid (the token),
+//! its identity and value the node's data. `observe` re-reads the leader on
+//! every fire of a children watch (see `zookeeper/election.rs`).
 //!
 //! # Guarantees
 //! * Tokens are the czxids of the queue nodes: ZooKeeper's one transaction
@@ -86,6 +99,8 @@
 //! * A sequence counter wraps after 2^31 creations under a parent that never
 //!   empties; ZooKeeper's own recipe has the same limit.
 
+mod election;
+
 use std::collections::HashMap;
 use std::fmt;
 use std::future::Future;
@@ -96,8 +111,10 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use zookeeper_client as zk;
 
+use super::election::{encode_holder, leadership_of};
 use super::{
-    check_name, BackendUrl, BoxFuture, Capabilities, Fencing, Guard, Held, KeptLease, LockBackend, Renew, Renewed,
+    check_name, BackendUrl, BoxFuture, Capabilities, Fencing, Guard, Held, KeptLease, Leader, LeaderStream, Leadership,
+    LockBackend, Renew, Renewed,
 };
 use crate::backend::Acquire;
 use crate::backoff::Backoff;
@@ -226,22 +243,45 @@ impl ZkBackend {
         format!("{}/{}", self.base, encode_name(name))
     }
 
-    /// The recipe (see the module docs).
-    async fn lock(&self, name: &str, opts: &LockOptions) -> Result<Acquire<Guard>, Error> {
+    /// The recipe (see the module docs), for a lock or a campaign (`purpose`).
+    async fn lock(&self, name: &str, opts: &LockOptions, purpose: Purpose) -> Result<Acquire<Guard>, Error> {
         self.capabilities().admit(self.kind(), name, opts)?;
-        let wait_end = Instant::now() + opts.wait;
         let session = self.session(opts.ttl).await?;
+        let queued = self.queue(name, opts, session.clone(), purpose);
+        let result = match purpose {
+            Purpose::Lock => queued.await,
+            Purpose::Campaign => tokio::select! {
+                biased;
+                () = ended(&session) => Err(purpose.lost(format!("session {:#x} ended while waiting", session.id))),
+                result = queued => result,
+            },
+        };
+        match result {
+            Err(e) if purpose == Purpose::Campaign && !session.is_live() => {
+                Err(purpose.lost(format!("session {:#x} ended while waiting: {e}", session.id)))
+            }
+            other => other,
+        }
+    }
+
+    /// Steps 1 to 3 of the recipe on `session`.
+    async fn queue(
+        &self,
+        name: &str,
+        opts: &LockOptions,
+        session: Arc<Session>,
+        purpose: Purpose,
+    ) -> Result<Acquire<Guard>, Error> {
+        let wait_end = Instant::now() + opts.wait;
         let mut entry = Entry::new(session.clone(), self.lock_path(name));
-        let (path, czxid) = entry.create(&self.base).await?;
+        let (path, czxid) = entry.create(&self.base, &encode_holder(opts)).await?;
         let own = path.rsplit('/').next().unwrap_or_default().to_string();
         loop {
             let sent = Instant::now();
             let queue = list_queue(&session, &entry.parent).await?;
             let Some(pos) = queue.iter().position(|child| *child == own) else {
-                return Err(Error::backend(
-                    "zk",
-                    format!("lock node {path} vanished while queued (session {:#x} expired?)", session.id),
-                ));
+                return Err(purpose
+                    .lost(format!("lock node {path} vanished while queued (session {:#x} expired?)", session.id)));
             };
             if pos == 0 {
                 entry.disarm();
@@ -294,8 +334,9 @@ impl LockBackend for ZkBackend {
 
     /// Per-lock durable tokens (czxids, logged before the create is acknowledged),
     /// FIFO with a push to the next waiter only, session expiry on the server, a
-    /// quorum ensemble; no lock-delay. `min_ttl` is `MIN_TTL`; the server may
-    /// raise it (see there).
+    /// quorum ensemble, the holder's identity and value in its node (shown by
+    /// `leader`), leader election; no lock-delay. `min_ttl` is `MIN_TTL`; the
+    /// server may raise it (see there).
     fn capabilities(&self) -> Capabilities {
         Capabilities {
             fencing: Fencing::PerLock,
@@ -305,20 +346,60 @@ impl LockBackend for ZkBackend {
             server_ttl: true,
             survives_failover: true,
             lock_delay: false,
-            holder_identity: false,
-            election: false,
+            holder_identity: true,
+            election: true,
             min_ttl: MIN_TTL,
         }
     }
 
     fn acquire<'a>(&'a self, name: &'a str, opts: &'a LockOptions) -> BoxFuture<'a, Result<Acquire<Guard>, Error>> {
-        Box::pin(self.lock(name, opts))
+        Box::pin(self.lock(name, opts, Purpose::Lock))
+    }
+
+    /// The acquire, except that the end of the candidate's session (or the
+    /// loss of its node) ends it with [`Error::LeaseNotFound`].
+    fn campaign<'a>(
+        &'a self,
+        name: &'a str,
+        opts: &'a LockOptions,
+    ) -> BoxFuture<'a, Result<Acquire<Leadership>, Error>> {
+        Box::pin(async move { leadership_of(self.lock(name, opts, Purpose::Campaign).await?, &opts.value) })
+    }
+
+    /// The lock's first node.
+    fn leader<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<Option<Leader>, Error>> {
+        Box::pin(self.leader_of(name))
+    }
+
+    /// A children watch on the lock's node (see the module docs).
+    fn observe<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<LeaderStream, Error>> {
+        Box::pin(self.observe_election(name))
     }
 
     /// Current iff `token` is the czxid of the lock's first node (whose session the
     /// server has not expired yet).
     fn check<'a>(&'a self, name: &'a str, token: u64) -> BoxFuture<'a, Result<CheckResult, Error>> {
         Box::pin(self.check_token(name, token))
+    }
+}
+
+/// What a request is for, which decides what losing its place means.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Purpose {
+    /// A lock: the acquire fails ([`Error::Backend`]).
+    Lock,
+    /// A campaign: a candidate whose session ended is told so
+    /// ([`Error::LeaseNotFound`]), as every backend's campaign does.
+    Campaign,
+}
+
+impl Purpose {
+    /// The error of a request that lost its session or node while waiting.
+    fn lost(self, why: String) -> Error {
+        match self {
+            Purpose::Lock => Error::backend("zk", why),
+            Purpose::Campaign => Error::LeaseNotFound(format!("zk: {why}")),
+        }
     }
 }
 
@@ -375,16 +456,27 @@ impl Drop for Session {
 
 /// Waits until the session ends (expired, closed, authentication failed), then
 /// loses every lease registered on it.
-async fn lose_all_when_ended(mut states: zk::StateWatcher, leases: Arc<StdMutex<Vec<Weak<KeptLease>>>>) {
-    let mut state = states.state();
-    while !state.is_terminated() {
-        state = states.changed().await;
-    }
+async fn lose_all_when_ended(states: zk::StateWatcher, leases: Arc<StdMutex<Vec<Weak<KeptLease>>>>) {
+    let state = terminal_state(states).await;
     tracing::warn!(%state, "fencelock: zk session ended; its locks are lost");
     let leases = std::mem::take(&mut *leases.lock().unwrap_or_else(PoisonError::into_inner));
     for lease in leases.iter().filter_map(Weak::upgrade) {
         lease.lose(LeaseLost::NotFound);
     }
+}
+
+/// Resolves once the client learns that `session` ended.
+async fn ended(session: &Session) {
+    terminal_state(session.client.state_watcher()).await;
+}
+
+/// The state that ends the session `states` watches, once it comes.
+async fn terminal_state(mut states: zk::StateWatcher) -> zk::SessionState {
+    let mut state = states.state();
+    while !state.is_terminated() {
+        state = states.changed().await;
+    }
+    state
 }
 
 /// A new client session with `timeout` asked for, logged in with `digest`
@@ -431,14 +523,15 @@ impl Entry {
         Entry { session, parent, stem, own: Own::Nothing }
     }
 
-    /// Creates the own node (and the lock's parent if missing): its path and czxid.
-    async fn create(&mut self, base: &str) -> Result<(String, u64), Error> {
+    /// Creates the own node with `data` (and the lock's parent if missing): its
+    /// path and czxid.
+    async fn create(&mut self, base: &str, data: &[u8]) -> Result<(String, u64), Error> {
         let prefix = format!("{}/{}", self.parent, self.stem);
         // The parent may be missing, or deleted as an empty container between our
         // creating it and our node: a few tries.
         for _ in 0..3 {
             self.own = Own::Unknown;
-            match request(self.session.client.create(&prefix, &[], &own_node(&self.session.login))).await {
+            match request(self.session.client.create(&prefix, data, &own_node(&self.session.login))).await {
                 Ok((stat, sequence)) => {
                     let path = format!("{prefix}{sequence}");
                     self.own = Own::Node(path.clone());

@@ -1,6 +1,8 @@
 //! etcd (Debian's etcd-server, one member) as a conformance target, and the
 //! tests of what only the etcd backend does: its keys, its tokens, the
-//! predecessor watch, fail-over between endpoints, a crash of etcd.
+//! predecessor watch, fail-over between endpoints, a crash of etcd, and the
+//! election: the leader in the owner key, a revoked candidate, an observer
+//! across a cut.
 //!
 //! The tests read etcd's keys directly through the generated client
 //! (`fencelock_proto::etcd`), under the default prefix `fencelock/`: lock `N`
@@ -10,10 +12,11 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use fencelock::backend::{Backend, Capabilities, Fencing};
-use fencelock::{Acquire, Error, Guard};
+use fencelock::{Acquire, Error, Guard, Leader, LeaderEvent};
 use fencelock_proto::etcd::etcdserverpb::kv_client::KvClient;
+use fencelock_proto::etcd::etcdserverpb::lease_client::LeaseClient;
 use fencelock_proto::etcd::etcdserverpb::range_request::{SortOrder, SortTarget};
-use fencelock_proto::etcd::etcdserverpb::{DeleteRangeRequest, RangeRequest};
+use fencelock_proto::etcd::etcdserverpb::{DeleteRangeRequest, LeaseRevokeRequest, RangeRequest};
 use fencelock_proto::etcd::mvccpb::KeyValue;
 use fencelock_testkit::proxy::{Mode, Proxy};
 use fencelock_testkit::EtcdServer;
@@ -94,9 +97,10 @@ async fn granted(task: JoinHandle<Result<Acquire<Guard>, Error>>, what: &str) ->
     within(what, task).await.unwrap().unwrap().acquired().unwrap_or_else(|e| panic!("{what}: {e}"))
 }
 
-/// The declaration: global durable tokens (revisions), FIFO with a push to
+/// The declaration: per-lock durable tokens (revisions), FIFO with a push to
 /// the next waiter (predecessor watch), leases expire on the server, Raft
-/// fail-over, no lock-delay, TTLs of whole seconds from 1 s.
+/// fail-over, the holder's identity and value (in its key), leader election,
+/// no lock-delay, TTLs of whole seconds from 1 s.
 #[tokio::test]
 async fn declares_its_capabilities() {
     let t = Etcd::start().await;
@@ -111,6 +115,8 @@ async fn declares_its_capabilities() {
             .with_server_ttl(true)
             .with_survives_failover(true)
             .with_lock_delay(false)
+            .with_holder_identity(true)
+            .with_election(true)
             .with_min_ttl(SECS)
     );
 }
@@ -278,4 +284,89 @@ async fn bad_urls_are_refused() {
         let got = within("connect", fencelock::backend::connect(url)).await;
         assert!(matches!(got, Err(Error::InvalidArgument(_))), "{url}: {got:?}");
     }
+}
+
+/// Issue 17 (a campaign's key carries its candidate): the leader is the owner
+/// key, its term the key's create revision, its identity and value the key's
+/// value (two bytes of identity length, the identity, the value); a lock
+/// acquired without either leaves the value empty, as before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_leader_is_the_owner_key_with_its_identity_and_value() {
+    let t = Etcd::start().await;
+    let mut kv = raw(t.server.port()).await;
+    let b = suite::connect(&t.url()).await;
+    let election = b.election("vote").identity("pod-7").value(&b"10.0.0.1:80"[..]).ttl(10 * SECS);
+    let leadership = within("campaign", election.campaign()).await.unwrap();
+    let owner = keys(&mut kv, "vote").await.remove(0);
+    assert_eq!(owner.value, b"\0\x05pod-710.0.0.1:80");
+    assert_eq!(leadership.term(), owner.create_revision as u64);
+    let shown = b.leader("vote").await.unwrap();
+    let want = Leader {
+        name: "vote".into(),
+        term: leadership.term(),
+        value: b"10.0.0.1:80".to_vec(),
+        identity: Some("pod-7".into()),
+    };
+    assert_eq!(shown, Some(want));
+    assert!(leadership.resign().await.unwrap());
+    assert_eq!(b.leader("vote").await.unwrap(), None);
+    let plain = b.acquire("vote", &opts(10 * SECS, Duration::ZERO)).await.unwrap().acquired().unwrap();
+    assert_eq!(keys(&mut kv, "vote").await[0].value, b"");
+    let shown = b.leader("vote").await.unwrap().unwrap();
+    assert_eq!((shown.term, shown.identity, shown.value), (plain.token().unwrap(), None, Vec::new()));
+    assert!(plain.release().await.unwrap());
+}
+
+/// Issue 17 (a campaign whose lease is lost while it waits ends at once,
+/// rather than winning later on a lease that is gone): the candidate's lease
+/// is revoked through etcd's API while it waits behind the leader; its
+/// campaign ends with `LeaseNotFound`, and the leader keeps leading. The
+/// candidate's TTL puts its next renewal after the test's limit: only the
+/// watch on its own key can end it in time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_campaign_whose_lease_is_revoked_ends() {
+    let t = Etcd::start().await;
+    let mut kv = raw(t.server.port()).await;
+    let (b, c) = (suite::connect(&t.url()).await, suite::connect(&t.url()).await);
+    let leader = within("campaign", b.election("vote").ttl(30 * SECS).campaign()).await.unwrap();
+    let candidate = tokio::spawn(async move { c.election("vote").ttl(4 * suite::LIMIT).campaign().await });
+    until_keys(&mut kv, "vote", 2).await;
+    let lease = keys(&mut kv, "vote").await[1].lease;
+    let mut leases =
+        within("lease client", LeaseClient::connect(format!("http://127.0.0.1:{}", t.server.port()))).await.unwrap();
+    within("revoke", leases.lease_revoke(LeaseRevokeRequest { id: lease })).await.unwrap();
+    match within("the campaign of a revoked candidate", candidate).await.unwrap() {
+        Err(Error::LeaseNotFound(message)) => assert!(message.contains("etcd"), "{message}"),
+        other => panic!("a campaign whose lease was revoked: {other:?}"),
+    }
+    assert_eq!(b.leader("vote").await.unwrap().map(|l| l.term), Some(leader.term()));
+    assert!(!leader.is_lost());
+    assert!(leader.resign().await.unwrap());
+}
+
+/// Issue 17 (an observer misses no change, even across a cut connection): an
+/// observer whose connection is reset while one leader resigns and the next
+/// is elected sees, once it can talk again, the end of the first term and
+/// the second leader, in that order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_observer_resumes_after_a_cut_without_missing_a_change() {
+    let t = Etcd::start().await;
+    let (proxied, proxies) = suite::through_proxy("etcd://", t.server.port(), "").await;
+    let watcher = suite::connect(&proxied).await;
+    let b = suite::connect(&t.url()).await;
+    let first = within("campaign", b.election("vote").value(&b"a"[..]).ttl(30 * SECS).campaign()).await.unwrap();
+    let mut observer = within("observe", watcher.observe("vote")).await.unwrap();
+    let ev = within("the first leader", observer.next_event()).await.unwrap().unwrap();
+    assert!(matches!(&ev, LeaderEvent::Leader(l) if l.term == first.term() && l.value == b"a"), "{ev:?}");
+    proxies[0].set_mode(Mode::Reset);
+    let first_term = first.term();
+    assert!(first.resign().await.unwrap());
+    let second = within("campaign", b.election("vote").value(&b"b"[..]).ttl(30 * SECS).campaign()).await.unwrap();
+    tokio::time::sleep(500 * MS).await;
+    proxies[0].set_mode(Mode::Pass);
+    let ev = within("the end of the first term", observer.next_event()).await.unwrap().unwrap();
+    assert_eq!(ev, LeaderEvent::Vacant { term: first_term });
+    let ev = within("the second leader", observer.next_event()).await.unwrap().unwrap();
+    assert!(matches!(&ev, LeaderEvent::Leader(l) if l.term == second.term() && l.value == b"b"), "{ev:?}");
+    assert!(second.resign().await.unwrap());
 }

@@ -3,14 +3,16 @@
 //! of what only the Redis backend does: the durable-mode check, what a
 //! restart does to the tokens, and the FIFO ticket queue (only the next
 //! waiter is woken, dead and dropped waiters are skipped, a try never
-//! overtakes a waiter). The queue tests read the backend's keys
-//! (`fencelock:queue:{name}`, `fencelock:waiter:{ticket}`) directly.
+//! overtakes a waiter), and the election (the holder key, a candidate that
+//! lost its place, an expiry seen by an observer). The queue tests read the
+//! backend's keys (`fencelock:queue:{name}`, `fencelock:waiter:{ticket}`,
+//! `fencelock:holder:{name}`) directly.
 
 use std::time::Duration;
 
 use fencelock::backend::{self, Capabilities, Fencing};
-use fencelock::{Acquire, Backend, Error, LeaseLost};
-use fencelock_testkit::proxy::Proxy;
+use fencelock::{Acquire, Backend, Error, Leader, LeaderEvent, LeaseLost};
+use fencelock_testkit::proxy::{Mode, Proxy};
 use fencelock_testkit::RedisServer;
 use redis::aio::MultiplexedConnection;
 use tokio::sync::{mpsc, oneshot};
@@ -145,7 +147,8 @@ async fn kill_and_restart(mut server: RedisServer) -> RedisServer {
 }
 
 /// The declaration: global tokens, FIFO with push wake-ups, server-side TTL,
-/// no fail-over, no lock-delay; durable tokens only in durable mode.
+/// the holder's identity and value, leader election, no fail-over, no
+/// lock-delay; durable tokens only in durable mode.
 #[tokio::test]
 async fn declares_its_capabilities() {
     let (volatile, durable) = (start_server(false).await, start_server(true).await);
@@ -156,6 +159,8 @@ async fn declares_its_capabilities() {
         .with_server_ttl(true)
         .with_survives_failover(false)
         .with_lock_delay(false)
+        .with_holder_identity(true)
+        .with_election(true)
         .with_min_ttl(100 * MS);
     let b = suite::connect(&url(&volatile)).await;
     assert_eq!((b.kind(), b.capabilities()), ("redis", want));
@@ -417,4 +422,75 @@ async fn busy_names_the_holder_and_check_knows_the_current_grant() {
     assert!(g.release().await.unwrap());
     let free = b.check("who", token).await.unwrap();
     assert!(!free.current && free.current_token.is_none(), "{free:?}");
+}
+
+/// Issue 17 (a grant stores its candidate beside the lock): the leader is the
+/// holder, its term the token, its identity and value the holder key's
+/// (`"{token}:"`, two bytes of identity length, the identity, the value),
+/// which goes with the release.
+#[tokio::test]
+async fn the_leader_is_the_holder_with_its_identity_and_value() {
+    let server = start_server(false).await;
+    let mut redis = inspect(&server).await;
+    let b = suite::connect(&url(&server)).await;
+    let election = b.election("vote").identity("pod-7").value(&b"10.0.0.1:80"[..]).ttl(10 * SECS);
+    let leadership = within("campaign", election.campaign()).await.unwrap();
+    let term = leadership.term();
+    let stored: Vec<u8> = redis::cmd("GET").arg("fencelock:holder:vote").query_async(&mut redis).await.unwrap();
+    assert_eq!(stored, [format!("{term}:").as_bytes(), b"\0\x05pod-710.0.0.1:80"].concat());
+    let want = Leader { name: "vote".into(), term, value: b"10.0.0.1:80".to_vec(), identity: Some("pod-7".into()) };
+    assert_eq!(b.leader("vote").await.unwrap(), Some(want));
+    assert!(leadership.resign().await.unwrap());
+    assert_eq!(b.leader("vote").await.unwrap(), None);
+    let left: i64 = redis::cmd("EXISTS").arg("fencelock:holder:vote").query_async(&mut redis).await.unwrap();
+    assert_eq!(left, 0, "the holder key outlived the release");
+}
+
+/// Issue 17 (a campaign whose lease is lost while it waits ends, rather than
+/// being queued again): a candidate's waiter key expires (deleted here) and
+/// a try drops its ticket from the head of the queue; the candidate's next
+/// attempt ends its campaign with `LeaseNotFound`, and the leader keeps
+/// leading. (A lock acquire would queue again, at the back.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_campaign_whose_ticket_is_dropped_ends() {
+    let server = start_server(false).await;
+    let mut redis = inspect(&server).await;
+    let (b, c) = (suite::connect(&url(&server)).await, suite::connect(&url(&server)).await);
+    let leader = within("campaign", b.election("vote").ttl(60 * SECS).campaign()).await.unwrap();
+    // A TTL of 3 s: the candidate runs its script again within a second.
+    let candidate = tokio::spawn(async move { c.election("vote").ttl(3 * SECS).campaign().await });
+    until_queued(&mut redis, "vote", 1).await;
+    let ticket: String = redis::cmd("LINDEX").arg("fencelock:queue:vote").arg(0).query_async(&mut redis).await.unwrap();
+    let _: () = redis::cmd("DEL").arg(format!("fencelock:waiter:{ticket}")).query_async(&mut redis).await.unwrap();
+    assert!(matches!(b.acquire("vote", &opts(SECS, Duration::ZERO)).await.unwrap(), Acquire::Busy { .. }));
+    assert_eq!(queue_len(&mut redis, "vote").await, 0, "the try dropped the dead ticket");
+    match within("the campaign of a dropped candidate", candidate).await.unwrap() {
+        Err(Error::LeaseNotFound(message)) => assert!(message.contains("redis"), "{message}"),
+        other => panic!("a campaign whose ticket was dropped: {other:?}"),
+    }
+    assert_eq!(b.leader("vote").await.unwrap().map(|l| l.term), Some(leader.term()));
+    assert!(leader.resign().await.unwrap());
+}
+
+/// Issue 17 (an observer sees a leader go even when nothing announces it): a
+/// leader cut off from Redis stops renewing and its lock expires, which
+/// publishes nothing; the observer still shows the end of its term, then
+/// the next leader.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_observer_sees_an_expiry() {
+    let server = start_server(false).await;
+    let (proxied, proxies) = suite::through_proxy("redis://", server.port(), "").await;
+    let (cut, b) = (suite::connect(&proxied).await, suite::connect(&url(&server)).await);
+    let first = within("campaign", cut.election("vote").ttl(SECS).campaign()).await.unwrap();
+    let mut observer = within("observe", b.observe("vote")).await.unwrap();
+    let ev = within("the first leader", observer.next_event()).await.unwrap().unwrap();
+    assert!(matches!(&ev, LeaderEvent::Leader(l) if l.term == first.term()), "{ev:?}");
+    proxies[0].set_mode(Mode::Hold);
+    let ev = within("the end of the first term", observer.next_event()).await.unwrap().unwrap();
+    assert_eq!(ev, LeaderEvent::Vacant { term: first.term() });
+    let second = within("campaign", b.election("vote").ttl(10 * SECS).campaign()).await.unwrap();
+    let ev = within("the second leader", observer.next_event()).await.unwrap().unwrap();
+    assert!(matches!(&ev, LeaderEvent::Leader(l) if l.term == second.term()), "{ev:?}");
+    assert!(second.resign().await.unwrap());
+    proxies[0].set_mode(Mode::Pass);
 }

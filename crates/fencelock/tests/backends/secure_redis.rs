@@ -94,6 +94,36 @@ async fn an_acl_user_over_plaintext() {
     assert!(matches!(err, Error::Security { .. }), "{err:?}");
 }
 
+/// Issue 17 (elections must not cost locks their ACL users): an ACL user
+/// without any pub/sub channel (Redis 7's default for a new user) still takes,
+/// hands over and releases locks, and campaigns, although the scripts cannot
+/// announce grants and releases on the election channel; only `observe`,
+/// which must subscribe, is refused (`Error::Security`, naming the ACL).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acl_user_without_channels_still_locks() {
+    let server = start(false).await;
+    let admin = redis::Client::open(url("redis", &format!("{USER}:{PASSWORD}@"), server.port(), "")).unwrap();
+    let mut admin = within("admin", admin.get_multiplexed_async_connection()).await.unwrap();
+    let _: () = redis::cmd("ACL")
+        .arg(&["SETUSER", "keysonly", "on", ">pw-2", "~*", "+@all", "resetchannels"])
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    let keys_only = url("redis", "keysonly:pw-2@", server.port(), "");
+    let (a, b) = (suite::connect(&keys_only).await, suite::connect(&keys_only).await);
+    let held = within("acquire", a.acquire("acl", &opts(10 * SECS, Duration::ZERO))).await.unwrap().acquired().unwrap();
+    let waiter = tokio::spawn(async move { b.acquire("acl", &opts(10 * SECS, 20 * SECS)).await });
+    tokio::time::sleep(200 * MS).await;
+    assert!(held.release().await.unwrap());
+    let handed = within("the waiter", waiter).await.unwrap().unwrap().acquired().unwrap();
+    assert!(handed.release().await.unwrap());
+    let leadership = within("campaign", a.election("acl").value(&b"v"[..]).campaign()).await.unwrap();
+    assert_eq!(a.leader("acl").await.unwrap().map(|l| (l.term, l.value)), Some((leadership.term(), b"v".to_vec())));
+    let refused = a.observe("acl").await.map(drop);
+    assert!(matches!(&refused, Err(Error::Security { message, .. }) if message.contains("ACL")), "{refused:?}");
+    assert!(leadership.resign().await.unwrap());
+}
+
 /// A plaintext client of a TLS-only server gets `Error::Connect` within the
 /// connect timeout (not a hang), with a hint to use `rediss://`.
 #[tokio::test]

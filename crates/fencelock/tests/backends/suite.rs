@@ -317,14 +317,13 @@ pub async fn with_lock_runs_and_releases<T: Target>(t: &T) {
     assert!(g.release().await.unwrap());
 }
 
-/// Runs each body of the suite as its own test for `$target`.
 /// Invariants of leader election (issue 17), where declared: at most one
 /// leader per term and terms strictly increasing in election order; a
 /// candidate that resigns hands over at once to the next in line (who waits
 /// with a TTL far longer than the test, so only the resignation can elect
-/// it); `leader` shows the current leader with its value and term, or none;
-/// an observer sees every leader, terms strictly increasing, and the
-/// vacancies between them. A backend that declares no election refuses all
+/// it); a try while someone leads is `Busy`; `leader` shows the current
+/// leader with its term, value and identity, or none; an observer sees every
+/// leader, terms strictly increasing, and the vacancies between them. A backend that declares no election refuses all
 /// three calls with `Unsupported`, before anything is sent.
 pub async fn election_where_declared<T: Target>(t: &T) {
     let b = connect(&t.url()).await;
@@ -343,7 +342,8 @@ pub async fn election_where_declared<T: Target>(t: &T) {
         let c = connect(&t.url()).await;
         let value = format!("candidate-{i}").into_bytes();
         let candidate = tokio::spawn(async move {
-            let elected = c.election("election").ttl(60 * SECS).value(value).campaign().await;
+            let election = c.election("election").ttl(60 * SECS).value(value).identity(format!("id-{i}"));
+            let elected = election.campaign().await;
             (c, elected)
         });
         pending.push(candidate);
@@ -362,8 +362,15 @@ pub async fn election_where_declared<T: Target>(t: &T) {
             assert!(!p.is_finished(), "two leaders at once (term {term})");
         }
         let shown = within("leader", b.leader("election")).await.unwrap().expect("a leader");
+        let value = String::from_utf8(leadership.value().to_vec()).unwrap();
+        let identity = value.replace("candidate-", "id-");
         assert_eq!((shown.term, shown.value.as_slice()), (term, leadership.value()));
-        order.push(String::from_utf8(leadership.value().to_vec()).unwrap());
+        assert_eq!(shown.identity.as_deref(), Some(identity.as_str()));
+        match within("try", b.election("election").ttl(10 * SECS).try_campaign()).await.unwrap() {
+            Acquire::Busy { .. } => {}
+            other => panic!("a try while term {term} leads: {other:?}"),
+        }
+        order.push(value);
         assert!(within("resign", leadership.resign()).await.unwrap(), "resign of a held leadership");
     }
     assert_eq!(within("leader", b.leader("election")).await.unwrap(), None, "all resigned");
@@ -394,6 +401,7 @@ async fn first_finished<T>(
     }
 }
 
+/// Runs each body of the suite as its own test for `$target`.
 #[macro_export]
 macro_rules! conformance {
     ($target:ty) => {

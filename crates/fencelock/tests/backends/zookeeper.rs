@@ -1,8 +1,9 @@
 //! ZooKeeper (Debian's zookeeper package, standalone, `tickTime` 100 ms) as a
 //! conformance target, and the tests of what only the ZooKeeper recipe does: the
 //! token is the holder node's czxid, a waiter watches only its predecessor, a
-//! withdrawn request leaves no node, tokens survive a crash of the server, and a
-//! session's expiry loses every guard on it.
+//! withdrawn request leaves no node, tokens survive a crash of the server, a
+//! session's expiry loses every guard on it (and ends a campaign), and the
+//! leader is the first node with its data.
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -10,7 +11,7 @@ use std::time::Duration;
 
 use fencelock::backend::zookeeper::encode_name;
 use fencelock::backend::{Capabilities, Fencing};
-use fencelock::{Acquire, CheckResult, Error, LeaseLost};
+use fencelock::{Acquire, CheckResult, Error, Leader, LeaseLost};
 use fencelock_testkit::proxy::{Mode, Proxy};
 use fencelock_testkit::ZkServer;
 use zookeeper_client as zk;
@@ -88,9 +89,10 @@ async fn queue_of_len(raw: &zk::Client, name: &str, len: usize) -> Vec<String> {
     .await
 }
 
-/// ZooKeeper declares global durable tokens (zxids), FIFO with a push to the
-/// next waiter, server-side expiry, fail-over (a quorum), no lock-delay, and the
-/// smallest session timeout ZooKeeper can be configured to.
+/// ZooKeeper declares per-lock durable tokens (zxids), FIFO with a push to the
+/// next waiter, server-side expiry, fail-over (a quorum), the holder's identity
+/// and value (in its node), leader election, no lock-delay, and the smallest
+/// session timeout ZooKeeper can be configured to.
 #[tokio::test]
 async fn declares_its_capabilities() {
     let t = Zk::start().await;
@@ -105,6 +107,8 @@ async fn declares_its_capabilities() {
             .with_server_ttl(true)
             .with_survives_failover(true)
             .with_lock_delay(false)
+            .with_holder_identity(true)
+            .with_election(true)
             .with_min_ttl(200 * MS)
     );
 }
@@ -307,4 +311,60 @@ async fn the_chroot_and_prefix_place_the_locks() {
     assert!(g.release().await.unwrap());
     let bad = fencelock::backend::connect(&format!("{}?prefix=locks", t.url())).await;
     assert!(matches!(bad, Err(Error::InvalidArgument(_))), "{bad:?}");
+}
+
+/// Issue 17 (a campaign's node carries its candidate): the leader is the first
+/// node, its term the node's czxid, its identity and value the node's data
+/// (two bytes of identity length, the identity, the value).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_leader_is_the_first_node_with_its_identity_and_value() {
+    let t = Zk::start().await;
+    let raw = t.raw().await;
+    let b = suite::connect(&t.url()).await;
+    let election = b.election("vote").identity("pod-7").value(&b"10.0.0.1:80"[..]).ttl(10 * SECS);
+    let leadership = suite::within("campaign", election.campaign()).await.unwrap();
+    let nodes = queue(&raw, "/fencelock", "vote").await;
+    let (data, stat) = raw.get_data(&nodes[0]).await.unwrap();
+    assert_eq!(data, b"\0\x05pod-710.0.0.1:80");
+    assert_eq!(leadership.term(), stat.czxid as u64);
+    let want = Leader {
+        name: "vote".into(),
+        term: leadership.term(),
+        value: b"10.0.0.1:80".to_vec(),
+        identity: Some("pod-7".into()),
+    };
+    assert_eq!(b.leader("vote").await.unwrap(), Some(want));
+    assert!(leadership.resign().await.unwrap());
+    assert_eq!(b.leader("vote").await.unwrap(), None);
+}
+
+/// Issue 17 (a campaign whose lease is lost while it waits ends, rather than
+/// winning later on a lease that is gone): the candidate waits behind the
+/// leader on a session that then expires (the stranger trick of
+/// `session_expiry_loses_every_guard_of_the_session`); its campaign ends with
+/// `LeaseNotFound`, and the leader keeps leading.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_campaign_whose_session_expires_ends() {
+    let home = Zk::start().await;
+    let stranger = Zk::start().await;
+    let (to_home, to_stranger) = (Proxy::start(home.addr()).await, Proxy::start(stranger.addr()).await);
+    to_stranger.set_mode(Mode::Reset);
+    let b = suite::connect(&home.url()).await;
+    let leader = suite::within("campaign", b.election("vote").ttl(20 * SECS).campaign()).await.unwrap();
+    let c = suite::connect(&format!("zk://{},{}", to_home.addr(), to_stranger.addr())).await;
+    let candidate = tokio::spawn(async move { c.election("vote").ttl(20 * SECS).campaign().await });
+    queue_of_len(&home.raw().await, "vote", 2).await;
+    let seen = create_node(&home.raw().await, "/marker").await;
+    let stranger_raw = stranger.raw().await;
+    while create_node(&stranger_raw, "/filler").await <= seen {}
+
+    to_home.set_mode(Mode::Reset);
+    to_stranger.set_mode(Mode::Pass);
+    match suite::within("the campaign of an expired candidate", candidate).await.unwrap() {
+        Err(Error::LeaseNotFound(message)) => assert!(message.contains("zk"), "{message}"),
+        other => panic!("a campaign whose session expired: {other:?}"),
+    }
+    assert_eq!(b.leader("vote").await.unwrap().map(|l| l.term), Some(leader.term()));
+    assert!(!leader.is_lost());
+    assert!(leader.resign().await.unwrap());
 }

@@ -29,7 +29,7 @@ use fencelock_proto::etcd::etcdserverpb::{
     PutRequest, RangeRequest, RequestOp, TxnRequest, TxnResponse, WatchCreateRequest, WatchRequest, WatchResponse,
 };
 use fencelock_proto::etcd::mvccpb::event::EventType;
-use fencelock_proto::etcd::mvccpb::KeyValue;
+use fencelock_proto::etcd::mvccpb::{Event, KeyValue};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_stream::wrappers::ReceiverStream;
@@ -256,6 +256,24 @@ impl Etcd {
         self.range(request, end).await
     }
 
+    /// Every key under `prefix`, oldest (lowest create revision) first, and the
+    /// store's revision the read saw.
+    pub async fn all_created(&self, prefix: &[u8], end: Instant) -> Result<(Vec<KeyValue>, i64), Error> {
+        let request = RangeRequest {
+            sort_order: SortOrder::Ascend as i32,
+            sort_target: SortTarget::Create as i32,
+            ..prefix_range(prefix)
+        };
+        let response = self
+            .call("range", end, |ch| {
+                let request = request.clone();
+                async move { KvClient::new(ch).range(request).await }
+            })
+            .await?;
+        let revision = response.header.map_or(0, |h| h.revision);
+        Ok((response.kvs, revision))
+    }
+
     /// The newest key under `prefix` created before revision `before`.
     pub async fn last_created_before(
         &self,
@@ -281,11 +299,11 @@ impl Etcd {
         .await
     }
 
-    /// Creates `key`, attached to `lease`, unless it exists; either way returns
-    /// the key's create revision. One Txn: `create_revision(key) == 0` →
-    /// Put, else Range.
-    pub async fn create(&self, key: &[u8], lease: i64, end: Instant) -> Result<i64, Error> {
-        let put = PutRequest { key: key.to_vec(), lease, ..PutRequest::default() };
+    /// Creates `key` with `value`, attached to `lease`, unless it exists;
+    /// either way returns the key's create revision. One Txn:
+    /// `create_revision(key) == 0` → Put, else Range.
+    pub async fn create(&self, key: &[u8], value: Vec<u8>, lease: i64, end: Instant) -> Result<i64, Error> {
+        let put = PutRequest { key: key.to_vec(), value, lease, ..PutRequest::default() };
         let get = RangeRequest { key: key.to_vec(), ..RangeRequest::default() };
         let request = TxnRequest {
             compare: vec![compare_created_at(key, 0)],
@@ -373,6 +391,21 @@ impl Etcd {
             filters: vec![FilterType::Noput as i32],
             ..WatchCreateRequest::default()
         };
+        self.watch(create, end).await
+    }
+
+    /// Starts watching every key under `prefix`, from revision `start` on (the
+    /// events of `start` included); returns once etcd confirmed the watcher,
+    /// by `end`. A `start` that etcd compacted away shows as
+    /// [`WatchNews::Compacted`] from [`Etcd::news`].
+    pub async fn watch_prefix(&self, prefix: &[u8], start: i64, end: Instant) -> Result<Watcher, Error> {
+        let create = WatchCreateRequest { start_revision: start, ..WatchCreateRequest::default() };
+        let range = prefix_range(prefix);
+        self.watch(WatchCreateRequest { key: range.key, range_end: range.range_end, ..create }, end).await
+    }
+
+    /// Creates the watcher `create` on a stream of its own.
+    async fn watch(&self, create: WatchCreateRequest, end: Instant) -> Result<Watcher, Error> {
         let (requests, rx) = mpsc::channel(1);
         // Sent before the call: etcd answers (headers included) only once it has
         // a request to answer.
@@ -396,6 +429,28 @@ impl Etcd {
         }
     }
 
+    /// The next events of `watcher` (a non-empty batch, in revision order), or
+    /// the news that it was canceled. An error if the stream fails or ends.
+    pub async fn news(&self, watcher: &mut Watcher) -> Result<WatchNews, Error> {
+        loop {
+            match watcher.responses.message().await {
+                Ok(Some(r)) if r.canceled && r.compact_revision > 0 => return Ok(WatchNews::Compacted),
+                Ok(Some(r)) if r.canceled => {
+                    return Err(Error::backend("etcd", format!("watch: canceled: {}", r.cancel_reason)))
+                }
+                Ok(Some(r)) if !r.events.is_empty() => return Ok(WatchNews::Events(r.events)),
+                Ok(Some(_)) => {}
+                Ok(None) => return Err(Error::backend("etcd", "watch: the stream ended")),
+                Err(status) => {
+                    if is_transport(&status) {
+                        self.failed(watcher.generation);
+                    }
+                    return Err(status_error("watch", &status));
+                }
+            }
+        }
+    }
+
     /// Waits until `watcher`'s key is deleted, or etcd cancels the watcher (the
     /// caller then looks again). An error if the stream fails.
     pub async fn deleted(&self, watcher: &mut Watcher) -> Result<(), Error> {
@@ -416,7 +471,16 @@ impl Etcd {
     }
 }
 
-/// A watcher on one key; dropping it ends its stream (and the watcher on etcd).
+/// What a watcher of a prefix brings next.
+pub(super) enum WatchNews {
+    /// Changes, in revision order.
+    Events(Vec<Event>),
+    /// The start revision was compacted away: the events from it are lost.
+    Compacted,
+}
+
+/// A watcher on one key or prefix; dropping it ends its stream (and the
+/// watcher on etcd).
 pub(super) struct Watcher {
     /// Kept open so that etcd keeps the stream.
     _requests: mpsc::Sender<WatchRequest>,
