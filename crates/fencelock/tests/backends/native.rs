@@ -99,7 +99,9 @@ async fn declares_failover_for_a_group_and_survives_it() {
     let (g_carried, long_carried) = (g.lease_watch(), long.lease_watch());
     let g_carried = tokio::spawn(async move { g_carried.failed_over().await });
     let long_carried = tokio::spawn(async move { long_carried.failed_over().await });
-    assert_eq!((g.failovers(), long.failovers()), (0, 0));
+    // A group that has just formed may still change leaders (a real fail-over
+    // the leases survive): count from here.
+    let before = g.failovers();
     let serving = client.server();
     let i = nodes.iter().position(|n| serving.ends_with(&n.grpc_addr.to_string())).expect("a node of the group");
     within("shutdown", nodes.remove(i).shutdown()).await;
@@ -114,7 +116,7 @@ async fn declares_failover_for_a_group_and_survives_it() {
     // Issue 17: the guards report that their leases were carried to a new leader.
     assert!(matches!(within("fail-over seen", g_carried).await.unwrap(), Ok(n) if n >= 1));
     assert!(matches!(within("fail-over pushed", long_carried).await.unwrap(), Ok(n) if n >= 1));
-    assert!(g.failovers() >= 1 && !long.is_lost());
+    assert!(g.failovers() > before && !long.is_lost());
     // Pushed lease ends survive the leader change: a revoke by someone else
     // reaches the holder as Revoked (a keep-alive would say NotFound, and
     // none is due for 20 s).

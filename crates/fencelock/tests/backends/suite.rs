@@ -348,7 +348,7 @@ pub async fn election_where_declared<T: Target>(t: &T) {
         });
         pending.push(candidate);
     }
-    let mut order = Vec::new();
+    let (mut order, mut leaders) = (Vec::new(), Vec::new());
     while !pending.is_empty() {
         // Exactly one candidate is elected at a time: the others still wait.
         let (done, rest) = within("an election", first_finished(pending)).await;
@@ -370,20 +370,26 @@ pub async fn election_where_declared<T: Target>(t: &T) {
             Acquire::Busy { .. } => {}
             other => panic!("a try while term {term} leads: {other:?}"),
         }
+        leaders.push((term, value.clone(), identity));
         order.push(value);
         assert!(within("resign", leadership.resign()).await.unwrap(), "resign of a held leadership");
     }
     assert_eq!(within("leader", b.leader("election")).await.unwrap(), None, "all resigned");
     order.sort();
     assert_eq!(order, ["candidate-0", "candidate-1", "candidate-2"], "each candidate led once");
-    // The observer saw each leader, then its vacancy, in term order.
+    // The observer saw each leader with its value and identity, then its
+    // vacancy, in term order.
     let mut seen = Vec::new();
     while seen.len() < 2 * terms.len() {
         let ev = within("observed change", observer.next_event()).await.expect("the observer goes on").unwrap();
         seen.push(ev);
     }
-    for (i, term) in terms.iter().enumerate() {
-        assert!(matches!(&seen[2 * i], LeaderEvent::Leader(l) if l.term == *term), "{seen:?}");
+    for (i, (term, value, identity)) in leaders.iter().enumerate() {
+        let shown = match &seen[2 * i] {
+            LeaderEvent::Leader(l) => (l.term, l.value.as_slice(), l.identity.as_deref()),
+            other => panic!("a leader expected, got {other:?} in {seen:?}"),
+        };
+        assert_eq!(shown, (*term, value.as_bytes(), Some(identity.as_str())), "{seen:?}");
         assert_eq!(seen[2 * i + 1], LeaderEvent::Vacant { term: *term }, "{seen:?}");
     }
 }
