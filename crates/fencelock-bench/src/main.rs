@@ -293,10 +293,14 @@ fn given_urls(urls: &[String]) -> anyhow::Result<HashMap<&str, String>> {
         .collect()
 }
 
-/// The engines whose backend declares leader election (W6 runs on those).
+/// The engines whose backend declares leader election (W6 runs on those),
+/// each server once (`redis-poll` is `redis`'s server and backend).
 async fn electing(engines: &[Engine]) -> Vec<&Engine> {
-    let mut out = Vec::new();
+    let mut out: Vec<&Engine> = Vec::new();
     for e in engines {
+        if out.iter().any(|o| o.url == e.url) {
+            continue;
+        }
         match fencelock::connect(&e.url).await {
             Ok(b) if b.capabilities().election => out.push(e),
             Ok(_) => eprintln!("W6: {} has no leader election; skipped", e.info.id),

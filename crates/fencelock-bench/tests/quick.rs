@@ -23,7 +23,7 @@ const ENGINES: [&str; 10] = [
 ];
 
 /// The engines whose backends declare leader election (W6 runs on them).
-const ELECTING: &[&str] = &["fencelock", "fencelock-secure", "fencelock-3"];
+const ELECTING: &[&str] = &["fencelock", "fencelock-secure", "fencelock-3", "redis", "redis-aof", "etcd", "zookeeper"];
 
 #[test]
 fn quick_run_measures_every_cell_of_every_engine() {
