@@ -352,8 +352,12 @@ pub(crate) async fn renew_loop<F, Fut>(
         // A round may take a third of the TTL, so that a hung attempt leaves room
         // for another round before the deadline.
         let round_end = (sent + round_timeout.min(cell.ttl / 3)).min(cell.state().deadline);
-        match renew(round_end).await {
-            Ok(Renewed::Confirmed(ttl)) => {
+        let answer = renew(round_end).await;
+        if let Ok(Renewed::ConfirmedInTerm(_, term)) = answer {
+            cell.seen_term(term);
+        }
+        match answer {
+            Ok(Renewed::Confirmed(ttl) | Renewed::ConfirmedInTerm(ttl, _)) => {
                 metrics::renewal();
                 if !cell.confirm(sent, ttl.unwrap_or(cell.ttl)) {
                     return;
@@ -379,6 +383,10 @@ pub(crate) async fn renew_loop<F, Fut>(
 pub(crate) enum Renewed {
     /// The backend extended the lease; with the TTL it granted, if it says.
     Confirmed(Option<Duration>),
+    /// As `Confirmed`, by a service that says the Raft term of the leader
+    /// that answered (etcd's response header): a higher term than before is a
+    /// fail-over the lease survived ([`LeaseWatch::failovers`]).
+    ConfirmedInTerm(Option<Duration>, u64),
     /// The backend no longer has the lease or the lock (expired, deleted, owned
     /// by someone else): it is lost.
     Gone,

@@ -171,12 +171,14 @@ impl EtcdBackend {
         let lock = self.lock_prefix(name);
         let wait_end = Instant::now() + opts.wait;
         let sent = Instant::now();
-        let (lease_id, ttl) = self.etcd.lease_grant(ttl_secs(opts.ttl), self.etcd.deadline()).await?;
+        let granted = self.etcd.lease_grant(ttl_secs(opts.ttl), self.etcd.deadline()).await?;
+        let (lease_id, ttl) = (granted.id, granted.ttl);
         let withdraw = Withdraw { etcd: self.etcd.clone(), lease_id, armed: true };
         let key = key_of(&lock, lease_id);
         let rev = self.etcd.create(&key, encode_holder(opts), lease_id, self.etcd.deadline()).await?;
         let mine = Mine { etcd: self.etcd.clone(), lease_id, key, rev };
         let kept = KeptLease::start(lease_id as u64, Duration::from_secs(ttl as u64), sent, Arc::new(mine.clone()));
+        kept.seen_term(granted.term);
         let turn = if opts.wait.is_zero() {
             self.try_turn(&lock, &mine, purpose).await?
         } else {
@@ -405,12 +407,12 @@ impl Renew for Mine {
             if matches!(key, Ok(ref kv) if kv.as_ref().map(|kv| kv.create_revision) != Some(self.rev)) {
                 return Ok(Renewed::Gone);
             }
-            let ttl = ttl?;
+            let (ttl, term) = ttl?;
             key?;
             if ttl <= 0 {
                 return Ok(Renewed::Gone);
             }
-            Ok(Renewed::Confirmed(Some(Duration::from_secs(ttl as u64))))
+            Ok(Renewed::ConfirmedInTerm(Some(Duration::from_secs(ttl as u64)), term))
         })
     }
 }

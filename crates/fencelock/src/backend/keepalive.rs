@@ -63,6 +63,12 @@ impl KeptLease {
         LeaseWatch::new(self.cell.clone())
     }
 
+    /// The Raft term of the leader that granted or renewed the lease, where
+    /// the backend says (see [`crate::lease::Renewed::ConfirmedInTerm`]).
+    pub(crate) fn seen_term(&self, term: u64) {
+        self.cell.seen_term(term);
+    }
+
     /// Marks the lease lost now (e.g. a ZooKeeper session expired, an etcd
     /// keep-alive stream said TTL 0). Final.
     pub(crate) fn lose(&self, reason: LeaseLost) {

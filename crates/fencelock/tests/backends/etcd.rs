@@ -247,6 +247,11 @@ async fn tokens_increase_across_a_crash_of_etcd() {
     let t1 = first.token().unwrap();
     assert!(first.release().await.unwrap());
     let kept = b.acquire("kept", &opts(30 * SECS, Duration::ZERO)).await.unwrap().acquired().unwrap();
+    // Issue 17: a lease etcd carries over its restart (a new leader, a higher
+    // Raft term in the keep-alive's header) reports the fail-over.
+    let carried = b.acquire("carried", &opts(6 * SECS, Duration::ZERO)).await.unwrap().acquired().unwrap();
+    let watch = carried.lease_watch();
+    let failover = tokio::spawn(async move { watch.failed_over().await });
     let server = t.server;
     t.server = tokio::task::spawn_blocking(move || {
         let mut server = server;
@@ -275,6 +280,9 @@ async fn tokens_increase_across_a_crash_of_etcd() {
     }
     assert!(!kept.is_lost());
     assert!(kept.release().await.unwrap());
+    assert!(matches!(within("the fail-over reported", failover).await.unwrap(), Ok(n) if n >= 1));
+    assert!(carried.failovers() >= 1 && !carried.is_lost());
+    assert!(carried.release().await.unwrap());
 }
 
 /// Bad URLs are refused before anything is sent.

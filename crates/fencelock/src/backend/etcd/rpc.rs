@@ -75,6 +75,14 @@ pub(super) const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 /// acquire does).
 pub(super) const CALL_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// A lease etcd granted: its id, its TTL in seconds, and the Raft term of
+/// the member that granted it (0 if it did not say).
+pub(super) struct GrantedLease {
+    pub id: i64,
+    pub ttl: i64,
+    pub term: u64,
+}
+
 /// A connection to an etcd cluster through the endpoints of a URL.
 ///
 /// All calls go to one endpoint, the *current* one. A call that fails in
@@ -340,7 +348,7 @@ impl Etcd {
 
     /// Grants a lease of `ttl_secs`: its id and the TTL etcd granted, in
     /// seconds (etcd raises a TTL below its minimum).
-    pub async fn lease_grant(&self, ttl_secs: i64, end: Instant) -> Result<(i64, i64), Error> {
+    pub async fn lease_grant(&self, ttl_secs: i64, end: Instant) -> Result<GrantedLease, Error> {
         let request = LeaseGrantRequest { ttl: ttl_secs, id: 0 };
         let response =
             self.call("lease grant", end, |ch| async move { LeaseClient::new(ch).lease_grant(request).await }).await?;
@@ -350,7 +358,8 @@ impl Etcd {
         if response.id <= 0 || response.ttl <= 0 {
             return Err(Error::backend("etcd", format!("lease grant: id {} ttl {}", response.id, response.ttl)));
         }
-        Ok((response.id, response.ttl))
+        let term = response.header.map_or(0, |h| h.raft_term);
+        Ok(GrantedLease { id: response.id, ttl: response.ttl, term })
     }
 
     /// Revokes lease `id`, which deletes every key attached to it. A lease
@@ -367,8 +376,9 @@ impl Etcd {
     }
 
     /// One keep-alive of lease `id` (on a stream of its own): the TTL etcd
-    /// renewed it to, in seconds; 0 or less if the lease is gone.
-    pub async fn lease_keep_alive(&self, id: i64, end: Instant) -> Result<i64, Error> {
+    /// renewed it to, in seconds (0 or less if the lease is gone), and the
+    /// Raft term of the member that answered (0 if it did not say).
+    pub async fn lease_keep_alive(&self, id: i64, end: Instant) -> Result<(i64, u64), Error> {
         let request = LeaseKeepAliveRequest { id };
         let response = self
             .call("keep-alive", end, |ch| async move {
@@ -379,7 +389,7 @@ impl Etcd {
                 }
             })
             .await?;
-        Ok(response.ttl)
+        Ok((response.ttl, response.header.map_or(0, |h| h.raft_term)))
     }
 
     /// Starts watching `key` for its deletion, from now (no start revision, so
