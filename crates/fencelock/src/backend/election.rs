@@ -428,7 +428,7 @@ fn malformed(name: &str, why: &str) -> Error {
 /// The refusal of a backend without elections.
 pub(crate) fn unsupported(kind: &str) -> Error {
     Error::Unsupported(format!(
-        "{kind} has no leader election; use a backend that has one (fencelock, etcd, zk, postgres, redis)"
+        "{kind} has no leader election; use a backend that has one (fencelock, etcd, zk, redis, postgres in lease mode)"
     ))
 }
 
