@@ -376,16 +376,22 @@ pub(crate) fn leadership_of(acquired: Acquire<Guard>, value: &[u8]) -> Result<Ac
 /// is the empty string, so a key written before values were stored reads as
 /// exactly that.
 pub(crate) fn encode_holder(opts: &LockOptions) -> Vec<u8> {
-    let identity = opts.identity.as_deref().unwrap_or("").as_bytes();
-    if identity.is_empty() && opts.value.is_empty() {
+    encode_holder_parts(opts.identity.as_deref(), &opts.value)
+}
+
+/// [`encode_holder`] of `identity` and `value`: what a grant stores when it
+/// replaces its value (`set_value`), keeping the identity of its request.
+pub(crate) fn encode_holder_parts(identity: Option<&str>, value: &[u8]) -> Vec<u8> {
+    let identity = identity.unwrap_or("").as_bytes();
+    if identity.is_empty() && value.is_empty() {
         return Vec::new();
     }
     // check_identity keeps it far below 64 KiB.
     let len = u16::try_from(identity.len()).unwrap_or(u16::MAX);
-    let mut out = Vec::with_capacity(2 + identity.len() + opts.value.len());
+    let mut out = Vec::with_capacity(2 + identity.len() + value.len());
     out.extend_from_slice(&len.to_be_bytes());
     out.extend_from_slice(&identity[..usize::from(len)]);
-    out.extend_from_slice(&opts.value);
+    out.extend_from_slice(value);
     out
 }
 
@@ -422,7 +428,7 @@ fn malformed(name: &str, why: &str) -> Error {
 /// The refusal of a backend without elections.
 pub(crate) fn unsupported(kind: &str) -> Error {
     Error::Unsupported(format!(
-        "{kind} has no leader election; use a backend that has one (fencelock, etcd, zk, postgres, redis)"
+        "{kind} has no leader election; use a backend that has one (fencelock, etcd, zk, redis, postgres in lease mode)"
     ))
 }
 

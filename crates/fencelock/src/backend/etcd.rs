@@ -69,7 +69,10 @@
 //! Renewal is one LeaseKeepAlive (on a stream of its own) and a Range of the
 //! key, concurrently: the lease is gone at TTL 0, and the lock is gone if the
 //! key was deleted (or is not the one this acquire created). Release is a Txn
-//! `create_revision(key) == token` → delete, then LeaseRevoke.
+//! `create_revision(key) == token` → delete, then LeaseRevoke. A new value
+//! (`Guard::set_value`, `Leadership::proclaim`) is a Txn
+//! `create_revision(key) == token` → Put(key, identity and new value, the
+//! same lease): the token and the place in line stay.
 //!
 //! # Guarantees
 //! * Mutual exclusion among guards used before their deadline: the owner is
@@ -116,7 +119,7 @@ use fencelock_proto::etcd::mvccpb::KeyValue;
 use tokio::time::Instant;
 
 use self::rpc::{prefix_range, Access, Etcd};
-use super::election::{encode_holder, leadership_of};
+use super::election::{encode_holder, encode_holder_parts, leadership_of};
 use super::tls::TlsFiles;
 use super::{check_name, BackendUrl, BoxFuture, Capabilities, Fencing, Guard, Held, KeptLease, LockBackend};
 use super::{Leader, LeaderStream, Leadership, Renew, Renewed, Scheme};
@@ -192,7 +195,7 @@ impl EtcdBackend {
                 withdraw.disarm();
                 let watch = kept.watch();
                 let token = Some(mine.rev as u64);
-                let held = EtcdHeld { mine, _kept: kept };
+                let held = EtcdHeld { mine, identity: opts.identity.clone(), _kept: kept };
                 Ok(Acquire::Acquired(Guard::new(name.to_string(), token, self.kind(), watch, Box::new(held))))
             }
             Turn::Busy { owner, keys } => {
@@ -420,6 +423,8 @@ impl Renew for Mine {
 /// A granted lock: the key and the lease keeping it.
 struct EtcdHeld {
     mine: Mine,
+    /// The request's identity, stored again with each new value.
+    identity: Option<String>,
     /// Renews the lease until the release is done (or this is dropped).
     _kept: KeptLease,
 }
@@ -440,6 +445,15 @@ impl EtcdHeld {
 impl Held for EtcdHeld {
     fn release(self: Box<Self>) -> BoxFuture<'static, Result<bool, Error>> {
         Box::pin(self.release_now())
+    }
+
+    /// Compare-and-set of the key: a Put on the same lease if the key is
+    /// still the one this acquire created. Observers see it as a Put of the
+    /// owner key, the same term with a new value.
+    fn set_value(&self, value: Vec<u8>) -> Option<BoxFuture<'_, Result<bool, Error>>> {
+        let Mine { etcd, lease_id, key, rev } = &self.mine;
+        let data = encode_holder_parts(self.identity.as_deref(), &value);
+        Some(Box::pin(etcd.put_if_created_at(key, *rev, data, *lease_id, etcd.deadline())))
     }
 
     fn release_in_background(self: Box<Self>) {

@@ -28,15 +28,19 @@
 //! A table with one permanent row per lock (holder, token, expiry), a global
 //! token sequence drawn only after the lock's row is locked, expiry decided by
 //! the database's `clock_timestamp()`, a FIFO queue table, and waiters woken by
-//! `LISTEN/NOTIFY`. Tokens are fenced globally and durable. Two connections per
-//! [`PgBackend`] (one for statements, one listening), whatever the number of
-//! locks. See [`lease`] for the SQL.
+//! `LISTEN/NOTIFY`. Tokens are fenced globally and durable. A holder's
+//! identity and value are a row of a holders table, and leader election
+//! works (the leader is the holder, its term the token; observers are woken
+//! by `NOTIFY` and read the holder). Two connections per [`PgBackend`] (one
+//! for statements, one listening), whatever the number of locks or
+//! observers. See [`lease`] for the SQL.
 //!
 //! # Advisory mode
 //! `pg_advisory_xact_lock` on a 64-bit hash of the name, in an open
 //! transaction on a dedicated connection per held or waiting lock. **Unfenced**:
 //! no token, and no expiry by the database (a paused holder whose connection
-//! stays open keeps the lock forever). See [`advisory`].
+//! stays open keeps the lock forever), no holder identity, no election. See
+//! [`advisory`].
 //!
 //! # What neither mode gives
 //! Fail-over: a lock lives in one primary. With synchronous replication
@@ -60,7 +64,8 @@ use tokio_postgres::{Client, Config};
 
 use self::tls::PgConfig;
 
-use super::{BackendUrl, BoxFuture, Capabilities, Guard, LockBackend};
+use super::election::{self, leadership_of};
+use super::{BackendUrl, BoxFuture, Capabilities, Guard, Leader, LeaderStream, Leadership, LockBackend};
 use crate::backend::Acquire;
 use crate::error::Error;
 use crate::types::{CheckResult, LockOptions};
@@ -137,6 +142,44 @@ impl LockBackend for PgBackend {
             match &self.mode {
                 Mode::Lease(m) => m.acquire(name, opts).await,
                 Mode::Advisory(m) => m.acquire(name, opts).await,
+            }
+        })
+    }
+
+    /// Lease-table mode: an acquire that fails with [`Error::LeaseNotFound`]
+    /// if its queue entry expires while it waits. Advisory mode has no tokens
+    /// to be terms: [`Error::Unsupported`].
+    fn campaign<'a>(
+        &'a self,
+        name: &'a str,
+        opts: &'a LockOptions,
+    ) -> BoxFuture<'a, Result<Acquire<Leadership>, Error>> {
+        Box::pin(async move {
+            let Mode::Lease(m) = &self.mode else {
+                return Err(election::unsupported(self.kind()));
+            };
+            self.capabilities().admit(self.kind(), name, opts)?;
+            leadership_of(m.campaign(name, opts).await?, &opts.value)
+        })
+    }
+
+    /// Lease-table mode: the live holder, with its identity and value.
+    fn leader<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<Option<Leader>, Error>> {
+        Box::pin(async move {
+            match &self.mode {
+                Mode::Lease(m) => m.leader(name).await,
+                Mode::Advisory(_) => Err(election::unsupported(self.kind())),
+            }
+        })
+    }
+
+    /// Lease-table mode: notifications and reads of the holder (see
+    /// `postgres/lease/election.rs`).
+    fn observe<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<LeaderStream, Error>> {
+        Box::pin(async move {
+            match &self.mode {
+                Mode::Lease(m) => m.observe(name).await,
+                Mode::Advisory(_) => Err(election::unsupported(self.kind())),
             }
         })
     }

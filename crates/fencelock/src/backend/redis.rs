@@ -25,7 +25,7 @@
 //! | `{p}:queue:{name}` | list | waiting tickets, first in line at the head |
 //! | `{p}:waiter:{ticket}` | string, PX ttl | a waiter is alive (its TTL in ms) |
 //! | `{p}:wake:{ticket}` | list | the waiter `BLPOP`s here; a push wakes it alone |
-//! | `{p}:leader:{name}` | pub/sub channel | `"g{token}:{data}"` on a grant, `"r{token}"` on a release |
+//! | `{p}:leader:{name}` | pub/sub channel | `"g{token}:{data}"` on a grant (and a new value), `"r{token}"` on a release |
 //!
 //! `data` is the request's identity and value ([`LockOptions::identity`],
 //! [`LockOptions::value`]): the identity's length in two bytes (big-endian),
@@ -58,6 +58,11 @@
 //!   first live waiter only.
 //! * **Renew** (`renew.lua`): `PEXPIRE` if the value is still ours, else the
 //!   lock is gone (`Renewed::Gone`).
+//! * **New value** (`set_value.lua`; `Guard::set_value`,
+//!   `Leadership::proclaim`): compare-and-set: if the lock still holds the
+//!   grant, the holder key gets the grant's identity and the new value (with
+//!   the lock's remaining TTL), and the grant is published again on the
+//!   channel, which observers take as the same term's new value.
 //! * **Leader election** (`redis/election.rs`): a campaign is an acquire that,
 //!   once queued, is not queued again: a candidate whose ticket was dropped
 //!   (it stalled past its TTL, or the server lost the queue) fails with
@@ -130,7 +135,7 @@ use redis::{
 };
 use tokio::time::{timeout_at, Instant};
 
-use super::election::{encode_holder, leadership_of};
+use super::election::{encode_holder, encode_holder_parts, leadership_of};
 use super::tls::{self, TlsFiles};
 use super::{check_name, BackendUrl, BoxFuture, Capabilities, Fencing, Guard, Held, KeptLease, LockBackend};
 use super::{Leader, LeaderStream, Leadership, Renew, Renewed};
@@ -161,6 +166,7 @@ static ACQUIRE: LazyLock<Script> = LazyLock::new(|| with_queue(include_str!("red
 static RELEASE: LazyLock<Script> = LazyLock::new(|| with_queue(include_str!("redis/release.lua")));
 static WITHDRAW: LazyLock<Script> = LazyLock::new(|| with_queue(include_str!("redis/withdraw.lua")));
 static LEADER: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("redis/leader.lua")));
+static SET_VALUE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("redis/set_value.lua")));
 /// `renew.lua`: `PEXPIRE` if the value matches; shared with Redlock.
 pub(super) static RENEW: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("redis/renew.lua")));
 
@@ -322,7 +328,8 @@ impl RedisBackend {
         let renew = Arc::new(RenewLock { shared, lock, holder, owner: owner.clone(), ttl });
         let kept = KeptLease::start(req.ticket.id, ttl, sent, renew);
         let watch = kept.watch();
-        let held = RedisHeld { kept, shared: self.shared.clone(), name: name.to_string(), owner };
+        let identity = req.opts.identity.clone();
+        let held = RedisHeld { kept, shared: self.shared.clone(), name: name.to_string(), owner, identity };
         Guard::new(name.to_string(), Some(token), "redis", watch, Box::new(held))
     }
 
@@ -446,6 +453,24 @@ impl Shared {
             .run(deadline, Retry::Never, |mut c| async move {
                 let mut call = RELEASE.prepare_invoke();
                 call.key(lock).key(queue).key(holder).arg(prefix).arg(owner).arg(channel);
+                call.invoke_async(&mut c).await
+            })
+            .await?;
+        Ok(n == 1)
+    }
+
+    /// Compare-and-set of the holder key of lock `name` if the lock holds
+    /// `owner`: see `set_value.lua`. `Ok(true)` iff it did. Idempotent.
+    async fn set_value(&self, name: &str, owner: &str, data: Vec<u8>) -> Result<bool, Error> {
+        let keys = &self.keys;
+        let (lock, holder, channel) = (keys.lock(name), keys.holder(name), keys.channel(name));
+        let (lock, holder, channel, data) = (&lock, &holder, &channel, &data);
+        let deadline = Instant::now() + OP_TIMEOUT;
+        let n: i64 = self
+            .conn
+            .run(deadline, Retry::Once, |mut c| async move {
+                let mut call = SET_VALUE.prepare_invoke();
+                call.key(lock).key(holder).arg(owner).arg(data).arg(channel);
                 call.invoke_async(&mut c).await
             })
             .await?;
@@ -705,12 +730,14 @@ struct RedisHeld {
     /// The lock name.
     name: String,
     owner: String,
+    /// The request's identity, stored again with each new value.
+    identity: Option<String>,
 }
 
 impl Held for RedisHeld {
     fn release(self: Box<Self>) -> BoxFuture<'static, Result<bool, Error>> {
         Box::pin(async move {
-            let RedisHeld { kept, shared, name, owner } = *self;
+            let RedisHeld { kept, shared, name, owner, .. } = *self;
             drop(kept); // stop renewing first
             shared.release(&name, &owner).await
         })
@@ -722,6 +749,11 @@ impl Held for RedisHeld {
                 let _ = self.release().await;
             });
         }
+    }
+
+    fn set_value(&self, value: Vec<u8>) -> Option<BoxFuture<'_, Result<bool, Error>>> {
+        let data = encode_holder_parts(self.identity.as_deref(), &value);
+        Some(Box::pin(self.shared.set_value(&self.name, &self.owner, data)))
     }
 }
 

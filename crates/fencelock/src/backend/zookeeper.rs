@@ -31,8 +31,13 @@
 //! request carries neither.
 //!
 //! Dropping an acquire future withdraws the request: a drop guard deletes the own
-//! node in a background task. Release is compare-and-delete: delete the own node at
-//! version 0 (it is never modified); a node that is gone releases nothing.
+//! node in a background task. Release is compare-and-delete by path: the own
+//! node's name (the acquire's random nonce and its sequence number) is this
+//! grant's alone, so deleting it at any version deletes this grant or
+//! nothing; a node that is gone releases nothing. A new value
+//! (`Guard::set_value`, `Leadership::proclaim`) is a setData of the own node at
+//! any version, the same way: the identity is kept, and a node that is gone
+//! (`NoNode`, or the session ended) sets nothing.
 //!
 //! # Sessions and the lease
 //! The TTL of a lock is the ZooKeeper session timeout. The backend shares one
@@ -61,8 +66,9 @@
 //! [`Error::LeaseNotFound`] (rather than [`Error::Backend`]) as soon as the
 //! client learns that its session ended, or finds its node gone, while it
 //! waits. The leader is the first node, its term the node's czxid (the token),
-//! its identity and value the node's data. `observe` re-reads the leader on
-//! every fire of a children watch (see `zookeeper/election.rs`).
+//! its identity and value the node's data (a `proclaim` rewrites it). `observe`
+//! re-reads the leader on every fire of a children watch on the queue or of a
+//! data watch on the leader's node (see `zookeeper/election.rs`).
 //!
 //! # Guarantees
 //! * Tokens are the czxids of the queue nodes: ZooKeeper's one transaction
@@ -111,7 +117,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use zookeeper_client as zk;
 
-use super::election::{encode_holder, leadership_of};
+use super::election::{encode_holder, encode_holder_parts, leadership_of};
 use super::{
     check_name, BackendUrl, BoxFuture, Capabilities, Fencing, Guard, Held, KeptLease, Leader, LeaderStream, Leadership,
     LockBackend, Renew, Renewed,
@@ -285,7 +291,7 @@ impl ZkBackend {
             };
             if pos == 0 {
                 entry.disarm();
-                return Ok(Acquire::Acquired(self.grant(name, session, path, czxid, sent)));
+                return Ok(Acquire::Acquired(self.grant(name, opts, session, path, czxid, sent)));
             }
             if opts.wait.is_zero() {
                 let busy = busy(&session, &entry.parent, &queue).await;
@@ -300,14 +306,23 @@ impl ZkBackend {
         }
     }
 
-    /// The guard of a grant: node `path` with `czxid`, confirmed by a request sent
-    /// at `sent`.
-    fn grant(&self, name: &str, session: Arc<Session>, path: String, czxid: u64, sent: Instant) -> Guard {
+    /// The guard of a grant of `opts`: node `path` with `czxid`, confirmed by a
+    /// request sent at `sent`.
+    fn grant(
+        &self,
+        name: &str,
+        opts: &LockOptions,
+        session: Arc<Session>,
+        path: String,
+        czxid: u64,
+        sent: Instant,
+    ) -> Guard {
         let renew = Arc::new(NodeCheck { session: Arc::downgrade(&session), path: path.clone() });
         let lease = Arc::new(KeptLease::start(session.id, session.timeout, sent, renew));
         session.register(&lease);
         let watch = lease.watch();
-        Guard::new(name.to_string(), Some(czxid), self.kind(), watch, Box::new(ZkHeld { session, path, _lease: lease }))
+        let held = ZkHeld { session, path, identity: opts.identity.clone(), _lease: lease };
+        Guard::new(name.to_string(), Some(czxid), self.kind(), watch, Box::new(held))
     }
 
     /// Reads who holds `name`: its first node's czxid, compared with `token`.
@@ -624,11 +639,12 @@ async fn delete_with_retries(session: &Session, path: &str) {
     }
 }
 
-/// Compare-and-delete of a node of ours: deleted at version 0 → `true`; gone (or
-/// its session ended, which deletes it) → `false`; [`Error::Backend`] when the
-/// outcome is unknown.
+/// Compare-and-delete of a node of ours (by its path, which no other request
+/// has; at any version, as a new value changes it): deleted → `true`; gone
+/// (or its session ended, which deletes it) → `false`; [`Error::Backend`]
+/// when the outcome is unknown.
 async fn delete_node(session: &Session, path: &str) -> Result<bool, Error> {
-    match request(session.client.delete(path, Some(0))).await {
+    match request(session.client.delete(path, None)).await {
         Ok(()) => Ok(true),
         Err(zk::Error::NoNode | zk::Error::BadVersion) => Ok(false),
         Err(e) if session_ended(&e) => Ok(false),
@@ -713,6 +729,8 @@ async fn wait_for_deletion(session: &Session, path: &str, until: Instant) -> Res
 struct ZkHeld {
     session: Arc<Session>,
     path: String,
+    /// The request's identity, stored again with each new value.
+    identity: Option<String>,
     /// Renewed while this lives; the session's state watcher holds it weakly, to
     /// lose it when the session ends.
     _lease: Arc<KeptLease>,
@@ -727,6 +745,18 @@ impl Held for ZkHeld {
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             runtime.spawn(async move { delete_with_retries(&self.session, &self.path).await });
         }
+    }
+
+    fn set_value(&self, value: Vec<u8>) -> Option<BoxFuture<'_, Result<bool, Error>>> {
+        let data = encode_holder_parts(self.identity.as_deref(), &value);
+        Some(Box::pin(async move {
+            match request(self.session.client.set_data(&self.path, &data, None)).await {
+                Ok(_) => Ok(true),
+                Err(zk::Error::NoNode) => Ok(false),
+                Err(e) if session_ended(&e) => Ok(false),
+                Err(e) => Err(fail("set the lock node's data", e)),
+            }
+        }))
     }
 }
 

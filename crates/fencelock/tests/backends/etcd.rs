@@ -378,3 +378,28 @@ async fn an_observer_resumes_after_a_cut_without_missing_a_change() {
     assert!(matches!(&ev, LeaderEvent::Leader(l) if l.term == second.term() && l.value == b"b"), "{ev:?}");
     assert!(second.resign().await.unwrap());
 }
+
+/// Issue 17 (a new value is a compare-and-set on the grant's own key): a
+/// proclaim rewrites the owner key in place (same create revision, same
+/// lease, the identity kept); once that key is deleted behind the guard's
+/// back, a set-value answers `Ok(false)` and creates no key. The TTL puts the
+/// guard's next renewal after the test's limit: only the compare can refuse.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_value_rewrites_only_the_grants_own_key() {
+    let t = Etcd::start().await;
+    let mut kv = raw(t.server.port()).await;
+    let b = suite::connect(&t.url()).await;
+    let election = b.election("vote").identity("pod-7").value(&b"a"[..]).ttl(4 * suite::LIMIT);
+    let mut leadership = within("campaign", election.campaign()).await.unwrap();
+    let before = keys(&mut kv, "vote").await.remove(0);
+    within("proclaim", leadership.proclaim(&b"b"[..])).await.unwrap();
+    let after = keys(&mut kv, "vote").await.remove(0);
+    assert_eq!((after.key.as_slice(), after.value.as_slice()), (before.key.as_slice(), &b"\0\x05pod-7b"[..]));
+    assert_eq!((after.create_revision, after.lease), (before.create_revision, before.lease));
+    let delete = DeleteRangeRequest { key: after.key.clone(), ..DeleteRangeRequest::default() };
+    within("delete", kv.delete_range(delete)).await.unwrap();
+    let guard = leadership.into_guard();
+    assert!(!within("set_value", guard.set_value(&b"c"[..])).await.unwrap(), "a set-value on a deleted key");
+    assert!(keys(&mut kv, "vote").await.is_empty(), "a set-value re-created the key");
+    drop(guard);
+}

@@ -7,8 +7,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use fencelock::backend::{self, Backend, Capabilities, Fencing};
-use fencelock::{Acquire, Error, LeaseLost};
-use fencelock_testkit::proxy::Proxy;
+use fencelock::{Acquire, Error, LeaderEvent, LeaseLost};
+use fencelock_testkit::proxy::{Mode, Proxy};
 use fencelock_testkit::PgServer;
 use tokio_postgres::NoTls;
 
@@ -109,8 +109,9 @@ use advisory::PgAdvisory;
 use lease::PgLease;
 
 /// The lease-table mode declares global durable tokens, FIFO with push
-/// wake-ups and expiry by the database; the advisory mode no token and no
-/// expiry. Neither survives the loss of the primary, neither has lock-delay.
+/// wake-ups, expiry by the database, holder identities and elections; the
+/// advisory mode no token, no expiry and no election. Neither survives the
+/// loss of the primary, neither has lock-delay.
 #[tokio::test]
 async fn declares_its_capabilities() {
     let t = PgLease::start().await;
@@ -125,6 +126,8 @@ async fn declares_its_capabilities() {
             .with_server_ttl(true)
             .with_survives_failover(false)
             .with_lock_delay(false)
+            .with_holder_identity(true)
+            .with_election(true)
             .with_min_ttl(100 * MS)
     );
     let advisory = suite::connect(&format!("{}?mode=advisory", t.url())).await;
@@ -576,4 +579,94 @@ async fn connect_to_nothing_is_a_connect_error() {
         let Err(Error::Connect { source: Some(cause), .. }) = &got else { panic!("{url}: {got:?}") };
         assert!(cause.get().downcast_ref::<tokio_postgres::Error>().is_some(), "{url}: {cause:?}");
     }
+}
+
+/// Issue 17 (the lease table keeps a holder's identity and value, and a new
+/// value is a compare-and-set on the grant): a campaign's identity and value
+/// are the holders row of its token, and `leader` shows them; a proclaim
+/// rewrites that row (the token and identity kept); once another grant holds
+/// the lock (behind the old guard's back, as after an unnoticed expiry), the
+/// old guard's set-value answers `Ok(false)` and leaves the row alone. A
+/// plain lock that carries neither writes no row, and shows neither.
+#[tokio::test]
+async fn the_holders_row_keeps_identity_and_value_and_only_the_holder_sets_it() {
+    let t = PgLease::start().await;
+    let b = suite::connect(&t.url()).await;
+    let raw = sql(&t.pg).await;
+    let row = "SELECT token, identity, value FROM fencelock_locks_holders WHERE name = 'vote'";
+    let stored = async |raw: &tokio_postgres::Client| {
+        let r = within("holders row", raw.query_one(row, &[])).await.unwrap();
+        (r.get::<_, i64>(0) as u64, r.get::<_, Option<String>>(1), r.get::<_, Vec<u8>>(2))
+    };
+    let election = b.election("vote").identity("pod-7").value(&b"a"[..]).ttl(30 * SECS);
+    let mut leadership = within("campaign", election.campaign()).await.unwrap();
+    let term = leadership.term();
+    assert_eq!(stored(&raw).await, (term, Some("pod-7".into()), b"a".to_vec()));
+    within("proclaim", leadership.proclaim(&b"b"[..])).await.unwrap();
+    assert_eq!(stored(&raw).await, (term, Some("pod-7".into()), b"b".to_vec()));
+    let shown = within("leader", b.leader("vote")).await.unwrap().expect("a leader");
+    assert_eq!((shown.term, shown.identity.as_deref(), shown.value.as_slice()), (term, Some("pod-7"), &b"b"[..]));
+    let steal = "UPDATE fencelock_locks SET token = nextval('fencelock_locks_token_seq'), owner = 'other' \
+                 WHERE name = 'vote' RETURNING token";
+    let other = within("steal", raw.query_one(steal, &[])).await.unwrap().get::<_, i64>(0) as u64;
+    let guard = leadership.into_guard();
+    assert!(!within("set_value", guard.set_value(&b"c"[..])).await.unwrap(), "a set-value by a stale grant");
+    assert_eq!(stored(&raw).await, (term, Some("pod-7".into()), b"b".to_vec()), "a stale set-value changed the row");
+    let shown = within("leader", b.leader("vote")).await.unwrap().expect("a leader");
+    assert_eq!((shown.term, shown.identity, shown.value), (other, None, Vec::new()), "the other grant's row");
+    assert!(!within("release", guard.release()).await.unwrap());
+
+    let plain = b.acquire("plain", &opts(30 * SECS, Duration::ZERO)).await.unwrap().acquired().unwrap();
+    assert_eq!(count(&raw, "SELECT count(*) FROM fencelock_locks_holders WHERE name = 'plain'").await, 0);
+    let shown = within("leader", b.leader("plain")).await.unwrap().expect("a holder");
+    assert_eq!((shown.term, shown.identity, shown.value), (plain.token().unwrap(), None, Vec::new()));
+    assert!(plain.release().await.unwrap());
+}
+
+/// Issue 17 (a campaign whose lease is lost while it waits ends, rather than
+/// being queued again): the candidate's queue entry expires (set so here);
+/// its next attempt (a refresh, every TTL/3) ends its campaign with
+/// `LeaseNotFound`, and the leader keeps leading. (A lock acquire would
+/// queue again, at the back.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_campaign_whose_queue_entry_expires_ends() {
+    let t = PgLease::start().await;
+    let (b, c) = (suite::connect(&t.url()).await, suite::connect(&t.url()).await);
+    let raw = sql(&t.pg).await;
+    let leader = within("campaign", b.election("vote").ttl(60 * SECS).campaign()).await.unwrap();
+    let candidate = tokio::spawn(async move { c.election("vote").ttl(3 * SECS).campaign().await });
+    let queued = "SELECT count(*) FROM fencelock_locks_waiters WHERE name = 'vote'";
+    eventually("the candidate queued", || async { count(&raw, queued).await == 1 }).await;
+    let expire = "UPDATE fencelock_locks_waiters SET expires_at = clock_timestamp() - interval '1 second' \
+                  WHERE name = 'vote'";
+    within("expire the entry", raw.execute(expire, &[])).await.unwrap();
+    match within("the campaign of an expired candidate", candidate).await.unwrap() {
+        Err(Error::LeaseNotFound(message)) => assert!(message.contains("postgres"), "{message}"),
+        other => panic!("a campaign whose queue entry expired: {other:?}"),
+    }
+    assert_eq!(b.leader("vote").await.unwrap().map(|l| l.term), Some(leader.term()));
+    assert!(leader.resign().await.unwrap());
+}
+
+/// Issue 17 (an observer sees a leader go even when nothing announces it):
+/// a leader cut off from the database stops renewing and its row expires,
+/// which notifies nobody; the observer still shows the end of its term, then
+/// the next leader (announced).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_observer_sees_an_expiry() {
+    let t = PgLease::start().await;
+    let (proxied, proxies) = proxied(&t.pg, "").await;
+    let (cut, b) = (suite::connect(&proxied).await, suite::connect(&t.url()).await);
+    let first = within("campaign", cut.election("vote").ttl(SECS).campaign()).await.unwrap();
+    let mut observer = within("observe", b.observe("vote")).await.unwrap();
+    let ev = within("the first leader", observer.next_event()).await.unwrap().unwrap();
+    assert!(matches!(&ev, LeaderEvent::Leader(l) if l.term == first.term()), "{ev:?}");
+    proxies[0].set_mode(Mode::Hold);
+    let ev = within("the end of the first term", observer.next_event()).await.unwrap().unwrap();
+    assert_eq!(ev, LeaderEvent::Vacant { term: first.term() });
+    let second = within("campaign", b.election("vote").ttl(10 * SECS).campaign()).await.unwrap();
+    let ev = within("the second leader", observer.next_event()).await.unwrap().unwrap();
+    assert!(matches!(&ev, LeaderEvent::Leader(l) if l.term == second.term()), "{ev:?}");
+    assert!(second.resign().await.unwrap());
+    proxies[0].set_mode(Mode::Pass);
 }

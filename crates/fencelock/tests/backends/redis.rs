@@ -494,3 +494,39 @@ async fn an_observer_sees_an_expiry() {
     assert!(second.resign().await.unwrap());
     proxies[0].set_mode(Mode::Pass);
 }
+
+/// Issue 17 (a new value is a compare-and-set on the grant): a proclaim
+/// rewrites the holder key (the term and identity kept, the lock's TTL
+/// still on it); once another grant holds the lock (its key replaced behind
+/// the old guard's back, as after an unnoticed expiry), the old guard's
+/// set-value answers `Ok(false)` and leaves the holder key alone.
+#[tokio::test]
+async fn a_new_value_is_set_only_by_the_grant_that_holds_the_lock() {
+    let server = start_server(false).await;
+    let mut redis = inspect(&server).await;
+    let b = suite::connect(&url(&server)).await;
+    let election = b.election("vote").identity("pod-7").value(&b"a"[..]).ttl(4 * suite::LIMIT);
+    let mut leadership = within("campaign", election.campaign()).await.unwrap();
+    let term = leadership.term();
+    within("proclaim", leadership.proclaim(&b"b"[..])).await.unwrap();
+    let stored: Vec<u8> = within("GET", command(&mut redis, &["GET", "fencelock:holder:vote"])).await;
+    assert_eq!(stored, [format!("{term}:").as_bytes(), b"\0\x05pod-7b"].concat());
+    let ttl: i64 = within("PTTL", command(&mut redis, &["PTTL", "fencelock:holder:vote"])).await;
+    assert!(ttl > 0, "the holder key lost its expiry: {ttl}");
+    let other = format!("{}:someone-else", term + 1);
+    within("SET", command::<()>(&mut redis, &["SET", "fencelock:lock:vote", &other])).await;
+    let guard = leadership.into_guard();
+    assert!(!within("set_value", guard.set_value(&b"c"[..])).await.unwrap(), "a set-value by a stale grant");
+    let now: Vec<u8> = within("GET", command(&mut redis, &["GET", "fencelock:holder:vote"])).await;
+    assert_eq!(now, stored, "a stale set-value changed the holder");
+    assert!(!within("release", guard.release()).await.unwrap());
+}
+
+/// The answer to one command of `args` (a failure fails the test).
+async fn command<T: redis::FromRedisValue>(conn: &mut MultiplexedConnection, args: &[&str]) -> T {
+    let mut cmd = redis::cmd(args[0]);
+    for arg in &args[1..] {
+        cmd.arg(*arg);
+    }
+    cmd.query_async(conn).await.unwrap_or_else(|e| panic!("{args:?}: {e}"))
+}

@@ -394,6 +394,67 @@ pub async fn election_where_declared<T: Target>(t: &T) {
     }
 }
 
+/// Invariants of `proclaim` (issue 17), where elections are declared: a
+/// leader's new value keeps its term; `leader` shows the last value with the
+/// campaign's identity; an observer started before the campaign sees the term
+/// with each value, in order, each once; a leadership whose term has ended
+/// cannot proclaim (`LeaseNotFound`) and changes nothing that `leader` shows.
+/// Every backend that elects can proclaim (`Unsupported` fails the test).
+///
+/// Each proclaim waits until the observer showed the value before it: an
+/// observer that reads the leader on a notification (ZooKeeper's one-shot
+/// watches) may show only the last of values set faster than it reads.
+pub async fn proclaim_where_declared<T: Target>(t: &T) {
+    let b = connect(&t.url()).await;
+    if !b.capabilities().election {
+        return; // `election_where_declared` checks the refusal.
+    }
+    let mut observer = within("observe", b.observe("proclaim")).await.unwrap();
+    let c = connect(&t.url()).await;
+    let election = c.election("proclaim").ttl(60 * SECS).value(&b"v1"[..]).identity("node-a");
+    let mut leadership = within("campaign", election.campaign()).await.unwrap();
+    let term = leadership.term();
+    let shown = |l: fencelock::Leader| (l.term, l.value, l.identity);
+    let at = |value: &[u8]| (term, value.to_vec(), Some("node-a".to_string()));
+    assert_eq!(shown(next_leader(&mut observer).await), at(b"v1"));
+    for value in [&b"v2"[..], b"v3"] {
+        let got = within("proclaim", leadership.proclaim(value)).await;
+        got.unwrap_or_else(|e| panic!("proclaim of a held leadership on {}: {e}", c.kind()));
+        assert_eq!(leadership.value(), value);
+        assert_eq!(shown(next_leader(&mut observer).await), at(value), "the observer after a proclaim");
+    }
+    let now = within("leader", b.leader("proclaim")).await.unwrap().expect("a leader");
+    assert_eq!(shown(now), at(b"v3"));
+    assert!(within("resign", leadership.into_guard().release()).await.unwrap(), "release of the leader's guard");
+    assert_eq!(within("vacancy", observer.next_event()).await.unwrap().unwrap(), LeaderEvent::Vacant { term });
+
+    // A leader cut off from the backend until its term ended.
+    let (proxied, proxies) = t.via_proxies().await;
+    let cut = connect(&proxied).await;
+    let election = cut.election("proclaim").ttl(t.short_ttl()).value(&b"w1"[..]);
+    let mut stale = within("campaign", election.campaign()).await.unwrap();
+    for p in &proxies {
+        p.set_mode(Mode::Hold);
+    }
+    within("lost() of a leader cut off", stale.lost()).await;
+    for p in &proxies {
+        p.set_mode(Mode::Pass);
+    }
+    let got = within("proclaim of an ended term", stale.proclaim(&b"late"[..])).await;
+    assert!(matches!(&got, Err(Error::LeaseNotFound(_))), "{got:?}");
+    assert_eq!(stale.value(), b"w1", "a refused proclaim kept its value");
+    let now = within("leader", b.leader("proclaim")).await.unwrap();
+    assert!(now.is_none_or(|l| l.value != b"late"), "the ended term's proclaim was published");
+}
+
+/// The next leader `observer` shows (a vacancy or an end fails the test).
+async fn next_leader(observer: &mut fencelock::LeaderStream) -> fencelock::Leader {
+    match within("observed change", observer.next_event()).await {
+        Some(Ok(LeaderEvent::Leader(l))) => l,
+        other => panic!("a leader expected: {other:?}"),
+    }
+}
+
 /// The first of `tasks` to finish, and the others.
 async fn first_finished<T>(
     mut tasks: Vec<tokio::task::JoinHandle<T>>,
@@ -415,7 +476,8 @@ macro_rules! conformance {
             mutual_exclusion, tokens_across_locks, contention_is_an_outcome,
             release_and_drop_free_the_lock, expiry_and_release_by_a_non_holder,
             lost_fires_when_the_connection_is_cut, fifo_where_declared, bad_input,
-            names_are_opaque, with_lock_runs_and_releases, election_where_declared);
+            names_are_opaque, with_lock_runs_and_releases, election_where_declared,
+            proclaim_where_declared);
     };
     ($target:ty: $($body:ident),* $(,)?) => {
         $(

@@ -368,3 +368,28 @@ async fn a_campaign_whose_session_expires_ends() {
     assert!(!leader.is_lost());
     assert!(leader.resign().await.unwrap());
 }
+
+/// Issue 17 (a new value is a setData of the grant's own node): a proclaim
+/// rewrites the leader's node in place (same czxid, identity kept), and the
+/// release after it still deletes the node (it is no longer at version 0);
+/// a set-value on a grant whose node was deleted behind its back answers
+/// `Ok(false)` and creates nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_value_rewrites_only_the_grants_own_node() {
+    let t = Zk::start().await;
+    let raw = t.raw().await;
+    let b = suite::connect(&t.url()).await;
+    let election = b.election("vote").identity("pod-7").value(&b"a"[..]).ttl(10 * SECS);
+    let mut leadership = suite::within("campaign", election.campaign()).await.unwrap();
+    suite::within("proclaim", leadership.proclaim(&b"b"[..])).await.unwrap();
+    let nodes = queue(&raw, "/fencelock", "vote").await;
+    let (data, stat) = raw.get_data(&nodes[0]).await.unwrap();
+    assert_eq!((data.as_slice(), stat.czxid as u64), (&b"\0\x05pod-7b"[..], leadership.term()));
+    assert!(suite::within("resign", leadership.resign()).await.unwrap(), "release after a proclaim");
+    assert!(queue(&raw, "/fencelock", "vote").await.is_empty(), "the proclaimed node outlived its release");
+    let guard = b.acquire("vote", &opts(10 * SECS, Duration::ZERO)).await.unwrap().acquired().unwrap();
+    let node = queue(&raw, "/fencelock", "vote").await.remove(0);
+    suite::within("delete", raw.delete(&node, None)).await.unwrap();
+    assert!(!suite::within("set_value", guard.set_value(&b"c"[..])).await.unwrap(), "a set-value on a deleted node");
+    assert!(queue(&raw, "/fencelock", "vote").await.is_empty(), "a set-value re-created the node");
+}

@@ -346,6 +346,25 @@ impl Etcd {
         Ok(self.txn(request, end).await?.succeeded)
     }
 
+    /// Replaces the value of `key`, keeping it on `lease`, if its create
+    /// revision is `revision` (compare-and-set). True if it did.
+    pub async fn put_if_created_at(
+        &self,
+        key: &[u8],
+        revision: i64,
+        value: Vec<u8>,
+        lease: i64,
+        end: Instant,
+    ) -> Result<bool, Error> {
+        let put = PutRequest { key: key.to_vec(), value, lease, ..PutRequest::default() };
+        let request = TxnRequest {
+            compare: vec![compare_created_at(key, revision)],
+            success: vec![RequestOp { request: Some(Request::RequestPut(put)) }],
+            failure: vec![],
+        };
+        Ok(self.txn(request, end).await?.succeeded)
+    }
+
     /// Grants a lease of `ttl_secs`: its id and the TTL etcd granted, in
     /// seconds (etcd raises a TTL below its minimum).
     pub async fn lease_grant(&self, ttl_secs: i64, end: Instant) -> Result<GrantedLease, Error> {

@@ -1,6 +1,7 @@
 //! The lease-table mode of the PostgreSQL backend (the default): locks as rows
 //! of a table, expiry by the database's clock, global fencing tokens from a
-//! sequence, a FIFO queue, and waiters woken by `LISTEN/NOTIFY`.
+//! sequence, a FIFO queue, waiters woken by `LISTEN/NOTIFY`, holders'
+//! identities and values, and leader election (module `election`).
 //!
 //! Where it sits: [`super::PgBackend`] in `mode=lease`. Each backend instance
 //! has one connection for statements (tokio-postgres pipelines the statements
@@ -30,7 +31,18 @@
 //!     expires_at timestamptz NOT NULL        -- refreshed by the waiter every TTL/3
 //! );
 //! CREATE INDEX IF NOT EXISTS "<table>_waiters_name" ON "<table>_waiters" (name, id);
+//! CREATE TABLE IF NOT EXISTS "<table>_holders" (    -- what a grant published
+//!     name       text PRIMARY KEY,
+//!     token      bigint NOT NULL,            -- the grant it belongs to
+//!     identity   text,                       -- LockOptions::identity
+//!     value      bytea NOT NULL              -- LockOptions::value, or the last set_value
+//! );
 //! ```
+//!
+//! A table made by an earlier version has no holders table: the next
+//! connect creates it, which needs `CREATE` on the schema once (as the other
+//! objects did); a role without it fails to connect until someone with it
+//! has connected (or run the DDL above).
 //!
 //! `owner` is unique per acquire request (`<random instance id>-<counter>`),
 //! so a request can be withdrawn by owner alone, whatever it did on the server.
@@ -60,6 +72,11 @@
 //!         OR owner = $2 AND expires_at > clock_timestamp())   -- an earlier attempt's answer was lost
 //!     RETURNING token
 //! ), granted AS (SELECT token FROM created UNION ALL SELECT token FROM taken
+//! ), described AS (     -- identity ($5) and value ($6), if the request has either
+//!     INSERT INTO "<table>_holders" (name, token, identity, value)
+//!     SELECT $1, token, $5, $6 FROM granted WHERE $5 IS NOT NULL OR length($6) > 0
+//!     ON CONFLICT (name) DO UPDATE SET token = EXCLUDED.token, identity = EXCLUDED.identity,
+//!         value = EXCLUDED.value WHERE "<table>_holders".token <= EXCLUDED.token
 //! ), dequeued AS (DELETE FROM "<table>_waiters" WHERE id = $4 AND EXISTS (SELECT 1 FROM granted)
 //! ), refreshed AS (     -- a waiter that was not granted keeps its place, if it still has one
 //!     UPDATE "<table>_waiters" SET expires_at = clock_timestamp() + $3 * interval '1 microsecond'
@@ -150,6 +167,34 @@
 //! SELECT token, owner IS NOT NULL AND expires_at > clock_timestamp() FROM "<table>" WHERE name = $1;
 //! ```
 //!
+//! # Holders, new values, leader election
+//! A holders row counts only for the grant of its token: a lock held by a
+//! grant that stored none (or whose row a later grant of a request with an
+//! identity or value replaced) shows no identity and an empty value. A new
+//! value (`Guard::set_value`, `Leadership::proclaim`) is a compare-and-set
+//! that locks the grant's lock row first (as a grant does, so the two are
+//! serialised and the new value never lands on a newer grant):
+//!
+//! ```sql
+//! WITH mine AS (SELECT name, token FROM "<table>"
+//!               WHERE name = $1 AND token = $2 AND owner = $3 AND expires_at > clock_timestamp() FOR UPDATE)
+//! INSERT INTO "<table>_holders" (name, token, identity, value) SELECT name, token, $4, $5 FROM mine
+//! ON CONFLICT (name) DO UPDATE … (as in the grant) RETURNING 1;   -- no row: not ours any more
+//! -- leader: the live holder and its row
+//! SELECT l.token, h.identity, h.value, <time left> FROM "<table>" l
+//! LEFT JOIN "<table>_holders" h ON h.name = l.name AND h.token = l.token
+//! WHERE l.name = $1 AND l.owner IS NOT NULL AND l.expires_at > clock_timestamp();
+//! ```
+//!
+//! A campaign is an acquire that fails with `Error::LeaseNotFound` instead of
+//! queueing again when its queue entry expired. After a campaign's grant or
+//! release, and after every new value, has committed, the client announces
+//! it, `pg_notify(<table>, '0:<name>')` (with `synchronous_commit` off, like
+//! a wake-up): plain locks never pay for a notification. Queue ids start at
+//! 1, so it names no waiter; it wakes the observers of the name (registered
+//! without an id) and a waiter still enqueueing, which only looks again.
+//! Observers are described in module `election`.
+//!
 //! # Guarantees, and what is not guaranteed
 //! * At most one live grant per name by the database's clock; the client's
 //!   deadline (send time of the last confirmed statement + TTL) is never later
@@ -184,6 +229,8 @@ use tokio_postgres::{Client, Row};
 
 use super::tls::PgConfig as Config;
 
+mod election;
+
 use super::listen::{Registration, Wakers};
 use super::{backend_error, bounded, open, spawn_detached, AbortOnDrop, OpenFailed, STATEMENT_TIMEOUT};
 use crate::backend::Acquire;
@@ -201,6 +248,10 @@ use crate::types::{CheckResult, LockOptions};
 ///   lock) and the refresh of their queue entry (TTL/3);
 /// * `server_ttl: true`: expiry by the database's clock (checked when asked);
 /// * `survives_failover: false`: one primary (see [`super`]);
+/// * `holder_identity: true`: the holders table (see the module docs);
+/// * `election: true`: a campaign is an acquire that fails rather than queue
+///   again; observers are woken by `NOTIFY` and read the leader (see module
+///   `election`);
 /// * `lock_delay: false`; `min_ttl`: 100 ms (kept to the microsecond).
 pub const CAPABILITIES: Capabilities = Capabilities {
     fencing: Fencing::Global,
@@ -210,13 +261,24 @@ pub const CAPABILITIES: Capabilities = Capabilities {
     server_ttl: true,
     survives_failover: false,
     lock_delay: false,
-    holder_identity: false,
-    election: false,
+    holder_identity: true,
+    election: true,
     min_ttl: Duration::from_millis(100),
 };
 
 /// The queue id of a request that has not enqueued: every live waiter is ahead.
 const NOT_QUEUED: i64 = i64::MAX;
+
+/// What a request is for, which decides what losing its queue entry means.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Purpose {
+    /// A lock: an entry that expired is made again, at the back.
+    Lock,
+    /// A campaign: a candidate whose entry expired is told so
+    /// ([`Error::LeaseNotFound`]), as every backend's campaign does; its grant
+    /// and its release are announced to observers.
+    Campaign,
+}
 
 /// A connection after which one statement waited this long without an answer is
 /// presumed dead (a silent peer) and is replaced.
@@ -251,17 +313,21 @@ impl LeaseMode {
     /// Takes `name` (already admitted): one try if `opts.wait` is zero, else a
     /// try, then the queue until `opts.wait` runs out. See the module docs.
     pub async fn acquire(&self, name: &str, opts: &LockOptions) -> Result<Acquire<Guard>, Error> {
+        self.acquire_as(name, opts, Purpose::Lock).await
+    }
+
+    /// [`acquire`](Self::acquire) for a lock or a campaign (`purpose`).
+    async fn acquire_as(&self, name: &str, opts: &LockOptions, purpose: Purpose) -> Result<Acquire<Guard>, Error> {
         let owner = format!("{:016x}-{}", self.instance, self.requests.fetch_add(1, Ordering::Relaxed));
-        let ttl_us = micros(opts.ttl);
         let deadline = Instant::now() + opts.wait;
         let registration = self.wakers.register(name);
         let mut withdraw =
             Withdraw { store: self.store.clone(), name: name.to_string(), owner: owner.clone(), armed: true };
         let sent = Instant::now();
-        match self.store.attempt(name, &owner, ttl_us, NOT_QUEUED).await {
+        match self.store.attempt(name, &owner, opts, NOT_QUEUED).await {
             Ok(Seen { granted: Some(token), .. }) => {
                 withdraw.armed = false;
-                return Ok(Acquire::Acquired(self.guard(name, owner, token, opts.ttl, sent)));
+                return Ok(Acquire::Acquired(self.granted(name, owner, opts, token, sent, purpose).await));
             }
             Ok(seen) if opts.wait.is_zero() => {
                 withdraw.armed = false; // nothing was written
@@ -271,10 +337,10 @@ impl LeaseMode {
             Err(failed) if failed.transient && !opts.wait.is_zero() => {} // the wait retries
             Err(failed) => return Err(failed.error),
         }
-        match self.wait(name, &owner, opts, deadline, &registration).await? {
+        match self.wait(name, &owner, opts, deadline, &registration, purpose).await? {
             Some((token, sent)) => {
                 withdraw.armed = false;
-                Ok(Acquire::Acquired(self.guard(name, owner, token, opts.ttl, sent)))
+                Ok(Acquire::Acquired(self.granted(name, owner, opts, token, sent, purpose).await))
             }
             None => {
                 if self.store.withdraw(name, &owner).await.is_ok() {
@@ -289,7 +355,8 @@ impl LeaseMode {
     /// statement that granted) or `deadline` (`None`). A failure of the
     /// connection is retried (with backoff) until the deadline, as the request's
     /// owner makes every step safe to repeat: the queue entry is replaced, and a
-    /// grant whose answer was lost is granted again. Other failures end the wait.
+    /// grant whose answer was lost is granted again. Other failures end the wait,
+    /// and so does, for a campaign, the loss of its queue entry.
     async fn wait(
         &self,
         name: &str,
@@ -297,6 +364,7 @@ impl LeaseMode {
         opts: &LockOptions,
         deadline: Instant,
         registration: &Registration,
+        purpose: Purpose,
     ) -> Result<Option<(u64, Instant)>, Error> {
         let ttl_us = micros(opts.ttl);
         let mut id = None;
@@ -316,6 +384,11 @@ impl LeaseMode {
             };
             let wake = match step {
                 Ok(Some(Step::Granted(token, sent))) => return Ok(Some((token, sent))),
+                Ok(Some(Step::Requeue)) if purpose == Purpose::Campaign => {
+                    return Err(Error::LeaseNotFound(format!(
+                        "postgres: the queue entry of a waiting campaign for {name:?} expired (it stalled past its TTL)"
+                    )));
+                }
                 Ok(Some(Step::Requeue)) => {
                     id = None;
                     continue;
@@ -350,7 +423,7 @@ impl LeaseMode {
         races: &mut u32,
     ) -> Result<Option<Step>, Failed> {
         let sent = Instant::now();
-        let seen = self.store.attempt(name, owner, micros(opts.ttl), id).await?;
+        let seen = self.store.attempt(name, owner, opts, id).await?;
         if let Some(token) = seen.granted {
             return Ok(Some(Step::Granted(token, sent)));
         }
@@ -375,12 +448,39 @@ impl LeaseMode {
         Ok(Some(Step::SleepUntil(next.min(sent + opts.ttl / 3))))
     }
 
-    /// The guard of a grant confirmed by a statement sent at `sent`.
-    fn guard(&self, name: &str, owner: String, token: u64, ttl: Duration, sent: Instant) -> Guard {
-        let grant = Arc::new(Grant { store: self.store.clone(), name: name.to_string(), owner, token, ttl });
-        let kept = KeptLease::start(token, ttl, sent, grant.clone());
+    /// The guard of a grant of `opts` confirmed by a statement sent at `sent`;
+    /// a campaign's grant is announced to observers.
+    async fn granted(
+        &self,
+        name: &str,
+        owner: String,
+        opts: &LockOptions,
+        token: u64,
+        sent: Instant,
+        purpose: Purpose,
+    ) -> Guard {
+        let announced = purpose == Purpose::Campaign;
+        let grant = Arc::new(Grant {
+            store: self.store.clone(),
+            name: name.to_string(),
+            owner,
+            token,
+            ttl: opts.ttl,
+            identity: opts.identity.clone(),
+            announced,
+        });
+        let kept = KeptLease::start(token, opts.ttl, sent, grant.clone());
         let watch = kept.watch();
+        if announced {
+            self.store.announce(name).await;
+        }
         Guard::new(name.to_string(), Some(token), "postgres", watch, Box::new(LeaseHeld { kept, grant }))
+    }
+
+    /// A campaign for `name` (already admitted): an acquire whose loss of its
+    /// queue entry ends it, and whose grant is announced.
+    pub async fn campaign(&self, name: &str, opts: &LockOptions) -> Result<Acquire<Guard>, Error> {
+        self.acquire_as(name, opts, Purpose::Campaign).await
     }
 
     /// Is `token` the live grant of `name`, by the database's clock?
@@ -480,10 +580,17 @@ enum Step {
 impl Store {
     /// One grant attempt (module docs); `id` is the request's queue id or
     /// [`NOT_QUEUED`].
-    async fn attempt(&self, name: &str, owner: &str, ttl_us: i64, id: i64) -> Result<Seen, Failed> {
+    async fn attempt(&self, name: &str, owner: &str, opts: &LockOptions, id: i64) -> Result<Seen, Failed> {
         let by = Instant::now() + STATEMENT_TIMEOUT;
-        let params: [(&(dyn ToSql + Sync), Type); 4] =
-            [(&name, Type::TEXT), (&owner, Type::TEXT), (&ttl_us, Type::INT8), (&id, Type::INT8)];
+        let (ttl_us, identity, value) = (micros(opts.ttl), opts.identity.as_deref(), opts.value.as_slice());
+        let params: [(&(dyn ToSql + Sync), Type); 6] = [
+            (&name, Type::TEXT),
+            (&owner, Type::TEXT),
+            (&ttl_us, Type::INT8),
+            (&id, Type::INT8),
+            (&identity, Type::TEXT),
+            (&value, Type::BYTEA),
+        ];
         let rows = self.db.query("grant", &self.sql.attempt, &params, by).await?;
         Ok(Seen::from_row(one(&rows, "grant")?)?)
     }
@@ -522,6 +629,17 @@ impl Store {
             tracing::debug!(lock = name, error = %failed.error, "fencelock: postgres: waking the next waiter failed");
         }
     }
+
+    /// Tells the observers of `name` that its holder or value changed. Run
+    /// after the change committed; a failure is only logged (observers then
+    /// see the change at their next read).
+    async fn announce(&self, name: &str) {
+        let by = Instant::now() + STATEMENT_TIMEOUT;
+        let params: [(&(dyn ToSql + Sync), Type); 2] = [(&name, Type::TEXT), (&self.table.as_str(), Type::TEXT)];
+        if let Err(failed) = self.db.query("announce", &self.sql.announce, &params, by).await {
+            tracing::debug!(lock = name, error = %failed.error, "fencelock: postgres: announcing a change failed");
+        }
+    }
 }
 
 /// Withdraws a request whose acquire ended without a result (dropped, or
@@ -548,13 +666,17 @@ impl Drop for Withdraw {
     }
 }
 
-/// One grant, as its renewals and its release need it.
+/// One grant, as its renewals, its release and its new values need it.
 struct Grant {
     store: Arc<Store>,
     name: String,
     owner: String,
     token: u64,
     ttl: Duration,
+    /// The request's identity, stored again with each new value.
+    identity: Option<String>,
+    /// A campaign's: its release is announced to observers.
+    announced: bool,
 }
 
 impl Grant {
@@ -573,8 +695,31 @@ impl Grant {
         let released = column::<i64>(one(&rows, "release")?, 0)? == 1;
         if released {
             self.store.wake(&self.name).await;
+            if self.announced {
+                self.store.announce(&self.name).await;
+            }
         }
         Ok(released)
+    }
+
+    /// Compare-and-set of the holders row, if this grant is still the live
+    /// one (see the module docs); then announces it.
+    async fn set_value(&self, value: Vec<u8>) -> Result<bool, Error> {
+        let by = Instant::now() + STATEMENT_TIMEOUT;
+        let (token, identity) = (self.token_param(), self.identity.as_deref());
+        let params: [(&(dyn ToSql + Sync), Type); 5] = [
+            (&self.name, Type::TEXT),
+            (&token, Type::INT8),
+            (&self.owner, Type::TEXT),
+            (&identity, Type::TEXT),
+            (&value, Type::BYTEA),
+        ];
+        let rows = self.store.db.query("set value", &self.store.sql.set_value, &params, by).await?;
+        if rows.is_empty() {
+            return Ok(false);
+        }
+        self.store.announce(&self.name).await;
+        Ok(true)
     }
 }
 
@@ -614,6 +759,10 @@ impl Held for LeaseHeld {
             }
         });
     }
+
+    fn set_value(&self, value: Vec<u8>) -> Option<BoxFuture<'_, Result<bool, Error>>> {
+        Some(Box::pin(self.grant.set_value(value)))
+    }
 }
 
 /// The statements, with the table name spliced in (see the module docs).
@@ -625,6 +774,9 @@ struct Sql {
     renew: String,
     release: String,
     check: String,
+    set_value: String,
+    leader: String,
+    announce: String,
 }
 
 /// `x - clock_timestamp()` in whole microseconds (rounded up, at least 0).
@@ -636,6 +788,7 @@ impl Sql {
     fn new(table: &str) -> Sql {
         let locks = format!("\"{table}\"");
         let waiters = format!("\"{table}_waiters\"");
+        let holders = format!("\"{table}_holders\"");
         let seq = format!("'\"{table}_token_seq\"'");
         let expiry = "clock_timestamp() + $3 * interval '1 microsecond'";
         let attempt = format!(
@@ -657,6 +810,10 @@ impl Sql {
                 RETURNING token\
             ), granted AS (\
                 SELECT token FROM created UNION ALL SELECT token FROM taken\
+            ), described AS (\
+                INSERT INTO {holders} (name, token, identity, value) \
+                SELECT $1, token, $5, $6 FROM granted WHERE $5 IS NOT NULL OR length($6) > 0 \
+                {upsert}\
             ), dequeued AS (\
                 DELETE FROM {waiters} WHERE id = $4 AND EXISTS (SELECT 1 FROM granted)\
             ), refreshed AS (\
@@ -673,6 +830,7 @@ impl Sql {
                 EXISTS (SELECT 1 FROM refreshed)",
             holder_left = left_us("expires_at"),
             ahead_left = left_us("first_expiry"),
+            upsert = upsert(&holders),
         );
         let enqueue = format!(
             "WITH earlier AS (DELETE FROM {waiters} WHERE name = $1 AND owner = $2) \
@@ -704,8 +862,33 @@ impl Sql {
         );
         let check =
             format!("SELECT token, owner IS NOT NULL AND expires_at > clock_timestamp() FROM {locks} WHERE name = $1");
-        Sql { attempt, enqueue, withdraw, wake, renew, release, check }
+        let set_value = format!(
+            "WITH mine AS (\
+                SELECT name, token FROM {locks} \
+                WHERE name = $1 AND token = $2 AND owner = $3 AND expires_at > clock_timestamp() FOR UPDATE\
+            ) \
+            INSERT INTO {holders} (name, token, identity, value) SELECT name, token, $4, $5 FROM mine \
+            {upsert} RETURNING 1",
+            upsert = upsert(&holders),
+        );
+        let leader = format!(
+            "SELECT l.token, h.identity, h.value, {left} \
+             FROM {locks} l LEFT JOIN {holders} h ON h.name = l.name AND h.token = l.token \
+             WHERE l.name = $1 AND l.owner IS NOT NULL AND l.expires_at > clock_timestamp()",
+            left = left_us("l.expires_at"),
+        );
+        let announce = "SELECT set_config('synchronous_commit', 'off', true), pg_notify($2, '0:' || $1)".to_string();
+        Sql { attempt, enqueue, withdraw, wake, renew, release, check, set_value, leader, announce }
     }
+}
+
+/// The upsert of a holders row: a row of an older grant is replaced, never
+/// one of a newer grant.
+fn upsert(holders: &str) -> String {
+    format!(
+        "ON CONFLICT (name) DO UPDATE SET token = EXCLUDED.token, identity = EXCLUDED.identity, \
+         value = EXCLUDED.value WHERE {holders}.token <= EXCLUDED.token"
+    )
 }
 
 /// The DDL of the module docs, for `table`.
@@ -719,6 +902,8 @@ fn schema_sql(table: &str) -> String {
          CREATE TABLE IF NOT EXISTS \"{table}_waiters\" (\
              id bigserial PRIMARY KEY, name text NOT NULL, owner text NOT NULL, expires_at timestamptz NOT NULL); \
          CREATE INDEX IF NOT EXISTS \"{table}_waiters_name\" ON \"{table}_waiters\" (name, id); \
+         CREATE TABLE IF NOT EXISTS \"{table}_holders\" (\
+             name text PRIMARY KEY, token bigint NOT NULL, identity text, value bytea NOT NULL); \
          COMMIT"
     )
 }
@@ -726,10 +911,12 @@ fn schema_sql(table: &str) -> String {
 /// Creates the schema unless all of it exists already.
 async fn ensure_schema(db: &Db, table: &str) -> Result<(), Error> {
     let by = Instant::now() + STATEMENT_TIMEOUT;
-    let names = [format!("\"{table}\""), format!("\"{table}_token_seq\""), format!("\"{table}_waiters\"")];
-    let (a, b, c) = (&names[0], &names[1], &names[2]);
-    let sql = "SELECT to_regclass($1) IS NOT NULL AND to_regclass($2) IS NOT NULL AND to_regclass($3) IS NOT NULL";
-    let rows = db.query("schema check", sql, &[(a, Type::TEXT), (b, Type::TEXT), (c, Type::TEXT)], by).await?;
+    let names = ["", "_token_seq", "_waiters", "_holders"].map(|suffix| format!("\"{table}{suffix}\""));
+    let [a, b, c, d] = &names;
+    let sql = "SELECT to_regclass($1) IS NOT NULL AND to_regclass($2) IS NOT NULL AND to_regclass($3) IS NOT NULL \
+               AND to_regclass($4) IS NOT NULL";
+    let params: [(&(dyn ToSql + Sync), Type); 4] = [(a, Type::TEXT), (b, Type::TEXT), (c, Type::TEXT), (d, Type::TEXT)];
+    let rows = db.query("schema check", sql, &params, by).await?;
     if column::<bool>(one(&rows, "schema check")?, 0)? {
         return Ok(());
     }
@@ -944,7 +1131,17 @@ mod tests {
     #[test]
     fn the_table_name_is_the_only_thing_spliced_in() {
         let sql = Sql::new("t_1");
-        for stmt in [&sql.attempt, &sql.enqueue, &sql.withdraw, &sql.wake, &sql.renew, &sql.release, &sql.check] {
+        for stmt in [
+            &sql.attempt,
+            &sql.enqueue,
+            &sql.withdraw,
+            &sql.wake,
+            &sql.renew,
+            &sql.release,
+            &sql.check,
+            &sql.set_value,
+            &sql.leader,
+        ] {
             assert!(stmt.contains("\"t_1"), "{stmt}");
             assert!(!stmt.contains("fencelock_locks"), "{stmt}");
         }

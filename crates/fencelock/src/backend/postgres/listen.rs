@@ -9,7 +9,10 @@
 //! any. Every listening connection of the table receives it; the listener
 //! wakes the local waiter with that id, and any local waiter of that name that
 //! is still enqueueing (it has no id yet, and may be the one named). Other
-//! waiters sleep on.
+//! waiters sleep on. An election's observers register without an id too, so
+//! every notification of the name wakes them, among them the announcements
+//! `'0:<lock name>'` of a campaign's grant or release or a new value (see
+//! `lease/election.rs`).
 //!
 //! A registered waiter misses no wake-up: it registers before its first
 //! attempt, a lock freed before an attempt is seen by that attempt, and one

@@ -9,10 +9,12 @@
 //!
 //! Observing: each observer has a session of its own. It lists the lock's
 //! nodes with a children watch (an exists watch on the lock's node while it
-//! does not exist), reads the first node's data, shows it, and on each fire
-//! of the watch does it again. ZooKeeper's watches fire once, so a leader that
+//! does not exist), reads the first node's data with a data watch (a
+//! `proclaim` is a setData on that node), shows it, and on the first fire of
+//! either watch does it again. ZooKeeper's watches fire once, so a leader that
 //! came and went between a fire and the next read is not shown (the term
-//! that ended still is); a new session replaces one that ended.
+//! that ended still is), and of values a leader set faster than the observer
+//! reads, only the last is shown; a new session replaces one that ended.
 
 use std::sync::Arc;
 
@@ -73,18 +75,15 @@ async fn first_node(session: &Session, name: &str, path: &str) -> Result<Option<
     }
 }
 
-/// The leader of `name`, and a watch that fires when the lock's queue changes
-/// (or the lock's node is created, while it does not exist).
-async fn watch_leader(
-    session: &Session,
-    name: &str,
-    parent: &str,
-) -> Result<(Option<Leader>, zk::OneshotWatcher), Error> {
+/// The leader of `name`, and the watches that fire when the lock's queue
+/// changes (or the lock's node is created, while it does not exist) or the
+/// leader's node changes.
+async fn watch_leader(session: &Session, name: &str, parent: &str) -> Result<(Option<Leader>, Wake), Error> {
     for _ in 0..READ_TRIES {
-        let (children, watch) = match request(session.client.list_and_watch_children(parent)).await {
+        let (children, queue) = match request(session.client.list_and_watch_children(parent)).await {
             Ok(listed) => listed,
             Err(zk::Error::NoNode) => match request(session.client.check_and_watch_stat(parent)).await {
-                Ok((None, watch)) => return Ok((None, watch)),
+                Ok((None, queue)) => return Ok((None, Wake { queue, leader: None })),
                 // Created meanwhile: list it.
                 Ok((Some(_), _)) => continue,
                 Err(e) => return Err(fail("watch the lock's node", e)),
@@ -92,13 +91,45 @@ async fn watch_leader(
             Err(e) => return Err(fail("watch the lock's queue", e)),
         };
         let Some(first) = super::queue_order(children).into_iter().next() else {
-            return Ok((None, watch));
+            return Ok((None, Wake { queue, leader: None }));
         };
-        if let Some(leader) = first_node(session, name, &format!("{parent}/{first}")).await? {
-            return Ok((Some(leader), watch));
+        let path = format!("{parent}/{first}");
+        match request(session.client.get_and_watch_data(&path)).await {
+            Ok((data, stat, leader)) => {
+                let current = decode_holder(name, stat.czxid as u64, &data)?;
+                return Ok((Some(current), Wake { queue, leader: Some(leader) }));
+            }
+            // It went between the two reads: read the queue again.
+            Err(zk::Error::NoNode) => continue,
+            Err(e) => return Err(fail("watch the leader's node", e)),
         }
     }
     Err(Error::backend("zk", format!("the leader of {name:?} kept changing while it was read")))
+}
+
+/// What wakes an observer: a change of the lock's queue, or of the leader's
+/// node (its data, or its deletion).
+struct Wake {
+    queue: zk::OneshotWatcher,
+    /// `None` while nobody leads.
+    leader: Option<zk::OneshotWatcher>,
+}
+
+impl Wake {
+    /// Resolves at the first fire of either watch (dropping the other).
+    async fn changed(self) {
+        match self.leader {
+            Some(leader) => {
+                tokio::select! {
+                    _ = self.queue.changed() => {}
+                    _ = leader.changed() => {}
+                }
+            }
+            None => {
+                self.queue.changed().await;
+            }
+        }
+    }
 }
 
 /// One observer: its session and the lock it follows.
@@ -113,7 +144,7 @@ impl Follower {
     /// Shows `current`, then the leader after each fire of `watch`, until the
     /// reader is gone or an error no retry gets past (refused rights or
     /// login, data fencelock did not write).
-    async fn run(mut self, mut current: Option<Leader>, mut watch: zk::OneshotWatcher, mut sink: LeaderSink) {
+    async fn run(mut self, mut current: Option<Leader>, mut watch: Wake, mut sink: LeaderSink) {
         let backoff = Backoff::default();
         let mut attempt = 0;
         loop {
@@ -139,7 +170,7 @@ impl Follower {
     }
 
     /// The leader and a new watch, on a new session if the last one ended.
-    async fn read(&mut self) -> Result<(Option<Leader>, zk::OneshotWatcher), Error> {
+    async fn read(&mut self) -> Result<(Option<Leader>, Wake), Error> {
         if !self.session.is_live() {
             self.session = Arc::new(Session::open(&self.session.login, PROBE_SESSION).await?);
         }
