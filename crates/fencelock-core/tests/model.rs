@@ -254,8 +254,9 @@ impl Run {
                 // Every acquire names its lease as identity, so the oracle can
                 // check that identities follow waiters into grants.
                 let identity = reference::identity_of(lease.0);
-                let acq =
-                    Acquire { req, lease, lock, wait_ms: *wait, lock_delay_ms: *delay, identity, value: Vec::new() };
+                let (wait_ms, lock_delay_ms, value) = (*wait, *delay, Vec::new());
+                let (mode, weight, permits) = (Mode::Exclusive, 1, 0);
+                let acq = Acquire { req, lease, lock, wait_ms, lock_delay_ms, identity, value, mode, weight, permits };
                 Command::Acquire(acq)
             }
             Cmd::ReleaseHeld { lock } => {

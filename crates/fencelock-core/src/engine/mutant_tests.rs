@@ -24,6 +24,9 @@ fn acq(req: u64, lease: u64, lock: &str, wait_ms: u64) -> Command {
         lock_delay_ms: 0,
         identity: String::new(),
         value: Vec::new(),
+        mode: Mode::Exclusive,
+        weight: 1,
+        permits: 0,
     })
 }
 

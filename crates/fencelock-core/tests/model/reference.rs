@@ -268,7 +268,10 @@ impl Model {
             // Lease ownership, proposed ids and the policy are the engine's unit
             // tests' (engine/tests/owner_tests.rs, policy_tests.rs); the
             // generator makes none of them.
-            Command::GrantLease { id: Some(_), .. } | Command::As { .. } | Command::Policy(_) => {
+            Command::GrantLease { id: Some(_), .. }
+            | Command::As { .. }
+            | Command::Policy(_)
+            | Command::Downgrade { .. } => {
                 unreachable!("the model's generator makes no proposed lease ids, callers or policy changes")
             }
         };
@@ -501,6 +504,8 @@ impl Model {
             held_ms: now.saturating_sub(h.since),
             ttl_left_ms: self.lease(h.lease).unwrap().deadline - now,
             lock_delay_ms: h.delay,
+            mode: Mode::Exclusive,
+            weight: 1,
             identity: identity_of(h.lease),
             value: h.value.clone(),
         });
@@ -519,7 +524,8 @@ impl Model {
                 identity: identity_of(w.lease),
             })
             .collect();
-        Some(LockInfo { name: lock_name(lock), holder, reopens_in_ms, waiters })
+        let holders = holder.iter().cloned().collect();
+        Some(LockInfo { name: lock_name(lock), holder, holders, permits: 0, reopens_in_ms, waiters })
     }
 
     pub fn lease_info(&self, now: u64, id: u64) -> Option<LeaseInfo> {
