@@ -318,12 +318,22 @@ impl Engine {
         self.record(lease, req, Outcome::TimedOut(name));
     }
 
+    /// Close `name` for `delay_ms` from now, unless it is closed until later
+    /// already (several holders of a shared lock or a semaphore may expire one
+    /// after another: the lock reopens when the last of their delays ends).
     fn close(&mut self, name: &LockName, delay_ms: u64) {
         let until = self.now.saturating_add(delay_ms);
-        if let Some(lock) = self.locks.get_mut(name) {
-            lock.closed = Some(Closed { until, delay_ms });
-            self.timers.insert(until, TimerKind::Reopen(name.clone()));
+        let Some(lock) = self.locks.get_mut(name) else {
+            return;
+        };
+        if let Some(old) = lock.closed {
+            if old.until >= until {
+                return;
+            }
+            self.timers.remove(old.until, TimerKind::Reopen(name.clone()));
         }
+        lock.closed = Some(Closed { until, delay_ms });
+        self.timers.insert(until, TimerKind::Reopen(name.clone()));
     }
 
     /// The lock-delay timer of `name` fired.

@@ -234,3 +234,25 @@ fn old_entries_and_snapshots_without_mode_weight_or_permits_still_load() {
     assert_eq!(back, e);
     back.check_consistency().unwrap();
 }
+
+/// Found by the model test: a second holder's shorter lock-delay must not
+/// reopen a lock that the first one's longer delay closed.
+#[test]
+fn inv7_the_lock_reopens_when_the_last_of_several_lock_delays_ends() {
+    let mut e = setup(3);
+    let first = with(shared(1, 1, "a", 0), |a| a.lock_delay_ms = 1500);
+    batch(&mut e, 0, vec![first, with(shared(2, 2, "a", 0), |a| a.lock_delay_ms = 100)]);
+    one(&mut e, 500, keep(3, 3));
+    let fx = vec![
+        expired(1),
+        released(grant("a", 1, 1), 1000, ReleaseCause::Expired),
+        expired(2),
+        released(grant("a", 2, 2), 1000, ReleaseCause::Expired),
+    ];
+    assert_eq!(tick(&mut e, 1000), out(vec![], fx, Some(1500)));
+    one(&mut e, 1200, keep(4, 3));
+    assert_eq!(one(&mut e, 1200, shared(5, 3, "a", 0)).0, busy(None, Some(1300), 0));
+    one(&mut e, 2000, keep(7, 3));
+    assert_eq!(tick(&mut e, 2499).effects, vec![]);
+    assert_eq!(one(&mut e, 2500, shared(6, 3, "a", 0)).0, Reply::Acquired(grant("a", 3, 3)));
+}
