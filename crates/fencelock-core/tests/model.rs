@@ -4,8 +4,8 @@
 //! Random runs of a few leases and four lock names (plus an invalid one), one
 //! of them kept for a semaphore of [`SEM_PERMITS`]: random commands (invalid
 //! ones included; shared, weighted and exclusive acquires, now and then one that
-//! names the wrong number of permits; downgrades), time jumps of 0 to 3 TTLs, occasional
-//! `LeaderStart` on another clock, snapshot round trips, and retries of earlier
+//! names the wrong number of permits; downgrades), time jumps of 0 to 3 TTLs,
+//! occasional `LeaderStart` on another clock, snapshot round trips, and retries of earlier
 //! requests with the same request id. After every input:
 //! - the engine's output equals the model's exactly (replies, effects, next
 //!   deadline), and so do `stats`, `check`, `lock_info` and `lease_info`, at the
@@ -25,7 +25,12 @@
 //! - a batch gives the same output as its commands applied one by one;
 //! - `step` never panics (a panic fails the test).
 //!
-//! Cases: 1024 by default; set `PROPTEST_CASES` for more.
+//! A second property runs the same checks on contended runs of one read-write
+//! lock and one semaphore (mostly waiting acquires, releases and downgrades by
+//! the holders), where runs of readers and of small weights are granted
+//! together, which the broad runs reach only rarely.
+//!
+//! Cases: 1024 per property by default; set `PROPTEST_CASES` for more.
 
 #[path = "model/oracle.rs"]
 mod oracle;
@@ -159,8 +164,10 @@ fn delay() -> impl Strategy<Value = u64> {
     prop_oneof![10 => Just(0u64), 4 => Just(100), 5 => Just(400), 3 => Just(1500), 1 => invalid]
 }
 
+/// Lock picks: mostly "a" and the semaphore, so that requests contend and
+/// queues grow (runs of readers, weights that do not fit).
 fn lock() -> impl Strategy<Value = usize> {
-    prop_oneof![20 => 0..4usize, 1 => Just(4usize)]
+    prop_oneof![8 => Just(0usize), 3 => Just(1usize), 2 => Just(2usize), 7 => Just(SEM), 1 => Just(4usize)]
 }
 
 fn shape() -> impl Strategy<Value = Shape> {
@@ -206,6 +213,49 @@ fn op() -> impl Strategy<Value = Op> {
         10 => (jump(), cmds).prop_map(|(j, c)| Op::Batch(j, c)),
         1 => Just(Op::Snapshot),
     ]
+}
+
+/// Commands of the contended runs: valid acquires of "a" and the semaphore,
+/// mostly waiting, with releases and downgrades by their holders, so that
+/// queues of readers, writers and weights form and drain.
+fn contended_cmd() -> impl Strategy<Value = Cmd> {
+    let lock = prop_oneof![Just(0usize), Just(SEM)];
+    let wait = prop_oneof![1 => Just(0u64), 4 => Just(500), 2 => Just(2000)];
+    let weight = prop_oneof![3 => Just(1u32), 2 => Just(2), 1 => Just(3)];
+    let shape = (prop::bool::ANY, weight).prop_map(|(shared, weight)| Shape { shared, weight, odd: false });
+    let acquire = (lease(), lock.clone(), wait, shape).prop_map(|(lease, lock, wait, shape)| Cmd::Acquire {
+        lease,
+        lock,
+        wait,
+        delay: 0,
+        shape,
+    });
+    prop_oneof![
+        1 => Just(Cmd::Grant { ttl: 1000 }),
+        3 => lease().prop_map(|lease| Cmd::Keep { lease }),
+        8 => acquire,
+        4 => lock.clone().prop_map(|lock| Cmd::ReleaseHeld { lock }),
+        2 => lock.prop_map(|lock| Cmd::DowngradeHeld { lock }),
+        1 => (0..8usize).prop_map(|pick| Cmd::Cancel { pick }),
+        1 => (0..12usize).prop_map(|pick| Cmd::Retry { pick }),
+    ]
+}
+
+fn contended_op() -> impl Strategy<Value = Op> {
+    let cmds = prop::collection::vec((contended_cmd(), Just(false)), 1..4);
+    prop_oneof![1 => (0..100u64).prop_map(Op::Tick), 6 => (0..50u64, cmds).prop_map(|(j, c)| Op::Batch(j, c))]
+}
+
+/// Run `ops` after a first batch of grants `first`; the first failure.
+fn run_all(first: Vec<(Cmd, bool)>, ops: &[Op]) -> Result<(), TestCaseError> {
+    let mut run = Run::new();
+    let first = Op::Batch(0, first);
+    for (i, op) in std::iter::once(&first).chain(ops).enumerate() {
+        if let Err(msg) = run.op(op) {
+            return Err(TestCaseError::fail(format!("op {i} {op:?}: {msg}")));
+        }
+    }
+    Ok(())
 }
 
 /// One run: the engine, the model, the oracle, and what was issued so far.
@@ -482,12 +532,17 @@ proptest! {
         first in prop::collection::vec(ttl().prop_map(|ttl| (Cmd::Grant { ttl }, false)), 1..4),
         ops in prop::collection::vec(op(), 1..80),
     ) {
-        let mut run = Run::new();
-        let first = Op::Batch(0, first);
-        for (i, op) in std::iter::once(&first).chain(&ops).enumerate() {
-            if let Err(msg) = run.op(op) {
-                return Err(TestCaseError::fail(format!("op {i} {op:?}: {msg}")));
-            }
-        }
+        run_all(first, &ops)?;
+    }
+
+    /// The same checks on runs that contend for one read-write lock and one
+    /// semaphore (INV-15, INV-16: runs of readers granted together, writers
+    /// and large weights holding back those behind them, downgrades).
+    #[test]
+    fn shared_locks_and_semaphores_under_contention_match_the_model(
+        first in prop::collection::vec(Just((Cmd::Grant { ttl: 1000 }, false)), 3..5),
+        ops in prop::collection::vec(contended_op(), 1..60),
+    ) {
+        run_all(first, &ops)?;
     }
 }
