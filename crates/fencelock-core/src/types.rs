@@ -345,8 +345,12 @@ pub struct Grant {
 /// Why a try-acquire did not get the lock.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Busy {
-    /// The current holder, if the lock is held.
+    /// The current holder (the first, when several share it), if the lock is held.
     pub holder: Option<Grant>,
+    /// How many grants hold it (several on a shared lock or a semaphore).
+    /// Absent in replies written before it existed (0).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub holders: u32,
     /// When the lock is closed by lock-delay: milliseconds until it reopens.
     pub reopens_in_ms: Option<u64>,
     /// How many requests are queued.

@@ -100,10 +100,11 @@ impl Engine {
     /// Why a try-acquire of `name` does not get it, at the engine's clock.
     pub(super) fn busy(&self, name: &LockName) -> Busy {
         let Some(lock) = self.locks.get(name) else {
-            return Busy { holder: None, reopens_in_ms: None, waiters: 0 };
+            return Busy { holder: None, holders: 0, reopens_in_ms: None, waiters: 0 };
         };
         Busy {
             holder: lock.holders.first().map(|h| h.grant(name)),
+            holders: count(lock.holders.len()),
             reopens_in_ms: lock.closed.map(|c| c.until.saturating_sub(self.now)),
             waiters: count(lock.queue.len()),
         }

@@ -202,6 +202,7 @@ impl Model {
     fn busy(&self, lock: &str) -> Busy {
         Busy {
             holder: self.holders.iter().find(|h| h.lock == lock).map(|h| grant(lock, h.lease, h.token)),
+            holders: self.holders.iter().filter(|h| h.lock == lock).count() as u32,
             reopens_in_ms: self.closed.iter().find(|c| c.lock == lock).map(|c| c.until - self.now),
             waiters: self.waiters.iter().filter(|w| w.lock == lock).count() as u32,
         }

@@ -79,8 +79,10 @@ pub fn expired(lease: u64) -> Effect {
     Effect::LeaseExpired { lease: l(lease) }
 }
 
+/// A `Busy` of a lock with one holder (or none).
 pub fn busy(holder: Option<Grant>, reopens_in_ms: Option<u64>, waiters: u32) -> Reply {
-    Reply::Busy(Busy { holder, reopens_in_ms, waiters })
+    let holders = u32::from(holder.is_some());
+    Reply::Busy(Busy { holder, holders, reopens_in_ms, waiters })
 }
 
 pub fn out(replies: Vec<Reply>, effects: Vec<Effect>, next: Option<Millis>) -> Output {

@@ -30,6 +30,11 @@ fn down(req: u64, lease: u64, lock: &str, token: u64) -> Command {
     Command::Downgrade { req: r(req), lease: l(lease), lock: lock.to_string(), token: t(token) }
 }
 
+/// A `Busy` of an open lock held by `holders` grants, the first `first`.
+fn busy_of(first: Grant, holders: u32, waiters: u32) -> Reply {
+    Reply::Busy(Busy { holder: Some(first), holders, reopens_in_ms: None, waiters })
+}
+
 /// The tokens of the live holders of `lock` at `now`, in grant order.
 fn holder_tokens(e: &Engine, now: Millis, lock: &str) -> Vec<u64> {
     let info = e.lock_info(now, lock).map(|i| i.holders).unwrap_or_default();
@@ -54,7 +59,7 @@ fn inv15_readers_share_and_each_gets_its_own_token() {
 fn inv15_a_writer_waits_for_every_reader_and_gets_a_higher_token() {
     let mut e = setup(3);
     batch(&mut e, 0, vec![shared(1, 1, "a", 0), shared(2, 2, "a", 0)]);
-    assert_eq!(one(&mut e, 0, acq(3, 3, "a", 0, 0)).0, busy(Some(grant("a", 1, 1)), None, 0));
+    assert_eq!(one(&mut e, 0, acq(3, 3, "a", 0, 0)).0, busy_of(grant("a", 1, 1), 2, 0));
     assert_eq!(one(&mut e, 0, acq(4, 3, "a", 500, 0)).0, Reply::Queued { position: 0 });
     let fx = vec![released(grant("a", 1, 1), 10, ReleaseCause::Released)];
     assert_eq!(one(&mut e, 10, rel(5, 1, "a", 1)), (Reply::Released, fx));
@@ -121,7 +126,7 @@ fn semaphore_weights_are_all_or_nothing_and_fifo_without_barging() {
     assert_eq!(one(&mut e, 10, rel(5, 1, "s", 1)), (Reply::Released, fx));
     let info = e.lock_info(10, "s").unwrap();
     assert_eq!((info.permits, info.holders.iter().map(|h| h.weight).collect::<Vec<_>>()), (3, vec![2, 1]));
-    assert_eq!(one(&mut e, 10, sem(6, 4, "s", 0, 3, 1)).0, busy(Some(grant("s", 2, 2)), None, 0));
+    assert_eq!(one(&mut e, 10, sem(6, 4, "s", 0, 3, 1)).0, busy_of(grant("s", 2, 2), 2, 0));
 }
 
 #[test]
@@ -225,6 +230,9 @@ fn old_entries_and_snapshots_without_mode_weight_or_permits_still_load() {
     let cmd: Command = serde_json::from_str(entry).unwrap();
     assert_eq!(cmd, acq(1, 2, "a", 0, 0));
     assert_eq!(serde_json::to_string(&cmd).unwrap(), entry, "an exclusive acquire is written as before");
+    // A Busy remembered for a retry before it counted holders.
+    let busy: Busy = serde_json::from_str(r#"{"holder":null,"reopens_in_ms":null,"waiters":0}"#).unwrap();
+    assert_eq!(busy.holders, 0);
     // A snapshot of an engine whose holders and waiters predate modes and weights.
     let mut e = setup(2);
     batch(&mut e, 0, vec![acq(1, 1, "a", 0, 0), acq(2, 2, "a", 500, 0)]);
