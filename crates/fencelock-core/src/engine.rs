@@ -24,6 +24,8 @@
 //! - an acquire whose wait timed out gets `Busy` describing the lock *now*;
 //! - a try-acquire that was busy gets the same `Busy` again;
 //! - a keep-alive gets `LeaseKept` again *without* moving the deadline again;
+//! - a downgrade that downgraded gets `Downgraded` again (a `NotHolder` is not
+//!   remembered, as for a release);
 //! - a release that released gets `Released` again (a `NotHolder` is not
 //!   remembered, since a wrong release changes nothing, INV-5: its retry is
 //!   evaluated again, and is `NotHolder` again);
@@ -237,6 +239,9 @@ impl Engine {
             Command::SetValue { req, lease, lock, token, value } => {
                 let s = lock::SetValue { req: *req, lease: *lease, lock, token: *token, value };
                 self.set_value(s, fx)
+            }
+            Command::Downgrade { req, lease, lock, token } => {
+                self.downgrade(lock::Downgrade { req: *req, lease: *lease, lock, token: *token }, fx)
             }
             Command::As { caller, cmd } => self.apply_as(caller, cmd, fx),
             Command::Policy(_) => Reply::Rejected(EngineError::NotAdmin),

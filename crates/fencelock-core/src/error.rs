@@ -33,6 +33,13 @@ pub enum EngineError {
     /// A fencing token of 0 is never issued, so it can never match a grant.
     #[error("invalid token: 0 (tokens start at 1)")]
     InvalidToken,
+    /// The weight is 0, or above the permits asked for (1 when not a semaphore).
+    #[error("invalid weight: {weight} (must be 1 to {max}, the permits asked for, or 1 when not a semaphore)")]
+    InvalidWeight { weight: u32, max: u32 },
+    /// The acquire names a number of permits other than the lock's (0 is a
+    /// read-write lock, not a semaphore).
+    #[error("permits mismatch: the lock has {lock_has} permits, the acquire asked for {asked} (0 = not a semaphore)")]
+    PermitsMismatch { lock_has: u32, asked: u32 },
     /// The lease does not exist: never granted, revoked, or expired.
     #[error("lease {0} not found (never granted, revoked, or expired)")]
     LeaseNotFound(LeaseId),

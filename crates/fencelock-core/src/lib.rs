@@ -1,7 +1,8 @@
 //! `fencelock-core` is the pure lock engine of fencelock.
 //!
-//! It decides who holds what: leases, exclusive locks bound to leases, FIFO wait
-//! queues, fencing tokens, lock-delay and request de-duplication. It does no IO and
+//! It decides who holds what: leases, read-write locks and semaphores bound to
+//! leases, FIFO wait queues, fencing tokens, lock-delay and request
+//! de-duplication. It does no IO and
 //! never reads a clock: every [`Input`] carries `now`, a monotonic instant in
 //! milliseconds on the clock of the node that leads the group. The server feeds it
 //! inputs from its replicated log, so every replica reaches the same state; the
@@ -11,7 +12,21 @@
 //!
 //! Where it sits: `fencelock-server` owns one [`Engine`] inside its Raft state
 //! machine; nothing else mutates it. See `docs/design.md` for the model and the
-//! numbered invariants (INV-n) that the tests cite.
+//! numbered invariants (INV-n) that the tests cite. Those of shared locks and
+//! semaphores:
+//! - INV-15 the holders of a lock fit together: on a read-write lock any number
+//!   of shared holders or one exclusive holder and nobody else; on a semaphore of
+//!   N permits, holders whose weights add up to at most N ([`Acquire::mode`],
+//!   [`Acquire::weight`], [`Acquire::permits`]).
+//! - INV-16 FIFO across modes and weights: a request is granted only when it
+//!   fits (INV-15) and no live request is queued before it, so a queued writer
+//!   holds back later readers and a large semaphore request holds back later
+//!   small ones; nobody barges.
+//!
+//! Every grant, shared or not, gets its own token from the one counter (INV-2),
+//! so a writer's token is above that of every reader granted before it. A
+//! [`Command::Downgrade`] keeps the token. The mode of a semaphore's acquire is
+//! ignored: its holders are counted by weight only (and shown as exclusive).
 
 pub mod b64;
 mod engine;

@@ -154,6 +154,13 @@ pub enum Command {
     Acquire(Acquire),
     /// Compare-and-delete: releases only when (lock, lease, token) is the current grant.
     Release { req: RequestId, lease: LeaseId, lock: String, token: Token },
+    /// Turn the exclusive grant (lock, lease, token) of a read-write lock into a
+    /// shared one, keeping its token; the readers queued at the head of the
+    /// lock's queue may then be granted beside it. [`Reply::NotHolder`] (and
+    /// nothing changes) when that is not a current exclusive grant of a
+    /// read-write lock: a shared grant, a semaphore's, or no grant. There is
+    /// no upgrade (two readers that both upgrade wait for each other forever).
+    Downgrade { req: RequestId, lease: LeaseId, lock: String, token: Token },
     /// Compare-and-set of the value published with a grant: replaces the value
     /// of (lock, lease, token) only when that is the current grant (the holder
     /// keeps its identity, its token and its place); [`Reply::NotHolder`]
@@ -191,7 +198,7 @@ impl Command {
             Command::GrantLease { .. } | Command::Policy(_) => None,
             Command::KeepAlive { lease, .. } | Command::Revoke { lease, .. } => Some(*lease),
             Command::Release { lease, .. } | Command::CancelWait { lease, .. } => Some(*lease),
-            Command::SetValue { lease, .. } => Some(*lease),
+            Command::SetValue { lease, .. } | Command::Downgrade { lease, .. } => Some(*lease),
             Command::Acquire(a) => Some(a.lease),
             Command::As { cmd, .. } => cmd.lease(),
         }
@@ -245,6 +252,49 @@ pub struct Acquire {
     /// standard base64 in JSON (log entries, snapshots).
     #[serde(default, skip_serializing_if = "Vec::is_empty", with = "crate::b64")]
     pub value: Vec<u8>,
+    /// [`Mode::Exclusive`] (the default) or [`Mode::Shared`] (a reader of a
+    /// read-write lock). Ignored by a semaphore (`permits > 0`), whose holders
+    /// are counted by weight only. Absent in entries written before it existed.
+    #[serde(default, skip_serializing_if = "Mode::is_exclusive")]
+    pub mode: Mode,
+    /// How many permits of a semaphore this acquire takes at once, all or
+    /// nothing: 1 to `permits` (1 when the lock is not a semaphore). Absent
+    /// in entries written before it existed (1).
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    pub weight: u32,
+    /// `N > 0`: the lock is a semaphore of `N` permits (set by the first
+    /// acquirer while the lock has no entry; a later acquire that names
+    /// another `N` is refused, [`EngineError::PermitsMismatch`]). 0 (the
+    /// default, and entries written before it existed): a read-write lock.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub permits: u32,
+}
+
+fn one() -> u32 {
+    1
+}
+
+fn is_one(n: &u32) -> bool {
+    *n == 1
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
+}
+
+/// How a grant of a read-write lock shares it (INV-15): any number of
+/// `Shared` holders, or one `Exclusive` holder and nobody else.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Mode {
+    #[default]
+    Exclusive,
+    Shared,
+}
+
+impl Mode {
+    pub fn is_exclusive(&self) -> bool {
+        *self == Mode::Exclusive
+    }
 }
 
 /// What an acquire says about its requester: [`Acquire::identity`] and
@@ -295,8 +345,12 @@ pub struct Grant {
 /// Why a try-acquire did not get the lock.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Busy {
-    /// The current holder, if the lock is held.
+    /// The current holder (the first, when several share it), if the lock is held.
     pub holder: Option<Grant>,
+    /// How many grants hold it (several on a shared lock or a semaphore).
+    /// Absent in replies written before it existed (0).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub holders: u32,
     /// When the lock is closed by lock-delay: milliseconds until it reopens.
     pub reopens_in_ms: Option<u64>,
     /// How many requests are queued.
@@ -328,6 +382,8 @@ pub enum Reply {
     Released,
     /// Answer to [`Command::SetValue`]: the grant's value is the new one.
     ValueSet,
+    /// Answer to [`Command::Downgrade`]: the grant is shared now.
+    Downgraded,
     /// (lock, lease, token) is not the current grant; nothing changed.
     NotHolder,
     /// Answer to [`Command::CancelWait`]; `released` when a grant was released.
@@ -419,7 +475,14 @@ pub enum Check {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LockInfo {
     pub name: LockName,
+    /// The first of [`LockInfo::holders`].
     pub holder: Option<HolderInfo>,
+    /// Every live holder, in grant order (an exclusive lock has at most one).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub holders: Vec<HolderInfo>,
+    /// A semaphore's permits (0: a read-write lock).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub permits: u32,
     /// Milliseconds until a lock-delay reopens the lock.
     pub reopens_in_ms: Option<u64>,
     /// Queued requests, first in line first.
@@ -438,6 +501,12 @@ pub struct HolderInfo {
     /// Milliseconds until the holder's lease expires unless kept alive.
     pub ttl_left_ms: u64,
     pub lock_delay_ms: u64,
+    /// Exclusive or shared (a semaphore's holders are exclusive).
+    #[serde(default, skip_serializing_if = "Mode::is_exclusive")]
+    pub mode: Mode,
+    /// Permits of a semaphore it holds (1 otherwise).
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    pub weight: u32,
     /// The identity its acquire carried ("" when none, see [`Acquire::identity`]).
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub identity: String,

@@ -1,6 +1,6 @@
 //! Stateless validation of commands: the rules a command must meet whatever the
 //! engine's state (request id, lock name, TTL, wait, lock-delay, token, holder
-//! identity and value, a new value).
+//! identity and value, weight against permits, a new value).
 //!
 //! Where it sits: the one place these rules live. The engine applies them first to
 //! every command it is given (an invalid command is rejected and leaves no trace,
@@ -19,7 +19,9 @@ impl Command {
             Command::GrantLease { req, ttl_ms, .. } => check_req(*req).and(check_ttl(*ttl_ms)),
             Command::KeepAlive { req, .. } | Command::Revoke { req, .. } => check_req(*req),
             Command::Acquire(a) => a.validate(),
-            Command::Release { req, lock, token, .. } => check_release(*req, lock, *token).map(drop),
+            Command::Release { req, lock, token, .. } | Command::Downgrade { req, lock, token, .. } => {
+                check_release(*req, lock, *token).map(drop)
+            }
             Command::CancelWait { req, lock, .. } => check_cancel(*req, lock).map(drop),
             Command::SetValue { req, lock, token, value, .. } => check_set_value(*req, lock, *token, value).map(drop),
             Command::As { caller, cmd } => check_caller(caller, cmd).and_then(|()| cmd.validate()),
@@ -65,8 +67,8 @@ pub(crate) fn check_ttl(ttl_ms: u64) -> Result<(), EngineError> {
     Err(EngineError::InvalidTtl { got_ms: ttl_ms, min_ms: MIN_TTL_MS, max_ms: MAX_TTL_MS })
 }
 
-/// An acquire's request id, name, wait, lock-delay, identity and value, in this
-/// order; the name.
+/// An acquire's request id, name, wait, lock-delay, identity, value and weight,
+/// in this order; the name.
 pub(crate) fn check_acquire(a: &Acquire) -> Result<LockName, EngineError> {
     check_req(a.req)?;
     let name = LockName::new(a.lock.as_str())?;
@@ -78,7 +80,19 @@ pub(crate) fn check_acquire(a: &Acquire) -> Result<LockName, EngineError> {
     }
     check_identity(&a.identity)?;
     check_value(&a.value)?;
+    check_weight(a.weight, a.permits)?;
     Ok(name)
+}
+
+/// A weight is 1 to the permits asked for (1 when not a semaphore): an
+/// acquire of more permits than the semaphore has could never be granted.
+pub(crate) fn check_weight(weight: u32, permits: u32) -> Result<(), EngineError> {
+    let max = permits.max(1);
+    match weight {
+        0 => Err(EngineError::InvalidWeight { weight, max }),
+        w if w > max => Err(EngineError::InvalidWeight { weight, max }),
+        _ => Ok(()),
+    }
 }
 
 /// A release's request id, name and token, in this order; the name.

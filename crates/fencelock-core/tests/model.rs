@@ -1,15 +1,20 @@
 //! Property test: the engine against a naive reference model, through the public
 //! API only.
 //!
-//! Random runs of a few leases and three lock names (plus an invalid one): random
-//! commands (invalid ones included), time jumps of 0 to 3 TTLs, occasional
-//! `LeaderStart` on another clock, snapshot round trips, and retries of earlier
+//! Random runs of a few leases and four lock names (plus an invalid one), one
+//! of them kept for a semaphore of [`SEM_PERMITS`]: random commands (invalid
+//! ones included; shared, weighted and exclusive acquires, now and then one that
+//! names the wrong number of permits; downgrades), time jumps of 0 to 3 TTLs,
+//! occasional `LeaderStart` on another clock, snapshot round trips, and retries of earlier
 //! requests with the same request id. After every input:
 //! - the engine's output equals the model's exactly (replies, effects, next
 //!   deadline), and so do `stats`, `check`, `lock_info` and `lease_info`, at the
 //!   engine's clock and ahead of it;
 //! - an output-only oracle checks the invariants (ids as in `docs/design.md`):
-//!   INV-1 at most one live holder per exclusive lock;
+//!   INV-1 at most one live holder per exclusive grant;
+//!   INV-15 never more than N permits of a semaphore, never a writer beside
+//!   anyone;
+//!   INV-16 nobody is granted at once while someone is queued;
 //!   INV-2 tokens strictly increase across all grants, never 0;
 //!   INV-3 grants follow queue order among live waiters;
 //!   INV-4 no grant to an expired or revoked lease;
@@ -20,7 +25,12 @@
 //! - a batch gives the same output as its commands applied one by one;
 //! - `step` never panics (a panic fails the test).
 //!
-//! Cases: 1024 by default; set `PROPTEST_CASES` for more.
+//! A second property runs the same checks on contended runs of one read-write
+//! lock and one semaphore (mostly waiting acquires, releases and downgrades by
+//! the holders), where runs of readers and of small weights are granted
+//! together, which the broad runs reach only rarely.
+//!
+//! Cases: 1024 per property by default; set `PROPTEST_CASES` for more.
 
 #[path = "model/oracle.rs"]
 mod oracle;
@@ -33,8 +43,15 @@ use proptest::prelude::*;
 use oracle::Oracle;
 use reference::Model;
 
-/// Lock names: three valid ones and one that is always rejected.
-const LOCKS: [&str; 4] = ["a", "b", "c", "bad\u{7}"];
+/// Lock names: three for read-write locks, one for a semaphore ([`SEM`]), and
+/// one that is always rejected.
+const LOCKS: [&str; 5] = ["a", "b", "c", "s", "bad\u{7}"];
+
+/// The index in [`LOCKS`] of the semaphore's name.
+const SEM: usize = 3;
+
+/// The permits the semaphore's acquires name (an odd one names one fewer).
+const SEM_PERMITS: u32 = 3;
 
 /// Which lease a command names.
 #[derive(Clone, Copy, Debug)]
@@ -61,6 +78,12 @@ enum Cmd {
         lock: usize,
         wait: u64,
         delay: u64,
+        shape: Shape,
+    },
+    /// A downgrade by the holder of `lock`, with its token, as the oracle
+    /// knows it.
+    DowngradeHeld {
+        lock: usize,
     },
     /// Release by the holder of `lock`, with its token, as the oracle knows it.
     ReleaseHeld {
@@ -92,6 +115,18 @@ enum Cmd {
     Retry {
         pick: usize,
     },
+}
+
+/// How an acquire shares its lock: `shared` (ignored on the semaphore), the
+/// weight (over the permits is refused; above 1 is refused on a read-write
+/// lock), and `odd`: the wrong permit count for the name (the semaphore's
+/// minus one, or the semaphore's on a read-write name, which makes it a
+/// semaphore if it is unused).
+#[derive(Clone, Copy, Debug)]
+struct Shape {
+    shared: bool,
+    weight: u32,
+    odd: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -129,8 +164,19 @@ fn delay() -> impl Strategy<Value = u64> {
     prop_oneof![10 => Just(0u64), 4 => Just(100), 5 => Just(400), 3 => Just(1500), 1 => invalid]
 }
 
+/// Lock picks: mostly "a" and the semaphore, so that requests contend and
+/// queues grow (runs of readers, weights that do not fit).
 fn lock() -> impl Strategy<Value = usize> {
-    prop_oneof![20 => 0..3usize, 1 => Just(3usize)]
+    prop_oneof![8 => Just(0usize), 3 => Just(1usize), 2 => Just(2usize), 7 => Just(SEM), 1 => Just(4usize)]
+}
+
+fn shape() -> impl Strategy<Value = Shape> {
+    let weight = prop_oneof![8 => Just(1u32), 3 => Just(2), 2 => Just(3), 1 => Just(0), 1 => Just(4)];
+    (prop::bool::weighted(0.5), weight, prop::bool::weighted(0.05)).prop_map(|(shared, weight, odd)| Shape {
+        shared,
+        weight,
+        odd,
+    })
 }
 
 /// Value lengths: mostly small, sometimes empty or one byte over the limit.
@@ -147,8 +193,9 @@ fn cmd() -> impl Strategy<Value = Cmd> {
         3 => ttl().prop_map(|ttl| Cmd::Grant { ttl }),
         5 => lease().prop_map(|lease| Cmd::Keep { lease }),
         1 => lease().prop_map(|lease| Cmd::Revoke { lease }),
-        8 => (lease(), lock(), wait(), delay())
-            .prop_map(|(lease, lock, wait, delay)| Cmd::Acquire { lease, lock, wait, delay }),
+        10 => (lease(), lock(), wait(), delay(), shape())
+            .prop_map(|(lease, lock, wait, delay, shape)| Cmd::Acquire { lease, lock, wait, delay, shape }),
+        2 => lock().prop_map(|lock| Cmd::DowngradeHeld { lock }),
         4 => lock().prop_map(|lock| Cmd::ReleaseHeld { lock }),
         1 => (lease(), lock(), 0..8u64).prop_map(|(lease, lock, token)| Cmd::Release { lease, lock, token }),
         2 => (lock(), value_len()).prop_map(|(lock, len)| Cmd::SetValueHeld { lock, len }),
@@ -166,6 +213,49 @@ fn op() -> impl Strategy<Value = Op> {
         10 => (jump(), cmds).prop_map(|(j, c)| Op::Batch(j, c)),
         1 => Just(Op::Snapshot),
     ]
+}
+
+/// Commands of the contended runs: valid acquires of "a" and the semaphore,
+/// mostly waiting, with releases and downgrades by their holders, so that
+/// queues of readers, writers and weights form and drain.
+fn contended_cmd() -> impl Strategy<Value = Cmd> {
+    let lock = prop_oneof![Just(0usize), Just(SEM)];
+    let wait = prop_oneof![1 => Just(0u64), 4 => Just(500), 2 => Just(2000)];
+    let weight = prop_oneof![3 => Just(1u32), 2 => Just(2), 1 => Just(3)];
+    let shape = (prop::bool::ANY, weight).prop_map(|(shared, weight)| Shape { shared, weight, odd: false });
+    let acquire = (lease(), lock.clone(), wait, shape).prop_map(|(lease, lock, wait, shape)| Cmd::Acquire {
+        lease,
+        lock,
+        wait,
+        delay: 0,
+        shape,
+    });
+    prop_oneof![
+        1 => Just(Cmd::Grant { ttl: 1000 }),
+        3 => lease().prop_map(|lease| Cmd::Keep { lease }),
+        8 => acquire,
+        4 => lock.clone().prop_map(|lock| Cmd::ReleaseHeld { lock }),
+        2 => lock.prop_map(|lock| Cmd::DowngradeHeld { lock }),
+        1 => (0..8usize).prop_map(|pick| Cmd::Cancel { pick }),
+        1 => (0..12usize).prop_map(|pick| Cmd::Retry { pick }),
+    ]
+}
+
+fn contended_op() -> impl Strategy<Value = Op> {
+    let cmds = prop::collection::vec((contended_cmd(), Just(false)), 1..4);
+    prop_oneof![1 => (0..100u64).prop_map(Op::Tick), 6 => (0..50u64, cmds).prop_map(|(j, c)| Op::Batch(j, c))]
+}
+
+/// Run `ops` after a first batch of grants `first`; the first failure.
+fn run_all(first: Vec<(Cmd, bool)>, ops: &[Op]) -> Result<(), TestCaseError> {
+    let mut run = Run::new();
+    let first = Op::Batch(0, first);
+    for (i, op) in std::iter::once(&first).chain(ops).enumerate() {
+        if let Err(msg) = run.op(op) {
+            return Err(TestCaseError::fail(format!("op {i} {op:?}: {msg}")));
+        }
+    }
+    Ok(())
 }
 
 /// One run: the engine, the model, the oracle, and what was issued so far.
@@ -231,11 +321,11 @@ impl Run {
         (!tail.is_empty()).then(|| tail[n % tail.len()].clone())
     }
 
-    /// The holder of lock `lock` with its token, as the oracle knows it; else
-    /// any holder; else a guess.
+    /// The first holder of lock `lock` with its token, as the oracle knows it;
+    /// else any holder; else a guess.
     fn held(&self, lock: usize) -> (String, LeaseId, Token) {
         let lock = LOCKS[lock].to_string();
-        let held: Vec<_> = self.oracle.holders().map(|(name, h)| (name.to_string(), *h)).collect();
+        let held: Vec<_> = self.oracle.holders().map(|(name, h)| (name.to_string(), h)).collect();
         let this = held.iter().find(|(name, _)| *name == lock).or(held.first()).cloned();
         let (lock, (lease, token)) = this.unwrap_or((lock, (LeaseId(1), Token(1))));
         (lock, lease, token)
@@ -248,15 +338,20 @@ impl Run {
             Cmd::Grant { ttl } => Command::GrantLease { req, ttl_ms: *ttl, id: None },
             Cmd::Keep { lease } => Command::KeepAlive { req, lease: self.lease(*lease) },
             Cmd::Revoke { lease } => Command::Revoke { req, lease: self.lease(*lease) },
-            Cmd::Acquire { lease, lock, wait, delay } => {
-                let (lease, lock) = (self.lease(*lease), LOCKS[*lock].to_string());
+            Cmd::Acquire { lease, lock: pick, wait, delay, shape } => {
+                let (lease, lock) = (self.lease(*lease), LOCKS[*pick].to_string());
                 self.acquires.push((req, lease, lock.clone()));
                 // Every acquire names its lease as identity, so the oracle can
                 // check that identities follow waiters into grants.
                 let identity = reference::identity_of(lease.0);
-                let acq =
-                    Acquire { req, lease, lock, wait_ms: *wait, lock_delay_ms: *delay, identity, value: Vec::new() };
+                let (wait_ms, lock_delay_ms, value) = (*wait, *delay, Vec::new());
+                let (mode, weight, permits) = shaped(*pick, *shape);
+                let acq = Acquire { req, lease, lock, wait_ms, lock_delay_ms, identity, value, mode, weight, permits };
                 Command::Acquire(acq)
+            }
+            Cmd::DowngradeHeld { lock } => {
+                let (lock, lease, token) = self.held(*lock);
+                Command::Downgrade { req, lease, lock, token }
             }
             Cmd::ReleaseHeld { lock } => {
                 let (lock, lease, token) = self.held(*lock);
@@ -376,7 +471,7 @@ impl Run {
             return Err(format!("stats: engine {:?} model {:?}", e.stats(), m.stats()));
         }
         for at in [now, now + 150] {
-            for lock in &LOCKS[..3] {
+            for lock in &LOCKS[..4] {
                 if e.lock_info(at, lock) != m.lock_info(at, lock) {
                     return Err(format!(
                         "lock_info({at}, {lock}): {:?} vs {:?}",
@@ -397,11 +492,23 @@ impl Run {
             }
         }
         for (lock, (_, token)) in self.oracle.holders() {
-            if e.check(now, lock.as_str(), *token) != Check::Current {
+            if e.check(now, lock.as_str(), token) != Check::Current {
                 return Err(format!("INV-1/INV-4: oracle holder {lock}/{token} is not current"));
             }
         }
         Ok(())
+    }
+}
+
+/// The mode, weight and permits of an acquire of `LOCKS[pick]` shaped `s`.
+fn shaped(pick: usize, s: Shape) -> (Mode, u32, u32) {
+    let mode = if s.shared { Mode::Shared } else { Mode::Exclusive };
+    match (pick == SEM, s.odd) {
+        (true, false) => (mode, s.weight, SEM_PERMITS),
+        (true, true) => (mode, s.weight, SEM_PERMITS - 1),
+        (false, true) => (mode, s.weight, SEM_PERMITS),
+        // A read-write lock: weight 1, or 2 (refused) when 0 or 4 was drawn.
+        (false, false) => (mode, if matches!(s.weight, 0 | 4) { 2 } else { 1 }, 0),
     }
 }
 
@@ -425,12 +532,17 @@ proptest! {
         first in prop::collection::vec(ttl().prop_map(|ttl| (Cmd::Grant { ttl }, false)), 1..4),
         ops in prop::collection::vec(op(), 1..80),
     ) {
-        let mut run = Run::new();
-        let first = Op::Batch(0, first);
-        for (i, op) in std::iter::once(&first).chain(&ops).enumerate() {
-            if let Err(msg) = run.op(op) {
-                return Err(TestCaseError::fail(format!("op {i} {op:?}: {msg}")));
-            }
-        }
+        run_all(first, &ops)?;
+    }
+
+    /// The same checks on runs that contend for one read-write lock and one
+    /// semaphore (INV-15, INV-16: runs of readers granted together, writers
+    /// and large weights holding back those behind them, downgrades).
+    #[test]
+    fn shared_locks_and_semaphores_under_contention_match_the_model(
+        first in prop::collection::vec(Just((Cmd::Grant { ttl: 1000 }, false)), 3..5),
+        ops in prop::collection::vec(contended_op(), 1..60),
+    ) {
+        run_all(first, &ops)?;
     }
 }

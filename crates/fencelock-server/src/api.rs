@@ -152,6 +152,9 @@ impl Ops {
             lock_delay_ms: r.lock_delay_ms,
             identity: r.identity,
             value: r.value,
+            mode: fencelock_core::Mode::Exclusive,
+            weight: 1,
+            permits: 0,
         };
         let outcome = match self.driver.acquire(acq, who.caller()).await.map_err(driver_status)? {
             AcquireOutcome::Acquired { grant, waited_ms } => Outcome::Acquired(acquired(grant, waited_ms)),
@@ -263,8 +266,14 @@ impl Ops {
         self.linearizable().await?;
         let now = self.clock.now();
         let (info, next) = self.read(|e| (e.lock_info(now, name.as_str()), self.hub.next()))?;
-        let info =
-            info.unwrap_or_else(|| LockInfo { name: name.clone(), holder: None, reopens_in_ms: None, waiters: vec![] });
+        let info = info.unwrap_or_else(|| LockInfo {
+            name: name.clone(),
+            holder: None,
+            holders: vec![],
+            permits: 0,
+            reopens_in_ms: None,
+            waiters: vec![],
+        });
         Ok((info, next))
     }
 

@@ -238,6 +238,9 @@ mod tests {
                 lock_delay_ms: 0,
                 identity: String::new(),
                 value: Vec::new(),
+                mode: fencelock_core::Mode::Exclusive,
+                weight: 1,
+                permits: 0,
             };
             cmds.push(by(name, Command::Acquire(acq)));
         }

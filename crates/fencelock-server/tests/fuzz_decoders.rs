@@ -230,6 +230,9 @@ fn commands() -> Vec<Command> {
             lock_delay_ms: 50,
             identity: String::new(),
             value: Vec::new(),
+            mode: fencelock_core::Mode::Exclusive,
+            weight: 1,
+            permits: 0,
         })
     };
     vec![
@@ -244,6 +247,9 @@ fn commands() -> Vec<Command> {
             lock_delay_ms: 0,
             identity: "host-b:42".into(),
             value: b"10.0.0.2:7000".to_vec(),
+            mode: fencelock_core::Mode::Exclusive,
+            weight: 1,
+            permits: 0,
         }),
         Command::KeepAlive { req: RequestId(5), lease: LeaseId(1) },
         Command::Release { req: RequestId(6), lease: LeaseId(1), lock: "a".into(), token: Token(1) },

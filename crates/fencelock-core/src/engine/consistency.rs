@@ -15,7 +15,7 @@ impl Engine {
     /// Checks that the state is one the engine itself could have reached: valid
     /// names and TTLs, tokens below their counter, lease ids not 0 (they may be
     /// above the counter: a server proposes random ones), at most one holder
-    /// per exclusive lock, every hold and wait recorded on both its lease and
+    /// per exclusive grant and no more permits than a semaphore has (INV-15), every hold and wait recorded on both its lease and
     /// its lock, and the owner index matching the leases' owners. Says what is
     /// wrong with the first breach found.
     pub fn check_consistency(&self) -> Result<(), String> {
@@ -74,8 +74,8 @@ impl Engine {
     fn check_locks(&self) -> Result<(), String> {
         for (name, lock) in &self.locks {
             check_name(name)?;
-            if lock.holders.len() > lock.kind.capacity() {
-                return Err(format!("lock {name:?} has {} holders", lock.holders.len()));
+            if !lock.holders_fit() {
+                return Err(format!("lock {name:?} has {} holders that do not fit together", lock.holders.len()));
             }
             for h in &lock.holders {
                 if h.token.0 == 0 || h.token.0 >= self.next_token {

@@ -1,8 +1,16 @@
-//! Lock commands and lock transitions: `Acquire`, `Release`, `SetValue`, `CancelWait`, the
-//! grant to the next waiter, wait timeouts, lock-delay and reopening.
+//! Lock commands and lock transitions: `Acquire`, `Release`, `SetValue`, `Downgrade`,
+//! `CancelWait`, the grants to the next waiters, wait timeouts, lock-delay and
+//! reopening.
+//!
+//! One rule admits every grant, for read-write locks and semaphores alike: the
+//! request fits beside the current holders ([`super::state::Lock::admits`],
+//! INV-15) and nobody live is queued before it (INV-3, INV-16). So a queued
+//! writer holds back the readers behind it, a semaphore's large request holds
+//! back the smaller ones behind it, and whenever a grant or a wait ends the queue
+//! is granted from its head for as long as the head fits.
 
 use super::{
-    state::{Closed, Holder, Outcome, Waiter},
+    state::{Closed, Holder, Lock, LockKind, Outcome, Share, Waiter},
     Effects, Engine, TimerKind,
 };
 use crate::validate::{check_acquire, check_cancel, check_release, check_set_value};
@@ -15,6 +23,14 @@ pub(super) struct SetValue<'a> {
     pub lock: &'a str,
     pub token: Token,
     pub value: &'a [u8],
+}
+
+/// The arguments of [`Command::Downgrade`], borrowed.
+pub(super) struct Downgrade<'a> {
+    pub req: RequestId,
+    pub lease: LeaseId,
+    pub lock: &'a str,
+    pub token: Token,
 }
 
 /// Saturating conversion for counts and positions on the wire.
@@ -31,18 +47,36 @@ impl Engine {
         if let Some(reply) = self.acquire_retry(a.lease, a.req) {
             return reply;
         }
-        if self.can_grant_now(&name) {
-            return self.grant_now(&name, a, fx);
+        let kind = match self.check_permits(&name, a.permits) {
+            Ok(kind) => kind,
+            Err(e) => return Reply::Rejected(e),
+        };
+        let share = Share::of(a, kind);
+        if self.can_grant_now(&name, share) {
+            self.locks.entry(name.clone()).or_insert_with(|| Lock::of_kind(kind));
+            return self.grant_now(&name, share, a, fx);
         }
         if a.wait_ms == 0 {
             let reply = Reply::Busy(self.busy(&name));
             self.record(a.lease, a.req, Outcome::Replied(reply.clone()));
             return reply;
         }
-        self.enqueue(name, a)
+        self.enqueue(name, share, a)
     }
 
-    /// Validation, in this order: request id, name, wait, lock-delay, lease.
+    /// The kind of `name` (the one `permits` makes when it has no entry), if
+    /// `permits` names it.
+    fn check_permits(&self, name: &LockName, permits: u32) -> Result<LockKind, EngineError> {
+        let kind = self.locks.get(name).map_or(LockKind::of_permits(permits), |l| l.kind);
+        match kind.permits() == permits {
+            true => Ok(kind),
+            false => Err(EngineError::PermitsMismatch { lock_has: kind.permits(), asked: permits }),
+        }
+    }
+
+    /// Validation, in this order: request id, name, wait, lock-delay, identity,
+    /// value, weight, lease. (The permits are checked after a retry is answered:
+    /// they depend on the lock.)
     fn check_acquire(&self, a: &Acquire) -> Result<LockName, EngineError> {
         let name = check_acquire(a)?;
         self.check_lease(a.lease)?;
@@ -65,24 +99,25 @@ impl Engine {
         self.recorded_reply(lease, req)
     }
 
-    /// Free, open and nobody queued.
-    fn can_grant_now(&self, name: &LockName) -> bool {
-        self.locks.get(name).is_none_or(|l| l.has_room() && l.queue.is_empty())
+    /// Nobody queued, and `share` fits beside the holders of the open lock.
+    fn can_grant_now(&self, name: &LockName, share: Share) -> bool {
+        self.locks.get(name).is_none_or(|l| l.queue.is_empty() && l.admits(share.mode, share.weight))
     }
 
-    fn grant_now(&mut self, name: &LockName, a: &Acquire, fx: &mut Effects) -> Reply {
+    fn grant_now(&mut self, name: &LockName, share: Share, a: &Acquire, fx: &mut Effects) -> Reply {
         let tag = Tag::of(a);
-        let grant = self.install_holder(name, a.lease, a.req, a.lock_delay_ms, tag.clone());
+        let grant = self.install_holder(name, a.lease, a.req, a.lock_delay_ms, tag.clone(), share);
         let reply = Reply::Acquired(grant.clone());
         self.record(a.lease, a.req, Outcome::Replied(reply.clone()));
         fx.push(Effect::Granted { grant, req: a.req, queued: false, waited_ms: 0, tag });
         reply
     }
 
-    fn enqueue(&mut self, name: LockName, a: &Acquire) -> Reply {
+    fn enqueue(&mut self, name: LockName, share: Share, a: &Acquire) -> Reply {
         let deadline = self.now.saturating_add(a.wait_ms);
         let (lease, req, lock_delay_ms, tag) = (a.lease, a.req, a.lock_delay_ms, Tag::of(a));
-        let waiter = Waiter { lease, req, queued_at: self.now, deadline, lock_delay_ms, tag };
+        let (mode, weight) = (share.mode, share.weight);
+        let waiter = Waiter { lease, req, queued_at: self.now, deadline, lock_delay_ms, tag, mode, weight };
         let lock = self.locks.entry(name.clone()).or_default();
         let position = count(lock.queue.len());
         lock.queue.push_back(waiter);
@@ -93,8 +128,8 @@ impl Engine {
         Reply::Queued { position }
     }
 
-    /// Issue the next token (INV-2) and make `lease` a holder of `name`, with the
-    /// identity and value of its acquire.
+    /// Issue the next token (INV-2) and make `lease` a holder of `name` (an
+    /// entry that exists), with the identity, value and share of its acquire.
     fn install_holder(
         &mut self,
         name: &LockName,
@@ -102,11 +137,13 @@ impl Engine {
         req: RequestId,
         delay: u64,
         tag: Option<Box<Tag>>,
+        share: Share,
     ) -> Grant {
         let token = Token(self.next_token);
         self.next_token = self.next_token.saturating_add(1);
         self.tokens_issued = self.tokens_issued.saturating_add(1);
-        let holder = Holder { lease, req, token, granted_at: self.now, lock_delay_ms: delay, tag };
+        let (granted_at, mode, weight) = (self.now, share.mode, share.weight);
+        let holder = Holder { lease, req, token, granted_at, lock_delay_ms: delay, tag, mode, weight };
         let grant = holder.grant(name);
         self.locks.entry(name.clone()).or_default().holders.push(holder);
         if let Some(l) = self.leases.get_mut(&lease) {
@@ -164,6 +201,36 @@ impl Engine {
         fx.push(Effect::ValueChanged { grant: holder.grant(&name), tag: holder.tag.clone() });
         self.record(s.lease, s.req, Outcome::Replied(Reply::ValueSet));
         Reply::ValueSet
+    }
+
+    /// [`Command::Downgrade`]: checked as a release is; a wrong one changes
+    /// nothing and is not remembered (INV-5). The readers at the head of the
+    /// queue are then granted beside the downgraded holder.
+    pub(super) fn downgrade(&mut self, d: Downgrade<'_>, fx: &mut Effects) -> Reply {
+        let name = match check_release(d.req, d.lock, d.token) {
+            Ok(name) => name,
+            Err(e) => return Reply::Rejected(e),
+        };
+        if !self.leases.contains_key(&d.lease) {
+            return Reply::NotHolder;
+        }
+        if let Some(reply) = self.recorded_reply(d.lease, d.req) {
+            return reply;
+        }
+        let Some(holder) = self.exclusive_holder_mut(&name, d.lease, d.token) else {
+            return Reply::NotHolder;
+        };
+        holder.mode = Mode::Shared;
+        self.record(d.lease, d.req, Outcome::Replied(Reply::Downgraded));
+        self.grant_next(&name, fx);
+        Reply::Downgraded
+    }
+
+    /// The exclusive grant `(name, lease, token)` of a read-write lock.
+    fn exclusive_holder_mut(&mut self, name: &LockName, lease: LeaseId, token: Token) -> Option<&mut Holder> {
+        let lock = self.locks.get_mut(name).filter(|l| l.kind == LockKind::Exclusive)?;
+        let i = lock.holder(lease, token)?;
+        lock.holders.get_mut(i).filter(|h| h.mode == Mode::Exclusive)
     }
 
     pub(super) fn cancel_wait(&mut self, req: RequestId, lease: LeaseId, lock: &str, fx: &mut Effects) -> Reply {
@@ -237,6 +304,8 @@ impl Engine {
         };
         self.timers.remove(w.deadline, TimerKind::WaitEnd(lease, req));
         fx.push(Effect::WaitEnded { lock: name.clone(), lease, req, why });
+        // It may have held back the waiters behind it (INV-16).
+        self.grant_next(name, fx);
         self.drop_if_unused(name);
     }
 
@@ -249,12 +318,22 @@ impl Engine {
         self.record(lease, req, Outcome::TimedOut(name));
     }
 
+    /// Close `name` for `delay_ms` from now, unless it is closed until later
+    /// already (several holders of a shared lock or a semaphore may expire one
+    /// after another: the lock reopens when the last of their delays ends).
     fn close(&mut self, name: &LockName, delay_ms: u64) {
         let until = self.now.saturating_add(delay_ms);
-        if let Some(lock) = self.locks.get_mut(name) {
-            lock.closed = Some(Closed { until, delay_ms });
-            self.timers.insert(until, TimerKind::Reopen(name.clone()));
+        let Some(lock) = self.locks.get_mut(name) else {
+            return;
+        };
+        if let Some(old) = lock.closed {
+            if old.until >= until {
+                return;
+            }
+            self.timers.remove(old.until, TimerKind::Reopen(name.clone()));
         }
+        lock.closed = Some(Closed { until, delay_ms });
+        self.timers.insert(until, TimerKind::Reopen(name.clone()));
     }
 
     /// The lock-delay timer of `name` fired.
@@ -266,16 +345,19 @@ impl Engine {
         self.drop_if_unused(name);
     }
 
-    /// Grant `name` to its first live waiters (FIFO, INV-3) while it has room.
-    /// Waiters whose lease is not live are skipped, never granted (INV-4); their
-    /// lease's expiry removes them.
+    /// Grant `name` to its first live waiters (FIFO, INV-3, INV-16) while the
+    /// first one fits beside the holders (INV-15): a run of readers at the
+    /// head is granted together, up to the first writer. Waiters whose lease is
+    /// not live are skipped, never granted (INV-4); their lease's expiry
+    /// removes them.
     fn grant_next(&mut self, name: &LockName, fx: &mut Effects) {
         while let Some(w) = self.take_next_live_waiter(name) {
             self.timers.remove(w.deadline, TimerKind::WaitEnd(w.lease, w.req));
             if let Some(l) = self.leases.get_mut(&w.lease) {
                 l.waits.remove(&w.req);
             }
-            let grant = self.install_holder(name, w.lease, w.req, w.lock_delay_ms, w.tag.clone());
+            let share = Share { mode: w.mode, weight: w.weight };
+            let grant = self.install_holder(name, w.lease, w.req, w.lock_delay_ms, w.tag.clone(), share);
             self.record(w.lease, w.req, Outcome::Replied(Reply::Acquired(grant.clone())));
             let waited_ms = self.now.saturating_sub(w.queued_at);
             fx.push(Effect::Granted { grant, req: w.req, queued: true, waited_ms, tag: w.tag });
@@ -283,11 +365,12 @@ impl Engine {
     }
 
     /// The first waiter whose lease is live (with the dead-waiter mutant, see
-    /// `crate::mutants`: the first waiter).
+    /// `crate::mutants`: the first waiter), if it fits beside the holders.
     fn take_next_live_waiter(&mut self, name: &LockName) -> Option<Waiter> {
-        let lock = self.locks.get(name).filter(|l| l.has_room())?;
+        let lock = self.locks.get(name)?;
         let mutant = super::dead_waiter_mutant();
         let i = lock.queue.iter().position(|w| mutant || self.is_live(w.lease))?;
+        lock.queue.get(i).filter(|w| lock.admits(w.mode, w.weight))?;
         self.locks.get_mut(name)?.queue.remove(i)
     }
 

@@ -24,6 +24,9 @@ fn acq(req: u64, lease: u64, lock: &str, wait_ms: u64) -> Command {
         lock_delay_ms: 0,
         identity: String::new(),
         value: Vec::new(),
+        mode: Mode::Exclusive,
+        weight: 1,
+        permits: 0,
     })
 }
 
@@ -90,7 +93,7 @@ fn inv4_broken_by_dead_waiter_mutant_a_release_grants_an_expired_waiter() {
     batch(&mut e, 10_000, vec![]);
     e.step(&Input::leader_start(20_000));
     let o = batch(&mut e, 20_000, vec![lease(103, 5000), acq(4, 3, "a", 0)]);
-    let busy = Busy { holder: Some(grant("a", 2, 2)), reopens_in_ms: None, waiters: 0 };
+    let busy = Busy { holder: Some(grant("a", 2, 2)), holders: 1, reopens_in_ms: None, waiters: 0 };
     assert_eq!(o.replies[1], Reply::Busy(busy));
     assert_eq!(e.stats().held_locks, 1);
     assert_eq!(e.lock_info(20_000, "a").map(|i| i.holder), Some(None), "a dead holder is not shown as live");

@@ -16,14 +16,16 @@ use super::{
 use crate::*;
 
 impl Engine {
-    /// Is `token` the current live grant of `lock` at `now`? (Chubby's
-    /// CheckSequencer.)
+    /// Is `token` a current live grant of `lock` at `now`? (Chubby's
+    /// CheckSequencer.) A shared lock or a semaphore has several; `Stale`
+    /// names the first of them.
     pub fn check(&self, now: Millis, lock: &str, token: Token) -> Check {
-        let current = self.locks.get(lock).and_then(|l| self.live_holder(now, l));
-        match current {
-            Some(h) if h.token == token => Check::Current,
-            _ => Check::Stale { current: current.map(|h| h.token) },
+        let Some(l) = self.locks.get(lock) else { return Check::Stale { current: None } };
+        let mut live = self.live_holders(now, l);
+        if live.clone().any(|h| h.token == token) {
+            return Check::Current;
         }
+        Check::Stale { current: live.next().map(|h| h.token) }
     }
 
     /// Whether the acquire `(lease, req)` waits in a queue now (cheap: no
@@ -98,10 +100,11 @@ impl Engine {
     /// Why a try-acquire of `name` does not get it, at the engine's clock.
     pub(super) fn busy(&self, name: &LockName) -> Busy {
         let Some(lock) = self.locks.get(name) else {
-            return Busy { holder: None, reopens_in_ms: None, waiters: 0 };
+            return Busy { holder: None, holders: 0, reopens_in_ms: None, waiters: 0 };
         };
         Busy {
             holder: lock.holders.first().map(|h| h.grant(name)),
+            holders: count(lock.holders.len()),
             reopens_in_ms: lock.closed.map(|c| c.until.saturating_sub(self.now)),
             waiters: count(lock.queue.len()),
         }
@@ -111,15 +114,19 @@ impl Engine {
         self.leases.get(&lease).map(|l| l.deadline)
     }
 
-    fn live_holder<'a>(&self, now: Millis, lock: &'a Lock) -> Option<&'a Holder> {
-        let live = |h: &&Holder| self.lease_deadline(h.lease).is_some_and(|d| d > now);
-        lock.holders.iter().find(live)
+    /// The holders of `lock` whose lease is live at `now`, in grant order.
+    fn live_holders<'a>(&'a self, now: Millis, lock: &'a Lock) -> impl Iterator<Item = &'a Holder> + Clone + 'a {
+        let live = move |h: &&Holder| self.lease_deadline(h.lease).is_some_and(|d| d > now);
+        lock.holders.iter().filter(live)
     }
 
     fn info(&self, now: Millis, name: &LockName, lock: &Lock) -> LockInfo {
+        let holders: Vec<HolderInfo> = self.live_holders(now, lock).map(|h| self.holder_info(now, h)).collect();
         LockInfo {
             name: name.clone(),
-            holder: self.live_holder(now, lock).map(|h| self.holder_info(now, h)),
+            holder: holders.first().cloned(),
+            holders,
+            permits: lock.kind.permits(),
             reopens_in_ms: self.reopens_at(now, lock).filter(|&t| t > now).map(|t| t - now),
             waiters: self.waiter_infos(now, lock),
         }
@@ -143,6 +150,8 @@ impl Engine {
             held_ms: now.saturating_sub(h.granted_at),
             ttl_left_ms: self.lease_deadline(h.lease).unwrap_or(0).saturating_sub(now),
             lock_delay_ms: h.lock_delay_ms,
+            mode: h.mode,
+            weight: h.weight,
             identity: Tag::identity(h.tag.as_deref()).to_owned(),
             value: Tag::value(h.tag.as_deref()).to_vec(),
         }

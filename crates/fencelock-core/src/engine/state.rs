@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, VecDeque};
 
 use serde::{Deserialize, Serialize};
 
-use crate::{Grant, LeaseId, LockName, Millis, Reply, RequestId, Tag, Token, DEDUP_PER_LEASE};
+use crate::{Grant, LeaseId, LockName, Millis, Mode, Reply, RequestId, Tag, Token, DEDUP_PER_LEASE};
 
 /// One lease: a TTL, the instant it ends unless kept alive, and what it holds.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -103,19 +103,33 @@ impl Dedup {
     }
 }
 
-/// How many holders a lock admits at once. Only exclusive locks exist today;
-/// shared locks, semaphores and elections would add variants here (and a mode on
-/// holders and waiters) without reshaping [`Lock`].
+/// What a lock admits at once. A read-write lock (the default, and every lock
+/// of a state written before the others existed) admits many shared holders or
+/// one exclusive holder; a semaphore admits holders whose weights add up to at
+/// most its permits, whatever their mode (INV-15).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) enum LockKind {
     #[default]
     Exclusive,
+    Semaphore {
+        permits: u32,
+    },
 }
 
 impl LockKind {
-    pub fn capacity(self) -> usize {
+    /// The kind an acquire asking for `permits` creates (0: read-write).
+    pub fn of_permits(permits: u32) -> Self {
+        match permits {
+            0 => LockKind::Exclusive,
+            permits => LockKind::Semaphore { permits },
+        }
+    }
+
+    /// The permits an acquire must name to use this lock (0: read-write).
+    pub fn permits(self) -> u32 {
         match self {
-            LockKind::Exclusive => 1,
+            LockKind::Exclusive => 0,
+            LockKind::Semaphore { permits } => permits,
         }
     }
 }
@@ -125,22 +139,51 @@ impl LockKind {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct Lock {
     pub kind: LockKind,
-    /// At most `kind.capacity()` holders (INV-1).
+    /// Holders that fit together (INV-1, INV-15), in grant order.
     pub holders: Vec<Holder>,
-    /// Waiting acquires, first in line first (INV-3).
+    /// Waiting acquires, first in line first (INV-3, INV-16).
     pub queue: VecDeque<Waiter>,
     /// Set after a holder's lease expired with a lock-delay (INV-7).
     pub closed: Option<Closed>,
 }
 
 impl Lock {
+    pub fn of_kind(kind: LockKind) -> Self {
+        Lock { kind, ..Lock::default() }
+    }
+
     pub fn is_unused(&self) -> bool {
         self.holders.is_empty() && self.queue.is_empty() && self.closed.is_none()
     }
 
-    /// Another holder may be admitted (ignoring the queue).
-    pub fn has_room(&self) -> bool {
-        self.closed.is_none() && self.holders.len() < self.kind.capacity()
+    /// Whether a grant of `mode` and `weight` fits beside the current holders
+    /// of this open lock (the one place of INV-15; FIFO is the caller's).
+    pub fn admits(&self, mode: Mode, weight: u32) -> bool {
+        self.closed.is_none() && self.fits(mode, weight)
+    }
+
+    /// A semaphore: the weights fit in its permits; a read-write lock: nobody
+    /// holds it, or every holder and the newcomer share it.
+    fn fits(&self, mode: Mode, weight: u32) -> bool {
+        match self.kind {
+            LockKind::Semaphore { permits } => u64::from(weight) + self.used() <= u64::from(permits),
+            LockKind::Exclusive => {
+                self.holders.is_empty() || (mode == Mode::Shared && self.holders.iter().all(|h| h.mode == Mode::Shared))
+            }
+        }
+    }
+
+    /// Permits in use (the sum of the holders' weights).
+    pub fn used(&self) -> u64 {
+        self.holders.iter().map(|h| u64::from(h.weight)).sum()
+    }
+
+    /// Whether the holders fit together (INV-1, INV-15), for a received snapshot.
+    pub fn holders_fit(&self) -> bool {
+        match self.kind {
+            LockKind::Semaphore { permits } => self.used() <= u64::from(permits),
+            LockKind::Exclusive => self.holders.len() <= 1 || self.holders.iter().all(|h| h.mode == Mode::Shared),
+        }
     }
 
     pub fn holder(&self, lease: LeaseId, token: Token) -> Option<usize> {
@@ -169,6 +212,13 @@ pub(crate) struct Holder {
     /// existed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tag: Option<Box<Tag>>,
+    /// Shared or exclusive (always exclusive on a semaphore); a
+    /// [`crate::Command::Downgrade`] makes it shared.
+    #[serde(default, skip_serializing_if = "Mode::is_exclusive")]
+    pub mode: Mode,
+    /// Permits it holds (1 on a read-write lock).
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    pub weight: u32,
 }
 
 impl Holder {
@@ -189,6 +239,36 @@ pub(crate) struct Waiter {
     /// Identity and value of the acquire, handed to the holder it becomes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tag: Option<Box<Tag>>,
+    /// As the holder it becomes.
+    #[serde(default, skip_serializing_if = "Mode::is_exclusive")]
+    pub mode: Mode,
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    pub weight: u32,
+}
+
+/// What an acquire asks for, as a holder or a waiter keeps it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Share {
+    pub mode: Mode,
+    pub weight: u32,
+}
+
+impl Share {
+    /// What `a` asks for on a lock of `kind`: a semaphore ignores the mode.
+    pub fn of(a: &crate::Acquire, kind: LockKind) -> Self {
+        match kind {
+            LockKind::Exclusive => Share { mode: a.mode, weight: a.weight },
+            LockKind::Semaphore { .. } => Share { mode: Mode::Exclusive, weight: a.weight },
+        }
+    }
+}
+
+fn one() -> u32 {
+    1
+}
+
+fn is_one(n: &u32) -> bool {
+    *n == 1
 }
 
 /// A lock closed by lock-delay: nobody is granted before `until`.

@@ -18,6 +18,9 @@
 //! - INV-9 every invalid input is rejected with an error and changes nothing.
 //! - INV-13 a lease granted by an identity takes commands only from it (and a
 //!   revoke from an admin).
+//! - INV-15 the holders of a lock fit together: many shared holders or one
+//!   exclusive one; at most N permits of a semaphore.
+//! - INV-16 FIFO across modes and weights: nobody is granted past a live waiter.
 
 use super::*;
 
@@ -30,3 +33,4 @@ mod lock_tests;
 mod misc_tests;
 mod owner_tests;
 mod policy_tests;
+mod shared_tests;

@@ -8,10 +8,26 @@ use fencelock_core::*;
 
 type Pair = (LeaseId, RequestId);
 
+/// One grant that holds a lock, as the oracle knows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Held {
+    lease: LeaseId,
+    token: Token,
+    /// Shared (a reader of a read-write lock; a downgrade makes it so).
+    shared: bool,
+    weight: u32,
+}
+
+/// What an acquire asked for: shared, weight, permits (0: read-write).
+type Asked = (bool, u32, u32);
+
 #[derive(Debug, Default)]
 pub struct Oracle {
-    /// The holder of each lock, as told by `Granted` / `Released` effects.
-    holders: BTreeMap<LockName, (LeaseId, Token)>,
+    /// The holders of each lock, in grant order, as told by `Granted` /
+    /// `Released` effects and `Downgraded` replies.
+    holders: BTreeMap<LockName, Vec<Held>>,
+    /// What each acquire asked for, from the command itself.
+    asked: BTreeMap<Pair, Asked>,
     /// The last token granted (INV-2).
     last_token: u64,
     /// Leases known to have ended (expired or revoked).
@@ -28,6 +44,14 @@ impl Oracle {
     pub fn command(&mut self, c: &Command, fx: &[Effect], r: &Reply) -> Result<(), String> {
         if let (Command::Revoke { lease, .. }, Reply::LeaseRevoked { .. }) = (c, r) {
             self.ended.insert(*lease);
+        }
+        if let Command::Acquire(a) = c {
+            let asked = (a.mode == Mode::Shared && a.permits == 0, a.weight, a.permits);
+            self.asked.insert((a.lease, a.req), asked);
+        }
+        // A downgrade happens before the grants it lets in.
+        if let (Command::Downgrade { lease, lock, token, .. }, Reply::Downgraded) = (c, r) {
+            self.on_downgraded(lock, *lease, *token)?;
         }
         check_release(c, fx, r)?;
         self.effects(fx)?;
@@ -51,8 +75,22 @@ impl Oracle {
     }
 
     /// The lock holders the oracle believes in, to compare with `Engine::check`.
-    pub fn holders(&self) -> impl Iterator<Item = (&LockName, &(LeaseId, Token))> {
-        self.holders.iter()
+    pub fn holders(&self) -> impl Iterator<Item = (&LockName, (LeaseId, Token))> {
+        self.holders.iter().flat_map(|(name, hs)| hs.iter().map(move |h| (name, (h.lease, h.token))))
+    }
+
+    /// The holder of a downgrade was exclusive, on a read-write lock (a retry
+    /// finds it shared already, or gone).
+    fn on_downgraded(&mut self, lock: &str, lease: LeaseId, token: Token) -> Result<(), String> {
+        let hs = self.holders.iter_mut().find(|(n, _)| n.as_str() == lock).map(|(_, hs)| hs);
+        let Some(h) = hs.into_iter().flatten().find(|h| h.lease == lease && h.token == token) else {
+            return Ok(());
+        };
+        if h.weight != 1 {
+            return Err(format!("a semaphore's grant {lock}/{token} was downgraded"));
+        }
+        h.shared = true;
+        Ok(())
     }
 
     fn effect(&mut self, f: &Effect, later: &[Effect]) -> Result<(), String> {
@@ -73,16 +111,18 @@ impl Oracle {
 
     /// Only the current holder may publish a value (INV-5 for values).
     fn on_value_changed(&self, g: &Grant) -> Result<(), String> {
-        match self.holders.get(&g.lock) {
-            Some((lease, token)) if *lease == g.lease && *token == g.token => Ok(()),
-            h => Err(format!("a value set by {g:?} while the holder is {h:?}")),
+        let hs = self.holders.get(&g.lock);
+        match hs.is_some_and(|hs| hs.iter().any(|h| h.lease == g.lease && h.token == g.token)) {
+            true => Ok(()),
+            false => Err(format!("a value set by {g:?} while the holders are {hs:?}")),
         }
     }
 
     fn on_granted(&mut self, g: &Grant, req: RequestId, queued: bool, later: &[Effect]) -> Result<(), String> {
-        if let Some(h) = self.holders.get(&g.lock) {
-            return Err(format!("INV-1: {g:?} granted while {h:?} holds it"));
-        }
+        let Some(&(shared, weight, permits)) = self.asked.get(&(g.lease, req)) else {
+            return Err(format!("{g:?} granted to request {req:?} that was never asked"));
+        };
+        self.check_fits(g, shared, weight, permits)?;
         if g.token.0 <= self.last_token {
             return Err(format!("INV-2: token {} after token {}", g.token, self.last_token));
         }
@@ -94,10 +134,30 @@ impl Oracle {
         }
         if queued {
             self.check_fifo(g, req, later)?;
+        } else if let Some(ahead) = self.queues.get(g.lock.as_str()).and_then(|q| q.first()) {
+            return Err(format!("INV-16: {g:?} granted at once past queued {ahead:?}"));
         }
         self.last_token = g.token.0;
-        self.holders.insert(g.lock.clone(), (g.lease, g.token));
+        let held = Held { lease: g.lease, token: g.token, shared, weight };
+        self.holders.entry(g.lock.clone()).or_default().push(held);
         Ok(())
+    }
+
+    /// INV-1, INV-15: a semaphore of N never has more than N permits taken;
+    /// a read-write lock never has a writer beside anyone.
+    fn check_fits(&self, g: &Grant, shared: bool, weight: u32, permits: u32) -> Result<(), String> {
+        let hs = self.holders.get(&g.lock).map_or(&[][..], Vec::as_slice);
+        if permits > 0 {
+            let used: u64 = hs.iter().map(|h| u64::from(h.weight)).sum::<u64>() + u64::from(weight);
+            return match used <= u64::from(permits) {
+                true => Ok(()),
+                false => Err(format!("INV-15: {g:?} takes {weight} permits of {permits} while {hs:?} hold")),
+            };
+        }
+        match hs.is_empty() || (shared && hs.iter().all(|h| h.shared)) {
+            true => Ok(()),
+            false => Err(format!("INV-1/INV-15: {g:?} (shared: {shared}) granted beside {hs:?}")),
+        }
     }
 
     /// INV-3: every waiter queued ahead of the granted one must be a waiter whose
@@ -121,10 +181,15 @@ impl Oracle {
     }
 
     fn on_released(&mut self, g: &Grant) -> Result<(), String> {
-        match self.holders.remove(&g.lock) {
-            Some(h) if h == (g.lease, g.token) => Ok(()),
-            other => Err(format!("INV-1: released {g:?} but the holder was {other:?}")),
+        let hs = self.holders.entry(g.lock.clone()).or_default();
+        let Some(i) = hs.iter().position(|h| h.lease == g.lease && h.token == g.token) else {
+            return Err(format!("INV-1: released {g:?} but the holders were {hs:?}"));
+        };
+        hs.remove(i);
+        if hs.is_empty() {
+            self.holders.remove(&g.lock);
         }
+        Ok(())
     }
 
     fn dequeue(&mut self, lock: &str, pair: Pair) {

@@ -2,6 +2,13 @@
 //! (`docs/design.md`, the `Engine` module docs) rather than from the engine's code:
 //! flat `Vec`s, linear scans, timers found by looking at every deadline.
 //! It is slow and obviously correct; that is its only job.
+//!
+//! Read-write locks and semaphores: a lock's permit count (0: read-write) is
+//! set when an acquire finds no holder, waiter or lock-delay on it; a request is
+//! granted when no waiter of the lock is queued (immediately) or no live one is
+//! before it (from the queue), and it fits: on a semaphore the weights add up to
+//! at most the permits, on a read-write lock nobody holds it or everybody
+//! (itself included) is shared.
 
 use fencelock_core::*;
 
@@ -34,6 +41,8 @@ struct MHolder {
     delay: u64,
     /// The published value (acquires carry none; `SetValue` sets it).
     value: Vec<u8>,
+    shared: bool,
+    weight: u32,
 }
 
 #[derive(Clone, Debug)]
@@ -44,6 +53,8 @@ struct MWaiter {
     since: u64,
     until: u64,
     delay: u64,
+    shared: bool,
+    weight: u32,
 }
 
 #[derive(Clone, Debug)]
@@ -71,6 +82,9 @@ pub struct Model {
     waiters: Vec<MWaiter>,
     closed: Vec<MClosed>,
     revoked: Vec<(u64, u64)>,
+    /// The permits each lock was given when it was last unused (meaningful
+    /// only while it has a holder, a waiter or a lock-delay).
+    permits: Vec<(String, u32)>,
 }
 
 fn lock_name(s: &str) -> LockName {
@@ -188,6 +202,7 @@ impl Model {
     fn busy(&self, lock: &str) -> Busy {
         Busy {
             holder: self.holders.iter().find(|h| h.lock == lock).map(|h| grant(lock, h.lease, h.token)),
+            holders: self.holders.iter().filter(|h| h.lock == lock).count() as u32,
             reopens_in_ms: self.closed.iter().find(|c| c.lock == lock).map(|c| c.until - self.now),
             waiters: self.waiters.iter().filter(|w| w.lock == lock).count() as u32,
         }
@@ -203,9 +218,7 @@ impl Model {
         let mut waits: Vec<MWaiter> = self.waiters.iter().filter(|w| w.lease == id).cloned().collect();
         waits.sort_by_key(|w| w.req);
         for w in waits {
-            self.waiters.retain(|x| !(x.lease == id && x.req == w.req));
-            let lock = lock_name(&w.lock);
-            fx.push(Effect::WaitEnded { lock, lease: LeaseId(id), req: RequestId(w.req), why: WaitEnd::LeaseEnded });
+            self.end_wait(&w.lock, id, w.req, WaitEnd::LeaseEnded, fx);
         }
     }
 
@@ -216,41 +229,90 @@ impl Model {
         let tag = Tag::new(&identity_of(lease), &h.value);
         fx.push(Effect::Released { grant: grant(lock, lease, token), held_ms, cause, tag });
         if cause == ReleaseCause::Expired && h.delay > 0 {
-            let until = self.now.saturating_add(h.delay);
-            self.closed.push(MClosed { lock: lock.to_string(), until, delay: h.delay });
+            self.close(lock, h.delay);
         }
         self.grant_next(lock, fx);
     }
 
-    fn grant_next(&mut self, lock: &str, fx: &mut Vec<Effect>) {
-        if self.holders.iter().any(|h| h.lock == lock) || self.closed.iter().any(|c| c.lock == lock) {
+    /// Close `lock` for `delay` from now, unless it is closed until later
+    /// already: it reopens when the last lock-delay ends.
+    fn close(&mut self, lock: &str, delay: u64) {
+        let until = self.now.saturating_add(delay);
+        if self.closed.iter().any(|c| c.lock == lock && c.until >= until) {
             return;
         }
-        let Some(i) = self.waiters.iter().position(|w| w.lock == lock && self.live(w.lease)) else {
-            return;
-        };
-        let w = self.waiters.remove(i);
-        let g = self.make_holder(lock, w.lease, w.req, w.delay);
-        self.remember(w.lease, w.req, Memo::Said(Reply::Acquired(g.clone())));
-        let waited_ms = self.now - w.since;
-        let tag = Tag::new(&identity_of(w.lease), &[]);
-        fx.push(Effect::Granted { grant: g, req: RequestId(w.req), queued: true, waited_ms, tag });
+        self.closed.retain(|c| c.lock != lock);
+        self.closed.push(MClosed { lock: lock.to_string(), until, delay });
     }
 
-    fn make_holder(&mut self, lock: &str, lease: u64, req: u64, delay: u64) -> Grant {
+    /// Grant the first live waiters of `lock`, one after another, while the
+    /// first one fits.
+    fn grant_next(&mut self, lock: &str, fx: &mut Vec<Effect>) {
+        loop {
+            let Some(i) = self.waiters.iter().position(|w| w.lock == lock && self.live(w.lease)) else {
+                return;
+            };
+            let w = self.waiters[i].clone();
+            if !self.fits(lock, w.shared, w.weight) {
+                return;
+            }
+            self.waiters.remove(i);
+            let g = self.make_holder(lock, (w.lease, w.req), w.delay, (w.shared, w.weight));
+            self.remember(w.lease, w.req, Memo::Said(Reply::Acquired(g.clone())));
+            let waited_ms = self.now - w.since;
+            let tag = Tag::new(&identity_of(w.lease), &[]);
+            fx.push(Effect::Granted { grant: g, req: RequestId(w.req), queued: true, waited_ms, tag });
+        }
+    }
+
+    /// Whether a grant (shared or not, of `weight`) fits beside the holders of
+    /// the open `lock`.
+    fn fits(&self, lock: &str, shared: bool, weight: u32) -> bool {
+        if self.closed.iter().any(|c| c.lock == lock) {
+            return false;
+        }
+        let holders: Vec<&MHolder> = self.holders.iter().filter(|h| h.lock == lock).collect();
+        match self.permits_of(lock) {
+            0 => holders.is_empty() || (shared && holders.iter().all(|h| h.shared)),
+            n => holders.iter().map(|h| u64::from(h.weight)).sum::<u64>() + u64::from(weight) <= u64::from(n),
+        }
+    }
+
+    /// Whether `lock` has a holder, a waiter or a lock-delay.
+    fn in_use(&self, lock: &str) -> bool {
+        self.holders.iter().any(|h| h.lock == lock)
+            || self.waiters.iter().any(|w| w.lock == lock)
+            || self.closed.iter().any(|c| c.lock == lock)
+    }
+
+    /// The permits of `lock` (0: read-write), as set when it was last unused.
+    fn permits_of(&self, lock: &str) -> u32 {
+        self.permits.iter().find(|(l, _)| l == lock).map_or(0, |(_, n)| *n)
+    }
+
+    fn make_holder(&mut self, lock: &str, (lease, req): (u64, u64), delay: u64, share: (bool, u32)) -> Grant {
         self.tokens_made += 1;
         self.counter += 1;
         let token = self.counter;
         let since = self.now;
-        self.holders.push(MHolder { lock: lock.to_string(), lease, req, token, since, delay, value: Vec::new() });
+        let (shared, weight) = share;
+        let value = Vec::new();
+        self.holders.push(MHolder { lock: lock.to_string(), lease, req, token, since, delay, value, shared, weight });
         grant(lock, lease, token)
     }
 
+    /// Take the waiter `(lease, req)` out of the queue of `lock` (it ended
+    /// `why`); the waiters it held back may be granted now.
+    fn end_wait(&mut self, lock: &str, lease: u64, req: u64, why: WaitEnd, fx: &mut Vec<Effect>) {
+        self.waiters.retain(|x| !(x.lease == lease && x.req == req));
+        let name = lock_name(lock);
+        fx.push(Effect::WaitEnded { lock: name, lease: LeaseId(lease), req: RequestId(req), why });
+        self.grant_next(lock, fx);
+    }
+
     fn time_out(&mut self, lease: u64, req: u64, fx: &mut Vec<Effect>) {
-        let i = self.waiters.iter().position(|w| w.lease == lease && w.req == req).unwrap();
-        let w = self.waiters.remove(i);
-        let lock = lock_name(&w.lock);
-        fx.push(Effect::WaitEnded { lock, lease: LeaseId(lease), req: RequestId(req), why: WaitEnd::TimedOut });
+        let w = self.waiters.iter().find(|w| w.lease == lease && w.req == req).unwrap().clone();
+        self.end_wait(&w.lock, lease, req, WaitEnd::TimedOut, fx);
         self.remember(lease, req, Memo::TimedOut(w.lock));
     }
 
@@ -265,6 +327,7 @@ impl Model {
             Command::SetValue { req, lease, lock, token, value } => {
                 self.set_value(req.0, lease.0, lock, token.0, value, fx)
             }
+            Command::Downgrade { req, lease, lock, token } => self.downgrade(req.0, lease.0, lock, token.0, fx),
             // Lease ownership, proposed ids and the policy are the engine's unit
             // tests' (engine/tests/owner_tests.rs, policy_tests.rs); the
             // generator makes none of them.
@@ -336,6 +399,10 @@ impl Model {
         if a.lock_delay_ms > MAX_LOCK_DELAY_MS {
             return Err(EngineError::InvalidLockDelay { got_ms: a.lock_delay_ms, max_ms: MAX_LOCK_DELAY_MS });
         }
+        let max = a.permits.max(1);
+        if a.weight == 0 || a.weight > max {
+            return Err(EngineError::InvalidWeight { weight: a.weight, max });
+        }
         self.lease(lease).ok_or(EngineError::LeaseNotFound(a.lease))?;
         if let Some(w) = self.waiters.iter().find(|w| w.lease == lease && w.req == req) {
             let same_lock = self.waiters.iter().filter(|x| x.lock == w.lock);
@@ -348,14 +415,24 @@ impl Model {
         if let Some(r) = self.memo(lease, req) {
             return Ok(r);
         }
+        let lock_has = if self.in_use(lock) { self.permits_of(lock) } else { a.permits };
+        if lock_has != a.permits {
+            return Err(EngineError::PermitsMismatch { lock_has, asked: a.permits });
+        }
         Ok(self.acquire_fresh(a, fx))
     }
 
     fn acquire_fresh(&mut self, a: &Acquire, fx: &mut Vec<Effect>) -> Reply {
         let (req, lease, lock) = (a.req.0, a.lease.0, a.lock.as_str());
+        if !self.in_use(lock) {
+            self.permits.retain(|(l, _)| l != lock);
+            self.permits.push((lock.to_string(), a.permits));
+        }
+        // A semaphore ignores the mode: its holders are exclusive.
+        let share = (a.mode == Mode::Shared && a.permits == 0, a.weight);
         let b = self.busy(lock);
-        if b.holder.is_none() && b.reopens_in_ms.is_none() && b.waiters == 0 {
-            let g = self.make_holder(lock, lease, req, a.lock_delay_ms);
+        if b.waiters == 0 && self.fits(lock, share.0, share.1) {
+            let g = self.make_holder(lock, (lease, req), a.lock_delay_ms, share);
             self.remember(lease, req, Memo::Said(Reply::Acquired(g.clone())));
             let tag = Tag::new(&a.identity, &a.value);
             fx.push(Effect::Granted { grant: g.clone(), req: a.req, queued: false, waited_ms: 0, tag });
@@ -366,7 +443,8 @@ impl Model {
             return Reply::Busy(b);
         }
         let (since, until, delay) = (self.now, self.now + a.wait_ms, a.lock_delay_ms);
-        self.waiters.push(MWaiter { lock: lock.to_string(), lease, req, since, until, delay });
+        let (shared, weight) = share;
+        self.waiters.push(MWaiter { lock: lock.to_string(), lease, req, since, until, delay, shared, weight });
         Reply::Queued { position: b.waiters }
     }
 
@@ -434,6 +512,38 @@ impl Model {
         Ok(Reply::ValueSet)
     }
 
+    fn downgrade(
+        &mut self,
+        req: u64,
+        lease: u64,
+        lock: &str,
+        token: u64,
+        fx: &mut Vec<Effect>,
+    ) -> Result<Reply, EngineError> {
+        if req == 0 {
+            return Err(EngineError::InvalidRequestId);
+        }
+        LockName::new(lock)?;
+        if token == 0 {
+            return Err(EngineError::InvalidToken);
+        }
+        if self.lease(lease).is_none() {
+            return Ok(Reply::NotHolder);
+        }
+        if let Some(r) = self.memo(lease, req) {
+            return Ok(r);
+        }
+        let read_write = self.permits_of(lock) == 0;
+        let found = self.holders.iter_mut().find(|h| h.lock == lock && h.lease == lease && h.token == token);
+        let Some(h) = found.filter(|h| read_write && !h.shared) else {
+            return Ok(Reply::NotHolder);
+        };
+        h.shared = true;
+        self.remember(lease, req, Memo::Said(Reply::Downgraded));
+        self.grant_next(lock, fx);
+        Ok(Reply::Downgraded)
+    }
+
     fn cancel(&mut self, req: u64, lease: u64, lock: &str, fx: &mut Vec<Effect>) -> Result<Reply, EngineError> {
         if req == 0 {
             return Err(EngineError::InvalidRequestId);
@@ -443,10 +553,8 @@ impl Model {
             return Ok(Reply::Cancelled { released: false });
         }
         let mut released = false;
-        if let Some(i) = self.waiters.iter().position(|w| w.lease == lease && w.req == req && w.lock == lock) {
-            self.waiters.remove(i);
-            let (lease, req) = (LeaseId(lease), RequestId(req));
-            fx.push(Effect::WaitEnded { lock: name, lease, req, why: WaitEnd::Cancelled });
+        if self.waiters.iter().any(|w| w.lease == lease && w.req == req && w.lock == lock) {
+            self.end_wait(name.as_str(), lease, req, WaitEnd::Cancelled, fx);
         } else if let Some(h) = self.holders.iter().find(|h| h.lock == lock && h.lease == lease && h.req == req) {
             let token = h.token;
             self.end_grant(lock, lease, token, ReleaseCause::Cancelled, fx);
@@ -479,31 +587,31 @@ impl Model {
     }
 
     pub fn check(&self, now: u64, lock: &str, token: Token) -> Check {
-        let current = self.holders.iter().find(|h| h.lock == lock && self.live_at(h.lease, now));
-        match current {
-            Some(h) if h.token == token.0 => Check::Current,
-            _ => Check::Stale { current: current.map(|h| Token(h.token)) },
+        let mut live = self.holders.iter().filter(|h| h.lock == lock && self.live_at(h.lease, now));
+        if live.clone().any(|h| h.token == token.0) {
+            return Check::Current;
         }
+        Check::Stale { current: live.next().map(|h| Token(h.token)) }
     }
 
     pub fn lock_info(&self, now: u64, lock: &str) -> Option<LockInfo> {
-        let exists = self.holders.iter().any(|h| h.lock == lock)
-            || self.waiters.iter().any(|w| w.lock == lock)
-            || self.closed.iter().any(|c| c.lock == lock);
-        if !exists {
+        if !self.in_use(lock) {
             return None;
         }
-        let holder = self.holders.iter().find(|h| h.lock == lock && self.live_at(h.lease, now));
-        let holder = holder.map(|h| HolderInfo {
+        let holders = self.holders.iter().filter(|h| h.lock == lock && self.live_at(h.lease, now));
+        let holders = holders.map(|h| HolderInfo {
             lease: LeaseId(h.lease),
             owner: None,
             token: Token(h.token),
             held_ms: now.saturating_sub(h.since),
             ttl_left_ms: self.lease(h.lease).unwrap().deadline - now,
             lock_delay_ms: h.delay,
+            mode: if h.shared { Mode::Shared } else { Mode::Exclusive },
+            weight: h.weight,
             identity: identity_of(h.lease),
             value: h.value.clone(),
         });
+        let holders: Vec<HolderInfo> = holders.collect();
         let mut reopen: Vec<u64> = self.closed.iter().filter(|c| c.lock == lock).map(|c| c.until).collect();
         for h in self.holders.iter().filter(|h| h.lock == lock && h.delay > 0 && !self.live_at(h.lease, now)) {
             reopen.push(self.lease(h.lease).unwrap().deadline.saturating_add(h.delay));
@@ -519,7 +627,8 @@ impl Model {
                 identity: identity_of(w.lease),
             })
             .collect();
-        Some(LockInfo { name: lock_name(lock), holder, reopens_in_ms, waiters })
+        let (holder, permits) = (holders.first().cloned(), self.permits_of(lock));
+        Some(LockInfo { name: lock_name(lock), holder, holders, permits, reopens_in_ms, waiters })
     }
 
     pub fn lease_info(&self, now: u64, id: u64) -> Option<LeaseInfo> {

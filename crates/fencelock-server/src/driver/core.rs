@@ -533,7 +533,9 @@ pub fn approx_bytes(cmd: &Command) -> usize {
     FIXED
         + match cmd {
             Command::Acquire(a) => a.lock.len() + a.identity.len() + a.value.len().div_ceil(3) * 4,
-            Command::Release { lock, .. } | Command::CancelWait { lock, .. } => lock.len(),
+            Command::Release { lock, .. } | Command::CancelWait { lock, .. } | Command::Downgrade { lock, .. } => {
+                lock.len()
+            }
             Command::SetValue { lock, value, .. } => lock.len() + value.len().div_ceil(3) * 4,
             Command::GrantLease { .. } | Command::KeepAlive { .. } | Command::Revoke { .. } => 0,
             Command::As { caller, cmd } => caller.name.len() + approx_bytes(cmd),

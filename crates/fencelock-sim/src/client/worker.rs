@@ -96,6 +96,9 @@ impl Worker {
             lock_delay_ms: 0,
             identity: String::new(),
             value: Vec::new(),
+            mode: fencelock_core::Mode::Exclusive,
+            weight: 1,
+            permits: 0,
         });
         while self.session.borrow().is_live(lease) {
             match self.server.call(cmd.clone()).await {

@@ -7,7 +7,9 @@ use super::*;
 /// Acquire with an identity and a value.
 fn acq_as(req: u64, lease: u64, lock: &str, wait_ms: u64, identity: &str, value: &[u8]) -> Command {
     let (lock, identity, value) = (lock.to_string(), identity.to_string(), value.to_vec());
-    Command::Acquire(Acquire { req: r(req), lease: l(lease), lock, wait_ms, lock_delay_ms: 0, identity, value })
+    let (mode, weight, permits) = (Mode::Exclusive, 1, 0);
+    let (req, lease) = (r(req), l(lease));
+    Command::Acquire(Acquire { req, lease, lock, wait_ms, lock_delay_ms: 0, identity, value, mode, weight, permits })
 }
 
 /// The holder info of a lease made by [`setup`] (deadline [`TTL`]), at `now`.
@@ -21,6 +23,8 @@ fn holder(lease: u64, token: u64, now: u64, held_ms: u64, identity: &str, value:
         held_ms,
         ttl_left_ms,
         lock_delay_ms: 0,
+        mode: Mode::Exclusive,
+        weight: 1,
         identity,
         value,
     }
@@ -40,9 +44,12 @@ fn the_holder_shows_the_identity_and_value_of_its_acquire_and_waiters_their_iden
     );
     assert_eq!(one(&mut e, 100, acq(3, 3, "a", 500, 0)).0, Reply::Queued { position: 1 });
     let waiters = vec![waiter(2, 2, 100, 400, "host-b:2"), waiter(3, 3, 100, 400, "")];
+    let holder = holder(1, 1, 200, 200, "host-a:1", b"10.0.0.1:7000");
     let info = LockInfo {
         name: name("a"),
-        holder: Some(holder(1, 1, 200, 200, "host-a:1", b"10.0.0.1:7000")),
+        holder: Some(holder.clone()),
+        holders: vec![holder],
+        permits: 0,
         reopens_in_ms: None,
         waiters,
     };
@@ -63,9 +70,12 @@ fn a_granted_waiter_becomes_holder_with_its_own_identity_and_value() {
         Effect::Released { grant: grant("a", 1, 1), held_ms: 100, cause: ReleaseCause::Released, tag: tag_a };
     let granted = Effect::Granted { grant: grant("a", 2, 2), req: r(2), queued: true, waited_ms: 100, tag: tag_b };
     assert_eq!(fx, vec![released, granted]);
+    let holder = holder(2, 2, 100, 0, "host-b:2", b"B");
     let info = LockInfo {
         name: name("a"),
-        holder: Some(holder(2, 2, 100, 0, "host-b:2", b"B")),
+        holder: Some(holder.clone()),
+        holders: vec![holder],
+        permits: 0,
         reopens_in_ms: None,
         waiters: vec![],
     };

@@ -20,7 +20,9 @@ fn inv7_expiry_with_lock_delay_closes_the_lock_until_the_delay_ends() {
     assert_eq!(tick(&mut e, 1000), out(vec![], fx, Some(1300)));
     assert_eq!(one(&mut e, 1100, acq(3, 2, "a", 0, 0)).0, busy(None, Some(200), 1));
     let waiter = WaiterInfo { lease: l(2), req: r(2), waited_ms: 200, wait_left_ms: 1800, identity: String::new() };
-    let info = LockInfo { name: name("a"), holder: None, reopens_in_ms: Some(200), waiters: vec![waiter] };
+    let (holder, holders) = (None, vec![]);
+    let info =
+        LockInfo { name: name("a"), holder, holders, permits: 0, reopens_in_ms: Some(200), waiters: vec![waiter] };
     assert_eq!(e.lock_info(1100, "a"), Some(info));
     assert_eq!(tick(&mut e, 1299), out(vec![], vec![], Some(1300)));
     let fx = vec![granted(grant("a", 2, 2), 2, true, 400)];
@@ -125,9 +127,12 @@ fn inv8_leader_start_rebases_every_instant_onto_the_new_clock() {
         held_ms: 1000,
         ttl_left_ms: 4000,
         lock_delay_ms: 0,
+        mode: Mode::Exclusive,
+        weight: 1,
         identity: String::new(),
         value: Vec::new(),
     };
+    assert_eq!(b.holders, vec![holder.clone()]);
     assert_eq!(b.holder, Some(holder));
     let waiter = WaiterInfo { lease: l(3), req: r(3), waited_ms: 1000, wait_left_ms: 500, identity: String::new() };
     assert_eq!(b.waiters, vec![waiter]);
@@ -217,7 +222,8 @@ fn check_is_current_only_for_the_live_holders_token() {
 fn lock_info_treats_a_lease_past_its_deadline_as_expired() {
     let mut e = two_leases();
     batch(&mut e, 0, vec![acq(1, 1, "a", 0, 300), acq(2, 2, "b", 0, 0), acq(3, 1, "b", 3000, 0)]);
-    let a = LockInfo { name: name("a"), holder: None, reopens_in_ms: Some(200), waiters: vec![] };
+    let (holder, holders) = (None, vec![]);
+    let a = LockInfo { name: name("a"), holder, holders, permits: 0, reopens_in_ms: Some(200), waiters: vec![] };
     assert_eq!(e.lock_info(1100, "a"), Some(a));
     assert_eq!(e.lock_info(1100, "b").unwrap().waiters, vec![]);
     assert_eq!(e.lock_info(999, "b").unwrap().waiters.len(), 1);

@@ -64,6 +64,9 @@ pub fn acquire_cmd(lease: u64, req: u64, lock: &str) -> Command {
         lock_delay_ms: 0,
         identity: String::new(),
         value: Vec::new(),
+        mode: fencelock_core::Mode::Exclusive,
+        weight: 1,
+        permits: 0,
     })
 }
 
