@@ -23,7 +23,8 @@ const ENGINES: [&str; 10] = [
 ];
 
 /// The engines whose backends declare leader election (W6 runs on them).
-const ELECTING: &[&str] = &["fencelock", "fencelock-secure", "fencelock-3", "redis", "redis-aof", "etcd", "zookeeper"];
+const ELECTING: &[&str] =
+    &["fencelock", "fencelock-secure", "fencelock-3", "redis", "redis-aof", "etcd", "zookeeper", "postgres"];
 
 #[test]
 fn quick_run_measures_every_cell_of_every_engine() {
