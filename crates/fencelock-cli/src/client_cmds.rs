@@ -173,10 +173,40 @@ fn print_lock(l: &fencelock::LockInfo) {
     };
     let waiters = l.waiters.len();
     println!("{:<32} {owner:<16} {identity:<24} {lease:>19} {token:>20} {ttl:>10} {waiters:>8}  {value}", l.name);
+    if l.permits > 0 {
+        let used: u32 = l.holders.iter().map(|h| h.weight).sum();
+        println!("  semaphore: {used} of {} permits in use", l.permits);
+    }
+    let shared = l.holders.iter().any(|h| h.mode == fencelock::LockMode::Shared);
+    if l.holders.len() > 1 || shared || l.permits > 0 {
+        for h in &l.holders {
+            println!("  holding: {}", holder_line(h, l.permits > 0));
+        }
+    }
     for w in &l.waiters {
         let identity = w.identity.as_deref().unwrap_or("-");
         println!("  waiting: {identity} (lease {}, waited {})", w.lease_id, fmt_dur(w.waited));
     }
+}
+
+/// `IDENTITY (lease L, token T, shared|exclusive|N permits)`.
+fn holder_line(h: &fencelock::Holder, semaphore: bool) -> String {
+    let how = match (semaphore, h.mode) {
+        (true, _) => format!("{} permit{}", h.weight, if h.weight == 1 { "" } else { "s" }),
+        (false, fencelock::LockMode::Shared) => "shared".into(),
+        (false, fencelock::LockMode::Exclusive) => "exclusive".into(),
+    };
+    let identity = h.identity.as_deref().unwrap_or("-");
+    format!("{identity} (lease {}, token {}, {how})", h.lease_id, h.token)
+}
+
+/// A holder in `--json`.
+fn holder_json(h: &fencelock::Holder) -> serde_json::Value {
+    json!({"lease_id": h.lease_id, "owner": h.owner, "token": h.token,
+        "held_ms": h.held.as_millis() as u64, "ttl_left_ms": h.ttl_left.as_millis() as u64,
+        "identity": h.identity, "value_base64": fencelock_core::b64::encode(&h.value),
+        "mode": match h.mode { fencelock::LockMode::Shared => "shared", fencelock::LockMode::Exclusive => "exclusive" },
+        "weight": h.weight})
 }
 
 /// Longest value shown in the table, in characters.
@@ -217,9 +247,9 @@ pub async fn check(a: CheckArgs) -> anyhow::Result<ExitCode> {
 fn lock_json(l: &fencelock::LockInfo) -> serde_json::Value {
     json!({
         "name": l.name,
-        "holder": l.holder.as_ref().map(|h| json!({"lease_id": h.lease_id, "owner": h.owner, "token": h.token,
-            "held_ms": h.held.as_millis() as u64, "ttl_left_ms": h.ttl_left.as_millis() as u64,
-            "identity": h.identity, "value_base64": fencelock_core::b64::encode(&h.value)})),
+        "holder": l.holder.as_ref().map(holder_json),
+        "holders": l.holders.iter().map(holder_json).collect::<Vec<_>>(),
+        "permits": l.permits,
         "reopens_in_ms": l.reopens_in.map(|d| d.as_millis() as u64),
         "waiters": l.waiters.len(),
         "waiting": l.waiters.iter().map(|w| json!({"lease_id": w.lease_id, "identity": w.identity,

@@ -208,6 +208,18 @@ pub struct LockArgs {
     /// address); only the fencelock backend keeps one.
     #[arg(long)]
     pub value: Option<String>,
+    /// Take the lock as a reader: any number of `--shared` holders at once,
+    /// or one without (a writer). Strict FIFO: a queued writer holds back
+    /// the readers after it. Only the fencelock backend.
+    #[arg(long, conflicts_with = "permits")]
+    pub shared: bool,
+    /// Take a permit of a semaphore of N permits (N holders at once, each on
+    /// its own lease; the first acquirer sets N). Only the fencelock backend.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub permits: Option<u32>,
+    /// Take this many of the semaphore's permits at once, all or nothing.
+    #[arg(long, value_name = "K", requires = "permits", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    pub weight: u32,
 }
 
 impl LockArgs {
@@ -219,8 +231,13 @@ impl LockArgs {
             Some(identity) => opts.identity(identity),
             None => opts,
         };
-        match &self.value {
+        let opts = match &self.value {
             Some(value) => opts.value(value.as_bytes()),
+            None => opts,
+        };
+        let opts = if self.shared { opts.shared() } else { opts };
+        match self.permits {
+            Some(n) => opts.permits(n).weight(self.weight),
             None => opts,
         }
     }

@@ -464,7 +464,12 @@ struct LocksJson {
 #[derive(Serialize)]
 struct LockJson {
     name: String,
+    /// The first of `holders`.
     holder: Option<HolderJson>,
+    /// Every holder, in grant order (readers, a semaphore's permit holders).
+    holders: Vec<HolderJson>,
+    /// A semaphore's permits (0: a read-write lock).
+    permits: u32,
     reopens_in_ms: Option<u64>,
     waiters: Vec<WaiterJson>,
 }
@@ -483,6 +488,30 @@ struct HolderJson {
     identity: String,
     /// Its value, standard base64 ("" when none).
     value_base64: String,
+    /// "exclusive" or "shared".
+    mode: &'static str,
+    /// Permits of a semaphore it holds (1 otherwise).
+    weight: u32,
+}
+
+impl From<fencelock_core::HolderInfo> for HolderJson {
+    fn from(h: fencelock_core::HolderInfo) -> Self {
+        HolderJson {
+            lease_id: h.lease.0,
+            token: h.token.0,
+            token_age_ms: h.held_ms,
+            ttl_left_ms: h.ttl_left_ms,
+            lock_delay_ms: h.lock_delay_ms,
+            owner: h.owner,
+            value_base64: fencelock_core::b64::encode(&h.value),
+            identity: h.identity,
+            mode: match h.mode {
+                fencelock_core::Mode::Exclusive => "exclusive",
+                fencelock_core::Mode::Shared => "shared",
+            },
+            weight: h.weight,
+        }
+    }
 }
 
 #[derive(Serialize)]
@@ -498,16 +527,9 @@ impl From<LockInfo> for LockJson {
     fn from(i: LockInfo) -> Self {
         Self {
             name: i.name.to_string(),
-            holder: i.holder.map(|h| HolderJson {
-                lease_id: h.lease.0,
-                token: h.token.0,
-                token_age_ms: h.held_ms,
-                ttl_left_ms: h.ttl_left_ms,
-                lock_delay_ms: h.lock_delay_ms,
-                owner: h.owner,
-                value_base64: fencelock_core::b64::encode(&h.value),
-                identity: h.identity,
-            }),
+            holder: i.holder.map(HolderJson::from),
+            holders: i.holders.into_iter().map(HolderJson::from).collect(),
+            permits: i.permits,
             reopens_in_ms: i.reopens_in_ms,
             waiters: i
                 .waiters

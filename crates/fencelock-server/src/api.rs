@@ -152,9 +152,9 @@ impl Ops {
             lock_delay_ms: r.lock_delay_ms,
             identity: r.identity,
             value: r.value,
-            mode: fencelock_core::Mode::Exclusive,
-            weight: 1,
-            permits: 0,
+            mode: mode_of(r.mode),
+            weight: r.weight.max(1),
+            permits: r.permits,
         };
         let outcome = match self.driver.acquire(acq, who.caller()).await.map_err(driver_status)? {
             AcquireOutcome::Acquired { grant, waited_ms } => Outcome::Acquired(acquired(grant, waited_ms)),
@@ -197,6 +197,23 @@ impl Ops {
         match self.driver.submit(who.wrap(cmd)).await.map_err(driver_status)? {
             Reply::ValueSet => Ok(pb::SetValueResponse { set: true }),
             Reply::NotHolder => Ok(pb::SetValueResponse { set: false }),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// An exclusive grant of a read-write lock becomes shared (checked as a
+    /// release is).
+    pub async fn downgrade(&self, who: &Who, r: pb::DowngradeRequest) -> Result<pb::DowngradeResponse, Status> {
+        self.allow(who, |w| w.require(Verb::Acquire, &r.lock))?;
+        let cmd = Command::Downgrade {
+            req: RequestId(r.request_id),
+            lease: LeaseId(r.lease_id),
+            lock: r.lock,
+            token: Token(r.token),
+        };
+        match self.driver.submit(who.wrap(cmd)).await.map_err(driver_status)? {
+            Reply::Downgraded => Ok(pb::DowngradeResponse { downgraded: true }),
+            Reply::NotHolder => Ok(pb::DowngradeResponse { downgraded: false }),
             other => Err(unexpected(other)),
         }
     }
@@ -340,6 +357,20 @@ fn holder(h: HolderInfo) -> pb::Holder {
         owner: h.owner.unwrap_or_default(),
         identity: h.identity,
         value: h.value,
+        mode: match h.mode {
+            fencelock_core::Mode::Exclusive => pb::LockMode::Exclusive,
+            fencelock_core::Mode::Shared => pb::LockMode::Shared,
+        } as i32,
+        weight: h.weight,
+    }
+}
+
+/// The wire's mode (an unknown value reads as exclusive, the safe side: it
+/// shares with nobody).
+fn mode_of(mode: i32) -> fencelock_core::Mode {
+    match pb::LockMode::try_from(mode) {
+        Ok(pb::LockMode::Shared) => fencelock_core::Mode::Shared,
+        _ => fencelock_core::Mode::Exclusive,
     }
 }
 
@@ -353,6 +384,8 @@ fn lock_info(i: LockInfo) -> pb::LockInfo {
         holder: i.holder.map(holder),
         reopens_in_ms: i.reopens_in_ms,
         waiters: i.waiters.into_iter().map(waiter).collect(),
+        holders: i.holders.into_iter().map(holder).collect(),
+        permits: i.permits,
     }
 }
 

@@ -100,6 +100,11 @@ impl lock_server::Lock for LockService {
         self.ops.set_value(&who, r.into_inner()).await.map(Response::new)
     }
 
+    async fn downgrade(&self, r: Request<pb::DowngradeRequest>) -> Result<Response<pb::DowngradeResponse>, Status> {
+        let who = self.who(&r)?;
+        self.ops.downgrade(&who, r.into_inner()).await.map(Response::new)
+    }
+
     async fn check(&self, r: Request<pb::CheckRequest>) -> Result<Response<pb::CheckResponse>, Status> {
         let who = self.who(&r)?;
         self.ops.check(&who, r.into_inner()).await.map(Response::new)

@@ -38,6 +38,27 @@ pub struct LockOptions {
     /// Bytes published with the grant (an election's leader address), at most
     /// 4096; empty is none. Same backends as `identity`.
     pub value: Vec<u8>,
+    /// [`LockMode::Shared`]: a reader of a read-write lock (many readers or
+    /// one writer; strict FIFO across modes). Only backends with
+    /// [`Capabilities::shared`](crate::Capabilities::shared) take it.
+    pub mode: LockMode,
+    /// `N > 0`: the lock is a semaphore of `N` permits, set by its first
+    /// acquirer (another `N` is refused). Only backends with
+    /// [`Capabilities::semaphores`](crate::Capabilities::semaphores).
+    pub permits: u32,
+    /// Permits of the semaphore taken at once, all or nothing (1 to
+    /// `permits`; 1 otherwise).
+    pub weight: u32,
+}
+
+/// How a grant of a read-write lock shares it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub enum LockMode {
+    /// The only holder (a writer). The default.
+    #[default]
+    Exclusive,
+    /// One of any number of readers.
+    Shared,
 }
 
 impl Default for LockOptions {
@@ -50,6 +71,9 @@ impl Default for LockOptions {
             require_fencing: false,
             identity: None,
             value: Vec::new(),
+            mode: LockMode::Exclusive,
+            permits: 0,
+            weight: 1,
         }
     }
 }
@@ -91,6 +115,24 @@ impl LockOptions {
         self.value = value.into();
         self
     }
+
+    /// As a reader of a read-write lock (see [`LockOptions::mode`](#structfield.mode)).
+    pub fn shared(mut self) -> Self {
+        self.mode = LockMode::Shared;
+        self
+    }
+
+    /// On a semaphore of `permits` permits (see [`LockOptions::permits`](#structfield.permits)).
+    pub fn permits(mut self, permits: u32) -> Self {
+        self.permits = permits;
+        self
+    }
+
+    /// Taking `weight` permits at once (see [`LockOptions::weight`](#structfield.weight)).
+    pub fn weight(mut self, weight: u32) -> Self {
+        self.weight = weight;
+        self
+    }
 }
 
 /// A grant without a guard: what the server answered. Nothing keeps its lease
@@ -122,7 +164,12 @@ pub struct CheckResult {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LockInfo {
     pub name: String,
+    /// The first of [`LockInfo::holders`].
     pub holder: Option<Holder>,
+    /// Every holder, in grant order (readers, a semaphore's permit holders).
+    pub holders: Vec<Holder>,
+    /// A semaphore's permits (0: not a semaphore).
+    pub permits: u32,
     /// Time until a lock-delay reopens the lock, if one is running.
     pub reopens_in: Option<Duration>,
     /// Queued requests, first in line first.
@@ -148,6 +195,10 @@ pub struct Holder {
     pub identity: Option<String>,
     /// The value its acquire carried ([`LockOptions::value`]; empty when none).
     pub value: Vec<u8>,
+    /// Exclusive or shared (a semaphore's holders are exclusive).
+    pub mode: LockMode,
+    /// Permits of a semaphore it holds (1 otherwise).
+    pub weight: u32,
 }
 
 /// A queued acquire.
@@ -185,7 +236,23 @@ impl From<pb::Holder> for Holder {
             lock_delay: ms(h.lock_delay_ms),
             identity: (!h.identity.is_empty()).then_some(h.identity),
             value: h.value,
+            mode: mode_from_proto(h.mode),
+            weight: h.weight.max(1),
         }
+    }
+}
+
+pub(crate) fn mode_from_proto(mode: i32) -> LockMode {
+    match pb::LockMode::try_from(mode) {
+        Ok(pb::LockMode::Shared) => LockMode::Shared,
+        _ => LockMode::Exclusive,
+    }
+}
+
+pub(crate) fn mode_to_proto(mode: LockMode) -> i32 {
+    match mode {
+        LockMode::Exclusive => pb::LockMode::Exclusive as i32,
+        LockMode::Shared => pb::LockMode::Shared as i32,
     }
 }
 
@@ -205,6 +272,8 @@ impl From<pb::LockInfo> for LockInfo {
         LockInfo {
             name: l.name,
             holder: l.holder.map(Holder::from),
+            holders: l.holders.into_iter().map(Holder::from).collect(),
+            permits: l.permits,
             reopens_in: l.reopens_in_ms.map(ms),
             waiters: l.waiters.into_iter().map(Waiter::from).collect(),
         }

@@ -323,6 +323,8 @@ impl LockBackend for EtcdBackend {
             lock_delay: false,
             holder_identity: true,
             election: true,
+            shared: false,
+            semaphores: false,
             min_ttl: Duration::from_secs(1),
         }
     }

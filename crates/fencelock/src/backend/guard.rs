@@ -37,6 +37,13 @@ pub(crate) trait Held: Send + Sync {
         let _ = value;
         None
     }
+
+    /// Turns this exclusive grant of a read-write lock into a shared one
+    /// (same token): `Ok(true)` done, `Ok(false)` it is not an exclusive grant
+    /// that holds the lock. `None`: the backend has no read-write locks.
+    fn downgrade(&self) -> Option<BoxFuture<'_, Result<bool, Error>>> {
+        None
+    }
 }
 
 /// A held lock, from any backend.
@@ -170,6 +177,24 @@ impl Guard {
         match held.set_value(value) {
             Some(set) => set.await,
             None => Err(Error::Unsupported(format!("{} cannot change the value of a held lock", self.backend))),
+        }
+    }
+
+    /// Turns this writer's grant of a read-write lock into a reader's, with
+    /// the same token, without letting go: the readers queued first are then
+    /// granted beside it. `Ok(true)` done; `Ok(false)` the lock is not held
+    /// exclusively by this grant (already shared, a semaphore's, or lost;
+    /// nothing changed). There is no upgrade: two readers that both upgraded
+    /// would wait for each other forever; release and acquire again instead.
+    /// [`Error::Unsupported`] where the backend has no read-write locks.
+    pub async fn downgrade(&self) -> Result<bool, Error> {
+        let Some(held) = self.held.as_ref() else { return Ok(false) };
+        if self.watch.lost_reason().is_some() {
+            return Ok(false);
+        }
+        match held.downgrade() {
+            Some(done) => done.await,
+            None => Err(Error::Unsupported(format!("{} has no read-write locks", self.backend))),
         }
     }
 

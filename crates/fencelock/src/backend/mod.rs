@@ -135,6 +135,15 @@ pub struct Capabilities {
     /// and a campaign whose lease is lost while it waits fails at once. A
     /// backend without it refuses them with [`Error::Unsupported`].
     pub election: bool,
+    /// Read-write locks ([`LockOptions::shared`]): many readers or one writer,
+    /// every grant with its own token, strict FIFO across modes, and
+    /// [`Guard::downgrade`]. A backend without them refuses a shared acquire
+    /// with [`Error::Unsupported`].
+    pub shared: bool,
+    /// Semaphores ([`LockOptions::permits`], [`LockOptions::weight`]): up to
+    /// N permits, each holder with its own lease and token. A backend without
+    /// them refuses such an acquire with [`Error::Unsupported`].
+    pub semaphores: bool,
     /// The smallest TTL the backend keeps; a shorter one is refused with
     /// [`Error::Unsupported`] rather than silently lengthened. Larger TTLs may
     /// be rounded up to the backend's granularity (whole seconds for etcd); the
@@ -157,6 +166,8 @@ impl Capabilities {
             lock_delay: false,
             holder_identity: false,
             election: false,
+            shared: false,
+            semaphores: false,
             min_ttl: MIN_TTL,
         }
     }
@@ -209,10 +220,41 @@ impl Capabilities {
         self
     }
 
+    /// With [`shared`](#structfield.shared) set to `yes`.
+    pub const fn with_shared(mut self, yes: bool) -> Self {
+        self.shared = yes;
+        self
+    }
+
+    /// With [`semaphores`](#structfield.semaphores) set to `yes`.
+    pub const fn with_semaphores(mut self, yes: bool) -> Self {
+        self.semaphores = yes;
+        self
+    }
+
     /// With [`min_ttl`](#structfield.min_ttl) `min_ttl`.
     pub const fn with_min_ttl(mut self, min_ttl: Duration) -> Self {
         self.min_ttl = min_ttl;
         self
+    }
+
+    /// A shared or semaphore acquire, where the backend has them; a weight
+    /// within its semaphore.
+    fn admit_sharing(&self, backend: &str, opts: &LockOptions) -> Result<(), Error> {
+        if opts.mode == crate::LockMode::Shared && opts.permits == 0 && !self.shared {
+            return Err(Error::Unsupported(format!("{backend} has no read-write locks; use the fencelock backend")));
+        }
+        if opts.permits > 0 && !self.semaphores {
+            return Err(Error::Unsupported(format!("{backend} has no semaphores; use the fencelock backend")));
+        }
+        let most = opts.permits.max(1);
+        if opts.weight == 0 || opts.weight > most {
+            return Err(Error::InvalidArgument(format!(
+                "weight {} is out of range (1 to {most}: the permits of the semaphore, 1 for a lock)",
+                opts.weight
+            )));
+        }
+        Ok(())
     }
 
     /// Checks a request against these capabilities before anything is sent:
@@ -236,6 +278,7 @@ impl Capabilities {
         if !opts.lock_delay.is_zero() && !self.lock_delay {
             return Err(Error::Unsupported(format!("{backend} has no lock-delay")));
         }
+        self.admit_sharing(backend, opts)?;
         if opts.ttl >= MIN_TTL && opts.ttl < self.min_ttl {
             return Err(Error::Unsupported(format!(
                 "{backend} keeps TTLs of at least {} ms, and {} ms was asked: a shorter lease would silently last longer",
@@ -467,7 +510,32 @@ mod tests {
             lock_delay,
             holder_identity: false,
             election: false,
+            shared: false,
+            semaphores: false,
             min_ttl: MIN_TTL,
+        }
+    }
+
+    /// A shared or semaphore acquire is refused before anything is sent where
+    /// the backend has neither, and a weight outside its semaphore everywhere.
+    #[test]
+    fn shared_and_semaphore_acquires_need_the_capability_and_a_weight_in_range() {
+        let plain = caps(Fencing::PerLock, false);
+        let both = plain.with_shared(true).with_semaphores(true);
+        let shared = LockOptions::default().shared();
+        assert!(matches!(plain.admit("zk", "a", &shared), Err(Error::Unsupported(m)) if m.contains("read-write")));
+        assert!(both.admit("fencelock", "a", &shared).is_ok());
+        let sem = LockOptions::default().permits(3).weight(2);
+        assert!(matches!(plain.admit("zk", "a", &sem), Err(Error::Unsupported(m)) if m.contains("semaphores")));
+        assert!(both.admit("fencelock", "a", &sem).is_ok());
+        for bad in [
+            LockOptions::default().permits(3).weight(4),
+            LockOptions::default().weight(2),
+            LockOptions::default().weight(0),
+        ] {
+            assert!(
+                matches!(both.admit("fencelock", "a", &bad), Err(Error::InvalidArgument(m)) if m.contains("weight"))
+            );
         }
     }
 

@@ -381,6 +381,8 @@ impl LockBackend for RedisBackend {
             lock_delay: false,
             holder_identity: true,
             election: true,
+            shared: false,
+            semaphores: false,
             min_ttl: Duration::from_millis(100),
         }
     }

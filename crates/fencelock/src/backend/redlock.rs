@@ -181,6 +181,8 @@ impl LockBackend for RedlockBackend {
             lock_delay: false,
             holder_identity: false,
             election: false,
+            shared: false,
+            semaphores: false,
             min_ttl: Duration::from_millis(100),
         }
     }

@@ -71,6 +71,24 @@ impl LockRequest {
         self
     }
 
+    /// As a reader of a read-write lock ([`LockOptions::shared`]).
+    pub fn shared(mut self) -> Self {
+        self.opts = self.opts.shared();
+        self
+    }
+
+    /// On a semaphore of `permits` permits ([`LockOptions::permits`]).
+    pub fn permits(mut self, permits: u32) -> Self {
+        self.opts = self.opts.permits(permits);
+        self
+    }
+
+    /// Taking `weight` permits at once ([`LockOptions::weight`]).
+    pub fn weight(mut self, weight: u32) -> Self {
+        self.opts = self.opts.weight(weight);
+        self
+    }
+
     /// All options at once.
     pub fn options(mut self, opts: LockOptions) -> Self {
         self.opts = opts;

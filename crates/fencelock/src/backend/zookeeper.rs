@@ -363,6 +363,8 @@ impl LockBackend for ZkBackend {
             lock_delay: false,
             holder_identity: true,
             election: true,
+            shared: false,
+            semaphores: false,
             min_ttl: MIN_TTL,
         }
     }

@@ -455,6 +455,37 @@ async fn next_leader(observer: &mut fencelock::LeaderStream) -> fencelock::Leade
     }
 }
 
+/// Read-write locks and semaphores (issue 18), where declared: two readers
+/// hold at once and a writer is busy meanwhile (INV-15); a semaphore of two
+/// admits two holders and refuses a third. A backend that declares neither
+/// refuses both kinds of acquire with `Unsupported`, before anything is sent.
+pub async fn sharing_where_declared<T: Target>(t: &T) {
+    let b = connect(&t.url()).await;
+    let caps = b.capabilities();
+    let shared = opts(10 * SECS, Duration::ZERO).shared();
+    if caps.shared {
+        let r1 = within("reader", b.acquire("rw", &shared)).await.unwrap().acquired().unwrap();
+        let r2 = within("reader", b.acquire("rw", &shared)).await.unwrap().acquired().unwrap();
+        let writer = within("writer", b.acquire("rw", &opts(10 * SECS, Duration::ZERO))).await.unwrap();
+        assert!(matches!(writer, Acquire::Busy { .. }), "a writer beside two readers: {writer:?}");
+        assert!(r1.release().await.unwrap() && r2.release().await.unwrap());
+    } else {
+        let got = b.acquire("rw", &shared).await;
+        assert!(matches!(got, Err(Error::Unsupported(_))), "shared: {got:?}");
+    }
+    let permit = opts(10 * SECS, Duration::ZERO).permits(2);
+    if caps.semaphores {
+        let p1 = within("permit", b.acquire("sem", &permit)).await.unwrap().acquired().unwrap();
+        let p2 = within("permit", b.acquire("sem", &permit)).await.unwrap().acquired().unwrap();
+        let third = within("permit", b.acquire("sem", &permit)).await.unwrap();
+        assert!(matches!(third, Acquire::Busy { .. }), "a third permit of two: {third:?}");
+        assert!(p1.release().await.unwrap() && p2.release().await.unwrap());
+    } else {
+        let got = b.acquire("sem", &permit).await;
+        assert!(matches!(got, Err(Error::Unsupported(_))), "permits: {got:?}");
+    }
+}
+
 /// The first of `tasks` to finish, and the others.
 async fn first_finished<T>(
     mut tasks: Vec<tokio::task::JoinHandle<T>>,
@@ -476,7 +507,7 @@ macro_rules! conformance {
             mutual_exclusion, tokens_across_locks, contention_is_an_outcome,
             release_and_drop_free_the_lock, expiry_and_release_by_a_non_holder,
             lost_fires_when_the_connection_is_cut, fifo_where_declared, bad_input,
-            names_are_opaque, with_lock_runs_and_releases, election_where_declared,
+            names_are_opaque, with_lock_runs_and_releases, election_where_declared, sharing_where_declared,
             proclaim_where_declared);
     };
     ($target:ty: $($body:ident),* $(,)?) => {

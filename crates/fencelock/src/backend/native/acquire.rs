@@ -195,6 +195,9 @@ async fn acquire_once(
                 lock_delay_ms: to_ms(opts.lock_delay),
                 identity: identity.to_string(),
                 value: opts.value.clone(),
+                mode: crate::types::mode_to_proto(opts.mode),
+                permits: opts.permits,
+                weight: opts.weight,
             };
             let req = request(msg, left);
             async move { c.acquire(req).await }

@@ -296,6 +296,25 @@ impl Client {
         }
     }
 
+    /// Turns the exclusive grant `(name, lease_id, token)` of a read-write
+    /// lock into a shared one. `Ok(false)`: it was not a current exclusive
+    /// grant; nothing changed. A guard has [`crate::Guard::downgrade`].
+    pub async fn downgrade_raw(&self, name: &str, lease_id: u64, token: u64) -> Result<bool, Error> {
+        let msg = pb::DowngradeRequest { request_id: new_request_id(), lease_id, lock: name.to_string(), token };
+        let rpc = &self.inner.rpc;
+        let resp = rpc
+            .call("downgrade", rpc.deadline(), |mut c, left| {
+                let req = request(msg.clone(), left);
+                async move { c.downgrade(req).await }
+            })
+            .await;
+        match resp {
+            Ok(r) => Ok(r.downgraded),
+            Err(Error::LeaseNotFound(_)) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
     /// Ends the lease now: its locks are released (without lock-delay) and its
     /// waits dropped. [`Error::LeaseNotFound`] if it is gone already. If it is a
     /// lease of this client, its guards see [`LeaseLost::Revoked`](crate::LeaseLost::Revoked).

@@ -80,6 +80,12 @@ impl LockGuard {
         held.client.set_value_raw(&self.name, self.lease_id, self.token, value).await
     }
 
+    /// Turns this exclusive grant into a shared one; see [`crate::Guard::downgrade`].
+    pub(crate) async fn downgrade(&self) -> Result<bool, Error> {
+        let Some(held) = self.held.as_ref() else { return Ok(false) };
+        held.client.downgrade_raw(&self.name, self.lease_id, self.token).await
+    }
+
     /// Releases the lock. `Ok(true)`: it was held and is now free. `Ok(false)`:
     /// this guard was not the holder any more (the lease was lost). An error means
     /// the outcome is unknown; the lock is then freed when the lease is revoked or

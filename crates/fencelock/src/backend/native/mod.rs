@@ -80,6 +80,8 @@ impl LockBackend for Client {
             lock_delay: true,
             holder_identity: true,
             election: true,
+            shared: true,
+            semaphores: true,
             min_ttl: Duration::from_millis(100),
         }
     }
@@ -141,5 +143,9 @@ impl Held for LockGuard {
 
     fn set_value(&self, value: Vec<u8>) -> Option<BoxFuture<'_, Result<bool, Error>>> {
         Some(Box::pin(LockGuard::set_value(self, value)))
+    }
+
+    fn downgrade(&self) -> Option<BoxFuture<'_, Result<bool, Error>>> {
+        Some(Box::pin(LockGuard::downgrade(self)))
     }
 }

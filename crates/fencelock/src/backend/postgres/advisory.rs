@@ -98,6 +98,8 @@ pub const CAPABILITIES: Capabilities = Capabilities {
     lock_delay: false,
     holder_identity: false,
     election: false,
+    shared: false,
+    semaphores: false,
     min_ttl: Duration::from_millis(100),
 };
 

@@ -263,6 +263,8 @@ pub const CAPABILITIES: Capabilities = Capabilities {
     lock_delay: false,
     holder_identity: true,
     election: true,
+    shared: false,
+    semaphores: false,
     min_ttl: Duration::from_millis(100),
 };
 

@@ -1,0 +1,100 @@
+//! Read-write locks and semaphores on the native server (issue 18), through
+//! the public client: the engine's rules (INV-15 many readers or one writer,
+//! never more than N permits; INV-16 strict FIFO across modes and weights;
+//! INV-2 every grant its own increasing token) as a user sees them, over
+//! gRPC, with `describe` showing every holder.
+
+mod support;
+
+use fencelock::{Acquire, Client, Error, Guard, LockMode};
+use support::{acquired, eventually, waiters, within, Server, SECS};
+use tokio::task::JoinHandle;
+
+/// A request of `client` for `name` that waits, as a task.
+fn queued(client: &Client, name: &'static str, shared: bool) -> JoinHandle<Result<Acquire<Guard>, Error>> {
+    let client = client.clone();
+    tokio::spawn(async move {
+        let req = client.lock(name).ttl(30 * SECS).wait(20 * SECS);
+        if shared { req.shared() } else { req }.acquire().await
+    })
+}
+
+async fn granted(task: JoinHandle<Result<Acquire<Guard>, Error>>) -> Guard {
+    acquired(within("a grant", task).await.unwrap().unwrap())
+}
+
+/// INV-15, INV-16 and downgrade: two readers share; a writer waits for them,
+/// and a reader that comes after the writer waits behind it (no barging);
+/// the writer's token is above both readers'; its downgrade admits the
+/// reader queued behind it, beside it, with the writer's token unchanged.
+#[tokio::test]
+async fn readers_share_a_writer_waits_and_readers_never_pass_a_queued_writer() {
+    let server = Server::start().await;
+    let c = server.client().await;
+    let r1 = acquired(c.lock("rw").shared().acquire().await.unwrap());
+    let r2 = acquired(c.lock("rw").shared().acquire().await.unwrap());
+    let info = c.describe("rw").await.unwrap();
+    assert_eq!(
+        info.holders.iter().map(|h| (h.token, h.mode)).collect::<Vec<_>>(),
+        [(r1.token().unwrap(), LockMode::Shared), (r2.token().unwrap(), LockMode::Shared)]
+    );
+    let writer = queued(&c, "rw", false);
+    eventually("the writer waits", || async { waiters(&c, "rw").await == 1 }).await;
+    let late_reader = queued(&c, "rw", true);
+    eventually("the late reader waits behind it", || async { waiters(&c, "rw").await == 2 }).await;
+    match c.lock("rw").shared().acquire().await.unwrap() {
+        Acquire::Busy { .. } => {}
+        other => panic!("a try-reader passed a queued writer: {other:?}"),
+    }
+    let reader_tokens = (r1.token().unwrap(), r2.token().unwrap());
+    assert!(r1.release().await.unwrap());
+    assert!(!writer.is_finished(), "the writer was granted beside a reader");
+    assert!(r2.release().await.unwrap());
+    let w = granted(writer).await;
+    assert!(w.token().unwrap() > reader_tokens.0.max(reader_tokens.1));
+    assert!(!late_reader.is_finished(), "a reader was granted beside the writer");
+    assert!(w.downgrade().await.unwrap());
+    let reader = granted(late_reader).await;
+    let info = c.describe("rw").await.unwrap();
+    let shown: Vec<_> = info.holders.iter().map(|h| (h.token, h.mode)).collect();
+    assert_eq!(shown, [(w.token().unwrap(), LockMode::Shared), (reader.token().unwrap(), LockMode::Shared)]);
+    assert!(!w.downgrade().await.unwrap(), "a shared grant has nothing to downgrade");
+    assert!(w.release().await.unwrap() && reader.release().await.unwrap());
+}
+
+/// INV-15 and INV-16 for semaphores: weights are all or nothing, a small
+/// request never passes a larger one queued before it, a holder whose lease
+/// ends gives its permits back, and another permit count is refused with a
+/// message naming both.
+#[tokio::test]
+async fn a_semaphore_counts_weights_in_fifo_order_and_gets_permits_back_from_a_dead_lease() {
+    let server = Server::start().await;
+    // Each on a client (and so a lease) of its own.
+    let (ca, c, cbig, other) =
+        (server.client().await, server.client().await, server.client().await, server.client().await);
+    let sem = |w: u32| c.lock("sem").permits(3).weight(w).ttl(30 * SECS);
+    let a = acquired(ca.lock("sem").permits(3).weight(2).ttl(30 * SECS).acquire().await.unwrap());
+    let b = acquired(sem(1).acquire().await.unwrap());
+    assert!(a.token() < b.token());
+    let big =
+        tokio::spawn(
+            async move { cbig.lock("sem").permits(3).weight(2).ttl(30 * SECS).wait(20 * SECS).acquire().await },
+        );
+    eventually("two permits asked for", || async { waiters(&c, "sem").await == 1 }).await;
+    assert!(b.release().await.unwrap());
+    // One permit is free, but the request before it wants two: no barging.
+    match sem(1).acquire().await.unwrap() {
+        Acquire::Busy { .. } => {}
+        other => panic!("one permit passed a queued request for two: {other:?}"),
+    }
+    match c.lock("sem").permits(4).acquire().await {
+        Err(Error::InvalidArgument(m)) => assert!(m.contains("has 3 permits") && m.contains("asked for 4"), "{m}"),
+        other => panic!("another permit count: {other:?}"),
+    }
+    // a's lease is revoked by someone else: its two permits come back.
+    other.revoke_lease(a.lease_id()).await.unwrap();
+    let big = granted(big).await;
+    let info = c.describe("sem").await.unwrap();
+    assert_eq!((info.permits, info.holders.iter().map(|h| h.weight).sum::<u32>()), (3, 2));
+    assert!(big.release().await.unwrap());
+}
