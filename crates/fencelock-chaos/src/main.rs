@@ -60,7 +60,7 @@ enum Cmd {
     /// One scenario against one backend.
     Run(RunArgs),
     /// A fixed list of runs (short: a few minutes, for CI; long: about an
-    /// hour, K4 alone 15 minutes), then the report.
+    /// hour and 20 minutes, K4 alone 15 minutes), then the report.
     Profile(profile::ProfileArgs),
     /// Writes the markdown report from the verdicts under a directory.
     Report(profile::ReportArgs),

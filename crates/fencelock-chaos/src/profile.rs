@@ -77,6 +77,9 @@ fn election(s: Scenario, backend: &'static str, seed: u64, secs: u64) -> Plan {
     Plan { election: true, ..plan(s, backend, seed, secs) }
 }
 
+/// The peers whose backends declare leader election, run in election mode too.
+const ELECTING_PEERS: [&str; 4] = ["redis", "etcd", "zk", "postgres"];
+
 fn plans(p: Profile) -> Vec<Plan> {
     use Scenario::*;
     let peers = ["redis", "redlock", "etcd", "zk", "postgres"];
@@ -100,6 +103,10 @@ fn plans(p: Profile) -> Vec<Plan> {
             }
             v.extend([plan(L1, "fencelock3", 31, 15), plan(L2, "fencelock3", 32, 15), plan(L3, "fencelock3", 33, 15)]);
             v.push(election(L1, "fencelock3", 34, 12));
+            // Every peer that elects: its leaders paused at their write.
+            for (i, b) in ELECTING_PEERS.iter().enumerate() {
+                v.push(election(K1, b, 41 + i as u64, 10));
+            }
             v
         }
         Profile::Long => {
@@ -117,6 +124,14 @@ fn plans(p: Profile) -> Vec<Plan> {
                 v.push(plan(s, "fencelock3", seed, 120));
             }
             v.extend([election(K1, "fencelock", 151, 120), election(L1, "fencelock3", 152, 120)]);
+            for (s, seed) in [(K2, 153), (K3, 154), (K4, 155)] {
+                v.push(election(s, "fencelock", seed, 120));
+            }
+            v.extend([election(L2, "fencelock3", 156, 120), election(L3, "fencelock3", 157, 120)]);
+            for (i, b) in ELECTING_PEERS.iter().enumerate() {
+                v.push(election(K1, b, 161 + i as u64, 60));
+                v.push(election(K4, b, 171 + i as u64, 60));
+            }
             v.extend(plans(Profile::Mutants));
             v
         }

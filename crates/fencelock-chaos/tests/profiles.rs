@@ -148,10 +148,11 @@ fn short_profile_fencelock3() {
     short_with("fencelock3", 4, true);
 }
 
-/// K1 and K4 against Redis (no persistence: its lost grants are findings).
+/// K1 and K4 against Redis (no persistence: its lost grants are findings),
+/// and K1 in election mode.
 #[test]
 fn short_profile_redis() {
-    short("redis", 2);
+    short("redis", 3);
 }
 
 /// K1 and K4 against Redlock (no token: its violations are findings).
@@ -160,19 +161,22 @@ fn short_profile_redlock() {
     short("redlock", 2);
 }
 
+/// K1, K4, and K1 in election mode (etcd's election recipe).
 #[test]
 fn short_profile_etcd() {
-    short("etcd", 2);
+    short("etcd", 3);
 }
 
+/// K1, K4, and K1 in election mode (Curator's LeaderSelector recipe).
 #[test]
 fn short_profile_zookeeper() {
-    short("zk", 2);
+    short("zk", 3);
 }
 
+/// K1, K4, and K1 in election mode (the lease table's election).
 #[test]
 fn short_profile_postgres() {
-    short("postgres", 2);
+    short("postgres", 3);
 }
 
 /// C9: each mutant must turn its scenario red, in the check that guards
