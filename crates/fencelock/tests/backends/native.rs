@@ -62,6 +62,8 @@ async fn declares_its_capabilities() {
             .with_lock_delay(true)
             .with_holder_identity(true)
             .with_election(true)
+            .with_shared(true)
+            .with_semaphores(true)
             .with_min_ttl(100 * MS)
     );
     let http = suite::connect(&format!("http://{}", t.addr)).await;
