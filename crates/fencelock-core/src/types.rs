@@ -20,6 +20,8 @@ pub const MAX_TTL_MS: u64 = 3_600_000;
 pub const MAX_WAIT_MS: u64 = 3_600_000;
 /// Longest lock-delay (Chubby's upper bound: 1 min).
 pub const MAX_LOCK_DELAY_MS: u64 = 60_000;
+/// Longest hold-at-least ([`Acquire::hold_at_least_ms`]): 24 h.
+pub const MAX_HOLD_AT_LEAST_MS: u64 = 86_400_000;
 /// Longest holder identity ([`Acquire::identity`]), in bytes of UTF-8.
 pub const MAX_IDENTITY_BYTES: usize = 256;
 /// Largest holder value ([`Acquire::value`]), in bytes.
@@ -268,6 +270,18 @@ pub struct Acquire {
     /// default, and entries written before it existed): a read-write lock.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub permits: u32,
+    /// However the grant ends (release, revoke, expiry, cancel), the lock
+    /// stays closed to everyone until this many milliseconds after the grant,
+    /// on the engine's clock (the leader's monotonic clock, never a wall
+    /// clock): a job that ends early still keeps a second run out until then.
+    /// A longer closure (a lock-delay) wins. At most [`MAX_HOLD_AT_LEAST_MS`];
+    /// 0 (the default, and entries written before it existed) is none.
+    #[serde(default, skip_serializing_if = "is_zero_u64")]
+    pub hold_at_least_ms: u64,
+}
+
+fn is_zero_u64(n: &u64) -> bool {
+    *n == 0
 }
 
 fn one() -> u32 {

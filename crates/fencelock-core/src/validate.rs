@@ -1,5 +1,5 @@
 //! Stateless validation of commands: the rules a command must meet whatever the
-//! engine's state (request id, lock name, TTL, wait, lock-delay, token, holder
+//! engine's state (request id, lock name, TTL, wait, lock-delay, hold-at-least, token, holder
 //! identity and value, weight against permits, a new value).
 //!
 //! Where it sits: the one place these rules live. The engine applies them first to
@@ -67,7 +67,8 @@ pub(crate) fn check_ttl(ttl_ms: u64) -> Result<(), EngineError> {
     Err(EngineError::InvalidTtl { got_ms: ttl_ms, min_ms: MIN_TTL_MS, max_ms: MAX_TTL_MS })
 }
 
-/// An acquire's request id, name, wait, lock-delay, identity, value and weight,
+/// An acquire's request id, name, wait, lock-delay, hold-at-least, identity,
+/// value and weight,
 /// in this order; the name.
 pub(crate) fn check_acquire(a: &Acquire) -> Result<LockName, EngineError> {
     check_req(a.req)?;
@@ -77,6 +78,9 @@ pub(crate) fn check_acquire(a: &Acquire) -> Result<LockName, EngineError> {
     }
     if a.lock_delay_ms > MAX_LOCK_DELAY_MS {
         return Err(EngineError::InvalidLockDelay { got_ms: a.lock_delay_ms, max_ms: MAX_LOCK_DELAY_MS });
+    }
+    if a.hold_at_least_ms > MAX_HOLD_AT_LEAST_MS {
+        return Err(EngineError::InvalidHoldAtLeast { got_ms: a.hold_at_least_ms, max_ms: MAX_HOLD_AT_LEAST_MS });
     }
     check_identity(&a.identity)?;
     check_value(&a.value)?;

@@ -155,6 +155,7 @@ impl Ops {
             mode: mode_of(r.mode),
             weight: r.weight.max(1),
             permits: r.permits,
+            hold_at_least_ms: r.hold_at_least_ms,
         };
         let outcome = match self.driver.acquire(acq, who.caller()).await.map_err(driver_status)? {
             AcquireOutcome::Acquired { grant, waited_ms } => Outcome::Acquired(acquired(grant, waited_ms)),

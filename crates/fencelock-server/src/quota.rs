@@ -241,6 +241,7 @@ mod tests {
                 mode: fencelock_core::Mode::Exclusive,
                 weight: 1,
                 permits: 0,
+                hold_at_least_ms: 0,
             };
             cmds.push(by(name, Command::Acquire(acq)));
         }

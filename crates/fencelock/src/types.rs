@@ -49,6 +49,13 @@ pub struct LockOptions {
     /// Permits of the semaphore taken at once, all or nothing (1 to
     /// `permits`; 1 otherwise).
     pub weight: u32,
+    /// However the grant ends (release, lease loss, cancel), the server keeps
+    /// the lock closed to everyone until this long after the grant, timed by
+    /// its leader's monotonic clock (no wall clock): a job that ends early
+    /// still keeps a second run out until then (at most 24 h; zero is none).
+    /// Only backends with
+    /// [`Capabilities::hold_at_least`](crate::Capabilities::hold_at_least).
+    pub hold_at_least: Duration,
 }
 
 /// How a grant of a read-write lock shares it.
@@ -74,6 +81,7 @@ impl Default for LockOptions {
             mode: LockMode::Exclusive,
             permits: 0,
             weight: 1,
+            hold_at_least: Duration::ZERO,
         }
     }
 }
@@ -131,6 +139,13 @@ impl LockOptions {
     /// Taking `weight` permits at once (see [`LockOptions::weight`](#structfield.weight)).
     pub fn weight(mut self, weight: u32) -> Self {
         self.weight = weight;
+        self
+    }
+
+    /// Keeping the lock closed until `hold` after the grant, however it ends
+    /// (see [`LockOptions::hold_at_least`](#structfield.hold_at_least)).
+    pub fn hold_at_least(mut self, hold: Duration) -> Self {
+        self.hold_at_least = hold;
         self
     }
 }

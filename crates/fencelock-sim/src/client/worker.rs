@@ -99,6 +99,7 @@ impl Worker {
             mode: fencelock_core::Mode::Exclusive,
             weight: 1,
             permits: 0,
+            hold_at_least_ms: 0,
         });
         while self.session.borrow().is_live(lease) {
             match self.server.call(cmd.clone()).await {

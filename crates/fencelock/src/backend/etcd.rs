@@ -325,6 +325,7 @@ impl LockBackend for EtcdBackend {
             election: true,
             shared: false,
             semaphores: false,
+            hold_at_least: false,
             min_ttl: Duration::from_secs(1),
         }
     }

@@ -383,6 +383,7 @@ impl LockBackend for RedisBackend {
             election: true,
             shared: false,
             semaphores: false,
+            hold_at_least: false,
             min_ttl: Duration::from_millis(100),
         }
     }

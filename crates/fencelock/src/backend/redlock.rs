@@ -183,6 +183,7 @@ impl LockBackend for RedlockBackend {
             election: false,
             shared: false,
             semaphores: false,
+            hold_at_least: false,
             min_ttl: Duration::from_millis(100),
         }
     }

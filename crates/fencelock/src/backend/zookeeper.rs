@@ -365,6 +365,7 @@ impl LockBackend for ZkBackend {
             election: true,
             shared: false,
             semaphores: false,
+            hold_at_least: false,
             min_ttl: MIN_TTL,
         }
     }

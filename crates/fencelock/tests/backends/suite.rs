@@ -486,6 +486,30 @@ pub async fn sharing_where_declared<T: Target>(t: &T) {
     }
 }
 
+/// Hold-at-least (issue 18), where declared: a lock released at once after
+/// its grant stays closed to a try (busy, with the time until it reopens, at
+/// most the hold) and is not held by anyone. A backend that does not declare
+/// it refuses such an acquire with `Unsupported`, before anything is sent.
+pub async fn hold_at_least_where_declared<T: Target>(t: &T) {
+    let b = connect(&t.url()).await;
+    let hold = 60 * SECS;
+    let held = opts(10 * SECS, Duration::ZERO).hold_at_least(hold);
+    if !b.capabilities().hold_at_least {
+        let got = b.acquire("job", &held).await;
+        assert!(matches!(got, Err(Error::Unsupported(_))), "hold-at-least: {got:?}");
+        return;
+    }
+    let job = within("job", b.acquire("job", &held)).await.unwrap().acquired().unwrap();
+    assert!(job.release().await.unwrap());
+    let again = within("second run", b.acquire("job", &opts(10 * SECS, Duration::ZERO))).await.unwrap();
+    match again {
+        Acquire::Busy { holder_lease: None, reopens_in: Some(left), .. } => {
+            assert!(left > Duration::ZERO && left <= hold, "reopens in {left:?}")
+        }
+        other => panic!("a closed lock with no holder expected: {other:?}"),
+    }
+}
+
 /// The first of `tasks` to finish, and the others.
 async fn first_finished<T>(
     mut tasks: Vec<tokio::task::JoinHandle<T>>,
@@ -508,7 +532,7 @@ macro_rules! conformance {
             release_and_drop_free_the_lock, expiry_and_release_by_a_non_holder,
             lost_fires_when_the_connection_is_cut, fifo_where_declared, bad_input,
             names_are_opaque, with_lock_runs_and_releases, election_where_declared, sharing_where_declared,
-            proclaim_where_declared);
+            proclaim_where_declared, hold_at_least_where_declared);
     };
     ($target:ty: $($body:ident),* $(,)?) => {
         $(

@@ -82,6 +82,7 @@ impl LockBackend for Client {
             election: true,
             shared: true,
             semaphores: true,
+            hold_at_least: true,
             min_ttl: Duration::from_millis(100),
         }
     }

@@ -100,6 +100,7 @@ pub const CAPABILITIES: Capabilities = Capabilities {
     election: false,
     shared: false,
     semaphores: false,
+    hold_at_least: false,
     min_ttl: Duration::from_millis(100),
 };
 

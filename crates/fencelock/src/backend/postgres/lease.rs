@@ -265,6 +265,7 @@ pub const CAPABILITIES: Capabilities = Capabilities {
     election: true,
     shared: false,
     semaphores: false,
+    hold_at_least: false,
     min_ttl: Duration::from_millis(100),
 };
 
