@@ -82,7 +82,7 @@ pub fn busy_detail(lease: Option<u64>, token: Option<u64>, reopens_in: Option<Du
     match (lease, token, reopens_in) {
         (Some(l), Some(t), _) => format!(" (held by lease {l} with token {t})"),
         (None, Some(t), _) => format!(" (held with token {t})"),
-        (_, _, Some(d)) => format!(" (closed by lock-delay for another {d:?})"),
+        (_, _, Some(d)) => format!(" (closed by a lock-delay or hold-at-least for another {d:?})"),
         _ => String::new(),
     }
 }

@@ -365,7 +365,7 @@ pub struct Busy {
     /// Absent in replies written before it existed (0).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub holders: u32,
-    /// When the lock is closed by lock-delay: milliseconds until it reopens.
+    /// When the lock is closed (a lock-delay, a hold-at-least): milliseconds until it reopens.
     pub reopens_in_ms: Option<u64>,
     /// How many requests are queued.
     pub waiters: u32,

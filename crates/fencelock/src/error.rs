@@ -306,7 +306,7 @@ impl std::fmt::Display for NotAcquired {
                 write!(f, "busy (held by lease {lease} under token {token})")
             }
             NotAcquired::Busy { reopens_in: Some(d), .. } => {
-                write!(f, "busy (closed by lock-delay for {} ms)", d.as_millis())
+                write!(f, "busy (closed by a lock-delay or hold-at-least for {} ms)", d.as_millis())
             }
             NotAcquired::Busy { .. } => write!(f, "busy"),
             NotAcquired::TimedOut => write!(f, "wait timed out"),
