@@ -16,6 +16,7 @@ mod exit;
 mod http;
 mod run;
 mod serve;
+mod slot;
 mod snapshot;
 mod storage;
 mod watch;

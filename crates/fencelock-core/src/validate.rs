@@ -24,6 +24,7 @@ impl Command {
             }
             Command::CancelWait { req, lock, .. } => check_cancel(*req, lock).map(drop),
             Command::SetValue { req, lock, token, value, .. } => check_set_value(*req, lock, *token, value).map(drop),
+            Command::CompleteSlot { req, lock, token, slot, .. } => check_complete(*req, lock, *token, slot).map(drop),
             Command::As { caller, cmd } => check_caller(caller, cmd).and_then(|()| cmd.validate()),
             Command::Policy(change) => change.validate(),
         }
@@ -68,7 +69,7 @@ pub(crate) fn check_ttl(ttl_ms: u64) -> Result<(), EngineError> {
 }
 
 /// An acquire's request id, name, wait, lock-delay, hold-at-least, identity,
-/// value and weight,
+/// value, weight and slot,
 /// in this order; the name.
 pub(crate) fn check_acquire(a: &Acquire) -> Result<LockName, EngineError> {
     check_req(a.req)?;
@@ -85,6 +86,10 @@ pub(crate) fn check_acquire(a: &Acquire) -> Result<LockName, EngineError> {
     check_identity(&a.identity)?;
     check_value(&a.value)?;
     check_weight(a.weight, a.permits)?;
+    if !a.once_per.is_empty() {
+        check_slot(&a.once_per)?;
+        check_once_is_a_try(a.wait_ms)?;
+    }
     Ok(name)
 }
 
@@ -114,6 +119,37 @@ pub(crate) fn check_set_value(req: RequestId, lock: &str, token: Token, value: &
     let name = check_release(req, lock, token)?;
     check_value(value)?;
     Ok(name)
+}
+
+/// A slot completion's request id, name, token and slot, in this order; the name.
+pub(crate) fn check_complete(req: RequestId, lock: &str, token: Token, slot: &str) -> Result<LockName, EngineError> {
+    let name = check_release(req, lock, token)?;
+    check_slot(slot)?;
+    Ok(name)
+}
+
+/// A slot name: 1 to [`MAX_SLOT_BYTES`] bytes of UTF-8 without control
+/// characters (it is shown on terminals).
+pub fn check_slot(slot: &str) -> Result<(), EngineError> {
+    if slot.is_empty() || slot.len() > MAX_SLOT_BYTES {
+        return Err(EngineError::InvalidSlot(format!("{} bytes (must be 1 to {MAX_SLOT_BYTES})", slot.len())));
+    }
+    if slot.chars().any(char::is_control) {
+        return Err(EngineError::InvalidSlot("must not contain control characters".into()));
+    }
+    Ok(())
+}
+
+/// An acquire with a slot is a try: the slot is looked at when the acquire
+/// is applied, and a waiter granted later would not see it completed
+/// meanwhile (it would run the slot a second time).
+fn check_once_is_a_try(wait_ms: u64) -> Result<(), EngineError> {
+    match wait_ms {
+        0 => Ok(()),
+        _ => {
+            Err(EngineError::InvalidSlot("an acquire once per a slot cannot wait in the queue (wait must be 0)".into()))
+        }
+    }
 }
 
 /// A cancel's request id and name; the name.

@@ -364,6 +364,7 @@ impl Run {
                     weight,
                     permits,
                     hold_at_least_ms,
+                    once_per: String::new(),
                 };
                 Command::Acquire(acq)
             }

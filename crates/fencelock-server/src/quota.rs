@@ -242,6 +242,7 @@ mod tests {
                 weight: 1,
                 permits: 0,
                 hold_at_least_ms: 0,
+                once_per: String::new(),
             };
             cmds.push(by(name, Command::Acquire(acq)));
         }

@@ -234,6 +234,7 @@ fn commands() -> Vec<Command> {
             weight: 1,
             permits: 0,
             hold_at_least_ms: 0,
+            once_per: String::new(),
         })
     };
     vec![
@@ -252,6 +253,7 @@ fn commands() -> Vec<Command> {
             weight: 1,
             permits: 0,
             hold_at_least_ms: 0,
+            once_per: String::new(),
         }),
         Command::KeepAlive { req: RequestId(5), lease: LeaseId(1) },
         Command::Release { req: RequestId(6), lease: LeaseId(1), lock: "a".into(), token: Token(1) },
@@ -401,6 +403,7 @@ fn session_stream_requests() {
             mode: pb::LockMode::Shared as i32,
             permits: 4,
             hold_at_least_ms: 0,
+            once_per: String::new(),
             weight: 2,
         }),
         Op::Release(pb::ReleaseRequest { request_id: 3, lease_id: 1, lock: "a".into(), token: 7 }),

@@ -30,6 +30,11 @@ pub enum Error {
     /// The lease is gone (never granted, revoked, or expired).
     #[error("lease not found: {0}")]
     LeaseNotFound(String),
+    /// The acquire's [`once_per`](crate::LockOptions::once_per) slot is done:
+    /// the grant under `token` (by `identity`, "" when none) completed it with
+    /// `exit_code`. Nothing was taken.
+    #[error("the slot is done: {identity:?} ran it (token {token}, exit code {exit_code})")]
+    SlotDone { token: u64, identity: String, exit_code: i32 },
     /// The server stayed unavailable (no leader, shutting down, unreachable) until
     /// the operation's deadline, across retries with the same request id. The
     /// request may or may not have taken effect.

@@ -56,6 +56,12 @@ pub struct LockOptions {
     /// Only backends with
     /// [`Capabilities::hold_at_least`](crate::Capabilities::hold_at_least).
     pub hold_at_least: Duration,
+    /// A slot name (a day, an hour; 1 to 128 bytes): when a run of this lock
+    /// completed that slot ([`crate::Guard::complete_slot`]) in the last 7
+    /// days, the acquire fails with [`crate::Error::SlotDone`] (who ran it)
+    /// and takes nothing. Empty: none. Only backends with
+    /// [`Capabilities::once_per`](crate::Capabilities::once_per).
+    pub once_per: String,
 }
 
 /// How a grant of a read-write lock shares it.
@@ -82,6 +88,7 @@ impl Default for LockOptions {
             permits: 0,
             weight: 1,
             hold_at_least: Duration::ZERO,
+            once_per: String::new(),
         }
     }
 }
@@ -146,6 +153,12 @@ impl LockOptions {
     /// (see [`LockOptions::hold_at_least`](#structfield.hold_at_least)).
     pub fn hold_at_least(mut self, hold: Duration) -> Self {
         self.hold_at_least = hold;
+        self
+    }
+
+    /// Running once per `slot` (see [`LockOptions::once_per`](#structfield.once_per)).
+    pub fn once_per(mut self, slot: impl Into<String>) -> Self {
+        self.once_per = slot.into();
         self
     }
 }

@@ -51,6 +51,10 @@ impl Engine {
             Ok(kind) => kind,
             Err(e) => return Reply::Rejected(e),
         };
+        if let Some(done) = self.once_done(&name, a) {
+            self.record(a.lease, a.req, Outcome::Replied(done.clone()));
+            return done;
+        }
         let share = Share::of(a, kind);
         if self.can_grant_now(&name, share) {
             self.locks.entry(name.clone()).or_insert_with(|| Lock::of_kind(kind));
@@ -62,6 +66,14 @@ impl Engine {
             return reply;
         }
         self.enqueue(name, share, a)
+    }
+
+    /// [`Reply::SlotDone`] when `a` runs once per a slot that is done.
+    fn once_done(&mut self, name: &LockName, a: &Acquire) -> Option<Reply> {
+        match a.once_per.is_empty() {
+            true => None,
+            false => self.slot_done(name, &a.once_per),
+        }
     }
 
     /// The kind of `name` (the one `permits` makes when it has no entry), if

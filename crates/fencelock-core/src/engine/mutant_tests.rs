@@ -28,6 +28,7 @@ fn acq(req: u64, lease: u64, lock: &str, wait_ms: u64) -> Command {
         weight: 1,
         permits: 0,
         hold_at_least_ms: 0,
+        once_per: String::new(),
     })
 }
 

@@ -38,3 +38,4 @@ mod misc_tests;
 mod owner_tests;
 mod policy_tests;
 mod shared_tests;
+mod slot_tests;

@@ -326,6 +326,7 @@ impl LockBackend for EtcdBackend {
             shared: false,
             semaphores: false,
             hold_at_least: false,
+            once_per: false,
             min_ttl: Duration::from_secs(1),
         }
     }

@@ -149,6 +149,10 @@ pub struct Capabilities {
     /// clock. A backend without it refuses such an acquire with
     /// [`Error::Unsupported`].
     pub hold_at_least: bool,
+    /// [`LockOptions::once_per`] and [`Guard::complete_slot`]: the server
+    /// records completed slots. A backend without it refuses such an acquire
+    /// with [`Error::Unsupported`].
+    pub once_per: bool,
     /// The smallest TTL the backend keeps; a shorter one is refused with
     /// [`Error::Unsupported`] rather than silently lengthened. Larger TTLs may
     /// be rounded up to the backend's granularity (whole seconds for etcd); the
@@ -174,6 +178,7 @@ impl Capabilities {
             shared: false,
             semaphores: false,
             hold_at_least: false,
+            once_per: false,
             min_ttl: MIN_TTL,
         }
     }
@@ -289,6 +294,12 @@ impl Capabilities {
         }
         if !opts.lock_delay.is_zero() && !self.lock_delay {
             return Err(Error::Unsupported(format!("{backend} has no lock-delay")));
+        }
+        if !opts.once_per.is_empty() && !self.once_per {
+            return Err(Error::Unsupported(format!("{backend} records no completed slots; use the fencelock backend")));
+        }
+        if !opts.once_per.is_empty() {
+            fencelock_core::check_slot(&opts.once_per).map_err(|e| Error::InvalidArgument(e.to_string()))?;
         }
         if !opts.hold_at_least.is_zero() && !self.hold_at_least {
             return Err(Error::Unsupported(format!("{backend} has no hold-at-least; use the fencelock backend")));
@@ -536,6 +547,7 @@ mod tests {
             shared: false,
             semaphores: false,
             hold_at_least: false,
+            once_per: false,
             min_ttl: MIN_TTL,
         }
     }
@@ -575,6 +587,20 @@ mod tests {
         let too_long = LockOptions::default().hold_at_least(MAX_HOLD_AT_LEAST + Duration::from_millis(1));
         let got = native.admit("fencelock", "a", &too_long);
         assert!(matches!(got, Err(Error::InvalidArgument(ref m)) if m.contains("at most 24 h")), "{got:?}");
+    }
+
+    /// Issue 18: a slot is refused before anything is sent where the backend
+    /// records none, and checked by the engine's rule everywhere else.
+    #[test]
+    fn once_per_needs_the_capability_and_a_valid_slot() {
+        let plain = caps(Fencing::PerLock, false);
+        let native = Capabilities { once_per: true, ..plain };
+        let slot = LockOptions::default().once_per("2026-11-23");
+        assert!(matches!(plain.admit("zk", "a", &slot), Err(Error::Unsupported(m)) if m.contains("slots")));
+        assert_eq!(native.admit("fencelock", "a", &slot), Ok(()));
+        let bad = LockOptions::default().once_per("a\nb");
+        let got = native.admit("fencelock", "a", &bad);
+        assert!(matches!(got, Err(Error::InvalidArgument(ref m)) if m.contains("invalid slot")), "{got:?}");
     }
 
     #[test]

@@ -384,6 +384,7 @@ impl LockBackend for RedisBackend {
             shared: false,
             semaphores: false,
             hold_at_least: false,
+            once_per: false,
             min_ttl: Duration::from_millis(100),
         }
     }

@@ -184,6 +184,7 @@ impl LockBackend for RedlockBackend {
             shared: false,
             semaphores: false,
             hold_at_least: false,
+            once_per: false,
             min_ttl: Duration::from_millis(100),
         }
     }

@@ -96,6 +96,12 @@ impl LockRequest {
         self
     }
 
+    /// Running once per `slot`, where the backend has it ([`LockOptions::once_per`]).
+    pub fn once_per(mut self, slot: impl Into<String>) -> Self {
+        self.opts = self.opts.once_per(slot);
+        self
+    }
+
     /// All options at once.
     pub fn options(mut self, opts: LockOptions) -> Self {
         self.opts = opts;

@@ -366,6 +366,7 @@ impl LockBackend for ZkBackend {
             shared: false,
             semaphores: false,
             hold_at_least: false,
+            once_per: false,
             min_ttl: MIN_TTL,
         }
     }

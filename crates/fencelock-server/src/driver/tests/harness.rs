@@ -68,6 +68,7 @@ pub fn acquire_cmd(lease: u64, req: u64, lock: &str) -> Command {
         weight: 1,
         permits: 0,
         hold_at_least_ms: 0,
+        once_per: String::new(),
     })
 }
 

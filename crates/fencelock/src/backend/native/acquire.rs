@@ -199,6 +199,7 @@ async fn acquire_once(
                 permits: opts.permits,
                 weight: opts.weight,
                 hold_at_least_ms: to_ms(opts.hold_at_least),
+                once_per: opts.once_per.clone(),
             };
             let req = request(msg, left);
             async move { c.acquire(req).await }

@@ -266,6 +266,7 @@ pub const CAPABILITIES: Capabilities = Capabilities {
     shared: false,
     semaphores: false,
     hold_at_least: false,
+    once_per: false,
     min_ttl: Duration::from_millis(100),
 };
 
