@@ -17,6 +17,10 @@ pub const BUSY: u8 = 73;
 pub const TIMED_OUT: u8 = 74;
 /// The lease was lost while `run`'s child was running; the child was stopped.
 pub const LEASE_LOST: u8 = 75;
+/// `run --once-per`: the slot already ran (the server recorded its
+/// completion); the command was not started. (sysexits' `EX_PROTOCOL` is
+/// not used otherwise.)
+pub const SLOT_DONE: u8 = 76;
 /// The server refused the auth token: none or a bad one (UNAUTHENTICATED,
 /// HTTP 401), or one without the right to do this (PERMISSION_DENIED, 403).
 /// Retrying will not help; a token will. (sysexits' `EX_NOPERM`, as the other
@@ -33,6 +37,7 @@ Exit codes:
   73  lock busy (--wait 0s)
   74  wait timed out
   75  lease lost while running the child (child stopped)
+  76  run --once-per: the slot already ran (the command was not started)
   77  not authenticated or permission denied (--auth-token, FENCELOCK_AUTH_TOKEN)";
 
 /// Print `e` and return its code: [`AUTH`] if the server refused the auth

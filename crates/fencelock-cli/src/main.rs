@@ -16,6 +16,7 @@ mod exit;
 mod http;
 mod run;
 mod serve;
+mod slot;
 mod snapshot;
 mod storage;
 mod watch;
@@ -199,6 +200,12 @@ pub struct LockArgs {
     /// After an unclean loss (lease expiry), keep the lock closed this long.
     #[arg(long, default_value = "0s", value_parser = parse_duration)]
     pub lock_delay: Duration,
+    /// Keep the lock closed to everyone until this long after the grant,
+    /// however it ends (CMD exits, the lease is lost): a job that ends early
+    /// still keeps a second run out until then, timed by the server's
+    /// monotonic clock (≤ 24 h). Only the fencelock backend.
+    #[arg(long, value_name = "D", default_value = "0s", value_parser = parse_duration)]
+    pub hold_at_least: Duration,
     /// Who takes the lock, as `fencelock locks` shows it (≤ 256 bytes, no
     /// control characters). Default: `hostname:pid` on a backend that keeps
     /// holder identities (fencelock), none on the others.
@@ -227,6 +234,7 @@ impl LockArgs {
     /// keeps holder identities, so the identity defaults to `hostname:pid`.
     pub fn options(&self, keeps_identity: bool) -> fencelock::LockOptions {
         let opts = fencelock::LockOptions::default().ttl(self.ttl).wait(self.wait).lock_delay(self.lock_delay);
+        let opts = opts.hold_at_least(self.hold_at_least);
         let opts = match self.identity.clone().or_else(|| keeps_identity.then(default_identity)) {
             Some(identity) => opts.identity(identity),
             None => opts,

@@ -35,6 +35,15 @@ pub struct RunArgs {
     /// PostgreSQL advisory locks give none).
     #[arg(long)]
     require_fencing: bool,
+    /// Run once per SLOT: `day` or `hour` (the current UTC day or hour), or
+    /// any name (e.g. `2026-11-23`). When CMD exits, the server records the
+    /// slot as done with CMD's exit code (whatever it is; not when the lease
+    /// was lost); a later run for the same slot exits 76 at once, saying who
+    /// ran it. The server remembers a slot 7 days. A try: not with `--wait`
+    /// (a run that comes while another runs is busy, 73). Only the fencelock
+    /// backend.
+    #[arg(long, value_name = "SLOT", conflicts_with = "wait")]
+    once_per: Option<String>,
     /// After SIGTERM, how long the child has to exit before SIGKILL.
     #[arg(long, default_value = "5s", value_parser = parse_duration)]
     kill_grace: Duration,
@@ -47,6 +56,11 @@ pub async fn run(a: RunArgs) -> anyhow::Result<ExitCode> {
     let backend =
         fencelock::connect(&a.server.url()).await.with_context(|| format!("connecting to {}", a.server.shown()))?;
     let opts = a.lock.options(backend.capabilities().holder_identity).require_fencing(a.require_fencing);
+    let slot = a.once_per.as_deref().map(crate::slot::slot_now);
+    let opts = match &slot {
+        Some(s) => opts.once_per(s.as_str()),
+        None => opts,
+    };
     let guard = match acquire(&backend, &a.lock.name, &opts).await? {
         Ok(g) => g,
         Err(code) => return Ok(code),
@@ -60,12 +74,23 @@ pub async fn run(a: RunArgs) -> anyhow::Result<ExitCode> {
         }
     };
     let pgid = child.id().map(|id| Pid::from_raw(-(id as i32)));
-    supervise(&mut child, pgid, guard, a.kill_grace).await
+    supervise(&mut child, pgid, guard, a.kill_grace, slot.as_deref()).await
 }
 
 /// Acquire with the given options; a contention outcome is an exit code.
 async fn acquire(backend: &Backend, name: &str, opts: &LockOptions) -> anyhow::Result<Result<Guard, ExitCode>> {
-    Ok(match backend.acquire(name, opts).await? {
+    let outcome = match backend.acquire(name, opts).await {
+        Err(fencelock::Error::SlotDone { token, identity, exit_code }) => {
+            let who = if identity.is_empty() { "an unnamed holder".to_string() } else { identity };
+            let slot = &opts.once_per;
+            eprintln!(
+                "fencelock: slot {slot:?} of lock {name:?} already ran: by {who} (token {token}, exit {exit_code})"
+            );
+            return Ok(Err(ExitCode::from(exit::SLOT_DONE)));
+        }
+        other => other?,
+    };
+    Ok(match outcome {
         Acquire::Acquired(g) => Ok(g),
         Acquire::Busy { holder_lease, holder_token, reopens_in, .. } => {
             eprintln!("fencelock: lock {name:?} is busy{}", busy_detail(holder_lease, holder_token, reopens_in));
@@ -82,7 +107,7 @@ pub fn busy_detail(lease: Option<u64>, token: Option<u64>, reopens_in: Option<Du
     match (lease, token, reopens_in) {
         (Some(l), Some(t), _) => format!(" (held by lease {l} with token {t})"),
         (None, Some(t), _) => format!(" (held with token {t})"),
-        (_, _, Some(d)) => format!(" (closed by lock-delay for another {d:?})"),
+        (_, _, Some(d)) => format!(" (closed by a lock-delay or hold-at-least for another {d:?})"),
         _ => String::new(),
     }
 }
@@ -107,11 +132,14 @@ pub(crate) fn spawn(cmd: &[String], guard: &Guard, extra_env: &[(&str, &str)]) -
 }
 
 /// Wait for the child while watching the lease; forward SIGTERM/SIGINT/SIGHUP.
+/// `slot`: when the child exits (the lease still held), record it done with
+/// the child's exit code before releasing.
 pub(crate) async fn supervise(
     child: &mut Child,
     pgid: Option<Pid>,
     guard: Guard,
     grace: Duration,
+    slot: Option<&str>,
 ) -> anyhow::Result<ExitCode> {
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;
@@ -120,6 +148,9 @@ pub(crate) async fn supervise(
         tokio::select! {
             status = child.wait() => {
                 let status = status.context("waiting for the child")?;
+                if let Some(slot) = slot {
+                    complete(&guard, slot, status_code(status)).await;
+                }
                 if let Err(e) = guard.release().await {
                     eprintln!("fencelock: warning: could not release the lock (its lease will expire): {e}");
                 }
@@ -153,11 +184,26 @@ async fn stop(child: &mut Child, pgid: Option<Pid>, grace: Duration) {
     }
 }
 
-fn child_code(status: std::process::ExitStatus) -> ExitCode {
+/// Record `slot` done under `guard` with `code`; a failure is reported, not
+/// fatal (the next run of the slot then runs again).
+async fn complete(guard: &Guard, slot: &str, code: i32) {
+    match guard.complete_slot(slot, code).await {
+        Ok(true) => {}
+        Ok(false) => eprintln!("fencelock: warning: the lock was lost: slot {slot:?} is not recorded as done"),
+        Err(e) => eprintln!("fencelock: warning: could not record slot {slot:?} as done: {e}"),
+    }
+}
+
+/// The child's exit code as a shell reports it (128+N if it died of signal N).
+fn status_code(status: std::process::ExitStatus) -> i32 {
     use std::os::unix::process::ExitStatusExt;
     match (status.code(), status.signal()) {
-        (Some(c), _) => ExitCode::from(c as u8),
-        (None, Some(sig)) => ExitCode::from(128u8.saturating_add(sig as u8)),
-        _ => ExitCode::from(exit::ERROR),
+        (Some(c), _) => c,
+        (None, Some(sig)) => 128 + sig,
+        _ => i32::from(exit::ERROR),
     }
+}
+
+fn child_code(status: std::process::ExitStatus) -> ExitCode {
+    ExitCode::from(u8::try_from(status_code(status)).unwrap_or(exit::ERROR))
 }

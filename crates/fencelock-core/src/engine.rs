@@ -43,6 +43,7 @@ mod lease;
 mod lock;
 mod query;
 mod restore;
+mod slots;
 mod state;
 mod timers;
 
@@ -97,6 +98,10 @@ pub struct Engine {
     /// Who may do what (absent in states written before it existed).
     #[serde(default, skip_serializing_if = "Policy::is_empty")]
     policy: Policy,
+    /// The completed slots of jobs that run once (absent in states written
+    /// before they existed, which had none).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    slots: slots::Slots,
 }
 
 impl Default for Engine {
@@ -116,6 +121,7 @@ impl Default for Engine {
             locks: BTreeMap::new(),
             timers: Timers::default(),
             policy: Policy::default(),
+            slots: BTreeMap::new(),
         }
     }
 }
@@ -210,6 +216,7 @@ impl Engine {
         for lock in self.locks.values_mut() {
             lock.rebase(old_now, now);
         }
+        self.rebase_slots(old_now, now);
         self.rebuild_timers();
     }
 
@@ -242,6 +249,10 @@ impl Engine {
             }
             Command::Downgrade { req, lease, lock, token } => {
                 self.downgrade(lock::Downgrade { req: *req, lease: *lease, lock, token: *token }, fx)
+            }
+            Command::CompleteSlot { req, lease, lock, token, slot, exit_code } => {
+                let (req, lease, token, exit_code) = (*req, *lease, *token, *exit_code);
+                self.complete_slot(slots::CompleteSlot { req, lease, lock, token, slot, exit_code })
             }
             Command::As { caller, cmd } => self.apply_as(caller, cmd, fx),
             Command::Policy(_) => Reply::Rejected(EngineError::NotAdmin),

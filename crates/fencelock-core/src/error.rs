@@ -18,6 +18,13 @@ pub enum EngineError {
     /// The lock-delay is above `MAX_LOCK_DELAY_MS`.
     #[error("invalid lock_delay: {got_ms} ms (must be at most {max_ms} ms)")]
     InvalidLockDelay { got_ms: u64, max_ms: u64 },
+    /// The hold-at-least is above `MAX_HOLD_AT_LEAST_MS`.
+    #[error("invalid hold_at_least: {got_ms} ms (must be at most {max_ms} ms)")]
+    InvalidHoldAtLeast { got_ms: u64, max_ms: u64 },
+    /// The slot name is empty (where one is required), too long or has a
+    /// control character.
+    #[error("invalid slot: {0}")]
+    InvalidSlot(String),
     /// The holder identity is too long or has a control character.
     #[error("invalid identity: {0}")]
     InvalidIdentity(String),

@@ -20,6 +20,12 @@ pub const MAX_TTL_MS: u64 = 3_600_000;
 pub const MAX_WAIT_MS: u64 = 3_600_000;
 /// Longest lock-delay (Chubby's upper bound: 1 min).
 pub const MAX_LOCK_DELAY_MS: u64 = 60_000;
+/// Longest hold-at-least ([`Acquire::hold_at_least_ms`]): 24 h.
+pub const MAX_HOLD_AT_LEAST_MS: u64 = 86_400_000;
+/// Longest slot name ([`Acquire::once_per`], [`Command::CompleteSlot`]), in bytes.
+pub const MAX_SLOT_BYTES: usize = 128;
+/// How long the engine remembers a completed slot (7 days of engine time).
+pub const SLOT_RETENTION_MS: u64 = 7 * 86_400_000;
 /// Longest holder identity ([`Acquire::identity`]), in bytes of UTF-8.
 pub const MAX_IDENTITY_BYTES: usize = 256;
 /// Largest holder value ([`Acquire::value`]), in bytes.
@@ -174,6 +180,15 @@ pub enum Command {
         #[serde(default, skip_serializing_if = "Vec::is_empty", with = "crate::b64")]
         value: Vec<u8>,
     },
+    /// The current holder (lock, lease, token) ran the job of `slot` to its
+    /// end with `exit_code`: the engine records it (with the token, the
+    /// grant's identity and its own `now`) for [`SLOT_RETENTION_MS`], and an
+    /// acquire with that `once_per` is answered [`Reply::SlotDone`].
+    /// [`Reply::NotHolder`] (and nothing changes) when that is not a current
+    /// grant: a run that lost its lease never completes its slot. The first
+    /// completion of a slot stays; a later one is answered
+    /// [`Reply::SlotCompleted`] and changes nothing.
+    CompleteSlot { req: RequestId, lease: LeaseId, lock: String, token: Token, slot: String, exit_code: i32 },
     /// The requester of `req` no longer wants that acquire: if it is queued it leaves
     /// the queue; if it was already granted and is still held, it is released (the
     /// grant never reached anyone who will release it).
@@ -199,6 +214,7 @@ impl Command {
             Command::KeepAlive { lease, .. } | Command::Revoke { lease, .. } => Some(*lease),
             Command::Release { lease, .. } | Command::CancelWait { lease, .. } => Some(*lease),
             Command::SetValue { lease, .. } | Command::Downgrade { lease, .. } => Some(*lease),
+            Command::CompleteSlot { lease, .. } => Some(*lease),
             Command::Acquire(a) => Some(a.lease),
             Command::As { cmd, .. } => cmd.lease(),
         }
@@ -268,6 +284,27 @@ pub struct Acquire {
     /// default, and entries written before it existed): a read-write lock.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub permits: u32,
+    /// However the grant ends (release, revoke, expiry, cancel), the lock
+    /// stays closed to everyone until this many milliseconds after the grant,
+    /// on the engine's clock (the leader's monotonic clock, never a wall
+    /// clock): a job that ends early still keeps a second run out until then.
+    /// A longer closure (a lock-delay) wins. At most [`MAX_HOLD_AT_LEAST_MS`];
+    /// 0 (the default, and entries written before it existed) is none.
+    #[serde(default, skip_serializing_if = "is_zero_u64")]
+    pub hold_at_least_ms: u64,
+    /// A slot name (a day, an hour: any 1 to [`MAX_SLOT_BYTES`] bytes without
+    /// control characters): when [`Command::CompleteSlot`] recorded it for
+    /// this lock within [`SLOT_RETENTION_MS`], the acquire is answered
+    /// [`Reply::SlotDone`] and grants nothing. Only with `wait_ms == 0` (a
+    /// waiter granted later would not see the slot completed meanwhile):
+    /// [`EngineError::InvalidSlot`] otherwise. "" (the default, and entries
+    /// written before it existed): none.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub once_per: String,
+}
+
+fn is_zero_u64(n: &u64) -> bool {
+    *n == 0
 }
 
 fn one() -> u32 {
@@ -351,7 +388,7 @@ pub struct Busy {
     /// Absent in replies written before it existed (0).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub holders: u32,
-    /// When the lock is closed by lock-delay: milliseconds until it reopens.
+    /// When the lock is closed (a lock-delay, a hold-at-least): milliseconds until it reopens.
     pub reopens_in_ms: Option<u64>,
     /// How many requests are queued.
     pub waiters: u32,
@@ -386,6 +423,15 @@ pub enum Reply {
     Downgraded,
     /// (lock, lease, token) is not the current grant; nothing changed.
     NotHolder,
+    /// Answer to [`Command::CompleteSlot`]: the slot is recorded as done.
+    SlotCompleted,
+    /// Answer to an acquire with [`Acquire::once_per`] whose slot is done:
+    /// who completed it (its token, its grant's identity) and how it ended.
+    SlotDone {
+        token: Token,
+        identity: String,
+        exit_code: i32,
+    },
     /// Answer to [`Command::CancelWait`]; `released` when a grant was released.
     Cancelled {
         released: bool,

@@ -1,5 +1,5 @@
 //! Stateless validation of commands: the rules a command must meet whatever the
-//! engine's state (request id, lock name, TTL, wait, lock-delay, token, holder
+//! engine's state (request id, lock name, TTL, wait, lock-delay, hold-at-least, token, holder
 //! identity and value, weight against permits, a new value).
 //!
 //! Where it sits: the one place these rules live. The engine applies them first to
@@ -24,6 +24,7 @@ impl Command {
             }
             Command::CancelWait { req, lock, .. } => check_cancel(*req, lock).map(drop),
             Command::SetValue { req, lock, token, value, .. } => check_set_value(*req, lock, *token, value).map(drop),
+            Command::CompleteSlot { req, lock, token, slot, .. } => check_complete(*req, lock, *token, slot).map(drop),
             Command::As { caller, cmd } => check_caller(caller, cmd).and_then(|()| cmd.validate()),
             Command::Policy(change) => change.validate(),
         }
@@ -67,7 +68,8 @@ pub(crate) fn check_ttl(ttl_ms: u64) -> Result<(), EngineError> {
     Err(EngineError::InvalidTtl { got_ms: ttl_ms, min_ms: MIN_TTL_MS, max_ms: MAX_TTL_MS })
 }
 
-/// An acquire's request id, name, wait, lock-delay, identity, value and weight,
+/// An acquire's request id, name, wait, lock-delay, hold-at-least, identity,
+/// value, weight and slot,
 /// in this order; the name.
 pub(crate) fn check_acquire(a: &Acquire) -> Result<LockName, EngineError> {
     check_req(a.req)?;
@@ -78,9 +80,16 @@ pub(crate) fn check_acquire(a: &Acquire) -> Result<LockName, EngineError> {
     if a.lock_delay_ms > MAX_LOCK_DELAY_MS {
         return Err(EngineError::InvalidLockDelay { got_ms: a.lock_delay_ms, max_ms: MAX_LOCK_DELAY_MS });
     }
+    if a.hold_at_least_ms > MAX_HOLD_AT_LEAST_MS {
+        return Err(EngineError::InvalidHoldAtLeast { got_ms: a.hold_at_least_ms, max_ms: MAX_HOLD_AT_LEAST_MS });
+    }
     check_identity(&a.identity)?;
     check_value(&a.value)?;
     check_weight(a.weight, a.permits)?;
+    if !a.once_per.is_empty() {
+        check_slot(&a.once_per)?;
+        check_once_is_a_try(a.wait_ms)?;
+    }
     Ok(name)
 }
 
@@ -110,6 +119,37 @@ pub(crate) fn check_set_value(req: RequestId, lock: &str, token: Token, value: &
     let name = check_release(req, lock, token)?;
     check_value(value)?;
     Ok(name)
+}
+
+/// A slot completion's request id, name, token and slot, in this order; the name.
+pub(crate) fn check_complete(req: RequestId, lock: &str, token: Token, slot: &str) -> Result<LockName, EngineError> {
+    let name = check_release(req, lock, token)?;
+    check_slot(slot)?;
+    Ok(name)
+}
+
+/// A slot name: 1 to [`MAX_SLOT_BYTES`] bytes of UTF-8 without control
+/// characters (it is shown on terminals).
+pub fn check_slot(slot: &str) -> Result<(), EngineError> {
+    if slot.is_empty() || slot.len() > MAX_SLOT_BYTES {
+        return Err(EngineError::InvalidSlot(format!("{} bytes (must be 1 to {MAX_SLOT_BYTES})", slot.len())));
+    }
+    if slot.chars().any(char::is_control) {
+        return Err(EngineError::InvalidSlot("must not contain control characters".into()));
+    }
+    Ok(())
+}
+
+/// An acquire with a slot is a try: the slot is looked at when the acquire
+/// is applied, and a waiter granted later would not see it completed
+/// meanwhile (it would run the slot a second time).
+fn check_once_is_a_try(wait_ms: u64) -> Result<(), EngineError> {
+    match wait_ms {
+        0 => Ok(()),
+        _ => {
+            Err(EngineError::InvalidSlot("an acquire once per a slot cannot wait in the queue (wait must be 0)".into()))
+        }
+    }
 }
 
 /// A cancel's request id and name; the name.

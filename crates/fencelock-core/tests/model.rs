@@ -78,6 +78,8 @@ enum Cmd {
         lock: usize,
         wait: u64,
         delay: u64,
+        /// Hold-at-least.
+        hold: u64,
         shape: Shape,
     },
     /// A downgrade by the holder of `lock`, with its token, as the oracle
@@ -159,6 +161,13 @@ fn wait() -> impl Strategy<Value = u64> {
     prop_oneof![8 => Just(0u64), 4 => Just(100), 6 => Just(500), 5 => Just(2000), 1 => invalid]
 }
 
+/// Hold-at-least: mostly none, sometimes shorter or longer than the grants
+/// last, rarely one over the limit.
+fn hold() -> impl Strategy<Value = u64> {
+    let invalid = Just(MAX_HOLD_AT_LEAST_MS + 1);
+    prop_oneof![10 => Just(0u64), 2 => Just(300), 2 => Just(1200), 1 => invalid]
+}
+
 fn delay() -> impl Strategy<Value = u64> {
     let invalid = Just(MAX_LOCK_DELAY_MS + 1);
     prop_oneof![10 => Just(0u64), 4 => Just(100), 5 => Just(400), 3 => Just(1500), 1 => invalid]
@@ -193,8 +202,8 @@ fn cmd() -> impl Strategy<Value = Cmd> {
         3 => ttl().prop_map(|ttl| Cmd::Grant { ttl }),
         5 => lease().prop_map(|lease| Cmd::Keep { lease }),
         1 => lease().prop_map(|lease| Cmd::Revoke { lease }),
-        10 => (lease(), lock(), wait(), delay(), shape())
-            .prop_map(|(lease, lock, wait, delay, shape)| Cmd::Acquire { lease, lock, wait, delay, shape }),
+        10 => (lease(), lock(), wait(), delay(), hold(), shape())
+            .prop_map(|(lease, lock, wait, delay, hold, shape)| Cmd::Acquire { lease, lock, wait, delay, hold, shape }),
         2 => lock().prop_map(|lock| Cmd::DowngradeHeld { lock }),
         4 => lock().prop_map(|lock| Cmd::ReleaseHeld { lock }),
         1 => (lease(), lock(), 0..8u64).prop_map(|(lease, lock, token)| Cmd::Release { lease, lock, token }),
@@ -223,13 +232,9 @@ fn contended_cmd() -> impl Strategy<Value = Cmd> {
     let wait = prop_oneof![1 => Just(0u64), 4 => Just(500), 2 => Just(2000)];
     let weight = prop_oneof![3 => Just(1u32), 2 => Just(2), 1 => Just(3)];
     let shape = (prop::bool::ANY, weight).prop_map(|(shared, weight)| Shape { shared, weight, odd: false });
-    let acquire = (lease(), lock.clone(), wait, shape).prop_map(|(lease, lock, wait, shape)| Cmd::Acquire {
-        lease,
-        lock,
-        wait,
-        delay: 0,
-        shape,
-    });
+    let hold = prop_oneof![8 => Just(0u64), 1 => Just(300)];
+    let acquire = (lease(), lock.clone(), wait, hold, shape)
+        .prop_map(|(lease, lock, wait, hold, shape)| Cmd::Acquire { lease, lock, wait, delay: 0, hold, shape });
     prop_oneof![
         1 => Just(Cmd::Grant { ttl: 1000 }),
         3 => lease().prop_map(|lease| Cmd::Keep { lease }),
@@ -338,7 +343,7 @@ impl Run {
             Cmd::Grant { ttl } => Command::GrantLease { req, ttl_ms: *ttl, id: None },
             Cmd::Keep { lease } => Command::KeepAlive { req, lease: self.lease(*lease) },
             Cmd::Revoke { lease } => Command::Revoke { req, lease: self.lease(*lease) },
-            Cmd::Acquire { lease, lock: pick, wait, delay, shape } => {
+            Cmd::Acquire { lease, lock: pick, wait, delay, hold, shape } => {
                 let (lease, lock) = (self.lease(*lease), LOCKS[*pick].to_string());
                 self.acquires.push((req, lease, lock.clone()));
                 // Every acquire names its lease as identity, so the oracle can
@@ -346,7 +351,21 @@ impl Run {
                 let identity = reference::identity_of(lease.0);
                 let (wait_ms, lock_delay_ms, value) = (*wait, *delay, Vec::new());
                 let (mode, weight, permits) = shaped(*pick, *shape);
-                let acq = Acquire { req, lease, lock, wait_ms, lock_delay_ms, identity, value, mode, weight, permits };
+                let hold_at_least_ms = *hold;
+                let acq = Acquire {
+                    req,
+                    lease,
+                    lock,
+                    wait_ms,
+                    lock_delay_ms,
+                    identity,
+                    value,
+                    mode,
+                    weight,
+                    permits,
+                    hold_at_least_ms,
+                    once_per: String::new(),
+                };
                 Command::Acquire(acq)
             }
             Cmd::DowngradeHeld { lock } => {

@@ -155,11 +155,16 @@ impl Ops {
             mode: mode_of(r.mode),
             weight: r.weight.max(1),
             permits: r.permits,
+            hold_at_least_ms: r.hold_at_least_ms,
+            once_per: r.once_per,
         };
         let outcome = match self.driver.acquire(acq, who.caller()).await.map_err(driver_status)? {
             AcquireOutcome::Acquired { grant, waited_ms } => Outcome::Acquired(acquired(grant, waited_ms)),
             AcquireOutcome::Busy(b) => Outcome::Busy(busy(b)),
             AcquireOutcome::TimedOut => Outcome::TimedOut(pb::TimedOut {}),
+            AcquireOutcome::SlotDone { token, identity, exit_code } => {
+                Outcome::SlotDone(pb::SlotDone { token: token.0, identity, exit_code })
+            }
             AcquireOutcome::LeaseEnded(l) => {
                 return Err(Status::not_found(format!("lease {l} ended (expired or revoked) while waiting")))
             }
@@ -197,6 +202,29 @@ impl Ops {
         match self.driver.submit(who.wrap(cmd)).await.map_err(driver_status)? {
             Reply::ValueSet => Ok(pb::SetValueResponse { set: true }),
             Reply::NotHolder => Ok(pb::SetValueResponse { set: false }),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// The holder records that its job's slot is done (checked as a release
+    /// is, same verb).
+    pub async fn complete_slot(
+        &self,
+        who: &Who,
+        r: pb::CompleteSlotRequest,
+    ) -> Result<pb::CompleteSlotResponse, Status> {
+        self.allow(who, |w| w.require(Verb::Acquire, &r.lock))?;
+        let cmd = Command::CompleteSlot {
+            req: RequestId(r.request_id),
+            lease: LeaseId(r.lease_id),
+            lock: r.lock,
+            token: Token(r.token),
+            slot: r.slot,
+            exit_code: r.exit_code,
+        };
+        match self.driver.submit(who.wrap(cmd)).await.map_err(driver_status)? {
+            Reply::SlotCompleted => Ok(pb::CompleteSlotResponse { completed: true }),
+            Reply::NotHolder => Ok(pb::CompleteSlotResponse { completed: false }),
             other => Err(unexpected(other)),
         }
     }

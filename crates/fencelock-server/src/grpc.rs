@@ -100,6 +100,14 @@ impl lock_server::Lock for LockService {
         self.ops.set_value(&who, r.into_inner()).await.map(Response::new)
     }
 
+    async fn complete_slot(
+        &self,
+        r: Request<pb::CompleteSlotRequest>,
+    ) -> Result<Response<pb::CompleteSlotResponse>, Status> {
+        let who = self.who(&r)?;
+        self.ops.complete_slot(&who, r.into_inner()).await.map(Response::new)
+    }
+
     async fn downgrade(&self, r: Request<pb::DowngradeRequest>) -> Result<Response<pb::DowngradeResponse>, Status> {
         let who = self.who(&r)?;
         self.ops.downgrade(&who, r.into_inner()).await.map(Response::new)

@@ -241,6 +241,8 @@ mod tests {
                 mode: fencelock_core::Mode::Exclusive,
                 weight: 1,
                 permits: 0,
+                hold_at_least_ms: 0,
+                once_per: String::new(),
             };
             cmds.push(by(name, Command::Acquire(acq)));
         }

@@ -233,6 +233,8 @@ fn commands() -> Vec<Command> {
             mode: fencelock_core::Mode::Exclusive,
             weight: 1,
             permits: 0,
+            hold_at_least_ms: 0,
+            once_per: String::new(),
         })
     };
     vec![
@@ -250,6 +252,8 @@ fn commands() -> Vec<Command> {
             mode: fencelock_core::Mode::Exclusive,
             weight: 1,
             permits: 0,
+            hold_at_least_ms: 0,
+            once_per: String::new(),
         }),
         Command::KeepAlive { req: RequestId(5), lease: LeaseId(1) },
         Command::Release { req: RequestId(6), lease: LeaseId(1), lock: "a".into(), token: Token(1) },
@@ -398,6 +402,8 @@ fn session_stream_requests() {
             value: b"10.0.0.2:7000".to_vec(),
             mode: pb::LockMode::Shared as i32,
             permits: 4,
+            hold_at_least_ms: 0,
+            once_per: String::new(),
             weight: 2,
         }),
         Op::Release(pb::ReleaseRequest { request_id: 3, lease_id: 1, lock: "a".into(), token: 7 }),

@@ -30,6 +30,11 @@ pub enum Error {
     /// The lease is gone (never granted, revoked, or expired).
     #[error("lease not found: {0}")]
     LeaseNotFound(String),
+    /// The acquire's [`once_per`](crate::LockOptions::once_per) slot is done:
+    /// the grant under `token` (by `identity`, "" when none) completed it with
+    /// `exit_code`. Nothing was taken.
+    #[error("the slot is done: {identity:?} ran it (token {token}, exit code {exit_code})")]
+    SlotDone { token: u64, identity: String, exit_code: i32 },
     /// The server stayed unavailable (no leader, shutting down, unreachable) until
     /// the operation's deadline, across retries with the same request id. The
     /// request may or may not have taken effect.
@@ -306,7 +311,7 @@ impl std::fmt::Display for NotAcquired {
                 write!(f, "busy (held by lease {lease} under token {token})")
             }
             NotAcquired::Busy { reopens_in: Some(d), .. } => {
-                write!(f, "busy (closed by lock-delay for {} ms)", d.as_millis())
+                write!(f, "busy (closed by a lock-delay or hold-at-least for {} ms)", d.as_millis())
             }
             NotAcquired::Busy { .. } => write!(f, "busy"),
             NotAcquired::TimedOut => write!(f, "wait timed out"),

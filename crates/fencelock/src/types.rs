@@ -49,6 +49,19 @@ pub struct LockOptions {
     /// Permits of the semaphore taken at once, all or nothing (1 to
     /// `permits`; 1 otherwise).
     pub weight: u32,
+    /// However the grant ends (release, lease loss, cancel), the server keeps
+    /// the lock closed to everyone until this long after the grant, timed by
+    /// its leader's monotonic clock (no wall clock): a job that ends early
+    /// still keeps a second run out until then (at most 24 h; zero is none).
+    /// Only backends with
+    /// [`Capabilities::hold_at_least`](crate::Capabilities::hold_at_least).
+    pub hold_at_least: Duration,
+    /// A slot name (a day, an hour; 1 to 128 bytes): when a run of this lock
+    /// completed that slot ([`crate::Guard::complete_slot`]) in the last 7
+    /// days, the acquire fails with [`crate::Error::SlotDone`] (who ran it)
+    /// and takes nothing. Empty: none. Only backends with
+    /// [`Capabilities::once_per`](crate::Capabilities::once_per).
+    pub once_per: String,
 }
 
 /// How a grant of a read-write lock shares it.
@@ -74,6 +87,8 @@ impl Default for LockOptions {
             mode: LockMode::Exclusive,
             permits: 0,
             weight: 1,
+            hold_at_least: Duration::ZERO,
+            once_per: String::new(),
         }
     }
 }
@@ -131,6 +146,19 @@ impl LockOptions {
     /// Taking `weight` permits at once (see [`LockOptions::weight`](#structfield.weight)).
     pub fn weight(mut self, weight: u32) -> Self {
         self.weight = weight;
+        self
+    }
+
+    /// Keeping the lock closed until `hold` after the grant, however it ends
+    /// (see [`LockOptions::hold_at_least`](#structfield.hold_at_least)).
+    pub fn hold_at_least(mut self, hold: Duration) -> Self {
+        self.hold_at_least = hold;
+        self
+    }
+
+    /// Running once per `slot` (see [`LockOptions::once_per`](#structfield.once_per)).
+    pub fn once_per(mut self, slot: impl Into<String>) -> Self {
+        self.once_per = slot.into();
         self
     }
 }

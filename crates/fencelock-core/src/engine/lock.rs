@@ -1,6 +1,6 @@
 //! Lock commands and lock transitions: `Acquire`, `Release`, `SetValue`, `Downgrade`,
-//! `CancelWait`, the grants to the next waiters, wait timeouts, lock-delay and
-//! reopening.
+//! `CancelWait`, the grants to the next waiters, wait timeouts, lock-delay,
+//! hold-at-least and reopening.
 //!
 //! One rule admits every grant, for read-write locks and semaphores alike: the
 //! request fits beside the current holders ([`super::state::Lock::admits`],
@@ -10,7 +10,7 @@
 //! is granted from its head for as long as the head fits.
 
 use super::{
-    state::{Closed, Holder, Lock, LockKind, Outcome, Share, Waiter},
+    state::{Closed, Closing, Holder, Lock, LockKind, Outcome, Share, Waiter},
     Effects, Engine, TimerKind,
 };
 use crate::validate::{check_acquire, check_cancel, check_release, check_set_value};
@@ -51,6 +51,10 @@ impl Engine {
             Ok(kind) => kind,
             Err(e) => return Reply::Rejected(e),
         };
+        if let Some(done) = self.once_done(&name, a) {
+            self.record(a.lease, a.req, Outcome::Replied(done.clone()));
+            return done;
+        }
         let share = Share::of(a, kind);
         if self.can_grant_now(&name, share) {
             self.locks.entry(name.clone()).or_insert_with(|| Lock::of_kind(kind));
@@ -64,6 +68,14 @@ impl Engine {
         self.enqueue(name, share, a)
     }
 
+    /// [`Reply::SlotDone`] when `a` runs once per a slot that is done.
+    fn once_done(&mut self, name: &LockName, a: &Acquire) -> Option<Reply> {
+        match a.once_per.is_empty() {
+            true => None,
+            false => self.slot_done(name, &a.once_per),
+        }
+    }
+
     /// The kind of `name` (the one `permits` makes when it has no entry), if
     /// `permits` names it.
     fn check_permits(&self, name: &LockName, permits: u32) -> Result<LockKind, EngineError> {
@@ -74,8 +86,8 @@ impl Engine {
         }
     }
 
-    /// Validation, in this order: request id, name, wait, lock-delay, identity,
-    /// value, weight, lease. (The permits are checked after a retry is answered:
+    /// Validation, in this order: request id, name, wait, lock-delay,
+    /// hold-at-least, identity, value, weight, lease. (The permits are checked after a retry is answered:
     /// they depend on the lock.)
     fn check_acquire(&self, a: &Acquire) -> Result<LockName, EngineError> {
         let name = check_acquire(a)?;
@@ -106,7 +118,7 @@ impl Engine {
 
     fn grant_now(&mut self, name: &LockName, share: Share, a: &Acquire, fx: &mut Effects) -> Reply {
         let tag = Tag::of(a);
-        let grant = self.install_holder(name, a.lease, a.req, a.lock_delay_ms, tag.clone(), share);
+        let grant = self.install_holder(name, a.lease, a.req, Closing::of(a), tag.clone(), share);
         let reply = Reply::Acquired(grant.clone());
         self.record(a.lease, a.req, Outcome::Replied(reply.clone()));
         fx.push(Effect::Granted { grant, req: a.req, queued: false, waited_ms: 0, tag });
@@ -116,8 +128,9 @@ impl Engine {
     fn enqueue(&mut self, name: LockName, share: Share, a: &Acquire) -> Reply {
         let deadline = self.now.saturating_add(a.wait_ms);
         let (lease, req, lock_delay_ms, tag) = (a.lease, a.req, a.lock_delay_ms, Tag::of(a));
-        let (mode, weight) = (share.mode, share.weight);
-        let waiter = Waiter { lease, req, queued_at: self.now, deadline, lock_delay_ms, tag, mode, weight };
+        let (mode, weight, hold_at_least_ms) = (share.mode, share.weight, a.hold_at_least_ms);
+        let queued_at = self.now;
+        let waiter = Waiter { lease, req, queued_at, deadline, lock_delay_ms, tag, mode, weight, hold_at_least_ms };
         let lock = self.locks.entry(name.clone()).or_default();
         let position = count(lock.queue.len());
         lock.queue.push_back(waiter);
@@ -129,13 +142,14 @@ impl Engine {
     }
 
     /// Issue the next token (INV-2) and make `lease` a holder of `name` (an
-    /// entry that exists), with the identity, value and share of its acquire.
+    /// entry that exists), with the identity, value, closing and share of its
+    /// acquire.
     fn install_holder(
         &mut self,
         name: &LockName,
         lease: LeaseId,
         req: RequestId,
-        delay: u64,
+        closing: Closing,
         tag: Option<Box<Tag>>,
         share: Share,
     ) -> Grant {
@@ -143,7 +157,8 @@ impl Engine {
         self.next_token = self.next_token.saturating_add(1);
         self.tokens_issued = self.tokens_issued.saturating_add(1);
         let (granted_at, mode, weight) = (self.now, share.mode, share.weight);
-        let holder = Holder { lease, req, token, granted_at, lock_delay_ms: delay, tag, mode, weight };
+        let Closing { lock_delay_ms, hold_at_least_ms } = closing;
+        let holder = Holder { lease, req, token, granted_at, lock_delay_ms, tag, mode, weight, hold_at_least_ms };
         let grant = holder.grant(name);
         self.locks.entry(name.clone()).or_default().holders.push(holder);
         if let Some(l) = self.leases.get_mut(&lease) {
@@ -263,7 +278,8 @@ impl Engine {
     }
 
     /// End the grant `(name, lease, token)` if it exists, then close the lock
-    /// (expiry with a lock-delay, INV-7) or grant it to the next live waiter.
+    /// (expiry with a lock-delay, INV-7; a hold-at-least whose time has not
+    /// come, whatever the cause) or grant it to the next live waiter.
     pub(super) fn end_grant(
         &mut self,
         name: &LockName,
@@ -283,9 +299,13 @@ impl Engine {
         };
         let holder = lock.holders.remove(i);
         let held_ms = self.now.saturating_sub(holder.granted_at);
+        let hold_left = holder.hold_left(self.now);
         fx.push(Effect::Released { grant: holder.grant(name), held_ms, cause, tag: holder.tag });
         if cause == ReleaseCause::Expired && holder.lock_delay_ms > 0 {
             self.close(name, holder.lock_delay_ms);
+        }
+        if hold_left > 0 {
+            self.close(name, hold_left);
         }
         self.grant_next(name, fx);
         self.drop_if_unused(name);
@@ -357,7 +377,7 @@ impl Engine {
                 l.waits.remove(&w.req);
             }
             let share = Share { mode: w.mode, weight: w.weight };
-            let grant = self.install_holder(name, w.lease, w.req, w.lock_delay_ms, w.tag.clone(), share);
+            let grant = self.install_holder(name, w.lease, w.req, Closing::of_waiter(&w), w.tag.clone(), share);
             self.record(w.lease, w.req, Outcome::Replied(Reply::Acquired(grant.clone())));
             let waited_ms = self.now.saturating_sub(w.queued_at);
             fx.push(Effect::Granted { grant, req: w.req, queued: true, waited_ms, tag: w.tag });

@@ -143,7 +143,8 @@ pub(crate) struct Lock {
     pub holders: Vec<Holder>,
     /// Waiting acquires, first in line first (INV-3, INV-16).
     pub queue: VecDeque<Waiter>,
-    /// Set after a holder's lease expired with a lock-delay (INV-7).
+    /// Set after a holder's lease expired with a lock-delay (INV-7), or a
+    /// grant with a hold-at-least ended before its time.
     pub closed: Option<Closed>,
 }
 
@@ -219,11 +220,21 @@ pub(crate) struct Holder {
     /// Permits it holds (1 on a read-write lock).
     #[serde(default = "one", skip_serializing_if = "is_one")]
     pub weight: u32,
+    /// [`crate::Acquire::hold_at_least_ms`]; absent in state written before
+    /// it existed (0).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub hold_at_least_ms: u64,
 }
 
 impl Holder {
     pub fn grant(&self, lock: &LockName) -> Grant {
         Grant { lock: lock.clone(), lease: self.lease, token: self.token }
+    }
+
+    /// How long, from `now`, its hold-at-least keeps the lock closed once the
+    /// grant ends (0: not at all).
+    pub fn hold_left(&self, now: Millis) -> u64 {
+        self.granted_at.saturating_add(self.hold_at_least_ms).saturating_sub(now)
     }
 }
 
@@ -244,6 +255,26 @@ pub(crate) struct Waiter {
     pub mode: Mode,
     #[serde(default = "one", skip_serializing_if = "is_one")]
     pub weight: u32,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub hold_at_least_ms: u64,
+}
+
+/// What closes a lock after a grant ends, as an acquire asked for it: its
+/// lock-delay (after an expiry) and its hold-at-least (however it ends).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Closing {
+    pub lock_delay_ms: u64,
+    pub hold_at_least_ms: u64,
+}
+
+impl Closing {
+    pub fn of(a: &crate::Acquire) -> Self {
+        Closing { lock_delay_ms: a.lock_delay_ms, hold_at_least_ms: a.hold_at_least_ms }
+    }
+
+    pub fn of_waiter(w: &Waiter) -> Self {
+        Closing { lock_delay_ms: w.lock_delay_ms, hold_at_least_ms: w.hold_at_least_ms }
+    }
 }
 
 /// What an acquire asks for, as a holder or a waiter keeps it.
@@ -271,11 +302,18 @@ fn is_one(n: &u32) -> bool {
     *n == 1
 }
 
-/// A lock closed by lock-delay: nobody is granted before `until`.
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+/// A lock closed by lock-delay or by a hold-at-least: nobody is granted before
+/// `until`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct Closed {
     pub until: Millis,
-    /// The full delay, so that a new leader can restart it.
+    /// The full delay (for a hold-at-least: what was left of it when the grant
+    /// ended), so that a new leader can restart it: a re-base never shortens
+    /// a closure, it can only lengthen it.
     pub delay_ms: u64,
 }
 

@@ -21,12 +21,16 @@
 //! - INV-15 the holders of a lock fit together: many shared holders or one
 //!   exclusive one; at most N permits of a semaphore.
 //! - INV-16 FIFO across modes and weights: nobody is granted past a live waiter.
+//! - INV-17 hold-at-least: however a grant made with it ends, its lock stays
+//!   closed until that long after the grant (engine time; a new leader keeps
+//!   the grant's age and restarts a closure in full, never shortening it).
 
 use super::*;
 
 mod consistency_tests;
 mod floor_tests;
 mod harness;
+mod hold_tests;
 mod identity_tests;
 mod lease_tests;
 mod lock_tests;
@@ -34,3 +38,4 @@ mod misc_tests;
 mod owner_tests;
 mod policy_tests;
 mod shared_tests;
+mod slot_tests;

@@ -39,6 +39,8 @@ struct MHolder {
     token: u64,
     since: u64,
     delay: u64,
+    /// Hold-at-least: however it ends, the lock stays closed until `since + hold`.
+    hold: u64,
     /// The published value (acquires carry none; `SetValue` sets it).
     value: Vec<u8>,
     shared: bool,
@@ -53,6 +55,7 @@ struct MWaiter {
     since: u64,
     until: u64,
     delay: u64,
+    hold: u64,
     shared: bool,
     weight: u32,
 }
@@ -231,6 +234,9 @@ impl Model {
         if cause == ReleaseCause::Expired && h.delay > 0 {
             self.close(lock, h.delay);
         }
+        if h.since + h.hold > self.now {
+            self.close(lock, h.since + h.hold - self.now);
+        }
         self.grant_next(lock, fx);
     }
 
@@ -257,7 +263,7 @@ impl Model {
                 return;
             }
             self.waiters.remove(i);
-            let g = self.make_holder(lock, (w.lease, w.req), w.delay, (w.shared, w.weight));
+            let g = self.make_holder(lock, (w.lease, w.req), (w.delay, w.hold), (w.shared, w.weight));
             self.remember(w.lease, w.req, Memo::Said(Reply::Acquired(g.clone())));
             let waited_ms = self.now - w.since;
             let tag = Tag::new(&identity_of(w.lease), &[]);
@@ -290,15 +296,22 @@ impl Model {
         self.permits.iter().find(|(l, _)| l == lock).map_or(0, |(_, n)| *n)
     }
 
-    fn make_holder(&mut self, lock: &str, (lease, req): (u64, u64), delay: u64, share: (bool, u32)) -> Grant {
+    fn make_holder(
+        &mut self,
+        lock: &str,
+        (lease, req): (u64, u64),
+        (delay, hold): (u64, u64),
+        share: (bool, u32),
+    ) -> Grant {
         self.tokens_made += 1;
         self.counter += 1;
         let token = self.counter;
         let since = self.now;
         let (shared, weight) = share;
         let value = Vec::new();
-        self.holders.push(MHolder { lock: lock.to_string(), lease, req, token, since, delay, value, shared, weight });
-        grant(lock, lease, token)
+        let lock = lock.to_string();
+        self.holders.push(MHolder { lock: lock.clone(), lease, req, token, since, delay, hold, value, shared, weight });
+        grant(&lock, lease, token)
     }
 
     /// Take the waiter `(lease, req)` out of the queue of `lock` (it ended
@@ -328,11 +341,14 @@ impl Model {
                 self.set_value(req.0, lease.0, lock, token.0, value, fx)
             }
             Command::Downgrade { req, lease, lock, token } => self.downgrade(req.0, lease.0, lock, token.0, fx),
-            // Lease ownership, proposed ids and the policy are the engine's unit
-            // tests' (engine/tests/owner_tests.rs, policy_tests.rs); the
-            // generator makes none of them.
-            Command::GrantLease { id: Some(_), .. } | Command::As { .. } | Command::Policy(_) => {
-                unreachable!("the model's generator makes no proposed lease ids, callers or policy changes")
+            // Lease ownership, proposed ids, the policy and completed slots are
+            // the engine's unit tests' (engine/tests/owner_tests.rs,
+            // policy_tests.rs, slot_tests.rs); the generator makes none of them.
+            Command::GrantLease { id: Some(_), .. }
+            | Command::As { .. }
+            | Command::Policy(_)
+            | Command::CompleteSlot { .. } => {
+                unreachable!("the model's generator makes no proposed lease ids, callers, policy changes or slots")
             }
         };
         r.unwrap_or_else(Reply::Rejected)
@@ -399,6 +415,9 @@ impl Model {
         if a.lock_delay_ms > MAX_LOCK_DELAY_MS {
             return Err(EngineError::InvalidLockDelay { got_ms: a.lock_delay_ms, max_ms: MAX_LOCK_DELAY_MS });
         }
+        if a.hold_at_least_ms > MAX_HOLD_AT_LEAST_MS {
+            return Err(EngineError::InvalidHoldAtLeast { got_ms: a.hold_at_least_ms, max_ms: MAX_HOLD_AT_LEAST_MS });
+        }
         let max = a.permits.max(1);
         if a.weight == 0 || a.weight > max {
             return Err(EngineError::InvalidWeight { weight: a.weight, max });
@@ -432,7 +451,7 @@ impl Model {
         let share = (a.mode == Mode::Shared && a.permits == 0, a.weight);
         let b = self.busy(lock);
         if b.waiters == 0 && self.fits(lock, share.0, share.1) {
-            let g = self.make_holder(lock, (lease, req), a.lock_delay_ms, share);
+            let g = self.make_holder(lock, (lease, req), (a.lock_delay_ms, a.hold_at_least_ms), share);
             self.remember(lease, req, Memo::Said(Reply::Acquired(g.clone())));
             let tag = Tag::new(&a.identity, &a.value);
             fx.push(Effect::Granted { grant: g.clone(), req: a.req, queued: false, waited_ms: 0, tag });
@@ -442,9 +461,10 @@ impl Model {
             self.remember(lease, req, Memo::Said(Reply::Busy(b.clone())));
             return Reply::Busy(b);
         }
-        let (since, until, delay) = (self.now, self.now + a.wait_ms, a.lock_delay_ms);
+        let (since, until, delay, hold) = (self.now, self.now + a.wait_ms, a.lock_delay_ms, a.hold_at_least_ms);
         let (shared, weight) = share;
-        self.waiters.push(MWaiter { lock: lock.to_string(), lease, req, since, until, delay, shared, weight });
+        let lock = lock.to_string();
+        self.waiters.push(MWaiter { lock, lease, req, since, until, delay, hold, shared, weight });
         Reply::Queued { position: b.waiters }
     }
 

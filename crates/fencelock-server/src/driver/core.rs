@@ -532,11 +532,12 @@ pub fn approx_bytes(cmd: &Command) -> usize {
     const FIXED: usize = 128;
     FIXED
         + match cmd {
-            Command::Acquire(a) => a.lock.len() + a.identity.len() + a.value.len().div_ceil(3) * 4,
+            Command::Acquire(a) => a.lock.len() + a.identity.len() + a.once_per.len() + a.value.len().div_ceil(3) * 4,
             Command::Release { lock, .. } | Command::CancelWait { lock, .. } | Command::Downgrade { lock, .. } => {
                 lock.len()
             }
             Command::SetValue { lock, value, .. } => lock.len() + value.len().div_ceil(3) * 4,
+            Command::CompleteSlot { lock, slot, .. } => lock.len() + slot.len(),
             Command::GrantLease { .. } | Command::KeepAlive { .. } | Command::Revoke { .. } => 0,
             Command::As { caller, cmd } => caller.name.len() + approx_bytes(cmd),
             Command::Policy(change) => serde_json::to_vec(change).map_or(1024, |j| j.len()),

@@ -88,6 +88,12 @@ pub enum AcquireOutcome {
     },
     Busy(Busy),
     TimedOut,
+    /// The acquire's `once_per` slot is done (see [`Reply::SlotDone`]).
+    SlotDone {
+        token: fencelock_core::Token,
+        identity: String,
+        exit_code: i32,
+    },
     /// The caller's lease ended while it waited.
     LeaseEnded(LeaseId),
     Rejected(EngineError),
@@ -249,6 +255,7 @@ fn immediate(reply: Reply) -> Result<AcquireOutcome, DriverError> {
     match reply {
         Reply::Acquired(grant) => Ok(AcquireOutcome::Acquired { grant, waited_ms: 0 }),
         Reply::Busy(b) => Ok(AcquireOutcome::Busy(b)),
+        Reply::SlotDone { token, identity, exit_code } => Ok(AcquireOutcome::SlotDone { token, identity, exit_code }),
         Reply::Rejected(e) => Ok(AcquireOutcome::Rejected(e)),
         other => Err(DriverError::Unavailable(format!("internal: unexpected reply {other:?}"))),
     }

@@ -99,6 +99,8 @@ impl Worker {
             mode: fencelock_core::Mode::Exclusive,
             weight: 1,
             permits: 0,
+            hold_at_least_ms: 0,
+            once_per: String::new(),
         });
         while self.session.borrow().is_live(lease) {
             match self.server.call(cmd.clone()).await {

@@ -325,6 +325,8 @@ impl LockBackend for EtcdBackend {
             election: true,
             shared: false,
             semaphores: false,
+            hold_at_least: false,
+            once_per: false,
             min_ttl: Duration::from_secs(1),
         }
     }

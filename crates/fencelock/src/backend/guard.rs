@@ -44,6 +44,14 @@ pub(crate) trait Held: Send + Sync {
     fn downgrade(&self) -> Option<BoxFuture<'_, Result<bool, Error>>> {
         None
     }
+
+    /// Records that this grant's job of `slot` ended with `exit_code`:
+    /// `Ok(true)` recorded, `Ok(false)` it does not hold the lock any more.
+    /// `None`: the backend records no slots.
+    fn complete_slot(&self, slot: String, exit_code: i32) -> Option<BoxFuture<'_, Result<bool, Error>>> {
+        let _ = (slot, exit_code);
+        None
+    }
 }
 
 /// A held lock, from any backend.
@@ -195,6 +203,24 @@ impl Guard {
         match held.downgrade() {
             Some(done) => done.await,
             None => Err(Error::Unsupported(format!("{} has no read-write locks", self.backend))),
+        }
+    }
+
+    /// Records that the job of `slot` run under this grant ended with
+    /// `exit_code`, so that a later acquire with that
+    /// [`once_per`](crate::LockOptions::once_per) answers
+    /// [`Error::SlotDone`]. `Ok(true)` recorded; `Ok(false)` the lock
+    /// is not held by this grant any more (lost: a run that lost its lease never
+    /// completes its slot). [`Error::Unsupported`] where the backend records no
+    /// slots.
+    pub async fn complete_slot(&self, slot: &str, exit_code: i32) -> Result<bool, Error> {
+        let Some(held) = self.held.as_ref() else { return Ok(false) };
+        if self.watch.lost_reason().is_some() {
+            return Ok(false);
+        }
+        match held.complete_slot(slot.to_string(), exit_code) {
+            Some(done) => done.await,
+            None => Err(Error::Unsupported(format!("{} records no completed slots", self.backend))),
         }
     }
 

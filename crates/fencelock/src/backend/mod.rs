@@ -144,6 +144,15 @@ pub struct Capabilities {
     /// N permits, each holder with its own lease and token. A backend without
     /// them refuses such an acquire with [`Error::Unsupported`].
     pub semaphores: bool,
+    /// [`LockOptions::hold_at_least`]: the server keeps the lock closed until
+    /// that long after the grant however it ends, timed by its own monotonic
+    /// clock. A backend without it refuses such an acquire with
+    /// [`Error::Unsupported`].
+    pub hold_at_least: bool,
+    /// [`LockOptions::once_per`] and [`Guard::complete_slot`]: the server
+    /// records completed slots. A backend without it refuses such an acquire
+    /// with [`Error::Unsupported`].
+    pub once_per: bool,
     /// The smallest TTL the backend keeps; a shorter one is refused with
     /// [`Error::Unsupported`] rather than silently lengthened. Larger TTLs may
     /// be rounded up to the backend's granularity (whole seconds for etcd); the
@@ -168,6 +177,8 @@ impl Capabilities {
             election: false,
             shared: false,
             semaphores: false,
+            hold_at_least: false,
+            once_per: false,
             min_ttl: MIN_TTL,
         }
     }
@@ -232,6 +243,12 @@ impl Capabilities {
         self
     }
 
+    /// With [`hold_at_least`](#structfield.hold_at_least) set to `yes`.
+    pub const fn with_hold_at_least(mut self, yes: bool) -> Self {
+        self.hold_at_least = yes;
+        self
+    }
+
     /// With [`min_ttl`](#structfield.min_ttl) `min_ttl`.
     pub const fn with_min_ttl(mut self, min_ttl: Duration) -> Self {
         self.min_ttl = min_ttl;
@@ -278,6 +295,15 @@ impl Capabilities {
         if !opts.lock_delay.is_zero() && !self.lock_delay {
             return Err(Error::Unsupported(format!("{backend} has no lock-delay")));
         }
+        if !opts.once_per.is_empty() && !self.once_per {
+            return Err(Error::Unsupported(format!("{backend} records no completed slots; use the fencelock backend")));
+        }
+        if !opts.once_per.is_empty() {
+            fencelock_core::check_slot(&opts.once_per).map_err(|e| Error::InvalidArgument(e.to_string()))?;
+        }
+        if !opts.hold_at_least.is_zero() && !self.hold_at_least {
+            return Err(Error::Unsupported(format!("{backend} has no hold-at-least; use the fencelock backend")));
+        }
         self.admit_sharing(backend, opts)?;
         if opts.ttl >= MIN_TTL && opts.ttl < self.min_ttl {
             return Err(Error::Unsupported(format!(
@@ -299,6 +325,13 @@ impl Capabilities {
                 "lock-delay {} ms is out of range (at most {} s)",
                 opts.lock_delay.as_millis(),
                 MAX_LOCK_DELAY.as_secs()
+            )));
+        }
+        if opts.hold_at_least > MAX_HOLD_AT_LEAST {
+            return Err(Error::InvalidArgument(format!(
+                "hold-at-least {} ms is out of range (at most {} h)",
+                opts.hold_at_least.as_millis(),
+                MAX_HOLD_AT_LEAST.as_secs() / 3600
             )));
         }
         if opts.wait > MAX_WAIT {
@@ -341,6 +374,7 @@ pub(crate) const MAX_TTL: Duration = Duration::from_millis(fencelock_core::MAX_T
 pub(crate) const MAX_WAIT: Duration = Duration::from_millis(fencelock_core::MAX_WAIT_MS);
 /// The longest lock-delay: the engine's.
 pub(crate) const MAX_LOCK_DELAY: Duration = Duration::from_millis(fencelock_core::MAX_LOCK_DELAY_MS);
+pub(crate) const MAX_HOLD_AT_LEAST: Duration = Duration::from_millis(fencelock_core::MAX_HOLD_AT_LEAST_MS);
 
 /// A lock service. Object-safe: hold it as `Arc<dyn LockBackend>` (what
 /// [`connect`] returns) and write the program once for every backend.
@@ -512,6 +546,8 @@ mod tests {
             election: false,
             shared: false,
             semaphores: false,
+            hold_at_least: false,
+            once_per: false,
             min_ttl: MIN_TTL,
         }
     }
@@ -537,6 +573,34 @@ mod tests {
                 matches!(both.admit("fencelock", "a", &bad), Err(Error::InvalidArgument(m)) if m.contains("weight"))
             );
         }
+    }
+
+    /// Issue 18: a hold-at-least is refused before anything is sent where the
+    /// backend cannot keep it, and checked against the engine's limit.
+    #[test]
+    fn hold_at_least_needs_the_capability_and_a_duration_in_range() {
+        let plain = caps(Fencing::PerLock, false);
+        let native = plain.with_hold_at_least(true);
+        let held = LockOptions::default().hold_at_least(Duration::from_secs(600));
+        assert!(matches!(plain.admit("etcd", "a", &held), Err(Error::Unsupported(m)) if m.contains("hold-at-least")));
+        assert_eq!(native.admit("fencelock", "a", &held), Ok(()));
+        let too_long = LockOptions::default().hold_at_least(MAX_HOLD_AT_LEAST + Duration::from_millis(1));
+        let got = native.admit("fencelock", "a", &too_long);
+        assert!(matches!(got, Err(Error::InvalidArgument(ref m)) if m.contains("at most 24 h")), "{got:?}");
+    }
+
+    /// Issue 18: a slot is refused before anything is sent where the backend
+    /// records none, and checked by the engine's rule everywhere else.
+    #[test]
+    fn once_per_needs_the_capability_and_a_valid_slot() {
+        let plain = caps(Fencing::PerLock, false);
+        let native = Capabilities { once_per: true, ..plain };
+        let slot = LockOptions::default().once_per("2026-11-23");
+        assert!(matches!(plain.admit("zk", "a", &slot), Err(Error::Unsupported(m)) if m.contains("slots")));
+        assert_eq!(native.admit("fencelock", "a", &slot), Ok(()));
+        let bad = LockOptions::default().once_per("a\nb");
+        let got = native.admit("fencelock", "a", &bad);
+        assert!(matches!(got, Err(Error::InvalidArgument(ref m)) if m.contains("invalid slot")), "{got:?}");
     }
 
     #[test]

@@ -383,6 +383,8 @@ impl LockBackend for RedisBackend {
             election: true,
             shared: false,
             semaphores: false,
+            hold_at_least: false,
+            once_per: false,
             min_ttl: Duration::from_millis(100),
         }
     }

@@ -183,6 +183,8 @@ impl LockBackend for RedlockBackend {
             election: false,
             shared: false,
             semaphores: false,
+            hold_at_least: false,
+            once_per: false,
             min_ttl: Duration::from_millis(100),
         }
     }

@@ -89,6 +89,19 @@ impl LockRequest {
         self
     }
 
+    /// Keeping the lock closed until `hold` after the grant, however it ends
+    /// (≤ 24 h), where the backend has it ([`LockOptions::hold_at_least`]).
+    pub fn hold_at_least(mut self, hold: Duration) -> Self {
+        self.opts = self.opts.hold_at_least(hold);
+        self
+    }
+
+    /// Running once per `slot`, where the backend has it ([`LockOptions::once_per`]).
+    pub fn once_per(mut self, slot: impl Into<String>) -> Self {
+        self.opts = self.opts.once_per(slot);
+        self
+    }
+
     /// All options at once.
     pub fn options(mut self, opts: LockOptions) -> Self {
         self.opts = opts;

@@ -365,6 +365,8 @@ impl LockBackend for ZkBackend {
             election: true,
             shared: false,
             semaphores: false,
+            hold_at_least: false,
+            once_per: false,
             min_ttl: MIN_TTL,
         }
     }

@@ -486,6 +486,57 @@ pub async fn sharing_where_declared<T: Target>(t: &T) {
     }
 }
 
+/// Hold-at-least (issue 18), where declared: a lock released at once after
+/// its grant stays closed to a try (busy, with the time until it reopens, at
+/// most the hold) and is not held by anyone. A backend that does not declare
+/// it refuses such an acquire with `Unsupported`, before anything is sent.
+pub async fn hold_at_least_where_declared<T: Target>(t: &T) {
+    let b = connect(&t.url()).await;
+    let hold = 60 * SECS;
+    let held = opts(10 * SECS, Duration::ZERO).hold_at_least(hold);
+    if !b.capabilities().hold_at_least {
+        let got = b.acquire("job", &held).await;
+        assert!(matches!(got, Err(Error::Unsupported(_))), "hold-at-least: {got:?}");
+        return;
+    }
+    let job = within("job", b.acquire("job", &held)).await.unwrap().acquired().unwrap();
+    assert!(job.release().await.unwrap());
+    let again = within("second run", b.acquire("job", &opts(10 * SECS, Duration::ZERO))).await.unwrap();
+    match again {
+        Acquire::Busy { holder_lease: None, reopens_in: Some(left), .. } => {
+            assert!(left > Duration::ZERO && left <= hold, "reopens in {left:?}")
+        }
+        other => panic!("a closed lock with no holder expected: {other:?}"),
+    }
+}
+
+/// Jobs that run once per slot (issue 18), where declared: a holder
+/// completes its slot, and a later acquire for that slot fails with
+/// `SlotDone` naming the token and exit code, while another slot is granted.
+/// A backend that does not declare it refuses such an acquire with
+/// `Unsupported`, before anything is sent.
+pub async fn once_per_where_declared<T: Target>(t: &T) {
+    let b = connect(&t.url()).await;
+    let slot = opts(10 * SECS, Duration::ZERO).once_per("2026-11-23");
+    if !b.capabilities().once_per {
+        let got = b.acquire("cron", &slot).await;
+        assert!(matches!(got, Err(Error::Unsupported(_))), "once-per: {got:?}");
+        return;
+    }
+    let run = within("run", b.acquire("cron", &slot)).await.unwrap().acquired().unwrap();
+    let token = run.token().unwrap();
+    assert!(within("complete", run.complete_slot("2026-11-23", 3)).await.unwrap());
+    assert!(run.release().await.unwrap());
+    let again = within("again", b.acquire("cron", &slot)).await;
+    assert!(
+        matches!(again, Err(Error::SlotDone { token: t, exit_code: 3, .. }) if t == token),
+        "a done slot: {again:?}"
+    );
+    let next = opts(10 * SECS, Duration::ZERO).once_per("2026-11-24");
+    let other = within("another slot", b.acquire("cron", &next)).await.unwrap().acquired().unwrap();
+    assert!(other.release().await.unwrap());
+}
+
 /// The first of `tasks` to finish, and the others.
 async fn first_finished<T>(
     mut tasks: Vec<tokio::task::JoinHandle<T>>,
@@ -508,7 +559,7 @@ macro_rules! conformance {
             release_and_drop_free_the_lock, expiry_and_release_by_a_non_holder,
             lost_fires_when_the_connection_is_cut, fifo_where_declared, bad_input,
             names_are_opaque, with_lock_runs_and_releases, election_where_declared, sharing_where_declared,
-            proclaim_where_declared);
+            proclaim_where_declared, hold_at_least_where_declared, once_per_where_declared);
     };
     ($target:ty: $($body:ident),* $(,)?) => {
         $(

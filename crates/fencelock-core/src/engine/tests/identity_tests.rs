@@ -9,7 +9,20 @@ fn acq_as(req: u64, lease: u64, lock: &str, wait_ms: u64, identity: &str, value:
     let (lock, identity, value) = (lock.to_string(), identity.to_string(), value.to_vec());
     let (mode, weight, permits) = (Mode::Exclusive, 1, 0);
     let (req, lease) = (r(req), l(lease));
-    Command::Acquire(Acquire { req, lease, lock, wait_ms, lock_delay_ms: 0, identity, value, mode, weight, permits })
+    Command::Acquire(Acquire {
+        req,
+        lease,
+        lock,
+        wait_ms,
+        lock_delay_ms: 0,
+        identity,
+        value,
+        mode,
+        weight,
+        permits,
+        hold_at_least_ms: 0,
+        once_per: String::new(),
+    })
 }
 
 /// The holder info of a lease made by [`setup`] (deadline [`TTL`]), at `now`.

@@ -67,6 +67,8 @@ pub fn acquire_cmd(lease: u64, req: u64, lock: &str) -> Command {
         mode: fencelock_core::Mode::Exclusive,
         weight: 1,
         permits: 0,
+        hold_at_least_ms: 0,
+        once_per: String::new(),
     })
 }
 

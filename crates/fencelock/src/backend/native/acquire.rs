@@ -198,6 +198,8 @@ async fn acquire_once(
                 mode: crate::types::mode_to_proto(opts.mode),
                 permits: opts.permits,
                 weight: opts.weight,
+                hold_at_least_ms: to_ms(opts.hold_at_least),
+                once_per: opts.once_per.clone(),
             };
             let req = request(msg, left);
             async move { c.acquire(req).await }

@@ -296,6 +296,33 @@ impl Client {
         }
     }
 
+    /// Records that the grant `(name, lease_id, token)` completed `slot` with
+    /// `exit_code`. `Ok(false)`: it was not the current grant; nothing
+    /// recorded. A guard has [`crate::Guard::complete_slot`].
+    pub async fn complete_slot_raw(
+        &self,
+        name: &str,
+        lease_id: u64,
+        token: u64,
+        slot: &str,
+        exit_code: i32,
+    ) -> Result<bool, Error> {
+        let (lock, slot, request_id) = (name.to_string(), slot.to_string(), new_request_id());
+        let msg = pb::CompleteSlotRequest { request_id, lease_id, lock, token, slot, exit_code };
+        let rpc = &self.inner.rpc;
+        let resp = rpc
+            .call("complete_slot", rpc.deadline(), |mut c, left| {
+                let req = request(msg.clone(), left);
+                async move { c.complete_slot(req).await }
+            })
+            .await;
+        match resp {
+            Ok(r) => Ok(r.completed),
+            Err(Error::LeaseNotFound(_)) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
     /// Turns the exclusive grant `(name, lease_id, token)` of a read-write
     /// lock into a shared one. `Ok(false)`: it was not a current exclusive
     /// grant; nothing changed. A guard has [`crate::Guard::downgrade`].

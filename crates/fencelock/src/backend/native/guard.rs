@@ -80,6 +80,12 @@ impl LockGuard {
         held.client.set_value_raw(&self.name, self.lease_id, self.token, value).await
     }
 
+    /// Records its slot as done; see [`crate::Guard::complete_slot`].
+    pub(crate) async fn complete_slot(&self, slot: String, exit_code: i32) -> Result<bool, Error> {
+        let Some(held) = self.held.as_ref() else { return Ok(false) };
+        held.client.complete_slot_raw(&self.name, self.lease_id, self.token, &slot, exit_code).await
+    }
+
     /// Turns this exclusive grant into a shared one; see [`crate::Guard::downgrade`].
     pub(crate) async fn downgrade(&self) -> Result<bool, Error> {
         let Some(held) = self.held.as_ref() else { return Ok(false) };

@@ -82,6 +82,8 @@ impl LockBackend for Client {
             election: true,
             shared: true,
             semaphores: true,
+            hold_at_least: true,
+            once_per: true,
             min_ttl: Duration::from_millis(100),
         }
     }
@@ -143,6 +145,10 @@ impl Held for LockGuard {
 
     fn set_value(&self, value: Vec<u8>) -> Option<BoxFuture<'_, Result<bool, Error>>> {
         Some(Box::pin(LockGuard::set_value(self, value)))
+    }
+
+    fn complete_slot(&self, slot: String, exit_code: i32) -> Option<BoxFuture<'_, Result<bool, Error>>> {
+        Some(Box::pin(LockGuard::complete_slot(self, slot, exit_code)))
     }
 
     fn downgrade(&self) -> Option<BoxFuture<'_, Result<bool, Error>>> {

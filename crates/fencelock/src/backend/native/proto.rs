@@ -23,6 +23,9 @@ pub(crate) fn acquire_from_proto(resp: pb::AcquireResponse) -> Result<Acquire<Ac
             waiters: b.waiters,
         }),
         Some(Outcome::TimedOut(_)) => Ok(Acquire::TimedOut),
+        Some(Outcome::SlotDone(d)) => {
+            Err(Error::SlotDone { token: d.token, identity: d.identity, exit_code: d.exit_code })
+        }
         None => Err(Error::Protocol("AcquireResponse without an outcome".into())),
     }
 }

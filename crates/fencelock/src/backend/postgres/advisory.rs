@@ -100,6 +100,8 @@ pub const CAPABILITIES: Capabilities = Capabilities {
     election: false,
     shared: false,
     semaphores: false,
+    hold_at_least: false,
+    once_per: false,
     min_ttl: Duration::from_millis(100),
 };
 

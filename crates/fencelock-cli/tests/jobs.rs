@@ -1,0 +1,104 @@
+//! Issue 18 §4: jobs that run once, end to end through `fencelock serve`.
+//! `run --hold-at-least` of a command that exits at once keeps the lock
+//! closed after it: a second run that does not wait is busy (and `locks
+//! --json` shows the lock unheld and closed for at most the hold), one that
+//! waits is granted once the hold has passed. `run --once-per SLOT` records
+//! the slot done with the command's exit code; a later run of that slot exits
+//! 76 without starting its command and says who ran it; another slot runs.
+#![allow(clippy::disallowed_methods)]
+
+mod support;
+
+use serde_json::Value;
+use support::{cli, stderr, stdout, Server};
+
+/// `fencelock`'s exit code for a busy lock (see `exit.rs`).
+const BUSY: i32 = 73;
+/// `fencelock run --once-per`'s exit code for a slot that already ran.
+const SLOT_DONE: i32 = 76;
+
+/// The hold of the test, in milliseconds (`--hold-at-least 2s`).
+const HOLD_MS: u64 = 2000;
+
+fn job_lock(server: &Server) -> Value {
+    let out = cli(server, &["locks", "--json"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let all: Value = serde_json::from_str(&stdout(&out)).unwrap();
+    let locks = all["locks"].as_array().unwrap();
+    locks.iter().find(|l| l["name"] == "nightly").cloned().unwrap_or(Value::Null)
+}
+
+#[test]
+fn a_job_that_ends_early_keeps_a_second_run_out_until_its_hold_has_passed() {
+    let tmp = tempfile::tempdir().unwrap();
+    let server = Server::start(tmp.path());
+    let first = cli(&server, &["run", "nightly", "--hold-at-least", "2s", "--", "true"]);
+    assert!(first.status.success(), "{}", stderr(&first));
+    // The command has exited and released: nobody holds the lock, yet it is closed.
+    let second = cli(&server, &["acquire", "nightly", "--ttl", "1h"]);
+    assert_eq!(second.status.code(), Some(BUSY), "{}", stderr(&second));
+    assert!(stderr(&second).contains("hold-at-least") || stdout(&second).contains("hold-at-least"));
+    let lock = job_lock(&server);
+    assert_eq!(lock["holders"], serde_json::json!([]), "{lock}");
+    let left = lock["reopens_in_ms"].as_u64().unwrap_or_else(|| panic!("closed lock expected: {lock}"));
+    assert!(left > 0 && left <= HOLD_MS, "reopens in {left} ms: {lock}");
+    // A run that waits gets the lock once the hold has passed.
+    let third = cli(&server, &["acquire", "nightly", "--ttl", "1h", "--wait", "5s", "--json"]);
+    assert!(third.status.success(), "{}", stderr(&third));
+    let got: Value = serde_json::from_str(&stdout(&third)).unwrap();
+    assert_eq!(got["outcome"], "acquired", "{got}");
+    assert_eq!(job_lock(&server)["reopens_in_ms"], Value::Null);
+}
+
+#[test]
+fn a_hold_above_24_hours_is_refused_before_anything_runs() {
+    let tmp = tempfile::tempdir().unwrap();
+    let server = Server::start(tmp.path());
+    let marker = tmp.path().join("ran");
+    let touch = format!("touch {}", marker.display());
+    let out = cli(&server, &["run", "nightly", "--hold-at-least", "25h", "--", "sh", "-c", &touch]);
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("hold-at-least 90000000 ms is out of range (at most 24 h)"), "{}", stderr(&out));
+    assert!(!marker.exists(), "the command ran");
+}
+
+#[test]
+fn a_slot_runs_once_and_a_later_run_says_who_ran_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let server = Server::start(tmp.path());
+    let slot = ["--once-per", "2026-11-23", "--identity", "host-a:1"];
+    let first = cli(&server, &[&["run", "nightly"][..], &slot, &["--", "sh", "-c", "exit 3"]].concat());
+    assert_eq!(first.status.code(), Some(3), "the command's own code: {}", stderr(&first));
+    let marker = tmp.path().join("ran-twice");
+    let touch = format!("touch {}", marker.display());
+    let again = ["run", "nightly", "--once-per", "2026-11-23", "--", "sh", "-c", &touch];
+    let second = cli(&server, &again);
+    assert_eq!(second.status.code(), Some(SLOT_DONE), "{}", stderr(&second));
+    let said = stderr(&second);
+    let by = "fencelock: slot \"2026-11-23\" of lock \"nightly\" already ran: by host-a:1 (token ";
+    assert!(said.contains(by) && said.contains(", exit 3)"), "{said}");
+    assert!(!marker.exists(), "the command of a done slot ran");
+    // Another slot of the same lock runs; so does the lock without a slot.
+    let other = cli(&server, &["run", "nightly", "--once-per", "2026-11-24", "--", "true"]);
+    assert!(other.status.success(), "{}", stderr(&other));
+    let plain = cli(&server, &["run", "nightly", "--", "true"]);
+    assert!(plain.status.success(), "{}", stderr(&plain));
+    // A run once per a slot is a try: waiting is a usage error.
+    let waits = cli(&server, &["run", "nightly", "--once-per", "2026-11-25", "--wait", "5s", "--", "true"]);
+    assert_eq!(waits.status.code(), Some(2), "{}", stderr(&waits));
+}
+
+#[test]
+fn once_per_day_names_the_current_utc_day() {
+    let tmp = tempfile::tempdir().unwrap();
+    let server = Server::start(tmp.path());
+    let first = cli(&server, &["run", "daily", "--once-per", "day", "--", "true"]);
+    assert!(first.status.success(), "{}", stderr(&first));
+    let second = cli(&server, &["run", "daily", "--once-per", "day", "--", "true"]);
+    // (Only a run that straddles midnight UTC would see another day here.)
+    assert_eq!(second.status.code(), Some(SLOT_DONE), "{}", stderr(&second));
+    let said = stderr(&second);
+    let slot = said.split('"').nth(1).unwrap_or_default();
+    let shape: Vec<usize> = slot.split('-').map(str::len).collect();
+    assert_eq!(shape, [4, 2, 2], "a YYYY-MM-DD slot: {said}");
+}

@@ -1,0 +1,102 @@
+//! Jobs that run once per slot (issue 18 §4): the durable record of the slots
+//! whose job ran to its end, [`Command::CompleteSlot`], and the answer to an
+//! acquire whose [`Acquire::once_per`] slot is done.
+//!
+//! Where it sits: beside `lock.rs`, which calls [`Engine::slot_done`] before
+//! it grants. A record is kept for [`SLOT_RETENTION_MS`] of engine time (the
+//! leaders' monotonic clocks, re-based as every instant is); an old record is
+//! dropped when its lock's slots are next looked at, so every replica drops
+//! the same ones at the same entry.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use super::state::{rebase, Outcome};
+use super::Engine;
+use crate::validate::check_complete;
+use crate::*;
+
+/// One completed slot.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct SlotRecord {
+    pub token: Token,
+    /// The identity of the grant that completed it ("" for none).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub identity: String,
+    pub exit_code: i32,
+    /// When it was recorded, on the engine's clock.
+    pub at: Millis,
+}
+
+/// The completed slots of each lock, by slot name.
+pub(crate) type Slots = BTreeMap<LockName, BTreeMap<String, SlotRecord>>;
+
+/// The arguments of [`Command::CompleteSlot`], borrowed.
+pub(super) struct CompleteSlot<'a> {
+    pub req: RequestId,
+    pub lease: LeaseId,
+    pub lock: &'a str,
+    pub token: Token,
+    pub slot: &'a str,
+    pub exit_code: i32,
+}
+
+impl Engine {
+    /// [`Command::CompleteSlot`]: checked as a release is (a wrong one changes
+    /// nothing and is not remembered, INV-5); the first completion stays.
+    pub(super) fn complete_slot(&mut self, c: CompleteSlot<'_>) -> Reply {
+        let name = match check_complete(c.req, c.lock, c.token, c.slot) {
+            Ok(name) => name,
+            Err(e) => return Reply::Rejected(e),
+        };
+        if !self.leases.contains_key(&c.lease) {
+            return Reply::NotHolder;
+        }
+        if let Some(reply) = self.recorded_reply(c.lease, c.req) {
+            return reply;
+        }
+        let holder = self.locks.get(&name).and_then(|l| l.holder(c.lease, c.token).map(|i| &l.holders[i]));
+        let Some(identity) = holder.map(|h| Tag::identity(h.tag.as_deref()).to_owned()) else {
+            return Reply::NotHolder;
+        };
+        self.prune_slots(&name);
+        let record = SlotRecord { token: c.token, identity, exit_code: c.exit_code, at: self.now };
+        self.slots.entry(name).or_default().entry(c.slot.to_owned()).or_insert(record);
+        self.record(c.lease, c.req, Outcome::Replied(Reply::SlotCompleted));
+        Reply::SlotCompleted
+    }
+
+    /// The answer to an acquire of `name` for the done slot `slot`, if it is
+    /// done (and not older than the retention).
+    pub(super) fn slot_done(&mut self, name: &LockName, slot: &str) -> Option<Reply> {
+        self.prune_slots(name);
+        let r = self.slots.get(name)?.get(slot)?;
+        Some(Reply::SlotDone { token: r.token, identity: r.identity.clone(), exit_code: r.exit_code })
+    }
+
+    /// Drop the records of `name` older than [`SLOT_RETENTION_MS`].
+    fn prune_slots(&mut self, name: &LockName) {
+        let now = self.now;
+        let Some(slots) = self.slots.get_mut(name) else { return };
+        slots.retain(|_, r| now < r.at.saturating_add(SLOT_RETENTION_MS));
+        if slots.is_empty() {
+            self.slots.remove(name);
+        }
+    }
+
+    /// Move every record's instant onto a new leader's clock, keeping its age.
+    pub(super) fn rebase_slots(&mut self, old_now: Millis, new_now: Millis) {
+        for r in self.slots.values_mut().flat_map(|s| s.values_mut()) {
+            r.at = rebase(r.at, old_now, new_now);
+        }
+    }
+
+    /// The completed slots of `name`: (slot, token, identity, exit code), by slot.
+    pub fn completed_slots(&self, name: &str) -> Vec<(String, Token, String, i32)> {
+        let Ok(name) = LockName::new(name) else { return vec![] };
+        let slots = self.slots.get(&name).into_iter().flatten();
+        let fresh = slots.filter(|(_, r)| self.now < r.at.saturating_add(SLOT_RETENTION_MS));
+        fresh.map(|(s, r)| (s.clone(), r.token, r.identity.clone(), r.exit_code)).collect()
+    }
+}

@@ -1,0 +1,129 @@
+//! Jobs that run once per slot (issue 18 §4): only the current holder
+//! completes a slot (INV-5: a wrong completion changes nothing); an acquire
+//! for a done slot is answered `SlotDone`, grants nothing and takes no token
+//! (INV-2 untouched); a record lasts `SLOT_RETENTION_MS` of engine time,
+//! keeps its age across a new leader and survives a snapshot.
+
+use super::harness::*;
+use super::*;
+
+/// An acquire by `identity` that runs once per `slot`.
+fn once(req: u64, lease: u64, slot: &str, identity: &str) -> Command {
+    match acq(req, lease, "job", 0, 0) {
+        Command::Acquire(a) => Command::Acquire(Acquire { once_per: slot.into(), identity: identity.into(), ..a }),
+        other => other,
+    }
+}
+
+fn complete(req: u64, lease: u64, token: u64, slot: &str, exit_code: i32) -> Command {
+    let (lock, slot) = ("job".to_string(), slot.to_string());
+    Command::CompleteSlot { req: r(req), lease: l(lease), lock, token: t(token), slot, exit_code }
+}
+
+fn done(token: u64, identity: &str, exit_code: i32) -> Reply {
+    Reply::SlotDone { token: t(token), identity: identity.into(), exit_code }
+}
+
+/// Lease 1 ran the job of "2026-11-23" (token 1, exit 3) and released.
+fn ran_once() -> Engine {
+    let mut e = setup(2);
+    assert_eq!(one(&mut e, 0, once(1, 1, "2026-11-23", "host-a:1")).0, Reply::Acquired(grant("job", 1, 1)));
+    assert_eq!(one(&mut e, 10, complete(2, 1, 1, "2026-11-23", 3)).0, Reply::SlotCompleted);
+    assert_eq!(one(&mut e, 10, rel(3, 1, "job", 1)).0, Reply::Released);
+    e
+}
+
+#[test]
+fn a_completed_slot_answers_who_ran_it_and_grants_nothing() {
+    let mut e = ran_once();
+    let (reply, fx) = one(&mut e, 20, once(4, 2, "2026-11-23", "host-b:2"));
+    assert_eq!((reply, fx), (done(1, "host-a:1", 3), vec![]));
+    assert_eq!(e.lock_info(20, "job"), None, "nothing held, nothing queued");
+    // INV-6: a retry gets the same answer.
+    assert_eq!(one(&mut e, 30, once(4, 2, "2026-11-23", "host-b:2")).0, done(1, "host-a:1", 3));
+    // Another slot, or no slot, takes the lock as usual (token 2: none was spent).
+    assert_eq!(one(&mut e, 30, once(5, 2, "2026-11-24", "host-b:2")).0, Reply::Acquired(grant("job", 2, 2)));
+    assert_eq!(e.completed_slots("job"), vec![("2026-11-23".into(), t(1), "host-a:1".into(), 3)]);
+}
+
+#[test]
+fn inv5_only_the_current_holder_completes_a_slot() {
+    let mut e = setup(2);
+    one(&mut e, 0, once(1, 1, "s", ""));
+    // Another lease, a wrong token, another lock: not the holder, nothing kept.
+    assert_eq!(one(&mut e, 10, complete(2, 2, 1, "s", 0)).0, Reply::NotHolder);
+    assert_eq!(one(&mut e, 10, complete(3, 1, 9, "s", 0)).0, Reply::NotHolder);
+    let other =
+        Command::CompleteSlot { req: r(4), lease: l(1), lock: "x".into(), token: t(1), slot: "s".into(), exit_code: 0 };
+    assert_eq!(one(&mut e, 10, other).0, Reply::NotHolder);
+    assert_eq!(e.completed_slots("job"), vec![]);
+    // A run whose lease expired never completes its slot.
+    tick(&mut e, 1000);
+    assert_eq!(one(&mut e, 1000, complete(5, 1, 1, "s", 0)).0, Reply::NotHolder);
+    assert_eq!(e.completed_slots("job"), vec![]);
+}
+
+#[test]
+fn the_first_completion_of_a_slot_stays() {
+    let mut e = setup(2);
+    let sem = |req, lease| match once(req, lease, "s", &format!("w{lease}")) {
+        Command::Acquire(a) => Command::Acquire(Acquire { permits: 2, ..a }),
+        other => other,
+    };
+    one(&mut e, 0, sem(1, 1));
+    one(&mut e, 0, sem(2, 2));
+    assert_eq!(one(&mut e, 10, complete(3, 1, 1, "s", 0)).0, Reply::SlotCompleted);
+    assert_eq!(one(&mut e, 20, complete(4, 2, 2, "s", 1)).0, Reply::SlotCompleted);
+    assert_eq!(e.completed_slots("job"), vec![("s".into(), t(1), "w1".into(), 0)]);
+}
+
+#[test]
+fn a_record_lasts_its_retention_of_engine_time_and_keeps_its_age_across_leaders() {
+    let mut e = ran_once();
+    // A new leader's clock reads 500 where the old one read 10, when the
+    // slot was completed: the record is as old as before (0 ms).
+    e.step(&Input::leader_start(500));
+    let end = 500 + SLOT_RETENTION_MS;
+    let fresh = |e: &mut Engine, now, req| {
+        let Reply::LeaseGranted { lease, .. } = one(e, now, new_lease(req, TTL)).0 else { panic!("no lease") };
+        one(e, now, once(req, lease.0, "2026-11-23", ""))
+    };
+    assert_eq!(fresh(&mut e, end - 1, 103).0, done(1, "host-a:1", 3));
+    let (reply, _) = fresh(&mut e, end, 104);
+    assert!(matches!(reply, Reply::Acquired(_)), "{reply:?}");
+    assert_eq!(e.completed_slots("job"), vec![]);
+}
+
+#[test]
+fn completed_slots_survive_a_snapshot_and_an_old_snapshot_loads_without_any() {
+    let e = ran_once();
+    let json = serde_json::to_string(&e).unwrap();
+    assert!(json.contains("2026-11-23"), "{json}");
+    let back: Engine = serde_json::from_str(&json).unwrap();
+    assert_eq!(back, e);
+    let old = serde_json::to_string(&setup(1)).unwrap();
+    assert!(!old.contains("slots"), "{old}");
+    let back: Engine = serde_json::from_str(&old).unwrap();
+    assert_eq!(back.completed_slots("job"), vec![]);
+}
+
+#[test]
+fn inv9_slots_are_validated() {
+    let mut e = setup(1);
+    let too_long = "x".repeat(MAX_SLOT_BYTES + 1);
+    let err = |n: usize| EngineError::InvalidSlot(format!("{n} bytes (must be 1 to {MAX_SLOT_BYTES})"));
+    assert_rejected(&mut e, 0, complete(1, 1, 1, "", 0), err(0));
+    assert_rejected(&mut e, 0, complete(1, 1, 1, &too_long, 0), err(MAX_SLOT_BYTES + 1));
+    assert_rejected(&mut e, 0, once(1, 1, &too_long, ""), err(MAX_SLOT_BYTES + 1));
+    let control = EngineError::InvalidSlot("must not contain control characters".into());
+    assert_rejected(&mut e, 0, once(1, 1, "a\nb", ""), control);
+    // A slot is looked at when the acquire applies: such an acquire is a try.
+    let waits = match once(1, 1, "s", "") {
+        Command::Acquire(a) => Command::Acquire(Acquire { wait_ms: 100, ..a }),
+        other => other,
+    };
+    let try_only = "an acquire once per a slot cannot wait in the queue (wait must be 0)";
+    assert_rejected(&mut e, 0, waits, EngineError::InvalidSlot(try_only.into()));
+    // The token is checked before the slot, as for a release.
+    assert_rejected(&mut e, 0, complete(1, 1, 0, "", 0), EngineError::InvalidToken);
+}
