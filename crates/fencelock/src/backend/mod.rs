@@ -249,6 +249,12 @@ impl Capabilities {
         self
     }
 
+    /// With [`once_per`](#structfield.once_per) set to `yes`.
+    pub const fn with_once_per(mut self, yes: bool) -> Self {
+        self.once_per = yes;
+        self
+    }
+
     /// With [`min_ttl`](#structfield.min_ttl) `min_ttl`.
     pub const fn with_min_ttl(mut self, min_ttl: Duration) -> Self {
         self.min_ttl = min_ttl;

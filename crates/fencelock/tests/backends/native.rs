@@ -64,6 +64,8 @@ async fn declares_its_capabilities() {
             .with_election(true)
             .with_shared(true)
             .with_semaphores(true)
+            .with_hold_at_least(true)
+            .with_once_per(true)
             .with_min_ttl(100 * MS)
     );
     let http = suite::connect(&format!("http://{}", t.addr)).await;
