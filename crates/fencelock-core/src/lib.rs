@@ -22,6 +22,9 @@
 //!   fits (INV-15) and no live request is queued before it, so a queued writer
 //!   holds back later readers and a large semaphore request holds back later
 //!   small ones; nobody barges.
+//! - INV-17 hold-at-least: however a grant made with
+//!   [`Acquire::hold_at_least_ms`] ends, its lock stays closed until that long
+//!   after the grant, by the engine's clock; a new leader never shortens it.
 //!
 //! Every grant, shared or not, gets its own token from the one counter (INV-2),
 //! so a writer's token is above that of every reader granted before it. A
