@@ -11,6 +11,9 @@
 //!   lease, creation time, CPU while some renew.
 //! - **W4** durability (native): fsyncs per acknowledged operation, and a
 //!   SIGKILL + restart that must find every acknowledged grant.
+//! - **W5** shared and counted locks: 16 clients on 4 read-write locks, 90 %
+//!   shared, 10 % exclusive (`W5-rw`); 16 clients on a semaphore of 4 permits
+//!   (`W5-sem`); cycles/s and handoff, on every engine that declares them.
 //! - **W6** election fail-over: three `fencelock elect` candidates, the
 //!   leader SIGKILLed or SIGSTOPped; time until an observer sees the next
 //!   leader, on every engine with elections (see `failover.rs`).
@@ -68,8 +71,8 @@ struct Args {
     /// Engines to measure, comma-separated.
     #[arg(long, value_delimiter = ',', default_values_t = engines::ALL.iter().map(|s| s.to_string()))]
     engines: Vec<String>,
-    /// Workloads to run, comma-separated (W1, W2, W3, W4, W6).
-    #[arg(long, value_delimiter = ',', default_values_t = ["W1", "W2", "W3", "W4", "W6"].map(String::from))]
+    /// Workloads to run, comma-separated (W1, W2, W3, W4, W5, W6).
+    #[arg(long, value_delimiter = ',', default_values_t = ["W1", "W2", "W3", "W4", "W5", "W6"].map(String::from))]
     workloads: Vec<String>,
     /// Use a running engine instead of starting one: `--url redis=redis://10.0.0.5:6379`
     /// (no CPU figures for it). Repeatable.
@@ -84,7 +87,7 @@ struct Args {
     /// Client counts of W1.
     #[arg(long, value_delimiter = ',', default_values_t = [1usize, 16, 64])]
     clients: Vec<usize>,
-    /// Clients contending in W2.
+    /// Clients contending in W2 and in each W5 cell.
     #[arg(long, default_value_t = 16)]
     contenders: usize,
     /// Lease TTL asked of every engine, ms.
@@ -168,9 +171,17 @@ async fn bench(args: Args) -> anyhow::Result<()> {
     if w2 {
         plan.push((Workload::Contended, args.contenders));
     }
+    if workloads.iter().any(|w| w == "W5") {
+        plan.extend([(Workload::ReadMostly, args.contenders), (Workload::Semaphore, args.contenders)]);
+    }
+    let mut able = Vec::new();
+    for &(workload, _) in &plan {
+        able.push(able_engines(&engines, workload).await);
+    }
     let w6 = workloads.iter().any(|w| w == "W6");
     let electing: Vec<&Engine> = if w6 { electing(&engines).await } else { Vec::new() };
-    let steps = plan.len() * settings.runs * engines.len() + usize::from(w3) + usize::from(w4) + electing.len();
+    let cell_runs: usize = able.iter().map(Vec::len).sum();
+    let steps = cell_runs * settings.runs + usize::from(w3) + usize::from(w4) + electing.len();
     let bar = ProgressBar::new(steps as u64);
     bar.set_style(
         ProgressStyle::with_template("{elapsed_precise} [{bar:30}] {pos}/{len} {msg}")?.progress_chars("=> "),
@@ -178,12 +189,12 @@ async fn bench(args: Args) -> anyhow::Result<()> {
 
     let mut cells = Vec::new();
     let mut run_no = 0;
-    for &(workload, clients) in &plan {
+    for (&(workload, clients), engines) in plan.iter().zip(&able) {
         let mut runs: Vec<Vec<model::RunResult>> = vec![Vec::new(); engines.len()];
         for run in 0..settings.runs {
             for k in 0..engines.len() {
                 let i = (k + run) % engines.len(); // rotate the order every run
-                let e = &engines[i];
+                let e = engines[i];
                 bar.set_message(format!(
                     "{} C={clients} {} (run {}/{})",
                     workload.id(),
@@ -213,7 +224,7 @@ async fn bench(args: Args) -> anyhow::Result<()> {
                 workload: workload.id().into(),
                 engine: e.info.id.clone(),
                 clients,
-                locks: if workload == Workload::Uncontended { clients } else { 1 },
+                locks: workload.locks(clients),
                 runs,
                 median,
             });
@@ -291,6 +302,27 @@ fn given_urls(urls: &[String]) -> anyhow::Result<HashMap<&str, String>> {
             _ => bail!("--url wants ID=URL with ID one of {}; got {u:?}", engines::ALL.join(", ")),
         })
         .collect()
+}
+
+/// The engines that can run `workload` (W5 needs shared locks or
+/// semaphores; the `redis-poll` reference has neither).
+async fn able_engines(engines: &[Engine], workload: Workload) -> Vec<&Engine> {
+    let mut out = Vec::new();
+    for e in engines {
+        if matches!(workload, Workload::Uncontended | Workload::Contended) {
+            out.push(e);
+            continue;
+        }
+        if e.info.id == "redis-poll" {
+            continue;
+        }
+        match fencelock::connect(&e.url).await {
+            Ok(b) if workload.runs_on(&b.capabilities()) => out.push(e),
+            Ok(_) => eprintln!("{}: {} does not declare it; skipped", workload.id(), e.info.id),
+            Err(err) => eprintln!("{}: {} cannot be reached ({err}); skipped", workload.id(), e.info.id),
+        }
+    }
+    out
 }
 
 /// The engines whose backend declares leader election (W6 runs on those),

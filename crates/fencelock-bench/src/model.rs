@@ -110,7 +110,8 @@ pub struct RunResult {
     /// its connections (all clients of the run share this process and the
     /// machine's cores with the engine).
     pub client_cpu_us_per_cycle: Option<f64>,
-    /// W2 only: holder starts its release → the next holder's acquire returns.
+    /// W2 and W5: holder starts its release → the next holder's acquire returns
+    /// (W5: per lock, see `workload.rs`).
     pub handoff_ms: Option<Latency>,
     /// W2 only: max / min grants per client.
     pub fairness: Option<f64>,
@@ -128,11 +129,11 @@ pub struct RunResult {
 /// One (workload, engine, clients) cell with every run and the median.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Cell {
-    /// `W1` or `W2`.
+    /// `W1`, `W2`, `W5-rw` or `W5-sem`.
     pub workload: String,
     pub engine: String,
     pub clients: usize,
-    /// Distinct locks: equal to `clients` in W1, 1 in W2.
+    /// Distinct locks: equal to `clients` in W1, 1 in W2 and W5-sem, 4 in W5-rw.
     pub locks: usize,
     pub runs: Vec<RunResult>,
     /// The run with the median throughput (its other figures come with it).

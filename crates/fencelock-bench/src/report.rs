@@ -330,6 +330,7 @@ pub fn markdown(r: &Report) -> String {
     if let Some(d) = &r.durability {
         w4(&mut md, d);
     }
+    w5(&mut md, r);
     if !r.elections.is_empty() {
         w6(&mut md, &r.elections);
     }
@@ -578,6 +579,68 @@ fn w2(md: &mut String, r: &Report) {
         cell_row(md, id, *cell, cols.len(), (range, runs, errs), figures);
     }
     let _ = writeln!(md);
+}
+
+/// W5: the read-mostly mix and the semaphore, one table each; engines that
+/// do not declare shared locks or semaphores read "n/a".
+fn w5(md: &mut String, r: &Report) {
+    let ids = engine_ids(r);
+    let tables = [
+        (
+            "W5-rw",
+            format!(
+                "read-write locks, {} locks, {:.0} % exclusive",
+                crate::workload::W5_LOCKS,
+                crate::workload::W5_EXCLUSIVE_SHARE * 100.0
+            ),
+        ),
+        ("W5-sem", format!("a semaphore of {} permits", crate::workload::W5_PERMITS)),
+    ];
+    let mut intro = false;
+    for (id, what) in tables {
+        let cells: Vec<Option<&Cell>> = ids.iter().map(|e| cell(r, id, e, None)).collect();
+        let Some(any) = cells.iter().flatten().next() else { continue };
+        if !intro {
+            intro = true;
+            let _ = writeln!(
+                md,
+                "## W5: shared and counted locks ({})
+",
+                runs_phrase(r.settings.runs)
+            );
+            let _ = writeln!(
+                md,
+                "Every client loops acquire → release, holding for no time. W5-rw: each cycle picks one of the locks at                  random and takes it exclusive (a writer) or shared (a reader). W5-sem: every client takes one permit.                  Handoff, per lock: a grant whose acquire started before the latest release of that lock that began                  before the grant waited for it; handoff is that release's start → the grant. Engines that do not                  declare shared locks or semaphores read n/a.\n"
+            );
+        }
+        let _ = writeln!(md, "### {id}: {} clients, {what}\n", any.clients);
+        let (errs, runs, range) = (errors_col(&cells), runs_col(r, &cells), r.settings.runs > 1);
+        let mut cols = vec!["engine", "cycles/s"];
+        if range {
+            cols.push("cycles/s, runs low–high");
+        }
+        cols.extend(["acquire p50 ms", "acquire p99 ms", "handoff p50 ms", "handoff p99 ms", "engine CPU µs/cycle"]);
+        if runs {
+            cols.push("runs");
+        }
+        if errs {
+            cols.push("errors");
+        }
+        header(md, &cols, 1);
+        for (id, cell) in ids.iter().zip(&cells) {
+            let figures = |m: &RunResult| {
+                vec![
+                    ms(m.acquire_ms.p50),
+                    ms(m.acquire_ms.p99),
+                    opt(m.handoff_ms, |h| ms(h.p50)),
+                    opt(m.handoff_ms, |h| ms(h.p99)),
+                    opt(m.cpu_us_per_cycle, us),
+                ]
+            };
+            cell_row(md, id, *cell, cols.len(), (range, runs, errs), figures);
+        }
+        let _ = writeln!(md);
+    }
 }
 
 /// Pairs of cells measured on both the single node and the group: every W1
@@ -945,6 +1008,26 @@ pub(crate) mod tests {
         assert!(md.contains("## W6: election fail-over"), "{md}");
         assert!(md.contains("lease TTL of 2,000 ms"), "{md}");
         assert!(md.contains("| fencelock | SIGKILL | 3 | 2100 ms | 2300 ms | 2100, 1900, 2300 |"), "{md}");
+    }
+
+    /// W5: one table per cell kind, only when measured; an engine without
+    /// the cell reads n/a, and the handoff figures are the cell's.
+    #[test]
+    fn w5_tables_when_measured() {
+        let mut r = report();
+        assert!(!markdown(&r).contains("## W5"), "no W5 cells, no W5 section");
+        let mut rw = w2_cell("fencelock", 4321.0, 1.5);
+        (rw.workload, rw.locks) = ("W5-rw".into(), 4);
+        let mut sem = w2_cell("zookeeper", 1234.0, 3.0);
+        sem.workload = "W5-sem".into();
+        r.cells.extend([rw, sem]);
+        let md = markdown(&r);
+        assert!(md.contains("### W5-rw: 16 clients, read-write locks, 4 locks, 10 % exclusive"), "{md}");
+        assert!(md.contains("### W5-sem: 16 clients, a semaphore of 4 permits"), "{md}");
+        let rw_table = md.split("### W5-rw").nth(1).and_then(|t| t.split("###").next()).unwrap();
+        assert!(rw_table.contains("| `fencelock` | 4,321 |"), "{rw_table}");
+        assert!(rw_table.contains("| 1.50 |"), "handoff p99 1.5 ms: {rw_table}");
+        assert!(rw_table.contains("| `zookeeper` | n/a |"), "{rw_table}");
     }
 
     fn find<'a>(ts: &'a [Target], prefix: &str) -> &'a Target {

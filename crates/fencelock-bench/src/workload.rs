@@ -1,5 +1,6 @@
-//! W1 (uncontended cycles) and W2 (contended handoff): clients that loop
-//! acquire → release through the client library, timed in this process.
+//! W1 (uncontended cycles), W2 (contended handoff) and W5 (shared and counted
+//! locks): clients that loop acquire → release through the client library,
+//! timed in this process.
 //!
 //! Where it sits: `main` calls [`run`] once per (cell, engine, run), engines
 //! interleaved. Every client has a connection of its own
@@ -14,6 +15,15 @@
 //! self re-grant is a grant to the client that held the lock just before; it
 //! breaks the FIFO promise when another client's acquire had started before
 //! that release began.
+//!
+//! W5 has two cells. `W5-rw`: every cycle picks one of [`W5_LOCKS`] read-write
+//! locks at random and takes it exclusive with probability
+//! [`W5_EXCLUSIVE_SHARE`], shared otherwise. `W5-sem`: every client takes one
+//! permit of one semaphore of [`W5_PERMITS`]. A W5 handoff is measured per lock:
+//! for a grant whose acquire started before the latest release of that lock
+//! that began before the grant, the time from that release's start to the
+//! grant (a reader granted beside other readers waited for nobody and has no
+//! handoff). On one exclusive lock this is W2's handoff.
 
 use std::{
     sync::{
@@ -29,11 +39,22 @@ use tokio::time::Instant;
 
 use crate::{engines::Engine, model::RunResult, procstat, stats};
 
+/// W5-rw: the read-write locks the clients share.
+pub const W5_LOCKS: usize = 4;
+/// W5-rw: the share of acquires that are exclusive (writers).
+pub const W5_EXCLUSIVE_SHARE: f64 = 0.1;
+/// W5-sem: the semaphore's permits.
+pub const W5_PERMITS: u32 = 4;
+
 /// W1: each client on its own lock. W2: every client on one lock, hold 0.
+/// W5: a read-mostly mix on [`W5_LOCKS`] read-write locks, and a semaphore of
+/// [`W5_PERMITS`]; hold 0 in both.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Workload {
     Uncontended,
     Contended,
+    ReadMostly,
+    Semaphore,
 }
 
 impl Workload {
@@ -41,6 +62,44 @@ impl Workload {
         match self {
             Workload::Uncontended => "W1",
             Workload::Contended => "W2",
+            Workload::ReadMostly => "W5-rw",
+            Workload::Semaphore => "W5-sem",
+        }
+    }
+
+    /// Distinct locks the clients of a cell use.
+    pub fn locks(self, clients: usize) -> usize {
+        match self {
+            Workload::Uncontended => clients,
+            Workload::Contended | Workload::Semaphore => 1,
+            Workload::ReadMostly => W5_LOCKS,
+        }
+    }
+
+    /// Whether an engine whose backend declares `caps` can run this cell.
+    pub fn runs_on(self, caps: &fencelock::Capabilities) -> bool {
+        match self {
+            Workload::Uncontended | Workload::Contended => true,
+            Workload::ReadMostly => caps.shared,
+            Workload::Semaphore => caps.semaphores,
+        }
+    }
+
+    /// The lock name and options of one cycle of `client`: W5-rw draws the
+    /// lock and the mode at random.
+    fn cycle_args(self, run_no: usize, client: usize, base: &LockOptions) -> (String, LockOptions) {
+        match self {
+            Workload::Uncontended => (format!("bench/w1/r{run_no}/c{client}"), base.clone()),
+            Workload::Contended => (format!("bench/w2/r{run_no}"), base.clone()),
+            Workload::Semaphore => (format!("bench/w5s/r{run_no}"), base.clone().permits(W5_PERMITS)),
+            Workload::ReadMostly => {
+                let lock = fastrand::usize(..W5_LOCKS);
+                let opts = match fastrand::f64() < W5_EXCLUSIVE_SHARE {
+                    true => base.clone(),
+                    false => base.clone().shared(),
+                };
+                (format!("bench/w5rw/r{run_no}/l{lock}"), opts)
+            }
         }
     }
 }
@@ -61,6 +120,8 @@ pub struct RunSpec {
 #[derive(Debug, Clone, Copy)]
 struct Grant {
     client: usize,
+    /// The lock's name, hashed (W5-rw spreads a client's cycles over locks).
+    lock: u64,
     invoked: Instant,
     granted: Instant,
     release_started: Instant,
@@ -119,7 +180,7 @@ pub async fn run(engine: &Engine, spec: RunSpec) -> anyhow::Result<RunResult> {
     }
     let opts = LockOptions::default().ttl(spec.ttl).wait(match spec.workload {
         Workload::Uncontended => Duration::ZERO,
-        Workload::Contended => Duration::from_secs(30),
+        Workload::Contended | Workload::ReadMostly | Workload::Semaphore => Duration::from_secs(30),
     });
     let stop = Arc::new(AtomicBool::new(false));
     let errors = Arc::new(AtomicU64::new(0));
@@ -127,18 +188,16 @@ pub async fn run(engine: &Engine, spec: RunSpec) -> anyhow::Result<RunResult> {
     let window = (start + spec.warmup, start + spec.warmup + spec.measure);
     let mut tasks = Vec::new();
     for (client, locker) in lockers.into_iter().enumerate() {
-        let name = match spec.workload {
-            Workload::Uncontended => format!("bench/w1/r{}/c{client}", spec.run_no),
-            Workload::Contended => format!("bench/w2/r{}", spec.run_no),
-        };
-        let (stop, errors, opts) = (stop.clone(), errors.clone(), opts.clone());
+        let (stop, errors, base) = (stop.clone(), errors.clone(), opts.clone());
         tasks.push(tokio::spawn(async move {
             let mut grants = Vec::new();
             while !stop.load(Ordering::Relaxed) {
+                let (name, opts) = spec.workload.cycle_args(spec.run_no, client, &base);
+                let lock = hash(&name);
                 let invoked = Instant::now();
                 match locker.cycle(&name, &opts).await {
                     Ok(Some((granted, release_started))) => {
-                        grants.push(Grant { client, invoked, granted, release_started })
+                        grants.push(Grant { client, lock, invoked, granted, release_started })
                     }
                     Ok(None) => {}
                     Err(e) => {
@@ -192,10 +251,43 @@ fn summarize(
         errors,
         ..RunResult::default()
     };
-    if spec.workload == Workload::Contended {
-        contended(&grants, spec.clients, &mut result);
+    match spec.workload {
+        Workload::Contended => contended(&grants, spec.clients, &mut result),
+        Workload::ReadMostly | Workload::Semaphore => result.handoff_ms = Some(stats::latency(&mut handoffs(&grants))),
+        Workload::Uncontended => {}
     }
     result
+}
+
+/// W5 handoffs, over grants sorted by grant time: per lock, a grant whose
+/// acquire started before the latest release of that lock that began before
+/// the grant waited for that release; its handoff is the time from the
+/// release's start to the grant.
+fn handoffs(grants: &[Grant]) -> Vec<f64> {
+    let mut by_lock: std::collections::HashMap<u64, Vec<&Grant>> = std::collections::HashMap::new();
+    for g in grants {
+        by_lock.entry(g.lock).or_default().push(g);
+    }
+    let mut out = Vec::new();
+    for lock in by_lock.values() {
+        let mut releases: Vec<Instant> = lock.iter().map(|g| g.release_started).collect();
+        releases.sort();
+        for g in lock {
+            let before = releases.partition_point(|&r| r < g.granted);
+            let Some(&release) = before.checked_sub(1).and_then(|i| releases.get(i)) else { continue };
+            if g.invoked < release {
+                out.push(ms(g.granted - release));
+            }
+        }
+    }
+    out
+}
+
+fn hash(name: &str) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    name.hash(&mut h);
+    h.finish()
 }
 
 /// Handoff latency, fairness and self re-grants over grants sorted by grant time.
@@ -322,6 +414,7 @@ mod tests {
         let at = |ms: u64| t0 + Duration::from_millis(ms);
         let g = |client, invoked, granted, release| Grant {
             client,
+            lock: 0,
             invoked: at(invoked),
             granted: at(granted),
             release_started: at(release),
@@ -349,10 +442,37 @@ mod tests {
     fn window_and_starvation() {
         let t0 = Instant::now();
         let at = |ms: u64| t0 + Duration::from_millis(ms);
-        let g = |client, ms| Grant { client, invoked: at(ms), granted: at(ms), release_started: at(ms) };
+        let g = |client, ms| Grant { client, lock: 0, invoked: at(ms), granted: at(ms), release_started: at(ms) };
         let r = summarize(vec![g(0, 5), g(1, 50), g(0, 20), g(0, 30)], (at(10), at(40)), None, spec(), 0);
         assert_eq!(r.cycles, 2);
         assert_eq!(r.fairness, None);
         assert_eq!(r.starved_clients, Some(2));
+    }
+
+    /// W5 handoffs: per lock; a grant that asked before the release it
+    /// followed waited for it; one that asked later (a reader beside readers,
+    /// a new arrival) has no handoff.
+    #[test]
+    fn w5_handoffs_per_lock() {
+        let t0 = Instant::now();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        let g = |client, lock, invoked, granted, release| Grant {
+            client,
+            lock,
+            invoked: at(invoked),
+            granted: at(granted),
+            release_started: at(release),
+        };
+        let grants = vec![
+            g(0, 1, 0, 1, 10),  // first grant of lock 1: nothing before it
+            g(1, 1, 2, 3, 9),   // a reader beside it: no release before its grant
+            g(2, 1, 4, 12, 13), // waited: latest release before 12 is 10 -> 2 ms
+            g(3, 2, 0, 5, 6),   // lock 2: nothing before it
+            g(4, 2, 7, 8, 9),   // asked at 7 after lock 2's release at 6: no wait
+            g(5, 2, 1, 15, 16), // waited since 1: latest release before 15 is 9 -> 6 ms
+        ];
+        let mut h = handoffs(&grants);
+        h.sort_by(f64::total_cmp);
+        assert_eq!(h, vec![2.0, 6.0]);
     }
 }

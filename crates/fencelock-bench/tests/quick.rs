@@ -3,7 +3,8 @@
 //! JSON and charts are written. No figure is asserted (timings belong in the
 //! benchmark's output, not in tests); what is checked is that each cell ran
 //! and that the native server's durability check found every grant. The
-//! 3-node group (`fencelock-3`) runs W1 and W2 like every other engine.
+//! 3-node group (`fencelock-3`) runs W1 and W2 like every other engine; W5
+//! runs on the engines that declare shared locks and semaphores.
 
 use std::{path::Path, process::Command};
 
@@ -25,6 +26,10 @@ const ENGINES: [&str; 10] = [
 /// The engines whose backends declare leader election (W6 runs on them).
 const ELECTING: &[&str] =
     &["fencelock", "fencelock-secure", "fencelock-3", "redis", "redis-aof", "etcd", "zookeeper", "postgres"];
+
+/// The engines whose backends declare shared locks and semaphores (W5 runs
+/// on them; the others have no W5 cell).
+const SHARING: &[&str] = &["fencelock", "fencelock-secure", "fencelock-3"];
 
 #[test]
 fn quick_run_measures_every_cell_of_every_engine() {
@@ -56,6 +61,21 @@ fn quick_run_measures_every_cell_of_every_engine() {
             if workload == "W2" {
                 assert!(m["handoff_ms"]["samples"].as_u64().unwrap() > 0, "{engine}: no handoff measured");
             }
+        }
+    }
+
+    for engine in ENGINES {
+        for workload in ["W5-rw", "W5-sem"] {
+            let cell = cells.iter().find(|c| c["engine"] == engine && c["workload"] == workload);
+            let m = match (SHARING.contains(&engine), cell) {
+                (false, None) => continue,
+                (false, Some(_)) => panic!("{engine} does not declare {workload}'s locks but has a cell"),
+                (true, None) => panic!("no {workload} cell for {engine}"),
+                (true, Some(cell)) => &cell["median"],
+            };
+            assert!(m["cycles"].as_u64().unwrap() > 0, "{workload} on {engine}: no cycle: {m}");
+            assert_eq!(m["errors"], 0, "{workload} on {engine}: errors: {m}");
+            assert!(m["handoff_ms"]["samples"].as_u64().unwrap() > 0, "{workload} on {engine}: no handoff: {m}");
         }
     }
 
