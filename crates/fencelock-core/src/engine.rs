@@ -42,6 +42,7 @@ mod consistency;
 mod lease;
 mod lock;
 mod query;
+mod resize;
 mod restore;
 mod slots;
 mod state;
@@ -256,6 +257,7 @@ impl Engine {
             }
             Command::As { caller, cmd } => self.apply_as(caller, cmd, fx),
             Command::Policy(_) => Reply::Rejected(EngineError::NotAdmin),
+            Command::Resize { lock, permits } => self.resize(lock, *permits, fx),
         }
     }
 
@@ -288,6 +290,9 @@ impl Engine {
         }
         if let Command::Policy(change) = cmd {
             return self.change_policy(caller, change);
+        }
+        if matches!(cmd, Command::Resize { .. }) && !caller.admin {
+            return Reply::Rejected(EngineError::NotAdmin);
         }
         if let Err(e) = cmd.validate().and_then(|()| self.check_owner(caller, cmd)) {
             return Reply::Rejected(e);

@@ -60,9 +60,18 @@ pub enum EngineError {
     /// inside [`crate::Command::As`] is itself an `As`.
     #[error("invalid caller: {0}")]
     InvalidCaller(String),
-    /// A policy change needs a caller with the `admin` verb.
-    #[error("changing the policy needs the admin verb")]
+    /// A policy change or a semaphore resize needs a caller with the `admin` verb.
+    #[error("changing the policy or resizing a semaphore needs the admin verb")]
     NotAdmin,
+    /// A resize names a lock that is not a semaphore now: a read-write lock,
+    /// or one that nobody holds or waits for (its next acquirer sets its
+    /// permits).
+    #[error("{lock} is not a semaphore now (a read-write lock, or nobody holds or waits for it: its next acquirer sets the permits)")]
+    NotASemaphore { lock: String },
+    /// A resize to 0 permits, or to fewer than the holders use or one queued
+    /// acquire asks for.
+    #[error("cannot resize to {asked} permits: {needed} are needed (by the holders now, or by one queued acquire)")]
+    ResizeTooSmall { asked: u32, needed: u64 },
     /// The policy change breaks a rule of [`crate::policy`] (the text says which).
     #[error("invalid policy change: {0}")]
     InvalidPolicy(String),

@@ -204,13 +204,25 @@ pub enum Command {
     /// Change who may do what ([`crate::policy`]). Applied only inside an `As`
     /// whose caller is `admin`; refused ([`EngineError::NotAdmin`]) otherwise.
     Policy(crate::PolicyChange),
+    /// Give the semaphore `lock` `permits` permits from now on. Inside an
+    /// `As`, only an `admin` caller may ([`EngineError::NotAdmin`]); without
+    /// one (authentication off) anyone may. Refused when `lock` is not a
+    /// semaphore now ([`EngineError::NotASemaphore`]) or when fewer permits
+    /// than its holders use, or than one queued acquire asks for, would be
+    /// left ([`EngineError::ResizeTooSmall`]): a semaphore never has more in
+    /// use than its permits (INV-15), and no waiter is left that could never be
+    /// granted. A resize up grants the queue at once. Holders keep their
+    /// permits and tokens; later acquires must name the new number
+    /// ([`EngineError::PermitsMismatch`] otherwise). Setting the number it
+    /// has already changes nothing, so a retry is harmless.
+    Resize { lock: String, permits: u32 },
 }
 
 impl Command {
     /// The lease this command acts on (`None` for a grant).
     pub fn lease(&self) -> Option<LeaseId> {
         match self {
-            Command::GrantLease { .. } | Command::Policy(_) => None,
+            Command::GrantLease { .. } | Command::Policy(_) | Command::Resize { .. } => None,
             Command::KeepAlive { lease, .. } | Command::Revoke { lease, .. } => Some(*lease),
             Command::Release { lease, .. } | Command::CancelWait { lease, .. } => Some(*lease),
             Command::SetValue { lease, .. } | Command::Downgrade { lease, .. } => Some(*lease),
@@ -435,6 +447,10 @@ pub enum Reply {
     /// Answer to [`Command::CancelWait`]; `released` when a grant was released.
     Cancelled {
         released: bool,
+    },
+    /// Answer to [`Command::Resize`]: the semaphore had `was` permits.
+    Resized {
+        was: u32,
     },
     /// Answer to [`Command::Policy`]: the policy's version after it, and whether
     /// the change changed anything (a retry, or deleting what is absent, does not).

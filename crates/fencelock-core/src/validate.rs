@@ -27,6 +27,7 @@ impl Command {
             Command::CompleteSlot { req, lock, token, slot, .. } => check_complete(*req, lock, *token, slot).map(drop),
             Command::As { caller, cmd } => check_caller(caller, cmd).and_then(|()| cmd.validate()),
             Command::Policy(change) => change.validate(),
+            Command::Resize { lock, permits } => check_resize(lock, *permits).map(drop),
         }
     }
 }
@@ -149,6 +150,15 @@ fn check_once_is_a_try(wait_ms: u64) -> Result<(), EngineError> {
         _ => {
             Err(EngineError::InvalidSlot("an acquire once per a slot cannot wait in the queue (wait must be 0)".into()))
         }
+    }
+}
+
+/// A resize's name and permits (at least 1), in this order; the name.
+pub(crate) fn check_resize(lock: &str, permits: u32) -> Result<LockName, EngineError> {
+    let name = LockName::new(lock)?;
+    match permits {
+        0 => Err(EngineError::ResizeTooSmall { asked: 0, needed: 1 }),
+        _ => Ok(name),
     }
 }
 

@@ -370,7 +370,7 @@ impl Engine {
     /// head is granted together, up to the first writer. Waiters whose lease is
     /// not live are skipped, never granted (INV-4); their lease's expiry
     /// removes them.
-    fn grant_next(&mut self, name: &LockName, fx: &mut Effects) {
+    pub(super) fn grant_next(&mut self, name: &LockName, fx: &mut Effects) {
         while let Some(w) = self.take_next_live_waiter(name) {
             self.timers.remove(w.deadline, TimerKind::WaitEnd(w.lease, w.req));
             if let Some(l) = self.leases.get_mut(&w.lease) {

@@ -37,5 +37,6 @@ mod lock_tests;
 mod misc_tests;
 mod owner_tests;
 mod policy_tests;
+mod resize_tests;
 mod shared_tests;
 mod slot_tests;

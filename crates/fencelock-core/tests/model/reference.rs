@@ -341,14 +341,18 @@ impl Model {
                 self.set_value(req.0, lease.0, lock, token.0, value, fx)
             }
             Command::Downgrade { req, lease, lock, token } => self.downgrade(req.0, lease.0, lock, token.0, fx),
-            // Lease ownership, proposed ids, the policy and completed slots are
-            // the engine's unit tests' (engine/tests/owner_tests.rs,
-            // policy_tests.rs, slot_tests.rs); the generator makes none of them.
+            // Lease ownership, proposed ids, the policy, completed slots and
+            // resizes are the engine's unit tests' (engine/tests/owner_tests.rs,
+            // policy_tests.rs, slot_tests.rs, resize_tests.rs); the generator
+            // makes none of them.
             Command::GrantLease { id: Some(_), .. }
             | Command::As { .. }
             | Command::Policy(_)
-            | Command::CompleteSlot { .. } => {
-                unreachable!("the model's generator makes no proposed lease ids, callers, policy changes or slots")
+            | Command::CompleteSlot { .. }
+            | Command::Resize { .. } => {
+                unreachable!(
+                    "the model's generator makes no proposed lease ids, callers, policy changes, slots or resizes"
+                )
             }
         };
         r.unwrap_or_else(Reply::Rejected)
