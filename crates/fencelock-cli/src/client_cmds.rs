@@ -1,4 +1,4 @@
-//! `fencelock acquire | release | locks | check`: one request each, for scripts
+//! `fencelock acquire | release | locks | check | resize`: one request each, for scripts
 //! (`--json`) and people (plain text).
 
 use std::{process::ExitCode, time::Duration};
@@ -63,6 +63,19 @@ pub struct CheckArgs {
     name: String,
     /// Fencing token to check.
     token: u64,
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct ResizeArgs {
+    #[command(flatten)]
+    server: ServerArg,
+    /// Semaphore name.
+    name: String,
+    /// Its new number of permits (at least 1, and at least what its holders
+    /// use and what one queued acquire asks for).
+    permits: u32,
     #[arg(long)]
     json: bool,
 }
@@ -242,6 +255,15 @@ pub async fn check(a: CheckArgs) -> anyhow::Result<ExitCode> {
     };
     emit(a.json, &v, &text, r.current);
     Ok(ExitCode::from(if r.current { exit::OK } else { exit::NO }))
+}
+
+pub async fn resize(a: ResizeArgs) -> anyhow::Result<ExitCode> {
+    let client = connect(&a.server).await?;
+    let was = client.resize(&a.name, a.permits).await?;
+    let v = json!({"lock": a.name, "permits": a.permits, "was": was});
+    let text = format!("semaphore {:?} has {} permits (was {was})", a.name, a.permits);
+    emit(a.json, &v, &text, true);
+    Ok(ExitCode::from(exit::OK))
 }
 
 fn lock_json(l: &fencelock::LockInfo) -> serde_json::Value {

@@ -56,6 +56,8 @@ enum Cmd {
     Locks(client_cmds::LocksArgs),
     /// Is TOKEN the current live grant of NAME? Exit 0 if yes, 1 if not.
     Check(client_cmds::CheckArgs),
+    /// Give a semaphore a new number of permits (admin); a larger one grants its waiters at once.
+    Resize(client_cmds::ResizeArgs),
     /// Print lock events (granted, released, expired, …) as they happen, until interrupted.
     Watch(watch::WatchArgs),
     /// Run the fenced storage server (HTTP object store that rejects stale tokens).
@@ -281,6 +283,7 @@ fn main() -> ExitCode {
             Cmd::Release(a) => client_cmds::release(a).await,
             Cmd::Locks(a) => client_cmds::locks(a).await,
             Cmd::Check(a) => client_cmds::check(a).await,
+            Cmd::Resize(a) => client_cmds::resize(a).await,
             Cmd::Watch(a) => watch::watch(a).await,
             Cmd::Storage(a) => storage::storage(a).await,
             Cmd::Snapshot(a) => snapshot::snapshot(a).await,

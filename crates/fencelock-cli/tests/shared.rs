@@ -65,3 +65,30 @@ fn a_semaphore_of_two_admits_two_holders_from_the_cli() {
     let weight = cli(&server, &["acquire", "pool", "--weight", "2", "--ttl", "1h"]);
     assert!(!weight.status.success(), "--weight without --permits is a usage error");
 }
+
+/// `fencelock resize` (issue 18 §2): grows a semaphore (the text says from
+/// what), refuses 0, a lock that is not a semaphore, and a number below what
+/// its holders use, each with the reason; acquires then name the new number.
+#[test]
+fn resize_from_the_cli_grows_a_semaphore_and_refuses_what_cannot_be() {
+    let tmp = tempfile::tempdir().unwrap();
+    let server = Server::start(tmp.path());
+    let out = cli(&server, &["acquire", "pool", "--permits", "1", "--ttl", "1h"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let grown = cli(&server, &["resize", "pool", "2"]);
+    assert!(grown.status.success(), "{}", stderr(&grown));
+    assert_eq!(stdout(&grown).trim(), "semaphore \"pool\" has 2 permits (was 1)");
+    let out = cli(&server, &["acquire", "pool", "--permits", "2", "--ttl", "1h"]);
+    assert!(out.status.success(), "the second permit after the resize: {}", stderr(&out));
+    for (args, why) in [
+        (["resize", "pool", "1"], "cannot resize to 1 permits: 2 are needed"),
+        (["resize", "pool", "0"], "cannot resize to 0 permits"),
+        (["resize", "nobody", "3"], "is not a semaphore now"),
+    ] {
+        let out = cli(&server, &args);
+        assert!(!out.status.success(), "{args:?} succeeded");
+        assert!(stderr(&out).contains(why), "{args:?}: {}", stderr(&out));
+    }
+    let json: Value = serde_json::from_str(&stdout(&cli(&server, &["resize", "pool", "3", "--json"]))).unwrap();
+    assert_eq!((json["permits"].as_u64(), json["was"].as_u64()), (Some(3), Some(2)));
+}

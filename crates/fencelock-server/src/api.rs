@@ -229,6 +229,17 @@ impl Ops {
         }
     }
 
+    /// A semaphore gets a new number of permits: an admin's call (the engine
+    /// checks it again inside the caller's envelope).
+    pub async fn resize(&self, who: &Who, r: pb::ResizeRequest) -> Result<pb::ResizeResponse, Status> {
+        self.allow(who, Who::require_admin)?;
+        let cmd = Command::Resize { lock: r.lock, permits: r.permits };
+        match self.driver.submit(who.wrap(cmd)).await.map_err(driver_status)? {
+            Reply::Resized { was } => Ok(pb::ResizeResponse { was }),
+            other => Err(unexpected(other)),
+        }
+    }
+
     /// An exclusive grant of a read-write lock becomes shared (checked as a
     /// release is).
     pub async fn downgrade(&self, who: &Who, r: pb::DowngradeRequest) -> Result<pb::DowngradeResponse, Status> {
@@ -433,6 +444,7 @@ pub fn engine_status(e: EngineError) -> Status {
         EngineError::NotOwner { .. } => Status::permission_denied(e.to_string()),
         // A random id that collided: a retry proposes another.
         EngineError::LeaseIdTaken(_) => Status::unavailable(e.to_string()),
+        EngineError::NotAdmin => Status::permission_denied(e.to_string()),
         _ => Status::invalid_argument(e.to_string()),
     }
 }

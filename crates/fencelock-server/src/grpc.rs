@@ -108,6 +108,11 @@ impl lock_server::Lock for LockService {
         self.ops.complete_slot(&who, r.into_inner()).await.map(Response::new)
     }
 
+    async fn resize(&self, r: Request<pb::ResizeRequest>) -> Result<Response<pb::ResizeResponse>, Status> {
+        let who = self.who(&r)?;
+        self.ops.resize(&who, r.into_inner()).await.map(Response::new)
+    }
+
     async fn downgrade(&self, r: Request<pb::DowngradeRequest>) -> Result<Response<pb::DowngradeResponse>, Status> {
         let who = self.who(&r)?;
         self.ops.downgrade(&who, r.into_inner()).await.map(Response::new)

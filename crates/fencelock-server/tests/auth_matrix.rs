@@ -325,6 +325,26 @@ async fn each_identity_gets_exactly_its_rules() {
     node.running.shutdown().await;
 }
 
+/// Resizing a semaphore is an admin's call (issue 18 §2): a worker that may
+/// acquire the semaphore is refused before anything is written (INV-9), and
+/// the admin's resize is applied.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inv9_only_an_admin_resizes_a_semaphore() {
+    let node = start_node().await;
+    let mut worker = node.with_token(&node.worker).await;
+    let lease = grant(&mut worker).await.unwrap();
+    worker.acquire(pb::AcquireRequest { permits: 2, ..acquire(lease, "jobs/pool") }).await.unwrap();
+    let before = node.last_log_index();
+    let resize = || pb::ResizeRequest { lock: "jobs/pool".into(), permits: 3 };
+    let e = worker.resize(resize()).await.unwrap_err();
+    assert_eq!(e.code(), Code::PermissionDenied);
+    assert_eq!(e.message(), "permission denied: worker may not admin the cluster");
+    assert_eq!(node.last_log_index(), before, "a refused resize must not become a log entry");
+    let mut admin = node.with_token(&node.admin).await;
+    assert_eq!(admin.resize(resize()).await.unwrap().into_inner().was, 2);
+    node.running.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn inv13_only_the_owner_uses_a_lease_and_an_admin_may_revoke_it() {
     let node = start_node().await;

@@ -98,3 +98,37 @@ async fn a_semaphore_counts_weights_in_fifo_order_and_gets_permits_back_from_a_d
     assert_eq!((info.permits, info.holders.iter().map(|h| h.weight).sum::<u32>()), (3, 2));
     assert!(big.release().await.unwrap());
 }
+
+/// Resize (issue 18 §2): a semaphore of one held by one client; a second
+/// waits; a resize to two grants it at once (INV-15 with the new number,
+/// INV-16 from the head of the queue). A resize below what is in use, or of
+/// a lock that is not a semaphore, is refused with a message that says why,
+/// and changes nothing; later acquires must name the new number.
+#[tokio::test]
+async fn a_resize_up_grants_the_waiter_and_a_resize_below_use_is_refused() {
+    let server = Server::start().await;
+    let c = server.client().await;
+    let first = acquired(c.lock("pool").permits(1).acquire().await.unwrap());
+    let waiter = {
+        let c = c.clone();
+        tokio::spawn(async move { c.lock("pool").permits(1).ttl(30 * SECS).wait(20 * SECS).acquire().await })
+    };
+    eventually("the second waits", || async { waiters(&c, "pool").await == 1 }).await;
+    assert_eq!(c.resize("pool", 2).await.unwrap(), 1);
+    let second = granted(waiter).await;
+    assert!(second.token().unwrap() > first.token().unwrap());
+    let err = c.resize("pool", 1).await.unwrap_err();
+    assert!(
+        matches!(&err, Error::InvalidArgument(m) if m.contains("cannot resize to 1 permits: 2 are needed")),
+        "{err}"
+    );
+    assert_eq!(c.describe("pool").await.unwrap().permits, 2, "a refused resize changed the number");
+    let stale = c.lock("pool").permits(1).acquire().await.unwrap_err();
+    assert!(matches!(&stale, Error::InvalidArgument(m) if m.contains("the lock has 2 permits")), "{stale}");
+    let _rw = acquired(c.lock("rw").acquire().await.unwrap());
+    let err = c.resize("rw", 3).await.unwrap_err();
+    assert!(
+        matches!(&err, Error::InvalidArgument(m) if m.contains("\"rw\" is not a semaphore now") || m.contains("rw is not a semaphore now")),
+        "{err}"
+    );
+}

@@ -342,6 +342,26 @@ impl Client {
         }
     }
 
+    /// Gives the semaphore `name` `permits` permits from now on; returns the
+    /// number it had. An admin's call ([`Error::PermissionDenied`] for anyone
+    /// else when the server has authentication on). [`Error::InvalidArgument`]
+    /// when `name` is not a semaphore now (a read-write lock, or nobody holds
+    /// or waits for it) or when fewer permits than its holders use, or than
+    /// one queued acquire asks for, would be left. A resize up grants the
+    /// waiters at once; later acquires must name the new number. Setting the
+    /// same number again changes nothing, so the call is retried on its own.
+    pub async fn resize(&self, name: &str, permits: u32) -> Result<u32, Error> {
+        let msg = pb::ResizeRequest { lock: name.to_string(), permits };
+        let rpc = &self.inner.rpc;
+        let resp = rpc
+            .call("resize", rpc.deadline(), |mut c, left| {
+                let req = request(msg.clone(), left);
+                async move { c.resize(req).await }
+            })
+            .await?;
+        Ok(resp.was)
+    }
+
     /// Ends the lease now: its locks are released (without lock-delay) and its
     /// waits dropped. [`Error::LeaseNotFound`] if it is gone already. If it is a
     /// lease of this client, its guards see [`LeaseLost::Revoked`](crate::LeaseLost::Revoked).
