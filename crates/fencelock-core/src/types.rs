@@ -26,6 +26,12 @@ pub const MAX_HOLD_AT_LEAST_MS: u64 = 86_400_000;
 pub const MAX_SLOT_BYTES: usize = 128;
 /// How long the engine remembers a completed slot (7 days of engine time).
 pub const SLOT_RETENTION_MS: u64 = 7 * 86_400_000;
+
+/// The most completed slots kept per lock: recording one more drops the
+/// oldest (as its retention would have), so a holder that completes slot
+/// after slot of new names cannot grow the state and its snapshots without
+/// bound. 7 days of hourly slots are 168.
+pub const MAX_SLOTS_PER_LOCK: usize = 1024;
 /// Longest holder identity ([`Acquire::identity`]), in bytes of UTF-8.
 pub const MAX_IDENTITY_BYTES: usize = 256;
 /// Largest holder value ([`Acquire::value`]), in bytes.

@@ -24,7 +24,29 @@ impl Engine {
         }
         self.check_leases()?;
         self.check_locks()?;
+        self.check_slots()?;
         self.check_owned()
+    }
+
+    /// Completed slots: valid lock and slot names, at most
+    /// [`MAX_SLOTS_PER_LOCK`] per lock, tokens below their counter.
+    fn check_slots(&self) -> Result<(), String> {
+        for (name, slots) in &self.slots {
+            check_name(name)?;
+            if slots.len() > MAX_SLOTS_PER_LOCK {
+                return Err(format!(
+                    "lock {name:?} has {} completed slots (at most {MAX_SLOTS_PER_LOCK})",
+                    slots.len()
+                ));
+            }
+            for (slot, r) in slots {
+                crate::validate::check_slot(slot).map_err(|e| format!("lock {name:?}: {e}"))?;
+                if r.token.0 == 0 || r.token.0 >= self.next_token {
+                    return Err(format!("lock {name:?}: slot {slot:?} names token {}, never issued", r.token));
+                }
+            }
+        }
+        Ok(())
     }
 
     /// [`Engine::owned`] lists exactly the leases that have an owner, under it.

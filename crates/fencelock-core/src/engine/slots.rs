@@ -6,7 +6,8 @@
 //! it grants. A record is kept for [`SLOT_RETENTION_MS`] of engine time (the
 //! leaders' monotonic clocks, re-based as every instant is); an old record is
 //! dropped when its lock's slots are next looked at, so every replica drops
-//! the same ones at the same entry.
+//! the same ones at the same entry. At most [`MAX_SLOTS_PER_LOCK`] records are
+//! kept per lock: a new one beyond that drops the oldest.
 
 use std::collections::BTreeMap;
 
@@ -62,7 +63,11 @@ impl Engine {
         };
         self.prune_slots(&name);
         let record = SlotRecord { token: c.token, identity, exit_code: c.exit_code, at: self.now };
-        self.slots.entry(name).or_default().entry(c.slot.to_owned()).or_insert(record);
+        let slots = self.slots.entry(name).or_default();
+        if !slots.contains_key(c.slot) && slots.len() >= MAX_SLOTS_PER_LOCK {
+            drop_oldest(slots);
+        }
+        slots.entry(c.slot.to_owned()).or_insert(record);
         self.record(c.lease, c.req, Outcome::Replied(Reply::SlotCompleted));
         Reply::SlotCompleted
     }
@@ -98,5 +103,14 @@ impl Engine {
         let slots = self.slots.get(&name).into_iter().flatten();
         let fresh = slots.filter(|(_, r)| self.now < r.at.saturating_add(SLOT_RETENTION_MS));
         fresh.map(|(s, r)| (s.clone(), r.token, r.identity.clone(), r.exit_code)).collect()
+    }
+}
+
+/// Drop the record recorded first (the smallest instant; among equals, the
+/// first slot name, so every replica drops the same one).
+fn drop_oldest(slots: &mut BTreeMap<String, SlotRecord>) {
+    let oldest = slots.iter().min_by_key(|(_, r)| r.at).map(|(s, _)| s.clone());
+    if let Some(slot) = oldest {
+        slots.remove(&slot);
     }
 }

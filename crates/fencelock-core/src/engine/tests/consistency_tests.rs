@@ -80,6 +80,34 @@ fn invalid_names_ttls_and_counters_are_refused() {
     refused(&e, "counters start at 1");
 }
 
+/// Completed slots are input too: too many for one lock, an invalid slot
+/// name, or a token never issued is refused.
+#[test]
+fn crafted_slot_records_are_refused() {
+    let mut e = held_and_queued();
+    let complete = |slot: &str| Command::CompleteSlot {
+        req: r(50),
+        lease: l(1),
+        lock: "a".into(),
+        token: t(1),
+        slot: slot.into(),
+        exit_code: 0,
+    };
+    assert_eq!(one(&mut e, 0, complete("today")).0, Reply::SlotCompleted);
+    e.check_consistency().expect("a slot the engine recorded");
+    let json = serde_json::to_string(&e).unwrap();
+    let bad: Engine = serde_json::from_str(&json.replace("\"today\"", "\"to\\u0007day\"")).unwrap();
+    refused(&bad, "control characters");
+    let mut bad = e.clone();
+    bad.slots.get_mut(&name("a")).unwrap().get_mut("today").unwrap().token = t(7);
+    refused(&bad, "never issued");
+    let mut bad = e.clone();
+    let record = bad.slots[&name("a")]["today"].clone();
+    let slots = bad.slots.get_mut(&name("a")).unwrap();
+    slots.extend((0..MAX_SLOTS_PER_LOCK).map(|i| (format!("s{i}"), record.clone())));
+    refused(&bad, "completed slots (at most");
+}
+
 /// A restored engine holds nothing, reuses no lease id, and issues its next
 /// token at the floor it was given, never below its own counter (INV-2).
 #[test]

@@ -127,3 +127,26 @@ fn inv9_slots_are_validated() {
     // The token is checked before the slot, as for a release.
     assert_rejected(&mut e, 0, complete(1, 1, 0, "", 0), EngineError::InvalidToken);
 }
+
+/// A lock keeps at most `MAX_SLOTS_PER_LOCK` records: one more drops the
+/// oldest (its slot may run again, as after its retention), the others stay,
+/// and completing a slot already recorded drops nothing.
+#[test]
+fn a_lock_keeps_at_most_max_slots_records_and_drops_the_oldest() {
+    let mut e = setup(1);
+    one(&mut e, 0, acq(1, 1, "job", 0, 0));
+    let n = MAX_SLOTS_PER_LOCK as u64;
+    for i in 0..n {
+        // Within the lease's TTL (1000), in the order recorded.
+        let reply = one(&mut e, i * 900 / n, complete(100 + i, 1, 1, &format!("s{i}"), 0)).0;
+        assert_eq!(reply, Reply::SlotCompleted);
+    }
+    let n = 900;
+    assert_eq!(one(&mut e, n, complete(5000, 1, 1, "s5", 9)).0, Reply::SlotCompleted);
+    assert_eq!(e.completed_slots("job").len(), MAX_SLOTS_PER_LOCK, "a slot recorded again drops nothing");
+    assert_eq!(one(&mut e, n, complete(5001, 1, 1, "new", 0)).0, Reply::SlotCompleted);
+    let slots: Vec<String> = e.completed_slots("job").into_iter().map(|s| s.0).collect();
+    assert_eq!(slots.len(), MAX_SLOTS_PER_LOCK);
+    assert!(!slots.contains(&"s0".to_string()), "the oldest is dropped");
+    assert!(slots.contains(&"s1".to_string()) && slots.contains(&"new".to_string()));
+}
