@@ -6,10 +6,16 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
 use std::sync::Arc;
 
-use fencelock_fence::{Fence, FenceError, Fenced, Stale, MAX_KEY_LEN, MAX_TOKEN};
+use fencelock_fence::{Access, Fence, FenceError, Fenced, Marks, Stale, MAX_KEY_LEN, MAX_TOKEN};
 
+/// A write refused by a write or a read with a higher token.
 fn stale(highest: u64, got: u64) -> Fenced {
-    Fenced::Stale(Stale { highest, got })
+    Fenced::Stale(Stale { access: Access::Write, highest, got })
+}
+
+/// A read refused by a write with a higher token.
+fn stale_read(highest: u64, got: u64) -> Fenced {
+    Fenced::Stale(Stale { access: Access::Read, highest, got })
 }
 
 /// Accept above, accept equal, reject below; the mark moves only up.
@@ -71,14 +77,65 @@ pub async fn invalid_input_is_refused(fence: &dyn Fence, p: &str) {
 }
 
 /// The read-modify-write of the `Fence` docs: holder 6's fenced read stops
-/// holder 5's late write.
+/// holder 5's late write, and after holder 6 wrote, holder 5's read too.
 pub async fn fenced_read_stops_an_older_write(fence: &dyn Fence, p: &str) {
     let k = format!("{p}:rmw");
-    assert!(fence.admit(&k, 5).await.unwrap().is_admitted(), "holder 5 reads");
-    assert!(fence.admit(&k, 6).await.unwrap().is_admitted(), "holder 6 reads");
+    assert!(fence.admit_read(&k, 5).await.unwrap().is_admitted(), "holder 5 reads");
+    assert!(fence.admit_read(&k, 6).await.unwrap().is_admitted(), "holder 6 reads");
     assert_eq!(fence.admit(&k, 5).await.unwrap(), stale(6, 5), "holder 5's write must be stale");
     assert!(fence.admit(&k, 6).await.unwrap().is_admitted(), "holder 6 writes");
+    assert_eq!(fence.admit_read(&k, 5).await.unwrap(), stale_read(6, 5), "holder 5's read after 6 wrote");
     assert_eq!(fence.highest(&k).await.unwrap(), Some(6));
+}
+
+/// The read rule (`Marks::admit`): readers of a read-write lock are admitted
+/// in any token order; a stale reader after a newer writer wrote is refused;
+/// an old writer after a newer reader read is refused; a downgraded writer
+/// reads its own write with its token. The marks are exact at each step.
+pub async fn reads_and_writes_exact_cases(fence: &dyn Fence, p: &str) {
+    let k = format!("{p}:rw");
+    let marks = |write, seen| Some(Marks { write, seen });
+    assert!(fence.admit_read(&k, 4).await.unwrap().is_admitted(), "reader 4 on a fresh key");
+    assert_eq!(fence.marks(&k).await.unwrap(), marks(0, 4));
+    assert!(fence.admit_read(&k, 3).await.unwrap().is_admitted(), "reader 3 after reader 4");
+    assert_eq!(fence.marks(&k).await.unwrap(), marks(0, 4), "an older read lowers nothing");
+    assert_eq!(fence.admit(&k, 3).await.unwrap(), stale(4, 3), "writer 3 after reader 4 read");
+    assert!(fence.admit(&k, 5).await.unwrap().is_admitted(), "writer 5");
+    assert_eq!(fence.marks(&k).await.unwrap(), marks(5, 5));
+    assert_eq!(fence.admit_read(&k, 4).await.unwrap(), stale_read(5, 4), "reader 4 after writer 5 wrote");
+    assert!(fence.admit_read(&k, 5).await.unwrap().is_admitted(), "writer 5 downgraded reads its own write");
+    assert!(fence.admit_read(&k, 7).await.unwrap().is_admitted(), "reader 7");
+    assert!(fence.admit_read(&k, 6).await.unwrap().is_admitted(), "reader 6 after reader 7");
+    assert_eq!(fence.marks(&k).await.unwrap(), marks(5, 7));
+    assert_eq!(fence.admit(&k, 6).await.unwrap(), stale(7, 6), "writer 6 after reader 7 read");
+    assert_eq!(fence.marks(&k).await.unwrap(), marks(5, 7), "a stale admit changed the marks");
+    assert!(fence.admit(&k, 7).await.unwrap().is_admitted(), "writer 7 (equal to the highest)");
+    assert_eq!(fence.marks(&k).await.unwrap(), marks(7, 7));
+    assert_eq!(fence.highest(&k).await.unwrap(), Some(7));
+}
+
+/// Random reads and writes on a few keys, one at a time: every outcome and
+/// every key's marks are what `Marks::admit` (the rule, in Rust) says. This
+/// is what keeps the Redis script and the PostgreSQL statements, the rule's
+/// translations, equal to it.
+pub async fn agrees_with_the_rule(fence: &dyn Fence, p: &str, seed: u64) {
+    let mut rng = fastrand::Rng::with_seed(seed);
+    let mut model: HashMap<String, Marks> = HashMap::new();
+    for n in 0..300u64 {
+        let key = format!("{p}:rule{}", rng.usize(..3));
+        let access = if rng.bool() { Access::Read } else { Access::Write };
+        let token = rng.u64(1..=(3 + n / 4)); // close together: equal and stale are common
+        let expected = Marks::admit(model.get(&key).copied(), access, token);
+        let outcome = fence.admit_as(&key, token, access).await.unwrap();
+        match expected {
+            Ok(after) => {
+                assert_eq!(outcome, Fenced::Admitted(()), "seed {seed} op {n}: {access:?} {token} on {key}");
+                model.insert(key.clone(), after);
+            }
+            Err(refused) => assert_eq!(outcome, Fenced::Stale(refused), "seed {seed} op {n} on {key}"),
+        }
+        assert_eq!(fence.marks(&key).await.unwrap(), model.get(&key).copied(), "seed {seed} op {n}: marks of {key}");
+    }
 }
 
 /// One admit as seen from outside: when it started and ended on a logical
@@ -153,7 +210,7 @@ fn check_history(ops: &[&Op], seed: u64) -> (usize, usize) {
                     op.token
                 );
             }
-            Fenced::Stale(Stale { highest, got }) => {
+            Fenced::Stale(Stale { highest, got, .. }) => {
                 assert_eq!(got, op.token, "seed {seed}");
                 assert!(got < highest, "seed {seed}: rejected {got} with mark {highest}");
                 assert!(tokens.contains_key(&highest), "seed {seed}: mark {highest} was never admitted");
