@@ -143,6 +143,7 @@ pub async fn agrees_with_the_rule(fence: &dyn Fence, p: &str, seed: u64) {
 #[derive(Debug, Clone)]
 struct Op {
     key: usize,
+    access: Access,
     token: u64,
     start: u64,
     end: u64,
@@ -153,13 +154,15 @@ const TASKS: usize = 16;
 const OPS_PER_TASK: usize = 40;
 const KEYS: usize = 3;
 
-/// 16 tasks admit random tokens on 3 keys at once. Checks, per key:
-/// an admitted token is ≥ every token admitted by an admit that ended
-/// before it started (the admitted sequence never goes down); a stale answer
-/// names a mark above its token that some admit really set, and that is ≥
-/// every token admitted before it started; the final mark is the largest
-/// admitted token.
-pub async fn racing_tokens(fences: &[Arc<dyn Fence>], p: &str, seed: u64) {
+/// 16 tasks admit random tokens on 3 keys at once, all writes, or (`reads`)
+/// half of them reads. Checks, per key, against the rule (`Marks::admit`):
+/// an admitted write's token is ≥ every token admitted by an admit that
+/// ended before it started, an admitted read's ≥ every such write's; a stale
+/// answer names a mark above its token that some admit really set (a write's,
+/// for a read), and that is ≥ what the rule held it against before it
+/// started; the final marks are the largest admitted write's token and the
+/// largest admitted token.
+pub async fn racing_tokens(fences: &[Arc<dyn Fence>], p: &str, seed: u64, reads: bool) {
     assert_eq!(fences.len(), TASKS);
     let clock = Arc::new(AtomicU64::new(0));
     let mut tasks = Vec::new();
@@ -170,11 +173,12 @@ pub async fn racing_tokens(fences: &[Arc<dyn Fence>], p: &str, seed: u64) {
             let mut ops = Vec::new();
             for n in 0..OPS_PER_TASK {
                 let key = rng.usize(..KEYS);
+                let access = if reads && rng.bool() { Access::Read } else { Access::Write };
                 let token = rng.u64(1..=(5 + 2 * n as u64)); // marks climb; stale and equal are common
                 let start = clock.fetch_add(1, SeqCst);
-                let outcome = fence.admit(&format!("{p}:race{key}"), token).await.unwrap();
+                let outcome = fence.admit_as(&format!("{p}:race{key}"), token, access).await.unwrap();
                 let end = clock.fetch_add(1, SeqCst);
-                ops.push(Op { key, token, start, end, outcome });
+                ops.push(Op { key, access, token, start, end, outcome });
             }
             ops
         }));
@@ -189,32 +193,45 @@ pub async fn racing_tokens(fences: &[Arc<dyn Fence>], p: &str, seed: u64) {
         let (a, r) = check_history(&of_key, seed);
         admitted += a;
         rejected += r;
-        let max = of_key.iter().filter(|o| o.outcome.is_admitted()).map(|o| o.token).max();
-        assert_eq!(fences[0].highest(&format!("{p}:race{key}")).await.unwrap(), max, "final mark, key {key}");
+        let final_marks = fences[0].marks(&format!("{p}:race{key}")).await.unwrap();
+        assert_eq!(final_marks, expected_marks(&of_key), "seed {seed}: final marks, key {key}");
     }
     assert_eq!(admitted + rejected, TASKS * OPS_PER_TASK);
     assert!(admitted > 0 && rejected > 0, "seed {seed}: {admitted} admitted, {rejected} rejected");
 }
 
+/// The marks the admitted ops leave: the largest write, the largest of all.
+fn expected_marks(ops: &[&Op]) -> Option<Marks> {
+    let admitted = ops.iter().filter(|o| o.outcome.is_admitted());
+    let seen = admitted.clone().map(|o| o.token).max()?;
+    let write = admitted.filter(|o| o.access == Access::Write).map(|o| o.token).max().unwrap_or(0);
+    Some(Marks { write, seen })
+}
+
 fn check_history(ops: &[&Op], seed: u64) -> (usize, usize) {
     let admitted: Vec<&&Op> = ops.iter().filter(|o| o.outcome.is_admitted()).collect();
-    let tokens: HashMap<u64, ()> = admitted.iter().map(|o| (o.token, ())).collect();
-    let max_before = |start: u64| admitted.iter().filter(|a| a.end < start).map(|a| a.token).max();
+    // The least the rule's mark for `access` was when an op began at `start`.
+    let mark_before = |access: Access, start: u64| {
+        let judged = admitted.iter().filter(|a| a.end < start);
+        let judged = judged.filter(|a| access == Access::Write || a.access == Access::Write);
+        judged.map(|a| a.token).max()
+    };
+    let set_by = |access: Access, mark: u64| {
+        admitted.iter().any(|a| a.token == mark && (access == Access::Write || a.access == Access::Write))
+    };
     for op in ops {
+        let before = mark_before(op.access, op.start);
         match op.outcome {
-            Fenced::Admitted(()) => {
-                let before = max_before(op.start);
-                assert!(
-                    before.is_none_or(|b| b <= op.token),
-                    "seed {seed}: stale token {} won after {before:?}",
-                    op.token
-                );
-            }
-            Fenced::Stale(Stale { highest, got, .. }) => {
-                assert_eq!(got, op.token, "seed {seed}");
+            Fenced::Admitted(()) => assert!(
+                before.is_none_or(|b| b <= op.token),
+                "seed {seed}: stale {:?} token {} won after {before:?}",
+                op.access,
+                op.token
+            ),
+            Fenced::Stale(Stale { access, highest, got }) => {
+                assert_eq!((access, got), (op.access, op.token), "seed {seed}");
                 assert!(got < highest, "seed {seed}: rejected {got} with mark {highest}");
-                assert!(tokens.contains_key(&highest), "seed {seed}: mark {highest} was never admitted");
-                let before = max_before(op.start);
+                assert!(set_by(access, highest), "seed {seed}: {access:?} mark {highest} was never admitted");
                 assert!(before.is_none_or(|b| b <= highest), "seed {seed}: mark {highest} below admitted {before:?}");
             }
         }

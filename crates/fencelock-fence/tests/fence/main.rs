@@ -120,7 +120,15 @@ macro_rules! conformance_suite {
             async fn racing_tokens() {
                 let subject = super::$name().await;
                 for seed in [1, 2, 3] {
-                    suite::racing_tokens(&subject.fences, &format!("seed{seed}"), seed).await;
+                    suite::racing_tokens(&subject.fences, &format!("seed{seed}"), seed, false).await;
+                }
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn racing_reads_and_writes() {
+                let subject = super::$name().await;
+                for seed in [4, 5, 6] {
+                    suite::racing_tokens(&subject.fences, &format!("seed{seed}"), seed, true).await;
                 }
             }
         }
