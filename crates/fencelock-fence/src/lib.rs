@@ -17,11 +17,17 @@
 //! | [`CheckValidator`] | nowhere: asks the lock server | no, and weaker: see [`check`] |
 //! | [`storage`] | [`FileFence`] under an HTTP object store | yes: per-key lock across admit+write |
 //!
-//! The contract every fence keeps is written on [`Fence`]. In short: admit
-//! when `token >= mark` (equal too) and raise the mark; otherwise answer
-//! [`Fenced::Stale`] and change nothing. Stale is an outcome, not an error;
-//! [`FenceError`] is for invalid input and failed storage. **Fence reads as
-//! well as writes**: see the holder-5/holder-6 example on [`Fence`].
+//! The contract every fence keeps is written on [`Fence`], and the rule on
+//! [`Marks::admit`]. In short, per key the fence keeps the token of the last
+//! write and the highest token admitted: a read is admitted when its token is
+//! at or above the last write's, a write when its token is at or above every
+//! admitted one (equal too); otherwise the answer is [`Fenced::Stale`] and
+//! nothing changes. So readers of a read-write lock, whose tokens arrive in
+//! any order, are all admitted, while a reader or writer granted before a
+//! newer writer (or, for a writer, a newer reader) acted is refused. Stale is
+//! an outcome, not an error; [`FenceError`] is for invalid input and failed
+//! storage. **Fence reads as well as writes**: see the holder-5/holder-6
+//! example on [`Fence`].
 //!
 //! The crate's README documents the PostgreSQL SQL and the Redis script for
 //! services not written in Rust.
@@ -38,7 +44,9 @@ pub mod redis;
 pub mod storage;
 
 pub use check::{CheckValidator, Checked, TokenChecker};
-pub use fence::{check_key, check_token, BoxError, Fence, FenceError, Fenced, Stale, MAX_KEY_LEN, MAX_TOKEN};
+pub use fence::{
+    check_key, check_token, Access, BoxError, Fence, FenceError, Fenced, Marks, Stale, MAX_KEY_LEN, MAX_TOKEN,
+};
 pub use file::FileFence;
 pub use memory::MemoryFence;
 #[cfg(feature = "postgres")]

@@ -7,12 +7,12 @@ use std::sync::Mutex;
 
 use async_trait::async_trait;
 
-use crate::fence::{check_input, check_key, judge, Fence, FenceError, Fenced};
+use crate::fence::{check_input, check_key, judge, Access, Fence, FenceError, Fenced, Marks};
 
 /// An in-memory [`Fence`]. Cheap; all keys share one short critical section.
 #[derive(Debug, Default)]
 pub struct MemoryFence {
-    marks: Mutex<HashMap<String, u64>>,
+    marks: Mutex<HashMap<String, Marks>>,
 }
 
 impl MemoryFence {
@@ -24,17 +24,17 @@ impl MemoryFence {
 
 #[async_trait]
 impl Fence for MemoryFence {
-    async fn admit(&self, key: &str, token: u64) -> Result<Fenced, FenceError> {
+    async fn admit_as(&self, key: &str, token: u64, access: Access) -> Result<Fenced, FenceError> {
         check_input(key, token)?;
         let mut marks = self.marks.lock().unwrap_or_else(|p| p.into_inner());
-        let outcome = judge(marks.get(key).copied(), token);
-        if outcome.is_admitted() {
-            marks.insert(key.to_owned(), token);
+        let (outcome, raised) = judge(marks.get(key).copied(), access, token);
+        if let Some(raised) = raised {
+            marks.insert(key.to_owned(), raised);
         }
         Ok(outcome)
     }
 
-    async fn highest(&self, key: &str) -> Result<Option<u64>, FenceError> {
+    async fn marks(&self, key: &str) -> Result<Option<Marks>, FenceError> {
         check_key(key)?;
         Ok(self.marks.lock().unwrap_or_else(|p| p.into_inner()).get(key).copied())
     }

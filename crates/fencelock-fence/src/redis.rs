@@ -1,9 +1,13 @@
 //! [`RedisFence`]: one Lua script ([`SCRIPT`]) that checks the token against
-//! the key's mark, performs the caller's write and raises the mark, all in
-//! one atomic step on the Redis server.
+//! the key's marks by [the rule](crate::Marks::admit), performs the caller's
+//! read or write and raises the marks, all in one atomic step on the Redis
+//! server.
 //!
-//! The mark of resource key `K` is the string key `{prefix}K` (prefix
-//! `fencelock:fence:` by default) holding the token in decimal.
+//! The marks of resource key `K` are the string key `{prefix}K` (prefix
+//! `fencelock:fence:` by default): `"W:S"` in decimal (the last write's
+//! token, 0 if none, and the highest token admitted), or one decimal when
+//! the two are equal, which is also how a mark stored before fenced reads
+//! reads.
 //!
 //! # Durability: what Redis must be configured for
 //!
@@ -23,7 +27,7 @@ use async_trait::async_trait;
 use redis::aio::MultiplexedConnection;
 use redis::{Script, Value};
 
-use crate::fence::{check_input, check_key, Fence, FenceError, Fenced, Stale};
+use crate::fence::{check_input, check_key, Access, Fence, FenceError, Fenced, Marks, Stale};
 
 /// The script's source, documented in the crate's README.
 pub const SCRIPT: &str = include_str!("fence.lua");
@@ -102,23 +106,74 @@ impl RedisFence {
         };
         let mut conn = self.conn.clone();
         let reply: Value = call.invoke_async(&mut conn).await.map_err(FenceError::storage)?;
-        parse_reply(reply, token)
+        parse_reply(reply, Access::Write, token)?.map_admitted(|v| match v {
+            Value::Int(n) => Some(n),
+            _ => None,
+        })
+    }
+
+    /// A fenced read: admit `token` as a read on resource `key` and, if
+    /// admitted, `GET data_key` in the same atomic step (`None`: no such
+    /// key). Stale: nothing is read.
+    pub async fn read(&self, key: &str, token: u64, data_key: &str) -> Result<Fenced<Option<Vec<u8>>>, FenceError> {
+        check_input(key, token)?;
+        let mut conn = self.conn.clone();
+        let reply: Value = FENCE_SCRIPT
+            .key(self.mark_key(key))
+            .key(data_key)
+            .arg(token.to_string())
+            .arg("GET")
+            .invoke_async(&mut conn)
+            .await
+            .map_err(FenceError::storage)?;
+        parse_reply(reply, Access::Read, token)?.map_admitted(|v| match v {
+            Value::Nil => Some(None),
+            Value::BulkString(bytes) => Some(Some(bytes)),
+            _ => None,
+        })
     }
 }
 
-/// `{1, token, n}` → admitted with `n`; `{0, highest}` → stale.
-fn parse_reply(reply: Value, token: u64) -> Result<Fenced<i64>, FenceError> {
-    let bad = || FenceError::storage(format!("unexpected fence script reply: {reply:?}"));
-    let Value::Array(items) = &reply else {
-        return Err(bad());
+/// `{1, token, reply}` → admitted with `reply`; `{0, mark}` → stale.
+fn parse_reply(reply: Value, access: Access, token: u64) -> Result<Fenced<Value>, FenceError> {
+    let bad = |reply: &Value| FenceError::storage(format!("unexpected fence script reply: {reply:?}"));
+    let Value::Array(mut items) = reply else {
+        return Err(bad(&reply));
     };
     match items.as_slice() {
-        [Value::Int(1), _, Value::Int(n)] => Ok(Fenced::Admitted(*n)),
+        [Value::Int(1), _, _] => Ok(Fenced::Admitted(items.pop().expect("three items"))),
         [Value::Int(0), highest] => {
-            let highest = decimal(highest).ok_or_else(bad)?;
-            Ok(Fenced::Stale(Stale { highest, got: token }))
+            let highest = decimal(highest).ok_or_else(|| bad(&Value::Array(items.clone())))?;
+            Ok(Fenced::Stale(Stale { access, highest, got: token }))
         }
-        _ => Err(bad()),
+        _ => Err(bad(&Value::Array(items))),
+    }
+}
+
+trait MapAdmitted {
+    /// Convert an admitted script reply, or fail if it has the wrong shape.
+    fn map_admitted<T>(self, f: impl FnOnce(Value) -> Option<T>) -> Result<Fenced<T>, FenceError>;
+}
+
+impl MapAdmitted for Fenced<Value> {
+    fn map_admitted<T>(self, f: impl FnOnce(Value) -> Option<T>) -> Result<Fenced<T>, FenceError> {
+        match self {
+            Fenced::Admitted(value) => {
+                let shown = format!("{value:?}");
+                f(value)
+                    .map(Fenced::Admitted)
+                    .ok_or_else(|| FenceError::storage(format!("unexpected fence script reply: {shown}")))
+            }
+            Fenced::Stale(stale) => Ok(Fenced::Stale(stale)),
+        }
+    }
+}
+
+/// The marks as stored: `"W:S"` or one decimal for `W = S`.
+fn parse_marks(stored: &str) -> Option<Marks> {
+    match stored.split_once(':') {
+        Some((w, s)) => Some(Marks { write: w.parse().ok()?, seen: s.parse().ok()? }),
+        None => stored.parse().ok().map(Marks::single),
     }
 }
 
@@ -133,29 +188,33 @@ fn decimal(value: &Value) -> Option<u64> {
 
 #[async_trait]
 impl Fence for RedisFence {
-    async fn admit(&self, key: &str, token: u64) -> Result<Fenced, FenceError> {
+    async fn admit_as(&self, key: &str, token: u64, access: Access) -> Result<Fenced, FenceError> {
         check_input(key, token)?;
+        let op = match access {
+            Access::Read => "READ",
+            Access::Write => "NONE",
+        };
         let mut conn = self.conn.clone();
         let reply: Value = FENCE_SCRIPT
             .key(self.mark_key(key))
             .arg(token.to_string())
-            .arg("NONE")
+            .arg(op)
             .invoke_async(&mut conn)
             .await
             .map_err(FenceError::storage)?;
-        Ok(parse_reply(reply, token)?.map(|_| ()))
+        Ok(parse_reply(reply, access, token)?.map(|_| ()))
     }
 
-    async fn highest(&self, key: &str) -> Result<Option<u64>, FenceError> {
+    async fn marks(&self, key: &str) -> Result<Option<Marks>, FenceError> {
         check_key(key)?;
         let mut conn = self.conn.clone();
-        let value: Value =
+        let value: Option<String> =
             redis::cmd("GET").arg(self.mark_key(key)).query_async(&mut conn).await.map_err(FenceError::storage)?;
         match value {
-            Value::Nil => Ok(None),
-            other => decimal(&other)
+            None => Ok(None),
+            Some(stored) => parse_marks(&stored)
                 .map(Some)
-                .ok_or_else(|| FenceError::Corrupt(format!("mark of {key:?} is not a token: {other:?}"))),
+                .ok_or_else(|| FenceError::Corrupt(format!("marks of {key:?} are not tokens: {stored:?}"))),
         }
     }
 }

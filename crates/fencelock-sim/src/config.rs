@@ -1,6 +1,9 @@
 //! What one simulation run is: its seed, its size, its timings, and which known
 //! bug (mutant) is switched back on.
 //!
+//! The workload ([`Workload`]) says whether clients take the lock exclusively
+//! only, or also shared and as semaphore permits.
+//!
 //! Every timing here is virtual (turmoil's clock), so a run of 20 s of simulated
 //! time takes a fraction of a second of real time. The client timings are derived
 //! from the lease TTL the way a real client derives them (keep-alive every TTL/3).
@@ -44,6 +47,42 @@ impl std::str::FromStr for Mutant {
     }
 }
 
+/// What the clients ask for.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Workload {
+    /// Every client takes the lock exclusively and writes (the original run).
+    #[default]
+    Exclusive,
+    /// Read-write lock and semaphore (issue 18): each round a client is a
+    /// reader (shared, reads), a writer (exclusive, writes, and half the time
+    /// downgrades and reads again with its token) or a permit holder of the
+    /// semaphore [`SEMAPHORE`] ([`PERMITS`] permits, weight 1 or 2, uses it).
+    Mixed,
+}
+
+impl Workload {
+    /// The short profile's share: every third seed runs [`Workload::Mixed`].
+    pub fn for_seed(seed: u64) -> Self {
+        if seed.is_multiple_of(3) {
+            Workload::Mixed
+        } else {
+            Workload::Exclusive
+        }
+    }
+}
+
+impl std::str::FromStr for Workload {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "exclusive" => Ok(Workload::Exclusive),
+            "mixed" => Ok(Workload::Mixed),
+            other => Err(format!("unknown workload {other:?} (exclusive, mixed)")),
+        }
+    }
+}
+
 /// One simulation run. Everything random in the run derives from `seed`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SimConfig {
@@ -55,10 +94,15 @@ pub struct SimConfig {
     /// The lease TTL every client asks for.
     pub ttl_ms: u64,
     pub mutant: Mutant,
+    pub workload: Workload,
 }
 
-/// The lock every client contends for.
+/// The lock every client contends for (read-write in [`Workload::Mixed`]).
 pub const LOCK: &str = "resource";
+/// The semaphore of [`Workload::Mixed`].
+pub const SEMAPHORE: &str = "permits";
+/// Its permit count.
+pub const PERMITS: u32 = 3;
 /// Port of the lock server's line protocol.
 pub const SERVER_PORT: u16 = 7070;
 /// Port of the fenced resource.
@@ -71,9 +115,16 @@ pub const MAX_LATENCY_MS: u64 = 15;
 pub const RESTART_SLACK_MS: u64 = 250;
 
 impl SimConfig {
-    /// The default run for `seed`: 4 clients, 600 ms TTL, 20 s of virtual time.
+    /// The default run for `seed`: 4 clients, 600 ms TTL, 20 s of virtual time,
+    /// the workload [`Workload::for_seed`] gives it.
     pub fn new(seed: u64) -> Self {
-        Self { seed, clients: 4, duration_ms: 20_000, ttl_ms: 600, mutant: Mutant::None }
+        let workload = Workload::for_seed(seed);
+        Self { seed, clients: 4, duration_ms: 20_000, ttl_ms: 600, mutant: Mutant::None, workload }
+    }
+
+    pub fn with_workload(mut self, workload: Workload) -> Self {
+        self.workload = workload;
+        self
     }
 
     pub fn with_mutant(mut self, mutant: Mutant) -> Self {

@@ -6,6 +6,8 @@ use std::{cell::RefCell, fmt, rc::Rc};
 
 use fencelock_core::{LeaseId, Millis, ReleaseCause, RequestId, Token};
 
+use crate::wire::Act;
+
 /// One thing that happened, at `at_ms` of virtual time.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Event {
@@ -20,6 +22,17 @@ pub enum HoldEnd {
     Released,
     /// Its conservative lease deadline passed (at the event's instant).
     DeadlinePassed,
+}
+
+/// What a client believes it holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Held {
+    /// The lock [`crate::config::LOCK`], exclusively (a writer).
+    Exclusive,
+    /// The lock [`crate::config::LOCK`], shared (a reader).
+    Shared,
+    /// This many permits of [`crate::config::SEMAPHORE`].
+    Permits(u32),
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -44,16 +57,20 @@ pub enum EventKind {
     ClientLeaseLost { client: usize, lease: LeaseId },
     /// A client learned of its grant and believes it holds the lock from now on,
     /// until its deadline (`deadline` is the deadline it knows now).
-    Hold { client: usize, lease: LeaseId, token: Token, deadline: Millis },
+    Hold { client: usize, lease: LeaseId, token: Token, deadline: Millis, held: Held },
+    /// A writer stops believing it holds [`Held::Exclusive`] and believes it
+    /// holds [`Held::Shared`] with the same token from now on: it is about to
+    /// send its downgrade (it writes no more from here).
+    Downgrading { client: usize, token: Token },
     /// A client stopped believing it holds `token`; the event's instant is the end
     /// of its belief (its deadline, when that passed first).
     HoldEnd { client: usize, token: Token, why: HoldEnd },
-    /// A client was paused between its last deadline check and its write.
+    /// A client was paused between its last deadline check and its act.
     Paused { client: usize, token: Token, until: Millis },
-    /// A client sent a write to the resource.
-    WriteSent { client: usize, token: Token, after_pause: bool },
-    /// The resource decided a write.
-    Write { client: usize, token: Token, accepted: bool, after_pause: bool },
+    /// A client sent an act (a read, a write, a permit use) to the resource.
+    ActSent { client: usize, token: Token, act: Act, after_pause: bool },
+    /// The resource decided an act.
+    Acted { client: usize, token: Token, act: Act, accepted: bool, after_pause: bool },
 }
 
 impl fmt::Display for Event {
@@ -85,21 +102,22 @@ fn client_event(f: &mut fmt::Formatter<'_>, kind: &EventKind) -> fmt::Result {
         EventKind::ClientLeaseLost { client, lease } => {
             write!(f, "client-{client} lost lease {lease}")
         }
-        EventKind::Hold { client, lease, token, deadline } => {
-            write!(f, "client-{client} holds token {token} of lease {lease} (deadline {deadline})")
+        EventKind::Hold { client, lease, token, deadline, held } => {
+            write!(f, "client-{client} holds token {token} of lease {lease} {held:?} (deadline {deadline})")
         }
+        EventKind::Downgrading { client, token } => write!(f, "client-{client} downgrades token {token}"),
         EventKind::HoldEnd { client, token, why } => {
             write!(f, "client-{client} stops holding token {token} ({why:?})")
         }
         EventKind::Paused { client, token, until } => {
             write!(f, "client-{client} paused holding token {token} until {until}")
         }
-        EventKind::WriteSent { client, token, after_pause } => {
-            write!(f, "client-{client} writes with token {token} (after pause {after_pause})")
+        EventKind::ActSent { client, token, act, after_pause } => {
+            write!(f, "client-{client} {act:?} with token {token} (after pause {after_pause})")
         }
-        EventKind::Write { client, token, accepted, after_pause } => {
+        EventKind::Acted { client, token, act, accepted, after_pause } => {
             let verdict = if *accepted { "accepted" } else { "REJECTED" };
-            write!(f, "resource {verdict} write of client-{client} token {token} (after pause {after_pause})")
+            write!(f, "resource {verdict} {act:?} of client-{client} token {token} (after pause {after_pause})")
         }
         _ => Ok(()),
     }

@@ -16,11 +16,20 @@
 //!   server does.
 //! - **Clients** (`client-N` hosts): a lease kept alive every TTL/3 with a
 //!   conservative deadline (from the send time of the acknowledged request), a
-//!   FIFO acquire with a wait, a write to the resource with the fencing token,
+//!   FIFO acquire with a wait, an act at the resource with the fencing token,
 //!   a release. A client can be paused between its last deadline check and its
-//!   write, for 1.5–5 TTLs (Kleppmann's case).
-//! - **A fenced resource**: accepts a write only if its token is at least the
-//!   highest accepted so far, and records every decision.
+//!   act, for 1.5–5 TTLs (Kleppmann's case).
+//! - **The workload** ([`config::Workload`], `--workload`): `exclusive`, every
+//!   client takes the lock exclusively and writes; or `mixed` (issue 18), each
+//!   round a reader (shared, reads), a writer (exclusive, writes, and half the
+//!   time downgrades and reads again with its token) or a holder of 1–2 of
+//!   the 3 permits of a semaphore (uses them). The test seeds run `mixed` on
+//!   every third seed ([`config::Workload::for_seed`]), so the short run in CI
+//!   covers shared modes with no extra runs.
+//! - **A fenced resource**: decides reads and writes by the fence's own rule
+//!   (`fencelock_fence::Marks::admit`: a write only at or above every accepted
+//!   token, a read only at or above the last accepted write's), accepts every
+//!   permit use, and records every decision.
 //! - **The nemesis** ([`nemesis`]): client pauses, server crash-restarts (inside a
 //!   write window), partitions and held messages, one episode at a time.
 //!
@@ -33,9 +42,12 @@
 //! server's collections are ordered, so the same seed gives the same trace.
 //!
 //! # Invariants
-//! One module in [`check`] and one test file in `tests/` each: INV-FENCE,
-//! INV-TOKENS, INV-EXCL, INV-DEAD-WAITER, INV-HEAL, plus determinism and mutants
-//! that must turn a checker red.
+//! One module in [`check`] and one test file in `tests/` each: INV-FENCE (with
+//! reads: the fence's rule at the resource), INV-TOKENS, INV-EXCL (generalized
+//! to the design's INV-15: never a writer beside anyone, never more permits in
+//! use than the semaphore has), INV-DEAD-WAITER, INV-HEAL, plus determinism and
+//! mutants that must turn a checker red. There is no FIFO checker (INV-3,
+//! INV-16): the engine's tests and its model test check the queue order.
 //!
 //! # Found here, fixed in the server: a `CancelWait` raced a retry of the same acquire
 //! `fencelock-server`'s driver used to write a `CancelWait(lease, req)` when the caller
@@ -62,6 +74,7 @@
 //! ```text
 //! FENCELOCK_SIM_SEED=7 cargo nextest run -p fencelock-sim      # the tests, seed 7 only
 //! cargo run -p fencelock-sim -- --seed 7 --trace                # one run, its trace and verdicts
+//! cargo run -p fencelock-sim -- --seed 7 --workload mixed       # seed 7 with shared locks and permits
 //! ```
 //!
 //! ```no_run

@@ -6,7 +6,7 @@
 use std::process::ExitCode;
 
 use clap::Parser;
-use fencelock_sim::{check, Mutant, SimConfig};
+use fencelock_sim::{check, config::Workload, Mutant, SimConfig};
 
 /// Run one deterministic fencelock simulation and check its invariants.
 #[derive(Debug, Parser)]
@@ -27,9 +27,15 @@ struct Args {
     /// Print the trace (one line per event, virtual time first).
     #[arg(long)]
     trace: bool,
-    /// Re-introduce a known bug: none, unfenced-resource, reply-before-persist.
+    /// Re-introduce a known bug: none, unfenced-resource, reply-before-persist, racy-cancel.
     #[arg(long, default_value = "none")]
     mutant: Mutant,
+    /// What clients ask for: exclusive (the lock, exclusively), or mixed
+    /// (readers, writers that may downgrade, and permits of a 3-permit
+    /// semaphore). Default: the one the tests give this seed (every third
+    /// seed is mixed).
+    #[arg(long)]
+    workload: Option<Workload>,
 }
 
 fn main() -> ExitCode {
@@ -44,6 +50,7 @@ fn main() -> ExitCode {
         duration_ms: args.duration_ms,
         ttl_ms: args.ttl_ms,
         mutant: args.mutant,
+        workload: args.workload.unwrap_or(Workload::for_seed(args.seed)),
     };
     let report = fencelock_sim::run(&cfg);
     if args.trace {
@@ -51,8 +58,8 @@ fn main() -> ExitCode {
     }
     let verdicts = check::ALL.map(|c| check::run(c, &report));
     println!(
-        "seed {} ({} clients, {} ms, ttl {} ms, mutant {:?}):",
-        cfg.seed, cfg.clients, cfg.duration_ms, cfg.ttl_ms, cfg.mutant
+        "seed {} ({} clients, {} ms, ttl {} ms, mutant {:?}, workload {:?}):",
+        cfg.seed, cfg.clients, cfg.duration_ms, cfg.ttl_ms, cfg.mutant, cfg.workload
     );
     verdicts.iter().for_each(|v| println!("{}", v.summary()));
     match (&report.error, verdicts.iter().all(|v| v.holds())) {

@@ -1,41 +1,55 @@
-//! The "resource" host: a fenced register, the thing the lock protects.
+//! The "resource" host: a fenced register, the thing the lock protects, and
+//! the place where semaphore permits are used.
 //!
-//! It accepts a write only if its token is at least the highest token it has
-//! accepted (equal tokens are the same holder writing again), and records every
-//! decision as an event. As a mutant ([`Mutant::UnfencedResource`]) it ignores
-//! tokens and accepts everything, which must make INV-FENCE fail.
+//! It decides reads and writes of the register by the fence's own rule
+//! ([`fencelock_fence::Marks::admit`]): a write only if its token is at least
+//! every token accepted so far, a read only if its token is at least the last
+//! accepted write's (equal tokens are the same holder acting again; readers'
+//! tokens may arrive in any order). A permit use is always accepted. Every
+//! decision is recorded as an event. As a mutant
+//! ([`Mutant::UnfencedResource`]) it ignores tokens and accepts everything,
+//! which must make INV-FENCE fail.
 
 use std::{cell::RefCell, net::Ipv4Addr, rc::Rc};
 
 use fencelock_core::Token;
+use fencelock_fence::{Access, Marks};
 use turmoil::net::{TcpListener, TcpStream};
 
 use crate::{
     config::{Mutant, RESOURCE_PORT},
     event::{EventKind, Events},
-    wire::{write_frame, Frames, WriteReq, WriteResp},
+    wire::{write_frame, Act, ActReq, ActResp, Frames},
 };
 
 /// The register's state; it lives outside the host (the resource never crashes).
 #[derive(Debug, Default)]
 pub struct Register {
     fenced: bool,
-    highest: Option<Token>,
+    marks: Option<Marks>,
 }
 
 impl Register {
     pub fn new(mutant: Mutant) -> Self {
-        Self { fenced: mutant != Mutant::UnfencedResource, highest: None }
+        Self { fenced: mutant != Mutant::UnfencedResource, marks: None }
     }
 
-    /// Decide one write.
-    pub fn write(&mut self, token: Token) -> WriteResp {
-        match self.highest {
-            Some(highest) if self.fenced && token < highest => WriteResp::Rejected { highest },
-            _ => {
-                self.highest = Some(self.highest.map_or(token, |h| h.max(token)));
-                WriteResp::Accepted
+    /// Decide one act.
+    pub fn act(&mut self, act: Act, token: Token) -> ActResp {
+        let access = match act {
+            Act::Read => Access::Read,
+            Act::Write => Access::Write,
+            Act::Use => return ActResp::Accepted,
+        };
+        if !self.fenced {
+            return ActResp::Accepted;
+        }
+        match Marks::admit(self.marks, access, token.0) {
+            Ok(after) => {
+                self.marks = Some(after);
+                ActResp::Accepted
             }
+            Err(stale) => ActResp::Rejected { highest: Token(stale.highest) },
         }
     }
 }
@@ -47,7 +61,7 @@ pub struct ResourceShared {
     pub events: Events,
 }
 
-/// The resource host's software: accept connections, decide writes.
+/// The resource host's software: accept connections, decide acts.
 pub async fn run(shared: ResourceShared) -> turmoil::Result {
     let listener = TcpListener::bind((Ipv4Addr::UNSPECIFIED, RESOURCE_PORT)).await?;
     while let Ok((stream, _)) = listener.accept().await {
@@ -59,12 +73,13 @@ pub async fn run(shared: ResourceShared) -> turmoil::Result {
 async fn serve(stream: TcpStream, shared: ResourceShared) {
     let (rd, mut wr) = stream.into_split();
     let mut frames = Frames::new(rd);
-    while let Ok(Some(req)) = frames.next::<WriteReq>().await {
-        let resp = shared.register.borrow_mut().write(req.token);
-        shared.events.push(EventKind::Write {
+    while let Ok(Some(req)) = frames.next::<ActReq>().await {
+        let resp = shared.register.borrow_mut().act(req.act, req.token);
+        shared.events.push(EventKind::Acted {
             client: req.client,
             token: req.token,
-            accepted: resp == WriteResp::Accepted,
+            act: req.act,
+            accepted: resp == ActResp::Accepted,
             after_pause: req.after_pause,
         });
         if write_frame(&mut wr, &resp).await.is_err() {
@@ -80,16 +95,31 @@ mod tests {
     #[test]
     fn fenced_register_rejects_lower_tokens_only() {
         let mut r = Register::new(Mutant::None);
-        assert_eq!(r.write(Token(3)), WriteResp::Accepted);
-        assert_eq!(r.write(Token(3)), WriteResp::Accepted);
-        assert_eq!(r.write(Token(2)), WriteResp::Rejected { highest: Token(3) });
-        assert_eq!(r.write(Token(5)), WriteResp::Accepted);
+        assert_eq!(r.act(Act::Write, Token(3)), ActResp::Accepted);
+        assert_eq!(r.act(Act::Write, Token(3)), ActResp::Accepted);
+        assert_eq!(r.act(Act::Write, Token(2)), ActResp::Rejected { highest: Token(3) });
+        assert_eq!(r.act(Act::Write, Token(5)), ActResp::Accepted);
+    }
+
+    /// The fence's read rule: readers in any order; a reader older than the
+    /// last write is refused; a writer older than a read is refused.
+    #[test]
+    fn fenced_register_judges_reads_by_the_last_write() {
+        let mut r = Register::new(Mutant::None);
+        assert_eq!(r.act(Act::Write, Token(3)), ActResp::Accepted);
+        assert_eq!(r.act(Act::Read, Token(6)), ActResp::Accepted);
+        assert_eq!(r.act(Act::Read, Token(4)), ActResp::Accepted);
+        assert_eq!(r.act(Act::Write, Token(5)), ActResp::Rejected { highest: Token(6) });
+        assert_eq!(r.act(Act::Write, Token(6)), ActResp::Accepted);
+        assert_eq!(r.act(Act::Read, Token(4)), ActResp::Rejected { highest: Token(6) });
+        assert_eq!(r.act(Act::Use, Token(1)), ActResp::Accepted);
     }
 
     #[test]
     fn unfenced_register_accepts_everything() {
         let mut r = Register::new(Mutant::UnfencedResource);
-        assert_eq!(r.write(Token(3)), WriteResp::Accepted);
-        assert_eq!(r.write(Token(1)), WriteResp::Accepted);
+        assert_eq!(r.act(Act::Write, Token(3)), ActResp::Accepted);
+        assert_eq!(r.act(Act::Write, Token(1)), ActResp::Accepted);
+        assert_eq!(r.act(Act::Read, Token(1)), ActResp::Accepted);
     }
 }

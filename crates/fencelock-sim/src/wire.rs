@@ -2,8 +2,8 @@
 //!
 //! Client → server: [`Request`] (an engine [`Command`] tagged with a connection-
 //! local id). Server → client: [`ServerMsg`], either the [`Reply`] to a request or
-//! a [`Push`] that ends a queued acquire. Client → resource: [`WriteReq`], answered
-//! by [`WriteResp`]. [`Frames`] checks that a frame is complete before it parses it
+//! a [`Push`] that ends a queued acquire. Client → resource: [`ActReq`], answered
+//! by [`ActResp`]. [`Frames`] checks that a frame is complete before it parses it
 //! (mini-redis style) and is cancel-safe: a read interrupted by a timeout loses no
 //! bytes.
 
@@ -46,19 +46,32 @@ pub enum ServerMsg {
     Push(Push),
 }
 
-/// A write to the fenced resource, carrying the writer's fencing token.
+/// What a holder does at the resource.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Act {
+    /// A read of the register (a reader, or a downgraded writer), fenced.
+    Read,
+    /// A write of the register (a writer), fenced.
+    Write,
+    /// A use of a semaphore permit: recorded, never refused (a semaphore's
+    /// holders are concurrent by design, and no token order fences them).
+    Use,
+}
+
+/// An act at the fenced resource, carrying the holder's fencing token.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct WriteReq {
+pub struct ActReq {
     pub client: usize,
     pub token: Token,
-    /// The writer was paused between its last deadline check and this write
+    pub act: Act,
+    /// The holder was paused between its last deadline check and this act
     /// (test metadata, so that the checker can tell Kleppmann's case apart).
     pub after_pause: bool,
 }
 
 /// The resource's answer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub enum WriteResp {
+pub enum ActResp {
     Accepted,
     Rejected { highest: Token },
 }
@@ -123,9 +136,9 @@ mod tests {
     #[tokio::test]
     async fn parses_complete_frames_then_eof() {
         let mut f = frames(b"{\"Nope\":1}\n\"Accepted\"\n");
-        assert!(f.next::<WriteResp>().await.is_err());
-        assert_eq!(f.next::<WriteResp>().await.unwrap(), Some(WriteResp::Accepted));
-        assert_eq!(f.next::<WriteResp>().await.unwrap(), None);
+        assert!(f.next::<ActResp>().await.is_err());
+        assert_eq!(f.next::<ActResp>().await.unwrap(), Some(ActResp::Accepted));
+        assert_eq!(f.next::<ActResp>().await.unwrap(), None);
     }
 
     #[tokio::test]

@@ -6,6 +6,7 @@
 //!   reports the larger of the two counts, with examples from both.
 
 use fencelock_fence::storage::Outcome as AuditOutcome;
+use fencelock_fence::{Access, Marks};
 
 use super::run::{without, HighestDone, Operation, Res, Run, Tally};
 use super::{Check, Status, MAX_EXAMPLES};
@@ -13,8 +14,10 @@ use crate::history::Op;
 
 const C3: &str = "no stale accepts by the fenced storage";
 
-/// C3: the storage never carries out an operation whose token is below the
-/// highest token it carried out before (audit log, by `seq`); and in the
+/// C3: the storage never carries out an operation that the fence's rule
+/// refuses given the operations it carried out before (audit log, by `seq`:
+/// a read below the last write's token, a write below any carried-out
+/// token); and in the
 /// history no write succeeds after an ok read or write with a higher token
 /// had completed.
 pub(super) fn c3_stale_accepts(r: &Run<'_>) -> Check {
@@ -36,26 +39,30 @@ pub(super) fn stale_accepts(r: &Run<'_>) -> Tally {
     Tally { violations: audit.violations.max(history.violations), examples }
 }
 
+/// The audit log replayed through the fence's own rule (`Marks::admit`: a
+/// `GET` is a read, judged against the last write; any other op a write,
+/// judged against every carried-out token): an operation carried out that
+/// the rule refuses is a stale accept.
 fn c3_audit(r: &Run<'_>) -> Tally {
     let mut tally = Tally::default();
-    let mut mark: Option<(u64, u64)> = None; // (token, seq)
+    let mut marks: Option<(Marks, u64)> = None; // (marks, seq of the last raise)
     for a in &r.audit {
         if a.outcome == AuditOutcome::Stale {
             continue;
         }
-        let below = mark.is_some_and(|(m, _)| a.token < m);
-        if a.outcome == AuditOutcome::Unfenced || below {
-            let (m, at) = mark.unwrap_or((a.highest, a.seq));
-            tally.add(|| {
-                format!(
-                    "audit #{}: {} token {} carried out ({:?}) after token {m} at #{at}",
-                    a.seq, a.op, a.token, a.outcome
-                )
-            });
-        }
-        if mark.is_none_or(|(m, _)| a.token > m) {
-            mark = Some((a.token, a.seq));
-        }
+        let access = if a.op == "GET" { Access::Read } else { Access::Write };
+        let at = marks.map_or(a.seq, |(_, at)| at);
+        let why = match Marks::admit(marks.map(|(m, _)| m), access, a.token) {
+            Ok(after) if a.outcome == AuditOutcome::Accepted => {
+                marks = Some((after, a.seq));
+                continue;
+            }
+            Ok(_) => format!("{:?}", a.outcome),
+            Err(stale) => stale.to_string(),
+        };
+        tally.add(|| {
+            format!("audit #{}: {} token {} carried out ({why}) after the marks of #{at}", a.seq, a.op, a.token)
+        });
     }
     tally
 }

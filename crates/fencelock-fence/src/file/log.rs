@@ -8,12 +8,17 @@
 //! file    = magic record*
 //! magic   = "FLFENCE1"                      (8 bytes)
 //! record  = len:u32le crc:u32le payload     (len = payload length)
-//! payload = token:u64le key:utf8            (key 1..=1024 bytes, no NUL)
+//! payload = word:u64le key:utf8             (key 1..=1024 bytes, no NUL)
+//! word    = token | READ_BIT if a read       (READ_BIT = 1 << 63)
 //! crc     = CRC-32 (IEEE) of payload
 //! ```
 //!
-//! One record per raise of a mark; the mark of a key is the largest token
-//! among its records.
+//! One record per change of a key's marks ([`Marks`]): a write record (top
+//! bit clear) sets both marks, a read record (top bit set) raises only
+//! `seen`. Replay takes, per key, the largest write token as `write` and the
+//! largest token of any record as `seen`. Tokens are at most 2^63-1, so the
+//! top bit is free, and a log written before fenced reads (every record a
+//! write) replays as `write = seen = its largest token`.
 //!
 //! # Replay and torn tails
 //!
@@ -30,17 +35,24 @@ use std::io::{self, Write};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
-use crate::fence::{check_key, FenceError, MAX_KEY_LEN};
+use crate::fence::{check_key, Access, FenceError, Marks, MAX_KEY_LEN};
 
 pub(super) const MAGIC: &[u8; 8] = b"FLFENCE1";
 const HEADER: usize = 8;
 const MIN_PAYLOAD: usize = 8 + 1;
 const MAX_PAYLOAD: usize = 8 + MAX_KEY_LEN;
 
+/// Set in a record's token word when it is a read's.
+const READ_BIT: u64 = 1 << 63;
+
 /// Encode one record.
-pub(super) fn encode(key: &str, token: u64) -> Vec<u8> {
+pub(super) fn encode(key: &str, token: u64, access: Access) -> Vec<u8> {
+    let word = match access {
+        Access::Read => token | READ_BIT,
+        Access::Write => token,
+    };
     let mut payload = Vec::with_capacity(8 + key.len());
-    payload.extend_from_slice(&token.to_le_bytes());
+    payload.extend_from_slice(&word.to_le_bytes());
     payload.extend_from_slice(key.as_bytes());
     let mut record = Vec::with_capacity(HEADER + payload.len());
     record.extend_from_slice(&(payload.len() as u32).to_le_bytes());
@@ -52,8 +64,8 @@ pub(super) fn encode(key: &str, token: u64) -> Vec<u8> {
 /// What replay found.
 #[derive(Debug, Default)]
 pub(super) struct Replay {
-    /// The mark of every key.
-    pub marks: HashMap<String, u64>,
+    /// The marks of every key.
+    pub marks: HashMap<String, Marks>,
     /// How many records were read.
     pub records: usize,
     /// Where the good records end: the file is truncated here if longer.
@@ -69,9 +81,12 @@ pub(super) fn replay(bytes: &[u8]) -> Result<Replay, FenceError> {
     let mut pos = MAGIC.len();
     while pos < bytes.len() {
         match parse_record(&bytes[pos..]) {
-            Parsed::Record { key, token, len } => {
-                let mark = replay.marks.entry(key).or_insert(token);
-                *mark = (*mark).max(token);
+            Parsed::Record { key, token, access, len } => {
+                let marks = replay.marks.entry(key).or_default();
+                marks.seen = marks.seen.max(token);
+                if access == Access::Write {
+                    marks.write = marks.write.max(token);
+                }
                 replay.records += 1;
                 pos += len;
                 replay.good_len = pos;
@@ -93,6 +108,7 @@ enum Parsed {
     Record {
         key: String,
         token: u64,
+        access: Access,
         len: usize,
     },
     /// Cut short by the end of the file: a torn last write.
@@ -121,9 +137,11 @@ fn parse_record(rest: &[u8]) -> Parsed {
     if crc32(payload) != crc {
         return Parsed::Bad { len, reason: "checksum mismatch" };
     }
-    let token = u64::from_le_bytes(payload[..8].try_into().unwrap());
+    let word = u64::from_le_bytes(payload[..8].try_into().unwrap());
+    let access = if word & READ_BIT == 0 { Access::Write } else { Access::Read };
+    let token = word & !READ_BIT;
     match std::str::from_utf8(&payload[8..]) {
-        Ok(key) if check_key(key).is_ok() => Parsed::Record { key: key.to_owned(), token, len: HEADER + plen },
+        Ok(key) if check_key(key).is_ok() => Parsed::Record { key: key.to_owned(), token, access, len: HEADER + plen },
         _ => Parsed::Bad { len, reason: "invalid key" },
     }
 }
@@ -223,9 +241,13 @@ mod tests {
     fn log_of(records: &[(&str, u64)]) -> Vec<u8> {
         let mut bytes = MAGIC.to_vec();
         for (key, token) in records {
-            bytes.extend(encode(key, *token));
+            bytes.extend(encode(key, *token, Access::Write));
         }
         bytes
+    }
+
+    fn single(token: u64) -> Marks {
+        Marks::single(token)
     }
 
     #[test]
@@ -236,8 +258,21 @@ mod tests {
     #[test]
     fn replay_takes_the_largest_token_per_key() {
         let r = replay(&log_of(&[("a", 3), ("b", 9), ("a", 7)])).unwrap();
-        assert_eq!(r.marks, HashMap::from([("a".into(), 7), ("b".into(), 9)]));
+        assert_eq!(r.marks, HashMap::from([("a".into(), single(7)), ("b".into(), single(9))]));
         assert_eq!(r.records, 3);
+    }
+
+    /// Read records raise only `seen`; write records both marks (the rule on
+    /// [`Marks::admit`], as replay rebuilds it).
+    #[test]
+    fn replay_keeps_reads_apart_from_writes() {
+        let mut bytes = log_of(&[("a", 3)]);
+        bytes.extend(encode("a", 9, Access::Read));
+        bytes.extend(encode("a", 8, Access::Read));
+        bytes.extend(encode("b", 4, Access::Read));
+        let r = replay(&bytes).unwrap();
+        assert_eq!(r.marks["a"], Marks { write: 3, seen: 9 });
+        assert_eq!(r.marks["b"], Marks { write: 0, seen: 4 });
     }
 
     #[test]
@@ -246,7 +281,7 @@ mod tests {
         let first_end = log_of(&[("a", 3)]).len();
         for cut in first_end..full.len() {
             let r = replay(&full[..cut]).unwrap();
-            assert_eq!(r.marks, HashMap::from([("a".into(), 3)]), "cut at {cut}");
+            assert_eq!(r.marks, HashMap::from([("a".into(), single(3))]), "cut at {cut}");
             assert_eq!(r.good_len, first_end);
         }
     }
@@ -257,7 +292,7 @@ mod tests {
         let good = bytes.len();
         bytes.extend([0u8; 100]);
         let r = replay(&bytes).unwrap();
-        assert_eq!((r.good_len, r.marks["a"]), (good, 3));
+        assert_eq!((r.good_len, r.marks["a"]), (good, single(3)));
     }
 
     #[test]
@@ -265,7 +300,7 @@ mod tests {
         let mut bytes = log_of(&[("a", 3), ("a", 5)]);
         let last = bytes.len() - 1;
         bytes[last] ^= 0xFF; // corrupt the key of the last record
-        assert_eq!(replay(&bytes).unwrap().marks["a"], 3);
+        assert_eq!(replay(&bytes).unwrap().marks["a"], single(3));
     }
 
     #[test]

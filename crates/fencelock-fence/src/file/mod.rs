@@ -1,14 +1,15 @@
 //! [`FileFence`]: a durable fence for many keys in one directory.
 //!
 //! The marks live in memory and in an append-only log (`fence.log`, format in
-//! [`log`]); a raise is appended and `fdatasync`ed before `admit` answers
+//! [`log`]); a raise is appended and `fdatasync`ed before an admit answers
 //! [`Fenced::Admitted`], so an admitted mark survives SIGKILL and power loss.
 //! Opening replays the log (dropping a torn last record) and compacts it to
 //! one record per key when it has grown to many more records than keys.
 //!
 //! Admits on one key are serialized by a per-key lock; admits on different
 //! keys proceed in parallel, and their appends share `fdatasync` calls (group
-//! commit). An admit at the current mark (equal token) writes nothing.
+//! commit). An admit that leaves the marks as they were (an equal write, a
+//! read between the two marks) writes nothing.
 //!
 //! One process at a time: the directory is locked with `flock` (`LOCK`), and a
 //! second [`FileFence::open`] of it fails until the first is dropped.
@@ -24,7 +25,7 @@ use std::sync::{Arc, Mutex};
 use async_trait::async_trait;
 use nix::fcntl::{Flock, FlockArg};
 
-use crate::fence::{check_input, check_key, check_token, judge, Fence, FenceError, Fenced};
+use crate::fence::{check_input, check_key, check_token, judge, Access, Fence, FenceError, Fenced, Marks};
 use crate::keylocks::KeyLocks;
 use log::{Appender, Replay};
 
@@ -43,7 +44,7 @@ struct Inner {
     keys: KeyLocks,
     /// The durable marks; a mark is raised here only after its record is
     /// synced.
-    marks: Mutex<HashMap<String, u64>>,
+    marks: Mutex<HashMap<String, Marks>>,
     log: Appender,
     /// Held for the life of the fence: one process per directory.
     _lock: Flock<File>,
@@ -87,6 +88,11 @@ impl FileFence {
 
     /// [`Fence::highest`] for synchronous callers.
     pub fn highest_blocking(&self, key: &str) -> Result<Option<u64>, FenceError> {
+        Ok(self.marks_blocking(key)?.map(|m| m.seen))
+    }
+
+    /// [`Fence::marks`] for synchronous callers.
+    pub fn marks_blocking(&self, key: &str) -> Result<Option<Marks>, FenceError> {
         check_key(key)?;
         if self.inner.log.is_poisoned() {
             return Err(FenceError::Poisoned);
@@ -94,8 +100,8 @@ impl FileFence {
         Ok(self.inner.mark(key))
     }
 
-    /// Set `key`'s mark to `to`, or remove it (`None`), and return the mark
-    /// it had. The log is rewritten durably (one record per key). This is an
+    /// Set `key`'s marks to `to` (both: [`Marks::single`]), or remove them
+    /// (`None`), and return the highest token it had admitted. The log is rewritten durably (one record per key). This is an
     /// operator's deliberate repair (`fencelock storage reset-mark`), the one
     /// way a mark goes down: it consumes the handle and fails if clones of it
     /// are alive, so nothing admits through it meanwhile; open the fence
@@ -112,9 +118,10 @@ impl FileFence {
         }
         let mut marks = inner.marks.into_inner().unwrap_or_else(|p| p.into_inner());
         let before = match to {
-            Some(token) => marks.insert(key.to_owned(), token),
+            Some(token) => marks.insert(key.to_owned(), Marks::single(token)),
             None => marks.remove(key),
         };
+        let before = before.map(|m| m.seen);
         compact(&inner.dir, &marks)?;
         Ok(before)
     }
@@ -122,39 +129,38 @@ impl FileFence {
 
 #[async_trait]
 impl Fence for FileFence {
-    async fn admit(&self, key: &str, token: u64) -> Result<Fenced, FenceError> {
+    async fn admit_as(&self, key: &str, token: u64, access: Access) -> Result<Fenced, FenceError> {
         check_input(key, token)?;
         // Run in its own task: if the caller drops this future midway, the
         // admit still finishes (or fails) as one step under the key's lock.
         let inner = self.inner.clone();
         let key = key.to_owned();
-        tokio::spawn(async move { inner.admit(&key, token).await }).await.map_err(FenceError::storage)?
+        tokio::spawn(async move { inner.admit(&key, token, access).await }).await.map_err(FenceError::storage)?
     }
 
-    async fn highest(&self, key: &str) -> Result<Option<u64>, FenceError> {
-        self.highest_blocking(key)
+    async fn marks(&self, key: &str) -> Result<Option<Marks>, FenceError> {
+        self.marks_blocking(key)
     }
 }
 
 impl Inner {
-    fn mark(&self, key: &str) -> Option<u64> {
+    fn mark(&self, key: &str) -> Option<Marks> {
         self.marks.lock().unwrap_or_else(|p| p.into_inner()).get(key).copied()
     }
 
-    async fn admit(self: &Arc<Self>, key: &str, token: u64) -> Result<Fenced, FenceError> {
+    async fn admit(self: &Arc<Self>, key: &str, token: u64, access: Access) -> Result<Fenced, FenceError> {
         if self.log.is_poisoned() {
             return Err(FenceError::Poisoned);
         }
         let _guard = self.keys.lock(key).await;
-        let mark = self.mark(key);
-        let outcome = judge(mark, token);
-        if !outcome.is_admitted() || mark == Some(token) {
-            return Ok(outcome); // stale, or already durable at this mark
-        }
-        let record = log::encode(key, token);
+        let (outcome, raised) = judge(self.mark(key), access, token);
+        let Some(raised) = raised else {
+            return Ok(outcome); // stale, or the marks are already durable as they are
+        };
+        let record = log::encode(key, token, access);
         let this = self.clone();
         tokio::task::spawn_blocking(move || this.log.append_durable(&record)).await.map_err(FenceError::storage)??;
-        self.marks.lock().unwrap_or_else(|p| p.into_inner()).insert(key.to_owned(), token);
+        self.marks.lock().unwrap_or_else(|p| p.into_inner()).insert(key.to_owned(), raised);
         Ok(outcome)
     }
 }
@@ -190,13 +196,19 @@ fn needs_compaction(replay: &Replay) -> bool {
     replay.records > 2 * replay.marks.len() + 1024
 }
 
-/// Rewrite the log with one record per key.
-fn compact(dir: &Path, marks: &HashMap<String, u64>) -> Result<(), FenceError> {
+/// Rewrite the log with one write record per key (if it had a write) and
+/// one read record (if a read raised `seen` above it).
+fn compact(dir: &Path, marks: &HashMap<String, Marks>) -> Result<(), FenceError> {
     let mut keys: Vec<_> = marks.iter().collect();
-    keys.sort();
+    keys.sort_by_key(|(key, _)| *key);
     let mut bytes = log::MAGIC.to_vec();
-    for (key, token) in keys {
-        bytes.extend(log::encode(key, *token));
+    for (key, m) in keys {
+        if m.write > 0 {
+            bytes.extend(log::encode(key, m.write, Access::Write));
+        }
+        if m.seen > m.write {
+            bytes.extend(log::encode(key, m.seen, Access::Read));
+        }
     }
     write_durably(dir, &dir.join(LOG_FILE), &bytes)?;
     tracing::info!(keys = marks.len(), "fence log compacted");
@@ -226,7 +238,7 @@ mod tests {
     use super::*;
 
     #[tokio::test]
-    async fn compaction_keeps_every_mark() {
+    async fn compaction_keeps_both_marks_of_every_key() {
         let dir = tempfile::tempdir().unwrap();
         {
             let fence = FileFence::open(dir.path()).await.unwrap();
@@ -234,14 +246,16 @@ mod tests {
                 assert!(fence.admit("hot", token).await.unwrap().is_admitted());
             }
             assert!(fence.admit("cold", 42).await.unwrap().is_admitted());
+            assert!(fence.admit_read("hot", 1200).await.unwrap().is_admitted());
         }
         let before = fs::metadata(dir.path().join(LOG_FILE)).unwrap().len();
         let fence = FileFence::open(dir.path()).await.unwrap();
         let after = fs::metadata(dir.path().join(LOG_FILE)).unwrap().len();
         assert!(after < before, "log not compacted: {before} -> {after}");
-        assert_eq!(fence.highest("hot").await.unwrap(), Some(1100));
-        assert_eq!(fence.highest("cold").await.unwrap(), Some(42));
-        let expected = 8 + log::encode("hot", 1).len() + log::encode("cold", 1).len();
+        assert_eq!(fence.marks("hot").await.unwrap(), Some(Marks { write: 1100, seen: 1200 }));
+        assert_eq!(fence.marks("cold").await.unwrap(), Some(Marks::single(42)));
+        let record = |key, access| log::encode(key, 1, access).len();
+        let expected = 8 + record("hot", Access::Write) + record("hot", Access::Read) + record("cold", Access::Write);
         assert_eq!(after as usize, expected);
     }
 

@@ -19,7 +19,7 @@ use super::audit::{AuditLog, Durability, Outcome, Record};
 use super::log_stream::log_body;
 use super::objects::{invalid_object_key, ObjectStore};
 use super::tokens::{TokenLimit, TokenRefused};
-use crate::fence::{Fence, FenceError, Fenced, MAX_TOKEN};
+use crate::fence::{Access, Fence, FenceError, Fenced, Stale, MAX_TOKEN};
 use crate::keylocks::KeyLocks;
 use crate::FileFence;
 
@@ -60,10 +60,7 @@ pub(crate) fn router(store: Arc<Store>) -> Router {
 pub(crate) enum ApiError {
     BadRequest(String),
     TooLarge(usize),
-    Stale {
-        highest: u64,
-        got: u64,
-    },
+    Stale(Stale),
     Token(TokenRefused),
     /// `If-None-Match: *` and the object exists.
     Exists(String),
@@ -79,9 +76,10 @@ impl IntoResponse for ApiError {
             ApiError::TooLarge(limit) => {
                 (StatusCode::PAYLOAD_TOO_LARGE, json!({ "error": "body too large", "limit": limit }))
             }
-            ApiError::Stale { highest, got } => {
-                (StatusCode::CONFLICT, json!({ "error": "stale token", "highest": highest, "got": got }))
-            }
+            ApiError::Stale(stale) => (
+                StatusCode::CONFLICT,
+                json!({ "error": "stale token", "rule": stale.to_string(), "highest": stale.highest, "got": stale.got }),
+            ),
             ApiError::Token(refused) => match refused.limit() {
                 Some(limit) => (StatusCode::BAD_REQUEST, json!({ "error": refused.to_string(), "limit": limit })),
                 None => (StatusCode::SERVICE_UNAVAILABLE, json!({ "error": refused.to_string() })),
@@ -207,6 +205,14 @@ impl Act {
             Act::Read => "GET",
         }
     }
+
+    /// Which fence rule judges it.
+    fn access(&self) -> Access {
+        match self {
+            Act::Read => Access::Read,
+            Act::Put(..) | Act::Delete => Access::Write,
+        }
+    }
 }
 
 /// What an admitted act produced.
@@ -243,11 +249,11 @@ async fn fenced_locked(store: &Arc<Store>, key: &str, fencing: &Fencing, act: Ac
     }
     // 1. check and raise the fence, durably.
     let mut outcome = (Outcome::Accepted, fencing.token);
-    if let Fenced::Stale(stale) = store.fence.admit(key, fencing.token).await? {
+    if let Fenced::Stale(stale) = store.fence.admit_as(key, fencing.token, act.access()).await? {
         if store.enforce {
             let (outcome, highest) = (Outcome::Stale, stale.highest);
             log(store, op, key, fencing, outcome, highest, Durability::Buffered).await?;
-            return Err(ApiError::Stale { highest: stale.highest, got: stale.got });
+            return Err(ApiError::Stale(stale));
         }
         outcome = (Outcome::Unfenced, stale.highest);
     }
@@ -363,8 +369,9 @@ async fn get_fence(
     path: Result<Path<String>, PathRejection>,
 ) -> Result<Response, ApiError> {
     let key = object_key(path)?;
-    let highest = store.fence.highest(&key).await?;
-    Ok(Json(json!({ "key": key, "highest": highest })).into_response())
+    let marks = store.fence.marks(&key).await?;
+    let last_write = marks.map(|m| m.write).filter(|&w| w > 0);
+    Ok(Json(json!({ "key": key, "highest": marks.map(|m| m.seen), "last_write": last_write })).into_response())
 }
 
 /// `GET /log?from=&limit=`: entries with `seq >= from`, at most `limit`.

@@ -7,15 +7,20 @@
 //! |---|---|---|
 //! | `PUT /objects/{key}` (body ≤ 1 MiB) | required | `201` created / `200` replaced, `{"key","token","size"}`; with `If-None-Match: *` only creates: `412` if the object exists |
 //! | `DELETE /objects/{key}` | required | `200 {"key","token","existed"}` |
-//! | `GET /objects/{key}` | optional: with them it is a *fenced read* and raises the mark like a write (a missing object's only if it has one: see below) | `200` the bytes, `404 {"error":"not found","key"}` |
-//! | `GET /fence/{key}` | – | `200 {"key","highest"}` (`null` if never fenced) |
+//! | `GET /objects/{key}` | optional: with them it is a *fenced read*, judged by the read rule (a missing object's only if its key has marks: see below) | `200` the bytes, `404 {"error":"not found","key"}` |
+//! | `GET /fence/{key}` | – | `200 {"key","highest","last_write"}` (`null` if none) |
 //! | `GET /log?from=SEQ&limit=N` | – | the audit log, JSON lines ([`AuditEntry`]), streamed: the entries with `seq >= from` (default 0), at most `limit` (default all), of the files still kept |
 //! | `GET /healthz` | – | `200 {"status":"ok"}`, `503` after an audit log failure |
 //!
 //! Fencing headers: `Fencing-Lock: <lock name>` and `Fencing-Token: <decimal
-//! 1..=2^63-1>`. A token below the key's mark gets `409 Conflict`
-//! `{"error":"stale token","highest":N,"got":M}` and changes nothing (it is
-//! logged as stale). Bad requests get a `4xx` with `{"error": "..."}` and
+//! 1..=2^63-1>`. The key's marks are judged by [the fence
+//! rule](crate::Marks::admit): a `PUT` or `DELETE` is a write (admitted iff
+//! its token is at or above every token admitted on the key), a fenced `GET`
+//! a read (admitted iff at or above the last write's token, so the readers
+//! of a read-write lock are admitted in any order). A refused token gets
+//! `409 Conflict` `{"error":"stale token","rule":"stale read: token 12 <
+//! last write token 15","highest":N,"got":M}` (`highest`: the mark that
+//! refused it) and changes nothing (it is logged as stale). Bad requests get a `4xx` with `{"error": "..."}` and
 //! change nothing, are not logged: a missing or malformed header, token `0`,
 //! only one of the two headers (`400`); an invalid key (`400`: keys are 1–200
 //! bytes of `A-Z a-z 0-9 . _ -`, not starting with `.`); a body over the
@@ -29,8 +34,8 @@
 //! answers `404` and changes nothing: it creates no mark and writes no audit
 //! entry, so reading many missing keys costs no disk and poisons no future
 //! key. (A missing object whose key has a mark, e.g. a deleted one, is
-//! fenced as before: its mark is raised, so marks only grow in number by
-//! writes.) The fencing rule for reads, "a stale writer cannot write after
+//! fenced as before: its marks are judged and raised, so marks only grow in
+//! number by writes.) The fencing rule for reads, "a stale writer cannot write after
 //! a newer holder read", still holds for every key the fence knows. For a
 //! key it does not know, the newer holder read *nothing*, and its write is
 //! a creation: it must say so with `If-None-Match: *`, which fails (`412`)

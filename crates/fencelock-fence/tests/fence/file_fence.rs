@@ -7,7 +7,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
 
-use fencelock_fence::{Fence, FenceError, Fenced, FileFence, Stale};
+use fencelock_fence::{Access, Fence, FenceError, Fenced, FileFence, Marks, Stale};
 
 use crate::support::ChildGuard;
 
@@ -25,8 +25,32 @@ async fn marks_survive_reopen() {
     for (key, mark) in [("a", Some(7)), ("b", Some(10)), ("c", Some(1)), ("d", None)] {
         assert_eq!(fence.highest(key).await.unwrap(), mark, "key {key}");
     }
-    assert_eq!(fence.admit("a", 6).await.unwrap(), Fenced::Stale(Stale { highest: 7, got: 6 }));
+    assert_eq!(fence.admit("a", 6).await.unwrap(), Fenced::Stale(Stale { access: Access::Write, highest: 7, got: 6 }));
     assert!(fence.admit("a", 8).await.unwrap().is_admitted());
+}
+
+/// Both marks survive a reopen: a read raised `seen` above the last write,
+/// and after the reopen the read rule and the write rule still tell them
+/// apart.
+#[tokio::test]
+async fn read_marks_survive_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let fence = FileFence::open(dir.path()).await.unwrap();
+        assert!(fence.admit("a", 5).await.unwrap().is_admitted());
+        assert!(fence.admit_read("a", 9).await.unwrap().is_admitted());
+        assert!(fence.admit_read("a", 7).await.unwrap().is_admitted());
+        assert!(fence.admit_read("r", 4).await.unwrap().is_admitted());
+    }
+    let fence = FileFence::open(dir.path()).await.unwrap();
+    assert_eq!(fence.marks("a").await.unwrap(), Some(Marks { write: 5, seen: 9 }));
+    assert_eq!(fence.marks("r").await.unwrap(), Some(Marks { write: 0, seen: 4 }));
+    assert!(fence.admit_read("a", 6).await.unwrap().is_admitted(), "a reader at or above the last write");
+    assert_eq!(fence.admit("a", 8).await.unwrap(), Fenced::Stale(Stale { access: Access::Write, highest: 9, got: 8 }));
+    assert_eq!(
+        fence.admit_read("a", 4).await.unwrap(),
+        Fenced::Stale(Stale { access: Access::Read, highest: 5, got: 4 })
+    );
 }
 
 #[tokio::test]
@@ -157,7 +181,7 @@ async fn marks_survive_sigkill() {
             if mark > 1 {
                 assert_eq!(
                     fence.admit(key, mark - 1).await.unwrap(),
-                    Fenced::Stale(Stale { highest: mark, got: mark - 1 })
+                    Fenced::Stale(Stale { access: Access::Write, highest: mark, got: mark - 1 })
                 );
             }
             last.insert(key.to_owned(), mark);

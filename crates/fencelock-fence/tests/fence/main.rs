@@ -1,7 +1,8 @@
 //! The integration tests of fencelock-fence, one binary: the shared
 //! conformance suite run against every `Fence`, then each implementation's
 //! own durability and atomicity tests, then the storage server (plaintext and
-//! TLS).
+//! TLS). The suite's read-write-lock body takes its tokens from a real
+//! fencelock server.
 //!
 //! PostgreSQL and Redis are real servers started by `support` (install them
 //! with `scripts/install-test-deps.sh`; without them these tests fail).
@@ -13,6 +14,7 @@ mod conformance;
 mod file_fence;
 mod pg_fence;
 mod redis_fence;
+mod shared_lock;
 mod storage_server;
 mod storage_tls;
 
@@ -94,11 +96,39 @@ macro_rules! conformance_suite {
                 suite::fenced_read_stops_an_older_write(super::$name().await.one(), "t").await;
             }
 
+            #[tokio::test]
+            async fn reads_and_writes_exact_cases() {
+                suite::reads_and_writes_exact_cases(super::$name().await.one(), "t").await;
+            }
+
+            #[tokio::test]
+            async fn agrees_with_the_rule() {
+                let subject = super::$name().await;
+                for seed in [1, 2] {
+                    suite::agrees_with_the_rule(subject.one(), &format!("seed{seed}"), seed).await;
+                }
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn readers_then_a_queued_writer_with_a_real_lock() {
+                let (subject, locks) = (super::$name().await, super::shared_lock::LockService::start().await);
+                super::shared_lock::readers_then_a_queued_writer(subject.one(), &locks.client, "t").await;
+                locks.stop().await;
+            }
+
             #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
             async fn racing_tokens() {
                 let subject = super::$name().await;
                 for seed in [1, 2, 3] {
-                    suite::racing_tokens(&subject.fences, &format!("seed{seed}"), seed).await;
+                    suite::racing_tokens(&subject.fences, &format!("seed{seed}"), seed, false).await;
+                }
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn racing_reads_and_writes() {
+                let subject = super::$name().await;
+                for seed in [4, 5, 6] {
+                    suite::racing_tokens(&subject.fences, &format!("seed{seed}"), seed, true).await;
                 }
             }
         }

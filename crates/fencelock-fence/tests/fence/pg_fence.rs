@@ -1,12 +1,13 @@
 //! PgFence: the caller's SQL in the fenced transaction, a stale writer's
-//! transaction changing nothing, the check made after the row lock, and the
-//! mark surviving a crash of PostgreSQL.
+//! transaction changing nothing, fenced reads by the read rule, a table from
+//! before fenced reads still working, the check made after the row lock, and
+//! the marks surviving a crash of PostgreSQL.
 
 use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
 use std::sync::Arc;
 
 use fencelock_fence::pg::RunError;
-use fencelock_fence::{Fence, Fenced, PgFence, Stale};
+use fencelock_fence::{Access, Fence, Fenced, Marks, PgFence, Stale};
 use tokio_postgres::{Client, NoTls};
 
 use crate::support::PgServer;
@@ -62,7 +63,7 @@ async fn a_stale_transaction_changes_nothing() {
     })
     .await
     .unwrap();
-    assert_eq!(outcome, Fenced::Stale(Stale { highest: 6, got: 5 }));
+    assert_eq!(outcome, Fenced::Stale(Stale { access: Access::Write, highest: 6, got: 5 }));
     assert!(!ran.load(SeqCst), "the stale writer's SQL must not run");
     assert_eq!(body(&client).await, "from 6");
     assert_eq!(mark(&client, "doc:1").await, Some(6));
@@ -85,20 +86,63 @@ async fn a_failing_caller_rolls_back_its_writes_and_the_raise() {
     assert_eq!(mark(&client, "doc:1").await, Some(6), "the raise must roll back with the caller's SQL");
 }
 
-#[tokio::test]
-async fn a_fenced_read_raises_the_mark() {
-    let (_server, mut client) = setup().await;
-    assert!(write(&mut client, 5, "from 5").await.unwrap().is_admitted());
-    let read = PgFence::run(&mut client, "doc:1", 6, |tx| {
+/// Run a fenced `SELECT body`.
+async fn read(client: &mut Client, token: u64) -> Result<Fenced<String>, RunError<tokio_postgres::Error>> {
+    PgFence::run_read(client, "doc:1", token, |tx| {
         Box::pin(
             async move { tx.query_one("SELECT body FROM doc WHERE id = 1", &[]).await.map(|r| r.get::<_, String>(0)) },
         )
     })
     .await
-    .unwrap();
-    assert_eq!(read, Fenced::Admitted("from 5".to_owned()), "holder 6 reads");
-    assert_eq!(write(&mut client, 5, "late 5").await.unwrap(), Fenced::Stale(Stale { highest: 6, got: 5 }));
+}
+
+#[tokio::test]
+async fn a_fenced_read_raises_the_mark() {
+    let (_server, mut client) = setup().await;
+    assert!(write(&mut client, 5, "from 5").await.unwrap().is_admitted());
+    assert_eq!(read(&mut client, 6).await.unwrap(), Fenced::Admitted("from 5".to_owned()), "holder 6 reads");
+    let late = write(&mut client, 5, "late 5").await.unwrap();
+    assert_eq!(late, Fenced::Stale(Stale { access: Access::Write, highest: 6, got: 5 }));
     assert_eq!(body(&client).await, "from 5");
+}
+
+/// The read rule in `PgFence::run_read`: readers in any token order are
+/// admitted; after a newer write, an older reader's transaction is rolled
+/// back before its SQL runs.
+#[tokio::test]
+async fn a_stale_reader_after_a_newer_write_reads_nothing() {
+    let (_server, mut client) = setup().await;
+    assert!(write(&mut client, 3, "from 3").await.unwrap().is_admitted());
+    assert_eq!(read(&mut client, 5).await.unwrap(), Fenced::Admitted("from 3".to_owned()), "reader 5");
+    assert_eq!(read(&mut client, 4).await.unwrap(), Fenced::Admitted("from 3".to_owned()), "reader 4 after 5");
+    assert!(write(&mut client, 6, "from 6").await.unwrap().is_admitted());
+    assert_eq!(read(&mut client, 5).await.unwrap(), Fenced::Stale(Stale { access: Access::Read, highest: 6, got: 5 }));
+    assert_eq!(read(&mut client, 6).await.unwrap(), Fenced::Admitted("from 6".to_owned()), "the writer reads");
+}
+
+/// A table created before fenced reads (no `written` column, one token per
+/// row) keeps working: `create_table` adds the column, an old row reads as
+/// write = seen = its token.
+#[tokio::test]
+async fn a_table_from_before_fenced_reads_keeps_its_marks() {
+    let server = tokio::task::spawn_blocking(PgServer::start).await.unwrap();
+    let client = connect(&server).await;
+    client
+        .batch_execute(
+            "CREATE TABLE fencelock_fence (key text PRIMARY KEY, token bigint NOT NULL CHECK (token > 0)); \
+             INSERT INTO fencelock_fence VALUES ('old', 15)",
+        )
+        .await
+        .unwrap();
+    let fence = PgFence::connect(&server.conn_str()).await.unwrap();
+    assert_eq!(fence.marks("old").await.unwrap(), Some(Marks::single(15)));
+    assert_eq!(
+        fence.admit_read("old", 12).await.unwrap(),
+        Fenced::Stale(Stale { access: Access::Read, highest: 15, got: 12 })
+    );
+    assert!(fence.admit_read("old", 16).await.unwrap().is_admitted());
+    assert_eq!(fence.marks("old").await.unwrap(), Some(Marks { write: 15, seen: 16 }));
+    drop(server);
 }
 
 /// Wait (without a time limit of our own: the test harness has one) until a
@@ -146,7 +190,7 @@ async fn the_check_runs_after_the_row_lock() {
     until_one_waits_on_a_lock(&client).await;
     release_tx.send(()).unwrap();
     assert_eq!(seven.await.unwrap(), Fenced::Admitted(1));
-    assert_eq!(six.await.unwrap(), Fenced::Stale(Stale { highest: 7, got: 6 }));
+    assert_eq!(six.await.unwrap(), Fenced::Stale(Stale { access: Access::Write, highest: 7, got: 6 }));
     assert_eq!(body(&client).await, "from 7");
     assert_eq!(mark(&client, "doc:1").await, Some(7));
 }
@@ -169,7 +213,7 @@ async fn marks_survive_a_crash_of_postgres() {
     let fence = PgFence::connect(&server.conn_str()).await.unwrap();
     assert_eq!(fence.highest("a").await.unwrap(), Some(7));
     assert_eq!(fence.highest("b").await.unwrap(), Some(10));
-    assert_eq!(fence.admit("a", 6).await.unwrap(), Fenced::Stale(Stale { highest: 7, got: 6 }));
+    assert_eq!(fence.admit("a", 6).await.unwrap(), Fenced::Stale(Stale { access: Access::Write, highest: 7, got: 6 }));
     drop(fence);
     server = tokio::task::spawn_blocking(move || {
         server.crash_and_restart();

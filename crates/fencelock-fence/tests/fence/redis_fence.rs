@@ -1,8 +1,9 @@
-//! RedisFence: the write happens in the same script as the check, a stale
-//! write writes nothing, a refused write leaves the mark, and marks survive a
-//! SIGKILL of redis-server (AOF, appendfsync always).
+//! RedisFence: the write (or read) happens in the same script as the check,
+//! a stale write writes nothing, a stale read reads nothing, a mark stored
+//! before fenced reads still works, a refused write leaves the mark, and
+//! marks survive a SIGKILL of redis-server (AOF, appendfsync always).
 
-use fencelock_fence::{Fence, FenceError, Fenced, RedisFence, RedisWrite, Stale};
+use fencelock_fence::{Access, Fence, FenceError, Fenced, Marks, RedisFence, RedisWrite, Stale};
 use redis::aio::MultiplexedConnection;
 
 use crate::support::RedisServer;
@@ -29,7 +30,7 @@ async fn a_stale_write_writes_nothing() {
     assert_eq!(fence.write("doc", 6, set("doc:v", "from 6")).await.unwrap(), Fenced::Admitted(0));
     assert_eq!(
         fence.write("doc", 5, set("doc:v", "late 5")).await.unwrap(),
-        Fenced::Stale(Stale { highest: 6, got: 5 })
+        Fenced::Stale(Stale { access: Access::Write, highest: 6, got: 5 })
     );
     assert_eq!(get(&mut conn, "doc:v").await.as_deref(), Some("from 6"));
     assert_eq!(get(&mut conn, "fencelock:fence:doc").await.as_deref(), Some("6"));
@@ -42,7 +43,10 @@ async fn every_write_op() {
     let append = |v: &str| RedisWrite::Append { key: "log".into(), value: v.into() };
     assert_eq!(fence.write("log", 1, append("a")).await.unwrap(), Fenced::Admitted(1));
     assert_eq!(fence.write("log", 2, append("bc")).await.unwrap(), Fenced::Admitted(3));
-    assert_eq!(fence.write("log", 1, append("x")).await.unwrap(), Fenced::Stale(Stale { highest: 2, got: 1 }));
+    assert_eq!(
+        fence.write("log", 1, append("x")).await.unwrap(),
+        Fenced::Stale(Stale { access: Access::Write, highest: 2, got: 1 })
+    );
     assert_eq!(get(&mut conn, "log").await.as_deref(), Some("abc"));
     let hset =
         RedisWrite::HSet { key: "h".into(), fields: vec![("f1".into(), b"1".to_vec()), ("f2".into(), b"2".to_vec())] };
@@ -52,7 +56,7 @@ async fn every_write_op() {
     assert_eq!(fence.write("h", 4, RedisWrite::Del { key: "h".into() }).await.unwrap(), Fenced::Admitted(1));
     assert_eq!(
         fence.write("h", 3, RedisWrite::Del { key: "log".into() }).await.unwrap(),
-        Fenced::Stale(Stale { highest: 4, got: 3 })
+        Fenced::Stale(Stale { access: Access::Write, highest: 4, got: 3 })
     );
     assert_eq!(get(&mut conn, "log").await.as_deref(), Some("abc"));
 }
@@ -72,9 +76,47 @@ async fn a_write_redis_refuses_leaves_the_mark() {
 async fn a_fenced_read_stops_an_older_write() {
     let (_server, fence, mut conn) = setup().await;
     assert!(fence.write("doc", 5, set("doc", "v5")).await.unwrap().is_admitted());
-    assert!(fence.admit("doc", 6).await.unwrap().is_admitted(), "holder 6 reads");
-    assert_eq!(fence.write("doc", 5, set("doc", "late 5")).await.unwrap(), Fenced::Stale(Stale { highest: 6, got: 5 }));
+    assert_eq!(fence.read("doc", 6, "doc").await.unwrap(), Fenced::Admitted(Some(b"v5".to_vec())), "holder 6 reads");
+    let late = fence.write("doc", 5, set("doc", "late 5")).await.unwrap();
+    assert_eq!(late, Fenced::Stale(Stale { access: Access::Write, highest: 6, got: 5 }));
     assert_eq!(get(&mut conn, "doc").await.as_deref(), Some("v5"));
+    assert_eq!(get(&mut conn, "fencelock:fence:doc").await.as_deref(), Some("5:6"), "the marks as stored");
+}
+
+/// `RedisFence::read` by the read rule: readers in any token order read;
+/// after a newer write an older reader gets nothing; a missing data key
+/// reads as `None`.
+#[tokio::test]
+async fn a_stale_read_reads_nothing() {
+    let (_server, fence, _conn) = setup().await;
+    assert_eq!(fence.read("doc", 2, "doc").await.unwrap(), Fenced::Admitted(None), "nothing written yet");
+    assert!(fence.write("doc", 3, set("doc", "v3")).await.unwrap().is_admitted());
+    assert_eq!(fence.read("doc", 5, "doc").await.unwrap(), Fenced::Admitted(Some(b"v3".to_vec())));
+    assert_eq!(fence.read("doc", 4, "doc").await.unwrap(), Fenced::Admitted(Some(b"v3".to_vec())), "4 after 5");
+    assert!(fence.write("doc", 6, set("doc", "v6")).await.unwrap().is_admitted());
+    assert_eq!(
+        fence.read("doc", 5, "doc").await.unwrap(),
+        Fenced::Stale(Stale { access: Access::Read, highest: 6, got: 5 })
+    );
+    assert_eq!(fence.marks("doc").await.unwrap(), Some(Marks::single(6)));
+}
+
+/// A mark stored before fenced reads (one decimal) reads as write = seen.
+#[tokio::test]
+async fn a_mark_from_before_fenced_reads_is_both_marks() {
+    let (_server, fence, mut conn) = setup().await;
+    let () = redis::cmd("SET").arg("fencelock:fence:old").arg("15").query_async(&mut conn).await.unwrap();
+    assert_eq!(fence.marks("old").await.unwrap(), Some(Marks::single(15)));
+    assert_eq!(
+        fence.admit_read("old", 12).await.unwrap(),
+        Fenced::Stale(Stale { access: Access::Read, highest: 15, got: 12 })
+    );
+    assert_eq!(
+        fence.admit("old", 14).await.unwrap(),
+        Fenced::Stale(Stale { access: Access::Write, highest: 15, got: 14 })
+    );
+    assert!(fence.admit_read("old", 16).await.unwrap().is_admitted());
+    assert_eq!(get(&mut conn, "fencelock:fence:old").await.as_deref(), Some("15:16"));
 }
 
 #[tokio::test]
@@ -119,7 +161,7 @@ async fn marks_survive_a_sigkill_of_redis() {
     assert_eq!(fence.highest("other").await.unwrap(), Some(7));
     assert_eq!(
         fence.write("doc", 40, set("doc", "late")).await.unwrap(),
-        Fenced::Stale(Stale { highest: 41, got: 40 })
+        Fenced::Stale(Stale { access: Access::Write, highest: 41, got: 40 })
     );
     let mut conn = redis::Client::open(server.url()).unwrap().get_multiplexed_async_connection().await.unwrap();
     assert_eq!(get(&mut conn, "doc").await.as_deref(), Some("v41"));

@@ -23,7 +23,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
-use crate::storage_server::{fenced, parse_response, try_request, Resp};
+use crate::storage_server::{fenced, parse_response, stale_body, try_request, Resp};
 
 // ------------------------------------------------------------- fixtures ---
 
@@ -173,7 +173,7 @@ async fn over_tls_a_fenced_write_is_admitted_and_a_stale_token_refused() {
     assert_eq!(alpn.as_deref(), Some(&b"http/1.1"[..]));
     let stale = tls_put(s.addr, &tls, "doc", 4, "stale").await.unwrap();
     assert_eq!(stale.status, 409, "a stale token over TLS is still refused");
-    assert_eq!(stale.json(), json!({"error": "stale token", "highest": 5, "got": 4}));
+    assert_eq!(stale.json(), stale_body(fencelock_fence::Access::Write, 5, 4));
     let (got, _) = tls_request(s.addr, &tls, "GET", "/objects/doc", &[], b"").await.unwrap();
     assert_eq!(got.text(), "v5", "the stale write changed nothing");
     s.shutdown().await;

@@ -1,7 +1,8 @@
-//! INV-HEAL: after every fault ends, a new grant and an accepted write happen
+//! INV-HEAL: after every fault ends, a new grant and an accepted act (a read,
+//! a write or a permit use) happen
 //! within 2 × TTL plus the restart slack (`SimConfig::heal_bound_ms`); and in
 //! quiet time (no fault active, none ended within the bound) grants and accepted
-//! writes never stop for longer than that bound, so a stall is reported where
+//! acts never stop for longer than that bound, so a stall is reported where
 //! it starts. Conclusive only if at least one fault happened.
 
 use fencelock_core::Millis;
@@ -13,7 +14,7 @@ pub fn check(r: &Report) -> Verdict {
     let mut v = Verdict::new("INV-HEAL");
     let bound = r.config.heal_bound_ms();
     let grants = instants(r, |k| matches!(k, EventKind::Granted { .. }));
-    let writes = instants(r, |k| matches!(k, EventKind::Write { accepted: true, .. }));
+    let writes = instants(r, |k| matches!(k, EventKind::Acted { accepted: true, .. }));
     let mut worst = 0;
     for f in &r.faults {
         let g = first_after(&grants, f.end);
@@ -23,7 +24,7 @@ pub fn check(r: &Report) -> Verdict {
         if took > bound {
             let show = |t: Option<Millis>| t.map_or("none".to_string(), |t| format!("{t} ms"));
             v.violate(format!(
-                "after `{}` ended at {} ms: first grant {}, first accepted write {} (bound {bound} ms)",
+                "after `{}` ended at {} ms: first grant {}, first accepted act {} (bound {bound} ms)",
                 f.what,
                 f.end,
                 show(g),
@@ -31,7 +32,7 @@ pub fn check(r: &Report) -> Verdict {
             ));
         }
     }
-    for (what, at) in [("grant", &grants), ("accepted write", &writes)] {
+    for (what, at) in [("grant", &grants), ("accepted act", &writes)] {
         for (from, to) in quiet_stalls(r, at) {
             v.violate(format!("no {what} from {from} ms to {to} ms, with no fault active (bound {bound} ms)"));
         }

@@ -17,7 +17,7 @@ use turmoil::net::{
 
 use crate::{
     clock::now_ms,
-    wire::{write_frame, Frames, Push, PushOutcome, Request, ServerMsg, WriteReq, WriteResp},
+    wire::{write_frame, ActReq, ActResp, Frames, Push, PushOutcome, Request, ServerMsg},
 };
 
 /// Why a request got no answer. The outcome is unknown: it may have been applied.
@@ -181,10 +181,10 @@ impl ResourceConn {
         Self { link }
     }
 
-    /// One write; on a timeout its outcome is unknown and the connection is dropped.
-    pub async fn write(&mut self, req: &WriteReq) -> Result<WriteResp, CallError> {
+    /// One act; on a timeout its outcome is unknown and the connection is dropped.
+    pub async fn act(&mut self, req: &ActReq) -> Result<ActResp, CallError> {
         self.link.send(req).await?;
-        let res = self.link.recv::<WriteResp>(self.link.timeout_ms()).await;
+        let res = self.link.recv::<ActResp>(self.link.timeout_ms()).await;
         if res.is_err() {
             self.link.reset();
         }

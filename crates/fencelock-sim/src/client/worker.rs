@@ -1,9 +1,13 @@
 //! A client's work loop: get a lease, acquire the lock (waiting in the queue),
-//! check the deadline, write to the resource with the token, release.
+//! check the deadline, act at the resource with the token, release.
+//!
+//! In [`Workload::Mixed`] each round picks a [`Role`]: a reader (shared, reads),
+//! a writer (exclusive, writes, and maybe downgrades and reads with the same
+//! token) or a permit holder of the semaphore (weight 1 or 2, uses it).
 //!
 //! The pause happens where Kleppmann put it: after the last deadline check and
-//! before the write. The paused client then writes anyway; only the fence can
-//! stop that write.
+//! before the act. The paused client then acts anyway; only the fence can stop
+//! that act (a permit holder takes no pause: nothing fences a permit's use).
 
 use fencelock_core::{Acquire, Command, EngineError, Grant, LeaseId, Reply, RequestId, Token};
 
@@ -14,10 +18,58 @@ use super::{
 };
 use crate::{
     clock::{now_ms, sleep_ms, sleep_until_ms},
-    config::{SimConfig, LOCK},
-    event::{EventKind, Events, HoldEnd},
-    wire::{PushOutcome, WriteReq},
+    config::{SimConfig, Workload, LOCK, PERMITS, SEMAPHORE},
+    event::{EventKind, Events, Held, HoldEnd},
+    wire::{Act, ActReq, PushOutcome},
 };
+
+/// What a client asks for in one round.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Role {
+    /// Exclusive on [`LOCK`]: write; `downgrade`: then become a reader and read.
+    Writer { downgrade: bool },
+    /// Shared on [`LOCK`]: read.
+    Reader,
+    /// `weight` permits of [`SEMAPHORE`]: use them.
+    Permits { weight: u32 },
+}
+
+impl Role {
+    fn pick(workload: Workload, rng: &mut fastrand::Rng) -> Role {
+        if workload == Workload::Exclusive {
+            return Role::Writer { downgrade: false };
+        }
+        match rng.u8(..20) {
+            0..8 => Role::Reader,
+            8..15 => Role::Writer { downgrade: rng.bool() },
+            _ => Role::Permits { weight: rng.u32(1..=2) },
+        }
+    }
+
+    fn lock(self) -> &'static str {
+        match self {
+            Role::Permits { .. } => SEMAPHORE,
+            _ => LOCK,
+        }
+    }
+
+    fn held(self) -> Held {
+        match self {
+            Role::Writer { .. } => Held::Exclusive,
+            Role::Reader => Held::Shared,
+            Role::Permits { weight } => Held::Permits(weight),
+        }
+    }
+
+    /// The acquire's mode, weight and permit count.
+    fn ask(self) -> (fencelock_core::Mode, u32, u32) {
+        match self {
+            Role::Writer { .. } => (fencelock_core::Mode::Exclusive, 1, 0),
+            Role::Reader => (fencelock_core::Mode::Shared, 1, 0),
+            Role::Permits { weight } => (fencelock_core::Mode::Exclusive, weight, PERMITS),
+        }
+    }
+}
 
 /// Upper bound of the time a holder "works" before it writes.
 const THINK_MAX_MS: u64 = 60;
@@ -42,8 +94,9 @@ impl Worker {
             gate(&self.session).await;
             let lease = self.ensure_lease().await;
             let req = self.session.borrow_mut().req();
-            if let Some(grant) = self.acquire(lease, req).await {
-                self.hold(lease, grant).await;
+            let role = Role::pick(self.cfg.workload, &mut self.rng);
+            if let Some(grant) = self.acquire(lease, req, role).await {
+                self.hold(lease, grant, role).await;
             }
             sleep_ms(self.rng.u64(1..=IDLE_MAX_MS)).await;
         }
@@ -87,18 +140,19 @@ impl Worker {
     /// Acquire the lock for `(lease, req)`, waiting in the queue; re-ask with the
     /// same request id whenever no outcome came in time (a lost push, a stalled
     /// connection). `None` when not granted or the lease was lost.
-    async fn acquire(&mut self, lease: LeaseId, req: RequestId) -> Option<Grant> {
+    async fn acquire(&mut self, lease: LeaseId, req: RequestId, role: Role) -> Option<Grant> {
+        let (mode, weight, permits) = role.ask();
         let cmd = Command::Acquire(Acquire {
             req,
             lease,
-            lock: LOCK.to_string(),
+            lock: role.lock().to_string(),
             wait_ms: self.cfg.acquire_wait_ms(),
             lock_delay_ms: 0,
             identity: String::new(),
             value: Vec::new(),
-            mode: fencelock_core::Mode::Exclusive,
-            weight: 1,
-            permits: 0,
+            mode,
+            weight,
+            permits,
             hold_at_least_ms: 0,
             once_per: String::new(),
         });
@@ -126,22 +180,50 @@ impl Worker {
         self.server.push_for(lease, req, poll_ms).await.ok().flatten()
     }
 
-    /// Hold the grant: work, check the deadline, (maybe be paused), write, release.
-    async fn hold(&mut self, lease: LeaseId, grant: Grant) {
+    /// Hold the grant: work, check the deadline, (maybe be paused), act, release.
+    async fn hold(&mut self, lease: LeaseId, grant: Grant, role: Role) {
         let token = grant.token;
         let client = self.client();
         let Some(deadline) = self.session.borrow().live_deadline(lease) else {
             return; // granted too late to use: the lease is already lost here
         };
-        self.events.push(EventKind::Hold { client, lease, token, deadline });
+        self.events.push(EventKind::Hold { client, lease, token, deadline, held: role.held() });
         sleep_ms(self.rng.u64(0..=THINK_MAX_MS)).await;
         if !self.session.borrow().is_live(lease) {
             return self.end_hold(lease, token);
         }
-        let after_pause = self.maybe_pause(token).await;
-        self.write(token, after_pause).await;
+        match role {
+            Role::Reader => self.act_after_pause(token, Act::Read).await,
+            Role::Writer { downgrade } => {
+                self.act_after_pause(token, Act::Write).await;
+                if downgrade && self.downgrade(lease, token).await {
+                    self.act(token, Act::Read, false).await;
+                }
+            }
+            Role::Permits { .. } => self.act(token, Act::Use, false).await,
+        }
         self.end_hold(lease, token);
-        self.release(lease, token).await;
+        self.release(lease, token, role.lock()).await;
+    }
+
+    async fn act_after_pause(&mut self, token: Token, act: Act) {
+        let after_pause = self.maybe_pause(token).await;
+        self.act(token, act, after_pause).await;
+    }
+
+    /// Downgrade the write grant to a read grant with the same token (the
+    /// belief turns shared before the request leaves). `true` if the server
+    /// confirmed it and the lease is still live.
+    async fn downgrade(&mut self, lease: LeaseId, token: Token) -> bool {
+        if !self.session.borrow().is_live(lease) {
+            return false;
+        }
+        let client = self.client();
+        self.events.push(EventKind::Downgrading { client, token });
+        let req = self.session.borrow_mut().req();
+        let cmd = Command::Downgrade { req, lease, lock: LOCK.to_string(), token };
+        let done = matches!(self.server.call(cmd).await, Ok(Reply::Downgraded));
+        done && self.session.borrow().is_live(lease)
     }
 
     /// Record the end of the belief in `token`: now, or when the deadline passed.
@@ -166,18 +248,18 @@ impl Worker {
         true
     }
 
-    /// One write with the token; a timeout leaves its outcome unknown (the
+    /// One act with the token; a timeout leaves its outcome unknown (the
     /// resource's own record is what the checkers read).
-    async fn write(&mut self, token: Token, after_pause: bool) {
+    async fn act(&mut self, token: Token, act: Act, after_pause: bool) {
         let client = self.client();
-        self.events.push(EventKind::WriteSent { client, token, after_pause });
-        let _ = self.resource.write(&WriteReq { client, token, after_pause }).await;
+        self.events.push(EventKind::ActSent { client, token, act, after_pause });
+        let _ = self.resource.act(&ActReq { client, token, act, after_pause }).await;
     }
 
     /// Release, retrying the same request id while the lease is live.
-    async fn release(&mut self, lease: LeaseId, token: Token) {
+    async fn release(&mut self, lease: LeaseId, token: Token, lock: &str) {
         let req = self.session.borrow_mut().req();
-        let lock = LOCK.to_string();
+        let lock = lock.to_string();
         while self.session.borrow().is_live(lease) {
             let cmd = Command::Release { req, lease, lock: lock.clone(), token };
             match self.server.call(cmd).await {

@@ -35,3 +35,23 @@ fn c3_history_write_after_a_higher_read_fails() {
     assert_eq!((c.status, c.violations), (Status::Fail, 1));
     assert!(c.examples[0].contains("stale write accepted"));
 }
+
+#[test]
+fn c3_judges_fenced_gets_by_the_read_rule() {
+    // C3 with the fence's read rule: a GET is carried out iff its token is at
+    // or above the last write's, so holder 5 reading after holder 6 only
+    // read is no stale accept, but reading after holder 6 wrote is.
+    let gets = |ops: &[(&str, u64)]| {
+        let mut log = audit(&ops.iter().map(|&(_, t)| (t, AuditOutcome::Accepted)).collect::<Vec<_>>());
+        for (entry, (op, _)) in log.iter_mut().zip(ops) {
+            entry.op = (*op).into();
+        }
+        log
+    };
+    let log = gets(&[("PUT", 5), ("GET", 6), ("GET", 5)]);
+    assert_eq!(get(&run(&info(), &clean(), &log), "C3").status, Status::Pass);
+    let log = gets(&[("PUT", 5), ("GET", 6), ("PUT", 6), ("GET", 5)]);
+    let c = get(&run(&info(), &clean(), &log), "C3").clone();
+    assert_eq!((c.status, c.violations), (Status::Fail, 1));
+    assert!(c.examples[0].contains("stale read: token 5 < last write token 6"), "{:?}", c.examples);
+}
