@@ -143,35 +143,21 @@ async fn readers_are_marked_nodes_and_each_token_is_current() {
     assert!(r2.release().await.unwrap());
 }
 
-/// Weighted permits (InterProcessSemaphoreV2 with one lease node per weight):
-/// with 2 of 3 permits held, a waiter for 2 holds the internal lock, so a
-/// later try for the one free permit is busy (no barging); the first
-/// holder's release grants the waiter its 2 at once, with a larger token.
+/// Weighted permits are whole and in order (the suite's body), and a grant
+/// of two permits is one lease node (InterProcessSemaphoreV2 with the weight
+/// in the node's name).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn weighted_permits_are_taken_whole_and_in_order() {
+async fn weighted_permits_are_one_node_taken_whole_and_in_order() {
     let t = Zk::start().await;
+    suite::weighted_permits_are_whole_and_in_order(&t).await;
     let b = suite::connect(&t.url()).await;
-    let sem = |weight, wait| opts(30 * SECS, wait).permits(3).weight(weight);
-    let first = b.acquire("weights", &sem(2, Duration::ZERO)).await.unwrap().acquired().unwrap();
-    let c = suite::connect(&t.url()).await;
-    let waiter = tokio::spawn(async move {
-        let got = c.acquire("weights", &sem(2, 25 * SECS)).await.unwrap().acquired().unwrap();
-        (c, got)
-    });
-    tokio::time::sleep(300 * MS).await;
-    match b.acquire("weights", &sem(1, Duration::ZERO)).await.unwrap() {
-        Acquire::Busy { .. } => {}
-        other => panic!("a try for one free permit barged past a waiter for two: {other:?}"),
-    }
-    assert!(!waiter.is_finished(), "four permits of three");
-    let old = first.token().unwrap();
-    assert!(first.release().await.unwrap());
-    let (_c, second) = suite::within("the waiter for two", waiter).await.unwrap();
-    assert!(second.token().unwrap() > old);
+    let two = b.acquire("weights", &opts(30 * SECS, Duration::ZERO).permits(3).weight(2)).await.unwrap();
+    let two = two.acquired().unwrap();
     let raw = t.raw().await;
     let leases = raw.list_children(&format!("/fencelock/{}/leases", encode_name("weights"))).await.unwrap();
     assert_eq!(leases.len(), 1, "one node for two permits: {leases:?}");
-    assert!(second.release().await.unwrap());
+    assert!(leases[0].contains("-2-"), "the weight in the name: {leases:?}");
+    assert!(two.release().await.unwrap());
 }
 
 /// The token is the holder node's czxid, and the lease id its session (read back
