@@ -74,6 +74,13 @@
 //! `create_revision(key) == token` → Put(key, identity and new value, the
 //! same lease): the token and the place in line stay.
 //!
+//! # Read-write locks and semaphores
+//! Readers' and permits' keys sit in the same prefix, their kind after the
+//! lease id in the key's name (see `etcd/shared.rs`): a reader waits for the
+//! last key of another kind older than its own, k permits hold when they fit
+//! among the oldest keys; tokens are create revisions here too. No
+//! downgrade.
+//!
 //! # Guarantees
 //! * Mutual exclusion among guards used before their deadline: the owner is
 //!   the key with the lowest create revision, and a guard's deadline counts
@@ -110,6 +117,7 @@
 
 mod election;
 mod rpc;
+mod shared;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -119,6 +127,7 @@ use fencelock_proto::etcd::mvccpb::KeyValue;
 use tokio::time::Instant;
 
 use self::rpc::{prefix_range, Access, Etcd};
+use self::shared::Kind;
 use super::election::{encode_holder, encode_holder_parts, leadership_of};
 use super::tls::TlsFiles;
 use super::{check_name, BackendUrl, BoxFuture, Capabilities, Fencing, Guard, Held, KeptLease, LockBackend};
@@ -171,21 +180,28 @@ impl EtcdBackend {
     /// takes its turn (steps 3 to 5), for a lock or a campaign (`purpose`).
     async fn acquire_lock(&self, name: &str, opts: &LockOptions, purpose: Purpose) -> Result<Acquire<Guard>, Error> {
         self.capabilities().admit(self.kind(), name, opts)?;
+        let kind = Kind::of_request(opts);
+        if purpose == Purpose::Campaign && kind != Kind::Writer {
+            return Err(Error::InvalidArgument("a campaign is exclusive: no shared mode, no permits".into()));
+        }
         let lock = self.lock_prefix(name);
         let wait_end = Instant::now() + opts.wait;
         let sent = Instant::now();
         let granted = self.etcd.lease_grant(ttl_secs(opts.ttl), self.etcd.deadline()).await?;
         let (lease_id, ttl) = (granted.id, granted.ttl);
         let withdraw = Withdraw { etcd: self.etcd.clone(), lease_id, armed: true };
-        let key = key_of(&lock, lease_id);
+        let mut key = key_of(&lock, lease_id);
+        key.extend_from_slice(kind.suffix().as_bytes());
         let rev = self.etcd.create(&key, encode_holder(opts), lease_id, self.etcd.deadline()).await?;
         let mine = Mine { etcd: self.etcd.clone(), lease_id, key, rev };
         let kept = KeptLease::start(lease_id as u64, Duration::from_secs(ttl as u64), sent, Arc::new(mine.clone()));
         kept.seen_term(granted.term);
-        let turn = if opts.wait.is_zero() {
+        let turn = if kind != Kind::Writer && opts.wait.is_zero() {
+            self.shared_turn(&lock, &mine, kind, false, purpose).await?
+        } else if opts.wait.is_zero() {
             self.try_turn(&lock, &mine, purpose).await?
         } else {
-            match tokio::time::timeout_at(wait_end, self.wait_turn(&lock, &mine, kept.watch(), purpose)).await {
+            match tokio::time::timeout_at(wait_end, self.wait_turn(&lock, &mine, kind, kept.watch(), purpose)).await {
                 Ok(turn) => turn?,
                 Err(_) => Turn::TimedOut,
             }
@@ -228,8 +244,18 @@ impl EtcdBackend {
 
     /// Steps 3 and 4 until `mine` owns `lock`. Fails if the lease is lost (see
     /// `lease`) or the key is gone meanwhile.
-    async fn wait_turn(&self, lock: &[u8], mine: &Mine, lease: LeaseWatch, purpose: Purpose) -> Result<Turn, Error> {
+    async fn wait_turn(
+        &self,
+        lock: &[u8],
+        mine: &Mine,
+        kind: Kind,
+        lease: LeaseWatch,
+        purpose: Purpose,
+    ) -> Result<Turn, Error> {
         let turn = async {
+            if kind != Kind::Writer {
+                return self.shared_turn(lock, mine, kind, true, purpose).await;
+            }
             loop {
                 if self.other_owner(lock, mine, purpose).await?.0.is_none() {
                     return Ok(Turn::Granted);
@@ -281,6 +307,9 @@ impl EtcdBackend {
     /// not among them any more.
     async fn other_owner(&self, lock: &[u8], mine: &Mine, purpose: Purpose) -> Result<(Option<KeyValue>, i64), Error> {
         let (first, keys) = self.etcd.first_created(lock, self.etcd.deadline()).await?;
+        if let Some(Kind::Permits { of, .. }) = first.as_ref().map(|kv| Kind::of_key(lock, &kv.key)) {
+            return Err(shared::mismatch(of, 0));
+        }
         match first {
             Some(kv) if kv.create_revision == mine.rev => Ok((None, keys)),
             Some(kv) if kv.create_revision < mine.rev => Ok((Some(kv), keys)),
@@ -311,7 +340,8 @@ impl LockBackend for EtcdBackend {
     /// identity and value in its key (shown by `leader`), leader election. TTLs
     /// are whole seconds from 1 s (etcd raises a TTL below its own minimum,
     /// which depends on its election timeout, and the guard uses the TTL etcd
-    /// granted); no lock-delay.
+    /// granted); read-write locks and semaphores (see `etcd/shared.rs`; no
+    /// downgrade); no lock-delay.
     fn capabilities(&self) -> Capabilities {
         Capabilities {
             fencing: Fencing::PerLock,
@@ -323,8 +353,8 @@ impl LockBackend for EtcdBackend {
             lock_delay: false,
             holder_identity: true,
             election: true,
-            shared: false,
-            semaphores: false,
+            shared: true,
+            semaphores: true,
             hold_at_least: false,
             once_per: false,
             min_ttl: Duration::from_secs(1),
@@ -355,14 +385,18 @@ impl LockBackend for EtcdBackend {
         Box::pin(self.observe_election(name))
     }
 
-    /// Current if `token` is the create revision of the lock's owner key (a key
-    /// exists only while its lease lives).
+    /// Current if `token` is the create revision of a key that holds the lock
+    /// (the owner key, a reader's or a permit's; a key exists only while its
+    /// lease lives). `current_token` is `token` if current, else the highest
+    /// holder's.
     fn check<'a>(&'a self, name: &'a str, token: u64) -> BoxFuture<'a, Result<CheckResult, Error>> {
         Box::pin(async move {
             check_name(name)?;
-            let (owner, _) = self.etcd.first_created(&self.lock_prefix(name), self.etcd.deadline()).await?;
-            let current_token = owner.map(|kv| kv.create_revision as u64);
-            Ok(CheckResult { current: current_token == Some(token), current_token })
+            let held = self.holder_revisions(&self.lock_prefix(name)).await?;
+            let held: Vec<u64> = held.into_iter().map(|rev| rev as u64).collect();
+            let current = held.contains(&token);
+            let current_token = if current { Some(token) } else { held.into_iter().max() };
+            Ok(CheckResult { current, current_token })
         })
     }
 }
@@ -449,6 +483,13 @@ impl EtcdHeld {
 impl Held for EtcdHeld {
     fn release(self: Box<Self>) -> BoxFuture<'static, Result<bool, Error>> {
         Box::pin(self.release_now())
+    }
+
+    /// A key's kind is its name: see `etcd/shared.rs`.
+    fn downgrade(&self) -> Option<BoxFuture<'_, Result<bool, Error>>> {
+        Some(Box::pin(async {
+            Err(Error::Unsupported("etcd cannot downgrade a writer; release and acquire shared".into()))
+        }))
     }
 
     /// Compare-and-set of the key: a Put on the same lease if the key is

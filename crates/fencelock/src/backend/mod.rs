@@ -136,9 +136,11 @@ pub struct Capabilities {
     /// backend without it refuses them with [`Error::Unsupported`].
     pub election: bool,
     /// Read-write locks ([`LockOptions::shared`]): many readers or one writer,
-    /// every grant with its own token, strict FIFO across modes, and
-    /// [`Guard::downgrade`]. A backend without them refuses a shared acquire
-    /// with [`Error::Unsupported`].
+    /// every grant with its own token (where the backend has tokens), strict
+    /// FIFO across modes. [`Guard::downgrade`] only on the fencelock server:
+    /// the other backends that declare this answer it with
+    /// [`Error::Unsupported`]. A backend without them refuses a shared
+    /// acquire with [`Error::Unsupported`].
     pub shared: bool,
     /// Semaphores ([`LockOptions::permits`], [`LockOptions::weight`]): up to
     /// N permits, each holder with its own lease and token. A backend without
@@ -265,10 +267,14 @@ impl Capabilities {
     /// within its semaphore.
     fn admit_sharing(&self, backend: &str, opts: &LockOptions) -> Result<(), Error> {
         if opts.mode == crate::LockMode::Shared && opts.permits == 0 && !self.shared {
-            return Err(Error::Unsupported(format!("{backend} has no read-write locks; use the fencelock backend")));
+            return Err(Error::Unsupported(format!(
+                "{backend} has no read-write locks; use a backend that declares them (fencelock, zk, etcd, redis, postgres)"
+            )));
         }
         if opts.permits > 0 && !self.semaphores {
-            return Err(Error::Unsupported(format!("{backend} has no semaphores; use the fencelock backend")));
+            return Err(Error::Unsupported(format!(
+                "{backend} has no semaphores; use a backend that declares them (fencelock, zk, etcd, redis, postgres lease mode)"
+            )));
         }
         let most = opts.permits.max(1);
         if opts.weight == 0 || opts.weight > most {

@@ -33,14 +33,16 @@
 //! works (the leader is the holder, its term the token; observers are woken
 //! by `NOTIFY` and read the holder). Two connections per [`PgBackend`] (one
 //! for statements, one listening), whatever the number of locks or
-//! observers. See [`lease`] for the SQL.
+//! observers. See [`lease`] for the SQL. Read-write locks and semaphores:
+//! shared holders in a table of their own, admitted from the same queue under
+//! the lock row's lock (`lease/shared.rs`).
 //!
 //! # Advisory mode
 //! `pg_advisory_xact_lock` on a 64-bit hash of the name, in an open
 //! transaction on a dedicated connection per held or waiting lock. **Unfenced**:
 //! no token, and no expiry by the database (a paused holder whose connection
-//! stays open keeps the lock forever), no holder identity, no election. See
-//! [`advisory`].
+//! stays open keeps the lock forever), no holder identity, no election.
+//! Readers take the shared advisory lock; no semaphores. See [`advisory`].
 //!
 //! # What neither mode gives
 //! Fail-over: a lock lives in one primary. With synchronous replication

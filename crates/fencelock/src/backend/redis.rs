@@ -26,6 +26,9 @@
 //! | `{p}:waiter:{ticket}` | string, PX ttl | a waiter is alive (its TTL in ms) |
 //! | `{p}:wake:{ticket}` | list | the waiter `BLPOP`s here; a push wakes it alone |
 //! | `{p}:leader:{name}` | pub/sub channel | `"g{token}:{data}"` on a grant (and a new value), `"r{token}"` on a release |
+//! | `{p}:holders:{name}` | sorted set | shared holders (readers, permits): tickets scored by expiry (ms) |
+//! | `{p}:tokens:{name}` | hash | the shared holders' tokens, by ticket |
+//! | `{p}:permits:{name}` | string | a semaphore's N |
 //!
 //! `data` is the request's identity and value ([`LockOptions::identity`],
 //! [`LockOptions::value`]): the identity's length in two bytes (big-endian),
@@ -82,6 +85,13 @@
 //!   if it was first in line. A waiter that crashed stays in the queue until
 //!   its waiter key expires (at most its TTL), and is skipped after that.
 //!
+//! * **Read-write locks and semaphores** (`redis/shared.rs`): readers and
+//!   permits are shared holders in one sorted set, admitted by the same
+//!   acquire script from the same FIFO queue (a ticket says its kind), so a
+//!   queued writer blocks later readers and a request for k permits is not
+//!   overtaken by a smaller one; N is kept and a mismatch refused. No
+//!   downgrade.
+//!
 //! # What it guarantees, and what it does not
 //! * One holder at a time on one Redis server whose memory is intact, as long
 //!   as each guard is used before its deadline (counted from when the acquire
@@ -121,6 +131,7 @@
 //! * Waiters are served in arrival order, woken one at a time by push.
 
 mod election;
+mod shared;
 
 use std::fmt;
 use std::future::Future;
@@ -215,6 +226,7 @@ impl RedisBackend {
         let keys = &self.shared.keys;
         let (lock, queue, counter, holder) =
             (keys.lock(req.name), keys.queue(req.name), keys.counter(), keys.holder(req.name));
+        let (holders, tokens, permits) = (keys.holders(req.name), keys.tokens(req.name), keys.permits(req.name));
         let flag = |yes: bool| if yes { "1" } else { "0" };
         let (prefix, ticket, ttl_ms) = (&keys.prefix, &req.ticket.text, millis(req.opts.ttl));
         let (wait, queued_before, channel) = (flag(wait), flag(queued_before), keys.channel(req.name));
@@ -224,10 +236,12 @@ impl RedisBackend {
             .conn
             .run(deadline, Retry::Once, |mut c| {
                 let (lock, queue, counter, holder, channel) = (&lock, &queue, &counter, &holder, &channel);
+                let (holders, tokens, permits) = (&holders, &tokens, &permits);
                 async move {
                     let mut call = ACQUIRE.prepare_invoke();
-                    call.key(lock).key(queue).key(counter).key(holder);
+                    call.key(lock).key(queue).key(counter).key(holder).key(holders).key(tokens).key(permits);
                     call.arg(prefix).arg(ticket).arg(ttl_ms).arg(wait).arg(&req.data).arg(channel).arg(queued_before);
+                    call.arg(req.opts.permits);
                     call.invoke_async(&mut c).await
                 }
             })
@@ -246,6 +260,7 @@ impl RedisBackend {
                 Acquire::Busy { holder_lease, holder_token, reopens_in: None, waiters }
             }
             Attempt::Dropped => return Err(req.lost()),
+            Attempt::Mismatch { kept } => return Err(shared::mismatch(kept, req.opts.permits)),
         })
     }
 
@@ -288,6 +303,7 @@ impl RedisBackend {
             }
             Attempt::Refused { pttl, first, .. } => (pttl, first),
             Attempt::Dropped => return Err(req.lost()),
+            Attempt::Mismatch { kept } => return Err(shared::mismatch(kept, req.opts.permits)),
         };
         *queued = true;
         let now = Instant::now();
@@ -321,6 +337,9 @@ impl RedisBackend {
 
     /// The guard of a grant made by a request sent at `sent`.
     fn grant(&self, req: &Req<'_>, token: u64, sent: Instant) -> Guard {
+        if req.ticket.is_shared() {
+            return self.grant_shared(req, token, sent);
+        }
         let (keys, name, ttl) = (&self.shared.keys, req.name, req.opts.ttl);
         let owner = format!("{token}:{}", req.ticket.text);
         let (lock, holder) = (keys.lock(name), keys.holder(name));
@@ -336,7 +355,10 @@ impl RedisBackend {
     /// An acquire (`Purpose::Lock`) or a campaign: queued, or tried once.
     async fn acquire_as(&self, name: &str, opts: &LockOptions, purpose: Purpose) -> Result<Acquire<Guard>, Error> {
         self.capabilities().admit(self.kind(), name, opts)?;
-        let req = Req { name, ticket: Ticket::new(), opts, data: encode_holder(opts), purpose };
+        if purpose == Purpose::Campaign && (opts.permits > 0 || opts.mode == crate::LockMode::Shared) {
+            return Err(Error::InvalidArgument("a campaign is exclusive: no shared mode, no permits".into()));
+        }
+        let req = Req { name, ticket: Ticket::for_request(opts), opts, data: encode_holder(opts), purpose };
         // Dropped (with the future, or on an error) it withdraws the ticket.
         let mut withdraw =
             Withdraw { shared: Some(self.shared.clone()), name: name.to_string(), ticket: req.ticket.text.clone() };
@@ -368,7 +390,8 @@ impl LockBackend for RedisBackend {
     /// Global tokens from one counter, durable only in `durable=true` mode; a
     /// FIFO queue with push wake-ups; expiry by Redis (`PX`); the holder's
     /// identity and value (shown by `leader`); leader election. No fail-over
-    /// (asynchronous replicas) and no lock-delay. `PX` counts milliseconds,
+    /// (asynchronous replicas) and no lock-delay. Read-write locks and
+    /// semaphores in the same queue (see `redis/shared.rs`), without downgrade. `PX` counts milliseconds,
     /// and the shared TTL floor is 100 ms.
     fn capabilities(&self) -> Capabilities {
         Capabilities {
@@ -381,8 +404,8 @@ impl LockBackend for RedisBackend {
             lock_delay: false,
             holder_identity: true,
             election: true,
-            shared: false,
-            semaphores: false,
+            shared: true,
+            semaphores: true,
             hold_at_least: false,
             once_per: false,
             min_ttl: Duration::from_millis(100),
@@ -485,15 +508,18 @@ impl Shared {
     async fn withdraw(&self, name: &str, ticket: &str) -> Result<(), Error> {
         let keys = &self.keys;
         let (lock, queue, holder, channel) = (keys.lock(name), keys.queue(name), keys.holder(name), keys.channel(name));
+        let (holders, tokens) = (keys.holders(name), keys.tokens(name));
         let prefix = &keys.prefix;
         let deadline = Instant::now() + OP_TIMEOUT;
         let _: i64 = self
             .conn
             .run(deadline, Retry::Once, |mut c| {
-                let (lock, queue, holder, channel) = (&lock, &queue, &holder, &channel);
+                let (lock, queue, holder, channel, holders, tokens) =
+                    (&lock, &queue, &holder, &channel, &holders, &tokens);
                 async move {
                     let mut call = WITHDRAW.prepare_invoke();
-                    call.key(lock).key(queue).key(holder).arg(prefix).arg(ticket).arg(channel);
+                    call.key(lock).key(queue).key(holder).key(holders).key(tokens);
+                    call.arg(prefix).arg(ticket).arg(channel);
                     call.invoke_async(&mut c).await
                 }
             })
@@ -548,6 +574,18 @@ impl Keys {
     fn channel(&self, name: &str) -> String {
         format!("{}leader:{name}", self.prefix)
     }
+
+    fn holders(&self, name: &str) -> String {
+        format!("{}holders:{name}", self.prefix)
+    }
+
+    fn tokens(&self, name: &str) -> String {
+        format!("{}tokens:{name}", self.prefix)
+    }
+
+    fn permits(&self, name: &str) -> String {
+        format!("{}permits:{name}", self.prefix)
+    }
 }
 
 /// What a request is for, which decides what losing its place means.
@@ -593,6 +631,23 @@ impl Ticket {
         let bits = fastrand::u128(..);
         Ticket { id: (bits >> 64) as u64, text: format!("{bits:032x}") }
     }
+
+    /// A ticket of the kind `opts` asks for: exclusive, or (see `queue.lua`)
+    /// a reader's (`r` after the 32 digits) or a semaphore's (`s{weight}`).
+    fn for_request(opts: &LockOptions) -> Ticket {
+        let mut ticket = Ticket::new();
+        if opts.permits > 0 {
+            ticket.text.push_str(&format!("s{}", opts.weight));
+        } else if opts.mode == crate::LockMode::Shared {
+            ticket.text.push('r');
+        }
+        ticket
+    }
+
+    /// Is this a reader's or a semaphore's ticket?
+    fn is_shared(&self) -> bool {
+        self.text.len() > 32
+    }
 }
 
 /// What one run of the acquire script found.
@@ -610,6 +665,10 @@ enum Attempt {
     },
     /// The ticket, queued before, is queued no more (a campaign's).
     Dropped,
+    /// The lock keeps another semaphore size `kept` (0: not a semaphore).
+    Mismatch {
+        kept: u32,
+    },
 }
 
 /// Parses the acquire script's reply (see `acquire.lua`).
@@ -621,6 +680,7 @@ fn parse_attempt(reply: &Value) -> Result<Attempt, Error> {
     match items.as_slice() {
         [Value::Int(1), token] => Ok(Attempt::Granted { token: decimal(token).ok_or_else(bad)? }),
         [Value::Int(2)] => Ok(Attempt::Dropped),
+        [Value::Int(3), Value::Int(kept)] => Ok(Attempt::Mismatch { kept: u32::try_from(*kept).map_err(|_| bad())? }),
         [Value::Int(0), Value::BulkString(holder), Value::Int(pttl), Value::Int(waiters), Value::Int(first)] => {
             Ok(Attempt::Refused {
                 holder: (!holder.is_empty()).then(|| String::from_utf8_lossy(holder).into_owned()),
@@ -758,6 +818,13 @@ impl Held for RedisHeld {
     fn set_value(&self, value: Vec<u8>) -> Option<BoxFuture<'_, Result<bool, Error>>> {
         let data = encode_holder_parts(self.identity.as_deref(), &value);
         Some(Box::pin(self.shared.set_value(&self.name, &self.owner, data)))
+    }
+
+    /// No downgrade: see `redis/shared.rs`.
+    fn downgrade(&self) -> Option<BoxFuture<'_, Result<bool, Error>>> {
+        Some(Box::pin(async {
+            Err(Error::Unsupported("redis cannot downgrade a writer; release and acquire shared".into()))
+        }))
     }
 }
 
@@ -1060,6 +1127,7 @@ mod tests {
         let want = Attempt::Refused { holder: None, pttl: None, waiters: 1, first: false };
         assert_eq!(parse_attempt(&free), Ok(want));
         assert_eq!(parse_attempt(&Value::Array(vec![Value::Int(2)])), Ok(Attempt::Dropped));
+        assert_eq!(parse_attempt(&Value::Array(vec![Value::Int(3), Value::Int(4)])), Ok(Attempt::Mismatch { kept: 4 }));
         for bad in [Value::Nil, Value::Array(vec![Value::Int(1), bulk("x")]), Value::Array(vec![Value::Int(3)])] {
             assert!(matches!(parse_attempt(&bad), Err(Error::Backend { .. })), "{bad:?}");
         }
@@ -1105,5 +1173,16 @@ mod tests {
         assert_eq!(a.text.len(), 32);
         assert!(a.text.chars().all(|c| c.is_ascii_hexdigit()));
         assert_eq!(format!("{:016x}", a.id), a.text[..16]);
+    }
+
+    /// A ticket says its kind after its 32 digits (`queue.lua`'s `kind_of`).
+    #[test]
+    fn tickets_say_their_kind() {
+        let reader = Ticket::for_request(&LockOptions::default().shared());
+        assert!(reader.text.ends_with('r') && reader.text.len() == 33 && reader.is_shared());
+        let permits = Ticket::for_request(&LockOptions::default().permits(5).weight(3));
+        assert!(permits.text.ends_with("s3") && permits.is_shared());
+        let writer = Ticket::for_request(&LockOptions::default());
+        assert!(writer.text.len() == 32 && !writer.is_shared());
     }
 }

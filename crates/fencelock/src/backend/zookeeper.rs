@@ -70,6 +70,15 @@
 //! re-reads the leader on every fire of a children watch on the queue or of a
 //! data watch on the leader's node (see `zookeeper/election.rs`).
 //!
+//! # Read-write locks and semaphores
+//! Curator's recipes (see `zookeeper/shared.rs`): a reader's node in the same
+//! queue carries a `__READ__` mark and waits only for the last writer before
+//! it (every other node, the exclusive lock's included, is a writer), so
+//! readers share in strict FIFO order across modes; no downgrade. A semaphore
+//! keeps one ephemeral lease node per grant (its weight in its name) under
+//! `{parent}/leases`, whose data is N; an internal lock on `{parent}/locks`
+//! admits one acquire at a time. Tokens are czxids here too.
+//!
 //! # Guarantees
 //! * Tokens are the czxids of the queue nodes: ZooKeeper's one transaction
 //!   counter, logged (fsynced by default) before the create is acknowledged, so
@@ -106,6 +115,7 @@
 //!   empties; ZooKeeper's own recipe has the same limit.
 
 mod election;
+mod shared;
 
 use std::collections::HashMap;
 use std::fmt;
@@ -126,7 +136,7 @@ use crate::backend::Acquire;
 use crate::backoff::Backoff;
 use crate::error::Error;
 use crate::lease::LeaseLost;
-use crate::types::{CheckResult, LockOptions};
+use crate::types::{CheckResult, LockMode, LockOptions};
 
 /// Where locks live under the chroot unless the URL says `?prefix=`.
 pub const DEFAULT_PREFIX: &str = "/fencelock";
@@ -252,7 +262,13 @@ impl ZkBackend {
     /// The recipe (see the module docs), for a lock or a campaign (`purpose`).
     async fn lock(&self, name: &str, opts: &LockOptions, purpose: Purpose) -> Result<Acquire<Guard>, Error> {
         self.capabilities().admit(self.kind(), name, opts)?;
+        if purpose == Purpose::Campaign && (opts.permits > 0 || opts.mode == LockMode::Shared) {
+            return Err(Error::InvalidArgument("a campaign is exclusive: no shared mode, no permits".into()));
+        }
         let session = self.session(opts.ttl).await?;
+        if opts.permits > 0 {
+            return self.semaphore(name, opts, session).await;
+        }
         let queued = self.queue(name, opts, session.clone(), purpose);
         let result = match purpose {
             Purpose::Lock => queued.await,
@@ -279,8 +295,29 @@ impl ZkBackend {
         purpose: Purpose,
     ) -> Result<Acquire<Guard>, Error> {
         let wait_end = Instant::now() + opts.wait;
-        let mut entry = Entry::new(session.clone(), self.lock_path(name));
-        let (path, czxid) = entry.create(&self.base, &encode_holder(opts)).await?;
+        let stem = shared::queue_stem(opts.mode == LockMode::Shared);
+        let mut entry = Entry::new(session.clone(), vec![self.lock_path(name)], stem);
+        let (path, czxid) = entry.create(&self.base, &encode_holder(opts), &[]).await?;
+        match self.wait_turn(&mut entry, &path, opts.wait, wait_end, purpose).await? {
+            Turn::Granted(sent) => {
+                entry.disarm();
+                Ok(Acquire::Acquired(self.grant(name, opts, session, path, czxid, sent)))
+            }
+            Turn::NotGranted(outcome) => Ok(outcome),
+        }
+    }
+
+    /// Steps 2 and 3 for the node `path` of `entry`: granted (with the time the
+    /// confirming read was sent), or busy or timed out (the node withdrawn).
+    async fn wait_turn(
+        &self,
+        entry: &mut Entry,
+        path: &str,
+        wait: Duration,
+        wait_end: Instant,
+        purpose: Purpose,
+    ) -> Result<Turn, Error> {
+        let session = entry.session.clone();
         let own = path.rsplit('/').next().unwrap_or_default().to_string();
         loop {
             let sent = Instant::now();
@@ -289,19 +326,18 @@ impl ZkBackend {
                 return Err(purpose
                     .lost(format!("lock node {path} vanished while queued (session {:#x} expired?)", session.id)));
             };
-            if pos == 0 {
-                entry.disarm();
-                return Ok(Acquire::Acquired(self.grant(name, opts, session, path, czxid, sent)));
-            }
-            if opts.wait.is_zero() {
+            let Some(ahead) = shared::blocker(&queue, pos) else {
+                return Ok(Turn::Granted(sent));
+            };
+            if wait.is_zero() {
                 let busy = busy(&session, &entry.parent, &queue).await;
                 entry.withdraw().await;
-                return Ok(busy);
+                return Ok(Turn::NotGranted(busy));
             }
-            let predecessor = format!("{}/{}", entry.parent, queue[pos - 1]);
+            let predecessor = format!("{}/{}", entry.parent, queue[ahead]);
             if !wait_for_deletion(&session, &predecessor, wait_end).await? {
                 entry.withdraw().await;
-                return Ok(Acquire::TimedOut);
+                return Ok(Turn::NotGranted(Acquire::TimedOut));
             }
         }
     }
@@ -325,20 +361,15 @@ impl ZkBackend {
         Guard::new(name.to_string(), Some(czxid), self.kind(), watch, Box::new(held))
     }
 
-    /// Reads who holds `name`: its first node's czxid, compared with `token`.
+    /// Reads who holds `name` (the queue's holders, the semaphore's lease
+    /// nodes), and whether `token` is one of their czxids.
     async fn check_token(&self, name: &str, token: u64) -> Result<CheckResult, Error> {
         check_name(name)?;
         let session = self.any_session().await?;
-        let parent = self.lock_path(name);
-        let queue = list_queue(&session, &parent).await?;
-        let Some(first) = queue.first() else {
-            return Ok(CheckResult { current: false, current_token: None });
-        };
-        let stat = request(session.client.check_stat(&format!("{parent}/{first}")))
-            .await
-            .map_err(|e| fail("read the holder's node", e))?;
-        let current_token = stat.and_then(|s| u64::try_from(s.czxid).ok());
-        Ok(CheckResult { current: current_token == Some(token), current_token })
+        let tokens = self.holder_tokens(&session, name).await?;
+        let current = tokens.contains(&token);
+        let current_token = if current { Some(token) } else { tokens.into_iter().max() };
+        Ok(CheckResult { current, current_token })
     }
 }
 
@@ -350,8 +381,9 @@ impl LockBackend for ZkBackend {
     /// Per-lock durable tokens (czxids, logged before the create is acknowledged),
     /// FIFO with a push to the next waiter only, session expiry on the server, a
     /// quorum ensemble, the holder's identity and value in its node (shown by
-    /// `leader`), leader election; no lock-delay. `min_ttl` is `MIN_TTL`; the
-    /// server may raise it (see there).
+    /// `leader`), leader election, read-write locks and semaphores (Curator's
+    /// recipes, see `zookeeper/shared.rs`; no downgrade); no lock-delay.
+    /// `min_ttl` is `MIN_TTL`; the server may raise it (see there).
     fn capabilities(&self) -> Capabilities {
         Capabilities {
             fencing: Fencing::PerLock,
@@ -363,8 +395,8 @@ impl LockBackend for ZkBackend {
             lock_delay: false,
             holder_identity: true,
             election: true,
-            shared: false,
-            semaphores: false,
+            shared: true,
+            semaphores: true,
             hold_at_least: false,
             once_per: false,
             min_ttl: MIN_TTL,
@@ -395,11 +427,21 @@ impl LockBackend for ZkBackend {
         Box::pin(self.observe_election(name))
     }
 
-    /// Current iff `token` is the czxid of the lock's first node (whose session the
-    /// server has not expired yet).
+    /// Current iff `token` is the czxid of a node that holds the lock: the
+    /// first node, the readers before the first writer, or a semaphore's lease
+    /// node (whose session the server has not expired yet). `current_token` is
+    /// `token` if current, else the highest holder's czxid.
     fn check<'a>(&'a self, name: &'a str, token: u64) -> BoxFuture<'a, Result<CheckResult, Error>> {
         Box::pin(self.check_token(name, token))
     }
+}
+
+/// Where a queued node's wait ended.
+enum Turn {
+    /// First in line for its mode; the confirming read was sent at this instant.
+    Granted(Instant),
+    /// Busy or timed out; the node is withdrawn.
+    NotGranted(Acquire<Guard>),
 }
 
 /// What a request is for, which decides what losing its place means.
@@ -517,7 +559,9 @@ async fn open_client(login: &Login, timeout: Duration) -> Result<zk::Client, Str
 /// still owns (or may own) a node, it deletes that node in the background.
 struct Entry {
     session: Arc<Session>,
-    /// The lock's parent node.
+    /// The containers the node lives in, outermost first, created on demand.
+    containers: Vec<String>,
+    /// The lock's parent node (the last of `containers`).
     parent: String,
     /// `lock-{nonce}-`: the own node's name before its sequence number.
     stem: String,
@@ -537,14 +581,17 @@ enum Own {
 }
 
 impl Entry {
-    fn new(session: Arc<Session>, parent: String) -> Entry {
-        let stem = format!("{NODE_PREFIX}{:016x}-", fastrand::u64(..));
-        Entry { session, parent, stem, own: Own::Nothing }
+    /// An entry under the last of `containers`, named `{prefix}{nonce}-{mark}`
+    /// (`stem` is `(prefix, mark)`).
+    fn new(session: Arc<Session>, containers: Vec<String>, stem: (&str, &str)) -> Entry {
+        let parent = containers.last().cloned().unwrap_or_default();
+        let stem = format!("{}{:016x}-{}", stem.0, fastrand::u64(..), stem.1);
+        Entry { session, containers, parent, stem, own: Own::Nothing }
     }
 
-    /// Creates the own node with `data` (and the lock's parent if missing): its
-    /// path and czxid.
-    async fn create(&mut self, base: &str, data: &[u8]) -> Result<(String, u64), Error> {
+    /// Creates the own node with `data` (and the containers if missing, the
+    /// parent with `parent_data`): its path and czxid.
+    async fn create(&mut self, base: &str, data: &[u8], parent_data: &[u8]) -> Result<(String, u64), Error> {
         let prefix = format!("{}/{}", self.parent, self.stem);
         // The parent may be missing, or deleted as an empty container between our
         // creating it and our node: a few tries.
@@ -561,7 +608,7 @@ impl Entry {
                 }
                 Err(zk::Error::NoNode) => {
                     self.own = Own::Nothing;
-                    ensure_parent(&self.session, base, &self.parent).await?;
+                    ensure_containers(&self.session, base, &self.containers, parent_data).await?;
                 }
                 Err(e) => {
                     if refused(&e) || session_ended(&e) {
@@ -656,20 +703,30 @@ async fn delete_node(session: &Session, path: &str) -> Result<bool, Error> {
     }
 }
 
-/// Creates the lock's parent container (and the base path if it is missing too).
-async fn ensure_parent(session: &Session, base: &str, parent: &str) -> Result<(), Error> {
+/// Creates the containers `paths` (outermost first; the last with `data`)
+/// where missing, and the base path if it is missing too.
+async fn ensure_containers(session: &Session, base: &str, paths: &[String], data: &[u8]) -> Result<(), Error> {
     let client = &session.client;
     let (lock, base_options) = (lock_node(&session.login), base_node(&session.login));
-    match request(client.create(parent, &[], &lock)).await {
-        Ok(_) | Err(zk::Error::NodeExists) => return Ok(()),
-        Err(zk::Error::NoNode) => {}
-        Err(e) => return Err(fail("create the lock's parent node", e)),
+    for _ in 0..3 {
+        let mut missing = false;
+        for (i, path) in paths.iter().enumerate() {
+            let data = if i + 1 == paths.len() { data } else { &[] };
+            match request(client.create(path, data, &lock)).await {
+                Ok(_) | Err(zk::Error::NodeExists) => {}
+                Err(zk::Error::NoNode) => {
+                    missing = true;
+                    break;
+                }
+                Err(e) => return Err(fail("create the lock's parent node", e)),
+            }
+        }
+        if !missing {
+            return Ok(());
+        }
+        request(client.mkdir(base, &base_options)).await.map_err(|e| fail("create the base path", e))?;
     }
-    request(client.mkdir(base, &base_options)).await.map_err(|e| fail("create the base path", e))?;
-    match request(client.create(parent, &[], &lock)).await {
-        Ok(_) | Err(zk::Error::NodeExists) => Ok(()),
-        Err(e) => Err(fail("create the lock's parent node", e)),
-    }
+    Err(Error::backend("zk", format!("the lock's parent nodes {paths:?} keep disappearing")))
 }
 
 /// The contender nodes under `parent`, first in line first (an absent parent has
@@ -760,6 +817,15 @@ impl Held for ZkHeld {
                 Err(e) if session_ended(&e) => Ok(false),
                 Err(e) => Err(fail("set the lock node's data", e)),
             }
+        }))
+    }
+
+    /// A node's mode is in its name: see `zookeeper/shared.rs`.
+    fn downgrade(&self) -> Option<BoxFuture<'_, Result<bool, Error>>> {
+        Some(Box::pin(async {
+            Err(Error::Unsupported(
+                "zk cannot downgrade a writer (its mode is its node's name); release and acquire shared".into(),
+            ))
         }))
     }
 }

@@ -100,7 +100,8 @@ async fn granted(task: JoinHandle<Result<Acquire<Guard>, Error>>, what: &str) ->
 /// The declaration: per-lock durable tokens (revisions), FIFO with a push to
 /// the next waiter (predecessor watch), leases expire on the server, Raft
 /// fail-over, the holder's identity and value (in its key), leader election,
-/// no lock-delay, TTLs of whole seconds from 1 s.
+/// read-write locks and semaphores, no lock-delay, TTLs of whole seconds from
+/// 1 s.
 #[tokio::test]
 async fn declares_its_capabilities() {
     let t = Etcd::start().await;
@@ -117,8 +118,38 @@ async fn declares_its_capabilities() {
             .with_lock_delay(false)
             .with_holder_identity(true)
             .with_election(true)
+            .with_shared(true)
+            .with_semaphores(true)
             .with_min_ttl(SECS)
     );
+}
+
+/// The kinds are in the keys' names (readers `r`, permits `s{k}.{n}`) and
+/// each token is its key's create revision; `check` answers current for each
+/// reader that holds; weighted permits are whole and in order (the suite's
+/// body).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readers_and_permits_are_named_keys_and_weights_are_whole() {
+    let t = Etcd::start().await;
+    let b = suite::connect(&t.url()).await;
+    let mut kv = raw(t.server.port()).await;
+    let shared = opts(10 * SECS, Duration::ZERO).shared();
+    let r1 = b.acquire("rw", &shared).await.unwrap().acquired().unwrap();
+    let r2 = b.acquire("rw", &shared).await.unwrap().acquired().unwrap();
+    let rw = keys(&mut kv, "rw").await;
+    assert_eq!(rw.len(), 2);
+    for (key, guard) in rw.iter().zip([&r1, &r2]) {
+        assert!(key.key.ends_with(b"r"), "{:?}", String::from_utf8_lossy(&key.key));
+        assert_eq!(guard.token(), Some(key.create_revision as u64));
+        assert!(b.check("rw", key.create_revision as u64).await.unwrap().current);
+    }
+    assert!(r1.release().await.unwrap() && r2.release().await.unwrap());
+    let two = b.acquire("sem", &opts(10 * SECS, Duration::ZERO).permits(5).weight(2)).await.unwrap();
+    let two = two.acquired().unwrap();
+    let sem = keys(&mut kv, "sem").await;
+    assert!(sem.len() == 1 && sem[0].key.ends_with(b"s2.5"), "{sem:?}");
+    assert!(two.release().await.unwrap());
+    suite::weighted_permits_are_whole_and_in_order(&t).await;
 }
 
 /// Property (token = create revision, one key per request under the lock's

@@ -44,6 +44,14 @@ impl Target for Native {
 
 crate::conformance!(Native);
 
+/// The reference for the other backends: weighted permits are whole and in
+/// order on the fencelock server too (the suite's body).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn weighted_permits_are_whole_and_in_order() {
+    let t = Native::start().await;
+    crate::suite::weighted_permits_are_whole_and_in_order(&t).await;
+}
+
 /// The native server declares everything; fail-over only for a list of
 /// members (see `declares_failover_for_a_group_and_survives_it`), not for
 /// the one address of a single node.

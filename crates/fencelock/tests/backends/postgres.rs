@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use fencelock::backend::{self, Backend, Capabilities, Fencing};
-use fencelock::{Acquire, Error, LeaderEvent, LeaseLost};
+use fencelock::{Acquire, CheckResult, Error, LeaderEvent, LeaseLost};
 use fencelock_testkit::proxy::{Mode, Proxy};
 use fencelock_testkit::PgServer;
 use tokio_postgres::NoTls;
@@ -109,8 +109,10 @@ use advisory::PgAdvisory;
 use lease::PgLease;
 
 /// The lease-table mode declares global durable tokens, FIFO with push
-/// wake-ups, expiry by the database, holder identities and elections; the
-/// advisory mode no token, no expiry and no election. Neither survives the
+/// wake-ups, expiry by the database, holder identities, elections, readers
+/// and semaphores; the
+/// advisory mode no token, no expiry and no election, but readers (shared
+/// advisory locks) and no semaphores. Neither survives the
 /// loss of the primary, neither has lock-delay.
 #[tokio::test]
 async fn declares_its_capabilities() {
@@ -128,6 +130,8 @@ async fn declares_its_capabilities() {
             .with_lock_delay(false)
             .with_holder_identity(true)
             .with_election(true)
+            .with_shared(true)
+            .with_semaphores(true)
             .with_min_ttl(100 * MS)
     );
     let advisory = suite::connect(&format!("{}?mode=advisory", t.url())).await;
@@ -141,8 +145,29 @@ async fn declares_its_capabilities() {
             .with_server_ttl(false)
             .with_survives_failover(false)
             .with_lock_delay(false)
+            .with_shared(true)
             .with_min_ttl(100 * MS)
     );
+}
+
+/// Lease-table mode: weighted permits are whole and in order (the suite's
+/// body); a shared holder's token is current for `check` while it holds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn weighted_permits_are_whole_and_shared_tokens_are_current() {
+    let t = PgLease::start().await;
+    suite::weighted_permits_are_whole_and_in_order(&t).await;
+    let b = suite::connect(&t.url()).await;
+    let shared = opts(10 * SECS, Duration::ZERO).shared();
+    let r1 = b.acquire("rw", &shared).await.unwrap().acquired().unwrap();
+    let r2 = b.acquire("rw", &shared).await.unwrap().acquired().unwrap();
+    for r in [&r1, &r2] {
+        let token = r.token().unwrap();
+        assert_eq!(b.check("rw", token).await.unwrap(), CheckResult { current: true, current_token: Some(token) });
+    }
+    let t1 = r1.token().unwrap();
+    assert!(r1.release().await.unwrap());
+    assert!(!b.check("rw", t1).await.unwrap().current, "a released reader");
+    assert!(r2.release().await.unwrap());
 }
 
 /// Bad parameters of this backend are refused before anything is created.

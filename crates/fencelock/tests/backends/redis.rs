@@ -147,8 +147,9 @@ async fn kill_and_restart(mut server: RedisServer) -> RedisServer {
 }
 
 /// The declaration: global tokens, FIFO with push wake-ups, server-side TTL,
-/// the holder's identity and value, leader election, no fail-over, no
-/// lock-delay; durable tokens only in durable mode.
+/// the holder's identity and value, leader election, read-write locks and
+/// semaphores, no fail-over, no lock-delay; durable tokens only in durable
+/// mode.
 #[tokio::test]
 async fn declares_its_capabilities() {
     let (volatile, durable) = (start_server(false).await, start_server(true).await);
@@ -161,12 +162,34 @@ async fn declares_its_capabilities() {
         .with_lock_delay(false)
         .with_holder_identity(true)
         .with_election(true)
+        .with_shared(true)
+        .with_semaphores(true)
         .with_min_ttl(100 * MS);
     let b = suite::connect(&url(&volatile)).await;
     assert_eq!((b.kind(), b.capabilities()), ("redis", want));
     want.durable_tokens = true;
     let d = suite::connect(&format!("{}?durable=true", url(&durable))).await;
     assert_eq!(d.capabilities(), want);
+}
+
+/// Weighted permits are whole and in order (the suite's body); an
+/// exclusive acquire of a semaphore's name is refused naming both counts,
+/// and a released semaphore forgets its N.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn weighted_permits_are_whole_and_a_semaphore_is_no_lock() {
+    let t = Volatile::start().await;
+    suite::weighted_permits_are_whole_and_in_order(&t).await;
+    let b = suite::connect(&t.url()).await;
+    let permit = b.acquire("sem-or-lock", &opts(30 * SECS, Duration::ZERO).permits(2)).await.unwrap();
+    let permit = permit.acquired().unwrap();
+    let got = b.acquire("sem-or-lock", &opts(30 * SECS, Duration::ZERO)).await;
+    assert!(
+        matches!(&got, Err(Error::InvalidArgument(m)) if m.contains("has 2 permits") && m.contains("asked for 0")),
+        "{got:?}"
+    );
+    assert!(permit.release().await.unwrap());
+    let lock = b.acquire("sem-or-lock", &opts(30 * SECS, Duration::ZERO)).await.unwrap().acquired().unwrap();
+    assert!(lock.release().await.unwrap());
 }
 
 /// Issue 16: a Redis error reaches the caller as itself. The token counter

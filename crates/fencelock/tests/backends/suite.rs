@@ -486,6 +486,130 @@ pub async fn sharing_where_declared<T: Target>(t: &T) {
     }
 }
 
+/// Invariants of read-write locks (issue 18), where declared: readers share
+/// and a writer is alone (INV-15), in strict FIFO order across modes (INV-16):
+/// with two readers holding and a writer queued, a later reader's try is
+/// busy and its wait is not granted while the writer waits or holds; the
+/// readers' releases hand the lock to the writer, whose token (where fenced)
+/// is above both readers'; the writer's release hands it to the later reader,
+/// with a token above the writer's.
+pub async fn shared_fifo_where_declared<T: Target>(t: &T) {
+    let b = connect(&t.url()).await;
+    if !b.capabilities().shared {
+        return; // `sharing_where_declared` checks the refusal.
+    }
+    let shared = |wait| opts(30 * SECS, wait).shared();
+    let r1 = within("reader", b.acquire("rw-fifo", &shared(Duration::ZERO))).await.unwrap().acquired().unwrap();
+    let r2 = within("reader", b.acquire("rw-fifo", &shared(Duration::ZERO))).await.unwrap().acquired().unwrap();
+    let w = connect(&t.url()).await;
+    let writer = tokio::spawn(async move {
+        let got = w.acquire("rw-fifo", &opts(30 * SECS, 25 * SECS)).await.unwrap().acquired().unwrap();
+        (w, got)
+    });
+    // Let the writer reach the queue before the later reader comes.
+    tokio::time::sleep(300 * MS).await;
+    let late_try = within("a later reader's try", b.acquire("rw-fifo", &shared(Duration::ZERO))).await.unwrap();
+    assert!(matches!(late_try, Acquire::Busy { .. }), "a reader barged past a queued writer: {late_try:?}");
+    let l = connect(&t.url()).await;
+    let late = tokio::spawn(async move {
+        let got = l.acquire("rw-fifo", &shared(25 * SECS)).await.unwrap().acquired().unwrap();
+        (l, got)
+    });
+    tokio::time::sleep(300 * MS).await;
+    assert!(!writer.is_finished(), "a writer granted beside two readers");
+    assert!(!late.is_finished(), "a later reader granted past a queued writer");
+    let readers = [r1.token(), r2.token()];
+    assert!(r1.release().await.unwrap() && r2.release().await.unwrap());
+    let (_w, wg) = within("the writer after the readers", writer).await.unwrap();
+    assert!(!late.is_finished(), "a reader granted beside a writer");
+    let fenced = b.capabilities().fencing != Fencing::None;
+    if fenced {
+        let wt = wg.token().expect("a fenced backend gives a token");
+        assert!(readers.iter().all(|r| r.expect("a reader's token") < wt), "writer {wt} after readers {readers:?}");
+    }
+    let writer_token = wg.token();
+    assert!(wg.release().await.unwrap());
+    let (_l, lg) = within("the later reader after the writer", late).await.unwrap();
+    if fenced {
+        assert!(lg.token() > writer_token, "reader {:?} after writer {writer_token:?}", lg.token());
+    }
+    assert!(lg.release().await.unwrap());
+}
+
+/// Invariant (a permit belongs to its holder's lease, issue 18 §2), where
+/// semaphores are declared: the holder of a semaphore's only permit, cut off
+/// from the backend (its connections held by a proxy), loses it (`lost()`
+/// fires); a waiter is then granted the permit, with a larger token where
+/// fenced, and the stale holder's release, once it can talk again, releases
+/// nothing. Another N for the same semaphore is refused naming both values.
+pub async fn permits_return_with_the_lease_where_declared<T: Target>(t: &T) {
+    let b = connect(&t.url()).await;
+    if !b.capabilities().semaphores {
+        return; // `sharing_where_declared` checks the refusal.
+    }
+    let (proxied, proxies) = t.via_proxies().await;
+    let cut = connect(&proxied).await;
+    let one = opts(t.short_ttl(), Duration::ZERO).permits(1);
+    let stale = within("permit", cut.acquire("permits", &one)).await.unwrap().acquired().unwrap();
+    let other_n = within("another N", b.acquire("permits", &opts(10 * SECS, Duration::ZERO).permits(2))).await;
+    assert!(
+        matches!(&other_n, Err(Error::InvalidArgument(m)) if m.contains("has 1 permits") && m.contains("asked for 2")),
+        "{other_n:?}"
+    );
+    let w = connect(&t.url()).await;
+    let waiter = tokio::spawn(async move {
+        let got = w.acquire("permits", &opts(30 * SECS, 25 * SECS).permits(1)).await.unwrap().acquired().unwrap();
+        (w, got)
+    });
+    tokio::time::sleep(300 * MS).await;
+    assert!(!waiter.is_finished(), "a second holder of one permit");
+    for p in &proxies {
+        p.set_mode(Mode::Hold);
+    }
+    let reason = within("lost() of a permit cut off", stale.lost()).await;
+    assert!(matches!(reason, LeaseLost::Expired | LeaseLost::NotFound), "{reason:?}");
+    let (_w, fresh) = within("the permit after the lease ended", waiter).await.unwrap();
+    if let (Some(old), Some(new)) = (stale.token(), fresh.token()) {
+        assert!(new > old, "token after a lost permit: {new} after {old}");
+    }
+    for p in &proxies {
+        p.set_mode(Mode::Pass);
+    }
+    assert!(!within("release by a non-holder", stale.release()).await.unwrap(), "a stale permit released");
+    assert!(!fresh.is_lost());
+    assert!(fresh.release().await.unwrap());
+}
+
+/// Invariant (weighted acquire, INV-16 across weights): with 2 of 3 permits
+/// held, a waiter for 2 is not granted, and a later try for the one free
+/// permit is busy (no barging by a smaller request); the first holder's
+/// release grants the waiter its 2 at once, with a larger token where
+/// fenced. For backends whose semaphores take weights (called by their
+/// modules, not by `conformance!`).
+pub async fn weighted_permits_are_whole_and_in_order<T: Target>(t: &T) {
+    let b = connect(&t.url()).await;
+    let sem = |weight, wait| opts(30 * SECS, wait).permits(3).weight(weight);
+    let first = within("two permits", b.acquire("weights", &sem(2, Duration::ZERO))).await.unwrap().acquired().unwrap();
+    let c = connect(&t.url()).await;
+    let waiter = tokio::spawn(async move {
+        let got = c.acquire("weights", &sem(2, 25 * SECS)).await.unwrap().acquired().unwrap();
+        (c, got)
+    });
+    tokio::time::sleep(300 * MS).await;
+    match within("a try for one", b.acquire("weights", &sem(1, Duration::ZERO))).await.unwrap() {
+        Acquire::Busy { .. } => {}
+        other => panic!("a try for one free permit barged past a waiter for two: {other:?}"),
+    }
+    assert!(!waiter.is_finished(), "four permits of three");
+    let old = first.token();
+    assert!(first.release().await.unwrap());
+    let (_c, second) = within("the waiter for two", waiter).await.unwrap();
+    if let (Some(old), Some(new)) = (old, second.token()) {
+        assert!(new > old, "token {new} after {old}");
+    }
+    assert!(second.release().await.unwrap());
+}
+
 /// Hold-at-least (issue 18), where declared: a lock released at once after
 /// its grant stays closed to a try (busy, with the time until it reopens, at
 /// most the hold) and is not held by anyone. A backend that does not declare
@@ -559,7 +683,8 @@ macro_rules! conformance {
             release_and_drop_free_the_lock, expiry_and_release_by_a_non_holder,
             lost_fires_when_the_connection_is_cut, fifo_where_declared, bad_input,
             names_are_opaque, with_lock_runs_and_releases, election_where_declared, sharing_where_declared,
-            proclaim_where_declared, hold_at_least_where_declared, once_per_where_declared);
+            proclaim_where_declared, hold_at_least_where_declared, once_per_where_declared,
+            shared_fifo_where_declared, permits_return_with_the_lease_where_declared);
     };
     ($target:ty: $($body:ident),* $(,)?) => {
         $(

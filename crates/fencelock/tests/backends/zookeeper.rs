@@ -2,8 +2,9 @@
 //! conformance target, and the tests of what only the ZooKeeper recipe does: the
 //! token is the holder node's czxid, a waiter watches only its predecessor, a
 //! withdrawn request leaves no node, tokens survive a crash of the server, a
-//! session's expiry loses every guard on it (and ends a campaign), and the
-//! leader is the first node with its data.
+//! session's expiry loses every guard on it (and ends a campaign), the
+//! leader is the first node with its data, readers are marked nodes, and
+//! weighted permits are one node each.
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -109,8 +110,54 @@ async fn declares_its_capabilities() {
             .with_lock_delay(false)
             .with_holder_identity(true)
             .with_election(true)
+            .with_shared(true)
+            .with_semaphores(true)
             .with_min_ttl(200 * MS)
     );
+}
+
+/// Curator's read-write lock: a reader's node carries `__READ__` in its name
+/// and its czxid is its token; `check` answers current for each reader that
+/// holds, and not for a released one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readers_are_marked_nodes_and_each_token_is_current() {
+    let t = Zk::start().await;
+    let b = suite::connect(&t.url()).await;
+    let raw = t.raw().await;
+    let shared = opts(10 * SECS, Duration::ZERO).shared();
+    let r1 = b.acquire("rw", &shared).await.unwrap().acquired().unwrap();
+    let r2 = b.acquire("rw", &shared).await.unwrap().acquired().unwrap();
+    let nodes = queue(&raw, "/fencelock", "rw").await;
+    assert_eq!(nodes.len(), 2, "{nodes:?}");
+    for (node, guard) in nodes.iter().zip([&r1, &r2]) {
+        assert!(node.contains("-__READ__-"), "{node}");
+        let czxid = raw.check_stat(node).await.unwrap().expect("the reader's node").czxid as u64;
+        assert_eq!(guard.token(), Some(czxid));
+        assert!(b.check("rw", czxid).await.unwrap().current, "reader {czxid} holds");
+    }
+    let got = r1.downgrade().await;
+    assert!(matches!(&got, Err(Error::Unsupported(m)) if m.contains("downgrade")), "{got:?}");
+    let t1 = r1.token().unwrap();
+    assert!(r1.release().await.unwrap());
+    assert!(!b.check("rw", t1).await.unwrap().current, "a released reader");
+    assert!(r2.release().await.unwrap());
+}
+
+/// Weighted permits are whole and in order (the suite's body), and a grant
+/// of two permits is one lease node (InterProcessSemaphoreV2 with the weight
+/// in the node's name).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn weighted_permits_are_one_node_taken_whole_and_in_order() {
+    let t = Zk::start().await;
+    suite::weighted_permits_are_whole_and_in_order(&t).await;
+    let b = suite::connect(&t.url()).await;
+    let two = b.acquire("weights", &opts(30 * SECS, Duration::ZERO).permits(3).weight(2)).await.unwrap();
+    let two = two.acquired().unwrap();
+    let raw = t.raw().await;
+    let leases = raw.list_children(&format!("/fencelock/{}/leases", encode_name("weights"))).await.unwrap();
+    assert_eq!(leases.len(), 1, "one node for two permits: {leases:?}");
+    assert!(leases[0].contains("-2-"), "the weight in the name: {leases:?}");
+    assert!(two.release().await.unwrap());
 }
 
 /// The token is the holder node's czxid, and the lease id its session (read back

@@ -423,6 +423,19 @@ impl Etcd {
         self.watch(create, end).await
     }
 
+    /// Starts watching every key under `prefix` for deletions, from now (as
+    /// [`Etcd::watch_deletion`] does for one key).
+    pub async fn watch_deletions_under(&self, prefix: &[u8], end: Instant) -> Result<Watcher, Error> {
+        let range = prefix_range(prefix);
+        let create = WatchCreateRequest {
+            key: range.key,
+            range_end: range.range_end,
+            filters: vec![FilterType::Noput as i32],
+            ..WatchCreateRequest::default()
+        };
+        self.watch(create, end).await
+    }
+
     /// Starts watching every key under `prefix`, from revision `start` on (the
     /// events of `start` included); returns once etcd confirmed the watcher,
     /// by `end`. A `start` that etcd compacted away shows as

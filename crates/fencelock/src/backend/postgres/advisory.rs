@@ -25,6 +25,14 @@
 //! SELECT 1;                                        -- after a wait: the lease counts from here
 //! ```
 //!
+//! A reader (`LockOptions::shared`) takes `pg_try_advisory_xact_lock_shared`
+//! or `pg_advisory_xact_lock_shared` instead. The lock manager grants a
+//! request only if it conflicts with neither the holders nor the requests
+//! already waiting, so a waiting writer blocks later readers (strict FIFO
+//! across modes), and a try of either mode is refused while a conflicting
+//! request waits. No downgrade (a transaction-scoped lock cannot be let go
+//! before its transaction ends), no semaphores.
+//!
 //! The transaction then stays open, idle: it holds the lock until it ends
 //! (`ROLLBACK` on release) or the connection does. It has no transaction id and
 //! holds no snapshot between statements (READ COMMITTED), so it does not hold
@@ -79,13 +87,15 @@ use super::{backend_error, bounded, open, spawn_detached, OpenFailed, STATEMENT_
 use crate::backend::Acquire;
 use crate::backend::{BoxFuture, Capabilities, Fencing, Guard, Held, KeptLease, Renew, Renewed};
 use crate::error::Error;
-use crate::types::LockOptions;
+use crate::types::{LockMode, LockOptions};
 
 /// What the advisory mode guarantees (see the module docs):
 /// * `fencing: None`, `durable_tokens: false`: no token at all;
 /// * `fifo: true`, `push_wakeup: true`: PostgreSQL's lock manager queues and
 ///   wakes waiters in order;
 /// * `server_ttl: false`: the lock lasts as long as its connection;
+/// * `shared: true`: readers take the shared advisory lock (strict FIFO
+///   across modes, by the lock manager); `semaphores: false`;
 /// * `survives_failover: false`, `lock_delay: false`, `min_ttl`: 100 ms (the
 ///   TTL only paces the `SELECT 1` keep-alives and the guard's deadline).
 pub const CAPABILITIES: Capabilities = Capabilities {
@@ -98,7 +108,7 @@ pub const CAPABILITIES: Capabilities = Capabilities {
     lock_delay: false,
     holder_identity: false,
     election: false,
-    shared: false,
+    shared: true,
     semaphores: false,
     hold_at_least: false,
     once_per: false,
@@ -134,10 +144,11 @@ impl AdvisoryMode {
         let deadline = Instant::now() + opts.wait;
         let waiting = !opts.wait.is_zero();
         let session = self.session(waiting.then_some(deadline)).await?;
+        let shared = opts.mode == LockMode::Shared;
         if waiting {
-            self.wait(session, name, opts.ttl, deadline).await
+            self.wait(session, name, shared, opts.ttl, deadline).await
         } else {
-            self.try_once(session, name, opts.ttl).await
+            self.try_once(session, name, shared, opts.ttl).await
         }
     }
 
@@ -163,9 +174,19 @@ impl AdvisoryMode {
         Ok(session)
     }
 
-    async fn try_once(&self, session: Session, name: &str, ttl: Duration) -> Result<Acquire<Guard>, Error> {
+    async fn try_once(
+        &self,
+        session: Session,
+        name: &str,
+        shared: bool,
+        ttl: Duration,
+    ) -> Result<Acquire<Guard>, Error> {
         let by = Instant::now() + STATEMENT_TIMEOUT;
-        let sql = "SELECT pg_try_advisory_xact_lock(hashtextextended($1, 0)), pg_backend_pid()";
+        let sql = if shared {
+            "SELECT pg_try_advisory_xact_lock_shared(hashtextextended($1, 0)), pg_backend_pid()"
+        } else {
+            "SELECT pg_try_advisory_xact_lock(hashtextextended($1, 0)), pg_backend_pid()"
+        };
         let sent = Instant::now();
         let row = bounded("try lock", by, session.client.query_typed_one(sql, &[(&name, Type::TEXT)])).await?;
         let (got, pid): (bool, i32) = (column(&row, 0)?, column(&row, 1)?);
@@ -191,11 +212,16 @@ impl AdvisoryMode {
         &self,
         session: Session,
         name: &str,
+        shared: bool,
         ttl: Duration,
         deadline: Instant,
     ) -> Result<Acquire<Guard>, Error> {
         let mut cancel = CancelOnDrop::new(&session, self.config.tls());
-        let sql = "SELECT pg_backend_pid(), pg_advisory_xact_lock(hashtextextended($1, 0))";
+        let sql = if shared {
+            "SELECT pg_backend_pid(), pg_advisory_xact_lock_shared(hashtextextended($1, 0))"
+        } else {
+            "SELECT pg_backend_pid(), pg_advisory_xact_lock(hashtextextended($1, 0))"
+        };
         let waited =
             tokio::time::timeout_at(deadline + WAIT_GRACE, session.client.query_typed_one(sql, &[(&name, Type::TEXT)]))
                 .await;

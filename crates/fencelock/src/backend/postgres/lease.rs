@@ -230,6 +230,7 @@ use tokio_postgres::{Client, Row};
 use super::tls::PgConfig as Config;
 
 mod election;
+mod shared;
 
 use super::listen::{Registration, Wakers};
 use super::{backend_error, bounded, open, spawn_detached, AbortOnDrop, OpenFailed, STATEMENT_TIMEOUT};
@@ -252,6 +253,9 @@ use crate::types::{CheckResult, LockOptions};
 /// * `election: true`: a campaign is an acquire that fails rather than queue
 ///   again; observers are woken by `NOTIFY` and read the leader (see module
 ///   `election`);
+/// * `shared: true`, `semaphores: true`: shared holders admitted from the
+///   same queue under the lock row's lock (see `lease/shared.rs`; weighted;
+///   no downgrade);
 /// * `lock_delay: false`; `min_ttl`: 100 ms (kept to the microsecond).
 pub const CAPABILITIES: Capabilities = Capabilities {
     fencing: Fencing::Global,
@@ -263,8 +267,8 @@ pub const CAPABILITIES: Capabilities = Capabilities {
     lock_delay: false,
     holder_identity: true,
     election: true,
-    shared: false,
-    semaphores: false,
+    shared: true,
+    semaphores: true,
     hold_at_least: false,
     once_per: false,
     min_ttl: Duration::from_millis(100),
@@ -329,6 +333,10 @@ impl LeaseMode {
             Withdraw { store: self.store.clone(), name: name.to_string(), owner: owner.clone(), armed: true };
         let sent = Instant::now();
         match self.store.attempt(name, &owner, opts, NOT_QUEUED).await {
+            Ok(Seen { mismatch: Some(kept), .. }) => {
+                withdraw.armed = false; // nothing was written
+                return Err(shared::mismatch(kept, opts.permits));
+            }
             Ok(Seen { granted: Some(token), .. }) => {
                 withdraw.armed = false;
                 return Ok(Acquire::Acquired(self.granted(name, owner, opts, token, sent, purpose).await));
@@ -379,7 +387,7 @@ impl LeaseMode {
                 return Ok(None);
             }
             let step = match id {
-                None => self.store.enqueue(name, owner, ttl_us).await.map(|queued| {
+                None => self.store.enqueue(name, owner, ttl_us, opts).await.map(|queued| {
                     registration.set_id(queued);
                     id = Some(queued);
                     None
@@ -428,6 +436,9 @@ impl LeaseMode {
     ) -> Result<Option<Step>, Failed> {
         let sent = Instant::now();
         let seen = self.store.attempt(name, owner, opts, id).await?;
+        if let Some(kept) = seen.mismatch {
+            return Err(shared::mismatch(kept, opts.permits).into());
+        }
         if let Some(token) = seen.granted {
             return Ok(Some(Step::Granted(token, sent)));
         }
@@ -463,6 +474,11 @@ impl LeaseMode {
         sent: Instant,
         purpose: Purpose,
     ) -> Guard {
+        if shared::kind_of(opts) != "x" {
+            // The next waiter may share too.
+            self.store.wake(name).await;
+            return shared::guard(self.store.clone(), name, owner, opts, token, sent);
+        }
         let announced = purpose == Purpose::Campaign;
         let grant = Arc::new(Grant {
             store: self.store.clone(),
@@ -484,19 +500,27 @@ impl LeaseMode {
     /// A campaign for `name` (already admitted): an acquire whose loss of its
     /// queue entry ends it, and whose grant is announced.
     pub async fn campaign(&self, name: &str, opts: &LockOptions) -> Result<Acquire<Guard>, Error> {
+        if shared::kind_of(opts) != "x" {
+            return Err(Error::InvalidArgument("a campaign is exclusive: no shared mode, no permits".into()));
+        }
         self.acquire_as(name, opts, Purpose::Campaign).await
     }
 
-    /// Is `token` the live grant of `name`, by the database's clock?
+    /// Is `token` a live grant of `name` (the exclusive holder's, or a
+    /// shared holder's), by the database's clock? `current_token` is `token`
+    /// if so, else the highest live grant's.
     pub async fn check(&self, name: &str, token: u64) -> Result<CheckResult, Error> {
         let by = Instant::now() + STATEMENT_TIMEOUT;
         let rows = self.store.db.query("check", &self.store.sql.check, &[(&name, Type::TEXT)], by).await?;
-        let Some(row) = rows.first() else {
-            return Ok(CheckResult { current: false, current_token: None });
-        };
-        let held: bool = column(row, 1)?;
-        let current_token = if held { Some(to_token(column(row, 0)?)?) } else { None };
-        Ok(CheckResult { current: current_token == Some(token), current_token })
+        let mut live = shared::live_tokens(&self.store, name).await?;
+        if let Some(row) = rows.first() {
+            if column::<bool>(row, 1)? {
+                live.push(to_token(column(row, 0)?)?);
+            }
+        }
+        let current = live.contains(&token);
+        let current_token = if current { Some(token) } else { live.into_iter().max() };
+        Ok(CheckResult { current, current_token })
     }
 }
 
@@ -525,6 +549,9 @@ struct Seen {
     waiters: u32,
     /// This request's queue entry is live (refreshed by the attempt).
     queued: bool,
+    /// The lock keeps another semaphore size (0: not a semaphore); nothing
+    /// was done.
+    mismatch: Option<u32>,
 }
 
 impl Seen {
@@ -543,17 +570,19 @@ impl Seen {
             ahead_left: left(4)?,
             waiters: waiters.map_or(0, |n| u32::try_from(n).unwrap_or(u32::MAX)),
             queued: column(row, 6)?,
+            mismatch: column::<Option<i32>>(row, 7)?.map(|n| u32::try_from(n).unwrap_or(0)),
         })
     }
 
     /// When what blocks this request may change by itself: the first waiter
-    /// ahead expiring, or (nobody ahead) the holder expiring; zero if nothing
-    /// blocked it (a race); `None` if nothing will change without a
-    /// notification.
+    /// ahead expiring, or (nobody ahead) the holder expiring (an exclusive
+    /// holder, or for shared holders the first or the last of them, as the
+    /// attempt reported); zero if nothing blocked it (a race); `None` if
+    /// nothing will change without a notification.
     fn next_change(&self) -> Option<Duration> {
         if self.ahead > 0 {
             self.ahead_left
-        } else if self.holder_token.is_some() {
+        } else if self.holder_token.is_some() || self.holder_left.is_some() {
             self.holder_left
         } else {
             Some(Duration::ZERO)
@@ -585,6 +614,9 @@ impl Store {
     /// One grant attempt (module docs); `id` is the request's queue id or
     /// [`NOT_QUEUED`].
     async fn attempt(&self, name: &str, owner: &str, opts: &LockOptions, id: i64) -> Result<Seen, Failed> {
+        if shared::kind_of(opts) != "x" {
+            return self.attempt_shared(name, owner, opts, id).await;
+        }
         let by = Instant::now() + STATEMENT_TIMEOUT;
         let (ttl_us, identity, value) = (micros(opts.ttl), opts.identity.as_deref(), opts.value.as_slice());
         let params: [(&(dyn ToSql + Sync), Type); 6] = [
@@ -599,11 +631,38 @@ impl Store {
         Ok(Seen::from_row(one(&rows, "grant")?)?)
     }
 
-    /// Enqueues the request (dropping any earlier entry of it): its queue id.
-    async fn enqueue(&self, name: &str, owner: &str, ttl_us: i64) -> Result<i64, Failed> {
+    /// One attempt of a shared request: `"<table>_share"` (see
+    /// `lease/shared.rs`), whose answer has the grant statement's columns.
+    async fn attempt_shared(&self, name: &str, owner: &str, opts: &LockOptions, id: i64) -> Result<Seen, Failed> {
         let by = Instant::now() + STATEMENT_TIMEOUT;
-        let params: [(&(dyn ToSql + Sync), Type); 3] =
-            [(&name, Type::TEXT), (&owner, Type::TEXT), (&ttl_us, Type::INT8)];
+        let (ttl_us, kind) = (micros(opts.ttl), shared::kind_of(opts));
+        let (weight, permits) = (weight_param(opts), permits_param(opts));
+        let params: [(&(dyn ToSql + Sync), Type); 7] = [
+            (&name, Type::TEXT),
+            (&owner, Type::TEXT),
+            (&ttl_us, Type::INT8),
+            (&id, Type::INT8),
+            (&kind, Type::TEXT),
+            (&weight, Type::INT4),
+            (&permits, Type::INT4),
+        ];
+        let rows = self.db.query("grant", &self.sql.shared.attempt, &params, by).await?;
+        Ok(Seen::from_row(one(&rows, "grant")?)?)
+    }
+
+    /// Enqueues the request (dropping any earlier entry of it) with its kind,
+    /// weight and permits: its queue id.
+    async fn enqueue(&self, name: &str, owner: &str, ttl_us: i64, opts: &LockOptions) -> Result<i64, Failed> {
+        let by = Instant::now() + STATEMENT_TIMEOUT;
+        let (kind, weight, permits) = (shared::kind_of(opts), weight_param(opts), permits_param(opts));
+        let params: [(&(dyn ToSql + Sync), Type); 6] = [
+            (&name, Type::TEXT),
+            (&owner, Type::TEXT),
+            (&ttl_us, Type::INT8),
+            (&kind, Type::TEXT),
+            (&weight, Type::INT4),
+            (&permits, Type::INT4),
+        ];
         let rows = self.db.query("enqueue", &self.sql.enqueue, &params, by).await?;
         Ok(column(one(&rows, "enqueue")?, 0)?)
     }
@@ -781,6 +840,7 @@ struct Sql {
     set_value: String,
     leader: String,
     announce: String,
+    shared: shared::SharedSql,
 }
 
 /// `x - clock_timestamp()` in whole microseconds (rounded up, at least 0).
@@ -793,6 +853,7 @@ impl Sql {
         let locks = format!("\"{table}\"");
         let waiters = format!("\"{table}_waiters\"");
         let holders = format!("\"{table}_holders\"");
+        let shared = format!("\"{table}_shared\"");
         let seq = format!("'\"{table}_token_seq\"'");
         let expiry = "clock_timestamp() + $3 * interval '1 microsecond'";
         let attempt = format!(
@@ -800,7 +861,7 @@ impl Sql {
                 SELECT count(*) AS n, min(expires_at) AS first_expiry FROM {waiters} \
                 WHERE name = $1 AND id < $4 AND expires_at > clock_timestamp()\
             ), cur AS (\
-                SELECT token, owner IS NOT NULL AND expires_at > clock_timestamp() AS held, expires_at \
+                SELECT token, owner IS NOT NULL AND expires_at > clock_timestamp() AS held, expires_at, shared_until \
                 FROM {locks} WHERE name = $1\
             ), created AS (\
                 INSERT INTO {locks} (name, token, owner, expires_at) \
@@ -810,6 +871,7 @@ impl Sql {
             ), taken AS (\
                 UPDATE {locks} SET token = nextval({seq}), owner = $2, expires_at = {expiry} \
                 WHERE name = $1 AND ((owner IS NULL OR expires_at <= clock_timestamp()) AND (SELECT n FROM ahead) = 0 \
+                    AND (shared_until IS NULL OR shared_until <= clock_timestamp()) \
                     OR owner = $2 AND expires_at > clock_timestamp()) \
                 RETURNING token\
             ), granted AS (\
@@ -827,23 +889,27 @@ impl Sql {
             ) \
             SELECT (SELECT token FROM granted), \
                 (SELECT token FROM cur WHERE held), \
-                (SELECT {holder_left} FROM cur WHERE held), \
+                (SELECT CASE WHEN held THEN {holder_left} \
+                    WHEN shared_until > clock_timestamp() THEN {shared_left} END FROM cur), \
                 (SELECT n FROM ahead), \
                 (SELECT CASE WHEN n > 0 THEN {ahead_left} END FROM ahead), \
                 (SELECT count(*) FROM {waiters} WHERE name = $1 AND expires_at > clock_timestamp()), \
-                EXISTS (SELECT 1 FROM refreshed)",
+                EXISTS (SELECT 1 FROM refreshed), NULL::int",
             holder_left = left_us("expires_at"),
+            shared_left = left_us("shared_until"),
             ahead_left = left_us("first_expiry"),
             upsert = upsert(&holders),
         );
         let enqueue = format!(
             "WITH earlier AS (DELETE FROM {waiters} WHERE name = $1 AND owner = $2) \
-             INSERT INTO {waiters} (name, owner, expires_at) VALUES ($1, $2, {expiry}) RETURNING id"
+             INSERT INTO {waiters} (name, owner, expires_at, kind, weight, permits) \
+             VALUES ($1, $2, {expiry}, $4, $5, $6) RETURNING id"
         );
         let withdraw = format!(
             "WITH gone AS (DELETE FROM {waiters} WHERE name = $1 AND owner = $2 RETURNING id), \
-             freed AS (UPDATE {locks} SET owner = NULL, expires_at = NULL WHERE name = $1 AND owner = $2 RETURNING 1) \
-             SELECT EXISTS (SELECT 1 FROM freed) OR EXISTS (SELECT 1 FROM gone WHERE NOT EXISTS (\
+             freed AS (UPDATE {locks} SET owner = NULL, expires_at = NULL WHERE name = $1 AND owner = $2 RETURNING 1), \
+             unshared AS (DELETE FROM {shared} WHERE name = $1 AND owner = $2 RETURNING 1) \
+             SELECT EXISTS (SELECT 1 FROM freed) OR EXISTS (SELECT 1 FROM unshared) OR EXISTS (SELECT 1 FROM gone WHERE NOT EXISTS (\
                  SELECT 1 FROM {waiters} w WHERE w.name = $1 AND w.id < gone.id AND w.expires_at > clock_timestamp()))"
         );
         let wake = format!(
@@ -882,7 +948,8 @@ impl Sql {
             left = left_us("l.expires_at"),
         );
         let announce = "SELECT set_config('synchronous_commit', 'off', true), pg_notify($2, '0:' || $1)".to_string();
-        Sql { attempt, enqueue, withdraw, wake, renew, release, check, set_value, leader, announce }
+        let shared = shared::SharedSql::new(table);
+        Sql { attempt, enqueue, withdraw, wake, renew, release, check, set_value, leader, announce, shared }
     }
 }
 
@@ -908,18 +975,22 @@ fn schema_sql(table: &str) -> String {
          CREATE INDEX IF NOT EXISTS \"{table}_waiters_name\" ON \"{table}_waiters\" (name, id); \
          CREATE TABLE IF NOT EXISTS \"{table}_holders\" (\
              name text PRIMARY KEY, token bigint NOT NULL, identity text, value bytea NOT NULL); \
-         COMMIT"
+         {shared} \
+         COMMIT",
+        shared = shared::schema_sql(table),
     )
 }
 
 /// Creates the schema unless all of it exists already.
 async fn ensure_schema(db: &Db, table: &str) -> Result<(), Error> {
     let by = Instant::now() + STATEMENT_TIMEOUT;
-    let names = ["", "_token_seq", "_waiters", "_holders"].map(|suffix| format!("\"{table}{suffix}\""));
-    let [a, b, c, d] = &names;
+    let names = ["", "_token_seq", "_waiters", "_holders", "_shared"].map(|suffix| format!("\"{table}{suffix}\""));
+    let [a, b, c, d, e] = &names;
+    // The shared table comes with the functions, in the same transaction.
     let sql = "SELECT to_regclass($1) IS NOT NULL AND to_regclass($2) IS NOT NULL AND to_regclass($3) IS NOT NULL \
-               AND to_regclass($4) IS NOT NULL";
-    let params: [(&(dyn ToSql + Sync), Type); 4] = [(a, Type::TEXT), (b, Type::TEXT), (c, Type::TEXT), (d, Type::TEXT)];
+               AND to_regclass($4) IS NOT NULL AND to_regclass($5) IS NOT NULL";
+    let params: [(&(dyn ToSql + Sync), Type); 5] =
+        [(a, Type::TEXT), (b, Type::TEXT), (c, Type::TEXT), (d, Type::TEXT), (e, Type::TEXT)];
     let rows = db.query("schema check", sql, &params, by).await?;
     if column::<bool>(one(&rows, "schema check")?, 0)? {
         return Ok(());
@@ -1073,6 +1144,16 @@ fn micros(d: Duration) -> i64 {
     i64::try_from(us).unwrap_or(i64::MAX)
 }
 
+/// A request's weight as a statement parameter (1 outside a semaphore).
+fn weight_param(opts: &LockOptions) -> i32 {
+    i32::try_from(opts.weight.max(1)).unwrap_or(i32::MAX)
+}
+
+/// A request's semaphore size as a statement parameter (0: none).
+fn permits_param(opts: &LockOptions) -> i32 {
+    i32::try_from(opts.permits).unwrap_or(i32::MAX)
+}
+
 /// The only row of an answer that always has one.
 fn one<'r>(rows: &'r [Row], what: &str) -> Result<&'r Row, Error> {
     rows.first().ok_or_else(|| Error::backend("postgres", format!("{what}: no row in the answer")))
@@ -1102,6 +1183,7 @@ mod tests {
             ahead_left: None,
             waiters: 0,
             queued: true,
+            mismatch: None,
         }
     }
 
@@ -1113,6 +1195,8 @@ mod tests {
         let behind = Seen { ahead: 2, ahead_left: Some(ms(900)), ..held.clone() };
         assert_eq!(behind.next_change(), Some(ms(900)), "waiters ahead: the first of their expiries");
         assert_eq!(seen().next_change(), Some(Duration::ZERO), "free and not granted: a race, look again");
+        let shared = Seen { holder_left: Some(ms(700)), ..seen() };
+        assert_eq!(shared.next_change(), Some(ms(700)), "shared holders: when they may have expired");
     }
 
     #[test]
@@ -1150,5 +1234,7 @@ mod tests {
             assert!(!stmt.contains("fencelock_locks"), "{stmt}");
         }
         assert!(sql.attempt.contains("nextval('\"t_1_token_seq\"')"));
+        assert!(sql.shared.attempt.contains("\"t_1_share\"(") && sql.shared.tokens.contains("\"t_1_shared\""));
+        assert!(shared::schema_sql("t_1").contains("nextval('\"t_1_token_seq\"')"));
     }
 }

@@ -1,0 +1,298 @@
+//! Read-write locks and semaphores on the lease table: shared holders in
+//! their own table, admitted from the lock's FIFO queue under the lock row's
+//! lock.
+//!
+//! Where it sits: under [`super::LeaseMode`]. The waiting loop, the queue and
+//! the wake-ups are the exclusive lock's (`lease.rs`); this module has the
+//! schema additions, the three PL/pgSQL functions that admit, renew and
+//! release a shared grant, and its guard.
+//!
+//! # Schema additions
+//! ```sql
+//! ALTER TABLE "<table>" ADD COLUMN IF NOT EXISTS shared_until timestamptz;  -- latest live shared expiry
+//! ALTER TABLE "<table>_waiters" ADD COLUMN IF NOT EXISTS kind text NOT NULL DEFAULT 'x',  -- x, r, s
+//!     ADD COLUMN IF NOT EXISTS weight int NOT NULL DEFAULT 1,
+//!     ADD COLUMN IF NOT EXISTS permits int NOT NULL DEFAULT 0;
+//! CREATE TABLE IF NOT EXISTS "<table>_shared" (     -- the shared holders
+//!     name text NOT NULL, owner text NOT NULL, token bigint NOT NULL,
+//!     weight int NOT NULL, permits int NOT NULL,     -- permits 0: a reader
+//!     expires_at timestamptz NOT NULL, PRIMARY KEY (name, owner));
+//! ```
+//! The holders table keeps what an exclusive grant published (one row per
+//! lock, its primary key the name, which the election's queries and upserts
+//! rely on), so the shared holders, many per lock, have a table of their own.
+//!
+//! # Admission: `"<table>_share"(name, owner, ttl µs, queue id, kind, weight, permits)`
+//! One statement, a PL/pgSQL function, so one transaction in which every
+//! statement after the first sees what committed before it: it creates the
+//! lock row if missing and locks it (`SELECT … FOR UPDATE`), drops expired
+//! shared holders, and then
+//! * answers the same grant again to a request that holds one already (a
+//!   retried attempt whose answer was lost);
+//! * refuses another N: the N of a live shared holder, else of a live
+//!   semaphore waiter (a reader's N is 0), so a reader of a semaphore's name
+//!   is refused too; the answer names both;
+//! * admits a reader when no exclusive holder is live and no live waiter of
+//!   another kind is ahead of it, k permits when no exclusive holder is live,
+//!   no live waiter at all is ahead, and the weights held plus k are at most
+//!   N (FIFO across modes and weights; a try is "behind" every live waiter);
+//! * grants with a token drawn from the table's sequence after the row lock
+//!   (so tokens increase in grant order, as for the exclusive lock), a row of
+//!   `"<table>_shared"`, and `shared_until` raised to the grant's expiry.
+//!
+//! The exclusive grant statement admits only when `shared_until` has passed,
+//! a column of the lock row, which PostgreSQL re-reads after waiting for the
+//! row's lock (EvalPlanQual): a shared grant and an exclusive one cannot both
+//! pass. Renewal (`"<table>_reshare"`) and release (`"<table>_unshare"`) also
+//! lock the row first; release lowers `shared_until` to the latest live
+//! shared expiry.
+//!
+//! # Not guaranteed
+//! * No downgrade ([`crate::Guard::downgrade`] fails with
+//!   [`Error::Unsupported`]); a shared grant publishes no identity or value.
+//! * An exclusive acquire of a semaphore's name is not refused: it waits for
+//!   the semaphore's holders like a writer for readers.
+//! * A shared grant withdrawn after its answer was lost leaves `shared_until`
+//!   where it was: a writer then waits until that time at most.
+//! * Creating the functions needs `CREATE` on the schema, once (as the tables
+//!   did).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tokio_postgres::types::{ToSql, Type};
+
+use super::{column, one, to_token, Store, STATEMENT_TIMEOUT};
+use crate::backend::{BoxFuture, Guard, Held, KeptLease, Renew, Renewed};
+use crate::error::Error;
+use crate::types::{LockMode, LockOptions};
+
+/// The kind of a request, as the waiters table keeps it: `x` exclusive, `r`
+/// a reader, `s` permits of a semaphore.
+pub(super) fn kind_of(opts: &LockOptions) -> &'static str {
+    if opts.permits > 0 {
+        "s"
+    } else if opts.mode == LockMode::Shared {
+        "r"
+    } else {
+        "x"
+    }
+}
+
+/// The refusal of a request for `asked` permits (0: not a semaphore) of a
+/// lock that keeps `kept`.
+pub(super) fn mismatch(kept: u32, asked: u32) -> Error {
+    Error::InvalidArgument(format!(
+        "permits mismatch: the lock has {kept} permits, the acquire asked for {asked} (0 = not a semaphore)"
+    ))
+}
+
+/// The schema additions and functions of the module docs, for `table`
+/// (inside the schema's transaction).
+pub(super) fn schema_sql(table: &str) -> String {
+    let (locks, waiters, shared) =
+        (format!("\"{table}\""), format!("\"{table}_waiters\""), format!("\"{table}_shared\""));
+    let seq = format!("'\"{table}_token_seq\"'");
+    format!(
+        "ALTER TABLE {locks} ADD COLUMN IF NOT EXISTS shared_until timestamptz; \
+         ALTER TABLE {waiters} ADD COLUMN IF NOT EXISTS kind text NOT NULL DEFAULT 'x', \
+             ADD COLUMN IF NOT EXISTS weight int NOT NULL DEFAULT 1, \
+             ADD COLUMN IF NOT EXISTS permits int NOT NULL DEFAULT 0; \
+         CREATE TABLE IF NOT EXISTS {shared} (\
+             name text NOT NULL, owner text NOT NULL, token bigint NOT NULL, weight int NOT NULL, \
+             permits int NOT NULL, expires_at timestamptz NOT NULL, PRIMARY KEY (name, owner)); \
+         CREATE OR REPLACE FUNCTION \"{table}_share\"(p_name text, p_owner text, p_ttl bigint, p_id bigint, \
+             p_kind text, p_weight int, p_permits int) \
+         RETURNS TABLE (granted bigint, holder_token bigint, holder_left bigint, ahead bigint, ahead_left bigint, \
+             waiters bigint, queued boolean, kept int) LANGUAGE plpgsql AS $f$ \
+         DECLARE r record; t timestamptz; v_until timestamptz; v_token bigint; v_kept int; \
+             v_first timestamptz; v_soonest timestamptz; v_used bigint; \
+         BEGIN \
+           INSERT INTO {locks} (name) VALUES (p_name) ON CONFLICT (name) DO NOTHING; \
+           SELECT l.token AS token, (l.owner IS NOT NULL AND l.expires_at > clock_timestamp()) AS held, \
+               l.expires_at AS expires_at INTO r FROM {locks} l WHERE l.name = p_name FOR UPDATE; \
+           t := clock_timestamp(); \
+           v_until := t + p_ttl * interval '1 microsecond'; \
+           DELETE FROM {shared} s WHERE s.name = p_name AND s.expires_at <= t; \
+           waiters := (SELECT count(*) FROM {waiters} w WHERE w.name = p_name AND w.expires_at > t); \
+           ahead := 0; queued := false; \
+           SELECT s.token INTO v_token FROM {shared} s WHERE s.name = p_name AND s.owner = p_owner; \
+           IF v_token IS NULL THEN \
+             SELECT s.permits INTO v_kept FROM {shared} s WHERE s.name = p_name LIMIT 1; \
+             IF v_kept IS NULL THEN \
+               SELECT w.permits INTO v_kept FROM {waiters} w WHERE w.name = p_name AND w.kind = 's' \
+                   AND w.id <> p_id AND w.expires_at > t LIMIT 1; \
+             END IF; \
+             IF v_kept IS NOT NULL AND v_kept <> p_permits THEN \
+               kept := v_kept; RETURN NEXT; RETURN; \
+             END IF; \
+             SELECT count(*), min(w.expires_at) INTO ahead, v_first FROM {waiters} w \
+                 WHERE w.name = p_name AND w.id < p_id AND w.expires_at > t AND (p_kind = 's' OR w.kind <> 'r'); \
+             SELECT coalesce(sum(s.weight), 0), min(s.expires_at) INTO v_used, v_soonest FROM {shared} s \
+                 WHERE s.name = p_name; \
+             IF r.held THEN \
+               holder_token := r.token; \
+               holder_left := greatest(0, ceil(extract(epoch FROM r.expires_at - t) * 1000000))::bigint; \
+             ELSIF ahead > 0 THEN \
+               ahead_left := greatest(0, ceil(extract(epoch FROM v_first - t) * 1000000))::bigint; \
+             ELSIF p_kind = 's' AND v_used + p_weight > p_permits THEN \
+               holder_left := greatest(0, ceil(extract(epoch FROM v_soonest - t) * 1000000))::bigint; \
+             ELSE \
+               v_token := nextval({seq}); \
+               INSERT INTO {shared} (name, owner, token, weight, permits, expires_at) \
+                   VALUES (p_name, p_owner, v_token, p_weight, p_permits, v_until); \
+             END IF; \
+           ELSE \
+             UPDATE {shared} s SET expires_at = v_until WHERE s.name = p_name AND s.owner = p_owner; \
+           END IF; \
+           IF v_token IS NOT NULL THEN \
+             UPDATE {locks} l SET shared_until = greatest(l.shared_until, v_until) WHERE l.name = p_name; \
+             DELETE FROM {waiters} w WHERE w.id = p_id; \
+             granted := v_token; ahead := 0; \
+           ELSE \
+             UPDATE {waiters} w SET expires_at = v_until WHERE w.id = p_id AND w.expires_at > t; \
+             queued := FOUND; \
+           END IF; \
+           RETURN NEXT; \
+         END $f$; \
+         CREATE OR REPLACE FUNCTION \"{table}_reshare\"(p_name text, p_owner text, p_ttl bigint) \
+         RETURNS boolean LANGUAGE plpgsql AS $f$ \
+         DECLARE t timestamptz; v_until timestamptz; \
+         BEGIN \
+           PERFORM 1 FROM {locks} l WHERE l.name = p_name FOR UPDATE; \
+           t := clock_timestamp(); \
+           v_until := t + p_ttl * interval '1 microsecond'; \
+           UPDATE {shared} s SET expires_at = v_until \
+               WHERE s.name = p_name AND s.owner = p_owner AND s.expires_at > t; \
+           IF NOT FOUND THEN RETURN false; END IF; \
+           UPDATE {locks} l SET shared_until = greatest(l.shared_until, v_until) WHERE l.name = p_name; \
+           RETURN true; \
+         END $f$; \
+         CREATE OR REPLACE FUNCTION \"{table}_unshare\"(p_name text, p_owner text) \
+         RETURNS boolean LANGUAGE plpgsql AS $f$ \
+         DECLARE t timestamptz; v_live boolean; \
+         BEGIN \
+           PERFORM 1 FROM {locks} l WHERE l.name = p_name FOR UPDATE; \
+           t := clock_timestamp(); \
+           DELETE FROM {shared} s WHERE s.name = p_name AND s.owner = p_owner RETURNING s.expires_at > t INTO v_live; \
+           DELETE FROM {shared} s WHERE s.name = p_name AND s.expires_at <= t; \
+           UPDATE {locks} l SET shared_until = (SELECT max(s.expires_at) FROM {shared} s WHERE s.name = p_name) \
+               WHERE l.name = p_name; \
+           RETURN coalesce(v_live, false); \
+         END $f$;"
+    )
+}
+
+/// The statements of the shared grants, with the table name spliced in.
+pub(super) struct SharedSql {
+    pub(super) attempt: String,
+    renew: String,
+    release: String,
+    /// The tokens of the live shared holders of `$1`.
+    pub(super) tokens: String,
+}
+
+impl SharedSql {
+    pub(super) fn new(table: &str) -> SharedSql {
+        SharedSql {
+            attempt: format!("SELECT * FROM \"{table}_share\"($1, $2, $3, $4, $5, $6, $7)"),
+            renew: format!("SELECT \"{table}_reshare\"($1, $2, $3)"),
+            release: format!("SELECT \"{table}_unshare\"($1, $2)"),
+            tokens: format!("SELECT token FROM \"{table}_shared\" WHERE name = $1 AND expires_at > clock_timestamp()"),
+        }
+    }
+}
+
+/// The guard of a shared grant of `opts` to `owner`, confirmed by a statement
+/// sent at `sent`.
+pub(super) fn guard(
+    store: Arc<Store>,
+    name: &str,
+    owner: String,
+    opts: &LockOptions,
+    token: u64,
+    sent: Instant,
+) -> Guard {
+    let grant = Arc::new(SharedGrant { store, name: name.to_string(), owner, ttl: opts.ttl });
+    let kept = KeptLease::start(token, opts.ttl, sent, grant.clone());
+    let watch = kept.watch();
+    Guard::new(name.to_string(), Some(token), "postgres", watch, Box::new(SharedHeld { kept, grant }))
+}
+
+/// One shared grant: its lock and owner (unique per request).
+struct SharedGrant {
+    store: Arc<Store>,
+    name: String,
+    owner: String,
+    ttl: Duration,
+}
+
+impl SharedGrant {
+    /// `"<table>_unshare"`; then wakes the next waiter if it released.
+    async fn release(&self) -> Result<bool, Error> {
+        let by = Instant::now() + STATEMENT_TIMEOUT;
+        let params: [(&(dyn ToSql + Sync), Type); 2] = [(&self.name, Type::TEXT), (&self.owner, Type::TEXT)];
+        let rows = self.store.db.query("release", &self.store.sql.shared.release, &params, by).await?;
+        let released: bool = column(one(&rows, "release")?, 0)?;
+        if released {
+            self.store.wake(&self.name).await;
+        }
+        Ok(released)
+    }
+}
+
+impl Renew for SharedGrant {
+    fn renew(&self, round_end: Instant) -> BoxFuture<'_, Result<Renewed, Error>> {
+        Box::pin(async move {
+            let ttl_us = super::micros(self.ttl);
+            let params: [(&(dyn ToSql + Sync), Type); 3] =
+                [(&self.name, Type::TEXT), (&self.owner, Type::TEXT), (&ttl_us, Type::INT8)];
+            let rows = self.store.db.query("renew", &self.store.sql.shared.renew, &params, round_end).await?;
+            let held: bool = column(one(&rows, "renew")?, 0)?;
+            Ok(if held { Renewed::Confirmed(Some(self.ttl)) } else { Renewed::Gone })
+        })
+    }
+}
+
+/// The `Held` part of a shared guard.
+struct SharedHeld {
+    kept: KeptLease,
+    grant: Arc<SharedGrant>,
+}
+
+impl Held for SharedHeld {
+    fn release(self: Box<Self>) -> BoxFuture<'static, Result<bool, Error>> {
+        Box::pin(async move {
+            let released = self.grant.release().await;
+            drop(self.kept); // renews until the release is answered
+            released
+        })
+    }
+
+    fn release_in_background(self: Box<Self>) {
+        let name = self.grant.name.clone();
+        super::spawn_detached(async move {
+            if let Err(e) = self.release().await {
+                tracing::debug!(lock = %name, error = %e, "fencelock: postgres: background release failed");
+            }
+        });
+    }
+
+    fn set_value(&self, _value: Vec<u8>) -> Option<BoxFuture<'_, Result<bool, Error>>> {
+        Some(Box::pin(async {
+            Err(Error::Unsupported("postgres keeps no value for a shared grant (a reader's or a permit)".into()))
+        }))
+    }
+
+    fn downgrade(&self) -> Option<BoxFuture<'_, Result<bool, Error>>> {
+        Some(Box::pin(async { Ok(false) }))
+    }
+}
+
+/// The live shared tokens of `name`.
+pub(super) async fn live_tokens(store: &Store, name: &str) -> Result<Vec<u64>, Error> {
+    let by = Instant::now() + STATEMENT_TIMEOUT;
+    let rows = store.db.query("check", &store.sql.shared.tokens, &[(&name, Type::TEXT)], by).await?;
+    rows.iter().map(|row| to_token(column(row, 0)?)).collect()
+}
