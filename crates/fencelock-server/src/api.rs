@@ -157,6 +157,7 @@ impl Ops {
             permits: r.permits,
             hold_at_least_ms: r.hold_at_least_ms,
             once_per: r.once_per,
+            also: Vec::new(),
         };
         let outcome = match self.driver.acquire(acq, who.caller()).await.map_err(driver_status)? {
             AcquireOutcome::Acquired { grant, waited_ms } => Outcome::Acquired(acquired(grant, waited_ms)),

@@ -243,6 +243,7 @@ mod tests {
                 permits: 0,
                 hold_at_least_ms: 0,
                 once_per: String::new(),
+                also: Vec::new(),
             };
             cmds.push(by(name, Command::Acquire(acq)));
         }

@@ -93,8 +93,11 @@ impl Engine {
                 }
             }
             for w in &lock.queue {
+                // A multi-acquire is recorded under its first lock, and waits in
+                // the queue of each of its locks (INV-18).
                 let recorded = self.leases.get(&w.lease).and_then(|l| l.waits.get(&w.req));
-                if recorded != Some(name) {
+                let in_group = w.all.is_empty() || w.all.contains(name);
+                if recorded != Some(w.first(name)) || !in_group {
                     return Err(format!(
                         "lock {name:?} queues lease {} (request {}), but the lease does not wait for it",
                         w.lease, w.req.0

@@ -44,8 +44,11 @@ impl Engine {
             Ok(name) => name,
             Err(e) => return Reply::Rejected(e),
         };
-        if let Some(reply) = self.acquire_retry(a.lease, a.req) {
+        if let Some(reply) = self.acquire_retry(a) {
             return reply;
+        }
+        if a.is_multi() {
+            return self.acquire_all(a, fx);
         }
         let kind = match self.check_permits(&name, a.permits) {
             Ok(kind) => kind,
@@ -65,7 +68,7 @@ impl Engine {
             self.record(a.lease, a.req, Outcome::Replied(reply.clone()));
             return reply;
         }
-        self.enqueue(name, share, a)
+        self.enqueue(&[name], share, a)
     }
 
     /// [`Reply::SlotDone`] when `a` runs once per a slot that is done.
@@ -78,7 +81,7 @@ impl Engine {
 
     /// The kind of `name` (the one `permits` makes when it has no entry), if
     /// `permits` names it.
-    fn check_permits(&self, name: &LockName, permits: u32) -> Result<LockKind, EngineError> {
+    pub(super) fn check_permits(&self, name: &LockName, permits: u32) -> Result<LockKind, EngineError> {
         let kind = self.locks.get(name).map_or(LockKind::of_permits(permits), |l| l.kind);
         match kind.permits() == permits {
             true => Ok(kind),
@@ -95,12 +98,18 @@ impl Engine {
         Ok(name)
     }
 
-    /// The answer to a retried acquire: still queued, granted, or remembered.
-    fn acquire_retry(&self, lease: LeaseId, req: RequestId) -> Option<Reply> {
+    /// The answer to a retried acquire: still queued, granted, or remembered
+    /// (a multi-acquire: remembered first, as its grants may since have ended
+    /// one by one, then what it still holds).
+    fn acquire_retry(&self, a: &Acquire) -> Option<Reply> {
+        let (lease, req) = (a.lease, a.req);
         let l = self.leases.get(&lease)?;
         if let Some(name) = l.waits.get(&req) {
             let position = self.locks.get(name).and_then(|lock| lock.waiter(lease, req));
             return Some(Reply::Queued { position: count(position.unwrap_or(0)) });
+        }
+        if a.is_multi() {
+            return self.recorded_reply(lease, req).or_else(|| self.held_all(lease, req));
         }
         for name in l.holds.values() {
             let holder = self.locks.get(name).and_then(|lock| lock.holder_for_req(lease, req));
@@ -112,7 +121,7 @@ impl Engine {
     }
 
     /// Nobody queued, and `share` fits beside the holders of the open lock.
-    fn can_grant_now(&self, name: &LockName, share: Share) -> bool {
+    pub(super) fn can_grant_now(&self, name: &LockName, share: Share) -> bool {
         self.locks.get(name).is_none_or(|l| l.queue.is_empty() && l.admits(share.mode, share.weight))
     }
 
@@ -125,17 +134,25 @@ impl Engine {
         reply
     }
 
-    fn enqueue(&mut self, name: LockName, share: Share, a: &Acquire) -> Reply {
+    /// Queue `a` on every lock of `names` (one for a single acquire), in this
+    /// one step: its place in each queue is the step it arrived in. One wait
+    /// timer; its lease's `waits` names the first lock.
+    pub(super) fn enqueue(&mut self, names: &[LockName], share: Share, a: &Acquire) -> Reply {
         let deadline = self.now.saturating_add(a.wait_ms);
         let (lease, req, lock_delay_ms, tag) = (a.lease, a.req, a.lock_delay_ms, Tag::of(a));
         let (mode, weight, hold_at_least_ms) = (share.mode, share.weight, a.hold_at_least_ms);
-        let queued_at = self.now;
-        let waiter = Waiter { lease, req, queued_at, deadline, lock_delay_ms, tag, mode, weight, hold_at_least_ms };
-        let lock = self.locks.entry(name.clone()).or_default();
-        let position = count(lock.queue.len());
-        lock.queue.push_back(waiter);
-        if let Some(l) = self.leases.get_mut(&a.lease) {
-            l.waits.insert(a.req, name);
+        let (queued_at, all) = (self.now, if names.len() > 1 { names.to_vec() } else { Vec::new() });
+        let waiter =
+            Waiter { lease, req, queued_at, deadline, lock_delay_ms, tag, mode, weight, hold_at_least_ms, all };
+        let mut position = None;
+        for name in names {
+            let lock = self.locks.entry(name.clone()).or_default();
+            position.get_or_insert(count(lock.queue.len()));
+            lock.queue.push_back(waiter.clone());
+        }
+        let position = position.unwrap_or(0);
+        if let (Some(l), Some(first)) = (self.leases.get_mut(&a.lease), names.first()) {
+            l.waits.insert(a.req, first.clone());
         }
         self.timers.insert(deadline, TimerKind::WaitEnd(a.lease, a.req));
         Reply::Queued { position }
@@ -144,7 +161,7 @@ impl Engine {
     /// Issue the next token (INV-2) and make `lease` a holder of `name` (an
     /// entry that exists), with the identity, value, closing and share of its
     /// acquire.
-    fn install_holder(
+    pub(super) fn install_holder(
         &mut self,
         name: &LockName,
         lease: LeaseId,
@@ -261,20 +278,22 @@ impl Engine {
         Reply::Cancelled { released }
     }
 
-    /// Withdraw the acquire `(lease, req)` of `name`: take it out of the queue, or
-    /// release its grant if that is still held. Returns whether a grant ended.
+    /// Withdraw the acquire `(lease, req)` of `name`: take it out of the queue
+    /// (of every lock, for a multi-acquire), or release every grant of the
+    /// request that is still held (all of a multi-acquire's, even when the
+    /// one `name` names has ended already). Returns whether a grant ended.
     fn withdraw(&mut self, name: &LockName, lease: LeaseId, req: RequestId, fx: &mut Effects) -> bool {
-        let waits = self.leases.get(&lease).map(|l| &l.waits);
-        if waits.and_then(|w| w.get(&req)) == Some(name) {
-            self.end_wait(name, lease, req, WaitEnd::Cancelled, fx);
+        let first = self.leases.get(&lease).and_then(|l| l.waits.get(&req)).cloned();
+        let queued_here = self.locks.get(name).is_some_and(|l| l.waiter(lease, req).is_some());
+        if let Some(first) = first.filter(|f| f == name || queued_here) {
+            self.end_wait(&first, lease, req, WaitEnd::Cancelled, fx);
             return false;
         }
-        let held = self.locks.get(name).and_then(|l| l.holder_for_req(lease, req));
-        let Some(token) = held.map(|h| h.token) else {
-            return false;
-        };
-        self.end_grant(name, lease, token, ReleaseCause::Cancelled, fx);
-        true
+        let held = self.grants_of_req(lease, req);
+        for (lock, token) in &held {
+            self.end_grant(lock, lease, *token, ReleaseCause::Cancelled, fx);
+        }
+        !held.is_empty()
     }
 
     /// End the grant `(name, lease, token)` if it exists, then close the lock
@@ -311,22 +330,33 @@ impl Engine {
         self.drop_if_unused(name);
     }
 
-    /// Remove the queued acquire `(lease, req)` from `name`'s queue.
+    /// Remove the queued acquire `(lease, req)` from `name`'s queue, and from
+    /// the queues of the other locks of a multi-acquire (one `WaitEnded` per
+    /// lock).
     pub(super) fn end_wait(&mut self, name: &LockName, lease: LeaseId, req: RequestId, why: WaitEnd, fx: &mut Effects) {
         if let Some(l) = self.leases.get_mut(&lease) {
             l.waits.remove(&req);
         }
-        let Some(lock) = self.locks.get_mut(name) else {
-            return;
-        };
-        let Some(w) = lock.waiter(lease, req).and_then(|i| lock.queue.remove(i)) else {
+        let Some(w) = self.take_waiter(name, lease, req) else {
             return;
         };
         self.timers.remove(w.deadline, TimerKind::WaitEnd(lease, req));
-        fx.push(Effect::WaitEnded { lock: name.clone(), lease, req, why });
+        let names = w.locks(name);
+        for other in names.iter().filter(|n| *n != name) {
+            self.take_waiter(other, lease, req);
+        }
+        for n in &names {
+            fx.push(Effect::WaitEnded { lock: n.clone(), lease, req, why });
+        }
         // It may have held back the waiters behind it (INV-16).
-        self.grant_next(name, fx);
-        self.drop_if_unused(name);
+        self.grant_from(names.clone(), fx);
+        names.iter().for_each(|n| self.drop_if_unused(n));
+    }
+
+    /// Take the waiter `(lease, req)` out of `name`'s queue.
+    fn take_waiter(&mut self, name: &LockName, lease: LeaseId, req: RequestId) -> Option<Waiter> {
+        let lock = self.locks.get_mut(name)?;
+        lock.waiter(lease, req).and_then(|i| lock.queue.remove(i))
     }
 
     /// The wait timer of `(lease, req)` fired.
@@ -365,33 +395,81 @@ impl Engine {
         self.drop_if_unused(name);
     }
 
-    /// Grant `name` to its first live waiters (FIFO, INV-3, INV-16) while the
-    /// first one fits beside the holders (INV-15): a run of readers at the
-    /// head is granted together, up to the first writer. Waiters whose lease is
-    /// not live are skipped, never granted (INV-4); their lease's expiry
-    /// removes them.
+    /// Grant `name` to its first live waiters (see [`Engine::grant_from`]).
     fn grant_next(&mut self, name: &LockName, fx: &mut Effects) {
-        while let Some(w) = self.take_next_live_waiter(name) {
-            self.timers.remove(w.deadline, TimerKind::WaitEnd(w.lease, w.req));
-            if let Some(l) = self.leases.get_mut(&w.lease) {
-                l.waits.remove(&w.req);
+        self.grant_from(vec![name.clone()], fx);
+    }
+
+    /// Grant each lock of `work` to its first live waiters (FIFO, INV-3,
+    /// INV-16) while the first one can be granted: it fits beside the holders
+    /// (INV-15) and, for a multi-acquire, it is also the first live waiter of
+    /// each of its other locks and fits there (INV-18: all at once, in one
+    /// step). A run of readers at the head is granted together, up to the
+    /// first writer. A multi-acquire at the head that cannot be granted yet
+    /// holds back the waiters behind it, as any head does: that is what keeps
+    /// it from starving. A multi grant changes its other locks too, so they
+    /// join the worklist (a worklist, not recursion: a chain of multi-waiters
+    /// can be long). Waiters whose lease is not live are skipped, never granted
+    /// (INV-4); their lease's expiry removes them.
+    pub(super) fn grant_from(&mut self, mut work: Vec<LockName>, fx: &mut Effects) {
+        while let Some(name) = work.pop() {
+            while let Some(w) = self.take_next_live_waiter(&name) {
+                let names = w.locks(&name);
+                self.grant_waiter(&names, w, fx);
+                work.extend(names.into_iter().filter(|n| *n != name));
             }
-            let share = Share { mode: w.mode, weight: w.weight };
-            let grant = self.install_holder(name, w.lease, w.req, Closing::of_waiter(&w), w.tag.clone(), share);
-            self.record(w.lease, w.req, Outcome::Replied(Reply::Acquired(grant.clone())));
-            let waited_ms = self.now.saturating_sub(w.queued_at);
-            fx.push(Effect::Granted { grant, req: w.req, queued: true, waited_ms, tag: w.tag });
         }
     }
 
-    /// The first waiter whose lease is live (with the dead-waiter mutant, see
-    /// `crate::mutants`: the first waiter), if it fits beside the holders.
+    /// Install the grants of the waiter `w` (taken out of every queue) on
+    /// `names`, in order, and record its reply.
+    fn grant_waiter(&mut self, names: &[LockName], w: Waiter, fx: &mut Effects) {
+        self.timers.remove(w.deadline, TimerKind::WaitEnd(w.lease, w.req));
+        if let Some(l) = self.leases.get_mut(&w.lease) {
+            l.waits.remove(&w.req);
+        }
+        let share = Share { mode: w.mode, weight: w.weight };
+        let waited_ms = self.now.saturating_sub(w.queued_at);
+        let mut grants = Vec::with_capacity(names.len());
+        for name in names {
+            let grant = self.install_holder(name, w.lease, w.req, Closing::of_waiter(&w), w.tag.clone(), share);
+            grants.push(grant.clone());
+            fx.push(Effect::Granted { grant, req: w.req, queued: true, waited_ms, tag: w.tag.clone() });
+        }
+        let reply = match w.all.is_empty() {
+            true => Reply::Acquired(grants.remove(0)),
+            false => Reply::AcquiredAll(grants),
+        };
+        self.record(w.lease, w.req, Outcome::Replied(reply));
+    }
+
+    /// The first waiter of `name` whose lease is live, if it can be granted
+    /// now (see [`Engine::grant_from`]), taken out of every queue it is in.
     fn take_next_live_waiter(&mut self, name: &LockName) -> Option<Waiter> {
         let lock = self.locks.get(name)?;
+        let w = lock.queue.get(self.first_live(lock)?)?;
+        let grantable = w.locks(name).iter().all(|n| self.heads(n, w));
+        let (lease, req, names) = (w.lease, w.req, w.locks(name));
+        if !grantable {
+            return None;
+        }
+        let taken = self.take_waiter(name, lease, req);
+        names.iter().filter(|n| *n != name).for_each(|n| drop(self.take_waiter(n, lease, req)));
+        taken
+    }
+
+    /// Whether `w` is the first live waiter of `name` and fits beside its holders.
+    fn heads(&self, name: &LockName, w: &Waiter) -> bool {
+        let Some(lock) = self.locks.get(name) else { return false };
+        let head = self.first_live(lock).and_then(|i| lock.queue.get(i));
+        head.is_some_and(|h| h.lease == w.lease && h.req == w.req) && lock.admits(w.mode, w.weight)
+    }
+
+    /// The place of the first waiter of `lock` whose lease is live (with the
+    /// dead-waiter mutant, see `crate::mutants`: the first waiter).
+    fn first_live(&self, lock: &Lock) -> Option<usize> {
         let mutant = super::dead_waiter_mutant();
-        let i = lock.queue.iter().position(|w| mutant || self.is_live(w.lease))?;
-        lock.queue.get(i).filter(|w| lock.admits(w.mode, w.weight))?;
-        self.locks.get_mut(name)?.queue.remove(i)
+        lock.queue.iter().position(|w| mutant || self.is_live(w.lease))
     }
 
     fn drop_if_unused(&mut self, name: &LockName) {
