@@ -406,6 +406,7 @@ fn session_stream_requests() {
             permits: 4,
             hold_at_least_ms: 0,
             once_per: String::new(),
+            also: vec!["b".into()],
             weight: 2,
         }),
         Op::Release(pb::ReleaseRequest { request_id: 3, lease_id: 1, lock: "a".into(), token: 7 }),

@@ -200,6 +200,7 @@ async fn acquire_once(
                 weight: opts.weight,
                 hold_at_least_ms: to_ms(opts.hold_at_least),
                 once_per: opts.once_per.clone(),
+                also: Vec::new(),
             };
             let req = request(msg, left);
             async move { c.acquire(req).await }

@@ -26,6 +26,7 @@ pub(crate) fn acquire_from_proto(resp: pb::AcquireResponse) -> Result<Acquire<Ac
         Some(Outcome::SlotDone(d)) => {
             Err(Error::SlotDone { token: d.token, identity: d.identity, exit_code: d.exit_code })
         }
+        Some(Outcome::AcquiredAll(_)) => Err(Error::Protocol("several grants for an acquire of one lock".into())),
         None => Err(Error::Protocol("AcquireResponse without an outcome".into())),
     }
 }
