@@ -327,6 +327,7 @@ impl LockBackend for EtcdBackend {
             semaphores: false,
             hold_at_least: false,
             once_per: false,
+            multi_lock: false,
             min_ttl: Duration::from_secs(1),
         }
     }

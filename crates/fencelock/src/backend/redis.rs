@@ -385,6 +385,7 @@ impl LockBackend for RedisBackend {
             semaphores: false,
             hold_at_least: false,
             once_per: false,
+            multi_lock: false,
             min_ttl: Duration::from_millis(100),
         }
     }

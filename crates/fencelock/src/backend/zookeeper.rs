@@ -367,6 +367,7 @@ impl LockBackend for ZkBackend {
             semaphores: false,
             hold_at_least: false,
             once_per: false,
+            multi_lock: false,
             min_ttl: MIN_TTL,
         }
     }
