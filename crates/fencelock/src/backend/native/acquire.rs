@@ -302,21 +302,26 @@ impl Drop for AbortOnDrop {
 }
 
 impl Client {
+    /// One acquire of `names` (one lock, or a multi-lock) on a lease of its
+    /// own, not renewed after the grant; see [`Client::acquire_detached`].
     pub(crate) async fn detached(
         &self,
-        name: &str,
+        names: &[&str],
         opts: &LockOptions,
         start: Instant,
-    ) -> Result<Acquire<Acquired>, Error> {
+    ) -> Result<Acquire<Vec<Acquired>>, Error> {
         // A bad identity or value is refused before a lease is granted for it
         // (the server checks the rest, with its own messages).
         crate::backend::check_tag(opts)?;
+        if names.len() != 1 {
+            check_multi(names, opts)?;
+        }
         let rpc = &self.inner.rpc;
         let deadline = start + opts.wait + rpc.rpc_timeout;
         let (cell, sent) = lease_rpc::grant(rpc, opts.ttl, deadline).await?;
         let watchdog = AbortOnDrop(lease_rpc::spawn_watchdog(rpc.clone(), cell.clone(), sent));
-        let outcome = match self.acquire_on_lease(&[name], cell.id, opts, start, deadline).await {
-            Ok(OnLease::Answered(outcome)) => single(outcome),
+        let outcome = match self.acquire_on_lease(names, cell.id, opts, start, deadline).await {
+            Ok(OnLease::Answered(outcome)) => Ok(outcome),
             Ok(OnLease::LeaseGone) => Err(Error::LeaseNotFound(format!("lease {} ended while acquiring", cell.id))),
             Err(e) => Err(e),
         };
