@@ -44,6 +44,7 @@ mod lease;
 mod lock;
 mod multi;
 mod query;
+mod queue;
 mod restore;
 mod slots;
 mod state;
