@@ -93,6 +93,8 @@ enum Cmd {
         lease: LeasePick,
         locks: Vec<usize>,
         wait: u64,
+        /// Lock-delay and hold-at-least, for every lock.
+        closing: (u64, u64),
         shared: bool,
         many: bool,
     },
@@ -218,7 +220,7 @@ fn cmd() -> impl Strategy<Value = Cmd> {
         1 => lease().prop_map(|lease| Cmd::Revoke { lease }),
         10 => (lease(), lock(), wait(), delay(), hold(), shape())
             .prop_map(|(lease, lock, wait, delay, hold, shape)| Cmd::Acquire { lease, lock, wait, delay, hold, shape }),
-        3 => acquire_all(lock(), wait()),
+        3 => acquire_all(lock(), wait(), (delay(), hold())),
         2 => lock().prop_map(|lock| Cmd::DowngradeHeld { lock }),
         4 => lock().prop_map(|lock| Cmd::ReleaseHeld { lock }),
         1 => (lease(), lock(), 0..8u64).prop_map(|(lease, lock, token)| Cmd::Release { lease, lock, token }),
@@ -230,10 +232,15 @@ fn cmd() -> impl Strategy<Value = Cmd> {
 }
 
 /// Multi-acquires of 2 or 3 of `lock`'s picks (INV-18).
-fn acquire_all(lock: impl Strategy<Value = usize>, wait: impl Strategy<Value = u64>) -> impl Strategy<Value = Cmd> {
+fn acquire_all(
+    lock: impl Strategy<Value = usize>,
+    wait: impl Strategy<Value = u64>,
+    closing: impl Strategy<Value = (u64, u64)>,
+) -> impl Strategy<Value = Cmd> {
     let locks = prop::collection::vec(lock, 2..4);
-    (lease(), locks, wait, prop::bool::weighted(0.3), prop::bool::weighted(0.03))
-        .prop_map(|(lease, locks, wait, shared, many)| Cmd::AcquireAll { lease, locks, wait, shared, many })
+    (lease(), locks, wait, closing, prop::bool::weighted(0.3), prop::bool::weighted(0.03)).prop_map(
+        |(lease, locks, wait, closing, shared, many)| Cmd::AcquireAll { lease, locks, wait, closing, shared, many },
+    )
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -259,8 +266,11 @@ fn contended_cmd() -> impl Strategy<Value = Cmd> {
         .prop_map(|(lease, lock, wait, hold, shape)| Cmd::Acquire { lease, lock, wait, delay: 0, hold, shape });
     // Multi-acquires of "a" and "b" in either order (crossed orders, INV-18).
     let pair = prop_oneof![Just(vec![0usize, 1]), Just(vec![1usize, 0])];
-    let all = (lease(), pair, wait, prop::bool::weighted(0.3))
-        .prop_map(|(lease, locks, wait, shared)| Cmd::AcquireAll { lease, locks, wait, shared, many: false });
+    let closing = prop_oneof![8 => Just((0u64, 0u64)), 1 => Just((0, 300))];
+    let all =
+        (lease(), pair, wait, closing, prop::bool::weighted(0.3)).prop_map(|(lease, locks, wait, closing, shared)| {
+            Cmd::AcquireAll { lease, locks, wait, closing, shared, many: false }
+        });
     prop_oneof![
         1 => Just(Cmd::Grant { ttl: 1000 }),
         3 => lease().prop_map(|lease| Cmd::Keep { lease }),
@@ -397,7 +407,7 @@ impl Run {
                 };
                 Command::Acquire(acq)
             }
-            Cmd::AcquireAll { lease, locks, wait, shared, many } => {
+            Cmd::AcquireAll { lease, locks, wait, closing, shared, many } => {
                 let lease = self.lease(*lease);
                 let mut names: Vec<String> = locks.iter().map(|i| LOCKS[*i].to_string()).collect();
                 if *many {
@@ -409,6 +419,7 @@ impl Run {
                 let mut acq = plain_acquire(req, lease, &names[0], *wait);
                 acq.also = names[1..].to_vec();
                 acq.mode = if *shared { Mode::Shared } else { Mode::Exclusive };
+                (acq.lock_delay_ms, acq.hold_at_least_ms) = *closing;
                 Command::Acquire(acq)
             }
             Cmd::DowngradeHeld { lock } => {
