@@ -144,7 +144,7 @@ impl Ops {
         use pb::acquire_response::Outcome;
         // A multi-lock needs the permission on every lock it names.
         self.allow(who, |w| std::iter::once(&r.lock).chain(&r.also).try_for_each(|l| w.require(Verb::Acquire, l)))?;
-        self.admit(who, Adds::Lock { waits: r.wait_ms > 0 })?;
+        self.admit(who, Adds::Lock { waits: r.wait_ms > 0, locks: 1 + r.also.len() as u64 })?;
         let acq = Acquire {
             req: RequestId(r.request_id),
             lease: LeaseId(r.lease_id),
