@@ -103,30 +103,58 @@ pub async fn acquire(a: AcquireArgs) -> anyhow::Result<ExitCode> {
     let client = connect(&a.server).await?;
     let l = &a.lock;
     let opts = l.options(true);
-    let (code, v, text) = match client.acquire_detached(&l.name, opts).await? {
-        Acquire::Acquired(g) => (
-            exit::OK,
-            json!({"outcome": "acquired", "lock": g.lock, "lease_id": g.lease_id, "token": g.token,
-                   "ttl_ms": l.ttl.as_millis() as u64, "waited_ms": g.waited.as_millis() as u64}),
-            format!(
-                "acquired {:?}: token {} lease {} (expires in {:?}; not renewed)",
-                g.lock, g.token, g.lease_id, l.ttl
-            ),
-        ),
-        Acquire::Busy { holder_lease, holder_token, reopens_in, waiters } => (
-            exit::BUSY,
-            json!({"outcome": "busy", "lock": l.name, "holder_lease": holder_lease, "holder_token": holder_token,
-                   "reopens_in_ms": reopens_in.map(|d| d.as_millis() as u64), "waiters": waiters}),
-            format!("lock {:?} is busy{}", l.name, busy_detail(holder_lease, holder_token, reopens_in)),
-        ),
-        Acquire::TimedOut => (
-            exit::TIMED_OUT,
-            json!({"outcome": "timed_out", "lock": l.name}),
-            format!("timed out after {:?} waiting for lock {:?}", l.wait, l.name),
-        ),
+    let (code, v, text) = match l.all.as_slice() {
+        [] => outcome(l, client.acquire_detached(l.name(), opts).await?.map(|g| vec![g])),
+        all => {
+            let names: Vec<&str> = all.iter().map(String::as_str).collect();
+            outcome(l, client.acquire_all_detached(&names, opts).await?)
+        }
     };
     emit(a.json, &v, &text, code == exit::OK);
     Ok(ExitCode::from(code))
+}
+
+/// The exit code, JSON and text of an acquire of one lock or of `--all`
+/// (then the JSON lists every lock with its token under `locks`).
+fn outcome(l: &LockArgs, got: Acquire<Vec<fencelock::Acquired>>) -> (u8, serde_json::Value, String) {
+    let name = match l.all.is_empty() {
+        true => l.name().to_string(),
+        false => l.all.join(","),
+    };
+    match got {
+        Acquire::Acquired(gs) if l.all.is_empty() && gs.len() == 1 => acquired_one(l, &gs[0]),
+        Acquire::Acquired(gs) => acquired_all(l, &gs),
+        Acquire::Busy { holder_lease, holder_token, reopens_in, waiters } => (
+            exit::BUSY,
+            json!({"outcome": "busy", "lock": name, "holder_lease": holder_lease, "holder_token": holder_token,
+                   "reopens_in_ms": reopens_in.map(|d| d.as_millis() as u64), "waiters": waiters}),
+            format!("lock {name:?} is busy{}", busy_detail(holder_lease, holder_token, reopens_in)),
+        ),
+        Acquire::TimedOut => (
+            exit::TIMED_OUT,
+            json!({"outcome": "timed_out", "lock": name}),
+            format!("timed out after {:?} waiting for lock {name:?}", l.wait),
+        ),
+    }
+}
+
+fn acquired_one(l: &LockArgs, g: &fencelock::Acquired) -> (u8, serde_json::Value, String) {
+    let v = json!({"outcome": "acquired", "lock": g.lock, "lease_id": g.lease_id, "token": g.token,
+                   "ttl_ms": l.ttl.as_millis() as u64, "waited_ms": g.waited.as_millis() as u64});
+    let text =
+        format!("acquired {:?}: token {} lease {} (expires in {:?}; not renewed)", g.lock, g.token, g.lease_id, l.ttl);
+    (exit::OK, v, text)
+}
+
+/// A multi-lock: every lock with its token, on one lease.
+fn acquired_all(l: &LockArgs, gs: &[fencelock::Acquired]) -> (u8, serde_json::Value, String) {
+    let (lease, waited) = gs.first().map_or((0, 0), |g| (g.lease_id, g.waited.as_millis() as u64));
+    let locks: Vec<_> = gs.iter().map(|g| json!({"lock": g.lock, "token": g.token})).collect();
+    let each: Vec<String> = gs.iter().map(|g| format!("{:?} token {}", g.lock, g.token)).collect();
+    let v = json!({"outcome": "acquired", "locks": locks, "lease_id": lease,
+                   "ttl_ms": l.ttl.as_millis() as u64, "waited_ms": waited});
+    let text = format!("acquired {}: lease {lease} (expires in {:?}; not renewed)", each.join(", "), l.ttl);
+    (exit::OK, v, text)
 }
 
 pub async fn release(a: ReleaseArgs) -> anyhow::Result<ExitCode> {

@@ -94,7 +94,7 @@ pub async fn elect(a: ElectArgs) -> anyhow::Result<ExitCode> {
         }
     };
     let pgid = child.id().map(|id| nix::unistd::Pid::from_raw(-(id as i32)));
-    run::supervise(&mut child, pgid, guard, a.kill_grace, None).await
+    run::supervise(&mut child, pgid, run::Holding::One(guard), a.kill_grace, None).await
 }
 
 pub async fn leader(a: LeaderArgs) -> anyhow::Result<ExitCode> {

@@ -191,8 +191,18 @@ impl ServerArg {
 /// Options shared by `run` and `acquire`.
 #[derive(Args, Debug, Clone)]
 pub struct LockArgs {
-    /// Lock name (1–512 bytes of UTF-8, no control characters).
-    pub name: String,
+    /// Lock name (1–512 bytes of UTF-8, no control characters); left out
+    /// with `--all`.
+    #[arg(required_unless_present = "all")]
+    pub name: Option<String>,
+    /// Take every lock of this comma-separated list at once instead of NAME:
+    /// an atomic multi-lock (2 to 16 names), all or none, each with its own
+    /// fencing token. A waiting one queues on every lock at once, so runs that
+    /// name the same locks in other orders never deadlock. With `--shared`,
+    /// a read of each. Not with `--permits` or `--once-per`. Only the
+    /// fencelock backend.
+    #[arg(long, value_name = "A,B,…", value_delimiter = ',', conflicts_with_all = ["name", "permits"])]
+    pub all: Vec<String>,
     /// Lease TTL: the lock is lost this long after the holder stops renewing.
     #[arg(long, default_value = "15s", value_parser = parse_duration, env = "FENCELOCK_TTL")]
     pub ttl: Duration,
@@ -232,6 +242,11 @@ pub struct LockArgs {
 }
 
 impl LockArgs {
+    /// NAME, or the first lock of `--all` (for messages).
+    pub fn name(&self) -> &str {
+        self.name.as_deref().or(self.all.first().map(String::as_str)).unwrap_or_default()
+    }
+
     /// The lock options these flags ask for. `keeps_identity`: the backend
     /// keeps holder identities, so the identity defaults to `hostname:pid`.
     pub fn options(&self, keeps_identity: bool) -> fencelock::LockOptions {

@@ -9,12 +9,19 @@
 //! process group gets SIGTERM, then SIGKILL after `--kill-grace`, and `run` exits
 //! with [`exit::LEASE_LOST`]. If this process dies, the kernel kills the child
 //! (parent-death signal), so a child never outlives the lease-keeping process.
+//!
+//! `--all a,b,c` takes every lock at once (an atomic multi-lock: all or none,
+//! one token per lock, on one lease); the child then also gets
+//! `FENCELOCK_TOKENS=a=12,b=13,c=14` (each lock with its token, in the order
+//! named; split at `,`, then at the last `=`), and `FENCELOCK_LOCK` and
+//! `FENCELOCK_TOKEN` are those of the first lock. Each resource checks the
+//! token of its own lock.
 
 use std::{process::ExitCode, time::Duration};
 
 use anyhow::Context;
 use clap::Args;
-use fencelock::{Acquire, Backend, Guard, LockOptions};
+use fencelock::{Acquire, Backend, Guard, LeaseLost, LockOptions, MultiGuard};
 use nix::{sys::signal::Signal, unistd::Pid};
 use tokio::{
     process::{Child, Command},
@@ -42,7 +49,7 @@ pub struct RunArgs {
     /// ran it. The server remembers a slot 7 days. A try: not with `--wait`
     /// (a run that comes while another runs is busy, 73). Only the fencelock
     /// backend.
-    #[arg(long, value_name = "SLOT", conflicts_with = "wait")]
+    #[arg(long, value_name = "SLOT", conflicts_with_all = ["wait", "all"])]
     once_per: Option<String>,
     /// After SIGTERM, how long the child has to exit before SIGKILL.
     #[arg(long, default_value = "5s", value_parser = parse_duration)]
@@ -61,20 +68,78 @@ pub async fn run(a: RunArgs) -> anyhow::Result<ExitCode> {
         Some(s) => opts.once_per(s.as_str()),
         None => opts,
     };
-    let guard = match acquire(&backend, &a.lock.name, &opts).await? {
-        Ok(g) => g,
+    let held = match a.lock.all.as_slice() {
+        [] => acquire(&backend, a.lock.name(), &opts).await?.map(Holding::One),
+        all => acquire_all(&backend, all, &opts).await?.map(Holding::All),
+    };
+    let held = match held {
+        Ok(h) => h,
         Err(code) => return Ok(code),
     };
-    let mut child = match spawn(&a.cmd, &guard, &[]) {
+    let tokens = held.tokens_env();
+    let mut child = match spawn(&a.cmd, held.first(), &[("FENCELOCK_TOKENS", tokens.as_str())]) {
         Ok(c) => c,
         Err(e) => {
             // Release now rather than leave the lock held until its TTL runs out.
-            let _ = guard.release().await;
+            let _ = held.release().await;
             return Err(anyhow::Error::new(e).context(format!("starting {:?}", a.cmd[0])));
         }
     };
     let pgid = child.id().map(|id| Pid::from_raw(-(id as i32)));
-    supervise(&mut child, pgid, guard, a.kill_grace, slot.as_deref()).await
+    supervise(&mut child, pgid, held, a.kill_grace, slot.as_deref()).await
+}
+
+/// What `run` holds while its child runs: one lock, or every lock of `--all`.
+pub(crate) enum Holding {
+    One(Guard),
+    All(MultiGuard),
+}
+
+impl Holding {
+    /// The (first) lock's guard: its name and token are `FENCELOCK_LOCK` and
+    /// `FENCELOCK_TOKEN`.
+    fn first(&self) -> &Guard {
+        match self {
+            Holding::One(g) => g,
+            Holding::All(m) => &m.guards()[0],
+        }
+    }
+
+    /// `FENCELOCK_TOKENS`: `lock=token` of every lock, comma-separated, in order.
+    fn tokens_env(&self) -> String {
+        let guards = match self {
+            Holding::One(g) => std::slice::from_ref(g),
+            Holding::All(m) => m.guards(),
+        };
+        let each =
+            guards.iter().map(|g| format!("{}={}", g.name(), g.token().map(|t| t.to_string()).unwrap_or_default()));
+        each.collect::<Vec<_>>().join(",")
+    }
+
+    async fn lost(&self) -> LeaseLost {
+        match self {
+            Holding::One(g) => g.lost().await,
+            Holding::All(m) => m.lost().await,
+        }
+    }
+
+    async fn release(self) -> Result<bool, fencelock::Error> {
+        match self {
+            Holding::One(g) => g.release().await,
+            Holding::All(m) => m.release().await,
+        }
+    }
+}
+
+/// Take every lock of `names` at once; a contention outcome is an exit code.
+async fn acquire_all(
+    backend: &Backend,
+    names: &[String],
+    opts: &LockOptions,
+) -> anyhow::Result<Result<MultiGuard, ExitCode>> {
+    let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+    let outcome = backend.acquire_all(&refs, opts).await?;
+    Ok(granted_or_exit(outcome, &names.join(","), opts))
 }
 
 /// Acquire with the given options; a contention outcome is an exit code.
@@ -90,7 +155,12 @@ async fn acquire(backend: &Backend, name: &str, opts: &LockOptions) -> anyhow::R
         }
         other => other?,
     };
-    Ok(match outcome {
+    Ok(granted_or_exit(outcome, name, opts))
+}
+
+/// The grant, or the exit code of a contention outcome (said on stderr).
+fn granted_or_exit<G>(outcome: Acquire<G>, name: &str, opts: &LockOptions) -> Result<G, ExitCode> {
+    match outcome {
         Acquire::Acquired(g) => Ok(g),
         Acquire::Busy { holder_lease, holder_token, reopens_in, .. } => {
             eprintln!("fencelock: lock {name:?} is busy{}", busy_detail(holder_lease, holder_token, reopens_in));
@@ -100,7 +170,7 @@ async fn acquire(backend: &Backend, name: &str, opts: &LockOptions) -> anyhow::R
             eprintln!("fencelock: timed out after {:?} waiting for lock {name:?}", opts.wait);
             Err(ExitCode::from(exit::TIMED_OUT))
         }
-    })
+    }
 }
 
 pub fn busy_detail(lease: Option<u64>, token: Option<u64>, reopens_in: Option<Duration>) -> String {
@@ -137,7 +207,7 @@ pub(crate) fn spawn(cmd: &[String], guard: &Guard, extra_env: &[(&str, &str)]) -
 pub(crate) async fn supervise(
     child: &mut Child,
     pgid: Option<Pid>,
-    guard: Guard,
+    guard: Holding,
     grace: Duration,
     slot: Option<&str>,
 ) -> anyhow::Result<ExitCode> {
@@ -149,7 +219,7 @@ pub(crate) async fn supervise(
             status = child.wait() => {
                 let status = status.context("waiting for the child")?;
                 if let Some(slot) = slot {
-                    complete(&guard, slot, status_code(status)).await;
+                    complete(guard.first(), slot, status_code(status)).await;
                 }
                 if let Err(e) = guard.release().await {
                     eprintln!("fencelock: warning: could not release the lock (its lease will expire): {e}");

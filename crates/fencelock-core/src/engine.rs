@@ -20,7 +20,8 @@
 //! - an acquire still in a queue gets `Queued { position }` with its *current*
 //!   position (it is not queued again, its wait deadline is unchanged);
 //! - an acquire granted (now or later) gets `Acquired(grant)`, the same grant, even
-//!   if it has been released since;
+//!   if it has been released since; a multi-acquire gets `AcquiredAll` with the
+//!   same grants (remembered, or, if forgotten, the ones it still holds);
 //! - an acquire whose wait timed out gets `Busy` describing the lock *now*;
 //! - a try-acquire that was busy gets the same `Busy` again;
 //! - a keep-alive gets `LeaseKept` again *without* moving the deadline again;
@@ -41,7 +42,9 @@
 mod consistency;
 mod lease;
 mod lock;
+mod multi;
 mod query;
+mod queue;
 mod resize;
 mod restore;
 mod slots;

@@ -47,6 +47,10 @@ pub enum EngineError {
     /// read-write lock, not a semaphore).
     #[error("permits mismatch: the lock has {lock_has} permits, the acquire asked for {asked} (0 = not a semaphore)")]
     PermitsMismatch { lock_has: u32, asked: u32 },
+    /// The locks of a multi-acquire are too few, too many or not distinct, or
+    /// it asks for what a multi-acquire cannot do (permits, a weight, a slot).
+    #[error("invalid locks: {0}")]
+    InvalidLocks(String),
     /// The lease does not exist: never granted, revoked, or expired.
     #[error("lease {0} not found (never granted, revoked, or expired)")]
     LeaseNotFound(LeaseId),

@@ -25,6 +25,16 @@
 //! - INV-17 hold-at-least: however a grant made with
 //!   [`Acquire::hold_at_least_ms`] ends, its lock stays closed until that long
 //!   after the grant, by the engine's clock; a new leader never shortens it.
+//! - INV-18 never a partial multi-lock: an acquire that names several
+//!   read-write locks ([`Acquire::also`]) gets all of them in one step, one
+//!   token each (consecutive, in the order asked, [`Reply::AcquiredAll`]), or
+//!   none. Waiting, it is queued on every one of its locks in the same step,
+//!   and granted when it heads every one of those queues and fits in each;
+//!   since each queue is in arrival order, multi-acquires never deadlock one
+//!   another. A blocked multi-acquire at the head of a queue holds back the
+//!   requests behind it (INV-16), which is what keeps it from starving. Once
+//!   granted, its grants are independent (released, expiring, downgraded one
+//!   by one); a `CancelWait` of its request releases all that are still held.
 //!
 //! Every grant, shared or not, gets its own token from the one counter (INV-2),
 //! so a writer's token is above that of every reader granted before it. A

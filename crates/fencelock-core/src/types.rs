@@ -36,6 +36,8 @@ pub const MAX_SLOTS_PER_LOCK: usize = 1024;
 pub const MAX_IDENTITY_BYTES: usize = 256;
 /// Largest holder value ([`Acquire::value`]), in bytes.
 pub const MAX_VALUE_BYTES: usize = 4096;
+/// Most locks one multi-acquire names ([`Acquire::also`]).
+pub const MAX_MULTI_LOCKS: usize = 16;
 /// How many recent request outcomes each lease remembers for retries.
 pub const DEDUP_PER_LEASE: usize = 256;
 /// How many recent successful revokes the engine remembers, so that a retried
@@ -197,7 +199,9 @@ pub enum Command {
     CompleteSlot { req: RequestId, lease: LeaseId, lock: String, token: Token, slot: String, exit_code: i32 },
     /// The requester of `req` no longer wants that acquire: if it is queued it leaves
     /// the queue; if it was already granted and is still held, it is released (the
-    /// grant never reached anyone who will release it).
+    /// grant never reached anyone who will release it). A multi-acquire may be
+    /// named by any of its locks: it leaves every queue, or every grant of it
+    /// still held is released.
     CancelWait { req: RequestId, lease: LeaseId, lock: String },
     /// `cmd`, sent by the authenticated `caller` (a server with authentication
     /// on wraps every command in this). A lease granted this way belongs to the
@@ -319,6 +323,26 @@ pub struct Acquire {
     /// written before it existed): none.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub once_per: String,
+    /// The other locks of an atomic multi-acquire: `lock` first, then these,
+    /// 2 to [`MAX_MULTI_LOCKS`] distinct names in all, granted all at once or
+    /// not at all ([`Reply::AcquiredAll`], INV-18). A multi-acquire takes
+    /// read-write locks only (`permits` 0, `weight` 1) and no `once_per`
+    /// ([`EngineError::InvalidLocks`] otherwise). Empty (the default, and
+    /// entries written before it existed): a single acquire.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub also: Vec<String>,
+}
+
+impl Acquire {
+    /// Whether this is a multi-acquire (it names [`Acquire::also`]).
+    pub fn is_multi(&self) -> bool {
+        !self.also.is_empty()
+    }
+
+    /// Every lock it names, `lock` first.
+    pub fn locks(&self) -> impl Iterator<Item = &str> {
+        std::iter::once(self.lock.as_str()).chain(self.also.iter().map(String::as_str))
+    }
 }
 
 fn is_zero_u64(n: &u64) -> bool {
@@ -428,9 +452,15 @@ pub enum Reply {
         lease: LeaseId,
     },
     Acquired(Grant),
+    /// Answer to a multi-acquire ([`Acquire::also`]): one grant per lock, in
+    /// the order asked, with consecutive tokens, all made in one step.
+    AcquiredAll(Vec<Grant>),
     Busy(Busy),
     /// Queued at 0-based `position`; the outcome comes as [`Effect::Granted`] or
-    /// [`Effect::WaitEnded`] with the same (lease, req).
+    /// [`Effect::WaitEnded`] with the same (lease, req). A multi-acquire is
+    /// queued on every one of its locks; `position` is the one in the queue of
+    /// its first lock, and its outcome is one `Granted` per lock (all in the
+    /// same step) or one `WaitEnded` per lock.
     Queued {
         position: u32,
     },

@@ -1,6 +1,7 @@
 //! Stateless validation of commands: the rules a command must meet whatever the
 //! engine's state (request id, lock name, TTL, wait, lock-delay, hold-at-least, token, holder
-//! identity and value, weight against permits, a new value).
+//! identity and value, weight against permits, the locks of a multi-acquire,
+//! a new value).
 //!
 //! Where it sits: the one place these rules live. The engine applies them first to
 //! every command it is given (an invalid command is rejected and leaves no trace,
@@ -91,7 +92,32 @@ pub(crate) fn check_acquire(a: &Acquire) -> Result<LockName, EngineError> {
         check_slot(&a.once_per)?;
         check_once_is_a_try(a.wait_ms)?;
     }
+    if a.is_multi() {
+        multi_names(a)?;
+    }
     Ok(name)
+}
+
+/// The locks of a multi-acquire, in the order asked: 2 to
+/// [`MAX_MULTI_LOCKS`] valid, distinct names, with no permits, no weight and
+/// no slot (those are rules of single locks: a multi-acquire of semaphores
+/// or of a job's slot is not defined).
+pub(crate) fn multi_names(a: &Acquire) -> Result<Vec<LockName>, EngineError> {
+    let n = a.also.len() + 1;
+    if !(2..=MAX_MULTI_LOCKS).contains(&n) {
+        return Err(EngineError::InvalidLocks(format!("{n} locks (a multi-acquire names 2 to {MAX_MULTI_LOCKS})")));
+    }
+    if a.permits != 0 || a.weight != 1 || !a.once_per.is_empty() {
+        return Err(EngineError::InvalidLocks(
+            "a multi-acquire takes read-write locks only: no permits, no weight, no once-per slot".into(),
+        ));
+    }
+    let names = a.locks().map(LockName::new).collect::<Result<Vec<_>, _>>()?;
+    let distinct: std::collections::BTreeSet<&LockName> = names.iter().collect();
+    if distinct.len() != names.len() {
+        return Err(EngineError::InvalidLocks("a lock is named twice".into()));
+    }
+    Ok(names)
 }
 
 /// A weight is 1 to the permits asked for (1 when not a semaphore): an

@@ -4,7 +4,8 @@
 //! Random runs of a few leases and four lock names (plus an invalid one), one
 //! of them kept for a semaphore of [`SEM_PERMITS`]: random commands (invalid
 //! ones included; shared, weighted and exclusive acquires, now and then one that
-//! names the wrong number of permits; downgrades), time jumps of 0 to 3 TTLs,
+//! names the wrong number of permits; downgrades; multi-acquires of two or
+//! three names, repeats and the semaphore's included), time jumps of 0 to 3 TTLs,
 //! occasional `LeaderStart` on another clock, snapshot round trips, and retries of earlier
 //! requests with the same request id. After every input:
 //! - the engine's output equals the model's exactly (replies, effects, next
@@ -22,13 +23,17 @@
 //!   INV-6 a retried request never yields a second grant or another token;
 //!   INV-8 LeaderStart expires nothing;
 //!   INV-9 a rejected command changes nothing;
+//!   INV-18 never a partial multi-lock: a multi-acquire's grants are made
+//!   all in one step, in the order asked, with consecutive tokens;
 //! - a batch gives the same output as its commands applied one by one;
 //! - `step` never panics (a panic fails the test).
 //!
 //! A second property runs the same checks on contended runs of one read-write
 //! lock and one semaphore (mostly waiting acquires, releases and downgrades by
 //! the holders), where runs of readers and of small weights are granted
-//! together, which the broad runs reach only rarely.
+//! together, which the broad runs reach only rarely, and multi-acquires of
+//! "a" and "b" in crossed orders queue behind each other and behind single
+//! waiters.
 //!
 //! Cases: 1024 per property by default; set `PROPTEST_CASES` for more.
 
@@ -81,6 +86,17 @@ enum Cmd {
         /// Hold-at-least.
         hold: u64,
         shape: Shape,
+    },
+    /// A multi-acquire of `locks` (repeats and the semaphore's or the bad
+    /// name included; `many`: 17 names instead, refused).
+    AcquireAll {
+        lease: LeasePick,
+        locks: Vec<usize>,
+        wait: u64,
+        /// Lock-delay and hold-at-least, for every lock.
+        closing: (u64, u64),
+        shared: bool,
+        many: bool,
     },
     /// A downgrade by the holder of `lock`, with its token, as the oracle
     /// knows it.
@@ -204,6 +220,7 @@ fn cmd() -> impl Strategy<Value = Cmd> {
         1 => lease().prop_map(|lease| Cmd::Revoke { lease }),
         10 => (lease(), lock(), wait(), delay(), hold(), shape())
             .prop_map(|(lease, lock, wait, delay, hold, shape)| Cmd::Acquire { lease, lock, wait, delay, hold, shape }),
+        3 => acquire_all(lock(), wait(), (delay(), hold())),
         2 => lock().prop_map(|lock| Cmd::DowngradeHeld { lock }),
         4 => lock().prop_map(|lock| Cmd::ReleaseHeld { lock }),
         1 => (lease(), lock(), 0..8u64).prop_map(|(lease, lock, token)| Cmd::Release { lease, lock, token }),
@@ -212,6 +229,18 @@ fn cmd() -> impl Strategy<Value = Cmd> {
         2 => (0..8usize).prop_map(|pick| Cmd::Cancel { pick }),
         3 => (0..12usize).prop_map(|pick| Cmd::Retry { pick }),
     ]
+}
+
+/// Multi-acquires of 2 or 3 of `lock`'s picks (INV-18).
+fn acquire_all(
+    lock: impl Strategy<Value = usize>,
+    wait: impl Strategy<Value = u64>,
+    closing: impl Strategy<Value = (u64, u64)>,
+) -> impl Strategy<Value = Cmd> {
+    let locks = prop::collection::vec(lock, 2..4);
+    (lease(), locks, wait, closing, prop::bool::weighted(0.3), prop::bool::weighted(0.03)).prop_map(
+        |(lease, locks, wait, closing, shared, many)| Cmd::AcquireAll { lease, locks, wait, closing, shared, many },
+    )
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -233,12 +262,21 @@ fn contended_cmd() -> impl Strategy<Value = Cmd> {
     let weight = prop_oneof![3 => Just(1u32), 2 => Just(2), 1 => Just(3)];
     let shape = (prop::bool::ANY, weight).prop_map(|(shared, weight)| Shape { shared, weight, odd: false });
     let hold = prop_oneof![8 => Just(0u64), 1 => Just(300)];
-    let acquire = (lease(), lock.clone(), wait, hold, shape)
+    let acquire = (lease(), lock.clone(), wait.clone(), hold, shape)
         .prop_map(|(lease, lock, wait, hold, shape)| Cmd::Acquire { lease, lock, wait, delay: 0, hold, shape });
+    // Multi-acquires of "a" and "b" in either order (crossed orders, INV-18).
+    let pair = prop_oneof![Just(vec![0usize, 1]), Just(vec![1usize, 0])];
+    let closing = prop_oneof![8 => Just((0u64, 0u64)), 1 => Just((0, 300))];
+    let all =
+        (lease(), pair, wait, closing, prop::bool::weighted(0.3)).prop_map(|(lease, locks, wait, closing, shared)| {
+            Cmd::AcquireAll { lease, locks, wait, closing, shared, many: false }
+        });
     prop_oneof![
         1 => Just(Cmd::Grant { ttl: 1000 }),
         3 => lease().prop_map(|lease| Cmd::Keep { lease }),
         8 => acquire,
+        3 => all,
+        2 => Just(Cmd::ReleaseHeld { lock: 1 }),
         4 => lock.clone().prop_map(|lock| Cmd::ReleaseHeld { lock }),
         2 => lock.prop_map(|lock| Cmd::DowngradeHeld { lock }),
         1 => (0..8usize).prop_map(|pick| Cmd::Cancel { pick }),
@@ -365,7 +403,23 @@ impl Run {
                     permits,
                     hold_at_least_ms,
                     once_per: String::new(),
+                    also: Vec::new(),
                 };
+                Command::Acquire(acq)
+            }
+            Cmd::AcquireAll { lease, locks, wait, closing, shared, many } => {
+                let lease = self.lease(*lease);
+                let mut names: Vec<String> = locks.iter().map(|i| LOCKS[*i].to_string()).collect();
+                if *many {
+                    names = (0..=MAX_MULTI_LOCKS).map(|i| format!("m{i}")).collect();
+                }
+                // A cancel names its last lock (a multi-acquire leaves every
+                // queue whichever of its locks the cancel names).
+                self.acquires.push((req, lease, names[names.len() - 1].clone()));
+                let mut acq = plain_acquire(req, lease, &names[0], *wait);
+                acq.also = names[1..].to_vec();
+                acq.mode = if *shared { Mode::Shared } else { Mode::Exclusive };
+                (acq.lock_delay_ms, acq.hold_at_least_ms) = *closing;
                 Command::Acquire(acq)
             }
             Cmd::DowngradeHeld { lock } => {
@@ -516,6 +570,25 @@ impl Run {
             }
         }
         Ok(())
+    }
+}
+
+/// An exclusive acquire of `lock` by `lease` naming its lease as identity.
+fn plain_acquire(req: RequestId, lease: LeaseId, lock: &str, wait_ms: u64) -> Acquire {
+    Acquire {
+        req,
+        lease,
+        lock: lock.to_string(),
+        wait_ms,
+        lock_delay_ms: 0,
+        identity: reference::identity_of(lease.0),
+        value: Vec::new(),
+        mode: Mode::Exclusive,
+        weight: 1,
+        permits: 0,
+        hold_at_least_ms: 0,
+        once_per: String::new(),
+        also: Vec::new(),
     }
 }
 

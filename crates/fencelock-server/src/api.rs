@@ -142,8 +142,9 @@ impl Ops {
 
     pub async fn acquire(&self, who: &Who, r: pb::AcquireRequest) -> Result<pb::AcquireResponse, Status> {
         use pb::acquire_response::Outcome;
-        self.allow(who, |w| w.require(Verb::Acquire, &r.lock))?;
-        self.admit(who, Adds::Lock { waits: r.wait_ms > 0 })?;
+        // A multi-lock needs the permission on every lock it names.
+        self.allow(who, |w| std::iter::once(&r.lock).chain(&r.also).try_for_each(|l| w.require(Verb::Acquire, l)))?;
+        self.admit(who, Adds::Lock { waits: r.wait_ms > 0, locks: 1 + r.also.len() as u64 })?;
         let acq = Acquire {
             req: RequestId(r.request_id),
             lease: LeaseId(r.lease_id),
@@ -157,9 +158,14 @@ impl Ops {
             permits: r.permits,
             hold_at_least_ms: r.hold_at_least_ms,
             once_per: r.once_per,
+            also: r.also,
         };
         let outcome = match self.driver.acquire(acq, who.caller()).await.map_err(driver_status)? {
             AcquireOutcome::Acquired { grant, waited_ms } => Outcome::Acquired(acquired(grant, waited_ms)),
+            AcquireOutcome::AcquiredAll { grants, waited_ms } => {
+                let grants = grants.into_iter().map(|g| acquired(g, waited_ms)).collect();
+                Outcome::AcquiredAll(pb::AcquiredAll { grants })
+            }
             AcquireOutcome::Busy(b) => Outcome::Busy(busy(b)),
             AcquireOutcome::TimedOut => Outcome::TimedOut(pb::TimedOut {}),
             AcquireOutcome::SlotDone { token, identity, exit_code } => {

@@ -21,8 +21,9 @@ const SESSION_BUFFER: usize = 4096;
 
 /// Largest client request message tonic decodes (unary or one session
 /// message); a larger one is refused (`OUT_OF_RANGE`) before it is decoded.
-/// The largest legitimate request is an acquire: a lock name of at most 512
-/// bytes and a few integers, well under 1 KiB. (The Raft service has its own,
+/// The largest legitimate request is an acquire: up to 16 lock names (a
+/// multi-lock) of at most 512 bytes, a 4 KiB value and a few strings and
+/// integers, under 13 KiB. (The Raft service has its own,
 /// larger limit: `raft::network::MAX_MESSAGE_BYTES`.)
 pub const MAX_REQUEST_BYTES: usize = 64 * 1024;
 

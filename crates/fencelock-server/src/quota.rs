@@ -77,9 +77,12 @@ const LIMITS: [&str; 7] = [
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Adds {
     Lease,
-    /// An acquire; `waits`: it may queue.
+    /// An acquire; `waits`: it may queue; `locks`: how many locks it takes
+    /// (several for a multi-lock, all counted against the lock limits; it
+    /// waits as one request, in as many queues).
     Lock {
         waits: bool,
+        locks: u64,
     },
 }
 
@@ -111,14 +114,15 @@ impl Quotas {
         now: Instant,
     ) -> Result<(), Exhausted> {
         let g = self.limits.global;
+        // (limit, its value, in use, what the request adds)
         let mut checks = Vec::with_capacity(4);
         match adds {
-            Adds::Lease => checks.push(("leases", g.leases, engine.lease_count())),
-            Adds::Lock { waits } if g.locks > 0 || (waits && g.waiters > 0) => {
+            Adds::Lease => checks.push(("leases", g.leases, engine.lease_count(), 1)),
+            Adds::Lock { waits, locks } if g.locks > 0 || (waits && g.waiters > 0) => {
                 let stats = self.stats(engine, now);
-                checks.push(("locks", g.locks, stats.held_locks));
+                checks.push(("locks", g.locks, stats.held_locks, locks));
                 if waits {
-                    checks.push(("waiters", g.waiters, stats.waiters));
+                    checks.push(("waiters", g.waiters, stats.waiters, locks));
                 }
             }
             Adds::Lock { .. } => {}
@@ -126,19 +130,19 @@ impl Quotas {
         if let Some((name, own)) = identity {
             let q = own.unwrap_or(&self.limits.per_identity);
             match adds {
-                Adds::Lease => checks.push(("leases_per_identity", q.leases, engine.owned_lease_count(name))),
-                Adds::Lock { waits } if q.locks > 0 || (waits && q.waits > 0) => {
+                Adds::Lease => checks.push(("leases_per_identity", q.leases, engine.owned_lease_count(name), 1)),
+                Adds::Lock { waits, locks } if q.locks > 0 || (waits && q.waits > 0) => {
                     let u = engine.usage(name);
-                    checks.push(("locks_per_identity", q.locks, u.holds));
+                    checks.push(("locks_per_identity", q.locks, u.holds, locks));
                     if waits {
-                        checks.push(("waits_per_identity", q.waits, u.waits));
+                        checks.push(("waits_per_identity", q.waits, u.waits, 1));
                     }
                 }
                 Adds::Lock { .. } => {}
             }
         }
-        match checks.into_iter().find(|(_, max, used)| *max > 0 && used >= max) {
-            Some((limit, value, _)) => Err(self.refused(limit, value)),
+        match checks.into_iter().find(|(_, max, used, adds)| *max > 0 && used.saturating_add(*adds) > *max) {
+            Some((limit, value, _, _)) => Err(self.refused(limit, value)),
             None => Ok(()),
         }
     }
@@ -162,7 +166,7 @@ impl Quotas {
         let g = self.limits.global;
         let global = match adds {
             Adds::Lease => g.leases > 0,
-            Adds::Lock { waits } => g.locks > 0 || (waits && g.waiters > 0),
+            Adds::Lock { waits, .. } => g.locks > 0 || (waits && g.waiters > 0),
         };
         // An identity's own quota may differ from the defaults: always count.
         global || identified
@@ -243,6 +247,7 @@ mod tests {
                 permits: 0,
                 hold_at_least_ms: 0,
                 once_per: String::new(),
+                also: Vec::new(),
             };
             cmds.push(by(name, Command::Acquire(acq)));
         }
@@ -259,8 +264,14 @@ mod tests {
         let e = engine_with("flood", 3);
         let err = q.admit(&e, Some(("flood", None)), Adds::Lease, t0()).unwrap_err();
         assert_eq!(err.to_string(), "limit reached: leases_per_identity = 3");
-        let err = q.admit(&e, Some(("flood", None)), Adds::Lock { waits: true }, t0()).unwrap_err();
+        let err = q.admit(&e, Some(("flood", None)), Adds::Lock { waits: true, locks: 1 }, t0()).unwrap_err();
         assert_eq!(err.limit, "locks_per_identity");
+        // A multi-lock counts every lock it takes (issue 18).
+        let e = engine_with("multi", 1);
+        assert_eq!(q.admit(&e, Some(("multi", None)), Adds::Lock { waits: false, locks: 2 }, t0()), Ok(()));
+        let err = q.admit(&e, Some(("multi", None)), Adds::Lock { waits: false, locks: 3 }, t0()).unwrap_err();
+        assert_eq!(err.limit, "locks_per_identity", "1 held + 3 > 3");
+        let e = engine_with("flood", 3);
         assert_eq!(q.admit(&e, Some(("other", None)), Adds::Lease, t0()), Ok(()));
         let own = Quota { leases: 4, ..Quota::default() };
         assert_eq!(q.admit(&e, Some(("flood", Some(&own))), Adds::Lease, t0()), Ok(()), "an identity's own quota wins");
@@ -276,11 +287,11 @@ mod tests {
         let e = engine_with("a", 2);
         assert_eq!(q.admit(&e, None, Adds::Lease, t0()).unwrap_err().limit, "leases");
         assert_eq!(q.admit(&e, Some(("b", None)), Adds::Lease, t0()).unwrap_err().limit, "leases");
-        assert_eq!(q.admit(&e, None, Adds::Lock { waits: true }, t0()), Ok(()));
+        assert_eq!(q.admit(&e, None, Adds::Lock { waits: true, locks: 1 }, t0()), Ok(()));
         // Without limits for it, a request costs no look at the engine.
         assert!(q.applies(false, Adds::Lease));
-        assert!(!q.applies(false, Adds::Lock { waits: true }));
-        assert!(q.applies(true, Adds::Lock { waits: false }), "an identity is always counted");
+        assert!(!q.applies(false, Adds::Lock { waits: true, locks: 1 }));
+        assert!(q.applies(true, Adds::Lock { waits: false, locks: 1 }), "an identity is always counted");
     }
 
     #[test]

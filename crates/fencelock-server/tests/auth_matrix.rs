@@ -297,6 +297,10 @@ async fn each_identity_gets_exactly_its_rules() {
     let e = worker.acquire(acquire(lease, "billing/x")).await.unwrap_err();
     assert_eq!(e.code(), Code::PermissionDenied);
     assert_eq!(e.message(), "permission denied: worker may not acquire lock \"billing/x\"");
+    // A multi-lock needs the permission on every lock it names, the last too.
+    let multi = pb::AcquireRequest { also: vec!["jobs/m".into(), "billing/x".into()], ..acquire(lease, "jobs/l") };
+    let e = worker.acquire(multi).await.unwrap_err();
+    assert_eq!(e.message(), "permission denied: worker may not acquire lock \"billing/x\"");
     let e = worker.list_locks(pb::ListLocksRequest { prefix: String::new(), limit: 0 }).await.unwrap_err();
     assert_eq!(e.code(), Code::PermissionDenied, "listing every lock needs read on \"\"");
     assert_eq!(node.last_log_index(), before);

@@ -235,6 +235,7 @@ fn commands() -> Vec<Command> {
             permits: 0,
             hold_at_least_ms: 0,
             once_per: String::new(),
+            also: Vec::new(),
         })
     };
     vec![
@@ -254,6 +255,7 @@ fn commands() -> Vec<Command> {
             permits: 0,
             hold_at_least_ms: 0,
             once_per: String::new(),
+            also: Vec::new(),
         }),
         Command::KeepAlive { req: RequestId(5), lease: LeaseId(1) },
         Command::Release { req: RequestId(6), lease: LeaseId(1), lock: "a".into(), token: Token(1) },
@@ -404,6 +406,7 @@ fn session_stream_requests() {
             permits: 4,
             hold_at_least_ms: 0,
             once_per: String::new(),
+            also: vec!["b".into()],
             weight: 2,
         }),
         Op::Release(pb::ReleaseRequest { request_id: 3, lease_id: 1, lock: "a".into(), token: 7 }),

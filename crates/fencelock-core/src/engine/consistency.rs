@@ -16,7 +16,7 @@ impl Engine {
     /// names and TTLs, tokens below their counter, lease ids not 0 (they may be
     /// above the counter: a server proposes random ones), at most one holder
     /// per exclusive grant and no more permits than a semaphore has (INV-15), every hold and wait recorded on both its lease and
-    /// its lock, and the owner index matching the leases' owners. Says what is
+    /// its lock (a multi-acquire's wait on every one of its locks), and the owner index matching the leases' owners. Says what is
     /// wrong with the first breach found.
     pub fn check_consistency(&self) -> Result<(), String> {
         if self.next_token == 0 || self.next_lease_id == 0 {
@@ -82,12 +82,34 @@ impl Engine {
             }
             for (req, name) in &lease.waits {
                 check_name(name)?;
-                if self.locks.get(name).and_then(|l| l.waiter(*id, *req)).is_none() {
+                let lock = self.locks.get(name);
+                let Some(w) = lock.and_then(|l| l.waiter(*id, *req).and_then(|i| l.queue.get(i))) else {
                     return Err(format!(
                         "lease {id} waits for {name:?} (request {}), but the lock has no such waiter",
                         req.0
                     ));
-                }
+                };
+                self.check_group(*id, *req, name, &w.all)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// A multi-acquire (INV-18) is recorded under its first lock, and waits in
+    /// the queue of every one of its locks.
+    fn check_group(&self, id: LeaseId, req: RequestId, first: &LockName, all: &[LockName]) -> Result<(), String> {
+        if all.is_empty() {
+            return Ok(());
+        }
+        if all.first() != Some(first) {
+            return Err(format!("lease {id}: a multi-acquire (request {}) is not recorded by its first lock", req.0));
+        }
+        for name in all {
+            if self.locks.get(name).and_then(|l| l.waiter(id, req)).is_none() {
+                return Err(format!(
+                    "lease {id} waits for {name:?} in a multi-acquire (request {}), but the lock has no such waiter",
+                    req.0
+                ));
             }
         }
         Ok(())
@@ -115,8 +137,11 @@ impl Engine {
                 }
             }
             for w in &lock.queue {
+                // A multi-acquire is recorded under its first lock, and waits in
+                // the queue of each of its locks (INV-18).
                 let recorded = self.leases.get(&w.lease).and_then(|l| l.waits.get(&w.req));
-                if recorded != Some(name) {
+                let in_group = w.all.is_empty() || w.all.contains(name);
+                if recorded != Some(w.first(name)) || !in_group {
                     return Err(format!(
                         "lock {name:?} queues lease {} (request {}), but the lease does not wait for it",
                         w.lease, w.req.0

@@ -1,6 +1,6 @@
 //! Lock commands and lock transitions: `Acquire`, `Release`, `SetValue`, `Downgrade`,
-//! `CancelWait`, the grants to the next waiters, wait timeouts, lock-delay,
-//! hold-at-least and reopening.
+//! `CancelWait`, the end of a grant, lock-delay, hold-at-least and reopening
+//! (the queues, their grants and wait timeouts are `queue.rs`'s).
 //!
 //! One rule admits every grant, for read-write locks and semaphores alike: the
 //! request fits beside the current holders ([`super::state::Lock::admits`],
@@ -10,7 +10,7 @@
 //! is granted from its head for as long as the head fits.
 
 use super::{
-    state::{Closed, Closing, Holder, Lock, LockKind, Outcome, Share, Waiter},
+    state::{Closed, Closing, Holder, Lock, LockKind, Outcome, Share},
     Effects, Engine, TimerKind,
 };
 use crate::validate::{check_acquire, check_cancel, check_release, check_set_value};
@@ -44,8 +44,11 @@ impl Engine {
             Ok(name) => name,
             Err(e) => return Reply::Rejected(e),
         };
-        if let Some(reply) = self.acquire_retry(a.lease, a.req) {
+        if let Some(reply) = self.acquire_retry(a) {
             return reply;
+        }
+        if a.is_multi() {
+            return self.acquire_all(a, fx);
         }
         let kind = match self.check_permits(&name, a.permits) {
             Ok(kind) => kind,
@@ -65,7 +68,7 @@ impl Engine {
             self.record(a.lease, a.req, Outcome::Replied(reply.clone()));
             return reply;
         }
-        self.enqueue(name, share, a)
+        self.enqueue(&[name], share, a)
     }
 
     /// [`Reply::SlotDone`] when `a` runs once per a slot that is done.
@@ -78,7 +81,7 @@ impl Engine {
 
     /// The kind of `name` (the one `permits` makes when it has no entry), if
     /// `permits` names it.
-    fn check_permits(&self, name: &LockName, permits: u32) -> Result<LockKind, EngineError> {
+    pub(super) fn check_permits(&self, name: &LockName, permits: u32) -> Result<LockKind, EngineError> {
         let kind = self.locks.get(name).map_or(LockKind::of_permits(permits), |l| l.kind);
         match kind.permits() == permits {
             true => Ok(kind),
@@ -95,12 +98,18 @@ impl Engine {
         Ok(name)
     }
 
-    /// The answer to a retried acquire: still queued, granted, or remembered.
-    fn acquire_retry(&self, lease: LeaseId, req: RequestId) -> Option<Reply> {
+    /// The answer to a retried acquire: still queued, granted, or remembered
+    /// (a multi-acquire: remembered first, as its grants may since have ended
+    /// one by one, then what it still holds).
+    fn acquire_retry(&self, a: &Acquire) -> Option<Reply> {
+        let (lease, req) = (a.lease, a.req);
         let l = self.leases.get(&lease)?;
         if let Some(name) = l.waits.get(&req) {
             let position = self.locks.get(name).and_then(|lock| lock.waiter(lease, req));
             return Some(Reply::Queued { position: count(position.unwrap_or(0)) });
+        }
+        if a.is_multi() {
+            return self.recorded_reply(lease, req).or_else(|| self.held_all(lease, req));
         }
         for name in l.holds.values() {
             let holder = self.locks.get(name).and_then(|lock| lock.holder_for_req(lease, req));
@@ -112,7 +121,7 @@ impl Engine {
     }
 
     /// Nobody queued, and `share` fits beside the holders of the open lock.
-    fn can_grant_now(&self, name: &LockName, share: Share) -> bool {
+    pub(super) fn can_grant_now(&self, name: &LockName, share: Share) -> bool {
         self.locks.get(name).is_none_or(|l| l.queue.is_empty() && l.admits(share.mode, share.weight))
     }
 
@@ -125,26 +134,10 @@ impl Engine {
         reply
     }
 
-    fn enqueue(&mut self, name: LockName, share: Share, a: &Acquire) -> Reply {
-        let deadline = self.now.saturating_add(a.wait_ms);
-        let (lease, req, lock_delay_ms, tag) = (a.lease, a.req, a.lock_delay_ms, Tag::of(a));
-        let (mode, weight, hold_at_least_ms) = (share.mode, share.weight, a.hold_at_least_ms);
-        let queued_at = self.now;
-        let waiter = Waiter { lease, req, queued_at, deadline, lock_delay_ms, tag, mode, weight, hold_at_least_ms };
-        let lock = self.locks.entry(name.clone()).or_default();
-        let position = count(lock.queue.len());
-        lock.queue.push_back(waiter);
-        if let Some(l) = self.leases.get_mut(&a.lease) {
-            l.waits.insert(a.req, name);
-        }
-        self.timers.insert(deadline, TimerKind::WaitEnd(a.lease, a.req));
-        Reply::Queued { position }
-    }
-
     /// Issue the next token (INV-2) and make `lease` a holder of `name` (an
     /// entry that exists), with the identity, value, closing and share of its
     /// acquire.
-    fn install_holder(
+    pub(super) fn install_holder(
         &mut self,
         name: &LockName,
         lease: LeaseId,
@@ -261,20 +254,22 @@ impl Engine {
         Reply::Cancelled { released }
     }
 
-    /// Withdraw the acquire `(lease, req)` of `name`: take it out of the queue, or
-    /// release its grant if that is still held. Returns whether a grant ended.
+    /// Withdraw the acquire `(lease, req)` of `name`: take it out of the queue
+    /// (of every lock, for a multi-acquire), or release every grant of the
+    /// request that is still held (all of a multi-acquire's, even when the
+    /// one `name` names has ended already). Returns whether a grant ended.
     fn withdraw(&mut self, name: &LockName, lease: LeaseId, req: RequestId, fx: &mut Effects) -> bool {
-        let waits = self.leases.get(&lease).map(|l| &l.waits);
-        if waits.and_then(|w| w.get(&req)) == Some(name) {
-            self.end_wait(name, lease, req, WaitEnd::Cancelled, fx);
+        let first = self.leases.get(&lease).and_then(|l| l.waits.get(&req)).cloned();
+        let queued_here = self.locks.get(name).is_some_and(|l| l.waiter(lease, req).is_some());
+        if let Some(first) = first.filter(|f| f == name || queued_here) {
+            self.end_wait(&first, lease, req, WaitEnd::Cancelled, fx);
             return false;
         }
-        let held = self.locks.get(name).and_then(|l| l.holder_for_req(lease, req));
-        let Some(token) = held.map(|h| h.token) else {
-            return false;
-        };
-        self.end_grant(name, lease, token, ReleaseCause::Cancelled, fx);
-        true
+        let held = self.grants_of_req(lease, req);
+        for (lock, token) in &held {
+            self.end_grant(lock, lease, *token, ReleaseCause::Cancelled, fx);
+        }
+        !held.is_empty()
     }
 
     /// End the grant `(name, lease, token)` if it exists, then close the lock
@@ -311,33 +306,6 @@ impl Engine {
         self.drop_if_unused(name);
     }
 
-    /// Remove the queued acquire `(lease, req)` from `name`'s queue.
-    pub(super) fn end_wait(&mut self, name: &LockName, lease: LeaseId, req: RequestId, why: WaitEnd, fx: &mut Effects) {
-        if let Some(l) = self.leases.get_mut(&lease) {
-            l.waits.remove(&req);
-        }
-        let Some(lock) = self.locks.get_mut(name) else {
-            return;
-        };
-        let Some(w) = lock.waiter(lease, req).and_then(|i| lock.queue.remove(i)) else {
-            return;
-        };
-        self.timers.remove(w.deadline, TimerKind::WaitEnd(lease, req));
-        fx.push(Effect::WaitEnded { lock: name.clone(), lease, req, why });
-        // It may have held back the waiters behind it (INV-16).
-        self.grant_next(name, fx);
-        self.drop_if_unused(name);
-    }
-
-    /// The wait timer of `(lease, req)` fired.
-    pub(super) fn time_out_wait(&mut self, lease: LeaseId, req: RequestId, fx: &mut Effects) {
-        let Some(name) = self.leases.get(&lease).and_then(|l| l.waits.get(&req)).cloned() else {
-            return;
-        };
-        self.end_wait(&name, lease, req, WaitEnd::TimedOut, fx);
-        self.record(lease, req, Outcome::TimedOut(name));
-    }
-
     /// Close `name` for `delay_ms` from now, unless it is closed until later
     /// already (several holders of a shared lock or a semaphore may expire one
     /// after another: the lock reopens when the last of their delays ends).
@@ -365,36 +333,7 @@ impl Engine {
         self.drop_if_unused(name);
     }
 
-    /// Grant `name` to its first live waiters (FIFO, INV-3, INV-16) while the
-    /// first one fits beside the holders (INV-15): a run of readers at the
-    /// head is granted together, up to the first writer. Waiters whose lease is
-    /// not live are skipped, never granted (INV-4); their lease's expiry
-    /// removes them.
-    pub(super) fn grant_next(&mut self, name: &LockName, fx: &mut Effects) {
-        while let Some(w) = self.take_next_live_waiter(name) {
-            self.timers.remove(w.deadline, TimerKind::WaitEnd(w.lease, w.req));
-            if let Some(l) = self.leases.get_mut(&w.lease) {
-                l.waits.remove(&w.req);
-            }
-            let share = Share { mode: w.mode, weight: w.weight };
-            let grant = self.install_holder(name, w.lease, w.req, Closing::of_waiter(&w), w.tag.clone(), share);
-            self.record(w.lease, w.req, Outcome::Replied(Reply::Acquired(grant.clone())));
-            let waited_ms = self.now.saturating_sub(w.queued_at);
-            fx.push(Effect::Granted { grant, req: w.req, queued: true, waited_ms, tag: w.tag });
-        }
-    }
-
-    /// The first waiter whose lease is live (with the dead-waiter mutant, see
-    /// `crate::mutants`: the first waiter), if it fits beside the holders.
-    fn take_next_live_waiter(&mut self, name: &LockName) -> Option<Waiter> {
-        let lock = self.locks.get(name)?;
-        let mutant = super::dead_waiter_mutant();
-        let i = lock.queue.iter().position(|w| mutant || self.is_live(w.lease))?;
-        lock.queue.get(i).filter(|w| lock.admits(w.mode, w.weight))?;
-        self.locks.get_mut(name)?.queue.remove(i)
-    }
-
-    fn drop_if_unused(&mut self, name: &LockName) {
+    pub(super) fn drop_if_unused(&mut self, name: &LockName) {
         if self.locks.get(name).is_some_and(|l| l.is_unused()) {
             self.locks.remove(name);
         }

@@ -29,6 +29,7 @@ fn acq(req: u64, lease: u64, lock: &str, wait_ms: u64) -> Command {
         permits: 0,
         hold_at_least_ms: 0,
         once_per: String::new(),
+        also: Vec::new(),
     })
 }
 

@@ -257,6 +257,26 @@ pub(crate) struct Waiter {
     pub weight: u32,
     #[serde(default, skip_serializing_if = "is_zero")]
     pub hold_at_least_ms: u64,
+    /// A multi-acquire: every lock it waits for, in the order asked (it sits
+    /// in the queue of each, and its lease's `waits` names the first). Empty
+    /// for a single acquire (and in state written before multi-acquires).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub all: Vec<LockName>,
+}
+
+impl Waiter {
+    /// The locks it waits for, found in the queue of `own`.
+    pub fn locks(&self, own: &LockName) -> Vec<LockName> {
+        match self.all.is_empty() {
+            true => vec![own.clone()],
+            false => self.all.clone(),
+        }
+    }
+
+    /// The lock its lease's `waits` names (`own` for a single acquire).
+    pub fn first<'a>(&'a self, own: &'a LockName) -> &'a LockName {
+        self.all.first().unwrap_or(own)
+    }
 }
 
 /// What closes a lock after a grant ends, as an acquire asked for it: its

@@ -24,6 +24,8 @@
 //! - INV-17 hold-at-least: however a grant made with it ends, its lock stays
 //!   closed until that long after the grant (engine time; a new leader keeps
 //!   the grant's age and restarts a closure in full, never shortening it).
+//! - INV-18 never a partial multi-lock: all of a multi-acquire's grants are
+//!   made in one step, or none.
 
 use super::*;
 
@@ -35,6 +37,7 @@ mod identity_tests;
 mod lease_tests;
 mod lock_tests;
 mod misc_tests;
+mod multi_tests;
 mod owner_tests;
 mod policy_tests;
 mod resize_tests;

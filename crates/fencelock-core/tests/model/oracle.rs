@@ -34,8 +34,10 @@ pub struct Oracle {
     ended: BTreeSet<LeaseId>,
     /// Queue of each lock, as told by `Queued` replies and effects (INV-3).
     queues: BTreeMap<String, Vec<Pair>>,
-    /// Every acquire that was granted, and its token (INV-6).
-    granted: BTreeMap<Pair, Token>,
+    /// Every acquire that was granted, and its token on each lock (INV-6).
+    granted: BTreeMap<(Pair, LockName), Token>,
+    /// The locks of each multi-acquire, in the order asked (INV-18).
+    multi: BTreeMap<Pair, Vec<LockName>>,
 }
 
 impl Oracle {
@@ -48,6 +50,10 @@ impl Oracle {
         if let Command::Acquire(a) = c {
             let asked = (a.mode == Mode::Shared && a.permits == 0, a.weight, a.permits);
             self.asked.insert((a.lease, a.req), asked);
+            let names: Result<Vec<LockName>, _> = a.locks().map(LockName::new).collect();
+            if let (true, Ok(names)) = (a.is_multi(), names) {
+                self.multi.insert((a.lease, a.req), names);
+            }
         }
         // A downgrade happens before the grants it lets in.
         if let (Command::Downgrade { lease, lock, token, .. }, Reply::Downgraded) = (c, r) {
@@ -62,6 +68,28 @@ impl Oracle {
     pub fn effects(&mut self, fx: &[Effect]) -> Result<(), String> {
         for (i, f) in fx.iter().enumerate() {
             self.effect(f, &fx[i + 1..])?;
+        }
+        self.check_whole(fx)
+    }
+
+    /// INV-18: never a partial multi-lock. A multi-acquire granted in this step
+    /// got every one of its locks in it, in the order asked, with consecutive
+    /// tokens (and, INV-6, it was never granted in an earlier step).
+    fn check_whole(&self, fx: &[Effect]) -> Result<(), String> {
+        let mut got: BTreeMap<Pair, Vec<(LockName, Token)>> = BTreeMap::new();
+        for f in fx {
+            if let Effect::Granted { grant, req, .. } = f {
+                if self.multi.contains_key(&(grant.lease, *req)) {
+                    got.entry((grant.lease, *req)).or_default().push((grant.lock.clone(), grant.token));
+                }
+            }
+        }
+        for (pair, grants) in got {
+            let names: Vec<&LockName> = grants.iter().map(|(n, _)| n).collect();
+            let consecutive = grants.windows(2).all(|w| w[1].1 .0 == w[0].1 .0 + 1);
+            if names.iter().copied().ne(self.multi[&pair].iter()) || !consecutive {
+                return Err(format!("INV-18: multi-acquire {pair:?} got {grants:?} in one step"));
+            }
         }
         Ok(())
     }
@@ -129,7 +157,7 @@ impl Oracle {
         if self.ended.contains(&g.lease) {
             return Err(format!("INV-4: {g:?} granted to an ended lease"));
         }
-        if let Some(first) = self.granted.insert((g.lease, req), g.token) {
+        if let Some(first) = self.granted.insert(((g.lease, req), g.lock.clone()), g.token) {
             return Err(format!("INV-6: request {req:?} of lease {} granted twice ({first}, {})", g.lease, g.token));
         }
         if queued {
@@ -201,26 +229,35 @@ impl Oracle {
     fn reply(&mut self, c: &Command, r: &Reply) -> Result<(), String> {
         match (c, r) {
             (Command::Acquire(a), Reply::Queued { position }) => self.on_queued(a, *position),
-            (Command::Acquire(a), Reply::Acquired(g)) => self.on_acquired(a, g),
+            (Command::Acquire(a), Reply::Acquired(g)) if !a.is_multi() => self.on_acquired(a, g),
+            (Command::Acquire(a), Reply::AcquiredAll(gs)) if a.is_multi() => self.on_acquired_all(a, gs),
+            (Command::Acquire(a), Reply::Acquired(_) | Reply::AcquiredAll(_)) => {
+                Err(format!("INV-18: {a:?} answered {r:?}: one grant for a multi-acquire or several for one lock"))
+            }
             (Command::Revoke { lease, .. }, Reply::LeaseRevoked { .. }) => {
                 self.ended.insert(*lease);
                 Ok(())
             }
             (Command::CancelWait { req, lease, .. }, _) => {
                 // A cancel makes the engine forget the request: it may be granted anew.
-                self.granted.remove(&(*lease, *req));
+                self.granted.retain(|(pair, _), _| *pair != (*lease, *req));
                 Ok(())
             }
             _ => Ok(()),
         }
     }
 
+    /// A multi-acquire queues on every one of its locks; its position is the
+    /// one in the queue of its first lock.
     fn on_queued(&mut self, a: &Acquire, position: u32) -> Result<(), String> {
-        let queue = self.queues.entry(a.lock.clone()).or_default();
         let pair = (a.lease, a.req);
-        if !queue.contains(&pair) {
-            queue.push(pair);
+        for lock in a.locks() {
+            let queue = self.queues.entry(lock.to_string()).or_default();
+            if !queue.contains(&pair) {
+                queue.push(pair);
+            }
         }
+        let queue = &self.queues[&a.lock];
         match queue.iter().position(|p| *p == pair) {
             Some(at) if at == position as usize => Ok(()),
             at => Err(format!("INV-3: {pair:?} queued at {position}, oracle queue says {at:?}")),
@@ -230,10 +267,19 @@ impl Oracle {
     /// INV-6: an `Acquired` reply is either this batch's fresh grant or the first
     /// grant of that request again.
     fn on_acquired(&mut self, a: &Acquire, g: &Grant) -> Result<(), String> {
-        match self.granted.get(&(a.lease, a.req)) {
+        match self.granted.get(&((a.lease, a.req), g.lock.clone())) {
             Some(t) if *t == g.token => Ok(()),
             other => Err(format!("INV-6: acquire {a:?} replied {g:?}, first grant {other:?}")),
         }
+    }
+
+    /// INV-18 and INV-6: an `AcquiredAll` names every lock asked, in order,
+    /// each with the token of its (first) grant.
+    fn on_acquired_all(&mut self, a: &Acquire, gs: &[Grant]) -> Result<(), String> {
+        if gs.iter().map(|g| g.lock.as_str()).ne(a.locks()) {
+            return Err(format!("INV-18: acquire {a:?} replied {gs:?}: not its locks in order"));
+        }
+        gs.iter().try_for_each(|g| self.on_acquired(a, g))
     }
 }
 

@@ -9,6 +9,12 @@
 //! before it (from the queue), and it fits: on a semaphore the weights add up to
 //! at most the permits, on a read-write lock nobody holds it or everybody
 //! (itself included) is shared.
+//!
+//! Multi-acquires (INV-18): a waiting one is a waiter on each of its locks
+//! (same lease and request, each knowing the whole group), pushed at once; it
+//! is granted when it is the first live waiter of every lock of its group and
+//! fits in each, and then every lock it touched is looked at again, in the
+//! order the engine documents (a stack of locks to look at).
 
 use fencelock_core::*;
 
@@ -58,6 +64,17 @@ struct MWaiter {
     hold: u64,
     shared: bool,
     weight: u32,
+    /// A multi-acquire: all of its locks, in the order asked (empty: single).
+    group: Vec<String>,
+}
+
+impl MWaiter {
+    fn locks(&self) -> Vec<String> {
+        match self.group.is_empty() {
+            true => vec![self.lock.clone()],
+            false => self.group.clone(),
+        }
+    }
 }
 
 #[derive(Clone, Debug)]
@@ -220,6 +237,8 @@ impl Model {
         }
         let mut waits: Vec<MWaiter> = self.waiters.iter().filter(|w| w.lease == id).cloned().collect();
         waits.sort_by_key(|w| w.req);
+        // A multi-acquire ends once, by its first lock.
+        waits.dedup_by_key(|w| w.req);
         for w in waits {
             self.end_wait(&w.lock, id, w.req, WaitEnd::LeaseEnded, fx);
         }
@@ -251,24 +270,47 @@ impl Model {
         self.closed.push(MClosed { lock: lock.to_string(), until, delay });
     }
 
-    /// Grant the first live waiters of `lock`, one after another, while the
-    /// first one fits.
     fn grant_next(&mut self, lock: &str, fx: &mut Vec<Effect>) {
-        loop {
-            let Some(i) = self.waiters.iter().position(|w| w.lock == lock && self.live(w.lease)) else {
-                return;
-            };
-            let w = self.waiters[i].clone();
-            if !self.fits(lock, w.shared, w.weight) {
-                return;
+        self.grant_from(vec![lock.to_string()], fx);
+    }
+
+    /// Take the last lock of `work` and grant its first live waiters, one
+    /// after another, while the first one fits (and, for a multi-acquire,
+    /// heads and fits every lock of its group: its other locks then join
+    /// `work`); until `work` is empty.
+    fn grant_from(&mut self, mut work: Vec<String>, fx: &mut Vec<Effect>) {
+        while let Some(lock) = work.pop() {
+            while let Some(w) = self.first_live(&lock).filter(|w| self.grantable(w)) {
+                self.waiters.retain(|x| !(x.lease == w.lease && x.req == w.req));
+                self.grant_waiter(&w, fx);
+                work.extend(w.locks().into_iter().filter(|n| *n != lock));
             }
-            self.waiters.remove(i);
-            let g = self.make_holder(lock, (w.lease, w.req), (w.delay, w.hold), (w.shared, w.weight));
-            self.remember(w.lease, w.req, Memo::Said(Reply::Acquired(g.clone())));
-            let waited_ms = self.now - w.since;
+        }
+    }
+
+    fn first_live(&self, lock: &str) -> Option<MWaiter> {
+        self.waiters.iter().find(|w| w.lock == lock && self.live(w.lease)).cloned()
+    }
+
+    /// `w` is the first live waiter of each of its locks and fits in each.
+    fn grantable(&self, w: &MWaiter) -> bool {
+        w.locks().iter().all(|n| {
+            let first = self.first_live(n).is_some_and(|f| f.lease == w.lease && f.req == w.req);
+            first && self.fits(n, w.shared, w.weight)
+        })
+    }
+
+    fn grant_waiter(&mut self, w: &MWaiter, fx: &mut Vec<Effect>) {
+        let waited_ms = self.now - w.since;
+        let mut grants = vec![];
+        for lock in w.locks() {
+            let g = self.make_holder(&lock, (w.lease, w.req), (w.delay, w.hold), (w.shared, w.weight));
+            grants.push(g.clone());
             let tag = Tag::new(&identity_of(w.lease), &[]);
             fx.push(Effect::Granted { grant: g, req: RequestId(w.req), queued: true, waited_ms, tag });
         }
+        let reply = if w.group.is_empty() { Reply::Acquired(grants.remove(0)) } else { Reply::AcquiredAll(grants) };
+        self.remember(w.lease, w.req, Memo::Said(reply));
     }
 
     /// Whether a grant (shared or not, of `weight`) fits beside the holders of
@@ -317,10 +359,14 @@ impl Model {
     /// Take the waiter `(lease, req)` out of the queue of `lock` (it ended
     /// `why`); the waiters it held back may be granted now.
     fn end_wait(&mut self, lock: &str, lease: u64, req: u64, why: WaitEnd, fx: &mut Vec<Effect>) {
+        let Some(w) = self.waiters.iter().find(|x| x.lease == lease && x.req == req && x.lock == lock).cloned() else {
+            return;
+        };
         self.waiters.retain(|x| !(x.lease == lease && x.req == req));
-        let name = lock_name(lock);
-        fx.push(Effect::WaitEnded { lock: name, lease: LeaseId(lease), req: RequestId(req), why });
-        self.grant_next(lock, fx);
+        for n in w.locks() {
+            fx.push(Effect::WaitEnded { lock: lock_name(&n), lease: LeaseId(lease), req: RequestId(req), why });
+        }
+        self.grant_from(w.locks(), fx);
     }
 
     fn time_out(&mut self, lease: u64, req: u64, fx: &mut Vec<Effect>) {
@@ -426,11 +472,17 @@ impl Model {
         if a.weight == 0 || a.weight > max {
             return Err(EngineError::InvalidWeight { weight: a.weight, max });
         }
+        if !a.also.is_empty() {
+            check_multi(a)?;
+        }
         self.lease(lease).ok_or(EngineError::LeaseNotFound(a.lease))?;
         if let Some(w) = self.waiters.iter().find(|w| w.lease == lease && w.req == req) {
             let same_lock = self.waiters.iter().filter(|x| x.lock == w.lock);
             let position = same_lock.take_while(|x| !(x.lease == lease && x.req == req)).count();
             return Ok(Reply::Queued { position: position as u32 });
+        }
+        if !a.also.is_empty() {
+            return self.acquire_all(a, fx);
         }
         if let Some(h) = self.holders.iter().find(|h| h.lease == lease && h.req == req) {
             return Ok(Reply::Acquired(grant(&h.lock, lease, h.token)));
@@ -468,8 +520,60 @@ impl Model {
         let (since, until, delay, hold) = (self.now, self.now + a.wait_ms, a.lock_delay_ms, a.hold_at_least_ms);
         let (shared, weight) = share;
         let lock = lock.to_string();
-        self.waiters.push(MWaiter { lock, lease, req, since, until, delay, hold, shared, weight });
+        self.waiters.push(MWaiter { lock, lease, req, since, until, delay, hold, shared, weight, group: vec![] });
         Reply::Queued { position: b.waiters }
+    }
+
+    /// A multi-acquire past validation and the queue: its memo, then what it
+    /// still holds; else every lock must be read-write (or unused); then all
+    /// at once, busy, or queued on each.
+    fn acquire_all(&mut self, a: &Acquire, fx: &mut Vec<Effect>) -> Result<Reply, EngineError> {
+        let (req, lease) = (a.req.0, a.lease.0);
+        if let Some(r) = self.memo(lease, req) {
+            return Ok(r);
+        }
+        let mut held: Vec<&MHolder> = self.holders.iter().filter(|h| h.lease == lease && h.req == req).collect();
+        held.sort_by_key(|h| h.token);
+        if !held.is_empty() {
+            return Ok(Reply::AcquiredAll(held.iter().map(|h| grant(&h.lock, lease, h.token)).collect()));
+        }
+        let locks: Vec<String> = a.locks().map(str::to_string).collect();
+        for lock in &locks {
+            let lock_has = if self.in_use(lock) { self.permits_of(lock) } else { 0 };
+            if lock_has != 0 {
+                return Err(EngineError::PermitsMismatch { lock_has, asked: 0 });
+            }
+        }
+        let unused: Vec<String> = locks.iter().filter(|l| !self.in_use(l)).cloned().collect();
+        for lock in unused {
+            self.permits.retain(|(l, _)| *l != lock);
+            self.permits.push((lock, 0));
+        }
+        let shared = a.mode == Mode::Shared;
+        let blocked = locks.iter().find(|l| self.busy(l).waiters > 0 || !self.fits(l, shared, 1));
+        let Some(blocked) = blocked.cloned() else {
+            let mut grants = vec![];
+            for lock in &locks {
+                let g = self.make_holder(lock, (lease, req), (a.lock_delay_ms, a.hold_at_least_ms), (shared, 1));
+                let tag = Tag::new(&a.identity, &a.value);
+                fx.push(Effect::Granted { grant: g.clone(), req: a.req, queued: false, waited_ms: 0, tag });
+                grants.push(g);
+            }
+            self.remember(lease, req, Memo::Said(Reply::AcquiredAll(grants.clone())));
+            return Ok(Reply::AcquiredAll(grants));
+        };
+        if a.wait_ms == 0 {
+            let b = self.busy(&blocked);
+            self.remember(lease, req, Memo::Said(Reply::Busy(b.clone())));
+            return Ok(Reply::Busy(b));
+        }
+        let position = self.busy(&locks[0]).waiters;
+        let (since, until, delay, hold) = (self.now, self.now + a.wait_ms, a.lock_delay_ms, a.hold_at_least_ms);
+        for lock in &locks {
+            let (lock, group) = (lock.clone(), locks.clone());
+            self.waiters.push(MWaiter { lock, lease, req, since, until, delay, hold, shared, weight: 1, group });
+        }
+        Ok(Reply::Queued { position })
     }
 
     fn release(
@@ -579,9 +683,15 @@ impl Model {
         let mut released = false;
         if self.waiters.iter().any(|w| w.lease == lease && w.req == req && w.lock == lock) {
             self.end_wait(name.as_str(), lease, req, WaitEnd::Cancelled, fx);
-        } else if let Some(h) = self.holders.iter().find(|h| h.lock == lock && h.lease == lease && h.req == req) {
-            let token = h.token;
-            self.end_grant(lock, lease, token, ReleaseCause::Cancelled, fx);
+        } else if self.holders.iter().any(|h| h.lease == lease && h.req == req) {
+            // Every grant of the request still held (all those of a
+            // multi-acquire, whichever lock the cancel names), in token order.
+            let mut held: Vec<MHolder> =
+                self.holders.iter().filter(|h| h.lease == lease && h.req == req).cloned().collect();
+            held.sort_by_key(|h| h.token);
+            for h in held {
+                self.end_grant(&h.lock, lease, h.token, ReleaseCause::Cancelled, fx);
+            }
             released = true;
         }
         if let Some(l) = self.leases.iter_mut().find(|l| l.id == lease) {
@@ -661,6 +771,27 @@ impl Model {
         held.sort_by_key(|h| h.token);
         let locks = held.iter().map(|h| grant(&h.lock, id, h.token)).collect();
         Some(LeaseInfo { lease: LeaseId(id), owner: None, ttl_ms: l.ttl, ttl_left_ms: l.deadline - now, locks })
+    }
+}
+
+/// The rules of a multi-acquire's locks: 2 to 16, read-write only, valid
+/// names, no name twice (in this order).
+fn check_multi(a: &Acquire) -> Result<(), EngineError> {
+    let n = a.also.len() + 1;
+    if !(2..=MAX_MULTI_LOCKS).contains(&n) {
+        return Err(EngineError::InvalidLocks(format!("{n} locks (a multi-acquire names 2 to {MAX_MULTI_LOCKS})")));
+    }
+    if a.permits != 0 || a.weight != 1 || !a.once_per.is_empty() {
+        let why = "a multi-acquire takes read-write locks only: no permits, no weight, no once-per slot";
+        return Err(EngineError::InvalidLocks(why.into()));
+    }
+    let names: Vec<&str> = a.locks().collect();
+    for n in &names {
+        LockName::new(*n)?;
+    }
+    match (1..n).any(|i| names[..i].contains(&names[i])) {
+        true => Err(EngineError::InvalidLocks("a lock is named twice".into())),
+        false => Ok(()),
     }
 }
 

@@ -36,7 +36,15 @@ pub const MAX_BATCH_BYTES: usize = 1 << 20;
 /// How a queued acquire's wait ended, as its waiter is told.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum WaitOutcome {
-    Granted { grant: Grant, waited_ms: u64 },
+    Granted {
+        grant: Grant,
+        waited_ms: u64,
+    },
+    /// A queued multi-acquire was granted: every lock, in the order asked.
+    GrantedAll {
+        grants: Vec<Grant>,
+        waited_ms: u64,
+    },
     Ended(WaitEnd),
 }
 
@@ -374,27 +382,40 @@ impl<R, W> DriverCore<R, W> {
             }
             reply(out, m.reply, Ok(r));
         }
-        for e in output.effects {
-            self.wake(&e, out);
+        let wakes: Vec<Option<Action<R, W>>> =
+            (0..output.effects.len()).map(|i| self.wake(&output.effects[i..])).collect();
+        for (e, wake) in output.effects.into_iter().zip(wakes) {
+            out.extend(wake);
             out.push(Action::Effect(e));
         }
         self.tick_at = output.next_deadline;
     }
 
-    /// Completes the wait of a queued acquire. A waiter with no registered caller
-    /// was queued before a leader change or restart; its client retries with the
-    /// same request id and then finds the outcome.
-    fn wake(&mut self, e: &Effect, out: &mut Actions<R, W>) {
-        let (key, outcome) = match e {
+    /// Completes the wait of a queued acquire, for the first of `effects` (the
+    /// rest are those after it). A waiter with no registered caller was queued
+    /// before a leader change or restart; its client retries with the same
+    /// request id and then finds the outcome.
+    ///
+    /// A multi-acquire's grants are one `Granted` effect per lock (watch events
+    /// and metrics count per lock), which the engine pushes one after another
+    /// in the step that grants them all: the waiter is woken once, at the first,
+    /// with the run of grants of its (lease, req) that starts there. Collecting
+    /// them here is simpler than an extra effect carrying the set, which every
+    /// other reader of effects would have to skip.
+    fn wake(&mut self, effects: &[Effect]) -> Option<Action<R, W>> {
+        let (key, outcome) = match effects.first()? {
             Effect::Granted { grant, req, queued: true, waited_ms, .. } => {
-                ((grant.lease, *req), WaitOutcome::Granted { grant: grant.clone(), waited_ms: *waited_ms })
+                let grants = grant_run(effects, grant.lease, *req);
+                let outcome = match grants.len() {
+                    1 => WaitOutcome::Granted { grant: grant.clone(), waited_ms: *waited_ms },
+                    _ => WaitOutcome::GrantedAll { grants, waited_ms: *waited_ms },
+                };
+                ((grant.lease, *req), outcome)
             }
             Effect::WaitEnded { lease, req, why, .. } => ((*lease, *req), WaitOutcome::Ended(*why)),
-            _ => return,
+            _ => return None,
         };
-        if let Some(w) = self.waiters.remove(&key) {
-            out.push(Action::Wake(w, Ok(outcome)));
-        }
+        self.waiters.remove(&key).map(|w| Action::Wake(w, Ok(outcome)))
     }
 
     /// Fails closed: answers everything with `why` from now on. Nothing more is
@@ -525,6 +546,16 @@ pub fn batch_len<R, W>(pending: &[Msg<R, W>], max_batch: usize) -> usize {
     fits.count().max(1).min(pending.len())
 }
 
+/// The grants of the queued `Granted` effects of `(lease, req)` at the head of
+/// `effects`, up to the first effect that is not one.
+fn grant_run(effects: &[Effect], lease: LeaseId, req: RequestId) -> Vec<Grant> {
+    let of_wait = |e: &Effect| match e {
+        Effect::Granted { grant, req: r, queued: true, .. } if grant.lease == lease && *r == req => Some(grant.clone()),
+        _ => None,
+    };
+    effects.iter().map_while(of_wait).collect()
+}
+
 /// Roughly how many bytes `cmd` takes in an entry: fixed fields plus its lock name
 /// (validated commands have names of at most 512 bytes), and an acquire's
 /// identity and value, or a new value (base64 in JSON: 4 characters per 3 bytes).
@@ -532,7 +563,10 @@ pub fn approx_bytes(cmd: &Command) -> usize {
     const FIXED: usize = 128;
     FIXED
         + match cmd {
-            Command::Acquire(a) => a.lock.len() + a.identity.len() + a.once_per.len() + a.value.len().div_ceil(3) * 4,
+            Command::Acquire(a) => {
+                let also: usize = a.also.iter().map(|l| l.len() + 8).sum();
+                a.lock.len() + also + a.identity.len() + a.once_per.len() + a.value.len().div_ceil(3) * 4
+            }
             Command::Release { lock, .. } | Command::CancelWait { lock, .. } | Command::Downgrade { lock, .. } => {
                 lock.len()
             }

@@ -86,6 +86,11 @@ pub enum AcquireOutcome {
         grant: Grant,
         waited_ms: u64,
     },
+    /// A multi-acquire was granted: every lock, in the order asked.
+    AcquiredAll {
+        grants: Vec<Grant>,
+        waited_ms: u64,
+    },
     Busy(Busy),
     TimedOut,
     /// The acquire's `once_per` slot is done (see [`Reply::SlotDone`]).
@@ -207,6 +212,9 @@ impl DriverHandle {
         let outcome = match self.send(cmd, Some(wtx), Some(gen)).await {
             Ok(Reply::Queued { .. }) => match wrx.await {
                 Ok(Ok(WaitOutcome::Granted { grant, waited_ms })) => Ok(AcquireOutcome::Acquired { grant, waited_ms }),
+                Ok(Ok(WaitOutcome::GrantedAll { grants, waited_ms })) => {
+                    Ok(AcquireOutcome::AcquiredAll { grants, waited_ms })
+                }
                 Ok(Ok(WaitOutcome::Ended(why))) => Ok(ended(why, lease)),
                 Ok(Err(e)) => Err(e),
                 Err(_) => Err(shutting_down()),
@@ -254,6 +262,7 @@ fn ended(why: WaitEnd, lease: LeaseId) -> AcquireOutcome {
 fn immediate(reply: Reply) -> Result<AcquireOutcome, DriverError> {
     match reply {
         Reply::Acquired(grant) => Ok(AcquireOutcome::Acquired { grant, waited_ms: 0 }),
+        Reply::AcquiredAll(grants) => Ok(AcquireOutcome::AcquiredAll { grants, waited_ms: 0 }),
         Reply::Busy(b) => Ok(AcquireOutcome::Busy(b)),
         Reply::SlotDone { token, identity, exit_code } => Ok(AcquireOutcome::SlotDone { token, identity, exit_code }),
         Reply::Rejected(e) => Ok(AcquireOutcome::Rejected(e)),

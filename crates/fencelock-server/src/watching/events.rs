@@ -94,7 +94,10 @@ pub fn of_entry(index: u64, input: &Input, out: &Output, pending: &PendingWaits)
             let key = (a.lease.0, a.req.0);
             if !pending.0.contains(&key) && seen.insert(key) {
                 let tag = Tag { identity: a.identity.clone(), value: Vec::new() };
-                push(Kind::Queued, &a.lock, a.lease.0, 0, "", Some(&tag));
+                // A multi-acquire queues on every one of its locks.
+                for lock in a.locks() {
+                    push(Kind::Queued, lock, a.lease.0, 0, "", Some(&tag));
+                }
             }
         }
     }

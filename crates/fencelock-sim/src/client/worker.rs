@@ -155,6 +155,7 @@ impl Worker {
             permits,
             hold_at_least_ms: 0,
             once_per: String::new(),
+            also: Vec::new(),
         });
         while self.session.borrow().is_live(lease) {
             match self.server.call(cmd.clone()).await {

@@ -180,6 +180,12 @@ impl Driver {
                 let outcome = match outcome {
                     WaitOutcome::Granted { grant, .. } => PushOutcome::Granted(grant),
                     WaitOutcome::Ended(why) => PushOutcome::Ended(why),
+                    // The simulated clients take one lock per acquire, so this
+                    // never comes; the first grant keeps the bookkeeping whole.
+                    WaitOutcome::GrantedAll { mut grants, .. } if !grants.is_empty() => {
+                        PushOutcome::Granted(grants.swap_remove(0))
+                    }
+                    WaitOutcome::GrantedAll { .. } => return None,
                 };
                 let (lease, req) = w.key;
                 self.send(w.conn, ServerMsg::Push(Push { lease, req, outcome }));

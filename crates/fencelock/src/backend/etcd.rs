@@ -357,6 +357,7 @@ impl LockBackend for EtcdBackend {
             semaphores: true,
             hold_at_least: false,
             once_per: false,
+            multi_lock: false,
             min_ttl: Duration::from_secs(1),
         }
     }

@@ -42,6 +42,7 @@ mod election;
 pub mod etcd;
 mod guard;
 mod keepalive;
+mod multi_guard;
 pub(crate) mod native;
 mod outcome;
 #[cfg(feature = "postgres")]
@@ -61,6 +62,7 @@ pub use election::{Election, Leader, LeaderEvent, LeaderStream, Leadership};
 pub use guard::Guard;
 pub(crate) use guard::Held;
 pub(crate) use keepalive::{KeptLease, Renew, Renewed};
+pub use multi_guard::MultiGuard;
 pub use outcome::Acquire;
 pub use request::LockRequest;
 pub use url::{BackendUrl, Scheme};
@@ -155,6 +157,14 @@ pub struct Capabilities {
     /// records completed slots. A backend without it refuses such an acquire
     /// with [`Error::Unsupported`].
     pub once_per: bool,
+    /// Atomic multi-locks ([`LockBackend::acquire_all`]): several locks taken
+    /// all at once or none, decided in one step of the service, one token per
+    /// lock; a waiting one queues on every lock at once, so multi-locks never
+    /// deadlock one another and no partial hold exists. A backend without
+    /// them refuses [`LockBackend::acquire_all`] with [`Error::Unsupported`]
+    /// before anything is sent (taking the locks one after another would
+    /// give neither guarantee).
+    pub multi_lock: bool,
     /// The smallest TTL the backend keeps; a shorter one is refused with
     /// [`Error::Unsupported`] rather than silently lengthened. Larger TTLs may
     /// be rounded up to the backend's granularity (whole seconds for etcd); the
@@ -181,6 +191,7 @@ impl Capabilities {
             semaphores: false,
             hold_at_least: false,
             once_per: false,
+            multi_lock: false,
             min_ttl: MIN_TTL,
         }
     }
@@ -254,6 +265,12 @@ impl Capabilities {
     /// With [`once_per`](#structfield.once_per) set to `yes`.
     pub const fn with_once_per(mut self, yes: bool) -> Self {
         self.once_per = yes;
+        self
+    }
+
+    /// With [`multi_lock`](#structfield.multi_lock) set to `yes`.
+    pub const fn with_multi_lock(mut self, yes: bool) -> Self {
+        self.multi_lock = yes;
         self
     }
 
@@ -419,6 +436,25 @@ pub trait LockBackend: Send + Sync + fmt::Debug {
     /// future withdraws the request.
     fn acquire<'a>(&'a self, name: &'a str, opts: &'a LockOptions) -> BoxFuture<'a, Result<Acquire<Guard>, Error>>;
 
+    /// Takes every lock of `names` (2 to 16 distinct names) at once with
+    /// `opts`: all of them or none, one [`Guard`] per lock in the order
+    /// named, each with its own token. A try (`opts.wait` zero) is busy if any
+    /// of them is not free (nothing is taken); a wait queues on every lock at
+    /// once. Read-write locks only: `opts` may be shared, but names no
+    /// permits, weight or slot. [`Error::Unsupported`], before anything is
+    /// sent, where [`Capabilities::multi_lock`] is false.
+    fn acquire_all<'a>(
+        &'a self,
+        names: &'a [&'a str],
+        opts: &'a LockOptions,
+    ) -> BoxFuture<'a, Result<Acquire<MultiGuard>, Error>> {
+        let _ = (names, opts);
+        let kind = self.kind();
+        Box::pin(async move {
+            Err(Error::Unsupported(format!("{kind} has no atomic multi-lock; use the fencelock backend")))
+        })
+    }
+
     /// Is `token` the current grant of `name`? (Chubby's CheckSequencer.)
     /// [`Error::Unsupported`] where the backend cannot tell.
     fn check<'a>(&'a self, name: &'a str, token: u64) -> BoxFuture<'a, Result<CheckResult, Error>> {
@@ -560,6 +596,7 @@ mod tests {
             semaphores: false,
             hold_at_least: false,
             once_per: false,
+            multi_lock: false,
             min_ttl: MIN_TTL,
         }
     }

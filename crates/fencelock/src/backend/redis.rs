@@ -408,6 +408,7 @@ impl LockBackend for RedisBackend {
             semaphores: true,
             hold_at_least: false,
             once_per: false,
+            multi_lock: false,
             min_ttl: Duration::from_millis(100),
         }
     }

@@ -185,6 +185,7 @@ impl LockBackend for RedlockBackend {
             semaphores: false,
             hold_at_least: false,
             once_per: false,
+            multi_lock: false,
             min_ttl: Duration::from_millis(100),
         }
     }

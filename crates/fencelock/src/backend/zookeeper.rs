@@ -399,6 +399,7 @@ impl LockBackend for ZkBackend {
             semaphores: true,
             hold_at_least: false,
             once_per: false,
+            multi_lock: false,
             min_ttl: MIN_TTL,
         }
     }

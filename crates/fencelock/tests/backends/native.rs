@@ -74,6 +74,7 @@ async fn declares_its_capabilities() {
             .with_semaphores(true)
             .with_hold_at_least(true)
             .with_once_per(true)
+            .with_multi_lock(true)
             .with_min_ttl(100 * MS)
     );
     let http = suite::connect(&format!("http://{}", t.addr)).await;
@@ -162,4 +163,26 @@ async fn start_group(dir: &std::path::Path) -> Vec<Running> {
     let client = fencelock::Client::connect(all).await.unwrap();
     within("a leader", client.describe("ready")).await.unwrap();
     nodes
+}
+
+/// Issue 18: the guards of a multi-lock share one lease; when it is revoked,
+/// the multi-guard's `lost()` fires, and every one of its locks is free
+/// again (the server ended all of its grants with the lease).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_multi_lock_is_lost_whole_with_its_lease() {
+    let t = <Native as Target>::start().await;
+    let b = suite::connect(&t.url()).await;
+    let try_ = opts(10 * SECS, std::time::Duration::ZERO);
+    let all = within("multi", b.acquire_all(&["x", "y"], &try_)).await.unwrap().acquired().unwrap();
+    let lease = all.guards()[0].lease_id();
+    assert!(all.guards().iter().all(|g| g.lease_id() == lease), "one lease for every lock");
+    let stranger = within("connect", fencelock::Client::connect(format!("http://{}", t.addr))).await.unwrap();
+    within("revoke", stranger.revoke_lease(lease)).await.unwrap();
+    assert_eq!(within("lost", all.lost()).await, fencelock::LeaseLost::Revoked);
+    assert!(all.is_lost());
+    for name in ["x", "y"] {
+        let got = within(name, stranger.acquire(name, &try_)).await.unwrap();
+        assert!(matches!(got, Acquire::Acquired(_)), "{name} is free again: {got:?}");
+    }
+    assert!(!within("release", all.release()).await.unwrap(), "nothing left to release");
 }

@@ -661,6 +661,49 @@ pub async fn once_per_where_declared<T: Target>(t: &T) {
     assert!(other.release().await.unwrap());
 }
 
+/// Atomic multi-locks (issue 18), where declared (INV-18): a try takes every
+/// lock or none (a lock held elsewhere makes it busy, and the others stay
+/// free); granted, it gives one guard per lock in the order named, each with
+/// its own token (global fencing: increasing in that order); a waiting one is
+/// granted once every lock is free; names twice is refused before anything is
+/// sent. A backend that does not declare it refuses `acquire_all` with
+/// `Unsupported`, before anything is sent.
+pub async fn multi_lock_where_declared<T: Target>(t: &T) {
+    let b = connect(&t.url()).await;
+    let try_ = opts(10 * SECS, Duration::ZERO);
+    if !b.capabilities().multi_lock {
+        let got = b.acquire_all(&["m/a", "m/b"], &try_).await;
+        assert!(matches!(got, Err(Error::Unsupported(_))), "multi-lock: {got:?}");
+        return;
+    }
+    let other = connect(&t.url()).await;
+    let held = within("m/b", other.acquire("m/b", &try_)).await.unwrap().acquired().unwrap();
+    let busy = within("multi try", b.acquire_all(&["m/a", "m/b", "m/c"], &try_)).await.unwrap();
+    assert!(matches!(busy, Acquire::Busy { .. }), "m/b is held: {busy:?}");
+    let free = within("m/a", other.acquire("m/a", &try_)).await.unwrap().acquired().expect("nothing was taken");
+    assert!(free.release().await.unwrap() && held.release().await.unwrap());
+
+    let all = within("multi", b.acquire_all(&["m/c", "m/a", "m/b"], &try_)).await.unwrap().acquired().unwrap();
+    let names: Vec<&str> = all.tokens().iter().map(|(n, _)| *n).collect();
+    assert_eq!(names, ["m/c", "m/a", "m/b"]);
+    let tokens: Vec<u64> = all.tokens().iter().map(|(_, t)| t.expect("a token per lock")).collect();
+    assert!(tokens.windows(2).all(|w| w[0] < w[1]), "tokens in the order named: {tokens:?}");
+    let taken = within("m/a taken", other.acquire("m/a", &try_)).await.unwrap();
+    assert!(matches!(taken, Acquire::Busy { .. }), "m/a is held by the multi-lock: {taken:?}");
+
+    let waiting = tokio::spawn(async move {
+        let wait = opts(10 * SECS, 20 * SECS);
+        other.acquire_all(&["m/b", "m/d"], &wait).await.map(|a| a.acquired().map(|g| g.tokens()[0].1))
+    });
+    assert!(!all.is_lost());
+    assert!(all.release().await.unwrap(), "every lock was held and is released");
+    let next = within("the waiting multi-lock", waiting).await.unwrap().unwrap().expect("granted once free").unwrap();
+    assert!(next > tokens[2], "INV-2: {next:?} after {tokens:?}");
+
+    let twice = b.acquire_all(&["m/a", "m/a"], &try_).await;
+    assert!(matches!(twice, Err(Error::InvalidArgument(_))), "a name twice: {twice:?}");
+}
+
 /// The first of `tasks` to finish, and the others.
 async fn first_finished<T>(
     mut tasks: Vec<tokio::task::JoinHandle<T>>,
@@ -684,7 +727,8 @@ macro_rules! conformance {
             lost_fires_when_the_connection_is_cut, fifo_where_declared, bad_input,
             names_are_opaque, with_lock_runs_and_releases, election_where_declared, sharing_where_declared,
             proclaim_where_declared, hold_at_least_where_declared, once_per_where_declared,
-            shared_fifo_where_declared, permits_return_with_the_lease_where_declared);
+            shared_fifo_where_declared, permits_return_with_the_lease_where_declared,
+            multi_lock_where_declared);
     };
     ($target:ty: $($body:ident),* $(,)?) => {
         $(

@@ -53,6 +53,21 @@ fn a_wait_missing_on_either_side_is_refused() {
     refused(&e, "no such waiter");
 }
 
+/// INV-18: a multi-acquire waits in every one of its queues.
+#[test]
+fn a_multi_acquire_missing_from_one_of_its_queues_is_refused() {
+    let mut e = held_and_queued();
+    let mut multi = acq(3, 2, "b", 500, 0);
+    if let Command::Acquire(a) = &mut multi {
+        a.also = vec!["a".into()];
+    }
+    one(&mut e, 0, multi);
+    e.check_consistency().expect("a state the engine reached");
+    let a = e.locks.get_mut(&name("a")).unwrap();
+    a.queue.retain(|w| w.req != r(3));
+    refused(&e, "in a multi-acquire");
+}
+
 #[test]
 fn two_holders_of_an_exclusive_lock_are_refused() {
     let mut e = held_and_queued();

@@ -54,6 +54,7 @@ pub fn acq(req: u64, lease: u64, lock: &str, wait_ms: u64, delay: u64) -> Comman
         permits: 0,
         hold_at_least_ms: 0,
         once_per: String::new(),
+        also: Vec::new(),
     })
 }
 

@@ -22,6 +22,7 @@ fn acq_as(req: u64, lease: u64, lock: &str, wait_ms: u64, identity: &str, value:
         permits,
         hold_at_least_ms: 0,
         once_per: String::new(),
+        also: Vec::new(),
     })
 }
 

@@ -69,6 +69,7 @@ pub fn acquire_cmd(lease: u64, req: u64, lock: &str) -> Command {
         permits: 0,
         hold_at_least_ms: 0,
         once_per: String::new(),
+        also: Vec::new(),
     })
 }
 

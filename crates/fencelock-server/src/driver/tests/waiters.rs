@@ -35,6 +35,20 @@ fn a_grant_wakes_the_waiter_of_its_acquire() {
     assert_eq!(a, vec![Action::Reply(2, Ok(kept(2))), Action::Wake(1, Ok(woken)), Action::Effect(effect)]);
 }
 
+/// INV-18: the per-lock grants of a multi-acquire come in one step; its
+/// waiter is woken once, with all of them, in order.
+#[test]
+fn a_multi_grant_wakes_its_waiter_once_with_every_grant() {
+    let mut c = queued_core();
+    assert_eq!(c.step(at(30), [request(2, keep(2, 1))]).len(), 2);
+    let fx = vec![granted("a", 1, 5, 9), granted("b", 1, 5, 10), granted("c", 2, 6, 11)];
+    let a = c.step(at(31), [written(vec![kept(2)], fx.clone(), None)]);
+    let woken = WaitOutcome::GrantedAll { grants: vec![grant("a", 1, 9), grant("b", 1, 10)], waited_ms: 5 };
+    let effects = fx.into_iter().map(Action::Effect);
+    let want = [Action::Reply(2, Ok(kept(2))), Action::Wake(1, Ok(woken))].into_iter().chain(effects);
+    assert_eq!(a, want.collect::<Vec<_>>());
+}
+
 #[test]
 fn a_caller_that_went_away_gets_its_cancel_written() {
     let mut c = queued_core();

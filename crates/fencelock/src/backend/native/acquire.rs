@@ -14,6 +14,10 @@
 //! released (a new request id). A grant that arrives after the client lost its
 //! lease is never handed out: the lease is revoked (ending the grant with it)
 //! and the acquire starts over on a fresh lease.
+//!
+//! A multi-lock (`Client::acquire_all_guards`) is the same request naming
+//! several locks: one RPC, one request id, one lease, one grant per lock (each
+//! its own guard on the shared lease), all or none.
 
 use std::time::Duration;
 
@@ -23,7 +27,8 @@ use tokio::time::Instant;
 use super::lease_rpc;
 use super::Client;
 use crate::backend::native::guard::LockGuard;
-use crate::backend::native::proto::acquire_from_proto;
+use crate::backend::native::proto::{acquire_all_from_proto, single};
+use crate::backend::native::registry::LeaseHandle;
 use crate::backend::native::rpc::{new_request_id, request, Rpc};
 use crate::backend::Acquire;
 use crate::error::Error;
@@ -47,7 +52,22 @@ impl Client {
     /// same deadline (losing its place in the queue).
     pub(crate) async fn acquire_guard(&self, name: &str, opts: &LockOptions) -> Result<Acquire<LockGuard>, Error> {
         let start = Instant::now();
-        let result = run(self, name, opts, start, OnLoss::StartOver).await;
+        let result = run(self, &[name], opts, start, OnLoss::StartOver).await.and_then(single);
+        record(&result, start);
+        result
+    }
+
+    /// Takes every lock of `names` at once, as [`Client::acquire_guard`] takes
+    /// one: the server grants all of them in one log entry or none, and a
+    /// waiting request queues on every lock at once. One guard per lock, in
+    /// the order named.
+    pub(crate) async fn acquire_all_guards(
+        &self,
+        names: &[&str],
+        opts: &LockOptions,
+    ) -> Result<Acquire<Vec<LockGuard>>, Error> {
+        let start = Instant::now();
+        let result = run(self, names, opts, start, OnLoss::StartOver).await;
         record(&result, start);
         result
     }
@@ -59,7 +79,7 @@ impl Client {
     /// lease ended is never elected on it, and is told so now.
     pub(crate) async fn campaign_guard(&self, name: &str, opts: &LockOptions) -> Result<Acquire<LockGuard>, Error> {
         let start = Instant::now();
-        let result = run(self, name, opts, start, OnLoss::Fail).await;
+        let result = run(self, &[name], opts, start, OnLoss::Fail).await.and_then(single);
         record(&result, start);
         result
     }
@@ -74,15 +94,45 @@ enum OnLoss {
     Fail,
 }
 
+/// A multi-lock by the engine's rules (2 to 16 distinct names, read-write
+/// locks only), checked before anything is sent.
+fn check_multi(names: &[&str], opts: &LockOptions) -> Result<(), Error> {
+    let acquire = fencelock_core::Acquire {
+        req: fencelock_core::RequestId(1),
+        lease: fencelock_core::LeaseId(1),
+        lock: names.first().map_or(String::new(), |n| n.to_string()),
+        wait_ms: 0,
+        lock_delay_ms: 0,
+        identity: String::new(),
+        value: Vec::new(),
+        mode: fencelock_core::Mode::Exclusive,
+        weight: opts.weight,
+        permits: opts.permits,
+        hold_at_least_ms: 0,
+        once_per: opts.once_per.clone(),
+        also: names.iter().skip(1).map(|n| n.to_string()).collect(),
+    };
+    match names.len() {
+        0 | 1 => Err(Error::InvalidArgument(format!("a multi-lock names 2 to 16 locks, not {}", names.len()))),
+        _ => acquire.validate().map_err(|e| Error::InvalidArgument(e.to_string())),
+    }
+}
+
 async fn run(
     client: &Client,
-    name: &str,
+    names: &[&str],
     opts: &LockOptions,
     start: Instant,
     on_loss: OnLoss,
-) -> Result<Acquire<LockGuard>, Error> {
+) -> Result<Acquire<Vec<LockGuard>>, Error> {
     // Bad input is refused before a lease is checked out for it.
-    crate::LockBackend::capabilities(client).admit("fencelock", name, opts)?;
+    for name in names {
+        crate::LockBackend::capabilities(client).admit("fencelock", name, opts)?;
+    }
+    if names.len() != 1 {
+        check_multi(names, opts)?;
+    }
+    let name = names[0];
     let inner = &client.inner;
     let deadline = start + opts.wait + inner.rpc.rpc_timeout;
     let mut tries = 0;
@@ -90,7 +140,7 @@ async fn run(
         tries += 1;
         let lease = inner.leases.check_out(opts.ttl, deadline).await?;
         let lease_id = lease.cell().id;
-        let on_lease = client.acquire_on_lease(name, lease_id, opts, start, deadline);
+        let on_lease = client.acquire_on_lease(names, lease_id, opts, start, deadline);
         let on_lease = match on_loss {
             OnLoss::StartOver => on_lease.await?,
             OnLoss::Fail => {
@@ -116,8 +166,8 @@ async fn run(
                 return Err(lease_kept_ending(lease_id));
             }
         };
-        let grant = match outcome {
-            Acquire::Acquired(grant) => grant,
+        let grants = match outcome {
+            Acquire::Acquired(grants) => grants,
             // Busy or timed out: no grant to wrap.
             other => return Ok(other.map(|_| unreachable!())),
         };
@@ -128,7 +178,7 @@ async fn run(
             // reached the server: revoke it here, before starting over), so the
             // server counts it as ended with its lease, not as a release that
             // a caller asked for.
-            tracing::debug!(lock = %name, token = grant.token, "fencelock: a grant arrived on a lost lease");
+            tracing::debug!(lock = %name, token = grants[0].token, "fencelock: a grant arrived on a lost lease");
             match lease_rpc::revoke(&inner.rpc, lease_id).await {
                 Ok(()) | Err(Error::LeaseNotFound(_)) => {}
                 Err(e) => tracing::debug!(lease = lease_id, error = %e, "fencelock: revoke of a lost lease failed"),
@@ -142,8 +192,15 @@ async fn run(
             }
             return Err(lease_kept_ending(lease_id));
         }
-        return Ok(Acquire::Acquired(LockGuard::new(client.clone(), grant, lease)));
+        return Ok(Acquire::Acquired(guards(client, grants, lease)));
     }
+}
+
+/// One guard per grant, each one user of the shared `lease`.
+fn guards(client: &Client, grants: Vec<Acquired>, lease: LeaseHandle) -> Vec<LockGuard> {
+    let mut handles: Vec<LeaseHandle> = (1..grants.len()).map(|_| lease.another()).collect();
+    handles.insert(0, lease);
+    grants.into_iter().zip(handles).map(|(g, h)| LockGuard::new(client.clone(), g, h)).collect()
 }
 
 /// The error of an acquire whose lease ended under it [`ACQUIRE_TRIES`] times:
@@ -158,16 +215,17 @@ fn lost_while_waiting(lease_id: u64, name: &str, reason: LeaseLost) -> Error {
     Error::LeaseNotFound(format!("lease {lease_id} was lost while campaigning for {name:?}: {reason}"))
 }
 
-/// An acquire's outcome, and whether it took more than one attempt.
+/// An acquire's outcome (one grant per lock asked), and whether it took more
+/// than one attempt.
 struct Granted {
-    outcome: Acquire<Acquired>,
+    outcome: Acquire<Vec<Acquired>>,
     retried: bool,
 }
 
 /// What one acquire on a lease found: the server's answer, or that the lease
 /// itself is gone (the server's "lease not found", as an outcome).
 enum OnLease {
-    Answered(Acquire<Acquired>),
+    Answered(Acquire<Vec<Acquired>>),
     LeaseGone,
 }
 
@@ -175,7 +233,7 @@ enum OnLease {
 /// `deadline`. Each attempt asks to wait only for what is left of the wait.
 async fn acquire_once(
     rpc: &Rpc,
-    name: &str,
+    names: &[&str],
     lease_id: u64,
     (opts, identity): (&LockOptions, &str),
     start: Instant,
@@ -190,7 +248,7 @@ async fn acquire_once(
             let msg = pb::AcquireRequest {
                 request_id,
                 lease_id,
-                lock: name.to_string(),
+                lock: names[0].to_string(),
                 wait_ms: wait_left(opts.wait, wait_end, Instant::now()),
                 lock_delay_ms: to_ms(opts.lock_delay),
                 identity: identity.to_string(),
@@ -200,12 +258,19 @@ async fn acquire_once(
                 weight: opts.weight,
                 hold_at_least_ms: to_ms(opts.hold_at_least),
                 once_per: opts.once_per.clone(),
+                also: names[1..].iter().map(|n| n.to_string()).collect(),
             };
             let req = request(msg, left);
             async move { c.acquire(req).await }
         })
         .await?;
-    Ok(Granted { outcome: acquire_from_proto(resp)?, retried: attempts > 1 })
+    let outcome = acquire_all_from_proto(resp)?;
+    if let Acquire::Acquired(grants) = &outcome {
+        if !grants.iter().map(|g| g.lock.as_str()).eq(names.iter().copied()) {
+            return Err(Error::Protocol(format!("grants of other locks than those asked ({names:?})")));
+        }
+    }
+    Ok(Granted { outcome, retried: attempts > 1 })
 }
 
 /// The `wait_ms` of an attempt at `now`: what is left of the wait, but at least
@@ -237,20 +302,25 @@ impl Drop for AbortOnDrop {
 }
 
 impl Client {
+    /// One acquire of `names` (one lock, or a multi-lock) on a lease of its
+    /// own, not renewed after the grant; see [`Client::acquire_detached`].
     pub(crate) async fn detached(
         &self,
-        name: &str,
+        names: &[&str],
         opts: &LockOptions,
         start: Instant,
-    ) -> Result<Acquire<Acquired>, Error> {
+    ) -> Result<Acquire<Vec<Acquired>>, Error> {
         // A bad identity or value is refused before a lease is granted for it
         // (the server checks the rest, with its own messages).
         crate::backend::check_tag(opts)?;
+        if names.len() != 1 {
+            check_multi(names, opts)?;
+        }
         let rpc = &self.inner.rpc;
         let deadline = start + opts.wait + rpc.rpc_timeout;
         let (cell, sent) = lease_rpc::grant(rpc, opts.ttl, deadline).await?;
         let watchdog = AbortOnDrop(lease_rpc::spawn_watchdog(rpc.clone(), cell.clone(), sent));
-        let outcome = match self.acquire_on_lease(name, cell.id, opts, start, deadline).await {
+        let outcome = match self.acquire_on_lease(names, cell.id, opts, start, deadline).await {
             Ok(OnLease::Answered(outcome)) => Ok(outcome),
             Ok(OnLease::LeaseGone) => Err(Error::LeaseNotFound(format!("lease {} ended while acquiring", cell.id))),
             Err(e) => Err(e),
@@ -270,7 +340,7 @@ impl Client {
     /// outcome), it asks again with a new request id.
     async fn acquire_on_lease(
         &self,
-        name: &str,
+        names: &[&str],
         lease_id: u64,
         opts: &LockOptions,
         start: Instant,
@@ -280,19 +350,30 @@ impl Client {
         let identity = opts.identity.as_deref().or(self.inner.identity.as_deref()).unwrap_or("");
         for _ in 0..ACQUIRE_TRIES {
             let Granted { outcome, retried } =
-                match acquire_once(&self.inner.rpc, name, lease_id, (opts, identity), start, deadline).await {
+                match acquire_once(&self.inner.rpc, names, lease_id, (opts, identity), start, deadline).await {
                     Ok(granted) => granted,
                     Err(Error::LeaseNotFound(_)) => return Ok(OnLease::LeaseGone),
                     Err(e) => return Err(e),
                 };
             match outcome {
-                Acquire::Acquired(g) if retried && !self.check(&g.lock, g.token).await?.current => {
-                    tracing::debug!(lock = name, token = g.token, "fencelock: a retry returned a stale grant");
+                Acquire::Acquired(grants) if retried && !self.all_current(&grants).await? => {
+                    tracing::debug!(lock = names[0], "fencelock: a retry returned a stale grant");
                 }
                 outcome => return Ok(OnLease::Answered(outcome)),
             }
         }
-        Err(Error::Unavailable(format!("grants of {name:?} kept being lost in transit")))
+        Err(Error::Unavailable(format!("grants of {names:?} kept being lost in transit")))
+    }
+
+    /// Whether every grant of `grants` is current (a retry's answer: a
+    /// multi-lock's grants may have been released since, one by one).
+    async fn all_current(&self, grants: &[Acquired]) -> Result<bool, Error> {
+        for g in grants {
+            if !self.check(&g.lock, g.token).await?.current {
+                return Ok(false);
+            }
+        }
+        Ok(true)
     }
 }
 

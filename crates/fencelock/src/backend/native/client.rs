@@ -379,7 +379,23 @@ impl Client {
     /// revoked before this returns.
     pub async fn acquire_detached(&self, name: &str, opts: LockOptions) -> Result<Acquire<Acquired>, Error> {
         let start = Instant::now();
-        let result = self.detached(name, &opts, start).await;
+        let result = self.detached(&[name], &opts, start).await.and_then(super::proto::single);
+        acquire::record(&result, start);
+        result
+    }
+
+    /// [`acquire_detached`](Self::acquire_detached) of every lock of `names`
+    /// at once (an atomic multi-lock, see [`crate::LockBackend::acquire_all`]):
+    /// one grant per lock, in the order named, all on one lease of its own.
+    /// Releasing one grant with [`release_raw`](Self::release_raw) leaves the
+    /// others held; [`revoke_lease`](Self::revoke_lease) ends them all.
+    pub async fn acquire_all_detached(
+        &self,
+        names: &[&str],
+        opts: LockOptions,
+    ) -> Result<Acquire<Vec<Acquired>>, Error> {
+        let start = Instant::now();
+        let result = self.detached(names, &opts, start).await;
         acquire::record(&result, start);
         result
     }

@@ -32,7 +32,7 @@ pub use tls::ClientTls;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::{BoxFuture, Capabilities, Fencing, Guard, Held, Leader, LeaderStream, Leadership, LockBackend};
+use super::{BoxFuture, Capabilities, Fencing, Guard, Held, Leader, LeaderStream, Leadership, LockBackend, MultiGuard};
 use crate::backend::Acquire;
 use crate::error::Error;
 use crate::types::{CheckResult, LockOptions};
@@ -84,12 +84,24 @@ impl LockBackend for Client {
             semaphores: true,
             hold_at_least: true,
             once_per: true,
+            multi_lock: true,
             min_ttl: Duration::from_millis(100),
         }
     }
 
     fn acquire<'a>(&'a self, name: &'a str, opts: &'a LockOptions) -> BoxFuture<'a, Result<Acquire<Guard>, Error>> {
         Box::pin(async move { Ok(self.acquire_guard(name, opts).await?.map(LockGuard::into_guard)) })
+    }
+
+    fn acquire_all<'a>(
+        &'a self,
+        names: &'a [&'a str],
+        opts: &'a LockOptions,
+    ) -> BoxFuture<'a, Result<Acquire<MultiGuard>, Error>> {
+        Box::pin(async move {
+            let outcome = self.acquire_all_guards(names, opts).await?;
+            Ok(outcome.map(|gs| MultiGuard::new(gs.into_iter().map(LockGuard::into_guard).collect())))
+        })
     }
 
     fn check<'a>(&'a self, name: &'a str, token: u64) -> BoxFuture<'a, Result<CheckResult, Error>> {

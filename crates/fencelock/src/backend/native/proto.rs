@@ -6,16 +6,33 @@ use crate::backend::Acquire;
 use crate::error::Error;
 use crate::types::{ms, Acquired};
 
-/// Decodes an `AcquireResponse`. A missing outcome is a protocol error.
+/// Decodes an `AcquireResponse` to one lock: one grant, never several.
 pub(crate) fn acquire_from_proto(resp: pb::AcquireResponse) -> Result<Acquire<Acquired>, Error> {
+    single(acquire_all_from_proto(resp)?)
+}
+
+/// The one grant of an acquire of one lock (several is a protocol error).
+pub(crate) fn single<G>(outcome: Acquire<Vec<G>>) -> Result<Acquire<G>, Error> {
+    match outcome {
+        Acquire::Acquired(mut grants) if grants.len() == 1 => Ok(Acquire::Acquired(grants.remove(0))),
+        Acquire::Acquired(grants) => {
+            Err(Error::Protocol(format!("{} grants for an acquire of one lock", grants.len())))
+        }
+        other => Ok(other.map(|_| unreachable!("the grants are matched above"))),
+    }
+}
+
+fn acquired(a: pb::Acquired) -> Acquired {
+    Acquired { lock: a.lock, lease_id: a.lease_id, token: a.token, waited: ms(a.waited_ms) }
+}
+
+/// Decodes an `AcquireResponse` to its grants: one for a single lock, one per
+/// lock for a multi-lock. A missing outcome is a protocol error.
+pub(crate) fn acquire_all_from_proto(resp: pb::AcquireResponse) -> Result<Acquire<Vec<Acquired>>, Error> {
     use pb::acquire_response::Outcome;
     match resp.outcome {
-        Some(Outcome::Acquired(a)) => Ok(Acquire::Acquired(Acquired {
-            lock: a.lock,
-            lease_id: a.lease_id,
-            token: a.token,
-            waited: ms(a.waited_ms),
-        })),
+        Some(Outcome::Acquired(a)) => Ok(Acquire::Acquired(vec![acquired(a)])),
+        Some(Outcome::AcquiredAll(all)) => Ok(Acquire::Acquired(all.grants.into_iter().map(acquired).collect())),
         Some(Outcome::Busy(b)) => Ok(Acquire::Busy {
             holder_lease: b.holder.as_ref().map(|h| h.lease_id),
             holder_token: b.holder.map(|h| h.token),

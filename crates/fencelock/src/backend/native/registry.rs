@@ -70,6 +70,12 @@ impl LeaseHandle {
     pub fn cell(&self) -> &Arc<LeaseCell> {
         &self.cell
     }
+
+    /// One more user of this same lease (each grant of a multi-lock holds one).
+    pub fn another(&self) -> LeaseHandle {
+        self.registry.add_user(self.ttl_ms, &self.cell);
+        LeaseHandle { registry: self.registry.clone(), ttl_ms: self.ttl_ms, cell: self.cell.clone() }
+    }
 }
 
 impl Drop for LeaseHandle {
@@ -125,6 +131,15 @@ impl Registry {
         }
         entry.users += 1;
         Some(LeaseHandle { registry: self.clone(), ttl_ms, cell: entry.cell.clone() })
+    }
+
+    /// One more user of `cell`, if it is still the live lease of `ttl_ms` (a
+    /// lease replaced after a loss counts no users: see `check_in`).
+    fn add_user(&self, ttl_ms: u64, cell: &Arc<LeaseCell>) {
+        let mut slots = self.lock();
+        if let Some(e) = slots.get_mut(&ttl_ms).and_then(|s| s.live.as_mut()).filter(|e| Arc::ptr_eq(&e.cell, cell)) {
+            e.users += 1;
+        }
     }
 
     /// One user of `cell` is gone. If it was the last, the lease is closed after

@@ -271,6 +271,7 @@ pub const CAPABILITIES: Capabilities = Capabilities {
     semaphores: true,
     hold_at_least: false,
     once_per: false,
+    multi_lock: false,
     min_ttl: Duration::from_millis(100),
 };
 

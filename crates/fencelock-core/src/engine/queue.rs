@@ -1,0 +1,159 @@
+//! The FIFO queues of the locks: queueing an acquire (on every lock of a
+//! multi-acquire at once), ending a wait (timeout, cancel, lease end), and
+//! granting each queue from its head.
+//!
+//! Where it sits: `lock.rs` decides whether an acquire is granted at once;
+//! whatever waits is kept here, and every transition that may free a lock
+//! (`end_grant`, `reopen`, `downgrade`, a wait that ends) calls
+//! `grant_next`. The head of a queue is granted while it can be: it fits
+//! beside the holders (INV-15) and, for a multi-acquire, it also heads and
+//! fits every other queue it is in (INV-18).
+
+use super::{
+    state::{Closing, Lock, Outcome, Share, Waiter},
+    Effects, Engine, TimerKind,
+};
+use crate::*;
+
+use super::lock::count;
+
+impl Engine {
+    /// Queue `a` on every lock of `names` (one for a single acquire), in this
+    /// one step: its place in each queue is the step it arrived in. One wait
+    /// timer; its lease's `waits` names the first lock.
+    pub(super) fn enqueue(&mut self, names: &[LockName], share: Share, a: &Acquire) -> Reply {
+        let deadline = self.now.saturating_add(a.wait_ms);
+        let (lease, req, lock_delay_ms, tag) = (a.lease, a.req, a.lock_delay_ms, Tag::of(a));
+        let (mode, weight, hold_at_least_ms) = (share.mode, share.weight, a.hold_at_least_ms);
+        let (queued_at, all) = (self.now, if names.len() > 1 { names.to_vec() } else { Vec::new() });
+        let waiter =
+            Waiter { lease, req, queued_at, deadline, lock_delay_ms, tag, mode, weight, hold_at_least_ms, all };
+        let mut position = None;
+        for name in names {
+            let lock = self.locks.entry(name.clone()).or_default();
+            position.get_or_insert(count(lock.queue.len()));
+            lock.queue.push_back(waiter.clone());
+        }
+        let position = position.unwrap_or(0);
+        if let (Some(l), Some(first)) = (self.leases.get_mut(&a.lease), names.first()) {
+            l.waits.insert(a.req, first.clone());
+        }
+        self.timers.insert(deadline, TimerKind::WaitEnd(a.lease, a.req));
+        Reply::Queued { position }
+    }
+
+    /// Remove the queued acquire `(lease, req)` from `name`'s queue, and from
+    /// the queues of the other locks of a multi-acquire (one `WaitEnded` per
+    /// lock).
+    pub(super) fn end_wait(&mut self, name: &LockName, lease: LeaseId, req: RequestId, why: WaitEnd, fx: &mut Effects) {
+        if let Some(l) = self.leases.get_mut(&lease) {
+            l.waits.remove(&req);
+        }
+        let Some(w) = self.take_waiter(name, lease, req) else {
+            return;
+        };
+        self.timers.remove(w.deadline, TimerKind::WaitEnd(lease, req));
+        let names = w.locks(name);
+        for other in names.iter().filter(|n| *n != name) {
+            self.take_waiter(other, lease, req);
+        }
+        for n in &names {
+            fx.push(Effect::WaitEnded { lock: n.clone(), lease, req, why });
+        }
+        // It may have held back the waiters behind it (INV-16).
+        self.grant_from(names.clone(), fx);
+        names.iter().for_each(|n| self.drop_if_unused(n));
+    }
+
+    /// Take the waiter `(lease, req)` out of `name`'s queue.
+    pub(super) fn take_waiter(&mut self, name: &LockName, lease: LeaseId, req: RequestId) -> Option<Waiter> {
+        let lock = self.locks.get_mut(name)?;
+        lock.waiter(lease, req).and_then(|i| lock.queue.remove(i))
+    }
+
+    /// The wait timer of `(lease, req)` fired.
+    pub(super) fn time_out_wait(&mut self, lease: LeaseId, req: RequestId, fx: &mut Effects) {
+        let Some(name) = self.leases.get(&lease).and_then(|l| l.waits.get(&req)).cloned() else {
+            return;
+        };
+        self.end_wait(&name, lease, req, WaitEnd::TimedOut, fx);
+        self.record(lease, req, Outcome::TimedOut(name));
+    }
+
+    /// Grant `name` to its first live waiters (see [`Engine::grant_from`]).
+    pub(super) fn grant_next(&mut self, name: &LockName, fx: &mut Effects) {
+        self.grant_from(vec![name.clone()], fx);
+    }
+
+    /// Grant each lock of `work` to its first live waiters (FIFO, INV-3,
+    /// INV-16) while the first one can be granted: it fits beside the holders
+    /// (INV-15) and, for a multi-acquire, it is also the first live waiter of
+    /// each of its other locks and fits there (INV-18: all at once, in one
+    /// step). A run of readers at the head is granted together, up to the
+    /// first writer. A multi-acquire at the head that cannot be granted yet
+    /// holds back the waiters behind it, as any head does: that is what keeps
+    /// it from starving. A multi grant changes its other locks too, so they
+    /// join the worklist (a worklist, not recursion: a chain of multi-waiters
+    /// can be long). Waiters whose lease is not live are skipped, never granted
+    /// (INV-4); their lease's expiry removes them.
+    pub(super) fn grant_from(&mut self, mut work: Vec<LockName>, fx: &mut Effects) {
+        while let Some(name) = work.pop() {
+            while let Some(w) = self.take_next_live_waiter(&name) {
+                let names = w.locks(&name);
+                self.grant_waiter(&names, w, fx);
+                work.extend(names.into_iter().filter(|n| *n != name));
+            }
+        }
+    }
+
+    /// Install the grants of the waiter `w` (taken out of every queue) on
+    /// `names`, in order, and record its reply.
+    fn grant_waiter(&mut self, names: &[LockName], w: Waiter, fx: &mut Effects) {
+        self.timers.remove(w.deadline, TimerKind::WaitEnd(w.lease, w.req));
+        if let Some(l) = self.leases.get_mut(&w.lease) {
+            l.waits.remove(&w.req);
+        }
+        let share = Share { mode: w.mode, weight: w.weight };
+        let waited_ms = self.now.saturating_sub(w.queued_at);
+        let mut grants = Vec::with_capacity(names.len());
+        for name in names {
+            let grant = self.install_holder(name, w.lease, w.req, Closing::of_waiter(&w), w.tag.clone(), share);
+            grants.push(grant.clone());
+            fx.push(Effect::Granted { grant, req: w.req, queued: true, waited_ms, tag: w.tag.clone() });
+        }
+        let reply = match w.all.is_empty() {
+            true => Reply::Acquired(grants.remove(0)),
+            false => Reply::AcquiredAll(grants),
+        };
+        self.record(w.lease, w.req, Outcome::Replied(reply));
+    }
+
+    /// The first waiter of `name` whose lease is live, if it can be granted
+    /// now (see [`Engine::grant_from`]), taken out of every queue it is in.
+    fn take_next_live_waiter(&mut self, name: &LockName) -> Option<Waiter> {
+        let lock = self.locks.get(name)?;
+        let w = lock.queue.get(self.first_live(lock)?)?;
+        let grantable = w.locks(name).iter().all(|n| self.heads(n, w));
+        let (lease, req, names) = (w.lease, w.req, w.locks(name));
+        if !grantable {
+            return None;
+        }
+        let taken = self.take_waiter(name, lease, req);
+        names.iter().filter(|n| *n != name).for_each(|n| drop(self.take_waiter(n, lease, req)));
+        taken
+    }
+
+    /// Whether `w` is the first live waiter of `name` and fits beside its holders.
+    fn heads(&self, name: &LockName, w: &Waiter) -> bool {
+        let Some(lock) = self.locks.get(name) else { return false };
+        let head = self.first_live(lock).and_then(|i| lock.queue.get(i));
+        head.is_some_and(|h| h.lease == w.lease && h.req == w.req) && lock.admits(w.mode, w.weight)
+    }
+
+    /// The place of the first waiter of `lock` whose lease is live (with the
+    /// dead-waiter mutant, see `crate::mutants`: the first waiter).
+    fn first_live(&self, lock: &Lock) -> Option<usize> {
+        let mutant = super::dead_waiter_mutant();
+        lock.queue.iter().position(|w| mutant || self.is_live(w.lease))
+    }
+}
