@@ -43,7 +43,7 @@ pub async fn watch(a: WatchArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::from(exit::OK))
 }
 
-/// `{"revision":"12.0","index":12,"seq":0,"kind":"granted","lock":…,"lease_id":…,"token":…,"identity":…,"reason":…,"value_base64":…}`
+/// `{"revision":"12.0","index":12,"seq":0,"kind":"granted","lock":…,"lease_id":…,"token":…,"identity":…,"reason":…,"value_base64":…,"mode":"exclusive"}`
 fn event_json(e: &WatchEvent) -> serde_json::Value {
     json!({
         "revision": e.revision.to_string(),
@@ -56,15 +56,19 @@ fn event_json(e: &WatchEvent) -> serde_json::Value {
         "identity": e.identity,
         "reason": e.reason,
         "value_base64": fencelock_core::b64::encode(&e.value),
+        "mode": if e.mode == fencelock::LockMode::Shared { "shared" } else { "exclusive" },
     })
 }
 
-/// `12.0 granted jobs/a lease=… token=…`, with `identity=…`, `value=…` and
-/// `(reason)` when there are.
+/// `12.0 granted jobs/a lease=… token=…`, with `shared` for a reader's
+/// grant, `identity=…`, `value=…` and `(reason)` when there are.
 fn event_text(e: &WatchEvent) -> String {
     let mut line = format!("{} {} {} lease={}", e.revision, e.kind, e.lock, e.lease_id);
     if e.token != 0 {
         line.push_str(&format!(" token={}", e.token));
+    }
+    if e.mode == fencelock::LockMode::Shared && e.kind == fencelock::WatchKind::Granted {
+        line.push_str(" shared");
     }
     if !e.identity.is_empty() {
         line.push_str(&format!(" identity={}", e.identity));

@@ -529,6 +529,17 @@ pub enum Effect {
         waited_ms: u64,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         tag: Option<Box<Tag>>,
+        /// Shared for a reader of a read-write lock; exclusive otherwise (a
+        /// writer, a semaphore's permits).
+        #[serde(default, skip_serializing_if = "Mode::is_exclusive")]
+        mode: Mode,
+    },
+    /// The exclusive grant `grant` became shared ([`Command::Downgrade`]),
+    /// with the same token; `tag` as it publishes.
+    Downgraded {
+        grant: Grant,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        tag: Option<Box<Tag>>,
     },
     /// A queued acquire ended without a grant.
     WaitEnded { lock: LockName, lease: LeaseId, req: RequestId, why: WaitEnd },

@@ -154,7 +154,7 @@ impl Metrics {
                 };
                 c.fetch_add(1, Relaxed);
             }
-            Effect::ValueChanged { .. } => {}
+            Effect::ValueChanged { .. } | Effect::Downgraded { .. } => {}
             Effect::LeaseExpired { .. } => {
                 self.expirations.fetch_add(1, Relaxed);
             }

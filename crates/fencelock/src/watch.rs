@@ -33,6 +33,9 @@ pub enum WatchKind {
     /// The holder published a new value (same token; an elected leader's
     /// proclaim).
     ValueChanged,
+    /// A writer of a read-write lock became a reader (same token); the
+    /// readers it lets in follow as `Granted`.
+    Downgraded,
 }
 
 impl WatchKind {
@@ -46,6 +49,7 @@ impl WatchKind {
             WatchKind::Queued => "queued",
             WatchKind::Dequeued => "dequeued",
             WatchKind::ValueChanged => "value_changed",
+            WatchKind::Downgraded => "downgraded",
         }
     }
 }
@@ -72,6 +76,8 @@ pub struct WatchEvent {
     /// The value the grant publishes (granted, value changed) or published
     /// (released, expired, revoked); empty otherwise.
     pub value: Vec<u8>,
+    /// Shared for a reader's grant and for a downgrade; exclusive otherwise.
+    pub mode: crate::LockMode,
 }
 
 /// The events of a watch, in revision order, each once. It resumes by itself

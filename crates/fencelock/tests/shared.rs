@@ -6,7 +6,7 @@
 
 mod support;
 
-use fencelock::{Acquire, Client, Error, Guard, LockMode};
+use fencelock::{Acquire, Client, Error, Guard, LockMode, WatchKind};
 use support::{acquired, eventually, waiters, within, Server, SECS};
 use tokio::task::JoinHandle;
 
@@ -130,5 +130,37 @@ async fn a_resize_up_grants_the_waiter_and_a_resize_below_use_is_refused() {
     assert!(
         matches!(&err, Error::InvalidArgument(m) if m.contains("\"rw\" is not a semaphore now") || m.contains("rw is not a semaphore now")),
         "{err}"
+    );
+}
+
+/// Watchers of a read-write lock (issue 18): a writer's grant is exclusive, a
+/// reader's shared, and a downgrade is its own event (same token, shared)
+/// before the grant of the reader it lets in; so an observer never sees a
+/// writer and a reader at once.
+#[tokio::test]
+async fn a_watch_tells_readers_from_writers_and_shows_a_downgrade() {
+    let server = Server::start().await;
+    let c = server.client().await;
+    // From the start of the history: nothing the test does can come before it.
+    let mut w = c.watch_from("rw-watched", Some(fencelock::Revision { index: 0, seq: 0 }));
+    let writer = acquired(c.lock("rw-watched").acquire().await.unwrap());
+    let reader = queued(&c, "rw-watched", true);
+    eventually("the reader waits", || async { waiters(&c, "rw-watched").await == 1 }).await;
+    assert!(writer.downgrade().await.unwrap());
+    let reader = granted(reader).await;
+    let mut seen = Vec::new();
+    while seen.len() < 4 {
+        let e = within("a watch event", w.next_event()).await.unwrap().unwrap();
+        seen.push((e.kind, e.token, e.mode));
+    }
+    let (wt, rt) = (writer.token().unwrap(), reader.token().unwrap());
+    assert_eq!(
+        seen,
+        [
+            (WatchKind::Granted, wt, LockMode::Exclusive),
+            (WatchKind::Queued, 0, LockMode::Exclusive),
+            (WatchKind::Downgraded, wt, LockMode::Shared),
+            (WatchKind::Granted, rt, LockMode::Shared),
+        ]
     );
 }

@@ -130,7 +130,7 @@ impl Engine {
         let grant = self.install_holder(name, a.lease, a.req, Closing::of(a), tag.clone(), share);
         let reply = Reply::Acquired(grant.clone());
         self.record(a.lease, a.req, Outcome::Replied(reply.clone()));
-        fx.push(Effect::Granted { grant, req: a.req, queued: false, waited_ms: 0, tag });
+        fx.push(Effect::Granted { grant, req: a.req, queued: false, waited_ms: 0, tag, mode: share.mode });
         reply
     }
 
@@ -229,6 +229,7 @@ impl Engine {
             return Reply::NotHolder;
         };
         holder.mode = Mode::Shared;
+        fx.push(Effect::Downgraded { grant: holder.grant(&name), tag: holder.tag.clone() });
         self.record(d.lease, d.req, Outcome::Replied(Reply::Downgraded));
         self.grant_next(&name, fx);
         Reply::Downgraded

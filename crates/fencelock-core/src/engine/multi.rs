@@ -58,7 +58,8 @@ impl Engine {
             self.locks.entry(name.clone()).or_insert_with(|| Lock::of_kind(LockKind::Exclusive));
             let grant = self.install_holder(name, a.lease, a.req, closing, tag.clone(), share);
             grants.push(grant.clone());
-            fx.push(Effect::Granted { grant, req: a.req, queued: false, waited_ms: 0, tag: tag.clone() });
+            let (tag, mode) = (tag.clone(), share.mode);
+            fx.push(Effect::Granted { grant, req: a.req, queued: false, waited_ms: 0, tag, mode });
         }
         let reply = Reply::AcquiredAll(grants);
         self.record(a.lease, a.req, Outcome::Replied(reply.clone()));

@@ -46,7 +46,14 @@ fn grant(lock: &str, lease: u64, token: u64) -> Grant {
 }
 
 fn granted(lock: &str, lease: u64, token: u64, req: u64, waited_ms: u64) -> Effect {
-    Effect::Granted { grant: grant(lock, lease, token), req: RequestId(req), queued: true, waited_ms, tag: None }
+    Effect::Granted {
+        grant: grant(lock, lease, token),
+        req: RequestId(req),
+        queued: true,
+        waited_ms,
+        tag: None,
+        mode: Mode::Exclusive,
+    }
 }
 
 fn released(lock: &str, lease: u64, token: u64, held_ms: u64, cause: ReleaseCause) -> Effect {

@@ -119,7 +119,8 @@ impl Engine {
         for name in names {
             let grant = self.install_holder(name, w.lease, w.req, Closing::of_waiter(&w), w.tag.clone(), share);
             grants.push(grant.clone());
-            fx.push(Effect::Granted { grant, req: w.req, queued: true, waited_ms, tag: w.tag.clone() });
+            let (tag, mode) = (w.tag.clone(), share.mode);
+            fx.push(Effect::Granted { grant, req: w.req, queued: true, waited_ms, tag, mode });
         }
         let reply = match w.all.is_empty() {
             true => Reply::Acquired(grants.remove(0)),

@@ -123,7 +123,12 @@ impl Oracle {
 
     fn effect(&mut self, f: &Effect, later: &[Effect]) -> Result<(), String> {
         match f {
-            Effect::Granted { grant, req, queued, .. } => self.on_granted(grant, *req, *queued, later),
+            Effect::Granted { grant, req, queued, mode, .. } => {
+                self.check_mode(grant, *req, *mode)?;
+                self.on_granted(grant, *req, *queued, later)
+            }
+            // The downgrade itself is judged with its command.
+            Effect::Downgraded { grant, .. } => self.on_value_changed(grant),
             Effect::Released { grant, .. } => self.on_released(grant),
             Effect::WaitEnded { lock, lease, req, .. } => {
                 self.dequeue(lock.as_str(), (*lease, *req));
@@ -137,7 +142,17 @@ impl Oracle {
         }
     }
 
-    /// Only the current holder may publish a value (INV-5 for values).
+    /// A grant's effect names the mode its acquire asked for (a semaphore's
+    /// permits are exclusive).
+    fn check_mode(&self, g: &Grant, req: RequestId, mode: Mode) -> Result<(), String> {
+        let shared = self.asked.get(&(g.lease, req)).is_some_and(|a| a.0);
+        match shared == (mode == Mode::Shared) {
+            true => Ok(()),
+            false => Err(format!("{g:?} granted {mode:?} to a request that asked shared={shared}")),
+        }
+    }
+
+    /// Only the current holder may publish a value or be downgraded (INV-5).
     fn on_value_changed(&self, g: &Grant) -> Result<(), String> {
         let hs = self.holders.get(&g.lock);
         match hs.is_some_and(|hs| hs.iter().any(|h| h.lease == g.lease && h.token == g.token)) {

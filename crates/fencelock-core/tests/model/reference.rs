@@ -307,7 +307,8 @@ impl Model {
             let g = self.make_holder(&lock, (w.lease, w.req), (w.delay, w.hold), (w.shared, w.weight));
             grants.push(g.clone());
             let tag = Tag::new(&identity_of(w.lease), &[]);
-            fx.push(Effect::Granted { grant: g, req: RequestId(w.req), queued: true, waited_ms, tag });
+            let mode = mode_of(w.shared);
+            fx.push(Effect::Granted { grant: g, req: RequestId(w.req), queued: true, waited_ms, tag, mode });
         }
         let reply = if w.group.is_empty() { Reply::Acquired(grants.remove(0)) } else { Reply::AcquiredAll(grants) };
         self.remember(w.lease, w.req, Memo::Said(reply));
@@ -509,8 +510,8 @@ impl Model {
         if b.waiters == 0 && self.fits(lock, share.0, share.1) {
             let g = self.make_holder(lock, (lease, req), (a.lock_delay_ms, a.hold_at_least_ms), share);
             self.remember(lease, req, Memo::Said(Reply::Acquired(g.clone())));
-            let tag = Tag::new(&a.identity, &a.value);
-            fx.push(Effect::Granted { grant: g.clone(), req: a.req, queued: false, waited_ms: 0, tag });
+            let (tag, mode) = (Tag::new(&a.identity, &a.value), mode_of(share.0));
+            fx.push(Effect::Granted { grant: g.clone(), req: a.req, queued: false, waited_ms: 0, tag, mode });
             return Reply::Acquired(g);
         }
         if a.wait_ms == 0 {
@@ -555,8 +556,8 @@ impl Model {
             let mut grants = vec![];
             for lock in &locks {
                 let g = self.make_holder(lock, (lease, req), (a.lock_delay_ms, a.hold_at_least_ms), (shared, 1));
-                let tag = Tag::new(&a.identity, &a.value);
-                fx.push(Effect::Granted { grant: g.clone(), req: a.req, queued: false, waited_ms: 0, tag });
+                let (tag, mode) = (Tag::new(&a.identity, &a.value), mode_of(shared));
+                fx.push(Effect::Granted { grant: g.clone(), req: a.req, queued: false, waited_ms: 0, tag, mode });
                 grants.push(g);
             }
             self.remember(lease, req, Memo::Said(Reply::AcquiredAll(grants.clone())));
@@ -667,6 +668,8 @@ impl Model {
             return Ok(Reply::NotHolder);
         };
         h.shared = true;
+        let tag = Tag::new(&identity_of(lease), &h.value);
+        fx.push(Effect::Downgraded { grant: grant(lock, lease, token), tag });
         self.remember(lease, req, Memo::Said(Reply::Downgraded));
         self.grant_next(lock, fx);
         Ok(Reply::Downgraded)
@@ -792,6 +795,15 @@ fn check_multi(a: &Acquire) -> Result<(), EngineError> {
     match (1..n).any(|i| names[..i].contains(&names[i])) {
         true => Err(EngineError::InvalidLocks("a lock is named twice".into())),
         false => Ok(()),
+    }
+}
+
+/// The mode a grant's effect names.
+fn mode_of(shared: bool) -> Mode {
+    if shared {
+        Mode::Shared
+    } else {
+        Mode::Exclusive
     }
 }
 

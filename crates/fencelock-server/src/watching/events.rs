@@ -19,6 +19,8 @@ pub enum Kind {
     Queued,
     Dequeued,
     ValueChanged,
+    /// A writer became a reader (same token).
+    Downgraded,
 }
 
 impl Kind {
@@ -32,6 +34,7 @@ impl Kind {
             Kind::Queued => "queued",
             Kind::Dequeued => "dequeued",
             Kind::ValueChanged => "value_changed",
+            Kind::Downgraded => "downgraded",
         }
     }
 }
@@ -52,6 +55,8 @@ pub struct Event {
     /// The value the grant publishes (granted, value changed) or published
     /// (released, expired, revoked); empty otherwise.
     pub value: Vec<u8>,
+    /// A shared grant (granted to a reader, downgraded); false otherwise.
+    pub shared: bool,
 }
 
 /// The (lease, request) pairs of an entry's acquires that were already queued
@@ -85,8 +90,10 @@ pub fn of_entry(index: u64, input: &Input, out: &Output, pending: &PendingWaits)
         let seq = u32::try_from(events.len()).unwrap_or(u32::MAX);
         let rev = Rev { index, seq };
         let (identity, value) = (Tag::identity(tag).to_owned(), Tag::value(tag).to_vec());
-        events.push(Event { rev, kind, lock: lock.to_string(), lease, token, identity, reason, value });
+        let shared = kind == Kind::Downgraded;
+        events.push(Event { rev, kind, lock: lock.to_string(), lease, token, identity, reason, value, shared });
     };
+    let mut shared_grants = HashSet::new();
     if let Input::Batch { cmds, .. } = input {
         let mut seen = HashSet::new();
         for (cmd, reply) in cmds.iter().zip(&out.replies) {
@@ -103,8 +110,14 @@ pub fn of_entry(index: u64, input: &Input, out: &Output, pending: &PendingWaits)
     }
     for fx in &out.effects {
         match fx {
-            Effect::Granted { grant, tag, .. } => {
+            Effect::Granted { grant, tag, mode, .. } => {
+                if *mode == fencelock_core::Mode::Shared {
+                    shared_grants.insert(grant.token.0);
+                }
                 push(Kind::Granted, grant.lock.as_str(), grant.lease.0, grant.token.0, "", tag.as_deref())
+            }
+            Effect::Downgraded { grant, tag } => {
+                push(Kind::Downgraded, grant.lock.as_str(), grant.lease.0, grant.token.0, "", tag.as_deref())
             }
             Effect::Released { grant, cause, tag, .. } => {
                 let (kind, reason) = released(*cause);
@@ -119,6 +132,9 @@ pub fn of_entry(index: u64, input: &Input, out: &Output, pending: &PendingWaits)
             // A lease's end shows as the ends of its grants and waits.
             Effect::LeaseExpired { .. } => {}
         }
+    }
+    for e in events.iter_mut().filter(|e| e.kind == Kind::Granted && shared_grants.contains(&e.token)) {
+        e.shared = true;
     }
     events
 }
@@ -245,5 +261,34 @@ mod tests {
         let got = step(5, vec![release]);
         assert_eq!(got[0], (Kind::Released, t1, "host-a:1".into(), b"10.0.0.9".to_vec()));
         assert_eq!((got[1].0, &got[1].2, &got[1].3), (Kind::Granted, &"host-b:2".to_string(), &b"B".to_vec()));
+    }
+
+    /// Read-write locks: a reader's grant is shared, a writer's is not, and a
+    /// downgrade is its own event (same token, shared) before the grants of
+    /// the readers it lets in.
+    #[test]
+    fn modes_and_downgrades_ride_on_events() {
+        let mut e = Engine::new();
+        e.step(&Input::leader_start(0));
+        e.step(&Input::Batch { now: 1, cmds: vec![lease(1), lease(2)] });
+        let reader = |lease: u64, req: u64, wait_ms: u64| {
+            let a = serde_json::json!({ "req": req, "lease": lease, "lock": "rw", "wait_ms": wait_ms,
+                "lock_delay_ms": 0, "mode": "Shared" });
+            Command::Acquire(serde_json::from_value(a).expect("a shared acquire"))
+        };
+        let mut step = |index, cmds: Vec<Command>| {
+            let input = Input::Batch { now: 2, cmds };
+            let pending = PendingWaits::before(&e, &input);
+            let out = e.step(&input);
+            let events = of_entry(index, &input, &out, &pending);
+            events.into_iter().map(|ev| (ev.kind, ev.lease, ev.token, ev.shared)).collect::<Vec<_>>()
+        };
+        let got = step(3, vec![acquire(1, 10, "rw", 0), reader(2, 20, 5_000)]);
+        let t1 = got[1].2;
+        assert_eq!(got, vec![(Kind::Queued, 2, 0, false), (Kind::Granted, 1, t1, false)]);
+        let down = Command::Downgrade { req: RequestId(11), lease: LeaseId(1), lock: "rw".into(), token: Token(t1) };
+        let got = step(4, vec![down]);
+        assert_eq!(got, vec![(Kind::Downgraded, 1, t1, true), (Kind::Granted, 2, got[1].2, true)]);
+        assert!(got[1].2 > t1);
     }
 }

@@ -295,6 +295,7 @@ mod tests {
             identity: String::new(),
             reason: "",
             value: Vec::new(),
+            shared: false,
         }
     }
 

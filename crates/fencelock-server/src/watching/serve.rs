@@ -174,6 +174,7 @@ pub fn to_pb(e: &Event) -> pb::WatchEvent {
         identity: e.identity.clone(),
         reason: e.reason.to_string(),
         value: e.value.clone(),
+        mode: if e.shared { pb::LockMode::Shared } else { pb::LockMode::Exclusive } as i32,
     }
 }
 
@@ -186,5 +187,6 @@ fn to_pb_kind(k: Kind) -> pb::WatchEventKind {
         Kind::Queued => pb::WatchEventKind::Queued,
         Kind::Dequeued => pb::WatchEventKind::Dequeued,
         Kind::ValueChanged => pb::WatchEventKind::ValueChanged,
+        Kind::Downgraded => pb::WatchEventKind::Downgraded,
     }
 }

@@ -3,7 +3,7 @@
 //!
 //! Each event is `event: <kind>`, `id: <revision>` (`INDEX.SEQ`) and `data:`
 //! one JSON object (`revision`, `index`, `seq`, `kind`, `lock`, `lease_id`,
-//! `token`, `identity`, `reason`, `value_base64`). A reconnecting `EventSource` sends the last
+//! `token`, `identity`, `reason`, `value_base64`, `mode`). A reconnecting `EventSource` sends the last
 //! id as `Last-Event-ID`, and the watch resumes right after it (it wins over
 //! `from`); `from` is inclusive, as in the `Watch` RPC. A revision the node no
 //! longer holds answers 410 with `{"error": "compacted: …", "oldest": "I.S"}`
@@ -67,6 +67,7 @@ fn sse_event(e: &Event) -> SseEvent {
         "identity": e.identity,
         "reason": e.reason,
         "value_base64": fencelock_core::b64::encode(&e.value),
+        "mode": if e.shared { "shared" } else { "exclusive" },
     });
     SseEvent::default().id(e.rev.to_string()).event(e.kind.as_str()).data(data.to_string())
 }

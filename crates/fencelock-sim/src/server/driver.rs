@@ -329,6 +329,6 @@ fn effect_event(e: &Effect) -> Option<EventKind> {
             Some(EventKind::Released { lease: grant.lease, token: grant.token, cause: *cause })
         }
         Effect::LeaseExpired { lease } => Some(EventKind::LeaseExpired { lease: *lease }),
-        Effect::WaitEnded { .. } | Effect::ValueChanged { .. } => None,
+        Effect::WaitEnded { .. } | Effect::ValueChanged { .. } | Effect::Downgraded { .. } => None,
     }
 }

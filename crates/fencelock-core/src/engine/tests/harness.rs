@@ -67,7 +67,7 @@ pub fn cancel(req: u64, lease: u64, lock: &str) -> Command {
 }
 
 pub fn granted(g: Grant, req: u64, queued: bool, waited_ms: u64) -> Effect {
-    Effect::Granted { grant: g, req: r(req), queued, waited_ms, tag: None }
+    Effect::Granted { grant: g, req: r(req), queued, waited_ms, tag: None, mode: Mode::Exclusive }
 }
 
 pub fn released(g: Grant, held_ms: u64, cause: ReleaseCause) -> Effect {

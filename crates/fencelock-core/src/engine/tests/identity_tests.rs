@@ -82,7 +82,14 @@ fn a_granted_waiter_becomes_holder_with_its_own_identity_and_value() {
     let (tag_a, tag_b) = (Tag::new("host-a:1", b"A"), Tag::new("host-b:2", b"B"));
     let released =
         Effect::Released { grant: grant("a", 1, 1), held_ms: 100, cause: ReleaseCause::Released, tag: tag_a };
-    let granted = Effect::Granted { grant: grant("a", 2, 2), req: r(2), queued: true, waited_ms: 100, tag: tag_b };
+    let granted = Effect::Granted {
+        grant: grant("a", 2, 2),
+        req: r(2),
+        queued: true,
+        waited_ms: 100,
+        tag: tag_b,
+        mode: Mode::Exclusive,
+    };
     assert_eq!(fx, vec![released, granted]);
     let holder = holder(2, 2, 100, 0, "host-b:2", b"B");
     let info = LockInfo {

@@ -35,6 +35,16 @@ fn busy_of(first: Grant, holders: u32, waiters: u32) -> Reply {
     Reply::Busy(Busy { holder: Some(first), holders, reopens_in_ms: None, waiters })
 }
 
+/// The effect of a shared grant (a reader).
+fn granted_shared(g: Grant, req: u64, queued: bool, waited_ms: u64) -> Effect {
+    match granted(g, req, queued, waited_ms) {
+        Effect::Granted { grant, req, queued, waited_ms, tag, .. } => {
+            Effect::Granted { grant, req, queued, waited_ms, tag, mode: Mode::Shared }
+        }
+        other => other,
+    }
+}
+
 /// The tokens of the live holders of `lock` at `now`, in grant order.
 fn holder_tokens(e: &Engine, now: Millis, lock: &str) -> Vec<u64> {
     let info = e.lock_info(now, lock).map(|i| i.holders).unwrap_or_default();
@@ -46,7 +56,7 @@ fn inv15_readers_share_and_each_gets_its_own_token() {
     let mut e = setup(3);
     let o = batch(&mut e, 0, vec![shared(1, 1, "a", 0), shared(2, 2, "a", 0), shared(3, 3, "a", 0)]);
     let replies = (1..=3).map(|n| Reply::Acquired(grant("a", n, n))).collect();
-    let fx = (1..=3).map(|n| granted(grant("a", n, n), n, false, 0)).collect();
+    let fx = (1..=3).map(|n| granted_shared(grant("a", n, n), n, false, 0)).collect();
     assert_eq!(o, out(replies, fx, Some(1000)));
     assert_eq!(holder_tokens(&e, 0, "a"), vec![1, 2, 3]);
     let info = e.lock_info(0, "a").unwrap();
@@ -83,7 +93,7 @@ fn inv16_a_queued_writer_holds_back_later_readers() {
     assert_eq!(one(&mut e, 0, shared(3, 3, "a", 0)).0, busy(Some(grant("a", 1, 1)), None, 1));
     assert_eq!(one(&mut e, 0, shared(4, 3, "a", 500)).0, Reply::Queued { position: 1 });
     // When the writer's wait ends, the reader behind it joins the first one.
-    let fx = vec![wait_ended("a", 2, 2, WaitEnd::Cancelled), granted(grant("a", 3, 2), 4, true, 10)];
+    let fx = vec![wait_ended("a", 2, 2, WaitEnd::Cancelled), granted_shared(grant("a", 3, 2), 4, true, 10)];
     assert_eq!(one(&mut e, 10, cancel(2, 2, "a")), (Reply::Cancelled { released: false }, fx));
     assert_eq!(holder_tokens(&e, 10, "a"), vec![1, 2]);
 }
@@ -97,15 +107,16 @@ fn inv16_a_run_of_readers_after_a_writer_is_granted_together_up_to_the_next_writ
     assert_eq!(o.replies, (0..4).map(|position| Reply::Queued { position }).collect::<Vec<_>>());
     let fx = vec![
         released(grant("a", 1, 1), 50, ReleaseCause::Released),
-        granted(grant("a", 2, 2), 2, true, 50),
-        granted(grant("a", 3, 3), 3, true, 50),
+        granted_shared(grant("a", 2, 2), 2, true, 50),
+        granted_shared(grant("a", 3, 3), 3, true, 50),
     ];
     assert_eq!(one(&mut e, 50, rel(6, 1, "a", 1)), (Reply::Released, fx));
     assert_eq!(e.lock_info(50, "a").unwrap().waiters.len(), 2);
     one(&mut e, 60, rel(7, 2, "a", 2));
     let fx = vec![released(grant("a", 3, 3), 10, ReleaseCause::Released), granted(grant("a", 4, 4), 4, true, 60)];
     assert_eq!(one(&mut e, 60, rel(8, 3, "a", 3)), (Reply::Released, fx));
-    let fx = vec![released(grant("a", 4, 4), 10, ReleaseCause::Released), granted(grant("a", 5, 5), 5, true, 70)];
+    let fx =
+        vec![released(grant("a", 4, 4), 10, ReleaseCause::Released), granted_shared(grant("a", 5, 5), 5, true, 70)];
     assert_eq!(one(&mut e, 70, rel(9, 4, "a", 4)), (Reply::Released, fx));
 }
 
@@ -170,7 +181,12 @@ fn a_downgrade_keeps_the_token_and_admits_the_queued_readers() {
     let mut e = setup(4);
     one(&mut e, 0, acq(1, 1, "a", 0, 0));
     batch(&mut e, 0, vec![shared(2, 2, "a", 900), shared(3, 3, "a", 900), acq(4, 4, "a", 900, 0)]);
-    let fx = vec![granted(grant("a", 2, 2), 2, true, 30), granted(grant("a", 3, 3), 3, true, 30)];
+    // Watchers see the writer become a reader, then the readers it lets in.
+    let fx = vec![
+        Effect::Downgraded { grant: grant("a", 1, 1), tag: None },
+        granted_shared(grant("a", 2, 2), 2, true, 30),
+        granted_shared(grant("a", 3, 3), 3, true, 30),
+    ];
     assert_eq!(one(&mut e, 30, down(5, 1, "a", 1)), (Reply::Downgraded, fx));
     assert_eq!(holder_tokens(&e, 30, "a"), vec![1, 2, 3]);
     assert_eq!(e.lock_info(30, "a").unwrap().holders[0].mode, Mode::Shared);

@@ -98,7 +98,15 @@ pub fn grant(lock: &str, lease: u64, token: u64) -> Grant {
 }
 
 pub fn granted(lock: &str, lease: u64, req: u64, token: u64) -> Effect {
-    Effect::Granted { grant: grant(lock, lease, token), req: RequestId(req), queued: true, waited_ms: 5, tag: None }
+    let mode = fencelock_core::Mode::Exclusive;
+    Effect::Granted {
+        grant: grant(lock, lease, token),
+        req: RequestId(req),
+        queued: true,
+        waited_ms: 5,
+        tag: None,
+        mode,
+    }
 }
 
 pub fn kept(lease: u64) -> Reply {

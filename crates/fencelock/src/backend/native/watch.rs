@@ -191,6 +191,7 @@ fn decode(ev: pb::WatchEvent, revision: Revision) -> Option<WatchEvent> {
         pb::WatchEventKind::Queued => WatchKind::Queued,
         pb::WatchEventKind::Dequeued => WatchKind::Dequeued,
         pb::WatchEventKind::ValueChanged => WatchKind::ValueChanged,
+        pb::WatchEventKind::Downgraded => WatchKind::Downgraded,
         pb::WatchEventKind::Start | pb::WatchEventKind::Unspecified => return None,
     };
     Some(WatchEvent {
@@ -202,6 +203,10 @@ fn decode(ev: pb::WatchEvent, revision: Revision) -> Option<WatchEvent> {
         identity: ev.identity,
         reason: ev.reason,
         value: ev.value,
+        mode: match pb::LockMode::try_from(ev.mode) {
+            Ok(pb::LockMode::Shared) => crate::LockMode::Shared,
+            _ => crate::LockMode::Exclusive,
+        },
     })
 }
 
