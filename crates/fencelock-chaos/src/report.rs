@@ -544,6 +544,8 @@ mod tests {
             required_evidence: vec!["stopped".into()],
             object_key: "chaos-object".into(),
             election: false,
+            shared: false,
+            polls_holders: false,
         };
         let check = |id: &str, status, violations, example: &str| Check {
             id: id.into(),

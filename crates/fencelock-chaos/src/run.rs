@@ -20,7 +20,7 @@ use crate::faketime;
 use crate::history::{self, Event, Op, Writer};
 use crate::http;
 use crate::nemesis;
-use crate::observers::Observers;
+use crate::observers::{HolderPolls, Observers};
 use crate::procs::{free_addr, storage_server, ServerProc};
 use crate::scenario::{Mutant, RunSpec, Scenario};
 use crate::secure::Secure;
@@ -46,6 +46,8 @@ pub struct Ctx {
     pub workers: Workers,
     /// Election mode: the observers of the election.
     pub observers: Option<Observers>,
+    /// Shared mode against fencelock's own server: the holder observer.
+    pub holder_polls: Option<HolderPolls>,
     /// Per worker: its proxy to the lock service (if the service has one address).
     pub lock_proxies: Vec<Proxy>,
     /// Per worker: its proxy to the storage.
@@ -100,6 +102,9 @@ pub async fn run(spec: RunSpec) -> anyhow::Result<Verdict> {
     };
     let target = Target::start(&spec.backend, &spec.out, server_env(&spec, data.path())?, secure.as_ref()).await?;
     let caps = capabilities(&lock_url(&target, secure.as_ref(), None)).await?;
+    if spec.shared && !caps.shared {
+        anyhow::bail!("{} does not declare read-write locks (Capabilities::shared): no shared mode", spec.backend);
+    }
     let ttl = spec.ttl.max(caps.min_ttl);
     let storage_addr = free_addr();
     let unfenced = spec.mutant == Some(Mutant::FencingOff);
@@ -113,10 +118,15 @@ pub async fn run(spec: RunSpec) -> anyhow::Result<Verdict> {
         true => Some(Observers::start(OBSERVERS, &lock_url(&target, secure.as_ref(), None), LOCK, &hist_dir)?),
         false => None,
     };
+    let holder_polls = match polls_holders(&spec, &target) {
+        true => Some(HolderPolls::start(&lock_url(&target, secure.as_ref(), None), LOCK, &hist_dir)?),
+        false => None,
+    };
     let notes = Writer::create(&hist_dir.join("harness.jsonl"))?;
     let rng = fastrand::Rng::with_seed(spec.seed);
     let end = tokio::time::Instant::now() + spec.duration;
-    let info = run_info(&spec, &caps, ttl);
+    let mut info = run_info(&spec, &caps, ttl);
+    info.polls_holders = holder_polls.is_some();
     let mut ctx = Ctx {
         spec,
         rng,
@@ -126,6 +136,7 @@ pub async fn run(spec: RunSpec) -> anyhow::Result<Verdict> {
         storage_addr,
         workers,
         observers,
+        holder_polls,
         lock_proxies,
         storage_proxies,
         notes,
@@ -136,6 +147,12 @@ pub async fn run(spec: RunSpec) -> anyhow::Result<Verdict> {
     tracing::info!(scenario = %ctx.spec.scenario, backend = %ctx.spec.backend, seed = ctx.spec.seed, "run started");
     nemesis::run(&mut ctx).await?;
     finish(&mut ctx, &info).await
+}
+
+/// Whether the run polls its lock's holders (R2): shared mode against
+/// fencelock's own server, whose `describe` lists every holder.
+fn polls_holders(spec: &RunSpec, target: &Target) -> bool {
+    spec.shared && matches!(target, Target::Native { .. } | Target::Cluster(_))
 }
 
 /// Environment of the native server for this run's faults and mutant.
@@ -211,6 +228,8 @@ async fn wire_workers(
             history: hist.join(format!("w{id}.jsonl")),
             hold_ms: 20,
             election: spec.election,
+            shared: spec.shared,
+            unfenced_reads: spec.mutant == Some(Mutant::ReadsUnfenced),
         });
         storage_proxies.push(sp);
     }
@@ -255,6 +274,8 @@ fn run_info(spec: &RunSpec, caps: &Capabilities, ttl: Duration) -> RunInfo {
         required_evidence: spec.scenario.required_evidence(),
         object_key: KEY.into(),
         election: spec.election,
+        shared: spec.shared,
+        polls_holders: false,
     }
 }
 
@@ -267,6 +288,9 @@ fn backend_label(spec: &RunSpec) -> String {
     }
     if spec.election {
         modes.push("election");
+    }
+    if spec.shared {
+        modes.push("shared");
     }
     match modes.is_empty() {
         true => spec.backend.clone(),
@@ -283,6 +307,9 @@ async fn finish(ctx: &mut Ctx, info: &RunInfo) -> anyhow::Result<Verdict> {
     let revoked = nemesis::revoked_grants(ctx).await;
     let killed = ctx.workers.stop(Duration::from_secs(15)).await;
     if let Some(o) = ctx.observers.take() {
+        o.stop().await;
+    }
+    if let Some(o) = ctx.holder_polls.take() {
         o.stop().await;
     }
     if killed > 0 {

@@ -26,6 +26,13 @@
 //! that no campaign can have elected ([`e3_no_phantom`]). They are part of
 //! election runs' verdicts only.
 //!
+//! R1–R2 (read-write locks, issue 18; not in the reference): in shared mode
+//! ([`RunInfo::shared`]) readers take the lock shared and read with their
+//! token: every read the storage carried out saw the last write it carried
+//! out ([`r1_fenced_reads`]; that it refused the stale ones is C3's), and the
+//! holders the server reports fit together: a writer alone, at most N permits
+//! ([`r2_holders_fit`]). They are part of shared runs' verdicts only.
+//!
 //! One check per file (`c2_tokens.rs`, …, `a1_no_refusals.rs`), the shared
 //! indexing of a run in `run.rs`; each check's own rules are in its file.
 //! The ids are those of `docs/invariants.md`.
@@ -39,6 +46,8 @@ mod c8_evidence;
 mod e1_one_leader;
 mod e2_observer_terms;
 mod e3_no_phantom;
+mod r1_fenced_reads;
+mod r2_holders_fit;
 mod run;
 mod s1_dead_waiters;
 mod s4_exactly_once;
@@ -62,6 +71,8 @@ use c8_evidence::c8_evidence;
 use e1_one_leader::e1_one_leader;
 use e2_observer_terms::e2_observer_terms;
 use e3_no_phantom::e3_no_phantom;
+use r1_fenced_reads::r1_fenced_reads;
+use r2_holders_fit::r2_holders_fit;
 use run::Run;
 use s1_dead_waiters::s1_dead_waiters;
 use s4_exactly_once::s4_exactly_once;
@@ -100,6 +111,12 @@ pub struct RunInfo {
     /// observers follow its leader (E1–E3 apply).
     #[serde(default)]
     pub election: bool,
+    /// Shared mode: readers and writers of a read-write lock (R1 and R2 apply).
+    #[serde(default)]
+    pub shared: bool,
+    /// Shared mode: an observer polled the lock's holders (`holders` notes; R2).
+    #[serde(default)]
+    pub polls_holders: bool,
 }
 
 /// A check's result.
@@ -202,6 +219,13 @@ pub struct Stats {
     pub audit: AuditCounts,
     /// Writes refused by the fence: the larger of the audit log's and the history's count.
     pub stale_rejected: u64,
+    /// Reads refused by the fence: the larger of the audit log's and the
+    /// history's count (shared mode: C8 counts them with the writes).
+    pub stale_reads_rejected: u64,
+    /// Shared mode: polls of the lock's holders that succeeded (R2).
+    pub holder_polls: u64,
+    /// Shared mode: of those, polls that found two holders or more (readers together).
+    pub polls_shared: u64,
     /// S6: the slowest heal, ms.
     pub heal_max_ms: Option<u64>,
     pub s1_trials: u64,
@@ -254,6 +278,9 @@ pub fn check(info: &RunInfo, history: &[Event], audit: &[AuditEntry]) -> Verdict
     ];
     if info.election {
         checks.extend([e1_one_leader(&r), e2_observer_terms(&r), e3_no_phantom(&r)]);
+    }
+    if info.shared {
+        checks.extend([r1_fenced_reads(&r), r2_holders_fit(&r)]);
     }
     let passed = !checks.iter().any(|c| c.status.is_red());
     Verdict { info: info.clone(), checks, stats, passed }

@@ -207,18 +207,21 @@ impl Run<'_> {
             self.count_note(&mut s, e);
         }
         s.restarts = s.restarts.max(s.evidence.get("restarted").copied().unwrap_or(0));
-        let mut audit_write_stale = 0;
+        let (mut audit_write_stale, mut audit_read_stale) = (0, 0);
         for a in &self.audit {
             match a.outcome {
                 AuditOutcome::Accepted => s.audit.accepted += 1,
                 AuditOutcome::Stale => s.audit.stale += 1,
                 AuditOutcome::Unfenced => s.audit.unfenced += 1,
             }
-            if a.outcome == AuditOutcome::Stale && a.op != "GET" {
-                audit_write_stale += 1;
+            match (a.outcome, a.op.as_str()) {
+                (AuditOutcome::Stale, "GET") => audit_read_stale += 1,
+                (AuditOutcome::Stale, _) => audit_write_stale += 1,
+                _ => {}
             }
         }
         s.stale_rejected = audit_write_stale.max(s.writes.stale);
+        s.stale_reads_rejected = audit_read_stale.max(s.reads_stale);
         s
     }
 
@@ -269,6 +272,11 @@ impl Run<'_> {
                 s.leader_events += 1;
                 let unvalued = e.value.as_ref().is_some_and(|v| v.iter().all(|x| x.is_empty()));
                 s.leaders_without_value += u64::from(e.what.as_deref() == Some("leader") && unvalued);
+            }
+            Op::Holders => {
+                s.holder_polls += 1;
+                let n = e.detail["holders"].as_array().map_or(0, Vec::len);
+                s.polls_shared += u64::from(n >= 2);
             }
             Op::ServerStats => {
                 s.tokens_issued = e.detail["tokens_issued"].as_u64().or(s.tokens_issued);
