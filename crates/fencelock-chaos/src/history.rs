@@ -88,7 +88,8 @@ pub enum Op {
     /// `detail.grants_expired` (grants ended by their lease's expiry),
     /// `detail.grants_revoked` (by a revoke, counted before the workers stop).
     ServerStats,
-    /// The object's final contents, read at the end: `value`.
+    /// An object's final contents, read at the end: `value`; `target` its
+    /// key (semaphore mode reads every worker's object).
     FinalRead,
     /// Election mode: one `LeaderEvent` an observer (`p` = `o0`, `o1`)
     /// received, at `t` = its receive time: `what` "leader" (with `token` the

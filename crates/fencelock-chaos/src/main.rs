@@ -112,6 +112,11 @@ struct RunArgs {
     /// added. Needs a backend that declares read-write locks.
     #[arg(long, conflicts_with = "election")]
     shared: bool,
+    /// Semaphore mode: the lock is a semaphore of N permits; each worker
+    /// takes one and writes an object of its own; an observer polls the
+    /// permits in use (R2). Needs a backend that declares semaphores.
+    #[arg(long, default_value_t = 0, conflicts_with_all = ["election", "shared"])]
+    permits: u32,
     /// Directory for histories, logs and verdict.json [default: target/chaos/<scenario>-<backend>-<seed>].
     #[arg(long)]
     out: Option<PathBuf>,
@@ -184,10 +189,11 @@ fn main() -> ExitCode {
 }
 
 async fn run_one(a: RunArgs) -> anyhow::Result<ExitCode> {
-    let mode = match (a.election, a.shared) {
-        (true, _) => "-election",
-        (_, true) => "-shared",
-        _ => "",
+    let mode = match (a.election, a.shared, a.permits) {
+        (true, _, _) => "-election".to_string(),
+        (_, true, _) => "-shared".to_string(),
+        (_, _, 0) => String::new(),
+        (_, _, n) => format!("-permits{n}"),
     };
     let out =
         a.out.unwrap_or_else(|| PathBuf::from(format!("target/chaos/{}-{}-{}{mode}", a.scenario, a.backend, a.seed)));
@@ -202,6 +208,7 @@ async fn run_one(a: RunArgs) -> anyhow::Result<ExitCode> {
         tls: a.tls,
         election: a.election,
         shared: a.shared,
+        permits: a.permits,
         out: out.clone(),
     };
     let verdict = run::run(spec).await?;

@@ -68,10 +68,12 @@ struct Plan {
     election: bool,
     /// Shared mode (see `RunSpec::shared`).
     shared: bool,
+    /// Semaphore mode: permits (see `RunSpec::permits`).
+    permits: u32,
 }
 
 fn plan(s: Scenario, backend: &'static str, seed: u64, secs: u64) -> Plan {
-    Plan { scenario: s, backend, seed, secs, mutant: None, election: false, shared: false }
+    Plan { scenario: s, backend, seed, secs, mutant: None, election: false, shared: false, permits: 0 }
 }
 
 /// A run in election mode: the workers campaign, observers follow the leader.
@@ -84,6 +86,15 @@ fn election(s: Scenario, backend: &'static str, seed: u64, secs: u64) -> Plan {
 fn shared(s: Scenario, backend: &'static str, seed: u64, secs: u64) -> Plan {
     Plan { shared: true, ..plan(s, backend, seed, secs) }
 }
+
+/// A run in semaphore mode: each worker takes one of `SEMAPHORE_PERMITS`
+/// permits and writes its own object; an observer polls the permits in use.
+fn semaphore(s: Scenario, backend: &'static str, seed: u64, secs: u64) -> Plan {
+    Plan { permits: SEMAPHORE_PERMITS, ..plan(s, backend, seed, secs) }
+}
+
+/// Semaphore mode's permits: fewer than the 4 workers, so that they queue.
+const SEMAPHORE_PERMITS: u32 = 2;
 
 /// The peers whose backends declare read-write locks (`Capabilities::shared`),
 /// run in shared mode too. None does yet: the Redis, etcd, ZooKeeper and
@@ -160,6 +171,8 @@ fn plans(p: Profile) -> Vec<Plan> {
             for (i, b) in SHARING_PEERS.iter().enumerate() {
                 v.push(shared(K1, b, 191 + i as u64, 60));
             }
+            v.extend([semaphore(K1, "fencelock", 195, 120), semaphore(K4, "fencelock", 196, 120)]);
+            v.push(semaphore(L1, "fencelock3", 197, 120));
             v.extend(plans(Profile::Mutants));
             v
         }
@@ -218,10 +231,11 @@ pub async fn profile(a: ProfileArgs) -> anyhow::Result<ExitCode> {
             tls: a.tls,
             election: p.election,
             shared: p.shared,
+            permits: p.permits,
             out: out.join(&dir),
         };
         eprintln!(
-            "fencelock-chaos: {} against {} (seed {}, {} s{}{}{}{})",
+            "fencelock-chaos: {} against {} (seed {}, {} s{}{}{}{}{})",
             p.scenario,
             p.backend,
             p.seed,
@@ -229,7 +243,8 @@ pub async fn profile(a: ProfileArgs) -> anyhow::Result<ExitCode> {
             p.mutant.map(|m| format!(", mutant {}", m.name())).unwrap_or_default(),
             if a.tls { ", TLS and auth" } else { "" },
             if p.election { ", election" } else { "" },
-            if p.shared { ", shared" } else { "" }
+            if p.shared { ", shared" } else { "" },
+            if p.permits > 0 { format!(", semaphore of {}", p.permits) } else { String::new() }
         );
         let v = run::run(spec).await.with_context(|| format!("{} against {}", p.scenario, p.backend))?;
         eprint!("{}", summary(&v));
@@ -258,7 +273,8 @@ fn run_dir(p: &Plan) -> String {
     let m = p.mutant.map(|m| format!("-{}", m.name())).unwrap_or_default();
     let e = if p.election { "-election" } else { "" };
     let s = if p.shared { "-shared" } else { "" };
-    format!("{}-{}-{}{m}{e}{s}", p.scenario, p.backend, p.seed)
+    let n = if p.permits > 0 { format!("-permits{}", p.permits) } else { String::new() };
+    format!("{}-{}-{}{m}{e}{s}{n}", p.scenario, p.backend, p.seed)
 }
 
 /// `fencelock-chaos report`: the markdown from the verdicts already on disk.

@@ -231,8 +231,8 @@ const CHECKS: &[(&str, &str)] = &[
     ),
     (
         "R2",
-        "Shared runs: every poll of the lock's holders (describe, every 50 ms) shows holders that fit: a writer \
-            alone or only readers; a semaphore with at most its permits in use.",
+        "Shared and semaphore runs: every poll of the lock's holders (describe, every 50 ms) shows holders \
+            that fit: a writer alone or only readers; a semaphore with at most its permits in use.",
     ),
     (
         "A1",
@@ -562,6 +562,7 @@ mod tests {
             object_key: "chaos-object".into(),
             election: false,
             shared: false,
+            permits: 0,
             polls_holders: false,
         };
         let check = |id: &str, status, violations, example: &str| Check {

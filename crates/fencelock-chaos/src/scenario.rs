@@ -230,6 +230,11 @@ pub struct RunSpec {
     /// the lock's holders (`observers::HolderPolls`); the checks R1 and R2
     /// are added.
     pub shared: bool,
+    /// Semaphore mode when above 0: the lock is a semaphore of this many
+    /// permits, each worker takes one and read-modify-writes an object of its
+    /// own (`<key>-w<i>`), and the holder observer polls the permits in use;
+    /// C3, C4 are checked per object and R2 is added.
+    pub permits: u32,
     /// Where the histories, logs and verdict go.
     pub out: PathBuf,
 }

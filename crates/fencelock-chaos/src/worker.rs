@@ -29,6 +29,11 @@
 //! (its last check, then `pause-next`/`hold-next`, which prints `at-write
 //! <seq>` for a read too), and its `read` is invoked once they are past, when
 //! the request leaves.
+//!
+//! Semaphore mode (`--permits N`, issue 18): every acquire takes one permit
+//! of the semaphore of N permits, and the worker's object is its own (the
+//! harness gives each worker its key), so that the holders' writes never
+//! race.
 
 use std::io::Write as _;
 use std::net::SocketAddr;
@@ -90,6 +95,9 @@ pub struct WorkerArgs {
     /// `READ_SHARE` each cycle, else a writer.
     #[arg(long, conflicts_with = "election")]
     pub shared: bool,
+    /// Semaphore mode: take one permit of a semaphore of this many (0: a lock).
+    #[arg(long, default_value_t = 0)]
+    pub permits: u32,
     /// The mutant reads-unfenced: reads leave without the fencing headers.
     #[arg(long, hide = true)]
     pub unfenced_reads: bool,
@@ -235,6 +243,9 @@ impl Worker {
             .wait(Duration::from_millis(self.a.wait_ms));
         if shared {
             opts = opts.shared();
+        }
+        if self.a.permits > 0 {
+            opts = opts.permits(self.a.permits);
         }
         let res = self.backend.acquire(&self.a.lock, &opts).await;
         let mut e = Event { shared, ..self.ev(Kind::Ok, Op::Acquire, seq) };

@@ -119,7 +119,7 @@ impl<'a> Run<'a> {
     pub(super) fn new(info: &'a RunInfo, history: &'a [Event], audit: &'a [AuditEntry]) -> Self {
         let ops = pair(history);
         let notes: Vec<&Event> = history.iter().filter(|e| e.kind == Kind::Note).collect();
-        let mut audit: Vec<&AuditEntry> = audit.iter().filter(|a| a.key == info.object_key).collect();
+        let mut audit: Vec<&AuditEntry> = audit.iter().filter(|a| is_object(info, &a.key)).collect();
         audit.sort_by_key(|a| a.seq);
         let t0 = history.iter().map(|e| e.t).min().unwrap_or(0);
         let last = history.iter().map(|e| e.t).max().unwrap_or(0);
@@ -170,6 +170,14 @@ impl<'a> Run<'a> {
         };
         let token = o.token().map_or(String::new(), |t| format!(" token {t}"));
         format!("{} {what} #{}{token} ({}–{})", o.p(), o.seq(), self.at(o.start()), self.at(o.end()))
+    }
+}
+
+/// Whether `key` is the run's object (in semaphore mode, one of the workers' objects).
+fn is_object(info: &RunInfo, key: &str) -> bool {
+    match info.permits {
+        0 => key == info.object_key,
+        _ => key.strip_prefix(info.object_key.as_str()).is_some_and(|k| k.starts_with("-w")),
     }
 }
 

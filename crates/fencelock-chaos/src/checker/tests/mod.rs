@@ -16,6 +16,7 @@ mod r2;
 mod s1;
 mod s4;
 mod s6;
+mod semaphore;
 
 use fencelock_fence::storage::{AuditEntry, Outcome as AuditOutcome};
 
@@ -43,6 +44,7 @@ pub(super) fn info() -> RunInfo {
         object_key: "obj".into(),
         election: false,
         shared: false,
+        permits: 0,
         polls_holders: false,
     }
 }
@@ -224,6 +226,15 @@ impl H {
             e.detail = json!({ "killed_at": killed * MS });
             e.token = token;
             e.lease = token.map(|t| 100 + t);
+        })
+    }
+
+    /// Semaphore mode: the final read of object `key`.
+    pub(super) fn final_read_of(&mut self, t: u64, key: &str, ids: &[&str]) -> &mut Self {
+        let value = ids.iter().map(|s| s.to_string()).collect();
+        self.note_by("harness", t, Op::FinalRead, |e| {
+            e.value = Some(value);
+            e.target = Some(key.into());
         })
     }
 
