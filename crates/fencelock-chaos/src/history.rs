@@ -41,9 +41,13 @@ pub enum Kind {
 #[serde(rename_all = "kebab-case")]
 pub enum Op {
     // ---- worker operations (invoke + completion) ----
-    /// Acquire the lock; `ok` carries `token` (if the backend fences) and `lease`.
+    /// Acquire the lock; `ok` carries `token` (if the backend fences) and
+    /// `lease`; `shared` on both events for a reader's acquire (shared mode).
     Acquire,
-    /// Fenced read of the object with `token`; `ok` carries `value`.
+    /// Fenced read of the object with `token`; `ok` carries `value`; `fail`
+    /// with `stale: true` when the storage refused the token (409), `fail`
+    /// with `skipped: true` when a reader's last check found its lease gone
+    /// and it did not send the read.
     Read,
     /// Fenced write of the object with `token`, appending `append`; `fail`
     /// with `stale: true` when the storage refused the token (409), `fail` with
@@ -84,7 +88,8 @@ pub enum Op {
     /// `detail.grants_expired` (grants ended by their lease's expiry),
     /// `detail.grants_revoked` (by a revoke, counted before the workers stop).
     ServerStats,
-    /// The object's final contents, read at the end: `value`.
+    /// An object's final contents, read at the end: `value`; `target` its
+    /// key (semaphore mode reads every worker's object).
     FinalRead,
     /// Election mode: one `LeaderEvent` an observer (`p` = `o0`, `o1`)
     /// received, at `t` = its receive time: `what` "leader" (with `token` the
@@ -97,6 +102,12 @@ pub enum Op {
     /// A grant + fenced write succeeded after a fault ended: `detail.fault_end`
     /// (ns) and `detail.healed_after_ms`.
     Heal,
+    /// Shared mode: one poll of the lock's holders (`describe`) by the holder
+    /// observer (`p` = `d0`), at `t` = when the answer arrived: `detail` has
+    /// `holders` (each `mode` "shared"/"exclusive", `token`, `lease`,
+    /// `ttl_left_ms`, `weight`) and `permits` (0: not a semaphore). Only
+    /// polls that succeeded are written.
+    Holders,
     /// The lock service's audit logs, read at the end of a run under TLS and
     /// auth: `count` calls refused (unauthenticated, denied, over a limit),
     /// `detail.files` read, `detail.examples`; or `detail.error`.
@@ -137,6 +148,9 @@ pub struct Event {
     /// PERMISSION_DENIED): nothing was done, and the run fails (A1).
     #[serde(default, skip_serializing_if = "is_false")]
     pub refused: bool,
+    /// Acquire: a reader's (shared) acquire of a read-write lock.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub shared: bool,
     /// Release: whether the backend said the lock was still ours.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub released: Option<bool>,
@@ -194,6 +208,7 @@ impl Event {
             stale: false,
             skipped: false,
             refused: false,
+            shared: false,
             released: None,
             fault: None,
             phase: None,

@@ -90,7 +90,8 @@ struct RunArgs {
     /// Lease TTL (raised to the backend's minimum).
     #[arg(long, default_value = "500ms", value_parser = parse_duration)]
     ttl: Duration,
-    /// Run a deliberately broken build: fencing-off, memory-token, dead-waiter.
+    /// Run a deliberately broken build: fencing-off, memory-token,
+    /// dead-waiter, reads-unfenced (with --shared).
     #[arg(long)]
     mutant: Option<Mutant>,
     /// Run fencelock (a node, or the group of fencelock3, whose nodes then
@@ -105,6 +106,17 @@ struct RunArgs {
     /// follow the leader; the checks E1–E3 are added.
     #[arg(long)]
     election: bool,
+    /// Shared mode: each cycle a worker is a reader (shared acquire → fenced
+    /// read → release) with probability 0.7, else a writer (the exclusive
+    /// cycle); an observer polls the lock's holders; the checks R1 and R2 are
+    /// added. Needs a backend that declares read-write locks.
+    #[arg(long, conflicts_with = "election")]
+    shared: bool,
+    /// Semaphore mode: the lock is a semaphore of N permits; each worker
+    /// takes one and writes an object of its own; an observer polls the
+    /// permits in use (R2). Needs a backend that declares semaphores.
+    #[arg(long, default_value_t = 0, conflicts_with_all = ["election", "shared"])]
+    permits: u32,
     /// Directory for histories, logs and verdict.json [default: target/chaos/<scenario>-<backend>-<seed>].
     #[arg(long)]
     out: Option<PathBuf>,
@@ -177,7 +189,12 @@ fn main() -> ExitCode {
 }
 
 async fn run_one(a: RunArgs) -> anyhow::Result<ExitCode> {
-    let mode = if a.election { "-election" } else { "" };
+    let mode = match (a.election, a.shared, a.permits) {
+        (true, _, _) => "-election".to_string(),
+        (_, true, _) => "-shared".to_string(),
+        (_, _, 0) => String::new(),
+        (_, _, n) => format!("-permits{n}"),
+    };
     let out =
         a.out.unwrap_or_else(|| PathBuf::from(format!("target/chaos/{}-{}-{}{mode}", a.scenario, a.backend, a.seed)));
     let spec = RunSpec {
@@ -190,6 +207,8 @@ async fn run_one(a: RunArgs) -> anyhow::Result<ExitCode> {
         mutant: a.mutant,
         tls: a.tls,
         election: a.election,
+        shared: a.shared,
+        permits: a.permits,
         out: out.clone(),
     };
     let verdict = run::run(spec).await?;

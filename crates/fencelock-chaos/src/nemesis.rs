@@ -431,18 +431,20 @@ fn power_loss(ctx: &mut Ctx) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Writes the lock's holder as the native server's admin API shows it.
-async fn note_holder(ctx: &mut Ctx, detail: serde_json::Value) {
+/// Writes the lock's holder as the native server's admin API shows it (its
+/// first holder as `lease` and `token`; every holder, readers in shared
+/// mode, as `detail.holders`).
+async fn note_holder(ctx: &mut Ctx, mut detail: serde_json::Value) {
     let Some(admin) = ctx.target.admin() else { return };
-    let (lease, token) = describe_holder(admin).await.unwrap_or((None, None));
-    ctx.note(Event { lease, token, detail, ..Event::note("nemesis", Op::Holder) });
-}
-
-/// `(lease, token)` of `LOCK`'s holder, `(None, None)` if nobody holds it.
-async fn describe_holder(admin: std::net::SocketAddr) -> anyhow::Result<(Option<u64>, Option<u64>)> {
-    let v = describe(admin, LOCK).await?;
+    let v = describe(admin, LOCK).await.unwrap_or_default();
     let h = &v["holder"];
-    Ok((h["lease_id"].as_u64(), h["token"].as_u64()))
+    let (lease, token) = (h["lease_id"].as_u64(), h["token"].as_u64());
+    let all: Vec<serde_json::Value> = v["holders"]
+        .as_array()
+        .map(|hs| hs.iter().map(|h| json!({ "lease": h["lease_id"], "token": h["token"] })).collect())
+        .unwrap_or_default();
+    detail["holders"] = serde_json::Value::Array(all);
+    ctx.note(Event { lease, token, detail, ..Event::note("nemesis", Op::Holder) });
 }
 
 async fn describe(admin: std::net::SocketAddr, lock: &str) -> anyhow::Result<serde_json::Value> {

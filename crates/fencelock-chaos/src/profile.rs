@@ -66,16 +66,41 @@ struct Plan {
     mutant: Option<Mutant>,
     /// Election mode (see `RunSpec::election`).
     election: bool,
+    /// Shared mode (see `RunSpec::shared`).
+    shared: bool,
+    /// Semaphore mode: permits (see `RunSpec::permits`).
+    permits: u32,
 }
 
 fn plan(s: Scenario, backend: &'static str, seed: u64, secs: u64) -> Plan {
-    Plan { scenario: s, backend, seed, secs, mutant: None, election: false }
+    Plan { scenario: s, backend, seed, secs, mutant: None, election: false, shared: false, permits: 0 }
 }
 
 /// A run in election mode: the workers campaign, observers follow the leader.
 fn election(s: Scenario, backend: &'static str, seed: u64, secs: u64) -> Plan {
     Plan { election: true, ..plan(s, backend, seed, secs) }
 }
+
+/// A run in shared mode: readers and writers of a read-write lock, an
+/// observer polling its holders.
+fn shared(s: Scenario, backend: &'static str, seed: u64, secs: u64) -> Plan {
+    Plan { shared: true, ..plan(s, backend, seed, secs) }
+}
+
+/// A run in semaphore mode: each worker takes one of `SEMAPHORE_PERMITS`
+/// permits and writes its own object; an observer polls the permits in use.
+fn semaphore(s: Scenario, backend: &'static str, seed: u64, secs: u64) -> Plan {
+    Plan { permits: SEMAPHORE_PERMITS, ..plan(s, backend, seed, secs) }
+}
+
+/// Semaphore mode's permits: fewer than the 4 workers, so that they queue.
+const SEMAPHORE_PERMITS: u32 = 2;
+
+/// The peers whose backends declare read-write locks (`Capabilities::shared`),
+/// run in shared mode too. None does yet: the Redis, etcd, ZooKeeper and
+/// PostgreSQL backends' `capabilities()` say `shared: false` (a run in shared
+/// mode against a backend that does not declare it stops with an error).
+const SHARING_PEERS: [&str; 0] = [];
 
 /// The peers whose backends declare leader election, run in election mode too.
 const ELECTING_PEERS: [&str; 4] = ["redis", "etcd", "zk", "postgres"];
@@ -107,6 +132,11 @@ fn plans(p: Profile) -> Vec<Plan> {
             for (i, b) in ELECTING_PEERS.iter().enumerate() {
                 v.push(election(K1, b, 41 + i as u64, 10));
             }
+            // Readers paused at their read, writers at their write; leader kills under readers.
+            v.extend([shared(K1, "fencelock", 51, 15), shared(L1, "fencelock3", 52, 15)]);
+            for (i, b) in SHARING_PEERS.iter().enumerate() {
+                v.push(shared(K1, b, 55 + i as u64, 10));
+            }
             v
         }
         Profile::Long => {
@@ -132,6 +162,17 @@ fn plans(p: Profile) -> Vec<Plan> {
                 v.push(election(K1, b, 161 + i as u64, 60));
                 v.push(election(K4, b, 171 + i as u64, 60));
             }
+            for (s, seed) in [(K1, 181), (K2, 182), (K3, 183), (K4, 184)] {
+                v.push(shared(s, "fencelock", seed, 120));
+            }
+            for (s, seed) in [(L1, 185), (L2, 186), (L3, 187)] {
+                v.push(shared(s, "fencelock3", seed, 120));
+            }
+            for (i, b) in SHARING_PEERS.iter().enumerate() {
+                v.push(shared(K1, b, 191 + i as u64, 60));
+            }
+            v.extend([semaphore(K1, "fencelock", 195, 120), semaphore(K4, "fencelock", 196, 120)]);
+            v.push(semaphore(L1, "fencelock3", 197, 120));
             v.extend(plans(Profile::Mutants));
             v
         }
@@ -139,6 +180,7 @@ fn plans(p: Profile) -> Vec<Plan> {
             Plan { mutant: Some(Mutant::FencingOff), ..plan(K1, "fencelock", 201, 15) },
             Plan { mutant: Some(Mutant::MemoryToken), ..plan(K4, "fencelock", 202, 15) },
             Plan { mutant: Some(Mutant::DeadWaiter), ..plan(S1, "fencelock", 203, 8) },
+            Plan { mutant: Some(Mutant::ReadsUnfenced), ..shared(K1, "fencelock", 204, 15) },
         ],
     }
 }
@@ -188,17 +230,21 @@ pub async fn profile(a: ProfileArgs) -> anyhow::Result<ExitCode> {
             mutant: p.mutant,
             tls: a.tls,
             election: p.election,
+            shared: p.shared,
+            permits: p.permits,
             out: out.join(&dir),
         };
         eprintln!(
-            "fencelock-chaos: {} against {} (seed {}, {} s{}{}{})",
+            "fencelock-chaos: {} against {} (seed {}, {} s{}{}{}{}{})",
             p.scenario,
             p.backend,
             p.seed,
             p.secs,
             p.mutant.map(|m| format!(", mutant {}", m.name())).unwrap_or_default(),
             if a.tls { ", TLS and auth" } else { "" },
-            if p.election { ", election" } else { "" }
+            if p.election { ", election" } else { "" },
+            if p.shared { ", shared" } else { "" },
+            if p.permits > 0 { format!(", semaphore of {}", p.permits) } else { String::new() }
         );
         let v = run::run(spec).await.with_context(|| format!("{} against {}", p.scenario, p.backend))?;
         eprint!("{}", summary(&v));
@@ -226,7 +272,9 @@ pub async fn profile(a: ProfileArgs) -> anyhow::Result<ExitCode> {
 fn run_dir(p: &Plan) -> String {
     let m = p.mutant.map(|m| format!("-{}", m.name())).unwrap_or_default();
     let e = if p.election { "-election" } else { "" };
-    format!("{}-{}-{}{m}{e}", p.scenario, p.backend, p.seed)
+    let s = if p.shared { "-shared" } else { "" };
+    let n = if p.permits > 0 { format!("-permits{}", p.permits) } else { String::new() };
+    format!("{}-{}-{}{m}{e}{s}{n}", p.scenario, p.backend, p.seed)
 }
 
 /// `fencelock-chaos report`: the markdown from the verdicts already on disk.

@@ -185,18 +185,24 @@ const CHECKS: &[(&str, &str)] = &[
     (
         "C3",
         "The fenced storage never carries out an operation whose token is below one it carried out before \
-            (its audit log), and no write succeeds after a read or write with a higher token completed (history).",
+            (its audit log), and no write succeeds after a read or write with a higher token completed, nor a \
+            read after a write with a higher token (history).",
     ),
     (
         "C4",
         "The object's final value holds every acknowledged append, nothing twice, and nothing whose write \
             certainly failed or never happened.",
     ),
-    ("C6", "After each restart the server reports, as the lock's holder, the grant that was live at the kill."),
+    (
+        "C6",
+        "After each restart the server reports, as the lock's holder (in shared runs, as one of its holders), \
+            the grant that was live at the kill.",
+    ),
     (
         "C8",
         "The run proves its faults happened (evidence such as a process in state T, held bytes, a restart, \
-            and for K1/K2 stale writes reaching the fence); otherwise it is inconclusive, which fails.",
+            and for K1/K2 stale writes reaching the fence, in shared runs stale reads too); otherwise it is \
+            inconclusive, which fails.",
     ),
     ("S1", "No trial hands the lock to a waiter whose lease had expired."),
     ("S4", "The server issued no more tokens than there were acquires that may have succeeded."),
@@ -217,6 +223,16 @@ const CHECKS: &[(&str, &str)] = &[
         "Election runs: every leader an observer reports was elected: by the campaign its value names, with that \
             term; without a value, by a campaign that won that term (or by a campaign the worker gave up on, \
             which may have been granted).",
+    ),
+    (
+        "R1",
+        "Shared runs: every read the fenced storage carried out returned the object as the last write it carried \
+            out before it left it (audit log, the history's reads and writes by token).",
+    ),
+    (
+        "R2",
+        "Shared and semaphore runs: every poll of the lock's holders (describe, every 50 ms) shows holders \
+            that fit: a writer alone or only readers; a semaphore with at most its permits in use.",
     ),
     (
         "A1",
@@ -444,8 +460,9 @@ fn mutants_section(out: &mut String, mutants: &[&Verdict]) {
     let _ = writeln!(
         out,
         "Deliberately broken builds: `fencing-off` (the storage carries out stale writes), `memory-token` (the \
-         token counter is kept only in memory), `dead-waiter` (the waiter re-check removed). Each must turn at \
-         least one check red (fail).\n"
+         token counter is kept only in memory), `dead-waiter` (the waiter re-check removed), `reads-unfenced` \
+         (shared mode: the workers' reads leave without their token). Each must turn at least one check red \
+         (fail).\n"
     );
     if mutants.is_empty() {
         let _ = writeln!(out, "No mutant runs.\n");
@@ -544,6 +561,9 @@ mod tests {
             required_evidence: vec!["stopped".into()],
             object_key: "chaos-object".into(),
             election: false,
+            shared: false,
+            permits: 0,
+            polls_holders: false,
         };
         let check = |id: &str, status, violations, example: &str| Check {
             id: id.into(),

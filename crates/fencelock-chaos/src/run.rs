@@ -20,7 +20,7 @@ use crate::faketime;
 use crate::history::{self, Event, Op, Writer};
 use crate::http;
 use crate::nemesis;
-use crate::observers::Observers;
+use crate::observers::{HolderPolls, Observers};
 use crate::procs::{free_addr, storage_server, ServerProc};
 use crate::scenario::{Mutant, RunSpec, Scenario};
 use crate::secure::Secure;
@@ -46,6 +46,8 @@ pub struct Ctx {
     pub workers: Workers,
     /// Election mode: the observers of the election.
     pub observers: Option<Observers>,
+    /// Shared mode against fencelock's own server: the holder observer.
+    pub holder_polls: Option<HolderPolls>,
     /// Per worker: its proxy to the lock service (if the service has one address).
     pub lock_proxies: Vec<Proxy>,
     /// Per worker: its proxy to the storage.
@@ -100,6 +102,12 @@ pub async fn run(spec: RunSpec) -> anyhow::Result<Verdict> {
     };
     let target = Target::start(&spec.backend, &spec.out, server_env(&spec, data.path())?, secure.as_ref()).await?;
     let caps = capabilities(&lock_url(&target, secure.as_ref(), None)).await?;
+    if spec.shared && !caps.shared {
+        anyhow::bail!("{} does not declare read-write locks (Capabilities::shared): no shared mode", spec.backend);
+    }
+    if spec.permits > 0 && !caps.semaphores {
+        anyhow::bail!("{} does not declare semaphores (Capabilities::semaphores): no semaphore mode", spec.backend);
+    }
     let ttl = spec.ttl.max(caps.min_ttl);
     let storage_addr = free_addr();
     let unfenced = spec.mutant == Some(Mutant::FencingOff);
@@ -113,10 +121,15 @@ pub async fn run(spec: RunSpec) -> anyhow::Result<Verdict> {
         true => Some(Observers::start(OBSERVERS, &lock_url(&target, secure.as_ref(), None), LOCK, &hist_dir)?),
         false => None,
     };
+    let holder_polls = match polls_holders(&spec, &target) {
+        true => Some(HolderPolls::start(&lock_url(&target, secure.as_ref(), None), LOCK, &hist_dir)?),
+        false => None,
+    };
     let notes = Writer::create(&hist_dir.join("harness.jsonl"))?;
     let rng = fastrand::Rng::with_seed(spec.seed);
     let end = tokio::time::Instant::now() + spec.duration;
-    let info = run_info(&spec, &caps, ttl);
+    let mut info = run_info(&spec, &caps, ttl);
+    info.polls_holders = holder_polls.is_some();
     let mut ctx = Ctx {
         spec,
         rng,
@@ -126,6 +139,7 @@ pub async fn run(spec: RunSpec) -> anyhow::Result<Verdict> {
         storage_addr,
         workers,
         observers,
+        holder_polls,
         lock_proxies,
         storage_proxies,
         notes,
@@ -136,6 +150,12 @@ pub async fn run(spec: RunSpec) -> anyhow::Result<Verdict> {
     tracing::info!(scenario = %ctx.spec.scenario, backend = %ctx.spec.backend, seed = ctx.spec.seed, "run started");
     nemesis::run(&mut ctx).await?;
     finish(&mut ctx, &info).await
+}
+
+/// Whether the run polls its lock's holders (R2): shared or semaphore mode against
+/// fencelock's own server, whose `describe` lists every holder.
+fn polls_holders(spec: &RunSpec, target: &Target) -> bool {
+    (spec.shared || spec.permits > 0) && matches!(target, Target::Native { .. } | Target::Cluster(_))
 }
 
 /// Environment of the native server for this run's faults and mutant.
@@ -205,16 +225,27 @@ async fn wire_workers(
             lock_url,
             storage: sp.addr(),
             lock: LOCK.into(),
-            key: KEY.into(),
+            key: object_key(spec, id),
             ttl_ms: ttl.as_millis() as u64,
             wait_ms: (ttl * 10).as_millis() as u64,
             history: hist.join(format!("w{id}.jsonl")),
             hold_ms: 20,
             election: spec.election,
+            shared: spec.shared,
+            unfenced_reads: spec.mutant == Some(Mutant::ReadsUnfenced),
+            permits: spec.permits,
         });
         storage_proxies.push(sp);
     }
     (lock_proxies, storage_proxies, args)
+}
+
+/// Worker `id`'s object: the run's one object, or in semaphore mode its own.
+fn object_key(spec: &RunSpec, id: u32) -> String {
+    match spec.permits {
+        0 => KEY.into(),
+        _ => format!("{KEY}-w{id}"),
+    }
 }
 
 /// The URL of the lock service, or of a proxy `via` in front of it: over TLS
@@ -251,22 +282,34 @@ fn run_info(spec: &RunSpec, caps: &Capabilities, ttl: Duration) -> RunInfo {
         durable_tokens: caps.durable_tokens,
         ttl_ms,
         heal_bound_ms: 2 * ttl_ms + allowance,
-        min_stale_rejects: spec.scenario.min_stale_rejects(),
+        // In semaphore mode each worker owns its object: a paused holder's
+        // late write follows its own earlier writes, and the fence rightly
+        // takes it; what the faults test there is that permits return (S6, R2).
+        min_stale_rejects: if spec.permits > 0 { 0 } else { spec.scenario.min_stale_rejects() },
         required_evidence: spec.scenario.required_evidence(),
         object_key: KEY.into(),
         election: spec.election,
+        shared: spec.shared,
+        permits: spec.permits,
+        polls_holders: false,
     }
 }
 
 /// The backend as the report names it: a run under TLS and auth (P2 always
-/// is) and an election run get rows of their own.
+/// is), an election run, a shared run and a semaphore run get rows of their own.
 fn backend_label(spec: &RunSpec) -> String {
     let mut modes = Vec::new();
     if spec.tls && !spec.scenario.needs_tls() {
-        modes.push("TLS, auth");
+        modes.push("TLS, auth".to_string());
     }
     if spec.election {
-        modes.push("election");
+        modes.push("election".to_string());
+    }
+    if spec.shared {
+        modes.push("shared".to_string());
+    }
+    if spec.permits > 0 {
+        modes.push(format!("semaphore of {}", spec.permits));
     }
     match modes.is_empty() {
         true => spec.backend.clone(),
@@ -285,6 +328,9 @@ async fn finish(ctx: &mut Ctx, info: &RunInfo) -> anyhow::Result<Verdict> {
     if let Some(o) = ctx.observers.take() {
         o.stop().await;
     }
+    if let Some(o) = ctx.holder_polls.take() {
+        o.stop().await;
+    }
     if killed > 0 {
         tracing::warn!(killed, "workers did not stop by themselves");
     }
@@ -297,8 +343,11 @@ async fn finish(ctx: &mut Ctx, info: &RunInfo) -> anyhow::Result<Verdict> {
         let note = crate::secure::audit_note(&ctx.spec.out);
         ctx.note(note);
     }
-    let value = final_value(ctx.storage_addr).await?;
-    ctx.note(Event { value: Some(value), ..Event::note("harness", Op::FinalRead) });
+    let keys: std::collections::BTreeSet<String> = (0..ctx.spec.workers).map(|id| object_key(&ctx.spec, id)).collect();
+    for key in keys {
+        let value = final_value(ctx.storage_addr, &key).await?;
+        ctx.note(Event { value: Some(value), target: Some(key), ..Event::note("harness", Op::FinalRead) });
+    }
     let audit = audit_log(ctx.storage_addr).await?;
     let events = history::read_dir(&ctx.spec.out.join("history"))?;
     let verdict = checker::check(info, &events, &audit);
@@ -310,8 +359,8 @@ async fn finish(ctx: &mut Ctx, info: &RunInfo) -> anyhow::Result<Verdict> {
     Ok(verdict)
 }
 
-async fn final_value(storage: std::net::SocketAddr) -> anyhow::Result<Vec<String>> {
-    let r = http::request(storage, "GET", &format!("/objects/{KEY}"), &[], b"", Duration::from_secs(10)).await?;
+async fn final_value(storage: std::net::SocketAddr, key: &str) -> anyhow::Result<Vec<String>> {
+    let r = http::request(storage, "GET", &format!("/objects/{key}"), &[], b"", Duration::from_secs(10)).await?;
     match r.status {
         200 => Ok(entries(&r.body)),
         404 => Ok(Vec::new()),

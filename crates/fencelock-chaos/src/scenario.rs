@@ -177,6 +177,10 @@ pub enum Mutant {
     MemoryToken,
     /// The engine hands a lock to a waiter whose lease has expired.
     DeadWaiter,
+    /// Shared mode: the workers' reads leave without their token, so the
+    /// storage serves them unfenced (a fence that forgot reads): a reader
+    /// paused past its lease reads after a newer writer wrote.
+    ReadsUnfenced,
 }
 
 impl Mutant {
@@ -185,6 +189,7 @@ impl Mutant {
             Mutant::FencingOff => "fencing-off",
             Mutant::MemoryToken => "memory-token",
             Mutant::DeadWaiter => "dead-waiter",
+            Mutant::ReadsUnfenced => "reads-unfenced",
         }
     }
 }
@@ -196,7 +201,8 @@ impl FromStr for Mutant {
             "fencing-off" => Mutant::FencingOff,
             "memory-token" => Mutant::MemoryToken,
             "dead-waiter" => Mutant::DeadWaiter,
-            _ => bail!("unknown mutant {s:?} (fencing-off, memory-token, dead-waiter)"),
+            "reads-unfenced" => Mutant::ReadsUnfenced,
+            _ => bail!("unknown mutant {s:?} (fencing-off, memory-token, dead-waiter, reads-unfenced)"),
         })
     }
 }
@@ -218,6 +224,17 @@ pub struct RunSpec {
     /// Election mode: the workers campaign for the lock as an election and
     /// resign (see `worker`), and observers follow its leader (`observers`).
     pub election: bool,
+    /// Shared mode (read-write locks, issue 18): each cycle a worker is a
+    /// reader (a shared acquire and a fenced read) with probability 0.7, else
+    /// a writer (the exclusive read-modify-write cycle), and an observer polls
+    /// the lock's holders (`observers::HolderPolls`); the checks R1 and R2
+    /// are added.
+    pub shared: bool,
+    /// Semaphore mode when above 0: the lock is a semaphore of this many
+    /// permits, each worker takes one and read-modify-writes an object of its
+    /// own (`<key>-w<i>`), and the holder observer polls the permits in use;
+    /// C3, C4 are checked per object and R2 is added.
+    pub permits: u32,
     /// Where the histories, logs and verdict go.
     pub out: PathBuf,
 }

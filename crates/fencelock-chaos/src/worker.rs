@@ -20,6 +20,20 @@
 //! and as leader reads and writes with its term as the token, holds, then
 //! resigns (`campaign`, `resign` in the history). The control lines act the
 //! same, so K1 pauses a leader at its write.
+//!
+//! Shared mode (`--shared`, read-write locks of issue 18): each cycle the
+//! worker is a reader with probability [`READ_SHARE`] — a shared acquire
+//! (`shared` in the history), one fenced read with its token, hold, release —
+//! or else a writer, the cycle above under an exclusive acquire. A reader's
+//! read is its fenced operation: the control lines act there as at a write
+//! (its last check, then `pause-next`/`hold-next`, which prints `at-write
+//! <seq>` for a read too), and its `read` is invoked once they are past, when
+//! the request leaves.
+//!
+//! Semaphore mode (`--permits N`, issue 18): every acquire takes one permit
+//! of the semaphore of N permits, and the worker's object is its own (the
+//! harness gives each worker its key), so that the holders' writes never
+//! race.
 
 use std::io::Write as _;
 use std::net::SocketAddr;
@@ -47,6 +61,8 @@ pub const NO_TOKEN: u64 = 1;
 /// must arrive late, not be abandoned by the worker.
 const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
 const READ_TIMEOUT: Duration = Duration::from_secs(5);
+/// Shared mode: the share of cycles in which a worker is a reader.
+pub const READ_SHARE: f64 = 0.7;
 
 #[derive(Args, Debug, Clone)]
 pub struct WorkerArgs {
@@ -75,6 +91,16 @@ pub struct WorkerArgs {
     /// Campaign for `lock` as an election and resign, instead of acquire and release.
     #[arg(long)]
     pub election: bool,
+    /// Shared mode: a reader (shared acquire, fenced read) with probability
+    /// `READ_SHARE` each cycle, else a writer.
+    #[arg(long, conflicts_with = "election")]
+    pub shared: bool,
+    /// Semaphore mode: take one permit of a semaphore of this many (0: a lock).
+    #[arg(long, default_value_t = 0)]
+    pub permits: u32,
+    /// The mutant reads-unfenced: reads leave without the fencing headers.
+    #[arg(long, hide = true)]
+    pub unfenced_reads: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -185,18 +211,22 @@ impl Worker {
     }
 
     /// One acquire → read → write → release cycle (election mode: campaign →
-    /// read → write → resign).
+    /// read → write → resign; shared mode, as a reader: shared acquire → read
+    /// → release).
     async fn cycle(&mut self, seq: u64) -> anyhow::Result<()> {
+        let reader = self.a.shared && fastrand::f64() < READ_SHARE;
         let granted = match self.a.election {
             true => self.campaign(seq).await?,
-            false => self.acquire(seq).await?,
+            false => self.acquire(seq, reader).await?,
         };
         let Some(guard) = granted else {
             tokio::time::sleep(Duration::from_millis(20)).await;
             return Ok(());
         };
         let token = guard.token().unwrap_or(NO_TOKEN);
-        if let Some(value) = self.read(seq, token).await? {
+        if reader {
+            self.reader_read(seq, token, &guard).await?;
+        } else if let Some(value) = self.read(seq, token).await? {
             self.write(seq, token, &guard, value).await?;
         }
         if self.a.hold_ms > 0 {
@@ -205,13 +235,20 @@ impl Worker {
         self.release(seq, token, guard).await
     }
 
-    async fn acquire(&mut self, seq: u64) -> anyhow::Result<Option<Guard>> {
-        self.log(self.ev(Kind::Invoke, Op::Acquire, seq))?;
-        let opts = LockOptions::default()
+    /// Acquires the lock, as a reader (shared) if `shared`.
+    async fn acquire(&mut self, seq: u64, shared: bool) -> anyhow::Result<Option<Guard>> {
+        self.log(Event { shared, ..self.ev(Kind::Invoke, Op::Acquire, seq) })?;
+        let mut opts = LockOptions::default()
             .ttl(Duration::from_millis(self.a.ttl_ms))
             .wait(Duration::from_millis(self.a.wait_ms));
+        if shared {
+            opts = opts.shared();
+        }
+        if self.a.permits > 0 {
+            opts = opts.permits(self.a.permits);
+        }
         let res = self.backend.acquire(&self.a.lock, &opts).await;
-        let mut e = self.ev(Kind::Ok, Op::Acquire, seq);
+        let mut e = Event { shared, ..self.ev(Kind::Ok, Op::Acquire, seq) };
         let guard = match res {
             Ok(Acquire::Acquired(g)) => {
                 e.token = g.token();
@@ -259,11 +296,26 @@ impl Worker {
         None
     }
 
+    /// A reader's read: the fault points and the last check as before a
+    /// write, then the fenced read (or a `read` failed as `skipped`).
+    async fn reader_read(&mut self, seq: u64, token: u64, guard: &Guard) -> anyhow::Result<()> {
+        self.slow_point(seq).await;
+        if lease_gone(guard) {
+            let invoke = Event { token: Some(token), ..self.ev(Kind::Invoke, Op::Read, seq) };
+            self.log(invoke.clone())?;
+            let why = Some("lease lost before the read".into());
+            return self.log(Event { kind: Kind::Fail, t: mono_ns(), skipped: true, error: why, ..invoke });
+        }
+        self.fault_point(seq).await;
+        self.read(seq, token).await.map(|_| ())
+    }
+
     /// A fenced read; `None` (after logging why) unless it succeeded.
     async fn read(&mut self, seq: u64, token: u64) -> anyhow::Result<Option<Vec<String>>> {
         self.log(Event { token: Some(token), ..self.ev(Kind::Invoke, Op::Read, seq) })?;
         let path = format!("/objects/{}", self.a.key);
-        let res = http::request(self.a.storage, "GET", &path, &self.fencing(token), b"", READ_TIMEOUT).await;
+        let headers = if self.a.unfenced_reads { Vec::new() } else { self.fencing(token) };
+        let res = http::request(self.a.storage, "GET", &path, &headers, b"", READ_TIMEOUT).await;
         let mut e = Event { token: Some(token), ..self.ev(Kind::Ok, Op::Read, seq) };
         let value = match res {
             Ok(r) if r.status == 200 => Some(entries(&r.body)),
@@ -287,7 +339,7 @@ impl Worker {
         self.log(invoke.clone())?;
         self.slow_point(seq).await;
         // The last check: never write once the guard says the lease may be gone.
-        if guard.is_lost() || tokio::time::Instant::now() >= guard.deadline() {
+        if lease_gone(guard) {
             let e = Event {
                 kind: Kind::Fail,
                 t: mono_ns(),
@@ -381,6 +433,11 @@ impl Worker {
     fn fencing(&self, token: u64) -> Vec<(&'static str, String)> {
         vec![(LOCK_HEADER, self.a.lock.clone()), (TOKEN_HEADER, token.to_string())]
     }
+}
+
+/// The last check before a fenced operation: the guard says the lease may be gone.
+fn lease_gone(guard: &Guard) -> bool {
+    guard.is_lost() || tokio::time::Instant::now() >= guard.deadline()
 }
 
 /// Errors after which the request certainly did not take effect.

@@ -162,5 +162,14 @@ fn worker_argv(a: &WorkerArgs) -> Vec<String> {
     if a.election {
         argv.push("--election".into());
     }
+    if a.shared {
+        argv.push("--shared".into());
+    }
+    if a.permits > 0 {
+        argv.extend(["--permits".into(), a.permits.to_string()]);
+    }
+    if a.unfenced_reads {
+        argv.push("--unfenced-reads".into());
+    }
     argv
 }

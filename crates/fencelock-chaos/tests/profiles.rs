@@ -3,7 +3,10 @@
 //! requires every run to pass — C2 tokens, C3 no stale accept, C4 no lost
 //! update, C6 acknowledged grants survive restarts, S1/S4/S6, and C8 proof
 //! that the faults happened (a run without proof is inconclusive and fails);
-//! in the election runs (K1 on a node, L1 on the group) also E1–E3.
+//! in the election runs (K1 on a node, L1 on the group) also E1–E3; in the
+//! shared runs (readers and writers of a read-write lock, K1 on a node, L1
+//! on the group) also R1 (fenced reads see the last accepted write) and R2
+//! (the holders the server reports fit: a writer alone).
 //! Against peers without durable tokens or fencing, violations are findings
 //! and do not fail the run. fencelock's own runs (a node, and the 3-node group)
 //! run with TLS and an auth file (`--tls`), the workers as an identity that may
@@ -62,13 +65,20 @@ fn short_with(backend: &str, runs: usize, tls: bool) {
         // (as C8 requires); a backend without them (Redlock) has nothing to fence with.
         if v["info"]["fencing"] == true {
             let needed = v["info"]["min_stale_rejects"].as_u64().unwrap();
-            assert!(v["stats"]["stale_rejected"].as_u64().unwrap() >= needed, "too few stale writes fenced: {v:#}");
+            // In shared mode a reader paused at its read is refused as a writer is at its write.
+            let reads =
+                if v["info"]["shared"] == true { v["stats"]["stale_reads_rejected"].as_u64().unwrap() } else { 0 };
+            let fenced = v["stats"]["stale_rejected"].as_u64().unwrap() + reads;
+            assert!(fenced >= needed, "too few stale operations fenced: {v:#}");
         }
         if tls {
             assert_secure(v);
         }
         if v["info"]["election"] == true {
             assert_election(v);
+        }
+        if v["info"]["shared"] == true {
+            assert_shared(v);
         }
     }
     let report = std::fs::read_to_string(tmp.path().join("safety.md")).unwrap();
@@ -103,13 +113,28 @@ fn assert_election(v: &serde_json::Value) {
     }
 }
 
+/// A shared run (issue 18): readers and writers both did their work, the
+/// holder observer saw readers together, and R1 and R2 were evaluated and
+/// passed.
+fn assert_shared(v: &serde_json::Value) {
+    assert!(v["info"]["backend"].as_str().unwrap().contains("shared"), "{v:#}");
+    assert!(v["stats"]["reads"]["ok"].as_u64().unwrap() > v["stats"]["writes"]["ok"].as_u64().unwrap(), "{v:#}");
+    assert!(v["stats"]["writes"]["ok"].as_u64().unwrap() > 0, "{v:#}");
+    assert!(v["stats"]["polls_shared"].as_u64().unwrap() > 0, "no poll saw readers together: {v:#}");
+    for id in ["R1", "R2"] {
+        let c = v["checks"].as_array().unwrap().iter().find(|c| c["id"] == id).unwrap_or_else(|| panic!("{id}"));
+        assert_eq!(c["status"], "pass", "{v:#}");
+    }
+}
+
 /// K1, K2, K3, K4 (kills and failpoints), S1, S4, S5, P1 (malformed and
 /// forged peer messages, from a member's certificate), P2 (forged peers
-/// without one) and K1 in election mode (leaders paused at their write)
+/// without one), K1 in election mode (leaders paused at their write) and K1
+/// in shared mode (readers paused at their read, writers at their write)
 /// against fencelock under TLS and auth.
 #[test]
 fn short_profile_fencelock() {
-    short_with("fencelock", 10, true);
+    short_with("fencelock", 11, true);
 }
 
 /// P2 alone, briefly (6 s of rounds): the server under TLS and auth refuses
@@ -139,13 +164,13 @@ fn p2_forged_peer_under_tls() {
     assert!(!harness.contains("not-refused") && !harness.contains("term-moved"), "{harness}");
 }
 
-/// L1 (leader kills), L2 (leader isolation), L3 (a node cut off) and L1 in
-/// election mode against a 3-node fencelock group under TLS and auth: every
+/// L1 (leader kills), L2 (leader isolation), L3 (a node cut off), L1 in
+/// election mode and L1 in shared mode against a 3-node fencelock group under TLS and auth: every
 /// node with its own node certificate, Raft on peer ports of their own
 /// (through the nemesis's proxies), clients and admin calls with their tokens.
 #[test]
 fn short_profile_fencelock3() {
-    short_with("fencelock3", 4, true);
+    short_with("fencelock3", 5, true);
 }
 
 /// K1 and K4 against Redis (no persistence: its lost grants are findings),
@@ -182,14 +207,15 @@ fn short_profile_postgres() {
 /// C9: each mutant must turn its scenario red, in the check that guards
 /// against it: storage with fencing off → stale accepts or lost updates (C3,
 /// C4); a token counter only in memory → token inversions (C2); the
-/// dead-waiter check removed → a grant to a dead waiter (S1).
+/// dead-waiter check removed → a grant to a dead waiter (S1); reads served
+/// unfenced in shared mode → a stale read accepted (C3).
 #[test]
 fn every_mutant_turns_the_suite_red() {
     let tmp = tempfile::tempdir().unwrap();
     let (ok, text) = profile(&["mutants"], tmp.path());
     assert!(ok, "a mutant survived:\n{text}");
     let vs = verdicts(tmp.path());
-    assert_eq!(vs.len(), 3, "{text}");
+    assert_eq!(vs.len(), 4, "{text}");
     for v in &vs {
         assert_eq!(v["passed"], false, "{v:#}");
         let red: Vec<&str> = v["checks"]
@@ -209,6 +235,7 @@ fn every_mutant_turns_the_suite_red() {
             // restart: no heal (S6) is the only red (seen in CI at c78ed89).
             "memory-token" => &["C2", "C6", "S6"],
             "dead-waiter" => &["S1"],
+            "reads-unfenced" => &["C3"],
             m => panic!("unknown mutant {m}"),
         };
         assert!(

@@ -19,7 +19,9 @@ const C3: &str = "no stale accepts by the fenced storage";
 /// a read below the last write's token, a write below any carried-out
 /// token); and in the
 /// history no write succeeds after an ok read or write with a higher token
-/// had completed.
+/// had completed, and no read after an ok write with a higher token had
+/// (the fence's rule as the workers saw it: this catches a stale read that
+/// the audit log does not show).
 pub(super) fn c3_stale_accepts(r: &Run<'_>) -> Check {
     let writes_ok = r.ops.iter().any(|o| o.is(Op::Write, Res::Ok));
     if r.audit.is_empty() && !writes_ok {
@@ -77,11 +79,21 @@ fn c3_history(r: &Run<'_>) -> Tally {
         .collect();
     let mut writes: Vec<(Operation<'_>, u64)> = done.iter().filter(|(o, _)| o.invoke.f == Op::Write).copied().collect();
     writes.sort_by_key(|(o, _)| o.start());
+    let mut reads: Vec<(Operation<'_>, u64)> = done.iter().filter(|(o, _)| o.invoke.f == Op::Read).copied().collect();
+    reads.sort_by_key(|(o, _)| o.start());
+    let mut highest_write = HighestDone::new(writes.clone());
     let mut highest = HighestDone::new(done);
     for (w, tw) in writes {
         if let Some((x, tx)) = highest.before(w.start()) {
             if tx > tw {
                 tally.add(|| format!("stale write accepted: {} after {}", r.describe(&w), r.describe(&x)));
+            }
+        }
+    }
+    for (rd, tr) in reads {
+        if let Some((x, tx)) = highest_write.before(rd.start()) {
+            if tx > tr {
+                tally.add(|| format!("stale read accepted: {} after {}", r.describe(&rd), r.describe(&x)));
             }
         }
     }

@@ -6,7 +6,8 @@
 //!   worker had not invoked the release of that cycle and had not seen the
 //!   lease gone (a `skipped` write, or a read/write refused as `stale`) before
 //!   the kill. A lost grant is reported at the first restart that loses it.
-//!   The holder read back must carry that lease and token, unless the worker
+//!   The holder read back must carry that lease and token (in shared mode,
+//!   one of the holders read back: readers hold together), unless the worker
 //!   invoked its release between the kill and the read-back.
 
 use std::collections::{HashMap, HashSet};
@@ -37,8 +38,7 @@ pub(super) fn c6_grants_survive(r: &Run<'_>) -> Check {
             continue;
         }
         evaluated += 1;
-        let token_ok = !r.info.fencing || h.token().is_none() || holder.token == h.token();
-        if holder.lease != h.lease() || !token_ok {
+        if !read_back(r, holder, &h) {
             lost.insert((h.p(), h.seq()));
             tally.add(|| {
                 format!(
@@ -58,6 +58,19 @@ pub(super) fn c6_grants_survive(r: &Run<'_>) -> Check {
         return without("C6", C6, Status::Inconclusive, why);
     }
     tally.judge("C6", C6, !r.info.fencing || !r.info.durable_tokens)
+}
+
+/// Whether the holder note `holder` shows the grant `h`: its lease and (with
+/// fencing) its token, as the first holder or, where the note lists every
+/// holder (`detail.holders`: readers of a shared lock), as any of them.
+fn read_back(r: &Run<'_>, holder: &Event, h: &Operation<'_>) -> bool {
+    let is_h = |lease: Option<u64>, token: Option<u64>| {
+        lease == h.lease() && (!r.info.fencing || h.token().is_none() || token == h.token())
+    };
+    match holder.detail["holders"].as_array() {
+        Some(all) if !all.is_empty() => all.iter().any(|x| is_h(x["lease"].as_u64(), x["token"].as_u64())),
+        _ => is_h(holder.lease, holder.token),
+    }
 }
 
 /// The first holder note after `restart` (and before the next restart) that

@@ -26,6 +26,16 @@
 //! that no campaign can have elected ([`e3_no_phantom`]). They are part of
 //! election runs' verdicts only.
 //!
+//! R1–R2 (read-write locks, issue 18; not in the reference): in shared mode
+//! ([`RunInfo::shared`]) readers take the lock shared and read with their
+//! token: every read the storage carried out saw the last write it carried
+//! out ([`r1_fenced_reads`]; that it refused the stale ones is C3's), and the
+//! holders the server reports fit together: a writer alone, at most N permits
+//! ([`r2_holders_fit`]). They are part of shared runs' verdicts only, and R2
+//! of semaphore runs' ([`RunInfo::permits`]), whose workers each write an
+//! object of their own: C3 and C4 are then judged per object
+//! ([`per_object`]), each object's history being its worker's.
+//!
 //! One check per file (`c2_tokens.rs`, …, `a1_no_refusals.rs`), the shared
 //! indexing of a run in `run.rs`; each check's own rules are in its file.
 //! The ids are those of `docs/invariants.md`.
@@ -39,6 +49,8 @@ mod c8_evidence;
 mod e1_one_leader;
 mod e2_observer_terms;
 mod e3_no_phantom;
+mod r1_fenced_reads;
+mod r2_holders_fit;
 mod run;
 mod s1_dead_waiters;
 mod s4_exactly_once;
@@ -52,7 +64,7 @@ use std::fmt;
 use fencelock_fence::storage::AuditEntry;
 use serde::{Deserialize, Serialize};
 
-use crate::history::Event;
+use crate::history::{Event, Kind, Op};
 use a1_no_refusals::a1_no_refusals;
 use c2_tokens::c2_tokens;
 use c3_stale_accepts::c3_stale_accepts;
@@ -62,6 +74,8 @@ use c8_evidence::c8_evidence;
 use e1_one_leader::e1_one_leader;
 use e2_observer_terms::e2_observer_terms;
 use e3_no_phantom::e3_no_phantom;
+use r1_fenced_reads::r1_fenced_reads;
+use r2_holders_fit::r2_holders_fit;
 use run::Run;
 use s1_dead_waiters::s1_dead_waiters;
 use s4_exactly_once::s4_exactly_once;
@@ -100,6 +114,17 @@ pub struct RunInfo {
     /// observers follow its leader (E1–E3 apply).
     #[serde(default)]
     pub election: bool,
+    /// Shared mode: readers and writers of a read-write lock (R1 and R2 apply).
+    #[serde(default)]
+    pub shared: bool,
+    /// Semaphore mode when above 0: a semaphore of this many permits, each
+    /// worker writing its own object `<object_key>-w<i>` (C3 and C4 per
+    /// object; R2 applies).
+    #[serde(default)]
+    pub permits: u32,
+    /// Shared or semaphore mode: an observer polled the lock's holders (`holders` notes; R2).
+    #[serde(default)]
+    pub polls_holders: bool,
 }
 
 /// A check's result.
@@ -202,6 +227,13 @@ pub struct Stats {
     pub audit: AuditCounts,
     /// Writes refused by the fence: the larger of the audit log's and the history's count.
     pub stale_rejected: u64,
+    /// Reads refused by the fence: the larger of the audit log's and the
+    /// history's count (shared mode: C8 counts them with the writes).
+    pub stale_reads_rejected: u64,
+    /// Shared mode: polls of the lock's holders that succeeded (R2).
+    pub holder_polls: u64,
+    /// Shared mode: of those, polls that found two holders or more (readers together).
+    pub polls_shared: u64,
     /// S6: the slowest heal, ms.
     pub heal_max_ms: Option<u64>,
     pub s1_trials: u64,
@@ -239,12 +271,15 @@ pub fn check(info: &RunInfo, history: &[Event], audit: &[AuditEntry]) -> Verdict
     let mut stats = r.stats();
     let (s6, heal_max_ms) = s6_heal(&r);
     stats.heal_max_ms = heal_max_ms;
-    let c3 = c3_stale_accepts(&r);
+    let (c3, c4) = match info.permits {
+        0 => (c3_stale_accepts(&r), c4_lost_updates(&r)),
+        _ => per_object(info, history, audit),
+    };
     let c8 = c8_evidence(&r, &stats, c3.violations);
     let mut checks = vec![
         c2_tokens(&r),
         c3,
-        c4_lost_updates(&r),
+        c4,
         c6_grants_survive(&r),
         c8,
         s1_dead_waiters(&r),
@@ -255,6 +290,52 @@ pub fn check(info: &RunInfo, history: &[Event], audit: &[AuditEntry]) -> Verdict
     if info.election {
         checks.extend([e1_one_leader(&r), e2_observer_terms(&r), e3_no_phantom(&r)]);
     }
+    if info.shared {
+        checks.push(r1_fenced_reads(&r));
+    }
+    if info.shared || info.permits > 0 {
+        checks.push(r2_holders_fit(&r));
+    }
     let passed = !checks.iter().any(|c| c.status.is_red());
     Verdict { info: info.clone(), checks, stats, passed }
+}
+
+/// Semaphore mode: C3 and C4 on each worker's own object, from that worker's
+/// operations, the harness's notes with that object's final read, and the
+/// object's audit entries; each check's counts and examples summed over the
+/// objects, its status the reddest.
+fn per_object(info: &RunInfo, history: &[Event], audit: &[AuditEntry]) -> (Check, Check) {
+    let (mut c3, mut c4) = (Vec::new(), Vec::new());
+    for i in 0..info.workers {
+        let (p, key) = (format!("w{i}"), format!("{}-w{i}", info.object_key));
+        let mine: Vec<Event> = history
+            .iter()
+            .filter(|e| match e.kind {
+                Kind::Note => e.f != Op::FinalRead || e.target.as_deref() == Some(key.as_str()),
+                _ => e.p == p,
+            })
+            .cloned()
+            .collect();
+        let one = RunInfo { object_key: key, permits: 0, ..info.clone() };
+        let r = Run::new(&one, &mine, audit);
+        c3.push(c3_stale_accepts(&r));
+        c4.push(c4_lost_updates(&r));
+    }
+    (merge(c3), merge(c4))
+}
+
+/// One check from its results on several objects (at least one).
+fn merge(parts: Vec<Check>) -> Check {
+    let rank = |s: Status| {
+        [Status::Fail, Status::Inconclusive, Status::Finding, Status::Pass, Status::NotApplicable]
+            .iter()
+            .position(|x| *x == s)
+            .unwrap_or(0)
+    };
+    let status = parts.iter().map(|c| c.status).min_by_key(|s| rank(*s)).unwrap_or(Status::Inconclusive);
+    let violations = parts.iter().map(|c| c.violations).sum();
+    let mut examples: Vec<String> = parts.iter().flat_map(|c| c.examples.clone()).collect();
+    examples.truncate(MAX_EXAMPLES);
+    let first = &parts[0];
+    Check { id: first.id.clone(), name: first.name.clone(), status, violations, examples }
 }

@@ -119,7 +119,7 @@ impl<'a> Run<'a> {
     pub(super) fn new(info: &'a RunInfo, history: &'a [Event], audit: &'a [AuditEntry]) -> Self {
         let ops = pair(history);
         let notes: Vec<&Event> = history.iter().filter(|e| e.kind == Kind::Note).collect();
-        let mut audit: Vec<&AuditEntry> = audit.iter().filter(|a| a.key == info.object_key).collect();
+        let mut audit: Vec<&AuditEntry> = audit.iter().filter(|a| is_object(info, &a.key)).collect();
         audit.sort_by_key(|a| a.seq);
         let t0 = history.iter().map(|e| e.t).min().unwrap_or(0);
         let last = history.iter().map(|e| e.t).max().unwrap_or(0);
@@ -173,6 +173,14 @@ impl<'a> Run<'a> {
     }
 }
 
+/// Whether `key` is the run's object (in semaphore mode, one of the workers' objects).
+fn is_object(info: &RunInfo, key: &str) -> bool {
+    match info.permits {
+        0 => key == info.object_key,
+        _ => key.strip_prefix(info.object_key.as_str()).is_some_and(|k| k.starts_with("-w")),
+    }
+}
+
 /// Outages of the lock service, from the kill to the service being back: each
 /// `restart` note (`killed_at` to the note); with no `restart` note (peer
 /// engines), each `restarted` evidence, from the last `fault` start before it.
@@ -207,18 +215,21 @@ impl Run<'_> {
             self.count_note(&mut s, e);
         }
         s.restarts = s.restarts.max(s.evidence.get("restarted").copied().unwrap_or(0));
-        let mut audit_write_stale = 0;
+        let (mut audit_write_stale, mut audit_read_stale) = (0, 0);
         for a in &self.audit {
             match a.outcome {
                 AuditOutcome::Accepted => s.audit.accepted += 1,
                 AuditOutcome::Stale => s.audit.stale += 1,
                 AuditOutcome::Unfenced => s.audit.unfenced += 1,
             }
-            if a.outcome == AuditOutcome::Stale && a.op != "GET" {
-                audit_write_stale += 1;
+            match (a.outcome, a.op.as_str()) {
+                (AuditOutcome::Stale, "GET") => audit_read_stale += 1,
+                (AuditOutcome::Stale, _) => audit_write_stale += 1,
+                _ => {}
             }
         }
         s.stale_rejected = audit_write_stale.max(s.writes.stale);
+        s.stale_reads_rejected = audit_read_stale.max(s.reads_stale);
         s
     }
 
@@ -269,6 +280,11 @@ impl Run<'_> {
                 s.leader_events += 1;
                 let unvalued = e.value.as_ref().is_some_and(|v| v.iter().all(|x| x.is_empty()));
                 s.leaders_without_value += u64::from(e.what.as_deref() == Some("leader") && unvalued);
+            }
+            Op::Holders => {
+                s.holder_polls += 1;
+                let n = e.detail["holders"].as_array().map_or(0, Vec::len);
+                s.polls_shared += u64::from(n >= 2);
             }
             Op::ServerStats => {
                 s.tokens_issued = e.detail["tokens_issued"].as_u64().or(s.tokens_issued);

@@ -55,3 +55,18 @@ fn c3_judges_fenced_gets_by_the_read_rule() {
     assert_eq!((c.status, c.violations), (Status::Fail, 1));
     assert!(c.examples[0].contains("stale read: token 5 < last write token 6"), "{:?}", c.examples);
 }
+
+#[test]
+fn c3_history_read_after_a_higher_write_fails() {
+    // C3 (history): no read succeeds after an ok write with a higher token
+    // completed: the fence refuses it, whether or not the audit log shows it.
+    let mut h = H::default();
+    h.write("w1", 1, (0, 1), 9, Kind::Ok).read("w0", 1, (5, 6), 4);
+    let c = get(&run(&info(), &h, &[]), "C3").clone();
+    assert_eq!((c.status, c.violations), (Status::Fail, 1));
+    assert!(c.examples[0].contains("stale read accepted"), "{c:?}");
+    // A lower read that started before the higher write completed is no stale accept.
+    let mut h = H::default();
+    h.write("w1", 1, (0, 3), 9, Kind::Ok).read("w0", 1, (2, 6), 4);
+    assert_eq!(get(&run(&info(), &h, &[]), "C3").status, Status::Pass);
+}

@@ -50,3 +50,19 @@ fn c6_without_restarts_is_not_applicable() {
     h.cycle("w0", 1, 0, 1);
     assert_eq!(get(&run(&info(), &h, &[]), "C6").status, Status::NotApplicable);
 }
+
+#[test]
+fn c6_a_reader_read_back_among_several_holders_survives() {
+    // C6 in shared mode: readers hold together, so the grant live at the kill
+    // may be any of the holders read back, not only the first.
+    let readers = |listed: &[u64]| {
+        let holders: Vec<serde_json::Value> = listed.iter().map(|t| json!({ "lease": 100 + t, "token": t })).collect();
+        let mut h = H::default();
+        h.acquire("w1", 1, (0, 1), 3).acquire("w0", 1, (2, 3), 4).restart(5, 10).holder(5, 11, Some(3));
+        h.0.last_mut().unwrap().detail["holders"] = serde_json::Value::Array(holders);
+        h.release("w0", 1, (12, 13)).release("w1", 1, (14, 15));
+        h
+    };
+    assert_eq!(get(&run(&shared_info(), &readers(&[3, 4]), &[]), "C6").status, Status::Pass);
+    assert_eq!(get(&run(&shared_info(), &readers(&[3]), &[]), "C6").status, Status::Fail);
+}

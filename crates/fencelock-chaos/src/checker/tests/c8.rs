@@ -33,3 +33,16 @@ fn c8_k1_needs_stale_writes_at_the_fence() {
     i.fencing = false;
     assert_eq!(get(&run(&i, &h, &[]), "C8").status, Status::Pass);
 }
+
+#[test]
+fn c8_shared_runs_count_stale_reads() {
+    // C8 in shared mode: a reader paused at its read and refused shows the fault as a stale write does.
+    let mut i = shared_info();
+    i.min_stale_rejects = 1;
+    let log = audit_ops(&[("PUT", 2, AuditOutcome::Accepted), ("GET", 1, AuditOutcome::Stale)]);
+    assert_eq!(get(&run(&i, &clean(), &log), "C8").status, Status::Pass);
+    assert_eq!(run(&i, &clean(), &log).stats.stale_reads_rejected, 1);
+    // Outside shared mode only stale writes count.
+    i.shared = false;
+    assert_eq!(get(&run(&i, &clean(), &log), "C8").status, Status::Inconclusive);
+}

@@ -11,9 +11,12 @@ mod e1;
 mod e2;
 mod e3;
 mod general;
+mod r1;
+mod r2;
 mod s1;
 mod s4;
 mod s6;
+mod semaphore;
 
 use fencelock_fence::storage::{AuditEntry, Outcome as AuditOutcome};
 
@@ -40,12 +43,20 @@ pub(super) fn info() -> RunInfo {
         required_evidence: vec![],
         object_key: "obj".into(),
         election: false,
+        shared: false,
+        permits: 0,
+        polls_holders: false,
     }
 }
 
 /// An election run's info: E1–E3 apply.
 pub(super) fn election_info() -> RunInfo {
     RunInfo { scenario: "K1".into(), election: true, ..info() }
+}
+
+/// A shared run's info: R1 and R2 apply, the holders were polled.
+pub(super) fn shared_info() -> RunInfo {
+    RunInfo { scenario: "K1".into(), shared: true, polls_holders: true, ..info() }
 }
 
 /// Two leaderships (w0 term 5, w1 term 6) in order, both seen by observer o0
@@ -107,6 +118,24 @@ impl H {
 
     pub(super) fn read(&mut self, p: &str, seq: u64, span: (u64, u64), token: u64) -> &mut Self {
         self.op(p, Op::Read, seq, span, Kind::Ok, |e| e.token = Some(token))
+    }
+
+    /// An ok read that returned `value`.
+    pub(super) fn read_saw(&mut self, p: &str, seq: u64, span: (u64, u64), token: u64, value: &[&str]) -> &mut Self {
+        let value: Vec<String> = value.iter().map(|s| s.to_string()).collect();
+        self.op(p, Op::Read, seq, span, Kind::Ok, |e| {
+            e.token = Some(token);
+            e.value = Some(value.clone());
+        })
+    }
+
+    /// A poll of the lock's holders at `t`: `(mode, token, weight)` each.
+    pub(super) fn holders(&mut self, t: u64, holders: &[(&str, u64, u32)], permits: u32) -> &mut Self {
+        let holders: Vec<serde_json::Value> = holders
+            .iter()
+            .map(|&(mode, token, weight)| json!({ "mode": mode, "token": token, "weight": weight }))
+            .collect();
+        self.note_by("d0", t, Op::Holders, |e| e.detail = json!({ "holders": holders, "permits": permits }))
     }
 
     pub(super) fn release(&mut self, p: &str, seq: u64, span: (u64, u64)) -> &mut Self {
@@ -200,6 +229,15 @@ impl H {
         })
     }
 
+    /// Semaphore mode: the final read of object `key`.
+    pub(super) fn final_read_of(&mut self, t: u64, key: &str, ids: &[&str]) -> &mut Self {
+        let value = ids.iter().map(|s| s.to_string()).collect();
+        self.note_by("harness", t, Op::FinalRead, |e| {
+            e.value = Some(value);
+            e.target = Some(key.into());
+        })
+    }
+
     pub(super) fn final_read(&mut self, t: u64, ids: &[&str]) -> &mut Self {
         let value = ids.iter().map(|s| s.to_string()).collect();
         self.note(t, Op::FinalRead, |e| e.value = Some(value))
@@ -233,6 +271,16 @@ pub(super) fn audit(entries: &[(u64, AuditOutcome)]) -> Vec<AuditEntry> {
             }
         })
         .collect()
+}
+
+/// An audit log of `(op, token, outcome)` entries (`GET` a fenced read).
+pub(super) fn audit_ops(entries: &[(&str, u64, AuditOutcome)]) -> Vec<AuditEntry> {
+    let tokens: Vec<(u64, AuditOutcome)> = entries.iter().map(|&(_, t, o)| (t, o)).collect();
+    let mut log = audit(&tokens);
+    for (entry, (op, _, _)) in log.iter_mut().zip(entries) {
+        entry.op = (*op).into();
+    }
+    log
 }
 
 pub(super) fn run(info: &RunInfo, h: &H, audit: &[AuditEntry]) -> Verdict {
