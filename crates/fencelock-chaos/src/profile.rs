@@ -97,10 +97,9 @@ fn semaphore(s: Scenario, backend: &'static str, seed: u64, secs: u64) -> Plan {
 const SEMAPHORE_PERMITS: u32 = 2;
 
 /// The peers whose backends declare read-write locks (`Capabilities::shared`),
-/// run in shared mode too. None does yet: the Redis, etcd, ZooKeeper and
-/// PostgreSQL backends' `capabilities()` say `shared: false` (a run in shared
-/// mode against a backend that does not declare it stops with an error).
-const SHARING_PEERS: [&str; 0] = [];
+/// run in shared mode too (Curator's read-write recipe on ZooKeeper, keys on
+/// etcd, one Lua-admitted queue on Redis, the lease table on PostgreSQL).
+const SHARING_PEERS: [&str; 4] = ["redis", "etcd", "zk", "postgres"];
 
 /// The peers whose backends declare leader election, run in election mode too.
 const ELECTING_PEERS: [&str; 4] = ["redis", "etcd", "zk", "postgres"];
