@@ -602,15 +602,14 @@ fn w5(md: &mut String, r: &Report) {
         let Some(any) = cells.iter().flatten().next() else { continue };
         if !intro {
             intro = true;
+            let _ = writeln!(md, "## W5: shared and counted locks ({})\n", runs_phrase(r.settings.runs));
             let _ = writeln!(
                 md,
-                "## W5: shared and counted locks ({})
-",
-                runs_phrase(r.settings.runs)
-            );
-            let _ = writeln!(
-                md,
-                "Every client loops acquire → release, holding for no time. W5-rw: each cycle picks one of the locks at                  random and takes it exclusive (a writer) or shared (a reader). W5-sem: every client takes one permit.                  Handoff, per lock: a grant whose acquire started before the latest release of that lock that began                  before the grant waited for it; handoff is that release's start → the grant. Engines that do not                  declare shared locks or semaphores read n/a.\n"
+                "Every client loops acquire → release, holding for no time. W5-rw: each cycle picks one of the locks at \
+                 random and takes it exclusive (a writer) or shared (a reader). W5-sem: every client takes one permit. \
+                 Handoff, per lock: a grant whose acquire started before the latest release of that lock that began \
+                 before the grant waited for it; handoff is that release's start → the grant. Engines that do not \
+                 declare shared locks or semaphores read n/a.\n"
             );
         }
         let _ = writeln!(md, "### {id}: {} clients, {what}\n", any.clients);
@@ -1024,6 +1023,7 @@ pub(crate) mod tests {
         let md = markdown(&r);
         assert!(md.contains("### W5-rw: 16 clients, read-write locks, 4 locks, 10 % exclusive"), "{md}");
         assert!(md.contains("### W5-sem: 16 clients, a semaphore of 4 permits"), "{md}");
+        assert!(md.contains("one of the locks at random and takes it"), "one paragraph, no stray spaces: {md}");
         let rw_table = md.split("### W5-rw").nth(1).and_then(|t| t.split("###").next()).unwrap();
         assert!(rw_table.contains("| `fencelock` | 4,321 |"), "{rw_table}");
         assert!(rw_table.contains("| 1.50 |"), "handoff p99 1.5 ms: {rw_table}");
