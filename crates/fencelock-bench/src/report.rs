@@ -460,17 +460,10 @@ fn w1(md: &mut String, r: &Report) {
         let cells: Vec<Option<&Cell>> = ids.iter().map(|e| cell(r, "W1", e, Some(c))).collect();
         let (errs, runs, range) = (errors_col(&cells), runs_col(r, &cells), r.settings.runs > 1);
         let _ = writeln!(md, "### W1, {c} client{}\n", if c == 1 { "" } else { "s" });
-        let mut cols = vec!["engine", "cycles/s"];
-        if range {
-            cols.push("cycles/s, runs low–high");
-        }
-        cols.extend(["acquire p50 ms", "p99 ms", "p99.9 ms", "engine CPU µs/cycle", "client CPU µs/cycle"]);
-        if runs {
-            cols.push("runs");
-        }
-        if errs {
-            cols.push("errors");
-        }
+        let cols = columns(
+            &["acquire p50 ms", "p99 ms", "p99.9 ms", "engine CPU µs/cycle", "client CPU µs/cycle"],
+            (range, runs, errs),
+        );
         header(md, &cols, 1);
         for (id, cell) in ids.iter().zip(&cells) {
             let figures = |m: &RunResult| {
@@ -488,7 +481,24 @@ fn w1(md: &mut String, r: &Report) {
     }
 }
 
-/// One engine's row of a W1 or W2 table: id, cycles/s, the run range if
+/// The columns of a W1, W2 or W5 table: engine and cycles/s, the run range
+/// if `range`, the workload's `figures`, then runs and errors if shown.
+fn columns<'a>(figures: &[&'a str], (range, runs, errs): (bool, bool, bool)) -> Vec<&'a str> {
+    let mut cols = vec!["engine", "cycles/s"];
+    if range {
+        cols.push("cycles/s, runs low–high");
+    }
+    cols.extend(figures);
+    if runs {
+        cols.push("runs");
+    }
+    if errs {
+        cols.push("errors");
+    }
+    cols
+}
+
+/// One engine's row of a W1, W2 or W5 table: id, cycles/s, the run range if
 /// `range`, the workload's `figures`, then runs and errors if those columns
 /// are shown; "n/a" throughout for an engine without this cell.
 fn cell_row(
@@ -539,25 +549,18 @@ fn w2(md: &mut String, r: &Report) {
          that release, which FIFO forbids.\n"
     );
     let (errs, runs, range) = (errors_col(&cells), runs_col(r, &cells), r.settings.runs > 1);
-    let mut cols = vec!["engine", "cycles/s"];
-    if range {
-        cols.push("cycles/s, runs low–high");
-    }
-    cols.extend([
-        "handoff p50 ms",
-        "handoff p99 ms",
-        "fairness",
-        "self re-grants",
-        "… while others waited",
-        "engine CPU µs/cycle",
-        "client CPU µs/cycle",
-    ]);
-    if runs {
-        cols.push("runs");
-    }
-    if errs {
-        cols.push("errors");
-    }
+    let cols = columns(
+        &[
+            "handoff p50 ms",
+            "handoff p99 ms",
+            "fairness",
+            "self re-grants",
+            "… while others waited",
+            "engine CPU µs/cycle",
+            "client CPU µs/cycle",
+        ],
+        (range, runs, errs),
+    );
     header(md, &cols, 1);
     for (id, cell) in ids.iter().zip(&cells) {
         let figures = |m: &RunResult| {
@@ -614,17 +617,10 @@ fn w5(md: &mut String, r: &Report) {
         }
         let _ = writeln!(md, "### {id}: {} clients, {what}\n", any.clients);
         let (errs, runs, range) = (errors_col(&cells), runs_col(r, &cells), r.settings.runs > 1);
-        let mut cols = vec!["engine", "cycles/s"];
-        if range {
-            cols.push("cycles/s, runs low–high");
-        }
-        cols.extend(["acquire p50 ms", "acquire p99 ms", "handoff p50 ms", "handoff p99 ms", "engine CPU µs/cycle"]);
-        if runs {
-            cols.push("runs");
-        }
-        if errs {
-            cols.push("errors");
-        }
+        let cols = columns(
+            &["acquire p50 ms", "acquire p99 ms", "handoff p50 ms", "handoff p99 ms", "engine CPU µs/cycle"],
+            (range, runs, errs),
+        );
         header(md, &cols, 1);
         for (id, cell) in ids.iter().zip(&cells) {
             let figures = |m: &RunResult| {
