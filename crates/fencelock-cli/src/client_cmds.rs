@@ -1,4 +1,4 @@
-//! `fencelock acquire | release | locks | check | resize`: one request each, for scripts
+//! `fencelock acquire | release | locks | check | resize | slots`: one request each, for scripts
 //! (`--json`) and people (plain text).
 
 use std::{process::ExitCode, time::Duration};
@@ -76,6 +76,16 @@ pub struct ResizeArgs {
     /// Its new number of permits (at least 1, and at least what its holders
     /// use and what one queued acquire asks for).
     permits: u32,
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct SlotsArgs {
+    #[command(flatten)]
+    server: ServerArg,
+    /// Lock name (the NAME of `fencelock run NAME --once-per SLOT`).
+    name: String,
     #[arg(long)]
     json: bool,
 }
@@ -291,6 +301,30 @@ pub async fn resize(a: ResizeArgs) -> anyhow::Result<ExitCode> {
     let v = json!({"lock": a.name, "permits": a.permits, "was": was});
     let text = format!("semaphore {:?} has {} permits (was {was})", a.name, a.permits);
     emit(a.json, &v, &text, true);
+    Ok(ExitCode::from(exit::OK))
+}
+
+pub async fn slots(a: SlotsArgs) -> anyhow::Result<ExitCode> {
+    let client = connect(&a.server).await?;
+    let slots = client.completed_slots(&a.name).await?;
+    if a.json {
+        let v: Vec<_> = slots
+            .iter()
+            .map(|s| {
+                json!({"slot": s.slot, "token": s.token, "identity": s.identity, "exit_code": s.exit_code,
+                       "age_ms": s.age.as_millis() as u64})
+            })
+            .collect();
+        println!("{}", json!({"lock": a.name, "slots": v}));
+        return Ok(ExitCode::from(exit::OK));
+    }
+    if slots.is_empty() {
+        println!("no slot of {:?} completed in the last 7 days", a.name);
+    }
+    for s in &slots {
+        let who = s.identity.as_deref().unwrap_or("(no identity)");
+        println!("{}  ran by {who} (token {}), exit {}, {} ago", s.slot, s.token, s.exit_code, fmt_dur(s.age));
+    }
     Ok(ExitCode::from(exit::OK))
 }
 

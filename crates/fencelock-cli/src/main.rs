@@ -58,6 +58,8 @@ enum Cmd {
     Check(client_cmds::CheckArgs),
     /// Give a semaphore a new number of permits (admin); a larger one grants its waiters at once.
     Resize(client_cmds::ResizeArgs),
+    /// Show the slots a `run --once-per` completed on NAME (newest first): who ran each, and how it ended.
+    Slots(client_cmds::SlotsArgs),
     /// Print lock events (granted, released, expired, …) as they happen, until interrupted.
     Watch(watch::WatchArgs),
     /// Run the fenced storage server (HTTP object store that rejects stale tokens).
@@ -299,6 +301,7 @@ fn main() -> ExitCode {
             Cmd::Locks(a) => client_cmds::locks(a).await,
             Cmd::Check(a) => client_cmds::check(a).await,
             Cmd::Resize(a) => client_cmds::resize(a).await,
+            Cmd::Slots(a) => client_cmds::slots(a).await,
             Cmd::Watch(a) => watch::watch(a).await,
             Cmd::Storage(a) => storage::storage(a).await,
             Cmd::Snapshot(a) => snapshot::snapshot(a).await,

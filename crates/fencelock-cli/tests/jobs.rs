@@ -86,6 +86,20 @@ fn a_slot_runs_once_and_a_later_run_says_who_ran_it() {
     // A run once per a slot is a try: waiting is a usage error.
     let waits = cli(&server, &["run", "nightly", "--once-per", "2026-11-25", "--wait", "5s", "--", "true"]);
     assert_eq!(waits.status.code(), Some(2), "{}", stderr(&waits));
+    // `fencelock slots` lists both, newest first, with who ran each and how.
+    let listed = cli(&server, &["slots", "nightly"]);
+    assert!(listed.status.success(), "{}", stderr(&listed));
+    let lines: Vec<String> = stdout(&listed).lines().map(str::to_string).collect();
+    assert_eq!(lines.len(), 2, "{lines:?}");
+    assert!(lines[0].starts_with("2026-11-24  ran by "), "{lines:?}");
+    assert!(
+        lines[1].starts_with("2026-11-23  ran by host-a:1 (token ") && lines[1].contains("), exit 3, "),
+        "{lines:?}"
+    );
+    let json: Value = serde_json::from_str(&stdout(&cli(&server, &["slots", "nightly", "--json"]))).unwrap();
+    let slots: Vec<_> =
+        json["slots"].as_array().unwrap().iter().map(|s| (s["slot"].clone(), s["exit_code"].clone())).collect();
+    assert_eq!(slots, [("2026-11-24".into(), 0.into()), ("2026-11-23".into(), 3.into())]);
 }
 
 #[test]

@@ -27,6 +27,19 @@ pub const MAX_SLOT_BYTES: usize = 128;
 /// How long the engine remembers a completed slot (7 days of engine time).
 pub const SLOT_RETENTION_MS: u64 = 7 * 86_400_000;
 
+/// A completed slot of a lock, as [`crate::Engine::completed_slots`] shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SlotInfo {
+    pub slot: String,
+    /// The token of the grant that completed it.
+    pub token: Token,
+    /// That grant's identity ("" for none).
+    pub identity: String,
+    pub exit_code: i32,
+    /// Milliseconds of engine time since it was recorded.
+    pub age_ms: u64,
+}
+
 /// The most completed slots kept per lock: recording one more drops the
 /// oldest (as its retention would have), so a holder that completes slot
 /// after slot of new names cannot grow the state and its snapshots without

@@ -22,6 +22,9 @@ use crate::{
     raft::{state_machine::SharedEngine, Raft},
 };
 
+/// The most completed slots `DescribeLock` shows (the newest).
+const DESCRIBED_SLOTS: usize = 32;
+
 /// Default and largest page of `ListLocks`.
 const LIST_DEFAULT: usize = 1000;
 const LIST_MAX: usize = 10_000;
@@ -303,7 +306,10 @@ impl Ops {
         self.allow(who, |w| w.require(Verb::Read, name.as_str()))?;
         let (info, next) = self.lock_info_at(&name).await?;
         let next = Some(pb::Revision { index: next.index, seq: next.seq });
-        Ok(pb::DescribeLockResponse { lock: Some(lock_info(info)), next })
+        let now = self.clock.now();
+        let slots = self.read(|e| e.completed_slots(now, name.as_str()))?;
+        let slots = slots.into_iter().take(DESCRIBED_SLOTS).map(completed_slot).collect();
+        Ok(pb::DescribeLockResponse { lock: Some(lock_info(info)), next, slots })
     }
 
     pub async fn list_locks(&self, who: &Who, r: pb::ListLocksRequest) -> Result<pb::ListLocksResponse, Status> {
@@ -476,4 +482,9 @@ fn unexpected(r: Reply) -> Status {
         Reply::Rejected(e) => engine_status(e),
         other => Status::internal(format!("unexpected engine reply {other:?}")),
     }
+}
+
+fn completed_slot(s: fencelock_core::SlotInfo) -> pb::CompletedSlot {
+    let (slot, token, identity, exit_code, age_ms) = (s.slot, s.token.0, s.identity, s.exit_code, s.age_ms);
+    pb::CompletedSlot { slot, token, identity, exit_code, age_ms }
 }

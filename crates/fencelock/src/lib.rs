@@ -112,5 +112,5 @@ pub use backoff::Backoff;
 pub use error::LeaseLost;
 pub use error::{Cause, Error, NotAcquired, WithLockError};
 pub use lease::LeaseWatch;
-pub use types::{Acquired, CheckResult, Holder, LockInfo, LockMode, LockOptions, Waiter};
+pub use types::{Acquired, CheckResult, CompletedSlot, Holder, LockInfo, LockMode, LockOptions, Waiter};
 pub use watch::{ParseRevisionError, Revision, WatchEvent, WatchKind, WatchStream};

@@ -308,6 +308,33 @@ impl From<pb::LockInfo> for LockInfo {
     }
 }
 
+/// A slot a run once per slot completed (see [`crate::Guard::complete_slot`]),
+/// as [`crate::Client::completed_slots`] shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CompletedSlot {
+    pub slot: String,
+    /// The token of the grant that ran it.
+    pub token: u64,
+    /// That grant's identity, if it carried one.
+    pub identity: Option<String>,
+    /// The exit code the run reported.
+    pub exit_code: i32,
+    /// Time since it was recorded (the server's monotonic clock).
+    pub age: Duration,
+}
+
+impl From<pb::CompletedSlot> for CompletedSlot {
+    fn from(s: pb::CompletedSlot) -> Self {
+        CompletedSlot {
+            slot: s.slot,
+            token: s.token,
+            identity: (!s.identity.is_empty()).then_some(s.identity),
+            exit_code: s.exit_code,
+            age: ms(s.age_ms),
+        }
+    }
+}
+
 impl From<pb::CheckResponse> for CheckResult {
     fn from(c: pb::CheckResponse) -> Self {
         CheckResult { current: c.current, current_token: c.current_token }

@@ -97,12 +97,24 @@ impl Engine {
         }
     }
 
-    /// The completed slots of `name`: (slot, token, identity, exit code), by slot.
-    pub fn completed_slots(&self, name: &str) -> Vec<(String, Token, String, i32)> {
+    /// The completed slots of `name` within their retention at `now`, the
+    /// most recently recorded first.
+    pub fn completed_slots(&self, now: Millis, name: &str) -> Vec<SlotInfo> {
         let Ok(name) = LockName::new(name) else { return vec![] };
+        let now = now.max(self.now);
         let slots = self.slots.get(&name).into_iter().flatten();
-        let fresh = slots.filter(|(_, r)| self.now < r.at.saturating_add(SLOT_RETENTION_MS));
-        fresh.map(|(s, r)| (s.clone(), r.token, r.identity.clone(), r.exit_code)).collect()
+        let fresh = slots.filter(|(_, r)| now < r.at.saturating_add(SLOT_RETENTION_MS));
+        let mut out: Vec<SlotInfo> = fresh
+            .map(|(s, r)| SlotInfo {
+                slot: s.clone(),
+                token: r.token,
+                identity: r.identity.clone(),
+                exit_code: r.exit_code,
+                age_ms: now.saturating_sub(r.at),
+            })
+            .collect();
+        out.sort_by_key(|s| s.age_ms);
+        out
     }
 }
 

@@ -43,7 +43,9 @@ fn a_completed_slot_answers_who_ran_it_and_grants_nothing() {
     assert_eq!(one(&mut e, 30, once(4, 2, "2026-11-23", "host-b:2")).0, done(1, "host-a:1", 3));
     // Another slot, or no slot, takes the lock as usual (token 2: none was spent).
     assert_eq!(one(&mut e, 30, once(5, 2, "2026-11-24", "host-b:2")).0, Reply::Acquired(grant("job", 2, 2)));
-    assert_eq!(e.completed_slots("job"), vec![("2026-11-23".into(), t(1), "host-a:1".into(), 3)]);
+    let shown =
+        SlotInfo { slot: "2026-11-23".into(), token: t(1), identity: "host-a:1".into(), exit_code: 3, age_ms: 20 };
+    assert_eq!(e.completed_slots(30, "job"), vec![shown]);
 }
 
 #[test]
@@ -56,11 +58,11 @@ fn inv5_only_the_current_holder_completes_a_slot() {
     let other =
         Command::CompleteSlot { req: r(4), lease: l(1), lock: "x".into(), token: t(1), slot: "s".into(), exit_code: 0 };
     assert_eq!(one(&mut e, 10, other).0, Reply::NotHolder);
-    assert_eq!(e.completed_slots("job"), vec![]);
+    assert_eq!(e.completed_slots(0, "job"), vec![]);
     // A run whose lease expired never completes its slot.
     tick(&mut e, 1000);
     assert_eq!(one(&mut e, 1000, complete(5, 1, 1, "s", 0)).0, Reply::NotHolder);
-    assert_eq!(e.completed_slots("job"), vec![]);
+    assert_eq!(e.completed_slots(0, "job"), vec![]);
 }
 
 #[test]
@@ -74,7 +76,8 @@ fn the_first_completion_of_a_slot_stays() {
     one(&mut e, 0, sem(2, 2));
     assert_eq!(one(&mut e, 10, complete(3, 1, 1, "s", 0)).0, Reply::SlotCompleted);
     assert_eq!(one(&mut e, 20, complete(4, 2, 2, "s", 1)).0, Reply::SlotCompleted);
-    assert_eq!(e.completed_slots("job"), vec![("s".into(), t(1), "w1".into(), 0)]);
+    let first = SlotInfo { slot: "s".into(), token: t(1), identity: "w1".into(), exit_code: 0, age_ms: 10 };
+    assert_eq!(e.completed_slots(20, "job"), vec![first]);
 }
 
 #[test]
@@ -91,7 +94,7 @@ fn a_record_lasts_its_retention_of_engine_time_and_keeps_its_age_across_leaders(
     assert_eq!(fresh(&mut e, end - 1, 103).0, done(1, "host-a:1", 3));
     let (reply, _) = fresh(&mut e, end, 104);
     assert!(matches!(reply, Reply::Acquired(_)), "{reply:?}");
-    assert_eq!(e.completed_slots("job"), vec![]);
+    assert_eq!(e.completed_slots(0, "job"), vec![]);
 }
 
 #[test]
@@ -104,7 +107,7 @@ fn completed_slots_survive_a_snapshot_and_an_old_snapshot_loads_without_any() {
     let old = serde_json::to_string(&setup(1)).unwrap();
     assert!(!old.contains("slots"), "{old}");
     let back: Engine = serde_json::from_str(&old).unwrap();
-    assert_eq!(back.completed_slots("job"), vec![]);
+    assert_eq!(back.completed_slots(0, "job"), vec![]);
 }
 
 #[test]
@@ -143,10 +146,11 @@ fn a_lock_keeps_at_most_max_slots_records_and_drops_the_oldest() {
     }
     let n = 900;
     assert_eq!(one(&mut e, n, complete(5000, 1, 1, "s5", 9)).0, Reply::SlotCompleted);
-    assert_eq!(e.completed_slots("job").len(), MAX_SLOTS_PER_LOCK, "a slot recorded again drops nothing");
+    assert_eq!(e.completed_slots(0, "job").len(), MAX_SLOTS_PER_LOCK, "a slot recorded again drops nothing");
     assert_eq!(one(&mut e, n, complete(5001, 1, 1, "new", 0)).0, Reply::SlotCompleted);
-    let slots: Vec<String> = e.completed_slots("job").into_iter().map(|s| s.0).collect();
+    let slots: Vec<String> = e.completed_slots(0, "job").into_iter().map(|s| s.slot).collect();
     assert_eq!(slots.len(), MAX_SLOTS_PER_LOCK);
     assert!(!slots.contains(&"s0".to_string()), "the oldest is dropped");
     assert!(slots.contains(&"s1".to_string()) && slots.contains(&"new".to_string()));
+    assert_eq!(slots[0], "new", "the most recently recorded first");
 }

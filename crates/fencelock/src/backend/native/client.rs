@@ -225,20 +225,32 @@ impl Client {
         self.describe_at(name).await.map(|(info, _)| info)
     }
 
+    /// The slots of `name` that runs once per slot completed within the
+    /// server's retention (7 days), newest first, at most 32: who ran each
+    /// (token, identity) and how it ended.
+    pub async fn completed_slots(&self, name: &str) -> Result<Vec<crate::types::CompletedSlot>, Error> {
+        let resp = self.describe_lock(name).await?;
+        Ok(resp.slots.into_iter().map(crate::types::CompletedSlot::from).collect())
+    }
+
     /// [`describe`](Self::describe), and the first watch revision after the
     /// state it shows (`None` from a server too old to say).
     pub(crate) async fn describe_at(&self, name: &str) -> Result<(LockInfo, Option<crate::Revision>), Error> {
-        let msg = pb::DescribeLockRequest { lock: name.to_string() };
-        let rpc = &self.inner.rpc;
-        let resp = rpc
-            .call("describe_lock", rpc.deadline(), |mut c, left| {
-                let req = request(msg.clone(), left);
-                async move { c.describe_lock(req).await }
-            })
-            .await?;
+        let resp = self.describe_lock(name).await?;
         let next = resp.next.map(|r| crate::Revision { index: r.index, seq: r.seq });
         let info = resp.lock.map(LockInfo::from);
         Ok((info.ok_or_else(|| Error::Protocol("DescribeLockResponse without a lock".into()))?, next))
+    }
+
+    /// The `DescribeLock` call.
+    async fn describe_lock(&self, name: &str) -> Result<pb::DescribeLockResponse, Error> {
+        let msg = pb::DescribeLockRequest { lock: name.to_string() };
+        let rpc = &self.inner.rpc;
+        rpc.call("describe_lock", rpc.deadline(), |mut c, left| {
+            let req = request(msg.clone(), left);
+            async move { c.describe_lock(req).await }
+        })
+        .await
     }
 
     /// Held or waited-on locks whose name starts with `prefix`, sorted by name; at
