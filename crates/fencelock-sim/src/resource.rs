@@ -1,7 +1,8 @@
-//! The "resource" host: a fenced register, the thing the lock protects, and
-//! the place where semaphore permits are used.
+//! The "resource" host: fenced registers, the things the locks protect (the
+//! main lock's, and one per multi-lock, each fenced by its own lock's tokens:
+//! [`Act::fenced`]), and the place where semaphore permits are used.
 //!
-//! It decides reads and writes of the register by the fence's own rule
+//! It decides reads and writes of each register by the fence's own rule
 //! ([`fencelock_fence::Marks::admit`]): a write only if its token is at least
 //! every token accepted so far, a read only if its token is at least the last
 //! accepted write's (equal tokens are the same holder acting again; readers'
