@@ -29,6 +29,11 @@ pub enum Mutant {
     /// wakes the retry: its caller gives up while its acquire stays queued, and
     /// the later grant is orphaned (INV-HEAL goes red; see the crate docs).
     RacyCancel,
+    /// The server pushes only the first grant of a queued multi-acquire's
+    /// `GrantedAll` (what this driver did while no simulated client asked for
+    /// several locks): the client believes it holds a strict subset of its
+    /// locks (INV-MULTI must go red).
+    PartialMultiPush,
 }
 
 impl std::str::FromStr for Mutant {
@@ -40,9 +45,10 @@ impl std::str::FromStr for Mutant {
             "unfenced-resource" => Ok(Mutant::UnfencedResource),
             "reply-before-persist" => Ok(Mutant::ReplyBeforePersist),
             "racy-cancel" => Ok(Mutant::RacyCancel),
-            other => {
-                Err(format!("unknown mutant {other:?} (none, unfenced-resource, reply-before-persist, racy-cancel)"))
-            }
+            "partial-multi-push" => Ok(Mutant::PartialMultiPush),
+            other => Err(format!(
+                "unknown mutant {other:?} (none, unfenced-resource, reply-before-persist, racy-cancel, partial-multi-push)"
+            )),
         }
     }
 }
@@ -56,7 +62,10 @@ pub enum Workload {
     /// Read-write lock and semaphore (issue 18): each round a client is a
     /// reader (shared, reads), a writer (exclusive, writes, and half the time
     /// downgrades and reads again with its token) or a permit holder of the
-    /// semaphore [`SEMAPHORE`] ([`PERMITS`] permits, weight 1 or 2, uses it).
+    /// semaphore [`SEMAPHORE`] ([`PERMITS`] permits, weight 1 or 2, uses it),
+    /// or a multi-acquirer: two or three of [`MULTI_LOCKS`] in one
+    /// `Acquire` (its `also`), in a rotated and maybe reversed order so that
+    /// clients cross, writing each lock's own register with that lock's token.
     Mixed,
 }
 
@@ -103,6 +112,9 @@ pub const LOCK: &str = "resource";
 pub const SEMAPHORE: &str = "permits";
 /// Its permit count.
 pub const PERMITS: u32 = 3;
+/// The read-write locks of [`Workload::Mixed`]'s multi-acquires, each guarding
+/// its own register at the resource.
+pub const MULTI_LOCKS: [&str; 3] = ["multi-a", "multi-b", "multi-c"];
 /// Port of the lock server's line protocol.
 pub const SERVER_PORT: u16 = 7070;
 /// Port of the fenced resource.

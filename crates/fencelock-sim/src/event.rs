@@ -33,6 +33,9 @@ pub enum Held {
     Shared,
     /// This many permits of [`crate::config::SEMAPHORE`].
     Permits(u32),
+    /// The lock [`crate::config::MULTI_LOCKS`]`[i]`, exclusively, from a
+    /// multi-acquire.
+    Part(u8),
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -58,6 +61,10 @@ pub enum EventKind {
     /// A client learned of its grant and believes it holds the lock from now on,
     /// until its deadline (`deadline` is the deadline it knows now).
     Hold { client: usize, lease: LeaseId, token: Token, deadline: Millis, held: Held },
+    /// A client learned of the grant of its multi-acquire `req` on the
+    /// locks `locks` ([`crate::config::MULTI_LOCKS`] indexes, in the order
+    /// asked) and got `tokens`; a `Hold` per token follows at once.
+    HoldAll { client: usize, lease: LeaseId, req: RequestId, locks: Vec<u8>, tokens: Vec<Token> },
     /// A writer stops believing it holds [`Held::Exclusive`] and believes it
     /// holds [`Held::Shared`] with the same token from now on: it is about to
     /// send its downgrade (it writes no more from here).
@@ -104,6 +111,9 @@ fn client_event(f: &mut fmt::Formatter<'_>, kind: &EventKind) -> fmt::Result {
         }
         EventKind::Hold { client, lease, token, deadline, held } => {
             write!(f, "client-{client} holds token {token} of lease {lease} {held:?} (deadline {deadline})")
+        }
+        EventKind::HoldAll { client, lease, req, locks, tokens } => {
+            write!(f, "client-{client} holds all of {locks:?} with tokens {tokens:?} (lease {lease}, req {})", req.0)
         }
         EventKind::Downgrading { client, token } => write!(f, "client-{client} downgrades token {token}"),
         EventKind::HoldEnd { client, token, why } => {

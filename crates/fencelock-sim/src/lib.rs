@@ -22,11 +22,16 @@
 //! - **The workload** ([`config::Workload`], `--workload`): `exclusive`, every
 //!   client takes the lock exclusively and writes; or `mixed` (issue 18), each
 //!   round a reader (shared, reads), a writer (exclusive, writes, and half the
-//!   time downgrades and reads again with its token) or a holder of 1–2 of
-//!   the 3 permits of a semaphore (uses them). The test seeds run `mixed` on
+//!   time downgrades and reads again with its token), a holder of 1–2 of
+//!   the 3 permits of a semaphore (uses them) or a multi-acquirer: two or
+//!   three of [`config::MULTI_LOCKS`] in one acquire (its `also`), in a
+//!   rotated and maybe reversed order so that clients cross ({a,b} and
+//!   {b,a}), then a write of each lock's own register with that lock's token
+//!   and a release of each. The test seeds run `mixed` on
 //!   every third seed ([`config::Workload::for_seed`]), so the short run in CI
-//!   covers shared modes with no extra runs.
-//! - **A fenced resource**: decides reads and writes by the fence's own rule
+//!   covers shared modes and multi-locks with no extra runs.
+//! - **A fenced resource** (a register per lock): decides reads and writes by
+//!   the fence's own rule
 //!   (`fencelock_fence::Marks::admit`: a write only at or above every accepted
 //!   token, a read only at or above the last accepted write's), accepts every
 //!   permit use, and records every decision.
@@ -45,8 +50,12 @@
 //! One module in [`check`] and one test file in `tests/` each: INV-FENCE (with
 //! reads: the fence's rule at the resource), INV-TOKENS, INV-EXCL (generalized
 //! to the design's INV-15: never a writer beside anyone, never more permits in
-//! use than the semaphore has), INV-DEAD-WAITER, INV-HEAL, plus determinism and
-//! mutants that must turn a checker red. There is no FIFO checker (INV-3,
+//! use than the semaphore has, one holder per multi-lock), INV-DEAD-WAITER,
+//! INV-HEAL (a multi-acquire deadlocked with another would stop the grants),
+//! INV-MULTI (the design's INV-18: a client holds all of a multi-acquire's
+//! locks from one grant, one step at the server, never a strict subset), plus
+//! determinism and mutants that must turn a checker red
+//! ([`Mutant::PartialMultiPush`] for INV-MULTI). There is no FIFO checker (INV-3,
 //! INV-16): the engine's tests and its model test check the queue order.
 //!
 //! # Found here, fixed in the server: a `CancelWait` raced a retry of the same acquire

@@ -1,7 +1,8 @@
-//! The "resource" host: a fenced register, the thing the lock protects, and
-//! the place where semaphore permits are used.
+//! The "resource" host: fenced registers, the things the locks protect (the
+//! main lock's, and one per multi-lock, each fenced by its own lock's tokens:
+//! [`Act::fenced`]), and the place where semaphore permits are used.
 //!
-//! It decides reads and writes of the register by the fence's own rule
+//! It decides reads and writes of each register by the fence's own rule
 //! ([`fencelock_fence::Marks::admit`]): a write only if its token is at least
 //! every token accepted so far, a read only if its token is at least the last
 //! accepted write's (equal tokens are the same holder acting again; readers'
@@ -10,10 +11,10 @@
 //! ([`Mutant::UnfencedResource`]) it ignores tokens and accepts everything,
 //! which must make INV-FENCE fail.
 
-use std::{cell::RefCell, net::Ipv4Addr, rc::Rc};
+use std::{cell::RefCell, collections::BTreeMap, net::Ipv4Addr, rc::Rc};
 
 use fencelock_core::Token;
-use fencelock_fence::{Access, Marks};
+use fencelock_fence::Marks;
 use turmoil::net::{TcpListener, TcpStream};
 
 use crate::{
@@ -26,27 +27,26 @@ use crate::{
 #[derive(Debug, Default)]
 pub struct Register {
     fenced: bool,
-    marks: Option<Marks>,
+    /// The fence's marks of each register ([`Act::fenced`]).
+    marks: BTreeMap<u8, Marks>,
 }
 
 impl Register {
     pub fn new(mutant: Mutant) -> Self {
-        Self { fenced: mutant != Mutant::UnfencedResource, marks: None }
+        Self { fenced: mutant != Mutant::UnfencedResource, marks: BTreeMap::new() }
     }
 
     /// Decide one act.
     pub fn act(&mut self, act: Act, token: Token) -> ActResp {
-        let access = match act {
-            Act::Read => Access::Read,
-            Act::Write => Access::Write,
-            Act::Use => return ActResp::Accepted,
+        let Some((register, access)) = act.fenced() else {
+            return ActResp::Accepted;
         };
         if !self.fenced {
             return ActResp::Accepted;
         }
-        match Marks::admit(self.marks, access, token.0) {
+        match Marks::admit(self.marks.get(&register).copied(), access, token.0) {
             Ok(after) => {
-                self.marks = Some(after);
+                self.marks.insert(register, after);
                 ActResp::Accepted
             }
             Err(stale) => ActResp::Rejected { highest: Token(stale.highest) },
@@ -113,6 +113,16 @@ mod tests {
         assert_eq!(r.act(Act::Write, Token(6)), ActResp::Accepted);
         assert_eq!(r.act(Act::Read, Token(4)), ActResp::Rejected { highest: Token(6) });
         assert_eq!(r.act(Act::Use, Token(1)), ActResp::Accepted);
+    }
+
+    /// Each multi-lock's register is fenced by its own lock's tokens only.
+    #[test]
+    fn each_register_has_its_own_fence() {
+        let mut r = Register::new(Mutant::None);
+        assert_eq!(r.act(Act::Write, Token(9)), ActResp::Accepted);
+        assert_eq!(r.act(Act::WriteOn(0), Token(4)), ActResp::Accepted);
+        assert_eq!(r.act(Act::WriteOn(1), Token(2)), ActResp::Accepted);
+        assert_eq!(r.act(Act::WriteOn(0), Token(3)), ActResp::Rejected { highest: Token(4) });
     }
 
     #[test]

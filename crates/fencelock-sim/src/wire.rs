@@ -28,6 +28,8 @@ pub struct Request {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum PushOutcome {
     Granted(Grant),
+    /// A multi-acquire's grants, one per lock, in the order asked.
+    GrantedAll(Vec<Grant>),
     Ended(WaitEnd),
 }
 
@@ -56,6 +58,23 @@ pub enum Act {
     /// A use of a semaphore permit: recorded, never refused (a semaphore's
     /// holders are concurrent by design, and no token order fences them).
     Use,
+    /// A write of the register of [`crate::config::MULTI_LOCKS`]`[i]`, fenced
+    /// by that lock's token.
+    WriteOn(u8),
+}
+
+impl Act {
+    /// The register the act goes to (0 is the main lock's, `i + 1` that of
+    /// multi-lock `i`) and how it is fenced; `None` for a permit use.
+    pub fn fenced(self) -> Option<(u8, fencelock_fence::Access)> {
+        use fencelock_fence::Access;
+        match self {
+            Act::Read => Some((0, Access::Read)),
+            Act::Write => Some((0, Access::Write)),
+            Act::WriteOn(i) => Some((i + 1, Access::Write)),
+            Act::Use => None,
+        }
+    }
 }
 
 /// An act at the fenced resource, carrying the holder's fencing token.

@@ -4,7 +4,9 @@
 //! - on the lock [`LOCK`]: never a writer ([`Held::Exclusive`]) beside anyone,
 //!   any number of readers ([`Held::Shared`]) together;
 //! - on the semaphore [`SEMAPHORE`]: never more than [`PERMITS`] permits
-//!   believed in use (the sum of the holders' weights).
+//!   believed in use (the sum of the holders' weights);
+//! - on each of [`MULTI_LOCKS`] (taken by multi-acquires, [`Held::Part`]):
+//!   never two holders at once.
 //!
 //! A client's belief in a grant runs from when it learned of the grant to when
 //! it sent the release or its deadline passed, whichever came first (the `Hold`
@@ -22,7 +24,7 @@ use fencelock_core::{Millis, Token};
 
 use super::Verdict;
 use crate::{
-    config::{Workload, LOCK, PERMITS, SEMAPHORE},
+    config::{Workload, LOCK, MULTI_LOCKS, PERMITS, SEMAPHORE},
     event::{EventKind, Held, HoldEnd},
     report::Report,
 };
@@ -142,11 +144,12 @@ fn check_fit(v: &mut Verdict, sorted: &[Belief]) -> Seen {
                 }
             }
             held => {
-                let on_lock = others.iter().filter(|o| o.permits() == 0);
+                let on_lock = others.iter().filter(|o| lock_of(o.held) == lock_of(held));
                 for o in on_lock {
-                    if held == Held::Exclusive || o.held == Held::Exclusive {
+                    if held != Held::Shared || o.held != Held::Shared {
                         v.violate(format!(
-                            "on {LOCK} a writer beside another holder: {} while {}",
+                            "on {} a writer beside another holder: {} while {}",
+                            lock_of(held),
                             o.describe(),
                             b.describe()
                         ));
@@ -159,6 +162,15 @@ fn check_fit(v: &mut Verdict, sorted: &[Belief]) -> Seen {
         on.push(*b);
     }
     seen
+}
+
+/// The lock or semaphore a belief is on.
+fn lock_of(held: Held) -> &'static str {
+    match held {
+        Held::Exclusive | Held::Shared => LOCK,
+        Held::Permits(_) => SEMAPHORE,
+        Held::Part(i) => MULTI_LOCKS[usize::from(i)],
+    }
 }
 
 /// How often a belief that ended by its deadline was followed by another
@@ -231,5 +243,22 @@ mod tests {
         let v = check(&four);
         assert_eq!(v.violations.len(), 1, "{}", v.summary());
         assert!(v.violations[0].contains("4 permits of permits (of 3)"), "{}", v.summary());
+    }
+
+    /// INV-15 per lock for multi-acquires: two holders of the same
+    /// multi-lock overlap is a violation; of different ones, or beside the
+    /// main lock's writer, is not.
+    #[test]
+    fn two_holders_of_one_multi_lock_is_a_violation_of_two_locks_is_not() {
+        let apart = report(&[
+            (0, 1, Some(Held::Part(0)), 0, 50),
+            (1, 2, Some(Held::Part(1)), 10, 60),
+            (2, 3, Some(Held::Exclusive), 10, 60),
+        ]);
+        assert!(check(&apart).violations.is_empty(), "{}", check(&apart).summary());
+        let same = report(&[(0, 1, Some(Held::Part(2)), 0, 50), (1, 2, Some(Held::Part(2)), 40, 60)]);
+        let v = check(&same);
+        assert_eq!(v.violations.len(), 1, "{}", v.summary());
+        assert!(v.violations[0].contains("on multi-c a writer beside"), "{}", v.summary());
     }
 }

@@ -5,27 +5,29 @@
 //! exclusive holders only, that is "no token below one accepted before"; with
 //! readers it is INV-15 at the resource: readers act together, in any token
 //! order, but never beside a newer writer's writes, and a writer never acts
-//! after a newer holder did. Permit uses are not fenced and not judged.
+//! after a newer holder did. Permit uses are not fenced and not judged. Each
+//! multi-lock's register ([`Act::WriteOn`]) is judged on its own, by its own
+//! lock's tokens.
 //! Conclusive only if an act made after a pause (Kleppmann's case) was
 //! rejected in the run: the fence must have had something to stop.
 
-use fencelock_fence::{Access, Marks};
+use std::collections::BTreeMap;
+
+use fencelock_fence::Marks;
 
 use super::Verdict;
 use crate::{event::EventKind, report::Report, wire::Act};
 
 pub fn check(r: &Report) -> Verdict {
     let mut v = Verdict::new("INV-FENCE");
-    let mut marks: Option<Marks> = None;
+    let mut marks: BTreeMap<u8, Marks> = BTreeMap::new();
     let (mut accepted, mut rejected, mut paused_rejected, mut stale_accepts, mut reads) = (0, 0, 0, 0, 0);
     for e in &r.events {
         let EventKind::Acted { client, token, act, accepted: ok, after_pause } = e.kind else {
             continue;
         };
-        let access = match act {
-            Act::Read => Access::Read,
-            Act::Write => Access::Write,
-            Act::Use => continue,
+        let Some((register, access)) = act.fenced() else {
+            continue;
         };
         if !ok {
             rejected += 1;
@@ -34,8 +36,10 @@ pub fn check(r: &Report) -> Verdict {
         }
         accepted += 1;
         reads += u64::from(act == Act::Read);
-        match Marks::admit(marks, access, token.0) {
-            Ok(after) => marks = Some(after),
+        match Marks::admit(marks.get(&register).copied(), access, token.0) {
+            Ok(after) => {
+                marks.insert(register, after);
+            }
             Err(stale) => {
                 stale_accepts += 1;
                 v.violate(format!(
@@ -82,5 +86,15 @@ mod tests {
         assert!(stale_read.violations[0].contains("stale read: token 2 < last write token 3"));
         let stale_write = check(&report(&[(Act::Read, 5), (Act::Write, 4)]));
         assert_eq!(stale_write.violations.len(), 1, "{}", stale_write.summary());
+    }
+
+    /// INV-FENCE per register: a multi-lock's register judges only its own
+    /// lock's tokens.
+    #[test]
+    fn each_register_is_judged_on_its_own() {
+        let ok = check(&report(&[(Act::WriteOn(0), 5), (Act::WriteOn(1), 3), (Act::Write, 1)]));
+        assert!(ok.violations.is_empty(), "{}", ok.summary());
+        let stale = check(&report(&[(Act::WriteOn(1), 5), (Act::WriteOn(1), 3)]));
+        assert_eq!(stale.violations.len(), 1, "{}", stale.summary());
     }
 }

@@ -11,6 +11,7 @@ pub mod dead_waiter;
 pub mod exclusive;
 pub mod fence;
 pub mod heal;
+pub mod multi;
 pub mod tokens;
 
 use crate::report::Report;
@@ -82,7 +83,8 @@ impl Verdict {
 pub type Checker = fn(&Report) -> Verdict;
 
 /// Every invariant, in a fixed order.
-pub const ALL: [Checker; 5] = [fence::check, tokens::check, exclusive::check, dead_waiter::check, heal::check];
+pub const ALL: [Checker; 6] =
+    [fence::check, tokens::check, exclusive::check, dead_waiter::check, heal::check, multi::check];
 
 /// Run `checker`, turning a failed simulation into a violation.
 pub fn run(checker: Checker, report: &Report) -> Verdict {

@@ -18,7 +18,7 @@ use super::{
 };
 use crate::{
     clock::{now_ms, sleep_ms, sleep_until_ms},
-    config::{SimConfig, Workload, LOCK, PERMITS, SEMAPHORE},
+    config::{SimConfig, Workload, LOCK, MULTI_LOCKS, PERMITS, SEMAPHORE},
     event::{EventKind, Events, Held, HoldEnd},
     wire::{Act, ActReq, PushOutcome},
 };
@@ -32,6 +32,9 @@ enum Role {
     Reader,
     /// `weight` permits of [`SEMAPHORE`]: use them.
     Permits { weight: u32 },
+    /// `n` of [`MULTI_LOCKS`] at once, from `first` on (rotating), in reverse
+    /// when `reverse`: write each one's register with its token.
+    Multi { first: u8, n: u8, reverse: bool },
 }
 
 impl Role {
@@ -40,22 +43,43 @@ impl Role {
             return Role::Writer { downgrade: false };
         }
         match rng.u8(..20) {
-            0..8 => Role::Reader,
-            8..15 => Role::Writer { downgrade: rng.bool() },
-            _ => Role::Permits { weight: rng.u32(1..=2) },
+            0..7 => Role::Reader,
+            7..13 => Role::Writer { downgrade: rng.bool() },
+            13..17 => Role::Permits { weight: rng.u32(1..=2) },
+            _ => Role::Multi { first: rng.u8(..3), n: rng.u8(2..=3), reverse: rng.bool() },
         }
     }
 
+    /// The locks asked for, as [`MULTI_LOCKS`] indexes (a multi-acquire) or
+    /// none (one lock).
+    fn parts(self) -> Vec<u8> {
+        let Role::Multi { first, n, reverse } = self else {
+            return Vec::new();
+        };
+        let mut parts: Vec<u8> = (0..n).map(|k| (first + k) % MULTI_LOCKS.len() as u8).collect();
+        if reverse {
+            parts.reverse();
+        }
+        parts
+    }
+
+    /// The lock asked for first (the only one, unless a multi-acquire).
     fn lock(self) -> &'static str {
         match self {
             Role::Permits { .. } => SEMAPHORE,
+            Role::Multi { .. } => MULTI_LOCKS[usize::from(self.parts()[0])],
             _ => LOCK,
         }
     }
 
+    /// The acquire's other locks (its `also`).
+    fn also(self) -> Vec<String> {
+        self.parts().iter().skip(1).map(|&i| MULTI_LOCKS[usize::from(i)].to_string()).collect()
+    }
+
     fn held(self) -> Held {
         match self {
-            Role::Writer { .. } => Held::Exclusive,
+            Role::Writer { .. } | Role::Multi { .. } => Held::Exclusive,
             Role::Reader => Held::Shared,
             Role::Permits { weight } => Held::Permits(weight),
         }
@@ -64,11 +88,16 @@ impl Role {
     /// The acquire's mode, weight and permit count.
     fn ask(self) -> (fencelock_core::Mode, u32, u32) {
         match self {
-            Role::Writer { .. } => (fencelock_core::Mode::Exclusive, 1, 0),
+            Role::Writer { .. } | Role::Multi { .. } => (fencelock_core::Mode::Exclusive, 1, 0),
             Role::Reader => (fencelock_core::Mode::Shared, 1, 0),
             Role::Permits { weight } => (fencelock_core::Mode::Exclusive, weight, PERMITS),
         }
     }
+}
+
+/// The [`MULTI_LOCKS`] index of `lock`.
+fn part_of(lock: &str) -> u8 {
+    MULTI_LOCKS.iter().position(|l| *l == lock).expect("a multi-acquire's grant is on one of its locks") as u8
 }
 
 /// Upper bound of the time a holder "works" before it writes.
@@ -95,8 +124,10 @@ impl Worker {
             let lease = self.ensure_lease().await;
             let req = self.session.borrow_mut().req();
             let role = Role::pick(self.cfg.workload, &mut self.rng);
-            if let Some(grant) = self.acquire(lease, req, role).await {
-                self.hold(lease, grant, role).await;
+            match self.acquire(lease, req, role).await {
+                Some(grants) if matches!(role, Role::Multi { .. }) => self.hold_all(lease, req, grants, role).await,
+                Some(mut grants) if grants.len() == 1 => self.hold(lease, grants.remove(0), role).await,
+                _ => {}
             }
             sleep_ms(self.rng.u64(1..=IDLE_MAX_MS)).await;
         }
@@ -139,8 +170,9 @@ impl Worker {
 
     /// Acquire the lock for `(lease, req)`, waiting in the queue; re-ask with the
     /// same request id whenever no outcome came in time (a lost push, a stalled
-    /// connection). `None` when not granted or the lease was lost.
-    async fn acquire(&mut self, lease: LeaseId, req: RequestId, role: Role) -> Option<Grant> {
+    /// connection). `None` when not granted or the lease was lost; the grants
+    /// as told (one per lock asked, if the server is right).
+    async fn acquire(&mut self, lease: LeaseId, req: RequestId, role: Role) -> Option<Vec<Grant>> {
         let (mode, weight, permits) = role.ask();
         let cmd = Command::Acquire(Acquire {
             req,
@@ -155,13 +187,15 @@ impl Worker {
             permits,
             hold_at_least_ms: 0,
             once_per: String::new(),
-            also: Vec::new(),
+            also: role.also(),
         });
         while self.session.borrow().is_live(lease) {
             match self.server.call(cmd.clone()).await {
-                Ok(Reply::Acquired(grant)) => return Some(grant),
+                Ok(Reply::Acquired(grant)) => return Some(vec![grant]),
+                Ok(Reply::AcquiredAll(grants)) => return Some(grants),
                 Ok(Reply::Queued { .. }) => match self.wait_push(lease, req).await {
-                    Some(PushOutcome::Granted(grant)) => return Some(grant),
+                    Some(PushOutcome::Granted(grant)) => return Some(vec![grant]),
+                    Some(PushOutcome::GrantedAll(grants)) => return Some(grants),
                     Some(PushOutcome::Ended(_)) => return None,
                     None => {}
                 },
@@ -202,9 +236,37 @@ impl Worker {
                 }
             }
             Role::Permits { .. } => self.act(token, Act::Use, false).await,
+            Role::Multi { .. } => unreachable!("a multi-acquire is held by hold_all"),
         }
         self.end_hold(lease, token);
         self.release(lease, token, role.lock()).await;
+    }
+
+    /// Hold a multi-acquire's grants (INV-18): believe in all of them from
+    /// one instant, work, check the deadline, (maybe be paused), write each
+    /// lock's register with that lock's token, release each.
+    async fn hold_all(&mut self, lease: LeaseId, req: RequestId, grants: Vec<Grant>, role: Role) {
+        let client = self.client();
+        let Some(deadline) = self.session.borrow().live_deadline(lease) else {
+            return;
+        };
+        let parts: Vec<u8> = grants.iter().map(|g| part_of(g.lock.as_str())).collect();
+        let tokens: Vec<Token> = grants.iter().map(|g| g.token).collect();
+        self.events.push(EventKind::HoldAll { client, lease, req, locks: role.parts(), tokens: tokens.clone() });
+        for (&part, &token) in parts.iter().zip(&tokens) {
+            self.events.push(EventKind::Hold { client, lease, token, deadline, held: Held::Part(part) });
+        }
+        sleep_ms(self.rng.u64(0..=THINK_MAX_MS)).await;
+        if self.session.borrow().is_live(lease) {
+            let after_pause = self.maybe_pause(tokens[0]).await;
+            for (&part, &token) in parts.iter().zip(&tokens) {
+                self.act(token, Act::WriteOn(part), after_pause).await;
+            }
+        }
+        for (grant, &token) in grants.iter().zip(&tokens) {
+            self.end_hold(lease, token);
+            self.release(lease, token, grant.lock.as_str()).await;
+        }
     }
 
     async fn act_after_pause(&mut self, token: Token, act: Act) {

@@ -20,13 +20,14 @@
 //! answers) before it is in the log; `RacyCancel` brings back the old driver's
 //! race (see the crate docs): acquires carry no generation and a closed
 //! connection's cancels are plain commands, so a cancel is written even when a
-//! retry of its acquire arrived since.
+//! retry of its acquire arrived since; `PartialMultiPush` pushes only the
+//! first grant of a queued multi-acquire.
 //!
 //! [`DurableLog`]: super::log::DurableLog
 
 use std::collections::BTreeMap;
 
-use fencelock_core::{Command, Effect, Engine, Input, LeaseId, Output, Reply, RequestId};
+use fencelock_core::{Command, Effect, Engine, Grant, Input, LeaseId, Output, Reply, RequestId};
 use fencelock_server::driver::core::{Action, DriverCore, Event, Msg, RaftView, Time, WaitOutcome};
 use tokio::sync::mpsc;
 
@@ -180,12 +181,7 @@ impl Driver {
                 let outcome = match outcome {
                     WaitOutcome::Granted { grant, .. } => PushOutcome::Granted(grant),
                     WaitOutcome::Ended(why) => PushOutcome::Ended(why),
-                    // The simulated clients take one lock per acquire, so this
-                    // never comes; the first grant keeps the bookkeeping whole.
-                    WaitOutcome::GrantedAll { mut grants, .. } if !grants.is_empty() => {
-                        PushOutcome::Granted(grants.swap_remove(0))
-                    }
-                    WaitOutcome::GrantedAll { .. } => return None,
+                    WaitOutcome::GrantedAll { grants, .. } => self.granted_all(grants),
                 };
                 let (lease, req) = w.key;
                 self.send(w.conn, ServerMsg::Push(Push { lease, req, outcome }));
@@ -193,6 +189,15 @@ impl Driver {
             }
             Action::Wake(_, Err(_)) | Action::Ready(_) | Action::Batched(_) | Action::Effect(_) => None,
         }
+    }
+
+    /// The push for a queued multi-acquire's grants; under
+    /// [`Mutant::PartialMultiPush`] only the first of them.
+    fn granted_all(&self, mut grants: Vec<Grant>) -> PushOutcome {
+        if self.shared.mutant == Mutant::PartialMultiPush {
+            grants.truncate(1);
+        }
+        PushOutcome::GrantedAll(grants)
     }
 
     /// The acquire `gen` of `key` on `conn` is queued. Under `RacyCancel`, as
