@@ -549,6 +549,99 @@ async fn dropping_a_session_acquire_sends_a_cancel() {
     server.stop().await;
 }
 
+/// INV-18 on a session: a multi-lock is granted whole, one token per lock in
+/// the order named, consecutive (one grant); bad name lists are refused
+/// before anything is sent.
+#[tokio::test]
+async fn session_acquire_all_grants_every_lock_with_consecutive_tokens() {
+    let server = Server::start().await;
+    let client = server.client().await;
+    let session = client.session().await.unwrap();
+    let lease = session.grant_lease(10 * SECS).await.unwrap();
+    let names = ["m/c", "m/a", "m/b"];
+    let got = within("multi", session.acquire_all(&names, lease, Duration::ZERO, Duration::ZERO)).await.unwrap();
+    let Acquire::Acquired(grants) = got else { panic!("expected the grants, got {got:?}") };
+    let locks: Vec<&str> = grants.iter().map(|g| g.lock.as_str()).collect();
+    assert_eq!(locks, names);
+    let first = grants[0].token;
+    let tokens: Vec<u64> = grants.iter().map(|g| g.token).collect();
+    assert_eq!(tokens, vec![first, first + 1, first + 2]);
+    for g in &grants {
+        assert_eq!(g.lease_id, lease);
+        assert_eq!(holder(&client, &g.lock).await, Some((lease, g.token)));
+    }
+    let busy = session.acquire_all(&["m/x", "m/a"], lease, Duration::ZERO, Duration::ZERO).await.unwrap();
+    assert!(matches!(busy, Acquire::Busy { .. }), "{busy:?}");
+    assert_eq!(holder(&client, "m/x").await, None, "no partial hold");
+    for bad in [&["m/a"][..], &["m/a", "m/a"][..]] {
+        let got = session.acquire_all(bad, lease, Duration::ZERO, Duration::ZERO).await;
+        assert!(matches!(got, Err(Error::InvalidArgument(_))), "{bad:?}: {got:?}");
+    }
+    drop(session);
+    server.stop().await;
+}
+
+/// INV-18 on a session: a waiting multi-lock queues on every lock at once,
+/// holds none of them while one is taken, and is granted all of them when
+/// the holder of that one releases it.
+#[tokio::test]
+async fn session_acquire_all_waits_for_the_holder_of_one_of_its_locks() {
+    let server = Server::start().await;
+    let client = server.client().await;
+    let holder_session = client.session().await.unwrap();
+    let lease = holder_session.grant_lease(10 * SECS).await.unwrap();
+    let held = holder_session.acquire("w/b", lease, Duration::ZERO, Duration::ZERO).await.unwrap();
+    let Acquire::Acquired(held) = held else { panic!("expected a grant, got {held:?}") };
+
+    let session = client.session().await.unwrap();
+    let lease2 = session.grant_lease(10 * SECS).await.unwrap();
+    let s = session.clone();
+    let waiter = tokio::spawn(async move { s.acquire_all(&["w/a", "w/b"], lease2, 30 * SECS, Duration::ZERO).await });
+    eventually("queued on both", || async { waiters(&client, "w/a").await == 1 && waiters(&client, "w/b").await == 1 })
+        .await;
+    assert_eq!(holder(&client, "w/a").await, None, "no partial hold while waiting");
+    assert_eq!(holder_session.release("w/b", lease, held.token).await, Ok(true));
+    let got = within("the pushed grants", waiter).await.unwrap().unwrap();
+    let Acquire::Acquired(grants) = got else { panic!("expected the grants, got {got:?}") };
+    let got: Vec<(&str, u64)> = grants.iter().map(|g| (g.lock.as_str(), g.lease_id)).collect();
+    assert_eq!(got, vec![("w/a", lease2), ("w/b", lease2)]);
+    assert!(grants[0].token > held.token && grants[1].token == grants[0].token + 1, "{grants:?}");
+    assert_eq!(holder(&client, "w/b").await, Some((lease2, grants[1].token)));
+    drop((session, holder_session));
+    server.stop().await;
+}
+
+/// INV-18 on a session: dropping a waiting multi-lock withdraws it from
+/// every queue, and when the lock it waited for frees, it is granted
+/// nothing: no hold on any of its locks.
+#[tokio::test]
+async fn dropping_a_waiting_session_acquire_all_leaves_no_hold() {
+    let server = Server::start().await;
+    let client = server.client().await;
+    let holder_session = client.session().await.unwrap();
+    let lease = holder_session.grant_lease(10 * SECS).await.unwrap();
+    let held = holder_session.acquire("d/b", lease, Duration::ZERO, Duration::ZERO).await.unwrap();
+    let Acquire::Acquired(held) = held else { panic!("expected a grant, got {held:?}") };
+
+    let session = client.session().await.unwrap();
+    let lease2 = session.grant_lease(10 * SECS).await.unwrap();
+    let s = session.clone();
+    let waiter = tokio::spawn(async move { s.acquire_all(&["d/a", "d/b"], lease2, 30 * SECS, Duration::ZERO).await });
+    eventually("queued on both", || async { waiters(&client, "d/a").await == 1 && waiters(&client, "d/b").await == 1 })
+        .await;
+    waiter.abort();
+    eventually("withdrawn from both", || async {
+        waiters(&client, "d/a").await == 0 && waiters(&client, "d/b").await == 0
+    })
+    .await;
+    assert!(!session.is_closed(), "the stream stays open");
+    assert_eq!(holder_session.release("d/b", lease, held.token).await, Ok(true));
+    assert_eq!((holder(&client, "d/a").await, holder(&client, "d/b").await), (None, None));
+    assert_eq!(server.metric("fencelock_grants_total").await, 1, "only the holder's grant");
+    drop((session, holder_session));
+    server.stop().await;
+}
+
 /// INV-8 and INV-10 seen from the client: the lock survives a restart, and the
 /// client's retries and reconnects carry its lease across it.
 #[tokio::test]

@@ -27,7 +27,7 @@ use tokio::time::Instant;
 use super::lease_rpc;
 use super::Client;
 use crate::backend::native::guard::LockGuard;
-use crate::backend::native::proto::{acquire_all_from_proto, single};
+use crate::backend::native::proto::{acquire_all_of, single};
 use crate::backend::native::registry::LeaseHandle;
 use crate::backend::native::rpc::{new_request_id, request, Rpc};
 use crate::backend::Acquire;
@@ -95,8 +95,9 @@ enum OnLoss {
 }
 
 /// A multi-lock by the engine's rules (2 to 16 distinct names, read-write
-/// locks only), checked before anything is sent.
-fn check_multi(names: &[&str], opts: &LockOptions) -> Result<(), Error> {
+/// locks only), checked before anything is sent (by this module and by
+/// [`crate::Session::acquire_all`]).
+pub(crate) fn check_multi(names: &[&str], opts: &LockOptions) -> Result<(), Error> {
     let acquire = fencelock_core::Acquire {
         req: fencelock_core::RequestId(1),
         lease: fencelock_core::LeaseId(1),
@@ -264,12 +265,7 @@ async fn acquire_once(
             async move { c.acquire(req).await }
         })
         .await?;
-    let outcome = acquire_all_from_proto(resp)?;
-    if let Acquire::Acquired(grants) = &outcome {
-        if !grants.iter().map(|g| g.lock.as_str()).eq(names.iter().copied()) {
-            return Err(Error::Protocol(format!("grants of other locks than those asked ({names:?})")));
-        }
-    }
+    let outcome = acquire_all_of(resp, names)?;
     Ok(Granted { outcome, retried: attempts > 1 })
 }
 

@@ -26,6 +26,18 @@ fn acquired(a: pb::Acquired) -> Acquired {
     Acquired { lock: a.lock, lease_id: a.lease_id, token: a.token, waited: ms(a.waited_ms) }
 }
 
+/// Decodes the `AcquireResponse` to an acquire of `names`: one grant per lock,
+/// in the order named (grants of other locks are a protocol error).
+pub(crate) fn acquire_all_of(resp: pb::AcquireResponse, names: &[&str]) -> Result<Acquire<Vec<Acquired>>, Error> {
+    let outcome = acquire_all_from_proto(resp)?;
+    if let Acquire::Acquired(grants) = &outcome {
+        if !grants.iter().map(|g| g.lock.as_str()).eq(names.iter().copied()) {
+            return Err(Error::Protocol(format!("grants of other locks than those asked ({names:?})")));
+        }
+    }
+    Ok(outcome)
+}
+
 /// Decodes an `AcquireResponse` to its grants: one for a single lock, one per
 /// lock for a multi-lock. A missing outcome is a protocol error.
 pub(crate) fn acquire_all_from_proto(resp: pb::AcquireResponse) -> Result<Acquire<Vec<Acquired>>, Error> {

@@ -14,7 +14,9 @@
 //! for an acquire). Dropping an acquire's future (or its deadline passing) sends a
 //! `Cancel` for it, and the server releases a grant that had not reached the
 //! client; a grant that reached the reader after its caller left is released by
-//! the reader.
+//! the reader. A multi-lock ([`Session::acquire_all`]) is one acquire naming
+//! several locks: its cancel withdraws it from every queue or releases every
+//! grant of it, and the reader releases each of its grants.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -27,11 +29,12 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_stream::wrappers::UnboundedReceiverStream;
 use tonic::{Code, Status, Streaming};
 
-use crate::backend::native::proto::acquire_from_proto;
+use crate::backend::native::acquire::check_multi;
+use crate::backend::native::proto::{acquire_all_from_proto, acquire_all_of, acquire_from_proto};
 use crate::backend::native::rpc::{new_request_id, Grpc};
 use crate::backend::Acquire;
 use crate::error::{is_auth_refusal, Error};
-use crate::types::{ms, to_ms, Acquired, CheckResult};
+use crate::types::{ms, to_ms, Acquired, CheckResult, LockOptions};
 
 /// One `Session` stream. Cheap to clone; the stream closes when the last clone is
 /// dropped.
@@ -113,19 +116,53 @@ impl Session {
         wait: Duration,
         lock_delay: Duration,
     ) -> Result<Acquire<Acquired>, Error> {
-        let op = Op::Acquire(pb::AcquireRequest {
-            request_id: new_request_id(),
-            lease_id,
-            lock: lock.to_string(),
-            wait_ms: to_ms(wait),
-            lock_delay_ms: to_ms(lock_delay),
-            identity: self.inner.identity.clone(),
-            ..Default::default()
-        });
-        match self.call(op, wait + self.inner.rpc_timeout, true).await? {
+        match self.call_acquire(&[lock], lease_id, wait, lock_delay).await? {
             Reply::Acquire(r) => acquire_from_proto(r),
             other => Err(mismatch("acquire", &other)),
         }
+    }
+
+    /// Takes every lock of `locks` for `lease_id` at once, exclusively, as
+    /// [`acquire`](Self::acquire) takes one: the server grants all of them in
+    /// one log entry or none, and a waiting request queues on every lock at
+    /// once. The grants come one per lock, in the order named. 2 to 16
+    /// distinct names ([`Error::InvalidArgument`] otherwise, before anything
+    /// is sent). Dropping the future withdraws the request from every queue
+    /// (or releases every grant of it) on the server.
+    pub async fn acquire_all(
+        &self,
+        locks: &[&str],
+        lease_id: u64,
+        wait: Duration,
+        lock_delay: Duration,
+    ) -> Result<Acquire<Vec<Acquired>>, Error> {
+        check_multi(locks, &LockOptions::default())?;
+        match self.call_acquire(locks, lease_id, wait, lock_delay).await? {
+            Reply::Acquire(r) => acquire_all_of(r, locks),
+            other => Err(mismatch("acquire_all", &other)),
+        }
+    }
+
+    /// One exclusive acquire of `locks` (the first, then its `also`), waiting
+    /// up to `wait`, cancelled if abandoned.
+    async fn call_acquire(
+        &self,
+        locks: &[&str],
+        lease_id: u64,
+        wait: Duration,
+        lock_delay: Duration,
+    ) -> Result<Reply, Error> {
+        let op = Op::Acquire(pb::AcquireRequest {
+            request_id: new_request_id(),
+            lease_id,
+            lock: locks[0].to_string(),
+            wait_ms: to_ms(wait),
+            lock_delay_ms: to_ms(lock_delay),
+            identity: self.inner.identity.clone(),
+            also: locks[1..].iter().map(|l| l.to_string()).collect(),
+            ..Default::default()
+        });
+        self.call(op, wait + self.inner.rpc_timeout, true).await
     }
 
     /// Releases `(lock, lease_id, token)` if it is the current grant.
@@ -227,7 +264,8 @@ async fn read(
     }
 }
 
-/// Hands one answer to its caller. A grant whose caller has gone is released.
+/// Hands one answer to its caller. A grant whose caller has gone is released
+/// (every grant of a multi-lock).
 fn deliver(resp: pb::SessionResponse, pending: &Mutex<Pending>, tx: &mpsc::WeakUnboundedSender<pb::SessionRequest>) {
     let Some(waiter) = lock(pending).ops.remove(&resp.op_id) else {
         return; // an abandoned op (cancelled on the server) or a cancel's answer
@@ -238,10 +276,12 @@ fn deliver(resp: pb::SessionResponse, pending: &Mutex<Pending>, tx: &mpsc::WeakU
         None => Err(Error::Protocol("SessionResponse without a result".into())),
     };
     if let Err(Ok(Reply::Acquire(resp))) = waiter.send(answer) {
-        if let (Ok(Acquire::Acquired(a)), Some(tx)) = (acquire_from_proto(resp), tx.upgrade()) {
-            let op_id = lock(pending).op_id();
-            let op = Op::Release(release_request(a.lock, a.lease_id, a.token));
-            let _ = tx.send(pb::SessionRequest { op_id, op: Some(op) });
+        if let (Ok(Acquire::Acquired(grants)), Some(tx)) = (acquire_all_from_proto(resp), tx.upgrade()) {
+            for a in grants {
+                let op_id = lock(pending).op_id();
+                let op = Op::Release(release_request(a.lock, a.lease_id, a.token));
+                let _ = tx.send(pb::SessionRequest { op_id, op: Some(op) });
+            }
         }
     }
 }
@@ -270,4 +310,31 @@ fn mismatch(op: &str, reply: &Reply) -> Error {
 
 fn lock(pending: &Mutex<Pending>) -> MutexGuard<'_, Pending> {
     pending.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A grant whose caller left before the reader delivered it is released
+    /// by the reader: every grant of a multi-lock, not only a single one
+    /// (INV-18: a multi-lock abandoned after its grant leaves no hold).
+    #[test]
+    fn a_multi_grant_nobody_waits_for_is_released_lock_by_lock() {
+        let (tx, mut sent) = mpsc::unbounded_channel();
+        let pending = Mutex::new(Pending { next_op: 2, ..Pending::default() });
+        let (caller, gone) = oneshot::channel();
+        drop(gone);
+        lock(&pending).ops.insert(1, caller);
+        let grant = |lock: &str, token| pb::Acquired { lock: lock.into(), lease_id: 7, token, waited_ms: 3 };
+        let all = pb::AcquiredAll { grants: vec![grant("a", 10), grant("b", 11)] };
+        let outcome = Some(pb::acquire_response::Outcome::AcquiredAll(all));
+        let resp = pb::SessionResponse { op_id: 1, result: Some(Reply::Acquire(pb::AcquireResponse { outcome })) };
+        deliver(resp, &pending, &tx.downgrade());
+        let mut released = Vec::new();
+        while let Ok(pb::SessionRequest { op: Some(Op::Release(r)), .. }) = sent.try_recv() {
+            released.push((r.lock, r.lease_id, r.token));
+        }
+        assert_eq!(released, vec![("a".to_string(), 7, 10), ("b".to_string(), 7, 11)]);
+    }
 }

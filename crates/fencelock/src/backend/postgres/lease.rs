@@ -490,12 +490,11 @@ impl LeaseMode {
             identity: opts.identity.clone(),
             announced,
         });
-        let kept = KeptLease::start(token, opts.ttl, sent, grant.clone());
-        let watch = kept.watch();
+        let guard = lease_guard(name, token, opts.ttl, sent, grant);
         if announced {
             self.store.announce(name).await;
         }
-        Guard::new(name.to_string(), Some(token), "postgres", watch, Box::new(LeaseHeld { kept, grant }))
+        guard
     }
 
     /// A campaign for `name` (already admitted): an acquire whose loss of its
@@ -748,42 +747,52 @@ impl Grant {
         // Tokens come from a bigint sequence: always in range.
         i64::try_from(self.token).unwrap_or(i64::MAX)
     }
+}
+
+impl TableGrant for Grant {
+    fn name(&self) -> &str {
+        &self.name
+    }
 
     /// Compare-and-delete; then wakes the next waiter if it released.
-    async fn release(&self) -> Result<bool, Error> {
-        let by = Instant::now() + STATEMENT_TIMEOUT;
-        let token = self.token_param();
-        let params: [(&(dyn ToSql + Sync), Type); 3] =
-            [(&self.name, Type::TEXT), (&token, Type::INT8), (&self.owner, Type::TEXT)];
-        let rows = self.store.db.query("release", &self.store.sql.release, &params, by).await?;
-        let released = column::<i64>(one(&rows, "release")?, 0)? == 1;
-        if released {
-            self.store.wake(&self.name).await;
-            if self.announced {
-                self.store.announce(&self.name).await;
+    fn release(&self) -> BoxFuture<'_, Result<bool, Error>> {
+        Box::pin(async move {
+            let by = Instant::now() + STATEMENT_TIMEOUT;
+            let token = self.token_param();
+            let params: [(&(dyn ToSql + Sync), Type); 3] =
+                [(&self.name, Type::TEXT), (&token, Type::INT8), (&self.owner, Type::TEXT)];
+            let rows = self.store.db.query("release", &self.store.sql.release, &params, by).await?;
+            let released = column::<i64>(one(&rows, "release")?, 0)? == 1;
+            if released {
+                self.store.wake(&self.name).await;
+                if self.announced {
+                    self.store.announce(&self.name).await;
+                }
             }
-        }
-        Ok(released)
+            Ok(released)
+        })
     }
 
     /// Compare-and-set of the holders row, if this grant is still the live
     /// one (see the module docs); then announces it.
-    async fn set_value(&self, value: Vec<u8>) -> Result<bool, Error> {
-        let by = Instant::now() + STATEMENT_TIMEOUT;
-        let (token, identity) = (self.token_param(), self.identity.as_deref());
-        let params: [(&(dyn ToSql + Sync), Type); 5] = [
-            (&self.name, Type::TEXT),
-            (&token, Type::INT8),
-            (&self.owner, Type::TEXT),
-            (&identity, Type::TEXT),
-            (&value, Type::BYTEA),
-        ];
-        let rows = self.store.db.query("set value", &self.store.sql.set_value, &params, by).await?;
-        if rows.is_empty() {
-            return Ok(false);
-        }
-        self.store.announce(&self.name).await;
-        Ok(true)
+    fn set_value(&self, value: Vec<u8>) -> BoxFuture<'_, Result<bool, Error>> {
+        Box::pin(async move {
+            let by = Instant::now() + STATEMENT_TIMEOUT;
+            let (token, identity) = (self.token_param(), self.identity.as_deref());
+            let params: [(&(dyn ToSql + Sync), Type); 5] = [
+                (&self.name, Type::TEXT),
+                (&token, Type::INT8),
+                (&self.owner, Type::TEXT),
+                (&identity, Type::TEXT),
+                (&value, Type::BYTEA),
+            ];
+            let rows = self.store.db.query("set value", &self.store.sql.set_value, &params, by).await?;
+            if rows.is_empty() {
+                return Ok(false);
+            }
+            self.store.announce(&self.name).await;
+            Ok(true)
+        })
     }
 }
 
@@ -800,13 +809,41 @@ impl Renew for Grant {
     }
 }
 
-/// The `Held` part of a lease-table guard: the watchdog, and the grant.
-struct LeaseHeld {
-    kept: KeptLease,
-    grant: Arc<Grant>,
+/// A lease-table grant as its guard holds it: renewed by the watchdog
+/// ([`Renew`]), released and changed through the guard. The exclusive
+/// [`Grant`] and the shared one (module `shared`) are both held by a
+/// [`LeaseHeld`].
+trait TableGrant: Renew {
+    fn name(&self) -> &str;
+
+    /// Releases it if it still holds the lock (then wakes the next waiter):
+    /// [`Held::release`].
+    fn release(&self) -> BoxFuture<'_, Result<bool, Error>>;
+
+    /// [`Held::set_value`] of it.
+    fn set_value(&self, value: Vec<u8>) -> BoxFuture<'_, Result<bool, Error>>;
+
+    /// [`Held::downgrade`] of it (`None`, the default: no read-write lock).
+    fn downgrade(&self) -> Option<BoxFuture<'_, Result<bool, Error>>> {
+        None
+    }
 }
 
-impl Held for LeaseHeld {
+/// The guard of `grant`, token `token` of `name`, confirmed with `ttl` by a
+/// statement sent at `sent`: the watchdog keeps it from now on.
+fn lease_guard<G: TableGrant>(name: &str, token: u64, ttl: Duration, sent: Instant, grant: Arc<G>) -> Guard {
+    let kept = KeptLease::start(token, ttl, sent, grant.clone());
+    let watch = kept.watch();
+    Guard::new(name.to_string(), Some(token), "postgres", watch, Box::new(LeaseHeld { kept, grant }))
+}
+
+/// The `Held` part of a lease-table guard: the watchdog, and the grant.
+struct LeaseHeld<G> {
+    kept: KeptLease,
+    grant: Arc<G>,
+}
+
+impl<G: TableGrant> Held for LeaseHeld<G> {
     fn release(self: Box<Self>) -> BoxFuture<'static, Result<bool, Error>> {
         Box::pin(async move {
             let released = self.grant.release().await;
@@ -816,7 +853,7 @@ impl Held for LeaseHeld {
     }
 
     fn release_in_background(self: Box<Self>) {
-        let name = self.grant.name.clone();
+        let name = self.grant.name().to_string();
         spawn_detached(async move {
             if let Err(e) = self.release().await {
                 tracing::debug!(lock = %name, error = %e, "fencelock: postgres: background release failed");
@@ -825,7 +862,11 @@ impl Held for LeaseHeld {
     }
 
     fn set_value(&self, value: Vec<u8>) -> Option<BoxFuture<'_, Result<bool, Error>>> {
-        Some(Box::pin(self.grant.set_value(value)))
+        Some(self.grant.set_value(value))
+    }
+
+    fn downgrade(&self) -> Option<BoxFuture<'_, Result<bool, Error>>> {
+        self.grant.downgrade()
     }
 }
 

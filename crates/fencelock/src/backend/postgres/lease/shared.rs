@@ -3,9 +3,10 @@
 //! lock.
 //!
 //! Where it sits: under [`super::LeaseMode`]. The waiting loop, the queue and
-//! the wake-ups are the exclusive lock's (`lease.rs`); this module has the
-//! schema additions, the three PL/pgSQL functions that admit, renew and
-//! release a shared grant, and its guard.
+//! the wake-ups are the exclusive lock's (`lease.rs`), and so is the guard's
+//! `Held` part (`LeaseHeld`, over either grant); this module has the schema
+//! additions, the three PL/pgSQL functions that admit, renew and release a
+//! shared grant, and that grant (`SharedGrant`).
 //!
 //! # Schema additions
 //! ```sql
@@ -63,8 +64,8 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tokio_postgres::types::{ToSql, Type};
 
-use super::{column, one, to_token, Store, STATEMENT_TIMEOUT};
-use crate::backend::{BoxFuture, Guard, Held, KeptLease, Renew, Renewed};
+use super::{column, one, to_token, Store, TableGrant, STATEMENT_TIMEOUT};
+use crate::backend::{BoxFuture, Guard, Renew, Renewed};
 use crate::error::Error;
 use crate::types::{LockMode, LockOptions};
 
@@ -215,9 +216,7 @@ pub(super) fn guard(
     sent: Instant,
 ) -> Guard {
     let grant = Arc::new(SharedGrant { store, name: name.to_string(), owner, ttl: opts.ttl });
-    let kept = KeptLease::start(token, opts.ttl, sent, grant.clone());
-    let watch = kept.watch();
-    Guard::new(name.to_string(), Some(token), "postgres", watch, Box::new(SharedHeld { kept, grant }))
+    super::lease_guard(name, token, opts.ttl, sent, grant)
 }
 
 /// One shared grant: its lock and owner (unique per request).
@@ -228,17 +227,34 @@ struct SharedGrant {
     ttl: Duration,
 }
 
-impl SharedGrant {
+impl TableGrant for SharedGrant {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
     /// `"<table>_unshare"`; then wakes the next waiter if it released.
-    async fn release(&self) -> Result<bool, Error> {
-        let by = Instant::now() + STATEMENT_TIMEOUT;
-        let params: [(&(dyn ToSql + Sync), Type); 2] = [(&self.name, Type::TEXT), (&self.owner, Type::TEXT)];
-        let rows = self.store.db.query("release", &self.store.sql.shared.release, &params, by).await?;
-        let released: bool = column(one(&rows, "release")?, 0)?;
-        if released {
-            self.store.wake(&self.name).await;
-        }
-        Ok(released)
+    fn release(&self) -> BoxFuture<'_, Result<bool, Error>> {
+        Box::pin(async move {
+            let by = Instant::now() + STATEMENT_TIMEOUT;
+            let params: [(&(dyn ToSql + Sync), Type); 2] = [(&self.name, Type::TEXT), (&self.owner, Type::TEXT)];
+            let rows = self.store.db.query("release", &self.store.sql.shared.release, &params, by).await?;
+            let released: bool = column(one(&rows, "release")?, 0)?;
+            if released {
+                self.store.wake(&self.name).await;
+            }
+            Ok(released)
+        })
+    }
+
+    fn set_value(&self, _value: Vec<u8>) -> BoxFuture<'_, Result<bool, Error>> {
+        Box::pin(async {
+            Err(Error::Unsupported("postgres keeps no value for a shared grant (a reader's or a permit)".into()))
+        })
+    }
+
+    /// A shared grant is no exclusive grant to turn shared: `Ok(false)`.
+    fn downgrade(&self) -> Option<BoxFuture<'_, Result<bool, Error>>> {
+        Some(Box::pin(async { Ok(false) }))
     }
 }
 
@@ -252,41 +268,6 @@ impl Renew for SharedGrant {
             let held: bool = column(one(&rows, "renew")?, 0)?;
             Ok(if held { Renewed::Confirmed(Some(self.ttl)) } else { Renewed::Gone })
         })
-    }
-}
-
-/// The `Held` part of a shared guard.
-struct SharedHeld {
-    kept: KeptLease,
-    grant: Arc<SharedGrant>,
-}
-
-impl Held for SharedHeld {
-    fn release(self: Box<Self>) -> BoxFuture<'static, Result<bool, Error>> {
-        Box::pin(async move {
-            let released = self.grant.release().await;
-            drop(self.kept); // renews until the release is answered
-            released
-        })
-    }
-
-    fn release_in_background(self: Box<Self>) {
-        let name = self.grant.name.clone();
-        super::spawn_detached(async move {
-            if let Err(e) = self.release().await {
-                tracing::debug!(lock = %name, error = %e, "fencelock: postgres: background release failed");
-            }
-        });
-    }
-
-    fn set_value(&self, _value: Vec<u8>) -> Option<BoxFuture<'_, Result<bool, Error>>> {
-        Some(Box::pin(async {
-            Err(Error::Unsupported("postgres keeps no value for a shared grant (a reader's or a permit)".into()))
-        }))
-    }
-
-    fn downgrade(&self) -> Option<BoxFuture<'_, Result<bool, Error>>> {
-        Some(Box::pin(async { Ok(false) }))
     }
 }
 
