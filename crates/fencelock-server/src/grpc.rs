@@ -179,7 +179,9 @@ struct Session {
     who: Who,
     out: Out,
     tasks: JoinSet<u64>,
-    /// Acquires in flight by op_id: (request id, lease, lock), for `Cancel`.
+    /// Acquires in flight by op_id: (request id, lease, first lock), for
+    /// `Cancel`. A multi-acquire is cancelled by its first lock: the engine's
+    /// `CancelWait` withdraws it from every queue (or releases all its grants).
     acquires: HashMap<u64, (u64, u64, String, tokio::task::AbortHandle)>,
 }
 

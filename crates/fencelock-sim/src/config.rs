@@ -27,7 +27,11 @@ pub enum Mutant {
     /// same (lease, req) has arrived since, and waiters are registered from the
     /// `Queued` reply, so the cancel's `WaitEnded{Cancelled}` in the same batch
     /// wakes the retry: its caller gives up while its acquire stays queued, and
-    /// the later grant is orphaned (INV-HEAL goes red; see the crate docs).
+    /// the later grant is orphaned; or the retry is granted first and the
+    /// cancel releases it under its client (INV-EXCL goes red at seed 20 of
+    /// the CI seeds, `tests/inv_exclusive.rs`; INV-HEAL caught the orphaned
+    /// grant only in the simulator's former model of the driver: see the crate
+    /// docs).
     RacyCancel,
     /// The server pushes only the first grant of a queued multi-acquire's
     /// `GrantedAll` (what this driver did while no simulated client asked for
