@@ -90,7 +90,6 @@ pub(crate) fn check_acquire(a: &Acquire) -> Result<LockName, EngineError> {
     check_weight(a.weight, a.permits)?;
     if !a.once_per.is_empty() {
         check_slot(&a.once_per)?;
-        check_once_is_a_try(a.wait_ms)?;
     }
     if a.is_multi() {
         multi_names(a)?;
@@ -165,18 +164,6 @@ pub fn check_slot(slot: &str) -> Result<(), EngineError> {
         return Err(EngineError::InvalidSlot("must not contain control characters".into()));
     }
     Ok(())
-}
-
-/// An acquire with a slot is a try: the slot is looked at when the acquire
-/// is applied, and a waiter granted later would not see it completed
-/// meanwhile (it would run the slot a second time).
-fn check_once_is_a_try(wait_ms: u64) -> Result<(), EngineError> {
-    match wait_ms {
-        0 => Ok(()),
-        _ => {
-            Err(EngineError::InvalidSlot("an acquire once per a slot cannot wait in the queue (wait must be 0)".into()))
-        }
-    }
 }
 
 /// A resize's name and permits (at least 1), in this order; the name.

@@ -365,7 +365,12 @@ impl Model {
         };
         self.waiters.retain(|x| !(x.lease == lease && x.req == req));
         for n in w.locks() {
-            fx.push(Effect::WaitEnded { lock: lock_name(&n), lease: LeaseId(lease), req: RequestId(req), why });
+            fx.push(Effect::WaitEnded {
+                lock: lock_name(&n),
+                lease: LeaseId(lease),
+                req: RequestId(req),
+                why: why.clone(),
+            });
         }
         self.grant_from(w.locks(), fx);
     }

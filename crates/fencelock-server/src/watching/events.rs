@@ -127,7 +127,7 @@ pub fn of_entry(index: u64, input: &Input, out: &Output, pending: &PendingWaits)
                 push(Kind::ValueChanged, grant.lock.as_str(), grant.lease.0, grant.token.0, "", tag.as_deref())
             }
             Effect::WaitEnded { lock, lease, why, .. } => {
-                push(Kind::Dequeued, lock.as_str(), lease.0, 0, wait_end(*why), None)
+                push(Kind::Dequeued, lock.as_str(), lease.0, 0, wait_end(why), None)
             }
             // A lease's end shows as the ends of its grants and waits.
             Effect::LeaseExpired { .. } => {}
@@ -148,11 +148,12 @@ fn released(cause: ReleaseCause) -> (Kind, &'static str) {
     }
 }
 
-fn wait_end(why: WaitEnd) -> &'static str {
+fn wait_end(why: &WaitEnd) -> &'static str {
     match why {
         WaitEnd::TimedOut => "timed_out",
         WaitEnd::LeaseEnded => "lease_ended",
         WaitEnd::Cancelled => "cancelled",
+        WaitEnd::SlotDone(_) => "slot_done",
     }
 }
 
@@ -218,6 +219,38 @@ mod tests {
         assert_eq!(apply(&mut e, 7, 200, vec![]), vec![(Kind::Dequeued, "a".into(), 3, 0, "timed_out", 0)]);
         let revoke = Command::Revoke { req: RequestId(21), lease: LeaseId(2) };
         assert_eq!(apply(&mut e, 8, 201, vec![revoke]), vec![(Kind::Revoked, "a".into(), 2, t2, "", 0)]);
+    }
+
+    /// Issue 18 §4: a waiter for a once-per slot completed meanwhile leaves
+    /// the queue as `dequeued` with the reason `slot_done`, never granted.
+    #[test]
+    fn a_waiter_whose_slot_was_done_is_dequeued_as_slot_done() {
+        let mut e = Engine::new();
+        e.step(&Input::leader_start(0));
+        apply(&mut e, 2, 1, vec![lease(1), lease(2)]);
+        let once = |lease: u64, req: u64, wait_ms: u64| {
+            let a = serde_json::json!({ "req": req, "lease": lease, "lock": "j", "wait_ms": wait_ms,
+                "lock_delay_ms": 0, "once_per": "day" });
+            Command::Acquire(serde_json::from_value(a).expect("an acquire"))
+        };
+        let got = apply(&mut e, 3, 2, vec![once(1, 10, 0), once(2, 20, 5_000)]);
+        let t1 = got[1].3;
+        let (lock, token) = ("j".to_string(), Token(t1));
+        let complete = Command::CompleteSlot {
+            req: RequestId(11),
+            lease: LeaseId(1),
+            lock,
+            token,
+            slot: "day".into(),
+            exit_code: 0,
+        };
+        let release = Command::Release { req: RequestId(12), lease: LeaseId(1), lock: "j".into(), token };
+        let got = apply(&mut e, 4, 3, vec![complete, release]);
+        let want = vec![
+            (Kind::Released, "j".into(), 1, t1, "released", 0),
+            (Kind::Dequeued, "j".into(), 2, 0, "slot_done", 1),
+        ];
+        assert_eq!(got, want);
     }
 
     /// A grant's events carry what its acquire said (identity, value), a
