@@ -204,7 +204,8 @@ pub enum Command {
     /// The current holder (lock, lease, token) ran the job of `slot` to its
     /// end with `exit_code`: the engine records it (with the token, the
     /// grant's identity and its own `now`) for [`SLOT_RETENTION_MS`], and an
-    /// acquire with that `once_per` is answered [`Reply::SlotDone`].
+    /// acquire with that `once_per` is answered [`Reply::SlotDone`] (one
+    /// that waits in the queue: [`WaitEnd::SlotDone`] when its turn comes).
     /// [`Reply::NotHolder`] (and nothing changes) when that is not a current
     /// grant: a run that lost its lease never completes its slot. The first
     /// completion of a slot stays; a later one is answered
