@@ -18,7 +18,8 @@ pub const TIMED_OUT: u8 = 74;
 /// The lease was lost while `run`'s child was running; the child was stopped.
 pub const LEASE_LOST: u8 = 75;
 /// `run --once-per`: the slot already ran (the server recorded its
-/// completion); the command was not started. (sysexits' `EX_PROTOCOL` is
+/// completion before this run asked, or while it waited); the command was
+/// not started. (sysexits' `EX_PROTOCOL` is
 /// not used otherwise.)
 pub const SLOT_DONE: u8 = 76;
 /// The server refused the auth token: none or a bad one (UNAUTHENTICATED,

@@ -46,10 +46,12 @@ pub struct RunArgs {
     /// any name (e.g. `2026-11-23`). When CMD exits, the server records the
     /// slot as done with CMD's exit code (whatever it is; not when the lease
     /// was lost); a later run for the same slot exits 76 at once, saying who
-    /// ran it. The server remembers a slot 7 days. A try: not with `--wait`
-    /// (a run that comes while another runs is busy, 73). Only the fencelock
+    /// ran it. The server remembers a slot 7 days. Without `--wait`, a run
+    /// that comes while another runs is busy (73); with `--wait`, it queues,
+    /// and if the run before it completed the slot meanwhile it exits 76
+    /// (who ran it) without running CMD, else it runs. Only the fencelock
     /// backend.
-    #[arg(long, value_name = "SLOT", conflicts_with_all = ["wait", "all"])]
+    #[arg(long, value_name = "SLOT", conflicts_with = "all")]
     once_per: Option<String>,
     /// After SIGTERM, how long the child has to exit before SIGKILL.
     #[arg(long, default_value = "5s", value_parser = parse_duration)]

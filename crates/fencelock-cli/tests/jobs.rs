@@ -5,12 +5,19 @@
 //! waits is granted once the hold has passed. `run --once-per SLOT` records
 //! the slot done with the command's exit code; a later run of that slot exits
 //! 76 without starting its command and says who ran it; another slot runs.
+//! Runs of one slot that start together and wait: one runs the command, the
+//! others are told it ran (76, naming who) when it completes, and never run it.
 #![allow(clippy::disallowed_methods)]
 
 mod support;
 
+use std::{
+    process::{Child, Command, Output, Stdio},
+    time::{Duration, Instant},
+};
+
 use serde_json::Value;
-use support::{cli, stderr, stdout, Server};
+use support::{bin, cli, stderr, stdout, Server};
 
 /// `fencelock`'s exit code for a busy lock (see `exit.rs`).
 const BUSY: i32 = 73;
@@ -83,9 +90,6 @@ fn a_slot_runs_once_and_a_later_run_says_who_ran_it() {
     assert!(other.status.success(), "{}", stderr(&other));
     let plain = cli(&server, &["run", "nightly", "--", "true"]);
     assert!(plain.status.success(), "{}", stderr(&plain));
-    // A run once per a slot is a try: waiting is a usage error.
-    let waits = cli(&server, &["run", "nightly", "--once-per", "2026-11-25", "--wait", "5s", "--", "true"]);
-    assert_eq!(waits.status.code(), Some(2), "{}", stderr(&waits));
     // `fencelock slots` lists both, newest first, with who ran each and how.
     let listed = cli(&server, &["slots", "nightly"]);
     assert!(listed.status.success(), "{}", stderr(&listed));
@@ -115,4 +119,60 @@ fn once_per_day_names_the_current_utc_day() {
     let slot = said.split('"').nth(1).unwrap_or_default();
     let shape: Vec<usize> = slot.split('-').map(str::len).collect();
     assert_eq!(shape, [4, 2, 2], "a YYYY-MM-DD slot: {said}");
+}
+
+/// `fencelock run NAME ARGS…` against `server`, started now, its output piped.
+fn start_run(server: &Server, args: &[&str]) -> Child {
+    let mut c = Command::new(bin());
+    c.arg("run").args(args).env("FENCELOCK_SERVER", server.url());
+    c.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("start fencelock run")
+}
+
+/// Waits for every child, killing them all if any is still running after
+/// `within` (then the test fails).
+fn finish_all(children: Vec<Child>, within: Duration) -> Vec<Output> {
+    let start = Instant::now();
+    let mut children = children;
+    while children.iter_mut().any(|c| matches!(c.try_wait(), Ok(None))) {
+        if start.elapsed() > within {
+            children.iter_mut().for_each(|c| drop(c.kill()));
+            panic!("a run did not end within {within:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    children.into_iter().map(|c| c.wait_with_output().expect("a run's output")).collect()
+}
+
+/// Issue 18 §4: three runs of one slot start together and wait (`--wait 20s`).
+/// The command (it appends a line, sleeps 300 ms, exits 0) runs exactly once;
+/// the two runs that waited exit 76 naming the identity of the one that ran,
+/// without running it.
+#[test]
+fn runs_of_one_slot_that_wait_run_it_once_and_the_others_are_told_who_ran_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let server = Server::start(tmp.path());
+    let ran = tmp.path().join("ran");
+    let job = format!("echo \"$FENCELOCK_TOKEN\" >> {} && sleep 0.3", ran.display());
+    let runs: Vec<Child> = (1..=3)
+        .map(|i| {
+            let identity = format!("host-{i}:1");
+            let args = ["nightly", "--once-per", "2026-11-23", "--wait", "20s", "--identity", &identity];
+            start_run(&server, &[&args[..], &["--", "sh", "-c", &job]].concat())
+        })
+        .collect();
+    let outs = finish_all(runs, Duration::from_secs(40));
+    let lines = std::fs::read_to_string(&ran).unwrap();
+    assert_eq!(lines.lines().count(), 1, "the job ran once: {lines:?}");
+    let codes: Vec<Option<i32>> = outs.iter().map(|o| o.status.code()).collect();
+    let ran_it: Vec<usize> = (0..3).filter(|i| codes[*i] == Some(0)).collect();
+    assert_eq!(ran_it.len(), 1, "exactly one run exits 0: {codes:?}");
+    let who = format!("by host-{}:1 (token {}, exit 0)", ran_it[0] + 1, lines.trim());
+    for (i, out) in outs.iter().enumerate().filter(|(i, _)| *i != ran_it[0]) {
+        assert_eq!(out.status.code(), Some(SLOT_DONE), "run {i}: {}", stderr(out));
+        let said = stderr(out);
+        assert!(
+            said.contains("slot \"2026-11-23\" of lock \"nightly\" already ran: ") && said.contains(&who),
+            "{said}"
+        );
+    }
 }

@@ -56,4 +56,4 @@ pub use error::EngineError;
 pub use name::{LockName, NameError, MAX_LOCK_NAME_BYTES};
 pub use policy::{Policy, PolicyChange, Quota};
 pub use types::*;
-pub use validate::{check_identity, check_slot, check_value};
+pub use validate::{check_identity, check_multi_count, check_slot, check_value};

@@ -204,7 +204,8 @@ pub enum Command {
     /// The current holder (lock, lease, token) ran the job of `slot` to its
     /// end with `exit_code`: the engine records it (with the token, the
     /// grant's identity and its own `now`) for [`SLOT_RETENTION_MS`], and an
-    /// acquire with that `once_per` is answered [`Reply::SlotDone`].
+    /// acquire with that `once_per` is answered [`Reply::SlotDone`] (one
+    /// that waits in the queue: [`WaitEnd::SlotDone`] when its turn comes).
     /// [`Reply::NotHolder`] (and nothing changes) when that is not a current
     /// grant: a run that lost its lease never completes its slot. The first
     /// completion of a slot stays; a later one is answered
@@ -330,10 +331,12 @@ pub struct Acquire {
     /// A slot name (a day, an hour: any 1 to [`MAX_SLOT_BYTES`] bytes without
     /// control characters): when [`Command::CompleteSlot`] recorded it for
     /// this lock within [`SLOT_RETENTION_MS`], the acquire is answered
-    /// [`Reply::SlotDone`] and grants nothing. Only with `wait_ms == 0` (a
-    /// waiter granted later would not see the slot completed meanwhile):
-    /// [`EngineError::InvalidSlot`] otherwise. "" (the default, and entries
-    /// written before it existed): none.
+    /// [`Reply::SlotDone`] and grants nothing. A waiter (`wait_ms > 0`) is
+    /// looked at again whenever the lock could be granted to it (it heads
+    /// the queue and fits): if its slot was completed meanwhile it leaves the
+    /// queue with [`WaitEnd::SlotDone`] and is never granted, and the next
+    /// waiter is looked at. "" (the default, and entries written before it
+    /// existed): none.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub once_per: String,
     /// The other locks of an atomic multi-acquire: `lock` first, then these,
@@ -511,12 +514,36 @@ pub enum Reply {
 }
 
 /// How a queued acquire ended without a grant.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum WaitEnd {
     TimedOut,
     /// The waiter's lease expired or was revoked; it is dropped, never granted (INV-4).
     LeaseEnded,
     Cancelled,
+    /// The waiter runs once per a slot ([`Acquire::once_per`]) that was
+    /// found done when the lock could have been granted to it: it leaves the
+    /// queue, never granted, and a retry of its request is answered
+    /// [`Reply::SlotDone`] with the same completion.
+    SlotDone(Box<SlotCompletion>),
+}
+
+/// Who completed a slot and how its job ended, as a waiter for that slot is
+/// told ([`WaitEnd::SlotDone`]; an acquire answered at once gets the same in
+/// [`Reply::SlotDone`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SlotCompletion {
+    /// The token of the grant that completed it.
+    pub token: Token,
+    /// That grant's identity ("" for none).
+    pub identity: String,
+    pub exit_code: i32,
+}
+
+impl SlotCompletion {
+    /// The [`Reply::SlotDone`] that carries it.
+    pub fn reply(&self) -> Reply {
+        Reply::SlotDone { token: self.token, identity: self.identity.clone(), exit_code: self.exit_code }
+    }
 }
 
 /// Why a grant ended.

@@ -90,7 +90,6 @@ pub(crate) fn check_acquire(a: &Acquire) -> Result<LockName, EngineError> {
     check_weight(a.weight, a.permits)?;
     if !a.once_per.is_empty() {
         check_slot(&a.once_per)?;
-        check_once_is_a_try(a.wait_ms)?;
     }
     if a.is_multi() {
         multi_names(a)?;
@@ -103,10 +102,7 @@ pub(crate) fn check_acquire(a: &Acquire) -> Result<LockName, EngineError> {
 /// no slot (those are rules of single locks: a multi-acquire of semaphores
 /// or of a job's slot is not defined).
 pub(crate) fn multi_names(a: &Acquire) -> Result<Vec<LockName>, EngineError> {
-    let n = a.also.len() + 1;
-    if !(2..=MAX_MULTI_LOCKS).contains(&n) {
-        return Err(EngineError::InvalidLocks(format!("{n} locks (a multi-acquire names 2 to {MAX_MULTI_LOCKS})")));
-    }
+    check_multi_count(a.also.len())?;
     if a.permits != 0 || a.weight != 1 || !a.once_per.is_empty() {
         return Err(EngineError::InvalidLocks(
             "a multi-acquire takes read-write locks only: no permits, no weight, no once-per slot".into(),
@@ -118,6 +114,18 @@ pub(crate) fn multi_names(a: &Acquire) -> Result<Vec<LockName>, EngineError> {
         return Err(EngineError::InvalidLocks("a lock is named twice".into()));
     }
     Ok(names)
+}
+
+/// How many locks a multi-acquire with `also` more names: 2 to
+/// [`MAX_MULTI_LOCKS`] in all (`also` 0, a single acquire, is not one). The
+/// server checks it before it looks at the permission of each name, so a
+/// request naming thousands is refused for the cost of a comparison.
+pub fn check_multi_count(also: usize) -> Result<(), EngineError> {
+    let n = also.saturating_add(1);
+    match (2..=MAX_MULTI_LOCKS).contains(&n) {
+        true => Ok(()),
+        false => Err(EngineError::InvalidLocks(format!("{n} locks (a multi-acquire names 2 to {MAX_MULTI_LOCKS})"))),
+    }
 }
 
 /// A weight is 1 to the permits asked for (1 when not a semaphore): an
@@ -165,18 +173,6 @@ pub fn check_slot(slot: &str) -> Result<(), EngineError> {
         return Err(EngineError::InvalidSlot("must not contain control characters".into()));
     }
     Ok(())
-}
-
-/// An acquire with a slot is a try: the slot is looked at when the acquire
-/// is applied, and a waiter granted later would not see it completed
-/// meanwhile (it would run the slot a second time).
-fn check_once_is_a_try(wait_ms: u64) -> Result<(), EngineError> {
-    match wait_ms {
-        0 => Ok(()),
-        _ => {
-            Err(EngineError::InvalidSlot("an acquire once per a slot cannot wait in the queue (wait must be 0)".into()))
-        }
-    }
 }
 
 /// A resize's name and permits (at least 1), in this order; the name.

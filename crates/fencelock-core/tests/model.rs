@@ -5,12 +5,13 @@
 //! of them kept for a semaphore of [`SEM_PERMITS`]: random commands (invalid
 //! ones included; shared, weighted and exclusive acquires, now and then one that
 //! names the wrong number of permits; downgrades; multi-acquires of two or
-//! three names, repeats and the semaphore's included), time jumps of 0 to 3 TTLs,
+//! three names, repeats and the semaphore's included; acquires once per one of
+//! two slots, tries and waiters, and slot completions by holders), time jumps of 0 to 3 TTLs,
 //! occasional `LeaderStart` on another clock, snapshot round trips, and retries of earlier
 //! requests with the same request id. After every input:
 //! - the engine's output equals the model's exactly (replies, effects, next
-//!   deadline), and so do `stats`, `check`, `lock_info` and `lease_info`, at the
-//!   engine's clock and ahead of it;
+//!   deadline), and so do `stats`, `check`, `lock_info`, `lease_info` and
+//!   `completed_slots`, at the engine's clock and ahead of it;
 //! - an output-only oracle checks the invariants (ids as in `docs/design.md`):
 //!   INV-1 at most one live holder per exclusive grant;
 //!   INV-15 never more than N permits of a semaphore, never a writer beside
@@ -25,6 +26,9 @@
 //!   INV-9 a rejected command changes nothing;
 //!   INV-18 never a partial multi-lock: a multi-acquire's grants are made
 //!   all in one step, in the order asked, with consecutive tokens;
+//!   once per slot (issue 18 §4): no acquire for a slot is granted once that
+//!   slot was completed on its lock, and every `SlotDone` (a reply, or a
+//!   waiter's end) names the slot's first completion;
 //! - a batch gives the same output as its commands applied one by one;
 //! - `step` never panics (a panic fails the test).
 //!
@@ -58,6 +62,9 @@ const SEM: usize = 3;
 /// The permits the semaphore's acquires name (an odd one names one fewer).
 const SEM_PERMITS: u32 = 3;
 
+/// The slots acquires run once per.
+const SLOTS: [&str; 2] = ["d1", "d2"];
+
 /// Which lease a command names.
 #[derive(Clone, Copy, Debug)]
 enum LeasePick {
@@ -86,6 +93,8 @@ enum Cmd {
         /// Hold-at-least.
         hold: u64,
         shape: Shape,
+        /// Once per this slot of [`SLOTS`].
+        slot: Option<usize>,
     },
     /// A multi-acquire of `locks` (repeats and the semaphore's or the bad
     /// name included; `many`: 17 names instead, refused).
@@ -106,6 +115,13 @@ enum Cmd {
     /// Release by the holder of `lock`, with its token, as the oracle knows it.
     ReleaseHeld {
         lock: usize,
+    },
+    /// The holder of `lock` (as the oracle knows it) completes a slot of
+    /// [`SLOTS`] with `exit_code`.
+    CompleteHeld {
+        lock: usize,
+        slot: usize,
+        exit_code: i32,
     },
     /// A new value from the holder of `lock`, with its token, as the oracle
     /// knows it (`len` bytes; over the limit is refused).
@@ -218,8 +234,10 @@ fn cmd() -> impl Strategy<Value = Cmd> {
         3 => ttl().prop_map(|ttl| Cmd::Grant { ttl }),
         5 => lease().prop_map(|lease| Cmd::Keep { lease }),
         1 => lease().prop_map(|lease| Cmd::Revoke { lease }),
-        10 => (lease(), lock(), wait(), delay(), hold(), shape())
-            .prop_map(|(lease, lock, wait, delay, hold, shape)| Cmd::Acquire { lease, lock, wait, delay, hold, shape }),
+        10 => (lease(), lock(), wait(), delay(), hold(), shape(), slot()).prop_map(
+            |(lease, lock, wait, delay, hold, shape, slot)| Cmd::Acquire { lease, lock, wait, delay, hold, shape, slot }
+        ),
+        2 => complete_held(lock()),
         3 => acquire_all(lock(), wait(), (delay(), hold())),
         2 => lock().prop_map(|lock| Cmd::DowngradeHeld { lock }),
         4 => lock().prop_map(|lock| Cmd::ReleaseHeld { lock }),
@@ -229,6 +247,17 @@ fn cmd() -> impl Strategy<Value = Cmd> {
         2 => (0..8usize).prop_map(|pick| Cmd::Cancel { pick }),
         3 => (0..12usize).prop_map(|pick| Cmd::Retry { pick }),
     ]
+}
+
+/// Mostly no slot; now and then one of [`SLOTS`].
+fn slot() -> impl Strategy<Value = Option<usize>> {
+    prop_oneof![5 => Just(None), 2 => (0..SLOTS.len()).prop_map(Some)]
+}
+
+/// A completion by the holder of one of `lock`'s picks, mostly of the first slot.
+fn complete_held(lock: impl Strategy<Value = usize>) -> impl Strategy<Value = Cmd> {
+    let slot = prop_oneof![3 => Just(0usize), 1 => Just(1usize)];
+    (lock, slot, -1..3i32).prop_map(|(lock, slot, exit_code)| Cmd::CompleteHeld { lock, slot, exit_code })
 }
 
 /// Multi-acquires of 2 or 3 of `lock`'s picks (INV-18).
@@ -262,8 +291,9 @@ fn contended_cmd() -> impl Strategy<Value = Cmd> {
     let weight = prop_oneof![3 => Just(1u32), 2 => Just(2), 1 => Just(3)];
     let shape = (prop::bool::ANY, weight).prop_map(|(shared, weight)| Shape { shared, weight, odd: false });
     let hold = prop_oneof![8 => Just(0u64), 1 => Just(300)];
-    let acquire = (lease(), lock.clone(), wait.clone(), hold, shape)
-        .prop_map(|(lease, lock, wait, hold, shape)| Cmd::Acquire { lease, lock, wait, delay: 0, hold, shape });
+    let acquire = (lease(), lock.clone(), wait.clone(), hold, shape, slot()).prop_map(
+        |(lease, lock, wait, hold, shape, slot)| Cmd::Acquire { lease, lock, wait, delay: 0, hold, shape, slot },
+    );
     // Multi-acquires of "a" and "b" in either order (crossed orders, INV-18).
     let pair = prop_oneof![Just(vec![0usize, 1]), Just(vec![1usize, 0])];
     let closing = prop_oneof![8 => Just((0u64, 0u64)), 1 => Just((0, 300))];
@@ -278,6 +308,7 @@ fn contended_cmd() -> impl Strategy<Value = Cmd> {
         3 => all,
         2 => Just(Cmd::ReleaseHeld { lock: 1 }),
         4 => lock.clone().prop_map(|lock| Cmd::ReleaseHeld { lock }),
+        2 => complete_held(lock.clone()),
         2 => lock.prop_map(|lock| Cmd::DowngradeHeld { lock }),
         1 => (0..8usize).prop_map(|pick| Cmd::Cancel { pick }),
         1 => (0..12usize).prop_map(|pick| Cmd::Retry { pick }),
@@ -381,7 +412,7 @@ impl Run {
             Cmd::Grant { ttl } => Command::GrantLease { req, ttl_ms: *ttl, id: None },
             Cmd::Keep { lease } => Command::KeepAlive { req, lease: self.lease(*lease) },
             Cmd::Revoke { lease } => Command::Revoke { req, lease: self.lease(*lease) },
-            Cmd::Acquire { lease, lock: pick, wait, delay, hold, shape } => {
+            Cmd::Acquire { lease, lock: pick, wait, delay, hold, shape, slot } => {
                 let (lease, lock) = (self.lease(*lease), LOCKS[*pick].to_string());
                 self.acquires.push((req, lease, lock.clone()));
                 // Every acquire names its lease as identity, so the oracle can
@@ -402,7 +433,7 @@ impl Run {
                     weight,
                     permits,
                     hold_at_least_ms,
-                    once_per: String::new(),
+                    once_per: slot.map_or(String::new(), |s| SLOTS[s].to_string()),
                     also: Vec::new(),
                 };
                 Command::Acquire(acq)
@@ -429,6 +460,11 @@ impl Run {
             Cmd::ReleaseHeld { lock } => {
                 let (lock, lease, token) = self.held(*lock);
                 Command::Release { req, lease, lock, token }
+            }
+            Cmd::CompleteHeld { lock, slot, exit_code } => {
+                let (lock, lease, token) = self.held(*lock);
+                let (slot, exit_code) = (SLOTS[*slot].to_string(), *exit_code);
+                Command::CompleteSlot { req, lease, lock, token, slot, exit_code }
             }
             Cmd::SetValueHeld { lock, len } => {
                 let (lock, lease, token) = self.held(*lock);
@@ -551,6 +587,10 @@ impl Run {
                         e.lock_info(at, lock),
                         m.lock_info(at, lock)
                     ));
+                }
+                if e.completed_slots(at, lock) != m.completed_slots(at, lock) {
+                    let (got, want) = (e.completed_slots(at, lock), m.completed_slots(at, lock));
+                    return Err(format!("completed_slots({at}, {lock}): {got:?} vs {want:?}"));
                 }
                 for token in self.tokens_to_check() {
                     if e.check(at, lock, Token(token)) != m.check(at, lock, Token(token)) {

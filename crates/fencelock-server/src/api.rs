@@ -145,6 +145,10 @@ impl Ops {
 
     pub async fn acquire(&self, who: &Who, r: pb::AcquireRequest) -> Result<pb::AcquireResponse, Status> {
         use pb::acquire_response::Outcome;
+        // Too many locks is refused before the permission of each is looked at.
+        if !r.also.is_empty() {
+            fencelock_core::check_multi_count(r.also.len()).map_err(engine_status)?;
+        }
         // A multi-lock needs the permission on every lock it names.
         self.allow(who, |w| std::iter::once(&r.lock).chain(&r.also).try_for_each(|l| w.require(Verb::Acquire, l)))?;
         self.admit(who, Adds::Lock { waits: r.wait_ms > 0, locks: 1 + r.also.len() as u64 })?;

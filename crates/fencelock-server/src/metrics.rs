@@ -57,6 +57,8 @@ pub struct Metrics {
     pub expirations: AtomicU64,
     pub wait_timeouts: AtomicU64,
     pub waits_dropped: AtomicU64,
+    /// Queued acquires told their once-per slot was done meanwhile.
+    pub waits_slot_done: AtomicU64,
     pub batches: AtomicU64,
     pub batched_commands: AtomicU64,
     /// Raft messages from peers refused as malformed or unsafe (never applied).
@@ -162,6 +164,7 @@ impl Metrics {
                 let c = match why {
                     WaitEnd::TimedOut => &self.wait_timeouts,
                     WaitEnd::LeaseEnded | WaitEnd::Cancelled => &self.waits_dropped,
+                    WaitEnd::SlotDone(_) => &self.waits_slot_done,
                 };
                 c.fetch_add(1, Relaxed);
             }
@@ -177,7 +180,7 @@ impl Metrics {
     /// Render everything, with the engine gauges in `stats`.
     pub fn render(&self, stats: &Stats, is_leader: bool) -> String {
         let mut o = String::with_capacity(4096);
-        let counters: [(&str, &str, &AtomicU64); 12] = [
+        let counters: [(&str, &str, &AtomicU64); 13] = [
             ("fencelock_grants_total", "Locks granted.", &self.grants),
             ("fencelock_grants_after_wait_total", "Locks granted to a queued waiter.", &self.grants_after_wait),
             ("fencelock_releases_total", "Locks released by their holder.", &self.releases),
@@ -191,6 +194,11 @@ impl Metrics {
             ("fencelock_lease_expirations_total", "Leases that expired.", &self.expirations),
             ("fencelock_wait_timeouts_total", "Queued acquires that timed out.", &self.wait_timeouts),
             ("fencelock_waits_dropped_total", "Queued acquires dropped (lease ended or cancelled).", &self.waits_dropped),
+            (
+                "fencelock_waits_slot_done_total",
+                "Queued acquires answered that their once-per slot was done meanwhile (never granted).",
+                &self.waits_slot_done,
+            ),
             ("fencelock_log_entries_total", "Log entries written by this node's driver.", &self.batches),
             ("fencelock_log_commands_total", "Commands written in those entries.", &self.batched_commands),
             (

@@ -301,6 +301,14 @@ async fn each_identity_gets_exactly_its_rules() {
     let multi = pb::AcquireRequest { also: vec!["jobs/m".into(), "billing/x".into()], ..acquire(lease, "jobs/l") };
     let e = worker.acquire(multi).await.unwrap_err();
     assert_eq!(e.message(), "permission denied: worker may not acquire lock \"billing/x\"");
+    // More locks than a multi-lock may name is refused as such before any
+    // permission is looked at: a request naming thousands costs one comparison.
+    let also = (0..2000).map(|i| format!("billing/{i}")).collect();
+    let e = worker.acquire(pb::AcquireRequest { also, ..acquire(lease, "jobs/l") }).await.unwrap_err();
+    assert_eq!(
+        (e.code(), e.message()),
+        (Code::InvalidArgument, "invalid locks: 2001 locks (a multi-acquire names 2 to 16)")
+    );
     let e = worker.list_locks(pb::ListLocksRequest { prefix: String::new(), limit: 0 }).await.unwrap_err();
     assert_eq!(e.code(), Code::PermissionDenied, "listing every lock needs read on \"\"");
     assert_eq!(node.last_log_index(), before);

@@ -30,9 +30,10 @@ pub enum Error {
     /// The lease is gone (never granted, revoked, or expired).
     #[error("lease not found: {0}")]
     LeaseNotFound(String),
-    /// The acquire's [`once_per`](crate::LockOptions::once_per) slot is done:
-    /// the grant under `token` (by `identity`, "" when none) completed it with
-    /// `exit_code`. Nothing was taken.
+    /// The acquire's [`once_per`](crate::LockOptions::once_per) slot is done
+    /// (before the acquire came, or while it waited): the grant under `token`
+    /// (by `identity`, "" when none) completed it with `exit_code`. Nothing
+    /// was taken.
     #[error("the slot is done: {identity:?} ran it (token {token}, exit code {exit_code})")]
     SlotDone { token: u64, identity: String, exit_code: i32 },
     /// The server stayed unavailable (no leader, shutting down, unreachable) until

@@ -59,7 +59,10 @@ pub struct LockOptions {
     /// A slot name (a day, an hour; 1 to 128 bytes): when a run of this lock
     /// completed that slot ([`crate::Guard::complete_slot`]) in the last 7
     /// days, the acquire fails with [`crate::Error::SlotDone`] (who ran it)
-    /// and takes nothing. Empty: none. Only backends with
+    /// and takes nothing. With a [`wait`](#structfield.wait) the acquire
+    /// queues as any other; if the slot is completed while it waits (by the
+    /// run that held the lock), it fails with `SlotDone` when its turn comes,
+    /// and is never granted. Empty: none. Only backends with
     /// [`Capabilities::once_per`](crate::Capabilities::once_per).
     pub once_per: String,
 }

@@ -147,9 +147,24 @@ impl Engine {
                         w.lease, w.req.0
                     ));
                 }
+                check_waiter_slot(name, w)?;
             }
         }
         Ok(())
+    }
+}
+
+/// A waiter's slot, if it has one, is a valid slot name of a single acquire
+/// (a multi-acquire runs once per no slot).
+fn check_waiter_slot(name: &LockName, w: &super::state::Waiter) -> Result<(), String> {
+    if w.once_per.is_empty() {
+        return Ok(());
+    }
+    let at = || format!("lock {name:?}: waiter of lease {} (request {})", w.lease, w.req.0);
+    crate::validate::check_slot(&w.once_per).map_err(|e| format!("{}: {e}", at()))?;
+    match w.all.is_empty() {
+        true => Ok(()),
+        false => Err(format!("{}: a multi-acquire with a slot", at())),
     }
 }
 

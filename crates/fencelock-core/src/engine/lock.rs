@@ -55,8 +55,9 @@ impl Engine {
             Err(e) => return Reply::Rejected(e),
         };
         if let Some(done) = self.once_done(&name, a) {
-            self.record(a.lease, a.req, Outcome::Replied(done.clone()));
-            return done;
+            let reply = done.reply();
+            self.record(a.lease, a.req, Outcome::Replied(reply.clone()));
+            return reply;
         }
         let share = Share::of(a, kind);
         if self.can_grant_now(&name, share) {
@@ -71,8 +72,8 @@ impl Engine {
         self.enqueue(&[name], share, a)
     }
 
-    /// [`Reply::SlotDone`] when `a` runs once per a slot that is done.
-    fn once_done(&mut self, name: &LockName, a: &Acquire) -> Option<Reply> {
+    /// Who completed the slot `a` runs once per, if that slot is done.
+    fn once_done(&mut self, name: &LockName, a: &Acquire) -> Option<SlotCompletion> {
         match a.once_per.is_empty() {
             true => None,
             false => self.slot_done(name, &a.once_per),

@@ -26,8 +26,20 @@ impl Engine {
         let (lease, req, lock_delay_ms, tag) = (a.lease, a.req, a.lock_delay_ms, Tag::of(a));
         let (mode, weight, hold_at_least_ms) = (share.mode, share.weight, a.hold_at_least_ms);
         let (queued_at, all) = (self.now, if names.len() > 1 { names.to_vec() } else { Vec::new() });
-        let waiter =
-            Waiter { lease, req, queued_at, deadline, lock_delay_ms, tag, mode, weight, hold_at_least_ms, all };
+        let once_per = a.once_per.clone();
+        let waiter = Waiter {
+            lease,
+            req,
+            queued_at,
+            deadline,
+            lock_delay_ms,
+            tag,
+            mode,
+            weight,
+            hold_at_least_ms,
+            once_per,
+            all,
+        };
         let mut position = None;
         for name in names {
             let lock = self.locks.entry(name.clone()).or_default();
@@ -58,7 +70,7 @@ impl Engine {
             self.take_waiter(other, lease, req);
         }
         for n in &names {
-            fx.push(Effect::WaitEnded { lock: n.clone(), lease, req, why });
+            fx.push(Effect::WaitEnded { lock: n.clone(), lease, req, why: why.clone() });
         }
         // It may have held back the waiters behind it (INV-16).
         self.grant_from(names.clone(), fx);
@@ -96,9 +108,18 @@ impl Engine {
     /// join the worklist (a worklist, not recursion: a chain of multi-waiters
     /// can be long). Waiters whose lease is not live are skipped, never granted
     /// (INV-4); their lease's expiry removes them.
+    ///
+    /// A waiter that runs once per a slot is looked at once more when it
+    /// could be granted: if the slot is done, it leaves with
+    /// [`WaitEnd::SlotDone`] instead, and the next waiter is looked at
+    /// (see [`Engine::end_done_wait`]).
     pub(super) fn grant_from(&mut self, mut work: Vec<LockName>, fx: &mut Effects) {
         while let Some(name) = work.pop() {
             while let Some(w) = self.take_next_live_waiter(&name) {
+                if let Some(done) = self.waiter_slot_done(&name, &w) {
+                    self.end_done_wait(&name, w, done, fx);
+                    continue;
+                }
                 let names = w.locks(&name);
                 self.grant_waiter(&names, w, fx);
                 work.extend(names.into_iter().filter(|n| *n != name));
@@ -106,13 +127,29 @@ impl Engine {
         }
     }
 
-    /// Install the grants of the waiter `w` (taken out of every queue) on
-    /// `names`, in order, and record its reply.
-    fn grant_waiter(&mut self, names: &[LockName], w: Waiter, fx: &mut Effects) {
+    /// The waiter `w` (taken out of every queue) leaves: its timer and its
+    /// lease's note of the wait go.
+    fn forget_wait(&mut self, w: &Waiter) {
         self.timers.remove(w.deadline, TimerKind::WaitEnd(w.lease, w.req));
         if let Some(l) = self.leases.get_mut(&w.lease) {
             l.waits.remove(&w.req);
         }
+    }
+
+    /// The waiter `w` of `name` (a single acquire, taken out of the queue)
+    /// runs once per a slot that is done: it ends without a grant, and a
+    /// retry of its request gets the same answer (INV-6).
+    fn end_done_wait(&mut self, name: &LockName, w: Waiter, done: SlotCompletion, fx: &mut Effects) {
+        self.forget_wait(&w);
+        self.record(w.lease, w.req, Outcome::Replied(done.reply()));
+        let why = WaitEnd::SlotDone(Box::new(done));
+        fx.push(Effect::WaitEnded { lock: name.clone(), lease: w.lease, req: w.req, why });
+    }
+
+    /// Install the grants of the waiter `w` (taken out of every queue) on
+    /// `names`, in order, and record its reply.
+    fn grant_waiter(&mut self, names: &[LockName], w: Waiter, fx: &mut Effects) {
+        self.forget_wait(&w);
         let share = Share { mode: w.mode, weight: w.weight };
         let waited_ms = self.now.saturating_sub(w.queued_at);
         let mut grants = Vec::with_capacity(names.len());

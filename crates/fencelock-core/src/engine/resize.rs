@@ -32,6 +32,8 @@ impl Engine {
         l.kind = LockKind::Semaphore { permits };
         if permits > was {
             self.grant_next(&name, fx);
+            // Its waiters may all have left (their slot was done).
+            self.drop_if_unused(&name);
         }
         Reply::Resized { was }
     }

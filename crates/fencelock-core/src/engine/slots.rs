@@ -3,7 +3,10 @@
 //! acquire whose [`Acquire::once_per`] slot is done.
 //!
 //! Where it sits: beside `lock.rs`, which calls [`Engine::slot_done`] before
-//! it grants. A record is kept for [`SLOT_RETENTION_MS`] of engine time (the
+//! it answers an acquire, and `queue.rs`, which calls
+//! [`Engine::waiter_slot_done`] before it grants a waiter (a waiter for a slot
+//! completed meanwhile leaves with [`WaitEnd::SlotDone`]). Both look in the
+//! apply of the entry, so every replica gives the same answer. A record is kept for [`SLOT_RETENTION_MS`] of engine time (the
 //! leaders' monotonic clocks, re-based as every instant is); an old record is
 //! dropped when its lock's slots are next looked at, so every replica drops
 //! the same ones at the same entry. At most [`MAX_SLOTS_PER_LOCK`] records are
@@ -13,7 +16,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use super::state::{rebase, Outcome};
+use super::state::{rebase, Outcome, Waiter};
 use super::Engine;
 use crate::validate::check_complete;
 use crate::*;
@@ -72,12 +75,21 @@ impl Engine {
         Reply::SlotCompleted
     }
 
-    /// The answer to an acquire of `name` for the done slot `slot`, if it is
-    /// done (and not older than the retention).
-    pub(super) fn slot_done(&mut self, name: &LockName, slot: &str) -> Option<Reply> {
+    /// Who completed `slot` of `name`, if it is done (and not older than the
+    /// retention).
+    pub(super) fn slot_done(&mut self, name: &LockName, slot: &str) -> Option<SlotCompletion> {
         self.prune_slots(name);
         let r = self.slots.get(name)?.get(slot)?;
-        Some(Reply::SlotDone { token: r.token, identity: r.identity.clone(), exit_code: r.exit_code })
+        Some(SlotCompletion { token: r.token, identity: r.identity.clone(), exit_code: r.exit_code })
+    }
+
+    /// Who completed the slot the waiter `w` of `name` runs once per, if it
+    /// runs once per a slot and that slot is done.
+    pub(super) fn waiter_slot_done(&mut self, name: &LockName, w: &Waiter) -> Option<SlotCompletion> {
+        match w.once_per.is_empty() {
+            true => None,
+            false => self.slot_done(name, &w.once_per),
+        }
     }
 
     /// Drop the records of `name` older than [`SLOT_RETENTION_MS`].

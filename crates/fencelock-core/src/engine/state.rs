@@ -257,6 +257,10 @@ pub(crate) struct Waiter {
     pub weight: u32,
     #[serde(default, skip_serializing_if = "is_zero")]
     pub hold_at_least_ms: u64,
+    /// [`crate::Acquire::once_per`]: looked at again before it is granted.
+    /// Empty for none (and in state written before waiters could have one).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub once_per: String,
     /// A multi-acquire: every lock it waits for, in the order asked (it sits
     /// in the queue of each, and its lease's `waits` names the first). Empty
     /// for a single acquire (and in state written before multi-acquires).

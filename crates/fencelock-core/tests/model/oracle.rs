@@ -38,6 +38,10 @@ pub struct Oracle {
     granted: BTreeMap<(Pair, LockName), Token>,
     /// The locks of each multi-acquire, in the order asked (INV-18).
     multi: BTreeMap<Pair, Vec<LockName>>,
+    /// The (lock, slot) each acquire once per a slot runs for (issue 18 §4).
+    slot_of: BTreeMap<Pair, (String, String)>,
+    /// The first completion (its token) of each (lock, slot).
+    done: BTreeMap<(String, String), Token>,
 }
 
 impl Oracle {
@@ -53,6 +57,9 @@ impl Oracle {
             let names: Result<Vec<LockName>, _> = a.locks().map(LockName::new).collect();
             if let (true, Ok(names)) = (a.is_multi(), names) {
                 self.multi.insert((a.lease, a.req), names);
+            }
+            if !a.once_per.is_empty() {
+                self.slot_of.insert((a.lease, a.req), (a.lock.clone(), a.once_per.clone()));
             }
         }
         // A downgrade happens before the grants it lets in.
@@ -125,19 +132,45 @@ impl Oracle {
         match f {
             Effect::Granted { grant, req, queued, mode, .. } => {
                 self.check_mode(grant, *req, *mode)?;
+                self.check_slot_not_done(grant, *req)?;
                 self.on_granted(grant, *req, *queued, later)
             }
             // The downgrade itself is judged with its command.
             Effect::Downgraded { grant, .. } => self.on_value_changed(grant),
             Effect::Released { grant, .. } => self.on_released(grant),
-            Effect::WaitEnded { lock, lease, req, .. } => {
+            Effect::WaitEnded { lock, lease, req, why } => {
                 self.dequeue(lock.as_str(), (*lease, *req));
-                Ok(())
+                match why {
+                    WaitEnd::SlotDone(c) => self.check_done_names_first((*lease, *req), c.token),
+                    _ => Ok(()),
+                }
             }
             Effect::ValueChanged { grant, .. } => self.on_value_changed(grant),
             Effect::LeaseExpired { lease } => {
                 self.ended.insert(*lease);
                 Ok(())
+            }
+        }
+    }
+
+    /// Issue 18 §4: a run once per a slot is never granted after that slot
+    /// was completed on its lock (a record outlives every run of this test).
+    fn check_slot_not_done(&self, g: &Grant, req: RequestId) -> Result<(), String> {
+        let Some(key) = self.slot_of.get(&(g.lease, req)) else { return Ok(()) };
+        match self.done.get(key) {
+            Some(by) => Err(format!("once per slot: {g:?} granted for {key:?}, done by token {by}")),
+            None => Ok(()),
+        }
+    }
+
+    /// Issue 18 §4: a `SlotDone` to the acquire `pair` names the first
+    /// completion of its slot.
+    fn check_done_names_first(&self, pair: Pair, token: Token) -> Result<(), String> {
+        let first = self.slot_of.get(&pair).and_then(|key| self.done.get(key));
+        match first == Some(&token) {
+            true => Ok(()),
+            false => {
+                Err(format!("once per slot: {pair:?} told token {token} did its slot; first completion {first:?}"))
             }
         }
     }
@@ -252,6 +285,13 @@ impl Oracle {
             (Command::Revoke { lease, .. }, Reply::LeaseRevoked { .. }) => {
                 self.ended.insert(*lease);
                 Ok(())
+            }
+            (Command::CompleteSlot { lock, token, slot, .. }, Reply::SlotCompleted) => {
+                self.done.entry((lock.clone(), slot.clone())).or_insert(*token);
+                Ok(())
+            }
+            (Command::Acquire(a), Reply::SlotDone { token, .. }) => {
+                self.check_done_names_first((a.lease, a.req), *token)
             }
             (Command::CancelWait { req, lease, .. }, _) => {
                 // A cancel makes the engine forget the request: it may be granted anew.

@@ -15,6 +15,13 @@
 //! is granted when it is the first live waiter of every lock of its group and
 //! fits in each, and then every lock it touched is looked at again, in the
 //! order the engine documents (a stack of locks to look at).
+//!
+//! Jobs once per slot (issue 18 §4): the current holder completes a slot (the
+//! first completion stays); an acquire for a done slot is answered `SlotDone`;
+//! a waiter for one is looked at when it would be granted and leaves with
+//! `WaitEnd::SlotDone` instead, the queue moving on. A record lasts 7 days of
+//! engine time and a lock keeps 1,024: a run of the property test lasts
+//! minutes and names two slots, so the model keeps every record.
 
 use fencelock_core::*;
 
@@ -66,6 +73,19 @@ struct MWaiter {
     weight: u32,
     /// A multi-acquire: all of its locks, in the order asked (empty: single).
     group: Vec<String>,
+    /// The slot it runs once per ("" for none).
+    slot: String,
+}
+
+/// A completed slot of a lock: by the grant `token` of `lease`, at `at`.
+#[derive(Clone, Debug)]
+struct MSlot {
+    lock: String,
+    slot: String,
+    token: u64,
+    lease: u64,
+    exit_code: i32,
+    at: u64,
 }
 
 impl MWaiter {
@@ -105,6 +125,7 @@ pub struct Model {
     /// The permits each lock was given when it was last unused (meaningful
     /// only while it has a holder, a waiter or a lock-delay).
     permits: Vec<(String, u32)>,
+    slots: Vec<MSlot>,
 }
 
 fn lock_name(s: &str) -> LockName {
@@ -186,6 +207,9 @@ impl Model {
         }
         for c in &mut self.closed {
             c.until = now.saturating_add(c.delay);
+        }
+        for s in &mut self.slots {
+            s.at = age(s.at);
         }
     }
 
@@ -282,10 +306,23 @@ impl Model {
         while let Some(lock) = work.pop() {
             while let Some(w) = self.first_live(&lock).filter(|w| self.grantable(w)) {
                 self.waiters.retain(|x| !(x.lease == w.lease && x.req == w.req));
+                if let Some(done) = self.done(&lock, &w.slot) {
+                    let (lease, req) = (LeaseId(w.lease), RequestId(w.req));
+                    let why = WaitEnd::SlotDone(Box::new(done.clone()));
+                    fx.push(Effect::WaitEnded { lock: lock_name(&lock), lease, req, why });
+                    self.remember(w.lease, w.req, Memo::Said(done.reply()));
+                    continue;
+                }
                 self.grant_waiter(&w, fx);
                 work.extend(w.locks().into_iter().filter(|n| *n != lock));
             }
         }
+    }
+
+    /// Who completed `slot` of `lock`, if it is a slot and done.
+    fn done(&self, lock: &str, slot: &str) -> Option<SlotCompletion> {
+        let s = self.slots.iter().find(|s| !slot.is_empty() && s.lock == lock && s.slot == slot)?;
+        Some(SlotCompletion { token: Token(s.token), identity: identity_of(s.lease), exit_code: s.exit_code })
     }
 
     fn first_live(&self, lock: &str) -> Option<MWaiter> {
@@ -365,7 +402,12 @@ impl Model {
         };
         self.waiters.retain(|x| !(x.lease == lease && x.req == req));
         for n in w.locks() {
-            fx.push(Effect::WaitEnded { lock: lock_name(&n), lease: LeaseId(lease), req: RequestId(req), why });
+            fx.push(Effect::WaitEnded {
+                lock: lock_name(&n),
+                lease: LeaseId(lease),
+                req: RequestId(req),
+                why: why.clone(),
+            });
         }
         self.grant_from(w.locks(), fx);
     }
@@ -388,18 +430,17 @@ impl Model {
                 self.set_value(req.0, lease.0, lock, token.0, value, fx)
             }
             Command::Downgrade { req, lease, lock, token } => self.downgrade(req.0, lease.0, lock, token.0, fx),
-            // Lease ownership, proposed ids, the policy, completed slots and
-            // resizes are the engine's unit tests' (engine/tests/owner_tests.rs,
-            // policy_tests.rs, slot_tests.rs, resize_tests.rs); the generator
-            // makes none of them.
+            Command::CompleteSlot { req, lease, lock, token, slot, exit_code } => {
+                self.complete_slot((req.0, lease.0), (lock, token.0), slot, *exit_code)
+            }
+            // Lease ownership, proposed ids, the policy and resizes are the
+            // engine's unit tests' (engine/tests/owner_tests.rs,
+            // policy_tests.rs, resize_tests.rs); the generator makes none of them.
             Command::GrantLease { id: Some(_), .. }
             | Command::As { .. }
             | Command::Policy(_)
-            | Command::CompleteSlot { .. }
             | Command::Resize { .. } => {
-                unreachable!(
-                    "the model's generator makes no proposed lease ids, callers, policy changes, slots or resizes"
-                )
+                unreachable!("the model's generator makes no proposed lease ids, callers, policy changes or resizes")
             }
         };
         r.unwrap_or_else(Reply::Rejected)
@@ -473,6 +514,9 @@ impl Model {
         if a.weight == 0 || a.weight > max {
             return Err(EngineError::InvalidWeight { weight: a.weight, max });
         }
+        if !a.once_per.is_empty() {
+            check_slot(&a.once_per)?;
+        }
         if !a.also.is_empty() {
             check_multi(a)?;
         }
@@ -500,6 +544,10 @@ impl Model {
 
     fn acquire_fresh(&mut self, a: &Acquire, fx: &mut Vec<Effect>) -> Reply {
         let (req, lease, lock) = (a.req.0, a.lease.0, a.lock.as_str());
+        if let Some(done) = self.done(lock, &a.once_per) {
+            self.remember(lease, req, Memo::Said(done.reply()));
+            return done.reply();
+        }
         if !self.in_use(lock) {
             self.permits.retain(|(l, _)| l != lock);
             self.permits.push((lock.to_string(), a.permits));
@@ -520,8 +568,8 @@ impl Model {
         }
         let (since, until, delay, hold) = (self.now, self.now + a.wait_ms, a.lock_delay_ms, a.hold_at_least_ms);
         let (shared, weight) = share;
-        let lock = lock.to_string();
-        self.waiters.push(MWaiter { lock, lease, req, since, until, delay, hold, shared, weight, group: vec![] });
+        let (lock, slot) = (lock.to_string(), a.once_per.clone());
+        self.waiters.push(MWaiter { lock, lease, req, since, until, delay, hold, shared, weight, group: vec![], slot });
         Reply::Queued { position: b.waiters }
     }
 
@@ -572,9 +620,61 @@ impl Model {
         let (since, until, delay, hold) = (self.now, self.now + a.wait_ms, a.lock_delay_ms, a.hold_at_least_ms);
         for lock in &locks {
             let (lock, group) = (lock.clone(), locks.clone());
-            self.waiters.push(MWaiter { lock, lease, req, since, until, delay, hold, shared, weight: 1, group });
+            let slot = String::new();
+            self.waiters.push(MWaiter { lock, lease, req, since, until, delay, hold, shared, weight: 1, group, slot });
         }
         Ok(Reply::Queued { position })
+    }
+
+    /// `CompleteSlot` by the grant (lock, lease, token): checked as a release
+    /// is; the first completion of a slot stays.
+    fn complete_slot(
+        &mut self,
+        (req, lease): (u64, u64),
+        (lock, token): (&str, u64),
+        slot: &str,
+        exit_code: i32,
+    ) -> Result<Reply, EngineError> {
+        if req == 0 {
+            return Err(EngineError::InvalidRequestId);
+        }
+        LockName::new(lock)?;
+        if token == 0 {
+            return Err(EngineError::InvalidToken);
+        }
+        check_slot(slot)?;
+        if self.lease(lease).is_none() {
+            return Ok(Reply::NotHolder);
+        }
+        if let Some(r) = self.memo(lease, req) {
+            return Ok(r);
+        }
+        if !self.holders.iter().any(|h| h.lock == lock && h.lease == lease && h.token == token) {
+            return Ok(Reply::NotHolder);
+        }
+        if self.done(lock, slot).is_none() {
+            let (lock, slot, at) = (lock.to_string(), slot.to_string(), self.now);
+            self.slots.push(MSlot { lock, slot, token, lease, exit_code, at });
+        }
+        self.remember(lease, req, Memo::Said(Reply::SlotCompleted));
+        Ok(Reply::SlotCompleted)
+    }
+
+    /// The completed slots of `lock` at `now` (at least the model's clock),
+    /// the most recently recorded first (among equals, by slot name).
+    pub fn completed_slots(&self, now: u64, lock: &str) -> Vec<SlotInfo> {
+        let now = now.max(self.now);
+        let mut out: Vec<SlotInfo> = (self.slots.iter().filter(|s| s.lock == lock))
+            .map(|s| SlotInfo {
+                slot: s.slot.clone(),
+                token: Token(s.token),
+                identity: identity_of(s.lease),
+                exit_code: s.exit_code,
+                age_ms: now - s.at,
+            })
+            .collect();
+        out.sort_by(|a, b| (a.age_ms, &a.slot).cmp(&(b.age_ms, &b.slot)));
+        out
     }
 
     fn release(

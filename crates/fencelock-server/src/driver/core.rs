@@ -412,7 +412,7 @@ impl<R, W> DriverCore<R, W> {
                 };
                 ((grant.lease, *req), outcome)
             }
-            Effect::WaitEnded { lease, req, why, .. } => ((*lease, *req), WaitOutcome::Ended(*why)),
+            Effect::WaitEnded { lease, req, why, .. } => ((*lease, *req), WaitOutcome::Ended(why.clone())),
             _ => return None,
         };
         self.waiters.remove(&key).map(|w| Action::Wake(w, Ok(outcome)))

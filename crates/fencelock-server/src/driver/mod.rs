@@ -256,6 +256,10 @@ fn ended(why: WaitEnd, lease: LeaseId) -> AcquireOutcome {
         WaitEnd::LeaseEnded => AcquireOutcome::LeaseEnded(lease),
         // Only the wait's current owner cancels it, and it is gone by then.
         WaitEnd::Cancelled => AcquireOutcome::TimedOut,
+        WaitEnd::SlotDone(done) => {
+            let fencelock_core::SlotCompletion { token, identity, exit_code } = *done;
+            AcquireOutcome::SlotDone { token, identity, exit_code }
+        }
     }
 }
 

@@ -5,7 +5,7 @@
 
 use std::collections::HashSet;
 
-use fencelock_core::{Acquire, Command, Effect, Engine, Input, Output, ReleaseCause, Reply, Tag, WaitEnd};
+use fencelock_core::{Acquire, Command, Effect, Engine, Input, Mode, Output, ReleaseCause, Reply, Tag, WaitEnd};
 
 use super::hub::Rev;
 
@@ -86,14 +86,16 @@ fn acquire_of(cmd: &Command) -> Option<&Acquire> {
 /// The events of the entry at `index` that applied `input` with `out`.
 pub fn of_entry(index: u64, input: &Input, out: &Output, pending: &PendingWaits) -> Vec<Event> {
     let mut events = Vec::new();
-    let mut push = |kind, lock: &str, lease: u64, token: u64, reason, tag: Option<&Tag>| {
+    // `mode`: the grant's after the event (shared for a reader's grant and a
+    // downgrade), exclusive for every event that is not about a grant's mode.
+    let mut push = |kind, lock: &str, lease: u64, token: u64, reason, tag: Option<&Tag>, mode: Mode| {
         let seq = u32::try_from(events.len()).unwrap_or(u32::MAX);
         let rev = Rev { index, seq };
         let (identity, value) = (Tag::identity(tag).to_owned(), Tag::value(tag).to_vec());
-        let shared = kind == Kind::Downgraded;
+        let shared = mode == Mode::Shared;
         events.push(Event { rev, kind, lock: lock.to_string(), lease, token, identity, reason, value, shared });
     };
-    let mut shared_grants = HashSet::new();
+    let x = Mode::Exclusive;
     if let Input::Batch { cmds, .. } = input {
         let mut seen = HashSet::new();
         for (cmd, reply) in cmds.iter().zip(&out.replies) {
@@ -103,7 +105,7 @@ pub fn of_entry(index: u64, input: &Input, out: &Output, pending: &PendingWaits)
                 let tag = Tag { identity: a.identity.clone(), value: Vec::new() };
                 // A multi-acquire queues on every one of its locks.
                 for lock in a.locks() {
-                    push(Kind::Queued, lock, a.lease.0, 0, "", Some(&tag));
+                    push(Kind::Queued, lock, a.lease.0, 0, "", Some(&tag), x);
                 }
             }
         }
@@ -111,30 +113,25 @@ pub fn of_entry(index: u64, input: &Input, out: &Output, pending: &PendingWaits)
     for fx in &out.effects {
         match fx {
             Effect::Granted { grant, tag, mode, .. } => {
-                if *mode == fencelock_core::Mode::Shared {
-                    shared_grants.insert(grant.token.0);
-                }
-                push(Kind::Granted, grant.lock.as_str(), grant.lease.0, grant.token.0, "", tag.as_deref())
+                push(Kind::Granted, grant.lock.as_str(), grant.lease.0, grant.token.0, "", tag.as_deref(), *mode)
             }
             Effect::Downgraded { grant, tag } => {
-                push(Kind::Downgraded, grant.lock.as_str(), grant.lease.0, grant.token.0, "", tag.as_deref())
+                let (lock, lease, token) = (grant.lock.as_str(), grant.lease.0, grant.token.0);
+                push(Kind::Downgraded, lock, lease, token, "", tag.as_deref(), Mode::Shared)
             }
             Effect::Released { grant, cause, tag, .. } => {
                 let (kind, reason) = released(*cause);
-                push(kind, grant.lock.as_str(), grant.lease.0, grant.token.0, reason, tag.as_deref())
+                push(kind, grant.lock.as_str(), grant.lease.0, grant.token.0, reason, tag.as_deref(), x)
             }
             Effect::ValueChanged { grant, tag } => {
-                push(Kind::ValueChanged, grant.lock.as_str(), grant.lease.0, grant.token.0, "", tag.as_deref())
+                push(Kind::ValueChanged, grant.lock.as_str(), grant.lease.0, grant.token.0, "", tag.as_deref(), x)
             }
             Effect::WaitEnded { lock, lease, why, .. } => {
-                push(Kind::Dequeued, lock.as_str(), lease.0, 0, wait_end(*why), None)
+                push(Kind::Dequeued, lock.as_str(), lease.0, 0, wait_end(why), None, x)
             }
             // A lease's end shows as the ends of its grants and waits.
             Effect::LeaseExpired { .. } => {}
         }
-    }
-    for e in events.iter_mut().filter(|e| e.kind == Kind::Granted && shared_grants.contains(&e.token)) {
-        e.shared = true;
     }
     events
 }
@@ -148,11 +145,12 @@ fn released(cause: ReleaseCause) -> (Kind, &'static str) {
     }
 }
 
-fn wait_end(why: WaitEnd) -> &'static str {
+fn wait_end(why: &WaitEnd) -> &'static str {
     match why {
         WaitEnd::TimedOut => "timed_out",
         WaitEnd::LeaseEnded => "lease_ended",
         WaitEnd::Cancelled => "cancelled",
+        WaitEnd::SlotDone(_) => "slot_done",
     }
 }
 
@@ -218,6 +216,38 @@ mod tests {
         assert_eq!(apply(&mut e, 7, 200, vec![]), vec![(Kind::Dequeued, "a".into(), 3, 0, "timed_out", 0)]);
         let revoke = Command::Revoke { req: RequestId(21), lease: LeaseId(2) };
         assert_eq!(apply(&mut e, 8, 201, vec![revoke]), vec![(Kind::Revoked, "a".into(), 2, t2, "", 0)]);
+    }
+
+    /// Issue 18 §4: a waiter for a once-per slot completed meanwhile leaves
+    /// the queue as `dequeued` with the reason `slot_done`, never granted.
+    #[test]
+    fn a_waiter_whose_slot_was_done_is_dequeued_as_slot_done() {
+        let mut e = Engine::new();
+        e.step(&Input::leader_start(0));
+        apply(&mut e, 2, 1, vec![lease(1), lease(2)]);
+        let once = |lease: u64, req: u64, wait_ms: u64| {
+            let a = serde_json::json!({ "req": req, "lease": lease, "lock": "j", "wait_ms": wait_ms,
+                "lock_delay_ms": 0, "once_per": "day" });
+            Command::Acquire(serde_json::from_value(a).expect("an acquire"))
+        };
+        let got = apply(&mut e, 3, 2, vec![once(1, 10, 0), once(2, 20, 5_000)]);
+        let t1 = got[1].3;
+        let (lock, token) = ("j".to_string(), Token(t1));
+        let complete = Command::CompleteSlot {
+            req: RequestId(11),
+            lease: LeaseId(1),
+            lock,
+            token,
+            slot: "day".into(),
+            exit_code: 0,
+        };
+        let release = Command::Release { req: RequestId(12), lease: LeaseId(1), lock: "j".into(), token };
+        let got = apply(&mut e, 4, 3, vec![complete, release]);
+        let want = vec![
+            (Kind::Released, "j".into(), 1, t1, "released", 0),
+            (Kind::Dequeued, "j".into(), 2, 0, "slot_done", 1),
+        ];
+        assert_eq!(got, want);
     }
 
     /// A grant's events carry what its acquire said (identity, value), a

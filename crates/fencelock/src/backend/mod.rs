@@ -647,6 +647,9 @@ mod tests {
         let slot = LockOptions::default().once_per("2026-11-23");
         assert!(matches!(plain.admit("zk", "a", &slot), Err(Error::Unsupported(m)) if m.contains("slots")));
         assert_eq!(native.admit("fencelock", "a", &slot), Ok(()));
+        // A run once per a slot may wait: the server tells a waiter the slot is done.
+        let waits = LockOptions::default().once_per("2026-11-23").wait(Duration::from_secs(3600));
+        assert_eq!(native.admit("fencelock", "a", &waits), Ok(()));
         let bad = LockOptions::default().once_per("a\nb");
         let got = native.admit("fencelock", "a", &bad);
         assert!(matches!(got, Err(Error::InvalidArgument(ref m)) if m.contains("invalid slot")), "{got:?}");

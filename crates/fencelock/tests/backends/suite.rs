@@ -637,8 +637,10 @@ pub async fn hold_at_least_where_declared<T: Target>(t: &T) {
 /// Jobs that run once per slot (issue 18), where declared: a holder
 /// completes its slot, and a later acquire for that slot fails with
 /// `SlotDone` naming the token and exit code, while another slot is granted.
-/// A backend that does not declare it refuses such an acquire with
-/// `Unsupported`, before anything is sent.
+/// An acquire for the slot that waits while the run holds the lock fails
+/// with the same `SlotDone` once the run completed the slot and released: it
+/// is never granted. A backend that does not declare it refuses such an
+/// acquire with `Unsupported`, before anything is sent.
 pub async fn once_per_where_declared<T: Target>(t: &T) {
     let b = connect(&t.url()).await;
     let slot = opts(10 * SECS, Duration::ZERO).once_per("2026-11-23");
@@ -649,8 +651,15 @@ pub async fn once_per_where_declared<T: Target>(t: &T) {
     }
     let run = within("run", b.acquire("cron", &slot)).await.unwrap().acquired().unwrap();
     let token = run.token().unwrap();
+    let c = connect(&t.url()).await;
+    let waits = opts(10 * SECS, 20 * SECS).once_per("2026-11-23");
+    let waiter = tokio::spawn(async move { c.acquire("cron", &waits).await.map(|a| a.acquired().is_ok()) });
+    tokio::time::sleep(300 * MS).await;
+    assert!(!waiter.is_finished(), "a waiter for a slot not done yet waits");
     assert!(within("complete", run.complete_slot("2026-11-23", 3)).await.unwrap());
     assert!(run.release().await.unwrap());
+    let told = within("the waiter", waiter).await.unwrap();
+    assert!(matches!(told, Err(Error::SlotDone { token: t, exit_code: 3, .. }) if t == token), "waiter: {told:?}");
     let again = within("again", b.acquire("cron", &slot)).await;
     assert!(
         matches!(again, Err(Error::SlotDone { token: t, exit_code: 3, .. }) if t == token),

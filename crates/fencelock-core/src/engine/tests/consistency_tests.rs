@@ -137,3 +137,17 @@ fn inv2_a_restored_engine_forgets_holders_and_raises_the_token_counter() {
     assert_eq!(out.replies[0], Reply::LeaseGranted { lease: l(3), ttl_ms: TTL }, "lease ids continue");
     assert_eq!(out.replies[1], Reply::Acquired(grant("a", 3, 1000)));
 }
+
+/// Issue 18 §4: a waiter's slot is a valid slot name, of a single acquire.
+#[test]
+fn a_waiter_with_an_invalid_slot_or_a_multi_acquire_with_one_is_refused() {
+    let mut e = held_and_queued();
+    e.locks.get_mut(&name("a")).unwrap().queue[0].once_per = "day".into();
+    e.check_consistency().expect("a waiter once per a slot");
+    e.locks.get_mut(&name("a")).unwrap().queue[0].once_per = "a\nb".into();
+    refused(&e, "must not contain control characters");
+    let mut e = held_and_queued();
+    let w = &mut e.locks.get_mut(&name("a")).unwrap().queue[0];
+    (w.once_per, w.all) = ("day".into(), vec![name("a")]);
+    refused(&e, "a multi-acquire with a slot");
+}

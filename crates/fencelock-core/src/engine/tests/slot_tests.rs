@@ -2,7 +2,10 @@
 //! completes a slot (INV-5: a wrong completion changes nothing); an acquire
 //! for a done slot is answered `SlotDone`, grants nothing and takes no token
 //! (INV-2 untouched); a record lasts `SLOT_RETENTION_MS` of engine time,
-//! keeps its age across a new leader and survives a snapshot.
+//! keeps its age across a new leader and survives a snapshot. A waiter for a
+//! slot is looked at again when it could be granted: a slot completed
+//! meanwhile ends its wait (`WaitEnd::SlotDone`), never a grant, and the
+//! queue moves on.
 
 use super::harness::*;
 use super::*;
@@ -13,6 +16,27 @@ fn once(req: u64, lease: u64, slot: &str, identity: &str) -> Command {
         Command::Acquire(a) => Command::Acquire(Acquire { once_per: slot.into(), identity: identity.into(), ..a }),
         other => other,
     }
+}
+
+/// `cmd` (an acquire) waiting up to `wait_ms`.
+fn waiting(cmd: Command, wait_ms: u64) -> Command {
+    match cmd {
+        Command::Acquire(a) => Command::Acquire(Acquire { wait_ms, ..a }),
+        other => other,
+    }
+}
+
+/// The wait of (lease, req) on "job" ended: its slot was done by `token`,
+/// `identity`, with `exit_code`.
+fn wait_done(lease: u64, req: u64, token: u64, identity: &str, exit_code: i32) -> Effect {
+    let done = SlotCompletion { token: t(token), identity: identity.into(), exit_code };
+    wait_ended("job", lease, req, WaitEnd::SlotDone(Box::new(done)))
+}
+
+/// The release of `token` of lease 1 on "job", whose acquire said "host-a:1".
+fn released_a(token: u64, held_ms: u64, cause: ReleaseCause) -> Effect {
+    let tag = Tag::new("host-a:1", &[]);
+    Effect::Released { grant: grant("job", 1, token), held_ms, cause, tag }
 }
 
 fn complete(req: u64, lease: u64, token: u64, slot: &str, exit_code: i32) -> Command {
@@ -120,13 +144,8 @@ fn inv9_slots_are_validated() {
     assert_rejected(&mut e, 0, once(1, 1, &too_long, ""), err(MAX_SLOT_BYTES + 1));
     let control = EngineError::InvalidSlot("must not contain control characters".into());
     assert_rejected(&mut e, 0, once(1, 1, "a\nb", ""), control);
-    // A slot is looked at when the acquire applies: such an acquire is a try.
-    let waits = match once(1, 1, "s", "") {
-        Command::Acquire(a) => Command::Acquire(Acquire { wait_ms: 100, ..a }),
-        other => other,
-    };
-    let try_only = "an acquire once per a slot cannot wait in the queue (wait must be 0)";
-    assert_rejected(&mut e, 0, waits, EngineError::InvalidSlot(try_only.into()));
+    // An acquire once per a slot may wait (see the waiter tests below).
+    assert_eq!(waiting(once(1, 1, "s", ""), 100).validate(), Ok(()));
     // The token is checked before the slot, as for a release.
     assert_rejected(&mut e, 0, complete(1, 1, 0, "", 0), EngineError::InvalidToken);
 }
@@ -153,4 +172,118 @@ fn a_lock_keeps_at_most_max_slots_records_and_drops_the_oldest() {
     assert!(!slots.contains(&"s0".to_string()), "the oldest is dropped");
     assert!(slots.contains(&"s1".to_string()) && slots.contains(&"new".to_string()));
     assert_eq!(slots[0], "new", "the most recently recorded first");
+}
+
+/// Lease 1 ("host-a:1") holds "job" for slot "s" (token 1); leases 2 and 3
+/// wait for the same slot (requests 2, 3), lease 4 waits without a slot
+/// (request 4), all queued at 0 for up to 900 ms.
+fn three_wait() -> Engine {
+    let mut e = setup(4);
+    assert_eq!(one(&mut e, 0, once(1, 1, "s", "host-a:1")).0, Reply::Acquired(grant("job", 1, 1)));
+    for (lease, req) in [(2, 2), (3, 3)] {
+        one(&mut e, 0, waiting(once(req, lease, "s", ""), 900));
+    }
+    assert_eq!(one(&mut e, 0, acq(4, 4, "job", 900, 0)).0, Reply::Queued { position: 2 });
+    e
+}
+
+/// Issue 18 §4: the holder completes the slot and releases; the two waiters
+/// for that slot are told who ran it (never granted, no token spent), the
+/// plain waiter behind them is granted token 2, all in the step of the release.
+#[test]
+fn waiters_for_a_slot_done_meanwhile_are_told_so_and_the_next_waiter_is_granted() {
+    let mut e = three_wait();
+    assert_eq!(one(&mut e, 100, complete(10, 1, 1, "s", 0)).0, Reply::SlotCompleted);
+    let (reply, fx) = one(&mut e, 200, rel(11, 1, "job", 1));
+    assert_eq!(reply, Reply::Released);
+    let expected = vec![
+        released_a(1, 200, ReleaseCause::Released),
+        wait_done(2, 2, 1, "host-a:1", 0),
+        wait_done(3, 3, 1, "host-a:1", 0),
+        granted(grant("job", 4, 2), 4, true, 200),
+    ];
+    assert_eq!(fx, expected);
+    let info = e.lock_info(200, "job").unwrap();
+    assert_eq!((info.holders.len(), info.waiters.len()), (1, 0));
+    // Their wait timers are gone: nothing happens at their deadline.
+    assert_eq!(tick(&mut e, 900).effects, vec![]);
+}
+
+/// INV-6: a retry of a waiter's request after it was told gets the same
+/// answer as a reply, and queues nothing.
+#[test]
+fn inv6_a_retry_of_a_waiter_told_its_slot_is_done_gets_the_same_answer() {
+    let mut e = three_wait();
+    one(&mut e, 100, complete(10, 1, 1, "s", 7));
+    one(&mut e, 200, rel(11, 1, "job", 1));
+    let (reply, fx) = one(&mut e, 300, waiting(once(2, 2, "s", ""), 900));
+    assert_eq!((reply, fx), (done(1, "host-a:1", 7), vec![]));
+    assert_eq!(e.lock_info(300, "job").unwrap().waiters, vec![]);
+}
+
+/// Without a completion the slot's waiters are granted in turn, as any waiter.
+#[test]
+fn waiters_for_a_slot_not_done_are_granted_in_turn() {
+    let mut e = three_wait();
+    let (_, fx) = one(&mut e, 200, rel(10, 1, "job", 1));
+    assert_eq!(fx, vec![released_a(1, 200, ReleaseCause::Released), granted(grant("job", 2, 2), 2, true, 200)]);
+}
+
+/// A waiter for another slot of the same lock is granted after the
+/// completion; one queued behind it for the done slot is told so when the
+/// lock frees again.
+#[test]
+fn a_waiter_for_another_slot_is_granted() {
+    let mut e = setup(3);
+    one(&mut e, 0, once(1, 1, "s", "host-a:1"));
+    one(&mut e, 0, waiting(once(2, 2, "t", ""), 900));
+    one(&mut e, 0, waiting(once(3, 3, "s", ""), 900));
+    one(&mut e, 100, complete(10, 1, 1, "s", 0));
+    let (_, fx) = one(&mut e, 200, rel(11, 1, "job", 1));
+    assert_eq!(fx, vec![released_a(1, 200, ReleaseCause::Released), granted(grant("job", 2, 2), 2, true, 200)]);
+    let (_, fx) = one(&mut e, 300, rel(12, 2, "job", 2));
+    let expected = vec![released(grant("job", 2, 2), 100, ReleaseCause::Released), wait_done(3, 3, 1, "host-a:1", 0)];
+    assert_eq!(fx, expected);
+    assert_eq!(e.lock_info(300, "job"), None, "nothing held, nothing queued: the lock's entry is gone");
+}
+
+/// Hold-at-least with once-per: the job ends early and completes its slot;
+/// the lock stays closed until the hold ends, and then the waiter for that
+/// slot is told it is done rather than granted.
+#[test]
+fn inv17_a_waiter_for_the_slot_is_told_when_the_hold_at_least_ends() {
+    let mut e = setup(2);
+    let held = match once(1, 1, "s", "host-a:1") {
+        Command::Acquire(a) => Command::Acquire(Acquire { hold_at_least_ms: 500, ..a }),
+        other => other,
+    };
+    one(&mut e, 0, held);
+    one(&mut e, 0, waiting(once(2, 2, "s", ""), 900));
+    one(&mut e, 100, complete(10, 1, 1, "s", 0));
+    let o = batch(&mut e, 200, vec![rel(11, 1, "job", 1)]);
+    assert_eq!(o, out(vec![Reply::Released], vec![released_a(1, 200, ReleaseCause::Released)], Some(500)));
+    assert_eq!(tick(&mut e, 500), out(vec![], vec![wait_done(2, 2, 1, "host-a:1", 0)], Some(1000)));
+    assert_eq!(e.lock_info(500, "job"), None);
+}
+
+/// A new lease made at `now` with `ttl_ms` by request `req`: its id.
+fn fresh_lease(e: &mut Engine, now: Millis, req: u64, ttl_ms: u64) -> u64 {
+    match one(e, now, new_lease(req, ttl_ms)).0 {
+        Reply::LeaseGranted { lease, .. } => lease.0,
+        other => panic!("no lease: {other:?}"),
+    }
+}
+
+/// The holder's lease expires after completing its slot (the job ended, the
+/// release was lost): the waiter is told at the expiry, as at a release.
+#[test]
+fn a_waiter_for_the_slot_is_told_when_the_holder_expires() {
+    let mut e = setup(1);
+    one(&mut e, 0, once(1, 1, "s", "host-a:1"));
+    let second = fresh_lease(&mut e, 500, 2, 2000);
+    one(&mut e, 500, waiting(once(3, second, "s", ""), 2000));
+    one(&mut e, 600, complete(10, 1, 1, "s", 0));
+    let fx = tick(&mut e, 1000).effects;
+    let expected = vec![expired(1), released_a(1, 1000, ReleaseCause::Expired), wait_done(second, 3, 1, "host-a:1", 0)];
+    assert_eq!(fx, expected);
 }

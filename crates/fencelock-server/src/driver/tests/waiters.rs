@@ -4,7 +4,8 @@
 //! is never written (the race the simulator found, see `fencelock-sim`).
 
 use super::harness::*;
-use fencelock_core::{Command, LeaseId, Reply, RequestId};
+use crate::driver::AcquireOutcome;
+use fencelock_core::{Command, Effect, LeaseId, LockName, Reply, RequestId, SlotCompletion, Token, WaitEnd};
 
 fn queued() -> Reply {
     Reply::Queued { position: 0 }
@@ -85,4 +86,23 @@ fn the_cancel_of_a_superseded_caller_is_never_written() {
 fn a_caller_done_with_its_outcome_cancels_nothing() {
     let mut c = queued_core();
     assert_eq!(c.step(at(30), [done(1, 1, 5)]), vec![]);
+}
+
+/// Issue 18 §4: a waiter whose once-per slot was found done when the lock
+/// freed is woken with that end, and its caller is answered `SlotDone` (who
+/// ran the slot), as a try for a done slot is.
+#[test]
+fn a_waiter_told_its_slot_is_done_is_woken_and_answered_slot_done() {
+    let mut c = queued_core();
+    assert_eq!(c.step(at(30), [request(2, keep(2, 1))]).len(), 2);
+    let done = SlotCompletion { token: Token(9), identity: "host-a:1".into(), exit_code: 3 };
+    let why = WaitEnd::SlotDone(Box::new(done));
+    let (lock, lease, req) = (LockName::new("a").unwrap(), LeaseId(1), RequestId(5));
+    let effect = Effect::WaitEnded { lock, lease, req, why: why.clone() };
+    let a = c.step(at(31), [written(vec![kept(2)], vec![effect.clone()], None)]);
+    let woken = WaitOutcome::Ended(why.clone());
+    assert_eq!(a, vec![Action::Reply(2, Ok(kept(2))), Action::Wake(1, Ok(woken)), Action::Effect(effect)]);
+    let answer = crate::driver::ended(why, LeaseId(1));
+    let expected = AcquireOutcome::SlotDone { token: Token(9), identity: "host-a:1".into(), exit_code: 3 };
+    assert_eq!(answer, expected);
 }
