@@ -48,8 +48,9 @@ pub struct RunArgs {
     /// was lost); a later run for the same slot exits 76 at once, saying who
     /// ran it. The server remembers a slot 7 days. Without `--wait`, a run
     /// that comes while another runs is busy (73); with `--wait`, it queues,
-    /// and if the run before it completed the slot meanwhile it exits 76
-    /// (who ran it) without running CMD, else it runs. Only the fencelock
+    /// and when the run before it completes the slot it exits 76 at once
+    /// (who ran it) without running CMD; if that run lost its lease instead,
+    /// it runs when its turn comes. Only the fencelock
     /// backend.
     #[arg(long, value_name = "SLOT", conflicts_with = "all")]
     once_per: Option<String>,

@@ -176,3 +176,47 @@ fn runs_of_one_slot_that_wait_run_it_once_and_the_others_are_told_who_ran_it() {
         );
     }
 }
+
+/// Issue 18 §4 with INV-17: a run holds its slot's lock with a one-hour
+/// `--hold-at-least`; a run of the same slot queues behind it (`--wait 30s`).
+/// When the first completes the slot, the waiter exits 76 naming who ran it,
+/// although the lock stays closed for the rest of the hour: a waiter learns
+/// the job ran when it is completed, not when the hold ends.
+#[test]
+fn a_waiter_hears_the_slot_ran_while_the_hold_at_least_keeps_the_lock_closed() {
+    let tmp = tempfile::tempdir().unwrap();
+    let server = Server::start(tmp.path());
+    let (go, ran, token) = (tmp.path().join("go"), tmp.path().join("ran"), tmp.path().join("token"));
+    let first_job = format!(
+        "echo \"$FENCELOCK_TOKEN\" > {}; while [ ! -f {} ]; do sleep 0.05; done",
+        token.display(),
+        go.display()
+    );
+    let slot = ["nightly", "--once-per", "2026-11-26"];
+    let first_args = [&slot[..], &["--hold-at-least", "1h", "--identity", "host-1:1", "--", "sh", "-c", &first_job]];
+    let first = start_run(&server, &first_args.concat());
+    wait_for(|| job_lock(&server)["holders"].as_array().is_some_and(|h| h.len() == 1), "the first run holds");
+    let second_job = format!("echo ran >> {}", ran.display());
+    let second_args = [&slot[..], &["--wait", "30s", "--identity", "host-2:1", "--", "sh", "-c", &second_job]];
+    let second = start_run(&server, &second_args.concat());
+    wait_for(|| job_lock(&server)["waiters"].as_u64() == Some(1), "the second run waits");
+    std::fs::write(&go, b"").unwrap();
+    let outs = finish_all(vec![first, second], Duration::from_secs(40));
+    assert_eq!(outs[0].status.code(), Some(0), "{}", stderr(&outs[0]));
+    assert_eq!(outs[1].status.code(), Some(SLOT_DONE), "{}", stderr(&outs[1]));
+    let who = format!("by host-1:1 (token {}, exit 0)", std::fs::read_to_string(&token).unwrap().trim());
+    assert!(stderr(&outs[1]).contains(&who), "{}", stderr(&outs[1]));
+    assert!(!ran.exists(), "the waiter never ran its command");
+    let lock = job_lock(&server);
+    let left = lock["reopens_in_ms"].as_u64().unwrap_or_else(|| panic!("still closed by the hold: {lock}"));
+    assert!(left > 0, "{lock}");
+}
+
+/// Polls `ok` every 20 ms for up to 20 s; fails the test naming `what`.
+fn wait_for(ok: impl Fn() -> bool, what: &str) {
+    let start = Instant::now();
+    while !ok() {
+        assert!(start.elapsed() < Duration::from_secs(20), "timed out waiting until {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}

@@ -256,7 +256,7 @@ impl Engine {
             }
             Command::CompleteSlot { req, lease, lock, token, slot, exit_code } => {
                 let (req, lease, token, exit_code) = (*req, *lease, *token, *exit_code);
-                self.complete_slot(slots::CompleteSlot { req, lease, lock, token, slot, exit_code })
+                self.complete_slot(slots::CompleteSlot { req, lease, lock, token, slot, exit_code }, fx)
             }
             Command::As { caller, cmd } => self.apply_as(caller, cmd, fx),
             Command::Policy(_) => Reply::Rejected(EngineError::NotAdmin),

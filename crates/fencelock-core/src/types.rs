@@ -204,8 +204,9 @@ pub enum Command {
     /// The current holder (lock, lease, token) ran the job of `slot` to its
     /// end with `exit_code`: the engine records it (with the token, the
     /// grant's identity and its own `now`) for [`SLOT_RETENTION_MS`], and an
-    /// acquire with that `once_per` is answered [`Reply::SlotDone`] (one
-    /// that waits in the queue: [`WaitEnd::SlotDone`] when its turn comes).
+    /// acquire with that `once_per` is answered [`Reply::SlotDone`] (the live
+    /// waiters of the lock for that slot leave the queue at once with
+    /// [`WaitEnd::SlotDone`]).
     /// [`Reply::NotHolder`] (and nothing changes) when that is not a current
     /// grant: a run that lost its lease never completes its slot. The first
     /// completion of a slot stays; a later one is answered
@@ -331,11 +332,11 @@ pub struct Acquire {
     /// A slot name (a day, an hour: any 1 to [`MAX_SLOT_BYTES`] bytes without
     /// control characters): when [`Command::CompleteSlot`] recorded it for
     /// this lock within [`SLOT_RETENTION_MS`], the acquire is answered
-    /// [`Reply::SlotDone`] and grants nothing. A waiter (`wait_ms > 0`) is
-    /// looked at again whenever the lock could be granted to it (it heads
-    /// the queue and fits): if its slot was completed meanwhile it leaves the
-    /// queue with [`WaitEnd::SlotDone`] and is never granted, and the next
-    /// waiter is looked at. "" (the default, and entries written before it
+    /// [`Reply::SlotDone`] and grants nothing. A waiter (`wait_ms > 0`)
+    /// leaves the queue with [`WaitEnd::SlotDone`] when the slot is
+    /// completed, and is looked at again whenever the lock could be granted
+    /// to it (it heads the queue and fits), so it is never granted a done
+    /// slot. "" (the default, and entries written before it
     /// existed): none.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub once_per: String,

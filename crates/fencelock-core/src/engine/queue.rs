@@ -127,6 +127,28 @@ impl Engine {
         }
     }
 
+    /// `slot` of `name` was just completed: every live waiter of `name` that
+    /// runs once per it leaves now, in queue order, with
+    /// [`WaitEnd::SlotDone`] (as [`Engine::grant_from`] would end it when its
+    /// turn came). Waiters whose lease is not live are left to their lease's
+    /// end, as everywhere (INV-4). A once-per waiter is a single acquire (no
+    /// multi-acquire runs once per a slot), so it is in this queue only.
+    pub(super) fn end_slot_waiters(&mut self, name: &LockName, slot: &str, fx: &mut Effects) {
+        let Some(done) = self.slot_done(name, slot) else { return };
+        let Some(lock) = self.locks.get(name) else { return };
+        let ending: Vec<(LeaseId, RequestId)> = (lock.queue.iter())
+            .filter(|w| w.once_per == slot && self.is_live(w.lease))
+            .map(|w| (w.lease, w.req))
+            .collect();
+        for (lease, req) in ending {
+            if let Some(w) = self.take_waiter(name, lease, req) {
+                self.end_done_wait(name, w, done.clone(), fx);
+            }
+        }
+        // One of them may have been the head that held the others back.
+        self.grant_next(name, fx);
+    }
+
     /// The waiter `w` (taken out of every queue) leaves: its timer and its
     /// lease's note of the wait go.
     fn forget_wait(&mut self, w: &Waiter) {

@@ -3,10 +3,11 @@
 //! acquire whose [`Acquire::once_per`] slot is done.
 //!
 //! Where it sits: beside `lock.rs`, which calls [`Engine::slot_done`] before
-//! it answers an acquire, and `queue.rs`, which calls
-//! [`Engine::waiter_slot_done`] before it grants a waiter (a waiter for a slot
-//! completed meanwhile leaves with [`WaitEnd::SlotDone`]). Both look in the
-//! apply of the entry, so every replica gives the same answer. A record is kept for [`SLOT_RETENTION_MS`] of engine time (the
+//! it answers an acquire, and `queue.rs`, whose `end_slot_waiters` ends the
+//! slot's waiters when it is completed (with [`WaitEnd::SlotDone`]) and which
+//! calls [`Engine::waiter_slot_done`] before it grants a waiter. All of it
+//! happens in the apply of an entry, so every replica gives the same answer.
+//! A record is kept for [`SLOT_RETENTION_MS`] of engine time (the
 //! leaders' monotonic clocks, re-based as every instant is); an old record is
 //! dropped when its lock's slots are next looked at, so every replica drops
 //! the same ones at the same entry. At most [`MAX_SLOTS_PER_LOCK`] records are
@@ -17,7 +18,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use super::state::{rebase, Outcome, Waiter};
-use super::Engine;
+use super::{Effects, Engine};
 use crate::validate::check_complete;
 use crate::*;
 
@@ -49,7 +50,10 @@ pub(super) struct CompleteSlot<'a> {
 impl Engine {
     /// [`Command::CompleteSlot`]: checked as a release is (a wrong one changes
     /// nothing and is not remembered, INV-5); the first completion stays.
-    pub(super) fn complete_slot(&mut self, c: CompleteSlot<'_>) -> Reply {
+    /// The live waiters of the lock that run once per this slot are told at
+    /// once ([`Engine::end_slot_waiters`]): they need not wait for the lock
+    /// (a `hold_at_least` may keep it closed long after the job ended).
+    pub(super) fn complete_slot(&mut self, c: CompleteSlot<'_>, fx: &mut Effects) -> Reply {
         let name = match check_complete(c.req, c.lock, c.token, c.slot) {
             Ok(name) => name,
             Err(e) => return Reply::Rejected(e),
@@ -66,12 +70,13 @@ impl Engine {
         };
         self.prune_slots(&name);
         let record = SlotRecord { token: c.token, identity, exit_code: c.exit_code, at: self.now };
-        let slots = self.slots.entry(name).or_default();
+        let slots = self.slots.entry(name.clone()).or_default();
         if !slots.contains_key(c.slot) && slots.len() >= MAX_SLOTS_PER_LOCK {
             drop_oldest(slots);
         }
         slots.entry(c.slot.to_owned()).or_insert(record);
         self.record(c.lease, c.req, Outcome::Replied(Reply::SlotCompleted));
+        self.end_slot_waiters(&name, c.slot, fx);
         Reply::SlotCompleted
     }
 

@@ -51,6 +51,11 @@ impl Oracle {
         if let (Command::Revoke { lease, .. }, Reply::LeaseRevoked { .. }) = (c, r) {
             self.ended.insert(*lease);
         }
+        // A completion tells its slot's waiters in its own effects: it counts
+        // as done before them.
+        if let (Command::CompleteSlot { lock, token, slot, .. }, Reply::SlotCompleted) = (c, r) {
+            self.done.entry((lock.clone(), slot.clone())).or_insert(*token);
+        }
         if let Command::Acquire(a) = c {
             let asked = (a.mode == Mode::Shared && a.permits == 0, a.weight, a.permits);
             self.asked.insert((a.lease, a.req), asked);
@@ -284,10 +289,6 @@ impl Oracle {
             }
             (Command::Revoke { lease, .. }, Reply::LeaseRevoked { .. }) => {
                 self.ended.insert(*lease);
-                Ok(())
-            }
-            (Command::CompleteSlot { lock, token, slot, .. }, Reply::SlotCompleted) => {
-                self.done.entry((lock.clone(), slot.clone())).or_insert(*token);
                 Ok(())
             }
             (Command::Acquire(a), Reply::SlotDone { token, .. }) => {

@@ -431,7 +431,7 @@ impl Model {
             }
             Command::Downgrade { req, lease, lock, token } => self.downgrade(req.0, lease.0, lock, token.0, fx),
             Command::CompleteSlot { req, lease, lock, token, slot, exit_code } => {
-                self.complete_slot((req.0, lease.0), (lock, token.0), slot, *exit_code)
+                self.complete_slot((req.0, lease.0), (lock, token.0), (slot, *exit_code), fx)
             }
             // Lease ownership, proposed ids, the policy and resizes are the
             // engine's unit tests' (engine/tests/owner_tests.rs,
@@ -627,13 +627,14 @@ impl Model {
     }
 
     /// `CompleteSlot` by the grant (lock, lease, token): checked as a release
-    /// is; the first completion of a slot stays.
+    /// is; the first completion of a slot stays. The live waiters of the lock
+    /// for that slot are told at once, in queue order.
     fn complete_slot(
         &mut self,
         (req, lease): (u64, u64),
         (lock, token): (&str, u64),
-        slot: &str,
-        exit_code: i32,
+        (slot, exit_code): (&str, i32),
+        fx: &mut Vec<Effect>,
     ) -> Result<Reply, EngineError> {
         if req == 0 {
             return Err(EngineError::InvalidRequestId);
@@ -657,7 +658,24 @@ impl Model {
             self.slots.push(MSlot { lock, slot, token, lease, exit_code, at });
         }
         self.remember(lease, req, Memo::Said(Reply::SlotCompleted));
+        self.end_slot_waiters(lock, slot, fx);
         Ok(Reply::SlotCompleted)
+    }
+
+    /// Every live waiter of `lock` for the done `slot` leaves with
+    /// `WaitEnd::SlotDone`, in queue order; the queue then moves on.
+    fn end_slot_waiters(&mut self, lock: &str, slot: &str, fx: &mut Vec<Effect>) {
+        let Some(done) = self.done(lock, slot) else { return };
+        let ending: Vec<MWaiter> =
+            self.waiters.iter().filter(|w| w.lock == lock && w.slot == slot && self.live(w.lease)).cloned().collect();
+        for w in ending {
+            self.waiters.retain(|x| !(x.lease == w.lease && x.req == w.req));
+            let (lease, req) = (LeaseId(w.lease), RequestId(w.req));
+            let why = WaitEnd::SlotDone(Box::new(done.clone()));
+            fx.push(Effect::WaitEnded { lock: lock_name(lock), lease, req, why });
+            self.remember(w.lease, w.req, Memo::Said(done.reply()));
+        }
+        self.grant_next(lock, fx);
     }
 
     /// The completed slots of `lock` at `now` (at least the model's clock),

@@ -218,8 +218,9 @@ mod tests {
         assert_eq!(apply(&mut e, 8, 201, vec![revoke]), vec![(Kind::Revoked, "a".into(), 2, t2, "", 0)]);
     }
 
-    /// Issue 18 §4: a waiter for a once-per slot completed meanwhile leaves
-    /// the queue as `dequeued` with the reason `slot_done`, never granted.
+    /// Issue 18 §4: a waiter for a once-per slot leaves the queue as
+    /// `dequeued` with the reason `slot_done` when the slot is completed,
+    /// never granted.
     #[test]
     fn a_waiter_whose_slot_was_done_is_dequeued_as_slot_done() {
         let mut e = Engine::new();
@@ -243,9 +244,10 @@ mod tests {
         };
         let release = Command::Release { req: RequestId(12), lease: LeaseId(1), lock: "j".into(), token };
         let got = apply(&mut e, 4, 3, vec![complete, release]);
+        // The completion ends the waiter at once, before the release.
         let want = vec![
-            (Kind::Released, "j".into(), 1, t1, "released", 0),
-            (Kind::Dequeued, "j".into(), 2, 0, "slot_done", 1),
+            (Kind::Dequeued, "j".into(), 2, 0, "slot_done", 0),
+            (Kind::Released, "j".into(), 1, t1, "released", 1),
         ];
         assert_eq!(got, want);
     }

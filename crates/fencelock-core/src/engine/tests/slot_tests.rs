@@ -187,22 +187,20 @@ fn three_wait() -> Engine {
     e
 }
 
-/// Issue 18 §4: the holder completes the slot and releases; the two waiters
-/// for that slot are told who ran it (never granted, no token spent), the
-/// plain waiter behind them is granted token 2, all in the step of the release.
+/// Issue 18 §4: the holder completes the slot; the two waiters for that slot
+/// are told who ran it in the step of the completion (never granted, no
+/// token spent), the plain waiter behind them stays queued and is granted
+/// token 2 at the release.
 #[test]
-fn waiters_for_a_slot_done_meanwhile_are_told_so_and_the_next_waiter_is_granted() {
+fn waiters_for_a_slot_are_told_when_it_is_completed_and_the_next_waiter_is_granted() {
     let mut e = three_wait();
-    assert_eq!(one(&mut e, 100, complete(10, 1, 1, "s", 0)).0, Reply::SlotCompleted);
+    let (reply, fx) = one(&mut e, 100, complete(10, 1, 1, "s", 0));
+    assert_eq!(reply, Reply::SlotCompleted);
+    assert_eq!(fx, vec![wait_done(2, 2, 1, "host-a:1", 0), wait_done(3, 3, 1, "host-a:1", 0)]);
+    assert_eq!(e.lock_info(100, "job").unwrap().waiters.len(), 1, "the plain waiter stays");
     let (reply, fx) = one(&mut e, 200, rel(11, 1, "job", 1));
     assert_eq!(reply, Reply::Released);
-    let expected = vec![
-        released_a(1, 200, ReleaseCause::Released),
-        wait_done(2, 2, 1, "host-a:1", 0),
-        wait_done(3, 3, 1, "host-a:1", 0),
-        granted(grant("job", 4, 2), 4, true, 200),
-    ];
-    assert_eq!(fx, expected);
+    assert_eq!(fx, vec![released_a(1, 200, ReleaseCause::Released), granted(grant("job", 4, 2), 4, true, 200)]);
     let info = e.lock_info(200, "job").unwrap();
     assert_eq!((info.holders.len(), info.waiters.len()), (1, 0));
     // Their wait timers are gone: nothing happens at their deadline.
@@ -229,29 +227,30 @@ fn waiters_for_a_slot_not_done_are_granted_in_turn() {
     assert_eq!(fx, vec![released_a(1, 200, ReleaseCause::Released), granted(grant("job", 2, 2), 2, true, 200)]);
 }
 
-/// A waiter for another slot of the same lock is granted after the
-/// completion; one queued behind it for the done slot is told so when the
-/// lock frees again.
+/// A waiter for another slot of the same lock stays queued at the
+/// completion and is granted at the release; one queued behind it for the
+/// done slot is told so at the completion.
 #[test]
 fn a_waiter_for_another_slot_is_granted() {
     let mut e = setup(3);
     one(&mut e, 0, once(1, 1, "s", "host-a:1"));
     one(&mut e, 0, waiting(once(2, 2, "t", ""), 900));
     one(&mut e, 0, waiting(once(3, 3, "s", ""), 900));
-    one(&mut e, 100, complete(10, 1, 1, "s", 0));
+    let (_, fx) = one(&mut e, 100, complete(10, 1, 1, "s", 0));
+    assert_eq!(fx, vec![wait_done(3, 3, 1, "host-a:1", 0)]);
     let (_, fx) = one(&mut e, 200, rel(11, 1, "job", 1));
     assert_eq!(fx, vec![released_a(1, 200, ReleaseCause::Released), granted(grant("job", 2, 2), 2, true, 200)]);
     let (_, fx) = one(&mut e, 300, rel(12, 2, "job", 2));
-    let expected = vec![released(grant("job", 2, 2), 100, ReleaseCause::Released), wait_done(3, 3, 1, "host-a:1", 0)];
-    assert_eq!(fx, expected);
+    assert_eq!(fx, vec![released(grant("job", 2, 2), 100, ReleaseCause::Released)]);
     assert_eq!(e.lock_info(300, "job"), None, "nothing held, nothing queued: the lock's entry is gone");
 }
 
 /// Hold-at-least with once-per: the job ends early and completes its slot;
-/// the lock stays closed until the hold ends, and then the waiter for that
-/// slot is told it is done rather than granted.
+/// the waiter for that slot is told at once, although the lock stays closed
+/// until the hold ends (a waiter need not wait out the hold to learn the job
+/// ran).
 #[test]
-fn inv17_a_waiter_for_the_slot_is_told_when_the_hold_at_least_ends() {
+fn inv17_a_waiter_for_the_slot_is_told_before_the_hold_at_least_ends() {
     let mut e = setup(2);
     let held = match once(1, 1, "s", "host-a:1") {
         Command::Acquire(a) => Command::Acquire(Acquire { hold_at_least_ms: 500, ..a }),
@@ -259,10 +258,11 @@ fn inv17_a_waiter_for_the_slot_is_told_when_the_hold_at_least_ends() {
     };
     one(&mut e, 0, held);
     one(&mut e, 0, waiting(once(2, 2, "s", ""), 900));
-    one(&mut e, 100, complete(10, 1, 1, "s", 0));
+    let (_, fx) = one(&mut e, 100, complete(10, 1, 1, "s", 0));
+    assert_eq!(fx, vec![wait_done(2, 2, 1, "host-a:1", 0)]);
     let o = batch(&mut e, 200, vec![rel(11, 1, "job", 1)]);
     assert_eq!(o, out(vec![Reply::Released], vec![released_a(1, 200, ReleaseCause::Released)], Some(500)));
-    assert_eq!(tick(&mut e, 500), out(vec![], vec![wait_done(2, 2, 1, "host-a:1", 0)], Some(1000)));
+    assert_eq!(tick(&mut e, 500).effects, vec![]);
     assert_eq!(e.lock_info(500, "job"), None);
 }
 
@@ -275,15 +275,16 @@ fn fresh_lease(e: &mut Engine, now: Millis, req: u64, ttl_ms: u64) -> u64 {
 }
 
 /// The holder's lease expires after completing its slot (the job ended, the
-/// release was lost): the waiter is told at the expiry, as at a release.
+/// release was lost): the waiter was told at the completion, and the expiry
+/// only ends the grant.
 #[test]
-fn a_waiter_for_the_slot_is_told_when_the_holder_expires() {
+fn a_waiter_for_the_slot_is_told_at_the_completion_not_at_the_expiry() {
     let mut e = setup(1);
     one(&mut e, 0, once(1, 1, "s", "host-a:1"));
     let second = fresh_lease(&mut e, 500, 2, 2000);
     one(&mut e, 500, waiting(once(3, second, "s", ""), 2000));
-    one(&mut e, 600, complete(10, 1, 1, "s", 0));
+    let (_, fx) = one(&mut e, 600, complete(10, 1, 1, "s", 0));
+    assert_eq!(fx, vec![wait_done(second, 3, 1, "host-a:1", 0)]);
     let fx = tick(&mut e, 1000).effects;
-    let expected = vec![expired(1), released_a(1, 1000, ReleaseCause::Expired), wait_done(second, 3, 1, "host-a:1", 0)];
-    assert_eq!(fx, expected);
+    assert_eq!(fx, vec![expired(1), released_a(1, 1000, ReleaseCause::Expired)]);
 }
