@@ -153,3 +153,40 @@ fn no_multi_grant_is_inconclusive() {
     assert_eq!(c.status, Status::Inconclusive, "{c:?}");
     assert!(c.examples[0].contains("0 multi grants, 1 single grants"), "{c:?}");
 }
+
+/// w0 holds both locks (tokens 5, 6, lease 100) when the server is killed;
+/// the holders read back per lock: m0's with token 5, m1's with `m1_token`.
+fn killed_multi_holder(m1_token: Option<u64>) -> H {
+    let mut h = H::default();
+    h.grant("w0", 1, (0, 1), &["m0", "m1"], &[5, 6]).rmw("w0", 1, 2, "obj-m0", 5).fault(10, "start").restart(10, 20);
+    for (lock, token) in [("chaos-m0", Some(5)), ("chaos-m1", m1_token)] {
+        h.note(21, Op::Holder, |e| {
+            e.detail = json!({ "killed_at": 10 * MS });
+            e.target = Some(lock.into());
+            (e.token, e.lease) = (token, token.map(|_| 100));
+        });
+    }
+    h.evidence(22, "restarted", 1)
+        .fault(23, "end")
+        .rmw("w0", 1, 24, "obj-m1", 6)
+        .release_locks("w0", 1, 30, &["m0", "m1"])
+        .final_read_of(5_000, "obj-m0", &["w0-1"])
+        .final_read_of(5_000, "obj-m1", &["w0-1"]);
+    h
+}
+
+#[test]
+fn a_multi_grant_survives_a_restart_on_every_lock() {
+    // C6 per lock (INV-18's grants are durable, each lock's as any grant):
+    // both locks read back with the multi grant's lease and their tokens.
+    let v = run(&RunInfo { scenario: "K4".into(), ..multi_info() }, &killed_multi_holder(Some(6)), &[]);
+    assert_eq!(get(&v, "C6").status, Status::Pass, "{:?}", get(&v, "C6"));
+}
+
+#[test]
+fn a_multi_grant_lost_on_one_lock_fails() {
+    // C6 per lock: m1 read back with nobody holding it.
+    let v = run(&RunInfo { scenario: "K4".into(), ..multi_info() }, &killed_multi_holder(None), &[]);
+    let c = get(&v, "C6");
+    assert_eq!((c.status, c.violations), (Status::Fail, 1), "{c:?}");
+}
