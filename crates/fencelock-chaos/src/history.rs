@@ -43,6 +43,9 @@ pub enum Op {
     // ---- worker operations (invoke + completion) ----
     /// Acquire the lock; `ok` carries `token` (if the backend fences) and
     /// `lease`; `shared` on both events for a reader's acquire (shared mode).
+    /// Multi mode: both events name the locks asked, in order (`locks`); a
+    /// multi-acquire's `ok` carries one token per lock in that order
+    /// (`tokens`) and no `token`.
     Acquire,
     /// Fenced read of the object with `token`; `ok` carries `value`; `fail`
     /// with `stale: true` when the storage refused the token (409), `fail`
@@ -54,7 +57,9 @@ pub enum Op {
     /// `skipped: true` when the worker's last check found its lease gone and it
     /// did not send the write.
     Write,
-    /// Release the lock (compare-and-delete with `token`); `ok` carries `released`.
+    /// Release the lock (compare-and-delete with `token`); `ok` carries
+    /// `released`. Multi mode: `locks` and, for a multi grant, `tokens`, as
+    /// on its acquire (`released`: every lock was still held).
     Release,
     /// Election mode: campaign for the election (the run's lock name) with
     /// the value `<p>-<seq>`; `ok` (elected) carries the term as `token` and
@@ -130,6 +135,17 @@ pub struct Event {
     pub token: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lease: Option<u64>,
+    /// Read / write: the object's key (with `p`, `f` and `seq`, it pairs
+    /// the invoke with its completion: a multi-holder's cycle reads and
+    /// writes several objects).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
+    /// Multi mode's acquire and release: the locks, in the order asked.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub locks: Option<Vec<String>>,
+    /// A multi grant's tokens, one per lock of `locks`, in that order.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tokens: Option<Vec<u64>>,
     /// Write: the unique id this write appends (`w3-17`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub append: Option<String>,
@@ -202,6 +218,9 @@ impl Event {
             seq: 0,
             token: None,
             lease: None,
+            key: None,
+            locks: None,
+            tokens: None,
             append: None,
             value: None,
             error: None,

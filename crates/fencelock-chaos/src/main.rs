@@ -91,7 +91,7 @@ struct RunArgs {
     #[arg(long, default_value = "500ms", value_parser = parse_duration)]
     ttl: Duration,
     /// Run a deliberately broken build: fencing-off, memory-token,
-    /// dead-waiter, reads-unfenced (with --shared).
+    /// dead-waiter, reads-unfenced (with --shared), multi-one-by-one (with --multi).
     #[arg(long)]
     mutant: Option<Mutant>,
     /// Run fencelock (a node, or the group of fencelock3, whose nodes then
@@ -117,6 +117,13 @@ struct RunArgs {
     /// permits in use (R2). Needs a backend that declares semaphores.
     #[arg(long, default_value_t = 0, conflicts_with_all = ["election", "shared"])]
     permits: u32,
+    /// Multi mode: K locks, each guarding its own object; each cycle a
+    /// worker takes all K at once (`acquire_all`, in a shuffled order) or
+    /// one, and writes each held lock's object with that lock's token; the
+    /// check M1 is added, and C3, C4 and C6 are judged per lock. Needs a
+    /// backend that declares atomic multi-locks.
+    #[arg(long, default_value_t = 0, conflicts_with_all = ["election", "shared", "permits"])]
+    multi: u32,
     /// Directory for histories, logs and verdict.json [default: target/chaos/<scenario>-<backend>-<seed>].
     #[arg(long)]
     out: Option<PathBuf>,
@@ -189,11 +196,12 @@ fn main() -> ExitCode {
 }
 
 async fn run_one(a: RunArgs) -> anyhow::Result<ExitCode> {
-    let mode = match (a.election, a.shared, a.permits) {
-        (true, _, _) => "-election".to_string(),
-        (_, true, _) => "-shared".to_string(),
-        (_, _, 0) => String::new(),
-        (_, _, n) => format!("-permits{n}"),
+    let mode = match (a.election, a.shared, a.permits, a.multi) {
+        (true, ..) => "-election".to_string(),
+        (_, true, ..) => "-shared".to_string(),
+        (_, _, 0, 0) => String::new(),
+        (_, _, 0, k) => format!("-multi{k}"),
+        (_, _, n, _) => format!("-permits{n}"),
     };
     let out =
         a.out.unwrap_or_else(|| PathBuf::from(format!("target/chaos/{}-{}-{}{mode}", a.scenario, a.backend, a.seed)));
@@ -209,6 +217,7 @@ async fn run_one(a: RunArgs) -> anyhow::Result<ExitCode> {
         election: a.election,
         shared: a.shared,
         permits: a.permits,
+        multi: a.multi,
         out: out.clone(),
     };
     let verdict = run::run(spec).await?;

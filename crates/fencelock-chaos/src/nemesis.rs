@@ -16,7 +16,7 @@ use crate::history::{mono_ns, Event, Op};
 use crate::http;
 use crate::procs::{proc_state, signal};
 use crate::run::{Ctx, LOCK};
-use crate::scenario::Scenario;
+use crate::scenario::{multi_name, Scenario};
 use crate::targets::Target;
 
 /// The server's crash points the K4 nemesis arms through `FAILPOINTS`
@@ -433,10 +433,23 @@ fn power_loss(ctx: &mut Ctx) -> anyhow::Result<()> {
 
 /// Writes the lock's holder as the native server's admin API shows it (its
 /// first holder as `lease` and `token`; every holder, readers in shared
-/// mode, as `detail.holders`).
-async fn note_holder(ctx: &mut Ctx, mut detail: serde_json::Value) {
+/// mode, as `detail.holders`); in multi mode, one note per lock, its name
+/// as `target`.
+async fn note_holder(ctx: &mut Ctx, detail: serde_json::Value) {
+    match ctx.spec.multi {
+        0 => note_holder_of(ctx, LOCK, None, detail).await,
+        k => {
+            for i in 0..k {
+                let lock = multi_name(LOCK, i);
+                note_holder_of(ctx, &lock, Some(lock.clone()), detail.clone()).await;
+            }
+        }
+    }
+}
+
+async fn note_holder_of(ctx: &mut Ctx, lock: &str, target: Option<String>, mut detail: serde_json::Value) {
     let Some(admin) = ctx.target.admin() else { return };
-    let v = describe(admin, LOCK).await.unwrap_or_default();
+    let v = describe(admin, lock).await.unwrap_or_default();
     let h = &v["holder"];
     let (lease, token) = (h["lease_id"].as_u64(), h["token"].as_u64());
     let all: Vec<serde_json::Value> = v["holders"]
@@ -444,7 +457,7 @@ async fn note_holder(ctx: &mut Ctx, mut detail: serde_json::Value) {
         .map(|hs| hs.iter().map(|h| json!({ "lease": h["lease_id"], "token": h["token"] })).collect())
         .unwrap_or_default();
     detail["holders"] = serde_json::Value::Array(all);
-    ctx.note(Event { lease, token, detail, ..Event::note("nemesis", Op::Holder) });
+    ctx.note(Event { lease, token, detail, target, ..Event::note("nemesis", Op::Holder) });
 }
 
 async fn describe(admin: std::net::SocketAddr, lock: &str) -> anyhow::Result<serde_json::Value> {

@@ -70,10 +70,12 @@ struct Plan {
     shared: bool,
     /// Semaphore mode: permits (see `RunSpec::permits`).
     permits: u32,
+    /// Multi mode: locks (see `RunSpec::multi`).
+    multi: u32,
 }
 
 fn plan(s: Scenario, backend: &'static str, seed: u64, secs: u64) -> Plan {
-    Plan { scenario: s, backend, seed, secs, mutant: None, election: false, shared: false, permits: 0 }
+    Plan { scenario: s, backend, seed, secs, mutant: None, election: false, shared: false, permits: 0, multi: 0 }
 }
 
 /// A run in election mode: the workers campaign, observers follow the leader.
@@ -95,6 +97,16 @@ fn semaphore(s: Scenario, backend: &'static str, seed: u64, secs: u64) -> Plan {
 
 /// Semaphore mode's permits: fewer than the 4 workers, so that they queue.
 const SEMAPHORE_PERMITS: u32 = 2;
+
+/// A run in multi mode: each cycle a worker takes all `MULTI_LOCKS` locks
+/// at once (in a shuffled order) or one of them, and writes each one's object.
+fn multi(s: Scenario, backend: &'static str, seed: u64, secs: u64) -> Plan {
+    Plan { multi: MULTI_LOCKS, ..plan(s, backend, seed, secs) }
+}
+
+/// Multi mode's locks: three, so that the 4 workers' multi-acquires cross
+/// in several orders and single holders sit between them.
+const MULTI_LOCKS: u32 = 3;
 
 /// The peers whose backends declare read-write locks (`Capabilities::shared`),
 /// run in shared mode too (Curator's read-write recipe on ZooKeeper, keys on
@@ -136,6 +148,9 @@ fn plans(p: Profile) -> Vec<Plan> {
             for (i, b) in SHARING_PEERS.iter().enumerate() {
                 v.push(shared(K1, b, 55 + i as u64, 10));
             }
+            // Multi-holders paused at their first write with all their locks
+            // (no peer declares atomic multi-locks).
+            v.push(multi(K1, "fencelock", 61, 15));
             v
         }
         Profile::Long => {
@@ -172,6 +187,8 @@ fn plans(p: Profile) -> Vec<Plan> {
             }
             v.extend([semaphore(K1, "fencelock", 195, 120), semaphore(K4, "fencelock", 196, 120)]);
             v.push(semaphore(L1, "fencelock3", 197, 120));
+            v.extend([multi(K1, "fencelock", 198, 120), multi(K4, "fencelock", 199, 120)]);
+            v.push(multi(L1, "fencelock3", 200, 120));
             v.extend(plans(Profile::Mutants));
             v
         }
@@ -180,6 +197,7 @@ fn plans(p: Profile) -> Vec<Plan> {
             Plan { mutant: Some(Mutant::MemoryToken), ..plan(K4, "fencelock", 202, 15) },
             Plan { mutant: Some(Mutant::DeadWaiter), ..plan(S1, "fencelock", 203, 8) },
             Plan { mutant: Some(Mutant::ReadsUnfenced), ..shared(K1, "fencelock", 204, 15) },
+            Plan { mutant: Some(Mutant::MultiOneByOne), ..multi(K1, "fencelock", 205, 15) },
         ],
     }
 }
@@ -231,10 +249,11 @@ pub async fn profile(a: ProfileArgs) -> anyhow::Result<ExitCode> {
             election: p.election,
             shared: p.shared,
             permits: p.permits,
+            multi: p.multi,
             out: out.join(&dir),
         };
         eprintln!(
-            "fencelock-chaos: {} against {} (seed {}, {} s{}{}{}{}{})",
+            "fencelock-chaos: {} against {} (seed {}, {} s{}{}{}{}{}{})",
             p.scenario,
             p.backend,
             p.seed,
@@ -243,7 +262,8 @@ pub async fn profile(a: ProfileArgs) -> anyhow::Result<ExitCode> {
             if a.tls { ", TLS and auth" } else { "" },
             if p.election { ", election" } else { "" },
             if p.shared { ", shared" } else { "" },
-            if p.permits > 0 { format!(", semaphore of {}", p.permits) } else { String::new() }
+            if p.permits > 0 { format!(", semaphore of {}", p.permits) } else { String::new() },
+            if p.multi > 0 { format!(", multi-lock of {}", p.multi) } else { String::new() }
         );
         let v = run::run(spec).await.with_context(|| format!("{} against {}", p.scenario, p.backend))?;
         eprint!("{}", summary(&v));
@@ -273,7 +293,8 @@ fn run_dir(p: &Plan) -> String {
     let e = if p.election { "-election" } else { "" };
     let s = if p.shared { "-shared" } else { "" };
     let n = if p.permits > 0 { format!("-permits{}", p.permits) } else { String::new() };
-    format!("{}-{}-{}{m}{e}{s}{n}", p.scenario, p.backend, p.seed)
+    let k = if p.multi > 0 { format!("-multi{}", p.multi) } else { String::new() };
+    format!("{}-{}-{}{m}{e}{s}{n}{k}", p.scenario, p.backend, p.seed)
 }
 
 /// `fencelock-chaos report`: the markdown from the verdicts already on disk.

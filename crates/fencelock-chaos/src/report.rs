@@ -235,6 +235,13 @@ const CHECKS: &[(&str, &str)] = &[
             that fit: a writer alone or only readers; a semaphore with at most its permits in use.",
     ),
     (
+        "M1",
+        "Multi runs: every multi grant is whole, one token per lock asked, consecutive in the order asked (the \
+            server's one log entry, INV-18); C3, C4 and C6 are judged per lock and its object there, so that a \
+            multi-holder's and a single holder's operations on one object are fenced against each other. A run \
+            without a multi grant is inconclusive.",
+    ),
+    (
         "A1",
         "Under TLS and auth: no call of the run was refused for its credentials (the workers' histories and \
             every node's audit log), so no scenario passes because authentication stopped its work.",
@@ -322,20 +329,22 @@ fn summary(out: &mut String, runs: &[&Verdict]) {
     let _ = writeln!(
         out,
         "| scenario | backend | runs | operations | faults injected | evidence | stale writes rejected | \
-         stale accepts | lost updates | token inversions | lost acknowledged grants | heal max ms | verdict |"
+         stale reads rejected | stale accepts | lost updates | token inversions | lost acknowledged grants | \
+         heal max ms | verdict |"
     );
-    let _ = writeln!(out, "|---|---|--:|--:|--:|---|--:|--:|--:|--:|--:|--:|---|");
+    let _ = writeln!(out, "|---|---|--:|--:|--:|---|--:|--:|--:|--:|--:|--:|--:|---|");
     for ((_, scenario, _, backend), vs) in groups(runs) {
         let sum = |f: &dyn Fn(&Verdict) -> u64| vs.iter().map(|v| f(v)).sum::<u64>();
         let heal = vs.iter().filter_map(|v| v.stats.heal_max_ms).max();
         let _ = writeln!(
             out,
-            "| {scenario} | {backend} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            "| {scenario} | {backend} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
             vs.len(),
             thousands(sum(&|v| v.stats.operations)),
             thousands(sum(&|v| v.stats.faults.values().sum())),
             evidence(&vs),
             thousands(sum(&|v| v.stats.stale_rejected)),
+            thousands(sum(&|v| v.stats.stale_reads_rejected)),
             violations(&vs, "C3"),
             violations(&vs, "C4"),
             violations(&vs, "C2"),
@@ -461,8 +470,8 @@ fn mutants_section(out: &mut String, mutants: &[&Verdict]) {
         out,
         "Deliberately broken builds: `fencing-off` (the storage carries out stale writes), `memory-token` (the \
          token counter is kept only in memory), `dead-waiter` (the waiter re-check removed), `reads-unfenced` \
-         (shared mode: the workers' reads leave without their token). Each must turn at least one check red \
-         (fail).\n"
+         (shared mode: the workers' reads leave without their token), `multi-one-by-one` (multi mode: a \
+         multi-acquire takes its locks one after another). Each must turn at least one check red (fail).\n"
     );
     if mutants.is_empty() {
         let _ = writeln!(out, "No mutant runs.\n");
@@ -564,6 +573,8 @@ mod tests {
             shared: false,
             permits: 0,
             polls_holders: false,
+            multi: 0,
+            lock: "chaos".into(),
         };
         let check = |id: &str, status, violations, example: &str| Check {
             id: id.into(),
@@ -572,7 +583,13 @@ mod tests {
             violations,
             examples: vec![example.into()],
         };
-        let mut stats = Stats { operations: 12_345, stale_rejected: 21, heal_max_ms: Some(640), ..Stats::default() };
+        let mut stats = Stats {
+            operations: 12_345,
+            stale_rejected: 21,
+            stale_reads_rejected: 4,
+            heal_max_ms: Some(640),
+            ..Stats::default()
+        };
         stats.faults.insert(scenario.into(), 30);
         stats.evidence.insert("stopped".into(), 29);
         let checks = vec![
@@ -597,6 +614,7 @@ mod tests {
         assert!(ok.contains("12,345") && ok.contains("stopped 29") && ok.ends_with("| ✅ |"), "{ok}");
         assert!(bad.ends_with("| ❌ |") && bad.contains("| 2 |"), "{bad}");
         assert!(ok.contains("| n/a |"), "C6 never applied: {ok}");
+        assert!(ok.contains("| 21 | 4 |"), "stale writes and stale reads rejected: {ok}");
         assert!(md.contains("### K1 — holder paused past its TTL"));
         assert!(md.contains("- **redis seed 7 — C3 C3 name: fail** (2 violations)"), "{md}");
         assert!(md.contains("audit #17"));

@@ -22,7 +22,7 @@ use crate::http;
 use crate::nemesis;
 use crate::observers::{HolderPolls, Observers};
 use crate::procs::{free_addr, storage_server, ServerProc};
-use crate::scenario::{Mutant, RunSpec, Scenario};
+use crate::scenario::{multi_name, Mutant, RunSpec, Scenario};
 use crate::secure::Secure;
 use crate::targets::Target;
 use crate::worker::{entries, WorkerArgs};
@@ -107,6 +107,9 @@ pub async fn run(spec: RunSpec) -> anyhow::Result<Verdict> {
     }
     if spec.permits > 0 && !caps.semaphores {
         anyhow::bail!("{} does not declare semaphores (Capabilities::semaphores): no semaphore mode", spec.backend);
+    }
+    if spec.multi > 0 && !caps.multi_lock {
+        anyhow::bail!("{} does not declare atomic multi-locks (Capabilities::multi_lock): no multi mode", spec.backend);
     }
     let ttl = spec.ttl.max(caps.min_ttl);
     let storage_addr = free_addr();
@@ -234,17 +237,29 @@ async fn wire_workers(
             shared: spec.shared,
             unfenced_reads: spec.mutant == Some(Mutant::ReadsUnfenced),
             permits: spec.permits,
+            multi: spec.multi,
+            seed: spec.seed,
+            multi_one_by_one: spec.mutant == Some(Mutant::MultiOneByOne),
         });
         storage_proxies.push(sp);
     }
     (lock_proxies, storage_proxies, args)
 }
 
-/// Worker `id`'s object: the run's one object, or in semaphore mode its own.
+/// Worker `id`'s object: the run's one object, or in semaphore mode its own
+/// (in multi mode, the base of its locks' objects' names).
 fn object_key(spec: &RunSpec, id: u32) -> String {
     match spec.permits {
         0 => KEY.into(),
         _ => format!("{KEY}-w{id}"),
+    }
+}
+
+/// Every object of the run, read at the end: the workers' (multi mode: the locks').
+fn object_keys(spec: &RunSpec) -> std::collections::BTreeSet<String> {
+    match spec.multi {
+        0 => (0..spec.workers).map(|id| object_key(spec, id)).collect(),
+        k => (0..k).map(|i| multi_name(KEY, i)).collect(),
     }
 }
 
@@ -292,11 +307,14 @@ fn run_info(spec: &RunSpec, caps: &Capabilities, ttl: Duration) -> RunInfo {
         shared: spec.shared,
         permits: spec.permits,
         polls_holders: false,
+        multi: spec.multi,
+        lock: LOCK.into(),
     }
 }
 
 /// The backend as the report names it: a run under TLS and auth (P2 always
-/// is), an election run, a shared run and a semaphore run get rows of their own.
+/// is), an election run, a shared run, a semaphore run and a multi run get
+/// rows of their own.
 fn backend_label(spec: &RunSpec) -> String {
     let mut modes = Vec::new();
     if spec.tls && !spec.scenario.needs_tls() {
@@ -310,6 +328,9 @@ fn backend_label(spec: &RunSpec) -> String {
     }
     if spec.permits > 0 {
         modes.push(format!("semaphore of {}", spec.permits));
+    }
+    if spec.multi > 0 {
+        modes.push(format!("multi-lock of {}", spec.multi));
     }
     match modes.is_empty() {
         true => spec.backend.clone(),
@@ -343,8 +364,7 @@ async fn finish(ctx: &mut Ctx, info: &RunInfo) -> anyhow::Result<Verdict> {
         let note = crate::secure::audit_note(&ctx.spec.out);
         ctx.note(note);
     }
-    let keys: std::collections::BTreeSet<String> = (0..ctx.spec.workers).map(|id| object_key(&ctx.spec, id)).collect();
-    for key in keys {
+    for key in object_keys(&ctx.spec) {
         let value = final_value(ctx.storage_addr, &key).await?;
         ctx.note(Event { value: Some(value), target: Some(key), ..Event::note("harness", Op::FinalRead) });
     }

@@ -181,6 +181,11 @@ pub enum Mutant {
     /// storage serves them unfenced (a fence that forgot reads): a reader
     /// paused past its lease reads after a newer writer wrote.
     ReadsUnfenced,
+    /// Multi mode: a worker's multi-acquire takes the locks one by one with
+    /// plain acquires, in its shuffled order, and records them as one multi
+    /// grant (Curator's multi-lock, not an atomic one): its tokens are not
+    /// consecutive when another grant came between.
+    MultiOneByOne,
 }
 
 impl Mutant {
@@ -190,6 +195,7 @@ impl Mutant {
             Mutant::MemoryToken => "memory-token",
             Mutant::DeadWaiter => "dead-waiter",
             Mutant::ReadsUnfenced => "reads-unfenced",
+            Mutant::MultiOneByOne => "multi-one-by-one",
         }
     }
 }
@@ -202,7 +208,10 @@ impl FromStr for Mutant {
             "memory-token" => Mutant::MemoryToken,
             "dead-waiter" => Mutant::DeadWaiter,
             "reads-unfenced" => Mutant::ReadsUnfenced,
-            _ => bail!("unknown mutant {s:?} (fencing-off, memory-token, dead-waiter, reads-unfenced)"),
+            "multi-one-by-one" => Mutant::MultiOneByOne,
+            _ => {
+                bail!("unknown mutant {s:?} (fencing-off, memory-token, dead-waiter, reads-unfenced, multi-one-by-one)")
+            }
         })
     }
 }
@@ -235,6 +244,19 @@ pub struct RunSpec {
     /// own (`<key>-w<i>`), and the holder observer polls the permits in use;
     /// C3, C4 are checked per object and R2 is added.
     pub permits: u32,
+    /// Multi mode when above 0 (atomic multi-locks, issue 18): this many
+    /// locks `chaos-m<i>`, each guarding its own object `chaos-object-m<i>`;
+    /// each cycle a worker takes all of them at once (`acquire_all`, in an
+    /// order it shuffles) or one of them, and read-modify-writes the object
+    /// of each lock it holds with that lock's token; M1 is added, and C3, C4
+    /// and C6 are judged per lock.
+    pub multi: u32,
     /// Where the histories, logs and verdict go.
     pub out: PathBuf,
+}
+
+/// Multi mode's name of lock or object `i` from the run's `base` name
+/// (`chaos` → `chaos-m0`, `chaos-object` → `chaos-object-m0`).
+pub fn multi_name(base: &str, i: u32) -> String {
+    format!("{base}-m{i}")
 }

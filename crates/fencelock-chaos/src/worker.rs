@@ -34,6 +34,18 @@
 //! of the semaphore of N permits, and the worker's object is its own (the
 //! harness gives each worker its key), so that the holders' writes never
 //! race.
+//!
+//! Multi mode (`--multi K`, atomic multi-locks of issue 18): locks
+//! `<lock>-m0`…`<lock>-m<K-1>`, each guarding its own object `<key>-m<i>`.
+//! Each cycle the worker takes, with probability one half, all K locks at
+//! once (`acquire_all`, in an order it shuffles each cycle: crossed orders
+//! between workers, the deadlock case) or else one of them (a plain
+//! acquire), then reads and writes the object of each lock it holds with
+//! that lock's token (see `multi`). The control lines act at the cycle's
+//! first write, so K1 stops a multi-holder with all its locks.
+//!
+//! Every choice (reader or writer, one lock or all, the order, the hold) is
+//! drawn from a seeded generator: `--seed` (the run's) and the worker's id.
 
 use std::io::Write as _;
 use std::net::SocketAddr;
@@ -49,6 +61,8 @@ use tokio::sync::mpsc;
 
 use crate::history::{mono_ns, Event, Kind, Op, Writer};
 use crate::http;
+
+mod multi;
 
 /// The storage's fencing headers, as `fencelock_fence::storage` names them.
 const LOCK_HEADER: &str = "Fencing-Lock";
@@ -98,9 +112,27 @@ pub struct WorkerArgs {
     /// Semaphore mode: take one permit of a semaphore of this many (0: a lock).
     #[arg(long, default_value_t = 0)]
     pub permits: u32,
+    /// Multi mode: this many locks `<lock>-m<i>`, each guarding object
+    /// `<key>-m<i>`; a cycle takes all of them at once or one (0: off).
+    #[arg(long, default_value_t = 0, conflicts_with_all = ["election", "shared", "permits"])]
+    pub multi: u32,
+    /// The run's seed: with the worker's id, it seeds every choice of the worker.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
     /// The mutant reads-unfenced: reads leave without the fencing headers.
     #[arg(long, hide = true)]
     pub unfenced_reads: bool,
+    /// The mutant multi-one-by-one: a multi-acquire takes its locks one
+    /// after another with plain acquires and records them as one grant.
+    #[arg(long, hide = true)]
+    pub multi_one_by_one: bool,
+}
+
+/// A lock and the object it guards (the fence's `Fencing-Lock` and key).
+#[derive(Debug, Clone)]
+struct Guarded {
+    lock: String,
+    key: String,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -121,6 +153,13 @@ struct Worker {
     ctl: mpsc::UnboundedReceiver<Ctl>,
     pending: Option<Ctl>,
     stopping: bool,
+    /// Every choice of the worker, seeded from the run's seed and its id.
+    rng: fastrand::Rng,
+}
+
+/// The worker's generator: the run's seed mixed with the worker's id.
+fn worker_rng(seed: u64, id: u32) -> fastrand::Rng {
+    fastrand::Rng::with_seed(seed ^ (u64::from(id) + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15))
 }
 
 /// The worker's main: connects, then cycles until told to stop.
@@ -130,7 +169,8 @@ pub async fn run(a: WorkerArgs) -> anyhow::Result<()> {
     let (tx, ctl) = mpsc::unbounded_channel();
     tokio::spawn(read_control(tx));
     let p = format!("w{}", a.id);
-    let mut w = Worker { a, p, out, backend, ctl, pending: None, stopping: false };
+    let rng = worker_rng(a.seed, a.id);
+    let mut w = Worker { a, p, out, backend, ctl, pending: None, stopping: false, rng };
     say("ready");
     let mut seq = 0;
     while !w.stopping {
@@ -139,7 +179,10 @@ pub async fn run(a: WorkerArgs) -> anyhow::Result<()> {
             break;
         }
         seq += 1;
-        w.cycle(seq).await?;
+        match w.a.multi {
+            0 => w.cycle(seq).await?,
+            _ => w.multi_cycle(seq).await?,
+        }
     }
     Ok(())
 }
@@ -214,7 +257,7 @@ impl Worker {
     /// read → write → resign; shared mode, as a reader: shared acquire → read
     /// → release).
     async fn cycle(&mut self, seq: u64) -> anyhow::Result<()> {
-        let reader = self.a.shared && fastrand::f64() < READ_SHARE;
+        let reader = self.a.shared && self.rng.f64() < READ_SHARE;
         let granted = match self.a.election {
             true => self.campaign(seq).await?,
             false => self.acquire(seq, reader).await?,
@@ -224,20 +267,25 @@ impl Worker {
             return Ok(());
         };
         let token = guard.token().unwrap_or(NO_TOKEN);
+        let obj = Guarded { lock: self.a.lock.clone(), key: self.a.key.clone() };
         if reader {
-            self.reader_read(seq, token, &guard).await?;
-        } else if let Some(value) = self.read(seq, token).await? {
-            self.write(seq, token, &guard, value).await?;
+            self.reader_read(seq, token, &guard, &obj).await?;
+        } else if let Some(value) = self.read(seq, token, &obj).await? {
+            self.write(seq, token, &guard, value, &obj).await?;
         }
-        if self.a.hold_ms > 0 {
-            tokio::time::sleep(Duration::from_millis(fastrand::u64(0..self.a.hold_ms))).await;
-        }
+        self.hold().await;
         self.release(seq, token, guard).await
     }
 
-    /// Acquires the lock, as a reader (shared) if `shared`.
-    async fn acquire(&mut self, seq: u64, shared: bool) -> anyhow::Result<Option<Guard>> {
-        self.log(Event { shared, ..self.ev(Kind::Invoke, Op::Acquire, seq) })?;
+    /// After its writes a holder keeps its locks for a random `0..hold_ms`.
+    async fn hold(&mut self) {
+        if self.a.hold_ms > 0 {
+            tokio::time::sleep(Duration::from_millis(self.rng.u64(0..self.a.hold_ms))).await;
+        }
+    }
+
+    /// The options of every acquire: the TTL, the wait, and the mode's.
+    fn options(&self, shared: bool) -> LockOptions {
         let mut opts = LockOptions::default()
             .ttl(Duration::from_millis(self.a.ttl_ms))
             .wait(Duration::from_millis(self.a.wait_ms));
@@ -247,6 +295,13 @@ impl Worker {
         if self.a.permits > 0 {
             opts = opts.permits(self.a.permits);
         }
+        opts
+    }
+
+    /// Acquires the lock, as a reader (shared) if `shared`.
+    async fn acquire(&mut self, seq: u64, shared: bool) -> anyhow::Result<Option<Guard>> {
+        self.log(Event { shared, ..self.ev(Kind::Invoke, Op::Acquire, seq) })?;
+        let opts = self.options(shared);
         let res = self.backend.acquire(&self.a.lock, &opts).await;
         let mut e = Event { shared, ..self.ev(Kind::Ok, Op::Acquire, seq) };
         let guard = match res {
@@ -298,25 +353,27 @@ impl Worker {
 
     /// A reader's read: the fault points and the last check as before a
     /// write, then the fenced read (or a `read` failed as `skipped`).
-    async fn reader_read(&mut self, seq: u64, token: u64, guard: &Guard) -> anyhow::Result<()> {
+    async fn reader_read(&mut self, seq: u64, token: u64, guard: &Guard, obj: &Guarded) -> anyhow::Result<()> {
         self.slow_point(seq).await;
         if lease_gone(guard) {
-            let invoke = Event { token: Some(token), ..self.ev(Kind::Invoke, Op::Read, seq) };
+            let invoke =
+                Event { token: Some(token), key: Some(obj.key.clone()), ..self.ev(Kind::Invoke, Op::Read, seq) };
             self.log(invoke.clone())?;
             let why = Some("lease lost before the read".into());
             return self.log(Event { kind: Kind::Fail, t: mono_ns(), skipped: true, error: why, ..invoke });
         }
         self.fault_point(seq).await;
-        self.read(seq, token).await.map(|_| ())
+        self.read(seq, token, obj).await.map(|_| ())
     }
 
     /// A fenced read; `None` (after logging why) unless it succeeded.
-    async fn read(&mut self, seq: u64, token: u64) -> anyhow::Result<Option<Vec<String>>> {
-        self.log(Event { token: Some(token), ..self.ev(Kind::Invoke, Op::Read, seq) })?;
-        let path = format!("/objects/{}", self.a.key);
-        let headers = if self.a.unfenced_reads { Vec::new() } else { self.fencing(token) };
+    async fn read(&mut self, seq: u64, token: u64, obj: &Guarded) -> anyhow::Result<Option<Vec<String>>> {
+        let key = Some(obj.key.clone());
+        self.log(Event { token: Some(token), key: key.clone(), ..self.ev(Kind::Invoke, Op::Read, seq) })?;
+        let path = format!("/objects/{}", obj.key);
+        let headers = if self.a.unfenced_reads { Vec::new() } else { fencing(obj, token) };
         let res = http::request(self.a.storage, "GET", &path, &headers, b"", READ_TIMEOUT).await;
-        let mut e = Event { token: Some(token), ..self.ev(Kind::Ok, Op::Read, seq) };
+        let mut e = Event { token: Some(token), key, ..self.ev(Kind::Ok, Op::Read, seq) };
         let value = match res {
             Ok(r) if r.status == 200 => Some(entries(&r.body)),
             Ok(r) if r.status == 404 => Some(Vec::new()),
@@ -333,9 +390,21 @@ impl Worker {
         Ok(value)
     }
 
-    async fn write(&mut self, seq: u64, token: u64, guard: &Guard, mut value: Vec<String>) -> anyhow::Result<()> {
+    async fn write(
+        &mut self,
+        seq: u64,
+        token: u64,
+        guard: &Guard,
+        mut value: Vec<String>,
+        obj: &Guarded,
+    ) -> anyhow::Result<()> {
         let id = format!("{}-{seq}", self.p);
-        let invoke = Event { token: Some(token), append: Some(id.clone()), ..self.ev(Kind::Invoke, Op::Write, seq) };
+        let invoke = Event {
+            token: Some(token),
+            key: Some(obj.key.clone()),
+            append: Some(id.clone()),
+            ..self.ev(Kind::Invoke, Op::Write, seq)
+        };
         self.log(invoke.clone())?;
         self.slow_point(seq).await;
         // The last check: never write once the guard says the lease may be gone.
@@ -352,9 +421,9 @@ impl Worker {
         self.fault_point(seq).await;
         value.push(id);
         let body = value.join("\n");
-        let path = format!("/objects/{}", self.a.key);
+        let path = format!("/objects/{}", obj.key);
         let res =
-            http::request(self.a.storage, "PUT", &path, &self.fencing(token), body.as_bytes(), WRITE_TIMEOUT).await;
+            http::request(self.a.storage, "PUT", &path, &fencing(obj, token), body.as_bytes(), WRITE_TIMEOUT).await;
         let mut e = Event { kind: Kind::Ok, t: mono_ns(), ..invoke };
         match res {
             Ok(r) if r.status == 200 || r.status == 201 => {}
@@ -417,22 +486,28 @@ impl Worker {
         self.log(Event { token: Some(token), ..self.ev(Kind::Invoke, op, seq) })?;
         let res = guard.release().await;
         let mut e = Event { token: Some(token), ..self.ev(Kind::Ok, op, seq) };
-        match res {
-            Ok(released) => e.released = Some(released),
-            Err(err) if refused(&err) => {
-                e.refused = true;
-                fail::<()>(&mut e, &err.to_string());
-            }
-            Err(err) => {
-                unknown::<()>(&mut e, &err.to_string());
-            }
-        }
+        released(&mut e, res);
         self.log(e)
     }
+}
 
-    fn fencing(&self, token: u64) -> Vec<(&'static str, String)> {
-        vec![(LOCK_HEADER, self.a.lock.clone()), (TOKEN_HEADER, token.to_string())]
+/// Fills a release's completion `e` in from its outcome.
+fn released(e: &mut Event, res: Result<bool, Error>) {
+    match res {
+        Ok(released) => e.released = Some(released),
+        Err(err) if refused(&err) => {
+            e.refused = true;
+            fail::<()>(e, &err.to_string());
+        }
+        Err(err) => {
+            unknown::<()>(e, &err.to_string());
+        }
     }
+}
+
+/// The fencing headers of an operation on `obj`'s object with `token`.
+fn fencing(obj: &Guarded, token: u64) -> Vec<(&'static str, String)> {
+    vec![(LOCK_HEADER, obj.lock.clone()), (TOKEN_HEADER, token.to_string())]
 }
 
 /// The last check before a fenced operation: the guard says the lease may be gone.

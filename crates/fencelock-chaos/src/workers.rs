@@ -168,8 +168,15 @@ fn worker_argv(a: &WorkerArgs) -> Vec<String> {
     if a.permits > 0 {
         argv.extend(["--permits".into(), a.permits.to_string()]);
     }
+    if a.multi > 0 {
+        argv.extend(["--multi".into(), a.multi.to_string()]);
+    }
     if a.unfenced_reads {
         argv.push("--unfenced-reads".into());
     }
+    if a.multi_one_by_one {
+        argv.push("--multi-one-by-one".into());
+    }
+    argv.extend(["--seed".into(), a.seed.to_string()]);
     argv
 }

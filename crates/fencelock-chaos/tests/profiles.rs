@@ -6,7 +6,10 @@
 //! in the election runs (K1 on a node, L1 on the group) also E1–E3; in the
 //! shared runs (readers and writers of a read-write lock, K1 on a node, L1
 //! on the group) also R1 (fenced reads see the last accepted write) and R2
-//! (the holders the server reports fit: a writer alone).
+//! (the holders the server reports fit: a writer alone); in the multi run
+//! (K1 on a node, workers taking three locks at once or one of them) also
+//! M1 (every multi grant whole, its tokens consecutive in the order asked),
+//! with C3 and C4 judged per lock and its object.
 //! Against peers without durable tokens or fencing, violations are findings
 //! and do not fail the run. fencelock's own runs (a node, and the 3-node group)
 //! run with TLS and an auth file (`--tls`), the workers as an identity that may
@@ -80,6 +83,9 @@ fn short_with(backend: &str, runs: usize, tls: bool) {
         if v["info"]["shared"] == true {
             assert_shared(v);
         }
+        if v["info"]["multi"].as_u64().unwrap_or(0) > 0 {
+            assert_multi(v);
+        }
     }
     let report = std::fs::read_to_string(tmp.path().join("safety.md")).unwrap();
     assert!(report.contains(backend), "{report}");
@@ -135,14 +141,26 @@ fn assert_shared(v: &serde_json::Value) {
     }
 }
 
+/// A multi run (atomic multi-locks, issue 18): multi grants and single
+/// grants both made, writes ok, and M1 passed (evaluated: not inconclusive).
+fn assert_multi(v: &serde_json::Value) {
+    assert!(v["info"]["backend"].as_str().unwrap().contains("multi-lock of"), "{v:#}");
+    assert!(v["stats"]["multi_grants"].as_u64().unwrap() > 0, "{v:#}");
+    assert!(v["stats"]["single_grants"].as_u64().unwrap() > 0, "{v:#}");
+    assert!(v["stats"]["writes"]["ok"].as_u64().unwrap() > 0, "{v:#}");
+    let m1 = v["checks"].as_array().unwrap().iter().find(|c| c["id"] == "M1").expect("M1");
+    assert_eq!(m1["status"], "pass", "{v:#}");
+}
+
 /// K1, K2, K3, K4 (kills and failpoints), S1, S4, S5, P1 (malformed and
 /// forged peer messages, from a member's certificate), P2 (forged peers
-/// without one), K1 in election mode (leaders paused at their write) and K1
-/// in shared mode (readers paused at their read, writers at their write)
-/// against fencelock under TLS and auth.
+/// without one), K1 in election mode (leaders paused at their write), K1
+/// in shared mode (readers paused at their read, writers at their write) and
+/// K1 in multi mode (multi-holders paused at their first write with all
+/// their locks) against fencelock under TLS and auth.
 #[test]
 fn short_profile_fencelock() {
-    short_with("fencelock", 11, true);
+    short_with("fencelock", 12, true);
 }
 
 /// P2 alone, briefly (6 s of rounds): the server under TLS and auth refuses
@@ -218,14 +236,16 @@ fn short_profile_postgres() {
 /// against it: storage with fencing off → stale accepts or lost updates (C3,
 /// C4); a token counter only in memory → token inversions (C2); the
 /// dead-waiter check removed → a grant to a dead waiter (S1); reads served
-/// unfenced in shared mode → a stale read accepted (C3).
+/// unfenced in shared mode → a stale read accepted (C3); multi-locks taken
+/// one lock after another → multi grants whose tokens are not consecutive
+/// (M1), or crossed orders deadlocked until their waits end (S6).
 #[test]
 fn every_mutant_turns_the_suite_red() {
     let tmp = tempfile::tempdir().unwrap();
     let (ok, text) = profile(&["mutants"], tmp.path());
     assert!(ok, "a mutant survived:\n{text}");
     let vs = verdicts(tmp.path());
-    assert_eq!(vs.len(), 4, "{text}");
+    assert_eq!(vs.len(), 5, "{text}");
     for v in &vs {
         assert_eq!(v["passed"], false, "{v:#}");
         let red: Vec<&str> = v["checks"]
@@ -246,6 +266,10 @@ fn every_mutant_turns_the_suite_red() {
             "memory-token" => &["C2", "C6", "S6"],
             "dead-waiter" => &["S1"],
             "reads-unfenced" => &["C3"],
+            // Taking the locks one by one shows as multi grants with another
+            // grant between their tokens (M1); its crossed orders also
+            // deadlock until the waits end, stalling the writes (S6).
+            "multi-one-by-one" => &["M1", "S6"],
             m => panic!("unknown mutant {m}"),
         };
         assert!(

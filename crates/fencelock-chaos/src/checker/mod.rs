@@ -36,6 +36,14 @@
 //! object of their own: C3 and C4 are then judged per object
 //! ([`per_object`]), each object's history being its worker's.
 //!
+//! M1 (atomic multi-locks, issue 18; not in the reference): in multi mode
+//! ([`RunInfo::multi`]) lock `<lock>-m<i>` guards object `<object>-m<i>`,
+//! and a worker's cycle takes one of the locks or all of them at once:
+//! every multi grant is whole, its tokens consecutive in the order asked
+//! ([`m1_multi`]); C3, C4 and C6 are judged one lock and its object at a
+//! time ([`per_lock`]), so that a multi-holder's and a single holder's
+//! operations on one object are judged against each other.
+//!
 //! One check per file (`c2_tokens.rs`, …, `a1_no_refusals.rs`), the shared
 //! indexing of a run in `run.rs`; each check's own rules are in its file.
 //! The ids are those of `docs/invariants.md`.
@@ -49,6 +57,8 @@ mod c8_evidence;
 mod e1_one_leader;
 mod e2_observer_terms;
 mod e3_no_phantom;
+mod m1_multi;
+mod per_lock;
 mod r1_fenced_reads;
 mod r2_holders_fit;
 mod run;
@@ -74,6 +84,8 @@ use c8_evidence::c8_evidence;
 use e1_one_leader::e1_one_leader;
 use e2_observer_terms::e2_observer_terms;
 use e3_no_phantom::e3_no_phantom;
+use m1_multi::m1_multi;
+use per_lock::per_lock;
 use r1_fenced_reads::r1_fenced_reads;
 use r2_holders_fit::r2_holders_fit;
 use run::Run;
@@ -125,6 +137,14 @@ pub struct RunInfo {
     /// Shared or semaphore mode: an observer polled the lock's holders (`holders` notes; R2).
     #[serde(default)]
     pub polls_holders: bool,
+    /// Multi mode when above 0: this many locks `<lock>-m<i>`, each guarding
+    /// its object `<object_key>-m<i>`; workers take one or all of them (M1
+    /// applies; C3, C4 and C6 per lock).
+    #[serde(default)]
+    pub multi: u32,
+    /// The run's lock name (multi mode: the locks' common prefix).
+    #[serde(default)]
+    pub lock: String,
 }
 
 /// A check's result.
@@ -234,6 +254,10 @@ pub struct Stats {
     pub holder_polls: u64,
     /// Shared mode: of those, polls that found two holders or more (readers together).
     pub polls_shared: u64,
+    /// Multi mode: ok acquires of all the locks at once.
+    pub multi_grants: u64,
+    /// Multi mode: ok acquires of one lock.
+    pub single_grants: u64,
     /// S6: the slowest heal, ms.
     pub heal_max_ms: Option<u64>,
     pub s1_trials: u64,
@@ -271,22 +295,17 @@ pub fn check(info: &RunInfo, history: &[Event], audit: &[AuditEntry]) -> Verdict
     let mut stats = r.stats();
     let (s6, heal_max_ms) = s6_heal(&r);
     stats.heal_max_ms = heal_max_ms;
-    let (c3, c4) = match info.permits {
-        0 => (c3_stale_accepts(&r), c4_lost_updates(&r)),
-        _ => per_object(info, history, audit),
+    let (c3, c4, c6) = match (info.permits, info.multi) {
+        (0, 0) => (c3_stale_accepts(&r), c4_lost_updates(&r), c6_grants_survive(&r)),
+        (0, _) => per_lock(info, history, audit),
+        _ => {
+            let (c3, c4) = per_object(info, history, audit);
+            (c3, c4, c6_grants_survive(&r))
+        }
     };
     let c8 = c8_evidence(&r, &stats, c3.violations);
-    let mut checks = vec![
-        c2_tokens(&r),
-        c3,
-        c4,
-        c6_grants_survive(&r),
-        c8,
-        s1_dead_waiters(&r),
-        s4_exactly_once(&r, &stats),
-        s6,
-        a1_no_refusals(&r),
-    ];
+    let mut checks =
+        vec![c2_tokens(&r), c3, c4, c6, c8, s1_dead_waiters(&r), s4_exactly_once(&r, &stats), s6, a1_no_refusals(&r)];
     if info.election {
         checks.extend([e1_one_leader(&r), e2_observer_terms(&r), e3_no_phantom(&r)]);
     }
@@ -295,6 +314,9 @@ pub fn check(info: &RunInfo, history: &[Event], audit: &[AuditEntry]) -> Verdict
     }
     if info.shared || info.permits > 0 {
         checks.push(r2_holders_fit(&r));
+    }
+    if info.multi > 0 {
+        checks.push(m1_multi(&r, &stats));
     }
     let passed = !checks.iter().any(|c| c.status.is_red());
     Verdict { info: info.clone(), checks, stats, passed }
@@ -321,20 +343,26 @@ fn per_object(info: &RunInfo, history: &[Event], audit: &[AuditEntry]) -> (Check
         c3.push(c3_stale_accepts(&r));
         c4.push(c4_lost_updates(&r));
     }
-    (merge(c3), merge(c4))
+    (merge(c3, REDDEST), merge(c4, REDDEST))
 }
 
-/// One check from its results on several objects (at least one).
-fn merge(parts: Vec<Check>) -> Check {
-    let rank = |s: Status| {
-        [Status::Fail, Status::Inconclusive, Status::Finding, Status::Pass, Status::NotApplicable]
-            .iter()
-            .position(|x| *x == s)
-            .unwrap_or(0)
-    };
+/// Statuses from the one that wins a [`merge`]: the reddest.
+const REDDEST: [Status; 5] = [Status::Fail, Status::Inconclusive, Status::Finding, Status::Pass, Status::NotApplicable];
+
+/// One check from its results on several objects (at least one): the
+/// status that comes first in `order`, the violations summed, the examples
+/// of the parts with that status (each once).
+fn merge(parts: Vec<Check>, order: [Status; 5]) -> Check {
+    let rank = |s: Status| order.iter().position(|x| *x == s).unwrap_or(0);
     let status = parts.iter().map(|c| c.status).min_by_key(|s| rank(*s)).unwrap_or(Status::Inconclusive);
     let violations = parts.iter().map(|c| c.violations).sum();
-    let mut examples: Vec<String> = parts.iter().flat_map(|c| c.examples.clone()).collect();
+    let mut seen = std::collections::HashSet::new();
+    let mut examples: Vec<String> = parts
+        .iter()
+        .filter(|c| c.status == status)
+        .flat_map(|c| c.examples.clone())
+        .filter(|e| seen.insert(e.clone()))
+        .collect();
     examples.truncate(MAX_EXAMPLES);
     let first = &parts[0];
     Check { id: first.id.clone(), name: first.name.clone(), status, violations, examples }

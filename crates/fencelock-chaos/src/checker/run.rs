@@ -62,6 +62,19 @@ impl<'a> Operation<'a> {
         self.done.and_then(|d| d.token).or(self.invoke.token)
     }
 
+    /// Every token of the operation: a multi grant's (`tokens`), else its `token`.
+    pub(super) fn tokens(&self) -> Vec<u64> {
+        match self.done.and_then(|d| d.tokens.clone()).or_else(|| self.invoke.tokens.clone()) {
+            Some(all) => all,
+            None => self.token().into_iter().collect(),
+        }
+    }
+
+    /// Multi mode: the locks asked, in order (none outside multi mode).
+    pub(super) fn locks(&self) -> &'a [String] {
+        self.invoke.locks.as_deref().unwrap_or_default()
+    }
+
     pub(super) fn lease(&self) -> Option<u64> {
         self.done.and_then(|d| d.lease).or(self.invoke.lease)
     }
@@ -76,13 +89,13 @@ impl<'a> Operation<'a> {
     }
 }
 
-/// Pairs invokes with completions by `(p, f, seq)`, in invoke order. A second
-/// invoke with the same key leaves the first without completion.
+/// Pairs invokes with completions by `(p, f, seq, key)`, in invoke order. A
+/// second invoke with the same key leaves the first without completion.
 pub(super) fn pair(history: &[Event]) -> Vec<Operation<'_>> {
     let mut ops: Vec<Operation<'_>> = Vec::new();
-    let mut open: HashMap<(&str, Op, u64), usize> = HashMap::new();
+    let mut open: HashMap<(&str, Op, u64, Option<&str>), usize> = HashMap::new();
     for e in history {
-        let key = (e.p.as_str(), e.f, e.seq);
+        let key = (e.p.as_str(), e.f, e.seq, e.key.as_deref());
         match e.kind {
             Kind::Note => {}
             Kind::Invoke => {
@@ -153,9 +166,10 @@ impl<'a> Run<'a> {
         i > 0 && self.up_so_far[i - 1] > a
     }
 
-    /// Ok grants (acquires, and campaigns: a term is a token) that carry a token.
+    /// Ok grants (acquires, and campaigns: a term is a token) that carry a
+    /// token; a multi grant once per token.
     pub(super) fn grants(&self) -> Vec<(Operation<'a>, u64)> {
-        self.ops.iter().filter(|o| o.is_grant_ok()).filter_map(|o| o.token().map(|t| (*o, t))).collect()
+        self.ops.iter().filter(|o| o.is_grant_ok()).flat_map(|o| o.tokens().into_iter().map(|t| (*o, t))).collect()
     }
 
     pub(super) fn describe(&self, o: &Operation<'_>) -> String {
@@ -168,16 +182,23 @@ impl<'a> Run<'a> {
             Op::Resign => "resign",
             _ => "note",
         };
-        let token = o.token().map_or(String::new(), |t| format!(" token {t}"));
+        let token = match o.tokens().as_slice() {
+            [] => String::new(),
+            [t] => format!(" token {t}"),
+            all => format!(" tokens {all:?}"),
+        };
         format!("{} {what} #{}{token} ({}–{})", o.p(), o.seq(), self.at(o.start()), self.at(o.end()))
     }
 }
 
-/// Whether `key` is the run's object (in semaphore mode, one of the workers' objects).
+/// Whether `key` is the run's object (in semaphore mode, one of the
+/// workers' objects; in multi mode, one of the locks' objects).
 fn is_object(info: &RunInfo, key: &str) -> bool {
-    match info.permits {
-        0 => key == info.object_key,
-        _ => key.strip_prefix(info.object_key.as_str()).is_some_and(|k| k.starts_with("-w")),
+    let suffixed = |s: &str| key.strip_prefix(info.object_key.as_str()).is_some_and(|k| k.starts_with(s));
+    match (info.permits, info.multi) {
+        (0, 0) => key == info.object_key,
+        (0, _) => suffixed("-m"),
+        _ => suffixed("-w"),
     }
 }
 
@@ -258,6 +279,12 @@ impl Run<'_> {
             Res::Ok => counts.ok += 1,
             Res::Fail => counts.fail += 1,
             Res::Unknown => counts.unknown += 1,
+        }
+        if o.invoke.f == Op::Acquire && res == Res::Ok && !o.locks().is_empty() {
+            match o.locks().len() {
+                1 => s.single_grants += 1,
+                _ => s.multi_grants += 1,
+            }
         }
         if o.invoke.f == Op::Read && o.done.is_some_and(|d| d.stale) {
             s.reads_stale += 1;

@@ -11,6 +11,7 @@ mod e1;
 mod e2;
 mod e3;
 mod general;
+mod m1;
 mod r1;
 mod r2;
 mod s1;
@@ -46,6 +47,8 @@ pub(super) fn info() -> RunInfo {
         shared: false,
         permits: 0,
         polls_holders: false,
+        multi: 0,
+        lock: "chaos".into(),
     }
 }
 
