@@ -19,6 +19,46 @@ pub enum Bootstrap {
     Join,
 }
 
+/// Where the Raft log's entries are kept. The vote, the committed and purged
+/// log ids, the snapshot and the state machine are in redb either way.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum LogEngine {
+    /// In the redb database, one write transaction per append (the default).
+    #[default]
+    Redb,
+    /// In an append-only segment log under `<data dir>/wal/`, one `fdatasync`
+    /// per batch of appends (see [`crate::raft::wal`]).
+    Segment,
+}
+
+impl LogEngine {
+    /// Its name in settings: `redb` or `segment`.
+    pub fn name(self) -> &'static str {
+        match self {
+            LogEngine::Redb => "redb",
+            LogEngine::Segment => "segment",
+        }
+    }
+}
+
+impl std::str::FromStr for LogEngine {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "redb" => Ok(LogEngine::Redb),
+            "segment" => Ok(LogEngine::Segment),
+            other => Err(format!("unknown log engine {other:?}: expected \"redb\" or \"segment\"")),
+        }
+    }
+}
+
+impl std::fmt::Display for LogEngine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
 /// How to run one fencelock node.
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -49,6 +89,9 @@ pub struct Config {
     pub max_batch: usize,
     /// Take a snapshot after this many applied entries.
     pub snapshot_every: u64,
+    /// Where the Raft log's entries are kept. A data dir keeps the engine it
+    /// was created with: opening it with the other one is refused.
+    pub log: LogEngine,
     /// Watch events kept for watchers that resume (see [`crate::watching`]).
     pub watch_history: usize,
     /// Start a new group even where the data dir is refused (empty, without a
@@ -103,6 +146,7 @@ impl Config {
             election_timeout: Duration::from_millis(150),
             max_batch: 4096,
             snapshot_every: 20_000,
+            log: LogEngine::Redb,
             watch_history: crate::watching::hub::DEFAULT_HISTORY,
             force_new_cluster: false,
             connections: crate::conn_limits::ConnLimits::default(),

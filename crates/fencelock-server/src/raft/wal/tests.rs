@@ -1,0 +1,378 @@
+//! Tests of the segment log: the start-up scan (torn tails cut, corruption
+//! refused), segment roll and purge, truncate, and group commit, on real files
+//! in temp dirs. The log's fsyncs are counted through the file seam.
+//!
+//! Also a benchmark (ignored; run it by name): appends per second and fsyncs,
+//! redb's log against this one.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{mpsc, Arc, Condvar, Mutex};
+use std::time::Duration;
+
+use openraft::{CommittedLeaderId, Entry, EntryPayload, LogId};
+
+use super::files::{LogFile, LogFiles, RealFiles};
+use super::format::{self, Parsed, HEADER_LEN};
+use super::segments::segment_name;
+use super::{Options, Wal, WalError};
+use crate::raft::TypeConfig;
+use crate::seams::Seams;
+
+/// Small segments, so that a few entries fill several.
+const SMALL: Options = Options { segment_bytes: 512 };
+/// Segments that hold every test's entries (and are quick to copy).
+const ONE: Options = Options { segment_bytes: 64 * 1024 };
+
+fn entry(term: u64, index: u64) -> Entry<TypeConfig> {
+    Entry { log_id: LogId::new(CommittedLeaderId::new(term, 1), index), payload: EntryPayload::Blank }
+}
+
+fn open(dir: &Path, opts: Options, last_purged: Option<u64>) -> Result<Wal, WalError> {
+    Wal::open(dir, opts, last_purged, &Seams::default())
+}
+
+/// Appends `entries` in one call and waits until they are durable.
+fn append(wal: &Wal, entries: Vec<Entry<TypeConfig>>) {
+    let (tx, rx) = mpsc::channel();
+    wal.append(entries, Box::new(move |r| tx.send(r).unwrap())).unwrap();
+    rx.recv_timeout(Duration::from_secs(30)).expect("append completed").expect("append succeeded");
+}
+
+/// Appends entries `lo..=hi` of `term`, one call each, waiting for each.
+fn append_each(wal: &Wal, term: u64, lo: u64, hi: u64) {
+    for i in lo..=hi {
+        append(wal, vec![entry(term, i)]);
+    }
+}
+
+fn log_ids(wal: &Wal) -> Vec<(u64, u64)> {
+    wal.entries(0, None).iter().map(|e| (e.log_id.leader_id.term, e.log_id.index)).collect()
+}
+
+fn ids(term: u64, lo: u64, hi: u64) -> Vec<(u64, u64)> {
+    (lo..=hi).map(|i| (term, i)).collect()
+}
+
+fn segments(dir: &Path) -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().unwrap() == "seg")
+        .collect();
+    v.sort();
+    v
+}
+
+/// Start offset and length of each record of the segment `bytes`.
+fn records(bytes: &[u8]) -> Vec<(usize, usize)> {
+    let mut out = Vec::new();
+    let mut at = HEADER_LEN;
+    while let Parsed::Record(_, len) = format::parse_record(&bytes[at..]) {
+        out.push((at, len));
+        at += len;
+    }
+    out
+}
+
+fn block_on<F: std::future::Future>(f: F) -> F::Output {
+    tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(f)
+}
+
+/// A log of entries 1..=5 (one segment), closed; its segment file.
+fn five_entries(dir: &Path) -> PathBuf {
+    let wal = open(dir, ONE, None).unwrap();
+    append_each(&wal, 1, 1, 5);
+    drop(wal);
+    let segs = segments(dir);
+    assert_eq!(segs.len(), 1);
+    segs[0].clone()
+}
+
+/// Torn write: the last record of the last segment half written (the rest of
+/// the preallocated file zeros) is cut at start-up; the prefix survives, and a
+/// new append after the cut survives the next start (no stale bytes past the
+/// cut are read back).
+#[test]
+fn a_torn_tail_is_cut_and_the_prefix_survives() {
+    let dir = tempfile::tempdir().unwrap();
+    let seg = five_entries(dir.path());
+    let mut bytes = std::fs::read(&seg).unwrap();
+    let (start, len) = *records(&bytes).last().unwrap();
+    bytes[start + len / 2..start + len].fill(0);
+    std::fs::write(&seg, &bytes).unwrap();
+
+    let wal = open(dir.path(), ONE, None).unwrap();
+    assert_eq!(log_ids(&wal), ids(1, 1, 4));
+    append(&wal, vec![entry(2, 5)]);
+    drop(wal);
+    let wal = open(dir.path(), ONE, None).unwrap();
+    assert_eq!(log_ids(&wal), [ids(1, 1, 4), ids(2, 5, 5)].concat());
+}
+
+/// Every length the last record could have been cut at (a crash mid-write,
+/// zeros after it) opens to the first four entries.
+#[test]
+fn every_cut_of_the_last_record_opens_to_the_prefix() {
+    let base = tempfile::tempdir().unwrap();
+    let seg = five_entries(base.path());
+    let bytes = std::fs::read(&seg).unwrap();
+    let (start, len) = *records(&bytes).last().unwrap();
+    for cut in 0..len {
+        let dir = tempfile::tempdir().unwrap();
+        let mut torn = bytes.clone();
+        torn[start + cut..start + len].fill(0);
+        std::fs::write(dir.path().join(seg.file_name().unwrap()), &torn).unwrap();
+        let wal = open(dir.path(), ONE, None).unwrap_or_else(|e| panic!("cut at {cut}: {e}"));
+        let expected = if cut >= format::RECORD_HEADER_LEN + payload_len(&bytes[start..]) { 5 } else { 4 };
+        assert_eq!(log_ids(&wal), ids(1, 1, expected), "cut at {cut}");
+    }
+}
+
+/// The payload length of the record at the start of `bytes`.
+fn payload_len(bytes: &[u8]) -> usize {
+    u32::from_le_bytes(bytes[..4].try_into().unwrap()) as usize
+}
+
+/// A flipped byte in a record with valid records after it is corruption, not
+/// a torn tail: opening fails (the node does not start), naming the file and
+/// the offset of the bad record.
+#[test]
+fn a_flipped_byte_in_the_middle_is_corruption_naming_file_and_offset() {
+    let dir = tempfile::tempdir().unwrap();
+    let seg = five_entries(dir.path());
+    let mut bytes = std::fs::read(&seg).unwrap();
+    let (start, _) = records(&bytes)[1];
+    bytes[start + format::RECORD_HEADER_LEN + 3] ^= 0x01;
+    std::fs::write(&seg, &bytes).unwrap();
+
+    let err = open(dir.path(), ONE, None).expect_err("a corrupt log must not open");
+    match &err {
+        WalError::Corrupt { path, offset, .. } => {
+            assert_eq!(path, &seg);
+            assert_eq!(*offset, start as u64);
+        }
+        other => panic!("expected corruption, got {other}"),
+    }
+    let text = err.to_string();
+    assert!(text.contains(&segment_name(1)) && text.contains(&format!("offset {start}")), "{text}");
+}
+
+/// A bad record at the end of a segment that is not the last is corruption
+/// (every segment but the last is synced in full before the next is written).
+#[test]
+fn a_bad_record_in_an_earlier_segment_is_corruption() {
+    let dir = tempfile::tempdir().unwrap();
+    let wal = open(dir.path(), SMALL, None).unwrap();
+    append_each(&wal, 1, 1, 12);
+    drop(wal);
+    let first = segments(dir.path())[0].clone();
+    let mut bytes = std::fs::read(&first).unwrap();
+    let (start, len) = *records(&bytes).last().unwrap();
+    bytes[start + len - 9] ^= 0xFF;
+    std::fs::write(&first, &bytes).unwrap();
+    let err = open(dir.path(), SMALL, None).expect_err("must not open");
+    assert!(matches!(&err, WalError::Corrupt { path, .. } if path == &first), "{err}");
+}
+
+/// A segment of a format version this build does not know is refused, naming
+/// the file and the version.
+#[test]
+fn an_unknown_format_version_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let seg = five_entries(dir.path());
+    let mut bytes = std::fs::read(&seg).unwrap();
+    bytes[8] = 2;
+    std::fs::write(&seg, &bytes).unwrap();
+    let err = open(dir.path(), ONE, None).expect_err("must not open");
+    assert!(matches!(&err, WalError::Version { path, version: 2 } if path == &seg), "{err}");
+    assert!(err.to_string().contains(&segment_name(1)), "{err}");
+}
+
+/// A gap in the indexes between segments (a segment missing) is corruption.
+#[test]
+fn a_missing_segment_is_corruption() {
+    let dir = tempfile::tempdir().unwrap();
+    let wal = open(dir.path(), SMALL, None).unwrap();
+    append_each(&wal, 1, 1, 20);
+    drop(wal);
+    let segs = segments(dir.path());
+    assert!(segs.len() >= 3, "{segs:?}");
+    std::fs::remove_file(&segs[1]).unwrap();
+    let err = open(dir.path(), SMALL, None).expect_err("must not open");
+    assert!(matches!(&err, WalError::Corrupt { path, .. } if path == &segs[2]), "{err}");
+}
+
+/// Entries fill several small segments, named by their first index, and read
+/// back after a restart; a purge deletes exactly the segments holding only
+/// purged entries, and the log opens from the purge point.
+#[test]
+fn segments_roll_and_purge_deletes_whole_segments() {
+    let dir = tempfile::tempdir().unwrap();
+    let wal = open(dir.path(), SMALL, None).unwrap();
+    append_each(&wal, 1, 1, 30);
+    let before = segments(dir.path());
+    assert!(before.len() >= 4, "{before:?}");
+    assert_eq!(before[0].file_name().unwrap().to_str().unwrap(), segment_name(1));
+    let firsts: Vec<u64> = before.iter().map(|p| p.file_stem().unwrap().to_str().unwrap().parse().unwrap()).collect();
+
+    block_on(wal.purge(15)).unwrap();
+    // Kept: the segment holding 16 and every one after it.
+    let keep_from = firsts.iter().rposition(|f| *f <= 16).unwrap();
+    assert_eq!(segments(dir.path()), before[keep_from..].to_vec());
+    assert_eq!(log_ids(&wal), ids(1, 16, 30));
+    drop(wal);
+
+    let wal = open(dir.path(), SMALL, Some(15)).unwrap();
+    assert_eq!(log_ids(&wal), ids(1, 16, 30));
+    // Past the end: every segment goes; the log goes on after the purge point.
+    block_on(wal.purge(40)).unwrap();
+    assert_eq!(segments(dir.path()), Vec::<PathBuf>::new());
+    append_each(&wal, 2, 41, 43);
+    drop(wal);
+    let wal = open(dir.path(), SMALL, Some(40)).unwrap();
+    assert_eq!(log_ids(&wal), ids(2, 41, 43));
+}
+
+/// Segments left behind by a crash between recording the purge point and
+/// deleting them are deleted at the next start.
+#[test]
+fn segments_left_by_a_purge_are_removed_at_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let wal = open(dir.path(), SMALL, None).unwrap();
+    append_each(&wal, 1, 1, 30);
+    drop(wal);
+    let before = segments(dir.path()).len();
+    let wal = open(dir.path(), SMALL, Some(25)).unwrap();
+    assert_eq!(log_ids(&wal), ids(1, 26, 30));
+    assert!(segments(dir.path()).len() < before);
+}
+
+/// Truncate (into an earlier segment), append with a new term, reopen: exactly
+/// the kept prefix and the new entries, nothing of the truncated ones.
+#[test]
+fn truncate_then_append_then_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    let wal = open(dir.path(), SMALL, None).unwrap();
+    append_each(&wal, 1, 1, 20);
+    block_on(wal.truncate(8)).unwrap();
+    assert_eq!(log_ids(&wal), ids(1, 1, 7));
+    append(&wal, (8..=10).map(|i| entry(2, i)).collect());
+    drop(wal);
+    let wal = open(dir.path(), SMALL, None).unwrap();
+    assert_eq!(log_ids(&wal), [ids(1, 1, 7), ids(2, 8, 10)].concat());
+    // And truncating everything leaves an empty log that appends again.
+    block_on(wal.truncate(1)).unwrap();
+    append(&wal, vec![entry(3, 1)]);
+    drop(wal);
+    let wal = open(dir.path(), SMALL, None).unwrap();
+    assert_eq!(log_ids(&wal), ids(3, 1, 1));
+}
+
+/// An append that does not follow on from the last entry (no truncate first)
+/// fails, and the log fails closed: later requests fail too.
+#[test]
+fn an_append_over_the_log_fails_closed() {
+    let dir = tempfile::tempdir().unwrap();
+    let wal = open(dir.path(), ONE, None).unwrap();
+    append_each(&wal, 1, 1, 3);
+    let (tx, rx) = mpsc::channel();
+    let tx2 = tx.clone();
+    wal.append(vec![entry(1, 2)], Box::new(move |r| tx.send(r).unwrap())).unwrap();
+    assert!(rx.recv_timeout(Duration::from_secs(30)).unwrap().is_err());
+    wal.append(vec![entry(1, 4)], Box::new(move |r| tx2.send(r).unwrap())).unwrap();
+    let later = rx.recv_timeout(Duration::from_secs(30)).unwrap().expect_err("the log stopped");
+    assert!(later.to_string().contains("stopped"), "{later}");
+}
+
+/// Real files whose `sync_data` calls are counted, and held until
+/// [`Gate::open`] (so that appends queue up behind a sync, deterministically).
+#[derive(Debug, Default)]
+struct Gate {
+    syncs: AtomicU64,
+    open: Mutex<bool>,
+    opened: Condvar,
+}
+
+impl Gate {
+    fn open(&self) {
+        *self.open.lock().unwrap() = true;
+        self.opened.notify_all();
+    }
+}
+
+#[derive(Debug)]
+struct GatedFiles(Arc<Gate>);
+
+#[derive(Debug)]
+struct GatedFile(Box<dyn LogFile>, Arc<Gate>);
+
+impl LogFiles for GatedFiles {
+    fn open(&self, path: &Path, create: bool) -> std::io::Result<Box<dyn LogFile>> {
+        Ok(Box::new(GatedFile(RealFiles.open(path, create)?, self.0.clone())))
+    }
+    fn list(&self, dir: &Path) -> std::io::Result<Vec<PathBuf>> {
+        RealFiles.list(dir)
+    }
+    fn remove(&self, path: &Path) -> std::io::Result<()> {
+        RealFiles.remove(path)
+    }
+    fn sync_dir(&self, dir: &Path) -> std::io::Result<()> {
+        RealFiles.sync_dir(dir)
+    }
+}
+
+impl LogFile for GatedFile {
+    fn read_at(&mut self, buf: &mut [u8], offset: u64) -> std::io::Result<usize> {
+        self.0.read_at(buf, offset)
+    }
+    fn write_at(&mut self, buf: &[u8], offset: u64) -> std::io::Result<()> {
+        self.0.write_at(buf, offset)
+    }
+    fn sync_data(&mut self) -> std::io::Result<()> {
+        let open = self.1.open.lock().unwrap();
+        drop(self.1.opened.wait_while(open, |o| !*o).unwrap());
+        self.1.syncs.fetch_add(1, Ordering::SeqCst);
+        self.0.sync_data()
+    }
+    fn set_len(&mut self, len: u64) -> std::io::Result<()> {
+        self.0.set_len(len)
+    }
+    fn allocate(&mut self, len: u64) -> std::io::Result<()> {
+        self.0.allocate(len)
+    }
+    fn size(&mut self) -> std::io::Result<u64> {
+        self.0.size()
+    }
+}
+
+/// Group commit: appends queued while a sync is under way share the next
+/// fsync. 200 appends of one entry, issued without waiting (as openraft hands
+/// over the next append before the previous is flushed), while the log's
+/// syncs are held: they end in at most a few fsyncs (counted through the file
+/// seam), and every callback is told, in order.
+#[test]
+fn queued_appends_share_one_fsync() {
+    const N: u64 = 200;
+    let dir = tempfile::tempdir().unwrap();
+    let gate = Arc::new(Gate::default());
+    let seams = Seams { log_files: Some(Arc::new(GatedFiles(gate.clone()))), ..Seams::default() };
+    let wal = Wal::open(dir.path(), ONE, None, &seams).unwrap();
+    let (tx, rx) = mpsc::channel();
+    for i in 1..=N {
+        let tx = tx.clone();
+        wal.append(vec![entry(1, i)], Box::new(move |r| tx.send((i, r.is_ok())).unwrap())).unwrap();
+    }
+    gate.open();
+    let told: Vec<(u64, bool)> = (0..N).map(|_| rx.recv_timeout(Duration::from_secs(30)).unwrap()).collect();
+    assert_eq!(told, (1..=N).map(|i| (i, true)).collect::<Vec<_>>(), "every append told, in order");
+    let syncs = gate.syncs.load(Ordering::SeqCst);
+    // One for the new segment's header, one for the first append (taken before
+    // the others were queued), one for the rest.
+    assert!(syncs <= 3, "{syncs} fsyncs for {N} appends");
+    let counts = block_on(wal.counts()).unwrap();
+    assert!(counts.syncs <= 2 && counts.writes <= 2, "{counts:?}");
+    drop(wal);
+    let wal = open(dir.path(), ONE, None).unwrap();
+    assert_eq!(log_ids(&wal), ids(1, 1, N));
+}
