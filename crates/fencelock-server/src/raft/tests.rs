@@ -62,6 +62,81 @@ fn openraft_storage_conformance_suite() {
     Suite::test_all(TempStore).expect("openraft storage suite");
 }
 
+/// The same store with the log's entries in the segment log.
+struct TempSegmentStore;
+
+impl StoreBuilder<TypeConfig, LogStore, StateMachine, TempDir> for TempSegmentStore {
+    async fn build(&self) -> Result<(TempDir, LogStore, StateMachine), StorageError<NodeId>> {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (log, sm) = open_segment(dir.path())?;
+        Ok((dir, log, sm))
+    }
+}
+
+#[allow(clippy::result_large_err)] // openraft's error types are large by design
+fn open_segment(dir: &std::path::Path) -> Result<(LogStore, StateMachine), StorageError<NodeId>> {
+    super::log_store::open_engine(dir, &crate::seams::Seams::default(), crate::config::LogEngine::Segment)
+}
+
+/// openraft's storage suite over the segment log (`log = "segment"`): the
+/// same contract as redb's log.
+#[test]
+fn openraft_storage_conformance_suite_on_the_segment_log() {
+    Suite::test_all(TempSegmentStore).expect("openraft storage suite");
+}
+
+/// With the segment log, entries, truncation and purge survive a reopen, and
+/// the entries are in `wal/`, none in redb's `raft_log`.
+#[tokio::test]
+async fn the_segment_log_survives_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let (mut log, _sm) = open_segment(dir.path()).unwrap();
+        log.blocking_append((1..=10).map(|i| blank(1, i))).await.unwrap();
+        log.truncate(log_id(1, 8)).await.unwrap();
+        log.blocking_append([normal(2, 8, Input::Batch { now: 5, cmds: vec![grant(1, 1_000)] })]).await.unwrap();
+        log.purge(log_id(1, 3)).await.unwrap();
+        log.save_vote(&Vote::new_committed(2, 1)).await.unwrap();
+    }
+    let (mut log, _sm) = open_segment(dir.path()).unwrap();
+    let state = log.get_log_state().await.unwrap();
+    assert_eq!(state.last_purged_log_id, Some(log_id(1, 3)));
+    assert_eq!(state.last_log_id, Some(log_id(2, 8)));
+    let ids: Vec<LogId<NodeId>> = log.try_get_log_entries(..).await.unwrap().iter().map(|e| e.log_id).collect();
+    assert_eq!(ids, vec![log_id(1, 4), log_id(1, 5), log_id(1, 6), log_id(1, 7), log_id(2, 8)]);
+    assert_eq!(log.try_get_log_entries(5..7).await.unwrap().len(), 2);
+    assert_eq!(log.read_vote().await.unwrap(), Some(Vote::new_committed(2, 1)));
+    let db = log.db().clone();
+    let txn = redb::ReadableDatabase::begin_read(&*db).unwrap();
+    let redb_log = txn.open_table(super::log_store::LOG).unwrap();
+    assert!(redb::ReadableTableMetadata::is_empty(&redb_log).unwrap(), "no entry in redb");
+}
+
+/// A data dir whose log is in redb is refused by the segment engine (no
+/// migration yet), and one whose log is in segments by the redb engine: never
+/// an empty log, which would restart the tokens.
+#[tokio::test]
+async fn a_data_dir_refuses_the_other_log_engine() {
+    let redb_dir = tempfile::tempdir().unwrap();
+    {
+        let (mut log, _sm) = open_storage(redb_dir.path()).unwrap();
+        log.blocking_append([blank(1, 1)]).await.unwrap();
+    }
+    let err = open_segment(redb_dir.path()).expect_err("redb's entries must not be ignored").to_string();
+    assert!(err.contains("1 Raft log entries in redb") && err.contains("log = \"redb\""), "{err}");
+    open_storage(redb_dir.path()).expect("still opens with its own engine");
+
+    let seg_dir = tempfile::tempdir().unwrap();
+    {
+        let (mut log, _sm) = open_segment(seg_dir.path()).unwrap();
+        log.blocking_append([blank(1, 1)]).await.unwrap();
+    }
+    let err = open_storage(seg_dir.path()).expect_err("the segments must not be ignored").to_string();
+    assert!(err.contains("log = \"segment\""), "{err}");
+    let (mut log, _sm) = open_segment(seg_dir.path()).expect("still opens with its own engine");
+    assert_eq!(log.get_log_state().await.unwrap().last_log_id, Some(log_id(1, 1)));
+}
+
 // ---------------------------------------------------------------------------
 // restart cases
 
