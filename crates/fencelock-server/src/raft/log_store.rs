@@ -167,7 +167,7 @@ pub fn open_with(dir: &Path, seams: &Seams) -> Result<(LogStore, StateMachine), 
 }
 
 /// [`open_with`] with the log's entries kept by `engine`. Refuses a data dir
-/// whose log is kept by the other engine (see [`check_engine`]).
+/// whose log is kept by the other engine (see `check_engine`).
 pub fn open_engine(
     dir: &Path,
     seams: &Seams,

@@ -376,3 +376,93 @@ fn queued_appends_share_one_fsync() {
     let wal = open(dir.path(), ONE, None).unwrap();
     assert_eq!(log_ids(&wal), ids(1, 1, N));
 }
+
+/// Entry `index` as the driver writes it: one batch with one grant.
+fn grant_entry(index: u64) -> Entry<TypeConfig> {
+    use fencelock_core::{Command, Input, RequestId};
+    let cmd = Command::GrantLease { req: RequestId(index), ttl_ms: 10_000, id: None };
+    let input = Input::Batch { now: 1_000 + index, cmds: vec![cmd] };
+    Entry { log_id: LogId::new(CommittedLeaderId::new(1, 1), index), payload: EntryPayload::Normal(input) }
+}
+
+/// Benchmark, not a test (ignored; timings are printed, not asserted):
+/// `FENCELOCK_BENCH_DIR=/some/ext4/dir cargo test -p fencelock-server --lib
+/// -- --ignored --nocapture bench_log_appends`. Appends of one entry each:
+/// redb's log through the `LogStore` API (each append commits before the next,
+/// as openraft must wait for it), the segment log through the same API (each
+/// waited for), and the segment log with every append queued at once (as
+/// openraft hands over appends while the previous fsync runs), or 64 in flight
+/// (64 clients, each waiting for its grant). Asserts only
+/// that every entry is there afterwards.
+#[test]
+#[ignore]
+#[allow(clippy::disallowed_methods)] // a benchmark reads the wall clock
+fn bench_log_appends() {
+    use openraft::storage::RaftLogStorageExt;
+    use openraft::RaftLogReader;
+    use std::time::Instant;
+    const N: u64 = 2_000;
+    let base = std::env::var_os("FENCELOCK_BENCH_DIR").map(PathBuf::from).unwrap_or_else(std::env::temp_dir);
+    let report = |what: &str, secs: f64, syncs: Option<u64>| {
+        let syncs = syncs.map_or("-".to_string(), |s| s.to_string());
+        println!("{what:<40} {N} appends in {secs:.3} s: {:>8.0} appends/s, fsyncs {syncs}", N as f64 / secs);
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+
+    for engine in [crate::config::LogEngine::Redb, crate::config::LogEngine::Segment] {
+        let dir = tempfile::tempdir_in(&base).unwrap();
+        let (mut log, _sm) = crate::raft::log_store::open_engine(dir.path(), &Seams::default(), engine).unwrap();
+        let t = Instant::now();
+        rt.block_on(async {
+            for i in 1..=N {
+                log.blocking_append([grant_entry(i)]).await.unwrap();
+            }
+        });
+        report(&format!("LogStore {engine}, one at a time"), t.elapsed().as_secs_f64(), None);
+        assert_eq!(rt.block_on(log.try_get_log_entries(..)).unwrap().len() as u64, N);
+    }
+
+    let dir = tempfile::tempdir_in(&base).unwrap();
+    let wal = Wal::open(dir.path(), Options::default(), None, &Seams::default()).unwrap();
+    let t = Instant::now();
+    for i in 1..=N {
+        append(&wal, vec![grant_entry(i)]);
+    }
+    let counts = block_on(wal.counts()).unwrap();
+    report("segment log, one at a time", t.elapsed().as_secs_f64(), Some(counts.syncs));
+
+    // 64 appends in flight: the next one queued as soon as one is durable
+    // (64 clients, each waiting for its own grant).
+    let dir = tempfile::tempdir_in(&base).unwrap();
+    let wal = Wal::open(dir.path(), Options::default(), None, &Seams::default()).unwrap();
+    let (tx, rx) = mpsc::channel();
+    let t = Instant::now();
+    let queue = |i: u64| {
+        let tx = tx.clone();
+        wal.append(vec![grant_entry(i)], Box::new(move |r| tx.send(r.is_ok()).unwrap())).unwrap();
+    };
+    (1..=64).for_each(queue);
+    for next in 65..=N + 64 {
+        assert!(rx.recv_timeout(Duration::from_secs(60)).unwrap(), "durable");
+        if next <= N {
+            queue(next);
+        }
+    }
+    let counts = block_on(wal.counts()).unwrap();
+    report("segment log, 64 in flight", t.elapsed().as_secs_f64(), Some(counts.syncs));
+    assert_eq!(wal.entries(0, None).len() as u64, N);
+
+    let dir = tempfile::tempdir_in(&base).unwrap();
+    let wal = Wal::open(dir.path(), Options::default(), None, &Seams::default()).unwrap();
+    let (tx, rx) = mpsc::channel();
+    let t = Instant::now();
+    for i in 1..=N {
+        let tx = tx.clone();
+        wal.append(vec![grant_entry(i)], Box::new(move |r| tx.send(r.is_ok()).unwrap())).unwrap();
+    }
+    assert!((0..N).all(|_| rx.recv_timeout(Duration::from_secs(60)).unwrap()), "every append durable");
+    let counts = block_on(wal.counts()).unwrap();
+    report("segment log, all queued at once", t.elapsed().as_secs_f64(), Some(counts.syncs));
+    assert!(counts.syncs <= N);
+    assert_eq!(wal.entries(0, None).len() as u64, N);
+}
