@@ -1,6 +1,6 @@
 //! The bytes of a segment: its header and its records.
 //!
-//! Where it sits: [`super::segments`] writes what [`record`] encodes and reads
+//! Where it sits: [`super::segments`] writes what [`push_record`] encodes and reads
 //! segments back through [`parse_header`] and [`parse_record`]. All integers
 //! are little-endian; every record starts at a multiple of 8 bytes, so a scan
 //! can look for records after a bad one at those offsets only.

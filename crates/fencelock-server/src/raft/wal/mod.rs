@@ -9,7 +9,7 @@
 //! On disk: segment files `<index of their first record, 20 digits>.seg`,
 //! each preallocated ([`Options::segment_bytes`]) and starting with a header
 //! holding a format version; then checksummed records, one per entry (see
-//! [`format`] for the bytes). In memory: every entry not purged, so reads
+//! [`mod@format`] for the bytes). In memory: every entry not purged, so reads
 //! never touch the disk after start-up (the log is purged behind snapshots,
 //! keeping `max_in_snapshot_log_to_keep` entries).
 //!
@@ -28,7 +28,7 @@
 //! segment that is not the last, a gap in the indexes, an entry that does not
 //! decode or an unknown format version is corruption: opening fails with an
 //! error naming the file and the offset, and the node does not start (fails
-//! closed, as for a bad record in redb, see [`super::record`]).
+//! closed, as for a bad record in redb, see `raft/record.rs`).
 //!
 //! Faults: the file IO goes through [`files::LogFiles`], which a harness can
 //! replace ([`crate::seams::Seams::log_files`]); the crash points

@@ -2,7 +2,7 @@
 //! appending batches, cutting the log back (`truncate`) and dropping purged
 //! segments.
 //!
-//! Where it sits: owned by the log thread ([`super::thread`]), which is the
+//! Where it sits: owned by the log thread (`thread.rs`), which is the
 //! only caller once the log is open; [`Segments::open`] runs before, at
 //! start-up. All file IO goes through the [`LogFiles`] seam.
 //!
@@ -136,8 +136,8 @@ impl Segments {
         Ok((log, scan.entries))
     }
 
-    /// Opens and scans one segment; `None` if it was a segment whose creation
-    /// never finished (removed).
+    /// Opens and scans one segment, cutting a torn tail; `None` if it was a
+    /// segment whose creation never finished (removed).
     fn open_segment(
         &self,
         first: u64,
@@ -147,67 +147,25 @@ impl Segments {
     ) -> Result<Option<Segment>, WalError> {
         let mut file = self.files.open(&path, false).map_err(io_err("cannot open", &path))?;
         let bytes = read_all(file.as_mut(), &path)?;
-        let corrupt = |offset: u64, why: String| WalError::Corrupt { path: path.clone(), offset, why };
-        match format::parse_header(&bytes) {
-            Ok(named) if named == first => {}
-            Ok(named) => return Err(corrupt(0, format!("the header names first index {named}"))),
-            Err(BadHeader::Version(version)) => return Err(WalError::Version { path, version }),
-            Err(BadHeader::Unwritten) if is_last && bytes.iter().all(|b| *b == 0) => {
+        let (starts, end, torn) = match scan_segment(&bytes, first, &path, is_last, scan)? {
+            Scanned::Unwritten => {
                 tracing::warn!(file = %path.display(), "removing a log segment whose creation did not finish");
                 self.files.remove(&path).map_err(io_err("cannot remove", &path))?;
                 self.files.sync_dir(&self.dir).map_err(io_err("cannot sync", &self.dir))?;
                 return Ok(None);
             }
-            Err(BadHeader::Unwritten) => return Err(corrupt(0, "a zeroed segment header".into())),
-            Err(BadHeader::Corrupt(why)) => return Err(corrupt(0, why)),
+            Scanned::Records { starts, end, torn } => (starts, end, torn),
+        };
+        let mut seg = Segment { first, path, file, starts, end };
+        if let Some(why) = torn {
+            tracing::warn!(
+                file = %seg.path.display(),
+                offset = end,
+                why,
+                "cutting a torn write at the end of the log (never acknowledged: it was not synced)"
+            );
+            cut(&mut seg, end, self.capacity)?;
         }
-        let mut seg = Segment { first, path: path.clone(), file, starts: Vec::new(), end: HEADER_LEN as u64 };
-        let mut at = HEADER_LEN;
-        while at < bytes.len() {
-            match format::parse_record(&bytes[at..]) {
-                Parsed::Record(r, len) => {
-                    if r.index != seg.next_index() {
-                        let why = format!("record of index {} where {} belongs", r.index, seg.next_index());
-                        return Err(corrupt(at as u64, why));
-                    }
-                    scan.take(&r).map_err(|why| corrupt(at as u64, why))?;
-                    seg.starts.push(at as u64);
-                    at += len;
-                    seg.end = at as u64;
-                }
-                Parsed::Zeros if bytes[at..].iter().all(|b| *b == 0) => break,
-                Parsed::Zeros => return self.bad_tail(seg, &bytes, at, is_last, "a zeroed record header".into()),
-                Parsed::Bad(why) => return self.bad_tail(seg, &bytes, at, is_last, why),
-            }
-        }
-        Ok(Some(seg))
-    }
-
-    /// Something that is not a record at offset `at` of `seg` (whose content
-    /// is `bytes`). A torn write if `seg` is the last segment and no valid
-    /// record follows: cut there (logged). Else corruption.
-    fn bad_tail(
-        &self,
-        mut seg: Segment,
-        bytes: &[u8],
-        at: usize,
-        is_last: bool,
-        why: String,
-    ) -> Result<Option<Segment>, WalError> {
-        let corrupt = |why: String| WalError::Corrupt { path: seg.path.clone(), offset: at as u64, why };
-        if !is_last {
-            return Err(corrupt(format!("{why}, in a segment that is not the last")));
-        }
-        if let Some(valid) = format::find_record(bytes, at + 1) {
-            return Err(corrupt(format!("{why}, followed by a valid record at offset {valid}")));
-        }
-        tracing::warn!(
-            file = %seg.path.display(),
-            offset = at,
-            why,
-            "cutting a torn write at the end of the log (never acknowledged: it was not synced)"
-        );
-        cut(&mut seg, at as u64, self.capacity)?;
         Ok(Some(seg))
     }
 
@@ -342,6 +300,83 @@ impl Segments {
         }
         Ok(())
     }
+}
+
+/// The entries after `last_purged` of the log in `dir` (none if there is no
+/// such directory), checked as [`Segments::open`] checks them, without writing
+/// a byte: a torn tail, which a start would cut, is left out. For `fencelock
+/// check-data`.
+pub fn read(dir: &Path, last_purged: Option<u64>) -> Result<Vec<Entry<TypeConfig>>, WalError> {
+    let listed = match std::fs::read_dir(dir) {
+        Ok(listed) => listed,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(source) => return Err(WalError::Io { what: "cannot list", path: dir.to_path_buf(), source }),
+    };
+    let mut named: Vec<(u64, PathBuf)> =
+        listed.filter_map(Result::ok).filter_map(|e| parse_name(&e.path()).map(|first| (first, e.path()))).collect();
+    named.sort();
+    let mut scan = Scan { last_purged, next: None, entries: Vec::new() };
+    let count = named.len();
+    for (i, (first, path)) in named.into_iter().enumerate() {
+        let bytes = std::fs::read(&path).map_err(io_err("cannot read", &path))?;
+        scan_segment(&bytes, first, &path, i + 1 == count, &mut scan)?;
+    }
+    Ok(scan.entries)
+}
+
+/// What a segment holds.
+enum Scanned {
+    /// A segment whose creation did not finish (the last one, all zeros).
+    Unwritten,
+    /// Its records' offsets, the offset after the last one, and why the bytes
+    /// after it are a torn write to cut (if they are not zeros).
+    Records { starts: Vec<u64>, end: u64, torn: Option<String> },
+}
+
+/// Checks the segment `bytes` of `path`, named `first`, the last segment if
+/// `is_last`, and hands its records to `scan`. See the module docs of
+/// [`super`] for what is a torn tail and what is corruption.
+fn scan_segment(bytes: &[u8], first: u64, path: &Path, is_last: bool, scan: &mut Scan) -> Result<Scanned, WalError> {
+    let corrupt =
+        |offset: usize, why: String| WalError::Corrupt { path: path.to_path_buf(), offset: offset as u64, why };
+    match format::parse_header(bytes) {
+        Ok(named) if named == first => {}
+        Ok(named) => return Err(corrupt(0, format!("the header names first index {named}"))),
+        Err(BadHeader::Version(version)) => return Err(WalError::Version { path: path.to_path_buf(), version }),
+        Err(BadHeader::Unwritten) if is_last && bytes.iter().all(|b| *b == 0) => return Ok(Scanned::Unwritten),
+        Err(BadHeader::Unwritten) => return Err(corrupt(0, "a zeroed segment header".into())),
+        Err(BadHeader::Corrupt(why)) => return Err(corrupt(0, why)),
+    }
+    let mut starts = Vec::new();
+    let mut at = HEADER_LEN;
+    let bad = loop {
+        if at >= bytes.len() {
+            break None;
+        }
+        match format::parse_record(&bytes[at..]) {
+            Parsed::Record(r, len) => {
+                let expected = first + starts.len() as u64;
+                if r.index != expected {
+                    return Err(corrupt(at, format!("record of index {} where {expected} belongs", r.index)));
+                }
+                scan.take(&r).map_err(|why| corrupt(at, why))?;
+                starts.push(at as u64);
+                at += len;
+            }
+            Parsed::Zeros if bytes[at..].iter().all(|b| *b == 0) => break None,
+            Parsed::Zeros => break Some("a zeroed record header".to_string()),
+            Parsed::Bad(why) => break Some(why),
+        }
+    };
+    if let Some(why) = &bad {
+        if !is_last {
+            return Err(corrupt(at, format!("{why}, in a segment that is not the last")));
+        }
+        if let Some(valid) = format::find_record(bytes, at + 1) {
+            return Err(corrupt(at, format!("{why}, followed by a valid record at offset {valid}")));
+        }
+    }
+    Ok(Scanned::Records { starts, end: at as u64, torn: bad })
 }
 
 /// Cuts `seg` at offset `at` (a record boundary): the file is shrunk to `at`,
