@@ -165,6 +165,27 @@ async fn check_data_reads_the_segment_log() {
     assert!(err.contains(&super::wal::segments::segment_name(1)) && err.contains("offset 32"), "{err}");
 }
 
+/// `--force-new-cluster` on a refused segment data dir moves its log aside
+/// with its database: the new group starts from an empty log, not from the
+/// old group's entries.
+#[tokio::test]
+async fn force_new_cluster_moves_the_segment_log_aside() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = crate::Config::for_test(dir.path().join("data"));
+    config.log = crate::config::LogEngine::Segment;
+    {
+        let (mut log, _sm, _id) = super::identity::open(&config).unwrap();
+        log.blocking_append((1..=3).map(|i| blank(1, i))).await.unwrap();
+    }
+    config.node_id = 2; // another node's data dir: refused
+    assert!(super::identity::open(&config).is_err(), "node 2 must not open node 1's data dir");
+    config.force_new_cluster = true;
+    let (mut log, _sm, _id) = super::identity::open(&config).expect("a new group");
+    assert_eq!(log.get_log_state().await.unwrap().last_log_id, None, "an empty log");
+    let aside = config.data_dir.join("wal.set-aside-1");
+    assert!(aside.join(super::wal::segments::segment_name(1)).is_file(), "the old log kept aside");
+}
+
 // ---------------------------------------------------------------------------
 // restart cases
 

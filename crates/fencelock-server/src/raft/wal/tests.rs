@@ -290,6 +290,8 @@ fn an_append_over_the_log_fails_closed() {
 #[derive(Debug, Default)]
 struct Gate {
     syncs: AtomicU64,
+    /// Every `sync_data` and crash point, in order.
+    events: Mutex<Vec<&'static str>>,
     open: Mutex<bool>,
     opened: Condvar,
 }
@@ -333,6 +335,7 @@ impl LogFile for GatedFile {
         let open = self.1.open.lock().unwrap();
         drop(self.1.opened.wait_while(open, |o| !*o).unwrap());
         self.1.syncs.fetch_add(1, Ordering::SeqCst);
+        self.1.events.lock().unwrap().push("sync");
         self.0.sync_data()
     }
     fn set_len(&mut self, len: u64) -> std::io::Result<()> {
@@ -465,4 +468,31 @@ fn bench_log_appends() {
     report("segment log, all queued at once", t.elapsed().as_secs_f64(), Some(counts.syncs));
     assert!(counts.syncs <= N);
     assert_eq!(wal.entries(0, None).len() as u64, N);
+}
+
+impl crate::seams::Hooks for Gate {
+    fn crash_point(&self, point: crate::seams::CrashPoint) {
+        self.events.lock().unwrap().push(point.name());
+    }
+}
+
+/// The crash points of the chaos suite's K4 failpoints are around each
+/// batch's fdatasync: `log-before-fsync` after the write and before the sync,
+/// `log-after-fsync` after it and before the callbacks.
+#[test]
+fn the_crash_points_are_around_each_batch_fsync() {
+    let dir = tempfile::tempdir().unwrap();
+    let gate = Arc::new(Gate::default());
+    gate.open();
+    let seams =
+        Seams { log_files: Some(Arc::new(GatedFiles(gate.clone()))), hooks: Some(gate.clone()), ..Seams::default() };
+    let wal = Wal::open(dir.path(), ONE, None, &seams).unwrap();
+    append(&wal, vec![entry(1, 1)]);
+    let at_first_callback = gate.events.lock().unwrap().clone();
+    append(&wal, vec![entry(1, 2), entry(1, 3)]);
+    let events = gate.events.lock().unwrap().clone();
+    // The new segment's header is synced first; then one sync per batch.
+    let batch = ["log-before-fsync", "sync", "log-after-fsync"];
+    assert_eq!(at_first_callback, [&["sync"][..], &batch[..]].concat());
+    assert_eq!(events, [&["sync"][..], &batch[..], &batch[..]].concat());
 }
