@@ -248,6 +248,11 @@ pub(crate) fn check_engine(db: &Database, dir: &Path, engine: LogEngine) -> Resu
     };
     let wal_dir = dir.join(wal::WAL_DIR);
     match (engine, recorded.as_deref()) {
+        (LogEngine::Segment, Some("segment")) if !wal_dir.is_dir() => Err(DbError::Other(format!(
+            "the data dir {} keeps its Raft log in {}, which is missing: the node cannot start without its log",
+            dir.display(),
+            wal_dir.display()
+        ))),
         (LogEngine::Segment, Some("segment")) => Ok(()),
         (LogEngine::Segment, None) => {
             let entries = db.begin_read()?.open_table(LOG)?.len()?;
@@ -258,6 +263,10 @@ pub(crate) fn check_engine(db: &Database, dir: &Path, engine: LogEngine) -> Resu
                     dir.display()
                 )));
             }
+            // The directory first: a data dir marked `segment` always has one.
+            std::fs::create_dir_all(&wal_dir)
+                .and_then(|()| std::fs::File::open(dir)?.sync_all())
+                .map_err(|e| DbError::Other(format!("cannot create {}: {e}", wal_dir.display())))?;
             write_meta_now(db, KEY_LOG_ENGINE, Some(encode(&"segment")?))
         }
         (LogEngine::Redb, None) => Ok(()),
@@ -299,14 +308,32 @@ fn write_meta_now(db: &Database, key: &str, value: Option<Vec<u8>>) -> Result<()
 }
 
 /// Opens the segment log of the data dir `dir`, from its last purged log id.
+///
+/// The log must reach the committed log id recorded in redb (only durably
+/// appended entries get committed, and neither truncate nor purge goes below
+/// it): a log that ends before it lost its last segments, which a scan cannot
+/// see, and is refused.
 fn open_wal(db: &Database, dir: &Path, seams: &Seams) -> Result<Wal, DbError> {
-    let last_purged: Option<LogId<NodeId>> = {
+    let read_id = |key: &str| -> Result<Option<LogId<NodeId>>, DbError> {
         let txn = db.begin_read()?;
         let meta = txn.open_table(META)?;
-        let value = meta.get(KEY_LAST_PURGED)?;
-        value.map(|v| decode(&meta_name(KEY_LAST_PURGED), v.value())).transpose()?
+        let value = meta.get(key)?;
+        value.map(|v| decode(&meta_name(key), v.value())).transpose()
     };
-    Ok(Wal::open(&dir.join(wal::WAL_DIR), wal::Options::default(), last_purged.map(|l| l.index), seams)?)
+    let (last_purged, committed) = (read_id(KEY_LAST_PURGED)?, read_id(KEY_COMMITTED)?);
+    let wal_dir = dir.join(wal::WAL_DIR);
+    let wal = Wal::open(&wal_dir, wal::Options::default(), last_purged.map(|l| l.index), seams)?;
+    let last = wal.last_log_id().or(last_purged);
+    match committed {
+        Some(c) if last.is_none_or(|l| l.index < c.index) => Err(DbError::Other(format!(
+            "the Raft log in {} ends at index {}, before the committed index {}: log segments are missing; \
+             the node cannot start without them",
+            wal_dir.display(),
+            last.map_or_else(|| "(none)".to_string(), |l| l.index.to_string()),
+            c.index
+        ))),
+        _ => Ok(wal),
+    }
 }
 
 /// Creates the database file if it does not exist, under a temporary name that is
@@ -488,11 +515,18 @@ impl RaftLogStorage<TypeConfig> for LogStore {
 
     /// Persisted without its own fsync: it becomes durable with the next immediate
     /// commit (the next append, vote, truncate or purge; with the segment log,
-    /// the next vote or purge). Losing the latest value in
+    /// the next vote or purge, and only once the entry it names is durable in
+    /// the log: a follower may hear of a commit before its own fsync, and the
+    /// committed id on disk must never point past the log on disk). Losing the latest value in
     /// a crash only means re-applying less of the log at startup; it never claims
     /// more than was committed, because only durably appended entries get committed.
     async fn save_committed(&mut self, committed: Option<LogId<NodeId>>) -> Result<(), StorageError<NodeId>> {
         let to_err = |e: DbError| e.into_storage(ErrorSubject::Store, ErrorVerb::Write);
+        if let (Some(wal), Some(c)) = (&self.wal, &committed) {
+            if !wal.is_durable(c.index) {
+                return Ok(()); // a later call records it
+            }
+        }
         let db = self.db.clone();
         let bytes = match &committed {
             Some(c) => Some(encode(c).map_err(to_err)?),

@@ -112,6 +112,28 @@ async fn the_segment_log_survives_reopen() {
     assert!(redb::ReadableTableMetadata::is_empty(&redb_log).unwrap(), "no entry in redb");
 }
 
+/// Segments lost off the end of the log (which no scan can see) are found
+/// against the committed index in redb, and so is a missing `wal/`: the node
+/// does not start from a shorter log.
+#[tokio::test]
+async fn a_segment_log_shorter_than_committed_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let (mut log, _sm) = open_segment(dir.path()).unwrap();
+        log.blocking_append((1..=4).map(|i| blank(1, i))).await.unwrap();
+        log.save_committed(Some(log_id(1, 4))).await.unwrap();
+        log.save_vote(&Vote::new_committed(1, 1)).await.unwrap(); // makes `committed` durable
+    }
+    let wal = dir.path().join(super::wal::WAL_DIR);
+    let seg = wal.join(super::wal::segments::segment_name(1));
+    std::fs::remove_file(&seg).unwrap();
+    let err = open_segment(dir.path()).expect_err("a log shorter than committed").to_string();
+    assert!(err.contains("before the committed index 4"), "{err}");
+    std::fs::remove_dir(&wal).unwrap();
+    let err = open_segment(dir.path()).expect_err("a missing wal/").to_string();
+    assert!(err.contains("which is missing"), "{err}");
+}
+
 /// A data dir whose log is in redb is refused by the segment engine (no
 /// migration yet), and one whose log is in segments by the redb engine: never
 /// an empty log, which would restart the tokens.

@@ -55,6 +55,7 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, PoisonError, RwLock};
 use std::thread::JoinHandle;
@@ -125,6 +126,9 @@ pub struct Wal {
     tx: Option<mpsc::Sender<thread::Op>>,
     thread: Option<JoinHandle<()>>,
     mem: RwLock<BTreeMap<u64, Entry<TypeConfig>>>,
+    /// One past the index of the last durable entry (or of the purge point):
+    /// what the log thread has synced.
+    durable_end: Arc<AtomicU64>,
 }
 
 impl std::fmt::Debug for thread::Op {
@@ -140,14 +144,16 @@ impl Wal {
     pub fn open(dir: &Path, opts: Options, last_purged: Option<u64>, seams: &Seams) -> Result<Wal, WalError> {
         let files: Arc<dyn LogFiles> = seams.log_files.clone().unwrap_or_else(|| Arc::new(RealFiles));
         let (segs, entries) = segments::Segments::open(dir, files, opts.segment_bytes, last_purged)?;
+        let end = entries.last().map(|e| e.log_id.index + 1).or(last_purged.map(|p| p + 1)).unwrap_or(0);
+        let durable_end = Arc::new(AtomicU64::new(end));
         let mem = entries.into_iter().map(|e| (e.log_id.index, e)).collect();
         let (tx, rx) = mpsc::channel();
-        let seams = seams.clone();
+        let (seams, durable) = (seams.clone(), durable_end.clone());
         let thread = std::thread::Builder::new()
             .name("fencelock-log".into())
-            .spawn(move || thread::run(segs, seams, rx))
+            .spawn(move || thread::run(segs, seams, durable, rx))
             .map_err(|source| WalError::Io { what: "cannot start the log thread for", path: dir.into(), source })?;
-        Ok(Wal { tx: Some(tx), thread: Some(thread), mem: RwLock::new(mem) })
+        Ok(Wal { tx: Some(tx), thread: Some(thread), mem: RwLock::new(mem), durable_end })
     }
 
     /// Puts `entries` in memory and queues them for the log thread, which
@@ -209,6 +215,13 @@ impl Wal {
             Some(hi) => mem.range(lo..hi).map(|(_, e)| e.clone()).collect(),
             None => mem.range(lo..).map(|(_, e)| e.clone()).collect(),
         }
+    }
+
+    /// Whether the entry at `index` is durable (synced, or purged behind a
+    /// snapshot). The committed log id is persisted only once it is, so that a
+    /// persisted committed id never points past the log on disk.
+    pub fn is_durable(&self, index: u64) -> bool {
+        index < self.durable_end.load(Ordering::SeqCst)
     }
 
     /// The log id of the last entry, if any.

@@ -496,3 +496,25 @@ fn the_crash_points_are_around_each_batch_fsync() {
     assert_eq!(at_first_callback, [&["sync"][..], &batch[..]].concat());
     assert_eq!(events, [&["sync"][..], &batch[..], &batch[..]].concat());
 }
+
+/// An entry counts as durable only once its batch is synced (or it is purged
+/// behind a snapshot), and no longer once truncated: the log store persists a
+/// committed log id only for a durable entry, so the committed id on disk
+/// never points past the log on disk.
+#[test]
+fn entries_are_durable_once_synced() {
+    let dir = tempfile::tempdir().unwrap();
+    let gate = Arc::new(Gate::default());
+    let seams = Seams { log_files: Some(Arc::new(GatedFiles(gate.clone()))), ..Seams::default() };
+    let wal = Wal::open(dir.path(), ONE, None, &seams).unwrap();
+    let (tx, rx) = mpsc::channel();
+    wal.append(vec![entry(1, 1), entry(1, 2)], Box::new(move |r| tx.send(r.is_ok()).unwrap())).unwrap();
+    assert!(!wal.is_durable(1), "queued, not synced");
+    gate.open();
+    assert!(rx.recv_timeout(Duration::from_secs(30)).unwrap());
+    assert!(wal.is_durable(2) && !wal.is_durable(3));
+    block_on(wal.truncate(2)).unwrap();
+    assert!(wal.is_durable(1) && !wal.is_durable(2));
+    block_on(wal.purge(10)).unwrap();
+    assert!(wal.is_durable(10) && !wal.is_durable(11));
+}

@@ -10,7 +10,9 @@
 //! whose state on disk is unknown.
 
 use std::io;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::Receiver;
+use std::sync::Arc;
 
 use tokio::sync::oneshot;
 
@@ -39,13 +41,15 @@ struct Batch {
 struct LogThread {
     segs: Segments,
     seams: Seams,
+    /// One past the last durable entry (see [`super::Wal::is_durable`]).
+    durable_end: Arc<AtomicU64>,
     /// Why the log stopped, after an IO error.
     failed: Option<String>,
 }
 
 /// Runs the log thread until every sender is gone.
-pub fn run(segs: Segments, seams: Seams, rx: Receiver<Op>) {
-    let mut t = LogThread { segs, seams, failed: None };
+pub fn run(segs: Segments, seams: Seams, durable_end: Arc<AtomicU64>, rx: Receiver<Op>) {
+    let mut t = LogThread { segs, seams, durable_end, failed: None };
     while let Ok(first) = rx.recv() {
         let mut batch = Batch::default();
         for op in std::iter::once(first).chain(rx.try_iter()) {
@@ -71,8 +75,10 @@ impl LogThread {
             return;
         }
         let res = self.check().and_then(|()| self.write_and_sync(&batch.recs));
-        if let Err(e) = &res {
-            self.fail(e);
+        match (&res, batch.recs.last()) {
+            (Err(e), _) => self.fail(e),
+            (Ok(()), Some(last)) => self.durable_end.store(last.index + 1, Ordering::SeqCst),
+            (Ok(()), None) => {}
         }
         for done in batch.done {
             done(res.as_ref().map(|_| ()).map_err(|e| io::Error::other(e.to_string())));
@@ -88,14 +94,17 @@ impl LogThread {
         Ok(())
     }
 
+    /// Does `op` (an append alone: `run` batches them).
     fn handle(&mut self, op: Op) {
         match op {
-            Op::Append { .. } => unreachable!("appends are batched"),
+            Op::Append { recs, done } => self.commit(Batch { recs, done: vec![done] }),
             Op::Truncate { since, reply } => {
+                self.durable_end.fetch_min(since, Ordering::SeqCst);
                 let res = self.check().and_then(|()| self.segs.truncate(since));
                 self.reply(reply, res);
             }
             Op::Purge { upto, reply } => {
+                self.durable_end.fetch_max(upto + 1, Ordering::SeqCst);
                 let res = self.check().and_then(|()| self.segs.purge(upto));
                 self.reply(reply, res);
             }
