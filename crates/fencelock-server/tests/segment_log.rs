@@ -105,3 +105,52 @@ async fn inv2_a_node_on_the_segment_log_restarts_and_tokens_go_on() {
     assert!(metrics.purged >= Some(purged), "the purge point is kept: {:?}", metrics.purged);
     running.shutdown().await;
 }
+
+/// Benchmark, not a test (ignored; timings are printed, not asserted): a real
+/// node, 32 clients each granting 100 locks one after the other, on redb's log
+/// and on the segment log; grants per second and the raft log's last index.
+/// `cargo test -p fencelock-server --test segment_log -- --ignored --nocapture`.
+/// Asserts only that every grant got a new token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore]
+#[allow(clippy::disallowed_methods)] // a benchmark reads the wall clock
+async fn bench_grants_redb_against_segment() {
+    const CLIENTS: u64 = 32;
+    const EACH: u64 = 100;
+    let base = std::env::var_os("FENCELOCK_BENCH_DIR").map(std::path::PathBuf::from).unwrap_or_else(std::env::temp_dir);
+    for log in [LogEngine::Redb, LogEngine::Segment, LogEngine::Redb, LogEngine::Segment] {
+        let dir = tempfile::tempdir_in(&base).unwrap();
+        let mut cfg = config(dir.path(), log);
+        cfg.snapshot_every = 20_000;
+        let (running, mut c) = start(&cfg).await;
+        let l = lease(&mut c, 600_000).await;
+        let t = std::time::Instant::now();
+        let tasks: Vec<_> = (0..CLIENTS)
+            .map(|k| {
+                let mut c = c.clone();
+                tokio::spawn(async move {
+                    let mut tokens = Vec::new();
+                    for i in 0..EACH {
+                        tokens.push(token(&mut c, l, &format!("c{k}-{i}")).await);
+                    }
+                    tokens
+                })
+            })
+            .collect();
+        let mut tokens = Vec::new();
+        for t in tasks {
+            tokens.extend(t.await.unwrap());
+        }
+        let secs = t.elapsed().as_secs_f64();
+        tokens.sort_unstable();
+        tokens.dedup();
+        assert_eq!(tokens.len() as u64, CLIENTS * EACH, "INV-2: every grant a new token");
+        let last = running.raft.metrics().borrow().last_log_index;
+        println!(
+            "{log:<8} {} grants by {CLIENTS} clients in {secs:.2} s: {:>6.0} grants/s, log at index {last:?}",
+            CLIENTS * EACH,
+            (CLIENTS * EACH) as f64 / secs
+        );
+        running.shutdown().await;
+    }
+}
