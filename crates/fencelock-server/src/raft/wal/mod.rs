@@ -138,12 +138,6 @@ pub struct Wal {
     durable_end: Arc<AtomicU64>,
 }
 
-impl std::fmt::Debug for thread::Op {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Op")
-    }
-}
-
 impl Wal {
     /// Opens (creating if needed) the log in `dir`, skipping the entries at or
     /// before `last_purged`, and starts its thread. File IO goes through

@@ -31,6 +31,17 @@ pub enum Op {
     Counts { reply: oneshot::Sender<IoCounts> },
 }
 
+impl std::fmt::Debug for Op {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Op::Append { recs, .. } => write!(f, "Append({} entries)", recs.len()),
+            Op::Truncate { since, .. } => write!(f, "Truncate({since})"),
+            Op::Purge { upto, .. } => write!(f, "Purge({upto})"),
+            Op::Counts { .. } => f.write_str("Counts"),
+        }
+    }
+}
+
 /// The appends taken but not yet written.
 #[derive(Default)]
 struct Batch {
