@@ -660,3 +660,21 @@ fn a_power_loss_keeps_every_acknowledged_entry() {
         }
     }
 }
+
+/// One batch that fills several segments: each full segment is synced before
+/// the next is written (so only the last can hold a torn write), one write
+/// per segment, and it all reads back after a restart.
+#[test]
+fn a_batch_spanning_segments_reads_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let wal = open(dir.path(), SMALL, None).unwrap();
+    append(&wal, (1..=20).map(|i| entry(1, i)).collect());
+    let segs = segments(dir.path()).len() as u64;
+    assert!(segs >= 4, "{segs} segments");
+    let counts = block_on(wal.counts()).unwrap();
+    assert_eq!(counts.writes, segs, "one write per segment");
+    assert_eq!(counts.syncs, segs, "each full segment synced, then the last one");
+    drop(wal);
+    let wal = open(dir.path(), SMALL, None).unwrap();
+    assert_eq!(log_ids(&wal), ids(1, 1, 20));
+}
