@@ -125,6 +125,17 @@ impl Segments {
         let mut log =
             Segments { dir: dir.to_path_buf(), files, capacity, segs: Vec::new(), counts: IoCounts::default() };
         let mut scan = Scan { last_purged, next: None, entries: Vec::new() };
+        // Segments left behind by a purge (the next one starts at or before
+        // the entry after the purge point) are removed unread.
+        let upto_next = last_purged.map(|p| p.saturating_add(1));
+        let stale = named.windows(2).take_while(|w| upto_next.is_some_and(|n| w[1].0 <= n)).count();
+        for (_, path) in named.drain(..stale) {
+            tracing::info!(file = %path.display(), "removing a log segment left behind by a purge");
+            log.files.remove(&path).map_err(io_err("cannot remove", &path))?;
+        }
+        if stale > 0 {
+            log.files.sync_dir(dir).map_err(io_err("cannot sync", dir))?;
+        }
         let count = named.len();
         for (i, (first, path)) in named.into_iter().enumerate() {
             let is_last = i + 1 == count;
