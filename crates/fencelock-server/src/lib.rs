@@ -46,7 +46,7 @@ pub mod watching;
 
 use std::{collections::BTreeMap, net::SocketAddr, sync::Arc};
 
-pub use config::{Bootstrap, Config};
+pub use config::{Bootstrap, Config, LogEngine};
 use fencelock_proto::v1::lock_server::LockServer;
 use tokio::{
     net::{TcpListener, TcpSocket},

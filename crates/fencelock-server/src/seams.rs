@@ -1,5 +1,5 @@
 //! What a caller can plug into a node besides its settings: the storage backend
-//! of the data dir's database and hooks at the points where a crash (or a known
+//! of the data dir's database, the file IO of the segment log, and hooks at the points where a crash (or a known
 //! bug) is worth testing. The time source is the third seam ([`crate::clock`]),
 //! passed to [`crate::serve`].
 //!
@@ -21,10 +21,11 @@ use fencelock_core::Engine;
 #[non_exhaustive]
 pub enum CrashPoint {
     /// The entries of a log append are in the redb transaction, before its
-    /// commit (fsync): entries never durable, none acknowledged.
+    /// commit (fsync), or written to the segment log, before its `fdatasync`:
+    /// entries never durable, none acknowledged.
     LogBeforeFsync,
-    /// The append's commit returned, before openraft is told: durable but not
-    /// acknowledged, outcome unknown.
+    /// The append's commit (or `fdatasync`) returned, before openraft is told:
+    /// durable but not acknowledged, outcome unknown.
     LogAfterFsync,
     /// A written batch's output is applied (commands, ticks and `LeaderStart`
     /// alike), before its replies and wake-ups go out: nobody was told.
@@ -91,6 +92,9 @@ pub struct Seams {
     pub storage: Option<Arc<dyn StorageBackends>>,
     /// Hooks at crash points and before each apply; `None`: no hooks.
     pub hooks: Option<Arc<dyn Hooks>>,
+    /// The file IO of the segment log (`log = "segment"`, see
+    /// [`crate::raft::wal::files`]); `None`: real files.
+    pub log_files: Option<Arc<dyn crate::raft::wal::LogFiles>>,
 }
 
 impl Seams {

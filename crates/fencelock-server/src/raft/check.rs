@@ -7,7 +7,8 @@
 //! their entries' indexes, that the snapshot describes the point its meta
 //! names and is a consistent engine state, and then replays the log after the
 //! snapshot into the engine (as a start and the next election do) and checks
-//! the result.
+//! the result. With the segment log (`log = "segment"`), the entries are read
+//! from `wal/` through the same checks a start makes ([`super::wal`]).
 
 use std::path::{Path, PathBuf};
 
@@ -114,12 +115,23 @@ fn read_all(db: &impl ReadableDatabase, dir: &Path) -> Result<DataReport, DbErro
     };
     let committed = read_id(KEY_COMMITTED)?.map(|l| l.index);
     let purged = read_id(KEY_LAST_PURGED)?.map(|l| l.index);
-    let log = txn.open_table(LOG)?;
+    let stored: Vec<(u64, Entry<TypeConfig>)> = match recorded_engine(&meta)? {
+        // The segment log checks its own records, indexes and gaps.
+        Some(engine) if engine == "segment" => {
+            let wal = super::wal::segments::read(&dir.join(super::wal::WAL_DIR), purged)?;
+            wal.into_iter().map(|e| (e.log_id.index, e)).collect()
+        }
+        _ => {
+            let log = txn.open_table(LOG)?;
+            let items = log.iter()?.map(|item| {
+                let (k, v) = item?;
+                Ok((k.value(), decode(&entry_name(k.value()), v.value())?))
+            });
+            items.collect::<Result<_, DbError>>()?
+        }
+    };
     let (mut entries, mut first, mut prev) = (0u64, None, None::<u64>);
-    for item in log.iter()? {
-        let (k, v) = item?;
-        let index = k.value();
-        let entry: Entry<TypeConfig> = decode(&entry_name(index), v.value())?;
+    for (index, entry) in stored {
         check_entry(index, &entry, prev, purged)?;
         // Every stored entry after the snapshot: a start re-applies the
         // committed ones, and the next leader commits the rest or replaces them
@@ -145,6 +157,12 @@ fn read_all(db: &impl ReadableDatabase, dir: &Path) -> Result<DataReport, DbErro
         engine,
     };
     Ok(report)
+}
+
+/// The log engine the data dir records (`None`: redb).
+fn recorded_engine(meta: &impl ReadableTable<&'static str, &'static [u8]>) -> Result<Option<String>, DbError> {
+    let key = super::log_store::KEY_LOG_ENGINE;
+    meta.get(key)?.map(|v| decode(&meta_name(key), v.value())).transpose()
 }
 
 /// A log entry sits under its own index, right after the previous one (or the

@@ -172,7 +172,7 @@ pub fn open(config: &Config) -> Result<(LogStore, StateMachine, SharedIdentity),
             let dir = &config.data_dir;
             tracing::warn!("--force-new-cluster: starting a new group in {} ({refused})", dir.display());
             set_aside(dir)?;
-            let (log, sm) = open_storage(dir, &config.seams)?;
+            let (log, sm) = open_storage(dir, config)?;
             let identity = first_start(config, &log)?;
             Ok((log, sm, SharedIdentity(Arc::new(Mutex::new(identity)))))
         }
@@ -185,7 +185,7 @@ pub fn open(config: &Config) -> Result<(LogStore, StateMachine, SharedIdentity),
 fn open_checked(config: &Config) -> Result<(LogStore, StateMachine, SharedIdentity), IdentityError> {
     let dir = &config.data_dir;
     let found = inspect(dir)?;
-    let (log, sm) = open_storage(dir, &config.seams)?;
+    let (log, sm) = open_storage(dir, config)?;
     let identity = match read(log.db()).map_err(storage)? {
         None if found == Found::Nothing => first_start(config, &log)?,
         None if has_raft_state(log.db()).map_err(storage)? => adopt(config, &log)?,
@@ -207,8 +207,8 @@ impl IdentityError {
     }
 }
 
-fn open_storage(dir: &Path, seams: &crate::seams::Seams) -> Result<(LogStore, StateMachine), IdentityError> {
-    log_store::open_with(dir, seams).map_err(|e| IdentityError::Open(cause_of(e)))
+fn open_storage(dir: &Path, config: &Config) -> Result<(LogStore, StateMachine), IdentityError> {
+    log_store::open_engine(dir, &config.seams, config.log).map_err(|e| IdentityError::Open(cause_of(e)))
 }
 
 /// The cause inside openraft's storage error, whose own text repeats it
@@ -257,6 +257,17 @@ fn set_aside(dir: &Path) -> Result<(), IdentityError> {
     let aside = aside.expect("an unbounded range has a free name");
     std::fs::rename(&file, &aside).map_err(io)?;
     tracing::warn!("moved the refused database {} to {}", file.display(), aside.display());
+    // Its segment log (log = "segment") goes with it, beside it: a new group
+    // must not start from the old group's entries.
+    let wal = dir.join(super::wal::WAL_DIR);
+    if wal.exists() {
+        let suffix = aside.extension().and_then(|e| e.to_str()).unwrap_or("set-aside");
+        let wal_aside = dir.join(format!("{}.{suffix}", super::wal::WAL_DIR));
+        let io =
+            |source| IdentityError::Io { dir: dir.to_path_buf(), what: "cannot move the log aside".into(), source };
+        std::fs::rename(&wal, &wal_aside).map_err(io)?;
+        tracing::warn!("moved the refused segment log {} to {}", wal.display(), wal_aside.display());
+    }
     Ok(())
 }
 
@@ -346,10 +357,12 @@ fn write(db: &Database, id: &Identity) -> Result<(), DbError> {
 }
 
 /// Whether the database holds anything of a Raft node: a vote, a log entry, a
-/// purge mark or a snapshot.
+/// purge mark or a snapshot (the mark of the log engine is not).
 fn has_raft_state(db: &Database) -> Result<bool, DbError> {
     let txn = db.begin_read()?;
-    let meta_empty = txn.open_table(META)?.is_empty()?;
+    let meta = txn.open_table(META)?;
+    let engine_mark = usize::from(meta.get(log_store::KEY_LOG_ENGINE)?.is_some());
+    let meta_empty = meta.len()? as usize == engine_mark;
     let log_empty = txn.open_table(LOG)?.is_empty()?;
     let snapshot_empty = txn.open_table(SNAPSHOT)?.is_empty()?;
     Ok(!(meta_empty && log_empty && snapshot_empty))

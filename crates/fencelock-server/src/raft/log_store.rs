@@ -1,4 +1,6 @@
-//! The Raft log, the vote and the committed log id, in one redb database.
+//! The Raft log, the vote and the committed log id, in one redb database, or
+//! (with `log = "segment"`, see [`crate::config::LogEngine`]) the log entries
+//! in the segment log of [`super::wal`] and the rest in redb.
 //!
 //! Layout of `fencelock.redb` (all values are JSON):
 //!
@@ -6,6 +8,7 @@
 //! |----------------|----------------|-----------------------------------------|
 //! | `raft_log`     | log index, u64 | `openraft::Entry<TypeConfig>`           |
 //! | `raft_meta`    | `"vote"`       | `Vote<u64>`                             |
+//! |                | `"log_engine"` | `"segment"` when the log is in `wal/`    |
 //! |                | `"identity"`   | see [`super::identity`]                 |
 //! |                | `"committed"`  | `LogId<u64>`                            |
 //! |                | `"last_purged"`| `LogId<u64>`                            |
@@ -15,6 +18,13 @@
 //! commit with [`Durability::Immediate`] (fsync before the call returns); the
 //! committed log id commits with [`Durability::None`] and becomes durable with the
 //! next immediate commit (see [`LogStore::save_committed`]).
+//!
+//! With the segment log, `raft_log` stays empty: appends, truncations and
+//! purges of entries go to [`Wal`] (whose thread does the IO), and `purge`
+//! first records the last purged log id in redb, durably, then lets the log
+//! delete its segments. Which engine wrote a data dir is recorded
+//! (`log_engine`): opening it with the other one is refused, never served as
+//! an empty log.
 //!
 //! redb is synchronous, so every write transaction runs on tokio's blocking pool
 //! (`spawn_blocking`) and is awaited: writes stay strictly ordered (openraft awaits
@@ -32,13 +42,15 @@ use openraft::{
     AnyError, Entry, ErrorSubject, ErrorVerb, LogId, LogState, OptionalSend, RaftLogReader, StorageError,
     StorageIOError, Vote,
 };
-use redb::{Database, Durability, ReadableDatabase, ReadableTable, TableDefinition};
+use redb::{Database, Durability, ReadableDatabase, ReadableTable, ReadableTableMetadata, TableDefinition};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 use super::record;
 use super::state_machine::StateMachine;
+use super::wal::{self, Wal};
 use super::{NodeId, TypeConfig};
+use crate::config::LogEngine;
 use crate::seams::{CrashPoint, Seams};
 
 /// File name of the database inside the data directory.
@@ -51,6 +63,8 @@ pub(crate) const SNAPSHOT: TableDefinition<&str, &[u8]> = TableDefinition::new("
 const KEY_VOTE: &str = "vote";
 pub(crate) const KEY_COMMITTED: &str = "committed";
 pub(crate) const KEY_LAST_PURGED: &str = "last_purged";
+/// Which engine holds the log: absent for redb, `"segment"` for [`Wal`].
+pub(crate) const KEY_LOG_ENGINE: &str = "log_engine";
 
 /// redb's page cache. The log is purged behind snapshots, so the live data is small.
 const CACHE_BYTES: usize = 64 * 1024 * 1024;
@@ -69,6 +83,9 @@ pub enum DbError {
     /// A stored record failed its check (see [`super::record`]).
     #[error("corrupt record {record}: {why}")]
     Corrupt { record: String, why: String },
+    /// The segment log failed (see [`super::wal`]).
+    #[error("{0}")]
+    Wal(#[from] wal::WalError),
 }
 
 macro_rules! redb_into_db_error {
@@ -146,7 +163,17 @@ pub fn open(dir: &Path) -> Result<(LogStore, StateMachine), StorageError<NodeId>
 /// [`open`] through `seams`: its storage backend opens the database, its hooks
 /// are called at the log's and the state machine's crash points.
 pub fn open_with(dir: &Path, seams: &Seams) -> Result<(LogStore, StateMachine), StorageError<NodeId>> {
-    let opened = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| open_unguarded(dir, seams)));
+    open_engine(dir, seams, LogEngine::Redb)
+}
+
+/// [`open_with`] with the log's entries kept by `engine`. Refuses a data dir
+/// whose log is kept by the other engine (see `check_engine`).
+pub fn open_engine(
+    dir: &Path,
+    seams: &Seams,
+    engine: LogEngine,
+) -> Result<(LogStore, StateMachine), StorageError<NodeId>> {
+    let opened = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| open_unguarded(dir, seams, engine)));
     opened.unwrap_or_else(|_| {
         let why = format!(
             "the database in {} is corrupt (redb could not read it); run fencelock check-data on it",
@@ -156,7 +183,11 @@ pub fn open_with(dir: &Path, seams: &Seams) -> Result<(LogStore, StateMachine), 
     })
 }
 
-fn open_unguarded(dir: &Path, seams: &Seams) -> Result<(LogStore, StateMachine), StorageError<NodeId>> {
+fn open_unguarded(
+    dir: &Path,
+    seams: &Seams,
+    engine: LogEngine,
+) -> Result<(LogStore, StateMachine), StorageError<NodeId>> {
     // A plain message (no Rust type name in it): it is shown to operators.
     let store_err = |e: DbError| -> StorageError<NodeId> {
         StorageIOError::new(ErrorSubject::Store, ErrorVerb::Read, AnyError::error(e)).into()
@@ -187,9 +218,122 @@ fn open_unguarded(dir: &Path, seams: &Seams) -> Result<(LogStore, StateMachine),
         Ok(())
     };
     init().map_err(|e| e.into_storage(ErrorSubject::Store, ErrorVerb::Write))?;
+    check_engine(&db, dir, engine).map_err(store_err)?;
+    let wal = match engine {
+        LogEngine::Redb => None,
+        LogEngine::Segment => Some(Arc::new(open_wal(&db, dir, seams).map_err(store_err)?)),
+    };
     let db = Arc::new(db);
-    let sm = StateMachine::load(db.clone(), seams.clone())?;
-    Ok((LogStore { db, seams: seams.clone() }, sm))
+    let mut sm = StateMachine::load(db.clone(), seams.clone())?;
+    if let Some(wal) = &wal {
+        sm.log_reaches(wal.last_log_id().map(|l| l.index));
+    }
+    Ok((LogStore { wal, db, seams: seams.clone() }, sm))
+}
+
+/// Refuses to open `db` (of the data dir `dir`) with `engine` when its log is
+/// kept by the other engine; records the segment engine on its first open.
+///
+/// - `segment` on a database whose `raft_log` holds entries: refused (moving
+///   them into the segment log is not supported yet).
+/// - `redb` on a data dir recorded as `segment` whose `wal/` holds segment
+///   files: refused (redb's log is empty: serving it would restart the log,
+///   and with it the tokens). Without segment files, the mark is removed.
+pub(crate) fn check_engine(db: &Database, dir: &Path, engine: LogEngine) -> Result<(), DbError> {
+    let recorded: Option<String> = {
+        let txn = db.begin_read()?;
+        let meta = txn.open_table(META)?;
+        let value = meta.get(KEY_LOG_ENGINE)?;
+        value.map(|v| decode(&meta_name(KEY_LOG_ENGINE), v.value())).transpose()?
+    };
+    let wal_dir = dir.join(wal::WAL_DIR);
+    match (engine, recorded.as_deref()) {
+        (LogEngine::Segment, Some("segment")) if !wal_dir.is_dir() => Err(DbError::Other(format!(
+            "the data dir {} keeps its Raft log in {}, which is missing: the node cannot start without its log",
+            dir.display(),
+            wal_dir.display()
+        ))),
+        (LogEngine::Segment, Some("segment")) => Ok(()),
+        (LogEngine::Segment, None) => {
+            let entries = db.begin_read()?.open_table(LOG)?.len()?;
+            if entries > 0 {
+                return Err(DbError::Other(format!(
+                    "the data dir {} holds {entries} Raft log entries in redb (log = \"redb\"); moving them \
+                     into the segment log is not supported yet: start it with log = \"redb\"",
+                    dir.display()
+                )));
+            }
+            // The directory first: a data dir marked `segment` always has one.
+            std::fs::create_dir_all(&wal_dir)
+                .and_then(|()| std::fs::File::open(dir)?.sync_all())
+                .map_err(|e| DbError::Other(format!("cannot create {}: {e}", wal_dir.display())))?;
+            write_meta_now(db, KEY_LOG_ENGINE, Some(encode(&"segment")?))
+        }
+        (LogEngine::Redb, None) => Ok(()),
+        (LogEngine::Redb, Some("segment")) if has_segments(&wal_dir)? => Err(DbError::Other(format!(
+            "the data dir {} keeps its Raft log in segments ({}; log = \"segment\"): start it with \
+             log = \"segment\"",
+            dir.display(),
+            wal_dir.display()
+        ))),
+        (LogEngine::Redb, Some("segment")) => write_meta_now(db, KEY_LOG_ENGINE, None),
+        (_, Some(other)) => {
+            Err(DbError::Corrupt { record: meta_name(KEY_LOG_ENGINE)(), why: format!("unknown log engine {other:?}") })
+        }
+    }
+}
+
+/// Whether `wal_dir` holds any segment file.
+fn has_segments(wal_dir: &Path) -> Result<bool, DbError> {
+    match std::fs::read_dir(wal_dir) {
+        Ok(dir) => Ok(dir.filter_map(Result::ok).any(|e| e.path().extension().is_some_and(|x| x == "seg"))),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
+        Err(e) => Err(DbError::Other(format!("cannot list {}: {e}", wal_dir.display()))),
+    }
+}
+
+/// Sets (or with `None` removes) meta `key`, durably, on the calling thread.
+fn write_meta_now(db: &Database, key: &str, value: Option<Vec<u8>>) -> Result<(), DbError> {
+    let mut txn = db.begin_write()?;
+    txn.set_durability(Durability::Immediate)?;
+    {
+        let mut table = txn.open_table(META)?;
+        match value {
+            Some(v) => table.insert(key, v.as_slice())?,
+            None => table.remove(key)?,
+        };
+    }
+    txn.commit()?;
+    Ok(())
+}
+
+/// Opens the segment log of the data dir `dir`, from its last purged log id.
+///
+/// The log must reach the committed log id recorded in redb (only durably
+/// appended entries get committed, and neither truncate nor purge goes below
+/// it): a log that ends before it lost its last segments, which a scan cannot
+/// see, and is refused.
+fn open_wal(db: &Database, dir: &Path, seams: &Seams) -> Result<Wal, DbError> {
+    let read_id = |key: &str| -> Result<Option<LogId<NodeId>>, DbError> {
+        let txn = db.begin_read()?;
+        let meta = txn.open_table(META)?;
+        let value = meta.get(key)?;
+        value.map(|v| decode(&meta_name(key), v.value())).transpose()
+    };
+    let (last_purged, committed) = (read_id(KEY_LAST_PURGED)?, read_id(KEY_COMMITTED)?);
+    let wal_dir = dir.join(wal::WAL_DIR);
+    let wal = Wal::open(&wal_dir, wal::Options::default(), last_purged.map(|l| l.index), seams)?;
+    let last = wal.last_log_id().or(last_purged);
+    match committed {
+        Some(c) if last.is_none_or(|l| l.index < c.index) => Err(DbError::Other(format!(
+            "the Raft log in {} ends at index {}, before the committed index {}: log segments are missing; \
+             the node cannot start without them",
+            wal_dir.display(),
+            last.map_or_else(|| "(none)".to_string(), |l| l.index.to_string()),
+            c.index
+        ))),
+        _ => Ok(wal),
+    }
 }
 
 /// Creates the database file if it does not exist, under a temporary name that is
@@ -233,6 +377,9 @@ struct StoredLogId {
 /// Cheap to clone; clones share the database. openraft serializes all writes.
 #[derive(Clone)]
 pub struct LogStore {
+    /// The segment log, with `log = "segment"`; `None`: the entries are in
+    /// redb. (Before `db`: the last clone closes the log before the database.)
+    wal: Option<Arc<Wal>>,
     db: Arc<Database>,
     /// Hooks at the append's crash points (see [`crate::seams`]).
     seams: Seams,
@@ -295,6 +442,9 @@ impl LogStore {
                 return Ok(Vec::new());
             }
         }
+        if let Some(wal) = &self.wal {
+            return Ok(wal.entries(lo, hi_exclusive));
+        }
         let txn = self.db.begin_read()?;
         let table = txn.open_table(LOG)?;
         let range =
@@ -317,7 +467,9 @@ impl LogStore {
             };
             id
         };
-        let last_in_log: Option<LogId<NodeId>> = {
+        let last_in_log: Option<LogId<NodeId>> = if let Some(wal) = &self.wal {
+            wal.last_log_id()
+        } else {
             let log = txn.open_table(LOG)?;
             let id = match log.last()? {
                 Some((k, v)) => Some(decode::<StoredLogId>(&entry_name(k.value()), v.value())?.log_id),
@@ -362,11 +514,19 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     /// Persisted without its own fsync: it becomes durable with the next immediate
-    /// commit (the next append, vote, truncate or purge). Losing the latest value in
+    /// commit (the next append, vote, truncate or purge; with the segment log,
+    /// the next vote or purge, and only once the entry it names is durable in
+    /// the log: a follower may hear of a commit before its own fsync, and the
+    /// committed id on disk must never point past the log on disk). Losing the latest value in
     /// a crash only means re-applying less of the log at startup; it never claims
     /// more than was committed, because only durably appended entries get committed.
     async fn save_committed(&mut self, committed: Option<LogId<NodeId>>) -> Result<(), StorageError<NodeId>> {
         let to_err = |e: DbError| e.into_storage(ErrorSubject::Store, ErrorVerb::Write);
+        if let (Some(wal), Some(c)) = (&self.wal, &committed) {
+            if !wal.is_durable(c.index) {
+                return Ok(()); // a later call records it
+            }
+        }
         let db = self.db.clone();
         let bytes = match &committed {
             Some(c) => Some(encode(c).map_err(to_err)?),
@@ -407,6 +567,10 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         I::IntoIter: OptionalSend,
     {
         let to_err = |e: DbError| e.into_storage(ErrorSubject::Logs, ErrorVerb::Write);
+        if let Some(wal) = &self.wal {
+            let done: wal::Done = Box::new(move |res| callback.log_io_completed(res));
+            return wal.append(entries.into_iter().collect(), done).map_err(|e| to_err(e.into()));
+        }
         let mut encoded: Vec<(u64, Vec<u8>)> = Vec::new();
         for entry in entries {
             match encode(&entry) {
@@ -448,6 +612,10 @@ impl RaftLogStorage<TypeConfig> for LogStore {
 
     /// Deletes the entries at `log_id.index` and after, in one durable transaction.
     async fn truncate(&mut self, log_id: LogId<NodeId>) -> Result<(), StorageError<NodeId>> {
+        if let Some(wal) = &self.wal {
+            let res = wal.truncate(log_id.index).await;
+            return res.map_err(|e| DbError::from(e).into_storage(ErrorSubject::Log(log_id), ErrorVerb::Delete));
+        }
         let db = self.db.clone();
         let since = log_id.index;
         blocking(move || {
@@ -465,10 +633,16 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     /// Records `log_id` as last purged and deletes the entries up to it, in one
-    /// durable transaction.
+    /// durable transaction. With the segment log: records it durably, then the
+    /// log drops its segments (a crash in between leaves segments that the next
+    /// start removes).
     async fn purge(&mut self, log_id: LogId<NodeId>) -> Result<(), StorageError<NodeId>> {
         let to_err = |e: DbError| e.into_storage(ErrorSubject::Log(log_id), ErrorVerb::Delete);
         let bytes = encode(&log_id).map_err(to_err)?;
+        if let Some(wal) = self.wal.clone() {
+            self.write_meta(KEY_LAST_PURGED, bytes, Durability::Immediate).await.map_err(to_err)?;
+            return wal.purge(log_id.index).await.map_err(|e| to_err(e.into()));
+        }
         let db = self.db.clone();
         let upto = log_id.index;
         blocking(move || {

@@ -17,6 +17,7 @@ pub mod network;
 pub(crate) mod record;
 pub mod snapshot_rx;
 pub mod state_machine;
+pub mod wal;
 
 pub use log_store::{open as open_storage, open_with as open_storage_with, LogStore, DB_FILE};
 pub use network::{Network, RaftService};

@@ -210,6 +210,14 @@ impl StateMachine {
         Ok(sm)
     }
 
+    /// The log (kept outside redb, see [`super::wal`]) reaches index `last`:
+    /// entries up to it are a replay, for [`crate::seams::Applying::first_new`].
+    pub(crate) fn log_reaches(&mut self, last: Option<u64>) {
+        if let (Some(first_new), Some(last)) = (&mut self.first_new, last) {
+            *first_new = (*first_new).max(last.saturating_add(1));
+        }
+    }
+
     /// Keeps `capacity` watch events instead of the default (before the node
     /// starts: the history so far is dropped, and starts where it stood).
     pub(crate) fn with_watch_history(mut self, capacity: usize) -> Self {

@@ -1,0 +1,463 @@
+//! The segment files of the log on disk: finding and checking them at start-up,
+//! appending batches, cutting the log back (`truncate`) and dropping purged
+//! segments.
+//!
+//! Where it sits: owned by the log thread (`thread.rs`), which is the
+//! only caller once the log is open; [`Segments::open`] runs before, at
+//! start-up. All file IO goes through the [`LogFiles`] seam.
+//!
+//! Invariants kept on disk:
+//! - a segment's records are consecutive indexes starting at the index in its
+//!   name and header; the next segment starts right after (unless everything
+//!   before it is purged);
+//! - after the records, a segment holds zeros: a cut (`truncate`, a torn tail
+//!   at start-up) shrinks the file to the cut and preallocates it again, so
+//!   no stale record past a cut can be read as valid;
+//! - every segment but the last is durable in full: before a new segment is
+//!   written to, the one before is synced.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use openraft::Entry;
+
+use super::files::{LogFile, LogFiles};
+use super::format::{self, BadHeader, Parsed, CODEC_JSON, HEADER_LEN};
+use super::WalError;
+use crate::raft::TypeConfig;
+
+/// One entry to append, encoded.
+#[derive(Debug)]
+pub struct Rec {
+    pub index: u64,
+    pub term: u64,
+    pub payload: Vec<u8>,
+}
+
+impl Rec {
+    /// `entry` encoded with the current codec (JSON).
+    pub fn encode(entry: &Entry<TypeConfig>) -> Result<Rec, WalError> {
+        let payload = serde_json::to_vec(entry).map_err(|e| WalError::Encode(e.to_string()))?;
+        Ok(Rec { index: entry.log_id.index, term: entry.log_id.leader_id.term, payload })
+    }
+}
+
+/// One segment file.
+#[derive(Debug)]
+struct Segment {
+    /// Index of its first record (its name).
+    first: u64,
+    path: PathBuf,
+    file: Box<dyn LogFile>,
+    /// Offset of each record; record `k` holds index `first + k`.
+    starts: Vec<u64>,
+    /// Offset after the last record: where the next one goes.
+    end: u64,
+}
+
+impl Segment {
+    fn next_index(&self) -> u64 {
+        self.first + self.starts.len() as u64
+    }
+}
+
+/// Counters of the IO done, for tests and the benchmark.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct IoCounts {
+    /// `write_at` calls for appended records.
+    pub writes: u64,
+    /// `sync_data` calls for appended batches.
+    pub syncs: u64,
+}
+
+/// The segments of one log directory.
+#[derive(Debug)]
+pub struct Segments {
+    dir: PathBuf,
+    files: Arc<dyn LogFiles>,
+    /// Preallocated size of a segment; a segment is full when the next record
+    /// would pass it (a lone record larger than that still goes in).
+    capacity: u64,
+    segs: Vec<Segment>,
+    pub counts: IoCounts,
+}
+
+/// The name of the segment whose first record is `first`.
+pub fn segment_name(first: u64) -> String {
+    format!("{first:020}.seg")
+}
+
+fn parse_name(path: &Path) -> Option<u64> {
+    let name = path.file_name()?.to_str()?;
+    let digits = name.strip_suffix(".seg")?;
+    match digits.len() == 20 && digits.bytes().all(|b| b.is_ascii_digit()) {
+        true => digits.parse().ok(),
+        false => None,
+    }
+}
+
+fn io_err<'a>(what: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> WalError + 'a {
+    move |source| WalError::Io { what, path: path.to_path_buf(), source }
+}
+
+impl Segments {
+    /// Opens the log in `dir` (creating the directory if needed) and returns
+    /// its entries after `last_purged`. See the module docs of [`super`] for
+    /// what is a torn tail (cut, logged) and what is corruption (an error
+    /// naming the file and offset).
+    pub fn open(
+        dir: &Path,
+        files: Arc<dyn LogFiles>,
+        capacity: u64,
+        last_purged: Option<u64>,
+    ) -> Result<(Segments, Vec<Entry<TypeConfig>>), WalError> {
+        std::fs::create_dir_all(dir).map_err(io_err("cannot create", dir))?;
+        if let Some(parent) = dir.parent() {
+            files.sync_dir(parent).map_err(io_err("cannot sync", parent))?;
+        }
+        let mut named: Vec<(u64, PathBuf)> = files
+            .list(dir)
+            .map_err(io_err("cannot list", dir))?
+            .into_iter()
+            .filter_map(|p| parse_name(&p).map(|first| (first, p)))
+            .collect();
+        named.sort();
+        let mut log =
+            Segments { dir: dir.to_path_buf(), files, capacity, segs: Vec::new(), counts: IoCounts::default() };
+        let mut scan = Scan { last_purged, next: None, entries: Vec::new() };
+        // Segments left behind by a purge (the next one starts at or before
+        // the entry after the purge point) are removed unread.
+        let upto_next = last_purged.map(|p| p.saturating_add(1));
+        let stale = named.windows(2).take_while(|w| upto_next.is_some_and(|n| w[1].0 <= n)).count();
+        for (_, path) in named.drain(..stale) {
+            tracing::info!(file = %path.display(), "removing a log segment left behind by a purge");
+            log.files.remove(&path).map_err(io_err("cannot remove", &path))?;
+        }
+        if stale > 0 {
+            log.files.sync_dir(dir).map_err(io_err("cannot sync", dir))?;
+        }
+        let count = named.len();
+        for (i, (first, path)) in named.into_iter().enumerate() {
+            let is_last = i + 1 == count;
+            if let Some(seg) = log.open_segment(first, path, is_last, &mut scan)? {
+                log.segs.push(seg);
+            }
+        }
+        log.drop_purged(last_purged)?;
+        Ok((log, scan.entries))
+    }
+
+    /// Opens and scans one segment, cutting a torn tail; `None` if it was a
+    /// segment whose creation never finished (removed).
+    fn open_segment(
+        &self,
+        first: u64,
+        path: PathBuf,
+        is_last: bool,
+        scan: &mut Scan,
+    ) -> Result<Option<Segment>, WalError> {
+        let mut file = self.files.open(&path, false).map_err(io_err("cannot open", &path))?;
+        let bytes = read_all(file.as_mut(), &path)?;
+        let (starts, end, torn) = match scan_segment(&bytes, first, &path, is_last, scan)? {
+            Scanned::Unwritten => {
+                tracing::warn!(file = %path.display(), "removing a log segment whose creation did not finish");
+                self.files.remove(&path).map_err(io_err("cannot remove", &path))?;
+                self.files.sync_dir(&self.dir).map_err(io_err("cannot sync", &self.dir))?;
+                return Ok(None);
+            }
+            Scanned::Records { starts, end, torn } => (starts, end, torn),
+        };
+        let mut seg = Segment { first, path, file, starts, end };
+        if let Some(why) = torn {
+            tracing::warn!(
+                file = %seg.path.display(),
+                offset = end,
+                why,
+                "cutting a torn write at the end of the log (never acknowledged: it was not synced)"
+            );
+            cut(&mut seg, end, self.capacity)?;
+        }
+        Ok(Some(seg))
+    }
+
+    /// Writes `recs` (consecutive indexes, following on from the log's last
+    /// entry or starting a new segment after a purge) with one `write_at` per
+    /// segment touched, without syncing the last one ([`Segments::sync`] does).
+    /// A segment that gets full is synced before the next one is written.
+    /// Whether anything was written.
+    pub fn write(&mut self, recs: &[Rec]) -> Result<bool, WalError> {
+        let mut pending: Option<(u64, Vec<u8>)> = None;
+        for r in recs {
+            let len = format::record_len(r.payload.len()) as u64;
+            if r.payload.is_empty() || r.payload.len() > format::MAX_PAYLOAD {
+                return Err(WalError::Encode(format!("entry {} encodes to {} bytes", r.index, r.payload.len())));
+            }
+            let roll = match self.segs.last() {
+                None => true,
+                Some(s) if r.index < s.next_index() => {
+                    let why =
+                        format!("an append of index {} after index {}: truncate first", r.index, s.next_index() - 1);
+                    return Err(WalError::Order(why));
+                }
+                Some(s) => r.index > s.next_index() || (!s.starts.is_empty() && s.end + len > self.capacity),
+            };
+            if roll {
+                self.flush(pending.take())?;
+                if !self.segs.is_empty() {
+                    self.sync()?;
+                }
+                self.create_segment(r.index)?;
+            }
+            let seg = self.segs.last_mut().expect("a segment to write to");
+            let (_, buf) = pending.get_or_insert_with(|| (seg.end, Vec::new()));
+            seg.starts.push(seg.end);
+            format::push_record(buf, r.index, r.term, CODEC_JSON, &r.payload);
+            seg.end += len;
+        }
+        let wrote = pending.is_some();
+        self.flush(pending)?;
+        Ok(wrote)
+    }
+
+    /// Writes `pending` (offset, bytes) into the last segment.
+    fn flush(&mut self, pending: Option<(u64, Vec<u8>)>) -> Result<(), WalError> {
+        let (Some((at, buf)), Some(seg)) = (pending, self.segs.last_mut()) else { return Ok(()) };
+        seg.file.write_at(&buf, at).map_err(io_err("cannot write", &seg.path))?;
+        self.counts.writes += 1;
+        Ok(())
+    }
+
+    /// `fdatasync` of the last segment: what [`Segments::write`] wrote is durable.
+    pub fn sync(&mut self) -> Result<(), WalError> {
+        let Some(seg) = self.segs.last_mut() else { return Ok(()) };
+        seg.file.sync_data().map_err(io_err("cannot sync", &seg.path))?;
+        self.counts.syncs += 1;
+        Ok(())
+    }
+
+    /// A new, empty, preallocated and synced segment whose first record is
+    /// `first`, as the last one.
+    fn create_segment(&mut self, first: u64) -> Result<(), WalError> {
+        let path = self.dir.join(segment_name(first));
+        let mut file = self.files.open(&path, true).map_err(io_err("cannot create", &path))?;
+        // A file of that name left over is replaced.
+        file.set_len(0).map_err(io_err("cannot cut", &path))?;
+        file.allocate(self.capacity).map_err(io_err("cannot preallocate", &path))?;
+        file.write_at(&format::header(first), 0).map_err(io_err("cannot write", &path))?;
+        file.sync_data().map_err(io_err("cannot sync", &path))?;
+        self.files.sync_dir(&self.dir).map_err(io_err("cannot sync", &self.dir))?;
+        self.segs.push(Segment { first, path, file, starts: Vec::new(), end: HEADER_LEN as u64 });
+        Ok(())
+    }
+
+    /// Deletes the entries at `since` and after, durably: the segments that
+    /// start at or after it are removed (last first, then the directory is
+    /// synced), then the segment holding `since` is cut there.
+    ///
+    /// A crash in between leaves a prefix of the log as it was before the call
+    /// (never a gap): the entries at `since` and after are the conflicting,
+    /// uncommitted ones that openraft is replacing.
+    pub fn truncate(&mut self, since: u64) -> Result<(), WalError> {
+        let mut removed = false;
+        while self.segs.last().is_some_and(|s| s.first >= since) {
+            let seg = self.segs.pop().expect("a last segment");
+            self.files.remove(&seg.path).map_err(io_err("cannot remove", &seg.path))?;
+            removed = true;
+        }
+        if removed {
+            self.files.sync_dir(&self.dir).map_err(io_err("cannot sync", &self.dir))?;
+        }
+        if let Some(seg) = self.segs.last_mut() {
+            if seg.next_index() > since {
+                let at = seg.starts[(since - seg.first) as usize];
+                cut(seg, at, self.capacity)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Removes the segments whose entries are all at or before `upto`. Called
+    /// once `upto` is durable as the last purged log id (in redb): a crash
+    /// before leaves segments that the next [`Segments::open`] removes.
+    pub fn purge(&mut self, upto: u64) -> Result<(), WalError> {
+        self.drop_purged(Some(upto))
+    }
+
+    /// The segment files, first to last (for tests).
+    #[cfg(test)]
+    pub fn paths(&self) -> Vec<PathBuf> {
+        self.segs.iter().map(|s| s.path.clone()).collect()
+    }
+
+    /// Removes the segments whose records are all at or before `upto`
+    /// (whole segments only; see [`Segments::purge`]).
+    fn drop_purged(&mut self, upto: Option<u64>) -> Result<(), WalError> {
+        let Some(upto) = upto else { return Ok(()) };
+        let mut removed = false;
+        while let Some(seg) = self.segs.first() {
+            let all_purged = match self.segs.get(1) {
+                Some(next) => next.first <= upto.saturating_add(1),
+                None => seg.next_index() <= upto.saturating_add(1),
+            };
+            if !all_purged {
+                break;
+            }
+            let seg = self.segs.remove(0);
+            self.files.remove(&seg.path).map_err(io_err("cannot remove", &seg.path))?;
+            removed = true;
+        }
+        if removed {
+            self.files.sync_dir(&self.dir).map_err(io_err("cannot sync", &self.dir))?;
+        }
+        Ok(())
+    }
+}
+
+/// The entries after `last_purged` of the log in `dir` (none if there is no
+/// such directory), checked as [`Segments::open`] checks them, without writing
+/// a byte: a torn tail, which a start would cut, is left out. For `fencelock
+/// check-data`.
+pub fn read(dir: &Path, last_purged: Option<u64>) -> Result<Vec<Entry<TypeConfig>>, WalError> {
+    let listed = match std::fs::read_dir(dir) {
+        Ok(listed) => listed,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(source) => return Err(WalError::Io { what: "cannot list", path: dir.to_path_buf(), source }),
+    };
+    let mut named: Vec<(u64, PathBuf)> =
+        listed.filter_map(Result::ok).filter_map(|e| parse_name(&e.path()).map(|first| (first, e.path()))).collect();
+    named.sort();
+    let mut scan = Scan { last_purged, next: None, entries: Vec::new() };
+    let count = named.len();
+    for (i, (first, path)) in named.into_iter().enumerate() {
+        let bytes = std::fs::read(&path).map_err(io_err("cannot read", &path))?;
+        scan_segment(&bytes, first, &path, i + 1 == count, &mut scan)?;
+    }
+    Ok(scan.entries)
+}
+
+/// What a segment holds.
+enum Scanned {
+    /// A segment whose creation did not finish (the last one, all zeros).
+    Unwritten,
+    /// Its records' offsets, the offset after the last one, and why the bytes
+    /// after it are a torn write to cut (if they are not zeros).
+    Records { starts: Vec<u64>, end: u64, torn: Option<String> },
+}
+
+/// Checks the segment `bytes` of `path`, named `first`, the last segment if
+/// `is_last`, and hands its records to `scan`. See the module docs of
+/// [`super`] for what is a torn tail and what is corruption.
+fn scan_segment(bytes: &[u8], first: u64, path: &Path, is_last: bool, scan: &mut Scan) -> Result<Scanned, WalError> {
+    let corrupt =
+        |offset: usize, why: String| WalError::Corrupt { path: path.to_path_buf(), offset: offset as u64, why };
+    match format::parse_header(bytes) {
+        Ok(named) if named == first => {}
+        Ok(named) => return Err(corrupt(0, format!("the header names first index {named}"))),
+        Err(BadHeader::Version(version)) => return Err(WalError::Version { path: path.to_path_buf(), version }),
+        Err(BadHeader::Unwritten) if is_last && bytes.iter().all(|b| *b == 0) => return Ok(Scanned::Unwritten),
+        Err(BadHeader::Unwritten) => return Err(corrupt(0, "a zeroed segment header".into())),
+        Err(BadHeader::Corrupt(why)) => return Err(corrupt(0, why)),
+    }
+    let mut starts = Vec::new();
+    let mut at = HEADER_LEN;
+    let bad = loop {
+        if at >= bytes.len() {
+            break None;
+        }
+        match format::parse_record(&bytes[at..]) {
+            Parsed::Record(r, len) => {
+                let expected = first + starts.len() as u64;
+                if r.index != expected {
+                    return Err(corrupt(at, format!("record of index {} where {expected} belongs", r.index)));
+                }
+                scan.take(&r).map_err(|why| corrupt(at, why))?;
+                starts.push(at as u64);
+                at += len;
+            }
+            Parsed::Zeros if bytes[at..].iter().all(|b| *b == 0) => break None,
+            Parsed::Zeros => break Some("a zeroed record header".to_string()),
+            Parsed::Bad(why) => break Some(why),
+        }
+    };
+    if let Some(why) = &bad {
+        if !is_last {
+            return Err(corrupt(at, format!("{why}, in a segment that is not the last")));
+        }
+        if let Some(valid) = format::find_record(bytes, at + 1) {
+            return Err(corrupt(at, format!("{why}, followed by a valid record at offset {valid}")));
+        }
+    }
+    Ok(Scanned::Records { starts, end: at as u64, torn: bad })
+}
+
+/// Cuts `seg` at offset `at` (a record boundary): the file is shrunk to `at`,
+/// preallocated again to `capacity` (zeros after `at`) and synced.
+fn cut(seg: &mut Segment, at: u64, capacity: u64) -> Result<(), WalError> {
+    let path = seg.path.clone();
+    seg.file.set_len(at).map_err(io_err("cannot cut", &path))?;
+    seg.file.allocate(capacity.max(at)).map_err(io_err("cannot preallocate", &path))?;
+    seg.file.sync_data().map_err(io_err("cannot sync", &path))?;
+    let kept = seg.starts.partition_point(|s| *s < at);
+    seg.starts.truncate(kept);
+    seg.end = at;
+    Ok(())
+}
+
+/// What a start-up scan has read so far.
+struct Scan {
+    last_purged: Option<u64>,
+    /// The index the next record must have, once a record after the purge
+    /// point was read.
+    next: Option<u64>,
+    entries: Vec<Entry<TypeConfig>>,
+}
+
+impl Scan {
+    /// Takes record `r` (of the segment starting at `first`): records at or
+    /// before the purge point are skipped; after it, indexes must follow on
+    /// from the purge point and from each other.
+    fn take(&mut self, r: &format::Record<'_>) -> Result<(), String> {
+        if self.last_purged.is_some_and(|p| r.index <= p) {
+            return Ok(());
+        }
+        let expected = self.next.or(self.last_purged.map(|p| p + 1));
+        if let Some(n) = expected {
+            if r.index != n {
+                return Err(format!("a gap in the log: index {} where {n} belongs", r.index));
+            }
+        }
+        if r.codec != CODEC_JSON {
+            return Err(format!("unknown codec {} of entry {}", r.codec, r.index));
+        }
+        let entry: Entry<TypeConfig> =
+            serde_json::from_slice(r.payload).map_err(|e| format!("entry {} does not decode: {e}", r.index))?;
+        if entry.log_id.index != r.index || entry.log_id.leader_id.term != r.term {
+            return Err(format!("entry {} holds log id {}", r.index, entry.log_id));
+        }
+        self.entries.push(entry);
+        self.next = Some(r.index + 1);
+        Ok(())
+    }
+}
+
+/// The whole content of `file`.
+fn read_all(file: &mut dyn LogFile, path: &Path) -> Result<Vec<u8>, WalError> {
+    let len = file.size().map_err(io_err("cannot stat", path))?;
+    let len = usize::try_from(len).map_err(|_| WalError::Io {
+        what: "cannot read",
+        path: path.to_path_buf(),
+        source: std::io::Error::other("file too large"),
+    })?;
+    let mut bytes = vec![0u8; len];
+    let mut at = 0;
+    while at < len {
+        match file.read_at(&mut bytes[at..], at as u64).map_err(io_err("cannot read", path))? {
+            0 => {
+                bytes.truncate(at);
+                break;
+            }
+            n => at += n,
+        }
+    }
+    Ok(bytes)
+}

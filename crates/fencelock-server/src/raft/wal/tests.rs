@@ -1,0 +1,683 @@
+//! Tests of the segment log: the start-up scan (torn tails cut, corruption
+//! refused), segment roll and purge, truncate, and group commit, on real files
+//! in temp dirs. The log's fsyncs are counted through the file seam.
+//!
+//! Also a benchmark (ignored; run it by name): appends per second and fsyncs,
+//! redb's log against this one.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{mpsc, Arc, Condvar, Mutex};
+use std::time::Duration;
+
+use openraft::{CommittedLeaderId, Entry, EntryPayload, LogId};
+
+use super::files::{LogFile, LogFiles, RealFiles};
+use super::format::{self, Parsed, HEADER_LEN};
+use super::segments::segment_name;
+use super::{Options, Wal, WalError};
+use crate::raft::TypeConfig;
+use crate::seams::Seams;
+
+/// Small segments, so that a few entries fill several.
+const SMALL: Options = Options { segment_bytes: 512 };
+/// Segments that hold every test's entries (and are quick to copy).
+const ONE: Options = Options { segment_bytes: 64 * 1024 };
+
+fn entry(term: u64, index: u64) -> Entry<TypeConfig> {
+    Entry { log_id: LogId::new(CommittedLeaderId::new(term, 1), index), payload: EntryPayload::Blank }
+}
+
+fn open(dir: &Path, opts: Options, last_purged: Option<u64>) -> Result<Wal, WalError> {
+    Wal::open(dir, opts, last_purged, &Seams::default())
+}
+
+/// Appends `entries` in one call and waits until they are durable.
+fn append(wal: &Wal, entries: Vec<Entry<TypeConfig>>) {
+    let (tx, rx) = mpsc::channel();
+    wal.append(entries, Box::new(move |r| tx.send(r).unwrap())).unwrap();
+    rx.recv_timeout(Duration::from_secs(30)).expect("append completed").expect("append succeeded");
+}
+
+/// Appends entries `lo..=hi` of `term`, one call each, waiting for each.
+fn append_each(wal: &Wal, term: u64, lo: u64, hi: u64) {
+    for i in lo..=hi {
+        append(wal, vec![entry(term, i)]);
+    }
+}
+
+fn log_ids(wal: &Wal) -> Vec<(u64, u64)> {
+    wal.entries(0, None).iter().map(|e| (e.log_id.leader_id.term, e.log_id.index)).collect()
+}
+
+fn ids(term: u64, lo: u64, hi: u64) -> Vec<(u64, u64)> {
+    (lo..=hi).map(|i| (term, i)).collect()
+}
+
+fn segments(dir: &Path) -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().unwrap() == "seg")
+        .collect();
+    v.sort();
+    v
+}
+
+/// Start offset and length of each record of the segment `bytes`.
+fn records(bytes: &[u8]) -> Vec<(usize, usize)> {
+    let mut out = Vec::new();
+    let mut at = HEADER_LEN;
+    while let Parsed::Record(_, len) = format::parse_record(&bytes[at..]) {
+        out.push((at, len));
+        at += len;
+    }
+    out
+}
+
+fn block_on<F: std::future::Future>(f: F) -> F::Output {
+    tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(f)
+}
+
+/// A log of entries 1..=5 (one segment), closed; its segment file.
+fn five_entries(dir: &Path) -> PathBuf {
+    let wal = open(dir, ONE, None).unwrap();
+    append_each(&wal, 1, 1, 5);
+    drop(wal);
+    let segs = segments(dir);
+    assert_eq!(segs.len(), 1);
+    segs[0].clone()
+}
+
+/// Torn write: the last record of the last segment half written (the rest of
+/// the preallocated file zeros) is cut at start-up; the prefix survives, and a
+/// new append after the cut survives the next start (no stale bytes past the
+/// cut are read back).
+#[test]
+fn a_torn_tail_is_cut_and_the_prefix_survives() {
+    let dir = tempfile::tempdir().unwrap();
+    let seg = five_entries(dir.path());
+    let mut bytes = std::fs::read(&seg).unwrap();
+    let (start, len) = *records(&bytes).last().unwrap();
+    bytes[start + len / 2..start + len].fill(0);
+    std::fs::write(&seg, &bytes).unwrap();
+
+    let wal = open(dir.path(), ONE, None).unwrap();
+    assert_eq!(log_ids(&wal), ids(1, 1, 4));
+    append(&wal, vec![entry(2, 5)]);
+    drop(wal);
+    let wal = open(dir.path(), ONE, None).unwrap();
+    assert_eq!(log_ids(&wal), [ids(1, 1, 4), ids(2, 5, 5)].concat());
+}
+
+/// Every length the last record could have been cut at (a crash mid-write,
+/// zeros after it) opens to the first four entries.
+#[test]
+fn every_cut_of_the_last_record_opens_to_the_prefix() {
+    let base = tempfile::tempdir().unwrap();
+    let seg = five_entries(base.path());
+    let bytes = std::fs::read(&seg).unwrap();
+    let (start, len) = *records(&bytes).last().unwrap();
+    for cut in 0..len {
+        let dir = tempfile::tempdir().unwrap();
+        let mut torn = bytes.clone();
+        torn[start + cut..start + len].fill(0);
+        std::fs::write(dir.path().join(seg.file_name().unwrap()), &torn).unwrap();
+        let wal = open(dir.path(), ONE, None).unwrap_or_else(|e| panic!("cut at {cut}: {e}"));
+        let expected = if cut >= format::RECORD_HEADER_LEN + payload_len(&bytes[start..]) { 5 } else { 4 };
+        assert_eq!(log_ids(&wal), ids(1, 1, expected), "cut at {cut}");
+    }
+}
+
+/// The payload length of the record at the start of `bytes`.
+fn payload_len(bytes: &[u8]) -> usize {
+    u32::from_le_bytes(bytes[..4].try_into().unwrap()) as usize
+}
+
+/// A flipped byte in a record with valid records after it is corruption, not
+/// a torn tail: opening fails (the node does not start), naming the file and
+/// the offset of the bad record.
+#[test]
+fn a_flipped_byte_in_the_middle_is_corruption_naming_file_and_offset() {
+    let dir = tempfile::tempdir().unwrap();
+    let seg = five_entries(dir.path());
+    let mut bytes = std::fs::read(&seg).unwrap();
+    let (start, _) = records(&bytes)[1];
+    bytes[start + format::RECORD_HEADER_LEN + 3] ^= 0x01;
+    std::fs::write(&seg, &bytes).unwrap();
+
+    let err = open(dir.path(), ONE, None).expect_err("a corrupt log must not open");
+    match &err {
+        WalError::Corrupt { path, offset, .. } => {
+            assert_eq!(path, &seg);
+            assert_eq!(*offset, start as u64);
+        }
+        other => panic!("expected corruption, got {other}"),
+    }
+    let text = err.to_string();
+    assert!(text.contains(&segment_name(1)) && text.contains(&format!("offset {start}")), "{text}");
+}
+
+/// A bad record at the end of a segment that is not the last is corruption
+/// (every segment but the last is synced in full before the next is written).
+#[test]
+fn a_bad_record_in_an_earlier_segment_is_corruption() {
+    let dir = tempfile::tempdir().unwrap();
+    let wal = open(dir.path(), SMALL, None).unwrap();
+    append_each(&wal, 1, 1, 12);
+    drop(wal);
+    let first = segments(dir.path())[0].clone();
+    let mut bytes = std::fs::read(&first).unwrap();
+    let (start, len) = *records(&bytes).last().unwrap();
+    bytes[start + len - 9] ^= 0xFF;
+    std::fs::write(&first, &bytes).unwrap();
+    let err = open(dir.path(), SMALL, None).expect_err("must not open");
+    assert!(matches!(&err, WalError::Corrupt { path, .. } if path == &first), "{err}");
+}
+
+/// A segment of a format version this build does not know is refused, naming
+/// the file and the version.
+#[test]
+fn an_unknown_format_version_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let seg = five_entries(dir.path());
+    let mut bytes = std::fs::read(&seg).unwrap();
+    bytes[8] = 2;
+    std::fs::write(&seg, &bytes).unwrap();
+    let err = open(dir.path(), ONE, None).expect_err("must not open");
+    assert!(matches!(&err, WalError::Version { path, version: 2 } if path == &seg), "{err}");
+    assert!(err.to_string().contains(&segment_name(1)), "{err}");
+}
+
+/// A gap in the indexes between segments (a segment missing) is corruption.
+#[test]
+fn a_missing_segment_is_corruption() {
+    let dir = tempfile::tempdir().unwrap();
+    let wal = open(dir.path(), SMALL, None).unwrap();
+    append_each(&wal, 1, 1, 20);
+    drop(wal);
+    let segs = segments(dir.path());
+    assert!(segs.len() >= 3, "{segs:?}");
+    std::fs::remove_file(&segs[1]).unwrap();
+    let err = open(dir.path(), SMALL, None).expect_err("must not open");
+    assert!(matches!(&err, WalError::Corrupt { path, .. } if path == &segs[2]), "{err}");
+}
+
+/// Entries fill several small segments, named by their first index, and read
+/// back after a restart; a purge deletes exactly the segments holding only
+/// purged entries, and the log opens from the purge point.
+#[test]
+fn segments_roll_and_purge_deletes_whole_segments() {
+    let dir = tempfile::tempdir().unwrap();
+    let wal = open(dir.path(), SMALL, None).unwrap();
+    append_each(&wal, 1, 1, 30);
+    let before = segments(dir.path());
+    assert!(before.len() >= 4, "{before:?}");
+    assert_eq!(before[0].file_name().unwrap().to_str().unwrap(), segment_name(1));
+    let firsts: Vec<u64> = before.iter().map(|p| p.file_stem().unwrap().to_str().unwrap().parse().unwrap()).collect();
+
+    block_on(wal.purge(15)).unwrap();
+    // Kept: the segment holding 16 and every one after it.
+    let keep_from = firsts.iter().rposition(|f| *f <= 16).unwrap();
+    assert_eq!(segments(dir.path()), before[keep_from..].to_vec());
+    assert_eq!(log_ids(&wal), ids(1, 16, 30));
+    drop(wal);
+
+    let wal = open(dir.path(), SMALL, Some(15)).unwrap();
+    assert_eq!(log_ids(&wal), ids(1, 16, 30));
+    // Past the end: every segment goes; the log goes on after the purge point.
+    block_on(wal.purge(40)).unwrap();
+    assert_eq!(segments(dir.path()), Vec::<PathBuf>::new());
+    append_each(&wal, 2, 41, 43);
+    drop(wal);
+    let wal = open(dir.path(), SMALL, Some(40)).unwrap();
+    assert_eq!(log_ids(&wal), ids(2, 41, 43));
+}
+
+/// Segments left behind by a crash between recording the purge point and
+/// deleting them are deleted at the next start.
+#[test]
+fn segments_left_by_a_purge_are_removed_at_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let wal = open(dir.path(), SMALL, None).unwrap();
+    append_each(&wal, 1, 1, 30);
+    drop(wal);
+    let before = segments(dir.path());
+    // A leftover is not even read: garbage in the first one does not matter.
+    std::fs::write(&before[0], b"garbage").unwrap();
+    let wal = open(dir.path(), SMALL, Some(25)).unwrap();
+    assert_eq!(log_ids(&wal), ids(1, 26, 30));
+    let after = segments(dir.path());
+    assert!(after.len() < before.len() && !after.contains(&before[0]), "{after:?}");
+}
+
+/// Truncate (into an earlier segment), append with a new term, reopen: exactly
+/// the kept prefix and the new entries, nothing of the truncated ones.
+#[test]
+fn truncate_then_append_then_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    let wal = open(dir.path(), SMALL, None).unwrap();
+    append_each(&wal, 1, 1, 20);
+    block_on(wal.truncate(8)).unwrap();
+    assert_eq!(log_ids(&wal), ids(1, 1, 7));
+    append(&wal, (8..=10).map(|i| entry(2, i)).collect());
+    drop(wal);
+    let wal = open(dir.path(), SMALL, None).unwrap();
+    assert_eq!(log_ids(&wal), [ids(1, 1, 7), ids(2, 8, 10)].concat());
+    // And truncating everything leaves an empty log that appends again.
+    block_on(wal.truncate(1)).unwrap();
+    append(&wal, vec![entry(3, 1)]);
+    drop(wal);
+    let wal = open(dir.path(), SMALL, None).unwrap();
+    assert_eq!(log_ids(&wal), ids(3, 1, 1));
+}
+
+/// An append that does not follow on from the last entry (no truncate first)
+/// fails, and the log fails closed: later requests fail too.
+#[test]
+fn an_append_over_the_log_fails_closed() {
+    let dir = tempfile::tempdir().unwrap();
+    let wal = open(dir.path(), ONE, None).unwrap();
+    append_each(&wal, 1, 1, 3);
+    let (tx, rx) = mpsc::channel();
+    let tx2 = tx.clone();
+    wal.append(vec![entry(1, 2)], Box::new(move |r| tx.send(r).unwrap())).unwrap();
+    assert!(rx.recv_timeout(Duration::from_secs(30)).unwrap().is_err());
+    wal.append(vec![entry(1, 4)], Box::new(move |r| tx2.send(r).unwrap())).unwrap();
+    let later = rx.recv_timeout(Duration::from_secs(30)).unwrap().expect_err("the log stopped");
+    assert!(later.to_string().contains("stopped"), "{later}");
+}
+
+/// Real files whose `sync_data` calls are counted, and held until
+/// [`Gate::open`] (so that appends queue up behind a sync, deterministically).
+#[derive(Debug, Default)]
+struct Gate {
+    syncs: AtomicU64,
+    /// Every `sync_data` and crash point, in order.
+    events: Mutex<Vec<&'static str>>,
+    open: Mutex<bool>,
+    opened: Condvar,
+}
+
+impl Gate {
+    fn open(&self) {
+        *self.open.lock().unwrap() = true;
+        self.opened.notify_all();
+    }
+}
+
+#[derive(Debug)]
+struct GatedFiles(Arc<Gate>);
+
+#[derive(Debug)]
+struct GatedFile(Box<dyn LogFile>, Arc<Gate>);
+
+impl LogFiles for GatedFiles {
+    fn open(&self, path: &Path, create: bool) -> std::io::Result<Box<dyn LogFile>> {
+        Ok(Box::new(GatedFile(RealFiles.open(path, create)?, self.0.clone())))
+    }
+    fn list(&self, dir: &Path) -> std::io::Result<Vec<PathBuf>> {
+        RealFiles.list(dir)
+    }
+    fn remove(&self, path: &Path) -> std::io::Result<()> {
+        RealFiles.remove(path)
+    }
+    fn sync_dir(&self, dir: &Path) -> std::io::Result<()> {
+        RealFiles.sync_dir(dir)
+    }
+}
+
+impl LogFile for GatedFile {
+    fn read_at(&mut self, buf: &mut [u8], offset: u64) -> std::io::Result<usize> {
+        self.0.read_at(buf, offset)
+    }
+    fn write_at(&mut self, buf: &[u8], offset: u64) -> std::io::Result<()> {
+        self.0.write_at(buf, offset)
+    }
+    fn sync_data(&mut self) -> std::io::Result<()> {
+        let open = self.1.open.lock().unwrap();
+        drop(self.1.opened.wait_while(open, |o| !*o).unwrap());
+        self.1.syncs.fetch_add(1, Ordering::SeqCst);
+        self.1.events.lock().unwrap().push("sync");
+        self.0.sync_data()
+    }
+    fn set_len(&mut self, len: u64) -> std::io::Result<()> {
+        self.0.set_len(len)
+    }
+    fn allocate(&mut self, len: u64) -> std::io::Result<()> {
+        self.0.allocate(len)
+    }
+    fn size(&mut self) -> std::io::Result<u64> {
+        self.0.size()
+    }
+}
+
+/// Group commit: appends queued while a sync is under way share the next
+/// fsync. 200 appends of one entry, issued without waiting (as openraft hands
+/// over the next append before the previous is flushed), while the log's
+/// syncs are held: they end in at most a few fsyncs (counted through the file
+/// seam), and every callback is told, in order.
+#[test]
+fn queued_appends_share_one_fsync() {
+    const N: u64 = 200;
+    let dir = tempfile::tempdir().unwrap();
+    let gate = Arc::new(Gate::default());
+    let seams = Seams { log_files: Some(Arc::new(GatedFiles(gate.clone()))), ..Seams::default() };
+    let wal = Wal::open(dir.path(), ONE, None, &seams).unwrap();
+    let (tx, rx) = mpsc::channel();
+    for i in 1..=N {
+        let tx = tx.clone();
+        wal.append(vec![entry(1, i)], Box::new(move |r| tx.send((i, r.is_ok())).unwrap())).unwrap();
+    }
+    gate.open();
+    let told: Vec<(u64, bool)> = (0..N).map(|_| rx.recv_timeout(Duration::from_secs(30)).unwrap()).collect();
+    assert_eq!(told, (1..=N).map(|i| (i, true)).collect::<Vec<_>>(), "every append told, in order");
+    let syncs = gate.syncs.load(Ordering::SeqCst);
+    // One for the new segment's header, one for the first append (taken before
+    // the others were queued), one for the rest.
+    assert!(syncs <= 3, "{syncs} fsyncs for {N} appends");
+    let counts = block_on(wal.counts()).unwrap();
+    assert!(counts.syncs <= 2 && counts.writes <= 2, "{counts:?}");
+    drop(wal);
+    let wal = open(dir.path(), ONE, None).unwrap();
+    assert_eq!(log_ids(&wal), ids(1, 1, N));
+}
+
+/// Entry `index` as the driver writes it: one batch with one grant.
+fn grant_entry(index: u64) -> Entry<TypeConfig> {
+    use fencelock_core::{Command, Input, RequestId};
+    let cmd = Command::GrantLease { req: RequestId(index), ttl_ms: 10_000, id: None };
+    let input = Input::Batch { now: 1_000 + index, cmds: vec![cmd] };
+    Entry { log_id: LogId::new(CommittedLeaderId::new(1, 1), index), payload: EntryPayload::Normal(input) }
+}
+
+/// Benchmark, not a test (ignored; timings are printed, not asserted):
+/// `FENCELOCK_BENCH_DIR=/some/ext4/dir cargo test -p fencelock-server --lib
+/// -- --ignored --nocapture bench_log_appends`. Appends of one entry each:
+/// redb's log through the `LogStore` API (each append commits before the next,
+/// as openraft must wait for it), the segment log through the same API (each
+/// waited for), and the segment log with every append queued at once (as
+/// openraft hands over appends while the previous fsync runs), or 64 in flight
+/// (64 clients, each waiting for its grant). Asserts only
+/// that every entry is there afterwards.
+#[test]
+#[ignore]
+#[allow(clippy::disallowed_methods)] // a benchmark reads the wall clock
+fn bench_log_appends() {
+    use openraft::storage::RaftLogStorageExt;
+    use openraft::RaftLogReader;
+    use std::time::Instant;
+    const N: u64 = 2_000;
+    let base = std::env::var_os("FENCELOCK_BENCH_DIR").map(PathBuf::from).unwrap_or_else(std::env::temp_dir);
+    let report = |what: &str, secs: f64, syncs: Option<u64>| {
+        let syncs = syncs.map_or("-".to_string(), |s| s.to_string());
+        println!("{what:<40} {N} appends in {secs:.3} s: {:>8.0} appends/s, fsyncs {syncs}", N as f64 / secs);
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+
+    for engine in [crate::config::LogEngine::Redb, crate::config::LogEngine::Segment] {
+        let dir = tempfile::tempdir_in(&base).unwrap();
+        let (mut log, _sm) = crate::raft::log_store::open_engine(dir.path(), &Seams::default(), engine).unwrap();
+        let t = Instant::now();
+        rt.block_on(async {
+            for i in 1..=N {
+                log.blocking_append([grant_entry(i)]).await.unwrap();
+            }
+        });
+        report(&format!("LogStore {engine}, one at a time"), t.elapsed().as_secs_f64(), None);
+        assert_eq!(rt.block_on(log.try_get_log_entries(..)).unwrap().len() as u64, N);
+    }
+
+    let dir = tempfile::tempdir_in(&base).unwrap();
+    let wal = Wal::open(dir.path(), Options::default(), None, &Seams::default()).unwrap();
+    let t = Instant::now();
+    for i in 1..=N {
+        append(&wal, vec![grant_entry(i)]);
+    }
+    let counts = block_on(wal.counts()).unwrap();
+    report("segment log, one at a time", t.elapsed().as_secs_f64(), Some(counts.syncs));
+
+    // 64 appends in flight: the next one queued as soon as one is durable
+    // (64 clients, each waiting for its own grant).
+    let dir = tempfile::tempdir_in(&base).unwrap();
+    let wal = Wal::open(dir.path(), Options::default(), None, &Seams::default()).unwrap();
+    let (tx, rx) = mpsc::channel();
+    let t = Instant::now();
+    let queue = |i: u64| {
+        let tx = tx.clone();
+        wal.append(vec![grant_entry(i)], Box::new(move |r| tx.send(r.is_ok()).unwrap())).unwrap();
+    };
+    (1..=64).for_each(queue);
+    for next in 65..=N + 64 {
+        assert!(rx.recv_timeout(Duration::from_secs(60)).unwrap(), "durable");
+        if next <= N {
+            queue(next);
+        }
+    }
+    let counts = block_on(wal.counts()).unwrap();
+    report("segment log, 64 in flight", t.elapsed().as_secs_f64(), Some(counts.syncs));
+    assert_eq!(wal.entries(0, None).len() as u64, N);
+
+    let dir = tempfile::tempdir_in(&base).unwrap();
+    let wal = Wal::open(dir.path(), Options::default(), None, &Seams::default()).unwrap();
+    let (tx, rx) = mpsc::channel();
+    let t = Instant::now();
+    for i in 1..=N {
+        let tx = tx.clone();
+        wal.append(vec![grant_entry(i)], Box::new(move |r| tx.send(r.is_ok()).unwrap())).unwrap();
+    }
+    assert!((0..N).all(|_| rx.recv_timeout(Duration::from_secs(60)).unwrap()), "every append durable");
+    let counts = block_on(wal.counts()).unwrap();
+    report("segment log, all queued at once", t.elapsed().as_secs_f64(), Some(counts.syncs));
+    assert!(counts.syncs <= N);
+    assert_eq!(wal.entries(0, None).len() as u64, N);
+}
+
+impl crate::seams::Hooks for Gate {
+    fn crash_point(&self, point: crate::seams::CrashPoint) {
+        self.events.lock().unwrap().push(point.name());
+    }
+}
+
+/// The crash points of the chaos suite's K4 failpoints are around each
+/// batch's fdatasync: `log-before-fsync` after the write and before the sync,
+/// `log-after-fsync` after it and before the callbacks.
+#[test]
+fn the_crash_points_are_around_each_batch_fsync() {
+    let dir = tempfile::tempdir().unwrap();
+    let gate = Arc::new(Gate::default());
+    gate.open();
+    let seams =
+        Seams { log_files: Some(Arc::new(GatedFiles(gate.clone()))), hooks: Some(gate.clone()), ..Seams::default() };
+    let wal = Wal::open(dir.path(), ONE, None, &seams).unwrap();
+    append(&wal, vec![entry(1, 1)]);
+    let at_first_callback = gate.events.lock().unwrap().clone();
+    append(&wal, vec![entry(1, 2), entry(1, 3)]);
+    let events = gate.events.lock().unwrap().clone();
+    // The new segment's header is synced first; then one sync per batch.
+    let batch = ["log-before-fsync", "sync", "log-after-fsync"];
+    assert_eq!(at_first_callback, [&["sync"][..], &batch[..]].concat());
+    assert_eq!(events, [&["sync"][..], &batch[..], &batch[..]].concat());
+}
+
+/// An entry counts as durable only once its batch is synced (or it is purged
+/// behind a snapshot), and no longer once truncated: the log store persists a
+/// committed log id only for a durable entry, so the committed id on disk
+/// never points past the log on disk.
+#[test]
+fn entries_are_durable_once_synced() {
+    let dir = tempfile::tempdir().unwrap();
+    let gate = Arc::new(Gate::default());
+    let seams = Seams { log_files: Some(Arc::new(GatedFiles(gate.clone()))), ..Seams::default() };
+    let wal = Wal::open(dir.path(), ONE, None, &seams).unwrap();
+    let (tx, rx) = mpsc::channel();
+    wal.append(vec![entry(1, 1), entry(1, 2)], Box::new(move |r| tx.send(r.is_ok()).unwrap())).unwrap();
+    assert!(!wal.is_durable(1), "queued, not synced");
+    gate.open();
+    assert!(rx.recv_timeout(Duration::from_secs(30)).unwrap());
+    assert!(wal.is_durable(2) && !wal.is_durable(3));
+    block_on(wal.truncate(2)).unwrap();
+    assert!(wal.is_durable(1) && !wal.is_durable(2));
+    block_on(wal.purge(10)).unwrap();
+    assert!(wal.is_durable(10) && !wal.is_durable(11));
+}
+
+/// What [`UndoFiles`] remembers: the writes not synced yet, oldest first, as
+/// (file, offset, the bytes before, the bytes written).
+#[derive(Debug, Default)]
+struct Unsynced {
+    writes: Vec<(PathBuf, u64, Vec<u8>, Vec<u8>)>,
+    /// The power is off: every IO fails.
+    off: bool,
+}
+
+/// Real files that remember every write not synced yet, so that a power loss
+/// can be played: [`power_loss`] puts back what was there before each
+/// unsynced write, except a prefix of the newest one (a torn write), as the
+/// chaos suite's power-loss scenario does to redb.
+#[derive(Debug, Default, Clone)]
+struct UndoFiles(Arc<Mutex<Unsynced>>);
+
+#[derive(Debug)]
+struct UndoFile(Box<dyn LogFile>, PathBuf, Arc<Mutex<Unsynced>>);
+
+fn power_off() -> std::io::Error {
+    std::io::Error::other("the power is off")
+}
+
+impl LogFiles for UndoFiles {
+    fn open(&self, path: &Path, create: bool) -> std::io::Result<Box<dyn LogFile>> {
+        Ok(Box::new(UndoFile(RealFiles.open(path, create)?, path.to_path_buf(), self.0.clone())))
+    }
+    fn list(&self, dir: &Path) -> std::io::Result<Vec<PathBuf>> {
+        RealFiles.list(dir)
+    }
+    fn remove(&self, path: &Path) -> std::io::Result<()> {
+        RealFiles.remove(path)
+    }
+    fn sync_dir(&self, dir: &Path) -> std::io::Result<()> {
+        RealFiles.sync_dir(dir)
+    }
+}
+
+impl LogFile for UndoFile {
+    fn read_at(&mut self, buf: &mut [u8], offset: u64) -> std::io::Result<usize> {
+        self.0.read_at(buf, offset)
+    }
+    fn write_at(&mut self, buf: &[u8], offset: u64) -> std::io::Result<()> {
+        let mut state = self.2.lock().unwrap();
+        if state.off {
+            return Err(power_off());
+        }
+        let mut before = vec![0u8; buf.len()];
+        let n = self.0.read_at(&mut before, offset)?;
+        before[n..].fill(0);
+        state.writes.push((self.1.clone(), offset, before, buf.to_vec()));
+        self.0.write_at(buf, offset)
+    }
+    fn sync_data(&mut self) -> std::io::Result<()> {
+        let mut state = self.2.lock().unwrap();
+        if state.off {
+            return Err(power_off());
+        }
+        state.writes.retain(|(p, ..)| p != &self.1);
+        self.0.sync_data()
+    }
+    // Cuts and preallocations are synced right after, before anything else.
+    fn set_len(&mut self, len: u64) -> std::io::Result<()> {
+        self.0.set_len(len)
+    }
+    fn allocate(&mut self, len: u64) -> std::io::Result<()> {
+        self.0.allocate(len)
+    }
+    fn size(&mut self) -> std::io::Result<u64> {
+        self.0.size()
+    }
+}
+
+/// Turns the power off at the `at`-th batch's `log-before-fsync` (0-based).
+#[derive(Debug)]
+struct OffAt {
+    at: usize,
+    seen: AtomicU64,
+    files: UndoFiles,
+}
+
+impl crate::seams::Hooks for OffAt {
+    fn crash_point(&self, point: crate::seams::CrashPoint) {
+        if point == crate::seams::CrashPoint::LogBeforeFsync
+            && self.seen.fetch_add(1, Ordering::SeqCst) == self.at as u64
+        {
+            self.files.0.lock().unwrap().off = true;
+        }
+    }
+}
+
+/// Plays the power loss: every unsynced write undone, newest first, but the
+/// newest keeps its first `keep(len)` bytes.
+fn power_loss(files: &UndoFiles, keep: impl Fn(usize) -> usize) {
+    let writes = std::mem::take(&mut files.0.lock().unwrap().writes);
+    let newest = writes.len().saturating_sub(1);
+    for (i, (path, offset, before, written)) in writes.into_iter().enumerate().rev() {
+        let kept = if i == newest { keep(written.len()).min(written.len()) } else { 0 };
+        let mut file = RealFiles.open(&path, false).unwrap();
+        file.write_at(&before[kept..], offset + kept as u64).unwrap();
+        file.sync_data().unwrap();
+    }
+}
+
+/// A power loss during a batch's fsync, the batch's write torn anywhere (from
+/// nothing of it on disk to all of it): the log opens to every acknowledged
+/// entry, in order, plus at most a prefix of the lost batch (never
+/// acknowledged, outcome unknown), never a gap and never an error.
+#[test]
+fn a_power_loss_keeps_every_acknowledged_entry() {
+    const BATCH: u64 = 3;
+    for at in [0usize, 1, 3] {
+        for (num, den, minus) in [(0, 1, 0), (1, 4, 0), (1, 2, 0), (3, 4, 0), (1, 1, 1), (1, 1, 0)] {
+            let keep = |len: usize| (len * num / den).saturating_sub(minus);
+            let dir = tempfile::tempdir().unwrap();
+            let files = UndoFiles::default();
+            let hooks = Arc::new(OffAt { at, seen: AtomicU64::new(0), files: files.clone() });
+            let seams = Seams { log_files: Some(Arc::new(files.clone())), hooks: Some(hooks), ..Seams::default() };
+            let wal = Wal::open(dir.path(), ONE, None, &seams).unwrap();
+            let mut acked = 0;
+            for b in 0..5u64 {
+                let (tx, rx) = mpsc::channel();
+                let batch = (b * BATCH + 1..=(b + 1) * BATCH).map(|i| entry(1, i)).collect();
+                wal.append(batch, Box::new(move |r| tx.send(r.is_ok()).unwrap())).unwrap();
+                match rx.recv_timeout(Duration::from_secs(30)).unwrap() {
+                    true => acked = (b + 1) * BATCH,
+                    false => break,
+                }
+            }
+            drop(wal);
+            power_loss(&files, keep);
+
+            let case = format!("power off at batch {at}, {num}/{den} of its write kept (minus {minus})");
+            let wal = open(dir.path(), ONE, None).unwrap_or_else(|e| panic!("{case}: {e}"));
+            let got = log_ids(&wal);
+            assert_eq!(acked, at as u64 * BATCH, "{case}: the batches before were acknowledged");
+            assert!(got.len() as u64 >= acked && got.len() as u64 <= acked + BATCH, "{case}: {got:?}");
+            assert_eq!(got, ids(1, 1, got.len() as u64), "{case}: a prefix, in order");
+        }
+    }
+}
+
+/// One batch that fills several segments: each full segment is synced before
+/// the next is written (so only the last can hold a torn write), one write
+/// per segment, and it all reads back after a restart.
+#[test]
+fn a_batch_spanning_segments_reads_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let wal = open(dir.path(), SMALL, None).unwrap();
+    append(&wal, (1..=20).map(|i| entry(1, i)).collect());
+    let segs = segments(dir.path()).len() as u64;
+    assert!(segs >= 4, "{segs} segments");
+    let counts = block_on(wal.counts()).unwrap();
+    assert_eq!(counts.writes, segs, "one write per segment");
+    assert_eq!(counts.syncs, segs, "each full segment synced, then the last one");
+    drop(wal);
+    let wal = open(dir.path(), SMALL, None).unwrap();
+    assert_eq!(log_ids(&wal), ids(1, 1, 20));
+}

@@ -1,0 +1,149 @@
+//! The log thread: the only owner of the segment files once the log is open.
+//!
+//! Where it sits: [`super::Wal`] sends it appends, truncations and purges over
+//! a channel, in the order openraft issued them. The thread takes everything
+//! queued, writes the appends together (one `write` per segment touched), syncs
+//! once (one `fdatasync` for the whole batch: group commit), then tells each
+//! append's callback, in order. Truncations and purges are done in their turn
+//! between batches. After an IO error the thread fails every later request
+//! with that error: the node stops (fails closed) rather than go on from a log
+//! whose state on disk is unknown.
+
+use std::io;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::Receiver;
+use std::sync::Arc;
+
+use tokio::sync::oneshot;
+
+use super::segments::{IoCounts, Rec, Segments};
+use super::WalError;
+use crate::seams::{CrashPoint, Seams};
+
+/// Called once an append is durable (`Ok`) or failed.
+pub type Done = Box<dyn FnOnce(io::Result<()>) + Send>;
+
+/// A request to the log thread.
+pub enum Op {
+    Append { recs: Vec<Rec>, done: Done },
+    Truncate { since: u64, reply: oneshot::Sender<Result<(), WalError>> },
+    Purge { upto: u64, reply: oneshot::Sender<Result<(), WalError>> },
+    Counts { reply: oneshot::Sender<IoCounts> },
+}
+
+impl std::fmt::Debug for Op {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Op::Append { recs, .. } => write!(f, "Append({} entries)", recs.len()),
+            Op::Truncate { since, .. } => write!(f, "Truncate({since})"),
+            Op::Purge { upto, .. } => write!(f, "Purge({upto})"),
+            Op::Counts { .. } => f.write_str("Counts"),
+        }
+    }
+}
+
+/// The appends taken but not yet written.
+#[derive(Default)]
+struct Batch {
+    recs: Vec<Rec>,
+    done: Vec<Done>,
+}
+
+struct LogThread {
+    segs: Segments,
+    seams: Seams,
+    /// One past the last durable entry (see [`super::Wal::is_durable`]).
+    durable_end: Arc<AtomicU64>,
+    /// Why the log stopped, after an IO error.
+    failed: Option<String>,
+}
+
+/// Runs the log thread until every sender is gone.
+pub fn run(segs: Segments, seams: Seams, durable_end: Arc<AtomicU64>, rx: Receiver<Op>) {
+    let mut t = LogThread { segs, seams, durable_end, failed: None };
+    while let Ok(first) = rx.recv() {
+        let mut batch = Batch::default();
+        for op in std::iter::once(first).chain(rx.try_iter()) {
+            match op {
+                Op::Append { recs, done } => {
+                    batch.recs.extend(recs);
+                    batch.done.push(done);
+                }
+                other => {
+                    t.commit(std::mem::take(&mut batch));
+                    t.handle(other);
+                }
+            }
+        }
+        t.commit(batch);
+    }
+}
+
+impl LogThread {
+    /// Writes and syncs `batch`, then calls its callbacks in order.
+    fn commit(&mut self, batch: Batch) {
+        if batch.done.is_empty() {
+            return;
+        }
+        let res = self.check().and_then(|()| self.write_and_sync(&batch.recs));
+        match (&res, batch.recs.last()) {
+            (Err(e), _) => self.fail(e),
+            (Ok(()), Some(last)) => self.durable_end.store(last.index + 1, Ordering::SeqCst),
+            (Ok(()), None) => {}
+        }
+        for done in batch.done {
+            done(res.as_ref().map(|_| ()).map_err(|e| io::Error::other(e.to_string())));
+        }
+    }
+
+    fn write_and_sync(&mut self, recs: &[Rec]) -> Result<(), WalError> {
+        if self.segs.write(recs)? {
+            self.seams.crash_point(CrashPoint::LogBeforeFsync);
+            self.segs.sync()?;
+            self.seams.crash_point(CrashPoint::LogAfterFsync);
+        }
+        Ok(())
+    }
+
+    /// Does `op` (an append alone: `run` batches them).
+    fn handle(&mut self, op: Op) {
+        match op {
+            Op::Append { recs, done } => self.commit(Batch { recs, done: vec![done] }),
+            Op::Truncate { since, reply } => {
+                self.durable_end.fetch_min(since, Ordering::SeqCst);
+                let res = self.check().and_then(|()| self.segs.truncate(since));
+                self.reply(reply, res);
+            }
+            Op::Purge { upto, reply } => {
+                self.durable_end.fetch_max(upto + 1, Ordering::SeqCst);
+                let res = self.check().and_then(|()| self.segs.purge(upto));
+                self.reply(reply, res);
+            }
+            Op::Counts { reply } => {
+                let _ = reply.send(self.segs.counts);
+            }
+        }
+    }
+
+    fn reply(&mut self, reply: oneshot::Sender<Result<(), WalError>>, res: Result<(), WalError>) {
+        if let Err(e) = &res {
+            self.fail(e);
+        }
+        let _ = reply.send(res);
+    }
+
+    /// Fails if an earlier request failed.
+    fn check(&self) -> Result<(), WalError> {
+        match &self.failed {
+            Some(why) => Err(WalError::Stopped(why.clone())),
+            None => Ok(()),
+        }
+    }
+
+    fn fail(&mut self, e: &WalError) {
+        if self.failed.is_none() {
+            tracing::error!(error = %e, "the Raft log failed; nothing more is written to it");
+            self.failed = Some(e.to_string());
+        }
+    }
+}
