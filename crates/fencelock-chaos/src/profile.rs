@@ -113,6 +113,11 @@ const MULTI_LOCKS: u32 = 3;
 /// etcd, one Lua-admitted queue on Redis, the lease table on PostgreSQL).
 const SHARING_PEERS: [&str; 4] = ["redis", "etcd", "zk", "postgres"];
 
+/// The peers whose backends declare semaphores (`Capabilities::semaphores`),
+/// run in semaphore mode in the long profile (Redis's Lua queue, etcd's keys,
+/// Curator's Semaphore v2 on ZooKeeper, PostgreSQL's lease table).
+const SEMAPHORE_PEERS: [&str; 4] = ["redis", "etcd", "zk", "postgres"];
+
 /// The peers whose backends declare leader election, run in election mode too.
 const ELECTING_PEERS: [&str; 4] = ["redis", "etcd", "zk", "postgres"];
 
@@ -187,6 +192,9 @@ fn plans(p: Profile) -> Vec<Plan> {
             }
             v.extend([semaphore(K1, "fencelock", 195, 120), semaphore(K4, "fencelock", 196, 120)]);
             v.push(semaphore(L1, "fencelock3", 197, 120));
+            for (i, b) in SEMAPHORE_PEERS.iter().enumerate() {
+                v.push(semaphore(K1, b, 211 + i as u64, 60));
+            }
             v.extend([multi(K1, "fencelock", 198, 120), multi(K4, "fencelock", 199, 120)]);
             v.push(multi(L1, "fencelock3", 200, 120));
             v.extend(plans(Profile::Mutants));

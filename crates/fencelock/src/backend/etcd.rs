@@ -336,7 +336,8 @@ impl LockBackend for EtcdBackend {
     /// Per-lock durable tokens (create revisions, fsynced before a write is
     /// acknowledged; ordered per lock, not across locks: see the module docs),
     /// FIFO with a push wake-up of the next waiter only (a watch on the
-    /// predecessor), server-side expiry (leases), Raft fail-over, the holder's
+    /// predecessor; a semaphore's waiters all wake on any release under the
+    /// lock, as etcd cannot watch only the older keys), server-side expiry (leases), Raft fail-over, the holder's
     /// identity and value in its key (shown by `leader`), leader election. TTLs
     /// are whole seconds from 1 s (etcd raises a TTL below its own minimum,
     /// which depends on its election timeout, and the guard uses the TTL etcd
