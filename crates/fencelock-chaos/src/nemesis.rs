@@ -8,6 +8,7 @@
 use std::time::Duration;
 
 use fencelock_chaos::faults::power_loss as shim;
+use fencelock_chaos::faults::wal_undo as wal_shim;
 use fencelock_testkit::proxy::{Mode, Proxy};
 use nix::sys::signal::Signal;
 use serde_json::json;
@@ -426,8 +427,10 @@ fn power_loss(ctx: &mut Ctx) -> anyhow::Result<()> {
     let seed = ctx.rng.u64(..);
     let dir = ctx.spec.out.join("lock-data");
     let loss = shim::simulate(&dir, seed)?;
-    let detail = serde_json::to_value(loss)?;
-    evidence(ctx, "rolled-back", loss.undone_writes, "server", detail);
+    let wal = wal_shim::simulate(&dir, seed)?;
+    let mut detail = serde_json::to_value(loss)?;
+    detail["wal"] = serde_json::to_value(wal)?;
+    evidence(ctx, "rolled-back", loss.undone_writes + wal.undone_writes, "server", detail);
     Ok(())
 }
 

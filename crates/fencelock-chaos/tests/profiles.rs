@@ -87,8 +87,20 @@ fn short_with(backend: &str, runs: usize, tls: bool) {
             assert_multi(v);
         }
     }
+    if backend == "fencelock" {
+        assert_segment_log(&vs);
+    }
     let report = std::fs::read_to_string(tmp.path().join("safety.md")).unwrap();
     assert!(report.contains(backend), "{report}");
+}
+
+/// The segment log's runs (issue 19): K4 and S5 ran on it (their backend
+/// label says so; that they passed is checked with every run).
+fn assert_segment_log(vs: &[serde_json::Value]) {
+    let on_segment: Vec<&serde_json::Value> =
+        vs.iter().filter(|v| v["info"]["backend"].as_str().unwrap().contains("segment log")).collect();
+    let scenarios: Vec<&str> = on_segment.iter().map(|v| v["info"]["scenario"].as_str().unwrap()).collect();
+    assert!(scenarios.contains(&"K4") && scenarios.contains(&"S5"), "{scenarios:?}");
 }
 
 /// A run under TLS and auth: reported as such, the workers' grants made, and
@@ -157,10 +169,12 @@ fn assert_multi(v: &serde_json::Value) {
 /// without one), K1 in election mode (leaders paused at their write), K1
 /// in shared mode (readers paused at their read, writers at their write) and
 /// K1 in multi mode (multi-holders paused at their first write with all
-/// their locks) against fencelock under TLS and auth.
+/// their locks), and K4 and S5 on the segment log (`--log segment`: crashes
+/// around its fsync, its files rolled back and torn at each power loss)
+/// against fencelock under TLS and auth.
 #[test]
 fn short_profile_fencelock() {
-    short_with("fencelock", 12, true);
+    short_with("fencelock", 14, true);
 }
 
 /// P2 alone, briefly (6 s of rounds): the server under TLS and auth refuses
