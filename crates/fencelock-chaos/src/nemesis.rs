@@ -17,7 +17,7 @@ use crate::history::{mono_ns, Event, Op};
 use crate::http;
 use crate::procs::{proc_state, signal};
 use crate::run::{Ctx, LOCK};
-use crate::scenario::{multi_name, Scenario};
+use crate::scenario::{multi_name, LogEngine, Scenario};
 use crate::targets::Target;
 
 /// The server's crash points the K4 nemesis arms through `FAILPOINTS`
@@ -355,10 +355,12 @@ async fn k4_native_kills(ctx: &mut Ctx) -> anyhow::Result<()> {
 async fn wait_for_death(ctx: &mut Ctx, window: Duration, armed: Option<&str>) -> String {
     let deadline = tokio::time::Instant::now() + window;
     // S5 kills, after the window, at the first moment the server has written
-    // bytes it has not synced yet (its undo journal is not empty), so that
-    // the power loss has something to drop; at most 5 s later regardless.
-    let undo =
-        (ctx.spec.scenario == Scenario::S5).then(|| shim::undo_path(&shim::db_path(&ctx.spec.out.join("lock-data"))));
+    // bytes it has not synced yet (an undo journal is not empty: the
+    // database's, or on the segment log a segment's), so that the power loss
+    // has something to drop; at most 5 s later regardless.
+    let data = ctx.spec.out.join("lock-data");
+    let undo = (ctx.spec.scenario == Scenario::S5).then(|| shim::undo_path(&shim::db_path(&data)));
+    let segment_log = ctx.spec.log == LogEngine::Segment;
     let last = deadline + Duration::from_secs(5);
     loop {
         let now = tokio::time::Instant::now();
@@ -366,7 +368,11 @@ async fn wait_for_death(ctx: &mut Ctx, window: Duration, armed: Option<&str>) ->
         if let Some(status) = server.exited() {
             return format!("failpoint {} ({status})", armed.unwrap_or("none"));
         }
-        let unsynced = || undo.as_ref().is_none_or(|u| std::fs::metadata(u).is_ok_and(|m| m.len() > 0));
+        let unsynced = || {
+            undo.as_ref().is_none_or(|u| {
+                std::fs::metadata(u).is_ok_and(|m| m.len() > 0) || (segment_log && wal_shim::unsynced(&data))
+            })
+        };
         if now >= last || (now >= deadline && unsynced()) {
             return "sigkill".into();
         }

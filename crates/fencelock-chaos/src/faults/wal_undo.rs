@@ -132,6 +132,15 @@ impl LogFile for UndoLogFile {
     }
 }
 
+/// Whether a segment of the segment log in `data_dir` has writes not synced
+/// yet (a non-empty undo file): the moment S5 waits for to kill.
+pub fn unsynced(data_dir: &Path) -> bool {
+    let Ok(listed) = std::fs::read_dir(data_dir.join(WAL_DIR)) else { return false };
+    listed.filter_map(Result::ok).any(|e| {
+        e.file_name().to_str().is_some_and(|n| n.ends_with(UNDO_SUFFIX)) && e.metadata().is_ok_and(|m| m.len() > 0)
+    })
+}
+
 /// Simulates a power loss on the segment log of the data directory
 /// `data_dir` (nothing if it has none); call it only while the server is
 /// dead. Each segment with an undo file is rolled back to its last sync
