@@ -332,7 +332,11 @@ async fn k4_native_kills(ctx: &mut Ctx) -> anyhow::Result<()> {
             power_loss(ctx)?;
         }
         armed = next_failpoint(ctx);
-        let new_pid = restart_native(ctx, armed.as_deref()).await?;
+        let new_pid = match restart_native(ctx, armed.as_deref()).await {
+            Ok(pid) => pid,
+            Err(e) if ctx.spec.scenario == Scenario::S5 => return refused_start(ctx, old_pid, killed_at, &e).await,
+            Err(e) => return Err(e),
+        };
         evidence(ctx, "restarted", 1, "server", json!({ "old_pid": old_pid, "new_pid": new_pid }));
         let restart = json!({ "old_pid": old_pid, "new_pid": new_pid, "cause": cause, "killed_at": killed_at });
         ctx.note(Event { detail: restart, ..Event::note("nemesis", Op::Restart) });
@@ -346,6 +350,24 @@ async fn k4_native_kills(ctx: &mut Ctx) -> anyhow::Result<()> {
         // Never leave a failpoint armed into the end of the run.
         restart_clean(ctx).await?;
     }
+    Ok(())
+}
+
+/// S5: the node refused to start on what the power loss left (e.g. a log
+/// behind its committed index: acknowledged entries lost). That is the run's
+/// outcome, not the harness's failure: the restart is noted with no new
+/// process, the holder read back from the dead node is none (C6 judges the
+/// grant live at the kill lost), the fault ends, and the faults stop (S6
+/// finds no write after it).
+async fn refused_start(ctx: &mut Ctx, old_pid: Option<u32>, killed_at: u64, e: &anyhow::Error) -> anyhow::Result<()> {
+    tracing::warn!(error = %format!("{e:#}"), "S5: the node refused to start after a power loss");
+    let detail = json!({ "old_pid": old_pid, "new_pid": null, "refused": format!("{e:#}"), "killed_at": killed_at });
+    ctx.note(Event { detail, ..Event::note("nemesis", Op::Restart) });
+    note_holder(ctx, json!({ "killed_at": killed_at, "refused_start": true })).await;
+    for p in &ctx.lock_proxies {
+        p.set_mode(Mode::Pass);
+    }
+    fault(ctx, "end", "server", json!({ "refused_start": true }));
     Ok(())
 }
 
@@ -632,10 +654,18 @@ pub async fn heal_all(ctx: &mut Ctx) -> anyhow::Result<()> {
     for w in 0..ctx.workers.len() {
         signal(ctx.workers.pid(w), Signal::SIGCONT);
     }
+    let s5 = ctx.spec.scenario == Scenario::S5;
     if let Target::Native { server, .. } = &mut ctx.target {
         if server.exited().is_some() || server.pid().is_none() {
             server.env.remove("FAILPOINTS");
-            server.start().await?;
+            match server.start().await {
+                // A node that refused its data after a power loss (see
+                // `refused_start`) refuses it again: the checks judge that.
+                Err(e) if s5 => tracing::warn!(error = %format!("{e:#}"), "S5: the node still refuses to start"),
+                other => {
+                    other?;
+                }
+            }
         }
     }
     if let Target::Cluster(c) = &mut ctx.target {

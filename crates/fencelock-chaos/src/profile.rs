@@ -210,6 +210,7 @@ fn plans(p: Profile) -> Vec<Plan> {
             Plan { mutant: Some(Mutant::DeadWaiter), ..plan(S1, "fencelock", 203, 8) },
             Plan { mutant: Some(Mutant::ReadsUnfenced), ..shared(K1, "fencelock", 204, 15) },
             Plan { mutant: Some(Mutant::MultiOneByOne), ..multi(K1, "fencelock", 205, 15) },
+            Plan { mutant: Some(Mutant::WalNoSync), ..segment(S5, "fencelock", 206, 15) },
         ],
     }
 }

@@ -189,10 +189,10 @@ pub enum Mutant {
     MultiOneByOne,
     /// S5 on the segment log: its files' `sync_data` does nothing (a log
     /// that acknowledges before its fsync), so a power loss drops
-    /// acknowledged entries. Not in the mutants profile: the node detects
-    /// the loss at its restart (its committed index, in redb, is past the
-    /// log) and refuses to start, which the harness reports as its own
-    /// failure (exit 3), not as a red check.
+    /// acknowledged entries. The node detects the loss at its restart (its
+    /// committed index, in redb, is past the log) and refuses to start,
+    /// which S5 records as the run's outcome: the grant held at the kill is
+    /// not read back (C6), and nothing is written after (S6).
     WalNoSync,
 }
 
