@@ -52,9 +52,15 @@ pub struct Cluster {
 }
 
 impl Cluster {
-    /// Starts the nodes (each with `env`; with `secure`, TLS, the auth file
-    /// and a peer port each), waits until one leads and serves.
-    pub async fn start(dir: &Path, env: Vec<(String, String)>, secure: Option<&Secure>) -> anyhow::Result<Cluster> {
+    /// Starts the nodes (each with `env` and the extra `serve` arguments
+    /// `serve_args`; with `secure`, TLS, the auth file and a peer port each),
+    /// waits until one leads and serves.
+    pub async fn start(
+        dir: &Path,
+        env: Vec<(String, String)>,
+        serve_args: &[String],
+        secure: Option<&Secure>,
+    ) -> anyhow::Result<Cluster> {
         let peer_port = || secure.map(|_| free_addr());
         let addrs: Vec<(u64, SocketAddr, SocketAddr, Option<SocketAddr>)> =
             (1..=NODES).map(|id| (id, free_addr(), free_addr(), peer_port())).collect();
@@ -74,6 +80,7 @@ impl Cluster {
                 links.iter().filter(|((f, _), _)| *f == id).map(|((_, t), p)| format!("{t}={}", p.addr())).collect();
             let data = dir.join(format!("node{id}-data"));
             let mut server = cluster_node(&data, id, &peers, grpc, http, dir.join(format!("node{id}.log")));
+            server.args.extend_from_slice(serve_args);
             if let (Some(s), Some(peer)) = (secure, peer) {
                 server.args.extend(s.serve_args(&dir.join(format!("node{id}{}", crate::secure::AUDIT_SUFFIX))));
                 server.args.extend(["--peer-listen".into(), peer.to_string()]);

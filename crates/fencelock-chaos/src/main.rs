@@ -43,7 +43,7 @@ use clap::{Args, Parser, Subcommand};
 
 use fencelock_server::config::{parse_duration, parse_peers};
 
-use crate::scenario::{Mutant, RunSpec, Scenario};
+use crate::scenario::{LogEngine, Mutant, RunSpec, Scenario};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -124,6 +124,11 @@ struct RunArgs {
     /// backend that declares atomic multi-locks.
     #[arg(long, default_value_t = 0, conflicts_with_all = ["election", "shared", "permits"])]
     multi: u32,
+    /// The Raft log of fencelock's own servers (a node or the group of
+    /// fencelock3): redb or segment (the append-only segment log; under S5
+    /// its files are rolled back at each power loss too).
+    #[arg(long, default_value = "redb")]
+    log: LogEngine,
     /// Directory for histories, logs and verdict.json [default: target/chaos/<scenario>-<backend>-<seed>].
     #[arg(long)]
     out: Option<PathBuf>,
@@ -156,6 +161,9 @@ struct ServeArgs {
     /// The audit log (refused calls, admin actions).
     #[arg(long)]
     audit_log: Option<PathBuf>,
+    /// The Raft log: redb or segment (`Config.log`).
+    #[arg(long, default_value = "redb")]
+    log: LogEngine,
 }
 
 #[derive(Args, Debug)]
@@ -203,6 +211,10 @@ async fn run_one(a: RunArgs) -> anyhow::Result<ExitCode> {
         (_, _, 0, k) => format!("-multi{k}"),
         (_, _, n, _) => format!("-permits{n}"),
     };
+    let mode = match a.log {
+        LogEngine::Segment => format!("{mode}-segment"),
+        _ => mode,
+    };
     let out =
         a.out.unwrap_or_else(|| PathBuf::from(format!("target/chaos/{}-{}-{}{mode}", a.scenario, a.backend, a.seed)));
     let spec = RunSpec {
@@ -218,6 +230,7 @@ async fn run_one(a: RunArgs) -> anyhow::Result<ExitCode> {
         shared: a.shared,
         permits: a.permits,
         multi: a.multi,
+        log: a.log,
         out: out.clone(),
     };
     let verdict = run::run(spec).await?;
@@ -239,6 +252,7 @@ async fn serve(a: ServeArgs) -> anyhow::Result<()> {
     config.node_id = a.node_id;
     config.peer_listen = a.peer_listen;
     config.audit_log = a.audit_log.clone();
+    config.log = a.log;
     if let Some(p) = &a.peers {
         config.bootstrap = fencelock_server::Bootstrap::Peers(parse_peers(p).map_err(anyhow::Error::msg)?);
     }

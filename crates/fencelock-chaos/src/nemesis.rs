@@ -8,6 +8,7 @@
 use std::time::Duration;
 
 use fencelock_chaos::faults::power_loss as shim;
+use fencelock_chaos::faults::wal_undo as wal_shim;
 use fencelock_testkit::proxy::{Mode, Proxy};
 use nix::sys::signal::Signal;
 use serde_json::json;
@@ -16,7 +17,7 @@ use crate::history::{mono_ns, Event, Op};
 use crate::http;
 use crate::procs::{proc_state, signal};
 use crate::run::{Ctx, LOCK};
-use crate::scenario::{multi_name, Scenario};
+use crate::scenario::{multi_name, LogEngine, Scenario};
 use crate::targets::Target;
 
 /// The server's crash points the K4 nemesis arms through `FAILPOINTS`
@@ -331,7 +332,11 @@ async fn k4_native_kills(ctx: &mut Ctx) -> anyhow::Result<()> {
             power_loss(ctx)?;
         }
         armed = next_failpoint(ctx);
-        let new_pid = restart_native(ctx, armed.as_deref()).await?;
+        let new_pid = match restart_native(ctx, armed.as_deref()).await {
+            Ok(pid) => pid,
+            Err(e) if ctx.spec.scenario == Scenario::S5 => return refused_start(ctx, old_pid, killed_at, &e).await,
+            Err(e) => return Err(e),
+        };
         evidence(ctx, "restarted", 1, "server", json!({ "old_pid": old_pid, "new_pid": new_pid }));
         let restart = json!({ "old_pid": old_pid, "new_pid": new_pid, "cause": cause, "killed_at": killed_at });
         ctx.note(Event { detail: restart, ..Event::note("nemesis", Op::Restart) });
@@ -348,16 +353,36 @@ async fn k4_native_kills(ctx: &mut Ctx) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// S5: the node refused to start on what the power loss left (e.g. a log
+/// behind its committed index: acknowledged entries lost). That is the run's
+/// outcome, not the harness's failure: the restart is noted with no new
+/// process, the holder read back from the dead node is none (C6 judges the
+/// grant live at the kill lost), the fault ends, and the faults stop (S6
+/// finds no write after it).
+async fn refused_start(ctx: &mut Ctx, old_pid: Option<u32>, killed_at: u64, e: &anyhow::Error) -> anyhow::Result<()> {
+    tracing::warn!(error = %format!("{e:#}"), "S5: the node refused to start after a power loss");
+    let detail = json!({ "old_pid": old_pid, "new_pid": null, "refused": format!("{e:#}"), "killed_at": killed_at });
+    ctx.note(Event { detail, ..Event::note("nemesis", Op::Restart) });
+    note_holder(ctx, json!({ "killed_at": killed_at, "refused_start": true })).await;
+    for p in &ctx.lock_proxies {
+        p.set_mode(Mode::Pass);
+    }
+    fault(ctx, "end", "server", json!({ "refused_start": true }));
+    Ok(())
+}
+
 /// Waits `window` (an armed failpoint may end the server earlier) and says
 /// how the server is to die: `failpoint …` if it already died by itself,
 /// `sigkill` otherwise.
 async fn wait_for_death(ctx: &mut Ctx, window: Duration, armed: Option<&str>) -> String {
     let deadline = tokio::time::Instant::now() + window;
     // S5 kills, after the window, at the first moment the server has written
-    // bytes it has not synced yet (its undo journal is not empty), so that
-    // the power loss has something to drop; at most 5 s later regardless.
-    let undo =
-        (ctx.spec.scenario == Scenario::S5).then(|| shim::undo_path(&shim::db_path(&ctx.spec.out.join("lock-data"))));
+    // bytes it has not synced yet (an undo journal is not empty: the
+    // database's, or on the segment log a segment's), so that the power loss
+    // has something to drop; at most 5 s later regardless.
+    let data = ctx.spec.out.join("lock-data");
+    let undo = (ctx.spec.scenario == Scenario::S5).then(|| shim::undo_path(&shim::db_path(&data)));
+    let segment_log = ctx.spec.log == LogEngine::Segment;
     let last = deadline + Duration::from_secs(5);
     loop {
         let now = tokio::time::Instant::now();
@@ -365,7 +390,11 @@ async fn wait_for_death(ctx: &mut Ctx, window: Duration, armed: Option<&str>) ->
         if let Some(status) = server.exited() {
             return format!("failpoint {} ({status})", armed.unwrap_or("none"));
         }
-        let unsynced = || undo.as_ref().is_none_or(|u| std::fs::metadata(u).is_ok_and(|m| m.len() > 0));
+        let unsynced = || {
+            undo.as_ref().is_none_or(|u| {
+                std::fs::metadata(u).is_ok_and(|m| m.len() > 0) || (segment_log && wal_shim::unsynced(&data))
+            })
+        };
         if now >= last || (now >= deadline && unsynced()) {
             return "sigkill".into();
         }
@@ -426,8 +455,10 @@ fn power_loss(ctx: &mut Ctx) -> anyhow::Result<()> {
     let seed = ctx.rng.u64(..);
     let dir = ctx.spec.out.join("lock-data");
     let loss = shim::simulate(&dir, seed)?;
-    let detail = serde_json::to_value(loss)?;
-    evidence(ctx, "rolled-back", loss.undone_writes, "server", detail);
+    let wal = wal_shim::simulate(&dir, seed)?;
+    let mut detail = serde_json::to_value(loss)?;
+    detail["wal"] = serde_json::to_value(wal)?;
+    evidence(ctx, "rolled-back", loss.undone_writes + wal.undone_writes, "server", detail);
     Ok(())
 }
 
@@ -623,10 +654,18 @@ pub async fn heal_all(ctx: &mut Ctx) -> anyhow::Result<()> {
     for w in 0..ctx.workers.len() {
         signal(ctx.workers.pid(w), Signal::SIGCONT);
     }
+    let s5 = ctx.spec.scenario == Scenario::S5;
     if let Target::Native { server, .. } = &mut ctx.target {
         if server.exited().is_some() || server.pid().is_none() {
             server.env.remove("FAILPOINTS");
-            server.start().await?;
+            match server.start().await {
+                // A node that refused its data after a power loss (see
+                // `refused_start`) refuses it again: the checks judge that.
+                Err(e) if s5 => tracing::warn!(error = %format!("{e:#}"), "S5: the node still refuses to start"),
+                other => {
+                    other?;
+                }
+            }
         }
     }
     if let Target::Cluster(c) = &mut ctx.target {

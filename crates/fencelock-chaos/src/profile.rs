@@ -14,7 +14,7 @@ use clap::{Args, ValueEnum};
 use crate::checker::{Status, Verdict};
 use crate::report::{self, ReportMeta};
 use crate::run;
-use crate::scenario::{Mutant, RunSpec, Scenario};
+use crate::scenario::{LogEngine, Mutant, RunSpec, Scenario};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Profile {
@@ -72,10 +72,18 @@ struct Plan {
     permits: u32,
     /// Multi mode: locks (see `RunSpec::multi`).
     multi: u32,
+    /// fencelock's Raft log (see `RunSpec::log`).
+    log: LogEngine,
 }
 
 fn plan(s: Scenario, backend: &'static str, seed: u64, secs: u64) -> Plan {
-    Plan { scenario: s, backend, seed, secs, mutant: None, election: false, shared: false, permits: 0, multi: 0 }
+    let log = LogEngine::Redb;
+    Plan { scenario: s, backend, seed, secs, mutant: None, election: false, shared: false, permits: 0, multi: 0, log }
+}
+
+/// A run of fencelock on the segment log (`--log segment`).
+fn segment(s: Scenario, backend: &'static str, seed: u64, secs: u64) -> Plan {
+    Plan { log: LogEngine::Segment, ..plan(s, backend, seed, secs) }
 }
 
 /// A run in election mode: the workers campaign, observers follow the leader.
@@ -156,6 +164,8 @@ fn plans(p: Profile) -> Vec<Plan> {
             // Multi-holders paused at their first write with all their locks
             // (no peer declares atomic multi-locks).
             v.push(multi(K1, "fencelock", 61, 15));
+            // The segment log under crashes around its fsync and power loss.
+            v.extend([segment(K4, "fencelock", 62, 15), segment(S5, "fencelock", 63, 15)]);
             v
         }
         Profile::Long => {
@@ -197,6 +207,8 @@ fn plans(p: Profile) -> Vec<Plan> {
             }
             v.extend([multi(K1, "fencelock", 198, 120), multi(K4, "fencelock", 199, 120)]);
             v.push(multi(L1, "fencelock3", 200, 120));
+            v.extend([segment(K4, "fencelock", 211, 120), segment(S5, "fencelock", 212, 120)]);
+            v.push(segment(L1, "fencelock3", 213, 120));
             v.extend(plans(Profile::Mutants));
             v
         }
@@ -206,6 +218,7 @@ fn plans(p: Profile) -> Vec<Plan> {
             Plan { mutant: Some(Mutant::DeadWaiter), ..plan(S1, "fencelock", 203, 8) },
             Plan { mutant: Some(Mutant::ReadsUnfenced), ..shared(K1, "fencelock", 204, 15) },
             Plan { mutant: Some(Mutant::MultiOneByOne), ..multi(K1, "fencelock", 205, 15) },
+            Plan { mutant: Some(Mutant::WalNoSync), ..segment(S5, "fencelock", 206, 15) },
         ],
     }
 }
@@ -258,10 +271,11 @@ pub async fn profile(a: ProfileArgs) -> anyhow::Result<ExitCode> {
             shared: p.shared,
             permits: p.permits,
             multi: p.multi,
+            log: p.log,
             out: out.join(&dir),
         };
         eprintln!(
-            "fencelock-chaos: {} against {} (seed {}, {} s{}{}{}{}{}{})",
+            "fencelock-chaos: {} against {} (seed {}, {} s{}{}{}{}{}{}{})",
             p.scenario,
             p.backend,
             p.seed,
@@ -271,7 +285,8 @@ pub async fn profile(a: ProfileArgs) -> anyhow::Result<ExitCode> {
             if p.election { ", election" } else { "" },
             if p.shared { ", shared" } else { "" },
             if p.permits > 0 { format!(", semaphore of {}", p.permits) } else { String::new() },
-            if p.multi > 0 { format!(", multi-lock of {}", p.multi) } else { String::new() }
+            if p.multi > 0 { format!(", multi-lock of {}", p.multi) } else { String::new() },
+            if p.log == LogEngine::Segment { ", segment log" } else { "" }
         );
         let v = run::run(spec).await.with_context(|| format!("{} against {}", p.scenario, p.backend))?;
         eprint!("{}", summary(&v));
@@ -302,7 +317,8 @@ fn run_dir(p: &Plan) -> String {
     let s = if p.shared { "-shared" } else { "" };
     let n = if p.permits > 0 { format!("-permits{}", p.permits) } else { String::new() };
     let k = if p.multi > 0 { format!("-multi{}", p.multi) } else { String::new() };
-    format!("{}-{}-{}{m}{e}{s}{n}{k}", p.scenario, p.backend, p.seed)
+    let l = if p.log == LogEngine::Segment { "-segment" } else { "" };
+    format!("{}-{}-{}{m}{e}{s}{n}{k}{l}", p.scenario, p.backend, p.seed)
 }
 
 /// `fencelock-chaos report`: the markdown from the verdicts already on disk.

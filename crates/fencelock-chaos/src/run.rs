@@ -22,7 +22,7 @@ use crate::http;
 use crate::nemesis;
 use crate::observers::{HolderPolls, Observers};
 use crate::procs::{free_addr, storage_server, ServerProc};
-use crate::scenario::{multi_name, Mutant, RunSpec, Scenario};
+use crate::scenario::{multi_name, LogEngine, Mutant, RunSpec, Scenario};
 use crate::secure::Secure;
 use crate::targets::Target;
 use crate::worker::{entries, WorkerArgs};
@@ -100,7 +100,9 @@ pub async fn run(spec: RunSpec) -> anyhow::Result<Verdict> {
         true => Some(Secure::create(&data.path().join("tls"))?),
         false => None,
     };
-    let target = Target::start(&spec.backend, &spec.out, server_env(&spec, data.path())?, secure.as_ref()).await?;
+    let serve_args = ["--log".to_string(), spec.log.to_string()];
+    let target =
+        Target::start(&spec.backend, &spec.out, server_env(&spec, data.path())?, &serve_args, secure.as_ref()).await?;
     let caps = capabilities(&lock_url(&target, secure.as_ref(), None)).await?;
     if spec.shared && !caps.shared {
         anyhow::bail!("{} does not declare read-write locks (Capabilities::shared): no shared mode", spec.backend);
@@ -167,6 +169,7 @@ fn server_env(spec: &RunSpec, data: &Path) -> anyhow::Result<Vec<(String, String
     match spec.mutant {
         Some(Mutant::MemoryToken) => env.push(("FENCELOCK_MUTANT".into(), "memory-token".into())),
         Some(Mutant::DeadWaiter) => env.push(("FENCELOCK_MUTANT".into(), "dead-waiter".into())),
+        Some(Mutant::WalNoSync) => env.push(("FENCELOCK_MUTANT".into(), "wal-no-sync".into())),
         _ => {}
     }
     match spec.scenario {
@@ -328,6 +331,9 @@ fn backend_label(spec: &RunSpec) -> String {
     }
     if spec.permits > 0 {
         modes.push(format!("semaphore of {}", spec.permits));
+    }
+    if spec.log == LogEngine::Segment {
+        modes.push("segment log".to_string());
     }
     if spec.multi > 0 {
         modes.push(format!("multi-lock of {}", spec.multi));

@@ -7,6 +7,7 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use anyhow::bail;
+pub use fencelock_server::config::LogEngine;
 use serde::{Deserialize, Serialize};
 
 /// The faults (ids as in `docs/scenarios.md`, the catalogue). S6, heal after
@@ -186,6 +187,13 @@ pub enum Mutant {
     /// grant (Curator's multi-lock, not an atomic one): its tokens are not
     /// consecutive when another grant came between.
     MultiOneByOne,
+    /// S5 on the segment log: its files' `sync_data` does nothing (a log
+    /// that acknowledges before its fsync), so a power loss drops
+    /// acknowledged entries. The node detects the loss at its restart (its
+    /// committed index, in redb, is past the log) and refuses to start,
+    /// which S5 records as the run's outcome: the grant held at the kill is
+    /// not read back (C6), and nothing is written after (S6).
+    WalNoSync,
 }
 
 impl Mutant {
@@ -196,6 +204,7 @@ impl Mutant {
             Mutant::DeadWaiter => "dead-waiter",
             Mutant::ReadsUnfenced => "reads-unfenced",
             Mutant::MultiOneByOne => "multi-one-by-one",
+            Mutant::WalNoSync => "wal-no-sync",
         }
     }
 }
@@ -209,8 +218,12 @@ impl FromStr for Mutant {
             "dead-waiter" => Mutant::DeadWaiter,
             "reads-unfenced" => Mutant::ReadsUnfenced,
             "multi-one-by-one" => Mutant::MultiOneByOne,
+            "wal-no-sync" => Mutant::WalNoSync,
             _ => {
-                bail!("unknown mutant {s:?} (fencing-off, memory-token, dead-waiter, reads-unfenced, multi-one-by-one)")
+                bail!(
+                    "unknown mutant {s:?} (fencing-off, memory-token, dead-waiter, reads-unfenced, multi-one-by-one, \
+                     wal-no-sync)"
+                )
             }
         })
     }
@@ -251,6 +264,9 @@ pub struct RunSpec {
     /// of each lock it holds with that lock's token; M1 is added, and C3, C4
     /// and C6 are judged per lock.
     pub multi: u32,
+    /// The Raft log of fencelock's own servers (a node or the group):
+    /// redb (the default) or the segment log (`--log segment`).
+    pub log: LogEngine,
     /// Where the histories, logs and verdict go.
     pub out: PathBuf,
 }

@@ -29,11 +29,13 @@ pub enum Target {
 
 impl Target {
     /// Starts the backend `id`. fencelock's own (a node or a group) gets `env`
-    /// (faults, mutants) and, with `secure`, TLS and the auth file.
+    /// (faults, mutants), the extra `serve` arguments `serve_args` (its Raft
+    /// log) and, with `secure`, TLS and the auth file.
     pub async fn start(
         id: &str,
         dir: &Path,
         env: Vec<(String, String)>,
+        serve_args: &[String],
         secure: Option<&Secure>,
     ) -> anyhow::Result<Target> {
         if secure.is_some() && !matches!(id, "fencelock" | "fencelock3") {
@@ -44,6 +46,7 @@ impl Target {
                 let (grpc, http) = (free_addr(), free_addr());
                 let mut server = lock_server(&dir.join("lock-data"), grpc, http, dir.join("lock-server.log"));
                 server.env.extend(env);
+                server.args.extend_from_slice(serve_args);
                 if let Some(s) = secure {
                     server.args.extend(s.serve_args(&dir.join(format!("lock{}", crate::secure::AUDIT_SUFFIX))));
                     s.register_admin(http)?;
@@ -51,7 +54,7 @@ impl Target {
                 server.start().await?;
                 Target::Native { server, grpc, http }
             }
-            "fencelock3" => Target::Cluster(Cluster::start(dir, env, secure).await?),
+            "fencelock3" => Target::Cluster(Cluster::start(dir, env, serve_args, secure).await?),
             "redis" => Target::Redis(blocking(RedisServer::start_volatile).await?),
             "redlock" => Target::Redlock(blocking(|| (0..3).map(|_| RedisServer::start_volatile()).collect()).await?),
             "etcd" => Target::Etcd(blocking(EtcdServer::start).await?),

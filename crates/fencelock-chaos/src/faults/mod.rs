@@ -11,15 +11,15 @@
 //! |---|---|---|
 //! | `FAILPOINTS=name=plan;…` | crash (abort) at a crash point | [`failpoints`] |
 //! | `FENCELOCK_FAULT_CLOCK=<file>` | the server's clock runs at a rate and jumps, as the file says | [`clock`] |
-//! | `FENCELOCK_MUTANT=<list>` | known bugs switched back on (`memory-token`, `dead-waiter`) | [`mutants`] |
-//! | `FENCELOCK_POWER_LOSS_SHIM=1` | the database on a backend that journals unsynced writes, for simulated power loss | [`power_loss`] |
+//! | `FENCELOCK_MUTANT=<list>` | known bugs switched back on (`memory-token`, `dead-waiter`, `wal-no-sync`) | [`mutants`] |
+//! | `FENCELOCK_POWER_LOSS_SHIM=1` | the database on a backend that journals unsynced writes, for simulated power loss; the segment log's files too | [`power_loss`], [`wal_undo`] |
 //! | `FENCELOCK_PEER_ROUTES=2=host:port,…` | this node reaches peer 2 through `host:port` (a proxy that can cut that one direction) | [`parse_routes`] |
 //!
 //! # Crash points
 //! | name | where | what a crash there means |
 //! |---|---|---|
-//! | `log-before-fsync` | `LogStore::append`, before `commit()` | entries never durable: lost, none acknowledged |
-//! | `log-after-fsync` | `LogStore::append`, after `commit()` | durable but not acknowledged: outcome unknown |
+//! | `log-before-fsync` | `LogStore::append`, before `commit()` (segment log: the log thread, before a batch's `fdatasync`) | entries never durable: lost, none acknowledged |
+//! | `log-after-fsync` | `LogStore::append`, after `commit()` (segment log: after the `fdatasync`, before the callbacks) | durable but not acknowledged: outcome unknown |
 //! | `reply-before-send` | driver, before replies and wake-ups | applied and durable, but nobody was told |
 //! | `sm-before-apply` | state machine, before each entry | committed but not applied: replayed at restart |
 //!
@@ -38,6 +38,7 @@ pub mod clock;
 pub mod failpoints;
 pub mod mutants;
 pub mod power_loss;
+pub mod wal_undo;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -67,6 +68,8 @@ pub struct Armed {
     clock: Option<Arc<clock::FaultClock>>,
     hooks: Option<Arc<ChaosHooks>>,
     power_loss: bool,
+    /// The `wal-no-sync` mutant (with the power-loss shim).
+    wal_no_sync: bool,
     peer_routes: BTreeMap<u64, String>,
 }
 
@@ -105,6 +108,7 @@ impl Armed {
         if list.contains(&"memory-token") {
             hooks.memory_token = Some(mutants::MemoryToken::default());
         }
+        armed.wal_no_sync = list.contains(&"wal-no-sync");
         armed.lines.extend(list.iter().map(|m| format!("mutant {m}")));
         if let Some(list) = env_var(ENV_PEER_ROUTES)? {
             armed.peer_routes = parse_routes(&list)?;
@@ -135,6 +139,7 @@ impl Armed {
         }
         if self.power_loss {
             config.seams.storage = Some(Arc::new(power_loss::UndoStorage));
+            config.seams.log_files = Some(Arc::new(wal_undo::UndoLogFiles { no_sync: self.wal_no_sync }));
         }
         config.peer_routes.extend(self.peer_routes.clone());
         match &self.clock {

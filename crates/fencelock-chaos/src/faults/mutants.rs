@@ -9,6 +9,8 @@
 //! - `dead-waiter`: the engine loses its dead-waiter protection (etcd#11456): a
 //!   release can hand the lock to a queued waiter whose lease has expired (INV-4
 //!   broken); see `fencelock_core::mutants`, whose switch only this module turns.
+//! - `wal-no-sync`: with the power-loss shim, the segment log's `sync_data` does
+//!   nothing (see [`super::wal_undo`]): acknowledged entries are lost at a power loss.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -16,7 +18,7 @@ use fencelock_core::Engine;
 use fencelock_server::seams::Applying;
 
 /// The mutant names `FENCELOCK_MUTANT` accepts.
-pub const MUTANTS: [&str; 2] = ["memory-token", "dead-waiter"];
+pub const MUTANTS: [&str; 3] = ["memory-token", "dead-waiter", "wal-no-sync"];
 
 /// The names of a `FENCELOCK_MUTANT` list, each checked against [`MUTANTS`].
 pub fn parse(list: &str) -> Result<Vec<&'static str>, String> {

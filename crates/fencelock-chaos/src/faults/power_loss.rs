@@ -13,7 +13,9 @@
 //! While the server is dead, a harness calls [`simulate`]: it rolls the database file
 //! back to its last synced state, except that the newest unsynced write is torn (a
 //! seeded, sector-aligned prefix of it stays). The node must then boot and still
-//! hold everything it acknowledged.
+//! hold everything it acknowledged. [`roll_back`] does the same to any file
+//! journaled this way, with a choice of tear ([`Tear`]): the segment log's files
+//! (`--log segment`) get it too, see [`super::wal_undo`].
 //!
 //! Undo record layout (little-endian): `kind: u8` (1 = write, 2 = set_len),
 //! `offset: u64` (where the write starts, or the new length), `len: u64` (bytes
@@ -44,8 +46,8 @@ pub const UNDO_SUFFIX: &str = ".undo";
 /// assumed to be written atomically).
 pub const TEAR_SECTOR: u64 = 512;
 
-const KIND_WRITE: u8 = 1;
-const KIND_SET_LEN: u8 = 2;
+pub(crate) const KIND_WRITE: u8 = 1;
+pub(crate) const KIND_SET_LEN: u8 = 2;
 const RECORD_HEADER: usize = 1 + 8 * 4;
 
 /// The server's storage seam opening the database through an [`UndoBackend`].
@@ -94,8 +96,10 @@ pub struct UndoBackend {
     undo: Mutex<Undo>,
 }
 
+/// An undo file being appended to (for the database here, for a log segment in
+/// [`super::wal_undo`]).
 #[derive(Debug)]
-struct Undo {
+pub(crate) struct Undo {
     file: File,
     /// Whether a torn record left at the end by a killed process was cut off yet (done
     /// at the first journaled call, when redb holds the database's lock).
@@ -103,7 +107,19 @@ struct Undo {
 }
 
 impl Undo {
-    fn append(&mut self, record: &[u8]) -> io::Result<()> {
+    /// Opens (creating if needed, never truncating) the undo file of `file`.
+    pub(crate) fn open(file: &Path) -> io::Result<Undo> {
+        let undo = OpenOptions::new().read(true).append(true).create(true).open(undo_path(file))?;
+        Ok(Undo { file: undo, trimmed: false })
+    }
+
+    /// Everything journaled is durable now: the undo file is emptied.
+    pub(crate) fn synced(&mut self) -> io::Result<()> {
+        self.trimmed = true;
+        self.file.set_len(0)
+    }
+
+    pub(crate) fn append(&mut self, record: &[u8]) -> io::Result<()> {
         if !self.trimmed {
             let mut bytes = Vec::new();
             self.file.read_to_end(&mut bytes)?;
@@ -125,8 +141,7 @@ impl UndoBackend {
     pub fn open(db: &Path) -> io::Result<Self> {
         let file = OpenOptions::new().read(true).write(true).create(true).truncate(false).open(db)?;
         let inner = FileBackend::new(file).map_err(io::Error::other)?;
-        let undo = OpenOptions::new().read(true).append(true).create(true).open(undo_path(db))?;
-        Ok(Self { inner, undo: Mutex::new(Undo { file: undo, trimmed: false }) })
+        Ok(Self { inner, undo: Mutex::new(Undo::open(db)?) })
     }
 
     fn undo(&self) -> std::sync::MutexGuard<'_, Undo> {
@@ -166,8 +181,7 @@ impl StorageBackend for UndoBackend {
         self.inner.sync_data()?;
         // Everything journaled so far is durable now. Holding the lock keeps a write
         // from slipping in between the fsync and the truncation.
-        undo.trimmed = true;
-        undo.file.set_len(0)
+        undo.synced()
     }
 
     fn write(&self, offset: u64, data: &[u8]) -> Result<(), io::Error> {
@@ -242,9 +256,65 @@ pub fn simulate(db_or_data_dir: impl AsRef<Path>, seed: u64) -> io::Result<Power
 /// [`simulate`] with the tear's kept prefix rounded down to a multiple of `sector`
 /// bytes instead of [`TEAR_SECTOR`] (1 tears at any byte: a disk without atomic sectors).
 pub fn simulate_with_sector(db_or_data_dir: impl AsRef<Path>, seed: u64, sector: u64) -> io::Result<PowerLoss> {
-    let sector = sector.max(1);
     let db = db_path(db_or_data_dir.as_ref());
-    let undo_path = undo_path(&db);
+    roll_back(&db, seed, Tear::Prefix(sector))
+}
+
+/// What of the newest unsynced write a power loss keeps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Tear {
+    /// A prefix, a multiple of this many bytes, drawn from the seed in `0..len`.
+    Prefix(u64),
+    /// A subset of its sectors of this many bytes (aligned to the file's
+    /// offsets), drawn from the seed, never all of them: the disk persisted
+    /// some of the write's sectors and not others, in no order.
+    Sectors(u64),
+}
+
+impl Tear {
+    /// The ranges (offset, length) of the write `offset..offset + len` that keep
+    /// their new bytes.
+    fn kept(self, offset: u64, len: u64, seed: u64) -> Vec<(u64, u64)> {
+        match self {
+            Tear::Prefix(sector) => {
+                let sector = sector.max(1);
+                let k = splitmix64(seed).checked_rem(len).unwrap_or(0) / sector * sector;
+                vec![(offset, k)]
+            }
+            Tear::Sectors(sector) => {
+                let sector = sector.max(1);
+                let end = offset.saturating_add(len);
+                let mut chunks = Vec::new();
+                let mut at = offset;
+                while at < end {
+                    let next = (at / sector + 1).saturating_mul(sector).min(end);
+                    chunks.push((at, next - at));
+                    at = next;
+                }
+                let mut bits = splitmix64(seed);
+                let mut keep: Vec<bool> = (0..chunks.len())
+                    .map(|i| {
+                        if i % 64 == 63 {
+                            bits = splitmix64(bits);
+                        }
+                        (bits >> (i % 64)) & 1 == 1
+                    })
+                    .collect();
+                if keep.iter().all(|k| *k) {
+                    let lost = splitmix64(seed ^ 1).checked_rem(chunks.len() as u64).unwrap_or(0) as usize;
+                    keep[lost] = false;
+                }
+                chunks.into_iter().zip(keep).filter(|(_, k)| *k).map(|(c, _)| c).collect()
+            }
+        }
+    }
+}
+
+/// Rolls `file` back as [`simulate`] describes, from its undo file, tearing the
+/// newest unsynced write as `tear` says.
+pub fn roll_back(file_path: &Path, seed: u64, tear: Tear) -> io::Result<PowerLoss> {
+    let db = file_path;
+    let undo_path = undo_path(db);
     let bytes = match std::fs::read(&undo_path) {
         Ok(b) => b,
         Err(e) if e.kind() == io::ErrorKind::NotFound => Vec::new(),
@@ -258,20 +328,21 @@ pub fn simulate_with_sector(db_or_data_dir: impl AsRef<Path>, seed: u64, sector:
         }
         return Ok(loss);
     }
-    let file = OpenOptions::new().read(true).write(true).open(&db)?;
+    let file = OpenOptions::new().read(true).write(true).open(db)?;
     let len_before = file.metadata()?.len();
 
-    // The torn write's kept prefix, read before anything is rolled back (older writes
-    // to the same range are rolled back below and must not win over it).
+    // The torn write's kept bytes, read before anything is rolled back (older writes
+    // to the same range are rolled back below and must not win over them).
     let torn = records.iter().rposition(|r| r.kind == KIND_WRITE);
-    let mut kept: Option<(u64, Vec<u8>)> = None;
+    let mut kept: Vec<(u64, Vec<u8>)> = Vec::new();
     if let Some(t) = torn {
         let r = &records[t];
-        let k = splitmix64(seed).checked_rem(r.len).unwrap_or(0) / sector * sector;
-        let end = r.offset.saturating_add(k).min(len_before);
-        let mut buf = vec![0; end.saturating_sub(r.offset) as usize];
-        file.read_exact_at(&mut buf, r.offset)?;
-        kept = Some((r.offset, buf));
+        for (offset, len) in tear.kept(r.offset, r.len, seed) {
+            let end = offset.saturating_add(len).min(len_before);
+            let mut buf = vec![0; end.saturating_sub(offset) as usize];
+            file.read_exact_at(&mut buf, offset)?;
+            kept.push((offset, buf));
+        }
     }
 
     for r in records.iter().rev() {
@@ -284,13 +355,13 @@ pub fn simulate_with_sector(db_or_data_dir: impl AsRef<Path>, seed: u64, sector:
             loss.undone_bytes += r.len;
         }
     }
-    if let Some((offset, buf)) = kept.filter(|(_, b)| !b.is_empty()) {
+    for (offset, buf) in kept.into_iter().filter(|(_, b)| !b.is_empty()) {
         let end = offset + buf.len() as u64;
         if file.metadata()?.len() < end {
             file.set_len(end)?;
         }
         file.write_all_at(&buf, offset)?;
-        loss.torn_bytes_kept = buf.len() as u64;
+        loss.torn_bytes_kept += buf.len() as u64;
         loss.undone_bytes -= buf.len() as u64;
     }
     let len_after = file.metadata()?.len();
@@ -312,7 +383,8 @@ struct Record<'a> {
     saved: &'a [u8],
 }
 
-fn record(kind: u8, offset: u64, len: u64, prev_len: u64, saved: &[u8]) -> Vec<u8> {
+/// An undo record (see the module docs).
+pub(crate) fn record(kind: u8, offset: u64, len: u64, prev_len: u64, saved: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(RECORD_HEADER + saved.len() + 8);
     out.push(kind);
     for v in [offset, len, prev_len, saved.len() as u64] {
@@ -356,7 +428,7 @@ fn fnv1a(bytes: &[u8]) -> u64 {
     bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| (h ^ u64::from(*b)).wrapping_mul(0x0000_0100_0000_01b3))
 }
 
-fn splitmix64(seed: u64) -> u64 {
+pub(crate) fn splitmix64(seed: u64) -> u64 {
     let mut z = seed.wrapping_add(0x9e37_79b9_7f4a_7c15);
     z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);

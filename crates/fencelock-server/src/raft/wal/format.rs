@@ -26,9 +26,18 @@
 //! | 8 | log index |
 //! | 8 | term |
 //! | 1 | codec: [`CODEC_JSON`] |
-//! | 7 | zero (reserved) |
+//! | 3 | zero (reserved) |
+//! | 4 | position in its batch: log index minus the index of the batch's first record |
 //!
 //! A region of zeros (the preallocated rest of a segment) ends the records.
+//!
+//! The batch of a record (the index of the first record written with it, by
+//! one group commit: [`Record::batch`]) lets the start-up scan tell a torn
+//! batch from corruption: a power loss during a batch's `fdatasync` can
+//! persist any subset of that batch's pages, so a hole followed by records of
+//! that same batch is a torn write, a hole followed by a later batch is not
+//! (see `segments.rs`). The position field was a reserved zero before format
+//! version 1 was released; the version stays 1.
 
 /// First bytes of every segment file.
 pub const MAGIC: [u8; 8] = *b"FLWALSEG";
@@ -101,6 +110,8 @@ pub struct Record<'a> {
     pub index: u64,
     pub term: u64,
     pub codec: u8,
+    /// Index of the first record of the batch this one was written with.
+    pub batch: u64,
     pub payload: &'a [u8],
 }
 
@@ -109,15 +120,29 @@ pub fn record_len(payload_len: usize) -> usize {
     (RECORD_HEADER_LEN + payload_len).next_multiple_of(8)
 }
 
-/// Appends the record of entry `index` of `term` with `payload` (of `codec`) to `out`.
-pub fn push_record(out: &mut Vec<u8>, index: u64, term: u64, codec: u8, payload: &[u8]) {
+/// Where a record goes: its entry's log index and term, and the index of the
+/// first record of its batch (at most `index`, at most [`MAX_BATCH`] before).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecordId {
+    pub index: u64,
+    pub term: u64,
+    pub batch: u64,
+}
+
+/// The most records a batch holds (its position field is 4 bytes).
+pub const MAX_BATCH: u64 = u32::MAX as u64 + 1;
+
+/// Appends the record `id` with `payload` (of `codec`) to `out`.
+pub fn push_record(out: &mut Vec<u8>, id: RecordId, codec: u8, payload: &[u8]) {
     debug_assert!(!payload.is_empty() && payload.len() <= MAX_PAYLOAD);
+    debug_assert!(id.batch <= id.index && id.index - id.batch < MAX_BATCH);
     let start = out.len();
     let mut h = [0u8; RECORD_HEADER_LEN];
     h[..4].copy_from_slice(&(payload.len() as u32).to_le_bytes());
-    h[8..16].copy_from_slice(&index.to_le_bytes());
-    h[16..24].copy_from_slice(&term.to_le_bytes());
+    h[8..16].copy_from_slice(&id.index.to_le_bytes());
+    h[16..24].copy_from_slice(&id.term.to_le_bytes());
     h[24] = codec;
+    h[28..32].copy_from_slice(&((id.index - id.batch) as u32).to_le_bytes());
     let crc = record_crc(&h, payload);
     h[4..8].copy_from_slice(&crc.to_le_bytes());
     out.extend_from_slice(&h);
@@ -159,10 +184,14 @@ pub fn parse_record(bytes: &[u8]) -> Parsed<'_> {
     if stored != actual {
         return Parsed::Bad(format!("record checksum mismatch (stored {stored:08x}, computed {actual:08x})"));
     }
-    if h[25..].iter().any(|b| *b != 0) {
+    if h[25..28].iter().any(|b| *b != 0) {
         return Parsed::Bad("nonzero reserved bytes in a record header".into());
     }
-    let record = Record { index: u64_at(h, 8), term: u64_at(h, 16), codec: h[24], payload };
+    let index = u64_at(h, 8);
+    let Some(batch) = index.checked_sub(u64::from(u32_at(h, 28))) else {
+        return Parsed::Bad(format!("record of index {index} placed {} records into its batch", u32_at(h, 28)));
+    };
+    let record = Record { index, term: u64_at(h, 16), codec: h[24], batch, payload };
     Parsed::Record(record, record_len(len).min(bytes.len()))
 }
 
@@ -206,7 +235,7 @@ mod tests {
 
     fn one(index: u64, payload: &[u8]) -> Vec<u8> {
         let mut out = Vec::new();
-        push_record(&mut out, index, 3, CODEC_JSON, payload);
+        push_record(&mut out, RecordId { index, term: 3, batch: index.saturating_sub(2) }, CODEC_JSON, payload);
         out
     }
 
@@ -217,7 +246,8 @@ mod tests {
         assert_eq!(bytes.len() % 8, 0);
         match parse_record(&bytes) {
             Parsed::Record(r, len) => {
-                assert_eq!(r, Record { index: 42, term: 3, codec: CODEC_JSON, payload: b"{\"x\":1}" });
+                let want = Record { index: 42, term: 3, codec: CODEC_JSON, batch: 40, payload: b"{\"x\":1}" };
+                assert_eq!(r, want);
                 assert_eq!(len, bytes.len());
             }
             _ => panic!("the record must parse"),

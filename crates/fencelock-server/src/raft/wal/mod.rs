@@ -24,11 +24,16 @@
 //! is the longest valid prefix. A record that does not read (short, zeroed,
 //! bad checksum) at the end of the last segment with no valid record after it
 //! is a torn write, never acknowledged (it was not synced): it is cut and a
-//! line is logged. A bad record followed by a valid one, a bad record in a
-//! segment that is not the last, a gap in the indexes, an entry that does not
-//! decode or an unknown format version is corruption: opening fails with an
-//! error naming the file and the offset, and the node does not start (fails
-//! closed, as for a bad record in redb, see `raft/record.rs`).
+//! line is logged. A power loss during a batch's `fdatasync` may also persist
+//! any subset of that batch's pages: a hole followed only by valid records of
+//! the batch the hole is in (each record names its batch) is a torn batch,
+//! none of it acknowledged: the log is cut at the batch's first record and a
+//! line says how many entries were dropped. A bad record followed by a valid
+//! one of another batch, a bad record in a segment that is not the last, a gap
+//! in the indexes, an entry that does not decode or an unknown format version
+//! is corruption: opening fails with an error naming the file and the offset,
+//! and the node does not start (fails closed, as for a bad record in redb, see
+//! `raft/record.rs`).
 //!
 //! Faults: the file IO goes through [`files::LogFiles`], which a harness can
 //! replace ([`crate::seams::Seams::log_files`]); the crash points

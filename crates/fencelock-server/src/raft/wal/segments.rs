@@ -22,7 +22,7 @@ use std::sync::Arc;
 use openraft::Entry;
 
 use super::files::{LogFile, LogFiles};
-use super::format::{self, BadHeader, Parsed, CODEC_JSON, HEADER_LEN};
+use super::format::{self, BadHeader, Parsed, RecordId, CODEC_JSON, HEADER_LEN};
 use super::WalError;
 use crate::raft::TypeConfig;
 
@@ -124,7 +124,7 @@ impl Segments {
         named.sort();
         let mut log =
             Segments { dir: dir.to_path_buf(), files, capacity, segs: Vec::new(), counts: IoCounts::default() };
-        let mut scan = Scan { last_purged, next: None, entries: Vec::new() };
+        let mut scan = Scan::new(last_purged);
         // Segments left behind by a purge (the next one starts at or before
         // the entry after the purge point) are removed unread.
         let upto_next = last_purged.map(|p| p.saturating_add(1));
@@ -158,14 +158,14 @@ impl Segments {
     ) -> Result<Option<Segment>, WalError> {
         let mut file = self.files.open(&path, false).map_err(io_err("cannot open", &path))?;
         let bytes = read_all(file.as_mut(), &path)?;
-        let (starts, end, torn) = match scan_segment(&bytes, first, &path, is_last, scan)? {
+        let (starts, end, torn, dropped) = match scan_segment(&bytes, first, &path, is_last, scan)? {
             Scanned::Unwritten => {
                 tracing::warn!(file = %path.display(), "removing a log segment whose creation did not finish");
                 self.files.remove(&path).map_err(io_err("cannot remove", &path))?;
                 self.files.sync_dir(&self.dir).map_err(io_err("cannot sync", &self.dir))?;
                 return Ok(None);
             }
-            Scanned::Records { starts, end, torn } => (starts, end, torn),
+            Scanned::Records { starts, end, torn, dropped } => (starts, end, torn, dropped),
         };
         let mut seg = Segment { first, path, file, starts, end };
         if let Some(why) = torn {
@@ -173,6 +173,7 @@ impl Segments {
                 file = %seg.path.display(),
                 offset = end,
                 why,
+                dropped_entries = dropped,
                 "cutting a torn write at the end of the log (never acknowledged: it was not synced)"
             );
             cut(&mut seg, end, self.capacity)?;
@@ -187,6 +188,10 @@ impl Segments {
     /// Whether anything was written.
     pub fn write(&mut self, recs: &[Rec]) -> Result<bool, WalError> {
         let mut pending: Option<(u64, Vec<u8>)> = None;
+        let Some(batch) = recs.first().map(|r| r.index) else { return Ok(false) };
+        if recs.len() as u64 > format::MAX_BATCH {
+            return Err(WalError::Encode(format!("a batch of {} entries", recs.len())));
+        }
         for r in recs {
             let len = format::record_len(r.payload.len()) as u64;
             if r.payload.is_empty() || r.payload.len() > format::MAX_PAYLOAD {
@@ -211,7 +216,7 @@ impl Segments {
             let seg = self.segs.last_mut().expect("a segment to write to");
             let (_, buf) = pending.get_or_insert_with(|| (seg.end, Vec::new()));
             seg.starts.push(seg.end);
-            format::push_record(buf, r.index, r.term, CODEC_JSON, &r.payload);
+            format::push_record(buf, RecordId { index: r.index, term: r.term, batch }, CODEC_JSON, &r.payload);
             seg.end += len;
         }
         let wrote = pending.is_some();
@@ -326,7 +331,7 @@ pub fn read(dir: &Path, last_purged: Option<u64>) -> Result<Vec<Entry<TypeConfig
     let mut named: Vec<(u64, PathBuf)> =
         listed.filter_map(Result::ok).filter_map(|e| parse_name(&e.path()).map(|first| (first, e.path()))).collect();
     named.sort();
-    let mut scan = Scan { last_purged, next: None, entries: Vec::new() };
+    let mut scan = Scan::new(last_purged);
     let count = named.len();
     for (i, (first, path)) in named.into_iter().enumerate() {
         let bytes = std::fs::read(&path).map_err(io_err("cannot read", &path))?;
@@ -339,9 +344,10 @@ pub fn read(dir: &Path, last_purged: Option<u64>) -> Result<Vec<Entry<TypeConfig
 enum Scanned {
     /// A segment whose creation did not finish (the last one, all zeros).
     Unwritten,
-    /// Its records' offsets, the offset after the last one, and why the bytes
-    /// after it are a torn write to cut (if they are not zeros).
-    Records { starts: Vec<u64>, end: u64, torn: Option<String> },
+    /// Its records' offsets, the offset after the last one kept, why the bytes
+    /// after it are a torn write to cut (if they are not zeros), and how many
+    /// entries that cut drops (those of a torn batch that were read whole).
+    Records { starts: Vec<u64>, end: u64, torn: Option<String>, dropped: usize },
 }
 
 /// Checks the segment `bytes` of `path`, named `first`, the last segment if
@@ -379,15 +385,72 @@ fn scan_segment(bytes: &[u8], first: u64, path: &Path, is_last: bool, scan: &mut
             Parsed::Bad(why) => break Some(why),
         }
     };
-    if let Some(why) = &bad {
-        if !is_last {
-            return Err(corrupt(at, format!("{why}, in a segment that is not the last")));
-        }
-        if let Some(valid) = format::find_record(bytes, at + 1) {
-            return Err(corrupt(at, format!("{why}, followed by a valid record at offset {valid}")));
-        }
+    let Some(why) = bad else { return Ok(Scanned::Records { starts, end: at as u64, torn: None, dropped: 0 }) };
+    if !is_last {
+        return Err(corrupt(at, format!("{why}, in a segment that is not the last")));
     }
-    Ok(Scanned::Records { starts, end: at as u64, torn: bad })
+    let next = first + starts.len() as u64;
+    let Some(torn) =
+        torn_batch(bytes, at, next, scan.last_batch).map_err(|after| corrupt(at, format!("{why}, {after}")))?
+    else {
+        return Ok(Scanned::Records { starts, end: at as u64, torn: Some(why), dropped: 0 });
+    };
+    // The whole batch goes, from its first record in this segment (a batch
+    // that began in the segment before was synced there when it rolled).
+    let kept = usize::try_from(torn.batch.saturating_sub(first)).map_or(starts.len(), |k| k.min(starts.len()));
+    let end = starts.get(kept).copied().unwrap_or(at as u64);
+    let read = starts.len() - kept;
+    starts.truncate(kept);
+    scan.drop_from(torn.batch);
+    let why = format!(
+        "{why} at offset {at}, inside batch {} ({} of its records after it): a batch torn by a power loss during its sync",
+        torn.batch, torn.after
+    );
+    Ok(Scanned::Records { starts, end, torn: Some(why), dropped: read + torn.after })
+}
+
+/// Valid records of one unsynced batch found after a hole.
+struct TornBatch {
+    /// The index of the batch's first record.
+    batch: u64,
+    /// How many valid records of it follow the hole.
+    after: usize,
+}
+
+/// Whether the bad bytes at `at` in the last segment, before which the
+/// records end at index `next` (the last of them written by `last_batch`),
+/// are a torn batch, a torn tail or corruption.
+///
+/// A power loss during a batch's `fdatasync` may persist any subset of the
+/// batch's pages, so a hole can be followed by valid records of the same
+/// batch; none of it was acknowledged (callbacks run after the sync), so that
+/// is a torn batch: `Ok(Some)`. Valid records of a batch that did not start
+/// at or before the hole (a later one, written after the hole was synced) or
+/// of more than one batch are corruption: `Err` (why). No valid record after
+/// the hole: a torn tail, `Ok(None)`.
+fn torn_batch(bytes: &[u8], at: usize, next: u64, last_batch: Option<u64>) -> Result<Option<TornBatch>, String> {
+    let mut torn: Option<TornBatch> = None;
+    let mut from = at + 1;
+    let mut after_index = next.checked_sub(1);
+    while let Some(valid) = format::find_record(bytes, from) {
+        let Parsed::Record(r, len) = format::parse_record(&bytes[valid..]) else {
+            unreachable!("find_record returns offsets where a record parses")
+        };
+        let ours = r.batch == next || Some(r.batch) == last_batch;
+        let one_batch = torn.as_ref().is_none_or(|t| t.batch == r.batch);
+        let in_order = after_index.is_none_or(|i| r.index > i);
+        if !(ours && one_batch && in_order) {
+            return Err(format!(
+                "followed by a valid record at offset {valid} (index {}, of the batch from index {}) that no batch torn at this hole can hold",
+                r.index, r.batch
+            ));
+        }
+        let t = torn.get_or_insert(TornBatch { batch: r.batch, after: 0 });
+        t.after += 1;
+        after_index = Some(r.index);
+        from = valid + len;
+    }
+    Ok(torn)
 }
 
 /// Cuts `seg` at offset `at` (a record boundary): the file is shrunk to `at`,
@@ -409,14 +472,28 @@ struct Scan {
     /// The index the next record must have, once a record after the purge
     /// point was read.
     next: Option<u64>,
+    /// The batch of the last record read (purged or not).
+    last_batch: Option<u64>,
     entries: Vec<Entry<TypeConfig>>,
 }
 
 impl Scan {
+    fn new(last_purged: Option<u64>) -> Scan {
+        Scan { last_purged, next: None, last_batch: None, entries: Vec::new() }
+    }
+
+    /// Forgets the entries at `index` and after (a torn batch's).
+    fn drop_from(&mut self, index: u64) {
+        let kept = self.entries.partition_point(|e| e.log_id.index < index);
+        self.entries.truncate(kept);
+        self.next = self.entries.last().map(|e| e.log_id.index + 1);
+    }
+
     /// Takes record `r` (of the segment starting at `first`): records at or
     /// before the purge point are skipped; after it, indexes must follow on
     /// from the purge point and from each other.
     fn take(&mut self, r: &format::Record<'_>) -> Result<(), String> {
+        self.last_batch = Some(r.batch);
         if self.last_purged.is_some_and(|p| r.index <= p) {
             return Ok(());
         }
@@ -460,4 +537,52 @@ fn read_all(file: &mut dyn LogFile, path: &Path) -> Result<Vec<u8>, WalError> {
         }
     }
     Ok(bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use openraft::{CommittedLeaderId, EntryPayload, LogId};
+
+    use super::*;
+
+    /// A segment starting at index 1 holding `batches` (first and last index of
+    /// each), and the start offset of each record.
+    fn segment(batches: &[(u64, u64)]) -> (Vec<u8>, Vec<usize>) {
+        let mut bytes = format::header(1).to_vec();
+        let mut starts = Vec::new();
+        for &(lo, hi) in batches {
+            for index in lo..=hi {
+                let entry: Entry<TypeConfig> =
+                    Entry { log_id: LogId::new(CommittedLeaderId::new(1, 1), index), payload: EntryPayload::Blank };
+                let payload = serde_json::to_vec(&entry).unwrap();
+                starts.push(bytes.len());
+                format::push_record(&mut bytes, RecordId { index, term: 1, batch: lo }, CODEC_JSON, &payload);
+            }
+        }
+        bytes.resize(bytes.len() + 256, 0);
+        (bytes, starts)
+    }
+
+    /// Torn batch: the cut is at the batch's first record and the count of
+    /// entries dropped (for the log line) holds the batch's records read
+    /// before the hole and after it; the scan keeps only the entries before.
+    #[test]
+    fn a_torn_batch_counts_the_entries_it_drops() {
+        let (mut bytes, starts) = segment(&[(1, 2), (3, 8)]);
+        // Entry 6 (record 5) lost: 3, 4, 5 before it and 7, 8 after it go.
+        bytes[starts[5]..starts[6]].fill(0);
+        let mut scan = Scan::new(None);
+        match scan_segment(&bytes, 1, Path::new("x.seg"), true, &mut scan) {
+            Ok(Scanned::Records { starts: kept, end, torn: Some(why), dropped }) => {
+                assert_eq!(kept, [starts[0] as u64, starts[1] as u64]);
+                assert_eq!(end, starts[2] as u64, "cut at the batch's first record");
+                assert_eq!(dropped, 5, "{why}");
+                assert!(why.contains("batch 3"), "{why}");
+            }
+            Ok(_) => panic!("expected a torn batch"),
+            Err(e) => panic!("expected a torn batch, got {e}"),
+        }
+        let read: Vec<u64> = scan.entries.iter().map(|e| e.log_id.index).collect();
+        assert_eq!(read, [1, 2]);
+    }
 }
