@@ -19,8 +19,9 @@ use super::{Options, Wal, WalError};
 use crate::raft::TypeConfig;
 use crate::seams::Seams;
 
-/// Small segments, so that a few entries fill several.
-const SMALL: Options = Options { segment_bytes: 512 };
+/// Small segments, so that a few entries fill several: four records of a
+/// blank entry (a 32-byte record header and about 10 bytes of codec 2) each.
+const SMALL: Options = Options { segment_bytes: 224 };
 /// Segments that hold every test's entries (and are quick to copy).
 const ONE: Options = Options { segment_bytes: 64 * 1024 };
 
@@ -124,7 +125,11 @@ fn every_cut_of_the_last_record_opens_to_the_prefix() {
         torn[start + cut..start + len].fill(0);
         std::fs::write(dir.path().join(seg.file_name().unwrap()), &torn).unwrap();
         let wal = open(dir.path(), ONE, None).unwrap_or_else(|e| panic!("cut at {cut}: {e}"));
-        let expected = if cut >= format::RECORD_HEADER_LEN + payload_len(&bytes[start..]) { 5 } else { 4 };
+        // Zeroing bytes that were zero already (the end of an entry's
+        // encoding may be) leaves the record whole.
+        let whole = cut >= format::RECORD_HEADER_LEN + payload_len(&bytes[start..])
+            || bytes[start + cut..start + len].iter().all(|b| *b == 0);
+        let expected = if whole { 5 } else { 4 };
         assert_eq!(log_ids(&wal), ids(1, 1, expected), "cut at {cut}");
     }
 }
