@@ -438,3 +438,41 @@ fn codec_size_and_speed() {
 fn the_segment_log_json_codec_is_codec_1() {
     assert_eq!(crate::raft::wal::format::CODEC_JSON, CODEC_JSON);
 }
+
+/// A segment of records of index `1..`, each of (codec, payload).
+fn segment_file(dir: &std::path::Path, records: &[(u8, Vec<u8>)]) {
+    use crate::raft::wal::{format, segments};
+    let mut bytes = format::header(1).to_vec();
+    for (i, (codec, payload)) in records.iter().enumerate() {
+        format::push_record(&mut bytes, i as u64 + 1, 3, *codec, payload);
+    }
+    std::fs::write(dir.join(segments::segment_name(1)), bytes).unwrap();
+}
+
+fn at(index: u64, mut e: Entry<TypeConfig>) -> Entry<TypeConfig> {
+    e.log_id = LogId::new(CommittedLeaderId::new(3, 2), index);
+    e
+}
+
+/// The segment log reads records of either codec, by their codec tag (a log
+/// written as JSON before codec 2, then appended to), and names a codec it
+/// does not know.
+#[test]
+fn the_segment_log_reads_json_and_coded_records() {
+    let dir = tempfile::tempdir().unwrap();
+    let entries =
+        [at(1, batch(commands())), at(2, entry(EntryPayload::Membership(membership(&[1, 2])))), at(3, typical())];
+    let records = [
+        (CODEC_JSON, serde_json::to_vec(&entries[0]).unwrap()),
+        (CODEC_PROTO, encode_entry(&entries[1]).unwrap()),
+        (CODEC_PROTO, encode_entry(&entries[2]).unwrap()),
+    ];
+    segment_file(dir.path(), &records);
+    let read = crate::raft::wal::segments::read(dir.path(), None).unwrap();
+    assert_eq!(read.iter().map(json).collect::<Vec<_>>(), entries.iter().map(json).collect::<Vec<_>>());
+
+    let dir = tempfile::tempdir().unwrap();
+    segment_file(dir.path(), &[(9, encode_entry(&entries[0]).unwrap())]);
+    let err = crate::raft::wal::segments::read(dir.path(), None).expect_err("codec 9 is unknown");
+    assert!(err.to_string().contains("unknown entry codec 9"), "{err}");
+}
