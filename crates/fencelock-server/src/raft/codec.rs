@@ -30,12 +30,21 @@
 //! may mix versions freely. A node started on an older binary that lacks
 //! codec 2 refuses the data dir: its segment log reports "unknown codec 2 of
 //! entry …", its redb log "unknown record format 0xf2" (frame V2). This binary
-//! names any codec it does not know, and the newer version that wrote it.
+//! names any codec it does not know, and that a newer version wrote it.
 //!
 //! Size and speed of a typical entry (a `Batch` of 16 acquires, releases and
 //! keep-alives), JSON against codec 2: `tests::codec_size_and_speed`, an
 //! ignored test run by hand (`cargo nextest run -p fencelock-server --release
-//! --run-ignored only codec_size_and_speed --no-capture`).
+//! --run-ignored only codec_size_and_speed --no-capture`). On 2026-11-26, on
+//! a 2-core machine shared with two other builds (load 5–8), three runs:
+//!
+//! | codec | bytes | encode + decode |
+//! |---|---|---|
+//! | JSON | 1,807 | 6.5–7.7 µs |
+//! | protobuf | 655 (36 %) | 3.5–5.4 µs |
+//!
+//! The time is small against an fsync either way; the size is what each
+//! append writes (and each follower's log, and each record's CRC, covers).
 
 use fencelock_core::{Acquire, Caller, ClusterId, Command, Input, LeaseId, Mode, RequestId, Token};
 use fencelock_proto::log as pb;
