@@ -444,7 +444,8 @@ fn segment_file(dir: &std::path::Path, records: &[(u8, Vec<u8>)]) {
     use crate::raft::wal::{format, segments};
     let mut bytes = format::header(1).to_vec();
     for (i, (codec, payload)) in records.iter().enumerate() {
-        format::push_record(&mut bytes, i as u64 + 1, 3, *codec, payload);
+        let index = i as u64 + 1;
+        format::push_record(&mut bytes, format::RecordId { index, term: 3, batch: index }, *codec, payload);
     }
     std::fs::write(dir.join(segments::segment_name(1)), bytes).unwrap();
 }
