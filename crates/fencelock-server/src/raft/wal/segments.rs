@@ -216,7 +216,12 @@ impl Segments {
             let seg = self.segs.last_mut().expect("a segment to write to");
             let (_, buf) = pending.get_or_insert_with(|| (seg.end, Vec::new()));
             seg.starts.push(seg.end);
-            format::push_record(buf, RecordId { index: r.index, term: r.term, batch }, codec::CODEC_CURRENT, &r.payload);
+            format::push_record(
+                buf,
+                RecordId { index: r.index, term: r.term, batch },
+                codec::CODEC_CURRENT,
+                &r.payload,
+            );
             seg.end += len;
         }
         let wrote = pending.is_some();
