@@ -1,6 +1,7 @@
 //! `fencelock-proto` holds the wire format of fencelock: the `fencelock.v1` client
-//! API and the `fencelock.raft.v1` peer API, as `.proto` files under `proto/` and
-//! the tonic/prost code generated from them at build time (with protox, so no
+//! API, the `fencelock.raft.v1` peer API and `fencelock.log.v1` (the storage
+//! format of Raft log entries), as `.proto` files under `proto/` and the
+//! tonic/prost code generated from them at build time (with protox, so no
 //! `protoc` is needed). The `.proto` files document every field.
 
 /// The client API (`proto/fencelock/v1/lock.proto`).
@@ -11,6 +12,12 @@ pub mod v1 {
 /// The Raft peer API (`proto/fencelock/v1/raft.proto`).
 pub mod raft {
     tonic::include_proto!("fencelock.raft.v1");
+}
+
+/// The storage format of Raft log entries (`proto/fencelock/v1/log.proto`):
+/// not an API, see the file.
+pub mod log {
+    tonic::include_proto!("fencelock.log.v1");
 }
 
 /// A client-only subset of etcd's v3 API (`proto/etcd/`): the KV, Watch and

@@ -17,7 +17,9 @@ use openraft::{Entry, EntryPayload, LogId};
 use redb::{Database, ReadOnlyDatabase, ReadableDatabase, ReadableTable};
 use serde::Serialize;
 
-use super::log_store::{decode, entry_name, meta_name, DbError, DB_FILE, KEY_COMMITTED, KEY_LAST_PURGED, LOG, META};
+use super::log_store::{
+    decode, decode_entry, entry_name, meta_name, DbError, DB_FILE, KEY_COMMITTED, KEY_LAST_PURGED, LOG, META,
+};
 use super::state_machine::{decode_received, read_snapshot};
 use super::{NodeId, TypeConfig};
 
@@ -125,7 +127,7 @@ fn read_all(db: &impl ReadableDatabase, dir: &Path) -> Result<DataReport, DbErro
             let log = txn.open_table(LOG)?;
             let items = log.iter()?.map(|item| {
                 let (k, v) = item?;
-                Ok((k.value(), decode(&entry_name(k.value()), v.value())?))
+                Ok((k.value(), decode_entry(k.value(), v.value())?))
             });
             items.collect::<Result<_, DbError>>()?
         }

@@ -2,7 +2,9 @@
 //! (with `log = "segment"`, see [`crate::config::LogEngine`]) the log entries
 //! in the segment log of [`super::wal`] and the rest in redb.
 //!
-//! Layout of `fencelock.redb` (all values are JSON):
+//! Layout of `fencelock.redb` (log entries are in the codec of
+//! [`super::codec`], framed with [`record::seal_coded`]; all other values are
+//! JSON):
 //!
 //! | table          | key            | value                                   |
 //! |----------------|----------------|-----------------------------------------|
@@ -44,11 +46,11 @@ use openraft::{
 };
 use redb::{Database, Durability, ReadableDatabase, ReadableTable, ReadableTableMetadata, TableDefinition};
 use serde::de::DeserializeOwned;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
-use super::record;
 use super::state_machine::StateMachine;
 use super::wal::{self, Wal};
+use super::{codec, record};
 use super::{NodeId, TypeConfig};
 use crate::config::LogEngine;
 use crate::seams::{CrashPoint, Seams};
@@ -134,6 +136,20 @@ pub(crate) fn decode<T: DeserializeOwned>(record: &dyn Fn() -> String, bytes: &[
 /// `v` as a stored value: JSON sealed with its checksum.
 pub(crate) fn encode<T: Serialize>(v: &T) -> Result<Vec<u8>, DbError> {
     Ok(record::seal(&serde_json::to_vec(v)?))
+}
+
+/// Log entry `entry` as a stored value: in the current codec
+/// ([`codec::CODEC_CURRENT`]), sealed with its codec and checksum.
+pub(crate) fn encode_entry(entry: &Entry<TypeConfig>) -> Result<Vec<u8>, DbError> {
+    Ok(record::seal_coded(codec::CODEC_CURRENT, &codec::encode_entry(entry)?))
+}
+
+/// The log entry of index `index` stored as `bytes`: its checksum must match
+/// and it must decode in the codec it names.
+pub(crate) fn decode_entry(index: u64, bytes: &[u8]) -> Result<Entry<TypeConfig>, DbError> {
+    let name = entry_name(index);
+    let (c, payload) = record::open_coded(&name, bytes)?;
+    codec::decode_entry(&name, c, payload)
 }
 
 /// The name of log entry `index`, for errors.
@@ -366,12 +382,6 @@ fn create_new(file: &Path) -> Result<(), DbError> {
     Ok(())
 }
 
-/// Only the log id of a stored entry (the payload is skipped while parsing).
-#[derive(Deserialize)]
-struct StoredLogId {
-    log_id: LogId<NodeId>,
-}
-
 /// The Raft log store: log entries, vote, committed and last-purged log ids.
 ///
 /// Cheap to clone; clones share the database. openraft serializes all writes.
@@ -452,7 +462,7 @@ impl LogStore {
         let mut out = Vec::new();
         for item in range {
             let (k, v) = item?;
-            out.push(decode::<Entry<TypeConfig>>(&entry_name(k.value()), v.value())?);
+            out.push(decode_entry(k.value(), v.value())?);
         }
         Ok(out)
     }
@@ -472,7 +482,7 @@ impl LogStore {
         } else {
             let log = txn.open_table(LOG)?;
             let id = match log.last()? {
-                Some((k, v)) => Some(decode::<StoredLogId>(&entry_name(k.value()), v.value())?.log_id),
+                Some((k, v)) => Some(decode_entry(k.value(), v.value())?.log_id),
                 None => None,
             };
             id
@@ -573,7 +583,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         }
         let mut encoded: Vec<(u64, Vec<u8>)> = Vec::new();
         for entry in entries {
-            match encode(&entry) {
+            match encode_entry(&entry) {
                 Ok(bytes) => encoded.push((entry.log_id.index, bytes)),
                 Err(e) => {
                     callback.log_io_completed(Err(io::Error::other(e.to_string())));

@@ -11,6 +11,7 @@ use std::io::Cursor;
 use fencelock_core::{Input, Output};
 
 pub mod check;
+pub(crate) mod codec;
 pub mod identity;
 pub mod log_store;
 pub mod network;

@@ -15,6 +15,9 @@ use openraft::{
 };
 use tempfile::TempDir;
 
+use redb::ReadableDatabase;
+
+use super::{codec, log_store, record};
 use super::{open_storage, LogStore, Network, NodeId, RaftService, StateMachine, TypeConfig};
 
 fn log_id(term: u64, index: u64) -> LogId<NodeId> {
@@ -248,6 +251,47 @@ async fn log_vote_and_committed_survive_reopen() {
     assert_eq!(applied, None);
     assert_eq!(mem, StoredMembership::default());
     assert_eq!(*sm.engine().read().unwrap(), Engine::new());
+}
+
+/// Entries written as JSON by earlier versions (a bare value, a frame V1
+/// value) stay readable beside the entries new appends write in codec 2
+/// (frame V2), and the log state is read from either.
+#[tokio::test]
+async fn old_json_entries_read_beside_new_coded_ones() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join(super::DB_FILE);
+    let entries = vec![
+        normal(1, 1, Input::leader_start(1_000)),
+        membership(1, 2, &[1]),
+        normal(1, 3, Input::Batch { now: 1_100, cmds: vec![grant(7, 5_000)] }),
+    ];
+    drop(open_storage(dir.path()).unwrap());
+    {
+        let db = redb::Database::open(&file).unwrap();
+        let txn = db.begin_write().unwrap();
+        {
+            let mut table = txn.open_table(log_store::LOG).unwrap();
+            table.insert(1, serde_json::to_vec(&entries[0]).unwrap().as_slice()).unwrap();
+            table.insert(2, log_store::encode(&entries[1]).unwrap().as_slice()).unwrap();
+        }
+        txn.commit().unwrap();
+    }
+    {
+        let (mut log, _sm) = open_storage(dir.path()).unwrap();
+        assert_eq!(log.get_log_state().await.unwrap().last_log_id, Some(log_id(1, 2)));
+        log.blocking_append(entries[2..].to_vec()).await.unwrap();
+    }
+    {
+        let (mut log, _sm) = open_storage(dir.path()).unwrap();
+        assert_eq!(log.try_get_log_entries(..).await.unwrap(), entries);
+        assert_eq!(log.get_log_state().await.unwrap().last_log_id, Some(log_id(1, 3)));
+    }
+    let db = redb::Database::open(&file).unwrap();
+    let txn = db.begin_read().unwrap();
+    let table = txn.open_table(log_store::LOG).unwrap();
+    let heads: Vec<u8> = (1..=3).map(|i| table.get(i).unwrap().unwrap().value()[0]).collect();
+    assert_eq!(heads, [b'{', record::FRAME_V1, record::FRAME_V2]);
+    assert_eq!(table.get(3).unwrap().unwrap().value()[1], codec::CODEC_PROTO);
 }
 
 #[tokio::test]

@@ -22,9 +22,9 @@ use std::sync::Arc;
 use openraft::Entry;
 
 use super::files::{LogFile, LogFiles};
-use super::format::{self, BadHeader, Parsed, RecordId, CODEC_JSON, HEADER_LEN};
+use super::format::{self, BadHeader, Parsed, RecordId, HEADER_LEN};
 use super::WalError;
-use crate::raft::TypeConfig;
+use crate::raft::{codec, TypeConfig};
 
 /// One entry to append, encoded.
 #[derive(Debug)]
@@ -35,9 +35,9 @@ pub struct Rec {
 }
 
 impl Rec {
-    /// `entry` encoded with the current codec (JSON).
+    /// `entry` encoded with the current codec ([`codec::CODEC_CURRENT`]).
     pub fn encode(entry: &Entry<TypeConfig>) -> Result<Rec, WalError> {
-        let payload = serde_json::to_vec(entry).map_err(|e| WalError::Encode(e.to_string()))?;
+        let payload = codec::encode_entry(entry).map_err(|e| WalError::Encode(e.to_string()))?;
         Ok(Rec { index: entry.log_id.index, term: entry.log_id.leader_id.term, payload })
     }
 }
@@ -216,7 +216,12 @@ impl Segments {
             let seg = self.segs.last_mut().expect("a segment to write to");
             let (_, buf) = pending.get_or_insert_with(|| (seg.end, Vec::new()));
             seg.starts.push(seg.end);
-            format::push_record(buf, RecordId { index: r.index, term: r.term, batch }, CODEC_JSON, &r.payload);
+            format::push_record(
+                buf,
+                RecordId { index: r.index, term: r.term, batch },
+                codec::CODEC_CURRENT,
+                &r.payload,
+            );
             seg.end += len;
         }
         let wrote = pending.is_some();
@@ -503,11 +508,8 @@ impl Scan {
                 return Err(format!("a gap in the log: index {} where {n} belongs", r.index));
             }
         }
-        if r.codec != CODEC_JSON {
-            return Err(format!("unknown codec {} of entry {}", r.codec, r.index));
-        }
-        let entry: Entry<TypeConfig> =
-            serde_json::from_slice(r.payload).map_err(|e| format!("entry {} does not decode: {e}", r.index))?;
+        let entry = codec::decode_entry(&|| format!("segment log entry {}", r.index), r.codec, r.payload)
+            .map_err(|e| e.to_string())?;
         if entry.log_id.index != r.index || entry.log_id.leader_id.term != r.term {
             return Err(format!("entry {} holds log id {}", r.index, entry.log_id));
         }
@@ -556,7 +558,7 @@ mod tests {
                     Entry { log_id: LogId::new(CommittedLeaderId::new(1, 1), index), payload: EntryPayload::Blank };
                 let payload = serde_json::to_vec(&entry).unwrap();
                 starts.push(bytes.len());
-                format::push_record(&mut bytes, RecordId { index, term: 1, batch: lo }, CODEC_JSON, &payload);
+                format::push_record(&mut bytes, RecordId { index, term: 1, batch: lo }, format::CODEC_JSON, &payload);
             }
         }
         bytes.resize(bytes.len() + 256, 0);
