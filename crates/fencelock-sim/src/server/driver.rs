@@ -83,8 +83,8 @@ pub struct Driver {
     /// (generation, lock, answered `Queued`).
     acquires: BTreeMap<ConnId, BTreeMap<Key, (u64, String, bool)>>,
     next_gen: u64,
-    /// The write the core asked for, not started yet.
-    write: Option<Input>,
+    /// The write the core asked for (with its sequence number), not started yet.
+    write: Option<(u64, Input)>,
     /// Events the last actions caused (callers done or gone), for the next
     /// step: as in the real shell, they come after the messages that had
     /// arrived by then.
@@ -98,7 +98,7 @@ impl Driver {
             shared,
             rx,
             conns: BTreeMap::new(),
-            core: DriverCore::new(MAX_BATCH),
+            core: DriverCore::new(MAX_BATCH).with_max_inflight(1),
             acquires: BTreeMap::new(),
             next_gen: 1,
             write: None,
@@ -112,10 +112,10 @@ impl Driver {
         self.step(vec![Event::Raft(leader)]);
         let mut up = false;
         loop {
-            if let Some(input) = self.write.take() {
-                let out = self.persist(input).await;
+            if let Some((seq, input)) = self.write.take() {
+                let out = self.persist(seq, input).await;
                 if let Some(out) = out {
-                    self.step(vec![Event::Written(Ok(out))]);
+                    self.step(vec![Event::Written(seq, Ok(out))]);
                 }
                 if !up {
                     up = true;
@@ -163,8 +163,8 @@ impl Driver {
     /// Does `action`; the event it causes, if any (an acquire's caller is done).
     fn execute(&mut self, action: Action<Origin, Waiter>) -> Option<Event<Origin, Waiter>> {
         match action {
-            Action::Write(input) => {
-                self.write = Some(input);
+            Action::Write(seq, input) => {
+                self.write = Some((seq, input));
                 None
             }
             Action::Reply(to, reply) => {
@@ -287,10 +287,10 @@ impl Driver {
 
     /// Persists `input`, then applies it (or, as a mutant, the reverse, with
     /// the core told before the entry is in the log: then `None`).
-    async fn persist(&mut self, input: Input) -> Option<Output> {
+    async fn persist(&mut self, seq: u64, input: Input) -> Option<Output> {
         if self.shared.mutant == Mutant::ReplyBeforePersist {
             let out = self.apply(&input);
-            self.step(vec![Event::Written(Ok(out))]);
+            self.step(vec![Event::Written(seq, Ok(out))]);
             self.shared.phase.set(WritePhase::Syncing);
             sleep_ms(self.shared.fsync_ms()).await;
             self.shared.log.append(input);
