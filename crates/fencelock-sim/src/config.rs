@@ -108,6 +108,9 @@ pub struct SimConfig {
     pub ttl_ms: u64,
     pub mutant: Mutant,
     pub workload: Workload,
+    /// Most log writes the server's driver keeps in flight (the real
+    /// default unless set; 1 is one at a time).
+    pub max_inflight: usize,
 }
 
 /// The lock every client contends for (read-write in [`Workload::Mixed`]).
@@ -135,7 +138,13 @@ impl SimConfig {
     /// the workload [`Workload::for_seed`] gives it.
     pub fn new(seed: u64) -> Self {
         let workload = Workload::for_seed(seed);
-        Self { seed, clients: 4, duration_ms: 20_000, ttl_ms: 600, mutant: Mutant::None, workload }
+        let max_inflight = fencelock_server::driver::core::DEFAULT_MAX_INFLIGHT;
+        Self { seed, clients: 4, duration_ms: 20_000, ttl_ms: 600, mutant: Mutant::None, workload, max_inflight }
+    }
+
+    pub fn with_max_inflight(mut self, n: usize) -> Self {
+        self.max_inflight = n.max(1);
+        self
     }
 
     pub fn with_workload(mut self, workload: Workload) -> Self {
