@@ -92,8 +92,8 @@ pub struct ServeArgs {
     /// Threads of the async runtime [default: one per CPU].
     #[arg(long, env = "FENCELOCK_WORKER_THREADS")]
     worker_threads: Option<usize>,
-    /// Most Raft log writes in flight at once, so one fsync covers several
-    /// entries; 1 writes one at a time [default: 4].
+    /// Most Raft log writes in flight at once, so one fsync can cover several
+    /// entries; 1 writes one at a time [default: 1].
     #[arg(long, env = "FENCELOCK_MAX_INFLIGHT_WRITES")]
     max_inflight_writes: Option<usize>,
     #[command(flatten)]

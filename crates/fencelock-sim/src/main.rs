@@ -37,7 +37,7 @@ struct Args {
     #[arg(long)]
     workload: Option<Workload>,
     /// Most log writes the server keeps in flight (1: one at a time).
-    #[arg(long, default_value_t = fencelock_server::driver::core::DEFAULT_MAX_INFLIGHT)]
+    #[arg(long, default_value_t = fencelock_sim::config::SIM_MAX_INFLIGHT)]
     max_inflight: usize,
 }
 
