@@ -285,7 +285,15 @@ pub fn default_identity() -> String {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    if let Cmd::Serve(a) = &cli.cmd {
+        match serve::worker_threads(a) {
+            Ok(Some(n)) => _ = builder.worker_threads(n),
+            Ok(None) => {}
+            Err(e) => return exit::error(e),
+        }
+    }
+    let rt = match builder.enable_all().build() {
         Ok(rt) => rt,
         Err(e) => return exit::error(anyhow::anyhow!("cannot start the runtime: {e}")),
     };

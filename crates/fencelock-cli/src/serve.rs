@@ -12,7 +12,7 @@
 
 use std::{net::SocketAddr, path::PathBuf, time::Duration};
 
-use anyhow::{bail, Context};
+use anyhow::{bail, ensure, Context};
 use clap::Args;
 use serde::Deserialize;
 use tokio::signal::unix::{signal, SignalKind};
@@ -84,6 +84,18 @@ pub struct ServeArgs {
     /// Log filter (tracing env-filter syntax), e.g. `info` or `fencelock_server=debug` [default: info,openraft=warn].
     #[arg(long, env = "FENCELOCK_LOG")]
     log: Option<String>,
+    /// Where the Raft log's entries are kept: `redb` (in the database) or
+    /// `segment` (an append-only segment log, one fdatasync per batch) [default: redb].
+    /// A data dir keeps the engine it was created with.
+    #[arg(long, env = "FENCELOCK_LOG_ENGINE")]
+    log_engine: Option<String>,
+    /// Threads of the async runtime [default: one per CPU].
+    #[arg(long, env = "FENCELOCK_WORKER_THREADS")]
+    worker_threads: Option<usize>,
+    /// Most Raft log writes in flight at once, so one fsync can cover several
+    /// entries; 1 writes one at a time [default: 1].
+    #[arg(long, env = "FENCELOCK_MAX_INFLIGHT_WRITES")]
+    max_inflight_writes: Option<usize>,
     #[command(flatten)]
     limits: LimitArgs,
     #[command(flatten)]
@@ -201,6 +213,9 @@ struct FileConfig {
     election_timeout: Option<String>,
     watch_history: Option<usize>,
     log: Option<String>,
+    log_engine: Option<String>,
+    worker_threads: Option<usize>,
+    max_inflight_writes: Option<usize>,
     max_connections: Option<usize>,
     max_connections_per_source: Option<usize>,
     max_new_connections_per_source: Option<u32>,
@@ -284,13 +299,7 @@ pub async fn serve(a: ServeArgs) -> anyhow::Result<std::process::ExitCode> {
 /// The server's configuration and the log filter, from flags, environment,
 /// file and defaults.
 fn resolve(a: ServeArgs) -> anyhow::Result<(fencelock_server::Config, String)> {
-    let file = match &a.config {
-        Some(path) => {
-            let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-            toml::from_str::<FileConfig>(&text).with_context(|| format!("in {}", path.display()))?
-        }
-        None => FileConfig::default(),
-    };
+    let file = read_file(a.config.as_deref())?;
     let limits = resolve_limits(a.limits, &file)?;
     let auth_file = a.tls.auth_file.clone().or(file.auth_file.clone());
     let quotas = resolve_quotas(&a.quotas, &file);
@@ -316,6 +325,13 @@ fn resolve(a: ServeArgs) -> anyhow::Result<(fencelock_server::Config, String)> {
     }
     if let Some(n) = a.watch_history.or(file.watch_history) {
         c.watch_history = n;
+    }
+    if let Some(engine) = a.log_engine.or(file.log_engine) {
+        c.log = engine.parse().map_err(|e| anyhow::anyhow!("log_engine: {e}"))?;
+    }
+    if let Some(n) = a.max_inflight_writes.or(file.max_inflight_writes) {
+        ensure!(n > 0, "max_inflight_writes: must be at least 1");
+        c.max_inflight_writes = n;
     }
     c.connections = limits;
     c.tls = tls;
@@ -345,6 +361,24 @@ fn resolve(a: ServeArgs) -> anyhow::Result<(fencelock_server::Config, String)> {
     }
     let log = a.log.or(file.log).unwrap_or_else(|| "info,openraft=warn".into());
     Ok((c, log))
+}
+
+/// The `--config` file's settings (none without one).
+fn read_file(path: Option<&std::path::Path>) -> anyhow::Result<FileConfig> {
+    let Some(path) = path else { return Ok(FileConfig::default()) };
+    let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    toml::from_str::<FileConfig>(&text).with_context(|| format!("in {}", path.display()))
+}
+
+/// The runtime's worker threads `serve` asks for (flag, environment, then file;
+/// `None`: the runtime's default), read before the runtime is built.
+pub fn worker_threads(a: &ServeArgs) -> anyhow::Result<Option<usize>> {
+    let n = match a.worker_threads {
+        Some(n) => Some(n),
+        None => read_file(a.config.as_deref())?.worker_threads,
+    };
+    ensure!(n != Some(0), "worker_threads: must be at least 1");
+    Ok(n)
 }
 
 /// The connection limits from flags, environment and file, over the defaults.
@@ -425,6 +459,9 @@ mod tests {
             force_new_cluster: false,
             watch_history: None,
             log: None,
+            log_engine: None,
+            worker_threads: None,
+            max_inflight_writes: None,
             limits: LimitArgs::default(),
             tls: ServeTlsArgs::default(),
             quotas: QuotaArgs::default(),
@@ -463,6 +500,39 @@ mod tests {
         std::fs::write(&path, "nodeid = 2\n").unwrap();
         let e = resolve(ServeArgs { config: Some(path), ..args() }).unwrap_err();
         assert!(format!("{e:#}").contains("unknown field"), "{e:#}");
+    }
+
+    /// Issue 19: the log engine, the writes in flight and the worker threads
+    /// come from flags and file like the rest (a flag wins); a wrong value is
+    /// an error that names the setting.
+    #[test]
+    fn log_engine_inflight_writes_and_worker_threads_from_flags_and_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.toml");
+        std::fs::write(&path, "log_engine = \"segment\"\nmax_inflight_writes = 8\nworker_threads = 2\n").unwrap();
+        let (c, _) = resolve(ServeArgs { config: Some(path.clone()), ..args() }).unwrap();
+        assert_eq!((c.log, c.max_inflight_writes), (fencelock_server::LogEngine::Segment, 8));
+        assert_eq!(worker_threads(&ServeArgs { config: Some(path.clone()), ..args() }).unwrap(), Some(2));
+        let flags = ServeArgs {
+            config: Some(path.clone()),
+            log_engine: Some("redb".into()),
+            max_inflight_writes: Some(1),
+            worker_threads: Some(1),
+            ..args()
+        };
+        assert_eq!(worker_threads(&flags).unwrap(), Some(1));
+        let (c, _) = resolve(flags).unwrap();
+        assert_eq!((c.log, c.max_inflight_writes), (fencelock_server::LogEngine::Redb, 1));
+        let (c, _) = resolve(args()).unwrap();
+        let defaults = fencelock_server::Config::new("d");
+        assert_eq!((c.log, c.max_inflight_writes), (defaults.log, defaults.max_inflight_writes));
+        assert_eq!(worker_threads(&args()).unwrap(), None);
+        let e = resolve(ServeArgs { log_engine: Some("sqlite".into()), ..args() }).unwrap_err();
+        assert!(e.to_string().contains("log_engine") && e.to_string().contains("segment"), "{e}");
+        let e = resolve(ServeArgs { max_inflight_writes: Some(0), ..args() }).unwrap_err();
+        assert!(e.to_string().contains("max_inflight_writes"), "{e}");
+        let e = worker_threads(&ServeArgs { worker_threads: Some(0), ..args() }).unwrap_err();
+        assert!(e.to_string().contains("worker_threads"), "{e}");
     }
 
     /// Quotas and the audit log come from flags, file and defaults like the

@@ -88,6 +88,9 @@ pub struct Config {
     pub election_timeout: Duration,
     /// Most commands the driver puts into one log entry.
     pub max_batch: usize,
+    /// Most log writes the driver keeps in flight at once, so one fsync can
+    /// cover several entries (1: one at a time). See [`crate::driver::core`].
+    pub max_inflight_writes: usize,
     /// Take a snapshot after this many applied entries.
     pub snapshot_every: u64,
     /// Where the Raft log's entries are kept. A data dir keeps the engine it
@@ -146,6 +149,7 @@ impl Config {
             heartbeat: Duration::from_millis(50),
             election_timeout: Duration::from_millis(150),
             max_batch: 4096,
+            max_inflight_writes: crate::driver::core::DEFAULT_MAX_INFLIGHT,
             snapshot_every: 20_000,
             log: LogEngine::Redb,
             watch_history: crate::watching::hub::DEFAULT_HISTORY,

@@ -108,6 +108,9 @@ pub struct SimConfig {
     pub ttl_ms: u64,
     pub mutant: Mutant,
     pub workload: Workload,
+    /// Most log writes the server's driver keeps in flight (1 is one at a
+    /// time, the real server's default; runs default to [`SIM_MAX_INFLIGHT`]).
+    pub max_inflight: usize,
 }
 
 /// The lock every client contends for (read-write in [`Workload::Mixed`]).
@@ -119,6 +122,10 @@ pub const PERMITS: u32 = 3;
 /// The read-write locks of [`Workload::Mixed`]'s multi-acquires, each guarding
 /// its own register at the resource.
 pub const MULTI_LOCKS: [&str; 3] = ["multi-a", "multi-b", "multi-c"];
+/// Log writes in flight in a run unless set: more than the server's default
+/// of 1, so the runs check the pipelined driver (`--max-inflight 1` checks
+/// the default).
+pub const SIM_MAX_INFLIGHT: usize = 4;
 /// Port of the lock server's line protocol.
 pub const SERVER_PORT: u16 = 7070;
 /// Port of the fenced resource.
@@ -135,7 +142,13 @@ impl SimConfig {
     /// the workload [`Workload::for_seed`] gives it.
     pub fn new(seed: u64) -> Self {
         let workload = Workload::for_seed(seed);
-        Self { seed, clients: 4, duration_ms: 20_000, ttl_ms: 600, mutant: Mutant::None, workload }
+        let max_inflight = SIM_MAX_INFLIGHT;
+        Self { seed, clients: 4, duration_ms: 20_000, ttl_ms: 600, mutant: Mutant::None, workload, max_inflight }
+    }
+
+    pub fn with_max_inflight(mut self, n: usize) -> Self {
+        self.max_inflight = n.max(1);
+        self
     }
 
     pub fn with_workload(mut self, workload: Workload) -> Self {

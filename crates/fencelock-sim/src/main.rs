@@ -36,6 +36,9 @@ struct Args {
     /// seed is mixed).
     #[arg(long)]
     workload: Option<Workload>,
+    /// Most log writes the server keeps in flight (1: one at a time).
+    #[arg(long, default_value_t = fencelock_sim::config::SIM_MAX_INFLIGHT)]
+    max_inflight: usize,
 }
 
 fn main() -> ExitCode {
@@ -51,6 +54,7 @@ fn main() -> ExitCode {
         ttl_ms: args.ttl_ms,
         mutant: args.mutant,
         workload: args.workload.unwrap_or(Workload::for_seed(args.seed)),
+        max_inflight: args.max_inflight.max(1),
     };
     let report = fencelock_sim::run(&cfg);
     if args.trace {

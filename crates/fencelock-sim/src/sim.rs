@@ -23,7 +23,7 @@ use crate::{
 pub fn run(cfg: &SimConfig) -> Report {
     let events = Events::default();
     let pause = PauseCtl::default();
-    let server = ServerShared::new(cfg.seed ^ 0x7365_7276_6572, events.clone(), cfg.mutant);
+    let server = ServerShared::new(cfg.seed ^ 0x7365_7276_6572, events.clone(), cfg.mutant, cfg.max_inflight);
     let mut sim = builder(cfg).build();
     add_hosts(&mut sim, cfg, &server, &events, &pause);
     let mut nemesis = Nemesis::new(cfg, events.clone(), pause, server.phase.clone());

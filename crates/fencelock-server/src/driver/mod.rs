@@ -6,9 +6,12 @@
 //!
 //! - **Persist, then reply.** A command is answered only after the entry holding it
 //!   is committed (fsynced on a quorum) and applied; the reply is the engine's own.
-//! - **Group commit.** While one entry is being written, every command that
-//!   arrives is gathered into the next single entry (an engine `Input::Batch`), so
-//!   a burst of requests costs one append and one fsync.
+//! - **Group commit.** Up to `max_inflight` entries are written at once; while
+//!   that many are in flight, every command that arrives is gathered into the
+//!   next single entry (an engine `Input::Batch`), and the log covers the entries
+//!   in flight with one fsync, so a burst of requests costs few appends and one
+//!   fsync. Outputs are acted on in the order the entries were proposed (see
+//!   [`core`]'s docs for the rules, failures and leadership changes included).
 //! - **Time.** The driver reads the monotonic [`Clock`] and puts `now` into every
 //!   entry; when the engine reports its next deadline, the driver proposes an empty
 //!   batch (a tick) at that time, so expiries are decided by the leader's clock and
@@ -33,16 +36,22 @@
 //!
 //! The decisions are [`core::DriverCore`]'s, which does no IO and is tested
 //! alone (`driver/tests/`); this module is its tokio shell: it owns the
-//! channels, the Raft handle, the write task and the timers, turns what
-//! happens into the core's events and does what its actions say.
+//! channels, the Raft handle, the writes in flight and the timers, turns what
+//! happens into the core's events and does what its actions say. It hands each
+//! entry to openraft (`client_write_ff`, which queues it on the Raft core's
+//! channel at once) before the next, so the log holds the entries in the order
+//! the core proposed them, and it awaits their results in that order.
 
-use std::sync::{
-    atomic::{AtomicU64, Ordering},
-    Arc,
+use std::{
+    collections::VecDeque,
+    sync::{
+        atomic::{AtomicU64, Ordering},
+        Arc,
+    },
 };
 
 use fencelock_core::{
-    Acquire, Busy, Caller, Command, Effect, EngineError, Grant, LeaseId, Output, Reply, RequestId, WaitEnd,
+    Acquire, Busy, Caller, Command, Effect, EngineError, Grant, Input, LeaseId, Output, Reply, RequestId, WaitEnd,
 };
 use openraft::{
     error::{ClientWriteError, RaftError},
@@ -50,7 +59,6 @@ use openraft::{
 };
 use tokio::{
     sync::{broadcast, mpsc, oneshot, watch},
-    task::JoinHandle,
     time::Instant,
 };
 
@@ -313,8 +321,9 @@ pub struct Driver {
     rx: mpsc::UnboundedReceiver<ToDriver>,
     ready_tx: watch::Sender<bool>,
     core: DriverCore<ReplyTx, WaitTx>,
-    /// The write in flight (the core starts one at a time).
-    write: Option<JoinHandle<Result<Output, DriverError>>>,
+    /// The writes in flight, in proposal order, by sequence number: openraft's
+    /// answer to come, or why it could not be proposed.
+    writes: VecDeque<(u64, Result<WriteRx, DriverError>)>,
     /// Hooks at [`CrashPoint::ReplyBeforeSend`] (see [`crate::seams`]).
     seams: Seams,
     /// Where lease ends are published.
@@ -322,6 +331,9 @@ pub struct Driver {
 }
 
 type WriteError = RaftError<u64, ClientWriteError<u64, crate::raft::Member>>;
+
+/// Where openraft answers one proposed entry (committed and applied, or why not).
+type WriteRx = tokio::sync::oneshot::Receiver<openraft::raft::ClientWriteResult<crate::raft::TypeConfig>>;
 
 impl Driver {
     /// Create the driver and its handle. Run it with [`Driver::run`].
@@ -339,7 +351,8 @@ impl Driver {
         let seams = Seams::default();
         let (ends, _) = broadcast::channel(LEASE_END_BUFFER);
         let handle = DriverHandle { tx, ready, next_gen: Arc::new(AtomicU64::new(1)), ends: ends.clone() };
-        let driver = Self { raft, node_id, clock, metrics, max_batch, rx, ready_tx, core, write: None, seams, ends };
+        let writes = VecDeque::new();
+        let driver = Self { raft, node_id, clock, metrics, max_batch, rx, ready_tx, core, writes, seams, ends };
         (driver, handle)
     }
 
@@ -349,6 +362,12 @@ impl Driver {
     /// the same request ids, on the majority's new leader).
     pub fn with_quorum_timeout(mut self, timeout: std::time::Duration) -> Self {
         self.core = self.core.with_quorum_timeout(timeout.as_millis() as u64);
+        self
+    }
+
+    /// At most `n` log writes in flight at once (see [`core::DriverCore::with_max_inflight`]).
+    pub fn with_max_inflight(mut self, n: usize) -> Self {
+        self.core = self.core.with_max_inflight(n);
         self
     }
 
@@ -369,27 +388,27 @@ impl Driver {
         let mut metrics_rx = self.raft.metrics();
         tokio::pin!(shutdown);
         let first = view(&metrics_rx.borrow_and_update(), self.node_id);
-        self.step(vec![Event::Raft(first)]);
+        self.step(vec![Event::Raft(first)]).await;
         let mut raft_gone = false;
         loop {
             let wake = self.core.next_wake().map(|at| Instant::from_std(self.clock.instant_at(at)));
             tokio::select! {
                 biased;
                 _ = &mut shutdown => break,
-                done = wait_write(&mut self.write) => {
+                (seq, done) = next_written(&mut self.writes) => {
                     if done.is_ok() {
                         self.seams.crash_point(CrashPoint::ReplyBeforeSend);
                     }
-                    self.step(vec![Event::Written(done)]);
+                    self.step(vec![Event::Written(seq, done)]).await;
                 }
                 changed = metrics_rx.changed(), if !raft_gone => {
                     if changed.is_err() {
                         raft_gone = true;
-                        self.step(vec![Event::RaftGone]);
+                        self.step(vec![Event::RaftGone]).await;
                         continue;
                     }
                     let v = view(&metrics_rx.borrow_and_update(), self.node_id);
-                    self.step(vec![Event::Raft(v)]);
+                    self.step(vec![Event::Raft(v)]).await;
                 }
                 msg = self.rx.recv() => match msg {
                     Some(m) => {
@@ -401,46 +420,56 @@ impl Driver {
                                 Err(_) => break,
                             }
                         }
-                        self.step(events);
+                        self.step(events).await;
                     }
                     None => break,
                 },
-                _ = sleep_until(wake) => self.step(vec![Event::Timer]),
+                _ = sleep_until(wake) => self.step(vec![Event::Timer]).await,
             }
         }
-        let actions = self.core.shut_down(shutting_down());
-        self.execute(actions);
+        for a in self.core.shut_down(shutting_down()) {
+            self.execute(a);
+        }
     }
 
-    fn step(&mut self, events: Vec<Event<ReplyTx, WaitTx>>) {
+    async fn step(&mut self, events: Vec<Event<ReplyTx, WaitTx>>) {
         let time = Time { now: self.clock.now(), token_floor: self.clock.token_floor() };
         let actions = self.core.step(time, events);
-        self.execute(actions);
-    }
-
-    fn execute(&mut self, actions: Vec<Action<ReplyTx, WaitTx>>) {
         for a in actions {
             match a {
-                Action::Write(input) => {
-                    let raft = self.raft.clone();
-                    let write = async move { raft.client_write(input).await.map(|r| r.data).map_err(map_write_error) };
-                    self.write = Some(tokio::spawn(write));
-                }
-                Action::Reply(tx, r) => {
-                    self.publish(LeaseEnd::of_reply(&r));
-                    let _ = tx.send(r);
-                }
-                Action::Wake(w, r) => {
-                    let _ = w.send(r);
-                }
-                Action::Ready(ready) => {
-                    let _ = self.ready_tx.send(ready);
-                }
-                Action::Batched(n) => self.metrics.batch(n),
-                Action::Effect(e) => {
-                    self.publish(LeaseEnd::of_effect(&e));
-                    self.metrics.effect(&e);
-                }
+                Action::Write(seq, input) => self.propose(seq, input).await,
+                other => self.execute(other),
+            }
+        }
+    }
+
+    /// Hands the entry to openraft now, after every earlier one (the send to
+    /// its core does not wait), and keeps where its answer comes.
+    async fn propose(&mut self, seq: u64, input: Input) {
+        let rx = self.raft.client_write_ff(input).await;
+        self.writes.push_back((seq, rx.map_err(|fatal| DriverError::Unavailable(fatal.to_string()))));
+    }
+
+    /// Does what `a` says, but for a write (see [`Self::propose`]).
+    fn execute(&mut self, a: Action<ReplyTx, WaitTx>) {
+        match a {
+            Action::Write(seq, _) => {
+                tracing::error!(seq, "internal: a write outside a step is not proposed");
+            }
+            Action::Reply(tx, r) => {
+                self.publish(LeaseEnd::of_reply(&r));
+                let _ = tx.send(r);
+            }
+            Action::Wake(w, r) => {
+                let _ = w.send(r);
+            }
+            Action::Ready(ready) => {
+                let _ = self.ready_tx.send(ready);
+            }
+            Action::Batched(n) => self.metrics.batch(n),
+            Action::Effect(e) => {
+                self.publish(LeaseEnd::of_effect(&e));
+                self.metrics.effect(&e);
             }
         }
     }
@@ -473,16 +502,25 @@ fn view(m: &openraft::RaftMetrics<u64, crate::raft::Member>, node_id: u64) -> Ra
     }
 }
 
-async fn wait_write(write: &mut Option<JoinHandle<Result<Output, DriverError>>>) -> Result<Output, DriverError> {
-    let Some(task) = write.as_mut() else {
+/// The result of the oldest write in flight, with its sequence number (never,
+/// if none is in flight). Cancel-safe: the answer stays in its receiver.
+async fn next_written(
+    writes: &mut VecDeque<(u64, Result<WriteRx, DriverError>)>,
+) -> (u64, Result<Output, DriverError>) {
+    let Some((seq, front)) = writes.front_mut() else {
         return std::future::pending().await;
     };
-    let res = match task.await {
-        Ok(r) => r,
-        Err(join) => Err(DriverError::Unavailable(format!("write task failed: {join}"))),
+    let seq = *seq;
+    let res = match front {
+        Ok(rx) => match rx.await {
+            Ok(Ok(resp)) => Ok(resp.data),
+            Ok(Err(e)) => Err(map_write_error(RaftError::APIError(e))),
+            Err(_) => Err(DriverError::Unavailable("the Raft node stopped before answering a write".into())),
+        },
+        Err(e) => Err(e.clone()),
     };
-    *write = None;
-    res
+    writes.pop_front();
+    (seq, res)
 }
 
 fn map_write_error(e: WriteError) -> DriverError {

@@ -5,9 +5,13 @@
 //! it.
 //!
 //! What it does as the real shell does: every request that arrived goes to the
-//! core in one step (group commit); a write is persisted (a simulated fsync of
-//! 1–3 ms), then applied, then reported to the core, which answers its callers
-//! (persist, then reply); a queued acquire's caller is woken by the core; when
+//! core in one step (group commit); the core keeps up to the run's
+//! `max_inflight` writes in flight, and the log persists every write queued
+//! when its disk is free in one simulated fsync of 1–3 ms (the segment log's
+//! group commit), then applies them in order and reports them to the core in
+//! that order, which answers their callers (persist, then reply). A crash
+//! mid-flight loses every write not in the log yet (nobody was answered for
+//! them); a queued acquire's caller is woken by the core; when
 //! a caller is done with an acquire (answered, woken) or went away (its
 //! connection closed), the core is told, with the `CancelWait` to write in the
 //! second case. The node is a single leader of term 1 from its start, so the
@@ -83,8 +87,14 @@ pub struct Driver {
     /// (generation, lock, answered `Queued`).
     acquires: BTreeMap<ConnId, BTreeMap<Key, (u64, String, bool)>>,
     next_gen: u64,
-    /// The write the core asked for, not started yet.
-    write: Option<Input>,
+    /// Writes the core asked for (with their sequence numbers), not on their
+    /// way to disk yet: the next fsync takes them all.
+    queued: Vec<(u64, Input)>,
+    /// The writes of the fsync under way, and when it ends.
+    flushing: Vec<(u64, Input)>,
+    flush_at: Option<u64>,
+    /// Until the first write is done: how many entries the start replayed.
+    up: Option<usize>,
     /// Events the last actions caused (callers done or gone), for the next
     /// step: as in the real shell, they come after the messages that had
     /// arrived by then.
@@ -93,15 +103,19 @@ pub struct Driver {
 
 impl Driver {
     pub fn new(engine: Engine, shared: ServerShared, rx: mpsc::UnboundedReceiver<ToDriver>) -> Self {
+        let core = DriverCore::new(MAX_BATCH).with_max_inflight(shared.max_inflight);
         Self {
             engine,
             shared,
             rx,
             conns: BTreeMap::new(),
-            core: DriverCore::new(MAX_BATCH),
+            core,
             acquires: BTreeMap::new(),
             next_gen: 1,
-            write: None,
+            queued: Vec::new(),
+            flushing: Vec::new(),
+            flush_at: None,
+            up: None,
             followups: Vec::new(),
         }
     }
@@ -109,18 +123,11 @@ impl Driver {
     /// Lead from now on: write `LeaderStart`, then serve (until the host crashes).
     pub async fn run(mut self, replayed: usize) {
         let leader = RaftView { is_leader: true, term: 1, voters: 1, ..RaftView::default() };
+        self.up = Some(replayed);
         self.step(vec![Event::Raft(leader)]);
-        let mut up = false;
         loop {
-            if let Some(input) = self.write.take() {
-                let out = self.persist(input).await;
-                if let Some(out) = out {
-                    self.step(vec![Event::Written(Ok(out))]);
-                }
-                if !up {
-                    up = true;
-                    self.shared.events.push(EventKind::ServerUp { replayed });
-                }
+            if self.flush_at.is_none() && !self.queued.is_empty() {
+                self.start_flush();
                 continue;
             }
             if !self.followups.is_empty() {
@@ -134,6 +141,7 @@ impl Driver {
             }
             tokio::select! {
                 biased;
+                () = sleep_until_opt(self.flush_at) => self.finish_flush().await,
                 msg = self.rx.recv() => match msg {
                     Some(msg) => {
                         let mut events = self.on_msg(msg);
@@ -163,8 +171,8 @@ impl Driver {
     /// Does `action`; the event it causes, if any (an acquire's caller is done).
     fn execute(&mut self, action: Action<Origin, Waiter>) -> Option<Event<Origin, Waiter>> {
         match action {
-            Action::Write(input) => {
-                self.write = Some(input);
+            Action::Write(seq, input) => {
+                self.queued.push((seq, input));
                 None
             }
             Action::Reply(to, reply) => {
@@ -285,26 +293,55 @@ impl Driver {
             .collect()
     }
 
-    /// Persists `input`, then applies it (or, as a mutant, the reverse, with
-    /// the core told before the entry is in the log: then `None`).
-    async fn persist(&mut self, input: Input) -> Option<Output> {
+    /// The disk takes every queued write into one fsync (under the mutant
+    /// [`Mutant::ReplyBeforePersist`], the core is told they are written, and
+    /// answers, before it starts).
+    fn start_flush(&mut self) {
+        self.flushing = std::mem::take(&mut self.queued);
         if self.shared.mutant == Mutant::ReplyBeforePersist {
-            let out = self.apply(&input);
-            self.step(vec![Event::Written(Ok(out))]);
-            self.shared.phase.set(WritePhase::Syncing);
-            sleep_ms(self.shared.fsync_ms()).await;
-            self.shared.log.append(input);
-            self.shared.phase.set(WritePhase::Idle);
-            return None;
+            let written = self.apply_all();
+            self.step(written);
         }
         self.shared.phase.set(WritePhase::Syncing);
-        sleep_ms(self.shared.fsync_ms()).await;
-        self.shared.log.append(input.clone());
-        let out = self.apply(&input);
+        self.flush_at = Some(now_ms() + self.shared.fsync_ms());
+    }
+
+    /// The fsync ended: its writes are in the log, in order; they are applied
+    /// in that order and, after the reply window, reported to the core in the
+    /// reverse order (the real shell reports them in order; the core must act
+    /// on them in proposal order whatever order they are reported in, and this
+    /// makes the runs check that it does).
+    async fn finish_flush(&mut self) {
+        self.flush_at = None;
+        for (_, input) in &self.flushing {
+            self.shared.log.append(input.clone());
+        }
+        if self.shared.mutant == Mutant::ReplyBeforePersist {
+            self.flushing.clear();
+            self.shared.phase.set(WritePhase::Idle);
+            return self.server_up();
+        }
+        let mut written = self.apply_all();
+        written.reverse();
+        self.flushing.clear();
         self.shared.phase.set(WritePhase::Replying);
         sleep_ms(1).await;
         self.shared.phase.set(WritePhase::Idle);
-        Some(out)
+        self.step(written);
+        self.server_up();
+    }
+
+    /// Applies the writes of the fsync, in order: their `Written` events.
+    fn apply_all(&mut self) -> Vec<Event<Origin, Waiter>> {
+        let inputs: Vec<(u64, Input)> = self.flushing.clone();
+        inputs.into_iter().map(|(seq, input)| Event::Written(seq, Ok(self.apply(&input)))).collect()
+    }
+
+    /// The first write is done: the server is up.
+    fn server_up(&mut self) {
+        if let Some(replayed) = self.up.take() {
+            self.shared.events.push(EventKind::ServerUp { replayed });
+        }
     }
 
     fn apply(&mut self, input: &Input) -> Output {

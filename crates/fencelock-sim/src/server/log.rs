@@ -62,16 +62,19 @@ pub struct ServerShared {
     /// Seeded randomness for disk latency, kept across restarts.
     pub rng: Rc<RefCell<fastrand::Rng>>,
     pub phase: Rc<Cell<WritePhase>>,
+    /// Most log writes the driver keeps in flight (see [`crate::SimConfig`]).
+    pub max_inflight: usize,
 }
 
 impl ServerShared {
-    pub fn new(seed: u64, events: Events, mutant: Mutant) -> Self {
+    pub fn new(seed: u64, events: Events, mutant: Mutant, max_inflight: usize) -> Self {
         Self {
             log: DurableLog::default(),
             events,
             mutant,
             rng: Rc::new(RefCell::new(fastrand::Rng::with_seed(seed))),
             phase: Rc::default(),
+            max_inflight,
         }
     }
 

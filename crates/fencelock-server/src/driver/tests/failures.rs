@@ -15,11 +15,11 @@ fn a_failed_write_answers_its_callers_and_writing_pauses() {
     let mut c = ready(64);
     assert_eq!(c.step(at(20), [request(1, keep(1, 1))]).len(), 2);
     let e = DriverError::Unavailable("disk full".into());
-    assert_eq!(c.step(at(30), [Event::Written(Err(e.clone()))]), vec![Action::Reply(1, Err(e))]);
+    assert_eq!(c.step(at(30), [Event::Written(2, Err(e.clone()))]), vec![Action::Reply(1, Err(e))]);
     assert_eq!(c.next_wake(), Some(30 + RETRY_AFTER_FAILED_WRITE_MS));
     assert_eq!(c.step(at(40), [request(2, keep(1, 2))]), vec![], "no write during the pause");
     let a = c.step(at(30 + RETRY_AFTER_FAILED_WRITE_MS), [Event::Timer]);
-    assert_eq!(a, vec![Action::Batched(1), batch(130, vec![keep(1, 2)])]);
+    assert_eq!(a, vec![Action::Batched(1), batch(3, 130, vec![keep(1, 2)])]);
 }
 
 #[test]
@@ -55,9 +55,9 @@ fn leader_of_three(silent_ms: u64) -> E {
 
 #[test]
 fn a_leader_cut_off_from_its_majority_serves_nothing_until_it_answers() {
-    let mut c = Core::new(64).with_quorum_timeout(100);
-    assert_eq!(c.step(at(0), [leader_of_three(0)]), vec![leader_start(0)]);
-    assert_eq!(c.step(at(1), [written(vec![], vec![], None)]), vec![Action::Ready(true)]);
+    let mut c = core(64).with_quorum_timeout(100);
+    assert_eq!(c.step(at(0), [leader_of_three(0)]), vec![leader_start(1, 0)]);
+    assert_eq!(c.step(at(1), [written(1, vec![], vec![], None)]), vec![Action::Ready(true)]);
     assert_eq!(c.step(at(20), [request(1, keep(1, 1))]).len(), 2);
     let a = c.step(at(300), [leader_of_three(250)]);
     assert_eq!(a.len(), 2, "{a:?}");
@@ -66,8 +66,8 @@ fn a_leader_cut_off_from_its_majority_serves_nothing_until_it_answers() {
     let a = c.step(at(301), [request(2, keep(1, 2))]);
     assert!(a.len() == 1 && unavailable(&a[0]), "{a:?}");
     // The write in flight completes: its caller was already answered.
-    assert_eq!(c.step(at(302), [written(vec![kept(1)], vec![], None)]), vec![]);
+    assert_eq!(c.step(at(302), [written(2, vec![kept(1)], vec![], None)]), vec![]);
     // The majority answers: serve again, with a tick for the expiries missed.
     let a = c.step(at(400), [leader_of_three(10)]);
-    assert_eq!(a, vec![Action::Ready(true), Action::Batched(0), batch(400, vec![])]);
+    assert_eq!(a, vec![Action::Ready(true), Action::Batched(0), batch(3, 400, vec![])]);
 }

@@ -29,21 +29,33 @@ pub fn follows(term: u64, addr: &str) -> E {
     Event::Raft(RaftView { term, leader_addr: Some(addr.into()), voters: 3, ..RaftView::default() })
 }
 
-pub fn leader_start(now: Millis) -> A {
-    Action::Write(Input::LeaderStart { now, token_floor: FLOOR, cluster_id: None })
+/// Write `seq`: the `LeaderStart` at `now`.
+pub fn leader_start(seq: u64, now: Millis) -> A {
+    Action::Write(seq, Input::LeaderStart { now, token_floor: FLOOR, cluster_id: None })
 }
 
-/// A core that leads term 1 with its `LeaderStart` applied, at time 10.
+/// A follower core with one write in flight at a time (the driver before
+/// pipelining: the tests that pin exact batching use it).
+pub fn core(max_batch: usize) -> Core {
+    Core::new(max_batch).with_max_inflight(1)
+}
+
+/// A core (one write in flight at a time) that leads term 1 with its
+/// `LeaderStart` (write 1) applied, at time 10: its next write is 2.
 pub fn ready(max_batch: usize) -> Core {
-    let mut c = Core::new(max_batch);
-    assert_eq!(c.step(at(0), [leads(1)]), vec![leader_start(0)]);
-    assert_eq!(c.step(at(10), [written(vec![], vec![], None)]), vec![Action::Ready(true)]);
+    ready_with(core(max_batch))
+}
+
+/// `c`, leading term 1 with its `LeaderStart` (write 1) applied, at time 10.
+pub fn ready_with(mut c: Core) -> Core {
+    assert_eq!(c.step(at(0), [leads(1)]), vec![leader_start(1, 0)]);
+    assert_eq!(c.step(at(10), [written(1, vec![], vec![], None)]), vec![Action::Ready(true)]);
     c
 }
 
-/// The write in flight succeeded with these replies and effects.
-pub fn written(replies: Vec<Reply>, effects: Vec<Effect>, next_deadline: Option<Millis>) -> E {
-    Event::Written(Ok(Output { replies, effects, next_deadline }))
+/// Write `seq` succeeded with these replies and effects.
+pub fn written(seq: u64, replies: Vec<Reply>, effects: Vec<Effect>, next_deadline: Option<Millis>) -> E {
+    Event::Written(seq, Ok(Output { replies, effects, next_deadline }))
 }
 
 pub fn keep(lease: u64, req: u64) -> Command {
@@ -89,8 +101,9 @@ pub fn done(gen: u64, lease: u64, req: u64) -> E {
     Event::AcquireGone { key: (LeaseId(lease), RequestId(req)), gen, cancel: None }
 }
 
-pub fn batch(now: Millis, cmds: Vec<Command>) -> A {
-    Action::Write(Input::Batch { now, cmds })
+/// Write `seq`: a batch of `cmds` at `now`.
+pub fn batch(seq: u64, now: Millis, cmds: Vec<Command>) -> A {
+    Action::Write(seq, Input::Batch { now, cmds })
 }
 
 pub fn grant(lock: &str, lease: u64, token: u64) -> Grant {

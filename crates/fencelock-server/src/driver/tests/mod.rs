@@ -7,5 +7,6 @@ mod harness;
 mod batching;
 mod failures;
 mod leadership;
+mod pipelining;
 mod ticks;
 mod waiters;

@@ -20,9 +20,9 @@ fn queued_core() -> Core {
     let mut c = ready(64);
     assert_eq!(
         c.step(at(20), [acquire(1, 1, 1, 5, "a")]),
-        vec![Action::Batched(1), batch(20, vec![acquire_cmd(1, 5, "a")])]
+        vec![Action::Batched(1), batch(2, 20, vec![acquire_cmd(1, 5, "a")])]
     );
-    assert_eq!(c.step(at(21), [written(vec![queued()], vec![], None)]), vec![Action::Reply(1, Ok(queued()))]);
+    assert_eq!(c.step(at(21), [written(2, vec![queued()], vec![], None)]), vec![Action::Reply(1, Ok(queued()))]);
     c
 }
 
@@ -31,7 +31,7 @@ fn a_grant_wakes_the_waiter_of_its_acquire() {
     let mut c = queued_core();
     assert_eq!(c.step(at(30), [request(2, keep(2, 1))]).len(), 2);
     let effect = granted("a", 1, 5, 9);
-    let a = c.step(at(31), [written(vec![kept(2)], vec![effect.clone()], None)]);
+    let a = c.step(at(31), [written(3, vec![kept(2)], vec![effect.clone()], None)]);
     let woken = WaitOutcome::Granted { grant: grant("a", 1, 9), waited_ms: 5 };
     assert_eq!(a, vec![Action::Reply(2, Ok(kept(2))), Action::Wake(1, Ok(woken)), Action::Effect(effect)]);
 }
@@ -43,7 +43,7 @@ fn a_multi_grant_wakes_its_waiter_once_with_every_grant() {
     let mut c = queued_core();
     assert_eq!(c.step(at(30), [request(2, keep(2, 1))]).len(), 2);
     let fx = vec![granted("a", 1, 5, 9), granted("b", 1, 5, 10), granted("c", 2, 6, 11)];
-    let a = c.step(at(31), [written(vec![kept(2)], fx.clone(), None)]);
+    let a = c.step(at(31), [written(3, vec![kept(2)], fx.clone(), None)]);
     let woken = WaitOutcome::GrantedAll { grants: vec![grant("a", 1, 9), grant("b", 1, 10)], waited_ms: 5 };
     let effects = fx.into_iter().map(Action::Effect);
     let want = [Action::Reply(2, Ok(kept(2))), Action::Wake(1, Ok(woken))].into_iter().chain(effects);
@@ -54,7 +54,7 @@ fn a_multi_grant_wakes_its_waiter_once_with_every_grant() {
 fn a_caller_that_went_away_gets_its_cancel_written() {
     let mut c = queued_core();
     let a = c.step(at(30), [gone(1, 1, 5, "a")]);
-    assert_eq!(a, vec![Action::Batched(1), batch(30, vec![cancel(1, 5, "a")])]);
+    assert_eq!(a, vec![Action::Batched(1), batch(3, 30, vec![cancel(1, 5, "a")])]);
 }
 
 #[test]
@@ -62,10 +62,10 @@ fn a_retry_drops_the_unwritten_cancel_of_the_caller_it_replaces() {
     let mut c = queued_core();
     assert_eq!(c.step(at(30), [request(2, keep(2, 1))]).len(), 2, "a write in flight holds the cancel back");
     assert_eq!(c.step(at(31), [gone(1, 1, 5, "a"), acquire(3, 2, 1, 5, "a")]), vec![]);
-    let a = c.step(at(32), [written(vec![kept(2)], vec![], None)]);
+    let a = c.step(at(32), [written(3, vec![kept(2)], vec![], None)]);
     assert_eq!(
         a,
-        vec![Action::Reply(2, Ok(kept(2))), Action::Batched(1), batch(32, vec![acquire_cmd(1, 5, "a")])],
+        vec![Action::Reply(2, Ok(kept(2))), Action::Batched(1), batch(4, 32, vec![acquire_cmd(1, 5, "a")])],
         "the retry, without the cancel"
     );
 }
@@ -76,10 +76,10 @@ fn the_cancel_of_a_superseded_caller_is_never_written() {
     // The retry (generation 2) arrives and is queued again; then the first
     // caller goes away: its cancel would end the retry's wait.
     assert_eq!(c.step(at(30), [acquire(3, 2, 1, 5, "a")]).len(), 2);
-    assert_eq!(c.step(at(31), [written(vec![queued()], vec![], None)]), vec![Action::Reply(3, Ok(queued()))]);
+    assert_eq!(c.step(at(31), [written(3, vec![queued()], vec![], None)]), vec![Action::Reply(3, Ok(queued()))]);
     assert_eq!(c.step(at(32), [gone(1, 1, 5, "a")]), vec![], "no cancel from the older caller");
     // The retry's own caller going away does cancel.
-    assert_eq!(c.step(at(33), [gone(2, 1, 5, "a")]), vec![Action::Batched(1), batch(33, vec![cancel(1, 5, "a")])]);
+    assert_eq!(c.step(at(33), [gone(2, 1, 5, "a")]), vec![Action::Batched(1), batch(4, 33, vec![cancel(1, 5, "a")])]);
 }
 
 #[test]
@@ -99,7 +99,7 @@ fn a_waiter_told_its_slot_is_done_is_woken_and_answered_slot_done() {
     let why = WaitEnd::SlotDone(Box::new(done));
     let (lock, lease, req) = (LockName::new("a").unwrap(), LeaseId(1), RequestId(5));
     let effect = Effect::WaitEnded { lock, lease, req, why: why.clone() };
-    let a = c.step(at(31), [written(vec![kept(2)], vec![effect.clone()], None)]);
+    let a = c.step(at(31), [written(3, vec![kept(2)], vec![effect.clone()], None)]);
     let woken = WaitOutcome::Ended(why.clone());
     assert_eq!(a, vec![Action::Reply(2, Ok(kept(2))), Action::Wake(1, Ok(woken)), Action::Effect(effect)]);
     let answer = crate::driver::ended(why, LeaseId(1));
