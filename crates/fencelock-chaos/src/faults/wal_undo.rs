@@ -46,20 +46,12 @@ impl LogFiles for UndoLogFiles {
         Ok(Box::new(UndoLogFile { file, undo: Undo::open(path)?, no_sync: self.no_sync }))
     }
 
-    fn list(&self, dir: &Path) -> io::Result<Vec<PathBuf>> {
-        RealFiles.list(dir)
-    }
-
     fn remove(&self, path: &Path) -> io::Result<()> {
         RealFiles.remove(path)?;
         match std::fs::remove_file(undo_path(path)) {
             Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
             _ => Ok(()),
         }
-    }
-
-    fn sync_dir(&self, dir: &Path) -> io::Result<()> {
-        RealFiles.sync_dir(dir)
     }
 }
 

@@ -32,16 +32,24 @@ pub trait LogFile: Send + Debug {
     fn size(&mut self) -> io::Result<u64>;
 }
 
-/// Opens, lists and removes segment files, and syncs their directory.
+/// Opens, lists and removes segment files, and syncs their directory. Only
+/// `open` must be given: the others default to the real file system, so a
+/// seam overrides just what it changes.
 pub trait LogFiles: Send + Sync + Debug {
     /// Opens `path` for reading and writing, creating it (empty) if `create`.
     fn open(&self, path: &Path, create: bool) -> io::Result<Box<dyn LogFile>>;
     /// The files in `dir` (not recursive), in no particular order.
-    fn list(&self, dir: &Path) -> io::Result<Vec<PathBuf>>;
+    fn list(&self, dir: &Path) -> io::Result<Vec<PathBuf>> {
+        std::fs::read_dir(dir)?.map(|e| e.map(|e| e.path())).collect()
+    }
     /// Removes the file `path`.
-    fn remove(&self, path: &Path) -> io::Result<()>;
+    fn remove(&self, path: &Path) -> io::Result<()> {
+        std::fs::remove_file(path)
+    }
     /// Makes the directory's entries (files created or removed) durable.
-    fn sync_dir(&self, dir: &Path) -> io::Result<()>;
+    fn sync_dir(&self, dir: &Path) -> io::Result<()> {
+        File::open(dir)?.sync_all()
+    }
 }
 
 /// std's files: the default [`LogFiles`].
@@ -52,18 +60,6 @@ impl LogFiles for RealFiles {
     fn open(&self, path: &Path, create: bool) -> io::Result<Box<dyn LogFile>> {
         let file = OpenOptions::new().read(true).write(true).create(create).truncate(false).open(path)?;
         Ok(Box::new(RealFile(file)))
-    }
-
-    fn list(&self, dir: &Path) -> io::Result<Vec<PathBuf>> {
-        std::fs::read_dir(dir)?.map(|e| e.map(|e| e.path())).collect()
-    }
-
-    fn remove(&self, path: &Path) -> io::Result<()> {
-        std::fs::remove_file(path)
-    }
-
-    fn sync_dir(&self, dir: &Path) -> io::Result<()> {
-        File::open(dir)?.sync_all()
     }
 }
 

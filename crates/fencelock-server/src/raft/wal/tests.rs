@@ -321,15 +321,6 @@ impl LogFiles for GatedFiles {
     fn open(&self, path: &Path, create: bool) -> std::io::Result<Box<dyn LogFile>> {
         Ok(Box::new(GatedFile(RealFiles.open(path, create)?, self.0.clone())))
     }
-    fn list(&self, dir: &Path) -> std::io::Result<Vec<PathBuf>> {
-        RealFiles.list(dir)
-    }
-    fn remove(&self, path: &Path) -> std::io::Result<()> {
-        RealFiles.remove(path)
-    }
-    fn sync_dir(&self, dir: &Path) -> std::io::Result<()> {
-        RealFiles.sync_dir(dir)
-    }
 }
 
 impl LogFile for GatedFile {
@@ -553,15 +544,6 @@ fn power_off() -> std::io::Error {
 impl LogFiles for UndoFiles {
     fn open(&self, path: &Path, create: bool) -> std::io::Result<Box<dyn LogFile>> {
         Ok(Box::new(UndoFile(RealFiles.open(path, create)?, path.to_path_buf(), self.0.clone())))
-    }
-    fn list(&self, dir: &Path) -> std::io::Result<Vec<PathBuf>> {
-        RealFiles.list(dir)
-    }
-    fn remove(&self, path: &Path) -> std::io::Result<()> {
-        RealFiles.remove(path)
-    }
-    fn sync_dir(&self, dir: &Path) -> std::io::Result<()> {
-        RealFiles.sync_dir(dir)
     }
 }
 
