@@ -100,6 +100,7 @@ mod error;
 mod lease;
 pub mod metrics;
 mod types;
+mod unique;
 pub mod watch;
 
 pub use backend::native::check_auth_token;

@@ -629,7 +629,7 @@ pub(super) struct Ticket {
 
 impl Ticket {
     pub(super) fn new() -> Ticket {
-        let bits = fastrand::u128(..);
+        let bits = crate::unique::u128();
         Ticket { id: (bits >> 64) as u64, text: format!("{bits:032x}") }
     }
 

@@ -586,7 +586,7 @@ impl Entry {
     /// (`stem` is `(prefix, mark)`).
     fn new(session: Arc<Session>, containers: Vec<String>, stem: (&str, &str)) -> Entry {
         let parent = containers.last().cloned().unwrap_or_default();
-        let stem = format!("{}{:016x}-{}", stem.0, fastrand::u64(..), stem.1);
+        let stem = format!("{}{:016x}-{}", stem.0, crate::unique::u64(), stem.1);
         Entry { session, containers, parent, stem, own: Own::Nothing }
     }
 

@@ -312,7 +312,13 @@ impl LeaseMode {
         let wakers = Wakers::new();
         let listener = super::listen::start(config, table.clone(), wakers.clone()).await?;
         let store = Arc::new(Store { db, sql: Sql::new(&table), table });
-        Ok(LeaseMode { store, wakers, _listener: listener, instance: fastrand::u64(..), requests: AtomicU64::new(0) })
+        Ok(LeaseMode {
+            store,
+            wakers,
+            _listener: listener,
+            instance: crate::unique::u64(),
+            requests: AtomicU64::new(0),
+        })
     }
 
     pub fn table(&self) -> &str {
