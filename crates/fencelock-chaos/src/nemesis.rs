@@ -71,15 +71,35 @@ pub(crate) async fn pause_between_faults(ctx: &mut Ctx, lo_ms: u64, hi_ms: u64) 
     tokio::time::sleep_until(until).await;
 }
 
+/// How long the nemesis waits for one worker to reach its write before it
+/// picks another (4 × TTL, within 2–10 s): a worker of an unfair lock
+/// (Redlock's retry loop) can go without the lock for many seconds while the
+/// others take turns, and a run must not spend its whole length waiting on
+/// that one (K1 against Redlock once ended a 10-s run with no pause at all).
+fn arm_wait(ttl: Duration) -> Duration {
+    (ttl * 4).clamp(Duration::from_secs(2), Duration::from_secs(10))
+}
+
+/// Sends worker `w` the control line `cmd` and waits up to [`arm_wait`] for
+/// its report starting with `report`: true if it came. On a timeout the
+/// command is cancelled, and a report that crossed the cancel still counts
+/// (the worker had already acted on it).
+async fn arm(ctx: &mut Ctx, w: usize, cmd: &str, report: &str) -> bool {
+    ctx.workers.send(w, cmd);
+    if ctx.workers.wait_line(w, report, arm_wait(ctx.ttl)).await.is_some() {
+        return true;
+    }
+    ctx.workers.send(w, "cancel");
+    ctx.workers.wait_line(w, report, Duration::from_millis(300)).await.is_some()
+}
+
 /// K1: a worker stops itself with SIGSTOP at its next write, after its last
 /// check; it stays stopped for 1.5–5 × TTL, then gets SIGCONT.
 async fn k1_pauses(ctx: &mut Ctx) -> anyhow::Result<()> {
     while !ctx.over() {
         pause_between_faults(ctx, 200, 800).await;
         let w = ctx.rng.usize(..ctx.workers.len());
-        ctx.workers.send(w, "pause-next");
-        if ctx.workers.wait_line(w, "pausing", Duration::from_secs(10)).await.is_none() {
-            ctx.workers.send(w, "cancel");
+        if !arm(ctx, w, "pause-next", "pausing").await {
             continue;
         }
         let pid = ctx.workers.pid(w);
@@ -114,9 +134,7 @@ async fn k2_held_network(ctx: &mut Ctx) -> anyhow::Result<()> {
     while !ctx.over() {
         pause_between_faults(ctx, 200, 800).await;
         let w = ctx.rng.usize(..ctx.workers.len());
-        ctx.workers.send(w, "hold-next");
-        if ctx.workers.wait_line(w, "at-write", Duration::from_secs(10)).await.is_none() {
-            ctx.workers.send(w, "cancel");
+        if !arm(ctx, w, "hold-next", "at-write").await {
             continue;
         }
         let hold = ctx.between(ctx.ttl, 1.5, 5.0);
