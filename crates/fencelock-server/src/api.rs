@@ -152,6 +152,7 @@ impl Ops {
         // A multi-lock needs the permission on every lock it names.
         self.allow(who, |w| std::iter::once(&r.lock).chain(&r.also).try_for_each(|l| w.require(Verb::Acquire, l)))?;
         self.admit(who, Adds::Lock { waits: r.wait_ms > 0, locks: 1 + r.also.len() as u64 })?;
+        let attempt = r.attempt;
         let acq = Acquire {
             req: RequestId(r.request_id),
             lease: LeaseId(r.lease_id),
@@ -167,7 +168,7 @@ impl Ops {
             once_per: r.once_per,
             also: r.also,
         };
-        let outcome = match self.driver.acquire(acq, who.caller()).await.map_err(driver_status)? {
+        let outcome = match self.driver.acquire(acq, who.caller(), attempt).await.map_err(driver_status)? {
             AcquireOutcome::Acquired { grant, waited_ms } => Outcome::Acquired(acquired(grant, waited_ms)),
             AcquireOutcome::AcquiredAll { grants, waited_ms } => {
                 let grants = grants.into_iter().map(|g| acquired(g, waited_ms)).collect();

@@ -408,6 +408,7 @@ fn session_stream_requests() {
             once_per: String::new(),
             also: vec!["b".into()],
             weight: 2,
+            attempt: 0,
         }),
         Op::Release(pb::ReleaseRequest { request_id: 3, lease_id: 1, lock: "a".into(), token: 7 }),
         Op::KeepAlive(pb::KeepAliveRequest { request_id: 4, lease_id: 1 }),

@@ -22,6 +22,9 @@ pub struct Request {
     /// Chosen by the client, unique on its connection; echoed in the reply.
     pub id: u64,
     pub cmd: Command,
+    /// For an acquire: the client's attempt number of its request id (1, 2,
+    /// …), as the real client sends it; 0 for everything else.
+    pub attempt: u32,
 }
 
 /// The outcome of a queued acquire, pushed when the engine decides it.

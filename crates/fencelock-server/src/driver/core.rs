@@ -112,7 +112,7 @@ pub struct Msg<R, W> {
     pub waiter: Option<W>,
     /// For an acquire of a caller that reports when it is done: its
     /// generation (a retry has a newer one).
-    pub gen: Option<u64>,
+    pub gen: Option<Gen>,
 }
 
 /// What the core needs to know of the Raft node, from its metrics.
@@ -138,7 +138,7 @@ pub enum Event<R, W> {
     Request(Msg<R, W>),
     /// The caller of the acquire `gen` of `key` is done with it; `cancel` is
     /// the `CancelWait` to write if it went away mid-flight.
-    AcquireGone { key: (LeaseId, RequestId), gen: u64, cancel: Option<Command> },
+    AcquireGone { key: (LeaseId, RequestId), gen: Gen, cancel: Option<Command> },
     /// The write of this sequence number (from its [`Action::Write`]) finished:
     /// the engine's output, or why it failed.
     Written(u64, Result<Output, DriverError>),
@@ -174,11 +174,27 @@ pub struct Time {
     pub token_floor: u64,
 }
 
-/// Who owns the wait of one (lease, request id): the newest acquire of it that
-/// arrived, and how many callers of it have not reported that they are done.
+/// Which of the acquires of one (lease, request id) is the newest: the
+/// client's attempt number first, then the order of arrival. An older attempt
+/// can arrive after a newer one (it was delayed on a connection the client has
+/// given up, or went to another server first): ordered by arrival alone, it
+/// would take the wait over, and its connection's cancel would release a grant
+/// that the newer attempt's caller is waiting for, whose retry then gets a
+/// second grant for one request id. A client that sends no attempt number
+/// (0) is ordered by arrival.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Gen {
+    /// The client's attempt number of this request id (1, 2, …; 0 = not sent).
+    pub attempt: u32,
+    /// The order in which the acquire reached the driver.
+    pub arrival: u64,
+}
+
+/// Who owns the wait of one (lease, request id): the newest acquire of it (by
+/// [`Gen`]), and how many callers of it have not reported that they are done.
 #[derive(Debug)]
 struct Owner {
-    newest: u64,
+    newest: Gen,
     live: u64,
 }
 
@@ -360,7 +376,7 @@ impl<R, W> DriverCore<R, W> {
 
     /// An acquire (maybe a retry) arrived: it owns the wait of its key from now on,
     /// so an unwritten cancel of that key, from an older caller, is dropped.
-    fn acquire_arrived(&mut self, key: (LeaseId, RequestId), gen: u64) {
+    fn acquire_arrived(&mut self, key: (LeaseId, RequestId), gen: Gen) {
         let owner = self.owners.entry(key).or_insert(Owner { newest: gen, live: 0 });
         owner.newest = owner.newest.max(gen);
         owner.live += 1;
@@ -373,7 +389,7 @@ impl<R, W> DriverCore<R, W> {
 
     /// The caller of the acquire `gen` of `key` is done; the `CancelWait` to write,
     /// if it went away and was the wait's newest owner.
-    fn acquire_gone(&mut self, key: (LeaseId, RequestId), gen: u64, cancel: Option<Command>) -> Option<Command> {
+    fn acquire_gone(&mut self, key: (LeaseId, RequestId), gen: Gen, cancel: Option<Command>) -> Option<Command> {
         let Some(owner) = self.owners.get_mut(&key) else {
             return cancel;
         };

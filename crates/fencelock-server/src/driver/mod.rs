@@ -73,7 +73,7 @@ pub mod core;
 #[cfg(test)]
 mod tests;
 
-use self::core::{Action, DriverCore, Event, RaftView, Time, WaitOutcome};
+use self::core::{Action, DriverCore, Event, Gen, RaftView, Time, WaitOutcome};
 
 /// Why the driver could not get a command decided.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -164,7 +164,7 @@ enum ToDriver {
     /// or it went away mid-flight (`cancel`, carrying the `CancelWait` to write).
     AcquireGone {
         key: (LeaseId, RequestId),
-        gen: u64,
+        gen: Gen,
         cancel: Option<Command>,
     },
 }
@@ -193,7 +193,7 @@ impl DriverHandle {
         self.send(cmd, None, None).await
     }
 
-    async fn send(&self, cmd: Command, waiter: Option<WaitTx>, gen: Option<u64>) -> Result<Reply, DriverError> {
+    async fn send(&self, cmd: Command, waiter: Option<WaitTx>, gen: Option<Gen>) -> Result<Reply, DriverError> {
         let (tx, rx) = oneshot::channel();
         let msg = Msg { cmd, reply: Some(tx), waiter, gen };
         self.tx.send(ToDriver::Cmd(msg)).map_err(|_| shutting_down())?;
@@ -205,7 +205,14 @@ impl DriverHandle {
     /// that was made but not delivered is released).
     /// An invalid acquire is rejected before it reaches the driver (see [`Self::submit`]).
     /// `caller`: who asks (see [`Command::As`]); `None` with authentication off.
-    pub async fn acquire(&self, acq: Acquire, caller: Option<Caller>) -> Result<AcquireOutcome, DriverError> {
+    /// `attempt`: the client's attempt number of this request id (0 if it
+    /// sent none), which orders the callers of one request id (see [`Gen`]).
+    pub async fn acquire(
+        &self,
+        acq: Acquire,
+        caller: Option<Caller>,
+        attempt: u32,
+    ) -> Result<AcquireOutcome, DriverError> {
         let cmd = match caller {
             Some(caller) => Command::As { caller, cmd: Box::new(Command::Acquire(acq.clone())) },
             None => Command::Acquire(acq.clone()),
@@ -213,7 +220,7 @@ impl DriverHandle {
         if let Err(e) = cmd.validate() {
             return Ok(AcquireOutcome::Rejected(e));
         }
-        let gen = self.next_gen.fetch_add(1, Ordering::Relaxed);
+        let gen = Gen { attempt, arrival: self.next_gen.fetch_add(1, Ordering::Relaxed) };
         let mut guard = CancelOnDrop::new(self, &acq, gen);
         let (wtx, wrx) = oneshot::channel();
         let lease = acq.lease;
@@ -292,13 +299,13 @@ fn shutting_down() -> DriverError {
 struct CancelOnDrop {
     tx: mpsc::UnboundedSender<ToDriver>,
     key: (LeaseId, RequestId),
-    gen: u64,
+    gen: Gen,
     lock: String,
     armed: bool,
 }
 
 impl CancelOnDrop {
-    fn new(h: &DriverHandle, a: &Acquire, gen: u64) -> Self {
+    fn new(h: &DriverHandle, a: &Acquire, gen: Gen) -> Self {
         Self { tx: h.tx.clone(), key: (a.lease, a.req), gen, lock: a.lock.clone(), armed: true }
     }
 }

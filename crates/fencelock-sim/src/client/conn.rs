@@ -112,9 +112,14 @@ impl ServerConn {
 
     /// Send `cmd` and wait for its reply; on a timeout the connection is dropped.
     pub async fn call(&mut self, cmd: Command) -> Result<Reply, CallError> {
+        self.call_attempt(cmd, 0).await
+    }
+
+    /// [`Self::call`] for attempt number `attempt` of an acquire.
+    pub async fn call_attempt(&mut self, cmd: Command, attempt: u32) -> Result<Reply, CallError> {
         self.next_id += 1;
         let id = self.next_id;
-        self.link.send(&Request { id, cmd }).await?;
+        self.link.send(&Request { id, cmd, attempt }).await?;
         let until = now_ms() + self.link.timeout_ms();
         loop {
             let left = until.saturating_sub(now_ms()).max(1);

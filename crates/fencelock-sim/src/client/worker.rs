@@ -189,8 +189,10 @@ impl Worker {
             once_per: String::new(),
             also: role.also(),
         });
+        let mut attempt = 0;
         while self.session.borrow().is_live(lease) {
-            match self.server.call(cmd.clone()).await {
+            attempt += 1;
+            match self.server.call_attempt(cmd.clone(), attempt).await {
                 Ok(Reply::Acquired(grant)) => return Some(vec![grant]),
                 Ok(Reply::AcquiredAll(grants)) => return Some(grants),
                 Ok(Reply::Queued { .. }) => match self.wait_push(lease, req).await {

@@ -32,7 +32,7 @@
 use std::collections::BTreeMap;
 
 use fencelock_core::{Command, Effect, Engine, Grant, Input, LeaseId, Output, Reply, RequestId};
-use fencelock_server::driver::core::{Action, DriverCore, Event, Msg, RaftView, Time, WaitOutcome};
+use fencelock_server::driver::core::{Action, DriverCore, Event, Gen, Msg, RaftView, Time, WaitOutcome};
 use tokio::sync::mpsc;
 
 use super::log::{ServerShared, WritePhase};
@@ -65,7 +65,7 @@ type Key = (LeaseId, RequestId);
 struct Origin {
     conn: ConnId,
     id: u64,
-    acquire: Option<(Key, u64, String)>,
+    acquire: Option<(Key, Gen, String)>,
 }
 
 /// Who is woken when a queued acquire's wait ends.
@@ -73,7 +73,7 @@ struct Origin {
 struct Waiter {
     conn: ConnId,
     key: Key,
-    gen: u64,
+    gen: Gen,
 }
 
 /// The driver task's state. It is the engine's only writer.
@@ -85,7 +85,7 @@ pub struct Driver {
     core: DriverCore<Origin, Waiter>,
     /// Per connection, its acquires whose callers are not done: key →
     /// (generation, lock, answered `Queued`).
-    acquires: BTreeMap<ConnId, BTreeMap<Key, (u64, String, bool)>>,
+    acquires: BTreeMap<ConnId, BTreeMap<Key, (Gen, String, bool)>>,
     next_gen: u64,
     /// Writes the core asked for (with their sequence numbers), not on their
     /// way to disk yet: the next fsync takes them all.
@@ -211,7 +211,7 @@ impl Driver {
     /// The acquire `gen` of `key` on `conn` is queued. Under `RacyCancel`, as
     /// the old driver did, a caller that left while it was written gets its
     /// cancel now, after the entry (a retry may be about to arrive).
-    fn queued(&mut self, conn: ConnId, key: Key, gen: u64, lock: String) -> Option<Event<Origin, Waiter>> {
+    fn queued(&mut self, conn: ConnId, key: Key, gen: Gen, lock: String) -> Option<Event<Origin, Waiter>> {
         if let Some(a) = self.acquires.get_mut(&conn).and_then(|m| m.get_mut(&key)).filter(|a| a.0 == gen) {
             a.2 = true;
         }
@@ -227,7 +227,7 @@ impl Driver {
     }
 
     /// The caller of acquire `gen` of `key` on `conn` has its outcome.
-    fn done(&mut self, conn: ConnId, key: Key, gen: u64) -> Option<Event<Origin, Waiter>> {
+    fn done(&mut self, conn: ConnId, key: Key, gen: Gen) -> Option<Event<Origin, Waiter>> {
         let mine = self.acquires.get_mut(&conn)?;
         if mine.get(&key).is_some_and(|(g, ..)| *g == gen) {
             mine.remove(&key);
@@ -255,7 +255,7 @@ impl Driver {
             return vec![Event::Request(Msg { cmd: req.cmd, reply: Some(origin), waiter: None, gen: None })];
         };
         let key = (a.lease, a.req);
-        let gen = self.next_gen;
+        let gen = Gen { attempt: req.attempt, arrival: self.next_gen };
         self.next_gen += 1;
         let replaced = self.acquires.entry(conn).or_default().insert(key, (gen, a.lock.clone(), false));
         let mut events: Vec<_> =

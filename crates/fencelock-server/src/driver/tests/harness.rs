@@ -5,7 +5,7 @@ use fencelock_core::{
     Acquire, Command, Effect, Grant, Input, LeaseId, LockName, Millis, Output, Reply, RequestId, Token,
 };
 
-pub use crate::driver::core::{Action, DriverCore, Event, Msg, RaftView, Time, WaitOutcome};
+pub use crate::driver::core::{Action, DriverCore, Event, Gen, Msg, RaftView, Time, WaitOutcome};
 pub use crate::driver::DriverError;
 
 pub type Core = DriverCore<u32, u32>;
@@ -85,19 +85,24 @@ pub fn acquire_cmd(lease: u64, req: u64, lock: &str) -> Command {
     })
 }
 
+/// The `n`th acquire to arrive, from a client that sends no attempt number.
+pub fn nth(n: u64) -> Gen {
+    Gen { attempt: 0, arrival: n }
+}
+
 /// Caller `id` sends a waiting acquire of generation `gen`, woken through `id` too.
-pub fn acquire(id: u32, gen: u64, lease: u64, req: u64, lock: &str) -> E {
+pub fn acquire(id: u32, gen: Gen, lease: u64, req: u64, lock: &str) -> E {
     Event::Request(Msg { cmd: acquire_cmd(lease, req, lock), reply: Some(id), waiter: Some(id), gen: Some(gen) })
 }
 
 /// The caller of acquire `gen` of (lease, req) went away mid-flight.
-pub fn gone(gen: u64, lease: u64, req: u64, lock: &str) -> E {
+pub fn gone(gen: Gen, lease: u64, req: u64, lock: &str) -> E {
     let cancel = Command::CancelWait { req: RequestId(req), lease: LeaseId(lease), lock: lock.into() };
     Event::AcquireGone { key: (LeaseId(lease), RequestId(req)), gen, cancel: Some(cancel) }
 }
 
 /// The caller of acquire `gen` of (lease, req) got its outcome.
-pub fn done(gen: u64, lease: u64, req: u64) -> E {
+pub fn done(gen: Gen, lease: u64, req: u64) -> E {
     Event::AcquireGone { key: (LeaseId(lease), RequestId(req)), gen, cancel: None }
 }
 

@@ -31,7 +31,7 @@ fn losing_leadership_fails_what_is_pending_and_waiting() {
     let mut c = ready(64);
     assert_eq!(c.step(at(20), [request(1, keep(1, 1))]).len(), 2);
     let queued = fencelock_core::Reply::Queued { position: 0 };
-    let a = c.step(at(21), [acquire(2, 1, 1, 2, "a")]);
+    let a = c.step(at(21), [acquire(2, nth(1), 1, 2, "a")]);
     assert_eq!(a, vec![], "waits for the write in flight");
     let a = c.step(at(22), [written(2, vec![kept(1)], vec![], None)]);
     assert_eq!(a.len(), 3, "reply, then the acquire's entry: {a:?}");

@@ -260,6 +260,7 @@ async fn acquire_once(
                 hold_at_least_ms: to_ms(opts.hold_at_least),
                 once_per: opts.once_per.clone(),
                 also: names[1..].iter().map(|n| n.to_string()).collect(),
+                attempt: attempts,
             };
             let req = request(msg, left);
             async move { c.acquire(req).await }
