@@ -322,9 +322,85 @@ async fn a_corrupt_redb_entry_stops_the_migration_and_changes_nothing() {
     }
     let err = open_segment(dir.path()).expect_err("a corrupt entry").to_string();
     assert!(err.contains("raft_log[6]"), "{err}");
-    assert!(!dir.path().join(super::wal::WAL_DIR).exists(), "no wal/");
-    assert!(!dir.path().join(super::wal::migrate::MIGRATING_DIR).exists(), "no wal.migrating/");
-    assert_eq!(engine_mark_and_redb_entries(dir.path()), (None, 7), "redb as it was");
+    assert_unmoved(dir.path());
+}
+
+/// Nothing of a migration is left in `dir`: no `wal/`, no `wal.migrating/`,
+/// no engine recorded, redb's 7 entries (of [`fill_redb`]) in place.
+fn assert_unmoved(dir: &std::path::Path) {
+    assert!(!dir.join(super::wal::WAL_DIR).exists(), "no wal/");
+    assert!(!dir.join(super::wal::migrate::MIGRATING_DIR).exists(), "no wal.migrating/");
+    assert_eq!(engine_mark_and_redb_entries(dir), (None, 7), "redb as it was");
+}
+
+/// A redb log that ends before its committed index is not moved (a segment
+/// start refuses such a log, and the move could not be undone): the start
+/// fails saying so, and the data dir is as it was.
+#[tokio::test]
+async fn a_redb_log_short_of_its_committed_index_is_not_moved() {
+    let dir = tempfile::tempdir().unwrap();
+    fill_redb(dir.path()).await;
+    {
+        let db = redb::Database::open(dir.path().join(super::DB_FILE)).unwrap();
+        let txn = db.begin_write().unwrap();
+        let committed = log_store::encode(&log_id(1, 12)).unwrap();
+        txn.open_table(log_store::META).unwrap().insert(log_store::KEY_COMMITTED, committed.as_slice()).unwrap();
+        txn.commit().unwrap();
+    }
+    let err = open_segment(dir.path()).expect_err("a log short of committed").to_string();
+    assert!(err.contains("ends at index 10, before the committed index 12"), "{err}");
+    assert_unmoved(dir.path());
+}
+
+/// Segment files whose `fdatasync` fails.
+#[derive(Debug)]
+struct FailingSync;
+
+#[derive(Debug)]
+struct FailingSyncFile(Box<dyn super::wal::LogFile>);
+
+impl super::wal::LogFiles for FailingSync {
+    fn open(&self, path: &std::path::Path, create: bool) -> std::io::Result<Box<dyn super::wal::LogFile>> {
+        Ok(Box::new(FailingSyncFile(super::wal::RealFiles.open(path, create)?)))
+    }
+}
+
+impl super::wal::LogFile for FailingSyncFile {
+    fn read_at(&mut self, buf: &mut [u8], offset: u64) -> std::io::Result<usize> {
+        self.0.read_at(buf, offset)
+    }
+    fn write_at(&mut self, buf: &[u8], offset: u64) -> std::io::Result<()> {
+        self.0.write_at(buf, offset)
+    }
+    fn sync_data(&mut self) -> std::io::Result<()> {
+        Err(std::io::Error::other("injected fdatasync failure"))
+    }
+    fn set_len(&mut self, len: u64) -> std::io::Result<()> {
+        self.0.set_len(len)
+    }
+    fn allocate(&mut self, len: u64) -> std::io::Result<()> {
+        self.0.allocate(len)
+    }
+    fn size(&mut self) -> std::io::Result<u64> {
+        self.0.size()
+    }
+}
+
+/// An IO error while the segments are built (an `fdatasync` that fails) fails
+/// the start and leaves the data dir as it was; the next start, on a healthy
+/// disk, moves the log.
+#[tokio::test]
+async fn a_migration_that_cannot_sync_changes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    fill_redb(dir.path()).await;
+    let before = stored(&mut open_storage(dir.path()).unwrap().0).await;
+    let seams = crate::seams::Seams { log_files: Some(Arc::new(FailingSync)), ..Default::default() };
+    let failed = super::log_store::open_engine(dir.path(), &seams, crate::config::LogEngine::Segment);
+    let err = failed.expect_err("a failed fdatasync").to_string();
+    assert!(err.contains("injected fdatasync failure"), "{err}");
+    assert_unmoved(dir.path());
+    let (mut log, _sm) = open_segment(dir.path()).expect("moved on a healthy disk");
+    assert_eq!(stored(&mut log).await, before);
 }
 
 /// `fencelock check-data` reads a segment data dir's log from `wal/`, with the

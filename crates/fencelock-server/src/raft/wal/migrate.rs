@@ -15,7 +15,8 @@
 //!    record that fails its check stops the start, naming it, as a redb start
 //!    would), checked to follow on from the one before (or the purge point),
 //!    and re-encoded with the current codec into fresh segments in
-//!    `<data dir>/wal.migrating/`, which are synced;
+//!    `<data dir>/wal.migrating/`, which are synced; the log must reach the
+//!    committed index (as a segment start checks);
 //! 2. [`install`]: `wal.migrating/` is renamed to `wal/` and the data dir is
 //!    synced;
 //! 3. [`switch_engine`]: ONE redb write transaction, committed with
@@ -44,7 +45,7 @@ use super::files::{LogFiles, RealFiles};
 use super::segments::{Rec, Segments};
 use super::{Options, WalError, WAL_DIR};
 use crate::raft::check::check_entry;
-use crate::raft::log_store::{self, DbError, KEY_LAST_PURGED, KEY_LOG_ENGINE, LOG, META};
+use crate::raft::log_store::{self, DbError, KEY_COMMITTED, KEY_LAST_PURGED, KEY_LOG_ENGINE, LOG, META};
 use crate::seams::Seams;
 
 /// Name of the segment log being built, inside the data directory.
@@ -133,6 +134,10 @@ pub fn build(db: &Database, dir: &Path, seams: &Seams) -> Result<Migrated, DbErr
         .map(|v| log_store::decode(&log_store::meta_name(KEY_LAST_PURGED), v.value()))
         .transpose()?;
     let purged = purged.map(|l| l.index);
+    let committed: Option<openraft::LogId<crate::raft::NodeId>> = meta
+        .get(KEY_COMMITTED)?
+        .map(|v| log_store::decode(&log_store::meta_name(KEY_COMMITTED), v.value()))
+        .transpose()?;
     let to = dir.join(MIGRATING_DIR);
     let (mut segs, stale) = Segments::open(&to, files_of(seams), Options::default().segment_bytes, purged)?;
     if !stale.is_empty() {
@@ -152,7 +157,22 @@ pub fn build(db: &Database, dir: &Path, seams: &Seams) -> Result<Migrated, DbErr
     }
     segs.write(&chunk)?;
     segs.sync()?;
+    check_reaches(committed.map(|c| c.index), moved.last.or(purged))?;
     Ok(moved)
+}
+
+/// A log that ends at `last` must reach the committed index: the check a
+/// segment start makes (`log_store::open_wal`), made before the move, which
+/// could not be undone once it failed.
+fn check_reaches(committed: Option<u64>, last: Option<u64>) -> Result<(), DbError> {
+    match committed {
+        Some(c) if last.is_none_or(|l| l < c) => Err(DbError::Other(format!(
+            "the Raft log in redb (raft_log) ends at index {}, before the committed index {c}: it was not moved \
+             into the segment log; run fencelock check-data on the data dir",
+            last.map_or_else(|| "(none)".to_string(), |l| l.to_string()),
+        ))),
+        _ => Ok(()),
+    }
 }
 
 /// Step 2: renames `dir/wal.migrating/` (built and synced) to `dir/wal/`
