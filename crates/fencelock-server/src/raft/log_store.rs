@@ -278,10 +278,10 @@ pub(crate) fn check_engine(db: &Database, dir: &Path, engine: LogEngine, seams: 
         (LogEngine::Redb, None) => Ok(()),
         (LogEngine::Redb, Some("segment")) if has_segments(&wal_dir)? => Err(DbError::Other(format!(
             "the data dir {} keeps its Raft log in segments ({}; log = \"segment\"): start it with \
-             log = \"segment\". A log moves from redb to segments, never back: for a data dir with \
-             log = \"redb\", back this group up (fencelock snapshot save) and restore it into a new \
-             data dir (fencelock snapshot restore), which starts a new group of one without its leases \
-             and locks",
+             --log-engine segment. A log moves from redb into segments, never back: for a data dir \
+             whose log is in redb (--log-engine redb), back this group up (fencelock snapshot save) and \
+             restore it into a new data dir (fencelock snapshot restore), which starts a new group of \
+             one without its leases and locks",
             dir.display(),
             wal_dir.display()
         ))),

@@ -148,7 +148,7 @@ async fn a_segment_data_dir_refuses_the_redb_engine() {
         log.blocking_append([blank(1, 1)]).await.unwrap();
     }
     let err = open_storage(seg_dir.path()).expect_err("the segments must not be ignored").to_string();
-    assert!(err.contains("log = \"segment\"") && err.contains("log = \"redb\""), "{err}");
+    assert!(err.contains("--log-engine segment") && err.contains("--log-engine redb"), "{err}");
     assert!(err.contains("snapshot save") && err.contains("snapshot restore"), "{err}");
     let (mut log, _sm) = open_segment(seg_dir.path()).expect("still opens with its own engine");
     assert_eq!(log.get_log_state().await.unwrap().last_log_id, Some(log_id(1, 1)));
