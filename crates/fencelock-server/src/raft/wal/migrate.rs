@@ -39,6 +39,7 @@
 use std::path::Path;
 use std::sync::Arc;
 
+use openraft::LogId;
 use redb::{Database, Durability, ReadableDatabase, ReadableTable};
 
 use super::files::{LogFiles, RealFiles};
@@ -46,6 +47,7 @@ use super::segments::{Rec, Segments};
 use super::{Options, WalError, WAL_DIR};
 use crate::raft::check::check_entry;
 use crate::raft::log_store::{self, DbError, KEY_COMMITTED, KEY_LAST_PURGED, KEY_LOG_ENGINE, LOG, META};
+use crate::raft::NodeId;
 use crate::seams::Seams;
 
 /// Name of the segment log being built, inside the data directory.
@@ -110,7 +112,7 @@ pub fn discard_leftovers(dir: &Path, seams: &Seams) -> Result<(), DbError> {
         let path = dir.join(name);
         match std::fs::remove_dir_all(&path) {
             Ok(()) => {
-                tracing::warn!(dir = %path.display(), "removing the segment log of a migration that did not finish");
+                tracing::warn!(dir = %path.display(), "removing a segment log the database does not use (left by a start with --log-engine segment that did not finish)");
                 removed = true;
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
@@ -129,15 +131,7 @@ pub fn discard_leftovers(dir: &Path, seams: &Seams) -> Result<(), DbError> {
 pub fn build(db: &Database, dir: &Path, seams: &Seams) -> Result<Migrated, DbError> {
     let txn = db.begin_read()?;
     let meta = txn.open_table(META)?;
-    let purged: Option<openraft::LogId<crate::raft::NodeId>> = meta
-        .get(KEY_LAST_PURGED)?
-        .map(|v| log_store::decode(&log_store::meta_name(KEY_LAST_PURGED), v.value()))
-        .transpose()?;
-    let purged = purged.map(|l| l.index);
-    let committed: Option<openraft::LogId<crate::raft::NodeId>> = meta
-        .get(KEY_COMMITTED)?
-        .map(|v| log_store::decode(&log_store::meta_name(KEY_COMMITTED), v.value()))
-        .transpose()?;
+    let (purged, committed) = (index_of(&meta, KEY_LAST_PURGED)?, index_of(&meta, KEY_COMMITTED)?);
     let to = dir.join(MIGRATING_DIR);
     let (mut segs, stale) = Segments::open(&to, files_of(seams), Options::default().segment_bytes, purged)?;
     if !stale.is_empty() {
@@ -157,8 +151,15 @@ pub fn build(db: &Database, dir: &Path, seams: &Seams) -> Result<Migrated, DbErr
     }
     segs.write(&chunk)?;
     segs.sync()?;
-    check_reaches(committed.map(|c| c.index), moved.last.or(purged))?;
+    check_reaches(committed, moved.last.or(purged))?;
     Ok(moved)
+}
+
+/// The index of the log id stored in meta `key`, if any.
+fn index_of(meta: &impl ReadableTable<&'static str, &'static [u8]>, key: &str) -> Result<Option<u64>, DbError> {
+    let id: Option<LogId<NodeId>> =
+        meta.get(key)?.map(|v| log_store::decode(&log_store::meta_name(key), v.value())).transpose()?;
+    Ok(id.map(|l| l.index))
 }
 
 /// A log that ends at `last` must reach the committed index: the check a
