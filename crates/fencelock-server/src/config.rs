@@ -20,7 +20,10 @@ pub enum Bootstrap {
 }
 
 /// Where the Raft log's entries are kept. The vote, the committed and purged
-/// log ids, the snapshot and the state machine are in redb either way.
+/// log ids, the snapshot and the state machine are in redb either way. The
+/// default is here alone (`#[default]`; [`Config::new`] takes it); `fencelock
+/// serve --help` and the README say it too, and a test of the CLI checks they
+/// agree.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum LogEngine {
     /// In the redb database, one write transaction per append (the default).
@@ -93,8 +96,9 @@ pub struct Config {
     pub max_inflight_writes: usize,
     /// Take a snapshot after this many applied entries.
     pub snapshot_every: u64,
-    /// Where the Raft log's entries are kept. A data dir keeps the engine it
-    /// was created with: opening it with the other one is refused.
+    /// Where the Raft log's entries are kept. A data dir whose log is in redb
+    /// moves it into the segment log on its first start with `Segment` (see
+    /// [`crate::raft::wal::migrate`]); one in segments is refused by `Redb`.
     pub log: LogEngine,
     /// Watch events kept for watchers that resume (see [`crate::watching`]).
     pub watch_history: usize,
@@ -151,7 +155,7 @@ impl Config {
             max_batch: 4096,
             max_inflight_writes: crate::driver::core::DEFAULT_MAX_INFLIGHT,
             snapshot_every: 20_000,
-            log: LogEngine::Redb,
+            log: LogEngine::default(),
             watch_history: crate::watching::hub::DEFAULT_HISTORY,
             force_new_cluster: false,
             connections: crate::conn_limits::ConnLimits::default(),

@@ -168,8 +168,14 @@ fn recorded_engine(meta: &impl ReadableTable<&'static str, &'static [u8]>) -> Re
 }
 
 /// A log entry sits under its own index, right after the previous one (or the
-/// purge point).
-fn check_entry(index: u64, entry: &Entry<TypeConfig>, prev: Option<u64>, purged: Option<u64>) -> Result<(), DbError> {
+/// purge point). Also checked by a migration into the segment log
+/// ([`super::wal::migrate`]), before it writes the entry.
+pub(crate) fn check_entry(
+    index: u64,
+    entry: &Entry<TypeConfig>,
+    prev: Option<u64>,
+    purged: Option<u64>,
+) -> Result<(), DbError> {
     if entry.log_id.index != index {
         return Err(corrupt(&entry_name(index)(), format!("holds the entry of index {}", entry.log_id.index)));
     }

@@ -24,9 +24,11 @@
 //! With the segment log, `raft_log` stays empty: appends, truncations and
 //! purges of entries go to [`Wal`] (whose thread does the IO), and `purge`
 //! first records the last purged log id in redb, durably, then lets the log
-//! delete its segments. Which engine wrote a data dir is recorded
-//! (`log_engine`): opening it with the other one is refused, never served as
-//! an empty log.
+//! delete its segments. Which engine holds a data dir's log is recorded
+//! (`log_engine`, absent for redb): a redb data dir opened with the segment
+//! engine has its log moved into segments, once ([`wal::migrate`], crash-safe);
+//! a segment data dir opened with redb is refused, never served as an empty
+//! log.
 //!
 //! redb is synchronous, so every write transaction runs on tokio's blocking pool
 //! (`spawn_blocking`) and is awaited: writes stay strictly ordered (openraft awaits
@@ -44,7 +46,7 @@ use openraft::{
     AnyError, Entry, ErrorSubject, ErrorVerb, LogId, LogState, OptionalSend, RaftLogReader, StorageError,
     StorageIOError, Vote,
 };
-use redb::{Database, Durability, ReadableDatabase, ReadableTable, ReadableTableMetadata, TableDefinition};
+use redb::{Database, Durability, ReadableDatabase, ReadableTable, TableDefinition};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
@@ -234,7 +236,7 @@ fn open_unguarded(
         Ok(())
     };
     init().map_err(|e| e.into_storage(ErrorSubject::Store, ErrorVerb::Write))?;
-    check_engine(&db, dir, engine).map_err(store_err)?;
+    check_engine(&db, dir, engine, seams).map_err(store_err)?;
     let wal = match engine {
         LogEngine::Redb => None,
         LogEngine::Segment => Some(Arc::new(open_wal(&db, dir, seams).map_err(store_err)?)),
@@ -248,14 +250,16 @@ fn open_unguarded(
 }
 
 /// Refuses to open `db` (of the data dir `dir`) with `engine` when its log is
-/// kept by the other engine; records the segment engine on its first open.
+/// kept by an engine it cannot be moved from; moves it when it can.
 ///
-/// - `segment` on a database whose `raft_log` holds entries: refused (moving
-///   them into the segment log is not supported yet).
+/// - `segment` on a database that records no engine (its log, if any, is in
+///   `raft_log`: written with `redb`, by an older build, or new): the log is
+///   moved into `wal/` and the segment engine recorded ([`wal::migrate`]).
 /// - `redb` on a data dir recorded as `segment` whose `wal/` holds segment
 ///   files: refused (redb's log is empty: serving it would restart the log,
-///   and with it the tokens). Without segment files, the mark is removed.
-pub(crate) fn check_engine(db: &Database, dir: &Path, engine: LogEngine) -> Result<(), DbError> {
+///   and with it the tokens; there is no migration back). Without segment
+///   files, the mark is removed.
+pub(crate) fn check_engine(db: &Database, dir: &Path, engine: LogEngine, seams: &Seams) -> Result<(), DbError> {
     let recorded: Option<String> = {
         let txn = db.begin_read()?;
         let meta = txn.open_table(META)?;
@@ -270,25 +274,14 @@ pub(crate) fn check_engine(db: &Database, dir: &Path, engine: LogEngine) -> Resu
             wal_dir.display()
         ))),
         (LogEngine::Segment, Some("segment")) => Ok(()),
-        (LogEngine::Segment, None) => {
-            let entries = db.begin_read()?.open_table(LOG)?.len()?;
-            if entries > 0 {
-                return Err(DbError::Other(format!(
-                    "the data dir {} holds {entries} Raft log entries in redb (log = \"redb\"); moving them \
-                     into the segment log is not supported yet: start it with log = \"redb\"",
-                    dir.display()
-                )));
-            }
-            // The directory first: a data dir marked `segment` always has one.
-            std::fs::create_dir_all(&wal_dir)
-                .and_then(|()| std::fs::File::open(dir)?.sync_all())
-                .map_err(|e| DbError::Other(format!("cannot create {}: {e}", wal_dir.display())))?;
-            write_meta_now(db, KEY_LOG_ENGINE, Some(encode(&"segment")?))
-        }
+        (LogEngine::Segment, None) => wal::migrate::migrate(db, dir, seams).map(drop),
         (LogEngine::Redb, None) => Ok(()),
         (LogEngine::Redb, Some("segment")) if has_segments(&wal_dir)? => Err(DbError::Other(format!(
             "the data dir {} keeps its Raft log in segments ({}; log = \"segment\"): start it with \
-             log = \"segment\"",
+             --log-engine segment. A log moves from redb into segments, never back: for a data dir \
+             whose log is in redb (--log-engine redb), back this group up (fencelock snapshot save) and \
+             restore it into a new data dir (fencelock snapshot restore), which starts a new group of \
+             one without its leases and locks",
             dir.display(),
             wal_dir.display()
         ))),

@@ -137,29 +137,270 @@ async fn a_segment_log_shorter_than_committed_is_refused() {
     assert!(err.contains("which is missing"), "{err}");
 }
 
-/// A data dir whose log is in redb is refused by the segment engine (no
-/// migration yet), and one whose log is in segments by the redb engine: never
-/// an empty log, which would restart the tokens.
+/// A data dir whose log is in segments is refused by the redb engine, with a
+/// message naming both engines and the way to a redb data dir (a backup and a
+/// restore): never an empty log, which would restart the tokens.
 #[tokio::test]
-async fn a_data_dir_refuses_the_other_log_engine() {
-    let redb_dir = tempfile::tempdir().unwrap();
-    {
-        let (mut log, _sm) = open_storage(redb_dir.path()).unwrap();
-        log.blocking_append([blank(1, 1)]).await.unwrap();
-    }
-    let err = open_segment(redb_dir.path()).expect_err("redb's entries must not be ignored").to_string();
-    assert!(err.contains("1 Raft log entries in redb") && err.contains("log = \"redb\""), "{err}");
-    open_storage(redb_dir.path()).expect("still opens with its own engine");
-
+async fn a_segment_data_dir_refuses_the_redb_engine() {
     let seg_dir = tempfile::tempdir().unwrap();
     {
         let (mut log, _sm) = open_segment(seg_dir.path()).unwrap();
         log.blocking_append([blank(1, 1)]).await.unwrap();
     }
     let err = open_storage(seg_dir.path()).expect_err("the segments must not be ignored").to_string();
-    assert!(err.contains("log = \"segment\""), "{err}");
+    assert!(err.contains("--log-engine segment") && err.contains("--log-engine redb"), "{err}");
+    assert!(err.contains("snapshot save") && err.contains("snapshot restore"), "{err}");
     let (mut log, _sm) = open_segment(seg_dir.path()).expect("still opens with its own engine");
     assert_eq!(log.get_log_state().await.unwrap().last_log_id, Some(log_id(1, 1)));
+}
+
+// ---------------------------------------------------------------------------
+// moving a redb log into the segment log (see `wal::migrate`)
+
+/// Fills `dir` through the redb engine: a membership, a leader start and
+/// grants at 1..=10, entry 4 rewritten as an older build stored it (JSON),
+/// purged up to 3 (so the log starts at 4), committed up to 9, a vote.
+async fn fill_redb(dir: &std::path::Path) {
+    {
+        let (mut log, _sm) = open_storage(dir).unwrap();
+        log.blocking_append([membership(1, 1, &[1]), normal(1, 2, Input::leader_start(1_000))]).await.unwrap();
+        let grants = (3..=10).map(|i| normal(1, i, Input::Batch { now: 1_000 + i, cmds: vec![grant(i, 60_000)] }));
+        log.blocking_append(grants).await.unwrap();
+        log.purge(log_id(1, 3)).await.unwrap();
+        log.save_committed(Some(log_id(1, 9))).await.unwrap();
+        log.save_vote(&Vote::new_committed(1, 1)).await.unwrap(); // makes `committed` durable
+    }
+    let db = redb::Database::open(dir.join(super::DB_FILE)).unwrap();
+    let txn = db.begin_write().unwrap();
+    {
+        let old = normal(1, 4, Input::Batch { now: 1_004, cmds: vec![grant(4, 60_000)] });
+        let mut table = txn.open_table(log_store::LOG).unwrap();
+        table.insert(4, log_store::encode(&old).unwrap().as_slice()).unwrap();
+    }
+    txn.commit().unwrap();
+}
+
+/// What a start reads back from a log store: the entries, the log state
+/// (last purged, last), the vote and the committed log id.
+#[derive(Debug, PartialEq)]
+struct Stored {
+    entries: Vec<Entry<TypeConfig>>,
+    purged_and_last: (Option<LogId<NodeId>>, Option<LogId<NodeId>>),
+    vote: Option<Vote<NodeId>>,
+    committed: Option<LogId<NodeId>>,
+}
+
+async fn stored(log: &mut LogStore) -> Stored {
+    let state = log.get_log_state().await.unwrap();
+    Stored {
+        entries: log.try_get_log_entries(..).await.unwrap(),
+        purged_and_last: (state.last_purged_log_id, state.last_log_id),
+        vote: log.read_vote().await.unwrap(),
+        committed: log.read_committed().await.unwrap(),
+    }
+}
+
+/// What `dir`'s database records as its log engine, and how many entries
+/// its `raft_log` holds.
+fn engine_mark_and_redb_entries(dir: &std::path::Path) -> (Option<Vec<u8>>, u64) {
+    let db = redb::Database::open(dir.join(super::DB_FILE)).unwrap();
+    let txn = db.begin_read().unwrap();
+    let meta = txn.open_table(log_store::META).unwrap();
+    let mark = meta.get(log_store::KEY_LOG_ENGINE).unwrap().map(|v| v.value().to_vec());
+    let entries = redb::ReadableTableMetadata::len(&txn.open_table(log_store::LOG).unwrap()).unwrap();
+    (mark, entries)
+}
+
+/// Runs `steps` of a migration of `dir` on its database, then stops, as a
+/// crash would.
+fn migrate_partly(dir: &std::path::Path, steps: impl FnOnce(&redb::Database, &std::path::Path)) {
+    let db = redb::Database::open(dir.join(super::DB_FILE)).unwrap();
+    steps(&db, dir);
+}
+
+/// Issue 19 §2: a redb data dir started with the segment engine keeps exactly
+/// its log (entries from after the purge point, one of them in an older
+/// codec), vote, last purged and committed log ids, now read from `wal/`, with
+/// `raft_log` emptied and the engine recorded; `check-data` reports the same
+/// data dir as before. A second start is a plain segment start (an entry
+/// appended in between is kept, which a second migration from the emptied
+/// `raft_log` would lose), and the redb engine is refused from then on.
+#[tokio::test]
+async fn a_redb_log_moves_into_the_segment_log_on_its_first_segment_start() {
+    let dir = tempfile::tempdir().unwrap();
+    fill_redb(dir.path()).await;
+    let before = stored(&mut open_storage(dir.path()).unwrap().0).await;
+    assert_eq!(before.purged_and_last, (Some(log_id(1, 3)), Some(log_id(1, 10))), "the filled store");
+    let checked = super::check::check_data(dir.path()).expect("the redb data dir passes");
+    {
+        let (mut log, _sm) = open_segment(dir.path()).expect("moved into segments");
+        assert_eq!(stored(&mut log).await, before);
+        log.blocking_append([blank(2, 11)]).await.unwrap();
+    }
+    assert_eq!(engine_mark_and_redb_entries(dir.path()), (Some(log_store::encode(&"segment").unwrap()), 0));
+    assert_eq!(super::check::check_data(dir.path()).expect("the moved data dir passes").entries, 8);
+    let (mut log, _sm) = open_segment(dir.path()).expect("a plain segment start");
+    let mut expected = before;
+    expected.entries.push(blank(2, 11));
+    expected.purged_and_last.1 = Some(log_id(2, 11));
+    assert_eq!(stored(&mut log).await, expected);
+    drop((log, _sm));
+    let mut report = super::check::check_data(dir.path()).unwrap();
+    report.entries -= 1;
+    report.last_index = Some(10);
+    assert_eq!(report, checked, "check-data reads the moved log as it read redb's (plus the blank entry)");
+    let err = open_storage(dir.path()).expect_err("no way back into redb").to_string();
+    assert!(err.contains("log = \"segment\""), "{err}");
+}
+
+/// Crash safety of the migration, a crash after step 1 (the segments are
+/// built in `wal.migrating/`, not renamed): redb still holds the log, and the
+/// next segment start discards the half-built log and moves the log again: the
+/// result is redb's log, nothing lost, nothing twice.
+#[tokio::test]
+async fn a_migration_stopped_before_the_rename_is_done_again() {
+    let dir = tempfile::tempdir().unwrap();
+    fill_redb(dir.path()).await;
+    let before = stored(&mut open_storage(dir.path()).unwrap().0).await;
+    migrate_partly(dir.path(), |db, dir| {
+        super::wal::migrate::build(db, dir, &crate::seams::Seams::default()).unwrap();
+    });
+    let building = dir.path().join(super::wal::migrate::MIGRATING_DIR);
+    assert!(building.join(super::wal::segments::segment_name(4)).is_file(), "the half-built log");
+    assert!(!dir.path().join(super::wal::WAL_DIR).exists());
+    assert_eq!(engine_mark_and_redb_entries(dir.path()), (None, 7), "redb as it was");
+    let (mut log, _sm) = open_segment(dir.path()).expect("moved again");
+    assert_eq!(stored(&mut log).await, before);
+    assert!(!building.exists(), "the half-built log is gone");
+}
+
+/// Crash safety of the migration, a crash after step 2 (`wal/` in place, the
+/// database still records no engine): `wal/` is not the log. A redb start
+/// reads redb's log (and may change it: here it replaces entries 9 and 10);
+/// the next segment start discards the stale `wal/` and moves the log as redb
+/// holds it then: no stale entry comes back, none is lost.
+#[tokio::test]
+async fn a_migration_stopped_before_the_redb_commit_is_done_again() {
+    let dir = tempfile::tempdir().unwrap();
+    fill_redb(dir.path()).await;
+    migrate_partly(dir.path(), |db, dir| {
+        let seams = crate::seams::Seams::default();
+        super::wal::migrate::build(db, dir, &seams).unwrap();
+        super::wal::migrate::install(dir, &seams).unwrap();
+    });
+    assert!(dir.path().join(super::wal::WAL_DIR).join(super::wal::segments::segment_name(4)).is_file());
+    assert_eq!(engine_mark_and_redb_entries(dir.path()), (None, 7), "redb as it was");
+    let changed = {
+        let (mut log, _sm) = open_storage(dir.path()).expect("redb still holds the log");
+        log.truncate(log_id(1, 9)).await.unwrap();
+        log.blocking_append([blank(2, 9)]).await.unwrap();
+        stored(&mut log).await
+    };
+    assert_eq!(changed.purged_and_last.1, Some(log_id(2, 9)));
+    let (mut log, _sm) = open_segment(dir.path()).expect("moved again");
+    assert_eq!(stored(&mut log).await, changed);
+}
+
+/// A record of `raft_log` that fails its check stops a migration as it stops
+/// a redb start, naming the record, and leaves the data dir as it was: no
+/// segment log is left to be read, no engine recorded, redb's log intact.
+#[tokio::test]
+async fn a_corrupt_redb_entry_stops_the_migration_and_changes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    fill_redb(dir.path()).await;
+    {
+        let db = redb::Database::open(dir.path().join(super::DB_FILE)).unwrap();
+        let txn = db.begin_write().unwrap();
+        {
+            let mut table = txn.open_table(log_store::LOG).unwrap();
+            let mut bytes = redb::ReadableTable::get(&table, 6).unwrap().unwrap().value().to_vec();
+            let last = bytes.len() - 1;
+            bytes[last] ^= 0x01;
+            table.insert(6, bytes.as_slice()).unwrap();
+        }
+        txn.commit().unwrap();
+    }
+    let err = open_segment(dir.path()).expect_err("a corrupt entry").to_string();
+    assert!(err.contains("raft_log[6]"), "{err}");
+    assert_unmoved(dir.path());
+}
+
+/// Nothing of a migration is left in `dir`: no `wal/`, no `wal.migrating/`,
+/// no engine recorded, redb's 7 entries (of [`fill_redb`]) in place.
+fn assert_unmoved(dir: &std::path::Path) {
+    assert!(!dir.join(super::wal::WAL_DIR).exists(), "no wal/");
+    assert!(!dir.join(super::wal::migrate::MIGRATING_DIR).exists(), "no wal.migrating/");
+    assert_eq!(engine_mark_and_redb_entries(dir), (None, 7), "redb as it was");
+}
+
+/// A redb log that ends before its committed index is not moved (a segment
+/// start refuses such a log, and the move could not be undone): the start
+/// fails saying so, and the data dir is as it was.
+#[tokio::test]
+async fn a_redb_log_short_of_its_committed_index_is_not_moved() {
+    let dir = tempfile::tempdir().unwrap();
+    fill_redb(dir.path()).await;
+    {
+        let db = redb::Database::open(dir.path().join(super::DB_FILE)).unwrap();
+        let txn = db.begin_write().unwrap();
+        let committed = log_store::encode(&log_id(1, 12)).unwrap();
+        txn.open_table(log_store::META).unwrap().insert(log_store::KEY_COMMITTED, committed.as_slice()).unwrap();
+        txn.commit().unwrap();
+    }
+    let err = open_segment(dir.path()).expect_err("a log short of committed").to_string();
+    assert!(err.contains("ends at index 10, before the committed index 12"), "{err}");
+    assert_unmoved(dir.path());
+}
+
+/// Segment files whose `fdatasync` fails.
+#[derive(Debug)]
+struct FailingSync;
+
+#[derive(Debug)]
+struct FailingSyncFile(Box<dyn super::wal::LogFile>);
+
+impl super::wal::LogFiles for FailingSync {
+    fn open(&self, path: &std::path::Path, create: bool) -> std::io::Result<Box<dyn super::wal::LogFile>> {
+        Ok(Box::new(FailingSyncFile(super::wal::RealFiles.open(path, create)?)))
+    }
+}
+
+impl super::wal::LogFile for FailingSyncFile {
+    fn read_at(&mut self, buf: &mut [u8], offset: u64) -> std::io::Result<usize> {
+        self.0.read_at(buf, offset)
+    }
+    fn write_at(&mut self, buf: &[u8], offset: u64) -> std::io::Result<()> {
+        self.0.write_at(buf, offset)
+    }
+    fn sync_data(&mut self) -> std::io::Result<()> {
+        Err(std::io::Error::other("injected fdatasync failure"))
+    }
+    fn set_len(&mut self, len: u64) -> std::io::Result<()> {
+        self.0.set_len(len)
+    }
+    fn allocate(&mut self, len: u64) -> std::io::Result<()> {
+        self.0.allocate(len)
+    }
+    fn size(&mut self) -> std::io::Result<u64> {
+        self.0.size()
+    }
+}
+
+/// An IO error while the segments are built (an `fdatasync` that fails) fails
+/// the start and leaves the data dir as it was; the next start, on a healthy
+/// disk, moves the log.
+#[tokio::test]
+async fn a_migration_that_cannot_sync_changes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    fill_redb(dir.path()).await;
+    let before = stored(&mut open_storage(dir.path()).unwrap().0).await;
+    let seams = crate::seams::Seams { log_files: Some(Arc::new(FailingSync)), ..Default::default() };
+    let failed = super::log_store::open_engine(dir.path(), &seams, crate::config::LogEngine::Segment);
+    let err = failed.expect_err("a failed fdatasync").to_string();
+    assert!(err.contains("injected fdatasync failure"), "{err}");
+    assert_unmoved(dir.path());
+    let (mut log, _sm) = open_segment(dir.path()).expect("moved on a healthy disk");
+    assert_eq!(stored(&mut log).await, before);
 }
 
 /// `fencelock check-data` reads a segment data dir's log from `wal/`, with the

@@ -5,6 +5,8 @@
 //! the committed and the last purged log ids, the snapshot and the state
 //! machine in redb and, with this engine, the log entries here, in
 //! `<data dir>/wal/`. With the default engine (`"redb"`) this module is unused.
+//! A data dir whose log is in redb moves it here, once, on its first start
+//! with this engine ([`migrate`]); there is no way back.
 //!
 //! On disk: segment files `<index of their first record, 20 digits>.seg`,
 //! each preallocated ([`Options::segment_bytes`]) and starting with a header
@@ -80,6 +82,7 @@ use crate::seams::Seams;
 
 pub mod files;
 pub mod format;
+pub mod migrate;
 pub mod segments;
 mod thread;
 
