@@ -190,10 +190,8 @@ fn open_checked(config: &Config) -> Result<(LogStore, StateMachine, SharedIdenti
         None if found == Found::Nothing => first_start(config, &log)?,
         None if has_raft_state(log.db()).map_err(storage)? => adopt(config, &log)?,
         None => return Err(IdentityError::NoIdentity { file: dir.join(DB_FILE) }),
-        Some(id) => {
-            check(config, &id)?;
-            id
-        }
+        // Checked by `open_storage`, before the open could change anything.
+        Some(id) => id,
     };
     Ok((log, sm, SharedIdentity(Arc::new(Mutex::new(identity)))))
 }
@@ -207,8 +205,23 @@ impl IdentityError {
     }
 }
 
+/// Opens the storage, checking a recorded identity before the open may change
+/// anything (move a redb log into segments): a data dir of another node, or of
+/// a newer format, is refused untouched.
 fn open_storage(dir: &Path, config: &Config) -> Result<(LogStore, StateMachine), IdentityError> {
-    log_store::open_engine(dir, &config.seams, config.log).map_err(|e| IdentityError::Open(cause_of(e)))
+    let refused = std::cell::RefCell::new(None);
+    let admit =
+        |db: &redb::Database| match read(db).map_err(storage).and_then(|id| id.map_or(Ok(()), |id| check(config, &id)))
+        {
+            Ok(()) => Ok(()),
+            Err(e) => {
+                let why = e.to_string();
+                *refused.borrow_mut() = Some(e);
+                Err(why)
+            }
+        };
+    let opened = log_store::open_admitted(dir, &config.seams, config.log, &admit);
+    opened.map_err(|e| refused.take().unwrap_or_else(|| IdentityError::Open(cause_of(e))))
 }
 
 /// The cause inside openraft's storage error, whose own text repeats it

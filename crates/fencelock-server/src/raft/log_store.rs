@@ -191,7 +191,23 @@ pub fn open_engine(
     seams: &Seams,
     engine: LogEngine,
 ) -> Result<(LogStore, StateMachine), StorageError<NodeId>> {
-    let opened = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| open_unguarded(dir, seams, engine)));
+    open_admitted(dir, seams, engine, &|_| Ok(()))
+}
+
+/// Whether a data dir's database may be changed by opening it (its log moved
+/// into segments): `Err` with the reason to refuse it, which the open returns.
+pub type Admit<'a> = &'a dyn Fn(&Database) -> Result<(), String>;
+
+/// [`open_engine`], asking `admit` before anything in the data dir is changed
+/// (the node's identity is checked there: a data dir of another node is
+/// refused before its log is moved, not after).
+pub fn open_admitted(
+    dir: &Path,
+    seams: &Seams,
+    engine: LogEngine,
+    admit: Admit<'_>,
+) -> Result<(LogStore, StateMachine), StorageError<NodeId>> {
+    let opened = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| open_unguarded(dir, seams, engine, admit)));
     opened.unwrap_or_else(|_| {
         let why = format!(
             "the database in {} is corrupt (redb could not read it); run fencelock check-data on it",
@@ -205,6 +221,7 @@ fn open_unguarded(
     dir: &Path,
     seams: &Seams,
     engine: LogEngine,
+    admit: Admit<'_>,
 ) -> Result<(LogStore, StateMachine), StorageError<NodeId>> {
     // A plain message (no Rust type name in it): it is shown to operators.
     let store_err = |e: DbError| -> StorageError<NodeId> {
@@ -236,6 +253,7 @@ fn open_unguarded(
         Ok(())
     };
     init().map_err(|e| e.into_storage(ErrorSubject::Store, ErrorVerb::Write))?;
+    admit(&db).map_err(|why| store_err(DbError::Other(why)))?;
     check_engine(&db, dir, engine, seams).map_err(store_err)?;
     let wal = match engine {
         LogEngine::Redb => None,
