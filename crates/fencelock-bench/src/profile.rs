@@ -15,6 +15,7 @@
 use std::{
     fs::File,
     io::{BufReader, BufWriter},
+    os::unix::process::ExitStatusExt,
     path::{Path, PathBuf},
     process::{Child, Command, Stdio},
 };
@@ -82,8 +83,10 @@ impl Recording {
     /// SVG's path. Call after [`stop`](Self::stop).
     pub fn finish(mut self) -> anyhow::Result<PathBuf> {
         let status = self.perf.wait()?;
-        // perf record exits 130 or 0 after SIGINT, depending on the version.
-        if !(status.success() || status.code() == Some(130) || status.code() == Some(2)) {
+        // After SIGINT perf writes its file and ends by that signal (or exits
+        // 0 or 130, depending on the version).
+        let interrupted = status.signal() == Some(Signal::SIGINT as i32) || status.code() == Some(130);
+        if !(status.success() || interrupted) {
             bail!("perf record failed ({status})");
         }
         let data = self.stem.with_extension("perf.data");

@@ -218,7 +218,7 @@ pub async fn run(engine: &Engine, spec: RunSpec, profile: Option<&profile::Targe
     tokio::time::sleep_until(window.0).await;
     let recording = match (profile, engine.pids.first()) {
         (Some(target), Some(&pid)) => Some(target.start(pid)?),
-        (Some(_), None) => bail!("{}: no server process to profile", engine.info.id),
+        (Some(_), None) => bail!("{}: no server process to profile (given by URL?)", engine.info.id),
         (None, _) => None,
     };
     let me = std::process::id();
@@ -233,9 +233,11 @@ pub async fn run(engine: &Engine, spec: RunSpec, profile: Option<&profile::Targe
     for t in tasks {
         all.extend(t.await?);
     }
-    if let Some(r) = recording {
-        let svg = r.finish().with_context(|| format!("profile of {}", engine.info.id))?;
-        eprintln!("profile: {}", svg.display());
+    // A profile that fails costs the profile, not the run.
+    match recording.map(profile::Recording::finish) {
+        Some(Ok(svg)) => eprintln!("profile: {}", svg.display()),
+        Some(Err(e)) => eprintln!("profile of {} failed: {e:#}", engine.info.id),
+        None => {}
     }
     let errors = errors.load(Ordering::Relaxed);
     let mut result = summarize(all, window, cpu_before.zip(cpu_after), spec, errors);
