@@ -415,7 +415,8 @@ fn configurations(md: &mut String, r: &Report) {
             "Every peer runs as its operators would run it (durable, default timers), not as the tests run it (short \
              timers for fast tests). The TTL asked for ({} ms) is what every engine gets, within each one's range: \
              ZooKeeper negotiates a session timeout into [2, 20] × tickTime (4 s to 40 s at tickTime 2000); etcd's \
-             leases start at 2 s with its default election timeout and count whole seconds.\n",
+             leases start at 2 s with its default election timeout and count whole seconds. The same holds for W6's \
+             election TTL: ZooKeeper serves anything asked below 4 s as 4 s.\n",
             thousands(r.settings.ttl_ms)
         );
     }
