@@ -4,7 +4,11 @@
 # in the tests' configuration, then with one production setting changed at a
 # time, then in the production configuration (fencelock-testkit's
 # `Profile::Production`). Variants run round-robin, `RUNS` rounds, so drift on
-# a shared machine hits them alike; each prints cycles/s per cell and run.
+# a shared machine hits them alike; each prints cycles/s per cell and run, with
+# every client on its own connection (as separate processes: the backend then
+# opens and closes a ZooKeeper session per cycle, since a client that holds
+# nothing keeps no session) and with one shared connection (one session, kept
+# open by the other clients' guards).
 #
 #   bench/zk-ablation.sh [BENCH_BINARY] [OUT_DIR]
 #
@@ -71,7 +75,7 @@ start_zk() { # dir tick jvm logging -> prints pid, port in $dir/port
 }
 
 mkdir -p "$OUT"
-echo "variant round W1@64 W2" | tee "$OUT/summary.txt"
+echo "variant round W1@64 W2 W1@64-shared W2-shared" | tee "$OUT/summary.txt"
 for round in $(seq "$RUNS"); do
   for v in "${VARIANTS[@]}"; do
     IFS='|' read -r name tick jvm logging <<<"$v"
@@ -79,12 +83,17 @@ for round in $(seq "$RUNS"); do
     start_zk "$dir" "$tick" "$jvm" "$logging"
     port=$(cat "$dir/port")
     "$BENCH" --engines zookeeper --url "zookeeper=zk://127.0.0.1:$port" --workloads W1,W2 --clients 64 \
-      --runs 1 --seconds "$SECS" --ttl-ms "$TTL_MS" --out "$dir/results" >/dev/null 2>"$dir/bench.log" || true
+      --client-mode both --runs 1 --seconds "$SECS" --ttl-ms "$TTL_MS" --out "$dir/results" \
+      >/dev/null 2>"$dir/bench.log" || true
     kill "$(cat "$dir/pid")" 2>/dev/null || true
     wait "$(cat "$dir/pid")" 2>/dev/null || true
-    w1=$(jq -r '.cells[] | select(.workload=="W1") | .median.cycles_per_sec | floor' "$dir/results/results.json" 2>/dev/null || echo failed)
-    w2=$(jq -r '.cells[] | select(.workload=="W2") | .median.cycles_per_sec | floor' "$dir/results/results.json" 2>/dev/null || echo failed)
-    echo "$name $round $w1 $w2" | tee -a "$OUT/summary.txt"
+    rates=()
+    for cell in W1:zookeeper W2:zookeeper W1:zookeeper/shared W2:zookeeper/shared; do
+      rates+=("$(jq -r --arg w "${cell%%:*}" --arg e "${cell#*:}" \
+        '.cells[] | select(.workload==$w and .engine==$e) | .median.cycles_per_sec | floor' \
+        "$dir/results/results.json" 2>/dev/null || echo failed)")
+    done
+    echo "$name $round ${rates[*]}" | tee -a "$OUT/summary.txt"
     rm -rf "$dir/data" "$dir/txlog"
   done
 done
