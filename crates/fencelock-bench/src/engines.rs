@@ -3,8 +3,11 @@
 //!
 //! Where it sits: `main` starts the engines once and runs every workload cell
 //! against each of them in turn. Peers come from `fencelock-testkit` (Debian's
-//! redis-server, etcd, ZooKeeper, PostgreSQL, each in its durable default
-//! except Redis without AOF); the native server runs as a child process of this
+//! redis-server, etcd, ZooKeeper, PostgreSQL) in its production profile: as
+//! their operators run them, durable (except Redis without AOF), with the
+//! timers, garbage collector, memory and logging of a production set-up, not
+//! the tests' short timers; each engine's configuration goes into the report
+//! in one line. The native server runs as a child process of this
 //! binary (`fencelock-bench serve-native`), so that its CPU and memory are its
 //! own and it can be killed like any other server. `fencelock-3` is three such
 //! children forming one Raft group on this machine; the clients are given all
@@ -20,7 +23,7 @@ use std::{
 
 use anyhow::{bail, Context};
 use fencelock_server::config::parse_peers;
-use fencelock_testkit::{EtcdServer, PgServer, RedisServer, ZkServer};
+use fencelock_testkit::{EtcdServer, PgServer, Profile, RedisServer, ZkServer};
 use tokio::time::Instant;
 
 use crate::{model::EngineInfo, procstat, procstat::command_line, scale::http_get};
@@ -39,7 +42,37 @@ pub const ALL: &[&str] = &[
     "redis-poll",
 ];
 
+/// The native engines: the server this project makes (the peers are the rest).
+const NATIVE: &[&str] = &["fencelock", "fencelock-secure", "fencelock-3"];
+
+/// How the clients of a cell reach the engine (`--client-mode`).
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClientMode {
+    /// Each client connects on its own (`fencelock::connect` per client): one
+    /// connection each, as separate processes would have.
+    PerProcess,
+    /// One `Backend` (one connection, or one session) used by every client's task.
+    Shared,
+    /// Both, as two engines of the report: `ID` and `ID/shared`.
+    Both,
+}
+
+impl ClientMode {
+    /// The modes `id` is measured in (`false`: per process, `true`: shared).
+    /// Without `--client-mode`, the native engines are measured both ways and
+    /// the peers per process (how their users' processes meet them; asked for
+    /// with `--client-mode both`, they are measured shared too).
+    pub fn shared_flags(asked: Option<ClientMode>, id: &str) -> &'static [bool] {
+        match asked.unwrap_or(if NATIVE.contains(&id) { ClientMode::Both } else { ClientMode::PerProcess }) {
+            ClientMode::PerProcess => &[false],
+            ClientMode::Shared => &[true],
+            ClientMode::Both => &[false, true],
+        }
+    }
+}
+
 /// A started (or given) engine.
+#[derive(Clone)]
 pub struct Engine {
     pub info: EngineInfo,
     /// The URL `fencelock::connect` takes (for `redis-poll`, the Redis URL).
@@ -47,6 +80,8 @@ pub struct Engine {
     /// The processes whose CPU is charged to this engine (every node of a
     /// group); empty for an engine given by URL.
     pub pids: Vec<u32>,
+    /// Whether every client of a cell uses one shared `Backend` (see [`ClientMode`]).
+    pub shared: bool,
 }
 
 impl Engine {
@@ -75,49 +110,79 @@ pub struct Servers {
 
 /// Starts `id` (or uses `given` as its URL, without CPU figures).
 pub async fn start(id: &str, given: Option<&str>, servers: &mut Servers, data: &Path) -> anyhow::Result<Engine> {
-    let (url, pids) = match given {
-        Some(url) => (url.to_string(), Vec::new()),
+    let (url, pids, config) = match given {
+        Some(url) => (url.to_string(), Vec::new(), "given by URL: not started here".to_string()),
         None => launch(id, servers, data).await?,
     };
-    let info = info(id, !pids.is_empty())?;
-    Ok(Engine { info, url, pids })
+    let mut info = info(id, !pids.is_empty())?;
+    info.config = config;
+    Ok(Engine { info, url, pids, shared: false })
 }
 
-async fn launch(id: &str, s: &mut Servers, data: &Path) -> anyhow::Result<(String, Vec<u32>)> {
+/// `engine` as measured in each client mode asked for: itself (per process)
+/// and/or `ID/shared`, the same server with one connection for all clients.
+pub fn in_modes(engine: Engine, asked: Option<ClientMode>) -> Vec<Engine> {
+    let flags = ClientMode::shared_flags(asked, &engine.info.id);
+    flags
+        .iter()
+        .map(|&shared| {
+            let mut e = engine.clone();
+            if shared {
+                e.shared = true;
+                e.info.id = format!("{}/shared", e.info.id);
+                e.info.label = format!("{}; all clients share one connection", e.info.label);
+                e.info.shared_connection = true;
+            }
+            e
+        })
+        .collect()
+}
+
+/// The native server's configuration, in one line.
+fn native_config(what: &str) -> String {
+    let threads = std::env::var("FENCELOCK_BENCH_SERVER_THREADS")
+        .map(|n| format!("{n} runtime worker threads"))
+        .unwrap_or_else(|_| "one runtime worker thread per core".into());
+    format!("{what}: fencelock-server's defaults (Config::new) on 127.0.0.1, quotas off; {threads}")
+}
+
+/// Starts the server(s) of `id`: its URL, processes and configuration.
+async fn launch(id: &str, s: &mut Servers, data: &Path) -> anyhow::Result<(String, Vec<u32>, String)> {
+    let prod = Profile::Production;
     Ok(match id {
         "fencelock" => {
             let n = s.native.insert(NativeServer::start(&data.join("fencelock"))?);
-            (n.url(), vec![n.pid()])
+            (n.url(), vec![n.pid()], native_config("1 node"))
         }
         "fencelock-secure" => {
             let (args, query) = secure_setup(&data.join("fencelock-secure-files"))?;
             let n = s.native_secure.insert(NativeServer::spawn(&data.join("fencelock-secure"), args)?);
-            (format!("fencelock+tls://{}?{query}", n.grpc), vec![n.pid()])
+            (format!("fencelock+tls://{}?{query}", n.grpc), vec![n.pid()], native_config("1 node, TLS and a token"))
         }
         "fencelock-3" => {
             let c = s.native3.insert(NativeCluster::start(&data.join("fencelock-3"), 3).await?);
-            (c.url(), c.pids())
+            (c.url(), c.pids(), native_config("each of 3 nodes"))
         }
         "redis" | "redis-poll" => {
             let r = s.redis.get_or_insert_with(RedisServer::start_volatile);
-            (r.url(), vec![r.pid()])
+            (r.url(), vec![r.pid()], r.describe())
         }
         "redis-aof" => {
             let r = s.redis_aof.get_or_insert_with(RedisServer::start);
-            (format!("{}?durable=true", r.url()), vec![r.pid()])
+            (format!("{}?durable=true", r.url()), vec![r.pid()], r.describe())
         }
         "etcd" => {
-            let e = s.etcd.get_or_insert_with(EtcdServer::start);
-            (e.url(), vec![e.pid()])
+            let e = s.etcd.get_or_insert_with(|| EtcdServer::start_profile(prod));
+            (e.url(), vec![e.pid()], e.describe())
         }
         "zookeeper" => {
-            let z = s.zk.get_or_insert_with(ZkServer::start);
-            (z.url(), vec![z.pid()])
+            let z = s.zk.get_or_insert_with(|| ZkServer::start_profile(prod));
+            (z.url(), vec![z.pid()], z.describe())
         }
         "postgres" | "pg-advisory" => {
-            let p = s.pg.get_or_insert_with(PgServer::start);
+            let p = s.pg.get_or_insert_with(|| PgServer::start_profile(prod));
             let url = if id == "postgres" { p.url() } else { format!("{}?mode=advisory", p.url()) };
-            (url, vec![p.pid()])
+            (url, vec![p.pid()], p.describe())
         }
         other => bail!("unknown engine {other:?}; known: {}", ALL.join(", ")),
     })
@@ -183,6 +248,8 @@ fn info(id: &str, cpu_measured: bool) -> anyhow::Result<EngineInfo> {
         fencing: fencing.to_string(),
         fifo,
         cpu_measured,
+        config: String::new(),
+        shared_connection: false,
     })
 }
 
@@ -472,10 +539,34 @@ mod tests {
         assert!(a.iter().all(|a| a.ip().is_loopback()));
     }
 
+    /// Issue 19 §6: without `--client-mode` the native engines are measured
+    /// per process and shared, the peers per process; a mode asked for holds
+    /// for every engine. `ID/shared` is the same server (URL, processes).
+    #[test]
+    fn client_modes() {
+        let engine = |id: &str| Engine { info: info(id, true).unwrap(), url: "u".into(), pids: vec![7], shared: false };
+        let ids = |e: Vec<Engine>| e.iter().map(|e| (e.info.id.clone(), e.shared)).collect::<Vec<_>>();
+        assert_eq!(
+            ids(in_modes(engine("fencelock"), None)),
+            [("fencelock".into(), false), ("fencelock/shared".into(), true)]
+        );
+        assert_eq!(ids(in_modes(engine("zookeeper"), None)), [("zookeeper".into(), false)]);
+        assert_eq!(ids(in_modes(engine("zookeeper"), Some(ClientMode::Both))).len(), 2);
+        assert_eq!(ids(in_modes(engine("fencelock"), Some(ClientMode::Shared))), [("fencelock/shared".into(), true)]);
+        assert_eq!(ids(in_modes(engine("fencelock-3"), Some(ClientMode::PerProcess))), [("fencelock-3".into(), false)]);
+        let shared = in_modes(engine("redis"), Some(ClientMode::Shared)).remove(0);
+        assert!(shared.info.shared_connection && shared.url == "u" && shared.pids == [7]);
+    }
+
     /// An engine's CPU is the sum over its processes; none without processes.
     #[test]
     fn engine_cpu_sums_processes() {
-        let e = |pids: Vec<u32>| Engine { info: info("fencelock-3", true).unwrap(), url: String::new(), pids };
+        let e = |pids: Vec<u32>| Engine {
+            info: info("fencelock-3", true).unwrap(),
+            url: String::new(),
+            pids,
+            shared: false,
+        };
         let me = std::process::id();
         assert!(e(Vec::new()).cpu_time().is_none());
         assert!(e(vec![me, u32::MAX]).cpu_time().is_none(), "an unreadable process makes the sum unknown");

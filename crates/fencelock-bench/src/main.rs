@@ -27,6 +27,14 @@
 //! within a run the engines take turns in a rotated order, so drift on a
 //! shared machine hits all of them alike. `--quick` runs every cell briefly:
 //! it checks that everything runs, and its figures mean little.
+//!
+//! `--client-mode` picks how the clients reach an engine: each with its own
+//! connection (`per-process`, the id alone), all through one (`shared`, the
+//! id `ID/shared`), or `both`; by default the native engines are measured
+//! both ways and the peers per process. `--profile-server DIR` adds, after
+//! the counted runs of W1 at its largest client count and of W2, one uncounted
+//! run on each native single node with `perf` sampling the server: flamegraphs
+//! in DIR (see `profile.rs`).
 #![allow(clippy::disallowed_methods)] // a benchmark measures time: it reads the clock on purpose
 
 mod chart;
@@ -35,6 +43,7 @@ mod engines;
 mod failover;
 mod model;
 mod procstat;
+mod profile;
 mod report;
 mod scale;
 mod stats;
@@ -106,6 +115,16 @@ struct Args {
     /// W6: samples per engine and fault [default: 5, quick 1].
     #[arg(long)]
     election_samples: Option<usize>,
+    /// How clients connect: `per-process` (one connection each), `shared`
+    /// (one for all, as engine `ID/shared`) or `both` [default: both for the
+    /// native engines, per-process for the peers].
+    #[arg(long, value_enum)]
+    client_mode: Option<engines::ClientMode>,
+    /// Profile the native single node with perf during one extra, uncounted
+    /// run of W1 (largest client count) and of W2; folded stacks and
+    /// flamegraph SVGs go into this directory.
+    #[arg(long, value_name = "DIR")]
+    profile_server: Option<PathBuf>,
 }
 
 #[derive(Subcommand, Debug)]
@@ -157,7 +176,7 @@ async fn bench(args: Args) -> anyhow::Result<()> {
         eprintln!("starting {id}");
         let e = engines::start(id, given.get(id.as_str()).map(String::as_str), &mut servers, data.path()).await?;
         wait_ready(&e).await.with_context(|| format!("engine {id} at {}", e.url))?;
-        engines.push(e);
+        engines.extend(engines::in_modes(e, args.client_mode));
     }
 
     let w1 = workloads.iter().any(|w| w == "W1");
@@ -203,19 +222,20 @@ async fn bench(args: Args) -> anyhow::Result<()> {
                     settings.runs
                 ));
                 run_no += 1;
-                let spec = RunSpec {
-                    workload,
-                    clients,
-                    warmup: Duration::from_secs_f64(settings.warmup),
-                    measure: Duration::from_secs_f64(settings.seconds),
-                    ttl: Duration::from_millis(settings.ttl_ms),
-                    run_no,
-                };
-                let r = workload::run(e, spec)
+                let spec = run_spec(&settings, workload, clients, run_no);
+                let r = workload::run(e, spec, None)
                     .await
                     .with_context(|| format!("{} with {clients} clients on {}", workload.id(), e.info.id))?;
                 runs[i].push(r);
                 bar.inc(1);
+            }
+        }
+        if let Some(dir) = &args.profile_server {
+            let largest = args.clients.iter().max().copied();
+            if workload == Workload::Contended || Some(clients) == largest && workload == Workload::Uncontended {
+                // A run number of its own: the counted runs' locks are not reused.
+                let spec = run_spec(&settings, workload, clients, 1_000_000 + run_no);
+                profile_cell(engines, spec, dir).await?;
             }
         }
         for (e, runs) in engines.iter().zip(runs) {
@@ -281,6 +301,36 @@ async fn bench(args: Args) -> anyhow::Result<()> {
     };
     report.targets = report::targets(&report);
     write(&report, &out)
+}
+
+fn run_spec(settings: &Settings, workload: Workload, clients: usize, run_no: usize) -> RunSpec {
+    RunSpec {
+        workload,
+        clients,
+        warmup: Duration::from_secs_f64(settings.warmup),
+        measure: Duration::from_secs_f64(settings.seconds),
+        ttl: Duration::from_millis(settings.ttl_ms),
+        run_no,
+    }
+}
+
+/// One uncounted run of `spec` on each native single node among `engines`
+/// (per process and shared), with perf sampling the server (see `profile.rs`).
+async fn profile_cell(engines: &[&Engine], spec: RunSpec, dir: &Path) -> anyhow::Result<()> {
+    for e in engines.iter().filter(|e| e.info.id.split('/').next() == Some("fencelock")) {
+        let target = profile::Target {
+            dir: dir.to_path_buf(),
+            name: profile::name(spec.workload.id(), spec.clients, &e.info.id),
+            title: format!(
+                "fencelock server, {} with {} clients, engine {}",
+                spec.workload.id(),
+                spec.clients,
+                e.info.id
+            ),
+        };
+        workload::run(e, spec, Some(&target)).await.with_context(|| format!("profile {}", target.name))?;
+    }
+    Ok(())
 }
 
 /// The results, as markdown (also printed), JSON and charts in `out`.
@@ -354,7 +404,7 @@ async fn wait_ready(e: &Engine) -> anyhow::Result<()> {
     };
     let mut last = None;
     for _ in 0..60 {
-        match workload::run(e, spec).await {
+        match workload::run(e, spec, None).await {
             Ok(r) if r.cycles > 0 => return Ok(()),
             Ok(_) => last = Some(anyhow::anyhow!("no cycle completed")),
             Err(err) => last = Some(err),

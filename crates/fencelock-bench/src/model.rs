@@ -81,6 +81,15 @@ pub struct EngineInfo {
     pub fifo: bool,
     /// Whether the engine's process CPU could be read (started here, or a pid given).
     pub cpu_measured: bool,
+    /// How the server was configured, in one line (`given by URL` for an
+    /// engine not started here; empty in results written before it was recorded).
+    #[serde(default)]
+    pub config: String,
+    /// True when all of a cell's clients share one connection (one `Backend`)
+    /// of the library; false when each client has its own, as separate
+    /// processes would (see `workload.rs`).
+    #[serde(default)]
+    pub shared_connection: bool,
 }
 
 /// Percentiles of a latency distribution, milliseconds.

@@ -394,6 +394,39 @@ fn engines(md: &mut String, r: &Report) {
          100 ms, no token, no queue) is the lock most Redis users have, for reference only. `fencelock-3` is three \
          fencelock nodes forming one Raft group on this machine; its clients are given all three and follow the leader.\n"
     );
+    configurations(md, r);
+}
+
+/// How each engine's server ran (once per server: `ID/shared` is the same
+/// server as `ID`), and what became of the TTL asked for.
+fn configurations(md: &mut String, r: &Report) {
+    let mut seen: Vec<&str> = Vec::new();
+    let mut lines = Vec::new();
+    for e in r.engines.iter().filter(|e| !e.shared_connection && !e.config.is_empty()) {
+        if !seen.contains(&e.config.as_str()) || e.config.starts_with("given") {
+            seen.push(&e.config);
+            lines.push(format!("- `{}`: {}", e.id, e.config));
+        }
+    }
+    if !lines.is_empty() {
+        let _ = writeln!(md, "### How each engine runs\n\n{}\n", lines.join("\n"));
+        let _ = writeln!(
+            md,
+            "Every peer runs as its operators would run it (durable, default timers), not as the tests run it (short \
+             timers for fast tests). The TTL asked for ({} ms) is what every engine gets, within each one's range: \
+             ZooKeeper negotiates a session timeout into [2, 20] × tickTime (4 s to 40 s at tickTime 2000); etcd's \
+             leases start at 2 s with its default election timeout and count whole seconds. The same holds for W6's \
+             election TTL: ZooKeeper serves anything asked below 4 s as 4 s.\n",
+            thousands(r.settings.ttl_ms)
+        );
+    }
+    if r.engines.iter().any(|e| e.shared_connection) {
+        let _ = writeln!(
+            md,
+            "An engine `ID/shared` is `ID`'s server measured with one `Backend` (one connection; for ZooKeeper one \
+             session) used by every client's task; `ID` gives each client its own, as separate processes have.\n"
+        );
+    }
 }
 
 fn targets_table(md: &mut String, r: &Report) {
@@ -883,6 +916,8 @@ pub(crate) mod tests {
             fencing: "global".into(),
             fifo: id != "redis-poll" && id != "pg-advisory",
             cpu_measured: true,
+            config: format!("{id} config"),
+            shared_connection: false,
         }
     }
 
@@ -994,6 +1029,29 @@ pub(crate) mod tests {
             }],
             targets: Vec::new(),
         }
+    }
+
+    /// Issue 19 §6: the report says how each server ran, once per server
+    /// (`ID/shared` and a second engine on one server add no line), and
+    /// explains the shared rows when there are some.
+    #[test]
+    fn configurations_once_per_server() {
+        let mut r = report();
+        let mut shared = engine("fencelock/shared");
+        (shared.config, shared.shared_connection) = ("fencelock config".into(), true);
+        let mut poll = engine("redis-poll");
+        poll.config = "redis config".into();
+        r.engines.extend([shared, poll]);
+        let md = markdown(&r);
+        let section = md.split("### How each engine runs").nth(1).and_then(|t| t.split("##").next()).unwrap();
+        for id in ["fencelock", "redis", "redis-aof", "etcd", "zookeeper"] {
+            assert_eq!(section.matches(&format!("- `{id}`: {id} config")).count(), 1, "{section}");
+        }
+        assert!(!section.contains("shared`:") && !section.contains("redis-poll"), "{section}");
+        assert!(section.contains("TTL asked for (10,000 ms)"), "{section}");
+        assert!(md.contains("`ID/shared` is `ID`'s server"), "{md}");
+        r.engines.retain(|e| !e.shared_connection);
+        assert!(!markdown(&r).contains("`ID/shared`"), "no shared rows, no word on them");
     }
 
     /// W6 lists each engine and fault with its samples, median and max.

@@ -3,9 +3,14 @@
 //! timed in this process.
 //!
 //! Where it sits: `main` calls [`run`] once per (cell, engine, run), engines
-//! interleaved. Every client has a connection of its own
-//! (`fencelock::connect`, or a Redis connection for the `redis-poll`
-//! reference). A run has a warm-up, then a measured window; only grants whose
+//! interleaved. A client's connection is a [`Locker`]: `fencelock::connect`
+//! (or a Redis connection for the `redis-poll` reference). Per process (the
+//! default) every client connects on its own: `fencelock::connect` opens a
+//! new connection each call (a native `Client` dials its own HTTP/2
+//! channel; Redis, etcd and PostgreSQL backends their own sockets; ZooKeeper
+//! its own sessions), as separate processes would. Shared (an engine
+//! `ID/shared`) one `Locker` serves every client's task. Either way the loop is
+//! the same: client `i` uses `lockers[i % lockers.len()]`. A run has a warm-up, then a measured window; only grants whose
 //! acquire returned inside the window count. The engine's CPU (every process
 //! of it: the three nodes of `fencelock-3`) is read at both ends of the window.
 //!
@@ -37,7 +42,7 @@ use anyhow::{bail, Context};
 use fencelock::{Acquire, Backend, LockOptions};
 use tokio::time::Instant;
 
-use crate::{engines::Engine, model::RunResult, procstat, stats};
+use crate::{engines::Engine, model::RunResult, procstat, profile, stats};
 
 /// W5-rw: the read-write locks the clients share.
 pub const W5_LOCKS: usize = 4;
@@ -172,12 +177,10 @@ impl Locker {
     }
 }
 
-/// One measured run of one cell on one engine.
-pub async fn run(engine: &Engine, spec: RunSpec) -> anyhow::Result<RunResult> {
-    let mut lockers = Vec::with_capacity(spec.clients);
-    for _ in 0..spec.clients {
-        lockers.push(Locker::connect(engine).await?);
-    }
+/// One measured run of one cell on one engine; with `profile`, the engine's
+/// (first) process is sampled by perf for the measured window.
+pub async fn run(engine: &Engine, spec: RunSpec, profile: Option<&profile::Target>) -> anyhow::Result<RunResult> {
+    let lockers = lockers(engine, spec.clients).await?;
     let opts = LockOptions::default().ttl(spec.ttl).wait(match spec.workload {
         Workload::Uncontended => Duration::ZERO,
         Workload::Contended | Workload::ReadMostly | Workload::Semaphore => Duration::from_secs(30),
@@ -187,7 +190,8 @@ pub async fn run(engine: &Engine, spec: RunSpec) -> anyhow::Result<RunResult> {
     let start = Instant::now();
     let window = (start + spec.warmup, start + spec.warmup + spec.measure);
     let mut tasks = Vec::new();
-    for (client, locker) in lockers.into_iter().enumerate() {
+    for client in 0..spec.clients {
+        let locker = lockers[client % lockers.len()].clone();
         let (stop, errors, base) = (stop.clone(), errors.clone(), opts.clone());
         tasks.push(tokio::spawn(async move {
             let mut grants = Vec::new();
@@ -212,14 +216,28 @@ pub async fn run(engine: &Engine, spec: RunSpec) -> anyhow::Result<RunResult> {
         }));
     }
     tokio::time::sleep_until(window.0).await;
+    let recording = match (profile, engine.pids.first()) {
+        (Some(target), Some(&pid)) => Some(target.start(pid)?),
+        (Some(_), None) => bail!("{}: no server process to profile (given by URL?)", engine.info.id),
+        (None, _) => None,
+    };
     let me = std::process::id();
     let (cpu_before, own_before) = (engine.cpu_time(), procstat::own_cpu_time(me));
     tokio::time::sleep_until(window.1).await;
     let (cpu_after, own_after) = (engine.cpu_time(), procstat::own_cpu_time(me));
+    if let Some(r) = &recording {
+        r.stop()?;
+    }
     stop.store(true, Ordering::Relaxed);
     let mut all = Vec::new();
     for t in tasks {
         all.extend(t.await?);
+    }
+    // A profile that fails costs the profile, not the run.
+    match recording.map(profile::Recording::finish) {
+        Some(Ok(svg)) => eprintln!("profile: {}", svg.display()),
+        Some(Err(e)) => eprintln!("profile of {} failed: {e:#}", engine.info.id),
+        None => {}
     }
     let errors = errors.load(Ordering::Relaxed);
     let mut result = summarize(all, window, cpu_before.zip(cpu_after), spec, errors);
@@ -228,6 +246,17 @@ pub async fn run(engine: &Engine, spec: RunSpec) -> anyhow::Result<RunResult> {
         .filter(|_| result.cycles > 0)
         .map(|(a, b)| (b - a).as_secs_f64() * 1e6 / result.cycles as f64);
     Ok(result)
+}
+
+/// The clients' connections: one of their own each, or one for all of them
+/// when the engine is measured shared.
+async fn lockers(engine: &Engine, clients: usize) -> anyhow::Result<Vec<Arc<Locker>>> {
+    let n = if engine.shared { 1 } else { clients };
+    let mut lockers = Vec::with_capacity(n);
+    for _ in 0..n {
+        lockers.push(Arc::new(Locker::connect(engine).await?));
+    }
+    Ok(lockers)
 }
 
 fn summarize(

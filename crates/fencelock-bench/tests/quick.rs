@@ -4,7 +4,9 @@
 //! benchmark's output, not in tests); what is checked is that each cell ran
 //! and that the native server's durability check found every grant. The
 //! 3-node group (`fencelock-3`) runs W1 and W2 like every other engine; W5
-//! runs on the engines that declare shared locks and semaphores.
+//! runs on the engines that declare shared locks and semaphores. By default
+//! the native engines are measured per process and shared (`ID/shared`, one
+//! connection for every client), the peers per process.
 
 use std::{path::Path, process::Command};
 
@@ -44,6 +46,22 @@ const SHARING: &[&str] = &[
 const SEMAPHORES: &[&str] =
     &["fencelock", "fencelock-secure", "fencelock-3", "redis", "redis-aof", "etcd", "zookeeper", "postgres"];
 
+/// The native engines, measured in both client modes by default.
+const NATIVE: &[&str] = &["fencelock", "fencelock-secure", "fencelock-3"];
+
+/// The engines of the report, in order: each engine, and a native one's
+/// `ID/shared` right after it.
+fn measured() -> Vec<String> {
+    let mut ids = Vec::new();
+    for e in ENGINES {
+        ids.push(e.to_string());
+        if NATIVE.contains(&e) {
+            ids.push(format!("{e}/shared"));
+        }
+    }
+    ids
+}
+
 #[test]
 fn quick_run_measures_every_cell_of_every_engine() {
     let out = tempfile::tempdir().unwrap();
@@ -58,10 +76,11 @@ fn quick_run_measures_every_cell_of_every_engine() {
         serde_json::from_str(&std::fs::read_to_string(out.path().join("results.json")).unwrap()).unwrap();
     assert_eq!(report["mode"], "quick");
     let ids: Vec<&str> = report["engines"].as_array().unwrap().iter().map(|e| e["id"].as_str().unwrap()).collect();
-    assert_eq!(ids, ENGINES);
+    let measured = measured();
+    assert_eq!(ids, measured);
 
     let cells = report["cells"].as_array().unwrap();
-    for engine in ENGINES {
+    for engine in measured.iter().map(String::as_str) {
         for (workload, clients) in [("W1", 1), ("W1", 16), ("W2", 16)] {
             let cell = cells
                 .iter()
@@ -77,10 +96,11 @@ fn quick_run_measures_every_cell_of_every_engine() {
         }
     }
 
-    for engine in ENGINES {
+    for engine in measured.iter().map(String::as_str) {
+        let server = engine.split('/').next().unwrap();
         for (workload, declaring) in [("W5-rw", SHARING), ("W5-sem", SEMAPHORES)] {
             let cell = cells.iter().find(|c| c["engine"] == engine && c["workload"] == workload);
-            let m = match (declaring.contains(&engine), cell) {
+            let m = match (declaring.contains(&server), cell) {
                 (false, None) => continue,
                 (false, Some(_)) => panic!("{engine} does not declare {workload}'s locks but has a cell"),
                 (true, None) => panic!("no {workload} cell for {engine}"),
@@ -119,9 +139,10 @@ fn quick_run_measures_every_cell_of_every_engine() {
     }
 
     let md = std::fs::read_to_string(out.path().join("results.md")).unwrap();
-    for engine in ENGINES {
-        assert!(md.contains(engine), "results.md does not mention {engine}");
+    for engine in &measured {
+        assert!(md.contains(engine.as_str()), "results.md does not mention {engine}");
     }
+    assert!(md.contains("### How each engine runs"), "results.md does not say how the engines run");
     assert!(md.contains("3-node group next to 1 node"), "results.md does not put the group next to the node");
     for chart in ["w1-throughput", "w1-latency"] {
         for ext in ["svg", "png"] {

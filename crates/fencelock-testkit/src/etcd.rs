@@ -9,11 +9,15 @@ use std::time::Duration;
 use nix::sys::signal::Signal;
 
 use crate::certs::TestCerts;
-use crate::{free_port, shared_tempdir, stop_child, wait_ready, which, INSTALL_HINT};
+use crate::{free_port, shared_tempdir, stop_child, wait_ready, which, Profile, INSTALL_HINT};
 
-/// A single-member etcd cluster. Its Raft timers are shortened (heartbeat
-/// 20 ms, election 200 ms), which also lowers etcd's minimum lease TTL to one
-/// second; data is fsynced as etcd always does.
+/// A single-member etcd cluster; data is fsynced as etcd always does. In the
+/// test profile its Raft timers are shortened (heartbeat 20 ms, election
+/// 200 ms), which also lowers etcd's minimum lease TTL to one second, and it
+/// logs warnings; in the production profile it keeps etcd's defaults
+/// (heartbeat 100 ms, election 1 s: leases of 2 s and more) and logs at
+/// etcd's default level (info: start-up, elections, compactions; nothing
+/// per request).
 pub struct EtcdServer {
     child: Option<Child>,
     port: u16,
@@ -21,12 +25,23 @@ pub struct EtcdServer {
     dir: tempfile::TempDir,
     certs: Option<TestCerts>,
     token_ttl_secs: u32,
+    profile: Profile,
 }
 
 impl EtcdServer {
     /// Starts a fresh member and waits until `/health` says it has a leader.
     pub fn start() -> Self {
-        Self::start_with(None, 300)
+        Self::start_with(None, 300, Profile::Test)
+    }
+
+    /// Starts a fresh member in `profile` and waits until it has a leader.
+    pub fn start_profile(profile: Profile) -> Self {
+        Self::start_with(None, 300, profile)
+    }
+
+    /// How the member runs, in one line (for a report).
+    pub fn describe(&self) -> String {
+        format!("{}; WAL fsynced per commit (always, in etcd)", self.tuning_args().join(" "))
     }
 
     /// Starts a fresh member that serves clients over TLS only (`https`
@@ -35,12 +50,12 @@ impl EtcdServer {
     /// `token_ttl_secs` idle seconds once auth is enabled (auth itself is
     /// enabled by the test, through the gRPC Auth API).
     pub fn start_tls(token_ttl_secs: u32) -> Self {
-        Self::start_with(Some(TestCerts::new("etcd")), token_ttl_secs)
+        Self::start_with(Some(TestCerts::new("etcd")), token_ttl_secs, Profile::Test)
     }
 
-    fn start_with(certs: Option<TestCerts>, token_ttl_secs: u32) -> Self {
+    fn start_with(certs: Option<TestCerts>, token_ttl_secs: u32, profile: Profile) -> Self {
         let (port, peer_port, dir) = (free_port(), free_port(), shared_tempdir());
-        let mut server = EtcdServer { child: None, port, peer_port, dir, certs, token_ttl_secs };
+        let mut server = EtcdServer { child: None, port, peer_port, dir, certs, token_ttl_secs, profile };
         server.spawn();
         server
     }
@@ -85,14 +100,13 @@ impl EtcdServer {
         if let Some(certs) = &self.certs {
             command.arg("--cert-file").arg(certs.server_cert()).arg("--key-file").arg(certs.server_key());
         }
-        let level = if self.certs.is_some() { "info" } else { "warn" };
         let mut child = command
             .args(["--name", "t", "--data-dir", self.dir.path().join("data").to_str().unwrap()])
             .args(["--listen-client-urls", &client, "--advertise-client-urls", &client])
             .args(["--listen-peer-urls", &peer, "--initial-advertise-peer-urls", &peer])
             .args(["--initial-cluster", &format!("t={peer}"), "--initial-cluster-state", "new"])
-            .args(["--heartbeat-interval", "20", "--election-timeout", "200"])
-            .args(["--log-level", level, "--logger", "zap"])
+            .args(self.tuning_args())
+            .args(["--logger", "zap"])
             .args(["--auth-token-ttl", &self.token_ttl_secs.to_string()])
             .stdin(Stdio::null())
             .stdout(log.try_clone().unwrap())
@@ -108,6 +122,23 @@ impl EtcdServer {
             wait_ready("etcd", &mut child, &log_path, || etcd_healthy(port));
         }
         self.child = Some(child);
+    }
+}
+
+impl EtcdServer {
+    /// Raft timers and log level: the test profile's short timers (a TLS
+    /// member logs at info, for the line that says it serves), or etcd's defaults.
+    fn tuning_args(&self) -> Vec<String> {
+        let args: &[&str] = match self.profile {
+            Profile::Test if self.certs.is_some() => {
+                &["--heartbeat-interval", "20", "--election-timeout", "200", "--log-level", "info"]
+            }
+            Profile::Test => &["--heartbeat-interval", "20", "--election-timeout", "200", "--log-level", "warn"],
+            Profile::Production => {
+                &["--heartbeat-interval", "100", "--election-timeout", "1000", "--log-level", "info"]
+            }
+        };
+        args.iter().map(|a| a.to_string()).collect()
     }
 }
 

@@ -3,7 +3,9 @@
 //! Each server runs from Debian's packages on a free port of 127.0.0.1 with its
 //! data in a temporary directory, is started and waited for here, and is
 //! killed on drop: [`RedisServer`], [`PgServer`], [`EtcdServer`],
-//! [`ZkServer`]. A missing binary fails the test (never skips it) with a
+//! [`ZkServer`]. Each runs in the [`Profile`] asked for: `Test` (the default,
+//! short timers for fast tests) or `Production` (as its operators run it, for
+//! the bench); [`describe`](ZkServer::describe) says how, in one line. A missing binary fails the test (never skips it) with a
 //! message naming `scripts/install-test-deps.sh`. [`proxy`] is a userspace TCP
 //! proxy that cuts, holds or resets connections on command. [`cmdline`] writes
 //! a harness tool's command line for its report as a user would type it.
@@ -35,6 +37,21 @@ pub use etcd::EtcdServer;
 pub use postgres::{PgServer, PG_SECURE_USER};
 pub use redis::{RedisSecurity, RedisServer};
 pub use zookeeper::ZkServer;
+
+/// How a peer server is configured.
+///
+/// `Test` is what the tests rely on: short timers (ZooKeeper ticks every
+/// 100 ms so sessions may be 200 ms; etcd elects in 200 ms, which lowers its
+/// minimum lease to 1 s) and small memory. `Production` is what an operator
+/// would run, for the bench to measure: each server's defaults for timers and
+/// its garbage collector, memory for the load, durable writes, logging at
+/// warning level to a file. What each server changes is in its `start_profile`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Profile {
+    #[default]
+    Test,
+    Production,
+}
 
 pub(crate) const INSTALL_HINT: &str =
     "run scripts/install-test-deps.sh (it installs postgresql, redis-server, etcd-server and zookeeper)";

@@ -9,10 +9,16 @@ use std::process::{Child, Command, Stdio};
 use nix::sys::signal::Signal;
 
 use crate::certs::TestCerts;
-use crate::{free_port, shared_tempdir, stop_child, wait_ready, INSTALL_HINT, READY_POLLS};
+use crate::{free_port, shared_tempdir, stop_child, wait_ready, Profile, INSTALL_HINT, READY_POLLS};
 
 /// A PostgreSQL cluster made by `initdb`, run by `postgres` (as the
 /// `postgres` user when the tests run as root: postgres refuses root).
+/// Durable in both profiles (`fsync=on`, `synchronous_commit=on`: a commit
+/// is flushed to the WAL before it is acknowledged). [`Profile::Test`]: 16 MB
+/// of shared buffers; [`Profile::Production`]: 256 MB (what a small dedicated
+/// server would give it; Debian's default is 128 MB). Both allow 200
+/// connections (the bench's 64 clients may hold two each) and log at the
+/// default level (warnings), to a file.
 pub struct PgServer {
     child: Option<Child>,
     port: u16,
@@ -20,6 +26,7 @@ pub struct PgServer {
     dir: tempfile::TempDir,
     user: Option<(u32, u32)>,
     certs: Option<TestCerts>,
+    profile: Profile,
 }
 
 /// The user [`PgServer::start_secure`] makes, its password and its database.
@@ -28,7 +35,28 @@ pub const PG_SECURE_USER: (&str, &str, &str) = ("locker", "pg-s3cret", "locks");
 impl PgServer {
     /// initdb a fresh cluster, start it, wait until it accepts connections.
     pub fn start() -> Self {
-        Self::start_with(false)
+        Self::start_with(false, Profile::Test)
+    }
+
+    /// initdb a fresh cluster, start it in `profile`, wait until it accepts
+    /// connections.
+    pub fn start_profile(profile: Profile) -> Self {
+        Self::start_with(false, profile)
+    }
+
+    /// How the server runs, in one line (for a report).
+    pub fn describe(&self) -> String {
+        let settings: Vec<&str> = self.settings().into_iter().filter(|s| !s.contains("listen_addresses")).collect();
+        format!("{}; the rest PostgreSQL's defaults (wal_level replica, log_min_messages warning)", settings.join(" "))
+    }
+
+    /// The `-c` settings the server starts with.
+    fn settings(&self) -> Vec<&'static str> {
+        let buffers = match self.profile {
+            Profile::Test => "shared_buffers=16MB",
+            Profile::Production => "shared_buffers=256MB",
+        };
+        vec!["listen_addresses=127.0.0.1", buffers, "max_connections=200", "fsync=on", "synchronous_commit=on"]
     }
 
     /// A cluster that speaks TLS only to TCP clients (`ssl=on` with a server
@@ -36,7 +64,7 @@ impl PgServer {
     /// only), where user [`PG_SECURE_USER`] logs in with `scram-sha-256` and
     /// owns its database; `postgres` is trusted (over TLS) for inspection.
     pub fn start_secure() -> Self {
-        Self::start_with(true)
+        Self::start_with(true, Profile::Test)
     }
 
     /// The test CA and certificates of a secure cluster.
@@ -44,7 +72,7 @@ impl PgServer {
         self.certs.as_ref()
     }
 
-    fn start_with(secure: bool) -> Self {
+    fn start_with(secure: bool, profile: Profile) -> Self {
         let bin = pg_bin_dir();
         let dir = shared_tempdir();
         let user = if running_as_root() { Some(postgres_ids()) } else { None };
@@ -54,7 +82,7 @@ impl PgServer {
         if let Some((uid, gid)) = user {
             std::os::unix::fs::chown(&data, Some(uid), Some(gid)).unwrap();
         }
-        let mut server = PgServer { child: None, port: free_port(), bin, dir, user, certs: None };
+        let mut server = PgServer { child: None, port: free_port(), bin, dir, user, certs: None, profile };
         server.initdb();
         if secure {
             server.secure();
@@ -155,11 +183,13 @@ impl PgServer {
         let data = self.dir.path().join("data");
         let log_path = self.dir.path().join("postgres.log");
         let log = File::options().create(true).append(true).open(&log_path).unwrap();
-        let child = self
-            .command("postgres")
-            .args(["-D", data.to_str().unwrap(), "-p", &self.port.to_string()])
-            .args(["-c", "listen_addresses=127.0.0.1", "-c", "unix_socket_directories="])
-            .args(["-c", "shared_buffers=16MB", "-c", "max_connections=200", "-c", "fsync=on"])
+        let mut command = self.command("postgres");
+        command.args(["-D", data.to_str().unwrap(), "-p", &self.port.to_string()]);
+        command.args(["-c", "unix_socket_directories="]);
+        for setting in self.settings() {
+            command.args(["-c", setting]);
+        }
+        let child = command
             .stdout(log.try_clone().unwrap())
             .stderr(log)
             .spawn()

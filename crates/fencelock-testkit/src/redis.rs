@@ -65,6 +65,17 @@ impl RedisServer {
         server
     }
 
+    /// How the server runs, in one line (for a report). Tests and the bench
+    /// run Redis alike: its defaults are already what an operator runs (log
+    /// level `notice`, nothing per command).
+    pub fn describe(&self) -> String {
+        let persistence = match self.durable {
+            true => "appendonly yes, appendfsync always (fsync before each reply)",
+            false => "no AOF",
+        };
+        format!("{persistence}, no RDB snapshots (save \"\"), loglevel notice (the default) to a file")
+    }
+
     /// The test CA and certificates of a TLS server.
     pub fn certs(&self) -> Option<&TestCerts> {
         self.certs.as_ref()
