@@ -180,6 +180,27 @@ async fn the_token_is_the_czxid_of_the_holder_node() {
     assert_eq!(b.check("czxid", token).await.unwrap(), CheckResult { current: false, current_token: None });
 }
 
+/// A loop of acquire → release keeps one session (as a Curator client does),
+/// not one per cycle: the next acquire within the linger gets the same lease
+/// (session) id. A session unused for longer than the linger is closed, and
+/// the next acquire opens another.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_released_session_is_reused_within_the_linger_and_closed_after_it() {
+    let t = Zk::start().await;
+    let b = suite::connect(&t.url()).await;
+    let mut sessions = Vec::new();
+    for _ in 0..3 {
+        let g = b.acquire("linger", &opts(10 * SECS, Duration::ZERO)).await.unwrap().acquired().unwrap();
+        sessions.push(g.lease_id());
+        assert!(g.release().await.unwrap());
+    }
+    assert!(sessions.iter().all(|s| *s == sessions[0]), "one session for the loop: {sessions:?}");
+    tokio::time::sleep(fencelock::backend::zookeeper::SESSION_LINGER + 500 * MS).await;
+    let g = b.acquire("linger", &opts(10 * SECS, Duration::ZERO)).await.unwrap().acquired().unwrap();
+    assert_ne!(g.lease_id(), sessions[0], "the lingering session was closed");
+    assert!(g.release().await.unwrap());
+}
+
 /// Push wake-up of the next waiter only: with a holder and three waiters queued
 /// in order, deleting the second waiter's node wakes the third, which goes back
 /// to waiting on the first waiter (it is not granted while the holder holds);
