@@ -246,12 +246,17 @@ impl ZkBackend {
         Ok(ZkBackend { login, base, sessions: tokio::sync::Mutex::new(HashMap::new()), lingering })
     }
 
-    /// The live session for `ttl`, opened if there is none. Opening holds the
-    /// map's lock, so concurrent first acquires of one TTL share one session (and
-    /// acquires of other TTLs wait for the opening, at most [`CONNECT_TIMEOUT`]).
+    /// The connected session for `ttl`, opened if there is none. Opening holds
+    /// the map's lock, so concurrent first acquires of one TTL share one session
+    /// (and acquires of other TTLs wait for the opening, at most
+    /// [`CONNECT_TIMEOUT`]). A session cut off from the ensemble is not handed
+    /// to new acquires (its guards keep it): it may be reconnecting to a
+    /// restarted server for a while, or expire, where a new session connects
+    /// at once to whichever server answers (a kept session once delayed the
+    /// first write after a restart of ZooKeeper by 4.6 s in chaos K4).
     async fn session(&self, ttl: Duration) -> Result<Arc<Session>, Error> {
         let mut sessions = self.sessions.lock().await;
-        if let Some(live) = sessions.get(&ttl).and_then(Weak::upgrade).filter(|s| s.is_live()) {
+        if let Some(live) = sessions.get(&ttl).and_then(Weak::upgrade).filter(|s| s.is_connected()) {
             self.linger(ttl, &live);
             return Ok(live);
         }
@@ -527,6 +532,11 @@ impl Session {
     /// True until the client learns that the session ended.
     fn is_live(&self) -> bool {
         !self.client.state().is_terminated()
+    }
+
+    /// Whether the session is connected to a server now.
+    fn is_connected(&self) -> bool {
+        matches!(self.client.state(), zk::SessionState::SyncConnected | zk::SessionState::ConnectedReadOnly)
     }
 
     /// Adds a guard's lease to those lost when the session ends (at once if it
