@@ -130,14 +130,14 @@ impl ClientBuilder {
         self
     }
 
-    /// How acquires, releases and keep-alives travel: [`Transport::Stream`]
+    /// How acquires, releases, lease grants and keep-alives travel: [`Transport::Stream`]
     /// (the default) sends them as small
     /// messages on one long-lived `Session` stream per server connection,
     /// shared by every lock and lease of the client, many in flight at once;
     /// [`Transport::Unary`] makes one gRPC call each, for simple tools and
     /// debugging. Both retry, time out, fail over and keep request ids by
-    /// the same rules (see the `transport` module). Other calls (lease grants
-    /// and revokes, checks, describe, watches...) are unary either way. It replaces the
+    /// the same rules (see the `transport` module). Other calls (revokes,
+    /// checks, describe, watches...) are unary either way. It replaces the
     /// URL's `transport=stream|unary`.
     pub fn transport(mut self, transport: Transport) -> Self {
         self.transport = Some(transport);

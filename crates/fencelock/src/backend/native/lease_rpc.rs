@@ -36,8 +36,7 @@ use crate::types::{ms, to_ms};
 pub(crate) async fn grant(rpc: &Rpc, ttl: Duration, deadline: Instant) -> Result<(Arc<LeaseCell>, Instant), Error> {
     let msg = GrantLeaseRequest { request_id: new_request_id(), ttl_ms: to_ms(ttl) };
     let sent = Instant::now();
-    let resp =
-        rpc.call("grant_lease", deadline, |mut c, left| async move { c.grant_lease(request(msg, left)).await }).await?;
+    let resp = rpc.send("grant_lease", deadline, || msg).await?;
     if resp.lease_id == 0 {
         return Err(Error::Protocol("GrantLeaseResponse with lease id 0".into()));
     }

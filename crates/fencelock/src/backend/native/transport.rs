@@ -3,16 +3,16 @@
 //! as one unary gRPC call each ([`Transport::Unary`]).
 //!
 //! Where it sits: under [`super::rpc::Rpc::send`], which runs every attempt of
-//! an acquire, release or keep-alive (the operations of every lock cycle and
-//! every held lease) through
+//! an acquire, release, lease grant or keep-alive (the operations of every
+//! lock cycle and every held lease) through
 //! [`attempt`]; the modules that make those calls (`acquire`, `guard` through
 //! `client`, `lease_rpc`) build one message and do not know which transport
 //! carries it. The stream is a [`Mux`] (the one place where answers are
 //! matched to operations by `op_id`), opened lazily on the connection of the
 //! server the client talks to now and shared by every lock and lease of the
-//! client, many operations in flight at once. Everything else (lease grants
-//! and revokes, once per lease; checks; describe, list, watches, set-value and
-//! the other rare calls) stays unary.
+//! client, many operations in flight at once. Everything else (revokes,
+//! checks, describe, list, watches, set-value and the other rare calls) stays
+//! unary.
 //!
 //! # The unary path's guarantees, kept
 //! * **Request ids.** The retry loop of [`super::rpc::Rpc`] is the same for
@@ -123,6 +123,7 @@ macro_rules! stream_op {
     };
 }
 
+stream_op!(pb::GrantLeaseRequest, pb::GrantLeaseResponse, GrantLease, grant_lease, false);
 stream_op!(pb::KeepAliveRequest, pb::KeepAliveResponse, KeepAlive, keep_alive, false);
 stream_op!(pb::AcquireRequest, pb::AcquireResponse, Acquire, acquire, true);
 stream_op!(pb::ReleaseRequest, pb::ReleaseResponse, Release, release, false);
