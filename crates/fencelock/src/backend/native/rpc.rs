@@ -18,7 +18,7 @@
 //! twice (the dedup memory is replicated state).
 //!
 //! [`Rpc::send`] is [`Rpc::call`] for the operations that may ride the
-//! client's shared stream (acquire, release, check, the lease calls): each
+//! client's shared stream (acquire, release, lease grant, keep-alive): each
 //! attempt goes over the [`Transport`] the client was built with (see
 //! [`super::transport`]), under the same loop, so both transports retry,
 //! time out and fail over by the same rules.
