@@ -439,8 +439,10 @@ impl Client {
         result
     }
 
-    /// Opens a [`Session`]: one bidirectional stream that carries many concurrent
-    /// operations. For high-rate callers; see [`Session`].
+    /// Opens a [`Session`]: a bidirectional stream of its own that carries many
+    /// concurrent operations, for callers that manage their own leases (no
+    /// watchdog, no guards, no retries); see [`Session`]. The client's own
+    /// locks need none: they already share one stream ([`ClientBuilder::transport`]).
     pub async fn session(&self) -> Result<Session, Error> {
         let identity = self.inner.identity.clone().unwrap_or_default();
         Session::open(self.inner.rpc.raw(), self.inner.rpc.rpc_timeout, identity).await
