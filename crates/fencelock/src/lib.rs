@@ -104,7 +104,9 @@ mod unique;
 pub mod watch;
 
 pub use backend::native::check_auth_token;
-pub use backend::native::{Client, ClientBuilder, ClientTls, Session, DEFAULT_LEASE_LINGER, DEFAULT_RPC_TIMEOUT};
+pub use backend::native::{
+    Client, ClientBuilder, ClientTls, Session, Transport, DEFAULT_LEASE_LINGER, DEFAULT_RPC_TIMEOUT,
+};
 pub use backend::{
     connect, with_lock, Acquire, Backend, Capabilities, Fencing, Guard, LockBackend, LockRequest, MultiGuard,
 };

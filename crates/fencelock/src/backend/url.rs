@@ -32,6 +32,12 @@
 //!   but letters, digits and `-._~` (the tokens a fencelock server issues
 //!   never do). Another backend refuses it: its credentials are the userinfo.
 //!
+//! # Other fencelock options
+//! * `transport=stream` (the default) or `transport=unary`: how the client
+//!   sends acquires, releases and lease calls, on one shared stream per server
+//!   or as one gRPC call each (see [`crate::ClientBuilder::transport`], which
+//!   takes precedence).
+//!
 //! A password or token never leaves this module in text: [`BackendUrl`]'s
 //! `Display` and `Debug`, and every error made from a URL, show it as `***`.
 

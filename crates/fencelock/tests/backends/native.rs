@@ -146,6 +146,69 @@ async fn declares_failover_for_a_group_and_survives_it() {
     assert!(again.acquired().unwrap().release().await.unwrap());
 }
 
+/// Issue 19 §1: a follower cannot serve a session stream's operations, and a
+/// stream error carries no leader hint; the stream transport still follows
+/// the leader a follower names, as unary calls do. The client is given the
+/// group with both followers first: following the hint it goes from the first
+/// follower straight to the leader (two streams); moving along the list
+/// instead would open a third on the second follower. A group that has just
+/// formed may still change leaders, which moves the client (and its stream)
+/// on for a reason of its own: the run is judged only if the Raft term held
+/// throughout, and tried again on a new client otherwise.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_stream_follows_the_leader_a_follower_names() {
+    let dir = tempfile::tempdir().unwrap();
+    let nodes = start_group(dir.path()).await;
+    for _ in 0..5 {
+        let term = within("one leader", one_leader(&nodes)).await;
+        let (leader, followers) = leader_and_followers(&nodes);
+        let url = format!("fencelock://{},{},{leader}", followers[0], followers[1]);
+        let client = within("connect", fencelock::Client::connect(url)).await.unwrap();
+        assert!(client.server().ends_with(&followers[0]), "connected to the first follower: {}", client.server());
+        let g = within("grant", client.lock("led").acquire()).await.unwrap();
+        let Acquire::Acquired(g) = g else { panic!("{g:?}") };
+        assert!(within("release", g.release()).await.unwrap());
+        if max_term(&nodes) != term {
+            continue; // the leader changed meanwhile: no verdict
+        }
+        assert!(client.server().ends_with(&leader), "the client follows the hint to the leader {leader}");
+        assert_eq!(client.streams_opened(), 2, "a stream on the first follower, then one on the leader");
+        return;
+    }
+    panic!("the group never kept one leader for a whole run");
+}
+
+/// The highest Raft term any node of `nodes` knows.
+fn max_term(nodes: &[Running]) -> u64 {
+    nodes.iter().map(|n| n.raft.metrics().borrow().current_term).max().unwrap_or(0)
+}
+
+/// Waits until every node of `nodes` names the same leader in the same term;
+/// returns the term.
+async fn one_leader(nodes: &[Running]) -> u64 {
+    loop {
+        let seen: Vec<_> = nodes
+            .iter()
+            .map(|n| {
+                let m = n.raft.metrics().borrow().clone();
+                (m.current_term, m.current_leader)
+            })
+            .collect();
+        if seen[0].1.is_some() && seen.iter().all(|s| *s == seen[0]) {
+            return seen[0].0;
+        }
+        tokio::time::sleep(10 * MS).await;
+    }
+}
+
+/// The leader's gRPC address, and the followers'.
+fn leader_and_followers(nodes: &[Running]) -> (String, Vec<String>) {
+    let (leaders, followers): (Vec<&Running>, Vec<&Running>) =
+        nodes.iter().partition(|n| n.raft.metrics().borrow().state.is_leader());
+    assert_eq!(leaders.len(), 1, "one leader");
+    (leaders[0].grpc_addr.to_string(), followers.iter().map(|n| n.grpc_addr.to_string()).collect())
+}
+
 /// Three in-process nodes on free ports of 127.0.0.1 forming one group, the
 /// leader elected.
 async fn start_group(dir: &std::path::Path) -> Vec<Running> {

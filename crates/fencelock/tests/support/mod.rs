@@ -30,7 +30,7 @@ pub struct Server {
     pub url: String,
     pub grpc_addr: SocketAddr,
     http_addr: SocketAddr,
-    _dir: tempfile::TempDir,
+    dir: tempfile::TempDir,
 }
 
 impl Server {
@@ -50,7 +50,7 @@ impl Server {
         let client = Client::connect(url.clone()).await.unwrap();
         client.describe("ready").await.expect("the server becomes ready");
         let (grpc_addr, http_addr) = (running.grpc_addr, running.http_addr);
-        Server { running: Some(running), url, grpc_addr, http_addr, _dir: dir }
+        Server { running: Some(running), url, grpc_addr, http_addr, dir }
     }
 
     /// The admin (HTTP) port's address.
@@ -86,6 +86,19 @@ impl Server {
             Err(s) if s.code() == tonic::Code::NotFound => false,
             Err(s) => panic!("keep-alive of lease {lease}: {s}"),
         }
+    }
+
+    /// Shuts the server down (gracefully) and starts it again on the same data
+    /// directory and ports, with the default test config; returns once it
+    /// serves again.
+    pub async fn restart(&mut self) {
+        within("server shutdown", self.running.take().unwrap().shutdown()).await;
+        let mut config = fencelock_server::Config::for_test(self.dir.path().join("data"));
+        config.grpc_listen = self.grpc_addr;
+        config.http_listen = self.http_addr;
+        self.running = Some(fencelock_server::start(config).await.unwrap());
+        let client = self.client().await;
+        within("the restarted server serves", client.describe("ready")).await.expect("the server serves again");
     }
 
     /// Graceful shutdown (bounded: a failing test must not hang here).

@@ -29,7 +29,8 @@ use super::Client;
 use crate::backend::native::guard::LockGuard;
 use crate::backend::native::proto::{acquire_all_of, single};
 use crate::backend::native::registry::LeaseHandle;
-use crate::backend::native::rpc::{new_request_id, request, Rpc};
+use crate::backend::native::rpc::Rpc;
+use crate::backend::native::wire::new_request_id;
 use crate::backend::Acquire;
 use crate::error::Error;
 use crate::lease::LeaseLost;
@@ -244,9 +245,9 @@ async fn acquire_once(
     let request_id = new_request_id();
     let mut attempts = 0u32;
     let resp = rpc
-        .call("acquire", deadline, |mut c, left| {
+        .send("acquire", deadline, || {
             attempts += 1;
-            let msg = pb::AcquireRequest {
+            pb::AcquireRequest {
                 request_id,
                 lease_id,
                 lock: names[0].to_string(),
@@ -261,9 +262,7 @@ async fn acquire_once(
                 once_per: opts.once_per.clone(),
                 also: names[1..].iter().map(|n| n.to_string()).collect(),
                 attempt: attempts,
-            };
-            let req = request(msg, left);
-            async move { c.acquire(req).await }
+            }
         })
         .await?;
     let outcome = acquire_all_of(resp, names)?;

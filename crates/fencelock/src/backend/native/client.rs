@@ -15,9 +15,11 @@ use super::{lease_rpc, Client, Inner};
 use crate::backend::native::acquire;
 use crate::backend::native::auth::Auth;
 use crate::backend::native::registry::Registry;
-use crate::backend::native::rpc::{new_request_id, request, Dial, Rpc, Servers};
+use crate::backend::native::rpc::{Dial, Rpc, Servers};
 use crate::backend::native::session::Session;
 use crate::backend::native::tls::ClientTls;
+use crate::backend::native::transport::Transport;
+use crate::backend::native::wire::{new_request_id, request};
 use crate::backend::tls::TlsFiles;
 use crate::backend::Acquire;
 use crate::backend::LockRequest;
@@ -44,6 +46,7 @@ pub struct ClientBuilder {
     tls: Option<ClientTls>,
     token: Option<String>,
     identity: Option<String>,
+    transport: Option<Transport>,
 }
 
 impl fmt::Debug for ClientBuilder {
@@ -58,6 +61,7 @@ impl fmt::Debug for ClientBuilder {
             // Never the token.
             .field("token", &self.token.as_ref().map(|_| "***"))
             .field("identity", &self.identity)
+            .field("transport", &self.transport)
             .finish()
     }
 }
@@ -126,6 +130,20 @@ impl ClientBuilder {
         self
     }
 
+    /// How acquires, releases, lease grants and keep-alives travel: [`Transport::Stream`]
+    /// (the default) sends them as small
+    /// messages on one long-lived `Session` stream per server connection,
+    /// shared by every lock and lease of the client, many in flight at once;
+    /// [`Transport::Unary`] makes one gRPC call each, for simple tools and
+    /// debugging. Both retry, time out, fail over and keep request ids by
+    /// the same rules (see the `transport` module). Other calls (revokes,
+    /// checks, describe, watches...) are unary either way. It replaces the
+    /// URL's `transport=stream|unary`.
+    pub fn transport(mut self, transport: Transport) -> Self {
+        self.transport = Some(transport);
+        self
+    }
+
     /// Connects to the first server of the list that answers. Fails with
     /// [`Error::InvalidArgument`] for a malformed URL or token, or the URL of
     /// another backend; [`Error::Security`] for a TLS file that cannot be
@@ -148,11 +166,16 @@ impl ClientBuilder {
             None => url_tls(&url)?,
         };
         let token = self.token.or_else(|| url.auth_token());
+        let transport = match (self.transport, url.param(Transport::PARAM)) {
+            (Some(t), _) => t,
+            (None, Some(p)) => Transport::from_param(p)?,
+            (None, None) => Transport::default(),
+        };
         let auth = Auth::new(token.as_deref())?;
         let urls = BackendUrl { tls: tls.is_some(), ..url }.native_endpoint_list();
         let dial = Dial { connect_timeout: self.connect_timeout, tls, auth };
         let servers = Servers::connect(urls, dial).await?;
-        let rpc = Rpc::new(servers, self.rpc_timeout, self.backoff);
+        let rpc = Rpc::new(servers, self.rpc_timeout, self.backoff, transport);
         let leases = Registry::new(rpc.clone(), tokio::runtime::Handle::current(), self.lease_linger);
         Ok(Client { inner: Arc::new(Inner { rpc, leases, identity: self.identity }) })
     }
@@ -184,6 +207,7 @@ impl Client {
             tls: None,
             token: None,
             identity: None,
+            transport: None,
         }
     }
 
@@ -191,6 +215,14 @@ impl Client {
     /// its list that answered, or the leader it was last sent to.
     pub fn server(&self) -> String {
         self.inner.rpc.server()
+    }
+
+    /// How many `Session` streams the client has opened for its locks and
+    /// leases ([`ClientBuilder::transport`]): one per server it talked to,
+    /// and one more each time a stream broke. Zero with [`Transport::Unary`].
+    /// For diagnostics and tests.
+    pub fn streams_opened(&self) -> u64 {
+        self.inner.rpc.streams_opened()
     }
 
     /// How many servers the client was given: more than one is a group it
@@ -274,12 +306,7 @@ impl Client {
     pub async fn release_raw(&self, name: &str, lease_id: u64, token: u64) -> Result<bool, Error> {
         let msg = pb::ReleaseRequest { request_id: new_request_id(), lease_id, lock: name.to_string(), token };
         let rpc = &self.inner.rpc;
-        let resp = rpc
-            .call("release", rpc.deadline(), |mut c, left| {
-                let req = request(msg.clone(), left);
-                async move { c.release(req).await }
-            })
-            .await;
+        let resp = rpc.send("release", rpc.deadline(), || msg.clone()).await;
         match resp {
             Ok(r) => Ok(r.released),
             Err(Error::LeaseNotFound(_)) => Ok(false),
@@ -412,8 +439,10 @@ impl Client {
         result
     }
 
-    /// Opens a [`Session`]: one bidirectional stream that carries many concurrent
-    /// operations. For high-rate callers; see [`Session`].
+    /// Opens a [`Session`]: a bidirectional stream of its own that carries many
+    /// concurrent operations, for callers that manage their own leases (no
+    /// watchdog, no guards, no retries); see [`Session`]. The client's own
+    /// locks need none: they already share one stream ([`ClientBuilder::transport`]).
     pub async fn session(&self) -> Result<Session, Error> {
         let identity = self.inner.identity.clone().unwrap_or_default();
         Session::open(self.inner.rpc.raw(), self.inner.rpc.rpc_timeout, identity).await

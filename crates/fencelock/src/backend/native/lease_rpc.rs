@@ -25,7 +25,8 @@ use fencelock_proto::v1::{GrantLeaseRequest, KeepAliveRequest, RevokeLeaseReques
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use super::rpc::{new_request_id, request, Rpc};
+use super::rpc::Rpc;
+use super::wire::{new_request_id, request};
 use crate::error::{Error, LeaseLost};
 use crate::lease::{renew_loop, LeaseCell, Renewed};
 use crate::types::{ms, to_ms};
@@ -35,8 +36,7 @@ use crate::types::{ms, to_ms};
 pub(crate) async fn grant(rpc: &Rpc, ttl: Duration, deadline: Instant) -> Result<(Arc<LeaseCell>, Instant), Error> {
     let msg = GrantLeaseRequest { request_id: new_request_id(), ttl_ms: to_ms(ttl) };
     let sent = Instant::now();
-    let resp =
-        rpc.call("grant_lease", deadline, |mut c, left| async move { c.grant_lease(request(msg, left)).await }).await?;
+    let resp = rpc.send("grant_lease", deadline, || msg).await?;
     if resp.lease_id == 0 {
         return Err(Error::Protocol("GrantLeaseResponse with lease id 0".into()));
     }
@@ -93,7 +93,7 @@ async fn watchdog(rpc: Rpc, cell: Arc<LeaseCell>, last_sent: Instant) {
 /// answer becomes an outcome).
 async fn keep_alive(rpc: &Rpc, cell: &LeaseCell, deadline: Instant) -> Result<Renewed, Error> {
     let msg = KeepAliveRequest { request_id: new_request_id(), lease_id: cell.id };
-    match rpc.call("keep_alive", deadline, |mut c, left| async move { c.keep_alive(request(msg, left)).await }).await {
+    match rpc.send("keep_alive", deadline, || msg).await {
         Ok(resp) => {
             cell.seen_term(resp.leader_term);
             Ok(Renewed::Confirmed((resp.ttl_ms > 0).then(|| ms(resp.ttl_ms))))

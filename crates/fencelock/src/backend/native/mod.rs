@@ -8,7 +8,9 @@
 //! importing one another: `client` (connecting, the plain RPCs), `acquire`
 //! (taking a lock), `guard` (a held lock), over `registry` (leases shared by
 //! TTL), `lease_rpc` (grant, revoke, the watchdog), `rpc` (deadlines,
-//! retries), `session` (the multiplexed stream), `auth` (the bearer token),
+//! retries), `transport` (the shared stream or unary calls under `rpc`),
+//! `mux` (one multiplexed stream), `session` (its public face), `wire` (the
+//! gRPC client type and request ids), `auth` (the bearer token),
 //! `tls` and `proto` (decoding answers).
 
 mod acquire;
@@ -17,17 +19,21 @@ mod client;
 mod election;
 mod guard;
 mod lease_rpc;
+mod mux;
 pub(crate) mod proto;
 mod registry;
 mod rpc;
 mod session;
 mod tls;
+mod transport;
 mod watch;
+mod wire;
 
 pub use auth::check_auth_token;
 pub use client::{ClientBuilder, DEFAULT_LEASE_LINGER, DEFAULT_RPC_TIMEOUT};
 pub use session::Session;
 pub use tls::ClientTls;
+pub use transport::Transport;
 
 use std::sync::Arc;
 use std::time::Duration;

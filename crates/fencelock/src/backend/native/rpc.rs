@@ -16,35 +16,31 @@
 //! next endpoint of the list. Retries keep their request id across servers, so
 //! a retry that reaches the new leader after a fail-over still never grants
 //! twice (the dedup memory is replicated state).
+//!
+//! [`Rpc::send`] is [`Rpc::call`] for the operations that may ride the
+//! client's shared stream (acquire, release, lease grant, keep-alive): each
+//! attempt goes over the [`Transport`] the client was built with (see
+//! [`super::transport`]), under the same loop, so both transports retry,
+//! time out and fail over by the same rules.
 
 use std::collections::HashMap;
 use std::future::Future;
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use fencelock_proto::v1::lock_client::LockClient;
 use tokio::time::Instant;
-use tonic::service::interceptor::InterceptedService;
 use tonic::transport::{Channel, Endpoint};
 use tonic::{Response, Status};
 
 use crate::backend::native::auth::Auth;
 use crate::backend::native::tls::ClientTls;
+use crate::backend::native::transport::{self, Conn, StreamOp, StreamSlot, Transport};
+use crate::backend::native::wire::Grpc;
 use crate::backoff::Backoff;
 use crate::error::{is_retryable, is_timeout, Error};
 use crate::metrics;
-
-/// A new random, non-zero request id for one logical request.
-pub(crate) fn new_request_id() -> u64 {
-    fastrand::u64(1..)
-}
-
-/// A request message with the attempt's time budget as its `grpc-timeout`.
-pub(crate) fn request<T>(msg: T, timeout: Duration) -> tonic::Request<T> {
-    let mut req = tonic::Request::new(msg);
-    req.set_timeout(timeout);
-    req
-}
 
 /// Metadata with which a follower names the leader's gRPC `host:port`.
 pub(crate) const LEADER_HEADER: &str = "fencelock-leader";
@@ -69,6 +65,8 @@ pub(crate) struct Servers {
     urls: Vec<String>,
     dial: Dial,
     now: Mutex<Current>,
+    /// Session streams opened so far, on every server.
+    streams_opened: Arc<AtomicU64>,
 }
 
 /// How to open a connection to a server.
@@ -80,10 +78,6 @@ pub(crate) struct Dial {
     /// The bearer token every call carries, if any (its `Debug` hides it).
     pub auth: Auth,
 }
-
-/// A gRPC client of one server. Every one is made by [`Dial::client`], so
-/// every call through it, unary or streaming, carries the token of [`Auth`].
-pub(crate) type Grpc = LockClient<InterceptedService<Channel, Auth>>;
 
 impl Dial {
     /// The gRPC client of a connection to one server.
@@ -99,6 +93,8 @@ struct Current {
     gen: u64,
     url: String,
     client: Grpc,
+    /// The shared stream to this server (opened on first use).
+    stream: Arc<StreamSlot>,
     /// One lazily connecting channel per server ever used.
     channels: HashMap<String, Channel>,
 }
@@ -181,8 +177,10 @@ impl Servers {
 
     fn with(urls: Vec<String>, dial: Dial, url: String, ch: Channel) -> Servers {
         let channels = HashMap::from([(url.clone(), ch.clone())]);
-        let now = Current { gen: 0, url, client: dial.client(ch), channels };
-        Servers { urls, dial, now: Mutex::new(now) }
+        let streams_opened = Arc::new(AtomicU64::new(0));
+        let stream = Arc::new(StreamSlot::new(streams_opened.clone()));
+        let now = Current { gen: 0, url, client: dial.client(ch), stream, channels };
+        Servers { urls, dial, now: Mutex::new(now), streams_opened }
     }
 
     /// One server, connected lazily (for tests).
@@ -197,6 +195,12 @@ impl Servers {
     fn current(&self) -> (u64, Grpc) {
         let now = self.now.lock().unwrap_or_else(|p| p.into_inner());
         (now.gen, now.client.clone())
+    }
+
+    /// The server talked to now, with its stream, and the generation.
+    fn conn(&self) -> (u64, Conn) {
+        let now = self.now.lock().unwrap_or_else(|p| p.into_inner());
+        (now.gen, Conn { grpc: now.client.clone(), stream: now.stream.clone() })
     }
 
     /// How many servers the client knows.
@@ -239,6 +243,8 @@ impl Servers {
         tracing::debug!(from = %now.url, to = %next, "fencelock: switching server");
         now.channels.insert(next.clone(), ch.clone());
         now.client = self.dial.client(ch);
+        // A new server, a new stream: the old one closes once its calls end.
+        now.stream = Arc::new(StreamSlot::new(self.streams_opened.clone()));
         now.url = next;
         now.gen += 1;
         true
@@ -271,11 +277,18 @@ pub(crate) struct Rpc {
     /// deadline beyond its wait).
     pub(crate) rpc_timeout: Duration,
     backoff: Backoff,
+    /// How [`Rpc::send`] sends.
+    transport: Transport,
 }
 
 impl Rpc {
-    pub(crate) fn new(servers: Servers, rpc_timeout: Duration, backoff: Backoff) -> Rpc {
-        Rpc { servers: std::sync::Arc::new(servers), rpc_timeout, backoff }
+    pub(crate) fn new(servers: Servers, rpc_timeout: Duration, backoff: Backoff, transport: Transport) -> Rpc {
+        Rpc { servers: Arc::new(servers), rpc_timeout, backoff, transport }
+    }
+
+    /// How many `Session` streams this client has opened.
+    pub(crate) fn streams_opened(&self) -> u64 {
+        self.servers.streams_opened.load(Ordering::Relaxed)
     }
 
     /// The server talked to now.
@@ -323,6 +336,27 @@ impl Rpc {
         F: FnMut(Grpc, Duration) -> Fut,
         Fut: Future<Output = Result<Response<T>, Status>>,
     {
+        self.retry(op, deadline, |conn, left| attempt(conn.grpc, left)).await
+    }
+
+    /// [`Rpc::call`] of a request that may ride the shared stream: each
+    /// attempt sends the message `build` makes for it (with the same request
+    /// id every time) over the client's [`Transport`].
+    pub(crate) async fn send<M, B>(&self, op: &'static str, deadline: Instant, mut build: B) -> Result<M::Reply, Error>
+    where
+        M: StreamOp,
+        B: FnMut() -> M,
+    {
+        let via = self.transport;
+        self.retry(op, deadline, |conn, left| transport::attempt(via, conn, build(), left)).await
+    }
+
+    /// The retry loop of [`Rpc::call`] and [`Rpc::send`].
+    async fn retry<T, F, Fut>(&self, op: &'static str, deadline: Instant, mut attempt: F) -> Result<T, Error>
+    where
+        F: FnMut(Conn, Duration) -> Fut,
+        Fut: Future<Output = Result<Response<T>, Status>>,
+    {
         let (mut retries, mut jumps, mut hops) = (0u32, 0u32, 0usize);
         let mut last: Option<Status> = None;
         loop {
@@ -330,7 +364,7 @@ impl Rpc {
             if left.is_zero() {
                 return Err(exhausted(last));
             }
-            let (gen, client) = self.servers.current();
+            let (gen, client) = self.servers.conn();
             let budget = self.attempt_budget(op, left);
             let partial = budget < left;
             let status = match tokio::time::timeout(budget, attempt(client, budget)).await {
@@ -394,7 +428,7 @@ mod tests {
     fn rpc() -> Rpc {
         // Never connected: the tests below never touch the channel.
         let backoff = Backoff { initial: Duration::from_millis(1), max: Duration::from_millis(4) };
-        Rpc::new(Servers::lazy(&["http://127.0.0.1:1"]), Duration::from_secs(5), backoff)
+        Rpc::new(Servers::lazy(&["http://127.0.0.1:1"]), Duration::from_secs(5), backoff, Transport::Unary)
     }
 
     fn not_leader(leader: &str) -> Status {
@@ -428,7 +462,8 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_not_leader_answer_is_retried_on_the_leader_at_once() {
         let backoff = Backoff { initial: Duration::from_secs(1), max: Duration::from_secs(1) };
-        let rpc = Rpc::new(Servers::lazy(&["http://a:1", "http://b:2"]), Duration::from_secs(5), backoff);
+        let rpc =
+            Rpc::new(Servers::lazy(&["http://a:1", "http://b:2"]), Duration::from_secs(5), backoff, Transport::Unary);
         let calls = AtomicU32::new(0);
         let start = Instant::now();
         let got = rpc
@@ -453,7 +488,8 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_hung_server_costs_half_the_time_then_the_next_one_answers() {
         let backoff = Backoff { initial: Duration::from_millis(1), max: Duration::from_millis(1) };
-        let rpc = Rpc::new(Servers::lazy(&["http://a:1", "http://b:2"]), Duration::from_secs(5), backoff);
+        let rpc =
+            Rpc::new(Servers::lazy(&["http://a:1", "http://b:2"]), Duration::from_secs(5), backoff, Transport::Unary);
         let calls = AtomicU32::new(0);
         let start = Instant::now();
         let got = rpc
@@ -476,11 +512,6 @@ mod tests {
         assert_eq!(rpc.attempt_budget("acquire", Duration::from_secs(4)), Duration::from_secs(4));
         assert_eq!(rpc.attempt_budget("keep_alive", Duration::from_millis(300)), Duration::from_millis(250));
         assert_eq!(rpc.attempt_budget("keep_alive", Duration::from_millis(100)), Duration::from_millis(100));
-    }
-
-    #[test]
-    fn request_ids_are_never_zero() {
-        assert!((0..10_000).all(|_| new_request_id() != 0));
     }
 
     #[tokio::test]
@@ -520,8 +551,12 @@ mod tests {
     #[tokio::test]
     async fn does_not_retry_an_auth_refusal() {
         for status in [Status::unauthenticated("no token"), Status::permission_denied("not yours")] {
-            let rpc =
-                Rpc::new(Servers::lazy(&["http://a:1", "http://b:2"]), Duration::from_secs(5), Backoff::default());
+            let rpc = Rpc::new(
+                Servers::lazy(&["http://a:1", "http://b:2"]),
+                Duration::from_secs(5),
+                Backoff::default(),
+                Transport::Unary,
+            );
             let calls = AtomicU32::new(0);
             let got: Result<(), _> = rpc
                 .call("test", Instant::now() + Duration::from_secs(5), |_, _| {

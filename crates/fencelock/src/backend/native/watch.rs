@@ -52,7 +52,7 @@ impl Client {
         let msg = Selected::Name(name.to_string()).request(None);
         let mut stream = rpc
             .call("watch", rpc.deadline(), |mut c, left| {
-                let req = super::rpc::request(msg.clone(), left);
+                let req = super::wire::request(msg.clone(), left);
                 async move { c.watch(req).await }
             })
             .await?;
@@ -116,7 +116,7 @@ async fn run(rpc: Rpc, selected: Selected, mut next: Option<Revision>, out: Out)
 
 /// One `Watch` call, until it ends; whether it handed on anything.
 async fn stream_once(
-    mut client: super::rpc::Grpc,
+    mut client: super::wire::Grpc,
     selected: &Selected,
     next: &mut Option<Revision>,
     out: &Out,

@@ -1,0 +1,40 @@
+//! What every layer of the native client puts on the wire: the gRPC client of
+//! one server, request ids, and a request's `grpc-timeout`.
+//!
+//! Where it sits: at the bottom, under the stream ([`super::mux`]), the
+//! transports ([`super::transport`]) and the retries ([`super::rpc`]), so that
+//! none of them imports another for these.
+
+use std::time::Duration;
+
+use fencelock_proto::v1::lock_client::LockClient;
+use tonic::service::interceptor::InterceptedService;
+use tonic::transport::Channel;
+
+use crate::backend::native::auth::Auth;
+
+/// A gRPC client of one server. Every one is made by `rpc::Dial::client`, so
+/// every call through it, unary or streaming, carries the token of [`Auth`].
+pub(crate) type Grpc = LockClient<InterceptedService<Channel, Auth>>;
+
+/// A new random, non-zero request id for one logical request.
+pub(crate) fn new_request_id() -> u64 {
+    fastrand::u64(1..)
+}
+
+/// A request message with the attempt's time budget as its `grpc-timeout`.
+pub(crate) fn request<T>(msg: T, timeout: Duration) -> tonic::Request<T> {
+    let mut req = tonic::Request::new(msg);
+    req.set_timeout(timeout);
+    req
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn request_ids_are_never_zero() {
+        assert!((0..10_000).all(|_| new_request_id() != 0));
+    }
+}
