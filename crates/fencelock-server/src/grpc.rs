@@ -56,13 +56,35 @@ impl LockService {
     }
 
     /// Who sent `r` (its `authorization` metadata, or its connection's client
-    /// certificate); a session is authenticated once, when it opens.
+    /// certificate).
     fn who<T>(&self, r: &Request<T>) -> Result<Who, Status> {
-        let token = r.metadata().get("authorization").map(|v| v.to_str().unwrap_or("\u{fffd}"));
+        Credentials::of(r).authenticate(&self.auth, &self.ops)
+    }
+}
+
+/// What a call presented to authenticate: kept by a session stream, which
+/// authenticates each of its operations with them against the auth file as
+/// it is then, as a unary call is (a token removed from the file, or an
+/// identity whose rules changed, takes effect on open streams too).
+#[derive(Clone)]
+struct Credentials {
+    token: Option<String>,
+    cn: Option<Arc<str>>,
+    remote: Option<std::net::SocketAddr>,
+}
+
+impl Credentials {
+    fn of<T>(r: &Request<T>) -> Credentials {
+        let token = r.metadata().get("authorization").map(|v| v.to_str().unwrap_or("\u{fffd}").to_string());
         let info = r.extensions().get::<ConnInfo>();
-        let cn = info.and_then(|c| c.client_cn.as_deref());
+        let cn = info.and_then(|c| c.client_cn.clone());
         let remote = info.and_then(|c| c.remote);
-        self.auth.authenticate(token, cn).map(|w| w.at(remote)).map_err(|e| self.ops.unauthenticated(remote, e))
+        Credentials { token, cn, remote }
+    }
+
+    fn authenticate(&self, auth: &Auth, ops: &Ops) -> Result<Who, Status> {
+        let who = auth.authenticate(self.token.as_deref(), self.cn.as_deref());
+        who.map(|w| w.at(self.remote)).map_err(|e| ops.unauthenticated(self.remote, e))
     }
 }
 
@@ -143,9 +165,11 @@ impl lock_server::Lock for LockService {
         &self,
         r: Request<Streaming<pb::SessionRequest>>,
     ) -> Result<Response<Self::SessionStream>, Status> {
-        let who = self.who(&r)?;
+        let credentials = Credentials::of(&r);
+        credentials.authenticate(&self.auth, &self.ops)?;
         let (tx, rx) = mpsc::channel(SESSION_BUFFER);
-        tokio::spawn(Session::new(self.ops.clone(), who, tx).run(r.into_inner(), self.stop.clone()));
+        let session = Session::new(self.ops.clone(), (self.auth.clone(), credentials), tx);
+        tokio::spawn(session.run(r.into_inner(), self.stop.clone()));
         Ok(Response::new(ReceiverStream::new(rx)))
     }
 
@@ -176,7 +200,9 @@ type Out = mpsc::Sender<Result<pb::SessionResponse, Status>>;
 /// aborted, which cancels their queued acquires (see `DriverHandle::acquire`).
 struct Session {
     ops: Ops,
-    who: Who,
+    /// Checks each operation's caller (see [`Credentials`]).
+    auth: Arc<Auth>,
+    credentials: Credentials,
     out: Out,
     tasks: JoinSet<u64>,
     /// Acquires in flight by op_id: (request id, lease, first lock), for
@@ -186,8 +212,13 @@ struct Session {
 }
 
 impl Session {
-    fn new(ops: Ops, who: Who, out: Out) -> Self {
-        Self { ops, who, out, tasks: JoinSet::new(), acquires: HashMap::new() }
+    fn new(ops: Ops, (auth, credentials): (Arc<Auth>, Credentials), out: Out) -> Self {
+        Self { ops, auth, credentials, out, tasks: JoinSet::new(), acquires: HashMap::new() }
+    }
+
+    /// Who sends the stream's next operation, as the auth file says now.
+    fn who(&self) -> Result<Who, Status> {
+        self.credentials.authenticate(&self.auth, &self.ops)
     }
 
     async fn run(mut self, mut inbound: Streaming<pb::SessionRequest>, mut stop: watch::Receiver<bool>) {
@@ -216,7 +247,14 @@ impl Session {
         if let Op::Cancel(c) = op {
             return self.cancel(op_id, c.op_id);
         }
-        let (ops, who) = (self.ops.clone(), self.who.clone());
+        let who = match self.who() {
+            Ok(who) => who,
+            Err(refused) => {
+                self.spawn_reply(op_id, async move { Err(refused) });
+                return;
+            }
+        };
+        let ops = self.ops.clone();
         let acquire_key = match &op {
             Op::Acquire(a) => Some((a.request_id, a.lease_id, a.lock.clone())),
             _ => None,
@@ -227,13 +265,22 @@ impl Session {
         }
     }
 
+    /// Withdraws the acquire `target`: its task is aborted, which cancels its
+    /// wait in the driver whoever asks; the `CancelWait` sent here besides (it
+    /// answers whether a grant was released) needs the caller's credentials.
     fn cancel(&mut self, op_id: u64, target: u64) {
-        let (ops, who) = (self.ops.clone(), self.who.clone());
         let Some((req, lease, lock, abort)) = self.acquires.remove(&target) else {
             self.spawn_reply(op_id, async move { Ok(R::Cancel(pb::CancelResponse { released: false })) });
             return;
         };
         abort.abort();
+        let (ops, who) = match self.who() {
+            Ok(who) => (self.ops.clone(), who),
+            Err(refused) => {
+                self.spawn_reply(op_id, async move { Err(refused) });
+                return;
+            }
+        };
         self.spawn_reply(op_id, async move { ops.cancel_wait(&who, req, lease, lock).await.map(R::Cancel) });
     }
 

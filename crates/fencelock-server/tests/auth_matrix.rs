@@ -517,6 +517,55 @@ async fn a_token_added_to_the_file_works_without_a_restart() {
     node.running.shutdown().await;
 }
 
+/// INV-9 on a stream: a session stream authenticates each operation against
+/// the auth file as it is then, as unary calls do. A token removed from the
+/// file stops working on a stream opened with it (the client library sends
+/// its locks over such a stream by default).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_removed_from_the_file_stops_working_on_an_open_session_stream() {
+    let node = start_node().await;
+    let before = std::fs::read_to_string(node.file("auth.toml")).unwrap();
+    let mut text = before.clone();
+    let late = add_token(&mut text, "late", "worker");
+    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+    std::fs::write(node.file("auth.toml"), text).unwrap();
+    let mut c = node.with_token(&late).await;
+    for _ in 0..100 {
+        if grant(&mut c).await.is_ok() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let (tx, rx) = tokio::sync::mpsc::channel(4);
+    let mut replies = c.session(tokio_stream::wrappers::ReceiverStream::new(rx)).await.unwrap().into_inner();
+    let mut op_id = 0;
+    let mut grant_on_stream = || {
+        op_id += 1;
+        let op =
+            pb::session_request::Op::GrantLease(pb::GrantLeaseRequest { request_id: request_id(), ttl_ms: 60_000 });
+        pb::SessionRequest { op_id, op: Some(op) }
+    };
+    tx.send(grant_on_stream()).await.unwrap();
+    let first = replies.message().await.unwrap().unwrap().result.unwrap();
+    assert!(matches!(first, pb::session_response::Result::GrantLease(_)), "{first:?}");
+    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+    std::fs::write(node.file("auth.toml"), before).unwrap();
+    let mut refused = None;
+    for _ in 0..100 {
+        tx.send(grant_on_stream()).await.unwrap();
+        match replies.message().await.unwrap().unwrap().result.unwrap() {
+            pb::session_response::Result::Error(e) => {
+                refused = Some(e);
+                break;
+            }
+            _ => tokio::time::sleep(std::time::Duration::from_millis(50)).await,
+        }
+    }
+    let refused = refused.expect("the removed token still worked on the stream after 5 s");
+    assert_eq!(refused.code, Code::Unauthenticated as i32, "{refused:?}");
+    node.running.shutdown().await;
+}
+
 /// The audit log (issue 15, part 5): a denied call, an unauthenticated one,
 /// a refused and an accepted policy change and a snapshot each leave one JSON
 /// line with the identity, where it came from, the verb, the object and the
