@@ -112,6 +112,17 @@ impl Recording {
     }
 }
 
+/// A recording dropped before it finished (its run failed, or `stop` could
+/// not signal perf) ends perf, so no `perf record` outlives the bench.
+impl Drop for Recording {
+    fn drop(&mut self) {
+        if matches!(self.perf.try_wait(), Ok(None)) {
+            let _ = self.perf.kill();
+            let _ = self.perf.wait();
+        }
+    }
+}
+
 /// `perf script` text → folded stacks (`comm;outer;…;inner weight` per line,
 /// the weight the summed periods of the samples: CPU nanoseconds).
 fn fold(script: &Path, folded: &Path) -> anyhow::Result<()> {
