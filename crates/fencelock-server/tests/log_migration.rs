@@ -10,50 +10,12 @@
 //!   refuses it from then on (the move is one way).
 
 use std::path::Path;
-use std::time::Duration;
 
 use fencelock_proto::v1::{self as pb, acquire_response::Outcome};
-use fencelock_server::{Config, LogEngine, Running};
+use fencelock_server::LogEngine;
 
 mod support;
-use support::{lease, request_id, Client};
-
-fn config(dir: &Path, log: LogEngine) -> Config {
-    let mut c = Config::for_test(dir.join("data"));
-    c.log = log;
-    c.snapshot_every = 100;
-    c
-}
-
-/// Starts a node on `config`, retrying while the previous one in this process
-/// still holds the data dir (openraft drops its storage from its own tasks).
-async fn try_start(config: &Config) -> Result<Running, fencelock_server::ServerError> {
-    for _ in 0..200 {
-        match fencelock_server::start(config.clone()).await {
-            Err(e) if format!("{e:?}").contains("already in use") => {}
-            other => return other,
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    fencelock_server::start(config.clone()).await
-}
-
-async fn start(config: &Config) -> (Running, Client) {
-    let running = try_start(config).await.unwrap_or_else(|e| panic!("server start: {e:?}"));
-    let client = Client::connect(format!("http://{}", running.grpc_addr)).await.expect("connect");
-    (running, client)
-}
-
-/// `e` and its sources, one after the other.
-fn chain(e: &dyn std::error::Error) -> String {
-    let mut out = e.to_string();
-    let mut next = e.source();
-    while let Some(s) = next {
-        out = format!("{out}: {s}");
-        next = s.source();
-    }
-    out
-}
+use support::{error_chain, lease, on_log, request_id, start_config, try_start_config, Client};
 
 /// What an acquire of `lock` by `lease_id` without waiting got.
 async fn try_acquire(c: &mut Client, lease_id: u64, lock: &str) -> Option<Outcome> {
@@ -87,7 +49,7 @@ async fn inv2_a_redb_node_restarted_on_the_segment_log_keeps_its_locks_and_token
     const GRANTS: usize = 150; // past `snapshot_every`: the moved log starts after a snapshot
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
-    let (running, mut c) = start(&config(dir.path(), LogEngine::Redb)).await;
+    let (running, mut c) = start_config(&on_log(dir.path(), LogEngine::Redb)).await;
     let held_by = lease(&mut c, 600_000).await;
     let mut tokens = Vec::new();
     for i in 0..GRANTS {
@@ -99,7 +61,7 @@ async fn inv2_a_redb_node_restarted_on_the_segment_log_keeps_its_locks_and_token
     running.shutdown().await;
     assert_eq!(segments(&data.join("wal")), 0, "the log is in redb");
 
-    let (running, mut c) = start(&config(dir.path(), LogEngine::Segment)).await;
+    let (running, mut c) = start_config(&on_log(dir.path(), LogEngine::Segment)).await;
     let other = lease(&mut c, 600_000).await; // once the node serves again
     for i in [0, GRANTS / 2, GRANTS - 1] {
         let lock = format!("lock-{i}");
@@ -114,8 +76,8 @@ async fn inv2_a_redb_node_restarted_on_the_segment_log_keeps_its_locks_and_token
 
     // (The refused start waits until the node just stopped lets go of the
     // data dir, and closes it again: then check-data can open it.)
-    let refused = try_start(&config(dir.path(), LogEngine::Redb)).await;
-    let err = chain(&refused.err().expect("the redb engine must refuse the moved data dir"));
+    let refused = try_start_config(&on_log(dir.path(), LogEngine::Redb)).await;
+    let err = error_chain(&refused.err().expect("the redb engine must refuse the moved data dir"));
     assert!(err.contains("log = \"segment\"") && err.contains("snapshot restore"), "{err}");
     let report = fencelock_server::raft::check::check_data(&data).expect("check-data passes on the moved data dir");
     assert!(report.last_index > last_index, "check-data reads the moved log: {report:?}");

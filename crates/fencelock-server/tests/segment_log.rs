@@ -7,51 +7,11 @@
 //! - A data dir keeps its log engine: started with the other one, it is
 //!   refused, never served from an empty log.
 
-use std::path::Path;
-use std::time::Duration;
-
 use fencelock_proto::v1::{self as pb, acquire_response::Outcome};
-use fencelock_server::{Config, LogEngine, Running};
+use fencelock_server::LogEngine;
 
 mod support;
-use support::{lease, request_id, Client};
-
-fn config(dir: &Path, log: LogEngine) -> Config {
-    let mut c = Config::for_test(dir.join("data"));
-    c.log = log;
-    c.snapshot_every = 100;
-    c
-}
-
-/// Starts a node on `config`, retrying while the previous one in this process
-/// still holds the data dir (openraft drops its storage from its own tasks).
-async fn try_start(config: &Config) -> Result<Running, fencelock_server::ServerError> {
-    for _ in 0..200 {
-        match fencelock_server::start(config.clone()).await {
-            Err(e) if format!("{e:?}").contains("already in use") => {}
-            other => return other,
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    fencelock_server::start(config.clone()).await
-}
-
-async fn start(config: &Config) -> (Running, Client) {
-    let running = try_start(config).await.unwrap_or_else(|e| panic!("server start: {e:?}"));
-    let client = Client::connect(format!("http://{}", running.grpc_addr)).await.expect("connect");
-    (running, client)
-}
-
-/// `e` and its sources, one after the other.
-fn chain(e: &dyn std::error::Error) -> String {
-    let mut out = e.to_string();
-    let mut next = e.source();
-    while let Some(s) = next {
-        out = format!("{out}: {s}");
-        next = s.source();
-    }
-    out
-}
+use support::{error_chain, lease, on_log, request_id, start_config, try_start_config, Client};
 
 /// The token of a grant of the free lock `lock`.
 async fn token(c: &mut Client, lease_id: u64, lock: &str) -> u64 {
@@ -71,8 +31,8 @@ async fn holder_token(c: &mut Client, lock: &str) -> Option<u64> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn inv2_a_node_on_the_segment_log_restarts_and_tokens_go_on() {
     let dir = tempfile::tempdir().unwrap();
-    let cfg = config(dir.path(), LogEngine::Segment);
-    let (running, mut c) = start(&cfg).await;
+    let cfg = on_log(dir.path(), LogEngine::Segment);
+    let (running, mut c) = start_config(&cfg).await;
     let l = lease(&mut c, 600_000).await;
 
     // Grant until the log has been purged behind a snapshot (past the 1000
@@ -91,11 +51,11 @@ async fn inv2_a_node_on_the_segment_log_restarts_and_tokens_go_on() {
     assert!(dir.path().join("data/wal").read_dir().unwrap().count() > 0, "the log is in wal/");
 
     // Started with the other engine, the data dir is refused.
-    let refused = try_start(&config(dir.path(), LogEngine::Redb)).await;
-    let err = chain(&refused.err().expect("the redb engine must refuse a segment data dir"));
+    let refused = try_start_config(&on_log(dir.path(), LogEngine::Redb)).await;
+    let err = error_chain(&refused.err().expect("the redb engine must refuse a segment data dir"));
     assert!(err.contains("log = \"segment\""), "{err}");
 
-    let (running, mut c) = start(&cfg).await;
+    let (running, mut c) = start_config(&cfg).await;
     let l2 = lease(&mut c, 600_000).await; // once the node serves again
     assert_eq!(holder_token(&mut c, &format!("lock-{}", i - 1)).await, Some(last), "the last grant survived");
     assert_eq!(holder_token(&mut c, "lock-0").await.map(|t| t > 0), Some(true), "the first grant survived");
@@ -120,9 +80,9 @@ async fn bench_grants_redb_against_segment() {
     let base = std::env::var_os("FENCELOCK_BENCH_DIR").map(std::path::PathBuf::from).unwrap_or_else(std::env::temp_dir);
     for log in [LogEngine::Redb, LogEngine::Segment, LogEngine::Redb, LogEngine::Segment] {
         let dir = tempfile::tempdir_in(&base).unwrap();
-        let mut cfg = config(dir.path(), log);
+        let mut cfg = on_log(dir.path(), log);
         cfg.snapshot_every = 20_000;
-        let (running, mut c) = start(&cfg).await;
+        let (running, mut c) = start_config(&cfg).await;
         let l = lease(&mut c, 600_000).await;
         let t = std::time::Instant::now();
         let tasks: Vec<_> = (0..CLIENTS)

@@ -49,17 +49,47 @@ pub fn request_id() -> u64 {
 /// still be held for a moment (openraft drops its storage from its own tasks), so
 /// "already in use" is retried for a while.
 pub async fn start(dir: &Path) -> (Running, Client) {
-    let mut tries = 0;
-    let running = loop {
-        match fencelock_server::start(Config::for_test(dir.join("data"))).await {
-            Ok(r) => break r,
-            Err(e) if tries < 100 && still_held(&e) => tries += 1,
-            Err(e) => panic!("server start: {e:?}"),
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    start_config(&Config::for_test(dir.join("data"))).await
+}
+
+/// [`start`] with `config`.
+pub async fn start_config(config: &Config) -> (Running, Client) {
+    let running = try_start_config(config).await.unwrap_or_else(|e| panic!("server start: {e:?}"));
     let client = LockClient::connect(format!("http://{}", running.grpc_addr)).await.expect("connect");
     (running, client)
+}
+
+/// Starts a server on `config`, retrying "already in use" for a while (see
+/// [`start`]); any other refusal is returned.
+pub async fn try_start_config(config: &Config) -> Result<Running, fencelock_server::ServerError> {
+    for _ in 0..100 {
+        match fencelock_server::start(config.clone()).await {
+            Err(e) if still_held(&e) => {}
+            other => return other,
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    fencelock_server::start(config.clone()).await
+}
+
+/// The test config on `dir/data` with the Raft log in `log`, snapshotting
+/// every 100 entries (so that restarts replay a snapshot and a log).
+pub fn on_log(dir: &Path, log: fencelock_server::LogEngine) -> Config {
+    let mut c = Config::for_test(dir.join("data"));
+    c.log = log;
+    c.snapshot_every = 100;
+    c
+}
+
+/// `e` and its sources, one after the other.
+pub fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut next = e.source();
+    while let Some(s) = next {
+        out = format!("{out}: {s}");
+        next = s.source();
+    }
+    out
 }
 
 /// A new lease, retried while the node is not serving yet (leader election and
