@@ -37,14 +37,12 @@
 //! [`crate::raft::log_store::check_engine`].
 
 use std::path::Path;
-use std::sync::Arc;
 
 use openraft::LogId;
 use redb::{Database, Durability, ReadableDatabase, ReadableTable};
 
-use super::files::{LogFiles, RealFiles};
 use super::segments::{Rec, Segments};
-use super::{Options, WalError, WAL_DIR};
+use super::{files_of, Options, WalError, WAL_DIR};
 use crate::raft::check::check_entry;
 use crate::raft::log_store::{self, DbError, KEY_COMMITTED, KEY_LAST_PURGED, KEY_LOG_ENGINE, LOG, META};
 use crate::raft::NodeId;
@@ -92,11 +90,6 @@ pub fn migrate(db: &Database, dir: &Path, seams: &Seams) -> Result<Migrated, DbE
         );
     }
     Ok(moved)
-}
-
-/// The files seam of `seams`, else the real file system (as [`super::Wal::open`]).
-fn files_of(seams: &Seams) -> Arc<dyn LogFiles> {
-    seams.log_files.clone().unwrap_or_else(|| Arc::new(RealFiles))
 }
 
 fn io_err<'a>(what: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> DbError + 'a {

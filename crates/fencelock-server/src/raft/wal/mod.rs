@@ -146,13 +146,17 @@ pub struct Wal {
     durable_end: Arc<AtomicU64>,
 }
 
+/// The log's file IO: `seams.log_files` if plugged, else the real file system.
+pub(crate) fn files_of(seams: &Seams) -> Arc<dyn LogFiles> {
+    seams.log_files.clone().unwrap_or_else(|| Arc::new(RealFiles))
+}
+
 impl Wal {
     /// Opens (creating if needed) the log in `dir`, skipping the entries at or
     /// before `last_purged`, and starts its thread. File IO goes through
     /// `seams.log_files` if plugged, else [`RealFiles`].
     pub fn open(dir: &Path, opts: Options, last_purged: Option<u64>, seams: &Seams) -> Result<Wal, WalError> {
-        let files: Arc<dyn LogFiles> = seams.log_files.clone().unwrap_or_else(|| Arc::new(RealFiles));
-        let (segs, entries) = segments::Segments::open(dir, files, opts.segment_bytes, last_purged)?;
+        let (segs, entries) = segments::Segments::open(dir, files_of(seams), opts.segment_bytes, last_purged)?;
         let end = entries.last().map(|e| e.log_id.index + 1).or(last_purged.map(|p| p + 1)).unwrap_or(0);
         let durable_end = Arc::new(AtomicU64::new(end));
         let mem = entries.into_iter().map(|e| (e.log_id.index, e)).collect();
