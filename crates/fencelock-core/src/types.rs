@@ -351,6 +351,27 @@ pub struct Acquire {
 }
 
 impl Acquire {
+    /// The plain acquire: `lock`, exclusive, waiting up to `wait_ms`, with no
+    /// lock-delay, identity, value, hold or slot. Others are this with fields
+    /// changed (`Acquire { mode: Mode::Shared, ..Acquire::exclusive(…) }`).
+    pub fn exclusive(req: RequestId, lease: LeaseId, lock: impl Into<String>, wait_ms: u64) -> Acquire {
+        Acquire {
+            req,
+            lease,
+            lock: lock.into(),
+            wait_ms,
+            lock_delay_ms: 0,
+            identity: String::new(),
+            value: Vec::new(),
+            mode: Mode::Exclusive,
+            weight: 1,
+            permits: 0,
+            hold_at_least_ms: 0,
+            once_per: String::new(),
+            also: Vec::new(),
+        }
+    }
+
     /// Whether this is a multi-acquire (it names [`Acquire::also`]).
     pub fn is_multi(&self) -> bool {
         !self.also.is_empty()

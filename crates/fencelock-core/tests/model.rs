@@ -615,21 +615,7 @@ impl Run {
 
 /// An exclusive acquire of `lock` by `lease` naming its lease as identity.
 fn plain_acquire(req: RequestId, lease: LeaseId, lock: &str, wait_ms: u64) -> Acquire {
-    Acquire {
-        req,
-        lease,
-        lock: lock.to_string(),
-        wait_ms,
-        lock_delay_ms: 0,
-        identity: reference::identity_of(lease.0),
-        value: Vec::new(),
-        mode: Mode::Exclusive,
-        weight: 1,
-        permits: 0,
-        hold_at_least_ms: 0,
-        once_per: String::new(),
-        also: Vec::new(),
-    }
+    Acquire { identity: reference::identity_of(lease.0), ..Acquire::exclusive(req, lease, lock, wait_ms) }
 }
 
 /// The mode, weight and permits of an acquire of `LOCKS[pick]` shaped `s`.

@@ -234,21 +234,7 @@ mod tests {
         let mut cmds = vec![];
         for i in 1..=n {
             cmds.push(by(name, Command::GrantLease { req: RequestId(i), ttl_ms: 60_000, id: None }));
-            let acq = Acquire {
-                req: RequestId(i),
-                lease: LeaseId(i),
-                lock: format!("l{i}"),
-                wait_ms: 0,
-                lock_delay_ms: 0,
-                identity: String::new(),
-                value: Vec::new(),
-                mode: fencelock_core::Mode::Exclusive,
-                weight: 1,
-                permits: 0,
-                hold_at_least_ms: 0,
-                once_per: String::new(),
-                also: Vec::new(),
-            };
+            let acq = Acquire::exclusive(RequestId(i), LeaseId(i), format!("l{i}"), 0);
             cmds.push(by(name, Command::Acquire(acq)));
         }
         e.step(&Input::Batch { now: 0, cmds });

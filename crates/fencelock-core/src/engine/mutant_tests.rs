@@ -15,22 +15,7 @@ fn lease(req: u64, ttl_ms: u64) -> Command {
 }
 
 fn acq(req: u64, lease: u64, lock: &str, wait_ms: u64) -> Command {
-    let lock = lock.to_string();
-    Command::Acquire(Acquire {
-        req: RequestId(req),
-        lease: LeaseId(lease),
-        lock,
-        wait_ms,
-        lock_delay_ms: 0,
-        identity: String::new(),
-        value: Vec::new(),
-        mode: Mode::Exclusive,
-        weight: 1,
-        permits: 0,
-        hold_at_least_ms: 0,
-        once_per: String::new(),
-        also: Vec::new(),
-    })
+    Command::Acquire(Acquire::exclusive(RequestId(req), LeaseId(lease), lock, wait_ms))
 }
 
 fn rel(req: u64, lease: u64, lock: &str, token: u64) -> Command {

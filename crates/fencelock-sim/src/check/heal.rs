@@ -173,7 +173,7 @@ fn quiet_parts(r: &Report, stretches: &[(Millis, Millis)]) -> Vec<(Millis, Milli
 
 #[cfg(test)]
 mod tests {
-    use fencelock_core::{Acquire, Command, Input, LeaseId, Mode, Reply, RequestId, Token};
+    use fencelock_core::{Acquire, Command, Input, LeaseId, Reply, RequestId, Token};
 
     use super::*;
     use crate::{
@@ -215,21 +215,7 @@ mod tests {
 
         fn acquire(&mut self, now: Millis, lease: u64, lock: &str, wait_ms: u64) -> Reply {
             self.req += 1;
-            let a = Acquire {
-                req: RequestId(self.req),
-                lease: LeaseId(lease),
-                lock: lock.to_string(),
-                wait_ms,
-                lock_delay_ms: 0,
-                identity: String::new(),
-                value: Vec::new(),
-                mode: Mode::Exclusive,
-                weight: 1,
-                permits: 0,
-                hold_at_least_ms: 0,
-                once_per: String::new(),
-                also: Vec::new(),
-            };
+            let a = Acquire::exclusive(RequestId(self.req), LeaseId(lease), lock, wait_ms);
             self.batch(now, vec![Command::Acquire(a)]).remove(0)
         }
 

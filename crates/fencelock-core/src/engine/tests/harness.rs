@@ -40,22 +40,7 @@ pub fn revoke(req: u64, lease: u64) -> Command {
 
 /// Acquire `lock` for `lease`, waiting up to `wait_ms`, with lock-delay `delay`.
 pub fn acq(req: u64, lease: u64, lock: &str, wait_ms: u64, delay: u64) -> Command {
-    let lock = lock.to_string();
-    Command::Acquire(Acquire {
-        req: r(req),
-        lease: l(lease),
-        lock,
-        wait_ms,
-        lock_delay_ms: delay,
-        identity: String::new(),
-        value: Vec::new(),
-        mode: Mode::Exclusive,
-        weight: 1,
-        permits: 0,
-        hold_at_least_ms: 0,
-        once_per: String::new(),
-        also: Vec::new(),
-    })
+    Command::Acquire(Acquire { lock_delay_ms: delay, ..Acquire::exclusive(r(req), l(lease), lock, wait_ms) })
 }
 
 pub fn rel(req: u64, lease: u64, lock: &str, token: u64) -> Command {

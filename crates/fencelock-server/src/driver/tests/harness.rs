@@ -68,21 +68,7 @@ pub fn request(id: u32, cmd: Command) -> E {
 }
 
 pub fn acquire_cmd(lease: u64, req: u64, lock: &str) -> Command {
-    Command::Acquire(Acquire {
-        req: RequestId(req),
-        lease: LeaseId(lease),
-        lock: lock.into(),
-        wait_ms: 1000,
-        lock_delay_ms: 0,
-        identity: String::new(),
-        value: Vec::new(),
-        mode: fencelock_core::Mode::Exclusive,
-        weight: 1,
-        permits: 0,
-        hold_at_least_ms: 0,
-        once_per: String::new(),
-        also: Vec::new(),
-    })
+    Command::Acquire(Acquire::exclusive(RequestId(req), LeaseId(lease), lock, 1000))
 }
 
 /// The `n`th acquire to arrive, from a client that sends no attempt number.

@@ -45,21 +45,7 @@ fn assert_round_trips(e: &Entry<TypeConfig>) {
 }
 
 fn acquire() -> Acquire {
-    Acquire {
-        req: RequestId(11),
-        lease: LeaseId(0xdead_beef_cafe),
-        lock: "jobs/nightly".into(),
-        wait_ms: 0,
-        lock_delay_ms: 0,
-        identity: String::new(),
-        value: Vec::new(),
-        mode: Mode::Exclusive,
-        weight: 1,
-        permits: 0,
-        hold_at_least_ms: 0,
-        once_per: String::new(),
-        also: Vec::new(),
-    }
+    Acquire::exclusive(RequestId(11), LeaseId(0xdead_beef_cafe), "jobs/nightly", 0)
 }
 
 /// The plain acquire, then one with each optional field set alone, then one
