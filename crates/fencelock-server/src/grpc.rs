@@ -65,17 +65,18 @@ impl LockService {
 /// What a call presented to authenticate: kept by a session stream, which
 /// authenticates each of its operations with them against the auth file as
 /// it is then, as a unary call is (a token removed from the file, or an
-/// identity whose rules changed, takes effect on open streams too).
+/// identity whose rules changed, takes effect on open streams too). Taking
+/// them copies no bytes (the header value and the CN are shared).
 #[derive(Clone)]
 struct Credentials {
-    token: Option<String>,
+    token: Option<tonic::metadata::AsciiMetadataValue>,
     cn: Option<Arc<str>>,
     remote: Option<std::net::SocketAddr>,
 }
 
 impl Credentials {
     fn of<T>(r: &Request<T>) -> Credentials {
-        let token = r.metadata().get("authorization").map(|v| v.to_str().unwrap_or("\u{fffd}").to_string());
+        let token = r.metadata().get("authorization").cloned();
         let info = r.extensions().get::<ConnInfo>();
         let cn = info.and_then(|c| c.client_cn.clone());
         let remote = info.and_then(|c| c.remote);
@@ -83,7 +84,8 @@ impl Credentials {
     }
 
     fn authenticate(&self, auth: &Auth, ops: &Ops) -> Result<Who, Status> {
-        let who = auth.authenticate(self.token.as_deref(), self.cn.as_deref());
+        let token = self.token.as_ref().map(|v| v.to_str().unwrap_or("\u{fffd}"));
+        let who = auth.authenticate(token, self.cn.as_deref());
         who.map(|w| w.at(self.remote)).map_err(|e| ops.unauthenticated(self.remote, e))
     }
 }
