@@ -44,8 +44,28 @@ Exit codes:
 /// Print `e` and return its code: [`AUTH`] if the server refused the auth
 /// token, else [`ERROR`].
 pub fn error(e: anyhow::Error) -> ExitCode {
-    eprintln!("fencelock: error: {e:#}");
+    eprintln!("fencelock: error: {}", message(&e));
     ExitCode::from(code(&e))
+}
+
+/// `e` and its causes, joined by ": ", each said once: a cause whose text
+/// the one before already quotes (a library error that names its reason, a
+/// transport error wrapped twice alike) is left out.
+fn message(e: &anyhow::Error) -> String {
+    let mut out = String::new();
+    let mut last = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if !last.is_empty() && last.contains(&text) {
+            continue;
+        }
+        if !out.is_empty() {
+            out.push_str(": ");
+        }
+        out.push_str(&text);
+        last = text;
+    }
+    out
 }
 
 /// The exit code of an error.
@@ -80,5 +100,19 @@ mod tests {
         assert_eq!(code(&other), ERROR);
         assert_eq!(code(&anyhow::anyhow!("plain")), ERROR);
         assert!(HELP.contains("77  not authenticated or permission denied"));
+    }
+
+    /// Clear errors: each cause is said once. A cause the error before it
+    /// already quotes, or that repeats it, is left out; every other cause is
+    /// kept, in order.
+    #[test]
+    fn each_cause_is_said_once() {
+        let io = std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "Connection refused");
+        let quoted = anyhow::Error::new(io).context("cannot connect: host:1: Connection refused").context("connecting");
+        assert_eq!(message(&quoted), "connecting: cannot connect: host:1: Connection refused");
+        let twice = anyhow::anyhow!("refused").context("tcp connect error").context("tcp connect error");
+        assert_eq!(message(&twice), "tcp connect error: refused");
+        let distinct = anyhow::anyhow!("disk full").context("writing the log").context("granting");
+        assert_eq!(message(&distinct), "granting: writing the log: disk full");
     }
 }

@@ -106,3 +106,19 @@ fn cli_reports_bad_input_with_documented_exit_codes() {
     let out = cli(&server, &["locks", "--json"]);
     assert_eq!(support::stdout(&out).trim(), r#"{"locks":[]}"#, "the lock was released");
 }
+
+/// Clear errors: a server that cannot be reached is named with the reason,
+/// and the reason is said once (the client's message quotes tonic's
+/// transport error, which hyper wraps twice alike).
+#[test]
+fn an_unreachable_server_is_named_with_its_reason_once() {
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", closed.local_addr().unwrap());
+    drop(closed);
+    let out = std::process::Command::new(support::bin()).args(["locks", "--server", &url]).output().unwrap();
+    assert_eq!(out.status.code(), Some(70), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(err.contains(&url), "names the server: {err}");
+    assert_eq!(err.matches("Connection refused").count(), 1, "the reason once: {err}");
+    assert_eq!(err.matches("tcp connect error").count(), 1, "each cause once: {err}");
+}

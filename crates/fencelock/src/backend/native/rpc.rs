@@ -139,13 +139,20 @@ fn endpoint(url: &str, dial: &Dial) -> Result<Endpoint, Error> {
         .keep_alive_timeout(KEEP_ALIVE_TIMEOUT))
 }
 
-/// "outer: inner: innermost", for errors whose Display hides the cause.
+/// "outer: inner: innermost", for errors whose Display hides the cause; a
+/// cause that repeats the one before it word for word (hyper wraps a refused
+/// connection in two alike "tcp connect error"s) is said once.
 pub(crate) fn error_chain(e: &dyn std::error::Error) -> String {
     let mut out = e.to_string();
+    let mut last = out.clone();
     let mut source = e.source();
     while let Some(s) = source {
-        out.push_str(": ");
-        out.push_str(&s.to_string());
+        let text = s.to_string();
+        if text != last {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+        last = text;
         source = s.source();
     }
     out
@@ -435,6 +442,37 @@ mod tests {
         let mut s = Status::unavailable("not the leader");
         s.metadata_mut().insert(LEADER_HEADER, leader.parse().unwrap());
         s
+    }
+
+    /// A chain of errors for [`error_chain`]: each says `text`, caused by the rest.
+    #[derive(Debug)]
+    struct Chain(&'static str, Option<Box<Chain>>);
+
+    impl std::fmt::Display for Chain {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str(self.0)
+        }
+    }
+
+    impl std::error::Error for Chain {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            self.1.as_deref().map(|c| c as &(dyn std::error::Error + 'static))
+        }
+    }
+
+    fn chain(texts: &[&'static str]) -> Chain {
+        texts.iter().rev().fold(None, |cause, t| Some(Chain(t, cause.map(Box::new)))).expect("one text at least")
+    }
+
+    /// Clear errors: every cause is named, in order, and one that repeats
+    /// the cause before it word for word (hyper's two "tcp connect error"s)
+    /// only once.
+    #[test]
+    fn an_error_chain_says_each_cause_once() {
+        let refused = chain(&["transport error", "tcp connect error", "tcp connect error", "Connection refused"]);
+        assert_eq!(error_chain(&refused), "transport error: tcp connect error: Connection refused");
+        let distinct = chain(&["a", "b", "a"]);
+        assert_eq!(error_chain(&distinct), "a: b: a", "only a repeat of the cause just before is left out");
     }
 
     /// A follower's hint moves the client to the leader; without one, a
