@@ -74,17 +74,33 @@ struct Admin {
     watch: Option<crate::watching::serve::Source>,
 }
 
-/// The caller of a request, or why it has none; and where it came from.
-struct Caller(Result<Who, Refusal>, Option<SocketAddr>);
+/// The caller of a request, or why it has none; and where it came from, and
+/// what it presented (for a watch, which authenticates it again later).
+struct Caller(Result<Who, Refusal>, Option<SocketAddr>, Presented);
+
+/// A request's bearer token and client certificate CN.
+#[derive(Clone)]
+struct Presented {
+    token: Option<header::HeaderValue>,
+    cn: Option<Arc<str>>,
+}
+
+impl Presented {
+    fn authenticate(&self, auth: &Auth, remote: Option<SocketAddr>) -> Result<Who, Refusal> {
+        let token = self.token.as_ref().map(|v| v.to_str().unwrap_or("\u{fffd}"));
+        auth.authenticate(token, self.cn.as_deref()).map(|w| w.at(remote))
+    }
+}
 
 impl FromRequestParts<Admin> for Caller {
     type Rejection = std::convert::Infallible;
 
     async fn from_request_parts(parts: &mut Parts, a: &Admin) -> Result<Self, Self::Rejection> {
-        let token = parts.headers.get(header::AUTHORIZATION).map(|v| v.to_str().unwrap_or("\u{fffd}"));
+        let token = parts.headers.get(header::AUTHORIZATION).cloned();
         let info = parts.extensions.get::<ConnInfo>();
-        let (cn, remote) = (info.and_then(|c| c.client_cn.as_deref()), info.and_then(|c| c.remote));
-        Ok(Caller(a.auth.authenticate(token, cn).map(|w| w.at(remote)), remote))
+        let (cn, remote) = (info.and_then(|c| c.client_cn.clone()), info.and_then(|c| c.remote));
+        let presented = Presented { token, cn };
+        Ok(Caller(presented.authenticate(&a.auth, remote), remote, presented))
     }
 }
 
@@ -98,6 +114,18 @@ impl Caller {
         let who = self.0.map_err(|r| a.refusal("-", remote, r))?;
         allowed(&who).map_err(|r| a.refusal(who.name(), remote, r))?;
         Ok(who)
+    }
+
+    /// For a watch: [`Caller::allowed`] now, and the same credentials
+    /// authenticated again at each later call.
+    fn watching(
+        self,
+        a: &Admin,
+        allowed: impl FnOnce(&Who) -> Result<(), Refusal>,
+    ) -> Result<crate::watching::serve::Caller, Response> {
+        let (remote, presented, auth) = (self.1, self.2.clone(), a.auth.clone());
+        self.allowed(a, allowed)?;
+        Ok(Box::new(move || presented.authenticate(&auth, remote)))
     }
 
     /// For `/healthz` and `/metrics`: anyone, unless the auth file protects them.
@@ -184,15 +212,15 @@ async fn watch_sse(
     headers: axum::http::HeaderMap,
 ) -> Response {
     let selector = crate::watching::serve::Selector::Prefix(q.prefix.clone());
-    let who = match caller.allowed(&a, |w| selector.required(w)) {
-        Ok(who) => who,
+    let caller = match caller.watching(&a, |w| selector.required(w)) {
+        Ok(caller) => caller,
         Err(refused) => return refused,
     };
     let Some(source) = &a.watch else {
         return error_json(StatusCode::NOT_FOUND, "this node does not serve watches".into());
     };
     match crate::watching::sse::start_rev(&headers, q.from.as_deref()) {
-        Ok(from) => crate::watching::sse::respond(source, who, q.prefix, from),
+        Ok(from) => crate::watching::sse::respond(source, caller, q.prefix, from),
         Err(e) => error_json(StatusCode::BAD_REQUEST, e),
     }
 }

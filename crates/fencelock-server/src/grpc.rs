@@ -13,7 +13,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
 use crate::api::Ops;
-use crate::auth::{Auth, Who};
+use crate::auth::{Auth, Refusal, Who};
 use crate::conn_limits::ConnInfo;
 
 /// How many responses a session buffers before its reader waits for the client.
@@ -84,9 +84,19 @@ impl Credentials {
     }
 
     fn authenticate(&self, auth: &Auth, ops: &Ops) -> Result<Who, Status> {
+        self.who(auth).map_err(|e| ops.unauthenticated(self.remote, e))
+    }
+
+    /// Who these credentials name now (no audit line for a refusal).
+    fn who(&self, auth: &Auth) -> Result<Who, Refusal> {
         let token = self.token.as_ref().map(|v| v.to_str().unwrap_or("\u{fffd}"));
-        let who = auth.authenticate(token, self.cn.as_deref());
-        who.map(|w| w.at(self.remote)).map_err(|e| ops.unauthenticated(self.remote, e))
+        auth.authenticate(token, self.cn.as_deref()).map(|w| w.at(self.remote))
+    }
+
+    /// A watch's [`crate::watching::serve::Caller`]: these credentials,
+    /// authenticated again at each call.
+    fn caller(self, auth: Arc<Auth>) -> crate::watching::serve::Caller {
+        Box::new(move || self.who(&auth))
     }
 }
 
@@ -189,9 +199,11 @@ impl lock_server::Lock for LockService {
     type WatchStream = crate::watching::serve::PbStream;
 
     async fn watch(&self, r: Request<pb::WatchRequest>) -> Result<Response<Self::WatchStream>, Status> {
-        let who = self.who(&r)?;
+        let credentials = Credentials::of(&r);
+        let who = credentials.authenticate(&self.auth, &self.ops)?;
+        let caller = (who, credentials.caller(self.auth.clone()));
         let hub = self.hub.as_ref().ok_or_else(|| Status::unimplemented("this server does not serve watches"))?;
-        crate::watching::serve::grpc(&self.ops, hub, who, r.into_inner(), self.stop.clone()).map(Response::new)
+        crate::watching::serve::grpc(&self.ops, hub, caller, r.into_inner(), self.stop.clone()).map(Response::new)
     }
 }
 

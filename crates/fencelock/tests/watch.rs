@@ -223,3 +223,84 @@ async fn a_resume_older_than_the_history_is_compacted_and_the_oldest_revision_re
     assert!(from_oldest.value.starts_with(b"v"), "{from_oldest:?}");
     drop(guard);
 }
+
+/// Rule (as on a session stream): an open watch authenticates its caller
+/// again before each batch of events, against the auth file as it is then. A
+/// token removed from the file ends its open watch with `Unauthenticated`,
+/// over gRPC and over SSE, and the event that found it removed is not sent.
+#[tokio::test]
+async fn a_token_removed_from_the_auth_file_ends_its_open_watch() {
+    let dir = tempfile::tempdir().unwrap();
+    let (app, reader) = (fencelock_server::auth::new_token().unwrap(), fencelock_server::auth::new_token().unwrap());
+    let app_only = format!(
+        "[roles.app]\nrules = [{{ prefix = \"\", verbs = [\"acquire\", \"read\"] }}]\n\
+         [[tokens]]\nname = \"app\"\nid = \"{}\"\nhash = \"{}\"\nroles = [\"app\"]\n",
+        app.id, app.hash
+    );
+    let with_reader = format!(
+        "{app_only}[[tokens]]\nname = \"reader\"\nid = \"{}\"\nhash = \"{}\"\nroles = [\"app\"]\n",
+        reader.id, reader.hash
+    );
+    let file = dir.path().join("auth.toml");
+    std::fs::write(&file, &with_reader).unwrap();
+    let mut config = fencelock_server::Config::for_test(dir.path().join("data"));
+    config.auth_file = Some(file.clone());
+    let running = fencelock_server::start(config).await.unwrap();
+    let url = format!("http://{}", running.grpc_addr);
+    let as_token = |t: &str| Client::builder(url.clone()).token(t.to_string()).connect();
+    let (app_client, reader_client) = (as_token(&app.token).await.unwrap(), as_token(&reader.token).await.unwrap());
+    let mut w = reader_client.watch_from("jobs/", Some(Revision { index: 0, seq: 0 }));
+    let first = support::acquired(within("acquire", app_client.lock("jobs/a").acquire()).await.unwrap());
+    let seen = take(&mut w, 1).await;
+    assert_eq!(shape(&seen), vec![(WatchKind::Granted, "jobs/a", first.lease_id(), first.token().unwrap())]);
+    let bearer = format!("Authorization: Bearer {}\r\n", reader.token);
+    let mut sse_stream = sse_open(running.http_addr, "/v1/watch?prefix=jobs/", &bearer).await;
+
+    // A file's change is seen by its modification time (one-second granularity on some file systems).
+    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+    std::fs::write(&file, &app_only).unwrap();
+    eventually("the file is read again", || async {
+        reader_client
+            .lock("elsewhere/probe")
+            .acquire()
+            .await
+            .is_err_and(|e| matches!(e, fencelock::Error::Unauthenticated(_)))
+    })
+    .await;
+    let second = support::acquired(within("acquire", app_client.lock("jobs/b").acquire()).await.unwrap());
+    let end = within("the watch ends", w.next_event()).await;
+    assert!(matches!(end, Some(Err(fencelock::Error::Unauthenticated(_)))), "{end:?} (jobs/b was {second:?})");
+    let sse_end = within("the SSE watch ends", sse_until_error(&mut sse_stream)).await;
+    assert!(sse_end.0.is_empty(), "no event after the removal: {:?}", sse_end.0);
+    assert!(sse_end.1.contains("not authenticated"), "{}", sse_end.1);
+    drop((first, second));
+    within("shutdown", running.shutdown()).await;
+}
+
+type SseLines = tokio::io::Lines<tokio::io::BufReader<tokio::net::TcpStream>>;
+
+/// `GET path` (SSE) with `extra` headers, its 200 read.
+async fn sse_open(addr: std::net::SocketAddr, path: &str, extra: &str) -> SseLines {
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let req = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nAccept: text/event-stream\r\n{extra}\r\n");
+    s.write_all(req.as_bytes()).await.unwrap();
+    let mut lines = BufReader::new(s).lines();
+    let status = lines.next_line().await.unwrap().expect("a status line");
+    assert!(status.starts_with("HTTP/1.1 200"), "GET {path}: {status}");
+    lines
+}
+
+/// The kinds of the events before the first `event: error`, and that error's data.
+async fn sse_until_error(lines: &mut SseLines) -> (Vec<String>, String) {
+    let (mut kinds, mut error) = (Vec::new(), false);
+    loop {
+        let line = lines.next_line().await.unwrap().expect("more of the stream");
+        match line.strip_prefix("event: ") {
+            Some("error") => error = true,
+            Some(kind) => kinds.push(kind.to_string()),
+            None if error && line.starts_with("data: ") => return (kinds, line["data: ".len()..].to_string()),
+            None => {}
+        }
+    }
+}

@@ -5,9 +5,13 @@
 //!
 //! Authorization follows `ListLocks`/`DescribeLock`: a watch of a prefix needs
 //! `read` on the whole prefix, of one lock `read` on that lock (checked by the
-//! caller of [`start`] through [`Selector::required`]); each event is checked
-//! again against the caller before it is sent, so no event of a lock the caller
-//! may not read is ever sent.
+//! caller of [`start`] through [`Selector::required`]). A watch lives long, so
+//! before each batch of events it authenticates its caller again, against the
+//! auth file and the group's policy as they are then (a [`Caller`]), as a
+//! session stream does each operation: a token removed from the file, or a
+//! read taken from the identity's rules, ends the watch with that refusal.
+//! Each event is checked against the caller before it is sent, so no event
+//! of a lock the caller may not read is ever sent.
 
 use std::sync::Arc;
 
@@ -67,16 +71,29 @@ pub struct Source {
     pub stop: watch::Receiver<bool>,
 }
 
-/// What a watch yields: events, then possibly its end by [`Compacted`].
-pub type Item = Result<Arc<Event>, Compacted>;
+/// Who the watch's caller is now: its credentials authenticated against the
+/// auth file and the group's policy as they are at each call.
+pub type Caller = Box<dyn Fn() -> Result<Who, Refusal> + Send + Sync>;
 
-/// Starts a watch of `selector` for `who` from `from` (inclusive; `None`: from
-/// the next applied entry); returns the first revision it delivers, and its
-/// items. It ends when `stop` turns true, when the receiver is dropped, or
-/// after a [`Compacted`] item.
+/// Why a watch ended before its caller left.
+#[derive(Debug)]
+pub enum Ended {
+    /// It fell behind the hub's history.
+    Compacted(Compacted),
+    /// Its caller is no longer allowed to read what it watches.
+    Refused(Refusal),
+}
+
+/// What a watch yields: events, then possibly why it [`Ended`].
+pub type Item = Result<Arc<Event>, Ended>;
+
+/// Starts a watch of `selector` for `caller` from `from` (inclusive; `None`:
+/// from the next applied entry); returns the first revision it delivers, and
+/// its items. It ends when `stop` turns true, when the receiver is dropped, or
+/// after an [`Ended`] item.
 pub fn start(
     hub: &Arc<Hub>,
-    who: Who,
+    caller: Caller,
     selector: Selector,
     from: Option<Rev>,
     stop: watch::Receiver<bool>,
@@ -84,13 +101,13 @@ pub fn start(
     let sub = hub.subscribe(from)?;
     let first = sub.position();
     let (tx, rx) = mpsc::channel(OUT_BUFFER);
-    tokio::spawn(forward(sub, who, selector, tx, stop));
+    tokio::spawn(forward(sub, caller, selector, tx, stop));
     Ok((first, rx))
 }
 
 async fn forward(
     mut sub: super::Subscription,
-    who: Who,
+    caller: Caller,
     selector: Selector,
     tx: mpsc::Sender<Item>,
     mut stop: watch::Receiver<bool>,
@@ -105,7 +122,14 @@ async fn forward(
             Ok(Some(events)) => events,
             Ok(None) => return,
             Err(c) => {
-                let _ = tx.send(Err(c)).await;
+                let _ = tx.send(Err(Ended::Compacted(c))).await;
+                return;
+            }
+        };
+        let who = match caller().and_then(|who| selector.required(&who).map(|()| who)) {
+            Ok(who) => who,
+            Err(refused) => {
+                let _ = tx.send(Err(Ended::Refused(refused))).await;
                 return;
             }
         };
@@ -129,14 +153,14 @@ pub const OLDEST_KEY: &str = "fencelock-oldest-revision";
 pub fn grpc(
     ops: &Ops,
     hub: &Arc<Hub>,
-    who: Who,
+    (who, caller): (Who, Caller),
     r: pb::WatchRequest,
     stop: watch::Receiver<bool>,
 ) -> Result<PbStream, Status> {
     let selector = Selector::new(r.prefix, r.name);
     ops.allow(&who, |w| selector.required(w))?;
     let from = r.from.map(|f| Rev { index: f.index, seq: f.seq });
-    let (first, rx) = start(hub, who, selector, from, stop).map_err(watch_status)?;
+    let (first, rx) = start(hub, caller, selector, from, stop).map_err(watch_status)?;
     let start = pb::WatchEvent {
         revision: Some(pb::Revision { index: first.index, seq: first.seq }),
         kind: pb::WatchEventKind::Start as i32,
@@ -144,7 +168,8 @@ pub fn grpc(
     };
     let events = tokio_stream::wrappers::ReceiverStream::new(rx).map(|item| match item {
         Ok(e) => Ok(to_pb(&e)),
-        Err(c) => Err(watch_status(c.into())),
+        Err(Ended::Compacted(c)) => Err(watch_status(c.into())),
+        Err(Ended::Refused(r)) => Err(crate::api::refused(r)),
     });
     Ok(Box::pin(tokio_stream::once(Ok(start)).chain(events)))
 }

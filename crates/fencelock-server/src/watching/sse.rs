@@ -8,7 +8,9 @@
 //! `from`); `from` is inclusive, as in the `Watch` RPC. A revision the node no
 //! longer holds answers 410 with `{"error": "compacted: …", "oldest": "I.S"}`
 //! before the stream starts, or ends the stream with an `event: error` whose
-//! data says the same.
+//! data says the same. A caller no longer allowed to read the prefix (its
+//! token removed from the auth file, its rules changed) gets an `event:
+//! error` with the refusal, and the stream ends.
 
 use std::convert::Infallible;
 
@@ -18,9 +20,8 @@ use axum::response::{IntoResponse, Response};
 use serde_json::json;
 use tokio_stream::StreamExt as _;
 
-use super::serve::{start, Selector, Source};
+use super::serve::{start, Caller, Ended, Selector, Source};
 use super::{Event, Rev, WatchError};
-use crate::auth::Who;
 
 /// Where a watch starts: after `Last-Event-ID` if sent, else at `from`.
 pub fn start_rev(headers: &HeaderMap, from: Option<&str>) -> Result<Option<Rev>, String> {
@@ -31,10 +32,10 @@ pub fn start_rev(headers: &HeaderMap, from: Option<&str>) -> Result<Option<Rev>,
     from.filter(|f| !f.is_empty()).map(str::parse::<Rev>).transpose()
 }
 
-/// The SSE response of a watch of `prefix` from `from`, for `who` (already
+/// The SSE response of a watch of `prefix` from `from`, for `caller` (already
 /// allowed to read the prefix).
-pub fn respond(source: &Source, who: Who, prefix: String, from: Option<Rev>) -> Response {
-    let rx = match start(&source.hub, who, Selector::Prefix(prefix), from, source.stop.clone()) {
+pub fn respond(source: &Source, caller: Caller, prefix: String, from: Option<Rev>) -> Response {
+    let rx = match start(&source.hub, caller, Selector::Prefix(prefix), from, source.stop.clone()) {
         Ok((_, rx)) => rx,
         Err(WatchError::Compacted(c)) => {
             let body = json!({ "error": c.to_string(), "oldest": c.oldest.to_string() });
@@ -47,9 +48,12 @@ pub fn respond(source: &Source, who: Who, prefix: String, from: Option<Rev>) -> 
     let events = tokio_stream::wrappers::ReceiverStream::new(rx).map(|item| {
         Ok::<_, Infallible>(match item {
             Ok(e) => sse_event(&e),
-            Err(c) => SseEvent::default()
+            Err(Ended::Compacted(c)) => SseEvent::default()
                 .event("error")
                 .data(json!({ "error": c.to_string(), "oldest": c.oldest.to_string() }).to_string()),
+            Err(Ended::Refused(r)) => {
+                SseEvent::default().event("error").data(json!({ "error": r.to_string() }).to_string())
+            }
         })
     });
     Sse::new(events).keep_alive(KeepAlive::default()).into_response()
