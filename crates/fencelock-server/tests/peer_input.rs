@@ -121,3 +121,59 @@ async fn inv2_a_snapshot_with_a_lower_token_counter_is_refused() {
     let l2 = lease(&mut c, 60_000).await;
     assert!(token(&mut c, l2, "later").await > next, "INV-2 across the restart");
 }
+
+/// INV-9 for the framed calls (`AppendEntriesV2`, `InstallSnapshotV2`): a
+/// head that is not JSON, a head that carries entries of its own, an entry
+/// that does not decode, each is refused before Raft sees it; a framed
+/// snapshot goes through the same checks as a JSON one (INV-2: one that
+/// would send tokens back is refused). The node keeps serving with its locks.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inv9_malformed_raft_frames_are_refused_and_a_framed_snapshot_is_checked_as_a_json_one() {
+    use fencelock_proto::raft::RaftFrame;
+    use openraft::raft::AppendEntriesRequest;
+    let dir = tempfile::tempdir().unwrap();
+    let (running, mut c) = start(dir.path()).await;
+    let l = lease(&mut c, 60_000).await;
+    let held = token(&mut c, l, "held").await;
+    let mut peer = RaftClient::connect(format!("http://{}", running.grpc_addr)).await.unwrap();
+
+    let head = |entries| {
+        let req = AppendEntriesRequest::<fencelock_server::raft::TypeConfig> {
+            vote: Vote::new_committed(100, 2),
+            prev_log_id: None,
+            leader_commit: None,
+            entries,
+        };
+        serde_json::to_vec(&req).unwrap()
+    };
+    let blank = openraft::Entry::<fencelock_server::raft::TypeConfig> {
+        log_id: LogId::new(openraft::CommittedLeaderId::new(100, 2), 1),
+        payload: openraft::EntryPayload::Blank,
+    };
+    let cases = [
+        (RaftFrame { head: b"{ not json".to_vec(), ..Default::default() }, "malformed raft frame head"),
+        (RaftFrame { head: head(vec![blank]), ..Default::default() }, "entries belong in the frame"),
+        (RaftFrame { head: head(vec![]), entries: vec![vec![0xff, 0x01, 0x02]], data: vec![] }, "entry 0 of a peer"),
+    ];
+    for (frame, needle) in cases {
+        let status = peer.append_entries_v2(frame).await.expect_err("a malformed frame must be refused");
+        assert_eq!(status.code(), Code::InvalidArgument, "{status:?}");
+        assert!(status.message().contains(needle), "{needle:?}: {}", status.message());
+    }
+
+    let json = snapshot_request(&running, empty_state(&running)).json;
+    let mut forged: openraft::raft::InstallSnapshotRequest<fencelock_server::raft::TypeConfig> =
+        serde_json::from_slice(&json).unwrap();
+    let data = std::mem::take(&mut forged.data);
+    let frame = RaftFrame { head: serde_json::to_vec(&forged).unwrap(), entries: vec![], data };
+    let status = peer.install_snapshot_v2(frame).await.expect_err("the snapshot must be refused");
+    assert_eq!(status.code(), Code::InvalidArgument, "{status:?}");
+    assert!(status.message().contains("would send tokens backwards"), "{}", status.message());
+
+    assert_eq!(holder_token(&mut c, "held").await, Some(held), "the lock is still held");
+    let next = token(&mut c, l, "after").await;
+    assert!(next > held, "INV-2: {next} after {held}");
+    let metrics = running.raft.metrics().borrow().clone();
+    assert!(metrics.running_state.is_ok(), "the node stopped: {:?}", metrics.running_state);
+    running.shutdown().await;
+}

@@ -2,7 +2,17 @@
 //!
 //! Each RPC carries one openraft message as JSON in a `RaftPayload`; the answer is
 //! the JSON of `Result<response, RaftError>` as returned by the callee's
-//! `openraft::Raft`. The format is internal to one version of fencelock.
+//! `openraft::Raft`. The two messages that carry bulk go as a `RaftFrame`
+//! instead (`AppendEntriesV2`, `InstallSnapshotV2`): the request's JSON without
+//! its bulk, then each log entry in the log's binary codec 2
+//! ([`super::codec`]: about a third of its JSON, and cheaper to encode and
+//! decode on both sides) or the snapshot chunk as raw bytes (JSON spells each
+//! byte as a number, up to 4 characters). A connection sends V2 first; a peer
+//! that answers UNIMPLEMENTED (an older fencelock) gets the JSON call from then
+//! on, so a group may be upgraded one node at a time. A received frame is
+//! decoded and checked as strictly as the JSON (every entry through the
+//! log's own decoder, a head that carries bulk of its own refused) and a
+//! snapshot chunk goes through the same [`snapshot_rx`] checks.
 //!
 //! Client side: [`Network`] (the `RaftNetworkFactory`) hands out
 //! [`NetworkConnection`]s to `http://{node.addr}`. Channels are created lazily
@@ -26,7 +36,7 @@ use std::time::Duration;
 
 use fencelock_proto::raft::raft_client::RaftClient;
 use fencelock_proto::raft::raft_server::{Raft as RaftRpc, RaftServer};
-use fencelock_proto::raft::RaftPayload;
+use fencelock_proto::raft::{RaftFrame, RaftPayload};
 use openraft::error::{InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Timeout, Unreachable};
 use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
 use openraft::raft::{
@@ -39,12 +49,13 @@ use serde::Serialize;
 use tonic::transport::{Channel, Endpoint};
 use tonic::{Code, Request, Response, Status};
 
-use super::{snapshot_rx, NodeId, SharedEngine, TypeConfig};
+use super::{codec, snapshot_rx, NodeId, SharedEngine, TypeConfig};
 use crate::{conn_limits::ConnInfo, metrics::Metrics, tls::ServerTls};
 
-/// Largest gRPC message between members, both ways. Snapshot chunks travel as JSON
-/// arrays of numbers (up to ~4 bytes per byte), so keep openraft's
-/// `snapshot_max_chunk_size` well under a quarter of this.
+/// Largest gRPC message between members, both ways. Snapshot chunks travel as raw
+/// bytes in a `RaftFrame`, but as JSON arrays of numbers (up to ~4 bytes per
+/// byte) to an older peer, so keep openraft's `snapshot_max_chunk_size` well
+/// under a quarter of this.
 pub const MAX_MESSAGE_BYTES: usize = 64 * 1024 * 1024;
 
 /// Metadata naming the node a Raft message is meant for. A node refuses a
@@ -131,6 +142,7 @@ impl RaftNetworkFactory<TypeConfig> for Network {
             target,
             node: node.clone(),
             client: client.map_err(|e| format!("bad address {:?} of node {target}: {e}", node.addr)),
+            frames: true,
         }
     }
 }
@@ -141,6 +153,16 @@ pub struct NetworkConnection {
     target: NodeId,
     node: Member,
     client: Result<RaftClient<Channel>, String>,
+    /// Whether the peer takes `RaftFrame`s (until it answers UNIMPLEMENTED).
+    frames: bool,
+}
+
+/// What a call sends: a JSON payload (the method chosen by its kind), or the
+/// frame of a V2 call.
+enum Outgoing {
+    Json(RaftPayload),
+    Append(RaftFrame),
+    Snapshot(RaftFrame),
 }
 
 /// Why a call did not produce the remote's answer.
@@ -150,6 +172,8 @@ enum CallError {
     Network(Status),
     BadAddress(String),
     BadJson(serde_json::Error),
+    /// A log entry this node could not encode.
+    BadEntry(String),
 }
 
 impl std::fmt::Display for CallError {
@@ -159,6 +183,7 @@ impl std::fmt::Display for CallError {
             CallError::Unreachable(s) | CallError::Network(s) => write!(f, "{s}"),
             CallError::BadAddress(s) => write!(f, "{s}"),
             CallError::BadJson(e) => write!(f, "{e}"),
+            CallError::BadEntry(e) => write!(f, "{e}"),
         }
     }
 }
@@ -176,18 +201,56 @@ impl NetworkConnection {
         Resp: DeserializeOwned,
     {
         let json = serde_json::to_vec(req).map_err(CallError::BadJson)?;
+        self.send(kind, Outgoing::Json(RaftPayload { json }), ttl).await
+    }
+
+    /// Sends `frame` with the V2 method of `kind` while the peer takes frames;
+    /// else, or once it answers UNIMPLEMENTED, `req` as JSON.
+    async fn call_framed<Req, Resp>(
+        &mut self,
+        kind: RPCTypes,
+        req: &Req,
+        frame: impl FnOnce() -> Result<Outgoing, CallError>,
+        ttl: Duration,
+    ) -> Result<Resp, CallError>
+    where
+        Req: Serialize,
+        Resp: DeserializeOwned,
+    {
+        if self.frames {
+            match self.send(kind, frame()?, ttl).await {
+                Err(CallError::Network(s)) if s.code() == Code::Unimplemented => {
+                    tracing::info!(node_id = self.id, peer = self.target, "peer takes no Raft frames: sending JSON");
+                    self.frames = false;
+                }
+                other => return other,
+            }
+        }
+        self.call(kind, req, ttl).await
+    }
+
+    /// Sends `out` with the method of `kind`, within `ttl`, and decodes the
+    /// callee's `Result<Resp, E>`.
+    async fn send<Resp: DeserializeOwned>(
+        &mut self,
+        kind: RPCTypes,
+        out: Outgoing,
+        ttl: Duration,
+    ) -> Result<Resp, CallError> {
         let client = match &mut self.client {
             Ok(c) => c,
             Err(msg) => return Err(CallError::BadAddress(msg.clone())),
         };
-        let mut request = Request::new(RaftPayload { json });
-        request.set_timeout(ttl);
-        request.metadata_mut().insert(TARGET_HEADER, self.target.into());
+        let target = self.target;
+        let request = |r| addressed(r, target, ttl);
+        let frame = |r| addressed(r, target, ttl);
         let fut = async {
-            match kind {
-                RPCTypes::AppendEntries => client.append_entries(request).await,
-                RPCTypes::Vote => client.vote(request).await,
-                RPCTypes::InstallSnapshot => client.install_snapshot(request).await,
+            match (kind, out) {
+                (_, Outgoing::Append(f)) => client.append_entries_v2(frame(f)).await,
+                (_, Outgoing::Snapshot(f)) => client.install_snapshot_v2(frame(f)).await,
+                (RPCTypes::AppendEntries, Outgoing::Json(p)) => client.append_entries(request(p)).await,
+                (RPCTypes::Vote, Outgoing::Json(p)) => client.vote(request(p)).await,
+                (RPCTypes::InstallSnapshot, Outgoing::Json(p)) => client.install_snapshot(request(p)).await,
             }
         };
         let resp = match tokio::time::timeout(ttl, fut).await {
@@ -218,6 +281,7 @@ impl NetworkConnection {
             CallError::BadAddress(m) => RPCError::Unreachable(Unreachable::new(&Msg(m))),
             CallError::Network(s) => RPCError::Network(NetworkError::new(&s)),
             CallError::BadJson(e) => RPCError::Network(NetworkError::new(&e)),
+            CallError::BadEntry(m) => RPCError::Network(NetworkError::new(&Msg(m))),
         }
     }
 
@@ -230,6 +294,41 @@ impl NetworkConnection {
     }
 }
 
+/// `message` for node `target` (see [`TARGET_HEADER`]), due within `ttl`.
+fn addressed<T>(message: T, target: NodeId, ttl: Duration) -> Request<T> {
+    let mut request = Request::new(message);
+    request.set_timeout(ttl);
+    request.metadata_mut().insert(TARGET_HEADER, target.into());
+    request
+}
+
+/// `rpc` as a frame: its JSON without the entries, each entry in codec 2.
+fn append_frame(rpc: &AppendEntriesRequest<TypeConfig>) -> Result<Outgoing, CallError> {
+    let head = AppendEntriesRequest::<TypeConfig> {
+        vote: rpc.vote,
+        prev_log_id: rpc.prev_log_id,
+        leader_commit: rpc.leader_commit,
+        entries: Vec::new(),
+    };
+    let entries = rpc.entries.iter().map(codec::encode_entry).collect::<Result<Vec<_>, _>>();
+    let entries = entries.map_err(|e| CallError::BadEntry(e.to_string()))?;
+    let head = serde_json::to_vec(&head).map_err(CallError::BadJson)?;
+    Ok(Outgoing::Append(RaftFrame { head, entries, data: Vec::new() }))
+}
+
+/// `rpc` as a frame: its JSON without the chunk, and the chunk.
+fn snapshot_frame(rpc: &InstallSnapshotRequest<TypeConfig>) -> Result<Outgoing, CallError> {
+    let head = InstallSnapshotRequest::<TypeConfig> {
+        vote: rpc.vote,
+        meta: rpc.meta.clone(),
+        offset: rpc.offset,
+        data: Vec::new(),
+        done: rpc.done,
+    };
+    let head = serde_json::to_vec(&head).map_err(CallError::BadJson)?;
+    Ok(Outgoing::Snapshot(RaftFrame { head, entries: Vec::new(), data: rpc.data.clone() }))
+}
+
 impl RaftNetwork<TypeConfig> for NetworkConnection {
     async fn append_entries(
         &mut self,
@@ -237,7 +336,7 @@ impl RaftNetwork<TypeConfig> for NetworkConnection {
         option: RPCOption,
     ) -> Result<AppendEntriesResponse<NodeId>, RPCError<NodeId, Member, RaftError<NodeId>>> {
         let kind = RPCTypes::AppendEntries;
-        match self.call(kind, &rpc, option.hard_ttl()).await {
+        match self.call_framed(kind, &rpc, || append_frame(&rpc), option.hard_ttl()).await {
             Ok(answer) => self.remote(answer),
             Err(e) => Err(self.rpc_error(kind, e)),
         }
@@ -250,7 +349,7 @@ impl RaftNetwork<TypeConfig> for NetworkConnection {
     ) -> Result<InstallSnapshotResponse<NodeId>, RPCError<NodeId, Member, RaftError<NodeId, InstallSnapshotError>>>
     {
         let kind = RPCTypes::InstallSnapshot;
-        match self.call(kind, &rpc, option.hard_ttl()).await {
+        match self.call_framed(kind, &rpc, || snapshot_frame(&rpc), option.hard_ttl()).await {
             Ok(answer) => self.remote(answer),
             Err(e) => Err(self.rpc_error(kind, e)),
         }
@@ -308,7 +407,7 @@ impl RaftService {
 
     /// Refuses a caller that is not a member (no node certificate), then a
     /// message meant for another node id.
-    fn check_sender(&self, request: &Request<RaftPayload>) -> Result<(), Status> {
+    fn check_sender<T>(&self, request: &Request<T>) -> Result<(), Status> {
         if self.tls.is_some() {
             let member = request.extensions().get::<ConnInfo>().map(|i| i.member.clone());
             if let Err(why) = member.unwrap_or_else(|| Err("no connection information".into())) {
@@ -326,13 +425,35 @@ impl RaftService {
         decode_request(request).inspect_err(|s| self.refused(s.message()))
     }
 
+    /// Decodes a peer's `AppendEntriesV2`; refused and counted as [`RaftService::decode`].
+    fn decode_append(&self, request: Request<RaftFrame>) -> Result<AppendEntriesRequest<TypeConfig>, Status> {
+        decode_append(request.into_inner()).inspect_err(|s| self.refused(s.message()))
+    }
+
+    /// Decodes a peer's `InstallSnapshotV2`; refused and counted as [`RaftService::decode`].
+    fn decode_snapshot(&self, request: Request<RaftFrame>) -> Result<InstallSnapshotRequest<TypeConfig>, Status> {
+        decode_snapshot(request.into_inner()).inspect_err(|s| self.refused(s.message()))
+    }
+
+    /// Installs (a chunk of) a snapshot once [`snapshot_rx`] accepts it.
+    async fn install(&self, rpc: InstallSnapshotRequest<TypeConfig>) -> Result<Response<RaftPayload>, Status> {
+        match self.snapshots.receive(&self.raft, &self.engine, rpc).await {
+            Ok(answer) => encode_answer(&answer),
+            Err(refused) => {
+                let why = refused.to_string();
+                self.refused(&why);
+                Err(Status::invalid_argument(why))
+            }
+        }
+    }
+
     fn refused(&self, why: &str) {
         self.metrics.peer_messages_refused.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         tracing::warn!(node_id = self.id, why, "refused a Raft message from a peer");
     }
 
     /// Refuses a message meant for another node id (see [`TARGET_HEADER`]).
-    fn check_target(&self, request: &Request<RaftPayload>) -> Result<(), Status> {
+    fn check_target<T>(&self, request: &Request<T>) -> Result<(), Status> {
         let Some(v) = request.metadata().get(TARGET_HEADER) else { return Ok(()) };
         match v.to_str().ok().and_then(|s| s.parse::<NodeId>().ok()) {
             Some(t) if t == self.id => Ok(()),
@@ -354,6 +475,31 @@ impl RaftService {
 fn decode_request<T: DeserializeOwned>(request: Request<RaftPayload>) -> Result<T, Status> {
     serde_json::from_slice(&request.into_inner().json)
         .map_err(|e| Status::invalid_argument(format!("malformed raft payload: {e}")))
+}
+
+/// A frame's head: the JSON of a request that must carry its bulk in the frame.
+fn frame_head<T: DeserializeOwned>(head: &[u8]) -> Result<T, Status> {
+    serde_json::from_slice(head).map_err(|e| Status::invalid_argument(format!("malformed raft frame head: {e}")))
+}
+
+fn decode_append(frame: RaftFrame) -> Result<AppendEntriesRequest<TypeConfig>, Status> {
+    let mut rpc: AppendEntriesRequest<TypeConfig> = frame_head(&frame.head)?;
+    if !rpc.entries.is_empty() || !frame.data.is_empty() {
+        return Err(Status::invalid_argument("malformed raft frame: entries belong in the frame, not in its head"));
+    }
+    let entry = |i: usize| move || format!("entry {i} of a peer's AppendEntries");
+    let entries = frame.entries.iter().enumerate().map(|(i, b)| codec::decode_entry(&entry(i), codec::CODEC_PROTO, b));
+    rpc.entries = entries.collect::<Result<_, _>>().map_err(|e| Status::invalid_argument(e.to_string()))?;
+    Ok(rpc)
+}
+
+fn decode_snapshot(frame: RaftFrame) -> Result<InstallSnapshotRequest<TypeConfig>, Status> {
+    let mut rpc: InstallSnapshotRequest<TypeConfig> = frame_head(&frame.head)?;
+    if !rpc.data.is_empty() || !frame.entries.is_empty() {
+        return Err(Status::invalid_argument("malformed raft frame: the chunk belongs in the frame, not in its head"));
+    }
+    rpc.data = frame.data;
+    Ok(rpc)
 }
 
 fn encode_answer<T: Serialize>(answer: &T) -> Result<Response<RaftPayload>, Status> {
@@ -381,14 +527,20 @@ impl RaftRpc for RaftService {
     async fn install_snapshot(&self, request: Request<RaftPayload>) -> Result<Response<RaftPayload>, Status> {
         self.check_sender(&request)?;
         let rpc: InstallSnapshotRequest<TypeConfig> = self.decode(request)?;
-        match self.snapshots.receive(&self.raft, &self.engine, rpc).await {
-            Ok(answer) => encode_answer(&answer),
-            Err(refused) => {
-                let why = refused.to_string();
-                self.refused(&why);
-                Err(Status::invalid_argument(why))
-            }
-        }
+        self.install(rpc).await
+    }
+
+    async fn append_entries_v2(&self, request: Request<RaftFrame>) -> Result<Response<RaftPayload>, Status> {
+        self.check_sender(&request)?;
+        let rpc = self.decode_append(request)?;
+        let answer = self.raft.append_entries(rpc).await;
+        encode_answer(&answer)
+    }
+
+    async fn install_snapshot_v2(&self, request: Request<RaftFrame>) -> Result<Response<RaftPayload>, Status> {
+        self.check_sender(&request)?;
+        let rpc = self.decode_snapshot(request)?;
+        self.install(rpc).await
     }
 
     async fn change_members(&self, request: Request<RaftPayload>) -> Result<Response<RaftPayload>, Status> {

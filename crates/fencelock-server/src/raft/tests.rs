@@ -677,19 +677,94 @@ struct Node {
     sm_engine: super::SharedEngine,
     _dir: TempDir,
     server: tokio::task::JoinHandle<()>,
+    calls: Arc<Calls>,
 }
 
-async fn start_node(id: NodeId, listener: tokio::net::TcpListener, config: Arc<openraft::Config>) -> Node {
+/// What a node's Raft service was sent, by form.
+#[derive(Default)]
+struct Calls {
+    /// `AppendEntriesV2` and `InstallSnapshotV2` calls (served, or refused as unimplemented).
+    framed: std::sync::atomic::AtomicUsize,
+    /// `AppendEntries` and `InstallSnapshot` calls in JSON.
+    json: std::sync::atomic::AtomicUsize,
+}
+
+/// A node's [`RaftService`], counting the calls by form; `json_only` answers
+/// the framed calls UNIMPLEMENTED, as a fencelock from before them does.
+struct Counted {
+    svc: RaftService,
+    calls: Arc<Calls>,
+    json_only: bool,
+}
+
+impl Counted {
+    fn framed(&self) -> Result<(), tonic::Status> {
+        self.calls.framed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        match self.json_only {
+            true => Err(tonic::Status::unimplemented("an older fencelock")),
+            false => Ok(()),
+        }
+    }
+
+    fn json(&self) {
+        self.calls.json.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+type Frame = tonic::Request<fencelock_proto::raft::RaftFrame>;
+type Payload = tonic::Request<fencelock_proto::raft::RaftPayload>;
+type Answer = Result<tonic::Response<fencelock_proto::raft::RaftPayload>, tonic::Status>;
+
+#[tonic::async_trait]
+impl fencelock_proto::raft::raft_server::Raft for Counted {
+    async fn append_entries(&self, r: Payload) -> Answer {
+        self.json();
+        self.svc.append_entries(r).await
+    }
+    async fn vote(&self, r: Payload) -> Answer {
+        self.svc.vote(r).await
+    }
+    async fn install_snapshot(&self, r: Payload) -> Answer {
+        self.json();
+        self.svc.install_snapshot(r).await
+    }
+    async fn change_members(&self, r: Payload) -> Answer {
+        self.svc.change_members(r).await
+    }
+    async fn change_policy(&self, r: Payload) -> Answer {
+        self.svc.change_policy(r).await
+    }
+    async fn append_entries_v2(&self, r: Frame) -> Answer {
+        self.framed()?;
+        self.svc.append_entries_v2(r).await
+    }
+    async fn install_snapshot_v2(&self, r: Frame) -> Answer {
+        self.framed()?;
+        self.svc.install_snapshot_v2(r).await
+    }
+}
+
+/// A node serving its Raft service over gRPC; `json_only`: as a fencelock
+/// from before the framed calls.
+async fn start_node(
+    id: NodeId,
+    listener: tokio::net::TcpListener,
+    config: Arc<openraft::Config>,
+    json_only: bool,
+) -> Node {
+    use fencelock_proto::raft::raft_server::RaftServer;
     let dir = tempfile::tempdir().unwrap();
     let (log, sm) = open_storage(dir.path()).unwrap();
     let sm_engine = sm.engine();
     let raft = super::Raft::new(id, config, Network::new(id, None), log, sm).await.unwrap();
-    let svc = RaftService::new(raft.clone(), sm_engine.clone(), Default::default()).into_server();
+    let calls = Arc::new(Calls::default());
+    let svc = RaftService::new(raft.clone(), sm_engine.clone(), Default::default());
+    let svc = RaftServer::new(Counted { svc, calls: calls.clone(), json_only });
     let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
     let server = tokio::spawn(async move {
         tonic::transport::Server::builder().add_service(svc).serve_with_incoming(incoming).await.unwrap();
     });
-    Node { raft, sm_engine, _dir: dir, server }
+    Node { raft, sm_engine, _dir: dir, server, calls }
 }
 
 fn test_config() -> Arc<openraft::Config> {
@@ -709,9 +784,29 @@ fn test_config() -> Arc<openraft::Config> {
 
 /// Two voters elect a leader and replicate over gRPC; the leader compacts its log,
 /// then a third node joins as a learner and can only catch up by a (chunked)
-/// snapshot install over gRPC. Every node ends with the leader's engine.
+/// snapshot install over gRPC. Every node ends with the leader's engine. The
+/// entries and the snapshot's chunks travel in frames: the learner is sent
+/// no JSON append or install.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_nodes_replicate_and_install_snapshot_over_grpc() {
+    let learner = replicate_and_install(false).await;
+    assert!(learner.framed.load(std::sync::atomic::Ordering::Relaxed) > 0, "the learner was sent frames");
+    assert_eq!(learner.json.load(std::sync::atomic::Ordering::Relaxed), 0, "and no JSON call");
+}
+
+/// A group mixing versions: a learner from before the framed calls answers
+/// them UNIMPLEMENTED, and the leader then sends it the JSON calls; it
+/// catches up by snapshot and log, to the leader's engine, all the same.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_peer_without_frames_is_sent_json() {
+    let learner = replicate_and_install(true).await;
+    assert!(learner.framed.load(std::sync::atomic::Ordering::Relaxed) > 0, "a frame was tried first");
+    assert!(learner.json.load(std::sync::atomic::Ordering::Relaxed) > 0, "then JSON calls");
+}
+
+/// The body of the two tests above; node 3 (the learner) is `json_only`.
+/// Returns the learner's calls.
+async fn replicate_and_install(json_only: bool) -> Arc<Calls> {
     let config = test_config();
     let mut listeners = Vec::new();
     let mut addrs = BTreeMap::new();
@@ -722,7 +817,7 @@ async fn three_nodes_replicate_and_install_snapshot_over_grpc() {
     }
     let mut nodes = BTreeMap::new();
     for (id, l) in listeners {
-        nodes.insert(id, start_node(id, l, config.clone()).await);
+        nodes.insert(id, start_node(id, l, config.clone(), json_only && id == 3).await);
     }
     let timeout = Some(Duration::from_secs(10));
 
@@ -771,10 +866,12 @@ async fn three_nodes_replicate_and_install_snapshot_over_grpc() {
     assert_eq!(m3.snapshot, Some(w.log_id), "the learner got the leader's snapshot");
     assert_eq!(*nodes[&3].sm_engine.read().unwrap(), leader_engine);
 
+    let learner = nodes[&3].calls.clone();
     for (_, n) in nodes {
         n.raft.shutdown().await.unwrap();
         n.server.abort();
     }
+    learner
 }
 
 /// A peer that does not listen is `Unreachable` (openraft backs off), not a
