@@ -1,9 +1,13 @@
 //! P1, peer input (issue 14, part 1): the nemesis sends malformed and forged
 //! Raft messages to the native server's gRPC port during the run, in seeded
 //! rounds, as anyone who reaches that port can. Each round holds, shuffled:
-//! - for each of `append_entries`, `vote` and `install_snapshot`: a payload
-//!   that is not JSON, one that is a message's JSON cut short, and one with a
-//!   structural byte replaced (never valid JSON, see [`mutate`]);
+//! - for each of `append_entries`, `vote` and `install_snapshot`, and the
+//!   framed `append_entries_v2` and `install_snapshot_v2` (the message's JSON
+//!   as the frame's head): a payload that is not JSON, one that is a
+//!   message's JSON cut short, and one with a structural byte replaced (never
+//!   valid JSON, see [`mutate`]);
+//! - an `AppendEntriesV2` whose head is well-formed but whose entry does not
+//!   decode;
 //! - an `InstallSnapshot` whose snapshot data does not decode, or describes
 //!   another point of the log than its meta;
 //! - a forged, well-formed `InstallSnapshot` (a rollback): from a leader that is
@@ -11,7 +15,8 @@
 //!   snapshot checks are reached: a lower vote is answered without them), for a
 //!   point of the log far ahead of its own, holding an empty engine. Installed,
 //!   it would send the token counter back to 0 (sent only once the server has
-//!   issued a token).
+//!   issued a token); and the same as an `InstallSnapshotV2`, its data in the
+//!   frame.
 //!
 //! The server must refuse every message (INVALID_ARGUMENT, counted in
 //! `fencelock_peer_messages_refused_total`) and keep serving; the usual checks
@@ -40,10 +45,11 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use anyhow::Context;
-use fencelock_proto::raft::{raft_client::RaftClient, RaftPayload};
+use fencelock_proto::raft::{raft_client::RaftClient, RaftFrame, RaftPayload};
 use fencelock_server::raft::{Member, TypeConfig};
 use openraft::raft::{AppendEntriesRequest, InstallSnapshotRequest, VoteRequest};
 use openraft::{CommittedLeaderId, LogId, Membership, SnapshotMeta, StoredMembership, Vote};
+use prost::Message as _;
 use serde_json::json;
 use tonic::transport::Channel;
 use tonic::Code;
@@ -66,6 +72,10 @@ pub(crate) enum Rpc {
     AppendEntries,
     Vote,
     InstallSnapshot,
+    /// `AppendEntriesV2`: the payload is an encoded `RaftFrame`.
+    AppendEntriesV2,
+    /// `InstallSnapshotV2`: the payload is an encoded `RaftFrame`.
+    InstallSnapshotV2,
 }
 
 /// What is wrong with a message.
@@ -76,6 +86,10 @@ pub(crate) enum Defect {
     Mutated(Rpc),
     BadSnapshotData,
     Rollback,
+    /// An `AppendEntriesV2` whose entry does not decode.
+    BadEntry,
+    /// The rollback as an `InstallSnapshotV2`.
+    FramedRollback,
 }
 
 impl Defect {
@@ -83,6 +97,8 @@ impl Defect {
         match self {
             Defect::NotJson(r) | Defect::Truncated(r) | Defect::Mutated(r) => r,
             Defect::BadSnapshotData | Defect::Rollback => Rpc::InstallSnapshot,
+            Defect::BadEntry => Rpc::AppendEntriesV2,
+            Defect::FramedRollback => Rpc::InstallSnapshotV2,
         }
     }
 
@@ -93,6 +109,8 @@ impl Defect {
             Defect::Mutated(r) => format!("mutated {r:?}"),
             Defect::BadSnapshotData => "bad-snapshot-data".into(),
             Defect::Rollback => "rollback-snapshot".into(),
+            Defect::BadEntry => "bad-entry AppendEntriesV2".into(),
+            Defect::FramedRollback => "rollback-snapshot InstallSnapshotV2".into(),
         }
     }
 }
@@ -206,19 +224,53 @@ async fn finish(ctx: &mut Ctx, admin: SocketAddr, pid: Option<u32>, first: &View
 /// issued a token (an empty engine is not below a fresh one).
 fn defects(ctx: &mut Ctx, now: &View) -> Vec<Defect> {
     let mut v = Vec::new();
-    for rpc in [Rpc::AppendEntries, Rpc::Vote, Rpc::InstallSnapshot] {
+    for rpc in [Rpc::AppendEntries, Rpc::Vote, Rpc::InstallSnapshot, Rpc::AppendEntriesV2, Rpc::InstallSnapshotV2] {
         v.extend([Defect::NotJson(rpc), Defect::Truncated(rpc), Defect::Mutated(rpc)]);
     }
-    v.push(Defect::BadSnapshotData);
+    v.extend([Defect::BadSnapshotData, Defect::BadEntry]);
     if now.tokens_issued > 0 {
-        v.push(Defect::Rollback);
+        v.extend([Defect::Rollback, Defect::FramedRollback]);
     }
     ctx.rng.shuffle(&mut v);
     v
 }
 
-/// The payload of one message with defect `d` to the node `now` describes.
+/// The payload of one message with defect `d` to the node `now` describes:
+/// for a framed call, the JSON built as for its plain call, framed (see [`frame`]).
 pub(crate) fn message(ctx: &mut Ctx, now: &View, grpc: SocketAddr, d: Defect) -> Vec<u8> {
+    let json = match d {
+        Defect::BadEntry => {
+            let head = harmless(Rpc::AppendEntries, now, grpc);
+            // Field 31 of wire type 7: no protobuf message starts so.
+            let mut entry = vec![0xff];
+            entry.extend((0..ctx.rng.usize(0..32)).map(|_| ctx.rng.u8(..)));
+            return RaftFrame { head, entries: vec![entry], data: Vec::new() }.encode_to_vec();
+        }
+        Defect::FramedRollback => message_json(ctx, now, grpc, Defect::Rollback),
+        d => message_json(ctx, now, grpc, d),
+    };
+    match d.rpc() {
+        Rpc::AppendEntriesV2 | Rpc::InstallSnapshotV2 => frame(json),
+        _ => json,
+    }
+}
+
+/// A framed call's payload from its JSON: a snapshot request's chunk moves
+/// into the frame; anything else (a malformed head included) is the head.
+pub(crate) fn frame(json: Vec<u8>) -> Vec<u8> {
+    let frame = match serde_json::from_slice::<InstallSnapshotRequest<TypeConfig>>(&json) {
+        Ok(mut req) => {
+            let data = std::mem::take(&mut req.data);
+            let head = serde_json::to_vec(&req).expect("a Raft message serializes");
+            RaftFrame { head, entries: Vec::new(), data }
+        }
+        Err(_) => RaftFrame { head: json, entries: Vec::new(), data: Vec::new() },
+    };
+    frame.encode_to_vec()
+}
+
+/// The JSON of one message with defect `d` (a plain call's).
+fn message_json(ctx: &mut Ctx, now: &View, grpc: SocketAddr, d: Defect) -> Vec<u8> {
     let rng = &mut ctx.rng;
     match d {
         Defect::NotJson(_) => {
@@ -246,17 +298,18 @@ pub(crate) fn message(ctx: &mut Ctx, now: &View, grpc: SocketAddr, d: Defect) ->
             };
             snapshot_request(term, leader, now, grpc, data)
         }
-        Defect::Rollback => {
+        Defect::Rollback | Defect::FramedRollback => {
             let term = now.term + rng.u64(1..=3);
             let leader = other_node(now);
             let data = snapshot_data(far_ahead(term, leader), &membership(now, grpc));
             snapshot_request(term, leader, now, grpc, data)
         }
+        Defect::BadEntry => unreachable!("framed by message()"),
     }
 }
 
-/// A well-formed `Vote` or `AppendEntries` (empty, no previous entry) from
-/// another node at `term`: heard from a member, a `term` above the node's
+/// A well-formed `Vote` or `AppendEntries` (empty, no previous entry; framed
+/// for `AppendEntriesV2`) from another node at `term`: heard from a member, a `term` above the node's
 /// makes it step down and take that term.
 pub(crate) fn higher_term(rpc: Rpc, term: u64, now: &View) -> Vec<u8> {
     let leader = other_node(now);
@@ -268,7 +321,10 @@ pub(crate) fn higher_term(rpc: Rpc, term: u64, now: &View) -> Vec<u8> {
             leader_commit: None,
         }),
         Rpc::Vote => serde_json::to_vec(&VoteRequest { vote: Vote::new(term, leader), last_log_id: None }),
-        Rpc::InstallSnapshot => unreachable!("a snapshot is built by message(.., Defect::Rollback)"),
+        Rpc::AppendEntriesV2 => return frame(higher_term(Rpc::AppendEntries, term, now)),
+        Rpc::InstallSnapshot | Rpc::InstallSnapshotV2 => {
+            unreachable!("a snapshot is built by message(.., Defect::Rollback or FramedRollback)")
+        }
     };
     json.expect("a Raft message serializes")
 }
@@ -283,14 +339,14 @@ fn other_node(now: &View) -> u64 {
 fn harmless(rpc: Rpc, now: &View, grpc: SocketAddr) -> Vec<u8> {
     let leader = other_node(now);
     let json = match rpc {
-        Rpc::AppendEntries => serde_json::to_vec(&AppendEntriesRequest::<TypeConfig> {
+        Rpc::AppendEntries | Rpc::AppendEntriesV2 => serde_json::to_vec(&AppendEntriesRequest::<TypeConfig> {
             vote: Vote::new_committed(0, leader),
             prev_log_id: None,
             entries: Vec::new(),
             leader_commit: None,
         }),
         Rpc::Vote => serde_json::to_vec(&VoteRequest { vote: Vote::new(0, leader), last_log_id: None }),
-        Rpc::InstallSnapshot => {
+        Rpc::InstallSnapshot | Rpc::InstallSnapshotV2 => {
             let data = snapshot_data(far_ahead(0, leader), &membership(now, grpc));
             return snapshot_request(0, leader, now, grpc, data);
         }
@@ -367,14 +423,22 @@ fn structural(json: &[u8]) -> Vec<usize> {
     spots
 }
 
-/// Sends one payload; the server's answer, or its refusal.
-pub(crate) async fn send(peer: &mut RaftClient<Channel>, rpc: Rpc, json: Vec<u8>) -> Result<(), tonic::Status> {
-    let mut req = tonic::Request::new(RaftPayload { json });
-    req.set_timeout(Duration::from_secs(5));
+/// Sends one payload (a framed call's: an encoded `RaftFrame`); the server's
+/// answer, or its refusal.
+pub(crate) async fn send(peer: &mut RaftClient<Channel>, rpc: Rpc, payload: Vec<u8>) -> Result<(), tonic::Status> {
+    fn timed<T>(message: T) -> tonic::Request<T> {
+        let mut req = tonic::Request::new(message);
+        req.set_timeout(Duration::from_secs(5));
+        req
+    }
+    let framed =
+        || RaftFrame::decode(payload.as_slice()).map_err(|e| tonic::Status::internal(format!("P1's frame: {e}")));
     match rpc {
-        Rpc::AppendEntries => peer.append_entries(req).await.map(drop),
-        Rpc::Vote => peer.vote(req).await.map(drop),
-        Rpc::InstallSnapshot => peer.install_snapshot(req).await.map(drop),
+        Rpc::AppendEntriesV2 => peer.append_entries_v2(timed(framed()?)).await.map(drop),
+        Rpc::InstallSnapshotV2 => peer.install_snapshot_v2(timed(framed()?)).await.map(drop),
+        Rpc::AppendEntries => peer.append_entries(timed(RaftPayload { json: payload })).await.map(drop),
+        Rpc::Vote => peer.vote(timed(RaftPayload { json: payload })).await.map(drop),
+        Rpc::InstallSnapshot => peer.install_snapshot(timed(RaftPayload { json: payload })).await.map(drop),
     }
 }
 
@@ -407,6 +471,25 @@ mod tests {
                 assert!(serde_json::from_slice::<serde_json::Value>(&m).is_err(), "{}", String::from_utf8_lossy(&m));
             }
         }
+    }
+
+    /// A framed call carries what the plain one does: a snapshot request's
+    /// chunk moves into the frame (its head then carries none, as the server
+    /// requires), and malformed JSON is the head, byte for byte, so that the
+    /// server's head decoder refuses it.
+    #[test]
+    fn frames_carry_what_the_plain_calls_do() {
+        let v = view();
+        let data = snapshot_data(far_ahead(v.term + 1, other_node(&v)), &membership(&v, addr()));
+        let json = snapshot_request(v.term + 1, other_node(&v), &v, addr(), data.clone());
+        let framed = RaftFrame::decode(frame(json).as_slice()).unwrap();
+        assert_eq!(framed.data, data);
+        let head: InstallSnapshotRequest<TypeConfig> = serde_json::from_slice(&framed.head).unwrap();
+        assert!(head.data.is_empty() && framed.entries.is_empty());
+        let cut = harmless(Rpc::AppendEntries, &v, addr());
+        let cut = cut[..cut.len() / 2].to_vec();
+        let framed = RaftFrame::decode(frame(cut.clone()).as_slice()).unwrap();
+        assert_eq!((framed.head, framed.data, framed.entries), (cut, vec![], vec![]));
     }
 
     /// Escaped quotes do not end a string: a `:` inside one is not structural.
