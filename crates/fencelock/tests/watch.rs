@@ -90,17 +90,29 @@ async fn a_watch_sees_every_transition_in_order_and_resumes_exactly() {
     server.stop().await;
 }
 
+/// A role that may acquire and read every lock.
+const APP_ROLE: &str = "[roles.app]\nrules = [{ prefix = \"\", verbs = [\"acquire\", \"read\"] }]\n";
+
+/// The auth file's entry of the token `t`, called `name`, with `role`.
+fn token_entry(name: &str, t: &fencelock_server::auth::NewToken, role: &str) -> String {
+    format!("[[tokens]]\nname = \"{name}\"\nid = \"{}\"\nhash = \"{}\"\nroles = [\"{role}\"]\n", t.id, t.hash)
+}
+
+/// A node whose auth file (in `dir`) is `auth`; and its URL.
+async fn start_with_auth(dir: &std::path::Path, auth: &str) -> (fencelock_server::Running, String) {
+    std::fs::write(dir.join("auth.toml"), auth).unwrap();
+    let mut config = fencelock_server::Config::for_test(dir.join("data"));
+    config.auth_file = Some(dir.join("auth.toml"));
+    let running = fencelock_server::start(config).await.unwrap();
+    let url = format!("http://{}", running.grpc_addr);
+    (running, url)
+}
+
 /// The `id:` and `data:` of the first `n` events of `GET path` (SSE), sent
 /// with `extra` headers.
 async fn sse(addr: std::net::SocketAddr, path: &str, extra: &str, n: usize) -> Vec<(String, serde_json::Value)> {
-    use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
     within("SSE events", async {
-        let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
-        let req = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nAccept: text/event-stream\r\n{extra}\r\n");
-        s.write_all(req.as_bytes()).await.unwrap();
-        let mut lines = BufReader::new(s).lines();
-        let status = lines.next_line().await.unwrap().expect("a status line");
-        assert!(status.starts_with("HTTP/1.1 200"), "GET {path}: {status}");
+        let mut lines = sse_open(addr, path, extra).await;
         let (mut out, mut id) = (Vec::new(), None);
         while out.len() < n {
             let line = lines.next_line().await.unwrap().expect("more events");
@@ -156,17 +168,11 @@ async fn a_token_limited_to_a_prefix_sees_only_that_prefix() {
     let dir = tempfile::tempdir().unwrap();
     let (app, reader) = (fencelock_server::auth::new_token().unwrap(), fencelock_server::auth::new_token().unwrap());
     let file = format!(
-        "[roles.app]\nrules = [{{ prefix = \"\", verbs = [\"acquire\", \"read\"] }}]\n\
-         [roles.jobs]\nrules = [{{ prefix = \"jobs/\", verbs = [\"read\"] }}]\n\
-         [[tokens]]\nname = \"app\"\nid = \"{}\"\nhash = \"{}\"\nroles = [\"app\"]\n\
-         [[tokens]]\nname = \"reader\"\nid = \"{}\"\nhash = \"{}\"\nroles = [\"jobs\"]\n",
-        app.id, app.hash, reader.id, reader.hash
+        "{APP_ROLE}[roles.jobs]\nrules = [{{ prefix = \"jobs/\", verbs = [\"read\"] }}]\n{}{}",
+        token_entry("app", &app, "app"),
+        token_entry("reader", &reader, "jobs")
     );
-    std::fs::write(dir.path().join("auth.toml"), file).unwrap();
-    let mut config = fencelock_server::Config::for_test(dir.path().join("data"));
-    config.auth_file = Some(dir.path().join("auth.toml"));
-    let running = fencelock_server::start(config).await.unwrap();
-    let url = format!("http://{}", running.grpc_addr);
+    let (running, url) = start_with_auth(dir.path(), &file).await;
     let as_token = |t: &str| Client::builder(url.clone()).token(t.to_string()).connect();
     let (app_client, reader_client) = (as_token(&app.token).await.unwrap(), as_token(&reader.token).await.unwrap());
     let zero = Some(Revision { index: 0, seq: 0 });
@@ -232,21 +238,10 @@ async fn a_resume_older_than_the_history_is_compacted_and_the_oldest_revision_re
 async fn a_token_removed_from_the_auth_file_ends_its_open_watch() {
     let dir = tempfile::tempdir().unwrap();
     let (app, reader) = (fencelock_server::auth::new_token().unwrap(), fencelock_server::auth::new_token().unwrap());
-    let app_only = format!(
-        "[roles.app]\nrules = [{{ prefix = \"\", verbs = [\"acquire\", \"read\"] }}]\n\
-         [[tokens]]\nname = \"app\"\nid = \"{}\"\nhash = \"{}\"\nroles = [\"app\"]\n",
-        app.id, app.hash
-    );
-    let with_reader = format!(
-        "{app_only}[[tokens]]\nname = \"reader\"\nid = \"{}\"\nhash = \"{}\"\nroles = [\"app\"]\n",
-        reader.id, reader.hash
-    );
+    let app_only = format!("{APP_ROLE}{}", token_entry("app", &app, "app"));
+    let with_reader = format!("{app_only}{}", token_entry("reader", &reader, "app"));
+    let (running, url) = start_with_auth(dir.path(), &with_reader).await;
     let file = dir.path().join("auth.toml");
-    std::fs::write(&file, &with_reader).unwrap();
-    let mut config = fencelock_server::Config::for_test(dir.path().join("data"));
-    config.auth_file = Some(file.clone());
-    let running = fencelock_server::start(config).await.unwrap();
-    let url = format!("http://{}", running.grpc_addr);
     let as_token = |t: &str| Client::builder(url.clone()).token(t.to_string()).connect();
     let (app_client, reader_client) = (as_token(&app.token).await.unwrap(), as_token(&reader.token).await.unwrap());
     let mut w = reader_client.watch_from("jobs/", Some(Revision { index: 0, seq: 0 }));
