@@ -50,6 +50,7 @@ mod restore;
 mod slots;
 mod state;
 mod timers;
+mod vecmap;
 
 #[cfg(all(test, feature = "mutants"))]
 mod mutant_tests;

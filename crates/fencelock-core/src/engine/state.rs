@@ -2,13 +2,14 @@
 //! their holders, FIFO queue and lock-delay.
 //!
 //! Plain data with small helpers; the rules that change them live in `lease.rs`
-//! and `lock.rs`. Every collection is ordered (`BTreeMap`, `Vec`, `VecDeque`), so
+//! and `lock.rs`. Every collection is ordered (`VecMap`, `Vec`, `VecDeque`), so
 //! iteration order, and therefore every outcome, is the same on every replica.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::VecDeque;
 
 use serde::{Deserialize, Serialize};
 
+use super::vecmap::VecMap;
 use crate::{Grant, LeaseId, LockName, Millis, Mode, Reply, RequestId, Tag, Token, DEDUP_PER_LEASE};
 
 /// One lease: a TTL, the instant it ends unless kept alive, and what it holds.
@@ -21,9 +22,9 @@ pub(crate) struct Lease {
     /// request map is removed when the lease ends.
     pub grant_req: RequestId,
     /// Grants this lease holds, by token (so, in grant order).
-    pub holds: BTreeMap<Token, LockName>,
+    pub holds: VecMap<Token, LockName>,
     /// Acquires of this lease that wait in a queue, by request id.
-    pub waits: BTreeMap<RequestId, LockName>,
+    pub waits: VecMap<RequestId, LockName>,
     /// Final outcomes of its recent requests, for retries (INV-6).
     pub dedup: Dedup,
     /// Set by the `LeaderStart` that gave this lease a fresh TTL; cleared by its
@@ -43,8 +44,8 @@ impl Lease {
             ttl_ms,
             deadline,
             grant_req,
-            holds: BTreeMap::new(),
-            waits: BTreeMap::new(),
+            holds: VecMap::default(),
+            waits: VecMap::default(),
             dedup: Dedup::default(),
             extended: false,
         }
