@@ -340,7 +340,7 @@ impl Engine {
     /// The answer to a retry of `(lease, req)` from the lease's memory, if any.
     fn recorded_reply(&self, lease: LeaseId, req: RequestId) -> Option<Reply> {
         match self.leases.get(&lease)?.dedup.get(req)? {
-            Outcome::Replied(reply) => Some(reply.clone()),
+            Outcome::Replied(answer) => Some(answer.clone().into()),
             Outcome::TimedOut(lock) => Some(Reply::Busy(self.busy(lock))),
         }
     }

@@ -77,7 +77,7 @@ impl Engine {
         self.timers.remove(old, TimerKind::LeaseEnd(id));
         self.timers.insert(new, TimerKind::LeaseEnd(id));
         let reply = Reply::LeaseKept { lease: id, ttl_ms };
-        self.record(id, req, super::Outcome::Replied(reply.clone()));
+        self.record(id, req, super::Outcome::replied(reply.clone()));
         reply
     }
 

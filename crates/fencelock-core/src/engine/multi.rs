@@ -35,7 +35,7 @@ impl Engine {
         };
         if a.wait_ms == 0 {
             let reply = Reply::Busy(self.busy(blocked));
-            self.record(a.lease, a.req, Outcome::Replied(reply.clone()));
+            self.record(a.lease, a.req, Outcome::replied(reply.clone()));
             return reply;
         }
         self.enqueue(&names, share, a)
@@ -62,7 +62,7 @@ impl Engine {
             fx.push(Effect::Granted { grant, req: a.req, queued: false, waited_ms: 0, tag, mode });
         }
         let reply = Reply::AcquiredAll(grants);
-        self.record(a.lease, a.req, Outcome::Replied(reply.clone()));
+        self.record(a.lease, a.req, Outcome::replied(reply.clone()));
         reply
     }
 

@@ -17,6 +17,14 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 /// `Vec` does (amortized doubling).
 const EXACT_UP_TO: usize = 4;
 
+/// Whether a small collection of `len` entries in `capacity` slots, about to
+/// get one more, should grow by exactly one slot (see [`EXACT_UP_TO`]): the
+/// engine's per-lease and per-lock collections usually hold one entry, where a
+/// `Vec`'s first growth makes room for four.
+pub(crate) fn grows_by_one(len: usize, capacity: usize) -> bool {
+    len == capacity && len < EXACT_UP_TO
+}
+
 /// An ordered map kept as a vector sorted by key, without duplicate keys.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct VecMap<K, V>(Vec<(K, V)>);
@@ -45,7 +53,7 @@ impl<K: Ord, V> VecMap<K, V> {
         match self.find(&key) {
             Ok(i) => Some(std::mem::replace(&mut self.0[i].1, value)),
             Err(i) => {
-                if self.0.len() == self.0.capacity() && self.0.len() < EXACT_UP_TO {
+                if grows_by_one(self.0.len(), self.0.capacity()) {
                     self.0.reserve_exact(1);
                 }
                 self.0.insert(i, (key, value));
