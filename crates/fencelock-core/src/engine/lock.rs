@@ -154,7 +154,7 @@ impl Engine {
         let Closing { lock_delay_ms, hold_at_least_ms } = closing;
         let holder = Holder { lease, req, token, granted_at, lock_delay_ms, tag, mode, weight, hold_at_least_ms };
         let grant = holder.grant(name);
-        self.locks.entry(name.clone()).or_default().holders.push(holder);
+        self.locks.entry(name.clone()).or_default().add_holder(holder);
         if let Some(l) = self.leases.get_mut(&lease) {
             l.holds.insert(token, name.clone());
         }

@@ -243,6 +243,15 @@ impl Lock {
         }
     }
 
+    /// A new grant, last in grant order. Most locks have one holder: the first
+    /// takes one slot, not the four of a `Vec`'s first growth.
+    pub fn add_holder(&mut self, holder: Holder) {
+        if grows_by_one(self.holders.len(), self.holders.capacity()) {
+            self.holders.reserve_exact(1);
+        }
+        self.holders.push(holder);
+    }
+
     pub fn holder(&self, lease: LeaseId, token: Token) -> Option<usize> {
         self.holders.iter().position(|h| h.lease == lease && h.token == token)
     }
