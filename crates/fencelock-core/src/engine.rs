@@ -89,7 +89,9 @@ pub struct Engine {
     #[cfg(feature = "mutants")]
     #[serde(skip)]
     mutant_skip_floor: bool,
-    leases: BTreeMap<LeaseId, Lease>,
+    /// Boxed: the map's nodes hold a pointer per lease, not the whole record
+    /// (a node of sequential ids is about half full).
+    leases: BTreeMap<LeaseId, Box<Lease>>,
     /// The live leases of each owner (see [`Command::As`]), for quotas. Absent
     /// in states written before owners existed, which had none.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]

@@ -31,7 +31,7 @@ impl Engine {
         if let Some(o) = owner {
             self.owned.entry(o.to_string()).or_default().insert(id);
         }
-        self.leases.insert(id, Lease::new(ttl_ms, deadline, req, owner.map(str::to_string)));
+        self.leases.insert(id, Box::new(Lease::new(ttl_ms, deadline, req, owner.map(str::to_string))));
         self.grant_reqs.insert(req, id);
         self.timers.insert(deadline, TimerKind::LeaseEnd(id));
         Reply::LeaseGranted { lease: id, ttl_ms }
