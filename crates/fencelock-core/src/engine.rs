@@ -100,7 +100,8 @@ pub struct Engine {
     grant_reqs: BTreeMap<RequestId, LeaseId>,
     /// The last [`REVOKED_MEMORY`] successful revokes, oldest first.
     revoked: VecDeque<(LeaseId, RequestId)>,
-    locks: BTreeMap<LockName, Lock>,
+    /// Boxed, as the leases: a node holds a pointer per lock.
+    locks: BTreeMap<LockName, Box<Lock>>,
     timers: Timers,
     /// Who may do what (absent in states written before it existed).
     #[serde(default, skip_serializing_if = "Policy::is_empty")]

@@ -61,7 +61,7 @@ impl Engine {
         }
         let share = Share::of(a, kind);
         if self.can_grant_now(&name, share) {
-            self.locks.entry(name.clone()).or_insert_with(|| Lock::of_kind(kind));
+            self.locks.entry(name.clone()).or_insert_with(|| Box::new(Lock::of_kind(kind)));
             return self.grant_now(&name, share, a, fx);
         }
         if a.wait_ms == 0 {

@@ -55,7 +55,7 @@ impl Engine {
         let closing = super::state::Closing::of(a);
         let mut grants = Vec::with_capacity(names.len());
         for name in names {
-            self.locks.entry(name.clone()).or_insert_with(|| Lock::of_kind(LockKind::Exclusive));
+            self.locks.entry(name.clone()).or_insert_with(|| Box::new(Lock::of_kind(LockKind::Exclusive)));
             let grant = self.install_holder(name, a.lease, a.req, closing, tag.clone(), share);
             grants.push(grant.clone());
             let (tag, mode) = (tag.clone(), share.mode);
