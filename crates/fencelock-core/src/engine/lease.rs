@@ -31,7 +31,7 @@ impl Engine {
         if let Some(o) = owner {
             self.owned.entry(o.to_string()).or_default().insert(id);
         }
-        self.leases.insert(id, Lease::new(ttl_ms, deadline, req, owner.map(str::to_string)));
+        self.leases.insert(id, Box::new(Lease::new(ttl_ms, deadline, req, owner.map(str::to_string))));
         self.grant_reqs.insert(req, id);
         self.timers.insert(deadline, TimerKind::LeaseEnd(id));
         Reply::LeaseGranted { lease: id, ttl_ms }
@@ -77,7 +77,7 @@ impl Engine {
         self.timers.remove(old, TimerKind::LeaseEnd(id));
         self.timers.insert(new, TimerKind::LeaseEnd(id));
         let reply = Reply::LeaseKept { lease: id, ttl_ms };
-        self.record(id, req, super::Outcome::Replied(reply.clone()));
+        self.record(id, req, super::Outcome::replied(reply.clone()));
         reply
     }
 

@@ -56,17 +56,17 @@ impl Engine {
         };
         if let Some(done) = self.once_done(&name, a) {
             let reply = done.reply();
-            self.record(a.lease, a.req, Outcome::Replied(reply.clone()));
+            self.record(a.lease, a.req, Outcome::replied(reply.clone()));
             return reply;
         }
         let share = Share::of(a, kind);
         if self.can_grant_now(&name, share) {
-            self.locks.entry(name.clone()).or_insert_with(|| Lock::of_kind(kind));
+            self.locks.entry(name.clone()).or_insert_with(|| Box::new(Lock::of_kind(kind)));
             return self.grant_now(&name, share, a, fx);
         }
         if a.wait_ms == 0 {
             let reply = Reply::Busy(self.busy(&name));
-            self.record(a.lease, a.req, Outcome::Replied(reply.clone()));
+            self.record(a.lease, a.req, Outcome::replied(reply.clone()));
             return reply;
         }
         self.enqueue(&[name], share, a)
@@ -130,7 +130,7 @@ impl Engine {
         let tag = Tag::of(a);
         let grant = self.install_holder(name, a.lease, a.req, Closing::of(a), tag.clone(), share);
         let reply = Reply::Acquired(grant.clone());
-        self.record(a.lease, a.req, Outcome::Replied(reply.clone()));
+        self.record(a.lease, a.req, Outcome::replied(reply.clone()));
         fx.push(Effect::Granted { grant, req: a.req, queued: false, waited_ms: 0, tag, mode: share.mode });
         reply
     }
@@ -154,7 +154,7 @@ impl Engine {
         let Closing { lock_delay_ms, hold_at_least_ms } = closing;
         let holder = Holder { lease, req, token, granted_at, lock_delay_ms, tag, mode, weight, hold_at_least_ms };
         let grant = holder.grant(name);
-        self.locks.entry(name.clone()).or_default().holders.push(holder);
+        self.locks.entry(name.clone()).or_default().add_holder(holder);
         if let Some(l) = self.leases.get_mut(&lease) {
             l.holds.insert(token, name.clone());
         }
@@ -185,7 +185,7 @@ impl Engine {
             return Reply::NotHolder;
         }
         self.end_grant(&name, lease, token, ReleaseCause::Released, fx);
-        self.record(lease, req, Outcome::Replied(Reply::Released));
+        self.record(lease, req, Outcome::replied(Reply::Released));
         Reply::Released
     }
 
@@ -208,7 +208,7 @@ impl Engine {
         };
         holder.tag = Tag::new(Tag::identity(holder.tag.as_deref()), s.value);
         fx.push(Effect::ValueChanged { grant: holder.grant(&name), tag: holder.tag.clone() });
-        self.record(s.lease, s.req, Outcome::Replied(Reply::ValueSet));
+        self.record(s.lease, s.req, Outcome::replied(Reply::ValueSet));
         Reply::ValueSet
     }
 
@@ -231,7 +231,7 @@ impl Engine {
         };
         holder.mode = Mode::Shared;
         fx.push(Effect::Downgraded { grant: holder.grant(&name), tag: holder.tag.clone() });
-        self.record(d.lease, d.req, Outcome::Replied(Reply::Downgraded));
+        self.record(d.lease, d.req, Outcome::replied(Reply::Downgraded));
         self.grant_next(&name, fx);
         Reply::Downgraded
     }

@@ -35,7 +35,7 @@ impl Engine {
         };
         if a.wait_ms == 0 {
             let reply = Reply::Busy(self.busy(blocked));
-            self.record(a.lease, a.req, Outcome::Replied(reply.clone()));
+            self.record(a.lease, a.req, Outcome::replied(reply.clone()));
             return reply;
         }
         self.enqueue(&names, share, a)
@@ -55,14 +55,14 @@ impl Engine {
         let closing = super::state::Closing::of(a);
         let mut grants = Vec::with_capacity(names.len());
         for name in names {
-            self.locks.entry(name.clone()).or_insert_with(|| Lock::of_kind(LockKind::Exclusive));
+            self.locks.entry(name.clone()).or_insert_with(|| Box::new(Lock::of_kind(LockKind::Exclusive)));
             let grant = self.install_holder(name, a.lease, a.req, closing, tag.clone(), share);
             grants.push(grant.clone());
             let (tag, mode) = (tag.clone(), share.mode);
             fx.push(Effect::Granted { grant, req: a.req, queued: false, waited_ms: 0, tag, mode });
         }
         let reply = Reply::AcquiredAll(grants);
-        self.record(a.lease, a.req, Outcome::Replied(reply.clone()));
+        self.record(a.lease, a.req, Outcome::replied(reply.clone()));
         reply
     }
 

@@ -163,7 +163,7 @@ impl Engine {
     /// retry of its request gets the same answer (INV-6).
     fn end_done_wait(&mut self, name: &LockName, w: Waiter, done: SlotCompletion, fx: &mut Effects) {
         self.forget_wait(&w);
-        self.record(w.lease, w.req, Outcome::Replied(done.reply()));
+        self.record(w.lease, w.req, Outcome::replied(done.reply()));
         let why = WaitEnd::SlotDone(Box::new(done));
         fx.push(Effect::WaitEnded { lock: name.clone(), lease: w.lease, req: w.req, why });
     }
@@ -185,7 +185,7 @@ impl Engine {
             true => Reply::Acquired(grants.remove(0)),
             false => Reply::AcquiredAll(grants),
         };
-        self.record(w.lease, w.req, Outcome::Replied(reply));
+        self.record(w.lease, w.req, Outcome::replied(reply));
     }
 
     /// The first waiter of `name` whose lease is live, if it can be granted

@@ -75,7 +75,7 @@ impl Engine {
             drop_oldest(slots);
         }
         slots.entry(c.slot.to_owned()).or_insert(record);
-        self.record(c.lease, c.req, Outcome::Replied(Reply::SlotCompleted));
+        self.record(c.lease, c.req, Outcome::replied(Reply::SlotCompleted));
         self.end_slot_waiters(&name, c.slot, fx);
         Reply::SlotCompleted
     }

@@ -2,13 +2,14 @@
 //! their holders, FIFO queue and lock-delay.
 //!
 //! Plain data with small helpers; the rules that change them live in `lease.rs`
-//! and `lock.rs`. Every collection is ordered (`BTreeMap`, `Vec`, `VecDeque`), so
+//! and `lock.rs`. Every collection is ordered (`VecMap`, `Vec`, `VecDeque`), so
 //! iteration order, and therefore every outcome, is the same on every replica.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::VecDeque;
 
 use serde::{Deserialize, Serialize};
 
+use super::vecmap::{grows_by_one, VecMap};
 use crate::{Grant, LeaseId, LockName, Millis, Mode, Reply, RequestId, Tag, Token, DEDUP_PER_LEASE};
 
 /// One lease: a TTL, the instant it ends unless kept alive, and what it holds.
@@ -21,9 +22,9 @@ pub(crate) struct Lease {
     /// request map is removed when the lease ends.
     pub grant_req: RequestId,
     /// Grants this lease holds, by token (so, in grant order).
-    pub holds: BTreeMap<Token, LockName>,
+    pub holds: VecMap<Token, LockName>,
     /// Acquires of this lease that wait in a queue, by request id.
-    pub waits: BTreeMap<RequestId, LockName>,
+    pub waits: VecMap<RequestId, LockName>,
     /// Final outcomes of its recent requests, for retries (INV-6).
     pub dedup: Dedup,
     /// Set by the `LeaderStart` that gave this lease a fresh TTL; cleared by its
@@ -43,8 +44,8 @@ impl Lease {
             ttl_ms,
             deadline,
             grant_req,
-            holds: BTreeMap::new(),
-            waits: BTreeMap::new(),
+            holds: VecMap::default(),
+            waits: VecMap::default(),
             dedup: Dedup::default(),
             extended: false,
         }
@@ -70,10 +71,62 @@ impl Lease {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) enum Outcome {
     /// Answer the retry with this reply again.
-    Replied(Reply),
+    Replied(Answer),
     /// The acquire queued on this lock and its wait ran out: a retry is answered
     /// with the lock's *current* [`crate::Busy`] (it did not get the lock).
     TimedOut(LockName),
+}
+
+impl Outcome {
+    /// Remember `reply` as the answer to a retry.
+    pub fn replied(reply: Reply) -> Self {
+        Outcome::Replied(Answer::from(reply))
+    }
+}
+
+/// A remembered [`Reply`], compact: the replies most requests end with are
+/// kept without their full `Reply` (a grant is its name, shared, its lease and
+/// its token), every other one as a boxed `Reply`. It converts back to the
+/// exact reply it was made from (INV-6), and it serializes as that `Reply`, so
+/// snapshots written before it existed read, and are written, the same.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(from = "Reply", into = "Reply")]
+pub(crate) enum Answer {
+    Acquired(Grant),
+    LeaseKept { lease: LeaseId, ttl_ms: u64 },
+    Released,
+    ValueSet,
+    Downgraded,
+    SlotCompleted,
+    Other(Box<Reply>),
+}
+
+impl From<Reply> for Answer {
+    fn from(reply: Reply) -> Self {
+        match reply {
+            Reply::Acquired(grant) => Answer::Acquired(grant),
+            Reply::LeaseKept { lease, ttl_ms } => Answer::LeaseKept { lease, ttl_ms },
+            Reply::Released => Answer::Released,
+            Reply::ValueSet => Answer::ValueSet,
+            Reply::Downgraded => Answer::Downgraded,
+            Reply::SlotCompleted => Answer::SlotCompleted,
+            other => Answer::Other(Box::new(other)),
+        }
+    }
+}
+
+impl From<Answer> for Reply {
+    fn from(answer: Answer) -> Self {
+        match answer {
+            Answer::Acquired(grant) => Reply::Acquired(grant),
+            Answer::LeaseKept { lease, ttl_ms } => Reply::LeaseKept { lease, ttl_ms },
+            Answer::Released => Reply::Released,
+            Answer::ValueSet => Reply::ValueSet,
+            Answer::Downgraded => Reply::Downgraded,
+            Answer::SlotCompleted => Reply::SlotCompleted,
+            Answer::Other(reply) => *reply,
+        }
+    }
 }
 
 /// The last [`DEDUP_PER_LEASE`] outcomes of one lease, oldest first.
@@ -91,6 +144,9 @@ impl Dedup {
         if let Some(entry) = self.0.iter_mut().find(|(r, _)| *r == req) {
             entry.1 = outcome;
             return;
+        }
+        if grows_by_one(self.0.len(), self.0.capacity()) {
+            self.0.reserve_exact(1);
         }
         self.0.push_back((req, outcome));
         while self.0.len() > DEDUP_PER_LEASE {
@@ -185,6 +241,15 @@ impl Lock {
             LockKind::Semaphore { permits } => self.used() <= u64::from(permits),
             LockKind::Exclusive => self.holders.len() <= 1 || self.holders.iter().all(|h| h.mode == Mode::Shared),
         }
+    }
+
+    /// A new grant, last in grant order. Most locks have one holder: the first
+    /// takes one slot, not the four of a `Vec`'s first growth.
+    pub fn add_holder(&mut self, holder: Holder) {
+        if grows_by_one(self.holders.len(), self.holders.capacity()) {
+            self.holders.reserve_exact(1);
+        }
+        self.holders.push(holder);
     }
 
     pub fn holder(&self, lease: LeaseId, token: Token) -> Option<usize> {
@@ -360,6 +425,49 @@ impl Lock {
         }
         if let Some(c) = &mut self.closed {
             c.until = new_now.saturating_add(c.delay_ms);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Busy, EngineError};
+
+    fn replies() -> Vec<Reply> {
+        let grant = Grant { lock: LockName::new("a").unwrap(), lease: LeaseId(3), token: Token(7) };
+        let busy = Busy { holder: Some(grant.clone()), holders: 1, reopens_in_ms: None, waiters: 2 };
+        vec![
+            Reply::Acquired(grant.clone()),
+            Reply::AcquiredAll(vec![grant]),
+            Reply::LeaseKept { lease: LeaseId(3), ttl_ms: 500 },
+            Reply::Released,
+            Reply::ValueSet,
+            Reply::Downgraded,
+            Reply::SlotCompleted,
+            Reply::SlotDone { token: Token(2), identity: "job".into(), exit_code: 1 },
+            Reply::Busy(busy),
+            Reply::Rejected(EngineError::LeaseNotFound(LeaseId(9))),
+        ]
+    }
+
+    /// INV-6: a remembered reply converts back to exactly the reply it was made from.
+    #[test]
+    fn inv6_an_answer_gives_back_the_reply_it_remembers() {
+        for reply in replies() {
+            assert_eq!(Reply::from(Answer::from(reply.clone())), reply);
+        }
+    }
+
+    /// A remembered outcome serializes as the full `Reply` did before answers
+    /// were compact, and reads back from it (snapshot compatibility both ways).
+    #[test]
+    fn an_outcome_serializes_as_the_full_reply_did() {
+        for reply in replies() {
+            let old = serde_json::json!({ "Replied": &reply });
+            let outcome = Outcome::replied(reply);
+            assert_eq!(serde_json::to_value(&outcome).unwrap(), old);
+            assert_eq!(serde_json::from_value::<Outcome>(old).unwrap(), outcome);
         }
     }
 }

@@ -1,0 +1,159 @@
+//! [`VecMap`]: a small ordered map in one vector, for what a lease holds and
+//! waits for (usually one entry, often none).
+//!
+//! Where it sits: `state.rs`'s [`super::state::Lease`] keeps its holds (by
+//! token) and waits (by request id) in it. A `BTreeMap` allocates a whole node
+//! (eleven slots) for its first entry; this allocates exactly one slot for the
+//! first entries and nothing when empty, and keeps the entries sorted by key,
+//! so iteration order, and every outcome that follows it, is the same as the
+//! `BTreeMap`'s on every replica. It serializes as the `BTreeMap` did (a map,
+//! by key), so snapshots of either read as the other.
+
+use std::{collections::BTreeMap, slice};
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+/// Up to this many entries, the vector grows one slot at a time; beyond, as a
+/// `Vec` does (amortized doubling).
+const EXACT_UP_TO: usize = 4;
+
+/// Whether a small collection of `len` entries in `capacity` slots, about to
+/// get one more, should grow by exactly one slot (see [`EXACT_UP_TO`]): the
+/// engine's per-lease and per-lock collections usually hold one entry, where a
+/// `Vec`'s first growth makes room for four.
+pub(crate) fn grows_by_one(len: usize, capacity: usize) -> bool {
+    len == capacity && len < EXACT_UP_TO
+}
+
+/// An ordered map kept as a vector sorted by key, without duplicate keys.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct VecMap<K, V>(Vec<(K, V)>);
+
+impl<K, V> Default for VecMap<K, V> {
+    fn default() -> Self {
+        Self(Vec::new())
+    }
+}
+
+impl<K: Ord, V> VecMap<K, V> {
+    fn find(&self, key: &K) -> Result<usize, usize> {
+        self.0.binary_search_by(|(k, _)| k.cmp(key))
+    }
+
+    pub fn get(&self, key: &K) -> Option<&V> {
+        self.find(key).ok().map(|i| &self.0[i].1)
+    }
+
+    pub fn contains_key(&self, key: &K) -> bool {
+        self.find(key).is_ok()
+    }
+
+    /// Sets `key` to `value`; the value it replaces, if any.
+    pub fn insert(&mut self, key: K, value: V) -> Option<V> {
+        match self.find(&key) {
+            Ok(i) => Some(std::mem::replace(&mut self.0[i].1, value)),
+            Err(i) => {
+                if grows_by_one(self.0.len(), self.0.capacity()) {
+                    self.0.reserve_exact(1);
+                }
+                self.0.insert(i, (key, value));
+                None
+            }
+        }
+    }
+
+    /// Removes `key`; its value, if it was there. The last removal frees the vector.
+    pub fn remove(&mut self, key: &K) -> Option<V> {
+        let (_, value) = self.0.remove(self.find(key).ok()?);
+        if self.0.is_empty() {
+            self.0 = Vec::new();
+        }
+        Some(value)
+    }
+}
+
+impl<K, V> VecMap<K, V> {
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// The entries, by key.
+    pub fn iter(&self) -> Iter<'_, K, V> {
+        self.0.iter().map(|(k, v)| (k, v))
+    }
+
+    /// The values, by key.
+    pub fn values(&self) -> impl Iterator<Item = &V> {
+        self.0.iter().map(|(_, v)| v)
+    }
+
+    #[cfg(test)]
+    pub fn clear(&mut self) {
+        self.0 = Vec::new();
+    }
+}
+
+/// The iterator of [`VecMap::iter`].
+pub(crate) type Iter<'a, K, V> = std::iter::Map<slice::Iter<'a, (K, V)>, fn(&'a (K, V)) -> (&'a K, &'a V)>;
+
+impl<'a, K, V> IntoIterator for &'a VecMap<K, V> {
+    type Item = (&'a K, &'a V);
+    type IntoIter = Iter<'a, K, V>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.iter()
+    }
+}
+
+impl<K: Serialize, V: Serialize> Serialize for VecMap<K, V> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_map(self.iter())
+    }
+}
+
+/// Read as the `BTreeMap` it was: sorted, a repeated key keeps its last value.
+impl<'de, K: Ord + Deserialize<'de>, V: Deserialize<'de>> Deserialize<'de> for VecMap<K, V> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        Ok(Self(BTreeMap::<K, V>::deserialize(d)?.into_iter().collect()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Entries stay sorted by key whatever the insertion order (the order the
+    /// engine's outcomes follow), and insert/remove answer as a `BTreeMap`'s.
+    #[test]
+    fn keeps_keys_sorted_and_answers_as_a_btreemap() {
+        let mut m = VecMap::default();
+        let mut b = BTreeMap::new();
+        for k in [5u64, 1, 9, 3, 7, 1, 12, 0] {
+            assert_eq!(m.insert(k, k * 10), b.insert(k, k * 10));
+        }
+        for k in [3u64, 4, 12] {
+            assert_eq!(m.remove(&k), b.remove(&k));
+        }
+        assert_eq!(m.iter().collect::<Vec<_>>(), b.iter().collect::<Vec<_>>());
+        assert_eq!((m.len(), m.get(&9), m.contains_key(&4)), (b.len(), b.get(&9), false));
+    }
+
+    /// The first entry takes one slot, not a node; the last removal frees it.
+    #[test]
+    fn one_entry_takes_one_slot_and_none_takes_none() {
+        let mut m = VecMap::default();
+        m.insert(1u64, 'a');
+        assert_eq!(m.0.capacity(), 1);
+        m.remove(&1);
+        assert_eq!(m.0.capacity(), 0);
+    }
+
+    /// Serialized as the `BTreeMap` it replaces, both ways (snapshot compatibility).
+    #[test]
+    fn serializes_as_the_btreemap_did() {
+        let b: BTreeMap<u64, String> = [(3, "c".to_string()), (1, "a".to_string())].into();
+        let m: VecMap<u64, String> = serde_json::from_str(&serde_json::to_string(&b).unwrap()).unwrap();
+        assert_eq!(serde_json::to_string(&m).unwrap(), serde_json::to_string(&b).unwrap());
+        assert_eq!(m.iter().map(|(k, _)| *k).collect::<Vec<_>>(), [1, 3]);
+    }
+}
