@@ -418,6 +418,12 @@ impl LogStore {
         &self.db
     }
 
+    /// Whether the segment log holds an entry (`false` with the redb engine,
+    /// whose entries are in the database).
+    pub(crate) fn has_segment_entries(&self) -> bool {
+        self.wal.as_ref().is_some_and(|wal| wal.last_log_id().is_some())
+    }
+
     fn read_meta<T: DeserializeOwned>(&self, key: &str) -> Result<Option<T>, DbError> {
         let txn = self.db.begin_read()?;
         let table = txn.open_table(META)?;
