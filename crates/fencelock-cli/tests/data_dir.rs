@@ -183,15 +183,16 @@ fn a_zero_byte_database_is_refused_and_force_new_cluster_moves_it_aside() {
 fn a_wrong_node_id_on_existing_data_is_refused_saying_whose_it_is() {
     let tmp = tempfile::tempdir().unwrap();
     let data = tmp.path().join("data");
-    let mut s = Serve::start(tmp.path(), &data, &[]);
+    let mut s = Serve::start(tmp.path(), &data, &["--log-engine", "redb"]);
     assert!(s.healthy(), "{}", s.log());
     s.kill();
-    let log = assert_refused(tmp.path(), &data, &["--node-id", "2"], "belongs to node 1");
+    let log = assert_refused(tmp.path(), &data, &["--node-id", "2", "--log-engine", "redb"], "belongs to node 1");
     assert!(log.contains("--node-id 1"), "says how to proceed:\n{log}");
-    // Refused before anything changes: its redb log is not moved into segments.
-    assert_refused(tmp.path(), &data, &["--node-id", "2", "--log-engine", "segment"], "belongs to node 1");
+    // On the default engine, refused before anything changes: its redb log
+    // is not moved into segments.
+    assert_refused(tmp.path(), &data, &["--node-id", "2"], "belongs to node 1");
     assert!(!data.join("wal").exists() && !data.join("wal.migrating").exists(), "the log was moved");
-    let mut s = Serve::start(tmp.path(), &data, &[]);
+    let mut s = Serve::start(tmp.path(), &data, &["--log-engine", "redb"]);
     assert!(s.healthy(), "still a redb data dir of node 1:\n{}", s.log());
 }
 
