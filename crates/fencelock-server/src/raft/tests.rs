@@ -472,9 +472,9 @@ async fn a_data_dir_with_entries_only_in_its_segment_log_is_adopted() {
 }
 
 /// Upgrading a redb data dir from before identities whose only Raft state is
-/// its log: started on the segment log (the default), its log moves into `wal/` (redb's
-/// `raft_log` emptied) and the data dir is adopted with those entries, not
-/// refused for lack of state in the database.
+/// its log: started on the segment log (the default), its log moves into
+/// `wal/` (redb's `raft_log` emptied) and the data dir is adopted with those
+/// entries, not refused for lack of state in the database.
 #[tokio::test]
 async fn an_old_redb_data_dir_without_identity_moves_its_log_and_is_adopted() {
     let dir = tempfile::tempdir().unwrap();
