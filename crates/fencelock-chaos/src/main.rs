@@ -43,7 +43,7 @@ use clap::{Args, Parser, Subcommand};
 
 use fencelock_server::config::{parse_duration, parse_peers};
 
-use crate::scenario::{LogEngine, Mutant, RunSpec, Scenario};
+use crate::scenario::{non_default_log, LogEngine, Mutant, RunSpec, Scenario};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -125,9 +125,10 @@ struct RunArgs {
     #[arg(long, default_value_t = 0, conflicts_with_all = ["election", "shared", "permits"])]
     multi: u32,
     /// The Raft log of fencelock's own servers (a node or the group of
-    /// fencelock3): redb or segment (the append-only segment log; under S5
-    /// its files are rolled back at each power loss too).
-    #[arg(long, default_value = "redb")]
+    /// fencelock3): segment (the append-only segment log, the product's
+    /// default; under S5 its files are rolled back at each power loss too) or
+    /// redb (the log in the database).
+    #[arg(long, default_value_t = LogEngine::default())]
     log: LogEngine,
     /// Directory for histories, logs and verdict.json [default: target/chaos/<scenario>-<backend>-<seed>].
     #[arg(long)]
@@ -161,8 +162,9 @@ struct ServeArgs {
     /// The audit log (refused calls, admin actions).
     #[arg(long)]
     audit_log: Option<PathBuf>,
-    /// The Raft log: redb or segment (`Config.log`).
-    #[arg(long, default_value = "redb")]
+    /// The Raft log: segment or redb (`Config.log`; the product's default
+    /// when not given).
+    #[arg(long, default_value_t = LogEngine::default())]
     log: LogEngine,
 }
 
@@ -211,9 +213,9 @@ async fn run_one(a: RunArgs) -> anyhow::Result<ExitCode> {
         (_, _, 0, k) => format!("-multi{k}"),
         (_, _, n, _) => format!("-permits{n}"),
     };
-    let mode = match a.log {
-        LogEngine::Segment => format!("{mode}-segment"),
-        _ => mode,
+    let mode = match non_default_log(a.log) {
+        Some(log) => format!("{mode}-{log}"),
+        None => mode,
     };
     let out =
         a.out.unwrap_or_else(|| PathBuf::from(format!("target/chaos/{}-{}-{}{mode}", a.scenario, a.backend, a.seed)));

@@ -14,7 +14,7 @@ use clap::{Args, ValueEnum};
 use crate::checker::{Status, Verdict};
 use crate::report::{self, ReportMeta};
 use crate::run;
-use crate::scenario::{LogEngine, Mutant, RunSpec, Scenario};
+use crate::scenario::{non_default_log, LogEngine, Mutant, RunSpec, Scenario};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Profile {
@@ -76,14 +76,16 @@ struct Plan {
     log: LogEngine,
 }
 
+/// A run of fencelock on the product's default log engine (the segment log).
 fn plan(s: Scenario, backend: &'static str, seed: u64, secs: u64) -> Plan {
-    let log = LogEngine::Redb;
+    let log = LogEngine::default();
     Plan { scenario: s, backend, seed, secs, mutant: None, election: false, shared: false, permits: 0, multi: 0, log }
 }
 
-/// A run of fencelock on the segment log (`--log segment`).
-fn segment(s: Scenario, backend: &'static str, seed: u64, secs: u64) -> Plan {
-    Plan { log: LogEngine::Segment, ..plan(s, backend, seed, secs) }
+/// A run of fencelock with its Raft log in redb (`--log redb`), the engine
+/// that was the default before the segment log and stays one to choose.
+fn redb(s: Scenario, backend: &'static str, seed: u64, secs: u64) -> Plan {
+    Plan { log: LogEngine::Redb, ..plan(s, backend, seed, secs) }
 }
 
 /// A run in election mode: the workers campaign, observers follow the leader.
@@ -164,8 +166,9 @@ fn plans(p: Profile) -> Vec<Plan> {
             // Multi-holders paused at their first write with all their locks
             // (no peer declares atomic multi-locks).
             v.push(multi(K1, "fencelock", 61, 15));
-            // The segment log under crashes around its fsync and power loss.
-            v.extend([segment(K4, "fencelock", 62, 15), segment(S5, "fencelock", 63, 15)]);
+            // The redb log (the default engine's runs are the others) under
+            // crashes around its fsync and power loss.
+            v.extend([redb(K4, "fencelock", 62, 15), redb(S5, "fencelock", 63, 15)]);
             v
         }
         Profile::Long => {
@@ -207,8 +210,9 @@ fn plans(p: Profile) -> Vec<Plan> {
             }
             v.extend([multi(K1, "fencelock", 198, 120), multi(K4, "fencelock", 199, 120)]);
             v.push(multi(L1, "fencelock3", 200, 120));
-            v.extend([segment(K4, "fencelock", 211, 120), segment(S5, "fencelock", 212, 120)]);
-            v.push(segment(L1, "fencelock3", 213, 120));
+            // The redb log: crashes, power loss, leader kills.
+            v.extend([redb(K4, "fencelock", 211, 120), redb(S5, "fencelock", 212, 120)]);
+            v.push(redb(L1, "fencelock3", 213, 120));
             v.extend(plans(Profile::Mutants));
             v
         }
@@ -218,7 +222,7 @@ fn plans(p: Profile) -> Vec<Plan> {
             Plan { mutant: Some(Mutant::DeadWaiter), ..plan(S1, "fencelock", 203, 8) },
             Plan { mutant: Some(Mutant::ReadsUnfenced), ..shared(K1, "fencelock", 204, 15) },
             Plan { mutant: Some(Mutant::MultiOneByOne), ..multi(K1, "fencelock", 205, 15) },
-            Plan { mutant: Some(Mutant::WalNoSync), ..segment(S5, "fencelock", 206, 15) },
+            Plan { mutant: Some(Mutant::WalNoSync), log: LogEngine::Segment, ..plan(S5, "fencelock", 206, 15) },
         ],
     }
 }
@@ -286,7 +290,7 @@ pub async fn profile(a: ProfileArgs) -> anyhow::Result<ExitCode> {
             if p.shared { ", shared" } else { "" },
             if p.permits > 0 { format!(", semaphore of {}", p.permits) } else { String::new() },
             if p.multi > 0 { format!(", multi-lock of {}", p.multi) } else { String::new() },
-            if p.log == LogEngine::Segment { ", segment log" } else { "" }
+            non_default_log(p.log).map(|l| format!(", {l} log")).unwrap_or_default()
         );
         let v = run::run(spec).await.with_context(|| format!("{} against {}", p.scenario, p.backend))?;
         eprint!("{}", summary(&v));
@@ -317,7 +321,7 @@ fn run_dir(p: &Plan) -> String {
     let s = if p.shared { "-shared" } else { "" };
     let n = if p.permits > 0 { format!("-permits{}", p.permits) } else { String::new() };
     let k = if p.multi > 0 { format!("-multi{}", p.multi) } else { String::new() };
-    let l = if p.log == LogEngine::Segment { "-segment" } else { "" };
+    let l = non_default_log(p.log).map(|l| format!("-{l}")).unwrap_or_default();
     format!("{}-{}-{}{m}{e}{s}{n}{k}{l}", p.scenario, p.backend, p.seed)
 }
 

@@ -22,7 +22,7 @@ use crate::http;
 use crate::nemesis;
 use crate::observers::{HolderPolls, Observers};
 use crate::procs::{free_addr, storage_server, ServerProc};
-use crate::scenario::{multi_name, LogEngine, Mutant, RunSpec, Scenario};
+use crate::scenario::{multi_name, non_default_log, Mutant, RunSpec, Scenario};
 use crate::secure::Secure;
 use crate::targets::Target;
 use crate::worker::{entries, WorkerArgs};
@@ -332,8 +332,8 @@ fn backend_label(spec: &RunSpec) -> String {
     if spec.permits > 0 {
         modes.push(format!("semaphore of {}", spec.permits));
     }
-    if spec.log == LogEngine::Segment {
-        modes.push("segment log".to_string());
+    if let Some(log) = non_default_log(spec.log) {
+        modes.push(format!("{log} log"));
     }
     if spec.multi > 0 {
         modes.push(format!("multi-lock of {}", spec.multi));

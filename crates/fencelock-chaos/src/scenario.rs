@@ -264,11 +264,19 @@ pub struct RunSpec {
     /// of each lock it holds with that lock's token; M1 is added, and C3, C4
     /// and C6 are judged per lock.
     pub multi: u32,
-    /// The Raft log of fencelock's own servers (a node or the group):
-    /// redb (the default) or the segment log (`--log segment`).
+    /// The Raft log of fencelock's own servers (a node or the group): the
+    /// product's default, the segment log, or redb (`--log redb`).
     pub log: LogEngine,
     /// Where the histories, logs and verdict go.
     pub out: PathBuf,
+}
+
+/// The name of `log` when it is not the product's default engine (`None` for
+/// the default): a run on another engine says so in its directory's name and
+/// its backend label (`fencelock (redb log)`); a run without it ran on the
+/// engine a plain `fencelock serve` uses.
+pub fn non_default_log(log: LogEngine) -> Option<&'static str> {
+    (log != LogEngine::default()).then(|| log.name())
 }
 
 /// Multi mode's name of lock or object `i` from the run's `base` name

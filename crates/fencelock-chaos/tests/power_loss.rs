@@ -1,4 +1,5 @@
-//! Scenario S5, simulated power loss, end to end.
+//! Scenario S5, simulated power loss, end to end, on a node whose Raft log is in
+//! redb (`log = "redb"`: every write is the database's).
 //!
 //! Invariant: a node that loses power (SIGKILL, then every database byte not yet
 //! fsynced is dropped and the newest unsynced write is torn) boots again and has lost
@@ -228,6 +229,10 @@ fn serve(dir: &Path) {
         let armed = fencelock_chaos::faults::Armed::from_env().expect("faults from the environment");
         assert!(armed.lines.iter().any(|l| l.contains("power-loss")), "{:?}", armed.lines);
         let mut config = fencelock_server::Config::for_test(PathBuf::from(dir));
+        // The database's power loss: the log in redb, whose writes the undo
+        // file this test watches journals (the segment log's power loss is
+        // `wal_undo`'s tests' and S5's).
+        config.log = fencelock_server::LogEngine::Redb;
         let clock = armed.plug(&mut config);
         let listeners = fencelock_server::Listeners::bind(&config).expect("bind");
         let running = fencelock_server::serve(config, listeners, clock, std::future::pending())

@@ -88,19 +88,26 @@ fn short_with(backend: &str, runs: usize, tls: bool) {
         }
     }
     if backend == "fencelock" {
-        assert_segment_log(&vs);
+        assert_redb_log(&vs);
     }
     let report = std::fs::read_to_string(tmp.path().join("safety.md")).unwrap();
     assert!(report.contains(backend), "{report}");
 }
 
-/// The segment log's runs (issue 19): K4 and S5 ran on it (their backend
-/// label says so; that they passed is checked with every run).
-fn assert_segment_log(vs: &[serde_json::Value]) {
-    let on_segment: Vec<&serde_json::Value> =
-        vs.iter().filter(|v| v["info"]["backend"].as_str().unwrap().contains("segment log")).collect();
-    let scenarios: Vec<&str> = on_segment.iter().map(|v| v["info"]["scenario"].as_str().unwrap()).collect();
-    assert!(scenarios.contains(&"K4") && scenarios.contains(&"S5"), "{scenarios:?}");
+/// Both log engines keep their crash and power-loss runs (issue 19): the
+/// others run on the default engine, the segment log (no engine in their
+/// backend label), and K4 and S5 also run on redb (`--log redb`, labelled
+/// so); that they passed is checked with every run.
+fn assert_redb_log(vs: &[serde_json::Value]) {
+    let scenarios_on = |redb: bool| -> Vec<&str> {
+        let on = |v: &&serde_json::Value| v["info"]["backend"].as_str().unwrap().contains("redb log") == redb;
+        vs.iter().filter(on).map(|v| v["info"]["scenario"].as_str().unwrap()).collect()
+    };
+    for redb in [true, false] {
+        let scenarios = scenarios_on(redb);
+        assert!(scenarios.contains(&"K4") && scenarios.contains(&"S5"), "redb log {redb}: {scenarios:?}");
+    }
+    assert_eq!(scenarios_on(true).len(), 2, "only K4 and S5 on redb");
 }
 
 /// A run under TLS and auth: reported as such, the workers' grants made, and
@@ -169,9 +176,10 @@ fn assert_multi(v: &serde_json::Value) {
 /// without one), K1 in election mode (leaders paused at their write), K1
 /// in shared mode (readers paused at their read, writers at their write) and
 /// K1 in multi mode (multi-holders paused at their first write with all
-/// their locks), and K4 and S5 on the segment log (`--log segment`: crashes
-/// around its fsync, its files rolled back and torn at each power loss)
-/// against fencelock under TLS and auth.
+/// their locks), all on the segment log (the default engine: crashes around
+/// its fsync, its files rolled back and torn at each power loss), and K4 and
+/// S5 again with the log in redb (`--log redb`) against fencelock under TLS
+/// and auth.
 #[test]
 fn short_profile_fencelock() {
     short_with("fencelock", 14, true);

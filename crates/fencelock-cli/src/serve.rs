@@ -84,10 +84,11 @@ pub struct ServeArgs {
     /// Log filter (tracing env-filter syntax), e.g. `info` or `fencelock_server=debug` [default: info,openraft=warn].
     #[arg(long, env = "FENCELOCK_LOG")]
     log: Option<String>,
-    /// Where the Raft log's entries are kept: `redb` (in the database) or
-    /// `segment` (an append-only segment log, one fdatasync per batch) [default: redb].
-    /// A redb data dir moves its log into segments on its first start with
-    /// `segment`; a segment data dir is refused by `redb`.
+    /// Where the Raft log's entries are kept: `segment` (an append-only
+    /// segment log in <data dir>/wal/, one fdatasync per batch) or `redb` (in
+    /// the database) [default: segment]. A data dir whose log is in redb (of
+    /// `redb`, or of an older fencelock) moves it into segments on its first
+    /// start with `segment`, one way; a segment data dir is refused by `redb`.
     #[arg(long, env = "FENCELOCK_LOG_ENGINE")]
     log_engine: Option<String>,
     /// Threads of the async runtime [default: one per CPU].
@@ -526,20 +527,20 @@ mod tests {
     fn log_engine_inflight_writes_and_worker_threads_from_flags_and_file() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("c.toml");
-        std::fs::write(&path, "log_engine = \"segment\"\nmax_inflight_writes = 8\nworker_threads = 2\n").unwrap();
+        std::fs::write(&path, "log_engine = \"redb\"\nmax_inflight_writes = 8\nworker_threads = 2\n").unwrap();
         let (c, _) = resolve(ServeArgs { config: Some(path.clone()), ..args() }).unwrap();
-        assert_eq!((c.log, c.max_inflight_writes), (fencelock_server::LogEngine::Segment, 8));
+        assert_eq!((c.log, c.max_inflight_writes), (fencelock_server::LogEngine::Redb, 8));
         assert_eq!(worker_threads(&ServeArgs { config: Some(path.clone()), ..args() }).unwrap(), Some(2));
         let flags = ServeArgs {
             config: Some(path.clone()),
-            log_engine: Some("redb".into()),
+            log_engine: Some("segment".into()),
             max_inflight_writes: Some(1),
             worker_threads: Some(1),
             ..args()
         };
         assert_eq!(worker_threads(&flags).unwrap(), Some(1));
         let (c, _) = resolve(flags).unwrap();
-        assert_eq!((c.log, c.max_inflight_writes), (fencelock_server::LogEngine::Redb, 1));
+        assert_eq!((c.log, c.max_inflight_writes), (fencelock_server::LogEngine::Segment, 1));
         let (c, _) = resolve(args()).unwrap();
         let defaults = fencelock_server::Config::new("d");
         assert_eq!((c.log, c.max_inflight_writes), (defaults.log, defaults.max_inflight_writes));

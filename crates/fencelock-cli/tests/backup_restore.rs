@@ -7,6 +7,7 @@
 
 mod support;
 
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use support::{cli, stderr, stdout, Server};
@@ -97,24 +98,51 @@ fn restore_refuses_a_used_dir_a_foreign_file_and_an_unknown_version() {
 }
 
 /// `fencelock check-data` passes a stopped server's data dir and names the
-/// record when one byte of a log entry is changed.
+/// record when one byte of a log entry is changed: on the segment log (the
+/// default) the segment and the offset, the changed entry followed by another
+/// (a changed last record would be a torn write, cut at start-up).
 #[test]
 fn check_data_passes_a_real_dir_and_names_a_corrupt_record() {
     let tmp = tempfile::tempdir().unwrap();
-    let mut server = Server::start(tmp.path());
-    acquire_token(&server, "checked");
-    stop_cleanly(&mut server);
-    let data = tmp.path().join("data");
-    let ok = fencelock(&["check-data", data.to_str().unwrap()]);
-    assert!(ok.status.success(), "{ok:?}");
-    assert!(stdout(&ok).contains("1 held locks"), "{}", stdout(&ok));
+    let data = stopped_with_locks(tmp.path(), &[], &["checked", "after"]);
+    let segment = data.join("wal").join(format!("{:020}.seg", 0));
+    flip_first(&segment, b"checked");
+    let bad = fencelock(&["check-data", data.to_str().unwrap()]);
+    assert_eq!(bad.status.code(), Some(1), "{bad:?}");
+    assert!(stderr(&bad).contains(&format!("{:020}.seg", 0)) && stderr(&bad).contains("offset"), "{}", stderr(&bad));
+}
 
-    let file = data.join("fencelock.redb");
-    let mut bytes = std::fs::read(&file).unwrap();
-    let at = bytes.windows(7).position(|w| w == b"checked").expect("the lock name is in the file");
-    bytes[at] = b'C';
-    std::fs::write(&file, bytes).unwrap();
+/// The same with the log in redb (`--log-engine redb`): the record is named
+/// by its table and index.
+#[test]
+fn check_data_on_the_redb_log_names_a_corrupt_record() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = stopped_with_locks(tmp.path(), &["--log-engine", "redb"], &["checked"]);
+    flip_first(&data.join("fencelock.redb"), b"checked");
     let bad = fencelock(&["check-data", data.to_str().unwrap()]);
     assert_eq!(bad.status.code(), Some(1), "{bad:?}");
     assert!(stderr(&bad).contains("corrupt record raft_log["), "{}", stderr(&bad));
+}
+
+/// A server's data dir (`flags` given to it) after `locks` were taken and it
+/// stopped; `fencelock check-data` passes it.
+fn stopped_with_locks(dir: &Path, flags: &[&str], locks: &[&str]) -> PathBuf {
+    let mut server = Server::start_with_flags(dir, flags, None);
+    for lock in locks {
+        acquire_token(&server, lock);
+    }
+    stop_cleanly(&mut server);
+    let data = dir.join("data");
+    let ok = fencelock(&["check-data", data.to_str().unwrap()]);
+    assert!(ok.status.success(), "{ok:?}");
+    assert!(stdout(&ok).contains(&format!("{} held locks", locks.len())), "{}", stdout(&ok));
+    data
+}
+
+/// Changes the first byte of the first `needle` in `file`.
+fn flip_first(file: &Path, needle: &[u8]) {
+    let mut bytes = std::fs::read(file).unwrap();
+    let at = bytes.windows(needle.len()).position(|w| w == needle).expect("the name is in the file");
+    bytes[at] ^= 0x20;
+    std::fs::write(file, bytes).unwrap();
 }

@@ -100,6 +100,16 @@ impl Serve {
         Ok(v["token"].as_u64().expect("a token"))
     }
 
+    /// The lease and token holding `name`, from `GET /v1/locks/{name}`
+    /// (`(0, 0)`: free).
+    fn holder(&self, name: &str) -> (u64, u64) {
+        let (code, body) = http_get(self.http, &format!("/v1/locks/{name}")).expect("GET /v1/locks");
+        assert_eq!(code, 200, "{body}");
+        let lock: serde_json::Value = serde_json::from_str(&body).expect("json");
+        let field = |f: &str| lock["holder"][f].as_u64().unwrap_or(0);
+        (field("lease_id"), field("token"))
+    }
+
     fn kill(mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
@@ -183,16 +193,52 @@ fn a_zero_byte_database_is_refused_and_force_new_cluster_moves_it_aside() {
 fn a_wrong_node_id_on_existing_data_is_refused_saying_whose_it_is() {
     let tmp = tempfile::tempdir().unwrap();
     let data = tmp.path().join("data");
-    let mut s = Serve::start(tmp.path(), &data, &[]);
+    let mut s = Serve::start(tmp.path(), &data, &["--log-engine", "redb"]);
     assert!(s.healthy(), "{}", s.log());
     s.kill();
-    let log = assert_refused(tmp.path(), &data, &["--node-id", "2"], "belongs to node 1");
+    let log = assert_refused(tmp.path(), &data, &["--node-id", "2", "--log-engine", "redb"], "belongs to node 1");
     assert!(log.contains("--node-id 1"), "says how to proceed:\n{log}");
-    // Refused before anything changes: its redb log is not moved into segments.
-    assert_refused(tmp.path(), &data, &["--node-id", "2", "--log-engine", "segment"], "belongs to node 1");
+    // On the default engine, refused before anything changes: its redb log
+    // is not moved into segments.
+    assert_refused(tmp.path(), &data, &["--node-id", "2"], "belongs to node 1");
     assert!(!data.join("wal").exists() && !data.join("wal.migrating").exists(), "the log was moved");
-    let mut s = Serve::start(tmp.path(), &data, &[]);
+    let mut s = Serve::start(tmp.path(), &data, &["--log-engine", "redb"]);
     assert!(s.healthy(), "still a redb data dir of node 1:\n{}", s.log());
+}
+
+/// Upgrading (issue 19 §2): a data dir whose Raft log is in redb (as every
+/// data dir before the segment log was), started with no `--log-engine`,
+/// moves its log into `wal/` on that start, says so, and goes on from where
+/// it was: its held lock is held by the same lease under the same token, and
+/// the next token is above every earlier one (INV-2).
+#[test]
+fn a_redb_data_dir_started_without_a_log_engine_moves_its_log_and_keeps_its_locks() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("data");
+    let mut s = Serve::start(tmp.path(), &data, &["--log-engine", "redb"]);
+    assert!(s.healthy(), "{}", s.log());
+    let tokens: Vec<u64> = ["a", "b", "held"].iter().map(|name| s.acquire(name).unwrap()).collect();
+    let held = s.holder("held");
+    assert_eq!(held.1, tokens[2], "{held:?}");
+    s.kill();
+    assert!(!data.join("wal").exists(), "the log is in redb");
+
+    let mut s = Serve::start(tmp.path(), &data, &[]);
+    assert!(s.healthy(), "{}", s.log());
+    assert!(s.log().contains("moved the Raft log from redb"), "says it moved the log:\n{}", s.log());
+    assert!(has_segments(&data.join("wal")), "the log is in wal/");
+    assert_eq!(s.holder("held"), held, "the lock is still held by its lease, under its token");
+    let next = s.acquire("after-the-move").unwrap();
+    assert!(next > tokens[2], "INV-2 across the move: {next} after {tokens:?}");
+    s.kill();
+    // The move is one way: the redb engine now refuses the data dir.
+    assert_refused(tmp.path(), &data, &["--log-engine", "redb"], "keeps its Raft log in segments");
+}
+
+/// Whether `dir` holds a segment file of the segment log.
+fn has_segments(dir: &Path) -> bool {
+    let listed = std::fs::read_dir(dir).map(|d| d.filter_map(Result::ok).collect::<Vec<_>>()).unwrap_or_default();
+    listed.iter().any(|e| e.path().extension().is_some_and(|x| x == "seg"))
 }
 
 #[test]

@@ -2,6 +2,9 @@
 //! filled up while the server runs. Requests then fail with a clear error, the
 //! server does not crash, and after space is freed and it restarts, the last
 //! acknowledged state is there and tokens continue above every token acknowledged.
+//! Once on the segment log (the default engine; its segments are preallocated,
+//! 64 MiB each, so the disk has room for the first one) and once with the log in
+//! redb (`--log-engine redb`).
 //!
 //! Needs root (it mounts a tmpfs), as CI has.
 
@@ -55,9 +58,19 @@ fn fill(dir: &Path) -> PathBuf {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn full_disk_fails_requests_and_keeps_the_last_good_state() {
+    full_disk("96m", &[]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn full_disk_on_the_redb_log_fails_requests_and_keeps_the_last_good_state() {
+    full_disk("16m", &["--log-engine", "redb"]).await;
+}
+
+/// The server with `flags` on a tmpfs of `size`, filled while it serves.
+async fn full_disk(size: &str, flags: &[&str]) {
     let tmp = tempfile::tempdir().unwrap();
-    let disk = Tmpfs::mount(&tmp.path().join("small"), "16m");
-    let mut server = Server::start_with_data(tmp.path(), &disk.0.join("data"));
+    let disk = Tmpfs::mount(&tmp.path().join("small"), size);
+    let mut server = Server::start_with_data_and_flags(tmp.path(), &disk.0.join("data"), flags);
     let client = Client::builder(server.url()).rpc_timeout(Duration::from_secs(2)).connect().await.unwrap();
 
     let before = match client.lock("before-full").ttl(Duration::from_secs(3600)).acquire().await.unwrap() {

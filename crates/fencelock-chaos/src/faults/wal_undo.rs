@@ -1,4 +1,5 @@
-//! Scenario S5 ("simulated power loss") on the segment log (`--log segment`).
+//! Scenario S5 ("simulated power loss") on the segment log (`--log segment`,
+//! the default engine).
 //!
 //! With `FENCELOCK_POWER_LOSS_SHIM=1`, `fencelock-chaos serve` plugs
 //! [`UndoLogFiles`] into the server's `Seams::log_files`: every segment file

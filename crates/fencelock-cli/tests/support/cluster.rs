@@ -99,6 +99,19 @@ impl Node {
 
     /// `GET path` on the admin port: over TLS with the admin token if the
     /// group is secure.
+    /// Whether the admin endpoint answers `/v1/cluster` (with any status: a
+    /// node waiting to join is not healthy) within `bound`.
+    fn answers_within(&self, bound: Duration) -> bool {
+        let start = Instant::now();
+        while start.elapsed() < bound {
+            if self.admin_get("/v1/cluster").is_ok() {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        false
+    }
+
     pub fn admin_get(&self, path: &str) -> std::io::Result<(u16, String)> {
         match &self.secure {
             Some(s) => s.admin_get(self.http, path),
@@ -275,6 +288,12 @@ impl Cluster {
         node.secure = self.secure.clone();
         node.peer = self.secure.as_ref().map(|_| local());
         node.spawn();
+        // As an operator does: the node is up before it is added. (A group
+        // commits the change without it, and on the segment log fast enough
+        // to come back before the new process listens.)
+        if !node.answers_within(Duration::from_secs(20)) {
+            panic!("node {id} never answered on its admin port:\n{}", node.log_text());
+        }
         let mut args = vec!["add".to_string(), id.to_string(), node.grpc.to_string()];
         if let Some(p) = node.peer {
             args.extend(["--peer-addr".into(), p.to_string()]);

@@ -52,6 +52,11 @@ impl Server {
         Self::launch(dir, data, &[], None)
     }
 
+    /// Like [`Server::start_with_data`], with extra `fencelock serve` flags.
+    pub fn start_with_data_and_flags(dir: &Path, data: &Path, flags: &[&str]) -> Server {
+        Self::launch(dir, data, flags, None)
+    }
+
     /// Like [`Server::start`], with extra `fencelock serve` flags and, if
     /// `nofile` is set, that limit on the process's open descriptors.
     pub fn start_with_flags(dir: &Path, flags: &[&str], nofile: Option<u64>) -> Server {

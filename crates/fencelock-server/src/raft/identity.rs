@@ -14,7 +14,8 @@
 //! - The data dir does not exist: a first start. It is created, the identity is
 //!   written, and one log line says so.
 //! - It exists but is empty, or has no database, or a zero-byte database, or a
-//!   database without an identity and without any Raft state: refused. That is
+//!   database without an identity and without any Raft state (in the database
+//!   or, on the segment log, in `wal/`): refused. That is
 //!   what a lost volume, a wiped directory or a start from the wrong working
 //!   directory looks like, and starting a new group there silently would hand
 //!   out grants that contradict the old group's.
@@ -24,7 +25,11 @@
 //!   database is moved aside (renamed `fencelock.redb.set-aside-N`, never
 //!   deleted) and a new one is created.
 //! - A database with Raft state but no identity (written before identities
-//!   existed) is adopted: the identity is added, the state is kept.
+//!   existed) is adopted: the identity is added, the state is kept. Its log,
+//!   in redb then, moves into the segment log on that start if it is on the
+//!   segment log; the entries count as Raft state wherever they are.
+//! - The identity is checked before the open changes anything: a data dir of
+//!   another node, or of a newer format, is refused with its log unmoved.
 //!
 //! # How every member gets the same cluster id
 //! Members of a `--peers` group bootstrap independently with the same voter
@@ -188,7 +193,7 @@ fn open_checked(config: &Config) -> Result<(LogStore, StateMachine, SharedIdenti
     let (log, sm) = open_storage(dir, config)?;
     let identity = match read(log.db()).map_err(storage)? {
         None if found == Found::Nothing => first_start(config, &log)?,
-        None if has_raft_state(log.db()).map_err(storage)? => adopt(config, &log)?,
+        None if has_raft_state(&log).map_err(storage)? => adopt(config, &log)?,
         None => return Err(IdentityError::NoIdentity { file: dir.join(DB_FILE) }),
         // Checked by `open_storage`, before the open could change anything.
         Some(id) => id,
@@ -369,10 +374,14 @@ fn write(db: &Database, id: &Identity) -> Result<(), DbError> {
     Ok(())
 }
 
-/// Whether the database holds anything of a Raft node: a vote, a log entry, a
-/// purge mark or a snapshot (the mark of the log engine is not).
-fn has_raft_state(db: &Database) -> Result<bool, DbError> {
-    let txn = db.begin_read()?;
+/// Whether the data dir holds anything of a Raft node: a vote, a log entry (in
+/// the database, or in the segment log's `wal/`), a purge mark or a snapshot
+/// (the mark of the log engine is not).
+fn has_raft_state(log: &LogStore) -> Result<bool, DbError> {
+    if log.has_segment_entries() {
+        return Ok(true);
+    }
+    let txn = log.db().begin_read()?;
     let meta = txn.open_table(META)?;
     let engine_mark = usize::from(meta.get(log_store::KEY_LOG_ENGINE)?.is_some());
     let meta_empty = meta.len()? as usize == engine_mark;

@@ -1,6 +1,7 @@
-//! The Raft log, the vote and the committed log id, in one redb database, or
-//! (with `log = "segment"`, see [`crate::config::LogEngine`]) the log entries
-//! in the segment log of [`super::wal`] and the rest in redb.
+//! The Raft log, the vote and the committed log id: the log entries in the
+//! segment log of [`super::wal`] (`log = "segment"`, the default, see
+//! [`crate::config::LogEngine`]) and the rest in redb, or (`log = "redb"`) all
+//! of it in one redb database.
 //!
 //! Layout of `fencelock.redb` (log entries are in the codec of
 //! [`super::codec`], framed with [`record::seal_coded`]; all other values are
@@ -165,8 +166,9 @@ pub(crate) fn meta_name(key: &str) -> impl Fn() -> String + '_ {
 }
 
 /// Opens (creating if needed) `dir/fencelock.redb` and returns the log store and the
-/// state machine over it. The state machine starts from the persisted snapshot, if
-/// any; openraft re-applies the committed log after it.
+/// state machine over it, the log's entries in redb (`LogEngine::Redb`; the server
+/// opens with its configured engine, see [`open_engine`]). The state machine starts
+/// from the persisted snapshot, if any; openraft re-applies the committed log after it.
 ///
 /// Fails with a message naming the directory when another process (or another
 /// handle in this process) already has the database open: two servers must never
@@ -416,6 +418,12 @@ impl LogStore {
     /// The database (for the data dir's identity, [`super::identity`]).
     pub(crate) fn db(&self) -> &Arc<Database> {
         &self.db
+    }
+
+    /// Whether the segment log holds an entry (`false` with the redb engine,
+    /// whose entries are in the database).
+    pub(crate) fn has_segment_entries(&self) -> bool {
+        self.wal.as_ref().is_some_and(|wal| wal.last_log_id().is_some())
     }
 
     fn read_meta<T: DeserializeOwned>(&self, key: &str) -> Result<Option<T>, DbError> {

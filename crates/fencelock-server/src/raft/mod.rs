@@ -1,5 +1,7 @@
-//! The Raft group: openraft's type configuration, the redb-backed log store and
-//! state machine, and the gRPC network between members.
+//! The Raft group: openraft's type configuration, the log store (its entries
+//! in the append-only segment log of [`wal`] by default, or in redb; the vote
+//! and committed log id in redb), the redb-backed state machine, and the gRPC
+//! network between members.
 //!
 //! A single node is a group of one; nothing here assumes one node. The replicated
 //! state machine is the [`fencelock_core::Engine`]: each log entry's payload is one

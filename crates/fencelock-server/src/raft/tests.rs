@@ -452,6 +452,48 @@ async fn force_new_cluster_moves_the_segment_log_aside() {
     assert!(aside.join(super::wal::segments::segment_name(1)).is_file(), "the old log kept aside");
 }
 
+/// A data dir without an identity whose only Raft state is entries in its
+/// segment log (no vote, no purge mark, no snapshot in redb) holds a node's
+/// data: it is adopted with its entries, not refused as never initialized
+/// (the identity's check of Raft state looks in `wal/` too).
+#[tokio::test]
+async fn a_data_dir_with_entries_only_in_its_segment_log_is_adopted() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = crate::Config::for_test(dir.path().join("data"));
+    config.log = crate::config::LogEngine::Segment;
+    {
+        let (mut log, _sm) = open_segment(&config.data_dir).unwrap();
+        log.blocking_append((1..=3).map(|i| blank(1, i))).await.unwrap();
+    }
+    assert_eq!(engine_mark_and_redb_entries(&config.data_dir), (Some(log_store::encode(&"segment").unwrap()), 0));
+    let (mut log, _sm, id) = super::identity::open(&config).expect("a node's data, adopted");
+    assert_eq!(id.get().node_id, config.node_id);
+    assert_eq!(log.get_log_state().await.unwrap().last_log_id, Some(log_id(1, 3)), "its entries kept");
+}
+
+/// Upgrading a redb data dir from before identities whose only Raft state is
+/// its log: started on the segment log (the default), its log moves into
+/// `wal/` (redb's `raft_log` emptied) and the data dir is adopted with those
+/// entries, not refused for lack of state in the database.
+#[tokio::test]
+async fn an_old_redb_data_dir_without_identity_moves_its_log_and_is_adopted() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = crate::Config::for_test(dir.path().join("data"));
+    config.log = crate::config::LogEngine::Segment;
+    {
+        let (mut log, _sm) = open_storage(&config.data_dir).unwrap();
+        log.blocking_append((1..=3).map(|i| blank(1, i))).await.unwrap();
+    }
+    {
+        let (mut log, _sm, id) = super::identity::open(&config).expect("adopted");
+        assert_eq!(id.get().node_id, config.node_id);
+        assert_eq!(log.get_log_state().await.unwrap().last_log_id, Some(log_id(1, 3)), "its entries kept");
+    }
+    assert_eq!(engine_mark_and_redb_entries(&config.data_dir), (Some(log_store::encode(&"segment").unwrap()), 0));
+    let wal = config.data_dir.join(super::wal::WAL_DIR);
+    assert!(wal.join(super::wal::segments::segment_name(1)).is_file(), "the log moved into wal/");
+}
+
 // ---------------------------------------------------------------------------
 // restart cases
 

@@ -1,10 +1,10 @@
 //! The Raft log as an append-only segment log with group commit (`log =
-//! "segment"`; see [`crate::config::LogEngine`]).
+//! "segment"`, the default engine; see [`crate::config::LogEngine`]).
 //!
 //! Where it sits: under [`super::log_store::LogStore`], which keeps the vote,
 //! the committed and the last purged log ids, the snapshot and the state
 //! machine in redb and, with this engine, the log entries here, in
-//! `<data dir>/wal/`. With the default engine (`"redb"`) this module is unused.
+//! `<data dir>/wal/`. With the redb engine (`"redb"`) this module is unused.
 //! A data dir whose log is in redb moves it here, once, on its first start
 //! with this engine ([`migrate`]); there is no way back.
 //!
