@@ -76,16 +76,26 @@ pub fn header(first_index: u64) -> [u8; HEADER_LEN] {
     h
 }
 
+/// Whether `bytes` are all zeros: the state of a segment after its records.
+/// Compared a block at a time with `==` (one `memcmp` each, fast in a debug
+/// build too: a byte-by-byte loop over a 64 MiB segment made every start of a
+/// debug build spend a quarter of a second here).
+pub fn all_zeros(bytes: &[u8]) -> bool {
+    const BLOCK: usize = 4096;
+    static ZEROS: [u8; BLOCK] = [0; BLOCK];
+    bytes.chunks(BLOCK).all(|c| c == &ZEROS[..c.len()])
+}
+
 /// The first index named by the header at the start of `bytes`.
 pub fn parse_header(bytes: &[u8]) -> Result<u64, BadHeader> {
     if bytes.len() < HEADER_LEN {
-        return match bytes.iter().all(|b| *b == 0) {
+        return match all_zeros(bytes) {
             true => Err(BadHeader::Unwritten),
             false => Err(BadHeader::Corrupt(format!("a header of {} bytes", bytes.len()))),
         };
     }
     let h = &bytes[..HEADER_LEN];
-    if h.iter().all(|b| *b == 0) {
+    if all_zeros(h) {
         return Err(BadHeader::Unwritten);
     }
     if h[..8] != MAGIC {
@@ -163,13 +173,13 @@ pub enum Parsed<'a> {
 /// Parses the record at the start of `bytes`.
 pub fn parse_record(bytes: &[u8]) -> Parsed<'_> {
     if bytes.len() < RECORD_HEADER_LEN {
-        return match bytes.iter().all(|b| *b == 0) {
+        return match all_zeros(bytes) {
             true => Parsed::Zeros,
             false => Parsed::Bad(format!("a record header cut short at {} bytes", bytes.len())),
         };
     }
     let h = &bytes[..RECORD_HEADER_LEN];
-    if h.iter().all(|b| *b == 0) {
+    if all_zeros(h) {
         return Parsed::Zeros;
     }
     let len = u32_at(h, 0) as usize;
@@ -237,6 +247,21 @@ mod tests {
         let mut out = Vec::new();
         push_record(&mut out, RecordId { index, term: 3, batch: index.saturating_sub(2) }, CODEC_JSON, payload);
         out
+    }
+
+    /// What follows the records is judged by `all_zeros`: any one byte that
+    /// is not zero, wherever it is (first, last, across a block's edge, in a
+    /// short last block), makes it false.
+    #[test]
+    fn all_zeros_sees_any_byte_that_is_not() {
+        assert!(all_zeros(&[]));
+        let zeros = vec![0u8; 3 * 4096 + 17];
+        assert!(all_zeros(&zeros));
+        for at in [0, 4095, 4096, 8191, 3 * 4096, zeros.len() - 1] {
+            let mut b = zeros.clone();
+            b[at] = 1;
+            assert!(!all_zeros(&b), "a non-zero byte at {at}");
+        }
     }
 
     /// A record reads back as written, padded to 8 bytes.

@@ -365,7 +365,7 @@ fn scan_segment(bytes: &[u8], first: u64, path: &Path, is_last: bool, scan: &mut
         Ok(named) if named == first => {}
         Ok(named) => return Err(corrupt(0, format!("the header names first index {named}"))),
         Err(BadHeader::Version(version)) => return Err(WalError::Version { path: path.to_path_buf(), version }),
-        Err(BadHeader::Unwritten) if is_last && bytes.iter().all(|b| *b == 0) => return Ok(Scanned::Unwritten),
+        Err(BadHeader::Unwritten) if is_last && format::all_zeros(bytes) => return Ok(Scanned::Unwritten),
         Err(BadHeader::Unwritten) => return Err(corrupt(0, "a zeroed segment header".into())),
         Err(BadHeader::Corrupt(why)) => return Err(corrupt(0, why)),
     }
@@ -385,7 +385,7 @@ fn scan_segment(bytes: &[u8], first: u64, path: &Path, is_last: bool, scan: &mut
                 starts.push(at as u64);
                 at += len;
             }
-            Parsed::Zeros if bytes[at..].iter().all(|b| *b == 0) => break None,
+            Parsed::Zeros if format::all_zeros(&bytes[at..]) => break None,
             Parsed::Zeros => break Some("a zeroed record header".to_string()),
             Parsed::Bad(why) => break Some(why),
         }
