@@ -70,6 +70,22 @@
 //! while the lock is durable: p99 ≤ 1 ms needs a disk whose fsync p99 is
 //! below ~0.7 ms.
 //!
+//! Measured (W2, 16 clients each with its own connection, release build, 2
+//! cores shared with two other builders, load 2-4; medians of interleaved
+//! 5 s runs, `FENCELOCK_BENCH_SERVER_LOG=… fencelock-bench --engines
+//! fencelock --client-mode per-process --workloads W2 --seconds 5 --runs 1`):
+//! segment log, 12 runs each, 1,534 → 1,682 cycles/s, handoff p50 0.41 →
+//! 0.34 ms, p99 4.5 → 4.1 ms, runs in the ~8 ms mode 5 → 2; redb, 6 runs
+//! each, 1,046 → 1,234 cycles/s, p50 0.64 → 0.48 ms, p99 7.4 → 5.3 ms. The
+//! p99 follows the disk: with lingering a handoff's p99 is about the fsync
+//! p99 of its run plus the `save_committed` tail (up to ms on the blocking
+//! pool when the machine is busy), without it about twice the fsync p99.
+//! Redis with `appendfsync always` in the same minutes: 1,565 cycles/s,
+//! p99 3.8 ms (the same disk). Two or four writes in flight instead of
+//! lingering made W2 slower (segment log: 1,700-1,900 against 2,300 cycles/s
+//! with one, runs interleaved): the release is proposed at once but its
+//! fsync still follows the acquire's.
+//!
 //! The decisions are [`core::DriverCore`]'s, which does no IO and is tested
 //! alone (`driver/tests/`); this module is its tokio shell: it owns the
 //! channels, the Raft handle, the writes in flight and the timers, turns what
