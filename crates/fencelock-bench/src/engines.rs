@@ -143,7 +143,31 @@ fn native_config(what: &str) -> String {
     let threads = std::env::var("FENCELOCK_BENCH_SERVER_THREADS")
         .map(|n| format!("{n} runtime worker threads"))
         .unwrap_or_else(|_| "one runtime worker thread per core".into());
-    format!("{what}: fencelock-server's defaults (Config::new) on 127.0.0.1, quotas off; {threads}")
+    let mut tuned = String::new();
+    if let Ok(log) = std::env::var(SERVER_LOG_ENV) {
+        tuned.push_str(&format!("; log {log}"));
+    }
+    if let Ok(n) = std::env::var(SERVER_INFLIGHT_ENV) {
+        tuned.push_str(&format!("; {n} log writes in flight"));
+    }
+    format!("{what}: fencelock-server's defaults (Config::new) on 127.0.0.1, quotas off; {threads}{tuned}")
+}
+
+/// `serve-native`'s log engine instead of the default (`redb`, `segment`).
+pub const SERVER_LOG_ENV: &str = "FENCELOCK_BENCH_SERVER_LOG";
+/// `serve-native`'s `--max-inflight-writes` instead of the default.
+pub const SERVER_INFLIGHT_ENV: &str = "FENCELOCK_BENCH_SERVER_INFLIGHT";
+
+/// The server settings the environment asks for (see [`SERVER_LOG_ENV`] and
+/// [`SERVER_INFLIGHT_ENV`]), onto `config`.
+fn tune_from_env(config: &mut fencelock_server::Config) -> anyhow::Result<()> {
+    if let Ok(log) = std::env::var(SERVER_LOG_ENV) {
+        config.log = log.parse().map_err(|e| anyhow::anyhow!("{SERVER_LOG_ENV}: {e}"))?;
+    }
+    if let Ok(n) = std::env::var(SERVER_INFLIGHT_ENV) {
+        config.max_inflight_writes = n.parse().with_context(|| format!("{SERVER_INFLIGHT_ENV}={n}"))?;
+    }
+    Ok(())
 }
 
 /// Starts the server(s) of `id`: its URL, processes and configuration.
@@ -499,6 +523,7 @@ pub async fn serve_native(a: ServeArgs) -> anyhow::Result<()> {
         });
     }
     config.auth_file = a.auth_file.clone();
+    tune_from_env(&mut config)?;
     // The bench measures the engine, not the default limits (W3 makes 1M leases).
     config.limits.global = fencelock_server::quota::Global { leases: 0, locks: 0, waiters: 0 };
     let running = fencelock_server::start(config).await?;

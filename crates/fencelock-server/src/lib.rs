@@ -220,6 +220,7 @@ pub async fn serve(
     let (driver, handle) = Driver::new(raft.clone(), config.node_id, clock.clone(), metrics.clone(), config.max_batch);
     let driver = driver.with_seams(config.seams.clone());
     let driver = driver.with_max_inflight(config.max_inflight_writes);
+    let driver = driver.with_linger(Some(driver::DEFAULT_LINGER));
     // A follower stands for election after one to two election timeouts of
     // silence; a leader silent from its majority for twice the longest of
     // those has almost surely been replaced.

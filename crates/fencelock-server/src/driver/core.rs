@@ -56,6 +56,21 @@
 //! `max_inflight = 1` is the driver as it was before pipelining: one write at
 //! a time, each step's arrivals batched into the next.
 //!
+//! ## Lingering for the callers just answered
+//!
+//! With [`DriverCore::set_linger`] on, once an entry's callers are answered
+//! the next write waits, while nothing is in flight, until as many requests
+//! are pending as callers were answered with something they act on at once
+//! (a reply other than `Queued`, a granted wait), or until the shell's short
+//! timer ends the wait ([`Event::LingerOver`]); a due tick never waits. On
+//! one contended lock an entry answers two clients at once: the holder that
+//! released (it comes back with its next acquire) and the next holder (it
+//! comes back with its release). Without the wait, whichever arrives first
+//! is written alone, the other waits for that whole write, and every
+//! handoff pays about two fsyncs in series; with it both go into one entry.
+//! A caller answered `Queued` is not counted: it sends nothing until its
+//! wait ends.
+//!
 //! `R` is how a caller is answered and `W` how a waiter is woken: the shell's
 //! oneshot senders, the tests' plain ids, the simulator's connections
 //! (`fencelock-sim` runs this core behind simulated connections and a
@@ -148,6 +163,9 @@ pub enum Event<R, W> {
     RaftGone,
     /// The time came for [`DriverCore::next_wake`].
     Timer,
+    /// The wait for the callers just answered is over (see the module docs):
+    /// write what is pending.
+    LingerOver,
 }
 
 /// What the shell must do, in order.
@@ -255,6 +273,13 @@ pub struct DriverCore<R, W> {
     cut_off: Option<String>,
     /// What the shell was last told by [`Action::Ready`].
     ready: bool,
+    /// Whether the next write waits for the callers just answered.
+    linger: bool,
+    /// How many callers the last acted-on entry answered with something they
+    /// act on at once: the requests the next write waits for (0: none).
+    expected: usize,
+    /// A write is held back for them now (the shell runs the timer).
+    lingering: bool,
 }
 
 type Actions<R, W> = Vec<Action<R, W>>;
@@ -281,7 +306,25 @@ impl<R, W> DriverCore<R, W> {
             stopped: None,
             cut_off: None,
             ready: false,
+            linger: false,
+            expected: 0,
+            lingering: false,
         }
+    }
+
+    /// Whether the next write waits for the callers just answered (see the
+    /// module docs); off by default. The shell turns it on only where it has
+    /// a timer to end the wait.
+    pub fn set_linger(&mut self, on: bool) {
+        self.linger = on;
+        self.expected = 0;
+        self.lingering = false;
+    }
+
+    /// A write is held back for the callers just answered: the shell must
+    /// send [`Event::LingerOver`] after its short wait.
+    pub fn lingering(&self) -> bool {
+        self.lingering
     }
 
     /// See [`super::Driver::with_quorum_timeout`].
@@ -342,6 +385,7 @@ impl<R, W> DriverCore<R, W> {
             Event::Raft(view) => self.on_raft(view, out),
             Event::RaftGone => self.stop_serving("the Raft node stopped".into(), out),
             Event::Timer => self.on_timer(time),
+            Event::LingerOver => self.expected = 0,
         }
     }
 
@@ -403,7 +447,24 @@ impl<R, W> DriverCore<R, W> {
 
     /// Starts writes while one may start and there is something to write.
     fn maybe_write(&mut self, time: Time, out: &mut Actions<R, W>) {
-        while self.may_write() && self.start_write(time, out) {}
+        self.lingering = false;
+        while self.may_write() && !self.holds_for_answered() && self.start_write(time, out) {
+            self.expected = 0;
+        }
+    }
+
+    /// Whether the next write waits for the callers just answered: lingering
+    /// is on, nothing is in flight, no tick is due, and fewer requests are
+    /// pending than callers were answered (sets [`Self::lingering`]).
+    fn holds_for_answered(&mut self) -> bool {
+        let ready = matches!(self.role, Role::Ready(_));
+        self.lingering = self.linger
+            && ready
+            && self.inflight.is_empty()
+            && !self.tick_due
+            && !self.pending.is_empty()
+            && self.pending.len() < self.expected;
+        self.lingering
     }
 
     /// Whether a new write may start: room in flight, no pause after a failure,
@@ -502,6 +563,7 @@ impl<R, W> DriverCore<R, W> {
     /// Sends each caller its reply, registers queued waiters, then acts on
     /// effects (replies first, so a waiter queued and granted in one batch is found).
     fn deliver(&mut self, msgs: Vec<Msg<R, W>>, output: Output, out: &mut Actions<R, W>) {
+        let first = out.len();
         let mut replies = output.replies.into_iter();
         for m in msgs {
             let Some(r) = replies.next() else {
@@ -524,6 +586,9 @@ impl<R, W> DriverCore<R, W> {
             out.push(Action::Effect(e));
         }
         self.tick_at = output.next_deadline;
+        if self.linger {
+            self.expected = out[first..].iter().filter(|a| comes_back(a)).count();
+        }
     }
 
     /// Completes the wait of a queued acquire, for the first of `effects` (the
@@ -663,6 +728,16 @@ impl<R, W> DriverCore<R, W> {
 fn reply<R, W>(out: &mut Actions<R, W>, to: Option<R>, r: Result<Reply, DriverError>) {
     if let Some(to) = to {
         out.push(Action::Reply(to, r));
+    }
+}
+
+/// Whether the caller `a` answers is likely to send its next request at once:
+/// a reply other than `Queued` (whose caller waits on), or a granted wait.
+fn comes_back<R, W>(a: &Action<R, W>) -> bool {
+    match a {
+        Action::Reply(_, Ok(r)) => !matches!(r, Reply::Queued { .. }),
+        Action::Wake(_, Ok(WaitOutcome::Granted { .. } | WaitOutcome::GrantedAll { .. })) => true,
+        _ => false,
     }
 }
 

@@ -34,6 +34,58 @@
 //!   (`lease_events.rs`). Only the leader's driver sees outputs, so only the
 //!   leader publishes; followers serve no lease events (nor any other call).
 //!
+//! - **Linger.** After an entry's callers are answered, the next write waits
+//!   up to [`DEFAULT_LINGER`] for those callers to come back (see [`core`]'s
+//!   docs), timed by a `timerfd` (`linger.rs`): tokio's timer ticks in ms.
+//!
+//! ## The path of one write, and what a handoff costs (issue 19 §3)
+//!
+//! Crossings between tasks and threads from a request reaching its handler to
+//! its reply handed back (openraft 0.9.25, storage v2): handler task → driver
+//! (1) → openraft core (2) → log IO (3: the segment log's thread; with redb,
+//! tokio's blocking pool) → core (4: `LogFlushed`, called from the log thread
+//! itself) → blocking pool for `save_committed` (5, a redb commit without
+//! fsync, on every commit) → core (6) → openraft's state machine worker (7)
+//! → core (8) → driver (9, the write's oneshot) → handler (10): ten crossings
+//! over six tasks/threads. The state machine worker is spawned by openraft
+//! itself and `apply` is only called there, so it cannot run on the driver's
+//! task within the 0.9 API; the pair of crossings 5-6 could go by keeping the
+//! committed id in memory and writing it with the next durable write
+//! (`raft/log_store.rs`, not done here). Measured per stage (temporary
+//! timestamps along the path, W2, segment log, release build, median of one
+//! traced run, ms): handler → write proposed 0.09-0.17 (waiting for the write
+//! in flight included), append → durable 0.10-0.22, `save_committed` 0.03-0.05,
+//! apply 0.005, every other crossing ≤ 0.01; the client's two loopback
+//! messages ~0.05 each.
+//!
+//! W2's ~8 ms handoff p99 is the disk: this VM's virtual disk does an
+//! `fdatasync` in ~0.1 ms when quiet but ~4 ms (p90 3.6, p99 4.6 during a
+//! slow run) while other processes write to it, and a handoff paid about two
+//! fsyncs in series. One entry answers both clients of a handoff at once (the
+//! releaser, who comes back with its next acquire, and the next holder, who
+//! comes back with its release); whichever arrived first was written alone
+//! and the other waited for that whole write: 1.65 writes per grant. Lingering
+//! puts both into one entry: 1.02 writes per grant, so a slow disk costs a
+//! handoff one fsync, not two. A handoff cannot cost less than one fsync
+//! while the lock is durable: p99 ≤ 1 ms needs a disk whose fsync p99 is
+//! below ~0.7 ms.
+//!
+//! Measured (W2, 16 clients each with its own connection, release build, 2
+//! cores shared with two other builders, load 2-4; medians of interleaved
+//! 5 s runs, `FENCELOCK_BENCH_SERVER_LOG=… fencelock-bench --engines
+//! fencelock --client-mode per-process --workloads W2 --seconds 5 --runs 1`):
+//! segment log, 12 runs each, 1,534 → 1,682 cycles/s, handoff p50 0.41 →
+//! 0.34 ms, p99 4.5 → 4.1 ms, runs in the ~8 ms mode 5 → 2; redb, 6 runs
+//! each, 1,046 → 1,234 cycles/s, p50 0.64 → 0.48 ms, p99 7.4 → 5.3 ms. The
+//! p99 follows the disk: with lingering a handoff's p99 is about the fsync
+//! p99 of its run plus the `save_committed` tail (up to ms on the blocking
+//! pool when the machine is busy), without it about twice the fsync p99.
+//! Redis with `appendfsync always` in the same minutes: 1,565 cycles/s,
+//! p99 3.8 ms (the same disk). Two or four writes in flight instead of
+//! lingering made W2 slower (segment log: 1,700-1,900 against 2,300 cycles/s
+//! with one, runs interleaved): the release is proposed at once but its
+//! fsync still follows the acquire's.
+//!
 //! The decisions are [`core::DriverCore`]'s, which does no IO and is tested
 //! alone (`driver/tests/`); this module is its tokio shell: it owns the
 //! channels, the Raft handle, the writes in flight and the timers, turns what
@@ -70,6 +122,7 @@ use crate::{
 };
 
 pub mod core;
+mod linger;
 #[cfg(test)]
 mod tests;
 
@@ -111,6 +164,11 @@ pub enum AcquireOutcome {
     LeaseEnded(LeaseId),
     Rejected(EngineError),
 }
+
+/// How long the next write waits, at most, for the callers the last entry
+/// answered (see [`core`]'s docs, "Lingering"): the two clients of a handoff
+/// come back within ~25-150 µs of each other on loopback.
+pub const DEFAULT_LINGER: std::time::Duration = std::time::Duration::from_micros(200);
 
 /// How many lease ends the broadcast keeps for its slowest subscriber; one that
 /// falls further behind is told so (and its stream ends): memory stays bounded
@@ -335,6 +393,9 @@ pub struct Driver {
     seams: Seams,
     /// Where lease ends are published.
     ends: broadcast::Sender<LeaseEnd>,
+    /// How long the next write waits for the callers just answered (see
+    /// [`core`]'s docs); `None`: it does not.
+    linger: Option<std::time::Duration>,
 }
 
 type WriteError = RaftError<u64, ClientWriteError<u64, crate::raft::Member>>;
@@ -359,7 +420,8 @@ impl Driver {
         let (ends, _) = broadcast::channel(LEASE_END_BUFFER);
         let handle = DriverHandle { tx, ready, next_gen: Arc::new(AtomicU64::new(1)), ends: ends.clone() };
         let writes = VecDeque::new();
-        let driver = Self { raft, node_id, clock, metrics, max_batch, rx, ready_tx, core, writes, seams, ends };
+        let driver =
+            Self { raft, node_id, clock, metrics, max_batch, rx, ready_tx, core, writes, seams, ends, linger: None };
         (driver, handle)
     }
 
@@ -375,6 +437,14 @@ impl Driver {
     /// At most `n` log writes in flight at once (see [`core::DriverCore::with_max_inflight`]).
     pub fn with_max_inflight(mut self, n: usize) -> Self {
         self.core = self.core.with_max_inflight(n);
+        self
+    }
+
+    /// After an entry's callers are answered, the next write waits up to
+    /// `after` for them to come back, so their requests share one entry (see
+    /// [`core`]'s docs); `None` or zero: it never waits.
+    pub fn with_linger(mut self, after: Option<std::time::Duration>) -> Self {
+        self.linger = after.filter(|d| !d.is_zero());
         self
     }
 
@@ -397,8 +467,14 @@ impl Driver {
         let first = view(&metrics_rx.borrow_and_update(), self.node_id);
         self.step(vec![Event::Raft(first)]).await;
         let mut raft_gone = false;
+        let mut linger = self.linger.and_then(linger::Timer::start);
+        self.core.set_linger(linger.is_some());
         loop {
             let wake = self.core.next_wake().map(|at| Instant::from_std(self.clock.instant_at(at)));
+            let lingering = self.core.lingering();
+            if let Some(t) = &mut linger {
+                t.follow(lingering);
+            }
             tokio::select! {
                 biased;
                 _ = &mut shutdown => break,
@@ -431,6 +507,7 @@ impl Driver {
                     }
                     None => break,
                 },
+                () = linger::fired(&linger), if lingering => self.step(vec![Event::LingerOver]).await,
                 _ = sleep_until(wake) => self.step(vec![Event::Timer]).await,
             }
         }

@@ -7,6 +7,7 @@ mod harness;
 mod batching;
 mod failures;
 mod leadership;
+mod linger;
 mod pipelining;
 mod ticks;
 mod waiters;
