@@ -6,7 +6,9 @@
 //!
 //! What it does as the real shell does: every request that arrived goes to the
 //! core in one step (group commit); the core keeps up to the run's
-//! `max_inflight` writes in flight, and the log persists every write queued
+//! `max_inflight` writes in flight (with one, as the server's default, the
+//! core lingers for the callers it just answered, as the real shell has it do,
+//! the wait ended by a virtual timer of [`LINGER_MS`]), and the log persists every write queued
 //! when its disk is free in one simulated fsync of 1–3 ms (the segment log's
 //! group commit), then applies them in order and reports them to the core in
 //! that order, which answers their callers (persist, then reply). A crash
@@ -36,6 +38,10 @@ use fencelock_server::driver::core::{Action, DriverCore, Event, Gen, Msg, RaftVi
 use tokio::sync::mpsc;
 
 use super::log::{ServerShared, WritePhase};
+
+/// The simulated server's linger (the real one's is 200 µs): the virtual
+/// clock counts milliseconds.
+pub const LINGER_MS: u64 = 1;
 use crate::{
     clock::{now_ms, sleep_ms, sleep_until_opt, token_floor},
     config::Mutant,
@@ -95,6 +101,8 @@ pub struct Driver {
     flush_at: Option<u64>,
     /// Until the first write is done: how many entries the start replayed.
     up: Option<usize>,
+    /// When the core's wait for the callers just answered ends (see [`LINGER_MS`]).
+    linger_at: Option<u64>,
     /// Events the last actions caused (callers done or gone), for the next
     /// step: as in the real shell, they come after the messages that had
     /// arrived by then.
@@ -103,7 +111,8 @@ pub struct Driver {
 
 impl Driver {
     pub fn new(engine: Engine, shared: ServerShared, rx: mpsc::UnboundedReceiver<ToDriver>) -> Self {
-        let core = DriverCore::new(MAX_BATCH).with_max_inflight(shared.max_inflight);
+        let mut core = DriverCore::new(MAX_BATCH).with_max_inflight(shared.max_inflight);
+        core.set_linger(shared.max_inflight == 1);
         Self {
             engine,
             shared,
@@ -116,6 +125,7 @@ impl Driver {
             flushing: Vec::new(),
             flush_at: None,
             up: None,
+            linger_at: None,
             followups: Vec::new(),
         }
     }
@@ -153,6 +163,10 @@ impl Driver {
                     None => std::future::pending::<()>().await,
                 },
                 () = sleep_until_opt(self.core.next_wake()) => self.step(vec![Event::Timer]),
+                () = sleep_until_opt(self.linger_at) => {
+                    self.linger_at = None;
+                    self.step(vec![Event::LingerOver]);
+                }
             }
         }
     }
@@ -166,6 +180,12 @@ impl Driver {
                 self.followups.push(e);
             }
         }
+        // As the real shell's timer: armed when the core starts holding a
+        // write back, disarmed when it stops.
+        self.linger_at = match self.core.lingering() {
+            true => self.linger_at.or(Some(time.now + LINGER_MS)),
+            false => None,
+        };
     }
 
     /// Does `action`; the event it causes, if any (an acquire's caller is done).
