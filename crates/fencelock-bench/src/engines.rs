@@ -143,17 +143,16 @@ fn native_config(what: &str) -> String {
     let threads = std::env::var("FENCELOCK_BENCH_SERVER_THREADS")
         .map(|n| format!("{n} runtime worker threads"))
         .unwrap_or_else(|_| "one runtime worker thread per core".into());
-    let mut tuned = String::new();
-    if let Ok(log) = std::env::var(SERVER_LOG_ENV) {
-        tuned.push_str(&format!("; log {log}"));
-    }
+    let log = std::env::var(SERVER_LOG_ENV)
+        .unwrap_or_else(|_| format!("{} (the default)", fencelock_server::config::LogEngine::default().name()));
+    let mut tuned = format!("; Raft log: {log}");
     if let Ok(n) = std::env::var(SERVER_INFLIGHT_ENV) {
         tuned.push_str(&format!("; {n} log writes in flight"));
     }
     format!("{what}: fencelock-server's defaults (Config::new) on 127.0.0.1, quotas off; {threads}{tuned}")
 }
 
-/// `serve-native`'s log engine instead of the default (`redb`, `segment`).
+/// `serve-native`'s log engine instead of the default (`segment`; or `redb`).
 pub const SERVER_LOG_ENV: &str = "FENCELOCK_BENCH_SERVER_LOG";
 /// `serve-native`'s `--max-inflight-writes` instead of the default.
 pub const SERVER_INFLIGHT_ENV: &str = "FENCELOCK_BENCH_SERVER_INFLIGHT";
@@ -223,7 +222,7 @@ fn info(id: &str, cpu_measured: bool) -> anyhow::Result<EngineInfo> {
     };
     let (label, version, durable, fencing, fifo) = match id {
         "fencelock" => (
-            "fencelock (1 node, redb, fsync per batch)",
+            "fencelock (1 node, fsync per batch)",
             Some(env!("CARGO_PKG_VERSION").to_string()),
             true,
             "global",
@@ -237,7 +236,7 @@ fn info(id: &str, cpu_measured: bool) -> anyhow::Result<EngineInfo> {
             true,
         ),
         "fencelock-3" => (
-            "fencelock, 3-node Raft group (3 processes on this machine, each redb, fsync per batch)",
+            "fencelock, 3-node Raft group (3 processes on this machine, each fsync per batch)",
             Some(env!("CARGO_PKG_VERSION").to_string()),
             true,
             "global",
