@@ -221,13 +221,9 @@ fn info(id: &str, cpu_measured: bool) -> anyhow::Result<EngineInfo> {
         command_line(&pg_bin("postgres"), &["--version"]).and_then(|v| v.split_whitespace().nth(2).map(String::from))
     };
     let (label, version, durable, fencing, fifo) = match id {
-        "fencelock" => (
-            "fencelock (1 node, fsync per batch)",
-            Some(env!("CARGO_PKG_VERSION").to_string()),
-            true,
-            "global",
-            true,
-        ),
+        "fencelock" => {
+            ("fencelock (1 node, fsync per batch)", Some(env!("CARGO_PKG_VERSION").to_string()), true, "global", true)
+        }
         "fencelock-secure" => (
             "fencelock (1 node as above, with TLS and a bearer token on every call)",
             Some(env!("CARGO_PKG_VERSION").to_string()),
