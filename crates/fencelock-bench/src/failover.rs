@@ -145,15 +145,24 @@ struct Candidates {
     generation: usize,
 }
 
+/// The `fencelock` binary W6's candidates run (`fencelock elect`), beside this
+/// one; an error saying how to build it if it is not there. `main` asks before
+/// anything runs, so a long bench does not stop at W6 with its results unwritten.
+pub fn elect_cli() -> anyhow::Result<PathBuf> {
+    let cli = std::env::current_exe()?.with_file_name("fencelock");
+    if !cli.exists() {
+        bail!(
+            "W6 runs `fencelock elect`: build it first (cargo build [--release] -p fencelock-cli, the same profile as \
+             the bench), expected at {}",
+            cli.display()
+        );
+    }
+    Ok(cli)
+}
+
 impl Candidates {
     fn new(url: &str, ttl: Duration) -> anyhow::Result<Candidates> {
-        let cli = std::env::current_exe()?.with_file_name("fencelock");
-        if !cli.exists() {
-            bail!(
-                "W6 runs `fencelock elect`: build it first (cargo build -p fencelock-cli), expected at {}",
-                cli.display()
-            );
-        }
+        let cli = elect_cli()?;
         let slots = (0..CANDIDATES).map(|_| None).collect();
         Ok(Candidates { cli, url: url.to_string(), ttl, slots, generation: 0 })
     }
@@ -213,5 +222,20 @@ impl Drop for Candidates {
             let _ = child.kill();
             let _ = child.wait();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Clear errors: without the `fencelock` binary beside the bench (a test
+    /// binary has none beside it, in `deps/`), W6's check says what to build
+    /// and where it looked, before anything runs.
+    #[test]
+    fn a_missing_elect_binary_says_what_to_build() {
+        let err = elect_cli().expect_err("no fencelock binary beside a test binary").to_string();
+        assert!(err.contains("cargo build [--release] -p fencelock-cli"), "{err}");
+        assert!(err.contains("fencelock"), "{err}");
     }
 }

@@ -162,6 +162,9 @@ async fn bench(args: Args) -> anyhow::Result<()> {
         false => PathBuf::from(format!("bench/results/{}", started.get(..10).unwrap_or("undated"))),
     });
     let workloads: Vec<String> = args.workloads.iter().map(|w| w.to_uppercase()).collect();
+    if workloads.iter().any(|w| w == "W6") {
+        failover::elect_cli().context("before anything runs")?;
+    }
     let given = given_urls(&args.urls)?;
     let data = tempfile::Builder::new().prefix("fencelock-bench").tempdir()?;
     let machine = procstat::machine(data.path());
