@@ -18,9 +18,10 @@
 //! | `raft_snapshot`| see [`super::state_machine`]                             |
 //!
 //! Every write is one redb write transaction. Appends, truncations, purges and votes
-//! commit with [`Durability::Immediate`] (fsync before the call returns); the
-//! committed log id commits with [`Durability::None`] and becomes durable with the
-//! next immediate commit (see [`LogStore::save_committed`]).
+//! commit with [`Durability::Immediate`] (fsync before the call returns). The
+//! committed log id is not written on its own: [`LogStore::save_committed`]
+//! keeps it in memory, and every one of those durable transactions writes the
+//! latest value with what it writes (see [`Committed`]).
 //!
 //! With the segment log, `raft_log` stays empty: appends, truncations and
 //! purges of entries go to [`Wal`] (whose thread does the IO), and `purge`
@@ -40,7 +41,7 @@ use std::fmt::Debug;
 use std::io;
 use std::ops::{Bound, RangeBounds};
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use openraft::storage::{LogFlushed, RaftLogStorage};
 use openraft::{
@@ -266,7 +267,8 @@ fn open_unguarded(
     if let Some(wal) = &wal {
         sm.log_reaches(wal.last_log_id().map(|l| l.index));
     }
-    Ok((LogStore { wal, db, seams: seams.clone() }, sm))
+    let committed = Arc::new(LatestCommitted::new(db.clone()));
+    Ok((LogStore { wal, db, seams: seams.clone(), committed }, sm))
 }
 
 /// Refuses to open `db` (of the data dir `dir`) with `engine` when its log is
@@ -406,6 +408,99 @@ pub struct LogStore {
     db: Arc<Database>,
     /// Hooks at the append's crash points (see [`crate::seams`]).
     seams: Seams,
+    /// The committed log id openraft last saved, shared by the clones.
+    committed: Arc<LatestCommitted>,
+}
+
+/// The committed log id of this process (see [`Committed`]); when the last
+/// clone of the store is dropped (a clean shutdown), the value is written, so
+/// a clean restart re-applies everything that was committed.
+struct LatestCommitted {
+    value: Mutex<Committed>,
+    db: Arc<Database>,
+}
+
+impl LatestCommitted {
+    fn new(db: Arc<Database>) -> Self {
+        Self { value: Mutex::new(Committed::Unsaved), db }
+    }
+
+    fn get(&self) -> Committed {
+        *self.value.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn set(&self, committed: Option<LogId<NodeId>>) {
+        *self.value.lock().unwrap_or_else(PoisonError::into_inner) = Committed::Saved(committed);
+    }
+}
+
+impl Drop for LatestCommitted {
+    fn drop(&mut self) {
+        let write = || -> Result<(), DbError> {
+            let committed = self.get().to_write()?;
+            if committed.is_none() {
+                return Ok(());
+            }
+            let mut txn = self.db.begin_write()?;
+            txn.set_durability(Durability::Immediate)?;
+            put_committed(&txn, &committed)?;
+            txn.commit()?;
+            Ok(())
+        };
+        if let Err(e) = write() {
+            tracing::warn!(error = %e, "could not write the committed log id at shutdown; the next start re-applies less of the log");
+        }
+    }
+}
+
+/// The committed log id as this process last saved it, written to redb with the
+/// next durable transaction (append, truncate, vote or purge) instead of in a
+/// transaction of its own.
+///
+/// openraft saves the committed id before every apply, on its core task; a redb
+/// transaction there (even one without fsync) was a round trip through the
+/// blocking pool on every commit. Writing it with the next durable
+/// transaction gives the same guarantee as the non-durable commit it replaces,
+/// which also only became durable with the next immediate commit: a crash loses
+/// at most the latest value, so a restart re-applies less of the log, never more
+/// than was committed. The value is kept, not taken, so a transaction that
+/// fails leaves it for the next one; a clean shutdown writes it (see
+/// [`LatestCommitted`]).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+enum Committed {
+    /// Not saved by this process: redb's value stands.
+    #[default]
+    Unsaved,
+    /// Saved: write this value (`None` removes the key).
+    Saved(Option<LogId<NodeId>>),
+}
+
+impl Committed {
+    /// What a durable transaction writes: `None` to leave the key alone,
+    /// `Some(None)` to remove it, `Some(Some(bytes))` to set it.
+    fn to_write(self) -> Result<Option<Option<Vec<u8>>>, DbError> {
+        match self {
+            Committed::Unsaved => Ok(None),
+            Committed::Saved(None) => Ok(Some(None)),
+            Committed::Saved(Some(id)) => Ok(Some(Some(encode(&id)?))),
+        }
+    }
+}
+
+/// Writes `committed` (see [`Committed::to_write`]) into the meta table of a
+/// write transaction.
+fn put_committed(txn: &redb::WriteTransaction, committed: &Option<Option<Vec<u8>>>) -> Result<(), DbError> {
+    let mut table = txn.open_table(META)?;
+    match committed {
+        None => {}
+        Some(Some(bytes)) => {
+            table.insert(KEY_COMMITTED, bytes.as_slice())?;
+        }
+        Some(None) => {
+            table.remove(KEY_COMMITTED)?;
+        }
+    }
+    Ok(())
 }
 
 impl Debug for LogStore {
@@ -435,16 +530,23 @@ impl LogStore {
         }
     }
 
-    /// Writes one meta key in its own transaction.
-    async fn write_meta(&self, key: &'static str, value: Vec<u8>, durability: Durability) -> Result<(), DbError> {
+    /// What the next durable transaction writes of the committed log id.
+    fn committed_to_write(&self) -> Result<Option<Option<Vec<u8>>>, DbError> {
+        self.committed.get().to_write()
+    }
+
+    /// Writes one meta key, and the committed log id, in one durable transaction.
+    async fn write_meta(&self, key: &'static str, value: Vec<u8>) -> Result<(), DbError> {
         let db = self.db.clone();
+        let committed = self.committed_to_write()?;
         blocking(move || {
             let mut txn = db.begin_write()?;
-            txn.set_durability(durability)?;
+            txn.set_durability(Durability::Immediate)?;
             {
                 let mut table = txn.open_table(META)?;
                 table.insert(key, value.as_slice())?;
             }
+            put_committed(&txn, &committed)?;
             txn.commit()?;
             Ok(())
         })
@@ -535,54 +637,33 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     async fn save_vote(&mut self, vote: &Vote<NodeId>) -> Result<(), StorageError<NodeId>> {
         let to_err = |e: DbError| e.into_storage(ErrorSubject::Vote, ErrorVerb::Write);
         let bytes = encode(vote).map_err(to_err)?;
-        self.write_meta(KEY_VOTE, bytes, Durability::Immediate).await.map_err(to_err)
+        self.write_meta(KEY_VOTE, bytes).await.map_err(to_err)
     }
 
     async fn read_vote(&mut self) -> Result<Option<Vote<NodeId>>, StorageError<NodeId>> {
         self.read_meta(KEY_VOTE).map_err(|e| e.into_storage(ErrorSubject::Vote, ErrorVerb::Read))
     }
 
-    /// Persisted without its own fsync: it becomes durable with the next immediate
-    /// commit (the next append, vote, truncate or purge; with the segment log,
-    /// the next vote or purge, and only once the entry it names is durable in
-    /// the log: a follower may hear of a commit before its own fsync, and the
-    /// committed id on disk must never point past the log on disk). Losing the latest value in
-    /// a crash only means re-applying less of the log at startup; it never claims
-    /// more than was committed, because only durably appended entries get committed.
+    /// Kept in memory and written with the next durable transaction (see
+    /// [`Committed`]). With the segment log, an id is kept only once the entry
+    /// it names is durable in the log: a follower may hear of a commit before
+    /// its own fsync, and the committed id on disk must never point past the
+    /// log on disk (a later call records it).
     async fn save_committed(&mut self, committed: Option<LogId<NodeId>>) -> Result<(), StorageError<NodeId>> {
-        let to_err = |e: DbError| e.into_storage(ErrorSubject::Store, ErrorVerb::Write);
         if let (Some(wal), Some(c)) = (&self.wal, &committed) {
             if !wal.is_durable(c.index) {
-                return Ok(()); // a later call records it
+                return Ok(());
             }
         }
-        let db = self.db.clone();
-        let bytes = match &committed {
-            Some(c) => Some(encode(c).map_err(to_err)?),
-            None => None,
-        };
-        blocking(move || {
-            let mut txn = db.begin_write()?;
-            txn.set_durability(Durability::None)?;
-            {
-                let mut table = txn.open_table(META)?;
-                match &bytes {
-                    Some(b) => {
-                        table.insert(KEY_COMMITTED, b.as_slice())?;
-                    }
-                    None => {
-                        table.remove(KEY_COMMITTED)?;
-                    }
-                }
-            }
-            txn.commit()?;
-            Ok(())
-        })
-        .await
-        .map_err(to_err)
+        self.committed.set(committed);
+        Ok(())
     }
 
+    /// The value saved by this process, else redb's.
     async fn read_committed(&mut self) -> Result<Option<LogId<NodeId>>, StorageError<NodeId>> {
+        if let Committed::Saved(id) = self.committed.get() {
+            return Ok(id);
+        }
         self.read_meta(KEY_COMMITTED).map_err(|e| e.into_storage(ErrorSubject::Store, ErrorVerb::Read))
     }
 
@@ -612,6 +693,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         }
         let db = self.db.clone();
         let seams = self.seams.clone();
+        let committed = self.committed_to_write().map_err(to_err)?;
         let res = blocking(move || {
             let mut txn = db.begin_write()?;
             txn.set_durability(Durability::Immediate)?;
@@ -621,6 +703,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
                     table.insert(*index, bytes.as_slice())?;
                 }
             }
+            put_committed(&txn, &committed)?;
             seams.crash_point(CrashPoint::LogBeforeFsync);
             txn.commit()?;
             Ok(())
@@ -647,6 +730,8 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         }
         let db = self.db.clone();
         let since = log_id.index;
+        let to_err = |e: DbError| e.into_storage(ErrorSubject::Log(log_id), ErrorVerb::Delete);
+        let committed = self.committed_to_write().map_err(to_err)?;
         blocking(move || {
             let mut txn = db.begin_write()?;
             txn.set_durability(Durability::Immediate)?;
@@ -654,11 +739,12 @@ impl RaftLogStorage<TypeConfig> for LogStore {
                 let mut table = txn.open_table(LOG)?;
                 table.retain_in::<u64, _>(since.., |_, _| false)?;
             }
+            put_committed(&txn, &committed)?;
             txn.commit()?;
             Ok(())
         })
         .await
-        .map_err(|e| e.into_storage(ErrorSubject::Log(log_id), ErrorVerb::Delete))
+        .map_err(to_err)
     }
 
     /// Records `log_id` as last purged and deletes the entries up to it, in one
@@ -669,11 +755,12 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         let to_err = |e: DbError| e.into_storage(ErrorSubject::Log(log_id), ErrorVerb::Delete);
         let bytes = encode(&log_id).map_err(to_err)?;
         if let Some(wal) = self.wal.clone() {
-            self.write_meta(KEY_LAST_PURGED, bytes, Durability::Immediate).await.map_err(to_err)?;
+            self.write_meta(KEY_LAST_PURGED, bytes).await.map_err(to_err)?;
             return wal.purge(log_id.index).await.map_err(|e| to_err(e.into()));
         }
         let db = self.db.clone();
         let upto = log_id.index;
+        let committed = self.committed_to_write().map_err(to_err)?;
         blocking(move || {
             let mut txn = db.begin_write()?;
             txn.set_durability(Durability::Immediate)?;
@@ -683,6 +770,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
                 let mut table = txn.open_table(LOG)?;
                 table.retain_in::<u64, _>(..=upto, |_, _| false)?;
             }
+            put_committed(&txn, &committed)?;
             txn.commit()?;
             Ok(())
         })

@@ -497,6 +497,33 @@ async fn an_old_redb_data_dir_without_identity_moves_its_log_and_is_adopted() {
 // ---------------------------------------------------------------------------
 // restart cases
 
+/// The committed log id is written with the next durable transaction (on
+/// redb the next append; on the segment log, whose appends are not redb
+/// transactions, the next vote or purge) and at a clean shutdown, not in a
+/// transaction of its own: after a clean close the latest value is on disk,
+/// on both engines, whether or not a durable transaction followed it.
+#[tokio::test]
+async fn the_committed_id_is_on_disk_after_a_clean_close() {
+    use crate::config::LogEngine;
+    let seams = crate::seams::Seams::default();
+    for engine in [LogEngine::Redb, LogEngine::Segment] {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let (mut log, _sm) = log_store::open_engine(dir.path(), &seams, engine).unwrap();
+            log.blocking_append((1..=4).map(|i| blank(1, i))).await.unwrap();
+            log.save_committed(Some(log_id(1, 2))).await.unwrap();
+            assert_eq!(log.read_committed().await.unwrap(), Some(log_id(1, 2)), "{engine:?}: read back in process");
+            match engine {
+                LogEngine::Redb => log.blocking_append([blank(1, 5)]).await.unwrap(),
+                LogEngine::Segment => log.save_vote(&Vote::new_committed(1, 1)).await.unwrap(),
+            }
+            log.save_committed(Some(log_id(1, 4))).await.unwrap(); // no durable transaction after it
+        }
+        let (mut log, _sm) = log_store::open_engine(dir.path(), &seams, engine).unwrap();
+        assert_eq!(log.read_committed().await.unwrap(), Some(log_id(1, 4)), "{engine:?}");
+    }
+}
+
 #[tokio::test]
 async fn log_vote_and_committed_survive_reopen() {
     let dir = tempfile::tempdir().unwrap();
