@@ -146,6 +146,7 @@ fn read_all(db: &impl ReadableDatabase, dir: &Path) -> Result<DataReport, DbErro
         first = first.or(Some(index));
         prev = Some(index);
     }
+    reaches_committed(prev.or(purged), committed)?;
     engine.check_consistency().map_err(|why| corrupt("the replayed state", why))?;
     let stats = engine.stats();
     let report = DataReport {
@@ -159,6 +160,24 @@ fn read_all(db: &impl ReadableDatabase, dir: &Path) -> Result<DataReport, DbErro
         engine,
     };
     Ok(report)
+}
+
+/// The log, which ends at `last` (its last entry, else the purge point), must
+/// reach the committed index, as a start requires: only durably appended
+/// entries get committed, so a log that ends before it lost acknowledged
+/// entries (a lost segment, or a changed byte in the last batch, which reads
+/// as a torn write and is cut).
+fn reaches_committed(last: Option<u64>, committed: Option<u64>) -> Result<(), DbError> {
+    match committed {
+        Some(c) if last.is_none_or(|l| l < c) => Err(corrupt(
+            "the Raft log",
+            format!(
+                "it ends at index {}, before the committed index {c}: acknowledged entries are missing",
+                last.map_or_else(|| "(none)".to_string(), |l| l.to_string())
+            ),
+        )),
+        _ => Ok(()),
+    }
 }
 
 /// The log engine the data dir records (`None`: redb).
