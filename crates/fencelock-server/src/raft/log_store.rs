@@ -353,7 +353,8 @@ fn open_wal(db: &Database, dir: &Path, seams: &Seams) -> Result<Wal, DbError> {
     };
     let (last_purged, committed) = (read_id(KEY_LAST_PURGED)?, read_id(KEY_COMMITTED)?);
     let wal_dir = dir.join(wal::WAL_DIR);
-    let wal = Wal::open(&wal_dir, wal::Options::default(), last_purged.map(|l| l.index), seams)?;
+    let opts = wal::Options { committed: committed.map(|c| c.index), ..wal::Options::default() };
+    let wal = Wal::open(&wal_dir, opts, last_purged.map(|l| l.index), seams)?;
     let last = wal.last_log_id().or(last_purged);
     match committed {
         Some(c) if last.is_none_or(|l| l.index < c.index) => Err(DbError::Other(format!(

@@ -126,7 +126,7 @@ pub fn build(db: &Database, dir: &Path, seams: &Seams) -> Result<Migrated, DbErr
     let meta = txn.open_table(META)?;
     let (purged, committed) = (index_of(&meta, KEY_LAST_PURGED)?, index_of(&meta, KEY_COMMITTED)?);
     let to = dir.join(MIGRATING_DIR);
-    let (mut segs, stale) = Segments::open(&to, files_of(seams), Options::default().segment_bytes, purged)?;
+    let (mut segs, stale) = Segments::open(&to, files_of(seams), Options::default().segment_bytes, purged, None)?;
     if !stale.is_empty() {
         return Err(DbError::Other(format!("{} was not empty", to.display())));
     }

@@ -30,7 +30,11 @@
 //! any subset of that batch's pages: a hole followed only by valid records of
 //! the batch the hole is in (each record names its batch) is a torn batch,
 //! none of it acknowledged: the log is cut at the batch's first record and a
-//! line says how many entries were dropped. A bad record followed by a valid
+//! line says how many entries were dropped. Unless the cut would end the log
+//! before the committed index ([`Options::committed`], from redb): only synced
+//! entries get committed, so such a tail was acknowledged and is damaged, not
+//! torn (a changed byte reads the same way); it is corruption, refused before
+//! anything is cut. A bad record followed by a valid
 //! one of another batch, a bad record in a segment that is not the last, a gap
 //! in the indexes, an entry that does not decode or an unknown format version
 //! is corruption: opening fails with an error naming the file and the offset,
@@ -102,11 +106,14 @@ pub struct Options {
     /// Bytes preallocated per segment; a new segment starts when the next
     /// record would not fit.
     pub segment_bytes: u64,
+    /// The committed index (from redb) the log must reach: a torn tail whose
+    /// cut would end the log before it is refused, not cut.
+    pub committed: Option<u64>,
 }
 
 impl Default for Options {
     fn default() -> Self {
-        Options { segment_bytes: 64 * 1024 * 1024 }
+        Options { segment_bytes: 64 * 1024 * 1024, committed: None }
     }
 }
 
@@ -156,7 +163,8 @@ impl Wal {
     /// before `last_purged`, and starts its thread. File IO goes through
     /// `seams.log_files` if plugged, else [`RealFiles`].
     pub fn open(dir: &Path, opts: Options, last_purged: Option<u64>, seams: &Seams) -> Result<Wal, WalError> {
-        let (segs, entries) = segments::Segments::open(dir, files_of(seams), opts.segment_bytes, last_purged)?;
+        let (segs, entries) =
+            segments::Segments::open(dir, files_of(seams), opts.segment_bytes, last_purged, opts.committed)?;
         let end = entries.last().map(|e| e.log_id.index + 1).or(last_purged.map(|p| p + 1)).unwrap_or(0);
         let durable_end = Arc::new(AtomicU64::new(end));
         let mem = entries.into_iter().map(|e| (e.log_id.index, e)).collect();

@@ -104,12 +104,16 @@ impl Segments {
     /// Opens the log in `dir` (creating the directory if needed) and returns
     /// its entries after `last_purged`. See the module docs of [`super`] for
     /// what is a torn tail (cut, logged) and what is corruption (an error
-    /// naming the file and offset).
+    /// naming the file and offset). A torn tail whose cut would end the log
+    /// before `committed` is corruption too, refused before anything is cut:
+    /// only synced entries get committed, so what it holds was acknowledged
+    /// (a changed byte in the last batch reads as a torn write).
     pub fn open(
         dir: &Path,
         files: Arc<dyn LogFiles>,
         capacity: u64,
         last_purged: Option<u64>,
+        committed: Option<u64>,
     ) -> Result<(Segments, Vec<Entry<TypeConfig>>), WalError> {
         std::fs::create_dir_all(dir).map_err(io_err("cannot create", dir))?;
         if let Some(parent) = dir.parent() {
@@ -139,7 +143,7 @@ impl Segments {
         let count = named.len();
         for (i, (first, path)) in named.into_iter().enumerate() {
             let is_last = i + 1 == count;
-            if let Some(seg) = log.open_segment(first, path, is_last, &mut scan)? {
+            if let Some(seg) = log.open_segment(first, path, is_last, &mut scan, committed)? {
                 log.segs.push(seg);
             }
         }
@@ -147,14 +151,16 @@ impl Segments {
         Ok((log, scan.entries))
     }
 
-    /// Opens and scans one segment, cutting a torn tail; `None` if it was a
-    /// segment whose creation never finished (removed).
+    /// Opens and scans one segment, cutting a torn tail unless the cut would
+    /// end the log before `committed`; `None` if it was a segment whose
+    /// creation never finished (removed).
     fn open_segment(
         &self,
         first: u64,
         path: PathBuf,
         is_last: bool,
         scan: &mut Scan,
+        committed: Option<u64>,
     ) -> Result<Option<Segment>, WalError> {
         let mut file = self.files.open(&path, false).map_err(io_err("cannot open", &path))?;
         let bytes = read_all(file.as_mut(), &path)?;
@@ -167,6 +173,17 @@ impl Segments {
             }
             Scanned::Records { starts, end, torn, dropped } => (starts, end, torn, dropped),
         };
+        if let (Some(why), Some(c)) = (&torn, committed) {
+            let last = scan.entries.last().map(|e| e.log_id.index).or(scan.last_purged);
+            if last.is_none_or(|l| l < c) {
+                let ends = last.map_or_else(|| "(none)".to_string(), |l| l.to_string());
+                let why = format!(
+                    "{why}: cutting it would end the log at index {ends}, before the committed index {c}, \
+                     losing acknowledged entries; nothing was cut"
+                );
+                return Err(WalError::Corrupt { path, offset: end, why });
+            }
+        }
         let mut seg = Segment { first, path, file, starts, end };
         if let Some(why) = torn {
             tracing::warn!(

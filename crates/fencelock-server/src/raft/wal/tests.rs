@@ -21,9 +21,9 @@ use crate::seams::Seams;
 
 /// Small segments, so that a few entries fill several: four records of a
 /// blank entry (a 32-byte record header and about 10 bytes of codec 2) each.
-const SMALL: Options = Options { segment_bytes: 224 };
+const SMALL: Options = Options { segment_bytes: 224, committed: None };
 /// Segments that hold every test's entries (and are quick to copy).
-const ONE: Options = Options { segment_bytes: 64 * 1024 };
+const ONE: Options = Options { segment_bytes: 64 * 1024, committed: None };
 
 fn entry(term: u64, index: u64) -> Entry<TypeConfig> {
     Entry { log_id: LogId::new(CommittedLeaderId::new(term, 1), index), payload: EntryPayload::Blank }
@@ -109,6 +109,27 @@ fn a_torn_tail_is_cut_and_the_prefix_survives() {
     drop(wal);
     let wal = open(dir.path(), ONE, None).unwrap();
     assert_eq!(log_ids(&wal), [ids(1, 1, 4), ids(2, 5, 5)].concat());
+}
+
+/// A bad last record is a torn write only if it was never acknowledged: when
+/// the committed index (only synced entries get committed) is at or after it,
+/// the log is damaged, not torn. Opening refuses it, naming the committed
+/// index, and cuts nothing: the segment's bytes are unchanged.
+#[test]
+fn a_bad_tail_at_or_before_the_committed_index_is_refused_not_cut() {
+    let dir = tempfile::tempdir().unwrap();
+    let seg = five_entries(dir.path());
+    let mut bytes = std::fs::read(&seg).unwrap();
+    let (start, len) = *records(&bytes).last().unwrap();
+    bytes[start + len / 2] ^= 0x04;
+    std::fs::write(&seg, &bytes).unwrap();
+    let committed = Options { committed: Some(5), ..ONE };
+    let err = open(dir.path(), committed, None).expect_err("entry 5 was committed").to_string();
+    assert!(err.contains("before the committed index 5") && err.contains("nothing was cut"), "{err}");
+    assert_eq!(std::fs::read(&seg).unwrap(), bytes, "refused without writing");
+    // Committed up to 4 only, the same tail is a torn write: cut, 4 entries kept.
+    let wal = open(dir.path(), Options { committed: Some(4), ..ONE }, None).unwrap();
+    assert_eq!(log_ids(&wal), ids(1, 1, 4));
 }
 
 /// Every length the last record could have been cut at (a crash mid-write,
