@@ -191,9 +191,11 @@ impl lock_server::Lock for LockService {
         &self,
         r: Request<pb::WatchLeasesRequest>,
     ) -> Result<Response<Self::WatchLeasesStream>, Status> {
-        let who = self.who(&r)?;
+        let credentials = Credentials::of(&r);
+        let who = credentials.authenticate(&self.auth, &self.ops)?;
         let watch = self.ops.watch_leases(&who, r.into_inner()).await?;
-        Ok(Response::new(ReceiverStream::new(watch.spawn(self.ops.clone(), self.stop.clone()))))
+        let caller = credentials.caller(self.auth.clone());
+        Ok(Response::new(ReceiverStream::new(watch.spawn(self.ops.clone(), self.stop.clone(), caller))))
     }
 
     type WatchStream = crate::watching::serve::PbStream;

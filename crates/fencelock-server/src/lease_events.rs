@@ -16,6 +16,12 @@
 //! UNAVAILABLE when this node stops leading (naming the leader), shuts down,
 //! or cut it off: the client subscribes again, and meanwhile relies on its
 //! keep-alives, which stay the source of truth for its deadline.
+//!
+//! An open stream authenticates its caller again before it sends each end,
+//! against the auth file as it is then (as a session stream does before each
+//! operation and a lock watch before each batch): a token removed from the
+//! file ends its stream with `Unauthenticated`, and the end that found it
+//! removed is not sent.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -27,6 +33,7 @@ use tonic::Status;
 use crate::api::{driver_status, engine_status, Ops};
 use crate::auth::Who;
 use crate::driver::{DriverError, LeaseEnd, LeaseEndCause};
+use crate::watching::serve::Caller;
 
 /// Most lease ids one call may watch.
 pub const MAX_WATCHED: usize = 64;
@@ -103,14 +110,15 @@ fn lease_ids(r: &pb::WatchLeasesRequest) -> Result<BTreeSet<LeaseId>, Status> {
 impl Watch {
     /// Sends the first events and starts the task that forwards the ends; the
     /// stream ends when the task does (at once if no lease was live).
-    pub fn spawn(self, ops: Ops, stop: watch::Receiver<bool>) -> Out {
+    /// `caller` authenticates the stream's caller again (see the module docs).
+    pub fn spawn(self, ops: Ops, stop: watch::Receiver<bool>, caller: Caller) -> Out {
         // Room for every event this stream can send: it never waits for the client.
         let (tx, rx) = mpsc::channel(self.first.len() + self.live.len() + 1);
         for &e in &self.first {
             let _ = tx.try_send(Ok(e));
         }
         if !self.live.is_empty() {
-            tokio::spawn(self.forward(tx, ops, stop));
+            tokio::spawn(self.forward(tx, ops, stop, caller));
         }
         rx
     }
@@ -120,6 +128,7 @@ impl Watch {
         out: mpsc::Sender<Result<pb::LeaseEvent, Status>>,
         ops: Ops,
         mut stop: watch::Receiver<bool>,
+        caller: Caller,
     ) {
         let mut ready = ops.driver.ready_watch();
         let closing = loop {
@@ -131,6 +140,9 @@ impl Watch {
                 end = self.ends.recv() => match end {
                     Ok(end) => {
                         if self.live.remove(&end.lease) {
+                            if let Err(refusal) = caller() {
+                                break crate::api::refused(refusal);
+                            }
                             let _ = out.try_send(Ok(event(end)));
                         }
                         if self.live.is_empty() {

@@ -566,6 +566,51 @@ async fn a_token_removed_from_the_file_stops_working_on_an_open_session_stream()
     node.running.shutdown().await;
 }
 
+/// INV-9 on a lease-event stream: an open `WatchLeases` stream authenticates
+/// its caller again before it sends each lease end. A token removed from the
+/// auth file ends its stream with `Unauthenticated` when its lease ends (an
+/// admin revokes it), and the `revoked` event is not sent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_removed_from_the_file_ends_its_open_lease_watch() {
+    use pb::lease_event::Kind;
+    let node = start_node().await;
+    let before = std::fs::read_to_string(node.file("auth.toml")).unwrap();
+    let mut text = before.clone();
+    let late = add_token(&mut text, "late", "worker");
+    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+    std::fs::write(node.file("auth.toml"), text).unwrap();
+    let mut c = node.with_token(&late).await;
+    let mut lease = None;
+    for _ in 0..100 {
+        if let Ok(l) = grant(&mut c).await {
+            lease = Some(l);
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let lease = lease.expect("the new token did not work within 5 s");
+    let mut events = c.watch_leases(pb::WatchLeasesRequest { lease_ids: vec![lease] }).await.unwrap().into_inner();
+    let first = events.message().await.unwrap().unwrap();
+    assert!(matches!(first.kind, Some(Kind::Watching(_))), "{first:?}");
+
+    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+    std::fs::write(node.file("auth.toml"), before).unwrap();
+    let mut gone = false;
+    for _ in 0..100 {
+        if grant(&mut c).await.is_err_and(|e| e.code() == Code::Unauthenticated) {
+            gone = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert!(gone, "the removed token still worked after 5 s");
+    let mut admin = node.with_token(&node.admin).await;
+    admin.revoke_lease(pb::RevokeLeaseRequest { request_id: request_id(), lease_id: lease }).await.expect("revoke");
+    let end = events.message().await.expect_err("the stream ends with an error, not the revoke");
+    assert_eq!(end.code(), Code::Unauthenticated, "{end:?}");
+    node.running.shutdown().await;
+}
+
 /// The audit log (issue 15, part 5): a denied call, an unauthenticated one,
 /// a refused and an accepted policy change and a snapshot each leave one JSON
 /// line with the identity, where it came from, the verb, the object and the
