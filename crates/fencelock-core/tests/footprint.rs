@@ -9,7 +9,8 @@
 //! entries carry them, each then taking one lock of its own (`w3/<i>`), and
 //! prints the bytes the allocator holds after each phase and the time and peak
 //! memory of serializing the snapshot (JSON, as the server writes it) and of
-//! reading it back. Run it with
+//! reading it back, with the bytes the engine read back holds (a restart
+//! installs such an engine). Run it with
 //! `cargo nextest run -p fencelock-core --release --test footprint --run-ignored only --no-capture`.
 //!
 //! Its checks are the state's (every lease and lock is there; the snapshot
@@ -138,10 +139,13 @@ fn idle_lease_footprint_and_snapshot_cost() {
         ser_peak as f64 / 1e6
     );
     let peak = peak_from_here();
+    let before_read = held();
     let (back, de_secs) = timed(|| serde_json::from_slice::<Engine>(&bytes).expect("the snapshot reads back"));
+    let read_back = held() - before_read;
     println!(
         "  read back in {de_secs:.3} s, allocation peak {:.1} MB above the state and its bytes",
         peak() as f64 / 1e6
     );
+    println!("  the engine read back holds {:8.1} bytes per lease (after a restart)", per(read_back));
     assert!(back == engine, "the snapshot reads back to an equal engine");
 }
