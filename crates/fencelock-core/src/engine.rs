@@ -125,6 +125,9 @@ pub struct Engine {
     /// before they existed, which had none).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     slots: slots::Slots,
+    /// A lookup's miss, so that the record after it does not scan again.
+    #[serde(skip)]
+    missed: Missed,
 }
 
 impl Default for Engine {
@@ -145,6 +148,7 @@ impl Default for Engine {
             timers: Timers::default(),
             policy: Policy::default(),
             slots: BTreeMap::new(),
+            missed: Missed::default(),
         }
     }
 }
@@ -349,20 +353,54 @@ impl Engine {
         self.leases.get(&lease).is_some_and(|l| l.deadline > self.now)
     }
 
+    /// Remember `outcome` for `(lease, req)`. When the last lookup missed this
+    /// very request and nothing was recorded since, it has no entry: appended
+    /// without a second scan of the lease's memory.
     fn record(&mut self, lease: LeaseId, req: RequestId, outcome: Outcome) {
+        let known_new = self.missed.take() == Some((lease, req));
         if let Some(l) = self.leases.get_mut(&lease) {
-            l.dedup.record(req, outcome);
+            match known_new {
+                true => l.dedup.push_new(req, outcome),
+                false => l.dedup.record(req, outcome),
+            }
         }
     }
 
     /// The answer to a retry of `(lease, req)` from the lease's memory, if any.
-    fn recorded_reply(&self, lease: LeaseId, req: RequestId) -> Option<Reply> {
-        match self.leases.get(&lease)?.dedup.get(req)? {
-            Outcome::Replied(answer) => Some(answer.clone().into()),
-            Outcome::TimedOut(lock) => Some(Reply::Busy(self.busy(lock))),
+    /// A miss is noted for the [`Engine::record`] that usually follows.
+    fn recorded_reply(&mut self, lease: LeaseId, req: RequestId) -> Option<Reply> {
+        let outcome = self.leases.get(&lease)?.dedup.get(req);
+        match outcome {
+            None => {
+                self.missed = Missed(Some((lease, req)));
+                None
+            }
+            Some(Outcome::Replied(answer)) => Some(answer.clone().into()),
+            Some(Outcome::TimedOut(lock)) => Some(Reply::Busy(self.busy(lock))),
         }
     }
 }
+
+/// The request the engine's last lookup of a lease's memory did not find,
+/// while nothing has been recorded since (only a record adds an entry, so it
+/// still has none). Not part of the state: equal whatever it holds, never
+/// serialized, empty after a restore.
+#[derive(Debug, Clone, Copy, Default)]
+struct Missed(Option<(LeaseId, RequestId)>);
+
+impl Missed {
+    fn take(&mut self) -> Option<(LeaseId, RequestId)> {
+        self.0.take()
+    }
+}
+
+impl PartialEq for Missed {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl Eq for Missed {}
 
 /// Whether the dead-waiter mutant is on (see [`crate::mutants`]).
 #[cfg(feature = "mutants")]

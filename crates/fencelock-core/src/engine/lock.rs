@@ -102,7 +102,7 @@ impl Engine {
     /// The answer to a retried acquire: still queued, granted, or remembered
     /// (a multi-acquire: remembered first, as its grants may since have ended
     /// one by one, then what it still holds).
-    fn acquire_retry(&self, a: &Acquire) -> Option<Reply> {
+    fn acquire_retry(&mut self, a: &Acquire) -> Option<Reply> {
         let (lease, req) = (a.lease, a.req);
         let l = self.leases.get(&lease)?;
         if let Some(name) = l.waits.get(&req) {
@@ -112,13 +112,19 @@ impl Engine {
         if a.is_multi() {
             return self.recorded_reply(lease, req).or_else(|| self.held_all(lease, req));
         }
-        for name in l.holds.values() {
-            let holder = self.locks.get(name).and_then(|lock| lock.holder_for_req(lease, req));
-            if let Some(h) = holder {
-                return Some(Reply::Acquired(h.grant(name)));
-            }
+        if let Some(granted) = self.held_for_req(lease, req) {
+            return Some(granted);
         }
         self.recorded_reply(lease, req)
+    }
+
+    /// `Acquired` with the grant `lease` holds for the acquire `req`, if any.
+    fn held_for_req(&self, lease: LeaseId, req: RequestId) -> Option<Reply> {
+        let l = self.leases.get(&lease)?;
+        l.holds.values().find_map(|name| {
+            let holder = self.locks.get(name).and_then(|lock| lock.holder_for_req(lease, req));
+            holder.map(|h| Reply::Acquired(h.grant(name)))
+        })
     }
 
     /// Nobody queued, and `share` fits beside the holders of the open lock.

@@ -134,17 +134,27 @@ impl From<Answer> for Reply {
 pub(crate) struct Dedup(VecDeque<(RequestId, Outcome)>);
 
 impl Dedup {
+    /// The outcome remembered for `req` (newest first: a retry is usually of a
+    /// recent request).
     pub fn get(&self, req: RequestId) -> Option<&Outcome> {
-        self.0.iter().find(|(r, _)| *r == req).map(|(_, o)| o)
+        self.0.iter().rev().find(|(r, _)| *r == req).map(|(_, o)| o)
     }
 
     /// Remember `outcome` for `req`: replaces an earlier entry in place, otherwise
     /// appends and forgets the oldest entry beyond the bound.
     pub fn record(&mut self, req: RequestId, outcome: Outcome) {
-        if let Some(entry) = self.0.iter_mut().find(|(r, _)| *r == req) {
+        if let Some(entry) = self.0.iter_mut().rev().find(|(r, _)| *r == req) {
             entry.1 = outcome;
             return;
         }
+        self.push_new(req, outcome);
+    }
+
+    /// Remember `outcome` for `req`, known to have no entry (see
+    /// `Engine::record`): appends without a scan and forgets the oldest entry
+    /// beyond the bound.
+    pub fn push_new(&mut self, req: RequestId, outcome: Outcome) {
+        debug_assert!(self.get(req).is_none(), "request {} is remembered already", req.0);
         if grows_by_one(self.0.len(), self.0.capacity()) {
             self.0.reserve_exact(1);
         }
