@@ -55,6 +55,7 @@
 //! peak of ~800 MB while the buffer grows).
 
 mod consistency;
+mod decode;
 mod lease;
 mod lock;
 mod multi;
@@ -84,8 +85,10 @@ use timers::{TimerKind, Timers};
 type Effects = Vec<Effect>;
 
 /// The lock engine. See the crate docs and the module docs above. The whole value
-/// is the snapshot of the replicated state machine.
+/// is the snapshot of the replicated state machine,
+/// serialized field by field (`remote = "Self"`: `decode.rs` wraps it).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(remote = "Self")]
 pub struct Engine {
     /// The last instant seen, on the current leader's clock.
     now: Millis,

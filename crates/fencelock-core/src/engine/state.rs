@@ -164,6 +164,16 @@ impl Dedup {
         }
     }
 
+    /// The lock names its outcomes keep (see `decode.rs`).
+    pub fn names_mut(&mut self) -> impl Iterator<Item = &mut LockName> {
+        self.0.iter_mut().filter_map(|(_, o)| o.name_mut())
+    }
+
+    /// Frees the slots beyond its length (see `decode.rs`).
+    pub fn shrink_to_fit(&mut self) {
+        self.0.shrink_to_fit();
+    }
+
     pub fn forget(&mut self, req: RequestId) {
         self.0.retain(|(r, _)| *r != req);
     }
