@@ -131,6 +131,19 @@ pub struct Engine {
     /// A lookup's miss, so that the record after it does not scan again.
     #[serde(skip)]
     missed: Missed,
+    /// How many holders and waiters the locks have, kept as they change (so
+    /// that [`Engine::stats`] is O(1)); derived, recounted when read from a
+    /// snapshot.
+    #[serde(skip)]
+    counts: Counts,
+}
+
+/// The number of holders and of waiters over all locks (a multi-acquire
+/// waits, and counts, once per lock).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Counts {
+    holders: u64,
+    waiters: u64,
 }
 
 impl Default for Engine {
@@ -152,6 +165,7 @@ impl Default for Engine {
             policy: Policy::default(),
             slots: BTreeMap::new(),
             missed: Missed::default(),
+            counts: Counts::default(),
         }
     }
 }

@@ -10,7 +10,8 @@
 //! (its holds, waits and remembered grants) with the lock map's key, as
 //! `LockName` clones do, and trims the per-lease and per-lock vectors to their
 //! length, as the engine's own one-slot growth keeps them. Nothing it changes
-//! is visible: names compare by content, capacities are not state.
+//! is visible: names compare by content, capacities are not state. It also
+//! counts the holders and waiters, which the engine keeps as they change.
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
@@ -33,9 +34,10 @@ impl<'de> Deserialize<'de> for Engine {
 }
 
 impl Engine {
-    /// Shares the leases' names with the lock map's keys and trims the small
-    /// vectors (see the module docs). A name whose lock has no entry (a
-    /// remembered grant since released) keeps its own string.
+    /// Shares the leases' names with the lock map's keys, trims the small
+    /// vectors and counts holders and waiters (see the module docs). A name
+    /// whose lock has no entry (a remembered grant since released) keeps its
+    /// own string.
     fn compact_after_decode(&mut self) {
         let locks = &self.locks;
         let shared = |name: &mut LockName| {
@@ -53,6 +55,7 @@ impl Engine {
             lock.holders.shrink_to_fit();
             lock.queue.shrink_to_fit();
         }
+        self.counts = self.counted();
     }
 }
 

@@ -161,6 +161,7 @@ impl Engine {
         let holder = Holder { lease, req, token, granted_at, lock_delay_ms, tag, mode, weight, hold_at_least_ms };
         let grant = holder.grant(name);
         self.locks.entry(name.clone()).or_default().add_holder(holder);
+        self.counts.holders += 1;
         if let Some(l) = self.leases.get_mut(&lease) {
             l.holds.insert(token, name.clone());
         }
@@ -301,6 +302,7 @@ impl Engine {
             return;
         };
         let holder = lock.holders.remove(i);
+        self.counts.holders -= 1;
         let held_ms = self.now.saturating_sub(holder.granted_at);
         let hold_left = holder.hold_left(self.now);
         fx.push(Effect::Released { grant: holder.grant(name), held_ms, cause, tag: holder.tag });
