@@ -56,6 +56,7 @@
 
 mod consistency;
 mod decode;
+mod dedup_index;
 mod lease;
 mod lock;
 mod multi;
@@ -131,6 +132,9 @@ pub struct Engine {
     /// A lookup's miss, so that the record after it does not scan again.
     #[serde(skip)]
     missed: Missed,
+    /// Which requests the leases that remember many have (not state).
+    #[serde(skip)]
+    dedup_index: dedup_index::DedupIndex,
     /// How many holders and waiters the locks have, kept as they change (so
     /// that [`Engine::stats`] is O(1)); derived, recounted when read from a
     /// snapshot.
@@ -165,6 +169,7 @@ impl Default for Engine {
             policy: Policy::default(),
             slots: BTreeMap::new(),
             missed: Missed::default(),
+            dedup_index: Default::default(),
             counts: Counts::default(),
         }
     }
@@ -373,20 +378,35 @@ impl Engine {
     /// Remember `outcome` for `(lease, req)`. When the last lookup missed this
     /// very request and nothing was recorded since, it has no entry: appended
     /// without a second scan of the lease's memory.
+    /// Otherwise a lease that remembers many requests asks its index, and
+    /// only one that may have an entry is scanned. The oldest outcome beyond
+    /// the bound is forgotten.
     fn record(&mut self, lease: LeaseId, req: RequestId, outcome: Outcome) {
         let known_new = self.missed.take() == Some((lease, req));
-        if let Some(l) = self.leases.get_mut(&lease) {
-            match known_new {
-                true => l.dedup.push_new(req, outcome),
-                false => l.dedup.record(req, outcome),
-            }
+        let Some(l) = self.leases.get_mut(&lease) else { return };
+        let outcome = match known_new || !self.dedup_index.may_hold(lease, &l.dedup, req) {
+            true => Some(outcome),
+            false => l.dedup.replace(req, outcome),
+        };
+        let Some(outcome) = outcome else { return };
+        l.dedup.push_new(req, outcome);
+        self.dedup_index.added(lease, req);
+        while let Some(old) = l.dedup.pop_over_bound() {
+            self.dedup_index.removed(lease, old);
         }
     }
 
     /// The answer to a retry of `(lease, req)` from the lease's memory, if any.
     /// A miss is noted for the [`Engine::record`] that usually follows.
     fn recorded_reply(&mut self, lease: LeaseId, req: RequestId) -> Option<Reply> {
-        let outcome = self.leases.get(&lease)?.dedup.get(req);
+        let dedup = &self.leases.get(&lease)?.dedup;
+        let outcome = match self.dedup_index.may_hold(lease, dedup, req) {
+            true => dedup.get(req),
+            false => {
+                debug_assert!(dedup.get(req).is_none(), "the index lost request {} of lease {lease}", req.0);
+                None
+            }
+        };
         match outcome {
             None => {
                 self.missed = Missed(Some((lease, req)));

@@ -259,6 +259,7 @@ impl Engine {
         // A later acquire with this id is a fresh attempt.
         if let Some(l) = self.leases.get_mut(&lease) {
             l.dedup.forget(req);
+            self.dedup_index.removed(lease, req);
         }
         Reply::Cancelled { released }
     }

@@ -140,28 +140,44 @@ impl Dedup {
         self.0.iter().rev().find(|(r, _)| *r == req).map(|(_, o)| o)
     }
 
-    /// Remember `outcome` for `req`: replaces an earlier entry in place, otherwise
-    /// appends and forgets the oldest entry beyond the bound.
-    pub fn record(&mut self, req: RequestId, outcome: Outcome) {
-        if let Some(entry) = self.0.iter_mut().rev().find(|(r, _)| *r == req) {
-            entry.1 = outcome;
-            return;
+    /// Replaces the outcome remembered for `req` in place; `outcome` back if
+    /// there is none.
+    pub fn replace(&mut self, req: RequestId, outcome: Outcome) -> Option<Outcome> {
+        match self.0.iter_mut().rev().find(|(r, _)| *r == req) {
+            Some(entry) => {
+                entry.1 = outcome;
+                None
+            }
+            None => Some(outcome),
         }
-        self.push_new(req, outcome);
     }
 
     /// Remember `outcome` for `req`, known to have no entry (see
-    /// `Engine::record`): appends without a scan and forgets the oldest entry
-    /// beyond the bound.
+    /// `Engine::record`): appends without a scan. The caller then forgets
+    /// the oldest entries beyond the bound ([`Dedup::pop_over_bound`]).
     pub fn push_new(&mut self, req: RequestId, outcome: Outcome) {
         debug_assert!(self.get(req).is_none(), "request {} is remembered already", req.0);
         if grows_by_one(self.0.len(), self.0.capacity()) {
             self.0.reserve_exact(1);
         }
         self.0.push_back((req, outcome));
-        while self.0.len() > DEDUP_PER_LEASE {
-            self.0.pop_front();
+    }
+
+    /// Forgets the oldest entry if there are more than [`DEDUP_PER_LEASE`]; its request.
+    pub fn pop_over_bound(&mut self) -> Option<RequestId> {
+        match self.0.len() > DEDUP_PER_LEASE {
+            true => self.0.pop_front().map(|(r, _)| r),
+            false => None,
         }
+    }
+
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// The requests it remembers, oldest first.
+    pub fn reqs(&self) -> impl Iterator<Item = RequestId> + '_ {
+        self.0.iter().map(|(r, _)| *r)
     }
 
     /// The lock names its outcomes keep (see `decode.rs`).
