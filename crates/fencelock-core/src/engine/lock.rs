@@ -38,6 +38,22 @@ pub(super) fn count(n: usize) -> u32 {
     u32::try_from(n).unwrap_or(u32::MAX)
 }
 
+/// The kind of `lock` (the one `permits` makes when it has no entry), if
+/// `permits` names it.
+fn kind_for(lock: Option<&Lock>, permits: u32) -> Result<LockKind, EngineError> {
+    let kind = lock.map_or(LockKind::of_permits(permits), |l| l.kind);
+    match kind.permits() == permits {
+        true => Ok(kind),
+        false => Err(EngineError::PermitsMismatch { lock_has: kind.permits(), asked: permits }),
+    }
+}
+
+/// Nobody is queued on `lock` (or it has no entry), and `share` fits beside
+/// the holders of the open lock.
+fn admits_now(lock: Option<&Lock>, share: Share) -> bool {
+    lock.is_none_or(|l| l.queue.is_empty() && l.admits(share.mode, share.weight))
+}
+
 impl Engine {
     pub(super) fn acquire(&mut self, a: &Acquire, fx: &mut Effects) -> Reply {
         let name = match self.check_acquire(a) {
@@ -50,17 +66,21 @@ impl Engine {
         if a.is_multi() {
             return self.acquire_all(a, fx);
         }
-        let kind = match self.check_permits(&name, a.permits) {
+        // One search of the lock map for its kind and whether it admits `a`
+        // now (a completed slot, looked at in between, changes no lock).
+        let lock = self.locks.get(&name).map(|l| &**l);
+        let kind = match kind_for(lock, a.permits) {
             Ok(kind) => kind,
             Err(e) => return Reply::Rejected(e),
         };
+        let share = Share::of(a, kind);
+        let grantable = admits_now(lock, share);
         if let Some(done) = self.once_done(&name, a) {
             let reply = done.reply();
             self.record(a.lease, a.req, Outcome::replied(reply.clone()));
             return reply;
         }
-        let share = Share::of(a, kind);
-        if self.can_grant_now(&name, share) {
+        if grantable {
             self.locks.entry(name.clone()).or_insert_with(|| Box::new(Lock::of_kind(kind)));
             return self.grant_now(&name, share, a, fx);
         }
@@ -83,11 +103,7 @@ impl Engine {
     /// The kind of `name` (the one `permits` makes when it has no entry), if
     /// `permits` names it.
     pub(super) fn check_permits(&self, name: &LockName, permits: u32) -> Result<LockKind, EngineError> {
-        let kind = self.locks.get(name).map_or(LockKind::of_permits(permits), |l| l.kind);
-        match kind.permits() == permits {
-            true => Ok(kind),
-            false => Err(EngineError::PermitsMismatch { lock_has: kind.permits(), asked: permits }),
-        }
+        kind_for(self.locks.get(name).map(|l| &**l), permits)
     }
 
     /// Validation, in this order: request id, name, wait, lock-delay,
@@ -129,7 +145,7 @@ impl Engine {
 
     /// Nobody queued, and `share` fits beside the holders of the open lock.
     pub(super) fn can_grant_now(&self, name: &LockName, share: Share) -> bool {
-        self.locks.get(name).is_none_or(|l| l.queue.is_empty() && l.admits(share.mode, share.weight))
+        admits_now(self.locks.get(name).map(|l| &**l), share)
     }
 
     fn grant_now(&mut self, name: &LockName, share: Share, a: &Acquire, fx: &mut Effects) -> Reply {
@@ -304,6 +320,7 @@ impl Engine {
         };
         let holder = lock.holders.remove(i);
         self.counts.holders -= 1;
+        let has_waiters = !lock.queue.is_empty();
         let held_ms = self.now.saturating_sub(holder.granted_at);
         let hold_left = holder.hold_left(self.now);
         fx.push(Effect::Released { grant: holder.grant(name), held_ms, cause, tag: holder.tag });
@@ -313,7 +330,9 @@ impl Engine {
         if hold_left > 0 {
             self.close(name, hold_left);
         }
-        self.grant_next(name, fx);
+        if has_waiters {
+            self.grant_next(name, fx);
+        }
         self.drop_if_unused(name);
     }
 
@@ -344,9 +363,13 @@ impl Engine {
         self.drop_if_unused(name);
     }
 
+    /// Removes the entry of `name` if it is held by nobody, nobody waits and
+    /// it is open (one search of the map).
     pub(super) fn drop_if_unused(&mut self, name: &LockName) {
-        if self.locks.get(name).is_some_and(|l| l.is_unused()) {
-            self.locks.remove(name);
+        if let std::collections::btree_map::Entry::Occupied(e) = self.locks.entry(name.clone()) {
+            if e.get().is_unused() {
+                e.remove();
+            }
         }
     }
 }
