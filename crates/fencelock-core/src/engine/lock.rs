@@ -159,7 +159,8 @@ impl Engine {
 
     /// Issue the next token (INV-2) and make `lease` a holder of `name` (an
     /// entry that exists), with the identity, value, closing and share of its
-    /// acquire.
+    /// acquire. The hold and the grant keep the lock map's own name (shared,
+    /// not the copy the command brought).
     pub(super) fn install_holder(
         &mut self,
         name: &LockName,
@@ -175,11 +176,13 @@ impl Engine {
         let (granted_at, mode, weight) = (self.now, share.mode, share.weight);
         let Closing { lock_delay_ms, hold_at_least_ms } = closing;
         let holder = Holder { lease, req, token, granted_at, lock_delay_ms, tag, mode, weight, hold_at_least_ms };
-        let grant = holder.grant(name);
-        self.locks.entry(name.clone()).or_default().add_holder(holder);
+        let entry = self.locks.entry(name.clone());
+        let name = entry.key().clone();
+        let grant = holder.grant(&name);
+        entry.or_default().add_holder(holder);
         self.counts.holders += 1;
         if let Some(l) = self.leases.get_mut(&lease) {
-            l.holds.insert(token, name.clone());
+            l.holds.insert(token, name);
         }
         grant
     }
