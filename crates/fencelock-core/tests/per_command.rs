@@ -11,6 +11,12 @@
 //! entries carry them; it prints the time per command. Run it with
 //! `cargo nextest run -p fencelock-core --release --test per_command --run-ignored only --no-capture`.
 //!
+//! On a shared machine the wall-clock time it prints swings by 2-3x with the
+//! other processes' load; the CPU time does not as much: compare
+//! `perf stat -e task-clock` of the test binary (`--ignored`) run with
+//! `PER_COMMAND_ROUNDS=0` and with `PER_COMMAND_ROUNDS=100` (the difference is
+//! the rounds' 3 x leases x 100 commands).
+//!
 //! Its checks are the replies' (every acquire is granted, every release and
 //! keep-alive succeeds), not the time.
 
