@@ -389,8 +389,8 @@ impl Engine {
     /// very request and nothing was recorded since, it has no entry: appended
     /// without a second scan of the lease's memory.
     /// Otherwise a lease that remembers many requests asks its index, and
-    /// only one that may have an entry is scanned. The oldest outcome beyond
-    /// the bound is forgotten.
+    /// only one that may have an entry is scanned. The oldest outcome is
+    /// forgotten first if the memory is full.
     fn record(&mut self, lease: LeaseId, req: RequestId, outcome: Outcome) {
         let known_new = self.missed.take() == Some((lease, req));
         let Some(l) = self.leases.get_mut(&lease) else { return };
@@ -399,11 +399,11 @@ impl Engine {
             false => l.dedup.replace(req, outcome),
         };
         let Some(outcome) = outcome else { return };
-        l.dedup.push_new(req, outcome);
-        self.dedup_index.added(lease, req);
-        while let Some(old) = l.dedup.pop_over_bound() {
+        while let Some(old) = l.dedup.make_room() {
             self.dedup_index.removed(lease, old);
         }
+        l.dedup.push_new(req, outcome);
+        self.dedup_index.added(lease, req);
     }
 
     /// The answer to a retry of `(lease, req)` from the lease's memory, if any.

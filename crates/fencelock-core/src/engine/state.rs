@@ -153,8 +153,8 @@ impl Dedup {
     }
 
     /// Remember `outcome` for `req`, known to have no entry (see
-    /// `Engine::record`): appends without a scan. The caller then forgets
-    /// the oldest entries beyond the bound ([`Dedup::pop_over_bound`]).
+    /// `Engine::record`): appends without a scan. The caller first makes
+    /// room for it ([`Dedup::make_room`]).
     pub fn push_new(&mut self, req: RequestId, outcome: Outcome) {
         debug_assert!(self.get(req).is_none(), "request {} is remembered already", req.0);
         if grows_by_one(self.0.len(), self.0.capacity()) {
@@ -163,9 +163,12 @@ impl Dedup {
         self.0.push_back((req, outcome));
     }
 
-    /// Forgets the oldest entry if there are more than [`DEDUP_PER_LEASE`]; its request.
-    pub fn pop_over_bound(&mut self) -> Option<RequestId> {
-        match self.0.len() > DEDUP_PER_LEASE {
+    /// Forgets the oldest entry if one more would exceed [`DEDUP_PER_LEASE`];
+    /// its request. Room is made before the append, so that a full memory
+    /// keeps its [`DEDUP_PER_LEASE`] slots instead of doubling them for a
+    /// moment's extra entry.
+    pub fn make_room(&mut self) -> Option<RequestId> {
+        match self.0.len() >= DEDUP_PER_LEASE {
             true => self.0.pop_front().map(|(r, _)| r),
             false => None,
         }
@@ -485,6 +488,21 @@ mod tests {
             Reply::Busy(busy),
             Reply::Rejected(EngineError::LeaseNotFound(LeaseId(9))),
         ]
+    }
+
+    /// A full memory forgets its oldest outcome before it takes a new one
+    /// (as `Engine::record` does it), so it keeps the last
+    /// [`DEDUP_PER_LEASE`] outcomes in that many slots, not in twice as many.
+    #[test]
+    fn a_full_memory_keeps_its_bound_of_slots() {
+        let mut d = Dedup::default();
+        let n = DEDUP_PER_LEASE as u64 + 10;
+        for r in 0..n {
+            while d.make_room().is_some() {}
+            d.push_new(RequestId(r), Outcome::replied(Reply::Released));
+        }
+        assert_eq!(d.reqs().collect::<Vec<_>>(), (10..n).map(RequestId).collect::<Vec<_>>());
+        assert!(d.0.capacity() < 2 * DEDUP_PER_LEASE, "{} slots", d.0.capacity());
     }
 
     /// INV-6: a remembered reply converts back to exactly the reply it was made from.
