@@ -52,9 +52,21 @@
 //! 64 MiB) and what transient requests leave fragmented: `fencelock-bench` W3
 //! saw ~1,000 bytes of RSS per lease at 500k. The JSON snapshot of that state
 //! is ~415 bytes per lease, built in one buffer (at 1M: 415 MB, ~1.5 s, with a
-//! peak of ~800 MB while the buffer grows).
+//! peak of ~800 MB while the buffer grows). An engine read back from it holds
+//! ~572 bytes per lease: `decode.rs` shares the names again and trims the
+//! vectors serde grows (971 without that pass).
+//!
+//! # Cost per command (issue 19 §4)
+//! A command searches its lease, its lock, and its lease's memory of outcomes
+//! once each where it can: a lookup's miss is noted so that the record after
+//! it appends without a second scan, a lease that remembers many outcomes
+//! keeps an index of their request ids (`dedup_index.rs`), and
+//! [`Engine::stats`] reads counts kept as holders and waiters change instead
+//! of walking every lock. `tests/per_command.rs` measures it.
 
 mod consistency;
+mod decode;
+mod dedup_index;
 mod lease;
 mod lock;
 mod multi;
@@ -84,8 +96,10 @@ use timers::{TimerKind, Timers};
 type Effects = Vec<Effect>;
 
 /// The lock engine. See the crate docs and the module docs above. The whole value
-/// is the snapshot of the replicated state machine.
+/// is the snapshot of the replicated state machine,
+/// serialized field by field (`remote = "Self"`: `decode.rs` wraps it).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(remote = "Self")]
 pub struct Engine {
     /// The last instant seen, on the current leader's clock.
     now: Millis,
@@ -125,6 +139,25 @@ pub struct Engine {
     /// before they existed, which had none).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     slots: slots::Slots,
+    /// A lookup's miss, so that the record after it does not scan again.
+    #[serde(skip)]
+    missed: Missed,
+    /// Which requests the leases that remember many have (not state).
+    #[serde(skip)]
+    dedup_index: dedup_index::DedupIndex,
+    /// How many holders and waiters the locks have, kept as they change (so
+    /// that [`Engine::stats`] is O(1)); derived, recounted when read from a
+    /// snapshot.
+    #[serde(skip)]
+    counts: Counts,
+}
+
+/// The number of holders and of waiters over all locks (a multi-acquire
+/// waits, and counts, once per lock).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Counts {
+    holders: u64,
+    waiters: u64,
 }
 
 impl Default for Engine {
@@ -145,6 +178,9 @@ impl Default for Engine {
             timers: Timers::default(),
             policy: Policy::default(),
             slots: BTreeMap::new(),
+            missed: Missed::default(),
+            dedup_index: Default::default(),
+            counts: Counts::default(),
         }
     }
 }
@@ -349,20 +385,69 @@ impl Engine {
         self.leases.get(&lease).is_some_and(|l| l.deadline > self.now)
     }
 
+    /// Remember `outcome` for `(lease, req)`. When the last lookup missed this
+    /// very request and nothing was recorded since, it has no entry: appended
+    /// without a second scan of the lease's memory.
+    /// Otherwise a lease that remembers many requests asks its index, and
+    /// only one that may have an entry is scanned. The oldest outcome is
+    /// forgotten first if the memory is full.
     fn record(&mut self, lease: LeaseId, req: RequestId, outcome: Outcome) {
-        if let Some(l) = self.leases.get_mut(&lease) {
-            l.dedup.record(req, outcome);
+        let known_new = self.missed.take() == Some((lease, req));
+        let Some(l) = self.leases.get_mut(&lease) else { return };
+        let outcome = match known_new || !self.dedup_index.may_hold(lease, &l.dedup, req) {
+            true => Some(outcome),
+            false => l.dedup.replace(req, outcome),
+        };
+        let Some(outcome) = outcome else { return };
+        while let Some(old) = l.dedup.make_room() {
+            self.dedup_index.removed(lease, old);
         }
+        l.dedup.push_new(req, outcome);
+        self.dedup_index.added(lease, req);
     }
 
     /// The answer to a retry of `(lease, req)` from the lease's memory, if any.
-    fn recorded_reply(&self, lease: LeaseId, req: RequestId) -> Option<Reply> {
-        match self.leases.get(&lease)?.dedup.get(req)? {
-            Outcome::Replied(answer) => Some(answer.clone().into()),
-            Outcome::TimedOut(lock) => Some(Reply::Busy(self.busy(lock))),
+    /// A miss is noted for the [`Engine::record`] that usually follows.
+    fn recorded_reply(&mut self, lease: LeaseId, req: RequestId) -> Option<Reply> {
+        let dedup = &self.leases.get(&lease)?.dedup;
+        let outcome = match self.dedup_index.may_hold(lease, dedup, req) {
+            true => dedup.get(req),
+            false => {
+                debug_assert!(dedup.get(req).is_none(), "the index lost request {} of lease {lease}", req.0);
+                None
+            }
+        };
+        match outcome {
+            None => {
+                self.missed = Missed(Some((lease, req)));
+                None
+            }
+            Some(Outcome::Replied(answer)) => Some(answer.clone().into()),
+            Some(Outcome::TimedOut(lock)) => Some(Reply::Busy(self.busy(lock))),
         }
     }
 }
+
+/// The request the engine's last lookup of a lease's memory did not find,
+/// while nothing has been recorded since (only a record adds an entry, so it
+/// still has none). Not part of the state: equal whatever it holds, never
+/// serialized, empty after a restore.
+#[derive(Debug, Clone, Copy, Default)]
+struct Missed(Option<(LeaseId, RequestId)>);
+
+impl Missed {
+    fn take(&mut self) -> Option<(LeaseId, RequestId)> {
+        self.0.take()
+    }
+}
+
+impl PartialEq for Missed {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl Eq for Missed {}
 
 /// Whether the dead-waiter mutant is on (see [`crate::mutants`]).
 #[cfg(feature = "mutants")]

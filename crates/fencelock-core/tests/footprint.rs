@@ -9,7 +9,10 @@
 //! entries carry them, each then taking one lock of its own (`w3/<i>`), and
 //! prints the bytes the allocator holds after each phase and the time and peak
 //! memory of serializing the snapshot (JSON, as the server writes it) and of
-//! reading it back. Run it with
+//! reading it back, with the bytes the engine read back holds (a restart
+//! installs such an engine). With `FOOTPRINT_KEEPALIVES=k` each lease is
+//! then kept alive `k` times first, as a live lease is (its memory of
+//! outcomes grows with them). Run it with
 //! `cargo nextest run -p fencelock-core --release --test footprint --run-ignored only --no-capture`.
 //!
 //! Its checks are the state's (every lease and lock is there; the snapshot
@@ -101,6 +104,19 @@ fn acquire_all(engine: &mut Engine, leases: &[LeaseId]) {
     }
 }
 
+/// Each lease is kept alive `k` times (request ids 2..), [`BATCH`] per step:
+/// a live lease's memory of outcomes fills up to `DEDUP_PER_LEASE`.
+fn keep_all_alive(engine: &mut Engine, leases: &[LeaseId], k: u64) {
+    for req in 2..k + 2 {
+        for chunk in leases.chunks(BATCH) {
+            let cmds = chunk.iter().map(|&lease| Command::KeepAlive { req: RequestId(req), lease });
+            for reply in step(engine, 3, cmds.collect()) {
+                assert!(matches!(reply, Reply::LeaseKept { .. }), "every lease lives: {reply:?}");
+            }
+        }
+    }
+}
+
 /// Builds W3's state (`n` idle leases, one lock each) and reports where the bytes go.
 #[test]
 #[ignore = "a measurement: run it in release with --run-ignored only --no-capture"]
@@ -127,6 +143,11 @@ fn idle_lease_footprint_and_snapshot_cost() {
         "  grants {grant_secs:.3} s, acquires {acquire_secs:.3} s ({:.0} commands/s)",
         2.0 * n as f64 / (grant_secs + acquire_secs)
     );
+    let k: u64 = std::env::var("FOOTPRINT_KEEPALIVES").ok().and_then(|v| v.parse().ok()).unwrap_or(0);
+    if k > 0 {
+        keep_all_alive(&mut engine, &leases, k);
+        println!("  after {k} keep-alives each (remembered):  {:8.1}", per(held() - start));
+    }
 
     let peak = peak_from_here();
     let (bytes, ser_secs) = timed(|| serde_json::to_vec(&engine).expect("the engine serializes"));
@@ -138,10 +159,13 @@ fn idle_lease_footprint_and_snapshot_cost() {
         ser_peak as f64 / 1e6
     );
     let peak = peak_from_here();
+    let before_read = held();
     let (back, de_secs) = timed(|| serde_json::from_slice::<Engine>(&bytes).expect("the snapshot reads back"));
+    let read_back = held() - before_read;
     println!(
         "  read back in {de_secs:.3} s, allocation peak {:.1} MB above the state and its bytes",
         peak() as f64 / 1e6
     );
+    println!("  the engine read back holds {:8.1} bytes per lease (after a restart)", per(read_back));
     assert!(back == engine, "the snapshot reads back to an equal engine");
 }

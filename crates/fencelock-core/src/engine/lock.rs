@@ -38,6 +38,22 @@ pub(super) fn count(n: usize) -> u32 {
     u32::try_from(n).unwrap_or(u32::MAX)
 }
 
+/// The kind of `lock` (the one `permits` makes when it has no entry), if
+/// `permits` names it.
+fn kind_for(lock: Option<&Lock>, permits: u32) -> Result<LockKind, EngineError> {
+    let kind = lock.map_or(LockKind::of_permits(permits), |l| l.kind);
+    match kind.permits() == permits {
+        true => Ok(kind),
+        false => Err(EngineError::PermitsMismatch { lock_has: kind.permits(), asked: permits }),
+    }
+}
+
+/// Nobody is queued on `lock` (or it has no entry), and `share` fits beside
+/// the holders of the open lock.
+fn admits_now(lock: Option<&Lock>, share: Share) -> bool {
+    lock.is_none_or(|l| l.queue.is_empty() && l.admits(share.mode, share.weight))
+}
+
 impl Engine {
     pub(super) fn acquire(&mut self, a: &Acquire, fx: &mut Effects) -> Reply {
         let name = match self.check_acquire(a) {
@@ -50,17 +66,21 @@ impl Engine {
         if a.is_multi() {
             return self.acquire_all(a, fx);
         }
-        let kind = match self.check_permits(&name, a.permits) {
+        // One search of the lock map for its kind and whether it admits `a`
+        // now (a completed slot, looked at in between, changes no lock).
+        let lock = self.locks.get(&name).map(|l| &**l);
+        let kind = match kind_for(lock, a.permits) {
             Ok(kind) => kind,
             Err(e) => return Reply::Rejected(e),
         };
+        let share = Share::of(a, kind);
+        let grantable = admits_now(lock, share);
         if let Some(done) = self.once_done(&name, a) {
             let reply = done.reply();
             self.record(a.lease, a.req, Outcome::replied(reply.clone()));
             return reply;
         }
-        let share = Share::of(a, kind);
-        if self.can_grant_now(&name, share) {
+        if grantable {
             self.locks.entry(name.clone()).or_insert_with(|| Box::new(Lock::of_kind(kind)));
             return self.grant_now(&name, share, a, fx);
         }
@@ -83,11 +103,7 @@ impl Engine {
     /// The kind of `name` (the one `permits` makes when it has no entry), if
     /// `permits` names it.
     pub(super) fn check_permits(&self, name: &LockName, permits: u32) -> Result<LockKind, EngineError> {
-        let kind = self.locks.get(name).map_or(LockKind::of_permits(permits), |l| l.kind);
-        match kind.permits() == permits {
-            true => Ok(kind),
-            false => Err(EngineError::PermitsMismatch { lock_has: kind.permits(), asked: permits }),
-        }
+        kind_for(self.locks.get(name).map(|l| &**l), permits)
     }
 
     /// Validation, in this order: request id, name, wait, lock-delay,
@@ -102,7 +118,7 @@ impl Engine {
     /// The answer to a retried acquire: still queued, granted, or remembered
     /// (a multi-acquire: remembered first, as its grants may since have ended
     /// one by one, then what it still holds).
-    fn acquire_retry(&self, a: &Acquire) -> Option<Reply> {
+    fn acquire_retry(&mut self, a: &Acquire) -> Option<Reply> {
         let (lease, req) = (a.lease, a.req);
         let l = self.leases.get(&lease)?;
         if let Some(name) = l.waits.get(&req) {
@@ -112,18 +128,24 @@ impl Engine {
         if a.is_multi() {
             return self.recorded_reply(lease, req).or_else(|| self.held_all(lease, req));
         }
-        for name in l.holds.values() {
-            let holder = self.locks.get(name).and_then(|lock| lock.holder_for_req(lease, req));
-            if let Some(h) = holder {
-                return Some(Reply::Acquired(h.grant(name)));
-            }
+        if let Some(granted) = self.held_for_req(lease, req) {
+            return Some(granted);
         }
         self.recorded_reply(lease, req)
     }
 
+    /// `Acquired` with the grant `lease` holds for the acquire `req`, if any.
+    fn held_for_req(&self, lease: LeaseId, req: RequestId) -> Option<Reply> {
+        let l = self.leases.get(&lease)?;
+        l.holds.values().find_map(|name| {
+            let holder = self.locks.get(name).and_then(|lock| lock.holder_for_req(lease, req));
+            holder.map(|h| Reply::Acquired(h.grant(name)))
+        })
+    }
+
     /// Nobody queued, and `share` fits beside the holders of the open lock.
     pub(super) fn can_grant_now(&self, name: &LockName, share: Share) -> bool {
-        self.locks.get(name).is_none_or(|l| l.queue.is_empty() && l.admits(share.mode, share.weight))
+        admits_now(self.locks.get(name).map(|l| &**l), share)
     }
 
     fn grant_now(&mut self, name: &LockName, share: Share, a: &Acquire, fx: &mut Effects) -> Reply {
@@ -137,7 +159,8 @@ impl Engine {
 
     /// Issue the next token (INV-2) and make `lease` a holder of `name` (an
     /// entry that exists), with the identity, value, closing and share of its
-    /// acquire.
+    /// acquire. The hold and the grant keep the lock map's own name (shared,
+    /// not the copy the command brought).
     pub(super) fn install_holder(
         &mut self,
         name: &LockName,
@@ -153,10 +176,13 @@ impl Engine {
         let (granted_at, mode, weight) = (self.now, share.mode, share.weight);
         let Closing { lock_delay_ms, hold_at_least_ms } = closing;
         let holder = Holder { lease, req, token, granted_at, lock_delay_ms, tag, mode, weight, hold_at_least_ms };
-        let grant = holder.grant(name);
-        self.locks.entry(name.clone()).or_default().add_holder(holder);
+        let entry = self.locks.entry(name.clone());
+        let name = entry.key().clone();
+        let grant = holder.grant(&name);
+        entry.or_default().add_holder(holder);
+        self.counts.holders += 1;
         if let Some(l) = self.leases.get_mut(&lease) {
-            l.holds.insert(token, name.clone());
+            l.holds.insert(token, name);
         }
         grant
     }
@@ -252,6 +278,7 @@ impl Engine {
         // A later acquire with this id is a fresh attempt.
         if let Some(l) = self.leases.get_mut(&lease) {
             l.dedup.forget(req);
+            self.dedup_index.removed(lease, req);
         }
         Reply::Cancelled { released }
     }
@@ -295,6 +322,8 @@ impl Engine {
             return;
         };
         let holder = lock.holders.remove(i);
+        self.counts.holders -= 1;
+        let has_waiters = !lock.queue.is_empty();
         let held_ms = self.now.saturating_sub(holder.granted_at);
         let hold_left = holder.hold_left(self.now);
         fx.push(Effect::Released { grant: holder.grant(name), held_ms, cause, tag: holder.tag });
@@ -304,7 +333,9 @@ impl Engine {
         if hold_left > 0 {
             self.close(name, hold_left);
         }
-        self.grant_next(name, fx);
+        if has_waiters {
+            self.grant_next(name, fx);
+        }
         self.drop_if_unused(name);
     }
 
@@ -335,9 +366,13 @@ impl Engine {
         self.drop_if_unused(name);
     }
 
+    /// Removes the entry of `name` if it is held by nobody, nobody waits and
+    /// it is open (one search of the map).
     pub(super) fn drop_if_unused(&mut self, name: &LockName) {
-        if self.locks.get(name).is_some_and(|l| l.is_unused()) {
-            self.locks.remove(name);
+        if let std::collections::btree_map::Entry::Occupied(e) = self.locks.entry(name.clone()) {
+            if e.get().is_unused() {
+                e.remove();
+            }
         }
     }
 }

@@ -11,7 +11,7 @@ use std::ops::Bound;
 use super::{
     lock::count,
     state::{Holder, Lock, Waiter},
-    Engine,
+    Counts, Engine,
 };
 use crate::*;
 
@@ -85,16 +85,23 @@ impl Engine {
         })
     }
 
-    /// Gauges, as of the last input.
+    /// Gauges, as of the last input; O(1) (a debug build checks the counts
+    /// against a walk of every lock).
     pub fn stats(&self) -> Stats {
-        let held = self.locks.values().map(|l| l.holders.len() as u64).sum();
+        debug_assert_eq!(self.counts, self.counted(), "the holder and waiter counts drifted");
         Stats {
             leases: self.leases.len() as u64,
-            held_locks: held,
-            waiters: self.locks.values().map(|l| l.queue.len() as u64).sum(),
+            held_locks: self.counts.holders,
+            waiters: self.counts.waiters,
             tokens_issued: self.tokens_issued,
             token_counter: self.next_token.saturating_sub(1),
         }
+    }
+
+    /// The holders and waiters of every lock, counted one lock at a time.
+    pub(super) fn counted(&self) -> Counts {
+        let count = |f: fn(&Lock) -> usize| self.locks.values().map(|l| f(l) as u64).sum();
+        Counts { holders: count(|l| l.holders.len()), waiters: count(|l| l.queue.len()) }
     }
 
     /// Why a try-acquire of `name` does not get it, at the engine's clock.

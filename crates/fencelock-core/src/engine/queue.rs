@@ -40,15 +40,19 @@ impl Engine {
             once_per,
             all,
         };
-        let mut position = None;
+        let (mut position, mut first) = (None, None);
         for name in names {
-            let lock = self.locks.entry(name.clone()).or_default();
+            let entry = self.locks.entry(name.clone());
+            // The lease's wait keeps the lock map's own name (shared).
+            first.get_or_insert_with(|| entry.key().clone());
+            let lock = entry.or_default();
             position.get_or_insert(count(lock.queue.len()));
             lock.queue.push_back(waiter.clone());
+            self.counts.waiters += 1;
         }
         let position = position.unwrap_or(0);
-        if let (Some(l), Some(first)) = (self.leases.get_mut(&a.lease), names.first()) {
-            l.waits.insert(a.req, first.clone());
+        if let (Some(l), Some(first)) = (self.leases.get_mut(&a.lease), first) {
+            l.waits.insert(a.req, first);
         }
         self.timers.insert(deadline, TimerKind::WaitEnd(a.lease, a.req));
         Reply::Queued { position }
@@ -80,7 +84,9 @@ impl Engine {
     /// Take the waiter `(lease, req)` out of `name`'s queue.
     pub(super) fn take_waiter(&mut self, name: &LockName, lease: LeaseId, req: RequestId) -> Option<Waiter> {
         let lock = self.locks.get_mut(name)?;
-        lock.waiter(lease, req).and_then(|i| lock.queue.remove(i))
+        let taken = lock.waiter(lease, req).and_then(|i| lock.queue.remove(i));
+        self.counts.waiters -= u64::from(taken.is_some());
+        taken
     }
 
     /// The wait timer of `(lease, req)` fired.

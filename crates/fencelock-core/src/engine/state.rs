@@ -134,24 +134,63 @@ impl From<Answer> for Reply {
 pub(crate) struct Dedup(VecDeque<(RequestId, Outcome)>);
 
 impl Dedup {
+    /// The outcome remembered for `req` (newest first: a retry is usually of a
+    /// recent request).
     pub fn get(&self, req: RequestId) -> Option<&Outcome> {
-        self.0.iter().find(|(r, _)| *r == req).map(|(_, o)| o)
+        self.0.iter().rev().find(|(r, _)| *r == req).map(|(_, o)| o)
     }
 
-    /// Remember `outcome` for `req`: replaces an earlier entry in place, otherwise
-    /// appends and forgets the oldest entry beyond the bound.
-    pub fn record(&mut self, req: RequestId, outcome: Outcome) {
-        if let Some(entry) = self.0.iter_mut().find(|(r, _)| *r == req) {
-            entry.1 = outcome;
-            return;
+    /// Replaces the outcome remembered for `req` in place; `outcome` back if
+    /// there is none.
+    pub fn replace(&mut self, req: RequestId, outcome: Outcome) -> Option<Outcome> {
+        match self.0.iter_mut().rev().find(|(r, _)| *r == req) {
+            Some(entry) => {
+                entry.1 = outcome;
+                None
+            }
+            None => Some(outcome),
         }
+    }
+
+    /// Remember `outcome` for `req`, known to have no entry (see
+    /// `Engine::record`): appends without a scan. The caller first makes
+    /// room for it ([`Dedup::make_room`]).
+    pub fn push_new(&mut self, req: RequestId, outcome: Outcome) {
+        debug_assert!(self.get(req).is_none(), "request {} is remembered already", req.0);
         if grows_by_one(self.0.len(), self.0.capacity()) {
             self.0.reserve_exact(1);
         }
         self.0.push_back((req, outcome));
-        while self.0.len() > DEDUP_PER_LEASE {
-            self.0.pop_front();
+    }
+
+    /// Forgets the oldest entry if one more would exceed [`DEDUP_PER_LEASE`];
+    /// its request. Room is made before the append, so that a full memory
+    /// keeps its [`DEDUP_PER_LEASE`] slots instead of doubling them for a
+    /// moment's extra entry.
+    pub fn make_room(&mut self) -> Option<RequestId> {
+        match self.0.len() >= DEDUP_PER_LEASE {
+            true => self.0.pop_front().map(|(r, _)| r),
+            false => None,
         }
+    }
+
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// The requests it remembers, oldest first.
+    pub fn reqs(&self) -> impl Iterator<Item = RequestId> + '_ {
+        self.0.iter().map(|(r, _)| *r)
+    }
+
+    /// The lock names its outcomes keep (see `decode.rs`).
+    pub fn names_mut(&mut self) -> impl Iterator<Item = &mut LockName> {
+        self.0.iter_mut().filter_map(|(_, o)| o.name_mut())
+    }
+
+    /// Frees the slots beyond its length (see `decode.rs`).
+    pub fn shrink_to_fit(&mut self) {
+        self.0.shrink_to_fit();
     }
 
     pub fn forget(&mut self, req: RequestId) {
@@ -449,6 +488,21 @@ mod tests {
             Reply::Busy(busy),
             Reply::Rejected(EngineError::LeaseNotFound(LeaseId(9))),
         ]
+    }
+
+    /// A full memory forgets its oldest outcome before it takes a new one
+    /// (as `Engine::record` does it), so it keeps the last
+    /// [`DEDUP_PER_LEASE`] outcomes in that many slots, not in twice as many.
+    #[test]
+    fn a_full_memory_keeps_its_bound_of_slots() {
+        let mut d = Dedup::default();
+        let n = DEDUP_PER_LEASE as u64 + 10;
+        for r in 0..n {
+            while d.make_room().is_some() {}
+            d.push_new(RequestId(r), Outcome::replied(Reply::Released));
+        }
+        assert_eq!(d.reqs().collect::<Vec<_>>(), (10..n).map(RequestId).collect::<Vec<_>>());
+        assert!(d.0.capacity() < 2 * DEDUP_PER_LEASE, "{} slots", d.0.capacity());
     }
 
     /// INV-6: a remembered reply converts back to exactly the reply it was made from.

@@ -87,6 +87,11 @@ impl<K, V> VecMap<K, V> {
         self.0.iter().map(|(_, v)| v)
     }
 
+    /// The values, by key, to change in place (the keys, and so the order, stay).
+    pub fn values_mut(&mut self) -> impl Iterator<Item = &mut V> {
+        self.0.iter_mut().map(|(_, v)| v)
+    }
+
     #[cfg(test)]
     pub fn clear(&mut self) {
         self.0 = Vec::new();

@@ -260,3 +260,20 @@ fn inv2_tokens_strictly_increase_across_locks() {
         .collect();
     assert_eq!(tokens, vec![1, 2, 3, 4]);
 }
+
+/// A grant or a wait on a lock that has an entry keeps the lock map's name,
+/// not the copy its command brought (issue 19 §4: one string per lock): the
+/// hold, the remembered grant and the wait of a second lease all point at it.
+#[test]
+fn a_second_lease_shares_the_lock_maps_name() {
+    let mut e = setup(3);
+    batch(&mut e, 0, vec![acq(1, 1, "a", 0, 0), acq(1, 2, "a", 1_000, 0)]);
+    let key = e.locks.get_key_value("a").map(|(k, _)| k.clone()).expect("a is held");
+    let same = |n: &LockName| std::ptr::eq(n.as_str(), key.as_str());
+    assert!(e.leases[&LeaseId(2)].waits.values().all(same));
+    assert_eq!(one(&mut e, 10, rel(2, 1, "a", 1)).0, Reply::Released);
+    let two = &e.leases[&LeaseId(2)];
+    assert_eq!(two.holds.values().map(same).collect::<Vec<_>>(), [true]);
+    let mut remembered = two.dedup.clone();
+    assert_eq!(remembered.names_mut().map(|n| same(n)).collect::<Vec<_>>(), [true]);
+}
