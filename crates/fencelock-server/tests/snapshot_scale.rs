@@ -16,12 +16,14 @@
 //!   wake-ups: how long the runtime's one thread was taken from everyone else
 //!   (gRPC, heartbeats, replies).
 //!
-//! It prints those times and the allocation peak above the state. Run it with
+//! Then a fresh state machine installs the snapshot, as a follower does, with
+//! the same watch on the runtime. It prints those times and the allocation
+//! peaks. Run it with
 //! `SNAPSHOT_LEASES=1000000 cargo nextest run -p fencelock-server --release --test snapshot_scale --run-ignored only --no-capture`.
 //!
 //! Its checks are the state's: the snapshot is at the last entry applied
-//! before it (not the grant applied during it), and the state machine opened
-//! again from the data dir holds every lease of the snapshot.
+//! before it (not the grant applied during it), the follower holds every
+//! lease of it, and so does the state machine opened again from the data dir.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -31,7 +33,7 @@ use std::time::{Duration, Instant};
 use fencelock_core::{Acquire, Command, Input, LeaseId, Reply, RequestId};
 use fencelock_server::raft::{open_storage, StateMachine, TypeConfig};
 use openraft::storage::RaftStateMachine;
-use openraft::{CommittedLeaderId, Entry, EntryPayload, LogId, RaftSnapshotBuilder};
+use openraft::{CommittedLeaderId, Entry, EntryPayload, LogId, RaftSnapshotBuilder, Snapshot};
 
 /// The system allocator, counting the bytes it holds and their peak.
 struct Counting;
@@ -144,54 +146,93 @@ fn gap_watch(stop: Arc<AtomicBool>) -> tokio::task::JoinHandle<Duration> {
     })
 }
 
+/// What [`gap_watch`] saw while `f` ran, and `f`'s result and seconds.
+async fn watched<T>(f: impl std::future::Future<Output = T>) -> (T, f64, Duration) {
+    let stop = Arc::new(AtomicBool::new(false));
+    let gaps = gap_watch(stop.clone());
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let t = now();
+    let out = f.await;
+    let secs = t.elapsed().as_secs_f64();
+    stop.store(true, Ordering::Relaxed);
+    (out, secs, gaps.await.expect("gap watch"))
+}
+
+/// Takes a snapshot of `sm` as openraft does while the grant of entry
+/// `next` is committed; prints the costs and returns the snapshot.
+async fn take_snapshot(sm: &mut StateMachine, next: u64, req: u64) -> Snapshot<TypeConfig> {
+    let peak = peak_from_here();
+    let ((snap, builder_secs, grant_secs, build_secs), _, longest_gap) = watched(async {
+        let t = now();
+        let mut builder = sm.get_snapshot_builder().await;
+        let builder_secs = t.elapsed().as_secs_f64();
+        let build = tokio::spawn(async move {
+            let t = now();
+            (builder.build_snapshot().await.expect("build"), t.elapsed().as_secs_f64())
+        });
+        let grant = Command::GrantLease { req: RequestId(req), ttl_ms: HOUR_MS, id: None };
+        let granted = apply(sm, next, vec![grant]).await;
+        assert!(matches!(granted[..], [Reply::LeaseGranted { .. }]), "the grant during the snapshot: {granted:?}");
+        let grant_secs = t.elapsed().as_secs_f64();
+        let (snap, build_secs) = build.await.expect("build task");
+        (snap, builder_secs, grant_secs, build_secs)
+    })
+    .await;
+    println!("snapshot of {} bytes (stored and returned):", snap.snapshot.get_ref().len());
+    println!("  get_snapshot_builder (applies wait):        {builder_secs:.3} s");
+    println!("  a grant committed meanwhile, applied after: {grant_secs:.3} s");
+    println!("  build_snapshot:                             {build_secs:.3} s");
+    println!("  longest stall of the runtime's one thread:  {:.3} s", longest_gap.as_secs_f64());
+    println!("  allocation peak above the state:            {:.1} MB", peak() as f64 / 1e6);
+    snap
+}
+
+/// Installs `snap` on the fresh state machine `sm`, as a follower does;
+/// prints the costs.
+async fn install(sm: &mut StateMachine, snap: Snapshot<TypeConfig>) {
+    let peak = peak_from_here();
+    let ((), secs, longest_gap) = watched(async {
+        let mut rx = sm.begin_receiving_snapshot().await.expect("begin receiving");
+        *rx = *snap.snapshot;
+        sm.install_snapshot(&snap.meta, rx).await.expect("install");
+    })
+    .await;
+    println!("installed on a follower (install_snapshot):");
+    println!("  install_snapshot:                           {secs:.3} s");
+    println!("  longest stall of the runtime's one thread:  {:.3} s", longest_gap.as_secs_f64());
+    println!("  allocation peak above the state and data:   {:.1} MB", peak() as f64 / 1e6);
+}
+
 #[test]
 #[ignore = "a measurement: run it in release with --run-ignored only --no-capture"]
 fn snapshot_of_many_idle_leases() {
     let n: u64 = std::env::var("SNAPSHOT_LEASES").ok().and_then(|v| v.parse().ok()).unwrap_or(100_000);
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().expect("runtime");
-    let dir = tempfile::tempdir().expect("tempdir");
-    let path = dir.path().to_owned();
-    // On a task: `block_on`'s own future runs on this thread, not on the
+    let (leader, follower) = (tempfile::tempdir().expect("tempdir"), tempfile::tempdir().expect("tempdir"));
+    let (leader_path, follower_path) = (leader.path().to_owned(), follower.path().to_owned());
+    // On tasks: `block_on`'s own future runs on this thread, not on the
     // runtime's one worker, where openraft's state-machine task runs.
-    let snapshot_at = rt
+    let snap = rt
         .block_on(rt.spawn(async move {
-            let (_log, mut sm) = open_storage(&path).expect("open");
+            let (_log, mut sm) = open_storage(&leader_path).expect("open");
             let t = now();
             let last = fill(&mut sm, n).await;
             println!("{n} idle leases with one lock each, applied in {:.1} s", t.elapsed().as_secs_f64());
-
-            let stop = Arc::new(AtomicBool::new(false));
-            let gaps = gap_watch(stop.clone());
-            tokio::time::sleep(Duration::from_millis(20)).await;
-            let peak = peak_from_here();
-            let t = now();
-            let mut builder = sm.get_snapshot_builder().await;
-            let builder_secs = t.elapsed().as_secs_f64();
-            let build = tokio::spawn(async move {
-                let t = now();
-                let snap = builder.build_snapshot().await.expect("build");
-                (snap.meta, snap.snapshot.into_inner().len(), t.elapsed().as_secs_f64())
-            });
-            let grant = Command::GrantLease { req: RequestId(n + 1), ttl_ms: HOUR_MS, id: None };
-            let granted = apply(&mut sm, last + 1, vec![grant]).await;
-            assert!(matches!(granted[..], [Reply::LeaseGranted { .. }]), "the grant during the snapshot: {granted:?}");
-            let grant_secs = t.elapsed().as_secs_f64();
-            let (meta, bytes, build_secs) = build.await.expect("build task");
-            let peak = peak();
-            stop.store(true, Ordering::Relaxed);
-            let longest_gap = gaps.await.expect("gap watch");
-            println!("snapshot of {bytes} bytes (stored and returned):");
-            println!("  get_snapshot_builder (applies wait):        {builder_secs:.3} s");
-            println!("  a grant committed meanwhile, applied after: {grant_secs:.3} s");
-            println!("  build_snapshot:                             {build_secs:.3} s");
-            println!("  longest stall of the runtime's one thread:  {:.3} s", longest_gap.as_secs_f64());
-            println!("  allocation peak above the state:            {:.1} MB", peak as f64 / 1e6);
-            assert_eq!(meta.last_log_id, Some(log_id(last)), "the snapshot is at the entry applied before it");
-            last
+            let snap = take_snapshot(&mut sm, last + 1, n + 1).await;
+            assert_eq!(snap.meta.last_log_id, Some(log_id(last)), "the snapshot is at the entry applied before it");
+            snap
         }))
-        .expect("the snapshot task");
+        .expect("the leader's task");
+    let snapshot_at = snap.meta.last_log_id;
+    rt.block_on(rt.spawn(async move {
+        let (_log, mut sm) = open_storage(&follower_path).expect("open the follower");
+        install(&mut sm, snap).await;
+        assert_eq!(sm.last_applied(), snapshot_at, "the follower is at the snapshot");
+        assert_eq!(sm.engine().read().expect("engine").stats().leases, n, "the follower has every lease");
+    }))
+    .expect("the follower's task");
 
-    let (_log, sm) = open_storage(dir.path()).expect("open again");
-    assert_eq!(sm.last_applied(), Some(log_id(snapshot_at)), "the stored snapshot is the one just built");
+    let (_log, sm) = open_storage(leader.path()).expect("open again");
+    assert_eq!(sm.last_applied(), snapshot_at, "the stored snapshot is the one just built");
     assert_eq!(sm.engine().read().expect("engine").stats().leases, n, "every lease of the snapshot is back");
 }
