@@ -485,19 +485,28 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         snapshot: Box<Cursor<Vec<u8>>>,
     ) -> Result<(), StorageError<NodeId>> {
         let data = snapshot.into_inner();
-        let payload = decode_payload(&data).map_err(snap_err(Some(meta), ErrorVerb::Read))?;
-        check_payload(meta, &payload).map_err(snap_err(Some(meta), ErrorVerb::Read))?;
-        let db = self.db.clone();
+        let (db, m) = (self.db.clone(), meta.clone());
+        // Decoded and written on blocking threads: at a million leases each
+        // takes seconds, which would stall every task of a one-thread runtime.
+        let (payload, data) = blocking(move || {
+            let payload = decode_payload(&data)?;
+            check_payload(&m, &payload)?;
+            Ok((payload, data))
+        })
+        .await
+        .map_err(snap_err(Some(meta), ErrorVerb::Read))?;
         let m = meta.clone();
         blocking(move || write_snapshot(&db, &m, &record::seal_owned(data), false))
             .await
             .map_err(snap_err(Some(meta), ErrorVerb::Write))?;
-        {
+        let replaced = {
             let mut engine = self.engine.write().map_err(|_| {
                 sm_err(ErrorVerb::Write)(DbError::Other("engine lock is poisoned by an earlier failed apply".into()))
             })?;
-            *engine = payload.engine;
-        }
+            std::mem::replace(&mut *engine, payload.engine)
+        };
+        // Freeing a large engine's allocations takes a while too.
+        tokio::task::spawn_blocking(move || drop(replaced));
         self.last_applied = payload.last_applied;
         self.last_membership = payload.last_membership;
         self.watch.reset(self.last_applied.map_or(0, |l| l.index));
