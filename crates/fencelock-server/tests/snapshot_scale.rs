@@ -11,7 +11,8 @@
 //! thread (`fencelock serve --worker-threads 1`):
 //! - `get_snapshot_builder` on the state machine's task: an entry committed
 //!   meanwhile is applied only after it returns (the apply stall);
-//! - `build_snapshot` on a spawned task, while the next grant is applied;
+//! - `build_snapshot` on a spawned task, while the next grant is applied
+//!   (twice: the first snapshot of a node, and the next one);
 //! - a task that wakes every millisecond notes the longest gap between its
 //!   wake-ups: how long the runtime's one thread was taken from everyone else
 //!   (gRPC, heartbeats, replies).
@@ -218,8 +219,12 @@ fn snapshot_of_many_idle_leases() {
             let t = now();
             let last = fill(&mut sm, n).await;
             println!("{n} idle leases with one lock each, applied in {:.1} s", t.elapsed().as_secs_f64());
-            let snap = take_snapshot(&mut sm, last + 1, n + 1).await;
-            assert_eq!(snap.meta.last_log_id, Some(log_id(last)), "the snapshot is at the entry applied before it");
+            let first = take_snapshot(&mut sm, last + 1, n + 1).await;
+            assert_eq!(first.meta.last_log_id, Some(log_id(last)), "the snapshot is at the entry applied before it");
+            drop(first);
+            println!("again, one entry later (a node that has stored a snapshot before):");
+            let snap = take_snapshot(&mut sm, last + 2, n + 2).await;
+            assert_eq!(snap.meta.last_log_id, Some(log_id(last + 1)), "the snapshot is at the entry before it");
             snap
         }))
         .expect("the leader's task");
@@ -228,11 +233,11 @@ fn snapshot_of_many_idle_leases() {
         let (_log, mut sm) = open_storage(&follower_path).expect("open the follower");
         install(&mut sm, snap).await;
         assert_eq!(sm.last_applied(), snapshot_at, "the follower is at the snapshot");
-        assert_eq!(sm.engine().read().expect("engine").stats().leases, n, "the follower has every lease");
+        assert_eq!(sm.engine().read().expect("engine").stats().leases, n + 1, "the follower has every lease");
     }))
     .expect("the follower's task");
 
     let (_log, sm) = open_storage(leader.path()).expect("open again");
     assert_eq!(sm.last_applied(), snapshot_at, "the stored snapshot is the one just built");
-    assert_eq!(sm.engine().read().expect("engine").stats().leases, n, "every lease of the snapshot is back");
+    assert_eq!(sm.engine().read().expect("engine").stats().leases, n + 1, "every lease of the snapshot is back");
 }
