@@ -15,7 +15,8 @@
 //!   is of this node's cluster (when both know their cluster id), and its token
 //!   counter is not below this node's: a snapshot must never send tokens back.
 //!
-//! A refused snapshot is answered with INVALID_ARGUMENT (a leader backs off and
+//! The check decodes the whole snapshot, on a blocking thread (seconds at a
+//! million leases). A refused snapshot is answered with INVALID_ARGUMENT (a leader backs off and
 //! sends again), logged and counted in `fencelock_peer_messages_refused_total`;
 //! nothing is changed, nothing is removed.
 #![allow(clippy::result_large_err)] // openraft's error types are large by design
@@ -87,8 +88,26 @@ impl Receiver {
             return Ok(Ok(InstallSnapshotResponse { vote: my_vote }));
         };
         let applied = raft.metrics().borrow().last_applied;
-        check(&snapshot, applied, engine).map_err(|why| Refused { id: snapshot.meta.snapshot_id.clone(), why })?;
+        let snapshot = checked(snapshot, applied, engine).await?;
         Ok(raft.install_full_snapshot(vote, snapshot).await.map(Into::into).map_err(RaftError::Fatal))
+    }
+}
+
+/// `snapshot`, if [`check`] accepts it, checked on a blocking thread: it
+/// decodes the whole snapshot (seconds at a million leases), which must not
+/// hold a runtime thread.
+async fn checked(
+    snapshot: Snapshot<TypeConfig>,
+    applied: Option<LogId<NodeId>>,
+    engine: &SharedEngine,
+) -> Result<Snapshot<TypeConfig>, Refused> {
+    let id = snapshot.meta.snapshot_id.clone();
+    let engine = engine.clone();
+    let verdict = tokio::task::spawn_blocking(move || check(&snapshot, applied, &engine).map(|()| snapshot)).await;
+    match verdict {
+        Ok(Ok(snapshot)) => Ok(snapshot),
+        Ok(Err(why)) => Err(Refused { id, why }),
+        Err(join) => Err(Refused { id, why: format!("its check failed: {join}") }),
     }
 }
 

@@ -678,6 +678,37 @@ async fn snapshot_restores_engine_on_reopen() {
     assert_eq!(out[0].replies, vec![Reply::LeaseGranted { lease: LeaseId(3), ttl_ms: 1_000 }]);
 }
 
+/// A snapshot holds the state at the moment its builder was taken, whatever is
+/// applied before it is built (openraft builds it on another task while applies
+/// go on), and the data it returns is the data it stored (serialized in the
+/// stored frame's buffer, then cut out of it).
+#[tokio::test]
+async fn a_snapshot_holds_the_state_at_its_builder_and_returns_what_it_stored() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_log, mut sm) = open_storage(dir.path()).unwrap();
+    sm.apply(vec![
+        membership(1, 1, &[1]),
+        normal(1, 2, Input::leader_start(1_000)),
+        normal(1, 3, Input::Batch { now: 1_100, cmds: vec![grant(7, 5_000)] }),
+    ])
+    .await
+    .unwrap();
+    let at_builder = sm.engine().read().unwrap().clone();
+    let mut builder = sm.get_snapshot_builder().await;
+    sm.apply(vec![normal(1, 4, Input::Batch { now: 1_200, cmds: vec![grant(8, 5_000)] })]).await.unwrap();
+
+    let snap = builder.build_snapshot().await.unwrap();
+    assert_eq!(snap.meta.last_log_id, Some(log_id(1, 3)));
+    let decoded = super::state_machine::decode_received(&snap.meta, snap.snapshot.get_ref()).unwrap();
+    assert_eq!(decoded, at_builder, "the state when the builder was taken");
+    assert_ne!(decoded, *sm.engine().read().unwrap(), "not the state applied since");
+    let stored = sm.get_current_snapshot().await.unwrap().expect("the snapshot is stored");
+    assert_eq!(stored.meta, snap.meta);
+    assert_eq!(stored.snapshot.get_ref(), snap.snapshot.get_ref(), "it returns the data it stored");
+    // A builder builds once: its copy is dropped once serialized.
+    assert!(builder.build_snapshot().await.is_err());
+}
+
 #[tokio::test]
 async fn installed_snapshot_replaces_state_and_survives_reopen() {
     let leader_dir = tempfile::tempdir().unwrap();
