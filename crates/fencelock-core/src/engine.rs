@@ -85,6 +85,7 @@ mod mutant_tests;
 mod tests;
 
 use std::collections::{BTreeMap, VecDeque};
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
@@ -118,9 +119,13 @@ pub struct Engine {
     #[cfg(feature = "mutants")]
     #[serde(skip)]
     mutant_skip_floor: bool,
-    /// Boxed: the map's nodes hold a pointer per lease, not the whole record
-    /// (a node of sequential ids is about half full).
-    leases: BTreeMap<LeaseId, Box<Lease>>,
+    /// Behind an `Arc`: the map's nodes hold a pointer per lease, not the
+    /// whole record (a node of sequential ids is about half full), and a copy
+    /// of the engine shares the records with it. Cloning the engine (a
+    /// snapshot's copy, taken while applies wait) copies the maps' nodes, not
+    /// the records; a record still shared is copied when it is first changed
+    /// (`Arc::make_mut`, at every change), so the copy keeps its state.
+    leases: BTreeMap<LeaseId, Arc<Lease>>,
     /// The live leases of each owner (see [`Command::As`]), for quotas. Absent
     /// in states written before owners existed, which had none.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
@@ -129,8 +134,8 @@ pub struct Engine {
     grant_reqs: BTreeMap<RequestId, LeaseId>,
     /// The last [`REVOKED_MEMORY`] successful revokes, oldest first.
     revoked: VecDeque<(LeaseId, RequestId)>,
-    /// Boxed, as the leases: a node holds a pointer per lock.
-    locks: BTreeMap<LockName, Box<Lock>>,
+    /// Behind an `Arc`, as the leases.
+    locks: BTreeMap<LockName, Arc<Lock>>,
     timers: Timers,
     /// Who may do what (absent in states written before it existed).
     #[serde(default, skip_serializing_if = "Policy::is_empty")]
@@ -269,10 +274,10 @@ impl Engine {
     fn leader_start(&mut self, now: Millis) {
         let old_now = self.now;
         self.now = now;
-        for lease in self.leases.values_mut() {
+        for lease in self.leases.values_mut().map(Arc::make_mut) {
             lease.rebase(old_now, now);
         }
-        for lock in self.locks.values_mut() {
+        for lock in self.locks.values_mut().map(Arc::make_mut) {
             lock.rebase(old_now, now);
         }
         self.rebase_slots(old_now, now);
@@ -393,7 +398,7 @@ impl Engine {
     /// forgotten first if the memory is full.
     fn record(&mut self, lease: LeaseId, req: RequestId, outcome: Outcome) {
         let known_new = self.missed.take() == Some((lease, req));
-        let Some(l) = self.leases.get_mut(&lease) else { return };
+        let Some(l) = self.leases.get_mut(&lease).map(Arc::make_mut) else { return };
         let outcome = match known_new || !self.dedup_index.may_hold(lease, &l.dedup, req) {
             true => Some(outcome),
             false => l.dedup.replace(req, outcome),

@@ -7,7 +7,8 @@
 //! W3's state directly in an [`Engine`]: `FOOTPRINT_LEASES` leases (default
 //! 100,000) of one hour, granted 4096 commands per batch as the server's log
 //! entries carry them, each then taking one lock of its own (`w3/<i>`), and
-//! prints the bytes the allocator holds after each phase and the time and peak
+//! prints the bytes the allocator holds after each phase, the time and memory
+//! of the copy a snapshot is built from, and the time and peak
 //! memory of serializing the snapshot (JSON, as the server writes it) and of
 //! reading it back, with the bytes the engine read back holds (a restart
 //! installs such an engine). With `FOOTPRINT_KEEPALIVES=k` each lease is
@@ -148,6 +149,13 @@ fn idle_lease_footprint_and_snapshot_cost() {
         keep_all_alive(&mut engine, &leases, k);
         println!("  after {k} keep-alives each (remembered):  {:8.1}", per(held() - start));
     }
+
+    // The copy a snapshot is built from, taken while applies wait.
+    let peak = peak_from_here();
+    let (copy, clone_secs) = timed(|| engine.clone());
+    println!("copy of the engine (a snapshot's): {clone_secs:.3} s, {:.1} MB", peak() as f64 / 1e6);
+    assert!(copy == engine, "the copy equals the engine");
+    drop(copy);
 
     let peak = peak_from_here();
     let (bytes, ser_secs) = timed(|| serde_json::to_vec(&engine).expect("the engine serializes"));

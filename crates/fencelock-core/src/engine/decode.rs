@@ -14,6 +14,7 @@
 //! counts the holders and waiters, which the engine keeps as they change.
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use std::sync::Arc;
 
 use super::state::{Answer, Outcome};
 use super::Engine;
@@ -45,13 +46,13 @@ impl Engine {
                 *name = key.clone();
             }
         };
-        for lease in self.leases.values_mut() {
+        for lease in self.leases.values_mut().map(Arc::make_mut) {
             lease.holds.values_mut().for_each(shared);
             lease.waits.values_mut().for_each(shared);
             lease.dedup.shrink_to_fit();
             lease.dedup.names_mut().for_each(shared);
         }
-        for lock in self.locks.values_mut() {
+        for lock in self.locks.values_mut().map(Arc::make_mut) {
             lock.holders.shrink_to_fit();
             lock.queue.shrink_to_fit();
         }

@@ -3,6 +3,7 @@
 use super::{state::Lease, Effects, Engine, TimerKind};
 use crate::validate::{check_req, check_ttl};
 use crate::*;
+use std::sync::Arc;
 
 impl Engine {
     /// A new lease with id `proposed` (or the counter's next), owned by `owner`.
@@ -31,7 +32,7 @@ impl Engine {
         if let Some(o) = owner {
             self.owned.entry(o.to_string()).or_default().insert(id);
         }
-        self.leases.insert(id, Box::new(Lease::new(ttl_ms, deadline, req, owner.map(str::to_string))));
+        self.leases.insert(id, Arc::new(Lease::new(ttl_ms, deadline, req, owner.map(str::to_string))));
         self.grant_reqs.insert(req, id);
         self.timers.insert(deadline, TimerKind::LeaseEnd(id));
         Reply::LeaseGranted { lease: id, ttl_ms }
@@ -67,7 +68,7 @@ impl Engine {
         if let Some(reply) = self.recorded_reply(id, req) {
             return reply;
         }
-        let Some(lease) = self.leases.get_mut(&id) else {
+        let Some(lease) = self.leases.get_mut(&id).map(Arc::make_mut) else {
             return Reply::Rejected(EngineError::LeaseNotFound(id));
         };
         let (old, ttl_ms) = (lease.deadline, lease.ttl_ms);

@@ -15,6 +15,7 @@ use super::{
 };
 use crate::validate::{check_acquire, check_cancel, check_release, check_set_value};
 use crate::*;
+use std::sync::Arc;
 
 /// The arguments of [`Command::SetValue`], borrowed.
 pub(super) struct SetValue<'a> {
@@ -81,7 +82,7 @@ impl Engine {
             return reply;
         }
         if grantable {
-            self.locks.entry(name.clone()).or_insert_with(|| Box::new(Lock::of_kind(kind)));
+            self.locks.entry(name.clone()).or_insert_with(|| Arc::new(Lock::of_kind(kind)));
             return self.grant_now(&name, share, a, fx);
         }
         if a.wait_ms == 0 {
@@ -179,9 +180,9 @@ impl Engine {
         let entry = self.locks.entry(name.clone());
         let name = entry.key().clone();
         let grant = holder.grant(&name);
-        entry.or_default().add_holder(holder);
+        Arc::make_mut(entry.or_default()).add_holder(holder);
         self.counts.holders += 1;
-        if let Some(l) = self.leases.get_mut(&lease) {
+        if let Some(l) = self.leases.get_mut(&lease).map(Arc::make_mut) {
             l.holds.insert(token, name);
         }
         grant
@@ -228,7 +229,7 @@ impl Engine {
         if let Some(reply) = self.recorded_reply(s.lease, s.req) {
             return reply;
         }
-        let Some(lock) = self.locks.get_mut(&name) else { return Reply::NotHolder };
+        let Some(lock) = self.locks.get_mut(&name).map(Arc::make_mut) else { return Reply::NotHolder };
         let Some(holder) = lock.holder(s.lease, s.token).and_then(|i| lock.holders.get_mut(i)) else {
             return Reply::NotHolder;
         };
@@ -264,7 +265,7 @@ impl Engine {
 
     /// The exclusive grant `(name, lease, token)` of a read-write lock.
     fn exclusive_holder_mut(&mut self, name: &LockName, lease: LeaseId, token: Token) -> Option<&mut Holder> {
-        let lock = self.locks.get_mut(name).filter(|l| l.kind == LockKind::Exclusive)?;
+        let lock = self.locks.get_mut(name).filter(|l| l.kind == LockKind::Exclusive).map(Arc::make_mut)?;
         let i = lock.holder(lease, token)?;
         lock.holders.get_mut(i).filter(|h| h.mode == Mode::Exclusive)
     }
@@ -276,7 +277,7 @@ impl Engine {
         };
         let released = self.withdraw(&name, lease, req, fx);
         // A later acquire with this id is a fresh attempt.
-        if let Some(l) = self.leases.get_mut(&lease) {
+        if let Some(l) = self.leases.get_mut(&lease).map(Arc::make_mut) {
             l.dedup.forget(req);
             self.dedup_index.removed(lease, req);
         }
@@ -312,10 +313,10 @@ impl Engine {
         cause: ReleaseCause,
         fx: &mut Effects,
     ) {
-        if let Some(l) = self.leases.get_mut(&lease) {
+        if let Some(l) = self.leases.get_mut(&lease).map(Arc::make_mut) {
             l.holds.remove(&token);
         }
-        let Some(lock) = self.locks.get_mut(name) else {
+        let Some(lock) = self.locks.get_mut(name).map(Arc::make_mut) else {
             return;
         };
         let Some(i) = lock.holder(lease, token) else {
@@ -344,7 +345,7 @@ impl Engine {
     /// after another: the lock reopens when the last of their delays ends).
     fn close(&mut self, name: &LockName, delay_ms: u64) {
         let until = self.now.saturating_add(delay_ms);
-        let Some(lock) = self.locks.get_mut(name) else {
+        let Some(lock) = self.locks.get_mut(name).map(Arc::make_mut) else {
             return;
         };
         if let Some(old) = lock.closed {
@@ -359,7 +360,7 @@ impl Engine {
 
     /// The lock-delay timer of `name` fired.
     pub(super) fn reopen(&mut self, name: &LockName, fx: &mut Effects) {
-        if let Some(lock) = self.locks.get_mut(name) {
+        if let Some(lock) = self.locks.get_mut(name).map(Arc::make_mut) {
             lock.closed = None;
         }
         self.grant_next(name, fx);

@@ -19,6 +19,7 @@ use super::{
 };
 use crate::validate::multi_names;
 use crate::*;
+use std::sync::Arc;
 
 impl Engine {
     /// A multi-acquire that is not a retry: granted now if every lock admits
@@ -55,7 +56,7 @@ impl Engine {
         let closing = super::state::Closing::of(a);
         let mut grants = Vec::with_capacity(names.len());
         for name in names {
-            self.locks.entry(name.clone()).or_insert_with(|| Box::new(Lock::of_kind(LockKind::Exclusive)));
+            self.locks.entry(name.clone()).or_insert_with(|| Arc::new(Lock::of_kind(LockKind::Exclusive)));
             let grant = self.install_holder(name, a.lease, a.req, closing, tag.clone(), share);
             grants.push(grant.clone());
             let (tag, mode) = (tag.clone(), share.mode);

@@ -14,6 +14,7 @@ use super::{
     Effects, Engine, TimerKind,
 };
 use crate::*;
+use std::sync::Arc;
 
 use super::lock::count;
 
@@ -45,13 +46,13 @@ impl Engine {
             let entry = self.locks.entry(name.clone());
             // The lease's wait keeps the lock map's own name (shared).
             first.get_or_insert_with(|| entry.key().clone());
-            let lock = entry.or_default();
+            let lock = Arc::make_mut(entry.or_default());
             position.get_or_insert(count(lock.queue.len()));
             lock.queue.push_back(waiter.clone());
             self.counts.waiters += 1;
         }
         let position = position.unwrap_or(0);
-        if let (Some(l), Some(first)) = (self.leases.get_mut(&a.lease), first) {
+        if let (Some(l), Some(first)) = (self.leases.get_mut(&a.lease).map(Arc::make_mut), first) {
             l.waits.insert(a.req, first);
         }
         self.timers.insert(deadline, TimerKind::WaitEnd(a.lease, a.req));
@@ -62,7 +63,7 @@ impl Engine {
     /// the queues of the other locks of a multi-acquire (one `WaitEnded` per
     /// lock).
     pub(super) fn end_wait(&mut self, name: &LockName, lease: LeaseId, req: RequestId, why: WaitEnd, fx: &mut Effects) {
-        if let Some(l) = self.leases.get_mut(&lease) {
+        if let Some(l) = self.leases.get_mut(&lease).map(Arc::make_mut) {
             l.waits.remove(&req);
         }
         let Some(w) = self.take_waiter(name, lease, req) else {
@@ -83,7 +84,7 @@ impl Engine {
 
     /// Take the waiter `(lease, req)` out of `name`'s queue.
     pub(super) fn take_waiter(&mut self, name: &LockName, lease: LeaseId, req: RequestId) -> Option<Waiter> {
-        let lock = self.locks.get_mut(name)?;
+        let lock = self.locks.get_mut(name).map(Arc::make_mut)?;
         let taken = lock.waiter(lease, req).and_then(|i| lock.queue.remove(i));
         self.counts.waiters -= u64::from(taken.is_some());
         taken
@@ -159,7 +160,7 @@ impl Engine {
     /// lease's note of the wait go.
     fn forget_wait(&mut self, w: &Waiter) {
         self.timers.remove(w.deadline, TimerKind::WaitEnd(w.lease, w.req));
-        if let Some(l) = self.leases.get_mut(&w.lease) {
+        if let Some(l) = self.leases.get_mut(&w.lease).map(Arc::make_mut) {
             l.waits.remove(&w.req);
         }
     }

@@ -8,6 +8,7 @@
 use super::{state::LockKind, Effects, Engine};
 use crate::validate::check_resize;
 use crate::*;
+use std::sync::Arc;
 
 impl Engine {
     /// [`Command::Resize`]: refused when `lock` is not a semaphore now or
@@ -18,7 +19,7 @@ impl Engine {
             Ok(name) => name,
             Err(e) => return Reply::Rejected(e),
         };
-        let Some(l) = self.locks.get_mut(&name) else {
+        let Some(l) = self.locks.get_mut(&name).map(Arc::make_mut) else {
             return Reply::Rejected(EngineError::NotASemaphore { lock: name.to_string() });
         };
         let LockKind::Semaphore { permits: was } = l.kind else {

@@ -36,20 +36,20 @@ fn a_token_at_or_above_the_counter_is_refused() {
 #[test]
 fn a_hold_missing_on_either_side_is_refused() {
     let mut e = held_and_queued();
-    e.leases.get_mut(&l(1)).unwrap().holds.clear();
+    Arc::make_mut(e.leases.get_mut(&l(1)).unwrap()).holds.clear();
     refused(&e, "the lease does not hold it");
     let mut e = held_and_queued();
-    e.locks.get_mut(&name("a")).unwrap().holders.clear();
+    Arc::make_mut(e.locks.get_mut(&name("a")).unwrap()).holders.clear();
     refused(&e, "no such holder");
 }
 
 #[test]
 fn a_wait_missing_on_either_side_is_refused() {
     let mut e = held_and_queued();
-    e.leases.get_mut(&l(2)).unwrap().waits.clear();
+    Arc::make_mut(e.leases.get_mut(&l(2)).unwrap()).waits.clear();
     refused(&e, "the lease does not wait for it");
     let mut e = held_and_queued();
-    e.locks.get_mut(&name("a")).unwrap().queue.clear();
+    Arc::make_mut(e.locks.get_mut(&name("a")).unwrap()).queue.clear();
     refused(&e, "no such waiter");
 }
 
@@ -63,7 +63,7 @@ fn a_multi_acquire_missing_from_one_of_its_queues_is_refused() {
     }
     one(&mut e, 0, multi);
     e.check_consistency().expect("a state the engine reached");
-    let a = e.locks.get_mut(&name("a")).unwrap();
+    let a = Arc::make_mut(e.locks.get_mut(&name("a")).unwrap());
     a.queue.retain(|w| w.req != r(3));
     refused(&e, "in a multi-acquire");
 }
@@ -71,7 +71,7 @@ fn a_multi_acquire_missing_from_one_of_its_queues_is_refused() {
 #[test]
 fn two_holders_of_an_exclusive_lock_are_refused() {
     let mut e = held_and_queued();
-    let lock = e.locks.get_mut(&name("a")).unwrap();
+    let lock = Arc::make_mut(e.locks.get_mut(&name("a")).unwrap());
     let mut second = lock.holders[0].clone();
     second.lease = l(2);
     lock.holders.push(second);
@@ -84,7 +84,7 @@ fn invalid_names_ttls_and_counters_are_refused() {
     let bad_name: Engine = serde_json::from_str(&json.replace("\"a\"", "\"\"")).unwrap();
     refused(&bad_name, "name is empty");
     let mut e = held_and_queued();
-    e.leases.get_mut(&l(1)).unwrap().ttl_ms = 0;
+    Arc::make_mut(e.leases.get_mut(&l(1)).unwrap()).ttl_ms = 0;
     refused(&e, "invalid ttl");
     let mut e = held_and_queued();
     let lease = e.leases.remove(&l(1)).unwrap();
@@ -142,12 +142,12 @@ fn inv2_a_restored_engine_forgets_holders_and_raises_the_token_counter() {
 #[test]
 fn a_waiter_with_an_invalid_slot_or_a_multi_acquire_with_one_is_refused() {
     let mut e = held_and_queued();
-    e.locks.get_mut(&name("a")).unwrap().queue[0].once_per = "day".into();
+    Arc::make_mut(e.locks.get_mut(&name("a")).unwrap()).queue[0].once_per = "day".into();
     e.check_consistency().expect("a waiter once per a slot");
-    e.locks.get_mut(&name("a")).unwrap().queue[0].once_per = "a\nb".into();
+    Arc::make_mut(e.locks.get_mut(&name("a")).unwrap()).queue[0].once_per = "a\nb".into();
     refused(&e, "must not contain control characters");
     let mut e = held_and_queued();
-    let w = &mut e.locks.get_mut(&name("a")).unwrap().queue[0];
+    let w = &mut Arc::make_mut(e.locks.get_mut(&name("a")).unwrap()).queue[0];
     (w.once_per, w.all) = ("day".into(), vec![name("a")]);
     refused(&e, "a multi-acquire with a slot");
 }

@@ -288,3 +288,24 @@ fn never_panics_at_the_edges_of_time() {
     assert_eq!(e.lock_info(u64::MAX, "a"), None);
     assert_eq!(e.check(u64::MAX, "a", t(1)), Check::Stale { current: None });
 }
+
+/// A copy of the engine (a snapshot's, taken between applies) keeps the state
+/// it was taken at while the original goes on: changing a lease or a lock the
+/// copy shares copies that record first (`Arc::make_mut`), so the copy
+/// serializes exactly as the original did when copied. Records the original
+/// did not change stay shared, one allocation for both.
+#[test]
+fn a_copy_keeps_its_state_while_the_original_changes_and_shares_the_rest() {
+    let mut e = setup(3);
+    batch(&mut e, 10, vec![acq(1, 1, "a", 0, 0), acq(2, 2, "b", 0, 0), acq(3, 3, "c", 0, 0)]);
+    let copy = e.clone();
+    let before = serde_json::to_string(&e).unwrap();
+    // Lease 1 releases "a" and lease 2 waits on "c"; lease 3 is revoked, which
+    // frees "c" for lease 2: leases 1-3 and locks a, c change; b does not.
+    batch(&mut e, 20, vec![rel(4, 1, "a", 1), acq(5, 2, "c", 5_000, 0), revoke(6, 3)]);
+    assert_ne!(serde_json::to_string(&e).unwrap(), before, "the original changed");
+    assert_eq!(serde_json::to_string(&copy).unwrap(), before, "the copy did not");
+    assert!(Arc::ptr_eq(&e.locks[&name("b")], &copy.locks[&name("b")]), "an unchanged lock is shared");
+    assert!(!Arc::ptr_eq(&e.leases[&l(1)], &copy.leases[&l(1)]), "a changed lease was copied");
+    assert_eq!((copy.leases[&l(1)].holds.len(), e.leases[&l(1)].holds.len()), (1, 0));
+}
