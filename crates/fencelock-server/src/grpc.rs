@@ -2,13 +2,14 @@
 //! [`Ops`]; the session stream multiplexes the same operations by `op_id`;
 //! `WatchLeases` is `crate::lease_events`'.
 
-use std::{collections::HashMap, sync::Arc};
+use std::{collections::HashMap, future::Future, pin::Pin, sync::Arc};
 
 use fencelock_proto::v1::{self as pb, lock_server, session_request::Op, session_response::Result as R};
-use tokio::{
-    sync::{mpsc, watch},
-    task::JoinSet,
+use futures::{
+    future::{AbortHandle, Abortable},
+    stream::{FuturesUnordered, StreamExt},
 };
+use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
@@ -209,25 +210,34 @@ impl lock_server::Lock for LockService {
 
 type Out = mpsc::Sender<Result<pb::SessionResponse, Status>>;
 
-/// One session stream: each operation runs as its own task so a queued acquire
-/// does not hold up the others; when the stream ends, unfinished operations are
-/// aborted, which cancels their queued acquires (see `DriverHandle::acquire`).
+/// One operation of a session, from its start to its reply sent: yields its
+/// `op_id`, or `None` if it was aborted (a cancelled acquire).
+type Running = Pin<Box<dyn Future<Output = Option<u64>> + Send>>;
+
+/// One session stream: its operations run concurrently inside the session's
+/// own task (a [`FuturesUnordered`], which polls only the operations that were
+/// woken), so a queued acquire does not hold up the others, and starting one
+/// costs one allocation, not a task spawn (issue 19 §3: spawning a task per
+/// operation copied its whole future into the task and woke it through the
+/// scheduler, the largest server cost of W3 after the engine). When the stream
+/// ends, unfinished operations are dropped, which cancels their queued
+/// acquires (see `DriverHandle::acquire`).
 struct Session {
     ops: Ops,
     /// Checks each operation's caller (see [`Credentials`]).
     auth: Arc<Auth>,
     credentials: Credentials,
     out: Out,
-    tasks: JoinSet<u64>,
+    running: FuturesUnordered<Running>,
     /// Acquires in flight by op_id: (request id, lease, first lock), for
     /// `Cancel`. A multi-acquire is cancelled by its first lock: the engine's
     /// `CancelWait` withdraws it from every queue (or releases all its grants).
-    acquires: HashMap<u64, (u64, u64, String, tokio::task::AbortHandle)>,
+    acquires: HashMap<u64, (u64, u64, String, AbortHandle)>,
 }
 
 impl Session {
     fn new(ops: Ops, (auth, credentials): (Arc<Auth>, Credentials), out: Out) -> Self {
-        Self { ops, auth, credentials, out, tasks: JoinSet::new(), acquires: HashMap::new() }
+        Self { ops, auth, credentials, out, running: FuturesUnordered::new(), acquires: HashMap::new() }
     }
 
     /// Who sends the stream's next operation, as the auth file says now.
@@ -243,19 +253,22 @@ impl Session {
                     Ok(Some(m)) => self.start(m),
                     Ok(None) | Err(_) => break,
                 },
-                Some(Ok(op_id)) = self.tasks.join_next() => {
-                    self.acquires.remove(&op_id);
+                Some(done) = self.running.next(), if !self.running.is_empty() => {
+                    if let Some(op_id) = done {
+                        self.acquires.remove(&op_id);
+                    }
                 }
             }
         }
-        self.tasks.shutdown().await;
+        // Dropping the unfinished operations cancels their queued acquires.
+        drop(self.running);
     }
 
     fn start(&mut self, m: pb::SessionRequest) {
         let op_id = m.op_id;
         let Some(op) = m.op else {
             let err = Status::invalid_argument("session request without an operation");
-            self.spawn_reply(op_id, async move { Err(err) });
+            self.reply(op_id, async move { Err(err) });
             return;
         };
         if let Op::Cancel(c) = op {
@@ -264,7 +277,7 @@ impl Session {
         let who = match self.who() {
             Ok(who) => who,
             Err(refused) => {
-                self.spawn_reply(op_id, async move { Err(refused) });
+                self.reply(op_id, async move { Err(refused) });
                 return;
             }
         };
@@ -273,45 +286,53 @@ impl Session {
             Op::Acquire(a) => Some((a.request_id, a.lease_id, a.lock.clone())),
             _ => None,
         };
-        let abort = self.spawn_reply(op_id, async move { run_op(&ops, &who, op).await });
-        if let Some((req, lease, lock)) = acquire_key {
-            self.acquires.insert(op_id, (req, lease, lock, abort));
+        let f = async move { run_op(&ops, &who, op).await };
+        match acquire_key {
+            Some((req, lease, lock)) => {
+                let (abort, registration) = AbortHandle::new_pair();
+                let reply = Self::replying(self.out.clone(), op_id, f);
+                self.running.push(Box::pin(async move { Abortable::new(reply, registration).await.ok() }));
+                self.acquires.insert(op_id, (req, lease, lock, abort));
+            }
+            None => self.reply(op_id, f),
         }
     }
 
-    /// Withdraws the acquire `target`: its task is aborted, which cancels its
-    /// wait in the driver whoever asks; the `CancelWait` sent here besides (it
-    /// answers whether a grant was released) needs the caller's credentials.
+    /// Withdraws the acquire `target`: its operation is aborted (dropped),
+    /// which cancels its wait in the driver whoever asks; the `CancelWait` sent
+    /// here besides (it answers whether a grant was released) needs the
+    /// caller's credentials.
     fn cancel(&mut self, op_id: u64, target: u64) {
         let Some((req, lease, lock, abort)) = self.acquires.remove(&target) else {
-            self.spawn_reply(op_id, async move { Ok(R::Cancel(pb::CancelResponse { released: false })) });
+            self.reply(op_id, async move { Ok(R::Cancel(pb::CancelResponse { released: false })) });
             return;
         };
         abort.abort();
         let (ops, who) = match self.who() {
             Ok(who) => (self.ops.clone(), who),
             Err(refused) => {
-                self.spawn_reply(op_id, async move { Err(refused) });
+                self.reply(op_id, async move { Err(refused) });
                 return;
             }
         };
-        self.spawn_reply(op_id, async move { ops.cancel_wait(&who, req, lease, lock).await.map(R::Cancel) });
+        self.reply(op_id, async move { ops.cancel_wait(&who, req, lease, lock).await.map(R::Cancel) });
     }
 
-    fn spawn_reply(
-        &mut self,
-        op_id: u64,
-        f: impl std::future::Future<Output = Result<R, Status>> + Send + 'static,
-    ) -> tokio::task::AbortHandle {
-        let out = self.out.clone();
-        self.tasks.spawn(async move {
-            let result = match f.await {
-                Ok(r) => r,
-                Err(s) => R::Error(pb::Error { code: s.code() as i32, message: s.message().to_string() }),
-            };
-            let _ = out.send(Ok(pb::SessionResponse { op_id, result: Some(result) })).await;
-            op_id
-        })
+    /// Runs `f` among the session's operations and sends its result as the
+    /// reply to `op_id`.
+    fn reply(&mut self, op_id: u64, f: impl Future<Output = Result<R, Status>> + Send + 'static) {
+        let reply = Self::replying(self.out.clone(), op_id, f);
+        self.running.push(Box::pin(async move { Some(reply.await) }));
+    }
+
+    /// `f`, then its result sent to the client as the reply to `op_id`.
+    async fn replying(out: Out, op_id: u64, f: impl Future<Output = Result<R, Status>>) -> u64 {
+        let result = match f.await {
+            Ok(r) => r,
+            Err(s) => R::Error(pb::Error { code: s.code() as i32, message: s.message().to_string() }),
+        };
+        let _ = out.send(Ok(pb::SessionResponse { op_id, result: Some(result) })).await;
+        op_id
     }
 }
 
