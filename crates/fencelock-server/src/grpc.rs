@@ -6,7 +6,7 @@ use std::{collections::HashMap, future::Future, pin::Pin, sync::Arc};
 
 use fencelock_proto::v1::{self as pb, lock_server, session_request::Op, session_response::Result as R};
 use futures::{
-    future::{AbortHandle, Abortable},
+    future::{AbortHandle, AbortRegistration, Abortable},
     stream::{FuturesUnordered, StreamExt},
 };
 use tokio::sync::{mpsc, watch};
@@ -219,11 +219,15 @@ type Running = Pin<Box<dyn Future<Output = Option<u64>> + Send>>;
 /// woken), so a queued acquire does not hold up the others, and starting one
 /// costs one allocation, not a task spawn (issue 19 §3: spawning a task per
 /// operation copied its whole future into the task and woke it through the
-/// scheduler, the largest server cost of W3 after the engine). When the stream
-/// ends, unfinished operations are dropped, which cancels their queued
-/// acquires (see `DriverHandle::acquire`).
+/// scheduler, the largest server cost of W3 after the engine). Each operation
+/// is one boxed future whose captures are small (the operation's future is
+/// built inside it, at its first poll), so it is not copied from wrapper to
+/// wrapper. When the stream ends, unfinished operations are dropped, which
+/// cancels their queued acquires (see `DriverHandle::acquire`).
 struct Session {
-    ops: Ops,
+    /// Shared by the session's operations: one reference count per operation
+    /// where a clone of [`Ops`] is one per handle it holds.
+    ops: Arc<Ops>,
     /// Checks each operation's caller (see [`Credentials`]).
     auth: Arc<Auth>,
     credentials: Credentials,
@@ -235,8 +239,17 @@ struct Session {
     acquires: HashMap<u64, (u64, u64, String, AbortHandle)>,
 }
 
+/// What a session operation does: the API operation, or a reply known at once.
+enum Work {
+    Op(Who, Op),
+    /// `Cancel` of an acquire in flight: its `CancelWait`.
+    CancelWait(Who, (u64, u64, String)),
+    Now(Result<R, Status>),
+}
+
 impl Session {
     fn new(ops: Ops, (auth, credentials): (Arc<Auth>, Credentials), out: Out) -> Self {
+        let ops = Arc::new(ops);
         Self { ops, auth, credentials, out, running: FuturesUnordered::new(), acquires: HashMap::new() }
     }
 
@@ -268,34 +281,24 @@ impl Session {
         let op_id = m.op_id;
         let Some(op) = m.op else {
             let err = Status::invalid_argument("session request without an operation");
-            self.reply(op_id, async move { Err(err) });
-            return;
+            return self.push(op_id, Work::Now(Err(err)), None);
         };
         if let Op::Cancel(c) = op {
             return self.cancel(op_id, c.op_id);
         }
         let who = match self.who() {
             Ok(who) => who,
-            Err(refused) => {
-                self.reply(op_id, async move { Err(refused) });
-                return;
-            }
+            Err(refused) => return self.push(op_id, Work::Now(Err(refused)), None),
         };
-        let ops = self.ops.clone();
-        let acquire_key = match &op {
-            Op::Acquire(a) => Some((a.request_id, a.lease_id, a.lock.clone())),
+        let abort = match &op {
+            Op::Acquire(a) => {
+                let (abort, registration) = AbortHandle::new_pair();
+                self.acquires.insert(op_id, (a.request_id, a.lease_id, a.lock.clone(), abort));
+                Some(registration)
+            }
             _ => None,
         };
-        let f = async move { run_op(&ops, &who, op).await };
-        match acquire_key {
-            Some((req, lease, lock)) => {
-                let (abort, registration) = AbortHandle::new_pair();
-                let reply = Self::replying(self.out.clone(), op_id, f);
-                self.running.push(Box::pin(async move { Abortable::new(reply, registration).await.ok() }));
-                self.acquires.insert(op_id, (req, lease, lock, abort));
-            }
-            None => self.reply(op_id, f),
-        }
+        self.push(op_id, Work::Op(who, op), abort);
     }
 
     /// Withdraws the acquire `target`: its operation is aborted (dropped),
@@ -304,35 +307,40 @@ impl Session {
     /// caller's credentials.
     fn cancel(&mut self, op_id: u64, target: u64) {
         let Some((req, lease, lock, abort)) = self.acquires.remove(&target) else {
-            self.reply(op_id, async move { Ok(R::Cancel(pb::CancelResponse { released: false })) });
-            return;
+            return self.push(op_id, Work::Now(Ok(R::Cancel(pb::CancelResponse { released: false }))), None);
         };
         abort.abort();
-        let (ops, who) = match self.who() {
-            Ok(who) => (self.ops.clone(), who),
-            Err(refused) => {
-                self.reply(op_id, async move { Err(refused) });
-                return;
-            }
+        let work = match self.who() {
+            Ok(who) => Work::CancelWait(who, (req, lease, lock)),
+            Err(refused) => Work::Now(Err(refused)),
         };
-        self.reply(op_id, async move { ops.cancel_wait(&who, req, lease, lock).await.map(R::Cancel) });
+        self.push(op_id, work, None);
     }
 
-    /// Runs `f` among the session's operations and sends its result as the
-    /// reply to `op_id`.
-    fn reply(&mut self, op_id: u64, f: impl Future<Output = Result<R, Status>> + Send + 'static) {
-        let reply = Self::replying(self.out.clone(), op_id, f);
-        self.running.push(Box::pin(async move { Some(reply.await) }));
+    /// Runs `work` among the session's operations and sends its result as the
+    /// reply to `op_id`, unless `abort` fires first (then nothing is sent).
+    fn push(&mut self, op_id: u64, work: Work, abort: Option<AbortRegistration>) {
+        let (ops, out) = (self.ops.clone(), self.out.clone());
+        self.running.push(Box::pin(async move {
+            let result = match abort {
+                Some(registration) => Abortable::new(work.run(&ops), registration).await.ok()?,
+                None => work.run(&ops).await,
+            };
+            let result = result
+                .unwrap_or_else(|s| R::Error(pb::Error { code: s.code() as i32, message: s.message().to_string() }));
+            let _ = out.send(Ok(pb::SessionResponse { op_id, result: Some(result) })).await;
+            Some(op_id)
+        }));
     }
+}
 
-    /// `f`, then its result sent to the client as the reply to `op_id`.
-    async fn replying(out: Out, op_id: u64, f: impl Future<Output = Result<R, Status>>) -> u64 {
-        let result = match f.await {
-            Ok(r) => r,
-            Err(s) => R::Error(pb::Error { code: s.code() as i32, message: s.message().to_string() }),
-        };
-        let _ = out.send(Ok(pb::SessionResponse { op_id, result: Some(result) })).await;
-        op_id
+impl Work {
+    async fn run(self, ops: &Ops) -> Result<R, Status> {
+        match self {
+            Work::Op(who, op) => run_op(ops, &who, op).await,
+            Work::CancelWait(who, (req, lease, lock)) => ops.cancel_wait(&who, req, lease, lock).await.map(R::Cancel),
+            Work::Now(result) => result,
+        }
     }
 }
 
