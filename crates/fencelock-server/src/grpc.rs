@@ -1,14 +1,38 @@
 //! The tonic glue of the `fencelock.v1.Lock` service: unary RPCs delegate to
 //! [`Ops`]; the session stream multiplexes the same operations by `op_id`;
 //! `WatchLeases` is `crate::lease_events`'.
+//!
+//! ## Crossings of a session write (issue 19 §3)
+//!
+//! A session's operations run inside the session's own task (see
+//! `Session`): a write on a stream goes from the connection's task (h2 hands
+//! the frame over) to the session task, which decodes it, checks the caller
+//! and runs the operation up to the driver; from there it takes the ten
+//! crossings counted in `driver`'s docs (handler → driver → openraft core →
+//! log thread → core → `save_committed` → core → state machine worker → core
+//! → driver → handler, the handler being the session task), which then
+//! queues the reply for the connection's task. Before, each operation was
+//! spawned as a task of its own (one crossing more, a task created and joined
+//! per operation, and the operation's whole future copied into it).
+//!
+//! Measured (release build, 2 cores shared with two other builders, load
+//! 5-6, one run each, the two builds interleaved; noisy, the server CPU per
+//! cycle is the steadier figure). W3 (`fencelock-bench --engines fencelock
+//! --workloads W3 --leases 200000 --renewing 1000 --runs 1 --client-mode
+//! per-process`): 200k creates took 4.1-6.8 s with a task per operation,
+//! 3.2-3.4 s now; 1M (`--leases 1000000`) 25.1 s then, 17.7 s now. W1 at 64
+//! clients on one connection (`--workloads W1 --clients 64 --seconds 5
+//! --runs 1 --client-mode shared`): server CPU 27.8-31.6 µs per cycle then,
+//! 21.0-21.1 now.
 
-use std::{collections::HashMap, sync::Arc};
+use std::{collections::HashMap, future::Future, pin::Pin, sync::Arc};
 
 use fencelock_proto::v1::{self as pb, lock_server, session_request::Op, session_response::Result as R};
-use tokio::{
-    sync::{mpsc, watch},
-    task::JoinSet,
+use futures::{
+    future::{AbortHandle, AbortRegistration, Abortable},
+    stream::{FuturesUnordered, StreamExt},
 };
+use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
@@ -211,25 +235,47 @@ impl lock_server::Lock for LockService {
 
 type Out = mpsc::Sender<Result<pb::SessionResponse, Status>>;
 
-/// One session stream: each operation runs as its own task so a queued acquire
-/// does not hold up the others; when the stream ends, unfinished operations are
-/// aborted, which cancels their queued acquires (see `DriverHandle::acquire`).
+/// One operation of a session, from its start to its reply sent: yields its
+/// `op_id`, or `None` if it was aborted (a cancelled acquire).
+type Running = Pin<Box<dyn Future<Output = Option<u64>> + Send>>;
+
+/// One session stream: its operations run concurrently inside the session's
+/// own task (a [`FuturesUnordered`], which polls only the operations that were
+/// woken), so a queued acquire does not hold up the others, and starting one
+/// costs one allocation, not a task spawn (issue 19 §3: spawning a task per
+/// operation copied its whole future into the task and woke it through the
+/// scheduler, the largest server cost of W3 after the engine). Each operation
+/// is one boxed future whose captures are small (the operation's future is
+/// built inside it, at its first poll), so it is not copied from wrapper to
+/// wrapper. When the stream ends, unfinished operations are dropped, which
+/// cancels their queued acquires (see `DriverHandle::acquire`).
 struct Session {
-    ops: Ops,
+    /// Shared by the session's operations: one reference count per operation
+    /// where a clone of [`Ops`] is one per handle it holds.
+    ops: Arc<Ops>,
     /// Checks each operation's caller (see [`Credentials`]).
     auth: Arc<Auth>,
     credentials: Credentials,
     out: Out,
-    tasks: JoinSet<u64>,
+    running: FuturesUnordered<Running>,
     /// Acquires in flight by op_id: (request id, lease, first lock), for
     /// `Cancel`. A multi-acquire is cancelled by its first lock: the engine's
     /// `CancelWait` withdraws it from every queue (or releases all its grants).
-    acquires: HashMap<u64, (u64, u64, String, tokio::task::AbortHandle)>,
+    acquires: HashMap<u64, (u64, u64, String, AbortHandle)>,
+}
+
+/// What a session operation does: the API operation, or a reply known at once.
+enum Work {
+    Op(Who, Op),
+    /// `Cancel` of an acquire in flight: its `CancelWait`.
+    CancelWait(Who, (u64, u64, String)),
+    Now(Result<R, Status>),
 }
 
 impl Session {
     fn new(ops: Ops, (auth, credentials): (Arc<Auth>, Credentials), out: Out) -> Self {
-        Self { ops, auth, credentials, out, tasks: JoinSet::new(), acquires: HashMap::new() }
+        let ops = Arc::new(ops);
+        Self { ops, auth, credentials, out, running: FuturesUnordered::new(), acquires: HashMap::new() }
     }
 
     /// Who sends the stream's next operation, as the auth file says now.
@@ -245,75 +291,81 @@ impl Session {
                     Ok(Some(m)) => self.start(m),
                     Ok(None) | Err(_) => break,
                 },
-                Some(Ok(op_id)) = self.tasks.join_next() => {
-                    self.acquires.remove(&op_id);
+                Some(done) = self.running.next(), if !self.running.is_empty() => {
+                    if let Some(op_id) = done {
+                        self.acquires.remove(&op_id);
+                    }
                 }
             }
         }
-        self.tasks.shutdown().await;
+        // Dropping the unfinished operations cancels their queued acquires.
+        drop(self.running);
     }
 
     fn start(&mut self, m: pb::SessionRequest) {
         let op_id = m.op_id;
         let Some(op) = m.op else {
             let err = Status::invalid_argument("session request without an operation");
-            self.spawn_reply(op_id, async move { Err(err) });
-            return;
+            return self.push(op_id, Work::Now(Err(err)), None);
         };
         if let Op::Cancel(c) = op {
             return self.cancel(op_id, c.op_id);
         }
         let who = match self.who() {
             Ok(who) => who,
-            Err(refused) => {
-                self.spawn_reply(op_id, async move { Err(refused) });
-                return;
-            }
+            Err(refused) => return self.push(op_id, Work::Now(Err(refused)), None),
         };
-        let ops = self.ops.clone();
-        let acquire_key = match &op {
-            Op::Acquire(a) => Some((a.request_id, a.lease_id, a.lock.clone())),
+        let abort = match &op {
+            Op::Acquire(a) => {
+                let (abort, registration) = AbortHandle::new_pair();
+                self.acquires.insert(op_id, (a.request_id, a.lease_id, a.lock.clone(), abort));
+                Some(registration)
+            }
             _ => None,
         };
-        let abort = self.spawn_reply(op_id, async move { run_op(&ops, &who, op).await });
-        if let Some((req, lease, lock)) = acquire_key {
-            self.acquires.insert(op_id, (req, lease, lock, abort));
-        }
+        self.push(op_id, Work::Op(who, op), abort);
     }
 
-    /// Withdraws the acquire `target`: its task is aborted, which cancels its
-    /// wait in the driver whoever asks; the `CancelWait` sent here besides (it
-    /// answers whether a grant was released) needs the caller's credentials.
+    /// Withdraws the acquire `target`: its operation is aborted (dropped),
+    /// which cancels its wait in the driver whoever asks; the `CancelWait` sent
+    /// here besides (it answers whether a grant was released) needs the
+    /// caller's credentials.
     fn cancel(&mut self, op_id: u64, target: u64) {
         let Some((req, lease, lock, abort)) = self.acquires.remove(&target) else {
-            self.spawn_reply(op_id, async move { Ok(R::Cancel(pb::CancelResponse { released: false })) });
-            return;
+            return self.push(op_id, Work::Now(Ok(R::Cancel(pb::CancelResponse { released: false }))), None);
         };
         abort.abort();
-        let (ops, who) = match self.who() {
-            Ok(who) => (self.ops.clone(), who),
-            Err(refused) => {
-                self.spawn_reply(op_id, async move { Err(refused) });
-                return;
-            }
+        let work = match self.who() {
+            Ok(who) => Work::CancelWait(who, (req, lease, lock)),
+            Err(refused) => Work::Now(Err(refused)),
         };
-        self.spawn_reply(op_id, async move { ops.cancel_wait(&who, req, lease, lock).await.map(R::Cancel) });
+        self.push(op_id, work, None);
     }
 
-    fn spawn_reply(
-        &mut self,
-        op_id: u64,
-        f: impl std::future::Future<Output = Result<R, Status>> + Send + 'static,
-    ) -> tokio::task::AbortHandle {
-        let out = self.out.clone();
-        self.tasks.spawn(async move {
-            let result = match f.await {
-                Ok(r) => r,
-                Err(s) => R::Error(pb::Error { code: s.code() as i32, message: s.message().to_string() }),
+    /// Runs `work` among the session's operations and sends its result as the
+    /// reply to `op_id`, unless `abort` fires first (then nothing is sent).
+    fn push(&mut self, op_id: u64, work: Work, abort: Option<AbortRegistration>) {
+        let (ops, out) = (self.ops.clone(), self.out.clone());
+        self.running.push(Box::pin(async move {
+            let result = match abort {
+                Some(registration) => Abortable::new(work.run(&ops), registration).await.ok()?,
+                None => work.run(&ops).await,
             };
+            let result = result
+                .unwrap_or_else(|s| R::Error(pb::Error { code: s.code() as i32, message: s.message().to_string() }));
             let _ = out.send(Ok(pb::SessionResponse { op_id, result: Some(result) })).await;
-            op_id
-        })
+            Some(op_id)
+        }));
+    }
+}
+
+impl Work {
+    async fn run(self, ops: &Ops) -> Result<R, Status> {
+        match self {
+            Work::Op(who, op) => run_op(ops, &who, op).await,
+            Work::CancelWait(who, (req, lease, lock)) => ops.cancel_wait(&who, req, lease, lock).await.map(R::Cancel),
+            Work::Now(result) => result,
+        }
     }
 }
 

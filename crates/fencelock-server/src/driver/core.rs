@@ -79,7 +79,9 @@
 
 use std::collections::{BTreeMap, VecDeque};
 
-use fencelock_core::{ClusterId, Command, Effect, Grant, Input, LeaseId, Millis, Output, Reply, RequestId, WaitEnd};
+use fencelock_core::{
+    Acquire, ClusterId, Command, Effect, Grant, Input, LeaseId, Millis, Output, Reply, RequestId, WaitEnd,
+};
 
 use super::DriverError;
 
@@ -492,9 +494,9 @@ impl<R, W> DriverCore<R, W> {
                     return false;
                 }
                 let n = batch_len(&self.pending, self.max_batch);
-                let msgs: Vec<Msg<R, W>> = self.pending.drain(..n).collect();
+                let mut msgs: Vec<Msg<R, W>> = self.pending.drain(..n).collect();
                 self.unwritten_cancels -= msgs.iter().filter(|m| is_dropped_cancel(m)).count();
-                let cmds = msgs.iter().map(|m| m.cmd.clone()).collect();
+                let cmds = msgs.iter_mut().map(|m| into_batch(&mut m.cmd)).collect();
                 self.tick_due = false;
                 out.push(Action::Batched(msgs.len()));
                 self.propose(Input::Batch { now: time.now, cmds }, msgs, None, out);
@@ -793,4 +795,29 @@ pub fn approx_bytes(cmd: &Command) -> usize {
             Command::As { caller, cmd } => caller.name.len() + approx_bytes(cmd),
             Command::Policy(change) => serde_json::to_vec(change).map_or(1024, |j| j.len()),
         }
+}
+
+/// Moves a proposed command into its batch (no copy of its names and value),
+/// leaving in its message only what is read of it once written: an acquire's
+/// (lease, request id), to register its waiter (see `deliver`).
+fn into_batch(cmd: &mut Command) -> Command {
+    let kept = match cmd.inner() {
+        Command::Acquire(a) => Command::Acquire(Acquire {
+            req: a.req,
+            lease: a.lease,
+            lock: String::new(),
+            wait_ms: 0,
+            lock_delay_ms: 0,
+            identity: String::new(),
+            value: Vec::new(),
+            mode: Default::default(),
+            weight: 1,
+            permits: 0,
+            hold_at_least_ms: 0,
+            once_per: String::new(),
+            also: Vec::new(),
+        }),
+        _ => Command::KeepAlive { req: RequestId(0), lease: LeaseId(0) },
+    };
+    std::mem::replace(cmd, kept)
 }
