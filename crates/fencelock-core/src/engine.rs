@@ -24,7 +24,8 @@
 //!   same grants (remembered, or, if forgotten, the ones it still holds);
 //! - an acquire whose wait timed out gets `Busy` describing the lock *now*;
 //! - a try-acquire that was busy gets the same `Busy` again;
-//! - a keep-alive gets `LeaseKept` again *without* moving the deadline again;
+//! - a keep-alive gets `LeaseKept` again *without* moving the deadline again
+//!   (among the lease's last [`KEEPALIVES_PER_LEASE`] keep-alives);
 //! - a downgrade that downgraded gets `Downgraded` again (a `NotHolder` is not
 //!   remembered, as for a release);
 //! - a release that released gets `Released` again (a `NotHolder` is not
@@ -35,7 +36,12 @@
 //! - a grant-lease gets the same `LeaseGranted` while that lease lives.
 //!
 //! Each lease remembers the final outcomes of its last [`DEDUP_PER_LEASE`]
-//! requests; they go with the lease. `CancelWait` makes the engine forget its
+//! requests, and apart from them the request ids of its last
+//! [`KEEPALIVES_PER_LEASE`] keep-alives (whose answer is the lease's id and
+//! TTL: a live lease's keep-alives neither push its other outcomes out nor
+//! fill 256 slots of ~56 bytes); they go with the lease. A keep-alive retried
+//! after more keep-alives than that is applied again: its answer is the same,
+//! and it moves the deadline from now, as the client that retried it meant. `CancelWait` makes the engine forget its
 //! request, so a later acquire with that id is a fresh attempt. Invalid commands
 //! are rejected before any of this and leave no trace (INV-9).
 //!
@@ -414,7 +420,11 @@ impl Engine {
     /// The answer to a retry of `(lease, req)` from the lease's memory, if any.
     /// A miss is noted for the [`Engine::record`] that usually follows.
     fn recorded_reply(&mut self, lease: LeaseId, req: RequestId) -> Option<Reply> {
-        let dedup = &self.leases.get(&lease)?.dedup;
+        let l = self.leases.get(&lease)?;
+        if l.kept.as_ref().is_some_and(|k| k.contains(req)) {
+            return Some(Reply::LeaseKept { lease, ttl_ms: l.ttl_ms });
+        }
+        let dedup = &l.dedup;
         let outcome = match self.dedup_index.may_hold(lease, dedup, req) {
             true => dedup.get(req),
             false => {

@@ -53,6 +53,11 @@ pub const MAX_VALUE_BYTES: usize = 4096;
 pub const MAX_MULTI_LOCKS: usize = 16;
 /// How many recent request outcomes each lease remembers for retries.
 pub const DEDUP_PER_LEASE: usize = 256;
+/// How many recent keep-alives each lease remembers for retries, apart from
+/// the other outcomes: a keep-alive's answer is the lease's id and TTL, so
+/// only its request id is kept, and keep-alives do not push a live lease's
+/// other outcomes out (nor fill [`DEDUP_PER_LEASE`] slots of ~56 bytes each).
+pub const KEEPALIVES_PER_LEASE: usize = 8;
 /// How many recent successful revokes the engine remembers, so that a retried
 /// revoke is answered `LeaseRevoked` again rather than `LeaseNotFound`.
 pub const REVOKED_MEMORY: usize = 4096;

@@ -71,6 +71,14 @@ impl Engine {
                 return Err("lease id 0 is never issued".into());
             }
             check_ttl(lease.ttl_ms).map_err(|e| format!("lease {id}: {e}"))?;
+            let kept = lease.kept.as_ref().map_or(0, |k| k.len());
+            if lease.dedup.len() > DEDUP_PER_LEASE || kept > KEEPALIVES_PER_LEASE {
+                return Err(format!(
+                    "lease {id} remembers {} outcomes and {kept} keep-alives (at most {DEDUP_PER_LEASE} and \
+                     {KEEPALIVES_PER_LEASE})",
+                    lease.dedup.len()
+                ));
+            }
             for (token, name) in &lease.holds {
                 check_name(name)?;
                 let held = self.locks.get(name).and_then(|l| l.holder(*id, *token));

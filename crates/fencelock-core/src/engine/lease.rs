@@ -68,18 +68,20 @@ impl Engine {
         if let Some(reply) = self.recorded_reply(id, req) {
             return reply;
         }
+        // Remembered apart from the other outcomes (see `Lease::kept`): the
+        // miss noted for a record does not apply.
+        self.missed.take();
         let Some(lease) = self.leases.get_mut(&id).map(Arc::make_mut) else {
             return Reply::Rejected(EngineError::LeaseNotFound(id));
         };
         let (old, ttl_ms) = (lease.deadline, lease.ttl_ms);
         lease.deadline = self.now.saturating_add(ttl_ms);
         lease.extended = false;
+        lease.kept.get_or_insert_with(Box::default).push(req);
         let new = lease.deadline;
         self.timers.remove(old, TimerKind::LeaseEnd(id));
         self.timers.insert(new, TimerKind::LeaseEnd(id));
-        let reply = Reply::LeaseKept { lease: id, ttl_ms };
-        self.record(id, req, super::Outcome::replied(reply.clone()));
-        reply
+        Reply::LeaseKept { lease: id, ttl_ms }
     }
 
     pub(super) fn revoke(&mut self, req: RequestId, id: LeaseId, fx: &mut Effects) -> Reply {

@@ -10,7 +10,9 @@ use std::collections::VecDeque;
 use serde::{Deserialize, Serialize};
 
 use super::vecmap::{grows_by_one, VecMap};
-use crate::{Grant, LeaseId, LockName, Millis, Mode, Reply, RequestId, Tag, Token, DEDUP_PER_LEASE};
+use crate::{
+    Grant, LeaseId, LockName, Millis, Mode, Reply, RequestId, Tag, Token, DEDUP_PER_LEASE, KEEPALIVES_PER_LEASE,
+};
 
 /// One lease: a TTL, the instant it ends unless kept alive, and what it holds.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -27,6 +29,11 @@ pub(crate) struct Lease {
     pub waits: VecMap<RequestId, LockName>,
     /// Final outcomes of its recent requests, for retries (INV-6).
     pub dedup: Dedup,
+    /// Its recent keep-alives, for retries (INV-6); absent until its first
+    /// keep-alive, and in states written before keep-alives were kept apart
+    /// (theirs are in `dedup`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kept: Option<Box<Kept>>,
     /// Set by the `LeaderStart` that gave this lease a fresh TTL; cleared by its
     /// next keep-alive. A lease that already had its fresh TTL gets no second
     /// one from the next leader (INV-12, etcd#9888).
@@ -47,6 +54,7 @@ impl Lease {
             holds: VecMap::default(),
             waits: VecMap::default(),
             dedup: Dedup::default(),
+            kept: None,
             extended: false,
         }
     }
@@ -126,6 +134,33 @@ impl From<Answer> for Reply {
             Answer::SlotCompleted => Reply::SlotCompleted,
             Answer::Other(reply) => *reply,
         }
+    }
+}
+
+/// The request ids of a lease's last [`KEEPALIVES_PER_LEASE`] keep-alives,
+/// oldest first (serialized as that list).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub(crate) struct Kept(VecDeque<RequestId>);
+
+impl Kept {
+    pub fn contains(&self, req: RequestId) -> bool {
+        self.0.contains(&req)
+    }
+
+    /// Remembers `req`, forgetting the oldest beyond the bound.
+    pub fn push(&mut self, req: RequestId) {
+        if self.0.len() >= KEEPALIVES_PER_LEASE {
+            self.0.pop_front();
+        }
+        if self.0.capacity() == 0 {
+            self.0.reserve_exact(KEEPALIVES_PER_LEASE);
+        }
+        self.0.push_back(req);
+    }
+
+    pub fn len(&self) -> usize {
+        self.0.len()
     }
 }
 

@@ -40,6 +40,9 @@ struct MLease {
     deadline: u64,
     grant_req: u64,
     memo: Vec<(u64, Memo)>,
+    /// The request ids of its last [`KEEPALIVES_PER_LEASE`] keep-alives,
+    /// remembered apart from `memo`.
+    kept: Vec<u64>,
     /// Had its fresh TTL from a leader change and no keep-alive since.
     extended: bool,
 }
@@ -222,7 +225,11 @@ impl Model {
     }
 
     fn memo(&self, lease: u64, req: u64) -> Option<Reply> {
-        let (_, m) = self.lease(lease)?.memo.iter().find(|(r, _)| *r == req)?;
+        let l = self.lease(lease)?;
+        if l.kept.contains(&req) {
+            return Some(Reply::LeaseKept { lease: LeaseId(lease), ttl_ms: l.ttl });
+        }
+        let (_, m) = l.memo.iter().find(|(r, _)| *r == req)?;
         Some(match m {
             Memo::Said(r) => r.clone(),
             Memo::TimedOut(lock) => Reply::Busy(self.busy(lock)),
@@ -459,7 +466,7 @@ impl Model {
         self.leases_made += 1;
         let id = self.leases_made;
         let deadline = self.now + ttl;
-        self.leases.push(MLease { id, ttl, deadline, grant_req: req, memo: vec![], extended: false });
+        self.leases.push(MLease { id, ttl, deadline, grant_req: req, memo: vec![], kept: vec![], extended: false });
         Ok(Reply::LeaseGranted { lease: LeaseId(id), ttl_ms: ttl })
     }
 
@@ -475,9 +482,11 @@ impl Model {
         let l = self.leases.iter_mut().find(|l| l.id == id).unwrap();
         l.deadline = now + l.ttl;
         l.extended = false;
-        let reply = Reply::LeaseKept { lease: LeaseId(id), ttl_ms: l.ttl };
-        self.remember(id, req, Memo::Said(reply.clone()));
-        Ok(reply)
+        l.kept.push(req);
+        if l.kept.len() > KEEPALIVES_PER_LEASE {
+            l.kept.remove(0);
+        }
+        Ok(Reply::LeaseKept { lease: LeaseId(id), ttl_ms: l.ttl })
     }
 
     fn revoke(&mut self, req: u64, id: u64, fx: &mut Vec<Effect>) -> Result<Reply, EngineError> {

@@ -80,6 +80,35 @@ fn inv6_keep_alive_retry_replies_again_without_moving_the_deadline() {
     assert_eq!(batch(&mut e, 900, vec![keep(8, 1)]), out(vec![kept], vec![], Some(1900)));
 }
 
+/// A live lease's keep-alives are remembered apart from its other outcomes,
+/// the last [`KEEPALIVES_PER_LEASE`] of them: a retry among those replies
+/// again without moving the deadline (INV-6), an older one is applied again
+/// (same answer, deadline from now); and they push none of the lease's other
+/// outcomes out: an acquire's retry after 300 keep-alives still gets its grant.
+#[test]
+fn inv6_a_lease_remembers_its_last_keep_alives_apart_from_its_other_outcomes() {
+    let mut e = setup(1);
+    assert_eq!(one(&mut e, 1, acq(1, 1, "a", 0, 0)).0, Reply::Acquired(grant("a", 1, 1)));
+    for (i, req) in (1_000..1_300).enumerate() {
+        let now = 2 + i as u64;
+        assert_eq!(one(&mut e, now, keep(req, 1)).0, Reply::LeaseKept { lease: l(1), ttl_ms: TTL });
+    }
+    let lease = &e.leases[&l(1)];
+    assert_eq!((lease.dedup.len(), lease.kept.as_ref().map(|k| k.len())), (1, Some(KEEPALIVES_PER_LEASE)));
+    let kept = Reply::LeaseKept { lease: l(1), ttl_ms: TTL };
+    // The last keep-alive was at 301 (deadline 1301); its retry at 400 moves nothing.
+    assert_eq!(batch(&mut e, 400, vec![keep(1_299, 1)]), out(vec![kept.clone()], vec![], Some(1301)));
+    let oldest_kept = 1_300 - KEEPALIVES_PER_LEASE as u64;
+    assert_eq!(batch(&mut e, 400, vec![keep(oldest_kept, 1)]), out(vec![kept.clone()], vec![], Some(1301)));
+    // One older than that is forgotten: applied again, the deadline from now.
+    assert_eq!(batch(&mut e, 410, vec![keep(oldest_kept - 1, 1)]), out(vec![kept], vec![], Some(1410)));
+    assert_eq!(
+        one(&mut e, 420, acq(1, 1, "a", 0, 0)).0,
+        Reply::Acquired(grant("a", 1, 1)),
+        "the acquire is remembered"
+    );
+}
+
 #[test]
 fn inv7_revoke_releases_without_lock_delay_and_grants_the_next_waiter() {
     let mut e = setup(2);
