@@ -7,10 +7,10 @@
 //! A session's operations run inside the session's own task (see
 //! `Session`): a write on a stream goes from the connection's task (h2 hands
 //! the frame over) to the session task, which decodes it, checks the caller
-//! and runs the operation up to the driver; from there it takes the ten
+//! and runs the operation up to the driver; from there it takes the eight
 //! crossings counted in `driver`'s docs (handler → driver → openraft core →
-//! log thread → core → `save_committed` → core → state machine worker → core
-//! → driver → handler, the handler being the session task), which then
+//! log thread → core → state machine worker → core → driver → handler, the
+//! handler being the session task), which then
 //! queues the reply for the connection's task. Before, each operation was
 //! spawned as a task of its own (one crossing more, a task created and joined
 //! per operation, and the operation's whole future copied into it).

@@ -44,19 +44,21 @@
 //! its reply handed back (openraft 0.9.25, storage v2): handler task → driver
 //! (1) → openraft core (2) → log IO (3: the segment log's thread; with redb,
 //! tokio's blocking pool) → core (4: `LogFlushed`, called from the log thread
-//! itself) → blocking pool for `save_committed` (5, a redb commit without
-//! fsync, on every commit) → core (6) → openraft's state machine worker (7)
-//! → core (8) → driver (9, the write's oneshot) → handler (10): ten crossings
-//! over six tasks/threads. The state machine worker is spawned by openraft
-//! itself and `apply` is only called there, so it cannot run on the driver's
-//! task within the 0.9 API; the pair of crossings 5-6 could go by keeping the
-//! committed id in memory and writing it with the next durable write
-//! (`raft/log_store.rs`, not done here). Measured per stage (temporary
-//! timestamps along the path, W2, segment log, release build, median of one
-//! traced run, ms): handler → write proposed 0.09-0.17 (waiting for the write
-//! in flight included), append → durable 0.10-0.22, `save_committed` 0.03-0.05,
-//! apply 0.005, every other crossing ≤ 0.01; the client's two loopback
-//! messages ~0.05 each.
+//! itself) → openraft's state machine worker (5) → core (6) → driver (7, the
+//! write's oneshot) → handler (8): eight crossings over five tasks/threads.
+//! There were ten: openraft saves the committed log id before each apply, and
+//! that was a redb commit (without fsync) on the blocking pool and back; the
+//! id is now kept in memory and written with the next durable transaction
+//! (`raft/log_store.rs`). A session operation adds the handover from the
+//! connection's task to the session's (`grpc.rs`); it was spawned as a task
+//! of its own before. The state machine worker is spawned by openraft itself
+//! and `apply` is only called there, so it cannot run on the driver's task
+//! within the 0.9 API. Measured per stage (temporary timestamps along the
+//! path, W2, segment log, release build, median of one traced run, ms, with
+//! the ten crossings): handler → write proposed 0.09-0.17 (waiting for the
+//! write in flight included), append → durable 0.10-0.22, `save_committed`
+//! 0.03-0.05 (now gone), apply 0.005, every other crossing ≤ 0.01; the
+//! client's two loopback messages ~0.05 each.
 //!
 //! W2's ~8 ms handoff p99 is the disk: this VM's virtual disk does an
 //! `fdatasync` in ~0.1 ms when quiet but ~4 ms (p90 3.6, p99 4.6 during a
@@ -77,9 +79,10 @@
 //! segment log, 12 runs each, 1,534 → 1,682 cycles/s, handoff p50 0.41 →
 //! 0.34 ms, p99 4.5 → 4.1 ms, runs in the ~8 ms mode 5 → 2; redb, 6 runs
 //! each, 1,046 → 1,234 cycles/s, p50 0.64 → 0.48 ms, p99 7.4 → 5.3 ms. The
-//! p99 follows the disk: with lingering a handoff's p99 is about the fsync
+//! p99 follows the disk: with lingering a handoff's p99 was about the fsync
 //! p99 of its run plus the `save_committed` tail (up to ms on the blocking
-//! pool when the machine is busy), without it about twice the fsync p99.
+//! pool when the machine is busy; that round trip is gone since), without it
+//! about twice the fsync p99.
 //! Redis with `appendfsync always` in the same minutes: 1,565 cycles/s,
 //! p99 3.8 ms (the same disk). Two or four writes in flight instead of
 //! lingering made W2 slower (segment log: 1,700-1,900 against 2,300 cycles/s
