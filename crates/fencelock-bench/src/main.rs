@@ -34,7 +34,8 @@
 //! both ways and the peers per process. `--profile-server DIR` adds, after
 //! the counted runs of W1 at its largest client count and of W2, one uncounted
 //! run on each native single node with `perf` sampling the server: flamegraphs
-//! in DIR (see `profile.rs`).
+//! in DIR (see `profile.rs`). `profile-pid` samples any running process the
+//! same way (another build's server, measured with `--url`).
 #![allow(clippy::disallowed_methods)] // a benchmark measures time: it reads the clock on purpose
 
 mod chart;
@@ -134,6 +135,37 @@ enum Cmd {
     /// its runtime N worker threads (default: one per core).
     #[command(hide = true)]
     ServeNative(engines::ServeArgs),
+    /// Sample a running process (any server, e.g. another build's `fencelock
+    /// serve` measured with `--url`) with perf for a while, and write its
+    /// folded stacks and flamegraph as `--profile-server` does.
+    ProfilePid(ProfilePidArgs),
+}
+
+#[derive(clap::Args, Debug)]
+struct ProfilePidArgs {
+    /// The process to sample.
+    #[arg(long)]
+    pid: u32,
+    /// How long to sample.
+    #[arg(long, default_value_t = 5.0)]
+    seconds: f64,
+    /// Where the files go (`DIR/NAME.folded`, `DIR/NAME.svg`).
+    #[arg(long)]
+    dir: PathBuf,
+    #[arg(long)]
+    name: String,
+    /// The flamegraph's title.
+    #[arg(long)]
+    title: String,
+}
+
+/// `profile-pid`: samples `a.pid` for `a.seconds`, then folds and draws.
+fn profile_pid(a: ProfilePidArgs) -> anyhow::Result<()> {
+    let recording = profile::Recording::start(a.pid, &a.dir, &a.name, &a.title)?;
+    std::thread::sleep(std::time::Duration::from_secs_f64(a.seconds));
+    recording.stop()?;
+    println!("profile: {}", recording.finish()?.display());
+    Ok(())
 }
 
 fn main() -> anyhow::Result<()> {
@@ -145,6 +177,7 @@ fn main() -> anyhow::Result<()> {
     let rt = builder.enable_all().build()?;
     match args.cmd {
         Some(Cmd::ServeNative(a)) => rt.block_on(engines::serve_native(a)),
+        Some(Cmd::ProfilePid(a)) => profile_pid(a),
         None => rt.block_on(bench(args)),
     }
 }
