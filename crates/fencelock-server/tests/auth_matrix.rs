@@ -111,7 +111,13 @@ impl Node {
         panic!("the node did not become ready");
     }
 
-    fn last_log_index(&self) -> Option<u64> {
+    /// The last log index, as of now: openraft publishes its metrics at the
+    /// top of each turn of its core's loop, so a reply that came back (after
+    /// its entry was applied) may be seen before the metrics show its entry.
+    /// One round trip through the core first: the metrics are then published
+    /// as of every turn before it.
+    async fn last_log_index(&self) -> Option<u64> {
+        self.running.raft.with_raft_state(|_| ()).await.expect("the Raft core runs");
         self.running.raft.metrics().borrow().last_log_index
     }
 
@@ -201,14 +207,14 @@ async fn inv9_every_grpc_verb_without_valid_credentials_is_unauthenticated_and_c
     let node = start_node().await;
     let mut worker = node.with_token(&node.worker).await;
     let lease = grant(&mut worker).await.unwrap();
-    let before = node.last_log_index();
+    let before = node.last_log_index().await;
     for token in [None, Some("flt_00000000_0000"), Some(&node.worker[..node.worker.len() - 1])] {
         let mut c = node.client(token, None).await.unwrap();
         for (verb, code) in every_verb(&mut c, lease, "jobs/a").await {
             assert_eq!(code, Code::Unauthenticated, "{verb} with token {token:?}");
         }
     }
-    assert_eq!(node.last_log_index(), before, "a refused call must not become a log entry");
+    assert_eq!(node.last_log_index().await, before, "a refused call must not become a log entry");
     node.running.shutdown().await;
 }
 
@@ -219,7 +225,7 @@ async fn a_certificate_of_a_ca_the_node_does_not_trust_cannot_connect() {
     std::fs::write(node.file("stranger.pem"), &stranger.cert_pem).unwrap();
     std::fs::write(node.file("stranger.key"), &stranger.key_pem).unwrap();
     let (c, k) = (node.file("stranger.pem"), node.file("stranger.key"));
-    let before = node.last_log_index();
+    let before = node.last_log_index().await;
     // The TLS handshake fails (the node does not trust the issuer), so the
     // connection, or its first call, fails: never a grant.
     match node.client(None, Some((&c, &k))).await {
@@ -229,7 +235,7 @@ async fn a_certificate_of_a_ca_the_node_does_not_trust_cannot_connect() {
             assert_ne!(e.code(), Code::Ok);
         }
     }
-    assert_eq!(node.last_log_index(), before);
+    assert_eq!(node.last_log_index().await, before);
     node.running.shutdown().await;
 }
 
@@ -256,7 +262,7 @@ async fn an_expired_or_not_yet_valid_certificate_cannot_connect() {
         }
     })
     .await;
-    let before = node.last_log_index();
+    let before = node.last_log_index().await;
     for name in ["expired", "future"] {
         let (c, k) = (node.file(&format!("{name}.pem")), node.file(&format!("{name}.key")));
         if let Ok(mut client) = node.client(None, Some((&c, &k))).await {
@@ -264,7 +270,7 @@ async fn an_expired_or_not_yet_valid_certificate_cannot_connect() {
             assert_ne!(e.code(), Code::Ok, "{name}");
         }
     }
-    assert_eq!(node.last_log_index(), before, "nothing is written");
+    assert_eq!(node.last_log_index().await, before, "nothing is written");
     // The same CA and CN within their validity: the identity is served, so
     // the refusals above are the dates'.
     let (c, k) = (node.file("valid.pem"), node.file("valid.key"));
@@ -293,7 +299,7 @@ async fn each_identity_gets_exactly_its_rules() {
     assert_eq!(got, want);
 
     // Outside its prefix, the worker may do nothing with a lock.
-    let before = node.last_log_index();
+    let before = node.last_log_index().await;
     let e = worker.acquire(acquire(lease, "billing/x")).await.unwrap_err();
     assert_eq!(e.code(), Code::PermissionDenied);
     assert_eq!(e.message(), "permission denied: worker may not acquire lock \"billing/x\"");
@@ -311,7 +317,7 @@ async fn each_identity_gets_exactly_its_rules() {
     );
     let e = worker.list_locks(pb::ListLocksRequest { prefix: String::new(), limit: 0 }).await.unwrap_err();
     assert_eq!(e.code(), Code::PermissionDenied, "listing every lock needs read on \"\"");
-    assert_eq!(node.last_log_index(), before);
+    assert_eq!(node.last_log_index().await, before);
 
     // The verifier may only check.
     let mut verifier = node.with_token(&node.verifier).await;
@@ -346,12 +352,12 @@ async fn inv9_only_an_admin_resizes_a_semaphore() {
     let mut worker = node.with_token(&node.worker).await;
     let lease = grant(&mut worker).await.unwrap();
     worker.acquire(pb::AcquireRequest { permits: 2, ..acquire(lease, "jobs/pool") }).await.unwrap();
-    let before = node.last_log_index();
+    let before = node.last_log_index().await;
     let resize = || pb::ResizeRequest { lock: "jobs/pool".into(), permits: 3 };
     let e = worker.resize(resize()).await.unwrap_err();
     assert_eq!(e.code(), Code::PermissionDenied);
     assert_eq!(e.message(), "permission denied: worker may not admin the cluster");
-    assert_eq!(node.last_log_index(), before, "a refused resize must not become a log entry");
+    assert_eq!(node.last_log_index().await, before, "a refused resize must not become a log entry");
     let mut admin = node.with_token(&node.admin).await;
     assert_eq!(admin.resize(resize()).await.unwrap().into_inner().was, 2);
     node.running.shutdown().await;
@@ -367,7 +373,7 @@ async fn inv13_only_the_owner_uses_a_lease_and_an_admin_may_revoke_it() {
     let got = worker.acquire(acquire(lease, "jobs/a")).await.unwrap().into_inner();
     let Some(pb::acquire_response::Outcome::Acquired(a)) = got.outcome else { panic!("{got:?}") };
 
-    let before = node.last_log_index();
+    let before = node.last_log_index().await;
     let refused = [
         other.keep_alive(pb::KeepAliveRequest { request_id: request_id(), lease_id: lease }).await.map(drop),
         other.revoke_lease(pb::RevokeLeaseRequest { request_id: request_id(), lease_id: lease }).await.map(drop),
@@ -393,7 +399,7 @@ async fn inv13_only_the_owner_uses_a_lease_and_an_admin_may_revoke_it() {
     let info = worker.describe_lock(pb::DescribeLockRequest { lock: "jobs/a".into() }).await.unwrap().into_inner();
     let holder = info.lock.unwrap().holder.unwrap();
     assert_eq!((holder.lease_id, holder.token, holder.owner.as_str()), (lease, a.token, "worker"));
-    assert!(node.last_log_index() >= before);
+    assert!(node.last_log_index().await >= before);
 
     admin
         .revoke_lease(pb::RevokeLeaseRequest { request_id: request_id(), lease_id: lease })
@@ -455,7 +461,7 @@ async fn lease_ids_are_random() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_admin_port_answers_401_403_or_the_data() {
     let node = start_node().await;
-    let before = node.last_log_index();
+    let before = node.last_log_index().await;
     // (method, path, token, status)
     let cases: Vec<(&str, &str, Option<&str>, u16)> = vec![
         ("GET", "/metrics", None, 200),
@@ -489,7 +495,7 @@ async fn the_admin_port_answers_401_403_or_the_data() {
         let (got, body) = node.http(method, path, token).await;
         assert_eq!(got, want, "{method} {path} with {:?}: {body}", token.map(|t| &t[..12]));
     }
-    assert_eq!(node.last_log_index(), before, "refused admin calls change nothing");
+    assert_eq!(node.last_log_index().await, before, "refused admin calls change nothing");
     let (_, body) = node.http("GET", "/v1/cluster", Some(&node.worker)).await;
     assert!(body.contains("permission denied: worker may not admin the cluster"), "{body}");
     node.running.shutdown().await;
@@ -517,6 +523,26 @@ async fn a_token_added_to_the_file_works_without_a_restart() {
     node.running.shutdown().await;
 }
 
+/// Adds the identity `late` (a worker) to the node's auth file: the file as
+/// it was before, a client with `late`'s token, and a lease it was granted
+/// once the node had read the new file.
+async fn with_a_late_token(node: &Node) -> (String, Authed, u64) {
+    let before = std::fs::read_to_string(node.file("auth.toml")).unwrap();
+    let mut text = before.clone();
+    let late = add_token(&mut text, "late", "worker");
+    // A different mtime even on a coarse-grained file system.
+    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+    std::fs::write(node.file("auth.toml"), text).unwrap();
+    let mut c = node.with_token(&late).await;
+    for _ in 0..100 {
+        if let Ok(lease) = grant(&mut c).await {
+            return (before, c, lease);
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    panic!("the new token did not work within 5 s");
+}
+
 /// INV-9 on a stream: a session stream authenticates each operation against
 /// the auth file as it is then, as unary calls do. A token removed from the
 /// file stops working on a stream opened with it (the client library sends
@@ -524,18 +550,7 @@ async fn a_token_added_to_the_file_works_without_a_restart() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_token_removed_from_the_file_stops_working_on_an_open_session_stream() {
     let node = start_node().await;
-    let before = std::fs::read_to_string(node.file("auth.toml")).unwrap();
-    let mut text = before.clone();
-    let late = add_token(&mut text, "late", "worker");
-    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
-    std::fs::write(node.file("auth.toml"), text).unwrap();
-    let mut c = node.with_token(&late).await;
-    for _ in 0..100 {
-        if grant(&mut c).await.is_ok() {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
+    let (before, mut c, _lease) = with_a_late_token(&node).await;
     let (tx, rx) = tokio::sync::mpsc::channel(4);
     let mut replies = c.session(tokio_stream::wrappers::ReceiverStream::new(rx)).await.unwrap().into_inner();
     let mut op_id = 0;
@@ -574,21 +589,7 @@ async fn a_token_removed_from_the_file_stops_working_on_an_open_session_stream()
 async fn a_token_removed_from_the_file_ends_its_open_lease_watch() {
     use pb::lease_event::Kind;
     let node = start_node().await;
-    let before = std::fs::read_to_string(node.file("auth.toml")).unwrap();
-    let mut text = before.clone();
-    let late = add_token(&mut text, "late", "worker");
-    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
-    std::fs::write(node.file("auth.toml"), text).unwrap();
-    let mut c = node.with_token(&late).await;
-    let mut lease = None;
-    for _ in 0..100 {
-        if let Ok(l) = grant(&mut c).await {
-            lease = Some(l);
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
-    let lease = lease.expect("the new token did not work within 5 s");
+    let (before, mut c, lease) = with_a_late_token(&node).await;
     let mut events = c.watch_leases(pb::WatchLeasesRequest { lease_ids: vec![lease] }).await.unwrap().into_inner();
     let first = events.message().await.unwrap().unwrap();
     assert!(matches!(first.kind, Some(Kind::Watching(_))), "{first:?}");
