@@ -82,6 +82,18 @@ pub struct ConnLimits {
     /// HTTP admin port: a request whose headers are not all in within this is
     /// closed (default 10 s).
     pub header_read_timeout: Duration,
+    /// Most operations of one `Session` stream in flight at once (started,
+    /// reply not yet taken by the client; default 8,192). At the limit the
+    /// node stops reading the stream until one finishes: a client that sends
+    /// without reading its replies is held back by HTTP/2 flow control instead
+    /// of growing the node's memory.
+    pub session_ops_in_flight: usize,
+    /// Most acquires of one `Session` stream in flight at once (default
+    /// 4,096): one more is answered at once with `RESOURCE_EXHAUSTED`. Kept
+    /// below [`ConnLimits::session_ops_in_flight`], so that waiting acquires
+    /// never stop the node from reading the releases and cancels that would
+    /// end them.
+    pub session_acquires_in_flight: usize,
 }
 
 impl Default for ConnLimits {
@@ -93,6 +105,8 @@ impl Default for ConnLimits {
             handshake_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(300),
             header_read_timeout: Duration::from_secs(10),
+            session_ops_in_flight: 8192,
+            session_acquires_in_flight: 4096,
         }
     }
 }

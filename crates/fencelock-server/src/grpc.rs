@@ -62,6 +62,8 @@ pub const MAX_STREAMS_PER_CONNECTION: u32 = 4096;
 pub struct LockService {
     ops: Ops,
     auth: Arc<Auth>,
+    /// Operations in flight per session stream (see [`SessionLimits`]).
+    session_limits: SessionLimits,
     /// Turns true on shutdown: open session streams end, so a graceful shutdown
     /// does not wait for clients to close them.
     stop: watch::Receiver<bool>,
@@ -71,7 +73,14 @@ pub struct LockService {
 
 impl LockService {
     pub fn new(ops: Ops, auth: Arc<Auth>, stop: watch::Receiver<bool>) -> Self {
-        Self { ops, auth, stop, hub: None }
+        let limits = crate::conn_limits::ConnLimits::default();
+        Self { ops, auth, stop, hub: None, session_limits: SessionLimits::of(&limits) }
+    }
+
+    /// Session streams bounded by `limits`' session fields.
+    pub fn with_limits(mut self, limits: &crate::conn_limits::ConnLimits) -> Self {
+        self.session_limits = SessionLimits::of(limits);
+        self
     }
 
     /// Serves `Watch` from `hub` (without, `Watch` is unimplemented).
@@ -204,7 +213,7 @@ impl lock_server::Lock for LockService {
         let credentials = Credentials::of(&r);
         credentials.authenticate(&self.auth, &self.ops)?;
         let (tx, rx) = mpsc::channel(SESSION_BUFFER);
-        let session = Session::new(self.ops.clone(), (self.auth.clone(), credentials), tx);
+        let session = Session::new(self.ops.clone(), (self.auth.clone(), credentials), tx, self.session_limits);
         tokio::spawn(session.run(r.into_inner(), self.stop.clone()));
         Ok(Response::new(ReceiverStream::new(rx)))
     }
@@ -235,6 +244,22 @@ impl lock_server::Lock for LockService {
 
 type Out = mpsc::Sender<Result<pb::SessionResponse, Status>>;
 
+/// How much one session stream may have in flight (from
+/// [`crate::conn_limits::ConnLimits`]): operations in all, and acquires.
+#[derive(Debug, Clone, Copy)]
+struct SessionLimits {
+    ops: usize,
+    acquires: usize,
+}
+
+impl SessionLimits {
+    fn of(limits: &crate::conn_limits::ConnLimits) -> Self {
+        // Acquires below the total: waiting ones never stop the stream being read.
+        let ops = limits.session_ops_in_flight.max(2);
+        Self { ops, acquires: limits.session_acquires_in_flight.clamp(1, ops - 1) }
+    }
+}
+
 /// One operation of a session, from its start to its reply sent: yields its
 /// `op_id`, or `None` if it was aborted (a cancelled acquire).
 type Running = Pin<Box<dyn Future<Output = Option<u64>> + Send>>;
@@ -262,6 +287,7 @@ struct Session {
     /// `Cancel`. A multi-acquire is cancelled by its first lock: the engine's
     /// `CancelWait` withdraws it from every queue (or releases all its grants).
     acquires: HashMap<u64, (u64, u64, String, AbortHandle)>,
+    limits: SessionLimits,
 }
 
 /// What a session operation does: the API operation, or a reply known at once.
@@ -273,9 +299,10 @@ enum Work {
 }
 
 impl Session {
-    fn new(ops: Ops, (auth, credentials): (Arc<Auth>, Credentials), out: Out) -> Self {
+    fn new(ops: Ops, (auth, credentials): (Arc<Auth>, Credentials), out: Out, limits: SessionLimits) -> Self {
         let ops = Arc::new(ops);
-        Self { ops, auth, credentials, out, running: FuturesUnordered::new(), acquires: HashMap::new() }
+        let (running, acquires) = (FuturesUnordered::new(), HashMap::new());
+        Self { ops, auth, credentials, out, running, acquires, limits }
     }
 
     /// Who sends the stream's next operation, as the auth file says now.
@@ -287,7 +314,8 @@ impl Session {
         loop {
             tokio::select! {
                 _ = stop.wait_for(|s| *s) => break,
-                msg = inbound.message() => match msg {
+                // At the limit the stream is not read until an operation ends.
+                msg = inbound.message(), if self.running.len() < self.limits.ops => match msg {
                     Ok(Some(m)) => self.start(m),
                     Ok(None) | Err(_) => break,
                 },
@@ -316,6 +344,14 @@ impl Session {
             Err(refused) => return self.push(op_id, Work::Now(Err(refused)), None),
         };
         let abort = match &op {
+            Op::Acquire(_) if self.acquires.len() >= self.limits.acquires => {
+                let why = format!(
+                    "this session stream has {} acquires in flight, the most it may have; \
+                     wait for one to end or use another connection",
+                    self.limits.acquires
+                );
+                return self.push(op_id, Work::Now(Err(Status::resource_exhausted(why))), None);
+            }
             Op::Acquire(a) => {
                 let (abort, registration) = AbortHandle::new_pair();
                 self.acquires.insert(op_id, (a.request_id, a.lease_id, a.lock.clone(), abort));

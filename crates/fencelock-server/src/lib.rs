@@ -256,7 +256,9 @@ pub async fn serve(
         raft: raft.clone(),
     };
     tasks.push(tokio::spawn(raft::identity::watch(watched, failed_tx, stop_rx.clone())));
-    let lock_svc = grpc::LockService::new(ops.clone(), auth.clone(), stop_rx.clone()).with_watch(hub.clone());
+    let lock_svc = grpc::LockService::new(ops.clone(), auth.clone(), stop_rx.clone())
+        .with_watch(hub.clone())
+        .with_limits(&config.connections);
     let lock_svc = LockServer::new(lock_svc).max_decoding_message_size(grpc::MAX_REQUEST_BYTES);
     let gate = conn_limits::Gate::new(config.connections.clone(), metrics.clone());
     auth.attach(engine.clone());
