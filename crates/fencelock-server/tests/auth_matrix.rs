@@ -111,14 +111,8 @@ impl Node {
         panic!("the node did not become ready");
     }
 
-    /// The last log index, as of now: openraft publishes its metrics at the
-    /// top of each turn of its core's loop, so a reply that came back (after
-    /// its entry was applied) may be seen before the metrics show its entry.
-    /// One round trip through the core first: the metrics are then published
-    /// as of every turn before it.
     async fn last_log_index(&self) -> Option<u64> {
-        self.running.raft.with_raft_state(|_| ()).await.expect("the Raft core runs");
-        self.running.raft.metrics().borrow().last_log_index
+        support::last_log_index(&self.running).await
     }
 
     /// One HTTP/1.1 request to the admin port over TLS: (status, body).

@@ -13,7 +13,7 @@ use pb::acquire_response::Outcome;
 use tonic::Code;
 
 mod support;
-use support::{lease, request_id, start, Client};
+use support::{last_log_index, lease, request_id, start, Client};
 
 fn acquire(lease: u64, locks: &[&str], wait_ms: u64) -> pb::AcquireRequest {
     pb::AcquireRequest {
@@ -45,20 +45,19 @@ async fn inv18_a_multi_lock_is_granted_whole_from_one_entry_or_not_at_all() {
     let dir = tempfile::tempdir().unwrap();
     let (running, mut c) = start(dir.path()).await;
     let (l1, l2) = (lease(&mut c, 60_000).await, lease(&mut c, 60_000).await);
-    let last_index = || running.raft.metrics().borrow().last_log_index;
 
     // INV-9: refused before it is proposed.
-    let before = last_index();
+    let before = last_log_index(&running).await;
     for bad in [acquire(l1, &["x", "y", "x"], 0), pb::AcquireRequest { permits: 2, ..acquire(l1, &["x", "y"], 0) }] {
         assert_eq!(c.acquire(bad).await.unwrap_err().code(), Code::InvalidArgument);
     }
-    assert_eq!(last_index(), before, "a rejected multi-lock writes nothing");
+    assert_eq!(last_log_index(&running).await, before, "a rejected multi-lock writes nothing");
 
     // All free: every lock, in the order named, consecutive tokens, one entry.
     let got = grants(c.acquire(acquire(l1, &["c", "a", "b"], 0)).await.unwrap().into_inner());
     assert_eq!(got.iter().map(|(l, _)| l.as_str()).collect::<Vec<_>>(), ["c", "a", "b"]);
     assert_eq!((got[1].1, got[2].1), (got[0].1 + 1, got[0].1 + 2));
-    assert_eq!(last_index(), before.map(|i| i + 1), "one log entry");
+    assert_eq!(last_log_index(&running).await, before.map(|i| i + 1), "one log entry");
 
     // One lock held by someone else: a try takes nothing.
     let r = c.acquire(acquire(l2, &["d", "a"], 0)).await.unwrap().into_inner();

@@ -12,15 +12,14 @@ use fencelock_proto::v1 as pb;
 use tonic::Code;
 
 mod support;
-use support::{lease, request_id, start};
+use support::{last_log_index, lease, request_id, start};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn inv9_invalid_requests_write_no_log_entry() {
     let dir = tempfile::tempdir().unwrap();
     let (running, mut c) = start(dir.path()).await;
     let l = lease(&mut c, 60_000).await;
-    let last_index = || running.raft.metrics().borrow().last_log_index;
-    let before = last_index();
+    let before = last_log_index(&running).await;
 
     let long_name = "n".repeat(600);
     for round in 0..20 {
@@ -46,7 +45,7 @@ async fn inv9_invalid_requests_write_no_log_entry() {
             assert_eq!(s.code(), Code::InvalidArgument, "round {round}: {s:?}");
         }
     }
-    assert_eq!(last_index(), before, "a rejected request must not become a log entry");
+    assert_eq!(last_log_index(&running).await, before, "a rejected request must not become a log entry");
 
     // A valid request still does.
     let ok = pb::AcquireRequest {
@@ -58,5 +57,5 @@ async fn inv9_invalid_requests_write_no_log_entry() {
         ..Default::default()
     };
     c.acquire(ok).await.expect("a valid acquire");
-    assert!(last_index() > before);
+    assert!(last_log_index(&running).await > before);
 }

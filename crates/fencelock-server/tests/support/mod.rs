@@ -117,3 +117,14 @@ fn still_held(e: &fencelock_server::ServerError) -> bool {
     }
     false
 }
+
+/// The node's last log index, as of now: openraft publishes its metrics at
+/// the top of each turn of its core's loop, so a reply that came back (after
+/// its entry was applied) may be seen before the metrics show its entry. One
+/// round trip through the core first: the metrics are then published as of
+/// every turn before it.
+#[allow(dead_code)] // not every test binary that includes this module reads it
+pub async fn last_log_index(running: &Running) -> Option<u64> {
+    running.raft.with_raft_state(|_| ()).await.expect("the Raft core runs");
+    running.raft.metrics().borrow().last_log_index
+}
