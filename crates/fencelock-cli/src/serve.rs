@@ -98,6 +98,10 @@ pub struct ServeArgs {
     /// entries; 1 writes one at a time [default: 1].
     #[arg(long, env = "FENCELOCK_MAX_INFLIGHT_WRITES")]
     max_inflight_writes: Option<usize>,
+    /// Take a snapshot of the state (and drop the log before it) after this
+    /// many applied log entries [default: 20000].
+    #[arg(long, env = "FENCELOCK_SNAPSHOT_EVERY")]
+    snapshot_every: Option<u64>,
     #[command(flatten)]
     limits: LimitArgs,
     #[command(flatten)]
@@ -218,6 +222,7 @@ struct FileConfig {
     log_engine: Option<String>,
     worker_threads: Option<usize>,
     max_inflight_writes: Option<usize>,
+    snapshot_every: Option<u64>,
     max_connections: Option<usize>,
     max_connections_per_source: Option<usize>,
     max_new_connections_per_source: Option<u32>,
@@ -334,6 +339,10 @@ fn resolve(a: ServeArgs) -> anyhow::Result<(fencelock_server::Config, String)> {
     if let Some(n) = a.max_inflight_writes.or(file.max_inflight_writes) {
         ensure!(n > 0, "max_inflight_writes: must be at least 1");
         c.max_inflight_writes = n;
+    }
+    if let Some(n) = a.snapshot_every.or(file.snapshot_every) {
+        ensure!(n > 0, "snapshot_every: must be at least 1");
+        c.snapshot_every = n;
     }
     c.connections = limits;
     c.tls = tls;
@@ -464,6 +473,7 @@ mod tests {
             log_engine: None,
             worker_threads: None,
             max_inflight_writes: None,
+            snapshot_every: None,
             limits: LimitArgs::default(),
             tls: ServeTlsArgs::default(),
             quotas: QuotaArgs::default(),
@@ -527,9 +537,14 @@ mod tests {
     fn log_engine_inflight_writes_and_worker_threads_from_flags_and_file() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("c.toml");
-        std::fs::write(&path, "log_engine = \"redb\"\nmax_inflight_writes = 8\nworker_threads = 2\n").unwrap();
+        let text = "log_engine = \"redb\"\nmax_inflight_writes = 8\nworker_threads = 2\nsnapshot_every = 500\n";
+        std::fs::write(&path, text).unwrap();
         let (c, _) = resolve(ServeArgs { config: Some(path.clone()), ..args() }).unwrap();
-        assert_eq!((c.log, c.max_inflight_writes), (fencelock_server::LogEngine::Redb, 8));
+        assert_eq!((c.log, c.max_inflight_writes, c.snapshot_every), (fencelock_server::LogEngine::Redb, 8, 500));
+        let (c, _) = resolve(ServeArgs { config: Some(path.clone()), snapshot_every: Some(50), ..args() }).unwrap();
+        assert_eq!(c.snapshot_every, 50, "the flag wins");
+        let e = resolve(ServeArgs { snapshot_every: Some(0), ..args() }).unwrap_err();
+        assert!(e.to_string().contains("snapshot_every"), "{e}");
         assert_eq!(worker_threads(&ServeArgs { config: Some(path.clone()), ..args() }).unwrap(), Some(2));
         let flags = ServeArgs {
             config: Some(path.clone()),
