@@ -71,6 +71,7 @@
 //! of walking every lock. `tests/per_command.rs` measures it.
 
 mod consistency;
+mod cowmap;
 mod decode;
 mod dedup_index;
 mod lease;
@@ -96,6 +97,7 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 use crate::*;
+use cowmap::{CowMap, CowSet};
 use state::{Lease, Lock, Outcome};
 use timers::{TimerKind, Timers};
 
@@ -125,23 +127,22 @@ pub struct Engine {
     #[cfg(feature = "mutants")]
     #[serde(skip)]
     mutant_skip_floor: bool,
-    /// Behind an `Arc`: the map's nodes hold a pointer per lease, not the
-    /// whole record (a node of sequential ids is about half full), and a copy
-    /// of the engine shares the records with it. Cloning the engine (a
-    /// snapshot's copy, taken while applies wait) copies the maps' nodes, not
-    /// the records; a record still shared is copied when it is first changed
-    /// (`Arc::make_mut`, at every change), so the copy keeps its state.
-    leases: BTreeMap<LeaseId, Arc<Lease>>,
+    /// In a [`CowMap`] and behind an `Arc`: cloning the engine (a snapshot's
+    /// copy, taken while applies wait) clones a handle per chunk of the map,
+    /// and a chunk or a record still shared is copied when it is first changed
+    /// (`Arc::make_mut`, at every change), so the copy keeps its state. The
+    /// map's nodes hold a pointer per lease, not the whole record.
+    leases: CowMap<LeaseId, Arc<Lease>>,
     /// The live leases of each owner (see [`Command::As`]), for quotas. Absent
     /// in states written before owners existed, which had none.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    owned: BTreeMap<String, std::collections::BTreeSet<LeaseId>>,
+    #[serde(default, skip_serializing_if = "CowMap::is_empty")]
+    owned: CowMap<String, CowSet<LeaseId>>,
     /// `GrantLease` request id -> the lease it created, while that lease lives.
-    grant_reqs: BTreeMap<RequestId, LeaseId>,
+    grant_reqs: CowMap<RequestId, LeaseId>,
     /// The last [`REVOKED_MEMORY`] successful revokes, oldest first.
     revoked: VecDeque<(LeaseId, RequestId)>,
     /// Behind an `Arc`, as the leases.
-    locks: BTreeMap<LockName, Arc<Lock>>,
+    locks: CowMap<LockName, Arc<Lock>>,
     timers: Timers,
     /// Who may do what (absent in states written before it existed).
     #[serde(default, skip_serializing_if = "Policy::is_empty")]
@@ -181,11 +182,11 @@ impl Default for Engine {
             cluster_id: None,
             #[cfg(feature = "mutants")]
             mutant_skip_floor: false,
-            leases: BTreeMap::new(),
-            owned: BTreeMap::new(),
-            grant_reqs: BTreeMap::new(),
+            leases: CowMap::default(),
+            owned: CowMap::default(),
+            grant_reqs: CowMap::default(),
             revoked: VecDeque::new(),
-            locks: BTreeMap::new(),
+            locks: CowMap::default(),
             timers: Timers::default(),
             policy: Policy::default(),
             slots: BTreeMap::new(),

@@ -107,8 +107,8 @@ fn acquire_all(engine: &mut Engine, leases: &[LeaseId]) {
 
 /// Each lease is kept alive `k` times (request ids 2..), [`BATCH`] per step:
 /// a live lease's memory of outcomes fills up to `DEDUP_PER_LEASE`.
-fn keep_all_alive(engine: &mut Engine, leases: &[LeaseId], k: u64) {
-    for req in 2..k + 2 {
+fn keep_all_alive(engine: &mut Engine, leases: &[LeaseId], reqs: std::ops::Range<u64>) {
+    for req in reqs {
         for chunk in leases.chunks(BATCH) {
             let cmds = chunk.iter().map(|&lease| Command::KeepAlive { req: RequestId(req), lease });
             for reply in step(engine, 3, cmds.collect()) {
@@ -146,7 +146,7 @@ fn idle_lease_footprint_and_snapshot_cost() {
     );
     let k: u64 = std::env::var("FOOTPRINT_KEEPALIVES").ok().and_then(|v| v.parse().ok()).unwrap_or(0);
     if k > 0 {
-        keep_all_alive(&mut engine, &leases, k);
+        keep_all_alive(&mut engine, &leases, 2..k + 2);
         println!("  after {k} keep-alives each (remembered):  {:8.1}", per(held() - start));
     }
 
@@ -155,6 +155,18 @@ fn idle_lease_footprint_and_snapshot_cost() {
     let (copy, clone_secs) = timed(|| engine.clone());
     println!("copy of the engine (a snapshot's): {clone_secs:.3} s, {:.1} MB", peak() as f64 / 1e6);
     assert!(copy == engine, "the copy equals the engine");
+    // While the copy lives (a snapshot being written), a change copies the
+    // records and chunks it touches, once: every tenth lease touches every
+    // chunk of the lease and timer maps.
+    let before = held();
+    let tenth: Vec<LeaseId> = leases.iter().step_by(10).copied().collect();
+    let ((), kept_secs) = timed(|| keep_all_alive(&mut engine, &tenth, 1_000_000..1_000_001));
+    println!(
+        "  {} keep-alives (every tenth lease) while it lives: {:.1} MB more, in {kept_secs:.3} s",
+        tenth.len(),
+        (held() - before) as f64 / 1e6
+    );
+    assert!(copy != engine, "the copy kept its state");
     drop(copy);
 
     let peak = peak_from_here();

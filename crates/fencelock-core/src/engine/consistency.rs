@@ -58,7 +58,7 @@ impl Engine {
             }
         }
         let have: std::collections::BTreeMap<&str, std::collections::BTreeSet<LeaseId>> =
-            self.owned.iter().map(|(o, ids)| (o.as_str(), ids.clone())).collect();
+            self.owned.iter().map(|(o, ids)| (o.as_str(), ids.iter().copied().collect())).collect();
         match have == want {
             true => Ok(()),
             false => Err("the index of leases by owner does not match the leases' owners".into()),

@@ -1,6 +1,6 @@
 //! Lease commands and lease ends: `GrantLease`, `KeepAlive`, `Revoke`, expiry.
 
-use super::{state::Lease, Effects, Engine, TimerKind};
+use super::{cowmap::CowSet, state::Lease, Effects, Engine, TimerKind};
 use crate::validate::{check_req, check_ttl};
 use crate::*;
 use std::sync::Arc;
@@ -30,7 +30,7 @@ impl Engine {
         };
         let deadline = self.now.saturating_add(ttl_ms);
         if let Some(o) = owner {
-            self.owned.entry(o.to_string()).or_default().insert(id);
+            self.owned.get_or_insert_with(o.to_string(), CowSet::default).1.insert(id);
         }
         self.leases.insert(id, Arc::new(Lease::new(ttl_ms, deadline, req, owner.map(str::to_string))));
         self.grant_reqs.insert(req, id);

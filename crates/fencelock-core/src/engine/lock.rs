@@ -82,7 +82,7 @@ impl Engine {
             return reply;
         }
         if grantable {
-            self.locks.entry(name.clone()).or_insert_with(|| Arc::new(Lock::of_kind(kind)));
+            self.locks.get_or_insert_with(name.clone(), || Arc::new(Lock::of_kind(kind)));
             return self.grant_now(&name, share, a, fx);
         }
         if a.wait_ms == 0 {
@@ -177,10 +177,9 @@ impl Engine {
         let (granted_at, mode, weight) = (self.now, share.mode, share.weight);
         let Closing { lock_delay_ms, hold_at_least_ms } = closing;
         let holder = Holder { lease, req, token, granted_at, lock_delay_ms, tag, mode, weight, hold_at_least_ms };
-        let entry = self.locks.entry(name.clone());
-        let name = entry.key().clone();
+        let (name, lock) = self.locks.get_or_insert_with(name.clone(), Default::default);
         let grant = holder.grant(&name);
-        Arc::make_mut(entry.or_default()).add_holder(holder);
+        Arc::make_mut(lock).add_holder(holder);
         self.counts.holders += 1;
         if let Some(l) = self.leases.get_mut(&lease).map(Arc::make_mut) {
             l.holds.insert(token, name);
@@ -370,10 +369,6 @@ impl Engine {
     /// Removes the entry of `name` if it is held by nobody, nobody waits and
     /// it is open (one search of the map).
     pub(super) fn drop_if_unused(&mut self, name: &LockName) {
-        if let std::collections::btree_map::Entry::Occupied(e) = self.locks.entry(name.clone()) {
-            if e.get().is_unused() {
-                e.remove();
-            }
-        }
+        self.locks.remove_if(name, |l| l.is_unused());
     }
 }

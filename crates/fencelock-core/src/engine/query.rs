@@ -6,8 +6,6 @@
 //! listed, and [`Engine::check`] calls its token stale. Queries do not predict the
 //! grants the next tick will make.
 
-use std::ops::Bound;
-
 use super::{
     lock::count,
     state::{Holder, Lock, Waiter},
@@ -43,7 +41,7 @@ impl Engine {
     /// Up to `limit` locks whose name starts with `prefix`, sorted by name.
     pub fn locks(&self, now: Millis, prefix: &str, limit: usize) -> Vec<LockInfo> {
         self.locks
-            .range::<str, _>((Bound::Included(prefix), Bound::Unbounded))
+            .range_from::<str>(prefix)
             .take_while(|(name, _)| name.as_str().starts_with(prefix))
             .take(limit)
             .map(|(name, l)| self.info(now, name, l))

@@ -43,10 +43,10 @@ impl Engine {
         };
         let (mut position, mut first) = (None, None);
         for name in names {
-            let entry = self.locks.entry(name.clone());
+            let (key, lock) = self.locks.get_or_insert_with(name.clone(), Default::default);
             // The lease's wait keeps the lock map's own name (shared).
-            first.get_or_insert_with(|| entry.key().clone());
-            let lock = Arc::make_mut(entry.or_default());
+            first.get_or_insert(key);
+            let lock = Arc::make_mut(lock);
             position.get_or_insert(count(lock.queue.len()));
             lock.queue.push_back(waiter.clone());
             self.counts.waiters += 1;

@@ -4,10 +4,9 @@
 //! (lease expiries, then lock reopenings, then wait timeouts), then by id, so
 //! timers due at the same instant fire in the same order on every replica.
 
-use std::collections::BTreeSet;
-
 use serde::{Deserialize, Serialize};
 
+use super::cowmap::CowSet;
 use crate::{LeaseId, LockName, Millis, RequestId};
 
 /// What a timer does when it fires. Variant order is the tie-break order.
@@ -29,7 +28,7 @@ pub(crate) struct Timer {
 
 /// Pending timers, earliest first.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub(crate) struct Timers(BTreeSet<Timer>);
+pub(crate) struct Timers(CowSet<Timer>);
 
 impl Timers {
     pub fn insert(&mut self, at: Millis, kind: TimerKind) {
