@@ -102,7 +102,7 @@ fn panic_text(panic: &(dyn std::any::Any + Send)) -> String {
 }
 
 fn read_all(db: &impl ReadableDatabase, dir: &Path) -> Result<DataReport, DbError> {
-    let (snapshot_index, mut engine) = match read_snapshot(db)? {
+    let (snapshot_index, mut engine) = match read_snapshot(db, &super::snapshot_file::Files::new(dir))? {
         Some((meta, data)) => {
             let engine = decode_received(&meta, &data)?;
             engine.check_consistency().map_err(|why| corrupt("the snapshot", why))?;

@@ -263,7 +263,7 @@ fn open_unguarded(
         LogEngine::Segment => Some(Arc::new(open_wal(&db, dir, seams).map_err(store_err)?)),
     };
     let db = Arc::new(db);
-    let mut sm = StateMachine::load(db.clone(), seams.clone())?;
+    let mut sm = StateMachine::load(db.clone(), dir, seams.clone())?;
     if let Some(wal) = &wal {
         sm.log_reaches(wal.last_log_id().map(|l| l.index));
     }

@@ -36,7 +36,7 @@ use super::log_store::DbError;
 
 /// Tag of the first frame format: a JSON payload.
 pub(crate) const FRAME_V1: u8 = 0xF1;
-const HEADER: usize = 5;
+pub(crate) const HEADER: usize = 5;
 /// Tag of the second frame format: a payload of the codec named after the tag.
 pub(crate) const FRAME_V2: u8 = 0xF2;
 const HEADER_V2: usize = 6;
@@ -50,35 +50,9 @@ pub(crate) fn seal(payload: &[u8]) -> Vec<u8> {
     out
 }
 
-/// The frame of the payload that `write` appends to the buffer it is given,
-/// built in that one buffer: the header is reserved first and its checksum
-/// filled in last. The same bytes as [`seal`] of that payload, without a
-/// second copy of it (a snapshot's payload is hundreds of MB).
-pub(crate) fn seal_written<E>(write: impl FnOnce(&mut Vec<u8>) -> Result<(), E>) -> Result<Vec<u8>, E> {
-    let mut out = vec![0; HEADER];
-    write(&mut out)?;
-    let crc = crc32fast::hash(&out[HEADER..]);
-    out[0] = FRAME_V1;
-    out[1..HEADER].copy_from_slice(&crc.to_le_bytes());
-    Ok(out)
-}
-
-/// [`seal`] of an owned payload, in its own buffer: it grows by the header
-/// alone and the payload moves up in place, no second buffer.
-pub(crate) fn seal_owned(mut payload: Vec<u8>) -> Vec<u8> {
-    let crc = crc32fast::hash(&payload);
-    let len = payload.len();
-    payload.reserve_exact(HEADER);
-    payload.resize(len + HEADER, 0);
-    payload.copy_within(0..len, HEADER);
-    payload[0] = FRAME_V1;
-    payload[1..HEADER].copy_from_slice(&crc.to_le_bytes());
-    payload
-}
-
-/// The payload of a frame this process just sealed ([`seal_written`],
-/// [`seal_owned`]), in the frame's own buffer: the header is cut off in
-/// place. Unchecked: for frames read from storage, see [`open`].
+/// The payload of a V1 frame, in the frame's own buffer: the header is cut
+/// off in place. Unchecked: check a frame read from storage with [`open`]
+/// first.
 pub(crate) fn unseal_own(mut sealed: Vec<u8>) -> Vec<u8> {
     debug_assert_eq!(sealed.first(), Some(&FRAME_V1), "a V1 frame");
     sealed.drain(..HEADER.min(sealed.len()));
@@ -172,26 +146,14 @@ mod tests {
         }
     }
 
-    /// The frames built in one buffer are byte for byte [`seal`]'s (the
-    /// stored format does not change), and give their payload back.
+    /// A frame's payload, cut out in its own buffer, is what [`open`] gives.
     #[test]
-    fn frames_built_in_place_are_seals() {
+    fn a_frame_unsealed_in_place_gives_its_payload() {
         for payload in [&b""[..], b"{}", br#"{"engine":{"leases":[1,2,3]}}"#] {
             let sealed = seal(payload);
-            let written = seal_written(|out| {
-                out.extend_from_slice(payload);
-                Ok::<_, std::convert::Infallible>(())
-            });
-            assert_eq!(written.unwrap(), sealed);
-            assert_eq!(seal_owned(payload.to_vec()), sealed);
             assert_eq!(open(&name, &sealed).unwrap(), payload);
             assert_eq!(unseal_own(sealed), payload);
         }
-        let failed = seal_written(|out| {
-            out.push(b'{');
-            Err("the payload does not serialize")
-        });
-        assert_eq!(failed, Err("the payload does not serialize"));
     }
 
     #[test]

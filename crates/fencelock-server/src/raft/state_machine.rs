@@ -1,31 +1,35 @@
 //! The replicated state machine: the [`Engine`], fed by committed log entries.
 //!
 //! The engine lives in memory. It is not written on every apply: it is rebuilt at
-//! startup from the latest snapshot (persisted in the `raft_snapshot` table of the
-//! same redb database) plus the committed log after it, which openraft re-applies.
+//! startup from the latest snapshot plus the committed log after it, which
+//! openraft re-applies.
 //!
 //! Snapshot bytes are the JSON of [`SnapshotPayload`] (last applied log id, last
-//! membership, engine). The table holds two keys written in one durable transaction:
-//! `"meta"` (JSON of openraft's `SnapshotMeta`) and `"data"` (the snapshot bytes).
+//! membership, engine), in a file of the data dir's `snap/` (see
+//! [`super::snapshot_file`]). The `raft_snapshot` table of the redb database
+//! names it: `"meta"` (JSON of openraft's `SnapshotMeta`) and `"file"` (its
+//! [`FileRef`]), written in one durable transaction after the file is synced.
+//! Data dirs of the layout before files hold the bytes under `"data"` instead,
+//! read until the next snapshot replaces them.
 //!
 //! Taking a snapshot (openraft's state-machine task asks for a
 //! [`SnapshotBuilder`], then builds it on a task of its own): the builder is a
 //! copy of the engine, cloned on a blocking thread while applies wait; the
-//! copy is serialized on a blocking thread straight into the stored frame's
-//! buffer, dropped, and the frame written, so no runtime thread is held for
-//! more than the hand-offs and this module holds one copy of the data at a
-//! time (redb makes its own to write it). The clone copies the engine's maps
-//! but shares its lease and lock records (`Arc`, copied on their next change):
-//! at a million idle leases it holds applies for about 0.26 s (fencelock-core's
-//! `tests/footprint.rs`, "copy of the engine"; 0.3-1.2 s on a loaded machine
-//! before the records were shared, `tests/snapshot_scale.rs`), and a build's
-//! allocations peaked 1.2 GB above the state, 1.7 GB once a snapshot is stored
-//! (writing the table reads the leaf that holds the replaced data).
+//! copy is streamed to its file on a blocking thread and dropped, so no
+//! runtime thread is held for more than the hand-offs and no copy of the
+//! bytes is in memory while it is written. The clone shares the engine's
+//! chunks and records (fencelock-core's `CowMap` and `Arc`s, copied on their
+//! next change): at a million idle leases applies wait 2-4 ms for it, and
+//! a build's allocations peak 416 MB above the state, all of it the data read
+//! back from the file for openraft, which keeps only the meta
+//! (`tests/snapshot_scale.rs`; 0.26 s and 1.2 GB, 1.7 GB once a snapshot was
+//! stored, when the maps were copied whole and the bytes went into redb).
 #![allow(clippy::result_large_err)] // openraft's error types are large by design
 
 use crate::raft::Member;
-use std::io::Cursor;
+use std::io::{Cursor, Write};
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
+use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
@@ -40,6 +44,7 @@ use serde::{Deserialize, Serialize};
 
 use super::log_store::{blocking, decode, encode, DbError, SNAPSHOT};
 use super::record;
+use super::snapshot_file::{FileRef, Files};
 use super::{NodeId, TypeConfig};
 use crate::seams::{Applying, CrashPoint, Seams};
 use crate::watching::{self as watch, Hub};
@@ -53,7 +58,14 @@ use crate::watching::{self as watch, Hub};
 pub type SharedEngine = Arc<RwLock<Engine>>;
 
 const KEY_META: &str = "meta";
+/// The [`FileRef`] of the snapshot's data.
+const KEY_FILE: &str = "file";
+/// The snapshot's data, in the layout before files (read, then dropped).
 const KEY_DATA: &str = "data";
+
+fn io_err(e: std::io::Error) -> DbError {
+    DbError::Other(format!("cannot write a snapshot file: {e}"))
+}
 
 type Membership = StoredMembership<NodeId, Member>;
 type Meta = SnapshotMeta<NodeId, Member>;
@@ -78,6 +90,8 @@ struct SnapshotPayload {
 /// builder is a detached copy taken between two applies.
 pub struct StateMachine {
     db: Arc<Database>,
+    /// Where the snapshots' data is (see [`super::snapshot_file`]).
+    files: Files,
     engine: SharedEngine,
     last_applied: Option<LogId<NodeId>>,
     last_membership: Membership,
@@ -114,53 +128,101 @@ fn snapshot_name(key: &str) -> impl Fn() -> String + '_ {
     move || format!("raft_snapshot[{key:?}]")
 }
 
-/// Reads the persisted snapshot (meta, data), if any.
-pub(crate) fn read_snapshot(db: &impl ReadableDatabase) -> Result<Option<(Meta, Vec<u8>)>, DbError> {
-    let txn = db.begin_read()?;
-    let table = txn.open_table(SNAPSHOT)?;
-    let meta = table.get(KEY_META)?;
-    let data = table.get(KEY_DATA)?;
-    match (meta, data) {
-        (Some(m), Some(d)) => {
-            let meta: Meta = decode(&snapshot_name(KEY_META), m.value())?;
-            let data = record::open(&snapshot_name(KEY_DATA), d.value())?;
-            Ok(Some((meta, data.to_vec())))
-        }
-        (None, None) => Ok(None),
+/// Reads the persisted snapshot (meta, data), if any: the data from the file
+/// the database names, or from the table in the layout before files.
+pub(crate) fn read_snapshot(db: &impl ReadableDatabase, files: &Files) -> Result<Option<(Meta, Vec<u8>)>, DbError> {
+    let (meta, file, legacy) = {
+        let txn = db.begin_read()?;
+        let table = txn.open_table(SNAPSHOT)?;
+        let meta: Option<Meta> =
+            table.get(KEY_META)?.map(|m| decode(&snapshot_name(KEY_META), m.value())).transpose()?;
+        let file: Option<FileRef> =
+            table.get(KEY_FILE)?.map(|f| decode(&snapshot_name(KEY_FILE), f.value())).transpose()?;
+        let legacy = match (&meta, &file) {
+            (Some(_), None) => table
+                .get(KEY_DATA)?
+                .map(|d| record::open(&snapshot_name(KEY_DATA), d.value()).map(<[u8]>::to_vec))
+                .transpose()?,
+            _ => None,
+        };
+        (meta, file, legacy)
+    };
+    match (meta, file, legacy) {
+        (Some(meta), Some(file), _) => Ok(Some((meta, files.read(&file)?))),
+        (Some(meta), None, Some(data)) => Ok(Some((meta, data))),
+        (None, None, _) => Ok(None),
         _ => Err(DbError::Other("snapshot table holds meta without data or data without meta".into())),
     }
 }
 
-/// Persists `meta` and `sealed` (the snapshot's data, framed by
-/// [`record`]) as the current snapshot, durably. With `only_if_newer`, an
-/// already stored snapshot with a greater last log id is kept (a snapshot built
-/// concurrently with an install must not replace the installed, newer one).
-/// Returns whether it was written.
-fn write_snapshot(db: &Database, meta: &Meta, sealed: &[u8], only_if_newer: bool) -> Result<bool, DbError> {
-    let meta_bytes = encode(meta)?;
+/// The file the stored snapshot's data is in, if it is in one.
+fn stored_file(db: &impl ReadableDatabase) -> Result<Option<FileRef>, DbError> {
+    let txn = db.begin_read()?;
+    let table = txn.open_table(SNAPSHOT)?;
+    let file = table.get(KEY_FILE)?;
+    file.map(|f| decode(&snapshot_name(KEY_FILE), f.value())).transpose()
+}
+
+/// Whether the stored snapshot is past `meta`'s point of the log.
+fn stored_is_newer(db: &Database, meta: &Meta) -> Result<bool, DbError> {
+    let txn = db.begin_read()?;
+    let table = txn.open_table(SNAPSHOT)?;
+    let existing = table.get(KEY_META)?;
+    let existing: Option<Meta> = existing.map(|m| decode(&snapshot_name(KEY_META), m.value())).transpose()?;
+    Ok(existing.is_some_and(|e| e.last_log_id > meta.last_log_id))
+}
+
+/// Persists the snapshot `meta` whose data `payload` writes as the current
+/// one, durably: its file first, then the database names it (see
+/// [`super::snapshot_file`]). With `only_if_newer`, an already stored
+/// snapshot with a greater last log id is kept and nothing is written (a
+/// snapshot built concurrently with an install must not replace the
+/// installed, newer one). The file written, if it was.
+fn store_snapshot(
+    db: &Database,
+    files: &Files,
+    meta: &Meta,
+    only_if_newer: bool,
+    payload: impl FnOnce(&mut dyn Write) -> Result<(), DbError>,
+) -> Result<Option<FileRef>, DbError> {
+    let _held = files.lock();
+    if only_if_newer && stored_is_newer(db, meta)? {
+        return Ok(None);
+    }
+    let file = files.write(meta.last_log_id.map(|l| l.index), payload)?;
+    let named = name_file(db, meta, &file, |_| Ok(()));
+    if let Err(e) = named {
+        files.remove(&file);
+        return Err(e);
+    }
+    if let Err(e) = files.tidy(Some(&file.name)) {
+        // The snapshot is stored; the old file goes at the next start.
+        tracing::warn!(error = %e, "cannot remove a replaced snapshot file");
+    }
+    Ok(Some(file))
+}
+
+/// Names `file` as the data of the snapshot `meta` in one durable
+/// transaction, with whatever else `also` writes in it; drops the data of the
+/// layout before files.
+fn name_file(
+    db: &Database,
+    meta: &Meta,
+    file: &FileRef,
+    also: impl FnOnce(&redb::WriteTransaction) -> Result<(), DbError>,
+) -> Result<(), DbError> {
+    let (meta_bytes, file_bytes) = (encode(meta)?, encode(file)?);
     let mut txn = db.begin_write()?;
     txn.set_durability(Durability::Immediate)?;
-    let written = {
+    also(&txn)?;
+    {
         let mut table = txn.open_table(SNAPSHOT)?;
-        let keep_existing = if only_if_newer {
-            match table.get(KEY_META)? {
-                Some(existing) => {
-                    let existing: Meta = decode(&snapshot_name(KEY_META), existing.value())?;
-                    existing.last_log_id > meta.last_log_id
-                }
-                None => false,
-            }
-        } else {
-            false
-        };
-        if !keep_existing {
-            table.insert(KEY_META, meta_bytes.as_slice())?;
-            table.insert(KEY_DATA, sealed)?;
-        }
-        !keep_existing
-    };
+        table.insert(KEY_META, meta_bytes.as_slice())?;
+        table.insert(KEY_FILE, file_bytes.as_slice())?;
+        table.remove(KEY_DATA)?;
+    }
     txn.commit()?;
-    Ok(written)
+    Ok(())
 }
 
 /// The index of the first entry that is not in the log yet: one past the last
@@ -177,14 +239,13 @@ fn decode_payload(data: &[u8]) -> Result<SnapshotPayload, DbError> {
     Ok(serde_json::from_slice(data)?)
 }
 
-/// The snapshot data of `engine` at `meta`'s point of the log, framed for
-/// storage: serialized straight into the frame's buffer (see
-/// [`record::seal_written`]). Hundreds of MB at a million leases: call it on
-/// a blocking thread, never on the runtime's.
-fn sealed_data(meta: &Meta, engine: &Engine) -> Result<Vec<u8>, DbError> {
+/// Writes the snapshot data of `engine` at `meta`'s point of the log to
+/// `out`. Hundreds of MB at a million leases: call it on a blocking thread,
+/// never on the runtime's.
+fn write_data(meta: &Meta, engine: &Engine, out: &mut dyn Write) -> Result<(), DbError> {
     let payload =
         SnapshotPayloadRef { last_applied: &meta.last_log_id, last_membership: &meta.last_membership, engine };
-    record::seal_written(|out| serde_json::to_writer(out, &payload)).map_err(DbError::from)
+    serde_json::to_writer(out, &payload).map_err(DbError::from)
 }
 
 /// The engine of a received snapshot, if its data decodes and matches its meta
@@ -207,10 +268,15 @@ fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
 
 impl StateMachine {
     /// Loads the state machine from the persisted snapshot of `db` (or starts empty).
-    pub(crate) fn load(db: Arc<Database>, seams: Seams) -> Result<Self, StorageError<NodeId>> {
-        let snap = read_snapshot(&*db).map_err(snap_err(None, ErrorVerb::Read))?;
+    /// Snapshot files a crash left unnamed in `dir` (the data dir) are removed.
+    pub(crate) fn load(db: Arc<Database>, dir: &Path, seams: Seams) -> Result<Self, StorageError<NodeId>> {
+        let files = Files::new(dir);
+        let snap = read_snapshot(&*db, &files).map_err(snap_err(None, ErrorVerb::Read))?;
+        let named = stored_file(&*db).map_err(snap_err(None, ErrorVerb::Read))?;
+        files.tidy(named.as_ref().map(|f| f.name.as_str())).map_err(snap_err(None, ErrorVerb::Write))?;
         let mut sm = StateMachine {
             db,
+            files,
             engine: Arc::new(RwLock::new(Engine::new())),
             last_applied: None,
             last_membership: Membership::default(),
@@ -324,22 +390,23 @@ pub(crate) fn seed_restored(
     let db = &sm.db;
     let meta =
         Meta { last_log_id: Some(last), last_membership: membership, snapshot_id: format!("restored-{}", last.index) };
-    let (meta_bytes, last_bytes, data) = (encode(&meta)?, encode(&last)?, sealed_data(&meta, engine)?);
-    let mut txn = db.begin_write()?;
-    txn.set_durability(Durability::Immediate)?;
-    {
+    let last_bytes = encode(&last)?;
+    let files = &sm.files;
+    let _held = files.lock();
+    let file = files.write(Some(last.index), |out| write_data(&meta, engine, out))?;
+    let named = name_file(db, &meta, &file, |txn| {
         if txn.open_table(LOG)?.last()?.is_some() || txn.open_table(SNAPSHOT)?.get(KEY_META)?.is_some() {
             return Err(DbError::Other("the database is not empty".into()));
         }
-        let mut snapshot = txn.open_table(SNAPSHOT)?;
-        snapshot.insert(KEY_META, meta_bytes.as_slice())?;
-        snapshot.insert(KEY_DATA, data.as_slice())?;
         let mut raft_meta = txn.open_table(META)?;
         raft_meta.insert(KEY_LAST_PURGED, last_bytes.as_slice())?;
         raft_meta.insert(KEY_COMMITTED, last_bytes.as_slice())?;
+        Ok(())
+    });
+    if named.is_err() {
+        files.remove(&file);
     }
-    txn.commit()?;
-    Ok(())
+    named
 }
 
 /// A snapshot's data must describe the same point of the log as its meta.
@@ -358,6 +425,7 @@ fn check_payload(meta: &Meta, payload: &SnapshotPayload) -> Result<(), DbError> 
 /// serializes, stores and drops on a blocking thread.
 pub struct SnapshotBuilder {
     db: Arc<Database>,
+    files: Files,
     /// The copy, until it is serialized; why there is none otherwise.
     engine: Result<Engine, &'static str>,
     last_applied: Option<LogId<NodeId>>,
@@ -394,16 +462,19 @@ impl SnapshotBuilder {
     }
 }
 
-/// Serializes `engine` at `meta` into its stored frame, drops `engine`, and
-/// persists the frame unless a newer snapshot is stored; the snapshot's data
-/// (the frame's payload, in the frame's buffer) and whether it was written.
-/// One copy of the data lives at a time, and never beside the engine's copy
-/// once it is serialized.
-fn serialize_and_store(db: &Database, meta: &Meta, engine: Engine) -> Result<(Vec<u8>, bool), DbError> {
-    let sealed = sealed_data(meta, &engine)?;
+/// Streams `engine` at `meta` into a new snapshot file and names it as the
+/// current snapshot, unless a newer one is stored; drops `engine`; the
+/// snapshot's data (read back from its file, checked) and whether it was
+/// stored. No copy of the data is in memory while the engine's copy is.
+fn serialize_and_store(db: &Database, files: &Files, meta: &Meta, engine: Engine) -> Result<(Vec<u8>, bool), DbError> {
+    let file = store_snapshot(db, files, meta, true, |out| write_data(meta, &engine, out))?;
+    let Some(file) = file else {
+        let mut data = Vec::new();
+        write_data(meta, &engine, &mut data)?;
+        return Ok((data, false));
+    };
     drop(engine);
-    let written = write_snapshot(db, meta, &sealed, true)?;
-    Ok((record::unseal_own(sealed), written))
+    Ok((files.read(&file)?, true))
 }
 
 impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
@@ -414,9 +485,9 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
     async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig>, StorageError<NodeId>> {
         let meta = self.meta();
         let engine = std::mem::replace(&mut self.engine, Err(BUILT));
-        let (db, m) = (self.db.clone(), meta.clone());
+        let (db, files, m) = (self.db.clone(), self.files.clone(), meta.clone());
         let (data, written) =
-            blocking(move || serialize_and_store(&db, &m, engine.map_err(|e| DbError::Other(e.into()))?))
+            blocking(move || serialize_and_store(&db, &files, &m, engine.map_err(|e| DbError::Other(e.into()))?))
                 .await
                 .map_err(snap_err(Some(&meta), ErrorVerb::Write))?;
         if !written {
@@ -471,6 +542,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             .unwrap_or(Err("the engine's copy panicked"));
         SnapshotBuilder {
             db: self.db.clone(),
+            files: self.files.clone(),
             engine,
             last_applied: self.last_applied,
             last_membership: self.last_membership.clone(),
@@ -499,8 +571,8 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         })
         .await
         .map_err(snap_err(Some(meta), ErrorVerb::Read))?;
-        let m = meta.clone();
-        blocking(move || write_snapshot(&db, &m, &record::seal_owned(data), false))
+        let (m, files) = (meta.clone(), self.files.clone());
+        blocking(move || store_snapshot(&db, &files, &m, false, |out| out.write_all(&data).map_err(io_err)))
             .await
             .map_err(snap_err(Some(meta), ErrorVerb::Write))?;
         let replaced = {
@@ -518,7 +590,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
     }
 
     async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot<TypeConfig>>, StorageError<NodeId>> {
-        let snap = read_snapshot(&*self.db).map_err(snap_err(None, ErrorVerb::Read))?;
+        let snap = read_snapshot(&*self.db, &self.files).map_err(snap_err(None, ErrorVerb::Read))?;
         Ok(snap.map(|(meta, data)| Snapshot { meta, snapshot: Box::new(Cursor::new(data)) }))
     }
 }

@@ -15,9 +15,9 @@ use openraft::{
 };
 use tempfile::TempDir;
 
-use redb::ReadableDatabase;
+use redb::{ReadableDatabase, ReadableTable};
 
-use super::{codec, log_store, record};
+use super::{codec, log_store, record, snapshot_file};
 use super::{open_storage, LogStore, Network, NodeId, RaftService, StateMachine, TypeConfig};
 
 fn log_id(term: u64, index: u64) -> LogId<NodeId> {
@@ -680,8 +680,8 @@ async fn snapshot_restores_engine_on_reopen() {
 
 /// A snapshot holds the state at the moment its builder was taken, whatever is
 /// applied before it is built (openraft builds it on another task while applies
-/// go on), and the data it returns is the data it stored (serialized in the
-/// stored frame's buffer, then cut out of it).
+/// go on), and the data it returns is the data it stored (read back from its
+/// file).
 #[tokio::test]
 async fn a_snapshot_holds_the_state_at_its_builder_and_returns_what_it_stored() {
     let dir = tempfile::tempdir().unwrap();
@@ -1059,4 +1059,81 @@ fn a_half_created_database_is_created_again() {
     let (_log, _sm) = super::open_storage(dir.path()).unwrap();
     assert!(dir.path().join("fencelock.redb").exists());
     assert!(!tmp.exists());
+}
+
+/// The snapshot files in `dir`'s `snap/`, sorted.
+fn snapshot_files(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut files: Vec<_> = std::fs::read_dir(dir.join(snapshot_file::SNAP_DIR))
+        .map(|d| d.map(|e| e.unwrap().path()).collect())
+        .unwrap_or_default();
+    files.sort();
+    files
+}
+
+/// Data dirs written before snapshot files keep the snapshot's data in the
+/// table under `"data"`: a start reads it from there, and the next snapshot
+/// goes to a file and drops the key.
+#[tokio::test]
+async fn a_snapshot_in_the_table_is_read_and_the_next_one_goes_to_a_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = {
+        let (log, mut sm) = open_storage(dir.path()).unwrap();
+        sm.apply(vec![
+            membership(1, 1, &[1]),
+            normal(1, 2, Input::leader_start(1_000)),
+            normal(1, 3, Input::Batch { now: 1_100, cmds: vec![grant(7, 5_000)] }),
+        ])
+        .await
+        .unwrap();
+        let snap = sm.get_snapshot_builder().await.build_snapshot().await.unwrap();
+        // Rewritten to the layout before files.
+        let txn = log.db().begin_write().unwrap();
+        {
+            let mut table = txn.open_table(log_store::SNAPSHOT).unwrap();
+            table.insert("data", record::seal(snap.snapshot.get_ref()).as_slice()).unwrap();
+            table.remove("file").unwrap();
+        }
+        txn.commit().unwrap();
+        std::fs::remove_dir_all(dir.path().join(snapshot_file::SNAP_DIR)).unwrap();
+        let engine = sm.engine().read().unwrap().clone();
+        engine
+    };
+    let (log, mut sm) = open_storage(dir.path()).unwrap();
+    assert_eq!(*sm.engine().read().unwrap(), engine);
+    sm.apply(vec![normal(1, 4, Input::Batch { now: 1_200, cmds: vec![grant(8, 5_000)] })]).await.unwrap();
+    sm.get_snapshot_builder().await.build_snapshot().await.unwrap();
+    let keys: Vec<String> = {
+        let txn = log.db().begin_read().unwrap();
+        let table = txn.open_table(log_store::SNAPSHOT).unwrap();
+        table.iter().unwrap().map(|kv| kv.unwrap().0.value().to_string()).collect()
+    };
+    assert_eq!(keys, ["file", "meta"]);
+    assert_eq!(snapshot_files(dir.path()).len(), 1);
+}
+
+/// A snapshot file the database does not name (a crash left it, before or
+/// after the database named another) is removed at the next start; a named
+/// file that is missing stops the start (INV-10: a node never starts from
+/// another state than the one it acknowledged).
+#[tokio::test]
+async fn an_unnamed_snapshot_file_is_removed_and_a_missing_named_one_stops_the_start() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let (_log, mut sm) = open_storage(dir.path()).unwrap();
+        sm.apply(vec![membership(1, 1, &[1]), normal(1, 2, Input::leader_start(1_000))]).await.unwrap();
+        sm.get_snapshot_builder().await.build_snapshot().await.unwrap();
+        sm.apply(vec![normal(1, 3, Input::Batch { now: 1_100, cmds: vec![grant(7, 5_000)] })]).await.unwrap();
+        sm.get_snapshot_builder().await.build_snapshot().await.unwrap();
+    }
+    let named = snapshot_files(dir.path());
+    assert_eq!(named.len(), 1, "the replaced file is gone: {named:?}");
+    let snap = dir.path().join(snapshot_file::SNAP_DIR);
+    std::fs::write(snap.join("00000000000000000009-1-1.snap.tmp"), b"torn").unwrap();
+    std::fs::write(snap.join("00000000000000000009-1-2.snap"), b"never named").unwrap();
+    drop(open_storage(dir.path()).unwrap());
+    assert_eq!(snapshot_files(dir.path()), named);
+
+    std::fs::remove_file(&named[0]).unwrap();
+    let Err(err) = open_storage(dir.path()) else { panic!("a start without its snapshot is refused") };
+    assert!(format!("{err:?}").contains("missing"), "{err:?}");
 }
