@@ -68,8 +68,13 @@ use super::{NodeId, Raft};
 use crate::config::{Bootstrap, Config};
 
 /// The on-disk format this binary writes and reads. A data dir with a higher
-/// number was written by a newer fencelock and is refused.
-pub const FORMAT_VERSION: u32 = 1;
+/// number was written by a newer fencelock and is refused; one with a lower
+/// number is moved to this one when it is opened ([`upgrade`]).
+///
+/// - 1: identities.
+/// - 2: a snapshot's data in a file of `snap/` (see
+///   [`super::snapshot_file`]), which format 1 cannot read.
+pub const FORMAT_VERSION: u32 = 2;
 
 const KEY_IDENTITY: &str = "identity";
 
@@ -215,16 +220,17 @@ impl IdentityError {
 /// a newer format, is refused untouched.
 fn open_storage(dir: &Path, config: &Config) -> Result<(LogStore, StateMachine), IdentityError> {
     let refused = std::cell::RefCell::new(None);
-    let admit =
-        |db: &redb::Database| match read(db).map_err(storage).and_then(|id| id.map_or(Ok(()), |id| check(config, &id)))
-        {
-            Ok(()) => Ok(()),
-            Err(e) => {
-                let why = e.to_string();
-                *refused.borrow_mut() = Some(e);
-                Err(why)
-            }
-        };
+    let admit = |db: &redb::Database| match read(db)
+        .map_err(storage)
+        .and_then(|id| id.map_or(Ok(()), |id| check(config, &id).and_then(|()| upgrade(config, db, id))))
+    {
+        Ok(()) => Ok(()),
+        Err(e) => {
+            let why = e.to_string();
+            *refused.borrow_mut() = Some(e);
+            Err(why)
+        }
+    };
     let opened = log_store::open_admitted(dir, &config.seams, config.log, &admit);
     opened.map_err(|e| refused.take().unwrap_or_else(|| IdentityError::Open(cause_of(e))))
 }
@@ -299,6 +305,23 @@ fn check(config: &Config, id: &Identity) -> Result<(), IdentityError> {
         let (dir, stored, flag) = (config.data_dir.clone(), id.node_id, config.node_id);
         return Err(IdentityError::OtherNode { dir, stored, flag, cluster });
     }
+    Ok(())
+}
+
+/// Records this binary's format in a data dir of an older one, which may from
+/// here on hold what the older one cannot read: started again, that one
+/// refuses it as newer instead of failing on what it finds.
+fn upgrade(config: &Config, db: &Database, id: Identity) -> Result<(), IdentityError> {
+    if id.format >= FORMAT_VERSION {
+        return Ok(());
+    }
+    let from = id.format;
+    write(db, &Identity { format: FORMAT_VERSION, ..id }).map_err(storage)?;
+    tracing::info!(
+        "data dir {}: on-disk format {from} -> {FORMAT_VERSION}; fencelock versions that read only format {from} \
+         now refuse it",
+        config.data_dir.display()
+    );
     Ok(())
 }
 
@@ -471,4 +494,43 @@ async fn fail(w: &Watched, failed: &tokio_watch::Sender<Option<String>>, why: St
     tracing::error!("stopping: {why}; nothing more is acknowledged from this data dir");
     let _ = w.raft.shutdown().await;
     let _ = failed.send(Some(why));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn set_format(config: &Config, format: u32) {
+        let (log, _sm, identity) = open(config).expect("opens");
+        let id = Identity { format, ..identity.get() };
+        write(log.db(), &id).unwrap();
+    }
+
+    fn format_of(config: &Config) -> u32 {
+        let (log, _sm, _) = open(config).expect("opens");
+        read(log.db()).unwrap().expect("an identity").format
+    }
+
+    /// A data dir of an older format is recorded in this binary's when it
+    /// opens, so that the older binary refuses it afterwards.
+    #[test]
+    fn a_data_dir_of_an_older_format_is_moved_to_this_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = Config::for_test(dir.path().join("data"));
+        assert_eq!(format_of(&config), FORMAT_VERSION);
+        set_format(&config, 1);
+        assert_eq!(format_of(&config), FORMAT_VERSION);
+    }
+
+    /// A data dir of a newer format is refused, and left as it is.
+    #[test]
+    fn a_data_dir_of_a_newer_format_is_refused_untouched() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = Config::for_test(dir.path().join("data"));
+        set_format(&config, FORMAT_VERSION + 1);
+        let Err(err) = open(&config) else { panic!("a newer format is refused") };
+        assert!(matches!(err, IdentityError::NewerFormat { found, .. } if found == FORMAT_VERSION + 1), "{err}");
+        let db = Database::open(config.data_dir.join(DB_FILE)).unwrap();
+        assert_eq!(read(&db).unwrap().expect("an identity").format, FORMAT_VERSION + 1);
+    }
 }
