@@ -28,6 +28,12 @@ use support::{lease, request_id, start_config};
 /// whose Raft log is in `log`: in redb, the flips go through the one database
 /// file; on the segment log, through the segment files of `wal/`.
 async fn real_data_dir(dir: &Path, log: fencelock_server::LogEngine) {
+    real_data_dir_with(dir, log, false).await
+}
+
+/// [`real_data_dir`], with a snapshot of it all taken before the server stops
+/// if `snapshot`.
+async fn real_data_dir_with(dir: &Path, log: fencelock_server::LogEngine, snapshot: bool) {
     let mut config = fencelock_server::Config::for_test(dir.join("data"));
     config.log = log;
     let (running, mut c) = start_config(&config).await;
@@ -46,6 +52,12 @@ async fn real_data_dir(dir: &Path, log: fencelock_server::LogEngine) {
             let rel = pb::ReleaseRequest { request_id: request_id(), lease_id: l, lock: a.lock, token: a.token };
             c.release(rel).await.unwrap();
         }
+    }
+    if snapshot {
+        let last = support::last_log_index(&running).await.expect("entries");
+        running.raft.trigger().snapshot().await.unwrap();
+        let wait = running.raft.wait(Some(std::time::Duration::from_secs(30)));
+        wait.metrics(|m| m.snapshot.is_some_and(|s| s.index >= last), "the snapshot is stored").await.unwrap();
     }
     running.shutdown().await;
 }
@@ -154,4 +166,43 @@ async fn every_single_byte_flip_in_the_segment_log_is_detected_or_harmless() {
     }
     println!("{} offsets of {records_end} record bytes: {detected} detected, {harmless} harmless", at.len());
     assert!(detected > 0, "no flip was detected: the check cannot fail");
+}
+
+/// The snapshot's file (`snap/`), byte by byte: every single flip is refused
+/// by `check_data` (the frame's checksum covers each byte, and the database
+/// records the file's length), and so is a missing file: the state a start
+/// would serve is never another one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_single_byte_flip_in_the_snapshot_file_is_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    real_data_dir_with(&tmp.path().join("original"), fencelock_server::LogEngine::Segment, true).await;
+    let original = tmp.path().join("original").join("data");
+    let baseline = baseline(&original).await;
+    assert_eq!((baseline.stats.leases, baseline.stats.held_locks), (1, 20), "{baseline:?}");
+    let copy = tmp.path().join("copy");
+    for sub in ["wal", "snap"] {
+        std::fs::create_dir_all(copy.join(sub)).unwrap();
+        for file in std::fs::read_dir(original.join(sub)).unwrap() {
+            let file = file.unwrap().path();
+            std::fs::copy(&file, copy.join(sub).join(file.file_name().unwrap())).unwrap();
+        }
+    }
+    std::fs::copy(original.join(DB_FILE), copy.join(DB_FILE)).unwrap();
+    let snaps: Vec<_> = std::fs::read_dir(copy.join("snap")).unwrap().map(|e| e.unwrap().path()).collect();
+    assert_eq!(snaps.len(), 1, "{snaps:?}");
+    let bytes = std::fs::read(&snaps[0]).unwrap();
+    let at: Vec<usize> = (0..bytes.len()).step_by(bytes.len().div_ceil(10_000).max(1)).collect();
+    for &i in &at {
+        let mut flipped = bytes.clone();
+        flipped[i] ^= 0x04;
+        std::fs::write(&snaps[0], &flipped).unwrap();
+        assert!(check_data(&copy).is_err(), "a flip at byte {i} of {} was not refused", bytes.len());
+    }
+    std::fs::write(&snaps[0], &bytes).unwrap();
+    let whole = check_data(&copy).expect("the unflipped copy passes");
+    assert_eq!((&whole.engine, whole.entries), (&baseline.engine, baseline.entries));
+    std::fs::remove_file(&snaps[0]).unwrap();
+    let missing = check_data(&copy).expect_err("a missing snapshot file is refused").to_string();
+    assert!(missing.contains("missing"), "{missing}");
+    println!("{} flips of {} bytes, all refused", at.len(), bytes.len());
 }
