@@ -65,15 +65,14 @@
 //! # Cost per command (issue 19 §4)
 //! A command searches its lease, its lock, and its lease's memory of outcomes
 //! once each where it can: a lookup's miss is noted so that the record after
-//! it appends without a second scan, a lease that remembers many outcomes
-//! keeps an index of their request ids (`dedup_index.rs`), and
+//! it appends without a second scan (a scan of a full memory's request ids
+//! costs less than the sorted index of them it once kept), and
 //! [`Engine::stats`] reads counts kept as holders and waiters change instead
 //! of walking every lock. `tests/per_command.rs` measures it.
 
 mod consistency;
 mod cowmap;
 mod decode;
-mod dedup_index;
 mod lease;
 mod lock;
 mod multi;
@@ -154,9 +153,6 @@ pub struct Engine {
     /// A lookup's miss, so that the record after it does not scan again.
     #[serde(skip)]
     missed: Missed,
-    /// Which requests the leases that remember many have (not state).
-    #[serde(skip)]
-    dedup_index: dedup_index::DedupIndex,
     /// How many holders and waiters the locks have, kept as they change (so
     /// that [`Engine::stats`] is O(1)); derived, recounted when read from a
     /// snapshot.
@@ -191,7 +187,6 @@ impl Default for Engine {
             policy: Policy::default(),
             slots: BTreeMap::new(),
             missed: Missed::default(),
-            dedup_index: Default::default(),
             counts: Counts::default(),
         }
     }
@@ -400,22 +395,17 @@ impl Engine {
     /// Remember `outcome` for `(lease, req)`. When the last lookup missed this
     /// very request and nothing was recorded since, it has no entry: appended
     /// without a second scan of the lease's memory.
-    /// Otherwise a lease that remembers many requests asks its index, and
-    /// only one that may have an entry is scanned. The oldest outcome is
-    /// forgotten first if the memory is full.
+    /// The oldest outcome is forgotten first if the memory is full.
     fn record(&mut self, lease: LeaseId, req: RequestId, outcome: Outcome) {
         let known_new = self.missed.take() == Some((lease, req));
         let Some(l) = self.leases.get_mut(&lease).map(Arc::make_mut) else { return };
-        let outcome = match known_new || !self.dedup_index.may_hold(lease, &l.dedup, req) {
+        let outcome = match known_new {
             true => Some(outcome),
             false => l.dedup.replace(req, outcome),
         };
         let Some(outcome) = outcome else { return };
-        while let Some(old) = l.dedup.make_room() {
-            self.dedup_index.removed(lease, old);
-        }
+        l.dedup.make_room();
         l.dedup.push_new(req, outcome);
-        self.dedup_index.added(lease, req);
     }
 
     /// The answer to a retry of `(lease, req)` from the lease's memory, if any.
@@ -425,15 +415,7 @@ impl Engine {
         if l.kept.as_ref().is_some_and(|k| k.contains(req)) {
             return Some(Reply::LeaseKept { lease, ttl_ms: l.ttl_ms });
         }
-        let dedup = &l.dedup;
-        let outcome = match self.dedup_index.may_hold(lease, dedup, req) {
-            true => dedup.get(req),
-            false => {
-                debug_assert!(dedup.get(req).is_none(), "the index lost request {} of lease {lease}", req.0);
-                None
-            }
-        };
-        match outcome {
+        match l.dedup.get(req) {
             None => {
                 self.missed = Missed(Some((lease, req)));
                 None

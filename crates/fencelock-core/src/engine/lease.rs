@@ -126,7 +126,6 @@ impl Engine {
             return;
         };
         self.timers.remove(lease.deadline, TimerKind::LeaseEnd(id));
-        self.dedup_index.lease_ended(id);
         if let Some(o) = &lease.owner {
             self.disown(o, id);
         }

@@ -278,7 +278,6 @@ impl Engine {
         // A later acquire with this id is a fresh attempt.
         if let Some(l) = self.leases.get_mut(&lease).map(Arc::make_mut) {
             l.dedup.forget(req);
-            self.dedup_index.removed(lease, req);
         }
         Reply::Cancelled { released }
     }

@@ -198,14 +198,13 @@ impl Dedup {
         self.0.push_back((req, outcome));
     }
 
-    /// Forgets the oldest entry if one more would exceed [`DEDUP_PER_LEASE`];
-    /// its request. Room is made before the append, so that a full memory
+    /// Forgets the oldest entry if one more would exceed [`DEDUP_PER_LEASE`].
+    /// Room is made before the append, so that a full memory
     /// keeps its [`DEDUP_PER_LEASE`] slots instead of doubling them for a
     /// moment's extra entry.
-    pub fn make_room(&mut self) -> Option<RequestId> {
-        match self.0.len() >= DEDUP_PER_LEASE {
-            true => self.0.pop_front().map(|(r, _)| r),
-            false => None,
+    pub fn make_room(&mut self) {
+        while self.0.len() >= DEDUP_PER_LEASE {
+            self.0.pop_front();
         }
     }
 
@@ -214,6 +213,7 @@ impl Dedup {
     }
 
     /// The requests it remembers, oldest first.
+    #[cfg(test)]
     pub fn reqs(&self) -> impl Iterator<Item = RequestId> + '_ {
         self.0.iter().map(|(r, _)| *r)
     }
@@ -533,7 +533,7 @@ mod tests {
         let mut d = Dedup::default();
         let n = DEDUP_PER_LEASE as u64 + 10;
         for r in 0..n {
-            while d.make_room().is_some() {}
+            d.make_room();
             d.push_new(RequestId(r), Outcome::replied(Reply::Released));
         }
         assert_eq!(d.reqs().collect::<Vec<_>>(), (10..n).map(RequestId).collect::<Vec<_>>());

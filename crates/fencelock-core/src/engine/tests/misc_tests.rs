@@ -309,3 +309,33 @@ fn a_copy_keeps_its_state_while_the_original_changes_and_shares_the_rest() {
     assert!(!Arc::ptr_eq(&e.leases[&l(1)], &copy.leases[&l(1)]), "a changed lease was copied");
     assert_eq!((copy.leases[&l(1)].holds.len(), e.leases[&l(1)].holds.len()), (1, 0));
 }
+
+mod many_remembered {
+    use crate::{Acquire, Command, Engine, Input, LeaseId, Reply, RequestId, Token, DEDUP_PER_LEASE};
+
+    fn step(e: &mut Engine, cmds: Vec<Command>) -> Vec<Reply> {
+        e.step(&Input::Batch { now: 1, cmds }).replies
+    }
+
+    fn try_a(req: u64, lease: u64) -> Command {
+        Command::Acquire(Acquire::exclusive(RequestId(req), LeaseId(lease), "a", 0))
+    }
+
+    /// INV-6 for a lease that remembers many outcomes (a full memory, whose
+    /// scan once went through an index): it answers a retry of each of them with its first
+    /// outcome (`Busy`, though the lock is free by then), and a new request is
+    /// applied (the lock is granted).
+    #[test]
+    fn inv6_a_lease_remembering_many_requests_answers_each_retry_the_same() {
+        let mut e = Engine::new();
+        let grant = |req| Command::GrantLease { req: RequestId(req), ttl_ms: 60_000, id: None };
+        step(&mut e, vec![grant(1), grant(2), try_a(1, 1)]);
+        let n = DEDUP_PER_LEASE as u64 / 2;
+        let busy = step(&mut e, (1..=n).map(|req| try_a(req, 2)).collect());
+        assert!(busy.iter().all(|r| matches!(r, Reply::Busy(_))), "{busy:?}");
+        let release = Command::Release { req: RequestId(2), lease: LeaseId(1), lock: "a".into(), token: Token(1) };
+        assert_eq!(step(&mut e, vec![release]), [Reply::Released]);
+        assert_eq!(step(&mut e, (1..=n).map(|req| try_a(req, 2)).collect()), busy);
+        assert!(matches!(step(&mut e, vec![try_a(n + 1, 2)])[..], [Reply::Acquired(_)]));
+    }
+}
