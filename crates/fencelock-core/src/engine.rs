@@ -46,21 +46,23 @@
 //! are rejected before any of this and leave no trace (INV-9).
 //!
 //! # Memory per lease (issue 19 §4)
-//! An idle lease holding one lock of its own costs the engine about 577 bytes
+//! An idle lease holding one lock of its own costs the engine about 617 bytes
 //! of heap at 1M leases (measured by `tests/footprint.rs`, a counting
 //! allocator; 1,505 before the compact layout): the lease record, boxed (136)
-//! and its map slot (~30: sequential ids leave `BTreeMap` nodes half full),
+//! and its map slot (~30, in the chunks of a [`cowmap::CowMap`]),
 //! its `GrantLease` request in `grant_reqs` (~30) and its expiry timer (~58);
 //! the lock record, boxed (88) and its map slot (~35), the name, shared by the
 //! map key, the hold, the remembered reply and any timer (24), the holder (64),
 //! the lease's hold (24) and its remembered reply (48). The server adds malloc's
 //! per-chunk overhead, the watch history (a bounded ring), redb's cache (at most
 //! 64 MiB) and what transient requests leave fragmented: `fencelock-bench` W3
-//! saw ~1,000 bytes of RSS per lease at 500k. The JSON snapshot of that state
-//! is ~415 bytes per lease, built in one buffer (at 1M: 415 MB, ~1.5 s, with a
-//! peak of ~800 MB while the buffer grows). An engine read back from it holds
-//! ~572 bytes per lease: `decode.rs` shares the names again and trims the
-//! vectors serde grows (971 without that pass).
+//! saw ~1,000 bytes of RSS per lease at 500k. A copy of the engine (a
+//! snapshot's, taken while applies wait) shares its maps' chunks and its
+//! records, copied on their next change: 2 ms and 0.9 MB at 1M (0.26 s and
+//! 177 MB when the maps were `BTreeMap`s). The JSON snapshot of that state is
+//! ~415 bytes per lease (at 1M: 415 MB in ~1 s; the server streams it to a
+//! file). An engine read back from it holds ~617 bytes per lease: `decode.rs`
+//! shares the names again and trims the vectors serde grows.
 //!
 //! # Cost per command (issue 19 §4)
 //! A command searches its lease, its lock, and its lease's memory of outcomes
