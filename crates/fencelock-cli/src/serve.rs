@@ -28,7 +28,8 @@ pub struct ServeArgs {
     /// `watch_history`, `log`, and the connection limits `max_connections`,
     /// `max_connections_per_source`, `max_new_connections_per_source`,
     /// `handshake_timeout`, `idle_timeout`,
-    /// `header_read_timeout`, and TLS: `tls_cert`, `tls_key`, `tls_ca`,
+    /// `header_read_timeout`, `session_ops_in_flight`,
+    /// `session_acquires_in_flight`, and TLS: `tls_cert`, `tls_key`, `tls_ca`,
     /// `client_ca`, `require_client_cert`, `insecure`, `auth_file`, `audit_log`, and
     /// the quotas `max_leases_per_identity` … `max_waiters`); flags and environment
     /// variables override it.
@@ -199,6 +200,15 @@ pub struct LimitArgs {
     /// connection [default: 10s].
     #[arg(long, env = "FENCELOCK_HEADER_READ_TIMEOUT", value_parser = parse_duration)]
     header_read_timeout: Option<Duration>,
+    /// Most operations of one client's session stream in flight; at the
+    /// limit the node stops reading that stream until one ends [default: 8192].
+    #[arg(long, env = "FENCELOCK_SESSION_OPS_IN_FLIGHT")]
+    session_ops_in_flight: Option<usize>,
+    /// Most acquires of one session stream in flight (queued ones included);
+    /// one more is refused with RESOURCE_EXHAUSTED. Below
+    /// --session-ops-in-flight [default: 4096].
+    #[arg(long, env = "FENCELOCK_SESSION_ACQUIRES_IN_FLIGHT")]
+    session_acquires_in_flight: Option<usize>,
 }
 
 /// The `--config` file: the same settings, all optional.
@@ -229,6 +239,8 @@ struct FileConfig {
     handshake_timeout: Option<String>,
     idle_timeout: Option<String>,
     header_read_timeout: Option<String>,
+    session_ops_in_flight: Option<usize>,
+    session_acquires_in_flight: Option<usize>,
     tls_cert: Option<PathBuf>,
     tls_key: Option<PathBuf>,
     tls_ca: Option<PathBuf>,
@@ -403,6 +415,12 @@ fn resolve_limits(a: LimitArgs, file: &FileConfig) -> anyhow::Result<fencelock_s
     }
     if let Some(n) = a.max_new_connections_per_source.or(file.max_new_connections_per_source) {
         l.new_per_source_per_sec = n;
+    }
+    if let Some(n) = a.session_ops_in_flight.or(file.session_ops_in_flight) {
+        l.session_ops_in_flight = n;
+    }
+    if let Some(n) = a.session_acquires_in_flight.or(file.session_acquires_in_flight) {
+        l.session_acquires_in_flight = n;
     }
     let durations = [
         (a.handshake_timeout, &file.handshake_timeout, "handshake_timeout", &mut l.handshake_timeout),
@@ -603,8 +621,17 @@ mod tests {
         assert_eq!((l.idle_timeout, l.handshake_timeout), (Duration::from_secs(60), Duration::from_secs(2)));
         assert_eq!(l.header_read_timeout, fencelock_server::conn_limits::ConnLimits::default().header_read_timeout);
         let limits = LimitArgs { max_connections_per_source: Some(400), ..LimitArgs::default() };
-        let e = resolve(ServeArgs { config: Some(path), limits, ..args() }).unwrap_err();
+        let e = resolve(ServeArgs { config: Some(path.clone()), limits, ..args() }).unwrap_err();
         assert!(e.to_string().contains("above the total"), "{e}");
+
+        std::fs::write(&path, "session_ops_in_flight = 64\n").unwrap();
+        let limits = LimitArgs { session_acquires_in_flight: Some(16), ..LimitArgs::default() };
+        let (c, _) = resolve(ServeArgs { config: Some(path.clone()), limits, ..args() }).unwrap();
+        let l = &c.connections;
+        assert_eq!((l.session_ops_in_flight, l.session_acquires_in_flight), (64, 16));
+        let limits = LimitArgs { session_acquires_in_flight: Some(64), ..LimitArgs::default() };
+        let e = resolve(ServeArgs { config: Some(path), limits, ..args() }).unwrap_err();
+        assert!(e.to_string().contains("below its operations in flight (64)"), "{e}");
     }
 
     #[test]

@@ -134,6 +134,14 @@ impl ConnLimits {
         if timeouts.iter().any(Duration::is_zero) {
             return Err("the handshake, idle and header-read timeouts must be above zero".into());
         }
+        let (ops, acquires) = (self.session_ops_in_flight, self.session_acquires_in_flight);
+        if acquires == 0 || acquires >= ops {
+            return Err(format!(
+                "a session's acquires in flight ({acquires}) must be at least 1 and below its operations in \
+                 flight ({ops}), so that waiting acquires never stop the node from reading the releases that \
+                 end them"
+            ));
+        }
         Ok(())
     }
 }
