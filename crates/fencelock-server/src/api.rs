@@ -476,11 +476,14 @@ pub fn driver_status(e: DriverError) -> Status {
     let mut s = Status::unavailable(message);
     if let DriverError::NotLeader { leader: Some(l) } = &e {
         if let Ok(v) = l.parse() {
-            s.metadata_mut().insert("fencelock-leader", v);
+            s.metadata_mut().insert(LEADER_METADATA, v);
         }
     }
     s
 }
+
+/// The metadata key of a refusal's leader hint: the leader's client address.
+pub(crate) const LEADER_METADATA: &str = "fencelock-leader";
 
 fn unexpected(r: Reply) -> Status {
     match r {

@@ -387,12 +387,18 @@ impl Session {
                 Some(registration) => Abortable::new(work.run(&ops), registration).await.ok()?,
                 None => work.run(&ops).await,
             };
-            let result = result
-                .unwrap_or_else(|s| R::Error(pb::Error { code: s.code() as i32, message: s.message().to_string() }));
+            let result = result.unwrap_or_else(|s| R::Error(session_error(&s)));
             let _ = out.send(Ok(pb::SessionResponse { op_id, result: Some(result) })).await;
             Some(op_id)
         }));
     }
+}
+
+/// A failed operation's status as a session reply: what a unary call would
+/// return, its leader hint included.
+fn session_error(s: &Status) -> pb::Error {
+    let leader = s.metadata().get(crate::api::LEADER_METADATA).and_then(|v| v.to_str().ok()).unwrap_or_default();
+    pb::Error { code: s.code() as i32, message: s.message().to_string(), leader: leader.to_string() }
 }
 
 impl Work {
@@ -415,4 +421,20 @@ async fn run_op(ops: &Ops, who: &Who, op: Op) -> Result<R, Status> {
         Op::Check(r) => R::Check(ops.check(who, r).await?),
         Op::Cancel(_) => return Err(Status::internal("cancel is handled by the session")),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::driver::DriverError;
+
+    /// A session's error names the leader as a unary refusal's metadata does.
+    #[test]
+    fn a_session_error_carries_the_leader_hint() {
+        let refused = crate::api::driver_status(DriverError::NotLeader { leader: Some("127.0.0.1:7071".into()) });
+        let e = session_error(&refused);
+        assert_eq!((e.code, e.leader.as_str()), (tonic::Code::Unavailable as i32, "127.0.0.1:7071"));
+        let unknown = session_error(&crate::api::driver_status(DriverError::NotLeader { leader: None }));
+        assert_eq!(unknown.leader, "");
+    }
 }

@@ -146,9 +146,9 @@ async fn declares_failover_for_a_group_and_survives_it() {
     assert!(again.acquired().unwrap().release().await.unwrap());
 }
 
-/// Issue 19 §1: a follower cannot serve a session stream's operations, and a
-/// stream error carries no leader hint; the stream transport still follows
-/// the leader a follower names, as unary calls do. The client is given the
+/// Issue 19 §1: a follower cannot serve a session stream's operations; the
+/// stream transport follows the leader a follower names in its stream error,
+/// as unary calls do with the refusal's metadata. The client is given the
 /// group with both followers first: following the hint it goes from the first
 /// follower straight to the leader (two streams); moving along the list
 /// instead would open a third on the second follower. A group that has just

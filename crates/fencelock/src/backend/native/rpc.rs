@@ -37,13 +37,10 @@ use tonic::{Response, Status};
 use crate::backend::native::auth::Auth;
 use crate::backend::native::tls::ClientTls;
 use crate::backend::native::transport::{self, Conn, StreamOp, StreamSlot, Transport};
-use crate::backend::native::wire::Grpc;
+use crate::backend::native::wire::{leader_hint, Grpc};
 use crate::backoff::Backoff;
 use crate::error::{is_retryable, is_timeout, Error};
 use crate::metrics;
-
-/// Metadata with which a follower names the leader's gRPC `host:port`.
-pub(crate) const LEADER_HEADER: &str = "fencelock-leader";
 
 /// How many times one call follows a leader hint without a backoff delay.
 const HINT_JUMPS: u32 = 3;
@@ -271,11 +268,6 @@ impl Rpc {
     }
 }
 
-/// The leader a refusing follower named, if it did.
-fn leader_hint(status: &Status) -> Option<String> {
-    status.metadata().get(LEADER_HEADER).and_then(|v| v.to_str().ok()).map(str::to_string)
-}
-
 /// The connection to the group, shared by every handle of a [`crate::Client`].
 #[derive(Debug, Clone)]
 pub(crate) struct Rpc {
@@ -440,7 +432,7 @@ mod tests {
 
     fn not_leader(leader: &str) -> Status {
         let mut s = Status::unavailable("not the leader");
-        s.metadata_mut().insert(LEADER_HEADER, leader.parse().unwrap());
+        s.metadata_mut().insert(crate::backend::native::wire::LEADER_HEADER, leader.parse().unwrap());
         s
     }
 

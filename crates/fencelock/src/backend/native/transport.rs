@@ -33,12 +33,14 @@
 //!   from the queue or releases a grant that had not been delivered, as for a
 //!   dropped unary call; a grant that reached the client after its caller left
 //!   is released by the stream's reader.
-//! * **Fail-over and leader hints.** A stream's error carries no metadata, so
-//!   it cannot name the leader. A follower answers every operation of a stream
-//!   `UNAVAILABLE` ("not the leader"); the same message (same request id) is
-//!   then sent once more as a unary call to the same server, whose refusal
-//!   carries the `fencelock-leader` hint that the retry loop follows, exactly
-//!   as for the unary transport. The next attempt opens a stream on the leader.
+//! * **Fail-over and leader hints.** A follower answers every operation of a
+//!   stream `UNAVAILABLE` ("not the leader"), naming the leader in the error's
+//!   `leader` field when it knows it; the error becomes a status with the
+//!   `fencelock-leader` hint that the retry loop follows, exactly as for the
+//!   unary transport, and the next attempt opens a stream on the leader. A
+//!   server that names no leader (it knows none, or predates the field) is
+//!   asked the same message (same request id) once more as a unary call,
+//!   whose refusal may carry the hint.
 //! * **Leases.** Keep-alives ride the stream but are still rounds of the same
 //!   renewal loop ([`crate::lease::renew_loop`]), with the same deadlines; the
 //!   lease-event push stream (`WatchLeases`) is unchanged.
@@ -186,23 +188,51 @@ pub(crate) async fn attempt<M: StreamOp>(
 }
 
 /// One attempt on the stream. A server that answers `UNAVAILABLE` (a follower,
-/// a leader stepping down) is asked once more with a unary call of the same
-/// message, whose refusal names the leader in its metadata (see the module
-/// docs).
+/// a leader stepping down) without naming the leader is asked once more with
+/// a unary call of the same message, whose refusal may name it in its
+/// metadata (see the module docs).
 async fn over_stream<M: StreamOp>(conn: Conn, msg: M, left: Duration) -> Result<Response<M::Reply>, Status> {
     let mux = conn.stream.get(&conn.grpc).await?;
     match mux.call(msg.clone().into_op(), M::CANCEL).await? {
-        Reply::Error(e) if Code::from(e.code) == Code::Unavailable => M::unary(conn.grpc, request(msg, left)).await,
-        Reply::Error(e) => Err(Status::new(Code::from(e.code), e.message)),
+        Reply::Error(e) if Code::from(e.code) == Code::Unavailable && e.leader.is_empty() => {
+            M::unary(conn.grpc, request(msg, left)).await
+        }
+        Reply::Error(e) => Err(status_of(e)),
         reply => M::from_reply(reply)
             .map(Response::new)
             .ok_or_else(|| Status::internal("the session answered with a reply of another kind")),
     }
 }
 
+/// A session's error as the status a unary call would have returned, its
+/// leader hint in the metadata the retry loop reads.
+fn status_of(e: pb::Error) -> Status {
+    let mut status = Status::new(Code::from(e.code), e.message);
+    if let Ok(leader) = e.leader.parse() {
+        if !e.leader.is_empty() {
+            status.metadata_mut().insert(crate::backend::native::wire::LEADER_HEADER, leader);
+        }
+    }
+    status
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A follower's stream error that names the leader becomes a status
+    /// whose metadata names it, as a unary refusal's does; one that names
+    /// none carries no hint.
+    #[test]
+    fn a_stream_error_keeps_its_leader_hint() {
+        let named =
+            status_of(pb::Error { code: 14, message: "not the leader".into(), leader: "127.0.0.1:7071".into() });
+        assert_eq!(named.code(), Code::Unavailable);
+        let hint = named.metadata().get(crate::backend::native::wire::LEADER_HEADER).map(|v| v.to_str().unwrap());
+        assert_eq!(hint, Some("127.0.0.1:7071"));
+        let unnamed = status_of(pb::Error { code: 14, message: "no leader".into(), leader: String::new() });
+        assert!(unnamed.metadata().get(crate::backend::native::wire::LEADER_HEADER).is_none());
+    }
 
     /// The URL's `transport=` takes the two names, and nothing else.
     #[test]

@@ -13,6 +13,7 @@ use fencelock_proto::v1 as pb;
 use tonic::{Code, Status};
 
 use super::rpc::Rpc;
+use super::wire::leader_hint;
 use super::Client;
 use crate::error::{is_retryable, Error};
 use crate::watch::{Revision, WatchEvent, WatchKind, WatchStream};
@@ -167,10 +168,6 @@ async fn failed(status: &Status, out: &Out) -> Ended {
     Ended::Retry(leader_hint(status))
 }
 
-fn leader_hint(status: &Status) -> Option<String> {
-    status.metadata().get(super::rpc::LEADER_HEADER).and_then(|v| v.to_str().ok()).map(str::to_string)
-}
-
 /// The oldest revision a `compacted` error names.
 fn compacted(status: &Status) -> Option<Revision> {
     if status.code() != Code::OutOfRange || !status.message().starts_with("compacted") {
@@ -244,7 +241,7 @@ mod tests {
         assert!(matches!(rx.recv().await, Some(Err(Error::PermissionDenied(_)))));
         assert!(matches!(failed(&Status::unavailable("stopping"), &tx).await, Ended::Retry(None)));
         let mut hinted = Status::unavailable("not the leader");
-        hinted.metadata_mut().insert(super::super::rpc::LEADER_HEADER, "10.0.0.2:7070".parse().unwrap());
+        hinted.metadata_mut().insert(super::super::wire::LEADER_HEADER, "10.0.0.2:7070".parse().unwrap());
         assert!(matches!(failed(&hinted, &tx).await, Ended::Retry(Some(h)) if h == "10.0.0.2:7070"));
         assert!(rx.try_recv().is_err(), "nothing is handed on for a retry");
     }

@@ -1,5 +1,6 @@
 //! What every layer of the native client puts on the wire: the gRPC client of
-//! one server, request ids, and a request's `grpc-timeout`.
+//! one server, request ids, a request's `grpc-timeout`, and the leader hint
+//! a refusal carries.
 //!
 //! Where it sits: at the bottom, under the stream ([`super::mux`]), the
 //! transports ([`super::transport`]) and the retries ([`super::rpc`]), so that
@@ -10,8 +11,18 @@ use std::time::Duration;
 use fencelock_proto::v1::lock_client::LockClient;
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::Channel;
+use tonic::Status;
 
 use crate::backend::native::auth::Auth;
+
+/// Metadata with which a follower names the leader's gRPC `host:port` (and
+/// what the retry loop reads of a session error's `leader` field).
+pub(crate) const LEADER_HEADER: &str = "fencelock-leader";
+
+/// The leader a refusing follower named, if it did.
+pub(crate) fn leader_hint(status: &Status) -> Option<String> {
+    status.metadata().get(LEADER_HEADER).and_then(|v| v.to_str().ok()).map(str::to_string)
+}
 
 /// A gRPC client of one server. Every one is made by `rpc::Dial::client`, so
 /// every call through it, unary or streaming, carries the token of [`Auth`].
