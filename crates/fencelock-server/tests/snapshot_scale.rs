@@ -163,7 +163,7 @@ async fn watched<T>(f: impl std::future::Future<Output = T>) -> (T, f64, Duratio
 /// `next` is committed; prints the costs and returns the snapshot.
 async fn take_snapshot(sm: &mut StateMachine, next: u64, req: u64) -> Snapshot<TypeConfig> {
     let peak = peak_from_here();
-    let ((snap, builder_secs, grant_secs, build_secs), _, longest_gap) = watched(async {
+    let ((built, builder_secs, grant_secs, build_secs), _, longest_gap) = watched(async {
         let t = now();
         let mut builder = sm.get_snapshot_builder().await;
         let builder_secs = t.elapsed().as_secs_f64();
@@ -179,12 +179,15 @@ async fn take_snapshot(sm: &mut StateMachine, next: u64, req: u64) -> Snapshot<T
         (snap, builder_secs, grant_secs, build_secs)
     })
     .await;
-    println!("snapshot of {} bytes (stored and returned):", snap.snapshot.get_ref().len());
+    let build_peak = peak();
+    let snap = sm.get_current_snapshot().await.expect("read").expect("stored");
+    assert_eq!(snap.meta.snapshot_id, built.meta.snapshot_id, "the snapshot built is the one stored");
+    println!("snapshot of {} bytes (stored):", snap.snapshot.get_ref().len());
     println!("  get_snapshot_builder (applies wait):        {builder_secs:.3} s");
     println!("  a grant committed meanwhile, applied after: {grant_secs:.3} s");
     println!("  build_snapshot:                             {build_secs:.3} s");
     println!("  longest stall of the runtime's one thread:  {:.3} s", longest_gap.as_secs_f64());
-    println!("  allocation peak above the state:            {:.1} MB", peak() as f64 / 1e6);
+    println!("  allocation peak above the state:            {:.1} MB", build_peak as f64 / 1e6);
     snap
 }
 
