@@ -99,7 +99,9 @@ pub struct Config {
     /// Most log writes the driver keeps in flight at once, so one fsync can
     /// cover several entries (1: one at a time). See [`crate::driver::core`].
     pub max_inflight_writes: usize,
-    /// Take a snapshot after this many applied entries.
+    /// Take a snapshot after this many applied entries, or after as many as
+    /// the state holds records if that is more (see
+    /// [`crate::raft::snapshot_policy`]).
     pub snapshot_every: u64,
     /// Where the Raft log's entries are kept (`Segment` by default). A data
     /// dir whose log is in redb moves it into the segment log on its first

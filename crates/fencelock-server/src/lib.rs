@@ -256,6 +256,8 @@ pub async fn serve(
         raft: raft.clone(),
     };
     tasks.push(tokio::spawn(raft::identity::watch(watched, failed_tx, stop_rx.clone())));
+    let snapshots = raft::snapshot_policy::run(raft.clone(), engine.clone(), config.snapshot_every, stop_rx.clone());
+    tasks.push(tokio::spawn(snapshots));
     let lock_svc = grpc::LockService::new(ops.clone(), auth.clone(), stop_rx.clone())
         .with_watch(hub.clone())
         .with_limits(&config.connections);
@@ -326,7 +328,8 @@ async fn start_raft(
         heartbeat_interval: config.heartbeat.as_millis() as u64,
         election_timeout_min: election,
         election_timeout_max: election * 2,
-        snapshot_policy: openraft::SnapshotPolicy::LogsSinceLast(config.snapshot_every),
+        // Taken by raft::snapshot_policy, which also weighs the state's size.
+        snapshot_policy: openraft::SnapshotPolicy::Never,
         max_in_snapshot_log_to_keep: 1000,
         snapshot_max_chunk_size: 1024 * 1024,
         ..Default::default()

@@ -19,6 +19,7 @@ pub mod log_store;
 pub mod network;
 pub(crate) mod record;
 pub(crate) mod snapshot_file;
+pub mod snapshot_policy;
 pub mod snapshot_rx;
 pub mod state_machine;
 pub mod wal;
