@@ -678,13 +678,8 @@ async fn snapshot_restores_engine_on_reopen() {
     assert_eq!(out[0].replies, vec![Reply::LeaseGranted { lease: LeaseId(3), ttl_ms: 1_000 }]);
 }
 
-/// A snapshot holds the state at the moment its builder was taken, whatever is
-/// applied before it is built (openraft builds it on another task while applies
-/// go on); the stored snapshot is the one built.
-#[tokio::test]
-async fn a_snapshot_holds_the_state_at_its_builder_and_returns_what_it_stored() {
-    let dir = tempfile::tempdir().unwrap();
-    let (_log, mut sm) = open_storage(dir.path()).unwrap();
+/// Applies entries 1-3: a one-member group, a leader start and one lease.
+async fn one_member_one_lease(sm: &mut StateMachine) {
     sm.apply(vec![
         membership(1, 1, &[1]),
         normal(1, 2, Input::leader_start(1_000)),
@@ -692,6 +687,16 @@ async fn a_snapshot_holds_the_state_at_its_builder_and_returns_what_it_stored() 
     ])
     .await
     .unwrap();
+}
+
+/// A snapshot holds the state at the moment its builder was taken, whatever is
+/// applied before it is built (openraft builds it on another task while applies
+/// go on); the stored snapshot is the one built.
+#[tokio::test]
+async fn a_snapshot_holds_the_state_at_its_builder_and_is_stored() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_log, mut sm) = open_storage(dir.path()).unwrap();
+    one_member_one_lease(&mut sm).await;
     let at_builder = sm.engine().read().unwrap().clone();
     let mut builder = sm.get_snapshot_builder().await;
     sm.apply(vec![normal(1, 4, Input::Batch { now: 1_200, cmds: vec![grant(8, 5_000)] })]).await.unwrap();
@@ -1077,13 +1082,7 @@ async fn a_snapshot_in_the_table_is_read_and_the_next_one_goes_to_a_file() {
     let dir = tempfile::tempdir().unwrap();
     let engine = {
         let (log, mut sm) = open_storage(dir.path()).unwrap();
-        sm.apply(vec![
-            membership(1, 1, &[1]),
-            normal(1, 2, Input::leader_start(1_000)),
-            normal(1, 3, Input::Batch { now: 1_100, cmds: vec![grant(7, 5_000)] }),
-        ])
-        .await
-        .unwrap();
+        one_member_one_lease(&mut sm).await;
         sm.get_snapshot_builder().await.build_snapshot().await.unwrap();
         let snap = sm.get_current_snapshot().await.unwrap().expect("stored");
         // Rewritten to the layout before files.
