@@ -154,8 +154,13 @@ pub struct Cell {
 pub struct Scale {
     /// Leases created, each holding one lock of its own.
     pub leases: u64,
-    /// Seconds to create all leases and their locks (grant + acquire each).
+    /// Seconds to create all leases and their locks (grant + acquire each),
+    /// in the run reported: the median of [`Scale::create_seconds_runs`].
     pub create_seconds: f64,
+    /// Every run's create time, in run order, each on a fresh server
+    /// (absent in results written before W3 ran more than once).
+    #[serde(default)]
+    pub create_seconds_runs: Vec<f64>,
     pub creates_per_sec: f64,
     /// Server resident memory before creating anything, bytes.
     pub rss_before: u64,

@@ -810,6 +810,7 @@ fn w3(md: &mut String, s: &Scale) {
     let per_s = if s.renew_seconds > 0.0 { s.renewals as f64 / s.renew_seconds } else { 0.0 };
     for line in [
         format!("- Leases created, each holding one lock of its own: **{}**.", thousands(s.leases)),
+        runs_line(&s.create_seconds_runs),
         format!(
             "- Time to create them all (grant a lease + acquire its lock, each): **{:.2} s**, {} creates/s.",
             s.create_seconds,
@@ -832,10 +833,27 @@ fn w3(md: &mut String, s: &Scale) {
             us(s.cpu_us_per_renewal)
         ),
         format!("- Renewals that found their lease already ended (must be 0): {} {}.", thousands(s.renew_failures), check(s.renew_failures == 0)),
-    ] {
+    ]
+    .into_iter()
+    .filter(|line| !line.is_empty())
+    {
         let _ = writeln!(md, "{line}");
     }
     let _ = writeln!(md);
+}
+
+/// W3's runs, when there were several (empty otherwise): the figures that
+/// follow are the median run's.
+fn runs_line(create_seconds: &[f64]) -> String {
+    if create_seconds.len() < 2 {
+        return String::new();
+    }
+    let each: Vec<String> = create_seconds.iter().map(|t| format!("{t:.2} s")).collect();
+    format!(
+        "- {} runs, each on a fresh server; the figures below are the median run's by create time (create times, in run order: {}).",
+        create_seconds.len(),
+        each.join(", ")
+    )
 }
 
 fn w4(md: &mut String, d: &Durability) {
@@ -1205,8 +1223,15 @@ pub(crate) mod tests {
         assert!(md.contains("median of 3 runs"));
         assert!(md.contains("✅") && md.contains("❌"));
         assert!(md.contains("## W3") && md.contains("## W4") && md.contains("SIGKILL"));
+        assert!(!md.contains("runs, each on a fresh server"), "one W3 run: no line of runs");
         assert!(!md.contains("Quick mode"), "no quick banner in full mode");
         assert!(!md.contains("| errors |"), "no errors column without errors");
+
+        if let Some(s) = &mut r.scale {
+            s.create_seconds_runs = vec![0.12, 0.1, 0.3];
+        }
+        let md = markdown(&r);
+        assert!(md.contains("3 runs, each on a fresh server") && md.contains("0.12 s, 0.10 s, 0.30 s"), "{md}");
 
         r.mode = "quick".into();
         r.cells[0].median.errors = 7;

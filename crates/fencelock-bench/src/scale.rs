@@ -128,6 +128,7 @@ pub async fn run(native: &mut NativeServer, leases: u64, renewing: u64, measure:
     Ok(Scale {
         leases,
         create_seconds,
+        create_seconds_runs: vec![create_seconds],
         creates_per_sec: if create_seconds > 0.0 { leases as f64 / create_seconds } else { 0.0 },
         rss_before,
         rss_after,

@@ -1,6 +1,6 @@
 //! Percentiles and medians of what was measured.
 
-use crate::model::{Latency, RunResult};
+use crate::model::{Latency, RunResult, Scale};
 
 /// Percentiles of `ms` (sorted in place).
 pub fn latency(ms: &mut [f64]) -> Latency {
@@ -19,6 +19,19 @@ pub fn median_run(runs: &[RunResult]) -> RunResult {
     sorted.get((sorted.len().max(1) - 1) / 2).map(|r| (*r).clone()).unwrap_or_default()
 }
 
+/// The W3 run with the median create time (the slower middle one for an
+/// even count, as [`median_run`] takes the lower throughput), carrying every
+/// run's create time in run order.
+pub fn median_scale(runs: Vec<Scale>) -> Option<Scale> {
+    let times: Vec<f64> = runs.iter().map(|s| s.create_seconds).collect();
+    let mut sorted = runs;
+    sorted.sort_by(|a, b| a.create_seconds.total_cmp(&b.create_seconds));
+    let middle = sorted.len() / 2;
+    let mut median = sorted.into_iter().nth(middle)?;
+    median.create_seconds_runs = times;
+    Some(median)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -30,6 +43,22 @@ mod tests {
         let l = latency(&mut v);
         assert_eq!((l.p50, l.p99, l.p999, l.max, l.samples), (50.0, 99.0, 100.0, 100.0, 100));
         assert_eq!(latency(&mut []).samples, 0);
+    }
+
+    /// W3's median run is the middle one by create time, with its own
+    /// figures and every run's time; of two, the slower.
+    #[test]
+    fn the_median_scale_run_is_the_middle_create_time() {
+        let run = |secs: f64, bytes: f64| {
+            let mut s = crate::report::tests::scale(1_000, secs);
+            s.bytes_per_lease = bytes;
+            s
+        };
+        let m = median_scale(vec![run(9.0, 1.0), run(12.0, 2.0), run(10.0, 3.0)]).expect("a run");
+        assert_eq!((m.create_seconds, m.bytes_per_lease), (10.0, 3.0));
+        assert_eq!(m.create_seconds_runs, [9.0, 12.0, 10.0]);
+        assert_eq!(median_scale(vec![run(9.0, 1.0), run(12.0, 2.0)]).expect("a run").create_seconds, 12.0);
+        assert!(median_scale(Vec::new()).is_none());
     }
 
     /// The median of three runs is the middle one by throughput, with its own figures.
