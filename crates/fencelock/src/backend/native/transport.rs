@@ -208,10 +208,11 @@ async fn over_stream<M: StreamOp>(conn: Conn, msg: M, left: Duration) -> Result<
 /// leader hint in the metadata the retry loop reads.
 fn status_of(e: pb::Error) -> Status {
     let mut status = Status::new(Code::from(e.code), e.message);
-    if let Ok(leader) = e.leader.parse() {
-        if !e.leader.is_empty() {
+    match e.leader.parse() {
+        Ok(leader) if !e.leader.is_empty() => {
             status.metadata_mut().insert(crate::backend::native::wire::LEADER_HEADER, leader);
         }
+        _ => {}
     }
     status
 }
