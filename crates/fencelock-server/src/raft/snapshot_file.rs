@@ -174,13 +174,18 @@ impl Files {
         if file.name.contains('/') || !file.name.ends_with(SUFFIX) {
             return Err(corrupt("the database names a file outside the snapshot directory".into()));
         }
-        let bytes = match fs::read(&path) {
-            Ok(bytes) => bytes,
+        // The length first: a file grown to any size is refused unread.
+        let len = match fs::metadata(&path) {
+            Ok(m) => m.len(),
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
                 return Err(corrupt("the database names this snapshot file, which is missing".into()))
             }
             Err(e) => return Err(self.io("read", &path)(e)),
         };
+        if len != file.bytes {
+            return Err(corrupt(format!("{len} bytes, where the database recorded {}", file.bytes)));
+        }
+        let bytes = fs::read(&path).map_err(self.io("read", &path))?;
         if bytes.len() as u64 != file.bytes {
             return Err(corrupt(format!("{} bytes, where the database recorded {}", bytes.len(), file.bytes)));
         }
@@ -251,6 +256,11 @@ mod tests {
         }
         fs::write(&path, &good[..good.len() - 1]).unwrap();
         assert!(matches!(files.read(&file), Err(DbError::Corrupt { .. })));
+        // Grown (sparse) to 64 GiB: refused by its length, never read whole.
+        fs::write(&path, &good).unwrap();
+        OpenOptions::new().write(true).open(&path).unwrap().set_len(64 << 30).unwrap();
+        let err = files.read(&file).unwrap_err().to_string();
+        assert!(err.contains("68719476736 bytes, where the database recorded"), "{err}");
         fs::remove_file(&path).unwrap();
         let err = files.read(&file).unwrap_err().to_string();
         assert!(err.contains("missing"), "{err}");
