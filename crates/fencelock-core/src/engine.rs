@@ -47,7 +47,7 @@
 //!
 //! # Memory per lease (issue 19 §4)
 //! An idle lease holding one lock of its own costs the engine about 617 bytes
-//! of heap at 1M leases (measured by `tests/footprint.rs`, a counting
+//! of heap at 1M leases (measured by `tests/it/footprint.rs`, a counting
 //! allocator; 1,505 before the compact layout): the lease record, boxed (136)
 //! and its map slot (~30, in the chunks of a [`cowmap::CowMap`]),
 //! its `GrantLease` request in `grant_reqs` (~30) and its expiry timer (~58);
@@ -70,7 +70,7 @@
 //! it appends without a second scan (a scan of a full memory's request ids
 //! costs less than the sorted index of them it once kept), and
 //! [`Engine::stats`] reads counts kept as holders and waiters change instead
-//! of walking every lock. `tests/per_command.rs` measures it.
+//! of walking every lock. `tests/it/per_command.rs` measures it.
 
 mod consistency;
 mod cowmap;

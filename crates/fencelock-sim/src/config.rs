@@ -29,7 +29,7 @@ pub enum Mutant {
     /// wakes the retry: its caller gives up while its acquire stays queued, and
     /// the later grant is orphaned; or the retry is granted first and the
     /// cancel releases it under its client (INV-EXCL goes red at seed 20 of
-    /// the CI seeds, `tests/inv_exclusive.rs`; INV-HEAL caught the orphaned
+    /// the CI seeds, `tests/it/inv_exclusive.rs`; INV-HEAL caught the orphaned
     /// grant only in the simulator's former model of the driver: see the crate
     /// docs).
     RacyCancel,

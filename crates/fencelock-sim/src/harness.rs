@@ -26,7 +26,7 @@ pub fn seeds() -> Vec<u64> {
 /// How to run `seed` again, from the test `test` or from the binary.
 pub fn reproduce(test: &str, seed: u64) -> String {
     format!(
-        "reproduce: {SEED_ENV}={seed} cargo nextest run -p fencelock-sim --test {test}\n       or: cargo run -p fencelock-sim -- --seed {seed} --trace"
+        "reproduce: {SEED_ENV}={seed} cargo nextest run -p fencelock-sim {test}::\n       or: cargo run -p fencelock-sim -- --seed {seed} --trace"
     )
 }
 

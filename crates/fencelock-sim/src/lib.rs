@@ -75,7 +75,7 @@
 //!
 //! The driver now avoids both (a retry supersedes an unwritten cancel and owns
 //! the wait from its arrival; a cancel from an older call is dropped;
-//! `fencelock-server/tests/cancel_race.rs` and the driver core's own tests);
+//! `fencelock-server/tests/it/cancel_race.rs` and the driver core's own tests);
 //! [`Mutant::RacyCancel`] brings the old behaviour back in the simulated shell,
 //! and INV-EXCL catches it (seed 20 of the test seeds, among others).
 //!

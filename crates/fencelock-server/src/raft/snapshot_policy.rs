@@ -12,7 +12,7 @@
 //! 416 MB state every 20,000 entries: 20 KB of snapshot per entry, and W3's
 //! million creates wrote about 100 snapshots. A restart replays at most the
 //! entries since the last snapshot, about half as many as the state's
-//! records (a million entries apply in about 2 s, `tests/snapshot_scale.rs`).
+//! records (a million entries apply in about 2 s, `tests/it/snapshot_scale.rs`).
 
 use std::time::Duration;
 

@@ -20,7 +20,7 @@
 //! bytes is in memory while it is written. The clone shares the engine's
 //! chunks and records (fencelock-core's `CowMap` and `Arc`s, copied on their
 //! next change): at a million idle leases applies wait 2-4 ms for it, and
-//! a build's allocations peak 2 MB above the state (`tests/snapshot_scale.rs`;
+//! a build's allocations peak 2 MB above the state (`tests/it/snapshot_scale.rs`;
 //! 0.26 s and 1.2 GB, 1.7 GB once a snapshot was stored, when the maps were
 //! copied whole and the bytes went into redb). What the engine changes
 //! while the copy lives is copied then, once per record and map chunk.

@@ -65,7 +65,7 @@
 //! whose flush costs milliseconds the ratio grows with the flush cost.
 //!
 //! Through a whole node it does not show yet: `cargo test -p fencelock-server
-//! --test segment_log -- --ignored --nocapture` (32 clients × 100 grants, debug
+//! segment_log:: -- --ignored --nocapture` (32 clients × 100 grants, debug
 //! build, same VM) gave 1,250–1,400 grants/s on either log, ~15 grants per
 //! entry. The driver keeps one write in flight, so openraft hands the log one
 //! entry at a time (~12 ms each, mostly CPU), and the log's share is ~0.2 ms:

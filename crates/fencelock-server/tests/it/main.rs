@@ -1,0 +1,18 @@
+//! The server's integration tests, one binary (each former test file is a module):
+//! real nodes on free ports of 127.0.0.1, started through `support`.
+
+mod support;
+
+mod auth_matrix;
+mod cancel_race;
+mod data_flips;
+mod flood;
+mod fuzz_decoders;
+mod log_migration;
+mod multi_lock;
+mod once_per_wait;
+mod peer_input;
+mod rejected_requests;
+mod segment_log;
+mod session_ops;
+mod snapshot_scale;
