@@ -42,7 +42,7 @@ use openraft::{
 use redb::{Database, Durability, ReadableDatabase, ReadableTable};
 use serde::{Deserialize, Serialize};
 
-use super::log_store::{blocking, decode, encode, DbError, SNAPSHOT};
+use super::db::{blocking, decode, encode, DbError, SNAPSHOT};
 use super::record;
 use super::snapshot_file::{FileRef, Files};
 use super::{NodeId, TypeConfig};
@@ -229,7 +229,7 @@ fn name_file(
 /// stored entry or the snapshot, whichever is later (0 for an empty store).
 fn first_new_index(db: &Database, snapshot: Option<LogId<NodeId>>) -> Result<u64, DbError> {
     let txn = db.begin_read()?;
-    let table = txn.open_table(super::log_store::LOG)?;
+    let table = txn.open_table(super::db::LOG)?;
     let last_in_log = table.last()?.map(|(k, _)| k.value());
     let last = last_in_log.max(snapshot.map(|l| l.index));
     Ok(last.map_or(0, |i| i.saturating_add(1)))
@@ -386,7 +386,7 @@ pub(crate) fn seed_restored(
     membership: Membership,
     engine: &Engine,
 ) -> Result<(), DbError> {
-    use super::log_store::{KEY_COMMITTED, KEY_LAST_PURGED, LOG, META};
+    use super::db::{KEY_COMMITTED, KEY_LAST_PURGED, LOG, META};
     let db = &sm.db;
     let meta =
         Meta { last_log_id: Some(last), last_membership: membership, snapshot_id: format!("restored-{}", last.index) };

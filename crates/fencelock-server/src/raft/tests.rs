@@ -17,7 +17,7 @@ use tempfile::TempDir;
 
 use redb::{ReadableDatabase, ReadableTable};
 
-use super::{codec, log_store, record, snapshot_file};
+use super::{codec, db, log_store, record, snapshot_file};
 use super::{open_storage, LogStore, Network, NodeId, RaftService, StateMachine, TypeConfig};
 
 fn log_id(term: u64, index: u64) -> LogId<NodeId> {
@@ -111,7 +111,7 @@ async fn the_segment_log_survives_reopen() {
     assert_eq!(log.read_vote().await.unwrap(), Some(Vote::new_committed(2, 1)));
     let db = log.db().clone();
     let txn = redb::ReadableDatabase::begin_read(&*db).unwrap();
-    let redb_log = txn.open_table(super::log_store::LOG).unwrap();
+    let redb_log = txn.open_table(db::LOG).unwrap();
     assert!(redb::ReadableTableMetadata::is_empty(&redb_log).unwrap(), "no entry in redb");
 }
 
@@ -174,8 +174,8 @@ async fn fill_redb(dir: &std::path::Path) {
     let txn = db.begin_write().unwrap();
     {
         let old = normal(1, 4, Input::Batch { now: 1_004, cmds: vec![grant(4, 60_000)] });
-        let mut table = txn.open_table(log_store::LOG).unwrap();
-        table.insert(4, log_store::encode(&old).unwrap().as_slice()).unwrap();
+        let mut table = txn.open_table(db::LOG).unwrap();
+        table.insert(4, db::encode(&old).unwrap().as_slice()).unwrap();
     }
     txn.commit().unwrap();
 }
@@ -205,9 +205,9 @@ async fn stored(log: &mut LogStore) -> Stored {
 fn engine_mark_and_redb_entries(dir: &std::path::Path) -> (Option<Vec<u8>>, u64) {
     let db = redb::Database::open(dir.join(super::DB_FILE)).unwrap();
     let txn = db.begin_read().unwrap();
-    let meta = txn.open_table(log_store::META).unwrap();
-    let mark = meta.get(log_store::KEY_LOG_ENGINE).unwrap().map(|v| v.value().to_vec());
-    let entries = redb::ReadableTableMetadata::len(&txn.open_table(log_store::LOG).unwrap()).unwrap();
+    let meta = txn.open_table(db::META).unwrap();
+    let mark = meta.get(db::KEY_LOG_ENGINE).unwrap().map(|v| v.value().to_vec());
+    let entries = redb::ReadableTableMetadata::len(&txn.open_table(db::LOG).unwrap()).unwrap();
     (mark, entries)
 }
 
@@ -237,7 +237,7 @@ async fn a_redb_log_moves_into_the_segment_log_on_its_first_segment_start() {
         assert_eq!(stored(&mut log).await, before);
         log.blocking_append([blank(2, 11)]).await.unwrap();
     }
-    assert_eq!(engine_mark_and_redb_entries(dir.path()), (Some(log_store::encode(&"segment").unwrap()), 0));
+    assert_eq!(engine_mark_and_redb_entries(dir.path()), (Some(db::encode(&"segment").unwrap()), 0));
     assert_eq!(super::check::check_data(dir.path()).expect("the moved data dir passes").entries, 8);
     let (mut log, _sm) = open_segment(dir.path()).expect("a plain segment start");
     let mut expected = before;
@@ -312,7 +312,7 @@ async fn a_corrupt_redb_entry_stops_the_migration_and_changes_nothing() {
         let db = redb::Database::open(dir.path().join(super::DB_FILE)).unwrap();
         let txn = db.begin_write().unwrap();
         {
-            let mut table = txn.open_table(log_store::LOG).unwrap();
+            let mut table = txn.open_table(db::LOG).unwrap();
             let mut bytes = redb::ReadableTable::get(&table, 6).unwrap().unwrap().value().to_vec();
             let last = bytes.len() - 1;
             bytes[last] ^= 0x01;
@@ -343,8 +343,8 @@ async fn a_redb_log_short_of_its_committed_index_is_not_moved() {
     {
         let db = redb::Database::open(dir.path().join(super::DB_FILE)).unwrap();
         let txn = db.begin_write().unwrap();
-        let committed = log_store::encode(&log_id(1, 12)).unwrap();
-        txn.open_table(log_store::META).unwrap().insert(log_store::KEY_COMMITTED, committed.as_slice()).unwrap();
+        let committed = db::encode(&log_id(1, 12)).unwrap();
+        txn.open_table(db::META).unwrap().insert(db::KEY_COMMITTED, committed.as_slice()).unwrap();
         txn.commit().unwrap();
     }
     let err = open_segment(dir.path()).expect_err("a log short of committed").to_string();
@@ -465,7 +465,7 @@ async fn a_data_dir_with_entries_only_in_its_segment_log_is_adopted() {
         let (mut log, _sm) = open_segment(&config.data_dir).unwrap();
         log.blocking_append((1..=3).map(|i| blank(1, i))).await.unwrap();
     }
-    assert_eq!(engine_mark_and_redb_entries(&config.data_dir), (Some(log_store::encode(&"segment").unwrap()), 0));
+    assert_eq!(engine_mark_and_redb_entries(&config.data_dir), (Some(db::encode(&"segment").unwrap()), 0));
     let (mut log, _sm, id) = super::identity::open(&config).expect("a node's data, adopted");
     assert_eq!(id.get().node_id, config.node_id);
     assert_eq!(log.get_log_state().await.unwrap().last_log_id, Some(log_id(1, 3)), "its entries kept");
@@ -489,7 +489,7 @@ async fn an_old_redb_data_dir_without_identity_moves_its_log_and_is_adopted() {
         assert_eq!(id.get().node_id, config.node_id);
         assert_eq!(log.get_log_state().await.unwrap().last_log_id, Some(log_id(1, 3)), "its entries kept");
     }
-    assert_eq!(engine_mark_and_redb_entries(&config.data_dir), (Some(log_store::encode(&"segment").unwrap()), 0));
+    assert_eq!(engine_mark_and_redb_entries(&config.data_dir), (Some(db::encode(&"segment").unwrap()), 0));
     let wal = config.data_dir.join(super::wal::WAL_DIR);
     assert!(wal.join(super::wal::segments::segment_name(1)).is_file(), "the log moved into wal/");
 }
@@ -580,9 +580,9 @@ async fn old_json_entries_read_beside_new_coded_ones() {
         let db = redb::Database::open(&file).unwrap();
         let txn = db.begin_write().unwrap();
         {
-            let mut table = txn.open_table(log_store::LOG).unwrap();
+            let mut table = txn.open_table(db::LOG).unwrap();
             table.insert(1, serde_json::to_vec(&entries[0]).unwrap().as_slice()).unwrap();
-            table.insert(2, log_store::encode(&entries[1]).unwrap().as_slice()).unwrap();
+            table.insert(2, db::encode(&entries[1]).unwrap().as_slice()).unwrap();
         }
         txn.commit().unwrap();
     }
@@ -598,7 +598,7 @@ async fn old_json_entries_read_beside_new_coded_ones() {
     }
     let db = redb::Database::open(&file).unwrap();
     let txn = db.begin_read().unwrap();
-    let table = txn.open_table(log_store::LOG).unwrap();
+    let table = txn.open_table(db::LOG).unwrap();
     let heads: Vec<u8> = (1..=3).map(|i| table.get(i).unwrap().unwrap().value()[0]).collect();
     assert_eq!(heads, [b'{', record::FRAME_V1, record::FRAME_V2]);
     assert_eq!(table.get(3).unwrap().unwrap().value()[1], codec::CODEC_PROTO);
@@ -1088,7 +1088,7 @@ async fn a_snapshot_in_the_table_is_read_and_the_next_one_goes_to_a_file() {
         // Rewritten to the layout before files.
         let txn = log.db().begin_write().unwrap();
         {
-            let mut table = txn.open_table(log_store::SNAPSHOT).unwrap();
+            let mut table = txn.open_table(db::SNAPSHOT).unwrap();
             table.insert("data", record::seal(snap.snapshot.get_ref()).as_slice()).unwrap();
             table.remove("file").unwrap();
         }
@@ -1103,7 +1103,7 @@ async fn a_snapshot_in_the_table_is_read_and_the_next_one_goes_to_a_file() {
     sm.get_snapshot_builder().await.build_snapshot().await.unwrap();
     let keys: Vec<String> = {
         let txn = log.db().begin_read().unwrap();
-        let table = txn.open_table(log_store::SNAPSHOT).unwrap();
+        let table = txn.open_table(db::SNAPSHOT).unwrap();
         table.iter().unwrap().map(|kv| kv.unwrap().0.value().to_string()).collect()
     };
     assert_eq!(keys, ["file", "meta"]);

@@ -6,7 +6,7 @@
 //! log is redb's: a data dir written with `log = "redb"`, by a build before
 //! the segment log, or a new one). It writes segments through
 //! [`super::segments::Segments`], the code the log thread writes with, and
-//! reads `raft_log` through [`log_store::decode_entry`], the code the redb
+//! reads `raft_log` through [`db::decode_entry`], the code the redb
 //! engine reads with. The vote, the committed and the last purged log ids stay
 //! where they are, in redb's meta table.
 //!
@@ -44,7 +44,7 @@ use redb::{Database, Durability, ReadableDatabase, ReadableTable};
 use super::segments::{Rec, Segments};
 use super::{files_of, Options, WalError, WAL_DIR};
 use crate::raft::check::check_entry;
-use crate::raft::log_store::{self, DbError, KEY_COMMITTED, KEY_LAST_PURGED, KEY_LOG_ENGINE, LOG, META};
+use crate::raft::db::{self, DbError, KEY_COMMITTED, KEY_LAST_PURGED, KEY_LOG_ENGINE, LOG, META};
 use crate::raft::NodeId;
 use crate::seams::Seams;
 
@@ -85,7 +85,7 @@ pub fn migrate(db: &Database, dir: &Path, seams: &Seams) -> Result<Migrated, DbE
             first_index = moved.first,
             last_index = moved.last,
             "moved the Raft log from redb (raft_log in {}) into the segment log in {}",
-            dir.join(log_store::DB_FILE).display(),
+            dir.join(db::DB_FILE).display(),
             dir.join(WAL_DIR).display()
         );
     }
@@ -134,7 +134,7 @@ pub fn build(db: &Database, dir: &Path, seams: &Seams) -> Result<Migrated, DbErr
     let mut chunk = Vec::with_capacity(CHUNK);
     for item in txn.open_table(LOG)?.iter()? {
         let (k, v) = item?;
-        let entry = log_store::decode_entry(k.value(), v.value())?;
+        let entry = db::decode_entry(k.value(), v.value())?;
         check_entry(k.value(), &entry, moved.last, purged)?;
         chunk.push(Rec::encode(&entry)?);
         moved = Migrated { entries: moved.entries + 1, first: moved.first.or(Some(k.value())), last: Some(k.value()) };
@@ -150,8 +150,7 @@ pub fn build(db: &Database, dir: &Path, seams: &Seams) -> Result<Migrated, DbErr
 
 /// The index of the log id stored in meta `key`, if any.
 fn index_of(meta: &impl ReadableTable<&'static str, &'static [u8]>, key: &str) -> Result<Option<u64>, DbError> {
-    let id: Option<LogId<NodeId>> =
-        meta.get(key)?.map(|v| log_store::decode(&log_store::meta_name(key), v.value())).transpose()?;
+    let id: Option<LogId<NodeId>> = meta.get(key)?.map(|v| db::decode(&db::meta_name(key), v.value())).transpose()?;
     Ok(id.map(|l| l.index))
 }
 
@@ -186,7 +185,7 @@ pub fn switch_engine(db: &Database) -> Result<(), DbError> {
         let mut log = txn.open_table(LOG)?;
         log.retain(|_, _| false)?;
         let mut meta = txn.open_table(META)?;
-        meta.insert(KEY_LOG_ENGINE, log_store::encode(&"segment")?.as_slice())?;
+        meta.insert(KEY_LOG_ENGINE, db::encode(&"segment")?.as_slice())?;
     }
     txn.commit()?;
     Ok(())
