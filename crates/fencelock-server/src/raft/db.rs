@@ -47,7 +47,7 @@ pub(crate) const KEY_VOTE: &str = "vote";
 pub(crate) const KEY_COMMITTED: &str = "committed";
 pub(crate) const KEY_LAST_PURGED: &str = "last_purged";
 /// Which engine holds the log: absent for redb, `"segment"` for the segment
-/// log (see [`crate::config::LogEngine`]).
+/// log (see [`super::log_store::LogEngine`]).
 pub(crate) const KEY_LOG_ENGINE: &str = "log_engine";
 
 /// redb's page cache. The log is purged behind snapshots, so the live data is small.

@@ -78,7 +78,7 @@ impl StoreBuilder<TypeConfig, LogStore, StateMachine, TempDir> for TempSegmentSt
 
 #[allow(clippy::result_large_err)] // openraft's error types are large by design
 fn open_segment(dir: &std::path::Path) -> Result<(LogStore, StateMachine), StorageError<NodeId>> {
-    super::log_store::open_engine(dir, &crate::seams::Seams::default(), crate::config::LogEngine::Segment)
+    log_store::open_engine(dir, &crate::seams::Seams::default(), log_store::LogEngine::Segment)
 }
 
 /// openraft's storage suite over the segment log (`log = "segment"`): the
@@ -155,7 +155,7 @@ async fn a_segment_data_dir_refuses_the_redb_engine() {
 }
 
 // ---------------------------------------------------------------------------
-// moving a redb log into the segment log (see `wal::migrate`)
+// moving a redb log into the segment log (see `log_store::migrate`)
 
 /// Fills `dir` through the redb engine: a membership, a leader start and
 /// grants at 1..=10, entry 4 rewritten as an older build stored it (JSON),
@@ -263,9 +263,9 @@ async fn a_migration_stopped_before_the_rename_is_done_again() {
     fill_redb(dir.path()).await;
     let before = stored(&mut open_storage(dir.path()).unwrap().0).await;
     migrate_partly(dir.path(), |db, dir| {
-        super::wal::migrate::build(db, dir, &crate::seams::Seams::default()).unwrap();
+        log_store::migrate::build(db, dir, &crate::seams::Seams::default()).unwrap();
     });
-    let building = dir.path().join(super::wal::migrate::MIGRATING_DIR);
+    let building = dir.path().join(log_store::migrate::MIGRATING_DIR);
     assert!(building.join(super::wal::segments::segment_name(4)).is_file(), "the half-built log");
     assert!(!dir.path().join(super::wal::WAL_DIR).exists());
     assert_eq!(engine_mark_and_redb_entries(dir.path()), (None, 7), "redb as it was");
@@ -285,8 +285,8 @@ async fn a_migration_stopped_before_the_redb_commit_is_done_again() {
     fill_redb(dir.path()).await;
     migrate_partly(dir.path(), |db, dir| {
         let seams = crate::seams::Seams::default();
-        super::wal::migrate::build(db, dir, &seams).unwrap();
-        super::wal::migrate::install(dir, &seams).unwrap();
+        log_store::migrate::build(db, dir, &seams).unwrap();
+        log_store::migrate::install(dir, &seams).unwrap();
     });
     assert!(dir.path().join(super::wal::WAL_DIR).join(super::wal::segments::segment_name(4)).is_file());
     assert_eq!(engine_mark_and_redb_entries(dir.path()), (None, 7), "redb as it was");
@@ -329,7 +329,7 @@ async fn a_corrupt_redb_entry_stops_the_migration_and_changes_nothing() {
 /// no engine recorded, redb's 7 entries (of [`fill_redb`]) in place.
 fn assert_unmoved(dir: &std::path::Path) {
     assert!(!dir.join(super::wal::WAL_DIR).exists(), "no wal/");
-    assert!(!dir.join(super::wal::migrate::MIGRATING_DIR).exists(), "no wal.migrating/");
+    assert!(!dir.join(log_store::migrate::MIGRATING_DIR).exists(), "no wal.migrating/");
     assert_eq!(engine_mark_and_redb_entries(dir), (None, 7), "redb as it was");
 }
 
@@ -395,7 +395,7 @@ async fn a_migration_that_cannot_sync_changes_nothing() {
     fill_redb(dir.path()).await;
     let before = stored(&mut open_storage(dir.path()).unwrap().0).await;
     let seams = crate::seams::Seams { log_files: Some(Arc::new(FailingSync)), ..Default::default() };
-    let failed = super::log_store::open_engine(dir.path(), &seams, crate::config::LogEngine::Segment);
+    let failed = log_store::open_engine(dir.path(), &seams, log_store::LogEngine::Segment);
     let err = failed.expect_err("a failed fdatasync").to_string();
     assert!(err.contains("injected fdatasync failure"), "{err}");
     assert_unmoved(dir.path());
@@ -438,7 +438,7 @@ async fn check_data_reads_the_segment_log() {
 async fn force_new_cluster_moves_the_segment_log_aside() {
     let dir = tempfile::tempdir().unwrap();
     let mut config = crate::Config::for_test(dir.path().join("data"));
-    config.log = crate::config::LogEngine::Segment;
+    config.log = log_store::LogEngine::Segment;
     {
         let (mut log, _sm, _id) = super::identity::open(&config).unwrap();
         log.blocking_append((1..=3).map(|i| blank(1, i))).await.unwrap();
@@ -460,7 +460,7 @@ async fn force_new_cluster_moves_the_segment_log_aside() {
 async fn a_data_dir_with_entries_only_in_its_segment_log_is_adopted() {
     let dir = tempfile::tempdir().unwrap();
     let mut config = crate::Config::for_test(dir.path().join("data"));
-    config.log = crate::config::LogEngine::Segment;
+    config.log = log_store::LogEngine::Segment;
     {
         let (mut log, _sm) = open_segment(&config.data_dir).unwrap();
         log.blocking_append((1..=3).map(|i| blank(1, i))).await.unwrap();
@@ -479,7 +479,7 @@ async fn a_data_dir_with_entries_only_in_its_segment_log_is_adopted() {
 async fn an_old_redb_data_dir_without_identity_moves_its_log_and_is_adopted() {
     let dir = tempfile::tempdir().unwrap();
     let mut config = crate::Config::for_test(dir.path().join("data"));
-    config.log = crate::config::LogEngine::Segment;
+    config.log = log_store::LogEngine::Segment;
     {
         let (mut log, _sm) = open_storage(&config.data_dir).unwrap();
         log.blocking_append((1..=3).map(|i| blank(1, i))).await.unwrap();
@@ -504,7 +504,7 @@ async fn an_old_redb_data_dir_without_identity_moves_its_log_and_is_adopted() {
 /// on both engines, whether or not a durable transaction followed it.
 #[tokio::test]
 async fn the_committed_id_is_on_disk_after_a_clean_close() {
-    use crate::config::LogEngine;
+    use log_store::LogEngine;
     let seams = crate::seams::Seams::default();
     for engine in [LogEngine::Redb, LogEngine::Segment] {
         let dir = tempfile::tempdir().unwrap();

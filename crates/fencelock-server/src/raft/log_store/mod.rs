@@ -1,6 +1,6 @@
 //! The Raft log, the vote and the committed log id: the log entries in the
 //! segment log of [`super::wal`] (`log = "segment"`, the default, see
-//! [`crate::config::LogEngine`]) and the rest in redb, or (`log = "redb"`) all
+//! [`LogEngine`]) and the rest in redb, or (`log = "redb"`) all
 //! of it in one redb database.
 //!
 //! The layout of `fencelock.redb` and how values are stored in it are in
@@ -17,7 +17,7 @@
 //! first records the last purged log id in redb, durably, then lets the log
 //! delete its segments. Which engine holds a data dir's log is recorded
 //! (`log_engine`, absent for redb): a redb data dir opened with the segment
-//! engine has its log moved into segments, once ([`wal::migrate`], crash-safe);
+//! engine has its log moved into segments, once ([`migrate`], crash-safe);
 //! a segment data dir opened with redb is refused, never served as an empty
 //! log.
 //!
@@ -41,14 +41,19 @@ use redb::{Database, Durability, ReadableDatabase, ReadableTable};
 use serde::de::DeserializeOwned;
 
 use super::db::{
-    self, blocking, decode, decode_entry, encode, encode_entry, meta_name, write_meta_now, DbError, KEY_COMMITTED,
-    KEY_LAST_PURGED, KEY_LOG_ENGINE, KEY_VOTE, LOG, META,
+    self, blocking, decode, decode_entry, encode, encode_entry, meta_name, DbError, KEY_COMMITTED, KEY_LAST_PURGED,
+    KEY_VOTE, LOG, META,
 };
 use super::state_machine::StateMachine;
 use super::wal::{self, Wal};
 use super::{NodeId, TypeConfig};
-use crate::config::LogEngine;
 use crate::seams::{CrashPoint, Seams};
+
+mod engine;
+pub mod migrate;
+
+use engine::check_engine;
+pub use engine::LogEngine;
 
 /// Opens (creating if needed) `dir/fencelock.redb` and returns the log store and the
 /// state machine over it, the log's entries in redb (`LogEngine::Redb`; the server
@@ -72,7 +77,7 @@ pub fn open_with(dir: &Path, seams: &Seams) -> Result<(LogStore, StateMachine), 
 }
 
 /// [`open_with`] with the log's entries kept by `engine`. Refuses a data dir
-/// whose log is kept by the other engine (see `check_engine`).
+/// whose log is kept by the other engine (see `check_engine` in `engine.rs`).
 pub fn open_engine(
     dir: &Path,
     seams: &Seams,
@@ -129,58 +134,6 @@ fn open_unguarded(
     }
     let committed = Arc::new(LatestCommitted::new(db.clone()));
     Ok((LogStore { wal, db, seams: seams.clone(), committed }, sm))
-}
-
-/// Refuses to open `db` (of the data dir `dir`) with `engine` when its log is
-/// kept by an engine it cannot be moved from; moves it when it can.
-///
-/// - `segment` on a database that records no engine (its log, if any, is in
-///   `raft_log`: written with `redb`, by an older build, or new): the log is
-///   moved into `wal/` and the segment engine recorded ([`wal::migrate`]).
-/// - `redb` on a data dir recorded as `segment` whose `wal/` holds segment
-///   files: refused (redb's log is empty: serving it would restart the log,
-///   and with it the tokens; there is no migration back). Without segment
-///   files, the mark is removed.
-pub(crate) fn check_engine(db: &Database, dir: &Path, engine: LogEngine, seams: &Seams) -> Result<(), DbError> {
-    let recorded: Option<String> = {
-        let txn = db.begin_read()?;
-        let meta = txn.open_table(META)?;
-        let value = meta.get(KEY_LOG_ENGINE)?;
-        value.map(|v| decode(&meta_name(KEY_LOG_ENGINE), v.value())).transpose()?
-    };
-    let wal_dir = dir.join(wal::WAL_DIR);
-    match (engine, recorded.as_deref()) {
-        (LogEngine::Segment, Some("segment")) if !wal_dir.is_dir() => Err(DbError::Other(format!(
-            "the data dir {} keeps its Raft log in {}, which is missing: the node cannot start without its log",
-            dir.display(),
-            wal_dir.display()
-        ))),
-        (LogEngine::Segment, Some("segment")) => Ok(()),
-        (LogEngine::Segment, None) => wal::migrate::migrate(db, dir, seams).map(drop),
-        (LogEngine::Redb, None) => Ok(()),
-        (LogEngine::Redb, Some("segment")) if has_segments(&wal_dir)? => Err(DbError::Other(format!(
-            "the data dir {} keeps its Raft log in segments ({}; log = \"segment\"): start it with \
-             --log-engine segment. A log moves from redb into segments, never back: for a data dir \
-             whose log is in redb (--log-engine redb), back this group up (fencelock snapshot save) and \
-             restore it into a new data dir (fencelock snapshot restore), which starts a new group of \
-             one without its leases and locks",
-            dir.display(),
-            wal_dir.display()
-        ))),
-        (LogEngine::Redb, Some("segment")) => write_meta_now(db, KEY_LOG_ENGINE, None),
-        (_, Some(other)) => {
-            Err(DbError::Corrupt { record: meta_name(KEY_LOG_ENGINE)(), why: format!("unknown log engine {other:?}") })
-        }
-    }
-}
-
-/// Whether `wal_dir` holds any segment file.
-fn has_segments(wal_dir: &Path) -> Result<bool, DbError> {
-    match std::fs::read_dir(wal_dir) {
-        Ok(dir) => Ok(dir.filter_map(Result::ok).any(|e| e.path().extension().is_some_and(|x| x == "seg"))),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
-        Err(e) => Err(DbError::Other(format!("cannot list {}: {e}", wal_dir.display()))),
-    }
 }
 
 /// Opens the segment log of the data dir `dir`, from its last purged log id.

@@ -1,13 +1,12 @@
 //! Moving a data dir's Raft log out of redb's `raft_log` table into the
 //! segment log, once, on the first start with `log = "segment"`.
 //!
-//! Where it sits: called by [`crate::raft::log_store`] when it opens, with the
-//! segment engine, a data dir whose database does not record an engine (its
-//! log is redb's: a data dir written with `log = "redb"`, by a build before
-//! the segment log, or a new one). It writes segments through
-//! [`super::segments::Segments`], the code the log thread writes with, and
-//! reads `raft_log` through [`db::decode_entry`], the code the redb
-//! engine reads with. The vote, the committed and the last purged log ids stay
+//! Where it sits: called by `log_store/engine.rs` when the log store opens,
+//! with the segment engine, a data dir whose database does not record an
+//! engine (its log is redb's: a data dir written with `log = "redb"`, by a
+//! build before the segment log, or a new one). It writes segments through
+//! [`Segments`], the code the log thread writes with, and reads `raft_log`
+//! through [`db::decode_entry`], the code the redb engine reads with. The vote, the committed and the last purged log ids stay
 //! where they are, in redb's meta table.
 //!
 //! Steps:
@@ -34,17 +33,17 @@
 //! is never reused). A crash after the commit is a plain segment start.
 //!
 //! The way back (segments into redb) is not supported: see
-//! [`crate::raft::log_store::check_engine`].
+//! `check_engine` in `log_store/engine.rs`.
 
 use std::path::Path;
 
 use openraft::LogId;
 use redb::{Database, Durability, ReadableDatabase, ReadableTable};
 
-use super::segments::{Rec, Segments};
-use super::{files_of, Options, WalError, WAL_DIR};
 use crate::raft::check::check_entry;
 use crate::raft::db::{self, DbError, KEY_COMMITTED, KEY_LAST_PURGED, KEY_LOG_ENGINE, LOG, META};
+use crate::raft::wal::segments::{Rec, Segments};
+use crate::raft::wal::{files_of, Options, WalError, WAL_DIR};
 use crate::raft::NodeId;
 use crate::seams::Seams;
 
@@ -155,7 +154,7 @@ fn index_of(meta: &impl ReadableTable<&'static str, &'static [u8]>, key: &str) -
 }
 
 /// A log that ends at `last` must reach the committed index: the check a
-/// segment start makes (`log_store::open_wal`), made before the move, which
+/// segment start makes (`SegmentLog::open`), made before the move, which
 /// could not be undone once it failed.
 fn check_reaches(committed: Option<u64>, last: Option<u64>) -> Result<(), DbError> {
     match committed {
