@@ -62,7 +62,7 @@ use redb::{Database, ReadableDatabase, ReadableTableMetadata};
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch as tokio_watch;
 
-use super::db::{self, DbError, DB_FILE, LOG, META, SNAPSHOT};
+use super::db::{self, DbError, DB_FILE, META, SNAPSHOT};
 use super::log_store::{self, LogStore};
 use super::state_machine::{SharedEngine, StateMachine};
 use super::{NodeId, Raft};
@@ -402,16 +402,15 @@ fn write(db: &Database, id: &Identity) -> Result<(), DbError> {
 /// the database, or in the segment log's `wal/`), a purge mark or a snapshot
 /// (the mark of the log engine is not).
 fn has_raft_state(log: &LogStore) -> Result<bool, DbError> {
-    if log.has_segment_entries() {
+    if log.has_entries()? {
         return Ok(true);
     }
     let txn = log.db().begin_read()?;
     let meta = txn.open_table(META)?;
     let engine_mark = usize::from(meta.get(db::KEY_LOG_ENGINE)?.is_some());
     let meta_empty = meta.len()? as usize == engine_mark;
-    let log_empty = txn.open_table(LOG)?.is_empty()?;
     let snapshot_empty = txn.open_table(SNAPSHOT)?.is_empty()?;
-    Ok(!(meta_empty && log_empty && snapshot_empty))
+    Ok(!(meta_empty && snapshot_empty))
 }
 
 /// Device and inode of a path.

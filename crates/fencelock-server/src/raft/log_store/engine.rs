@@ -1,14 +1,18 @@
 //! Which engine keeps the log's entries ([`LogEngine`], a setting of the
-//! node), and whether a data dir may be opened with it: refusing a data dir
-//! whose log the engine cannot read, moving a redb log into segments once
-//! ([`super::migrate`]).
+//! node), and the one place that turns it into an [`EntryLog`]: refusing a
+//! data dir whose log the engine cannot read, moving a redb log into
+//! segments once ([`super::migrate`]).
 
 use std::io;
 use std::path::Path;
+use std::sync::Arc;
 
 use redb::{Database, ReadableDatabase};
 
-use super::migrate;
+use super::meta::Meta;
+use super::redb_log::RedbLog;
+use super::segment_log::SegmentLog;
+use super::{migrate, EntryLog};
 use crate::raft::db::{decode, meta_name, write_meta_now, DbError, KEY_LOG_ENGINE, META};
 use crate::raft::wal;
 use crate::seams::Seams;
@@ -40,6 +44,16 @@ impl LogEngine {
             LogEngine::Redb => "redb",
             LogEngine::Segment => "segment",
         }
+    }
+
+    /// The entries of the data dir `dir` (database `meta.db()`) kept by this
+    /// engine, after [`check_engine`] let it through (or moved the log).
+    pub(crate) fn open(self, meta: &Meta, dir: &Path, seams: &Seams) -> Result<Arc<dyn EntryLog>, DbError> {
+        check_engine(meta.db(), dir, self, seams)?;
+        Ok(match self {
+            LogEngine::Redb => Arc::new(RedbLog::new(meta.clone(), seams.clone())),
+            LogEngine::Segment => Arc::new(SegmentLog::open(meta.clone(), dir, seams)?),
+        })
     }
 }
 
