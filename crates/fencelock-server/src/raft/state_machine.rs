@@ -300,8 +300,9 @@ impl StateMachine {
         Ok(sm)
     }
 
-    /// The log (kept outside redb, see [`super::wal`]) reaches index `last`:
-    /// entries up to it are a replay, for [`crate::seams::Applying::first_new`].
+    /// The log reaches index `last` (the log store says so when it opens,
+    /// whichever engine keeps the entries): entries up to it are a replay,
+    /// for [`crate::seams::Applying::first_new`].
     pub(crate) fn log_reaches(&mut self, last: Option<u64>) {
         if let (Some(first_new), Some(last)) = (&mut self.first_new, last) {
             *first_new = (*first_new).max(last.saturating_add(1));
