@@ -524,6 +524,32 @@ async fn the_committed_id_is_on_disk_after_a_clean_close() {
     }
 }
 
+/// The redb log's crash points are where the chaos suite's failpoints expect
+/// them: `log-before-fsync` with the append's transaction not yet committed
+/// (its entry invisible to a reader), `log-after-fsync` once it is.
+#[tokio::test]
+async fn the_redb_logs_crash_points_are_around_its_commit() {
+    #[derive(Debug, Default)]
+    struct Seen {
+        db: std::sync::OnceLock<Arc<redb::Database>>,
+        events: std::sync::Mutex<Vec<(&'static str, bool)>>,
+    }
+    impl crate::seams::Hooks for Seen {
+        fn crash_point(&self, point: crate::seams::CrashPoint) {
+            let txn = self.db.get().expect("the store is open").begin_read().unwrap();
+            let stored = txn.open_table(db::LOG).unwrap().get(5).unwrap().is_some();
+            self.events.lock().unwrap().push((point.name(), stored));
+        }
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let seen = Arc::new(Seen::default());
+    let seams = crate::seams::Seams { hooks: Some(seen.clone()), ..crate::seams::Seams::default() };
+    let (mut log, _sm) = log_store::open_engine(dir.path(), &seams, log_store::LogEngine::Redb).unwrap();
+    seen.db.set(log.db().clone()).unwrap();
+    log.blocking_append([blank(1, 5)]).await.unwrap();
+    assert_eq!(*seen.events.lock().unwrap(), [("log-before-fsync", false), ("log-after-fsync", true)]);
+}
+
 #[tokio::test]
 async fn log_vote_and_committed_survive_reopen() {
     let dir = tempfile::tempdir().unwrap();
