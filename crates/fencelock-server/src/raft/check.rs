@@ -17,9 +17,8 @@ use openraft::{Entry, EntryPayload, LogId};
 use redb::{Database, ReadOnlyDatabase, ReadableDatabase, ReadableTable};
 use serde::Serialize;
 
-use super::db::{
-    decode, decode_entry, entry_name, meta_name, DbError, DB_FILE, KEY_COMMITTED, KEY_LAST_PURGED, LOG, META,
-};
+use super::db::{decode, decode_entry, entry_name, meta_name, DB_FILE, KEY_COMMITTED, KEY_LAST_PURGED, LOG, META};
+use super::db_error::DbError;
 use super::state_machine::{decode_received, read_snapshot};
 use super::{NodeId, TypeConfig};
 

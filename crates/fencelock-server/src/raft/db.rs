@@ -1,5 +1,6 @@
 //! The node's redb database, `<data dir>/fencelock.redb`: its tables and keys,
-//! how values are stored in it, its error type, and how it is opened. Shared
+//! how values are stored in it, and how it is opened (its errors are
+//! [`super::db_error::DbError`]). Shared
 //! by the log store ([`super::log_store`]: vote, committed and purged log ids,
 //! and the entries with `log = "redb"`), the state machine's snapshot
 //! ([`super::state_machine`]), the node's identity ([`super::identity`]) and
@@ -27,13 +28,14 @@
 
 use std::path::Path;
 
-use openraft::{AnyError, Entry, ErrorSubject, ErrorVerb, StorageError, StorageIOError};
+use openraft::Entry;
 use redb::{Database, Durability, TableDefinition};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
+use super::db_error::DbError;
+use super::TypeConfig;
 use super::{codec, record};
-use super::{NodeId, TypeConfig};
 use crate::seams::Seams;
 
 /// File name of the database inside the data directory.
@@ -52,49 +54,6 @@ pub(crate) const KEY_LOG_ENGINE: &str = "log_engine";
 
 /// redb's page cache. The log is purged behind snapshots, so the live data is small.
 const CACHE_BYTES: usize = 64 * 1024 * 1024;
-
-/// Any failure inside a storage operation. Converted to openraft's [`StorageError`]
-/// (with the subject and verb of the operation) at the trait boundary.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum DbError {
-    #[error("redb: {0}")]
-    Redb(#[from] redb::Error),
-    #[error("json: {0}")]
-    Json(#[from] serde_json::Error),
-    #[error("{0}")]
-    Other(String),
-    /// A stored record failed its check (see [`super::record`]).
-    #[error("corrupt record {record}: {why}")]
-    Corrupt { record: String, why: String },
-    /// The segment log failed (see [`super::wal`]).
-    #[error("{0}")]
-    Wal(#[from] super::wal::WalError),
-}
-
-macro_rules! redb_into_db_error {
-    ($($t:ty),*) => {$(
-        impl From<$t> for DbError {
-            fn from(e: $t) -> Self {
-                DbError::Redb(e.into())
-            }
-        }
-    )*};
-}
-redb_into_db_error!(
-    redb::TransactionError,
-    redb::TableError,
-    redb::StorageError,
-    redb::CommitError,
-    redb::SetDurabilityError,
-    redb::DatabaseError
-);
-
-impl DbError {
-    pub(crate) fn into_storage(self, subject: ErrorSubject<NodeId>, verb: ErrorVerb) -> StorageError<NodeId> {
-        StorageIOError::new(subject, verb, AnyError::new(&self)).into()
-    }
-}
 
 /// Runs a synchronous redb job on the blocking pool and waits for it.
 pub(crate) async fn blocking<T, F>(f: F) -> Result<T, DbError>

@@ -62,7 +62,8 @@ use redb::{Database, ReadableDatabase, ReadableTableMetadata};
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch as tokio_watch;
 
-use super::db::{self, DbError, DB_FILE, META, SNAPSHOT};
+use super::db::{self, DB_FILE, META, SNAPSHOT};
+use super::db_error::DbError;
 use super::log_store::{self, LogStore};
 use super::state_machine::{SharedEngine, StateMachine};
 use super::{NodeId, Raft};

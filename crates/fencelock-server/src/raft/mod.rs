@@ -15,6 +15,7 @@ use fencelock_core::{Input, Output};
 pub mod check;
 pub(crate) mod codec;
 pub mod db;
+pub mod db_error;
 pub mod identity;
 pub mod log_store;
 pub mod network;

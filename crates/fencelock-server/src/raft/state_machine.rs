@@ -42,7 +42,8 @@ use openraft::{
 use redb::{Database, Durability, ReadableDatabase, ReadableTable};
 use serde::{Deserialize, Serialize};
 
-use super::db::{blocking, decode, encode, DbError, SNAPSHOT};
+use super::db::{blocking, decode, encode, SNAPSHOT};
+use super::db_error::DbError;
 use super::record;
 use super::snapshot_file::{FileRef, Files};
 use super::{NodeId, TypeConfig};

@@ -13,7 +13,8 @@ use super::meta::Meta;
 use super::redb_log::RedbLog;
 use super::segment_log::SegmentLog;
 use super::{migrate, EntryLog};
-use crate::raft::db::{decode, meta_name, write_meta_now, DbError, KEY_LOG_ENGINE, META};
+use crate::raft::db::{decode, meta_name, write_meta_now, KEY_LOG_ENGINE, META};
+use crate::raft::db_error::DbError;
 use crate::raft::wal;
 use crate::seams::Seams;
 

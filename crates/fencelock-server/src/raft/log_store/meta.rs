@@ -14,7 +14,8 @@ use openraft::LogId;
 use redb::{Database, Durability, ReadableDatabase};
 use serde::de::DeserializeOwned;
 
-use crate::raft::db::{blocking, decode, encode, meta_name, DbError, KEY_COMMITTED, META};
+use crate::raft::db::{blocking, decode, encode, meta_name, KEY_COMMITTED, META};
+use crate::raft::db_error::DbError;
 use crate::raft::NodeId;
 
 /// The database and the committed log id of this process. Cheap to clone;

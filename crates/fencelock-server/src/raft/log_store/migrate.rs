@@ -41,7 +41,8 @@ use openraft::LogId;
 use redb::{Database, Durability, ReadableDatabase, ReadableTable};
 
 use crate::raft::check::check_entry;
-use crate::raft::db::{self, DbError, KEY_COMMITTED, KEY_LAST_PURGED, KEY_LOG_ENGINE, LOG, META};
+use crate::raft::db::{self, KEY_COMMITTED, KEY_LAST_PURGED, KEY_LOG_ENGINE, LOG, META};
+use crate::raft::db_error::DbError;
 use crate::raft::wal::segments::{Rec, Segments};
 use crate::raft::wal::{files_of, Options, WalError, WAL_DIR};
 use crate::raft::NodeId;

@@ -35,7 +35,8 @@ use openraft::{
 };
 use redb::Database;
 
-use super::db::{self, encode, DbError, KEY_COMMITTED, KEY_LAST_PURGED, KEY_VOTE};
+use super::db::{self, encode, KEY_COMMITTED, KEY_LAST_PURGED, KEY_VOTE};
+use super::db_error::DbError;
 use super::state_machine::StateMachine;
 use super::wal::Done;
 use super::{NodeId, TypeConfig};

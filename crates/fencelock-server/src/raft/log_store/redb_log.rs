@@ -17,7 +17,8 @@ use redb::{Durability, ReadableDatabase, ReadableTable};
 
 use super::meta::{put_committed, Meta};
 use super::EntryLog;
-use crate::raft::db::{blocking, decode_entry, encode, encode_entry, DbError, KEY_LAST_PURGED, LOG, META};
+use crate::raft::db::{blocking, decode_entry, encode, encode_entry, KEY_LAST_PURGED, LOG, META};
+use crate::raft::db_error::DbError;
 use crate::raft::wal::Done;
 use crate::raft::{NodeId, TypeConfig};
 use crate::seams::{CrashPoint, Seams};

@@ -15,7 +15,8 @@ use openraft::{Entry, LogId};
 
 use super::meta::Meta;
 use super::EntryLog;
-use crate::raft::db::{encode, DbError, KEY_COMMITTED, KEY_LAST_PURGED};
+use crate::raft::db::{encode, KEY_COMMITTED, KEY_LAST_PURGED};
+use crate::raft::db_error::DbError;
 use crate::raft::wal::{self, Done, Wal};
 use crate::raft::{NodeId, TypeConfig};
 use crate::seams::Seams;
