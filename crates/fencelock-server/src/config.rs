@@ -3,6 +3,9 @@
 
 use std::{collections::BTreeMap, net::SocketAddr, path::PathBuf, time::Duration};
 
+// Where the Raft log's entries are kept: defined beside the log.
+pub use crate::raft::log_store::LogEngine;
+
 /// How a node whose data dir is empty comes into a group. A node with data
 /// ignores it: its membership is in its log.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -17,54 +20,6 @@ pub enum Bootstrap {
     /// No group of its own: wait to be added to an existing group (`fencelock
     /// cluster add`).
     Join,
-}
-
-/// Where the Raft log's entries are kept. The vote, the committed and purged
-/// log ids, the snapshot and the state machine are in redb either way. The
-/// default is here alone (`#[default]`; [`Config::new`] takes it); `fencelock
-/// serve --help` and the README say it too, and a test of the CLI checks they
-/// agree.
-///
-/// A data dir whose log is in redb (written with `Redb`, or by a build from
-/// before the segment log) has it moved into segments on its first start with
-/// `Segment`, the default, once and one way (see [`crate::raft::wal::migrate`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum LogEngine {
-    /// In the redb database, one write transaction per append. A data dir
-    /// whose log is in segments is refused by it.
-    Redb,
-    /// In an append-only segment log under `<data dir>/wal/`, one `fdatasync`
-    /// per batch of appends (see [`crate::raft::wal`]); the default.
-    #[default]
-    Segment,
-}
-
-impl LogEngine {
-    /// Its name in settings: `redb` or `segment`.
-    pub fn name(self) -> &'static str {
-        match self {
-            LogEngine::Redb => "redb",
-            LogEngine::Segment => "segment",
-        }
-    }
-}
-
-impl std::str::FromStr for LogEngine {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "redb" => Ok(LogEngine::Redb),
-            "segment" => Ok(LogEngine::Segment),
-            other => Err(format!("unknown log engine {other:?}: expected \"redb\" or \"segment\"")),
-        }
-    }
-}
-
-impl std::fmt::Display for LogEngine {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name())
-    }
 }
 
 /// How to run one fencelock node.

@@ -49,7 +49,7 @@
 //! There were ten: openraft saves the committed log id before each apply, and
 //! that was a redb commit (without fsync) on the blocking pool and back; the
 //! id is now kept in memory and written with the next durable transaction
-//! (`raft/log_store.rs`). A session operation adds the handover from the
+//! (`raft/log_store/meta.rs`). A session operation adds the handover from the
 //! connection's task to the session's (`grpc.rs`); it was spawned as a task
 //! of its own before. The state machine worker is spawned by openraft itself
 //! and `apply` is only called there, so it cannot run on the driver's task

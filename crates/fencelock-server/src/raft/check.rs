@@ -17,9 +17,8 @@ use openraft::{Entry, EntryPayload, LogId};
 use redb::{Database, ReadOnlyDatabase, ReadableDatabase, ReadableTable};
 use serde::Serialize;
 
-use super::log_store::{
-    decode, decode_entry, entry_name, meta_name, DbError, DB_FILE, KEY_COMMITTED, KEY_LAST_PURGED, LOG, META,
-};
+use super::db::{decode, decode_entry, entry_name, meta_name, DB_FILE, KEY_COMMITTED, KEY_LAST_PURGED, LOG, META};
+use super::db_error::DbError;
 use super::state_machine::{decode_received, read_snapshot};
 use super::{NodeId, TypeConfig};
 
@@ -182,7 +181,7 @@ fn reaches_committed(last: Option<u64>, committed: Option<u64>) -> Result<(), Db
 
 /// The log engine the data dir records (`None`: redb).
 fn recorded_engine(meta: &impl ReadableTable<&'static str, &'static [u8]>) -> Result<Option<String>, DbError> {
-    let key = super::log_store::KEY_LOG_ENGINE;
+    let key = super::db::KEY_LOG_ENGINE;
     meta.get(key)?.map(|v| decode(&meta_name(key), v.value())).transpose()
 }
 

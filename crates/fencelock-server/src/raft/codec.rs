@@ -51,7 +51,7 @@ use fencelock_proto::log as pb;
 use openraft::{CommittedLeaderId, Entry, EntryPayload, LogId};
 use prost::Message;
 
-use super::log_store::DbError;
+use super::db_error::DbError;
 use super::TypeConfig;
 
 /// Codec 1: the serde JSON of the entry.

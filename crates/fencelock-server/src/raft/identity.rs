@@ -62,7 +62,9 @@ use redb::{Database, ReadableDatabase, ReadableTableMetadata};
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch as tokio_watch;
 
-use super::log_store::{self, DbError, LogStore, DB_FILE, LOG, META, SNAPSHOT};
+use super::db::{self, DB_FILE, META, SNAPSHOT};
+use super::db_error::DbError;
+use super::log_store::{self, LogStore};
 use super::state_machine::{SharedEngine, StateMachine};
 use super::{NodeId, Raft};
 use crate::config::{Bootstrap, Config};
@@ -401,16 +403,15 @@ fn write(db: &Database, id: &Identity) -> Result<(), DbError> {
 /// the database, or in the segment log's `wal/`), a purge mark or a snapshot
 /// (the mark of the log engine is not).
 fn has_raft_state(log: &LogStore) -> Result<bool, DbError> {
-    if log.has_segment_entries() {
+    if log.has_entries()? {
         return Ok(true);
     }
     let txn = log.db().begin_read()?;
     let meta = txn.open_table(META)?;
-    let engine_mark = usize::from(meta.get(log_store::KEY_LOG_ENGINE)?.is_some());
+    let engine_mark = usize::from(meta.get(db::KEY_LOG_ENGINE)?.is_some());
     let meta_empty = meta.len()? as usize == engine_mark;
-    let log_empty = txn.open_table(LOG)?.is_empty()?;
     let snapshot_empty = txn.open_table(SNAPSHOT)?.is_empty()?;
-    Ok(!(meta_empty && log_empty && snapshot_empty))
+    Ok(!(meta_empty && snapshot_empty))
 }
 
 /// Device and inode of a path.
@@ -483,7 +484,7 @@ async fn record_cluster_id(w: &Watched, id: ClusterId) -> Result<(), String> {
     let mut identity = w.identity.get();
     identity.cluster_id = Some(id);
     let db = w.log.db().clone();
-    let written = log_store::blocking(move || write(&db, &identity)).await;
+    let written = db::blocking(move || write(&db, &identity)).await;
     written.map_err(|e| format!("cannot record the cluster id {id}: {e}"))?;
     w.identity.set_cluster_id(id);
     tracing::info!("node {} is a member of cluster {id}", w.identity.get().node_id);

@@ -14,6 +14,8 @@ use fencelock_core::{Input, Output};
 
 pub mod check;
 pub(crate) mod codec;
+pub mod db;
+pub mod db_error;
 pub mod identity;
 pub mod log_store;
 pub mod network;
@@ -24,7 +26,8 @@ pub mod snapshot_rx;
 pub mod state_machine;
 pub mod wal;
 
-pub use log_store::{open as open_storage, open_with as open_storage_with, LogStore, DB_FILE};
+pub use db::DB_FILE;
+pub use log_store::{open as open_storage, open_with as open_storage_with, LogStore};
 pub use network::{Network, RaftService};
 pub use state_machine::{SharedEngine, StateMachine};
 

@@ -32,7 +32,7 @@
 //! are JSON ([`CODEC_JSON`]).
 
 use super::codec::CODEC_JSON;
-use super::log_store::DbError;
+use super::db_error::DbError;
 
 /// Tag of the first frame format: a JSON payload.
 pub(crate) const FRAME_V1: u8 = 0xF1;

@@ -27,7 +27,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use serde::{Deserialize, Serialize};
 
-use super::log_store::DbError;
+use super::db_error::DbError;
 use super::record::{self, FRAME_V1};
 
 /// The directory of snapshot files, in the data dir.

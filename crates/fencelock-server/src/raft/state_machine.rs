@@ -42,7 +42,8 @@ use openraft::{
 use redb::{Database, Durability, ReadableDatabase, ReadableTable};
 use serde::{Deserialize, Serialize};
 
-use super::log_store::{blocking, decode, encode, DbError, SNAPSHOT};
+use super::db::{blocking, decode, encode, SNAPSHOT};
+use super::db_error::DbError;
 use super::record;
 use super::snapshot_file::{FileRef, Files};
 use super::{NodeId, TypeConfig};
@@ -229,7 +230,7 @@ fn name_file(
 /// stored entry or the snapshot, whichever is later (0 for an empty store).
 fn first_new_index(db: &Database, snapshot: Option<LogId<NodeId>>) -> Result<u64, DbError> {
     let txn = db.begin_read()?;
-    let table = txn.open_table(super::log_store::LOG)?;
+    let table = txn.open_table(super::db::LOG)?;
     let last_in_log = table.last()?.map(|(k, _)| k.value());
     let last = last_in_log.max(snapshot.map(|l| l.index));
     Ok(last.map_or(0, |i| i.saturating_add(1)))
@@ -300,8 +301,9 @@ impl StateMachine {
         Ok(sm)
     }
 
-    /// The log (kept outside redb, see [`super::wal`]) reaches index `last`:
-    /// entries up to it are a replay, for [`crate::seams::Applying::first_new`].
+    /// The log reaches index `last` (the log store says so when it opens,
+    /// whichever engine keeps the entries): entries up to it are a replay,
+    /// for [`crate::seams::Applying::first_new`].
     pub(crate) fn log_reaches(&mut self, last: Option<u64>) {
         if let (Some(first_new), Some(last)) = (&mut self.first_new, last) {
             *first_new = (*first_new).max(last.saturating_add(1));
@@ -386,7 +388,7 @@ pub(crate) fn seed_restored(
     membership: Membership,
     engine: &Engine,
 ) -> Result<(), DbError> {
-    use super::log_store::{KEY_COMMITTED, KEY_LAST_PURGED, LOG, META};
+    use super::db::{KEY_COMMITTED, KEY_LAST_PURGED, LOG, META};
     let db = &sm.db;
     let meta =
         Meta { last_log_id: Some(last), last_membership: membership, snapshot_id: format!("restored-{}", last.index) };

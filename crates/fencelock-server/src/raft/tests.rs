@@ -17,7 +17,7 @@ use tempfile::TempDir;
 
 use redb::{ReadableDatabase, ReadableTable};
 
-use super::{codec, log_store, record, snapshot_file};
+use super::{codec, db, log_store, record, snapshot_file};
 use super::{open_storage, LogStore, Network, NodeId, RaftService, StateMachine, TypeConfig};
 
 fn log_id(term: u64, index: u64) -> LogId<NodeId> {
@@ -78,7 +78,7 @@ impl StoreBuilder<TypeConfig, LogStore, StateMachine, TempDir> for TempSegmentSt
 
 #[allow(clippy::result_large_err)] // openraft's error types are large by design
 fn open_segment(dir: &std::path::Path) -> Result<(LogStore, StateMachine), StorageError<NodeId>> {
-    super::log_store::open_engine(dir, &crate::seams::Seams::default(), crate::config::LogEngine::Segment)
+    log_store::open_engine(dir, &crate::seams::Seams::default(), log_store::LogEngine::Segment)
 }
 
 /// openraft's storage suite over the segment log (`log = "segment"`): the
@@ -111,7 +111,7 @@ async fn the_segment_log_survives_reopen() {
     assert_eq!(log.read_vote().await.unwrap(), Some(Vote::new_committed(2, 1)));
     let db = log.db().clone();
     let txn = redb::ReadableDatabase::begin_read(&*db).unwrap();
-    let redb_log = txn.open_table(super::log_store::LOG).unwrap();
+    let redb_log = txn.open_table(db::LOG).unwrap();
     assert!(redb::ReadableTableMetadata::is_empty(&redb_log).unwrap(), "no entry in redb");
 }
 
@@ -155,7 +155,7 @@ async fn a_segment_data_dir_refuses_the_redb_engine() {
 }
 
 // ---------------------------------------------------------------------------
-// moving a redb log into the segment log (see `wal::migrate`)
+// moving a redb log into the segment log (see `log_store::migrate`)
 
 /// Fills `dir` through the redb engine: a membership, a leader start and
 /// grants at 1..=10, entry 4 rewritten as an older build stored it (JSON),
@@ -174,8 +174,8 @@ async fn fill_redb(dir: &std::path::Path) {
     let txn = db.begin_write().unwrap();
     {
         let old = normal(1, 4, Input::Batch { now: 1_004, cmds: vec![grant(4, 60_000)] });
-        let mut table = txn.open_table(log_store::LOG).unwrap();
-        table.insert(4, log_store::encode(&old).unwrap().as_slice()).unwrap();
+        let mut table = txn.open_table(db::LOG).unwrap();
+        table.insert(4, db::encode(&old).unwrap().as_slice()).unwrap();
     }
     txn.commit().unwrap();
 }
@@ -205,9 +205,9 @@ async fn stored(log: &mut LogStore) -> Stored {
 fn engine_mark_and_redb_entries(dir: &std::path::Path) -> (Option<Vec<u8>>, u64) {
     let db = redb::Database::open(dir.join(super::DB_FILE)).unwrap();
     let txn = db.begin_read().unwrap();
-    let meta = txn.open_table(log_store::META).unwrap();
-    let mark = meta.get(log_store::KEY_LOG_ENGINE).unwrap().map(|v| v.value().to_vec());
-    let entries = redb::ReadableTableMetadata::len(&txn.open_table(log_store::LOG).unwrap()).unwrap();
+    let meta = txn.open_table(db::META).unwrap();
+    let mark = meta.get(db::KEY_LOG_ENGINE).unwrap().map(|v| v.value().to_vec());
+    let entries = redb::ReadableTableMetadata::len(&txn.open_table(db::LOG).unwrap()).unwrap();
     (mark, entries)
 }
 
@@ -237,7 +237,7 @@ async fn a_redb_log_moves_into_the_segment_log_on_its_first_segment_start() {
         assert_eq!(stored(&mut log).await, before);
         log.blocking_append([blank(2, 11)]).await.unwrap();
     }
-    assert_eq!(engine_mark_and_redb_entries(dir.path()), (Some(log_store::encode(&"segment").unwrap()), 0));
+    assert_eq!(engine_mark_and_redb_entries(dir.path()), (Some(db::encode(&"segment").unwrap()), 0));
     assert_eq!(super::check::check_data(dir.path()).expect("the moved data dir passes").entries, 8);
     let (mut log, _sm) = open_segment(dir.path()).expect("a plain segment start");
     let mut expected = before;
@@ -263,9 +263,9 @@ async fn a_migration_stopped_before_the_rename_is_done_again() {
     fill_redb(dir.path()).await;
     let before = stored(&mut open_storage(dir.path()).unwrap().0).await;
     migrate_partly(dir.path(), |db, dir| {
-        super::wal::migrate::build(db, dir, &crate::seams::Seams::default()).unwrap();
+        log_store::migrate::build(db, dir, &crate::seams::Seams::default()).unwrap();
     });
-    let building = dir.path().join(super::wal::migrate::MIGRATING_DIR);
+    let building = dir.path().join(log_store::migrate::MIGRATING_DIR);
     assert!(building.join(super::wal::segments::segment_name(4)).is_file(), "the half-built log");
     assert!(!dir.path().join(super::wal::WAL_DIR).exists());
     assert_eq!(engine_mark_and_redb_entries(dir.path()), (None, 7), "redb as it was");
@@ -285,8 +285,8 @@ async fn a_migration_stopped_before_the_redb_commit_is_done_again() {
     fill_redb(dir.path()).await;
     migrate_partly(dir.path(), |db, dir| {
         let seams = crate::seams::Seams::default();
-        super::wal::migrate::build(db, dir, &seams).unwrap();
-        super::wal::migrate::install(dir, &seams).unwrap();
+        log_store::migrate::build(db, dir, &seams).unwrap();
+        log_store::migrate::install(dir, &seams).unwrap();
     });
     assert!(dir.path().join(super::wal::WAL_DIR).join(super::wal::segments::segment_name(4)).is_file());
     assert_eq!(engine_mark_and_redb_entries(dir.path()), (None, 7), "redb as it was");
@@ -312,7 +312,7 @@ async fn a_corrupt_redb_entry_stops_the_migration_and_changes_nothing() {
         let db = redb::Database::open(dir.path().join(super::DB_FILE)).unwrap();
         let txn = db.begin_write().unwrap();
         {
-            let mut table = txn.open_table(log_store::LOG).unwrap();
+            let mut table = txn.open_table(db::LOG).unwrap();
             let mut bytes = redb::ReadableTable::get(&table, 6).unwrap().unwrap().value().to_vec();
             let last = bytes.len() - 1;
             bytes[last] ^= 0x01;
@@ -329,7 +329,7 @@ async fn a_corrupt_redb_entry_stops_the_migration_and_changes_nothing() {
 /// no engine recorded, redb's 7 entries (of [`fill_redb`]) in place.
 fn assert_unmoved(dir: &std::path::Path) {
     assert!(!dir.join(super::wal::WAL_DIR).exists(), "no wal/");
-    assert!(!dir.join(super::wal::migrate::MIGRATING_DIR).exists(), "no wal.migrating/");
+    assert!(!dir.join(log_store::migrate::MIGRATING_DIR).exists(), "no wal.migrating/");
     assert_eq!(engine_mark_and_redb_entries(dir), (None, 7), "redb as it was");
 }
 
@@ -343,8 +343,8 @@ async fn a_redb_log_short_of_its_committed_index_is_not_moved() {
     {
         let db = redb::Database::open(dir.path().join(super::DB_FILE)).unwrap();
         let txn = db.begin_write().unwrap();
-        let committed = log_store::encode(&log_id(1, 12)).unwrap();
-        txn.open_table(log_store::META).unwrap().insert(log_store::KEY_COMMITTED, committed.as_slice()).unwrap();
+        let committed = db::encode(&log_id(1, 12)).unwrap();
+        txn.open_table(db::META).unwrap().insert(db::KEY_COMMITTED, committed.as_slice()).unwrap();
         txn.commit().unwrap();
     }
     let err = open_segment(dir.path()).expect_err("a log short of committed").to_string();
@@ -395,7 +395,7 @@ async fn a_migration_that_cannot_sync_changes_nothing() {
     fill_redb(dir.path()).await;
     let before = stored(&mut open_storage(dir.path()).unwrap().0).await;
     let seams = crate::seams::Seams { log_files: Some(Arc::new(FailingSync)), ..Default::default() };
-    let failed = super::log_store::open_engine(dir.path(), &seams, crate::config::LogEngine::Segment);
+    let failed = log_store::open_engine(dir.path(), &seams, log_store::LogEngine::Segment);
     let err = failed.expect_err("a failed fdatasync").to_string();
     assert!(err.contains("injected fdatasync failure"), "{err}");
     assert_unmoved(dir.path());
@@ -438,7 +438,7 @@ async fn check_data_reads_the_segment_log() {
 async fn force_new_cluster_moves_the_segment_log_aside() {
     let dir = tempfile::tempdir().unwrap();
     let mut config = crate::Config::for_test(dir.path().join("data"));
-    config.log = crate::config::LogEngine::Segment;
+    config.log = log_store::LogEngine::Segment;
     {
         let (mut log, _sm, _id) = super::identity::open(&config).unwrap();
         log.blocking_append((1..=3).map(|i| blank(1, i))).await.unwrap();
@@ -460,12 +460,12 @@ async fn force_new_cluster_moves_the_segment_log_aside() {
 async fn a_data_dir_with_entries_only_in_its_segment_log_is_adopted() {
     let dir = tempfile::tempdir().unwrap();
     let mut config = crate::Config::for_test(dir.path().join("data"));
-    config.log = crate::config::LogEngine::Segment;
+    config.log = log_store::LogEngine::Segment;
     {
         let (mut log, _sm) = open_segment(&config.data_dir).unwrap();
         log.blocking_append((1..=3).map(|i| blank(1, i))).await.unwrap();
     }
-    assert_eq!(engine_mark_and_redb_entries(&config.data_dir), (Some(log_store::encode(&"segment").unwrap()), 0));
+    assert_eq!(engine_mark_and_redb_entries(&config.data_dir), (Some(db::encode(&"segment").unwrap()), 0));
     let (mut log, _sm, id) = super::identity::open(&config).expect("a node's data, adopted");
     assert_eq!(id.get().node_id, config.node_id);
     assert_eq!(log.get_log_state().await.unwrap().last_log_id, Some(log_id(1, 3)), "its entries kept");
@@ -479,7 +479,7 @@ async fn a_data_dir_with_entries_only_in_its_segment_log_is_adopted() {
 async fn an_old_redb_data_dir_without_identity_moves_its_log_and_is_adopted() {
     let dir = tempfile::tempdir().unwrap();
     let mut config = crate::Config::for_test(dir.path().join("data"));
-    config.log = crate::config::LogEngine::Segment;
+    config.log = log_store::LogEngine::Segment;
     {
         let (mut log, _sm) = open_storage(&config.data_dir).unwrap();
         log.blocking_append((1..=3).map(|i| blank(1, i))).await.unwrap();
@@ -489,7 +489,7 @@ async fn an_old_redb_data_dir_without_identity_moves_its_log_and_is_adopted() {
         assert_eq!(id.get().node_id, config.node_id);
         assert_eq!(log.get_log_state().await.unwrap().last_log_id, Some(log_id(1, 3)), "its entries kept");
     }
-    assert_eq!(engine_mark_and_redb_entries(&config.data_dir), (Some(log_store::encode(&"segment").unwrap()), 0));
+    assert_eq!(engine_mark_and_redb_entries(&config.data_dir), (Some(db::encode(&"segment").unwrap()), 0));
     let wal = config.data_dir.join(super::wal::WAL_DIR);
     assert!(wal.join(super::wal::segments::segment_name(1)).is_file(), "the log moved into wal/");
 }
@@ -504,7 +504,7 @@ async fn an_old_redb_data_dir_without_identity_moves_its_log_and_is_adopted() {
 /// on both engines, whether or not a durable transaction followed it.
 #[tokio::test]
 async fn the_committed_id_is_on_disk_after_a_clean_close() {
-    use crate::config::LogEngine;
+    use log_store::LogEngine;
     let seams = crate::seams::Seams::default();
     for engine in [LogEngine::Redb, LogEngine::Segment] {
         let dir = tempfile::tempdir().unwrap();
@@ -522,6 +522,32 @@ async fn the_committed_id_is_on_disk_after_a_clean_close() {
         let (mut log, _sm) = log_store::open_engine(dir.path(), &seams, engine).unwrap();
         assert_eq!(log.read_committed().await.unwrap(), Some(log_id(1, 4)), "{engine:?}");
     }
+}
+
+/// The redb log's crash points are where the chaos suite's failpoints expect
+/// them: `log-before-fsync` with the append's transaction not yet committed
+/// (its entry invisible to a reader), `log-after-fsync` once it is.
+#[tokio::test]
+async fn the_redb_logs_crash_points_are_around_its_commit() {
+    #[derive(Debug, Default)]
+    struct Seen {
+        db: std::sync::OnceLock<Arc<redb::Database>>,
+        events: std::sync::Mutex<Vec<(&'static str, bool)>>,
+    }
+    impl crate::seams::Hooks for Seen {
+        fn crash_point(&self, point: crate::seams::CrashPoint) {
+            let txn = self.db.get().expect("the store is open").begin_read().unwrap();
+            let stored = txn.open_table(db::LOG).unwrap().get(5).unwrap().is_some();
+            self.events.lock().unwrap().push((point.name(), stored));
+        }
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let seen = Arc::new(Seen::default());
+    let seams = crate::seams::Seams { hooks: Some(seen.clone()), ..crate::seams::Seams::default() };
+    let (mut log, _sm) = log_store::open_engine(dir.path(), &seams, log_store::LogEngine::Redb).unwrap();
+    seen.db.set(log.db().clone()).unwrap();
+    log.blocking_append([blank(1, 5)]).await.unwrap();
+    assert_eq!(*seen.events.lock().unwrap(), [("log-before-fsync", false), ("log-after-fsync", true)]);
 }
 
 #[tokio::test]
@@ -580,9 +606,9 @@ async fn old_json_entries_read_beside_new_coded_ones() {
         let db = redb::Database::open(&file).unwrap();
         let txn = db.begin_write().unwrap();
         {
-            let mut table = txn.open_table(log_store::LOG).unwrap();
+            let mut table = txn.open_table(db::LOG).unwrap();
             table.insert(1, serde_json::to_vec(&entries[0]).unwrap().as_slice()).unwrap();
-            table.insert(2, log_store::encode(&entries[1]).unwrap().as_slice()).unwrap();
+            table.insert(2, db::encode(&entries[1]).unwrap().as_slice()).unwrap();
         }
         txn.commit().unwrap();
     }
@@ -598,7 +624,7 @@ async fn old_json_entries_read_beside_new_coded_ones() {
     }
     let db = redb::Database::open(&file).unwrap();
     let txn = db.begin_read().unwrap();
-    let table = txn.open_table(log_store::LOG).unwrap();
+    let table = txn.open_table(db::LOG).unwrap();
     let heads: Vec<u8> = (1..=3).map(|i| table.get(i).unwrap().unwrap().value()[0]).collect();
     assert_eq!(heads, [b'{', record::FRAME_V1, record::FRAME_V2]);
     assert_eq!(table.get(3).unwrap().unwrap().value()[1], codec::CODEC_PROTO);
@@ -1088,7 +1114,7 @@ async fn a_snapshot_in_the_table_is_read_and_the_next_one_goes_to_a_file() {
         // Rewritten to the layout before files.
         let txn = log.db().begin_write().unwrap();
         {
-            let mut table = txn.open_table(log_store::SNAPSHOT).unwrap();
+            let mut table = txn.open_table(db::SNAPSHOT).unwrap();
             table.insert("data", record::seal(snap.snapshot.get_ref()).as_slice()).unwrap();
             table.remove("file").unwrap();
         }
@@ -1103,7 +1129,7 @@ async fn a_snapshot_in_the_table_is_read_and_the_next_one_goes_to_a_file() {
     sm.get_snapshot_builder().await.build_snapshot().await.unwrap();
     let keys: Vec<String> = {
         let txn = log.db().begin_read().unwrap();
-        let table = txn.open_table(log_store::SNAPSHOT).unwrap();
+        let table = txn.open_table(db::SNAPSHOT).unwrap();
         table.iter().unwrap().map(|kv| kv.unwrap().0.value().to_string()).collect()
     };
     assert_eq!(keys, ["file", "meta"]);

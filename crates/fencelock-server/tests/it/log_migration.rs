@@ -1,6 +1,6 @@
 //! A real node whose data dir was written with its Raft log in redb (`log =
 //! "redb"`), started again with `log = "segment"`: its log moves into the
-//! segment log on that start (`fencelock_server::raft::wal::migrate`), and it
+//! segment log on that start (`fencelock_server::raft::log_store::migrate`), and it
 //! goes on from where it stopped.
 //!
 //! - INV-2 tokens strictly increase across all grants, never reused, across

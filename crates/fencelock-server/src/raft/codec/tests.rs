@@ -10,7 +10,7 @@ use fencelock_core::PolicyChange;
 use openraft::Membership;
 
 use super::*;
-use crate::raft::log_store::{self, encode};
+use crate::raft::db::{self, encode};
 use crate::raft::record;
 use crate::raft::Member;
 
@@ -208,10 +208,10 @@ fn old_json_records_and_new_coded_records_read_back() {
     let v1 = encode(&e).unwrap();
     assert_eq!(v1[0], record::FRAME_V1);
     let bare = serde_json::to_vec(&e).unwrap();
-    let v2 = log_store::encode_entry(&e).unwrap();
+    let v2 = db::encode_entry(&e).unwrap();
     assert_eq!(v2[..2], [record::FRAME_V2, CODEC_PROTO]);
     for stored in [v1, bare, v2] {
-        assert_eq!(json(&log_store::decode_entry(7, &stored).unwrap()), json(&e));
+        assert_eq!(json(&db::decode_entry(7, &stored).unwrap()), json(&e));
     }
 }
 
@@ -219,11 +219,11 @@ fn old_json_records_and_new_coded_records_read_back() {
 /// or for the frame tag by the format check), naming the record.
 #[test]
 fn a_flipped_byte_of_a_coded_entry_is_caught() {
-    let stored = log_store::encode_entry(&batch(commands()[..8].to_vec())).unwrap();
+    let stored = db::encode_entry(&batch(commands()[..8].to_vec())).unwrap();
     for i in 0..stored.len() {
         let mut bad = stored.clone();
         bad[i] ^= 0x5a;
-        let err = log_store::decode_entry(7, &bad).expect_err("a flipped entry must not decode");
+        let err = db::decode_entry(7, &bad).expect_err("a flipped entry must not decode");
         assert!(matches!(err, DbError::Corrupt { .. }) && err.to_string().contains("raft_log[7]"), "{err}");
     }
 }
@@ -336,7 +336,7 @@ fn arbitrary_payloads_with_a_valid_crc_never_panic() {
                 p
             }
         };
-        match log_store::decode_entry(7, &record::seal_coded(CODEC_PROTO, &payload)) {
+        match db::decode_entry(7, &record::seal_coded(CODEC_PROTO, &payload)) {
             Ok(_) => decoded += 1,
             Err(DbError::Corrupt { record, .. }) if record == "raft_log[7]" => refused += 1,
             Err(other) => panic!("not a Corrupt error naming the record: {other}"),

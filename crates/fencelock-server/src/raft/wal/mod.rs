@@ -1,12 +1,13 @@
 //! The Raft log as an append-only segment log with group commit (`log =
-//! "segment"`, the default engine; see [`crate::config::LogEngine`]).
+//! "segment"`, the default engine; see [`super::log_store::LogEngine`]).
 //!
-//! Where it sits: under [`super::log_store::LogStore`], which keeps the vote,
-//! the committed and the last purged log ids, the snapshot and the state
-//! machine in redb and, with this engine, the log entries here, in
-//! `<data dir>/wal/`. With the redb engine (`"redb"`) this module is unused.
-//! A data dir whose log is in redb moves it here, once, on its first start
-//! with this engine ([`migrate`]); there is no way back.
+//! Where it sits: under [`super::log_store::LogStore`] (through its segment
+//! engine), which keeps the vote, the committed and the last purged log ids,
+//! the snapshot and the state machine in redb and, with this engine, the log
+//! entries here, in `<data dir>/wal/`. With the redb engine (`"redb"`) this
+//! module is unused. A data dir whose log is in redb moves it here, once, on
+//! its first start with this engine ([`super::log_store::migrate`]); there is
+//! no way back. Nothing here knows of redb.
 //!
 //! On disk: segment files `<index of their first record, 20 digits>.seg`,
 //! each preallocated ([`Options::segment_bytes`]) and starting with a header
@@ -86,7 +87,6 @@ use crate::seams::Seams;
 
 pub mod files;
 pub mod format;
-pub mod migrate;
 pub mod segments;
 mod thread;
 

@@ -432,7 +432,7 @@ fn bench_log_appends() {
     };
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
 
-    for engine in [crate::config::LogEngine::Redb, crate::config::LogEngine::Segment] {
+    for engine in [crate::raft::log_store::LogEngine::Redb, crate::raft::log_store::LogEngine::Segment] {
         let dir = tempfile::tempdir_in(&base).unwrap();
         let (mut log, _sm) = crate::raft::log_store::open_engine(dir.path(), &Seams::default(), engine).unwrap();
         let t = Instant::now();

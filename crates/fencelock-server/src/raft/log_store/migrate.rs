@@ -1,13 +1,12 @@
 //! Moving a data dir's Raft log out of redb's `raft_log` table into the
 //! segment log, once, on the first start with `log = "segment"`.
 //!
-//! Where it sits: called by [`crate::raft::log_store`] when it opens, with the
-//! segment engine, a data dir whose database does not record an engine (its
-//! log is redb's: a data dir written with `log = "redb"`, by a build before
-//! the segment log, or a new one). It writes segments through
-//! [`super::segments::Segments`], the code the log thread writes with, and
-//! reads `raft_log` through [`log_store::decode_entry`], the code the redb
-//! engine reads with. The vote, the committed and the last purged log ids stay
+//! Where it sits: called by `log_store/engine.rs` when the log store opens,
+//! with the segment engine, a data dir whose database does not record an
+//! engine (its log is redb's: a data dir written with `log = "redb"`, by a
+//! build before the segment log, or a new one). It writes segments through
+//! [`Segments`], the code the log thread writes with, and reads `raft_log`
+//! through [`db::decode_entry`], the code the redb engine reads with. The vote, the committed and the last purged log ids stay
 //! where they are, in redb's meta table.
 //!
 //! Steps:
@@ -34,17 +33,18 @@
 //! is never reused). A crash after the commit is a plain segment start.
 //!
 //! The way back (segments into redb) is not supported: see
-//! [`crate::raft::log_store::check_engine`].
+//! `check_engine` in `log_store/engine.rs`.
 
 use std::path::Path;
 
 use openraft::LogId;
 use redb::{Database, Durability, ReadableDatabase, ReadableTable};
 
-use super::segments::{Rec, Segments};
-use super::{files_of, Options, WalError, WAL_DIR};
 use crate::raft::check::check_entry;
-use crate::raft::log_store::{self, DbError, KEY_COMMITTED, KEY_LAST_PURGED, KEY_LOG_ENGINE, LOG, META};
+use crate::raft::db::{self, KEY_COMMITTED, KEY_LAST_PURGED, KEY_LOG_ENGINE, LOG, META};
+use crate::raft::db_error::DbError;
+use crate::raft::wal::segments::{Rec, Segments};
+use crate::raft::wal::{files_of, Options, WalError, WAL_DIR};
 use crate::raft::NodeId;
 use crate::seams::Seams;
 
@@ -85,7 +85,7 @@ pub fn migrate(db: &Database, dir: &Path, seams: &Seams) -> Result<Migrated, DbE
             first_index = moved.first,
             last_index = moved.last,
             "moved the Raft log from redb (raft_log in {}) into the segment log in {}",
-            dir.join(log_store::DB_FILE).display(),
+            dir.join(db::DB_FILE).display(),
             dir.join(WAL_DIR).display()
         );
     }
@@ -134,7 +134,7 @@ pub fn build(db: &Database, dir: &Path, seams: &Seams) -> Result<Migrated, DbErr
     let mut chunk = Vec::with_capacity(CHUNK);
     for item in txn.open_table(LOG)?.iter()? {
         let (k, v) = item?;
-        let entry = log_store::decode_entry(k.value(), v.value())?;
+        let entry = db::decode_entry(k.value(), v.value())?;
         check_entry(k.value(), &entry, moved.last, purged)?;
         chunk.push(Rec::encode(&entry)?);
         moved = Migrated { entries: moved.entries + 1, first: moved.first.or(Some(k.value())), last: Some(k.value()) };
@@ -150,13 +150,12 @@ pub fn build(db: &Database, dir: &Path, seams: &Seams) -> Result<Migrated, DbErr
 
 /// The index of the log id stored in meta `key`, if any.
 fn index_of(meta: &impl ReadableTable<&'static str, &'static [u8]>, key: &str) -> Result<Option<u64>, DbError> {
-    let id: Option<LogId<NodeId>> =
-        meta.get(key)?.map(|v| log_store::decode(&log_store::meta_name(key), v.value())).transpose()?;
+    let id: Option<LogId<NodeId>> = meta.get(key)?.map(|v| db::decode(&db::meta_name(key), v.value())).transpose()?;
     Ok(id.map(|l| l.index))
 }
 
 /// A log that ends at `last` must reach the committed index: the check a
-/// segment start makes (`log_store::open_wal`), made before the move, which
+/// segment start makes (`SegmentLog::open`), made before the move, which
 /// could not be undone once it failed.
 fn check_reaches(committed: Option<u64>, last: Option<u64>) -> Result<(), DbError> {
     match committed {
@@ -186,7 +185,7 @@ pub fn switch_engine(db: &Database) -> Result<(), DbError> {
         let mut log = txn.open_table(LOG)?;
         log.retain(|_, _| false)?;
         let mut meta = txn.open_table(META)?;
-        meta.insert(KEY_LOG_ENGINE, log_store::encode(&"segment")?.as_slice())?;
+        meta.insert(KEY_LOG_ENGINE, db::encode(&"segment")?.as_slice())?;
     }
     txn.commit()?;
     Ok(())
