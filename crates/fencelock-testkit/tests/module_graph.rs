@@ -190,29 +190,14 @@ struct Facts {
 /// The facts of the file of module `module`, whose text is `text`.
 fn facts(module: &[String], text: &str) -> Facts {
     let t = tokens(text);
-    let mut f = Facts::default();
-    let mut inline: Vec<(String, usize)> = Vec::new();
-    let (mut depth, mut i) = (0, 0);
+    let (mut f, mut scope, mut i) = (Facts::default(), Scope::default(), 0);
     while i < t.len() {
-        let here: ModPath = module.iter().cloned().chain(inline.iter().map(|(m, _)| m.clone())).collect();
+        let here = scope.module(module);
         i = match t[i].as_str() {
             "#" if is_cfg_test(&t[i..]) => skip_test_item(&t, i + 7, &here, &mut f),
-            "mod" if t.get(i + 2).map(String::as_str) == Some("{") => {
-                depth += 1;
-                inline.push((t[i + 1].clone(), depth));
-                i + 3
-            }
-            "{" => {
-                depth += 1;
-                i + 1
-            }
-            "}" => {
-                if inline.last().is_some_and(|&(_, d)| d == depth) {
-                    inline.pop();
-                }
-                depth = depth.saturating_sub(1);
-                i + 1
-            }
+            "mod" if t.get(i + 2).map(String::as_str) == Some("{") => scope.open(Some(&t[i + 1]), i + 3),
+            "{" => scope.open(None, i + 1),
+            "}" => scope.close(i + 1),
             "use" => record_use(&t, i + 1, &here, &mut f),
             "fn" | "struct" | "enum" | "trait" | "type" | "const" | "static" | "union" => {
                 f.items.push((here, t.get(i + 1).cloned().unwrap_or_default()));
@@ -227,6 +212,39 @@ fn facts(module: &[String], text: &str) -> Facts {
         };
     }
     f
+}
+
+/// Where the reading of a file is: the brace depth, and the inline modules
+/// (`mod x { … }`) open there with the depth each opened at.
+#[derive(Default)]
+struct Scope {
+    depth: usize,
+    inline: Vec<(String, usize)>,
+}
+
+impl Scope {
+    /// A `{` (of `mod name {` if `name`); returns `next`.
+    fn open(&mut self, name: Option<&String>, next: usize) -> usize {
+        self.depth += 1;
+        if let Some(name) = name {
+            self.inline.push((name.clone(), self.depth));
+        }
+        next
+    }
+
+    /// A `}`; returns `next`.
+    fn close(&mut self, next: usize) -> usize {
+        if self.inline.last().is_some_and(|&(_, d)| d == self.depth) {
+            self.inline.pop();
+        }
+        self.depth = self.depth.saturating_sub(1);
+        next
+    }
+
+    /// The module the code is in, in the file of module `file`.
+    fn module(&self, file: &[String]) -> ModPath {
+        file.iter().cloned().chain(self.inline.iter().map(|(m, _)| m.clone())).collect()
+    }
 }
 
 /// Whether `t` starts with `#[cfg(test)]`.
