@@ -41,11 +41,7 @@ use tokio::{
     time::Instant,
 };
 
-use crate::{
-    engines::NativeServer,
-    model::Durability,
-    scale::{wait_ready, ServerCounters},
-};
+use crate::{admin::wait_ready, engines::NativeServer, model::Durability, scale::ServerCounters};
 
 /// TTL of the clients' leases (renewed every TTL/3).
 const TTL: Duration = Duration::from_secs(10);

@@ -26,7 +26,7 @@ use fencelock_server::config::parse_peers;
 use fencelock_testkit::{EtcdServer, PgServer, Profile, RedisServer, ZkServer};
 use tokio::time::Instant;
 
-use crate::{model::EngineInfo, procstat, procstat::command_line, scale::http_get};
+use crate::{admin::http_get, model::EngineInfo, procstat, procstat::command_line};
 
 /// Every engine, in the order they are started and measured.
 pub const ALL: &[&str] = &[

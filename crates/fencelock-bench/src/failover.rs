@@ -22,51 +22,21 @@ use anyhow::{bail, Context};
 use fencelock::{Leader, LeaderEvent, LeaderStream};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
-use serde::{Deserialize, Serialize};
 
 use crate::engines::Engine;
+use crate::model::{Failover, Fault};
 
 /// The election's name.
 const NAME: &str = "w6-election";
 /// Candidates competing in every sample.
 const CANDIDATES: usize = 3;
 
-/// How the leader is taken out.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub enum Fault {
-    /// SIGKILL: the process and its connections are gone.
-    Kill,
-    /// SIGSTOP: the process is frozen with its connections open.
-    Stop,
-}
-
-impl Fault {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Fault::Kill => "SIGKILL",
-            Fault::Stop => "SIGSTOP",
-        }
+/// The signal that takes the leader out by `fault`.
+fn signal(fault: Fault) -> Signal {
+    match fault {
+        Fault::Kill => Signal::SIGKILL,
+        Fault::Stop => Signal::SIGSTOP,
     }
-
-    fn signal(self) -> Signal {
-        match self {
-            Fault::Kill => Signal::SIGKILL,
-            Fault::Stop => Signal::SIGSTOP,
-        }
-    }
-}
-
-/// The fail-over times of one engine under one fault.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Failover {
-    pub engine: String,
-    pub fault: Fault,
-    /// The candidates' lease TTL, the same for every engine.
-    pub ttl_ms: u64,
-    /// Each sample: signal → the observer sees a higher term, in ms.
-    pub samples_ms: Vec<f64>,
-    pub median_ms: f64,
-    pub max_ms: f64,
 }
 
 /// What to measure.
@@ -97,7 +67,7 @@ pub async fn run(engine: &Engine, spec: Spec) -> anyhow::Result<Vec<Failover>> {
             // its election (when its lease was just renewed).
             tokio::time::sleep(spec.ttl.mul_f64(fastrand::f64())).await;
             let signalled = Instant::now();
-            group.signal(slot, fault.signal())?;
+            group.signal(slot, signal(fault))?;
             let next = next_leader(&mut observer, leader.term, limit)
                 .await
                 .with_context(|| format!("a leader after {} of term {}", fault.as_str(), leader.term))?;

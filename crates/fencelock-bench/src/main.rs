@@ -38,6 +38,7 @@
 //! same way (another build's server, measured with `--url`).
 #![allow(clippy::disallowed_methods)] // a benchmark measures time: it reads the clock on purpose
 
+mod admin;
 mod chart;
 mod durability;
 mod engines;

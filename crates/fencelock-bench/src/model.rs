@@ -2,9 +2,10 @@
 //! the markdown report and the charts.
 //!
 //! Where it sits: the workloads ([`crate::workload`], [`crate::scale`],
-//! [`crate::durability`]) fill these records; [`crate::report`] and
-//! [`crate::chart`] only read them. Every figure is what was measured in this
-//! run; nothing is copied from elsewhere.
+//! [`crate::durability`], [`crate::failover`]) fill these records;
+//! [`crate::report`] and [`crate::chart`] only read them; it imports none of
+//! them. Every figure is what was measured in this run; nothing is copied
+//! from elsewhere.
 
 use serde::{Deserialize, Serialize};
 
@@ -30,7 +31,7 @@ pub struct Report {
     pub durability: Option<Durability>,
     /// W6: election fail-over, per engine and fault (empty if not run).
     #[serde(default)]
-    pub elections: Vec<crate::failover::Failover>,
+    pub elections: Vec<Failover>,
     /// The targets, evaluated on this run's figures.
     pub targets: Vec<Target>,
 }
@@ -278,4 +279,35 @@ pub struct Target {
     /// Unit of goal and measured, e.g. "×", "ms", "bytes".
     pub unit: String,
     pub met: Option<bool>,
+}
+
+/// W6: how the leader is taken out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Fault {
+    /// SIGKILL: the process and its connections are gone.
+    Kill,
+    /// SIGSTOP: the process is frozen with its connections open.
+    Stop,
+}
+
+impl Fault {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Fault::Kill => "SIGKILL",
+            Fault::Stop => "SIGSTOP",
+        }
+    }
+}
+
+/// W6: the fail-over times of one engine under one fault.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Failover {
+    pub engine: String,
+    pub fault: Fault,
+    /// The candidates' lease TTL, the same for every engine.
+    pub ttl_ms: u64,
+    /// Each sample: signal → the observer sees a higher term, in ms.
+    pub samples_ms: Vec<f64>,
+    pub median_ms: f64,
+    pub max_ms: f64,
 }

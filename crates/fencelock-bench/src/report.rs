@@ -891,7 +891,7 @@ fn w4(md: &mut String, d: &Durability) {
     let _ = writeln!(md);
 }
 
-fn w6(md: &mut String, results: &[crate::failover::Failover]) {
+fn w6(md: &mut String, results: &[crate::model::Failover]) {
     let _ = writeln!(md, "## W6: election fail-over\n");
     let ttl = results.first().map_or(0, |f| f.ttl_ms);
     let _ = writeln!(
@@ -1037,9 +1037,9 @@ pub(crate) mod tests {
             cells,
             scale: Some(scale(20_000, 0.1)),
             durability: Some(durability()),
-            elections: vec![crate::failover::Failover {
+            elections: vec![crate::model::Failover {
                 engine: "fencelock".into(),
-                fault: crate::failover::Fault::Kill,
+                fault: crate::model::Fault::Kill,
                 ttl_ms: 2000,
                 samples_ms: vec![2100.0, 1900.4, 2300.0],
                 median_ms: 2100.0,

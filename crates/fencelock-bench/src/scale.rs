@@ -11,12 +11,8 @@
 //! and are renewed from the moment they exist by [`Renewer`], which spreads
 //! them over the renewal period in slots of 10 ms. Every keep-alive is a
 //! command through the server's Raft log, like a grant.
-//!
-//! Also here: the small HTTP/1.0 client that reads the server's admin
-//! endpoint (`/healthz`, `/metrics`), shared with [`crate::durability`].
 
 use std::{
-    net::SocketAddr,
     sync::{
         atomic::{AtomicU64, AtomicUsize, Ordering},
         Arc, Mutex,
@@ -31,7 +27,12 @@ use tokio::{
     time::{Instant, MissedTickBehavior},
 };
 
-use crate::{engines::NativeServer, model::Scale, procstat};
+use crate::{
+    admin::{http_get, wait_ready},
+    engines::NativeServer,
+    model::Scale,
+    procstat,
+};
 
 /// Sessions (each on a connection of its own) that create the leases.
 const SESSIONS: usize = 16;
@@ -289,30 +290,6 @@ impl ServerCounters {
             held_locks: get("fencelock_held_locks")?,
             expirations: get("fencelock_lease_expirations_total")?,
         })
-    }
-}
-
-/// `GET path`: status and body.
-pub(crate) async fn http_get(addr: &str, path: &str) -> anyhow::Result<(u16, String)> {
-    use fencelock_server::http_client::{request, Request};
-    let sock: SocketAddr = addr.parse().with_context(|| format!("{addr:?} is not an IP address and port"))?;
-    let answer = request(sock, None, Request::get(path), Duration::from_secs(10)).await?;
-    Ok((answer.status, answer.text()))
-}
-
-/// Waits until the server's `/healthz` says it leads and serves.
-pub(crate) async fn wait_ready(http_addr: &str, limit: Duration) -> anyhow::Result<()> {
-    let end = Instant::now() + limit;
-    loop {
-        let last = match http_get(http_addr, "/healthz").await {
-            Ok((200, _)) => return Ok(()),
-            Ok((status, body)) => format!("{status} {body}"),
-            Err(e) => format!("{e:#}"),
-        };
-        if Instant::now() > end {
-            bail!("the server at {http_addr} is not ready after {limit:?}: {last}");
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
 

@@ -16,9 +16,12 @@
 
 mod checker;
 mod cluster;
+mod cluster_faults;
+mod ctx;
 mod faketime;
 mod history;
 mod http;
+mod metrics;
 mod nemesis;
 mod observers;
 mod peer_input;
@@ -30,8 +33,8 @@ mod run;
 mod scenario;
 mod secure;
 mod targets;
-mod worker;
-mod workers;
+mod worker_control;
+mod worker_process;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -65,7 +68,7 @@ enum Cmd {
     /// Writes the markdown report from the verdicts under a directory.
     Report(profile::ReportArgs),
     #[command(hide = true)]
-    Worker(worker::WorkerArgs),
+    Worker(worker_process::WorkerArgs),
     #[command(hide = true)]
     Serve(ServeArgs),
     #[command(hide = true)]
@@ -188,7 +191,7 @@ fn main() -> ExitCode {
             Cmd::Run(a) => run_one(a).await,
             Cmd::Profile(a) => profile::profile(a).await,
             Cmd::Report(a) => profile::report(a).map(|_| ExitCode::SUCCESS),
-            Cmd::Worker(a) => worker::run(a).await.map(|_| ExitCode::SUCCESS),
+            Cmd::Worker(a) => worker_process::run(a).await.map(|_| ExitCode::SUCCESS),
             Cmd::Serve(a) => serve(a).await.map(|_| ExitCode::SUCCESS),
             Cmd::Storage(a) => storage(a).await.map(|_| ExitCode::SUCCESS),
         }

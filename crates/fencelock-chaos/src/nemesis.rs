@@ -13,11 +13,12 @@ use fencelock_testkit::proxy::{Mode, Proxy};
 use nix::sys::signal::Signal;
 use serde_json::json;
 
+use crate::ctx::{evidence, fault, pause_between_faults, Ctx};
 use crate::history::{mono_ns, Event, Op};
 use crate::http;
+use crate::metrics::{metric, metrics_text};
 use crate::procs::{proc_state, signal};
-use crate::run::{Ctx, LOCK};
-use crate::scenario::{multi_name, LogEngine, Scenario};
+use crate::scenario::{multi_name, LogEngine, Scenario, LOCK};
 use crate::targets::Target;
 
 /// The server's crash points the K4 nemesis arms through `FAILPOINTS`
@@ -35,40 +36,12 @@ pub async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
         Scenario::S1 => s1_dead_waiters(ctx).await,
         Scenario::S4 => s4_resets(ctx).await,
         Scenario::S5 => anyhow::bail!("S5 needs the native server"),
-        Scenario::L1 => crate::cluster::l1_leader_kills(ctx).await,
-        Scenario::L2 => crate::cluster::l2_leader_isolation(ctx).await,
-        Scenario::L3 => crate::cluster::l3_partitions(ctx).await,
+        Scenario::L1 => crate::cluster_faults::l1_leader_kills(ctx).await,
+        Scenario::L2 => crate::cluster_faults::l2_leader_isolation(ctx).await,
+        Scenario::L3 => crate::cluster_faults::l3_partitions(ctx).await,
         Scenario::P1 => crate::peer_input::p1_peer_input(ctx).await,
         Scenario::P2 => crate::peer_tls::p2_forged_peer(ctx).await,
     }
-}
-
-pub(crate) fn fault(ctx: &mut Ctx, phase: &str, target: &str, detail: serde_json::Value) {
-    let e = Event {
-        fault: Some(ctx.spec.scenario.to_string()),
-        phase: Some(phase.into()),
-        target: Some(target.into()),
-        detail,
-        ..Event::note("nemesis", Op::Fault)
-    };
-    ctx.note(e);
-}
-
-pub(crate) fn evidence(ctx: &mut Ctx, what: &str, count: u64, target: &str, detail: serde_json::Value) {
-    let e = Event {
-        what: Some(what.into()),
-        count: Some(count),
-        target: Some(target.into()),
-        detail,
-        ..Event::note("nemesis", Op::Evidence)
-    };
-    ctx.note(e);
-}
-
-pub(crate) async fn pause_between_faults(ctx: &mut Ctx, lo_ms: u64, hi_ms: u64) {
-    let ms = ctx.rng.u64(lo_ms..=hi_ms);
-    let until = (tokio::time::Instant::now() + Duration::from_millis(ms)).min(ctx.end);
-    tokio::time::sleep_until(until).await;
 }
 
 /// How long the nemesis waits for one worker to reach its write before it
@@ -720,14 +693,6 @@ pub async fn note_server_stats(ctx: &mut Ctx, revoked: Option<u64>) {
 /// Grants released because their lease was revoked so far (native server).
 pub async fn revoked_grants(ctx: &Ctx) -> Option<u64> {
     metric(&metrics_text(ctx.target.admin()?).await?, "fencelock_releases_revoked_total")
-}
-
-pub(crate) async fn metrics_text(admin: std::net::SocketAddr) -> Option<String> {
-    http::request(admin, "GET", "/metrics", &[], b"", Duration::from_secs(5)).await.ok().map(|r| r.text())
-}
-
-pub(crate) fn metric(text: &str, name: &str) -> Option<u64> {
-    text.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse::<u64>().ok())
 }
 
 #[cfg(test)]

@@ -54,9 +54,9 @@ use serde_json::json;
 use tonic::transport::Channel;
 use tonic::Code;
 
+use crate::ctx::{evidence, fault, pause_between_faults, Ctx};
 use crate::http;
-use crate::nemesis::{evidence, fault, metric, metrics_text, pause_between_faults};
-use crate::run::Ctx;
+use crate::metrics::{metric, metrics_text};
 use crate::targets::Target;
 
 /// Index of the forged snapshots' last log entry: beyond any run's log.

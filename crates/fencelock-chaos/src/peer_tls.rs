@@ -30,10 +30,9 @@ use anyhow::Context;
 use serde_json::json;
 use tonic::Code;
 
+use crate::ctx::{evidence, fault, pause_between_faults, Ctx};
 use crate::http;
-use crate::nemesis::{evidence, fault, pause_between_faults};
 use crate::peer_input::{higher_term, message, send, view, Defect, Rpc, View};
-use crate::run::Ctx;
 use crate::secure::Sender;
 use crate::targets::Target;
 

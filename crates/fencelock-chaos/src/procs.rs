@@ -1,7 +1,7 @@
 //! Child processes of the harness: the lock server and the fenced storage
 //! server (this binary's hidden `serve` and `storage` subcommands) and the
-//! workers (`worker`), each with its own log file; `/proc` state reads for
-//! the evidence that a SIGSTOP really stopped a process.
+//! workers (`worker_process`), each with its own log file; `/proc` state
+//! reads for the evidence that a SIGSTOP really stopped a process.
 
 use std::collections::BTreeMap;
 use std::fs::File;

@@ -16,72 +16,22 @@ use fencelock::backend::Capabilities;
 use fencelock_testkit::proxy::{Mode, Proxy};
 
 use crate::checker::{self, RunInfo, Verdict};
+use crate::ctx::{lock_url, Ctx};
 use crate::faketime;
 use crate::history::{self, Event, Op, Writer};
 use crate::http;
 use crate::nemesis;
 use crate::observers::{HolderPolls, Observers};
-use crate::procs::{free_addr, storage_server, ServerProc};
-use crate::scenario::{multi_name, non_default_log, Mutant, RunSpec, Scenario};
+use crate::procs::{free_addr, storage_server};
+use crate::scenario::{multi_name, non_default_log, Mutant, RunSpec, Scenario, LOCK};
 use crate::secure::Secure;
 use crate::targets::Target;
-use crate::worker::{entries, WorkerArgs};
-use crate::workers::Workers;
+use crate::worker_control::Workers;
+use crate::worker_process::{entries, WorkerArgs};
 
-pub const LOCK: &str = "chaos";
 /// Election mode: how many observers follow the election.
 const OBSERVERS: usize = 2;
 pub const KEY: &str = "chaos-object";
-
-/// Everything a nemesis works with.
-pub struct Ctx {
-    pub spec: RunSpec,
-    pub rng: fastrand::Rng,
-    pub ttl: Duration,
-    pub target: Target,
-    /// The storage server's process: alive as long as the run.
-    #[allow(dead_code)]
-    pub storage: ServerProc,
-    pub storage_addr: std::net::SocketAddr,
-    pub workers: Workers,
-    /// Election mode: the observers of the election.
-    pub observers: Option<Observers>,
-    /// Shared mode against fencelock's own server: the holder observer.
-    pub holder_polls: Option<HolderPolls>,
-    /// Per worker: its proxy to the lock service (if the service has one address).
-    pub lock_proxies: Vec<Proxy>,
-    /// Per worker: its proxy to the storage.
-    pub storage_proxies: Vec<Proxy>,
-    pub notes: Writer,
-    pub data: tempfile::TempDir,
-    /// The service's TLS files and tokens, if it runs with TLS and auth.
-    pub secure: Option<Secure>,
-    /// When the nemesis stops injecting.
-    pub end: tokio::time::Instant,
-}
-
-impl Ctx {
-    pub fn note(&mut self, e: Event) {
-        if let Err(err) = self.notes.write(&e) {
-            tracing::error!(error = %err, "cannot write the harness history");
-        }
-    }
-
-    pub fn over(&self) -> bool {
-        tokio::time::Instant::now() >= self.end
-    }
-
-    /// The URL of the lock service (or of a proxy `via` in front of it), over
-    /// TLS with the workers' token if the service runs with TLS and auth.
-    pub fn lock_url(&self, via: Option<std::net::SocketAddr>) -> String {
-        lock_url(&self.target, self.secure.as_ref(), via)
-    }
-
-    /// A seeded duration between `lo` and `hi` times `unit`.
-    pub fn between(&mut self, unit: Duration, lo: f64, hi: f64) -> Duration {
-        unit.mul_f64(lo + (hi - lo) * self.rng.f64())
-    }
-}
 
 /// Runs `spec` and returns its verdict (also written to `verdict.json`).
 pub async fn run(spec: RunSpec) -> anyhow::Result<Verdict> {
@@ -263,16 +213,6 @@ fn object_keys(spec: &RunSpec) -> std::collections::BTreeSet<String> {
     match spec.multi {
         0 => (0..spec.workers).map(|id| object_key(spec, id)).collect(),
         k => (0..k).map(|i| multi_name(KEY, i)).collect(),
-    }
-}
-
-/// The URL of the lock service, or of a proxy `via` in front of it: over TLS
-/// with the workers' token if the service runs with TLS and auth.
-fn lock_url(target: &Target, secure: Option<&Secure>, via: Option<std::net::SocketAddr>) -> String {
-    match (secure, target) {
-        (Some(s), Target::Native { grpc, .. }) => s.url(&[via.unwrap_or(*grpc)]),
-        (Some(s), Target::Cluster(c)) => s.url(&c.grpc()),
-        (_, _) => via.map_or_else(|| target.url(), |p| target.url_via(p)),
     }
 }
 

@@ -244,7 +244,7 @@ pub struct RunSpec {
     /// native server always for P2).
     pub tls: bool,
     /// Election mode: the workers campaign for the lock as an election and
-    /// resign (see `worker`), and observers follow its leader (`observers`).
+    /// resign (see `worker_process`), and observers follow its leader (`observers`).
     pub election: bool,
     /// Shared mode (read-write locks, issue 18): each cycle a worker is a
     /// reader (a shared acquire and a fenced read) with probability 0.7, else
@@ -278,6 +278,10 @@ pub struct RunSpec {
 pub fn non_default_log(log: LogEngine) -> Option<&'static str> {
     (log != LogEngine::default()).then(|| log.name())
 }
+
+/// The run's lock: every worker contends for it (multi mode: for
+/// [`multi_name`]s made from it).
+pub const LOCK: &str = "chaos";
 
 /// Multi mode's name of lock or object `i` from the run's `base` name
 /// (`chaos` → `chaos-m0`, `chaos-object` → `chaos-object-m0`).

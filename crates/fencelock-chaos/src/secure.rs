@@ -30,8 +30,8 @@ use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity
 use crate::history::{Event, Op};
 
 /// The lock names the workers' identity may acquire, check and read: the
-/// run's lock ([`crate::run::LOCK`]) and S1's trial locks.
-pub const WORKER_PREFIX: &str = crate::run::LOCK;
+/// run's lock ([`crate::scenario::LOCK`]) and S1's trial locks.
+pub const WORKER_PREFIX: &str = crate::scenario::LOCK;
 
 /// How the lock service's audit logs end, in the run's directory
 /// (`lock-audit.log`, `node2-audit.log`).
@@ -219,7 +219,7 @@ mod tests {
         let auth = Auth::load(&s.auth_file).unwrap();
         let worker = auth.authenticate(Some(&format!("Bearer {}", s.worker_token)), None).unwrap();
         for verb in [Verb::Acquire, Verb::Check, Verb::Read] {
-            assert!(worker.require(verb, crate::run::LOCK).is_ok(), "{verb}");
+            assert!(worker.require(verb, crate::scenario::LOCK).is_ok(), "{verb}");
             assert!(worker.require(verb, "chaos-s1-7").is_ok(), "{verb} on a trial lock");
             assert!(worker.require(verb, "other").is_err(), "{verb} outside the prefix");
         }

@@ -44,6 +44,7 @@
 pub mod b64;
 mod engine;
 mod error;
+mod ids;
 #[cfg(feature = "mutants")]
 pub mod mutants;
 mod name;
@@ -53,7 +54,8 @@ mod validate;
 
 pub use engine::Engine;
 pub use error::EngineError;
+pub use ids::{LeaseId, RequestId, Token};
 pub use name::{LockName, NameError, MAX_LOCK_NAME_BYTES};
-pub use policy::{Policy, PolicyChange, Quota};
+pub use policy::{Policy, PolicyChange, Quota, MAX_CALLER_NAME};
 pub use types::*;
 pub use validate::{check_identity, check_multi_count, check_slot, check_value};

@@ -18,7 +18,10 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
-use crate::{EngineError, MAX_CALLER_NAME, MAX_LOCK_NAME_BYTES};
+use crate::{EngineError, MAX_LOCK_NAME_BYTES};
+
+/// Longest identity name, in bytes.
+pub const MAX_CALLER_NAME: usize = 128;
 
 /// The role every group has: every verb on every lock. It cannot be redefined
 /// or deleted.

@@ -1,4 +1,5 @@
-//! The engine's vocabulary: identifiers, inputs, replies and effects.
+//! The engine's vocabulary: inputs, replies and effects (its identifiers are
+//! in `ids`).
 //!
 //! Everything here is serializable because inputs are entries of the replicated
 //! log, replies travel back through the Raft client-write response, and the whole
@@ -6,7 +7,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::{EngineError, LockName};
+use crate::{EngineError, LeaseId, LockName, RequestId, Token};
 
 /// A monotonic instant in milliseconds on the leader's clock (not wall-clock time).
 /// Values from different leaders are not comparable; [`Input::LeaderStart`] re-bases.
@@ -61,37 +62,6 @@ pub const KEEPALIVES_PER_LEASE: usize = 8;
 /// How many recent successful revokes the engine remembers, so that a retried
 /// revoke is answered `LeaseRevoked` again rather than `LeaseNotFound`.
 pub const REVOKED_MEMORY: usize = 4096;
-
-/// Lease identifier: proposed at random by the leader (see [`Command::GrantLease`])
-/// or, when none is proposed, assigned by the engine from a counter in replicated
-/// state.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(transparent)]
-pub struct LeaseId(pub u64);
-
-/// Fencing token: strictly greater than every token issued before it, for any lock
-/// (INV-2). Never 0.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(transparent)]
-pub struct Token(pub u64);
-
-/// Client-chosen request id (non-zero). A retry of a request reuses its id and gets
-/// the first outcome again (INV-6). Scoped to the lease for lease-bound requests.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(transparent)]
-pub struct RequestId(pub u64);
-
-impl std::fmt::Display for LeaseId {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}", self.0)
-    }
-}
-
-impl std::fmt::Display for Token {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}", self.0)
-    }
-}
 
 /// One input to the engine: an entry of the replicated log.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -271,13 +241,11 @@ impl Command {
     }
 }
 
-/// Longest identity name, in bytes.
-pub const MAX_CALLER_NAME: usize = 128;
-
 /// Who sent a command, as the server authenticated it (see [`Command::As`]).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Caller {
-    /// The identity's name: 1 to [`MAX_CALLER_NAME`] bytes of visible ASCII.
+    /// The identity's name: 1 to [`MAX_CALLER_NAME`](crate::MAX_CALLER_NAME)
+    /// bytes of visible ASCII.
     pub name: String,
     /// The identity may revoke anyone's lease.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]

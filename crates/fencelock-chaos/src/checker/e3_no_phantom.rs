@@ -2,7 +2,7 @@
 //! observer reports was elected by a campaign of the history.
 //!
 //! Rules: the term must have been won by a campaign of the history. Each
-//! campaign publishes the value `<worker>-<seq>` (see `worker`), so a reported
+//! campaign publishes the value `<worker>-<seq>` (see `worker_process`), so a reported
 //! leader with its value names its campaign: that campaign must exist, have
 //! been invoked before the report, and, if it completed ok, have been elected
 //! with the reported term; if it certainly failed, it elected nobody. A

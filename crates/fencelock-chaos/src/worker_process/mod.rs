@@ -1,7 +1,9 @@
-//! One worker process: it loops acquire → fenced read of the object → append
-//! its own unique id → fenced write with its token → release, and writes every
-//! step to its history file. The harness runs several, each in its own
-//! process, so that a SIGSTOP pauses exactly one holder (its keep-alives too).
+//! One worker process (run by `fencelock-chaos worker`; the harness drives
+//! it through `worker_control`): it loops acquire → fenced read of the
+//! object → append its own unique id → fenced write with its token →
+//! release, and writes every step to its history file. The harness runs
+//! several, each in its own process, so that a SIGSTOP pauses exactly one
+//! holder (its keep-alives too).
 //!
 //! Control (one line per command on stdin): `pause-next` — at the next write,
 //! after the last check of the lease, stop this process with SIGSTOP (the

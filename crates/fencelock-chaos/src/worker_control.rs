@@ -1,5 +1,8 @@
 //! The worker processes as the harness sees them: spawn, send a control line,
 //! wait for a report line, stop.
+//!
+//! Where it sits: the harness's side of the workers; what a worker process
+//! runs is `worker_process`, whose arguments ([`WorkerArgs`]) this passes on.
 
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStdin, Command, Stdio};
@@ -9,7 +12,7 @@ use anyhow::{bail, Context};
 use tokio::sync::mpsc;
 
 use crate::procs::self_exe;
-use crate::worker::WorkerArgs;
+use crate::worker_process::WorkerArgs;
 
 struct Proc {
     child: Child,
