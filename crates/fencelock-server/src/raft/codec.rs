@@ -22,7 +22,7 @@
 //!
 //! Decoding checks what the JSON path checks: a missing log id, payload,
 //! input or command kind, an unknown enum value, a string that is not UTF-8,
-//! malformed protobuf: each is a [`DbError::Corrupt`] naming the record, never
+//! malformed protobuf: each is a [`CodecError::Corrupt`] naming the record, never
 //! a panic. (The frame's CRC catches flipped bytes before the codec runs.)
 //!
 //! The codec is local to one node's storage: peers exchange entries in their
@@ -51,7 +51,6 @@ use fencelock_proto::log as pb;
 use openraft::{CommittedLeaderId, Entry, EntryPayload, LogId};
 use prost::Message;
 
-use super::db_error::DbError;
 use super::TypeConfig;
 
 /// Codec 1: the serde JSON of the entry.
@@ -61,13 +60,31 @@ pub(crate) const CODEC_PROTO: u8 = 2;
 /// The codec new entries are written with.
 pub(crate) const CODEC_CURRENT: u8 = CODEC_PROTO;
 
+/// Why a log entry could not be encoded or decoded. Its own type, not the
+/// storage's [`super::db_error::DbError`] (which converts from it), so that the
+/// segment log and the database can both build on the codec without an
+/// import circle.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum CodecError {
+    #[error("json: {0}")]
+    Json(#[from] serde_json::Error),
+    /// The bytes do not decode as an entry: `record` names where they were.
+    #[error("corrupt record {record}: {why}")]
+    Corrupt { record: String, why: String },
+}
+
 /// `entry` in the current codec ([`CODEC_CURRENT`]).
-pub(crate) fn encode_entry(entry: &Entry<TypeConfig>) -> Result<Vec<u8>, DbError> {
+pub(crate) fn encode_entry(entry: &Entry<TypeConfig>) -> Result<Vec<u8>, CodecError> {
     Ok(entry_to_pb(entry)?.encode_to_vec())
 }
 
 /// The entry `bytes` hold in `codec`; `record` names it for errors.
-pub(crate) fn decode_entry(record: &dyn Fn() -> String, codec: u8, bytes: &[u8]) -> Result<Entry<TypeConfig>, DbError> {
+pub(crate) fn decode_entry(
+    record: &dyn Fn() -> String,
+    codec: u8,
+    bytes: &[u8],
+) -> Result<Entry<TypeConfig>, CodecError> {
     let decoded = match codec {
         CODEC_JSON => serde_json::from_slice(bytes).map_err(|e| format!("JSON: {e}")),
         CODEC_PROTO => pb::Entry::decode(bytes).map_err(|e| format!("protobuf: {e}")).and_then(entry_from_pb),
@@ -76,10 +93,10 @@ pub(crate) fn decode_entry(record: &dyn Fn() -> String, codec: u8, bytes: &[u8])
              (protobuf fencelock.log.v1); the entry was written by a newer version"
         )),
     };
-    decoded.map_err(|why| DbError::Corrupt { record: record(), why })
+    decoded.map_err(|why| CodecError::Corrupt { record: record(), why })
 }
 
-fn entry_to_pb(entry: &Entry<TypeConfig>) -> Result<pb::Entry, DbError> {
+fn entry_to_pb(entry: &Entry<TypeConfig>) -> Result<pb::Entry, CodecError> {
     use pb::entry::Payload;
     let id = &entry.log_id;
     let log_id = pb::LogId { term: id.leader_id.term, node_id: id.leader_id.node_id, index: id.index };
@@ -105,7 +122,7 @@ fn entry_from_pb(e: pb::Entry) -> Result<Entry<TypeConfig>, String> {
     Ok(Entry { log_id, payload })
 }
 
-fn input_to_pb(input: &Input) -> Result<pb::Input, DbError> {
+fn input_to_pb(input: &Input) -> Result<pb::Input, CodecError> {
     use pb::input::Kind;
     let kind = match input {
         Input::LeaderStart { now, token_floor, cluster_id } => Kind::LeaderStart(pb::LeaderStart {
@@ -140,7 +157,7 @@ fn input_from_pb(input: pb::Input) -> Result<Input, String> {
     })
 }
 
-fn command_to_pb(cmd: &Command) -> Result<pb::Command, DbError> {
+fn command_to_pb(cmd: &Command) -> Result<pb::Command, CodecError> {
     use pb::command::Kind;
     let kind = match cmd {
         Command::GrantLease { req, ttl_ms, id } => {

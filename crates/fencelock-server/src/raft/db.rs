@@ -90,7 +90,7 @@ pub(crate) fn encode_entry(entry: &Entry<TypeConfig>) -> Result<Vec<u8>, DbError
 pub(crate) fn decode_entry(index: u64, bytes: &[u8]) -> Result<Entry<TypeConfig>, DbError> {
     let name = entry_name(index);
     let (c, payload) = record::open_coded(&name, bytes)?;
-    codec::decode_entry(&name, c, payload)
+    Ok(codec::decode_entry(&name, c, payload)?)
 }
 
 /// The name of log entry `index`, for errors.

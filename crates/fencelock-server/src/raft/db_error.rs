@@ -46,6 +46,15 @@ redb_into_db_error!(
     redb::DatabaseError
 );
 
+impl From<super::codec::CodecError> for DbError {
+    fn from(e: super::codec::CodecError) -> Self {
+        match e {
+            super::codec::CodecError::Json(e) => DbError::Json(e),
+            super::codec::CodecError::Corrupt { record, why } => DbError::Corrupt { record, why },
+        }
+    }
+}
+
 impl DbError {
     pub(crate) fn into_storage(self, subject: ErrorSubject<NodeId>, verb: ErrorVerb) -> StorageError<NodeId> {
         StorageIOError::new(subject, verb, AnyError::new(&self)).into()

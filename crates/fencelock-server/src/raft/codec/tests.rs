@@ -11,6 +11,7 @@ use openraft::Membership;
 
 use super::*;
 use crate::raft::db::{self, encode};
+use crate::raft::db_error::DbError;
 use crate::raft::record;
 use crate::raft::Member;
 
@@ -236,7 +237,7 @@ fn assert_refused(pb: &pb::Entry, why: &str) {
 
 fn assert_refused_bytes(bytes: &[u8], why: &str) {
     let err = decode_entry(&name, CODEC_PROTO, bytes).expect_err(why);
-    assert!(matches!(&err, DbError::Corrupt { record, why: w } if record == "raft_log[7]" && w.contains(why)), "{err}");
+    assert!(matches!(&err, CodecError::Corrupt { record, why: w } if record == "raft_log[7]" && w.contains(why)), "{err}");
 }
 
 fn valid_pb() -> pb::Entry {

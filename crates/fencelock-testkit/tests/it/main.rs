@@ -1,0 +1,5 @@
+//! The testkit's tests, one binary: the real servers in their production
+//! configurations, and the workspace's import-cycle check.
+
+mod module_graph;
+mod production;
