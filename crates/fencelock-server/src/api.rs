@@ -73,7 +73,7 @@ impl Ops {
             outcome,
             detail: &detail,
         });
-        refused(r)
+        r.into()
     }
 
     /// Checks `verb` on `name` for `who`, and its request rate.
@@ -442,15 +442,6 @@ fn lock_info(i: LockInfo) -> pb::LockInfo {
         waiters: i.waiters.into_iter().map(waiter).collect(),
         holders: i.holders.into_iter().map(holder).collect(),
         permits: i.permits,
-    }
-}
-
-/// gRPC status for a call refused by [`crate::auth`]: UNAUTHENTICATED or
-/// PERMISSION_DENIED, saying why.
-pub fn refused(r: Refusal) -> Status {
-    match r {
-        Refusal::Unauthenticated(_) => Status::unauthenticated(r.to_string()),
-        Refusal::Denied { .. } => Status::permission_denied(r.to_string()),
     }
 }
 

@@ -85,6 +85,17 @@ pub enum Refusal {
     Denied { identity: String, verb: Verb, object: String },
 }
 
+/// The gRPC status of a refused call: UNAUTHENTICATED or PERMISSION_DENIED,
+/// saying why.
+impl From<Refusal> for tonic::Status {
+    fn from(r: Refusal) -> tonic::Status {
+        match r {
+            Refusal::Unauthenticated(_) => tonic::Status::unauthenticated(r.to_string()),
+            Refusal::Denied { .. } => tonic::Status::permission_denied(r.to_string()),
+        }
+    }
+}
+
 /// An authenticated caller.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Identity {

@@ -236,9 +236,12 @@ impl lock_server::Lock for LockService {
     async fn watch(&self, r: Request<pb::WatchRequest>) -> Result<Response<Self::WatchStream>, Status> {
         let credentials = Credentials::of(&r);
         let who = credentials.authenticate(&self.auth, &self.ops)?;
-        let caller = (who, credentials.caller(self.auth.clone()));
+        let caller = credentials.caller(self.auth.clone());
         let hub = self.hub.as_ref().ok_or_else(|| Status::unimplemented("this server does not serve watches"))?;
-        crate::watching::serve::grpc(&self.ops, hub, caller, r.into_inner(), self.stop.clone()).map(Response::new)
+        let r = r.into_inner();
+        let selector = crate::watching::serve::Selector::new(r.prefix, r.name);
+        self.ops.allow(&who, |w| selector.required(w))?;
+        crate::watching::serve::grpc(hub, caller, selector, r.from, self.stop.clone()).map(Response::new)
     }
 }
 

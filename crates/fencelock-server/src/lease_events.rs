@@ -141,7 +141,7 @@ impl Watch {
                     Ok(end) => {
                         if self.live.remove(&end.lease) {
                             if let Err(refusal) = caller() {
-                                break crate::api::refused(refusal);
+                                break refusal.into();
                             }
                             let _ = out.try_send(Ok(event(end)));
                         }
