@@ -57,10 +57,9 @@ use std::{
 };
 
 use fencelock_core::policy::{parse_token_hash, Credential, IdentityDef, Policy, PolicyChange};
-use fencelock_core::{Caller, Command};
+use fencelock_core::{Caller, Command, Engine};
 
 use crate::quota::Quota;
-use crate::raft::state_machine::SharedEngine;
 use serde::Deserialize;
 
 /// Why the auth file cannot be used.
@@ -435,46 +434,95 @@ pub fn random_lease_id() -> Option<u64> {
     (id != 0).then_some(id)
 }
 
+/// Where an [`Auth`] reads the group's policy. The node passes its state
+/// machine's engine, so a change is in force on a node as soon as it applied
+/// it; a check of an auth file alone passes an empty [`Policy`].
+pub trait GroupPolicy: Send + Sync {
+    /// The policy's version; read for every authentication, so it must be cheap.
+    fn version(&self) -> u64;
+    /// The policy (empty if it cannot be read).
+    fn policy(&self) -> Policy;
+}
+
+/// The engine's policy, as this node applied it (empty if the engine failed).
+impl GroupPolicy for RwLock<Engine> {
+    fn version(&self) -> u64 {
+        self.read().map(|e| e.policy().version()).unwrap_or(0)
+    }
+
+    fn policy(&self) -> Policy {
+        self.read().map(|e| e.policy().clone()).unwrap_or_default()
+    }
+}
+
+/// A fixed policy.
+impl GroupPolicy for Policy {
+    fn version(&self) -> u64 {
+        Policy::version(self)
+    }
+
+    fn policy(&self) -> Policy {
+        self.clone()
+    }
+}
+
+/// An auth file as read from disk, not yet merged with a group's policy (see
+/// [`Auth::new`]). A node reads it before it opens its storage, so that a bad
+/// file stops the node before anything in its data dir changed.
+pub struct Loaded {
+    path: PathBuf,
+    file: AuthFile,
+    stamp: Option<SystemTime>,
+}
+
+impl Loaded {
+    /// Reads `path`; an error names the file and what is wrong.
+    pub fn read(path: &Path) -> Result<Loaded, AuthFileError> {
+        let (file, stamp) = read_file(path)?;
+        Ok(Loaded { path: path.to_path_buf(), file, stamp })
+    }
+}
+
 /// Authentication of a node: off (everyone is [`Who::anyone`]), or its auth
-/// file (re-read when it changes) merged with the group's policy (read from
-/// the engine, so a change is in force on a node as soon as it applied it).
+/// file (re-read when it changes) merged with the group's policy (see
+/// [`GroupPolicy`]).
 pub struct Auth {
     path: Option<PathBuf>,
     file: RwLock<(Arc<AuthFile>, Option<SystemTime>)>,
     /// Bumped whenever the file is re-read.
     file_gen: std::sync::atomic::AtomicU64,
-    /// The engine whose policy is the group's (see [`Auth::attach`]).
-    group: std::sync::OnceLock<SharedEngine>,
+    /// Where the group's policy is read.
+    group: Arc<dyn GroupPolicy>,
     /// The merged table, with the file generation and policy version it is of.
     merged: RwLock<(u64, u64, Arc<Table>)>,
 }
 
 impl Auth {
-    fn new(path: Option<PathBuf>, file: AuthFile, stamp: Option<SystemTime>) -> Arc<Auth> {
+    /// Authentication by `file` (`None`: off) merged with `group`'s policy.
+    pub fn new(file: Option<Loaded>, group: Arc<dyn GroupPolicy>) -> Arc<Auth> {
+        let (path, file, stamp) = match file {
+            Some(l) => (Some(l.path), l.file, l.stamp),
+            None => (None, AuthFile::default(), None),
+        };
         let table = Arc::new(Table::build(&file, &Policy::default()));
         Arc::new(Auth {
             path,
             file: RwLock::new((Arc::new(file), stamp)),
             file_gen: Default::default(),
-            group: Default::default(),
+            group,
             merged: RwLock::new((0, 0, table)),
         })
     }
 
     /// Authentication off.
     pub fn off() -> Arc<Auth> {
-        Auth::new(None, AuthFile::default(), None)
+        Auth::new(None, Arc::new(Policy::default()))
     }
 
-    /// Loads `path`; an error names the file and what is wrong.
+    /// The auth file at `path` alone, with no group policy (what a file lets
+    /// its identities do); an error names the file and what is wrong.
     pub fn load(path: &Path) -> Result<Arc<Auth>, AuthFileError> {
-        let (file, stamp) = read_file(path)?;
-        Ok(Auth::new(Some(path.to_path_buf()), file, stamp))
-    }
-
-    /// Takes the group's policy from `engine` from now on.
-    pub fn attach(&self, engine: SharedEngine) {
-        let _ = self.group.set(engine);
+        Ok(Auth::new(Some(Loaded::read(path)?), Arc::new(Policy::default())))
     }
 
     pub fn is_on(&self) -> bool {
@@ -486,16 +534,15 @@ impl Auth {
         self.file.read().map(|f| f.0.clone()).unwrap_or_default()
     }
 
-    /// The group's policy (empty before [`Auth::attach`], or if the engine
-    /// failed).
+    /// The group's policy (see [`GroupPolicy`]).
     pub fn group_policy(&self) -> Policy {
-        self.group.get().and_then(|e| e.read().ok().map(|e| e.policy().clone())).unwrap_or_default()
+        self.group.policy()
     }
 
     /// The merged table, rebuilt when the file or the group's policy changed.
     fn table(&self) -> Arc<Table> {
         let gen = self.file_gen.load(std::sync::atomic::Ordering::Acquire);
-        let version = self.group.get().and_then(|e| e.read().ok().map(|e| e.policy().version())).unwrap_or(0);
+        let version = self.group.version();
         if let Ok(m) = self.merged.read() {
             if (m.0, m.1) == (gen, version) {
                 return m.2.clone();
@@ -695,7 +742,8 @@ mod tests {
     }
 
     fn auth(file: AuthFile) -> Arc<Auth> {
-        Auth::new(Some("x".into()), file, None)
+        let loaded = Loaded { path: "x".into(), file, stamp: None };
+        Auth::new(Some(loaded), Arc::new(Policy::default()))
     }
 
     #[test]

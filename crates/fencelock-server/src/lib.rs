@@ -199,10 +199,7 @@ pub async fn serve(
     (config.grpc_listen, config.http_listen, config.peer_listen) = (grpc_addr, http_addr, peer_addr);
     config.validate().map_err(ServerError::Config)?;
     let tls = config.tls.clone().map(tls::ServerTls::load).transpose()?;
-    let auth = match &config.auth_file {
-        Some(path) => auth::Auth::load(path)?,
-        None => auth::Auth::off(),
-    };
+    let auth_file = config.auth_file.as_deref().map(auth::Loaded::read).transpose()?;
     let node = own_member(&config, grpc_addr, peer_addr);
     let raft = start_raft(&config, node, tls.clone()).await?;
     // Only now accept connections: before, a client (or a peer) would connect
@@ -215,6 +212,7 @@ pub async fn serve(
         _ => None,
     };
     let (raft, engine, log, identity, hub) = raft;
+    let auth = auth::Auth::new(auth_file, engine.clone());
 
     let metrics = Arc::new(Metrics::default());
     let (driver, handle) = Driver::new(raft.clone(), config.node_id, clock.clone(), metrics.clone(), config.max_batch);
@@ -263,7 +261,6 @@ pub async fn serve(
         .with_limits(&config.connections);
     let lock_svc = LockServer::new(lock_svc).max_decoding_message_size(grpc::MAX_REQUEST_BYTES);
     let gate = conn_limits::Gate::new(config.connections.clone(), metrics.clone());
-    auth.attach(engine.clone());
     let raft_svc = raft::network::RaftService::new(raft.clone(), ops.engine.clone(), metrics.clone())
         .with_tls(tls.clone())
         .with_policy(ops.driver.clone(), auth.clone())
