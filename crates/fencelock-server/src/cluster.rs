@@ -14,7 +14,7 @@
 //! membership is committed. Each step is one joint-consensus change of
 //! openraft, durable before it is acknowledged.
 
-use crate::tls::ServerTls;
+use crate::access::tls::ServerTls;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 

@@ -114,22 +114,22 @@ pub struct Config {
     /// database or identity, another node's): a refused database is moved
     /// aside, never deleted. See [`crate::raft::identity`].
     pub force_new_cluster: bool,
-    /// Limits on accepted connections, both ports (see [`crate::conn_limits`]).
-    pub connections: crate::conn_limits::ConnLimits,
-    /// TLS on both ports and between members (see [`crate::tls`]); `None`
+    /// Limits on accepted connections, both ports (see [`crate::access::conn_limits`]).
+    pub connections: crate::access::conn_limits::ConnLimits,
+    /// TLS on both ports and between members (see [`crate::access::tls`]); `None`
     /// serves plaintext, which only a loopback address or [`Config::insecure`]
     /// allows.
-    pub tls: Option<crate::tls::TlsFiles>,
-    /// The auth file (see [`crate::auth`]): identities and their rules. `None`
+    pub tls: Option<crate::access::tls::TlsFiles>,
+    /// The auth file (see [`crate::access::auth`]): identities and their rules. `None`
     /// serves everyone, which only a loopback address or
     /// [`Config::insecure`] allows.
     pub auth_file: Option<PathBuf>,
     /// Serve without TLS or without authentication on a non-loopback address
     /// all the same.
     pub insecure: bool,
-    /// Quotas per identity and global limits (see [`crate::quota`]).
-    pub limits: crate::quota::Limits,
-    /// Where the audit log goes (see [`crate::audit`]); `None`: no audit log.
+    /// Quotas per identity and global limits (see [`crate::access::quota`]).
+    pub limits: crate::access::quota::Limits,
+    /// Where the audit log goes (see [`crate::access::audit`]); `None`: no audit log.
     pub audit_log: Option<PathBuf>,
     /// Peer id → the address this node dials that peer at, instead of the
     /// address in the membership (a proxy in between, e.g. one that can cut
@@ -166,11 +166,11 @@ impl Config {
             log: LogEngine::default(),
             watch_history: crate::watching::hub::DEFAULT_HISTORY,
             force_new_cluster: false,
-            connections: crate::conn_limits::ConnLimits::default(),
+            connections: crate::access::conn_limits::ConnLimits::default(),
             tls: None,
             auth_file: None,
             insecure: false,
-            limits: crate::quota::Limits::default(),
+            limits: crate::access::quota::Limits::default(),
             audit_log: None,
             peer_routes: BTreeMap::new(),
             seams: crate::seams::Seams::default(),

@@ -36,9 +36,9 @@ use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
+use crate::access::auth::{Auth, Refusal, Who};
+use crate::access::conn_limits::ConnInfo;
 use crate::api::Ops;
-use crate::auth::{Auth, Refusal, Who};
-use crate::conn_limits::ConnInfo;
 
 /// How many responses a session buffers before its reader waits for the client.
 const SESSION_BUFFER: usize = 4096;
@@ -73,12 +73,12 @@ pub struct LockService {
 
 impl LockService {
     pub fn new(ops: Ops, auth: Arc<Auth>, stop: watch::Receiver<bool>) -> Self {
-        let limits = crate::conn_limits::ConnLimits::default();
+        let limits = crate::access::conn_limits::ConnLimits::default();
         Self { ops, auth, stop, hub: None, session_limits: SessionLimits::of(&limits) }
     }
 
     /// Session streams bounded by `limits`' session fields.
-    pub fn with_limits(mut self, limits: &crate::conn_limits::ConnLimits) -> Self {
+    pub fn with_limits(mut self, limits: &crate::access::conn_limits::ConnLimits) -> Self {
         self.session_limits = SessionLimits::of(limits);
         self
     }
@@ -248,7 +248,7 @@ impl lock_server::Lock for LockService {
 type Out = mpsc::Sender<Result<pb::SessionResponse, Status>>;
 
 /// How much one session stream may have in flight (from
-/// [`crate::conn_limits::ConnLimits`]): operations in all, and acquires.
+/// [`crate::access::conn_limits::ConnLimits`]): operations in all, and acquires.
 #[derive(Debug, Clone, Copy)]
 struct SessionLimits {
     ops: usize,
@@ -256,7 +256,7 @@ struct SessionLimits {
 }
 
 impl SessionLimits {
-    fn of(limits: &crate::conn_limits::ConnLimits) -> Self {
+    fn of(limits: &crate::access::conn_limits::ConnLimits) -> Self {
         // Acquires below the total: waiting ones never stop the stream being read.
         let ops = limits.session_ops_in_flight.max(2);
         Self { ops, acquires: limits.session_acquires_in_flight.clamp(1, ops - 1) }

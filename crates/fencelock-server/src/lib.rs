@@ -22,30 +22,27 @@
 //! # Ok(()) }
 //! ```
 
+pub mod access;
 pub mod admin;
 pub mod api;
-pub mod audit;
-pub mod auth;
 pub mod backup;
-pub mod certs;
 pub mod clock;
 pub mod cluster;
 pub mod config;
-pub mod conn_limits;
 pub mod driver;
 pub mod grpc;
+pub mod handover;
 pub mod http_client;
 pub mod lease_events;
 pub mod metrics;
-pub mod policy;
-pub mod quota;
+pub mod policy_change;
 pub mod raft;
 pub mod seams;
-pub mod tls;
 pub mod watching;
 
 use std::{collections::BTreeMap, net::SocketAddr, sync::Arc};
 
+pub use access::{auth, certs, conn_limits, policy, quota, tls};
 pub use config::{Bootstrap, Config, LogEngine};
 use fencelock_proto::v1::lock_server::LockServer;
 use tokio::{
@@ -55,7 +52,7 @@ use tokio::{
 };
 use tokio_stream::wrappers::ReceiverStream;
 
-use crate::{api::Ops, clock::Clock, driver::Driver, metrics::Metrics};
+use crate::{access::audit, api::Ops, clock::Clock, driver::Driver, metrics::Metrics};
 
 /// Why the server could not start. Each variant keeps the error it wraps as its
 /// [`source`](std::error::Error::source).
@@ -263,7 +260,11 @@ pub async fn serve(
     let gate = conn_limits::Gate::new(config.connections.clone(), metrics.clone());
     let raft_svc = raft::network::RaftService::new(raft.clone(), ops.engine.clone(), metrics.clone())
         .with_tls(tls.clone())
-        .with_policy(ops.driver.clone(), auth.clone())
+        .with_handover(Arc::new(handover::Owners {
+            raft: raft.clone(),
+            driver: ops.driver.clone(),
+            auth: auth.clone(),
+        }))
         .into_server();
     if let Some(tls) = &tls {
         tasks.push(tokio::spawn(tls.clone().watch(stop_rx.clone())));

@@ -21,7 +21,7 @@ use tokio_stream::StreamExt as _;
 use tonic::Status;
 
 use super::{Compacted, Event, Hub, Kind, Rev, WatchError};
-use crate::auth::{Refusal, Verb, Who};
+use crate::access::auth::{Refusal, Verb, Who};
 
 /// Events a watch buffers for its caller; a caller slower than this makes
 /// its watch read the hub's history again, and fall behind it in the end.

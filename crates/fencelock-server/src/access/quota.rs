@@ -27,7 +27,7 @@ use std::{
 use fencelock_core::Engine;
 
 /// What one identity may have at once (0 means no limit); the auth file and
-/// the group's policy may give an identity its own values (see [`crate::auth`]).
+/// the group's policy may give an identity its own values (see [`crate::access::auth`]).
 pub use fencelock_core::Quota;
 
 /// What all identities together may have at once; 0 means no limit.

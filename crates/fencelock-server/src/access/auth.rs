@@ -2,7 +2,7 @@
 //! tokens, client-certificate identities and rules on lock-name prefixes.
 //!
 //! Where it sits: between the connection (its verified client certificate, see
-//! [`crate::conn_limits::ConnInfo`]) and the API ([`crate::api::Ops`]). The gRPC
+//! [`crate::access::conn_limits::ConnInfo`]) and the API ([`crate::api::Ops`]). The gRPC
 //! service and the admin router call [`Auth::authenticate`] for every request and
 //! hand the resulting [`Who`] to the operation, which asks it for the verb it
 //! needs ([`Who::require`]) before anything is proposed (a refused call costs no
@@ -37,7 +37,7 @@
 //! name = "ops"
 //! roles = ["admin"]
 //!
-//! # An identity may have its own limits (see crate::quota; 0 = none):
+//! # An identity may have its own limits (see crate::access::quota; 0 = none):
 //! # limits = { leases = 100, locks = 100, waits = 1000, rps = 50 }
 //!
 //! # /metrics and /healthz answer without credentials unless this is true.
@@ -59,7 +59,7 @@ use std::{
 use fencelock_core::policy::{parse_token_hash, Credential, IdentityDef, Policy, PolicyChange};
 use fencelock_core::{Caller, Command, Engine};
 
-use crate::quota::Quota;
+use crate::access::quota::Quota;
 use serde::Deserialize;
 
 /// Why the auth file cannot be used.
@@ -185,7 +185,7 @@ impl Who {
         self.id.as_ref().map(|id| Caller { name: id.name.clone(), admin: id.may(Verb::Admin, "") })
     }
 
-    /// The identity's name and own quota, for [`crate::quota`] (`None` when
+    /// The identity's name and own quota, for [`crate::access::quota`] (`None` when
     /// authentication is off).
     pub fn for_quota(&self) -> Option<(&str, Option<&Quota>)> {
         self.id.as_ref().map(|id| (id.name.as_str(), id.quota.as_ref()))
@@ -620,7 +620,11 @@ impl Auth {
 
     /// Re-reads the file when it changes (checked every second) until `stop`;
     /// each change goes to the audit log.
-    pub async fn watch(self: Arc<Self>, audit: Arc<crate::audit::Audit>, mut stop: tokio::sync::watch::Receiver<bool>) {
+    pub async fn watch(
+        self: Arc<Self>,
+        audit: Arc<crate::access::audit::Audit>,
+        mut stop: tokio::sync::watch::Receiver<bool>,
+    ) {
         loop {
             tokio::select! {
                 _ = stop.wait_for(|s| *s) => return,
@@ -638,7 +642,7 @@ impl Auth {
                     ("error", e.to_string())
                 }
             };
-            let event = crate::audit::Event {
+            let event = crate::access::audit::Event {
                 identity: "-",
                 remote: None,
                 verb: "admin",
@@ -850,8 +854,8 @@ mod tests {
 
     #[test]
     fn the_common_name_is_read_from_a_certificate() {
-        let ca = crate::certs::Ca::new("test CA").unwrap();
-        let cert = ca.issue("fencelock client", &[], crate::certs::Role::Client).unwrap();
+        let ca = crate::access::certs::Ca::new("test CA").unwrap();
+        let cert = ca.issue("fencelock client", &[], crate::access::certs::Role::Client).unwrap();
         let der = rustls_pemfile_der(&cert.cert_pem);
         assert_eq!(subject_common_name(&der).as_deref(), Some("fencelock client"));
         for cut in [0, 1, 10, der.len() / 2, der.len() - 1] {
