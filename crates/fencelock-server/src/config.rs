@@ -3,21 +3,7 @@
 
 use std::{collections::BTreeMap, net::SocketAddr, path::PathBuf, time::Duration};
 
-/// How a node whose data dir is empty comes into a group. A node with data
-/// ignores it: its membership is in its log.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Bootstrap {
-    /// A new group of one (the default).
-    Single,
-    /// A new group of these voters, node id → gRPC address, or
-    /// `CLIENT/PEER` for a node with its own peer port (see [`peer_entry`]);
-    /// this node must be one of them. Start every listed node with the same
-    /// list.
-    Peers(BTreeMap<u64, String>),
-    /// No group of its own: wait to be added to an existing group (`fencelock
-    /// cluster add`).
-    Join,
-}
+use crate::raft::Bootstrap;
 
 /// Where the Raft log's entries are kept. The vote, the committed and purged
 /// log ids, the snapshot and the state machine are in redb either way. The

@@ -43,8 +43,9 @@ pub mod watching;
 use std::{collections::BTreeMap, net::SocketAddr, sync::Arc};
 
 pub use access::{auth, certs, conn_limits, policy, quota, tls};
-pub use config::{Bootstrap, Config, LogEngine};
+pub use config::{Config, LogEngine};
 use fencelock_proto::v1::lock_server::LockServer;
+pub use raft::Bootstrap;
 use tokio::{
     net::{TcpListener, TcpSocket},
     sync::watch,
@@ -315,7 +316,7 @@ async fn start_raft(
     tls: Option<Arc<tls::ServerTls>>,
 ) -> Result<Started, ServerError> {
     let (log, sm, identity) =
-        raft::identity::open(config).map_err(|source| ServerError::Storage { dir: config.data_dir.clone(), source })?;
+        open_data_dir(config).map_err(|source| ServerError::Storage { dir: config.data_dir.clone(), source })?;
     let sm = sm.with_watch_history(config.watch_history);
     let engine = sm.engine();
     let hub = sm.watch_hub();
@@ -344,6 +345,23 @@ async fn start_raft(
         cluster::check_bootstrap_flags(&raft, config)?;
     }
     Ok((raft, engine, log_store, identity, hub))
+}
+
+/// Opens the data dir of `config` for serving (see [`raft::identity::open`]).
+#[allow(clippy::result_large_err)] // openraft's StorageError is large by design
+pub(crate) fn open_data_dir(
+    config: &Config,
+) -> Result<(raft::LogStore, raft::StateMachine, raft::identity::SharedIdentity), raft::identity::IdentityError> {
+    let storage = |admit: raft::log_store::Admit<'_>| {
+        raft::log_store::open_admitted(&config.data_dir, &config.seams, config.log, admit)
+    };
+    raft::identity::open(&raft::identity::Node {
+        dir: &config.data_dir,
+        id: config.node_id,
+        force_new_cluster: config.force_new_cluster,
+        bootstrap: &config.bootstrap,
+        storage: &storage,
+    })
 }
 
 /// Forms the group on a node whose storage is empty (see [`Bootstrap`]).
