@@ -169,12 +169,8 @@ fn refusal(r: Refusal) -> Response {
     }
 }
 
-/// The admin router. `tls`: the node's certificates, to reach the leader.
-pub fn router(ops: Ops, metrics: Arc<Metrics>, node_id: u64, auth: Arc<Auth>, tls: Option<Arc<ServerTls>>) -> Router {
-    router_with_watch(ops, metrics, node_id, auth, tls, None)
-}
-
-/// [`router`], with `/v1/watch` served from `watch`.
+/// The admin router. `tls`: the node's certificates, to reach the leader;
+/// `/v1/watch` is served from `watch`, if any.
 pub fn router_with_watch(
     ops: Ops,
     metrics: Arc<Metrics>,

@@ -5,14 +5,28 @@
 //! answering, and serves the `fencelock.v1` gRPC API and an HTTP admin endpoint.
 //! A single node is a Raft group of one.
 //!
-//! Layout: [`driver`] (the only proposer: batching, time, leadership), [`api`]
-//! (operations shared by unary RPCs and sessions), [`grpc`] (tonic glue),
-//! [`admin`] (axum), [`raft`] (type config, storage, network), [`clock`] (the only
-//! clock, over a time source the caller may choose), [`metrics`], [`seams`] (the
-//! storage backend and hooks a caller may plug in; nothing by default),
-//! [`conn_limits`] (what both listeners accept), [`tls`] (certificates for the
-//! listeners and between members), [`certs`] (makes them: `fencelock certs init`),
-//! [`watching`] (the event history and streams of the `Watch` RPC).
+//! Layout, from the bottom up (no module imports one above it):
+//! - `access/`: who may connect and call, and what they may do: [`auth`]
+//!   (the auth file merged with the group's policy), [`policy`] (the rules of
+//!   a policy change), [`quota`], [`conn_limits`] (what both listeners
+//!   accept), [`tls`] (certificates for the listeners and between members),
+//!   [`certs`] (makes them: `fencelock certs init`), and the audit log.
+//! - `watching/`: the event history and the streams of the `Watch` RPC.
+//! - [`raft`]: type config, storage, the state machine, the network between
+//!   members; [`seams`]: the storage backend and hooks a caller may plug in
+//!   (nothing by default).
+//! - `driver/`: the only proposer (batching, time, leadership); its sans-IO
+//!   core is [`driver_core`]. [`clock`]: the only clock, over a time source the
+//!   caller may choose.
+//! - `config` ([`Config`]), [`cluster`] (membership), `policy_change`
+//!   (proposing a policy change, or handing it to the leader), `handover`
+//!   (the leader's side of what a follower hands over), [`backup`].
+//! - `api` (operations shared by unary RPCs and sessions), `grpc` (tonic
+//!   glue), `lease_events`, `admin` (axum), `metrics`.
+//!
+//! The public surface is this page: [`start`] and [`serve`] with their
+//! [`Config`], and the modules and re-exports below, which the CLI, the
+//! chaos harness, the benchmarks and the simulator use.
 //!
 //! ```no_run
 //! # async fn f() -> Result<(), fencelock_server::ServerError> {
@@ -22,28 +36,29 @@
 //! # Ok(()) }
 //! ```
 
-pub mod access;
-pub mod admin;
-pub mod api;
+mod access;
+mod admin;
+mod api;
 pub mod backup;
 pub mod clock;
 pub mod cluster;
-pub mod config;
-pub mod driver;
-pub mod grpc;
-pub mod handover;
+mod config;
+mod driver;
+mod grpc;
+mod handover;
 pub mod http_client;
-pub mod lease_events;
-pub mod metrics;
-pub mod policy_change;
+mod lease_events;
+mod metrics;
+mod policy_change;
 pub mod raft;
 pub mod seams;
-pub mod watching;
+mod watching;
 
 use std::{collections::BTreeMap, net::SocketAddr, sync::Arc};
 
 pub use access::{auth, certs, conn_limits, policy, quota, tls};
-pub use config::{Config, LogEngine};
+pub use config::{parse_duration, parse_peers, peer_entry, Config, LogEngine};
+pub use driver::core as driver_core;
 use fencelock_proto::v1::lock_server::LockServer;
 pub use raft::Bootstrap;
 use tokio::{
