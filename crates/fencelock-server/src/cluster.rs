@@ -1,6 +1,6 @@
 //! Membership of the Raft group: who is in it, and adding or removing a node.
 //!
-//! Where it sits: called by the HTTP admin endpoint ([`crate::admin`]:
+//! Where it sits: called by the HTTP admin endpoint (`admin`:
 //! `GET /v1/cluster`, `POST /v1/cluster/members`, `DELETE
 //! /v1/cluster/members/{id}`) and by the peer service
 //! ([`crate::raft::RaftService`]'s `ChangeMembers`), through which a follower

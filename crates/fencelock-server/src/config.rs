@@ -94,7 +94,7 @@ pub struct Config {
     /// start with `Segment` (see [`crate::raft::wal::migrate`]); one in
     /// segments is refused by `Redb`.
     pub log: LogEngine,
-    /// Watch events kept for watchers that resume (see [`crate::watching`]).
+    /// Watch events kept for watchers that resume (see `watching`).
     pub watch_history: usize,
     /// Start a new group even where the data dir is refused (empty, without a
     /// database or identity, another node's): a refused database is moved
@@ -115,7 +115,7 @@ pub struct Config {
     pub insecure: bool,
     /// Quotas per identity and global limits (see [`crate::access::quota`]).
     pub limits: crate::access::quota::Limits,
-    /// Where the audit log goes (see [`crate::access::audit`]); `None`: no audit log.
+    /// Where the audit log goes (see `access::audit`); `None`: no audit log.
     pub audit_log: Option<PathBuf>,
     /// Peer id → the address this node dials that peer at, instead of the
     /// address in the membership (a proxy in between, e.g. one that can cut

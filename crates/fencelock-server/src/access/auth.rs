@@ -2,7 +2,7 @@
 //! tokens, client-certificate identities and rules on lock-name prefixes.
 //!
 //! Where it sits: between the connection (its verified client certificate, see
-//! [`crate::access::conn_limits::ConnInfo`]) and the API ([`crate::api::Ops`]). The gRPC
+//! [`crate::access::conn_limits::ConnInfo`]) and the API (`api::Ops`). The gRPC
 //! service and the admin router call [`Auth::authenticate`] for every request and
 //! hand the resulting [`Who`] to the operation, which asks it for the verb it
 //! needs ([`Who::require`]) before anything is proposed (a refused call costs no

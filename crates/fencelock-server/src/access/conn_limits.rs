@@ -1,7 +1,7 @@
 //! Connection limits for the server's two listeners (gRPC and HTTP admin).
 //!
 //! Where it sits: between a bound [`TcpListener`] and the protocol servers
-//! (tonic in `lib.rs`, hyper/axum in [`crate::admin::serve`]). Every accepted
+//! (tonic in `lib.rs`, hyper/axum in `admin::serve`). Every accepted
 //! socket passes a [`Gate`], shared by both listeners, before a protocol server
 //! sees it:
 //!

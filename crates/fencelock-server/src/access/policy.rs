@@ -1,13 +1,13 @@
 //! The group's policy as the access rules see it: which changes a node
-//! takes ([`command`], [`admit_handed_over`]), what a change answers
+//! takes (`command`, [`admit_handed_over`]), what a change answers
 //! ([`Changed`], [`PolicyError`]) and what `GET /v1/auth` shows ([`view`]).
 //! The group's policy ([`fencelock_core::policy`]) is part of the replicated
 //! state, and a change is a log entry like a grant (durable on a majority
 //! before it is acknowledged, then in force on each node as it applies it).
 //!
-//! Where it sits: [`crate::policy_change`] proposes a change through the
+//! Where it sits: `policy_change` proposes a change through the
 //! driver, or hands it to the leader, checked by the rules here; the admin
-//! endpoint ([`crate::admin`]) shows [`view`].
+//! endpoint (`admin`) shows [`view`].
 //!
 //! What a node may not do: create a group identity with the name of one its
 //! own auth file defines (the file's identities, the bootstrap admin among

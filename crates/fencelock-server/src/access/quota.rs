@@ -1,7 +1,7 @@
 //! Limits on what one identity, and everyone together, may hold: live leases,
 //! held locks, queued acquires, and requests per second.
 //!
-//! Where it sits: in [`crate::api::Ops`], after authentication and permissions
+//! Where it sits: in `api::Ops`, after authentication and permissions
 //! and before anything is proposed, so a refused request costs no disk. The
 //! counts come from the engine ([`fencelock_core::Engine::usage`] for an
 //! identity, [`fencelock_core::Engine::stats`] for all), as applied when the
