@@ -313,6 +313,15 @@ pub(crate) fn check_bootstrap_flags(raft: &Raft, config: &crate::Config) -> Resu
     Ok(())
 }
 
+/// A channel to the peer service of the leader at `addr` (its peer
+/// address), for a follower that hands it a change; `Err`: why not.
+pub(crate) async fn dial_leader(addr: &str, tls: Option<&ServerTls>) -> Result<tonic::transport::Channel, String> {
+    let endpoint = crate::raft::network::peer_endpoint(addr, tls.map(|t| t.peer_client().0))
+        .map_err(|e| e.to_string())?
+        .connect_timeout(Duration::from_secs(3));
+    endpoint.connect().await.map_err(|e| e.to_string())
+}
+
 /// Sends `change` to the leader at `leader_addr` (its gRPC address) over the
 /// peer service, for a follower that was asked to make it.
 pub(crate) async fn forward(
@@ -323,10 +332,7 @@ pub(crate) async fn forward(
     use fencelock_proto::raft::raft_client::RaftClient;
     use fencelock_proto::raft::RaftPayload;
     let unreachable = |e: String| ClusterError::Failed(format!("cannot reach the leader at {leader_addr}: {e}"));
-    let endpoint = crate::raft::network::peer_endpoint(leader_addr, tls.map(|t| t.peer_client().0))
-        .map_err(|e| unreachable(e.to_string()))?
-        .connect_timeout(Duration::from_secs(3));
-    let channel = endpoint.connect().await.map_err(|e| unreachable(e.to_string()))?;
+    let channel = dial_leader(leader_addr, tls).await.map_err(unreachable)?;
     let json = serde_json::to_vec(change).map_err(|e| ClusterError::Failed(e.to_string()))?;
     let mut req = tonic::Request::new(RaftPayload { json });
     req.set_timeout(CATCH_UP_TIMEOUT + Duration::from_secs(10));

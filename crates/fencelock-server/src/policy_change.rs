@@ -59,10 +59,7 @@ fn answer(r: Result<Reply, DriverError>) -> Result<Changed, PolicyError> {
 async fn forward(addr: &str, cmd: &Command, tls: Option<&ServerTls>) -> Result<Changed, PolicyError> {
     use fencelock_proto::raft::{raft_client::RaftClient, RaftPayload};
     let unreachable = |e: String| PolicyError::Unavailable(format!("cannot reach the leader at {addr}: {e}"));
-    let endpoint = crate::raft::network::peer_endpoint(addr, tls.map(|t| t.peer_client().0))
-        .map_err(|e| unreachable(e.to_string()))?
-        .connect_timeout(Duration::from_secs(3));
-    let channel = endpoint.connect().await.map_err(|e| unreachable(e.to_string()))?;
+    let channel = crate::cluster::dial_leader(addr, tls).await.map_err(unreachable)?;
     let json = serde_json::to_vec(cmd).map_err(|e| unreachable(e.to_string()))?;
     let mut req = tonic::Request::new(RaftPayload { json });
     req.set_timeout(Duration::from_secs(10));
