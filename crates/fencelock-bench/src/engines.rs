@@ -22,7 +22,7 @@ use std::{
 };
 
 use anyhow::{bail, Context};
-use fencelock_server::config::parse_peers;
+use fencelock_server::parse_peers;
 use fencelock_testkit::{EtcdServer, PgServer, Profile, RedisServer, ZkServer};
 use tokio::time::Instant;
 
@@ -144,7 +144,7 @@ fn native_config(what: &str) -> String {
         .map(|n| format!("{n} runtime worker threads"))
         .unwrap_or_else(|_| "one runtime worker thread per core".into());
     let log = std::env::var(SERVER_LOG_ENV)
-        .unwrap_or_else(|_| format!("{} (the default)", fencelock_server::config::LogEngine::default().name()));
+        .unwrap_or_else(|_| format!("{} (the default)", fencelock_server::LogEngine::default().name()));
     let mut tuned = format!("; Raft log: {log}");
     if let Ok(n) = std::env::var(SERVER_INFLIGHT_ENV) {
         tuned.push_str(&format!("; {n} log writes in flight"));

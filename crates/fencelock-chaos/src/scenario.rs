@@ -7,7 +7,7 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use anyhow::bail;
-pub use fencelock_server::config::LogEngine;
+pub use fencelock_server::LogEngine;
 use serde::{Deserialize, Serialize};
 
 /// The faults (ids as in `docs/scenarios.md`, the catalogue). S6, heal after

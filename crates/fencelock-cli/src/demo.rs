@@ -33,7 +33,7 @@ use tokio::{
     time::Instant,
 };
 
-use fencelock_server::config::parse_duration;
+use fencelock_server::parse_duration;
 
 use crate::{exit, http::request_tls};
 

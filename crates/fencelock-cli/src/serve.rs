@@ -18,7 +18,7 @@ use serde::Deserialize;
 use tokio::signal::unix::{signal, SignalKind};
 
 use crate::exit;
-use fencelock_server::config::{parse_duration, parse_peers};
+use fencelock_server::{parse_duration, parse_peers};
 
 #[derive(Args, Debug)]
 pub struct ServeArgs {
@@ -374,7 +374,7 @@ fn resolve(a: ServeArgs) -> anyhow::Result<(fencelock_server::Config, String)> {
     // against the listen address then.
     c.validate().map_err(|e| anyhow::anyhow!("{e}"))?;
     if let fencelock_server::Bootstrap::Peers(peers) = &c.bootstrap {
-        let entry = peers.get(&c.node_id).map(|e| fencelock_server::config::peer_entry(e));
+        let entry = peers.get(&c.node_id).map(|e| fencelock_server::peer_entry(e));
         if c.advertise.is_none() {
             c.advertise = entry.map(|(client, _)| client.to_string());
         }

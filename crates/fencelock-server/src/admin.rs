@@ -17,7 +17,7 @@
 //! - `GET /v1/watch?prefix=P&from=R`: lock events as server-sent events
 //!   ([`crate::watching::sse`]); needs `read` on the prefix.
 //! - `GET /v1/auth`: the roles and identities this node knows, from its auth
-//!   file and the group's policy ([`crate::policy::View`]; never a hash).
+//!   file and the group's policy ([`crate::access::policy::View`]; never a hash).
 //! - `POST /v1/auth` with a [`fencelock_core::PolicyChange`] as JSON (for
 //!   example `{"op":"put_role","name":"worker","rules":[{"prefix":"jobs/","verbs":["acquire"]}]}`):
 //!   changes the group's policy through the log (a follower hands it to the
@@ -31,7 +31,7 @@
 //! the holder's value in standard base64 ("" when none), always base64 so that
 //! the field has one type whatever the bytes are.
 //!
-//! With authentication on (see [`crate::auth`]) a request carries
+//! With authentication on (see [`crate::access::auth`]) a request carries
 //! `Authorization: Bearer <token>` or comes on a connection with a client
 //! certificate: without either it gets 401, without the permission 403.
 //! `/v1/locks` needs `read` on the lock or the prefix; `/v1/cluster`,
@@ -39,7 +39,7 @@
 //! `/metrics` are public unless the auth file says `protect_metrics = true`.
 //!
 //! [`serve`] runs the router over HTTP/1.1 on connections admitted by
-//! [`crate::conn_limits`], with a header-read timeout.
+//! [`crate::access::conn_limits`], with a header-read timeout.
 
 use std::{net::SocketAddr, sync::Arc, time::Duration};
 
@@ -53,12 +53,12 @@ use axum::{
 use fencelock_core::{LockInfo, LockName};
 use serde::{Deserialize, Serialize};
 
-use crate::audit::Event;
-use crate::auth::{Auth, Refusal, Verb, Who};
+use crate::access::audit::Event;
+use crate::access::auth::{Auth, Refusal, Verb, Who};
+use crate::access::conn_limits::{ConnInfo, Stream};
+use crate::access::policy::{self, PolicyError};
+use crate::access::tls::ServerTls;
 use crate::cluster::{self, Change, ClusterError};
-use crate::conn_limits::{ConnInfo, Stream};
-use crate::policy::{self, PolicyError};
-use crate::tls::ServerTls;
 use crate::{api::Ops, metrics::Metrics};
 use fencelock_core::PolicyChange;
 
@@ -169,12 +169,8 @@ fn refusal(r: Refusal) -> Response {
     }
 }
 
-/// The admin router. `tls`: the node's certificates, to reach the leader.
-pub fn router(ops: Ops, metrics: Arc<Metrics>, node_id: u64, auth: Arc<Auth>, tls: Option<Arc<ServerTls>>) -> Router {
-    router_with_watch(ops, metrics, node_id, auth, tls, None)
-}
-
-/// [`router`], with `/v1/watch` served from `watch`.
+/// The admin router. `tls`: the node's certificates, to reach the leader;
+/// `/v1/watch` is served from `watch`, if any.
 pub fn router_with_watch(
     ops: Ops,
     metrics: Arc<Metrics>,
@@ -457,7 +453,7 @@ async fn auth_change(
         PolicyChange::PutIdentity { name, .. } => ("auth.put_identity", format!("identity {name}")),
         PolicyChange::DeleteIdentity { name } => ("auth.delete_identity", format!("identity {name}")),
     };
-    let res = policy::change(&a.ops.driver, &a.ops.raft, &a.auth, &who, change, a.tls.as_deref()).await;
+    let res = crate::policy_change::change(&a.ops.driver, &a.ops.raft, &a.auth, &who, change, a.tls.as_deref()).await;
     let error = res.as_ref().err().map(ToString::to_string);
     a.audit(&who, action, &object, if error.is_some() { "error" } else { "ok" }, error.as_deref().unwrap_or(""));
     match res {

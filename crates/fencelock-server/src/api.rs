@@ -13,12 +13,14 @@ use fencelock_core::{
 use fencelock_proto::v1 as pb;
 use tonic::Status;
 
-use crate::{
+use crate::access::{
     audit::{Audit, Event},
     auth::{self, Refusal, Verb, Who},
+    quota::{Adds, Exhausted, Quotas},
+};
+use crate::{
     clock::Clock,
     driver::{AcquireOutcome, DriverError, DriverHandle},
-    quota::{Adds, Exhausted, Quotas},
     raft::{state_machine::SharedEngine, Raft},
 };
 
@@ -56,7 +58,7 @@ impl Ops {
         }
     }
 
-    /// The status of a call [`crate::auth`] refused, recorded in the audit log.
+    /// The status of a call [`crate::access::auth`] refused, recorded in the audit log.
     pub fn refused(&self, who: &str, remote: Option<std::net::SocketAddr>, r: Refusal) -> Status {
         let (verb, object, outcome) = match &r {
             Refusal::Unauthenticated(_) => (String::new(), String::new(), "unauthenticated"),
@@ -73,7 +75,7 @@ impl Ops {
             outcome,
             detail: &detail,
         });
-        refused(r)
+        r.into()
     }
 
     /// Checks `verb` on `name` for `who`, and its request rate.
@@ -442,15 +444,6 @@ fn lock_info(i: LockInfo) -> pb::LockInfo {
         waiters: i.waiters.into_iter().map(waiter).collect(),
         holders: i.holders.into_iter().map(holder).collect(),
         permits: i.permits,
-    }
-}
-
-/// gRPC status for a call refused by [`crate::auth`]: UNAUTHENTICATED or
-/// PERMISSION_DENIED, saying why.
-pub fn refused(r: Refusal) -> Status {
-    match r {
-        Refusal::Unauthenticated(_) => Status::unauthenticated(r.to_string()),
-        Refusal::Denied { .. } => Status::permission_denied(r.to_string()),
     }
 }
 

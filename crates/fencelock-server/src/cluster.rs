@@ -1,6 +1,6 @@
 //! Membership of the Raft group: who is in it, and adding or removing a node.
 //!
-//! Where it sits: called by the HTTP admin endpoint ([`crate::admin`]:
+//! Where it sits: called by the HTTP admin endpoint (`admin`:
 //! `GET /v1/cluster`, `POST /v1/cluster/members`, `DELETE
 //! /v1/cluster/members/{id}`) and by the peer service
 //! ([`crate::raft::RaftService`]'s `ChangeMembers`), through which a follower
@@ -14,7 +14,7 @@
 //! membership is committed. Each step is one joint-consensus change of
 //! openraft, durable before it is acknowledged.
 
-use crate::tls::ServerTls;
+use crate::access::tls::ServerTls;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
@@ -27,7 +27,7 @@ use serde::{Deserialize, Serialize};
 use crate::raft::{NodeId, Raft};
 
 /// How long adding a node may wait for it to catch up before giving up.
-pub const CATCH_UP_TIMEOUT: Duration = Duration::from_secs(60);
+pub(crate) const CATCH_UP_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// A change of membership, as the admin endpoint and the peer service take it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -94,7 +94,7 @@ pub enum ClusterError {
 }
 
 /// The group as this node sees it now.
-pub fn status(raft: &Raft) -> Status {
+pub(crate) fn status(raft: &Raft) -> Status {
     let m = raft.metrics().borrow().clone();
     let membership = m.membership_config.membership();
     let voters: BTreeSet<NodeId> = membership.voter_ids().collect();
@@ -134,7 +134,7 @@ fn state_name(s: ServerState) -> &'static str {
 /// Makes `change` on this node, which must be the leader. Idempotent: adding
 /// a voter that is already one (at the same address), or removing a node that
 /// is not a member, succeeds and changes nothing.
-pub async fn apply(raft: &Raft, change: &Change) -> Result<Status, ClusterError> {
+pub(crate) async fn apply(raft: &Raft, change: &Change) -> Result<Status, ClusterError> {
     validate(change)?;
     // Ask Raft only as the leader: a follower's openraft may answer "a change
     // is in progress" (a membership it has not seen committed yet) before it
@@ -230,11 +230,11 @@ async fn remove(raft: &Raft, now: &Status, id: NodeId) -> Result<(), ClusterErro
 
 /// How long a follower that knows no leader yet (the group just formed, or is
 /// electing one) waits for one before it answers that there is none.
-pub const LEADER_WAIT: Duration = Duration::from_secs(3);
+pub(crate) const LEADER_WAIT: Duration = Duration::from_secs(3);
 
 /// The leader's id and peer address (where a follower hands a change), once
 /// one is known, waiting up to `within`: this node itself, if it leads.
-pub async fn leader_within(raft: &Raft, within: Duration) -> Option<(NodeId, String)> {
+pub(crate) async fn leader_within(raft: &Raft, within: Duration) -> Option<(NodeId, String)> {
     let mut metrics = raft.metrics();
     let wait = async {
         loop {
@@ -264,7 +264,7 @@ fn write_error(e: RaftError<NodeId, ClientWriteError<NodeId, Node>>) -> ClusterE
 
 /// The voters of a new group from `--peers`: id → `CLIENT` or `CLIENT/PEER`
 /// address (see [`crate::config::peer_entry`]).
-pub fn initial_members(peers: &BTreeMap<NodeId, String>) -> BTreeMap<NodeId, Node> {
+pub(crate) fn initial_members(peers: &BTreeMap<NodeId, String>) -> BTreeMap<NodeId, Node> {
     peers
         .iter()
         .map(|(id, entry)| {
@@ -280,7 +280,7 @@ pub fn initial_members(peers: &BTreeMap<NodeId, String>) -> BTreeMap<NodeId, Nod
 /// one that differs (the group changed since, or the flag is wrong) is named in
 /// a warning; one that shares no member (same id, same address) with it means
 /// this data dir is another group's, and is refused.
-pub fn check_bootstrap_flags(raft: &Raft, config: &crate::Config) -> Result<(), crate::ServerError> {
+pub(crate) fn check_bootstrap_flags(raft: &Raft, config: &crate::Config) -> Result<(), crate::ServerError> {
     let peers = match &config.bootstrap {
         crate::Bootstrap::Peers(peers) => peers,
         crate::Bootstrap::Join => {
@@ -313,16 +313,26 @@ pub fn check_bootstrap_flags(raft: &Raft, config: &crate::Config) -> Result<(), 
     Ok(())
 }
 
+/// A channel to the peer service of the leader at `addr` (its peer
+/// address), for a follower that hands it a change; `Err`: why not.
+pub(crate) async fn dial_leader(addr: &str, tls: Option<&ServerTls>) -> Result<tonic::transport::Channel, String> {
+    let endpoint = crate::raft::network::peer_endpoint(addr, tls.map(|t| t.peer_client().0))
+        .map_err(|e| e.to_string())?
+        .connect_timeout(Duration::from_secs(3));
+    endpoint.connect().await.map_err(|e| e.to_string())
+}
+
 /// Sends `change` to the leader at `leader_addr` (its gRPC address) over the
 /// peer service, for a follower that was asked to make it.
-pub async fn forward(leader_addr: &str, change: &Change, tls: Option<&ServerTls>) -> Result<Status, ClusterError> {
+pub(crate) async fn forward(
+    leader_addr: &str,
+    change: &Change,
+    tls: Option<&ServerTls>,
+) -> Result<Status, ClusterError> {
     use fencelock_proto::raft::raft_client::RaftClient;
     use fencelock_proto::raft::RaftPayload;
     let unreachable = |e: String| ClusterError::Failed(format!("cannot reach the leader at {leader_addr}: {e}"));
-    let endpoint = crate::raft::network::peer_endpoint(leader_addr, tls.map(|t| t.peer_client().0))
-        .map_err(|e| unreachable(e.to_string()))?
-        .connect_timeout(Duration::from_secs(3));
-    let channel = endpoint.connect().await.map_err(|e| unreachable(e.to_string()))?;
+    let channel = dial_leader(leader_addr, tls).await.map_err(unreachable)?;
     let json = serde_json::to_vec(change).map_err(|e| ClusterError::Failed(e.to_string()))?;
     let mut req = tonic::Request::new(RaftPayload { json });
     req.set_timeout(CATCH_UP_TIMEOUT + Duration::from_secs(10));

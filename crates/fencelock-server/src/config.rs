@@ -5,22 +5,7 @@ use std::{collections::BTreeMap, net::SocketAddr, path::PathBuf, time::Duration}
 
 // Where the Raft log's entries are kept: defined beside the log.
 pub use crate::raft::log_store::LogEngine;
-
-/// How a node whose data dir is empty comes into a group. A node with data
-/// ignores it: its membership is in its log.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Bootstrap {
-    /// A new group of one (the default).
-    Single,
-    /// A new group of these voters, node id → gRPC address, or
-    /// `CLIENT/PEER` for a node with its own peer port (see [`peer_entry`]);
-    /// this node must be one of them. Start every listed node with the same
-    /// list.
-    Peers(BTreeMap<u64, String>),
-    /// No group of its own: wait to be added to an existing group (`fencelock
-    /// cluster add`).
-    Join,
-}
+use crate::raft::Bootstrap;
 
 /// How to run one fencelock node.
 #[derive(Debug, Clone)]
@@ -63,28 +48,28 @@ pub struct Config {
     /// start with `Segment` (see [`crate::raft::wal::migrate`]); one in
     /// segments is refused by `Redb`.
     pub log: LogEngine,
-    /// Watch events kept for watchers that resume (see [`crate::watching`]).
+    /// Watch events kept for watchers that resume (see `watching`).
     pub watch_history: usize,
     /// Start a new group even where the data dir is refused (empty, without a
     /// database or identity, another node's): a refused database is moved
     /// aside, never deleted. See [`crate::raft::identity`].
     pub force_new_cluster: bool,
-    /// Limits on accepted connections, both ports (see [`crate::conn_limits`]).
-    pub connections: crate::conn_limits::ConnLimits,
-    /// TLS on both ports and between members (see [`crate::tls`]); `None`
+    /// Limits on accepted connections, both ports (see [`crate::access::conn_limits`]).
+    pub connections: crate::access::conn_limits::ConnLimits,
+    /// TLS on both ports and between members (see [`crate::access::tls`]); `None`
     /// serves plaintext, which only a loopback address or [`Config::insecure`]
     /// allows.
-    pub tls: Option<crate::tls::TlsFiles>,
-    /// The auth file (see [`crate::auth`]): identities and their rules. `None`
+    pub tls: Option<crate::access::tls::TlsFiles>,
+    /// The auth file (see [`crate::access::auth`]): identities and their rules. `None`
     /// serves everyone, which only a loopback address or
     /// [`Config::insecure`] allows.
     pub auth_file: Option<PathBuf>,
     /// Serve without TLS or without authentication on a non-loopback address
     /// all the same.
     pub insecure: bool,
-    /// Quotas per identity and global limits (see [`crate::quota`]).
-    pub limits: crate::quota::Limits,
-    /// Where the audit log goes (see [`crate::audit`]); `None`: no audit log.
+    /// Quotas per identity and global limits (see [`crate::access::quota`]).
+    pub limits: crate::access::quota::Limits,
+    /// Where the audit log goes (see `access::audit`); `None`: no audit log.
     pub audit_log: Option<PathBuf>,
     /// Peer id → the address this node dials that peer at, instead of the
     /// address in the membership (a proxy in between, e.g. one that can cut
@@ -121,11 +106,11 @@ impl Config {
             log: LogEngine::default(),
             watch_history: crate::watching::hub::DEFAULT_HISTORY,
             force_new_cluster: false,
-            connections: crate::conn_limits::ConnLimits::default(),
+            connections: crate::access::conn_limits::ConnLimits::default(),
             tls: None,
             auth_file: None,
             insecure: false,
-            limits: crate::quota::Limits::default(),
+            limits: crate::access::quota::Limits::default(),
             audit_log: None,
             peer_routes: BTreeMap::new(),
             seams: crate::seams::Seams::default(),

@@ -36,9 +36,9 @@ use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
+use crate::access::auth::{Auth, Refusal, Who};
+use crate::access::conn_limits::ConnInfo;
 use crate::api::Ops;
-use crate::auth::{Auth, Refusal, Who};
-use crate::conn_limits::ConnInfo;
 
 /// How many responses a session buffers before its reader waits for the client.
 const SESSION_BUFFER: usize = 4096;
@@ -73,12 +73,12 @@ pub struct LockService {
 
 impl LockService {
     pub fn new(ops: Ops, auth: Arc<Auth>, stop: watch::Receiver<bool>) -> Self {
-        let limits = crate::conn_limits::ConnLimits::default();
+        let limits = crate::access::conn_limits::ConnLimits::default();
         Self { ops, auth, stop, hub: None, session_limits: SessionLimits::of(&limits) }
     }
 
     /// Session streams bounded by `limits`' session fields.
-    pub fn with_limits(mut self, limits: &crate::conn_limits::ConnLimits) -> Self {
+    pub fn with_limits(mut self, limits: &crate::access::conn_limits::ConnLimits) -> Self {
         self.session_limits = SessionLimits::of(limits);
         self
     }
@@ -236,16 +236,19 @@ impl lock_server::Lock for LockService {
     async fn watch(&self, r: Request<pb::WatchRequest>) -> Result<Response<Self::WatchStream>, Status> {
         let credentials = Credentials::of(&r);
         let who = credentials.authenticate(&self.auth, &self.ops)?;
-        let caller = (who, credentials.caller(self.auth.clone()));
+        let caller = credentials.caller(self.auth.clone());
         let hub = self.hub.as_ref().ok_or_else(|| Status::unimplemented("this server does not serve watches"))?;
-        crate::watching::serve::grpc(&self.ops, hub, caller, r.into_inner(), self.stop.clone()).map(Response::new)
+        let r = r.into_inner();
+        let selector = crate::watching::serve::Selector::new(r.prefix, r.name);
+        self.ops.allow(&who, |w| selector.required(w))?;
+        crate::watching::serve::grpc(hub, caller, selector, r.from, self.stop.clone()).map(Response::new)
     }
 }
 
 type Out = mpsc::Sender<Result<pb::SessionResponse, Status>>;
 
 /// How much one session stream may have in flight (from
-/// [`crate::conn_limits::ConnLimits`]): operations in all, and acquires.
+/// [`crate::access::conn_limits::ConnLimits`]): operations in all, and acquires.
 #[derive(Debug, Clone, Copy)]
 struct SessionLimits {
     ops: usize,
@@ -253,7 +256,7 @@ struct SessionLimits {
 }
 
 impl SessionLimits {
-    fn of(limits: &crate::conn_limits::ConnLimits) -> Self {
+    fn of(limits: &crate::access::conn_limits::ConnLimits) -> Self {
         // Acquires below the total: waiting ones never stop the stream being read.
         let ops = limits.session_ops_in_flight.max(2);
         Self { ops, acquires: limits.session_acquires_in_flight.clamp(1, ops - 1) }

@@ -30,8 +30,8 @@ use fencelock_proto::v1::{self as pb, lease_event::Kind};
 use tokio::sync::{broadcast, mpsc, watch};
 use tonic::Status;
 
+use crate::access::auth::Who;
 use crate::api::{driver_status, engine_status, Ops};
-use crate::auth::Who;
 use crate::driver::{DriverError, LeaseEnd, LeaseEndCause};
 use crate::watching::serve::Caller;
 
@@ -141,7 +141,7 @@ impl Watch {
                     Ok(end) => {
                         if self.live.remove(&end.lease) {
                             if let Err(refusal) = caller() {
-                                break crate::api::refused(refusal);
+                                break refusal.into();
                             }
                             let _ = out.try_send(Ok(event(end)));
                         }

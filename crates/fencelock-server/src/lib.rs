@@ -5,14 +5,28 @@
 //! answering, and serves the `fencelock.v1` gRPC API and an HTTP admin endpoint.
 //! A single node is a Raft group of one.
 //!
-//! Layout: [`driver`] (the only proposer: batching, time, leadership), [`api`]
-//! (operations shared by unary RPCs and sessions), [`grpc`] (tonic glue),
-//! [`admin`] (axum), [`raft`] (type config, storage, network), [`clock`] (the only
-//! clock, over a time source the caller may choose), [`metrics`], [`seams`] (the
-//! storage backend and hooks a caller may plug in; nothing by default),
-//! [`conn_limits`] (what both listeners accept), [`tls`] (certificates for the
-//! listeners and between members), [`certs`] (makes them: `fencelock certs init`),
-//! [`watching`] (the event history and streams of the `Watch` RPC).
+//! Layout, from the bottom up (no module imports one above it):
+//! - `access/`: who may connect and call, and what they may do: [`auth`]
+//!   (the auth file merged with the group's policy), [`policy`] (the rules of
+//!   a policy change), [`quota`], [`conn_limits`] (what both listeners
+//!   accept), [`tls`] (certificates for the listeners and between members),
+//!   [`certs`] (makes them: `fencelock certs init`), and the audit log.
+//! - `watching/`: the event history and the streams of the `Watch` RPC.
+//! - [`raft`]: type config, storage, the state machine, the network between
+//!   members; [`seams`]: the storage backend and hooks a caller may plug in
+//!   (nothing by default).
+//! - `driver/`: the only proposer (batching, time, leadership); its sans-IO
+//!   core is [`driver_core`]. [`clock`]: the only clock, over a time source the
+//!   caller may choose.
+//! - `config` ([`Config`]), [`cluster`] (membership), `policy_change`
+//!   (proposing a policy change, or handing it to the leader), `handover`
+//!   (the leader's side of what a follower hands over), [`backup`].
+//! - `api` (operations shared by unary RPCs and sessions), `grpc` (tonic
+//!   glue), `lease_events`, `admin` (axum), `metrics`.
+//!
+//! The public surface is this page: [`start`] and [`serve`] with their
+//! [`Config`], and the modules and re-exports below, which the CLI, the
+//! chaos harness, the benchmarks and the simulator use.
 //!
 //! ```no_run
 //! # async fn f() -> Result<(), fencelock_server::ServerError> {
@@ -22,32 +36,31 @@
 //! # Ok(()) }
 //! ```
 
-pub mod admin;
-pub mod api;
-pub mod audit;
-pub mod auth;
+mod access;
+mod admin;
+mod api;
 pub mod backup;
-pub mod certs;
 pub mod clock;
 pub mod cluster;
-pub mod config;
-pub mod conn_limits;
-pub mod driver;
-pub mod grpc;
+mod config;
+mod driver;
+mod grpc;
+mod handover;
 pub mod http_client;
-pub mod lease_events;
-pub mod metrics;
-pub mod policy;
-pub mod quota;
+mod lease_events;
+mod metrics;
+mod policy_change;
 pub mod raft;
 pub mod seams;
-pub mod tls;
-pub mod watching;
+mod watching;
 
 use std::{collections::BTreeMap, net::SocketAddr, sync::Arc};
 
-pub use config::{Bootstrap, Config, LogEngine};
+pub use access::{auth, certs, conn_limits, policy, quota, tls};
+pub use config::{parse_duration, parse_peers, peer_entry, Config, LogEngine};
+pub use driver::core as driver_core;
 use fencelock_proto::v1::lock_server::LockServer;
+pub use raft::Bootstrap;
 use tokio::{
     net::{TcpListener, TcpSocket},
     sync::watch,
@@ -55,7 +68,7 @@ use tokio::{
 };
 use tokio_stream::wrappers::ReceiverStream;
 
-use crate::{api::Ops, clock::Clock, driver::Driver, metrics::Metrics};
+use crate::{access::audit, api::Ops, clock::Clock, driver::Driver, metrics::Metrics};
 
 /// Why the server could not start. Each variant keeps the error it wraps as its
 /// [`source`](std::error::Error::source).
@@ -199,10 +212,7 @@ pub async fn serve(
     (config.grpc_listen, config.http_listen, config.peer_listen) = (grpc_addr, http_addr, peer_addr);
     config.validate().map_err(ServerError::Config)?;
     let tls = config.tls.clone().map(tls::ServerTls::load).transpose()?;
-    let auth = match &config.auth_file {
-        Some(path) => auth::Auth::load(path)?,
-        None => auth::Auth::off(),
-    };
+    let auth_file = config.auth_file.as_deref().map(auth::Loaded::read).transpose()?;
     let node = own_member(&config, grpc_addr, peer_addr);
     let raft = start_raft(&config, node, tls.clone()).await?;
     // Only now accept connections: before, a client (or a peer) would connect
@@ -215,6 +225,7 @@ pub async fn serve(
         _ => None,
     };
     let (raft, engine, log, identity, hub) = raft;
+    let auth = auth::Auth::new(auth_file, engine.clone());
 
     let metrics = Arc::new(Metrics::default());
     let (driver, handle) = Driver::new(raft.clone(), config.node_id, clock.clone(), metrics.clone(), config.max_batch);
@@ -263,10 +274,13 @@ pub async fn serve(
         .with_limits(&config.connections);
     let lock_svc = LockServer::new(lock_svc).max_decoding_message_size(grpc::MAX_REQUEST_BYTES);
     let gate = conn_limits::Gate::new(config.connections.clone(), metrics.clone());
-    auth.attach(engine.clone());
     let raft_svc = raft::network::RaftService::new(raft.clone(), ops.engine.clone(), metrics.clone())
         .with_tls(tls.clone())
-        .with_policy(ops.driver.clone(), auth.clone())
+        .with_handover(Arc::new(handover::Owners {
+            raft: raft.clone(),
+            driver: ops.driver.clone(),
+            auth: auth.clone(),
+        }))
         .into_server();
     if let Some(tls) = &tls {
         tasks.push(tokio::spawn(tls.clone().watch(stop_rx.clone())));
@@ -317,7 +331,7 @@ async fn start_raft(
     tls: Option<Arc<tls::ServerTls>>,
 ) -> Result<Started, ServerError> {
     let (log, sm, identity) =
-        raft::identity::open(config).map_err(|source| ServerError::Storage { dir: config.data_dir.clone(), source })?;
+        open_data_dir(config).map_err(|source| ServerError::Storage { dir: config.data_dir.clone(), source })?;
     let sm = sm.with_watch_history(config.watch_history);
     let engine = sm.engine();
     let hub = sm.watch_hub();
@@ -346,6 +360,23 @@ async fn start_raft(
         cluster::check_bootstrap_flags(&raft, config)?;
     }
     Ok((raft, engine, log_store, identity, hub))
+}
+
+/// Opens the data dir of `config` for serving (see [`raft::identity::open`]).
+#[allow(clippy::result_large_err)] // openraft's StorageError is large by design
+pub(crate) fn open_data_dir(
+    config: &Config,
+) -> Result<(raft::LogStore, raft::StateMachine, raft::identity::SharedIdentity), raft::identity::IdentityError> {
+    let storage = |admit: raft::log_store::Admit<'_>| {
+        raft::log_store::open_admitted(&config.data_dir, &config.seams, config.log, admit)
+    };
+    raft::identity::open(&raft::identity::Node {
+        dir: &config.data_dir,
+        id: config.node_id,
+        force_new_cluster: config.force_new_cluster,
+        bootstrap: &config.bootstrap,
+        storage: &storage,
+    })
 }
 
 /// Forms the group on a node whose storage is empty (see [`Bootstrap`]).

@@ -65,11 +65,11 @@ pub struct Metrics {
     pub peer_messages_refused: AtomicU64,
     pub wait_time: Histogram,
     pub hold_time: Histogram,
-    /// Accepted connections, fed by [`crate::conn_limits`].
+    /// Accepted connections, fed by [`crate::access::conn_limits`].
     pub conns: ConnMetrics,
 }
 
-/// Connection counts of both listeners (see [`crate::conn_limits`]).
+/// Connection counts of both listeners (see [`crate::access::conn_limits`]).
 #[derive(Default)]
 pub struct ConnMetrics {
     pub open: AtomicU64,

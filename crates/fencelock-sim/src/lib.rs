@@ -5,7 +5,7 @@
 //! # What is simulated
 //! - **The real engine.** The "server" host owns a real [`fencelock_core::Engine`].
 //! - **The real driver core.** Requests arrive over turmoil TCP (JSON lines,
-//!   [`wire`]) and go to `fencelock_server::driver::core::DriverCore`, the
+//!   [`wire`]) and go to `fencelock_server::driver_core::DriverCore`, the
 //!   server's own decisions (group commit, persist then reply, `LeaderStart`
 //!   first, ticks at the engine's deadlines, waiters and the cancels of callers
 //!   that went away), behind a simulated shell: a write goes to a simulated

@@ -150,9 +150,9 @@ impl Armed {
 }
 
 /// `2=127.0.0.1:5001,3=127.0.0.1:5002` → id → address, in the grammar of a
-/// peer list (`fencelock_server::config::parse_peers`).
+/// peer list (`fencelock_server::parse_peers`).
 pub fn parse_routes(list: &str) -> Result<BTreeMap<u64, String>, String> {
-    fencelock_server::config::parse_peers(list).map_err(|e| format!("{ENV_PEER_ROUTES}: {e}"))
+    fencelock_server::parse_peers(list).map_err(|e| format!("{ENV_PEER_ROUTES}: {e}"))
 }
 
 /// The value of `name`, or `None` if it is unset or blank.

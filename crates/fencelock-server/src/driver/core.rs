@@ -2,11 +2,11 @@
 //! arrived, a caller went away, the write in flight finished, the Raft role
 //! changed, a timer fired) with the time they happen at, and answers with
 //! [`Action`]s (write this entry, reply to this caller, wake this waiter, say
-//! whether this node serves). The tokio shell in [`super`] owns the channels,
+//! whether this node serves). The tokio shell in `driver` owns the channels,
 //! the Raft handle and the timers, and does what the actions say; the tests
 //! beside this file drive the core alone and check the exact actions.
 //!
-//! The rules it keeps are the driver's (see [`super`]): persist then reply,
+//! The rules it keeps are the driver's (see `driver`): persist then reply,
 //! up to [`DriverCore::with_max_inflight`] writes in flight with everything
 //! that arrives meanwhile gathered into the next, `LeaderStart` first under
 //! each new leadership, ticks at the engine's deadlines, a retried acquire
@@ -329,7 +329,7 @@ impl<R, W> DriverCore<R, W> {
         self.lingering
     }
 
-    /// See [`super::Driver::with_quorum_timeout`].
+    /// See `Driver::with_quorum_timeout`.
     pub fn with_quorum_timeout(mut self, ms: u64) -> Self {
         self.quorum_timeout_ms = Some(ms);
         self

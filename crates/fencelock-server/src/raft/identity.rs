@@ -64,10 +64,9 @@ use tokio::sync::watch as tokio_watch;
 
 use super::db::{self, DB_FILE, META, SNAPSHOT};
 use super::db_error::DbError;
-use super::log_store::{self, LogStore};
+use super::log_store::{Admit, LogStore};
 use super::state_machine::{SharedEngine, StateMachine};
-use super::{NodeId, Raft};
-use crate::config::{Bootstrap, Config};
+use super::{Bootstrap, NodeId, Raft};
 
 /// The on-disk format this binary writes and reads. A data dir with a higher
 /// number was written by a newer fencelock and is refused; one with a lower
@@ -176,16 +175,35 @@ enum Found {
     Database,
 }
 
-/// Opens the data dir of `config` for serving: checks and creates its identity
+/// The node whose data dir [`open`] opens, as much as it needs to know of it.
+pub struct Node<'a> {
+    /// The data dir.
+    pub dir: &'a Path,
+    pub id: NodeId,
+    /// `--force-new-cluster`: a refused data dir is set aside and a new group
+    /// begun in it.
+    pub force_new_cluster: bool,
+    /// How the node comes into a group (said in the line a first start logs).
+    pub bootstrap: &'a Bootstrap,
+    /// Opens the storage with the node's seams and log engine
+    /// ([`super::log_store::open_admitted`]), asking `admit` before anything
+    /// in the data dir is changed.
+    pub storage: &'a dyn Fn(Admit<'_>) -> Opened,
+}
+
+/// The storage as [`Node::storage`] opens it: the log and the state machine.
+pub type Opened = Result<(LogStore, StateMachine), openraft::StorageError<NodeId>>;
+
+/// Opens the data dir of `node` for serving: checks and creates its identity
 /// (see the module docs) and opens the storage. Logs one line on a first start.
-pub fn open(config: &Config) -> Result<(LogStore, StateMachine, SharedIdentity), IdentityError> {
-    match open_checked(config) {
-        Err(refused) if config.force_new_cluster && refused.is_refusal() => {
-            let dir = &config.data_dir;
+pub fn open(node: &Node<'_>) -> Result<(LogStore, StateMachine, SharedIdentity), IdentityError> {
+    match open_checked(node) {
+        Err(refused) if node.force_new_cluster && refused.is_refusal() => {
+            let dir = node.dir;
             tracing::warn!("--force-new-cluster: starting a new group in {} ({refused})", dir.display());
             set_aside(dir)?;
-            let (log, sm) = open_storage(dir, config)?;
-            let identity = first_start(config, &log)?;
+            let (log, sm) = open_storage(node)?;
+            let identity = first_start(node, &log)?;
             Ok((log, sm, SharedIdentity(Arc::new(Mutex::new(identity)))))
         }
         other => other,
@@ -194,13 +212,13 @@ pub fn open(config: &Config) -> Result<(LogStore, StateMachine, SharedIdentity),
 
 /// [`open`] without `--force-new-cluster`. On a refusal the database is closed
 /// again before this returns.
-fn open_checked(config: &Config) -> Result<(LogStore, StateMachine, SharedIdentity), IdentityError> {
-    let dir = &config.data_dir;
+fn open_checked(node: &Node<'_>) -> Result<(LogStore, StateMachine, SharedIdentity), IdentityError> {
+    let dir = node.dir;
     let found = inspect(dir)?;
-    let (log, sm) = open_storage(dir, config)?;
+    let (log, sm) = open_storage(node)?;
     let identity = match read(log.db()).map_err(storage)? {
-        None if found == Found::Nothing => first_start(config, &log)?,
-        None if has_raft_state(&log).map_err(storage)? => adopt(config, &log)?,
+        None if found == Found::Nothing => first_start(node, &log)?,
+        None if has_raft_state(&log).map_err(storage)? => adopt(node, &log)?,
         None => return Err(IdentityError::NoIdentity { file: dir.join(DB_FILE) }),
         // Checked by `open_storage`, before the open could change anything.
         Some(id) => id,
@@ -220,11 +238,11 @@ impl IdentityError {
 /// Opens the storage, checking a recorded identity before the open may change
 /// anything (move a redb log into segments): a data dir of another node, or of
 /// a newer format, is refused untouched.
-fn open_storage(dir: &Path, config: &Config) -> Result<(LogStore, StateMachine), IdentityError> {
+fn open_storage(node: &Node<'_>) -> Result<(LogStore, StateMachine), IdentityError> {
     let refused = std::cell::RefCell::new(None);
     let admit = |db: &redb::Database| match read(db)
         .map_err(storage)
-        .and_then(|id| id.map_or(Ok(()), |id| check(config, &id).and_then(|()| upgrade(config, db, id))))
+        .and_then(|id| id.map_or(Ok(()), |id| check(node, &id).and_then(|()| upgrade(node, db, id))))
     {
         Ok(()) => Ok(()),
         Err(e) => {
@@ -233,7 +251,7 @@ fn open_storage(dir: &Path, config: &Config) -> Result<(LogStore, StateMachine),
             Err(why)
         }
     };
-    let opened = log_store::open_admitted(dir, &config.seams, config.log, &admit);
+    let opened = (node.storage)(&admit);
     opened.map_err(|e| refused.take().unwrap_or_else(|| IdentityError::Open(cause_of(e))))
 }
 
@@ -298,13 +316,13 @@ fn set_aside(dir: &Path) -> Result<(), IdentityError> {
 }
 
 /// Whether the identity fits the flags.
-fn check(config: &Config, id: &Identity) -> Result<(), IdentityError> {
+fn check(node: &Node<'_>, id: &Identity) -> Result<(), IdentityError> {
     if id.format > FORMAT_VERSION {
-        return Err(IdentityError::NewerFormat { file: config.data_dir.join(DB_FILE), found: id.format });
+        return Err(IdentityError::NewerFormat { file: node.dir.join(DB_FILE), found: id.format });
     }
-    if id.node_id != config.node_id {
+    if id.node_id != node.id {
         let cluster = id.cluster_id.map_or_else(|| "not known yet".to_string(), |c| c.to_string());
-        let (dir, stored, flag) = (config.data_dir.clone(), id.node_id, config.node_id);
+        let (dir, stored, flag) = (node.dir.to_path_buf(), id.node_id, node.id);
         return Err(IdentityError::OtherNode { dir, stored, flag, cluster });
     }
     Ok(())
@@ -313,7 +331,7 @@ fn check(config: &Config, id: &Identity) -> Result<(), IdentityError> {
 /// Records this binary's format in a data dir of an older one, which may from
 /// here on hold what the older one cannot read: started again, that one
 /// refuses it as newer instead of failing on what it finds.
-fn upgrade(config: &Config, db: &Database, id: Identity) -> Result<(), IdentityError> {
+fn upgrade(node: &Node<'_>, db: &Database, id: Identity) -> Result<(), IdentityError> {
     if id.format >= FORMAT_VERSION {
         return Ok(());
     }
@@ -322,53 +340,55 @@ fn upgrade(config: &Config, db: &Database, id: Identity) -> Result<(), IdentityE
     tracing::info!(
         "data dir {}: on-disk format {from} -> {FORMAT_VERSION}; fencelock versions that read only format {from} \
          now refuse it",
-        config.data_dir.display()
+        node.dir.display()
     );
     Ok(())
 }
 
 /// Writes a new identity and says so on one line.
-fn first_start(config: &Config, log: &LogStore) -> Result<Identity, IdentityError> {
-    let id = new_identity(config)?;
+fn first_start(node: &Node<'_>, log: &LogStore) -> Result<Identity, IdentityError> {
+    let id = new_identity(node)?;
     write(log.db(), &id).map_err(storage)?;
-    let (dir, node) = (config.data_dir.display(), config.node_id);
-    match &config.bootstrap {
+    let (dir, number) = (node.dir.display(), node.id);
+    match node.bootstrap {
         Bootstrap::Single => {
-            tracing::info!("new data dir {dir}: node {node} forms a new group, cluster id {}", id.proposed)
+            tracing::info!("new data dir {dir}: node {number} forms a new group, cluster id {}", id.proposed)
         }
         Bootstrap::Peers(p) => tracing::info!(
-            "new data dir {dir}: node {node} forms a new group with nodes {:?}; it proposes cluster id {} \
+            "new data dir {dir}: node {number} forms a new group with nodes {:?}; it proposes cluster id {} \
              (the group's first leader's proposal becomes the cluster id)",
             p.keys().collect::<Vec<_>>(),
             id.proposed
         ),
         Bootstrap::Join => {
-            tracing::info!("new data dir {dir}: node {node} waits to be added to a group and will take its cluster id")
+            tracing::info!(
+                "new data dir {dir}: node {number} waits to be added to a group and will take its cluster id"
+            )
         }
     }
     Ok(id)
 }
 
 /// A database written before identities existed: keep its state, add one.
-fn adopt(config: &Config, log: &LogStore) -> Result<Identity, IdentityError> {
-    let id = new_identity(config)?;
+fn adopt(node: &Node<'_>, log: &LogStore) -> Result<Identity, IdentityError> {
+    let id = new_identity(node)?;
     write(log.db(), &id).map_err(storage)?;
     tracing::warn!(
         "the database in {} has no identity (written by an older fencelock): recorded it as node {}'s, format {}",
-        config.data_dir.display(),
-        config.node_id,
+        node.dir.display(),
+        node.id,
         FORMAT_VERSION
     );
     Ok(id)
 }
 
-fn new_identity(config: &Config) -> Result<Identity, IdentityError> {
+fn new_identity(node: &Node<'_>) -> Result<Identity, IdentityError> {
     let proposed = random_cluster_id().map_err(|source| IdentityError::Io {
-        dir: config.data_dir.clone(),
+        dir: node.dir.to_path_buf(),
         what: "cannot read /dev/urandom for a cluster id".into(),
         source,
     })?;
-    Ok(Identity { format: FORMAT_VERSION, node_id: config.node_id, proposed, cluster_id: None })
+    Ok(Identity { format: FORMAT_VERSION, node_id: node.id, proposed, cluster_id: None })
 }
 
 /// 128 random bits from the operating system.
@@ -500,15 +520,16 @@ async fn fail(w: &Watched, failed: &tokio_watch::Sender<Option<String>>, why: St
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::Config;
 
     fn set_format(config: &Config, format: u32) {
-        let (log, _sm, identity) = open(config).expect("opens");
+        let (log, _sm, identity) = crate::open_data_dir(config).expect("opens");
         let id = Identity { format, ..identity.get() };
         write(log.db(), &id).unwrap();
     }
 
     fn format_of(config: &Config) -> u32 {
-        let (log, _sm, _) = open(config).expect("opens");
+        let (log, _sm, _) = crate::open_data_dir(config).expect("opens");
         read(log.db()).unwrap().expect("an identity").format
     }
 
@@ -529,7 +550,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let config = Config::for_test(dir.path().join("data"));
         set_format(&config, FORMAT_VERSION + 1);
-        let Err(err) = open(&config) else { panic!("a newer format is refused") };
+        let Err(err) = crate::open_data_dir(&config) else { panic!("a newer format is refused") };
         assert!(matches!(err, IdentityError::NewerFormat { found, .. } if found == FORMAT_VERSION + 1), "{err}");
         let db = Database::open(config.data_dir.join(DB_FILE)).unwrap();
         assert_eq!(read(&db).unwrap().expect("an identity").format, FORMAT_VERSION + 1);

@@ -72,6 +72,22 @@ impl std::fmt::Display for Member {
     }
 }
 
+/// How a node whose data dir is empty comes into a group. A node with data
+/// ignores it: its membership is in its log.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Bootstrap {
+    /// A new group of one (the default).
+    Single,
+    /// A new group of these voters, node id → gRPC address, or
+    /// `CLIENT/PEER` for a node with its own peer port (see [`crate::config::peer_entry`]);
+    /// this node must be one of them. Start every listed node with the same
+    /// list.
+    Peers(std::collections::BTreeMap<NodeId, String>),
+    /// No group of its own: wait to be added to an existing group (`fencelock
+    /// cluster add`).
+    Join,
+}
+
 openraft::declare_raft_types!(
     /// openraft types of fencelock.
     pub TypeConfig:

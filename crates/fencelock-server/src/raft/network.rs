@@ -19,7 +19,7 @@
 //! (no I/O until the first call), shared per address across connections, and
 //! reconnect by themselves. Each call is bounded by the `RPCOption` hard TTL.
 //!
-//! With TLS ([`crate::tls`]) peers are dialled over `https://`, presenting the
+//! With TLS ([`crate::access::tls`]) peers are dialled over `https://`, presenting the
 //! node's certificate, and [`RaftService`] serves a call only on a connection
 //! that presented a node certificate of the cluster CA: anyone else gets
 //! UNAUTHENTICATED, and the call never reaches Raft.
@@ -50,7 +50,8 @@ use tonic::transport::{Channel, Endpoint};
 use tonic::{Code, Request, Response, Status};
 
 use super::{codec, snapshot_rx, NodeId, SharedEngine, TypeConfig};
-use crate::{conn_limits::ConnInfo, metrics::Metrics, tls::ServerTls};
+use crate::access::{conn_limits::ConnInfo, tls::ServerTls};
+use crate::metrics::Metrics;
 
 /// Largest gRPC message between members, both ways. Snapshot chunks travel as raw
 /// bytes in a `RaftFrame`, but as JSON arrays of numbers (up to ~4 bytes per
@@ -380,15 +381,45 @@ pub struct RaftService {
     snapshots: snapshot_rx::SharedReceiver,
     /// With TLS on: callers must present a node certificate.
     tls: Option<Arc<ServerTls>>,
-    /// For policy changes handed over by a follower (see [`crate::policy`]).
-    driver: Option<(crate::driver::DriverHandle, Arc<crate::auth::Auth>)>,
+    /// Where changes handed over by a follower go; `None`: none are taken.
+    handover: Option<Arc<dyn Handover>>,
+}
+
+/// A change a follower hands over (see [`Handover`]).
+#[derive(Debug, Clone, Copy)]
+enum Handed {
+    Members,
+    Policy,
+}
+
+impl Handed {
+    fn name(self) -> &'static str {
+        match self {
+            Handed::Members => "membership",
+            Handed::Policy => "policy",
+        }
+    }
+}
+
+/// Where the leader's peer service hands what a follower forwards to it: a
+/// membership change and a policy change, each as the JSON the follower sent
+/// (decode it with [`decode_payload`], encode the answer with
+/// [`encode_payload`]). The node passes it in ([`RaftService::with_handover`]);
+/// the peer service itself only checks that the sender is a member.
+#[tonic::async_trait]
+pub trait Handover: Send + Sync {
+    /// The JSON answer to a membership change. `INVALID_ARGUMENT`: the
+    /// payload is malformed (the service counts it as refused).
+    async fn change_members(&self, payload: &[u8]) -> Result<Vec<u8>, Status>;
+    /// The JSON answer to a policy change, as [`Handover::change_members`].
+    async fn change_policy(&self, payload: &[u8]) -> Result<Vec<u8>, Status>;
 }
 
 impl RaftService {
     /// The service of `raft`, whose state machine's engine is `engine`.
     pub fn new(raft: super::Raft, engine: SharedEngine, metrics: Arc<Metrics>) -> Self {
         let id = raft.metrics().borrow().id;
-        Self { raft, id, engine, metrics, snapshots: Default::default(), tls: None, driver: None }
+        Self { raft, id, engine, metrics, snapshots: Default::default(), tls: None, handover: None }
     }
 
     /// Serves only callers whose connection presented a node certificate of
@@ -398,11 +429,31 @@ impl RaftService {
         self
     }
 
-    /// Takes policy changes handed over by followers to `driver`, from
-    /// callers that `auth` knows as admins.
-    pub fn with_policy(mut self, driver: crate::driver::DriverHandle, auth: Arc<crate::auth::Auth>) -> Self {
-        self.driver = Some((driver, auth));
+    /// Takes the membership and policy changes followers hand over, and
+    /// passes them to `handover`.
+    pub fn with_handover(mut self, handover: Arc<dyn Handover>) -> Self {
+        self.handover = Some(handover);
         self
+    }
+
+    /// Passes a handed-over change to the [`Handover`]; a malformed one is
+    /// refused and counted as [`RaftService::decode`] does.
+    async fn hand_over(&self, request: Request<RaftPayload>, change: Handed) -> Result<Response<RaftPayload>, Status> {
+        self.check_sender(&request)?;
+        let Some(handover) = &self.handover else {
+            return Err(Status::unavailable(format!("this node takes no {} changes", change.name())));
+        };
+        let payload = request.into_inner().json;
+        let answer = match change {
+            Handed::Members => handover.change_members(&payload).await,
+            Handed::Policy => handover.change_policy(&payload).await,
+        };
+        let json = answer.inspect_err(|s| {
+            if s.code() == Code::InvalidArgument {
+                self.refused(s.message())
+            }
+        })?;
+        Ok(Response::new(RaftPayload { json }))
     }
 
     /// Refuses a caller that is not a member (no node certificate), then a
@@ -473,8 +524,17 @@ impl RaftService {
 }
 
 fn decode_request<T: DeserializeOwned>(request: Request<RaftPayload>) -> Result<T, Status> {
-    serde_json::from_slice(&request.into_inner().json)
-        .map_err(|e| Status::invalid_argument(format!("malformed raft payload: {e}")))
+    decode_payload(&request.into_inner().json)
+}
+
+/// A peer message's JSON payload, decoded; `INVALID_ARGUMENT` if malformed.
+pub fn decode_payload<T: DeserializeOwned>(json: &[u8]) -> Result<T, Status> {
+    serde_json::from_slice(json).map_err(|e| Status::invalid_argument(format!("malformed raft payload: {e}")))
+}
+
+/// An answer to a peer, as JSON.
+pub fn encode_payload<T: Serialize>(answer: &T) -> Result<Vec<u8>, Status> {
+    serde_json::to_vec(answer).map_err(|e| Status::internal(format!("cannot encode raft answer: {e}")))
 }
 
 /// A frame's head: the JSON of a request that must carry its bulk in the frame.
@@ -503,9 +563,7 @@ fn decode_snapshot(frame: RaftFrame) -> Result<InstallSnapshotRequest<TypeConfig
 }
 
 fn encode_answer<T: Serialize>(answer: &T) -> Result<Response<RaftPayload>, Status> {
-    serde_json::to_vec(answer)
-        .map(|json| Response::new(RaftPayload { json }))
-        .map_err(|e| Status::internal(format!("cannot encode raft answer: {e}")))
+    encode_payload(answer).map(|json| Response::new(RaftPayload { json }))
 }
 
 #[tonic::async_trait]
@@ -544,19 +602,10 @@ impl RaftRpc for RaftService {
     }
 
     async fn change_members(&self, request: Request<RaftPayload>) -> Result<Response<RaftPayload>, Status> {
-        self.check_sender(&request)?;
-        let change: crate::cluster::Change = self.decode(request)?;
-        let answer = crate::cluster::apply(&self.raft, &change).await;
-        encode_answer(&answer)
+        self.hand_over(request, Handed::Members).await
     }
 
     async fn change_policy(&self, request: Request<RaftPayload>) -> Result<Response<RaftPayload>, Status> {
-        self.check_sender(&request)?;
-        let cmd: fencelock_core::Command = self.decode(request)?;
-        let Some((driver, auth)) = &self.driver else {
-            return Err(Status::unavailable("this node takes no policy changes"));
-        };
-        let answer = crate::policy::from_peer(driver, auth, cmd).await;
-        encode_answer(&answer)
+        self.hand_over(request, Handed::Policy).await
     }
 }

@@ -440,13 +440,13 @@ async fn force_new_cluster_moves_the_segment_log_aside() {
     let mut config = crate::Config::for_test(dir.path().join("data"));
     config.log = log_store::LogEngine::Segment;
     {
-        let (mut log, _sm, _id) = super::identity::open(&config).unwrap();
+        let (mut log, _sm, _id) = crate::open_data_dir(&config).unwrap();
         log.blocking_append((1..=3).map(|i| blank(1, i))).await.unwrap();
     }
     config.node_id = 2; // another node's data dir: refused
-    assert!(super::identity::open(&config).is_err(), "node 2 must not open node 1's data dir");
+    assert!(crate::open_data_dir(&config).is_err(), "node 2 must not open node 1's data dir");
     config.force_new_cluster = true;
-    let (mut log, _sm, _id) = super::identity::open(&config).expect("a new group");
+    let (mut log, _sm, _id) = crate::open_data_dir(&config).expect("a new group");
     assert_eq!(log.get_log_state().await.unwrap().last_log_id, None, "an empty log");
     let aside = config.data_dir.join("wal.set-aside-1");
     assert!(aside.join(super::wal::segments::segment_name(1)).is_file(), "the old log kept aside");
@@ -466,7 +466,7 @@ async fn a_data_dir_with_entries_only_in_its_segment_log_is_adopted() {
         log.blocking_append((1..=3).map(|i| blank(1, i))).await.unwrap();
     }
     assert_eq!(engine_mark_and_redb_entries(&config.data_dir), (Some(db::encode(&"segment").unwrap()), 0));
-    let (mut log, _sm, id) = super::identity::open(&config).expect("a node's data, adopted");
+    let (mut log, _sm, id) = crate::open_data_dir(&config).expect("a node's data, adopted");
     assert_eq!(id.get().node_id, config.node_id);
     assert_eq!(log.get_log_state().await.unwrap().last_log_id, Some(log_id(1, 3)), "its entries kept");
 }
@@ -485,7 +485,7 @@ async fn an_old_redb_data_dir_without_identity_moves_its_log_and_is_adopted() {
         log.blocking_append((1..=3).map(|i| blank(1, i))).await.unwrap();
     }
     {
-        let (mut log, _sm, id) = super::identity::open(&config).expect("adopted");
+        let (mut log, _sm, id) = crate::open_data_dir(&config).expect("adopted");
         assert_eq!(id.get().node_id, config.node_id);
         assert_eq!(log.get_log_state().await.unwrap().last_log_id, Some(log_id(1, 3)), "its entries kept");
     }

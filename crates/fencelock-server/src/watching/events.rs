@@ -7,7 +7,44 @@ use std::collections::HashSet;
 
 use fencelock_core::{Acquire, Command, Effect, Engine, Input, Mode, Output, ReleaseCause, Reply, Tag, WaitEnd};
 
-use super::hub::Rev;
+/// A position in the event history: (log index, position in the entry).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Rev {
+    pub index: u64,
+    pub seq: u32,
+}
+
+impl Rev {
+    /// The revision right after this one.
+    pub fn next(self) -> Rev {
+        match self.seq.checked_add(1) {
+            Some(seq) => Rev { index: self.index, seq },
+            None => Rev { index: self.index.saturating_add(1), seq: 0 },
+        }
+    }
+
+    /// The first revision of the entry at `index`.
+    pub fn entry(index: u64) -> Rev {
+        Rev { index, seq: 0 }
+    }
+}
+
+impl std::fmt::Display for Rev {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}.{}", self.index, self.seq)
+    }
+}
+
+impl std::str::FromStr for Rev {
+    type Err = String;
+
+    /// `I.S` or `I` (= `I.0`).
+    fn from_str(s: &str) -> Result<Rev, String> {
+        let bad = || format!("{s:?} is not a revision (INDEX or INDEX.SEQ)");
+        let (index, seq) = s.split_once('.').unwrap_or((s, "0"));
+        Ok(Rev { index: index.parse().map_err(|_| bad())?, seq: seq.parse().map_err(|_| bad())? })
+    }
+}
 
 /// What happened to a lock.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -13,13 +13,12 @@
 //! [`Compacted`] naming the oldest revision still available.
 
 use std::collections::VecDeque;
-use std::fmt;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::broadcast;
 
-use super::events::Event;
+use super::events::{Event, Rev};
 
 /// Default number of events a node keeps for watchers that resume.
 pub const DEFAULT_HISTORY: usize = 100_000;
@@ -28,45 +27,6 @@ pub const DEFAULT_HISTORY: usize = 100_000;
 pub const LIVE_BUFFER: usize = 1024;
 /// Most watches one node serves at once.
 pub const MAX_WATCHERS: usize = 10_000;
-
-/// A position in the event history: (log index, position in the entry).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct Rev {
-    pub index: u64,
-    pub seq: u32,
-}
-
-impl Rev {
-    /// The revision right after this one.
-    pub fn next(self) -> Rev {
-        match self.seq.checked_add(1) {
-            Some(seq) => Rev { index: self.index, seq },
-            None => Rev { index: self.index.saturating_add(1), seq: 0 },
-        }
-    }
-
-    /// The first revision of the entry at `index`.
-    pub fn entry(index: u64) -> Rev {
-        Rev { index, seq: 0 }
-    }
-}
-
-impl fmt::Display for Rev {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}.{}", self.index, self.seq)
-    }
-}
-
-impl std::str::FromStr for Rev {
-    type Err = String;
-
-    /// `I.S` or `I` (= `I.0`).
-    fn from_str(s: &str) -> Result<Rev, String> {
-        let bad = || format!("{s:?} is not a revision (INDEX or INDEX.SEQ)");
-        let (index, seq) = s.split_once('.').unwrap_or((s, "0"));
-        Ok(Rev { index: index.parse().map_err(|_| bad())?, seq: seq.parse().map_err(|_| bad())? })
-    }
-}
 
 /// The requested revision is older than the oldest this node still holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]

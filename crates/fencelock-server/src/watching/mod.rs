@@ -19,5 +19,5 @@ pub mod hub;
 pub mod serve;
 pub mod sse;
 
-pub use events::{Event, Kind, PendingWaits};
-pub use hub::{Compacted, Hub, Rev, Subscription, WatchError};
+pub use events::{Event, Kind, PendingWaits, Rev};
+pub use hub::{Compacted, Hub, Subscription, WatchError};

@@ -21,8 +21,7 @@ use tokio_stream::StreamExt as _;
 use tonic::Status;
 
 use super::{Compacted, Event, Hub, Kind, Rev, WatchError};
-use crate::api::Ops;
-use crate::auth::{Refusal, Verb, Who};
+use crate::access::auth::{Refusal, Verb, Who};
 
 /// Events a watch buffers for its caller; a caller slower than this makes
 /// its watch read the hub's history again, and fall behind it in the end.
@@ -149,17 +148,15 @@ pub type PbStream = std::pin::Pin<Box<dyn tokio_stream::Stream<Item = Result<pb:
 /// gRPC metadata key of a `compacted` error: the oldest revision available.
 pub const OLDEST_KEY: &str = "fencelock-oldest-revision";
 
-/// The `Watch` RPC: checks the caller's permission, then streams.
+/// The `Watch` RPC of a caller already allowed to watch `selector`: streams.
 pub fn grpc(
-    ops: &Ops,
     hub: &Arc<Hub>,
-    (who, caller): (Who, Caller),
-    r: pb::WatchRequest,
+    caller: Caller,
+    selector: Selector,
+    from: Option<pb::Revision>,
     stop: watch::Receiver<bool>,
 ) -> Result<PbStream, Status> {
-    let selector = Selector::new(r.prefix, r.name);
-    ops.allow(&who, |w| selector.required(w))?;
-    let from = r.from.map(|f| Rev { index: f.index, seq: f.seq });
+    let from = from.map(|f| Rev { index: f.index, seq: f.seq });
     let (first, rx) = start(hub, caller, selector, from, stop).map_err(watch_status)?;
     let start = pb::WatchEvent {
         revision: Some(pb::Revision { index: first.index, seq: first.seq }),
@@ -169,7 +166,7 @@ pub fn grpc(
     let events = tokio_stream::wrappers::ReceiverStream::new(rx).map(|item| match item {
         Ok(e) => Ok(to_pb(&e)),
         Err(Ended::Compacted(c)) => Err(watch_status(c.into())),
-        Err(Ended::Refused(r)) => Err(crate::api::refused(r)),
+        Err(Ended::Refused(r)) => Err(r.into()),
     });
     Ok(Box::pin(tokio_stream::once(Ok(start)).chain(events)))
 }

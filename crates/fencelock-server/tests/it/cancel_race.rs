@@ -13,8 +13,8 @@
 
 use std::time::Duration;
 
-use fencelock_proto::v1::{self as pb, acquire_response::Outcome};
 use crate::support;
+use fencelock_proto::v1::{self as pb, acquire_response::Outcome};
 
 use support::{lease, request_id, start, Client};
 

@@ -1,5 +1,5 @@
 //! The simulated server's shell around the real driver core
-//! (`fencelock_server::driver::core::DriverCore`), in place of the real tokio
+//! (`fencelock_server::driver_core::DriverCore`), in place of the real tokio
 //! shell: callers are simulated connections, and the log is [`DurableLog`]
 //! (a write is durable once it is in it) with the real engine applied after
 //! it.
@@ -34,7 +34,7 @@
 use std::collections::BTreeMap;
 
 use fencelock_core::{Command, Effect, Engine, Grant, Input, LeaseId, Output, Reply, RequestId};
-use fencelock_server::driver::core::{Action, DriverCore, Event, Gen, Msg, RaftView, Time, WaitOutcome};
+use fencelock_server::driver_core::{Action, DriverCore, Event, Gen, Msg, RaftView, Time, WaitOutcome};
 use tokio::sync::mpsc;
 
 use super::log::{ServerShared, WritePhase};

@@ -237,7 +237,10 @@ fn assert_refused(pb: &pb::Entry, why: &str) {
 
 fn assert_refused_bytes(bytes: &[u8], why: &str) {
     let err = decode_entry(&name, CODEC_PROTO, bytes).expect_err(why);
-    assert!(matches!(&err, CodecError::Corrupt { record, why: w } if record == "raft_log[7]" && w.contains(why)), "{err}");
+    assert!(
+        matches!(&err, CodecError::Corrupt { record, why: w } if record == "raft_log[7]" && w.contains(why)),
+        "{err}"
+    );
 }
 
 fn valid_pb() -> pb::Entry {

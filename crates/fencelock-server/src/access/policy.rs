@@ -1,29 +1,23 @@
-//! Changing who may do what in a running group: the group's policy
-//! ([`fencelock_core::policy`]) is part of the replicated state, and a change
-//! is a log entry like a grant (durable on a majority before it is
-//! acknowledged, then in force on each node as it applies it).
+//! The group's policy as the access rules see it: which changes a node
+//! takes (`command`, [`admit_handed_over`]), what a change answers
+//! ([`Changed`], [`PolicyError`]) and what `GET /v1/auth` shows ([`view`]).
+//! The group's policy ([`fencelock_core::policy`]) is part of the replicated
+//! state, and a change is a log entry like a grant (durable on a majority
+//! before it is acknowledged, then in force on each node as it applies it).
 //!
-//! Where it sits: the admin endpoint ([`crate::admin`], `GET /v1/auth` and
-//! `POST /v1/auth`) calls [`change`] for a caller it authenticated as an
-//! `admin`. The leader proposes the change through the driver; a follower
-//! hands it, with the caller, to the leader's peer service
-//! ([`crate::raft::RaftService`]'s `ChangePolicy`), which takes only
-//! policy changes by an `admin` caller from a member ([`from_peer`]).
+//! Where it sits: `policy_change` proposes a change through the
+//! driver, or hands it to the leader, checked by the rules here; the admin
+//! endpoint (`admin`) shows [`view`].
 //!
 //! What a node may not do: create a group identity with the name of one its
 //! own auth file defines (the file's identities, the bootstrap admin among
-//! them, always win on the node that has them; see [`crate::auth::Table::build`]).
-
-use std::time::Duration;
+//! them, always win on the node that has them; see [`crate::access::auth::Table::build`]).
 
 use fencelock_core::policy::{Credential, PolicyChange, Quota, Rule};
-use fencelock_core::{Command, EngineError, Reply};
+use fencelock_core::{Command, EngineError};
 use serde::{Deserialize, Serialize};
 
-use crate::auth::{Auth, AuthFile, Who};
-use crate::driver::{DriverError, DriverHandle};
-use crate::raft::Raft;
-use crate::tls::ServerTls;
+use crate::access::auth::{Auth, AuthFile, Who};
 
 /// A change made (or found already made).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -46,32 +40,8 @@ pub enum PolicyError {
     Unavailable(String),
 }
 
-/// Makes `change` for `who` (already allowed `admin` by the caller): on this
-/// node if it leads, else on the leader, through its peer port.
-pub async fn change(
-    driver: &DriverHandle,
-    raft: &Raft,
-    auth: &Auth,
-    who: &Who,
-    change: PolicyChange,
-    tls: Option<&ServerTls>,
-) -> Result<Changed, PolicyError> {
-    let cmd = command(auth, who, change)?;
-    match driver.submit(cmd.clone()).await {
-        Err(DriverError::NotLeader { .. }) => {
-            match crate::cluster::leader_within(raft, crate::cluster::LEADER_WAIT).await {
-                // This node took over meanwhile: propose here after all.
-                Some((id, _)) if id == raft.metrics().borrow().id => answer(driver.submit(cmd).await),
-                Some((_, addr)) => forward(&addr, &cmd, tls).await,
-                None => Err(PolicyError::Unavailable("no leader is known; try again once the group has one".into())),
-            }
-        }
-        r => answer(r),
-    }
-}
-
 /// The command to propose: `change`, checked, from `who`'s caller.
-fn command(auth: &Auth, who: &Who, change: PolicyChange) -> Result<Command, PolicyError> {
+pub(crate) fn command(auth: &Auth, who: &Who, change: PolicyChange) -> Result<Command, PolicyError> {
     change.validate().map_err(invalid)?;
     let Some(caller) = who.caller().filter(|_| auth.is_on()) else {
         return Err(PolicyError::Invalid(
@@ -88,54 +58,25 @@ fn command(auth: &Auth, who: &Who, change: PolicyChange) -> Result<Command, Poli
     Ok(Command::As { caller, cmd: Box::new(Command::Policy(change)) })
 }
 
-/// The answer to a proposed policy change.
-fn answer(r: Result<Reply, DriverError>) -> Result<Changed, PolicyError> {
-    match r {
-        Ok(Reply::PolicyChanged { version, changed }) => Ok(Changed { version, changed }),
-        Ok(Reply::Rejected(e)) => Err(invalid(e)),
-        Ok(other) => Err(PolicyError::Unavailable(format!("unexpected engine reply {other:?}"))),
-        Err(e @ DriverError::NotLeader { .. }) => Err(PolicyError::Unavailable(e.to_string())),
-        Err(DriverError::Unavailable(why)) => {
-            Err(PolicyError::Unavailable(format!("the outcome is unknown ({why}); sending the change again is safe")))
-        }
-    }
-}
-
-fn invalid(e: EngineError) -> PolicyError {
+pub(crate) fn invalid(e: EngineError) -> PolicyError {
     match e {
         EngineError::InvalidPolicy(why) => PolicyError::Invalid(why),
         other => PolicyError::Invalid(other.to_string()),
     }
 }
 
-/// Hands `cmd` to the leader's peer service at `addr`.
-async fn forward(addr: &str, cmd: &Command, tls: Option<&ServerTls>) -> Result<Changed, PolicyError> {
-    use fencelock_proto::raft::{raft_client::RaftClient, RaftPayload};
-    let unreachable = |e: String| PolicyError::Unavailable(format!("cannot reach the leader at {addr}: {e}"));
-    let endpoint = crate::raft::network::peer_endpoint(addr, tls.map(|t| t.peer_client().0))
-        .map_err(|e| unreachable(e.to_string()))?
-        .connect_timeout(Duration::from_secs(3));
-    let channel = endpoint.connect().await.map_err(|e| unreachable(e.to_string()))?;
-    let json = serde_json::to_vec(cmd).map_err(|e| unreachable(e.to_string()))?;
-    let mut req = tonic::Request::new(RaftPayload { json });
-    req.set_timeout(Duration::from_secs(10));
-    let answer = RaftClient::new(channel).change_policy(req).await.map_err(|s| unreachable(s.message().to_string()))?;
-    serde_json::from_slice::<Result<Changed, PolicyError>>(&answer.into_inner().json)
-        .map_err(|e| PolicyError::Unavailable(format!("malformed answer from the leader: {e}")))?
-}
-
-/// On the leader: a change a follower handed over. Only a policy change by an
-/// `admin` caller is taken (the follower authenticated the caller; the peer
-/// service has checked that the sender is a member), and only if the caller
-/// is an admin here too: a follower that has not applied an identity's
-/// removal yet cannot make changes for it.
-pub async fn from_peer(driver: &DriverHandle, auth: &Auth, cmd: Command) -> Result<Changed, PolicyError> {
-    match &cmd {
+/// On the leader, before a change a follower handed over is proposed: only
+/// a policy change by an `admin` caller is taken (the follower authenticated
+/// the caller; the peer service has checked that the sender is a member),
+/// and only if the caller is an admin here too: a follower that has not
+/// applied an identity's removal yet cannot make changes for it.
+pub fn admit_handed_over(auth: &Auth, cmd: &Command) -> Result<(), PolicyError> {
+    match cmd {
         Command::As { caller, cmd: inner } if caller.admin && matches!(**inner, Command::Policy(_)) => {
             if !auth.is_admin_named(&caller.name) {
                 return Err(PolicyError::Invalid(format!("{:?} is not an admin identity of the leader", caller.name)));
             }
-            answer(driver.submit(cmd).await)
+            Ok(())
         }
         _ => Err(PolicyError::Invalid("only a policy change by an admin may be handed over".into())),
     }

@@ -2,7 +2,7 @@
 //! tokens, client-certificate identities and rules on lock-name prefixes.
 //!
 //! Where it sits: between the connection (its verified client certificate, see
-//! [`crate::conn_limits::ConnInfo`]) and the API ([`crate::api::Ops`]). The gRPC
+//! [`crate::access::conn_limits::ConnInfo`]) and the API (`api::Ops`). The gRPC
 //! service and the admin router call [`Auth::authenticate`] for every request and
 //! hand the resulting [`Who`] to the operation, which asks it for the verb it
 //! needs ([`Who::require`]) before anything is proposed (a refused call costs no
@@ -37,7 +37,7 @@
 //! name = "ops"
 //! roles = ["admin"]
 //!
-//! # An identity may have its own limits (see crate::quota; 0 = none):
+//! # An identity may have its own limits (see crate::access::quota; 0 = none):
 //! # limits = { leases = 100, locks = 100, waits = 1000, rps = 50 }
 //!
 //! # /metrics and /healthz answer without credentials unless this is true.
@@ -57,10 +57,9 @@ use std::{
 };
 
 use fencelock_core::policy::{parse_token_hash, Credential, IdentityDef, Policy, PolicyChange};
-use fencelock_core::{Caller, Command};
+use fencelock_core::{Caller, Command, Engine};
 
-use crate::quota::Quota;
-use crate::raft::state_machine::SharedEngine;
+use crate::access::quota::Quota;
 use serde::Deserialize;
 
 /// Why the auth file cannot be used.
@@ -83,6 +82,17 @@ pub enum Refusal {
     /// The identity has no rule for this verb on this object.
     #[error("permission denied: {identity} may not {verb} {object}")]
     Denied { identity: String, verb: Verb, object: String },
+}
+
+/// The gRPC status of a refused call: UNAUTHENTICATED or PERMISSION_DENIED,
+/// saying why.
+impl From<Refusal> for tonic::Status {
+    fn from(r: Refusal) -> tonic::Status {
+        match r {
+            Refusal::Unauthenticated(_) => tonic::Status::unauthenticated(r.to_string()),
+            Refusal::Denied { .. } => tonic::Status::permission_denied(r.to_string()),
+        }
+    }
 }
 
 /// An authenticated caller.
@@ -175,7 +185,7 @@ impl Who {
         self.id.as_ref().map(|id| Caller { name: id.name.clone(), admin: id.may(Verb::Admin, "") })
     }
 
-    /// The identity's name and own quota, for [`crate::quota`] (`None` when
+    /// The identity's name and own quota, for [`crate::access::quota`] (`None` when
     /// authentication is off).
     pub fn for_quota(&self) -> Option<(&str, Option<&Quota>)> {
         self.id.as_ref().map(|id| (id.name.as_str(), id.quota.as_ref()))
@@ -424,46 +434,95 @@ pub fn random_lease_id() -> Option<u64> {
     (id != 0).then_some(id)
 }
 
+/// Where an [`Auth`] reads the group's policy. The node passes its state
+/// machine's engine, so a change is in force on a node as soon as it applied
+/// it; a check of an auth file alone passes an empty [`Policy`].
+pub trait GroupPolicy: Send + Sync {
+    /// The policy's version; read for every authentication, so it must be cheap.
+    fn version(&self) -> u64;
+    /// The policy (empty if it cannot be read).
+    fn policy(&self) -> Policy;
+}
+
+/// The engine's policy, as this node applied it (empty if the engine failed).
+impl GroupPolicy for RwLock<Engine> {
+    fn version(&self) -> u64 {
+        self.read().map(|e| e.policy().version()).unwrap_or(0)
+    }
+
+    fn policy(&self) -> Policy {
+        self.read().map(|e| e.policy().clone()).unwrap_or_default()
+    }
+}
+
+/// A fixed policy.
+impl GroupPolicy for Policy {
+    fn version(&self) -> u64 {
+        Policy::version(self)
+    }
+
+    fn policy(&self) -> Policy {
+        self.clone()
+    }
+}
+
+/// An auth file as read from disk, not yet merged with a group's policy (see
+/// [`Auth::new`]). A node reads it before it opens its storage, so that a bad
+/// file stops the node before anything in its data dir changed.
+pub struct Loaded {
+    path: PathBuf,
+    file: AuthFile,
+    stamp: Option<SystemTime>,
+}
+
+impl Loaded {
+    /// Reads `path`; an error names the file and what is wrong.
+    pub fn read(path: &Path) -> Result<Loaded, AuthFileError> {
+        let (file, stamp) = read_file(path)?;
+        Ok(Loaded { path: path.to_path_buf(), file, stamp })
+    }
+}
+
 /// Authentication of a node: off (everyone is [`Who::anyone`]), or its auth
-/// file (re-read when it changes) merged with the group's policy (read from
-/// the engine, so a change is in force on a node as soon as it applied it).
+/// file (re-read when it changes) merged with the group's policy (see
+/// [`GroupPolicy`]).
 pub struct Auth {
     path: Option<PathBuf>,
     file: RwLock<(Arc<AuthFile>, Option<SystemTime>)>,
     /// Bumped whenever the file is re-read.
     file_gen: std::sync::atomic::AtomicU64,
-    /// The engine whose policy is the group's (see [`Auth::attach`]).
-    group: std::sync::OnceLock<SharedEngine>,
+    /// Where the group's policy is read.
+    group: Arc<dyn GroupPolicy>,
     /// The merged table, with the file generation and policy version it is of.
     merged: RwLock<(u64, u64, Arc<Table>)>,
 }
 
 impl Auth {
-    fn new(path: Option<PathBuf>, file: AuthFile, stamp: Option<SystemTime>) -> Arc<Auth> {
+    /// Authentication by `file` (`None`: off) merged with `group`'s policy.
+    pub fn new(file: Option<Loaded>, group: Arc<dyn GroupPolicy>) -> Arc<Auth> {
+        let (path, file, stamp) = match file {
+            Some(l) => (Some(l.path), l.file, l.stamp),
+            None => (None, AuthFile::default(), None),
+        };
         let table = Arc::new(Table::build(&file, &Policy::default()));
         Arc::new(Auth {
             path,
             file: RwLock::new((Arc::new(file), stamp)),
             file_gen: Default::default(),
-            group: Default::default(),
+            group,
             merged: RwLock::new((0, 0, table)),
         })
     }
 
     /// Authentication off.
     pub fn off() -> Arc<Auth> {
-        Auth::new(None, AuthFile::default(), None)
+        Auth::new(None, Arc::new(Policy::default()))
     }
 
-    /// Loads `path`; an error names the file and what is wrong.
+    /// The auth file at `path` alone, with no group policy (what a file lets
+    /// its identities do); an error names the file and what is wrong.
     pub fn load(path: &Path) -> Result<Arc<Auth>, AuthFileError> {
-        let (file, stamp) = read_file(path)?;
-        Ok(Auth::new(Some(path.to_path_buf()), file, stamp))
-    }
-
-    /// Takes the group's policy from `engine` from now on.
-    pub fn attach(&self, engine: SharedEngine) {
-        let _ = self.group.set(engine);
+        Ok(Auth::new(Some(Loaded::read(path)?), Arc::new(Policy::default())))
     }
 
     pub fn is_on(&self) -> bool {
@@ -475,16 +534,15 @@ impl Auth {
         self.file.read().map(|f| f.0.clone()).unwrap_or_default()
     }
 
-    /// The group's policy (empty before [`Auth::attach`], or if the engine
-    /// failed).
+    /// The group's policy (see [`GroupPolicy`]).
     pub fn group_policy(&self) -> Policy {
-        self.group.get().and_then(|e| e.read().ok().map(|e| e.policy().clone())).unwrap_or_default()
+        self.group.policy()
     }
 
     /// The merged table, rebuilt when the file or the group's policy changed.
     fn table(&self) -> Arc<Table> {
         let gen = self.file_gen.load(std::sync::atomic::Ordering::Acquire);
-        let version = self.group.get().and_then(|e| e.read().ok().map(|e| e.policy().version())).unwrap_or(0);
+        let version = self.group.version();
         if let Ok(m) = self.merged.read() {
             if (m.0, m.1) == (gen, version) {
                 return m.2.clone();
@@ -562,7 +620,11 @@ impl Auth {
 
     /// Re-reads the file when it changes (checked every second) until `stop`;
     /// each change goes to the audit log.
-    pub async fn watch(self: Arc<Self>, audit: Arc<crate::audit::Audit>, mut stop: tokio::sync::watch::Receiver<bool>) {
+    pub async fn watch(
+        self: Arc<Self>,
+        audit: Arc<crate::access::audit::Audit>,
+        mut stop: tokio::sync::watch::Receiver<bool>,
+    ) {
         loop {
             tokio::select! {
                 _ = stop.wait_for(|s| *s) => return,
@@ -580,7 +642,7 @@ impl Auth {
                     ("error", e.to_string())
                 }
             };
-            let event = crate::audit::Event {
+            let event = crate::access::audit::Event {
                 identity: "-",
                 remote: None,
                 verb: "admin",
@@ -684,7 +746,8 @@ mod tests {
     }
 
     fn auth(file: AuthFile) -> Arc<Auth> {
-        Auth::new(Some("x".into()), file, None)
+        let loaded = Loaded { path: "x".into(), file, stamp: None };
+        Auth::new(Some(loaded), Arc::new(Policy::default()))
     }
 
     #[test]
@@ -791,8 +854,8 @@ mod tests {
 
     #[test]
     fn the_common_name_is_read_from_a_certificate() {
-        let ca = crate::certs::Ca::new("test CA").unwrap();
-        let cert = ca.issue("fencelock client", &[], crate::certs::Role::Client).unwrap();
+        let ca = crate::access::certs::Ca::new("test CA").unwrap();
+        let cert = ca.issue("fencelock client", &[], crate::access::certs::Role::Client).unwrap();
         let der = rustls_pemfile_der(&cert.cert_pem);
         assert_eq!(subject_common_name(&der).as_deref(), Some("fencelock client"));
         for cut in [0, 1, 10, der.len() / 2, der.len() - 1] {

@@ -1,7 +1,7 @@
 //! TLS for the node's listeners and for its connections to peers (rustls on
 //! ring; no OpenSSL).
 //!
-//! Where it sits: [`crate::conn_limits`] runs the server side of the handshake
+//! Where it sits: [`crate::access::conn_limits`] runs the server side of the handshake
 //! on every admitted connection (within the handshake timeout) when the node
 //! has a [`ServerTls`]; [`crate::raft::network`] dials peers with
 //! [`ServerTls::peer_client`] and refuses Raft calls whose connection did not

@@ -1,7 +1,7 @@
 //! Connection limits for the server's two listeners (gRPC and HTTP admin).
 //!
 //! Where it sits: between a bound [`TcpListener`] and the protocol servers
-//! (tonic in `lib.rs`, hyper/axum in [`crate::admin::serve`]). Every accepted
+//! (tonic in `lib.rs`, hyper/axum in `admin::serve`). Every accepted
 //! socket passes a [`Gate`], shared by both listeners, before a protocol server
 //! sees it:
 //!
@@ -23,7 +23,7 @@
 //!   connection closed while idle is opened again by its next call (a lease
 //!   keep-alive is a new call).
 //!
-//! - with TLS on ([`crate::tls`]), the TLS handshake must also be done within
+//! - with TLS on ([`crate::access::tls`]), the TLS handshake must also be done within
 //!   the handshake timeout; one that fails is counted and closed.
 //!
 //! The HTTP header-read timeout is the admin server's (hyper's), configured here.
@@ -46,10 +46,8 @@ use tokio::{
     time::{Instant, Sleep},
 };
 
-use crate::{
-    metrics::Metrics,
-    tls::{Port, ServerTls},
-};
+use super::tls::{Port, ServerTls};
+use crate::metrics::Metrics;
 
 /// At most one log line per kind of refusal this often, with the count since the last.
 pub const LOG_EVERY: Duration = Duration::from_secs(10);
@@ -422,10 +420,10 @@ pub struct ConnInfo {
     /// The client's address.
     pub remote: Option<SocketAddr>,
     /// The common name of the presented certificate's subject (see
-    /// [`crate::auth::subject_common_name`]), read once per connection.
+    /// [`crate::access::auth::subject_common_name`]), read once per connection.
     pub client_cn: Option<Arc<str>>,
     /// Whether the presented certificate is a node certificate of the
-    /// cluster CA (see [`crate::tls::ServerTls::verify_peer`]), or why not;
+    /// cluster CA (see [`crate::access::tls::ServerTls::verify_peer`]), or why not;
     /// verified once at the handshake, not on every Raft call.
     pub member: Result<(), Arc<str>>,
 }
@@ -440,7 +438,7 @@ impl Stream {
             Stream::Tls(t, member) => {
                 let (c, session) = t.get_ref();
                 let leaf = session.peer_certificates().and_then(|c| c.first());
-                let client_cn = leaf.and_then(|leaf| crate::auth::subject_common_name(leaf)).map(Arc::from);
+                let client_cn = leaf.and_then(|leaf| crate::access::auth::subject_common_name(leaf)).map(Arc::from);
                 ConnInfo { remote: c.io.peer_addr().ok(), client_cn, member: member.clone() }
             }
         }

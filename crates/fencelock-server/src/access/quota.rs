@@ -1,7 +1,7 @@
 //! Limits on what one identity, and everyone together, may hold: live leases,
 //! held locks, queued acquires, and requests per second.
 //!
-//! Where it sits: in [`crate::api::Ops`], after authentication and permissions
+//! Where it sits: in `api::Ops`, after authentication and permissions
 //! and before anything is proposed, so a refused request costs no disk. The
 //! counts come from the engine ([`fencelock_core::Engine::usage`] for an
 //! identity, [`fencelock_core::Engine::stats`] for all), as applied when the
@@ -27,7 +27,7 @@ use std::{
 use fencelock_core::Engine;
 
 /// What one identity may have at once (0 means no limit); the auth file and
-/// the group's policy may give an identity its own values (see [`crate::auth`]).
+/// the group's policy may give an identity its own values (see [`crate::access::auth`]).
 pub use fencelock_core::Quota;
 
 /// What all identities together may have at once; 0 means no limit.

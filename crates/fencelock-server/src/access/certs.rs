@@ -2,7 +2,7 @@
 //! client CA and a client certificate (rcgen, ECDSA P-256). What
 //! `fencelock certs init` writes, and what the TLS tests use.
 //!
-//! Where it sits: nothing here runs in a serving node; [`crate::tls`] reads
+//! Where it sits: nothing here runs in a serving node; [`crate::access::tls`] reads
 //! the files these functions write. Node certificates are for both ends of a
 //! TLS connection (server and client authentication), because a node presents
 //! its certificate to its peers when it dials them.
