@@ -10,7 +10,9 @@
 //! `faults` module documents every fault) plugs its faults in here.
 
 use std::fmt::Debug;
-use std::path::Path;
+use std::fs::File;
+use std::io;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use fencelock_core::Engine;
@@ -85,6 +87,49 @@ pub trait StorageBackends: Send + Sync + Debug {
     fn create(&self, builder: &redb::Builder, file: &Path) -> Result<redb::Database, redb::DatabaseError>;
 }
 
+// The segment log's files: every read, write, sync, resize and
+// preallocation of a segment, and every create, delete and directory sync.
+// The default is `raft::wal::RealFiles`; a fault-injection harness plugs one
+// that records what was written since the last `sync_data` and drops it at a
+// simulated power loss. Defined here, not in the log, so that the seams
+// name nothing of the log that uses them.
+/// One open segment file.
+pub trait LogFile: Send + Debug {
+    /// Reads into `buf` from `offset`; how many bytes were read (0 at the end).
+    fn read_at(&mut self, buf: &mut [u8], offset: u64) -> io::Result<usize>;
+    /// Writes all of `buf` at `offset` (not durable before [`LogFile::sync_data`]).
+    fn write_at(&mut self, buf: &[u8], offset: u64) -> io::Result<()>;
+    /// Makes the data written so far (and the file's size) durable: `fdatasync`.
+    fn sync_data(&mut self) -> io::Result<()>;
+    /// Cuts (or extends with zeros) the file to `len` bytes.
+    fn set_len(&mut self, len: u64) -> io::Result<()>;
+    /// Makes sure bytes `0..len` are allocated; never shrinks the file. Bytes
+    /// past the old end read as zeros.
+    fn allocate(&mut self, len: u64) -> io::Result<()>;
+    /// The file's size in bytes.
+    fn size(&mut self) -> io::Result<u64>;
+}
+
+/// Opens, lists and removes segment files, and syncs their directory. Only
+/// `open` must be given: the others default to the real file system, so a
+/// seam overrides just what it changes.
+pub trait LogFiles: Send + Sync + Debug {
+    /// Opens `path` for reading and writing, creating it (empty) if `create`.
+    fn open(&self, path: &Path, create: bool) -> io::Result<Box<dyn LogFile>>;
+    /// The files in `dir` (not recursive), in no particular order.
+    fn list(&self, dir: &Path) -> io::Result<Vec<PathBuf>> {
+        std::fs::read_dir(dir)?.map(|e| e.map(|e| e.path())).collect()
+    }
+    /// Removes the file `path`.
+    fn remove(&self, path: &Path) -> io::Result<()> {
+        std::fs::remove_file(path)
+    }
+    /// Makes the directory's entries (files created or removed) durable.
+    fn sync_dir(&self, dir: &Path) -> io::Result<()> {
+        File::open(dir)?.sync_all()
+    }
+}
+
 /// The seams of a node; the default plugs nothing.
 #[derive(Debug, Clone, Default)]
 pub struct Seams {
@@ -93,8 +138,8 @@ pub struct Seams {
     /// Hooks at crash points and before each apply; `None`: no hooks.
     pub hooks: Option<Arc<dyn Hooks>>,
     /// The file IO of the segment log (`log = "segment"`, see
-    /// [`crate::raft::wal::files`]); `None`: real files.
-    pub log_files: Option<Arc<dyn crate::raft::wal::LogFiles>>,
+    /// [`LogFiles`]); `None`: real files.
+    pub log_files: Option<Arc<dyn LogFiles>>,
 }
 
 impl Seams {

@@ -1,6 +1,7 @@
 //! The file seam of the segment log: every read, write, sync, resize and
 //! preallocation of a segment, and every create, delete and directory sync,
-//! goes through [`LogFiles`] and [`LogFile`].
+//! goes through [`LogFiles`] and [`LogFile`], two traits that are seams of the
+//! node ([`crate::seams`], where they are defined: what a caller may plug in).
 //!
 //! Where it sits: under [`super::segments`], which owns the files. The default
 //! is [`RealFiles`] (std's files, `posix_fallocate` for preallocation); a
@@ -13,44 +14,9 @@ use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::unix::fs::FileExt;
 use std::os::unix::io::AsRawFd;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-/// One open segment file.
-pub trait LogFile: Send + Debug {
-    /// Reads into `buf` from `offset`; how many bytes were read (0 at the end).
-    fn read_at(&mut self, buf: &mut [u8], offset: u64) -> io::Result<usize>;
-    /// Writes all of `buf` at `offset` (not durable before [`LogFile::sync_data`]).
-    fn write_at(&mut self, buf: &[u8], offset: u64) -> io::Result<()>;
-    /// Makes the data written so far (and the file's size) durable: `fdatasync`.
-    fn sync_data(&mut self) -> io::Result<()>;
-    /// Cuts (or extends with zeros) the file to `len` bytes.
-    fn set_len(&mut self, len: u64) -> io::Result<()>;
-    /// Makes sure bytes `0..len` are allocated; never shrinks the file. Bytes
-    /// past the old end read as zeros.
-    fn allocate(&mut self, len: u64) -> io::Result<()>;
-    /// The file's size in bytes.
-    fn size(&mut self) -> io::Result<u64>;
-}
-
-/// Opens, lists and removes segment files, and syncs their directory. Only
-/// `open` must be given: the others default to the real file system, so a
-/// seam overrides just what it changes.
-pub trait LogFiles: Send + Sync + Debug {
-    /// Opens `path` for reading and writing, creating it (empty) if `create`.
-    fn open(&self, path: &Path, create: bool) -> io::Result<Box<dyn LogFile>>;
-    /// The files in `dir` (not recursive), in no particular order.
-    fn list(&self, dir: &Path) -> io::Result<Vec<PathBuf>> {
-        std::fs::read_dir(dir)?.map(|e| e.map(|e| e.path())).collect()
-    }
-    /// Removes the file `path`.
-    fn remove(&self, path: &Path) -> io::Result<()> {
-        std::fs::remove_file(path)
-    }
-    /// Makes the directory's entries (files created or removed) durable.
-    fn sync_dir(&self, dir: &Path) -> io::Result<()> {
-        File::open(dir)?.sync_all()
-    }
-}
+pub use crate::seams::{LogFile, LogFiles};
 
 /// std's files: the default [`LogFiles`].
 #[derive(Debug, Clone, Copy, Default)]
