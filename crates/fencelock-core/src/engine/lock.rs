@@ -264,7 +264,7 @@ impl Engine {
 
     /// The exclusive grant `(name, lease, token)` of a read-write lock.
     fn exclusive_holder_mut(&mut self, name: &LockName, lease: LeaseId, token: Token) -> Option<&mut Holder> {
-        let lock = self.locks.get_mut(name).filter(|l| l.kind == LockKind::Exclusive).map(Arc::make_mut)?;
+        let lock = self.locks.get_mut(name).filter(|l| l.kind == LockKind::ReadWrite).map(Arc::make_mut)?;
         let i = lock.holder(lease, token)?;
         lock.holders.get_mut(i).filter(|h| h.mode == Mode::Exclusive)
     }

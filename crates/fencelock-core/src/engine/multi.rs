@@ -56,7 +56,7 @@ impl Engine {
         let closing = super::state::Closing::of(a);
         let mut grants = Vec::with_capacity(names.len());
         for name in names {
-            self.locks.get_or_insert_with(name.clone(), || Arc::new(Lock::of_kind(LockKind::Exclusive)));
+            self.locks.get_or_insert_with(name.clone(), || Arc::new(Lock::of_kind(LockKind::ReadWrite)));
             let grant = self.install_holder(name, a.lease, a.req, closing, tag.clone(), share);
             grants.push(grant.clone());
             let (tag, mode) = (tag.clone(), share.mode);

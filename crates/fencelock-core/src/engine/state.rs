@@ -239,8 +239,11 @@ impl Dedup {
 /// most its permits, whatever their mode (INV-15).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) enum LockKind {
+    /// A read-write lock. Named `Exclusive` in snapshots written before the
+    /// rename (the name still written, so that older binaries read them).
     #[default]
-    Exclusive,
+    #[serde(rename = "Exclusive")]
+    ReadWrite,
     Semaphore {
         permits: u32,
     },
@@ -250,7 +253,7 @@ impl LockKind {
     /// The kind an acquire asking for `permits` creates (0: read-write).
     pub fn of_permits(permits: u32) -> Self {
         match permits {
-            0 => LockKind::Exclusive,
+            0 => LockKind::ReadWrite,
             permits => LockKind::Semaphore { permits },
         }
     }
@@ -258,7 +261,7 @@ impl LockKind {
     /// The permits an acquire must name to use this lock (0: read-write).
     pub fn permits(self) -> u32 {
         match self {
-            LockKind::Exclusive => 0,
+            LockKind::ReadWrite => 0,
             LockKind::Semaphore { permits } => permits,
         }
     }
@@ -298,7 +301,7 @@ impl Lock {
     fn fits(&self, mode: Mode, weight: u32) -> bool {
         match self.kind {
             LockKind::Semaphore { permits } => u64::from(weight) + self.used() <= u64::from(permits),
-            LockKind::Exclusive => {
+            LockKind::ReadWrite => {
                 self.holders.is_empty() || (mode == Mode::Shared && self.holders.iter().all(|h| h.mode == Mode::Shared))
             }
         }
@@ -313,7 +316,7 @@ impl Lock {
     pub fn holders_fit(&self) -> bool {
         match self.kind {
             LockKind::Semaphore { permits } => self.used() <= u64::from(permits),
-            LockKind::Exclusive => self.holders.len() <= 1 || self.holders.iter().all(|h| h.mode == Mode::Shared),
+            LockKind::ReadWrite => self.holders.len() <= 1 || self.holders.iter().all(|h| h.mode == Mode::Shared),
         }
     }
 
@@ -451,7 +454,7 @@ impl Share {
     /// What `a` asks for on a lock of `kind`: a semaphore ignores the mode.
     pub fn of(a: &crate::Acquire, kind: LockKind) -> Self {
         match kind {
-            LockKind::Exclusive => Share { mode: a.mode, weight: a.weight },
+            LockKind::ReadWrite => Share { mode: a.mode, weight: a.weight },
             LockKind::Semaphore { .. } => Share { mode: Mode::Exclusive, weight: a.weight },
         }
     }
