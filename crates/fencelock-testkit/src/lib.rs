@@ -63,6 +63,17 @@ pub(crate) const INSTALL_HINT: &str =
 pub(crate) const READY_POLLS: u32 = 3000;
 pub(crate) const POLL: Duration = Duration::from_millis(20);
 
+/// The name libtest knows the test `name` of the module `module_path` by
+/// (`module_path!()` of the test's file), for a test that runs itself again in a
+/// child process with `--exact`: the path without the test binary's crate
+/// (`it::faults` and `a_test` give `faults::a_test`).
+pub fn test_name(module_path: &str, name: &str) -> String {
+    match module_path.split_once("::") {
+        Some((_, module)) => format!("{module}::{name}"),
+        None => name.to_string(),
+    }
+}
+
 /// A port of 127.0.0.1 that nobody listens on right now, for a server the
 /// test starts next.
 ///

@@ -195,7 +195,7 @@ async fn connect(addr: &str) -> LockClient<Channel> {
 /// Starts the server child on `data` with the shim; its stderr goes to `log`.
 fn spawn(data: &Path, log: &Path) -> (Child, String) {
     let mut child = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", TEST, "--nocapture", "--test-threads", "1"])
+        .args(["--exact", &fencelock_testkit::test_name(module_path!(), TEST), "--nocapture", "--test-threads", "1"])
         .env(CHILD_ENV, data)
         .env(power_loss::ENV_SHIM, "1")
         .stdout(Stdio::piped())
