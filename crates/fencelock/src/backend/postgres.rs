@@ -283,8 +283,10 @@ pub(super) struct OpenFailed {
 }
 
 impl OpenFailed {
+    /// The driver refused or failed the connection: `e` is the source, and
+    /// its text stays there (not in the message).
     pub(super) fn by(e: tokio_postgres::Error) -> OpenFailed {
-        OpenFailed { text: describe(&e), source: Some(e) }
+        OpenFailed { text: "the connection failed".into(), source: Some(e) }
     }
 
     /// No answer (`what`: " to LISTEN", or "" for the handshake) within `limit`.
@@ -303,9 +305,15 @@ impl OpenFailed {
 
     /// As [`Error::Backend`] (a connection opened later, for an operation).
     pub(super) fn backend(self) -> Error {
+        self.backend_while("")
+    }
+
+    /// As [`Error::Backend`], `context` saying what the connection was for.
+    pub(super) fn backend_while(self, context: &str) -> Error {
+        let message = format!("{context}{}", self.text);
         match self.source {
-            Some(e) => Error::backend_caused("postgres", self.text, e),
-            None => Error::backend("postgres", self.text),
+            Some(e) => Error::backend_caused("postgres", message, e),
+            None => Error::backend("postgres", message),
         }
     }
 }
@@ -361,9 +369,9 @@ fn connect_error(e: tokio_postgres::Error) -> Error {
     }
     let text = describe(&e);
     if text.contains("TLS") {
-        return Error::Security { message: format!("postgres: {text}"), source: None };
+        return Error::security(format!("postgres: {text}"), e);
     }
-    Error::connect_caused(format!("postgres: {text}"), e)
+    Error::connect_caused("postgres: the connection failed", e)
 }
 
 /// A tokio-postgres error with the server's message, if it sent one.
@@ -374,9 +382,10 @@ fn describe(e: &tokio_postgres::Error) -> String {
     }
 }
 
-/// [`Error::Backend`] for a failed `what`.
+/// [`Error::Backend`] for a failed `what`, caused by the driver's `e` (its
+/// text, and the server's message, are in the source chain).
 fn backend_error(what: &str, e: tokio_postgres::Error) -> Error {
-    Error::backend_caused("postgres", format!("{what}: {}", describe(&e)), e)
+    Error::backend_caused("postgres", what, e)
 }
 
 /// Runs `f` until `by`: [`Error::Backend`] if it has not finished by then (the
@@ -414,6 +423,21 @@ impl Drop for AbortOnDrop {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Errors keep their sources: in both modes (lease table and advisory
+    /// locks) no server on the port is an `Error::Connect` whose chain holds
+    /// the `tokio_postgres::Error`, and whose message leaves its text to it.
+    #[tokio::test]
+    async fn a_refused_connection_keeps_the_postgres_error() {
+        let port = crate::backend::refused_port();
+        for query in ["", "?mode=advisory"] {
+            let url = BackendUrl::parse(&format!("postgres://postgres@127.0.0.1:{port}/postgres{query}")).unwrap();
+            let err = PgBackend::connect(&url).await.unwrap_err();
+            let Error::Connect { message, .. } = &err else { panic!("{query}: {err:?}") };
+            assert!(crate::error::caused_by::<tokio_postgres::Error>(&err), "{query}: {err:?}");
+            assert!(!message.to_lowercase().contains("refused"), "{query}: {message}");
+        }
+    }
 
     #[test]
     fn own_parameters_are_stripped_and_others_kept() {

@@ -129,14 +129,19 @@ impl RedlockBackend {
             if let Some(refused) = failed.iter().find(|e| matches!(e, Error::Security { .. })) {
                 return Err(refused.clone());
             }
-            let failed: Vec<String> = failed.iter().map(Error::to_string).collect();
-            return Err(Error::connect(format!(
+            let texts: Vec<String> = failed.iter().map(Error::to_string).collect();
+            let message = format!(
                 "redlock: {} of {} nodes unreachable, a majority ({}) is needed: {}",
                 failed.len(),
                 nodes.conns.len(),
                 nodes.quorum(),
-                failed.join("; ")
-            )));
+                texts.join("; ")
+            );
+            // The first node's error (its driver's error its own source).
+            return Err(match failed.into_iter().next() {
+                Some(first) => Error::connect_caused(message, first),
+                None => Error::connect(message),
+            });
         }
         Ok(RedlockBackend { nodes: Arc::new(nodes) })
     }
@@ -241,8 +246,9 @@ struct Tally {
     yes: usize,
     /// Answered no (held by another, not ours).
     no: usize,
-    /// Failed or did not answer in time.
-    errors: Vec<String>,
+    /// Failed or did not answer in time (each node's error, its driver's
+    /// error as its source).
+    errors: Vec<Error>,
 }
 
 impl Tally {
@@ -252,7 +258,7 @@ impl Tally {
             match answer {
                 Ok(true) => tally.yes += 1,
                 Ok(false) => tally.no += 1,
-                Err(e) => tally.errors.push(e.to_string()),
+                Err(e) => tally.errors.push(e),
             }
         }
         tally
@@ -267,16 +273,8 @@ impl Tally {
 impl Nodes {
     /// The error of a round in which too many nodes failed for a majority.
     fn failure(&self, tally: &Tally) -> Error {
-        Error::backend(
-            "redlock",
-            format!(
-                "a majority ({}) of {} nodes is needed and {} failed: {}",
-                self.quorum(),
-                self.conns.len(),
-                tally.errors.len(),
-                tally.errors.join("; ")
-            ),
-        )
+        let (quorum, n, failed) = (self.quorum(), self.conns.len(), tally.errors.len());
+        majority_failed(format!("a majority ({quorum}) of {n} nodes is needed and {failed} failed"), &tally.errors)
     }
 
     /// A majority: N/2 + 1.
@@ -417,14 +415,9 @@ impl Renew for RenewOnNodes {
             } else if tally.no > n - quorum {
                 Ok(Renewed::Gone)
             } else {
-                Err(Error::backend(
-                    "redlock",
-                    format!(
-                        "renewal confirmed by {} of {n} nodes, a majority ({quorum}) is needed; failures: {}",
-                        tally.yes,
-                        tally.errors.join("; ")
-                    ),
-                ))
+                let yes = tally.yes;
+                let why = format!("renewal confirmed by {yes} of {n} nodes, a majority ({quorum}) is needed");
+                Err(majority_failed(why, &tally.errors))
             }
         })
     }
@@ -465,14 +458,20 @@ fn released(tally: &Tally, quorum: usize) -> Result<bool, Error> {
     } else if tally.yes + tally.errors.len() < quorum {
         Ok(false)
     } else {
-        Err(Error::backend(
-            "redlock",
-            format!(
-                "release confirmed by {} nodes, a majority ({quorum}) is needed; failures: {}",
-                tally.yes,
-                tally.errors.join("; ")
-            ),
-        ))
+        let why = format!("release confirmed by {} nodes, a majority ({quorum}) is needed", tally.yes);
+        Err(majority_failed(why, &tally.errors))
+    }
+}
+
+/// [`Error::Backend`] of a round without a majority: `why`, then what each
+/// failed node said; the first node's error is the source (with its driver's
+/// error as its own source).
+fn majority_failed(why: String, errors: &[Error]) -> Error {
+    let texts: Vec<String> = errors.iter().map(Error::to_string).collect();
+    let message = format!("{why}; failures: {}", texts.join("; "));
+    match errors.first() {
+        Some(first) => Error::backend_caused("redlock", message, first.clone()),
+        None => Error::backend("redlock", message),
     }
 }
 
@@ -483,7 +482,7 @@ mod tests {
     const MS: Duration = Duration::from_millis(1);
 
     fn tally(yes: usize, no: usize, errors: usize) -> Tally {
-        Tally { yes, no, errors: vec!["down".to_string(); errors] }
+        Tally { yes, no, errors: vec![Error::backend("redis", "down"); errors] }
     }
 
     #[test]
@@ -508,6 +507,17 @@ mod tests {
         assert!(!tally(1, 1, 1).cannot_reach_quorum(2));
         assert!(tally(1, 0, 2).cannot_reach_quorum(2));
         assert!(!tally(0, 1, 0).cannot_reach_quorum(1));
+    }
+
+    /// Errors keep their sources: a node that refuses the connection is an
+    /// `Error::Connect` whose chain holds the `redis::RedisError`.
+    #[tokio::test]
+    async fn a_refused_connection_keeps_the_redis_error() {
+        let port = crate::backend::refused_port();
+        let url = BackendUrl::parse(&format!("redlock://127.0.0.1:{port}")).unwrap();
+        let err = RedlockBackend::connect(&url).await.unwrap_err();
+        assert!(matches!(err, Error::Connect { .. }), "{err:?}");
+        assert!(crate::error::caused_by::<redis::RedisError>(&err), "{err:?}");
     }
 
     #[tokio::test]

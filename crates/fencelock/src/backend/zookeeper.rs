@@ -195,11 +195,12 @@ impl ZkBackend {
         let (hosts, base) = parse_url(url)?;
         let auth = url.user().map(|user| format!("{user}:{}", url.password().unwrap_or_default()));
         let login = Login { hosts: hosts.clone(), auth };
-        let probe = open_client(&login, PROBE_SESSION).await.map_err(|e| Error::connect(format!("zk {hosts}: {e}")))?;
+        let probe = open_client(&login, PROBE_SESSION).await.map_err(|e| e.connect(&hosts))?;
         match request(probe.mkdir(&base, &base_node(&login))).await {
             Ok(()) => {}
-            Err(zk::Error::ConnectionLoss | zk::Error::Timeout) => {
-                return Err(Error::connect(format!("zk {hosts}: the connection was lost while creating {base}")));
+            Err(e @ (zk::Error::ConnectionLoss | zk::Error::Timeout)) => {
+                let message = format!("zk {hosts}: the connection was lost while creating {base}");
+                return Err(Error::connect_caused(message, e));
             }
             Err(e) => return Err(fail(&format!("create the base path {base}"), e)),
         }

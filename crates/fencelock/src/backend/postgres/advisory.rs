@@ -370,5 +370,5 @@ impl Held for AdvisoryHeld {
 
 /// Column `i` of `row`, or [`Error::Backend`].
 fn column<'r, T: tokio_postgres::types::FromSql<'r>>(row: &'r Row, i: usize) -> Result<T, Error> {
-    row.try_get(i).map_err(|e| Error::backend("postgres", format!("unexpected column {i} in the answer: {e}")))
+    row.try_get(i).map_err(|e| Error::backend_caused("postgres", format!("unexpected column {i} in the answer"), e))
 }

@@ -223,7 +223,8 @@ impl Conn {
     }
 
     /// A failed call as [`Error::Backend`], or [`Error::Security`] for a
-    /// failed TLS handshake or a refused authentication.
+    /// failed TLS handshake or a refused authentication; either way `e` is
+    /// the source, and its text is left to it.
     pub(in crate::backend) fn error(&self, e: &RedisError) -> Error {
         if let Some(cause) = tls::rustls_cause(e) {
             return Error::security(format!("redis: {}: TLS handshake failed: {cause}", self.addr), cause.clone());
@@ -235,10 +236,7 @@ impl Conn {
                 .iter()
                 .any(|t| text.contains(t))
         {
-            return Error::Security {
-                message: format!("redis: {}: TLS handshake failed: {text}", self.addr),
-                source: None,
-            };
+            return Error::security(format!("redis: {}: TLS handshake failed: {text}", self.addr), e.clone());
         }
         let refused = match e.code() {
             _ if e.kind() == ErrorKind::AuthenticationFailed => Some("authentication refused (wrong user or password)"),
@@ -248,8 +246,8 @@ impl Conn {
             _ => None,
         };
         match refused {
-            Some(why) => Error::Security { message: format!("redis: {}: {why}: {e}", self.addr), source: None },
-            None => Error::backend_caused("redis", format!("{}: {e}", self.addr), e.clone()),
+            Some(why) => Error::security(format!("redis: {}: {why}", self.addr), e.clone()),
+            None => Error::backend_caused("redis", self.addr.clone(), e.clone()),
         }
     }
 }
@@ -275,4 +273,23 @@ fn connection_config() -> AsyncConnectionConfig {
 /// server, over a healthy connection)?
 pub(super) fn breaks(e: &RedisError) -> bool {
     matches!(e.kind(), ErrorKind::Io | ErrorKind::Parse) || e.is_unrecoverable_error()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::redis::RedisBackend;
+
+    /// Errors keep their sources: a refused connection is an
+    /// `Error::Connect` whose chain holds the `redis::RedisError`, and whose
+    /// message does not repeat its text.
+    #[tokio::test]
+    async fn a_refused_connection_keeps_the_redis_error() {
+        let port = crate::backend::refused_port();
+        let url = BackendUrl::parse(&format!("redis://127.0.0.1:{port}")).unwrap();
+        let err = RedisBackend::connect(&url).await.unwrap_err();
+        let Error::Connect { message, .. } = &err else { panic!("{err:?}") };
+        assert!(crate::error::caused_by::<RedisError>(&err), "{err:?}");
+        assert!(!message.to_lowercase().contains("refused"), "the driver's text stays in the source: {message}");
+    }
 }

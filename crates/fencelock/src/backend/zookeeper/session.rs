@@ -113,7 +113,7 @@ impl Session {
     /// Opens a session asking for `ttl` as its timeout.
     pub(super) async fn open(login: &Login, ttl: Duration) -> Result<Session, Error> {
         let hosts = &login.hosts;
-        let client = open_client(login, ttl).await.map_err(|e| Error::backend("zk", format!("{hosts}: {e}")))?;
+        let client = open_client(login, ttl).await.map_err(|e| e.backend(hosts))?;
         let leases = Arc::new(StdMutex::new(Vec::new()));
         let watcher = tokio::spawn(lose_all_when_ended(client.state_watcher(), leases.clone()));
         let id = client.session_id().0 as u64;
@@ -199,7 +199,7 @@ async fn terminal_state(mut states: zk::StateWatcher) -> zk::SessionState {
 
 /// A new client session with `timeout` asked for, logged in with `digest`
 /// if `login` says so; every host is tried once.
-pub(super) async fn open_client(login: &Login, timeout: Duration) -> Result<zk::Client, String> {
+pub(super) async fn open_client(login: &Login, timeout: Duration) -> Result<zk::Client, NoSession> {
     let mut connector = zk::Client::connector().with_session_timeout(timeout).with_fail_eagerly();
     if let Some(auth) = &login.auth {
         connector = connector.with_auth("digest", auth.as_bytes());
@@ -207,8 +207,42 @@ pub(super) async fn open_client(login: &Login, timeout: Duration) -> Result<zk::
     let connect = connector.connect(&login.hosts);
     match tokio::time::timeout(CONNECT_TIMEOUT, connect).await {
         Ok(Ok(client)) => Ok(client),
-        Ok(Err(e)) => Err(format!("cannot open a session: {e}")),
-        Err(_) => Err(format!("no session within {} s", CONNECT_TIMEOUT.as_secs())),
+        Ok(Err(e)) => Err(NoSession(Some(e))),
+        Err(_) => Err(NoSession(None)),
+    }
+}
+
+/// Why [`open_client`] opened no session: the driver's error, or `None` if
+/// none came within [`CONNECT_TIMEOUT`].
+#[derive(Debug)]
+pub(super) struct NoSession(Option<zk::Error>);
+
+impl NoSession {
+    /// What to say of it after `hosts` (the driver's text stays in the source).
+    fn text(&self) -> String {
+        match self.0 {
+            Some(_) => "cannot open a session".into(),
+            None => format!("no session within {} s", CONNECT_TIMEOUT.as_secs()),
+        }
+    }
+
+    /// As [`Error::Connect`] (at connect), caused by the driver's error.
+    pub(super) fn connect(self, hosts: &str) -> Error {
+        let message = format!("zk {hosts}: {}", self.text());
+        match self.0 {
+            Some(e) => Error::connect_caused(message, e),
+            None => Error::connect(message),
+        }
+    }
+
+    /// As [`Error::Backend`] (a session opened later), caused by the
+    /// driver's error.
+    pub(super) fn backend(self, hosts: &str) -> Error {
+        let message = format!("{hosts}: {}", self.text());
+        match self.0 {
+            Some(e) => Error::backend_caused("zk", message, e),
+            None => Error::backend("zk", message),
+        }
     }
 }
 
@@ -230,7 +264,7 @@ pub(super) fn refused(e: &zk::Error) -> bool {
     )
 }
 
-/// [`Error::Backend`] caused by `e`; [`Error::Security`] if the server
+/// [`Error::Backend`] caused by `e` (its text left to it); [`Error::Security`] if the server
 /// refused it for want of rights (`NoAuth`) or refused the login.
 pub(super) fn fail(what: &str, e: zk::Error) -> Error {
     match e {
@@ -239,11 +273,29 @@ pub(super) fn fail(what: &str, e: zk::Error) -> Error {
             e,
         ),
         zk::Error::AuthFailed => Error::security(format!("zk: {what}: the server refused the login"), e),
-        e => Error::backend_caused("zk", format!("{what}: {e}"), e),
+        e => Error::backend_caused("zk", what, e),
     }
 }
 
 /// A request bounded by [`REQUEST_TIMEOUT`] (then [`zk::Error::Timeout`]).
 pub(super) async fn request<T>(f: impl Future<Output = Result<T, zk::Error>>) -> Result<T, zk::Error> {
     tokio::time::timeout(REQUEST_TIMEOUT, f).await.unwrap_or(Err(zk::Error::Timeout))
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::backend::zookeeper::ZkBackend;
+    use crate::backend::BackendUrl;
+    use crate::error::Error;
+
+    /// Errors keep their sources: no server on the port is an
+    /// `Error::Connect` whose chain holds the `zookeeper_client::Error`.
+    #[tokio::test]
+    async fn a_refused_connection_keeps_the_zookeeper_error() {
+        let port = crate::backend::refused_port();
+        let url = BackendUrl::parse(&format!("zk://127.0.0.1:{port}")).unwrap();
+        let err = ZkBackend::connect(&url).await.unwrap_err();
+        assert!(matches!(err, Error::Connect { .. }), "{err:?}");
+        assert!(crate::error::caused_by::<zookeeper_client::Error>(&err), "{err:?}");
+    }
 }

@@ -56,14 +56,14 @@ impl Db {
         if let Some(conn) = self.live() {
             return Ok(conn);
         }
-        let no_time = || Failed::transient("postgres: reconnecting: no connection in time".into());
+        let no_time = || Failed::transient("reconnecting: no connection in time".into());
         let _opening = tokio::time::timeout_at(by, self.opening.lock()).await.map_err(|_| no_time())?;
         if let Some(conn) = self.live() {
             return Ok(conn);
         }
         let conn = match tokio::time::timeout_at(by, Conn::open(&self.config)).await {
             Ok(Ok(conn)) => Arc::new(conn),
-            Ok(Err(e)) => return Err(Failed::transient(format!("postgres: reconnecting: {e}"))),
+            Ok(Err(e)) => return Err(Failed { error: e.backend_while("reconnecting: "), transient: true }),
             Err(_) => return Err(no_time()),
         };
         *self.slot() = Some(conn.clone());
@@ -88,7 +88,7 @@ impl Db {
                 if sent.elapsed() >= STALL {
                     self.retire(&conn);
                 }
-                Err(Failed::transient(format!("postgres: {what}: no answer in time")))
+                Err(Failed::transient(format!("{what}: no answer in time")))
             }
         }
     }

@@ -211,7 +211,7 @@ pub(super) fn one<'r>(rows: &'r [Row], what: &str) -> Result<&'r Row, Error> {
 /// Column `i` of `row`, or [`Error::Backend`] if it is not what the statement
 /// returns.
 pub(super) fn column<'r, T: FromSql<'r>>(row: &'r Row, i: usize) -> Result<T, Error> {
-    row.try_get(i).map_err(|e| Error::backend("postgres", format!("unexpected column {i} in the answer: {e}")))
+    row.try_get(i).map_err(|e| Error::backend_caused("postgres", format!("unexpected column {i} in the answer"), e))
 }
 
 /// A token from the sequence (bigint, starts at 1).
