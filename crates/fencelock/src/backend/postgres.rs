@@ -203,7 +203,7 @@ impl LockBackend for PgBackend {
 /// of the lease-table mode (`None`: advisory mode).
 struct Settings {
     config: PgConfig,
-    table: Option<String>,
+    table: Option<Table>,
 }
 
 impl Settings {
@@ -222,7 +222,7 @@ impl Settings {
                 return Err(Error::InvalidArgument("postgres: table= applies to the lease mode only".into()))
             }
             (true, None) => None,
-            (false, table) => Some(check_table(table.unwrap_or(DEFAULT_TABLE))?.to_string()),
+            (false, table) => Some(Table::new(table.unwrap_or(DEFAULT_TABLE))?),
         };
         let stripped = strip_params(&url.raw, &["mode", "table", tls::PARAMS[0], tls::PARAMS[1]]);
         let config: Config = stripped.parse().map_err(|e| {
@@ -255,6 +255,32 @@ fn check_table(table: &str) -> Result<&str, Error> {
         )));
     }
     Ok(table)
+}
+
+/// The table of the lease-table mode: a name checked by [`check_table`] (a
+/// plain lower-case identifier, `[a-z_][a-z0-9_]*`, at most 40 bytes), the
+/// only value ever spliced into SQL. It is spliced in double quotes (and, for
+/// the DDL's advisory lock key, in single quotes), which such a name cannot
+/// end, and it names no keyword that matters inside quotes; every other value
+/// is a bound parameter (`$1`, …). [`Table::new`] is the only way to make one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Table(String);
+
+impl Table {
+    /// `name` if it is a valid table name, else [`Error::InvalidArgument`].
+    pub(super) fn new(name: &str) -> Result<Table, Error> {
+        Ok(Table(check_table(name)?.to_string()))
+    }
+
+    pub(super) fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// A statement of a `.sql` file with every `{table}` replaced by this
+    /// name (the files use no other placeholder).
+    pub(super) fn render(&self, template: &str) -> String {
+        template.replace("{table}", &self.0)
+    }
 }
 
 /// `raw` without the query parameters named in `keys` (tokio-postgres refuses
@@ -452,11 +478,11 @@ mod tests {
     fn settings_pick_the_mode_and_check_the_table() {
         let settings = |raw: &str| Settings::from_url(&BackendUrl::parse(raw).unwrap());
         let lease = settings("postgres://u@h:1/db").unwrap();
-        assert_eq!(lease.table.as_deref(), Some(DEFAULT_TABLE));
+        assert_eq!(lease.table.as_ref().map(Table::as_str), Some(DEFAULT_TABLE));
         assert_eq!(lease.config.get_connect_timeout(), Some(&CONNECT_TIMEOUT));
         assert_eq!(lease.config.get_application_name(), Some("fencelock"));
         let named = settings("postgres://u@h:1/db?table=jobs_locks&connect_timeout=2&application_name=me").unwrap();
-        assert_eq!(named.table.as_deref(), Some("jobs_locks"));
+        assert_eq!(named.table.as_ref().map(Table::as_str), Some("jobs_locks"));
         assert_eq!(named.config.get_connect_timeout(), Some(&Duration::from_secs(2)));
         assert_eq!(named.config.get_application_name(), Some("me"));
         assert!(settings("postgres://u@h:1/db?mode=advisory").unwrap().table.is_none());

@@ -53,7 +53,10 @@
 //! `owner` is unique per acquire request (`<random instance id>-<counter>`),
 //! so a request can be withdrawn by owner alone, whatever it did on the server.
 //! Every statement binds its values (`$1` name, `$2` owner, `$3` TTL in µs, …);
-//! only the checked table name is spliced in.
+//! only the checked table name is spliced in. The statements and the DDL
+//! are `.sql` files in `lease/sql/` (loaded with `include_str!`), where the
+//! table is written `{table}`: see `Table` in [`super`] for why splicing it
+//! is safe.
 //!
 //! # Grant: one statement
 //! `$4` is the request's queue id, or `i64::MAX` for a first try (then every
@@ -241,7 +244,7 @@ use tokio_postgres::types::Type;
 
 use super::listen::{Registration, Wakers};
 use super::tls::PgConfig as Config;
-use super::{spawn_detached, AbortOnDrop, STATEMENT_TIMEOUT};
+use super::{spawn_detached, AbortOnDrop, Table, STATEMENT_TIMEOUT};
 use crate::backend::{Acquire, Capabilities, Fencing, Guard};
 use crate::error::Error;
 use crate::types::{CheckResult, LockOptions};
@@ -302,12 +305,12 @@ pub(super) struct LeaseMode {
 impl LeaseMode {
     /// Connects the statement connection, creates the schema if missing, and
     /// starts listening on the table's channel.
-    pub async fn connect(config: Config, table: String) -> Result<LeaseMode, Error> {
+    pub async fn connect(config: Config, table: Table) -> Result<LeaseMode, Error> {
         let db = Db::connect(config.clone()).await?;
         ensure_schema(&db, &table).await?;
         let wakers = Wakers::new();
-        let listener = super::listen::start(config, table.clone(), wakers.clone()).await?;
-        let store = Arc::new(Store { db, sql: Sql::new(&table), table });
+        let listener = super::listen::start(config, table.as_str().to_string(), wakers.clone()).await?;
+        let store = Arc::new(Store { db, sql: Sql::new(&table), table: table.as_str().to_string() });
         Ok(LeaseMode {
             store,
             wakers,
