@@ -5,14 +5,13 @@
 //! Where it sits: under [`super::RedisBackend`]; waiting in line is in
 //! [`super::wait`], the guard of a grant in [`super::held`].
 
-use std::sync::LazyLock;
+use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
 use redis::{Script, Value};
 use tokio::time::Instant;
 
 use super::keys::{lease_of, millis, token_of, Ticket};
-use super::wait::Withdraw;
 use super::{shared, RedisBackend, Retry, Shared, OP_TIMEOUT};
 use crate::backend::election::encode_holder;
 use crate::backend::{Acquire, Guard, LockBackend};
@@ -244,6 +243,45 @@ fn decimal(value: &Value) -> Option<u64> {
         Value::BulkString(bytes) => std::str::from_utf8(bytes).ok()?.parse().ok(),
         Value::SimpleString(s) => s.parse().ok(),
         _ => None,
+    }
+}
+
+/// Drop guard of an acquire: unless disarmed, withdraws the ticket in the
+/// background (the future was dropped, or failed).
+struct Withdraw {
+    shared: Option<Arc<Shared>>,
+    name: String,
+    ticket: String,
+}
+
+impl Withdraw {
+    /// The acquire ended cleanly: nothing to withdraw.
+    fn disarm(&mut self) {
+        self.shared = None;
+    }
+
+    /// Withdraws now (a wait ran out); errors are ignored: the waiter key then
+    /// expires after the TTL, and the ticket is skipped after that.
+    async fn now(&mut self) {
+        if let Some(shared) = self.shared.take() {
+            if let Err(e) = shared.withdraw(&self.name, &self.ticket).await {
+                tracing::debug!(lock = self.name, error = %e, "fencelock: redis withdraw failed");
+            }
+        }
+    }
+}
+
+impl Drop for Withdraw {
+    fn drop(&mut self) {
+        let Some(shared) = self.shared.take() else {
+            return;
+        };
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            let (name, ticket) = (std::mem::take(&mut self.name), std::mem::take(&mut self.ticket));
+            runtime.spawn(async move {
+                let _ = shared.withdraw(&name, &ticket).await;
+            });
+        }
     }
 }
 

@@ -1,11 +1,12 @@
 //! Waiting in line: a waiter blocks (`BLPOP`) on its wake list, on a
 //! connection of its own, until woken, until its waiter key needs a refresh,
 //! or until the holder's lock would expire; a failed round is retried with
-//! backoff while the wait lasts; a waiter that gives up withdraws its ticket.
+//! backoff while the wait lasts (a waiter that gives up is withdrawn by the
+//! acquire, in [`super::recipe`]).
 //!
 //! Where it sits: under [`super::recipe`]'s acquire, when `wait` is not zero.
 
-use std::sync::{Arc, PoisonError};
+use std::sync::PoisonError;
 use std::time::Duration;
 
 use redis::aio::MultiplexedConnection;
@@ -125,45 +126,6 @@ impl Shared {
         let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
         if idle.len() < MAX_IDLE_BLOCKING {
             idle.push(conn);
-        }
-    }
-}
-
-/// Drop guard of an acquire: unless disarmed, withdraws the ticket in the
-/// background (the future was dropped, or failed).
-pub(super) struct Withdraw {
-    pub(super) shared: Option<Arc<Shared>>,
-    pub(super) name: String,
-    pub(super) ticket: String,
-}
-
-impl Withdraw {
-    /// The acquire ended cleanly: nothing to withdraw.
-    pub(super) fn disarm(&mut self) {
-        self.shared = None;
-    }
-
-    /// Withdraws now (a wait ran out); errors are ignored: the waiter key then
-    /// expires after the TTL, and the ticket is skipped after that.
-    pub(super) async fn now(&mut self) {
-        if let Some(shared) = self.shared.take() {
-            if let Err(e) = shared.withdraw(&self.name, &self.ticket).await {
-                tracing::debug!(lock = self.name, error = %e, "fencelock: redis withdraw failed");
-            }
-        }
-    }
-}
-
-impl Drop for Withdraw {
-    fn drop(&mut self) {
-        let Some(shared) = self.shared.take() else {
-            return;
-        };
-        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            let (name, ticket) = (std::mem::take(&mut self.name), std::mem::take(&mut self.ticket));
-            runtime.spawn(async move {
-                let _ = shared.withdraw(&name, &ticket).await;
-            });
         }
     }
 }
