@@ -69,7 +69,7 @@
 //! and the node present. The server expires a session one timeout after it last
 //! heard from the client, so `sent + timeout` of a confirmed read is a safe
 //! deadline. A watcher of the session state loses every guard of the session at
-//! once ([`LeaseLost::NotFound`]) when the client learns that the session expired,
+//! once ([`LeaseLost::NotFound`](crate::LeaseLost::NotFound)) when the client learns that the session expired,
 //! was closed or failed authentication.
 //!
 //! # Leader election

@@ -95,7 +95,7 @@ pub(in crate::backend) struct Conn {
 impl Conn {
     /// A handle on the server `host:port` with the URL's credentials,
     /// database and TLS files (`tls`, read once by the caller: see
-    /// [`super::tls`]); does not connect yet.
+    /// [`crate::backend::tls`]); does not connect yet.
     pub(in crate::backend) fn new(
         url: &BackendUrl,
         host: &str,

@@ -89,7 +89,7 @@ pub(super) fn token_of(value: &str) -> Option<u64> {
 }
 
 /// The lease id of a lock value `"{token}:{ticket}"`: the high half of the
-/// ticket, as the holder's [`Guard::lease_id`].
+/// ticket, as the holder's [`Guard::lease_id`](crate::backend::Guard::lease_id).
 pub(super) fn lease_of(value: &str) -> Option<u64> {
     let ticket = value.split_once(':')?.1;
     u64::from_str_radix(ticket.get(..16)?, 16).ok()

@@ -87,7 +87,7 @@ impl Seen {
 
 impl Store {
     /// One grant attempt (module docs); `id` is the request's queue id or
-    /// [`NOT_QUEUED`].
+    /// [`NOT_QUEUED`](super::NOT_QUEUED).
     pub(super) async fn attempt(&self, name: &str, owner: &str, opts: &LockOptions, id: i64) -> Result<Seen, Failed> {
         if shared::kind_of(opts) != "x" {
             return self.attempt_shared(name, owner, opts, id).await;
