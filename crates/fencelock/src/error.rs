@@ -45,8 +45,10 @@ pub enum Error {
     /// every server or node tried and why; `source` is the driver's own error
     /// (a `tonic::transport::Error`, `redis::RedisError`,
     /// `tokio_postgres::Error`, `zookeeper_client::Error`, or an etcd
-    /// `tonic::Status`) when the failure came from one attempt, `None` when
-    /// several were tried or none answered in time.
+    /// `tonic::Status`) when the failure came from one attempt (for Redlock,
+    /// the first failed node's [`Error`], which holds its driver's error),
+    /// `None` when several were tried or none answered in time. The
+    /// driver's text is left to `source`, not repeated in `message`.
     #[error("cannot connect: {message}")]
     Connect {
         message: String,
@@ -84,14 +86,16 @@ pub enum Error {
     /// ZooKeeper, PostgreSQL) failed or could not be reached. The operation's
     /// outcome is unknown. `source` is the driver's own error (a
     /// `redis::RedisError`, `tokio_postgres::Error`, `zookeeper_client::Error`,
-    /// or the `tonic::Status` of an etcd call) where the failure came from one;
-    /// `None` when the backend answered something the recipe does not allow
-    /// (a missing row, a majority not reached, a node that vanished).
+    /// or the `tonic::Status` of an etcd call) where the failure came from one
+    /// (for Redlock, the first failed node's [`Error`]); `None` when the
+    /// backend answered something the recipe does not allow (a missing row,
+    /// a node that vanished) or did not answer in time.
     #[error("backend error: {backend}: {message}")]
     Backend {
         /// The backend, as in its URL scheme (`redis`, `etcd`, `zk`, …).
         backend: &'static str,
-        /// What failed, with the driver's text.
+        /// What failed (where, which call); the driver's own text is in
+        /// `source`, not here.
         message: String,
         #[source]
         source: Option<Cause>,
@@ -187,6 +191,27 @@ impl StdError for Cause {
     fn source(&self) -> Option<&(dyn StdError + 'static)> {
         self.0.source()
     }
+}
+
+/// Does `error`'s `source()` chain hold an error of type `T` (the driver's
+/// own, as a [`Cause`] holds it, or as its sources hold it)? For the tests
+/// that every backend's error keeps its driver error.
+#[cfg(test)]
+pub(crate) fn caused_by<T: StdError + 'static>(error: &Error) -> bool {
+    let mut next: Option<&(dyn StdError + 'static)> = error.source();
+    while let Some(e) = next {
+        if e.is::<T>() || e.downcast_ref::<Cause>().is_some_and(|c| c.get().is::<T>() || inner_is::<T>(c.get())) {
+            return true;
+        }
+        next = e.source();
+    }
+    false
+}
+
+/// `e` is one of this crate's errors whose chain holds a `T`.
+#[cfg(test)]
+fn inner_is<T: StdError + 'static>(e: &(dyn StdError + Send + Sync + 'static)) -> bool {
+    e.downcast_ref::<Error>().is_some_and(caused_by::<T>)
 }
 
 /// A refusal, without the server's own prefix (the error's display adds it).

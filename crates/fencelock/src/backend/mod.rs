@@ -577,6 +577,14 @@ where
     }
 }
 
+/// A port of 127.0.0.1 that refuses connections: bound, then let go. For the
+/// tests that a refused connection keeps the driver's error as its source.
+#[cfg(test)]
+pub(crate) fn refused_port() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
+    listener.local_addr().expect("a bound address").port()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

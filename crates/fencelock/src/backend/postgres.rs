@@ -9,7 +9,10 @@
 //! Where it sits: one of the backends behind [`super::connect`] (cargo feature
 //! `postgres`). [`PgBackend`] serves both modes with one [`LockBackend`]
 //! implementation; everything else (guards, watchdog, loss) is the shared
-//! machinery of [`super::Guard`] and `KeptLease`.
+//! machinery of [`super::Guard`] and `KeptLease`. Laid out by concern:
+//! `params` (the URL and the checked table name), `conn` (opening a
+//! connection, driver errors), `tls`, `listen` (the `LISTEN` connection of
+//! the lease mode), and one module per mode, each laid out the same way.
 //!
 //! # The URL
 //! Everything but this backend's own parameters (`mode`, `table`) goes to
@@ -52,32 +55,24 @@
 //! not check that configuration, so it declares `survives_failover: false`.
 
 pub mod advisory;
+mod conn;
 pub mod lease;
 mod listen;
+mod params;
 mod tls;
 
 use std::fmt;
-use std::future::Future;
 use std::time::Duration;
-
-use tokio::task::JoinHandle;
-use tokio::time::Instant;
-use tokio_postgres::{Client, Config};
-
-use self::tls::PgConfig;
 
 use super::election::{self, leadership_of};
 use super::{BackendUrl, BoxFuture, Capabilities, Guard, Leader, LeaderStream, Leadership, LockBackend};
 use crate::backend::Acquire;
 use crate::error::Error;
 use crate::types::{CheckResult, LockOptions};
+use conn::{backend_error, bounded, describe, open, probe, spawn_detached, AbortOnDrop, OpenFailed};
+use params::{Settings, Table};
 
-/// The table of the lease-table mode when the URL names none.
-pub const DEFAULT_TABLE: &str = "fencelock_locks";
-
-/// Longest `table` name: the derived names (`<table>_waiters_id_seq`, the
-/// longest) must fit PostgreSQL's 63-byte identifiers.
-const MAX_TABLE_LEN: usize = 40;
+pub use params::DEFAULT_TABLE;
 
 /// Connection handshake limit when the URL sets no `connect_timeout`.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -199,255 +194,22 @@ impl LockBackend for PgBackend {
     }
 }
 
-/// What the URL says: the connection config for tokio-postgres, and the table
-/// of the lease-table mode (`None`: advisory mode).
-struct Settings {
-    config: PgConfig,
-    table: Option<String>,
-}
-
-impl Settings {
-    fn from_url(url: &BackendUrl) -> Result<Settings, Error> {
-        let advisory = match url.param("mode") {
-            None | Some("lease") => false,
-            Some("advisory") => true,
-            Some(other) => {
-                return Err(Error::InvalidArgument(format!(
-                    "postgres: mode={other:?} is not a mode (lease or advisory)"
-                )))
-            }
-        };
-        let table = match (advisory, url.param("table")) {
-            (true, Some(_)) => {
-                return Err(Error::InvalidArgument("postgres: table= applies to the lease mode only".into()))
-            }
-            (true, None) => None,
-            (false, table) => Some(check_table(table.unwrap_or(DEFAULT_TABLE))?.to_string()),
-        };
-        let stripped = strip_params(&url.raw, &["mode", "table", tls::PARAMS[0], tls::PARAMS[1]]);
-        let config: Config = stripped.parse().map_err(|e| {
-            // The driver's message may quote the URL: say it without the password.
-            let shown = describe(&e).replace(&url.raw, &url.redacted());
-            Error::InvalidArgument(format!("postgres: bad connection url {url}: {shown}"))
-        })?;
-        let mut config = PgConfig::new(config, url)?;
-        let inner = config.inner_mut();
-        if inner.get_connect_timeout().is_none() {
-            inner.connect_timeout(CONNECT_TIMEOUT);
-        }
-        if inner.get_application_name().is_none() {
-            inner.application_name("fencelock");
-        }
-        Ok(Settings { config, table })
-    }
-}
-
-/// The table name of the lease-table mode: a plain lower-case SQL identifier
-/// (it is spliced into the DDL and the statements, quoted), at most 40 bytes.
-fn check_table(table: &str) -> Result<&str, Error> {
-    let mut chars = table.chars();
-    let starts_well = chars.next().is_some_and(|c| c.is_ascii_lowercase() || c == '_');
-    let rest_ok = chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
-    if !starts_well || !rest_ok || table.len() > MAX_TABLE_LEN {
-        return Err(Error::InvalidArgument(format!(
-            "postgres: table={table:?} must be a lower-case identifier ([a-z_][a-z0-9_]*) \
-             of at most {MAX_TABLE_LEN} bytes"
-        )));
-    }
-    Ok(table)
-}
-
-/// `raw` without the query parameters named in `keys` (tokio-postgres refuses
-/// parameters it does not know).
-fn strip_params(raw: &str, keys: &[&str]) -> String {
-    let Some((base, query)) = raw.split_once('?') else {
-        return raw.to_string();
-    };
-    let kept: Vec<&str> = query
-        .split('&')
-        .filter(|pair| !pair.is_empty() && !keys.contains(&pair.split_once('=').map_or(*pair, |(k, _)| k)))
-        .collect();
-    if kept.is_empty() {
-        base.to_string()
-    } else {
-        format!("{base}?{}", kept.join("&"))
-    }
-}
-
-/// A connection that could not be opened: what to say, and the driver's error
-/// where there was one (none when the handshake did not finish in time).
-#[derive(Debug)]
-pub(super) struct OpenFailed {
-    text: String,
-    source: Option<tokio_postgres::Error>,
-}
-
-impl OpenFailed {
-    pub(super) fn by(e: tokio_postgres::Error) -> OpenFailed {
-        OpenFailed { text: describe(&e), source: Some(e) }
-    }
-
-    /// No answer (`what`: " to LISTEN", or "" for the handshake) within `limit`.
-    pub(super) fn no_answer(what: &str, limit: Duration) -> OpenFailed {
-        OpenFailed { text: format!("no answer{what} within {} ms", limit.as_millis()), source: None }
-    }
-
-    /// As [`Error::Connect`] (at connect time), `context` saying which connection.
-    pub(super) fn connect(self, context: &str) -> Error {
-        let message = format!("postgres: {context}{}", self.text);
-        match self.source {
-            Some(e) => Error::connect_caused(message, e),
-            None => Error::connect(message),
-        }
-    }
-
-    /// As [`Error::Backend`] (a connection opened later, for an operation).
-    pub(super) fn backend(self) -> Error {
-        match self.source {
-            Some(e) => Error::backend_caused("postgres", self.text, e),
-            None => Error::backend("postgres", self.text),
-        }
-    }
-}
-
-impl std::fmt::Display for OpenFailed {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.text)
-    }
-}
-
-/// Opens one connection (the whole handshake bounded by the config's
-/// `connect_timeout`) and spawns the task that drives it.
-async fn open(config: &PgConfig) -> Result<(Client, JoinHandle<()>), OpenFailed> {
-    let limit = config.get_connect_timeout().copied().unwrap_or(CONNECT_TIMEOUT);
-    let (client, connection) = match tokio::time::timeout(limit, config.connect()).await {
-        Ok(Ok(pair)) => pair,
-        Ok(Err(e)) => return Err(OpenFailed::by(e)),
-        Err(_) => return Err(OpenFailed::no_answer("", limit)),
-    };
-    let driver = tokio::spawn(async move {
-        if let Err(e) = connection.await {
-            tracing::debug!(error = %describe(&e), "fencelock: postgres connection ended");
-        }
-    });
-    Ok((client, driver))
-}
-
-/// Opens and closes one connection, so that a refused password or a failed
-/// TLS handshake at connect is an [`Error::Security`] that says so, and any
-/// other failure an [`Error::Connect`].
-async fn probe(config: &PgConfig) -> Result<(), Error> {
-    let limit = config.get_connect_timeout().copied().unwrap_or(CONNECT_TIMEOUT);
-    match tokio::time::timeout(limit, config.connect()).await {
-        Ok(Ok(_closed_on_drop)) => Ok(()),
-        Ok(Err(e)) => Err(connect_error(e)),
-        Err(_) => Err(Error::connect(format!("postgres: no answer within {} ms", limit.as_millis()))),
-    }
-}
-
-/// A failed connection attempt as [`Error::Security`] (authentication
-/// refused, no `pg_hba.conf` entry for this user or encryption, a failed TLS
-/// handshake) or [`Error::Connect`].
-fn connect_error(e: tokio_postgres::Error) -> Error {
-    use tokio_postgres::error::SqlState;
-    if let Some(db) = e.as_db_error() {
-        let refused = [SqlState::INVALID_PASSWORD, SqlState::INVALID_AUTHORIZATION_SPECIFICATION];
-        if refused.contains(db.code()) {
-            return Error::security(format!("postgres: authentication refused: {}", db.message()), db.clone());
-        }
-    }
-    if let Some(cause) = super::tls::rustls_cause(&e) {
-        return Error::security(format!("postgres: TLS handshake failed: {cause}"), cause.clone());
-    }
-    let text = describe(&e);
-    if text.contains("TLS") {
-        return Error::Security { message: format!("postgres: {text}"), source: None };
-    }
-    Error::connect_caused(format!("postgres: {text}"), e)
-}
-
-/// A tokio-postgres error with the server's message, if it sent one.
-fn describe(e: &tokio_postgres::Error) -> String {
-    match std::error::Error::source(e) {
-        Some(source) => format!("{e}: {source}"),
-        None => e.to_string(),
-    }
-}
-
-/// [`Error::Backend`] for a failed `what`.
-fn backend_error(what: &str, e: tokio_postgres::Error) -> Error {
-    Error::backend_caused("postgres", format!("{what}: {}", describe(&e)), e)
-}
-
-/// Runs `f` until `by`: [`Error::Backend`] if it has not finished by then (the
-/// statement may still run on the server: callers that could leave a grant
-/// behind clean up by owner).
-async fn bounded<T>(
-    what: &str,
-    by: Instant,
-    f: impl Future<Output = Result<T, tokio_postgres::Error>>,
-) -> Result<T, Error> {
-    match tokio::time::timeout_at(by, f).await {
-        Ok(result) => result.map_err(|e| backend_error(what, e)),
-        Err(_) => Err(Error::backend("postgres", format!("{what}: no answer in time"))),
-    }
-}
-
-/// Spawns `f` on the current runtime, if there is one (a guard dropped outside
-/// any runtime leaves its lock to expire instead).
-fn spawn_detached(f: impl Future<Output = ()> + Send + 'static) {
-    if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-        runtime.spawn(f);
-    }
-}
-
-/// A task that is aborted when this handle is dropped.
-#[derive(Debug)]
-struct AbortOnDrop(JoinHandle<()>);
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    #[test]
-    fn own_parameters_are_stripped_and_others_kept() {
-        let strip = |raw| strip_params(raw, &["mode", "table"]);
-        assert_eq!(strip("postgres://u@h/db"), "postgres://u@h/db");
-        assert_eq!(strip("postgres://u@h/db?mode=advisory"), "postgres://u@h/db");
-        assert_eq!(strip("postgres://u@h/db?table=t&connect_timeout=2&mode"), "postgres://u@h/db?connect_timeout=2");
-        assert_eq!(strip("postgres://u@h/db?application_name=x&table=t"), "postgres://u@h/db?application_name=x");
-    }
-
-    #[test]
-    fn settings_pick_the_mode_and_check_the_table() {
-        let settings = |raw: &str| Settings::from_url(&BackendUrl::parse(raw).unwrap());
-        let lease = settings("postgres://u@h:1/db").unwrap();
-        assert_eq!(lease.table.as_deref(), Some(DEFAULT_TABLE));
-        assert_eq!(lease.config.get_connect_timeout(), Some(&CONNECT_TIMEOUT));
-        assert_eq!(lease.config.get_application_name(), Some("fencelock"));
-        let named = settings("postgres://u@h:1/db?table=jobs_locks&connect_timeout=2&application_name=me").unwrap();
-        assert_eq!(named.table.as_deref(), Some("jobs_locks"));
-        assert_eq!(named.config.get_connect_timeout(), Some(&Duration::from_secs(2)));
-        assert_eq!(named.config.get_application_name(), Some("me"));
-        assert!(settings("postgres://u@h:1/db?mode=advisory").unwrap().table.is_none());
-        for bad in [
-            "postgres://u@h/db?mode=session",
-            "postgres://u@h/db?mode=advisory&table=t",
-            "postgres://u@h/db?table=Locks",
-            "postgres://u@h/db?table=a;drop",
-            "postgres://u@h/db?table=",
-            "postgres://u@h/db?table=1a",
-            "postgres://u@h/db?connect_timeout=soon",
-        ] {
-            assert!(matches!(settings(bad), Err(Error::InvalidArgument(_))), "{bad}");
+    /// Errors keep their sources: in both modes (lease table and advisory
+    /// locks) no server on the port is an `Error::Connect` whose chain holds
+    /// the `tokio_postgres::Error`, and whose message leaves its text to it.
+    #[tokio::test]
+    async fn a_refused_connection_keeps_the_postgres_error() {
+        let port = crate::backend::refused_port();
+        for query in ["", "?mode=advisory"] {
+            let url = BackendUrl::parse(&format!("postgres://postgres@127.0.0.1:{port}/postgres{query}")).unwrap();
+            let err = PgBackend::connect(&url).await.unwrap_err();
+            let Error::Connect { message, .. } = &err else { panic!("{query}: {err:?}") };
+            assert!(crate::error::caused_by::<tokio_postgres::Error>(&err), "{query}: {err:?}");
+            assert!(!message.to_lowercase().contains("refused"), "{query}: {message}");
         }
-        assert!(check_table(&"t".repeat(MAX_TABLE_LEN)).is_ok());
-        assert!(check_table(&"t".repeat(MAX_TABLE_LEN + 1)).is_err());
     }
 }

@@ -7,6 +7,9 @@
 //! `redlock://` URL. It reuses the Redis backend's connection handling
 //! (`Conn` in [`super::redis`], one connection per node, made again after it
 //! breaks) and its `renew.lua`; `unlock.lua` is the compare-and-delete.
+//! Laid out by concern: `nodes` (a round on every node, counted to a
+//! majority), `held` (the guard: renewal and release); the URL's parameters
+//! are the Redis backend's (`prefix=`, TLS).
 //!
 //! # Keys
 //! On every node, `{prefix}:lock:{name}` (default prefix `fencelock`) holds a
@@ -62,26 +65,22 @@
 //!     nothing orders the writes of two holders.
 //! * No queue, no fairness, no push wake-ups: waiters poll (see above).
 
+mod held;
+mod nodes;
+
 use std::fmt;
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::Poll;
 use std::time::Duration;
 
-use redis::Value;
 use tokio::time::Instant;
 
-use super::redis::{check_params, millis, prefix, Conn, Retry, Ticket, OP_TIMEOUT, RENEW};
+use super::redis::{check_params, prefix, Conn, Ticket};
 use super::tls::TlsFiles;
-use super::{BackendUrl, BoxFuture, Capabilities, Fencing, Guard, Held, KeptLease, LockBackend, Renew, Renewed};
+use super::{BackendUrl, BoxFuture, Capabilities, Fencing, Guard, LockBackend};
 use crate::backend::Acquire;
 use crate::error::Error;
 use crate::types::LockOptions;
-
-/// `unlock.lua`: compare-and-delete on one node.
-static UNLOCK: std::sync::LazyLock<redis::Script> =
-    std::sync::LazyLock::new(|| redis::Script::new(include_str!("redis/unlock.lua")));
+use nodes::{join_all, Nodes, Undo};
 
 /// Retry delay of a waiting acquire: uniform in this range.
 const RETRY_MIN: Duration = Duration::from_millis(20);
@@ -91,13 +90,6 @@ const RETRY_MAX: Duration = Duration::from_millis(100);
 /// [module docs](self) for the recipe and what it does not guarantee.
 pub struct RedlockBackend {
     nodes: Arc<Nodes>,
-}
-
-/// The nodes, shared by the backend, its guards and background tasks.
-struct Nodes {
-    conns: Vec<Conn>,
-    /// The prefix with its `:`.
-    prefix: String,
 }
 
 impl RedlockBackend {
@@ -129,27 +121,21 @@ impl RedlockBackend {
             if let Some(refused) = failed.iter().find(|e| matches!(e, Error::Security { .. })) {
                 return Err(refused.clone());
             }
-            let failed: Vec<String> = failed.iter().map(Error::to_string).collect();
-            return Err(Error::connect(format!(
+            let texts: Vec<String> = failed.iter().map(Error::to_string).collect();
+            let message = format!(
                 "redlock: {} of {} nodes unreachable, a majority ({}) is needed: {}",
                 failed.len(),
                 nodes.conns.len(),
                 nodes.quorum(),
-                failed.join("; ")
-            )));
+                texts.join("; ")
+            );
+            // The first node's error (its driver's error its own source).
+            return Err(match failed.into_iter().next() {
+                Some(first) => Error::connect_caused(message, first),
+                None => Error::connect(message),
+            });
         }
         Ok(RedlockBackend { nodes: Arc::new(nodes) })
-    }
-
-    /// The guard of a grant whose first `SET` was sent at `sent`.
-    fn grant(&self, name: &str, key: String, ticket: &Ticket, ttl: Duration, sent: Instant) -> Guard {
-        let valid = ttl - drift(ttl);
-        let owner = ticket.text.clone();
-        let renew = Arc::new(RenewOnNodes { nodes: self.nodes.clone(), key: key.clone(), owner: owner.clone(), ttl });
-        let kept = KeptLease::start(ticket.id, valid, sent, renew);
-        let watch = kept.watch();
-        let held = RedlockHeld { kept, nodes: self.nodes.clone(), key, owner };
-        Guard::new(name.to_string(), None, "redlock", watch, Box::new(held))
     }
 }
 
@@ -234,257 +220,11 @@ impl fmt::Debug for RedlockBackend {
     }
 }
 
-/// What the nodes answered to one round.
-#[derive(Debug, Default)]
-struct Tally {
-    /// Did what was asked (set, renewed, deleted).
-    yes: usize,
-    /// Answered no (held by another, not ours).
-    no: usize,
-    /// Failed or did not answer in time.
-    errors: Vec<String>,
-}
-
-impl Tally {
-    fn new(answers: Vec<Result<bool, Error>>) -> Tally {
-        let mut tally = Tally::default();
-        for answer in answers {
-            match answer {
-                Ok(true) => tally.yes += 1,
-                Ok(false) => tally.no += 1,
-                Err(e) => tally.errors.push(e.to_string()),
-            }
-        }
-        tally
-    }
-
-    /// True if the nodes that did not fail are fewer than `quorum`.
-    fn cannot_reach_quorum(&self, quorum: usize) -> bool {
-        self.yes + self.no < quorum
-    }
-}
-
-impl Nodes {
-    /// The error of a round in which too many nodes failed for a majority.
-    fn failure(&self, tally: &Tally) -> Error {
-        Error::backend(
-            "redlock",
-            format!(
-                "a majority ({}) of {} nodes is needed and {} failed: {}",
-                self.quorum(),
-                self.conns.len(),
-                tally.errors.len(),
-                tally.errors.join("; ")
-            ),
-        )
-    }
-
-    /// A majority: N/2 + 1.
-    fn quorum(&self) -> usize {
-        self.conns.len() / 2 + 1
-    }
-
-    fn key(&self, name: &str) -> String {
-        format!("{}lock:{name}", self.prefix)
-    }
-
-    /// `SET key owner NX PX ttl` on every node in parallel.
-    async fn set_all(&self, key: &str, owner: &str, ttl: Duration) -> Tally {
-        let deadline = Instant::now() + node_timeout(ttl);
-        let ttl_ms = millis(ttl);
-        self.each(deadline, |mut c| async move {
-            let mut set = redis::cmd("SET");
-            set.arg(key).arg(owner).arg("NX").arg("PX").arg(ttl_ms);
-            Ok(matches!(set.query_async::<Value>(&mut c).await?, Value::Okay))
-        })
-        .await
-    }
-
-    /// Compare-and-delete on every node in parallel, by `deadline`.
-    async fn unlock_all(&self, key: &str, owner: &str, deadline: Instant) -> Tally {
-        self.each(deadline, |mut c| async move {
-            let mut call = UNLOCK.prepare_invoke();
-            call.key(key).arg(owner);
-            Ok(call.invoke_async::<i64>(&mut c).await? == 1)
-        })
-        .await
-    }
-
-    /// `PEXPIRE`-if-ours on every node in parallel.
-    async fn renew_all(&self, key: &str, owner: &str, ttl: Duration, deadline: Instant) -> Tally {
-        let ttl_ms = millis(ttl);
-        self.each(deadline, |mut c| async move {
-            let mut call = RENEW.prepare_invoke();
-            call.key(key).arg(owner).arg(ttl_ms);
-            Ok(call.invoke_async::<i64>(&mut c).await? == 1)
-        })
-        .await
-    }
-
-    /// Runs `op` on every node in parallel (an idempotent call: a node whose
-    /// connection turned out broken gets it once more), each by `deadline`.
-    async fn each<F, Fut>(&self, deadline: Instant, op: F) -> Tally
-    where
-        F: Fn(redis::aio::MultiplexedConnection) -> Fut + Sync,
-        Fut: Future<Output = redis::RedisResult<bool>> + Send,
-    {
-        let op = &op;
-        let calls = self.conns.iter().map(|c| Box::pin(c.run(deadline, Retry::Once, op)) as BoxFuture<'_, _>);
-        Tally::new(join_all(calls).await)
-    }
-}
-
-/// Polls every future in place until all are done; their outputs in order.
-/// (Dropping it drops the calls still out.)
-async fn join_all<'a, T>(futures: impl Iterator<Item = BoxFuture<'a, T>>) -> Vec<T> {
-    let mut futures: Vec<BoxFuture<'a, T>> = futures.collect();
-    let mut outputs: Vec<Option<T>> = futures.iter().map(|_| None).collect();
-    std::future::poll_fn(|cx| {
-        let mut pending = false;
-        for (future, output) in futures.iter_mut().zip(outputs.iter_mut()) {
-            if output.is_none() {
-                match Pin::as_mut(future).poll(cx) {
-                    Poll::Ready(value) => *output = Some(value),
-                    Poll::Pending => pending = true,
-                }
-            }
-        }
-        if pending {
-            Poll::Pending
-        } else {
-            Poll::Ready(())
-        }
-    })
-    .await;
-    outputs.into_iter().flatten().collect()
-}
-
-/// Drop guard of one acquire attempt: unless disarmed, deletes the attempt's
-/// value from every node ([`Undo::now`] at once, within the attempt's node
-/// timeout; on drop in the background).
-struct Undo {
-    nodes: Option<Arc<Nodes>>,
-    key: String,
-    owner: String,
-    /// How long each node may take.
-    timeout: Duration,
-}
-
-impl Undo {
-    fn disarm(&mut self) {
-        self.nodes = None;
-    }
-
-    /// Deletes the attempt's value now (a refused attempt); errors are left to
-    /// the TTL.
-    async fn now(&mut self) {
-        if let Some(nodes) = self.nodes.take() {
-            nodes.unlock_all(&self.key, &self.owner, Instant::now() + self.timeout).await;
-        }
-    }
-}
-
-impl Drop for Undo {
-    fn drop(&mut self) {
-        let Some(nodes) = self.nodes.take() else {
-            return;
-        };
-        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            let (key, owner) = (std::mem::take(&mut self.key), std::mem::take(&mut self.owner));
-            runtime.spawn(async move {
-                nodes.unlock_all(&key, &owner, Instant::now() + OP_TIMEOUT).await;
-            });
-        }
-    }
-}
-
-/// Renews one grant on every node.
-struct RenewOnNodes {
-    nodes: Arc<Nodes>,
-    key: String,
-    owner: String,
-    /// The full TTL (what the nodes get); the lease counts `ttl − drift`.
-    ttl: Duration,
-}
-
-impl Renew for RenewOnNodes {
-    fn renew(&self, round_end: Instant) -> BoxFuture<'_, Result<Renewed, Error>> {
-        Box::pin(async move {
-            let tally = self.nodes.renew_all(&self.key, &self.owner, self.ttl, round_end).await;
-            let (n, quorum) = (self.nodes.conns.len(), self.nodes.quorum());
-            if tally.yes >= quorum {
-                Ok(Renewed::Confirmed(Some(self.ttl - drift(self.ttl))))
-            } else if tally.no > n - quorum {
-                Ok(Renewed::Gone)
-            } else {
-                Err(Error::backend(
-                    "redlock",
-                    format!(
-                        "renewal confirmed by {} of {n} nodes, a majority ({quorum}) is needed; failures: {}",
-                        tally.yes,
-                        tally.errors.join("; ")
-                    ),
-                ))
-            }
-        })
-    }
-}
-
-/// A held Redlock lock: keeps the lease alive while it lives.
-struct RedlockHeld {
-    kept: KeptLease,
-    nodes: Arc<Nodes>,
-    key: String,
-    owner: String,
-}
-
-impl Held for RedlockHeld {
-    fn release(self: Box<Self>) -> BoxFuture<'static, Result<bool, Error>> {
-        Box::pin(async move {
-            let RedlockHeld { kept, nodes, key, owner } = *self;
-            drop(kept); // stop renewing first
-            let tally = nodes.unlock_all(&key, &owner, Instant::now() + OP_TIMEOUT).await;
-            released(&tally, nodes.quorum())
-        })
-    }
-
-    fn release_in_background(self: Box<Self>) {
-        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            runtime.spawn(async move {
-                let _ = self.release().await;
-            });
-        }
-    }
-}
-
-/// A release's outcome: a majority deleted (true); a majority certainly did
-/// not, even counting the failed nodes as deleted (false); else unknown.
-fn released(tally: &Tally, quorum: usize) -> Result<bool, Error> {
-    if tally.yes >= quorum {
-        Ok(true)
-    } else if tally.yes + tally.errors.len() < quorum {
-        Ok(false)
-    } else {
-        Err(Error::backend(
-            "redlock",
-            format!(
-                "release confirmed by {} nodes, a majority ({quorum}) is needed; failures: {}",
-                tally.yes,
-                tally.errors.join("; ")
-            ),
-        ))
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     const MS: Duration = Duration::from_millis(1);
-
-    fn tally(yes: usize, no: usize, errors: usize) -> Tally {
-        Tally { yes, no, errors: vec!["down".to_string(); errors] }
-    }
 
     #[test]
     fn drift_and_node_timeouts_scale_with_the_ttl() {
@@ -495,29 +235,14 @@ mod tests {
         assert_eq!(node_timeout(3600 * 1000 * MS), 1000 * MS);
     }
 
-    #[test]
-    fn a_release_counts_a_majority() {
-        assert_eq!(released(&tally(2, 1, 0), 2), Ok(true));
-        assert_eq!(released(&tally(0, 3, 0), 2), Ok(false));
-        assert_eq!(released(&tally(0, 2, 1), 2), Ok(false), "one failure cannot make a majority");
-        assert!(released(&tally(1, 1, 1), 2).is_err(), "the failed node may have deleted: unknown");
-    }
-
-    #[test]
-    fn too_many_failures_cannot_reach_a_majority() {
-        assert!(!tally(1, 1, 1).cannot_reach_quorum(2));
-        assert!(tally(1, 0, 2).cannot_reach_quorum(2));
-        assert!(!tally(0, 1, 0).cannot_reach_quorum(1));
-    }
-
+    /// Errors keep their sources: a node that refuses the connection is an
+    /// `Error::Connect` whose chain holds the `redis::RedisError`.
     #[tokio::test]
-    async fn join_all_keeps_the_order() {
-        let futures = (0..4u64).map(|i| {
-            Box::pin(async move {
-                tokio::time::sleep(Duration::from_millis(4 - i)).await;
-                i
-            }) as BoxFuture<'static, u64>
-        });
-        assert_eq!(join_all(futures).await, vec![0, 1, 2, 3]);
+    async fn a_refused_connection_keeps_the_redis_error() {
+        let port = crate::backend::refused_port();
+        let url = BackendUrl::parse(&format!("redlock://127.0.0.1:{port}")).unwrap();
+        let err = RedlockBackend::connect(&url).await.unwrap_err();
+        assert!(matches!(err, Error::Connect { .. }), "{err:?}");
+        assert!(crate::error::caused_by::<redis::RedisError>(&err), "{err:?}");
     }
 }

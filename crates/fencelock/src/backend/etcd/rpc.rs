@@ -1,7 +1,8 @@
 //! The etcd connection of the etcd backend: the endpoints of the URL, with
 //! fail-over between them, and one typed function per etcd call the recipe
 //! makes, each bounded by a deadline, with failures mapped to
-//! [`Error::Backend`] (`"etcd: what: why"`).
+//! [`Error::Backend`] (`"etcd: what: code"`, the `tonic::Status` as its
+//! source).
 //!
 //! Where it sits: under [`super::EtcdBackend`], which holds one [`Etcd`] in an
 //! `Arc` shared by its guards, renewals and background cleanups. Calls go to
@@ -579,7 +580,7 @@ async fn probe_endpoint(
 /// A failed call while connecting: [`Error::Security`] for refused
 /// credentials, else [`Error::Connect`] caused by the status.
 fn refused_or_unreachable(status: tonic::Status) -> Error {
-    refusal(&status).unwrap_or_else(|| Error::connect_caused(describe(&status), status))
+    refusal(&status).unwrap_or_else(|| Error::connect_caused(format!("{:?}", status.code()), status))
 }
 
 /// etcd's Authenticate with `credentials`; its token is sent with every later call.
@@ -590,7 +591,7 @@ async fn authenticate(channel: Chan, credentials: &(String, String), token: &Tok
     let answer = AuthClient::new(channel).authenticate(AuthenticateRequest { name, password }).await;
     let answer = answer.map_err(refused_or_unreachable)?;
     let value = AsciiMetadataValue::try_from(answer.into_inner().token)
-        .map_err(|e| Error::backend("etcd", format!("authenticate: a token that is no header value: {e}")))?;
+        .map_err(|e| Error::backend_caused("etcd", "authenticate: a token that is no header value", e))?;
     *token.0.write().unwrap_or_else(|e| e.into_inner()) = Some(value);
     Ok(())
 }
@@ -612,7 +613,7 @@ fn refusal(status: &Status) -> Option<Error> {
     } else {
         return None;
     };
-    Some(Error::Security { message: format!("etcd: {why}: {message}"), source: None })
+    Some(Error::security(format!("etcd: {why}: {message}"), status.clone()))
 }
 
 /// Did etcd refuse the call's auth token (expired, or unknown after a
@@ -674,25 +675,28 @@ fn is_transport(status: &Status) -> bool {
     is_retryable(status)
 }
 
+/// [`Error::Backend`] of a failed call `what`, caused by its status (whose
+/// code, message and transport error stay in the source chain).
 fn status_error(what: &str, status: &Status) -> Error {
-    Error::backend_caused("etcd", format!("{what}: {}", describe(status)), status.clone())
-}
-
-/// "Code: message: source: …".
-fn describe(status: &Status) -> String {
-    let mut out = format!("{:?}: {}", status.code(), status.message());
-    let mut source = std::error::Error::source(status);
-    while let Some(s) = source {
-        out.push_str(": ");
-        out.push_str(&s.to_string());
-        source = s.source();
-    }
-    out
+    Error::backend_caused("etcd", format!("{what}: {:?}", status.code()), status.clone())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Errors keep their sources: no server on the port is an
+    /// `Error::Connect` whose chain holds tonic's status and, under it,
+    /// tonic's transport error.
+    #[tokio::test]
+    async fn a_refused_connection_keeps_the_tonic_error() {
+        let port = crate::backend::refused_port();
+        let url = crate::backend::BackendUrl::parse(&format!("etcd://127.0.0.1:{port}")).unwrap();
+        let err = super::super::EtcdBackend::connect(&url).await.unwrap_err();
+        assert!(matches!(err, Error::Connect { .. }), "{err:?}");
+        assert!(crate::error::caused_by::<Status>(&err), "{err:?}");
+        assert!(crate::error::caused_by::<tonic::transport::Error>(&err), "{err:?}");
+    }
 
     #[test]
     fn a_prefix_range_ends_after_the_prefix() {

@@ -183,11 +183,7 @@ impl AdvisoryMode {
         ttl: Duration,
     ) -> Result<Acquire<Guard>, Error> {
         let by = Instant::now() + STATEMENT_TIMEOUT;
-        let sql = if shared {
-            "SELECT pg_try_advisory_xact_lock_shared(hashtextextended($1, 0)), pg_backend_pid()"
-        } else {
-            "SELECT pg_try_advisory_xact_lock(hashtextextended($1, 0)), pg_backend_pid()"
-        };
+        let sql = if shared { TRY_LOCK_SHARED_SQL } else { TRY_LOCK_SQL };
         let sent = Instant::now();
         let row = bounded("try lock", by, session.client.query_typed_one(sql, &[(&name, Type::TEXT)])).await?;
         let (got, pid): (bool, i32) = (column(&row, 0)?, column(&row, 1)?);
@@ -218,11 +214,7 @@ impl AdvisoryMode {
         deadline: Instant,
     ) -> Result<Acquire<Guard>, Error> {
         let mut cancel = CancelOnDrop::new(&session, self.config.tls());
-        let sql = if shared {
-            "SELECT pg_backend_pid(), pg_advisory_xact_lock_shared(hashtextextended($1, 0))"
-        } else {
-            "SELECT pg_backend_pid(), pg_advisory_xact_lock(hashtextextended($1, 0))"
-        };
+        let sql = if shared { LOCK_SHARED_SQL } else { LOCK_SQL };
         let waited =
             tokio::time::timeout_at(deadline + WAIT_GRACE, session.client.query_typed_one(sql, &[(&name, Type::TEXT)]))
                 .await;
@@ -245,16 +237,15 @@ impl AdvisoryMode {
     }
 }
 
+// The statements, one `.sql` file each in `advisory/` (no table: nothing is
+// spliced in; the lock name is always the bound parameter `$1`).
+const TRY_LOCK_SQL: &str = include_str!("advisory/try_lock.sql");
+const TRY_LOCK_SHARED_SQL: &str = include_str!("advisory/try_lock_shared.sql");
+const LOCK_SQL: &str = include_str!("advisory/lock.sql");
+const LOCK_SHARED_SQL: &str = include_str!("advisory/lock_shared.sql");
 /// The holder's process id and the number of waiters of `$1`'s key, from
-/// `pg_locks` (a one-key advisory lock shows its key's high and low 32 bits as
-/// `classid` and `objid`, with `objsubid` 1).
-const INFO_SQL: &str = "\
-    WITH k AS (SELECT ((h >> 32) & 4294967295)::oid AS hi, (h & 4294967295)::oid AS lo \
-               FROM (SELECT hashtextextended($1, 0) AS h) x), \
-    l AS (SELECT pid, granted FROM pg_locks, k \
-          WHERE locktype = 'advisory' AND classid = k.hi AND objid = k.lo AND objsubid = 1 \
-            AND database = (SELECT oid FROM pg_database WHERE datname = current_database())) \
-    SELECT (SELECT pid FROM l WHERE granted LIMIT 1), (SELECT count(*) FROM l WHERE NOT granted)";
+/// `pg_locks`.
+const INFO_SQL: &str = include_str!("advisory/holder_info.sql");
 
 /// One lock's connection.
 struct Session {
@@ -370,5 +361,5 @@ impl Held for AdvisoryHeld {
 
 /// Column `i` of `row`, or [`Error::Backend`].
 fn column<'r, T: tokio_postgres::types::FromSql<'r>>(row: &'r Row, i: usize) -> Result<T, Error> {
-    row.try_get(i).map_err(|e| Error::backend("postgres", format!("unexpected column {i} in the answer: {e}")))
+    row.try_get(i).map_err(|e| Error::backend_caused("postgres", format!("unexpected column {i} in the answer"), e))
 }

@@ -64,7 +64,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tokio_postgres::types::{ToSql, Type};
 
-use super::{column, one, to_token, Store, TableGrant, STATEMENT_TIMEOUT};
+use super::{column, one, to_token, Store, Table, TableGrant, STATEMENT_TIMEOUT};
 use crate::backend::{BoxFuture, Guard, Renew, Renewed};
 use crate::error::Error;
 use crate::types::{LockMode, LockOptions};
@@ -90,99 +90,9 @@ pub(super) fn mismatch(kept: u32, asked: u32) -> Error {
 }
 
 /// The schema additions and functions of the module docs, for `table`
-/// (inside the schema's transaction).
-pub(super) fn schema_sql(table: &str) -> String {
-    let (locks, waiters, shared) =
-        (format!("\"{table}\""), format!("\"{table}_waiters\""), format!("\"{table}_shared\""));
-    let seq = format!("'\"{table}_token_seq\"'");
-    format!(
-        "ALTER TABLE {locks} ADD COLUMN IF NOT EXISTS shared_until timestamptz; \
-         ALTER TABLE {waiters} ADD COLUMN IF NOT EXISTS kind text NOT NULL DEFAULT 'x', \
-             ADD COLUMN IF NOT EXISTS weight int NOT NULL DEFAULT 1, \
-             ADD COLUMN IF NOT EXISTS permits int NOT NULL DEFAULT 0; \
-         CREATE TABLE IF NOT EXISTS {shared} (\
-             name text NOT NULL, owner text NOT NULL, token bigint NOT NULL, weight int NOT NULL, \
-             permits int NOT NULL, expires_at timestamptz NOT NULL, PRIMARY KEY (name, owner)); \
-         CREATE OR REPLACE FUNCTION \"{table}_share\"(p_name text, p_owner text, p_ttl bigint, p_id bigint, \
-             p_kind text, p_weight int, p_permits int) \
-         RETURNS TABLE (granted bigint, holder_token bigint, holder_left bigint, ahead bigint, ahead_left bigint, \
-             waiters bigint, queued boolean, kept int) LANGUAGE plpgsql AS $f$ \
-         DECLARE r record; t timestamptz; v_until timestamptz; v_token bigint; v_kept int; \
-             v_first timestamptz; v_soonest timestamptz; v_used bigint; \
-         BEGIN \
-           INSERT INTO {locks} (name) VALUES (p_name) ON CONFLICT (name) DO NOTHING; \
-           SELECT l.token AS token, (l.owner IS NOT NULL AND l.expires_at > clock_timestamp()) AS held, \
-               l.expires_at AS expires_at INTO r FROM {locks} l WHERE l.name = p_name FOR UPDATE; \
-           t := clock_timestamp(); \
-           v_until := t + p_ttl * interval '1 microsecond'; \
-           DELETE FROM {shared} s WHERE s.name = p_name AND s.expires_at <= t; \
-           waiters := (SELECT count(*) FROM {waiters} w WHERE w.name = p_name AND w.expires_at > t); \
-           ahead := 0; queued := false; \
-           SELECT s.token INTO v_token FROM {shared} s WHERE s.name = p_name AND s.owner = p_owner; \
-           IF v_token IS NULL THEN \
-             SELECT s.permits INTO v_kept FROM {shared} s WHERE s.name = p_name LIMIT 1; \
-             IF v_kept IS NULL THEN \
-               SELECT w.permits INTO v_kept FROM {waiters} w WHERE w.name = p_name AND w.kind = 's' \
-                   AND w.id <> p_id AND w.expires_at > t LIMIT 1; \
-             END IF; \
-             IF v_kept IS NOT NULL AND v_kept <> p_permits THEN \
-               kept := v_kept; RETURN NEXT; RETURN; \
-             END IF; \
-             SELECT count(*), min(w.expires_at) INTO ahead, v_first FROM {waiters} w \
-                 WHERE w.name = p_name AND w.id < p_id AND w.expires_at > t AND (p_kind = 's' OR w.kind <> 'r'); \
-             SELECT coalesce(sum(s.weight), 0), min(s.expires_at) INTO v_used, v_soonest FROM {shared} s \
-                 WHERE s.name = p_name; \
-             IF r.held THEN \
-               holder_token := r.token; \
-               holder_left := greatest(0, ceil(extract(epoch FROM r.expires_at - t) * 1000000))::bigint; \
-             ELSIF ahead > 0 THEN \
-               ahead_left := greatest(0, ceil(extract(epoch FROM v_first - t) * 1000000))::bigint; \
-             ELSIF p_kind = 's' AND v_used + p_weight > p_permits THEN \
-               holder_left := greatest(0, ceil(extract(epoch FROM v_soonest - t) * 1000000))::bigint; \
-             ELSE \
-               v_token := nextval({seq}); \
-               INSERT INTO {shared} (name, owner, token, weight, permits, expires_at) \
-                   VALUES (p_name, p_owner, v_token, p_weight, p_permits, v_until); \
-             END IF; \
-           ELSE \
-             UPDATE {shared} s SET expires_at = v_until WHERE s.name = p_name AND s.owner = p_owner; \
-           END IF; \
-           IF v_token IS NOT NULL THEN \
-             UPDATE {locks} l SET shared_until = greatest(l.shared_until, v_until) WHERE l.name = p_name; \
-             DELETE FROM {waiters} w WHERE w.id = p_id; \
-             granted := v_token; ahead := 0; \
-           ELSE \
-             UPDATE {waiters} w SET expires_at = v_until WHERE w.id = p_id AND w.expires_at > t; \
-             queued := FOUND; \
-           END IF; \
-           RETURN NEXT; \
-         END $f$; \
-         CREATE OR REPLACE FUNCTION \"{table}_reshare\"(p_name text, p_owner text, p_ttl bigint) \
-         RETURNS boolean LANGUAGE plpgsql AS $f$ \
-         DECLARE t timestamptz; v_until timestamptz; \
-         BEGIN \
-           PERFORM 1 FROM {locks} l WHERE l.name = p_name FOR UPDATE; \
-           t := clock_timestamp(); \
-           v_until := t + p_ttl * interval '1 microsecond'; \
-           UPDATE {shared} s SET expires_at = v_until \
-               WHERE s.name = p_name AND s.owner = p_owner AND s.expires_at > t; \
-           IF NOT FOUND THEN RETURN false; END IF; \
-           UPDATE {locks} l SET shared_until = greatest(l.shared_until, v_until) WHERE l.name = p_name; \
-           RETURN true; \
-         END $f$; \
-         CREATE OR REPLACE FUNCTION \"{table}_unshare\"(p_name text, p_owner text) \
-         RETURNS boolean LANGUAGE plpgsql AS $f$ \
-         DECLARE t timestamptz; v_live boolean; \
-         BEGIN \
-           PERFORM 1 FROM {locks} l WHERE l.name = p_name FOR UPDATE; \
-           t := clock_timestamp(); \
-           DELETE FROM {shared} s WHERE s.name = p_name AND s.owner = p_owner RETURNING s.expires_at > t INTO v_live; \
-           DELETE FROM {shared} s WHERE s.name = p_name AND s.expires_at <= t; \
-           UPDATE {locks} l SET shared_until = (SELECT max(s.expires_at) FROM {shared} s WHERE s.name = p_name) \
-               WHERE l.name = p_name; \
-           RETURN coalesce(v_live, false); \
-         END $f$;"
-    )
+/// (inside the schema's transaction): `sql/schema_shared.sql`.
+pub(super) fn schema_sql(table: &Table) -> String {
+    table.render(include_str!("sql/schema_shared.sql"))
 }
 
 /// The statements of the shared grants, with the table name spliced in.
@@ -195,12 +105,12 @@ pub(super) struct SharedSql {
 }
 
 impl SharedSql {
-    pub(super) fn new(table: &str) -> SharedSql {
+    pub(super) fn new(table: &Table) -> SharedSql {
         SharedSql {
-            attempt: format!("SELECT * FROM \"{table}_share\"($1, $2, $3, $4, $5, $6, $7)"),
-            renew: format!("SELECT \"{table}_reshare\"($1, $2, $3)"),
-            release: format!("SELECT \"{table}_unshare\"($1, $2)"),
-            tokens: format!("SELECT token FROM \"{table}_shared\" WHERE name = $1 AND expires_at > clock_timestamp()"),
+            attempt: table.render(include_str!("sql/shared_attempt.sql")),
+            renew: table.render(include_str!("sql/shared_renew.sql")),
+            release: table.render(include_str!("sql/shared_release.sql")),
+            tokens: table.render(include_str!("sql/shared_tokens.sql")),
         }
     }
 }

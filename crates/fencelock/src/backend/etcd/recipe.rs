@@ -1,0 +1,273 @@
+//! The recipe (see the [module docs](super)): a lease and a key under the
+//! lock's prefix, the owner the key with the lowest create revision, a
+//! waiter watching its predecessor only and looking again after it goes; a
+//! request that is not granted is withdrawn (its lease revoked).
+//!
+//! Where it sits: under [`super::EtcdBackend`]'s acquire and campaign; the
+//! calls are in [`super::rpc`], the guard of a grant in [`super::held`].
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use fencelock_proto::etcd::mvccpb::KeyValue;
+use tokio::time::Instant;
+
+use super::held::{EtcdHeld, Mine};
+use super::keys::key_of;
+use super::rpc::Etcd;
+use super::shared::{self, Kind};
+use super::EtcdBackend;
+use crate::backend::election::encode_holder;
+use crate::backend::{Acquire, Guard, KeptLease, LockBackend};
+use crate::error::Error;
+use crate::lease::LeaseWatch;
+use crate::types::LockOptions;
+
+impl EtcdBackend {
+    /// Queues a request for lock `name` (steps 1 and 2 of the recipe) and
+    /// takes its turn (steps 3 to 5), for a lock or a campaign (`purpose`).
+    pub(super) async fn acquire_lock(
+        &self,
+        name: &str,
+        opts: &LockOptions,
+        purpose: Purpose,
+    ) -> Result<Acquire<Guard>, Error> {
+        self.capabilities().admit(self.kind(), name, opts)?;
+        let kind = Kind::of_request(opts);
+        if purpose == Purpose::Campaign && kind != Kind::Writer {
+            return Err(Error::InvalidArgument("a campaign is exclusive: no shared mode, no permits".into()));
+        }
+        let lock = self.lock_prefix(name);
+        let wait_end = Instant::now() + opts.wait;
+        let sent = Instant::now();
+        let granted = self.etcd.lease_grant(ttl_secs(opts.ttl), self.etcd.deadline()).await?;
+        let (lease_id, ttl) = (granted.id, granted.ttl);
+        let withdraw = Withdraw { etcd: self.etcd.clone(), lease_id, armed: true };
+        let mut key = key_of(&lock, lease_id);
+        key.extend_from_slice(kind.suffix().as_bytes());
+        let rev = self.etcd.create(&key, encode_holder(opts), lease_id, self.etcd.deadline()).await?;
+        let mine = Mine { etcd: self.etcd.clone(), lease_id, key, rev };
+        let kept = KeptLease::start(lease_id as u64, Duration::from_secs(ttl as u64), sent, Arc::new(mine.clone()));
+        kept.seen_term(granted.term);
+        let turn = if kind != Kind::Writer && opts.wait.is_zero() {
+            self.shared_turn(&lock, &mine, kind, false, purpose).await?
+        } else if opts.wait.is_zero() {
+            self.try_turn(&lock, &mine, purpose).await?
+        } else {
+            match tokio::time::timeout_at(wait_end, self.wait_turn(&lock, &mine, kind, kept.watch(), purpose)).await {
+                Ok(turn) => turn?,
+                Err(_) => Turn::TimedOut,
+            }
+        };
+        match turn {
+            Turn::Granted => {
+                withdraw.disarm();
+                let watch = kept.watch();
+                let token = Some(mine.rev as u64);
+                let held = EtcdHeld { mine, identity: opts.identity.clone(), _kept: kept };
+                Ok(Acquire::Acquired(Guard::new(name.to_string(), token, self.kind(), watch, Box::new(held))))
+            }
+            Turn::Busy { owner, keys } => {
+                drop(kept);
+                withdraw.now().await;
+                Ok(Acquire::Busy {
+                    holder_lease: Some(owner.lease as u64),
+                    holder_token: Some(owner.create_revision as u64),
+                    reopens_in: None,
+                    // Every key but the owner's and this one (gone now).
+                    waiters: u32::try_from(keys.saturating_sub(2).max(0)).unwrap_or(u32::MAX),
+                })
+            }
+            Turn::TimedOut => {
+                drop(kept);
+                withdraw.now().await;
+                Ok(Acquire::TimedOut)
+            }
+        }
+    }
+
+    /// Step 3, once: granted if `mine` is the owner of `lock`, else busy.
+    pub(super) async fn try_turn(&self, lock: &[u8], mine: &Mine, purpose: Purpose) -> Result<Turn, Error> {
+        let (owner, keys) = self.other_owner(lock, mine, purpose).await?;
+        match owner {
+            None => Ok(Turn::Granted),
+            Some(owner) => Ok(Turn::Busy { owner, keys }),
+        }
+    }
+
+    /// Steps 3 and 4 until `mine` owns `lock`. Fails if the lease is lost (see
+    /// `lease`) or the key is gone meanwhile.
+    pub(super) async fn wait_turn(
+        &self,
+        lock: &[u8],
+        mine: &Mine,
+        kind: Kind,
+        lease: LeaseWatch,
+        purpose: Purpose,
+    ) -> Result<Turn, Error> {
+        let turn = async {
+            if kind != Kind::Writer {
+                return self.shared_turn(lock, mine, kind, true, purpose).await;
+            }
+            loop {
+                if self.other_owner(lock, mine, purpose).await?.0.is_none() {
+                    return Ok(Turn::Granted);
+                }
+                let end = self.etcd.deadline();
+                if let Some(predecessor) = self.etcd.last_created_before(lock, mine.rev, end).await? {
+                    self.wait_gone(&predecessor).await?;
+                }
+            }
+        };
+        let own_key_gone = async {
+            match purpose {
+                Purpose::Lock => std::future::pending().await,
+                Purpose::Campaign => self.own_key_gone(mine).await,
+            }
+        };
+        tokio::select! {
+            biased;
+            reason = lease.lost() => Err(purpose.lost(format!("lost the lease {} while waiting: {reason}", mine.lease_id))),
+            () = own_key_gone => Err(purpose.lost(format!(
+                "the key of a waiting campaign (lease {}) was deleted: its lease was revoked or expired",
+                mine.lease_id
+            ))),
+            turn = turn => turn,
+        }
+    }
+
+    /// Resolves once `mine`'s key is gone: a campaign's notice, at once, that
+    /// its lease was revoked or expired (which deletes the key). A watch or
+    /// read that fails leaves the notice to the next renewal: it never
+    /// resolves then.
+    pub(super) async fn own_key_gone(&self, mine: &Mine) {
+        let own = KeyValue { key: mine.key.clone(), create_revision: mine.rev, ..KeyValue::default() };
+        loop {
+            if self.wait_gone(&own).await.is_err() {
+                return std::future::pending().await;
+            }
+            match self.etcd.get(&own.key, self.etcd.deadline()).await {
+                // The watcher was canceled, the key is still there.
+                Ok(Some(kv)) if kv.create_revision == own.create_revision => continue,
+                Ok(_) => return,
+                Err(_) => return std::future::pending().await,
+            }
+        }
+    }
+
+    /// The owner of `lock` (the key with the lowest create revision), or `None`
+    /// if it is `mine`; with the number of keys of the lock. Fails if `mine` is
+    /// not among them any more.
+    pub(super) async fn other_owner(
+        &self,
+        lock: &[u8],
+        mine: &Mine,
+        purpose: Purpose,
+    ) -> Result<(Option<KeyValue>, i64), Error> {
+        let (first, keys) = self.etcd.first_created(lock, self.etcd.deadline()).await?;
+        if let Some(Kind::Permits { of, .. }) = first.as_ref().map(|kv| Kind::of_key(lock, &kv.key)) {
+            return Err(shared::mismatch(of, 0));
+        }
+        match first {
+            Some(kv) if kv.create_revision == mine.rev => Ok((None, keys)),
+            Some(kv) if kv.create_revision < mine.rev => Ok((Some(kv), keys)),
+            _ => Err(purpose.lost(format!("the key of a waiting acquire (lease {}) was deleted", mine.lease_id))),
+        }
+    }
+
+    /// Waits until `predecessor` is gone: a watcher from now on its key, then a
+    /// look whether it went before the watcher existed.
+    pub(super) async fn wait_gone(&self, predecessor: &KeyValue) -> Result<(), Error> {
+        let mut watcher = self.etcd.watch_deletion(&predecessor.key, self.etcd.deadline()).await?;
+        match self.etcd.get(&predecessor.key, self.etcd.deadline()).await? {
+            Some(kv) if kv.create_revision == predecessor.create_revision => self.etcd.deleted(&mut watcher).await,
+            _ => Ok(()),
+        }
+    }
+}
+
+/// What a request is for, which decides what losing its place means.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Purpose {
+    /// A lock: the acquire fails ([`Error::Backend`]).
+    Lock,
+    /// A campaign: a candidate whose lease ended is told so
+    /// ([`Error::LeaseNotFound`]), as every backend's campaign does.
+    Campaign,
+}
+
+impl Purpose {
+    /// The error of a request that lost its lease or key while waiting.
+    pub(super) fn lost(self, why: String) -> Error {
+        match self {
+            Purpose::Lock => Error::backend("etcd", why),
+            Purpose::Campaign => Error::LeaseNotFound(format!("etcd: {why}")),
+        }
+    }
+}
+
+/// Where an acquire's turn ended.
+pub(super) enum Turn {
+    Granted,
+    Busy { owner: KeyValue, keys: i64 },
+    TimedOut,
+}
+
+/// Withdraws a request that was not granted: revokes its lease, which deletes
+/// its key. Armed until granted; if dropped armed (the acquire future was
+/// dropped, or failed), the revocation runs in a spawned task.
+struct Withdraw {
+    etcd: Arc<Etcd>,
+    lease_id: i64,
+    armed: bool,
+}
+
+impl Withdraw {
+    /// The request was granted: nothing to withdraw.
+    fn disarm(mut self) {
+        self.armed = false;
+    }
+
+    /// Withdraws now; if that fails, once more in the background.
+    async fn now(mut self) {
+        match self.etcd.lease_revoke(self.lease_id, self.etcd.deadline()).await {
+            Ok(()) => self.armed = false,
+            Err(e) => {
+                tracing::debug!(lease = self.lease_id, error = %e, "fencelock: etcd: withdraw failed")
+            }
+        }
+    }
+}
+
+impl Drop for Withdraw {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        // Without a runtime the lease expires by itself (nobody renews it).
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            let (etcd, lease_id) = (self.etcd.clone(), self.lease_id);
+            runtime.spawn(async move {
+                if let Err(e) = etcd.lease_revoke(lease_id, etcd.deadline()).await {
+                    tracing::debug!(lease = lease_id, error = %e, "fencelock: etcd: withdraw failed");
+                }
+            });
+        }
+    }
+}
+
+/// `ttl` in whole seconds, rounded up.
+fn ttl_secs(ttl: Duration) -> i64 {
+    i64::try_from(ttl.as_millis().div_ceil(1000)).unwrap_or(i64::MAX).max(1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ttls_round_up_to_whole_seconds() {
+        let ms = Duration::from_millis;
+        assert_eq!([ms(100), ms(1000), ms(1001), ms(15_000)].map(ttl_secs), [1, 1, 2, 15]);
+    }
+}
