@@ -76,7 +76,7 @@ struct Args {
     #[arg(long)]
     quick: bool,
     /// Directory for results.md, results.json and the charts
-    /// [default: bench/results/<UTC date>, or target/bench-quick with --quick].
+    /// [default: bench/results/YYYY-MM-DD (UTC), or target/bench-quick with --quick].
     #[arg(long)]
     out: Option<PathBuf>,
     /// Engines to measure, comma-separated.

@@ -12,6 +12,8 @@
 //! A does not look at its lease before writing, on purpose: the pause could have
 //! hit right after such a check, which is why only the resource can stop it.
 
+#![allow(clippy::disallowed_methods)] // the demo prints a timeline of its processes by the clock; it decides no expiry
+
 use std::{
     net::SocketAddr,
     path::Path,

@@ -86,7 +86,7 @@ pub struct ServeArgs {
     #[arg(long, env = "FENCELOCK_LOG")]
     log: Option<String>,
     /// Where the Raft log's entries are kept: `segment` (an append-only
-    /// segment log in <data dir>/wal/, one fdatasync per batch) or `redb` (in
+    /// segment log in the data dir's wal/, one fdatasync per batch) or `redb` (in
     /// the database) [default: segment]. A data dir whose log is in redb (of
     /// `redb`, or of an older fencelock) moves it into segments on its first
     /// start with `segment`, one way; a segment data dir is refused by `redb`.

@@ -2,9 +2,10 @@
 //!
 //! The engine never reads a clock; the driver reads this one and passes `now` in
 //! every input. Wall-clock time is never used for an expiry (a jump of the system
-//! clock changes nothing). `clippy.toml` bans `Instant::now` elsewhere. The wall
-//! clock is read for one thing only: the token floor of a `LeaderStart`
-//! ([`Clock::token_floor`]), which is not an expiry.
+//! clock changes nothing). `clippy.toml` bans `Instant::now` (`std`'s and
+//! tokio's) elsewhere. The wall clock is read for one thing only: the token
+//! floor of a `LeaderStart` ([`Clock::token_floor`]), which is not an expiry.
+//! Connection timers read tokio's instant here too; they never decide a lease.
 //!
 //! Where it sits: [`Clock`] is what the server reads; the [`TimeSource`] under it
 //! is a seam. A node runs on [`Monotonic`] (the real monotonic clock) unless its
@@ -113,6 +114,16 @@ impl Clock {
     pub fn instant_at(&self, at: Millis) -> Instant {
         self.source.instant_at(at)
     }
+}
+
+/// Tokio's monotonic instant now, for connection timers only (the handshake
+/// deadline, the idle timeout, the rate of new connections per source): never
+/// for a lease, whose time is [`Clock::now`]. Tokio's, not `std`'s, so that it
+/// agrees with `tokio::time::sleep_until` and follows tokio's paused test
+/// clock.
+#[allow(clippy::disallowed_methods)] // the clock module reads the monotonic clock
+pub(crate) fn mono_now() -> tokio::time::Instant {
+    tokio::time::Instant::now()
 }
 
 #[cfg(test)]

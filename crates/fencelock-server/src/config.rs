@@ -45,7 +45,7 @@ pub struct Config {
     pub snapshot_every: u64,
     /// Where the Raft log's entries are kept (`Segment` by default). A data
     /// dir whose log is in redb moves it into the segment log on its first
-    /// start with `Segment` (see [`crate::raft::wal::migrate`]); one in
+    /// start with `Segment` (see [`crate::raft::log_store::migrate`]); one in
     /// segments is refused by `Redb`.
     pub log: LogEngine,
     /// Watch events kept for watchers that resume (see `watching`).

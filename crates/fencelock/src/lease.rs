@@ -123,7 +123,7 @@ impl LeaseCell {
 
     /// The state now (an expired deadline is applied first).
     pub fn state(&self) -> LeaseState {
-        self.transition(|s| s.at(Instant::now()));
+        self.transition(|s| s.at(crate::clock::now()));
         *self.state.borrow()
     }
 
@@ -134,7 +134,7 @@ impl LeaseCell {
     /// Records a confirmation of a request sent at `sent`. False if the lease was
     /// already lost (a late confirmation does not revive it).
     pub fn confirm(&self, sent: Instant, ttl: Duration) -> bool {
-        let now = Instant::now();
+        let now = crate::clock::now();
         self.transition(|s| s.at(now).confirmed(sent, ttl));
         self.state.borrow().lost.is_none()
     }
@@ -283,7 +283,7 @@ impl LeaseWatch {
 
     /// [`Self::in_jeopardy`] with `margin` before the deadline.
     pub fn in_jeopardy_with(&self, margin: Duration) -> bool {
-        self.cell.state().in_jeopardy(Instant::now(), margin)
+        self.cell.state().in_jeopardy(crate::clock::now(), margin)
     }
 
     /// Resolves when the lease is in jeopardy: when `deadline - margin` passes
@@ -303,7 +303,7 @@ impl LeaseWatch {
             // Mark the current value seen first, so that any later change wakes us.
             rx.borrow_and_update();
             let state = self.cell.state();
-            if state.in_jeopardy(Instant::now(), margin) {
+            if state.in_jeopardy(crate::clock::now(), margin) {
                 return;
             }
             tokio::select! {
@@ -338,7 +338,7 @@ pub(crate) async fn renew_loop<F, Fut>(
     loop {
         let next = match failures {
             0 => last_sent + renew_interval(cell.ttl, fastrand::f64()),
-            n => Instant::now() + backoff.delay(n - 1, fastrand::f64()),
+            n => crate::clock::now() + backoff.delay(n - 1, fastrand::f64()),
         };
         let state = cell.state();
         if state.lost.is_some() {
@@ -348,7 +348,7 @@ pub(crate) async fn renew_loop<F, Fut>(
         if cell.is_lost() {
             return;
         }
-        let sent = Instant::now();
+        let sent = crate::clock::now();
         // A round may take a third of the TTL, so that a hung attempt leaves room
         // for another round before the deadline.
         let round_end = (sent + round_timeout.min(cell.ttl / 3)).min(cell.state().deadline);
@@ -404,14 +404,14 @@ mod tests {
 
     #[test]
     fn deadline_counts_from_the_send_time() {
-        let t0 = Instant::now();
+        let t0 = crate::clock::now();
         let s = live(t0 + 15 * S).confirmed(t0 + 5 * S, 15 * S);
         assert_eq!(s.deadline, t0 + 20 * S);
     }
 
     #[test]
     fn a_stale_confirmation_never_moves_the_deadline_back() {
-        let t0 = Instant::now();
+        let t0 = crate::clock::now();
         // A keep-alive sent at t0+1 confirmed after one sent at t0+5.
         let s = live(t0 + 20 * S).confirmed(t0 + S, 15 * S);
         assert_eq!(s.deadline, t0 + 20 * S);
@@ -419,7 +419,7 @@ mod tests {
 
     #[test]
     fn expires_exactly_at_the_deadline() {
-        let t0 = Instant::now();
+        let t0 = crate::clock::now();
         let s = live(t0 + 15 * S);
         assert_eq!(s.at(t0 + 15 * S - Duration::from_nanos(1)).lost, None);
         assert_eq!(s.at(t0 + 15 * S).lost, Some(LeaseLost::Expired));
@@ -430,7 +430,7 @@ mod tests {
     /// (0) term changes nothing; a lost lease counts nothing more.
     #[test]
     fn a_higher_leader_term_counts_one_failover() {
-        let s = live(Instant::now());
+        let s = live(crate::clock::now());
         let s = s.seen_term(0).seen_term(4);
         assert_eq!((s.term, s.failovers), (4, 0));
         let s = s.seen_term(4).seen_term(3).seen_term(0);
@@ -443,7 +443,7 @@ mod tests {
 
     #[test]
     fn loss_is_final_and_keeps_its_first_reason() {
-        let t0 = Instant::now();
+        let t0 = crate::clock::now();
         let s = live(t0 + 15 * S).lose(LeaseLost::NotFound);
         assert_eq!(s.lose(LeaseLost::Closed).lost, Some(LeaseLost::NotFound));
         let late = s.confirmed(t0 + 10 * S, 15 * S);
@@ -453,18 +453,18 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn lost_fires_at_the_deadline_without_any_watchdog() {
-        let t0 = Instant::now();
+        let t0 = crate::clock::now();
         let cell = LeaseCell::new(7, 3 * S, t0 + 3 * S);
         let watch = LeaseWatch::new(cell.clone());
         assert!(!watch.is_lost());
         assert_eq!(watch.lost().await, LeaseLost::Expired);
-        assert_eq!(Instant::now(), t0 + 3 * S);
+        assert_eq!(crate::clock::now(), t0 + 3 * S);
         assert!(watch.is_lost());
     }
 
     #[tokio::test(start_paused = true)]
     async fn lost_waits_for_a_moved_deadline() {
-        let t0 = Instant::now();
+        let t0 = crate::clock::now();
         let cell = LeaseCell::new(7, 3 * S, t0 + 3 * S);
         let watch = LeaseWatch::new(cell.clone());
         let c = cell.clone();
@@ -473,12 +473,12 @@ mod tests {
             assert!(c.confirm(t0 + 2 * S, 3 * S));
         });
         assert_eq!(watch.lost().await, LeaseLost::Expired);
-        assert_eq!(Instant::now(), t0 + 5 * S);
+        assert_eq!(crate::clock::now(), t0 + 5 * S);
     }
 
     #[tokio::test(start_paused = true)]
     async fn lost_fires_on_a_reported_loss_before_the_deadline() {
-        let t0 = Instant::now();
+        let t0 = crate::clock::now();
         let cell = LeaseCell::new(7, 30 * S, t0 + 30 * S);
         let watch = LeaseWatch::new(cell.clone());
         let c = cell.clone();
@@ -487,19 +487,19 @@ mod tests {
             c.lose(LeaseLost::NotFound);
         });
         assert_eq!(watch.lost().await, LeaseLost::NotFound);
-        assert_eq!(Instant::now(), t0 + S);
+        assert_eq!(crate::clock::now(), t0 + S);
         assert_eq!(watch.deadline(), t0 + 30 * S, "the deadline stays what it was");
     }
 
     /// Jeopardy: `deadline - margin`, the default margin TTL/3.
     #[tokio::test(start_paused = true)]
     async fn jeopardy_fires_at_the_deadline_minus_a_third_of_the_ttl() {
-        let t0 = Instant::now();
+        let t0 = crate::clock::now();
         let cell = LeaseCell::new(7, 30 * S, t0 + 30 * S);
         let watch = LeaseWatch::new(cell.clone());
         assert!(!watch.in_jeopardy());
         watch.jeopardy().await;
-        assert_eq!(Instant::now(), t0 + 20 * S);
+        assert_eq!(crate::clock::now(), t0 + 20 * S);
         assert!(watch.in_jeopardy());
         assert!(!watch.is_lost(), "in jeopardy, not lost");
     }
@@ -507,12 +507,12 @@ mod tests {
     /// Jeopardy with a margin of the caller's choice.
     #[tokio::test(start_paused = true)]
     async fn jeopardy_with_a_margin_fires_that_long_before_the_deadline() {
-        let t0 = Instant::now();
+        let t0 = crate::clock::now();
         let cell = LeaseCell::new(7, 30 * S, t0 + 30 * S);
         let watch = LeaseWatch::new(cell.clone());
         assert!(!watch.in_jeopardy_with(5 * S));
         watch.jeopardy_with(5 * S).await;
-        assert_eq!(Instant::now(), t0 + 25 * S);
+        assert_eq!(crate::clock::now(), t0 + 25 * S);
         assert!(watch.in_jeopardy_with(5 * S));
         assert!(!watch.in_jeopardy_with(4 * S));
     }
@@ -521,7 +521,7 @@ mod tests {
     /// the deadline (as `lost` follows a moved deadline).
     #[tokio::test(start_paused = true)]
     async fn jeopardy_follows_a_moved_deadline() {
-        let t0 = Instant::now();
+        let t0 = crate::clock::now();
         let cell = LeaseCell::new(7, 3 * S, t0 + 3 * S);
         let watch = LeaseWatch::new(cell.clone());
         let c = cell.clone();
@@ -531,7 +531,7 @@ mod tests {
             assert!(c.confirm(t0 + S, 3 * S));
         });
         watch.jeopardy().await;
-        assert_eq!(Instant::now(), t0 + 3 * S);
+        assert_eq!(crate::clock::now(), t0 + 3 * S);
         assert_eq!(watch.deadline(), t0 + 4 * S);
         assert!(!watch.is_lost());
     }
@@ -539,7 +539,7 @@ mod tests {
     /// A lost lease is in jeopardy at once, whatever its deadline.
     #[tokio::test(start_paused = true)]
     async fn jeopardy_fires_at_once_when_the_lease_is_lost() {
-        let t0 = Instant::now();
+        let t0 = crate::clock::now();
         let cell = LeaseCell::new(7, 30 * S, t0 + 30 * S);
         let watch = LeaseWatch::new(cell.clone());
         let c = cell.clone();
@@ -548,9 +548,9 @@ mod tests {
             c.lose(LeaseLost::Revoked);
         });
         watch.jeopardy().await;
-        assert_eq!(Instant::now(), t0 + S);
+        assert_eq!(crate::clock::now(), t0 + S);
         assert!(watch.in_jeopardy());
         watch.jeopardy().await;
-        assert_eq!(Instant::now(), t0 + S, "and at once for every later call");
+        assert_eq!(crate::clock::now(), t0 + S, "and at once for every later call");
     }
 }

@@ -85,8 +85,9 @@
 //! # Modules
 //! No module imports one of its siblings that imports it back: the crate root
 //! holds `error`, `types`, `lease` (the lease state, deadline and the renewal
-//! loop every backend's watchdog runs), `backoff`, `metrics` (names of the
-//! exported metrics) and `backend`; `backend` holds the trait, the one guard
+//! loop every backend's watchdog runs), `backoff`, `clock` (the one place that
+//! reads the time), `metrics` (names of the exported metrics) and `backend`;
+//! `backend` holds the trait, the one guard
 //! and request, the acquire outcome, the URL grammar and TLS files, and one
 //! module per backend; `backend::native` holds the native client (the
 //! `Client` type, with its methods in `client`, `acquire` and `guard`), its
@@ -96,6 +97,7 @@
 
 pub mod backend;
 mod backoff;
+mod clock;
 mod error;
 mod lease;
 pub mod metrics;

@@ -6,6 +6,8 @@
 //! without a restart, and an `https://` lock service asked with its CA and a
 //! bearer token.
 
+#![allow(clippy::disallowed_methods)] // the test times how long the server keeps a connection open
+
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

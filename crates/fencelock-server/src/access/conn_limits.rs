@@ -47,6 +47,7 @@ use tokio::{
 };
 
 use super::tls::{Port, ServerTls};
+use crate::clock;
 use crate::metrics::Metrics;
 
 /// At most one log line per kind of refusal this often, with the count since the last.
@@ -228,8 +229,12 @@ impl Gate {
                 Some(Refusal::Total)
             } else if from_ip >= self.limits.max_per_source {
                 Some(Refusal::PerSource)
-            } else if !open.take_rate(ip, Instant::now(), self.limits.new_per_source_per_sec, self.limits.rate_burst())
-            {
+            } else if !open.take_rate(
+                ip,
+                clock::mono_now(),
+                self.limits.new_per_source_per_sec,
+                self.limits.rate_burst(),
+            ) {
                 Some(Refusal::Rate)
             } else {
                 open.total += 1;
@@ -295,7 +300,7 @@ impl Gate {
         let mut log = self.log.lock().unwrap_or_else(|p| p.into_inner());
         let n = log.since.entry(why).or_insert(0);
         *n += 1;
-        let now = Instant::now();
+        let now = clock::mono_now();
         if log.last.get(&why).is_some_and(|t| now < *t + LOG_EVERY) {
             return None;
         }
@@ -364,7 +369,7 @@ async fn handshake(
     tx: mpsc::Sender<(Stream, SocketAddr)>,
 ) {
     let gate = permit.gate.clone();
-    let deadline = Instant::now() + gate.limits.handshake_timeout;
+    let deadline = clock::mono_now() + gate.limits.handshake_timeout;
     let mut byte = [0u8; 1];
     let first_byte = tokio::time::timeout_at(deadline, stream.peek(&mut byte));
     let arrived = tokio::select! {
@@ -515,13 +520,13 @@ pub struct Conn {
 
 impl Conn {
     fn new(io: TcpStream, idle: Duration, permit: Permit) -> Self {
-        let last = Instant::now();
+        let last = clock::mono_now();
         Self { io, idle, last, timer: Box::pin(tokio::time::sleep_until(last + idle)), permit }
     }
 
     fn touch(&mut self, moved: bool) {
         if moved {
-            self.last = Instant::now();
+            self.last = clock::mono_now();
         }
     }
 
@@ -531,7 +536,7 @@ impl Conn {
         loop {
             ready!(self.timer.as_mut().poll(cx));
             let due = self.last + self.idle;
-            if Instant::now() >= due {
+            if clock::mono_now() >= due {
                 self.metrics_idle();
                 return Poll::Ready(io::Error::new(io::ErrorKind::TimedOut, "connection idle for too long"));
             }
@@ -642,7 +647,7 @@ mod tests {
         assert_eq!(g.metrics.conns.refused_rate.load(Relaxed), 15);
 
         let mut open = Open::default();
-        let t0 = Instant::now();
+        let t0 = clock::mono_now();
         assert!((0..5).all(|_| open.take_rate(ip(2), t0, 10, 5)));
         assert!(!open.take_rate(ip(2), t0, 10, 5));
         assert!(open.take_rate(ip(2), t0 + Duration::from_millis(100), 10, 5), "a tenth of a second gives one back");

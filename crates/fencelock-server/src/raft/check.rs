@@ -2,7 +2,7 @@
 //! read it, without writing a byte.
 //!
 //! Where it sits: beside the log store and state machine, reading the same
-//! tables through the same record codec ([`super::record`]). It checks every
+//! tables through the same record codec (`record`). It checks every
 //! record's checksum and decoding, that log keys are contiguous and match
 //! their entries' indexes, that the snapshot describes the point its meta
 //! names and is a consistent engine state, and then replays the log after the

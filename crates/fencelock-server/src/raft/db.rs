@@ -6,9 +6,9 @@
 //! ([`super::state_machine`]), the node's identity ([`super::identity`]) and
 //! `fencelock check-data` ([`super::check`]).
 //!
-//! Layout (log entries are in the codec of [`super::codec`], framed with
-//! [`record::seal_coded`]; all other values are JSON, sealed with
-//! [`record::seal`]):
+//! Layout (log entries are in the binary codec (`codec`), framed with
+//! `record::seal_coded`; all other values are JSON, sealed with
+//! `record::seal`):
 //!
 //! | table          | key            | value                                   |
 //! |----------------|----------------|-----------------------------------------|
@@ -21,7 +21,7 @@
 //! | `raft_snapshot`| see [`super::state_machine`]                             |
 //!
 //! redb is synchronous, so every write transaction of a running node runs on
-//! tokio's blocking pool ([`blocking`]) and is awaited: writes stay strictly
+//! tokio's blocking pool (`blocking`) and is awaited: writes stay strictly
 //! ordered (openraft awaits each storage call) without stalling the async
 //! workers during an fsync.
 #![allow(clippy::result_large_err)] // openraft's error types are large by design

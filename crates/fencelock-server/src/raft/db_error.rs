@@ -20,7 +20,7 @@ pub enum DbError {
     Json(#[from] serde_json::Error),
     #[error("{0}")]
     Other(String),
-    /// A stored record failed its check (see [`super::record`]).
+    /// A stored record failed its check (see `record`).
     #[error("corrupt record {record}: {why}")]
     Corrupt { record: String, why: String },
     /// The segment log failed (see [`super::wal`]).

@@ -70,11 +70,11 @@ use super::{Bootstrap, NodeId, Raft};
 
 /// The on-disk format this binary writes and reads. A data dir with a higher
 /// number was written by a newer fencelock and is refused; one with a lower
-/// number is moved to this one when it is opened ([`upgrade`]).
+/// number is moved to this one when it is opened (`upgrade`).
 ///
 /// - 1: identities.
 /// - 2: a snapshot's data in a file of `snap/` (see
-///   [`super::snapshot_file`]), which format 1 cannot read.
+///   `snapshot_file`), which format 1 cannot read.
 pub const FORMAT_VERSION: u32 = 2;
 
 const KEY_IDENTITY: &str = "identity";

@@ -5,7 +5,7 @@
 //! `openraft::Raft`. The two messages that carry bulk go as a `RaftFrame`
 //! instead (`AppendEntriesV2`, `InstallSnapshotV2`): the request's JSON without
 //! its bulk, then each log entry in the log's binary codec 2
-//! ([`super::codec`]: about a third of its JSON, and cheaper to encode and
+//! (`codec`: about a third of its JSON, and cheaper to encode and
 //! decode on both sides) or the snapshot chunk as raw bytes (JSON spells each
 //! byte as a number, up to 4 characters). A connection sends V2 first; a peer
 //! that answers UNIMPLEMENTED (an older fencelock) gets the JSON call from then

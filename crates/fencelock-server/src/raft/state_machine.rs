@@ -4,11 +4,11 @@
 //! startup from the latest snapshot plus the committed log after it, which
 //! openraft re-applies.
 //!
-//! Snapshot bytes are the JSON of [`SnapshotPayload`] (last applied log id, last
+//! Snapshot bytes are the JSON of `SnapshotPayload` (last applied log id, last
 //! membership, engine), in a file of the data dir's `snap/` (see
-//! [`super::snapshot_file`]). The `raft_snapshot` table of the redb database
+//! `snapshot_file`). The `raft_snapshot` table of the redb database
 //! names it: `"meta"` (JSON of openraft's `SnapshotMeta`) and `"file"` (its
-//! [`FileRef`]), written in one durable transaction after the file is synced.
+//! `FileRef`), written in one durable transaction after the file is synced.
 //! Data dirs of the layout before files hold the bytes under `"data"` instead,
 //! read until the next snapshot replaces them.
 //!

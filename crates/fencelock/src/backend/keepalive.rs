@@ -111,7 +111,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn renewals_move_the_deadline_and_gone_loses_the_lease() {
-        let t0 = Instant::now();
+        let t0 = crate::clock::now();
         let renew = script(|n| if n < 3 { Ok(Renewed::Confirmed(None)) } else { Ok(Renewed::Gone) });
         let lease = KeptLease::start(1, 3 * S, t0, renew.clone());
         let watch = lease.watch();
@@ -119,22 +119,22 @@ mod tests {
         assert_eq!(renew.calls.load(Ordering::SeqCst), 4);
         // Three renewals about a second apart moved the deadline past t0 + 3 s.
         assert!(watch.deadline() > t0 + 5 * S, "{:?}", watch.deadline() - t0);
-        assert!(Instant::now() < watch.deadline(), "lost by the report, before the deadline");
+        assert!(crate::clock::now() < watch.deadline(), "lost by the report, before the deadline");
     }
 
     #[tokio::test(start_paused = true)]
     async fn failing_renewals_lose_the_lease_at_the_deadline() {
-        let t0 = Instant::now();
+        let t0 = crate::clock::now();
         let renew = script(|_| Err(Error::backend("redis", "connection refused")));
         let lease = KeptLease::start(1, 3 * S, t0, renew.clone());
         assert_eq!(lease.watch().lost().await, LeaseLost::Expired);
-        assert_eq!(Instant::now(), t0 + 3 * S);
+        assert_eq!(crate::clock::now(), t0 + 3 * S);
         assert!(renew.calls.load(Ordering::SeqCst) >= 2, "retried before giving up");
     }
 
     #[tokio::test(start_paused = true)]
     async fn dropping_the_lease_closes_it_for_every_watch() {
-        let lease = KeptLease::start(1, 3 * S, Instant::now(), script(|_| Ok(Renewed::Confirmed(None))));
+        let lease = KeptLease::start(1, 3 * S, crate::clock::now(), script(|_| Ok(Renewed::Confirmed(None))));
         let watch = lease.watch();
         drop(lease);
         assert_eq!(watch.lost().await, LeaseLost::Closed);

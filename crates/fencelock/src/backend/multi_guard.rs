@@ -54,7 +54,7 @@ impl MultiGuard {
 
     /// The earliest of the guards' deadlines (see [`Guard::deadline`]).
     pub fn deadline(&self) -> Instant {
-        self.guards.iter().map(Guard::deadline).min().unwrap_or_else(Instant::now)
+        self.guards.iter().map(Guard::deadline).min().unwrap_or_else(crate::clock::now)
     }
 
     /// True once any of the locks is lost.

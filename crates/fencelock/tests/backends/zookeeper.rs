@@ -286,6 +286,7 @@ async fn a_withdrawn_request_leaves_no_node() {
 /// watchdog confirms it again once the client has reconnected, and its release
 /// frees the lock.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[allow(clippy::disallowed_methods)] // the test times the recovery after the restart
 async fn tokens_increase_across_a_server_kill() {
     let t = Zk::start().await;
     let b = suite::connect(&t.url()).await;

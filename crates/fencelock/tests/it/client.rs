@@ -51,6 +51,7 @@ async fn acquire_and_release() {
 /// the server's), and releasing the last lock of a lease revokes the lease (after
 /// the client's linger time).
 #[tokio::test]
+#[allow(clippy::disallowed_methods)] // the test brackets the grant's send time by reading the clock
 async fn release_frees_the_lock_and_revokes_the_unused_lease() {
     let server = Server::start().await;
     let client = server.client().await;

@@ -175,6 +175,7 @@ async fn a_grant_that_arrives_on_a_lost_lease_ends_with_that_lease() {
 /// the lock without lock-delay (INV-7: a revoke is clean), as soon as the link
 /// comes back.
 #[tokio::test]
+#[allow(clippy::disallowed_methods)] // the test checks the client's deadline against the time it reads
 async fn lost_fires_at_the_deadline_when_keep_alives_hang() {
     let (server, proxy, client, observer) = setup().await;
     let ttl = Duration::from_millis(1500);

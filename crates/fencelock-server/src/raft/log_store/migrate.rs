@@ -6,7 +6,7 @@
 //! engine (its log is redb's: a data dir written with `log = "redb"`, by a
 //! build before the segment log, or a new one). It writes segments through
 //! [`Segments`], the code the log thread writes with, and reads `raft_log`
-//! through [`db::decode_entry`], the code the redb engine reads with. The vote, the committed and the last purged log ids stay
+//! through `db::decode_entry`, the code the redb engine reads with. The vote, the committed and the last purged log ids stay
 //! where they are, in redb's meta table.
 //!
 //! Steps:

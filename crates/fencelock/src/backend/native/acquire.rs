@@ -52,7 +52,7 @@ impl Client {
     /// lost while the request waits, it starts over on a fresh lease within the
     /// same deadline (losing its place in the queue).
     pub(crate) async fn acquire_guard(&self, name: &str, opts: &LockOptions) -> Result<Acquire<LockGuard>, Error> {
-        let start = Instant::now();
+        let start = crate::clock::now();
         let result = run(self, &[name], opts, start, OnLoss::StartOver).await.and_then(single);
         record(&result, start);
         result
@@ -67,7 +67,7 @@ impl Client {
         names: &[&str],
         opts: &LockOptions,
     ) -> Result<Acquire<Vec<LockGuard>>, Error> {
-        let start = Instant::now();
+        let start = crate::clock::now();
         let result = run(self, names, opts, start, OnLoss::StartOver).await;
         record(&result, start);
         result
@@ -79,7 +79,7 @@ impl Client {
     /// [`Error::LeaseNotFound`] instead of starting over: a candidate whose
     /// lease ended is never elected on it, and is told so now.
     pub(crate) async fn campaign_guard(&self, name: &str, opts: &LockOptions) -> Result<Acquire<LockGuard>, Error> {
-        let start = Instant::now();
+        let start = crate::clock::now();
         let result = run(self, &[name], opts, start, OnLoss::Fail).await.and_then(single);
         record(&result, start);
         result
@@ -251,7 +251,7 @@ async fn acquire_once(
                 request_id,
                 lease_id,
                 lock: names[0].to_string(),
-                wait_ms: wait_left(opts.wait, wait_end, Instant::now()),
+                wait_ms: wait_left(opts.wait, wait_end, crate::clock::now()),
                 lock_delay_ms: to_ms(opts.lock_delay),
                 identity: identity.to_string(),
                 value: opts.value.clone(),
@@ -381,7 +381,7 @@ mod tests {
 
     #[test]
     fn wait_left_shrinks_but_never_turns_into_a_try() {
-        let t0 = Instant::now();
+        let t0 = crate::clock::now();
         assert_eq!(wait_left(Duration::ZERO, t0, t0), 0);
         assert_eq!(wait_left(5000 * MS, t0 + 5000 * MS, t0), 5000);
         assert_eq!(wait_left(5000 * MS, t0 + 5000 * MS, t0 + 1200 * MS), 3800);

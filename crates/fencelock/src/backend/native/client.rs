@@ -9,7 +9,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fencelock_proto::v1 as pb;
-use tokio::time::Instant;
 
 use super::{lease_rpc, Client, Inner};
 use crate::backend::native::acquire;
@@ -417,7 +416,7 @@ impl Client {
     /// the grant to another process. If the lock is not acquired, the lease is
     /// revoked before this returns.
     pub async fn acquire_detached(&self, name: &str, opts: LockOptions) -> Result<Acquire<Acquired>, Error> {
-        let start = Instant::now();
+        let start = crate::clock::now();
         let result = self.detached(&[name], &opts, start).await.and_then(super::proto::single);
         acquire::record(&result, start);
         result
@@ -433,7 +432,7 @@ impl Client {
         names: &[&str],
         opts: LockOptions,
     ) -> Result<Acquire<Vec<Acquired>>, Error> {
-        let start = Instant::now();
+        let start = crate::clock::now();
         let result = self.detached(names, &opts, start).await;
         acquire::record(&result, start);
         result

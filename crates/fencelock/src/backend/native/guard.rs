@@ -53,7 +53,7 @@ impl LockGuard {
             lease_id: grant.lease_id,
             token: grant.token,
             watch: LeaseWatch::new(lease.cell().clone()),
-            held: Some(Held { client, lease, acquired_at: Instant::now() }),
+            held: Some(Held { client, lease, acquired_at: crate::clock::now() }),
         }
     }
 

@@ -35,7 +35,7 @@ use crate::types::{ms, to_ms};
 /// of the grant's first attempt (what the deadline counts from).
 pub(crate) async fn grant(rpc: &Rpc, ttl: Duration, deadline: Instant) -> Result<(Arc<LeaseCell>, Instant), Error> {
     let msg = GrantLeaseRequest { request_id: new_request_id(), ttl_ms: to_ms(ttl) };
-    let sent = Instant::now();
+    let sent = crate::clock::now();
     let resp = rpc.send("grant_lease", deadline, || msg).await?;
     if resp.lease_id == 0 {
         return Err(Error::Protocol("GrantLeaseResponse with lease id 0".into()));

@@ -111,7 +111,7 @@ impl Registry {
             cell: cell.clone(),
             users: 1,
             watchdog,
-            idle_since: Instant::now(),
+            idle_since: crate::clock::now(),
             reaper: false,
         });
         if let Some(old) = old {
@@ -158,7 +158,7 @@ impl Registry {
                     if self.linger.is_zero() || e.cell.is_lost() {
                         slot.live.take()
                     } else {
-                        e.idle_since = Instant::now();
+                        e.idle_since = crate::clock::now();
                         if !e.reaper {
                             e.reaper = true;
                             self.spawn_reaper(ttl_ms, cell.clone());
@@ -180,7 +180,7 @@ impl Registry {
     /// keep the registry alive.
     fn spawn_reaper(self: &Arc<Self>, ttl_ms: u64, cell: Arc<LeaseCell>) {
         let (registry, linger) = (Arc::downgrade(self), self.linger);
-        let mut until = Instant::now() + linger;
+        let mut until = crate::clock::now() + linger;
         self.runtime().spawn(async move {
             loop {
                 tokio::time::sleep_until(until).await;
@@ -195,7 +195,7 @@ impl Registry {
                                 return;
                             }
                             until = e.idle_since + linger;
-                            if until > Instant::now() {
+                            if until > crate::clock::now() {
                                 continue; // used and idle again since: wait for the rest
                             }
                             slot.live.take()

@@ -324,7 +324,7 @@ impl Rpc {
 
     /// The deadline of a non-waiting call that starts now.
     pub(crate) fn deadline(&self) -> Instant {
-        Instant::now() + self.rpc_timeout
+        crate::clock::now() + self.rpc_timeout
     }
 
     /// Runs one logical request until `deadline`. `attempt(client, time_left)` must
@@ -359,7 +359,7 @@ impl Rpc {
         let (mut retries, mut jumps, mut hops) = (0u32, 0u32, 0usize);
         let mut last: Option<Status> = None;
         loop {
-            let left = deadline.saturating_duration_since(Instant::now());
+            let left = deadline.saturating_duration_since(crate::clock::now());
             if left.is_zero() {
                 return Err(exhausted(last));
             }
@@ -400,7 +400,7 @@ impl Rpc {
                 self.backoff.delay(retries - 1, fastrand::f64())
             };
             tracing::debug!(op, retries, hops, ?delay, %status, "fencelock: retrying");
-            if Instant::now() + delay >= deadline {
+            if crate::clock::now() + delay >= deadline {
                 return Err(exhausted(Some(status)));
             }
             tokio::time::sleep(delay).await;
@@ -495,7 +495,7 @@ mod tests {
         let rpc =
             Rpc::new(Servers::lazy(&["http://a:1", "http://b:2"]), Duration::from_secs(5), backoff, Transport::Unary);
         let calls = AtomicU32::new(0);
-        let start = Instant::now();
+        let start = crate::clock::now();
         let got = rpc
             .call("test", start + Duration::from_secs(5), |_, _| {
                 let n = calls.fetch_add(1, Ordering::SeqCst);
@@ -510,7 +510,7 @@ mod tests {
             .await;
         assert_eq!(got, Ok(1));
         assert_eq!(rpc.server(), "http://b:2");
-        assert_eq!(Instant::now(), start, "no backoff before following the hint");
+        assert_eq!(crate::clock::now(), start, "no backoff before following the hint");
     }
 
     /// A server that hangs gets half the time left; then the call moves on
@@ -521,7 +521,7 @@ mod tests {
         let rpc =
             Rpc::new(Servers::lazy(&["http://a:1", "http://b:2"]), Duration::from_secs(5), backoff, Transport::Unary);
         let calls = AtomicU32::new(0);
-        let start = Instant::now();
+        let start = crate::clock::now();
         let got = rpc
             .call("keep_alive", start + Duration::from_secs(4), |_, left| {
                 let n = calls.fetch_add(1, Ordering::SeqCst);
@@ -537,7 +537,7 @@ mod tests {
             .await;
         assert_eq!(got, Ok(1));
         assert_eq!(rpc.server(), "http://b:2");
-        assert!(Instant::now() - start < Duration::from_millis(2100));
+        assert!(crate::clock::now() - start < Duration::from_millis(2100));
         // A waiting acquire is never cut short: its place in the queue would go.
         assert_eq!(rpc.attempt_budget("acquire", Duration::from_secs(4)), Duration::from_secs(4));
         assert_eq!(rpc.attempt_budget("keep_alive", Duration::from_millis(300)), Duration::from_millis(250));
@@ -548,7 +548,7 @@ mod tests {
     async fn retries_unavailable_then_succeeds() {
         let calls = AtomicU32::new(0);
         let got = rpc()
-            .call("test", Instant::now() + Duration::from_secs(5), |_, _| {
+            .call("test", crate::clock::now() + Duration::from_secs(5), |_, _| {
                 let n = calls.fetch_add(1, Ordering::SeqCst);
                 async move {
                     if n < 3 {
@@ -567,7 +567,7 @@ mod tests {
     async fn does_not_retry_a_server_refusal() {
         let calls = AtomicU32::new(0);
         let got: Result<(), _> = rpc()
-            .call("test", Instant::now() + Duration::from_secs(5), |_, _| {
+            .call("test", crate::clock::now() + Duration::from_secs(5), |_, _| {
                 calls.fetch_add(1, Ordering::SeqCst);
                 async { Err(Status::not_found("lease 9 not found")) }
             })
@@ -589,7 +589,7 @@ mod tests {
             );
             let calls = AtomicU32::new(0);
             let got: Result<(), _> = rpc
-                .call("test", Instant::now() + Duration::from_secs(5), |_, _| {
+                .call("test", crate::clock::now() + Duration::from_secs(5), |_, _| {
                     calls.fetch_add(1, Ordering::SeqCst);
                     let status = status.clone();
                     async move { Err(status) }
@@ -614,16 +614,16 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn retries_stop_at_the_deadline_with_unavailable() {
-        let start = Instant::now();
+        let start = crate::clock::now();
         let deadline = start + Duration::from_millis(500);
         let got: Result<(), _> = rpc().call("test", deadline, |_, _| async { Err(Status::unavailable("down")) }).await;
         assert_eq!(got, Err(Error::Unavailable("down".into())));
-        assert!(Instant::now() <= deadline, "never sleeps past the deadline");
+        assert!(crate::clock::now() <= deadline, "never sleeps past the deadline");
     }
 
     #[tokio::test(start_paused = true)]
     async fn a_hung_attempt_ends_at_the_deadline_with_timeout() {
-        let start = Instant::now();
+        let start = crate::clock::now();
         let got: Result<(), _> = rpc()
             .call("test", start + Duration::from_millis(300), |_, left| async move {
                 assert_eq!(left, Duration::from_millis(300));
@@ -631,6 +631,6 @@ mod tests {
             })
             .await;
         assert_eq!(got, Err(Error::Timeout));
-        assert_eq!(Instant::now() - start, Duration::from_millis(300));
+        assert_eq!(crate::clock::now() - start, Duration::from_millis(300));
     }
 }
