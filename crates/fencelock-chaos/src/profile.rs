@@ -46,6 +46,36 @@ pub struct ProfileArgs {
     /// skipped.
     #[arg(long)]
     tls: bool,
+    /// Only part K of N (`K/N`, 1 ≤ K ≤ N): of the runs left after
+    /// `--backends`, every N-th, starting at the K-th. The N parts together
+    /// are the whole profile, so N processes (CI's tests) can run it side by
+    /// side.
+    #[arg(long, value_parser = parse_part)]
+    part: Option<Part>,
+}
+
+/// `--part K/N`: the K-th of N interleaved parts of a profile's runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Part {
+    k: usize,
+    n: usize,
+}
+
+impl Part {
+    /// Whether the `i`-th run (from 0) of the list belongs to this part.
+    fn has(self, i: usize) -> bool {
+        i % self.n == self.k - 1
+    }
+}
+
+fn parse_part(s: &str) -> Result<Part, String> {
+    let bad = || format!("{s:?} is not a part K/N with 1 <= K <= N (e.g. 1/2)");
+    let (k, n) = s.split_once('/').ok_or_else(bad)?;
+    let (k, n): (usize, usize) = (k.trim().parse().map_err(|_| bad())?, n.trim().parse().map_err(|_| bad())?);
+    if k == 0 || k > n {
+        return Err(bad());
+    }
+    Ok(Part { k, n })
 }
 
 #[derive(Args, Debug)]
@@ -236,10 +266,10 @@ pub async fn profile(a: ProfileArgs) -> anyhow::Result<ExitCode> {
     let mut verdicts = Vec::new();
     let mut bad = Vec::new();
     let mut kept = 0;
-    for p in plans(a.profile) {
-        if !a.backends.is_empty() && !a.backends.iter().any(|b| b == p.backend) {
-            continue;
-        }
+    let chosen =
+        plans(a.profile).into_iter().filter(|p| a.backends.is_empty() || a.backends.iter().any(|b| b == p.backend));
+    let chosen = chosen.enumerate().filter(|(i, _)| a.part.is_none_or(|part| part.has(*i))).map(|(_, p)| p);
+    for p in chosen {
         if let Some(why) = p.scenario.unsupported(p.backend) {
             eprintln!("fencelock-chaos: {} against {}: skipped: {why}", p.scenario, p.backend);
             continue;
@@ -376,5 +406,48 @@ pub fn exit_code(v: &Verdict) -> ExitCode {
         ExitCode::from(1)
     } else {
         ExitCode::from(2)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_part_is_k_of_n_with_k_from_1_to_n() {
+        assert_eq!(parse_part("2/3"), Ok(Part { k: 2, n: 3 }));
+        for bad in ["0/2", "3/2", "1", "a/2", "1/0", ""] {
+            assert!(parse_part(bad).is_err(), "{bad:?} accepted");
+        }
+    }
+
+    /// The parts of a profile are the profile: every run in exactly one part,
+    /// whatever N (CI runs the node's short profile in two parts).
+    #[test]
+    fn the_parts_together_are_the_whole_profile_once() {
+        let all = plans(Profile::Short).len();
+        for n in 1..=4 {
+            let mut seen = vec![0; all];
+            for k in 1..=n {
+                let part = Part { k, n };
+                (0..all).filter(|&i| part.has(i)).for_each(|i| seen[i] += 1);
+            }
+            assert!(seen.iter().all(|&c| c == 1), "n = {n}: {seen:?}");
+        }
+    }
+
+    /// Both log engines keep their crash and power-loss runs (issue 19): the
+    /// node's short profile runs K4 and S5 on the segment log (the default)
+    /// and again on redb, and nothing else on redb.
+    #[test]
+    fn the_short_profile_crashes_both_log_engines() {
+        let node: Vec<_> = plans(Profile::Short).into_iter().filter(|p| p.backend == "fencelock").collect();
+        let on = |log: LogEngine| -> Vec<Scenario> {
+            node.iter().filter(|p| p.log == log && p.mutant.is_none()).map(|p| p.scenario).collect()
+        };
+        let redb = on(LogEngine::Redb);
+        assert_eq!(redb, vec![Scenario::K4, Scenario::S5]);
+        let segment = on(LogEngine::Segment);
+        assert!(segment.contains(&Scenario::K4) && segment.contains(&Scenario::S5), "{segment:?}");
     }
 }

@@ -217,7 +217,13 @@ fn a_failpoint_that_returns_aborts_the_process() {
     for point in fencelock_server::seams::CrashPoint::ALL.map(|p| p.name()) {
         let dir = tmp.path().join(point);
         let mut child = Command::new(std::env::current_exe().unwrap())
-            .args(["--exact", &fencelock_testkit::test_name(module_path!(), TEST), "--nocapture", "--test-threads", "1"])
+            .args([
+                "--exact",
+                &fencelock_testkit::test_name(module_path!(), TEST),
+                "--nocapture",
+                "--test-threads",
+                "1",
+            ])
             .env(CHILD_DIR, &dir)
             .env(faults::ENV_FAILPOINTS, format!("{point}=return"))
             .stdout(Stdio::null())

@@ -46,15 +46,19 @@ fn verdicts(out: &Path) -> Vec<serde_json::Value> {
 }
 
 fn short(backend: &str, runs: usize) {
-    short_with(backend, runs, false);
+    short_with(backend, runs, false, None);
 }
 
-/// The short profile against `backend`, under TLS and auth if `tls`.
-fn short_with(backend: &str, runs: usize, tls: bool) {
+/// The short profile against `backend`, under TLS and auth if `tls`; only
+/// its `part` (`K/N`, see `profile --part`) if given.
+fn short_with(backend: &str, runs: usize, tls: bool, part: Option<&str>) {
     let tmp = tempfile::tempdir().unwrap();
     let mut args = vec!["short", "--backends", backend];
     if tls {
         args.push("--tls");
+    }
+    if let Some(part) = part {
+        args.extend(["--part", part]);
     }
     let (ok, text) = profile(&args, tmp.path());
     assert!(ok, "the short profile against {backend} failed:\n{text}");
@@ -88,7 +92,7 @@ fn short_with(backend: &str, runs: usize, tls: bool) {
         }
     }
     if backend == "fencelock" {
-        assert_redb_log(&vs);
+        assert_redb_log(&vs, part.is_none());
     }
     let report = std::fs::read_to_string(tmp.path().join("safety.md")).unwrap();
     assert!(report.contains(backend), "{report}");
@@ -97,17 +101,23 @@ fn short_with(backend: &str, runs: usize, tls: bool) {
 /// Both log engines keep their crash and power-loss runs (issue 19): the
 /// others run on the default engine, the segment log (no engine in their
 /// backend label), and K4 and S5 also run on redb (`--log redb`, labelled
-/// so); that they passed is checked with every run.
-fn assert_redb_log(vs: &[serde_json::Value]) {
+/// so); that they passed is checked with every run. A part of the profile
+/// (`whole` false) holds some of them: only K4 and S5 of its runs may be on
+/// redb (that the whole profile has both on both engines is the unit test
+/// `the_short_profile_crashes_both_log_engines`).
+fn assert_redb_log(vs: &[serde_json::Value], whole: bool) {
     let scenarios_on = |redb: bool| -> Vec<&str> {
         let on = |v: &&serde_json::Value| v["info"]["backend"].as_str().unwrap().contains("redb log") == redb;
         vs.iter().filter(on).map(|v| v["info"]["scenario"].as_str().unwrap()).collect()
     };
-    for redb in [true, false] {
-        let scenarios = scenarios_on(redb);
-        assert!(scenarios.contains(&"K4") && scenarios.contains(&"S5"), "redb log {redb}: {scenarios:?}");
+    if whole {
+        for redb in [true, false] {
+            let scenarios = scenarios_on(redb);
+            assert!(scenarios.contains(&"K4") && scenarios.contains(&"S5"), "redb log {redb}: {scenarios:?}");
+        }
+        assert_eq!(scenarios_on(true).len(), 2, "only K4 and S5 on redb");
     }
-    assert_eq!(scenarios_on(true).len(), 2, "only K4 and S5 on redb");
+    assert!(scenarios_on(true).iter().all(|s| ["K4", "S5"].contains(s)), "only K4 and S5 on redb: {vs:#?}");
 }
 
 /// A run under TLS and auth: reported as such, the workers' grants made, and
@@ -179,10 +189,17 @@ fn assert_multi(v: &serde_json::Value) {
 /// their locks), all on the segment log (the default engine: crashes around
 /// its fsync, its files rolled back and torn at each power loss), and K4 and
 /// S5 again with the log in redb (`--log redb`) against fencelock under TLS
-/// and auth.
+/// and auth. In two parts of 7 runs (`--part 1/2`, `2/2`), so that CI runs
+/// them side by side (each about two minutes).
 #[test]
-fn short_profile_fencelock() {
-    short_with("fencelock", 14, true);
+fn short_profile_fencelock_part_1() {
+    short_with("fencelock", 7, true, Some("1/2"));
+}
+
+/// The other half of the node's short profile (see `short_profile_fencelock_part_1`).
+#[test]
+fn short_profile_fencelock_part_2() {
+    short_with("fencelock", 7, true, Some("2/2"));
 }
 
 /// P2 alone, briefly (6 s of rounds): the server under TLS and auth refuses
@@ -218,7 +235,7 @@ fn p2_forged_peer_under_tls() {
 /// (through the nemesis's proxies), clients and admin calls with their tokens.
 #[test]
 fn short_profile_fencelock3() {
-    short_with("fencelock3", 5, true);
+    short_with("fencelock3", 5, true, None);
 }
 
 /// K1 and K4 against Redis (no persistence: its lost grants are findings),
@@ -262,14 +279,27 @@ fn short_profile_postgres() {
 /// one lock after another → multi grants whose tokens are not consecutive
 /// (M1), or crossed orders deadlocked until their waits end (S6); the
 /// segment log acknowledging before its fsync, under power loss → a grant
-/// not read back after the restart (C6) or no heal (S6).
+/// not read back after the restart (C6) or no heal (S6). The six mutants
+/// run in two parts of three (`--part`), side by side in CI.
 #[test]
-fn every_mutant_turns_the_suite_red() {
+fn every_mutant_turns_the_suite_red_part_1() {
+    mutants("1/2");
+}
+
+/// The other half of the mutants (see `every_mutant_turns_the_suite_red_part_1`).
+#[test]
+fn every_mutant_turns_the_suite_red_part_2() {
+    mutants("2/2");
+}
+
+/// Part `part` of the mutants profile: each of its three mutants red where
+/// it must be.
+fn mutants(part: &str) {
     let tmp = tempfile::tempdir().unwrap();
-    let (ok, text) = profile(&["mutants"], tmp.path());
+    let (ok, text) = profile(&["mutants", "--part", part], tmp.path());
     assert!(ok, "a mutant survived:\n{text}");
     let vs = verdicts(tmp.path());
-    assert_eq!(vs.len(), 6, "{text}");
+    assert_eq!(vs.len(), 3, "{text}");
     for v in &vs {
         assert_eq!(v["passed"], false, "{v:#}");
         let red: Vec<&str> = v["checks"]
