@@ -15,8 +15,9 @@
 //! backend's. The gRPC code is generated (client only) from the subset of
 //! etcd's API in `fencelock-proto/proto/etcd/`. Laid out by concern, one
 //! module each: `rpc` (the connection: endpoints, fail-over, auth, one typed
-//! function per call), `keys` (the key layout), `params` (the URL), `recipe`
-//! (acquire, wait for the predecessor, withdraw), `held` (the guard:
+//! function per call), `keys` (the key layout, a key's kind, the
+//! permits-mismatch refusal), `params` (the URL), `recipe` (acquire, wait
+//! for the predecessor, withdraw), `held` (the guard:
 //! renewal, release, new value), `shared` (read-write locks and semaphores)
 //! and `election`.
 //!

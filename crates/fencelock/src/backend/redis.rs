@@ -11,7 +11,7 @@
 //! out by concern, one module each: `conn` (one multiplexed connection per
 //! server, made again after it breaks, a call resent once when idempotent;
 //! shared with the Redlock backend, [`super::redlock`]), `keys` (the key
-//! layout below and the tickets), `params` (the URL's parameters), `recipe`
+//! layout below, the tickets, the permits-mismatch refusal), `params` (the URL's parameters), `recipe`
 //! (acquire, release, new value, withdraw), `wait` (waiting in line), `held`
 //! (the guard: renewal and release), `shared` (read-write locks and
 //! semaphores) and `election`.

@@ -7,8 +7,8 @@
 //! `zookeeper-client` crate, but writes the lock recipe itself: the crate's built-in
 //! recipe throws away the creation zxid, which is the token. Laid out by
 //! concern, one module each: `session` (the connection: shared sessions, the
-//! bound on each request, driver errors), `keys` (the node layout and
-//! ACLs), `params` (the URL), `recipe` (queue, wait for the predecessor,
+//! bound on each request, driver errors), `keys` (the node layout,
+//! readers' and writers' places in the queue, ACLs), `params` (the URL), `recipe` (queue, wait for the predecessor,
 //! check), `entry` (one request's node, its create and its cleanup), `held`
 //! (the guard: renewal, release, new value), `shared` (read-write locks and
 //! semaphores) and `election`.

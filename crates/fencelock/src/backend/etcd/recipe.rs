@@ -13,9 +13,8 @@ use fencelock_proto::etcd::mvccpb::KeyValue;
 use tokio::time::Instant;
 
 use super::held::{EtcdHeld, Mine};
-use super::keys::key_of;
+use super::keys::{key_of, mismatch, Kind};
 use super::rpc::Etcd;
-use super::shared::{self, Kind};
 use super::EtcdBackend;
 use crate::backend::election::encode_holder;
 use crate::backend::{Acquire, Guard, KeptLease, LockBackend};
@@ -166,7 +165,7 @@ impl EtcdBackend {
     ) -> Result<(Option<KeyValue>, i64), Error> {
         let (first, keys) = self.etcd.first_created(lock, self.etcd.deadline()).await?;
         if let Some(Kind::Permits { of, .. }) = first.as_ref().map(|kv| Kind::of_key(lock, &kv.key)) {
-            return Err(shared::mismatch(of, 0));
+            return Err(mismatch(of, 0));
         }
         match first {
             Some(kv) if kv.create_revision == mine.rev => Ok((None, keys)),

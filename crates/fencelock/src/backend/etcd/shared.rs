@@ -5,7 +5,8 @@
 //! Where it sits: under [`super::EtcdBackend`]. A writer is the exclusive
 //! lock's key and recipe unchanged; this module adds readers and semaphore
 //! permits, whose keys sit in the same prefix, and the one rule of which key
-//! holds ([`granted`]), used by the waits and by `check`.
+//! holds ([`granted`]), used by the waits and by `check`. A key's kind
+//! ([`Kind`]) and the refusal of a permits mismatch are in `keys`.
 //!
 //! # Keys
 //! The key of an acquire is `P/N/{lease id in 16 hex digits}` followed by
@@ -42,67 +43,9 @@
 
 use fencelock_proto::etcd::mvccpb::KeyValue;
 
+use super::keys::{mismatch, Kind};
 use super::{EtcdBackend, Mine, Purpose, Turn};
 use crate::error::Error;
-use crate::types::{LockMode, LockOptions};
-
-/// The kind of an acquire's key.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Kind {
-    /// The exclusive lock, a read-write lock's writer.
-    Writer,
-    Reader,
-    /// `weight` permits of a semaphore of `of`.
-    Permits {
-        weight: u32,
-        of: u32,
-    },
-}
-
-impl Kind {
-    /// The kind `opts` asks for.
-    pub(super) fn of_request(opts: &LockOptions) -> Kind {
-        if opts.permits > 0 {
-            Kind::Permits { weight: opts.weight, of: opts.permits }
-        } else if opts.mode == LockMode::Shared {
-            Kind::Reader
-        } else {
-            Kind::Writer
-        }
-    }
-
-    /// What follows the lease id in the key's name.
-    pub(super) fn suffix(self) -> String {
-        match self {
-            Kind::Writer => String::new(),
-            Kind::Reader => "r".into(),
-            Kind::Permits { weight, of } => format!("s{weight}.{of}"),
-        }
-    }
-
-    /// The kind of `key`, a key of the lock `lock` (a name it cannot parse is
-    /// a writer's: it excludes everyone).
-    pub(super) fn of_key(lock: &[u8], key: &[u8]) -> Kind {
-        let suffix = key.strip_prefix(lock).and_then(|rest| rest.get(16..)).unwrap_or_default();
-        match suffix {
-            b"r" => Kind::Reader,
-            [b's', rest @ ..] => std::str::from_utf8(rest)
-                .ok()
-                .and_then(|s| s.split_once('.'))
-                .and_then(|(w, n)| Some(Kind::Permits { weight: w.parse().ok()?, of: n.parse().ok()? }))
-                .unwrap_or(Kind::Writer),
-            _ => Kind::Writer,
-        }
-    }
-
-    /// The semaphore size this kind takes part in (0: none).
-    fn permits(self) -> u32 {
-        match self {
-            Kind::Permits { of, .. } => of,
-            _ => 0,
-        }
-    }
-}
 
 /// Which of the keys of kinds `kinds` (oldest first) hold the lock (see the
 /// module docs).
@@ -125,14 +68,6 @@ pub(super) fn granted(kinds: &[Kind]) -> Vec<bool> {
         }
     }
     out
-}
-
-/// The refusal of a request for `asked` permits (0: not a semaphore) of a
-/// lock whose first key says `kept`.
-pub(super) fn mismatch(kept: u32, asked: u32) -> Error {
-    Error::InvalidArgument(format!(
-        "permits mismatch: the lock has {kept} permits, the acquire asked for {asked} (0 = not a semaphore)"
-    ))
 }
 
 /// The keys of a lock, oldest first, with their kinds.
@@ -223,18 +158,5 @@ mod tests {
         assert_eq!(granted(&[p(2), p(2), p(1)]), [true, false, false], "no barging by a smaller request");
         assert_eq!(granted(&[p(1), p(2), p(1)]), [true, true, false]);
         assert!(granted(&[]).is_empty());
-    }
-
-    #[test]
-    fn keys_say_their_kind() {
-        let lock = b"fencelock/a/";
-        let key = |suffix: &str| [&lock[..], b"00000000000004d2", suffix.as_bytes()].concat();
-        assert_eq!(Kind::of_key(lock, &key("")), W);
-        assert_eq!(Kind::of_key(lock, &key("r")), R);
-        assert_eq!(Kind::of_key(lock, &key("s2.5")), Kind::Permits { weight: 2, of: 5 });
-        assert_eq!(Kind::of_key(lock, &key("sx")), W, "unparsable: a writer");
-        for kind in [W, R, p(2)] {
-            assert_eq!(Kind::of_key(lock, &key(&kind.suffix())), kind);
-        }
     }
 }

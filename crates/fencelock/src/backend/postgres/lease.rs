@@ -252,7 +252,7 @@ use conn::{Db, Failed};
 use held::{lease_guard, TableGrant};
 use recipe::Purpose;
 use sql::{ensure_schema, Sql};
-use store::{column, micros, one, to_token};
+use store::{column, kind_of, micros, one, to_token};
 
 /// What the lease-table mode guarantees (see the module docs):
 /// * `fencing: Global`, `durable_tokens: true`: one sequence, drawn after the
@@ -333,7 +333,7 @@ impl LeaseMode {
     /// A campaign for `name` (already admitted): an acquire whose loss of its
     /// queue entry ends it, and whose grant is announced.
     pub async fn campaign(&self, name: &str, opts: &LockOptions) -> Result<Acquire<Guard>, Error> {
-        if shared::kind_of(opts) != "x" {
+        if kind_of(opts) != "x" {
             return Err(Error::InvalidArgument("a campaign is exclusive: no shared mode, no permits".into()));
         }
         self.acquire_as(name, opts, Purpose::Campaign).await

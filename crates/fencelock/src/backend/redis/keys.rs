@@ -3,9 +3,12 @@
 //!
 //! Where it sits: under [`super::RedisBackend`]; every script call takes its
 //! key names from [`Keys`]. [`Ticket`] and [`millis`] are shared with Redlock.
+//! [`mismatch`] is the refusal of a request whose permits differ from the N
+//! kept under `{p}:permits:{name}`, given by the first try and by the wait.
 
 use std::time::Duration;
 
+use crate::error::Error;
 use crate::types::LockOptions;
 
 /// The names of the keys (see the table in the [module docs](super)).
@@ -98,6 +101,14 @@ pub(super) fn lease_of(value: &str) -> Option<u64> {
 /// A duration in whole milliseconds, at least 1 (for `PX`).
 pub(in crate::backend) fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
+}
+
+/// The refusal of a request for `asked` permits (0: not a semaphore) of a
+/// lock that keeps `kept`.
+pub(super) fn mismatch(kept: u32, asked: u32) -> Error {
+    Error::InvalidArgument(format!(
+        "permits mismatch: the lock has {kept} permits, the acquire asked for {asked} (0 = not a semaphore)"
+    ))
 }
 
 #[cfg(test)]

@@ -11,8 +11,8 @@ use std::time::Duration;
 use redis::{Script, Value};
 use tokio::time::Instant;
 
-use super::keys::{lease_of, millis, token_of, Ticket};
-use super::{shared, RedisBackend, Retry, Shared, OP_TIMEOUT};
+use super::keys::{lease_of, millis, mismatch, token_of, Ticket};
+use super::{RedisBackend, Retry, Shared, OP_TIMEOUT};
 use crate::backend::election::encode_holder;
 use crate::backend::{Acquire, Guard, LockBackend};
 use crate::error::Error;
@@ -72,7 +72,7 @@ impl RedisBackend {
                 Acquire::Busy { holder_lease, holder_token, reopens_in: None, waiters }
             }
             Attempt::Dropped => return Err(req.lost()),
-            Attempt::Mismatch { kept } => return Err(shared::mismatch(kept, req.opts.permits)),
+            Attempt::Mismatch { kept } => return Err(mismatch(kept, req.opts.permits)),
         })
     }
 

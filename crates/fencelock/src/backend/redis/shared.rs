@@ -56,14 +56,6 @@ use crate::error::Error;
 static RELEASE_SHARED: LazyLock<Script> = LazyLock::new(|| with_queue(include_str!("release_shared.lua")));
 static RENEW_SHARED: LazyLock<Script> = LazyLock::new(|| with_queue(include_str!("renew_shared.lua")));
 
-/// The refusal of a request for `asked` permits (0: not a semaphore) of a
-/// lock that keeps `kept`.
-pub(super) fn mismatch(kept: u32, asked: u32) -> Error {
-    Error::InvalidArgument(format!(
-        "permits mismatch: the lock has {kept} permits, the acquire asked for {asked} (0 = not a semaphore)"
-    ))
-}
-
 impl RedisBackend {
     /// The guard of a shared grant made by a request sent at `sent`.
     pub(super) fn grant_shared(&self, req: &Req<'_>, token: u64, sent: Instant) -> Guard {

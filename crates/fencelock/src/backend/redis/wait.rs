@@ -14,9 +14,9 @@ use redis::Value;
 use tokio::time::Instant;
 
 use super::conn::breaks;
-use super::keys::Ticket;
+use super::keys::{mismatch, Ticket};
 use super::recipe::{Attempt, Purpose, Req};
-use super::{shared, RedisBackend, Shared};
+use super::{RedisBackend, Shared};
 use crate::backend::{Acquire, Guard};
 use crate::backoff::Backoff;
 use crate::error::Error;
@@ -68,7 +68,7 @@ impl RedisBackend {
             }
             Attempt::Refused { pttl, first, .. } => (pttl, first),
             Attempt::Dropped => return Err(req.lost()),
-            Attempt::Mismatch { kept } => return Err(shared::mismatch(kept, req.opts.permits)),
+            Attempt::Mismatch { kept } => return Err(mismatch(kept, req.opts.permits)),
         };
         *queued = true;
         let now = Instant::now();

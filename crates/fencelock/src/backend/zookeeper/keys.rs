@@ -1,6 +1,8 @@
 //! The node layout: a lock's parent path (`{base}/{enc(name)}`), the names
-//! of the contender nodes and their order, the ACLs and create modes of the
-//! nodes the backend makes, and which paths ZooKeeper accepts.
+//! of the contender nodes and their order, a reader's mark (`__READ__`) and
+//! whom each node of the queue waits for ([`blocker`], [`holders`]; the
+//! read-write lock is described in `shared`), the ACLs and create modes of
+//! the nodes the backend makes, and which paths ZooKeeper accepts.
 //!
 //! Where it sits: under [`super::ZkBackend`]; the recipe, the shared locks
 //! and the election all name their nodes through it.
@@ -100,6 +102,41 @@ fn refused_in_path(c: char) -> bool {
     c.is_control() || ('\u{e000}'..='\u{f8ff}').contains(&c) || ('\u{fff0}'..='\u{ffff}').contains(&c)
 }
 
+/// The mark of a reader's node, after its nonce.
+const READ_MARK: &str = "__READ__-";
+
+/// The `(prefix, mark)` of a queue node's stem: a reader's or a writer's.
+pub(super) fn queue_stem(shared: bool) -> (&'static str, &'static str) {
+    (NODE_PREFIX, if shared { READ_MARK } else { "" })
+}
+
+/// Is the queue node `child` a reader's?
+fn is_reader(child: &str) -> bool {
+    child.strip_prefix(NODE_PREFIX).is_some_and(|rest| rest.contains(&format!("-{READ_MARK}")))
+}
+
+/// The index of the node that the node at `pos` of `queue` waits for: `None`
+/// if it is granted. A writer waits for the node before it, a reader for the
+/// last writer before it.
+pub(super) fn blocker(queue: &[String], pos: usize) -> Option<usize> {
+    if pos == 0 {
+        return None;
+    }
+    if !is_reader(&queue[pos]) {
+        return Some(pos - 1);
+    }
+    queue[..pos].iter().rposition(|c| !is_reader(c))
+}
+
+/// The nodes of `queue` that hold the lock: the first if it is a writer,
+/// else every reader before the first writer.
+pub(super) fn holders(queue: &[String]) -> &[String] {
+    match queue.first() {
+        Some(first) if !is_reader(first) => &queue[..1],
+        _ => &queue[..queue.iter().position(|c| !is_reader(c)).unwrap_or(queue.len())],
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -128,5 +165,30 @@ mod tests {
         assert_eq!(queue, ["lock-cd-0000000002", "lock-ef-0000000007", "lock-ab-0000000010"]);
         assert_eq!(sequence("lock-0123abcd-0000000042"), Some(42));
         assert_eq!(sequence("lock-0123abcd-"), None);
+    }
+
+    /// A writer waits for the node before it, a reader for the last writer
+    /// before it (INV-16: a queued writer blocks later readers).
+    #[test]
+    fn a_reader_waits_for_the_last_writer_before_it_and_a_writer_for_its_predecessor() {
+        let queue =
+            nodes(&["lock-a-__READ__-01", "lock-b-__READ__-02", "lock-c-03", "lock-d-__READ__-04", "lock-e-05"]);
+        assert_eq!(blocker(&queue, 0), None);
+        assert_eq!(blocker(&queue, 1), None, "readers share");
+        assert_eq!(blocker(&queue, 2), Some(1), "a writer waits for the node before it");
+        assert_eq!(blocker(&queue, 3), Some(2), "a reader behind a queued writer waits for it");
+        assert_eq!(blocker(&queue, 4), Some(3));
+        assert_eq!(holders(&queue), &queue[..2]);
+        assert_eq!(holders(&queue[2..]), &queue[2..3]);
+        assert!(holders(&[]).is_empty());
+    }
+
+    #[test]
+    fn readers_are_marked() {
+        assert!(is_reader("lock-0123-__READ__-0000000001") && !is_reader("lock-0123-0000000001"));
+    }
+
+    fn nodes(names: &[&str]) -> Vec<String> {
+        names.iter().map(|n| n.to_string()).collect()
     }
 }

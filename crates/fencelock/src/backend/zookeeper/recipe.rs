@@ -13,9 +13,9 @@ use tokio::time::Instant;
 use zookeeper_client as zk;
 
 use super::entry::Entry;
-use super::keys::queue_order;
+use super::keys::{blocker, queue_order, queue_stem};
 use super::session::{ended, fail, request, Session};
-use super::{shared, ZkBackend};
+use super::ZkBackend;
 use crate::backend::election::encode_holder;
 use crate::backend::{check_name, Acquire, Guard, LockBackend};
 use crate::error::Error;
@@ -58,7 +58,7 @@ impl ZkBackend {
         purpose: Purpose,
     ) -> Result<Acquire<Guard>, Error> {
         let wait_end = Instant::now() + opts.wait;
-        let stem = shared::queue_stem(opts.mode == LockMode::Shared);
+        let stem = queue_stem(opts.mode == LockMode::Shared);
         let mut entry = Entry::new(session.clone(), vec![self.lock_path(name)], stem);
         let (path, czxid) = entry.create(&self.base, &encode_holder(opts), &[]).await?;
         match self.wait_turn(&mut entry, &path, opts.wait, wait_end, purpose).await? {
@@ -89,7 +89,7 @@ impl ZkBackend {
                 return Err(purpose
                     .lost(format!("lock node {path} vanished while queued (session {:#x} expired?)", session.id)));
             };
-            let Some(ahead) = shared::blocker(&queue, pos) else {
+            let Some(ahead) = blocker(&queue, pos) else {
                 return Ok(Turn::Granted(sent));
             };
             if wait.is_zero() {

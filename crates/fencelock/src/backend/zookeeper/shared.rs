@@ -3,9 +3,11 @@
 //! lock's own queue and sessions.
 //!
 //! Where it sits: under [`super::ZkBackend`]. The read-write lock is the
-//! exclusive lock's queue with readers in it: [`blocker`] is the one rule of
-//! whom a node waits for, used by `ZkBackend::wait_turn`. The semaphore is
-//! [`ZkBackend::semaphore`], beside the queue under the same lock node.
+//! exclusive lock's queue with readers in it; the names of its nodes and the
+//! one rule of whom a node waits for (`queue_stem`, `blocker`, `holders`)
+//! are part of the node layout, in `keys`, used by `ZkBackend::wait_turn` and
+//! by `check`. The semaphore is [`ZkBackend::semaphore`], beside the queue
+//! under the same lock node.
 //!
 //! # Read-write lock
 //! A reader's node is named `lock-{nonce}-__READ__-{sequence}` (Curator's
@@ -51,6 +53,7 @@ use std::sync::Arc;
 use tokio::time::Instant;
 use zookeeper_client as zk;
 
+use super::keys::holders;
 use super::{
     encode_holder, ensure_containers, fail, list_queue, request, Entry, Purpose, Session, Turn, ZkBackend, NODE_PREFIX,
 };
@@ -58,46 +61,12 @@ use crate::backend::{Acquire, Guard};
 use crate::error::Error;
 use crate::types::LockOptions;
 
-/// The mark of a reader's node, after its nonce.
-const READ_MARK: &str = "__READ__-";
 /// Name prefix of a semaphore's lease nodes.
 const LEASE_PREFIX: &str = "lease-";
 /// The container of a semaphore's lease nodes, under the lock node.
 const LEASES: &str = "leases";
 /// The container of a semaphore's internal lock, under the lock node.
 const LOCKS: &str = "locks";
-
-/// The `(prefix, mark)` of a queue node's stem: a reader's or a writer's.
-pub(super) fn queue_stem(shared: bool) -> (&'static str, &'static str) {
-    (NODE_PREFIX, if shared { READ_MARK } else { "" })
-}
-
-/// Is the queue node `child` a reader's?
-fn is_reader(child: &str) -> bool {
-    child.strip_prefix(NODE_PREFIX).is_some_and(|rest| rest.contains(&format!("-{READ_MARK}")))
-}
-
-/// The index of the node that the node at `pos` of `queue` waits for: `None`
-/// if it is granted. A writer waits for the node before it, a reader for the
-/// last writer before it.
-pub(super) fn blocker(queue: &[String], pos: usize) -> Option<usize> {
-    if pos == 0 {
-        return None;
-    }
-    if !is_reader(&queue[pos]) {
-        return Some(pos - 1);
-    }
-    queue[..pos].iter().rposition(|c| !is_reader(c))
-}
-
-/// The nodes of `queue` that hold the lock: the first if it is a writer,
-/// else every reader before the first writer.
-pub(super) fn holders(queue: &[String]) -> &[String] {
-    match queue.first() {
-        Some(first) if !is_reader(first) => &queue[..1],
-        _ => &queue[..queue.iter().position(|c| !is_reader(c)).unwrap_or(queue.len())],
-    }
-}
 
 /// The weight of the lease node `child` (`lease-{nonce}-{weight}-{sequence}`);
 /// `None` for any other name.
@@ -235,28 +204,11 @@ mod tests {
         names.iter().map(|n| n.to_string()).collect()
     }
 
-    /// A writer waits for the node before it, a reader for the last writer
-    /// before it (INV-16: a queued writer blocks later readers).
-    #[test]
-    fn a_reader_waits_for_the_last_writer_before_it_and_a_writer_for_its_predecessor() {
-        let queue =
-            nodes(&["lock-a-__READ__-01", "lock-b-__READ__-02", "lock-c-03", "lock-d-__READ__-04", "lock-e-05"]);
-        assert_eq!(blocker(&queue, 0), None);
-        assert_eq!(blocker(&queue, 1), None, "readers share");
-        assert_eq!(blocker(&queue, 2), Some(1), "a writer waits for the node before it");
-        assert_eq!(blocker(&queue, 3), Some(2), "a reader behind a queued writer waits for it");
-        assert_eq!(blocker(&queue, 4), Some(3));
-        assert_eq!(holders(&queue), &queue[..2]);
-        assert_eq!(holders(&queue[2..]), &queue[2..3]);
-        assert!(holders(&[]).is_empty());
-    }
-
     #[test]
     fn lease_nodes_carry_their_weight() {
         assert_eq!(lease_weight("lease-0123abcd-3-0000000007"), Some(3));
         assert_eq!(lease_weight("lease-0123abcd-3-"), None);
         assert_eq!(lease_weight("lock-0123abcd-0000000007"), None);
         assert_eq!(used(&nodes(&["lease-a-2-01", "lease-b-1-02", "other"])), 3);
-        assert!(is_reader("lock-0123-__READ__-0000000001") && !is_reader("lock-0123-0000000001"));
     }
 }

@@ -13,7 +13,7 @@ use tokio::time::Instant;
 
 use super::conn::Failed;
 use super::held::{lease_guard, Grant};
-use super::store::{micros, Seen};
+use super::store::{kind_of, micros, Seen};
 use super::{shared, spawn_detached, LeaseMode, Registration, Store, NOT_QUEUED};
 use crate::backend::{Acquire, Guard};
 use crate::backoff::Backoff;
@@ -187,7 +187,7 @@ impl LeaseMode {
         sent: Instant,
         purpose: Purpose,
     ) -> Guard {
-        if shared::kind_of(opts) != "x" {
+        if kind_of(opts) != "x" {
             // The next waiter may share too.
             self.store.wake(name).await;
             return shared::guard(self.store.clone(), name, owner, opts, token, sent);

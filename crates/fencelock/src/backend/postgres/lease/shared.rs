@@ -67,19 +67,7 @@ use tokio_postgres::types::{ToSql, Type};
 use super::{column, one, to_token, Store, Table, TableGrant, STATEMENT_TIMEOUT};
 use crate::backend::{BoxFuture, Guard, Renew, Renewed};
 use crate::error::Error;
-use crate::types::{LockMode, LockOptions};
-
-/// The kind of a request, as the waiters table keeps it: `x` exclusive, `r`
-/// a reader, `s` permits of a semaphore.
-pub(super) fn kind_of(opts: &LockOptions) -> &'static str {
-    if opts.permits > 0 {
-        "s"
-    } else if opts.mode == LockMode::Shared {
-        "r"
-    } else {
-        "x"
-    }
-}
+use crate::types::LockOptions;
 
 /// The refusal of a request for `asked` permits (0: not a semaphore) of a
 /// lock that keeps `kept`.

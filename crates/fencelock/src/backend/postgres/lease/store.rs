@@ -1,6 +1,8 @@
 //! The statements of the recipe as calls: one grant attempt (and what it
 //! saw), enqueue, withdraw, and the notifications that wake the next waiter
-//! or the observers; and the conversions between rows and values.
+//! or the observers; and the conversions between rows and values (among
+//! them a request's kind as the waiters table keeps it, [`kind_of`], which
+//! the shared locks use too).
 //!
 //! Where it sits: under [`super::recipe`], on the [`super::Store`] every
 //! guard of the mode shares.
@@ -12,10 +14,10 @@ use tokio_postgres::types::{FromSql, ToSql, Type};
 use tokio_postgres::Row;
 
 use super::conn::Failed;
-use super::{shared, Store, STATEMENT_TIMEOUT};
+use super::{Store, STATEMENT_TIMEOUT};
 use crate::backend::{Acquire, Guard};
 use crate::error::Error;
-use crate::types::LockOptions;
+use crate::types::{LockMode, LockOptions};
 
 /// What one grant attempt saw.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -89,7 +91,7 @@ impl Store {
     /// One grant attempt (module docs); `id` is the request's queue id or
     /// [`NOT_QUEUED`](super::NOT_QUEUED).
     pub(super) async fn attempt(&self, name: &str, owner: &str, opts: &LockOptions, id: i64) -> Result<Seen, Failed> {
-        if shared::kind_of(opts) != "x" {
+        if kind_of(opts) != "x" {
             return self.attempt_shared(name, owner, opts, id).await;
         }
         let by = Instant::now() + STATEMENT_TIMEOUT;
@@ -110,7 +112,7 @@ impl Store {
     /// `lease/shared.rs`), whose answer has the grant statement's columns.
     async fn attempt_shared(&self, name: &str, owner: &str, opts: &LockOptions, id: i64) -> Result<Seen, Failed> {
         let by = Instant::now() + STATEMENT_TIMEOUT;
-        let (ttl_us, kind) = (micros(opts.ttl), shared::kind_of(opts));
+        let (ttl_us, kind) = (micros(opts.ttl), kind_of(opts));
         let (weight, permits) = (weight_param(opts), permits_param(opts));
         let params: [(&(dyn ToSql + Sync), Type); 7] = [
             (&name, Type::TEXT),
@@ -135,7 +137,7 @@ impl Store {
         opts: &LockOptions,
     ) -> Result<i64, Failed> {
         let by = Instant::now() + STATEMENT_TIMEOUT;
-        let (kind, weight, permits) = (shared::kind_of(opts), weight_param(opts), permits_param(opts));
+        let (kind, weight, permits) = (kind_of(opts), weight_param(opts), permits_param(opts));
         let params: [(&(dyn ToSql + Sync), Type); 6] = [
             (&name, Type::TEXT),
             (&owner, Type::TEXT),
@@ -212,6 +214,18 @@ pub(super) fn one<'r>(rows: &'r [Row], what: &str) -> Result<&'r Row, Error> {
 /// returns.
 pub(super) fn column<'r, T: FromSql<'r>>(row: &'r Row, i: usize) -> Result<T, Error> {
     row.try_get(i).map_err(|e| Error::backend_caused("postgres", format!("unexpected column {i} in the answer"), e))
+}
+
+/// The kind of a request, as the waiters table keeps it: `x` exclusive, `r`
+/// a reader, `s` permits of a semaphore.
+pub(super) fn kind_of(opts: &LockOptions) -> &'static str {
+    if opts.permits > 0 {
+        "s"
+    } else if opts.mode == LockMode::Shared {
+        "r"
+    } else {
+        "x"
+    }
 }
 
 /// A token from the sequence (bigint, starts at 1).
