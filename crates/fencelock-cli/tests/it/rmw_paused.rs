@@ -49,7 +49,13 @@ fn paused_holders_lose_no_acknowledged_append() {
     let mut workers = Vec::new();
     for w in 0..WORKERS {
         let mut child = Command::new(std::env::current_exe().unwrap())
-            .args(["--exact", &fencelock_testkit::test_name(module_path!(), TEST), "--nocapture", "--test-threads", "1"])
+            .args([
+                "--exact",
+                &fencelock_testkit::test_name(module_path!(), TEST),
+                "--nocapture",
+                "--test-threads",
+                "1",
+            ])
             .env("RMW_WORKER", w.to_string())
             .env("RMW_SERVER", server.url())
             .env("RMW_STORAGE", storage.addr.to_string())
