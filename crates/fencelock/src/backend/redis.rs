@@ -159,7 +159,6 @@ use crate::types::{CheckResult, LockOptions};
 use conn::check_durable;
 use keys::{token_of, Keys};
 use recipe::{with_queue, Purpose, Req, LEADER};
-use tokio::time::Instant;
 
 pub(super) use conn::{Conn, Retry, CONNECT_TIMEOUT, OP_TIMEOUT};
 pub(super) use keys::{millis, Ticket};
@@ -263,7 +262,7 @@ impl LockBackend for RedisBackend {
         Box::pin(async move {
             check_name(name)?;
             let lock = self.shared.keys.lock(name);
-            let deadline = Instant::now() + OP_TIMEOUT;
+            let deadline = crate::clock::now() + OP_TIMEOUT;
             let value: Option<String> = self
                 .shared
                 .conn

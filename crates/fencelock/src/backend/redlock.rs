@@ -72,8 +72,6 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::time::Instant;
-
 use super::redis::{check_params, prefix, Conn, Ticket};
 use super::tls::TlsFiles;
 use super::{BackendUrl, BoxFuture, Capabilities, Fencing, Guard, LockBackend};
@@ -180,7 +178,7 @@ impl LockBackend for RedlockBackend {
         Box::pin(async move {
             self.capabilities().admit(self.kind(), name, opts)?;
             let key = self.nodes.key(name);
-            let end = Instant::now() + opts.wait;
+            let end = crate::clock::now() + opts.wait;
             loop {
                 let ticket = Ticket::new();
                 // Dropped while the SETs are out, it deletes what they set.
@@ -190,7 +188,7 @@ impl LockBackend for RedlockBackend {
                     owner: ticket.text.clone(),
                     timeout: node_timeout(opts.ttl),
                 };
-                let sent = Instant::now();
+                let sent = crate::clock::now();
                 let tally = self.nodes.set_all(&key, &ticket.text, opts.ttl).await;
                 if tally.yes >= self.nodes.quorum() && sent.elapsed() + drift(opts.ttl) < opts.ttl {
                     undo.disarm();
@@ -202,7 +200,7 @@ impl LockBackend for RedlockBackend {
                     let busy = Acquire::Busy { holder_lease: None, holder_token: None, reopens_in: None, waiters: 0 };
                     return failure.map_or(Ok(busy), Err);
                 }
-                let now = Instant::now();
+                let now = crate::clock::now();
                 if now >= end {
                     return failure.map_or(Ok(Acquire::TimedOut), Err);
                 }

@@ -10,7 +10,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fencelock_proto::etcd::mvccpb::KeyValue;
-use tokio::time::Instant;
 
 use super::held::{EtcdHeld, Mine};
 use super::keys::{key_of, mismatch, Kind};
@@ -37,8 +36,8 @@ impl EtcdBackend {
             return Err(Error::InvalidArgument("a campaign is exclusive: no shared mode, no permits".into()));
         }
         let lock = self.lock_prefix(name);
-        let wait_end = Instant::now() + opts.wait;
-        let sent = Instant::now();
+        let wait_end = crate::clock::now() + opts.wait;
+        let sent = crate::clock::now();
         let granted = self.etcd.lease_grant(ttl_secs(opts.ttl), self.etcd.deadline()).await?;
         let (lease_id, ttl) = (granted.id, granted.ttl);
         let withdraw = Withdraw { etcd: self.etcd.clone(), lease_id, armed: true };

@@ -171,7 +171,7 @@ impl Etcd {
 
     /// The deadline of a call started now.
     pub fn deadline(&self) -> Instant {
-        Instant::now() + CALL_TIMEOUT
+        crate::clock::now() + CALL_TIMEOUT
     }
 
     /// A call on the channel of `generation` failed in transport: move to the

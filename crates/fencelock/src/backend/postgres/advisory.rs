@@ -131,7 +131,7 @@ impl AdvisoryMode {
     /// Checks that the database is reachable (one connection, closed again).
     pub async fn connect(config: Config) -> Result<AdvisoryMode, Error> {
         let (client, _driver) = open(&config).await.map_err(|e| e.connect(""))?;
-        let by = Instant::now() + STATEMENT_TIMEOUT;
+        let by = crate::clock::now() + STATEMENT_TIMEOUT;
         let sql = "SELECT current_setting('server_version_num')::int";
         let row = bounded("server version", by, client.query_typed_one(sql, &[]))
             .await
@@ -142,7 +142,7 @@ impl AdvisoryMode {
 
     /// Takes `name` (already admitted) on a connection of its own.
     pub async fn acquire(&self, name: &str, opts: &LockOptions) -> Result<Acquire<Guard>, Error> {
-        let deadline = Instant::now() + opts.wait;
+        let deadline = crate::clock::now() + opts.wait;
         let waiting = !opts.wait.is_zero();
         let session = self.session(waiting.then_some(deadline)).await?;
         let shared = opts.mode == LockMode::Shared;
@@ -165,12 +165,12 @@ impl AdvisoryMode {
         }
         setup.push_str("BEGIN");
         if let Some(deadline) = deadline {
-            let left = deadline.saturating_duration_since(Instant::now());
+            let left = deadline.saturating_duration_since(crate::clock::now());
             // Zero would mean "no timeout": wait at least a millisecond.
             let left_ms = left.as_nanos().div_ceil(1_000_000).max(1);
             setup.push_str(&format!("; SET LOCAL lock_timeout = {left_ms}"));
         }
-        let by = Instant::now() + STATEMENT_TIMEOUT;
+        let by = crate::clock::now() + STATEMENT_TIMEOUT;
         bounded("session setup", by, session.client.batch_execute(&setup)).await?;
         Ok(session)
     }
@@ -182,9 +182,9 @@ impl AdvisoryMode {
         shared: bool,
         ttl: Duration,
     ) -> Result<Acquire<Guard>, Error> {
-        let by = Instant::now() + STATEMENT_TIMEOUT;
+        let by = crate::clock::now() + STATEMENT_TIMEOUT;
         let sql = if shared { TRY_LOCK_SHARED_SQL } else { TRY_LOCK_SQL };
-        let sent = Instant::now();
+        let sent = crate::clock::now();
         let row = bounded("try lock", by, session.client.query_typed_one(sql, &[(&name, Type::TEXT)])).await?;
         let (got, pid): (bool, i32) = (column(&row, 0)?, column(&row, 1)?);
         if got {
@@ -231,7 +231,7 @@ impl AdvisoryMode {
         let pid: i32 = column(&row, 0)?;
         // The wait may have lasted longer than the TTL: the lease counts from a
         // round trip sent after the grant.
-        let sent = Instant::now();
+        let sent = crate::clock::now();
         bounded("confirm", sent + STATEMENT_TIMEOUT, session.client.batch_execute("SELECT 1")).await?;
         Ok(Acquire::Acquired(guard(session, name, pid, ttl, sent)))
     }
@@ -339,7 +339,7 @@ impl Held for AdvisoryHeld {
     /// the `ROLLBACK`; the connection is closed either way.
     fn release(self: Box<Self>) -> BoxFuture<'static, Result<bool, Error>> {
         Box::pin(async move {
-            let by = Instant::now() + STATEMENT_TIMEOUT;
+            let by = crate::clock::now() + STATEMENT_TIMEOUT;
             let held = still_held(&self.session, by).await?;
             if held {
                 // If this fails the connection's end (below) frees the lock.

@@ -239,7 +239,6 @@ use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::time::Instant;
 use tokio_postgres::types::Type;
 
 use super::listen::{Registration, Wakers};
@@ -343,7 +342,7 @@ impl LeaseMode {
     /// shared holder's), by the database's clock? `current_token` is `token`
     /// if so, else the highest live grant's.
     pub async fn check(&self, name: &str, token: u64) -> Result<CheckResult, Error> {
-        let by = Instant::now() + STATEMENT_TIMEOUT;
+        let by = crate::clock::now() + STATEMENT_TIMEOUT;
         let rows = self.store.db.query("check", &self.store.sql.check, &[(&name, Type::TEXT)], by).await?;
         let mut live = shared::live_tokens(&self.store, name).await?;
         if let Some(row) = rows.first() {

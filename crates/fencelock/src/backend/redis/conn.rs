@@ -54,7 +54,7 @@ pub(super) async fn check_durable(conn: &Conn) -> Result<(), Error> {
 
 /// `CONFIG GET param`: its value.
 async fn config_get(conn: &Conn, param: &str) -> Result<String, Error> {
-    let deadline = Instant::now() + OP_TIMEOUT;
+    let deadline = crate::clock::now() + OP_TIMEOUT;
     let pair: Vec<String> = conn
         .run(deadline, Retry::Once, |mut c| async move {
             redis::cmd("CONFIG").arg("GET").arg(param).query_async(&mut c).await
@@ -137,7 +137,7 @@ impl Conn {
     /// [`CONNECT_TIMEOUT`], [`Error::Security`] if the TLS handshake or the
     /// authentication fails.
     pub(in crate::backend) async fn connect_now(&self) -> Result<(), Error> {
-        let deadline = Instant::now() + CONNECT_TIMEOUT;
+        let deadline = crate::clock::now() + CONNECT_TIMEOUT;
         self.run(deadline, Retry::Never, |mut c| async move { redis::cmd("PING").query_async::<()>(&mut c).await })
             .await
             .map_err(|e| {

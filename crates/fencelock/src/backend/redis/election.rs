@@ -92,7 +92,7 @@ impl Follower {
                 Err(e @ (Error::Protocol(_) | Error::Security { .. })) => return sink.fail(e).await,
                 Err(e) => {
                     tracing::debug!(lock = %self.name, error = %e, "fencelock: redis: election read failed; retrying");
-                    next_read = Instant::now() + backoff.delay(attempt, fastrand::f64());
+                    next_read = crate::clock::now() + backoff.delay(attempt, fastrand::f64());
                     attempt = attempt.saturating_add(1);
                 }
             }
@@ -135,7 +135,7 @@ fn reread_after(read: &Read) -> Instant {
         Some((_, left)) => (*left + Duration::from_millis(1)).min(REREAD),
         None => REREAD,
     };
-    Instant::now() + wait
+    crate::clock::now() + wait
 }
 
 /// A subscription to the election channel of `name`, on a connection of its own.
@@ -158,7 +158,7 @@ async fn subscribe(shared: &Shared, name: &str) -> Result<PubSubStream, Error> {
 /// The leader of `name` and the time its lock has left (`leader.lua`).
 async fn read_leader(shared: &Shared, name: &str) -> Result<Read, Error> {
     let (lock, holder) = (shared.keys.lock(name), shared.keys.holder(name));
-    let deadline = Instant::now() + OP_TIMEOUT;
+    let deadline = crate::clock::now() + OP_TIMEOUT;
     let reply: Value = shared
         .conn
         .run(deadline, Retry::Once, |mut c| {

@@ -9,7 +9,6 @@ use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
 use redis::{Script, Value};
-use tokio::time::Instant;
 
 use super::keys::{lease_of, millis, mismatch, token_of, Ticket};
 use super::{RedisBackend, Retry, Shared, OP_TIMEOUT};
@@ -42,7 +41,7 @@ impl RedisBackend {
         let flag = |yes: bool| if yes { "1" } else { "0" };
         let (prefix, ticket, ttl_ms) = (&keys.prefix, &req.ticket.text, millis(req.opts.ttl));
         let (wait, queued_before, channel) = (flag(wait), flag(queued_before), keys.channel(req.name));
-        let deadline = Instant::now() + OP_TIMEOUT;
+        let deadline = crate::clock::now() + OP_TIMEOUT;
         let reply: Value = self
             .shared
             .conn
@@ -63,7 +62,7 @@ impl RedisBackend {
 
     /// Tries once: granted, or `Busy` with what the script saw.
     async fn try_once(&self, req: &Req<'_>) -> Result<Acquire<Guard>, Error> {
-        let sent = Instant::now();
+        let sent = crate::clock::now();
         Ok(match self.attempt(req, false, false).await? {
             Attempt::Granted { token } => Acquire::Acquired(self.grant(req, token, sent)),
             Attempt::Refused { holder, waiters, .. } => {
@@ -108,7 +107,7 @@ impl Shared {
         let keys = &self.keys;
         let (lock, queue, holder, channel) = (keys.lock(name), keys.queue(name), keys.holder(name), keys.channel(name));
         let (lock, queue, holder, channel, prefix) = (&lock, &queue, &holder, &channel, &keys.prefix);
-        let deadline = Instant::now() + OP_TIMEOUT;
+        let deadline = crate::clock::now() + OP_TIMEOUT;
         let n: i64 = self
             .conn
             .run(deadline, Retry::Never, |mut c| async move {
@@ -126,7 +125,7 @@ impl Shared {
         let keys = &self.keys;
         let (lock, holder, channel) = (keys.lock(name), keys.holder(name), keys.channel(name));
         let (lock, holder, channel, data) = (&lock, &holder, &channel, &data);
-        let deadline = Instant::now() + OP_TIMEOUT;
+        let deadline = crate::clock::now() + OP_TIMEOUT;
         let n: i64 = self
             .conn
             .run(deadline, Retry::Once, |mut c| async move {
@@ -144,7 +143,7 @@ impl Shared {
         let (lock, queue, holder, channel) = (keys.lock(name), keys.queue(name), keys.holder(name), keys.channel(name));
         let (holders, tokens) = (keys.holders(name), keys.tokens(name));
         let prefix = &keys.prefix;
-        let deadline = Instant::now() + OP_TIMEOUT;
+        let deadline = crate::clock::now() + OP_TIMEOUT;
         let _: i64 = self
             .conn
             .run(deadline, Retry::Once, |mut c| {

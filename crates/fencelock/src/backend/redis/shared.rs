@@ -89,7 +89,7 @@ impl SharedGrant {
         let (lock, queue, holders) = (keys.lock(name), keys.queue(name), keys.holders(name));
         let (tokens, permits) = (keys.tokens(name), keys.permits(name));
         let (prefix, ticket) = (&keys.prefix, &self.ticket);
-        let deadline = Instant::now() + OP_TIMEOUT;
+        let deadline = crate::clock::now() + OP_TIMEOUT;
         let n: i64 = self
             .shared
             .conn

@@ -35,7 +35,7 @@ impl RedisBackend {
     /// backoff while the wait lasts; the last one is returned if it outlasts
     /// the wait.
     pub(super) async fn wait_in_line(&self, req: &Req<'_>) -> Result<Acquire<Guard>, Error> {
-        let end = Instant::now() + req.opts.wait;
+        let end = crate::clock::now() + req.opts.wait;
         let mut failures = 0;
         let mut queued = false;
         loop {
@@ -44,7 +44,7 @@ impl RedisBackend {
                 Ok(None) => failures = 0,
                 Err(e @ Error::LeaseNotFound(_)) => return Err(e),
                 Err(e) => {
-                    let retry_at = Instant::now() + Backoff::default().delay(failures, fastrand::f64());
+                    let retry_at = crate::clock::now() + Backoff::default().delay(failures, fastrand::f64());
                     if retry_at >= end {
                         return Err(e);
                     }
@@ -60,7 +60,7 @@ impl RedisBackend {
     /// nap until woken. `None`: go on waiting. `queued`: whether an earlier
     /// round queued the ticket (a campaign's ticket is not queued twice).
     async fn wait_once(&self, req: &Req<'_>, end: Instant, queued: &mut bool) -> Result<Option<Acquire<Guard>>, Error> {
-        let sent = Instant::now();
+        let sent = crate::clock::now();
         let queued_before = *queued && req.purpose == Purpose::Campaign;
         let (pttl, first) = match self.attempt(req, true, queued_before).await? {
             Attempt::Granted { token } => {
@@ -71,7 +71,7 @@ impl RedisBackend {
             Attempt::Mismatch { kept } => return Err(mismatch(kept, req.opts.permits)),
         };
         *queued = true;
-        let now = Instant::now();
+        let now = crate::clock::now();
         if now >= end {
             return Ok(Some(Acquire::TimedOut));
         }

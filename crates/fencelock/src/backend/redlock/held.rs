@@ -69,7 +69,7 @@ impl Held for RedlockHeld {
         Box::pin(async move {
             let RedlockHeld { kept, nodes, key, owner } = *self;
             drop(kept); // stop renewing first
-            let tally = nodes.unlock_all(&key, &owner, Instant::now() + OP_TIMEOUT).await;
+            let tally = nodes.unlock_all(&key, &owner, crate::clock::now() + OP_TIMEOUT).await;
             released(&tally, nodes.quorum())
         })
     }

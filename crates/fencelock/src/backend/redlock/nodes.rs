@@ -80,7 +80,7 @@ impl Nodes {
 
     /// `SET key owner NX PX ttl` on every node in parallel.
     pub(super) async fn set_all(&self, key: &str, owner: &str, ttl: Duration) -> Tally {
-        let deadline = Instant::now() + node_timeout(ttl);
+        let deadline = crate::clock::now() + node_timeout(ttl);
         let ttl_ms = millis(ttl);
         self.each(deadline, |mut c| async move {
             let mut set = redis::cmd("SET");
@@ -169,7 +169,7 @@ impl Undo {
     /// the TTL.
     pub(super) async fn now(&mut self) {
         if let Some(nodes) = self.nodes.take() {
-            nodes.unlock_all(&self.key, &self.owner, Instant::now() + self.timeout).await;
+            nodes.unlock_all(&self.key, &self.owner, crate::clock::now() + self.timeout).await;
         }
     }
 }
@@ -182,7 +182,7 @@ impl Drop for Undo {
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             let (key, owner) = (std::mem::take(&mut self.key), std::mem::take(&mut self.owner));
             runtime.spawn(async move {
-                nodes.unlock_all(&key, &owner, Instant::now() + OP_TIMEOUT).await;
+                nodes.unlock_all(&key, &owner, crate::clock::now() + OP_TIMEOUT).await;
             });
         }
     }

@@ -8,7 +8,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::time::Instant;
 use zookeeper_client as zk;
 
 use super::keys::{base_node, lock_node, own_node};
@@ -137,12 +136,12 @@ async fn find_by_stem(session: &Session, parent: &str, stem: &str) -> Option<Str
 
 /// [`delete_node`] until it answers, for at most twice the session timeout.
 pub(super) async fn delete_with_retries(session: &Session, path: &str) {
-    let end = Instant::now() + (2 * session.timeout).max(Duration::from_secs(2));
+    let end = crate::clock::now() + (2 * session.timeout).max(Duration::from_secs(2));
     let backoff = Backoff::default();
     for attempt in 0.. {
         match delete_node(session, path).await {
             Ok(_) => return,
-            Err(e) if Instant::now() >= end => {
+            Err(e) if crate::clock::now() >= end => {
                 tracing::debug!(path, error = %e, "fencelock: zk node not deleted; it goes with its session");
                 return;
             }

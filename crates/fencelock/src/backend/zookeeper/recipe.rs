@@ -57,7 +57,7 @@ impl ZkBackend {
         session: Arc<Session>,
         purpose: Purpose,
     ) -> Result<Acquire<Guard>, Error> {
-        let wait_end = Instant::now() + opts.wait;
+        let wait_end = crate::clock::now() + opts.wait;
         let stem = queue_stem(opts.mode == LockMode::Shared);
         let mut entry = Entry::new(session.clone(), vec![self.lock_path(name)], stem);
         let (path, czxid) = entry.create(&self.base, &encode_holder(opts), &[]).await?;
@@ -83,7 +83,7 @@ impl ZkBackend {
         let session = entry.session.clone();
         let own = path.rsplit('/').next().unwrap_or_default().to_string();
         loop {
-            let sent = Instant::now();
+            let sent = crate::clock::now();
             let queue = list_queue(&session, &entry.parent).await?;
             let Some(pos) = queue.iter().position(|child| *child == own) else {
                 return Err(purpose

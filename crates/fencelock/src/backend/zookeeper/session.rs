@@ -74,7 +74,7 @@ impl ZkBackend {
     fn linger(&self, ttl: Duration, session: &Arc<Session>) {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else { return };
         let mut kept = self.lingering.lock().unwrap_or_else(PoisonError::into_inner);
-        let now = Instant::now();
+        let now = crate::clock::now();
         let same = kept.get(&ttl).is_some_and(|l| Arc::ptr_eq(&l.session, session));
         let fresh = kept.insert(ttl, Lingering { session: session.clone(), last_used: now }).is_none();
         if fresh || !same {
@@ -162,7 +162,7 @@ async fn end_lingering(kept: Weak<StdMutex<HashMap<Duration, Lingering>>>, ttl: 
                 return;
             };
             let until = l.last_used + SESSION_LINGER;
-            if Instant::now() >= until {
+            if crate::clock::now() >= until {
                 kept.remove(&ttl);
                 return;
             }

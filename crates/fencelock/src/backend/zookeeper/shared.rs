@@ -92,7 +92,7 @@ impl ZkBackend {
         opts: &LockOptions,
         session: Arc<Session>,
     ) -> Result<Acquire<Guard>, Error> {
-        let wait_end = Instant::now() + opts.wait;
+        let wait_end = crate::clock::now() + opts.wait;
         let root = self.lock_path(name);
         let mut mutex = Entry::new(session.clone(), vec![root.clone(), format!("{root}/{LOCKS}")], (NODE_PREFIX, ""));
         let (mutex_path, _) = mutex.create(&self.base, &[], &[]).await?;
@@ -126,7 +126,7 @@ impl ZkBackend {
         let (path, czxid) = lease.create(&self.base, &encode_holder(opts), permits.as_bytes()).await?;
         let own = path.rsplit('/').next().unwrap_or_default().to_string();
         loop {
-            let sent = Instant::now();
+            let sent = crate::clock::now();
             let (children, watcher) = request(session.client.list_and_watch_children(&leases))
                 .await
                 .map_err(|e| fail("list the semaphore's leases", e))?;

@@ -80,7 +80,7 @@ impl Db {
         by: Instant,
     ) -> Result<Vec<Row>, Failed> {
         let conn = self.conn(by).await?;
-        let sent = Instant::now();
+        let sent = crate::clock::now();
         match tokio::time::timeout_at(by, conn.client.query_typed(sql, params)).await {
             Ok(Ok(rows)) => Ok(rows),
             Ok(Err(e)) => Err(Failed { transient: is_transient(&e), error: backend_error(what, e) }),

@@ -59,7 +59,7 @@ impl Store {
     /// The leader of `name` and the time its lock has left, by the
     /// database's clock.
     async fn leader(&self, name: &str) -> Result<Read, Failed> {
-        let by = Instant::now() + STATEMENT_TIMEOUT;
+        let by = crate::clock::now() + STATEMENT_TIMEOUT;
         let params: [(&(dyn ToSql + Sync), Type); 1] = [(&name, Type::TEXT)];
         let rows = self.db.query("leader", &self.sql.leader, &params, by).await?;
         rows.first().map(|row| leader_of(name, row)).transpose().map_err(Failed::from)
@@ -109,7 +109,7 @@ impl Follower {
                 }
                 Err(failed) if failed.transient => {
                     tracing::debug!(lock = %self.name, error = %failed.error, "fencelock: postgres: election read failed; retrying");
-                    next_read = Instant::now() + backoff.delay(failures, fastrand::f64());
+                    next_read = crate::clock::now() + backoff.delay(failures, fastrand::f64());
                     failures = failures.saturating_add(1);
                 }
                 Err(failed) => return sink.fail(failed.error).await,
@@ -125,5 +125,5 @@ fn reread_after(read: &Read) -> Instant {
         Some((_, left)) => (*left + Duration::from_millis(1)).min(REREAD),
         None => REREAD,
     };
-    Instant::now() + wait
+    crate::clock::now() + wait
 }

@@ -43,7 +43,7 @@ impl TableGrant for Grant {
     /// Compare-and-delete; then wakes the next waiter if it released.
     fn release(&self) -> BoxFuture<'_, Result<bool, Error>> {
         Box::pin(async move {
-            let by = Instant::now() + STATEMENT_TIMEOUT;
+            let by = crate::clock::now() + STATEMENT_TIMEOUT;
             let token = self.token_param();
             let params: [(&(dyn ToSql + Sync), Type); 3] =
                 [(&self.name, Type::TEXT), (&token, Type::INT8), (&self.owner, Type::TEXT)];
@@ -63,7 +63,7 @@ impl TableGrant for Grant {
     /// one (see the module docs); then announces it.
     fn set_value(&self, value: Vec<u8>) -> BoxFuture<'_, Result<bool, Error>> {
         Box::pin(async move {
-            let by = Instant::now() + STATEMENT_TIMEOUT;
+            let by = crate::clock::now() + STATEMENT_TIMEOUT;
             let (token, identity) = (self.token_param(), self.identity.as_deref());
             let params: [(&(dyn ToSql + Sync), Type); 5] = [
                 (&self.name, Type::TEXT),

@@ -40,11 +40,11 @@ impl LeaseMode {
         purpose: Purpose,
     ) -> Result<Acquire<Guard>, Error> {
         let owner = format!("{:016x}-{}", self.instance, self.requests.fetch_add(1, Ordering::Relaxed));
-        let deadline = Instant::now() + opts.wait;
+        let deadline = crate::clock::now() + opts.wait;
         let registration = self.wakers.register(name);
         let mut withdraw =
             Withdraw { store: self.store.clone(), name: name.to_string(), owner: owner.clone(), armed: true };
-        let sent = Instant::now();
+        let sent = crate::clock::now();
         match self.store.attempt(name, &owner, opts, NOT_QUEUED).await {
             Ok(Seen { mismatch: Some(kept), .. }) => {
                 withdraw.armed = false; // nothing was written
@@ -96,7 +96,7 @@ impl LeaseMode {
         let mut failures = 0u32;
         let mut races = 0u32;
         loop {
-            if Instant::now() >= deadline {
+            if crate::clock::now() >= deadline {
                 return Ok(None);
             }
             let step = match id {
@@ -123,11 +123,11 @@ impl LeaseMode {
                     wake
                 }
                 Ok(None) => continue, // enqueued: attempt at once
-                Err(failed) if failed.transient && Instant::now() < deadline => {
+                Err(failed) if failed.transient && crate::clock::now() < deadline => {
                     failures = failures.saturating_add(1);
                     let error = &failed.error;
                     tracing::debug!(lock = name, failures, %error, "fencelock: postgres: waiting: retrying");
-                    Instant::now() + Backoff::default().delay(failures - 1, fastrand::f64())
+                    crate::clock::now() + Backoff::default().delay(failures - 1, fastrand::f64())
                 }
                 Err(failed) => return Err(failed.error),
             };
@@ -147,7 +147,7 @@ impl LeaseMode {
         id: i64,
         races: &mut u32,
     ) -> Result<Option<Step>, Failed> {
-        let sent = Instant::now();
+        let sent = crate::clock::now();
         let seen = self.store.attempt(name, owner, opts, id).await?;
         if let Some(kept) = seen.mismatch {
             return Err(shared::mismatch(kept, opts.permits).into());
@@ -164,11 +164,11 @@ impl LeaseMode {
                 // Free and nobody ahead, yet not granted: another grant or a new
                 // row raced this one. Look again soon.
                 *races = races.saturating_add(1);
-                Instant::now() + Backoff::default().delay(*races - 1, fastrand::f64())
+                crate::clock::now() + Backoff::default().delay(*races - 1, fastrand::f64())
             }
             Some(left) => {
                 *races = 0;
-                Instant::now() + left
+                crate::clock::now() + left
             }
             None => sent + opts.ttl / 3,
         };

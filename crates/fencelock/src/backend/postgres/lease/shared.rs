@@ -133,7 +133,7 @@ impl TableGrant for SharedGrant {
     /// `"<table>_unshare"`; then wakes the next waiter if it released.
     fn release(&self) -> BoxFuture<'_, Result<bool, Error>> {
         Box::pin(async move {
-            let by = Instant::now() + STATEMENT_TIMEOUT;
+            let by = crate::clock::now() + STATEMENT_TIMEOUT;
             let params: [(&(dyn ToSql + Sync), Type); 2] = [(&self.name, Type::TEXT), (&self.owner, Type::TEXT)];
             let rows = self.store.db.query("release", &self.store.sql.shared.release, &params, by).await?;
             let released: bool = column(one(&rows, "release")?, 0)?;
@@ -171,7 +171,7 @@ impl Renew for SharedGrant {
 
 /// The live shared tokens of `name`.
 pub(super) async fn live_tokens(store: &Store, name: &str) -> Result<Vec<u64>, Error> {
-    let by = Instant::now() + STATEMENT_TIMEOUT;
+    let by = crate::clock::now() + STATEMENT_TIMEOUT;
     let rows = store.db.query("check", &store.sql.shared.tokens, &[(&name, Type::TEXT)], by).await?;
     rows.iter().map(|row| to_token(column(row, 0)?)).collect()
 }

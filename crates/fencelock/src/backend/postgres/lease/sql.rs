@@ -8,7 +8,6 @@
 //! Where it sits: under [`super::LeaseMode`], which builds one [`Sql`] per
 //! table at connect and creates the schema if it is missing.
 
-use tokio::time::Instant;
 use tokio_postgres::types::{ToSql, Type};
 
 use super::super::{bounded, Table, STATEMENT_TIMEOUT};
@@ -61,7 +60,7 @@ fn schema_sql(table: &Table) -> String {
 
 /// Creates the schema unless all of it exists already.
 pub(super) async fn ensure_schema(db: &Db, table: &Table) -> Result<(), Error> {
-    let by = Instant::now() + STATEMENT_TIMEOUT;
+    let by = crate::clock::now() + STATEMENT_TIMEOUT;
     let names =
         ["", "_token_seq", "_waiters", "_holders", "_shared"].map(|suffix| format!("\"{}{suffix}\"", table.as_str()));
     let [a, b, c, d, e] = &names;

@@ -9,7 +9,6 @@
 
 use std::time::Duration;
 
-use tokio::time::Instant;
 use tokio_postgres::types::{FromSql, ToSql, Type};
 use tokio_postgres::Row;
 
@@ -94,7 +93,7 @@ impl Store {
         if kind_of(opts) != "x" {
             return self.attempt_shared(name, owner, opts, id).await;
         }
-        let by = Instant::now() + STATEMENT_TIMEOUT;
+        let by = crate::clock::now() + STATEMENT_TIMEOUT;
         let (ttl_us, identity, value) = (micros(opts.ttl), opts.identity.as_deref(), opts.value.as_slice());
         let params: [(&(dyn ToSql + Sync), Type); 6] = [
             (&name, Type::TEXT),
@@ -111,7 +110,7 @@ impl Store {
     /// One attempt of a shared request: `"<table>_share"` (see
     /// `lease/shared.rs`), whose answer has the grant statement's columns.
     async fn attempt_shared(&self, name: &str, owner: &str, opts: &LockOptions, id: i64) -> Result<Seen, Failed> {
-        let by = Instant::now() + STATEMENT_TIMEOUT;
+        let by = crate::clock::now() + STATEMENT_TIMEOUT;
         let (ttl_us, kind) = (micros(opts.ttl), kind_of(opts));
         let (weight, permits) = (weight_param(opts), permits_param(opts));
         let params: [(&(dyn ToSql + Sync), Type); 7] = [
@@ -136,7 +135,7 @@ impl Store {
         ttl_us: i64,
         opts: &LockOptions,
     ) -> Result<i64, Failed> {
-        let by = Instant::now() + STATEMENT_TIMEOUT;
+        let by = crate::clock::now() + STATEMENT_TIMEOUT;
         let (kind, weight, permits) = (kind_of(opts), weight_param(opts), permits_param(opts));
         let params: [(&(dyn ToSql + Sync), Type); 6] = [
             (&name, Type::TEXT),
@@ -154,7 +153,7 @@ impl Store {
     /// then wakes the next waiter if the request was first in line or held a
     /// grant.
     pub(super) async fn withdraw(&self, name: &str, owner: &str) -> Result<(), Error> {
-        let by = Instant::now() + STATEMENT_TIMEOUT;
+        let by = crate::clock::now() + STATEMENT_TIMEOUT;
         let params: [(&(dyn ToSql + Sync), Type); 2] = [(&name, Type::TEXT), (&owner, Type::TEXT)];
         let rows = self.db.query("withdraw", &self.sql.withdraw, &params, by).await?;
         if column::<bool>(one(&rows, "withdraw")?, 0)? {
@@ -169,7 +168,7 @@ impl Store {
     /// module docs). A failure is only logged: the waiter then wakes by its own
     /// timers.
     pub(super) async fn wake(&self, name: &str) {
-        let by = Instant::now() + STATEMENT_TIMEOUT;
+        let by = crate::clock::now() + STATEMENT_TIMEOUT;
         let params: [(&(dyn ToSql + Sync), Type); 2] = [(&name, Type::TEXT), (&self.table.as_str(), Type::TEXT)];
         if let Err(failed) = self.db.query("wake", &self.sql.wake, &params, by).await {
             tracing::debug!(lock = name, error = %failed.error, "fencelock: postgres: waking the next waiter failed");
@@ -180,7 +179,7 @@ impl Store {
     /// after the change committed; a failure is only logged (observers then
     /// see the change at their next read).
     pub(super) async fn announce(&self, name: &str) {
-        let by = Instant::now() + STATEMENT_TIMEOUT;
+        let by = crate::clock::now() + STATEMENT_TIMEOUT;
         let params: [(&(dyn ToSql + Sync), Type); 2] = [(&name, Type::TEXT), (&self.table.as_str(), Type::TEXT)];
         if let Err(failed) = self.db.query("announce", &self.sql.announce, &params, by).await {
             tracing::debug!(lock = name, error = %failed.error, "fencelock: postgres: announcing a change failed");
