@@ -33,7 +33,7 @@ use std::{
 };
 
 use anyhow::{bail, Context};
-use fencelock::{Acquire, Client, Session};
+use fencelock::{Client, Outcome, Session};
 use tokio::{
     io::{AsyncBufReadExt, BufReader},
     sync::watch,
@@ -122,7 +122,7 @@ pub async fn run(native: &mut NativeServer, clients: usize, measure: Duration) -
         let (s, lease, lock) = (s.clone(), *lease, format!("w4/held{i}"));
         takes.spawn(async move {
             match s.acquire(&lock, lease, Duration::ZERO, Duration::ZERO).await? {
-                Acquire::Acquired(a) => anyhow::Ok((lock, a.lease_id, a.token)),
+                Outcome::Acquired(a) => anyhow::Ok((lock, a.lease_id, a.token)),
                 other => bail!("{lock} not granted: {other:?}"),
             }
         });
@@ -161,7 +161,7 @@ pub async fn run(native: &mut NativeServer, clients: usize, measure: Duration) -
     let s = client.session().await?;
     let lease = s.grant_lease(TTL).await.context("grant a lease after the restart")?;
     let first_token_after = match s.acquire("w4/after", lease, Duration::ZERO, Duration::ZERO).await? {
-        Acquire::Acquired(a) => a.token,
+        Outcome::Acquired(a) => a.token,
         other => bail!("w4/after not granted after the restart: {other:?}"),
     };
 
@@ -219,7 +219,7 @@ async fn cycle(s: &Session, lock: &str, counts: &Counts, stop: watch::Receiver<b
             renewed = sent;
         }
         let token = match s.acquire(lock, lease, Duration::ZERO, Duration::ZERO).await {
-            Ok(Acquire::Acquired(a)) => a.token,
+            Ok(Outcome::Acquired(a)) => a.token,
             Ok(other) => {
                 counts.error(lock, &format!("not granted: {other:?}"));
                 break;

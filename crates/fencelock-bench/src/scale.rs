@@ -21,7 +21,7 @@ use std::{
 };
 
 use anyhow::{bail, Context};
-use fencelock::{Acquire, Client, Error, Session};
+use fencelock::{Client, Error, Outcome, Session};
 use tokio::{
     task::JoinSet,
     time::{Instant, MissedTickBehavior},
@@ -164,7 +164,7 @@ async fn create(session: &Session, i: u64, renews: bool, renewer: &Renewer) -> a
         renewer.add(lease); // renewed from now on, before its lock is even asked for
     }
     match session.acquire(&format!("w3/{i}"), lease, Duration::ZERO, Duration::ZERO).await.context("acquire")? {
-        Acquire::Acquired(_) => Ok(Instant::now()),
+        Outcome::Acquired(_) => Ok(Instant::now()),
         other => bail!("lock w3/{i} not granted: {other:?}"),
     }
 }

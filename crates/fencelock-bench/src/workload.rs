@@ -39,7 +39,7 @@ use std::{
 };
 
 use anyhow::{bail, Context};
-use fencelock::{Acquire, Backend, LockOptions};
+use fencelock::{Backend, LockOptions, Outcome};
 use tokio::time::Instant;
 
 use crate::{engines::Engine, model::RunResult, procstat, profile, stats};
@@ -154,7 +154,7 @@ impl Locker {
     async fn cycle(&self, name: &str, opts: &LockOptions) -> anyhow::Result<Option<(Instant, Instant)>> {
         match self {
             Locker::Backend(b) => match b.acquire(name, opts).await? {
-                Acquire::Acquired(g) => {
+                Outcome::Acquired(g) => {
                     let granted = Instant::now();
                     let release_started = Instant::now();
                     if !g.release().await? {
@@ -162,7 +162,7 @@ impl Locker {
                     }
                     Ok(Some((granted, release_started)))
                 }
-                Acquire::TimedOut | Acquire::Busy { .. } => Ok(None),
+                Outcome::TimedOut | Outcome::Busy { .. } => Ok(None),
             },
             Locker::Poll(p) => {
                 let Some(value) = p.acquire(name, opts.ttl, opts.wait).await? else { return Ok(None) };

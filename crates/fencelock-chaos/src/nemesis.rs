@@ -566,7 +566,7 @@ async fn s1_trial(
     let holder_after = describe(admin, &lock).await?["holder"]["lease_id"].as_u64();
     // Nobody else waits: a live client must get the lock at once.
     let probe = match holder.lock(&lock).ttl(ttl).wait(ttl * 2).acquire().await {
-        Ok(fencelock::Acquire::Acquired(p)) => {
+        Ok(fencelock::Outcome::Acquired(p)) => {
             let _ = p.release().await;
             "acquired".to_string()
         }
@@ -577,7 +577,7 @@ async fn s1_trial(
     proxy.reset_then_pass();
     fault(ctx, "end", "waiter", serde_json::Value::Null);
     let outcome = match tokio::time::timeout(ttl * 4, wait).await {
-        Ok(Ok(Ok(fencelock::Acquire::Acquired(g)))) => {
+        Ok(Ok(Ok(fencelock::Outcome::Acquired(g)))) => {
             let lease = g.lease_id();
             let _ = g.release().await;
             if lease == dead_lease {

@@ -6,7 +6,7 @@ use std::{process::ExitCode, time::Duration};
 use anyhow::Context;
 use clap::Args;
 use fencelock::backend::{BackendUrl, Scheme};
-use fencelock::{Acquire, Client};
+use fencelock::{Client, Outcome};
 use serde_json::json;
 
 use crate::{exit, run::busy_detail, LockArgs, ServerArg};
@@ -126,21 +126,21 @@ pub async fn acquire(a: AcquireArgs) -> anyhow::Result<ExitCode> {
 
 /// The exit code, JSON and text of an acquire of one lock or of `--all`
 /// (then the JSON lists every lock with its token under `locks`).
-fn outcome(l: &LockArgs, got: Acquire<Vec<fencelock::Acquired>>) -> (u8, serde_json::Value, String) {
+fn outcome(l: &LockArgs, got: Outcome<Vec<fencelock::Grant>>) -> (u8, serde_json::Value, String) {
     let name = match l.all.is_empty() {
         true => l.name().to_string(),
         false => l.all.join(","),
     };
     match got {
-        Acquire::Acquired(gs) if l.all.is_empty() && gs.len() == 1 => acquired_one(l, &gs[0]),
-        Acquire::Acquired(gs) => acquired_all(l, &gs),
-        Acquire::Busy { holder_lease, holder_token, reopens_in, waiters } => (
+        Outcome::Acquired(gs) if l.all.is_empty() && gs.len() == 1 => acquired_one(l, &gs[0]),
+        Outcome::Acquired(gs) => acquired_all(l, &gs),
+        Outcome::Busy { holder_lease, holder_token, reopens_in, waiters } => (
             exit::BUSY,
             json!({"outcome": "busy", "lock": name, "holder_lease": holder_lease, "holder_token": holder_token,
                    "reopens_in_ms": reopens_in.map(|d| d.as_millis() as u64), "waiters": waiters}),
             format!("lock {name:?} is busy{}", busy_detail(holder_lease, holder_token, reopens_in)),
         ),
-        Acquire::TimedOut => (
+        Outcome::TimedOut => (
             exit::TIMED_OUT,
             json!({"outcome": "timed_out", "lock": name}),
             format!("timed out after {:?} waiting for lock {name:?}", l.wait),
@@ -148,7 +148,7 @@ fn outcome(l: &LockArgs, got: Acquire<Vec<fencelock::Acquired>>) -> (u8, serde_j
     }
 }
 
-fn acquired_one(l: &LockArgs, g: &fencelock::Acquired) -> (u8, serde_json::Value, String) {
+fn acquired_one(l: &LockArgs, g: &fencelock::Grant) -> (u8, serde_json::Value, String) {
     let v = json!({"outcome": "acquired", "lock": g.lock, "lease_id": g.lease_id, "token": g.token,
                    "ttl_ms": l.ttl.as_millis() as u64, "waited_ms": g.waited.as_millis() as u64});
     let text =
@@ -157,7 +157,7 @@ fn acquired_one(l: &LockArgs, g: &fencelock::Acquired) -> (u8, serde_json::Value
 }
 
 /// A multi-lock: every lock with its token, on one lease.
-fn acquired_all(l: &LockArgs, gs: &[fencelock::Acquired]) -> (u8, serde_json::Value, String) {
+fn acquired_all(l: &LockArgs, gs: &[fencelock::Grant]) -> (u8, serde_json::Value, String) {
     let (lease, waited) = gs.first().map_or((0, 0), |g| (g.lease_id, g.waited.as_millis() as u64));
     let locks: Vec<_> = gs.iter().map(|g| json!({"lock": g.lock, "token": g.token})).collect();
     let each: Vec<String> = gs.iter().map(|g| format!("{:?} token {}", g.lock, g.token)).collect();

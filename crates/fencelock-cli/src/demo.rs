@@ -23,7 +23,6 @@ use std::{
 
 use anyhow::{bail, Context};
 use clap::Args;
-use fencelock::Acquire;
 use nix::{
     sys::signal::{kill, Signal},
     unistd::Pid,
@@ -322,7 +321,7 @@ pub async fn demo_client(a: DemoClientArgs) -> anyhow::Result<ExitCode> {
     let client =
         fencelock::Client::connect(server.raw.clone()).await.with_context(|| format!("connecting to {server}"))?;
     let guard = match client.lock(LOCK).ttl(a.ttl).wait(a.wait).acquire().await? {
-        Acquire::Acquired(g) => g,
+        fencelock::Outcome::Acquired(g) => g,
         other => bail!("{} could not acquire: {other:?}", a.name),
     };
     let token = guard.fencing_token()?;

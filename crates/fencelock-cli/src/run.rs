@@ -21,7 +21,7 @@ use std::{process::ExitCode, time::Duration};
 
 use anyhow::Context;
 use clap::Args;
-use fencelock::{Acquire, Backend, Guard, LeaseLost, LockOptions, MultiGuard};
+use fencelock::{Backend, Guard, LeaseLost, LockOptions, MultiGuard, Outcome};
 use nix::{sys::signal::Signal, unistd::Pid};
 use tokio::{
     process::{Child, Command},
@@ -162,14 +162,14 @@ async fn acquire(backend: &Backend, name: &str, opts: &LockOptions) -> anyhow::R
 }
 
 /// The grant, or the exit code of a contention outcome (said on stderr).
-fn granted_or_exit<G>(outcome: Acquire<G>, name: &str, opts: &LockOptions) -> Result<G, ExitCode> {
+fn granted_or_exit<G>(outcome: Outcome<G>, name: &str, opts: &LockOptions) -> Result<G, ExitCode> {
     match outcome {
-        Acquire::Acquired(g) => Ok(g),
-        Acquire::Busy { holder_lease, holder_token, reopens_in, .. } => {
+        Outcome::Acquired(g) => Ok(g),
+        Outcome::Busy { holder_lease, holder_token, reopens_in, .. } => {
             eprintln!("fencelock: lock {name:?} is busy{}", busy_detail(holder_lease, holder_token, reopens_in));
             Err(ExitCode::from(exit::BUSY))
         }
-        Acquire::TimedOut => {
+        Outcome::TimedOut => {
             eprintln!("fencelock: timed out after {:?} waiting for lock {name:?}", opts.wait);
             Err(ExitCode::from(exit::TIMED_OUT))
         }

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use fencelock::{Acquire, Client};
+use fencelock::{Client, Outcome};
 use fencelock_fence::{CheckValidator, Checked};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -12,7 +12,7 @@ async fn check_validator_asks_the_lock_server() {
     let server = fencelock_server::start(fencelock_server::Config::for_test(tmp.path().join("data"))).await.unwrap();
     let client = Client::connect(format!("http://{}", server.grpc_addr)).await.unwrap();
     let guard = match client.lock("mailer").ttl(Duration::from_secs(10)).acquire().await.unwrap() {
-        Acquire::Acquired(g) => g,
+        Outcome::Acquired(g) => g,
         other => panic!("expected a grant, got {other:?}"),
     };
     let token = guard.token().unwrap();

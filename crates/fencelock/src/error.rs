@@ -2,8 +2,8 @@
 //!
 //! Where it sits: every RPC in [`crate::backend::native::rpc`] and [`crate::backend::native::session`] turns a
 //! [`tonic::Status`] into an [`Error`] here. Contention is never an error: a busy
-//! lock is [`crate::Acquire::Busy`], a wait that ran out is
-//! [`crate::Acquire::TimedOut`]. [`WithLockError`] is the error of
+//! lock is [`crate::Outcome::Busy`], a wait that ran out is
+//! [`crate::Outcome::TimedOut`]. [`WithLockError`] is the error of
 //! [`crate::with_lock`], which adds "not acquired" and "lease lost" to
 //! [`Error`].
 

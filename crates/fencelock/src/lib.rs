@@ -3,7 +3,7 @@
 //!
 //! ```no_run
 //! use std::time::Duration;
-//! use fencelock::{Acquire, Client};
+//! use fencelock::{Client, Outcome};
 //!
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
 //! let client = Client::connect("http://127.0.0.1:7070").await?;
@@ -14,7 +14,7 @@
 //!     .acquire()
 //!     .await?
 //! {
-//!     Acquire::Acquired(guard) => {
+//!     Outcome::Acquired(guard) => {
 //!         // Pass the fencing token with every write to the protected resource,
 //!         // and stop as soon as the lease is lost.
 //!         let token = guard.fencing_token()?;
@@ -24,8 +24,8 @@
 //!         }
 //!         guard.release().await?;
 //!     }
-//!     Acquire::Busy { holder_token, .. } => println!("busy (token {holder_token:?})"),
-//!     Acquire::TimedOut => println!("still busy after 5 s"),
+//!     Outcome::Busy { holder_token, .. } => println!("busy (token {holder_token:?})"),
+//!     Outcome::TimedOut => println!("still busy after 5 s"),
 //! }
 //! # Ok(()) }
 //! # async fn write_report(_token: u64) {}
@@ -110,12 +110,12 @@ pub use backend::native::{
     Client, ClientBuilder, ClientTls, Session, Transport, DEFAULT_LEASE_LINGER, DEFAULT_RPC_TIMEOUT,
 };
 pub use backend::{
-    connect, with_lock, Acquire, Backend, Capabilities, Fencing, Guard, LockBackend, LockRequest, MultiGuard,
+    connect, with_lock, Backend, Capabilities, Fencing, Guard, LockBackend, LockRequest, MultiGuard, Outcome,
 };
 pub use backend::{Election, Leader, LeaderEvent, LeaderStream, Leadership};
 pub use backoff::Backoff;
 pub use error::LeaseLost;
 pub use error::{Cause, Error, NotAcquired, WithLockError};
 pub use lease::LeaseWatch;
-pub use types::{Acquired, CheckResult, CompletedSlot, Holder, LockInfo, LockMode, LockOptions, Waiter};
+pub use types::{CheckResult, CompletedSlot, Grant, Holder, LockInfo, LockMode, LockOptions, Waiter};
 pub use watch::{ParseRevisionError, Revision, WatchEvent, WatchKind, WatchStream};

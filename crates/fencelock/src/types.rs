@@ -170,7 +170,7 @@ impl LockOptions {
 /// alive or releases it; the caller owns that (e.g. with
 /// [`crate::Client::release_raw`] or [`crate::Client::revoke_lease`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Acquired {
+pub struct Grant {
     /// The lock name.
     pub lock: String,
     /// The lease the lock is bound to.

@@ -57,7 +57,7 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::Args;
 use fencelock::backend::{Backend, Guard};
-use fencelock::{Acquire, Error, LockOptions};
+use fencelock::{Error, LockOptions, Outcome};
 use tokio::io::AsyncBufReadExt;
 use tokio::sync::mpsc;
 
@@ -307,13 +307,13 @@ impl Worker {
         let res = self.backend.acquire(&self.a.lock, &opts).await;
         let mut e = Event { shared, ..self.ev(Kind::Ok, Op::Acquire, seq) };
         let guard = match res {
-            Ok(Acquire::Acquired(g)) => {
+            Ok(Outcome::Acquired(g)) => {
                 e.token = g.token();
                 e.lease = Some(g.lease_id());
                 Some(g)
             }
-            Ok(Acquire::Busy { .. }) => fail(&mut e, "busy"),
-            Ok(Acquire::TimedOut) => fail(&mut e, "timed out"),
+            Ok(Outcome::Busy { .. }) => fail(&mut e, "busy"),
+            Ok(Outcome::TimedOut) => fail(&mut e, "timed out"),
             Err(err) => self.failed(&mut e, err),
         };
         self.log(e)?;

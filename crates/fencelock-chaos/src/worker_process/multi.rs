@@ -12,7 +12,7 @@
 use std::time::Duration;
 
 use fencelock::backend::{Backend, Guard, MultiGuard};
-use fencelock::{Acquire, Error, LockOptions};
+use fencelock::{Error, LockOptions, Outcome};
 
 use super::{fail, released, Guarded, Worker, NO_TOKEN};
 use crate::history::{Event, Kind, Op};
@@ -68,12 +68,12 @@ impl Worker {
         };
         let mut e = Event { locks: Some(locks), ..self.ev(Kind::Ok, Op::Acquire, seq) };
         let guards = match res {
-            Ok(Acquire::Acquired(gs)) => {
+            Ok(Outcome::Acquired(gs)) => {
                 record_grant(&mut e, &gs);
                 Some(gs)
             }
-            Ok(Acquire::Busy { .. }) => fail(&mut e, "busy"),
-            Ok(Acquire::TimedOut) => fail(&mut e, "timed out"),
+            Ok(Outcome::Busy { .. }) => fail(&mut e, "busy"),
+            Ok(Outcome::TimedOut) => fail(&mut e, "timed out"),
             Err(err) => self.failed(&mut e, err),
         };
         self.log(e)?;
@@ -118,11 +118,11 @@ fn tokens_of(guards: &[Guard]) -> (Option<u64>, Option<Vec<u64>>) {
 /// plain acquires, each waiting its turn, as a non-atomic multi-lock does;
 /// if one is not granted, those taken are released and its outcome is the
 /// whole one's.
-async fn one_by_one(backend: &Backend, names: &[&str], opts: &LockOptions) -> Result<Acquire<Vec<Guard>>, Error> {
+async fn one_by_one(backend: &Backend, names: &[&str], opts: &LockOptions) -> Result<Outcome<Vec<Guard>>, Error> {
     let mut held = Vec::with_capacity(names.len());
     for name in names {
         match backend.acquire(name, opts).await {
-            Ok(Acquire::Acquired(g)) => held.push(g),
+            Ok(Outcome::Acquired(g)) => held.push(g),
             other => {
                 for g in held {
                     let _ = g.release().await;
@@ -131,5 +131,5 @@ async fn one_by_one(backend: &Backend, names: &[&str], opts: &LockOptions) -> Re
             }
         }
     }
-    Ok(Acquire::Acquired(held))
+    Ok(Outcome::Acquired(held))
 }

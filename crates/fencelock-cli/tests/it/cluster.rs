@@ -19,7 +19,7 @@ use crate::support;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use fencelock::{Acquire, LockOptions};
+use fencelock::{LockOptions, Outcome};
 use support::cluster::{
     assert_increasing, assert_not_lost, client, cycle, hold, holder_token, Cluster, HELD_TTL, NEW_LEADER_WITHIN,
 };
@@ -41,7 +41,7 @@ async fn leader_killed_under_load_loses_no_acknowledged_grant() {
         load.push(tokio::spawn(async move {
             while !stop.load(std::sync::atomic::Ordering::SeqCst) {
                 let opts = LockOptions::default().ttl(Duration::from_secs(2)).wait(Duration::from_secs(3));
-                if let Ok(Acquire::Acquired(g)) = client.lock("load").options(opts).acquire().await {
+                if let Ok(Outcome::Acquired(g)) = client.lock("load").options(opts).acquire().await {
                     // Recorded before the release: grant order is record order.
                     tokens.lock().unwrap().push(g.token().unwrap());
                     let _ = g.release().await;

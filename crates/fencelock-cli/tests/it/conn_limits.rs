@@ -159,7 +159,7 @@ async fn idle_timeout_does_not_cut_a_healthy_holder() {
     let tmp = tempfile::tempdir().unwrap();
     let server = Server::start_with_flags(tmp.path(), &["--idle-timeout", "1s"], None);
     let client = fencelock::Client::connect(server.url()).await.expect("connect");
-    let fencelock::Acquire::Acquired(guard) =
+    let fencelock::Outcome::Acquired(guard) =
         client.lock("idle/holder").ttl(Duration::from_secs(6)).acquire().await.expect("acquire")
     else {
         panic!("a free lock must be granted")

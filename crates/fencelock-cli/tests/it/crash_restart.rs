@@ -14,7 +14,7 @@ use std::{
     time::Duration,
 };
 
-use fencelock::{Acquire, Client, LockOptions};
+use fencelock::{Client, LockOptions, Outcome};
 use support::Server;
 
 const RESTARTS: usize = 20;
@@ -28,14 +28,14 @@ async fn held_leases_and_tokens_survive_sigkill_restarts() {
 
     // A holder kept alive by the watchdog through every restart.
     let held = match client.lock("crash-held").ttl(Duration::from_secs(10)).acquire().await.unwrap() {
-        Acquire::Acquired(g) => g,
+        Outcome::Acquired(g) => g,
         other => panic!("expected a grant, got {other:?}"),
     };
 
     // A lease nobody renews: after a restart its TTL counts again from the restart.
     let opts = LockOptions::default().ttl(Duration::from_secs(4));
     let detached = match client.acquire_detached("crash-detached", opts).await.unwrap() {
-        Acquire::Acquired(a) => a,
+        Outcome::Acquired(a) => a,
         other => panic!("expected a grant, got {other:?}"),
     };
     tokio::time::sleep(Duration::from_millis(2500)).await;
@@ -77,7 +77,7 @@ async fn held_leases_and_tokens_survive_sigkill_restarts() {
     }
     assert!(seen.iter().all(|(_, t)| *t > held.token().unwrap()), "later grants have larger tokens");
     let last = match client.lock("crash-final").acquire().await.unwrap() {
-        Acquire::Acquired(g) => g.token().unwrap(),
+        Outcome::Acquired(g) => g.token().unwrap(),
         other => panic!("{other:?}"),
     };
     assert!(unique.iter().all(|t| *t < last), "a fresh grant is above every token seen");
@@ -89,7 +89,7 @@ async fn worker(w: usize, client: Client, stop: Arc<AtomicBool>, seen: Arc<Mutex
     while !stop.load(Ordering::SeqCst) {
         let req = client.lock("crash-busy").ttl(Duration::from_secs(5)).wait(Duration::from_secs(5));
         match req.acquire().await {
-            Ok(Acquire::Acquired(g)) => {
+            Ok(Outcome::Acquired(g)) => {
                 seen.lock().unwrap().push((w, g.token().unwrap()));
                 tokio::time::sleep(Duration::from_millis(5)).await;
                 let _ = g.release().await;

@@ -18,7 +18,7 @@ use std::{
     time::Duration,
 };
 
-use fencelock::{Acquire, Client};
+use fencelock::{Client, Outcome};
 use support::{http_get, Server};
 
 /// Unmounts on drop (declared before the server so it is dropped after it).
@@ -78,7 +78,7 @@ async fn full_disk(size: &str, flags: &[&str]) {
     let client = Client::builder(server.url()).rpc_timeout(Duration::from_secs(2)).connect().await.unwrap();
 
     let before = match client.lock("before-full").ttl(Duration::from_secs(3600)).acquire().await.unwrap() {
-        Acquire::Acquired(g) => g,
+        Outcome::Acquired(g) => g,
         other => panic!("{other:?}"),
     };
     let filler = fill(&disk.0);
@@ -88,7 +88,7 @@ async fn full_disk(size: &str, flags: &[&str]) {
     let mut failure = None;
     for i in 0..5000 {
         match client.acquire_detached(&format!("during-full-{i}"), Default::default()).await {
-            Ok(Acquire::Acquired(a)) => acked.push(a.token),
+            Ok(Outcome::Acquired(a)) => acked.push(a.token),
             Ok(other) => panic!("{other:?}"),
             Err(e) => {
                 failure = Some(e.to_string());
@@ -112,7 +112,7 @@ async fn full_disk(size: &str, flags: &[&str]) {
     let h = info.holder.expect("the grant acknowledged before the disk filled survives");
     assert_eq!((h.lease_id, h.token), (before.lease_id(), before.token().unwrap()));
     let next = match client.acquire_detached("after-restart", Default::default()).await.unwrap() {
-        Acquire::Acquired(a) => a.token,
+        Outcome::Acquired(a) => a.token,
         other => panic!("{other:?}"),
     };
     let max = *acked.iter().max().unwrap();

@@ -22,7 +22,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use fencelock::{Acquire, Client};
+use fencelock::{Client, Outcome};
 use nix::{
     sys::signal::{kill, Signal},
     unistd::Pid,
@@ -125,7 +125,7 @@ fn worker(id: &str) {
         for i in 0..APPENDS {
             let guard = loop {
                 match client.lock(LOCK).ttl(TTL).wait(Duration::from_secs(30)).acquire().await {
-                    Ok(Acquire::Acquired(g)) => break g,
+                    Ok(Outcome::Acquired(g)) => break g,
                     _ => tokio::time::sleep(Duration::from_millis(20)).await,
                 }
             };

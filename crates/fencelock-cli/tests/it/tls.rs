@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use fencelock::{Acquire, Client, ClientTls, LockOptions};
+use fencelock::{Client, ClientTls, LockOptions, Outcome};
 use fencelock_proto::raft::{raft_client::RaftClient, RaftPayload};
 use support::secure::{add_token, certs_init, fencelock_as, make_certs};
 use support::{bin, free_port, stderr, stdout};
@@ -97,7 +97,7 @@ async fn tls_client(url: &str, tls: ClientTls) -> Client {
 
 async fn acquire_token(c: &Client, name: &str) -> u64 {
     match c.acquire_detached(name, LockOptions::default()).await.expect("acquire") {
-        Acquire::Acquired(g) => g.token,
+        Outcome::Acquired(g) => g.token,
         other => panic!("{name} not acquired: {other:?}"),
     }
 }
@@ -284,7 +284,7 @@ async fn certificates_rotate_without_a_restart_or_a_lost_lease() {
     let holder = tls_client(&url, ClientTls::from_files(&both, None, None).unwrap()).await;
     let opts = LockOptions::default().ttl(Duration::from_secs(2));
     let guard = match holder.lock("rotating").options(opts).acquire().await.expect("acquire") {
-        Acquire::Acquired(g) => g,
+        Outcome::Acquired(g) => g,
         other => panic!("not acquired: {other:?}"),
     };
     // Load through the rotation: three clients acquire and release locks of
@@ -301,7 +301,7 @@ async fn certificates_rotate_without_a_restart_or_a_lost_lease() {
             while !stop.load(std::sync::atomic::Ordering::Relaxed) {
                 let was_rotated = rotated.load(std::sync::atomic::Ordering::Relaxed);
                 match c.lock(format!("load-{w}")).acquire().await {
-                    Ok(Acquire::Acquired(g)) => assert!(g.release().await.expect("release under rotation"), "released"),
+                    Ok(Outcome::Acquired(g)) => assert!(g.release().await.expect("release under rotation"), "released"),
                     other => panic!("acquire under rotation: {other:?}"),
                 }
                 *(if was_rotated { &mut after } else { &mut before }) += 1;

@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use fencelock::{Acquire, Client, Guard};
+use fencelock::{Client, Guard, Outcome};
 use fencelock_fence::{Access, Fence, Fenced, Stale};
 
 const LOCK: &str = "report";
@@ -39,7 +39,7 @@ impl LockService {
 async fn acquire(client: &Client, shared: bool) -> Guard {
     let request = client.lock(LOCK).ttl(Duration::from_secs(30)).wait(WAIT);
     match if shared { request.shared() } else { request }.acquire().await.unwrap() {
-        Acquire::Acquired(guard) => guard,
+        Outcome::Acquired(guard) => guard,
         other => panic!("expected a grant, got {other:?}"),
     }
 }

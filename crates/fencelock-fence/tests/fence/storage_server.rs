@@ -620,13 +620,13 @@ async fn a_token_above_the_maximum_is_refused() {
 /// server's last look is not (it asks again before refusing).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tokens_the_lock_service_never_issued_are_refused() {
-    use fencelock::{Acquire, Client};
+    use fencelock::{Client, Outcome};
     let tmp = tempfile::tempdir().unwrap();
     let lock = fencelock_server::start(fencelock_server::Config::for_test(tmp.path().join("lock"))).await.unwrap();
     let client = Client::connect(format!("http://{}", lock.grpc_addr)).await.unwrap();
     let acquire = || async {
         match client.lock("doc-lock").ttl(std::time::Duration::from_secs(10)).acquire().await.unwrap() {
-            Acquire::Acquired(g) => g,
+            Outcome::Acquired(g) => g,
             other => panic!("expected a grant, got {other:?}"),
         }
     };

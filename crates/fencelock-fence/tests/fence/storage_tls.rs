@@ -370,7 +370,7 @@ async fn certificates_replaced_by_rename_are_served_without_a_restart() {
 /// reason named).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_https_lock_service_is_asked_with_its_ca_and_a_token() {
-    use fencelock::{Acquire, Client, ClientTls};
+    use fencelock::{Client, ClientTls, Outcome};
     let dir = tempfile::tempdir().unwrap();
     let certs = certs(&dir.path().join("certs"));
     let issued = fencelock_server::auth::new_token().unwrap();
@@ -402,7 +402,7 @@ async fn an_https_lock_service_is_asked_with_its_ca_and_a_token() {
     let start = Instant::now();
     let grant = loop {
         match client.lock("doc-lock").ttl(Duration::from_secs(10)).acquire().await {
-            Ok(Acquire::Acquired(g)) => break g,
+            Ok(Outcome::Acquired(g)) => break g,
             other if start.elapsed() > Duration::from_secs(20) => panic!("no grant: {other:?}"),
             _ => tokio::time::sleep(Duration::from_millis(100)).await,
         }

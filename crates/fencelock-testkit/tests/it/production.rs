@@ -6,7 +6,7 @@
 use std::net::TcpStream;
 use std::time::Duration;
 
-use fencelock::{Acquire, Guard, LockOptions};
+use fencelock::{Guard, LockOptions, Outcome};
 use fencelock_testkit::{EtcdServer, PgServer, Profile, ZkServer};
 use tokio::time::Instant;
 
@@ -30,7 +30,7 @@ async fn acquire(url: &str, ttl: Duration) -> (Guard, Instant) {
     let opts = LockOptions::default().ttl(ttl).wait(Duration::ZERO);
     let asked = Instant::now();
     match within("acquire", backend.acquire("testkit/production", &opts)).await.unwrap() {
-        Acquire::Acquired(guard) => (guard, asked),
+        Outcome::Acquired(guard) => (guard, asked),
         other => panic!("{url}: a free lock was not granted: {other:?}"),
     }
 }

@@ -22,7 +22,7 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use super::{Acquire, Guard, LockBackend};
+use super::{Guard, LockBackend, Outcome};
 use crate::error::Error;
 use crate::lease::{LeaseLost, LeaseWatch};
 use crate::types::LockOptions;
@@ -306,17 +306,17 @@ impl Election {
         let opts = self.opts.wait(super::MAX_WAIT);
         loop {
             match self.backend.campaign(&self.name, &opts).await? {
-                Acquire::Acquired(leadership) => return Ok(leadership),
-                Acquire::TimedOut => continue,
+                Outcome::Acquired(leadership) => return Ok(leadership),
+                Outcome::TimedOut => continue,
                 // Not an answer to a wait; should a backend give it, do not
                 // spin on it.
-                Acquire::Busy { .. } => tokio::time::sleep(BUSY_RETRY).await,
+                Outcome::Busy { .. } => tokio::time::sleep(BUSY_RETRY).await,
             }
         }
     }
 
-    /// Becomes leader only if nobody leads now: `Acquire::Busy` otherwise.
-    pub async fn try_campaign(self) -> Result<Acquire<Leadership>, Error> {
+    /// Becomes leader only if nobody leads now: `Outcome::Busy` otherwise.
+    pub async fn try_campaign(self) -> Result<Outcome<Leadership>, Error> {
         self.backend.campaign(&self.name, &self.opts.wait(Duration::ZERO)).await
     }
 
@@ -356,15 +356,15 @@ pub(crate) async fn campaign_by_acquire<B: LockBackend + ?Sized>(
     backend: &B,
     name: &str,
     opts: &LockOptions,
-) -> Result<Acquire<Leadership>, Error> {
+) -> Result<Outcome<Leadership>, Error> {
     leadership_of(backend.acquire(name, opts).await?, &opts.value)
 }
 
 /// A campaign's answer from its acquire's: the grant, which published
 /// `value`, as a [`Leadership`].
-pub(crate) fn leadership_of(acquired: Acquire<Guard>, value: &[u8]) -> Result<Acquire<Leadership>, Error> {
+pub(crate) fn leadership_of(acquired: Outcome<Guard>, value: &[u8]) -> Result<Outcome<Leadership>, Error> {
     match acquired {
-        Acquire::Acquired(guard) => Ok(Acquire::Acquired(Leadership::new(guard, value.to_vec())?)),
+        Outcome::Acquired(guard) => Ok(Outcome::Acquired(Leadership::new(guard, value.to_vec())?)),
         other => Ok(other.map(|_| unreachable!("the grant is matched above"))),
     }
 }

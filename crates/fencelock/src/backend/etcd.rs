@@ -140,7 +140,7 @@ use super::election::leadership_of;
 use super::tls::TlsFiles;
 use super::{check_name, BackendUrl, BoxFuture, Capabilities, Fencing, Guard, LockBackend};
 use super::{Leader, LeaderStream, Leadership};
-use crate::backend::Acquire;
+use crate::backend::Outcome;
 use crate::error::Error;
 use crate::types::{CheckResult, LockOptions};
 use params::parse_url;
@@ -211,7 +211,7 @@ impl LockBackend for EtcdBackend {
         }
     }
 
-    fn acquire<'a>(&'a self, name: &'a str, opts: &'a LockOptions) -> BoxFuture<'a, Result<Acquire<Guard>, Error>> {
+    fn acquire<'a>(&'a self, name: &'a str, opts: &'a LockOptions) -> BoxFuture<'a, Result<Outcome<Guard>, Error>> {
         Box::pin(self.acquire_lock(name, opts, Purpose::Lock))
     }
 
@@ -221,7 +221,7 @@ impl LockBackend for EtcdBackend {
         &'a self,
         name: &'a str,
         opts: &'a LockOptions,
-    ) -> BoxFuture<'a, Result<Acquire<Leadership>, Error>> {
+    ) -> BoxFuture<'a, Result<Outcome<Leadership>, Error>> {
         Box::pin(async move { leadership_of(self.acquire_lock(name, opts, Purpose::Campaign).await?, &opts.value) })
     }
 

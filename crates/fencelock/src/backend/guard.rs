@@ -1,7 +1,7 @@
 //! [`Guard`]: a lock held through any [`super::LockBackend`], and `Held`, the
 //! part each backend supplies (how to release its grant).
 //!
-//! Where it sits: every backend's `acquire` returns `Acquire<Guard>`. The guard
+//! Where it sits: every backend's `acquire` returns `Outcome<Guard>`. The guard
 //! reads the lease state through a [`LeaseWatch`] (the same type the native
 //! client uses), so `deadline()` and `lost()` mean the same thing everywhere:
 //! see the timing contract in the crate docs.

@@ -63,7 +63,7 @@ pub use guard::Guard;
 pub(crate) use guard::Held;
 pub(crate) use keepalive::{KeptLease, Renew, Renewed};
 pub use multi_guard::MultiGuard;
-pub use outcome::Acquire;
+pub use outcome::Outcome;
 pub use request::LockRequest;
 pub use url::{BackendUrl, Scheme};
 
@@ -414,7 +414,7 @@ pub(crate) const MAX_HOLD_AT_LEAST: Duration = Duration::from_millis(fencelock_c
 ///   as long as each guard is used only before its [`Guard::deadline`];
 /// * a grant's token, where [`Capabilities::fencing`] is not `None`, is greater
 ///   than the token of every earlier grant of the same lock;
-/// * contention is an outcome ([`Acquire::Busy`], [`Acquire::TimedOut`]), never
+/// * contention is an outcome ([`Outcome::Busy`], [`Outcome::TimedOut`]), never
 ///   an error; a waiting acquire holds no resources after it returns or is
 ///   dropped;
 /// * the guard renews itself every TTL/3 while it lives, and its
@@ -434,7 +434,7 @@ pub trait LockBackend: Send + Sync + fmt::Debug {
     /// [`Capabilities::fifo`]). Fails with [`Error::Unsupported`] before sending
     /// anything if `opts` asks for what the backend cannot give. Dropping the
     /// future withdraws the request.
-    fn acquire<'a>(&'a self, name: &'a str, opts: &'a LockOptions) -> BoxFuture<'a, Result<Acquire<Guard>, Error>>;
+    fn acquire<'a>(&'a self, name: &'a str, opts: &'a LockOptions) -> BoxFuture<'a, Result<Outcome<Guard>, Error>>;
 
     /// Takes every lock of `names` (2 to 16 distinct names) at once with
     /// `opts`: all of them or none, one [`Guard`] per lock in the order
@@ -447,7 +447,7 @@ pub trait LockBackend: Send + Sync + fmt::Debug {
         &'a self,
         names: &'a [&'a str],
         opts: &'a LockOptions,
-    ) -> BoxFuture<'a, Result<Acquire<MultiGuard>, Error>> {
+    ) -> BoxFuture<'a, Result<Outcome<MultiGuard>, Error>> {
         let _ = (names, opts);
         let kind = self.kind();
         Box::pin(async move {
@@ -475,7 +475,7 @@ pub trait LockBackend: Send + Sync + fmt::Debug {
         &'a self,
         name: &'a str,
         opts: &'a LockOptions,
-    ) -> BoxFuture<'a, Result<Acquire<Leadership>, Error>> {
+    ) -> BoxFuture<'a, Result<Outcome<Leadership>, Error>> {
         Box::pin(async move {
             if !self.capabilities().election {
                 return Err(election::unsupported(self.kind()));

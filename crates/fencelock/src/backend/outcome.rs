@@ -1,4 +1,4 @@
-//! [`Acquire`], what every backend's acquire answers: the grant, or
+//! [`Outcome`], what every backend's acquire answers: the grant, or
 //! contention as an outcome (busy, timed out), never as an error.
 
 use std::time::Duration;
@@ -9,11 +9,11 @@ use crate::error::NotAcquired;
 /// The outcome of an acquire. Contention is an outcome, not an error.
 ///
 /// `G` is what a grant gives: a [`crate::Guard`] (kept alive, released on drop)
-/// for [`crate::LockBackend::acquire`] and [`crate::LockRequest::acquire`]; a bare [`crate::Acquired`] for
+/// for [`crate::LockBackend::acquire`] and [`crate::LockRequest::acquire`]; a bare [`crate::Grant`] for
 /// [`crate::Client::acquire_detached`] and [`crate::Session::acquire`].
 #[derive(Debug)]
 #[must_use = "an acquired lock is held until its guard is released or dropped"]
-pub enum Acquire<G = Guard> {
+pub enum Outcome<G = Guard> {
     /// The lock is held.
     Acquired(G),
     /// The wait was zero and the lock is held by someone (or closed by lock-delay).
@@ -31,35 +31,35 @@ pub enum Acquire<G = Guard> {
     TimedOut,
 }
 
-impl<G> Acquire<G> {
+impl<G> Outcome<G> {
     /// Applies `f` to the grant, keeping the other outcomes.
-    pub fn map<H>(self, f: impl FnOnce(G) -> H) -> Acquire<H> {
+    pub fn map<H>(self, f: impl FnOnce(G) -> H) -> Outcome<H> {
         match self {
-            Acquire::Acquired(g) => Acquire::Acquired(f(g)),
-            Acquire::Busy { holder_lease, holder_token, reopens_in, waiters } => {
-                Acquire::Busy { holder_lease, holder_token, reopens_in, waiters }
+            Outcome::Acquired(g) => Outcome::Acquired(f(g)),
+            Outcome::Busy { holder_lease, holder_token, reopens_in, waiters } => {
+                Outcome::Busy { holder_lease, holder_token, reopens_in, waiters }
             }
-            Acquire::TimedOut => Acquire::TimedOut,
+            Outcome::TimedOut => Outcome::TimedOut,
         }
     }
 
     /// The grant, or the contention outcome as [`NotAcquired`].
     pub fn acquired(self) -> Result<G, NotAcquired> {
         match self {
-            Acquire::Acquired(g) => Ok(g),
-            Acquire::Busy { holder_lease, holder_token, reopens_in, waiters } => {
+            Outcome::Acquired(g) => Ok(g),
+            Outcome::Busy { holder_lease, holder_token, reopens_in, waiters } => {
                 Err(NotAcquired::Busy { holder_lease, holder_token, reopens_in, waiters })
             }
-            Acquire::TimedOut => Err(NotAcquired::TimedOut),
+            Outcome::TimedOut => Err(NotAcquired::TimedOut),
         }
     }
 
     /// The metric label of this outcome.
     pub(crate) fn label(&self) -> &'static str {
         match self {
-            Acquire::Acquired(_) => "acquired",
-            Acquire::Busy { .. } => "busy",
-            Acquire::TimedOut => "timed_out",
+            Outcome::Acquired(_) => "acquired",
+            Outcome::Busy { .. } => "busy",
+            Outcome::TimedOut => "timed_out",
         }
     }
 }
@@ -70,7 +70,7 @@ mod tests {
 
     #[test]
     fn acquired_maps_contention_to_not_acquired() {
-        let busy: Acquire<()> = Acquire::Busy {
+        let busy: Outcome<()> = Outcome::Busy {
             holder_lease: None,
             holder_token: None,
             reopens_in: Some(Duration::from_millis(30)),
@@ -85,7 +85,7 @@ mod tests {
                 waiters: 0
             })
         );
-        assert_eq!(Acquire::<()>::TimedOut.acquired(), Err(NotAcquired::TimedOut));
-        assert_eq!(Acquire::Acquired(5).map(|x| x * 2).acquired(), Ok(10));
+        assert_eq!(Outcome::<()>::TimedOut.acquired(), Err(NotAcquired::TimedOut));
+        assert_eq!(Outcome::Acquired(5).map(|x| x * 2).acquired(), Ok(10));
     }
 }

@@ -66,7 +66,7 @@ use std::time::Duration;
 
 use super::election::{self, leadership_of};
 use super::{BackendUrl, BoxFuture, Capabilities, Guard, Leader, LeaderStream, Leadership, LockBackend};
-use crate::backend::Acquire;
+use crate::backend::Outcome;
 use crate::error::Error;
 use crate::types::{CheckResult, LockOptions};
 use conn::{backend_error, bounded, describe, open, probe, spawn_detached, AbortOnDrop, OpenFailed};
@@ -133,7 +133,7 @@ impl LockBackend for PgBackend {
         }
     }
 
-    fn acquire<'a>(&'a self, name: &'a str, opts: &'a LockOptions) -> BoxFuture<'a, Result<Acquire<Guard>, Error>> {
+    fn acquire<'a>(&'a self, name: &'a str, opts: &'a LockOptions) -> BoxFuture<'a, Result<Outcome<Guard>, Error>> {
         Box::pin(async move {
             self.capabilities().admit(self.kind(), name, opts)?;
             match &self.mode {
@@ -150,7 +150,7 @@ impl LockBackend for PgBackend {
         &'a self,
         name: &'a str,
         opts: &'a LockOptions,
-    ) -> BoxFuture<'a, Result<Acquire<Leadership>, Error>> {
+    ) -> BoxFuture<'a, Result<Outcome<Leadership>, Error>> {
         Box::pin(async move {
             let Mode::Lease(m) = &self.mode else {
                 return Err(election::unsupported(self.kind()));

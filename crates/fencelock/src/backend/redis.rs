@@ -153,7 +153,7 @@ use super::election::leadership_of;
 use super::tls::TlsFiles;
 use super::{check_name, BackendUrl, BoxFuture, Capabilities, Fencing, Guard, LockBackend};
 use super::{Leader, LeaderStream, Leadership};
-use crate::backend::Acquire;
+use crate::backend::Outcome;
 use crate::error::Error;
 use crate::types::{CheckResult, LockOptions};
 use conn::check_durable;
@@ -233,7 +233,7 @@ impl LockBackend for RedisBackend {
         }
     }
 
-    fn acquire<'a>(&'a self, name: &'a str, opts: &'a LockOptions) -> BoxFuture<'a, Result<Acquire<Guard>, Error>> {
+    fn acquire<'a>(&'a self, name: &'a str, opts: &'a LockOptions) -> BoxFuture<'a, Result<Outcome<Guard>, Error>> {
         Box::pin(self.acquire_as(name, opts, Purpose::Lock))
     }
 
@@ -243,7 +243,7 @@ impl LockBackend for RedisBackend {
         &'a self,
         name: &'a str,
         opts: &'a LockOptions,
-    ) -> BoxFuture<'a, Result<Acquire<Leadership>, Error>> {
+    ) -> BoxFuture<'a, Result<Outcome<Leadership>, Error>> {
         Box::pin(async move { leadership_of(self.acquire_as(name, opts, Purpose::Campaign).await?, &opts.value) })
     }
 

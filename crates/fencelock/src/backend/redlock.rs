@@ -75,7 +75,7 @@ use std::time::Duration;
 use super::redis::{check_params, prefix, Conn, Ticket};
 use super::tls::TlsFiles;
 use super::{BackendUrl, BoxFuture, Capabilities, Fencing, Guard, LockBackend};
-use crate::backend::Acquire;
+use crate::backend::Outcome;
 use crate::error::Error;
 use crate::types::LockOptions;
 use nodes::{join_all, Nodes, Undo};
@@ -174,7 +174,7 @@ impl LockBackend for RedlockBackend {
         }
     }
 
-    fn acquire<'a>(&'a self, name: &'a str, opts: &'a LockOptions) -> BoxFuture<'a, Result<Acquire<Guard>, Error>> {
+    fn acquire<'a>(&'a self, name: &'a str, opts: &'a LockOptions) -> BoxFuture<'a, Result<Outcome<Guard>, Error>> {
         Box::pin(async move {
             self.capabilities().admit(self.kind(), name, opts)?;
             let key = self.nodes.key(name);
@@ -192,17 +192,17 @@ impl LockBackend for RedlockBackend {
                 let tally = self.nodes.set_all(&key, &ticket.text, opts.ttl).await;
                 if tally.yes >= self.nodes.quorum() && sent.elapsed() + drift(opts.ttl) < opts.ttl {
                     undo.disarm();
-                    return Ok(Acquire::Acquired(self.grant(name, key, &ticket, opts.ttl, sent)));
+                    return Ok(Outcome::Acquired(self.grant(name, key, &ticket, opts.ttl, sent)));
                 }
                 undo.now().await;
                 let failure = tally.cannot_reach_quorum(self.nodes.quorum()).then(|| self.nodes.failure(&tally));
                 if opts.wait.is_zero() {
-                    let busy = Acquire::Busy { holder_lease: None, holder_token: None, reopens_in: None, waiters: 0 };
+                    let busy = Outcome::Busy { holder_lease: None, holder_token: None, reopens_in: None, waiters: 0 };
                     return failure.map_or(Ok(busy), Err);
                 }
                 let now = crate::clock::now();
                 if now >= end {
-                    return failure.map_or(Ok(Acquire::TimedOut), Err);
+                    return failure.map_or(Ok(Outcome::TimedOut), Err);
                 }
                 let delay = RETRY_MIN + (RETRY_MAX - RETRY_MIN).mul_f64(fastrand::f64());
                 tokio::time::sleep_until((now + delay).min(end)).await;

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::{with_lock, Guard, LockBackend};
-use crate::backend::Acquire;
+use crate::backend::Outcome;
 use crate::error::{Error, WithLockError};
 use crate::types::LockOptions;
 
@@ -111,7 +111,7 @@ impl LockRequest {
     /// Takes the lock: [`LockBackend::acquire`] with these options (its
     /// contract: contention is an outcome; dropping the future withdraws the
     /// request).
-    pub async fn acquire(self) -> Result<Acquire<Guard>, Error> {
+    pub async fn acquire(self) -> Result<Outcome<Guard>, Error> {
         self.backend.acquire(&self.name, &self.opts).await
     }
 

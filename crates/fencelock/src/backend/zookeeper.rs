@@ -24,12 +24,12 @@
 //! 2. List the children and sort them by sequence number. If the own node is the
 //!    first, the lock is granted: the token is the own node's czxid.
 //! 3. Otherwise, with a zero wait, delete the own node and answer
-//!    [`Acquire::Busy`] (with the first node's session and czxid). With a wait, set
+//!    [`Outcome::Busy`] (with the first node's session and czxid). With a wait, set
 //!    an exists-watch on the node just before the own one (the predecessor only, so
 //!    a release wakes one waiter, not the herd): if it is gone already, go to 2 at
 //!    once; otherwise wait for its deletion and go to 2 (an earlier node may still
 //!    hold); at the end of the wait, delete the own node and answer
-//!    [`Acquire::TimedOut`].
+//!    [`Outcome::TimedOut`].
 //!
 //! The own node's data is the request's identity and value
 //! ([`LockOptions::identity`], [`LockOptions::value`]): the identity's length in
@@ -143,7 +143,7 @@ use zookeeper_client as zk;
 
 use super::election::leadership_of;
 use super::{BackendUrl, BoxFuture, Capabilities, Fencing, Guard, Leader, LeaderStream, Leadership, LockBackend};
-use crate::backend::Acquire;
+use crate::backend::Outcome;
 use crate::error::Error;
 use crate::types::{CheckResult, LockOptions};
 use entry::{ensure_containers, Entry};
@@ -240,7 +240,7 @@ impl LockBackend for ZkBackend {
         }
     }
 
-    fn acquire<'a>(&'a self, name: &'a str, opts: &'a LockOptions) -> BoxFuture<'a, Result<Acquire<Guard>, Error>> {
+    fn acquire<'a>(&'a self, name: &'a str, opts: &'a LockOptions) -> BoxFuture<'a, Result<Outcome<Guard>, Error>> {
         Box::pin(self.lock(name, opts, Purpose::Lock))
     }
 
@@ -250,7 +250,7 @@ impl LockBackend for ZkBackend {
         &'a self,
         name: &'a str,
         opts: &'a LockOptions,
-    ) -> BoxFuture<'a, Result<Acquire<Leadership>, Error>> {
+    ) -> BoxFuture<'a, Result<Outcome<Leadership>, Error>> {
         Box::pin(async move { leadership_of(self.lock(name, opts, Purpose::Campaign).await?, &opts.value) })
     }
 

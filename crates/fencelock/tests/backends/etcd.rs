@@ -12,7 +12,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use fencelock::backend::{Backend, Capabilities, Fencing};
-use fencelock::{Acquire, Error, Guard, Leader, LeaderEvent};
+use fencelock::{Error, Guard, Leader, LeaderEvent, Outcome};
 use fencelock_proto::etcd::etcdserverpb::kv_client::KvClient;
 use fencelock_proto::etcd::etcdserverpb::lease_client::LeaseClient;
 use fencelock_proto::etcd::etcdserverpb::range_request::{SortOrder, SortTarget};
@@ -88,12 +88,12 @@ async fn until_keys(kv: &mut KvClient<Channel>, encoded: &str, n: usize) {
 }
 
 /// An acquire with a wait, on a connection of its own, in a task.
-async fn waiter(url: &str, name: &'static str, ttl: Duration) -> JoinHandle<Result<Acquire<Guard>, Error>> {
+async fn waiter(url: &str, name: &'static str, ttl: Duration) -> JoinHandle<Result<Outcome<Guard>, Error>> {
     let b = suite::connect(url).await;
     tokio::spawn(async move { b.acquire(name, &opts(ttl, 25 * SECS)).await })
 }
 
-async fn granted(task: JoinHandle<Result<Acquire<Guard>, Error>>, what: &str) -> Guard {
+async fn granted(task: JoinHandle<Result<Outcome<Guard>, Error>>, what: &str) -> Guard {
     within(what, task).await.unwrap().unwrap().acquired().unwrap_or_else(|e| panic!("{what}: {e}"))
 }
 
@@ -228,13 +228,13 @@ async fn requests_not_granted_leave_no_key_behind() {
     let (a, b) = (suite::connect(&t.url()).await, suite::connect(&t.url()).await);
     let held = a.acquire("gone", &opts(30 * SECS, Duration::ZERO)).await.unwrap().acquired().unwrap();
     match b.acquire("gone", &opts(30 * SECS, Duration::ZERO)).await.unwrap() {
-        Acquire::Busy { holder_token, holder_lease, waiters, .. } => {
+        Outcome::Busy { holder_token, holder_lease, waiters, .. } => {
             assert_eq!((holder_token, holder_lease, waiters), (held.token(), Some(held.lease_id()), 0));
         }
         other => panic!("a try on a held lock: {other:?}"),
     }
     assert_eq!(keys(&mut kv, "gone").await.len(), 1, "a busy try left its key");
-    assert!(matches!(b.acquire("gone", &opts(30 * SECS, 200 * MS)).await.unwrap(), Acquire::TimedOut));
+    assert!(matches!(b.acquire("gone", &opts(30 * SECS, 200 * MS)).await.unwrap(), Outcome::TimedOut));
     assert_eq!(keys(&mut kv, "gone").await.len(), 1, "a timed-out wait left its key");
     let dropped = waiter(&t.url(), "gone", 30 * SECS).await;
     until_keys(&mut kv, "gone", 2).await;
@@ -306,7 +306,7 @@ async fn tokens_increase_across_a_crash_of_etcd() {
     assert!(t2 > t1, "token {t2} after a restart, {t1} before");
     assert!(again.release().await.unwrap());
     match b.acquire("kept", &opts(10 * SECS, Duration::ZERO)).await.unwrap() {
-        Acquire::Busy { holder_token, .. } => assert_eq!(holder_token, kept.token()),
+        Outcome::Busy { holder_token, .. } => assert_eq!(holder_token, kept.token()),
         other => panic!("a lock held across the restart: {other:?}"),
     }
     assert!(!kept.is_lost());

@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 
 use fencelock::backend::{Capabilities, Fencing};
-use fencelock::{Acquire, LockBackend};
+use fencelock::{LockBackend, Outcome};
 use fencelock_server::{Bootstrap, Config, Running};
 use fencelock_testkit::{free_port, proxy::Proxy};
 
@@ -138,7 +138,7 @@ async fn declares_failover_for_a_group_and_survives_it() {
     assert_eq!(within("pushed revoke", long.lost()).await, fencelock::LeaseLost::Revoked);
     let other = suite::connect(&url).await;
     match within("try", other.acquire("failover", &opts(3 * SECS, std::time::Duration::ZERO))).await.unwrap() {
-        Acquire::Busy { holder_token, .. } => assert_eq!(holder_token, g.token()),
+        Outcome::Busy { holder_token, .. } => assert_eq!(holder_token, g.token()),
         other => panic!("a second holder after the fail-over: {other:?}"),
     }
     assert!(within("release", g.release()).await.unwrap());
@@ -166,7 +166,7 @@ async fn the_stream_follows_the_leader_a_follower_names() {
         let client = within("connect", fencelock::Client::connect(url)).await.unwrap();
         assert!(client.server().ends_with(&followers[0]), "connected to the first follower: {}", client.server());
         let g = within("grant", client.lock("led").acquire()).await.unwrap();
-        let Acquire::Acquired(g) = g else { panic!("{g:?}") };
+        let Outcome::Acquired(g) = g else { panic!("{g:?}") };
         assert!(within("release", g.release()).await.unwrap());
         if max_term(&nodes) != term {
             continue; // the leader changed meanwhile: no verdict
@@ -245,7 +245,7 @@ async fn a_multi_lock_is_lost_whole_with_its_lease() {
     assert!(all.is_lost());
     for name in ["x", "y"] {
         let got = within(name, stranger.acquire(name, &try_)).await.unwrap();
-        assert!(matches!(got, Acquire::Acquired(_)), "{name} is free again: {got:?}");
+        assert!(matches!(got, Outcome::Acquired(_)), "{name} is free again: {got:?}");
     }
     assert!(!within("release", all.release()).await.unwrap(), "nothing left to release");
 }

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use fencelock::backend::{self, Backend, Capabilities, Fencing};
-use fencelock::{Acquire, CheckResult, Error, LeaderEvent, LeaseLost};
+use fencelock::{CheckResult, Error, LeaderEvent, LeaseLost, Outcome};
 use fencelock_testkit::proxy::{Mode, Proxy};
 use fencelock_testkit::PgServer;
 use tokio_postgres::NoTls;
@@ -204,8 +204,8 @@ async fn no_token_inversion_under_contention() {
                 let mut granted = 0;
                 while granted < ROUNDS {
                     let g = match b.acquire("contended", &opts(10 * SECS, wait)).await.unwrap() {
-                        Acquire::Acquired(g) => g,
-                        Acquire::Busy { .. } if wait.is_zero() => {
+                        Outcome::Acquired(g) => g,
+                        Outcome::Busy { .. } if wait.is_zero() => {
                             tokio::task::yield_now().await;
                             continue;
                         }
@@ -354,7 +354,7 @@ async fn a_crashed_holders_row_expires_by_the_database_clock() {
         .unwrap();
     let crashed_token = row.get::<_, i64>(0) as u64;
     match b.acquire("crashed", &opts(10 * SECS, Duration::ZERO)).await.unwrap() {
-        Acquire::Busy { holder_token, .. } => assert_eq!(holder_token, Some(crashed_token)),
+        Outcome::Busy { holder_token, .. } => assert_eq!(holder_token, Some(crashed_token)),
         other => panic!("a try on a row held by a crashed holder: {other:?}"),
     }
     let g = within("grant after the crashed holder's expiry", b.acquire("crashed", &opts(60 * SECS, 10 * SECS)))
@@ -387,7 +387,7 @@ async fn dead_waiter_rows_are_skipped() {
 
     raw.execute(enqueue, &[&"queue", &3000f64]).await.unwrap();
     match b.acquire("queue", &opts(10 * SECS, Duration::ZERO)).await.unwrap() {
-        Acquire::Busy { holder_token: None, waiters: 1, .. } => {}
+        Outcome::Busy { holder_token: None, waiters: 1, .. } => {}
         other => panic!("a try behind a live waiter: {other:?}"),
     }
     let g = within("grant after the waiter ahead expired", b.acquire("queue", &opts(60 * SECS, 10 * SECS)))
@@ -489,7 +489,7 @@ async fn tokens_keep_increasing_across_a_crash() {
     .unwrap();
     let other = suite::connect(&url).await;
     match other.acquire("kept", &opts(10 * SECS, Duration::ZERO)).await.unwrap() {
-        Acquire::Busy { holder_token, .. } => assert_eq!(holder_token, kept.token(), "the grant survived the crash"),
+        Outcome::Busy { holder_token, .. } => assert_eq!(holder_token, kept.token(), "the grant survived the crash"),
         got => panic!("a lock held across the crash: {got:?}"),
     }
     let check = other.check("kept", kept.token().unwrap()).await.unwrap();
@@ -564,7 +564,7 @@ async fn advisory_lock_ends_with_its_session() {
     let g = a.acquire("session", &opts(3 * SECS, Duration::ZERO)).await.unwrap().acquired().unwrap();
     let pid = g.lease_id();
     match b.acquire("session", &opts(SECS, Duration::ZERO)).await.unwrap() {
-        Acquire::Busy { holder_lease, holder_token: None, .. } => assert_eq!(holder_lease, Some(pid)),
+        Outcome::Busy { holder_lease, holder_token: None, .. } => assert_eq!(holder_lease, Some(pid)),
         other => panic!("a try on a held advisory lock: {other:?}"),
     }
     let raw = sql(&t.pg).await;

@@ -11,7 +11,7 @@
 use std::time::Duration;
 
 use fencelock::backend::{self, Capabilities, Fencing};
-use fencelock::{Acquire, Backend, Error, Leader, LeaderEvent, LeaseLost};
+use fencelock::{Backend, Error, Leader, LeaderEvent, LeaseLost, Outcome};
 use fencelock_testkit::proxy::{Mode, Proxy};
 use fencelock_testkit::RedisServer;
 use redis::aio::MultiplexedConnection;
@@ -386,7 +386,7 @@ async fn a_try_never_overtakes_a_live_waiter() {
         .await
         .unwrap();
     match b.acquire("line", &opts(10 * SECS, Duration::ZERO)).await.unwrap() {
-        Acquire::Busy { holder_token: None, waiters: 1, .. } => {}
+        Outcome::Busy { holder_token: None, waiters: 1, .. } => {}
         other => panic!("a try past a live waiter: {other:?}"),
     }
     let _: () = redis::cmd("DEL").arg(&waiter).query_async(&mut redis).await.unwrap();
@@ -433,7 +433,7 @@ async fn busy_names_the_holder_and_check_knows_the_current_grant() {
     let g = a.acquire("who", &opts(10 * SECS, Duration::ZERO)).await.unwrap().acquired().unwrap();
     let token = g.token().unwrap();
     match b.acquire("who", &opts(10 * SECS, Duration::ZERO)).await.unwrap() {
-        Acquire::Busy { holder_token: Some(t), holder_lease: Some(lease), waiters: 0, .. } => {
+        Outcome::Busy { holder_token: Some(t), holder_lease: Some(lease), waiters: 0, .. } => {
             assert_eq!((t, lease), (token, g.lease_id()));
         }
         other => panic!("{other:?}"),
@@ -485,7 +485,7 @@ async fn a_campaign_whose_ticket_is_dropped_ends() {
     until_queued(&mut redis, "vote", 1).await;
     let ticket: String = redis::cmd("LINDEX").arg("fencelock:queue:vote").arg(0).query_async(&mut redis).await.unwrap();
     let _: () = redis::cmd("DEL").arg(format!("fencelock:waiter:{ticket}")).query_async(&mut redis).await.unwrap();
-    assert!(matches!(b.acquire("vote", &opts(SECS, Duration::ZERO)).await.unwrap(), Acquire::Busy { .. }));
+    assert!(matches!(b.acquire("vote", &opts(SECS, Duration::ZERO)).await.unwrap(), Outcome::Busy { .. }));
     assert_eq!(queue_len(&mut redis, "vote").await, 0, "the try dropped the dead ticket");
     match within("the campaign of a dropped candidate", candidate).await.unwrap() {
         Err(Error::LeaseNotFound(message)) => assert!(message.contains("redis"), "{message}"),

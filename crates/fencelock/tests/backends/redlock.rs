@@ -8,7 +8,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use fencelock::backend::{self, Capabilities, Fencing};
-use fencelock::{Acquire, Error};
+use fencelock::{Error, Outcome};
 use fencelock_testkit::proxy::{Mode, Proxy};
 use fencelock_testkit::RedisServer;
 
@@ -105,7 +105,7 @@ async fn one_node_down_of_three_still_grants_and_renews() {
     drop(servers.pop()); // SIGKILL
     let g = within("grant", a.acquire("minority", &opts(300 * MS, Duration::ZERO))).await.unwrap().acquired().unwrap();
     match within("try", b.acquire("minority", &opts(10 * SECS, Duration::ZERO))).await.unwrap() {
-        Acquire::Busy { holder_token: None, .. } => {}
+        Outcome::Busy { holder_token: None, .. } => {}
         other => panic!("a second holder with one node down: {other:?}"),
     }
     let first = g.deadline();

@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use fencelock::backend::{self, Backend, Fencing};
-use fencelock::{Acquire, Error, LeaderEvent, LeaseLost, LockOptions};
+use fencelock::{Error, LeaderEvent, LeaseLost, LockOptions, Outcome};
 use fencelock_testkit::proxy::{Mode, Proxy};
 
 pub const MS: Duration = Duration::from_millis(1);
@@ -126,11 +126,11 @@ pub async fn contention_is_an_outcome<T: Target>(t: &T) {
     let (a, b) = (connect(&t.url()).await, connect(&t.url()).await);
     let held = a.acquire("busy", &opts(10 * SECS, Duration::ZERO)).await.unwrap().acquired().unwrap();
     match b.acquire("busy", &opts(10 * SECS, Duration::ZERO)).await.unwrap() {
-        Acquire::Busy { .. } => {}
+        Outcome::Busy { .. } => {}
         other => panic!("a try on a held lock: {other:?}"),
     }
     match b.acquire("busy", &opts(10 * SECS, 300 * MS)).await.unwrap() {
-        Acquire::TimedOut => {}
+        Outcome::TimedOut => {}
         other => panic!("a wait on a held lock: {other:?}"),
     }
     assert!(!held.is_lost());
@@ -199,7 +199,7 @@ pub async fn expiry_and_release_by_a_non_holder<T: Target>(t: &T) {
     assert!(!within("release by a non-holder", stale.release()).await.unwrap(), "a stale guard released");
     let third = connect(&t.url()).await;
     match third.acquire("expiry", &opts(10 * SECS, Duration::ZERO)).await.unwrap() {
-        Acquire::Busy { .. } => {}
+        Outcome::Busy { .. } => {}
         other => panic!("the new holder lost its lock to a stale release: {other:?}"),
     }
     assert!(!fresh.is_lost());
@@ -367,7 +367,7 @@ pub async fn election_where_declared<T: Target>(t: &T) {
         assert_eq!((shown.term, shown.value.as_slice()), (term, leadership.value()));
         assert_eq!(shown.identity.as_deref(), Some(identity.as_str()));
         match within("try", b.election("election").ttl(10 * SECS).try_campaign()).await.unwrap() {
-            Acquire::Busy { .. } => {}
+            Outcome::Busy { .. } => {}
             other => panic!("a try while term {term} leads: {other:?}"),
         }
         leaders.push((term, value.clone(), identity));
@@ -467,7 +467,7 @@ pub async fn sharing_where_declared<T: Target>(t: &T) {
         let r1 = within("reader", b.acquire("rw", &shared)).await.unwrap().acquired().unwrap();
         let r2 = within("reader", b.acquire("rw", &shared)).await.unwrap().acquired().unwrap();
         let writer = within("writer", b.acquire("rw", &opts(10 * SECS, Duration::ZERO))).await.unwrap();
-        assert!(matches!(writer, Acquire::Busy { .. }), "a writer beside two readers: {writer:?}");
+        assert!(matches!(writer, Outcome::Busy { .. }), "a writer beside two readers: {writer:?}");
         assert!(r1.release().await.unwrap() && r2.release().await.unwrap());
     } else {
         let got = b.acquire("rw", &shared).await;
@@ -478,7 +478,7 @@ pub async fn sharing_where_declared<T: Target>(t: &T) {
         let p1 = within("permit", b.acquire("sem", &permit)).await.unwrap().acquired().unwrap();
         let p2 = within("permit", b.acquire("sem", &permit)).await.unwrap().acquired().unwrap();
         let third = within("permit", b.acquire("sem", &permit)).await.unwrap();
-        assert!(matches!(third, Acquire::Busy { .. }), "a third permit of two: {third:?}");
+        assert!(matches!(third, Outcome::Busy { .. }), "a third permit of two: {third:?}");
         assert!(p1.release().await.unwrap() && p2.release().await.unwrap());
     } else {
         let got = b.acquire("sem", &permit).await;
@@ -509,7 +509,7 @@ pub async fn shared_fifo_where_declared<T: Target>(t: &T) {
     // Let the writer reach the queue before the later reader comes.
     tokio::time::sleep(300 * MS).await;
     let late_try = within("a later reader's try", b.acquire("rw-fifo", &shared(Duration::ZERO))).await.unwrap();
-    assert!(matches!(late_try, Acquire::Busy { .. }), "a reader barged past a queued writer: {late_try:?}");
+    assert!(matches!(late_try, Outcome::Busy { .. }), "a reader barged past a queued writer: {late_try:?}");
     let l = connect(&t.url()).await;
     let late = tokio::spawn(async move {
         let got = l.acquire("rw-fifo", &shared(25 * SECS)).await.unwrap().acquired().unwrap();
@@ -597,7 +597,7 @@ pub async fn weighted_permits_are_whole_and_in_order<T: Target>(t: &T) {
     });
     tokio::time::sleep(300 * MS).await;
     match within("a try for one", b.acquire("weights", &sem(1, Duration::ZERO))).await.unwrap() {
-        Acquire::Busy { .. } => {}
+        Outcome::Busy { .. } => {}
         other => panic!("a try for one free permit barged past a waiter for two: {other:?}"),
     }
     assert!(!waiter.is_finished(), "four permits of three");
@@ -627,7 +627,7 @@ pub async fn hold_at_least_where_declared<T: Target>(t: &T) {
     assert!(job.release().await.unwrap());
     let again = within("second run", b.acquire("job", &opts(10 * SECS, Duration::ZERO))).await.unwrap();
     match again {
-        Acquire::Busy { holder_lease: None, reopens_in: Some(left), .. } => {
+        Outcome::Busy { holder_lease: None, reopens_in: Some(left), .. } => {
             assert!(left > Duration::ZERO && left <= hold, "reopens in {left:?}")
         }
         other => panic!("a closed lock with no holder expected: {other:?}"),
@@ -688,7 +688,7 @@ pub async fn multi_lock_where_declared<T: Target>(t: &T) {
     let other = connect(&t.url()).await;
     let held = within("m/b", other.acquire("m/b", &try_)).await.unwrap().acquired().unwrap();
     let busy = within("multi try", b.acquire_all(&["m/a", "m/b", "m/c"], &try_)).await.unwrap();
-    assert!(matches!(busy, Acquire::Busy { .. }), "m/b is held: {busy:?}");
+    assert!(matches!(busy, Outcome::Busy { .. }), "m/b is held: {busy:?}");
     let free = within("m/a", other.acquire("m/a", &try_)).await.unwrap().acquired().expect("nothing was taken");
     assert!(free.release().await.unwrap() && held.release().await.unwrap());
 
@@ -698,7 +698,7 @@ pub async fn multi_lock_where_declared<T: Target>(t: &T) {
     let tokens: Vec<u64> = all.tokens().iter().map(|(_, t)| t.expect("a token per lock")).collect();
     assert!(tokens.windows(2).all(|w| w[0] < w[1]), "tokens in the order named: {tokens:?}");
     let taken = within("m/a taken", other.acquire("m/a", &try_)).await.unwrap();
-    assert!(matches!(taken, Acquire::Busy { .. }), "m/a is held by the multi-lock: {taken:?}");
+    assert!(matches!(taken, Outcome::Busy { .. }), "m/a is held by the multi-lock: {taken:?}");
 
     let waiting = tokio::spawn(async move {
         let wait = opts(10 * SECS, 20 * SECS);

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use fencelock::backend::zookeeper::encode_name;
 use fencelock::backend::{Capabilities, Fencing};
-use fencelock::{Acquire, CheckResult, Error, Leader, LeaseLost};
+use fencelock::{CheckResult, Error, Leader, LeaseLost, Outcome};
 use fencelock_testkit::proxy::{Mode, Proxy};
 use fencelock_testkit::ZkServer;
 use zookeeper_client as zk;
@@ -254,14 +254,14 @@ async fn a_withdrawn_request_leaves_no_node() {
     let (a, b) = (suite::connect(&t.url()).await, suite::connect(&t.url()).await);
     let g = a.acquire("gone", &opts(30 * SECS, Duration::ZERO)).await.unwrap().acquired().unwrap();
     match b.acquire("gone", &opts(30 * SECS, Duration::ZERO)).await.unwrap() {
-        Acquire::Busy { holder_lease, holder_token, reopens_in: None, waiters: 0 } => {
+        Outcome::Busy { holder_lease, holder_token, reopens_in: None, waiters: 0 } => {
             assert_eq!((holder_lease, holder_token), (Some(g.lease_id()), g.token()));
         }
         other => panic!("a try on a held lock: {other:?}"),
     }
     assert_eq!(queue(&raw, "/fencelock", "gone").await.len(), 1, "after Busy");
     let timed_out = b.acquire("gone", &opts(30 * SECS, 200 * MS)).await.unwrap();
-    assert!(matches!(timed_out, Acquire::TimedOut), "{timed_out:?}");
+    assert!(matches!(timed_out, Outcome::TimedOut), "{timed_out:?}");
     assert_eq!(queue(&raw, "/fencelock", "gone").await.len(), 1, "after TimedOut");
 
     let waiting = tokio::spawn(async move { b.acquire("gone", &opts(30 * SECS, 25 * SECS)).await.map(|_| ()) });

@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use fencelock::{with_lock, Acquire, Client, Error, Guard, LeaseLost, LockOptions, NotAcquired, WithLockError};
+use fencelock::{with_lock, Client, Error, Guard, LeaseLost, LockOptions, NotAcquired, Outcome, WithLockError};
 use fencelock_proto::v1 as pb;
 use fencelock_proto::v1::lock_client::LockClient;
 use support::{acquired, eventually, holder, waiters, within, Server, SECS};
@@ -116,7 +116,7 @@ async fn a_held_lock_is_busy_for_another_client_and_for_its_holder() {
     for client in [&c2, &c1] {
         // Not reentrant: the holder's own client (same lease) is busy too.
         match client.lock("a").acquire().await.unwrap() {
-            Acquire::Busy { holder_lease, holder_token, reopens_in, waiters } => {
+            Outcome::Busy { holder_lease, holder_token, reopens_in, waiters } => {
                 assert_eq!(holder_lease, Some(guard.lease_id()));
                 assert_eq!(holder_token, Some(guard.token().unwrap()));
                 assert_eq!((reopens_in, waiters), (None, 0));
@@ -125,7 +125,7 @@ async fn a_held_lock_is_busy_for_another_client_and_for_its_holder() {
         }
     }
     let timed_out = c2.lock("a").wait(Duration::from_millis(200)).acquire().await.unwrap();
-    assert!(matches!(timed_out, Acquire::TimedOut), "{timed_out:?}");
+    assert!(matches!(timed_out, Outcome::TimedOut), "{timed_out:?}");
     assert_eq!(holder(&c2, "a").await, Some((guard.lease_id(), guard.token().unwrap())));
     server.stop().await;
 }
@@ -423,7 +423,7 @@ async fn detached_grants_stay_until_released_by_token() {
     let server = Server::start().await;
     let (scripts, other) = (server.client().await, server.client().await);
     let grant = match scripts.acquire_detached("deploy", LockOptions::default()).await.unwrap() {
-        Acquire::Acquired(a) => a,
+        Outcome::Acquired(a) => a,
         o => panic!("expected a grant, got {o:?}"),
     };
     drop(scripts); // nothing of the grant lives in the client
@@ -431,11 +431,11 @@ async fn detached_grants_stay_until_released_by_token() {
     assert!(other.check("deploy", grant.token).await.unwrap().current);
     // Busy: the fresh lease of the failed attempt is revoked before it returns.
     match other.acquire_detached("deploy", LockOptions::default()).await.unwrap() {
-        Acquire::Busy { holder_token, .. } => assert_eq!(holder_token, Some(grant.token)),
+        Outcome::Busy { holder_token, .. } => assert_eq!(holder_token, Some(grant.token)),
         o => panic!("expected busy, got {o:?}"),
     }
     assert_eq!(server.metric("fencelock_active_leases").await, 1, "only the detached grant's lease");
-    assert!(matches!(other.lock("deploy").acquire().await.unwrap(), Acquire::Busy { .. }));
+    assert!(matches!(other.lock("deploy").acquire().await.unwrap(), Outcome::Busy { .. }));
     assert_eq!(other.release_raw("deploy", grant.lease_id, grant.token).await, Ok(true));
     assert_eq!(other.release_raw("deploy", grant.lease_id, grant.token).await, Ok(false));
     other.revoke_lease(grant.lease_id).await.unwrap();
@@ -484,7 +484,7 @@ async fn session_acquire_and_release() {
         .into_iter()
         .enumerate()
         .map(|(i, g)| match g.unwrap() {
-            Acquire::Acquired(a) => {
+            Outcome::Acquired(a) => {
                 assert_eq!((a.lock.as_str(), a.lease_id), (format!("s{i}").as_str(), lease));
                 a
             }
@@ -497,7 +497,7 @@ async fn session_acquire_and_release() {
     assert_eq!(tokens.len(), 16, "distinct tokens");
     assert!(session.check("s0", grants[0].token).await.unwrap().current);
     let busy = session.acquire("s0", lease, Duration::ZERO, Duration::ZERO).await.unwrap();
-    assert!(matches!(busy, Acquire::Busy { holder_token: Some(t), .. } if t == grants[0].token));
+    assert!(matches!(busy, Outcome::Busy { holder_token: Some(t), .. } if t == grants[0].token));
 
     // A queued acquire on the session is pushed when the holder releases.
     let other = client.session().await.unwrap();
@@ -510,7 +510,7 @@ async fn session_acquire_and_release() {
     let releases = futures::future::join_all(grants.iter().map(|g| session.release(&g.lock, lease, g.token))).await;
     assert!(releases.into_iter().all(|r| r == Ok(true)));
     match within("pushed grant", waiter).await.unwrap().unwrap() {
-        Acquire::Acquired(a) => assert!(a.token > grants.iter().map(|g| g.token).max().unwrap()),
+        Outcome::Acquired(a) => assert!(a.token > grants.iter().map(|g| g.token).max().unwrap()),
         o => panic!("expected a grant, got {o:?}"),
     }
     assert!(matches!(session.keep_alive(u64::MAX).await, Err(Error::LeaseNotFound(_))));
@@ -530,7 +530,7 @@ async fn dropping_a_session_acquire_sends_a_cancel() {
     let holder_session = client.session().await.unwrap();
     let lease = holder_session.grant_lease(10 * SECS).await.unwrap();
     let first = holder_session.acquire("a", lease, Duration::ZERO, Duration::ZERO).await.unwrap();
-    let Acquire::Acquired(first) = first else { panic!("expected a grant, got {first:?}") };
+    let Outcome::Acquired(first) = first else { panic!("expected a grant, got {first:?}") };
 
     let session = client.session().await.unwrap();
     let lease2 = session.grant_lease(10 * SECS).await.unwrap();
@@ -561,7 +561,7 @@ async fn session_acquire_all_grants_every_lock_with_consecutive_tokens() {
     let lease = session.grant_lease(10 * SECS).await.unwrap();
     let names = ["m/c", "m/a", "m/b"];
     let got = within("multi", session.acquire_all(&names, lease, Duration::ZERO, Duration::ZERO)).await.unwrap();
-    let Acquire::Acquired(grants) = got else { panic!("expected the grants, got {got:?}") };
+    let Outcome::Acquired(grants) = got else { panic!("expected the grants, got {got:?}") };
     let locks: Vec<&str> = grants.iter().map(|g| g.lock.as_str()).collect();
     assert_eq!(locks, names);
     let first = grants[0].token;
@@ -572,7 +572,7 @@ async fn session_acquire_all_grants_every_lock_with_consecutive_tokens() {
         assert_eq!(holder(&client, &g.lock).await, Some((lease, g.token)));
     }
     let busy = session.acquire_all(&["m/x", "m/a"], lease, Duration::ZERO, Duration::ZERO).await.unwrap();
-    assert!(matches!(busy, Acquire::Busy { .. }), "{busy:?}");
+    assert!(matches!(busy, Outcome::Busy { .. }), "{busy:?}");
     assert_eq!(holder(&client, "m/x").await, None, "no partial hold");
     for bad in [&["m/a"][..], &["m/a", "m/a"][..]] {
         let got = session.acquire_all(bad, lease, Duration::ZERO, Duration::ZERO).await;
@@ -592,7 +592,7 @@ async fn session_acquire_all_waits_for_the_holder_of_one_of_its_locks() {
     let holder_session = client.session().await.unwrap();
     let lease = holder_session.grant_lease(10 * SECS).await.unwrap();
     let held = holder_session.acquire("w/b", lease, Duration::ZERO, Duration::ZERO).await.unwrap();
-    let Acquire::Acquired(held) = held else { panic!("expected a grant, got {held:?}") };
+    let Outcome::Acquired(held) = held else { panic!("expected a grant, got {held:?}") };
 
     let session = client.session().await.unwrap();
     let lease2 = session.grant_lease(10 * SECS).await.unwrap();
@@ -603,7 +603,7 @@ async fn session_acquire_all_waits_for_the_holder_of_one_of_its_locks() {
     assert_eq!(holder(&client, "w/a").await, None, "no partial hold while waiting");
     assert_eq!(holder_session.release("w/b", lease, held.token).await, Ok(true));
     let got = within("the pushed grants", waiter).await.unwrap().unwrap();
-    let Acquire::Acquired(grants) = got else { panic!("expected the grants, got {got:?}") };
+    let Outcome::Acquired(grants) = got else { panic!("expected the grants, got {got:?}") };
     let got: Vec<(&str, u64)> = grants.iter().map(|g| (g.lock.as_str(), g.lease_id)).collect();
     assert_eq!(got, vec![("w/a", lease2), ("w/b", lease2)]);
     assert!(grants[0].token > held.token && grants[1].token == grants[0].token + 1, "{grants:?}");
@@ -622,7 +622,7 @@ async fn dropping_a_waiting_session_acquire_all_leaves_no_hold() {
     let holder_session = client.session().await.unwrap();
     let lease = holder_session.grant_lease(10 * SECS).await.unwrap();
     let held = holder_session.acquire("d/b", lease, Duration::ZERO, Duration::ZERO).await.unwrap();
-    let Acquire::Acquired(held) = held else { panic!("expected a grant, got {held:?}") };
+    let Outcome::Acquired(held) = held else { panic!("expected a grant, got {held:?}") };
 
     let session = client.session().await.unwrap();
     let lease2 = session.grant_lease(10 * SECS).await.unwrap();
@@ -703,7 +703,7 @@ async fn describe_and_list_show_holder_identity_and_value_and_waiter_identities(
     let session = c1.session().await.unwrap();
     let lease = session.grant_lease(5 * SECS).await.unwrap();
     let got = session.acquire("by-session", lease, std::time::Duration::ZERO, std::time::Duration::ZERO).await;
-    assert!(matches!(got, Ok(fencelock::Acquire::Acquired(_))), "{got:?}");
+    assert!(matches!(got, Ok(fencelock::Outcome::Acquired(_))), "{got:?}");
     let h = c1.describe("by-session").await.unwrap().holder.expect("held by the session");
     assert_eq!((h.lease_id, h.identity.as_deref()), (lease, Some("host-a:1")));
 }

@@ -7,7 +7,7 @@
 
 use crate::support;
 
-use fencelock::{Acquire, Error, LeaderEvent};
+use fencelock::{Error, LeaderEvent, Outcome};
 use support::proxy::{Mode, Proxy};
 use support::{eventually, waiters, within, Server, SECS};
 
@@ -63,7 +63,7 @@ async fn an_observer_sees_the_current_leader_first_and_try_campaign_is_busy_whil
     let (a, b) = (server.client().await, server.client().await);
     let first = within("campaign", a.election("svc").value(&b"10.0.0.1:80"[..]).campaign()).await.unwrap();
     match b.election("svc").try_campaign().await.unwrap() {
-        Acquire::Busy { holder_token, .. } => assert_eq!(holder_token, Some(first.term())),
+        Outcome::Busy { holder_token, .. } => assert_eq!(holder_token, Some(first.term())),
         other => panic!("a try campaign while someone leads: {other:?}"),
     }
     let mut observer = b.election("svc").observe().await.unwrap();
@@ -73,7 +73,7 @@ async fn an_observer_sees_the_current_leader_first_and_try_campaign_is_busy_whil
     let first_term = first.term();
     assert!(first.resign().await.unwrap());
     let second = match b.election("svc").try_campaign().await.unwrap() {
-        Acquire::Acquired(l) => l,
+        Outcome::Acquired(l) => l,
         other => panic!("a try campaign with nobody leading: {other:?}"),
     };
     assert!(second.term() > first_term);

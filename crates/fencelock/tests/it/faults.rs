@@ -12,7 +12,7 @@ use crate::support;
 
 use std::time::Duration;
 
-use fencelock::{Acquire, Backoff, Client, Error, LeaseLost};
+use fencelock::{Backoff, Client, Error, LeaseLost, Outcome};
 use support::proxy::{Mode, Proxy};
 use support::{acquired, eventually, holder, waiters, within, Server, SECS};
 use tokio::time::Instant;
@@ -39,7 +39,7 @@ async fn acquire_with_the_answer_lost(
     client: &Client,
     observer: &Client,
     name: &str,
-) -> (tokio::task::JoinHandle<Result<Acquire, Error>>, (u64, u64)) {
+) -> (tokio::task::JoinHandle<Result<Outcome, Error>>, (u64, u64)) {
     proxy.set_mode(Mode::DropReplies);
     let dropped = proxy.dropped_bytes();
     let pending = tokio::spawn(client.lock(name).acquire());

@@ -6,12 +6,12 @@
 
 use crate::support;
 
-use fencelock::{Acquire, Client, Error, Guard, LockMode, WatchKind};
+use fencelock::{Client, Error, Guard, LockMode, Outcome, WatchKind};
 use support::{acquired, eventually, waiters, within, Server, SECS};
 use tokio::task::JoinHandle;
 
 /// A request of `client` for `name` that waits, as a task.
-fn queued(client: &Client, name: &'static str, shared: bool) -> JoinHandle<Result<Acquire<Guard>, Error>> {
+fn queued(client: &Client, name: &'static str, shared: bool) -> JoinHandle<Result<Outcome<Guard>, Error>> {
     let client = client.clone();
     tokio::spawn(async move {
         let req = client.lock(name).ttl(30 * SECS).wait(20 * SECS);
@@ -19,7 +19,7 @@ fn queued(client: &Client, name: &'static str, shared: bool) -> JoinHandle<Resul
     })
 }
 
-async fn granted(task: JoinHandle<Result<Acquire<Guard>, Error>>) -> Guard {
+async fn granted(task: JoinHandle<Result<Outcome<Guard>, Error>>) -> Guard {
     acquired(within("a grant", task).await.unwrap().unwrap())
 }
 
@@ -43,7 +43,7 @@ async fn readers_share_a_writer_waits_and_readers_never_pass_a_queued_writer() {
     let late_reader = queued(&c, "rw", true);
     eventually("the late reader waits behind it", || async { waiters(&c, "rw").await == 2 }).await;
     match c.lock("rw").shared().acquire().await.unwrap() {
-        Acquire::Busy { .. } => {}
+        Outcome::Busy { .. } => {}
         other => panic!("a try-reader passed a queued writer: {other:?}"),
     }
     let reader_tokens = (r1.token().unwrap(), r2.token().unwrap());
@@ -84,7 +84,7 @@ async fn a_semaphore_counts_weights_in_fifo_order_and_gets_permits_back_from_a_d
     assert!(b.release().await.unwrap());
     // One permit is free, but the request before it wants two: no barging.
     match sem(1).acquire().await.unwrap() {
-        Acquire::Busy { .. } => {}
+        Outcome::Busy { .. } => {}
         other => panic!("one permit passed a queued request for two: {other:?}"),
     }
     match c.lock("sem").permits(4).acquire().await {

@@ -10,7 +10,7 @@ use crate::support;
 
 use std::time::Duration;
 
-use fencelock::{Acquire, Client, Error, Transport};
+use fencelock::{Client, Error, Outcome, Transport};
 use support::proxy::{Mode, Proxy};
 use support::{acquired, eventually, holder, within, Server, SECS};
 
@@ -132,7 +132,7 @@ async fn a_dropped_waiting_acquire_is_withdrawn_over_the_stream() {
     waiting.abort();
     eventually("withdrawn", || async { support::waiters(&holder_client, "q").await == 0 }).await;
     assert_eq!(held.release().await, Ok(true));
-    assert!(matches!(client.lock("q").acquire().await, Ok(Acquire::Acquired(_))), "the stream still serves");
+    assert!(matches!(client.lock("q").acquire().await, Ok(Outcome::Acquired(_))), "the stream still serves");
     assert_eq!(client.streams_opened(), 1, "the cancel did not cost the stream");
     server.stop().await;
 }

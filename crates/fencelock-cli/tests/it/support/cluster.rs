@@ -16,7 +16,7 @@ use std::process::{Child, Command, Output, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use fencelock::{Acquire, Client, ClientTls, Guard, LockOptions};
+use fencelock::{Client, ClientTls, Guard, LockOptions, Outcome};
 
 use super::secure::Secure;
 use super::{bin, free_port, http_get};
@@ -374,7 +374,7 @@ pub const HELD_TTL: Duration = Duration::from_secs(6);
 pub async fn hold(client: &Client, name: &str) -> Guard {
     let opts = LockOptions::default().ttl(HELD_TTL);
     match client.lock(name).options(opts).acquire().await.expect("acquire") {
-        Acquire::Acquired(g) => g,
+        Outcome::Acquired(g) => g,
         other => panic!("{name}: {other:?}"),
     }
 }
@@ -400,7 +400,7 @@ pub fn holder_token(c: &Cluster, i: usize, name: &str) -> Option<u64> {
 pub async fn cycle(client: &Client, name: &str) -> Option<u64> {
     let opts = LockOptions::default().ttl(Duration::from_secs(2)).wait(Duration::from_secs(3));
     match client.lock(name).options(opts).acquire().await {
-        Ok(Acquire::Acquired(g)) => {
+        Ok(Outcome::Acquired(g)) => {
             let t = g.token().unwrap();
             let _ = g.release().await;
             Some(t)

@@ -16,7 +16,7 @@ use super::keys::{key_of, mismatch, Kind};
 use super::rpc::Etcd;
 use super::EtcdBackend;
 use crate::backend::election::encode_holder;
-use crate::backend::{Acquire, Guard, KeptLease, LockBackend};
+use crate::backend::{Guard, KeptLease, LockBackend, Outcome};
 use crate::error::Error;
 use crate::lease::LeaseWatch;
 use crate::types::LockOptions;
@@ -29,7 +29,7 @@ impl EtcdBackend {
         name: &str,
         opts: &LockOptions,
         purpose: Purpose,
-    ) -> Result<Acquire<Guard>, Error> {
+    ) -> Result<Outcome<Guard>, Error> {
         self.capabilities().admit(self.kind(), name, opts)?;
         let kind = Kind::of_request(opts);
         if purpose == Purpose::Campaign && kind != Kind::Writer {
@@ -63,12 +63,12 @@ impl EtcdBackend {
                 let watch = kept.watch();
                 let token = Some(mine.rev as u64);
                 let held = EtcdHeld { mine, identity: opts.identity.clone(), _kept: kept };
-                Ok(Acquire::Acquired(Guard::new(name.to_string(), token, self.kind(), watch, Box::new(held))))
+                Ok(Outcome::Acquired(Guard::new(name.to_string(), token, self.kind(), watch, Box::new(held))))
             }
             Turn::Busy { owner, keys } => {
                 drop(kept);
                 withdraw.now().await;
-                Ok(Acquire::Busy {
+                Ok(Outcome::Busy {
                     holder_lease: Some(owner.lease as u64),
                     holder_token: Some(owner.create_revision as u64),
                     reopens_in: None,
@@ -79,7 +79,7 @@ impl EtcdBackend {
             Turn::TimedOut => {
                 drop(kept);
                 withdraw.now().await;
-                Ok(Acquire::TimedOut)
+                Ok(Outcome::TimedOut)
             }
         }
     }

@@ -31,11 +31,11 @@ use crate::backend::native::proto::{acquire_all_of, single};
 use crate::backend::native::registry::LeaseHandle;
 use crate::backend::native::rpc::Rpc;
 use crate::backend::native::wire::new_request_id;
-use crate::backend::Acquire;
+use crate::backend::Outcome;
 use crate::error::Error;
 use crate::lease::LeaseLost;
 use crate::metrics;
-use crate::types::{to_ms, Acquired, LockOptions};
+use crate::types::{to_ms, Grant, LockOptions};
 
 /// How many times one acquire may start over on a fresh lease or request id (after
 /// its lease was lost while it waited, or a retried grant turned out stale).
@@ -51,7 +51,7 @@ impl Client {
     /// queue and releases a grant that could not be delivered. If the lease is
     /// lost while the request waits, it starts over on a fresh lease within the
     /// same deadline (losing its place in the queue).
-    pub(crate) async fn acquire_guard(&self, name: &str, opts: &LockOptions) -> Result<Acquire<LockGuard>, Error> {
+    pub(crate) async fn acquire_guard(&self, name: &str, opts: &LockOptions) -> Result<Outcome<LockGuard>, Error> {
         let start = crate::clock::now();
         let result = run(self, &[name], opts, start, OnLoss::StartOver).await.and_then(single);
         record(&result, start);
@@ -66,7 +66,7 @@ impl Client {
         &self,
         names: &[&str],
         opts: &LockOptions,
-    ) -> Result<Acquire<Vec<LockGuard>>, Error> {
+    ) -> Result<Outcome<Vec<LockGuard>>, Error> {
         let start = crate::clock::now();
         let result = run(self, names, opts, start, OnLoss::StartOver).await;
         record(&result, start);
@@ -78,7 +78,7 @@ impl Client {
     /// could not renew it by its deadline) ends the campaign at once with
     /// [`Error::LeaseNotFound`] instead of starting over: a candidate whose
     /// lease ended is never elected on it, and is told so now.
-    pub(crate) async fn campaign_guard(&self, name: &str, opts: &LockOptions) -> Result<Acquire<LockGuard>, Error> {
+    pub(crate) async fn campaign_guard(&self, name: &str, opts: &LockOptions) -> Result<Outcome<LockGuard>, Error> {
         let start = crate::clock::now();
         let result = run(self, &[name], opts, start, OnLoss::Fail).await.and_then(single);
         record(&result, start);
@@ -126,7 +126,7 @@ async fn run(
     opts: &LockOptions,
     start: Instant,
     on_loss: OnLoss,
-) -> Result<Acquire<Vec<LockGuard>>, Error> {
+) -> Result<Outcome<Vec<LockGuard>>, Error> {
     // Bad input is refused before a lease is checked out for it.
     for name in names {
         crate::LockBackend::capabilities(client).admit("fencelock", name, opts)?;
@@ -169,7 +169,7 @@ async fn run(
             }
         };
         let grants = match outcome {
-            Acquire::Acquired(grants) => grants,
+            Outcome::Acquired(grants) => grants,
             // Busy or timed out: no grant to wrap.
             other => return Ok(other.map(|_| unreachable!())),
         };
@@ -194,12 +194,12 @@ async fn run(
             }
             return Err(lease_kept_ending(lease_id));
         }
-        return Ok(Acquire::Acquired(guards(client, grants, lease)));
+        return Ok(Outcome::Acquired(guards(client, grants, lease)));
     }
 }
 
 /// One guard per grant, each one user of the shared `lease`.
-fn guards(client: &Client, grants: Vec<Acquired>, lease: LeaseHandle) -> Vec<LockGuard> {
+fn guards(client: &Client, grants: Vec<Grant>, lease: LeaseHandle) -> Vec<LockGuard> {
     let mut handles: Vec<LeaseHandle> = (1..grants.len()).map(|_| lease.another()).collect();
     handles.insert(0, lease);
     grants.into_iter().zip(handles).map(|(g, h)| LockGuard::new(client.clone(), g, h)).collect()
@@ -220,14 +220,14 @@ fn lost_while_waiting(lease_id: u64, name: &str, reason: LeaseLost) -> Error {
 /// An acquire's outcome (one grant per lock asked), and whether it took more
 /// than one attempt.
 struct Granted {
-    outcome: Acquire<Vec<Acquired>>,
+    outcome: Outcome<Vec<Grant>>,
     retried: bool,
 }
 
 /// What one acquire on a lease found: the server's answer, or that the lease
 /// itself is gone (the server's "lease not found", as an outcome).
 enum OnLease {
-    Answered(Acquire<Vec<Acquired>>),
+    Answered(Outcome<Vec<Grant>>),
     LeaseGone,
 }
 
@@ -280,7 +280,7 @@ fn wait_left(wait: Duration, wait_end: Instant, now: Instant) -> u64 {
     }
 }
 
-pub(crate) fn record<G>(result: &Result<Acquire<G>, Error>, start: Instant) {
+pub(crate) fn record<G>(result: &Result<Outcome<G>, Error>, start: Instant) {
     let label = match result {
         Ok(outcome) => outcome.label(),
         Err(_) => "error",
@@ -305,7 +305,7 @@ impl Client {
         names: &[&str],
         opts: &LockOptions,
         start: Instant,
-    ) -> Result<Acquire<Vec<Acquired>>, Error> {
+    ) -> Result<Outcome<Vec<Grant>>, Error> {
         // A bad identity or value is refused before a lease is granted for it
         // (the server checks the rest, with its own messages).
         crate::backend::check_tag(opts)?;
@@ -322,7 +322,7 @@ impl Client {
             Err(e) => Err(e),
         };
         drop(watchdog);
-        if !matches!(outcome, Ok(Acquire::Acquired(_))) {
+        if !matches!(outcome, Ok(Outcome::Acquired(_))) {
             if let Err(e) = lease_rpc::revoke(rpc, cell.id).await {
                 tracing::debug!(lease = cell.id, error = %e, "fencelock: revoke of unused lease failed");
             }
@@ -352,7 +352,7 @@ impl Client {
                     Err(e) => return Err(e),
                 };
             match outcome {
-                Acquire::Acquired(grants) if retried && !self.all_current(&grants).await? => {
+                Outcome::Acquired(grants) if retried && !self.all_current(&grants).await? => {
                     tracing::debug!(lock = names[0], "fencelock: a retry returned a stale grant");
                 }
                 outcome => return Ok(OnLease::Answered(outcome)),
@@ -363,7 +363,7 @@ impl Client {
 
     /// Whether every grant of `grants` is current (a retry's answer: a
     /// multi-lock's grants may have been released since, one by one).
-    async fn all_current(&self, grants: &[Acquired]) -> Result<bool, Error> {
+    async fn all_current(&self, grants: &[Grant]) -> Result<bool, Error> {
         for g in grants {
             if !self.check(&g.lock, g.token).await?.current {
                 return Ok(false);

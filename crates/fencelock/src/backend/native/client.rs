@@ -20,12 +20,12 @@ use crate::backend::native::tls::ClientTls;
 use crate::backend::native::transport::Transport;
 use crate::backend::native::wire::{new_request_id, request};
 use crate::backend::tls::TlsFiles;
-use crate::backend::Acquire;
 use crate::backend::LockRequest;
+use crate::backend::Outcome;
 use crate::backend::{BackendUrl, Scheme};
 use crate::backoff::Backoff;
 use crate::error::Error;
-use crate::types::{Acquired, CheckResult, LockInfo, LockOptions};
+use crate::types::{CheckResult, Grant, LockInfo, LockOptions};
 
 /// Default deadline of one RPC (beyond the wait of a waiting acquire).
 pub const DEFAULT_RPC_TIMEOUT: Duration = Duration::from_secs(10);
@@ -415,7 +415,7 @@ impl Client {
     /// or until the lease expires one TTL after the grant. For scripts that hand
     /// the grant to another process. If the lock is not acquired, the lease is
     /// revoked before this returns.
-    pub async fn acquire_detached(&self, name: &str, opts: LockOptions) -> Result<Acquire<Acquired>, Error> {
+    pub async fn acquire_detached(&self, name: &str, opts: LockOptions) -> Result<Outcome<Grant>, Error> {
         let start = crate::clock::now();
         let result = self.detached(&[name], &opts, start).await.and_then(super::proto::single);
         acquire::record(&result, start);
@@ -427,11 +427,7 @@ impl Client {
     /// one grant per lock, in the order named, all on one lease of its own.
     /// Releasing one grant with [`release_raw`](Self::release_raw) leaves the
     /// others held; [`revoke_lease`](Self::revoke_lease) ends them all.
-    pub async fn acquire_all_detached(
-        &self,
-        names: &[&str],
-        opts: LockOptions,
-    ) -> Result<Acquire<Vec<Acquired>>, Error> {
+    pub async fn acquire_all_detached(&self, names: &[&str], opts: LockOptions) -> Result<Outcome<Vec<Grant>>, Error> {
         let start = crate::clock::now();
         let result = self.detached(names, &opts, start).await;
         acquire::record(&result, start);

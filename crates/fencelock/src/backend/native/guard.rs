@@ -17,7 +17,7 @@ use crate::backend::native::registry::LeaseHandle;
 use crate::error::Error;
 use crate::lease::{LeaseLost, LeaseWatch};
 use crate::metrics;
-use crate::types::Acquired;
+use crate::types::Grant;
 
 /// A native grant, held.
 ///
@@ -47,7 +47,7 @@ struct Held {
 }
 
 impl LockGuard {
-    pub(crate) fn new(client: Client, grant: Acquired, lease: LeaseHandle) -> LockGuard {
+    pub(crate) fn new(client: Client, grant: Grant, lease: LeaseHandle) -> LockGuard {
         LockGuard {
             name: grant.lock,
             lease_id: grant.lease_id,

@@ -39,7 +39,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::{BoxFuture, Capabilities, Fencing, Guard, Held, Leader, LeaderStream, Leadership, LockBackend, MultiGuard};
-use crate::backend::Acquire;
+use crate::backend::Outcome;
 use crate::error::Error;
 use crate::types::{CheckResult, LockOptions};
 use guard::LockGuard;
@@ -95,7 +95,7 @@ impl LockBackend for Client {
         }
     }
 
-    fn acquire<'a>(&'a self, name: &'a str, opts: &'a LockOptions) -> BoxFuture<'a, Result<Acquire<Guard>, Error>> {
+    fn acquire<'a>(&'a self, name: &'a str, opts: &'a LockOptions) -> BoxFuture<'a, Result<Outcome<Guard>, Error>> {
         Box::pin(async move { Ok(self.acquire_guard(name, opts).await?.map(LockGuard::into_guard)) })
     }
 
@@ -103,7 +103,7 @@ impl LockBackend for Client {
         &'a self,
         names: &'a [&'a str],
         opts: &'a LockOptions,
-    ) -> BoxFuture<'a, Result<Acquire<MultiGuard>, Error>> {
+    ) -> BoxFuture<'a, Result<Outcome<MultiGuard>, Error>> {
         Box::pin(async move {
             let outcome = self.acquire_all_guards(names, opts).await?;
             Ok(outcome.map(|gs| MultiGuard::new(gs.into_iter().map(LockGuard::into_guard).collect())))
@@ -118,10 +118,10 @@ impl LockBackend for Client {
         &'a self,
         name: &'a str,
         opts: &'a LockOptions,
-    ) -> BoxFuture<'a, Result<Acquire<Leadership>, Error>> {
+    ) -> BoxFuture<'a, Result<Outcome<Leadership>, Error>> {
         Box::pin(async move {
             match self.campaign_guard(name, opts).await? {
-                Acquire::Acquired(g) => Ok(Acquire::Acquired(Leadership::new(g.into_guard(), opts.value.clone())?)),
+                Outcome::Acquired(g) => Ok(Outcome::Acquired(Leadership::new(g.into_guard(), opts.value.clone())?)),
                 other => Ok(other.map(|_| unreachable!("the grant is matched above"))),
             }
         })

@@ -32,7 +32,7 @@ use tonic::{Status, Streaming};
 
 use crate::backend::native::proto::acquire_all_from_proto;
 use crate::backend::native::wire::{new_request_id, Grpc};
-use crate::backend::Acquire;
+use crate::backend::Outcome;
 use crate::error::is_auth_refusal;
 
 /// One `Session` stream: operations out, answers matched back by `op_id`.
@@ -162,7 +162,7 @@ fn deliver(resp: pb::SessionResponse, pending: &Mutex<Pending>, tx: &mpsc::WeakU
     };
     let answer = resp.result.ok_or_else(|| Status::internal("SessionResponse without a result"));
     if let Err(Ok(Reply::Acquire(resp))) = waiter.send(answer) {
-        if let (Ok(Acquire::Acquired(grants)), Some(tx)) = (acquire_all_from_proto(resp), tx.upgrade()) {
+        if let (Ok(Outcome::Acquired(grants)), Some(tx)) = (acquire_all_from_proto(resp), tx.upgrade()) {
             for a in grants {
                 let op_id = lock(pending).op_id();
                 let op = Op::Release(release_request(a.lock, a.lease_id, a.token));

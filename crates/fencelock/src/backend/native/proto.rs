@@ -2,35 +2,35 @@
 
 use fencelock_proto::v1 as pb;
 
-use crate::backend::Acquire;
+use crate::backend::Outcome;
 use crate::error::Error;
-use crate::types::{ms, Acquired};
+use crate::types::{ms, Grant};
 
 /// Decodes an `AcquireResponse` to one lock: one grant, never several.
-pub(crate) fn acquire_from_proto(resp: pb::AcquireResponse) -> Result<Acquire<Acquired>, Error> {
+pub(crate) fn acquire_from_proto(resp: pb::AcquireResponse) -> Result<Outcome<Grant>, Error> {
     single(acquire_all_from_proto(resp)?)
 }
 
 /// The one grant of an acquire of one lock (several is a protocol error).
-pub(crate) fn single<G>(outcome: Acquire<Vec<G>>) -> Result<Acquire<G>, Error> {
+pub(crate) fn single<G>(outcome: Outcome<Vec<G>>) -> Result<Outcome<G>, Error> {
     match outcome {
-        Acquire::Acquired(mut grants) if grants.len() == 1 => Ok(Acquire::Acquired(grants.remove(0))),
-        Acquire::Acquired(grants) => {
+        Outcome::Acquired(mut grants) if grants.len() == 1 => Ok(Outcome::Acquired(grants.remove(0))),
+        Outcome::Acquired(grants) => {
             Err(Error::Protocol(format!("{} grants for an acquire of one lock", grants.len())))
         }
         other => Ok(other.map(|_| unreachable!("the grants are matched above"))),
     }
 }
 
-fn acquired(a: pb::Acquired) -> Acquired {
-    Acquired { lock: a.lock, lease_id: a.lease_id, token: a.token, waited: ms(a.waited_ms) }
+fn acquired(a: pb::Acquired) -> Grant {
+    Grant { lock: a.lock, lease_id: a.lease_id, token: a.token, waited: ms(a.waited_ms) }
 }
 
 /// Decodes the `AcquireResponse` to an acquire of `names`: one grant per lock,
 /// in the order named (grants of other locks are a protocol error).
-pub(crate) fn acquire_all_of(resp: pb::AcquireResponse, names: &[&str]) -> Result<Acquire<Vec<Acquired>>, Error> {
+pub(crate) fn acquire_all_of(resp: pb::AcquireResponse, names: &[&str]) -> Result<Outcome<Vec<Grant>>, Error> {
     let outcome = acquire_all_from_proto(resp)?;
-    if let Acquire::Acquired(grants) = &outcome {
+    if let Outcome::Acquired(grants) = &outcome {
         if !grants.iter().map(|g| g.lock.as_str()).eq(names.iter().copied()) {
             return Err(Error::Protocol(format!("grants of other locks than those asked ({names:?})")));
         }
@@ -40,19 +40,19 @@ pub(crate) fn acquire_all_of(resp: pb::AcquireResponse, names: &[&str]) -> Resul
 
 /// Decodes an `AcquireResponse` to its grants: one for a single lock, one per
 /// lock for a multi-lock. A missing outcome is a protocol error.
-pub(crate) fn acquire_all_from_proto(resp: pb::AcquireResponse) -> Result<Acquire<Vec<Acquired>>, Error> {
-    use pb::acquire_response::Outcome;
+pub(crate) fn acquire_all_from_proto(resp: pb::AcquireResponse) -> Result<Outcome<Vec<Grant>>, Error> {
+    use pb::acquire_response::Outcome as Answer;
     match resp.outcome {
-        Some(Outcome::Acquired(a)) => Ok(Acquire::Acquired(vec![acquired(a)])),
-        Some(Outcome::AcquiredAll(all)) => Ok(Acquire::Acquired(all.grants.into_iter().map(acquired).collect())),
-        Some(Outcome::Busy(b)) => Ok(Acquire::Busy {
+        Some(Answer::Acquired(a)) => Ok(Outcome::Acquired(vec![acquired(a)])),
+        Some(Answer::AcquiredAll(all)) => Ok(Outcome::Acquired(all.grants.into_iter().map(acquired).collect())),
+        Some(Answer::Busy(b)) => Ok(Outcome::Busy {
             holder_lease: b.holder.as_ref().map(|h| h.lease_id),
             holder_token: b.holder.map(|h| h.token),
             reopens_in: b.reopens_in_ms.map(ms),
             waiters: b.waiters,
         }),
-        Some(Outcome::TimedOut(_)) => Ok(Acquire::TimedOut),
-        Some(Outcome::SlotDone(d)) => {
+        Some(Answer::TimedOut(_)) => Ok(Outcome::TimedOut),
+        Some(Answer::SlotDone(d)) => {
             Err(Error::SlotDone { token: d.token, identity: d.identity, exit_code: d.exit_code })
         }
         None => Err(Error::Protocol("AcquireResponse without an outcome".into())),
@@ -73,7 +73,7 @@ mod tests {
             })),
         };
         match acquire_from_proto(resp).unwrap() {
-            Acquire::Busy { holder_lease, holder_token, reopens_in, waiters } => {
+            Outcome::Busy { holder_lease, holder_token, reopens_in, waiters } => {
                 assert_eq!((holder_lease, holder_token, reopens_in, waiters), (Some(4), Some(9), None, 2));
             }
             other => panic!("expected busy, got {other:?}"),

@@ -25,9 +25,9 @@ use crate::backend::native::acquire::check_multi;
 use crate::backend::native::mux::{release_request, Mux};
 use crate::backend::native::proto::{acquire_all_of, acquire_from_proto};
 use crate::backend::native::wire::{new_request_id, Grpc};
-use crate::backend::Acquire;
+use crate::backend::Outcome;
 use crate::error::Error;
-use crate::types::{ms, to_ms, Acquired, CheckResult, LockOptions};
+use crate::types::{ms, to_ms, CheckResult, Grant, LockOptions};
 
 /// One `Session` stream with typed calls, each with a deadline (the client's
 /// RPC timeout, plus the wait for an acquire). Cheap to clone; the stream
@@ -91,7 +91,7 @@ impl Session {
         lease_id: u64,
         wait: Duration,
         lock_delay: Duration,
-    ) -> Result<Acquire<Acquired>, Error> {
+    ) -> Result<Outcome<Grant>, Error> {
         match self.call_acquire(&[lock], lease_id, wait, lock_delay).await? {
             Reply::Acquire(r) => acquire_from_proto(r),
             other => Err(mismatch("acquire", &other)),
@@ -111,7 +111,7 @@ impl Session {
         lease_id: u64,
         wait: Duration,
         lock_delay: Duration,
-    ) -> Result<Acquire<Vec<Acquired>>, Error> {
+    ) -> Result<Outcome<Vec<Grant>>, Error> {
         check_multi(locks, &LockOptions::default())?;
         match self.call_acquire(locks, lease_id, wait, lock_delay).await? {
             Reply::Acquire(r) => acquire_all_of(r, locks),

@@ -84,7 +84,7 @@ use tokio_postgres::{CancelToken, Client, Row};
 use super::tls::{PgConfig as Config, PgTls};
 
 use super::{backend_error, bounded, open, spawn_detached, OpenFailed, STATEMENT_TIMEOUT};
-use crate::backend::Acquire;
+use crate::backend::Outcome;
 use crate::backend::{BoxFuture, Capabilities, Fencing, Guard, Held, KeptLease, Renew, Renewed};
 use crate::error::Error;
 use crate::types::{LockMode, LockOptions};
@@ -141,7 +141,7 @@ impl AdvisoryMode {
     }
 
     /// Takes `name` (already admitted) on a connection of its own.
-    pub async fn acquire(&self, name: &str, opts: &LockOptions) -> Result<Acquire<Guard>, Error> {
+    pub async fn acquire(&self, name: &str, opts: &LockOptions) -> Result<Outcome<Guard>, Error> {
         let deadline = crate::clock::now() + opts.wait;
         let waiting = !opts.wait.is_zero();
         let session = self.session(waiting.then_some(deadline)).await?;
@@ -181,14 +181,14 @@ impl AdvisoryMode {
         name: &str,
         shared: bool,
         ttl: Duration,
-    ) -> Result<Acquire<Guard>, Error> {
+    ) -> Result<Outcome<Guard>, Error> {
         let by = crate::clock::now() + STATEMENT_TIMEOUT;
         let sql = if shared { TRY_LOCK_SHARED_SQL } else { TRY_LOCK_SQL };
         let sent = crate::clock::now();
         let row = bounded("try lock", by, session.client.query_typed_one(sql, &[(&name, Type::TEXT)])).await?;
         let (got, pid): (bool, i32) = (column(&row, 0)?, column(&row, 1)?);
         if got {
-            return Ok(Acquire::Acquired(guard(session, name, pid, ttl, sent)));
+            return Ok(Outcome::Acquired(guard(session, name, pid, ttl, sent)));
         }
         // What the lock manager says about the holder and the queue; a failure
         // here leaves the answer "busy" without details.
@@ -197,7 +197,7 @@ impl AdvisoryMode {
             Ok(row) => (column::<Option<i32>>(&row, 0)?, column::<i64>(&row, 1)?),
             Err(_) => (None, 0),
         };
-        Ok(Acquire::Busy {
+        Ok(Outcome::Busy {
             holder_lease: holder.and_then(|pid| u64::try_from(pid).ok()),
             holder_token: None,
             reopens_in: None,
@@ -212,7 +212,7 @@ impl AdvisoryMode {
         shared: bool,
         ttl: Duration,
         deadline: Instant,
-    ) -> Result<Acquire<Guard>, Error> {
+    ) -> Result<Outcome<Guard>, Error> {
         let mut cancel = CancelOnDrop::new(&session, self.config.tls());
         let sql = if shared { LOCK_SHARED_SQL } else { LOCK_SQL };
         let waited =
@@ -222,10 +222,10 @@ impl AdvisoryMode {
             Ok(Ok(row)) => row,
             Ok(Err(e)) if e.code() == Some(&SqlState::LOCK_NOT_AVAILABLE) => {
                 cancel.disarm(); // the server ended the wait
-                return Ok(Acquire::TimedOut);
+                return Ok(Outcome::TimedOut);
             }
             Ok(Err(e)) => return Err(backend_error("lock", e)),
-            Err(_) => return Ok(Acquire::TimedOut), // `cancel` withdraws the wait
+            Err(_) => return Ok(Outcome::TimedOut), // `cancel` withdraws the wait
         };
         cancel.disarm();
         let pid: i32 = column(&row, 0)?;
@@ -233,7 +233,7 @@ impl AdvisoryMode {
         // round trip sent after the grant.
         let sent = crate::clock::now();
         bounded("confirm", sent + STATEMENT_TIMEOUT, session.client.batch_execute("SELECT 1")).await?;
-        Ok(Acquire::Acquired(guard(session, name, pid, ttl, sent)))
+        Ok(Outcome::Acquired(guard(session, name, pid, ttl, sent)))
     }
 }
 

@@ -244,7 +244,7 @@ use tokio_postgres::types::Type;
 use super::listen::{Registration, Wakers};
 use super::tls::PgConfig as Config;
 use super::{spawn_detached, AbortOnDrop, Table, STATEMENT_TIMEOUT};
-use crate::backend::{Acquire, Capabilities, Fencing, Guard};
+use crate::backend::{Capabilities, Fencing, Guard, Outcome};
 use crate::error::Error;
 use crate::types::{CheckResult, LockOptions};
 use conn::{Db, Failed};
@@ -325,13 +325,13 @@ impl LeaseMode {
 
     /// Takes `name` (already admitted): one try if `opts.wait` is zero, else a
     /// try, then the queue until `opts.wait` runs out. See the module docs.
-    pub async fn acquire(&self, name: &str, opts: &LockOptions) -> Result<Acquire<Guard>, Error> {
+    pub async fn acquire(&self, name: &str, opts: &LockOptions) -> Result<Outcome<Guard>, Error> {
         self.acquire_as(name, opts, Purpose::Lock).await
     }
 
     /// A campaign for `name` (already admitted): an acquire whose loss of its
     /// queue entry ends it, and whose grant is announced.
-    pub async fn campaign(&self, name: &str, opts: &LockOptions) -> Result<Acquire<Guard>, Error> {
+    pub async fn campaign(&self, name: &str, opts: &LockOptions) -> Result<Outcome<Guard>, Error> {
         if kind_of(opts) != "x" {
             return Err(Error::InvalidArgument("a campaign is exclusive: no shared mode, no permits".into()));
         }

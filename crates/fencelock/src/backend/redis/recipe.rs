@@ -13,7 +13,7 @@ use redis::{Script, Value};
 use super::keys::{lease_of, millis, mismatch, token_of, Ticket};
 use super::{RedisBackend, Retry, Shared, OP_TIMEOUT};
 use crate::backend::election::encode_holder;
-use crate::backend::{Acquire, Guard, LockBackend};
+use crate::backend::{Guard, LockBackend, Outcome};
 use crate::error::Error;
 use crate::types::LockOptions;
 
@@ -61,14 +61,14 @@ impl RedisBackend {
     }
 
     /// Tries once: granted, or `Busy` with what the script saw.
-    async fn try_once(&self, req: &Req<'_>) -> Result<Acquire<Guard>, Error> {
+    async fn try_once(&self, req: &Req<'_>) -> Result<Outcome<Guard>, Error> {
         let sent = crate::clock::now();
         Ok(match self.attempt(req, false, false).await? {
-            Attempt::Granted { token } => Acquire::Acquired(self.grant(req, token, sent)),
+            Attempt::Granted { token } => Outcome::Acquired(self.grant(req, token, sent)),
             Attempt::Refused { holder, waiters, .. } => {
                 let holder_lease = holder.as_deref().and_then(lease_of);
                 let holder_token = holder.as_deref().and_then(token_of);
-                Acquire::Busy { holder_lease, holder_token, reopens_in: None, waiters }
+                Outcome::Busy { holder_lease, holder_token, reopens_in: None, waiters }
             }
             Attempt::Dropped => return Err(req.lost()),
             Attempt::Mismatch { kept } => return Err(mismatch(kept, req.opts.permits)),
@@ -81,7 +81,7 @@ impl RedisBackend {
         name: &str,
         opts: &LockOptions,
         purpose: Purpose,
-    ) -> Result<Acquire<Guard>, Error> {
+    ) -> Result<Outcome<Guard>, Error> {
         self.capabilities().admit(self.kind(), name, opts)?;
         if purpose == Purpose::Campaign && (opts.permits > 0 || opts.mode == crate::LockMode::Shared) {
             return Err(Error::InvalidArgument("a campaign is exclusive: no shared mode, no permits".into()));
@@ -92,7 +92,7 @@ impl RedisBackend {
             Withdraw { shared: Some(self.shared.clone()), name: name.to_string(), ticket: req.ticket.text.clone() };
         let outcome = if opts.wait.is_zero() { self.try_once(&req).await? } else { self.wait_in_line(&req).await? };
         match outcome {
-            Acquire::TimedOut => withdraw.now().await,
+            Outcome::TimedOut => withdraw.now().await,
             _ => withdraw.disarm(),
         }
         Ok(outcome)

@@ -17,7 +17,7 @@ use super::conn::breaks;
 use super::keys::{mismatch, Ticket};
 use super::recipe::{Attempt, Purpose, Req};
 use super::{RedisBackend, Shared};
-use crate::backend::{Acquire, Guard};
+use crate::backend::{Guard, Outcome};
 use crate::backoff::Backoff;
 use crate::error::Error;
 
@@ -34,7 +34,7 @@ impl RedisBackend {
     /// A failure of the server (a restart, a lost connection) is retried with
     /// backoff while the wait lasts; the last one is returned if it outlasts
     /// the wait.
-    pub(super) async fn wait_in_line(&self, req: &Req<'_>) -> Result<Acquire<Guard>, Error> {
+    pub(super) async fn wait_in_line(&self, req: &Req<'_>) -> Result<Outcome<Guard>, Error> {
         let end = crate::clock::now() + req.opts.wait;
         let mut failures = 0;
         let mut queued = false;
@@ -59,12 +59,12 @@ impl RedisBackend {
     /// One round of a wait: an attempt, then (not granted, wait not over) a
     /// nap until woken. `None`: go on waiting. `queued`: whether an earlier
     /// round queued the ticket (a campaign's ticket is not queued twice).
-    async fn wait_once(&self, req: &Req<'_>, end: Instant, queued: &mut bool) -> Result<Option<Acquire<Guard>>, Error> {
+    async fn wait_once(&self, req: &Req<'_>, end: Instant, queued: &mut bool) -> Result<Option<Outcome<Guard>>, Error> {
         let sent = crate::clock::now();
         let queued_before = *queued && req.purpose == Purpose::Campaign;
         let (pttl, first) = match self.attempt(req, true, queued_before).await? {
             Attempt::Granted { token } => {
-                return Ok(Some(Acquire::Acquired(self.grant(req, token, sent))));
+                return Ok(Some(Outcome::Acquired(self.grant(req, token, sent))));
             }
             Attempt::Refused { pttl, first, .. } => (pttl, first),
             Attempt::Dropped => return Err(req.lost()),
@@ -73,7 +73,7 @@ impl RedisBackend {
         *queued = true;
         let now = crate::clock::now();
         if now >= end {
-            return Ok(Some(Acquire::TimedOut));
+            return Ok(Some(Outcome::TimedOut));
         }
         self.nap(&req.ticket, nap_length(end - now, req.opts.ttl, first, pttl)).await?;
         Ok(None)

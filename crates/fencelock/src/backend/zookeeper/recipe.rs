@@ -17,13 +17,13 @@ use super::keys::{blocker, queue_order, queue_stem};
 use super::session::{ended, fail, request, Session};
 use super::ZkBackend;
 use crate::backend::election::encode_holder;
-use crate::backend::{check_name, Acquire, Guard, LockBackend};
+use crate::backend::{check_name, Guard, LockBackend, Outcome};
 use crate::error::Error;
 use crate::types::{CheckResult, LockMode, LockOptions};
 
 impl ZkBackend {
     /// The recipe (see the module docs), for a lock or a campaign (`purpose`).
-    pub(super) async fn lock(&self, name: &str, opts: &LockOptions, purpose: Purpose) -> Result<Acquire<Guard>, Error> {
+    pub(super) async fn lock(&self, name: &str, opts: &LockOptions, purpose: Purpose) -> Result<Outcome<Guard>, Error> {
         self.capabilities().admit(self.kind(), name, opts)?;
         if purpose == Purpose::Campaign && (opts.permits > 0 || opts.mode == LockMode::Shared) {
             return Err(Error::InvalidArgument("a campaign is exclusive: no shared mode, no permits".into()));
@@ -56,7 +56,7 @@ impl ZkBackend {
         opts: &LockOptions,
         session: Arc<Session>,
         purpose: Purpose,
-    ) -> Result<Acquire<Guard>, Error> {
+    ) -> Result<Outcome<Guard>, Error> {
         let wait_end = crate::clock::now() + opts.wait;
         let stem = queue_stem(opts.mode == LockMode::Shared);
         let mut entry = Entry::new(session.clone(), vec![self.lock_path(name)], stem);
@@ -64,7 +64,7 @@ impl ZkBackend {
         match self.wait_turn(&mut entry, &path, opts.wait, wait_end, purpose).await? {
             Turn::Granted(sent) => {
                 entry.disarm();
-                Ok(Acquire::Acquired(self.grant(name, opts, session, path, czxid, sent)))
+                Ok(Outcome::Acquired(self.grant(name, opts, session, path, czxid, sent)))
             }
             Turn::NotGranted(outcome) => Ok(outcome),
         }
@@ -100,7 +100,7 @@ impl ZkBackend {
             let predecessor = format!("{}/{}", entry.parent, queue[ahead]);
             if !wait_for_deletion(&session, &predecessor, wait_end).await? {
                 entry.withdraw().await;
-                return Ok(Turn::NotGranted(Acquire::TimedOut));
+                return Ok(Turn::NotGranted(Outcome::TimedOut));
             }
         }
     }
@@ -122,7 +122,7 @@ pub(super) enum Turn {
     /// First in line for its mode; the confirming read was sent at this instant.
     Granted(Instant),
     /// Busy or timed out; the node is withdrawn.
-    NotGranted(Acquire<Guard>),
+    NotGranted(Outcome<Guard>),
 }
 
 /// What a request is for, which decides what losing its place means.
@@ -155,14 +155,14 @@ pub(super) async fn list_queue(session: &Session, parent: &str) -> Result<Vec<St
     }
 }
 
-/// [`Acquire::Busy`] for a queue whose first node is the holder: its session and
+/// [`Outcome::Busy`] for a queue whose first node is the holder: its session and
 /// czxid if it can still be read, and the others but us as waiters.
-async fn busy(session: &Session, parent: &str, queue: &[String]) -> Acquire<Guard> {
+async fn busy(session: &Session, parent: &str, queue: &[String]) -> Outcome<Guard> {
     let holder = match queue.first() {
         Some(first) => request(session.client.check_stat(&format!("{parent}/{first}"))).await.ok().flatten(),
         None => None,
     };
-    Acquire::Busy {
+    Outcome::Busy {
         holder_lease: holder.map(|s| s.ephemeral_owner as u64),
         holder_token: holder.and_then(|s| u64::try_from(s.czxid).ok()),
         reopens_in: None,

@@ -57,7 +57,7 @@ use super::keys::holders;
 use super::{
     encode_holder, ensure_containers, fail, list_queue, request, Entry, Purpose, Session, Turn, ZkBackend, NODE_PREFIX,
 };
-use crate::backend::{Acquire, Guard};
+use crate::backend::{Guard, Outcome};
 use crate::error::Error;
 use crate::types::LockOptions;
 
@@ -91,14 +91,14 @@ impl ZkBackend {
         name: &str,
         opts: &LockOptions,
         session: Arc<Session>,
-    ) -> Result<Acquire<Guard>, Error> {
+    ) -> Result<Outcome<Guard>, Error> {
         let wait_end = crate::clock::now() + opts.wait;
         let root = self.lock_path(name);
         let mut mutex = Entry::new(session.clone(), vec![root.clone(), format!("{root}/{LOCKS}")], (NODE_PREFIX, ""));
         let (mutex_path, _) = mutex.create(&self.base, &[], &[]).await?;
         match self.wait_turn(&mut mutex, &mutex_path, opts.wait, wait_end, Purpose::Lock).await? {
             Turn::Granted(_) => {}
-            Turn::NotGranted(Acquire::Busy { waiters, .. }) => return Ok(busy(waiters)),
+            Turn::NotGranted(Outcome::Busy { waiters, .. }) => return Ok(busy(waiters)),
             Turn::NotGranted(outcome) => return Ok(outcome),
         }
         let got = self.take_permits(name, opts, &session, &root, wait_end).await;
@@ -115,7 +115,7 @@ impl ZkBackend {
         session: &Arc<Session>,
         root: &str,
         wait_end: Instant,
-    ) -> Result<Acquire<Guard>, Error> {
+    ) -> Result<Outcome<Guard>, Error> {
         let leases = format!("{root}/{LEASES}");
         let containers = vec![root.to_string(), leases.clone()];
         let permits = opts.permits.to_string();
@@ -136,7 +136,7 @@ impl ZkBackend {
             }
             if used(&children) <= u64::from(opts.permits) {
                 lease.disarm();
-                return Ok(Acquire::Acquired(self.grant(name, opts, session.clone(), path, czxid, sent)));
+                return Ok(Outcome::Acquired(self.grant(name, opts, session.clone(), path, czxid, sent)));
             }
             if opts.wait.is_zero() {
                 lease.withdraw().await;
@@ -146,7 +146,7 @@ impl ZkBackend {
                 _ = watcher.changed() => {}
                 _ = tokio::time::sleep_until(wait_end) => {
                     lease.withdraw().await;
-                    return Ok(Acquire::TimedOut);
+                    return Ok(Outcome::TimedOut);
                 }
             }
         }
@@ -192,8 +192,8 @@ async fn check_permits(session: &Session, leases: &str, permits: u32) -> Result<
 }
 
 /// A semaphore's busy answer: no single holder to name.
-fn busy(waiters: u32) -> Acquire<Guard> {
-    Acquire::Busy { holder_lease: None, holder_token: None, reopens_in: None, waiters }
+fn busy(waiters: u32) -> Outcome<Guard> {
+    Outcome::Busy { holder_lease: None, holder_token: None, reopens_in: None, waiters }
 }
 
 #[cfg(test)]

@@ -15,7 +15,7 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use fencelock::{Acquire, Client, Guard};
+use fencelock::{Client, Guard, Outcome};
 use fencelock_proto::v1 as pb;
 use fencelock_proto::v1::lock_client::LockClient;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -149,9 +149,9 @@ where
     .await
 }
 
-pub fn acquired(outcome: Acquire) -> Guard {
+pub fn acquired(outcome: Outcome) -> Guard {
     match outcome {
-        Acquire::Acquired(g) => g,
+        Outcome::Acquired(g) => g,
         other => panic!("expected a grant, got {other:?}"),
     }
 }

@@ -15,7 +15,7 @@ use super::conn::Failed;
 use super::held::{lease_guard, Grant};
 use super::store::{kind_of, micros, Seen};
 use super::{shared, spawn_detached, LeaseMode, Registration, Store, NOT_QUEUED};
-use crate::backend::{Acquire, Guard};
+use crate::backend::{Guard, Outcome};
 use crate::backoff::Backoff;
 use crate::error::Error;
 use crate::types::LockOptions;
@@ -38,7 +38,7 @@ impl LeaseMode {
         name: &str,
         opts: &LockOptions,
         purpose: Purpose,
-    ) -> Result<Acquire<Guard>, Error> {
+    ) -> Result<Outcome<Guard>, Error> {
         let owner = format!("{:016x}-{}", self.instance, self.requests.fetch_add(1, Ordering::Relaxed));
         let deadline = crate::clock::now() + opts.wait;
         let registration = self.wakers.register(name);
@@ -52,7 +52,7 @@ impl LeaseMode {
             }
             Ok(Seen { granted: Some(token), .. }) => {
                 withdraw.armed = false;
-                return Ok(Acquire::Acquired(self.granted(name, owner, opts, token, sent, purpose).await));
+                return Ok(Outcome::Acquired(self.granted(name, owner, opts, token, sent, purpose).await));
             }
             Ok(seen) if opts.wait.is_zero() => {
                 withdraw.armed = false; // nothing was written
@@ -65,13 +65,13 @@ impl LeaseMode {
         match self.wait(name, &owner, opts, deadline, &registration, purpose).await? {
             Some((token, sent)) => {
                 withdraw.armed = false;
-                Ok(Acquire::Acquired(self.granted(name, owner, opts, token, sent, purpose).await))
+                Ok(Outcome::Acquired(self.granted(name, owner, opts, token, sent, purpose).await))
             }
             None => {
                 if self.store.withdraw(name, &owner).await.is_ok() {
                     withdraw.armed = false;
                 }
-                Ok(Acquire::TimedOut)
+                Ok(Outcome::TimedOut)
             }
         }
     }

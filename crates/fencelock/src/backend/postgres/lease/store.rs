@@ -14,7 +14,7 @@ use tokio_postgres::Row;
 
 use super::conn::Failed;
 use super::{Store, STATEMENT_TIMEOUT};
-use crate::backend::{Acquire, Guard};
+use crate::backend::{Guard, Outcome};
 use crate::error::Error;
 use crate::types::{LockMode, LockOptions};
 
@@ -76,8 +76,8 @@ impl Seen {
     }
 
     /// The outcome of a try that was not granted.
-    pub(super) fn busy(&self) -> Acquire<Guard> {
-        Acquire::Busy {
+    pub(super) fn busy(&self) -> Outcome<Guard> {
+        Outcome::Busy {
             holder_lease: self.holder_token,
             holder_token: self.holder_token,
             reopens_in: None,
@@ -267,7 +267,7 @@ mod tests {
         let got = held.busy();
         assert!(matches!(
             got,
-            Acquire::Busy { holder_lease: Some(4), holder_token: Some(4), reopens_in: None, waiters: 3 }
+            Outcome::Busy { holder_lease: Some(4), holder_token: Some(4), reopens_in: None, waiters: 3 }
         ));
     }
 
