@@ -81,8 +81,8 @@ fn cli_reports_bad_input_with_documented_exit_codes() {
     let cases: &[(&[&str], i32, &str)] = &[
         (&["acquire", ""], 70, "invalid lock name"),
         (&["acquire", "a\u{1}b"], 70, "invalid lock name"),
-        (&["acquire", "x", "--ttl", "50ms"], 70, "invalid ttl"),
-        (&["acquire", "x", "--ttl", "2h"], 70, "invalid ttl"),
+        (&["acquire", "x", "--ttl", "50ms"], 70, "ttl 50 ms is out of range"),
+        (&["acquire", "x", "--ttl", "2h"], 70, "ttl 7200000 ms is out of range"),
         (&["acquire", "x", "--ttl", "ten"], 2, "invalid duration"),
         (&["check", "x", "abc"], 2, "invalid value"),
         (&["check", "x", "0"], 70, "invalid token"),

@@ -384,7 +384,7 @@ pub(crate) fn check_name(name: &str) -> Result<(), Error> {
 
 /// Identity and value by the engine's rules ([`fencelock_core::check_identity`],
 /// [`fencelock_core::check_value`]).
-pub(crate) fn check_tag(opts: &LockOptions) -> Result<(), Error> {
+fn check_tag(opts: &LockOptions) -> Result<(), Error> {
     let invalid = |e: fencelock_core::EngineError| Error::InvalidArgument(e.to_string());
     fencelock_core::check_identity(opts.identity.as_deref().unwrap_or("")).map_err(invalid)?;
     check_value(&opts.value)

@@ -120,6 +120,19 @@ pub(crate) fn check_multi(names: &[&str], opts: &LockOptions) -> Result<(), Erro
     }
 }
 
+/// The one check of an acquire's request, by the rules every backend shares
+/// (`Capabilities::admit`), for a guard's acquire and a detached one alike:
+/// bad input is refused before a lease is checked out or granted for it.
+fn admit(client: &Client, names: &[&str], opts: &LockOptions) -> Result<(), Error> {
+    for name in names {
+        crate::LockBackend::capabilities(client).admit("fencelock", name, opts)?;
+    }
+    if names.len() != 1 {
+        check_multi(names, opts)?;
+    }
+    Ok(())
+}
+
 async fn run(
     client: &Client,
     names: &[&str],
@@ -127,13 +140,7 @@ async fn run(
     start: Instant,
     on_loss: OnLoss,
 ) -> Result<Outcome<Vec<LockGuard>>, Error> {
-    // Bad input is refused before a lease is checked out for it.
-    for name in names {
-        crate::LockBackend::capabilities(client).admit("fencelock", name, opts)?;
-    }
-    if names.len() != 1 {
-        check_multi(names, opts)?;
-    }
+    admit(client, names, opts)?;
     let name = names[0];
     let inner = &client.inner;
     let deadline = start + opts.wait + inner.rpc.rpc_timeout;
@@ -306,12 +313,7 @@ impl Client {
         opts: &LockOptions,
         start: Instant,
     ) -> Result<Outcome<Vec<Grant>>, Error> {
-        // A bad identity or value is refused before a lease is granted for it
-        // (the server checks the rest, with its own messages).
-        crate::backend::check_tag(opts)?;
-        if names.len() != 1 {
-            check_multi(names, opts)?;
-        }
+        admit(self, names, opts)?;
         let rpc = &self.inner.rpc;
         let deadline = start + opts.wait + rpc.rpc_timeout;
         let (cell, sent) = lease_rpc::grant(rpc, opts.ttl, deadline).await?;
