@@ -277,11 +277,7 @@ impl ServerCounters {
     /// From the Prometheus text format.
     fn parse(text: &str) -> anyhow::Result<ServerCounters> {
         let get = |name: &str| {
-            text.lines()
-                .filter(|l| !l.starts_with('#'))
-                .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse::<f64>().ok())
-                .map(|v| v as u64)
-                .with_context(|| format!("metric {name} missing from /metrics"))
+            fencelock_http::prometheus::value(text, name).with_context(|| format!("metric {name} missing from /metrics"))
         };
         Ok(ServerCounters {
             entries: get("fencelock_log_entries_total")?,
