@@ -7,9 +7,9 @@ use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
 
-use crate::client::{Endpoint, Request, Response};
 use crate::error::HttpError;
-use crate::wire;
+use crate::url::Endpoint;
+use crate::wire::{self, Request, Response};
 
 /// Sends `req` to `addr` and reads the whole answer; connecting, and each
 /// read and write, within `timeout` (no clock is read: a peer that trickles

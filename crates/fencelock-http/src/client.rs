@@ -12,7 +12,6 @@
 //! Connecting, the handshake, sending and reading the whole answer all fall
 //! within one timeout.
 
-use std::fmt;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -22,59 +21,8 @@ use tokio::net::TcpStream;
 use tokio_rustls::rustls;
 
 use crate::error::HttpError;
-use crate::url::Host;
-use crate::wire;
-
-/// Where requests go: a host (an IP, or a name resolved when connecting)
-/// and a port. Shown as `host:port`, which is also its `Host` header.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Endpoint {
-    pub host: Host,
-    pub port: u16,
-}
-
-impl From<SocketAddr> for Endpoint {
-    fn from(addr: SocketAddr) -> Self {
-        Endpoint { host: Host::Ip(addr.ip()), port: addr.port() }
-    }
-}
-
-impl fmt::Display for Endpoint {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}:{}", self.host, self.port)
-    }
-}
-
-/// One request: method, path (with its query), extra headers and body.
-#[derive(Debug, Clone, Copy)]
-pub struct Request<'a> {
-    pub method: &'a str,
-    pub path: &'a str,
-    pub headers: &'a [(&'a str, String)],
-    pub body: &'a [u8],
-}
-
-impl<'a> Request<'a> {
-    /// `GET path`, no headers, no body.
-    pub fn get(path: &'a str) -> Self {
-        Request { method: "GET", path, headers: &[], body: b"" }
-    }
-}
-
-/// An answer: status, body, and the server's `Date` header (its wall clock).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Response {
-    pub status: u16,
-    pub body: Vec<u8>,
-    pub date: Option<String>,
-}
-
-impl Response {
-    /// The body as text (invalid UTF-8 replaced).
-    pub fn text(&self) -> String {
-        String::from_utf8_lossy(&self.body).into_owned()
-    }
-}
+use crate::url::{Endpoint, Host};
+use crate::wire::{self, Request, Response};
 
 /// Requests to one [`Endpoint`]: plain or over TLS, with or without a bearer
 /// token, within a timeout, the answer at most so large. Cheap to clone.

@@ -1,9 +1,10 @@
-//! The errors of the client and of the URL parser, each keeping the error it
-//! wraps as its [`source`](std::error::Error::source).
+//! Why a request got no answer: the errors of [`crate::Client`] and
+//! [`crate::blocking`], each keeping the error it wraps as its
+//! [`source`](std::error::Error::source).
 
 use std::time::Duration;
 
-use crate::client::Endpoint;
+use crate::url::Endpoint;
 
 /// Why a request got no answer.
 #[derive(Debug, thiserror::Error)]
@@ -31,22 +32,4 @@ pub enum HttpError {
     /// A bearer token that cannot be sent as one (not quoted: it is a secret).
     #[error("not a valid bearer token (empty, spaces or control characters)")]
     BadToken,
-}
-
-/// Why a string is not an `http(s)://host:port/path` URL.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum UrlError {
-    #[error("expected http:// or https://")]
-    NoScheme,
-    #[error("{0}:// is not http:// or https://")]
-    Scheme(String),
-    #[error("no host")]
-    NoHost,
-    #[error("an IPv6 host is written in brackets, e.g. [::1]:7071")]
-    Brackets,
-    #[error("bad port {port:?}: {source}")]
-    Port { port: String, source: std::num::ParseIntError },
-    #[error("a {0} is not supported")]
-    Unsupported(&'static str),
 }

@@ -20,9 +20,10 @@ pub mod prometheus;
 mod url;
 mod wire;
 
-pub use client::{Client, Endpoint, Request, Response};
+pub use client::Client;
 pub use duration::parse_duration;
-pub use error::{HttpError, UrlError};
+pub use error::HttpError;
 /// The rustls of [`Client::tls`].
 pub use tokio_rustls::rustls;
-pub use url::{Host, HttpUrl, Scheme};
+pub use url::{Endpoint, Host, HttpUrl, Scheme, UrlError};
+pub use wire::{Request, Response};

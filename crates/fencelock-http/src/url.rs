@@ -1,16 +1,14 @@
 //! `http(s)://host:port/path` URLs, as the tools are given them: the demo's
 //! `--storage`, the fenced storage server's lock service. A host is an IP
 //! (IPv6 in brackets) or a name; the port may be left out (the scheme's);
-//! a user, a query or a fragment is refused rather than ignored.
+//! a user, a query or a fragment is refused rather than ignored. Also the
+//! [`Endpoint`] (host and port) the client connects to, which a URL gives.
 //!
 //! The client library's backend URLs (`fencelock://`, `redis://`, with
 //! their parameters) are its own grammar, not this one.
 
 use std::fmt;
 use std::net::{IpAddr, SocketAddr};
-
-use crate::client::Endpoint;
-use crate::error::UrlError;
 
 /// `http` or `https`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -54,6 +52,44 @@ impl fmt::Display for Host {
             Host::Name(name) => f.write_str(name),
         }
     }
+}
+
+/// Where requests go: a host (an IP, or a name resolved when connecting)
+/// and a port. Shown as `host:port`, which is also its `Host` header.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Endpoint {
+    pub host: Host,
+    pub port: u16,
+}
+
+impl From<SocketAddr> for Endpoint {
+    fn from(addr: SocketAddr) -> Self {
+        Endpoint { host: Host::Ip(addr.ip()), port: addr.port() }
+    }
+}
+
+impl fmt::Display for Endpoint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}", self.host, self.port)
+    }
+}
+
+/// Why a string is not an `http(s)://host:port/path` URL.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum UrlError {
+    #[error("expected http:// or https://")]
+    NoScheme,
+    #[error("{0}:// is not http:// or https://")]
+    Scheme(String),
+    #[error("no host")]
+    NoHost,
+    #[error("an IPv6 host is written in brackets, e.g. [::1]:7071")]
+    Brackets,
+    #[error("bad port {port:?}: {source}")]
+    Port { port: String, source: std::num::ParseIntError },
+    #[error("a {0} is not supported")]
+    Unsupported(&'static str),
 }
 
 /// A parsed `http(s)://host[:port][/path]`.

@@ -1,9 +1,39 @@
-//! HTTP/1.1 on the wire, without IO: the bytes of a request, and the answer
-//! parsed from the bytes read so far. Shared by the async [`crate::Client`]
+//! HTTP/1.1 on the wire, without IO: a request and its bytes, an answer and
+//! its parsing from the bytes read so far. Shared by the async [`crate::Client`]
 //! and [`crate::blocking`].
 
-use crate::client::{Request, Response};
 use crate::error::HttpError;
+
+/// One request: method, path (with its query), extra headers and body.
+#[derive(Debug, Clone, Copy)]
+pub struct Request<'a> {
+    pub method: &'a str,
+    pub path: &'a str,
+    pub headers: &'a [(&'a str, String)],
+    pub body: &'a [u8],
+}
+
+impl<'a> Request<'a> {
+    /// `GET path`, no headers, no body.
+    pub fn get(path: &'a str) -> Self {
+        Request { method: "GET", path, headers: &[], body: b"" }
+    }
+}
+
+/// An answer: status, body, and the server's `Date` header (its wall clock).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Response {
+    pub status: u16,
+    pub body: Vec<u8>,
+    pub date: Option<String>,
+}
+
+impl Response {
+    /// The body as text (invalid UTF-8 replaced).
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+}
 
 /// The request's bytes, head then body: `Host`, `Connection: close`, its
 /// `Content-Length`, then the extra headers. A header value with a control
