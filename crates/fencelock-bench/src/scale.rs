@@ -277,7 +277,8 @@ impl ServerCounters {
     /// From the Prometheus text format.
     fn parse(text: &str) -> anyhow::Result<ServerCounters> {
         let get = |name: &str| {
-            fencelock_http::prometheus::value(text, name).with_context(|| format!("metric {name} missing from /metrics"))
+            fencelock_http::prometheus::value(text, name)
+                .with_context(|| format!("metric {name} missing from /metrics"))
         };
         Ok(ServerCounters {
             entries: get("fencelock_log_entries_total")?,

@@ -17,10 +17,10 @@ use crate::ctx::{evidence, fault, pause_between_faults, Ctx};
 use crate::history::{mono_ns, Event, Op};
 use crate::http;
 use crate::metrics::metrics_text;
-use fencelock_http::prometheus;
 use crate::procs::{proc_state, signal};
 use crate::scenario::{multi_name, LogEngine, Scenario, LOCK};
 use crate::targets::Target;
+use fencelock_http::prometheus;
 
 /// The server's crash points the K4 nemesis arms through `FAILPOINTS`
 /// (see `fencelock_chaos::faults`): a crash right there.
@@ -679,8 +679,10 @@ pub async fn heal_all(ctx: &mut Ctx) -> anyhow::Result<()> {
 pub async fn note_server_stats(ctx: &mut Ctx, revoked: Option<u64>) {
     let Some(admin) = ctx.target.admin() else { return };
     let Some(text) = metrics_text(admin).await else { return };
-    let (issued, cancelled) =
-        (prometheus::value(&text, "fencelock_tokens_issued"), prometheus::value(&text, "fencelock_releases_cancelled_total"));
+    let (issued, cancelled) = (
+        prometheus::value(&text, "fencelock_tokens_issued"),
+        prometheus::value(&text, "fencelock_releases_cancelled_total"),
+    );
     if let (Some(issued), Some(cancelled), Some(expired), Some(revoked)) =
         (issued, cancelled, prometheus::value(&text, "fencelock_releases_expired_total"), revoked)
     {

@@ -57,8 +57,8 @@ use tonic::Code;
 use crate::ctx::{evidence, fault, pause_between_faults, Ctx};
 use crate::http;
 use crate::metrics::metrics_text;
-use fencelock_http::prometheus;
 use crate::targets::Target;
+use fencelock_http::prometheus;
 
 /// Index of the forged snapshots' last log entry: beyond any run's log.
 const FAR_AHEAD: u64 = 1 << 40;
