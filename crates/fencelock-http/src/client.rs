@@ -223,4 +223,49 @@ mod tests {
         let err = Client::new(addr).max_answer(32).send(Request::get("/")).await.unwrap_err();
         assert!(matches!(err, HttpError::TooLarge { limit: 32, .. }), "{err}");
     }
+
+    /// A CA, and a server configuration with a certificate it signed for
+    /// `localhost` only; the client configuration that trusts the CA.
+    fn localhost_tls() -> (Arc<rustls::ServerConfig>, Arc<rustls::ClientConfig>) {
+        use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};
+        let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+        ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        let ca = CertifiedIssuer::self_signed(ca_params, KeyPair::generate().unwrap()).unwrap();
+        let key = KeyPair::generate().unwrap();
+        let cert = CertificateParams::new(vec!["localhost".to_string()]).unwrap().signed_by(&key, &ca).unwrap();
+        let key = rustls::pki_types::PrivatePkcs8KeyDer::from(key.serialize_der()).into();
+        let server =
+            rustls::ServerConfig::builder().with_no_client_auth().with_single_cert(vec![cert.der().clone()], key);
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add(ca.der().clone()).unwrap();
+        let client = rustls::ClientConfig::builder().with_root_certificates(roots).with_no_client_auth();
+        (Arc::new(server.unwrap()), Arc::new(client))
+    }
+
+    /// Over TLS the certificate must name the endpoint's host: `localhost`
+    /// (a name) is answered; 127.0.0.1 (not in the certificate) fails the
+    /// handshake, keeping rustls's error as the source.
+    #[tokio::test]
+    async fn tls_checks_the_host_name() {
+        let (server_config, client_config) = localhost_tls();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let acceptor = tokio_rustls::TlsAcceptor::from(server_config);
+        let server = tokio::spawn(async move {
+            loop {
+                let (tcp, _) = listener.accept().await.unwrap();
+                let Ok(mut s) = acceptor.accept(tcp).await else { continue };
+                let mut buf = [0u8; 1024];
+                let _ = s.read(&mut buf).await.unwrap();
+                s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok").await.unwrap();
+                s.shutdown().await.unwrap();
+            }
+        });
+        let named = Endpoint { host: Host::Name("localhost".into()), port: addr.port() };
+        let r = Client::new(named).tls(Some(client_config.clone())).send(Request::get("/")).await.unwrap();
+        assert_eq!((r.status, r.text()), (200, "ok".to_string()));
+        let err = Client::new(addr).tls(Some(client_config)).send(Request::get("/")).await.unwrap_err();
+        assert!(matches!(err, HttpError::Tls { .. }) && std::error::Error::source(&err).is_some(), "{err}");
+        server.abort();
+    }
 }
