@@ -12,9 +12,9 @@ use anyhow::{bail, Context};
 
 /// `GET path`: status and body.
 pub async fn http_get(addr: &str, path: &str) -> anyhow::Result<(u16, String)> {
-    use fencelock_server::http_client::{request, Request};
+    use fencelock_http::{Client, Request};
     let sock: SocketAddr = addr.parse().with_context(|| format!("{addr:?} is not an IP address and port"))?;
-    let answer = request(sock, None, Request::get(path), Duration::from_secs(10)).await?;
+    let answer = Client::new(sock).timeout(Duration::from_secs(10)).send(Request::get(path)).await?;
     Ok((answer.status, answer.text()))
 }
 

@@ -277,10 +277,7 @@ impl ServerCounters {
     /// From the Prometheus text format.
     fn parse(text: &str) -> anyhow::Result<ServerCounters> {
         let get = |name: &str| {
-            text.lines()
-                .filter(|l| !l.starts_with('#'))
-                .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse::<f64>().ok())
-                .map(|v| v as u64)
+            fencelock_http::prometheus::value(text, name)
                 .with_context(|| format!("metric {name} missing from /metrics"))
         };
         Ok(ServerCounters {

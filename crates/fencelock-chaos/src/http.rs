@@ -1,5 +1,5 @@
 //! Requests to the fenced storage server and the lock server's admin port,
-//! through the workspace's one HTTP client (`fencelock_server::http_client`:
+//! through the workspace's one HTTP client ([`fencelock_http::Client`]:
 //! one request per connection, so a proxy that holds a connection holds
 //! exactly one request). An address registered with [`use_tls`] (a lock
 //! server run with TLS and an auth file) is spoken to over TLS, with its
@@ -28,8 +28,8 @@ pub fn use_tls(addr: SocketAddr, config: Arc<rustls::ClientConfig>, token: Strin
     tls_addrs().lock().expect("tls registry").insert(addr, Tls { config, token });
 }
 
-pub use fencelock_server::http_client::Response;
-use fencelock_server::http_client::{self, Request};
+pub use fencelock_http::Response;
+use fencelock_http::{Client, Request};
 
 /// Sends one request and reads the whole answer, within `timeout`; over TLS
 /// with the bearer token for an address registered with [`use_tls`].
@@ -42,10 +42,9 @@ pub async fn request(
     timeout: Duration,
 ) -> anyhow::Result<Response> {
     let tls = tls_addrs().lock().expect("tls registry").get(&addr).cloned();
-    let mut headers = headers.to_vec();
-    if let Some(tls) = &tls {
-        headers.push(("Authorization", format!("Bearer {}", tls.token)));
+    let mut client = Client::new(addr).timeout(timeout);
+    if let Some(tls) = tls {
+        client = client.tls(Some(tls.config)).bearer(&tls.token)?;
     }
-    let req = Request { method, path, headers: &headers, body };
-    Ok(http_client::request(addr, tls.as_ref().map(|t| &t.config), req, timeout).await?)
+    Ok(client.send(Request { method, path, headers, body }).await?)
 }

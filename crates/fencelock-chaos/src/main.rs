@@ -44,7 +44,8 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 
-use fencelock_server::{parse_duration, parse_peers};
+use fencelock_http::parse_duration;
+use fencelock_server::parse_peers;
 
 use crate::scenario::{non_default_log, LogEngine, Mutant, RunSpec, Scenario};
 

@@ -16,10 +16,11 @@ use serde_json::json;
 use crate::ctx::{evidence, fault, pause_between_faults, Ctx};
 use crate::history::{mono_ns, Event, Op};
 use crate::http;
-use crate::metrics::{metric, metrics_text};
+use crate::metrics::metrics_text;
 use crate::procs::{proc_state, signal};
 use crate::scenario::{multi_name, LogEngine, Scenario, LOCK};
 use crate::targets::Target;
+use fencelock_http::prometheus;
 
 /// The server's crash points the K4 nemesis arms through `FAILPOINTS`
 /// (see `fencelock_chaos::faults`): a crash right there.
@@ -678,10 +679,12 @@ pub async fn heal_all(ctx: &mut Ctx) -> anyhow::Result<()> {
 pub async fn note_server_stats(ctx: &mut Ctx, revoked: Option<u64>) {
     let Some(admin) = ctx.target.admin() else { return };
     let Some(text) = metrics_text(admin).await else { return };
-    let (issued, cancelled) =
-        (metric(&text, "fencelock_tokens_issued"), metric(&text, "fencelock_releases_cancelled_total"));
+    let (issued, cancelled) = (
+        prometheus::value(&text, "fencelock_tokens_issued"),
+        prometheus::value(&text, "fencelock_releases_cancelled_total"),
+    );
     if let (Some(issued), Some(cancelled), Some(expired), Some(revoked)) =
-        (issued, cancelled, metric(&text, "fencelock_releases_expired_total"), revoked)
+        (issued, cancelled, prometheus::value(&text, "fencelock_releases_expired_total"), revoked)
     {
         let detail = json!({
             "tokens_issued": issued, "grants_cancelled": cancelled, "grants_expired": expired, "grants_revoked": revoked
@@ -692,7 +695,7 @@ pub async fn note_server_stats(ctx: &mut Ctx, revoked: Option<u64>) {
 
 /// Grants released because their lease was revoked so far (native server).
 pub async fn revoked_grants(ctx: &Ctx) -> Option<u64> {
-    metric(&metrics_text(ctx.target.admin()?).await?, "fencelock_releases_revoked_total")
+    prometheus::value(&metrics_text(ctx.target.admin()?).await?, "fencelock_releases_revoked_total")
 }
 
 #[cfg(test)]

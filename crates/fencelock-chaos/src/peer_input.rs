@@ -56,8 +56,9 @@ use tonic::Code;
 
 use crate::ctx::{evidence, fault, pause_between_faults, Ctx};
 use crate::http;
-use crate::metrics::{metric, metrics_text};
+use crate::metrics::metrics_text;
 use crate::targets::Target;
+use fencelock_http::prometheus;
 
 /// Index of the forged snapshots' last log entry: beyond any run's log.
 const FAR_AHEAD: u64 = 1 << 40;
@@ -129,7 +130,7 @@ pub(crate) async fn view(admin: SocketAddr) -> anyhow::Result<View> {
     anyhow::ensure!(r.status == 200, "healthz: {} {}", r.status, r.text());
     let h: serde_json::Value = serde_json::from_slice(&r.body).context("healthz")?;
     let text = metrics_text(admin).await.context("no metrics")?;
-    let num = |name: &str| metric(&text, name).with_context(|| format!("no metric {name}"));
+    let num = |name: &str| prometheus::value(&text, name).with_context(|| format!("no metric {name}"));
     Ok(View {
         node_id: h["node_id"].as_u64().context("healthz: no node_id")?,
         term: h["term"].as_u64().context("healthz: no term")?,

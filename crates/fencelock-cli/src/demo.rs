@@ -34,7 +34,7 @@ use tokio::{
     time::Instant,
 };
 
-use fencelock_server::parse_duration;
+use fencelock_http::{parse_duration, HttpUrl, Scheme};
 
 use crate::{exit, http::request_tls};
 
@@ -363,17 +363,11 @@ struct StorageUrl {
 impl StorageUrl {
     /// `host:port`, `http://host:port`, or `https://host:port` with `ca`.
     fn parse(raw: &str, ca: Option<&Path>) -> anyhow::Result<Self> {
-        let (https, rest) = match raw.split_once("://") {
-            None => (false, raw),
-            Some(("http", rest)) => (false, rest),
-            Some(("https", rest)) => (true, rest),
-            Some((scheme, _)) => bail!("--storage {raw:?}: {scheme}:// is not http:// or https://"),
+        let url = HttpUrl::parse_or_http(raw).map_err(|e| anyhow::anyhow!("--storage {raw:?}: {e}"))?;
+        let Some(addr) = url.socket_addr().filter(|_| url.is_base()) else {
+            bail!("--storage {raw:?}: expected host:port (an IP address)");
         };
-        let addr: SocketAddr = rest
-            .trim_end_matches('/')
-            .parse()
-            .with_context(|| format!("--storage {raw:?}: expected host:port (an IP address)"))?;
-        let tls = match (https, ca) {
+        let tls = match (url.scheme == Scheme::Https, ca) {
             (true, Some(ca)) => {
                 use fencelock::backend::tls::{client_config, read_certs, TlsFiles, Verify};
                 let files = TlsFiles { ca_pem: read_certs(ca)?, identity: None };

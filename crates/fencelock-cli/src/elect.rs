@@ -19,7 +19,7 @@ use clap::Args;
 use fencelock::{Backend, Leader, LeaderEvent};
 use serde_json::json;
 
-use fencelock_server::parse_duration;
+use fencelock_http::parse_duration;
 
 use crate::{client_cmds::short_value, exit, run, ServerArg};
 

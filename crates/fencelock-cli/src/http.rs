@@ -1,12 +1,12 @@
 //! Requests for the demo's talk with the fenced storage server and for the
 //! admin commands (`cluster`, `snapshot save`, `auth`), through the
-//! workspace's one HTTP client (`fencelock_server::http_client`), over TLS
+//! workspace's one HTTP client ([`fencelock_http::Client`]), over TLS
 //! when the node's admin port has it, with the auth token when one is given.
 
 use std::{net::SocketAddr, path::PathBuf, sync::Arc, time::Duration};
 
 use clap::Args;
-use fencelock_server::http_client::{self, Request};
+use fencelock_http::{Client, Request};
 use tokio_rustls::rustls;
 
 use crate::AuthToken;
@@ -75,7 +75,7 @@ pub async fn request_tls(
     body: &[u8],
 ) -> anyhow::Result<(u16, String)> {
     let req = Request { method, path, headers, body };
-    let answer = http_client::request(addr, tls, req, REQUEST_TIMEOUT).await?;
+    let answer = Client::new(addr).tls(tls.cloned()).timeout(REQUEST_TIMEOUT).send(req).await?;
     Ok((answer.status, answer.text()))
 }
 

@@ -25,7 +25,7 @@ use std::{process::ExitCode, time::Duration};
 
 use clap::{Args, Parser, Subcommand};
 
-use fencelock_server::parse_duration;
+use fencelock_http::parse_duration;
 
 /// A distributed lock service with leases, FIFO queues and fencing tokens.
 #[derive(Parser, Debug)]

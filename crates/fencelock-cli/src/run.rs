@@ -28,7 +28,7 @@ use tokio::{
     signal::unix::{signal, SignalKind},
 };
 
-use fencelock_server::parse_duration;
+use fencelock_http::parse_duration;
 
 use crate::{exit, LockArgs, ServerArg};
 

@@ -18,7 +18,8 @@ use serde::Deserialize;
 use tokio::signal::unix::{signal, SignalKind};
 
 use crate::exit;
-use fencelock_server::{parse_duration, parse_peers};
+use fencelock_http::parse_duration;
+use fencelock_server::parse_peers;
 
 #[derive(Args, Debug)]
 pub struct ServeArgs {

@@ -294,40 +294,6 @@ pub fn parse_peers(s: &str) -> Result<BTreeMap<u64, String>, String> {
     Ok(peers)
 }
 
-/// A duration on a command line or in a config file: `500ms`, `15s`, `2m`,
-/// `1h`, a combination such as `1m30s`, or a bare number of seconds. The one
-/// grammar of durations for every binary of the workspace.
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let s = s.trim();
-    if s.is_empty() {
-        return Err("empty duration".into());
-    }
-    if let Ok(secs) = s.parse::<u64>() {
-        return Ok(Duration::from_secs(secs));
-    }
-    let mut total = Duration::ZERO;
-    let mut rest = s;
-    while !rest.is_empty() {
-        let digits = rest.find(|c: char| !c.is_ascii_digit()).unwrap_or(rest.len());
-        if digits == 0 {
-            return Err(format!("invalid duration {s:?}: expected a number, e.g. 500ms, 15s, 2m, 1h"));
-        }
-        let n: u64 = rest[..digits].parse().map_err(|_| format!("invalid duration {s:?}: number too large"))?;
-        rest = &rest[digits..];
-        let unit_len = rest.find(|c: char| c.is_ascii_digit()).unwrap_or(rest.len());
-        let unit = match &rest[..unit_len] {
-            "ms" => Duration::from_millis(n),
-            "s" => Duration::from_secs(n),
-            "m" => Duration::from_secs(n.saturating_mul(60)),
-            "h" => Duration::from_secs(n.saturating_mul(3600)),
-            u => return Err(format!("invalid duration {s:?}: unknown unit {u:?} (use ms, s, m or h)")),
-        };
-        total = total.saturating_add(unit);
-        rest = &rest[unit_len..];
-    }
-    Ok(total)
-}
-
 /// Whether `entry` (`host:port` from `--peers`) can name a socket bound to
 /// `listen`: the same port, and the same IP when both are IP literals and
 /// `listen` is not a wildcard. A host name is not resolved.
@@ -372,25 +338,6 @@ mod tests {
         assert!(err("1=a:1/b").contains("not host:port"));
         assert!(err("1").contains("expected id=host:port"));
         assert!(err("").contains("empty"));
-    }
-
-    /// Rule: one duration grammar: units, combinations, bare seconds; garbage
-    /// is refused with a reason.
-    #[test]
-    fn durations_parse_and_bad_ones_say_why() {
-        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
-        assert_eq!(parse_duration("15s"), Ok(Duration::from_secs(15)));
-        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
-        assert_eq!(parse_duration("1h"), Ok(Duration::from_secs(3600)));
-        assert_eq!(parse_duration("1m30s"), Ok(Duration::from_secs(90)));
-        assert_eq!(parse_duration(" 7 "), Ok(Duration::from_secs(7)));
-        assert_eq!(parse_duration("0s"), Ok(Duration::ZERO));
-        assert!(parse_duration("").unwrap_err().contains("empty"));
-        assert!(parse_duration("10x").unwrap_err().contains("unknown unit"));
-        assert!(parse_duration("1.5s").unwrap_err().contains("unknown unit"));
-        assert!(parse_duration("s").unwrap_err().contains("expected a number"));
-        assert!(parse_duration("-5s").unwrap_err().contains("expected a number"));
-        assert!(parse_duration("99999999999999999999s").unwrap_err().contains("too large"));
     }
 
     fn with_peers(entry: &str, peer_listen: Option<&str>) -> Config {

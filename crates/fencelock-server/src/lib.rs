@@ -46,7 +46,6 @@ mod config;
 mod driver;
 mod grpc;
 mod handover;
-pub mod http_client;
 mod lease_events;
 mod metrics;
 mod policy_change;
@@ -57,7 +56,7 @@ mod watching;
 use std::{collections::BTreeMap, net::SocketAddr, sync::Arc};
 
 pub use access::{auth, certs, conn_limits, policy, quota, tls};
-pub use config::{parse_duration, parse_peers, peer_entry, Config, LogEngine};
+pub use config::{parse_peers, peer_entry, Config, LogEngine};
 pub use driver::core as driver_core;
 use fencelock_proto::v1::lock_server::LockServer;
 pub use raft::Bootstrap;

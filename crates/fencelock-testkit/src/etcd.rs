@@ -1,8 +1,7 @@
 //! `etcd` (Debian's etcd-server, v3 API).
 
 use std::fs::{self, File};
-use std::io::{Read, Write};
-use std::net::TcpStream;
+use std::net::{Ipv4Addr, SocketAddr};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
@@ -142,16 +141,13 @@ impl EtcdServer {
     }
 }
 
+/// Whether the member's plaintext `/health` says it has a leader (blocking:
+/// it runs inside the tests' runtimes).
 fn etcd_healthy(port: u16) -> bool {
-    let Ok(mut stream) = TcpStream::connect(("127.0.0.1", port)) else {
-        return false;
-    };
-    let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
-    let request = "GET /health HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
-    let mut reply = String::new();
-    stream.write_all(request.as_bytes()).is_ok()
-        && stream.read_to_string(&mut reply).is_ok()
-        && reply.contains("\"health\":\"true\"")
+    let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
+    let get = fencelock_http::Request::get("/health");
+    fencelock_http::blocking::send(addr, get, Duration::from_secs(5))
+        .is_ok_and(|r| r.text().contains("\"health\":\"true\""))
 }
 
 impl Drop for EtcdServer {

@@ -20,19 +20,15 @@
 //! The highest token issued is the `fencelock_token_counter` gauge of the lock
 //! service's admin HTTP `/metrics` (not `fencelock_tokens_issued`, which counts
 //! grants: tokens jump with each leader's floor); concurrent fetches are merged
-//! into one. Each fetch is one request on a connection of its own, over TLS
-//! for an `https://` lock service, with its bearer token if one is given.
+//! into one. Each fetch is one request on a connection of its own
+//! ([`fencelock_http::Client`]), over TLS for an `https://` lock service,
+//! with its bearer token if one is given.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::body::Bytes;
-use http_body_util::{BodyExt, Empty, Limited};
-use hyper::header::{HeaderValue, AUTHORIZATION, HOST};
-use hyper_util::rt::TokioIo;
-use tokio::io::{AsyncRead, AsyncWrite};
-use tokio::net::TcpStream;
+use fencelock_http::{prometheus, Client, HttpError, HttpUrl, Request, Scheme};
 use tokio_rustls::rustls;
 
 /// The default largest token: 9×10^18, below [`crate::MAX_TOKEN`] (2^63−1 ≈
@@ -62,8 +58,24 @@ pub(crate) enum TokenRefused {
          and this server accepts at most {limit} (its count plus a margin of {margin})"
     )]
     NeverIssued { token: u64, issued: u64, margin: u64, limit: u64 },
-    #[error("cannot check Fencing-Token {token} against the lock service at {url}: {reason}")]
-    Unreachable { token: u64, url: String, reason: String },
+    #[error("cannot check Fencing-Token {token} against the lock service at {url}: {source}")]
+    Unreachable { token: u64, url: String, source: Box<FetchError> },
+}
+
+/// Why the lock service's count could not be fetched.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum FetchError {
+    #[error("{0}")]
+    Http(#[from] HttpError),
+    #[error(
+        "/metrics answered {0}: the lock service wants credentials for it \
+         (a token with --lock-server-token, or a client certificate)"
+    )]
+    Credentials(u16),
+    #[error("/metrics answered {0}")]
+    Status(u16),
+    #[error("no {GAUGE} gauge in /metrics")]
+    NoGauge,
 }
 
 impl TokenRefused {
@@ -96,15 +108,10 @@ pub(crate) struct LockServer<'a> {
 /// The lock service's count, as last fetched.
 struct Issued {
     /// `http(s)://host:port/metrics` of the lock service's admin HTTP.
-    url: hyper::Uri,
-    /// `host:port` of `url` (the port given, or the scheme's), to connect to.
-    addr: String,
-    /// `url`'s authority, for `Host:`.
-    authority: String,
-    /// With an `https://` URL: the connector and the name the certificate
-    /// must have.
-    tls: Option<(tokio_rustls::TlsConnector, rustls::pki_types::ServerName<'static>)>,
-    authorization: Option<HeaderValue>,
+    url: HttpUrl,
+    /// To `url`'s host and port: over TLS for `https://`, with the bearer
+    /// token, within [`FETCH_TIMEOUT`], at most [`MAX_METRICS_BYTES`].
+    client: Client,
     margin: u64,
     known: AtomicU64,
     /// How many fetches were started; fetch `n` is the `n`th.
@@ -141,41 +148,25 @@ impl Issued {
     fn new(server: LockServer<'_>, margin: u64) -> Result<Self, String> {
         let url = metrics_url(server.url)?;
         let base = server.url.trim_end_matches('/');
-        let authority = url.authority().map(|a| a.to_string()).unwrap_or_default();
-        let https = url.scheme_str() == Some("https");
-        let port = url.port_u16().unwrap_or(if https { 443 } else { 80 });
-        let addr = format!("{}:{port}", url.host().unwrap_or_default());
-        let tls = match (url.scheme_str(), server.tls) {
-            (Some("https"), Some(config)) => {
-                let host = url.host().unwrap_or_default();
-                let host = host.trim_start_matches('[').trim_end_matches(']');
-                let name = rustls::pki_types::ServerName::try_from(host.to_owned())
-                    .map_err(|e| format!("lock server URL {base:?}: host {host:?}: {e}"))?;
-                Some((tokio_rustls::TlsConnector::from(config), name))
-            }
-            (Some("https"), None) => {
+        let tls = match (url.scheme, server.tls) {
+            (Scheme::Https, Some(config)) => Some(config),
+            (Scheme::Https, None) => {
                 return Err(format!("lock server URL {base:?}: https:// needs the lock service's CA"))
             }
-            (_, Some(_)) => return Err(format!("lock server URL {base:?}: TLS settings are given, so use https://")),
-            (_, None) => None,
-        };
-        let authorization = match server.token {
-            None => None,
-            Some(t) => {
-                let mut v = HeaderValue::from_str(&format!("Bearer {t}"))
-                    .ok()
-                    .filter(|_| !t.is_empty() && !t.contains(char::is_whitespace))
-                    .ok_or("the lock server token is not a valid bearer token (empty, spaces or control characters)")?;
-                v.set_sensitive(true);
-                Some(v)
+            (Scheme::Http, Some(_)) => {
+                return Err(format!("lock server URL {base:?}: TLS settings are given, so use https://"))
             }
+            (Scheme::Http, None) => None,
         };
+        let mut client = Client::new(url.endpoint()).tls(tls).timeout(FETCH_TIMEOUT).max_answer(MAX_METRICS_BYTES);
+        if let Some(token) = server.token {
+            client = client.bearer(token).map_err(|_| {
+                "the lock server token is not a valid bearer token (empty, spaces or control characters)"
+            })?;
+        }
         Ok(Issued {
             url,
-            addr,
-            authority,
-            tls,
-            authorization,
+            client,
             margin,
             known: AtomicU64::new(0),
             started: AtomicU64::new(0),
@@ -196,10 +187,10 @@ impl Issued {
         if *last_good <= arrived {
             // No fetch began after this token arrived: refresh now.
             let n = self.started.fetch_add(1, Ordering::SeqCst) + 1;
-            let count = self.fetch().await.map_err(|reason| TokenRefused::Unreachable {
+            let count = self.fetch().await.map_err(|source| TokenRefused::Unreachable {
                 token,
                 url: self.url.to_string(),
-                reason,
+                source: Box::new(source),
             })?;
             self.known.fetch_max(count, Ordering::SeqCst);
             *last_good = n;
@@ -211,83 +202,32 @@ impl Issued {
         Err(TokenRefused::NeverIssued { token, issued, margin: self.margin, limit: issued.saturating_add(self.margin) })
     }
 
-    async fn fetch(&self) -> Result<u64, String> {
-        let response = tokio::time::timeout(FETCH_TIMEOUT, self.get())
-            .await
-            .map_err(|_| format!("no answer in {FETCH_TIMEOUT:?}"))??;
-        let status = response.status();
-        if status == hyper::StatusCode::UNAUTHORIZED || status == hyper::StatusCode::FORBIDDEN {
-            return Err(format!(
-                "/metrics answered {status}: the lock service wants credentials for it \
-                 (a token with --lock-server-token, or a client certificate)"
-            ));
+    /// `GET /metrics`, and the gauge in it.
+    async fn fetch(&self) -> Result<u64, FetchError> {
+        let answer = self.client.send(Request::get(&self.url.path)).await?;
+        match answer.status {
+            401 | 403 => Err(FetchError::Credentials(answer.status)),
+            200..=299 => tokens_issued(&answer.text()).ok_or(FetchError::NoGauge),
+            status => Err(FetchError::Status(status)),
         }
-        if !status.is_success() {
-            return Err(format!("/metrics answered {status}"));
-        }
-        let body = tokio::time::timeout(FETCH_TIMEOUT, Limited::new(response.into_body(), MAX_METRICS_BYTES).collect())
-            .await
-            .map_err(|_| format!("/metrics body not read in {FETCH_TIMEOUT:?}"))?
-            .map_err(|e| e.to_string())?
-            .to_bytes();
-        tokens_issued(&String::from_utf8_lossy(&body)).ok_or_else(|| format!("no {GAUGE} gauge in /metrics"))
-    }
-
-    /// `GET /metrics` on a connection of its own (over TLS for `https://`).
-    async fn get(&self) -> Result<hyper::Response<hyper::body::Incoming>, String> {
-        let tcp = TcpStream::connect(&self.addr).await.map_err(|e| format!("cannot connect: {e}"))?;
-        let _ = tcp.set_nodelay(true);
-        match &self.tls {
-            None => self.get_on(tcp).await,
-            Some((connector, name)) => {
-                let tls = connector.connect(name.clone(), tcp).await.map_err(|e| format!("TLS handshake: {e}"))?;
-                self.get_on(tls).await
-            }
-        }
-    }
-
-    async fn get_on<S>(&self, io: S) -> Result<hyper::Response<hyper::body::Incoming>, String>
-    where
-        S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
-    {
-        let (mut sender, conn) =
-            hyper::client::conn::http1::handshake(TokioIo::new(io)).await.map_err(|e| e.to_string())?;
-        tokio::spawn(async move {
-            if let Err(e) = conn.await {
-                tracing::debug!(error = %e, "lock server connection ended with an error");
-            }
-        });
-        let mut request = hyper::Request::get("/metrics")
-            .header(HOST, self.authority.as_str())
-            .body(Empty::<Bytes>::new())
-            .map_err(|e| e.to_string())?;
-        if let Some(auth) = &self.authorization {
-            request.headers_mut().insert(AUTHORIZATION, auth.clone());
-        }
-        sender.send_request(request).await.map_err(|e| e.to_string())
     }
 }
 
 /// `base` + `/metrics`, for an `http://host:port` or `https://host:port` base.
-fn metrics_url(base: &str) -> Result<hyper::Uri, String> {
+fn metrics_url(base: &str) -> Result<HttpUrl, String> {
     let base = base.trim_end_matches('/');
-    let uri: hyper::Uri = format!("{base}/metrics").parse().map_err(|e| format!("lock server URL {base:?}: {e}"))?;
-    let scheme_ok = matches!(uri.scheme_str(), Some("http" | "https"));
-    if !scheme_ok || uri.host().is_none() || uri.path() != "/metrics" {
-        return Err(format!(
-            "lock server URL {base:?}: expected http://host:port or https://host:port (the lock service's admin HTTP)"
-        ));
+    let expected = "expected http://host:port or https://host:port (the lock service's admin HTTP)";
+    let url = HttpUrl::parse(base).map_err(|e| format!("lock server URL {base:?}: {e}; {expected}"))?;
+    if !url.is_base() {
+        return Err(format!("lock server URL {base:?}: {expected}"));
     }
-    Ok(uri)
+    Ok(url.with_path("/metrics"))
 }
 
 /// The value of the gauge in a Prometheus text answer, exactly: tokens are
 /// near 2^62, where an `f64` would round them (the server prints integers).
 fn tokens_issued(metrics: &str) -> Option<u64> {
-    metrics.lines().find_map(|line| {
-        let (name, value) = line.split_once(' ')?;
-        (name == GAUGE).then(|| value.trim().parse::<u64>().ok())?
-    })
+    prometheus::value(metrics, GAUGE)
 }
 
 #[cfg(test)]
