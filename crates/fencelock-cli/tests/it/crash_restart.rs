@@ -47,6 +47,15 @@ async fn held_leases_and_tokens_survive_sigkill_restarts() {
         (0..WORKERS).map(|w| tokio::spawn(worker(w, client.clone(), stop.clone(), seen.clone()))).collect();
 
     for i in 0..RESTARTS {
+        // Every restart comes after a grant since the one before (bounded at
+        // 10 s), so tokens are compared across each kill whatever the load.
+        let granted = seen.lock().unwrap().len();
+        for _ in 0..200 {
+            if seen.lock().unwrap().len() > granted {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
         tokio::time::sleep(Duration::from_millis(150)).await;
         tokio::task::block_in_place(|| server.restart());
         let info = client.describe("crash-held").await.expect("describe after restart");
