@@ -455,7 +455,18 @@ async fn lease_ids_are_random() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_admin_port_answers_401_403_or_the_data() {
     let node = start_node().await;
-    let before = node.last_log_index().await;
+    // The node's own start-up entries may still be coming in (a busy
+    // machine once showed one after the first read): compare from the index
+    // once it holds still for half a second (bounded at 20 s).
+    let mut before = node.last_log_index().await;
+    for _ in 0..40 {
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+        let now = node.last_log_index().await;
+        if now == before {
+            break;
+        }
+        before = now;
+    }
     // (method, path, token, status)
     let cases: Vec<(&str, &str, Option<&str>, u16)> = vec![
         ("GET", "/metrics", None, 200),
