@@ -54,7 +54,8 @@
 //! use, and its cost is that one session's expiry loses every guard on it, which is
 //! the truth: ZooKeeper deletes all of that session's nodes at once. A session
 //! whose last user went is kept for [`SESSION_LINGER`] after its last use (it
-//! owns no node by then: releases delete theirs), so that a loop of acquire →
+//! owns no node by then: releases delete theirs, and a release whose answer
+//! is lost retries its delete in the background), so that a loop of acquire →
 //! release reuses it, as a Curator client keeps its one session for the life
 //! of the process; without it every such cycle opened and closed a session, two
 //! more fsynced transactions on the ensemble (the bench measured 3.4
@@ -111,7 +112,9 @@
 //! * If a create's answer is lost (connection loss), the acquire fails and the
 //!   cleanup looks for the node by its nonce; a create the server applies only
 //!   after that look leaves a node that blocks the lock until its session closes
-//!   (when its last user goes) or expires.
+//!   or expires. Such a session, and one where a release's delete could not be
+//!   confirmed within twice its timeout, is *orphaning*: no new acquire uses
+//!   it, so it closes when the guards and acquires it has now are gone.
 //! * Renewals are reads, answered by the server the client is connected to. A
 //!   follower cut off from the leader still answers until it notices (within
 //!   `syncLimit` ticks), while the leader may expire the session meanwhile: in

@@ -328,6 +328,47 @@ async fn tokens_increase_across_a_server_kill() {
     drop(t);
 }
 
+/// A release whose answer is lost still frees the lock while its session
+/// lives on: the backend retries the delete once the session has reconnected
+/// (and a release that waits for the reconnection gets through itself).
+/// Without that, the node stayed first in the queue for as long as another
+/// guard kept the shared session (chaos K4 once saw every worker wait behind
+/// such a node after a restart of ZooKeeper).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_whose_answer_is_lost_frees_the_lock_once_the_session_is_back() {
+    let t = Zk::start().await;
+    let (proxied, proxies) = t.via_proxies().await;
+    let cut = suite::connect(&proxied).await;
+    let ttl = 10 * SECS;
+    let kept = cut.acquire("keeps-the-session", &opts(ttl, Duration::ZERO)).await.unwrap().acquired().unwrap();
+    let g = cut.acquire("released-unseen", &opts(ttl, Duration::ZERO)).await.unwrap().acquired().unwrap();
+    assert_eq!(kept.lease_id(), g.lease_id(), "one session per TTL");
+
+    // The delete is held on its way, then its connection is reset: its
+    // answer never comes (nor does it reach the server).
+    proxies[0].set_mode(Mode::Hold);
+    let release = tokio::spawn(g.release());
+    suite::within("the delete on its way", async {
+        while proxies[0].held_bytes() == 0 {
+            tokio::time::sleep(5 * MS).await;
+        }
+    })
+    .await;
+    proxies[0].set_mode(Mode::Reset);
+    tokio::time::sleep(100 * MS).await;
+    proxies[0].set_mode(Mode::Pass);
+    let released = suite::within("release across the cut", release).await.unwrap();
+    assert!(matches!(released, Ok(true) | Err(Error::Backend { .. })), "{released:?}");
+
+    let other = suite::connect(&t.url()).await;
+    let next = suite::within("acquire by another client", other.acquire("released-unseen", &opts(ttl, 8 * SECS)))
+        .await
+        .unwrap();
+    assert!(matches!(next, Outcome::Acquired(_)), "the node of the lost release still blocks: {next:?}");
+    assert!(!kept.is_lost(), "the session outlived the cut");
+    assert!(kept.release().await.unwrap());
+}
+
 /// Session expiry fires `lost()` at once, as `NotFound`, for every guard of the
 /// session (long before their deadlines). The ensemble is two hosts behind
 /// proxies: the session lives on the first; then the first is cut and the

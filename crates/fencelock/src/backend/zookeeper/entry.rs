@@ -115,15 +115,20 @@ impl Drop for Entry {
 
 /// Deletes what an entry owns: its node, or any node with its stem if the create's
 /// answer was lost. Retries on connection trouble until twice the session timeout;
-/// gives up silently after (the node then goes with the session).
+/// gives up after (the node then goes with the session). A lost create's answer
+/// marks the session as orphaning in any case: the server may apply the create
+/// after the look for its node.
 async fn remove(session: &Session, parent: &str, stem: &str, own: Own) {
     let path = match own {
         Own::Nothing => return,
         Own::Node(path) => path,
-        Own::Unknown => match find_by_stem(session, parent, stem).await {
-            Some(path) => path,
-            None => return,
-        },
+        Own::Unknown => {
+            session.orphan();
+            match find_by_stem(session, parent, stem).await {
+                Some(path) => path,
+                None => return,
+            }
+        }
     };
     delete_with_retries(session, &path).await;
 }
@@ -134,7 +139,9 @@ async fn find_by_stem(session: &Session, parent: &str, stem: &str) -> Option<Str
     children.into_iter().find(|c| c.starts_with(stem)).map(|c| format!("{parent}/{c}"))
 }
 
-/// [`delete_node`] until it answers, for at most twice the session timeout.
+/// [`delete_node`] until it answers, for at most twice the session timeout;
+/// if it never does, the session is marked as orphaning the node (no new
+/// acquire uses it, so it ends, and the node with it, once its users go).
 pub(super) async fn delete_with_retries(session: &Session, path: &str) {
     let end = crate::clock::now() + (2 * session.timeout).max(Duration::from_secs(2));
     let backoff = Backoff::default();
@@ -143,6 +150,7 @@ pub(super) async fn delete_with_retries(session: &Session, path: &str) {
             Ok(_) => return,
             Err(e) if crate::clock::now() >= end => {
                 tracing::debug!(path, error = %e, "fencelock: zk node not deleted; it goes with its session");
+                session.orphan();
                 return;
             }
             Err(_) => tokio::time::sleep(backoff.delay(attempt, fastrand::f64())).await,

@@ -34,7 +34,7 @@ impl ZkBackend {
         let lease = Arc::new(KeptLease::start(session.id, session.timeout, sent, renew));
         session.register(&lease);
         let watch = lease.watch();
-        let held = ZkHeld { session, path, identity: opts.identity.clone(), _lease: lease };
+        let held = ZkHeld { session, path, identity: opts.identity.clone(), _lease: lease, pending: true };
         Guard::new(name.to_string(), Some(czxid), self.kind(), watch, Box::new(held))
     }
 }
@@ -48,17 +48,40 @@ struct ZkHeld {
     /// Renewed while this lives; the session's state watcher holds it weakly, to
     /// lose it when the session ends.
     _lease: Arc<KeptLease>,
+    /// Whether the node may still be there: dropped so, the held lock
+    /// deletes it in the background.
+    pending: bool,
+}
+
+impl Drop for ZkHeld {
+    fn drop(&mut self) {
+        if !self.pending || !self.session.is_live() {
+            return;
+        }
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            let (session, path) = (self.session.clone(), std::mem::take(&mut self.path));
+            runtime.spawn(async move { delete_with_retries(&session, &path).await });
+        }
+    }
 }
 
 impl Held for ZkHeld {
-    fn release(self: Box<Self>) -> BoxFuture<'static, Result<bool, Error>> {
-        Box::pin(async move { delete_node(&self.session, &self.path).await })
+    /// A delete whose outcome is unknown (the connection dropped), or that
+    /// is not waited for to the end (the future dropped), is retried in the
+    /// background by the drop of `self`; the error is answered. Left alone,
+    /// the node would stay first in its queue for as long as the shared
+    /// session lives, and a session that reconnects lives on (chaos K4 once
+    /// saw every worker wait behind such a node after a restart of ZooKeeper).
+    fn release(mut self: Box<Self>) -> BoxFuture<'static, Result<bool, Error>> {
+        Box::pin(async move {
+            let deleted = delete_node(&self.session, &self.path).await;
+            self.pending = deleted.is_err();
+            deleted
+        })
     }
 
     fn release_in_background(self: Box<Self>) {
-        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            runtime.spawn(async move { delete_with_retries(&self.session, &self.path).await });
-        }
+        // Dropped with its delete pending.
     }
 
     fn set_value(&self, value: Vec<u8>) -> Option<BoxFuture<'_, Result<bool, Error>>> {

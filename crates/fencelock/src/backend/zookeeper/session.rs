@@ -8,6 +8,7 @@
 
 use std::collections::HashMap;
 use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex as StdMutex, PoisonError, Weak};
 use std::time::Duration;
 
@@ -55,10 +56,12 @@ impl ZkBackend {
     /// to new acquires (its guards keep it): it may be reconnecting to a
     /// restarted server for a while, or expire, where a new session connects
     /// at once to whichever server answers (a kept session once delayed the
-    /// first write after a restart of ZooKeeper by 4.6 s in chaos K4).
+    /// first write after a restart of ZooKeeper by 4.6 s in chaos K4). Nor is
+    /// a session that may still own a node nobody holds
+    /// ([`Session::is_orphaning`]): that node goes only with the session.
     pub(super) async fn session(&self, ttl: Duration) -> Result<Arc<Session>, Error> {
         let mut sessions = self.sessions.lock().await;
-        if let Some(live) = sessions.get(&ttl).and_then(Weak::upgrade).filter(|s| s.is_connected()) {
+        if let Some(live) = sessions.get(&ttl).and_then(Weak::upgrade).filter(|s| s.is_reusable()) {
             self.linger(ttl, &live);
             return Ok(live);
         }
@@ -107,6 +110,10 @@ pub(super) struct Session {
     leases: Arc<StdMutex<Vec<Weak<KeptLease>>>>,
     /// Watches the session state; aborted on drop.
     watcher: JoinHandle<()>,
+    /// Set when the delete of a node no one holds any more gave up (its
+    /// outcome unknown): the node may still be there, first in its queue, and
+    /// goes only when the session does, so no new acquire may keep the session.
+    orphaning: AtomicBool,
 }
 
 impl Session {
@@ -118,7 +125,8 @@ impl Session {
         let watcher = tokio::spawn(lose_all_when_ended(client.state_watcher(), leases.clone()));
         let id = client.session_id().0 as u64;
         let timeout = client.session_timeout();
-        Ok(Session { client, login: login.clone(), id, timeout, leases, watcher })
+        let orphaning = AtomicBool::new(false);
+        Ok(Session { client, login: login.clone(), id, timeout, leases, watcher, orphaning })
     }
 
     /// True until the client learns that the session ended.
@@ -129,6 +137,23 @@ impl Session {
     /// Whether the session is connected to a server now.
     pub(super) fn is_connected(&self) -> bool {
         matches!(self.client.state(), zk::SessionState::SyncConnected | zk::SessionState::ConnectedReadOnly)
+    }
+
+    /// Whether a new acquire may use this session: connected, and owning no
+    /// node that nobody holds.
+    fn is_reusable(&self) -> bool {
+        self.is_connected() && !self.is_orphaning()
+    }
+
+    /// Whether a delete of a node nobody holds gave up on this session.
+    pub(super) fn is_orphaning(&self) -> bool {
+        self.orphaning.load(Ordering::Relaxed)
+    }
+
+    /// Marks the session as maybe owning a node nobody holds (see
+    /// `orphaning`): it ends once its current users go.
+    pub(super) fn orphan(&self) {
+        self.orphaning.store(true, Ordering::Relaxed);
     }
 
     /// Adds a guard's lease to those lost when the session ends (at once if it
