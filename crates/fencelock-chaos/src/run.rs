@@ -39,6 +39,12 @@ pub async fn run(spec: RunSpec) -> anyhow::Result<Verdict> {
         anyhow::bail!("{} against {}: not applicable: {why}", spec.scenario, spec.backend);
     }
     let hist_dir = spec.out.join("history");
+    // Histories are appended to (a restarted worker goes on in its file): a
+    // run again into the same directory starts from none, or the checks
+    // would judge both runs as one (tokens "repeat" from the first).
+    if hist_dir.exists() {
+        std::fs::remove_dir_all(&hist_dir).with_context(|| format!("clear {}", hist_dir.display()))?;
+    }
     std::fs::create_dir_all(&hist_dir).with_context(|| format!("create {}", hist_dir.display()))?;
     let data = tempfile::Builder::new().prefix("fencelock-chaos-").tempdir()?;
     if spec.tls {
