@@ -44,6 +44,7 @@
 pub mod b64;
 mod engine;
 mod error;
+mod error_code;
 mod ids;
 #[cfg(feature = "mutants")]
 pub mod mutants;
@@ -54,6 +55,7 @@ mod validate;
 
 pub use engine::Engine;
 pub use error::EngineError;
+pub use error_code::ErrorCode;
 pub use ids::{LeaseId, RequestId, Token};
 pub use name::{LockName, NameError, MAX_LOCK_NAME_BYTES};
 pub use policy::{Policy, PolicyChange, Quota, MAX_CALLER_NAME};
