@@ -474,10 +474,10 @@ async fn note_holder_of(ctx: &mut Ctx, lock: &str, target: Option<String>, mut d
     let Some(admin) = ctx.target.admin() else { return };
     let v = describe(admin, lock).await.unwrap_or_default();
     let h = &v["holder"];
-    let (lease, token) = (h["lease_id"].as_u64(), h["token"].as_u64());
+    let (lease, token) = (id(&h["lease_id"]), id(&h["token"]));
     let all: Vec<serde_json::Value> = v["holders"]
         .as_array()
-        .map(|hs| hs.iter().map(|h| json!({ "lease": h["lease_id"], "token": h["token"] })).collect())
+        .map(|hs| hs.iter().map(|h| json!({ "lease": id(&h["lease_id"]), "token": id(&h["token"]) })).collect())
         .unwrap_or_default();
     detail["holders"] = serde_json::Value::Array(all);
     ctx.note(Event { lease, token, detail, target, ..Event::note("nemesis", Op::Holder) });
@@ -510,6 +510,12 @@ async fn k4_peer_kills(ctx: &mut Ctx) -> anyhow::Result<()> {
         fault(ctx, "end", "server", serde_json::Value::Null);
     }
     Ok(())
+}
+
+/// An id or token of the admin port's JSON: a decimal string (a number
+/// from a node of before the HTTP API).
+fn id(v: &serde_json::Value) -> Option<u64> {
+    v.as_str().and_then(|s| s.parse().ok()).or_else(|| v.as_u64())
 }
 
 /// A client of the native server at `url` (TLS and its token if it has them).
@@ -564,7 +570,7 @@ async fn s1_trial(
     // Past the waiter's TTL at the server, with its keep-alives held.
     tokio::time::sleep(ttl.mul_f64(1.5) + Duration::from_millis(100)).await;
     let released = g.release().await;
-    let holder_after = describe(admin, &lock).await?["holder"]["lease_id"].as_u64();
+    let holder_after = id(&describe(admin, &lock).await?["holder"]["lease_id"]);
     // Nobody else waits: a live client must get the lock at once.
     let probe = match holder.lock(&lock).ttl(ttl).wait(ttl * 2).acquire().await {
         Ok(fencelock::Outcome::Acquired(p)) => {
@@ -606,7 +612,7 @@ async fn s1_trial(
 async fn queued_waiter(admin: std::net::SocketAddr, lock: &str) -> Option<u64> {
     for _ in 0..500 {
         if let Ok(v) = describe(admin, lock).await {
-            if let Some(lease) = v["waiters"][0]["lease_id"].as_u64() {
+            if let Some(lease) = id(&v["waiters"][0]["lease_id"]) {
                 return Some(lease);
             }
         }

@@ -114,17 +114,27 @@ pub async fn call_admin(
     anyhow::bail!("no member could answer ({})", last.unwrap_or_else(|| "no --admin address".into()))
 }
 
-/// The `error` of a JSON error body, else the body.
+/// The message of a JSON error body (`{"error": {"code", "message"}}`, or
+/// the older `{"error": "…"}`), else the body.
 pub fn error_message(body: &str) -> String {
     serde_json::from_str::<serde_json::Value>(body)
         .ok()
-        .and_then(|v| v["error"].as_str().map(str::to_string))
+        .and_then(|v| v["error"]["message"].as_str().or(v["error"].as_str()).map(str::to_string))
         .unwrap_or_else(|| body.trim().to_string())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The message of either error shape is shown, else the body.
+    #[test]
+    fn error_messages_of_both_shapes() {
+        let new = r#"{"error": {"code": "invalid_argument", "message": "bad ttl", "field": "ttl_ms"}}"#;
+        assert_eq!(error_message(new), "bad ttl");
+        assert_eq!(error_message(r#"{"error": "old shape"}"#), "old shape");
+        assert_eq!(error_message(" not json \n"), "not json");
+    }
 
     fn with_token(t: &str) -> AdminTlsArgs {
         AdminTlsArgs { auth_token: Some(t.parse().unwrap()), ..AdminTlsArgs::default() }

@@ -145,6 +145,25 @@ impl Ops {
         }
     }
 
+    /// A lease as the engine sees it now (`None`: it does not exist or
+    /// expired). Only its owner (or an admin) may look at a lease that has
+    /// one (INV-13); a lease without an owner is anyone's to look at, as it is
+    /// to use.
+    pub async fn describe_lease(&self, who: &Who, lease: u64) -> Result<Option<fencelock_core::LeaseInfo>, Status> {
+        self.allow(who, |_| Ok(()))?;
+        self.linearizable().await?;
+        let now = self.clock.now();
+        let caller = who.caller();
+        let info = self.read(|e| {
+            let owner_ok = match &caller {
+                Some(c) if !c.admin => e.check_lease_owner(c, LeaseId(lease)),
+                _ => Ok(()),
+            };
+            owner_ok.map(|()| e.lease_info(now, LeaseId(lease)))
+        })?;
+        info.map_err(engine_status)
+    }
+
     pub async fn acquire(&self, who: &Who, r: pb::AcquireRequest) -> Result<pb::AcquireResponse, Status> {
         use pb::acquire_response::Outcome;
         // Too many locks is refused before the permission of each is looked at.

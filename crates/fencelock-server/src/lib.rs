@@ -38,6 +38,8 @@
 
 mod access;
 mod admin;
+/// The HTTP port's routes (method, path, operationId) and its OpenAPI document.
+pub use admin::{OPENAPI, ROUTES as HTTP_ROUTES};
 mod api;
 pub mod backup;
 pub mod clock;

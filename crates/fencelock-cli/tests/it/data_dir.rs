@@ -106,7 +106,7 @@ impl Serve {
         let (code, body) = http_get(self.http, &format!("/v1/locks/{name}")).expect("GET /v1/locks");
         assert_eq!(code, 200, "{body}");
         let lock: serde_json::Value = serde_json::from_str(&body).expect("json");
-        let field = |f: &str| lock["holder"][f].as_u64().unwrap_or(0);
+        let field = |f: &str| crate::support::id(&lock["holder"][f]).unwrap_or(0);
         (field("lease_id"), field("token"))
     }
 

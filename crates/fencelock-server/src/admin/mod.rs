@@ -24,9 +24,11 @@
 //!   leader); 200 `{"version","changed"}`, 400 for a change that breaks a
 //!   rule, 503 when no leader could make it.
 //!
-//! A `Lock` is `{"name", "holder": {"lease_id","token","token_age_ms","ttl_left_ms",
-//! "lock_delay_ms","owner"?,"identity","value_base64"} | null, "reopens_in_ms": n | null,
-//! "waiters": [{"lease_id","waited_ms","wait_left_ms","identity"}]}`. `identity` is
+//! A `Lock` is `{"name", "holder": Holder | null, "holders": [Holder], "permits",
+//! "reopens_in_ms": n | null, "waiters": [{"lease_id","waited_ms","wait_left_ms","identity"}]}`
+//! with a `Holder` `{"lease_id","token","token_age_ms","ttl_left_ms","lock_delay_ms",
+//! "owner"?,"identity","value_base64","mode","weight"}`; ids and tokens are
+//! decimal strings, as in the whole HTTP API ([`body::Id`]). `identity` is
 //! what the acquire said about its requester ("" when nothing); `value_base64` is
 //! the holder's value in standard base64 ("" when none), always base64 so that
 //! the field has one type whatever the bytes are.
@@ -41,16 +43,24 @@
 //! [`serve`] runs the router over HTTP/1.1 on connections admitted by
 //! [`crate::access::conn_limits`], with a header-read timeout.
 
+mod body;
+mod elections;
+pub(crate) mod errors;
+mod leases;
+mod locks;
+mod openapi;
+
+pub use openapi::DOCUMENT as OPENAPI;
+
 use std::{net::SocketAddr, sync::Arc, time::Duration};
 
 use axum::{
     extract::{FromRequestParts, Path, Query, State},
     http::{header, request::Parts, StatusCode},
     response::{IntoResponse, Response},
-    routing::{delete, get, post},
     Json, Router,
 };
-use fencelock_core::{LockInfo, LockName};
+use fencelock_core::{ErrorCode, LockInfo, LockName};
 use serde::{Deserialize, Serialize};
 
 use crate::access::audit::Event;
@@ -60,6 +70,7 @@ use crate::access::policy::{self, PolicyError};
 use crate::access::tls::ServerTls;
 use crate::cluster::{self, Change, ClusterError};
 use crate::{api::Ops, metrics::Metrics};
+use errors::ApiError;
 use fencelock_core::PolicyChange;
 
 #[derive(Clone)]
@@ -128,6 +139,14 @@ impl Caller {
         Ok(Box::new(move || presented.authenticate(&auth, remote)))
     }
 
+    /// The caller of an API operation, which checks its own permission (as
+    /// the gRPC port's do); or the refusal of a caller this node does not
+    /// know (audited, or naming the leader, whose policy is the newest).
+    fn api(self, a: &Admin) -> Result<Who, ApiError> {
+        let Caller(who, remote, _) = self;
+        who.map_err(|r| a.ops.unauthenticated(remote, r).into())
+    }
+
     /// For `/healthz` and `/metrics`: anyone, unless the auth file protects them.
     fn for_metrics(self, a: &Admin) -> Result<(), Response> {
         match a.auth.protect_metrics() {
@@ -159,14 +178,7 @@ impl Admin {
 }
 
 fn refusal(r: Refusal) -> Response {
-    match r {
-        Refusal::Unauthenticated(_) => {
-            let mut resp = error_json(StatusCode::UNAUTHORIZED, r.to_string());
-            resp.headers_mut().insert(header::WWW_AUTHENTICATE, header::HeaderValue::from_static("Bearer"));
-            resp
-        }
-        Refusal::Denied { .. } => error_json(StatusCode::FORBIDDEN, r.to_string()),
-    }
+    ApiError::from(r).into_response()
 }
 
 /// The admin router. `tls`: the node's certificates, to reach the leader;
@@ -179,18 +191,109 @@ pub fn router_with_watch(
     tls: Option<Arc<ServerTls>>,
     watch: Option<crate::watching::serve::Source>,
 ) -> Router {
-    Router::new()
-        .route("/v1/watch", get(watch_sse))
-        .route("/healthz", get(healthz))
-        .route("/metrics", get(metrics_text))
-        .route("/v1/locks", get(list))
-        .route("/v1/locks/{name}", get(one))
-        .route("/v1/cluster", get(cluster_status))
-        .route("/v1/snapshot", get(snapshot))
-        .route("/v1/cluster/members", post(cluster_add))
-        .route("/v1/cluster/members/{id}", delete(cluster_remove))
-        .route("/v1/auth", get(auth_view).post(auth_change))
-        .with_state(Admin { ops, metrics, node_id, auth, tls, watch })
+    let mut router = Router::new();
+    for &(method, path, operation) in ROUTES {
+        router = router.route(path, handler(method, operation));
+    }
+    router.fallback(no_route).method_not_allowed_fallback(no_method).with_state(Admin {
+        ops,
+        metrics,
+        node_id,
+        auth,
+        tls,
+        watch,
+    })
+}
+
+/// Every route of the HTTP port: method, path, and the `operationId` the
+/// OpenAPI document (`openapi.json`, served at `/v1/openapi.json`) gives it.
+/// The router is built from this table, and a test checks the document
+/// against it, both ways.
+pub const ROUTES: &[(&str, &str, &str)] = &[
+    ("GET", "/healthz", "health"),
+    ("GET", "/metrics", "metrics"),
+    ("GET", "/v1/openapi.json", "openapi"),
+    ("GET", "/v1/watch", "watch"),
+    ("GET", "/v1/locks", "listLocks"),
+    ("GET", "/v1/locks/{name}", "describeLock"),
+    ("POST", "/v1/locks/{name}/acquire", "acquire"),
+    ("POST", "/v1/locks/{name}/release", "release"),
+    ("GET", "/v1/locks/{name}/check", "check"),
+    ("PUT", "/v1/locks/{name}/value", "setValue"),
+    ("POST", "/v1/locks/{name}/complete", "completeSlot"),
+    ("POST", "/v1/locks/{name}/downgrade", "downgrade"),
+    ("PUT", "/v1/locks/{name}/permits", "resize"),
+    ("POST", "/v1/leases", "grantLease"),
+    ("GET", "/v1/leases/{id}", "describeLease"),
+    ("DELETE", "/v1/leases/{id}", "revokeLease"),
+    ("POST", "/v1/leases/{id}/keepalive", "keepAlive"),
+    ("POST", "/v1/elections/{name}/campaign", "campaign"),
+    ("POST", "/v1/elections/{name}/proclaim", "proclaim"),
+    ("POST", "/v1/elections/{name}/resign", "resign"),
+    ("GET", "/v1/elections/{name}/leader", "leader"),
+    ("GET", "/v1/cluster", "clusterStatus"),
+    ("POST", "/v1/cluster/members", "addMember"),
+    ("DELETE", "/v1/cluster/members/{id}", "removeMember"),
+    ("GET", "/v1/snapshot", "snapshot"),
+    ("GET", "/v1/auth", "authView"),
+    ("POST", "/v1/auth", "authChange"),
+];
+
+/// The handler of `operation` (one of [`ROUTES`]), answering `method`.
+fn handler(method: &str, operation: &str) -> axum::routing::MethodRouter<Admin> {
+    use axum::routing::on;
+    let filter = match method {
+        "GET" => axum::routing::MethodFilter::GET,
+        "POST" => axum::routing::MethodFilter::POST,
+        "PUT" => axum::routing::MethodFilter::PUT,
+        "DELETE" => axum::routing::MethodFilter::DELETE,
+        other => unreachable!("ROUTES has method {other}"),
+    };
+    match operation {
+        "health" => on(filter, healthz),
+        "metrics" => on(filter, metrics_text),
+        "openapi" => on(filter, openapi::serve),
+        "watch" => on(filter, watch_sse),
+        "listLocks" => on(filter, list),
+        "describeLock" => on(filter, one),
+        "acquire" => on(filter, locks::acquire),
+        "release" => on(filter, locks::release),
+        "check" => on(filter, locks::check),
+        "setValue" => on(filter, locks::set_value),
+        "completeSlot" => on(filter, locks::complete_slot),
+        "downgrade" => on(filter, locks::downgrade),
+        "resize" => on(filter, locks::resize),
+        "grantLease" => on(filter, leases::grant),
+        "describeLease" => on(filter, leases::describe),
+        "revokeLease" => on(filter, leases::revoke),
+        "keepAlive" => on(filter, leases::keep_alive),
+        "campaign" => on(filter, elections::campaign),
+        "proclaim" => on(filter, elections::proclaim),
+        "resign" => on(filter, elections::resign),
+        "leader" => on(filter, elections::leader),
+        "clusterStatus" => on(filter, cluster_status),
+        "addMember" => on(filter, cluster_add),
+        "removeMember" => on(filter, cluster_remove),
+        "snapshot" => on(filter, snapshot),
+        "authView" => on(filter, auth_view),
+        "authChange" => on(filter, auth_change),
+        other => unreachable!("ROUTES names operation {other}, which has no handler"),
+    }
+}
+
+/// A request id for the engine's de-duplication: the client's, else a fresh
+/// random one (never 0, which the engine refuses).
+fn request_id(given: Option<body::Id>) -> u64 {
+    given.map(|id| id.0).or_else(crate::access::auth::random_lease_id).unwrap_or(1)
+}
+
+async fn no_route(uri: axum::http::Uri) -> ApiError {
+    ApiError::new(ErrorCode::NotFound, format!("no route {} (the API is in /v1/openapi.json)", uri.path()))
+}
+
+async fn no_method(method: axum::http::Method, uri: axum::http::Uri) -> ApiError {
+    let message = format!("{method} is not a method of {} (the API is in /v1/openapi.json)", uri.path());
+    ApiError::new(ErrorCode::MethodNotAllowed, message)
 }
 
 #[derive(Deserialize)]
@@ -213,11 +316,11 @@ async fn watch_sse(
         Err(refused) => return refused,
     };
     let Some(source) = &a.watch else {
-        return error_json(StatusCode::NOT_FOUND, "this node does not serve watches".into());
+        return error_json(ErrorCode::NotFound, "this node does not serve watches".into());
     };
     match crate::watching::sse::start_rev(&headers, q.from.as_deref()) {
         Ok(from) => crate::watching::sse::respond(source, caller, q.prefix, from),
-        Err(e) => error_json(StatusCode::BAD_REQUEST, e),
+        Err(e) => error_json(ErrorCode::InvalidArgument, e),
     }
 }
 
@@ -302,7 +405,7 @@ async fn metrics_text(State(a): State<Admin>, c: Caller) -> Response {
     }
     let stats = match a.ops.engine.read() {
         Ok(e) => e.stats(),
-        Err(_) => return (StatusCode::INTERNAL_SERVER_ERROR, "engine lock poisoned").into_response(),
+        Err(_) => return error_json(ErrorCode::Internal, "engine lock poisoned".into()),
     };
     let mut body = a.metrics.render(&stats, a.ops.driver.is_ready());
     a.ops.quotas.render(&mut body);
@@ -331,7 +434,7 @@ async fn list(State(a): State<Admin>, c: Caller, Query(q): Query<ListQuery>) -> 
 async fn one(State(a): State<Admin>, c: Caller, Path(name): Path<String>) -> Response {
     let name = match LockName::new(name) {
         Ok(n) => n,
-        Err(e) => return error_json(StatusCode::BAD_REQUEST, format!("invalid lock name: {e}")),
+        Err(e) => return error_json(ErrorCode::InvalidArgument, format!("invalid lock name: {e}")),
     };
     if let Err(r) = c.allowed(&a, |w| w.require(Verb::Read, name.as_str())) {
         return r;
@@ -355,7 +458,7 @@ async fn snapshot(State(a): State<Admin>, c: Caller) -> Response {
     a.audit(&who, "snapshot", "the state", "ok", "");
     match a.ops.engine.read() {
         Ok(e) => Json(crate::backup::Backup::of(&e, a.node_id, applied)).into_response(),
-        Err(_) => error_json(StatusCode::INTERNAL_SERVER_ERROR, "engine lock poisoned".into()),
+        Err(_) => error_json(ErrorCode::Internal, "engine lock poisoned".into()),
     }
 }
 
@@ -367,6 +470,7 @@ async fn cluster_status(State(a): State<Admin>, c: Caller) -> Response {
 }
 
 #[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
 struct AddMember {
     id: u64,
     addr: String,
@@ -374,21 +478,14 @@ struct AddMember {
     peer_addr: Option<String>,
 }
 
-async fn cluster_add(
-    State(a): State<Admin>,
-    c: Caller,
-    body: Result<Json<AddMember>, axum::extract::rejection::JsonRejection>,
-) -> Response {
+async fn cluster_add(State(a): State<Admin>, c: Caller, body: Result<body::JsonBody<AddMember>, ApiError>) -> Response {
     let who = match c.allowed(&a, Who::require_admin) {
         Ok(who) => who,
         Err(r) => return r,
     };
     match body {
-        Ok(Json(m)) => change(&a, &who, Change::Add { id: m.id, addr: m.addr, peer_addr: m.peer_addr }).await,
-        Err(e) => error_json(
-            StatusCode::BAD_REQUEST,
-            format!("expected {{\"id\": n, \"addr\": \"host:port\"}}: {}", e.body_text()),
-        ),
+        Ok(body::JsonBody(m)) => change(&a, &who, Change::Add { id: m.id, addr: m.addr, peer_addr: m.peer_addr }).await,
+        Err(e) => e.into_response(),
     }
 }
 
@@ -399,7 +496,7 @@ async fn cluster_remove(State(a): State<Admin>, c: Caller, Path(id): Path<String
     };
     match id.parse::<u64>() {
         Ok(id) => change(&a, &who, Change::Remove { id }).await,
-        Err(_) => error_json(StatusCode::BAD_REQUEST, format!("node id {id:?} is not a number")),
+        Err(_) => error_json(ErrorCode::InvalidArgument, format!("node id {id:?} is not a number")),
     }
 }
 
@@ -422,8 +519,8 @@ async fn change(a: &Admin, who: &Who, c: Change) -> Response {
     a.audit(who, action, &object, if error.is_some() { "error" } else { "ok" }, error.as_deref().unwrap_or(""));
     match res {
         Ok(s) => Json(s).into_response(),
-        Err(e @ ClusterError::Invalid(_)) => error_json(StatusCode::BAD_REQUEST, e.to_string()),
-        Err(e) => error_json(StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
+        Err(e @ ClusterError::Invalid(_)) => error_json(ErrorCode::InvalidArgument, e.to_string()),
+        Err(e) => error_json(ErrorCode::Unavailable, e.to_string()),
     }
 }
 
@@ -437,15 +534,15 @@ async fn auth_view(State(a): State<Admin>, c: Caller) -> Response {
 async fn auth_change(
     State(a): State<Admin>,
     c: Caller,
-    body: Result<Json<PolicyChange>, axum::extract::rejection::JsonRejection>,
+    body: Result<body::JsonBody<PolicyChange>, ApiError>,
 ) -> Response {
     let who = match c.allowed(&a, Who::require_admin) {
         Ok(who) => who,
         Err(r) => return r,
     };
     let change = match body {
-        Ok(Json(change)) => change,
-        Err(e) => return error_json(StatusCode::BAD_REQUEST, format!("expected a policy change: {}", e.body_text())),
+        Ok(body::JsonBody(change)) => change,
+        Err(e) => return e.into_response(),
     };
     let (action, object) = match &change {
         PolicyChange::PutRole { name, .. } => ("auth.put_role", format!("role {name}")),
@@ -458,25 +555,17 @@ async fn auth_change(
     a.audit(&who, action, &object, if error.is_some() { "error" } else { "ok" }, error.as_deref().unwrap_or(""));
     match res {
         Ok(changed) => Json(changed).into_response(),
-        Err(e @ PolicyError::Invalid(_)) => error_json(StatusCode::BAD_REQUEST, e.to_string()),
-        Err(e) => error_json(StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
+        Err(e @ PolicyError::Invalid(_)) => error_json(ErrorCode::InvalidArgument, e.to_string()),
+        Err(e) => error_json(ErrorCode::Unavailable, e.to_string()),
     }
 }
 
 fn status_json(s: tonic::Status) -> Response {
-    let code = match s.code() {
-        tonic::Code::InvalidArgument => StatusCode::BAD_REQUEST,
-        tonic::Code::NotFound => StatusCode::NOT_FOUND,
-        tonic::Code::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
-        tonic::Code::Unauthenticated => StatusCode::UNAUTHORIZED,
-        tonic::Code::PermissionDenied => StatusCode::FORBIDDEN,
-        _ => StatusCode::INTERNAL_SERVER_ERROR,
-    };
-    error_json(code, s.message().to_string())
+    ApiError::from(s).into_response()
 }
 
-fn error_json(code: StatusCode, error: String) -> Response {
-    (code, Json(serde_json::json!({ "error": error }))).into_response()
+fn error_json(code: ErrorCode, message: String) -> Response {
+    ApiError::new(code, message).into_response()
 }
 
 #[derive(Serialize)]
@@ -500,8 +589,8 @@ struct LockJson {
 
 #[derive(Serialize)]
 struct HolderJson {
-    lease_id: u64,
-    token: u64,
+    lease_id: body::Id,
+    token: body::Id,
     token_age_ms: u64,
     ttl_left_ms: u64,
     lock_delay_ms: u64,
@@ -521,8 +610,8 @@ struct HolderJson {
 impl From<fencelock_core::HolderInfo> for HolderJson {
     fn from(h: fencelock_core::HolderInfo) -> Self {
         HolderJson {
-            lease_id: h.lease.0,
-            token: h.token.0,
+            lease_id: body::Id(h.lease.0),
+            token: body::Id(h.token.0),
             token_age_ms: h.held_ms,
             ttl_left_ms: h.ttl_left_ms,
             lock_delay_ms: h.lock_delay_ms,
@@ -540,7 +629,7 @@ impl From<fencelock_core::HolderInfo> for HolderJson {
 
 #[derive(Serialize)]
 struct WaiterJson {
-    lease_id: u64,
+    lease_id: body::Id,
     waited_ms: u64,
     wait_left_ms: u64,
     /// The identity its acquire carried ("" when none).
@@ -559,7 +648,7 @@ impl From<LockInfo> for LockJson {
                 .waiters
                 .into_iter()
                 .map(|w| WaiterJson {
-                    lease_id: w.lease.0,
+                    lease_id: body::Id(w.lease.0),
                     waited_ms: w.waited_ms,
                     wait_left_ms: w.wait_left_ms,
                     identity: w.identity,

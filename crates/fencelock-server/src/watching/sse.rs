@@ -3,25 +3,28 @@
 //!
 //! Each event is `event: <kind>`, `id: <revision>` (`INDEX.SEQ`) and `data:`
 //! one JSON object (`revision`, `index`, `seq`, `kind`, `lock`, `lease_id`,
-//! `token`, `identity`, `reason`, `value_base64`, `mode`). A reconnecting `EventSource` sends the last
+//! `token` (decimal strings), `identity`, `reason`, `value_base64`, `mode`). A reconnecting `EventSource` sends the last
 //! id as `Last-Event-ID`, and the watch resumes right after it (it wins over
 //! `from`); `from` is inclusive, as in the `Watch` RPC. A revision the node no
-//! longer holds answers 410 with `{"error": "compacted: …", "oldest": "I.S"}`
-//! before the stream starts, or ends the stream with an `event: error` whose
-//! data says the same. A caller no longer allowed to read the prefix (its
+//! longer holds answers 410 with `{"error": {"code": "compacted", "message",
+//! "oldest": "I.S"}}` before the stream starts, or ends the stream with an
+//! `event: error` whose data says the same (the HTTP port's one error shape,
+//! [`crate::admin::errors::ApiError`]). A caller no longer allowed to read the prefix (its
 //! token removed from the auth file, its rules changed) gets an `event:
 //! error` with the refusal, and the stream ends.
 
 use std::convert::Infallible;
 
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::HeaderMap;
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
+use fencelock_core::ErrorCode;
 use serde_json::json;
 use tokio_stream::StreamExt as _;
 
 use super::serve::{start, Caller, Ended, Selector, Source};
 use super::{Event, Rev, WatchError};
+use crate::admin::errors::ApiError;
 
 /// Where a watch starts: after `Last-Event-ID` if sent, else at `from`.
 pub fn start_rev(headers: &HeaderMap, from: Option<&str>) -> Result<Option<Rev>, String> {
@@ -37,26 +40,24 @@ pub fn start_rev(headers: &HeaderMap, from: Option<&str>) -> Result<Option<Rev>,
 pub fn respond(source: &Source, caller: Caller, prefix: String, from: Option<Rev>) -> Response {
     let rx = match start(&source.hub, caller, Selector::Prefix(prefix), from, source.stop.clone()) {
         Ok((_, rx)) => rx,
-        Err(WatchError::Compacted(c)) => {
-            let body = json!({ "error": c.to_string(), "oldest": c.oldest.to_string() });
-            return (StatusCode::GONE, axum::Json(body)).into_response();
-        }
+        Err(WatchError::Compacted(c)) => return compacted(&c).into_response(),
         Err(e @ WatchError::TooManyWatchers) => {
-            return (StatusCode::SERVICE_UNAVAILABLE, axum::Json(json!({ "error": e.to_string() }))).into_response();
+            return ApiError::new(ErrorCode::LimitReached, e.to_string()).into_response()
         }
     };
     let events = tokio_stream::wrappers::ReceiverStream::new(rx).map(|item| {
         Ok::<_, Infallible>(match item {
             Ok(e) => sse_event(&e),
-            Err(Ended::Compacted(c)) => SseEvent::default()
-                .event("error")
-                .data(json!({ "error": c.to_string(), "oldest": c.oldest.to_string() }).to_string()),
-            Err(Ended::Refused(r)) => {
-                SseEvent::default().event("error").data(json!({ "error": r.to_string() }).to_string())
-            }
+            Err(Ended::Compacted(c)) => SseEvent::default().event("error").data(compacted(&c).body().to_string()),
+            Err(Ended::Refused(r)) => SseEvent::default().event("error").data(ApiError::from(r).body().to_string()),
         })
     });
     Sse::new(events).keep_alive(KeepAlive::default()).into_response()
+}
+
+/// A resume from a revision no longer held, naming the oldest that is.
+fn compacted(c: &super::Compacted) -> ApiError {
+    ApiError::new(ErrorCode::Compacted, c.to_string()).with("oldest", c.oldest.to_string())
 }
 
 fn sse_event(e: &Event) -> SseEvent {
@@ -66,8 +67,10 @@ fn sse_event(e: &Event) -> SseEvent {
         "seq": e.rev.seq,
         "kind": e.kind.as_str(),
         "lock": e.lock,
-        "lease_id": e.lease,
-        "token": e.token,
+        // Decimal strings, as every id and token of the HTTP API (see
+        // `admin::body::Id`): tokens are far above 2^53.
+        "lease_id": e.lease.to_string(),
+        "token": e.token.to_string(),
         "identity": e.identity,
         "reason": e.reason,
         "value_base64": fencelock_core::b64::encode(&e.value),

@@ -8,6 +8,8 @@ mod cancel_race;
 mod data_flips;
 mod flood;
 mod fuzz_decoders;
+mod http_api;
+mod http_openapi;
 mod log_migration;
 mod multi_lock;
 mod once_per_wait;

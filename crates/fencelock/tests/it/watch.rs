@@ -148,10 +148,10 @@ async fn the_sse_endpoint_streams_events_with_revision_ids_and_resumes() {
     let got = sse(server.http_addr(), "/v1/watch?prefix=jobs/&from=0", "", 3).await;
     let ids: Vec<String> = got.iter().map(|(id, _)| id.clone()).collect();
     assert_eq!(ids, rpc.iter().map(|e| e.revision.to_string()).collect::<Vec<_>>());
-    let kinds: Vec<(&str, &str, u64)> = got
-        .iter()
-        .map(|(_, d)| (d["kind"].as_str().unwrap(), d["lock"].as_str().unwrap(), d["token"].as_u64().unwrap()))
-        .collect();
+    // Tokens are decimal strings, as everywhere in the HTTP API.
+    let token = |d: &serde_json::Value| d["token"].as_str().and_then(|t| t.parse::<u64>().ok()).unwrap();
+    let kinds: Vec<(&str, &str, u64)> =
+        got.iter().map(|(_, d)| (d["kind"].as_str().unwrap(), d["lock"].as_str().unwrap(), token(d))).collect();
     assert_eq!(kinds, vec![("granted", "jobs/a", t1), ("released", "jobs/a", t1), ("granted", "jobs/b", t2)]);
 
     let resumed = sse(server.http_addr(), "/v1/watch?prefix=jobs/", &format!("Last-Event-ID: {}\r\n", ids[0]), 2).await;

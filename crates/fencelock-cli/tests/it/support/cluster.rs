@@ -392,7 +392,7 @@ pub fn holder_token(c: &Cluster, i: usize, name: &str) -> Option<u64> {
     if code != 200 {
         return None;
     }
-    serde_json::from_str::<serde_json::Value>(&body).ok()?["holder"]["token"].as_u64()
+    super::id(&serde_json::from_str::<serde_json::Value>(&body).ok()?["holder"]["token"])
 }
 
 /// One acquire → release of `name`; the token, or `None` if the group could

@@ -24,6 +24,12 @@ pub fn bin() -> &'static str {
 
 pub use fencelock_testkit::free_port;
 
+/// An id or token of the admin port's JSON (a decimal string there; a
+/// number in the CLI's `--json` output), as a number.
+pub fn id(v: &serde_json::Value) -> Option<u64> {
+    v.as_str().and_then(|s| s.parse().ok()).or_else(|| v.as_u64())
+}
+
 /// A `fencelock serve` process. Killed (SIGKILL) on drop.
 pub struct Server {
     pub dir: PathBuf,
