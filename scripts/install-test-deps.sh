@@ -3,7 +3,8 @@
 # PostgreSQL (initdb + postgres), Redis (redis-server), etcd (etcd-server) and
 # ZooKeeper (zookeeper, which brings a Java runtime), from Debian's packages;
 # strace, with which the benchmark counts the native server's fsyncs; and
-# libfaketime, which skews clocks of the chaos suite's processes (K3).
+# libfaketime, which skews clocks of the chaos suite's processes (K3); curl
+# and jq, with which the HTTP guide (docs/http-api.md) is run as written.
 #
 # Idempotent: installs only what is missing and says what it did. Safe to run
 # from .ci/run on every build. Needs root (or sudo) only when something is
@@ -19,6 +20,7 @@ have_etcd() { command -v etcd >/dev/null 2>&1; }
 have_zookeeper() { [ -f /usr/share/java/zookeeper.jar ] && command -v java >/dev/null 2>&1; }
 have_strace() { command -v strace >/dev/null 2>&1; }
 have_faketime() { compgen -G '/usr/lib/*/faketime/libfaketimeMT.so.1' >/dev/null; }
+have_command() { command -v "$1" >/dev/null 2>&1; }
 
 missing=()
 if have_postgres; then
@@ -52,6 +54,14 @@ if have_faketime; then
 else
     missing+=(libfaketime)
 fi
+
+for tool in curl jq; do
+    if have_command "$tool"; then
+        echo "install-test-deps: $tool present: $(command -v "$tool")"
+    else
+        missing+=("$tool")
+    fi
+done
 
 if [ ${#missing[@]} -eq 0 ]; then
     echo "install-test-deps: nothing to install"
