@@ -2,10 +2,13 @@
 //! queue), release, check, set value, complete a slot, downgrade, resize.
 //!
 //! - `POST /v1/locks/{name}/acquire` (`acquire`): on `lease_id`, or with
-//!   `ttl_ms` on a lease the call grants (and revokes again if it ends
-//!   without a grant); `wait_ms` waits in the lock's FIFO queue, answered when
-//!   the grant is pushed or with 409 `timed_out`; a client that goes away
-//!   while it waits leaves the queue (the dropped request cancels its wait).
+//!   `ttl_ms` on a lease the call grants (kept alive by the server while the
+//!   request waits, renewed once more at the grant, and revoked again if the
+//!   call ends without a grant); `wait_ms` waits in the lock's FIFO queue,
+//!   answered when the grant is pushed or with 409 `timed_out`; a client that
+//!   goes away while it waits leaves the queue (the dropped request cancels
+//!   its wait). A lease given by `lease_id` is the client's to keep alive
+//!   while it waits, as ever.
 //!   200 `{"lock","lease_id","token","waited_ms","lease_created","ttl_ms"?,
 //!   "grants":[{"lock","token"}]}`; 409 `busy` (with `holder`), `timed_out`,
 //!   `slot_done`.
@@ -172,7 +175,11 @@ pub(super) async fn acquire_on(
         }
     };
     req.lease_id = lease_id;
+    // A lease the call granted is the server's to keep alive while the
+    // request waits: the client learns its id only from the answer.
+    let renewing = created.as_ref().map(CreatedLease::renew_while_waiting);
     let outcome = a.ops.acquire(who, req).await?.outcome;
+    drop(renewing);
     let grants: Vec<pb::Acquired> = match outcome {
         Some(Outcome::Acquired(g)) => vec![g],
         Some(Outcome::AcquiredAll(all)) => all.grants,
@@ -201,6 +208,8 @@ pub(super) async fn acquire_on(
         grants: grants.iter().map(|g| GrantJson { lock: g.lock.clone(), token: Id(g.token) }).collect(),
     };
     if let Some(c) = created {
+        // Its TTL starts again now: the client's keep-alives take over.
+        c.renew().await?;
         c.keep();
     }
     Ok(json)
@@ -253,6 +262,36 @@ impl CreatedLease {
 
     fn keep(mut self) {
         self.keep = true;
+    }
+
+    /// One keep-alive of the lease.
+    async fn renew(&self) -> Result<(), ApiError> {
+        let req = pb::KeepAliveRequest { request_id: super::request_id(None), lease_id: self.lease };
+        self.ops.keep_alive(&self.who, req).await.map(drop).map_err(ApiError::from)
+    }
+
+    /// Keeps the lease alive every third of its TTL until the returned
+    /// guard is dropped (the request was answered, or went away).
+    fn renew_while_waiting(&self) -> Renewing {
+        let lease = CreatedLease { ops: self.ops.clone(), who: self.who.clone(), keep: true, ..*self };
+        let every = std::time::Duration::from_millis((self.ttl_ms / 3).max(1));
+        Renewing(tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(every).await;
+                if lease.renew().await.is_err() {
+                    return;
+                }
+            }
+        }))
+    }
+}
+
+/// Stops the keep-alives of [`CreatedLease::renew_while_waiting`] when dropped.
+struct Renewing(tokio::task::JoinHandle<()>);
+
+impl Drop for Renewing {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 

@@ -386,3 +386,95 @@ fn token(v: &Value) -> u64 {
 fn token_of(v: &Value) -> u64 {
     v.as_str().and_then(|t| t.parse().ok()).unwrap_or_else(|| panic!("not a decimal string token: {v}"))
 }
+
+/// Long-polls parked by one identity are bounded by its quota of waits: with
+/// a quota of 20, of 30 long-polls on a held lock 20 wait and 10 are refused
+/// at once with 429 `limit_reached`, and another identity is served all the
+/// while. Those that went away leave the queue.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn parked_long_polls_are_bounded_by_the_identity_s_quota_of_waits() {
+    const WAITS: u64 = 20;
+    let dir = tempfile::tempdir().unwrap();
+    let p = |f: &str| dir.path().join(f);
+    let mut text = String::from("[roles.worker]\nrules = [{ prefix = \"\", verbs = [\"acquire\", \"read\"] }]\n");
+    let flood = add_token(&mut text, "flood", "worker");
+    let other = add_token(&mut text, "other", "worker");
+    std::fs::write(p("auth.toml"), text).unwrap();
+    let mut config = Config::for_test(p("data"));
+    config.auth_file = Some(p("auth.toml"));
+    config.limits.per_identity = fencelock_server::quota::Quota { leases: 1000, locks: 1000, waits: WAITS, rps: 0 };
+    let node = fencelock_server::start(config).await.expect("start");
+    let http = Http::new(node.http_addr).timeout(Duration::from_secs(30));
+    let (f, o) = (http.clone().bearer(&flood).unwrap(), http.clone().bearer(&other).unwrap());
+    let mut held = None;
+    for _ in 0..200 {
+        let (s, v) = call(&o, "POST", "/v1/locks/parked/acquire", Some(json!({"ttl_ms": 20_000}))).await;
+        if s == 200 {
+            held = Some(v);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    let held = held.expect("the node serves");
+
+    // One after the other (the quota is checked against the state before a
+    // wait is queued, so concurrent requests could pass it together).
+    let mut parked = Vec::new();
+    for i in 0..30 {
+        let f = f.clone();
+        let t = tokio::spawn(async move {
+            call(&f, "POST", "/v1/locks/parked/acquire", Some(json!({"ttl_ms": 20_000, "wait_ms": 20_000}))).await
+        });
+        if i < WAITS as usize {
+            wait_for_waiters(&o, "parked", i + 1).await;
+        } else {
+            for _ in 0..400 {
+                if t.is_finished() {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            assert!(t.is_finished(), "long-poll {i}, over the quota, is answered at once");
+        }
+        parked.push(t);
+    }
+    // Another identity is served meanwhile.
+    let (s, g) = call(&o, "POST", "/v1/locks/elsewhere/acquire", Some(json!({"ttl_ms": 5_000}))).await;
+    assert_eq!(s, 200, "{g}");
+    let mut answers = Vec::new();
+    for t in parked {
+        if t.is_finished() {
+            answers.push(t.await.unwrap());
+        } else {
+            t.abort();
+        }
+    }
+    assert!(answers.iter().all(|(s, v)| *s == 429 && code(v) == "limit_reached"), "{answers:?}");
+    wait_for_waiters(&o, "parked", 0).await;
+    let grant = json!({"lease_id": held["lease_id"], "token": held["token"]});
+    assert_eq!(call(&o, "POST", "/v1/locks/parked/release", Some(grant)).await.0, 200);
+}
+
+/// A lease the acquire grants (`ttl_ms`) lives through a wait longer than
+/// its TTL (the server keeps it alive while the request waits: the client
+/// cannot, not knowing its id yet), and the grant answers with a fresh TTL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_the_acquire_grants_lives_through_a_wait_longer_than_its_ttl() {
+    let (_dir, _node, http) = node().await;
+    let (s, held) = call(&http, "POST", "/v1/locks/long-wait/acquire", Some(json!({"ttl_ms": 10_000}))).await;
+    assert_eq!(s, 200, "{held}");
+    let waiter = http.clone();
+    let wait = tokio::spawn(async move {
+        let body = json!({"ttl_ms": 600, "wait_ms": 10_000});
+        call(&waiter, "POST", "/v1/locks/long-wait/acquire", Some(body)).await
+    });
+    wait_for_waiters(&http, "long-wait", 1).await;
+    tokio::time::sleep(Duration::from_millis(1500)).await; // 2.5 TTLs
+    let grant = json!({"lease_id": held["lease_id"], "token": held["token"]});
+    assert_eq!(call(&http, "POST", "/v1/locks/long-wait/release", Some(grant)).await.0, 200);
+    let (s, got) = tokio::time::timeout(Duration::from_secs(10), wait).await.expect("answered").unwrap();
+    assert_eq!(s, 200, "the waiter's lease outlived its wait: {got}");
+    let (s, lease) = call(&http, "GET", &format!("/v1/leases/{}", got["lease_id"].as_str().unwrap()), None).await;
+    assert_eq!(s, 200, "{lease}");
+    assert!(lease["ttl_left_ms"].as_u64().unwrap() > 300, "a fresh TTL at the grant: {lease}");
+}
