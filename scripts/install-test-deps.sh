@@ -4,7 +4,8 @@
 # ZooKeeper (zookeeper, which brings a Java runtime), from Debian's packages;
 # strace, with which the benchmark counts the native server's fsyncs; and
 # libfaketime, which skews clocks of the chaos suite's processes (K3); curl
-# and jq, with which the HTTP guide (docs/http-api.md) is run as written.
+# and jq, with which the HTTP guide (docs/http-api.md) is run as written, and
+# python3 and nodejs, which run its examples.
 #
 # Idempotent: installs only what is missing and says what it did. Safe to run
 # from .ci/run on every build. Needs root (or sudo) only when something is
@@ -55,9 +56,11 @@ else
     missing+=(libfaketime)
 fi
 
-for tool in curl jq; do
+for tool in curl jq python3 node; do
     if have_command "$tool"; then
         echo "install-test-deps: $tool present: $(command -v "$tool")"
+    elif [ "$tool" = node ]; then
+        missing+=(nodejs)
     else
         missing+=("$tool")
     fi

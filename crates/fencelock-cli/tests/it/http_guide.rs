@@ -4,8 +4,9 @@
 //! reader is promised is checked on its output: the stale write is refused
 //! (409), the waiter in the queue is handed the lock at the release (not at
 //! the holder's expiry, 15 s later), and the election passes to the second
-//! candidate. And the guide's table of error codes is the one list
-//! (`fencelock_core::ErrorCode`), each with its status.
+//! candidate. The guide's table of error codes is the one list
+//! (`fencelock_core::ErrorCode`), each with its status. And its examples in
+//! Python and JavaScript (`docs/examples/`) take, renew and hand over a lock.
 
 use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
@@ -79,4 +80,66 @@ fn the_guide_lists_every_error_code_with_its_status() {
     }
     let rows = GUIDE.lines().filter(|l| l.starts_with("| `")).count();
     assert_eq!(rows, fencelock_core::ErrorCode::ALL.len(), "the table lists a code the server does not have");
+}
+
+/// The guide's examples in Python (`docs/examples/http_lock.py`, the standard
+/// library) and JavaScript (`docs/examples/http_lock.mjs`, Node's fetch)
+/// against one node, on one lock at once: the first takes the lock and
+/// renews its lease while it works (2.5 s, a keep-alive every second); the
+/// other waits in the queue and is handed the lock when the first releases
+/// it, with a higher token (INV-2). Both release what they took.
+#[test]
+fn the_python_and_javascript_examples_take_renew_and_release_a_lock() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = crate::support::Server::start(dir.path());
+    let examples = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/examples");
+    let start = |program: &str, file: &str| {
+        Command::new(program)
+            .arg(examples.join(file))
+            .args(["examples/one-at-a-time", "2.5"])
+            .env("FENCELOCK_HTTP", format!("http://{}", server.http))
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("{program}: {e}"))
+    };
+    let python = start("python3", "http_lock.py");
+    // The JavaScript client comes once the Python one holds the lock.
+    for _ in 0..200 {
+        if locks_holder(&server).is_some() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(25));
+    }
+    let node = start("node", "http_lock.mjs");
+    let lines = |child: std::process::Child, who: &str| -> Vec<serde_json::Value> {
+        let out = child.wait_with_output().unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(out.status.success(), "{who}: {}\n{text}\n{}", out.status, String::from_utf8_lossy(&out.stderr));
+        text.lines().map(|l| serde_json::from_str(l).unwrap_or_else(|_| panic!("{who}: {l}"))).collect()
+    };
+    let (py, js) = (lines(python, "python"), lines(node, "node"));
+    let step =
+        |lines: &[serde_json::Value], s: &str| lines.iter().filter(|l| l["step"] == s).cloned().collect::<Vec<_>>();
+    for (who, out) in [("python", &py), ("node", &js)] {
+        assert!(step(out, "renewed").len() >= 2, "{who} renewed its lease while it worked: {out:?}");
+        let released = step(out, "released");
+        assert_eq!(
+            released.first().map(|r| &r["answer"]),
+            Some(&serde_json::json!({"released": true})),
+            "{who}: {out:?}"
+        );
+    }
+    let token = |out: &[serde_json::Value]| step(out, "acquired")[0]["token"].as_str().unwrap().parse::<u64>().unwrap();
+    assert!(token(&js) > token(&py), "the second holder's token is the higher: {py:?} {js:?}");
+    let waited = step(&js, "acquired")[0]["waited_ms"].as_u64().unwrap();
+    assert!(waited > 1000, "node waited in the queue for python's release: {waited} ms");
+    assert_eq!(locks_holder(&server), None, "both released");
+}
+
+/// The holder's lease of the examples' lock, as the admin port shows it.
+fn locks_holder(server: &crate::support::Server) -> Option<String> {
+    let (_, body) = crate::support::http_get(server.http, "/v1/locks/examples%2Fone-at-a-time").ok()?;
+    let v: serde_json::Value = serde_json::from_str(&body).ok()?;
+    v["holder"]["lease_id"].as_str().map(str::to_string)
 }

@@ -16,6 +16,7 @@ mod elect;
 mod failover;
 mod full_disk;
 mod holder_identity;
+mod http_cluster;
 mod http_guide;
 mod jobs;
 mod multi_lock;

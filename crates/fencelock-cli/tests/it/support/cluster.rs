@@ -119,6 +119,16 @@ impl Node {
         }
     }
 
+    /// `method path` with a JSON `body` on the admin port (as the admin when
+    /// the group is secure): (status, body).
+    pub fn admin_request(&self, method: &str, path: &str, body: &[u8]) -> std::io::Result<(u16, String)> {
+        let json = [("Content-Type", "application/json".to_string())];
+        match &self.secure {
+            Some(s) => s.admin_request(self.http, method, path, body),
+            None => super::http_request(self.http, method, path, &json, body),
+        }
+    }
+
     /// Whether this node leads and serves (`/healthz` 200).
     pub fn serves(&self) -> bool {
         matches!(self.admin_get("/healthz"), Ok((200, _)))

@@ -102,7 +102,23 @@ impl Secure {
 
     /// `GET path` on an admin port over TLS with the admin token: (status, body).
     pub fn admin_get(&self, addr: SocketAddr, path: &str) -> std::io::Result<(u16, String)> {
-        https_request(addr, &self.https, "GET", path, &[("Authorization", format!("Bearer {}", self.admin_token))])
+        self.admin_request(addr, "GET", path, b"")
+    }
+
+    /// `method path` with a JSON `body` on an admin port over TLS with the
+    /// admin token: (status, body).
+    pub fn admin_request(
+        &self,
+        addr: SocketAddr,
+        method: &str,
+        path: &str,
+        body: &[u8],
+    ) -> std::io::Result<(u16, String)> {
+        let headers = [
+            ("Authorization", format!("Bearer {}", self.admin_token)),
+            ("Content-Type", "application/json".to_string()),
+        ];
+        https_exchange(addr, &self.https, method, path, &headers, body)
     }
 }
 
@@ -121,10 +137,22 @@ pub fn https_request(
     path: &str,
     headers: &[(&str, String)],
 ) -> std::io::Result<(u16, String)> {
+    https_exchange(addr, tls, method, path, headers, b"")
+}
+
+/// [`https_request`] with a body.
+fn https_exchange(
+    addr: SocketAddr,
+    tls: &Arc<rustls::ClientConfig>,
+    method: &str,
+    path: &str,
+    headers: &[(&str, String)],
+    body: &[u8],
+) -> std::io::Result<(u16, String)> {
     let tcp = TcpStream::connect_timeout(&addr, Duration::from_secs(2))?;
     tcp.set_read_timeout(Some(Duration::from_secs(10)))?;
     tcp.set_write_timeout(Some(Duration::from_secs(10)))?;
     let name = rustls::pki_types::ServerName::IpAddress(addr.ip().into());
     let conn = rustls::ClientConnection::new(tls.clone(), name).map_err(std::io::Error::other)?;
-    exchange(rustls::StreamOwned::new(conn, tcp), addr, method, path, headers, b"")
+    exchange(rustls::StreamOwned::new(conn, tcp), addr, method, path, headers, body)
 }
