@@ -48,6 +48,7 @@ mod config;
 mod driver;
 mod grpc;
 mod handover;
+mod http_error;
 mod lease_events;
 mod metrics;
 mod policy_change;

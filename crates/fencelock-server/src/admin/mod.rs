@@ -45,7 +45,7 @@
 
 mod body;
 mod elections;
-pub(crate) mod errors;
+mod errors;
 mod leases;
 mod locks;
 mod openapi;

@@ -9,7 +9,7 @@
 //! longer holds answers 410 with `{"error": {"code": "compacted", "message",
 //! "oldest": "I.S"}}` before the stream starts, or ends the stream with an
 //! `event: error` whose data says the same (the HTTP port's one error shape,
-//! [`crate::admin::errors::ApiError`]). A caller no longer allowed to read the prefix (its
+//! [`crate::http_error::ApiError`]). A caller no longer allowed to read the prefix (its
 //! token removed from the auth file, its rules changed) gets an `event:
 //! error` with the refusal, and the stream ends.
 
@@ -24,7 +24,7 @@ use tokio_stream::StreamExt as _;
 
 use super::serve::{start, Caller, Ended, Selector, Source};
 use super::{Event, Rev, WatchError};
-use crate::admin::errors::ApiError;
+use crate::http_error::ApiError;
 
 /// Where a watch starts: after `Last-Event-ID` if sent, else at `from`.
 pub fn start_rev(headers: &HeaderMap, from: Option<&str>) -> Result<Option<Rev>, String> {
