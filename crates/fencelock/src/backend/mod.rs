@@ -14,6 +14,7 @@
 //! | `etcd://h:p[,h:p…]`, `etcd+tls://…` | `etcd` | lease + `prefix/leaseID` key, wait on the predecessor |
 //! | `zk://h:p[,h:p…]` | `zookeeper` | ephemeral sequential node, wait on the predecessor |
 //! | `postgres://…[?sslmode=…]` | `postgres` | lease table on the database clock, `LISTEN/NOTIFY` |
+//! | `fencelock+json://h:7071`, `fencelock+json+tls://…` | [`json`] | the fencelock server's HTTP/JSON API |
 //!
 //! TLS and credentials (Redis and etcd TLS with `ca=`, `cert=`, `key=`;
 //! PostgreSQL's `sslmode`; `user:password@` for Redis ACL users, etcd,
@@ -41,6 +42,7 @@ mod election;
 #[cfg(feature = "etcd")]
 pub mod etcd;
 mod guard;
+pub mod json;
 mod keepalive;
 mod multi_guard;
 pub(crate) mod native;
@@ -512,7 +514,7 @@ pub type Backend = Arc<dyn LockBackend>;
 /// off, [`Error::Connect`] if the service cannot be reached now.
 pub async fn connect(url: &str) -> Result<Backend, Error> {
     let parsed = BackendUrl::parse(url)?;
-    if parsed.scheme != Scheme::Native && parsed.param(url::TOKEN_PARAM).is_some() {
+    if !matches!(parsed.scheme, Scheme::Native | Scheme::Json) && parsed.param(url::TOKEN_PARAM).is_some() {
         return Err(Error::InvalidArgument(format!(
             "{parsed}: token= is the bearer token of a fencelock server; the {} backend takes its credentials as user:password@",
             parsed.scheme
@@ -520,6 +522,7 @@ pub async fn connect(url: &str) -> Result<Backend, Error> {
     }
     match parsed.scheme {
         Scheme::Native => Ok(Arc::new(crate::Client::connect(parsed.raw).await?)),
+        Scheme::Json => Ok(Arc::new(json::JsonBackend::connect(&parsed).await?)),
         #[cfg(feature = "redis")]
         Scheme::Redis => Ok(Arc::new(redis::RedisBackend::connect(&parsed).await?)),
         #[cfg(feature = "redis")]

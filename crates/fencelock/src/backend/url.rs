@@ -60,6 +60,9 @@ pub enum Scheme {
     ZooKeeper,
     /// `postgres://` or `postgresql://`: a PostgreSQL database.
     Postgres,
+    /// `fencelock+json://` (`fencelock+json+tls://`): a fencelock node's
+    /// HTTP/JSON API.
+    Json,
 }
 
 impl Scheme {
@@ -80,6 +83,8 @@ impl Scheme {
             "etcd+tls" => (Scheme::Etcd, true),
             "zk" | "zookeeper" => (Scheme::ZooKeeper, false),
             "postgres" | "postgresql" => (Scheme::Postgres, false),
+            "fencelock+json" => (Scheme::Json, false),
+            "fencelock+json+tls" => (Scheme::Json, true),
             _ => return None,
         })
     }
@@ -92,13 +97,14 @@ impl Scheme {
             Scheme::Etcd => 2379,
             Scheme::ZooKeeper => 2181,
             Scheme::Postgres => 5432,
+            Scheme::Json => 7071,
         }
     }
 
     /// The cargo feature of the `fencelock` crate that compiles this backend in.
     pub fn feature(self) -> &'static str {
         match self {
-            Scheme::Native => "(always on)",
+            Scheme::Native | Scheme::Json => "(always on)",
             Scheme::Redis | Scheme::Redlock => "redis",
             Scheme::Etcd => "etcd",
             Scheme::ZooKeeper => "zookeeper",
@@ -116,6 +122,7 @@ impl fmt::Display for Scheme {
             Scheme::Etcd => "etcd",
             Scheme::ZooKeeper => "zk",
             Scheme::Postgres => "postgres",
+            Scheme::Json => "fencelock-json",
         })
     }
 }

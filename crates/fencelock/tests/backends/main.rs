@@ -6,6 +6,7 @@ mod suite;
 
 #[cfg(feature = "etcd")]
 mod etcd;
+mod json;
 mod native;
 #[cfg(feature = "postgres")]
 mod postgres;
