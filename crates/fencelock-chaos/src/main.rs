@@ -81,7 +81,7 @@ struct RunArgs {
     /// K1, K2, K3, K4, S1, S4, S5, P1, P2; L1, L2 or L3 (against fencelock3).
     #[arg(long)]
     scenario: Scenario,
-    /// fencelock, fencelock3 (a 3-node group), redis, redlock, etcd, zk or postgres.
+    /// fencelock, fencelock-json (a node whose workers use its HTTP API; K1 only), fencelock3 (a 3-node group), redis, redlock, etcd, zk or postgres.
     #[arg(long, default_value = "fencelock")]
     backend: String,
     #[arg(long, default_value_t = 1)]

@@ -150,7 +150,9 @@ struct Tally {
 
 /// P1: rounds of malformed and forged messages, 0.3–1 s apart, until the end.
 pub async fn p1_peer_input(ctx: &mut Ctx) -> anyhow::Result<()> {
-    let Target::Native { grpc, http: admin, server } = &ctx.target else { anyhow::bail!("P1 needs the native server") };
+    let Target::Native { grpc, http: admin, server, .. } = &ctx.target else {
+        anyhow::bail!("P1 needs the native server")
+    };
     let (grpc, admin, pid) = (*grpc, *admin, server.pid());
     let first = view(admin).await?;
     let mut peer = match &ctx.secure {

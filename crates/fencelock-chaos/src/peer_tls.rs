@@ -66,7 +66,9 @@ struct Tally {
 
 /// P2: rounds of forged, well-formed peer messages from non-members.
 pub async fn p2_forged_peer(ctx: &mut Ctx) -> anyhow::Result<()> {
-    let Target::Native { grpc, http: admin, server } = &ctx.target else { anyhow::bail!("P2 needs the native server") };
+    let Target::Native { grpc, http: admin, server, .. } = &ctx.target else {
+        anyhow::bail!("P2 needs the native server")
+    };
     let (grpc, admin, pid) = (*grpc, *admin, server.pid());
     let secure = ctx.secure.clone().context("P2 needs the server run with TLS and auth")?;
     let first = view(admin).await?;

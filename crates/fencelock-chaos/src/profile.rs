@@ -196,6 +196,8 @@ fn plans(p: Profile) -> Vec<Plan> {
             // Multi-holders paused at their first write with all their locks
             // (no peer declares atomic multi-locks).
             v.push(multi(K1, "fencelock", 61, 15));
+            // Workers that speak only the HTTP API, paused past their TTL.
+            v.push(plan(K1, "fencelock-json", 71, 10));
             // The redb log (the default engine's runs are the others) under
             // crashes around its fsync and power loss.
             v.extend([redb(K4, "fencelock", 62, 15), redb(S5, "fencelock", 63, 15)]);

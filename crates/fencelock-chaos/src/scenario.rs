@@ -104,6 +104,9 @@ impl Scenario {
             ),
             Scenario::K1 | Scenario::L1 | Scenario::L2 | Scenario::L3 => None,
             _ if group => Some("against the 3-node group the suite runs K1 and the L scenarios"),
+            _ if backend == "fencelock-json" => {
+                Some("the HTTP API's workers run K1 (pauses past the TTL); the node's own faults run over gRPC")
+            }
             Scenario::K2 if backend == "redlock" => {
                 Some("Redlock talks to several nodes; one proxy cannot hold them all")
             }

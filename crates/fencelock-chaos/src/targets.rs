@@ -14,11 +14,19 @@ use crate::procs::{free_addr, lock_server, ServerProc};
 use crate::secure::Secure;
 
 /// Every backend id `--backend` takes (`fencelock3`: a 3-node fencelock group).
-pub const BACKENDS: &[&str] = &["fencelock", "fencelock3", "redis", "redlock", "etcd", "zk", "postgres"];
+pub const BACKENDS: &[&str] =
+    &["fencelock", "fencelock-json", "fencelock3", "redis", "redlock", "etcd", "zk", "postgres"];
 
 /// A running lock service.
 pub enum Target {
-    Native { server: ServerProc, grpc: SocketAddr, http: SocketAddr },
+    /// One node; `json`: its workers use the HTTP/JSON API (`fencelock+json://`)
+    /// instead of gRPC.
+    Native {
+        server: ServerProc,
+        grpc: SocketAddr,
+        http: SocketAddr,
+        json: bool,
+    },
     Cluster(Cluster),
     Redis(RedisServer),
     Redlock(Vec<RedisServer>),
@@ -42,7 +50,7 @@ impl Target {
             bail!("TLS and auth are set up for fencelock's own server only (a node or a group), not {id}");
         }
         let t = match id {
-            "fencelock" => {
+            "fencelock" | "fencelock-json" => {
                 let (grpc, http) = (free_addr(), free_addr());
                 let mut server = lock_server(&dir.join("lock-data"), grpc, http, dir.join("lock-server.log"));
                 server.env.extend(env);
@@ -52,7 +60,7 @@ impl Target {
                     s.register_admin(http)?;
                 }
                 server.start().await?;
-                Target::Native { server, grpc, http }
+                Target::Native { server, grpc, http, json: id == "fencelock-json" }
             }
             "fencelock3" => Target::Cluster(Cluster::start(dir, env, serve_args, secure).await?),
             "redis" => Target::Redis(blocking(RedisServer::start_volatile).await?),
@@ -68,6 +76,7 @@ impl Target {
     /// The URL a client uses to reach it directly.
     pub fn url(&self) -> String {
         match self {
+            Target::Native { http, json: true, .. } => format!("fencelock+json://{http}"),
             Target::Native { grpc, .. } => format!("http://{grpc}"),
             Target::Cluster(c) => c.url(),
             Target::Redis(r) => r.url(),
@@ -85,6 +94,7 @@ impl Target {
     /// can then stand in front of it); `None` for Redlock's several nodes.
     pub fn upstream(&self) -> Option<SocketAddr> {
         let port = match self {
+            Target::Native { http, json: true, .. } => http.port(),
             Target::Native { grpc, .. } => grpc.port(),
             Target::Redis(r) => r.port(),
             Target::Redlock(_) | Target::Cluster(_) => return None,

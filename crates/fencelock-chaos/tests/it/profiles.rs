@@ -238,6 +238,13 @@ fn short_profile_fencelock3() {
     short_with("fencelock3", 5, true, None);
 }
 
+/// K1 with workers that use only the HTTP/JSON API (`fencelock+json://`):
+/// paused past their TTL, their stale writes refused by the fence.
+#[test]
+fn short_profile_fencelock_json() {
+    short("fencelock-json", 1);
+}
+
 /// K1 and K4 against Redis (no persistence: its lost grants are findings),
 /// and K1 in election mode and in shared mode.
 #[test]
