@@ -32,6 +32,7 @@ use crate::{admin::http_get, model::EngineInfo, procstat, procstat::command_line
 pub const ALL: &[&str] = &[
     "fencelock",
     "fencelock-secure",
+    "fencelock-http",
     "fencelock-3",
     "redis",
     "redis-aof",
@@ -43,7 +44,7 @@ pub const ALL: &[&str] = &[
 ];
 
 /// The native engines: the server this project makes (the peers are the rest).
-const NATIVE: &[&str] = &["fencelock", "fencelock-secure", "fencelock-3"];
+const NATIVE: &[&str] = &["fencelock", "fencelock-secure", "fencelock-http", "fencelock-3"];
 
 /// How the clients of a cell reach the engine (`--client-mode`).
 #[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
@@ -100,6 +101,7 @@ impl Engine {
 pub struct Servers {
     native: Option<NativeServer>,
     native_secure: Option<NativeServer>,
+    native_http: Option<NativeServer>,
     native3: Option<NativeCluster>,
     redis: Option<RedisServer>,
     redis_aof: Option<RedisServer>,
@@ -182,6 +184,10 @@ async fn launch(id: &str, s: &mut Servers, data: &Path) -> anyhow::Result<(Strin
             let n = s.native_secure.insert(NativeServer::spawn(&data.join("fencelock-secure"), args)?);
             (format!("fencelock+tls://{}?{query}", n.grpc), vec![n.pid()], native_config("1 node, TLS and a token"))
         }
+        "fencelock-http" => {
+            let n = s.native_http.insert(NativeServer::start(&data.join("fencelock-http"))?);
+            (format!("fencelock+json://{}", n.http), vec![n.pid()], native_config("1 node, its HTTP/JSON API"))
+        }
         "fencelock-3" => {
             let c = s.native3.insert(NativeCluster::start(&data.join("fencelock-3"), 3).await?);
             (c.url(), c.pids(), native_config("each of 3 nodes"))
@@ -226,6 +232,15 @@ fn info(id: &str, cpu_measured: bool) -> anyhow::Result<EngineInfo> {
         }
         "fencelock-secure" => (
             "fencelock (1 node as above, with TLS and a bearer token on every call)",
+            Some(env!("CARGO_PKG_VERSION").to_string()),
+            true,
+            "global",
+            true,
+        ),
+        "fencelock-http" => (
+            "fencelock (1 node as above) through its HTTP/JSON API: one call per acquire (a lease made for it, a \
+             long-poll in the queue), keep-alives every TTL/3, release by ending the lease; HTTP/1.1 keep-alive \
+             connections",
             Some(env!("CARGO_PKG_VERSION").to_string()),
             true,
             "global",

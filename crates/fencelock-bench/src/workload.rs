@@ -177,6 +177,9 @@ impl Locker {
     }
 }
 
+/// How much longer a measured window that saw no grant goes on.
+const STALL_BOUND: Duration = Duration::from_secs(10);
+
 /// One measured run of one cell on one engine; with `profile`, the engine's
 /// (first) process is sampled by perf for the measured window.
 pub async fn run(engine: &Engine, spec: RunSpec, profile: Option<&profile::Target>) -> anyhow::Result<RunResult> {
@@ -187,12 +190,15 @@ pub async fn run(engine: &Engine, spec: RunSpec, profile: Option<&profile::Targe
     });
     let stop = Arc::new(AtomicBool::new(false));
     let errors = Arc::new(AtomicU64::new(0));
+    // Grants inside the measured window, counted as they come.
+    let measured = Arc::new(AtomicU64::new(0));
     let start = Instant::now();
-    let window = (start + spec.warmup, start + spec.warmup + spec.measure);
+    let mut window = (start + spec.warmup, start + spec.warmup + spec.measure);
     let mut tasks = Vec::new();
     for client in 0..spec.clients {
         let locker = lockers[client % lockers.len()].clone();
-        let (stop, errors, base) = (stop.clone(), errors.clone(), opts.clone());
+        let (stop, errors, base, measured, from) =
+            (stop.clone(), errors.clone(), opts.clone(), measured.clone(), window.0);
         tasks.push(tokio::spawn(async move {
             let mut grants = Vec::new();
             while !stop.load(Ordering::Relaxed) {
@@ -201,6 +207,9 @@ pub async fn run(engine: &Engine, spec: RunSpec, profile: Option<&profile::Targe
                 let invoked = Instant::now();
                 match locker.cycle(&name, &opts).await {
                     Ok(Some((granted, release_started))) => {
+                        if granted >= from {
+                            measured.fetch_add(1, Ordering::Relaxed);
+                        }
                         grants.push(Grant { client, lock, invoked, granted, release_started })
                     }
                     Ok(None) => {}
@@ -224,6 +233,15 @@ pub async fn run(engine: &Engine, spec: RunSpec, profile: Option<&profile::Targe
     let me = std::process::id();
     let (cpu_before, own_before) = (engine.cpu_time(), procstat::own_cpu_time(me));
     tokio::time::sleep_until(window.1).await;
+    // A window without a single grant measures nothing (an engine stalled,
+    // e.g. on an fsync behind a loaded disk): it goes on until the first
+    // grant, for at most `STALL_BOUND` more, and reports the time it took.
+    if measured.load(Ordering::Relaxed) == 0 {
+        while measured.load(Ordering::Relaxed) == 0 && Instant::now() < window.1 + STALL_BOUND {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        window.1 = Instant::now().min(window.1 + STALL_BOUND);
+    }
     let (cpu_after, own_after) = (engine.cpu_time(), procstat::own_cpu_time(me));
     if let Some(r) = &recording {
         r.stop()?;

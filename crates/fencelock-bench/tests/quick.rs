@@ -12,9 +12,10 @@ use std::{path::Path, process::Command};
 
 use serde_json::Value;
 
-const ENGINES: [&str; 10] = [
+const ENGINES: [&str; 11] = [
     "fencelock",
     "fencelock-secure",
+    "fencelock-http",
     "fencelock-3",
     "redis",
     "redis-aof",
@@ -35,6 +36,7 @@ const ELECTING: &[&str] =
 const SHARING: &[&str] = &[
     "fencelock",
     "fencelock-secure",
+    "fencelock-http",
     "fencelock-3",
     "redis",
     "redis-aof",
@@ -43,11 +45,20 @@ const SHARING: &[&str] = &[
     "postgres",
     "pg-advisory",
 ];
-const SEMAPHORES: &[&str] =
-    &["fencelock", "fencelock-secure", "fencelock-3", "redis", "redis-aof", "etcd", "zookeeper", "postgres"];
+const SEMAPHORES: &[&str] = &[
+    "fencelock",
+    "fencelock-secure",
+    "fencelock-http",
+    "fencelock-3",
+    "redis",
+    "redis-aof",
+    "etcd",
+    "zookeeper",
+    "postgres",
+];
 
 /// The native engines, measured in both client modes by default.
-const NATIVE: &[&str] = &["fencelock", "fencelock-secure", "fencelock-3"];
+const NATIVE: &[&str] = &["fencelock", "fencelock-secure", "fencelock-http", "fencelock-3"];
 
 /// The engines of the report, in order: each engine, and a native one's
 /// `ID/shared` right after it.
