@@ -20,13 +20,12 @@
 
 use axum::extract::{Path, State};
 use axum::Json;
-use fencelock_core::ErrorCode;
 use fencelock_proto::v1 as pb;
 use serde::{Deserialize, Serialize};
 
 use super::body::{value_bytes, Id, JsonBody};
 use super::errors::ApiError;
-use super::locks::{acquire_on, lock_name, LeaseArg};
+use super::locks::{acquire_on, done, lock_name, release_grant, set_value_of, LeaseArg, Named};
 use super::{Admin, Caller};
 
 #[derive(Deserialize)]
@@ -107,15 +106,9 @@ pub(super) async fn proclaim(
 ) -> Result<Json<serde_json::Value>, ApiError> {
     let who = c.api(&a)?;
     let JsonBody(r) = body?;
-    let req = pb::SetValueRequest {
-        request_id: super::request_id(r.request_id),
-        lease_id: r.lease_id.0,
-        lock: name,
-        token: r.term.0,
-        value: value_bytes(r.value, r.value_base64)?,
-    };
-    let set = a.ops.set_value(&who, req).await?.set;
-    term_over("proclaimed", set)
+    let value = value_bytes(r.value, r.value_base64)?;
+    let term = Named { lock: name, lease: r.lease_id, token: r.term, request_id: r.request_id };
+    done("proclaimed", set_value_of(&a, &who, term, value).await?, TERM_OVER)
 }
 
 #[derive(Deserialize)]
@@ -135,14 +128,8 @@ pub(super) async fn resign(
 ) -> Result<Json<serde_json::Value>, ApiError> {
     let who = c.api(&a)?;
     let JsonBody(r) = body?;
-    let req = pb::ReleaseRequest {
-        request_id: super::request_id(r.request_id),
-        lease_id: r.lease_id.0,
-        lock: name,
-        token: r.term.0,
-    };
-    let released = a.ops.release(&who, req).await?.released;
-    term_over("resigned", released)
+    let term = Named { lock: name, lease: r.lease_id, token: r.term, request_id: r.request_id };
+    done("resigned", release_grant(&a, &who, term).await?, TERM_OVER)
 }
 
 pub(super) async fn leader(
@@ -164,13 +151,6 @@ pub(super) async fn leader(
     Ok(Json(serde_json::json!({ "name": name.as_str(), "leader": leader })))
 }
 
-/// `{"<what>": true}`, or 409 `not_holder` once the term is over.
-fn term_over(what: &str, ok: bool) -> Result<Json<serde_json::Value>, ApiError> {
-    match ok {
-        true => Ok(Json(serde_json::json!({ what: true }))),
-        false => Err(ApiError::new(
-            ErrorCode::NotHolder,
-            "this lease and term do not lead the election (the term is over: resigned, expired, or never won)",
-        )),
-    }
-}
+/// Why a proclaim or resign of a term that is over is refused.
+const TERM_OVER: &str =
+    "this lease and term do not lead the election (the term is over: resigned, expired, or never won)";

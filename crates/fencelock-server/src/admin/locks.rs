@@ -278,8 +278,13 @@ impl CreatedLease {
         Renewing(tokio::spawn(async move {
             loop {
                 tokio::time::sleep(every).await;
-                if lease.renew().await.is_err() {
-                    return;
+                match lease.renew().await {
+                    Ok(()) => {}
+                    // Gone: the wait ends with lease_not_found by itself.
+                    Err(e) if e.code == ErrorCode::LeaseNotFound => return,
+                    Err(e) => {
+                        tracing::debug!(lease = lease.lease, error = %e.message, "keep-alive of a waiting HTTP acquire's lease failed; trying again")
+                    }
                 }
             }
         }))
@@ -340,14 +345,39 @@ pub(super) async fn release(
 ) -> Result<Json<serde_json::Value>, ApiError> {
     let who = c.api(&a)?;
     let JsonBody(r) = body?;
+    let grant = Named { lock: name, lease: r.lease_id, token: r.token, request_id: r.request_id };
+    done("released", release_grant(&a, &who, grant).await?, NOT_HOLDER)
+}
+
+/// A grant a request names: its lock, lease and token (an election's term).
+pub(super) struct Named {
+    pub(super) lock: String,
+    pub(super) lease: Id,
+    pub(super) token: Id,
+    pub(super) request_id: Option<Id>,
+}
+
+/// Releases `g` (compare-and-delete): whether it was the current grant.
+pub(super) async fn release_grant(a: &Admin, who: &Who, g: Named) -> Result<bool, ApiError> {
     let req = pb::ReleaseRequest {
-        request_id: super::request_id(r.request_id),
-        lease_id: r.lease_id.0,
-        lock: name,
-        token: r.token.0,
+        request_id: super::request_id(g.request_id),
+        lease_id: g.lease.0,
+        lock: g.lock,
+        token: g.token.0,
     };
-    let released = a.ops.release(&who, req).await?.released;
-    done("released", released)
+    Ok(a.ops.release(who, req).await?.released)
+}
+
+/// Sets the value published with `g`: whether it was the current grant.
+pub(super) async fn set_value_of(a: &Admin, who: &Who, g: Named, value: Vec<u8>) -> Result<bool, ApiError> {
+    let req = pb::SetValueRequest {
+        request_id: super::request_id(g.request_id),
+        lease_id: g.lease.0,
+        lock: g.lock,
+        token: g.token.0,
+        value,
+    };
+    Ok(a.ops.set_value(who, req).await?.set)
 }
 
 pub(super) async fn downgrade(
@@ -365,7 +395,7 @@ pub(super) async fn downgrade(
         token: r.token.0,
     };
     let downgraded = a.ops.downgrade(&who, req).await?.downgraded;
-    done("downgraded", downgraded)
+    done("downgraded", downgraded, NOT_HOLDER)
 }
 
 #[derive(Deserialize)]
@@ -389,15 +419,9 @@ pub(super) async fn set_value(
 ) -> Result<Json<serde_json::Value>, ApiError> {
     let who = c.api(&a)?;
     let JsonBody(r) = body?;
-    let req = pb::SetValueRequest {
-        request_id: super::request_id(r.request_id),
-        lease_id: r.lease_id.0,
-        lock: name,
-        token: r.token.0,
-        value: value_bytes(r.value, r.value_base64)?,
-    };
-    let set = a.ops.set_value(&who, req).await?.set;
-    done("set", set)
+    let value = value_bytes(r.value, r.value_base64)?;
+    let grant = Named { lock: name, lease: r.lease_id, token: r.token, request_id: r.request_id };
+    done("set", set_value_of(&a, &who, grant, value).await?, NOT_HOLDER)
 }
 
 #[derive(Deserialize)]
@@ -429,7 +453,7 @@ pub(super) async fn complete_slot(
         exit_code: r.exit_code,
     };
     let completed = a.ops.complete_slot(&who, req).await?.completed;
-    done("completed", completed)
+    done("completed", completed, NOT_HOLDER)
 }
 
 #[derive(Deserialize)]
@@ -469,14 +493,16 @@ pub(super) async fn check(
     Ok(Json(serde_json::json!({ "current": r.current, "current_token": r.current_token.map(|t| t.to_string()) })))
 }
 
-/// `{"<what>": true}`, or 409 `not_holder` when the grant was not current.
-fn done(what: &str, ok: bool) -> Result<Json<serde_json::Value>, ApiError> {
+/// Why a request on a grant that is not current is refused.
+const NOT_HOLDER: &str =
+    "the lease and token are not a current grant of this lock (released, expired, or never theirs)";
+
+/// `{"<what>": true}`, or 409 `not_holder` saying `why` when the grant was
+/// not current.
+pub(super) fn done(what: &str, ok: bool, why: &str) -> Result<Json<serde_json::Value>, ApiError> {
     match ok {
         true => Ok(Json(serde_json::json!({ what: true }))),
-        false => Err(ApiError::new(
-            ErrorCode::NotHolder,
-            "the lease and token are not a current grant of this lock (released, expired, or never theirs)",
-        )),
+        false => Err(ApiError::new(ErrorCode::NotHolder, why)),
     }
 }
 
