@@ -36,7 +36,11 @@ fn code(v: &Value) -> &str {
 async fn node() -> (tempfile::TempDir, fencelock_server::Running, Http) {
     let dir = tempfile::tempdir().unwrap();
     let (running, mut grpc) = support::start(dir.path()).await;
-    support::lease(&mut grpc, 1000).await;
+    // Ready once it grants a lease; revoked at once, so that its expiry never
+    // lands in a test's count of log entries.
+    let ready = support::lease(&mut grpc, 1000).await;
+    let revoke = fencelock_proto::v1::RevokeLeaseRequest { request_id: support::request_id(), lease_id: ready };
+    grpc.revoke_lease(revoke).await.expect("revoke the readiness lease");
     let http = Http::new(running.http_addr).timeout(Duration::from_secs(30));
     (dir, running, http)
 }
