@@ -500,14 +500,19 @@ async fn cluster_remove(State(a): State<Admin>, c: Caller, Path(id): Path<String
     }
 }
 
-/// Makes the change here if this node leads, else hands it to the leader once.
+/// Makes the change (see [`change_once`]), audited.
 async fn change(a: &Admin, who: &Who, c: Change) -> Response {
-    let res = match cluster::apply(&a.ops.raft, &c).await {
-        Err(ClusterError::NotLeader { leader: Some((id, addr)) }) if id != a.node_id => {
-            cluster::forward(&addr, &c, a.tls.as_deref()).await
+    // A refusal for want of a leader changed nothing: while leadership is in
+    // flux (a leader just elected and not serving yet, or handing over) the
+    // change is tried again, for up to 5 s.
+    let mut res = change_once(a, &c).await;
+    for _ in 0..CHANGE_TRIES {
+        if !matches!(res, Err(ClusterError::NotLeader { .. })) {
+            break;
         }
-        r => r,
-    };
+        tokio::time::sleep(CHANGE_RETRY_PAUSE).await;
+        res = change_once(a, &c).await;
+    }
     let (action, object) = match &c {
         Change::Add { id, addr, peer_addr } => (
             "cluster.add",
@@ -521,6 +526,21 @@ async fn change(a: &Admin, who: &Who, c: Change) -> Response {
         Ok(s) => Json(s).into_response(),
         Err(e @ ClusterError::Invalid(_)) => error_json(ErrorCode::InvalidArgument, e.to_string()),
         Err(e) => error_json(ErrorCode::Unavailable, e.to_string()),
+    }
+}
+
+/// How often, and how far apart, a membership change refused for want of a
+/// leader is tried again (see [`change`]).
+const CHANGE_TRIES: usize = 20;
+const CHANGE_RETRY_PAUSE: Duration = Duration::from_millis(250);
+
+/// The change made here if this node leads, else handed to the leader once.
+async fn change_once(a: &Admin, c: &Change) -> Result<cluster::Status, ClusterError> {
+    match cluster::apply(&a.ops.raft, c).await {
+        Err(ClusterError::NotLeader { leader: Some((id, addr)) }) if id != a.node_id => {
+            cluster::forward(&addr, c, a.tls.as_deref()).await
+        }
+        r => r,
     }
 }
 
