@@ -94,6 +94,10 @@ struct RunArgs {
     /// Lease TTL (raised to the backend's minimum).
     #[arg(long, default_value = "500ms", value_parser = parse_duration)]
     ttl: Duration,
+    /// S6's allowance for a loaded machine, on top of its bound (2 × TTL plus
+    /// the restart or election allowance); `profile short` uses 3 s.
+    #[arg(long, default_value = "0s", value_parser = parse_duration)]
+    heal_slack: Duration,
     /// Run a deliberately broken build: fencing-off, memory-token,
     /// dead-waiter, reads-unfenced (with --shared), multi-one-by-one (with --multi).
     #[arg(long)]
@@ -237,6 +241,7 @@ async fn run_one(a: RunArgs) -> anyhow::Result<ExitCode> {
         permits: a.permits,
         multi: a.multi,
         log: a.log,
+        heal_slack: a.heal_slack,
         out: out.clone(),
     };
     let verdict = run::run(spec).await?;

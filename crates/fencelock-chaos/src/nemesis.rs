@@ -560,8 +560,10 @@ async fn s1_trial(
     let waiter = native_client(&ctx.lock_url(Some(proxy.addr()))).await?;
     let wlock = lock.clone();
     let wait = tokio::spawn(async move { waiter.lock(&wlock).ttl(ttl).wait(ttl * 20).acquire().await });
-    let Some(dead_lease) = queued_waiter(admin, &lock).await else {
+    let Some(dead_lease) = queued_waiter(admin, &lock, &wait).await else {
         wait.abort();
+        // A holder that lost its lease (a loaded machine) lets the waiter in
+        // at once: no trial; the next one starts.
         anyhow::bail!("the waiter never showed in the queue");
     };
     let held_before = proxy.held_bytes();
@@ -608,9 +610,13 @@ async fn s1_trial(
     Ok(())
 }
 
-/// Polls the lock's queue (up to 5 s) until one waiter shows; its lease.
-async fn queued_waiter(admin: std::net::SocketAddr, lock: &str) -> Option<u64> {
+/// Polls the lock's queue (up to 5 s, or until the waiter's acquire ends)
+/// until one waiter shows; its lease.
+async fn queued_waiter<T>(admin: std::net::SocketAddr, lock: &str, wait: &tokio::task::JoinHandle<T>) -> Option<u64> {
     for _ in 0..500 {
+        if wait.is_finished() {
+            return None;
+        }
         if let Ok(v) = describe(admin, lock).await {
             if let Some(lease) = id(&v["waiters"][0]["lease_id"]) {
                 return Some(lease);

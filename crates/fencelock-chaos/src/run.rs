@@ -246,6 +246,7 @@ fn run_info(spec: &RunSpec, caps: &Capabilities, ttl: Duration) -> RunInfo {
         durable_tokens: caps.durable_tokens,
         ttl_ms,
         heal_bound_ms: 2 * ttl_ms + allowance,
+        heal_slack_ms: spec.heal_slack.as_millis() as u64,
         // In semaphore mode each worker owns its object: a paused holder's
         // late write follows its own earlier writes, and the fence rightly
         // takes it; what the faults test there is that permits return (S6, R2).

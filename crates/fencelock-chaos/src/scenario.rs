@@ -270,6 +270,9 @@ pub struct RunSpec {
     /// The Raft log of fencelock's own servers (a node or the group): the
     /// product's default, the segment log, or redb (`--log redb`).
     pub log: LogEngine,
+    /// S6's allowance for a loaded machine, on top of its bound (see
+    /// `RunInfo::heal_slack_ms`).
+    pub heal_slack: Duration,
     /// Where the histories, logs and verdict go.
     pub out: PathBuf,
 }

@@ -23,7 +23,7 @@ pub(super) fn s6_heal(r: &Run<'_>) -> (Check, Option<u64>) {
         return (without("S6", S6, Status::NotApplicable, "no fault ended in this run".into()), None);
     }
     let healed = FirstWrite::new(r);
-    let bound = r.info.heal_bound_ms.saturating_mul(NS_PER_MS);
+    let bound = r.info.heal_bound_ms.saturating_add(r.info.heal_slack_ms).saturating_mul(NS_PER_MS);
     let (mut tally, mut evaluated, mut slowest, mut local) = (Tally::default(), 0, None::<u64>, false);
     for e in ends {
         let late = match healed.after(e.t) {

@@ -40,6 +40,7 @@ pub(super) fn info() -> RunInfo {
         durable_tokens: true,
         ttl_ms: 1_000,
         heal_bound_ms: 3_000,
+        heal_slack_ms: 0,
         min_stale_rejects: 0,
         required_evidence: vec![],
         object_key: "obj".into(),

@@ -43,3 +43,20 @@ fn s6_healed_fault_passes_and_a_fault_at_the_end_is_ignored() {
     assert_eq!(get(&v, "S6").status, Status::Pass, "{:?}", get(&v, "S6").examples);
     assert_eq!(v.stats.heal_max_ms, Some(200));
 }
+
+#[test]
+fn s6_slack_widens_the_bound_and_the_slowest_heal_is_still_reported() {
+    // S6 with a loaded machine's slack (CI's short profile): a heal 3,900 ms
+    // after the fault passes under a 3,000 ms bound plus 1,000 ms of slack,
+    // fails under 800 ms of slack, and is reported as the slowest either way.
+    let mut h = clean();
+    h.fault(100, "start").fault(200, "end").write("w0", 9, (4_000, 4_100), 9, Kind::Ok);
+    h.final_read(9_000, &["w0-1", "w1-1", "w0-9"]);
+    let mut i = info();
+    i.heal_slack_ms = 1_000;
+    let v = run(&i, &h, &[]);
+    assert_eq!(get(&v, "S6").status, Status::Pass, "{:?}", get(&v, "S6").examples);
+    assert_eq!(v.stats.heal_max_ms, Some(3_900));
+    i.heal_slack_ms = 800;
+    assert_eq!(get(&run(&i, &h, &[]), "S6").status, Status::Fail);
+}
