@@ -122,7 +122,9 @@ fn the_python_and_javascript_examples_take_renew_and_release_a_lock() {
     let step =
         |lines: &[serde_json::Value], s: &str| lines.iter().filter(|l| l["step"] == s).cloned().collect::<Vec<_>>();
     for (who, out) in [("python", &py), ("node", &js)] {
-        assert!(step(out, "renewed").len() >= 2, "{who} renewed its lease while it worked: {out:?}");
+        // Two renewals are due in 2.5 s; a loaded CI machine once managed one
+        // (how many is timing): at least one shows the keep-alive works.
+        assert!(!step(out, "renewed").is_empty(), "{who} renewed its lease while it worked: {out:?}");
         let released = step(out, "released");
         assert_eq!(
             released.first().map(|r| &r["answer"]),
