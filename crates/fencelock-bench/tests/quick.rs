@@ -1,5 +1,6 @@
-//! `fencelock-bench --quick` end to end: every engine is started, every cell of
-//! every workload runs and completes cycles without errors, and the report,
+//! `fencelock-bench --quick` end to end, in two halves (the native engines,
+//! the peers): every engine is started, every cell of every workload runs
+//! and completes cycles without errors, and the report,
 //! JSON and charts are written. No figure is asserted (timings belong in the
 //! benchmark's output, not in tests); what is checked is that each cell ran
 //! and that the native server's durability check found every grant. The
@@ -60,34 +61,43 @@ const SEMAPHORES: &[&str] = &[
 /// The native engines, measured in both client modes by default.
 const NATIVE: &[&str] = &["fencelock", "fencelock-secure", "fencelock-http", "fencelock-3"];
 
-/// The engines of the report, in order: each engine, and a native one's
-/// `ID/shared` right after it.
-fn measured() -> Vec<String> {
+/// The engines of a report of `engines`, in order: each engine, and a
+/// native one's `ID/shared` right after it.
+fn measured(engines: &[&str]) -> Vec<String> {
     let mut ids = Vec::new();
-    for e in ENGINES {
+    for e in engines {
         ids.push(e.to_string());
-        if NATIVE.contains(&e) {
+        if NATIVE.contains(e) {
             ids.push(format!("{e}/shared"));
         }
     }
     ids
 }
 
-#[test]
-fn quick_run_measures_every_cell_of_every_engine() {
+/// `fencelock-bench --quick` on `engines` with `workloads`: its results.json
+/// and results.md (and the directory holding them and the charts).
+fn quick(engines: &[&str], workloads: &str) -> (Value, String, tempfile::TempDir) {
     let out = tempfile::tempdir().unwrap();
     let status = Command::new(env!("CARGO_BIN_EXE_fencelock-bench"))
-        .args(["--quick", "--seconds", "0.5", "--clients", "1,16", "--out"])
+        .args(["--quick", "--seconds", "0.3", "--clients", "1,16", "--engines", &engines.join(",")])
+        .args(["--workloads", workloads, "--out"])
         .arg(out.path())
         .status()
         .expect("run fencelock-bench");
     assert!(status.success(), "fencelock-bench --quick failed: {status}");
-
     let report: Value =
         serde_json::from_str(&std::fs::read_to_string(out.path().join("results.json")).unwrap()).unwrap();
+    let md = std::fs::read_to_string(out.path().join("results.md")).unwrap();
+    (report, md, out)
+}
+
+/// Every W1, W2 and W5 cell of `engines` ran cycles without errors, W6 ran
+/// one kill and one freeze on each that elects, and the report and charts
+/// name them.
+fn every_cell_ran(engines: &[&str], report: &Value, md: &str, out: &Path) {
     assert_eq!(report["mode"], "quick");
     let ids: Vec<&str> = report["engines"].as_array().unwrap().iter().map(|e| e["id"].as_str().unwrap()).collect();
-    let measured = measured();
+    let measured = measured(engines);
     assert_eq!(ids, measured);
 
     let cells = report["cells"].as_array().unwrap();
@@ -123,21 +133,9 @@ fn quick_run_measures_every_cell_of_every_engine() {
         }
     }
 
-    let scale = &report["scale"];
-    assert_eq!(scale["leases"], 20_000, "W3 created every lease: {scale}");
-    assert_eq!(scale["renew_failures"], 0, "{scale}");
-    assert!(scale["renewals"].as_u64().unwrap() > 0, "{scale}");
-    assert!(scale["rss_after"].as_u64().unwrap() > scale["rss_before"].as_u64().unwrap(), "{scale}");
-
-    let d = &report["durability"];
-    assert!(d["fsyncs"].as_u64().unwrap() > 0, "strace saw no fsync: {d}");
-    assert!(d["grants_verified"].as_u64().unwrap() > 0, "{d}");
-    assert_eq!(d["grants_missing"], 0, "an acknowledged grant was lost: {d}");
-    assert!(d["first_token_after"].as_u64().unwrap() > d["max_token_before"].as_u64().unwrap(), "{d}");
-
     // W6 ran on every engine with elections, one kill and one freeze each.
     let elections = report["elections"].as_array().unwrap();
-    for engine in ELECTING {
+    for engine in engines.iter().filter(|e| ELECTING.contains(e)) {
         for fault in ["Kill", "Stop"] {
             let f = elections
                 .iter()
@@ -149,18 +147,47 @@ fn quick_run_measures_every_cell_of_every_engine() {
         }
     }
 
-    let md = std::fs::read_to_string(out.path().join("results.md")).unwrap();
     for engine in &measured {
         assert!(md.contains(engine.as_str()), "results.md does not mention {engine}");
     }
     assert!(md.contains("### How each engine runs"), "results.md does not say how the engines run");
-    assert!(md.contains("3-node group next to 1 node"), "results.md does not put the group next to the node");
     for chart in ["w1-throughput", "w1-latency"] {
         for ext in ["svg", "png"] {
-            let p = out.path().join(format!("{chart}.{ext}"));
+            let p = out.join(format!("{chart}.{ext}"));
             assert!(non_empty(&p), "{} missing", p.display());
         }
     }
+}
+
+/// The native engines in both client modes, every workload: W3 (scale) and
+/// W4 (durability) run on natives only. One of two halves of the engine list
+/// (CI runs the halves side by side, two threads each).
+#[test]
+fn quick_run_measures_every_cell_of_the_native_engines() {
+    let (report, md, out) = quick(NATIVE, "W1,W2,W3,W4,W5,W6");
+    every_cell_ran(NATIVE, &report, &md, out.path());
+    assert!(md.contains("3-node group next to 1 node"), "results.md does not put the group next to the node");
+
+    let scale = &report["scale"];
+    assert_eq!(scale["leases"], 20_000, "W3 created every lease: {scale}");
+    assert_eq!(scale["renew_failures"], 0, "{scale}");
+    assert!(scale["renewals"].as_u64().unwrap() > 0, "{scale}");
+    assert!(scale["rss_after"].as_u64().unwrap() > scale["rss_before"].as_u64().unwrap(), "{scale}");
+
+    let d = &report["durability"];
+    assert!(d["fsyncs"].as_u64().unwrap() > 0, "strace saw no fsync: {d}");
+    assert!(d["grants_verified"].as_u64().unwrap() > 0, "{d}");
+    assert_eq!(d["grants_missing"], 0, "an acknowledged grant was lost: {d}");
+    assert!(d["first_token_after"].as_u64().unwrap() > d["max_token_before"].as_u64().unwrap(), "{d}");
+}
+
+/// Every peer, through the recipe its users run, in W1, W2, W5 and W6: the
+/// other half of the engine list.
+#[test]
+fn quick_run_measures_every_cell_of_the_peers() {
+    let peers: Vec<&str> = ENGINES.iter().copied().filter(|e| !NATIVE.contains(e)).collect();
+    let (report, md, out) = quick(&peers, "W1,W2,W5,W6");
+    every_cell_ran(&peers, &report, &md, out.path());
 }
 
 fn non_empty(p: &Path) -> bool {
