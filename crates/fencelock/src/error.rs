@@ -73,6 +73,11 @@ pub enum Error {
     /// gRPC `PERMISSION_DENIED`, HTTP 403. Not retried.
     #[error("permission denied: {0}")]
     PermissionDenied(String),
+    /// A quota or rate limit of the caller (or of the node) is reached: gRPC
+    /// `RESOURCE_EXHAUSTED`, HTTP 429 `limit_reached`. Nothing changed; the
+    /// same request succeeds once the caller holds less (or waits).
+    #[error("limit reached: {0}")]
+    LimitReached(String),
     /// Any other gRPC status the server returned (`code: message`).
     #[error("server error: {0}")]
     Server(String),
@@ -234,6 +239,7 @@ impl Error {
             Code::Unavailable => Error::Unavailable(msg),
             Code::DeadlineExceeded => Error::Timeout,
             Code::Unauthenticated | Code::PermissionDenied => refusal(status.code() == Code::Unauthenticated, &msg),
+            Code::ResourceExhausted => Error::LimitReached(msg),
             code => Error::Server(format!("{code:?}: {msg}")),
         }
     }
@@ -390,6 +396,7 @@ mod tests {
             (Status::unavailable("no leader"), Error::Unavailable("no leader".into())),
             (Status::deadline_exceeded("late"), Error::Timeout),
             (Status::internal("boom"), Error::Server("Internal: boom".into())),
+            (Status::resource_exhausted("leases quota"), Error::LimitReached("leases quota".into())),
         ];
         for (status, want) in cases {
             assert_eq!(Error::from_status(&status), want, "{status:?}");

@@ -177,6 +177,7 @@ pub(super) fn refusal(status: u16, v: &Value) -> Error {
         },
         "unauthenticated" => Error::Unauthenticated(message),
         "permission_denied" => Error::PermissionDenied(message),
+        "limit_reached" => Error::LimitReached(message),
         "not_leader" | "unavailable" => Error::Unavailable(message),
         "" => Error::Protocol(format!("{status} without an error code: {v}")),
         code => Error::Server(format!("{code}: {message}")),
@@ -186,4 +187,24 @@ pub(super) fn refusal(status: u16, v: &Value) -> Error {
 /// An id or token: a decimal string (a number from an older node).
 pub(super) fn id(v: &Value) -> Option<u64> {
     v.as_str().and_then(|s| s.parse().ok()).or_else(|| v.as_u64())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The HTTP API's error codes give the errors the gRPC client gives for
+    /// the same refusals (one `Error` per case, whatever the transport).
+    #[test]
+    fn refusals_map_to_the_native_clients_errors() {
+        let e = |code: &str| refusal(400, &serde_json::json!({"error": {"code": code, "message": "m"}}));
+        assert_eq!(e("invalid_argument"), Error::InvalidArgument("m".into()));
+        assert_eq!(e("lease_not_found"), Error::LeaseNotFound("m".into()));
+        assert_eq!(e("unauthenticated"), Error::Unauthenticated("m".into()));
+        assert_eq!(e("permission_denied"), Error::PermissionDenied("m".into()));
+        assert_eq!(e("limit_reached"), Error::LimitReached("m".into()));
+        assert_eq!(e("unavailable"), Error::Unavailable("m".into()));
+        assert_eq!(e("internal"), Error::Server("internal: m".into()));
+        assert!(matches!(refusal(502, &serde_json::json!({})), Error::Protocol(_)));
+    }
 }
