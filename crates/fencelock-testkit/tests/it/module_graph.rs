@@ -1,6 +1,7 @@
 //! Issue 33 (after issue 16): no import cycles in any crate of the workspace.
 //!
-//! This check reads the sources of every crate under `crates/` (it lives in
+//! This check reads the sources of every crate under `crates/` and of
+//! `python/` (the Python package's crate; it lives in
 //! the testkit because it belongs to no one crate). For each directory of a
 //! crate's module tree (the crate root and every module with submodules), the
 //! modules in it must not import one another in a circle. An edge `a → b`
@@ -515,6 +516,11 @@ fn workspace_crates() -> Vec<(String, PathBuf)> {
         .filter(|p| p.join("src").is_dir())
         .map(|p| (p.file_name().unwrap().to_string_lossy().to_string(), p.join("src")))
         .collect();
+    // The Python package's crate lives beside its Python code, in python/.
+    let python = crates.join("../python");
+    if python.join("src").is_dir() {
+        out.push(("python".to_string(), python.join("src")));
+    }
     out.sort();
     out
 }

@@ -1,0 +1,34 @@
+//! The `fencelock` Python package's native module, `fencelock._fencelock`:
+//! the Rust client ([`fencelock`]) under a sync Python API. The package
+//! (`python/fencelock/`) re-exports it with the exceptions and helpers
+//! written in Python.
+//!
+//! - [`client`]: `connect` and `Client` (acquire, try, check);
+//! - [`guard`]: `Guard` (a held lock, a context manager) and `LostEvent`;
+//! - [`errors`]: Rust errors as the package's exceptions, named after the
+//!   server's error codes;
+//! - [`runtime`]: the per-process tokio runtime and the one way Python
+//!   waits on it (GIL released, Ctrl-C honoured, forks detected);
+//! - [`args`], [`capabilities`], [`clock`]: small conversions.
+
+mod args;
+mod capabilities;
+mod client;
+mod clock;
+mod errors;
+mod guard;
+mod runtime;
+
+use pyo3::prelude::*;
+
+/// fencelock's native module.
+#[pymodule]
+fn _fencelock(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(client::connect, m)?)?;
+    m.add_function(wrap_pyfunction!(errors::codes, m)?)?;
+    m.add_class::<client::Client>()?;
+    m.add_class::<guard::Guard>()?;
+    m.add_class::<guard::LostEvent>()?;
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    Ok(())
+}
