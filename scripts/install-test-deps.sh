@@ -5,7 +5,8 @@
 # strace, with which the benchmark counts the native server's fsyncs; and
 # libfaketime, which skews clocks of the chaos suite's processes (K3); curl
 # and jq, with which the HTTP guide (docs/http-api.md) is run as written, and
-# python3 and nodejs, which run its examples.
+# python3 and nodejs, which run its examples; python3-venv, in which the
+# Python package is installed and tested.
 #
 # Idempotent: installs only what is missing and says what it did. Safe to run
 # from .ci/run on every build. Needs root (or sudo) only when something is
@@ -65,6 +66,13 @@ for tool in curl jq python3 node; do
         missing+=("$tool")
     fi
 done
+
+# The Python package's tests run in a virtual environment (python3 -m venv).
+if python3 -c "import venv, ensurepip" >/dev/null 2>&1; then
+    echo "install-test-deps: python3 venv present"
+else
+    missing+=(python3-venv)
+fi
 
 if [ ${#missing[@]} -eq 0 ]; then
     echo "install-test-deps: nothing to install"

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# The Python package's tests, as a user meets the package: a fresh virtual
+# environment, `pip install ./python` (maturin builds the extension from
+# PyPI's build backend), then pytest against real servers (a fencelock node
+# from target/debug, Debian's redis-server). pytest's "no tests collected" is
+# an exit code of its own (5), so an empty suite fails too.
+#
+# Speed, for CI: the extension is built with the workspace's dev profile into
+# its target dir (MATURIN_PEP517_ARGS, CARGO_TARGET_DIR), so the crates the
+# workspace build made already are not built again. A user's plain
+# `pip install ./python` builds a release wheel.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+venv=target/py-venv
+t=$(date +%s)
+python3 -m venv --clear "$venv"
+CARGO_TARGET_DIR="$PWD/target" MATURIN_PEP517_ARGS="--profile dev" \
+    "$venv/bin/pip" install --quiet pytest ./python
+echo "python-test.sh: install: $(( $(date +%s) - t )) s"
+
+t=$(date +%s)
+rc=0
+FENCELOCK_BIN="$PWD/target/debug/fencelock" "$venv/bin/python" -m pytest -q -p no:cacheprovider python/tests || rc=$?
+echo "python-test.sh: pytest: $(( $(date +%s) - t )) s"
+exit "$rc"
