@@ -15,12 +15,18 @@ cd "$(dirname "$0")/.."
 venv=target/py-venv
 t=$(date +%s)
 python3 -m venv --clear "$venv"
-CARGO_TARGET_DIR="$PWD/target" MATURIN_PEP517_ARGS="--profile dev" \
-    "$venv/bin/pip" install --quiet pytest ./python
+CARGO_TARGET_DIR="$PWD/target" MATURIN_PEP517_ARGS="--profile dev --features workspace-features" \
+    "$venv/bin/pip" install --quiet pytest mypy "psycopg[binary]" ./python
 echo "python-test.sh: install: $(( $(date +%s) - t )) s"
 
+# The type stubs and the package's annotations, as a user's type checker
+# reads them: the examples and the package under mypy --strict.
 t=$(date +%s)
 rc=0
+(cd python && "../$venv/bin/python" -m mypy --strict --cache-dir /dev/null examples fencelock) || rc=$?
+echo "python-test.sh: mypy: $(( $(date +%s) - t )) s"
+
+t=$(date +%s)
 FENCELOCK_BIN="$PWD/target/debug/fencelock" "$venv/bin/python" -m pytest -q -p no:cacheprovider python/tests || rc=$?
 echo "python-test.sh: pytest: $(( $(date +%s) - t )) s"
 exit "$rc"

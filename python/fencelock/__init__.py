@@ -41,13 +41,19 @@ from ._errors import (
     Unavailable,
     Unsupported,
 )
-from ._fencelock import Client, Guard, LostEvent, __version__, connect
+from ._client import Client, connect
+from ._election import Leader, Leadership, Observation, Vacant
+from ._fencelock import Guard, LostEvent, __version__
 
 __all__ = [
     "connect",
     "Client",
     "Guard",
     "LostEvent",
+    "Leader",
+    "Leadership",
+    "Observation",
+    "Vacant",
     "__version__",
     "Error",
     "Busy",

@@ -1,9 +1,18 @@
 """Type stubs of fencelock's native module (the Rust client)."""
 
 from types import TracebackType
-from typing import Dict, List, Optional, Tuple, Type, Union
+from typing import Any, Callable, Dict, List, Literal, Optional, Tuple, Type, Union
 
 __version__: str
+
+_Done = Callable[[bool, Any], None]
+
+class Task:
+    """A call started for asyncio; ``cancel()`` drops it (an acquire leaves the queue)."""
+
+    def cancel(self) -> None: ...
+
+def _start_connect(done: _Done, url: str, *, token: Optional[str] = None, tls_ca: Optional[str] = None) -> Task: ...
 
 def connect(url: str, *, token: Optional[str] = None, tls_ca: Optional[str] = None) -> Client:
     """Connects to the lock service of ``url`` (any backend)."""
@@ -16,6 +25,7 @@ class LostEvent:
 
     def is_set(self) -> bool: ...
     def wait(self, timeout: Optional[float] = None) -> bool: ...
+    def _start_wait(self, done: _Done, timeout: Optional[float] = None) -> Task: ...
     @property
     def reason(self) -> Optional[str]: ...
 
@@ -39,7 +49,9 @@ class Guard:
     @property
     def held(self) -> bool: ...
     def release(self) -> bool: ...
+    def _start_release(self, done: _Done) -> Task: ...
     def set_value(self, value: Union[bytes, str]) -> bool: ...
+    def _start_set_value(self, done: _Done, value: Union[bytes, str]) -> Task: ...
     def complete_slot(self, slot: str, exit_code: int) -> bool: ...
     def downgrade(self) -> bool: ...
     def __enter__(self) -> Guard: ...
@@ -48,44 +60,47 @@ class Guard:
         exc_type: Optional[Type[BaseException]],
         exc: Optional[BaseException],
         tb: Optional[TracebackType],
-    ) -> bool: ...
+    ) -> Literal[False]: ...
+
+_LeaderTuple = Tuple[str, str, int, Optional[bytes], Optional[str]]
+
+class Observer:
+    """The changes of one election (wrapped by fencelock.Observation)."""
+
+    def next(self) -> Optional[_LeaderTuple]: ...
+    def _start_next(self, done: _Done) -> Task: ...
 
 class Client:
-    """A client of one lock service, shared by every thread."""
+    """The native client (wrapped by fencelock.Client)."""
 
-    def lock(
-        self,
-        name: str,
-        *,
-        ttl: float = 15.0,
-        wait: float = 0.0,
-        shared: bool = False,
-        permits: int = 0,
-        weight: int = 1,
-        identity: Optional[str] = None,
-        value: Optional[Union[bytes, str]] = None,
-        hold_at_least: float = 0.0,
-        once_per: Optional[str] = None,
-        lock_delay: float = 0.0,
-        require_fencing: bool = False,
-    ) -> Guard: ...
-    def try_lock(
-        self,
-        name: str,
-        *,
-        ttl: float = 15.0,
-        wait: float = 0.0,
-        shared: bool = False,
-        permits: int = 0,
-        weight: int = 1,
-        identity: Optional[str] = None,
-        value: Optional[Union[bytes, str]] = None,
-        hold_at_least: float = 0.0,
-        once_per: Optional[str] = None,
-        lock_delay: float = 0.0,
-        require_fencing: bool = False,
-    ) -> Optional[Guard]: ...
+    def lock(self, name: str, **options: Any) -> Guard: ...
+    def try_lock(self, name: str, **options: Any) -> Optional[Guard]: ...
+    def _start_lock(self, done: _Done, name: str, raise_contention: bool, **options: Any) -> Task: ...
     def check(self, name: str, token: int) -> bool: ...
+    def _start_check(self, done: _Done, name: str, token: int) -> Task: ...
+    def _campaign(
+        self,
+        name: str,
+        *,
+        ttl: float = 15.0,
+        value: Optional[bytes] = None,
+        identity: Optional[str] = None,
+        wait: Optional[float] = None,
+    ) -> Guard: ...
+    def _start_campaign(
+        self,
+        done: _Done,
+        name: str,
+        *,
+        ttl: float = 15.0,
+        value: Optional[bytes] = None,
+        identity: Optional[str] = None,
+        wait: Optional[float] = None,
+    ) -> Task: ...
+    def _leader(self, name: str) -> Optional[_LeaderTuple]: ...
+    def _start_leader(self, done: _Done, name: str) -> Task: ...
+    def _observe(self, name: str) -> Observer: ...
+    def _start_observe(self, done: _Done, name: str) -> Task: ...
     @property
     def backend_kind(self) -> str: ...
     def capabilities(self) -> Dict[str, Union[bool, str, float]]: ...
@@ -96,4 +111,4 @@ class Client:
         exc_type: Optional[Type[BaseException]],
         exc: Optional[BaseException],
         tb: Optional[TracebackType],
-    ) -> bool: ...
+    ) -> Literal[False]: ...

@@ -16,7 +16,7 @@ use pyo3::types::PyType;
 
 use crate::args::Value;
 use crate::errors;
-use crate::runtime::Owner;
+use crate::runtime::{Owner, Task};
 
 type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
@@ -154,12 +154,46 @@ impl Guard {
         out.map_err(errors::from_client)
     }
 
+    /// asyncio's `release`: `done(ok, bool or exception)` from a client thread.
+    fn _start_release(&self, done: Py<PyAny>) -> PyResult<Task> {
+        let first = !self.released.swap(true, Ordering::SeqCst);
+        let inner = self.inner.clone();
+        let fut = async move {
+            let guard = if first { inner.lock().await.take() } else { None };
+            match guard {
+                Some(g) => g.release().await,
+                None => Ok(false),
+            }
+        };
+        self.owner.start("guard", fut, done, |py, out| {
+            let released = out.map_err(errors::from_client)?;
+            Ok(released.into_pyobject(py)?.to_owned().into_any().unbind())
+        })
+    }
+
     /// Publishes `value` (bytes or str) with the grant, where the backend
     /// keeps one (an election's leader address); False if the lock is no
     /// longer held.
     fn set_value(&self, py: Python<'_>, value: Value) -> PyResult<bool> {
         let bytes = value.0;
         self.call(py, move |g| Box::pin(g.set_value(bytes)))
+    }
+
+    /// asyncio's `set_value`: `done(ok, bool or exception)`.
+    fn _start_set_value(&self, done: Py<PyAny>, value: Value) -> PyResult<Task> {
+        let bytes = value.0;
+        let inner = self.inner.clone();
+        let fut = async move {
+            let held = inner.lock().await;
+            match held.as_ref() {
+                Some(g) => g.set_value(bytes).await,
+                None => Ok(false),
+            }
+        };
+        self.owner.start("guard", fut, done, |py, out| {
+            let set = out.map_err(errors::from_client)?;
+            Ok(set.into_pyobject(py)?.to_owned().into_any().unbind())
+        })
     }
 
     /// Records that this run completed the once-per slot `slot` with
@@ -236,6 +270,26 @@ impl LostEvent {
             }
         }
         Ok(self.watch.is_lost())
+    }
+
+    /// asyncio's `wait`: `done(True, is_set())` once the lease is lost or
+    /// `timeout` seconds pass (None: no limit).
+    #[pyo3(signature = (done, timeout=None))]
+    fn _start_wait(&self, done: Py<PyAny>, timeout: Option<f64>) -> PyResult<Task> {
+        let limit = timeout.map(|t| crate::args::seconds("timeout", t)).transpose()?;
+        let watch = self.watch.clone();
+        let fut = async move {
+            match limit {
+                Some(t) => {
+                    let _ = tokio::time::timeout(t, watch.lost()).await;
+                }
+                None => {
+                    watch.lost().await;
+                }
+            }
+            watch.is_lost()
+        };
+        self.owner.start("guard", fut, done, |py, set| Ok(set.into_pyobject(py)?.to_owned().into_any().unbind()))
     }
 
     /// Why the lease was lost (expired, not_found, revoked, closed), or None.

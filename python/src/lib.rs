@@ -1,10 +1,12 @@
 //! The `fencelock` Python package's native module, `fencelock._fencelock`:
-//! the Rust client ([`fencelock`]) under a sync Python API. The package
-//! (`python/fencelock/`) re-exports it with the exceptions and helpers
-//! written in Python.
+//! the Rust client ([`fencelock`]) under Python's API: blocking calls for the
+//! sync API, and `_start_*` calls that report to a callback for `fencelock.aio`
+//! (asyncio). The package (`python/fencelock/`) re-exports it with the
+//! exceptions and the asyncio layer written in Python.
 //!
 //! - [`client`]: `connect` and `Client` (acquire, try, check);
 //! - [`guard`]: `Guard` (a held lock, a context manager) and `LostEvent`;
+//! - [`election`]: campaigns (a leadership is a guard), leaders, observers;
 //! - [`errors`]: Rust errors as the package's exceptions, named after the
 //!   server's error codes;
 //! - [`runtime`]: the per-process tokio runtime and the one way Python
@@ -15,6 +17,7 @@ mod args;
 mod capabilities;
 mod client;
 mod clock;
+mod election;
 mod errors;
 mod guard;
 mod runtime;
@@ -25,10 +28,13 @@ use pyo3::prelude::*;
 #[pymodule]
 fn _fencelock(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(client::connect, m)?)?;
+    m.add_function(wrap_pyfunction!(client::_start_connect, m)?)?;
     m.add_function(wrap_pyfunction!(errors::codes, m)?)?;
     m.add_class::<client::Client>()?;
     m.add_class::<guard::Guard>()?;
     m.add_class::<guard::LostEvent>()?;
+    m.add_class::<runtime::Task>()?;
+    m.add_class::<election::Observer>()?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

@@ -14,9 +14,11 @@
 //! makes a runtime of its own.
 
 use std::future::Future;
+use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use futures::FutureExt as _;
 use pyo3::prelude::*;
 use tokio::runtime::Runtime;
 
@@ -112,10 +114,68 @@ impl Owner {
         }
     }
 
+    /// Starts `fut` on the runtime for asyncio: when it ends, `convert` makes
+    /// its Python value (with the GIL, on a client thread) and `done(ok,
+    /// value)` is called there (`value` the exception when not `ok`); the
+    /// Python side hands it to its event loop. The returned `Task` drops the
+    /// future when cancelled (an acquire leaves the queue), and `done` is
+    /// then never called.
+    pub fn start<T, F, C>(&self, what: &str, fut: F, done: Py<PyAny>, convert: C) -> PyResult<Task>
+    where
+        F: Future<Output = T> + Send + 'static,
+        T: Send + 'static,
+        C: FnOnce(Python<'_>, T) -> PyResult<Py<PyAny>> + Send + 'static,
+    {
+        let rt = self.rt(what)?;
+        let handle = rt.spawn(async move {
+            // A panic must still answer: the awaiting coroutine would wait forever.
+            let out = AssertUnwindSafe(fut).catch_unwind().await;
+            Python::attach(|py| {
+                let made = match out {
+                    Ok(v) => std::panic::catch_unwind(AssertUnwindSafe(|| convert(py, v))).unwrap_or_else(|p| Err(bug(&p))),
+                    Err(p) => Err(bug(&p)),
+                };
+                let (ok, value) = match made {
+                    Ok(v) => (true, v),
+                    Err(e) => (false, e.into_value(py).into_any()),
+                };
+                if let Err(e) = done.call1(py, (ok, value)) {
+                    e.write_unraisable(py, None);
+                }
+            });
+        });
+        Ok(Task(Mutex::new(Some(handle.abort_handle()))))
+    }
+
     /// Enters the runtime for the rest of the scope, so that what is dropped
     /// there (a guard releasing in the background) finds it. `None` in a
     /// forked child.
     pub fn enter(&self) -> Option<tokio::runtime::EnterGuard<'_>> {
         self.is_here().then(|| self.rt.enter())
+    }
+}
+
+/// `fencelock.Error` for a panic inside the client (a bug), with its message.
+fn bug(panic: &Box<dyn std::any::Any + Send>) -> PyErr {
+    let text = panic
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic".to_string());
+    errors::error(format!("the client failed inside (a bug): {text}"))
+}
+
+/// A call started for asyncio ([`Owner::start`]).
+#[pyclass(frozen, module = "fencelock")]
+pub struct Task(Mutex<Option<tokio::task::AbortHandle>>);
+
+#[pymethods]
+impl Task {
+    /// Drops the call's future: a waiting acquire leaves the queue. Nothing
+    /// if it ended already.
+    fn cancel(&self) {
+        if let Some(h) = self.0.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            h.abort();
+        }
     }
 }

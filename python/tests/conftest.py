@@ -8,7 +8,9 @@ import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 import time
+import urllib.parse
 import urllib.request
 from pathlib import Path
 
@@ -72,7 +74,8 @@ class Node:
         raise RuntimeError(f"fencelock serve not healthy:\n{self.log.read_text()}")
 
     def describe(self, lock: str) -> dict:
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.http}/v1/locks/{lock}", timeout=5) as r:
+        name = urllib.parse.quote(lock, safe="")
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.http}/v1/locks/{name}", timeout=5) as r:
             return json.loads(r.read())
 
     def freeze(self) -> None:
@@ -130,3 +133,98 @@ def redis(tmp_path):
     r = Redis(tmp_path)
     yield r
     r.stop()
+
+
+class Storage:
+    """`fencelock storage`: the fenced object store."""
+
+    def __init__(self, tmp: Path):
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.proc = subprocess.Popen(
+            [fencelock_bin(), "storage", "--data-dir", str(tmp / "storage"), "--listen", f"127.0.0.1:{self.port}"],
+            stdout=subprocess.DEVNULL,
+            stderr=open(tmp / "storage.log", "wb"),
+        )
+        end = time.monotonic() + 20
+        while time.monotonic() < end:
+            try:
+                with urllib.request.urlopen(f"{self.url}/healthz", timeout=1) as r:
+                    if r.status == 200:
+                        return
+            except OSError:
+                time.sleep(0.02)
+        raise RuntimeError(f"fencelock storage not healthy:\n{(tmp / 'storage.log').read_text()}")
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(10)
+
+
+def pg_bin(program: str) -> str:
+    found = sorted(Path("/usr/lib/postgresql").glob(f"*/bin/{program}"))
+    if not found:
+        raise RuntimeError("no PostgreSQL: scripts/install-test-deps.sh installs Debian's")
+    return str(found[-1])
+
+
+class Postgres:
+    """Debian's PostgreSQL: initdb into a temp dir, `postgres` on a free port
+    (as the `postgres` user when run as root: it refuses root)."""
+
+    def __init__(self, tmp: Path):
+        self.port = free_port()
+        # A directory of its own under /tmp: pytest's tmp_path sits below a
+        # directory only its owner may enter, and postgres runs as another user.
+        self.dir = Path(tempfile.mkdtemp(prefix="fencelock-pg-"))
+        data = self.dir / "pgdata"
+        data.mkdir()
+        user = None
+        if os.geteuid() == 0:
+            import pwd
+
+            pw = pwd.getpwnam("postgres")
+            user = pw.pw_uid
+            os.chown(self.dir, pw.pw_uid, pw.pw_gid)
+            os.chown(data, pw.pw_uid, pw.pw_gid)
+        subprocess.run(
+            [pg_bin("initdb"), "-D", str(data), "-U", "postgres", "--auth=trust", "-E", "UTF8", "--locale=C", "-N"],
+            check=True,
+            stdout=subprocess.DEVNULL,
+            user=user,
+        )
+        self.proc = subprocess.Popen(
+            [pg_bin("postgres"), "-D", str(data), "-p", str(self.port), "-c", "listen_addresses=127.0.0.1",
+             "-c", "unix_socket_directories="],
+            stdout=subprocess.DEVNULL,
+            stderr=open(self.dir / "pg.log", "wb"),
+            user=user,
+        )
+        self.url = f"postgres://postgres@127.0.0.1:{self.port}/postgres"
+        self.dsn = f"host=127.0.0.1 port={self.port} user=postgres dbname=postgres"
+        end = time.monotonic() + 30
+        while time.monotonic() < end:
+            r = subprocess.run([pg_bin("pg_isready"), "-h", "127.0.0.1", "-p", str(self.port)], capture_output=True)
+            if r.returncode == 0:
+                return
+            time.sleep(0.1)
+        raise RuntimeError(f"postgres did not start:\n{(self.dir / 'pg.log').read_text()}")
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(20)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+@pytest.fixture
+def storage(tmp_path):
+    s = Storage(tmp_path)
+    yield s
+    s.stop()
+
+
+@pytest.fixture
+def postgres(tmp_path):
+    p = Postgres(tmp_path)
+    yield p
+    p.stop()

@@ -205,7 +205,15 @@ def test_ctrl_c_interrupts_a_wait_and_leaves_the_queue(node):
     # A KeyboardInterrupt during a wait withdraws the request: no dead waiter
     # stays queued ahead of the others.
     holder = fencelock.connect(node.url).lock("interrupted", ttl=10.0)
-    script = "import sys, fencelock\nc = fencelock.connect(sys.argv[1])\nprint('waiting', flush=True)\nc.lock('interrupted', ttl=5.0, wait=60.0)\n"
+    # As an interactive program gets it: a background job of a shell starts
+    # with SIGINT ignored, and Python then installs no handler of its own.
+    script = (
+        "import signal, sys, fencelock\n"
+        "signal.signal(signal.SIGINT, signal.default_int_handler)\n"
+        "c = fencelock.connect(sys.argv[1])\n"
+        "print('waiting', flush=True)\n"
+        "c.lock('interrupted', ttl=5.0, wait=60.0)\n"
+    )
     p = subprocess.Popen([sys.executable, "-c", script, node.url], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert p.stdout.readline().strip() == "waiting"
     deadline = time.monotonic() + 10
@@ -281,3 +289,23 @@ def test_every_server_error_code_has_its_exception():
         assert issubclass(cls, fencelock.Error) and cls.code == code, (code, name)
     coded = {c.code for c in vars(_errors).values() if isinstance(c, type) and issubclass(c, fencelock.Error) and c.code}
     assert coded == {code for code, _ in _fencelock.codes()}
+
+
+def test_the_locked_decorator_runs_each_call_under_the_lock(node):
+    client = fencelock.connect(node.url)
+    seen = []
+
+    @client.locked("decorated", ttl=5.0, wait=10.0)
+    def job(x):
+        seen.append((x, node.describe("decorated")["holder"]["token"]))
+        return x * 2
+
+    assert job(21) == 42 and job(1) == 2
+    assert seen[0][1] != seen[1][1], "each call is its own grant"
+    assert "holder" not in node.describe("decorated") or not node.describe("decorated")["holder"]
+    with pytest.raises(TypeError):
+        client.locked("x")(_async_job)
+
+
+async def _async_job():
+    pass

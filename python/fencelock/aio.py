@@ -1,0 +1,296 @@
+"""fencelock for asyncio: the same client, guards and exceptions as the sync
+API, awaited::
+
+    import fencelock.aio
+
+    client = await fencelock.aio.connect("fencelock://127.0.0.1:7070")
+    async with client.lock("orders/42", ttl=10.0, wait=5.0) as guard:
+        await write_order(fence=guard.token)
+
+The Rust client does the work on its own threads and hands each result to
+the event loop (``call_soon_threadsafe``); nothing blocks the loop. Cancelling
+a task that waits for a lock withdraws the request from the queue, and a
+grant that arrives as the wait is cancelled is released.
+"""
+
+import asyncio
+import functools
+from typing import Any, Callable, Optional, Type, Union
+
+from . import _fencelock
+from ._election import Event, Leader, Vacant, _event, _leader
+from ._errors import LeaseNotFound, LockLost
+
+__all__ = ["connect", "Client", "Guard", "LostEvent", "Leadership", "Observation", "Leader", "Vacant"]
+
+
+async def _run(start: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """Starts a call of the Rust client and awaits its result on this loop."""
+    loop = asyncio.get_running_loop()
+    fut: "asyncio.Future[Any]" = loop.create_future()
+
+    def done(ok: bool, value: Any) -> None:  # on a client thread
+        try:
+            loop.call_soon_threadsafe(_settle, fut, ok, value)
+        except RuntimeError:  # the loop is closed: nobody waits any more
+            _discard(ok, value)
+
+    task = start(done, *args, **kwargs)
+    try:
+        return await fut
+    except asyncio.CancelledError:
+        task.cancel()
+        raise
+
+
+def _settle(fut: "asyncio.Future[Any]", ok: bool, value: Any) -> None:
+    if fut.cancelled():
+        _discard(ok, value)
+    elif ok:
+        fut.set_result(value)
+    else:
+        fut.set_exception(value)
+
+
+def _discard(ok: bool, value: Any) -> None:
+    """A result nobody awaits: a grant is released rather than held until the GC."""
+    if ok and isinstance(value, _fencelock.Guard):
+        value._start_release(lambda ok, value: None)
+
+
+async def connect(url: str, *, token: Optional[str] = None, tls_ca: Optional[str] = None) -> "Client":
+    """Connects to the lock service of ``url`` (any backend, as ``fencelock.connect``)."""
+    inner = await _run(_fencelock._start_connect, url, token=token, tls_ca=tls_ca)
+    return Client(inner)
+
+
+class LostEvent:
+    """Set once the lease under a held lock is lost: ``is_set()``, ``await wait(timeout)``, ``reason``."""
+
+    def __init__(self, inner: "_fencelock.LostEvent"):
+        self._inner = inner
+
+    def is_set(self) -> bool:
+        return self._inner.is_set()
+
+    async def wait(self, timeout: Optional[float] = None) -> bool:
+        """Waits until the lease is lost or ``timeout`` seconds pass; returns ``is_set()``."""
+        return bool(await _run(self._inner._start_wait, timeout))
+
+    @property
+    def reason(self) -> Optional[str]:
+        return self._inner.reason
+
+    def __repr__(self) -> str:
+        return repr(self._inner)
+
+
+class Guard:
+    """A held lock: ``async with`` releases it, and raises ``LockLost`` if it was lost inside the block."""
+
+    def __init__(self, inner: "_fencelock.Guard"):
+        self._inner = inner
+
+    @property
+    def name(self) -> str:
+        return self._inner.name
+
+    @property
+    def token(self) -> Optional[int]:
+        return self._inner.token
+
+    @property
+    def lease_id(self) -> int:
+        return self._inner.lease_id
+
+    @property
+    def backend(self) -> str:
+        return self._inner.backend
+
+    @property
+    def deadline(self) -> float:
+        return self._inner.deadline
+
+    @property
+    def held(self) -> bool:
+        return self._inner.held
+
+    @property
+    def in_jeopardy(self) -> bool:
+        return self._inner.in_jeopardy
+
+    @property
+    def lost(self) -> LostEvent:
+        return LostEvent(self._inner.lost)
+
+    async def release(self) -> bool:
+        """Releases the lock: True if this released a grant still held."""
+        return bool(await _run(self._inner._start_release))
+
+    async def __aenter__(self) -> "Guard":
+        return self
+
+    async def __aexit__(self, exc_type: Optional[Type[BaseException]], exc: Optional[BaseException], tb: Any) -> bool:
+        reason = self._inner.lost.reason
+        await self.release()
+        if exc_type is None and reason is not None:
+            error = LockLost(f"the lock {self.name!r} was lost while held: {reason}")
+            error.reason = reason
+            raise error
+        return False
+
+    def __repr__(self) -> str:
+        return repr(self._inner)
+
+
+class Leadership(Guard):
+    """Leadership won by ``await client.campaign(...)``: its ``term`` is the
+    grant's fencing token. ``async with`` resigns at the end of the block."""
+
+    def __init__(self, inner: "_fencelock.Guard", value: Optional[bytes]):
+        super().__init__(inner)
+        self._value = value or b""
+
+    @property
+    def term(self) -> int:
+        token = self._inner.token
+        assert token is not None  # elections need fencing tokens
+        return token
+
+    @property
+    def value(self) -> bytes:
+        return self._value
+
+    async def proclaim(self, value: Union[bytes, str]) -> None:
+        """Publishes a new value under the same term; ``LeaseNotFound`` if the term has ended."""
+        data = value.encode() if isinstance(value, str) else bytes(value)
+        if not await _run(self._inner._start_set_value, data):
+            raise LeaseNotFound(f"{self.name}: term {self.term} has ended")
+        self._value = data
+
+    async def resign(self) -> bool:
+        """Gives the leadership up; the next candidate is elected at once."""
+        return await self.release()
+
+    async def __aenter__(self) -> "Leadership":
+        return self
+
+
+class Observation:
+    """The changes of one election as an async iterator of ``Leader`` and ``Vacant``."""
+
+    def __init__(self, inner: "_fencelock.Observer"):
+        self._inner = inner
+
+    def __aiter__(self) -> "Observation":
+        return self
+
+    async def __anext__(self) -> Event:
+        t = await _run(self._inner._start_next)
+        if t is None:
+            raise StopAsyncIteration
+        return _event(t)
+
+
+class _Acquire:
+    """``client.lock(...)``: awaitable (the ``Guard``) and an async context manager."""
+
+    def __init__(self, client: "_fencelock.Client", name: str, raise_contention: bool, options: Any):
+        self._client, self._name, self._raise, self._options = client, name, raise_contention, options
+        self._guard: Optional[Guard] = None
+
+    async def _acquire(self) -> Optional[Guard]:
+        inner = await _run(self._client._start_lock, self._name, self._raise, **self._options)
+        return None if inner is None else Guard(inner)
+
+    def __await__(self) -> Any:
+        return self._acquire().__await__()
+
+    async def __aenter__(self) -> Guard:
+        guard = await self._acquire()
+        assert guard is not None  # lock() raises on contention
+        self._guard = guard
+        return guard
+
+    async def __aexit__(self, exc_type: Optional[Type[BaseException]], exc: Optional[BaseException], tb: Any) -> bool:
+        assert self._guard is not None
+        return await self._guard.__aexit__(exc_type, exc, tb)
+
+
+class Client:
+    """A client of one lock service for asyncio; every method is awaited on the running loop."""
+
+    def __init__(self, inner: "_fencelock.Client"):
+        self._inner = inner
+
+    def lock(self, name: str, **options: Any) -> _Acquire:
+        """Takes ``name`` (the keywords of ``fencelock.Client.lock``): ``await`` it for the ``Guard``, or
+        ``async with`` it. Raises ``Busy`` or ``TimedOut`` on contention."""
+        return _Acquire(self._inner, name, True, options)
+
+    async def try_lock(self, name: str, **options: Any) -> Optional[Guard]:
+        """``lock``, with contention as an outcome: the ``Guard``, or None."""
+        guard: Optional[Guard] = await _Acquire(self._inner, name, False, options)
+        return guard
+
+    def locked(self, name: str, **options: Any) -> Callable[[Any], Any]:
+        """A decorator for a coroutine function: every call runs holding ``name``."""
+
+        def decorate(fn: Any) -> Any:
+            if not asyncio.iscoroutinefunction(fn):
+                raise TypeError("a plain function takes fencelock.Client.locked")
+
+            @functools.wraps(fn)
+            async def call(*args: Any, **kwargs: Any) -> Any:
+                async with self.lock(name, **options):
+                    return await fn(*args, **kwargs)
+
+            return call
+
+        return decorate
+
+    async def campaign(
+        self,
+        name: str,
+        *,
+        ttl: float = 15.0,
+        value: Optional[Union[bytes, str]] = None,
+        identity: Optional[str] = None,
+        wait: Optional[float] = None,
+    ) -> Leadership:
+        """Campaigns in the election ``name`` (as ``fencelock.Client.campaign``); cancelling withdraws."""
+        data = value.encode() if isinstance(value, str) else value
+        inner = await _run(self._inner._start_campaign, name, ttl=ttl, value=data, identity=identity, wait=wait)
+        return Leadership(inner, data)
+
+    async def leader(self, name: str) -> Optional[Leader]:
+        """The current leader of the election ``name``, or None."""
+        return _leader(await _run(self._inner._start_leader, name))
+
+    async def observe(self, name: str) -> Observation:
+        """The changes of the election ``name``: ``async for event in await client.observe(name)``."""
+        return Observation(await _run(self._inner._start_observe, name))
+
+    async def check(self, name: str, token: int) -> bool:
+        """Is ``token`` the current grant of ``name``?"""
+        return bool(await _run(self._inner._start_check, name, token))
+
+    @property
+    def backend_kind(self) -> str:
+        return self._inner.backend_kind
+
+    def capabilities(self) -> Any:
+        return self._inner.capabilities()
+
+    def close(self) -> None:
+        self._inner.close()
+
+    async def __aenter__(self) -> "Client":
+        return self
+
+    async def __aexit__(self, exc_type: Optional[Type[BaseException]], exc: Optional[BaseException], tb: Any) -> bool:
+        self.close()
+        return False
+
+    def __repr__(self) -> str:
+        return repr(self._inner).replace("fencelock.Client", "fencelock.aio.Client")
