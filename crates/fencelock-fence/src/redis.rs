@@ -59,16 +59,23 @@ pub struct RedisFence {
     prefix: String,
 }
 
+/// How long a fence call waits for Redis's answer.
+pub const RESPONSE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
 impl RedisFence {
     /// Use `conn` with the default mark prefix.
     pub fn new(conn: MultiplexedConnection) -> Self {
         Self { conn, prefix: DEFAULT_PREFIX.to_owned() }
     }
 
-    /// Connect to `url` (`redis://127.0.0.1:6379/`).
+    /// Connect to `url` (`redis://127.0.0.1:6379/`). A call that Redis has
+    /// not answered within [`RESPONSE_TIMEOUT`] fails (its outcome unknown);
+    /// the driver's own default, 500 ms, failed fenced writes on a merely
+    /// busy machine.
     pub async fn connect(url: &str) -> Result<Self, FenceError> {
         let client = redis::Client::open(url).map_err(FenceError::storage)?;
-        let conn = client.get_multiplexed_async_connection().await.map_err(FenceError::storage)?;
+        let config = redis::AsyncConnectionConfig::new().set_response_timeout(Some(RESPONSE_TIMEOUT));
+        let conn = client.get_multiplexed_async_connection_with_config(&config).await.map_err(FenceError::storage)?;
         Ok(Self::new(conn))
     }
 
