@@ -58,7 +58,9 @@ pub fn lock_options(kwargs: Option<&Bound<'_, PyDict>>) -> PyResult<LockOptions>
         o = match key.as_str() {
             "ttl" => o.ttl(seconds("ttl", value.extract().map_err(|_| bad("a number of seconds"))?)?),
             "wait" => o.wait(seconds("wait", value.extract().map_err(|_| bad("a number of seconds"))?)?),
-            "lock_delay" => o.lock_delay(seconds("lock_delay", value.extract().map_err(|_| bad("a number of seconds"))?)?),
+            "lock_delay" => {
+                o.lock_delay(seconds("lock_delay", value.extract().map_err(|_| bad("a number of seconds"))?)?)
+            }
             "hold_at_least" => {
                 o.hold_at_least(seconds("hold_at_least", value.extract().map_err(|_| bad("a number of seconds"))?)?)
             }

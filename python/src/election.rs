@@ -65,8 +65,17 @@ pub async fn campaign(
 
 /// A contention outcome, made into its exception once the GIL is held.
 pub enum PyErrMaker {
-    Busy { name: String, holder_lease: Option<u64>, holder_token: Option<u64>, reopens_in: Option<Duration>, waiters: u32 },
-    TimedOut { name: String, wait: Duration },
+    Busy {
+        name: String,
+        holder_lease: Option<u64>,
+        holder_token: Option<u64>,
+        reopens_in: Option<Duration>,
+        waiters: u32,
+    },
+    TimedOut {
+        name: String,
+        wait: Duration,
+    },
 }
 
 impl PyErrMaker {
@@ -81,10 +90,7 @@ impl PyErrMaker {
 }
 
 /// The guard of a campaign's outcome, or its exception.
-pub fn elected(
-    out: Result<Result<fencelock::Guard, PyErrMaker>, fencelock::Error>,
-    owner: Owner,
-) -> PyResult<Guard> {
+pub fn elected(out: Result<Result<fencelock::Guard, PyErrMaker>, fencelock::Error>, owner: Owner) -> PyResult<Guard> {
     match out.map_err(errors::from_client)? {
         Ok(g) => Ok(Guard::new(g, owner)),
         Err(contention) => Err(contention.make()),

@@ -132,7 +132,9 @@ impl Owner {
             let out = AssertUnwindSafe(fut).catch_unwind().await;
             Python::attach(|py| {
                 let made = match out {
-                    Ok(v) => std::panic::catch_unwind(AssertUnwindSafe(|| convert(py, v))).unwrap_or_else(|p| Err(bug(&p))),
+                    Ok(v) => {
+                        std::panic::catch_unwind(AssertUnwindSafe(|| convert(py, v))).unwrap_or_else(|p| Err(bug(&p)))
+                    }
                     Err(p) => Err(bug(&p)),
                 };
                 let (ok, value) = match made {
