@@ -4,14 +4,14 @@
 //! (asyncio). The package (`python/fencelock/`) re-exports it with the
 //! exceptions and the asyncio layer written in Python.
 //!
-//! - [`client`]: `connect` and `Client` (acquire, try, check);
-//! - [`guard`]: `Guard` (a held lock, a context manager) and `LostEvent`;
-//! - [`election`]: campaigns (a leadership is a guard), leaders, observers;
-//! - [`errors`]: Rust errors as the package's exceptions, named after the
+//! - `client`: `connect` and `Client` (acquire, try, check);
+//! - `guard`: `Guard` (a held lock, a context manager) and `LostEvent`;
+//! - `election`: campaigns (a leadership is a guard), leaders, observers;
+//! - `errors`: Rust errors as the package's exceptions, named after the
 //!   server's error codes;
-//! - [`runtime`]: the per-process tokio runtime and the one way Python
+//! - `runtime`: the per-process tokio runtime and the one way Python
 //!   waits on it (GIL released, Ctrl-C honoured, forks detected);
-//! - [`args`], [`capabilities`], [`clock`]: small conversions.
+//! - `args`, `capabilities`, `clock`: small conversions.
 
 mod args;
 mod capabilities;
