@@ -18,6 +18,7 @@ stop a holder that was frozen past its TTL from waking up and writing. The
 token is what lets the resource refuse that write; pass it along.
 """
 
+from . import _errors
 from ._errors import (
     Busy,
     Compacted,
@@ -55,25 +56,5 @@ __all__ = [
     "Observation",
     "Vacant",
     "__version__",
-    "Error",
-    "Busy",
-    "TimedOut",
-    "NotHolder",
-    "LeaseNotFound",
-    "SlotDone",
-    "InvalidArgument",
-    "NotFound",
-    "MethodNotAllowed",
-    "PayloadTooLarge",
-    "Compacted",
-    "Unauthenticated",
-    "PermissionDenied",
-    "LimitReached",
-    "NotLeader",
-    "Unavailable",
-    "Internal",
-    "ConnectError",
-    "Unsupported",
-    "SecurityError",
-    "LockLost",
+    *_errors.__all__,
 ]

@@ -38,6 +38,22 @@ def fencelock_bin() -> str:
     raise RuntimeError("no fencelock binary: build the workspace or set FENCELOCK_BIN")
 
 
+def wait_healthy(base: str, proc: subprocess.Popen, log: Path, within: float = 20.0) -> None:
+    """Until `base`/healthz answers 200; the process's log if it never does."""
+    end = time.monotonic() + within
+    while time.monotonic() < end:
+        try:
+            with urllib.request.urlopen(f"{base}/healthz", timeout=1) as r:
+                if r.status == 200:
+                    return
+        except OSError:
+            pass
+        if proc.poll() is not None:
+            break
+        time.sleep(0.02)
+    raise RuntimeError(f"{proc.args[:2]} not healthy:\n{log.read_text()}")
+
+
 class Node:
     """A `fencelock serve` process."""
 
@@ -59,19 +75,8 @@ class Node:
         self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=open(self.log, "wb"))
         self.wait_healthy()
 
-    def wait_healthy(self, within: float = 20.0) -> None:
-        end = time.monotonic() + within
-        while time.monotonic() < end:
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{self.http}/healthz", timeout=1) as r:
-                    if r.status == 200:
-                        return
-            except OSError:
-                pass
-            if self.proc.poll() is not None:
-                break
-            time.sleep(0.02)
-        raise RuntimeError(f"fencelock serve not healthy:\n{self.log.read_text()}")
+    def wait_healthy(self) -> None:
+        wait_healthy(f"http://127.0.0.1:{self.http}", self.proc, self.log)
 
     def describe(self, lock: str) -> dict:
         name = urllib.parse.quote(lock, safe="")
@@ -146,15 +151,7 @@ class Storage:
             stdout=subprocess.DEVNULL,
             stderr=open(tmp / "storage.log", "wb"),
         )
-        end = time.monotonic() + 20
-        while time.monotonic() < end:
-            try:
-                with urllib.request.urlopen(f"{self.url}/healthz", timeout=1) as r:
-                    if r.status == 200:
-                        return
-            except OSError:
-                time.sleep(0.02)
-        raise RuntimeError(f"fencelock storage not healthy:\n{(tmp / 'storage.log').read_text()}")
+        wait_healthy(self.url, self.proc, tmp / "storage.log")
 
     def stop(self) -> None:
         self.proc.terminate()
