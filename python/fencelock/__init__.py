@@ -18,7 +18,9 @@ stop a holder that was frozen past its TTL from waking up and writing. The
 token is what lets the resource refuse that write; pass it along.
 """
 
-from . import _errors
+import atexit
+
+from . import _errors, _fencelock
 from ._errors import (
     Busy,
     Compacted,
@@ -58,3 +60,7 @@ __all__ = [
     "__version__",
     *_errors.__all__,
 ]
+
+# No client thread may call into Python once the interpreter finalizes (one
+# that tries aborts the process): stop them first.
+atexit.register(_fencelock._close_at_exit)

@@ -17,6 +17,7 @@ def _start_connect(done: _Done, url: str, *, token: Optional[str] = None, tls_ca
 def connect(url: str, *, token: Optional[str] = None, tls_ca: Optional[str] = None) -> Client:
     """Connects to the lock service of ``url`` (any backend)."""
 
+def _close_at_exit() -> None: ...
 def codes() -> List[Tuple[str, str]]:
     """Every error code of the server with its exception class's name."""
 

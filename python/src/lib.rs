@@ -30,6 +30,7 @@ fn _fencelock(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(client::connect, m)?)?;
     m.add_function(wrap_pyfunction!(client::_start_connect, m)?)?;
     m.add_function(wrap_pyfunction!(errors::codes, m)?)?;
+    m.add_function(wrap_pyfunction!(runtime::_close_at_exit, m)?)?;
     m.add_class::<client::Client>()?;
     m.add_class::<guard::Guard>()?;
     m.add_class::<guard::LostEvent>()?;

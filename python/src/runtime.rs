@@ -15,6 +15,7 @@
 
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -130,6 +131,7 @@ impl Owner {
         let handle = rt.spawn(async move {
             // A panic must still answer: the awaiting coroutine would wait forever.
             let out = AssertUnwindSafe(fut).catch_unwind().await;
+            let Some(_inside) = InPython::enter() else { return };
             Python::attach(|py| {
                 let made = match out {
                     Ok(v) => {
@@ -155,6 +157,50 @@ impl Owner {
     pub fn enter(&self) -> Option<tokio::runtime::EnterGuard<'_>> {
         self.is_here().then(|| self.rt.enter())
     }
+}
+
+/// Set by [`close_at_exit`]: the interpreter is about to finalize, and no
+/// client thread may take the GIL any more (one that tries during
+/// finalization aborts the process).
+static CLOSING: AtomicBool = AtomicBool::new(false);
+/// Client threads inside Python (calling a started call's `done`).
+static IN_PYTHON: AtomicUsize = AtomicUsize::new(0);
+
+/// A client thread's permission to call into Python, counted in
+/// [`IN_PYTHON`] until dropped; `None` once the interpreter is closing.
+struct InPython;
+
+impl InPython {
+    fn enter() -> Option<InPython> {
+        IN_PYTHON.fetch_add(1, Ordering::SeqCst);
+        if CLOSING.load(Ordering::SeqCst) {
+            IN_PYTHON.fetch_sub(1, Ordering::SeqCst);
+            return None;
+        }
+        Some(InPython)
+    }
+}
+
+impl Drop for InPython {
+    fn drop(&mut self) {
+        IN_PYTHON.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// Registered with `atexit` by the package: from now on no client thread
+/// enters Python, and those inside it are waited for (up to 2 s, with the
+/// GIL released so that they can finish) before the interpreter finalizes.
+#[pyfunction]
+pub fn _close_at_exit(py: Python<'_>) {
+    CLOSING.store(true, Ordering::SeqCst);
+    py.detach(|| {
+        for _ in 0..200 {
+            if IN_PYTHON.load(Ordering::SeqCst) == 0 {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    });
 }
 
 /// `fencelock.Error` for a panic inside the client (a bug), with its message.
