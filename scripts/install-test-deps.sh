@@ -6,7 +6,8 @@
 # libfaketime, which skews clocks of the chaos suite's processes (K3); curl
 # and jq, with which the HTTP guide (docs/http-api.md) is run as written, and
 # python3 and nodejs, which run its examples; python3-venv, in which the
-# Python package is installed and tested.
+# Python package is installed and tested; chromium and chromium-driver, in
+# which the dashboard's test drives the web page (fencelock-testkit's browser).
 #
 # Idempotent: installs only what is missing and says what it did. Safe to run
 # from .ci/run on every build. Needs root (or sudo) only when something is
@@ -57,11 +58,13 @@ else
     missing+=(libfaketime)
 fi
 
-for tool in curl jq python3 node; do
+for tool in curl jq python3 node chromium chromedriver; do
     if have_command "$tool"; then
         echo "install-test-deps: $tool present: $(command -v "$tool")"
     elif [ "$tool" = node ]; then
         missing+=(nodejs)
+    elif [ "$tool" = chromedriver ]; then
+        missing+=(chromium-driver)
     else
         missing+=("$tool")
     fi
@@ -96,7 +99,7 @@ export DEBIAN_FRONTEND=noninteractive
 # on free ports, so the system ones are not needed. Stop the ones this
 # script just installed, quietly (a service that was already there is left).
 for pkg in "${missing[@]}"; do
-    case "$pkg" in etcd-server) svc=etcd ;; strace) continue ;; *) svc=$pkg ;; esac
+    case "$pkg" in etcd-server) svc=etcd ;; strace | chromium | chromium-driver) continue ;; *) svc=$pkg ;; esac
     if command -v service >/dev/null 2>&1; then
         "${SUDO[@]}" service "$svc" stop >/dev/null 2>&1 || true
     fi
@@ -107,4 +110,6 @@ have_redis || { echo "install-test-deps: redis-server still missing" >&2; exit 1
 have_etcd || { echo "install-test-deps: etcd still missing" >&2; exit 1; }
 have_zookeeper || { echo "install-test-deps: zookeeper still missing" >&2; exit 1; }
 have_strace || { echo "install-test-deps: strace still missing" >&2; exit 1; }
+have_command chromium || { echo "install-test-deps: chromium still missing" >&2; exit 1; }
+have_command chromedriver || { echo "install-test-deps: chromedriver still missing" >&2; exit 1; }
 echo "install-test-deps: installed: ${missing[*]}"

@@ -9,6 +9,8 @@
 //! message naming `scripts/install-test-deps.sh`. [`proxy`] is a userspace TCP
 //! proxy that cuts, holds or resets connections on command. [`cmdline`] writes
 //! a harness tool's command line for its report as a user would type it.
+//! [`browser`] drives a headless Chromium through ChromeDriver, for the tests
+//! of a web page.
 //!
 //! Waiting for readiness is bounded by a count of polls, not a clock: the
 //! workspace reads no clock outside the server's clock module.
@@ -24,6 +26,7 @@ use std::time::Duration;
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
+pub mod browser;
 pub mod certs;
 pub mod cmdline;
 mod etcd;
