@@ -633,6 +633,13 @@ pub struct LockInfo {
     pub waiters: Vec<WaiterInfo>,
 }
 
+impl LockInfo {
+    /// A lock nobody holds, waits for or keeps closed.
+    pub fn free(name: LockName) -> LockInfo {
+        LockInfo { name, holder: None, holders: vec![], permits: 0, reopens_in_ms: None, waiters: vec![] }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct HolderInfo {
     pub lease: LeaseId,

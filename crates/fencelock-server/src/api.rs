@@ -42,6 +42,8 @@ pub struct Ops {
     pub audit: std::sync::Arc<Audit>,
     /// The watch history, read with the engine for `DescribeLock`'s revision.
     pub hub: std::sync::Arc<crate::watching::Hub>,
+    /// This node's estimate of the group's clock, for local reads.
+    pub group_time: std::sync::Arc<crate::local_read::GroupTime>,
 }
 
 impl Ops {
@@ -360,14 +362,7 @@ impl Ops {
         self.linearizable().await?;
         let now = self.clock.now();
         let (info, next) = self.read(|e| (e.lock_info(now, name.as_str()), self.hub.next()))?;
-        let info = info.unwrap_or_else(|| LockInfo {
-            name: name.clone(),
-            holder: None,
-            holders: vec![],
-            permits: 0,
-            reopens_in_ms: None,
-            waiters: vec![],
-        });
+        let info = info.unwrap_or_else(|| LockInfo::free(name.clone()));
         Ok((info, next))
     }
 
@@ -376,6 +371,30 @@ impl Ops {
         self.linearizable().await?;
         let now = self.clock.now();
         self.read(|e| e.locks(now, prefix, limit))
+    }
+
+    /// [`Self::locks`] from this node's applied state, asking no one (see
+    /// [`crate::local_read`]).
+    pub fn locks_local(&self, prefix: &str, limit: usize) -> Result<Vec<LockInfo>, Status> {
+        let now = self.local_now();
+        self.read(|e| e.locks(now.max(e.now()), prefix, limit))
+    }
+
+    /// [`Self::lock_info`] from this node's applied state, asking no one.
+    pub fn lock_info_local(&self, name: &LockName) -> Result<LockInfo, Status> {
+        let now = self.local_now();
+        let info = self.read(|e| e.lock_info(now.max(e.now()), name.as_str()))?;
+        Ok(info.unwrap_or_else(|| LockInfo::free(name.clone())))
+    }
+
+    /// The group's clock as this node knows it: its own when it leads and
+    /// serves, else its estimate (0 before it applied anything; the engine's
+    /// own reading is the floor).
+    fn local_now(&self) -> fencelock_core::Millis {
+        match self.driver.is_ready() {
+            true => self.clock.now(),
+            false => self.group_time.at(self.clock.now()).unwrap_or(0),
+        }
     }
 
     /// The address of the leader, if it is another node: a read refused here

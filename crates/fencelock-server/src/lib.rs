@@ -50,6 +50,7 @@ mod grpc;
 mod handover;
 mod http_error;
 mod lease_events;
+mod local_read;
 mod metrics;
 mod policy_change;
 pub mod raft;
@@ -257,9 +258,13 @@ pub async fn serve(
         quotas,
         audit: audit.clone(),
         hub: hub.clone(),
+        group_time: Arc::default(),
     };
 
     let mut tasks = vec![tokio::spawn(driver.run(stopped(stop_rx.clone())))];
+    let group_time =
+        local_read::track(raft.clone(), engine.clone(), ops.clock.clone(), ops.group_time.clone(), stop_rx.clone());
+    tasks.push(tokio::spawn(group_time));
     tasks.push(tokio::spawn(stop_on(shutdown, stop.clone())));
     let watched = raft::identity::Watched {
         dir: config.data_dir.clone(),

@@ -55,7 +55,7 @@ pub use openapi::DOCUMENT as OPENAPI;
 use std::{net::SocketAddr, sync::Arc, time::Duration};
 
 use axum::{
-    extract::{FromRequestParts, Path, Query, State},
+    extract::{rejection::QueryRejection, FromRequestParts, Path, Query, State},
     http::{header, request::Parts, StatusCode},
     response::{IntoResponse, Response},
     Json, Router,
@@ -413,25 +413,61 @@ async fn metrics_text(State(a): State<Admin>, c: Caller) -> Response {
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], body).into_response()
 }
 
+/// How a lock read is served: by the leader, after a quorum confirms it
+/// still leads (`linearizable`, the default), or from this node's applied
+/// state (`local`, see [`crate::local_read`]).
+#[derive(Deserialize, Default, Clone, Copy, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+enum Consistency {
+    #[default]
+    Linearizable,
+    Local,
+}
+
 #[derive(Deserialize)]
 struct ListQuery {
     #[serde(default)]
     prefix: String,
     limit: Option<usize>,
+    #[serde(default)]
+    consistency: Consistency,
 }
 
-async fn list(State(a): State<Admin>, c: Caller, Query(q): Query<ListQuery>) -> Response {
+async fn list(State(a): State<Admin>, c: Caller, q: Result<Query<ListQuery>, QueryRejection>) -> Response {
+    let Query(q) = match q {
+        Ok(q) => q,
+        Err(e) => return error_json(ErrorCode::InvalidArgument, e.body_text()),
+    };
     if let Err(r) = c.allowed(&a, |w| w.require_prefix(Verb::Read, &q.prefix)) {
         return r;
     }
     let limit = q.limit.unwrap_or(1000).clamp(1, 10_000);
-    match a.ops.locks(&q.prefix, limit).await {
+    let locks = match q.consistency {
+        Consistency::Linearizable => a.ops.locks(&q.prefix, limit).await,
+        Consistency::Local => a.ops.locks_local(&q.prefix, limit),
+    };
+    match locks {
         Ok(locks) => Json(LocksJson { locks: locks.into_iter().map(LockJson::from).collect() }).into_response(),
         Err(s) => status_json(s),
     }
 }
 
-async fn one(State(a): State<Admin>, c: Caller, Path(name): Path<String>) -> Response {
+#[derive(Deserialize)]
+struct OneQuery {
+    #[serde(default)]
+    consistency: Consistency,
+}
+
+async fn one(
+    State(a): State<Admin>,
+    c: Caller,
+    Path(name): Path<String>,
+    q: Result<Query<OneQuery>, QueryRejection>,
+) -> Response {
+    let Query(q) = match q {
+        Ok(q) => q,
+        Err(e) => return error_json(ErrorCode::InvalidArgument, e.body_text()),
+    };
     let name = match LockName::new(name) {
         Ok(n) => n,
         Err(e) => return error_json(ErrorCode::InvalidArgument, format!("invalid lock name: {e}")),
@@ -439,7 +475,11 @@ async fn one(State(a): State<Admin>, c: Caller, Path(name): Path<String>) -> Res
     if let Err(r) = c.allowed(&a, |w| w.require(Verb::Read, name.as_str())) {
         return r;
     }
-    match a.ops.lock_info(&name).await {
+    let info = match q.consistency {
+        Consistency::Linearizable => a.ops.lock_info(&name).await,
+        Consistency::Local => a.ops.lock_info_local(&name),
+    };
+    match info {
         Ok(info) => Json(LockJson::from(info)).into_response(),
         Err(s) => status_json(s),
     }

@@ -485,3 +485,30 @@ async fn a_lease_the_acquire_grants_lives_through_a_wait_longer_than_its_ttl() {
     assert_eq!(lease["ttl_ms"].as_u64(), Some(1000), "{lease}");
     assert!(lease["ttl_left_ms"].as_u64().is_some_and(|left| left <= 1000), "{lease}");
 }
+
+/// `consistency=local` reads the lock table from the node's applied state:
+/// on a node that leads, the same holders, tokens and queue as the
+/// linearizable read, with a TTL that counts down from the same lease; a
+/// consistency the API does not have is a 400 that names it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_local_read_shows_the_same_table_as_a_linearizable_one() {
+    let (_dir, _node, http) = node().await;
+    let (s, g) = call(&http, "POST", "/v1/locks/jobs%2Flocal/acquire", Some(json!({"ttl_ms": 60_000}))).await;
+    assert_eq!(s, 200, "{g}");
+    let (s, linear) = call(&http, "GET", "/v1/locks?prefix=jobs/", None).await;
+    assert_eq!(s, 200, "{linear}");
+    let (s, local) = call(&http, "GET", "/v1/locks?prefix=jobs/&consistency=local", None).await;
+    assert_eq!(s, 200, "{local}");
+    let holder = |v: &Value| (v["locks"][0]["name"].clone(), v["locks"][0]["holder"]["token"].clone());
+    assert_eq!(holder(&local), holder(&linear), "{local} vs {linear}");
+    assert_eq!(holder(&local).1, g["token"]);
+    let ttl = local["locks"][0]["holder"]["ttl_left_ms"].as_u64().unwrap();
+    assert!(ttl > 0 && ttl <= 60_000, "a live lease's TTL: {local}");
+    let (s, one) = call(&http, "GET", "/v1/locks/jobs%2Flocal?consistency=local", None).await;
+    assert_eq!((s, &one["holder"]["token"]), (200, &g["token"]), "{one}");
+    let (s, free) = call(&http, "GET", "/v1/locks/jobs%2Fnone?consistency=local", None).await;
+    assert_eq!((s, &free["holder"]), (200, &Value::Null), "{free}");
+    let (s, bad) = call(&http, "GET", "/v1/locks?consistency=eventual", None).await;
+    assert_eq!((s, code(&bad)), (400, "invalid_argument"), "{bad}");
+    assert!(bad["error"]["message"].as_str().unwrap().contains("eventual"), "{bad}");
+}
