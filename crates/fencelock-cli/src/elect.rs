@@ -70,6 +70,13 @@ async fn backend(s: &ServerArg) -> anyhow::Result<Backend> {
 
 pub async fn elect(a: ElectArgs) -> anyhow::Result<ExitCode> {
     let backend = backend(&a.server).await?;
+    let result = lead_and_run(&backend, a).await;
+    // As `run`: the lease this process campaigned on ends with it.
+    backend.close().await;
+    result
+}
+
+async fn lead_and_run(backend: &Backend, a: ElectArgs) -> anyhow::Result<ExitCode> {
     let identity = a.identity.clone().unwrap_or_else(crate::default_identity);
     let election = backend.election(&a.name).ttl(a.ttl).value(a.value.as_bytes()).identity(identity);
     let campaign = election.campaign();

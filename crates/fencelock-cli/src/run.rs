@@ -65,6 +65,14 @@ pub struct RunArgs {
 pub async fn run(a: RunArgs) -> anyhow::Result<ExitCode> {
     let backend =
         fencelock::connect(&a.server.url()).await.with_context(|| format!("connecting to {}", a.server.shown()))?;
+    let result = hold_and_run(&backend, a).await;
+    // The lease the locks were on lingers for a next acquire that this
+    // process, about to exit, never makes: end it now, not a TTL from now.
+    backend.close().await;
+    result
+}
+
+async fn hold_and_run(backend: &Backend, a: RunArgs) -> anyhow::Result<ExitCode> {
     let opts = a.lock.options(backend.capabilities().holder_identity).require_fencing(a.require_fencing);
     let slot = a.once_per.as_deref().map(crate::slot::slot_now);
     let opts = match &slot {
@@ -72,8 +80,8 @@ pub async fn run(a: RunArgs) -> anyhow::Result<ExitCode> {
         None => opts,
     };
     let held = match a.lock.all.as_slice() {
-        [] => acquire(&backend, a.lock.name(), &opts).await?.map(Holding::One),
-        all => acquire_all(&backend, all, &opts).await?.map(Holding::All),
+        [] => acquire(backend, a.lock.name(), &opts).await?.map(Holding::One),
+        all => acquire_all(backend, all, &opts).await?.map(Holding::All),
     };
     let held = match held {
         Ok(h) => h,

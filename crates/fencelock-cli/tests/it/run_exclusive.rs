@@ -138,3 +138,25 @@ fn parse_intervals(text: &str) -> Vec<Interval> {
     out.sort_by_key(|i| i.start);
     out
 }
+
+/// Nothing of a `fencelock run` or `fencelock elect` outlives it: the lease
+/// its lock was on is revoked before it exits, not left to live out its TTL
+/// (a minute here), where it would count against the identity's lease quota
+/// and show as an active lease on the node.
+#[test]
+fn run_and_elect_leave_no_lease_behind() {
+    let tmp = tempfile::tempdir().unwrap();
+    let server = Server::start(tmp.path());
+    let active = || {
+        let (status, body) = support::http_get(server.http, "/metrics").unwrap();
+        assert_eq!(status, 200, "{body}");
+        fencelock_http::prometheus::value(&body, "fencelock_active_leases").expect("the gauge")
+    };
+    for args in
+        [&["run", "jobs/once", "--ttl", "60s", "--", "true"][..], &["elect", "leader", "--ttl", "60s", "--", "true"]]
+    {
+        let out = Command::new(bin()).args(args).env("FENCELOCK_SERVER", server.url()).output().unwrap();
+        assert!(out.status.success(), "{args:?}: {}", support::stderr(&out));
+        assert_eq!(active(), 0, "a lease outlived `fencelock {}`", args[0]);
+    }
+}

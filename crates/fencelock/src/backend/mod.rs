@@ -503,6 +503,17 @@ pub trait LockBackend: Send + Sync + fmt::Debug {
         let kind = self.kind();
         Box::pin(async move { Err(election::unsupported(kind)) })
     }
+
+    /// Ends what the client keeps between locks for the next one (the
+    /// fencelock backend's lease, which lingers after the last release), and
+    /// waits for the service to confirm, within the RPC timeout. A process
+    /// about to exit calls it after its last release: otherwise that lease
+    /// outlives the process by its TTL, counted against its identity's lease
+    /// quota meanwhile. Locks still held are not touched. Nothing to do on
+    /// the other backends.
+    fn close(&self) -> BoxFuture<'_, ()> {
+        Box::pin(async {})
+    }
 }
 
 /// A shared handle on any backend.

@@ -89,7 +89,8 @@ impl ClientBuilder {
     /// nothing) before it is revoked, so that the next acquire with the same TTL
     /// needs no new lease: a loop of acquire → release then costs two commands
     /// on the server, not four. Zero revokes at once. Dropping the last clone of
-    /// the client revokes lingering leases at once. Default 2 s.
+    /// the client revokes lingering leases at once, in the background; a
+    /// process about to exit awaits [`LockBackend::close`](crate::LockBackend::close) instead. Default 2 s.
     pub fn lease_linger(mut self, linger: Duration) -> Self {
         self.lease_linger = linger;
         self

@@ -134,6 +134,12 @@ impl LockBackend for Client {
     fn observe<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<LeaderStream, Error>> {
         Box::pin(self.observe_election(name))
     }
+
+    /// Revokes the lease that lingers after the last release (see
+    /// [`ClientBuilder::lease_linger`](crate::ClientBuilder::lease_linger)).
+    fn close(&self) -> BoxFuture<'_, ()> {
+        Box::pin(self.inner.leases.close_idle())
+    }
 }
 
 impl Client {

@@ -213,11 +213,31 @@ impl Registry {
 
     /// Stops the watchdog and revokes the lease unless the server no longer has it.
     fn close(&self, entry: Entry) {
+        if let Some(lease) = Self::end(entry) {
+            lease_rpc::spawn_revoke(&self.runtime(), self.rpc.clone(), lease);
+        }
+    }
+
+    /// Stops the watchdog and marks the lease closed: the lease to revoke,
+    /// unless the server no longer has it.
+    fn end(entry: Entry) -> Option<u64> {
         entry.watchdog.abort();
         let before = entry.cell.state().lost;
         entry.cell.lose(LeaseLost::Closed);
-        if !matches!(before, Some(LeaseLost::NotFound | LeaseLost::Revoked)) {
-            lease_rpc::spawn_revoke(&self.runtime(), self.rpc.clone(), entry.cell.id);
+        (!matches!(before, Some(LeaseLost::NotFound | LeaseLost::Revoked))).then_some(entry.cell.id)
+    }
+
+    /// Closes every lease that no lock uses (the lingering ones) now, and
+    /// waits for the server to revoke each, within the RPC deadline: for a
+    /// client about to go away, whose background revokes would die with its
+    /// process and leave the leases to live out their TTL. Leases in use are
+    /// left alone. A revoke that fails is left to the lease's expiry.
+    pub async fn close_idle(&self) {
+        let idle: Vec<Entry> = self.lock().values_mut().filter_map(|s| s.live.take_if(|e| e.users == 0)).collect();
+        for lease in idle.into_iter().filter_map(Self::end) {
+            if let Err(e) = lease_rpc::revoke(&self.rpc, lease).await {
+                tracing::debug!(lease, error = %e, "fencelock: revoke at close failed");
+            }
         }
     }
 
