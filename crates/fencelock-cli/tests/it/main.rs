@@ -10,6 +10,7 @@ mod cluster;
 mod cluster_status;
 mod conn_limits;
 mod crash_restart;
+mod dashboard;
 mod data_dir;
 mod demo;
 mod elect;

@@ -1,10 +1,13 @@
 //! The HTTP admin endpoint (axum): health, Prometheus metrics, the lock table
 //! as JSON, and the group's membership. It never changes a lock.
 //!
+//! - `GET /`: the dashboard, a web page over this API (module `dashboard`).
 //! - `GET /healthz`: 200 `{"status":"ok",…}` when this node leads and serves, else 503.
 //! - `GET /metrics`: Prometheus text format.
 //! - `GET /v1/locks?prefix=&limit=`: `{"locks":[Lock…]}` sorted by name.
 //! - `GET /v1/locks/{name}`: one `Lock` (a free lock has `"holder": null`).
+//!   Both read on the leader (linearizable); with `consistency=local`, from
+//!   this node's applied state on any member (see `crate::local_read`).
 //! - `GET /v1/cluster`: this node's view of the group ([`crate::cluster::Status`]).
 //! - `GET /v1/snapshot`: a backup of the state, consistent (one linearizable read
 //!   on the leader), as a [`crate::backup::Backup`] JSON document; 503 on a
@@ -44,6 +47,7 @@
 //! [`crate::access::conn_limits`], with a header-read timeout.
 
 mod body;
+mod dashboard;
 mod elections;
 mod errors;
 mod leases;
@@ -195,7 +199,7 @@ pub fn router_with_watch(
     for &(method, path, operation) in ROUTES {
         router = router.route(path, handler(method, operation));
     }
-    router.fallback(no_route).method_not_allowed_fallback(no_method).with_state(Admin {
+    dashboard::routes(router).fallback(no_route).method_not_allowed_fallback(no_method).with_state(Admin {
         ops,
         metrics,
         node_id,

@@ -222,6 +222,24 @@ impl Cluster {
         }
     }
 
+    /// Starts `n` nodes with `--peers` on 127.0.0.1, plaintext and without
+    /// authentication (the loopback is this machine's own), and waits until
+    /// one leads and the group formed on every node.
+    pub fn start_plain(n: u64) -> Cluster {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let addrs: Vec<(u64, SocketAddr, SocketAddr)> = (1..=n).map(|id| (id, local(), local())).collect();
+        let peers = addrs.iter().map(|(id, g, _)| format!("{id}={g}")).collect::<Vec<_>>().join(",");
+        let mut nodes: Vec<Node> =
+            addrs.into_iter().map(|(id, g, h)| new_node(&dir, id, g, h, Boot::Peers(peers.clone()))).collect();
+        for node in &mut nodes {
+            node.spawn();
+        }
+        let c = Cluster { dir, nodes, secure: None };
+        c.wait_leader(None, Duration::from_secs(20)).unwrap_or_else(|| c.fail("no leader"));
+        c.wait_formed(Duration::from_secs(20));
+        c
+    }
+
     /// Starts one node per namespace of `net` (node `i` in namespace `i`, on
     /// its address, ports 7070 and 7071) and waits until one leads and serves.
     /// Plaintext with `--insecure`: the bridge is a network of the test's own,
