@@ -7,7 +7,10 @@
 # and jq, with which the HTTP guide (docs/http-api.md) is run as written, and
 # python3 and nodejs, which run its examples; python3-venv, in which the
 # Python package is installed and tested; chromium and chromium-driver, in
-# which the dashboard's test drives the web page (fencelock-testkit's browser).
+# which the dashboard's test drives the web page (fencelock-testkit's browser);
+# tmux, under which `fencelock top`'s test runs it; promtool (Debian's
+# prometheus, its service stopped), which checks the alerting rules and the
+# nodes' /metrics.
 #
 # Idempotent: installs only what is missing and says what it did. Safe to run
 # from .ci/run on every build. Needs root (or sudo) only when something is
@@ -58,13 +61,15 @@ else
     missing+=(libfaketime)
 fi
 
-for tool in curl jq python3 node chromium chromedriver; do
+for tool in curl jq python3 node chromium chromedriver tmux promtool; do
     if have_command "$tool"; then
         echo "install-test-deps: $tool present: $(command -v "$tool")"
     elif [ "$tool" = node ]; then
         missing+=(nodejs)
     elif [ "$tool" = chromedriver ]; then
         missing+=(chromium-driver)
+    elif [ "$tool" = promtool ]; then
+        missing+=(prometheus)
     else
         missing+=("$tool")
     fi
@@ -99,7 +104,7 @@ export DEBIAN_FRONTEND=noninteractive
 # on free ports, so the system ones are not needed. Stop the ones this
 # script just installed, quietly (a service that was already there is left).
 for pkg in "${missing[@]}"; do
-    case "$pkg" in etcd-server) svc=etcd ;; strace | chromium | chromium-driver) continue ;; *) svc=$pkg ;; esac
+    case "$pkg" in etcd-server) svc=etcd ;; strace | chromium | chromium-driver | tmux) continue ;; *) svc=$pkg ;; esac
     if command -v service >/dev/null 2>&1; then
         "${SUDO[@]}" service "$svc" stop >/dev/null 2>&1 || true
     fi
@@ -112,4 +117,6 @@ have_zookeeper || { echo "install-test-deps: zookeeper still missing" >&2; exit 
 have_strace || { echo "install-test-deps: strace still missing" >&2; exit 1; }
 have_command chromium || { echo "install-test-deps: chromium still missing" >&2; exit 1; }
 have_command chromedriver || { echo "install-test-deps: chromedriver still missing" >&2; exit 1; }
+have_command tmux || { echo "install-test-deps: tmux still missing" >&2; exit 1; }
+have_command promtool || { echo "install-test-deps: promtool (prometheus) still missing" >&2; exit 1; }
 echo "install-test-deps: installed: ${missing[*]}"

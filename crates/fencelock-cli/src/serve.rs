@@ -26,7 +26,7 @@ pub struct ServeArgs {
     /// A TOML file with any of the settings below (`node_id = 2`,
     /// `peers = "1=10.0.0.1:7070,2=10.0.0.2:7070,3=10.0.0.3:7070"`, `data_dir`,
     /// `listen`, `http`, `advertise`, `join`, `heartbeat`, `election_timeout`,
-    /// `watch_history`, `log`, and the connection limits `max_connections`,
+    /// `watch_history`, `lock_metrics_top`, `stuck_after`, `log`, and the connection limits `max_connections`,
     /// `max_connections_per_source`, `max_new_connections_per_source`,
     /// `handshake_timeout`, `idle_timeout`,
     /// `header_read_timeout`, `session_ops_in_flight`,
@@ -83,6 +83,15 @@ pub struct ServeArgs {
     /// `compacted` [default: 100000].
     #[arg(long, env = "FENCELOCK_WATCH_HISTORY")]
     watch_history: Option<usize>,
+    /// How many of the busiest locks `/metrics` reports one by one (grant
+    /// rate, wait and hold p50/p99, queue depth); the rest are summed, so the
+    /// series stay bounded whatever the number of locks (0 to 10000) [default: 100].
+    #[arg(long, env = "FENCELOCK_LOCK_METRICS_TOP")]
+    lock_metrics_top: Option<usize>,
+    /// A lock held this long by a lease that is still renewed counts as a
+    /// stuck holder (`fencelock_stuck_holders`) [default: 1h].
+    #[arg(long, env = "FENCELOCK_STUCK_AFTER", value_parser = parse_duration)]
+    stuck_after: Option<Duration>,
     /// Log filter (tracing env-filter syntax), e.g. `info` or `fencelock_server=debug` [default: info,openraft=warn].
     #[arg(long, env = "FENCELOCK_LOG")]
     log: Option<String>,
@@ -229,6 +238,8 @@ struct FileConfig {
     heartbeat: Option<String>,
     election_timeout: Option<String>,
     watch_history: Option<usize>,
+    lock_metrics_top: Option<usize>,
+    stuck_after: Option<String>,
     log: Option<String>,
     log_engine: Option<String>,
     worker_threads: Option<usize>,
@@ -345,6 +356,12 @@ fn resolve(a: ServeArgs) -> anyhow::Result<(fencelock_server::Config, String)> {
     }
     if let Some(n) = a.watch_history.or(file.watch_history) {
         c.watch_history = n;
+    }
+    if let Some(n) = a.lock_metrics_top.or(file.lock_metrics_top) {
+        c.lock_metrics_top = n;
+    }
+    if let Some(d) = a.stuck_after.or(file_duration(file.stuck_after.as_deref(), "stuck_after")?) {
+        c.stuck_after = d;
     }
     if let Some(engine) = a.log_engine.or(file.log_engine) {
         c.log = engine.parse().map_err(|e| anyhow::anyhow!("log_engine: {e}"))?;
@@ -488,6 +505,8 @@ mod tests {
             election_timeout: None,
             force_new_cluster: false,
             watch_history: None,
+            lock_metrics_top: None,
+            stuck_after: None,
             log: None,
             log_engine: None,
             worker_threads: None,

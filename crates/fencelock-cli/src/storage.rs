@@ -9,6 +9,12 @@
 //! reach needs `--insecure`. `--lock-server` takes the client library's URL
 //! grammar (`https://host:port?ca=…&cert=…&key=…&token=…`, see
 //! `fencelock::backend::BackendUrl`) for a lock service with TLS.
+//!
+//! `--report-to URL` (with `--report-tls-ca`, `--report-tls-cert`,
+//! `--report-tls-key`, `--report-auth-token`, as a client command's
+//! `--server` takes them) reports each stale write the server refuses to the
+//! lock service (`fencelock_fence::report`): the lock is the request's
+//! `Fencing-Lock`, the resource its object key.
 
 use std::{net::SocketAddr, path::PathBuf, process::ExitCode, sync::Arc};
 
@@ -66,6 +72,71 @@ pub struct StorageArgs {
     unfenced: bool,
     #[command(flatten)]
     tls: StorageTlsArgs,
+    #[command(flatten)]
+    report: ReportArgs,
+}
+
+/// Where refused stale writes are reported (`fencelock_fence::report`).
+#[derive(Args, Debug, Default)]
+pub struct ReportArgs {
+    /// Report each stale write this server refuses to the lock service at
+    /// this URL (its gRPC port, as --server of a client command takes it:
+    /// fencelock://host:7070, a group fencelock://a:7070,b:7070,c:7070,
+    /// fencelock+tls://…?ca=… with TLS): every member's `fencelock watch`
+    /// then shows a write_refused event of the lock the request named in
+    /// Fencing-Lock, with the refused token, the highest token and the object
+    /// key. Never delays an answer: reports wait in a queue of 1024 (beyond
+    /// it they are dropped) and are sent in the background; the lock service
+    /// is connected at the first report. With authentication on, the token's
+    /// identity needs the check verb on the locks.
+    #[arg(long, env = "FENCELOCK_STORAGE_REPORT_TO", value_name = "URL")]
+    report_to: Option<String>,
+    /// The CA (PEM) of the lock service's certificates: TLS towards
+    /// --report-to (fencelock:// becomes fencelock+tls://).
+    #[arg(long, env = "FENCELOCK_STORAGE_REPORT_TLS_CA", requires = "report_to", value_name = "FILE")]
+    report_tls_ca: Option<PathBuf>,
+    /// A client certificate (PEM) to present to the lock service.
+    #[arg(long, env = "FENCELOCK_STORAGE_REPORT_TLS_CERT", requires_all = ["report_tls_key", "report_tls_ca"], value_name = "FILE")]
+    report_tls_cert: Option<PathBuf>,
+    /// The key of --report-tls-cert (PEM).
+    #[arg(long, env = "FENCELOCK_STORAGE_REPORT_TLS_KEY", requires = "report_tls_cert", value_name = "FILE")]
+    report_tls_key: Option<PathBuf>,
+    /// Bearer token for a lock service that requires one (the URL's token=
+    /// does the same); its identity needs `check` on the locks. Never
+    /// printed; prefer the environment variable.
+    #[arg(
+        long,
+        env = "FENCELOCK_STORAGE_REPORT_AUTH_TOKEN",
+        hide_env_values = true,
+        value_name = "TOKEN",
+        requires = "report_to"
+    )]
+    report_auth_token: Option<AuthToken>,
+}
+
+impl ReportArgs {
+    /// The lock service's URL with the TLS flags and the token folded in (as
+    /// a client command's `--server`), checked: a fencelock server URL.
+    /// `None` without `--report-to`. It holds the token: never print it.
+    fn url(&self) -> anyhow::Result<Option<String>> {
+        let Some(server) = &self.report_to else { return Ok(None) };
+        let arg = crate::ServerArg {
+            server: server.clone(),
+            tls_ca: self.report_tls_ca.clone(),
+            tls_cert: self.report_tls_cert.clone(),
+            tls_key: self.report_tls_key.clone(),
+            auth_token: self.report_auth_token.clone(),
+        };
+        let url = arg.url();
+        let parsed = BackendUrl::parse(&url).context("--report-to")?;
+        if parsed.scheme != fencelock::backend::Scheme::Native {
+            bail!("--report-to {}: not a fencelock server URL (fencelock://host:port)", arg.shown());
+        }
+        if let Some(t) = parsed.auth_token() {
+            fencelock::check_auth_token(&t).context("the auth token of --report-to")?;
+        }
+        Ok(Some(url))
+    }
 }
 
 /// TLS on the storage listener (`fencelock_fence::storage::TlsFiles`).
@@ -207,6 +278,10 @@ async fn serve(a: StorageArgs) -> anyhow::Result<ExitCode> {
     } else if a.lock_server_token.is_some() {
         bail!("--lock-server-token needs --lock-server");
     }
+    if let Some(url) = a.report.url()? {
+        let service = fencelock_fence::report::LockService::new(url);
+        config.reporter = Some(fencelock_fence::report::Reporter::new(service));
+    }
     config.check_exposure(a.listen).map_err(anyhow::Error::msg)?;
     let listener =
         tokio::net::TcpListener::bind(a.listen).await.with_context(|| format!("cannot listen on {}", a.listen))?;
@@ -220,8 +295,12 @@ async fn serve(a: StorageArgs) -> anyhow::Result<ExitCode> {
             _ = int.recv() => {}
         }
     };
+    let reporting = match &a.report.report_to {
+        Some(_) => ", refused writes reported to the lock service",
+        None => "",
+    };
     eprintln!(
-        "fencelock: fenced storage on {scheme}://{addr}, data in {}{}",
+        "fencelock: fenced storage on {scheme}://{addr}, data in {}{reporting}{}",
         a.data_dir.display(),
         if a.unfenced { " (FENCING OFF: stale writes are carried out)" } else { "" }
     );
@@ -277,6 +356,33 @@ mod tests {
         assert!(!e.contains(SECRET), "{e}");
         let e = format!("{:#}", lock_server("http://h:1?token=a%20b", None).err().unwrap());
         assert!(e.contains("invalid auth token") && !e.contains("a b"), "{e}");
+    }
+
+    /// Rule: `--report-to` takes a fencelock server URL, with the TLS flags
+    /// and the token folded in as `--server`'s are; another backend's URL
+    /// or a malformed one is refused, and no error shows the token.
+    #[test]
+    fn report_to_urls() {
+        let args = |to: &str, ca: Option<&str>, token: Option<&str>| ReportArgs {
+            report_to: Some(to.into()),
+            report_tls_ca: ca.map(PathBuf::from),
+            report_auth_token: token.map(|t| t.parse().unwrap()),
+            ..ReportArgs::default()
+        };
+        assert_eq!(ReportArgs::default().url().unwrap(), None);
+        assert_eq!(
+            args("fencelock://a:7070,b:7070", None, None).url().unwrap().as_deref(),
+            Some("fencelock://a:7070,b:7070")
+        );
+        let url = args("fencelock://a:7070", Some("/c/ca.pem"), Some(SECRET)).url().unwrap().unwrap();
+        assert_eq!(url, format!("fencelock+tls://a:7070?ca=/c/ca.pem&token={SECRET}"));
+        let err = |a: ReportArgs| format!("{:#}", a.url().expect_err("refused"));
+        let e = err(args("redis://h:6379", None, Some(SECRET)));
+        assert!(e.contains("not a fencelock server URL") && !e.contains(SECRET), "{e}");
+        let e = err(args("h:7070", None, None));
+        assert!(e.contains("--report-to"), "{e}");
+        let e = err(args("fencelock://h:7070", None, Some("a b")));
+        assert!(e.contains("auth token of --report-to") && !e.contains("a b"), "{e}");
     }
 
     #[test]

@@ -43,7 +43,8 @@ pub async fn watch(a: WatchArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::from(exit::OK))
 }
 
-/// `{"revision":"12.0","index":12,"seq":0,"kind":"granted","lock":…,"lease_id":…,"token":…,"identity":…,"reason":…,"value_base64":…,"mode":"exclusive"}`
+/// `{"revision":"12.0","index":12,"seq":0,"kind":"granted","lock":…,"lease_id":…,"token":…,"identity":…,"reason":…,"value_base64":…,"mode":"exclusive","highest_token":0,"resource":""}`
+/// (`highest_token` and `resource`: a fence's `write_refused` report).
 fn event_json(e: &WatchEvent) -> serde_json::Value {
     json!({
         "revision": e.revision.to_string(),
@@ -57,12 +58,19 @@ fn event_json(e: &WatchEvent) -> serde_json::Value {
         "reason": e.reason,
         "value_base64": fencelock_core::b64::encode(&e.value),
         "mode": if e.mode == fencelock::LockMode::Shared { "shared" } else { "exclusive" },
+        "highest_token": e.highest_token,
+        "resource": e.resource,
     })
 }
 
 /// `12.0 granted jobs/a lease=… token=…`, with `shared` for a reader's
-/// grant, `identity=…`, `value=…` and `(reason)` when there are.
+/// grant, `identity=…`, `value=…` and `(reason)` when there are; a fence's
+/// report is `12.1 write_refused jobs/a token=5 highest=9 resource=k
+/// identity=…` (no lease: it names none).
 fn event_text(e: &WatchEvent) -> String {
+    if e.kind == fencelock::WatchKind::WriteRefused {
+        return refused_text(e);
+    }
     let mut line = format!("{} {} {} lease={}", e.revision, e.kind, e.lock, e.lease_id);
     if e.token != 0 {
         line.push_str(&format!(" token={}", e.token));
@@ -78,6 +86,18 @@ fn event_text(e: &WatchEvent) -> String {
     }
     if !e.reason.is_empty() {
         line.push_str(&format!(" ({})", e.reason));
+    }
+    line
+}
+
+/// The text line of a `write_refused` event.
+fn refused_text(e: &WatchEvent) -> String {
+    let mut line = format!("{} {} {} token={} highest={}", e.revision, e.kind, e.lock, e.token, e.highest_token);
+    if !e.resource.is_empty() {
+        line.push_str(&format!(" resource={}", e.resource));
+    }
+    if !e.identity.is_empty() {
+        line.push_str(&format!(" identity={}", e.identity));
     }
     line
 }

@@ -79,6 +79,7 @@ mod lease;
 mod lock;
 mod multi;
 mod query;
+pub use query::LongHold;
 mod queue;
 mod resize;
 mod restore;
@@ -325,6 +326,14 @@ impl Engine {
             Command::As { caller, cmd } => self.apply_as(caller, cmd, fx),
             Command::Policy(_) => Reply::Rejected(EngineError::NotAdmin),
             Command::Resize { lock, permits } => self.resize(lock, *permits, fx),
+            // A report changes nothing (see `Command::ReportRefusal`): its
+            // answer is all, and the watch makes its event from it.
+            Command::ReportRefusal { lock, refused, highest, resource } => {
+                match crate::validate::check_report(lock, *refused, *highest, resource) {
+                    Ok(_) => Reply::Reported,
+                    Err(e) => Reply::Rejected(e),
+                }
+            }
         }
     }
 

@@ -79,4 +79,9 @@ pub enum EngineError {
     /// The policy change breaks a rule of [`crate::policy`] (the text says which).
     #[error("invalid policy change: {0}")]
     InvalidPolicy(String),
+    /// A refusal report whose tokens cannot be a fence's refusal (the refused
+    /// token not below the highest) or whose resource is too long or has a
+    /// control character (the text says which).
+    #[error("invalid report: {0}")]
+    InvalidReport(String),
 }

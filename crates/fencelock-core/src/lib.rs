@@ -53,7 +53,7 @@ pub mod policy;
 mod types;
 mod validate;
 
-pub use engine::Engine;
+pub use engine::{Engine, LongHold};
 pub use error::EngineError;
 pub use error_code::ErrorCode;
 pub use ids::{LeaseId, RequestId, Token};

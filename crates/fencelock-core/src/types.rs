@@ -52,6 +52,9 @@ pub const MAX_IDENTITY_BYTES: usize = 256;
 pub const MAX_VALUE_BYTES: usize = 4096;
 /// Most locks one multi-acquire names ([`Acquire::also`]).
 pub const MAX_MULTI_LOCKS: usize = 16;
+/// Longest resource a refusal report names ([`Command::ReportRefusal`]), in
+/// bytes of UTF-8.
+pub const MAX_RESOURCE_BYTES: usize = 256;
 /// How many recent request outcomes each lease remembers for retries.
 pub const DEDUP_PER_LEASE: usize = 256;
 /// How many recent keep-alives each lease remembers for retries, apart from
@@ -216,6 +219,23 @@ pub enum Command {
     /// ([`EngineError::PermitsMismatch`] otherwise). Setting the number it
     /// has already changes nothing, so a retry is harmless.
     Resize { lock: String, permits: u32 },
+    /// A fence refused a stale write on `lock`: its token `refused` was below
+    /// `highest`, the highest token the fence had admitted (the rule of
+    /// `fencelock-fence`'s `Marks::admit`: a write is refused when its token
+    /// is below the highest admitted, so `refused < highest` always; a read
+    /// when below the last write's, which is at most the highest).
+    /// `resource` says what the fence protects (a storage key; "" for none, at
+    /// most [`MAX_RESOURCE_BYTES`] of UTF-8 without control characters).
+    ///
+    /// A report changes nothing: no lease, holder, queue, slot or token (the
+    /// token counter included). Its answer is [`Reply::Reported`], and its
+    /// entry's place in the log is what makes it visible the same way on
+    /// every member: the server's watch turns each `Reported` command into one
+    /// `write_refused` event of `lock` (with the reporter's identity, the
+    /// [`Command::As`] caller around it). No request id: there is no lease to
+    /// remember one by, and a report repeated is a second report (the client
+    /// sends each once).
+    ReportRefusal { lock: String, refused: Token, highest: Token, resource: String },
 }
 
 impl Command {
@@ -223,6 +243,7 @@ impl Command {
     pub fn lease(&self) -> Option<LeaseId> {
         match self {
             Command::GrantLease { .. } | Command::Policy(_) | Command::Resize { .. } => None,
+            Command::ReportRefusal { .. } => None,
             Command::KeepAlive { lease, .. } | Command::Revoke { lease, .. } => Some(*lease),
             Command::Release { lease, .. } | Command::CancelWait { lease, .. } => Some(*lease),
             Command::SetValue { lease, .. } | Command::Downgrade { lease, .. } => Some(*lease),
@@ -505,6 +526,9 @@ pub enum Reply {
         version: u64,
         changed: bool,
     },
+    /// Answer to [`Command::ReportRefusal`]: the report is in the log; nothing
+    /// else changed.
+    Reported,
     Rejected(EngineError),
 }
 

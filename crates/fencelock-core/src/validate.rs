@@ -1,7 +1,7 @@
 //! Stateless validation of commands: the rules a command must meet whatever the
 //! engine's state (request id, lock name, TTL, wait, lock-delay, hold-at-least, token, holder
 //! identity and value, weight against permits, the locks of a multi-acquire,
-//! a new value).
+//! a new value, a refusal report's tokens and resource).
 //!
 //! Where it sits: the one place these rules live. The engine applies them first to
 //! every command it is given (an invalid command is rejected and leaves no trace,
@@ -29,6 +29,9 @@ impl Command {
             Command::As { caller, cmd } => check_caller(caller, cmd).and_then(|()| cmd.validate()),
             Command::Policy(change) => change.validate(),
             Command::Resize { lock, permits } => check_resize(lock, *permits).map(drop),
+            Command::ReportRefusal { lock, refused, highest, resource } => {
+                check_report(lock, *refused, *highest, resource).map(drop)
+            }
         }
     }
 }
@@ -182,6 +185,49 @@ pub(crate) fn check_resize(lock: &str, permits: u32) -> Result<LockName, EngineE
         0 => Err(EngineError::ResizeTooSmall { asked: 0, needed: 1 }),
         _ => Ok(name),
     }
+}
+
+/// A refusal report's name, tokens (neither 0, the refused one below the
+/// highest) and resource, in this order; the name.
+///
+/// Why `refused < highest` and not `<=`: a fence refuses an operation only
+/// when its token is *below* the mark it is judged against (a write: the
+/// highest admitted; a read: the last write's, at most the highest), and
+/// admits an equal one (`fencelock-fence`'s `Marks::admit`). A report with
+/// `refused >= highest` describes no refusal a fence makes.
+pub(crate) fn check_report(
+    lock: &str,
+    refused: Token,
+    highest: Token,
+    resource: &str,
+) -> Result<LockName, EngineError> {
+    let name = LockName::new(lock)?;
+    if refused.0 == 0 || highest.0 == 0 {
+        return Err(EngineError::InvalidToken);
+    }
+    if refused >= highest {
+        return Err(EngineError::InvalidReport(format!(
+            "refused token {refused} is not below the highest token {highest} (a fence refuses only tokens below its mark)"
+        )));
+    }
+    check_resource(resource)?;
+    Ok(name)
+}
+
+/// What a refusal report says the fence protects: at most
+/// [`MAX_RESOURCE_BYTES`] of UTF-8 without control characters (it is shown on
+/// terminals and in the audit log); "" is none.
+pub(crate) fn check_resource(resource: &str) -> Result<(), EngineError> {
+    if resource.len() > MAX_RESOURCE_BYTES {
+        return Err(EngineError::InvalidReport(format!(
+            "resource is {} bytes (must be at most {MAX_RESOURCE_BYTES} bytes of UTF-8)",
+            resource.len()
+        )));
+    }
+    if resource.chars().any(char::is_control) {
+        return Err(EngineError::InvalidReport("resource must not contain control characters".into()));
+    }
+    Ok(())
 }
 
 /// A cancel's request id and name; the name.

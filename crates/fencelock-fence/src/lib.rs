@@ -29,6 +29,11 @@
 //! storage. **Fence reads as well as writes**: see the holder-5/holder-6
 //! example on [`Fence`].
 //!
+//! A fence that refuses a stale write can say so to the lock service with a
+//! [`report::Reporter`] (never in the way of the write path): the group then
+//! shows a `write_refused` event of the lock to every watcher, and counts and
+//! audits it. The storage server does it with [`storage::Config::reporter`].
+//!
 //! The crate's README documents the PostgreSQL SQL and the Redis script for
 //! services not written in Rust.
 
@@ -41,6 +46,7 @@ mod memory;
 pub mod pg;
 #[cfg(feature = "redis")]
 pub mod redis;
+pub mod report;
 pub mod storage;
 
 pub use check::{CheckValidator, Checked, TokenChecker};

@@ -325,6 +325,41 @@ impl Ops {
         })
     }
 
+    /// A fence's report that it refused a stale write (issue 36): one log
+    /// entry, which every member's watch shows as a `write_refused` event of
+    /// the lock, and an audit line. In this order, and nothing written before
+    /// the last: the report's own rules (the engine's, INVALID_ARGUMENT), the
+    /// `check` verb on the lock and the caller's request rate, the node's
+    /// rate of reports ([`crate::access::quota::Quotas::report`],
+    /// RESOURCE_EXHAUSTED); refusals of the caller and of a limit are audited
+    /// as every such refusal is.
+    pub async fn report_refusal(
+        &self,
+        who: &Who,
+        r: pb::ReportRefusalRequest,
+    ) -> Result<pb::ReportRefusalResponse, Status> {
+        let (lock, detail) = (r.lock.clone(), report_detail(&r));
+        let cmd = Command::ReportRefusal {
+            lock: r.lock,
+            refused: Token(r.refused_token),
+            highest: Token(r.highest_token),
+            resource: r.resource,
+        };
+        cmd.validate().map_err(engine_status)?;
+        self.allow(who, |w| w.require(Verb::Check, &lock))?;
+        self.quotas.report(self.clock.instant()).map_err(|e| self.exhausted(who, e))?;
+        match self.driver.submit(who.wrap(cmd)).await.map_err(driver_status)? {
+            Reply::Reported => {
+                let remote = who.remote().map(|a| a.to_string());
+                let (identity, verb, action, outcome) = (who.name(), "check", "report_refusal", "ok");
+                let object = format!("lock {lock:?}");
+                self.audit.record(&Event { identity, remote, verb, action, object: &object, outcome, detail: &detail });
+                Ok(pb::ReportRefusalResponse { recorded: true })
+            }
+            other => Err(unexpected(other)),
+        }
+    }
+
     pub async fn describe_lock(
         &self,
         who: &Who,
@@ -390,7 +425,7 @@ impl Ops {
     /// The group's clock as this node knows it: its own when it leads and
     /// serves, else its estimate (0 before it applied anything; the engine's
     /// own reading is the floor).
-    fn local_now(&self) -> fencelock_core::Millis {
+    pub(crate) fn local_now(&self) -> fencelock_core::Millis {
         match self.driver.is_ready() {
             true => self.clock.now(),
             false => self.group_time.at(self.clock.now()).unwrap_or(0),
@@ -427,6 +462,16 @@ impl Ops {
             .await
             .map(|_| ())
             .map_err(|e| Status::unavailable(format!("cannot confirm leadership: {e}")))
+    }
+}
+
+/// The audit line's detail of a refusal report:
+/// `token R refused, highest H, resource X` (no resource: without it).
+fn report_detail(r: &pb::ReportRefusalRequest) -> String {
+    let (refused, highest, resource) = (r.refused_token, r.highest_token, &r.resource);
+    match resource.is_empty() {
+        true => format!("token {refused} refused, highest {highest}"),
+        false => format!("token {refused} refused, highest {highest}, resource {resource}"),
     }
 }
 

@@ -50,6 +50,11 @@ pub struct Config {
     pub log: LogEngine,
     /// Watch events kept for watchers that resume (see `watching`).
     pub watch_history: usize,
+    /// Locks whose metrics `/metrics` reports one by one, the busiest; the
+    /// rest are summed (see `lock_metrics`). 0 to 10,000.
+    pub lock_metrics_top: usize,
+    /// A grant held this long by a lease still renewed counts as stuck.
+    pub stuck_after: Duration,
     /// Start a new group even where the data dir is refused (empty, without a
     /// database or identity, another node's): a refused database is moved
     /// aside, never deleted. See [`crate::raft::identity`].
@@ -80,8 +85,10 @@ pub struct Config {
     pub seams: crate::seams::Seams,
 }
 
+/// The most locks `/metrics` reports one by one.
+pub const MAX_LOCK_METRICS_TOP: usize = 10_000;
 /// The smallest watch history a node keeps (events).
-pub const MIN_WATCH_HISTORY: usize = 16;
+const MIN_WATCH_HISTORY: usize = 16;
 /// The largest (about 200 bytes and up per event in memory).
 pub const MAX_WATCH_HISTORY: usize = 10_000_000;
 
@@ -105,6 +112,8 @@ impl Config {
             snapshot_every: 20_000,
             log: LogEngine::default(),
             watch_history: crate::watching::hub::DEFAULT_HISTORY,
+            lock_metrics_top: crate::lock_metrics::DEFAULT_TOP_K,
+            stuck_after: crate::lock_metrics::DEFAULT_STUCK_AFTER,
             force_new_cluster: false,
             connections: crate::access::conn_limits::ConnLimits::default(),
             tls: None,
@@ -146,6 +155,15 @@ impl Config {
                 "the watch history ({} events) must be {MIN_WATCH_HISTORY} to {MAX_WATCH_HISTORY} events",
                 self.watch_history
             ));
+        }
+        if self.lock_metrics_top > MAX_LOCK_METRICS_TOP {
+            return Err(format!(
+                "--lock-metrics-top {} is more than {MAX_LOCK_METRICS_TOP} locks (each is a few series of /metrics)",
+                self.lock_metrics_top
+            ));
+        }
+        if self.stuck_after.is_zero() {
+            return Err("--stuck-after must be above zero (every holder would be stuck)".into());
         }
         Ok(())
     }

@@ -191,6 +191,14 @@ impl lock_server::Lock for LockService {
         self.ops.check(&who, r.into_inner()).await.map(Response::new)
     }
 
+    async fn report_refusal(
+        &self,
+        r: Request<pb::ReportRefusalRequest>,
+    ) -> Result<Response<pb::ReportRefusalResponse>, Status> {
+        let who = self.who(&r)?;
+        self.ops.report_refusal(&who, r.into_inner()).await.map(Response::new)
+    }
+
     async fn describe_lock(
         &self,
         r: Request<pb::DescribeLockRequest>,

@@ -46,11 +46,13 @@ pub mod clock;
 pub mod cluster;
 mod config;
 mod driver;
+mod group_metrics;
 mod grpc;
 mod handover;
 mod http_error;
 mod lease_events;
 mod local_read;
+mod lock_metrics;
 mod metrics;
 mod policy_change;
 pub mod raft;
@@ -230,7 +232,8 @@ pub async fn serve(
     let (raft, engine, log, identity, hub) = raft;
     let auth = auth::Auth::new(auth_file, engine.clone());
 
-    let metrics = Arc::new(Metrics::default());
+    let locks = lock_metrics::LockMetrics::new(config.lock_metrics_top, config.stuck_after);
+    let metrics = Arc::new(Metrics { locks, data_dir: Some(config.data_dir.clone()), ..Metrics::default() });
     let (driver, handle) = Driver::new(raft.clone(), config.node_id, clock.clone(), metrics.clone(), config.max_batch);
     let driver = driver.with_seams(config.seams.clone());
     let driver = driver.with_max_inflight(config.max_inflight_writes);
@@ -265,6 +268,8 @@ pub async fn serve(
     let group_time =
         local_read::track(raft.clone(), engine.clone(), ops.clock.clone(), ops.group_time.clone(), stop_rx.clone());
     tasks.push(tokio::spawn(group_time));
+    let refusals = count_refusals(hub.clone(), metrics.clone(), ops.clock.clone(), stop_rx.clone());
+    tasks.push(tokio::spawn(refusals));
     tasks.push(tokio::spawn(stop_on(shutdown, stop.clone())));
     let watched = raft::identity::Watched {
         dir: config.data_dir.clone(),
@@ -454,6 +459,41 @@ async fn stop_on(shutdown: impl std::future::Future<Output = ()>, stop: watch::S
 }
 
 /// Resolves when `stop` turns true (or its sender is gone).
+/// Counts the `write_refused` events this node applies into its per-lock
+/// metrics ([`lock_metrics`]), until `stop`: any member's `/metrics` shows
+/// the refusals of the whole group. (Here, where the hub and the metrics
+/// meet, so that neither module imports the other.)
+async fn count_refusals(
+    hub: Arc<watching::Hub>,
+    metrics: Arc<Metrics>,
+    clock: crate::clock::Clock,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) {
+    use watching::events::Kind;
+    let Ok(mut events) = hub.subscribe(None) else { return };
+    loop {
+        let batch = tokio::select! {
+            b = events.recv() => b,
+            _ = stop.wait_for(|s| *s) => return,
+        };
+        match batch {
+            Ok(Some(batch)) => {
+                for e in batch.iter().filter(|e| e.kind == Kind::WriteRefused) {
+                    if let Ok(lock) = fencelock_core::LockName::new(e.lock.clone()) {
+                        metrics.locks.refused(clock.now(), &lock);
+                    }
+                }
+            }
+            Ok(None) => return,
+            // Fell behind the history (a snapshot was installed): go on from now.
+            Err(_) => match hub.subscribe(None) {
+                Ok(s) => events = s,
+                Err(_) => return,
+            },
+        }
+    }
+}
+
 async fn stopped(mut stop: watch::Receiver<bool>) {
     let _ = stop.wait_for(|s| *s).await;
 }

@@ -48,6 +48,10 @@ impl Histogram {
 /// All server-side metrics.
 #[derive(Default)]
 pub struct Metrics {
+    /// Per lock: where the contention is (see [`crate::lock_metrics`]).
+    pub locks: crate::lock_metrics::LockMetrics,
+    /// The data dir, measured at each scrape (see [`crate::group_metrics`]).
+    pub data_dir: Option<std::path::PathBuf>,
     pub grants: AtomicU64,
     pub grants_after_wait: AtomicU64,
     pub releases: AtomicU64,

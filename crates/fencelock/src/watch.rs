@@ -36,6 +36,12 @@ pub enum WatchKind {
     /// A writer of a read-write lock became a reader (same token); the
     /// readers it lets in follow as `Granted`.
     Downgraded,
+    /// A fence reported that it refused a stale write on the lock
+    /// ([`crate::Client::report_refusal`]): `token` is the refused token,
+    /// `highest_token` the fence's mark that refused it, `resource` what the
+    /// fence protects, `identity` who reported it. Nothing about the lock
+    /// changed: a paused holder tried to write late, and the fence stopped it.
+    WriteRefused,
 }
 
 impl WatchKind {
@@ -50,6 +56,7 @@ impl WatchKind {
             WatchKind::Dequeued => "dequeued",
             WatchKind::ValueChanged => "value_changed",
             WatchKind::Downgraded => "downgraded",
+            WatchKind::WriteRefused => "write_refused",
         }
     }
 }
@@ -67,9 +74,12 @@ pub struct WatchEvent {
     pub kind: WatchKind,
     pub lock: String,
     pub lease_id: u64,
-    /// The grant's fencing token; 0 for queued and dequeued.
+    /// The grant's fencing token; the refused token for
+    /// [`WatchKind::WriteRefused`]; 0 for queued and dequeued.
     pub token: u64,
-    /// The identity the acquire carried ("" when none, and for dequeued).
+    /// The identity the acquire carried ("" when none, and for dequeued);
+    /// for [`WatchKind::WriteRefused`], the reporter's authenticated identity
+    /// ("" from a server without authentication).
     pub identity: String,
     /// Why a grant or a wait ended, when the kind does not say it all.
     pub reason: String,
@@ -78,6 +88,12 @@ pub struct WatchEvent {
     pub value: Vec<u8>,
     /// Shared for a reader's grant and for a downgrade; exclusive otherwise.
     pub mode: crate::LockMode,
+    /// [`WatchKind::WriteRefused`]: the highest token the fence had admitted
+    /// (the mark that refused `token`); 0 otherwise.
+    pub highest_token: u64,
+    /// [`WatchKind::WriteRefused`]: what the fence protects (a storage key;
+    /// "" when the report named none); "" otherwise.
+    pub resource: String,
 }
 
 /// The events of a watch, in revision order, each once. It resumes by itself

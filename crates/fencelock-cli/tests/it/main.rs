@@ -24,6 +24,7 @@ mod multi_lock;
 mod no_fault_hooks;
 mod partition;
 mod paused_holder;
+mod refusals;
 mod rmw_paused;
 mod run_exclusive;
 mod server_list;

@@ -38,6 +38,50 @@ impl Engine {
         Some(self.info(now, name, l))
     }
 
+    /// The `k` locks with the most waiters (at least one), deepest first,
+    /// ties by name: where the contention is, for the per-lock metrics. One
+    /// pass over the locks, holding at most `k` of them.
+    pub fn deepest_queues(&self, k: usize) -> Vec<(LockName, u64)> {
+        let mut top: Vec<(LockName, u64)> = Vec::with_capacity(k + 1);
+        for (name, l) in self.locks.iter().filter(|(_, l)| !l.queue.is_empty()) {
+            let depth = l.queue.len() as u64;
+            if top.len() == k && top.last().is_some_and(|&(_, d)| d >= depth) {
+                continue;
+            }
+            let at = top.partition_point(|(n, d)| *d > depth || (*d == depth && n < name));
+            top.insert(at, (name.clone(), depth));
+            top.truncate(k);
+        }
+        top
+    }
+
+    /// The grants of live leases held for at least `min_held_ms` at `now`:
+    /// their number, and the `k` held longest, longest first. A lease that is
+    /// still live has been kept alive all along, so these are holders that
+    /// renew but do not let go (a stuck job). One pass over the locks.
+    pub fn long_holds(&self, now: Millis, min_held_ms: u64, k: usize) -> (u64, Vec<LongHold>) {
+        let mut count = 0;
+        let mut top: Vec<LongHold> = Vec::with_capacity(k + 1);
+        for (name, l) in self.locks.iter() {
+            for h in self.live_holders(now, l) {
+                let held_ms = now.saturating_sub(h.granted_at);
+                if held_ms < min_held_ms {
+                    continue;
+                }
+                count += 1;
+                if top.len() == k && top.last().is_some_and(|t| t.held_ms >= held_ms) {
+                    continue;
+                }
+                let identity = Tag::identity(h.tag.as_deref()).to_owned();
+                let hold = LongHold { lock: name.clone(), token: h.token, held_ms, identity };
+                let at = top.partition_point(|t| t.held_ms >= held_ms);
+                top.insert(at, hold);
+                top.truncate(k);
+            }
+        }
+        (count, top)
+    }
+
     /// Up to `limit` locks whose name starts with `prefix`, sorted by name.
     pub fn locks(&self, now: Millis, prefix: &str, limit: usize) -> Vec<LockInfo> {
         self.locks
@@ -174,4 +218,14 @@ impl Engine {
         };
         waiters.map(info).collect()
     }
+}
+
+/// A grant held for long (see [`Engine::long_holds`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LongHold {
+    pub lock: LockName,
+    pub token: Token,
+    pub held_ms: u64,
+    /// The identity its acquire carried ("" when none).
+    pub identity: String,
 }

@@ -40,6 +40,7 @@ mod misc_tests;
 mod multi_tests;
 mod owner_tests;
 mod policy_tests;
+mod report_tests;
 mod resize_tests;
 mod shared_tests;
 mod slot_tests;

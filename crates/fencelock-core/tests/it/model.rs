@@ -6,7 +6,8 @@
 //! ones included; shared, weighted and exclusive acquires, now and then one that
 //! names the wrong number of permits; downgrades; multi-acquires of two or
 //! three names, repeats and the semaphore's included; acquires once per one of
-//! two slots, tries and waiters, and slot completions by holders), time jumps of 0 to 3 TTLs,
+//! two slots, tries and waiters, and slot completions by holders; fences'
+//! refusal reports), time jumps of 0 to 3 TTLs,
 //! occasional `LeaderStart` on another clock, snapshot round trips, and retries of earlier
 //! requests with the same request id. After every input:
 //! - the engine's output equals the model's exactly (replies, effects, next
@@ -30,6 +31,7 @@
 //!   slot was completed on its lock, and every `SlotDone` (a reply, or a
 //!   waiter's end) names the slot's first completion;
 //! - a batch gives the same output as its commands applied one by one;
+//! - a refusal report (issue 36) changes nothing and makes no effect;
 //! - `step` never panics (a panic fails the test).
 //!
 //! A second property runs the same checks on contended runs of one read-write
@@ -139,6 +141,15 @@ enum Cmd {
         lock: usize,
         token: u64,
     },
+    /// A fence's refusal report on `lock`: the refused token `refused`, the
+    /// highest `refused + above` (`above` 0: not below it, refused), and a
+    /// resource of `resource` bytes (over the limit is refused).
+    Report {
+        lock: usize,
+        refused: u64,
+        above: u64,
+        resource: usize,
+    },
     /// Cancel one of the last 8 acquires.
     Cancel {
         pick: usize,
@@ -244,7 +255,16 @@ fn cmd() -> impl Strategy<Value = Cmd> {
         1 => (lease(), lock(), 0..8u64).prop_map(|(lease, lock, token)| Cmd::SetValue { lease, lock, token }),
         2 => (0..8usize).prop_map(|pick| Cmd::Cancel { pick }),
         3 => (0..12usize).prop_map(|pick| Cmd::Retry { pick }),
+        1 => report(),
     ]
+}
+
+/// Refusal reports: mostly valid, now and then a token 0, a refused token
+/// not below the highest, or a resource one byte too long.
+fn report() -> impl Strategy<Value = Cmd> {
+    let resource = prop_oneof![6 => 0..16usize, 1 => Just(MAX_RESOURCE_BYTES + 1)];
+    (lock(), prop_oneof![8 => 1..8u64, 1 => Just(0u64)], prop_oneof![8 => 1..4u64, 1 => Just(0u64)], resource)
+        .prop_map(|(lock, refused, above, resource)| Cmd::Report { lock, refused, above, resource })
 }
 
 /// Mostly no slot; now and then one of [`SLOTS`].
@@ -477,6 +497,12 @@ impl Run {
                 let (lease, lock) = (self.lease(*lease), LOCKS[*lock].to_string());
                 Command::Release { req, lease, lock, token: Token(*token) }
             }
+            Cmd::Report { lock, refused, above, resource } => Command::ReportRefusal {
+                lock: LOCKS[*lock].to_string(),
+                refused: Token(*refused),
+                highest: Token(refused + above),
+                resource: "r".repeat(*resource),
+            },
             Cmd::Cancel { pick } => match Self::recent(&self.acquires, *pick, 8) {
                 Some((req, lease, lock)) => Command::CancelWait { req, lease, lock },
                 None => Command::CancelWait { req, lease: self.lease(LeasePick::Live(0)), lock: "a".into() },
@@ -514,6 +540,9 @@ impl Run {
             let o = shadow.step(&Input::Batch { now: self.now, cmds: vec![c.clone()] });
             if matches!(o.replies[0], Reply::Rejected(_)) && (shadow != pre || !o.effects.is_empty()) {
                 return Err(format!("INV-9: rejected {c:?} changed the engine"));
+            }
+            if matches!(c, Command::ReportRefusal { .. }) && (shadow != pre || !o.effects.is_empty()) {
+                return Err(format!("issue 36: the report {c:?} changed the engine"));
             }
             self.oracle.command(c, &o.effects, &o.replies[0])?;
             all.effects.extend(o.effects);

@@ -44,6 +44,8 @@ pub(crate) struct Store {
     pub failed: AtomicBool,
     /// Reject stale tokens (always, except in the `--unfenced` demonstration).
     pub enforce: bool,
+    /// Where refused stale writes are reported, if anywhere.
+    pub reporter: Option<crate::report::Reporter>,
 }
 
 pub(crate) fn router(store: Arc<Store>) -> Router {
@@ -253,6 +255,9 @@ async fn fenced_locked(store: &Arc<Store>, key: &str, fencing: &Fencing, act: Ac
         if store.enforce {
             let (outcome, highest) = (Outcome::Stale, stale.highest);
             log(store, op, key, fencing, outcome, highest, Durability::Buffered).await?;
+            if let (Some(reporter), Access::Write) = (&store.reporter, stale.access) {
+                reporter.report(&fencing.lock, &stale, key);
+            }
             return Err(ApiError::Stale(stale));
         }
         outcome = (Outcome::Unfenced, stale.highest);

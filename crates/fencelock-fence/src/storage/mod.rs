@@ -90,6 +90,16 @@
 //! After an audit-log write fails the server fails closed: fenced requests
 //! and `/healthz` answer `503` until it is restarted.
 //!
+//! # Reporting refused writes
+//!
+//! With [`Config::reporter`], each stale `PUT` or `DELETE` it refuses is
+//! also reported to the lock service (the lock of `Fencing-Lock`, the
+//! refused token, the mark that refused it, the object key as the resource),
+//! from the reporter's queue: the answer `409` never waits for it, and a
+//! report that cannot be sent is dropped, never the request's failure. Stale
+//! fenced reads are refused as before and not reported (the lock service
+//! shows them as `write_refused`, which they are not).
+//!
 //! # Connections, TLS, exposure
 //!
 //! HTTP/1.1, over TLS with [`Config::tls`] (ALPN `http/1.1`; client
@@ -180,6 +190,9 @@ pub struct Config {
     /// connection's start, or from the end of its previous request) closes
     /// the connection (default [`DEFAULT_HEADER_READ_TIMEOUT`]).
     pub header_read_timeout: Duration,
+    /// Where each refused stale write is reported (see "Reporting refused
+    /// writes" above); `None` (the default) reports nothing.
+    pub reporter: Option<crate::report::Reporter>,
 }
 
 impl std::fmt::Debug for Config {
@@ -198,6 +211,7 @@ impl std::fmt::Debug for Config {
             .field("insecure", &self.insecure)
             .field("handshake_timeout", &self.handshake_timeout)
             .field("header_read_timeout", &self.header_read_timeout)
+            .field("reporter", &self.reporter.is_some())
             .finish()
     }
 }
@@ -219,6 +233,7 @@ impl Config {
             insecure: false,
             handshake_timeout: DEFAULT_HANDSHAKE_TIMEOUT,
             header_read_timeout: DEFAULT_HEADER_READ_TIMEOUT,
+            reporter: None,
         }
     }
 
@@ -328,6 +343,7 @@ async fn open_store(config: Config) -> io::Result<http::Store> {
         max_body: config.max_body,
         failed: AtomicBool::new(false),
         enforce: config.enforce,
+        reporter: config.reporter,
     })
 }
 

@@ -594,6 +594,51 @@ async fn a_fenced_read_of_a_missing_key_creates_no_mark() {
     s.shutdown().await;
 }
 
+/// The lock service as a [`fencelock_fence::report::RefusalSink`]: the
+/// reports it took.
+#[derive(Default)]
+struct Reports(std::sync::Mutex<Vec<fencelock_fence::report::Refusal>>);
+
+#[async_trait::async_trait]
+impl fencelock_fence::report::RefusalSink for Reports {
+    async fn report_refusal(&self, r: &fencelock_fence::report::Refusal) -> Result<(), fencelock_fence::BoxError> {
+        self.0.lock().unwrap().push(r.clone());
+        Ok(())
+    }
+}
+
+/// Issue 36. Rule: with a reporter, each stale PUT and DELETE the storage
+/// server refuses (409) is reported once: the `Fencing-Lock`, the refused
+/// token, the mark that refused it and the object key; admitted writes and
+/// refused fenced reads are not reported.
+#[tokio::test]
+async fn refused_stale_writes_are_reported() {
+    use fencelock_fence::report::{Refusal, Reporter};
+    let dir = tempfile::tempdir().unwrap();
+    let reports = std::sync::Arc::new(Reports::default());
+    let reporter = Reporter::new(reports.clone());
+    let s =
+        Server::start_with(storage::Config { reporter: Some(reporter.clone()), ..storage::Config::new(dir.path()) })
+            .await;
+    assert_eq!(put(s.addr, "doc", 6, "v6").await.status, 201);
+    assert_eq!(put(s.addr, "doc", 5, "late").await.status, 409);
+    let r = request(s.addr, "DELETE", "/objects/doc", &fenced("4"), b"").await;
+    assert_eq!(r.status, 409);
+    let r = request(s.addr, "GET", "/objects/doc", &fenced("3"), b"").await;
+    assert_eq!(r.status, 409, "a stale fenced read is refused, not reported");
+    assert_eq!(put(s.addr, "doc", 7, "v7").await.status, 200);
+    for _ in 0..500 {
+        if reporter.sent() >= 2 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    let report = |refused, highest| Refusal { lock: "doc-lock".into(), refused, highest, resource: "doc".into() };
+    assert_eq!(*reports.0.lock().unwrap(), vec![report(5, 6), report(4, 6)]);
+    assert_eq!((reporter.sent(), reporter.failed(), reporter.dropped()), (2, 0, 0));
+    s.shutdown().await;
+}
+
 /// Issue 14 finding: a fenced write with token 2^63−1 was accepted, and the
 /// key could never be written again. Now tokens above the configured
 /// maximum are refused with 400 naming the limit, and change nothing.

@@ -17,6 +17,13 @@
 //! Over a limit a request gets RESOURCE_EXHAUSTED naming the limit and its
 //! value; `fencelock_limit_refusals_total{limit}` counts refusals per limit.
 //! Without authentication only the global limits apply.
+//!
+//! Fences' refusal reports (`ReportRefusal`, issue 36) have a rate of their
+//! own, per node and whoever sends them ([`Quotas::report`]:
+//! [`REPORTS_PER_SECOND`], bursts of [`REPORTS_BURST`]), besides the request
+//! rate of the identity that sends them: each report is a log entry on every
+//! member, so a fence stuck in a loop of stale writes (or a caller with
+//! `check` that floods) cannot fill the log and the watch history.
 
 use std::{
     collections::HashMap,
@@ -63,7 +70,7 @@ pub struct Exhausted {
 }
 
 /// Every limit, in the order of the refusal counters.
-const LIMITS: [&str; 7] = [
+const LIMITS: [&str; 8] = [
     "leases_per_identity",
     "locks_per_identity",
     "waits_per_identity",
@@ -71,7 +78,15 @@ const LIMITS: [&str; 7] = [
     "leases",
     "locks",
     "waiters",
+    "refusal_reports_per_second",
 ];
+
+/// Refusal reports a node takes per second, on average, from everyone
+/// together ([`Quotas::report`]).
+pub const REPORTS_PER_SECOND: u64 = 50;
+/// Refusal reports a node takes at once after a quiet time (the bucket's
+/// size): a burst of stale writes refused together is reported whole.
+pub const REPORTS_BURST: u64 = 100;
 
 /// What a request would add.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -96,12 +111,15 @@ pub struct Quotas {
     stats: Mutex<Option<(Instant, fencelock_core::Stats)>>,
     /// Tokens left and when they were last counted, by identity.
     buckets: Mutex<HashMap<String, (f64, Instant)>>,
+    /// The node's bucket of refusal reports (see [`Quotas::report`]).
+    reports: Mutex<Option<(f64, Instant)>>,
     refusals: [AtomicU64; LIMITS.len()],
 }
 
 impl Quotas {
     pub fn new(limits: Limits) -> Self {
-        Quotas { limits, stats: Mutex::default(), buckets: Mutex::default(), refusals: Default::default() }
+        let (stats, buckets, reports) = (Mutex::default(), Mutex::default(), Mutex::default());
+        Quotas { limits, stats, buckets, reports, refusals: Default::default() }
     }
 
     /// Whether `identity` (`None`: authentication off) may add `adds` to the
@@ -180,15 +198,26 @@ impl Quotas {
             return Ok(());
         }
         let mut buckets = self.buckets.lock().unwrap_or_else(|p| p.into_inner());
-        let (tokens, at) = buckets.entry(identity.to_string()).or_insert((rps as f64, now));
-        *tokens = (*tokens + now.saturating_duration_since(*at).as_secs_f64() * rps as f64).min(rps as f64);
-        *at = now;
-        if *tokens < 1.0 {
+        let bucket = buckets.entry(identity.to_string()).or_insert((rps as f64, now));
+        if !take(bucket, rps, rps, now) {
             drop(buckets);
             return Err(self.refused("requests_per_second_per_identity", rps));
         }
-        *tokens -= 1.0;
         Ok(())
+    }
+
+    /// One refusal report at `now`, whoever sends it: refused when the
+    /// node's reports are used up (a token bucket of [`REPORTS_BURST`],
+    /// refilled at [`REPORTS_PER_SECOND`]). Checked after the caller's
+    /// permission and request rate, so a report refused for those takes
+    /// nothing from the node's.
+    pub fn report(&self, now: Instant) -> Result<(), Exhausted> {
+        let mut bucket = self.reports.lock().unwrap_or_else(|p| p.into_inner());
+        let bucket = bucket.get_or_insert((REPORTS_BURST as f64, now));
+        match take(bucket, REPORTS_PER_SECOND, REPORTS_BURST, now) {
+            true => Ok(()),
+            false => Err(self.refused("refusal_reports_per_second", REPORTS_PER_SECOND)),
+        }
     }
 
     fn refused(&self, limit: &'static str, value: u64) -> Exhausted {
@@ -210,6 +239,19 @@ impl Quotas {
             let _ = writeln!(out, "{name}{{limit=\"{limit}\"}} {}", n.load(Relaxed));
         }
     }
+}
+
+/// Takes one token from `bucket` (tokens left, when last counted) at `now`,
+/// after refilling it at `rate` per second up to `size`: whether there was one.
+fn take(bucket: &mut (f64, Instant), rate: u64, size: u64, now: Instant) -> bool {
+    let (tokens, at) = bucket;
+    *tokens = (*tokens + now.saturating_duration_since(*at).as_secs_f64() * rate as f64).min(size as f64);
+    *at = now.max(*at);
+    if *tokens < 1.0 {
+        return false;
+    }
+    *tokens -= 1.0;
+    true
 }
 
 #[cfg(test)]
@@ -291,5 +333,29 @@ mod tests {
         assert_eq!(q.rate("b", None, t0), Ok(()), "each identity has its own bucket");
         assert_eq!(q.rate("a", None, t0 + Duration::from_millis(100)), Ok(()), "one request per 100 ms comes back");
         assert!(q.rate("a", None, t0 + Duration::from_millis(100)).is_err());
+    }
+
+    /// Issue 36. Rule: the node takes a burst of `REPORTS_BURST` refusal
+    /// reports, then `REPORTS_PER_SECOND` a second, whoever sends them; a
+    /// report beyond is refused naming the limit and counted.
+    #[test]
+    fn refusal_reports_have_a_rate_of_their_own() {
+        let q = Quotas::new(Limits::default());
+        let t0 = t0();
+        for i in 0..REPORTS_BURST {
+            assert_eq!(q.report(t0), Ok(()), "report {i} of the burst");
+        }
+        let err = q.report(t0).unwrap_err();
+        assert_eq!(err.to_string(), format!("limit reached: refusal_reports_per_second = {REPORTS_PER_SECOND}"));
+        let per = Duration::from_secs(1) / REPORTS_PER_SECOND as u32;
+        assert_eq!(q.report(t0 + per), Ok(()), "one report per 1/{REPORTS_PER_SECOND} s comes back");
+        assert!(q.report(t0 + per).is_err());
+        // After a quiet time the bucket is full again, and no fuller.
+        let later = t0 + Duration::from_secs(60);
+        assert_eq!((0..REPORTS_BURST + 5).filter(|_| q.report(later).is_ok()).count() as u64, REPORTS_BURST);
+        let mut text = String::new();
+        q.render(&mut text);
+        let line = "fencelock_limit_refusals_total{limit=\"refusal_reports_per_second\"} 7";
+        assert!(text.contains(line), "{text}");
     }
 }

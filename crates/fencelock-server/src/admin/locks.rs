@@ -18,6 +18,10 @@
 //! - `PUT /v1/locks/{name}/value` (`setValue`), `POST …/complete`
 //!   (`completeSlot`), `POST …/downgrade` (`downgrade`): 409 `not_holder`
 //!   when the grant is not current; `PUT …/permits` (`resize`, admin).
+//! - `POST /v1/locks/{name}/refusals` `{"refused_token","highest_token",
+//!   "resource"?}` (`reportRefusal`): a fence's report that it refused a
+//!   stale write (needs `check`); 200 `{"recorded": true}`, 400 for a report
+//!   no fence makes, 429 `limit_reached` beyond the node's rate of reports.
 //!
 //! A lock name with `/` in it is percent-encoded in the path (`jobs%2Fnightly`).
 //! Ids and tokens are decimal strings ([`Id`]).
@@ -472,6 +476,35 @@ pub(super) async fn resize(
     let JsonBody(r) = body?;
     let was = a.ops.resize(&who, pb::ResizeRequest { lock: name, permits: r.permits }).await?.was;
     Ok(Json(serde_json::json!({ "was": was })))
+}
+
+/// A fence's refusal report: the token it refused, its highest, what it
+/// protects.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RefusalBody {
+    refused_token: Id,
+    highest_token: Id,
+    #[serde(default)]
+    resource: String,
+}
+
+pub(super) async fn report_refusal(
+    State(a): State<Admin>,
+    c: Caller,
+    Path(name): Path<String>,
+    body: Result<JsonBody<RefusalBody>, ApiError>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let who = c.api(&a)?;
+    let JsonBody(r) = body?;
+    let req = pb::ReportRefusalRequest {
+        lock: name,
+        refused_token: r.refused_token.0,
+        highest_token: r.highest_token.0,
+        resource: r.resource,
+    };
+    let recorded = a.ops.report_refusal(&who, req).await?.recorded;
+    Ok(Json(serde_json::json!({ "recorded": recorded })))
 }
 
 pub(super) async fn check(

@@ -227,6 +227,7 @@ pub const ROUTES: &[(&str, &str, &str)] = &[
     ("POST", "/v1/locks/{name}/complete", "completeSlot"),
     ("POST", "/v1/locks/{name}/downgrade", "downgrade"),
     ("PUT", "/v1/locks/{name}/permits", "resize"),
+    ("POST", "/v1/locks/{name}/refusals", "reportRefusal"),
     ("POST", "/v1/leases", "grantLease"),
     ("GET", "/v1/leases/{id}", "describeLease"),
     ("DELETE", "/v1/leases/{id}", "revokeLease"),
@@ -267,6 +268,7 @@ fn handler(method: &str, operation: &str) -> axum::routing::MethodRouter<Admin> 
         "completeSlot" => on(filter, locks::complete_slot),
         "downgrade" => on(filter, locks::downgrade),
         "resize" => on(filter, locks::resize),
+        "reportRefusal" => on(filter, locks::report_refusal),
         "grantLease" => on(filter, leases::grant),
         "describeLease" => on(filter, leases::describe),
         "revokeLease" => on(filter, leases::revoke),
@@ -407,11 +409,16 @@ async fn metrics_text(State(a): State<Admin>, c: Caller) -> Response {
     if let Err(r) = c.for_metrics(&a) {
         return r;
     }
-    let stats = match a.ops.engine.read() {
-        Ok(e) => e.stats(),
+    let (now, engine_now) = (a.ops.clock.now(), a.ops.local_now());
+    let mut body = match a.ops.engine.read() {
+        Ok(e) => {
+            let mut body = a.metrics.render(&e.stats(), a.ops.driver.is_ready());
+            a.metrics.locks.render(&mut body, &e, now, engine_now.max(e.now()));
+            body
+        }
         Err(_) => return error_json(ErrorCode::Internal, "engine lock poisoned".into()),
     };
-    let mut body = a.metrics.render(&stats, a.ops.driver.is_ready());
+    crate::group_metrics::render(&mut body, &a.ops.raft, a.metrics.data_dir.as_deref());
     a.ops.quotas.render(&mut body);
     crate::lease_events::render_metrics(&mut body, a.ops.driver.lease_watchers());
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], body).into_response()

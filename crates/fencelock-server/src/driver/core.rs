@@ -791,6 +791,7 @@ pub fn approx_bytes(cmd: &Command) -> usize {
             Command::SetValue { lock, value, .. } => lock.len() + value.len().div_ceil(3) * 4,
             Command::CompleteSlot { lock, slot, .. } => lock.len() + slot.len(),
             Command::Resize { lock, .. } => lock.len(),
+            Command::ReportRefusal { lock, resource, .. } => lock.len() + resource.len(),
             Command::GrantLease { .. } | Command::KeepAlive { .. } | Command::Revoke { .. } => 0,
             Command::As { caller, cmd } => caller.name.len() + approx_bytes(cmd),
             Command::Policy(change) => serde_json::to_vec(change).map_or(1024, |j| j.len()),

@@ -557,6 +557,7 @@ impl Driver {
             Action::Effect(e) => {
                 self.publish(LeaseEnd::of_effect(&e));
                 self.metrics.effect(&e);
+                self.metrics.locks.effect(self.clock.now(), &e);
             }
         }
     }

@@ -196,6 +196,12 @@ fn command_to_pb(cmd: &Command) -> Result<pb::Command, CodecError> {
         })),
         Command::Policy(change) => Kind::PolicyJson(serde_json::to_vec(change)?),
         Command::Resize { lock, permits } => Kind::Resize(pb::Resize { lock: lock.clone(), permits: *permits }),
+        Command::ReportRefusal { lock, refused, highest, resource } => Kind::ReportRefusal(pb::ReportRefusal {
+            lock: lock.clone(),
+            refused: refused.0,
+            highest: highest.0,
+            resource: resource.clone(),
+        }),
     };
     Ok(pb::Command { kind: Some(kind) })
 }
@@ -239,6 +245,12 @@ fn command_from_pb(cmd: pb::Command) -> Result<Command, String> {
             Command::Policy(serde_json::from_slice(&json).map_err(|e| format!("policy change: {e}"))?)
         }
         Kind::Resize(r) => Command::Resize { lock: r.lock, permits: r.permits },
+        Kind::ReportRefusal(r) => Command::ReportRefusal {
+            lock: r.lock,
+            refused: Token(r.refused),
+            highest: Token(r.highest),
+            resource: r.resource,
+        },
     })
 }
 

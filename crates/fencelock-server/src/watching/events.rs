@@ -1,7 +1,15 @@
 //! From one applied entry (its engine [`Input`] and [`Output`]) to the watch
-//! [`Event`]s it produced, in order: first the acquires the entry queued (in
-//! command order), then the engine's effects in the engine's order. So a
-//! request's `Queued` always comes before its grant or its dequeue.
+//! [`Event`]s it produced, in order: first the acquires the entry queued and
+//! the refusals it reported (in command order), then the engine's effects in
+//! the engine's order. So a request's `Queued` always comes before its grant
+//! or its dequeue.
+//!
+//! A refusal report ([`Command::ReportRefusal`], issue 36) changes no lock:
+//! its event (`write_refused`) is made from the command and its `Reported`
+//! reply, as a `queued` one is from an acquire and its `Queued` reply, with
+//! the identity of the [`Command::As`] caller that sent it ("" without
+//! authentication). Being made from the entry, it has the same revision on
+//! every node.
 
 use std::collections::HashSet;
 
@@ -58,6 +66,9 @@ pub enum Kind {
     ValueChanged,
     /// A writer became a reader (same token).
     Downgraded,
+    /// A fence reported that it refused a stale write (the token refused,
+    /// the fence's highest, the resource, the reporter's identity).
+    WriteRefused,
 }
 
 impl Kind {
@@ -72,6 +83,7 @@ impl Kind {
             Kind::Dequeued => "dequeued",
             Kind::ValueChanged => "value_changed",
             Kind::Downgraded => "downgraded",
+            Kind::WriteRefused => "write_refused",
         }
     }
 }
@@ -83,9 +95,11 @@ pub struct Event {
     pub kind: Kind,
     pub lock: String,
     pub lease: u64,
-    /// The grant's fencing token; 0 for queued and dequeued.
+    /// The grant's fencing token; the refused token for write refused; 0 for
+    /// queued and dequeued.
     pub token: u64,
-    /// The identity the acquire carried ("" for none, and for dequeued).
+    /// The identity the acquire carried ("" for none, and for dequeued); for
+    /// write refused, the reporter's authenticated identity.
     pub identity: String,
     /// Why a grant ended or a wait ended, when the kind does not say it all.
     pub reason: &'static str,
@@ -94,6 +108,11 @@ pub struct Event {
     pub value: Vec<u8>,
     /// A shared grant (granted to a reader, downgraded); false otherwise.
     pub shared: bool,
+    /// Write refused: the highest token the fence had admitted; 0 otherwise.
+    pub highest: u64,
+    /// Write refused: what the fence protects ("" when the report named
+    /// none); "" otherwise.
+    pub resource: String,
 }
 
 /// The (lease, request) pairs of an entry's acquires that were already queued
@@ -120,29 +139,89 @@ fn acquire_of(cmd: &Command) -> Option<&Acquire> {
     }
 }
 
-/// The events of the entry at `index` that applied `input` with `out`.
-pub fn of_entry(index: u64, input: &Input, out: &Output, pending: &PendingWaits) -> Vec<Event> {
-    let mut events = Vec::new();
-    // `mode`: the grant's after the event (shared for a reader's grant and a
-    // downgrade), exclusive for every event that is not about a grant's mode.
-    let mut push = |kind, lock: &str, lease: u64, token: u64, reason, tag: Option<&Tag>, mode: Mode| {
-        let seq = u32::try_from(events.len()).unwrap_or(u32::MAX);
-        let rev = Rev { index, seq };
+/// The refusal report in `cmd`, if it is one, and who sent it ("" without
+/// a caller).
+fn report_of(cmd: &Command) -> Option<(&Command, &str)> {
+    match cmd {
+        Command::ReportRefusal { .. } => Some((cmd, "")),
+        Command::As { caller, cmd } => report_of(cmd).map(|(r, _)| (r, caller.name.as_str())),
+        _ => None,
+    }
+}
+
+/// The events of one entry as they are made, numbered from 0.
+struct Made {
+    index: u64,
+    events: Vec<Event>,
+}
+
+impl Made {
+    /// One more event. `mode`: the grant's after the event (shared for a
+    /// reader's grant and a downgrade), exclusive for every event that is not
+    /// about a grant's mode.
+    #[allow(clippy::too_many_arguments)] // the fields of the event
+    fn push(
+        &mut self,
+        kind: Kind,
+        lock: &str,
+        lease: u64,
+        token: u64,
+        reason: &'static str,
+        tag: Option<&Tag>,
+        mode: Mode,
+    ) {
+        let event = self.event(kind, lock, lease, token, reason, tag, mode);
+        self.events.push(event);
+    }
+
+    /// The next event, not pushed yet.
+    #[allow(clippy::too_many_arguments)] // the fields of the event
+    fn event(
+        &self,
+        kind: Kind,
+        lock: &str,
+        lease: u64,
+        token: u64,
+        reason: &'static str,
+        tag: Option<&Tag>,
+        mode: Mode,
+    ) -> Event {
+        let seq = u32::try_from(self.events.len()).unwrap_or(u32::MAX);
+        let rev = Rev { index: self.index, seq };
         let (identity, value) = (Tag::identity(tag).to_owned(), Tag::value(tag).to_vec());
         let shared = mode == Mode::Shared;
-        events.push(Event { rev, kind, lock: lock.to_string(), lease, token, identity, reason, value, shared });
-    };
+        let (lock, highest, resource) = (lock.to_string(), 0, String::new());
+        Event { rev, kind, lock, lease, token, identity, reason, value, shared, highest, resource }
+    }
+
+    /// The `write_refused` event of the report `cmd` sent by `identity`.
+    fn report(&mut self, cmd: &Command, identity: &str) {
+        let Command::ReportRefusal { lock, refused, highest, resource } = cmd else { return };
+        let tag = Tag { identity: identity.to_owned(), value: Vec::new() };
+        let mut event = self.event(Kind::WriteRefused, lock, 0, refused.0, "", Some(&tag), Mode::Exclusive);
+        (event.highest, event.resource) = (highest.0, resource.clone());
+        self.events.push(event);
+    }
+}
+
+/// The events of the entry at `index` that applied `input` with `out`.
+pub fn of_entry(index: u64, input: &Input, out: &Output, pending: &PendingWaits) -> Vec<Event> {
+    let mut made = Made { index, events: Vec::new() };
     let x = Mode::Exclusive;
     if let Input::Batch { cmds, .. } = input {
         let mut seen = HashSet::new();
         for (cmd, reply) in cmds.iter().zip(&out.replies) {
+            if let (Some((report, identity)), Reply::Reported) = (report_of(cmd), reply) {
+                made.report(report, identity);
+                continue;
+            }
             let (Some(a), Reply::Queued { .. }) = (acquire_of(cmd), reply) else { continue };
             let key = (a.lease.0, a.req.0);
             if !pending.0.contains(&key) && seen.insert(key) {
                 let tag = Tag { identity: a.identity.clone(), value: Vec::new() };
                 // A multi-acquire queues on every one of its locks.
                 for lock in a.locks() {
-                    push(Kind::Queued, lock, a.lease.0, 0, "", Some(&tag), x);
+                    made.push(Kind::Queued, lock, a.lease.0, 0, "", Some(&tag), x);
                 }
             }
         }
@@ -150,27 +229,27 @@ pub fn of_entry(index: u64, input: &Input, out: &Output, pending: &PendingWaits)
     for fx in &out.effects {
         match fx {
             Effect::Granted { grant, tag, mode, .. } => {
-                push(Kind::Granted, grant.lock.as_str(), grant.lease.0, grant.token.0, "", tag.as_deref(), *mode)
+                made.push(Kind::Granted, grant.lock.as_str(), grant.lease.0, grant.token.0, "", tag.as_deref(), *mode)
             }
             Effect::Downgraded { grant, tag } => {
                 let (lock, lease, token) = (grant.lock.as_str(), grant.lease.0, grant.token.0);
-                push(Kind::Downgraded, lock, lease, token, "", tag.as_deref(), Mode::Shared)
+                made.push(Kind::Downgraded, lock, lease, token, "", tag.as_deref(), Mode::Shared)
             }
             Effect::Released { grant, cause, tag, .. } => {
                 let (kind, reason) = released(*cause);
-                push(kind, grant.lock.as_str(), grant.lease.0, grant.token.0, reason, tag.as_deref(), x)
+                made.push(kind, grant.lock.as_str(), grant.lease.0, grant.token.0, reason, tag.as_deref(), x)
             }
             Effect::ValueChanged { grant, tag } => {
-                push(Kind::ValueChanged, grant.lock.as_str(), grant.lease.0, grant.token.0, "", tag.as_deref(), x)
+                made.push(Kind::ValueChanged, grant.lock.as_str(), grant.lease.0, grant.token.0, "", tag.as_deref(), x)
             }
             Effect::WaitEnded { lock, lease, why, .. } => {
-                push(Kind::Dequeued, lock.as_str(), lease.0, 0, wait_end(why), None, x)
+                made.push(Kind::Dequeued, lock.as_str(), lease.0, 0, wait_end(why), None, x)
             }
             // A lease's end shows as the ends of its grants and waits.
             Effect::LeaseExpired { .. } => {}
         }
     }
-    events
+    made.events
 }
 
 fn released(cause: ReleaseCause) -> (Kind, &'static str) {
@@ -330,6 +409,58 @@ mod tests {
         let got = step(5, vec![release]);
         assert_eq!(got[0], (Kind::Released, t1, "host-a:1".into(), b"10.0.0.9".to_vec()));
         assert_eq!((got[1].0, &got[1].2, &got[1].3), (Kind::Granted, &"host-b:2".to_string(), &b"B".to_vec()));
+    }
+
+    /// Issue 36. Rule: a refusal report that the engine answered `Reported`
+    /// becomes one `write_refused` event of its lock, in command order beside
+    /// the acquires the entry queued, with the refused token, the fence's
+    /// highest, the resource and the identity of the caller that sent it
+    /// ("" without one); a report the engine refused makes none, and the
+    /// other kinds carry `highest` 0 and `resource` "".
+    #[test]
+    fn a_report_becomes_one_write_refused_event() {
+        let mut e = Engine::new();
+        e.step(&Input::leader_start(0));
+        e.step(&Input::Batch { now: 1, cmds: vec![lease(1), lease(2)] });
+        let report = |refused: u64, highest: u64, resource: &str| Command::ReportRefusal {
+            lock: "orders".into(),
+            refused: Token(refused),
+            highest: Token(highest),
+            resource: resource.into(),
+        };
+        let by = |name: &str, cmd| Command::As {
+            caller: fencelock_core::Caller { name: name.into(), admin: false },
+            cmd: Box::new(cmd),
+        };
+        let cmds = vec![
+            acquire(1, 10, "orders", 0),
+            by("storage-1", report(5, 9, "orders-42")),
+            acquire(2, 20, "orders", 5_000),
+            report(3, 4, ""),
+            report(4, 4, "refused by the engine: not below"),
+        ];
+        let input = Input::Batch { now: 2, cmds };
+        let pending = PendingWaits::before(&e, &input);
+        let out = e.step(&input);
+        assert!(matches!(out.replies[4], Reply::Rejected(_)), "{:?}", out.replies[4]);
+        let got: Vec<_> = of_entry(9, &input, &out, &pending)
+            .into_iter()
+            .map(|ev| (ev.kind, ev.lock, ev.lease, ev.token, ev.highest, ev.resource, ev.identity, ev.rev.seq))
+            .collect();
+        let refused = |token, highest, resource: &str, who: &str, seq| {
+            (Kind::WriteRefused, "orders".to_string(), 0, token, highest, resource.to_string(), who.to_string(), seq)
+        };
+        let t1 = got[3].3;
+        assert_eq!(
+            got,
+            vec![
+                refused(5, 9, "orders-42", "storage-1", 0),
+                (Kind::Queued, "orders".into(), 2, 0, 0, String::new(), String::new(), 1),
+                refused(3, 4, "", "", 2),
+                (Kind::Granted, "orders".into(), 1, t1, 0, String::new(), String::new(), 3),
+            ]
+        );
+        assert_eq!(Kind::WriteRefused.as_str(), "write_refused");
     }
 
     /// Read-write locks: a reader's grant is shared, a writer's is not, and a

@@ -256,6 +256,8 @@ mod tests {
             reason: "",
             value: Vec::new(),
             shared: false,
+            highest: 0,
+            resource: String::new(),
         }
     }
 

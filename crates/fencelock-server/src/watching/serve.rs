@@ -11,7 +11,9 @@
 //! session stream does each operation: a token removed from the file, or a
 //! read taken from the identity's rules, ends the watch with that refusal.
 //! Each event is checked against the caller before it is sent, so no event
-//! of a lock the caller may not read is ever sent.
+//! of a lock the caller may not read is ever sent: a `write_refused` event
+//! (a fence's report) is an event of its lock, and needs `read` on it like
+//! the others.
 
 use std::sync::Arc;
 
@@ -197,6 +199,8 @@ pub fn to_pb(e: &Event) -> pb::WatchEvent {
         reason: e.reason.to_string(),
         value: e.value.clone(),
         mode: if e.shared { pb::LockMode::Shared } else { pb::LockMode::Exclusive } as i32,
+        highest_token: e.highest,
+        resource: e.resource.clone(),
     }
 }
 
@@ -210,5 +214,6 @@ fn to_pb_kind(k: Kind) -> pb::WatchEventKind {
         Kind::Dequeued => pb::WatchEventKind::Dequeued,
         Kind::ValueChanged => pb::WatchEventKind::ValueChanged,
         Kind::Downgraded => pb::WatchEventKind::Downgraded,
+        Kind::WriteRefused => pb::WatchEventKind::WriteRefused,
     }
 }

@@ -3,7 +3,9 @@
 //!
 //! Each event is `event: <kind>`, `id: <revision>` (`INDEX.SEQ`) and `data:`
 //! one JSON object (`revision`, `index`, `seq`, `kind`, `lock`, `lease_id`,
-//! `token` (decimal strings), `identity`, `reason`, `value_base64`, `mode`). A reconnecting `EventSource` sends the last
+//! `token` (decimal strings), `identity`, `reason`, `value_base64`, `mode`,
+//! `highest_token` (a decimal string, "0" but for `write_refused`),
+//! `resource`). A reconnecting `EventSource` sends the last
 //! id as `Last-Event-ID`, and the watch resumes right after it (it wins over
 //! `from`); `from` is inclusive, as in the `Watch` RPC. A revision the node no
 //! longer holds answers 410 with `{"error": {"code": "compacted", "message",
@@ -75,6 +77,10 @@ fn sse_event(e: &Event) -> SseEvent {
         "reason": e.reason,
         "value_base64": fencelock_core::b64::encode(&e.value),
         "mode": if e.shared { "shared" } else { "exclusive" },
+        // A fence's report (`write_refused`): its highest token and what it
+        // protects; "0" and "" for the other kinds.
+        "highest_token": e.highest.to_string(),
+        "resource": e.resource,
     });
     SseEvent::default().id(e.rev.to_string()).event(e.kind.as_str()).data(data.to_string())
 }

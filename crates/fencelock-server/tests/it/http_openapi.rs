@@ -766,6 +766,26 @@ async fn answers_match_the_document() {
         drop(watch);
         n.called.insert("watch".into());
 
+        // A fence's refusal report (issue 36): recorded, and seen by a watch
+        // as `write_refused`, a WatchEvent too; one no fence makes is refused.
+        let (mut watch, mut buf) = open_watch(running.http_addr, "openapi%2Fr").await;
+        let body = Body::Json(json!({ "refused_token": "5", "highest_token": "9", "resource": "orders-42" }));
+        let recorded = n.ok("reportRefusal", "/v1/locks/openapi%2Fr/refusals", body).await;
+        assert_eq!(recorded, json!({ "recorded": true }));
+        read_until(&mut watch, &mut buf, |b| b.windows(2).any(|w| w == b"\n\n")).await;
+        let event = String::from_utf8_lossy(&buf).into_owned();
+        let line = event.lines().find_map(|l| l.strip_prefix("data:")).expect("the event has data");
+        let data: Value = serde_json::from_str(line.trim()).expect("the event's data is JSON");
+        if let Err(e) = n.schemas.validate(&media["x-event-data"], &data, true) {
+            panic!("the report's event is not the document's WatchEvent:\n{data:#}\n{e:#?}");
+        }
+        let got = (&data["kind"], &data["lock"], &data["token"], &data["highest_token"], &data["resource"]);
+        assert_eq!(got, (&json!("write_refused"), &json!("openapi/r"), &json!("5"), &json!("9"), &json!("orders-42")));
+        drop(watch);
+        let body = Body::Json(json!({ "refused_token": 9, "highest_token": 9 }));
+        let bad = n.refused("reportRefusal", "/v1/locks/openapi%2Fr/refusals", body, ErrorCode::InvalidArgument).await;
+        assert!(text(&bad["message"]).contains("not below the highest token"), "{bad}");
+
         // The group and its policy.
         n.ok("clusterStatus", "/v1/cluster", Body::None).await;
         n.ok("snapshot", "/v1/snapshot", Body::None).await;

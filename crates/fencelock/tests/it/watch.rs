@@ -198,6 +198,45 @@ async fn a_token_limited_to_a_prefix_sees_only_that_prefix() {
     within("shutdown", running.shutdown()).await;
 }
 
+/// Issue 36. Rules: `Client::report_refusal` (a fence's report, needs
+/// `check`) is one `WriteRefused` event of the lock, with the refused token,
+/// the fence's highest, the resource and the reporter's authenticated
+/// identity; a report no fence makes (the refused token not below the
+/// highest) is `InvalidArgument`, and a caller without `check` is
+/// `PermissionDenied`: neither shows in the watch.
+#[tokio::test]
+async fn a_fence_s_report_is_a_write_refused_event() {
+    let dir = tempfile::tempdir().unwrap();
+    let (app, fence) = (fencelock_server::auth::new_token().unwrap(), fencelock_server::auth::new_token().unwrap());
+    let file = format!(
+        "{APP_ROLE}[roles.fence]\nrules = [{{ prefix = \"\", verbs = [\"check\"] }}]\n{}{}",
+        token_entry("app", &app, "app"),
+        token_entry("storage-1", &fence, "fence")
+    );
+    let (running, url) = start_with_auth(dir.path(), &file).await;
+    let as_token = |t: &str| Client::builder(url.clone()).token(t.to_string()).connect();
+    let (app_client, fence_client) = (as_token(&app.token).await.unwrap(), as_token(&fence.token).await.unwrap());
+    let mut w = app_client.watch_from("orders", Some(Revision { index: 0, seq: 0 }));
+    eventually("the node serves", || async { app_client.describe("orders").await.is_ok() }).await;
+
+    let bad = fence_client.report_refusal("orders", 9, 9, "orders-42").await;
+    assert!(matches!(bad, Err(fencelock::Error::InvalidArgument(_))), "{bad:?}");
+    let denied = app_client.report_refusal("orders", 5, 9, "orders-42").await;
+    assert!(matches!(denied, Err(fencelock::Error::PermissionDenied(_))), "{denied:?}");
+    within("a report", fence_client.report_refusal("orders", 5, 9, "orders-42")).await.unwrap();
+    within("a report", fence_client.report_refusal("orders", 6, 9, "")).await.unwrap();
+
+    let got = take(&mut w, 2).await;
+    let seen: Vec<_> = got
+        .iter()
+        .map(|e| (e.kind, e.lock.as_str(), e.token, e.highest_token, e.resource.as_str(), e.identity.as_str()))
+        .collect();
+    let refused = |token, resource| (WatchKind::WriteRefused, "orders", token, 9, resource, "storage-1");
+    assert_eq!(seen, vec![refused(5, "orders-42"), refused(6, "")]);
+    assert_eq!(got[0].kind.to_string(), "write_refused");
+    within("shutdown", running.shutdown()).await;
+}
+
 /// Rule: a node keeps a bounded history (`--watch-history`); a watch that
 /// resumes from a revision it no longer holds ends with `Compacted`, naming
 /// the oldest revision still held, and a watch from that revision goes on

@@ -339,3 +339,29 @@ mod many_remembered {
         assert!(matches!(step(&mut e, vec![try_a(n + 1, 2)])[..], [Reply::Acquired(_)]));
     }
 }
+
+/// The per-lock metrics' queries: the deepest queues first (ties by name,
+/// at most k, none without a waiter), and the grants held at least a
+/// threshold by live leases (their number, the longest first); a grant whose
+/// lease expired is no longer held.
+#[test]
+fn deepest_queues_and_long_holds_rank_the_locks() {
+    let mut e = Engine::new();
+    let leases = (1..=6).map(|i| new_lease(i, if i == 1 { 500 } else { 60_000 })).collect();
+    batch(&mut e, 0, leases);
+    for (req, lease, lock) in [(1, 1, "a"), (2, 2, "b"), (3, 3, "c"), (4, 4, "d")] {
+        one(&mut e, 0, acq(req, lease, lock, 0, 0));
+    }
+    for (req, lease, lock) in [(5, 5, "b"), (6, 6, "b"), (7, 5, "c"), (8, 6, "c"), (9, 5, "d")] {
+        assert!(matches!(one(&mut e, 10, acq(req, lease, lock, 30_000, 0)).0, Reply::Queued { .. }));
+    }
+    let deepest = e.deepest_queues(2);
+    assert_eq!(deepest, vec![(name("b"), 2), (name("c"), 2)], "two of depth 2, by name; d's 1 is cut");
+    assert_eq!(e.deepest_queues(10).len(), 3, "a has no waiter");
+
+    // At 1000 lease 1 (TTL 500) is gone: a is not held, whatever its grant's age.
+    let (count, top) = e.long_holds(1000, 1000, 2);
+    assert_eq!(count, 3, "b, c and d are held 1000 ms by live leases");
+    assert_eq!(top.iter().map(|h| (h.lock.as_str(), h.held_ms)).collect::<Vec<_>>(), [("b", 1000), ("c", 1000)]);
+    assert_eq!(e.long_holds(1000, 1001, 10), (0, vec![]));
+}

@@ -440,6 +440,9 @@ impl Model {
             Command::CompleteSlot { req, lease, lock, token, slot, exit_code } => {
                 self.complete_slot((req.0, lease.0), (lock, token.0), (slot, *exit_code), fx)
             }
+            Command::ReportRefusal { lock, refused, highest, resource } => {
+                self.report(lock, refused.0, highest.0, resource)
+            }
             // Lease ownership, proposed ids, the policy and resizes are the
             // engine's unit tests' (engine/tests/owner_tests.rs,
             // policy_tests.rs, resize_tests.rs); the generator makes none of them.
@@ -451,6 +454,30 @@ impl Model {
             }
         };
         r.unwrap_or_else(Reply::Rejected)
+    }
+
+    /// A fence's refusal report: checked, answered, and nothing else (no
+    /// lease, lock, queue or token changes).
+    fn report(&self, lock: &str, refused: u64, highest: u64, resource: &str) -> Result<Reply, EngineError> {
+        LockName::new(lock)?;
+        if refused == 0 || highest == 0 {
+            return Err(EngineError::InvalidToken);
+        }
+        if refused >= highest {
+            return Err(EngineError::InvalidReport(format!(
+                "refused token {refused} is not below the highest token {highest} (a fence refuses only tokens below its mark)"
+            )));
+        }
+        if resource.len() > MAX_RESOURCE_BYTES {
+            let n = resource.len();
+            return Err(EngineError::InvalidReport(format!(
+                "resource is {n} bytes (must be at most {MAX_RESOURCE_BYTES} bytes of UTF-8)"
+            )));
+        }
+        if resource.chars().any(char::is_control) {
+            return Err(EngineError::InvalidReport("resource must not contain control characters".into()));
+        }
+        Ok(Reply::Reported)
     }
 
     fn grant_lease(&mut self, req: u64, ttl: u64) -> Result<Reply, EngineError> {

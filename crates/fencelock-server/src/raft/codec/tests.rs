@@ -108,6 +108,8 @@ fn commands() -> Vec<Command> {
         Command::CancelWait { req, lease, lock: "a".into() },
         Command::Resize { lock: "sem".into(), permits: 0 },
         Command::Resize { lock: "sem".into(), permits: 9 },
+        Command::ReportRefusal { lock: "a".into(), refused: Token(5), highest: token, resource: "orders-42".into() },
+        Command::ReportRefusal { lock: "".into(), refused: Token(0), highest: Token(u64::MAX), resource: "".into() },
     ];
     cmds.extend(acquires().into_iter().map(Command::Acquire));
     cmds.extend(policy_changes().into_iter().map(Command::Policy));
@@ -144,13 +146,14 @@ fn variant(c: &Command) -> usize {
         Command::As { .. } => 9,
         Command::Policy(_) => 10,
         Command::Resize { .. } => 11,
+        Command::ReportRefusal { .. } => 12,
     }
 }
 
 #[test]
 fn the_cases_cover_every_command_variant() {
     let seen: BTreeSet<usize> = commands().iter().map(variant).collect();
-    assert_eq!(seen, (0..12).collect());
+    assert_eq!(seen, (0..13).collect());
 }
 
 /// Each command alone in a batch, and all of them in one batch, decode to
@@ -296,6 +299,26 @@ fn an_incomplete_or_invalid_entry_is_refused_as_corrupt() {
     let mut e = valid_pb();
     e.payload = Some(pb::entry::Payload::MembershipJson(b"[]".to_vec()));
     assert_refused(&e, "membership");
+
+    // A refusal report (issue 36) whose lock name and resource are not UTF-8.
+    let report = |lock: &str, resource: &str| {
+        let mut e = valid_pb();
+        first_command(&mut e).kind = Some(pb::command::Kind::ReportRefusal(pb::ReportRefusal {
+            lock: lock.into(),
+            refused: 5,
+            highest: 9,
+            resource: resource.into(),
+        }));
+        e.encode_to_vec()
+    };
+    for (at, bytes) in
+        [("lock-of-a-report", report("lock-of-a-report", "r")), ("storage-key", report("l", "storage-key"))]
+    {
+        let mut bytes = bytes;
+        let i = bytes.windows(at.len()).position(|w| w == at.as_bytes()).expect("the string is in the encoding");
+        bytes[i] = 0xff;
+        assert_refused_bytes(&bytes, "protobuf");
+    }
 
     // The lock name "jobs/nightly" with its first byte made invalid UTF-8.
     let mut bytes = valid_pb().encode_to_vec();

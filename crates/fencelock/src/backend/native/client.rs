@@ -251,6 +251,41 @@ impl Client {
         .map(CheckResult::from)
     }
 
+    /// Tells the group that a fence refused a stale write on `lock`: its
+    /// token `refused` was below `highest`, the highest token the fence had
+    /// admitted, on `resource` (what the fence protects, a storage key; ""
+    /// for none). This is how "a paused holder tried to write late" reaches
+    /// an operator: every member's watch shows one
+    /// [`WatchKind::WriteRefused`](crate::WatchKind::WriteRefused) event of
+    /// the lock (with this client's authenticated identity), the server
+    /// counts it and writes it to its audit log. Nothing about the lock
+    /// changes. `fencelock_fence::report::Reporter` sends these from a
+    /// fence's write path without blocking it.
+    ///
+    /// Needs the `check` verb on `lock` (as [`check`](Self::check) does).
+    /// Refused before anything is written: [`Error::InvalidArgument`] for a
+    /// bad name, a token 0, `refused >= highest` (a fence admits an equal
+    /// token) or a resource over 256 bytes or with a control character;
+    /// [`Error::LimitReached`] beyond the server's rate of reports (50 a
+    /// second, bursts of 100, per node) or this identity's request rate.
+    /// A report is not de-duplicated: one retried after a lost answer may be
+    /// shown twice.
+    pub async fn report_refusal(&self, lock: &str, refused: u64, highest: u64, resource: &str) -> Result<(), Error> {
+        let msg = pb::ReportRefusalRequest {
+            lock: lock.to_string(),
+            refused_token: refused,
+            highest_token: highest,
+            resource: resource.to_string(),
+        };
+        let rpc = &self.inner.rpc;
+        rpc.call("report_refusal", rpc.deadline(), |mut c, left| {
+            let req = request(msg.clone(), left);
+            async move { c.report_refusal(req).await }
+        })
+        .await
+        .map(drop)
+    }
+
     /// One lock as the server sees it (no holder and no waiters if nobody holds or
     /// waits for it).
     pub async fn describe(&self, name: &str) -> Result<LockInfo, Error> {

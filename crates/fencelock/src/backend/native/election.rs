@@ -111,6 +111,6 @@ fn change_of(ev: WatchEvent) -> Option<LeaderEvent> {
             identity: (!ev.identity.is_empty()).then_some(ev.identity),
         })),
         WatchKind::Released | WatchKind::Expired | WatchKind::Revoked => Some(LeaderEvent::Vacant { term: ev.token }),
-        WatchKind::Queued | WatchKind::Dequeued | WatchKind::Downgraded => None,
+        WatchKind::Queued | WatchKind::Dequeued | WatchKind::Downgraded | WatchKind::WriteRefused => None,
     }
 }

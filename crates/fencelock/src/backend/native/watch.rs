@@ -189,6 +189,7 @@ fn decode(ev: pb::WatchEvent, revision: Revision) -> Option<WatchEvent> {
         pb::WatchEventKind::Dequeued => WatchKind::Dequeued,
         pb::WatchEventKind::ValueChanged => WatchKind::ValueChanged,
         pb::WatchEventKind::Downgraded => WatchKind::Downgraded,
+        pb::WatchEventKind::WriteRefused => WatchKind::WriteRefused,
         pb::WatchEventKind::Start | pb::WatchEventKind::Unspecified => return None,
     };
     Some(WatchEvent {
@@ -204,6 +205,8 @@ fn decode(ev: pb::WatchEvent, revision: Revision) -> Option<WatchEvent> {
             Ok(pb::LockMode::Shared) => crate::LockMode::Shared,
             _ => crate::LockMode::Exclusive,
         },
+        highest_token: ev.highest_token,
+        resource: ev.resource,
     })
 }
 
