@@ -19,6 +19,7 @@ mod serve;
 mod slot;
 mod snapshot;
 mod storage;
+mod top;
 mod watch;
 
 use std::{process::ExitCode, time::Duration};
@@ -62,6 +63,8 @@ enum Cmd {
     Slots(client_cmds::SlotsArgs),
     /// Print lock events (granted, released, expired, …) as they happen, until interrupted.
     Watch(watch::WatchArgs),
+    /// Show live locks, queues and the group's health in the terminal, refreshed as they change (q quits, / filters).
+    Top(top::TopArgs),
     /// Run the fenced storage server (HTTP object store that rejects stale tokens).
     Storage(storage::StorageArgs),
     /// Back up a running group's state, or build a new data dir from a backup.
@@ -311,6 +314,7 @@ fn main() -> ExitCode {
             Cmd::Resize(a) => client_cmds::resize(a).await,
             Cmd::Slots(a) => client_cmds::slots(a).await,
             Cmd::Watch(a) => watch::watch(a).await,
+            Cmd::Top(a) => top::top(a).await,
             Cmd::Storage(a) => storage::storage(a).await,
             Cmd::Snapshot(a) => snapshot::snapshot(a).await,
             Cmd::CheckData(a) => check_data::check(a),

@@ -13,7 +13,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use fencelock_testkit::browser::Browser;
-use serde_json::Value;
+use serde_json::{json, Value};
 
 use crate::support::cluster::Cluster;
 use crate::support::{bin, kill_child, stderr, Server};
@@ -181,6 +181,40 @@ fn the_dashboard_shows_grants_queues_handoffs_and_expiries_live() {
     assert!(token_b > token_a, "INV-2: the waiter's token {token_b} is above {token_a}");
     let holder = b.eval(&row("jobs/report", "r.querySelector('td.holder').innerText"));
     assert!(s(&holder).contains("waiter-b"), "{holder}");
+
+    // The old holder, paused past its lease, writes late: the fence refuses
+    // its token and reports it (as `fencelock storage --report-to` does);
+    // the page marks the lock and lists the refusal under Fences.
+    let report = json!({"refused_token": token_a.to_string(), "highest_token": token_b.to_string(),
+                        "resource": "reports/2026-11-29.csv"});
+    let json = [("Content-Type", "application/json".to_string())];
+    let (status, body) = crate::support::http_request(
+        server.http,
+        "POST",
+        "/v1/locks/jobs%2Freport/refusals",
+        &json,
+        report.to_string().as_bytes(),
+    )
+    .unwrap();
+    assert_eq!(status, 200, "{body}");
+    let chip = b.wait_for(
+        "the refusal's mark",
+        &row("jobs/report", "r.querySelector('.chip.refused')?.innerText"),
+        POLLS,
+        EVERY,
+    );
+    assert!(s(&chip).contains("1 late write refused"), "{chip}");
+    b.goto(&format!("http://{}/#/fences", server.http));
+    let refused = b.wait_for(
+        "the refusal under Fences",
+        "const r = document.querySelector('#refusals tr[data-lock=\"jobs/report\"]'); return r && r.innerText;",
+        POLLS,
+        EVERY,
+    );
+    for part in [token_a.to_string(), token_b.to_string(), "reports/2026-11-29.csv".into()] {
+        assert!(s(&refused).contains(&part), "{part} in {refused}");
+    }
+    shoot(&b, &shots, "fences");
 
     // The one-lock view: its grants, in token order, and its events.
     b.goto(&format!("http://{}/#/lock/{}", server.http, "jobs%2Freport"));

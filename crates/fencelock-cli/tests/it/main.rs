@@ -31,4 +31,5 @@ mod server_list;
 mod shared;
 mod storage_tls;
 mod tls;
+mod top;
 mod watch;

@@ -90,6 +90,18 @@ function dur(ms) {
   return `${hr}h ${m % 60}m`;
 }
 
+/** 1536 as "1.5 KiB", and so on. */
+function bytes(n) {
+  if (n === undefined || n === null) return "–";
+  const units = ["B", "KiB", "MiB", "GiB", "TiB"];
+  let i = 0;
+  while (n >= 1024 && i < units.length - 1) {
+    n /= 1024;
+    i += 1;
+  }
+  return `${n.toFixed(i ? 1 : 0)} ${units[i]}`;
+}
+
 /** A countdown that the ticker keeps current: `ms` left as of now. */
 function countdown(ms, cls) {
   return h("span", { class: `ttl ${cls || ""}`, "data-deadline": performance.now() + ms }, dur(ms));
@@ -166,7 +178,7 @@ function route() {
     S.view = "lock";
     S.arg = decodeURIComponent(path.slice(5));
   } else {
-    S.view = ["locks", "leases", "elections", "group", "traffic"].includes(path) ? path : "locks";
+    S.view = ["locks", "leases", "elections", "fences", "group", "traffic"].includes(path) ? path : "locks";
     S.arg = "";
   }
   if (params.has("prefix")) S.prefix = params.get("prefix");
@@ -343,7 +355,7 @@ async function fetchFor(view) {
   if (view === "lock") await fetchLock();
   if (view === "leases") await fetchLeases();
   if (view === "group") await fetchCluster();
-  if (view === "traffic") await sampleMetrics();
+  if (view === "traffic" || view === "fences" || view === "group") await sampleMetrics();
 }
 
 async function fetchLocks() {
@@ -426,8 +438,8 @@ function buildView() {
   const head = h("div", { id: "view-head" });
   const body = h("div", { id: "view-body" }, h("p", { class: "muted" }, "Loading…"));
   main.append(head, body);
-  if (S.view === "locks" || S.view === "leases" || S.view === "elections") {
-    const titles = { locks: "Locks", leases: "Leases", elections: "Elections" };
+  if (S.view === "locks" || S.view === "leases" || S.view === "elections" || S.view === "fences") {
+    const titles = { locks: "Locks", leases: "Leases", elections: "Elections", fences: "Stale writes the fences refused" };
     const input = h("input", {
       id: "prefix",
       type: "search",
@@ -468,7 +480,7 @@ function buildView() {
 function renderBody() {
   const body = $("#view-body");
   if (!body) return;
-  const render = { locks: locksView, lock: lockView, leases: leasesView, elections: electionsView, group: groupView, traffic: trafficView }[S.view];
+  const render = { locks: locksView, lock: lockView, leases: leasesView, elections: electionsView, fences: fencesView, group: groupView, traffic: trafficView }[S.view];
   body.replaceChildren(...[render()].flat());
   tick();
 }
@@ -476,7 +488,7 @@ function renderBody() {
 function refused(e, what) {
   if (e.status === 403) {
     return h("div", { class: "notice", id: "refused" }, `Not allowed to read ${what}: ${e.message}. `,
-      S.view === "locks" || S.view === "leases" || S.view === "elections" ? "Enter a prefix this identity may read." : "");
+      ["locks", "leases", "elections", "fences"].includes(S.view) ? "Enter a prefix this identity may read." : "");
   }
   return h("div", { class: "notice error" }, `${what}: ${e.code}: ${e.message}`);
 }
@@ -523,7 +535,7 @@ function locksView() {
     "data-holder-lease": l.holders.length ? l.holders[0].lease_id : "",
     "data-waiters": l.waiters.length,
   },
-  h("td", { class: "name" }, h("a", { href: `#/lock/${encodeURIComponent(l.name)}` }, l.name)),
+  h("td", { class: "name" }, h("a", { href: `#/lock/${encodeURIComponent(l.name)}` }, l.name), refusedChip(l.name)),
   h("td", {}, modeChip(l)),
   ...holderCells(l),
   h("td", { class: "waiters" }, queue(l))));
@@ -642,7 +654,15 @@ function eventTable(events) {
       h("td", { class: "mono" }, e.lease_id),
       h("td", { class: "mono" }, e.token === "0" ? "–" : e.token),
       h("td", {}, e.identity),
-      h("td", { class: "muted" }, [e.reason === e.kind ? "" : e.reason, b64text(e.value_base64)].filter(Boolean).join(" · "))))));
+      h("td", { class: "muted" }, eventDetail(e))))));
+}
+
+/** What an event's Detail column says. */
+function eventDetail(e) {
+  if (e.kind === "write_refused") {
+    return `a write with token ${e.token} refused: the fence had seen ${e.highest_token}${e.resource ? ` (${e.resource})` : ""}`;
+  }
+  return [e.reason === e.kind ? "" : e.reason, b64text(e.value_base64)].filter(Boolean).join(" · ");
 }
 
 /** Every lease seen in the lock table: what it holds and waits for. */
@@ -724,6 +744,17 @@ function groupView() {
       card("Applied index", String(hl.last_applied ?? "–")),
       card("Serves clients", hl.status === "ok" ? "yes" : hl.leader === hl.node_id ? "not yet" : "no (follows)")));
   }
+  const m = S.samples.length ? S.samples[S.samples.length - 1].values : null;
+  if (m) {
+    const part = (p) => m.get(`fencelock_data_dir_bytes{part="${p}"}`);
+    const free = m.get("fencelock_data_dir_available_bytes");
+    const size = m.get("fencelock_data_dir_filesystem_bytes");
+    out.push(h("div", { class: "cards", id: "disk" },
+      card("Log on disk", bytes(part("log"))),
+      card("Snapshots on disk", bytes(part("snapshots"))),
+      card("Database", bytes(part("database"))),
+      card("Disk free", free === undefined ? "–" : `${bytes(free)} (${Math.round((100 * free) / size)}%)`)));
+  }
   if (S.clusterError) {
     out.push(S.clusterError.status === 403 ? h("div", { class: "notice" }, "The members and their replication need the admin permission.") : refused(S.clusterError, "the group"));
     return out;
@@ -745,6 +776,40 @@ function groupView() {
         h("td", {}, lag === null ? "–" : String(lag)));
     }))));
   return out;
+}
+
+/** The stale writes fences reported refusing, in the stream's history. */
+function refusals() {
+  const out = [];
+  for (const list of S.events.values()) out.push(...list.filter((e) => e.kind === "write_refused"));
+  return out.sort((a, b) => b.index - a.index || b.seq - a.seq);
+}
+
+/** A warning beside a lock whose late writes a fence refused. */
+function refusedChip(lock) {
+  const n = (S.events.get(lock) || []).filter((e) => e.kind === "write_refused").length;
+  return n ? h("span", { class: "chip refused", title: "stale writes a fence refused (see Fences)" }, ` ⚠ ${n} late write${n > 1 ? "s" : ""} refused`) : "";
+}
+
+function fencesView() {
+  const summary = $("#summary");
+  const list = refusals();
+  const last = S.samples.length ? S.samples[S.samples.length - 1].values : null;
+  const total = last ? last.get("fencelock_writes_refused_total") : undefined;
+  if (summary) summary.textContent = `${list.length} in this node's history under this prefix` + (total === undefined ? "" : ` · ${total} since the node started`);
+  const note = h("p", { class: "muted" },
+    "Each row is a write that a fence (fencelock storage --report-to, or a service using the fencelock-fence reporter) refused because its token was older than one it had seen: a holder that lost its lock, paused or cut off, tried to write late. The fence stopped it; the holder's work is lost.");
+  if (!list.length) return [note, h("p", { class: "muted", id: "no-refusals" }, "No refused write reported under this prefix.")];
+  return [note, h("table", { id: "refusals" },
+    h("thead", {}, h("tr", {}, ["Revision", "Lock", "Refused token", "Highest seen", "Resource", "Reported by", "Seen"].map((t) => h("th", {}, t)))),
+    h("tbody", {}, list.map((e) => h("tr", { "data-lock": e.lock, "data-token": e.token },
+      h("td", { class: "mono" }, e.revision),
+      h("td", {}, h("a", { href: `#/lock/${encodeURIComponent(e.lock)}` }, e.lock)),
+      h("td", { class: "token bad" }, e.token),
+      h("td", { class: "token" }, e.highest_token),
+      h("td", { class: "mono" }, e.resource || "–"),
+      h("td", {}, e.identity || "–"),
+      h("td", {}, e.live ? [elapsed(performance.now() - e.at), " ago"] : "before this page opened")))))];
 }
 
 // ---- Traffic ---------------------------------------------------------------
@@ -835,7 +900,9 @@ function trafficView() {
       card("Waiting", String(last.get("fencelock_queue_depth") ?? "–")),
       card("Active leases", String(last.get("fencelock_active_leases") ?? "–")),
       card("Grants (total)", String(last.get("fencelock_grants_total") ?? "–")),
-      card("Leases expired (total)", String(last.get("fencelock_lease_expirations_total") ?? "–"))),
+      card("Leases expired (total)", String(last.get("fencelock_lease_expirations_total") ?? "–")),
+      card("Stuck holders", String(last.get("fencelock_stuck_holders") ?? "–")),
+      card("Stale writes refused", String(last.get("fencelock_writes_refused_total") ?? "–"))),
     h("p", { class: "muted" }, `The last ${minutes} minutes.`),
     h("div", { class: "charts" },
       lineChart("chart-grants", "Grants and releases per second", [
