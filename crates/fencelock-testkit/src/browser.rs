@@ -64,6 +64,17 @@ impl Browser {
     /// it is ready, and opens a session of a headless Chromium with a fresh
     /// profile and a 1280×800 viewport.
     pub fn start() -> Self {
+        Self::launch(false)
+    }
+
+    /// [`Browser::start`], taking any server certificate (W3C
+    /// `acceptInsecureCerts`): for a page served over TLS with a test CA the
+    /// browser does not know. The connection is still TLS.
+    pub fn start_accepting_any_certificate() -> Self {
+        Self::launch(true)
+    }
+
+    fn launch(accept_insecure_certs: bool) -> Self {
         let driver = which("chromedriver").unwrap_or_else(|| panic!("chromedriver not found: {HINT}"));
         assert!(Path::new(CHROMIUM).is_file(), "{CHROMIUM} not found: {HINT}");
         let dir = tempfile::tempdir().expect("create temp dir");
@@ -89,6 +100,7 @@ impl Browser {
         let (w, h) = VIEWPORT;
         let caps = json!({"capabilities": {"alwaysMatch": {
             "browserName": "chrome",
+            "acceptInsecureCerts": accept_insecure_certs,
             "goog:loggingPrefs": {"browser": "ALL"},
             // Below REQUEST_TIMEOUT, so that the driver answers with its own
             // error before the request gives up.

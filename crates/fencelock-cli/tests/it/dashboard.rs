@@ -409,6 +409,71 @@ fn with_authentication_the_page_shows_only_what_the_token_may_read() {
         EVERY,
     );
     assert_eq!(revoked, Value::Bool(true));
+
+    // A semaphore of 1 permit with a waiter: the admin resizes it to 2 behind
+    // a confirmation, and the waiter is granted beside the holder.
+    let out =
+        fencelock(&url, Some(&admin), &["acquire", "pool/x", "--permits", "1", "--ttl", "120s", "--identity", "p1"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let mut waiter = Some(
+        Command::new(bin())
+            .args(["acquire", "pool/x", "--permits", "1", "--ttl", "120s", "--wait", "60s", "--identity", "p2"])
+            .env("FENCELOCK_SERVER", &url)
+            .env("FENCELOCK_AUTH_TOKEN", &admin)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    b.goto(&format!("http://{}/#/lock/pool%2Fx", server.http));
+    b.wait_for(
+        "the queued permit",
+        "const q = document.querySelector('ol.queue'); return q && q.innerText.includes('p2');",
+        POLLS,
+        EVERY,
+    );
+    b.eval(
+        "[...document.querySelectorAll('button')].find(b => b.innerText.startsWith('Resize')).click(); return true;",
+    );
+    let text = b.wait_for(
+        "the resize dialog",
+        "const d = document.querySelector('#confirm'); return d.open && d.innerText;",
+        POLLS,
+        EVERY,
+    );
+    assert!(
+        s(&text).contains("has 1 permit.") && s(&text).contains("refused"),
+        "the dialog says what a resize does: {text}"
+    );
+    b.eval("const i = document.querySelector('#permits'); i.value = '2'; document.querySelector('#confirm-ok').click(); return true;");
+    let holders = b.wait_for(
+        "both permits held",
+        "return document.querySelectorAll('#lock-state tr[data-lease]').length === 2 && document.querySelector('#lock-state').innerText;",
+        POLLS,
+        EVERY,
+    );
+    assert!(s(&holders).contains("p1") && s(&holders).contains("p2"), "{holders}");
+    kill_child(&mut waiter);
+}
+
+/// The page is served over the node's TLS like the rest of the admin port,
+/// and a secure node's page asks for a token: an admin of a TLS group signs
+/// in and sees a lock a client of the group took.
+#[test]
+fn a_secure_nodes_page_is_served_over_its_tls() {
+    let c = Cluster::start(1);
+    let secure = c.secure.clone().expect("a secure group");
+    let out = c.client_cli(&["acquire", "jobs/tls", "--ttl", "120s", "--identity", "host-t", "--server", &c.urls()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let b = Browser::start_accepting_any_certificate();
+    b.goto(&format!("https://{}/", c.nodes[0].http));
+    let scheme = b.eval("return location.protocol;");
+    assert_eq!(scheme, Value::from("https:"));
+    b.wait_for("the sign-in form", "return !document.querySelector('#login').hidden;", POLLS, EVERY);
+    sign_in(&b, &secure.admin_token);
+    let holder =
+        b.wait_for("the lock over TLS", &row("jobs/tls", "r.querySelector('td.holder').innerText"), POLLS, EVERY);
+    assert!(s(&holder).contains("host-t"), "{holder}");
 }
 
 fn sign_in(b: &Browser, token: &str) {

@@ -951,7 +951,7 @@ async function revoke(holder, l) {
 
 async function resize(l) {
   const input = h("input", { type: "number", min: 1, max: 1000000, value: l.permits, id: "permits" });
-  const text = `"${l.name}" has ${l.permits} permits. A larger number grants the queue's waiters at once, from its head; a number below the permits in use (or below the largest waiting request) is refused. No holder loses its permit.`;
+  const text = `"${l.name}" has ${l.permits} permit${l.permits === 1 ? "" : "s"}. A larger number grants the queue's waiters at once, from its head; a number below the permits in use (or below the largest waiting request) is refused. No holder loses its permit.`;
   if (!(await confirmAction("Resize the semaphore?", text, "Resize", h("label", {}, "New permits ", input)))) return;
   try {
     const r = await api(`/v1/locks/${encodeURIComponent(l.name)}/permits`, { method: "PUT", body: { permits: Number(input.value) } });
