@@ -283,7 +283,9 @@ class Client:
         return self._inner.capabilities()
 
     def close(self) -> None:
-        self._inner.close()
+        # The event loop must not block: the lingering lease is revoked in
+        # the background (the sync client's close waits for it).
+        self._inner._close_later()
 
     async def __aenter__(self) -> "Client":
         return self

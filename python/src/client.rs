@@ -256,9 +256,25 @@ impl Client {
         Ok(crate::capabilities::describe(&c))
     }
 
-    /// Closes the client: its connections go, and locks it still holds are
-    /// released in the background.
-    fn close(&self) {
+    /// Closes the client: the lease it keeps between locks for the next one
+    /// is revoked, and the server's answer waited for (within the RPC
+    /// timeout; see `LockBackend::close`), so that no lease of a short
+    /// script outlives it by a TTL; then its connections go, and locks it
+    /// still holds are released in the background.
+    fn close(&self, py: Python<'_>) -> PyResult<()> {
+        let Some(backend) = self.backend.lock().unwrap_or_else(|e| e.into_inner()).take() else { return Ok(()) };
+        let backend = self.owner.wait(py, "client", async move {
+            backend.close().await;
+            backend
+        })?;
+        let _entered = self.owner.enter();
+        drop(backend);
+        Ok(())
+    }
+
+    /// [`Client::close`] without waiting (for asyncio, whose loop must not
+    /// block): the lingering lease is revoked in the background.
+    fn _close_later(&self) {
         let backend = self.backend.lock().unwrap_or_else(|e| e.into_inner()).take();
         let _entered = self.owner.enter();
         drop(backend);
@@ -270,12 +286,13 @@ impl Client {
 
     fn __exit__(
         &self,
+        py: Python<'_>,
         _exc_type: Option<Bound<'_, PyAny>>,
         _exc: Option<Bound<'_, PyAny>>,
         _tb: Option<Bound<'_, PyAny>>,
-    ) -> bool {
-        self.close();
-        false
+    ) -> PyResult<bool> {
+        self.close(py)?;
+        Ok(false)
     }
 
     fn __repr__(&self) -> String {

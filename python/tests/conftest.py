@@ -78,6 +78,14 @@ class Node:
     def wait_healthy(self) -> None:
         wait_healthy(f"http://127.0.0.1:{self.http}", self.proc, self.log)
 
+    def active_leases(self) -> int:
+        """The node's live leases (`fencelock_active_leases` of /metrics)."""
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.http}/metrics", timeout=10) as r:
+            for line in r.read().decode().splitlines():
+                if line.startswith("fencelock_active_leases "):
+                    return int(line.split()[1])
+        raise AssertionError("no fencelock_active_leases in /metrics")
+
     def describe(self, lock: str) -> dict:
         name = urllib.parse.quote(lock, safe="")
         with urllib.request.urlopen(f"http://127.0.0.1:{self.http}/v1/locks/{name}", timeout=5) as r:

@@ -309,3 +309,13 @@ def test_the_locked_decorator_runs_each_call_under_the_lock(node):
 
 async def _async_job():
     pass
+
+
+def test_closing_the_client_revokes_the_lease_it_kept_for_the_next_lock(node):
+    """A short script leaves no lease behind: closing the client (the `with`
+    block's end) revokes the lease it kept between locks, at once rather than
+    a TTL later (where it would count against the identity's lease quota)."""
+    with fencelock.connect(node.url) as client:
+        with client.lock("jobs/once", ttl=60):
+            assert node.active_leases() == 1
+    assert node.active_leases() == 0
