@@ -10,6 +10,14 @@
 //! with [`exit::LEASE_LOST`]. If this process dies, the kernel kills the child
 //! (parent-death signal), so a child never outlives the lease-keeping process.
 //!
+//! Descendants that leave the child's process group (a daemon that forks
+//! twice, a `setsid`) are stopped too: `run` is a child subreaper
+//! (`PR_SET_CHILD_SUBREAPER`), so an orphaned descendant becomes its child
+//! rather than init's. When the lease is lost or the child exits, every
+//! process descending from `run` (found through `/proc/*/stat`) gets SIGTERM,
+//! what is left after `--kill-grace` gets SIGKILL, and `run` reaps them before
+//! it releases the lock and exits (see [`stop`]).
+//!
 //! `--all a,b,c` takes every lock at once (an atomic multi-lock: all or none,
 //! one token per lock, on one lease); the child then also gets
 //! `FENCELOCK_TOKENS=a=12,b=13,c=14` (each lock with its token, in the order
@@ -17,12 +25,22 @@
 //! `FENCELOCK_TOKEN` are those of the first lock. Each resource checks the
 //! token of its own lock.
 
-use std::{process::ExitCode, time::Duration};
+use std::{
+    collections::{HashMap, HashSet},
+    process::ExitCode,
+    time::Duration,
+};
 
 use anyhow::Context;
 use clap::Args;
 use fencelock::{Backend, Guard, LeaseLost, LockOptions, MultiGuard, Outcome};
-use nix::{sys::signal::Signal, unistd::Pid};
+use nix::{
+    sys::{
+        signal::{kill, Signal},
+        wait::{waitpid, WaitPidFlag},
+    },
+    unistd::{getpid, Pid},
+};
 use tokio::{
     process::{Child, Command},
     signal::unix::{signal, SignalKind},
@@ -194,8 +212,11 @@ pub fn busy_detail(lease: Option<u64>, token: Option<u64>, reopens_in: Option<Du
 }
 
 /// Starts `cmd` in its own process group with the grant's `FENCELOCK_*`
-/// variables and `extra_env`, killed if this process dies.
+/// variables and `extra_env`, killed if this process dies. Makes this process
+/// a child subreaper first, so that the descendants `cmd` orphans (a daemon, a
+/// `setsid`) become children of this process, which [`stop`] ends and reaps.
 pub(crate) fn spawn(cmd: &[String], guard: &Guard, extra_env: &[(&str, &str)]) -> std::io::Result<Child> {
+    nix::sys::prctl::set_child_subreaper(true).map_err(std::io::Error::from)?;
     let mut c = Command::new(&cmd[0]);
     c.envs(extra_env.iter().copied());
     c.args(&cmd[1..])
@@ -229,6 +250,14 @@ pub(crate) async fn supervise(
         tokio::select! {
             status = child.wait() => {
                 let status = status.context("waiting for the child")?;
+                // What the child left running stops before the lock is released.
+                let all = descendants();
+                reap_orphans(&all, child.id());
+                let left = live(&all);
+                if !left.is_empty() {
+                    eprintln!("fencelock: the command exited; stopping the {} process(es) it left running", left.len());
+                    stop(child, pgid, grace).await;
+                }
                 if let Some(slot) = slot {
                     complete(guard.first(), slot, status_code(status)).await;
                 }
@@ -251,17 +280,131 @@ pub(crate) async fn supervise(
 
 fn forward(pgid: Option<Pid>, sig: Signal) {
     if let Some(p) = pgid {
-        let _ = nix::sys::signal::kill(p, sig);
+        let _ = kill(p, sig);
     }
 }
 
-/// SIGTERM the child's group, then SIGKILL after `grace`.
+/// How often [`stop`] looks whether everything it signalled has exited.
+const STOP_POLL: Duration = Duration::from_millis(20);
+/// How many polls [`stop`] waits, after SIGKILL, for descendants to exit
+/// (10 s) before it says which remain and goes on.
+const KILL_POLLS: u32 = 500;
+
+/// Ends the command and everything it started: SIGTERM to the child's group
+/// (while the child has not been waited for) and to every descendant of this
+/// process, then, after `grace`, SIGKILL to what is left (again until none
+/// is left); reaps the descendants that became this process's children.
+/// The child itself is only ever waited for through `child` (tokio's), never
+/// by pid here: see [`reap_orphans`].
 async fn stop(child: &mut Child, pgid: Option<Pid>, grace: Duration) {
-    forward(pgid, Signal::SIGTERM);
-    if tokio::time::timeout(grace, child.wait()).await.is_err() {
-        eprintln!("fencelock: the command did not exit within {grace:?}; sending SIGKILL");
-        forward(pgid, Signal::SIGKILL);
-        let _ = child.wait().await;
+    // The group's id is the child's pid: signal it only while the child is
+    // not waited for (its pid, and so the group's id, cannot be reused yet).
+    let group = |c: &Child| pgid.filter(|_| c.id().is_some());
+    forward(group(child), Signal::SIGTERM);
+    signal_each(&live(&descendants()), Signal::SIGTERM);
+    if tokio::time::timeout(grace, async {
+        while !ended(child) {
+            tokio::time::sleep(STOP_POLL).await;
+        }
+    })
+    .await
+    .is_ok()
+    {
+        return;
+    }
+    eprintln!("fencelock: the command or a process it started did not exit within {grace:?}; sending SIGKILL");
+    for _ in 0..KILL_POLLS {
+        forward(group(child), Signal::SIGKILL);
+        signal_each(&live(&descendants()), Signal::SIGKILL);
+        tokio::time::sleep(STOP_POLL).await;
+        if ended(child) {
+            return;
+        }
+    }
+    let left = live(&descendants());
+    eprintln!("fencelock: warning: processes still running after SIGKILL: {left:?}");
+    let _ = child.wait().await;
+}
+
+/// Whether the child has exited and no descendant of this process is left
+/// running; reaps the child (through tokio) and the orphans that exited.
+fn ended(child: &mut Child) -> bool {
+    let child_done = !matches!(child.try_wait(), Ok(None));
+    let all = descendants();
+    reap_orphans(&all, child.id());
+    child_done && live(&all).is_empty()
+}
+
+/// A process descending from this one, as `/proc/PID/stat` describes it.
+#[derive(Debug, Clone, Copy)]
+struct Descendant {
+    pid: Pid,
+    parent: Pid,
+    /// Exited, not yet waited for by its parent.
+    zombie: bool,
+}
+
+/// Every process whose chain of parents leads to this process, from one
+/// reading of `/proc/*/stat`; none if `/proc` cannot be read.
+fn descendants() -> Vec<Descendant> {
+    let me = getpid();
+    let Ok(dir) = std::fs::read_dir("/proc") else { return Vec::new() };
+    let mut children: HashMap<Pid, Vec<Descendant>> = HashMap::new();
+    for entry in dir.flatten() {
+        let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else { continue };
+        // Gone since the listing, or not ours to read: either way not a descendant we can end.
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { continue };
+        if let Some((state, parent)) = parse_stat(&stat) {
+            let d = Descendant { pid: Pid::from_raw(pid), parent, zombie: state == 'Z' };
+            children.entry(parent).or_default().push(d);
+        }
+    }
+    // Walk down from this process; `seen` guards against a cycle that a
+    // reading made while processes come and go could in theory show.
+    let (mut out, mut seen, mut next) = (Vec::new(), HashSet::from([me]), vec![me]);
+    while let Some(parent) = next.pop() {
+        for d in children.remove(&parent).unwrap_or_default() {
+            if seen.insert(d.pid) {
+                next.push(d.pid);
+                out.push(d);
+            }
+        }
+    }
+    out
+}
+
+/// The state and the parent's pid of a `/proc/PID/stat` line: `PID (COMM)
+/// STATE PPID …`, where COMM may hold spaces and parentheses.
+fn parse_stat(stat: &str) -> Option<(char, Pid)> {
+    let mut fields = stat.get(stat.rfind(')')? + 1..)?.split_whitespace();
+    let state = fields.next()?.chars().next()?;
+    let parent = fields.next()?.parse().ok()?;
+    Some((state, Pid::from_raw(parent)))
+}
+
+/// The pids of `all` that have not exited.
+fn live(all: &[Descendant]) -> Vec<Pid> {
+    all.iter().filter(|d| !d.zombie).map(|d| d.pid).collect()
+}
+
+fn signal_each(pids: &[Pid], sig: Signal) {
+    for &p in pids {
+        let _ = kill(p, sig);
+    }
+}
+
+/// Waits for (reaps) each exited process of `all` that is a child of this
+/// process (an orphan re-parented here), by its pid and without blocking:
+/// never `waitpid(-1)`, and never the pid `main` of the child tokio waits for
+/// (`Child::id`, `None` once tokio has waited for it), so its exit status is
+/// tokio's alone.
+fn reap_orphans(all: &[Descendant], main: Option<u32>) {
+    let me = getpid();
+    for d in all.iter().filter(|d| d.zombie && d.parent == me) {
+        if main.is_some_and(|m| m as i32 == d.pid.as_raw()) {
+            continue;
+        }
+        let _ = waitpid(d.pid, Some(WaitPidFlag::WNOHANG));
     }
 }
 
@@ -287,4 +430,31 @@ fn status_code(status: std::process::ExitStatus) -> i32 {
 
 fn child_code(status: std::process::ExitStatus) -> ExitCode {
     ExitCode::from(u8::try_from(status_code(status)).unwrap_or(exit::ERROR))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A process's name may hold spaces and parentheses: the state and the
+    /// parent's pid are read after the last `)`.
+    #[test]
+    fn stat_lines_are_read_after_the_name() {
+        assert_eq!(parse_stat("42 (sleep) S 7 42 42 0"), Some(('S', Pid::from_raw(7))));
+        assert_eq!(parse_stat("43 (a) Z (b) Z 1 43 43 0"), Some(('Z', Pid::from_raw(1))));
+        assert_eq!(parse_stat("44 (cut"), None);
+    }
+
+    /// This process's own children are found as its descendants, and
+    /// nothing else is (not this process, not its parent).
+    #[test]
+    fn descendants_are_found_through_proc() {
+        let mut child = std::process::Command::new("sleep").arg("30").spawn().unwrap();
+        let pid = Pid::from_raw(child.id() as i32);
+        let found = descendants();
+        let _ = child.kill();
+        let _ = child.wait();
+        assert!(found.iter().any(|d| d.pid == pid && d.parent == getpid()), "{found:?}");
+        assert!(found.iter().all(|d| d.pid != getpid() && d.pid != nix::unistd::getppid()), "{found:?}");
+    }
 }

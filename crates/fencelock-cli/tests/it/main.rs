@@ -26,6 +26,7 @@ mod partition;
 mod paused_holder;
 mod refusals;
 mod rmw_paused;
+mod run_descendants;
 mod run_exclusive;
 mod server_list;
 mod shared;
