@@ -16,6 +16,7 @@ mod demo;
 mod elect;
 mod failover;
 mod full_disk;
+mod getting_started;
 mod holder_identity;
 mod http_cluster;
 mod http_guide;
