@@ -2,7 +2,7 @@
 //! engine, in one run, engines interleaved; a markdown table, a JSON file and
 //! charts out.
 //!
-//! Workloads (see the README's Benchmarks section):
+//! Workloads (see docs/guide/performance.md):
 //! - **W1** uncontended cycles: C clients, each on its own lock, acquire →
 //!   release; cycles/s, acquire latency, engine CPU per cycle.
 //! - **W2** contended handoff: 16 clients on one lock, hold 0; cycles/s,

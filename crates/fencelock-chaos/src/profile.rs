@@ -1,6 +1,6 @@
 //! Profiles: fixed lists of runs with fixed seeds. `short` (a few minutes,
-//! run by CI as a test), `long` (30 minutes or more, documented in the
-//! README; at least 200 server kills), `mutants` (each deliberately broken
+//! run by CI as a test), `long` (30 minutes or more, documented in
+//! docs/guide/safety.md; at least 200 server kills), `mutants` (each deliberately broken
 //! build against the scenario that must catch it). A profile ends with the
 //! markdown report.
 

@@ -3,7 +3,7 @@
 //! `serve` runs a node; `cluster` shows and changes a group's members; `run` runs a command under a lock; `elect`
 //! runs one while leading an election and `leader` shows the leader; `acquire`, `release`,
 //! `locks` and `check` are for scripts and people. Exit codes are documented in
-//! [`exit`] and in the README; contention is an outcome with its own code.
+//! [`exit`] and in docs/guide/cli.md; contention is an outcome with its own code.
 
 mod auth;
 mod certs;
@@ -14,12 +14,15 @@ mod demo;
 mod elect;
 mod exit;
 mod http;
+mod manual;
+mod notify;
 mod run;
 mod serve;
 mod slot;
 mod snapshot;
 mod storage;
 mod top;
+mod version;
 mod watch;
 
 use std::{process::ExitCode, time::Duration};
@@ -30,7 +33,7 @@ use fencelock_http::parse_duration;
 
 /// A distributed lock service with leases, FIFO queues and fencing tokens.
 #[derive(Parser, Debug)]
-#[command(name = "fencelock", version, about, after_help = exit::HELP)]
+#[command(name = "fencelock", version = version::long(), about, after_help = exit::HELP)]
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
@@ -77,6 +80,10 @@ enum Cmd {
     CheckData(check_data::CheckDataArgs),
     /// Play the paused-holder scenario with real processes, with and without fencing.
     Demo(demo::DemoArgs),
+    /// Print the shell completion script of SHELL (bash, zsh, fish, elvish, powershell).
+    Completions(manual::CompletionsArgs),
+    /// Write the man pages of fencelock and of every subcommand into DIR.
+    Man(manual::ManArgs),
     /// One client of `demo` (internal).
     #[command(hide = true)]
     DemoClient(demo::DemoClientArgs),
@@ -88,7 +95,7 @@ pub struct ServerArg {
     /// Lock service URL: fencelock://host:port (or http://) for a fencelock
     /// server, fencelock+tls://host:port (or https://) with TLS, a group as
     /// fencelock://a:7070,b:7070,c:7070 (or http://a:7070,http://b:7070):
-    /// every member is tried, one that is down is passed over (the README's
+    /// every member is tried, one that is down is passed over (docs/guide/cli.md,
     /// "Server URLs"); `run` and `check` also take
     /// redis://host:port (rediss:// with TLS), redlock://h1:p1,h2:p2,h3:p3,
     /// etcd://host:port (etcd+tls://), zk://host:port and
@@ -321,6 +328,8 @@ fn main() -> ExitCode {
             Cmd::Certs(a) => certs::certs(a),
             Cmd::Auth(a) => auth::auth(a).await,
             Cmd::Demo(a) => demo::demo(a).await,
+            Cmd::Completions(a) => manual::completions(a),
+            Cmd::Man(a) => manual::man(a),
             Cmd::DemoClient(a) => demo::demo_client(a).await,
         };
         res.unwrap_or_else(exit::error)

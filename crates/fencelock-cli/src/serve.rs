@@ -9,6 +9,10 @@
 //! `--peers` that contradicts it is named in a warning, or refused if it shares
 //! no member with it). A data dir that exists but holds no node's data is
 //! refused; `--force-new-cluster` starts a new group there deliberately.
+//!
+//! The log filter (`--log-level`) is taken from, in this order: the flag,
+//! `FENCELOCK_LOG`, the file's `log`, `RUST_LOG`, the default
+//! `info,openraft=warn`. `--log-format json` writes one JSON object a line.
 
 use std::{net::SocketAddr, path::PathBuf, time::Duration};
 
@@ -26,7 +30,7 @@ pub struct ServeArgs {
     /// A TOML file with any of the settings below (`node_id = 2`,
     /// `peers = "1=10.0.0.1:7070,2=10.0.0.2:7070,3=10.0.0.3:7070"`, `data_dir`,
     /// `listen`, `http`, `advertise`, `join`, `heartbeat`, `election_timeout`,
-    /// `watch_history`, `lock_metrics_top`, `stuck_after`, `log`, and the connection limits `max_connections`,
+    /// `watch_history`, `lock_metrics_top`, `stuck_after`, `log`, `log_format`, and the connection limits `max_connections`,
     /// `max_connections_per_source`, `max_new_connections_per_source`,
     /// `handshake_timeout`, `idle_timeout`,
     /// `header_read_timeout`, `session_ops_in_flight`,
@@ -92,9 +96,16 @@ pub struct ServeArgs {
     /// stuck holder (`fencelock_stuck_holders`) [default: 1h].
     #[arg(long, env = "FENCELOCK_STUCK_AFTER", value_parser = parse_duration)]
     stuck_after: Option<Duration>,
-    /// Log filter (tracing env-filter syntax), e.g. `info` or `fencelock_server=debug` [default: info,openraft=warn].
-    #[arg(long, env = "FENCELOCK_LOG")]
+    /// Log filter (tracing env-filter syntax), e.g. `info`, `debug` or
+    /// `info,fencelock_server=debug`. Without the flag: FENCELOCK_LOG, else
+    /// the file's `log`, else RUST_LOG [default: info,openraft=warn].
+    #[arg(long = "log-level", visible_alias = "log", value_name = "LEVEL", env = "FENCELOCK_LOG")]
     log: Option<String>,
+    /// How log lines are written to stderr: `text` for people, or `json`,
+    /// one object a line (timestamp, level, target, fields, span) for a log
+    /// collector [default: text].
+    #[arg(long, value_enum, value_name = "FORMAT", env = "FENCELOCK_LOG_FORMAT")]
+    log_format: Option<LogFormat>,
     /// Where the Raft log's entries are kept: `segment` (an append-only
     /// segment log in the data dir's wal/, one fdatasync per batch) or `redb` (in
     /// the database) [default: segment]. A data dir whose log is in redb (of
@@ -241,6 +252,7 @@ struct FileConfig {
     lock_metrics_top: Option<usize>,
     stuck_after: Option<String>,
     log: Option<String>,
+    log_format: Option<LogFormat>,
     log_engine: Option<String>,
     worker_threads: Option<usize>,
     max_inflight_writes: Option<usize>,
@@ -294,7 +306,7 @@ fn resolve_quotas(a: &QuotaArgs, file: &FileConfig) -> fencelock_server::quota::
 
 pub async fn serve(a: ServeArgs) -> anyhow::Result<std::process::ExitCode> {
     let (config, log) = resolve(a)?;
-    init_logging(&log);
+    init_log(&log.filter, log.format);
     let mut term = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
     let mut int = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
     let data_dir = config.data_dir.clone();
@@ -303,21 +315,25 @@ pub async fn serve(a: ServeArgs) -> anyhow::Result<std::process::ExitCode> {
     let listeners = fencelock_server::Listeners::bind(&config)?;
     let shutdown = async move {
         tokio::select! {
-            _ = term.recv() => eprintln!("fencelock: SIGTERM, shutting down"),
-            _ = int.recv() => eprintln!("fencelock: SIGINT, shutting down"),
+            _ = term.recv() => say(format_args!("SIGTERM, shutting down")),
+            _ = int.recv() => say(format_args!("SIGINT, shutting down")),
         }
     };
     // The real monotonic clock: nothing in this binary picks another.
     let clock = fencelock_server::clock::Clock::new();
     let running = fencelock_server::serve(config, listeners, clock, shutdown).await?;
-    eprintln!(
-        "fencelock: node {node_id} serving gRPC on {} and HTTP on {}, data in {}",
+    say(format_args!(
+        "node {node_id} serving gRPC on {} and HTTP on {}, data in {}",
         running.grpc_addr,
         running.http_addr,
         data_dir.display()
-    );
+    ));
+    crate::notify::ready(&format!(
+        "node {node_id} serving gRPC on {} and HTTP on {}",
+        running.grpc_addr, running.http_addr
+    ));
     tokio::select! {
-        _ = running.stopping() => {}
+        _ = running.stopping() => crate::notify::stopping(),
         why = running.failed() => {
             running.shutdown().await;
             bail!("stopped serving: {why}");
@@ -327,9 +343,9 @@ pub async fn serve(a: ServeArgs) -> anyhow::Result<std::process::ExitCode> {
     Ok(std::process::ExitCode::from(exit::OK))
 }
 
-/// The server's configuration and the log filter, from flags, environment,
+/// The server's configuration and how it logs, from flags, environment,
 /// file and defaults.
-fn resolve(a: ServeArgs) -> anyhow::Result<(fencelock_server::Config, String)> {
+fn resolve(a: ServeArgs) -> anyhow::Result<(fencelock_server::Config, LogSettings)> {
     let file = read_file(a.config.as_deref())?;
     let limits = resolve_limits(a.limits, &file)?;
     let auth_file = a.tls.auth_file.clone().or(file.auth_file.clone());
@@ -400,7 +416,10 @@ fn resolve(a: ServeArgs) -> anyhow::Result<(fencelock_server::Config, String)> {
             c.peer_advertise = entry.and_then(|(_, peer)| peer.map(str::to_string));
         }
     }
-    let log = a.log.or(file.log).unwrap_or_else(|| "info,openraft=warn".into());
+    let log = LogSettings {
+        filter: log_filter(a.log, file.log, std::env::var("RUST_LOG").ok()),
+        format: a.log_format.or(file.log_format).unwrap_or_default(),
+    };
     Ok((c, log))
 }
 
@@ -476,13 +495,72 @@ fn file_duration(v: Option<&str>, key: &str) -> anyhow::Result<Option<Duration>>
     v.map(|s| parse_duration(s).map_err(|e| anyhow::anyhow!("{key}: {e}"))).transpose()
 }
 
+/// How log lines are written (`--log-format`, `log_format`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    /// Lines for people: time, level, target, message and fields.
+    #[default]
+    Text,
+    /// One JSON object a line: `timestamp`, `level`, `target`, `fields`
+    /// (`message` among them) and, inside a span, `span` and `spans`.
+    Json,
+}
+
+/// How `serve` logs: the filter and the format.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct LogSettings {
+    filter: String,
+    format: LogFormat,
+}
+
+/// The log filter: the flag or FENCELOCK_LOG (`flag`: clap reads both, the
+/// flag first), else the file's `log`, else RUST_LOG, else the default. An
+/// empty RUST_LOG counts as unset.
+fn log_filter(flag: Option<String>, file: Option<String>, rust_log: Option<String>) -> String {
+    flag.or(file).or(rust_log.filter(|r| !r.trim().is_empty())).unwrap_or_else(|| "info,openraft=warn".into())
+}
+
+/// Whether the log is JSON: lines of [`say`] are then log events too.
+static JSON_LOG: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// A line of the node's own (serving, shutting down): `fencelock: …` on
+/// stderr beside a text log, as it always was; an info event in a JSON log,
+/// so that every line of that log is JSON.
+fn say(line: std::fmt::Arguments<'_>) {
+    if JSON_LOG.load(std::sync::atomic::Ordering::Relaxed) {
+        tracing::info!("{line}");
+    } else {
+        eprintln!("fencelock: {line}");
+    }
+}
+
 pub fn init_logging(filter: &str) {
-    let filter = tracing_subscriber::EnvFilter::try_new(filter).unwrap_or_else(|e| {
-        eprintln!("fencelock: warning: log filter {filter:?} is invalid ({e}); using \"info\"");
-        tracing_subscriber::EnvFilter::new("info")
-    });
-    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_ansi(ansi).with_writer(std::io::stderr).try_init();
+    init_log(filter, LogFormat::Text);
+}
+
+/// Log to stderr through `filter` (an invalid one is replaced by `info`, with
+/// a warning) in `format`.
+pub fn init_log(filter: &str, format: LogFormat) {
+    let (env_filter, invalid) = match tracing_subscriber::EnvFilter::try_new(filter) {
+        Ok(f) => (f, None),
+        Err(e) => (tracing_subscriber::EnvFilter::new("info"), Some(e)),
+    };
+    let builder = tracing_subscriber::fmt().with_env_filter(env_filter).with_writer(std::io::stderr);
+    let json = format == LogFormat::Json;
+    let _ = if json {
+        builder.json().with_ansi(false).try_init()
+    } else {
+        builder.with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr())).try_init()
+    };
+    JSON_LOG.store(json, std::sync::atomic::Ordering::Relaxed);
+    if let Some(e) = invalid {
+        if json {
+            tracing::warn!(filter, error = %e, "the log filter is invalid; using \"info\"");
+        } else {
+            eprintln!("fencelock: warning: log filter {filter:?} is invalid ({e}); using \"info\"");
+        }
+    }
 }
 
 #[cfg(test)]
@@ -508,6 +586,7 @@ mod tests {
             lock_metrics_top: None,
             stuck_after: None,
             log: None,
+            log_format: None,
             log_engine: None,
             worker_threads: None,
             max_inflight_writes: None,
@@ -552,8 +631,8 @@ mod tests {
         assert!(format!("{e:#}").contains("unknown field"), "{e:#}");
     }
 
-    /// Issue 19: the default log engine that `--help` and the README's
-    /// configuration table state is the one the server takes when none is set
+    /// Issue 19: the default log engine that `--help` and the configuration
+    /// table of docs/guide/operating.md state is the one the server takes when none is set
     /// ([`fencelock_server::Config::new`]): flipping the default in one place
     /// fails here until the others say so too.
     #[test]
@@ -563,8 +642,8 @@ mod tests {
         let arg = cmd.get_arguments().find(|a| a.get_id() == "log_engine").expect("--log-engine");
         let help = arg.get_long_help().or(arg.get_help()).expect("--log-engine has help").to_string();
         assert!(help.contains(&format!("[default: {default}]")), "{help}");
-        let readme = include_str!("../../../README.md");
-        let row = readme.lines().find(|l| l.starts_with("| `--log-engine` |")).expect("the README's --log-engine row");
+        let guide = include_str!("../../../docs/guide/operating.md");
+        let row = guide.lines().find(|l| l.starts_with("| `--log-engine` |")).expect("the guide's --log-engine row");
         assert!(row.contains(&format!("| `FENCELOCK_LOG_ENGINE` | `{default}` (")), "{row}");
     }
 
@@ -660,5 +739,39 @@ mod tests {
         assert!(e.to_string().contains("exclude"), "{e}");
         let (c, _) = resolve(ServeArgs { join: true, node_id: Some(4), ..args() }).unwrap();
         assert_eq!(c.bootstrap, fencelock_server::Bootstrap::Join);
+    }
+
+    /// Rule: the log filter is the flag (or FENCELOCK_LOG, which clap reads
+    /// into the same field), else the file's `log`, else RUST_LOG (unless
+    /// empty), else `info,openraft=warn`; the format is the flag, else the
+    /// file's `log_format`, else text, and a format the file misspells is an
+    /// error that names the choices.
+    #[test]
+    fn log_filter_and_format_precedence() {
+        let some = |s: &str| Some(s.to_string());
+        assert_eq!(log_filter(some("debug"), some("warn"), some("trace")), "debug");
+        assert_eq!(log_filter(None, some("warn"), some("trace")), "warn");
+        assert_eq!(log_filter(None, None, some("trace")), "trace");
+        assert_eq!(log_filter(None, None, some(" ")), "info,openraft=warn");
+        assert_eq!(log_filter(None, None, None), "info,openraft=warn");
+
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.toml");
+        std::fs::write(&path, "log = \"warn\"\nlog_format = \"json\"\n").unwrap();
+        let (_, log) = resolve(ServeArgs { config: Some(path.clone()), ..args() }).unwrap();
+        assert_eq!(log, LogSettings { filter: "warn".into(), format: LogFormat::Json });
+        let flags =
+            ServeArgs { config: Some(path.clone()), log: some("debug"), log_format: Some(LogFormat::Text), ..args() };
+        let (_, log) = resolve(flags).unwrap();
+        assert_eq!(log, LogSettings { filter: "debug".into(), format: LogFormat::Text });
+        std::fs::write(&path, "log_format = \"xml\"\n").unwrap();
+        let e = format!("{:#}", resolve(ServeArgs { config: Some(path), ..args() }).unwrap_err());
+        assert!(e.contains("log_format") && e.contains("text") && e.contains("json"), "{e}");
+
+        let cmd = <ServeArgs as clap::Args>::augment_args(clap::Command::new("serve"));
+        for flags in [["serve", "--log-level", "debug"], ["serve", "--log", "debug"]] {
+            let m = cmd.clone().try_get_matches_from(flags).unwrap();
+            assert_eq!(m.get_one::<String>("log").map(String::as_str), Some("debug"), "{flags:?}");
+        }
     }
 }

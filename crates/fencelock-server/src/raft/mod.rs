@@ -31,6 +31,10 @@ pub use log_store::{open as open_storage, open_with as open_storage_with, LogSto
 pub use network::{Network, RaftService};
 pub use state_machine::{SharedEngine, StateMachine};
 
+/// The codec this binary writes Raft log entries in (see `codec.rs`; it
+/// reads the older ones too). `fencelock --version` names it.
+pub const LOG_ENTRY_CODEC: u8 = codec::CODEC_CURRENT;
+
 #[cfg(test)]
 mod tests;
 

@@ -3,7 +3,7 @@
 //! Where it sits: the one parser of server URLs. [`super::connect`] parses the
 //! URL here and hands the parts to the backend's `connect`;
 //! [`crate::ClientBuilder::connect`] parses a fencelock URL here too, so the
-//! library and the CLI (`--server`) take the same URLs (the README's "Server
+//! library and the CLI (`--server`) take the same URLs (docs/guide/cli.md, "Server
 //! URLs" documents them). The parser is deliberately small: hosts, one path,
 //! and query parameters; PostgreSQL gets the URL as written (its driver parses
 //! it again, with every option it knows).

@@ -21,7 +21,7 @@ use crate::seams::Seams;
 /// Where the Raft log's entries are kept. The vote, the committed and purged
 /// log ids, the snapshot and the state machine are in redb either way. The
 /// default is here alone (`#[default]`; [`crate::config::Config::new`] takes
-/// it); `fencelock serve --help` and the README say it too, and a test of the
+/// it); `fencelock serve --help` and docs/guide/operating.md say it too, and a test of the
 /// CLI checks they agree.
 ///
 /// A data dir whose log is in redb (written with `Redb`, or by a build from
