@@ -10,7 +10,10 @@
 # which the dashboard's test drives the web page (fencelock-testkit's browser);
 # tmux, under which `fencelock top`'s test runs it; promtool (Debian's
 # prometheus, its service stopped), which checks the alerting rules and the
-# nodes' /metrics.
+# nodes' /metrics; man (man-db), which renders the pages of `fencelock man`
+# in their test; systemd, whose systemd-analyze verifies the Debian package's
+# unit in its test (nothing is started; the package itself is built with
+# dpkg-deb, part of every Debian system).
 #
 # Idempotent: installs only what is missing and says what it did. Safe to run
 # from .ci/run on every build. Needs root (or sudo) only when something is
@@ -61,7 +64,7 @@ else
     missing+=(libfaketime)
 fi
 
-for tool in curl jq python3 node chromium chromedriver tmux promtool; do
+for tool in curl jq python3 node chromium chromedriver tmux promtool man systemd-analyze; do
     if have_command "$tool"; then
         echo "install-test-deps: $tool present: $(command -v "$tool")"
     elif [ "$tool" = node ]; then
@@ -70,6 +73,10 @@ for tool in curl jq python3 node chromium chromedriver tmux promtool; do
         missing+=(chromium-driver)
     elif [ "$tool" = promtool ]; then
         missing+=(prometheus)
+    elif [ "$tool" = man ]; then
+        missing+=(man-db)
+    elif [ "$tool" = systemd-analyze ]; then
+        missing+=(systemd)
     else
         missing+=("$tool")
     fi
@@ -104,7 +111,7 @@ export DEBIAN_FRONTEND=noninteractive
 # on free ports, so the system ones are not needed. Stop the ones this
 # script just installed, quietly (a service that was already there is left).
 for pkg in "${missing[@]}"; do
-    case "$pkg" in etcd-server) svc=etcd ;; strace | chromium | chromium-driver | tmux) continue ;; *) svc=$pkg ;; esac
+    case "$pkg" in etcd-server) svc=etcd ;; strace | chromium | chromium-driver | tmux | man-db | systemd) continue ;; *) svc=$pkg ;; esac
     if command -v service >/dev/null 2>&1; then
         "${SUDO[@]}" service "$svc" stop >/dev/null 2>&1 || true
     fi
@@ -119,4 +126,6 @@ have_command chromium || { echo "install-test-deps: chromium still missing" >&2;
 have_command chromedriver || { echo "install-test-deps: chromedriver still missing" >&2; exit 1; }
 have_command tmux || { echo "install-test-deps: tmux still missing" >&2; exit 1; }
 have_command promtool || { echo "install-test-deps: promtool (prometheus) still missing" >&2; exit 1; }
+have_command man || { echo "install-test-deps: man (man-db) still missing" >&2; exit 1; }
+have_command systemd-analyze || { echo "install-test-deps: systemd-analyze (systemd) still missing" >&2; exit 1; }
 echo "install-test-deps: installed: ${missing[*]}"

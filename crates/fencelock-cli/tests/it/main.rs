@@ -25,6 +25,7 @@ mod jobs;
 mod multi_lock;
 mod no_fault_hooks;
 mod notify;
+mod package;
 mod partition;
 mod paused_holder;
 mod refusals;
