@@ -16,7 +16,7 @@ use fencelock_testkit::browser::Browser;
 use serde_json::{json, Value};
 
 use crate::support::cluster::Cluster;
-use crate::support::{bin, kill_child, stderr, Server};
+use crate::support::{acquire_at, bin, fencelock_at, kill_child, stderr, Server};
 
 /// How long the page may take to show a change: this many polls, 100 ms
 /// apart. The page fetches the state 100 ms after each event it is pushed;
@@ -51,24 +51,6 @@ fn row(lock: &str, expr: &str) -> String {
     format!(
         "const r = document.querySelector('tr[data-lock=\"' + CSS.escape({name}) + '\"]'); return r ? ({expr}) : null;"
     )
-}
-
-/// `fencelock ARGS…` against `server`, with an auth token if any.
-fn fencelock(server: &str, token: Option<&str>, args: &[&str]) -> std::process::Output {
-    let mut cmd = Command::new(bin());
-    cmd.args(args).env("FENCELOCK_SERVER", server).env_remove("FENCELOCK_AUTH_TOKEN");
-    if let Some(t) = token {
-        cmd.env("FENCELOCK_AUTH_TOKEN", t);
-    }
-    cmd.output().expect("run fencelock")
-}
-
-/// `fencelock acquire NAME --json`: (token, lease).
-fn acquire(server: &str, token: Option<&str>, name: &str, identity: &str) -> (u64, u64) {
-    let out = fencelock(server, token, &["acquire", name, "--ttl", "120s", "--identity", identity, "--json"]);
-    assert!(out.status.success(), "acquire {name}: {}", stderr(&out));
-    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
-    (v["token"].as_u64().unwrap(), v["lease_id"].as_u64().unwrap())
 }
 
 /// `fencelock run NAME -- …` in the background, holding the lock (its lease
@@ -135,7 +117,7 @@ fn the_dashboard_shows_grants_queues_handoffs_and_expiries_live() {
     b.wait_for("the empty table", "return !!document.querySelector('#empty');", POLLS, EVERY);
 
     // A grant: the row and the CLI's token.
-    let (token_a, lease_a) = acquire(&url, None, "jobs/report", "holder-a");
+    let (token_a, lease_a) = acquire_at(&url, None, "jobs/report", "holder-a");
     let shown = b.wait_for("the holder's row", &row("jobs/report", "r.dataset.token"), POLLS, EVERY);
     assert_eq!(s(&shown), token_a.to_string(), "the row shows the token the CLI printed");
     let holder = b.eval(&row("jobs/report", "r.querySelector('td.holder').innerText"));
@@ -151,12 +133,12 @@ fn the_dashboard_shows_grants_queues_handoffs_and_expiries_live() {
         EVERY,
     );
     assert!(s(&queue).contains("waiter-b"), "the queue names the waiter: {queue}");
-    acquire(&url, None, "billing/invoices", "billing-7");
+    acquire_at(&url, None, "billing/invoices", "billing-7");
     b.wait_for("a second lock", &row("billing/invoices", "r.dataset.token"), POLLS, EVERY);
     shoot(&b, &shots, "locks");
 
     // The release hands the lock to the waiter.
-    let out = fencelock(
+    let out = fencelock_at(
         &url,
         None,
         &["release", "jobs/report", "--token", &token_a.to_string(), "--lease", &lease_a.to_string()],
@@ -301,7 +283,7 @@ fn the_dashboard_shows_grants_queues_handoffs_and_expiries_live() {
                 if stop.load(std::sync::atomic::Ordering::Relaxed) {
                     break;
                 }
-                let out = fencelock(&url, None, &["run", "jobs/busy", "--wait", "10s", "--", "true"]);
+                let out = fencelock_at(&url, None, &["run", "jobs/busy", "--wait", "10s", "--", "true"]);
                 assert!(out.status.success(), "run: {}", stderr(&out));
             }
         })
@@ -341,8 +323,8 @@ fn with_authentication_the_page_shows_only_what_the_token_may_read() {
     let reader = crate::support::secure::add_token(&file, "jobs-viewer", "reader");
     let server = Server::start_with_flags(dir.path(), &["--auth-file", file.to_str().unwrap()], None);
     let url = server.url();
-    let (_, lease_jobs) = acquire(&url, Some(&admin), "jobs/nightly", "host-a");
-    acquire(&url, Some(&admin), "billing/close", "host-b");
+    let (_, lease_jobs) = acquire_at(&url, Some(&admin), "jobs/nightly", "host-a");
+    acquire_at(&url, Some(&admin), "billing/close", "host-b");
 
     let b = Browser::start();
     b.goto(&format!("http://{}/#/locks?prefix=jobs/", server.http));
@@ -413,7 +395,7 @@ fn with_authentication_the_page_shows_only_what_the_token_may_read() {
     // A semaphore of 1 permit with a waiter: the admin resizes it to 2 behind
     // a confirmation, and the waiter is granted beside the holder.
     let out =
-        fencelock(&url, Some(&admin), &["acquire", "pool/x", "--permits", "1", "--ttl", "120s", "--identity", "p1"]);
+        fencelock_at(&url, Some(&admin), &["acquire", "pool/x", "--permits", "1", "--ttl", "120s", "--identity", "p1"]);
     assert!(out.status.success(), "{}", stderr(&out));
     let mut waiter = Some(
         Command::new(bin())
@@ -494,7 +476,7 @@ fn a_followers_dashboard_shows_the_groups_locks_and_members() {
     let b = Browser::start();
     b.goto(&format!("http://{}/", c.nodes[follower].http));
     b.wait_for("the live stream", "return document.querySelector('#live').dataset.state === 'live';", POLLS, EVERY);
-    let (token, _) = acquire(&c.urls(), None, "jobs/group", "host-g");
+    let (token, _) = acquire_at(&c.urls(), None, "jobs/group", "host-g");
     let shown = b.wait_for("the row on a follower", &row("jobs/group", "r.dataset.token"), POLLS, EVERY);
     assert_eq!(s(&shown), token.to_string(), "a follower's page shows the grant made through the group");
     // The follower's TTLs count in its estimate of the group's clock: within

@@ -13,9 +13,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::Duration;
 
-use serde_json::Value;
-
-use crate::support::{bin, kill_child, stderr, Server};
+use crate::support::{acquire_at, bin, fencelock_at, kill_child, stderr, Server};
 
 /// How long the screen may take to show a change: this many polls, 100 ms
 /// apart. `top` lists again 100 ms after an event (every 2 s anyway, and a
@@ -206,24 +204,6 @@ fn at_80(token: u64) -> String {
     }
 }
 
-/// `fencelock ARGS…` against `server`, with `FENCELOCK_AUTH_TOKEN` = `token` (if any).
-fn fencelock(server: &str, token: Option<&str>, args: &[&str]) -> Output {
-    let mut cmd = Command::new(bin());
-    cmd.args(args).env("FENCELOCK_SERVER", server).env_remove("FENCELOCK_AUTH_TOKEN");
-    if let Some(t) = token {
-        cmd.env("FENCELOCK_AUTH_TOKEN", t);
-    }
-    cmd.output().expect("run fencelock")
-}
-
-/// `fencelock acquire NAME --json` as `identity`: (token, lease).
-fn acquire(server: &str, token: Option<&str>, name: &str, identity: &str) -> (u64, u64) {
-    let out = fencelock(server, token, &["acquire", name, "--ttl", "120s", "--identity", identity, "--json"]);
-    assert!(out.status.success(), "acquire {name}: {}", stderr(&out));
-    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
-    (v["token"].as_u64().unwrap(), v["lease_id"].as_u64().unwrap())
-}
-
 /// `fencelock run NAME --wait 120s -- …` in its own process group: queued
 /// until granted, then holding (its lease kept alive) until killed; it
 /// writes its token to `token_file` once granted. Killed with its group on
@@ -289,7 +269,7 @@ fn top_shows_grants_queues_contention_and_handoffs_live_and_filters() {
     assert_eq!(t.pane("#{alternate_on}"), "1", "top draws on the alternate screen");
 
     // A grant: its row, with the CLI's token.
-    let (token_a, lease_a) = acquire(&url, None, "jobs/a", "holder-a");
+    let (token_a, lease_a) = acquire_at(&url, None, "jobs/a", "holder-a");
     let s = t.wait_for("jobs/a's row", |s| row(s, "jobs/a").is_some());
     let (_, cols) = row(&s, "jobs/a").unwrap();
     assert_eq!((cols[1], cols[2], cols[5]), ("holder-a", at_80(token_a).as_str(), "0"), "{cols:?}");
@@ -301,7 +281,7 @@ fn top_shows_grants_queues_contention_and_handoffs_live_and_filters() {
     assert_eq!(row(&s, "jobs/a").unwrap().1[6..], ["waiter-a"]);
 
     // More contention: jobs/b with two waiters sorts above jobs/a.
-    acquire(&url, None, "jobs/b", "holder-b");
+    acquire_at(&url, None, "jobs/b", "holder-b");
     let _waiters_b: Vec<Waiter> = ["waiter-b1", "waiter-b2"]
         .iter()
         .map(|who| {
@@ -319,8 +299,11 @@ fn top_shows_grants_queues_contention_and_handoffs_live_and_filters() {
     assert!(s[0].contains("— 2 locks, 2 held, 3 waiting — live"), "{}", s[0]);
 
     // The release hands jobs/a to its waiter.
-    let out =
-        fencelock(&url, None, &["release", "jobs/a", "--lease", &lease_a.to_string(), "--token", &token_a.to_string()]);
+    let out = fencelock_at(
+        &url,
+        None,
+        &["release", "jobs/a", "--lease", &lease_a.to_string(), "--token", &token_a.to_string()],
+    );
     assert!(out.status.success(), "release: {}", stderr(&out));
     let s = t.wait_for("waiter-a holding jobs/a", |s| row(s, "jobs/a").is_some_and(|(_, c)| c[1] == "waiter-a"));
     let token = token_in(&a_file);
@@ -367,7 +350,7 @@ fn top_keeps_the_table_while_reconnecting_and_ctrl_c_quits() {
     let mut server = Server::start(dir.path());
     let url = server.url();
     let t = Tmux::start(dir.path(), "reconnect", (80, 24), &["--server", &url], &[]);
-    let (token, _) = acquire(&url, None, "jobs/kept", "holder-k");
+    let (token, _) = acquire_at(&url, None, "jobs/kept", "holder-k");
     let s = t.wait_for("the row", |s| row(s, "jobs/kept").is_some());
     assert!(s[1].starts_with("group: --admin HOST:PORT"), "{}", s[1]);
 
@@ -397,8 +380,8 @@ fn top_shows_a_refusal_on_the_filter_line_and_the_nodes_health() {
     let reader = crate::support::secure::add_token(&file, "jobs-viewer", "reader");
     let server = Server::start_with_flags(dir.path(), &["--auth-file", file.to_str().unwrap()], None);
     let url = server.url();
-    acquire(&url, Some(&admin_token), "jobs/nightly", "host-a");
-    acquire(&url, Some(&admin_token), "billing/close", "host-b");
+    acquire_at(&url, Some(&admin_token), "jobs/nightly", "host-a");
+    acquire_at(&url, Some(&admin_token), "billing/close", "host-b");
 
     let admin = server.http.to_string();
     let env = [("FENCELOCK_AUTH_TOKEN", reader.as_str())];
@@ -429,7 +412,7 @@ fn top_redraws_for_the_new_size_when_the_terminal_is_resized() {
     let server = Server::start(dir.path());
     let url = server.url();
     let long = "databases/primary/schema-migrations/2026";
-    acquire(&url, None, long, "migrator");
+    acquire_at(&url, None, long, "migrator");
     let mut t = Tmux::start(dir.path(), "resize", (80, 24), &["--server", &url], &[]);
     let s = t.wait_for("the cut name", |s| s.iter().any(|l| l.starts_with("databases/primary/")));
     assert!(row(&s, long).is_none() && s.iter().any(|l| l.contains('…')), "cut at 80:\n{}", s.join("\n"));

@@ -236,6 +236,25 @@ pub fn cli(server: &Server, args: &[&str]) -> Output {
     Command::new(bin()).args(args).env("FENCELOCK_SERVER", server.url()).output().expect("run fencelock")
 }
 
+/// `fencelock ARGS…` against `server`, with `FENCELOCK_AUTH_TOKEN` = `token`
+/// (if any; never one from the test's own environment).
+pub fn fencelock_at(server: &str, token: Option<&str>, args: &[&str]) -> Output {
+    let mut cmd = Command::new(bin());
+    cmd.args(args).env("FENCELOCK_SERVER", server).env_remove("FENCELOCK_AUTH_TOKEN");
+    if let Some(t) = token {
+        cmd.env("FENCELOCK_AUTH_TOKEN", t);
+    }
+    cmd.output().expect("run fencelock")
+}
+
+/// `fencelock acquire NAME --json` (TTL 120 s) as `identity`: (token, lease).
+pub fn acquire_at(server: &str, token: Option<&str>, name: &str, identity: &str) -> (u64, u64) {
+    let out = fencelock_at(server, token, &["acquire", name, "--ttl", "120s", "--identity", identity, "--json"]);
+    assert!(out.status.success(), "acquire {name}: {}", stderr(&out));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    (v["token"].as_u64().unwrap(), v["lease_id"].as_u64().unwrap())
+}
+
 pub fn stdout(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
