@@ -348,11 +348,14 @@ async function refresh() {
 }
 
 async function fetchFor(view) {
+  // The lock the view shows as this fetch begins: a navigation meanwhile
+  // (another view, another lock) must not make it ask for what it left.
+  const arg = S.arg;
   // A node that does not lead answers 503, with its view all the same.
   S.health = await api("/healthz").catch((e) => (e.body && e.body.node_id !== undefined ? e.body : null));
   showNode();
   if (view === "locks" || view === "leases" || view === "elections") await fetchLocks();
-  if (view === "lock") await fetchLock();
+  if (view === "lock" && arg) await fetchLock(arg);
   if (view === "leases") await fetchLeases();
   if (view === "group") await fetchCluster();
   if (view === "traffic" || view === "fences" || view === "group") await sampleMetrics();
@@ -372,13 +375,12 @@ async function fetchLocks() {
   }
 }
 
-async function fetchLock() {
+async function fetchLock(name) {
   try {
-    S.lock = await api(`/v1/locks/${encodeURIComponent(S.arg)}?consistency=local`);
-    S.lockError = null;
+    const lock = await api(`/v1/locks/${encodeURIComponent(name)}?consistency=local`);
+    if (S.view === "lock" && S.arg === name) [S.lock, S.lockError] = [lock, null];
   } catch (e) {
-    S.lock = null;
-    S.lockError = e;
+    if (S.view === "lock" && S.arg === name) [S.lock, S.lockError] = [null, e];
   }
 }
 
