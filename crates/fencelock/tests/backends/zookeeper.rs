@@ -503,3 +503,26 @@ async fn a_new_value_rewrites_only_the_grants_own_node() {
     assert!(!suite::within("set_value", guard.set_value(&b"c"[..])).await.unwrap(), "a set-value on a deleted node");
     assert!(queue(&raw, "/fencelock", "vote").await.is_empty(), "a set-value re-created the node");
 }
+
+/// A lock session asks for its TTL as the session timeout, and the driver
+/// gives the server 2/5 of it (400 ms for 1 s) to answer the handshake: a
+/// server that answers later (busy, or just started; CI once saw a production
+/// profile's JVM miss it) is asked again until the connect bound, and the
+/// acquire is granted. Before the fix one late answer failed the acquire
+/// with "cannot open a session".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handshake_answered_late_is_tried_again() {
+    let t = Zk::start().await;
+    let (url, proxies) = t.via_proxies().await;
+    let b = suite::connect(&url).await;
+    proxies[0].set_mode(Mode::Hold);
+    let acquire = tokio::spawn(async move { b.acquire("late", &opts(SECS, Duration::ZERO)).await });
+    tokio::time::sleep(800 * MS).await;
+    let held = proxies[0].accepted();
+    proxies[0].set_mode(Mode::Pass);
+    let outcome = suite::within("acquire", acquire).await.unwrap().expect("a late handshake failed the acquire");
+    let guard = outcome.acquired().expect("a free lock must be granted");
+    // The probe of `connect`, the lock session's first try, and more.
+    assert!(held >= 3, "the lock session was not tried again while held: {held} connections");
+    assert!(suite::within("release", guard.release()).await.unwrap());
+}

@@ -120,7 +120,7 @@ impl Session {
     /// Opens a session asking for `ttl` as its timeout.
     pub(super) async fn open(login: &Login, ttl: Duration) -> Result<Session, Error> {
         let hosts = &login.hosts;
-        let client = open_client(login, ttl).await.map_err(|e| e.backend(hosts))?;
+        let client = open_client_patiently(login, ttl).await.map_err(|e| e.backend(hosts))?;
         let leases = Arc::new(StdMutex::new(Vec::new()));
         let watcher = tokio::spawn(lose_all_when_ended(client.state_watcher(), leases.clone()));
         let id = client.session_id().0 as u64;
@@ -236,6 +236,30 @@ pub(super) async fn open_client(login: &Login, timeout: Duration) -> Result<zk::
         Err(_) => Err(NoSession(None)),
     }
 }
+
+/// As [`open_client`], again after a short pause while the hosts fail or do
+/// not answer in time, until [`CONNECT_TIMEOUT`]: a lock session asks for its
+/// TTL as the session timeout, and the driver gives a server 2/5 of it to
+/// answer the handshake (400 ms for a 1 s TTL), which a server busy or just
+/// started misses. The backend's `connect` has already found the server, so a
+/// failed round here is taken for a slow server, not a dead one. An
+/// authentication failure is not tried again.
+async fn open_client_patiently(login: &Login, timeout: Duration) -> Result<zk::Client, NoSession> {
+    let end = crate::clock::now() + CONNECT_TIMEOUT;
+    loop {
+        match open_client(login, timeout).await {
+            Err(NoSession(Some(zk::Error::NoHosts | zk::Error::ConnectionLoss | zk::Error::Timeout)))
+                if crate::clock::now() + RETRY_PAUSE < end =>
+            {
+                tokio::time::sleep(RETRY_PAUSE).await
+            }
+            done => return done,
+        }
+    }
+}
+
+/// The pause between two rounds of [`open_client_patiently`].
+const RETRY_PAUSE: Duration = Duration::from_millis(100);
 
 /// Why [`open_client`] opened no session: the driver's error, or `None` if
 /// none came within [`CONNECT_TIMEOUT`].
