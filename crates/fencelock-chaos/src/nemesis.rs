@@ -472,7 +472,15 @@ async fn note_holder(ctx: &mut Ctx, detail: serde_json::Value) {
 
 async fn note_holder_of(ctx: &mut Ctx, lock: &str, target: Option<String>, mut detail: serde_json::Value) {
     let Some(admin) = ctx.target.admin() else { return };
-    let v = describe(admin, lock).await.unwrap_or_default();
+    let v = match describe_until_answered(admin, lock).await {
+        Ok(v) => v,
+        Err(e) => {
+            // Not an empty holder: C6 must not take a failed read for a lost grant.
+            detail["read_error"] = json!(format!("{e:#}"));
+            ctx.note(Event { detail, target, ..Event::note("nemesis", Op::Holder) });
+            return;
+        }
+    };
     let h = &v["holder"];
     let (lease, token) = (id(&h["lease_id"]), id(&h["token"]));
     let all: Vec<serde_json::Value> = v["holders"]
@@ -481,6 +489,22 @@ async fn note_holder_of(ctx: &mut Ctx, lock: &str, target: Option<String>, mut d
         .unwrap_or_default();
     detail["holders"] = serde_json::Value::Array(all);
     ctx.note(Event { lease, token, detail, target, ..Event::note("nemesis", Op::Holder) });
+}
+
+/// [`describe`], asked again every 50 ms while it fails (a node that has just
+/// started may not lead yet; a loaded machine may be slow to answer), for up
+/// to 5 s; then the last error.
+async fn describe_until_answered(admin: std::net::SocketAddr, lock: &str) -> anyhow::Result<serde_json::Value> {
+    let end = tokio::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        match describe(admin, lock).await {
+            Err(e) if tokio::time::Instant::now() < end => {
+                tracing::debug!(error = %format!("{e:#}"), "holder read-back failed; asking again");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            done => return done,
+        }
+    }
 }
 
 async fn describe(admin: std::net::SocketAddr, lock: &str) -> anyhow::Result<serde_json::Value> {

@@ -8,7 +8,9 @@
 //!   the kill. A lost grant is reported at the first restart that loses it.
 //!   The holder read back must carry that lease and token (in shared mode,
 //!   one of the holders read back: readers hold together), unless the worker
-//!   invoked its release between the kill and the read-back.
+//!   invoked its release between the kill and the read-back. A read-back that
+//!   failed (`detail.read_error`: the node never answered it) is no evidence
+//!   either way, and its restart is not judged.
 
 use std::collections::{HashMap, HashSet};
 
@@ -33,6 +35,10 @@ pub(super) fn c6_grants_survive(r: &Run<'_>) -> Check {
         let kill = killed_at(restart);
         let next = restarts.get(i + 1).map_or(u64::MAX, |n| n.t);
         let Some(holder) = holder_after(r, restart, kill, next) else { continue };
+        if holder.detail.get("read_error").is_some() {
+            // The holder could not be read back: nothing to compare.
+            continue;
+        }
         let Some(h) = index.live_at(kill) else { continue };
         if lost.contains(&(h.p(), h.seq())) || index.release_invoked(&h, kill, holder.t) {
             continue;

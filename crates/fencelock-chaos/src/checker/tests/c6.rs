@@ -45,6 +45,17 @@ fn c6_released_or_lost_grants_are_not_held() {
 }
 
 #[test]
+fn c6_a_failed_read_back_is_not_judged() {
+    // A holder read-back the node never answered is not an empty holder: the
+    // restart is not judged (before, a failed read looked like a lost grant).
+    let mut h = H::default();
+    h.acquire("w0", 1, (0, 1), 4).restart(5, 10).holder(5, 11, None);
+    h.0.last_mut().unwrap().detail["read_error"] = json!("describe: timed out");
+    h.release("w0", 1, (12, 13));
+    assert_eq!(get(&run(&info(), &h, &[]), "C6").status, Status::Inconclusive);
+}
+
+#[test]
 fn c6_without_restarts_is_not_applicable() {
     let mut h = H::default();
     h.cycle("w0", 1, 0, 1);
