@@ -9,15 +9,25 @@
 # its target dir (MATURIN_PEP517_ARGS, CARGO_TARGET_DIR), so the crates the
 # workspace build made already are not built again. A user's plain
 # `pip install ./python` builds a release wheel.
+#
+# `--install` only makes the venv; `--test` only runs mypy and pytest in the
+# venv made before (scripts/test.sh installs while the Rust tests run, at
+# idle priority, and tests after them). No argument: both.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 venv=target/py-venv
-t=$(date +%s)
-python3 -m venv --clear "$venv"
-CARGO_TARGET_DIR="$PWD/target" MATURIN_PEP517_ARGS="--profile dev --features workspace-features" \
-    "$venv/bin/pip" install --quiet pytest mypy "psycopg[binary]" ./python
-echo "python-test.sh: install: $(( $(date +%s) - t )) s"
+step="${1:-all}"
+case "$step" in all | --install | --test) ;; *) echo "usage: $0 [--install | --test]" >&2; exit 2 ;; esac
+
+if [ "$step" != --test ]; then
+    t=$(date +%s)
+    python3 -m venv --clear "$venv"
+    CARGO_TARGET_DIR="$PWD/target" MATURIN_PEP517_ARGS="--profile dev --features workspace-features" \
+        "$venv/bin/pip" install --quiet pytest mypy "psycopg[binary]" ./python
+    echo "python-test.sh: install: $(( $(date +%s) - t )) s"
+fi
+[ "$step" = --install ] && exit 0
 
 # The type stubs and the package's annotations, as a user's type checker
 # reads them: the examples and the package under mypy --strict.

@@ -1,4 +1,4 @@
-//! One identity floods a node (issue 15, quotas): for 30 s it creates leases
+//! One identity floods a node (issue 15, quotas): for 15 s it creates leases
 //! and queued acquires as fast as 64 concurrent callers can. Its quota stops
 //! it (RESOURCE_EXHAUSTED naming the limit), the node's state and memory stay
 //! bounded, and another identity keeps acquiring and releasing all along.
@@ -21,7 +21,7 @@ use tonic::Code;
 use crate::support;
 use support::{add_token, request_id, Authed, Bearer};
 
-const FLOOD: Duration = Duration::from_secs(30);
+const FLOOD: Duration = Duration::from_secs(15);
 const CALLERS: usize = 64;
 const QUOTA: u64 = 2_000;
 
