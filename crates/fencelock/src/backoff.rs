@@ -11,6 +11,25 @@ use std::time::Duration;
 /// random time in `[c/2, c]`, where `c = min(max, initial * 2^n)`. Half of the
 /// delay spreads retries of many clients apart; the other half guarantees that the
 /// delay grows.
+///
+/// # Examples
+///
+/// Retries stop at the RPC's deadline, not after a number of attempts.
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use fencelock::{Backoff, Client};
+///
+/// # async fn demo() -> Result<(), fencelock::Error> {
+/// let backoff = Backoff { initial: Duration::from_millis(100), max: Duration::from_secs(5) };
+/// assert_eq!(backoff.ceiling(3), Duration::from_millis(800)); // the 4th retry waits 400 to 800 ms
+/// let client = Client::builder("fencelock://a:7070,b:7070,c:7070")
+///     .backoff(backoff)
+///     .rpc_timeout(Duration::from_secs(30))
+///     .connect()
+///     .await?;
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Backoff {
     /// Ceiling of the first retry's delay.

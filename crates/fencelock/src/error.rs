@@ -16,6 +16,29 @@ use tonic::{Code, Status};
 /// Why a client operation failed. The operation's outcome is then unknown only for
 /// [`Error::Timeout`], [`Error::Unavailable`] and [`Error::Backend`]; every other
 /// variant means the request was refused and nothing changed.
+///
+/// # Examples
+///
+/// Contention is an [`Outcome`](crate::Outcome), not an error. An error is a
+/// refusal (nothing changed), or, where [`is_transient`](Error::is_transient)
+/// is true, a failure whose outcome is unknown.
+///
+/// ```no_run
+/// use fencelock::{Client, Error, Outcome};
+///
+/// # async fn demo(client: Client) -> Result<(), Error> {
+/// match client.lock("orders/42").acquire().await {
+///     Ok(Outcome::Acquired(guard)) => {
+///         guard.release().await?;
+///     }
+///     Ok(_) => println!("busy"),
+///     // Refused: the same request fails the same way until the token changes.
+///     Err(Error::Unauthenticated(m) | Error::PermissionDenied(m)) => eprintln!("check the token: {m}"),
+///     Err(e) if e.is_transient() => eprintln!("outcome unknown, try again later: {e}"),
+///     Err(e) => return Err(e),
+/// }
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
@@ -168,6 +191,26 @@ impl Error {
 /// The underlying error of an [`Error::Connect`], [`Error::Security`] or [`Error::Backend`] (the
 /// driver's own error), shared so that the error stays `Clone`; two causes are
 /// equal when they read the same.
+///
+/// # Examples
+///
+/// Look at the driver's own error behind a failed connect (here the Redis
+/// driver's, for a `redis://` URL).
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), fencelock::Error> {
+/// match fencelock::connect("redis://cache.internal:6379").await {
+///     Ok(backend) => { /* ... */ }
+///     Err(fencelock::Error::Connect { message, source: Some(cause) }) => {
+///         eprintln!("cannot connect: {message}: {cause}");
+///         if let Some(e) = cause.get().downcast_ref::<redis::RedisError>() {
+///             eprintln!("redis error kind: {:?}", e.kind());
+///         }
+///     }
+///     Err(e) => return Err(e),
+/// }
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone)]
 pub struct Cause(Arc<dyn StdError + Send + Sync>);
 
@@ -302,6 +345,25 @@ fn is_local_timeout(status: &Status) -> bool {
 }
 
 /// Why [`crate::with_lock`] did not run its closure, or stopped it.
+///
+/// # Examples
+///
+/// ```no_run
+/// use fencelock::{Client, Guard, WithLockError};
+///
+/// # async fn demo(client: Client) -> Result<(), fencelock::Error> {
+/// let done = client.lock("migrations").with_lock(async |guard: &Guard| migrate(guard.token()).await).await;
+/// match done {
+///     Ok(applied) => println!("{applied} migrations applied"),
+///     Err(WithLockError::NotAcquired(why)) => println!("not run: {why}"),
+///     // The closure was dropped at an await point: the work must be safe to resume.
+///     Err(WithLockError::LeaseLost(reason)) => eprintln!("stopped part-way: {reason}"),
+///     Err(WithLockError::Client(e)) => return Err(e),
+///     Err(other) => eprintln!("{other}"),
+/// }
+/// # Ok(()) }
+/// # async fn migrate(_token: Option<u64>) -> usize { 0 }
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum WithLockError {
@@ -319,6 +381,27 @@ pub enum WithLockError {
 }
 
 /// The contention outcomes of an acquire, for [`WithLockError::NotAcquired`].
+///
+/// # Examples
+///
+/// [`Outcome::acquired`](crate::Outcome::acquired) turns contention into a
+/// `Result`, for code that treats "not acquired" as a failure of its own.
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use fencelock::{Client, NotAcquired};
+///
+/// # async fn demo(client: Client) -> Result<(), fencelock::Error> {
+/// match client.lock("deploy/prod").wait(Duration::from_secs(30)).acquire().await?.acquired() {
+///     Ok(guard) => {
+///         // ... deploy ...
+///         guard.release().await?;
+///     }
+///     Err(NotAcquired::TimedOut) => println!("a deploy still runs after 30 s"),
+///     Err(busy @ NotAcquired::Busy { .. }) => println!("{busy}"),
+/// }
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum NotAcquired {
     /// `wait` was zero and the lock was held, or closed by lock-delay.
@@ -352,6 +435,30 @@ impl std::fmt::Display for NotAcquired {
 }
 
 /// Why a lease, and every lock bound to it, was lost.
+///
+/// # Examples
+///
+/// A lost lease is reported by [`Guard::lost`](crate::Guard::lost), with why.
+/// The guard's other methods go on answering (its token included), so select
+/// on `lost()` next to the work. The loss is final; take the lock again to go
+/// on.
+///
+/// ```no_run
+/// use fencelock::{Client, LeaseLost, Outcome};
+///
+/// # async fn demo(client: Client) -> Result<(), fencelock::Error> {
+/// let Outcome::Acquired(guard) = client.lock("ingest").acquire().await? else { return Ok(()) };
+/// let token = guard.fencing_token()?;
+/// tokio::select! {
+///     _ = ingest(token) => {}
+///     reason = guard.lost() => match reason {
+///         LeaseLost::Revoked => eprintln!("an operator revoked the lease: stopping"),
+///         other => eprintln!("lock lost ({other}): taking it again"),
+///     },
+/// }
+/// # Ok(()) }
+/// # async fn ingest(_token: u64) {}
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, thiserror::Error)]
 #[non_exhaustive]
 pub enum LeaseLost {

@@ -176,6 +176,29 @@ impl LeaseCell {
 /// Cheap to clone, `Send + Sync + 'static`: move it into another task to stop work
 /// there when the lease is lost. Every [`crate::Guard`] of a lease sees the
 /// same state.
+///
+/// # Examples
+///
+/// Stop the work in another task when the lock is lost. The watch does not hold
+/// the lock: keep the guard alive (dropping it releases the lock).
+///
+/// ```no_run
+/// use fencelock::{Client, Outcome};
+///
+/// # async fn demo(client: Client) -> Result<(), fencelock::Error> {
+/// let Outcome::Acquired(guard) = client.lock("ingest").acquire().await? else { return Ok(()) };
+/// let watch = guard.lease_watch();
+/// let worker = tokio::spawn(async move {
+///     tokio::select! {
+///         _ = ingest_forever() => {}
+///         reason = watch.lost() => eprintln!("lease {} lost ({reason})", watch.lease_id()),
+///     }
+/// });
+/// let _ = worker.await;
+/// guard.release().await?;
+/// # Ok(()) }
+/// # async fn ingest_forever() {}
+/// ```
 #[derive(Debug, Clone)]
 pub struct LeaseWatch {
     cell: Arc<LeaseCell>,

@@ -14,6 +14,20 @@
 //! | `fencelock_client_lease_renewal_failures_total` | counter | | keep-alive rounds that failed (retried until the lease deadline) |
 //! | `fencelock_client_leases_lost_total` | counter | `reason` | leases lost while in use |
 //! | `fencelock_client_rpc_retries_total` | counter | `op` | RPC attempts retried after a transient failure |
+//!
+//! # Examples
+//!
+//! Install a recorder of the `metrics` crate (a Prometheus exporter, say) at
+//! start-up; the constants here name what the client records, for dashboards
+//! and alerts.
+//!
+//! ```
+//! use fencelock::metrics;
+//!
+//! // Alert when a holder loses a lock it still used.
+//! let alert = format!("increase({}[5m]) > 0", metrics::LEASES_LOST);
+//! assert_eq!(alert, "increase(fencelock_client_leases_lost_total[5m]) > 0");
+//! ```
 
 use std::time::Duration;
 

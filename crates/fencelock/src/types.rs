@@ -12,6 +12,29 @@ use fencelock_proto::v1 as pb;
 /// How to take a lock: `LockOptions::default().ttl(..).wait(..)`. Not
 /// constructible by a struct literal outside the crate (`#[non_exhaustive]`),
 /// so that a new option breaks no caller.
+///
+/// # Examples
+///
+/// One set of options for many acquires, on any backend. Build it with the
+/// methods: a struct literal does not compile outside the crate.
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use fencelock::{LockBackend, LockOptions, Outcome};
+///
+/// # async fn demo() -> Result<(), fencelock::Error> {
+/// let backend = fencelock::connect("redis://cache.internal:6379").await?;
+/// let opts = LockOptions::default()
+///     .ttl(Duration::from_secs(20))
+///     .wait(Duration::from_secs(60))
+///     .require_fencing(true); // refuse a backend without tokens (Redlock)
+/// for shard in ["shard/0", "shard/1"] {
+///     if let Outcome::Acquired(guard) = backend.acquire(shard, &opts).await? {
+///         guard.release().await?;
+///     }
+/// }
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct LockOptions {
@@ -68,6 +91,27 @@ pub struct LockOptions {
 }
 
 /// How a grant of a read-write lock shares it.
+///
+/// # Examples
+///
+/// Readers share the lock; a writer (the default) has it alone.
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use fencelock::{Client, LockMode};
+///
+/// # async fn demo(client: Client) -> Result<(), fencelock::Error> {
+/// let reader = client.lock("catalog").shared().wait(Duration::from_secs(30)).acquire().await?;
+/// for holder in client.describe("catalog").await?.holders {
+///     let mode = match holder.mode {
+///         LockMode::Shared => "reader",
+///         LockMode::Exclusive => "writer",
+///     };
+///     println!("lease {}: {mode}, token {}", holder.lease_id, holder.token);
+/// }
+/// # drop(reader);
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
 pub enum LockMode {
     /// The only holder (a writer). The default.
@@ -169,6 +213,25 @@ impl LockOptions {
 /// A grant without a guard: what the server answered. Nothing keeps its lease
 /// alive or releases it; the caller owns that (e.g. with
 /// [`crate::Client::release_raw`] or [`crate::Client::revoke_lease`]).
+///
+/// # Examples
+///
+/// A grant handed to another process. Nothing renews it: it ends one TTL after
+/// the grant unless released before.
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use fencelock::{Client, LockOptions, Outcome};
+///
+/// # async fn demo(client: Client) -> Result<(), fencelock::Error> {
+/// let opts = LockOptions::default().ttl(Duration::from_secs(600));
+/// if let Outcome::Acquired(grant) = client.acquire_detached("backup/db", opts).await? {
+///     run_backup(&grant.lock, grant.lease_id, grant.token).await; // e.g. a child process
+///     client.release_raw(&grant.lock, grant.lease_id, grant.token).await?;
+/// }
+/// # Ok(()) }
+/// # async fn run_backup(_lock: &str, _lease_id: u64, _token: u64) {}
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Grant {
     /// The lock name.
@@ -182,6 +245,23 @@ pub struct Grant {
 }
 
 /// Answer of [`crate::Client::check`].
+///
+/// # Examples
+///
+/// A service that cannot store tokens asks the server before it acts on a
+/// request that carries one. Something may still change between the check and
+/// the action: a resource that compares tokens itself is safer.
+///
+/// ```no_run
+/// # async fn demo(client: fencelock::Client, token: u64) -> Result<(), fencelock::Error> {
+/// let check = client.check("orders/42", token).await?;
+/// if !check.current {
+///     println!("refused: token {token} is stale (current: {:?})", check.current_token);
+///     return Ok(());
+/// }
+/// // ... act on the request ...
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CheckResult {
     /// True iff the token is the current grant of the lock and its lease is live.
@@ -192,6 +272,22 @@ pub struct CheckResult {
 
 /// One lock as the server sees it. A lock nobody holds or waits for has no holder
 /// and no waiters.
+///
+/// # Examples
+///
+/// `holder` is only the first holder: a read-write lock or a semaphore may have
+/// several, in `holders`.
+///
+/// ```no_run
+/// # async fn demo(client: fencelock::Client) -> Result<(), fencelock::Error> {
+/// let info = client.describe("reports/daily").await?;
+/// match &info.holder {
+///     Some(h) => println!("held under token {} ({:?} left)", h.token, h.ttl_left),
+///     None => println!("free"),
+/// }
+/// println!("{} holder(s), {} waiting", info.holders.len(), info.waiters.len());
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LockInfo {
     pub name: String,
@@ -208,6 +304,22 @@ pub struct LockInfo {
 }
 
 /// The current holder of a lock.
+///
+/// # Examples
+///
+/// Every holder of the locks under a prefix. `identity` is what the acquire
+/// said; `owner` is the identity the server authenticated.
+///
+/// ```no_run
+/// # async fn demo(client: fencelock::Client) -> Result<(), fencelock::Error> {
+/// for lock in client.list("jobs/", 0).await? {
+///     for h in &lock.holders {
+///         let owner = h.owner.as_deref().unwrap_or("-");
+///         println!("{}: lease {} token {} for {:?}, {:?} by {owner}", lock.name, h.lease_id, h.token, h.held, h.identity);
+///     }
+/// }
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Holder {
     pub lease_id: u64,
@@ -233,6 +345,17 @@ pub struct Holder {
 }
 
 /// A queued acquire.
+///
+/// # Examples
+///
+/// ```no_run
+/// # async fn demo(client: fencelock::Client) -> Result<(), fencelock::Error> {
+/// let info = client.describe("deploy/prod").await?;
+/// for (place, w) in info.waiters.iter().enumerate() {
+///     println!("{}. lease {} {:?}: waited {:?}, gives up in {:?}", place + 1, w.lease_id, w.identity, w.waited, w.wait_left);
+/// }
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Waiter {
     pub lease_id: u64,
@@ -313,6 +436,33 @@ impl From<pb::LockInfo> for LockInfo {
 
 /// A slot a run once per slot completed (see [`crate::Guard::complete_slot`]),
 /// as [`crate::Client::completed_slots`] shows it.
+///
+/// # Examples
+///
+/// A job that runs once a day however many hosts start it. Only a run that
+/// still holds the lock completes its slot: one that lost it has not, and the
+/// next run does the job.
+///
+/// ```no_run
+/// use fencelock::{Client, Error, Outcome};
+///
+/// # async fn demo(client: Client, day: &str) -> Result<(), Error> {
+/// match client.lock("nightly-report").once_per(day).acquire().await {
+///     Ok(Outcome::Acquired(run)) => {
+///         let exit_code = run_report().await;
+///         run.complete_slot(day, exit_code).await?; // Ok(false): lost, not done
+///         run.release().await?;
+///     }
+///     Ok(_) => println!("another host is running it now"),
+///     Err(Error::SlotDone { identity, exit_code, .. }) => println!("{identity} ran it (exit {exit_code})"),
+///     Err(e) => return Err(e),
+/// }
+/// for done in client.completed_slots("nightly-report").await? {
+///     println!("{}: token {}, exit {}, {:?} ago", done.slot, done.token, done.exit_code, done.age);
+/// }
+/// # Ok(()) }
+/// # async fn run_report() -> i32 { 0 }
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CompletedSlot {
     pub slot: String,
@@ -360,6 +510,28 @@ mod tests {
 
 /// A position in the group's event history: the Raft log index of the entry
 /// an event was applied at, and its position among that entry's events.
+///
+/// # Examples
+///
+/// Resume a watch where the last run stopped. `from` is inclusive: start at the
+/// revision after the last event handled. A revision prints as `INDEX.SEQ` and
+/// parses back.
+///
+/// ```no_run
+/// use fencelock::{Client, Revision};
+///
+/// # async fn demo(client: Client, checkpoint: Option<String>) -> Result<(), fencelock::Error> {
+/// let last: Option<Revision> = checkpoint.and_then(|s| s.parse().ok());
+/// let mut events = client.watch_from("orders/", last.map(Revision::next));
+/// while let Some(event) = events.next_event().await {
+///     let event = event?; // Error::Compacted { oldest }: the server no longer holds `from`
+///     handle(&event);
+///     save_checkpoint(event.revision.to_string());
+/// }
+/// # Ok(()) }
+/// # fn handle(_event: &fencelock::WatchEvent) {}
+/// # fn save_checkpoint(_revision: String) {}
+/// ```
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Revision {
     pub index: u64,

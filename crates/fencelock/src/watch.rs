@@ -14,6 +14,23 @@ use crate::error::Error;
 pub use crate::types::{ParseRevisionError, Revision};
 
 /// What happened to a lock.
+///
+/// # Examples
+///
+/// The enum may grow: match the rest with `_`.
+///
+/// ```no_run
+/// use fencelock::{WatchEvent, WatchKind};
+///
+/// fn log(e: &WatchEvent) {
+///     match e.kind {
+///         WatchKind::Granted => println!("{}: granted to {:?} (token {})", e.lock, e.identity, e.token),
+///         WatchKind::Expired | WatchKind::Revoked => println!("{}: holder lost it ({})", e.lock, e.kind),
+///         WatchKind::WriteRefused => println!("{}: a fence refused token {} on {}", e.lock, e.token, e.resource),
+///         _ => {}
+///     }
+/// }
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum WatchKind {
@@ -68,6 +85,22 @@ impl fmt::Display for WatchKind {
 }
 
 /// One event of a watch.
+///
+/// # Examples
+///
+/// ```no_run
+/// use fencelock::{Client, WatchKind};
+///
+/// # async fn demo(client: Client) -> Result<(), fencelock::Error> {
+/// let mut events = client.watch("leaders/");
+/// while let Some(event) = events.next_event().await {
+///     let event = event?;
+///     if event.kind == WatchKind::ValueChanged {
+///         println!("{} now publishes {}", event.lock, String::from_utf8_lossy(&event.value));
+///     }
+/// }
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WatchEvent {
     pub revision: Revision,
@@ -105,6 +138,23 @@ pub struct WatchEvent {
 /// `T` is what it yields: [`WatchEvent`]s for [`crate::Client::watch`], an
 /// election's changes for a [`crate::LeaderStream`]. Either way a task feeds
 /// it, and dropping the stream stops the task.
+///
+/// # Examples
+///
+/// Watch every lock under a prefix, from now on. The stream resumes by itself
+/// after a broken connection; an `Err` ends it.
+///
+/// ```no_run
+/// use fencelock::Client;
+///
+/// # async fn demo(client: Client) -> Result<(), fencelock::Error> {
+/// let mut events = client.watch("jobs/"); // "" watches every lock; drop it to stop
+/// while let Some(event) = events.next_event().await {
+///     let e = event?;
+///     println!("{} {} {} lease={} token={}", e.revision, e.kind, e.lock, e.lease_id, e.token);
+/// }
+/// # Ok(()) }
+/// ```
 pub struct WatchStream<T = WatchEvent> {
     rx: mpsc::Receiver<Result<T, Error>>,
     task: tokio::task::AbortHandle,

@@ -29,6 +29,20 @@ use crate::types::LockOptions;
 use crate::watch::WatchStream;
 
 /// The leader of an election, as a reader sees it.
+///
+/// # Examples
+///
+/// ```no_run
+/// # async fn demo(client: fencelock::Client) -> Result<(), fencelock::Error> {
+/// match client.election("db-primary").leader().await? {
+///     Some(leader) => {
+///         let addr = String::from_utf8_lossy(&leader.value);
+///         println!("primary at {addr} (term {}, {:?})", leader.term, leader.identity);
+///     }
+///     None => println!("no primary now"),
+/// }
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Leader {
     /// The election (lock) name.
@@ -44,6 +58,23 @@ pub struct Leader {
 }
 
 /// One change an observer sees.
+///
+/// # Examples
+///
+/// Keep the address of the current leader from an observer's events. The enum
+/// may grow: match the rest with `_`.
+///
+/// ```no_run
+/// use fencelock::LeaderEvent;
+///
+/// fn primary_addr(event: &LeaderEvent) -> Option<String> {
+///     match event {
+///         LeaderEvent::Leader(leader) => Some(String::from_utf8_lossy(&leader.value).into_owned()),
+///         LeaderEvent::Vacant { .. } => None,
+///         _ => None,
+///     }
+/// }
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum LeaderEvent {
@@ -68,6 +99,26 @@ impl LeaderEvent {
 /// The changes of one election, in order, each once, terms never going back.
 /// It ends only with an error it cannot get past (a refused permission, a
 /// compacted history); dropping it ends the observation.
+///
+/// # Examples
+///
+/// Follow an election. The current leader comes first, then every change; the
+/// stream never goes back to an older term.
+///
+/// ```no_run
+/// use fencelock::{Client, LeaderEvent};
+///
+/// # async fn demo(client: Client) -> Result<(), fencelock::Error> {
+/// let mut changes = client.election("db-primary").observe().await?;
+/// while let Some(change) = changes.next_event().await {
+///     match change? {
+///         LeaderEvent::Leader(l) => println!("term {}: {}", l.term, String::from_utf8_lossy(&l.value)),
+///         LeaderEvent::Vacant { term } => println!("term {term} ended; nobody leads"),
+///         _ => {}
+///     }
+/// }
+/// # Ok(()) }
+/// ```
 pub type LeaderStream = WatchStream<LeaderEvent>;
 
 /// Leadership won by a campaign: a held lock whose token is the [`term`](Self::term).
@@ -76,6 +127,24 @@ pub type LeaderStream = WatchStream<LeaderEvent>;
 /// fence refuses writes with an older term), stop when [`lost`](Self::lost)
 /// fires, and [`resign`](Self::resign) to hand over at once to the next
 /// candidate. Dropping it resigns in the background.
+///
+/// # Examples
+///
+/// ```no_run
+/// use fencelock::{Client, Error};
+///
+/// # async fn demo(client: Client) -> Result<(), Error> {
+/// let mut leadership = client.election("scheduler").value("host-a:9000").campaign().await?;
+/// // Moved to another port: observers see the same term with the new value.
+/// match leadership.proclaim("host-a:9001").await {
+///     Ok(()) => {}
+///     Err(Error::LeaseNotFound(_)) => return Ok(()), // the term has ended: no longer leader
+///     Err(e) => return Err(e),
+/// }
+/// // ... schedule, passing leadership.term() with every write ...
+/// leadership.resign().await?; // the next candidate is elected now, not after the TTL
+/// # Ok(()) }
+/// ```
 #[derive(Debug)]
 pub struct Leadership {
     guard: Guard,
@@ -264,6 +333,32 @@ where
 /// An election being joined: `backend.election(name)`, options, then
 /// [`campaign`](Election::campaign), or read with [`leader`](Election::leader)
 /// and [`observe`](Election::observe).
+///
+/// # Examples
+///
+/// Campaign, then serve while elected. The term is the fencing token of the
+/// leadership: pass it with every write, so that a deposed leader's late
+/// writes are refused.
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use fencelock::Client;
+///
+/// # async fn demo(client: Client) -> Result<(), fencelock::Error> {
+/// let leadership = client
+///     .election("db-primary")
+///     .ttl(Duration::from_secs(10))
+///     .value("10.0.0.7:5432")
+///     .campaign() // waits in line until elected; drop the future to withdraw
+///     .await?;
+/// tokio::select! {
+///     _ = serve_as_primary(leadership.term()) => {}
+///     reason = leadership.lost() => eprintln!("no longer primary ({reason})"),
+/// }
+/// leadership.resign().await?;
+/// # Ok(()) }
+/// # async fn serve_as_primary(_term: u64) {}
+/// ```
 #[derive(Clone)]
 #[must_use = "an election does nothing until `.campaign().await`"]
 pub struct Election {

@@ -66,6 +66,32 @@ pub(crate) trait Held: Send + Sync {
 ///   can prove it holds the lock.
 ///
 /// Dropping the guard releases the lock in the background.
+///
+/// # Examples
+///
+/// Pass the fencing token with every write, so that the resource refuses a
+/// write from a holder that lost the lock, and stop working when
+/// [`lost`](Guard::lost) fires: that is where a lost lock is reported.
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use fencelock::{Client, Outcome};
+///
+/// # async fn demo(client: Client) -> Result<(), fencelock::Error> {
+/// let outcome = client.lock("orders/42").wait(Duration::from_secs(5)).acquire().await?;
+/// let Outcome::Acquired(guard) = outcome else {
+///     return Ok(()); // busy or timed out: not an error
+/// };
+/// guard.set_value("worker-3").await?; // what describe and watchers show
+/// let token = guard.fencing_token()?;
+/// tokio::select! {
+///     _ = write_order(42, token) => {}
+///     reason = guard.lost() => eprintln!("lock lost ({reason}): the write was stopped"),
+/// }
+/// guard.release().await?; // Ok(false) if it had been lost
+/// # Ok(()) }
+/// # async fn write_order(_id: u64, _token: u64) {}
+/// ```
 pub struct Guard {
     name: String,
     token: Option<u64>,

@@ -74,6 +74,24 @@ pub(crate) type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
 /// What a grant's fencing token is worth. `#[non_exhaustive]`: a new scope
 /// breaks no caller.
+///
+/// # Examples
+///
+/// A resource that fences writes keeps the highest token it has seen per lock
+/// name: with `PerLock`, the tokens of two locks cannot be compared.
+///
+/// ```no_run
+/// use fencelock::{Fencing, LockBackend};
+///
+/// # async fn demo(url: &str) -> Result<(), fencelock::Error> {
+/// let backend = fencelock::connect(url).await?;
+/// match backend.capabilities().fencing {
+///     Fencing::Global | Fencing::PerLock => println!("writes can carry a token"),
+///     Fencing::None => eprintln!("{}: a paused holder's late write cannot be refused", backend.kind()),
+///     _ => eprintln!("a scope this program does not know"),
+/// }
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum Fencing {
@@ -103,6 +121,27 @@ impl fmt::Display for Fencing {
 /// `#[non_exhaustive]`, so that a new capability breaks no caller: read the
 /// fields; build one (to compare with) from [`Capabilities::new`] and the
 /// `with_*` methods.
+///
+/// # Examples
+///
+/// Check at start-up that the backend gives what the program relies on. For
+/// fencing alone, [`LockOptions::require_fencing`](crate::LockOptions::require_fencing)
+/// makes every acquire check it.
+///
+/// ```no_run
+/// use fencelock::{Error, Fencing, LockBackend};
+///
+/// # async fn demo(url: &str) -> Result<(), Error> {
+/// let backend = fencelock::connect(url).await?;
+/// let caps = backend.capabilities();
+/// if caps.fencing == Fencing::None || !caps.fifo {
+///     return Err(Error::Unsupported(format!("{} gives no tokens or no FIFO queue", backend.kind())));
+/// }
+/// if !caps.survives_failover {
+///     eprintln!("warning: the loss of one {} server loses every lock", backend.kind());
+/// }
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Capabilities {
@@ -423,6 +462,31 @@ pub(crate) const MAX_HOLD_AT_LEAST: Duration = Duration::from_millis(fencelock_c
 ///   [`Guard::lost`] fires whenever the backend can no longer prove the lock
 ///   held; release is compare-and-delete (a guard whose lock went to someone
 ///   else releases nothing).
+///
+/// # Examples
+///
+/// Code written once for every backend takes `&dyn LockBackend` (or a
+/// [`Backend`]); the native [`Client`](crate::Client) is one too.
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use fencelock::{LockBackend, LockOptions, Outcome};
+///
+/// async fn nightly(backend: &dyn LockBackend) -> Result<bool, fencelock::Error> {
+///     let opts = LockOptions::default().ttl(Duration::from_secs(30)).require_fencing(true);
+///     let Outcome::Acquired(guard) = backend.acquire("jobs/nightly", &opts).await? else {
+///         return Ok(false); // another host runs it
+///     };
+///     run_job(guard.fencing_token()?).await;
+///     guard.release().await?;
+///     Ok(true)
+/// }
+/// # async fn run_job(_token: u64) {}
+/// # async fn demo(client: fencelock::Client) -> Result<(), fencelock::Error> {
+/// nightly(&client).await?;
+/// nightly(&*fencelock::connect("etcd://10.0.0.1:2379,10.0.0.2:2379").await?).await?;
+/// # Ok(()) }
+/// ```
 pub trait LockBackend: Send + Sync + fmt::Debug {
     /// The backend's name, as in its URL scheme: `fencelock`, `redis`,
     /// `redlock`, `etcd`, `zk`, `postgres`.
@@ -517,12 +581,55 @@ pub trait LockBackend: Send + Sync + fmt::Debug {
 }
 
 /// A shared handle on any backend.
+///
+/// # Examples
+///
+/// Clones share one connection: hand one to each task.
+///
+/// ```no_run
+/// use fencelock::{Backend, Outcome};
+///
+/// # async fn demo() -> Result<(), fencelock::Error> {
+/// let backend: Backend = fencelock::connect("redis://cache.internal:6379").await?;
+/// for shard in 0..4 {
+///     let backend = backend.clone();
+///     tokio::spawn(async move {
+///         if let Ok(Outcome::Acquired(guard)) = backend.lock(format!("shard/{shard}")).acquire().await {
+///             compact(shard, guard.token()).await;
+///             let _ = guard.release().await;
+///         }
+///     });
+/// }
+/// # Ok(()) }
+/// # async fn compact(_shard: u32, _token: Option<u64>) {}
+/// ```
 pub type Backend = Arc<dyn LockBackend>;
 
 /// Connects to the lock service named by `url` (see the table in the
 /// [module docs](self)). [`Error::InvalidArgument`] for a malformed URL or an
 /// unknown scheme, [`Error::Unsupported`] for a backend whose cargo feature is
 /// off, [`Error::Connect`] if the service cannot be reached now.
+///
+/// # Examples
+///
+/// The URL picks the backend; the code after it is the same for all.
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use fencelock::Outcome;
+///
+/// # async fn demo() -> Result<(), fencelock::Error> {
+/// let backend = fencelock::connect("etcd://10.0.0.1:2379,10.0.0.2:2379,10.0.0.3:2379").await?;
+/// // Or: "redis://:password@cache:6379/0", "rediss://cache:6380?ca=/etc/ssl/ca.pem",
+/// // "zk://zk1:2181,zk2:2181", "postgres://app:secret@db/app?sslmode=require",
+/// // "fencelock://a:7070,b:7070?token=…".
+/// let outcome = backend.lock("jobs/nightly").ttl(Duration::from_secs(10)).acquire().await?;
+/// if let Outcome::Acquired(guard) = outcome {
+///     println!("{} granted token {:?}", guard.backend(), guard.token());
+///     guard.release().await?;
+/// }
+/// # Ok(()) }
+/// ```
 pub async fn connect(url: &str) -> Result<Backend, Error> {
     let parsed = BackendUrl::parse(url)?;
     if !matches!(parsed.scheme, Scheme::Native | Scheme::Json) && parsed.param(url::TOKEN_PARAM).is_some() {
@@ -567,6 +674,29 @@ pub async fn connect(url: &str) -> Result<Backend, Error> {
 /// `f` may borrow the guard (`async |g: &Guard| g.token()`), or be a plain
 /// closure returning a future that does not (`|g: &Guard| { let t =
 /// g.token(); async move { t } }`).
+///
+/// # Examples
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use fencelock::{with_lock, Backend, Guard, LockOptions, NotAcquired, WithLockError};
+///
+/// # async fn demo(backend: Backend) -> Result<(), WithLockError> {
+/// let opts = LockOptions::default().wait(Duration::from_secs(10));
+/// let done = with_lock(&*backend, "reports/daily", opts, async |guard: &Guard| {
+///     build_report(guard.token()).await
+/// })
+/// .await;
+/// match done {
+///     Ok(pages) => println!("{pages} pages"),
+///     Err(WithLockError::NotAcquired(NotAcquired::TimedOut)) => println!("another host still has it"),
+///     // Dropped part-way: the report may be half written.
+///     Err(WithLockError::LeaseLost(reason)) => eprintln!("lock lost ({reason})"),
+///     Err(e) => return Err(e),
+/// }
+/// # Ok(()) }
+/// # async fn build_report(_token: Option<u64>) -> usize { 0 }
+/// ```
 pub async fn with_lock<T, F>(backend: &dyn LockBackend, name: &str, opts: LockOptions, f: F) -> Result<T, WithLockError>
 where
     F: AsyncFnOnce(&Guard) -> T,

@@ -21,6 +21,30 @@ use crate::lease::LeaseLost;
 /// Every lock of one multi-lock, held: one [`Guard`] per lock, in the order
 /// named. Dropping it drops each guard (each releases its lock in the
 /// background).
+///
+/// # Examples
+///
+/// `acquire_all` is a method of the [`LockBackend`](crate::LockBackend) trait,
+/// which must be in scope. Each resource checks the token of its own lock.
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use fencelock::{Client, LockBackend, LockOptions, Outcome};
+///
+/// # async fn demo(client: Client) -> Result<(), fencelock::Error> {
+/// let opts = LockOptions::default().wait(Duration::from_secs(30));
+/// let outcome = client.acquire_all(&["accounts/a", "accounts/b"], &opts).await?;
+/// if let Outcome::Acquired(all) = outcome {
+///     let (a, b) = (all.guards()[0].fencing_token()?, all.guards()[1].fencing_token()?);
+///     tokio::select! {
+///         _ = transfer(a, b) => {}
+///         reason = all.lost() => eprintln!("locks lost ({reason})"),
+///     }
+///     all.release().await?;
+/// }
+/// # Ok(()) }
+/// # async fn transfer(_token_a: u64, _token_b: u64) {}
+/// ```
 pub struct MultiGuard {
     guards: Vec<Guard>,
 }

@@ -11,6 +11,28 @@ use crate::error::NotAcquired;
 /// `G` is what a grant gives: a [`crate::Guard`] (kept alive, released on drop)
 /// for [`crate::LockBackend::acquire`] and [`crate::LockRequest::acquire`]; a bare [`crate::Grant`] for
 /// [`crate::Client::acquire_detached`] and [`crate::Session::acquire`].
+///
+/// # Examples
+///
+/// `?` passes errors on, not contention: a busy lock is `Busy`, never an `Err`.
+/// `Busy` answers a try (no wait), `TimedOut` a wait that ran out.
+///
+/// ```no_run
+/// use fencelock::{Client, Outcome};
+///
+/// # async fn demo(client: Client) -> Result<(), fencelock::Error> {
+/// match client.lock("reports/daily").acquire().await? {
+///     Outcome::Acquired(guard) => {
+///         // ... build the report, writing with guard.fencing_token()? ...
+///         guard.release().await?;
+///     }
+///     Outcome::Busy { holder_token, reopens_in, .. } => {
+///         println!("busy: token {holder_token:?} holds it, or it reopens in {reopens_in:?}")
+///     }
+///     Outcome::TimedOut => println!("not granted within the wait"),
+/// }
+/// # Ok(()) }
+/// ```
 #[derive(Debug)]
 #[must_use = "an acquired lock is held until its guard is released or dropped"]
 pub enum Outcome<G = Guard> {

@@ -18,6 +18,30 @@ use crate::types::LockOptions;
 /// A lock request being built: `lock(name)`, then options, then
 /// [`acquire`](LockRequest::acquire) or [`with_lock`](LockRequest::with_lock).
 /// Owns a handle on its backend, so its futures are `'static` (spawnable).
+///
+/// # Examples
+///
+/// Nothing is sent until [`acquire`](LockRequest::acquire) is awaited. The
+/// defaults are a 15 s TTL and no wait: without [`wait`](LockRequest::wait)
+/// a held lock answers `Busy` at once.
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use fencelock::{Client, Outcome};
+///
+/// # async fn demo(client: Client) -> Result<(), fencelock::Error> {
+/// let outcome = client
+///     .lock("billing/invoices")
+///     .ttl(Duration::from_secs(30)) // renewed about every 10 s while held
+///     .wait(Duration::from_secs(10))
+///     .identity("invoicer@host-3")
+///     .acquire()
+///     .await?;
+/// if let Outcome::Acquired(guard) = outcome {
+///     guard.release().await?;
+/// }
+/// # Ok(()) }
+/// ```
 #[derive(Clone)]
 #[must_use = "a lock request does nothing until `.acquire().await`"]
 pub struct LockRequest {

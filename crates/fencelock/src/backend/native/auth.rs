@@ -29,6 +29,18 @@ pub(crate) const AUTHORIZATION: &str = "authorization";
 /// [`crate::ClientBuilder::connect`] checks its token with this; a program
 /// that sends the token by other means (an HTTP header to the admin port)
 /// can check it the same way.
+///
+/// # Examples
+///
+/// A token read from a file usually ends with a newline: trim it first.
+///
+/// ```
+/// use fencelock::check_auth_token;
+///
+/// let from_file = "flt_0123abcd_sekritsekrit\n";
+/// assert!(check_auth_token(from_file).is_err());
+/// assert!(check_auth_token(from_file.trim()).is_ok());
+/// ```
 pub fn check_auth_token(token: &str) -> Result<(), Error> {
     if token.is_empty() {
         return Err(Error::InvalidArgument("invalid auth token: it is empty".into()));

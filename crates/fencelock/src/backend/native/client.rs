@@ -35,6 +35,32 @@ pub const DEFAULT_LEASE_LINGER: Duration = Duration::from_secs(2);
 
 /// Configures a [`Client`]; from [`Client::builder`]. Its `Debug` hides the
 /// token.
+///
+/// # Examples
+///
+/// A client of a group with TLS, a bearer token and an identity shown to
+/// operators. A token read from a file must be trimmed: a trailing newline
+/// fails [`connect`](ClientBuilder::connect) with [`Error::InvalidArgument`].
+///
+/// ```no_run
+/// use std::path::Path;
+/// use std::time::Duration;
+/// use fencelock::{Client, ClientTls};
+///
+/// # async fn demo(token: String) -> Result<(), fencelock::Error> {
+/// let tls = ClientTls::from_files(Path::new("/etc/fencelock/ca.pem"), None, None)?;
+/// let client = Client::builder("fencelock://lock-1.internal,lock-2.internal,lock-3.internal")
+///     .tls(tls) // the URL then means fencelock+tls://
+///     .token(token.trim())
+///     .identity("billing-worker-3")
+///     .rpc_timeout(Duration::from_secs(5))
+///     .connect()
+///     .await?;
+/// # Ok(()) }
+/// ```
+///
+/// The same from a URL alone:
+/// `fencelock+tls://lock-1.internal,lock-2.internal?ca=/etc/fencelock/ca.pem&token=…`.
 #[derive(Clone)]
 pub struct ClientBuilder {
     url: String,

@@ -48,6 +48,29 @@ use rpc::Rpc;
 
 /// A connection to a fencelock server. Cheap to clone (an `Arc` inside); clones
 /// share the connection and the leases. `Send + Sync`.
+///
+/// # Examples
+///
+/// Connect once and share the client: clones use the same connection and the
+/// same leases. List every member of a group, so that the client can move to
+/// another when one is down.
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use fencelock::{Client, LockBackend, Outcome};
+///
+/// # async fn demo() -> Result<(), fencelock::Error> {
+/// let client = Client::connect("fencelock://10.0.0.1:7070,10.0.0.2:7070,10.0.0.3:7070").await?;
+/// let worker = client.clone(); // hand clones to tasks; do not connect per lock
+/// let outcome = worker.lock("jobs/nightly").wait(Duration::from_secs(5)).acquire().await?;
+/// if let Outcome::Acquired(guard) = outcome {
+///     println!("held under token {}", guard.fencing_token()?);
+///     guard.release().await?;
+/// }
+/// // A process about to exit ends the lease kept for the next lock.
+/// client.close().await;
+/// # Ok(()) }
+/// ```
 #[derive(Clone)]
 pub struct Client {
     pub(crate) inner: Arc<Inner>,

@@ -33,6 +33,28 @@ use crate::types::{ms, to_ms, CheckResult, Grant, LockOptions};
 /// RPC timeout, plus the wait for an acquire). Cheap to clone; the stream
 /// closes when the last clone is dropped. If the stream breaks, every pending
 /// and later call fails with [`Error::Unavailable`]: open a new session.
+///
+/// # Examples
+///
+/// A session keeps nothing alive by itself: the caller grants the lease, renews
+/// it well within its TTL, and releases what it took.
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use fencelock::{Client, Outcome};
+///
+/// # async fn demo(client: Client) -> Result<(), fencelock::Error> {
+/// let session = client.session().await?;
+/// let lease = session.grant_lease(Duration::from_secs(10)).await?;
+/// let outcome = session.acquire("shard/7", lease, Duration::ZERO, Duration::ZERO).await?;
+/// if let Outcome::Acquired(grant) = outcome {
+///     session.keep_alive(lease).await?; // again within 10 s, or the lease and the lock end
+///     // ... write to shard 7 with grant.token ...
+///     session.release("shard/7", lease, grant.token).await?;
+/// }
+/// session.revoke_lease(lease).await?;
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone)]
 pub struct Session {
     mux: Mux,

@@ -13,6 +13,25 @@ use crate::error::Error;
 
 /// The CA that signed the servers' certificates, and optionally this
 /// client's certificate and key (all PEM).
+///
+/// # Examples
+///
+/// Mutual TLS: the group's CA, and this client's certificate and key. The host
+/// names of the URL must be names the servers' certificates carry.
+///
+/// ```no_run
+/// use std::path::Path;
+/// use fencelock::{Client, ClientTls};
+///
+/// # async fn demo() -> Result<(), fencelock::Error> {
+/// let tls = ClientTls::from_files(
+///     Path::new("/etc/fencelock/ca.pem"),
+///     Some(Path::new("/etc/fencelock/client.pem")),
+///     Some(Path::new("/etc/fencelock/client-key.pem")),
+/// )?;
+/// let client = Client::builder("fencelock://lock-1.internal:7070").tls(tls).connect().await?;
+/// # Ok(()) }
+/// ```
 #[derive(Clone)]
 pub struct ClientTls {
     ca_pem: Vec<u8>,

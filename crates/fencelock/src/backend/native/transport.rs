@@ -64,6 +64,20 @@ use crate::backend::BoxFuture;
 use crate::error::Error;
 
 /// How a [`crate::Client`] sends its acquires, releases and lease calls.
+///
+/// # Examples
+///
+/// One gRPC call per operation, to see each of them in a proxy's log:
+///
+/// ```no_run
+/// use fencelock::{Client, Transport};
+///
+/// # async fn demo() -> Result<(), fencelock::Error> {
+/// let client = Client::builder("fencelock://127.0.0.1:7070").transport(Transport::Unary).connect().await?;
+/// // The same, from the URL:
+/// let client = Client::connect("fencelock://127.0.0.1:7070?transport=unary").await?;
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Transport {
     /// Over one long-lived `Session` stream per server connection, shared by
