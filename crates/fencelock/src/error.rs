@@ -434,6 +434,10 @@ impl std::fmt::Display for NotAcquired {
     }
 }
 
+/// So that `outcome.acquired()?` works where contention ends the caller
+/// (`anyhow`, `Box<dyn Error>`); where it does not, match the [`crate::Outcome`].
+impl std::error::Error for NotAcquired {}
+
 /// Why a lease, and every lock bound to it, was lost.
 ///
 /// # Examples
@@ -494,6 +498,19 @@ impl LeaseLost {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Contention ends a caller that uses `?` with a boxed error, saying why.
+    #[test]
+    fn not_acquired_goes_through_a_question_mark() {
+        fn take(outcome: crate::Outcome<()>) -> Result<(), Box<dyn std::error::Error>> {
+            outcome.acquired()?;
+            Ok(())
+        }
+        let busy = crate::Outcome::Busy { holder_lease: Some(3), holder_token: Some(9), reopens_in: None, waiters: 0 };
+        assert_eq!(take(busy).unwrap_err().to_string(), "busy (held by lease 3 under token 9)");
+        assert_eq!(take(crate::Outcome::TimedOut).unwrap_err().to_string(), "wait timed out");
+        assert!(take(crate::Outcome::Acquired(())).is_ok());
+    }
 
     #[test]
     fn server_codes_map_to_variants() {
