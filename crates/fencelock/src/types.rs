@@ -290,6 +290,7 @@ pub struct CheckResult {
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LockInfo {
+    /// The lock's name.
     pub name: String,
     /// The first of [`LockInfo::holders`].
     pub holder: Option<Holder>,
@@ -322,10 +323,12 @@ pub struct LockInfo {
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Holder {
+    /// The lease the grant is bound to.
     pub lease_id: u64,
     /// The identity that owns the holder's lease, on a server with
     /// authentication on (`None` when it was granted without one).
     pub owner: Option<String>,
+    /// The grant's fencing token.
     pub token: u64,
     /// Time since the grant.
     pub held: Duration,
@@ -358,6 +361,7 @@ pub struct Holder {
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Waiter {
+    /// The lease the waiting request is bound to.
     pub lease_id: u64,
     /// Time in the queue so far.
     pub waited: Duration,
@@ -465,6 +469,8 @@ impl From<pb::LockInfo> for LockInfo {
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CompletedSlot {
+    /// The slot's name, as the acquire gave it (the CLI's `--once-per day` names
+    /// the UTC day, e.g. `2026-11-23`).
     pub slot: String,
     /// The token of the grant that ran it.
     pub token: u64,
@@ -534,7 +540,9 @@ mod tests {
 /// ```
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Revision {
+    /// The log index of the entry the event came from.
     pub index: u64,
+    /// The event's place among that entry's events.
     pub seq: u32,
 }
 

@@ -103,9 +103,15 @@ impl fmt::Display for WatchKind {
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WatchEvent {
+    /// Where the event stands in the node's history: resume a watch after it
+    /// with [`Client::watch_from`](crate::Client::watch_from).
     pub revision: Revision,
+    /// What happened.
     pub kind: WatchKind,
+    /// The lock it happened to.
     pub lock: String,
+    /// The lease of the grant or the wait; 0 for [`WatchKind::WriteRefused`]
+    /// (a fence knows the refused token, not its lease).
     pub lease_id: u64,
     /// The grant's fencing token; the refused token for
     /// [`WatchKind::WriteRefused`]; 0 for queued and dequeued.

@@ -488,8 +488,9 @@ pub(crate) const MAX_HOLD_AT_LEAST: Duration = Duration::from_millis(fencelock_c
 /// # Ok(()) }
 /// ```
 pub trait LockBackend: Send + Sync + fmt::Debug {
-    /// The backend's name, as in its URL scheme: `fencelock`, `redis`,
-    /// `redlock`, `etcd`, `zk`, `postgres`.
+    /// The backend's name: its URL scheme (`fencelock`, `redis`, `redlock`,
+    /// `etcd`, `zk`, `postgres`), but `fencelock-json` for the native
+    /// server's HTTP API (scheme `fencelock+json`).
     fn kind(&self) -> &'static str;
 
     /// What this backend guarantees.
