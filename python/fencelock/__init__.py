@@ -46,13 +46,18 @@ from ._errors import (
 )
 from ._client import Client, connect
 from ._election import Leader, Leadership, Observation, Vacant
-from ._fencelock import Guard, LostEvent, __version__
+from ._fencelock import Guard, LostEvent, MultiGuard, __version__
+from ._watch import Revision, Watch, WatchEvent
 
 __all__ = [
     "connect",
     "Client",
     "Guard",
     "LostEvent",
+    "MultiGuard",
+    "Watch",
+    "WatchEvent",
+    "Revision",
     "Leader",
     "Leadership",
     "Observation",

@@ -3,11 +3,12 @@ the Python conveniences (the ``locked`` decorator) around it."""
 
 import functools
 import inspect
-from typing import Any, Callable, Dict, Literal, Optional, TypeVar, Union
+from typing import Any, Callable, Dict, Literal, Optional, Sequence, TypeVar, Union
 
 from . import _fencelock
 from ._election import Leader, Leadership, Observation, _leader
-from ._fencelock import Guard
+from ._fencelock import Guard, MultiGuard
+from ._watch import Revision, Watch, _revision_arg
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -93,6 +94,42 @@ class Client:
     def check(self, name: str, token: int) -> bool:
         """Is ``token`` the current grant of ``name``? (``Unsupported`` where the backend cannot tell.)"""
         return self._inner.check(name, token)
+
+    def lock_all(self, names: Sequence[str], **options: Any) -> MultiGuard:
+        """Takes every lock of ``names`` (2 to 16) at once, all or none: the
+        ``MultiGuard`` (a context manager that releases them), each lock with its
+        own token (``tokens``, by name). The keywords of ``lock`` (read-write
+        locks only: no ``permits``, ``weight`` or ``once_per``). Raises ``Busy``
+        or ``TimedOut`` and takes nothing; ``Unsupported`` but on the fencelock
+        server."""
+        return self._inner.lock_all(list(names), **options)
+
+    def try_lock_all(self, names: Sequence[str], **options: Any) -> Optional[MultiGuard]:
+        """``lock_all``, with contention as an outcome: the ``MultiGuard``, or None."""
+        return self._inner.try_lock_all(list(names), **options)
+
+    def watch(self, prefix: str, *, from_revision: Optional[Union[Revision, str, int]] = None) -> Watch:
+        """The events of every lock whose name starts with ``prefix`` ("": all), an
+        iterator of ``WatchEvent``: from ``from_revision`` (inclusive; to resume
+        after an event ``e``, ``e.revision.next()``), else from the events applied
+        once the watch has opened (the client opens it in the background: pass a
+        revision to be sure to miss nothing). The fencelock server's only
+        (``Unsupported`` elsewhere)."""
+        return Watch(self._inner._watch(prefix, from_revision=_revision_arg(from_revision)))
+
+    def resize(self, name: str, permits: int) -> int:
+        """Gives the semaphore ``name`` ``permits`` permits from now on (a larger
+        number grants its waiters at once; later acquires name the new number);
+        returns the number it had. An admin's call; the fencelock server's only."""
+        return self._inner.resize(name, permits)
+
+    def report_refusal(self, lock: str, refused: int, highest: int, resource: str = "") -> None:
+        """A fence's report that it refused a stale write on ``lock``: the token
+        ``refused`` was below ``highest``, the highest it had admitted, on
+        ``resource`` (what it protects). Every watch of the lock shows a
+        ``write_refused`` event; nothing about the lock changes. The fencelock
+        server's only."""
+        self._inner.report_refusal(lock, refused, highest, resource)
 
     @property
     def backend_kind(self) -> str:

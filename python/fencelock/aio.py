@@ -15,13 +15,27 @@ grant that arrives as the wait is cancelled is released.
 
 import asyncio
 import functools
-from typing import Any, Callable, Optional, Type, Union
+from typing import Any, Callable, Dict, List, Optional, Sequence, Type, Union
 
 from . import _fencelock
 from ._election import Event, Leader, Vacant, _event, _leader
 from ._errors import LeaseNotFound, LockLost
+from ._watch import Revision, WatchEvent, _revision_arg, _watch_event
 
-__all__ = ["connect", "Client", "Guard", "LostEvent", "Leadership", "Observation", "Leader", "Vacant"]
+__all__ = [
+    "connect",
+    "Client",
+    "Guard",
+    "MultiGuard",
+    "LostEvent",
+    "Leadership",
+    "Observation",
+    "Leader",
+    "Vacant",
+    "Watch",
+    "WatchEvent",
+    "Revision",
+]
 
 
 async def _run(start: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
@@ -54,7 +68,7 @@ def _settle(fut: "asyncio.Future[Any]", ok: bool, value: Any) -> None:
 
 def _discard(ok: bool, value: Any) -> None:
     """A result nobody awaits: a grant is released rather than held until the GC."""
-    if ok and isinstance(value, _fencelock.Guard):
+    if ok and isinstance(value, (_fencelock.Guard, _fencelock.MultiGuard)):
         value._start_release(lambda ok, value: None)
 
 
@@ -192,6 +206,109 @@ class Observation:
         return _event(t)
 
 
+class MultiGuard:
+    """The locks of one multi-lock, held: ``async with`` releases them all, and
+    raises ``LockLost`` if they were lost inside the block (one lease: they are
+    lost together)."""
+
+    def __init__(self, inner: "_fencelock.MultiGuard"):
+        self._inner = inner
+
+    @property
+    def names(self) -> List[str]:
+        return self._inner.names
+
+    @property
+    def tokens(self) -> Dict[str, Optional[int]]:
+        """Each lock's fencing token, by name, in the order named."""
+        return self._inner.tokens
+
+    @property
+    def lease_id(self) -> int:
+        return self._inner.lease_id
+
+    @property
+    def backend(self) -> str:
+        return self._inner.backend
+
+    @property
+    def deadline(self) -> float:
+        return self._inner.deadline
+
+    @property
+    def held(self) -> bool:
+        return self._inner.held
+
+    @property
+    def in_jeopardy(self) -> bool:
+        return self._inner.in_jeopardy
+
+    @property
+    def lost(self) -> LostEvent:
+        return LostEvent(self._inner.lost)
+
+    async def release(self) -> bool:
+        """Releases every lock: True if each was still held."""
+        return bool(await _run(self._inner._start_release))
+
+    async def __aenter__(self) -> "MultiGuard":
+        return self
+
+    async def __aexit__(self, exc_type: Optional[Type[BaseException]], exc: Optional[BaseException], tb: Any) -> bool:
+        reason = self._inner.lost.reason
+        await self.release()
+        if exc_type is None and reason is not None:
+            error = LockLost(f"the locks {self.names!r} were lost while held: {reason}")
+            error.reason = reason
+            raise error
+        return False
+
+    def __repr__(self) -> str:
+        return repr(self._inner)
+
+
+class Watch:
+    """The events of a watch as an async iterator of ``WatchEvent`` (see
+    ``fencelock.Watch``): ``async for event in client.watch(prefix)``."""
+
+    def __init__(self, inner: "_fencelock.Watcher"):
+        self._inner = inner
+
+    def __aiter__(self) -> "Watch":
+        return self
+
+    async def __anext__(self) -> WatchEvent:
+        t = await _run(self._inner._start_next)
+        if t is None:
+            raise StopAsyncIteration
+        return _watch_event(t)
+
+
+class _AcquireAll:
+    """``client.lock_all(...)``: awaitable (the ``MultiGuard``) and an async context manager."""
+
+    def __init__(self, client: "_fencelock.Client", names: Sequence[str], raise_contention: bool, options: Any):
+        self._client, self._names, self._raise, self._options = client, list(names), raise_contention, options
+        self._all: Optional[MultiGuard] = None
+
+    async def _acquire(self) -> Optional[MultiGuard]:
+        inner = await _run(self._client._start_lock_all, self._names, self._raise, **self._options)
+        return None if inner is None else MultiGuard(inner)
+
+    def __await__(self) -> Any:
+        return self._acquire().__await__()
+
+    async def __aenter__(self) -> MultiGuard:
+        multi = await self._acquire()
+        assert multi is not None  # lock_all() raises on contention
+        self._all = multi
+        return multi
+
+    async def __aexit__(self, exc_type: Optional[Type[BaseException]], exc: Optional[BaseException], tb: Any) -> bool:
+        assert self._all is not None
+        return await self._all.__aexit__(exc_type, exc, tb)
+
+
 class _Acquire:
     """``client.lock(...)``: awaitable (the ``Guard``) and an async context manager."""
 
@@ -274,6 +391,29 @@ class Client:
     async def check(self, name: str, token: int) -> bool:
         """Is ``token`` the current grant of ``name``?"""
         return bool(await _run(self._inner._start_check, name, token))
+
+    def lock_all(self, names: Sequence[str], **options: Any) -> _AcquireAll:
+        """Takes every lock of ``names`` at once, all or none (as ``fencelock.Client.lock_all``):
+        ``await`` it for the ``MultiGuard``, or ``async with`` it. Raises ``Busy`` or ``TimedOut``."""
+        return _AcquireAll(self._inner, names, True, options)
+
+    async def try_lock_all(self, names: Sequence[str], **options: Any) -> Optional[MultiGuard]:
+        """``lock_all``, with contention as an outcome: the ``MultiGuard``, or None."""
+        multi: Optional[MultiGuard] = await _AcquireAll(self._inner, names, False, options)
+        return multi
+
+    def watch(self, prefix: str, *, from_revision: Optional[Union[Revision, str, int]] = None) -> Watch:
+        """The events of every lock under ``prefix`` (as ``fencelock.Client.watch``), an async
+        iterator: ``async for event in client.watch(prefix)`` (no ``await``: nothing waits to start)."""
+        return Watch(self._inner._watch(prefix, from_revision=_revision_arg(from_revision)))
+
+    async def resize(self, name: str, permits: int) -> int:
+        """Gives the semaphore ``name`` ``permits`` permits; returns the number it had."""
+        return int(await _run(self._inner._start_resize, name, permits))
+
+    async def report_refusal(self, lock: str, refused: int, highest: int, resource: str = "") -> None:
+        """A fence's report that it refused a stale write on ``lock`` (as ``fencelock.Client.report_refusal``)."""
+        await _run(self._inner._start_report_refusal, lock, refused, highest, resource)
 
     @property
     def backend_kind(self) -> str:

@@ -17,6 +17,12 @@ pub fn seconds(what: &str, value: f64) -> PyResult<Duration> {
     })
 }
 
+/// A revision of the group's event history, as `INDEX.SEQ` or `INDEX`
+/// (where a watch starts, inclusive).
+pub fn revision(text: &str) -> PyResult<fencelock::Revision> {
+    text.parse().map_err(|e: fencelock::ParseRevisionError| errors::invalid(format!("from_revision: {e}")))
+}
+
 /// Bytes or a str (UTF-8).
 pub struct Value(pub Vec<u8>);
 

@@ -6,8 +6,9 @@
 //! client's and the server's, checked there, so Python says exactly what
 //! they say.
 
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
+use fencelock::backend::{BackendUrl, Scheme};
 use fencelock::{Backend, LockOptions, Outcome};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
@@ -16,30 +17,67 @@ use crate::args::{lock_options, seconds, Value};
 use crate::election::{self, Observer};
 use crate::errors;
 use crate::guard::Guard;
+use crate::multi::{self, MultiGuard};
 use crate::runtime::{Owner, Task};
+use crate::watch::Watcher;
 
 /// A client of one lock service.
 #[pyclass(frozen, module = "fencelock")]
 pub struct Client {
-    backend: Mutex<Option<Backend>>,
+    conn: Mutex<Option<Conn>>,
     kind: &'static str,
     owner: Owner,
 }
 
+/// A client's connection: the backend, and for the fencelock server its
+/// native client too (the calls only it has: watch, resize, report_refusal).
+#[derive(Clone)]
+struct Conn {
+    backend: Backend,
+    native: Option<fencelock::Client>,
+}
+
+impl Conn {
+    /// Connects to `url` as `fencelock::connect` does, keeping the native
+    /// client of a `fencelock://` URL.
+    async fn open(url: String) -> Result<Conn, fencelock::Error> {
+        if matches!(BackendUrl::parse(&url), Ok(u) if matches!(u.scheme, Scheme::Native)) {
+            let native = fencelock::Client::connect(url).await?;
+            return Ok(Conn { backend: Arc::new(native.clone()), native: Some(native) });
+        }
+        Ok(Conn { backend: fencelock::connect(&url).await?, native: None })
+    }
+}
+
 impl Client {
-    fn backend(&self) -> PyResult<Backend> {
+    fn new(conn: Conn, owner: Owner) -> Client {
+        let kind = conn.backend.kind();
+        Client { conn: Mutex::new(Some(conn)), kind, owner }
+    }
+
+    fn conn(&self) -> PyResult<Conn> {
         self.owner.rt("client")?;
-        let b = self.backend.lock().unwrap_or_else(|e| e.into_inner());
-        b.clone().ok_or_else(|| errors::error("the client is closed"))
+        let c = self.conn.lock().unwrap_or_else(|e| e.into_inner());
+        c.clone().ok_or_else(|| errors::error("the client is closed"))
+    }
+
+    fn backend(&self) -> PyResult<Backend> {
+        Ok(self.conn()?.backend)
+    }
+
+    /// The native client, or `Unsupported` (nothing sent) for `what` on
+    /// another backend.
+    fn native(&self, what: &str) -> PyResult<fencelock::Client> {
+        self.conn()?.native.ok_or_else(|| errors::native_only(self.kind, what))
     }
 }
 
 impl Drop for Client {
     fn drop(&mut self) {
-        let backend = self.backend.get_mut().unwrap_or_else(|e| e.into_inner()).take();
+        let conn = self.conn.get_mut().unwrap_or_else(|e| e.into_inner()).take();
         match self.owner.enter() {
-            Some(_entered) => drop(backend),
-            None => std::mem::forget(backend), // a forked child: the parent's connections
+            Some(_entered) => drop(conn),
+            None => std::mem::forget(conn), // a forked child: the parent's connections
         }
     }
 }
@@ -80,10 +118,8 @@ fn percent_encode(s: &str) -> String {
 pub fn connect(py: Python<'_>, url: &str, token: Option<&str>, tls_ca: Option<&str>) -> PyResult<Client> {
     let owner = Owner::here()?;
     let url = with_params(url, token, tls_ca);
-    let backend =
-        owner.wait(py, "client", async move { fencelock::connect(&url).await })?.map_err(errors::from_client)?;
-    let kind = backend.kind();
-    Ok(Client { backend: Mutex::new(Some(backend)), kind, owner })
+    let conn = owner.wait(py, "client", Conn::open(url))?.map_err(errors::from_client)?;
+    Ok(Client::new(conn, owner))
 }
 
 #[pymethods]
@@ -161,6 +197,134 @@ impl Client {
         let backend = self.backend()?;
         let out = self.owner.wait(py, "client", async move { backend.check(&name, token).await })?;
         out.map(|c| c.current).map_err(errors::from_client)
+    }
+
+    /// Takes every lock of `names` (2 to 16 distinct names) at once and
+    /// returns their `MultiGuard`: all of them or none. The keywords of
+    /// `lock` (no `permits`, `weight` or `once_per`: read-write locks only).
+    /// `Busy` (a try found one of them held) or `TimedOut` (the wait ran out)
+    /// and nothing is taken; `Unsupported` where the backend has no
+    /// multi-lock.
+    #[pyo3(signature = (names, **options))]
+    fn lock_all(
+        &self,
+        py: Python<'_>,
+        names: Vec<String>,
+        options: Option<&Bound<'_, PyDict>>,
+    ) -> PyResult<MultiGuard> {
+        let opts = lock_options(options)?;
+        let outcome = self.acquire_all(py, &names, opts.clone())?;
+        let all = multi::granted(&names, &opts, outcome, self.owner.clone(), true)?;
+        all.ok_or_else(|| errors::error("a multi-lock raised no contention (a bug)"))
+    }
+
+    /// `lock_all`, with contention as an outcome: the `MultiGuard`, or None.
+    #[pyo3(signature = (names, **options))]
+    fn try_lock_all(
+        &self,
+        py: Python<'_>,
+        names: Vec<String>,
+        options: Option<&Bound<'_, PyDict>>,
+    ) -> PyResult<Option<MultiGuard>> {
+        let opts = lock_options(options)?;
+        let outcome = self.acquire_all(py, &names, opts.clone())?;
+        multi::granted(&names, &opts, outcome, self.owner.clone(), false)
+    }
+
+    /// asyncio's `lock_all` (`raise_contention`) and `try_lock_all`:
+    /// `done(ok, MultiGuard, None or exception)`. The `Task` withdraws the
+    /// request when cancelled.
+    #[pyo3(signature = (done, names, raise_contention, **options))]
+    fn _start_lock_all(
+        &self,
+        done: Py<PyAny>,
+        names: Vec<String>,
+        raise_contention: bool,
+        options: Option<&Bound<'_, PyDict>>,
+    ) -> PyResult<Task> {
+        let opts = lock_options(options)?;
+        let backend = self.backend()?;
+        let owner = self.owner.clone();
+        let fut = async move {
+            let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+            let out = backend.acquire_all(&refs, &opts).await;
+            (names, opts, out)
+        };
+        self.owner.start("client", fut, done, move |py, (names, opts, out)| {
+            let outcome = out.map_err(errors::from_client)?;
+            let all = multi::granted(&names, &opts, outcome, owner, raise_contention)?;
+            Ok(all.into_pyobject(py)?.into_any().unbind())
+        })
+    }
+
+    /// Watches every lock whose name starts with `prefix` ("" = all): from
+    /// the revision `from_revision` (`INDEX.SEQ`, inclusive) if given, else
+    /// from the events applied after the watch opens. Nothing waits here: the
+    /// client opens the watch in the background. The fencelock server's
+    /// only (`Unsupported` elsewhere).
+    #[pyo3(signature = (prefix, *, from_revision=None))]
+    fn _watch(&self, prefix: String, from_revision: Option<String>) -> PyResult<Watcher> {
+        let from = from_revision.as_deref().map(crate::args::revision).transpose()?;
+        let native = self.native("watch")?;
+        let rt = self.owner.rt("client")?;
+        let _entered = rt.enter();
+        Ok(Watcher::new(native.watch_from(prefix, from), self.owner.clone()))
+    }
+
+    /// Gives the semaphore `name` `permits` permits from now on and returns
+    /// the number it had. The fencelock server's only.
+    fn resize(&self, py: Python<'_>, name: String, permits: u32) -> PyResult<u32> {
+        let native = self.native("resize")?;
+        let out = self.owner.wait(py, "client", async move { native.resize(&name, permits).await })?;
+        out.map_err(errors::from_client)
+    }
+
+    /// asyncio's `resize`: `done(ok, int or exception)`.
+    fn _start_resize(&self, done: Py<PyAny>, name: String, permits: u32) -> PyResult<Task> {
+        let native = self.native("resize")?;
+        let fut = async move { native.resize(&name, permits).await };
+        self.owner.start("client", fut, done, |py, out| {
+            let was = out.map_err(errors::from_client)?;
+            Ok(was.into_pyobject(py)?.into_any().unbind())
+        })
+    }
+
+    /// A fence's report that it refused a stale write on `lock`: the token
+    /// `refused`, below `highest` (the highest it had admitted), on
+    /// `resource` (what it protects; "" for none). Every watch of the lock
+    /// shows it as a `write_refused` event. The fencelock server's only.
+    #[pyo3(signature = (lock, refused, highest, resource=String::new()))]
+    fn report_refusal(
+        &self,
+        py: Python<'_>,
+        lock: String,
+        refused: u64,
+        highest: u64,
+        resource: String,
+    ) -> PyResult<()> {
+        let native = self.native("report_refusal")?;
+        let out = self
+            .owner
+            .wait(py, "client", async move { native.report_refusal(&lock, refused, highest, &resource).await })?;
+        out.map_err(errors::from_client)
+    }
+
+    /// asyncio's `report_refusal`: `done(ok, None or exception)`.
+    #[pyo3(signature = (done, lock, refused, highest, resource=String::new()))]
+    fn _start_report_refusal(
+        &self,
+        done: Py<PyAny>,
+        lock: String,
+        refused: u64,
+        highest: u64,
+        resource: String,
+    ) -> PyResult<Task> {
+        let native = self.native("report_refusal")?;
+        let fut = async move { native.report_refusal(&lock, refused, highest, &resource).await };
+        self.owner.start("client", fut, done, |py, out| {
+            out.map_err(errors::from_client)?;
+            Ok(py.None())
+        })
     }
 
     /// Campaigns in the election `name` and returns the leadership's `Guard`
@@ -262,22 +426,22 @@ impl Client {
     /// script outlives it by a TTL; then its connections go, and locks it
     /// still holds are released in the background.
     fn close(&self, py: Python<'_>) -> PyResult<()> {
-        let Some(backend) = self.backend.lock().unwrap_or_else(|e| e.into_inner()).take() else { return Ok(()) };
-        let backend = self.owner.wait(py, "client", async move {
-            backend.close().await;
-            backend
+        let Some(conn) = self.conn.lock().unwrap_or_else(|e| e.into_inner()).take() else { return Ok(()) };
+        let conn = self.owner.wait(py, "client", async move {
+            conn.backend.close().await;
+            conn
         })?;
         let _entered = self.owner.enter();
-        drop(backend);
+        drop(conn);
         Ok(())
     }
 
     /// [`Client::close`] without waiting (for asyncio, whose loop must not
     /// block): the lingering lease is revoked in the background.
     fn _close_later(&self) {
-        let backend = self.backend.lock().unwrap_or_else(|e| e.into_inner()).take();
+        let conn = self.conn.lock().unwrap_or_else(|e| e.into_inner()).take();
         let _entered = self.owner.enter();
-        drop(backend);
+        drop(conn);
     }
 
     fn __enter__(slf: Py<Self>) -> Py<Self> {
@@ -310,6 +474,23 @@ impl Client {
         let outcome = out.map_err(errors::from_client)?;
         Ok(outcome.map(|g| Guard::new(g, self.owner.clone())))
     }
+
+    /// Acquires every lock of `names` at once with `opts`, waiting with the
+    /// GIL released; a Ctrl-C withdraws the request.
+    fn acquire_all(
+        &self,
+        py: Python<'_>,
+        names: &[String],
+        opts: LockOptions,
+    ) -> PyResult<Outcome<fencelock::MultiGuard>> {
+        let backend = self.backend()?;
+        let names = names.to_vec();
+        let out = self.owner.wait(py, "client", async move {
+            let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+            backend.acquire_all(&refs, &opts).await
+        })?;
+        out.map_err(errors::from_client)
+    }
 }
 
 /// The guard of an outcome, or `Busy` / `TimedOut` for contention.
@@ -329,12 +510,9 @@ fn grant_or_raise(name: &str, opts: &LockOptions, outcome: Outcome<Guard>) -> Py
 pub fn _start_connect(done: Py<PyAny>, url: &str, token: Option<&str>, tls_ca: Option<&str>) -> PyResult<Task> {
     let owner = Owner::here()?;
     let url = with_params(url, token, tls_ca);
-    let fut = async move { fencelock::connect(&url).await };
     let made = owner.clone();
-    owner.start("client", fut, done, move |py, out| {
-        let backend = out.map_err(errors::from_client)?;
-        let kind = backend.kind();
-        let client = Client { backend: Mutex::new(Some(backend)), kind, owner: made };
-        Ok(Py::new(py, client)?.into_any())
+    owner.start("client", Conn::open(url), done, move |py, out| {
+        let conn = out.map_err(errors::from_client)?;
+        Ok(Py::new(py, Client::new(conn, made))?.into_any())
     })
 }

@@ -64,7 +64,15 @@ pub fn invalid(message: impl Into<String>) -> PyErr {
 
 /// `fencelock.LockLost`: the lease under a held lock was lost.
 pub fn lock_lost(name: &str, why: &fencelock::LeaseLost) -> PyErr {
-    let message = format!("the lock {name:?} was lost while held: {why}");
+    lost(format!("the lock {name:?} was lost while held: {why}"), why)
+}
+
+/// `fencelock.LockLost` for the locks of a multi-lock (one lease: lost together).
+pub fn locks_lost(names: &[String], why: &fencelock::LeaseLost) -> PyErr {
+    lost(format!("the locks {names:?} were lost while held: {why}"), why)
+}
+
+fn lost(message: String, why: &fencelock::LeaseLost) -> PyErr {
     Python::attach(|py| {
         raise("LockLost", message, vec![("reason", reason(*why).into_pyobject(py).unwrap().into_any().unbind())])
     })
@@ -142,7 +150,30 @@ pub fn busy(
     waiters: u32,
 ) -> PyErr {
     let why = fencelock::NotAcquired::Busy { holder_lease, holder_token, reopens_in, waiters };
-    let message = format!("{name:?} is {why}");
+    busy_with(format!("{name:?} is {why}"), holder_lease, holder_token, reopens_in, waiters)
+}
+
+/// `fencelock.Busy` for a multi-lock: one of `names` at least is not free
+/// (the holder named is that lock's), and none was taken.
+pub fn busy_all(
+    names: &[String],
+    holder_lease: Option<u64>,
+    holder_token: Option<u64>,
+    reopens_in: Option<std::time::Duration>,
+    waiters: u32,
+) -> PyErr {
+    let why = fencelock::NotAcquired::Busy { holder_lease, holder_token, reopens_in, waiters };
+    let message = format!("{names:?} were not taken: one of them is {why}");
+    busy_with(message, holder_lease, holder_token, reopens_in, waiters)
+}
+
+fn busy_with(
+    message: String,
+    holder_lease: Option<u64>,
+    holder_token: Option<u64>,
+    reopens_in: Option<std::time::Duration>,
+    waiters: u32,
+) -> PyErr {
     Python::attach(|py| {
         let opt = |v: Option<u64>| v.into_pyobject(py).unwrap().into_any().unbind();
         let attrs = vec![
@@ -158,4 +189,17 @@ pub fn busy(
 /// `fencelock.TimedOut`: the wait ran out before the lock was granted.
 pub fn timed_out(name: &str, wait: std::time::Duration) -> PyErr {
     coded(ErrorCode::TimedOut, format!("{name:?} was not granted within the wait of {:.3} s", wait.as_secs_f64()))
+}
+
+/// `fencelock.TimedOut` for a multi-lock: not every lock of `names` was
+/// granted within the wait, and none was taken.
+pub fn timed_out_all(names: &[String], wait: std::time::Duration) -> PyErr {
+    coded(ErrorCode::TimedOut, format!("{names:?} were not granted within the wait of {:.3} s", wait.as_secs_f64()))
+}
+
+/// `fencelock.Unsupported`: `what` is the fencelock server's alone.
+pub fn native_only(kind: &str, what: &str) -> PyErr {
+    from_client(fencelock::Error::Unsupported(format!(
+        "{kind} has no {what}: only the fencelock backend (fencelock://) has it"
+    )))
 }

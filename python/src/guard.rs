@@ -120,7 +120,7 @@ impl Guard {
     /// Set once the lease is lost (an event: `is_set()`, `wait(timeout)`).
     #[getter]
     fn lost(&self) -> LostEvent {
-        LostEvent { watch: self.watch.clone(), owner: self.owner.clone() }
+        LostEvent::new(self.watch.clone(), self.owner.clone())
     }
 
     /// True while keep-alives have failed for a while (deadline minus TTL/3
@@ -246,6 +246,13 @@ impl Guard {
 pub struct LostEvent {
     watch: fencelock::LeaseWatch,
     owner: Owner,
+}
+
+impl LostEvent {
+    /// The event of the lease `watch` follows.
+    pub fn new(watch: fencelock::LeaseWatch, owner: Owner) -> LostEvent {
+        LostEvent { watch, owner }
+    }
 }
 
 #[pymethods]

@@ -4,9 +4,12 @@
 //! (asyncio). The package (`python/fencelock/`) re-exports it with the
 //! exceptions and the asyncio layer written in Python.
 //!
-//! - `client`: `connect` and `Client` (acquire, try, check);
+//! - `client`: `connect` and `Client` (acquire, try, check, multi-locks,
+//!   and the fencelock server's own calls: watch, resize, report_refusal);
 //! - `guard`: `Guard` (a held lock, a context manager) and `LostEvent`;
+//! - `multi`: `MultiGuard` (the locks of one multi-lock, held together);
 //! - `election`: campaigns (a leadership is a guard), leaders, observers;
+//! - `watch`: `Watcher` (the events of the locks under a prefix);
 //! - `errors`: Rust errors as the package's exceptions, named after the
 //!   server's error codes;
 //! - `runtime`: the per-process tokio runtime and the one way Python
@@ -20,7 +23,9 @@ mod clock;
 mod election;
 mod errors;
 mod guard;
+mod multi;
 mod runtime;
+mod watch;
 
 use pyo3::prelude::*;
 
@@ -36,6 +41,8 @@ fn _fencelock(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<guard::LostEvent>()?;
     m.add_class::<runtime::Task>()?;
     m.add_class::<election::Observer>()?;
+    m.add_class::<multi::MultiGuard>()?;
+    m.add_class::<watch::Watcher>()?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }
