@@ -4,8 +4,8 @@
 # Installs what the tests need on a fresh machine (Debian's PostgreSQL and
 # Redis, cargo-nextest), then runs every test of the workspace with nextest:
 # unit and property tests, and the end-to-end tests that start real
-# `fencelock` processes and real servers on free ports of 127.0.0.1; then the
-# Python package's suite (scripts/python-test.sh). Each
+# `fencelock` processes and real servers on free ports of 127.0.0.1; the doc
+# examples; then the Python package's suite (scripts/python-test.sh). Each
 # crate's integration tests are one binary, `tests/it/` (linking is most of a
 # build's time on 2 cores). Prints how long each phase took.
 set -euo pipefail
@@ -23,29 +23,45 @@ t=$(date +%s)
 cargo build --workspace --all-targets --locked
 echo "test.sh: build: $(( $(date +%s) - t )) s"
 
-# The Python package is pip-installed into a fresh venv while the Rust tests
-# run, at idle CPU priority (it takes only the cycles the tests leave, and
-# never slows their timers; the build above made what it reuses); its tests
-# run after them.
+# Beside the Rust tests, at idle CPU priority (they take only the cycles the
+# tests leave, and never slow their timers), once nextest has started its
+# tests (until then it holds cargo's lock on the build dir): the Python
+# package is pip-installed into a fresh venv (its tests run after the Rust
+# ones), and the doc examples are compiled (`cargo test --doc`; `no_run`
+# where they need a server). Both reuse the build above.
 idle=()
 if chrt --idle 0 true 2>/dev/null; then idle=(chrt --idle 0); fi
-py_log=$(mktemp)
-"${idle[@]}" scripts/python-test.sh --install >"$py_log" 2>&1 &
-py_install=$!
+run_log=$(mktemp)
+beside_log=$(mktemp)
+(
+    for _ in $(seq 600); do
+        grep -q "Starting [0-9]* test" "$run_log" 2>/dev/null && break
+        sleep 0.5
+    done
+    # The doc examples first: pip's build sets pyo3 up for the venv's Python,
+    # which the workspace build's pyo3 would then be built again to undo.
+    beside_rc=0
+    t=$(date +%s)
+    "${idle[@]}" cargo test --doc --workspace --locked || beside_rc=1
+    echo "test.sh: doc examples: $(( $(date +%s) - t )) s"
+    "${idle[@]}" scripts/python-test.sh --install || beside_rc=1
+    exit "$beside_rc"
+) >"$beside_log" 2>&1 &
+beside=$!
 
 t=$(date +%s)
 rc=0
-cargo nextest run --workspace --locked --no-fail-fast "$@" || rc=$?
+cargo nextest run --workspace --locked --no-fail-fast "$@" 2>&1 | tee "$run_log" || rc=$?
 echo "test.sh: run: $(( $(date +%s) - t )) s"
 
 t=$(date +%s)
-py_rc=0
-wait "$py_install" || py_rc=$?
-cat "$py_log"
-echo "test.sh: python install, waited for after the run: $(( $(date +%s) - t )) s"
-if [ "$py_rc" -ne 0 ]; then
-    echo "test.sh: the Python package did not install (exit $py_rc)"
-    exit "$py_rc"
+beside_rc=0
+wait "$beside" || beside_rc=$?
+cat "$beside_log"
+echo "test.sh: Python install and doc examples, waited for after the run: $(( $(date +%s) - t )) s"
+if [ "$beside_rc" -ne 0 ]; then
+    echo "test.sh: the Python package did not install, or a doc example failed"
+    rc=1
 fi
 t=$(date +%s)
 scripts/python-test.sh --test || rc=$?
