@@ -13,7 +13,9 @@
 # nodes' /metrics; man (man-db), which renders the pages of `fencelock man`
 # in their test; systemd, whose systemd-analyze verifies the Debian package's
 # unit in its test (nothing is started; the package itself is built with
-# dpkg-deb, part of every Debian system).
+# dpkg-deb, part of every Debian system); podman with runc, its CNI plugins
+# and iptables, which build and run packaging/Containerfile's image in its
+# test.
 #
 # Idempotent: installs only what is missing and says what it did. Safe to run
 # from .ci/run on every build. Needs root (or sudo) only when something is
@@ -64,7 +66,7 @@ else
     missing+=(libfaketime)
 fi
 
-for tool in curl jq python3 node chromium chromedriver tmux promtool man systemd-analyze; do
+for tool in curl jq python3 node chromium chromedriver tmux promtool man systemd-analyze podman runc iptables; do
     if have_command "$tool"; then
         echo "install-test-deps: $tool present: $(command -v "$tool")"
     elif [ "$tool" = node ]; then
@@ -81,6 +83,13 @@ for tool in curl jq python3 node chromium chromedriver tmux promtool man systemd
         missing+=("$tool")
     fi
 done
+
+# The container test's published ports go through podman's bridge network.
+if [ -x /usr/lib/cni/bridge ]; then
+    echo "install-test-deps: CNI plugins present: /usr/lib/cni"
+else
+    missing+=(containernetworking-plugins)
+fi
 
 # The Python package's tests run in a virtual environment (python3 -m venv).
 if python3 -c "import venv, ensurepip" >/dev/null 2>&1; then

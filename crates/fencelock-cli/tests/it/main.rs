@@ -10,6 +10,7 @@ mod cli_surface;
 mod cluster;
 mod cluster_status;
 mod conn_limits;
+mod container;
 mod crash_restart;
 mod dashboard;
 mod data_dir;

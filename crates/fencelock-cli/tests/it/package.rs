@@ -26,7 +26,8 @@
 //!   image would run it (its environment, its entrypoint and default
 //!   command, the ports mapped to free ones), and its HEALTHCHECK command is
 //!   run against a leader, a follower, a node without a leader and a stopped
-//!   node.
+//!   node. (`container.rs` builds and runs the image itself with podman, on
+//!   local stand-ins of the two base images.)
 //!
 //! A missing tool is a failure naming scripts/install-test-deps.sh, never a skip.
 
