@@ -8,14 +8,13 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 
 use pyo3::prelude::*;
 use pyo3::types::PyType;
 
 use crate::args::Value;
 use crate::errors;
+use crate::held::Held;
 use crate::runtime::{Owner, Task};
 
 type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -23,11 +22,8 @@ type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 /// A held lock.
 #[pyclass(frozen, module = "fencelock")]
 pub struct Guard {
-    /// The Rust guard, `None` once released. Behind an async mutex: calls on
-    /// it run as tasks that a Ctrl-C may abort, and an aborted call must
-    /// leave the guard here, not drop (release) it.
-    inner: Arc<tokio::sync::Mutex<Option<fencelock::Guard>>>,
-    released: AtomicBool,
+    /// The Rust guard, until released.
+    held: Held<fencelock::Guard>,
     name: String,
     token: Option<u64>,
     lease_id: u64,
@@ -44,8 +40,7 @@ impl Guard {
             lease_id: guard.lease_id(),
             backend: guard.backend(),
             watch: guard.lease_watch(),
-            inner: Arc::new(tokio::sync::Mutex::new(Some(guard))),
-            released: AtomicBool::new(false),
+            held: Held::new(guard),
             owner,
         }
     }
@@ -56,7 +51,7 @@ impl Guard {
     where
         F: for<'g> FnOnce(&'g fencelock::Guard) -> BoxFuture<'g, Result<bool, fencelock::Error>> + Send + 'static,
     {
-        let inner = self.inner.clone();
+        let inner = self.held.shared();
         let out = self.owner.wait(py, "guard", async move {
             let held = inner.lock().await;
             match held.as_ref() {
@@ -69,18 +64,8 @@ impl Guard {
 }
 
 impl Drop for Guard {
-    /// Releases in the background, as the Rust guard does; in a forked child
-    /// the lock is the parent's and is left alone.
     fn drop(&mut self) {
-        let Ok(mut held) = self.inner.try_lock() else {
-            return; // a call still runs: the guard goes with its task
-        };
-        let inner = held.take();
-        drop(held);
-        match self.owner.enter() {
-            Some(_entered) => drop(inner),
-            None => std::mem::forget(inner),
-        }
+        self.held.drop_with(&self.owner);
     }
 }
 
@@ -133,42 +118,19 @@ impl Guard {
     /// True until the lock is released or lost.
     #[getter]
     fn held(&self) -> bool {
-        !self.watch.is_lost() && !self.released.load(Ordering::SeqCst)
+        !self.watch.is_lost() && !self.held.is_released()
     }
 
     /// Releases the lock: True if this released a grant still held, False
     /// if it was released already or lost (release is compare-and-delete: it
     /// never frees a lock that went to someone else).
     fn release(&self, py: Python<'_>) -> PyResult<bool> {
-        if self.released.swap(true, Ordering::SeqCst) {
-            return Ok(false);
-        }
-        let inner = self.inner.clone();
-        let out = self.owner.wait(py, "guard", async move {
-            let guard = inner.lock().await.take();
-            match guard {
-                Some(g) => g.release().await,
-                None => Ok(false),
-            }
-        })?;
-        out.map_err(errors::from_client)
+        self.held.release_now(py, &self.owner)
     }
 
     /// asyncio's `release`: `done(ok, bool or exception)` from a client thread.
     fn _start_release(&self, done: Py<PyAny>) -> PyResult<Task> {
-        let first = !self.released.swap(true, Ordering::SeqCst);
-        let inner = self.inner.clone();
-        let fut = async move {
-            let guard = if first { inner.lock().await.take() } else { None };
-            match guard {
-                Some(g) => g.release().await,
-                None => Ok(false),
-            }
-        };
-        self.owner.start("guard", fut, done, |py, out| {
-            let released = out.map_err(errors::from_client)?;
-            Ok(released.into_pyobject(py)?.to_owned().into_any().unbind())
-        })
+        self.held.start_release(&self.owner, done)
     }
 
     /// Publishes `value` (bytes or str) with the grant, where the backend
@@ -182,7 +144,7 @@ impl Guard {
     /// asyncio's `set_value`: `done(ok, bool or exception)`.
     fn _start_set_value(&self, done: Py<PyAny>, value: Value) -> PyResult<Task> {
         let bytes = value.0;
-        let inner = self.inner.clone();
+        let inner = self.held.shared();
         let fut = async move {
             let held = inner.lock().await;
             match held.as_ref() {

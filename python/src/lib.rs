@@ -23,6 +23,7 @@ mod clock;
 mod election;
 mod errors;
 mod guard;
+mod held;
 mod multi;
 mod runtime;
 mod watch;

@@ -7,24 +7,20 @@
 //! context manager that releases every lock at the block's end and raises
 //! `LockLost` if they were lost inside it.
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
-
 use fencelock::{LockOptions, Outcome};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyType};
 
 use crate::errors;
 use crate::guard::LostEvent;
+use crate::held::Held;
 use crate::runtime::{Owner, Task};
 
 /// The locks of one multi-lock, held.
 #[pyclass(frozen, module = "fencelock")]
 pub struct MultiGuard {
-    /// The Rust multi-guard, `None` once released (behind an async mutex, as
-    /// a `Guard`'s: an aborted call leaves it here).
-    inner: Arc<tokio::sync::Mutex<Option<fencelock::MultiGuard>>>,
-    released: AtomicBool,
+    /// The Rust multi-guard, until released.
+    held: Held<fencelock::MultiGuard>,
     /// Each lock with its token, in the order named.
     tokens: Vec<(String, Option<u64>)>,
     lease_id: u64,
@@ -40,15 +36,7 @@ impl MultiGuard {
         let first = all.guards().first()?;
         let (lease_id, backend, watch) = (first.lease_id(), first.backend(), first.lease_watch());
         let tokens = all.tokens().into_iter().map(|(name, token)| (name.to_string(), token)).collect();
-        Some(MultiGuard {
-            inner: Arc::new(tokio::sync::Mutex::new(Some(all))),
-            released: AtomicBool::new(false),
-            tokens,
-            lease_id,
-            backend,
-            watch,
-            owner,
-        })
+        Some(MultiGuard { held: Held::new(all), tokens, lease_id, backend, watch, owner })
     }
 
     fn name_list(&self) -> Vec<String> {
@@ -79,18 +67,8 @@ pub fn granted(
 }
 
 impl Drop for MultiGuard {
-    /// Releases in the background, as the Rust guards do; in a forked child
-    /// the locks are the parent's and are left alone.
     fn drop(&mut self) {
-        let Ok(mut held) = self.inner.try_lock() else {
-            return; // a call still runs: the guards go with its task
-        };
-        let inner = held.take();
-        drop(held);
-        match self.owner.enter() {
-            Some(_entered) => drop(inner),
-            None => std::mem::forget(inner),
-        }
+        self.held.drop_with(&self.owner);
     }
 }
 
@@ -146,41 +124,18 @@ impl MultiGuard {
     /// True until the locks are released or lost.
     #[getter]
     fn held(&self) -> bool {
-        !self.watch.is_lost() && !self.released.load(Ordering::SeqCst)
+        !self.watch.is_lost() && !self.held.is_released()
     }
 
     /// Releases every lock: True if each was still held and is now free,
     /// False if they were released already or lost.
     fn release(&self, py: Python<'_>) -> PyResult<bool> {
-        if self.released.swap(true, Ordering::SeqCst) {
-            return Ok(false);
-        }
-        let inner = self.inner.clone();
-        let out = self.owner.wait(py, "guard", async move {
-            let all = inner.lock().await.take();
-            match all {
-                Some(all) => all.release().await,
-                None => Ok(false),
-            }
-        })?;
-        out.map_err(errors::from_client)
+        self.held.release_now(py, &self.owner)
     }
 
     /// asyncio's `release`: `done(ok, bool or exception)` from a client thread.
     fn _start_release(&self, done: Py<PyAny>) -> PyResult<Task> {
-        let first = !self.released.swap(true, Ordering::SeqCst);
-        let inner = self.inner.clone();
-        let fut = async move {
-            let all = if first { inner.lock().await.take() } else { None };
-            match all {
-                Some(all) => all.release().await,
-                None => Ok(false),
-            }
-        };
-        self.owner.start("guard", fut, done, |py, out| {
-            let released = out.map_err(errors::from_client)?;
-            Ok(released.into_pyobject(py)?.to_owned().into_any().unbind())
-        })
+        self.held.start_release(&self.owner, done)
     }
 
     fn __enter__(slf: Py<Self>) -> Py<Self> {
