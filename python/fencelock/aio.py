@@ -99,7 +99,58 @@ class LostEvent:
         return repr(self._inner)
 
 
-class Guard:
+class _Held:
+    """What a Guard and a MultiGuard share: the one lease under their locks,
+    its loss, and a release that ``async with`` makes at the block's end,
+    raising ``LockLost`` if the lease was lost inside the block."""
+
+    _inner: Any
+
+    @property
+    def lease_id(self) -> int:
+        return int(self._inner.lease_id)
+
+    @property
+    def backend(self) -> str:
+        return str(self._inner.backend)
+
+    @property
+    def deadline(self) -> float:
+        return float(self._inner.deadline)
+
+    @property
+    def held(self) -> bool:
+        return bool(self._inner.held)
+
+    @property
+    def in_jeopardy(self) -> bool:
+        return bool(self._inner.in_jeopardy)
+
+    @property
+    def lost(self) -> LostEvent:
+        return LostEvent(self._inner.lost)
+
+    async def release(self) -> bool:
+        """Releases: True if this released what was still held."""
+        return bool(await _run(self._inner._start_release))
+
+    def _lost_while_held(self, reason: str) -> str:
+        raise NotImplementedError
+
+    async def __aexit__(self, exc_type: Optional[Type[BaseException]], exc: Optional[BaseException], tb: Any) -> bool:
+        reason = self._inner.lost.reason
+        await self.release()
+        if exc_type is None and reason is not None:
+            error = LockLost(self._lost_while_held(reason))
+            error.reason = reason
+            raise error
+        return False
+
+    def __repr__(self) -> str:
+        return repr(self._inner)
+
+
+class Guard(_Held):
     """A held lock: ``async with`` releases it, and raises ``LockLost`` if it was lost inside the block."""
 
     def __init__(self, inner: "_fencelock.Guard"):
@@ -113,48 +164,11 @@ class Guard:
     def token(self) -> Optional[int]:
         return self._inner.token
 
-    @property
-    def lease_id(self) -> int:
-        return self._inner.lease_id
-
-    @property
-    def backend(self) -> str:
-        return self._inner.backend
-
-    @property
-    def deadline(self) -> float:
-        return self._inner.deadline
-
-    @property
-    def held(self) -> bool:
-        return self._inner.held
-
-    @property
-    def in_jeopardy(self) -> bool:
-        return self._inner.in_jeopardy
-
-    @property
-    def lost(self) -> LostEvent:
-        return LostEvent(self._inner.lost)
-
-    async def release(self) -> bool:
-        """Releases the lock: True if this released a grant still held."""
-        return bool(await _run(self._inner._start_release))
-
     async def __aenter__(self) -> "Guard":
         return self
 
-    async def __aexit__(self, exc_type: Optional[Type[BaseException]], exc: Optional[BaseException], tb: Any) -> bool:
-        reason = self._inner.lost.reason
-        await self.release()
-        if exc_type is None and reason is not None:
-            error = LockLost(f"the lock {self.name!r} was lost while held: {reason}")
-            error.reason = reason
-            raise error
-        return False
-
-    def __repr__(self) -> str:
-        return repr(self._inner)
+    def _lost_while_held(self, reason: str) -> str:
+        return f"the lock {self.name!r} was lost while held: {reason}"
 
 
 class Leadership(Guard):
@@ -206,7 +220,7 @@ class Observation:
         return _event(t)
 
 
-class MultiGuard:
+class MultiGuard(_Held):
     """The locks of one multi-lock, held: ``async with`` releases them all, and
     raises ``LockLost`` if they were lost inside the block (one lease: they are
     lost together)."""
@@ -223,48 +237,11 @@ class MultiGuard:
         """Each lock's fencing token, by name, in the order named."""
         return self._inner.tokens
 
-    @property
-    def lease_id(self) -> int:
-        return self._inner.lease_id
-
-    @property
-    def backend(self) -> str:
-        return self._inner.backend
-
-    @property
-    def deadline(self) -> float:
-        return self._inner.deadline
-
-    @property
-    def held(self) -> bool:
-        return self._inner.held
-
-    @property
-    def in_jeopardy(self) -> bool:
-        return self._inner.in_jeopardy
-
-    @property
-    def lost(self) -> LostEvent:
-        return LostEvent(self._inner.lost)
-
-    async def release(self) -> bool:
-        """Releases every lock: True if each was still held."""
-        return bool(await _run(self._inner._start_release))
-
     async def __aenter__(self) -> "MultiGuard":
         return self
 
-    async def __aexit__(self, exc_type: Optional[Type[BaseException]], exc: Optional[BaseException], tb: Any) -> bool:
-        reason = self._inner.lost.reason
-        await self.release()
-        if exc_type is None and reason is not None:
-            error = LockLost(f"the locks {self.names!r} were lost while held: {reason}")
-            error.reason = reason
-            raise error
-        return False
-
-    def __repr__(self) -> str:
-        return repr(self._inner)
+    def _lost_while_held(self, reason: str) -> str:
+        return f"the locks {self.names!r} were lost while held: {reason}"
 
 
 class Watch:
