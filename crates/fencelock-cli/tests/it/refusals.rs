@@ -15,7 +15,8 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use support::{bin, cli, free_port, http_get, http_request, stdout, Server};
+use support::cluster::Cluster;
+use support::{bin, fencelock_at, free_port, http_get, http_request, stdout, Server};
 
 /// Upper bound of every wait; only reached when the test fails.
 const WAIT: Duration = Duration::from_secs(30);
@@ -30,14 +31,14 @@ impl Drop for Killed {
     }
 }
 
-/// `fencelock storage` on a free port, reporting to `server`; its stderr in
-/// `dir/storage.log`.
-fn storage_reporting_to(dir: &Path, server: &Server) -> (Killed, SocketAddr) {
+/// `fencelock storage` on a free port, reporting to `server` (a URL, or a
+/// list of a group's); its stderr in `dir/storage.log`.
+fn storage_reporting_to(dir: &Path, server: &str) -> (Killed, SocketAddr) {
     let addr = SocketAddr::from(([127, 0, 0, 1], free_port()));
     let child = Command::new(bin())
         .args(["storage", "--data-dir"])
         .arg(dir.join("storage"))
-        .args(["--listen", &addr.to_string(), "--report-to", &server.url()])
+        .args(["--listen", &addr.to_string(), "--report-to", server])
         .stdout(Stdio::null())
         .stderr(std::fs::File::create(dir.join("storage.log")).unwrap())
         .spawn()
@@ -52,11 +53,11 @@ fn storage_reporting_to(dir: &Path, server: &Server) -> (Killed, SocketAddr) {
     (child, addr)
 }
 
-/// `fencelock watch LOCK --from 0 [ARGS…]` against `server`; its lines, as
-/// they come.
-fn watch(server: &Server, lock: &str, args: &[&str]) -> (Killed, mpsc::Receiver<String>) {
+/// `fencelock watch LOCK --from 0 [ARGS…]` against `server` (a URL); its
+/// lines, as they come.
+fn watch(server: &str, lock: &str, args: &[&str]) -> (Killed, mpsc::Receiver<String>) {
     let mut child = Command::new(bin())
-        .args(["watch", lock, "--from", "0", "--server", &server.url()])
+        .args(["watch", lock, "--from", "0", "--server", server])
         .args(args)
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
@@ -88,9 +89,10 @@ fn first(lines: &mpsc::Receiver<String>, what: &str, pick: impl Fn(&str) -> bool
     }
 }
 
-/// `fencelock acquire LOCK --json ARGS…`: the grant's token.
-fn acquire(server: &Server, lock: &str, args: &[&str]) -> u64 {
-    let out = cli(server, &[&["acquire", lock, "--json"], args].concat());
+/// `fencelock acquire LOCK --json ARGS…` against `server` (a URL, or a
+/// group's list): the grant's token.
+fn acquire(server: &str, lock: &str, args: &[&str]) -> u64 {
+    let out = fencelock_at(server, None, &[&["acquire", lock, "--json"], args].concat());
     assert!(out.status.success(), "acquire {lock} {args:?}: {out:?}");
     let v: Value = serde_json::from_str(&stdout(&out)).unwrap();
     v["token"].as_u64().unwrap_or_else(|| panic!("no token in {v}"))
@@ -114,14 +116,15 @@ fn put(storage: SocketAddr, key: &str, lock: &str, token: u64) -> u16 {
 fn a_stale_write_refused_by_storage_is_seen_by_fencelock_watch() {
     let tmp = tempfile::tempdir().unwrap();
     let server = Server::start(&tmp.path().join("lock"));
-    let (_storage, addr) = storage_reporting_to(tmp.path(), &server);
-    let (_json, json_lines) = watch(&server, "reports/", &["--json"]);
-    let (_text, text_lines) = watch(&server, "reports/", &[]);
+    let url = server.url();
+    let (_storage, addr) = storage_reporting_to(tmp.path(), &url);
+    let (_json, json_lines) = watch(&url, "reports/", &["--json"]);
+    let (_text, text_lines) = watch(&url, "reports/", &[]);
 
     // Holder A takes the lock on a lease nobody renews (A is paused), and
     // holder B gets it once that lease has expired, with a larger token.
-    let a = acquire(&server, "reports/daily", &["--ttl", "1s"]);
-    let b = acquire(&server, "reports/daily", &["--ttl", "30s", "--wait", "20s"]);
+    let a = acquire(&url, "reports/daily", &["--ttl", "1s"]);
+    let b = acquire(&url, "reports/daily", &["--ttl", "30s", "--wait", "20s"]);
     assert!(b > a, "B's token {b} must be above A's {a}");
     assert_eq!(put(addr, "daily-csv", "reports/daily", b), 201, "B writes");
     assert_eq!(put(addr, "daily-csv", "reports/daily", a), 409, "A wakes up and writes late: refused");
@@ -138,7 +141,37 @@ fn a_stale_write_refused_by_storage_is_seen_by_fencelock_watch() {
 
     // Nothing more was reported: a grant after the refusal is the next event
     // the watch prints that is not a grant's end.
-    acquire(&server, "reports/zz-end", &["--ttl", "30s"]);
+    acquire(&url, "reports/zz-end", &["--ttl", "30s"]);
     let next = first(&json_lines, "the end grant", |l| l.contains("reports/zz-end") || is_refused(l));
     assert!(next.contains("\"granted\""), "only one refusal was reported: {next}");
+}
+
+/// Rule (issue 36, a 3-node group): a fence that reports to the group, its
+/// list naming a follower first, reaches the leader (the client follows the
+/// follower's hint), and the one `write_refused` event is in every member's
+/// watch, a follower's too.
+#[test]
+fn a_refusal_reported_to_a_group_is_in_every_members_watch() {
+    let tmp = tempfile::tempdir().unwrap();
+    let c = Cluster::start_plain(3);
+    let leader = c.must_lead("at the start");
+    let follower = (leader + 1) % c.nodes.len();
+    let member = |i: usize| format!("http://{}", c.nodes[i].grpc);
+    let (_storage, addr) = storage_reporting_to(tmp.path(), &format!("{},{}", member(follower), member(leader)));
+    let watches: Vec<_> = (0..c.nodes.len()).map(|i| watch(&member(i), "reports/", &["--json"])).collect();
+
+    let urls = c.urls();
+    let a = acquire(&urls, "reports/daily", &["--ttl", "1s"]);
+    let b = acquire(&urls, "reports/daily", &["--ttl", "30s", "--wait", "20s"]);
+    assert!(b > a, "B's token {b} must be above A's {a}");
+    assert_eq!(put(addr, "daily-csv", "reports/daily", b), 201, "B writes");
+    assert_eq!(put(addr, "daily-csv", "reports/daily", a), 409, "A writes late: refused");
+
+    for (i, (_child, lines)) in watches.iter().enumerate() {
+        let line =
+            first(lines, &format!("node {}'s write_refused event", c.nodes[i].id), |l| l.contains("write_refused"));
+        let v: Value = serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line}"));
+        let got = (v["lock"].as_str(), v["token"].as_u64(), v["highest_token"].as_u64(), v["resource"].as_str());
+        assert_eq!(got, (Some("reports/daily"), Some(a), Some(b), Some("daily-csv")), "node {}: {line}", c.nodes[i].id);
+    }
 }

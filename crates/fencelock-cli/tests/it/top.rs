@@ -13,6 +13,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::Duration;
 
+use crate::support::cluster::Cluster;
 use crate::support::{acquire_at, bin, fencelock_at, kill_child, stderr, Server};
 
 /// How long the screen may take to show a change: this many polls, 100 ms
@@ -365,6 +366,44 @@ fn top_keeps_the_table_while_reconnecting_and_ctrl_c_quits() {
     t.keys(&["C-c"]);
     let (code, restored) = t.wait_exit();
     assert_eq!((code, restored), (0, true), "Ctrl-C exits with 0 and puts the terminal back");
+}
+
+/// The members the group line lists (`…; members 1 lag 0, 2 lag 0, 3 lag 0`).
+fn members(group_line: &str) -> usize {
+    group_line.split_once("; members ").map_or(0, |(_, m)| m.split(", ").count())
+}
+
+/// Rule (issue 36, a 3-node group): `top` given every member's client and
+/// admin address shows the group (its three members and its leader) and
+/// the group's locks, and follows the group through a fail-over: once the
+/// leader is SIGKILLed, the group line names the new leader and a grant
+/// taken after it shows its row, without a key pressed.
+#[test]
+fn top_shows_a_three_node_group_and_follows_it_through_a_fail_over() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = Cluster::start_plain(3);
+    let (urls, admins) = (c.urls(), c.admins());
+    let t = Tmux::start(dir.path(), "group", (80, 24), &["--server", &urls, "--admin", &admins], &[]);
+    let leader_id = c.nodes[c.must_lead("with top")].id;
+    let names_leader = |id: u64| {
+        move |s: &[String]| s.get(1).is_some_and(|g| g.contains(&format!("leader node {id};")) && members(g) == 3)
+    };
+    t.wait_for("the group with its leader", names_leader(leader_id));
+
+    let (before, _) = acquire_at(&urls, None, "jobs/g", "holder-g");
+    let s = t.wait_for("jobs/g's row", |s| row(s, "jobs/g").is_some());
+    assert_eq!(row(&s, "jobs/g").unwrap().1[1..3], ["holder-g", at_80(before).as_str()]);
+
+    let kill = c.kill_leader();
+    let new_id = c.nodes[kill.new].id;
+    t.wait_for("the group line naming the new leader", names_leader(new_id));
+    let (after, _) = acquire_at(&urls, None, "jobs/h", "holder-h");
+    assert!(after > before, "INV-2 across the fail-over: {after} > {before}");
+    let s = t.wait_for("jobs/h's row after the fail-over", |s| row(s, "jobs/h").is_some() && s[0].contains("— live"));
+    assert_eq!(row(&s, "jobs/h").unwrap().1[1..3], ["holder-h", at_80(after).as_str()]);
+    assert!(row(&s, "jobs/g").is_some(), "the grant from before the fail-over is still listed:\n{}", s.join("\n"));
+    t.keys(&["q"]);
+    assert_eq!(t.wait_exit(), (0, true));
 }
 
 /// Rule: with authentication on, a prefix the token may not read is refused
