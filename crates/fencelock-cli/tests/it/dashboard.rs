@@ -89,6 +89,20 @@ fn elect(server: &str, name: &str, who: &str) -> Child {
         .expect("spawn fencelock elect")
 }
 
+/// `fencelock leader NAME --watch`: an election's observer, in its own
+/// process group.
+fn observe(server: &str, name: &str) -> Child {
+    use std::os::unix::process::CommandExt as _;
+    Command::new(bin())
+        .process_group(0)
+        .args(["leader", name, "--watch"])
+        .env("FENCELOCK_SERVER", server)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn fencelock leader --watch")
+}
+
 /// The token a `run_holder` wrote, once it has.
 fn token_in(file: &Path) -> Option<u64> {
     std::fs::read_to_string(file).ok()?.trim().parse().ok()
@@ -250,13 +264,17 @@ fn the_dashboard_shows_grants_queues_handoffs_and_expiries_live() {
     );
     assert!(s(&leases).contains("billing-7") && s(&leases).contains("worker-0"), "{leases}");
     shoot(&b, &shots, "leases");
-    // An election: its leader's identity, term (the token) and value, and a
-    // candidate in its queue.
+    // An election: its leader's identity, term (the token) and value, a
+    // candidate in its queue, and the one process observing it.
     let candidates: Vec<Child> = ["db-1", "db-2"].iter().map(|who| elect(&url, "db-primary", who)).collect();
+    let observer = observe(&url, "db-primary");
     b.goto(&format!("http://{}/#/elections", server.http));
     let election = b.wait_for(
-        "the election",
-        &row("db-primary", "r.querySelectorAll('td.waiters li').length === 1 && r.innerText"),
+        "the election with its observer",
+        &row(
+            "db-primary",
+            "r.querySelectorAll('td.waiters li').length === 1 && r.querySelector('td.observers').innerText === '1' && r.innerText",
+        ),
         POLLS,
         EVERY,
     );
@@ -304,7 +322,7 @@ fn the_dashboard_shows_grants_queues_handoffs_and_expiries_live() {
     shoot(&b, &shots, "traffic");
     let errors = b.console_errors();
     assert!(errors.is_empty(), "the page logged errors: {errors:?}");
-    for h in holders.into_iter().chain(candidates) {
+    for h in holders.into_iter().chain(candidates).chain([observer]) {
         kill_group(&mut Some(h));
     }
 }

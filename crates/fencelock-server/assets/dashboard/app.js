@@ -719,10 +719,10 @@ function electionsView() {
   const summary = $("#summary");
   const elections = S.locks.filter((l) => l.permits === 0 && l.holders.length === 1 && l.holders[0].mode === "exclusive" && l.holders[0].value_base64);
   if (summary) summary.textContent = `${elections.length} elections with a leader`;
-  const note = h("p", { class: "muted" }, "An election is a lock: its leader is the holder, the term the holder's fencing token, the candidates its queue. Shown here: the locks whose holder publishes a value (fencelock elect --value, a campaign's value), as leaders do; every lock is under Locks.");
+  const note = h("p", { class: "muted" }, "An election is a lock: its leader is the holder, the term the holder's fencing token, the candidates its queue. Shown here: the locks whose holder publishes a value (fencelock elect --value, a campaign's value), as leaders do; every lock is under Locks. Observers: the watches following the election on this node (fencelock leader --watch, a client's observe).");
   if (!elections.length) return [note, h("p", { class: "muted" }, "No election has a leader under this prefix.")];
   return [note, h("table", { id: "elections" },
-    h("thead", {}, h("tr", {}, ["Election", "Leader", "Term", "Value", "Leading for", "Candidates"].map((t) => h("th", {}, t)))),
+    h("thead", {}, h("tr", {}, ["Election", "Leader", "Term", "Value", "Leading for", "Candidates", "Observers"].map((t) => h("th", {}, t)))),
     h("tbody", {}, elections.map((l) => {
       const x = l.holders[0];
       return h("tr", { "data-lock": l.name },
@@ -731,7 +731,8 @@ function electionsView() {
         h("td", { class: "token" }, x.token),
         h("td", { class: "mono" }, b64text(x.value_base64) || "–"),
         h("td", {}, elapsed(x.token_age_ms)),
-        h("td", { class: "waiters" }, queue(l)));
+        h("td", { class: "waiters" }, queue(l)),
+        h("td", { class: "observers" }, String(l.watchers)));
     })))];
 }
 

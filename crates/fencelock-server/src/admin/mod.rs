@@ -28,7 +28,8 @@
 //!   rule, 503 when no leader could make it.
 //!
 //! A `Lock` is `{"name", "holder": Holder | null, "holders": [Holder], "permits",
-//! "reopens_in_ms": n | null, "waiters": [{"lease_id","waited_ms","wait_left_ms","identity"}]}`
+//! "reopens_in_ms": n | null, "waiters": [{"lease_id","waited_ms","wait_left_ms","identity"}],
+//! "watchers"}` (`watchers`: watches of the lock by name open on this node)
 //! with a `Holder` `{"lease_id","token","token_age_ms","ttl_left_ms","lock_delay_ms",
 //! "owner"?,"identity","value_base64","mode","weight"}`; ids and tokens are
 //! decimal strings, as in the whole HTTP API ([`body::Id`]). `identity` is
@@ -458,7 +459,7 @@ async fn list(State(a): State<Admin>, c: Caller, q: Result<Query<ListQuery>, Que
         Consistency::Local => a.ops.locks_local(&q.prefix, limit),
     };
     match locks {
-        Ok(locks) => Json(LocksJson { locks: locks.into_iter().map(LockJson::from).collect() }).into_response(),
+        Ok(locks) => Json(LocksJson { locks: locks.into_iter().map(|l| a.lock_json(l)).collect() }).into_response(),
         Err(s) => status_json(s),
     }
 }
@@ -491,7 +492,7 @@ async fn one(
         Consistency::Local => a.ops.lock_info_local(&name),
     };
     match info {
-        Ok(info) => Json(LockJson::from(info)).into_response(),
+        Ok(info) => Json(a.lock_json(info)).into_response(),
         Err(s) => status_json(s),
     }
 }
@@ -656,6 +657,9 @@ struct LockJson {
     permits: u32,
     reopens_in_ms: Option<u64>,
     waiters: Vec<WaiterJson>,
+    /// Watches of this lock by name open on this node: how an election's
+    /// candidates and observers follow it.
+    watchers: u32,
 }
 
 #[derive(Serialize)]
@@ -707,9 +711,12 @@ struct WaiterJson {
     identity: String,
 }
 
-impl From<LockInfo> for LockJson {
-    fn from(i: LockInfo) -> Self {
-        Self {
+impl Admin {
+    /// A lock's JSON, with its watchers on this node.
+    fn lock_json(&self, i: LockInfo) -> LockJson {
+        let watchers = self.watch.as_ref().map_or(0, |w| w.hub.followers(i.name.as_str()));
+        LockJson {
+            watchers,
             name: i.name.to_string(),
             holder: i.holder.map(HolderJson::from),
             holders: i.holders.into_iter().map(HolderJson::from).collect(),

@@ -11,8 +11,12 @@
 //! subscriber that falls further behind the broadcast reads the ring again
 //! from its next revision, and when the ring no longer holds it, it ends with
 //! [`Compacted`] naming the oldest revision still available.
+//!
+//! It also counts the watches that follow one lock by name ([`Hub::follow`]):
+//! how an election's candidates and observers follow it, shown as a lock's
+//! `watchers` by the admin API and the dashboard.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -96,6 +100,8 @@ pub struct Hub {
     live: broadcast::Sender<Live>,
     watchers: AtomicUsize,
     max_watchers: usize,
+    /// Watches of one lock by name, by lock (no entry: none).
+    following: Mutex<HashMap<String, u32>>,
 }
 
 impl Hub {
@@ -114,6 +120,7 @@ impl Hub {
             live: broadcast::channel(live.max(1)).0,
             watchers: AtomicUsize::new(0),
             max_watchers,
+            following: Mutex::new(HashMap::new()),
         })
     }
 
@@ -167,6 +174,43 @@ impl Hub {
         let replay = ring.since(next)?;
         drop(ring);
         Ok(Subscription { hub: self.clone(), rx, next, replay: Some(replay), _slot: slot })
+    }
+}
+
+impl Hub {
+    fn following(&self) -> std::sync::MutexGuard<'_, HashMap<String, u32>> {
+        self.following.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Counts a watch of the one lock `name` for as long as the returned
+    /// guard lives.
+    pub fn follow(self: &Arc<Self>, name: &str) -> Following {
+        *self.following().entry(name.to_string()).or_default() += 1;
+        Following { hub: self.clone(), name: name.to_string() }
+    }
+
+    /// Watches of the one lock `name` open on this node now.
+    pub fn followers(&self, name: &str) -> u32 {
+        self.following().get(name).copied().unwrap_or(0)
+    }
+}
+
+/// One watch of a lock by name, counted until dropped ([`Hub::follow`]).
+#[derive(Debug)]
+pub struct Following {
+    hub: Arc<Hub>,
+    name: String,
+}
+
+impl Drop for Following {
+    fn drop(&mut self) {
+        let mut following = self.hub.following();
+        if let Some(n) = following.get_mut(&self.name) {
+            *n -= 1;
+            if *n == 0 {
+                following.remove(&self.name);
+            }
+        }
     }
 }
 
@@ -243,6 +287,22 @@ impl Subscription {
 mod tests {
     use super::super::events::Kind;
     use super::*;
+
+    /// A lock's followers are the watches of it by name open now: counted
+    /// while their guards live, per lock, and forgotten at zero.
+    #[test]
+    fn followers_count_the_open_watches_of_one_lock() {
+        let hub = Hub::new(16, 1);
+        let a1 = hub.follow("db-primary");
+        let a2 = hub.follow("db-primary");
+        let b = hub.follow("other");
+        assert_eq!((hub.followers("db-primary"), hub.followers("other"), hub.followers("none")), (2, 1, 0));
+        drop(a1);
+        assert_eq!(hub.followers("db-primary"), 1);
+        drop((a2, b));
+        assert_eq!((hub.followers("db-primary"), hub.followers("other")), (0, 0));
+        assert!(hub.following().is_empty(), "no entry kept for a lock nobody follows");
+    }
 
     fn ev(index: u64, seq: u32) -> Event {
         let lock = format!("l{index}");

@@ -102,7 +102,15 @@ pub fn start(
     let sub = hub.subscribe(from)?;
     let first = sub.position();
     let (tx, rx) = mpsc::channel(OUT_BUFFER);
-    tokio::spawn(forward(sub, caller, selector, tx, stop));
+    // A watch of one lock counts as its follower while it lives.
+    let following = match &selector {
+        Selector::Name(name) => Some(hub.follow(name)),
+        Selector::Prefix(_) => None,
+    };
+    tokio::spawn(async move {
+        forward(sub, caller, selector, tx, stop).await;
+        drop(following);
+    });
     Ok((first, rx))
 }
 
