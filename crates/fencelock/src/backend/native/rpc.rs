@@ -375,7 +375,11 @@ impl Rpc {
                 Err(_elapsed) if partial => {
                     Status::deadline_exceeded(format!("{} did not answer within {budget:?}", self.servers.url()))
                 }
-                Err(_elapsed) => return Err(Error::Timeout),
+                // The deadline ran out in this attempt: a timeout if no
+                // attempt was answered at all, else as when no retry is left
+                // (on a loaded machine the last of a run of refused attempts
+                // may still be connecting when the time is up).
+                Err(_elapsed) => return Err(exhausted(last)),
             };
             let hint = leader_hint(&status);
             let hinted = hint.is_some();
@@ -632,5 +636,27 @@ mod tests {
             .await;
         assert_eq!(got, Err(Error::Timeout));
         assert_eq!(crate::clock::now() - start, Duration::from_millis(300));
+    }
+
+    /// Refused attempts, then one that the deadline cuts (a loaded machine,
+    /// still connecting): unavailable, as the refusals say, not a timeout.
+    /// CI once saw a timeout from calls over connections reset at once.
+    #[tokio::test(start_paused = true)]
+    async fn refused_attempts_then_one_cut_by_the_deadline_are_unavailable() {
+        let start = crate::clock::now();
+        let attempts = std::sync::atomic::AtomicU32::new(0);
+        let got: Result<(), _> = rpc()
+            .call("test", start + Duration::from_millis(500), |_, _| {
+                let n = attempts.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                async move {
+                    if n < 2 {
+                        return Err(Status::unavailable("connection reset"));
+                    }
+                    futures::future::pending().await
+                }
+            })
+            .await;
+        assert_eq!(got, Err(Error::Unavailable("connection reset".into())));
+        assert_eq!(attempts.load(std::sync::atomic::Ordering::SeqCst), 3);
     }
 }
