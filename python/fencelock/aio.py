@@ -153,6 +153,8 @@ class _Held:
 class Guard(_Held):
     """A held lock: ``async with`` releases it, and raises ``LockLost`` if it was lost inside the block."""
 
+    _inner: "_fencelock.Guard"
+
     def __init__(self, inner: "_fencelock.Guard"):
         self._inner = inner
 
@@ -224,6 +226,8 @@ class MultiGuard(_Held):
     """The locks of one multi-lock, held: ``async with`` releases them all, and
     raises ``LockLost`` if they were lost inside the block (one lease: they are
     lost together)."""
+
+    _inner: "_fencelock.MultiGuard"
 
     def __init__(self, inner: "_fencelock.MultiGuard"):
         self._inner = inner
