@@ -134,8 +134,10 @@ fn the_python_and_javascript_examples_take_renew_and_release_a_lock() {
     }
     let token = |out: &[serde_json::Value]| step(out, "acquired")[0]["token"].as_str().unwrap().parse::<u64>().unwrap();
     assert!(token(&js) > token(&py), "the second holder's token is the higher: {py:?} {js:?}");
+    // It asked while Python held the lock (2.5 s), so it waited in the queue;
+    // how long depends on how soon node started (CI once took 1.75 s).
     let waited = step(&js, "acquired")[0]["waited_ms"].as_u64().unwrap();
-    assert!(waited > 1000, "node waited in the queue for python's release: {waited} ms");
+    assert!(waited > 0, "node waited in the queue for python's release: {waited} ms");
     assert_eq!(locks_holder(&server), None, "both released");
 }
 
