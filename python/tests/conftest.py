@@ -38,6 +38,17 @@ def fencelock_bin() -> str:
     raise RuntimeError("no fencelock binary: build the workspace or set FENCELOCK_BIN")
 
 
+def chaos_bin() -> str:
+    """The fault-injection harness the workspace built (or FENCELOCK_CHAOS_BIN)."""
+    env = os.environ.get("FENCELOCK_CHAOS_BIN")
+    if env:
+        return env
+    built = Path(fencelock_bin()).with_name("fencelock-chaos")
+    if built.exists():
+        return str(built)
+    raise RuntimeError("no fencelock-chaos binary: build the workspace or set FENCELOCK_CHAOS_BIN")
+
+
 def wait_healthy(base: str, proc: subprocess.Popen, log: Path, within: float = 20.0) -> None:
     """Until `base`/healthz answers 200; the process's log if it never does."""
     end = time.monotonic() + within

@@ -81,7 +81,9 @@ struct RunArgs {
     /// K1, K2, K3, K4, S1, S4, S5, P1, P2; L1, L2 or L3 (against fencelock3).
     #[arg(long)]
     scenario: Scenario,
-    /// fencelock, fencelock-json (a node whose workers use its HTTP API; K1 only), fencelock3 (a 3-node group), redis, redlock, etcd, zk or postgres.
+    /// fencelock, fencelock-json (a node whose workers use its HTTP API; K1
+    /// only), fencelock-py (a node whose workers use the Python package; K1
+    /// only), fencelock3 (a 3-node group), redis, redlock, etcd, zk or postgres.
     #[arg(long, default_value = "fencelock")]
     backend: String,
     #[arg(long, default_value_t = 1)]
@@ -98,6 +100,10 @@ struct RunArgs {
     /// the restart or election allowance); `profile short` uses 3 s.
     #[arg(long, default_value = "0s", value_parser = parse_duration)]
     heal_slack: Duration,
+    /// The Python interpreter of the fencelock-py backend's workers: one that
+    /// imports the fencelock package (`pip install ./python`).
+    #[arg(long, default_value = "python3")]
+    python: PathBuf,
     /// Run a deliberately broken build: fencing-off, memory-token,
     /// dead-waiter, reads-unfenced (with --shared), multi-one-by-one (with --multi).
     #[arg(long)]
@@ -242,6 +248,7 @@ async fn run_one(a: RunArgs) -> anyhow::Result<ExitCode> {
         multi: a.multi,
         log: a.log,
         heal_slack: a.heal_slack,
+        python: a.python,
         out: out.clone(),
     };
     let verdict = run::run(spec).await?;

@@ -41,6 +41,10 @@ pub struct ProfileArgs {
     /// profile) and run only the others; the report covers all of them.
     #[arg(long)]
     resume: bool,
+    /// The Python interpreter of the fencelock-py runs' workers (one that
+    /// imports the fencelock package: `pip install ./python`).
+    #[arg(long, default_value = "python3")]
+    python: PathBuf,
     /// Run fencelock's runs (the single node's and the 3-node group's) with
     /// TLS and an auth file (see `run --tls`); the other backends' runs are
     /// skipped.
@@ -208,8 +212,9 @@ fn plans(p: Profile) -> Vec<Plan> {
             // Multi-holders paused at their first write with all their locks
             // (no peer declares atomic multi-locks).
             v.push(multi(K1, "fencelock", 61, 15));
-            // Workers that speak only the HTTP API, paused past their TTL.
-            v.push(plan(K1, "fencelock-json", 71, 10));
+            // Workers that speak only the HTTP API, and workers that use only
+            // the Python package, paused past their TTL.
+            v.extend([plan(K1, "fencelock-json", 71, 10), plan(K1, "fencelock-py", 72, 10)]);
             // The redb log (the default engine's runs are the others) under
             // crashes around its fsync and power loss.
             v.extend([redb(K4, "fencelock", 62, 15), redb(S5, "fencelock", 63, 15)]);
@@ -321,6 +326,7 @@ pub async fn profile(a: ProfileArgs) -> anyhow::Result<ExitCode> {
             multi: p.multi,
             log: p.log,
             heal_slack: heal_slack(a.profile),
+            python: a.python.clone(),
             out: out.join(&dir),
         };
         eprintln!(

@@ -25,8 +25,8 @@ use crate::observers::{HolderPolls, Observers};
 use crate::procs::{free_addr, storage_server};
 use crate::scenario::{multi_name, non_default_log, Mutant, RunSpec, Scenario, LOCK};
 use crate::secure::Secure;
-use crate::targets::Target;
-use crate::worker_control::Workers;
+use crate::targets::{Clients, Target};
+use crate::worker_control::{Program, Workers};
 use crate::worker_process::{entries, WorkerArgs};
 
 /// Election mode: how many observers follow the election.
@@ -77,7 +77,8 @@ pub async fn run(spec: RunSpec) -> anyhow::Result<Verdict> {
     storage.start().await?;
     let (lock_proxies, storage_proxies, args) =
         wire_workers(&spec, &target, secure.as_ref(), storage_addr, ttl, &hist_dir).await;
-    let workers = Workers::start(args, &worker_envs(&spec)?, &spec.out.join("workers.log")).await?;
+    let program = worker_program(&spec, &target)?;
+    let workers = Workers::start(&program, args, &worker_envs(&spec)?, &spec.out.join("workers.log")).await?;
     let observers = match spec.election {
         true => Some(Observers::start(OBSERVERS, &lock_url(&target, secure.as_ref(), None), LOCK, &hist_dir)?),
         false => None,
@@ -153,6 +154,16 @@ fn worker_envs(spec: &RunSpec) -> anyhow::Result<Vec<Vec<(String, String)>>> {
         }
     }
     Ok(envs)
+}
+
+/// What the workers run: the Python worker against `fencelock-py` (plain
+/// locks only: its script takes no mode), else the harness's own.
+fn worker_program(spec: &RunSpec, target: &Target) -> anyhow::Result<Program> {
+    let Target::Native { clients: Clients::Python, .. } = target else { return Ok(Program::Native) };
+    if spec.election || spec.shared || spec.permits > 0 || spec.multi > 0 || spec.mutant.is_some() {
+        anyhow::bail!("the Python workers take plain locks: no election, shared, semaphore, multi or mutant mode");
+    }
+    Ok(Program::Python(spec.python.clone()))
 }
 
 async fn capabilities(url: &str) -> anyhow::Result<Capabilities> {

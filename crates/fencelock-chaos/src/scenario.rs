@@ -107,6 +107,9 @@ impl Scenario {
             _ if backend == "fencelock-json" => {
                 Some("the HTTP API's workers run K1 (pauses past the TTL); the node's own faults run over gRPC")
             }
+            _ if backend == "fencelock-py" => {
+                Some("the Python package's workers run K1 (pauses past the TTL); the node's own faults run in Rust")
+            }
             Scenario::K2 if backend == "redlock" => {
                 Some("Redlock talks to several nodes; one proxy cannot hold them all")
             }
@@ -270,6 +273,9 @@ pub struct RunSpec {
     /// The Raft log of fencelock's own servers (a node or the group): the
     /// product's default, the segment log, or redb (`--log redb`).
     pub log: LogEngine,
+    /// The Python interpreter of the `fencelock-py` backend's workers (one
+    /// that imports the fencelock package).
+    pub python: PathBuf,
     /// S6's allowance for a loaded machine, on top of its bound (see
     /// `RunInfo::heal_slack_ms`).
     pub heal_slack: Duration,

@@ -15,17 +15,28 @@ use crate::secure::Secure;
 
 /// Every backend id `--backend` takes (`fencelock3`: a 3-node fencelock group).
 pub const BACKENDS: &[&str] =
-    &["fencelock", "fencelock-json", "fencelock3", "redis", "redlock", "etcd", "zk", "postgres"];
+    &["fencelock", "fencelock-json", "fencelock-py", "fencelock3", "redis", "redlock", "etcd", "zk", "postgres"];
+
+/// How the workers of a run against one fencelock node reach it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Clients {
+    /// The Rust client over gRPC (`fencelock`).
+    Rust,
+    /// The Rust client over the HTTP/JSON API, `fencelock+json://` (`fencelock-json`).
+    Json,
+    /// The Python package over gRPC, in worker processes that use nothing
+    /// else (`fencelock-py`; see `worker_control::Program::Python`).
+    Python,
+}
 
 /// A running lock service.
 pub enum Target {
-    /// One node; `json`: its workers use the HTTP/JSON API (`fencelock+json://`)
-    /// instead of gRPC.
+    /// One node, and how its workers reach it.
     Native {
         server: ServerProc,
         grpc: SocketAddr,
         http: SocketAddr,
-        json: bool,
+        clients: Clients,
     },
     Cluster(Cluster),
     Redis(RedisServer),
@@ -50,7 +61,7 @@ impl Target {
             bail!("TLS and auth are set up for fencelock's own server only (a node or a group), not {id}");
         }
         let t = match id {
-            "fencelock" | "fencelock-json" => {
+            "fencelock" | "fencelock-json" | "fencelock-py" => {
                 let (grpc, http) = (free_addr(), free_addr());
                 let mut server = lock_server(&dir.join("lock-data"), grpc, http, dir.join("lock-server.log"));
                 server.env.extend(env);
@@ -60,7 +71,12 @@ impl Target {
                     s.register_admin(http)?;
                 }
                 server.start().await?;
-                Target::Native { server, grpc, http, json: id == "fencelock-json" }
+                let clients = match id {
+                    "fencelock-json" => Clients::Json,
+                    "fencelock-py" => Clients::Python,
+                    _ => Clients::Rust,
+                };
+                Target::Native { server, grpc, http, clients }
             }
             "fencelock3" => Target::Cluster(Cluster::start(dir, env, serve_args, secure).await?),
             "redis" => Target::Redis(blocking(RedisServer::start_volatile).await?),
@@ -76,7 +92,7 @@ impl Target {
     /// The URL a client uses to reach it directly.
     pub fn url(&self) -> String {
         match self {
-            Target::Native { http, json: true, .. } => format!("fencelock+json://{http}"),
+            Target::Native { http, clients: Clients::Json, .. } => format!("fencelock+json://{http}"),
             Target::Native { grpc, .. } => format!("http://{grpc}"),
             Target::Cluster(c) => c.url(),
             Target::Redis(r) => r.url(),
@@ -94,7 +110,7 @@ impl Target {
     /// can then stand in front of it); `None` for Redlock's several nodes.
     pub fn upstream(&self) -> Option<SocketAddr> {
         let port = match self {
-            Target::Native { http, json: true, .. } => http.port(),
+            Target::Native { http, clients: Clients::Json, .. } => http.port(),
             Target::Native { grpc, .. } => grpc.port(),
             Target::Redis(r) => r.port(),
             Target::Redlock(_) | Target::Cluster(_) => return None,

@@ -2,9 +2,12 @@
 //! wait for a report line, stop.
 //!
 //! Where it sits: the harness's side of the workers; what a worker process
-//! runs is `worker_process`, whose arguments ([`WorkerArgs`]) this passes on.
+//! runs is `worker_process` (or, for the `fencelock-py` backend, the Python
+//! worker `python/worker.py`, which speaks the same protocol), whose
+//! arguments ([`WorkerArgs`]) this passes on.
 
 use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::time::Duration;
 
@@ -13,6 +16,47 @@ use tokio::sync::mpsc;
 
 use crate::procs::self_exe;
 use crate::worker_process::WorkerArgs;
+
+/// The Python worker: a process that uses only the fencelock Python package
+/// (issue 35), embedded so that the harness needs no source tree to run it.
+const PYTHON_WORKER: &str = include_str!("../python/worker.py");
+
+/// What a worker process runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Program {
+    /// `fencelock-chaos worker`: the Rust client.
+    Native,
+    /// `<interpreter> worker.py`: the Python package on that interpreter.
+    Python(PathBuf),
+}
+
+impl Program {
+    /// Makes ready what the workers need in `dir` (the Python worker's script)
+    /// and checks that they can start: the interpreter imports `fencelock`.
+    /// The executable and its first arguments.
+    fn prepare(&self, dir: &Path) -> anyhow::Result<(PathBuf, Vec<String>)> {
+        match self {
+            Program::Native => Ok((self_exe()?, vec!["worker".into()])),
+            Program::Python(python) => {
+                let script = dir.join("worker.py");
+                std::fs::write(&script, PYTHON_WORKER).with_context(|| format!("write {}", script.display()))?;
+                let probe = Command::new(python)
+                    .args(["-c", "import fencelock"])
+                    .output()
+                    .with_context(|| format!("run {} (the Python workers' interpreter, --python)", python.display()))?;
+                if !probe.status.success() {
+                    bail!(
+                        "{} cannot import the fencelock package (install it: pip install ./python, or pass \
+                         --python with a virtual environment's python): {}",
+                        python.display(),
+                        String::from_utf8_lossy(&probe.stderr).trim()
+                    );
+                }
+                Ok((python.clone(), vec![script.display().to_string()]))
+            }
+        }
+    }
+}
 
 struct Proc {
     child: Child,
@@ -26,19 +70,22 @@ pub struct Workers {
 }
 
 impl Workers {
-    /// Starts one `fencelock-chaos worker` per argument set (stderr to `log`;
+    /// Starts one worker of `program` per argument set (stderr to `log`;
     /// worker `i` gets the extra environment `envs[i]`, if any) and waits
     /// until each says `ready`.
     pub async fn start(
+        program: &Program,
         args: Vec<WorkerArgs>,
         envs: &[Vec<(String, String)>],
-        log: &std::path::Path,
+        log: &Path,
     ) -> anyhow::Result<Workers> {
         let (tx, lines) = mpsc::unbounded_channel();
         let mut procs = Vec::new();
+        let (exe, first) = program.prepare(log.parent().unwrap_or(Path::new(".")))?;
         for (i, a) in args.into_iter().enumerate() {
             let err = std::fs::File::options().create(true).append(true).open(log)?;
-            let mut child = Command::new(self_exe()?)
+            let mut child = Command::new(&exe)
+                .args(&first)
                 .args(worker_argv(&a))
                 .envs(envs.get(i).cloned().unwrap_or_default())
                 .stdin(Stdio::piped())
@@ -140,9 +187,9 @@ fn unready(ready: &[bool]) -> Vec<usize> {
     ready.iter().enumerate().filter(|(_, r)| !**r).map(|(i, _)| i).collect()
 }
 
+/// A worker's arguments (after the program's own first ones).
 fn worker_argv(a: &WorkerArgs) -> Vec<String> {
     let mut argv = vec![
-        "worker".into(),
         "--id".into(),
         a.id.to_string(),
         "--lock-url".into(),
