@@ -30,10 +30,12 @@ fi
 [ "$step" = --install ] && exit 0
 
 # The type stubs and the package's annotations, as a user's type checker
-# reads them: the examples and the package under mypy --strict.
+# reads them: the examples, the package and the chaos suite's Python worker
+# (a program that uses only the package) under mypy --strict.
 t=$(date +%s)
 rc=0
-(cd python && "../$venv/bin/python" -m mypy --strict --cache-dir /dev/null examples fencelock) || rc=$?
+(cd python && "../$venv/bin/python" -m mypy --strict --cache-dir /dev/null examples fencelock \
+    ../crates/fencelock-chaos/python/worker.py) || rc=$?
 echo "python-test.sh: mypy: $(( $(date +%s) - t )) s"
 
 t=$(date +%s)

@@ -319,3 +319,12 @@ def test_closing_the_client_revokes_the_lease_it_kept_for_the_next_lock(node):
         with client.lock("jobs/once", ttl=60):
             assert node.active_leases() == 1
     assert node.active_leases() == 0
+
+
+def test_the_package_exports_every_exception_by_name() -> None:
+    """Every exception of `_errors` is in `fencelock.__all__`, literally (a
+    type checker reads only a literal list: `except fencelock.Busy` must
+    type-check under mypy --strict), and is the same class."""
+    assert set(_errors.__all__) <= set(fencelock.__all__)
+    for name in _errors.__all__:
+        assert getattr(fencelock, name) is getattr(_errors, name), name
