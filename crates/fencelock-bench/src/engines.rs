@@ -40,8 +40,20 @@ pub const ALL: &[&str] = &[
     "zookeeper",
     "postgres",
     "pg-advisory",
-    "redis-poll",
+    "redis-setnx",
+    "redis-setnx-aof",
 ];
+
+/// The engines that run the seeds' Redis recipe in the bench itself (`SET
+/// NX PX` and `INCR` of a token in one script, a compare-and-delete release,
+/// retried every 100 ms while taken), not through `fencelock::connect`: the
+/// lock most Redis users write, on the `redis` and `redis-aof` servers.
+pub const SETNX: &[&str] = &["redis-setnx", "redis-setnx-aof"];
+
+/// Whether `id` is one of the [`SETNX`] engines.
+pub fn is_setnx(id: &str) -> bool {
+    SETNX.contains(&id)
+}
 
 /// The native engines: the server this project makes (the peers are the rest).
 const NATIVE: &[&str] = &["fencelock", "fencelock-secure", "fencelock-http", "fencelock-3"];
@@ -76,7 +88,7 @@ impl ClientMode {
 #[derive(Clone)]
 pub struct Engine {
     pub info: EngineInfo,
-    /// The URL `fencelock::connect` takes (for `redis-poll`, the Redis URL).
+    /// The URL `fencelock::connect` takes (for the [`SETNX`] engines, the Redis URL).
     pub url: String,
     /// The processes whose CPU is charged to this engine (every node of a
     /// group); empty for an engine given by URL.
@@ -192,13 +204,17 @@ async fn launch(id: &str, s: &mut Servers, data: &Path) -> anyhow::Result<(Strin
             let c = s.native3.insert(NativeCluster::start(&data.join("fencelock-3"), 3).await?);
             (c.url(), c.pids(), native_config("each of 3 nodes"))
         }
-        "redis" | "redis-poll" => {
+        "redis" | "redis-setnx" => {
             let r = s.redis.get_or_insert_with(RedisServer::start_volatile);
             (r.url(), vec![r.pid()], r.describe())
         }
         "redis-aof" => {
             let r = s.redis_aof.get_or_insert_with(RedisServer::start);
             (format!("{}?durable=true", r.url()), vec![r.pid()], r.describe())
+        }
+        "redis-setnx-aof" => {
+            let r = s.redis_aof.get_or_insert_with(RedisServer::start);
+            (r.url(), vec![r.pid()], r.describe())
         }
         "etcd" => {
             let e = s.etcd.get_or_insert_with(|| EtcdServer::start_profile(prod));
@@ -255,7 +271,21 @@ fn info(id: &str, cpu_measured: bool) -> anyhow::Result<EngineInfo> {
         ),
         "redis" => ("Redis, no AOF (fencelock's FIFO recipe)", redis(), false, "global", true),
         "redis-aof" => ("Redis, AOF appendfsync always (FIFO recipe)", redis(), true, "global", true),
-        "redis-poll" => ("Redis, no AOF, SET NX + 100 ms polling (redis-py's Lock)", redis(), false, "none", false),
+        "redis-setnx" => (
+            "Redis, no AOF, the seeds' recipe: SET NX PX + INCR token in one script, compare-and-delete release, \
+             retried every 100 ms while taken",
+            redis(),
+            false,
+            "per lock",
+            false,
+        ),
+        "redis-setnx-aof" => (
+            "Redis, AOF appendfsync always, the seeds' recipe as above",
+            redis(),
+            true,
+            "per lock",
+            false,
+        ),
         "etcd" => (
             "etcd (concurrency-style recipe)",
             command_line("etcd", &["--version"]).and_then(|v| v.split_whitespace().last().map(String::from)),

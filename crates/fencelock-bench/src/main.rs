@@ -397,7 +397,7 @@ fn given_urls(urls: &[String]) -> anyhow::Result<HashMap<&str, String>> {
 }
 
 /// The engines that can run `workload` (W5 needs shared locks or
-/// semaphores; the `redis-poll` reference has neither).
+/// semaphores; the seeds' Redis recipe, `engines::SETNX`, has neither).
 async fn able_engines(engines: &[Engine], workload: Workload) -> Vec<&Engine> {
     let mut out = Vec::new();
     for e in engines {
@@ -405,7 +405,7 @@ async fn able_engines(engines: &[Engine], workload: Workload) -> Vec<&Engine> {
             out.push(e);
             continue;
         }
-        if e.info.id == "redis-poll" {
+        if engines::is_setnx(&e.info.id) {
             continue;
         }
         match fencelock::connect(&e.url).await {
@@ -418,11 +418,12 @@ async fn able_engines(engines: &[Engine], workload: Workload) -> Vec<&Engine> {
 }
 
 /// The engines whose backend declares leader election (W6 runs on those),
-/// each server once (`redis-poll` is `redis`'s server and backend).
+/// each server once (the seeds' Redis recipe, `engines::SETNX`, is not a
+/// backend: it elects nothing).
 async fn electing(engines: &[Engine]) -> Vec<&Engine> {
     let mut out: Vec<&Engine> = Vec::new();
     for e in engines {
-        if out.iter().any(|o| o.url == e.url) {
+        if out.iter().any(|o| o.url == e.url) || engines::is_setnx(&e.info.id) {
             continue;
         }
         match fencelock::connect(&e.url).await {

@@ -68,7 +68,7 @@ pub struct Settings {
 pub struct EngineInfo {
     /// Short id used in cells and charts: `fencelock`, `fencelock-3` (a 3-node
     /// group), `redis`, `redis-aof`,
-    /// `etcd`, `zookeeper`, `postgres`, `pg-advisory`, `redis-poll`.
+    /// `etcd`, `zookeeper`, `postgres`, `pg-advisory`, `redis-setnx`, `redis-setnx-aof`.
     pub id: String,
     /// Human label, e.g. "Redis 7.0.15, no AOF".
     pub label: String,

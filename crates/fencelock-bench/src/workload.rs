@@ -4,7 +4,7 @@
 //!
 //! Where it sits: `main` calls [`run`] once per (cell, engine, run), engines
 //! interleaved. A client's connection is a [`Locker`]: `fencelock::connect`
-//! (or a Redis connection for the `redis-poll` reference). Per process (the
+//! (or a Redis connection for the seeds' recipe, `engines::SETNX`). Per process (the
 //! default) every client connects on its own: `fencelock::connect` opens a
 //! new connection each call (a native `Client` dials its own HTTP/2
 //! channel; Redis, etcd and PostgreSQL backends their own sockets; ZooKeeper
@@ -132,16 +132,16 @@ struct Grant {
     release_started: Instant,
 }
 
-/// A client's lock connection: a backend, or the polling Redis reference.
+/// A client's lock connection: a backend, or the seeds' Redis recipe.
 enum Locker {
     Backend(Backend),
-    Poll(poll::RedisPoll),
+    SetNx(setnx::RedisSetNx),
 }
 
 impl Locker {
     async fn connect(engine: &Engine) -> anyhow::Result<Locker> {
-        Ok(if engine.info.id == "redis-poll" {
-            Locker::Poll(poll::RedisPoll::connect(&engine.url).await?)
+        Ok(if crate::engines::is_setnx(&engine.info.id) {
+            Locker::SetNx(setnx::RedisSetNx::connect(&engine.url).await?)
         } else {
             Locker::Backend(
                 fencelock::connect(&engine.url).await.with_context(|| format!("connect to {}", engine.url))?,
@@ -164,8 +164,8 @@ impl Locker {
                 }
                 Outcome::TimedOut | Outcome::Busy { .. } => Ok(None),
             },
-            Locker::Poll(p) => {
-                let Some(value) = p.acquire(name, opts.ttl, opts.wait).await? else { return Ok(None) };
+            Locker::SetNx(p) => {
+                let Some((value, _token)) = p.acquire(name, opts.ttl, opts.wait).await? else { return Ok(None) };
                 let granted = Instant::now();
                 let release_started = Instant::now();
                 if !p.release(name, &value).await? {
@@ -379,49 +379,64 @@ fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
 }
 
-/// The lock most Redis users have: `SET key value NX PX ttl`, retried every
-/// 100 ms while taken (redis-py's `Lock` default `sleep=0.1`); release is a
-/// compare-and-delete script. No token, no queue: for reference only.
-mod poll {
+/// The lock most Redis users write, as the seeds give it: `SET key value NX
+/// PX ttl` and, when it is set, `INCR fencing:<key>` for the fencing token,
+/// in one script (one round trip); retried every 100 ms while taken
+/// (redis-py's `Lock` default `sleep=0.1`); release is a compare-and-delete
+/// script. A token per lock, no queue.
+mod setnx {
     use std::sync::atomic::{AtomicU64, Ordering};
     use std::time::Duration;
 
     use redis::aio::MultiplexedConnection;
     use tokio::time::Instant;
 
+    /// KEYS: the lock, its token counter; ARGV: the holder's value, the TTL
+    /// in ms. The token, or nil when the lock is taken.
+    const ACQUIRE: &str = "if redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then \
+                           return redis.call('incr', KEYS[2]) else return false end";
     const RELEASE: &str =
         "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) else return 0 end";
     const SLEEP: Duration = Duration::from_millis(100);
 
-    pub struct RedisPoll {
+    pub struct RedisSetNx {
         conn: MultiplexedConnection,
+        acquire: redis::Script,
         release: redis::Script,
         next: AtomicU64,
         id: u64,
     }
 
-    impl RedisPoll {
-        pub async fn connect(url: &str) -> anyhow::Result<RedisPoll> {
+    impl RedisSetNx {
+        pub async fn connect(url: &str) -> anyhow::Result<RedisSetNx> {
             let conn = redis::Client::open(url)?.get_multiplexed_async_connection().await?;
-            Ok(RedisPoll { conn, release: redis::Script::new(RELEASE), next: AtomicU64::new(0), id: fastrand::u64(..) })
+            Ok(RedisSetNx {
+                conn,
+                acquire: redis::Script::new(ACQUIRE),
+                release: redis::Script::new(RELEASE),
+                next: AtomicU64::new(0),
+                id: fastrand::u64(..),
+            })
         }
 
-        /// The value written on success, or None when `wait` ran out.
-        pub async fn acquire(&self, key: &str, ttl: Duration, wait: Duration) -> anyhow::Result<Option<String>> {
+        /// The value written and the fencing token on success, or None when
+        /// `wait` ran out.
+        pub async fn acquire(&self, key: &str, ttl: Duration, wait: Duration) -> anyhow::Result<Option<(String, u64)>> {
             let value = format!("{:x}-{}", self.id, self.next.fetch_add(1, Ordering::Relaxed));
             let end = Instant::now() + wait;
             let mut conn = self.conn.clone();
+            let counter = format!("fencing:{key}");
             loop {
-                let set: Option<String> = redis::cmd("SET")
-                    .arg(key)
+                let token: Option<u64> = self
+                    .acquire
+                    .key(key)
+                    .key(&counter)
                     .arg(&value)
-                    .arg("NX")
-                    .arg("PX")
                     .arg(ttl.as_millis() as u64)
-                    .query_async(&mut conn)
+                    .invoke_async(&mut conn)
                     .await?;
-                if set.is_some() {
-                    return Ok(Some(value));
+                if let Some(token) = token {
+                    return Ok(Some((value, token)));
                 }
                 if Instant::now() + SLEEP > end {
                     return Ok(None);

@@ -13,7 +13,7 @@ use std::{path::Path, process::Command};
 
 use serde_json::Value;
 
-const ENGINES: [&str; 11] = [
+const ENGINES: [&str; 12] = [
     "fencelock",
     "fencelock-secure",
     "fencelock-http",
@@ -24,7 +24,8 @@ const ENGINES: [&str; 11] = [
     "zookeeper",
     "postgres",
     "pg-advisory",
-    "redis-poll",
+    "redis-setnx",
+    "redis-setnx-aof",
 ];
 
 /// The engines whose backends declare leader election (W6 runs on them).
@@ -33,7 +34,8 @@ const ELECTING: &[&str] =
 
 /// The engines whose backends declare shared locks (W5-rw runs on them) and
 /// semaphores (W5-sem); the others have no such cell. PostgreSQL's advisory
-/// mode has shared locks but no semaphores; `redis-poll` has neither.
+/// mode has shared locks but no semaphores; the seeds' Redis recipe
+/// (`redis-setnx`, `redis-setnx-aof`) has neither.
 const SHARING: &[&str] = &[
     "fencelock",
     "fencelock-secure",
