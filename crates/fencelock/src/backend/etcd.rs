@@ -67,7 +67,11 @@
 //!    take ~100 ms); once etcd confirmed the watcher, Range the predecessor
 //!    again (it may have gone before the watcher existed). When it is gone, go
 //!    to 3: the predecessor may have died while an earlier key still holds the
-//!    lock.
+//!    lock. A watch silent for min(1 s, TTL/3) is not trusted: the waiter
+//!    watches and reads its predecessor again (a watch can stay open but dead
+//!    across an etcd restart, and a deletion made meanwhile is not sent
+//!    again); a call that does not reach etcd is repeated with backoff, and
+//!    the waiter keeps its place (its key and lease outlive the failure).
 //! 5. The wait running out, the lease being lost, or the acquire future being
 //!    dropped revokes the lease (deleting the key), inline or in a spawned task.
 //!
@@ -103,7 +107,8 @@
 //!   per lock.
 //! * FIFO: waiters are granted in the order of their keys' creation, and a new
 //!   request's key is always the newest. Each waiter is woken by etcd only when
-//!   its predecessor goes (no herd, no polling).
+//!   its predecessor goes (no herd; a waiter whose watch stays silent looks
+//!   again at most every min(1 s, TTL/3), see step 4).
 //! * A crashed holder blocks others for at most its lease's TTL (etcd expires
 //!   the lease and deletes the key).
 //!

@@ -3,6 +3,15 @@
 //! waiter watching its predecessor only and looking again after it goes; a
 //! request that is not granted is withdrawn (its lease revoked).
 //!
+//! A waiter does not trust a silent watch for long: after [`RECHECK`] (or a
+//! third of its lease's TTL, if less) without news it watches and reads its
+//! predecessor again; and a call of the wait that does not reach etcd (a
+//! restart of etcd, a reset connection) is repeated, with backoff, rather
+//! than ending the wait: the waiter's key and lease outlive such a failure.
+//! The wait ends when it is granted, when the caller's wait runs out, when
+//! its lease is lost (the watchdog decides that), or on an error etcd (or
+//! the recipe) gave.
+//!
 //! Where it sits: under [`super::EtcdBackend`]'s acquire and campaign; the
 //! calls are in [`super::rpc`], the guard of a grant in [`super::held`].
 
@@ -13,13 +22,35 @@ use fencelock_proto::etcd::mvccpb::KeyValue;
 
 use super::held::{EtcdHeld, Mine};
 use super::keys::{key_of, mismatch, Kind};
-use super::rpc::Etcd;
+use super::rpc::{is_unreachable, Etcd, Woken};
 use super::EtcdBackend;
 use crate::backend::election::encode_holder;
 use crate::backend::{Guard, KeptLease, LockBackend, Outcome};
+use crate::backoff::Backoff;
 use crate::error::Error;
 use crate::lease::LeaseWatch;
 use crate::types::LockOptions;
+
+/// The longest a waiter trusts a watch that brings no news: then it watches
+/// its predecessor anew and reads it again (the interval is this or a third
+/// of the waiter's lease TTL, whichever is smaller: [`recheck_interval`]).
+/// A watch can go silent without failing: when etcd is killed and restarted,
+/// a connection whose reset does not reach the client (through a proxy, a
+/// partition, a host that died) keeps the stream open until HTTP/2
+/// keep-alive gives up (5 s and 3 s more), the new etcd never knew the
+/// watcher, and a deletion made while the stream was dead is never sent
+/// again (the watch starts from "now", not from a revision). So a lost
+/// wake-up delays a grant by at most this much, rather than until the wait
+/// runs out. One second costs a waiter a watch and a read per second; a
+/// third of the TTL matches its renewals' cadence, so a short lease's waiter
+/// wastes no more of its lease than a renewal round.
+pub(super) const RECHECK: Duration = Duration::from_secs(1);
+
+/// The re-check interval of a waiter whose lease has `ttl`: [`RECHECK`], or
+/// a third of `ttl` if that is smaller.
+pub(super) fn recheck_interval(ttl: Duration) -> Duration {
+    RECHECK.min(ttl / 3)
+}
 
 impl EtcdBackend {
     /// Queues a request for lock `name` (steps 1 and 2 of the recipe) and
@@ -40,6 +71,7 @@ impl EtcdBackend {
         let sent = crate::clock::now();
         let granted = self.etcd.lease_grant(ttl_secs(opts.ttl), self.etcd.deadline()).await?;
         let (lease_id, ttl) = (granted.id, granted.ttl);
+        let recheck = recheck_interval(Duration::from_secs(ttl as u64));
         let withdraw = Withdraw { etcd: self.etcd.clone(), lease_id, armed: true };
         let mut key = key_of(&lock, lease_id);
         key.extend_from_slice(kind.suffix().as_bytes());
@@ -48,11 +80,12 @@ impl EtcdBackend {
         let kept = KeptLease::start(lease_id as u64, Duration::from_secs(ttl as u64), sent, Arc::new(mine.clone()));
         kept.seen_term(granted.term);
         let turn = if kind != Kind::Writer && opts.wait.is_zero() {
-            self.shared_turn(&lock, &mine, kind, false, purpose).await?
+            self.shared_turn(&lock, &mine, kind, None, purpose).await?
         } else if opts.wait.is_zero() {
             self.try_turn(&lock, &mine, purpose).await?
         } else {
-            match tokio::time::timeout_at(wait_end, self.wait_turn(&lock, &mine, kind, kept.watch(), purpose)).await {
+            let wait = self.wait_turn(&lock, &mine, kind, kept.watch(), purpose, recheck);
+            match tokio::time::timeout_at(wait_end, wait).await {
                 Ok(turn) => turn?,
                 Err(_) => Turn::TimedOut,
             }
@@ -93,8 +126,13 @@ impl EtcdBackend {
         }
     }
 
-    /// Steps 3 and 4 until `mine` owns `lock`. Fails if the lease is lost (see
-    /// `lease`) or the key is gone meanwhile.
+    /// Steps 3 and 4 until `mine` owns `lock`, looking again at least every
+    /// `recheck` (see [`RECHECK`]). A failure to reach etcd, or a connection
+    /// given up by another call (a renewal's, say) while this one waits on
+    /// it, starts over on the next connection, with backoff (at most
+    /// `recheck` apart); the caller bounds the whole wait. Fails if the lease
+    /// is lost (see `lease`), the key is gone meanwhile, or etcd answers an
+    /// error.
     pub(super) async fn wait_turn(
         &self,
         lock: &[u8],
@@ -102,25 +140,33 @@ impl EtcdBackend {
         kind: Kind,
         lease: LeaseWatch,
         purpose: Purpose,
+        recheck: Duration,
     ) -> Result<Turn, Error> {
         let turn = async {
-            if kind != Kind::Writer {
-                return self.shared_turn(lock, mine, kind, true, purpose).await;
-            }
+            let backoff = Backoff { max: recheck, ..Backoff::default() };
+            let mut failures = 0u32;
             loop {
-                if self.other_owner(lock, mine, purpose).await?.0.is_none() {
-                    return Ok(Turn::Granted);
-                }
-                let end = self.etcd.deadline();
-                if let Some(predecessor) = self.etcd.last_created_before(lock, mine.rev, end).await? {
-                    self.wait_gone(&predecessor).await?;
+                let attempt = self.etcd.on_current(async {
+                    match kind {
+                        Kind::Writer => self.writer_turn(lock, mine, purpose, recheck).await,
+                        _ => self.shared_turn(lock, mine, kind, Some(recheck), purpose).await,
+                    }
+                });
+                match attempt.await {
+                    Err(error) if is_unreachable(&error) => {
+                        let lease = mine.lease_id;
+                        tracing::debug!(lease, failures, %error, "fencelock: etcd: waiting: no answer; looking again");
+                        tokio::time::sleep(backoff.delay(failures, fastrand::f64())).await;
+                        failures = failures.saturating_add(1);
+                    }
+                    other => return other,
                 }
             }
         };
         let own_key_gone = async {
             match purpose {
                 Purpose::Lock => std::future::pending().await,
-                Purpose::Campaign => self.own_key_gone(mine).await,
+                Purpose::Campaign => self.own_key_gone(mine, recheck).await,
             }
         };
         tokio::select! {
@@ -134,20 +180,30 @@ impl EtcdBackend {
         }
     }
 
+    /// Steps 3 and 4 of a writer until `mine` owns `lock`: the owner, else
+    /// a wait until the predecessor is gone, and again.
+    async fn writer_turn(&self, lock: &[u8], mine: &Mine, purpose: Purpose, recheck: Duration) -> Result<Turn, Error> {
+        loop {
+            if self.other_owner(lock, mine, purpose).await?.0.is_none() {
+                return Ok(Turn::Granted);
+            }
+            let end = self.etcd.deadline();
+            if let Some(predecessor) = self.etcd.last_created_before(lock, mine.rev, end).await? {
+                self.wait_gone(&predecessor, recheck).await?;
+            }
+        }
+    }
+
     /// Resolves once `mine`'s key is gone: a campaign's notice, at once, that
-    /// its lease was revoked or expired (which deletes the key). A watch or
-    /// read that fails leaves the notice to the next renewal: it never
-    /// resolves then.
-    pub(super) async fn own_key_gone(&self, mine: &Mine) {
+    /// its lease was revoked or expired (which deletes the key). A failure to
+    /// reach etcd is retried after `recheck`; any other failure leaves the
+    /// notice to the next renewal: it never resolves then.
+    pub(super) async fn own_key_gone(&self, mine: &Mine, recheck: Duration) {
         let own = KeyValue { key: mine.key.clone(), create_revision: mine.rev, ..KeyValue::default() };
         loop {
-            if self.wait_gone(&own).await.is_err() {
-                return std::future::pending().await;
-            }
-            match self.etcd.get(&own.key, self.etcd.deadline()).await {
-                // The watcher was canceled, the key is still there.
-                Ok(Some(kv)) if kv.create_revision == own.create_revision => continue,
-                Ok(_) => return,
+            match self.wait_gone(&own, recheck).await {
+                Ok(()) => return,
+                Err(e) if is_unreachable(&e) => tokio::time::sleep(recheck).await,
                 Err(_) => return std::future::pending().await,
             }
         }
@@ -173,13 +229,23 @@ impl EtcdBackend {
         }
     }
 
-    /// Waits until `predecessor` is gone: a watcher from now on its key, then a
-    /// look whether it went before the watcher existed.
-    pub(super) async fn wait_gone(&self, predecessor: &KeyValue) -> Result<(), Error> {
-        let mut watcher = self.etcd.watch_deletion(&predecessor.key, self.etcd.deadline()).await?;
-        match self.etcd.get(&predecessor.key, self.etcd.deadline()).await? {
-            Some(kv) if kv.create_revision == predecessor.create_revision => self.etcd.deleted(&mut watcher).await,
-            _ => Ok(()),
+    /// Waits until `predecessor` (its key, as of its create revision) is
+    /// gone. Each round starts a watcher on its key from now, then reads the
+    /// key: the watcher is confirmed before the read, so a deletion after the
+    /// read (or the earlier one that found the predecessor) is either seen by
+    /// the read or sent to the watcher. Then it waits for the deletion for at
+    /// most `recheck`; a watch that stays silent that long, or is canceled,
+    /// starts the next round on a new stream (see [`RECHECK`]).
+    pub(super) async fn wait_gone(&self, predecessor: &KeyValue, recheck: Duration) -> Result<(), Error> {
+        loop {
+            let mut watcher = self.etcd.watch_deletion(&predecessor.key, self.etcd.deadline()).await?;
+            match self.etcd.get(&predecessor.key, self.etcd.deadline()).await? {
+                Some(kv) if kv.create_revision == predecessor.create_revision => {}
+                _ => return Ok(()),
+            }
+            if self.etcd.deleted(&mut watcher, crate::clock::now() + recheck).await? == Woken::Deleted {
+                return Ok(());
+            }
         }
     }
 }
@@ -267,5 +333,12 @@ mod tests {
     fn ttls_round_up_to_whole_seconds() {
         let ms = Duration::from_millis;
         assert_eq!([ms(100), ms(1000), ms(1001), ms(15_000)].map(ttl_secs), [1, 1, 2, 15]);
+    }
+
+    #[test]
+    fn a_waiter_looks_again_within_a_second_or_a_third_of_its_ttl() {
+        let secs = Duration::from_secs;
+        let got = [1, 2, 3, 30].map(|s| recheck_interval(secs(s)));
+        assert_eq!(got, [secs(1) / 3, secs(2) / 3, RECHECK, RECHECK]);
     }
 }

@@ -7,8 +7,9 @@
 //! Where it sits: under [`super::EtcdBackend`], which holds one [`Etcd`] in an
 //! `Arc` shared by its guards, renewals and background cleanups. Calls go to
 //! one endpoint at a time (see [`Etcd::connect`]); nothing here retries a call:
-//! the recipe decides what a failure means (the watchdog retries renewals, an
-//! acquire fails and withdraws).
+//! the recipe decides what a failure means (the watchdog retries renewals, a
+//! waiting acquire repeats what got no answer, see [`is_unreachable`], other
+//! failures end an acquire, which withdraws).
 
 use std::fmt;
 use std::future::Future;
@@ -72,8 +73,8 @@ impl Interceptor for TokenInterceptor {
 
 /// How long connecting to one endpoint (TCP and the first call) may take.
 pub(super) const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
-/// The deadline of one call other than a watch (which waits as long as the
-/// acquire does).
+/// The deadline of one call other than a watch's wait for news (which the
+/// caller bounds: see [`Etcd::deleted`]).
 pub(super) const CALL_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// A lease etcd granted: its id, its TTL in seconds, and the Raft term of
@@ -96,6 +97,10 @@ pub(super) struct Etcd {
     /// `(host:port, endpoint)`, in the URL's order.
     endpoints: Vec<(String, Endpoint)>,
     current: Mutex<Current>,
+    /// The generation of the current connection, sent on every move, so that
+    /// a wait notices at once that the connection it waits on was given up
+    /// (see [`Etcd::on_current`]).
+    moves: tokio::sync::watch::Sender<u64>,
     credentials: Option<(String, String)>,
     /// The token of the last Authenticate, sent with every call.
     token: TokenInterceptor,
@@ -135,7 +140,8 @@ impl Etcd {
             match attempt.await {
                 Ok(channel) => {
                     let current = Mutex::new(Current { generation: 0, index, channel });
-                    return Ok(Etcd { endpoints, current, credentials: access.credentials, token });
+                    let moves = tokio::sync::watch::Sender::new(0);
+                    return Ok(Etcd { endpoints, current, moves, credentials: access.credentials, token });
                 }
                 Err(e @ Error::Security { .. }) => return Err(e),
                 Err(why) => failures.push((name, why)),
@@ -160,7 +166,7 @@ impl Etcd {
         };
         let (_, channel) = self.channel();
         let answer = tokio::time::timeout_at(end, authenticate(channel, credentials, &self.token)).await;
-        answer.unwrap_or_else(|_| Err(Error::backend("etcd", "authenticate: no answer in time")))
+        answer.unwrap_or_else(|_| Err(Unanswered::InTime.error("authenticate")))
     }
 
     /// The current channel and its generation.
@@ -186,6 +192,23 @@ impl Etcd {
         let (name, endpoint) = &self.endpoints[current.index];
         tracing::debug!(endpoint = %name, "fencelock: etcd: moving to the next endpoint");
         current.channel = InterceptedService::new(endpoint.connect_lazy(), self.token.clone());
+        self.moves.send_replace(current.generation);
+    }
+
+    /// Runs `work` (calls on the current connection) unless that connection
+    /// is given up meanwhile (a call on it failed in transport or got no
+    /// answer in time, and later calls go to the next endpoint or a fresh
+    /// connection): then `work` is dropped and the answer is an error that
+    /// [`is_unreachable`] knows, so that the caller starts over on the new
+    /// connection at once, rather than wait out a call's deadline or a
+    /// silent watch on the old one.
+    pub async fn on_current<T>(&self, work: impl Future<Output = Result<T, Error>>) -> Result<T, Error> {
+        let mut moves = self.moves.subscribe();
+        let generation = *moves.borrow_and_update();
+        tokio::select! {
+            done = work => done,
+            Ok(_) = moves.wait_for(|now| *now != generation) => Err(Unanswered::GivenUp.error("call")),
+        }
     }
 
     /// Runs `call` on the current channel until `end`. A transport failure or
@@ -232,7 +255,7 @@ impl Etcd {
             }
             Err(_) => {
                 self.failed(generation);
-                Err(Failed(Error::backend("etcd", format!("{what}: no answer in time"))))
+                Err(Failed(Unanswered::InTime.error(what)))
             }
         }
     }
@@ -468,7 +491,11 @@ impl Etcd {
         match created {
             Some(r) if r.created && !r.canceled => Ok(Watcher { _requests: requests, responses, generation }),
             Some(r) => Err(Error::backend("etcd", format!("watch: not created: {}", r.cancel_reason))),
-            None => Err(Error::backend("etcd", "watch: the stream ended before the watcher was created")),
+            None => Err(Error::backend_caused(
+                "etcd",
+                "watch: the stream ended before the watcher was created",
+                Unanswered::StreamEnded,
+            )),
         }
     }
 
@@ -483,7 +510,7 @@ impl Etcd {
                 }
                 Ok(Some(r)) if !r.events.is_empty() => return Ok(WatchNews::Events(r.events)),
                 Ok(Some(_)) => {}
-                Ok(None) => return Err(Error::backend("etcd", "watch: the stream ended")),
+                Ok(None) => return Err(Unanswered::StreamEnded.error("watch")),
                 Err(status) => {
                     if is_transport(&status) {
                         self.failed(watcher.generation);
@@ -494,15 +521,25 @@ impl Etcd {
         }
     }
 
-    /// Waits until `watcher`'s key is deleted, or etcd cancels the watcher (the
-    /// caller then looks again). An error if the stream fails.
-    pub async fn deleted(&self, watcher: &mut Watcher) -> Result<(), Error> {
+    /// Waits until `watcher`'s key is deleted ([`Woken::Deleted`]), or until
+    /// etcd cancels the watcher or `until` passes without news
+    /// ([`Woken::LookAgain`]: the caller reads the key again and, if it is
+    /// still there, watches anew). A watch that stays silent is not trusted
+    /// past `until`: its connection may be dead without the client knowing
+    /// yet, or the deletion may have been sent while it was. An error if the
+    /// stream fails (a transport failure moves to the next endpoint) or ends.
+    pub async fn deleted(&self, watcher: &mut Watcher, until: Instant) -> Result<Woken, Error> {
         loop {
-            match watcher.responses.message().await {
-                Ok(Some(r)) if r.canceled => return Ok(()),
-                Ok(Some(r)) if r.events.iter().any(|e| e.r#type == EventType::Delete as i32) => return Ok(()),
+            let Ok(message) = tokio::time::timeout_at(until, watcher.responses.message()).await else {
+                return Ok(Woken::LookAgain);
+            };
+            match message {
+                Ok(Some(r)) if r.canceled => return Ok(Woken::LookAgain),
+                Ok(Some(r)) if r.events.iter().any(|e| e.r#type == EventType::Delete as i32) => {
+                    return Ok(Woken::Deleted)
+                }
                 Ok(Some(_)) => {}
-                Ok(None) => return Err(Error::backend("etcd", "watch: the stream ended")),
+                Ok(None) => return Err(Unanswered::StreamEnded.error("watch")),
                 Err(status) => {
                     if is_transport(&status) {
                         self.failed(watcher.generation);
@@ -512,6 +549,16 @@ impl Etcd {
             }
         }
     }
+}
+
+/// Why [`Etcd::deleted`] returned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Woken {
+    /// The key was deleted.
+    Deleted,
+    /// No deletion seen: the watcher was canceled, or stayed silent until
+    /// the caller's re-check.
+    LookAgain,
 }
 
 /// What a watcher of a prefix brings next.
@@ -673,6 +720,48 @@ fn compare_created_at(key: &[u8], revision: i64) -> Compare {
 /// Did the call fail in transport (rather than being answered by etcd)?
 fn is_transport(status: &Status) -> bool {
     is_retryable(status)
+}
+
+/// How a call got no answer from etcd at all: the source of its
+/// [`Error::Backend`], which marks the failure as the connection's (see
+/// [`is_unreachable`]).
+#[derive(Debug, Clone, Copy, thiserror::Error)]
+enum Unanswered {
+    /// The call's deadline passed (the connection then moves on).
+    #[error("no answer by the call's deadline")]
+    InTime,
+    /// The stream ended without etcd canceling the watcher.
+    #[error("etcd closed the stream")]
+    StreamEnded,
+    /// Another call found the connection dead (see [`Etcd::on_current`]).
+    #[error("another call on the connection failed")]
+    GivenUp,
+}
+
+impl Unanswered {
+    /// The [`Error::Backend`] of call `what` that got no answer this way.
+    fn error(self, what: &str) -> Error {
+        let why = match self {
+            Unanswered::InTime => "no answer in time",
+            Unanswered::StreamEnded => "the stream ended",
+            Unanswered::GivenUp => "its connection was given up",
+        };
+        Error::backend_caused("etcd", format!("{what}: {why}"), self)
+    }
+}
+
+/// Did the call that failed with `error` not reach etcd, or get no answer
+/// (a transport failure, no answer by its deadline, a stream that ended)?
+/// Such a call may succeed once the connection is redone (a transport
+/// failure or a missed deadline has moved it to the next endpoint, or to a
+/// fresh connection, already); any other error is etcd's answer, or the
+/// recipe's, and repeating the call gets the same.
+pub(super) fn is_unreachable(error: &Error) -> bool {
+    let (Error::Backend { source: Some(cause), .. } | Error::Connect { source: Some(cause), .. }) = error else {
+        return false;
+    };
+    let cause = cause.get();
+    cause.is::<Unanswered>() || cause.downcast_ref::<Status>().is_some_and(is_transport)
 }
 
 /// [`Error::Backend`] of a failed call `what`, caused by its status (whose

@@ -41,6 +41,8 @@
 //! * Two first acquires with different n racing each other: the younger key
 //!   finds the older one's n and fails; the first key's n wins.
 
+use std::time::Duration;
+
 use fencelock_proto::etcd::mvccpb::KeyValue;
 
 use super::keys::{mismatch, Kind};
@@ -91,20 +93,22 @@ impl EtcdBackend {
         Ok(keys.kvs.iter().zip(held).filter(|(_, g)| *g).map(|(kv, _)| kv.create_revision).collect())
     }
 
-    /// A shared acquire's turn (`kind` a reader or permits): granted, busy
-    /// (`wait` false), or, with `wait`, waits until granted.
+    /// A shared acquire's turn (`kind` a reader or permits): granted, or
+    /// busy with no `recheck`; with one, waits until granted, looking again
+    /// at least every `recheck` (a watch that stays silent that long is not
+    /// trusted: see [`super::recipe::RECHECK`]).
     pub(super) async fn shared_turn(
         &self,
         lock: &[u8],
         mine: &Mine,
         kind: Kind,
-        wait: bool,
+        recheck: Option<Duration>,
         purpose: Purpose,
     ) -> Result<Turn, Error> {
         loop {
             // Watching before the read: no deletion falls between them.
             let mut deletions = match kind {
-                Kind::Permits { .. } if wait => {
+                Kind::Permits { .. } if recheck.is_some() => {
                     Some(self.etcd.watch_deletions_under(lock, self.etcd.deadline()).await?)
                 }
                 _ => None,
@@ -120,17 +124,20 @@ impl EtcdBackend {
             if granted(&keys.kinds)[pos] {
                 return Ok(Turn::Granted);
             }
-            if !wait {
+            let Some(recheck) = recheck else {
                 let count = i64::try_from(keys.kvs.len()).unwrap_or(i64::MAX);
                 return Ok(Turn::Busy { owner: keys.kvs[0].clone(), keys: count });
-            }
+            };
+            // Either way the next round reads the keys again.
             match deletions.as_mut() {
-                Some(watcher) => self.etcd.deleted(watcher).await?,
+                Some(watcher) => {
+                    self.etcd.deleted(watcher, crate::clock::now() + recheck).await?;
+                }
                 None => {
                     let last_other = keys.kinds[..pos].iter().rposition(|k| *k != Kind::Reader);
                     // Some key before is not granted-compatible, so one exists.
                     let blocker = &keys.kvs[last_other.unwrap_or(pos - 1)];
-                    self.wait_gone(blocker).await?;
+                    self.wait_gone(blocker, recheck).await?;
                 }
             }
         }
