@@ -404,15 +404,22 @@ class Client:
         return self._inner.capabilities()
 
     def close(self) -> None:
-        # The event loop must not block: the lingering lease is revoked in
-        # the background (the sync client's close waits for it).
+        """Closes the client without waiting: the lease it kept for the next
+        lock is revoked in the background (``await client.aclose()`` waits
+        for that, as the sync client's ``close`` does)."""
         self._inner._close_later()
+
+    async def aclose(self) -> None:
+        """Closes the client once the lease it kept for the next lock is
+        revoked (the ``async with`` block's end does this); the loop goes on
+        meanwhile."""
+        await _run(self._inner._start_close)
 
     async def __aenter__(self) -> "Client":
         return self
 
     async def __aexit__(self, exc_type: Optional[Type[BaseException]], exc: Optional[BaseException], tb: Any) -> bool:
-        self.close()
+        await self.aclose()
         return False
 
     def __repr__(self) -> str:

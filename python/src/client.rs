@@ -436,6 +436,18 @@ impl Client {
         Ok(())
     }
 
+    /// asyncio's `aclose`: `done(ok, None)` once the lingering lease is
+    /// revoked (the loop does not block meanwhile).
+    fn _start_close(&self, done: Py<PyAny>) -> PyResult<Task> {
+        let conn = self.conn.lock().unwrap_or_else(|e| e.into_inner()).take();
+        let fut = async move {
+            if let Some(conn) = conn {
+                conn.backend.close().await;
+            }
+        };
+        self.owner.start("client", fut, done, |py, ()| Ok(py.None()))
+    }
+
     /// [`Client::close`] without waiting (for asyncio, whose loop must not
     /// block): the lingering lease is revoked in the background.
     fn _close_later(&self) {

@@ -153,3 +153,36 @@ def test_the_async_locked_decorator(node):
         assert (a, b) == (1, 2) and int(tb) > int(ta)
 
     asyncio.run(main())
+
+
+def test_aclose_returns_once_the_kept_lease_is_revoked(node):
+    """`await client.aclose()` (and the end of `async with client`) returns
+    only once the lease the client kept for its next lock is revoked, as the
+    sync client's close does; `close()` leaves that to the background. The
+    loop runs meanwhile."""
+
+    async def main():
+        async with await fencelock.aio.connect(node.url) as client:
+            async with client.lock("a/once", ttl=60.0):
+                assert node.active_leases() == 1
+        assert node.active_leases() == 0, "revoked when the block ended"
+        client = await fencelock.aio.connect(node.url)
+        await (await client.lock("a/twice", ttl=60.0)).release()
+        assert node.active_leases() == 1, "kept for the next lock"
+        ticks = 0
+
+        async def tick():
+            nonlocal ticks
+            while True:
+                ticks += 1
+                await asyncio.sleep(0)
+
+        ticker = asyncio.create_task(tick())
+        await client.aclose()
+        ticker.cancel()
+        assert node.active_leases() == 0
+        assert ticks > 0, "the loop ran while aclose waited"
+        with pytest.raises(fencelock.Error, match="closed"):
+            await client.lock("a/after", ttl=5.0)
+
+    asyncio.run(main())
