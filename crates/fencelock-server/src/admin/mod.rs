@@ -459,7 +459,11 @@ async fn list(State(a): State<Admin>, c: Caller, q: Result<Query<ListQuery>, Que
         Consistency::Local => a.ops.locks_local(&q.prefix, limit),
     };
     match locks {
-        Ok(locks) => Json(LocksJson { locks: locks.into_iter().map(|l| a.lock_json(l)).collect() }).into_response(),
+        Ok(locks) => {
+            let watchers = a.watchers(locks.iter().map(|l| l.name.as_str()));
+            let locks = locks.into_iter().zip(watchers).map(|(l, w)| lock_json(l, w)).collect();
+            Json(LocksJson { locks }).into_response()
+        }
         Err(s) => status_json(s),
     }
 }
@@ -492,7 +496,10 @@ async fn one(
         Consistency::Local => a.ops.lock_info_local(&name),
     };
     match info {
-        Ok(info) => Json(a.lock_json(info)).into_response(),
+        Ok(info) => {
+            let watchers = a.watchers([info.name.as_str()].into_iter());
+            Json(lock_json(info, watchers[0])).into_response()
+        }
         Err(s) => status_json(s),
     }
 }
@@ -712,26 +719,34 @@ struct WaiterJson {
 }
 
 impl Admin {
-    /// A lock's JSON, with its watchers on this node.
-    fn lock_json(&self, i: LockInfo) -> LockJson {
-        let watchers = self.watch.as_ref().map_or(0, |w| w.hub.followers(i.name.as_str()));
-        LockJson {
-            watchers,
-            name: i.name.to_string(),
-            holder: i.holder.map(HolderJson::from),
-            holders: i.holders.into_iter().map(HolderJson::from).collect(),
-            permits: i.permits,
-            reopens_in_ms: i.reopens_in_ms,
-            waiters: i
-                .waiters
-                .into_iter()
-                .map(|w| WaiterJson {
-                    lease_id: body::Id(w.lease.0),
-                    waited_ms: w.waited_ms,
-                    wait_left_ms: w.wait_left_ms,
-                    identity: w.identity,
-                })
-                .collect(),
+    /// The watches by name of each of `names` open on this node (0 each
+    /// without a watch hub), read at once.
+    fn watchers<'a>(&self, names: impl ExactSizeIterator<Item = &'a str>) -> Vec<u32> {
+        match self.watch.as_ref() {
+            Some(w) => w.hub.followers_of(names),
+            None => vec![0; names.len()],
         }
+    }
+}
+
+/// A lock's JSON, with its `watchers` on this node.
+fn lock_json(i: LockInfo, watchers: u32) -> LockJson {
+    LockJson {
+        watchers,
+        name: i.name.to_string(),
+        holder: i.holder.map(HolderJson::from),
+        holders: i.holders.into_iter().map(HolderJson::from).collect(),
+        permits: i.permits,
+        reopens_in_ms: i.reopens_in_ms,
+        waiters: i
+            .waiters
+            .into_iter()
+            .map(|w| WaiterJson {
+                lease_id: body::Id(w.lease.0),
+                waited_ms: w.waited_ms,
+                wait_left_ms: w.wait_left_ms,
+                identity: w.identity,
+            })
+            .collect(),
     }
 }
