@@ -19,7 +19,7 @@ use serde::Serialize;
 
 use super::db::{decode, decode_entry, entry_name, meta_name, DB_FILE, KEY_COMMITTED, KEY_LAST_PURGED, LOG, META};
 use super::db_error::DbError;
-use super::state_machine::{decode_received, read_snapshot};
+use super::snapshot_store::read_snapshot;
 use super::{NodeId, TypeConfig};
 
 /// What a healthy data dir holds.
@@ -102,8 +102,8 @@ fn panic_text(panic: &(dyn std::any::Any + Send)) -> String {
 
 fn read_all(db: &impl ReadableDatabase, dir: &Path) -> Result<DataReport, DbError> {
     let (snapshot_index, mut engine) = match read_snapshot(db, &super::snapshot_file::Files::new(dir))? {
-        Some((meta, data)) => {
-            let engine = decode_received(&meta, &data)?;
+        Some((meta, payload)) => {
+            let engine = payload.engine;
             engine.check_consistency().map_err(|why| corrupt("the snapshot", why))?;
             (meta.last_log_id.map(|l| l.index), engine)
         }

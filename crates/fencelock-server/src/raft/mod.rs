@@ -7,8 +7,9 @@
 //! state machine is the [`fencelock_core::Engine`]: each log entry's payload is one
 //! engine [`Input`] (a batch of commands, or a `LeaderStart`), and applying it yields
 //! the engine's [`Output`], which openraft hands back to the leader's driver.
-
-use std::io::Cursor;
+//! A snapshot's data is a file of the data dir from end to end: built into
+//! it, sent from it in chunks, received into one and adopted by rename
+//! ([`snapshot_data::SnapshotData`]).
 
 use fencelock_core::{Input, Output};
 
@@ -20,9 +21,12 @@ pub mod identity;
 pub mod log_store;
 pub mod network;
 pub(crate) mod record;
+pub mod snapshot_data;
 pub(crate) mod snapshot_file;
+pub(crate) mod snapshot_payload;
 pub mod snapshot_policy;
 pub mod snapshot_rx;
+pub(crate) mod snapshot_store;
 pub mod state_machine;
 pub mod wal;
 
@@ -35,6 +39,8 @@ pub use state_machine::{SharedEngine, StateMachine};
 /// reads the older ones too). `fencelock --version` names it.
 pub const LOG_ENTRY_CODEC: u8 = codec::CODEC_CURRENT;
 
+#[cfg(test)]
+mod snapshot_stream_tests;
 #[cfg(test)]
 mod tests;
 
@@ -99,7 +105,7 @@ openraft::declare_raft_types!(
         R = Output,
         NodeId = u64,
         Node = Member,
-        SnapshotData = Cursor<Vec<u8>>,
+        SnapshotData = snapshot_data::SnapshotData,
 );
 
 /// The running Raft handle.

@@ -14,6 +14,12 @@
 //! log's own decoder, a head that carries bulk of its own refused) and a
 //! snapshot chunk goes through the same [`snapshot_rx`] checks.
 //!
+//! A snapshot is sent by openraft's `Chunked` (the default
+//! `RaftNetwork::full_snapshot`): each `InstallSnapshot` carries one chunk
+//! (`snapshot_max_chunk_size`) read from the snapshot's file
+//! ([`super::snapshot_data`]); the receiver writes it into a file of its
+//! own ([`snapshot_rx`]). Neither side holds the whole snapshot in memory.
+//!
 //! Client side: [`Network`] (the `RaftNetworkFactory`) hands out
 //! [`NetworkConnection`]s to `http://{node.addr}`. Channels are created lazily
 //! (no I/O until the first call), shared per address across connections, and
@@ -486,14 +492,21 @@ impl RaftService {
         decode_snapshot(request.into_inner()).inspect_err(|s| self.refused(s.message()))
     }
 
+    /// Takes what this node accepts of a snapshot stream (see
+    /// [`snapshot_rx::Limits`]; its default otherwise).
+    pub fn with_snapshot_limits(mut self, limits: snapshot_rx::Limits) -> Self {
+        self.snapshots = Arc::new(snapshot_rx::Receiver::new(limits));
+        self
+    }
+
     /// Installs (a chunk of) a snapshot once [`snapshot_rx`] accepts it.
     async fn install(&self, rpc: InstallSnapshotRequest<TypeConfig>) -> Result<Response<RaftPayload>, Status> {
         match self.snapshots.receive(&self.raft, &self.engine, rpc).await {
             Ok(answer) => encode_answer(&answer),
             Err(refused) => {
-                let why = refused.to_string();
-                self.refused(&why);
-                Err(Status::invalid_argument(why))
+                let status = refusal(&refused);
+                self.refused(status.message());
+                Err(status)
             }
         }
     }
@@ -520,6 +533,27 @@ impl RaftService {
     /// raised to [`MAX_MESSAGE_BYTES`].
     pub fn into_server(self) -> RaftServer<RaftService> {
         RaftServer::new(self).max_decoding_message_size(MAX_MESSAGE_BYTES).max_encoding_message_size(MAX_MESSAGE_BYTES)
+    }
+}
+
+/// The answer to a refused snapshot: INVALID_ARGUMENT for one this node may
+/// not install, RESOURCE_EXHAUSTED for one that does not fit on its disk
+/// (or found it full), INTERNAL for one it could not write otherwise; the
+/// reason with its causes.
+fn refusal(refused: &snapshot_rx::Refused) -> Status {
+    let mut why = refused.to_string();
+    let mut source = std::error::Error::source(refused);
+    while let Some(cause) = source {
+        why.push_str(&format!(": {cause}"));
+        source = cause.source();
+    }
+    match refused {
+        snapshot_rx::Refused::Invalid { .. } => Status::invalid_argument(why),
+        snapshot_rx::Refused::NoRoom { .. } => Status::resource_exhausted(why),
+        snapshot_rx::Refused::Io { source, .. } if source.kind() == std::io::ErrorKind::StorageFull => {
+            Status::resource_exhausted(why)
+        }
+        snapshot_rx::Refused::Io { .. } => Status::internal(why),
     }
 }
 

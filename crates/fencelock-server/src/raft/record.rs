@@ -50,15 +50,6 @@ pub(crate) fn seal(payload: &[u8]) -> Vec<u8> {
     out
 }
 
-/// The payload of a V1 frame, in the frame's own buffer: the header is cut
-/// off in place. Unchecked: check a frame read from storage with [`open`]
-/// first.
-pub(crate) fn unseal_own(mut sealed: Vec<u8>) -> Vec<u8> {
-    debug_assert_eq!(sealed.first(), Some(&FRAME_V1), "a V1 frame");
-    sealed.drain(..HEADER.min(sealed.len()));
-    sealed
-}
-
 /// `payload`, encoded with `codec`, framed (V2) with its checksum.
 pub(crate) fn seal_coded(codec: u8, payload: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(HEADER_V2 + payload.len());
@@ -143,16 +134,6 @@ mod tests {
                 let err = open(&name, &bad).expect_err("a flipped record must not open");
                 assert!(err.to_string().contains("test record"), "{err}");
             }
-        }
-    }
-
-    /// A frame's payload, cut out in its own buffer, is what [`open`] gives.
-    #[test]
-    fn a_frame_unsealed_in_place_gives_its_payload() {
-        for payload in [&b""[..], b"{}", br#"{"engine":{"leases":[1,2,3]}}"#] {
-            let sealed = seal(payload);
-            assert_eq!(open(&name, &sealed).unwrap(), payload);
-            assert_eq!(unseal_own(sealed), payload);
         }
     }
 

@@ -1,26 +1,35 @@
 //! Where a snapshot's data lives: one file in the data dir's `snap/`, named
-//! by the database, so that taking a snapshot streams the engine to disk and
-//! holds no copy of its bytes in memory (issue 19 §4).
+//! by the database, so that taking, sending, receiving and installing a
+//! snapshot stream it to and from disk and hold no copy of its bytes in
+//! memory (issue 19 §4, issue 38 §3).
 //!
 //! Where it sits: under [`super::state_machine`], which builds, installs,
-//! reads and seeds snapshots through [`Files`]. The `raft_snapshot` table of
-//! the database keeps openraft's meta under `"meta"` and, under `"file"`, a
-//! [`FileRef`] (the file's name and length); the file is the snapshot's
-//! payload in a [`record`] V1 frame (its checksum first).
+//! reads and seeds snapshots through [`Files`], and under
+//! [`super::snapshot_data`], openraft's handle on one of these files. The
+//! `raft_snapshot` table of the database keeps openraft's meta under
+//! `"meta"` and, under `"file"`, a [`FileRef`] (the file's name and length);
+//! the file is the snapshot's payload in a [`record`] V1 frame (its checksum
+//! first).
 //!
 //! A new snapshot is written to `<name>.tmp`, synced, renamed into place and
 //! the directory synced before the database names it (one durable
 //! transaction, which also drops the `"data"` key of the layout before it);
-//! the file it replaces is removed after. A crash between leaves a file the
-//! database does not name, which the next start removes ([`Files::tidy`]).
-//! A missing or changed file the database names is a storage error: the node
-//! fails closed rather than start from another state.
+//! the file it replaces is removed after. A snapshot received from the
+//! leader is written chunk by chunk into an `incoming-….snap.incoming` file
+//! whose header is left blank ([`Files::begin_incoming`]); once it is
+//! checked, its header is written and it is adopted the same way
+//! ([`Files::adopt`]): renamed, never copied. A crash between leaves a file
+//! the database does not name, which the next start removes
+//! ([`Files::tidy`]). A missing or changed file the database names is a
+//! storage error: the node fails closed rather than start from another
+//! state.
 //!
 //! Data dirs written before this layout keep the payload in the table under
-//! `"data"`; it is read from there until the next snapshot is written.
+//! `"data"`; a start moves it into a file.
 
 use std::fs::{self, File, OpenOptions};
-use std::io::{self, BufWriter, Seek, SeekFrom, Write};
+use std::io::{self, BufWriter, Read, Seek, SeekFrom, Write};
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -34,6 +43,8 @@ use super::record::{self, FRAME_V1};
 pub(crate) const SNAP_DIR: &str = "snap";
 const SUFFIX: &str = ".snap";
 const TMP_SUFFIX: &str = ".snap.tmp";
+/// A snapshot being received from the leader (see [`Files::begin_incoming`]).
+const INCOMING_SUFFIX: &str = ".snap.incoming";
 
 /// What the database records of a snapshot file.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -71,6 +82,65 @@ impl<W: Write> Write for Checksummed<W> {
 
     fn flush(&mut self) -> io::Result<()> {
         self.inner.flush()
+    }
+}
+
+/// The checksum (CRC-32, as the frame's) and length of a payload.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Sum {
+    pub crc: u32,
+    pub bytes: u64,
+}
+
+/// A reader that sums what passes through it, on its way from `inner`.
+pub(crate) struct Summing<R> {
+    inner: R,
+    crc: crc32fast::Hasher,
+    bytes: u64,
+}
+
+impl<R> Summing<R> {
+    pub fn new(inner: R) -> Self {
+        Self { inner, crc: Default::default(), bytes: 0 }
+    }
+
+    /// The sum of what was read so far.
+    pub fn sum(&self) -> Sum {
+        Sum { crc: self.crc.clone().finalize(), bytes: self.bytes }
+    }
+}
+
+impl<R: Read> Read for Summing<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.crc.update(&buf[..n]);
+        self.bytes += n as u64;
+        Ok(n)
+    }
+}
+
+/// A snapshot file opened for reading: its name and length checked, its
+/// frame's header read; positioned at its payload.
+#[derive(Debug)]
+pub(crate) struct Opened {
+    pub path: PathBuf,
+    pub file: File,
+    /// What the header and the length say the payload is.
+    pub expected: Sum,
+}
+
+impl Opened {
+    /// Whether the payload read, `read`, is the one the frame recorded.
+    pub fn check(&self, read: Sum) -> Result<(), DbError> {
+        if read == self.expected {
+            return Ok(());
+        }
+        let (stored, computed) = (self.expected.crc, read.crc);
+        let why = match read.bytes == self.expected.bytes {
+            true => format!("checksum mismatch (stored {stored:08x}, computed {computed:08x})"),
+            false => format!("{} payload bytes read, where the frame holds {}", read.bytes, self.expected.bytes),
+        };
+        Err(DbError::Corrupt { record: self.path.display().to_string(), why })
     }
 }
 
@@ -166,40 +236,130 @@ impl Files {
         File::open(&self.dir).and_then(|d| d.sync_all()).map_err(self.io("sync the directory of", &self.dir))
     }
 
-    /// The payload of the file `file` names, checked against its length and
-    /// its checksum.
-    pub fn read(&self, file: &FileRef) -> Result<Vec<u8>, DbError> {
+    /// Opens the file `file` names, checked against its name, its length and
+    /// its frame's tag; its payload is checked against the frame's checksum
+    /// as it is read ([`Opened::check`]).
+    pub fn open(&self, file: &FileRef) -> Result<Opened, DbError> {
         let path = self.path(&file.name);
         let corrupt = |why: String| DbError::Corrupt { record: path.display().to_string(), why };
         if file.name.contains('/') || !file.name.ends_with(SUFFIX) {
             return Err(corrupt("the database names a file outside the snapshot directory".into()));
         }
-        // The length first: a file grown to any size is refused unread.
-        let len = match fs::metadata(&path) {
-            Ok(m) => m.len(),
+        let mut opened = match File::open(&path) {
+            Ok(opened) => opened,
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
                 return Err(corrupt("the database names this snapshot file, which is missing".into()))
             }
-            Err(e) => return Err(self.io("read", &path)(e)),
+            Err(e) => return Err(self.io("open", &path)(e)),
         };
-        if len != file.bytes {
+        // The length first: a file grown to any size is refused unread.
+        let len = opened.metadata().map_err(self.io("read", &path))?.len();
+        if len != file.bytes || len < record::HEADER as u64 {
             return Err(corrupt(format!("{len} bytes, where the database recorded {}", file.bytes)));
         }
-        let bytes = fs::read(&path).map_err(self.io("read", &path))?;
-        if bytes.len() as u64 != file.bytes {
-            return Err(corrupt(format!("{} bytes, where the database recorded {}", bytes.len(), file.bytes)));
-        }
-        if bytes.first() != Some(&FRAME_V1) {
+        let mut header = [0; record::HEADER];
+        opened.read_exact(&mut header).map_err(self.io("read", &path))?;
+        if header[0] != FRAME_V1 {
             return Err(corrupt("not a snapshot frame".into()));
         }
-        record::open(&|| path.display().to_string(), &bytes)?;
-        Ok(record::unseal_own(bytes))
+        let crc = u32::from_le_bytes([header[1], header[2], header[3], header[4]]);
+        let expected = Sum { crc, bytes: len - record::HEADER as u64 };
+        Ok(Opened { path, file: opened, expected })
+    }
+
+    /// A new file to receive a snapshot into: its header blank (filled in
+    /// by [`Files::adopt`]), positioned after it.
+    pub fn begin_incoming(&self) -> Result<(PathBuf, File), DbError> {
+        static SEQ: AtomicU64 = AtomicU64::new(0);
+        fs::create_dir_all(&self.dir).map_err(self.io("create the directory of", &self.dir))?;
+        loop {
+            let seq = SEQ.fetch_add(1, Ordering::Relaxed);
+            let path = self.path(&format!("incoming-{}-{seq}{INCOMING_SUFFIX}", std::process::id()));
+            let mut file = match OpenOptions::new().read(true).write(true).create_new(true).open(&path) {
+                Ok(file) => file,
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
+                Err(e) => return Err(self.io("create", &path)(e)),
+            };
+            if let Err(e) = file.write_all(&[0; record::HEADER]) {
+                let _ = fs::remove_file(&path);
+                return Err(self.io("write", &path)(e));
+            }
+            return Ok((path, file));
+        }
+    }
+
+    /// Whether `path` is a file of [`Files::begin_incoming`] of this
+    /// directory.
+    pub fn is_incoming(&self, path: &Path) -> bool {
+        let name = path.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+        path.parent() == Some(self.dir.as_path()) && name.ends_with(INCOMING_SUFFIX)
+    }
+
+    /// Makes the received file `incoming` (open as `file`), whose payload
+    /// is `sum`, a snapshot file, durably: its header written, synced,
+    /// renamed into place and the directory synced. What the database
+    /// should record of it; on an error `incoming` is removed. Call with the
+    /// lock held.
+    pub fn adopt(&self, incoming: &Path, file: File, index: Option<u64>, sum: Sum) -> Result<FileRef, DbError> {
+        let adopted = self.seal(incoming, &file, sum).and_then(|()| self.place(incoming, index));
+        if adopted.is_err() {
+            let _ = fs::remove_file(incoming);
+        }
+        adopted.map(|name| FileRef { name, bytes: sum.bytes + record::HEADER as u64 })
+    }
+
+    /// Writes the header of the payload `sum` into `file` and syncs it.
+    fn seal(&self, path: &Path, file: &File, sum: Sum) -> Result<(), DbError> {
+        let err = self.io("write", path);
+        let len = file.metadata().map_err(&err)?.len();
+        if len != sum.bytes + record::HEADER as u64 {
+            return Err(DbError::Other(format!(
+                "received snapshot file {} has {len} bytes, where its payload was {} read",
+                path.display(),
+                sum.bytes
+            )));
+        }
+        let mut header = [FRAME_V1; record::HEADER];
+        header[1..].copy_from_slice(&sum.crc.to_le_bytes());
+        file.write_all_at(&header, 0).map_err(&err)?;
+        file.sync_all().map_err(&err)
+    }
+
+    /// Renames `from` to a new name of a snapshot at `index`, durably; the name.
+    fn place(&self, from: &Path, index: Option<u64>) -> Result<String, DbError> {
+        static SEQ: AtomicU64 = AtomicU64::new(0);
+        let name = loop {
+            let seq = SEQ.fetch_add(1, Ordering::Relaxed);
+            let name = format!("{:020}-{}-r{seq}{SUFFIX}", index.unwrap_or(0), std::process::id());
+            if !self.path(&name).exists() {
+                break name;
+            }
+        };
+        let path = self.path(&name);
+        fs::rename(from, &path).map_err(self.io("rename", from))?;
+        if let Err(e) = self.sync_dir() {
+            let _ = fs::remove_file(&path);
+            return Err(e);
+        }
+        Ok(name)
     }
 
     /// Removes every snapshot file but `keep` (files a crash left before the
-    /// database named them, or after it named their successor). Call with the
-    /// lock held, or before the node serves.
+    /// database named them, or after it named their successor, and snapshots
+    /// a crash cut while they were received). Call before the node serves.
     pub fn tidy(&self, keep: Option<&str>) -> Result<(), DbError> {
+        self.remove_but(keep, &[SUFFIX, TMP_SUFFIX, INCOMING_SUFFIX])
+    }
+
+    /// Removes the snapshot files `keep` replaced, and what a crash left of
+    /// snapshots written here, but not the snapshot being received (it is
+    /// written without the lock). Call with the lock held.
+    pub fn remove_replaced(&self, keep: &str) -> Result<(), DbError> {
+        self.remove_but(Some(keep), &[SUFFIX, TMP_SUFFIX])
+    }
+
+    /// Removes the files of `dir` whose names end in one of `suffixes`, but `keep`.
+    fn remove_but(&self, keep: Option<&str>, suffixes: &[&str]) -> Result<(), DbError> {
         let entries = match fs::read_dir(&self.dir) {
             Ok(entries) => entries,
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
@@ -208,7 +368,7 @@ impl Files {
         for entry in entries {
             let path = entry.map_err(self.io("list", &self.dir))?.path();
             let name = path.file_name().and_then(|n| n.to_str()).unwrap_or_default();
-            let ours = name.ends_with(SUFFIX) || name.ends_with(TMP_SUFFIX);
+            let ours = suffixes.iter().any(|s| name.ends_with(s));
             if ours && Some(name) != keep {
                 fs::remove_file(&path).map_err(self.io("remove", &path))?;
             }
@@ -230,6 +390,17 @@ mod tests {
         out.write_all(br#"{"a":1}"#).map_err(|e| DbError::Other(e.to_string()))
     }
 
+    /// The payload of the file `file` names, read as a start reads it: opened,
+    /// then checked against its frame as it is read.
+    fn read(files: &Files, file: &FileRef) -> Result<Vec<u8>, DbError> {
+        let opened = files.open(file)?;
+        let mut reader = Summing::new(&opened.file);
+        let mut payload = Vec::new();
+        reader.read_to_end(&mut payload).map_err(|e| DbError::Other(e.to_string()))?;
+        opened.check(reader.sum())?;
+        Ok(payload)
+    }
+
     #[test]
     fn a_written_file_reads_back_its_payload() {
         let dir = tempfile::tempdir().unwrap();
@@ -237,7 +408,7 @@ mod tests {
         let file = files.write(Some(7), payload).unwrap();
         assert!(file.name.starts_with("00000000000000000007-"), "{}", file.name);
         assert_eq!(file.bytes, 7 + record::HEADER as u64);
-        assert_eq!(files.read(&file).unwrap(), br#"{"a":1}"#);
+        assert_eq!(read(&files, &file).unwrap(), br#"{"a":1}"#);
     }
 
     /// Every byte of the file is covered: a flip anywhere is refused.
@@ -252,20 +423,20 @@ mod tests {
             let mut bad = good.clone();
             bad[i] ^= 0x10;
             fs::write(&path, &bad).unwrap();
-            assert!(matches!(files.read(&file), Err(DbError::Corrupt { .. })), "byte {i}");
+            assert!(matches!(read(&files, &file), Err(DbError::Corrupt { .. })), "byte {i}");
         }
         fs::write(&path, &good[..good.len() - 1]).unwrap();
-        assert!(matches!(files.read(&file), Err(DbError::Corrupt { .. })));
+        assert!(matches!(read(&files, &file), Err(DbError::Corrupt { .. })));
         // Grown (sparse) to 64 GiB: refused by its length, never read whole.
         fs::write(&path, &good).unwrap();
         OpenOptions::new().write(true).open(&path).unwrap().set_len(64 << 30).unwrap();
-        let err = files.read(&file).unwrap_err().to_string();
+        let err = read(&files, &file).unwrap_err().to_string();
         assert!(err.contains("68719476736 bytes, where the database recorded"), "{err}");
         fs::remove_file(&path).unwrap();
-        let err = files.read(&file).unwrap_err().to_string();
+        let err = read(&files, &file).unwrap_err().to_string();
         assert!(err.contains("missing"), "{err}");
         let outside = FileRef { name: "../fencelock.redb".into(), bytes: 0 };
-        assert!(matches!(files.read(&outside), Err(DbError::Corrupt { .. })));
+        assert!(matches!(read(&files, &outside), Err(DbError::Corrupt { .. })));
     }
 
     #[test]
@@ -275,13 +446,14 @@ mod tests {
         let (old, kept) = (files.write(Some(1), payload).unwrap(), files.write(Some(2), payload).unwrap());
         let snap = dir.path().join(SNAP_DIR);
         fs::write(snap.join("00000000000000000003-1-1.snap.tmp"), b"torn").unwrap();
+        fs::write(snap.join("incoming-1-1.snap.incoming"), b"cut while received").unwrap();
         fs::write(snap.join("notes.txt"), b"an operator's").unwrap();
         files.tidy(Some(&kept.name)).unwrap();
         let mut left: Vec<String> =
             fs::read_dir(&snap).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
         left.sort();
         assert_eq!(left, [kept.name.clone(), "notes.txt".into()]);
-        assert!(files.read(&old).is_err());
+        assert!(read(&files, &old).is_err());
     }
 
     /// A failed write leaves no file behind.
@@ -295,5 +467,54 @@ mod tests {
         });
         assert!(failed.is_err());
         assert_eq!(fs::read_dir(dir.path().join(SNAP_DIR)).unwrap().count(), 0);
+    }
+
+    /// A received file is adopted by rename: the file the database will name
+    /// is the one written, its header filled in, and it reads back as its
+    /// payload; no incoming file is left.
+    #[test]
+    fn a_received_file_is_adopted_in_place() {
+        let dir = tempfile::tempdir().unwrap();
+        let files = Files::new(dir.path());
+        let (path, mut file) = files.begin_incoming().unwrap();
+        assert!(files.is_incoming(&path));
+        file.write_all(br#"{"a":1}"#).unwrap();
+        let sum = {
+            let mut r = Summing::new(&br#"{"a":1}"#[..]);
+            io::copy(&mut r, &mut io::sink()).unwrap();
+            r.sum()
+        };
+        let inode = std::os::unix::fs::MetadataExt::ino(&file.metadata().unwrap());
+        let adopted = files.adopt(&path, file, Some(9), sum).unwrap();
+        assert!(adopted.name.starts_with("00000000000000000009-"), "{}", adopted.name);
+        let placed = dir.path().join(SNAP_DIR).join(&adopted.name);
+        assert_eq!(std::os::unix::fs::MetadataExt::ino(&fs::metadata(&placed).unwrap()), inode, "renamed, not copied");
+        assert_eq!(read(&files, &adopted).unwrap(), br#"{"a":1}"#);
+        assert!(!path.exists());
+    }
+
+    /// A received file whose length is not its payload's is not adopted,
+    /// and is removed.
+    #[test]
+    fn a_received_file_of_another_length_is_not_adopted() {
+        let dir = tempfile::tempdir().unwrap();
+        let files = Files::new(dir.path());
+        let (path, mut file) = files.begin_incoming().unwrap();
+        file.write_all(b"{}").unwrap();
+        assert!(files.adopt(&path, file, Some(1), Sum { crc: 0, bytes: 3 }).is_err());
+        assert_eq!(fs::read_dir(dir.path().join(SNAP_DIR)).unwrap().count(), 0);
+    }
+
+    /// Removing what a snapshot replaced leaves the snapshot being received.
+    #[test]
+    fn removing_the_replaced_files_keeps_the_one_being_received() {
+        let dir = tempfile::tempdir().unwrap();
+        let files = Files::new(dir.path());
+        let (old, kept) = (files.write(Some(1), payload).unwrap(), files.write(Some(2), payload).unwrap());
+        let (incoming, _file) = files.begin_incoming().unwrap();
+        files.remove_replaced(&kept.name).unwrap();
+        assert!(read(&files, &old).is_err());
+        assert!(read(&files, &kept).is_ok());
+        assert!(incoming.exists());
     }
 }

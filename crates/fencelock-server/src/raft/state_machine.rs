@@ -5,12 +5,17 @@
 //! openraft re-applies.
 //!
 //! Snapshot bytes are the JSON of `SnapshotPayload` (last applied log id, last
-//! membership, engine), in a file of the data dir's `snap/` (see
-//! `snapshot_file`). The `raft_snapshot` table of the redb database
-//! names it: `"meta"` (JSON of openraft's `SnapshotMeta`) and `"file"` (its
-//! `FileRef`), written in one durable transaction after the file is synced.
-//! Data dirs of the layout before files hold the bytes under `"data"` instead,
-//! read until the next snapshot replaces them.
+//! membership, engine; see `snapshot_payload`), in a file of the data dir's
+//! `snap/` (see `snapshot_file`) that the redb database names; storing and
+//! reading the node's snapshot is `snapshot_store`. Data dirs of the layout
+//! before files hold the bytes in the database instead; a start moves them
+//! into a file.
+//!
+//! The file is the snapshot from end to end, never a copy in memory (issue
+//! 38 §3): a start decodes it as it reads it, once; openraft is handed it
+//! opened for reading ([`SnapshotData`]) to send to a follower in chunks; a
+//! follower receives into a new file of `snap/` and, once
+//! `snapshot_rx` has checked it, installs it by adopting that file.
 //!
 //! Taking a snapshot (openraft's state-machine task asks for a
 //! [`SnapshotBuilder`], then builds it on a task of its own): the builder is a
@@ -26,29 +31,27 @@
 //! while the copy lives is copied then, once per record and map chunk.
 #![allow(clippy::result_large_err)] // openraft's error types are large by design
 
-use crate::raft::Member;
-use std::io::{Cursor, Write};
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
-use fencelock_core::{Engine, Output};
-use openraft::storage::RaftStateMachine;
-use openraft::{
-    Entry, EntryPayload, ErrorSubject, ErrorVerb, LogId, OptionalSend, RaftSnapshotBuilder, Snapshot, SnapshotMeta,
-    StorageError, StoredMembership,
-};
-use redb::{Database, Durability, ReadableDatabase, ReadableTable};
-use serde::{Deserialize, Serialize};
-
-use super::db::{blocking, decode, encode, SNAPSHOT};
+use super::db::blocking;
 use super::db_error::DbError;
-use super::record;
-use super::snapshot_file::{FileRef, Files};
+use super::snapshot_data::SnapshotData;
+use super::snapshot_file::Files;
+use super::snapshot_payload::{Membership, Meta};
+use super::snapshot_store::{self as store, Stored};
 use super::{NodeId, TypeConfig};
 use crate::seams::{Applying, CrashPoint, Seams};
 use crate::watching::{self as watch, Hub};
+use fencelock_core::{Engine, Output};
+use openraft::storage::RaftStateMachine;
+use openraft::{
+    Entry, EntryPayload, ErrorSubject, ErrorVerb, LogId, OptionalSend, RaftSnapshotBuilder, Snapshot, StorageError,
+    StoredMembership,
+};
+use redb::{Database, ReadableDatabase, ReadableTable};
 
 /// The engine, shared with the server's read path. Only [`StateMachine`]'s apply
 /// and snapshot install take the write lock; everyone else must only read.
@@ -57,35 +60,6 @@ use crate::watching::{self as watch, Hub};
 /// purpose (the engine may be half-updated): readers then get a `PoisonError` and
 /// must not serve from it; openraft gets a storage error and stops the node.
 pub type SharedEngine = Arc<RwLock<Engine>>;
-
-const KEY_META: &str = "meta";
-/// The [`FileRef`] of the snapshot's data.
-const KEY_FILE: &str = "file";
-/// The snapshot's data, in the layout before files (read, then dropped).
-const KEY_DATA: &str = "data";
-
-fn io_err(e: std::io::Error) -> DbError {
-    DbError::Other(format!("cannot write a snapshot file: {e}"))
-}
-
-type Membership = StoredMembership<NodeId, Member>;
-type Meta = SnapshotMeta<NodeId, Member>;
-
-/// The content of a snapshot (serialized as JSON).
-#[derive(Serialize)]
-struct SnapshotPayloadRef<'a> {
-    last_applied: &'a Option<LogId<NodeId>>,
-    last_membership: &'a Membership,
-    engine: &'a Engine,
-}
-
-/// Owned twin of [`SnapshotPayloadRef`], for decoding.
-#[derive(Deserialize)]
-struct SnapshotPayload {
-    last_applied: Option<LogId<NodeId>>,
-    last_membership: Membership,
-    engine: Engine,
-}
 
 /// The Raft state machine over the [`Engine`]. Also its own snapshot builder: the
 /// builder is a detached copy taken between two applies.
@@ -124,108 +98,6 @@ fn snap_err(meta: Option<&Meta>, verb: ErrorVerb) -> impl Fn(DbError) -> Storage
     move |e| e.into_storage(ErrorSubject::Snapshot(sig.clone()), verb)
 }
 
-/// The name of snapshot key `key`, for errors.
-fn snapshot_name(key: &str) -> impl Fn() -> String + '_ {
-    move || format!("raft_snapshot[{key:?}]")
-}
-
-/// Reads the persisted snapshot (meta, data), if any: the data from the file
-/// the database names, or from the table in the layout before files.
-pub(crate) fn read_snapshot(db: &impl ReadableDatabase, files: &Files) -> Result<Option<(Meta, Vec<u8>)>, DbError> {
-    let (meta, file, legacy) = {
-        let txn = db.begin_read()?;
-        let table = txn.open_table(SNAPSHOT)?;
-        let meta: Option<Meta> =
-            table.get(KEY_META)?.map(|m| decode(&snapshot_name(KEY_META), m.value())).transpose()?;
-        let file: Option<FileRef> =
-            table.get(KEY_FILE)?.map(|f| decode(&snapshot_name(KEY_FILE), f.value())).transpose()?;
-        let legacy = match (&meta, &file) {
-            (Some(_), None) => table
-                .get(KEY_DATA)?
-                .map(|d| record::open(&snapshot_name(KEY_DATA), d.value()).map(<[u8]>::to_vec))
-                .transpose()?,
-            _ => None,
-        };
-        (meta, file, legacy)
-    };
-    match (meta, file, legacy) {
-        (Some(meta), Some(file), _) => Ok(Some((meta, files.read(&file)?))),
-        (Some(meta), None, Some(data)) => Ok(Some((meta, data))),
-        (None, None, _) => Ok(None),
-        _ => Err(DbError::Other("snapshot table holds meta without data or data without meta".into())),
-    }
-}
-
-/// The file the stored snapshot's data is in, if it is in one.
-fn stored_file(db: &impl ReadableDatabase) -> Result<Option<FileRef>, DbError> {
-    let txn = db.begin_read()?;
-    let table = txn.open_table(SNAPSHOT)?;
-    let file = table.get(KEY_FILE)?;
-    file.map(|f| decode(&snapshot_name(KEY_FILE), f.value())).transpose()
-}
-
-/// Whether the stored snapshot is past `meta`'s point of the log.
-fn stored_is_newer(db: &Database, meta: &Meta) -> Result<bool, DbError> {
-    let txn = db.begin_read()?;
-    let table = txn.open_table(SNAPSHOT)?;
-    let existing = table.get(KEY_META)?;
-    let existing: Option<Meta> = existing.map(|m| decode(&snapshot_name(KEY_META), m.value())).transpose()?;
-    Ok(existing.is_some_and(|e| e.last_log_id > meta.last_log_id))
-}
-
-/// Persists the snapshot `meta` whose data `payload` writes as the current
-/// one, durably: its file first, then the database names it (see
-/// [`super::snapshot_file`]). With `only_if_newer`, an already stored
-/// snapshot with a greater last log id is kept and nothing is written (a
-/// snapshot built concurrently with an install must not replace the
-/// installed, newer one). The file written, if it was.
-fn store_snapshot(
-    db: &Database,
-    files: &Files,
-    meta: &Meta,
-    only_if_newer: bool,
-    payload: impl FnOnce(&mut dyn Write) -> Result<(), DbError>,
-) -> Result<Option<FileRef>, DbError> {
-    let _held = files.lock();
-    if only_if_newer && stored_is_newer(db, meta)? {
-        return Ok(None);
-    }
-    let file = files.write(meta.last_log_id.map(|l| l.index), payload)?;
-    let named = name_file(db, meta, &file, |_| Ok(()));
-    if let Err(e) = named {
-        files.remove(&file);
-        return Err(e);
-    }
-    if let Err(e) = files.tidy(Some(&file.name)) {
-        // The snapshot is stored; the old file goes at the next start.
-        tracing::warn!(error = %e, "cannot remove a replaced snapshot file");
-    }
-    Ok(Some(file))
-}
-
-/// Names `file` as the data of the snapshot `meta` in one durable
-/// transaction, with whatever else `also` writes in it; drops the data of the
-/// layout before files.
-fn name_file(
-    db: &Database,
-    meta: &Meta,
-    file: &FileRef,
-    also: impl FnOnce(&redb::WriteTransaction) -> Result<(), DbError>,
-) -> Result<(), DbError> {
-    let (meta_bytes, file_bytes) = (encode(meta)?, encode(file)?);
-    let mut txn = db.begin_write()?;
-    txn.set_durability(Durability::Immediate)?;
-    also(&txn)?;
-    {
-        let mut table = txn.open_table(SNAPSHOT)?;
-        table.insert(KEY_META, meta_bytes.as_slice())?;
-        table.insert(KEY_FILE, file_bytes.as_slice())?;
-        table.remove(KEY_DATA)?;
-    }
-    txn.commit()?;
-    Ok(())
-}
-
 /// The index of the first entry that is not in the log yet: one past the last
 /// stored entry or the snapshot, whichever is later (0 for an empty store).
 fn first_new_index(db: &Database, snapshot: Option<LogId<NodeId>>) -> Result<u64, DbError> {
@@ -234,27 +106,6 @@ fn first_new_index(db: &Database, snapshot: Option<LogId<NodeId>>) -> Result<u64
     let last_in_log = table.last()?.map(|(k, _)| k.value());
     let last = last_in_log.max(snapshot.map(|l| l.index));
     Ok(last.map_or(0, |i| i.saturating_add(1)))
-}
-
-fn decode_payload(data: &[u8]) -> Result<SnapshotPayload, DbError> {
-    Ok(serde_json::from_slice(data)?)
-}
-
-/// Writes the snapshot data of `engine` at `meta`'s point of the log to
-/// `out`. Hundreds of MB at a million leases: call it on a blocking thread,
-/// never on the runtime's.
-fn write_data(meta: &Meta, engine: &Engine, out: &mut dyn Write) -> Result<(), DbError> {
-    let payload =
-        SnapshotPayloadRef { last_applied: &meta.last_log_id, last_membership: &meta.last_membership, engine };
-    serde_json::to_writer(out, &payload).map_err(DbError::from)
-}
-
-/// The engine of a received snapshot, if its data decodes and matches its meta
-/// (see [`super::snapshot_rx`], which checks a snapshot before it is installed).
-pub(crate) fn decode_received(meta: &Meta, data: &[u8]) -> Result<Engine, DbError> {
-    let payload = decode_payload(data)?;
-    check_payload(meta, &payload)?;
-    Ok(payload.engine)
 }
 
 fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
@@ -272,9 +123,12 @@ impl StateMachine {
     /// Snapshot files a crash left unnamed in `dir` (the data dir) are removed.
     pub(crate) fn load(db: Arc<Database>, dir: &Path, seams: Seams) -> Result<Self, StorageError<NodeId>> {
         let files = Files::new(dir);
-        let snap = read_snapshot(&*db, &files).map_err(snap_err(None, ErrorVerb::Read))?;
-        let named = stored_file(&*db).map_err(snap_err(None, ErrorVerb::Read))?;
-        files.tidy(named.as_ref().map(|f| f.name.as_str())).map_err(snap_err(None, ErrorVerb::Write))?;
+        let stored = store::stored(&*db).map_err(snap_err(None, ErrorVerb::Read))?;
+        let named = match &stored {
+            Some((_, Stored::File(file))) => Some(file.name.as_str()),
+            _ => None,
+        };
+        files.tidy(named).map_err(snap_err(None, ErrorVerb::Write))?;
         let mut sm = StateMachine {
             db,
             files,
@@ -285,9 +139,15 @@ impl StateMachine {
             first_new: None,
             watch: Hub::new(watch::hub::DEFAULT_HISTORY, 0),
         };
-        if let Some((meta, data)) = snap {
-            let payload = decode_payload(&data).map_err(snap_err(Some(&meta), ErrorVerb::Read))?;
-            check_payload(&meta, &payload).map_err(snap_err(Some(&meta), ErrorVerb::Read))?;
+        if let Some((meta, stored)) = stored {
+            // Read once, as it is decoded: openraft asks for the snapshot
+            // next (`get_current_snapshot`), which only opens its file.
+            let payload =
+                store::decode_stored(&sm.files, &meta, &stored).map_err(snap_err(Some(&meta), ErrorVerb::Read))?;
+            if let Stored::Table(data) = stored {
+                store::move_to_file(&sm.db, &sm.files, &meta, &data)
+                    .map_err(snap_err(Some(&meta), ErrorVerb::Write))?;
+            }
             sm.last_applied = payload.last_applied;
             sm.last_membership = payload.last_membership;
             *sm.engine.write().expect("fresh lock") = payload.engine;
@@ -388,48 +248,7 @@ pub(crate) fn seed_restored(
     membership: Membership,
     engine: &Engine,
 ) -> Result<(), DbError> {
-    use super::db::{KEY_COMMITTED, KEY_LAST_PURGED, LOG, META};
-    let db = &sm.db;
-    let meta =
-        Meta { last_log_id: Some(last), last_membership: membership, snapshot_id: format!("restored-{}", last.index) };
-    let last_bytes = encode(&last)?;
-    let empty = |log: Option<u64>, snapshot: bool| match log.is_some() || snapshot {
-        true => Err(DbError::Other("the database is not empty".into())),
-        false => Ok(()),
-    };
-    {
-        // Refused before the snapshot file is written (and again in the
-        // transaction that names it).
-        let txn = db.begin_read()?;
-        let log = txn.open_table(LOG)?.last()?.map(|(k, _)| k.value());
-        empty(log, txn.open_table(SNAPSHOT)?.get(KEY_META)?.is_some())?;
-    }
-    let files = &sm.files;
-    let _held = files.lock();
-    let file = files.write(Some(last.index), |out| write_data(&meta, engine, out))?;
-    let named = name_file(db, &meta, &file, |txn| {
-        let log = txn.open_table(LOG)?.last()?.map(|(k, _)| k.value());
-        empty(log, txn.open_table(SNAPSHOT)?.get(KEY_META)?.is_some())?;
-        let mut raft_meta = txn.open_table(META)?;
-        raft_meta.insert(KEY_LAST_PURGED, last_bytes.as_slice())?;
-        raft_meta.insert(KEY_COMMITTED, last_bytes.as_slice())?;
-        Ok(())
-    });
-    if named.is_err() {
-        files.remove(&file);
-    }
-    named
-}
-
-/// A snapshot's data must describe the same point of the log as its meta.
-fn check_payload(meta: &Meta, payload: &SnapshotPayload) -> Result<(), DbError> {
-    if meta.last_log_id != payload.last_applied || meta.last_membership != payload.last_membership {
-        return Err(DbError::Other(format!(
-            "snapshot data (last applied {:?}) does not match its meta ({meta})",
-            payload.last_applied
-        )));
-    }
-    Ok(())
+    store::seed(&sm.db, &sm.files, last, membership, engine)
 }
 
 /// openraft's snapshot builder: a detached copy of the engine at one applied
@@ -474,40 +293,39 @@ impl SnapshotBuilder {
     }
 }
 
-/// Streams `engine` at `meta` into a new snapshot file and names it as the
-/// current snapshot, unless a newer one is stored; whether it was stored. No
-/// copy of the data is in memory.
-fn serialize_and_store(db: &Database, files: &Files, meta: &Meta, engine: Engine) -> Result<bool, DbError> {
-    let file = store_snapshot(db, files, meta, true, |out| write_data(meta, &engine, out))?;
-    Ok(file.is_some())
-}
-
 impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
     /// Serializes the copy and persists it durably as the current snapshot
     /// (unless a newer one is already stored), on a blocking thread: a
     /// snapshot of a million leases takes seconds, which would stall every
     /// task of a runtime with one worker thread.
     ///
-    /// Returns its meta with empty data: the data is in its file, and
-    /// [`RaftStateMachine::get_current_snapshot`] reads it from there.
-    /// openraft 0.9.25 (pinned) keeps only the meta of a snapshot it had
-    /// built (`core/sm/worker.rs`: `Response::BuildSnapshot(snap.meta)`;
+    /// Returns its meta and its file, opened, not read: openraft 0.9.25
+    /// (pinned) keeps only the meta of a snapshot it had built
+    /// (`core/sm/worker.rs`: `Response::BuildSnapshot(snap.meta)`;
     /// `storage/helper.rs` likewise) and sends followers what
     /// `get_current_snapshot` returns. Reading the file back for it cost, at
     /// 1M leases, 416 MB read, checksummed and dropped per snapshot: about
-    /// 1 s of W3's 9.4 s to create a million leases.
+    /// 1 s of W3's 9.4 s to create a million leases. If a newer snapshot was
+    /// stored meanwhile, this one was not written: its data is then an
+    /// empty file, removed when dropped.
     async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig>, StorageError<NodeId>> {
         let meta = self.meta();
         let engine = std::mem::replace(&mut self.engine, Err(BUILT));
         let (db, files, m) = (self.db.clone(), self.files.clone(), meta.clone());
-        let written =
-            blocking(move || serialize_and_store(&db, &files, &m, engine.map_err(|e| DbError::Other(e.into()))?))
-                .await
-                .map_err(snap_err(Some(&meta), ErrorVerb::Write))?;
-        if !written {
-            tracing::info!(%meta, "built snapshot is older than the stored one; kept the stored one");
-        }
-        Ok(Snapshot { meta, snapshot: Box::new(Cursor::new(Vec::new())) })
+        let written = blocking(move || {
+            store::serialize_and_store(&db, &files, &m, engine.map_err(|e| DbError::Other(e.into()))?)
+        })
+        .await
+        .map_err(snap_err(Some(&meta), ErrorVerb::Write))?;
+        let data = match written {
+            Some(opened) => SnapshotData::stored(opened),
+            None => {
+                tracing::info!(%meta, "built snapshot is older than the stored one; kept the stored one");
+                let (path, file) = self.files.begin_incoming().map_err(snap_err(Some(&meta), ErrorVerb::Write))?;
+                SnapshotData::incoming(path, file)
+            }
+        };
+        Ok(Snapshot { meta, snapshot: Box::new(data) })
     }
 }
 
@@ -563,32 +381,31 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         }
     }
 
-    async fn begin_receiving_snapshot(&mut self) -> Result<Box<Cursor<Vec<u8>>>, StorageError<NodeId>> {
-        Ok(Box::new(Cursor::new(Vec::new())))
+    /// A new file of `snap/` to receive a snapshot into (see
+    /// [`super::snapshot_rx`]); removed if it is dropped before it is
+    /// installed.
+    async fn begin_receiving_snapshot(&mut self) -> Result<Box<SnapshotData>, StorageError<NodeId>> {
+        let (path, file) = self.files.begin_incoming().map_err(snap_err(None, ErrorVerb::Write))?;
+        Ok(Box::new(SnapshotData::incoming(path, file)))
     }
 
-    /// Decodes the snapshot, persists it durably as the current one, then replaces
-    /// the engine and the applied state with it.
-    async fn install_snapshot(
-        &mut self,
-        meta: &Meta,
-        snapshot: Box<Cursor<Vec<u8>>>,
-    ) -> Result<(), StorageError<NodeId>> {
-        let data = snapshot.into_inner();
-        let (db, m) = (self.db.clone(), meta.clone());
-        // Decoded and written on blocking threads: at a million leases each
+    /// Installs the snapshot in `snapshot` durably as the current one (a
+    /// received file is adopted, not copied), then replaces the engine and
+    /// the applied state with it. The engine is the one the receiver decoded
+    /// when it checked the snapshot, or else decoded from the file here.
+    async fn install_snapshot(&mut self, meta: &Meta, snapshot: Box<SnapshotData>) -> Result<(), StorageError<NodeId>> {
+        let mut parts = snapshot.into_parts().await;
+        let m = meta.clone();
+        // Decoded and stored on blocking threads: at a million leases each
         // takes seconds, which would stall every task of a one-thread runtime.
-        let (payload, data) = blocking(move || {
-            let payload = decode_payload(&data)?;
-            check_payload(&m, &payload)?;
-            Ok((payload, data))
-        })
-        .await
-        .map_err(snap_err(Some(meta), ErrorVerb::Read))?;
-        let (m, files) = (meta.clone(), self.files.clone());
-        blocking(move || store_snapshot(&db, &files, &m, false, |out| out.write_all(&data).map_err(io_err)))
+        let (decoded, parts) = blocking(move || Ok((store::decode_parts(&m, &mut parts)?, parts)))
+            .await
+            .map_err(snap_err(Some(meta), ErrorVerb::Read))?;
+        let (db, files, m, sum) = (self.db.clone(), self.files.clone(), meta.clone(), decoded.sum);
+        blocking(move || store::keep_file(&db, &files, &m, parts, sum))
             .await
             .map_err(snap_err(Some(meta), ErrorVerb::Write))?;
+        let payload = decoded.payload;
         let replaced = {
             let mut engine = self.engine.write().map_err(|_| {
                 sm_err(ErrorVerb::Write)(DbError::Other("engine lock is poisoned by an earlier failed apply".into()))
@@ -603,8 +420,17 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         Ok(())
     }
 
+    /// The stored snapshot, its file opened for reading (not read: it is
+    /// checked against its checksum as it is sent, see [`SnapshotData`]).
     async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot<TypeConfig>>, StorageError<NodeId>> {
-        let snap = read_snapshot(&*self.db, &self.files).map_err(snap_err(None, ErrorVerb::Read))?;
-        Ok(snap.map(|(meta, data)| Snapshot { meta, snapshot: Box::new(Cursor::new(data)) }))
+        let Some((meta, stored)) = store::stored(&*self.db).map_err(snap_err(None, ErrorVerb::Read))? else {
+            return Ok(None);
+        };
+        let opened = match stored {
+            Stored::File(file) => self.files.open(&file),
+            Stored::Table(_) => Err(DbError::Other("the snapshot is in the table: a start moves it to a file".into())),
+        };
+        let opened = opened.map_err(snap_err(Some(&meta), ErrorVerb::Read))?;
+        Ok(Some(Snapshot { meta, snapshot: Box::new(SnapshotData::stored(opened)) }))
     }
 }

@@ -3,6 +3,7 @@
 
 use crate::raft::Member;
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -14,32 +15,33 @@ use openraft::{
     StoredMembership, Vote,
 };
 use tempfile::TempDir;
+use tokio::io::AsyncWriteExt;
 
 use redb::{ReadableDatabase, ReadableTable};
 
 use super::{codec, db, log_store, record, snapshot_file};
 use super::{open_storage, LogStore, Network, NodeId, RaftService, StateMachine, TypeConfig};
 
-fn log_id(term: u64, index: u64) -> LogId<NodeId> {
+pub(super) fn log_id(term: u64, index: u64) -> LogId<NodeId> {
     LogId::new(CommittedLeaderId::new(term, 1), index)
 }
 
-fn blank(term: u64, index: u64) -> Entry<TypeConfig> {
+pub(super) fn blank(term: u64, index: u64) -> Entry<TypeConfig> {
     Entry { log_id: log_id(term, index), payload: EntryPayload::Blank }
 }
 
-fn membership(term: u64, index: u64, voters: &[NodeId]) -> Entry<TypeConfig> {
+pub(super) fn membership(term: u64, index: u64, voters: &[NodeId]) -> Entry<TypeConfig> {
     let nodes: BTreeMap<NodeId, Member> =
         voters.iter().map(|id| (*id, Member::new(format!("127.0.0.1:{}", 7000 + id)))).collect();
     let set: BTreeSet<NodeId> = voters.iter().copied().collect();
     Entry { log_id: log_id(term, index), payload: EntryPayload::Membership(Membership::new(vec![set], nodes)) }
 }
 
-fn normal(term: u64, index: u64, input: Input) -> Entry<TypeConfig> {
+pub(super) fn normal(term: u64, index: u64, input: Input) -> Entry<TypeConfig> {
     Entry { log_id: log_id(term, index), payload: EntryPayload::Normal(input) }
 }
 
-fn grant(req: u64, ttl_ms: u64) -> Command {
+pub(super) fn grant(req: u64, ttl_ms: u64) -> Command {
     Command::GrantLease { req: RequestId(req), ttl_ms, id: None }
 }
 
@@ -704,6 +706,16 @@ async fn snapshot_restores_engine_on_reopen() {
     assert_eq!(out[0].replies, vec![Reply::LeaseGranted { lease: LeaseId(3), ttl_ms: 1_000 }]);
 }
 
+/// The payload of a snapshot's data, read from its file (the bytes peers send).
+pub(super) fn payload(snap: &openraft::Snapshot<TypeConfig>) -> Vec<u8> {
+    std::fs::read(snap.snapshot.path()).unwrap()[record::HEADER..].to_vec()
+}
+
+/// The engine of a snapshot, decoded from its file.
+fn decode(snap: &openraft::Snapshot<TypeConfig>) -> Engine {
+    super::snapshot_payload::decode_received(&snap.meta, &payload(snap)[..]).unwrap().payload.engine
+}
+
 /// Applies entries 1-3: a one-member group, a leader start and one lease.
 async fn one_member_one_lease(sm: &mut StateMachine) {
     sm.apply(vec![
@@ -731,7 +743,7 @@ async fn a_snapshot_holds_the_state_at_its_builder_and_is_stored() {
     assert_eq!(snap.meta.last_log_id, Some(log_id(1, 3)));
     let stored = sm.get_current_snapshot().await.unwrap().expect("the snapshot is stored");
     assert_eq!(stored.meta, snap.meta);
-    let decoded = super::state_machine::decode_received(&stored.meta, stored.snapshot.get_ref()).unwrap();
+    let decoded = decode(&stored);
     assert_eq!(decoded, at_builder, "the state when the builder was taken");
     assert_ne!(decoded, *sm.engine().read().unwrap(), "not the state applied since");
     // A builder builds once: its copy is dropped once serialized.
@@ -758,7 +770,7 @@ async fn installed_snapshot_replaces_state_and_survives_reopen() {
         let (_f, mut follower) = open_storage(follower_dir.path()).unwrap();
         follower.apply(vec![blank(1, 1)]).await.unwrap();
         let mut rx = follower.begin_receiving_snapshot().await.unwrap();
-        *rx = *snap.snapshot.clone();
+        rx.write_all(&payload(&snap)).await.unwrap();
         follower.install_snapshot(&snap.meta, rx).await.unwrap();
         assert_eq!(*follower.engine().read().unwrap(), leader_engine);
         assert_eq!(follower.applied_state().await.unwrap().0, Some(log_id(1, 3)));
@@ -770,10 +782,12 @@ async fn installed_snapshot_replaces_state_and_survives_reopen() {
     // Snapshot data that does not match its meta is refused.
     let mut bad_meta = snap.meta.clone();
     bad_meta.last_log_id = Some(log_id(1, 9));
+    let stored = snapshot_files(follower_dir.path());
     let mut rx = follower.begin_receiving_snapshot().await.unwrap();
-    *rx = *snap.snapshot.clone();
+    rx.write_all(&payload(&snap)).await.unwrap();
     assert!(follower.install_snapshot(&bad_meta, rx).await.is_err());
     assert_eq!(follower.applied_state().await.unwrap().0, Some(log_id(1, 3)));
+    assert_eq!(snapshot_files(follower_dir.path()), stored, "its file is removed, the stored one kept");
 }
 
 #[test]
@@ -817,6 +831,8 @@ struct Calls {
     framed: std::sync::atomic::AtomicUsize,
     /// `AppendEntries` and `InstallSnapshot` calls in JSON.
     json: std::sync::atomic::AtomicUsize,
+    /// `InstallSnapshot` calls, framed or not: the chunks sent.
+    snapshot_chunks: std::sync::atomic::AtomicUsize,
 }
 
 /// A node's [`RaftService`], counting the calls by form; `json_only` answers
@@ -856,6 +872,7 @@ impl fencelock_proto::raft::raft_server::Raft for Counted {
     }
     async fn install_snapshot(&self, r: Payload) -> Answer {
         self.json();
+        self.calls.snapshot_chunks.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         self.svc.install_snapshot(r).await
     }
     async fn change_members(&self, r: Payload) -> Answer {
@@ -870,6 +887,7 @@ impl fencelock_proto::raft::raft_server::Raft for Counted {
     }
     async fn install_snapshot_v2(&self, r: Frame) -> Answer {
         self.framed()?;
+        self.calls.snapshot_chunks.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         self.svc.install_snapshot_v2(r).await
     }
 }
@@ -897,7 +915,7 @@ async fn start_node(
     Node { raft, sm_engine, _dir: dir, server, calls }
 }
 
-fn test_config() -> Arc<openraft::Config> {
+pub(super) fn test_config() -> Arc<openraft::Config> {
     let config = openraft::Config {
         cluster_name: "test".into(),
         heartbeat_interval: 100,
@@ -1004,6 +1022,127 @@ async fn replicate_and_install(json_only: bool) -> Arc<Calls> {
     learner
 }
 
+/// A group of three for [`a_wiped_follower_catches_up_by_a_chunked_snapshot_while_grants_go_on`]:
+/// elections slow enough for a busy machine, chunks of 512 bytes.
+fn chunking_config() -> Arc<openraft::Config> {
+    let config = openraft::Config {
+        cluster_name: "test".into(),
+        heartbeat_interval: 200,
+        election_timeout_min: 1_500,
+        election_timeout_max: 3_000,
+        snapshot_max_chunk_size: 512,
+        max_in_snapshot_log_to_keep: 0,
+        purge_batch_size: 1,
+        ..Default::default()
+    };
+    Arc::new(config.validate().unwrap())
+}
+
+/// Grants a lease and takes a lock with it, one entry each, until `stop`;
+/// counts the locks taken in `taken`.
+async fn grant_until(raft: super::Raft, stop: Arc<std::sync::atomic::AtomicBool>, taken: Arc<AtomicU64>) {
+    use fencelock_core::Acquire;
+    let mut i = 1_000;
+    while !stop.load(Ordering::Relaxed) {
+        i += 1;
+        let granted = raft.client_write(Input::Batch { now: i, cmds: vec![grant(i, 60_000)] }).await.unwrap();
+        let Reply::LeaseGranted { lease, .. } = granted.data.replies[0] else { panic!("{:?}", granted.data) };
+        let acquire = Command::Acquire(Acquire::exclusive(RequestId(i), lease, format!("g/{i}"), 0));
+        let taken_now = raft.client_write(Input::Batch { now: i, cmds: vec![acquire] }).await.unwrap();
+        assert!(matches!(taken_now.data.replies[0], Reply::Acquired(_)), "{:?}", taken_now.data);
+        taken.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// Waits until `f` holds of `counter`, checking every few milliseconds (a
+/// wait for progress, not a measure of time: the bound only ends a hung test).
+async fn until(counter: &AtomicU64, f: impl Fn(u64) -> bool) {
+    let waited = tokio::time::timeout(Duration::from_secs(60), async {
+        while !f(counter.load(Ordering::Relaxed)) {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    });
+    waited.await.expect("no progress");
+}
+
+/// Issue 38 §3 (no size cliff): a follower whose data dir is wiped is
+/// removed from the group and added again with an empty one while grants
+/// go on. The leader has purged its log behind a snapshot, so the follower
+/// can only catch up by it, sent in many chunks, then by the log after it.
+/// It ends with the leader's state and token counter (INV-2: what it grants
+/// as leader later starts above every token granted before), and its
+/// snapshot is the file it received, adopted: no other file is left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wiped_follower_catches_up_by_a_chunked_snapshot_while_grants_go_on() {
+    let config = chunking_config();
+    let timeout = Some(Duration::from_secs(30));
+    let mut addrs = BTreeMap::new();
+    let mut nodes = BTreeMap::new();
+    for id in 1..=3u64 {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        addrs.insert(id, Member::new(l.local_addr().unwrap().to_string()));
+        nodes.insert(id, start_node(id, l, config.clone(), false).await);
+    }
+    nodes[&1].raft.initialize(addrs.clone()).await.unwrap();
+    let leader = nodes[&1].raft.wait(timeout).metrics(|m| m.current_leader.is_some(), "a leader").await.unwrap();
+    let leader = leader.current_leader.unwrap();
+    let lraft = nodes[&leader].raft.clone();
+    lraft.client_write(Input::leader_start(10)).await.unwrap();
+    let grants: Vec<Command> = (1..=300).map(|r| grant(r, 60_000)).collect();
+    lraft.client_write(Input::Batch { now: 20, cmds: grants }).await.unwrap();
+
+    // Wipe a follower: out of the group, stopped, its data dir gone.
+    let victim = *addrs.keys().find(|id| **id != leader).unwrap();
+    let others: BTreeSet<NodeId> = addrs.keys().copied().filter(|id| *id != victim).collect();
+    lraft.change_membership(others, false).await.unwrap();
+    let wiped = nodes.remove(&victim).unwrap();
+    wiped.raft.shutdown().await.unwrap();
+    wiped.server.abort();
+    drop(wiped);
+
+    let (stop, taken) = (Arc::new(std::sync::atomic::AtomicBool::new(false)), Arc::new(AtomicU64::new(0)));
+    let granting = tokio::spawn(grant_until(lraft.clone(), stop.clone(), taken.clone()));
+    until(&taken, |n| n >= 5).await;
+    let compacted = lraft.metrics().borrow().last_applied.unwrap();
+    lraft.trigger().snapshot().await.unwrap();
+    lraft.wait(timeout).metrics(|m| m.snapshot >= Some(compacted), "a snapshot").await.unwrap();
+    let snapshot = lraft.metrics().borrow().snapshot.unwrap();
+    lraft.trigger().purge_log(snapshot.index).await.unwrap();
+    lraft.wait(timeout).metrics(|m| m.purged >= Some(snapshot), "the log purged").await.unwrap();
+
+    // Back, empty: a snapshot is the only way in.
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let member = Member::new(l.local_addr().unwrap().to_string());
+    nodes.insert(victim, start_node(victim, l, config.clone(), false).await);
+    let before = taken.load(Ordering::Relaxed);
+    lraft.add_learner(victim, member, true).await.unwrap();
+    lraft.change_membership(addrs.keys().copied().collect::<BTreeSet<_>>(), false).await.unwrap();
+    until(&taken, |n| n >= before + 5).await;
+    stop.store(true, Ordering::Relaxed);
+    granting.await.unwrap();
+
+    let last = lraft.metrics().borrow().last_applied.map(|l| l.index);
+    for (id, node) in &nodes {
+        node.raft.wait(timeout).applied_index_at_least(last, "caught up").await.unwrap_or_else(|e| panic!("{id}: {e}"));
+    }
+    let leader_engine = nodes[&leader].sm_engine.read().unwrap().clone();
+    let back = &nodes[&victim];
+    let engine = back.sm_engine.read().unwrap().clone();
+    assert_eq!(engine.stats().token_counter, leader_engine.stats().token_counter, "INV-2");
+    assert_eq!(engine, leader_engine);
+    let m = back.raft.metrics().borrow().clone();
+    let installed = m.snapshot.expect("it installed a snapshot");
+    assert!(installed >= snapshot && m.last_applied > Some(installed), "then the log after it: {m:?}");
+    let chunks = back.calls.snapshot_chunks.load(Ordering::Relaxed);
+    assert!(chunks >= 20, "in many chunks: {chunks}");
+    let files = snapshot_files(back._dir.path());
+    assert!(files.len() == 1 && files[0].extension().is_some_and(|e| e == "snap"), "{files:?}");
+    for (_, n) in nodes {
+        n.raft.shutdown().await.unwrap();
+        n.server.abort();
+    }
+}
+
 /// A peer that does not listen is `Unreachable` (openraft backs off), not a
 /// remote error.
 #[tokio::test]
@@ -1053,6 +1192,39 @@ async fn malformed_payload_is_invalid_argument() {
     raft.shutdown().await.unwrap();
 }
 
+/// Issue 38 §3: a snapshot stream that would fill the follower's disk is
+/// refused before its chunk is written, with RESOURCE_EXHAUSTED (the leader
+/// backs off and sends again), and leaves no file.
+#[tokio::test]
+async fn a_snapshot_that_does_not_fit_on_the_disk_is_resource_exhausted() {
+    use fencelock_proto::raft::raft_server::Raft as _;
+    use fencelock_proto::raft::RaftPayload;
+
+    let dir = tempfile::tempdir().unwrap();
+    let (log, sm) = open_storage(dir.path()).unwrap();
+    let engine = sm.engine();
+    let raft = super::Raft::new(2, test_config(), Network::new(2, None), log, sm).await.unwrap();
+    let full = super::snapshot_rx::Limits { reserve_bytes: u64::MAX / 2, ..Default::default() };
+    let svc = RaftService::new(raft.clone(), engine, Default::default()).with_snapshot_limits(full);
+    let req = openraft::raft::InstallSnapshotRequest::<TypeConfig> {
+        vote: Vote::new_committed(1, 1),
+        meta: openraft::SnapshotMeta {
+            last_log_id: Some(log_id(1, 3)),
+            snapshot_id: "big".into(),
+            ..Default::default()
+        },
+        offset: 0,
+        data: b"{}".to_vec(),
+        done: false,
+    };
+    let json = serde_json::to_vec(&req).unwrap();
+    let status = svc.install_snapshot(tonic::Request::new(RaftPayload { json })).await.unwrap_err();
+    assert_eq!(status.code(), tonic::Code::ResourceExhausted, "{status:?}");
+    assert!(status.message().contains("do not fit"), "{}", status.message());
+    assert!(snapshot_files(dir.path()).is_empty(), "{:?}", snapshot_files(dir.path()));
+    raft.shutdown().await.unwrap();
+}
+
 /// A message meant for another node id (two members given one address) is
 /// refused with a reason, before Raft sees it (INV-9); one for this node passes.
 #[tokio::test]
@@ -1092,7 +1264,7 @@ fn a_half_created_database_is_created_again() {
 }
 
 /// The snapshot files in `dir`'s `snap/`, sorted.
-fn snapshot_files(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+pub(super) fn snapshot_files(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
     let mut files: Vec<_> = std::fs::read_dir(dir.join(snapshot_file::SNAP_DIR))
         .map(|d| d.map(|e| e.unwrap().path()).collect())
         .unwrap_or_default();
@@ -1101,8 +1273,8 @@ fn snapshot_files(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
 }
 
 /// Data dirs written before snapshot files keep the snapshot's data in the
-/// table under `"data"`: a start reads it from there, and the next snapshot
-/// goes to a file and drops the key.
+/// table under `"data"`: a start reads it from there and moves it into a
+/// file, and the next snapshot replaces that file; the key is gone.
 #[tokio::test]
 async fn a_snapshot_in_the_table_is_read_and_the_next_one_goes_to_a_file() {
     let dir = tempfile::tempdir().unwrap();
@@ -1115,7 +1287,7 @@ async fn a_snapshot_in_the_table_is_read_and_the_next_one_goes_to_a_file() {
         let txn = log.db().begin_write().unwrap();
         {
             let mut table = txn.open_table(db::SNAPSHOT).unwrap();
-            table.insert("data", record::seal(snap.snapshot.get_ref()).as_slice()).unwrap();
+            table.insert("data", record::seal(&payload(&snap)).as_slice()).unwrap();
             table.remove("file").unwrap();
         }
         txn.commit().unwrap();
@@ -1125,6 +1297,7 @@ async fn a_snapshot_in_the_table_is_read_and_the_next_one_goes_to_a_file() {
     };
     let (log, mut sm) = open_storage(dir.path()).unwrap();
     assert_eq!(*sm.engine().read().unwrap(), engine);
+    assert_eq!(snapshot_files(dir.path()).len(), 1, "the start moved the snapshot into a file");
     sm.apply(vec![normal(1, 4, Input::Batch { now: 1_200, cmds: vec![grant(8, 5_000)] })]).await.unwrap();
     sm.get_snapshot_builder().await.build_snapshot().await.unwrap();
     let keys: Vec<String> = {

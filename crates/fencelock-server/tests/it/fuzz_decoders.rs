@@ -17,7 +17,6 @@
 //! `FENCELOCK_FUZZ_ITERS=200000 FENCELOCK_FUZZ_SEED=7 cargo nextest run -p fencelock-server fuzz_decoders::`.
 //! A failure prints the seed and the input; add the input to the corpus.
 
-use std::io::Cursor;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Arc, RwLock};
 
@@ -25,9 +24,7 @@ use fencelock_core::{Acquire, Command, Engine, Input, LeaseId, RequestId, Token}
 use fencelock_proto::v1 as pb;
 use fencelock_server::raft::{snapshot_rx, TypeConfig};
 use openraft::raft::{AppendEntriesRequest, InstallSnapshotRequest, VoteRequest};
-use openraft::{
-    CommittedLeaderId, Entry, EntryPayload, LogId, Membership, Snapshot, SnapshotMeta, StoredMembership, Vote,
-};
+use openraft::{CommittedLeaderId, Entry, EntryPayload, LogId, Membership, SnapshotMeta, StoredMembership, Vote};
 use prost::Message as _;
 
 /// Mutations per target in CI.
@@ -348,8 +345,7 @@ fn snapshot_data_check() {
     let at = log_id(2, 9);
     let seeds = vec![snapshot_data(at, &local), snapshot_data(at, &Engine::new())];
     fuzz("snapshot_data", seeds, 50, |bytes| {
-        let snapshot = Snapshot::<TypeConfig> { meta: meta(at), snapshot: Box::new(Cursor::new(bytes.to_vec())) };
-        let verdict = snapshot_rx::check(&snapshot, Some(log_id(2, 3)), &shared);
+        let verdict = snapshot_rx::check(&meta(at), bytes, Some(log_id(2, 3)), &shared);
         let payload = serde_json::from_slice::<serde_json::Value>(bytes).ok();
         let engine = payload.and_then(|p| serde_json::from_value::<Engine>(p["engine"].clone()).ok());
         let Some(engine) = engine else {

@@ -17,8 +17,9 @@
 //!   wake-ups: how long the runtime's one thread was taken from everyone else
 //!   (gRPC, heartbeats, replies).
 //!
-//! Then a fresh state machine installs the snapshot, as a follower does, with
-//! the same watch on the runtime. It prints those times and the allocation
+//! Then a fresh state machine installs the snapshot, as a follower does (the
+//! bytes copied into the file it receives into, which the install adopts),
+//! with the same watch on the runtime. It prints those times and the allocation
 //! peaks. Run it with
 //! `SNAPSHOT_LEASES=1000000 cargo nextest run -p fencelock-server --release snapshot_scale:: --run-ignored only --no-capture`.
 //!
@@ -182,7 +183,8 @@ async fn take_snapshot(sm: &mut StateMachine, next: u64, req: u64) -> Snapshot<T
     let build_peak = peak();
     let snap = sm.get_current_snapshot().await.expect("read").expect("stored");
     assert_eq!(snap.meta.snapshot_id, built.meta.snapshot_id, "the snapshot built is the one stored");
-    println!("snapshot of {} bytes (stored):", snap.snapshot.get_ref().len());
+    let bytes = std::fs::metadata(snap.snapshot.path()).expect("the snapshot's file").len();
+    println!("snapshot of {bytes} bytes (stored):");
     println!("  get_snapshot_builder (applies wait):        {builder_secs:.3} s");
     println!("  a grant committed meanwhile, applied after: {grant_secs:.3} s");
     println!("  build_snapshot:                             {build_secs:.3} s");
@@ -196,9 +198,12 @@ async fn take_snapshot(sm: &mut StateMachine, next: u64, req: u64) -> Snapshot<T
 async fn install(sm: &mut StateMachine, snap: Snapshot<TypeConfig>) {
     let peak = peak_from_here();
     let ((), secs, longest_gap) = watched(async {
+        // The bytes arrive in the file to receive into, as chunks do; the
+        // install adopts that file.
+        let (meta, mut data) = (snap.meta, snap.snapshot);
         let mut rx = sm.begin_receiving_snapshot().await.expect("begin receiving");
-        *rx = *snap.snapshot;
-        sm.install_snapshot(&snap.meta, rx).await.expect("install");
+        tokio::io::copy(&mut *data, &mut *rx).await.expect("receive");
+        sm.install_snapshot(&meta, rx).await.expect("install");
     })
     .await;
     println!("installed on a follower (install_snapshot):");
