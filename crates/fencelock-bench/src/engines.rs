@@ -279,13 +279,9 @@ fn info(id: &str, cpu_measured: bool) -> anyhow::Result<EngineInfo> {
             "per lock",
             false,
         ),
-        "redis-setnx-aof" => (
-            "Redis, AOF appendfsync always, the seeds' recipe as above",
-            redis(),
-            true,
-            "per lock",
-            false,
-        ),
+        "redis-setnx-aof" => {
+            ("Redis, AOF appendfsync always, the seeds' recipe as above", redis(), true, "per lock", false)
+        }
         "etcd" => (
             "etcd (concurrency-style recipe)",
             command_line("etcd", &["--version"]).and_then(|v| v.split_whitespace().last().map(String::from)),
