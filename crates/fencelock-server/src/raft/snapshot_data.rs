@@ -3,7 +3,7 @@
 //! copy of a snapshot is in memory, whatever its size).
 //!
 //! Where it sits: the `SnapshotData` of [`super::TypeConfig`], over the files
-//! of [`super::snapshot_file`]. The state machine hands out one of two kinds:
+//! of `super::snapshot_file`. The state machine hands out one of two kinds:
 //! - the stored snapshot, opened for reading (`get_current_snapshot`): the
 //!   leader's replication sends it in chunks through openraft's `Chunked`,
 //!   which seeks and reads it; its checksum is checked as the bytes pass, in
