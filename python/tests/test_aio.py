@@ -11,6 +11,25 @@ import fencelock
 import fencelock.aio
 
 
+class Ticker:
+    """Counts the event loop's turns from its creation (in a running loop)
+    until `stop()`: that the loop ran, and so was not blocked, meanwhile."""
+
+    def __init__(self, every: float = 0.0):
+        self.ticks = 0
+        self.every = every
+        self.task = asyncio.ensure_future(self._run())
+
+    async def _run(self) -> None:
+        while True:
+            self.ticks += 1
+            await asyncio.sleep(self.every)
+
+    def stop(self) -> int:
+        self.task.cancel()
+        return self.ticks
+
+
 def test_async_with_takes_and_releases_in_token_order(node):
     async def main():
         client = await fencelock.aio.connect(node.url)
@@ -123,18 +142,10 @@ def test_the_loop_is_never_blocked_while_a_task_waits(node):
     async def main():
         client = await fencelock.aio.connect(node.url)
         holder = await client.lock("a/free-loop", ttl=5.0)
-        ticks = 0
-
-        async def ticker():
-            nonlocal ticks
-            while True:
-                ticks += 1
-                await asyncio.sleep(0.01)
-
-        t = asyncio.ensure_future(ticker())
+        ticker = Ticker(every=0.01)
         with pytest.raises(fencelock.TimedOut):
             await client.lock("a/free-loop", ttl=5.0, wait=1.0)
-        t.cancel()
+        ticks = ticker.stop()
         await holder.release()
         return ticks
 
@@ -169,19 +180,10 @@ def test_aclose_returns_once_the_kept_lease_is_revoked(node):
         client = await fencelock.aio.connect(node.url)
         await (await client.lock("a/twice", ttl=60.0)).release()
         assert node.active_leases() == 1, "kept for the next lock"
-        ticks = 0
-
-        async def tick():
-            nonlocal ticks
-            while True:
-                ticks += 1
-                await asyncio.sleep(0)
-
-        ticker = asyncio.create_task(tick())
+        ticker = Ticker()
         await client.aclose()
-        ticker.cancel()
+        assert ticker.stop() > 0, "the loop ran while aclose waited"
         assert node.active_leases() == 0
-        assert ticks > 0, "the loop ran while aclose waited"
         with pytest.raises(fencelock.Error, match="closed"):
             await client.lock("a/after", ttl=5.0)
 
