@@ -97,6 +97,21 @@ async fn granted(task: JoinHandle<Result<Outcome<Guard>, Error>>, what: &str) ->
     within(what, task).await.unwrap().unwrap().acquired().unwrap_or_else(|e| panic!("{what}: {e}"))
 }
 
+/// The waiter `task` is granted within `bound` (a liveness bound, not a
+/// timing) with a token above `holder_token`, and releases.
+async fn granted_after(
+    task: JoinHandle<Result<Outcome<Guard>, Error>>,
+    bound: Duration,
+    holder_token: u64,
+    what: &str,
+) {
+    let got = tokio::time::timeout(bound, task).await;
+    let got = got.unwrap_or_else(|_| panic!("{what}: not granted within {bound:?} of the holder's release"));
+    let g = got.unwrap().unwrap().acquired().unwrap_or_else(|o| panic!("{what}: {o}"));
+    assert!(g.token().unwrap() > holder_token, "{what}: token {:?} after the holder's {holder_token}", g.token());
+    assert!(g.release().await.unwrap());
+}
+
 /// The declaration: per-lock durable tokens (revisions), FIFO with a push to
 /// the next waiter (predecessor watch), leases expire on the server, Raft
 /// fail-over, the holder's identity and value (in its key), leader election,
@@ -465,12 +480,7 @@ async fn a_waiter_is_granted_after_etcd_restarts() {
     if let Err(e) = within("release", held.release()).await {
         eprintln!("the holder's release after the restart failed ({e}); its lease expires");
     }
-    let bound = 10 * SECS;
-    let got = tokio::time::timeout(bound, w).await;
-    let got = got.unwrap_or_else(|_| panic!("the waiter was not granted within {bound:?} of the holder's release"));
-    let g = got.unwrap().unwrap().acquired().unwrap_or_else(|o| panic!("the waiter after the restart: {o}"));
-    assert!(g.token().unwrap() > holder_token, "token {:?} after the holder's {holder_token}", g.token());
-    assert!(g.release().await.unwrap());
+    granted_after(w, 10 * SECS, holder_token, "the waiter after the restart").await;
 }
 
 /// The service heals (INV-HEAL, chaos S6), for a waiter whose watch goes
@@ -498,11 +508,6 @@ async fn a_waiter_on_a_silent_watch_is_granted() {
     // The waiter's watch is on its first endpoint's connection, now silent.
     p1.set_mode(Mode::Hold);
     assert!(held.release().await.unwrap());
-    let bound = 6 * SECS;
-    let got = tokio::time::timeout(bound, w).await;
-    let got = got.unwrap_or_else(|_| panic!("the waiter was not granted within {bound:?} of the holder's release"));
-    let g = got.unwrap().unwrap().acquired().unwrap_or_else(|o| panic!("the waiter on a silent watch: {o}"));
-    assert!(g.token().unwrap() > holder_token, "token {:?} after the holder's {holder_token}", g.token());
-    assert!(g.release().await.unwrap());
+    granted_after(w, 6 * SECS, holder_token, "the waiter on a silent watch").await;
     p1.set_mode(Mode::Pass);
 }
