@@ -124,6 +124,11 @@ pub struct ServeArgs {
     /// many applied log entries [default: 20000].
     #[arg(long, env = "FENCELOCK_SNAPSHOT_EVERY")]
     snapshot_every: Option<u64>,
+    /// Free space, in MiB, kept on the data dir's disk when a leader streams a
+    /// snapshot here: a chunk that would leave less is refused before it is
+    /// written (the leader sends again later) [default: 256].
+    #[arg(long, env = "FENCELOCK_SNAPSHOT_DISK_RESERVE_MIB")]
+    snapshot_disk_reserve_mib: Option<u64>,
     #[command(flatten)]
     limits: LimitArgs,
     #[command(flatten)]
@@ -257,6 +262,7 @@ struct FileConfig {
     worker_threads: Option<usize>,
     max_inflight_writes: Option<usize>,
     snapshot_every: Option<u64>,
+    snapshot_disk_reserve_mib: Option<u64>,
     max_connections: Option<usize>,
     max_connections_per_source: Option<usize>,
     max_new_connections_per_source: Option<u32>,
@@ -389,6 +395,11 @@ fn resolve(a: ServeArgs) -> anyhow::Result<(fencelock_server::Config, LogSetting
     if let Some(n) = a.snapshot_every.or(file.snapshot_every) {
         ensure!(n > 0, "snapshot_every: must be at least 1");
         c.snapshot_every = n;
+    }
+    if let Some(mib) = a.snapshot_disk_reserve_mib.or(file.snapshot_disk_reserve_mib) {
+        c.snapshot_limits.reserve_bytes = mib
+            .checked_mul(1 << 20)
+            .ok_or_else(|| anyhow::anyhow!("snapshot_disk_reserve_mib: {mib} MiB is too large"))?;
     }
     c.connections = limits;
     c.tls = tls;
@@ -591,6 +602,7 @@ mod tests {
             worker_threads: None,
             max_inflight_writes: None,
             snapshot_every: None,
+            snapshot_disk_reserve_mib: None,
             limits: LimitArgs::default(),
             tls: ServeTlsArgs::default(),
             quotas: QuotaArgs::default(),
@@ -660,6 +672,13 @@ mod tests {
         assert_eq!((c.log, c.max_inflight_writes, c.snapshot_every), (fencelock_server::LogEngine::Redb, 8, 500));
         let (c, _) = resolve(ServeArgs { config: Some(path.clone()), snapshot_every: Some(50), ..args() }).unwrap();
         assert_eq!(c.snapshot_every, 50, "the flag wins");
+        assert_eq!(c.snapshot_limits.reserve_bytes, 256 << 20, "the default reserve");
+        let reserve = dir.path().join("reserve.toml");
+        std::fs::write(&reserve, "snapshot_disk_reserve_mib = 1024\n").unwrap();
+        let (c, _) = resolve(ServeArgs { config: Some(reserve), ..args() }).unwrap();
+        assert_eq!(c.snapshot_limits.reserve_bytes, 1 << 30);
+        let e = resolve(ServeArgs { snapshot_disk_reserve_mib: Some(u64::MAX), ..args() }).unwrap_err();
+        assert!(e.to_string().contains("snapshot_disk_reserve_mib"), "{e}");
         let e = resolve(ServeArgs { snapshot_every: Some(0), ..args() }).unwrap_err();
         assert!(e.to_string().contains("snapshot_every"), "{e}");
         assert_eq!(worker_threads(&ServeArgs { config: Some(path.clone()), ..args() }).unwrap(), Some(2));

@@ -43,6 +43,10 @@ pub struct Config {
     /// the state holds records if that is more (see
     /// [`crate::raft::snapshot_policy`]).
     pub snapshot_every: u64,
+    /// What this node accepts of a snapshot a leader streams to it: the free
+    /// space it keeps on the data dir's disk, and a bound (see
+    /// [`crate::raft::snapshot_rx::Limits`]).
+    pub snapshot_limits: crate::raft::snapshot_rx::Limits,
     /// Where the Raft log's entries are kept (`Segment` by default). A data
     /// dir whose log is in redb moves it into the segment log on its first
     /// start with `Segment` (see [`crate::raft::log_store::migrate`]); one in
@@ -110,6 +114,7 @@ impl Config {
             max_batch: 4096,
             max_inflight_writes: crate::driver::core::DEFAULT_MAX_INFLIGHT,
             snapshot_every: 20_000,
+            snapshot_limits: crate::raft::snapshot_rx::Limits::default(),
             log: LogEngine::default(),
             watch_history: crate::watching::hub::DEFAULT_HISTORY,
             lock_metrics_top: crate::lock_metrics::DEFAULT_TOP_K,
