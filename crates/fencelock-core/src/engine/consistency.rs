@@ -54,7 +54,7 @@ impl Engine {
         let mut want: std::collections::BTreeMap<&str, std::collections::BTreeSet<LeaseId>> = Default::default();
         for (id, lease) in &self.leases {
             if let Some(o) = &lease.owner {
-                want.entry(o.as_str()).or_default().insert(*id);
+                want.entry(&**o).or_default().insert(*id);
             }
         }
         let have: std::collections::BTreeMap<&str, std::collections::BTreeSet<LeaseId>> =
@@ -88,7 +88,7 @@ impl Engine {
                     ));
                 }
             }
-            for (req, name) in &lease.waits {
+            for (req, name) in lease.waits.iter() {
                 check_name(name)?;
                 let lock = self.locks.get(name);
                 let Some(w) = lock.and_then(|l| l.waiter(*id, *req).and_then(|i| l.queue.get(i))) else {
@@ -129,7 +129,7 @@ impl Engine {
             if !lock.holders_fit() {
                 return Err(format!("lock {name:?} has {} holders that do not fit together", lock.holders.len()));
             }
-            for h in &lock.holders {
+            for h in lock.holders.iter() {
                 if h.token.0 == 0 || h.token.0 >= self.next_token {
                     return Err(format!(
                         "lock {name:?}: token {} is not below the next token {}",
@@ -144,7 +144,7 @@ impl Engine {
                     ));
                 }
             }
-            for w in &lock.queue {
+            for w in lock.queue.iter() {
                 // A multi-acquire is recorded under its first lock, and waits in
                 // the queue of each of its locks (INV-18).
                 let recorded = self.leases.get(&w.lease).and_then(|l| l.waits.get(&w.req));

@@ -12,13 +12,16 @@
 //! (`Arc::make_mut`). The engine then pays for the copy one chunk at a time,
 //! and only for the chunks it changes while the copy lives.
 //!
-//! Each chunk is filed under a key no greater than any of its entries and
-//! greater than every entry of the chunk before it; an entry is looked up in
-//! the last chunk filed at or below its key (two searches of a few levels
-//! each, as deep as one map of all the entries). Chunks are never empty; a
-//! chunk that fills is split, or, when the new key is above all of its
-//! entries (ids and instants that only grow), a new chunk is started so the
-//! full one stays full.
+//! A chunk is a vector sorted by key (binary search; an insert or a removal
+//! moves at most `N` entries): an entry costs its own size, 16 bytes for an
+//! id and a pointer, where the nodes of a `BTreeMap` per chunk averaged about
+//! twice that (issue 38 §3). Each chunk is filed under a key no greater than
+//! any of its entries and greater than every entry of the chunk before it; an
+//! entry is looked up in the last chunk filed at or below its key (a search
+//! of the index, then of the chunk). Chunks are never empty; a chunk that
+//! fills is split, or, when the new key is above all of its entries (ids and
+//! instants that only grow), a new chunk is started so the full one stays
+//! full.
 //!
 //! Both iterate, serialize and compare as the `BTreeMap` and `BTreeSet` they
 //! replace (a map, or a sequence, by key), so snapshots of either read as the
@@ -30,6 +33,7 @@ use std::fmt;
 use std::marker::PhantomData;
 use std::ops::Bound::{Included, Unbounded};
 use std::ops::Index;
+use std::slice;
 use std::sync::Arc;
 
 use serde::de::{MapAccess, SeqAccess, Visitor};
@@ -40,14 +44,32 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 /// many keys and values (a few microseconds for the engine's ids and `Arc`s).
 pub(crate) const CHUNK: usize = 256;
 
-type Chunk<K, V> = Arc<BTreeMap<K, V>>;
+/// Entries sorted by key, without duplicate keys, never empty.
+type Chunk<K, V> = Arc<Vec<(K, V)>>;
+
+/// The entries of one chunk, by key.
+type Entries<'a, K, V> = std::iter::Map<slice::Iter<'a, (K, V)>, fn(&'a (K, V)) -> (&'a K, &'a V)>;
 
 /// The entries of a [`CowMap`], by key.
 pub(crate) type Iter<'a, K, V> = std::iter::FlatMap<
     btree_map::Values<'a, K, Chunk<K, V>>,
-    &'a BTreeMap<K, V>,
-    fn(&'a Chunk<K, V>) -> &'a BTreeMap<K, V>,
+    Entries<'a, K, V>,
+    fn(&'a Chunk<K, V>) -> Entries<'a, K, V>,
 >;
+
+fn entries<'a, K, V>(chunk: &'a Chunk<K, V>) -> Entries<'a, K, V> {
+    chunk.iter().map(pair as fn(&'a (K, V)) -> (&'a K, &'a V))
+}
+
+/// An entry as a key and a value.
+fn pair<K, V>((k, v): &(K, V)) -> (&K, &V) {
+    (k, v)
+}
+
+/// Where `key` is in `entries` (sorted by key), or where it would go.
+fn position<K: Borrow<Q>, V, Q: Ord + ?Sized>(entries: &[(K, V)], key: &Q) -> Result<usize, usize> {
+    entries.binary_search_by(|(k, _)| Borrow::<Q>::borrow(k).cmp(key))
+}
 
 /// An ordered map in shared chunks; see the module docs.
 #[derive(Clone)]
@@ -85,7 +107,7 @@ impl<K: Ord + Clone, V: Clone, const N: usize> CowMap<K, V, N> {
         K: Borrow<Q>,
         Q: Ord + ?Sized,
     {
-        self.chunk_of(key)?.get(key)
+        self.get_key_value(key).map(|(_, v)| v)
     }
 
     pub fn get_key_value<Q>(&self, key: &Q) -> Option<(&K, &V)>
@@ -93,7 +115,8 @@ impl<K: Ord + Clone, V: Clone, const N: usize> CowMap<K, V, N> {
         K: Borrow<Q>,
         Q: Ord + ?Sized,
     {
-        self.chunk_of(key)?.get_key_value(key)
+        let chunk = self.chunk_of(key)?;
+        Some(pair(&chunk[position(chunk, key).ok()?]))
     }
 
     pub fn contains_key<Q>(&self, key: &Q) -> bool
@@ -101,7 +124,7 @@ impl<K: Ord + Clone, V: Clone, const N: usize> CowMap<K, V, N> {
         K: Borrow<Q>,
         Q: Ord + ?Sized,
     {
-        self.chunk_of(key).is_some_and(|c| c.contains_key(key))
+        self.chunk_of(key).is_some_and(|c| position(c, key).is_ok())
     }
 
     /// The value of `key`, its chunk made the map's own (a miss copies nothing).
@@ -111,29 +134,39 @@ impl<K: Ord + Clone, V: Clone, const N: usize> CowMap<K, V, N> {
         Q: Ord + ?Sized,
     {
         let (_, chunk) = self.chunks.range_mut::<Q, _>((Unbounded, Included(key))).next_back()?;
-        if !chunk.contains_key(key) {
-            return None;
-        }
-        Arc::make_mut(chunk).get_mut(key)
+        let i = position(chunk, key).ok()?;
+        Some(&mut Arc::make_mut(chunk)[i].1)
     }
 
     /// Sets `key` to `value`; the value it replaces, if any.
     pub fn insert(&mut self, key: K, value: V) -> Option<V> {
-        let old = chunk_for::<K, V, N>(&mut self.chunks, &key).insert(key, value);
-        self.len += usize::from(old.is_none());
-        old
+        let chunk = chunk_for::<K, V, N>(&mut self.chunks, &key);
+        match position(chunk, &key) {
+            Ok(i) => Some(std::mem::replace(&mut chunk[i].1, value)),
+            Err(i) => {
+                room_for_one::<_, N>(chunk);
+                chunk.insert(i, (key, value));
+                self.len += 1;
+                None
+            }
+        }
     }
 
     /// The map's own copy of `key` and its value, inserted from `value` if
     /// absent (the key is returned so that callers can share it).
     pub fn get_or_insert_with(&mut self, key: K, value: impl FnOnce() -> V) -> (K, &mut V) {
-        match chunk_for::<K, V, N>(&mut self.chunks, &key).entry(key) {
-            btree_map::Entry::Occupied(e) => (e.key().clone(), e.into_mut()),
-            btree_map::Entry::Vacant(e) => {
+        let chunk = chunk_for::<K, V, N>(&mut self.chunks, &key);
+        let i = match position(chunk, &key) {
+            Ok(i) => i,
+            Err(i) => {
+                room_for_one::<_, N>(chunk);
+                chunk.insert(i, (key, value()));
                 self.len += 1;
-                (e.key().clone(), e.insert(value()))
+                i
             }
-        }
+        };
+        let (k, v) = &mut chunk[i];
+        (k.clone(), v)
     }
 
     pub fn remove<Q>(&mut self, key: &Q) -> Option<V>
@@ -142,11 +175,9 @@ impl<K: Ord + Clone, V: Clone, const N: usize> CowMap<K, V, N> {
         Q: Ord + ?Sized,
     {
         let (filed, chunk) = self.chunks.range_mut::<Q, _>((Unbounded, Included(key))).next_back()?;
-        if !chunk.contains_key(key) {
-            return None;
-        }
+        let i = position(chunk, key).ok()?;
         let chunk = Arc::make_mut(chunk);
-        let value = chunk.remove(key)?;
+        let (_, value) = chunk.remove(i);
         self.len -= 1;
         if chunk.is_empty() {
             // Its range falls to the chunk before it (or below every chunk).
@@ -169,39 +200,35 @@ impl<K: Ord + Clone, V: Clone, const N: usize> CowMap<K, V, N> {
     }
 
     pub fn first_key_value(&self) -> Option<(&K, &V)> {
-        self.chunks.values().next()?.first_key_value()
+        self.chunks.values().next()?.first().map(pair)
     }
 
     pub fn pop_first(&mut self) -> Option<(K, V)> {
         let mut first = self.chunks.first_entry()?;
-        let popped = Arc::make_mut(first.get_mut()).pop_first();
-        if first.get().is_empty() {
+        let chunk = Arc::make_mut(first.get_mut());
+        let popped = (!chunk.is_empty()).then(|| chunk.remove(0));
+        if chunk.is_empty() {
             first.remove();
         }
         self.len -= usize::from(popped.is_some());
         popped
     }
 
-    pub fn clear(&mut self) {
-        *self = Self::default();
-    }
-
     pub fn iter(&self) -> Iter<'_, K, V> {
-        let entries: fn(&Chunk<K, V>) -> &BTreeMap<K, V> = |c| c;
-        self.chunks.values().flat_map(entries)
+        self.chunks.values().flat_map(entries as fn(&Chunk<K, V>) -> Entries<'_, K, V>)
     }
 
     pub fn keys(&self) -> impl Iterator<Item = &K> + '_ {
-        self.chunks.values().flat_map(|c| c.keys())
+        self.iter().map(|(k, _)| k)
     }
 
     pub fn values(&self) -> impl Iterator<Item = &V> + '_ {
-        self.chunks.values().flat_map(|c| c.values())
+        self.iter().map(|(_, v)| v)
     }
 
     /// Every value, each chunk made the map's own.
     pub fn values_mut(&mut self) -> impl Iterator<Item = &mut V> + '_ {
-        self.chunks.values_mut().flat_map(|c| Arc::make_mut(c).values_mut())
+        self.chunks.values_mut().flat_map(|c| Arc::make_mut(c).iter_mut().map(|(_, v)| v))
     }
 
     /// The entries from `from` on, by key.
@@ -215,7 +242,10 @@ impl<K: Ord + Clone, V: Clone, const N: usize> CowMap<K, V, N> {
             Some(k) => self.chunks.range::<K, _>((Included(k), Unbounded)),
             None => self.chunks.range::<K, _>(..),
         };
-        chunks.flat_map(move |(_, c)| c.range::<Q, _>((Included(from), Unbounded)))
+        chunks.flat_map(move |(_, c)| {
+            let at = position(c, from).unwrap_or_else(|i| i);
+            c[at..].iter().map(pair)
+        })
     }
 
     /// How many chunks hold the entries (what a copy clones).
@@ -231,7 +261,7 @@ impl<K: Ord + Clone, V: Clone, const N: usize> CowMap<K, V, N> {
 fn chunk_for<'a, K: Ord + Clone, V: Clone, const N: usize>(
     chunks: &'a mut BTreeMap<K, Chunk<K, V>>,
     key: &K,
-) -> &'a mut BTreeMap<K, V> {
+) -> &'a mut Vec<(K, V)> {
     let filed = match chunks.range(..=key).next_back() {
         Some((filed, _)) => filed.clone(),
         None => {
@@ -242,25 +272,39 @@ fn chunk_for<'a, K: Ord + Clone, V: Clone, const N: usize>(
         }
     };
     let filed = match chunks.get(&filed) {
-        Some(c) if c.len() >= N && !c.contains_key(key) => split::<K, V>(chunks, filed, key),
+        Some(c) if c.len() >= N && position(c, key).is_err() => split::<K, V>(chunks, filed, key),
         _ => filed,
     };
     let chunk = chunks.entry(filed).or_default();
     Arc::make_mut(chunk)
 }
 
+/// Room in `chunk` for one more entry: it doubles (from four) up to an
+/// eighth of `N` slots, then grows by an eighth, never beyond `N`. A chunk of
+/// keys that come in no order (lock names) is split at half of `N` and holds
+/// three quarters of it on average, so a `Vec`'s doubling would leave a
+/// quarter of its slots spare; this leaves less than an eighth of `N`.
+fn room_for_one<T, const N: usize>(chunk: &mut Vec<T>) {
+    if chunk.len() == chunk.capacity() {
+        let step = chunk.capacity().max(4).min(N / 8).max(1);
+        let left = N.saturating_sub(chunk.len()).max(1);
+        chunk.reserve_exact(step.min(left));
+    }
+}
+
 /// Makes room for `key` in the full chunk filed under `filed`; the key of the
 /// chunk it now goes into.
 fn split<K: Ord + Clone, V: Clone>(chunks: &mut BTreeMap<K, Chunk<K, V>>, filed: K, key: &K) -> K {
     let Some(full) = chunks.get_mut(&filed) else { return filed };
-    if full.last_key_value().is_some_and(|(last, _)| last < key) {
+    if full.last().is_some_and(|(last, _)| last < key) {
         // Appending: a new chunk (filled by the caller), the full one left full.
         chunks.insert(key.clone(), Arc::default());
         return key.clone();
     }
     let full = Arc::make_mut(full);
-    let Some(middle) = full.keys().nth(full.len() / 2).cloned() else { return filed };
-    let upper = full.split_off(&middle);
+    let upper = full.split_off(full.len() / 2);
+    full.shrink_to_fit(); // each half grows again as `room_for_one` says
+    let Some(middle) = upper.first().map(|(k, _)| k.clone()) else { return filed };
     chunks.insert(middle.clone(), Arc::new(upper));
     match *key >= middle {
         true => middle,
@@ -395,10 +439,6 @@ impl<T: Ord + Clone, const N: usize> CowSet<T, N> {
         self.0.pop_first().map(|(k, _)| k)
     }
 
-    pub fn clear(&mut self) {
-        self.0.clear();
-    }
-
     pub fn iter(&self) -> impl Iterator<Item = &T> + '_ {
         self.0.keys()
     }
@@ -526,6 +566,7 @@ mod tests {
             assert!(map.range_from(&k).eq(model.range(k..)), "from {k}");
         }
         assert!(map.chunk_count() <= map.len(), "no empty chunk");
+        assert!(map.chunks.values().all(|c| c.capacity() <= 4), "no chunk has room beyond its bound");
     }
 
     proptest! {

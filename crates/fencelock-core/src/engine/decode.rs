@@ -48,13 +48,13 @@ impl Engine {
         };
         for lease in self.leases.values_mut().map(Arc::make_mut) {
             lease.holds.values_mut().for_each(shared);
-            lease.waits.values_mut().for_each(shared);
+            lease.waits.change(|waits| waits.values_mut().for_each(shared));
             lease.dedup.shrink_to_fit();
             lease.dedup.names_mut().for_each(shared);
         }
         for lock in self.locks.values_mut().map(Arc::make_mut) {
             lock.holders.shrink_to_fit();
-            lock.queue.shrink_to_fit();
+            lock.queue.change(|queue| queue.shrink_to_fit());
         }
         self.counts = self.counted();
     }

@@ -32,7 +32,7 @@ impl Engine {
         if let Some(o) = owner {
             self.owned.get_or_insert_with(o.to_string(), CowSet::default).1.insert(id);
         }
-        self.leases.insert(id, Arc::new(Lease::new(ttl_ms, deadline, req, owner.map(str::to_string))));
+        self.leases.insert(id, Arc::new(Lease::new(ttl_ms, deadline, req, owner)));
         self.grant_reqs.insert(req, id);
         self.timers.insert(deadline, TimerKind::LeaseEnd(id));
         Reply::LeaseGranted { lease: id, ttl_ms }
@@ -138,7 +138,7 @@ impl Engine {
         if super::dead_waiter_mutant() {
             return;
         }
-        for (req, lock) in &lease.waits {
+        for (req, lock) in lease.waits.iter() {
             self.end_wait(lock, id, *req, WaitEnd::LeaseEnded, fx);
         }
     }

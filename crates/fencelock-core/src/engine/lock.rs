@@ -346,13 +346,13 @@ impl Engine {
         let Some(lock) = self.locks.get_mut(name).map(Arc::make_mut) else {
             return;
         };
-        if let Some(old) = lock.closed {
-            if old.until >= until {
+        if let Some(old) = lock.closed.as_ref().map(|c| c.until) {
+            if old >= until {
                 return;
             }
-            self.timers.remove(old.until, TimerKind::Reopen(name.clone()));
+            self.timers.remove(old, TimerKind::Reopen(name.clone()));
         }
-        lock.closed = Some(Closed { until, delay_ms });
+        lock.closed = Some(Box::new(Closed { until, delay_ms }));
         self.timers.insert(until, TimerKind::Reopen(name.clone()));
     }
 

@@ -99,7 +99,7 @@ impl Engine {
         let locks = locks.map(|(token, lock)| Grant { lock: lock.clone(), lease, token: *token });
         Some(LeaseInfo {
             lease,
-            owner: l.owner.clone(),
+            owner: l.owner.as_deref().map(str::to_owned),
             ttl_ms: l.ttl_ms,
             ttl_left_ms: l.deadline - now,
             locks: locks.collect(),
@@ -154,7 +154,7 @@ impl Engine {
         Busy {
             holder: lock.holders.first().map(|h| h.grant(name)),
             holders: count(lock.holders.len()),
-            reopens_in_ms: lock.closed.map(|c| c.until.saturating_sub(self.now)),
+            reopens_in_ms: lock.closed.as_ref().map(|c| c.until.saturating_sub(self.now)),
             waiters: count(lock.queue.len()),
         }
     }
@@ -188,13 +188,13 @@ impl Engine {
             let deadline = self.lease_deadline(h.lease).filter(|&d| d <= now)?;
             Some(deadline.saturating_add(h.lock_delay_ms))
         });
-        lock.closed.map(|c| c.until).into_iter().chain(pending).max()
+        lock.closed.as_ref().map(|c| c.until).into_iter().chain(pending).max()
     }
 
     fn holder_info(&self, now: Millis, h: &Holder) -> HolderInfo {
         HolderInfo {
             lease: h.lease,
-            owner: self.leases.get(&h.lease).and_then(|l| l.owner.clone()),
+            owner: self.leases.get(&h.lease).and_then(|l| l.owner.as_deref().map(str::to_owned)),
             token: h.token,
             held_ms: now.saturating_sub(h.granted_at),
             ttl_left_ms: self.lease_deadline(h.lease).unwrap_or(0).saturating_sub(now),

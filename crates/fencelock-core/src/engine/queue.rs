@@ -48,12 +48,12 @@ impl Engine {
             first.get_or_insert(key);
             let lock = Arc::make_mut(lock);
             position.get_or_insert(count(lock.queue.len()));
-            lock.queue.push_back(waiter.clone());
+            lock.queue.add(|queue| queue.push_back(waiter.clone()));
             self.counts.waiters += 1;
         }
         let position = position.unwrap_or(0);
         if let (Some(l), Some(first)) = (self.leases.get_mut(&a.lease).map(Arc::make_mut), first) {
-            l.waits.insert(a.req, first);
+            l.waits.add(|waits| waits.insert(a.req, first));
         }
         self.timers.insert(deadline, TimerKind::WaitEnd(a.lease, a.req));
         Reply::Queued { position }
@@ -64,7 +64,7 @@ impl Engine {
     /// lock).
     pub(super) fn end_wait(&mut self, name: &LockName, lease: LeaseId, req: RequestId, why: WaitEnd, fx: &mut Effects) {
         if let Some(l) = self.leases.get_mut(&lease).map(Arc::make_mut) {
-            l.waits.remove(&req);
+            l.waits.change(|waits| waits.remove(&req));
         }
         let Some(w) = self.take_waiter(name, lease, req) else {
             return;
@@ -85,7 +85,8 @@ impl Engine {
     /// Take the waiter `(lease, req)` out of `name`'s queue.
     pub(super) fn take_waiter(&mut self, name: &LockName, lease: LeaseId, req: RequestId) -> Option<Waiter> {
         let lock = self.locks.get_mut(name).map(Arc::make_mut)?;
-        let taken = lock.waiter(lease, req).and_then(|i| lock.queue.remove(i));
+        let at = lock.waiter(lease, req);
+        let taken = at.and_then(|i| lock.queue.change(|queue| queue.remove(i)).flatten());
         self.counts.waiters -= u64::from(taken.is_some());
         taken
     }
@@ -161,7 +162,7 @@ impl Engine {
     fn forget_wait(&mut self, w: &Waiter) {
         self.timers.remove(w.deadline, TimerKind::WaitEnd(w.lease, w.req));
         if let Some(l) = self.leases.get_mut(&w.lease).map(Arc::make_mut) {
-            l.waits.remove(&w.req);
+            l.waits.change(|waits| waits.remove(&w.req));
         }
     }
 

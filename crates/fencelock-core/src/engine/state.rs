@@ -2,17 +2,21 @@
 //! their holders, FIFO queue and lock-delay.
 //!
 //! Plain data with small helpers; the rules that change them live in `lease.rs`
-//! and `lock.rs`. Every collection is ordered (`VecMap`, `Vec`, `VecDeque`), so
-//! iteration order, and therefore every outcome, is the same on every replica.
+//! and `lock.rs`. Every collection is ordered (`VecMap`, [`Small`], `VecDeque`,
+//! [`Dedup`]), so iteration order, and therefore every outcome, is the same on
+//! every replica. What most records hold one of is kept in place ([`Small`],
+//! [`Dedup`]) and what most hold none of is boxed while they have some
+//! ([`OnDemand`]); each serializes as the plain collection it replaces.
 
 use std::collections::VecDeque;
 
 use serde::{Deserialize, Serialize};
 
-use super::vecmap::{grows_by_one, VecMap};
-use crate::{
-    Grant, LeaseId, LockName, Millis, Mode, Reply, RequestId, Tag, Token, DEDUP_PER_LEASE, KEEPALIVES_PER_LEASE,
-};
+use super::dedup::Dedup;
+use super::ondemand::{Collection, OnDemand};
+use super::small::Small;
+use super::vecmap::VecMap;
+use crate::{Grant, LeaseId, LockName, Millis, Mode, Reply, RequestId, Tag, Token, KEEPALIVES_PER_LEASE};
 
 /// One lease: a TTL, the instant it ends unless kept alive, and what it holds.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -25,8 +29,9 @@ pub(crate) struct Lease {
     pub grant_req: RequestId,
     /// Grants this lease holds, by token (so, in grant order).
     pub holds: VecMap<Token, LockName>,
-    /// Acquires of this lease that wait in a queue, by request id.
-    pub waits: VecMap<RequestId, LockName>,
+    /// Acquires of this lease that wait in a queue, by request id (boxed
+    /// while there are any: most leases wait for nothing).
+    pub waits: OnDemand<Waits>,
     /// Final outcomes of its recent requests, for retries (INV-6).
     pub dedup: Dedup,
     /// Its recent keep-alives, for retries (INV-6); absent until its first
@@ -41,18 +46,33 @@ pub(crate) struct Lease {
     pub extended: bool,
     /// The identity that granted it (see [`crate::Command::As`]); `None`: anyone.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub owner: Option<String>,
+    pub owner: Option<Box<str>>,
+}
+
+/// The waits of a lease: the first lock of each queued acquire, by request id.
+pub(crate) type Waits = VecMap<RequestId, LockName>;
+
+static NO_WAITS: Waits = VecMap::new();
+
+impl Collection for Waits {
+    fn none() -> &'static Self {
+        &NO_WAITS
+    }
+
+    fn has_none(&self) -> bool {
+        self.len() == 0
+    }
 }
 
 impl Lease {
-    pub fn new(ttl_ms: u64, deadline: Millis, grant_req: RequestId, owner: Option<String>) -> Self {
+    pub fn new(ttl_ms: u64, deadline: Millis, grant_req: RequestId, owner: Option<&str>) -> Self {
         Self {
-            owner,
+            owner: owner.map(Box::from),
             ttl_ms,
             deadline,
             grant_req,
             holds: VecMap::default(),
-            waits: VecMap::default(),
+            waits: OnDemand::default(),
             dedup: Dedup::default(),
             kept: None,
             extended: false,
@@ -164,75 +184,6 @@ impl Kept {
     }
 }
 
-/// The last [`DEDUP_PER_LEASE`] outcomes of one lease, oldest first.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub(crate) struct Dedup(VecDeque<(RequestId, Outcome)>);
-
-impl Dedup {
-    /// The outcome remembered for `req` (newest first: a retry is usually of a
-    /// recent request).
-    pub fn get(&self, req: RequestId) -> Option<&Outcome> {
-        self.0.iter().rev().find(|(r, _)| *r == req).map(|(_, o)| o)
-    }
-
-    /// Replaces the outcome remembered for `req` in place; `outcome` back if
-    /// there is none.
-    pub fn replace(&mut self, req: RequestId, outcome: Outcome) -> Option<Outcome> {
-        match self.0.iter_mut().rev().find(|(r, _)| *r == req) {
-            Some(entry) => {
-                entry.1 = outcome;
-                None
-            }
-            None => Some(outcome),
-        }
-    }
-
-    /// Remember `outcome` for `req`, known to have no entry (see
-    /// `Engine::record`): appends without a scan. The caller first makes
-    /// room for it ([`Dedup::make_room`]).
-    pub fn push_new(&mut self, req: RequestId, outcome: Outcome) {
-        debug_assert!(self.get(req).is_none(), "request {} is remembered already", req.0);
-        if grows_by_one(self.0.len(), self.0.capacity()) {
-            self.0.reserve_exact(1);
-        }
-        self.0.push_back((req, outcome));
-    }
-
-    /// Forgets the oldest entry if one more would exceed [`DEDUP_PER_LEASE`].
-    /// Room is made before the append, so that a full memory
-    /// keeps its [`DEDUP_PER_LEASE`] slots instead of doubling them for a
-    /// moment's extra entry.
-    pub fn make_room(&mut self) {
-        while self.0.len() >= DEDUP_PER_LEASE {
-            self.0.pop_front();
-        }
-    }
-
-    pub fn len(&self) -> usize {
-        self.0.len()
-    }
-
-    /// The requests it remembers, oldest first.
-    #[cfg(test)]
-    pub fn reqs(&self) -> impl Iterator<Item = RequestId> + '_ {
-        self.0.iter().map(|(r, _)| *r)
-    }
-
-    /// The lock names its outcomes keep (see `decode.rs`).
-    pub fn names_mut(&mut self) -> impl Iterator<Item = &mut LockName> {
-        self.0.iter_mut().filter_map(|(_, o)| o.name_mut())
-    }
-
-    /// Frees the slots beyond its length (see `decode.rs`).
-    pub fn shrink_to_fit(&mut self) {
-        self.0.shrink_to_fit();
-    }
-
-    pub fn forget(&mut self, req: RequestId) {
-        self.0.retain(|(r, _)| *r != req);
-    }
-}
-
 /// What a lock admits at once. A read-write lock (the default, and every lock
 /// of a state written before the others existed) admits many shared holders or
 /// one exclusive holder; a semaphore admits holders whose weights add up to at
@@ -272,13 +223,31 @@ impl LockKind {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct Lock {
     pub kind: LockKind,
-    /// Holders that fit together (INV-1, INV-15), in grant order.
-    pub holders: Vec<Holder>,
-    /// Waiting acquires, first in line first (INV-3, INV-16).
-    pub queue: VecDeque<Waiter>,
+    /// Holders that fit together (INV-1, INV-15), in grant order (the one
+    /// most locks have in place).
+    pub holders: Small<Holder>,
+    /// Waiting acquires, first in line first (INV-3, INV-16); boxed while
+    /// there are any (most locks have no waiter).
+    pub queue: OnDemand<Queue>,
     /// Set after a holder's lease expired with a lock-delay (INV-7), or a
-    /// grant with a hold-at-least ended before its time.
-    pub closed: Option<Closed>,
+    /// grant with a hold-at-least ended before its time. Boxed: most locks
+    /// are open.
+    pub closed: Option<Box<Closed>>,
+}
+
+/// The queue of a lock.
+pub(crate) type Queue = VecDeque<Waiter>;
+
+static NO_WAITERS: Queue = VecDeque::new();
+
+impl Collection for Queue {
+    fn none() -> &'static Self {
+        &NO_WAITERS
+    }
+
+    fn has_none(&self) -> bool {
+        self.is_empty()
+    }
 }
 
 impl Lock {
@@ -320,12 +289,9 @@ impl Lock {
         }
     }
 
-    /// A new grant, last in grant order. Most locks have one holder: the first
-    /// takes one slot, not the four of a `Vec`'s first growth.
+    /// A new grant, last in grant order. Most locks have one holder, kept in
+    /// the lock itself (see [`Small`]).
     pub fn add_holder(&mut self, holder: Holder) {
-        if grows_by_one(self.holders.len(), self.holders.capacity()) {
-            self.holders.reserve_exact(1);
-        }
         self.holders.push(holder);
     }
 
@@ -493,13 +459,15 @@ impl Lock {
     /// Move every stored instant onto a new leader's clock (see
     /// [`crate::Input::LeaderStart`]).
     pub fn rebase(&mut self, old_now: Millis, new_now: Millis) {
-        for h in &mut self.holders {
+        for h in self.holders.iter_mut() {
             h.granted_at = rebase(h.granted_at, old_now, new_now);
         }
-        for w in &mut self.queue {
-            w.queued_at = rebase(w.queued_at, old_now, new_now);
-            w.deadline = new_now.saturating_add(w.deadline.saturating_sub(old_now));
-        }
+        self.queue.change(|queue| {
+            for w in queue {
+                w.queued_at = rebase(w.queued_at, old_now, new_now);
+                w.deadline = new_now.saturating_add(w.deadline.saturating_sub(old_now));
+            }
+        });
         if let Some(c) = &mut self.closed {
             c.until = new_now.saturating_add(c.delay_ms);
         }
@@ -526,21 +494,6 @@ mod tests {
             Reply::Busy(busy),
             Reply::Rejected(EngineError::LeaseNotFound(LeaseId(9))),
         ]
-    }
-
-    /// A full memory forgets its oldest outcome before it takes a new one
-    /// (as `Engine::record` does it), so it keeps the last
-    /// [`DEDUP_PER_LEASE`] outcomes in that many slots, not in twice as many.
-    #[test]
-    fn a_full_memory_keeps_its_bound_of_slots() {
-        let mut d = Dedup::default();
-        let n = DEDUP_PER_LEASE as u64 + 10;
-        for r in 0..n {
-            d.make_room();
-            d.push_new(RequestId(r), Outcome::replied(Reply::Released));
-        }
-        assert_eq!(d.reqs().collect::<Vec<_>>(), (10..n).map(RequestId).collect::<Vec<_>>());
-        assert!(d.0.capacity() < 2 * DEDUP_PER_LEASE, "{} slots", d.0.capacity());
     }
 
     /// INV-6: a remembered reply converts back to exactly the reply it was made from.

@@ -3,35 +3,26 @@
 //!
 //! Where it sits: `state.rs`'s [`super::state::Lease`] keeps its holds (by
 //! token) and waits (by request id) in it. A `BTreeMap` allocates a whole node
-//! (eleven slots) for its first entry; this allocates exactly one slot for the
-//! first entries and nothing when empty, and keeps the entries sorted by key,
-//! so iteration order, and every outcome that follows it, is the same as the
-//! `BTreeMap`'s on every replica. It serializes as the `BTreeMap` did (a map,
-//! by key), so snapshots of either read as the other.
+//! (eleven slots) for its first entry; this keeps one entry in place (a
+//! [`Small`]), allocates one slot at a time for the next few and nothing when
+//! empty, and keeps the entries sorted by key, so iteration order, and every
+//! outcome that follows it, is the same as the `BTreeMap`'s on every replica.
+//! It serializes as the `BTreeMap` did (a map, by key), so snapshots of either
+//! read as the other.
 
 use std::{collections::BTreeMap, slice};
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-/// Up to this many entries, the vector grows one slot at a time; beyond, as a
-/// `Vec` does (amortized doubling).
-const EXACT_UP_TO: usize = 4;
-
-/// Whether a small collection of `len` entries in `capacity` slots, about to
-/// get one more, should grow by exactly one slot (see [`EXACT_UP_TO`]): the
-/// engine's per-lease and per-lock collections usually hold one entry, where a
-/// `Vec`'s first growth makes room for four.
-pub(crate) fn grows_by_one(len: usize, capacity: usize) -> bool {
-    len == capacity && len < EXACT_UP_TO
-}
+use super::small::Small;
 
 /// An ordered map kept as a vector sorted by key, without duplicate keys.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct VecMap<K, V>(Vec<(K, V)>);
+pub(crate) struct VecMap<K, V>(Small<(K, V)>);
 
 impl<K, V> Default for VecMap<K, V> {
     fn default() -> Self {
-        Self(Vec::new())
+        Self::new()
     }
 }
 
@@ -53,26 +44,25 @@ impl<K: Ord, V> VecMap<K, V> {
         match self.find(&key) {
             Ok(i) => Some(std::mem::replace(&mut self.0[i].1, value)),
             Err(i) => {
-                if grows_by_one(self.0.len(), self.0.capacity()) {
-                    self.0.reserve_exact(1);
-                }
                 self.0.insert(i, (key, value));
                 None
             }
         }
     }
 
-    /// Removes `key`; its value, if it was there. The last removal frees the vector.
+    /// Removes `key`; its value, if it was there.
     pub fn remove(&mut self, key: &K) -> Option<V> {
         let (_, value) = self.0.remove(self.find(key).ok()?);
-        if self.0.is_empty() {
-            self.0 = Vec::new();
-        }
         Some(value)
     }
 }
 
 impl<K, V> VecMap<K, V> {
+    /// An empty map (no allocation).
+    pub const fn new() -> Self {
+        Self(Small::new())
+    }
+
     pub fn len(&self) -> usize {
         self.0.len()
     }
@@ -94,7 +84,7 @@ impl<K, V> VecMap<K, V> {
 
     #[cfg(test)]
     pub fn clear(&mut self) {
-        self.0 = Vec::new();
+        self.0.clear();
     }
 }
 
@@ -119,7 +109,7 @@ impl<K: Serialize, V: Serialize> Serialize for VecMap<K, V> {
 /// Read as the `BTreeMap` it was: sorted, a repeated key keeps its last value.
 impl<'de, K: Ord + Deserialize<'de>, V: Deserialize<'de>> Deserialize<'de> for VecMap<K, V> {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        Ok(Self(BTreeMap::<K, V>::deserialize(d)?.into_iter().collect()))
+        Ok(Self(BTreeMap::<K, V>::deserialize(d)?.into_iter().collect::<Vec<_>>().into()))
     }
 }
 
@@ -143,14 +133,19 @@ mod tests {
         assert_eq!((m.len(), m.get(&9), m.contains_key(&4)), (b.len(), b.get(&9), false));
     }
 
-    /// The first entry takes one slot, not a node; the last removal frees it.
+    /// The first entry is kept in place, not in a node; the next ones take
+    /// one slot each; the last removals free them.
     #[test]
-    fn one_entry_takes_one_slot_and_none_takes_none() {
+    fn one_entry_is_in_place_and_the_next_take_one_slot_each() {
         let mut m = VecMap::default();
         m.insert(1u64, 'a');
-        assert_eq!(m.0.capacity(), 1);
+        assert!(matches!(m.0, Small::One(Some(_))));
+        m.insert(2, 'b');
+        assert_eq!(m.0.capacity(), 2);
         m.remove(&1);
-        assert_eq!(m.0.capacity(), 0);
+        assert!(matches!(m.0, Small::One(Some(_))));
+        m.remove(&2);
+        assert!(matches!(m.0, Small::One(None)));
     }
 
     /// Serialized as the `BTreeMap` it replaces, both ways (snapshot compatibility).

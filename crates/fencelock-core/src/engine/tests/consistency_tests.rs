@@ -46,10 +46,10 @@ fn a_hold_missing_on_either_side_is_refused() {
 #[test]
 fn a_wait_missing_on_either_side_is_refused() {
     let mut e = held_and_queued();
-    Arc::make_mut(e.leases.get_mut(&l(2)).unwrap()).waits.clear();
+    Arc::make_mut(e.leases.get_mut(&l(2)).unwrap()).waits.change(|waits| waits.clear());
     refused(&e, "the lease does not wait for it");
     let mut e = held_and_queued();
-    Arc::make_mut(e.locks.get_mut(&name("a")).unwrap()).queue.clear();
+    Arc::make_mut(e.locks.get_mut(&name("a")).unwrap()).queue.change(|q| q.clear());
     refused(&e, "no such waiter");
 }
 
@@ -64,7 +64,7 @@ fn a_multi_acquire_missing_from_one_of_its_queues_is_refused() {
     one(&mut e, 0, multi);
     e.check_consistency().expect("a state the engine reached");
     let a = Arc::make_mut(e.locks.get_mut(&name("a")).unwrap());
-    a.queue.retain(|w| w.req != r(3));
+    a.queue.change(|q| q.retain(|w| w.req != r(3)));
     refused(&e, "in a multi-acquire");
 }
 
@@ -142,12 +142,14 @@ fn inv2_a_restored_engine_forgets_holders_and_raises_the_token_counter() {
 #[test]
 fn a_waiter_with_an_invalid_slot_or_a_multi_acquire_with_one_is_refused() {
     let mut e = held_and_queued();
-    Arc::make_mut(e.locks.get_mut(&name("a")).unwrap()).queue[0].once_per = "day".into();
+    let first_waiter_of_a = |e: &mut Engine, f: fn(&mut state::Waiter)| {
+        Arc::make_mut(e.locks.get_mut(&name("a")).unwrap()).queue.change(|q| f(&mut q[0]));
+    };
+    first_waiter_of_a(&mut e, |w| w.once_per = "day".into());
     e.check_consistency().expect("a waiter once per a slot");
-    Arc::make_mut(e.locks.get_mut(&name("a")).unwrap()).queue[0].once_per = "a\nb".into();
+    first_waiter_of_a(&mut e, |w| w.once_per = "a\nb".into());
     refused(&e, "must not contain control characters");
     let mut e = held_and_queued();
-    let w = &mut Arc::make_mut(e.locks.get_mut(&name("a")).unwrap()).queue[0];
-    (w.once_per, w.all) = ("day".into(), vec![name("a")]);
+    first_waiter_of_a(&mut e, |w| (w.once_per, w.all) = ("day".into(), vec![name("a")]));
     refused(&e, "a multi-acquire with a slot");
 }

@@ -1,0 +1,248 @@
+//! [`Dedup`]: a lease's memory of the final outcomes of its last
+//! [`DEDUP_PER_LEASE`] requests, oldest first, for retries (INV-6).
+//!
+//! Where it sits: `state.rs`'s [`super::state::Lease`] keeps one; the engine's
+//! `record` and `recorded_reply` (`engine.rs`) fill and read it. Most leases
+//! remember one outcome (an idle lease: the acquire of the lock it holds), so
+//! the first is kept in place, in the lease's record, and the memory moves to
+//! a `VecDeque` when a second comes (growing one slot at a time for the first
+//! few): one outcome costs 48 bytes in the record where a `VecDeque` cost 32
+//! and an allocation of 48 (issue 38 §3). It serializes, compares and reads
+//! back as the `VecDeque` it replaces, so snapshots read and are written as
+//! before.
+
+use std::collections::VecDeque;
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+use super::small::grows_by_one;
+use super::state::Outcome;
+use crate::{LockName, RequestId, DEDUP_PER_LEASE};
+
+type Entry = (RequestId, Outcome);
+
+/// The remembered outcomes, oldest first.
+#[derive(Debug, Clone)]
+enum Entries {
+    /// None, or one.
+    One(Option<Entry>),
+    /// Two or more (or fewer, after a `forget`).
+    Many(VecDeque<Entry>),
+}
+
+/// The last [`DEDUP_PER_LEASE`] outcomes of one lease, oldest first.
+#[derive(Debug, Clone)]
+pub(crate) struct Dedup(Entries);
+
+impl Default for Dedup {
+    fn default() -> Self {
+        Dedup(Entries::One(None))
+    }
+}
+
+impl Dedup {
+    /// The outcome remembered for `req` (newest first: a retry is usually of a
+    /// recent request).
+    pub fn get(&self, req: RequestId) -> Option<&Outcome> {
+        self.iter().rev().find(|(r, _)| *r == req).map(|(_, o)| o)
+    }
+
+    /// Replaces the outcome remembered for `req` in place; `outcome` back if
+    /// there is none.
+    pub fn replace(&mut self, req: RequestId, outcome: Outcome) -> Option<Outcome> {
+        match self.iter_mut().rev().find(|(r, _)| *r == req) {
+            Some(entry) => {
+                entry.1 = outcome;
+                None
+            }
+            None => Some(outcome),
+        }
+    }
+
+    /// Remember `outcome` for `req`, known to have no entry (see
+    /// `Engine::record`): appends without a scan. The caller first makes
+    /// room for it ([`Dedup::make_room`]).
+    pub fn push_new(&mut self, req: RequestId, outcome: Outcome) {
+        debug_assert!(self.get(req).is_none(), "request {} is remembered already", req.0);
+        let entry = (req, outcome);
+        match &mut self.0 {
+            Entries::One(one) => match one.take() {
+                None => *one = Some(entry),
+                Some(first) => {
+                    let mut many = VecDeque::with_capacity(2);
+                    many.extend([first, entry]);
+                    self.0 = Entries::Many(many);
+                }
+            },
+            Entries::Many(many) => {
+                if grows_by_one(many.len(), many.capacity()) {
+                    many.reserve_exact(1);
+                }
+                many.push_back(entry);
+            }
+        }
+    }
+
+    /// Forgets the oldest entries while one more would exceed
+    /// [`DEDUP_PER_LEASE`]. Room is made before the append, so that a full
+    /// memory keeps its [`DEDUP_PER_LEASE`] slots instead of doubling them
+    /// for a moment's extra entry.
+    pub fn make_room(&mut self) {
+        while self.len() >= DEDUP_PER_LEASE {
+            match &mut self.0 {
+                Entries::One(one) => *one = None,
+                Entries::Many(many) => drop(many.pop_front()),
+            }
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        match &self.0 {
+            Entries::One(one) => usize::from(one.is_some()),
+            Entries::Many(many) => many.len(),
+        }
+    }
+
+    /// The requests it remembers, oldest first.
+    #[cfg(test)]
+    pub fn reqs(&self) -> impl Iterator<Item = RequestId> + '_ {
+        self.iter().map(|(r, _)| *r)
+    }
+
+    /// The lock names its outcomes keep (see `decode.rs`).
+    pub fn names_mut(&mut self) -> impl Iterator<Item = &mut LockName> {
+        self.iter_mut().filter_map(|(_, o)| o.name_mut())
+    }
+
+    /// Frees the slots beyond its length (see `decode.rs`).
+    pub fn shrink_to_fit(&mut self) {
+        if let Entries::Many(many) = &mut self.0 {
+            many.shrink_to_fit();
+        }
+    }
+
+    pub fn forget(&mut self, req: RequestId) {
+        match &mut self.0 {
+            Entries::One(one) => {
+                if one.as_ref().is_some_and(|(r, _)| *r == req) {
+                    *one = None;
+                }
+            }
+            Entries::Many(many) => many.retain(|(r, _)| *r != req),
+        }
+    }
+
+    /// The entries, oldest first.
+    fn iter(&self) -> impl DoubleEndedIterator<Item = &Entry> {
+        let (front, back) = match &self.0 {
+            Entries::One(one) => (one.as_slice(), Default::default()),
+            Entries::Many(many) => many.as_slices(),
+        };
+        front.iter().chain(back)
+    }
+
+    fn iter_mut(&mut self) -> impl DoubleEndedIterator<Item = &mut Entry> {
+        let (front, back) = match &mut self.0 {
+            Entries::One(one) => (one.as_mut_slice(), Default::default()),
+            Entries::Many(many) => many.as_mut_slices(),
+        };
+        front.iter_mut().chain(back)
+    }
+
+    /// The slots it holds its entries in.
+    #[cfg(test)]
+    fn capacity(&self) -> usize {
+        match &self.0 {
+            Entries::One(_) => 1,
+            Entries::Many(many) => many.capacity(),
+        }
+    }
+}
+
+impl From<VecDeque<Entry>> for Dedup {
+    fn from(mut entries: VecDeque<Entry>) -> Self {
+        match entries.len() {
+            0 | 1 => Dedup(Entries::One(entries.pop_front())),
+            _ => Dedup(Entries::Many(entries)),
+        }
+    }
+}
+
+impl PartialEq for Dedup {
+    fn eq(&self, other: &Self) -> bool {
+        self.iter().eq(other.iter())
+    }
+}
+
+impl Eq for Dedup {}
+
+/// As the newtype of a `VecDeque` it was (`Dedup(VecDeque<…>)`, derived).
+impl Serialize for Dedup {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_newtype_struct("Dedup", &InOrder(self))
+    }
+}
+
+/// The entries of a [`Dedup`], serialized as a sequence, oldest first.
+struct InOrder<'a>(&'a Dedup);
+
+impl Serialize for InOrder<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_seq(self.0.iter())
+    }
+}
+
+/// The form it was written in (and is read from).
+#[derive(Deserialize)]
+#[serde(rename = "Dedup")]
+struct Written(VecDeque<Entry>);
+
+impl<'de> Deserialize<'de> for Dedup {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        Written::deserialize(d).map(|Written(entries)| Dedup::from(entries))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Reply;
+
+    fn released(r: u64) -> Entry {
+        (RequestId(r), Outcome::replied(Reply::Released))
+    }
+
+    /// A full memory forgets its oldest outcome before it takes a new one
+    /// (as `Engine::record` does it), so it keeps the last
+    /// [`DEDUP_PER_LEASE`] outcomes in that many slots, not in twice as many.
+    #[test]
+    fn a_full_memory_keeps_its_bound_of_slots() {
+        let mut d = Dedup::default();
+        let n = DEDUP_PER_LEASE as u64 + 10;
+        for r in 0..n {
+            d.make_room();
+            let (req, outcome) = released(r);
+            d.push_new(req, outcome);
+        }
+        assert_eq!(d.reqs().collect::<Vec<_>>(), (10..n).map(RequestId).collect::<Vec<_>>());
+        assert!(d.capacity() < 2 * DEDUP_PER_LEASE, "{} slots", d.capacity());
+    }
+
+    /// One outcome is kept in place; the memory answers, forgets and
+    /// serializes as the `VecDeque` it replaces, with one entry or more.
+    #[test]
+    fn answers_and_serializes_as_a_vecdeque() {
+        for n in 0..4u64 {
+            let deque: VecDeque<Entry> = (1..=n).map(released).collect();
+            let mut d = Dedup::default();
+            deque.iter().cloned().for_each(|(req, outcome)| d.push_new(req, outcome));
+            assert_eq!(matches!(d.0, Entries::One(_)), n <= 1);
+            let json = serde_json::to_string(&d).unwrap();
+            assert_eq!(json, serde_json::to_string(&deque).unwrap());
+            assert_eq!(serde_json::from_str::<Dedup>(&json).unwrap(), d);
+            assert_eq!((d.len(), d.get(RequestId(n)).is_some()), (deque.len(), n > 0));
+            d.forget(RequestId(n));
+            assert_eq!(d.reqs().collect::<Vec<_>>(), (1..n).map(RequestId).collect::<Vec<_>>());
+        }
+    }
+}
