@@ -122,7 +122,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::*;
 use cowmap::{CowMap, CowSet};
-use state::{Lease, Lock, Outcome};
+use dedup::Outcome;
+use state::{Lease, Lock};
 use timers::{TimerKind, Timers};
 
 /// The effects produced so far while applying one input, in order.

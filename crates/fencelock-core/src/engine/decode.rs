@@ -16,7 +16,7 @@
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::sync::Arc;
 
-use super::state::{Answer, Outcome};
+use super::dedup::{Answer, Outcome};
 use super::Engine;
 use crate::LockName;
 

@@ -1,7 +1,8 @@
 //! [`Dedup`]: a lease's memory of the final outcomes of its last
-//! [`DEDUP_PER_LEASE`] requests, oldest first, for retries (INV-6).
+//! [`DEDUP_PER_LEASE`] requests, oldest first, for retries (INV-6), and
+//! what it remembers of each: an [`Outcome`], its reply kept as an [`Answer`].
 //!
-//! Where it sits: `state.rs`'s [`super::state::Lease`] keeps one; the engine's
+//! Where it sits: `state.rs`'s `Lease` keeps one; the engine's
 //! `record` and `recorded_reply` (`engine.rs`) fill and read it. Most leases
 //! remember one outcome (an idle lease: the acquire of the lock it holds), so
 //! the first is kept in place, in the lease's record, and the memory moves to
@@ -16,8 +17,7 @@ use std::collections::VecDeque;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use super::small::grows_by_one;
-use super::state::Outcome;
-use crate::{LockName, RequestId, DEDUP_PER_LEASE};
+use crate::{Grant, LeaseId, LockName, Reply, RequestId, DEDUP_PER_LEASE};
 
 type Entry = (RequestId, Outcome);
 
@@ -203,10 +203,73 @@ impl<'de> Deserialize<'de> for Dedup {
     }
 }
 
+/// The final outcome of a lease-bound request, as remembered for a retry.
+/// A request still in a queue is not here: the queue itself answers for it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) enum Outcome {
+    /// Answer the retry with this reply again.
+    Replied(Answer),
+    /// The acquire queued on this lock and its wait ran out: a retry is answered
+    /// with the lock's *current* [`crate::Busy`] (it did not get the lock).
+    TimedOut(LockName),
+}
+
+impl Outcome {
+    /// Remember `reply` as the answer to a retry.
+    pub fn replied(reply: Reply) -> Self {
+        Outcome::Replied(Answer::from(reply))
+    }
+}
+
+/// A remembered [`Reply`], compact: the replies most requests end with are
+/// kept without their full `Reply` (a grant is its name, shared, its lease and
+/// its token), every other one as a boxed `Reply`. It converts back to the
+/// exact reply it was made from (INV-6), and it serializes as that `Reply`, so
+/// snapshots written before it existed read, and are written, the same.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(from = "Reply", into = "Reply")]
+pub(crate) enum Answer {
+    Acquired(Grant),
+    LeaseKept { lease: LeaseId, ttl_ms: u64 },
+    Released,
+    ValueSet,
+    Downgraded,
+    SlotCompleted,
+    Other(Box<Reply>),
+}
+
+impl From<Reply> for Answer {
+    fn from(reply: Reply) -> Self {
+        match reply {
+            Reply::Acquired(grant) => Answer::Acquired(grant),
+            Reply::LeaseKept { lease, ttl_ms } => Answer::LeaseKept { lease, ttl_ms },
+            Reply::Released => Answer::Released,
+            Reply::ValueSet => Answer::ValueSet,
+            Reply::Downgraded => Answer::Downgraded,
+            Reply::SlotCompleted => Answer::SlotCompleted,
+            other => Answer::Other(Box::new(other)),
+        }
+    }
+}
+
+impl From<Answer> for Reply {
+    fn from(answer: Answer) -> Self {
+        match answer {
+            Answer::Acquired(grant) => Reply::Acquired(grant),
+            Answer::LeaseKept { lease, ttl_ms } => Reply::LeaseKept { lease, ttl_ms },
+            Answer::Released => Reply::Released,
+            Answer::ValueSet => Reply::ValueSet,
+            Answer::Downgraded => Reply::Downgraded,
+            Answer::SlotCompleted => Reply::SlotCompleted,
+            Answer::Other(reply) => *reply,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::Reply;
+    use crate::{Busy, EngineError, Token};
 
     fn released(r: u64) -> Entry {
         (RequestId(r), Outcome::replied(Reply::Released))
@@ -243,6 +306,43 @@ mod tests {
             assert_eq!((d.len(), d.get(RequestId(n)).is_some()), (deque.len(), n > 0));
             d.forget(RequestId(n));
             assert_eq!(d.reqs().collect::<Vec<_>>(), (1..n).map(RequestId).collect::<Vec<_>>());
+        }
+    }
+
+    fn replies() -> Vec<Reply> {
+        let grant = Grant { lock: LockName::new("a").unwrap(), lease: LeaseId(3), token: Token(7) };
+        let busy = Busy { holder: Some(grant.clone()), holders: 1, reopens_in_ms: None, waiters: 2 };
+        vec![
+            Reply::Acquired(grant.clone()),
+            Reply::AcquiredAll(vec![grant]),
+            Reply::LeaseKept { lease: LeaseId(3), ttl_ms: 500 },
+            Reply::Released,
+            Reply::ValueSet,
+            Reply::Downgraded,
+            Reply::SlotCompleted,
+            Reply::SlotDone { token: Token(2), identity: "job".into(), exit_code: 1 },
+            Reply::Busy(busy),
+            Reply::Rejected(EngineError::LeaseNotFound(LeaseId(9))),
+        ]
+    }
+
+    /// INV-6: a remembered reply converts back to exactly the reply it was made from.
+    #[test]
+    fn inv6_an_answer_gives_back_the_reply_it_remembers() {
+        for reply in replies() {
+            assert_eq!(Reply::from(Answer::from(reply.clone())), reply);
+        }
+    }
+
+    /// A remembered outcome serializes as the full `Reply` did before answers
+    /// were compact, and reads back from it (snapshot compatibility both ways).
+    #[test]
+    fn an_outcome_serializes_as_the_full_reply_did() {
+        for reply in replies() {
+            let old = serde_json::json!({ "Replied": &reply });
+            let outcome = Outcome::replied(reply);
+            assert_eq!(serde_json::to_value(&outcome).unwrap(), old);
+            assert_eq!(serde_json::from_value::<Outcome>(old).unwrap(), outcome);
         }
     }
 }

@@ -10,7 +10,8 @@
 //! is granted from its head for as long as the head fits.
 
 use super::{
-    state::{Closed, Closing, Holder, Lock, LockKind, Outcome, Share},
+    dedup::Outcome,
+    state::{Closed, Closing, Holder, Lock, LockKind, Share},
     Effects, Engine, TimerKind,
 };
 use crate::validate::{check_acquire, check_cancel, check_release, check_set_value};

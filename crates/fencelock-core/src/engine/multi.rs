@@ -14,7 +14,8 @@
 //! share the request id, so a `CancelWait` of it releases all that are held.
 
 use super::{
-    state::{Lock, LockKind, Outcome, Share},
+    dedup::Outcome,
+    state::{Lock, LockKind, Share},
     Effects, Engine,
 };
 use crate::validate::multi_names;

@@ -10,7 +10,8 @@
 //! fits every other queue it is in (INV-18).
 
 use super::{
-    state::{Closing, Lock, Outcome, Share, Waiter},
+    dedup::Outcome,
+    state::{Closing, Lock, Share, Waiter},
     Effects, Engine, TimerKind,
 };
 use crate::*;

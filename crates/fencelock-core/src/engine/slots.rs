@@ -17,7 +17,8 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use super::state::{rebase, Outcome, Waiter};
+use super::dedup::Outcome;
+use super::state::{rebase, Waiter};
 use super::{Effects, Engine};
 use crate::validate::check_complete;
 use crate::*;

@@ -16,7 +16,7 @@ use super::dedup::Dedup;
 use super::ondemand::{Collection, OnDemand};
 use super::small::Small;
 use super::vecmap::VecMap;
-use crate::{Grant, LeaseId, LockName, Millis, Mode, Reply, RequestId, Tag, Token, KEEPALIVES_PER_LEASE};
+use crate::{Grant, LeaseId, LockName, Millis, Mode, RequestId, Tag, Token, KEEPALIVES_PER_LEASE};
 
 /// One lease: a TTL, the instant it ends unless kept alive, and what it holds.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -91,69 +91,6 @@ impl Lease {
         let left = if self.extended { self.deadline.saturating_sub(old_now).min(self.ttl_ms) } else { self.ttl_ms };
         self.extended = true;
         self.deadline = now.saturating_add(left);
-    }
-}
-
-/// The final outcome of a lease-bound request, as remembered for a retry.
-/// A request still in a queue is not here: the queue itself answers for it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub(crate) enum Outcome {
-    /// Answer the retry with this reply again.
-    Replied(Answer),
-    /// The acquire queued on this lock and its wait ran out: a retry is answered
-    /// with the lock's *current* [`crate::Busy`] (it did not get the lock).
-    TimedOut(LockName),
-}
-
-impl Outcome {
-    /// Remember `reply` as the answer to a retry.
-    pub fn replied(reply: Reply) -> Self {
-        Outcome::Replied(Answer::from(reply))
-    }
-}
-
-/// A remembered [`Reply`], compact: the replies most requests end with are
-/// kept without their full `Reply` (a grant is its name, shared, its lease and
-/// its token), every other one as a boxed `Reply`. It converts back to the
-/// exact reply it was made from (INV-6), and it serializes as that `Reply`, so
-/// snapshots written before it existed read, and are written, the same.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(from = "Reply", into = "Reply")]
-pub(crate) enum Answer {
-    Acquired(Grant),
-    LeaseKept { lease: LeaseId, ttl_ms: u64 },
-    Released,
-    ValueSet,
-    Downgraded,
-    SlotCompleted,
-    Other(Box<Reply>),
-}
-
-impl From<Reply> for Answer {
-    fn from(reply: Reply) -> Self {
-        match reply {
-            Reply::Acquired(grant) => Answer::Acquired(grant),
-            Reply::LeaseKept { lease, ttl_ms } => Answer::LeaseKept { lease, ttl_ms },
-            Reply::Released => Answer::Released,
-            Reply::ValueSet => Answer::ValueSet,
-            Reply::Downgraded => Answer::Downgraded,
-            Reply::SlotCompleted => Answer::SlotCompleted,
-            other => Answer::Other(Box::new(other)),
-        }
-    }
-}
-
-impl From<Answer> for Reply {
-    fn from(answer: Answer) -> Self {
-        match answer {
-            Answer::Acquired(grant) => Reply::Acquired(grant),
-            Answer::LeaseKept { lease, ttl_ms } => Reply::LeaseKept { lease, ttl_ms },
-            Answer::Released => Reply::Released,
-            Answer::ValueSet => Reply::ValueSet,
-            Answer::Downgraded => Reply::Downgraded,
-            Answer::SlotCompleted => Reply::SlotCompleted,
-            Answer::Other(reply) => *reply,
-        }
     }
 }
 
@@ -470,49 +407,6 @@ impl Lock {
         });
         if let Some(c) = &mut self.closed {
             c.until = new_now.saturating_add(c.delay_ms);
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::{Busy, EngineError};
-
-    fn replies() -> Vec<Reply> {
-        let grant = Grant { lock: LockName::new("a").unwrap(), lease: LeaseId(3), token: Token(7) };
-        let busy = Busy { holder: Some(grant.clone()), holders: 1, reopens_in_ms: None, waiters: 2 };
-        vec![
-            Reply::Acquired(grant.clone()),
-            Reply::AcquiredAll(vec![grant]),
-            Reply::LeaseKept { lease: LeaseId(3), ttl_ms: 500 },
-            Reply::Released,
-            Reply::ValueSet,
-            Reply::Downgraded,
-            Reply::SlotCompleted,
-            Reply::SlotDone { token: Token(2), identity: "job".into(), exit_code: 1 },
-            Reply::Busy(busy),
-            Reply::Rejected(EngineError::LeaseNotFound(LeaseId(9))),
-        ]
-    }
-
-    /// INV-6: a remembered reply converts back to exactly the reply it was made from.
-    #[test]
-    fn inv6_an_answer_gives_back_the_reply_it_remembers() {
-        for reply in replies() {
-            assert_eq!(Reply::from(Answer::from(reply.clone())), reply);
-        }
-    }
-
-    /// A remembered outcome serializes as the full `Reply` did before answers
-    /// were compact, and reads back from it (snapshot compatibility both ways).
-    #[test]
-    fn an_outcome_serializes_as_the_full_reply_did() {
-        for reply in replies() {
-            let old = serde_json::json!({ "Replied": &reply });
-            let outcome = Outcome::replied(reply);
-            assert_eq!(serde_json::to_value(&outcome).unwrap(), old);
-            assert_eq!(serde_json::from_value::<Outcome>(old).unwrap(), outcome);
         }
     }
 }
