@@ -9,6 +9,9 @@
 //! that point is a fatal storage error: the node stops, and since the log it
 //! purged is gone it cannot start again. Here a snapshot reaches
 //! `Raft::install_full_snapshot` only if [`check`] accepts it:
+//! - its chunks come in order: one may be sent again, but one that starts
+//!   past what is written is answered as out of order (`SnapshotMismatch`)
+//!   and not written, so the file never has a gap;
 //! - it fits ([`Limits`], checked before each chunk is written): within the
 //!   configured bound, and leaving the data dir's disk its reserve;
 //! - it decodes, and its data describes the same point of the log as its meta;
@@ -94,8 +97,12 @@ impl Limits {
     }
 }
 
+/// An answer for the sender that is not a response (a stale vote, a chunk
+/// out of order, a fatal error).
+pub type AnswerError = RaftError<NodeId, InstallSnapshotError>;
+
 /// The answer openraft's `install_snapshot` would give, JSON-encoded by the caller.
-pub type Answer = Result<InstallSnapshotResponse<NodeId>, RaftError<NodeId, InstallSnapshotError>>;
+pub type Answer = Result<InstallSnapshotResponse<NodeId>, AnswerError>;
 
 /// Why a received snapshot is refused.
 #[derive(Debug, thiserror::Error)]
@@ -131,7 +138,7 @@ enum Chunk {
     /// It was the last: the whole snapshot's data.
     Done(Box<SnapshotData>),
     /// An answer for the sender (out-of-order chunk, fatal error).
-    Answer(Box<RaftError<NodeId, InstallSnapshotError>>),
+    Answer(Box<AnswerError>),
 }
 
 /// The snapshot stream being received (at most one at a time, as in openraft).
@@ -184,6 +191,9 @@ impl Receiver {
             Ok(current) => current,
             Err(answer) => return Ok(Chunk::Answer(Box::new(answer))),
         };
+        if let Err(answer) = contiguous(current, req) {
+            return Ok(Chunk::Answer(Box::new(answer)));
+        }
         if let Err(refused) = self.write(current, req).await {
             *incoming = None;
             return Err(refused);
@@ -204,15 +214,13 @@ impl Receiver {
         incoming: &'a mut Option<Incoming>,
         raft: &Raft,
         req: &InstallSnapshotRequest<TypeConfig>,
-    ) -> Result<&'a mut Incoming, RaftError<NodeId, InstallSnapshotError>> {
+    ) -> Result<&'a mut Incoming, AnswerError> {
         let id = &req.meta.snapshot_id;
         if incoming.as_ref().is_some_and(|i| &i.id == id) {
             return Ok(incoming.as_mut().expect("checked"));
         }
         if req.offset != 0 {
-            let segment = |offset| SnapshotSegmentId { id: id.clone(), offset };
-            let mismatch = SnapshotMismatch { expect: segment(0), got: segment(req.offset) };
-            return Err(RaftError::APIError(InstallSnapshotError::SnapshotMismatch(mismatch)));
+            return Err(mismatch(id, 0, req.offset));
         }
         *incoming = None;
         let data = raft.begin_receiving_snapshot().await.map_err(|e| RaftError::Fatal(fatal(e)))?;
@@ -231,6 +239,24 @@ impl Receiver {
         current.written = current.written.max(end);
         Ok(())
     }
+}
+
+/// Whether `req`'s chunk starts within what `current` has written: a chunk
+/// may be sent again, but one beyond the end would leave a gap in the file
+/// (never written, read back as zeros), so it is answered as out of order
+/// and the stream stays where it was.
+fn contiguous(current: &Incoming, req: &InstallSnapshotRequest<TypeConfig>) -> Result<(), AnswerError> {
+    if req.offset > current.written {
+        return Err(mismatch(&current.id, current.written, req.offset));
+    }
+    Ok(())
+}
+
+/// The answer to a chunk at `got` where the stream `id` expects `expect`.
+fn mismatch(id: &str, expect: u64, got: u64) -> AnswerError {
+    let segment = |offset| SnapshotSegmentId { id: id.to_string(), offset };
+    let mismatch = SnapshotMismatch { expect: segment(expect), got: segment(got) };
+    RaftError::APIError(InstallSnapshotError::SnapshotMismatch(mismatch))
 }
 
 /// openraft's error of `begin_receiving_snapshot`: only ever fatal.

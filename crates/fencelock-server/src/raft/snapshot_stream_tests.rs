@@ -11,6 +11,7 @@
 use std::path::{Path, PathBuf};
 
 use fencelock_core::{Acquire, Command, Engine, Input, LeaseId, Reply, RequestId};
+use openraft::error::{InstallSnapshotError, RaftError};
 use openraft::raft::InstallSnapshotRequest;
 use openraft::storage::RaftStateMachine;
 use openraft::{RaftSnapshotBuilder, Snapshot, Vote};
@@ -149,6 +150,9 @@ async fn a_truncated_or_corrupt_snapshot_is_refused_and_changes_nothing() {
     let rx = Receiver::default();
     let installed = send(&rx, &raft, &engine, chunks(&mut small).await).await.expect("the first is accepted");
     assert!(installed.is_ok(), "{installed:?}");
+    // The install is answered before openraft's metrics show it.
+    let at = small.meta.last_log_id.expect("a point of the log");
+    raft.wait(Some(std::time::Duration::from_secs(10))).snapshot(at, "the first snapshot").await.unwrap();
     let (before, applied, files) =
         (engine.read().unwrap().clone(), raft.metrics().borrow().last_applied, snap_dir(dir.path()));
 
@@ -167,6 +171,37 @@ async fn a_truncated_or_corrupt_snapshot_is_refused_and_changes_nothing() {
         assert_eq!(snap_dir(dir.path()), files, "{what}: the files are unchanged, no received file is left");
     }
     assert_ne!(before, Engine::new());
+    raft.shutdown().await.unwrap();
+}
+
+/// A chunk that starts past what the stream has written is answered as out
+/// of order and not written: the file never has a gap (read back as zeros).
+/// The stream stays where it was, so the chunk it expects still completes it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_chunk_past_the_end_written_is_answered_out_of_order_and_not_written() {
+    let (leader_dir, leader, mut snap) = leader_with(200, 4).await;
+    let (dir, raft, engine) = follower().await;
+    let rx = Receiver::default();
+    let mut reqs = chunks(&mut snap).await;
+    assert!(reqs.len() >= 3, "{}", reqs.len());
+    let (first, skipped) = (reqs.remove(0), reqs[1].clone());
+    let expect = first.data.len() as u64;
+    assert!(rx.receive(&raft, &engine, first).await.expect("accepted").is_ok());
+    let on_disk = || std::fs::metadata(&files_ending(dir.path(), ".snap.incoming")[0]).unwrap().len();
+    let before = on_disk();
+
+    let answer = rx.receive(&raft, &engine, skipped.clone()).await.expect("answered, not refused");
+    let Err(RaftError::APIError(InstallSnapshotError::SnapshotMismatch(m))) = answer else {
+        panic!("out of order: {answer:?}")
+    };
+    assert_eq!((m.expect.offset, m.got.offset), (expect, skipped.offset));
+    assert_eq!(on_disk(), before, "nothing of the chunk is written");
+
+    let last = send(&rx, &raft, &engine, reqs).await.expect("the stream goes on from where it was");
+    assert!(last.is_ok(), "{last:?}");
+    let theirs = files_ending(leader_dir.path(), ".snap");
+    assert_eq!(std::fs::read(&files_ending(dir.path(), ".snap")[0]).unwrap(), std::fs::read(&theirs[0]).unwrap());
+    assert_eq!(*engine.read().unwrap(), *leader.engine().read().unwrap());
     raft.shutdown().await.unwrap();
 }
 
