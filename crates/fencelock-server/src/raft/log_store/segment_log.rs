@@ -56,7 +56,7 @@ impl SegmentLog {
 
 impl EntryLog for SegmentLog {
     fn read(&self, lo: u64, hi: Option<u64>) -> Result<Vec<Entry<TypeConfig>>, DbError> {
-        Ok(self.wal.entries(lo, hi))
+        Ok(self.wal.entries(lo, hi)?)
     }
 
     fn last_log_id(&self) -> Result<Option<LogId<NodeId>>, DbError> {

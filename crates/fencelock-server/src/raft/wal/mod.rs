@@ -14,7 +14,8 @@
 //! holding a format version; then checksummed records, one per entry (see
 //! [`mod@format`] for the bytes). In memory: every entry not purged, so reads
 //! never touch the disk after start-up (the log is purged behind snapshots,
-//! keeping `max_in_snapshot_log_to_keep` entries).
+//! keeping `max_in_snapshot_log_to_keep` entries); the newest decoded, the
+//! others as their encoded bytes (`mem.rs`).
 //!
 //! Writes: a dedicated thread (`thread.rs`) owns the files. An append puts its
 //! entries in memory (readable at once, as openraft expects) and queues them;
@@ -72,7 +73,6 @@
 //! entry at a time (~12 ms each, mostly CPU), and the log's share is ~0.2 ms:
 //! the group commit pays once the driver pipelines its writes (issue 19 §3).
 
-use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
@@ -87,6 +87,7 @@ use crate::seams::Seams;
 
 pub mod files;
 pub mod format;
+mod mem;
 pub mod segments;
 mod thread;
 
@@ -134,6 +135,10 @@ pub enum WalError {
     Version { path: std::path::PathBuf, version: u32 },
     #[error("cannot encode a log entry: {0}")]
     Encode(String),
+    /// An entry kept in memory does not decode (never expected: it was
+    /// encoded by this process).
+    #[error("a log entry kept in memory does not read back: {0}")]
+    Decode(String),
     #[error("log entries out of order: {0}")]
     Order(String),
     #[error("the Raft log stopped after an error: {0}")]
@@ -147,7 +152,7 @@ pub enum WalError {
 pub struct Wal {
     tx: Option<mpsc::Sender<thread::Op>>,
     thread: Option<JoinHandle<()>>,
-    mem: RwLock<BTreeMap<u64, Entry<TypeConfig>>>,
+    mem: RwLock<mem::Mem>,
     /// One past the index of the last durable entry (or of the purge point):
     /// what the log thread has synced.
     durable_end: Arc<AtomicU64>,
@@ -167,7 +172,7 @@ impl Wal {
             segments::Segments::open(dir, files_of(seams), opts.segment_bytes, last_purged, opts.committed)?;
         let end = entries.last().map(|e| e.log_id.index + 1).or(last_purged.map(|p| p + 1)).unwrap_or(0);
         let durable_end = Arc::new(AtomicU64::new(end));
-        let mem = entries.into_iter().map(|e| (e.log_id.index, e)).collect();
+        let mem = mem::Mem::read_back(entries)?;
         let (tx, rx) = mpsc::channel();
         let (seams, durable) = (seams.clone(), durable_end.clone());
         let thread = std::thread::Builder::new()
@@ -191,7 +196,7 @@ impl Wal {
         };
         {
             let mut mem = self.mem.write().unwrap_or_else(PoisonError::into_inner);
-            mem.extend(entries.into_iter().map(|e| (e.log_id.index, e)));
+            mem.extend(entries, &recs);
         }
         self.send(thread::Op::Append { recs, done }).map_err(|op| {
             let why = "the log thread has stopped".to_string();
@@ -204,7 +209,7 @@ impl Wal {
 
     /// Deletes the entries at `since` and after; durable when it returns.
     pub async fn truncate(&self, since: u64) -> Result<(), WalError> {
-        drop(self.mem.write().unwrap_or_else(PoisonError::into_inner).split_off(&since));
+        self.mem.write().unwrap_or_else(PoisonError::into_inner).truncate(since);
         let (reply, rx) = oneshot::channel();
         self.call(thread::Op::Truncate { since, reply }, rx).await
     }
@@ -212,11 +217,7 @@ impl Wal {
     /// Forgets the entries up to `upto` and deletes the segments that hold
     /// only such entries. Call once `upto` is durable as the last purged id.
     pub async fn purge(&self, upto: u64) -> Result<(), WalError> {
-        {
-            let mut mem = self.mem.write().unwrap_or_else(PoisonError::into_inner);
-            let kept = mem.split_off(&upto.saturating_add(1));
-            *mem = kept;
-        }
+        self.mem.write().unwrap_or_else(PoisonError::into_inner).purge(upto);
         let (reply, rx) = oneshot::channel();
         self.call(thread::Op::Purge { upto, reply }, rx).await
     }
@@ -229,13 +230,8 @@ impl Wal {
     }
 
     /// The entries with indexes in `lo..hi` (`hi`: `None` for no end).
-    pub fn entries(&self, lo: u64, hi: Option<u64>) -> Vec<Entry<TypeConfig>> {
-        let mem = self.mem.read().unwrap_or_else(PoisonError::into_inner);
-        match hi {
-            Some(hi) if hi <= lo => Vec::new(),
-            Some(hi) => mem.range(lo..hi).map(|(_, e)| e.clone()).collect(),
-            None => mem.range(lo..).map(|(_, e)| e.clone()).collect(),
-        }
+    pub fn entries(&self, lo: u64, hi: Option<u64>) -> Result<Vec<Entry<TypeConfig>>, WalError> {
+        self.mem.read().unwrap_or_else(PoisonError::into_inner).entries(lo, hi)
     }
 
     /// Whether the entry at `index` is durable (synced, or purged behind a
@@ -247,8 +243,7 @@ impl Wal {
 
     /// The log id of the last entry, if any.
     pub fn last_log_id(&self) -> Option<LogId<NodeId>> {
-        let mem = self.mem.read().unwrap_or_else(PoisonError::into_inner);
-        mem.last_key_value().map(|(_, e)| e.log_id)
+        self.mem.read().unwrap_or_else(PoisonError::into_inner).last_log_id()
     }
 
     fn send(&self, op: thread::Op) -> Result<(), thread::Op> {
