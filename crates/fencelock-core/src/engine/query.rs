@@ -140,6 +140,12 @@ impl Engine {
         }
     }
 
+    /// How many acquires wait in the locks' queues now (kept as a count: no
+    /// walk of the locks).
+    pub fn waiting(&self) -> u64 {
+        self.counts.waiters
+    }
+
     /// The holders and waiters of every lock, counted one lock at a time.
     pub(super) fn counted(&self) -> Counts {
         let count = |f: fn(&Lock) -> usize| self.locks.values().map(|l| f(l) as u64).sum();

@@ -122,9 +122,14 @@ pub struct Event {
 pub struct PendingWaits(HashSet<(u64, u64)>);
 
 impl PendingWaits {
-    /// The acquires of `input` that `engine` already has queued.
+    /// The acquires of `input` that `engine` already has queued. None when
+    /// nothing waits, without looking up each acquire's lease (W3's entries
+    /// of a thousand acquires spent 5 % of the server's CPU here).
     pub fn before(engine: &Engine, input: &Input) -> PendingWaits {
         let Input::Batch { cmds, .. } = input else { return PendingWaits::default() };
+        if engine.waiting() == 0 {
+            return PendingWaits::default();
+        }
         let queued = cmds.iter().filter_map(acquire_of).filter(|a| engine.is_queued(a.lease, a.req));
         PendingWaits(queued.map(|a| (a.lease.0, a.req.0)).collect())
     }
