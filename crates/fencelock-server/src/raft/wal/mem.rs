@@ -26,10 +26,11 @@ use super::segments::Rec;
 use super::{NodeId, TypeConfig, WalError};
 use crate::raft::codec;
 
-/// The most encoded bytes of entries kept decoded as well: 4 MiB, about
-/// 130,000 commands (tens of MB decoded), far more than openraft has in
-/// flight.
-pub const DECODED_BYTES: usize = 4 << 20;
+/// The most encoded bytes of entries kept decoded as well: 1 MiB, about
+/// 35,000 commands (some 8 MB decoded), far more than openraft has in
+/// flight. W3 counts what is kept decoded as memory per lease: 4 MiB was
+/// about 30 MB.
+pub const DECODED_BYTES: usize = 1 << 20;
 
 /// One entry: its bytes, and the entry itself while it is among the newest
 /// (boxed: an `Entry` is some hundred bytes even when its payload is not,
