@@ -6,11 +6,19 @@
 //! `record` and `recorded_reply` (`engine.rs`) fill and read it. Most leases
 //! remember one outcome (an idle lease: the acquire of the lock it holds), so
 //! the first is kept in place, in the lease's record, and the memory moves to
-//! a `VecDeque` when a second comes (growing one slot at a time for the first
+//! `VecDeque`s when a second comes (growing one slot at a time for the first
 //! few): one outcome costs 48 bytes in the record where a `VecDeque` cost 32
 //! and an allocation of 48 (issue 38 §3). It serializes, compares and reads
-//! back as the `VecDeque` it replaces, so snapshots read and are written as
-//! before.
+//! back as the `VecDeque` of `(RequestId, Outcome)` it replaces, so snapshots
+//! read and are written as before.
+//!
+//! From the second outcome on, the request ids are kept apart from the
+//! outcomes ([`Many`]: two `VecDeque`s of the same length, in the same
+//! order). Every new request of a lease looks its id up here and misses, and
+//! a miss scans every entry: apart, it scans the 8-byte ids only (2 KB for a
+//! full memory) instead of ids with their 40-byte outcomes (12 KB), and a hit
+//! touches one outcome. The two are boxed, so that the record keeps its 48
+//! bytes (in place they would make it 64).
 
 use std::collections::VecDeque;
 
@@ -27,7 +35,63 @@ enum Entries {
     /// None, or one.
     One(Option<Entry>),
     /// Two or more (or fewer, after a `forget`).
-    Many(VecDeque<Entry>),
+    Many(Box<Many>),
+}
+
+/// Two or more entries, their ids apart from their outcomes (see the module
+/// docs): the same length, in the same order, oldest first.
+#[derive(Debug, Clone)]
+struct Many {
+    reqs: VecDeque<RequestId>,
+    outcomes: VecDeque<Outcome>,
+}
+
+impl Many {
+    /// The two entries, in this order.
+    fn two(first: Entry, second: Entry) -> Self {
+        let mut many = Many { reqs: VecDeque::with_capacity(2), outcomes: VecDeque::with_capacity(2) };
+        many.push_back(first);
+        many.push_back(second);
+        many
+    }
+
+    /// Where `req`'s entry is, newest first: a scan of the ids only.
+    fn position(&self, req: RequestId) -> Option<usize> {
+        let (front, back) = self.reqs.as_slices();
+        match back.iter().rposition(|r| *r == req) {
+            Some(i) => Some(front.len() + i),
+            None => front.iter().rposition(|r| *r == req),
+        }
+    }
+
+    /// Appends `entry`, both deques growing as one (see [`grows_by_one`]).
+    fn push_back(&mut self, (req, outcome): Entry) {
+        if grows_by_one(self.reqs.len(), self.reqs.capacity()) {
+            self.reqs.reserve_exact(1);
+        }
+        if grows_by_one(self.outcomes.len(), self.outcomes.capacity()) {
+            self.outcomes.reserve_exact(1);
+        }
+        self.reqs.push_back(req);
+        self.outcomes.push_back(outcome);
+    }
+
+    fn pop_front(&mut self) {
+        self.reqs.pop_front();
+        drop(self.outcomes.pop_front());
+    }
+
+    fn remove(&mut self, i: usize) {
+        self.reqs.remove(i);
+        drop(self.outcomes.remove(i));
+    }
+}
+
+impl FromIterator<Entry> for Many {
+    fn from_iter<I: IntoIterator<Item = Entry>>(entries: I) -> Self {
+        let (reqs, outcomes) = entries.into_iter().unzip();
+        Many { reqs, outcomes }
+    }
 }
 
 /// The last [`DEDUP_PER_LEASE`] outcomes of one lease, oldest first.
@@ -44,15 +108,22 @@ impl Dedup {
     /// The outcome remembered for `req` (newest first: a retry is usually of a
     /// recent request).
     pub fn get(&self, req: RequestId) -> Option<&Outcome> {
-        self.iter().rev().find(|(r, _)| *r == req).map(|(_, o)| o)
+        match &self.0 {
+            Entries::One(one) => one.as_ref().filter(|(r, _)| *r == req).map(|(_, o)| o),
+            Entries::Many(many) => many.position(req).map(|i| &many.outcomes[i]),
+        }
     }
 
     /// Replaces the outcome remembered for `req` in place; `outcome` back if
     /// there is none.
     pub fn replace(&mut self, req: RequestId, outcome: Outcome) -> Option<Outcome> {
-        match self.iter_mut().rev().find(|(r, _)| *r == req) {
-            Some(entry) => {
-                entry.1 = outcome;
+        let slot = match &mut self.0 {
+            Entries::One(one) => one.as_mut().filter(|(r, _)| *r == req).map(|(_, o)| o),
+            Entries::Many(many) => many.position(req).map(|i| &mut many.outcomes[i]),
+        };
+        match slot {
+            Some(slot) => {
+                *slot = outcome;
                 None
             }
             None => Some(outcome),
@@ -68,18 +139,9 @@ impl Dedup {
         match &mut self.0 {
             Entries::One(one) => match one.take() {
                 None => *one = Some(entry),
-                Some(first) => {
-                    let mut many = VecDeque::with_capacity(2);
-                    many.extend([first, entry]);
-                    self.0 = Entries::Many(many);
-                }
+                Some(first) => self.0 = Entries::Many(Box::new(Many::two(first, entry))),
             },
-            Entries::Many(many) => {
-                if grows_by_one(many.len(), many.capacity()) {
-                    many.reserve_exact(1);
-                }
-                many.push_back(entry);
-            }
+            Entries::Many(many) => many.push_back(entry),
         }
     }
 
@@ -91,7 +153,7 @@ impl Dedup {
         while self.len() >= DEDUP_PER_LEASE {
             match &mut self.0 {
                 Entries::One(one) => *one = None,
-                Entries::Many(many) => drop(many.pop_front()),
+                Entries::Many(many) => many.pop_front(),
             }
         }
     }
@@ -99,25 +161,30 @@ impl Dedup {
     pub fn len(&self) -> usize {
         match &self.0 {
             Entries::One(one) => usize::from(one.is_some()),
-            Entries::Many(many) => many.len(),
+            Entries::Many(many) => many.reqs.len(),
         }
     }
 
     /// The requests it remembers, oldest first.
     #[cfg(test)]
     pub fn reqs(&self) -> impl Iterator<Item = RequestId> + '_ {
-        self.iter().map(|(r, _)| *r)
+        self.iter().map(|(r, _)| r)
     }
 
     /// The lock names its outcomes keep (see `decode.rs`).
     pub fn names_mut(&mut self) -> impl Iterator<Item = &mut LockName> {
-        self.iter_mut().filter_map(|(_, o)| o.name_mut())
+        let (one, many) = match &mut self.0 {
+            Entries::One(one) => (one.as_mut().map(|(_, o)| o), None),
+            Entries::Many(many) => (None, Some(many.outcomes.iter_mut())),
+        };
+        one.into_iter().chain(many.into_iter().flatten()).filter_map(Outcome::name_mut)
     }
 
     /// Frees the slots beyond its length (see `decode.rs`).
     pub fn shrink_to_fit(&mut self) {
         if let Entries::Many(many) = &mut self.0 {
-            many.shrink_to_fit();
+            many.reqs.shrink_to_fit();
+            many.outcomes.shrink_to_fit();
         }
     }
 
@@ -128,33 +195,32 @@ impl Dedup {
                     *one = None;
                 }
             }
-            Entries::Many(many) => many.retain(|(r, _)| *r != req),
+            Entries::Many(many) => {
+                while let Some(i) = many.position(req) {
+                    many.remove(i);
+                }
+            }
         }
     }
 
     /// The entries, oldest first.
-    fn iter(&self) -> impl DoubleEndedIterator<Item = &Entry> {
-        let (front, back) = match &self.0 {
-            Entries::One(one) => (one.as_slice(), Default::default()),
-            Entries::Many(many) => many.as_slices(),
+    fn iter(&self) -> impl Iterator<Item = (RequestId, &Outcome)> {
+        let (one, many) = match &self.0 {
+            Entries::One(one) => (one.as_ref().map(|(r, o)| (*r, o)), None),
+            Entries::Many(many) => (None, Some(many.reqs.iter().copied().zip(&many.outcomes))),
         };
-        front.iter().chain(back)
+        one.into_iter().chain(many.into_iter().flatten())
     }
 
-    fn iter_mut(&mut self) -> impl DoubleEndedIterator<Item = &mut Entry> {
-        let (front, back) = match &mut self.0 {
-            Entries::One(one) => (one.as_mut_slice(), Default::default()),
-            Entries::Many(many) => many.as_mut_slices(),
-        };
-        front.iter_mut().chain(back)
-    }
-
-    /// The slots it holds its entries in.
+    /// The slots it holds its entries in (its ids and its outcomes have as many).
     #[cfg(test)]
     fn capacity(&self) -> usize {
         match &self.0 {
             Entries::One(_) => 1,
-            Entries::Many(many) => many.capacity(),
+            Entries::Many(many) => {
+                assert_eq!(many.reqs.capacity(), many.outcomes.capacity());
+                many.reqs.capacity()
+            }
         }
     }
 }
@@ -163,7 +229,7 @@ impl From<VecDeque<Entry>> for Dedup {
     fn from(mut entries: VecDeque<Entry>) -> Self {
         match entries.len() {
             0 | 1 => Dedup(Entries::One(entries.pop_front())),
-            _ => Dedup(Entries::Many(entries)),
+            _ => Dedup(Entries::Many(Box::new(entries.into_iter().collect()))),
         }
     }
 }
@@ -307,6 +373,63 @@ mod tests {
             d.forget(RequestId(n));
             assert_eq!(d.reqs().collect::<Vec<_>>(), (1..n).map(RequestId).collect::<Vec<_>>());
         }
+    }
+
+    /// An outcome of its own for request `r`.
+    fn kept(r: u64) -> Outcome {
+        Outcome::replied(Reply::LeaseKept { lease: LeaseId(1), ttl_ms: r })
+    }
+
+    /// Checks `d` against `model`, the `VecDeque` it replaces: same entries,
+    /// each id with its own outcome, same JSON, read back equal.
+    fn assert_as(d: &Dedup, model: &VecDeque<Entry>) {
+        assert_eq!(d.len(), model.len());
+        assert!(d.iter().eq(model.iter().map(|(r, o)| (*r, o))));
+        for (req, outcome) in model {
+            assert_eq!(d.get(*req), Some(outcome));
+        }
+        let json = serde_json::to_string(d).unwrap();
+        assert_eq!(json, serde_json::to_string(model).unwrap());
+        assert_eq!(&serde_json::from_str::<Dedup>(&json).unwrap(), d);
+    }
+
+    /// Apart, each id keeps its own outcome through forgets (of a middle
+    /// entry, of an unknown one), replacements, and the forgetting of the
+    /// oldest when full.
+    #[test]
+    fn ids_and_outcomes_stay_paired() {
+        let (mut d, mut model) = (Dedup::default(), VecDeque::new());
+        let push = |d: &mut Dedup, model: &mut VecDeque<Entry>, r: u64| {
+            d.make_room();
+            d.push_new(RequestId(r), kept(r));
+            if model.len() == DEDUP_PER_LEASE {
+                model.pop_front();
+            }
+            model.push_back((RequestId(r), kept(r)));
+        };
+        (1..=10).for_each(|r| push(&mut d, &mut model, r));
+        for r in [5, 1, 10, 99] {
+            d.forget(RequestId(r));
+            model.retain(|(q, _)| q.0 != r);
+            assert_as(&d, &model);
+        }
+        assert_eq!(d.replace(RequestId(7), kept(70)), None);
+        assert_eq!(d.replace(RequestId(99), kept(99)), Some(kept(99)));
+        model.iter_mut().filter(|(q, _)| q.0 == 7).for_each(|e| e.1 = kept(70));
+        assert_as(&d, &model);
+        (11..DEDUP_PER_LEASE as u64 + 20).for_each(|r| push(&mut d, &mut model, r));
+        d.forget(RequestId(100));
+        model.retain(|(q, _)| q.0 != 100);
+        assert_as(&d, &model);
+        d.shrink_to_fit();
+        assert_eq!(d.capacity(), model.len());
+        assert_as(&d, &model);
+    }
+
+    /// The ids apart cost no byte in the lease's record (issue 38 §3).
+    #[test]
+    fn the_record_keeps_its_48_bytes() {
+        assert_eq!(std::mem::size_of::<Dedup>(), 48);
     }
 
     fn replies() -> Vec<Reply> {
