@@ -110,10 +110,24 @@ impl Mem {
         }
     }
 
-    /// Removes the entries at `since` and after.
-    pub fn truncate(&mut self, since: u64) {
+    /// Removes the entries at `since` and after. The entry now last is
+    /// decoded if it was not (its log id is the log's last): `Err` only if
+    /// it does not decode.
+    pub fn truncate(&mut self, since: u64) -> Result<(), WalError> {
         let removed = self.slots.split_off(&since);
         removed.values().for_each(|s| self.forget(s));
+        self.decode_last()
+    }
+
+    /// Decodes the last entry if it is kept as bytes only.
+    fn decode_last(&mut self) -> Result<(), WalError> {
+        let Some((&index, slot)) = self.slots.iter_mut().next_back() else { return Ok(()) };
+        if slot.entry.is_none() {
+            slot.entry = Some(Box::new(decode(index, &slot.bytes)?));
+            self.decoded += slot.bytes.len();
+            self.oldest_decoded = self.oldest_decoded.min(index);
+        }
+        Ok(())
     }
 
     /// Removes the entries up to `upto`.
@@ -154,11 +168,16 @@ impl Mem {
 
 /// The entry `slot` holds at `index`.
 fn read(index: u64, slot: &Slot) -> Result<Entry<TypeConfig>, WalError> {
-    if let Some(entry) = &slot.entry {
-        return Ok(Entry::clone(entry));
+    match &slot.entry {
+        Some(entry) => Ok(Entry::clone(entry)),
+        None => decode(index, &slot.bytes),
     }
+}
+
+/// The entry at `index` from the bytes kept of it.
+fn decode(index: u64, bytes: &[u8]) -> Result<Entry<TypeConfig>, WalError> {
     let record = || format!("log entry {index} kept in memory");
-    codec::decode_entry(&record, codec::CODEC_CURRENT, &slot.bytes).map_err(|e| WalError::Decode(e.to_string()))
+    codec::decode_entry(&record, codec::CODEC_CURRENT, bytes).map_err(|e| WalError::Decode(e.to_string()))
 }
 
 #[cfg(test)]
@@ -211,16 +230,19 @@ mod tests {
         assert_eq!(tiny.last_log_id(), Some(one_entry[0].log_id));
     }
 
-    /// A truncation and a purge keep the count of decoded bytes: entries
-    /// appended again after a truncation below the oldest decoded one are
+    /// A truncation and a purge keep the count of decoded bytes: a truncation
+    /// below the decoded tail decodes the entry it leaves last (the log's
+    /// last log id is read from it), entries appended again after it are
     /// encoded in their turn, and the log reads back as appended.
     #[test]
     fn truncations_and_purges_keep_the_decoded_tail_within_the_budget() {
         let mut mem = Mem::with_budget(size(9, 13));
         let mut all = add(&mut mem, 1, 11);
-        mem.truncate(3);
+        mem.truncate(3).unwrap();
         all.truncate(2);
-        assert_eq!(mem.decoded, 0, "entries 1-2 were encoded; the rest are gone");
+        assert_eq!(mem.last_log_id(), Some(all[1].log_id), "the entry now last is the log's last");
+        assert_eq!(mem.decoded, size(2, 3), "entries 1-2 were encoded, the last is decoded again");
+        assert_eq!(mem.entries(0, None).unwrap(), all);
         all.extend(add(&mut mem, 3, 13));
         assert_eq!(mem.decoded_count(), 4);
         assert!(mem.decoded <= mem.budget);

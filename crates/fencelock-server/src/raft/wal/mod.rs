@@ -209,9 +209,10 @@ impl Wal {
 
     /// Deletes the entries at `since` and after; durable when it returns.
     pub async fn truncate(&self, since: u64) -> Result<(), WalError> {
-        self.mem.write().unwrap_or_else(PoisonError::into_inner).truncate(since);
+        let decoded = self.mem.write().unwrap_or_else(PoisonError::into_inner).truncate(since);
         let (reply, rx) = oneshot::channel();
-        self.call(thread::Op::Truncate { since, reply }, rx).await
+        self.call(thread::Op::Truncate { since, reply }, rx).await?;
+        decoded
     }
 
     /// Forgets the entries up to `upto` and deletes the segments that hold
