@@ -20,6 +20,8 @@
 
 use std::collections::BTreeMap;
 
+use bytes::Bytes;
+
 use openraft::{Entry, LogId};
 
 use super::segments::Rec;
@@ -37,7 +39,8 @@ pub const DECODED_BYTES: usize = 1 << 20;
 /// and most slots hold none).
 #[derive(Debug)]
 struct Slot {
-    bytes: Box<[u8]>,
+    /// What the log thread writes, shared with it.
+    bytes: Bytes,
     entry: Option<Box<Entry<TypeConfig>>>,
 }
 
@@ -87,7 +90,7 @@ impl Mem {
         for (entry, rec) in entries.into_iter().zip(recs) {
             self.decoded += rec.payload.len();
             self.oldest_decoded = self.oldest_decoded.min(rec.index);
-            let slot = Slot { bytes: rec.payload.clone().into_boxed_slice(), entry: Some(Box::new(entry)) };
+            let slot = Slot { bytes: rec.payload.clone(), entry: Some(Box::new(entry)) };
             if let Some(old) = self.slots.insert(rec.index, slot) {
                 self.forget(&old);
             }

@@ -19,6 +19,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use bytes::Bytes;
 use openraft::Entry;
 
 use super::files::{LogFile, LogFiles};
@@ -26,19 +27,20 @@ use super::format::{self, BadHeader, Parsed, RecordId, HEADER_LEN};
 use super::WalError;
 use crate::raft::{codec, TypeConfig};
 
-/// One entry to append, encoded.
+/// One entry to append, encoded. The payload is shared: the log thread
+/// writes it and the log's memory keeps it (`mem.rs`), without a copy.
 #[derive(Debug)]
 pub struct Rec {
     pub index: u64,
     pub term: u64,
-    pub payload: Vec<u8>,
+    pub payload: Bytes,
 }
 
 impl Rec {
     /// `entry` encoded with the current codec (`codec::CODEC_CURRENT`).
     pub fn encode(entry: &Entry<TypeConfig>) -> Result<Rec, WalError> {
         let payload = codec::encode_entry(entry).map_err(|e| WalError::Encode(e.to_string()))?;
-        Ok(Rec { index: entry.log_id.index, term: entry.log_id.leader_id.term, payload })
+        Ok(Rec { index: entry.log_id.index, term: entry.log_id.leader_id.term, payload: Bytes::from(payload) })
     }
 }
 
