@@ -61,7 +61,7 @@ use meta::{Committed, Meta};
 /// Every error is fatal to the node (fail closed).
 pub(crate) trait EntryLog: Send + Sync + 'static {
     /// The entries with indexes in `lo..hi` (`hi`: `None` for no end; `lo < hi`).
-    fn read(&self, lo: u64, hi: Option<u64>) -> Result<Vec<Entry<TypeConfig>>, DbError>;
+    fn read(&self, lo: u64, hi: Option<u64>) -> BoxFuture<'_, Result<Vec<Entry<TypeConfig>>, DbError>>;
 
     /// The log id of the last entry, if any.
     fn last_log_id(&self) -> Result<Option<LogId<NodeId>>, DbError>;
@@ -191,7 +191,7 @@ impl LogStore {
         Ok(self.entries.last_index()?.is_some())
     }
 
-    fn read_entries(&self, start: Bound<u64>, end: Bound<u64>) -> Result<Vec<Entry<TypeConfig>>, DbError> {
+    async fn read_entries(&self, start: Bound<u64>, end: Bound<u64>) -> Result<Vec<Entry<TypeConfig>>, DbError> {
         // redb (like BTreeMap) must not be given a range whose start is after its end.
         let lo = match start {
             Bound::Included(s) => s,
@@ -211,7 +211,7 @@ impl LogStore {
                 return Ok(Vec::new());
             }
         }
-        self.entries.read(lo, hi_exclusive)
+        self.entries.read(lo, hi_exclusive).await
     }
 
     fn log_state(&self) -> Result<LogState<TypeConfig>, DbError> {
@@ -227,6 +227,7 @@ impl RaftLogReader<TypeConfig> for LogStore {
         range: RB,
     ) -> Result<Vec<Entry<TypeConfig>>, StorageError<NodeId>> {
         self.read_entries(range.start_bound().cloned(), range.end_bound().cloned())
+            .await
             .map_err(|e| e.into_storage(ErrorSubject::Logs, ErrorVerb::Read))
     }
 }

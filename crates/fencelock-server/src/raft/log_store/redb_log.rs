@@ -58,10 +58,9 @@ impl RedbLog {
         })
         .await
     }
-}
 
-impl EntryLog for RedbLog {
-    fn read(&self, lo: u64, hi: Option<u64>) -> Result<Vec<Entry<TypeConfig>>, DbError> {
+    /// The entries with indexes in `lo..hi`, read in one redb transaction.
+    fn read_now(&self, lo: u64, hi: Option<u64>) -> Result<Vec<Entry<TypeConfig>>, DbError> {
         let txn = self.meta.db().begin_read()?;
         let table = txn.open_table(LOG)?;
         let range = table.range::<u64>((Bound::Included(lo), hi.map_or(Bound::Unbounded, Bound::Excluded)))?;
@@ -71,6 +70,13 @@ impl EntryLog for RedbLog {
             out.push(decode_entry(k.value(), v.value())?);
         }
         Ok(out)
+    }
+}
+
+impl EntryLog for RedbLog {
+    fn read(&self, lo: u64, hi: Option<u64>) -> BoxFuture<'_, Result<Vec<Entry<TypeConfig>>, DbError>> {
+        let read = self.read_now(lo, hi);
+        Box::pin(async move { read })
     }
 
     fn last_log_id(&self) -> Result<Option<LogId<NodeId>>, DbError> {

@@ -55,8 +55,8 @@ impl SegmentLog {
 }
 
 impl EntryLog for SegmentLog {
-    fn read(&self, lo: u64, hi: Option<u64>) -> Result<Vec<Entry<TypeConfig>>, DbError> {
-        Ok(self.wal.entries(lo, hi)?)
+    fn read(&self, lo: u64, hi: Option<u64>) -> BoxFuture<'_, Result<Vec<Entry<TypeConfig>>, DbError>> {
+        Box::pin(async move { Ok(self.wal.entries(lo, hi).await?) })
     }
 
     fn last_log_id(&self) -> Result<Option<LogId<NodeId>>, DbError> {

@@ -1,47 +1,45 @@
-//! The log's entries in memory: every entry not purged, the newest decoded
-//! and all of them as the bytes written to disk.
+//! The log's entries in memory: the newest decoded, and the log id of every
+//! entry not purged.
 //!
 //! Where it sits: inside [`super::Wal`], which reads and changes it under its
-//! lock. Reads never touch the disk after start-up; openraft reads what it
-//! just appended (to apply it, to send it to a follower), so the newest
-//! entries are kept decoded and a read of them is a clone. Older entries are
-//! needed only by a follower far behind; they are kept as their encoded
-//! bytes (the codec's protobuf, what the segment holds) and decoded when read.
+//! lock. openraft reads what it just appended (to apply it, to send it to a
+//! follower), so the newest entries are kept decoded and a read of them is a
+//! clone. Older entries are needed only by a follower far behind, or to apply
+//! the log again after a start: [`Mem::entries`] names those as a range for
+//! `Wal::entries` to read back from the segments (through the log thread).
+//! The decoded entries are always the newest (a suffix of the log).
 //!
 //! Why (issue 38 §3): a log of batched entries holds many commands per
 //! entry, and a snapshot is taken only after half as many entries as the
 //! state has records. W3's million creates were 1,121 entries of two million
-//! commands, all decoded in memory: about 250 bytes a command, half of the
-//! node's 885 bytes per lease. Encoded, a command is about 30 bytes.
+//! commands: decoded, about 250 bytes a command, half of the node's 885 bytes
+//! per lease; kept as the bytes written, 27 bytes a command (54 a lease). Read
+//! back from the segments when asked for, they cost no memory.
 //!
 //! The decoded tail is bounded by the encoded size of what it holds
-//! ([`DECODED_BYTES`]); the last entry stays decoded whatever its size (its
-//! log id is the log's last).
+//! ([`DECODED_BYTES`]); the entry appended last stays decoded whatever its
+//! size.
 
 use std::collections::BTreeMap;
-
-use bytes::Bytes;
+use std::ops::Range;
 
 use openraft::{Entry, LogId};
 
 use super::segments::Rec;
 use super::{NodeId, TypeConfig, WalError};
-use crate::raft::codec;
 
-/// The most encoded bytes of entries kept decoded as well: 1 MiB, about
-/// 35,000 commands (some 8 MB decoded), far more than openraft has in
-/// flight. W3 counts what is kept decoded as memory per lease: 4 MiB was
-/// about 30 MB.
+/// The most encoded bytes of entries kept decoded: 1 MiB, about 35,000
+/// commands (some 8 MB decoded), far more than openraft has in flight. W3
+/// counts what is kept decoded as memory per lease: 4 MiB was about 30 MB.
 pub const DECODED_BYTES: usize = 1 << 20;
 
-/// One entry: its bytes, and the entry itself while it is among the newest
-/// (boxed: an `Entry` is some hundred bytes even when its payload is not,
-/// and most slots hold none).
+/// One entry: its log id, and the entry itself with its encoded size while it
+/// is among the newest (boxed: an `Entry` is some hundred bytes even when its
+/// payload is not, and most slots hold none).
 #[derive(Debug)]
 struct Slot {
-    /// What the log thread writes, shared with it.
-    bytes: Bytes,
-    entry: Option<Box<Entry<TypeConfig>>>,
+    log_id: LogId<NodeId>,
+    decoded: Option<(Box<Entry<TypeConfig>>, usize)>,
 }
 
 /// The entries by index.
@@ -52,85 +50,83 @@ pub struct Mem {
     decoded: usize,
     /// The bound on `decoded` (see [`DECODED_BYTES`]).
     budget: usize,
-    /// No slot below this index is decoded: where [`Mem::encode_oldest`]
-    /// starts, so that it does not walk the encoded ones again.
-    oldest_decoded: u64,
+    /// Every slot at or after this index is decoded, none before it.
+    first_decoded: u64,
 }
 
-impl Default for Mem {
-    fn default() -> Self {
-        Self::with_budget(DECODED_BYTES)
-    }
+/// What a read finds in memory: the older entries as a range to read back
+/// from the segments (empty if none), then the decoded ones.
+#[derive(Debug)]
+pub struct Found {
+    pub on_disk: Range<u64>,
+    pub decoded: Vec<Entry<TypeConfig>>,
 }
 
 impl Mem {
     /// A log that keeps decoded at most `budget` encoded bytes of entries
-    /// (and always the last one).
+    /// (and always the one appended last).
     pub fn with_budget(budget: usize) -> Self {
-        Self { slots: BTreeMap::new(), decoded: 0, budget, oldest_decoded: 0 }
+        Self { slots: BTreeMap::new(), decoded: 0, budget, first_decoded: 0 }
     }
 
-    /// The log of `entries`, as read from the segments at start-up (encoded
-    /// again with the current codec: a segment may hold an older one). A
-    /// thousand at a time, so that those beyond the budget do not all wait
-    /// decoded for the rest.
-    pub fn read_back(entries: Vec<Entry<TypeConfig>>) -> Result<Self, WalError> {
-        let mut mem = Self::default();
-        let mut entries = entries.into_iter().peekable();
-        while entries.peek().is_some() {
-            let some: Vec<_> = entries.by_ref().take(1000).collect();
-            let recs: Vec<_> = some.iter().map(Rec::encode).collect::<Result<_, _>>()?;
-            mem.extend(some, &recs);
+    /// The log of `entries`, as read from the segments at start-up: the
+    /// newest within `budget` stay decoded (each encoded once to learn its
+    /// size), the others are dropped, to be read back when asked for.
+    pub fn read_back(entries: Vec<Entry<TypeConfig>>, budget: usize) -> Result<Self, WalError> {
+        let mut mem = Self::with_budget(budget);
+        let mut sizes = Vec::new();
+        for entry in entries.iter().rev() {
+            let len = Rec::encode(entry)?.payload.len();
+            if !sizes.is_empty() && mem.decoded + len > mem.budget {
+                break;
+            }
+            mem.decoded += len;
+            sizes.push(len);
+        }
+        let older = entries.len() - sizes.len();
+        mem.first_decoded = entries.get(older).map_or(0, |e| e.log_id.index);
+        for (i, entry) in entries.into_iter().enumerate() {
+            let size = i.checked_sub(older).map(|k| sizes[sizes.len() - 1 - k]);
+            let log_id = entry.log_id;
+            mem.slots.insert(log_id.index, Slot { log_id, decoded: size.map(|len| (Box::new(entry), len)) });
         }
         Ok(mem)
     }
 
-    /// Adds `entries` (decoded) with `recs`, their encoded records, in order.
+    /// Adds `entries` (decoded, following on from the log) with `recs`, their
+    /// encoded records, in order.
     pub fn extend(&mut self, entries: Vec<Entry<TypeConfig>>, recs: &[Rec]) {
         for (entry, rec) in entries.into_iter().zip(recs) {
-            self.decoded += rec.payload.len();
-            self.oldest_decoded = self.oldest_decoded.min(rec.index);
-            let slot = Slot { bytes: rec.payload.clone(), entry: Some(Box::new(entry)) };
+            let len = rec.payload.len();
+            self.decoded += len;
+            let slot = Slot { log_id: entry.log_id, decoded: Some((Box::new(entry), len)) };
             if let Some(old) = self.slots.insert(rec.index, slot) {
                 self.forget(&old);
             }
         }
-        self.encode_oldest();
+        self.drop_oldest();
     }
 
     /// Drops the decoded form of the oldest decoded entries while more than
     /// the budget is decoded, but never the last entry's.
-    fn encode_oldest(&mut self) {
+    fn drop_oldest(&mut self) {
         let last = self.slots.keys().next_back().copied();
-        for (&index, slot) in self.slots.range_mut(self.oldest_decoded..) {
+        for (&index, slot) in self.slots.range_mut(self.first_decoded..) {
             if self.decoded <= self.budget || Some(index) == last {
                 break;
             }
-            if slot.entry.take().is_some() {
-                self.decoded -= slot.bytes.len();
+            if let Some((_, len)) = slot.decoded.take() {
+                self.decoded -= len;
             }
-            self.oldest_decoded = index + 1;
+            self.first_decoded = index + 1;
         }
     }
 
-    /// Removes the entries at `since` and after. The entry now last is
-    /// decoded if it was not (its log id is the log's last): `Err` only if
-    /// it does not decode.
-    pub fn truncate(&mut self, since: u64) -> Result<(), WalError> {
+    /// Removes the entries at `since` and after.
+    pub fn truncate(&mut self, since: u64) {
         let removed = self.slots.split_off(&since);
         removed.values().for_each(|s| self.forget(s));
-        self.decode_last()
-    }
-
-    /// Decodes the last entry if it is kept as bytes only.
-    fn decode_last(&mut self) -> Result<(), WalError> {
-        let Some((&index, slot)) = self.slots.iter_mut().next_back() else { return Ok(()) };
-        if slot.entry.is_none() {
-            slot.entry = Some(Box::new(decode(index, &slot.bytes)?));
-            self.decoded += slot.bytes.len();
-            self.oldest_decoded = self.oldest_decoded.min(index);
-        }
-        Ok(())
+        self.first_decoded = self.first_decoded.min(since);
     }
 
     /// Removes the entries up to `upto`.
@@ -138,49 +134,43 @@ impl Mem {
         let kept = self.slots.split_off(&upto.saturating_add(1));
         let purged = std::mem::replace(&mut self.slots, kept);
         purged.values().for_each(|s| self.forget(s));
+        self.first_decoded = self.first_decoded.max(upto.saturating_add(1));
     }
 
     fn forget(&mut self, slot: &Slot) {
-        if slot.entry.is_some() {
-            self.decoded -= slot.bytes.len();
+        if let Some((_, len)) = &slot.decoded {
+            self.decoded -= len;
         }
     }
 
-    /// The entries with indexes in `lo..hi` (`hi`: `None` for no end).
-    pub fn entries(&self, lo: u64, hi: Option<u64>) -> Result<Vec<Entry<TypeConfig>>, WalError> {
-        let range = match hi {
-            Some(hi) if hi <= lo => return Ok(Vec::new()),
-            Some(hi) => self.slots.range(lo..hi),
-            None => self.slots.range(lo..),
-        };
-        range.map(|(&index, slot)| read(index, slot)).collect()
+    /// The entries with indexes in `lo..hi` (`hi`: `None` for no end): the
+    /// decoded ones, and the range of the others.
+    pub fn entries(&self, lo: u64, hi: Option<u64>) -> Found {
+        let mut found = Found { on_disk: 0..0, decoded: Vec::new() };
+        let end = hi.unwrap_or(u64::MAX);
+        if end <= lo {
+            return found;
+        }
+        for (&index, slot) in self.slots.range(lo..end) {
+            match &slot.decoded {
+                Some((entry, _)) => found.decoded.push(Entry::clone(entry)),
+                None if found.on_disk.is_empty() => found.on_disk = index..index + 1,
+                None => found.on_disk.end = index + 1,
+            }
+        }
+        found
     }
 
     /// The log id of the last entry, if any.
     pub fn last_log_id(&self) -> Option<LogId<NodeId>> {
-        let (_, last) = self.slots.last_key_value()?;
-        last.entry.as_ref().map(|e| e.log_id)
+        self.slots.last_key_value().map(|(_, s)| s.log_id)
     }
 
     /// How many entries are kept decoded (for tests).
     #[cfg(test)]
     pub fn decoded_count(&self) -> usize {
-        self.slots.values().filter(|s| s.entry.is_some()).count()
+        self.slots.values().filter(|s| s.decoded.is_some()).count()
     }
-}
-
-/// The entry `slot` holds at `index`.
-fn read(index: u64, slot: &Slot) -> Result<Entry<TypeConfig>, WalError> {
-    match &slot.entry {
-        Some(entry) => Ok(Entry::clone(entry)),
-        None => decode(index, &slot.bytes),
-    }
-}
-
-/// The entry at `index` from the bytes kept of it.
-fn decode(index: u64, bytes: &[u8]) -> Result<Entry<TypeConfig>, WalError> {
-    let record = || format!("log entry {index} kept in memory");
-    codec::decode_entry(&record, codec::CODEC_CURRENT, bytes).map_err(|e| WalError::Decode(e.to_string()))
 }
 
 #[cfg(test)]
@@ -213,18 +203,27 @@ mod tests {
         entries
     }
 
-    /// Issue 38 §3: entries beyond the decoded budget are kept as their
-    /// bytes and read back equal to what was appended; the newest stay
-    /// decoded, the last one always, and the decoded bytes stay within the
-    /// budget.
+    /// What a read of `lo..hi` finds: the range left to the segments, and
+    /// the entries found decoded.
+    fn found(mem: &Mem, lo: u64, hi: Option<u64>) -> (Range<u64>, Vec<Entry<TypeConfig>>) {
+        let f = mem.entries(lo, hi);
+        (f.on_disk, f.decoded)
+    }
+
+    /// Issue 38 §3: entries beyond the decoded budget are left to the
+    /// segments; the newest stay decoded and read back equal to what was
+    /// appended, the last one always, and the decoded bytes stay within the
+    /// budget. A read names exactly the older entries it did not find.
     #[test]
-    fn entries_past_the_budget_are_kept_encoded_and_read_back_equal() {
+    fn entries_past_the_budget_are_left_to_the_segments() {
         let mut mem = Mem::with_budget(size(18, 21));
         let all = add(&mut mem, 1, 21);
         assert_eq!(mem.decoded_count(), 3, "the newest three, as the budget allows");
         assert!(mem.decoded <= mem.budget);
-        assert_eq!(mem.entries(0, None).unwrap(), all);
-        assert_eq!(mem.entries(5, Some(9)).unwrap(), all[4..8].to_vec());
+        assert_eq!(found(&mem, 0, None), (1..18, all[17..].to_vec()));
+        assert_eq!(found(&mem, 5, Some(9)), (5..9, vec![]));
+        assert_eq!(found(&mem, 17, Some(20)), (17..18, all[17..19].to_vec()));
+        assert_eq!(found(&mem, 19, Some(19)), (0..0, vec![]));
         assert_eq!(mem.last_log_id(), Some(all[19].log_id));
 
         let mut tiny = Mem::with_budget(1);
@@ -233,29 +232,48 @@ mod tests {
         assert_eq!(tiny.last_log_id(), Some(one_entry[0].log_id));
     }
 
-    /// A truncation and a purge keep the count of decoded bytes: a truncation
-    /// below the decoded tail decodes the entry it leaves last (the log's
-    /// last log id is read from it), entries appended again after it are
-    /// encoded in their turn, and the log reads back as appended.
+    /// A truncation and a purge keep the count of decoded bytes and the
+    /// decoded entries a suffix of the log: a truncation below the decoded
+    /// tail leaves only entries on disk (the last log id is still known),
+    /// entries appended after it are decoded, then dropped in their turn.
     #[test]
     fn truncations_and_purges_keep_the_decoded_tail_within_the_budget() {
         let mut mem = Mem::with_budget(size(9, 13));
         let mut all = add(&mut mem, 1, 11);
-        mem.truncate(3).unwrap();
+        mem.truncate(3);
         all.truncate(2);
         assert_eq!(mem.last_log_id(), Some(all[1].log_id), "the entry now last is the log's last");
-        assert_eq!(mem.decoded, size(2, 3), "entries 1-2 were encoded, the last is decoded again");
-        assert_eq!(mem.entries(0, None).unwrap(), all);
+        assert_eq!((mem.decoded, mem.decoded_count()), (0, 0), "entries 1-2 were on disk");
+        assert_eq!(found(&mem, 0, None), (1..3, vec![]));
         all.extend(add(&mut mem, 3, 13));
         assert_eq!(mem.decoded_count(), 4);
         assert!(mem.decoded <= mem.budget);
-        assert_eq!(mem.entries(0, None).unwrap(), all);
+        assert_eq!(found(&mem, 0, None), (1..9, all[8..].to_vec()));
 
         mem.purge(10);
-        assert_eq!(mem.entries(0, None).unwrap(), all[10..].to_vec());
+        assert_eq!(found(&mem, 0, None), (0..0, all[10..].to_vec()));
         assert_eq!(mem.decoded_count(), 2);
         assert_eq!(mem.decoded, size(11, 13));
         mem.purge(12);
         assert_eq!((mem.decoded, mem.last_log_id()), (0, None));
+        all = add(&mut mem, 13, 14);
+        assert_eq!(found(&mem, 0, None), (0..0, all), "appended after a purge of everything: decoded");
+    }
+
+    /// A start keeps decoded only the newest entries within the budget (the
+    /// last always), and names the rest as on disk.
+    #[test]
+    fn a_start_keeps_the_newest_decoded_and_leaves_the_rest_on_disk() {
+        let (entries, _) = batches(1, 21, 20);
+        let mem = Mem::read_back(entries.clone(), DECODED_BYTES).unwrap();
+        assert_eq!(found(&mem, 0, None), (0..0, entries.clone()), "all within the default budget");
+
+        let mem = Mem::read_back(entries.clone(), size(18, 21)).unwrap();
+        assert_eq!((mem.decoded, mem.decoded_count()), (size(18, 21), 3));
+        assert_eq!(found(&mem, 0, None), (1..18, entries[17..].to_vec()));
+        assert_eq!(mem.last_log_id(), Some(entries[19].log_id));
+        let tiny = Mem::read_back(entries.clone(), 0).unwrap();
+        assert_eq!(found(&tiny, 0, None), (1..20, entries[19..].to_vec()), "the last one always");
+        assert_eq!(Mem::read_back(Vec::new(), DECODED_BYTES).unwrap().last_log_id(), None);
     }
 }

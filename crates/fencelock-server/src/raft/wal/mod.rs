@@ -12,13 +12,15 @@
 //! On disk: segment files `<index of their first record, 20 digits>.seg`,
 //! each preallocated ([`Options::segment_bytes`]) and starting with a header
 //! holding a format version; then checksummed records, one per entry (see
-//! [`mod@format`] for the bytes). In memory: every entry not purged, so reads
-//! never touch the disk after start-up (the log is purged behind snapshots,
-//! keeping `max_in_snapshot_log_to_keep` entries); the newest decoded, the
-//! others as their encoded bytes (`mem.rs`).
+//! [`mod@format`] for the bytes). In memory: the log id of every entry not
+//! purged and the newest entries decoded (`mem.rs`); a read of older ones (a
+//! follower far behind, the log applied again after a start) is read back
+//! from the segments by the log thread, in its turn.
 //!
 //! Writes: a dedicated thread (`thread.rs`) owns the files. An append puts its
-//! entries in memory (readable at once, as openraft expects) and queues them;
+//! entries in memory (readable at once, as openraft expects) and queues them,
+//! under the memory's lock (so a read that finds an entry no longer decoded
+//! queues its read back after the append that wrote it);
 //! the thread writes everything queued with one `write`, makes it durable
 //! with one `fdatasync`, then calls each append's `LogFlushed` callback in
 //! order. So while one batch syncs the next one gathers: many appends share
@@ -110,11 +112,17 @@ pub struct Options {
     /// The committed index (from redb) the log must reach: a torn tail whose
     /// cut would end the log before it is refused, not cut.
     pub committed: Option<u64>,
+    /// The most encoded bytes of the newest entries kept decoded in memory
+    /// (the last entry appended always is); older ones are read back from
+    /// the segments. Default [`DECODED_BYTES`].
+    pub decoded_bytes: usize,
 }
+
+pub use mem::DECODED_BYTES;
 
 impl Default for Options {
     fn default() -> Self {
-        Options { segment_bytes: 64 * 1024 * 1024, committed: None }
+        Options { segment_bytes: 64 * 1024 * 1024, committed: None, decoded_bytes: DECODED_BYTES }
     }
 }
 
@@ -135,9 +143,9 @@ pub enum WalError {
     Version { path: std::path::PathBuf, version: u32 },
     #[error("cannot encode a log entry: {0}")]
     Encode(String),
-    /// An entry kept in memory does not decode (never expected: it was
-    /// encoded by this process).
-    #[error("a log entry kept in memory does not read back: {0}")]
+    /// A record read back from its segment does not decode to its entry
+    /// (it did at start-up, or was written by this process).
+    #[error("a log entry read back from its segment does not decode: {0}")]
     Decode(String),
     #[error("log entries out of order: {0}")]
     Order(String),
@@ -172,7 +180,7 @@ impl Wal {
             segments::Segments::open(dir, files_of(seams), opts.segment_bytes, last_purged, opts.committed)?;
         let end = entries.last().map(|e| e.log_id.index + 1).or(last_purged.map(|p| p + 1)).unwrap_or(0);
         let durable_end = Arc::new(AtomicU64::new(end));
-        let mem = mem::Mem::read_back(entries)?;
+        let mem = mem::Mem::read_back(entries, opts.decoded_bytes)?;
         let (tx, rx) = mpsc::channel();
         let (seams, durable) = (seams.clone(), durable_end.clone());
         let thread = std::thread::Builder::new()
@@ -194,10 +202,8 @@ impl Wal {
                 return Err(e);
             }
         };
-        {
-            let mut mem = self.mem.write().unwrap_or_else(PoisonError::into_inner);
-            mem.extend(entries, &recs);
-        }
+        let mut mem = self.mem.write().unwrap_or_else(PoisonError::into_inner);
+        mem.extend(entries, &recs);
         self.send(thread::Op::Append { recs, done }).map_err(|op| {
             let why = "the log thread has stopped".to_string();
             if let thread::Op::Append { done, .. } = op {
@@ -209,30 +215,54 @@ impl Wal {
 
     /// Deletes the entries at `since` and after; durable when it returns.
     pub async fn truncate(&self, since: u64) -> Result<(), WalError> {
-        let decoded = self.mem.write().unwrap_or_else(PoisonError::into_inner).truncate(since);
         let (reply, rx) = oneshot::channel();
-        self.call(thread::Op::Truncate { since, reply }, rx).await?;
-        decoded
+        self.change(|mem| mem.truncate(since), thread::Op::Truncate { since, reply })?;
+        answer(rx).await?
     }
 
     /// Forgets the entries up to `upto` and deletes the segments that hold
     /// only such entries. Call once `upto` is durable as the last purged id.
     pub async fn purge(&self, upto: u64) -> Result<(), WalError> {
-        self.mem.write().unwrap_or_else(PoisonError::into_inner).purge(upto);
         let (reply, rx) = oneshot::channel();
-        self.call(thread::Op::Purge { upto, reply }, rx).await
+        self.change(|mem| mem.purge(upto), thread::Op::Purge { upto, reply })?;
+        answer(rx).await?
+    }
+
+    /// Changes the memory and queues `op` under one hold of its lock: a read
+    /// that sees the change is queued after `op`, and one that does not,
+    /// before it.
+    fn change(&self, f: impl FnOnce(&mut mem::Mem), op: thread::Op) -> Result<(), WalError> {
+        let mut mem = self.mem.write().unwrap_or_else(PoisonError::into_inner);
+        f(&mut mem);
+        self.send(op).map_err(|_| stopped())
     }
 
     /// The IO the log thread did so far (after everything queued before).
     pub async fn counts(&self) -> Result<IoCounts, WalError> {
         let (reply, rx) = oneshot::channel();
-        self.send(thread::Op::Counts { reply }).map_err(|_| WalError::Stopped("the log thread has stopped".into()))?;
-        rx.await.map_err(|_| WalError::Stopped("the log thread has stopped".into()))
+        self.send(thread::Op::Counts { reply }).map_err(|_| stopped())?;
+        answer(rx).await
     }
 
-    /// The entries with indexes in `lo..hi` (`hi`: `None` for no end).
-    pub fn entries(&self, lo: u64, hi: Option<u64>) -> Result<Vec<Entry<TypeConfig>>, WalError> {
-        self.mem.read().unwrap_or_else(PoisonError::into_inner).entries(lo, hi)
+    /// The entries with indexes in `lo..hi` (`hi`: `None` for no end): the
+    /// newest from memory, older ones read back from the segments by the log
+    /// thread (after every write queued before this call) and decoded here.
+    pub async fn entries(&self, lo: u64, hi: Option<u64>) -> Result<Vec<Entry<TypeConfig>>, WalError> {
+        let (found, rx) = {
+            let mem = self.mem.read().unwrap_or_else(PoisonError::into_inner);
+            let found = mem.entries(lo, hi);
+            if found.on_disk.is_empty() {
+                return Ok(found.decoded);
+            }
+            let (reply, rx) = oneshot::channel();
+            let (lo, hi) = (found.on_disk.start, found.on_disk.end);
+            self.send(thread::Op::Read { lo, hi, reply }).map_err(|_| stopped())?;
+            (found, rx)
+        };
+        let stored = answer(rx).await??;
+        let mut entries = stored.iter().map(segments::Stored::decode).collect::<Result<Vec<_>, _>>()?;
+        entries.extend(found.decoded);
+        Ok(entries)
     }
 
     /// Whether the entry at `index` is durable (synced, or purged behind a
@@ -253,12 +283,15 @@ impl Wal {
             None => Err(op),
         }
     }
+}
 
-    async fn call(&self, op: thread::Op, rx: oneshot::Receiver<Result<(), WalError>>) -> Result<(), WalError> {
-        let stopped = || WalError::Stopped("the log thread has stopped".into());
-        self.send(op).map_err(|_| stopped())?;
-        rx.await.map_err(|_| stopped())?
-    }
+/// The log thread's answer on `rx`.
+async fn answer<T>(rx: oneshot::Receiver<T>) -> Result<T, WalError> {
+    rx.await.map_err(|_| stopped())
+}
+
+fn stopped() -> WalError {
+    WalError::Stopped("the log thread has stopped".into())
 }
 
 impl Drop for Wal {

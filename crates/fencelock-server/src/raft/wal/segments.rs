@@ -19,7 +19,6 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use bytes::Bytes;
 use openraft::Entry;
 
 use super::files::{LogFile, LogFiles};
@@ -27,21 +26,50 @@ use super::format::{self, BadHeader, Parsed, RecordId, HEADER_LEN};
 use super::WalError;
 use crate::raft::{codec, TypeConfig};
 
-/// One entry to append, encoded. The payload is shared: the log thread
-/// writes it and the log's memory keeps it (`mem.rs`), without a copy.
+/// One entry to append, encoded.
 #[derive(Debug)]
 pub struct Rec {
     pub index: u64,
     pub term: u64,
-    pub payload: Bytes,
+    pub payload: Vec<u8>,
 }
 
 impl Rec {
     /// `entry` encoded with the current codec (`codec::CODEC_CURRENT`).
     pub fn encode(entry: &Entry<TypeConfig>) -> Result<Rec, WalError> {
         let payload = codec::encode_entry(entry).map_err(|e| WalError::Encode(e.to_string()))?;
-        Ok(Rec { index: entry.log_id.index, term: entry.log_id.leader_id.term, payload: Bytes::from(payload) })
+        Ok(Rec { index: entry.log_id.index, term: entry.log_id.leader_id.term, payload })
     }
+}
+
+/// One record read back from a segment ([`Segments::read`]): its entry as
+/// written, still encoded (decoding is the reader's work, not the log
+/// thread's, which has appends to write).
+#[derive(Debug)]
+pub struct Stored {
+    pub index: u64,
+    pub term: u64,
+    pub codec: u8,
+    pub payload: Vec<u8>,
+}
+
+impl Stored {
+    /// The entry it holds, checked to carry the record's log index and term.
+    pub fn decode(&self) -> Result<Entry<TypeConfig>, WalError> {
+        decode_record(self.index, self.term, self.codec, &self.payload).map_err(WalError::Decode)
+    }
+}
+
+/// The entry a record of `index` and `term` holds in `payload` (of `codec`),
+/// which must carry that log id: the one check of a record's entry, at
+/// start-up and when a record is read back.
+fn decode_record(index: u64, term: u64, codec: u8, payload: &[u8]) -> Result<Entry<TypeConfig>, String> {
+    let entry =
+        codec::decode_entry(&|| format!("segment log entry {index}"), codec, payload).map_err(|e| e.to_string())?;
+    if entry.log_id.index != index || entry.log_id.leader_id.term != term {
+        return Err(format!("entry {index} holds log id {}", entry.log_id));
+    }
+    Ok(entry)
 }
 
 /// One segment file.
@@ -312,6 +340,27 @@ impl Segments {
         self.drop_purged(Some(upto))
     }
 
+    /// The records of the entries `lo..hi`, read back from the segments (one
+    /// read per segment): what [`Segments::write`] wrote, synced or not.
+    /// Every index asked for must be in the log.
+    pub fn read(&mut self, lo: u64, hi: u64) -> Result<Vec<Stored>, WalError> {
+        let mut out = Vec::with_capacity(usize::try_from(hi.saturating_sub(lo)).unwrap_or(0));
+        let mut next = lo;
+        while next < hi {
+            let Some(seg) = self.segs.iter_mut().rev().find(|s| s.first <= next) else { break };
+            if next >= seg.next_index() {
+                break;
+            }
+            let upto = hi.min(seg.next_index());
+            read_records(seg, next, upto, &mut out)?;
+            next = upto;
+        }
+        if next < hi {
+            return Err(WalError::Order(format!("a read of entries {lo}..{hi}: entry {next} is not in the log")));
+        }
+        Ok(out)
+    }
+
     /// The segment files, first to last (for tests).
     #[cfg(test)]
     pub fn paths(&self) -> Vec<PathBuf> {
@@ -527,15 +576,50 @@ impl Scan {
                 return Err(format!("a gap in the log: index {} where {n} belongs", r.index));
             }
         }
-        let entry = codec::decode_entry(&|| format!("segment log entry {}", r.index), r.codec, r.payload)
-            .map_err(|e| e.to_string())?;
-        if entry.log_id.index != r.index || entry.log_id.leader_id.term != r.term {
-            return Err(format!("entry {} holds log id {}", r.index, entry.log_id));
-        }
+        let entry = decode_record(r.index, r.term, r.codec, r.payload)?;
         self.entries.push(entry);
         self.next = Some(r.index + 1);
         Ok(())
     }
+}
+
+/// Reads the records `lo..hi` of `seg` (all of them in it) into `out`.
+fn read_records(seg: &mut Segment, lo: u64, hi: u64, out: &mut Vec<Stored>) -> Result<(), WalError> {
+    let (k, kend) = ((lo - seg.first) as usize, (hi - seg.first) as usize);
+    let from = seg.starts[k];
+    let to = seg.starts.get(kend).copied().unwrap_or(seg.end);
+    let corrupt = |at: usize, why: String| WalError::Corrupt { path: seg.path.clone(), offset: from + at as u64, why };
+    let bytes = read_range(seg.file.as_mut(), &seg.path, from, to)?;
+    let mut at = 0;
+    for index in lo..hi {
+        let Parsed::Record(r, len) = format::parse_record(&bytes[at..]) else {
+            return Err(corrupt(at, format!("record {index} no longer reads back")));
+        };
+        if r.index != index {
+            return Err(corrupt(at, format!("record of index {} where {index} belongs", r.index)));
+        }
+        out.push(Stored { index, term: r.term, codec: r.codec, payload: r.payload.to_vec() });
+        at += len;
+    }
+    Ok(())
+}
+
+/// The bytes `from..to` of `file`: `Err` if it ends before `to`.
+fn read_range(file: &mut dyn LogFile, path: &Path, from: u64, to: u64) -> Result<Vec<u8>, WalError> {
+    let short = || WalError::Io {
+        what: "cannot read",
+        path: path.to_path_buf(),
+        source: std::io::Error::new(std::io::ErrorKind::UnexpectedEof, format!("bytes {from}..{to}")),
+    };
+    let mut bytes = vec![0u8; usize::try_from(to - from).map_err(|_| short())?];
+    let mut at = 0;
+    while at < bytes.len() {
+        match file.read_at(&mut bytes[at..], from + at as u64).map_err(io_err("cannot read", path))? {
+            0 => return Err(short()),
+            n => at += n,
+        }
+    }
+    Ok(bytes)
 }
 
 /// The whole content of `file`.

@@ -21,9 +21,9 @@ use crate::seams::Seams;
 
 /// Small segments, so that a few entries fill several: four records of a
 /// blank entry (a 32-byte record header and about 10 bytes of codec 2) each.
-const SMALL: Options = Options { segment_bytes: 224, committed: None };
+const SMALL: Options = Options { segment_bytes: 224, committed: None, decoded_bytes: super::DECODED_BYTES };
 /// Segments that hold every test's entries (and are quick to copy).
-const ONE: Options = Options { segment_bytes: 64 * 1024, committed: None };
+const ONE: Options = Options { segment_bytes: 64 * 1024, committed: None, decoded_bytes: super::DECODED_BYTES };
 
 fn entry(term: u64, index: u64) -> Entry<TypeConfig> {
     Entry { log_id: LogId::new(CommittedLeaderId::new(term, 1), index), payload: EntryPayload::Blank }
@@ -48,7 +48,7 @@ fn append_each(wal: &Wal, term: u64, lo: u64, hi: u64) {
 }
 
 fn log_ids(wal: &Wal) -> Vec<(u64, u64)> {
-    wal.entries(0, None).unwrap().iter().map(|e| (e.log_id.leader_id.term, e.log_id.index)).collect()
+    block_on(wal.entries(0, None)).unwrap().iter().map(|e| (e.log_id.leader_id.term, e.log_id.index)).collect()
 }
 
 fn ids(term: u64, lo: u64, hi: u64) -> Vec<(u64, u64)> {
@@ -473,7 +473,7 @@ fn bench_log_appends() {
     }
     let counts = block_on(wal.counts()).unwrap();
     report("segment log, 64 in flight", t.elapsed().as_secs_f64(), Some(counts.syncs));
-    assert_eq!(wal.entries(0, None).unwrap().len() as u64, N);
+    assert_eq!(block_on(wal.entries(0, None)).unwrap().len() as u64, N);
 
     let dir = tempfile::tempdir_in(&base).unwrap();
     let wal = Wal::open(dir.path(), Options::default(), None, &Seams::default()).unwrap();
@@ -487,7 +487,7 @@ fn bench_log_appends() {
     let counts = block_on(wal.counts()).unwrap();
     report("segment log, all queued at once", t.elapsed().as_secs_f64(), Some(counts.syncs));
     assert!(counts.syncs <= N);
-    assert_eq!(wal.entries(0, None).unwrap().len() as u64, N);
+    assert_eq!(block_on(wal.entries(0, None)).unwrap().len() as u64, N);
 }
 
 impl crate::seams::Hooks for Gate {
@@ -798,4 +798,96 @@ fn every_single_page_hole_of_the_last_batch_opens_to_a_prefix() {
         };
         assert_eq!(log_ids(&wal), ids(1, 1, expected), "{case}");
     }
+}
+
+/// Small segments, and only the last entry kept decoded: every other read
+/// goes back to the segments.
+const ON_DISK: Options = Options { segment_bytes: 224, committed: None, decoded_bytes: 0 };
+
+/// Issue 38 §3: entries no longer kept decoded are read back from their
+/// segments equal to what was appended, across segments, after a purge, a
+/// truncation (which leaves only entries on disk) and a restart.
+#[test]
+fn entries_not_kept_decoded_are_read_back_from_the_segments() {
+    let dir = tempfile::tempdir().unwrap();
+    let wal = open(dir.path(), ON_DISK, None).unwrap();
+    let mut all: Vec<_> = (1..=30).map(grant_entry).collect();
+    all.iter().for_each(|e| append(&wal, vec![e.clone()]));
+    assert!(segments(dir.path()).len() >= 4);
+    assert_eq!(block_on(wal.entries(0, None)).unwrap(), all);
+    assert_eq!(block_on(wal.entries(5, Some(12))).unwrap(), all[4..11].to_vec());
+
+    block_on(wal.purge(15)).unwrap();
+    assert_eq!(block_on(wal.entries(0, None)).unwrap(), all[15..].to_vec());
+    block_on(wal.truncate(21)).unwrap();
+    assert_eq!(wal.last_log_id(), Some(all[19].log_id));
+    assert_eq!(block_on(wal.entries(16, None)).unwrap(), all[15..20].to_vec());
+    all.truncate(20);
+    let again: Vec<_> = (21..=24).map(|i| entry(2, i)).collect();
+    append(&wal, again.clone());
+    all.extend(again);
+    assert_eq!(block_on(wal.entries(16, None)).unwrap(), all[15..].to_vec());
+    drop(wal);
+
+    let wal = open(dir.path(), ON_DISK, Some(15)).unwrap();
+    assert_eq!(block_on(wal.entries(0, None)).unwrap(), all[15..].to_vec());
+    assert_eq!(wal.last_log_id(), Some(all[23].log_id));
+}
+
+/// A read beside appends that are not yet durable sees each entry it is
+/// given whole: the read back of an entry no longer decoded is queued after
+/// the append that wrote it (here, each append of three entries keeps only
+/// its last decoded, so two of them are on disk only as soon as they are in
+/// memory). Every read returns a prefix of the log, in order.
+#[test]
+fn reads_beside_unsynced_appends_read_back_every_entry() {
+    let dir = tempfile::tempdir().unwrap();
+    let wal = Arc::new(open(dir.path(), ON_DISK, None).unwrap());
+    const N: u64 = 300;
+    let writer = {
+        let wal = wal.clone();
+        std::thread::spawn(move || {
+            let (tx, rx) = mpsc::channel();
+            for i in (1..=N).step_by(3) {
+                let tx = tx.clone();
+                let three = (i..i + 3).map(grant_entry).collect();
+                wal.append(three, Box::new(move |r| tx.send(r.is_ok()).unwrap())).unwrap();
+            }
+            (0..N / 3).all(|_| rx.recv_timeout(Duration::from_secs(30)).unwrap())
+        })
+    };
+    let mut reads = 0;
+    loop {
+        let done = writer.is_finished();
+        let read = block_on(wal.entries(1, None)).unwrap();
+        let expected: Vec<_> = (1..=read.len() as u64).map(grant_entry).collect();
+        assert_eq!(read, expected, "read {reads}");
+        reads += 1;
+        if done {
+            break;
+        }
+    }
+    assert!(writer.join().unwrap(), "every append durable");
+    assert_eq!(block_on(wal.entries(1, None)).unwrap().len() as u64, N);
+}
+
+/// A record that changed on disk after the start fails the read that meets
+/// it with an error naming the segment (no panic, nothing else lost): the
+/// log still appends and reads the entries after it.
+#[test]
+fn a_record_changed_after_the_start_fails_its_read_with_an_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let wal = open(dir.path(), Options { segment_bytes: 64 * 1024, ..ON_DISK }, None).unwrap();
+    (1..=5).for_each(|i| append(&wal, vec![grant_entry(i)]));
+    let seg = segments(dir.path())[0].clone();
+    let mut bytes = std::fs::read(&seg).unwrap();
+    let (at, _) = records(&bytes)[2];
+    bytes[at + format::RECORD_HEADER_LEN] ^= 0xff;
+    std::fs::write(&seg, &bytes).unwrap();
+
+    let err = block_on(wal.entries(1, None)).unwrap_err();
+    assert!(matches!(&err, WalError::Corrupt { path, .. } if *path == seg), "{err}");
+    assert_eq!(block_on(wal.entries(4, None)).unwrap(), vec![grant_entry(4), grant_entry(5)]);
+    append(&wal, vec![grant_entry(6)]);
+    assert_eq!(block_on(wal.entries(5, None)).unwrap(), vec![grant_entry(5), grant_entry(6)]);
 }

@@ -4,8 +4,9 @@
 //! a channel, in the order openraft issued them. The thread takes everything
 //! queued, writes the appends together (one `write` per segment touched), syncs
 //! once (one `fdatasync` for the whole batch: group commit), then tells each
-//! append's callback, in order. Truncations and purges are done in their turn
-//! between batches. After an IO error the thread fails every later request
+//! append's callback, in order. Truncations, purges and reads of older
+//! entries are done in their turn between batches (so a read sees every
+//! append queued before it). After an IO error the thread fails every later request
 //! with that error: the node stops (fails closed) rather than go on from a log
 //! whose state on disk is unknown.
 
@@ -16,7 +17,7 @@ use std::sync::Arc;
 
 use tokio::sync::oneshot;
 
-use super::segments::{IoCounts, Rec, Segments};
+use super::segments::{IoCounts, Rec, Segments, Stored};
 use super::WalError;
 use crate::seams::{CrashPoint, Seams};
 
@@ -25,10 +26,27 @@ pub type Done = Box<dyn FnOnce(io::Result<()>) + Send>;
 
 /// A request to the log thread.
 pub enum Op {
-    Append { recs: Vec<Rec>, done: Done },
-    Truncate { since: u64, reply: oneshot::Sender<Result<(), WalError>> },
-    Purge { upto: u64, reply: oneshot::Sender<Result<(), WalError>> },
-    Counts { reply: oneshot::Sender<IoCounts> },
+    Append {
+        recs: Vec<Rec>,
+        done: Done,
+    },
+    Truncate {
+        since: u64,
+        reply: oneshot::Sender<Result<(), WalError>>,
+    },
+    Purge {
+        upto: u64,
+        reply: oneshot::Sender<Result<(), WalError>>,
+    },
+    /// The records of entries `lo..hi`, read back from the segments.
+    Read {
+        lo: u64,
+        hi: u64,
+        reply: oneshot::Sender<Result<Vec<Stored>, WalError>>,
+    },
+    Counts {
+        reply: oneshot::Sender<IoCounts>,
+    },
 }
 
 impl std::fmt::Debug for Op {
@@ -37,6 +55,7 @@ impl std::fmt::Debug for Op {
             Op::Append { recs, .. } => write!(f, "Append({} entries)", recs.len()),
             Op::Truncate { since, .. } => write!(f, "Truncate({since})"),
             Op::Purge { upto, .. } => write!(f, "Purge({upto})"),
+            Op::Read { lo, hi, .. } => write!(f, "Read({lo}..{hi})"),
             Op::Counts { .. } => f.write_str("Counts"),
         }
     }
@@ -118,6 +137,11 @@ impl LogThread {
                 self.durable_end.fetch_max(upto + 1, Ordering::SeqCst);
                 let res = self.check().and_then(|()| self.segs.purge(upto));
                 self.reply(reply, res);
+            }
+            // A read that fails (an IO error, bytes that no longer parse)
+            // fails the reader, not the log's writes.
+            Op::Read { lo, hi, reply } => {
+                let _ = reply.send(self.check().and_then(|()| self.segs.read(lo, hi)));
             }
             Op::Counts { reply } => {
                 let _ = reply.send(self.segs.counts);
