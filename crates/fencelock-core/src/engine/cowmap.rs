@@ -52,7 +52,8 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 /// The most entries a chunk holds: a snapshot's copy clones one handle per
 /// 128-256 entries, and the first change to a shared chunk copies up to this
-/// many keys and values (a few microseconds for the engine's ids and `Arc`s).
+/// many keys and values (a few microseconds for ids and `Arc`s; some ten for
+/// a chunk of lease records, which the engine keeps in place).
 pub(crate) const CHUNK: usize = 256;
 
 /// Entries sorted by key, without duplicate keys, never empty (once filed):

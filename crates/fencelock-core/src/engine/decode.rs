@@ -46,7 +46,7 @@ impl Engine {
                 *name = key.clone();
             }
         };
-        for lease in self.leases.values_mut().map(Arc::make_mut) {
+        for lease in self.leases.values_mut() {
             lease.holds.values_mut().for_each(shared);
             lease.waits.change(|waits| waits.values_mut().for_each(shared));
             lease.dedup.shrink_to_fit();

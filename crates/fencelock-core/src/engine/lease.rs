@@ -3,7 +3,6 @@
 use super::{cowmap::CowSet, state::Lease, Effects, Engine, TimerKind};
 use crate::validate::{check_req, check_ttl};
 use crate::*;
-use std::sync::Arc;
 
 impl Engine {
     /// A new lease with id `proposed` (or the counter's next), owned by `owner`.
@@ -32,7 +31,7 @@ impl Engine {
         if let Some(o) = owner {
             self.owned.get_or_insert_with(o.to_string(), CowSet::default).1.insert(id);
         }
-        self.leases.insert(id, Arc::new(Lease::new(ttl_ms, deadline, req, owner)));
+        self.leases.insert(id, Lease::new(ttl_ms, deadline, req, owner));
         self.grant_reqs.insert(req, id);
         self.timers.insert(deadline, TimerKind::LeaseEnd(id));
         Reply::LeaseGranted { lease: id, ttl_ms }
@@ -71,7 +70,7 @@ impl Engine {
         // Remembered apart from the other outcomes (see `Lease::kept`): the
         // miss noted for a record does not apply.
         self.missed.take();
-        let Some(lease) = self.leases.get_mut(&id).map(Arc::make_mut) else {
+        let Some(lease) = self.leases.get_mut(&id) else {
             return Reply::Rejected(EngineError::LeaseNotFound(id));
         };
         let (old, ttl_ms) = (lease.deadline, lease.ttl_ms);

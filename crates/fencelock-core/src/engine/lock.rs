@@ -182,7 +182,7 @@ impl Engine {
         let grant = holder.grant(&name);
         Arc::make_mut(lock).add_holder(holder);
         self.counts.holders += 1;
-        if let Some(l) = self.leases.get_mut(&lease).map(Arc::make_mut) {
+        if let Some(l) = self.leases.get_mut(&lease) {
             l.holds.insert(token, name);
         }
         grant
@@ -277,7 +277,7 @@ impl Engine {
         };
         let released = self.withdraw(&name, lease, req, fx);
         // A later acquire with this id is a fresh attempt.
-        if let Some(l) = self.leases.get_mut(&lease).map(Arc::make_mut) {
+        if let Some(l) = self.leases.get_mut(&lease) {
             l.dedup.forget(req);
         }
         Reply::Cancelled { released }
@@ -312,7 +312,7 @@ impl Engine {
         cause: ReleaseCause,
         fx: &mut Effects,
     ) {
-        if let Some(l) = self.leases.get_mut(&lease).map(Arc::make_mut) {
+        if let Some(l) = self.leases.get_mut(&lease) {
             l.holds.remove(&token);
         }
         let Some(lock) = self.locks.get_mut(name).map(Arc::make_mut) else {

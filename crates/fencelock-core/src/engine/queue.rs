@@ -53,7 +53,7 @@ impl Engine {
             self.counts.waiters += 1;
         }
         let position = position.unwrap_or(0);
-        if let (Some(l), Some(first)) = (self.leases.get_mut(&a.lease).map(Arc::make_mut), first) {
+        if let (Some(l), Some(first)) = (self.leases.get_mut(&a.lease), first) {
             l.waits.add(|waits| waits.insert(a.req, first));
         }
         self.timers.insert(deadline, TimerKind::WaitEnd(a.lease, a.req));
@@ -64,7 +64,7 @@ impl Engine {
     /// the queues of the other locks of a multi-acquire (one `WaitEnded` per
     /// lock).
     pub(super) fn end_wait(&mut self, name: &LockName, lease: LeaseId, req: RequestId, why: WaitEnd, fx: &mut Effects) {
-        if let Some(l) = self.leases.get_mut(&lease).map(Arc::make_mut) {
+        if let Some(l) = self.leases.get_mut(&lease) {
             l.waits.change(|waits| waits.remove(&req));
         }
         let Some(w) = self.take_waiter(name, lease, req) else {
@@ -162,7 +162,7 @@ impl Engine {
     /// lease's note of the wait go.
     fn forget_wait(&mut self, w: &Waiter) {
         self.timers.remove(w.deadline, TimerKind::WaitEnd(w.lease, w.req));
-        if let Some(l) = self.leases.get_mut(&w.lease).map(Arc::make_mut) {
+        if let Some(l) = self.leases.get_mut(&w.lease) {
             l.waits.change(|waits| waits.remove(&w.req));
         }
     }

@@ -36,7 +36,7 @@ fn a_token_at_or_above_the_counter_is_refused() {
 #[test]
 fn a_hold_missing_on_either_side_is_refused() {
     let mut e = held_and_queued();
-    Arc::make_mut(e.leases.get_mut(&l(1)).unwrap()).holds.clear();
+    e.leases.get_mut(&l(1)).unwrap().holds.clear();
     refused(&e, "the lease does not hold it");
     let mut e = held_and_queued();
     Arc::make_mut(e.locks.get_mut(&name("a")).unwrap()).holders.clear();
@@ -46,7 +46,7 @@ fn a_hold_missing_on_either_side_is_refused() {
 #[test]
 fn a_wait_missing_on_either_side_is_refused() {
     let mut e = held_and_queued();
-    Arc::make_mut(e.leases.get_mut(&l(2)).unwrap()).waits.change(|waits| waits.clear());
+    e.leases.get_mut(&l(2)).unwrap().waits.change(|waits| waits.clear());
     refused(&e, "the lease does not wait for it");
     let mut e = held_and_queued();
     Arc::make_mut(e.locks.get_mut(&name("a")).unwrap()).queue.change(|q| q.clear());
@@ -84,7 +84,7 @@ fn invalid_names_ttls_and_counters_are_refused() {
     let bad_name: Engine = serde_json::from_str(&json.replace("\"a\"", "\"\"")).unwrap();
     refused(&bad_name, "name is empty");
     let mut e = held_and_queued();
-    Arc::make_mut(e.leases.get_mut(&l(1)).unwrap()).ttl_ms = 0;
+    e.leases.get_mut(&l(1)).unwrap().ttl_ms = 0;
     refused(&e, "invalid ttl");
     let mut e = held_and_queued();
     let lease = e.leases.remove(&l(1)).unwrap();

@@ -290,10 +290,11 @@ fn never_panics_at_the_edges_of_time() {
 }
 
 /// A copy of the engine (a snapshot's, taken between applies) keeps the state
-/// it was taken at while the original goes on: changing a lease or a lock the
-/// copy shares copies that record first (`Arc::make_mut`), so the copy
-/// serializes exactly as the original did when copied. Records the original
-/// did not change stay shared, one allocation for both.
+/// it was taken at while the original goes on: changing a lock the copy
+/// shares copies that record first (`Arc::make_mut`), and changing a lease
+/// copies its chunk of the map, so the copy serializes exactly as the original
+/// did when copied. Locks the original did not change stay shared, one
+/// allocation for both.
 #[test]
 fn a_copy_keeps_its_state_while_the_original_changes_and_shares_the_rest() {
     let mut e = setup(3);
@@ -306,7 +307,6 @@ fn a_copy_keeps_its_state_while_the_original_changes_and_shares_the_rest() {
     assert_ne!(serde_json::to_string(&e).unwrap(), before, "the original changed");
     assert_eq!(serde_json::to_string(&copy).unwrap(), before, "the copy did not");
     assert!(Arc::ptr_eq(&e.locks[&name("b")], &copy.locks[&name("b")]), "an unchanged lock is shared");
-    assert!(!Arc::ptr_eq(&e.leases[&l(1)], &copy.leases[&l(1)]), "a changed lease was copied");
     assert_eq!((copy.leases[&l(1)].holds.len(), e.leases[&l(1)].holds.len()), (1, 0));
 }
 
