@@ -359,6 +359,7 @@ async fn start_raft(
         snapshot_policy: openraft::SnapshotPolicy::Never,
         max_in_snapshot_log_to_keep: 1000,
         snapshot_max_chunk_size: 1024 * 1024,
+        install_snapshot_timeout: raft::network::SNAPSHOT_CALL_TIMEOUT.as_millis() as u64,
         ..Default::default()
     }
     .validate()

@@ -65,6 +65,17 @@ use crate::metrics::Metrics;
 /// under a quarter of this.
 pub const MAX_MESSAGE_BYTES: usize = 64 * 1024 * 1024;
 
+/// The bound on each `InstallSnapshot` call (openraft's
+/// `install_snapshot_timeout`, whose default is 200 ms). The call that carries
+/// the last chunk returns only once the follower has checked and installed the
+/// whole snapshot: about 3 s at a million leases on 2 cores, growing with the
+/// state. A bound shorter than that never lets a large snapshot in: the
+/// leader gives up on the last chunk and starts the snapshot over, again and
+/// again (found by `fencelock-bench catchup`: 200,000 leases, 210 starts in
+/// 5 minutes, never installed). A follower that stops answering in the middle
+/// of a snapshot holds only its own replication this long.
+pub const SNAPSHOT_CALL_TIMEOUT: Duration = Duration::from_secs(600);
+
 /// Metadata naming the node a Raft message is meant for. A node refuses a
 /// message for another id: two members configured with one address (a wrong
 /// `--peers`) would otherwise talk to themselves as if to a peer.
