@@ -11,13 +11,18 @@
 //! binary (`fencelock-bench serve-native`), so that its CPU and memory are its
 //! own and it can be killed like any other server. `fencelock-3` is three such
 //! children forming one Raft group on this machine; the clients are given all
-//! three and follow the leader themselves.
+//! three and follow the leader themselves. Each child takes commands from the
+//! bench on its stdin (`serve-native --control`: its Raft state, a snapshot
+//! and log purge, which the server offers no outside way to ask for) and ends
+//! when the bench's end closes that stdin; `catchup` wipes one member of a
+//! group and adds it back empty ([`NativeCluster::wipe`],
+//! [`NativeCluster::start_empty`]).
 
 use std::{
-    io::{BufRead, BufReader},
+    io::{BufRead, BufReader, Write},
     net::SocketAddr,
     path::{Path, PathBuf},
-    process::{Child, Command, Stdio},
+    process::{Child, ChildStdin, ChildStdout, Command, Stdio},
     time::Duration,
 };
 
@@ -153,7 +158,7 @@ pub fn in_modes(engine: Engine, asked: Option<ClientMode>) -> Vec<Engine> {
 }
 
 /// The native server's configuration, in one line.
-fn native_config(what: &str) -> String {
+pub fn native_config(what: &str) -> String {
     let threads = std::env::var("FENCELOCK_BENCH_SERVER_THREADS")
         .map(|n| format!("{n} runtime worker threads"))
         .unwrap_or_else(|_| "one runtime worker thread per core".into());
@@ -326,6 +331,9 @@ fn pg_bin(name: &str) -> String {
 /// with its data in `dir`: a group of one, or one member of a group.
 pub struct NativeServer {
     child: Child,
+    /// Its `--control` channel: commands in, one line of JSON out per command.
+    commands: ChildStdin,
+    answers: BufReader<ChildStdout>,
     dir: PathBuf,
     /// `serve-native` arguments after `--data-dir DIR` (a member's id, peers and ports).
     args: Vec<String>,
@@ -348,16 +356,23 @@ impl NativeServer {
         }
         let mut child = Command::new(std::env::current_exe()?)
             .arg("serve-native")
+            .arg("--control")
             .arg("--data-dir")
             .arg(dir)
             .args(&args)
-            .stdin(Stdio::null())
+            .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
             .context("start the native server")?;
+        let (Some(commands), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
+            let _ = child.kill();
+            let _ = child.wait();
+            bail!("the native server's stdin and stdout were not piped");
+        };
+        let mut answers = BufReader::new(stdout);
         let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap()).read_line(&mut line)?;
+        answers.read_line(&mut line)?;
         let mut grpc = None;
         let mut http = None;
         for part in line.split_whitespace() {
@@ -368,7 +383,9 @@ impl NativeServer {
             }
         }
         match (grpc, http) {
-            (Some(grpc), Some(http)) => Ok(NativeServer { child, dir: dir.to_path_buf(), args, grpc, http }),
+            (Some(grpc), Some(http)) => {
+                Ok(NativeServer { child, commands, answers, dir: dir.to_path_buf(), args, grpc, http })
+            }
             _ => {
                 let _ = child.kill();
                 let _ = child.wait();
@@ -387,6 +404,43 @@ impl NativeServer {
         &self.http
     }
 
+    /// Its gRPC address (`127.0.0.1:PORT`), the one the group's membership names.
+    pub fn grpc_addr(&self) -> &str {
+        &self.grpc
+    }
+
+    /// Its data directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Sends `command` (see [`Control`]) and returns its JSON answer; an
+    /// answer `{"error": …}` is an error. Blocks until the node answers
+    /// (a snapshot takes as long as it takes, within the node's own bound):
+    /// in a task, call it inside `tokio::task::block_in_place`.
+    pub fn control(&mut self, command: Control) -> anyhow::Result<serde_json::Value> {
+        let pid = self.pid();
+        writeln!(self.commands, "{}", command.word())
+            .and_then(|()| self.commands.flush())
+            .with_context(|| format!("send {:?} to node process {pid}", command.word()))?;
+        let mut line = String::new();
+        if self.answers.read_line(&mut line)? == 0 {
+            bail!("node process {pid} ended without answering {:?}", command.word());
+        }
+        let answer: serde_json::Value =
+            serde_json::from_str(&line).with_context(|| format!("node process {pid} answered {line:?}"))?;
+        if let Some(e) = answer.get("error") {
+            bail!("node process {pid} could not {}: {e}", command.word());
+        }
+        Ok(answer)
+    }
+
+    /// SIGKILL it (nothing more is written) and wait for it to end.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
     pub fn pid(&self) -> u32 {
         self.child.id()
     }
@@ -394,8 +448,7 @@ impl NativeServer {
     /// SIGKILL it (nothing more is written), then start a new one on the same data
     /// (a group of one gets new ports: call [`url`](Self::url) again).
     pub fn kill_and_restart(&mut self) -> anyhow::Result<()> {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.kill();
         *self = NativeServer::spawn(&self.dir.clone(), self.args.clone())?;
         Ok(())
     }
@@ -408,11 +461,43 @@ impl Drop for NativeServer {
     }
 }
 
+/// What the bench asks of a node over its `--control` channel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Control {
+    /// Its Raft state: `{"state", "leader", "last_log", "applied",
+    /// "snapshot", "purged"}` (indexes, `null` for none).
+    Raft,
+    /// Its engine's gauges and the index they are of: `{"applied", "leases",
+    /// "held_locks", "waiters", "token_counter"}` (`applied` null when an
+    /// entry was applied while they were read).
+    State,
+    /// Take a snapshot of everything applied so far, then purge the log up to
+    /// it (a new member can then only come in by that snapshot): `{"applied",
+    /// "snapshot", "purged", "snapshot_seconds", "purge_seconds"}`.
+    Snapshot,
+}
+
+impl Control {
+    /// The command's word on the channel.
+    fn word(self) -> &'static str {
+        match self {
+            Control::Raft => "raft",
+            Control::State => "state",
+            Control::Snapshot => "snapshot",
+        }
+    }
+
+    fn parse(word: &str) -> Option<Control> {
+        [Control::Raft, Control::State, Control::Snapshot].into_iter().find(|c| c.word() == word)
+    }
+}
+
 /// A new Raft group of native servers, node ids 1..=n, each a child process
 /// (`serve-native --peers`) on its own free ports of 127.0.0.1 with its data
 /// in `dir/node-ID`. All of them share this machine's cores and disk. Dropping
 /// it kills every node.
 pub struct NativeCluster {
+    /// Node id `i + 1` is `nodes[i]`.
     nodes: Vec<NativeServer>,
 }
 
@@ -479,6 +564,59 @@ impl NativeCluster {
     pub fn pids(&self) -> Vec<u32> {
         self.nodes.iter().map(NativeServer::pid).collect()
     }
+
+    /// The nodes, node id `i + 1` at index `i`.
+    pub fn nodes(&self) -> &[NativeServer] {
+        &self.nodes
+    }
+
+    /// Node `id`, to send it commands ([`NativeServer::control`]).
+    pub fn node_mut(&mut self, id: u64) -> anyhow::Result<&mut NativeServer> {
+        let n = self.nodes.len();
+        id.checked_sub(1)
+            .and_then(|i| self.nodes.get_mut(i as usize))
+            .with_context(|| format!("no node {id} in a group of {n}"))
+    }
+
+    /// The id of the node that leads and serves now (`/healthz` 200), waiting
+    /// up to `limit` for one; the error says what each node answered last.
+    pub async fn leader(&self, limit: Duration) -> anyhow::Result<u64> {
+        let end = Instant::now() + limit;
+        loop {
+            let mut answers = Vec::new();
+            for (i, n) in self.nodes.iter().enumerate() {
+                match http_get(n.http_addr(), "/healthz").await {
+                    Ok((200, _)) => return Ok(i as u64 + 1),
+                    Ok((status, body)) => answers.push(format!("node {}: {status} {}", i + 1, body.trim())),
+                    Err(e) => answers.push(format!("node {}: {e:#}", i + 1)),
+                }
+            }
+            if Instant::now() > end {
+                bail!("no node of the group leads after {limit:?}; /healthz: {}", answers.join("; "));
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Kills node `id` (SIGKILL) and deletes its data dir. Take it out of the
+    /// membership too (before or after); [`start_empty`](Self::start_empty)
+    /// starts it again.
+    pub fn wipe(&mut self, id: u64) -> anyhow::Result<()> {
+        let node = self.node_mut(id)?;
+        node.kill();
+        std::fs::remove_dir_all(&node.dir).with_context(|| format!("delete {}", node.dir.display()))
+    }
+
+    /// Starts node `id` again with an empty data dir on the ports it had,
+    /// waiting to be added to the group (`--join`); returns once it listens.
+    pub fn start_empty(&mut self, id: u64) -> anyhow::Result<()> {
+        let node = self.node_mut(id)?;
+        let args = ["--node-id", &id.to_string(), "--join", "--grpc-listen", &node.grpc, "--http-listen", &node.http]
+            .map(String::from)
+            .to_vec();
+        *node = NativeServer::spawn(&node.dir.clone(), args).with_context(|| format!("start node {id} empty"))?;
+        Ok(())
+    }
 }
 
 /// `n` distinct free addresses on 127.0.0.1 (see `fencelock_testkit::free_port`).
@@ -505,6 +643,15 @@ pub struct ServeArgs {
     /// node among them; start every member with the same list).
     #[arg(long)]
     pub peers: Option<String>,
+    /// Start with an empty data dir and no group of its own: wait to be added
+    /// to one (`POST /v1/cluster/members`).
+    #[arg(long, conflicts_with = "peers")]
+    pub join: bool,
+    /// Take commands on stdin, one a line (`raft`, `state`, `snapshot`: see
+    /// [`Control`]), each answered with one line of JSON on stdout; the end
+    /// of stdin ends the node.
+    #[arg(long)]
+    pub control: bool,
     /// gRPC listen address (port 0: any free port).
     #[arg(long, default_value = "127.0.0.1:0")]
     pub grpc_listen: SocketAddr,
@@ -548,6 +695,9 @@ pub async fn serve_native(a: ServeArgs) -> anyhow::Result<()> {
         config.advertise = peers.get(&a.node_id).cloned();
         config.bootstrap = fencelock_server::Bootstrap::Peers(peers);
     }
+    if a.join {
+        config.bootstrap = fencelock_server::Bootstrap::Join;
+    }
     if let Some(dir) = &a.tls_dir {
         let (cert, key) = fencelock_server::certs::files::node(a.node_id);
         config.tls = Some(fencelock_server::tls::TlsFiles {
@@ -564,9 +714,121 @@ pub async fn serve_native(a: ServeArgs) -> anyhow::Result<()> {
     config.limits.global = fencelock_server::quota::Global { leases: 0, locks: 0, waiters: 0 };
     let running = fencelock_server::start(config).await?;
     println!("grpc={} http={}", running.grpc_addr, running.http_addr);
-    tokio::signal::ctrl_c().await?;
+    if a.control {
+        serve_control(&running).await?;
+    } else {
+        tokio::signal::ctrl_c().await?;
+    }
     running.shutdown().await;
     Ok(())
+}
+
+/// How long a node waits for a snapshot it was asked for to be built.
+const SNAPSHOT_LIMIT: Duration = Duration::from_secs(30 * 60);
+/// How long it waits for its log to be purged up to that snapshot (openraft
+/// purges only what no replication is reading).
+const PURGE_LIMIT: Duration = Duration::from_secs(60);
+
+/// `--control`: answers the commands on stdin (read by a thread of its own)
+/// one by one, until stdin ends or SIGINT.
+async fn serve_control(running: &fencelock_server::Running) -> anyhow::Result<()> {
+    let (lines_tx, mut lines) = tokio::sync::mpsc::unbounded_channel();
+    std::thread::spawn(move || {
+        for line in std::io::stdin().lines() {
+            if line.map(|l| lines_tx.send(l)).is_err() {
+                return;
+            }
+        }
+    });
+    loop {
+        let line = tokio::select! {
+            r = tokio::signal::ctrl_c() => return r.context("watch SIGINT"),
+            line = lines.recv() => match line {
+                Some(line) => line,
+                None => return Ok(()),
+            },
+        };
+        let answer = tokio::select! {
+            r = tokio::signal::ctrl_c() => return r.context("watch SIGINT"),
+            a = answer_control(running, line.trim()) => a,
+        };
+        let json = answer.unwrap_or_else(|e| serde_json::json!({ "error": format!("{e:#}") }));
+        let mut out = std::io::stdout().lock();
+        if writeln!(out, "{json}").and_then(|()| out.flush()).is_err() {
+            return Ok(());
+        }
+    }
+}
+
+/// The answer to one `--control` command.
+async fn answer_control(running: &fencelock_server::Running, command: &str) -> anyhow::Result<serde_json::Value> {
+    match Control::parse(command) {
+        Some(Control::Raft) => Ok(raft_state(&running.raft)),
+        Some(Control::State) => Ok(engine_state(running)),
+        Some(Control::Snapshot) => snapshot_and_purge(&running.raft).await,
+        None => Err(anyhow::anyhow!("unknown command {command:?}")),
+    }
+}
+
+/// [`Control::State`]'s answer: the engine's gauges, and the applied index
+/// read just before and just after them (equal: the gauges are of that index).
+fn engine_state(running: &fencelock_server::Running) -> serde_json::Value {
+    let applied = || running.raft.metrics().borrow().last_applied.map(|l| l.index);
+    let before = applied();
+    let s = running.stats();
+    serde_json::json!({
+        "applied": before.filter(|&b| applied() == Some(b)),
+        "leases": s.leases,
+        "held_locks": s.held_locks,
+        "waiters": s.waiters,
+        "token_counter": s.token_counter,
+    })
+}
+
+/// [`Control::Raft`]'s answer.
+fn raft_state(raft: &fencelock_server::raft::Raft) -> serde_json::Value {
+    let m = raft.metrics().borrow().clone();
+    serde_json::json!({
+        "state": format!("{:?}", m.state).to_lowercase(),
+        "leader": m.current_leader,
+        "last_log": m.last_log_index,
+        "applied": m.last_applied.map(|l| l.index),
+        "snapshot": m.snapshot.map(|l| l.index),
+        "purged": m.purged.map(|l| l.index),
+    })
+}
+
+/// [`Control::Snapshot`]: a snapshot of at least what is applied now, then
+/// the log purged up to it (waiting at most [`PURGE_LIMIT`] for that; the
+/// answer says how far it got).
+async fn snapshot_and_purge(raft: &fencelock_server::raft::Raft) -> anyhow::Result<serde_json::Value> {
+    let applied = raft.metrics().borrow().last_applied.map(|l| l.index);
+    let started = Instant::now();
+    // Asked again every few seconds: openraft ignores the ask while it builds
+    // one (one its policy started may stop short of `applied`).
+    let m = loop {
+        raft.trigger().snapshot().await.context("trigger a snapshot")?;
+        let waited = raft.wait(Some(Duration::from_secs(5)));
+        match waited.metrics(|m| m.snapshot.map(|l| l.index) >= applied, "a snapshot of what is applied").await {
+            Ok(m) => break m,
+            Err(e) if started.elapsed() > SNAPSHOT_LIMIT => return Err(e.into()),
+            Err(_) => {}
+        }
+    };
+    let snapshot_seconds = started.elapsed().as_secs_f64();
+    let snapshot = m.snapshot.map(|l| l.index).context("no snapshot")?;
+    let purging = Instant::now();
+    raft.trigger().purge_log(snapshot).await.context("trigger the purge")?;
+    let up_to = Some(snapshot);
+    let _ = raft.wait(Some(PURGE_LIMIT)).metrics(|m| m.purged.map(|l| l.index) >= up_to, "the log purged").await;
+    let purged = raft.metrics().borrow().purged.map(|l| l.index);
+    Ok(serde_json::json!({
+        "applied": applied,
+        "snapshot": snapshot,
+        "purged": purged,
+        "snapshot_seconds": snapshot_seconds,
+        "purge_seconds": purging.elapsed().as_secs_f64(),
+    }))
 }
 
 #[cfg(test)]
@@ -617,6 +879,18 @@ mod tests {
         assert_eq!(ids(in_modes(engine("fencelock-3"), Some(ClientMode::PerProcess))), [("fencelock-3".into(), false)]);
         let shared = in_modes(engine("redis"), Some(ClientMode::Shared)).remove(0);
         assert!(shared.info.shared_connection && shared.url == "u" && shared.pids == [7]);
+    }
+
+    /// Every control command's word reads back as that command; any other
+    /// line is no command.
+    #[test]
+    fn control_words() {
+        for c in [Control::Raft, Control::State, Control::Snapshot] {
+            assert_eq!(Control::parse(c.word()), Some(c));
+        }
+        assert_eq!(Control::parse("snapshot "), None, "the node trims a line before it parses it");
+        assert_eq!(Control::parse(""), None);
+        assert_eq!(Control::parse("purge"), None);
     }
 
     /// An engine's CPU is the sum over its processes; none without processes.

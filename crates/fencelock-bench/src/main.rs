@@ -36,9 +36,15 @@
 //! run on each native single node with `perf` sampling the server: flamegraphs
 //! in DIR (see `profile.rs`). `profile-pid` samples any running process the
 //! same way (another build's server, measured with `--url`).
+//!
+//! `catchup --leases N` (issue 38, see `catchup.rs`) is a measurement of its
+//! own, outside the workload cells: a 3-node group holding N idle leases, a
+//! follower wiped and added back, catching up by snapshot while grants go on;
+//! the time, the grants meanwhile and each node's peak memory.
 #![allow(clippy::disallowed_methods)] // a benchmark measures time: it reads the clock on purpose
 
 mod admin;
+mod catchup;
 mod chart;
 mod durability;
 mod engines;
@@ -140,6 +146,11 @@ enum Cmd {
     /// serve` measured with `--url`) with perf for a while, and write its
     /// folded stacks and flamegraph as `--profile-server` does.
     ProfilePid(ProfilePidArgs),
+    /// Issue 38: a 3-node group with N idle leases; a follower is wiped and
+    /// added back empty, and catches up by snapshot while grants go on. Prints
+    /// the time, the grants meanwhile and each node's memory, and writes
+    /// catchup.md and catchup.json.
+    Catchup(catchup::CatchupArgs),
 }
 
 #[derive(clap::Args, Debug)]
@@ -179,6 +190,7 @@ fn main() -> anyhow::Result<()> {
     match args.cmd {
         Some(Cmd::ServeNative(a)) => rt.block_on(engines::serve_native(a)),
         Some(Cmd::ProfilePid(a)) => profile_pid(a),
+        Some(Cmd::Catchup(a)) => rt.block_on(catchup::run(a)),
         None => rt.block_on(bench(args)),
     }
 }

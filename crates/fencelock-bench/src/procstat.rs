@@ -2,7 +2,8 @@
 //! `/proc`, and a description of the machine.
 //!
 //! Where it sits: the workloads read an engine's CPU before and after a measured
-//! run ([`cpu_time`]) and W3 reads the native server's memory ([`rss_bytes`]).
+//! run ([`cpu_time`]); W3 reads the native server's memory ([`rss_bytes`]), and
+//! `catchup` each node's peak as well ([`peak_rss_bytes`], [`reset_peak`]).
 //! CPU is counted over the whole process tree (PostgreSQL serves each
 //! connection from a child of the postmaster): every live descendant's user +
 //! system time, plus the time of children already reaped (`cutime`, `cstime`).
@@ -64,9 +65,26 @@ fn clock_ticks() -> f64 {
 
 /// Resident set size of `pid` (`VmRSS`), bytes.
 pub fn rss_bytes(pid: u32) -> Option<u64> {
-    let text = fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let kb: u64 =
-        text.lines().find_map(|l| l.strip_prefix("VmRSS:"))?.trim().trim_end_matches("kB").trim().parse().ok()?;
+    status_bytes(&fs::read_to_string(format!("/proc/{pid}/status")).ok()?, "VmRSS")
+}
+
+/// Peak resident set size of `pid` (`VmHWM`, the high-water mark), bytes:
+/// since it started, or since [`reset_peak`].
+pub fn peak_rss_bytes(pid: u32) -> Option<u64> {
+    status_bytes(&fs::read_to_string(format!("/proc/{pid}/status")).ok()?, "VmHWM")
+}
+
+/// Lowers the peak resident set size of `pid` to its current one (writes 5
+/// to `/proc/PID/clear_refs`, Linux 4.0 and later; the process must be ours),
+/// so that [`peak_rss_bytes`] measures from now on.
+pub fn reset_peak(pid: u32) -> std::io::Result<()> {
+    fs::write(format!("/proc/{pid}/clear_refs"), "5")
+}
+
+/// A `NAME:   1234 kB` line of a `/proc/PID/status` text, in bytes.
+fn status_bytes(status: &str, name: &str) -> Option<u64> {
+    let value = status.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))?;
+    let kb: u64 = value.trim().strip_suffix("kB")?.trim().parse().ok()?;
     Some(kb * 1024)
 }
 
@@ -137,5 +155,33 @@ mod tests {
         assert!(own_cpu_time(me).unwrap() <= cpu_time(me).unwrap());
         assert!(rss_bytes(me).unwrap() > 1024 * 1024);
         assert!(cpu_time(u32::MAX).is_none());
+        assert!(peak_rss_bytes(me).unwrap() > 1024 * 1024);
+        assert!(peak_rss_bytes(u32::MAX).is_none());
+    }
+
+    /// Fields of `/proc/PID/status` are read by their exact name, in kB.
+    #[test]
+    fn status_fields_in_bytes() {
+        let text = "Name:\tfencelock-bench\nVmPeak:\t 9000 kB\nVmHWM:\t    2048 kB\nVmRSS:\t    1024 kB\nThreads:\t3\n";
+        assert_eq!(status_bytes(text, "VmHWM"), Some(2048 * 1024));
+        assert_eq!(status_bytes(text, "VmRSS"), Some(1024 * 1024));
+        assert_eq!(status_bytes(text, "VmSwap"), None, "a missing field");
+        assert_eq!(status_bytes(text, "Threads"), None, "not in kB");
+        assert_eq!(status_bytes(text, "Vm"), None, "a prefix of a name is not a name");
+    }
+
+    /// A reset peak is no longer the process's past high-water mark.
+    #[test]
+    fn a_reset_peak_drops_to_the_current_size() {
+        let me = std::process::id();
+        let big = vec![1u8; 64 << 20];
+        std::hint::black_box(&big);
+        drop(big);
+        let before = peak_rss_bytes(me).unwrap();
+        if reset_peak(me).is_err() {
+            return; // a kernel before 4.0, or /proc read-only: nothing to check
+        }
+        let after = peak_rss_bytes(me).unwrap();
+        assert!(after < before, "peak {after} not below {before} after the reset");
     }
 }

@@ -6,10 +6,11 @@
 //! leases are created through [`fencelock::Session`]s (one connection each,
 //! many requests in flight on each), by a fixed set of worker tasks that take
 //! the next lease number from a shared counter: client memory stays bounded
-//! whatever the lease count. Idle leases get the longest TTL (1 h) and are
-//! never touched again; the renewing ones get a short TTL, are created last,
-//! and are renewed from the moment they exist by [`Renewer`], which spreads
-//! them over the renewal period in slots of 10 ms. Every keep-alive is a
+//! whatever the lease count. `catchup` creates its idle leases with the same
+//! code ([`open_sessions`], [`create_idle`]). Idle leases get the longest TTL
+//! (1 h) and are never touched again; the renewing ones get a short TTL, are
+//! created last, and are renewed from the moment they exist by [`Renewer`],
+//! which spreads them over the renewal period in slots of 10 ms. Every keep-alive is a
 //! command through the server's Raft log, like a grant.
 
 use std::{
@@ -35,9 +36,9 @@ use crate::{
 };
 
 /// Sessions (each on a connection of its own) that create the leases.
-const SESSIONS: usize = 16;
+pub(crate) const SESSIONS: usize = 16;
 /// Creates in flight per session (the server writes at most 4096 commands per log entry).
-const WINDOW: usize = 256;
+pub(crate) const WINDOW: usize = 256;
 /// TTL of the idle leases: the longest the server allows, so they live through the run unrenewed.
 const IDLE_TTL: Duration = Duration::from_secs(3600);
 /// TTL of the renewing leases; they renew every TTL/3.
@@ -55,53 +56,19 @@ pub async fn run(native: &mut NativeServer, leases: u64, renewing: u64, measure:
     let http = native.http_addr().to_string();
     let pid = native.pid();
     wait_ready(&http, Duration::from_secs(30)).await?;
-    let mut sessions = Vec::with_capacity(SESSIONS);
-    for _ in 0..SESSIONS {
-        let client = Client::builder(native.url()).rpc_timeout(RPC_TIMEOUT).connect().await?;
-        sessions.push(client.session().await.context("open a session")?);
-    }
+    let sessions = open_sessions(&native.url(), SESSIONS).await?;
     tokio::time::sleep(Duration::from_millis(500)).await;
     let rss_before = procstat::rss_bytes(pid).context("read the server's resident memory")?;
     let at_start = ServerCounters::read(&http).await?;
 
     let renewer = Arc::new(Renewer::new(sessions.clone()));
     let renewing_task = tokio::spawn(renewer.clone().run());
-    let next = Arc::new(AtomicU64::new(0));
-    let failures = Arc::new(AtomicU64::new(0));
-    let first_error: Arc<Mutex<Option<String>>> = Arc::default();
-    let started = Instant::now();
-    let mut workers = JoinSet::new();
-    for session in &sessions {
-        for _ in 0..WINDOW {
-            let (session, next, failures, first_error, renewer) =
-                (session.clone(), next.clone(), failures.clone(), first_error.clone(), renewer.clone());
-            workers.spawn(async move {
-                let mut last_ack = None;
-                loop {
-                    let i = next.fetch_add(1, Ordering::Relaxed);
-                    if i >= leases {
-                        return last_ack;
-                    }
-                    let renews = i >= leases - renewing;
-                    match create(&session, i, renews, &renewer).await {
-                        Ok(at) => last_ack = Some(at),
-                        Err(e) => {
-                            failures.fetch_add(1, Ordering::Relaxed);
-                            first_error.lock().unwrap().get_or_insert_with(|| format!("lease {i}: {e:#}"));
-                        }
-                    }
-                }
-            });
-        }
-    }
-    let mut last_ack = None;
-    while let Some(r) = workers.join_next().await {
-        last_ack = last_ack.max(r?);
-    }
-    let create_seconds = last_ack.map_or(0.0, |t: Instant| (t - started).as_secs_f64());
+    let renewing_ones = Some(Renewing { last: renewing, renewer: renewer.clone() });
+    let created = create_leases(&sessions, 0..leases, renewing_ones).await?;
+    let create_seconds = created.seconds;
     let after_create = ServerCounters::read(&http).await?;
-    let create_failures = failures.load(Ordering::Relaxed);
-    if let Some(e) = first_error.lock().unwrap().take() {
+    let create_failures = created.failures;
+    if let Some(e) = created.first_error {
         eprintln!("W3: {create_failures} creates failed; the first: {e}");
     }
     tokio::time::sleep(Duration::from_secs(1)).await;
@@ -157,11 +124,103 @@ pub async fn run(native: &mut NativeServer, leases: u64, renewing: u64, measure:
     })
 }
 
+/// `count` sessions ([`SESSIONS`] in W3) to the server at `url`, each on a
+/// connection of its own, with a deadline of [`RPC_TIMEOUT`] per call: what
+/// [`create_leases`] creates through, [`WINDOW`] creates in flight on each.
+/// A group's leader alone: a session does not follow a leader.
+pub(crate) async fn open_sessions(url: &str, count: usize) -> anyhow::Result<Vec<Session>> {
+    let mut sessions = Vec::with_capacity(count);
+    for _ in 0..count {
+        let client = Client::builder(url).rpc_timeout(RPC_TIMEOUT).connect().await?;
+        sessions.push(client.session().await.context("open a session")?);
+    }
+    Ok(sessions)
+}
+
+/// The leases that renew: the last `last` created, each handed to `renewer`
+/// as soon as it is granted.
+struct Renewing {
+    last: u64,
+    renewer: Arc<Renewer>,
+}
+
+/// What [`create_leases`] did.
+pub(crate) struct Created {
+    /// From the first create sent to the last one acknowledged.
+    pub seconds: f64,
+    /// Creates that failed (any error), and the first error.
+    pub failures: u64,
+    pub first_error: Option<String>,
+}
+
+/// Creates a lease for each `i` of `numbers`, holding lock `w3/{i}`, through
+/// `sessions` with [`WINDOW`] creates in flight on each: worker tasks take the
+/// next lease number from a shared counter, so the bench's memory stays
+/// bounded whatever the count. Idle leases get [`IDLE_TTL`] and are never
+/// touched again; with `renewing`, the last ones get [`RENEW_TTL`] and are
+/// renewed from their grant on. W3 and `catchup` (idle only, [`create_idle`])
+/// create their leases here.
+async fn create_leases(
+    sessions: &[Session],
+    numbers: std::ops::Range<u64>,
+    renewing: Option<Renewing>,
+) -> anyhow::Result<Created> {
+    let (first, end) = (numbers.start, numbers.end.max(numbers.start));
+    let renewing = renewing.map(|r| Arc::new(Renewing { last: r.last.min(end - first), renewer: r.renewer }));
+    let next = Arc::new(AtomicU64::new(first));
+    let failures = Arc::new(AtomicU64::new(0));
+    let first_error: Arc<Mutex<Option<String>>> = Arc::default();
+    let started = Instant::now();
+    let mut workers = JoinSet::new();
+    for session in sessions {
+        for _ in 0..WINDOW {
+            let (session, next, failures, first_error, renewing) =
+                (session.clone(), next.clone(), failures.clone(), first_error.clone(), renewing.clone());
+            workers.spawn(async move {
+                let mut last_ack = None;
+                loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    if i >= end {
+                        return last_ack;
+                    }
+                    let renewer = renewing.as_ref().filter(|r| i >= end - r.last).map(|r| &*r.renewer);
+                    match create(&session, i, renewer).await {
+                        Ok(at) => last_ack = Some(at),
+                        Err(e) => {
+                            failures.fetch_add(1, Ordering::Relaxed);
+                            if let Ok(mut first) = first_error.lock() {
+                                first.get_or_insert_with(|| format!("lease {i}: {e:#}"));
+                            }
+                        }
+                    }
+                }
+            });
+        }
+    }
+    let mut last_ack = None;
+    while let Some(r) = workers.join_next().await {
+        last_ack = last_ack.max(r.context("a lease-creating task")?);
+    }
+    let first_error = first_error.lock().ok().and_then(|mut e| e.take());
+    Ok(Created {
+        seconds: last_ack.map_or(0.0, |t: Instant| (t - started).as_secs_f64()),
+        failures: failures.load(Ordering::Relaxed),
+        first_error,
+    })
+}
+
+/// [`create_leases`] with every lease idle ([`IDLE_TTL`], never renewed).
+pub(crate) async fn create_idle(sessions: &[Session], numbers: std::ops::Range<u64>) -> anyhow::Result<Created> {
+    create_leases(sessions, numbers, None).await
+}
+
 /// Grants lease `i` and takes its lock; the time the grant was acknowledged.
-async fn create(session: &Session, i: u64, renews: bool, renewer: &Renewer) -> anyhow::Result<Instant> {
+/// With a `renewer`, the lease has [`RENEW_TTL`] and is renewed from its grant on.
+async fn create(session: &Session, i: u64, renewer: Option<&Renewer>) -> anyhow::Result<Instant> {
+    let renews = renewer.is_some();
     let lease = session.grant_lease(if renews { RENEW_TTL } else { IDLE_TTL }).await.context("grant_lease")?;
-    if renews {
-        renewer.add(lease); // renewed from now on, before its lock is even asked for
+    if let Some(r) = renewer {
+        r.add(lease); // renewed from now on, before its lock is even asked for
     }
     match session.acquire(&format!("w3/{i}"), lease, Duration::ZERO, Duration::ZERO).await.context("acquire")? {
         Outcome::Acquired(_) => Ok(Instant::now()),
