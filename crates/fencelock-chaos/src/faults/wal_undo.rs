@@ -300,7 +300,8 @@ mod tests {
             assert!(loss.undone_writes > 0, "{case}: the lost batch was unsynced");
             let wal =
                 Wal::open(&dir, Options::default(), None, &Seams::default()).unwrap_or_else(|e| panic!("{case}: {e}"));
-            let got: Vec<u64> = wal.entries(0, None).unwrap().iter().map(|e| e.log_id.index).collect();
+            let read = tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(wal.entries(0, None));
+            let got: Vec<u64> = read.unwrap().iter().map(|e| e.log_id.index).collect();
             assert!(got.len() as u64 >= acked && got.len() as u64 <= acked + BATCH, "{case}: {got:?}");
             assert_eq!(got, (1..=got.len() as u64).collect::<Vec<_>>(), "{case}");
         }
