@@ -526,6 +526,56 @@ async fn the_committed_id_is_on_disk_after_a_clean_close() {
     }
 }
 
+/// Issue 38: what one AppendEntries carries (`limited_get_log_entries`) is
+/// the entries from its start that fit in `REPLICATION_BYTES` (a single
+/// larger entry alone), on both engines and after a reopen (the segment log
+/// then knows its old entries' sizes only from the scan); a follower reading
+/// piece after piece gets the whole log, in order. Without the bound, one
+/// read held all forty-two entries (2.4 MB).
+#[tokio::test]
+async fn a_replication_read_carries_at_most_replication_bytes() {
+    use log_store::{LogEngine, REPLICATION_BYTES};
+    let batch = |i: u64, n: u64| {
+        normal(1, i, Input::Batch { now: i, cmds: (0..n).map(|c| grant(i * 10_000 + c, 5_000)).collect() })
+    };
+    let mut entries: Vec<_> = (1..=40).map(|i| batch(i, 4_000)).collect();
+    entries.push(batch(41, 60_000)); // larger than the bound by itself
+    entries.push(batch(42, 10));
+    let size = |e: &Entry<TypeConfig>| codec::encode_entry(e).unwrap().len();
+    let (small, large) = (size(&entries[0]), size(&entries[40]));
+    assert!(large > REPLICATION_BYTES && small * 4 < REPLICATION_BYTES, "{small} and {large} bytes");
+    let seams = crate::seams::Seams::default();
+    for engine in [LogEngine::Redb, LogEngine::Segment] {
+        let dir = tempfile::tempdir().unwrap();
+        for reopened in [false, true] {
+            let (mut log, _sm) = log_store::open_engine(dir.path(), &seams, engine).unwrap();
+            if !reopened {
+                log.blocking_append(entries.clone()).await.unwrap();
+            }
+            let mut read = Vec::new();
+            let mut pieces = Vec::new();
+            while read.len() < entries.len() {
+                let start = read.len() as u64 + 1;
+                let piece = log.limited_get_log_entries(start, entries.len() as u64 + 1).await.unwrap();
+                let bytes: usize = piece.iter().map(size).sum();
+                assert!(!piece.is_empty(), "{engine:?} reopened {reopened}: a piece from {start}");
+                assert!(piece.len() == 1 || bytes <= REPLICATION_BYTES, "{engine:?}: {bytes} bytes from {start}");
+                pieces.push(piece.len());
+                read.extend(piece);
+            }
+            assert_eq!(read, entries, "{engine:?} reopened {reopened}: the pieces make the log");
+            let batches: usize = entries[..40].iter().map(size).sum();
+            assert!(
+                pieces.len() >= batches.div_ceil(REPLICATION_BYTES) + 2,
+                "{engine:?} reopened {reopened}: {pieces:?}"
+            );
+            assert_eq!(pieces[pieces.len() - 2..], [1, 1], "{engine:?}: the large entry alone, then the last");
+            let ranged = log.limited_get_log_entries(3, 5).await.unwrap();
+            assert_eq!(ranged, entries[2..4].to_vec(), "{engine:?}: the range's end bounds a read first");
+        }
+    }
+}
+
 /// The redb log's crash points are where the chaos suite's failpoints expect
 /// them: `log-before-fsync` with the append's transaction not yet committed
 /// (its entry invisible to a reader), `log-after-fsync` once it is.

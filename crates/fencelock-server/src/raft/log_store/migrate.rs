@@ -127,7 +127,7 @@ pub fn build(db: &Database, dir: &Path, seams: &Seams) -> Result<Migrated, DbErr
     let (purged, committed) = (index_of(&meta, KEY_LAST_PURGED)?, index_of(&meta, KEY_COMMITTED)?);
     let to = dir.join(MIGRATING_DIR);
     let (mut segs, stale) = Segments::open(&to, files_of(seams), Options::default().segment_bytes, purged, None)?;
-    if !stale.is_empty() {
+    if !stale.entries.is_empty() {
         return Err(DbError::Other(format!("{} was not empty", to.display())));
     }
     let mut moved = Migrated::default();

@@ -51,6 +51,19 @@ mod segment_log;
 pub use engine::LogEngine;
 use meta::{Committed, Meta};
 
+/// The most stored bytes of log entries one AppendEntries carries to a
+/// follower (and at least one entry). openraft gives each AppendEntries one
+/// heartbeat interval (50 ms by default) and, when it runs out, drops the call
+/// and sends the same entries again. Its own bound is a count (300 entries),
+/// and an entry holds a batch of commands: under bulk creates 300 entries were
+/// several megabytes, which a follower on a busy machine could not take in
+/// within the interval, so the leader read, encoded and sent them again and
+/// again, never getting further, and the follower, hearing no leader, started
+/// elections. 512 KiB is a few milliseconds of encoding, sending, decoding and
+/// writing here; a follower far behind gets the log in pieces, one after
+/// another.
+pub const REPLICATION_BYTES: usize = 512 * 1024;
+
 /// Where the log's entries are kept: `RedbLog` (`redb_log.rs`) or
 /// `SegmentLog` (`segment_log.rs`). The rest of the store (vote, committed and
 /// purged log ids) is the same for both.
@@ -60,8 +73,15 @@ use meta::{Committed, Meta};
 /// append's entries as soon as `append` returned, before they are durable).
 /// Every error is fatal to the node (fail closed).
 pub(crate) trait EntryLog: Send + Sync + 'static {
-    /// The entries with indexes in `lo..hi` (`hi`: `None` for no end; `lo < hi`).
-    fn read(&self, lo: u64, hi: Option<u64>) -> BoxFuture<'_, Result<Vec<Entry<TypeConfig>>, DbError>>;
+    /// The entries with indexes in `lo..hi` (`hi`: `None` for no end; `lo < hi`),
+    /// only as many from `lo` as fit in `max_bytes` of stored bytes (at least
+    /// one; `usize::MAX` for all).
+    fn read(
+        &self,
+        lo: u64,
+        hi: Option<u64>,
+        max_bytes: usize,
+    ) -> BoxFuture<'_, Result<Vec<Entry<TypeConfig>>, DbError>>;
 
     /// The log id of the last entry, if any.
     fn last_log_id(&self) -> Result<Option<LogId<NodeId>>, DbError>;
@@ -211,7 +231,7 @@ impl LogStore {
                 return Ok(Vec::new());
             }
         }
-        self.entries.read(lo, hi_exclusive).await
+        self.entries.read(lo, hi_exclusive, usize::MAX).await
     }
 
     fn log_state(&self) -> Result<LogState<TypeConfig>, DbError> {
@@ -227,6 +247,22 @@ impl RaftLogReader<TypeConfig> for LogStore {
         range: RB,
     ) -> Result<Vec<Entry<TypeConfig>>, StorageError<NodeId>> {
         self.read_entries(range.start_bound().cloned(), range.end_bound().cloned())
+            .await
+            .map_err(|e| e.into_storage(ErrorSubject::Logs, ErrorVerb::Read))
+    }
+
+    /// What one AppendEntries carries to a follower: the entries from
+    /// `start`, as many as fit in [`REPLICATION_BYTES`] (at least one).
+    async fn limited_get_log_entries(
+        &mut self,
+        start: u64,
+        end: u64,
+    ) -> Result<Vec<Entry<TypeConfig>>, StorageError<NodeId>> {
+        if end <= start {
+            return Ok(Vec::new());
+        }
+        self.entries
+            .read(start, Some(end), REPLICATION_BYTES)
             .await
             .map_err(|e| e.into_storage(ErrorSubject::Logs, ErrorVerb::Read))
     }

@@ -59,14 +59,20 @@ impl RedbLog {
         .await
     }
 
-    /// The entries with indexes in `lo..hi`, read in one redb transaction.
-    fn read_now(&self, lo: u64, hi: Option<u64>) -> Result<Vec<Entry<TypeConfig>>, DbError> {
+    /// The entries with indexes in `lo..hi`, as many from `lo` as fit in
+    /// `max_bytes` of stored values (at least one), read in one redb
+    /// transaction.
+    fn read_now(&self, lo: u64, hi: Option<u64>, max_bytes: usize) -> Result<Vec<Entry<TypeConfig>>, DbError> {
         let txn = self.meta.db().begin_read()?;
         let table = txn.open_table(LOG)?;
         let range = table.range::<u64>((Bound::Included(lo), hi.map_or(Bound::Unbounded, Bound::Excluded)))?;
-        let mut out = Vec::new();
+        let (mut out, mut bytes) = (Vec::new(), 0usize);
         for item in range {
             let (k, v) = item?;
+            bytes = bytes.saturating_add(v.value().len());
+            if bytes > max_bytes && !out.is_empty() {
+                break;
+            }
             out.push(decode_entry(k.value(), v.value())?);
         }
         Ok(out)
@@ -74,8 +80,13 @@ impl RedbLog {
 }
 
 impl EntryLog for RedbLog {
-    fn read(&self, lo: u64, hi: Option<u64>) -> BoxFuture<'_, Result<Vec<Entry<TypeConfig>>, DbError>> {
-        let read = self.read_now(lo, hi);
+    fn read(
+        &self,
+        lo: u64,
+        hi: Option<u64>,
+        max_bytes: usize,
+    ) -> BoxFuture<'_, Result<Vec<Entry<TypeConfig>>, DbError>> {
+        let read = self.read_now(lo, hi, max_bytes);
         Box::pin(async move { read })
     }
 

@@ -55,8 +55,13 @@ impl SegmentLog {
 }
 
 impl EntryLog for SegmentLog {
-    fn read(&self, lo: u64, hi: Option<u64>) -> BoxFuture<'_, Result<Vec<Entry<TypeConfig>>, DbError>> {
-        Box::pin(async move { Ok(self.wal.entries(lo, hi).await?) })
+    fn read(
+        &self,
+        lo: u64,
+        hi: Option<u64>,
+        max_bytes: usize,
+    ) -> BoxFuture<'_, Result<Vec<Entry<TypeConfig>>, DbError>> {
+        Box::pin(async move { Ok(self.wal.entries_within(lo, hi, max_bytes).await?) })
     }
 
     fn last_log_id(&self) -> Result<Option<LogId<NodeId>>, DbError> {

@@ -25,21 +25,22 @@ use std::ops::Range;
 
 use openraft::{Entry, LogId};
 
-use super::segments::Rec;
-use super::{NodeId, TypeConfig, WalError};
+use super::segments::{Loaded, Rec};
+use super::{NodeId, TypeConfig};
 
 /// The most encoded bytes of entries kept decoded: 1 MiB, about 35,000
 /// commands (some 8 MB decoded), far more than openraft has in flight. W3
 /// counts what is kept decoded as memory per lease: 4 MiB was about 30 MB.
 pub const DECODED_BYTES: usize = 1 << 20;
 
-/// One entry: its log id, and the entry itself with its encoded size while it
-/// is among the newest (boxed: an `Entry` is some hundred bytes even when its
-/// payload is not, and most slots hold none).
+/// One entry: its log id, its record's payload length, and the entry itself
+/// while it is among the newest (boxed: an `Entry` is some hundred bytes even
+/// when its payload is not, and most slots hold none).
 #[derive(Debug)]
 struct Slot {
     log_id: LogId<NodeId>,
-    decoded: Option<(Box<Entry<TypeConfig>>, usize)>,
+    len: usize,
+    decoded: Option<Box<Entry<TypeConfig>>>,
 }
 
 /// The entries by index.
@@ -69,28 +70,28 @@ impl Mem {
         Self { slots: BTreeMap::new(), decoded: 0, budget, first_decoded: 0 }
     }
 
-    /// The log of `entries`, as read from the segments at start-up: the
-    /// newest within `budget` stay decoded (each encoded once to learn its
-    /// size), the others are dropped, to be read back when asked for.
-    pub fn read_back(entries: Vec<Entry<TypeConfig>>, budget: usize) -> Result<Self, WalError> {
+    /// The log `loaded` by a start-up scan: the newest entries within
+    /// `budget` stay decoded, the others are dropped, to be read back when
+    /// asked for.
+    pub fn read_back(loaded: Loaded, budget: usize) -> Self {
         let mut mem = Self::with_budget(budget);
-        let mut sizes = Vec::new();
-        for entry in entries.iter().rev() {
-            let len = Rec::encode(entry)?.payload.len();
-            if !sizes.is_empty() && mem.decoded + len > mem.budget {
+        let Loaded { entries, sizes } = loaded;
+        let mut kept = 0;
+        for &len in sizes.iter().rev() {
+            if kept > 0 && mem.decoded + len > mem.budget {
                 break;
             }
             mem.decoded += len;
-            sizes.push(len);
+            kept += 1;
         }
-        let older = entries.len() - sizes.len();
+        let older = entries.len() - kept;
         mem.first_decoded = entries.get(older).map_or(0, |e| e.log_id.index);
-        for (i, entry) in entries.into_iter().enumerate() {
-            let size = i.checked_sub(older).map(|k| sizes[sizes.len() - 1 - k]);
+        for (i, (entry, len)) in entries.into_iter().zip(sizes).enumerate() {
             let log_id = entry.log_id;
-            mem.slots.insert(log_id.index, Slot { log_id, decoded: size.map(|len| (Box::new(entry), len)) });
+            let decoded = (i >= older).then(|| Box::new(entry));
+            mem.slots.insert(log_id.index, Slot { log_id, len, decoded });
         }
-        Ok(mem)
+        mem
     }
 
     /// Adds `entries` (decoded, following on from the log) with `recs`, their
@@ -99,7 +100,7 @@ impl Mem {
         for (entry, rec) in entries.into_iter().zip(recs) {
             let len = rec.payload.len();
             self.decoded += len;
-            let slot = Slot { log_id: entry.log_id, decoded: Some((Box::new(entry), len)) };
+            let slot = Slot { log_id: entry.log_id, len, decoded: Some(Box::new(entry)) };
             if let Some(old) = self.slots.insert(rec.index, slot) {
                 self.forget(&old);
             }
@@ -115,8 +116,8 @@ impl Mem {
             if self.decoded <= self.budget || Some(index) == last {
                 break;
             }
-            if let Some((_, len)) = slot.decoded.take() {
-                self.decoded -= len;
+            if slot.decoded.take().is_some() {
+                self.decoded -= slot.len;
             }
             self.first_decoded = index + 1;
         }
@@ -138,22 +139,28 @@ impl Mem {
     }
 
     fn forget(&mut self, slot: &Slot) {
-        if let Some((_, len)) = &slot.decoded {
-            self.decoded -= len;
+        if slot.decoded.is_some() {
+            self.decoded -= slot.len;
         }
     }
 
-    /// The entries with indexes in `lo..hi` (`hi`: `None` for no end): the
-    /// decoded ones, and the range of the others.
-    pub fn entries(&self, lo: u64, hi: Option<u64>) -> Found {
+    /// The entries with indexes in `lo..hi` (`hi`: `None` for no end), as
+    /// many from the first as fit in `max_bytes` of records (at least one):
+    /// the decoded ones, and the range of the others.
+    pub fn entries(&self, lo: u64, hi: Option<u64>, max_bytes: usize) -> Found {
         let mut found = Found { on_disk: 0..0, decoded: Vec::new() };
         let end = hi.unwrap_or(u64::MAX);
         if end <= lo {
             return found;
         }
+        let mut bytes = 0usize;
         for (&index, slot) in self.slots.range(lo..end) {
+            bytes = bytes.saturating_add(slot.len);
+            if bytes > max_bytes && index > lo {
+                break;
+            }
             match &slot.decoded {
-                Some((entry, _)) => found.decoded.push(Entry::clone(entry)),
+                Some(entry) => found.decoded.push(Entry::clone(entry)),
                 None if found.on_disk.is_empty() => found.on_disk = index..index + 1,
                 None => found.on_disk.end = index + 1,
             }
@@ -206,8 +213,14 @@ mod tests {
     /// What a read of `lo..hi` finds: the range left to the segments, and
     /// the entries found decoded.
     fn found(mem: &Mem, lo: u64, hi: Option<u64>) -> (Range<u64>, Vec<Entry<TypeConfig>>) {
-        let f = mem.entries(lo, hi);
+        let f = mem.entries(lo, hi, usize::MAX);
         (f.on_disk, f.decoded)
+    }
+
+    /// What a start-up scan of `entries` loads.
+    fn loaded(entries: &[Entry<TypeConfig>]) -> Loaded {
+        let sizes = entries.iter().map(|e| Rec::encode(e).unwrap().payload.len()).collect();
+        Loaded { entries: entries.to_vec(), sizes }
     }
 
     /// Issue 38 §3: entries beyond the decoded budget are left to the
@@ -265,15 +278,36 @@ mod tests {
     #[test]
     fn a_start_keeps_the_newest_decoded_and_leaves_the_rest_on_disk() {
         let (entries, _) = batches(1, 21, 20);
-        let mem = Mem::read_back(entries.clone(), DECODED_BYTES).unwrap();
+        let mem = Mem::read_back(loaded(&entries), DECODED_BYTES);
         assert_eq!(found(&mem, 0, None), (0..0, entries.clone()), "all within the default budget");
 
-        let mem = Mem::read_back(entries.clone(), size(18, 21)).unwrap();
+        let mem = Mem::read_back(loaded(&entries), size(18, 21));
         assert_eq!((mem.decoded, mem.decoded_count()), (size(18, 21), 3));
         assert_eq!(found(&mem, 0, None), (1..18, entries[17..].to_vec()));
         assert_eq!(mem.last_log_id(), Some(entries[19].log_id));
-        let tiny = Mem::read_back(entries.clone(), 0).unwrap();
+        let tiny = Mem::read_back(loaded(&entries), 0);
         assert_eq!(found(&tiny, 0, None), (1..20, entries[19..].to_vec()), "the last one always");
-        assert_eq!(Mem::read_back(Vec::new(), DECODED_BYTES).unwrap().last_log_id(), None);
+        assert_eq!(Mem::read_back(loaded(&[]), DECODED_BYTES).last_log_id(), None);
+    }
+
+    /// Issue 38: a read for replication holds as many entries from its
+    /// first as fit in its bound of record bytes, decoded or on disk alike,
+    /// and never none: a follower far behind is sent the log in pieces that
+    /// each fit in one AppendEntries' deadline.
+    #[test]
+    fn a_bounded_read_holds_the_first_entries_that_fit_and_at_least_one() {
+        let mut mem = Mem::with_budget(size(18, 21));
+        let all = add(&mut mem, 1, 21);
+        let bounded = |lo, hi, max| {
+            let f = mem.entries(lo, hi, max);
+            (f.on_disk, f.decoded)
+        };
+        assert_eq!(bounded(1, None, size(1, 5)), (1..5, vec![]), "four entries fit exactly");
+        assert_eq!(bounded(1, None, size(1, 5) - 1), (1..4, vec![]));
+        assert_eq!(bounded(3, Some(4), size(1, 5)), (3..4, vec![]), "the range's end bounds it first");
+        assert_eq!(bounded(16, None, size(16, 20)), (16..18, all[17..19].to_vec()), "across the decoded tail");
+        assert_eq!(bounded(19, None, 0), (0..0, all[18..19].to_vec()), "one entry, whatever the bound");
+        assert_eq!(bounded(2, None, 1), (2..3, vec![]));
+        assert_eq!(bounded(0, None, usize::MAX), (1..18, all[17..].to_vec()));
     }
 }

@@ -176,11 +176,11 @@ impl Wal {
     /// before `last_purged`, and starts its thread. File IO goes through
     /// `seams.log_files` if plugged, else [`RealFiles`].
     pub fn open(dir: &Path, opts: Options, last_purged: Option<u64>, seams: &Seams) -> Result<Wal, WalError> {
-        let (segs, entries) =
+        let (segs, loaded) =
             segments::Segments::open(dir, files_of(seams), opts.segment_bytes, last_purged, opts.committed)?;
-        let end = entries.last().map(|e| e.log_id.index + 1).or(last_purged.map(|p| p + 1)).unwrap_or(0);
+        let end = loaded.entries.last().map(|e| e.log_id.index + 1).or(last_purged.map(|p| p + 1)).unwrap_or(0);
         let durable_end = Arc::new(AtomicU64::new(end));
-        let mem = mem::Mem::read_back(entries, opts.decoded_bytes)?;
+        let mem = mem::Mem::read_back(loaded, opts.decoded_bytes);
         let (tx, rx) = mpsc::channel();
         let (seams, durable) = (seams.clone(), durable_end.clone());
         let thread = std::thread::Builder::new()
@@ -248,9 +248,21 @@ impl Wal {
     /// newest from memory, older ones read back from the segments by the log
     /// thread (after every write queued before this call) and decoded here.
     pub async fn entries(&self, lo: u64, hi: Option<u64>) -> Result<Vec<Entry<TypeConfig>>, WalError> {
+        self.entries_within(lo, hi, usize::MAX).await
+    }
+
+    /// [`Wal::entries`], only as many from `lo` as fit in `max_bytes` of
+    /// records (at least one, if `lo..hi` holds any): what one message to a
+    /// follower carries.
+    pub async fn entries_within(
+        &self,
+        lo: u64,
+        hi: Option<u64>,
+        max_bytes: usize,
+    ) -> Result<Vec<Entry<TypeConfig>>, WalError> {
         let (found, rx) = {
             let mem = self.mem.read().unwrap_or_else(PoisonError::into_inner);
-            let found = mem.entries(lo, hi);
+            let found = mem.entries(lo, hi, max_bytes);
             if found.on_disk.is_empty() {
                 return Ok(found.decoded);
             }

@@ -130,6 +130,13 @@ fn io_err<'a>(what: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error)
     move |source| WalError::Io { what, path: path.to_path_buf(), source }
 }
 
+/// The entries a start-up scan read, with the payload length of each one's
+/// record (what memory counts against its budget of decoded bytes).
+pub struct Loaded {
+    pub entries: Vec<Entry<TypeConfig>>,
+    pub sizes: Vec<usize>,
+}
+
 impl Segments {
     /// Opens the log in `dir` (creating the directory if needed) and returns
     /// its entries after `last_purged`. See the module docs of [`super`] for
@@ -144,7 +151,7 @@ impl Segments {
         capacity: u64,
         last_purged: Option<u64>,
         committed: Option<u64>,
-    ) -> Result<(Segments, Vec<Entry<TypeConfig>>), WalError> {
+    ) -> Result<(Segments, Loaded), WalError> {
         std::fs::create_dir_all(dir).map_err(io_err("cannot create", dir))?;
         if let Some(parent) = dir.parent() {
             files.sync_dir(parent).map_err(io_err("cannot sync", parent))?;
@@ -178,7 +185,7 @@ impl Segments {
             }
         }
         log.drop_purged(last_purged)?;
-        Ok((log, scan.entries))
+        Ok((log, Loaded { entries: scan.entries, sizes: scan.sizes }))
     }
 
     /// Opens and scans one segment, cutting a torn tail unless the cut would
@@ -548,17 +555,20 @@ struct Scan {
     /// The batch of the last record read (purged or not).
     last_batch: Option<u64>,
     entries: Vec<Entry<TypeConfig>>,
+    /// The payload length of each of `entries`' records.
+    sizes: Vec<usize>,
 }
 
 impl Scan {
     fn new(last_purged: Option<u64>) -> Scan {
-        Scan { last_purged, next: None, last_batch: None, entries: Vec::new() }
+        Scan { last_purged, next: None, last_batch: None, entries: Vec::new(), sizes: Vec::new() }
     }
 
     /// Forgets the entries at `index` and after (a torn batch's).
     fn drop_from(&mut self, index: u64) {
         let kept = self.entries.partition_point(|e| e.log_id.index < index);
         self.entries.truncate(kept);
+        self.sizes.truncate(kept);
         self.next = self.entries.last().map(|e| e.log_id.index + 1);
     }
 
@@ -578,6 +588,7 @@ impl Scan {
         }
         let entry = decode_record(r.index, r.term, r.codec, r.payload)?;
         self.entries.push(entry);
+        self.sizes.push(r.payload.len());
         self.next = Some(r.index + 1);
         Ok(())
     }
