@@ -531,15 +531,18 @@ async fn the_committed_id_is_on_disk_after_a_clean_close() {
 /// larger entry alone), on both engines and after a reopen (the segment log
 /// then knows its old entries' sizes only from the scan); a follower reading
 /// piece after piece gets the whole log, in order. Without the bound, one
-/// read held all forty-two entries (2.4 MB).
+/// read held all forty-two entries (about seven times the bound).
 #[tokio::test]
 async fn a_replication_read_carries_at_most_replication_bytes() {
     use log_store::{LogEngine, REPLICATION_BYTES};
     let batch = |i: u64, n: u64| {
         normal(1, i, Input::Batch { now: i, cmds: (0..n).map(|c| grant(i * 10_000 + c, 5_000)).collect() })
     };
-    let mut entries: Vec<_> = (1..=40).map(|i| batch(i, 4_000)).collect();
-    entries.push(batch(41, 60_000)); // larger than the bound by itself
+    // A lease grant is about 11 bytes in the log: entries of about an eighth
+    // of the bound, and one of half as much again as the bound.
+    let small = (REPLICATION_BYTES / 8 / 11) as u64;
+    let mut entries: Vec<_> = (1..=40).map(|i| batch(i, small)).collect();
+    entries.push(batch(41, small * 12)); // larger than the bound by itself
     entries.push(batch(42, 10));
     let size = |e: &Entry<TypeConfig>| codec::encode_entry(e).unwrap().len();
     let (small, large) = (size(&entries[0]), size(&entries[40]));

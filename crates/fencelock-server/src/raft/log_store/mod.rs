@@ -54,15 +54,18 @@ use meta::{Committed, Meta};
 /// The most stored bytes of log entries one AppendEntries carries to a
 /// follower (and at least one entry). openraft gives each AppendEntries one
 /// heartbeat interval (50 ms by default) and, when it runs out, drops the call
-/// and sends the same entries again. Its own bound is a count (300 entries),
-/// and an entry holds a batch of commands: under bulk creates 300 entries were
-/// several megabytes, which a follower on a busy machine could not take in
-/// within the interval, so the leader read, encoded and sent them again and
-/// again, never getting further, and the follower, hearing no leader, started
-/// elections. 512 KiB is a few milliseconds of encoding, sending, decoding and
-/// writing here; a follower far behind gets the log in pieces, one after
-/// another.
-pub const REPLICATION_BYTES: usize = 512 * 1024;
+/// and sends the same entries again at once. Its own bound is a count (300
+/// entries), and an entry holds a batch of commands: under bulk creates 300
+/// entries were megabytes, which a follower on a busy machine could not take
+/// in within the interval, so the leader read, encoded and sent them again and
+/// again, never getting further; elections followed, and with two nodes each
+/// leading a term of its own and each call timing out before its answer
+/// (which would have told the older leader of the newer term) the group never
+/// recovered. 512 KiB ended that up to 1M leases and not at 10M (it wedged
+/// 1.7M leases in); at 64 KiB all 10M were created, twice (the catch-up bench,
+/// `docs/guide/performance.md`). A follower far behind gets the log in
+/// pieces, one after another.
+pub const REPLICATION_BYTES: usize = 64 * 1024;
 
 /// Where the log's entries are kept: `RedbLog` (`redb_log.rs`) or
 /// `SegmentLog` (`segment_log.rs`). The rest of the store (vote, committed and
