@@ -10,11 +10,16 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 
-/// `GET path`: status and body.
+/// `GET path`: status and body, within 10 s.
 pub async fn http_get(addr: &str, path: &str) -> anyhow::Result<(u16, String)> {
+    http_get_within(addr, path, Duration::from_secs(10)).await
+}
+
+/// `GET path`: status and body, within `limit`.
+pub async fn http_get_within(addr: &str, path: &str, limit: Duration) -> anyhow::Result<(u16, String)> {
     use fencelock_http::{Client, Request};
     let sock: SocketAddr = addr.parse().with_context(|| format!("{addr:?} is not an IP address and port"))?;
-    let answer = Client::new(sock).timeout(Duration::from_secs(10)).send(Request::get(path)).await?;
+    let answer = Client::new(sock).timeout(limit).send(Request::get(path)).await?;
     Ok((answer.status, answer.text()))
 }
 

@@ -29,7 +29,7 @@ use tokio::{
 };
 
 use crate::{
-    admin::{http_get, wait_ready},
+    admin::{http_get_within, wait_ready},
     engines::NativeServer,
     model::Scale,
     procstat,
@@ -47,6 +47,8 @@ const RENEW_TTL: Duration = Duration::from_secs(3);
 const SLOTS: usize = 100;
 /// Deadline of every RPC while creating (a queue of thousands of creates can be slow on a debug build).
 const RPC_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long a `/metrics` scrape may take (see [`ServerCounters::read`]).
+const METRICS_LIMIT: Duration = Duration::from_secs(120);
 
 /// W3: create `leases` leases (the last `renewing` of them with a short TTL,
 /// renewed from creation on), each holding one lock; measure memory, creation
@@ -325,8 +327,16 @@ pub(crate) struct ServerCounters {
 }
 
 impl ServerCounters {
+    /// Reads them. A scrape renders the per-lock metrics from the whole state
+    /// (the stuck holders: every lock), seconds at millions of locks, so it is
+    /// given [`METRICS_LIMIT`], and one slower than a second is reported.
     pub async fn read(http_addr: &str) -> anyhow::Result<ServerCounters> {
-        let (status, body) = http_get(http_addr, "/metrics").await?;
+        let asked = std::time::Instant::now();
+        let (status, body) = http_get_within(http_addr, "/metrics", METRICS_LIMIT).await?;
+        let took = asked.elapsed();
+        if took > Duration::from_secs(1) {
+            eprintln!("bench: GET http://{http_addr}/metrics answered after {:.1} s", took.as_secs_f64());
+        }
         if status != 200 {
             bail!("GET http://{http_addr}/metrics answered {status}");
         }
