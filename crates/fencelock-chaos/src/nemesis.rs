@@ -324,13 +324,19 @@ async fn k4_native_kills(ctx: &mut Ctx) -> anyhow::Result<()> {
             power_loss(ctx)?;
         }
         armed = next_failpoint(ctx);
+        // The first instant the restarted server could serve time from: a
+        // lease cannot have used more of its TTL by the read-back than has
+        // passed since (C6).
+        let started_at = mono_ns();
         let new_pid = match restart_native(ctx, armed.as_deref()).await {
             Ok(pid) => pid,
             Err(e) if ctx.spec.scenario == Scenario::S5 => return refused_start(ctx, old_pid, killed_at, &e).await,
             Err(e) => return Err(e),
         };
         evidence(ctx, "restarted", 1, "server", json!({ "old_pid": old_pid, "new_pid": new_pid }));
-        let restart = json!({ "old_pid": old_pid, "new_pid": new_pid, "cause": cause, "killed_at": killed_at });
+        let restart = json!({
+            "old_pid": old_pid, "new_pid": new_pid, "cause": cause, "killed_at": killed_at, "started_at": started_at,
+        });
         ctx.note(Event { detail: restart, ..Event::note("nemesis", Op::Restart) });
         note_holder(ctx, json!({ "killed_at": killed_at })).await;
         for p in &ctx.lock_proxies {

@@ -11,6 +11,15 @@
 //!   invoked its release between the kill and the read-back. A read-back that
 //!   failed (`detail.read_error`: the node never answered it) is no evidence
 //!   either way, and its restart is not judged.
+//! * A lease lives through a restart only on what it has left: a fresh TTL
+//!   once, then what it had at the kill (INV-12), counted from when the new
+//!   server starts serving, and nobody can renew it while the harness holds
+//!   the clients' traffic. So a restart is not judged where the grant's lease
+//!   had less left at the kill, by its holder's own deadline (the worker
+//!   records `detail.lease_left_ns` with each grant), than the time from the
+//!   new server's start (`detail.started_at` of the restart note) to the
+//!   read-back. The holder's deadline is the conservative one (its last
+//!   renewal's send time plus the TTL): the server's is never earlier.
 
 use std::collections::{HashMap, HashSet};
 
@@ -43,6 +52,9 @@ pub(super) fn c6_grants_survive(r: &Run<'_>) -> Check {
         if lost.contains(&(h.p(), h.seq())) || index.release_invoked(&h, kill, holder.t) {
             continue;
         }
+        if may_have_run_out(&h, restart, kill, holder) {
+            continue;
+        }
         evaluated += 1;
         if !read_back(r, holder, &h) {
             lost.insert((h.p(), h.seq()));
@@ -64,6 +76,17 @@ pub(super) fn c6_grants_survive(r: &Run<'_>) -> Check {
         return without("C6", C6, Status::Inconclusive, why);
     }
     tally.judge("C6", C6, !r.info.fencing || !r.info.durable_tokens)
+}
+
+/// Whether `h`'s lease may have run out by the read-back `holder` with
+/// nothing lost (see the module's rules): what it had left at the kill, by its
+/// holder's deadline, is less than the time from the restart's start to the
+/// read-back. Histories without either time are judged as before.
+fn may_have_run_out(h: &Operation<'_>, restart: &Event, kill: u64, holder: &Event) -> bool {
+    let (Some(deadline), Some(started)) = (h.lease_deadline(), restart.detail["started_at"].as_u64()) else {
+        return false;
+    };
+    deadline.saturating_sub(kill) < holder.t.saturating_sub(started)
 }
 
 /// Whether the holder note `holder` shows the grant `h`: its lease and (with

@@ -83,6 +83,14 @@ impl<'a> Operation<'a> {
         self.invoke.append.as_deref()
     }
 
+    /// A grant's lease deadline by its holder's own clock (`CLOCK_MONOTONIC`
+    /// ns): its completion plus the `detail.lease_left_ns` the worker saw
+    /// there; `None` where the history does not say.
+    pub(super) fn lease_deadline(&self) -> Option<u64> {
+        let d = self.done?;
+        Some(d.t.saturating_add(d.detail.get("lease_left_ns")?.as_u64()?))
+    }
+
     /// A completion that says the lease was gone: a skipped write or a refused token.
     pub(super) fn saw_lease_gone(&self) -> bool {
         self.done.is_some_and(|d| d.kind == Kind::Fail && (d.skipped || d.stale))

@@ -310,6 +310,7 @@ impl Worker {
             Ok(Outcome::Acquired(g)) => {
                 e.token = g.token();
                 e.lease = Some(g.lease_id());
+                e.detail = lease_left(&g);
                 Some(g)
             }
             Ok(Outcome::Busy { .. }) => fail(&mut e, "busy"),
@@ -335,6 +336,7 @@ impl Worker {
             Ok(Ok(leadership)) => {
                 e.token = Some(leadership.term());
                 e.lease = Some(leadership.guard().lease_id());
+                e.detail = lease_left(leadership.guard());
                 Some(leadership.into_guard())
             }
             Ok(Err(err)) => self.failed(&mut e, err),
@@ -510,6 +512,14 @@ fn released(e: &mut Event, res: Result<bool, Error>) {
 /// The fencing headers of an operation on `obj`'s object with `token`.
 fn fencing(obj: &Guarded, token: u64) -> Vec<(&'static str, String)> {
     vec![(LOCK_HEADER, obj.lock.clone()), (TOKEN_HEADER, token.to_string())]
+}
+
+/// A grant's `detail`: how long its lease has left by the guard's own
+/// deadline, as `lease_left_ns` (C6 does not expect a restart to keep a lease
+/// its holder already counts as possibly gone).
+fn lease_left(guard: &Guard) -> serde_json::Value {
+    let left = guard.deadline().saturating_duration_since(tokio::time::Instant::now());
+    serde_json::json!({ "lease_left_ns": left.as_nanos() as u64 })
 }
 
 /// The last check before a fenced operation: the guard says the lease may be gone.

@@ -102,6 +102,9 @@ impl Worker {
 /// A grant's tokens and lease on its event.
 fn record_grant(e: &mut Event, guards: &[Guard]) {
     e.lease = guards.first().map(Guard::lease_id);
+    if let Some(first) = guards.first() {
+        e.detail = super::lease_left(first);
+    }
     (e.token, e.tokens) = tokens_of(guards);
 }
 

@@ -77,3 +77,26 @@ fn c6_a_reader_read_back_among_several_holders_survives() {
     assert_eq!(get(&run(&shared_info(), &readers(&[3, 4]), &[]), "C6").status, Status::Pass);
     assert_eq!(get(&run(&shared_info(), &readers(&[3]), &[]), "C6").status, Status::Fail);
 }
+
+#[test]
+fn c6_a_lease_that_may_have_run_out_by_the_read_back_is_not_judged() {
+    // C6 with INV-12: a restarted server counts a lease's time from its own
+    // start, and nobody can renew it while the read-back waits. An empty
+    // holder is a lost grant only if the lease, by its holder's deadline,
+    // had more left at the kill than the time from the start to the read-back.
+    let with = |left_ms: u64, read_back: u64| {
+        let mut h = H::default();
+        h.acquire("w0", 1, (0, 1), 4);
+        h.0.last_mut().unwrap().detail = json!({ "lease_left_ns": left_ms * MS });
+        h.restart(5, 10);
+        h.0.last_mut().unwrap().detail["started_at"] = json!(6 * MS);
+        h.holder(5, read_back, None).release("w0", 1, (read_back + 1, read_back + 2));
+        get(&run(&info(), &h, &[]), "C6").status
+    };
+    // 296 ms left at the kill, read back 5 ms after the start: lost.
+    assert_eq!(with(300, 11), Status::Fail);
+    // Read back 394 ms after the start: it may have run out.
+    assert_eq!(with(300, 400), Status::Inconclusive);
+    // By its holder's deadline the lease was already gone at the kill.
+    assert_eq!(with(2, 11), Status::Inconclusive);
+}
