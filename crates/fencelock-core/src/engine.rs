@@ -326,18 +326,15 @@ impl Engine {
     }
 
     fn rebuild_timers(&mut self) {
-        self.timers.clear();
-        for (id, lease) in &self.leases {
-            self.timers.insert(lease.deadline, TimerKind::LeaseEnd(*id));
-        }
+        let lease_ends = self.leases.iter().map(|(id, lease)| (lease.deadline, *id)).collect();
+        let (mut reopens, mut wait_ends) = (Vec::new(), Vec::new());
         for (name, lock) in &self.locks {
             if let Some(closed) = &lock.closed {
-                self.timers.insert(closed.until, TimerKind::Reopen(name.clone()));
+                reopens.push((closed.until, name.clone()));
             }
-            for w in lock.queue.iter() {
-                self.timers.insert(w.deadline, TimerKind::WaitEnd(w.lease, w.req));
-            }
+            wait_ends.extend(lock.queue.iter().map(|w| (w.deadline, w.lease, w.req)));
         }
+        self.timers.rebuild(lease_ends, reopens, wait_ends);
     }
 
     fn apply(&mut self, cmd: &Command, fx: &mut Effects) -> Reply {

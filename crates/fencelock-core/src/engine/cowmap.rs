@@ -412,6 +412,44 @@ where
     }
 }
 
+impl<K: Ord + Clone, V: Clone, const N: usize> CowMap<K, V, N> {
+    /// The map of `entries`, given in ascending order of their keys, each key
+    /// once: filled chunk by chunk, `N` entries each, with no search (a
+    /// rebuild of a few million entries; `insert` would search the index and
+    /// the chunk for each). Out of order, it sorts them first.
+    pub fn from_sorted(entries: Vec<(K, V)>) -> Self {
+        let mut entries = entries;
+        if !entries.windows(2).all(|w| w[0].0 < w[1].0) {
+            entries.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+            entries.dedup_by(|b, a| a.0 == b.0);
+        }
+        let mut map = Self::default();
+        let mut chunk = Chunk::default();
+        for (k, v) in entries {
+            if chunk.len() == N {
+                map.file(std::mem::take(&mut chunk));
+            }
+            if chunk.is_empty() {
+                chunk = Chunk { keys: Vec::with_capacity(N), vals: Vec::with_capacity(N) };
+            }
+            chunk.keys.push(k);
+            chunk.vals.push(v);
+        }
+        if !chunk.is_empty() {
+            chunk.keys.shrink_to_fit();
+            chunk.vals.shrink_to_fit();
+            map.file(chunk);
+        }
+        map
+    }
+
+    /// Files `chunk` (not empty, above every chunk filed) under its first key.
+    fn file(&mut self, chunk: Chunk<K, V>) {
+        self.len += chunk.len();
+        self.chunks.insert(chunk.keys[0].clone(), Arc::new(chunk));
+    }
+}
+
 impl<K: Ord + Clone, V: Clone, const N: usize> FromIterator<(K, V)> for CowMap<K, V, N> {
     fn from_iter<I: IntoIterator<Item = (K, V)>>(iter: I) -> Self {
         let mut map = Self::default();
@@ -507,6 +545,11 @@ impl<T: Ord + Clone, const N: usize> CowSet<T, N> {
 
     pub fn iter(&self) -> impl Iterator<Item = &T> + '_ {
         self.0.keys()
+    }
+
+    /// The set of `values` (see [`CowMap::from_sorted`]).
+    pub fn from_sorted(values: Vec<T>) -> Self {
+        Self(CowMap::from_sorted(values.into_iter().map(|v| (v, ())).collect()))
     }
 }
 
@@ -664,6 +707,31 @@ mod tests {
             }
         }
 
+        /// A map built in bulk (`from_sorted`, as a leader change rebuilds
+        /// the timers), from its entries in order or shuffled, holds them as
+        /// the `BTreeMap` of the same entries does, and goes on behaving as
+        /// one under any changes.
+        #[test]
+        fn a_map_built_in_bulk_behaves_as_a_btreemap(
+            entries in prop::collection::btree_map(0u16..64, any::<u32>(), 0..64),
+            shuffle in any::<u64>(),
+            ops in prop::collection::vec(op(), 0..100),
+        ) {
+            let mut given: Vec<(u16, u32)> = entries.clone().into_iter().collect();
+            if shuffle % 2 == 1 {
+                let n = given.len().max(1) as u64;
+                for i in (1..given.len()).rev() {
+                    given.swap(i, ((shuffle >> 1).wrapping_mul(i as u64 + 7) % n) as usize % (i + 1));
+                }
+            }
+            let (mut map, mut model) = (Small::from_sorted(given), entries);
+            same(&map, &model);
+            for op in &ops {
+                apply(&mut map, &mut model, op);
+                same(&map, &model);
+            }
+        }
+
         /// It serializes as the `BTreeMap` it replaces, and reads back equal.
         #[test]
         fn serializes_as_a_btreemap(entries in prop::collection::btree_map(0u16..1000, any::<u32>(), 0..200)) {
@@ -685,6 +753,14 @@ mod tests {
             prop_assert!(back.iter().eq(values.iter()));
             let _: BTreeSet<u16> = serde_json::from_str(&json).expect("a BTreeSet reads it");
         }
+    }
+
+    /// A bulk build fills every chunk but the last, as growing keys do.
+    #[test]
+    fn a_bulk_build_fills_its_chunks() {
+        let set: CowSet<u64> = CowSet::from_sorted((0..100_000).rev().collect());
+        assert_eq!(set.0.chunk_count(), 100_000usize.div_ceil(super::CHUNK));
+        assert!(set.iter().copied().eq(0..100_000));
     }
 
     /// Keys that only grow (lease ids, instants) fill each chunk: a million

@@ -93,8 +93,19 @@ impl Timers {
         Some(Timer { at, kind })
     }
 
-    pub fn clear(&mut self) {
-        *self = Self::default();
+    /// Exactly these timers, given in any order: built in bulk, which a leader
+    /// change needs for every lease at once (see `Engine::leader_start`).
+    pub fn rebuild(
+        &mut self,
+        lease_ends: Vec<(Millis, LeaseId)>,
+        reopens: Vec<(Millis, LockName)>,
+        wait_ends: Vec<(Millis, LeaseId, RequestId)>,
+    ) {
+        *self = Timers {
+            lease_ends: CowSet::from_sorted(lease_ends),
+            reopens: CowSet::from_sorted(reopens),
+            wait_ends: CowSet::from_sorted(wait_ends),
+        };
     }
 
     /// Every timer, in the order they fire (the order of [`Timer`]).

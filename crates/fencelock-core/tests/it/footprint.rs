@@ -150,6 +150,12 @@ fn idle_lease_footprint_and_snapshot_cost() {
         println!("  after {k} keep-alives each (remembered):  {:8.1}", per(held() - start));
     }
 
+    // A new leader's first entry re-bases every lease and held lock (INV-8,
+    // INV-12); every replica applies it.
+    let (out, leader_secs) = timed(|| engine.step(&Input::leader_start(10)));
+    assert!(out.effects.is_empty(), "nothing expires at a leader change: {:?}", out.effects);
+    println!("a leader change (LeaderStart) over them: {leader_secs:.3} s");
+
     // The copy a snapshot is built from, taken while applies wait.
     let peak = peak_from_here();
     let (copy, clone_secs) = timed(|| engine.clone());
