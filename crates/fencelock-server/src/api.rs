@@ -441,7 +441,8 @@ impl Ops {
     }
 
     pub(crate) fn read<T>(&self, f: impl FnOnce(&fencelock_core::Engine) -> T) -> Result<T, Status> {
-        let engine = self.engine.read().map_err(|_| Status::internal("engine lock poisoned"))?;
+        let engine = crate::raft::state_machine::read_engine(&self.engine)
+            .map_err(|_| Status::internal("engine lock poisoned"))?;
         Ok(f(&engine))
     }
 

@@ -67,7 +67,10 @@ pub async fn track(
 ) {
     let mut metrics = raft.metrics();
     loop {
-        if let Ok(e) = engine.read() {
+        // Not while an apply holds the engine (a runtime thread must not wait
+        // for it): the apply's end changes the metrics, and the next pass
+        // observes the time then.
+        if let Ok(e) = engine.try_read() {
             time.observe(e.now(), clock.now());
         }
         tokio::select! {

@@ -411,13 +411,21 @@ async fn metrics_text(State(a): State<Admin>, c: Caller) -> Response {
         return r;
     }
     let (now, engine_now) = (a.ops.clock.now(), a.ops.local_now());
-    let mut body = match a.ops.engine.read() {
-        Ok(e) => {
+    // On a blocking thread: the per-lock metrics pass over every lock (about
+    // a second at 10M), and the engine's lock may be held by a long apply (a
+    // new leader's first entry); a runtime thread waits for neither.
+    let engine_part = {
+        let a = a.clone();
+        tokio::task::spawn_blocking(move || {
+            let e = a.ops.engine.read().ok()?;
             let mut body = a.metrics.render(&e.stats(), a.ops.driver.is_ready());
             a.metrics.locks.render(&mut body, &e, now, engine_now.max(e.now()));
-            body
-        }
-        Err(_) => return error_json(ErrorCode::Internal, "engine lock poisoned".into()),
+            Some(body)
+        })
+        .await
+    };
+    let Ok(Some(mut body)) = engine_part else {
+        return error_json(ErrorCode::Internal, "engine lock poisoned".into());
     };
     crate::group_metrics::render(&mut body, &a.ops.raft, a.metrics.data_dir.as_deref());
     a.ops.quotas.render(&mut body);
@@ -515,7 +523,7 @@ async fn snapshot(State(a): State<Admin>, c: Caller) -> Response {
     }
     let applied = a.ops.raft.metrics().borrow().last_applied.map(|l| l.index);
     a.audit(&who, "snapshot", "the state", "ok", "");
-    match a.ops.engine.read() {
+    match crate::raft::state_machine::read_engine(&a.ops.engine) {
         Ok(e) => Json(crate::backup::Backup::of(&e, a.node_id, applied)).into_response(),
         Err(_) => error_json(ErrorCode::Internal, "engine lock poisoned".into()),
     }

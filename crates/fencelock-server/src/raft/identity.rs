@@ -65,7 +65,7 @@ use tokio::sync::watch as tokio_watch;
 use super::db::{self, DB_FILE, META, SNAPSHOT};
 use super::db_error::DbError;
 use super::log_store::{Admit, LogStore};
-use super::state_machine::{SharedEngine, StateMachine};
+use super::state_machine::{read_engine, SharedEngine, StateMachine};
 use super::{Bootstrap, NodeId, Raft};
 
 /// The on-disk format this binary writes and reads. A data dir with a higher
@@ -482,7 +482,7 @@ async fn check_once(w: &Watched, file: &Path, opened: (u64, u64)) -> Result<(), 
             ))
         }
     }
-    let applied = w.engine.read().unwrap_or_else(PoisonError::into_inner).cluster_id();
+    let applied = read_engine(&w.engine).unwrap_or_else(PoisonError::into_inner).cluster_id();
     match (w.identity.cluster_id(), applied) {
         // Recording is bookkeeping (the id is in the replicated state): a
         // failed write (a full disk) is logged and tried again at the next

@@ -30,10 +30,12 @@ pub fn due(applied_since: u64, every: u64, records: u64) -> bool {
     applied_since >= every.max(records / 2).max(1)
 }
 
-/// The records of `engine`'s state that a snapshot writes (0 if it cannot be
-/// read: the apply that poisoned it stops the node anyway).
-fn records(engine: &SharedEngine) -> u64 {
-    engine.read().map(|e| e.stats()).map_or(0, |s| s.leases + s.held_locks + s.waiters)
+/// The records of `engine`'s state that a snapshot writes; `None` while an
+/// apply holds the engine (this task must not wait for it on a runtime
+/// thread: it looks again in [`LOOK_EVERY`]) or if it cannot be read (the
+/// apply that poisoned it stops the node anyway).
+fn records(engine: &SharedEngine) -> Option<u64> {
+    engine.try_read().ok().map(|e| e.stats()).map(|s| s.leases + s.held_locks + s.waiters)
 }
 
 /// Asks `raft` for a snapshot whenever one is [`due`], until `stop` turns true.
@@ -50,7 +52,8 @@ pub async fn run(raft: Raft, engine: SharedEngine, every: u64, mut stop: watch::
             let m = m.borrow();
             (m.last_applied.map_or(0, |l| l.index), m.snapshot.map_or(0, |l| l.index))
         };
-        if due(applied.saturating_sub(snapshot), every, records(&engine)) {
+        let Some(records) = records(&engine) else { continue };
+        if due(applied.saturating_sub(snapshot), every, records) {
             if let Err(e) = raft.trigger().snapshot().await {
                 tracing::debug!(error = %e, "snapshot not triggered: the Raft node has stopped");
                 return;

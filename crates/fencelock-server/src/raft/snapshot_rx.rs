@@ -44,7 +44,7 @@ use tokio::sync::Mutex;
 
 use super::snapshot_data::SnapshotData;
 use super::snapshot_payload::{decode_received, Decoded, Meta};
-use super::state_machine::SharedEngine;
+use super::state_machine::{read_engine, SharedEngine};
 use super::{NodeId, Raft, TypeConfig};
 
 /// The default of [`Limits::max_bytes`]: 1 TiB. The engine of a million
@@ -332,7 +332,7 @@ fn check_engine(
         // openraft ignores a snapshot it has already applied past.
         return Ok(());
     }
-    let local = engine.read().map_err(|_| "this node's engine lock is poisoned".to_string())?;
+    let local = read_engine(engine).map_err(|_| "this node's engine lock is poisoned".to_string())?;
     if let (Some(theirs), Some(ours)) = (received.cluster_id(), local.cluster_id()) {
         if theirs != ours {
             return Err(format!("it is of cluster {theirs}, this node is of cluster {ours}"));

@@ -34,7 +34,7 @@
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, LockResult, RwLock, RwLockReadGuard, TryLockError};
 
 use super::db::blocking;
 use super::db_error::DbError;
@@ -60,6 +60,18 @@ use redb::{Database, ReadableDatabase, ReadableTable};
 /// purpose (the engine may be half-updated): readers then get a `PoisonError` and
 /// must not serve from it; openraft gets a storage error and stops the node.
 pub type SharedEngine = Arc<RwLock<Engine>>;
+
+/// Reads `engine` from async code: at once if no apply holds it; otherwise
+/// waits off the runtime's worker threads ([`off_the_runtime`]), so that a
+/// long apply (a leader change at millions of leases) never leaves the Raft
+/// core without a thread while requests wait for the engine.
+pub(crate) fn read_engine(engine: &RwLock<Engine>) -> LockResult<RwLockReadGuard<'_, Engine>> {
+    match engine.try_read() {
+        Ok(guard) => Ok(guard),
+        Err(TryLockError::Poisoned(p)) => Err(p),
+        Err(TryLockError::WouldBlock) => off_the_runtime(|| engine.read()),
+    }
+}
 
 /// The Raft state machine over the [`Engine`]. Also its own snapshot builder: the
 /// builder is a detached copy taken between two applies.
@@ -238,6 +250,28 @@ impl StateMachine {
     }
 }
 
+/// Whether applying `input` takes time in proportion to the whole state: a
+/// new leader's first entry re-bases every lease and held lock (0.76 s at 2M
+/// leases on this machine; `tests/it/footprint.rs` in fencelock-core).
+fn costs_the_state(input: &fencelock_core::Input) -> bool {
+    matches!(input, fencelock_core::Input::LeaderStart { .. })
+}
+
+/// Runs `f` where it does not hold up one of the runtime's worker threads (on
+/// a multi-threaded runtime, `block_in_place`: this thread hands its other
+/// tasks over and a new worker takes its place). Each node runs on a few
+/// workers; with one inside a long apply and another waiting for the engine's
+/// lock (a read of the engine), the Raft core got no thread: a group of 10M
+/// leases missed its heartbeats at every leader change, and elected again and
+/// again (issue 38, `bench/results/2026-11-29-catchup/10m-attempts/`).
+pub(crate) fn off_the_runtime<T>(f: impl FnOnce() -> T) -> T {
+    use tokio::runtime::{Handle, RuntimeFlavor};
+    match Handle::try_current().map(|h| h.runtime_flavor()) {
+        Ok(RuntimeFlavor::MultiThread) => tokio::task::block_in_place(f),
+        _ => f(),
+    }
+}
+
 /// Seeds an empty database with a restored group's first state (see
 /// [`crate::backup::restore`]): `engine` as the snapshot at `last`, with
 /// `membership`, and the log purged and committed up to `last`, in one durable
@@ -347,6 +381,9 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             self.before_apply(entry.log_id.index);
             let out = match &entry.payload {
                 EntryPayload::Blank => Output::default(),
+                EntryPayload::Normal(input) if costs_the_state(input) => {
+                    off_the_runtime(|| self.step_and_publish(&entry.log_id, input))?
+                }
                 EntryPayload::Normal(input) => self.step_and_publish(&entry.log_id, input)?,
                 EntryPayload::Membership(m) => {
                     self.last_membership = StoredMembership::new(Some(entry.log_id), m.clone());
