@@ -169,6 +169,8 @@ struct CreateRound {
     seconds: f64,
     failures: u64,
     first_error: Option<String>,
+    /// Leases not asked for: the round gave up after failures in a row.
+    not_asked: u64,
 }
 
 #[derive(Debug, Serialize)]
@@ -519,6 +521,9 @@ async fn create_round(
         .await
         .with_context(|| format!("creating {want} leases took longer than {limit:?}"))??;
     eprintln!("catchup: created in {:.1} s, {} failed", created.seconds, created.failures);
+    if created.not_asked > 0 {
+        eprintln!("catchup: gave up after failures in a row; {} not asked for", thousands(created.not_asked));
+    }
     if let Some(e) = &created.first_error {
         eprintln!("catchup: the first failure: {e}");
     }
@@ -528,6 +533,7 @@ async fn create_round(
         seconds: created.seconds,
         failures: created.failures,
         first_error: created.first_error,
+        not_asked: created.not_asked,
     })
 }
 
@@ -1163,10 +1169,13 @@ fn creation_note(c: &CreateFigures) -> String {
         .rounds
         .iter()
         .map(|r| {
-            let failed = match &r.first_error {
+            let mut failed = match &r.first_error {
                 Some(e) => format!(", {} failed, the first: {e}", thousands(r.failures)),
                 None => String::new(),
             };
+            if r.not_asked > 0 {
+                failed += &format!("; gave up with {} not asked for", thousands(r.not_asked));
+            }
             format!("{} through node {} in {:.1} s{failed}", thousands(r.leases), r.leader, r.seconds)
         })
         .collect();

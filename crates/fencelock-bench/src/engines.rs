@@ -165,6 +165,9 @@ pub fn native_config(what: &str) -> String {
     let log = std::env::var(SERVER_LOG_ENV)
         .unwrap_or_else(|_| format!("{} (the default)", fencelock_server::LogEngine::default().name()));
     let mut tuned = format!("; Raft log: {log}");
+    if let Ok(v) = std::env::var(SERVER_RAFT_ENV) {
+        tuned.push_str(&format!("; Raft heartbeat and election timeout {v} ms"));
+    }
     if let Ok(n) = std::env::var(SERVER_INFLIGHT_ENV) {
         tuned.push_str(&format!("; {n} log writes in flight"));
     }
@@ -176,11 +179,44 @@ pub const SERVER_LOG_ENV: &str = "FENCELOCK_BENCH_SERVER_LOG";
 /// `serve-native`'s `--max-inflight-writes` instead of the default.
 pub const SERVER_INFLIGHT_ENV: &str = "FENCELOCK_BENCH_SERVER_INFLIGHT";
 
-/// The server settings the environment asks for (see [`SERVER_LOG_ENV`] and
-/// [`SERVER_INFLIGHT_ENV`]), onto `config`.
+/// A tracing filter (`warn,openraft=info`): `serve-native` then writes its
+/// logs to `DATA_DIR.log` beside its data directory (by default it logs
+/// nothing: the bench measures the server, not its logging).
+pub const SERVER_TRACE_ENV: &str = "FENCELOCK_BENCH_SERVER_TRACE";
+
+/// With [`SERVER_TRACE_ENV`] set, logs to `DATA_DIR.log`, appending (a wiped
+/// member's data directory goes, its log stays).
+fn trace_from_env(data_dir: &Path) -> anyhow::Result<()> {
+    let Ok(filter) = std::env::var(SERVER_TRACE_ENV) else { return Ok(()) };
+    let filter = tracing_subscriber::EnvFilter::try_new(&filter).context(SERVER_TRACE_ENV)?;
+    let path = data_dir.with_extension("log");
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&path)
+        .with_context(|| format!("{}", path.display()))?;
+    tracing_subscriber::fmt().with_env_filter(filter).with_ansi(false).with_writer(std::sync::Mutex::new(file)).init();
+    Ok(())
+}
+
+/// `HEARTBEAT_MS,ELECTION_MS`: `serve-native`'s Raft heartbeat and election
+/// timeout instead of the server's defaults (50 and 150 ms), as an operator
+/// sets `heartbeat` and `election_timeout` in `fencelock serve`'s config.
+pub const SERVER_RAFT_ENV: &str = "FENCELOCK_BENCH_SERVER_RAFT";
+
+/// The server settings the environment asks for (see [`SERVER_LOG_ENV`],
+/// [`SERVER_RAFT_ENV`] and [`SERVER_INFLIGHT_ENV`]), onto `config`.
 fn tune_from_env(config: &mut fencelock_server::Config) -> anyhow::Result<()> {
     if let Ok(log) = std::env::var(SERVER_LOG_ENV) {
         config.log = log.parse().map_err(|e| anyhow::anyhow!("{SERVER_LOG_ENV}: {e}"))?;
+    }
+    if let Ok(v) = std::env::var(SERVER_RAFT_ENV) {
+        let ms = |x: Option<&str>| x.and_then(|x| x.trim().parse::<u64>().ok()).map(Duration::from_millis);
+        let mut parts = v.split(',');
+        let (Some(heartbeat), Some(election)) = (ms(parts.next()), ms(parts.next())) else {
+            anyhow::bail!("{SERVER_RAFT_ENV}={v}: expected HEARTBEAT_MS,ELECTION_MS");
+        };
+        (config.heartbeat, config.election_timeout) = (heartbeat, election);
     }
     if let Ok(n) = std::env::var(SERVER_INFLIGHT_ENV) {
         config.max_inflight_writes = n.parse().with_context(|| format!("{SERVER_INFLIGHT_ENV}={n}"))?;
@@ -686,6 +722,7 @@ fn secure_setup(dir: &Path) -> anyhow::Result<(Vec<String>, String)> {
 /// `serve-native`: run a node in this process until killed, after printing
 /// `grpc=ADDR http=ADDR` on one line of stdout.
 pub async fn serve_native(a: ServeArgs) -> anyhow::Result<()> {
+    trace_from_env(&a.data_dir)?;
     let mut config = fencelock_server::Config::for_test(a.data_dir);
     config.node_id = a.node_id;
     config.grpc_listen = a.grpc_listen;

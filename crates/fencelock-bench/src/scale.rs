@@ -73,6 +73,9 @@ pub async fn run(native: &mut NativeServer, leases: u64, renewing: u64, measure:
     if let Some(e) = created.first_error {
         eprintln!("W3: {create_failures} creates failed; the first: {e}");
     }
+    if created.not_asked > 0 {
+        bail!("W3 gave up after {GIVE_UP_AFTER} failed creates in a row; {} not asked for", created.not_asked);
+    }
     tokio::time::sleep(Duration::from_secs(1)).await;
     let rss_after = procstat::rss_bytes(pid).context("read the server's resident memory")?;
 
@@ -153,7 +156,16 @@ pub(crate) struct Created {
     /// Creates that failed (any error), and the first error.
     pub failures: u64,
     pub first_error: Option<String>,
+    /// The numbers not asked for: the run gave up after [`GIVE_UP_AFTER`]
+    /// failures in a row (the node it goes through no longer leads, say).
+    pub not_asked: u64,
 }
+
+/// Failures in a row after which [`create_leases`] asks for no more: a node
+/// that lost its leadership answers every create at once with "not the
+/// leader", and the rest of ten million would go the same way. The caller
+/// sees what was made and starts again where the leader is.
+const GIVE_UP_AFTER: u64 = 2_000;
 
 /// Creates a lease for each `i` of `numbers`, holding lock `w3/{i}`, through
 /// `sessions` with [`WINDOW`] creates in flight on each: worker tasks take the
@@ -171,6 +183,7 @@ async fn create_leases(
     let renewing = renewing.map(|r| Arc::new(Renewing { last: r.last.min(end - first), renewer: r.renewer }));
     let next = Arc::new(AtomicU64::new(first));
     let failures = Arc::new(AtomicU64::new(0));
+    let (in_a_row, asked) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
     let first_error: Arc<Mutex<Option<String>>> = Arc::default();
     let started = Instant::now();
     let mut workers = JoinSet::new();
@@ -178,6 +191,7 @@ async fn create_leases(
         for _ in 0..WINDOW {
             let (session, next, failures, first_error, renewing) =
                 (session.clone(), next.clone(), failures.clone(), first_error.clone(), renewing.clone());
+            let (in_a_row, asked) = (in_a_row.clone(), asked.clone());
             workers.spawn(async move {
                 let mut last_ack = None;
                 loop {
@@ -185,11 +199,18 @@ async fn create_leases(
                     if i >= end {
                         return last_ack;
                     }
+                    asked.fetch_add(1, Ordering::Relaxed);
                     let renewer = renewing.as_ref().filter(|r| i >= end - r.last).map(|r| &*r.renewer);
                     match create(&session, i, renewer).await {
-                        Ok(at) => last_ack = Some(at),
+                        Ok(at) => {
+                            last_ack = Some(at);
+                            in_a_row.store(0, Ordering::Relaxed);
+                        }
                         Err(e) => {
                             failures.fetch_add(1, Ordering::Relaxed);
+                            if in_a_row.fetch_add(1, Ordering::Relaxed) + 1 >= GIVE_UP_AFTER {
+                                next.fetch_max(end, Ordering::Relaxed);
+                            }
                             if let Ok(mut first) = first_error.lock() {
                                 first.get_or_insert_with(|| format!("lease {i}: {e:#}"));
                             }
@@ -208,6 +229,7 @@ async fn create_leases(
         seconds: last_ack.map_or(0.0, |t: Instant| (t - started).as_secs_f64()),
         failures: failures.load(Ordering::Relaxed),
         first_error,
+        not_asked: (end - first).saturating_sub(asked.load(Ordering::Relaxed)),
     })
 }
 
