@@ -141,3 +141,31 @@ async fn proclaim_keeps_the_term_and_observers_see_each_value_once() {
     let got = second.proclaim(&b"b2"[..]).await;
     assert!(matches!(&got, Err(Error::LeaseNotFound(m)) if m.contains("has ended")), "{got:?}");
 }
+
+/// Rule: a native observer misses no term, however short (its watch goes on
+/// from the revision of its first read, docs/guide/election.md): three terms
+/// that each begin and end without waiting for the observer all show, each
+/// leader and then its vacancy, in term order. (The conformance body waits
+/// for the observer before each resignation, because a polling observer may
+/// skip such a term.)
+#[tokio::test]
+async fn an_observer_misses_no_term_however_short() {
+    let server = Server::start().await;
+    let client = server.client().await;
+    let mut observer = within("observe", client.election("short").observe()).await.unwrap();
+    let mut terms = Vec::new();
+    for i in 0..3 {
+        let election = client.election("short").ttl(60 * SECS).value(format!("v{i}").into_bytes());
+        let leadership = within("campaign", election.campaign()).await.unwrap();
+        terms.push(leadership.term());
+        assert!(within("resign", leadership.resign()).await.unwrap());
+    }
+    for (i, term) in terms.into_iter().enumerate() {
+        match within("a leader", observer.next_event()).await {
+            Some(Ok(LeaderEvent::Leader(l))) => assert_eq!((l.term, l.value), (term, format!("v{i}").into_bytes())),
+            other => panic!("leader of term {term} expected: {other:?}"),
+        }
+        let vacancy = within("its vacancy", observer.next_event()).await.unwrap().unwrap();
+        assert_eq!(vacancy, LeaderEvent::Vacant { term });
+    }
+}
