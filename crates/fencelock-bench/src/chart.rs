@@ -1,14 +1,15 @@
-//! Bar charts of a [`Report`], each as SVG and PNG.
+//! Bar charts of a [`Report`], as SVG.
 //!
 //! Where it sits: `main` calls [`draw`] after writing `results.md`; it reads
 //! the cells' medians (the same figures as the tables, through the helpers in
 //! [`crate::report`]) and writes `w1-throughput`, `w1-latency`,
-//! `w2-throughput` and `w2-handoff`, each `.svg` and `.png`. A chart with no
-//! data is skipped. PNG text is rendered with the embedded DejaVu Sans (see
+//! `w2-throughput` and `w2-handoff` as `.svg` (a browser, GitHub and any
+//! converter show them; the PNG copies the bench once drew cost its every
+//! build a bitmap and image stack). A chart with no data is skipped. Text is
+//! laid out with the metrics of the embedded DejaVu Sans (see
 //! `assets/DejaVuSans-LICENSE.txt`), so no system font or fontconfig is needed.
 
 use std::{
-    collections::HashMap,
     path::{Path, PathBuf},
     sync::OnceLock,
 };
@@ -107,13 +108,9 @@ pub fn draw(r: &Report, out: &Path) -> anyhow::Result<Vec<PathBuf>> {
     let mut written = Vec::new();
     for b in &charts {
         let svg = out.join(format!("{}.svg", b.stem));
-        render(SVGBackend::new(&svg, SIZE).into_drawing_area(), b, &sub, false)
+        render(SVGBackend::new(&svg, SIZE).into_drawing_area(), b, &sub)
             .with_context(|| format!("draw {}", svg.display()))?;
         written.push(svg);
-        let png = out.join(format!("{}.png", b.stem));
-        render(BitMapBackend::new(&png, SIZE).into_drawing_area(), b, &sub, true)
-            .with_context(|| format!("draw {}", png.display()))?;
-        written.push(png);
     }
     Ok(written)
 }
@@ -202,16 +199,8 @@ fn charts(r: &Report) -> Vec<Bars> {
     v
 }
 
-/// Draws text. On a bitmap it places one character at a time: plotters 0.3.7's
-/// ab_glyph renderer drops each glyph's left side bearing (its ink starts right
-/// at the pen), which glues narrow letters together ("cl" reads "d"). Each
-/// character is therefore drawn at its pen position plus an estimate of that
-/// bearing: the ink centred in the character's advance. SVG text is left whole.
-struct Painter {
-    per_char: bool,
-    /// (advance, offset) per (character, font size).
-    metrics: HashMap<(char, u64), (f64, f64)>,
-}
+/// Draws text (SVG keeps it whole; the viewer's font renders it).
+struct Painter;
 
 /// Where a text's anchor point is, and whether it runs upwards (a y-axis title).
 #[derive(Clone, Copy)]
@@ -226,10 +215,6 @@ const fn anchor(h: HPos, v: VPos) -> Anchor {
 }
 
 impl Painter {
-    fn new(per_char: bool) -> Painter {
-        Painter { per_char, metrics: HashMap::new() }
-    }
-
     fn text<DB: DrawingBackend>(
         &mut self,
         area: &DrawingArea<DB, Shift>,
@@ -241,68 +226,8 @@ impl Painter {
     ) -> anyhow::Result<()> {
         let font = FontDesc::new(FontFamily::SansSerif, size, FontStyle::Normal);
         let trans = if a.up { FontTransform::Rotate270 } else { FontTransform::None };
-        let draw = |t: String, pos: (i32, i32), h: HPos| {
-            let style = font.color(color).pos(Pos::new(h, a.v)).transform(trans.clone());
-            area.draw(&Text::new(t, pos, style)).map_err(|e| anyhow!("{e:?}"))
-        };
-        if !self.per_char {
-            return draw(s.to_string(), (x, y), a.h);
-        }
-        let mut glyphs = Vec::new();
-        let mut pen = 0.0;
-        for c in s.chars() {
-            let (advance, offset) = self.metrics(&font, c)?;
-            if !c.is_whitespace() {
-                glyphs.push((c, pen + offset));
-            }
-            pen += advance;
-        }
-        let start = match a.h {
-            HPos::Left => 0.0,
-            HPos::Center => -pen / 2.0,
-            HPos::Right => -pen,
-        };
-        for (c, at) in glyphs {
-            let along = (start + at).round() as i32;
-            let pos = if a.up { (x, y - along) } else { (x + along, y) };
-            draw(c.to_string(), pos, HPos::Left)?;
-        }
-        Ok(())
-    }
-
-    /// `c`'s advance (px, fractional), and where to put its drawing relative to the pen so
-    /// that its ink sits centred in that advance. The ink's edges are read from the
-    /// rendered coverage: a column's coverage tells how much of it the edge fills.
-    fn metrics(&mut self, font: &FontDesc, c: char) -> anyhow::Result<(f64, f64)> {
-        let key = (c, font.get_size().to_bits());
-        if let Some(&m) = self.metrics.get(&key) {
-            return Ok(m);
-        }
-        let s = c.to_string();
-        // plotters truncates a text's width to whole pixels: measure 64 in a row.
-        let (w64, _) = font.box_size(&s.repeat(64)).map_err(|e| anyhow!("{e:?}"))?;
-        let advance = f64::from(w64) / 64.0;
-        let mut columns: Vec<(i32, f32)> = Vec::new();
-        let _ = font
-            .draw(&s, (0, 0), |x, _, alpha| {
-                match columns.iter_mut().find(|(cx, _)| *cx == x) {
-                    Some((_, a)) => *a = a.max(alpha),
-                    None => columns.push((x, alpha)),
-                }
-                Ok::<(), ()>(())
-            })
-            .map_err(|e| anyhow!("{e:?}"))?;
-        columns.retain(|&(_, a)| a > 0.05);
-        let offset = match (columns.iter().min_by_key(|c| c.0), columns.iter().max_by_key(|c| c.0)) {
-            (Some(&(lo, a_lo)), Some(&(hi, a_hi))) => {
-                let left = f64::from(lo) + 1.0 - f64::from(a_lo.min(1.0));
-                let right = f64::from(hi) + f64::from(a_hi.min(1.0));
-                (advance - (right - left)) / 2.0 - left
-            }
-            _ => 0.0,
-        };
-        self.metrics.insert(key, (advance, offset));
-        Ok((advance, offset))
+        let style = font.color(color).pos(Pos::new(a.h, a.v)).transform(trans);
+        area.draw(&Text::new(s.to_string(), (x, y), style)).map_err(|e| anyhow!("{e:?}"))
     }
 }
 
@@ -315,9 +240,9 @@ fn linear_ticks(top: f64) -> Vec<f64> {
 }
 
 /// Draws `b` on `root` (any backend) and flushes it.
-fn render<DB: DrawingBackend>(root: DrawingArea<DB, Shift>, b: &Bars, sub: &str, per_char: bool) -> anyhow::Result<()> {
+fn render<DB: DrawingBackend>(root: DrawingArea<DB, Shift>, b: &Bars, sub: &str) -> anyhow::Result<()> {
     let err = |e: DrawingAreaErrorKind<DB::ErrorType>| anyhow!("{e:?}");
-    let mut p = Painter::new(per_char);
+    let mut p = Painter;
     root.fill(&WHITE).map_err(err)?;
     let (w, _) = root.dim_in_pixel();
     let mid = w as i32 / 2;
@@ -439,31 +364,22 @@ mod tests {
     use super::*;
     use crate::report::tests::report as synthetic;
 
-    const PNG: &[u8] = b"\x89PNG\r\n\x1a\n";
-
     #[test]
-    fn chart_writes_svg_and_png() {
+    fn chart_writes_svg() {
         let dir = tempfile::tempdir().unwrap();
         let r = synthetic();
         let files = draw(&r, dir.path()).unwrap();
         let names: Vec<String> = files.iter().map(|p| p.file_name().unwrap().to_string_lossy().into_owned()).collect();
         for stem in ["w1-throughput", "w1-latency", "w2-throughput", "w2-handoff"] {
-            for ext in ["svg", "png"] {
-                let name = format!("{stem}.{ext}");
-                assert!(names.contains(&name), "{name} not in {names:?}");
-                assert!(dir.path().join(&name).is_file(), "{name} not written");
-            }
+            let name = format!("{stem}.svg");
+            assert!(names.contains(&name), "{name} not in {names:?}");
+            assert!(dir.path().join(&name).is_file(), "{name} not written");
         }
+        assert_eq!(files.len(), 4, "{names:?}");
         for f in &files {
-            let bytes = std::fs::read(f).unwrap();
-            if f.extension().unwrap() == "png" {
-                assert!(bytes.starts_with(PNG), "{} is no PNG", f.display());
-                assert!(bytes.len() > 10_000, "{} is only {} bytes", f.display(), bytes.len());
-            } else {
-                let text = String::from_utf8(bytes).unwrap();
-                assert!(text.starts_with("<svg"), "{}", f.display());
-                assert!(text.contains("zookeeper") && text.contains("fencelock"), "{} lacks engine names", f.display());
-            }
+            let text = std::fs::read_to_string(f).unwrap();
+            assert!(text.starts_with("<svg"), "{}", f.display());
+            assert!(text.contains("zookeeper") && text.contains("fencelock"), "{} lacks engine names", f.display());
         }
     }
 
@@ -477,7 +393,7 @@ mod tests {
         assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
         r.cells = all.into_iter().filter(|c| c.workload == "W2").collect();
         let files = draw(&r, dir.path()).unwrap();
-        assert_eq!(files.len(), 4, "{files:?}");
+        assert_eq!(files.len(), 2, "{files:?}");
         assert!(files.iter().all(|f| f.file_name().unwrap().to_string_lossy().starts_with("w2-")));
     }
 
