@@ -9,7 +9,14 @@
 //! decode on both sides) or the snapshot chunk as raw bytes (JSON spells each
 //! byte as a number, up to 4 characters). A connection sends V2 first; a peer
 //! that answers UNIMPLEMENTED (an older fencelock) gets the JSON call from then
-//! on, so a group may be upgraded one node at a time. A received frame is
+//! on, so a group may be upgraded one node at a time. The appends of one
+//! replication go on one long-lived `AppendEntriesStream` (each frame
+//! answered before the next is sent, as openraft sends them), so that a
+//! message costs HTTP/2 no new stream: its headers, its trailers and the
+//! service's dispatch per message were most of a follower's HTTP/2 time. A
+//! peer that answers the stream UNIMPLEMENTED gets `AppendEntriesV2` calls,
+//! as above; a stream that fails or times out is dropped and the next append
+//! opens another. A received frame is
 //! decoded and checked as strictly as the JSON (every entry through the
 //! log's own decoder, a head that carries bulk of its own refused) and a
 //! snapshot chunk goes through the same [`snapshot_rx`] checks.
@@ -53,7 +60,7 @@ use openraft::RPCTypes;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use tonic::transport::{Channel, Endpoint};
-use tonic::{Code, Request, Response, Status};
+use tonic::{Code, Request, Response, Status, Streaming};
 
 use super::{codec, snapshot_rx, NodeId, SharedEngine, TypeConfig};
 use crate::access::{conn_limits::ConnInfo, tls::ServerTls};
@@ -161,6 +168,8 @@ impl RaftNetworkFactory<TypeConfig> for Network {
             node: node.clone(),
             client: client.map_err(|e| format!("bad address {:?} of node {target}: {e}", node.addr)),
             frames: true,
+            streams: true,
+            stream: None,
         }
     }
 }
@@ -173,6 +182,19 @@ pub struct NetworkConnection {
     client: Result<RaftClient<Channel>, String>,
     /// Whether the peer takes `RaftFrame`s (until it answers UNIMPLEMENTED).
     frames: bool,
+    /// Whether the peer takes `AppendEntriesStream` (until it answers UNIMPLEMENTED).
+    streams: bool,
+    /// The open `AppendEntriesStream`, if any: dropped on any error or
+    /// timeout (an answer that comes late must not answer the next message),
+    /// opened again by the next append.
+    stream: Option<AppendStream>,
+}
+
+/// This side of an `AppendEntriesStream`: where the messages go, and where
+/// their answers come from, in order.
+struct AppendStream {
+    messages: tokio::sync::mpsc::Sender<RaftFrame>,
+    answers: Streaming<RaftPayload>,
 }
 
 /// What a call sends: a JSON payload (the method chosen by its kind), or the
@@ -236,7 +258,23 @@ impl NetworkConnection {
         Resp: DeserializeOwned,
     {
         if self.frames {
-            match self.send(kind, frame()?, ttl).await {
+            let out = match frame()? {
+                Outgoing::Append(f) if self.streams => match self.ready_stream(ttl).await {
+                    Ok(()) => return self.send_streamed(f, ttl).await,
+                    Err(CallError::Network(s)) if s.code() == Code::Unimplemented => {
+                        tracing::info!(
+                            node_id = self.id,
+                            peer = self.target,
+                            "peer takes no append stream: a call per append"
+                        );
+                        self.streams = false;
+                        Outgoing::Append(f)
+                    }
+                    Err(e) => return Err(e),
+                },
+                out => out,
+            };
+            match self.send(kind, out, ttl).await {
                 Err(CallError::Network(s)) if s.code() == Code::Unimplemented => {
                     tracing::info!(node_id = self.id, peer = self.target, "peer takes no Raft frames: sending JSON");
                     self.frames = false;
@@ -273,17 +311,64 @@ impl NetworkConnection {
         };
         let resp = match tokio::time::timeout(ttl, fut).await {
             Err(_elapsed) => return Err(CallError::Timeout(ttl)),
-            Ok(Err(status)) => {
-                return Err(match status.code() {
-                    Code::DeadlineExceeded => CallError::Timeout(ttl),
-                    // Connection refused/reset, DNS, TLS...: back off before retrying.
-                    Code::Unavailable => CallError::Unreachable(status),
-                    _ => CallError::Network(status),
-                });
-            }
+            Ok(Err(status)) if status.code() == Code::DeadlineExceeded => return Err(CallError::Timeout(ttl)),
+            Ok(Err(status)) => return Err(status_error(status)),
             Ok(Ok(resp)) => resp.into_inner(),
         };
         serde_json::from_slice(&resp.json).map_err(CallError::BadJson)
+    }
+
+    /// Opens the `AppendEntriesStream` unless it is open, within `ttl`.
+    async fn ready_stream(&mut self, ttl: Duration) -> Result<(), CallError> {
+        if self.stream.is_none() {
+            let opened = tokio::time::timeout(ttl, self.open_stream()).await;
+            self.stream = Some(opened.map_err(|_elapsed| CallError::Timeout(ttl))??);
+        }
+        Ok(())
+    }
+
+    /// Sends `frame` on the open `AppendEntriesStream` and reads its answer,
+    /// within `ttl`. On any failure the stream is dropped: the next append
+    /// opens a new one.
+    async fn send_streamed<Resp: DeserializeOwned>(
+        &mut self,
+        frame: RaftFrame,
+        ttl: Duration,
+    ) -> Result<Resp, CallError> {
+        let answer = match tokio::time::timeout(ttl, self.stream_round_trip(frame)).await {
+            Err(_elapsed) => Err(CallError::Timeout(ttl)),
+            Ok(answer) => answer,
+        };
+        if answer.is_err() {
+            self.stream = None;
+        }
+        serde_json::from_slice(&answer?.json).map_err(CallError::BadJson)
+    }
+
+    /// One message and its answer on the open stream.
+    async fn stream_round_trip(&mut self, frame: RaftFrame) -> Result<RaftPayload, CallError> {
+        let gone = || CallError::Network(Status::unavailable("the peer ended the append stream"));
+        let Some(stream) = self.stream.as_mut() else { return Err(gone()) };
+        stream.messages.send(frame).await.map_err(|_| gone())?;
+        match stream.answers.message().await {
+            Ok(Some(answer)) => Ok(answer),
+            Ok(None) => Err(gone()),
+            Err(status) => Err(status_error(status)),
+        }
+    }
+
+    /// Opens an `AppendEntriesStream` to the peer (no deadline of its own:
+    /// each message has its caller's).
+    async fn open_stream(&mut self) -> Result<AppendStream, CallError> {
+        let client = match &mut self.client {
+            Ok(c) => c,
+            Err(msg) => return Err(CallError::BadAddress(msg.clone())),
+        };
+        let (messages, outbound) = tokio::sync::mpsc::channel(1);
+        let mut request = Request::new(tokio_stream::wrappers::ReceiverStream::new(outbound));
+        request.metadata_mut().insert(TARGET_HEADER, self.target.into());
+        let answers = client.append_entries_stream(request).await.map_err(status_error)?.into_inner();
+        Ok(AppendStream { messages, answers })
     }
 
     fn rpc_error<E: std::error::Error>(
@@ -309,6 +394,16 @@ impl NetworkConnection {
         answer: Result<Resp, RaftError<NodeId, E>>,
     ) -> Result<Resp, RPCError<NodeId, Member, RaftError<NodeId, E>>> {
         answer.map_err(|e| RPCError::RemoteError(RemoteError::new_with_node(self.target, self.node.clone(), e)))
+    }
+}
+
+/// A call's error status, as [`CallError`]: connection refused or reset,
+/// DNS, TLS... (UNAVAILABLE) is unreachable, so openraft backs off before
+/// retrying; anything else a network error.
+fn status_error(status: Status) -> CallError {
+    match status.code() {
+        Code::Unavailable => CallError::Unreachable(status),
+        _ => CallError::Network(status),
     }
 }
 
@@ -493,9 +588,18 @@ impl RaftService {
         decode_request(request).inspect_err(|s| self.refused(s.message()))
     }
 
-    /// Decodes a peer's `AppendEntriesV2`; refused and counted as [`RaftService::decode`].
-    fn decode_append(&self, request: Request<RaftFrame>) -> Result<AppendEntriesRequest<TypeConfig>, Status> {
-        decode_append(request.into_inner()).inspect_err(|s| self.refused(s.message()))
+    /// Decodes a peer's `AppendEntriesV2` (or one message of its stream);
+    /// refused and counted as [`RaftService::decode`].
+    fn decode_append(&self, frame: RaftFrame) -> Result<AppendEntriesRequest<TypeConfig>, Status> {
+        decode_append(frame).inspect_err(|s| self.refused(s.message()))
+    }
+
+    /// Serves one message of an `AppendEntriesStream`: decoded as a
+    /// `AppendEntriesV2`, answered as one.
+    async fn append_framed(&self, frame: RaftFrame) -> Result<RaftPayload, Status> {
+        let rpc = self.decode_append(frame)?;
+        let answer = self.raft.append_entries(rpc).await;
+        encode_payload(&answer).map(|json| RaftPayload { json })
     }
 
     /// Decodes a peer's `InstallSnapshotV2`; refused and counted as [`RaftService::decode`].
@@ -607,6 +711,9 @@ fn decode_snapshot(frame: RaftFrame) -> Result<InstallSnapshotRequest<TypeConfig
     Ok(rpc)
 }
 
+/// The answers of an `AppendEntriesStream`, one per message.
+pub type AppendAnswers = std::pin::Pin<Box<dyn futures::Stream<Item = Result<RaftPayload, Status>> + Send>>;
+
 fn encode_answer<T: Serialize>(answer: &T) -> Result<Response<RaftPayload>, Status> {
     encode_payload(answer).map(|json| Response::new(RaftPayload { json }))
 }
@@ -635,9 +742,36 @@ impl RaftRpc for RaftService {
 
     async fn append_entries_v2(&self, request: Request<RaftFrame>) -> Result<Response<RaftPayload>, Status> {
         self.check_sender(&request)?;
-        let rpc = self.decode_append(request)?;
-        let answer = self.raft.append_entries(rpc).await;
-        encode_answer(&answer)
+        self.append_framed(request.into_inner()).await.map(Response::new)
+    }
+
+    type AppendEntriesStreamStream = AppendAnswers;
+
+    /// The sender is checked once, as the stream opens (its connection and
+    /// target do not change); then each message is served as an
+    /// `AppendEntriesV2`, in order, when the sender reads the answer before
+    /// it (no task of its own: the stream's poll drives it). A message that
+    /// is refused ends the stream with its error; so does the sender's end
+    /// of it.
+    async fn append_entries_stream(
+        &self,
+        request: Request<Streaming<RaftFrame>>,
+    ) -> Result<Response<AppendAnswers>, Status> {
+        self.check_sender(&request)?;
+        let inbound = request.into_inner();
+        let answers = futures::stream::unfold(Some((self.clone(), inbound)), |open| async move {
+            let (svc, mut inbound) = open?;
+            let frame = match inbound.message().await {
+                Ok(Some(frame)) => frame,
+                Ok(None) => return None,
+                Err(status) => return Some((Err(status), None)),
+            };
+            match svc.append_framed(frame).await {
+                Ok(answer) => Some((Ok(answer), Some((svc, inbound)))),
+                Err(status) => Some((Err(status), None)),
+            }
+        });
+        Ok(Response::new(Box::pin(answers)))
     }
 
     async fn install_snapshot_v2(&self, request: Request<RaftFrame>) -> Result<Response<RaftPayload>, Status> {

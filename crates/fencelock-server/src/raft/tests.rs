@@ -882,26 +882,42 @@ struct Node {
 struct Calls {
     /// `AppendEntriesV2` and `InstallSnapshotV2` calls (served, or refused as unimplemented).
     framed: std::sync::atomic::AtomicUsize,
+    /// `AppendEntriesV2` calls alone.
+    framed_appends: std::sync::atomic::AtomicUsize,
+    /// `AppendEntriesStream`s opened (served, or refused as unimplemented).
+    streams: std::sync::atomic::AtomicUsize,
+    /// Appends answered on a stream.
+    streamed: std::sync::atomic::AtomicUsize,
     /// `AppendEntries` and `InstallSnapshot` calls in JSON.
     json: std::sync::atomic::AtomicUsize,
     /// `InstallSnapshot` calls, framed or not: the chunks sent.
     snapshot_chunks: std::sync::atomic::AtomicUsize,
 }
 
-/// A node's [`RaftService`], counting the calls by form; `json_only` answers
-/// the framed calls UNIMPLEMENTED, as a fencelock from before them does.
+/// Which calls a peer serves: those of each fencelock version.
+#[derive(Clone, Copy, PartialEq)]
+enum Peer {
+    /// This version: every call.
+    Current,
+    /// Before the append stream: it answers that UNIMPLEMENTED.
+    NoStream,
+    /// Before the framed calls: it answers those and the stream UNIMPLEMENTED.
+    JsonOnly,
+}
+
+/// A node's [`RaftService`], counting the calls by form, serving those of `peer`.
 struct Counted {
     svc: RaftService,
     calls: Arc<Calls>,
-    json_only: bool,
+    peer: Peer,
 }
 
 impl Counted {
     fn framed(&self) -> Result<(), tonic::Status> {
         self.calls.framed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        match self.json_only {
-            true => Err(tonic::Status::unimplemented("an older fencelock")),
-            false => Ok(()),
+        match self.peer {
+            Peer::JsonOnly => Err(tonic::Status::unimplemented("an older fencelock")),
+            Peer::Current | Peer::NoStream => Ok(()),
         }
     }
 
@@ -936,6 +952,7 @@ impl fencelock_proto::raft::raft_server::Raft for Counted {
     }
     async fn append_entries_v2(&self, r: Frame) -> Answer {
         self.framed()?;
+        self.calls.framed_appends.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         self.svc.append_entries_v2(r).await
     }
     async fn install_snapshot_v2(&self, r: Frame) -> Answer {
@@ -943,16 +960,31 @@ impl fencelock_proto::raft::raft_server::Raft for Counted {
         self.calls.snapshot_chunks.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         self.svc.install_snapshot_v2(r).await
     }
+
+    type AppendEntriesStreamStream = super::network::AppendAnswers;
+
+    async fn append_entries_stream(
+        &self,
+        r: tonic::Request<tonic::Streaming<fencelock_proto::raft::RaftFrame>>,
+    ) -> Result<tonic::Response<super::network::AppendAnswers>, tonic::Status> {
+        use futures::StreamExt as _;
+        self.calls.streams.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        if self.peer != Peer::Current {
+            return Err(tonic::Status::unimplemented("an older fencelock"));
+        }
+        let calls = self.calls.clone();
+        let answers = self.svc.append_entries_stream(r).await?.into_inner();
+        let counted = answers.inspect(move |a| {
+            if a.is_ok() {
+                calls.streamed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
+        });
+        Ok(tonic::Response::new(Box::pin(counted)))
+    }
 }
 
-/// A node serving its Raft service over gRPC; `json_only`: as a fencelock
-/// from before the framed calls.
-async fn start_node(
-    id: NodeId,
-    listener: tokio::net::TcpListener,
-    config: Arc<openraft::Config>,
-    json_only: bool,
-) -> Node {
+/// A node serving its Raft service over gRPC, as `peer` does.
+async fn start_node(id: NodeId, listener: tokio::net::TcpListener, config: Arc<openraft::Config>, peer: Peer) -> Node {
     use fencelock_proto::raft::raft_server::RaftServer;
     let dir = tempfile::tempdir().unwrap();
     let (log, sm) = open_storage(dir.path()).unwrap();
@@ -960,7 +992,7 @@ async fn start_node(
     let raft = super::Raft::new(id, config, Network::new(id, None), log, sm).await.unwrap();
     let calls = Arc::new(Calls::default());
     let svc = RaftService::new(raft.clone(), sm_engine.clone(), Default::default());
-    let svc = RaftServer::new(Counted { svc, calls: calls.clone(), json_only });
+    let svc = RaftServer::new(Counted { svc, calls: calls.clone(), peer });
     let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
     let server = tokio::spawn(async move {
         tonic::transport::Server::builder().add_service(svc).serve_with_incoming(incoming).await.unwrap();
@@ -986,13 +1018,29 @@ pub(super) fn test_config() -> Arc<openraft::Config> {
 /// Two voters elect a leader and replicate over gRPC; the leader compacts its log,
 /// then a third node joins as a learner and can only catch up by a (chunked)
 /// snapshot install over gRPC. Every node ends with the leader's engine. The
-/// entries and the snapshot's chunks travel in frames: the learner is sent
-/// no JSON append or install.
+/// appends travel on a stream, the snapshot's chunks in frames: the learner
+/// is sent no JSON call and no append call of its own.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_nodes_replicate_and_install_snapshot_over_grpc() {
-    let learner = replicate_and_install(false).await;
-    assert!(learner.framed.load(std::sync::atomic::Ordering::Relaxed) > 0, "the learner was sent frames");
-    assert_eq!(learner.json.load(std::sync::atomic::Ordering::Relaxed), 0, "and no JSON call");
+    let learner = replicate_and_install(Peer::Current).await;
+    let n = |c: &std::sync::atomic::AtomicUsize| c.load(std::sync::atomic::Ordering::Relaxed);
+    assert!(n(&learner.streamed) > 0, "the learner was sent appends on a stream");
+    assert_eq!(n(&learner.framed_appends), 0, "and no append call");
+    assert!(n(&learner.framed) > 0, "the snapshot went in frames");
+    assert_eq!(n(&learner.json), 0, "and no JSON call");
+}
+
+/// A group mixing versions: a learner from before the append stream answers
+/// it UNIMPLEMENTED, and the leader then sends it an append call per
+/// message; it catches up by snapshot and log, to the leader's engine.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_peer_without_the_stream_is_sent_a_call_per_append() {
+    let learner = replicate_and_install(Peer::NoStream).await;
+    let n = |c: &std::sync::atomic::AtomicUsize| c.load(std::sync::atomic::Ordering::Relaxed);
+    assert!(n(&learner.streams) > 0, "a stream was tried first");
+    assert_eq!(n(&learner.streamed), 0);
+    assert!(n(&learner.framed_appends) > 0, "then append calls");
+    assert_eq!(n(&learner.json), 0, "in frames");
 }
 
 /// A group mixing versions: a learner from before the framed calls answers
@@ -1000,14 +1048,14 @@ async fn three_nodes_replicate_and_install_snapshot_over_grpc() {
 /// catches up by snapshot and log, to the leader's engine, all the same.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_peer_without_frames_is_sent_json() {
-    let learner = replicate_and_install(true).await;
+    let learner = replicate_and_install(Peer::JsonOnly).await;
     assert!(learner.framed.load(std::sync::atomic::Ordering::Relaxed) > 0, "a frame was tried first");
     assert!(learner.json.load(std::sync::atomic::Ordering::Relaxed) > 0, "then JSON calls");
 }
 
-/// The body of the two tests above; node 3 (the learner) is `json_only`.
-/// Returns the learner's calls.
-async fn replicate_and_install(json_only: bool) -> Arc<Calls> {
+/// The body of the tests above; node 3 (the learner) serves what `learner`
+/// serves. Returns the learner's calls.
+async fn replicate_and_install(learner: Peer) -> Arc<Calls> {
     let config = test_config();
     let mut listeners = Vec::new();
     let mut addrs = BTreeMap::new();
@@ -1018,7 +1066,7 @@ async fn replicate_and_install(json_only: bool) -> Arc<Calls> {
     }
     let mut nodes = BTreeMap::new();
     for (id, l) in listeners {
-        nodes.insert(id, start_node(id, l, config.clone(), json_only && id == 3).await);
+        nodes.insert(id, start_node(id, l, config.clone(), if id == 3 { learner } else { Peer::Current }).await);
     }
     let timeout = Some(Duration::from_secs(10));
 
@@ -1134,7 +1182,7 @@ async fn a_wiped_follower_catches_up_by_a_chunked_snapshot_while_grants_go_on() 
     for id in 1..=3u64 {
         let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         addrs.insert(id, Member::new(l.local_addr().unwrap().to_string()));
-        nodes.insert(id, start_node(id, l, config.clone(), false).await);
+        nodes.insert(id, start_node(id, l, config.clone(), Peer::Current).await);
     }
     nodes[&1].raft.initialize(addrs.clone()).await.unwrap();
     let leader = nodes[&1].raft.wait(timeout).metrics(|m| m.current_leader.is_some(), "a leader").await.unwrap();
@@ -1166,7 +1214,7 @@ async fn a_wiped_follower_catches_up_by_a_chunked_snapshot_while_grants_go_on() 
     // Back, empty: a snapshot is the only way in.
     let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let member = Member::new(l.local_addr().unwrap().to_string());
-    nodes.insert(victim, start_node(victim, l, config.clone(), false).await);
+    nodes.insert(victim, start_node(victim, l, config.clone(), Peer::Current).await);
     let before = taken.load(Ordering::Relaxed);
     lraft.add_learner(victim, member, true).await.unwrap();
     lraft.change_membership(addrs.keys().copied().collect::<BTreeSet<_>>(), false).await.unwrap();
@@ -1300,6 +1348,64 @@ async fn a_message_for_another_node_is_refused() {
     assert_eq!(status.code(), tonic::Code::FailedPrecondition);
     assert!(status.message().contains("this is node 2, not node 3"), "{}", status.message());
     assert!(svc.vote(vote(2)).await.is_ok());
+    raft.shutdown().await.unwrap();
+}
+
+/// The append stream's input: a stream addressed to another node is refused
+/// as it opens (INV-9); on an open one, a well-formed frame gets openraft's
+/// answer, and one that does not decode gets INVALID_ARGUMENT, is counted as
+/// refused, and ends the stream (the sender opens another).
+#[tokio::test]
+async fn the_append_stream_refuses_what_does_not_decode_and_ends() {
+    use fencelock_proto::raft::{raft_client::RaftClient, RaftFrame};
+
+    let dir = tempfile::tempdir().unwrap();
+    let (log, sm) = open_storage(dir.path()).unwrap();
+    let engine = sm.engine();
+    let raft = super::Raft::new(2, test_config(), Network::new(2, None), log, sm).await.unwrap();
+    let metrics = Arc::new(crate::metrics::Metrics::default());
+    let svc = RaftService::new(raft.clone(), engine, metrics.clone()).into_server();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
+    let server = tokio::spawn(tonic::transport::Server::builder().add_service(svc).serve_with_incoming(incoming));
+    let mut client = RaftClient::connect(format!("http://{addr}")).await.unwrap();
+    let open = |to: u64| {
+        let (tx, rx) = tokio::sync::mpsc::channel::<RaftFrame>(4);
+        let mut r = tonic::Request::new(tokio_stream::wrappers::ReceiverStream::new(rx));
+        r.metadata_mut().insert(super::network::TARGET_HEADER, to.into());
+        (tx, r)
+    };
+
+    let (_tx, to_another) = open(3);
+    let status = client.append_entries_stream(to_another).await.unwrap_err();
+    assert_eq!(status.code(), tonic::Code::FailedPrecondition);
+    assert!(status.message().contains("this is node 2, not node 3"), "{}", status.message());
+
+    let (tx, to_this) = open(2);
+    let mut answers = client.append_entries_stream(to_this).await.unwrap().into_inner();
+    let head = openraft::raft::AppendEntriesRequest::<TypeConfig> {
+        vote: Vote::new_committed(1, 1),
+        prev_log_id: None,
+        leader_commit: None,
+        entries: Vec::new(),
+    };
+    let frame = RaftFrame { head: serde_json::to_vec(&head).unwrap(), entries: Vec::new(), data: Vec::new() };
+    tx.send(frame.clone()).await.unwrap();
+    let answer = answers.message().await.unwrap().expect("an answer");
+    let answer: Result<openraft::raft::AppendEntriesResponse<NodeId>, openraft::error::RaftError<NodeId>> =
+        serde_json::from_slice(&answer.json).unwrap();
+    assert!(answer.unwrap().is_success());
+    assert_eq!(metrics.peer_messages_refused.load(Ordering::Relaxed), 0);
+
+    tx.send(RaftFrame { head: b"{not json".to_vec(), ..frame.clone() }).await.unwrap();
+    let status = answers.message().await.unwrap_err();
+    assert_eq!(status.code(), tonic::Code::InvalidArgument, "{status:?}");
+    assert!(status.message().contains("malformed raft frame head"), "{}", status.message());
+    assert_eq!(metrics.peer_messages_refused.load(Ordering::Relaxed), 1);
+    assert!(answers.message().await.unwrap_or(None).is_none(), "the stream ended");
+
+    server.abort();
     raft.shutdown().await.unwrap();
 }
 
