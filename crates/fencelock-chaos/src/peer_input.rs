@@ -1,9 +1,10 @@
 //! P1, peer input (issue 14, part 1): the nemesis sends malformed and forged
 //! Raft messages to the native server's gRPC port during the run, in seeded
 //! rounds, as anyone who reaches that port can. Each round holds, shuffled:
-//! - for each of `append_entries`, `vote` and `install_snapshot`, and the
+//! - for each of `append_entries`, `vote` and `install_snapshot`, the
 //!   framed `append_entries_v2` and `install_snapshot_v2` (the message's JSON
-//!   as the frame's head): a payload that is not JSON, one that is a
+//!   as the frame's head), and the first frame of an `append_entries_stream`:
+//!   a payload that is not JSON, one that is a
 //!   message's JSON cut short, and one with a structural byte replaced (never
 //!   valid JSON, see [`mutate`]);
 //! - an `AppendEntriesV2` whose head is well-formed but whose entry does not
@@ -77,6 +78,9 @@ pub(crate) enum Rpc {
     AppendEntriesV2,
     /// `InstallSnapshotV2`: the payload is an encoded `RaftFrame`.
     InstallSnapshotV2,
+    /// `AppendEntriesStream`: the payload is an encoded `RaftFrame`, the
+    /// first message of a stream of its own.
+    AppendEntriesStream,
 }
 
 /// What is wrong with a message.
@@ -227,7 +231,14 @@ async fn finish(ctx: &mut Ctx, admin: SocketAddr, pid: Option<u32>, first: &View
 /// issued a token (an empty engine is not below a fresh one).
 fn defects(ctx: &mut Ctx, now: &View) -> Vec<Defect> {
     let mut v = Vec::new();
-    for rpc in [Rpc::AppendEntries, Rpc::Vote, Rpc::InstallSnapshot, Rpc::AppendEntriesV2, Rpc::InstallSnapshotV2] {
+    for rpc in [
+        Rpc::AppendEntries,
+        Rpc::Vote,
+        Rpc::InstallSnapshot,
+        Rpc::AppendEntriesV2,
+        Rpc::InstallSnapshotV2,
+        Rpc::AppendEntriesStream,
+    ] {
         v.extend([Defect::NotJson(rpc), Defect::Truncated(rpc), Defect::Mutated(rpc)]);
     }
     v.extend([Defect::BadSnapshotData, Defect::BadEntry]);
@@ -253,7 +264,7 @@ pub(crate) fn message(ctx: &mut Ctx, now: &View, grpc: SocketAddr, d: Defect) ->
         d => message_json(ctx, now, grpc, d),
     };
     match d.rpc() {
-        Rpc::AppendEntriesV2 | Rpc::InstallSnapshotV2 => frame(json),
+        Rpc::AppendEntriesV2 | Rpc::InstallSnapshotV2 | Rpc::AppendEntriesStream => frame(json),
         _ => json,
     }
 }
@@ -324,7 +335,7 @@ pub(crate) fn higher_term(rpc: Rpc, term: u64, now: &View) -> Vec<u8> {
             leader_commit: None,
         }),
         Rpc::Vote => serde_json::to_vec(&VoteRequest { vote: Vote::new(term, leader), last_log_id: None }),
-        Rpc::AppendEntriesV2 => return frame(higher_term(Rpc::AppendEntries, term, now)),
+        Rpc::AppendEntriesV2 | Rpc::AppendEntriesStream => return frame(higher_term(Rpc::AppendEntries, term, now)),
         Rpc::InstallSnapshot | Rpc::InstallSnapshotV2 => {
             unreachable!("a snapshot is built by message(.., Defect::Rollback or FramedRollback)")
         }
@@ -342,12 +353,14 @@ fn other_node(now: &View) -> u64 {
 fn harmless(rpc: Rpc, now: &View, grpc: SocketAddr) -> Vec<u8> {
     let leader = other_node(now);
     let json = match rpc {
-        Rpc::AppendEntries | Rpc::AppendEntriesV2 => serde_json::to_vec(&AppendEntriesRequest::<TypeConfig> {
-            vote: Vote::new_committed(0, leader),
-            prev_log_id: None,
-            entries: Vec::new(),
-            leader_commit: None,
-        }),
+        Rpc::AppendEntries | Rpc::AppendEntriesV2 | Rpc::AppendEntriesStream => {
+            serde_json::to_vec(&AppendEntriesRequest::<TypeConfig> {
+                vote: Vote::new_committed(0, leader),
+                prev_log_id: None,
+                entries: Vec::new(),
+                leader_commit: None,
+            })
+        }
         Rpc::Vote => serde_json::to_vec(&VoteRequest { vote: Vote::new(0, leader), last_log_id: None }),
         Rpc::InstallSnapshot | Rpc::InstallSnapshotV2 => {
             let data = snapshot_data(far_ahead(0, leader), &membership(now, grpc));
@@ -442,6 +455,18 @@ pub(crate) async fn send(peer: &mut RaftClient<Channel>, rpc: Rpc, payload: Vec<
         Rpc::AppendEntries => peer.append_entries(timed(RaftPayload { json: payload })).await.map(drop),
         Rpc::Vote => peer.vote(timed(RaftPayload { json: payload })).await.map(drop),
         Rpc::InstallSnapshot => peer.install_snapshot(timed(RaftPayload { json: payload })).await.map(drop),
+        Rpc::AppendEntriesStream => {
+            let first = async {
+                let mut answers =
+                    peer.append_entries_stream(tonic::codegen::tokio_stream::iter([framed()?])).await?.into_inner();
+                match answers.message().await? {
+                    Some(_) => Ok(()),
+                    None => Err(tonic::Status::internal("the append stream ended without an answer")),
+                }
+            };
+            let late = |_| tonic::Status::deadline_exceeded("no answer on the append stream within 5 s");
+            tokio::time::timeout(Duration::from_secs(5), first).await.map_err(late)?
+        }
     }
 }
 

@@ -8,7 +8,7 @@
 //! - the forged rollback `InstallSnapshot` of P1 (installed, it would send the
 //!   token counter back to 0; sent once the server has issued a token),
 //! - the same `AppendEntries` and rollback as framed calls (`AppendEntriesV2`,
-//!   `InstallSnapshotV2`),
+//!   `InstallSnapshotV2`), and the `AppendEntries` on an `AppendEntriesStream`,
 //!
 //! each from two senders that are not members: (a) a TLS connection without a
 //! client certificate, (b) one with the client certificate of the client CA
@@ -90,8 +90,14 @@ pub async fn p2_forged_peer(ctx: &mut Ctx) -> anyhow::Result<()> {
         round += 1;
         let mut batch = Vec::new();
         for sender in [Sender::NoCert, Sender::ClientCert] {
-            let rpcs =
-                [Rpc::Vote, Rpc::AppendEntries, Rpc::InstallSnapshot, Rpc::AppendEntriesV2, Rpc::InstallSnapshotV2];
+            let rpcs = [
+                Rpc::Vote,
+                Rpc::AppendEntries,
+                Rpc::InstallSnapshot,
+                Rpc::AppendEntriesV2,
+                Rpc::InstallSnapshotV2,
+                Rpc::AppendEntriesStream,
+            ];
             for rpc in rpcs {
                 if matches!(rpc, Rpc::InstallSnapshot | Rpc::InstallSnapshotV2) && now.tokens_issued == 0 {
                     continue;
@@ -132,7 +138,7 @@ pub async fn p2_forged_peer(ctx: &mut Ctx) -> anyhow::Result<()> {
 /// A well-formed message for `rpc` that would do harm if heard.
 fn forged(ctx: &mut Ctx, now: &View, grpc: SocketAddr, rpc: Rpc) -> Vec<u8> {
     match rpc {
-        Rpc::Vote | Rpc::AppendEntries | Rpc::AppendEntriesV2 => {
+        Rpc::Vote | Rpc::AppendEntries | Rpc::AppendEntriesV2 | Rpc::AppendEntriesStream => {
             let term = now.term + FAR_ABOVE + ctx.rng.u64(0..FAR_ABOVE);
             higher_term(rpc, term, now)
         }

@@ -19,7 +19,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use fencelock::{Client, ClientTls, LockOptions, Outcome};
-use fencelock_proto::raft::{raft_client::RaftClient, RaftPayload};
+use fencelock_proto::raft::{raft_client::RaftClient, RaftFrame, RaftPayload};
 use support::secure::{add_token, certs_init, fencelock_as, make_certs};
 use support::{bin, free_port, stderr, stdout};
 use tonic::transport::{Certificate, ClientTlsConfig, Endpoint, Identity};
@@ -219,7 +219,8 @@ async fn raft_client(
 
 /// A forged snapshot that would reset the token counter, sent by a process
 /// that is not a member (no certificate, or a client certificate), is
-/// refused with UNAUTHENTICATED before it is even decoded, and so is a
+/// refused with UNAUTHENTICATED before it is even decoded, and so are its
+/// entries (a call, or a stream refused as it opens) and a
 /// membership change handed over the peer service (`ChangeMembers`); the node's
 /// tokens go on from where they were. A member's certificate gets past the
 /// check (the garbage payload is then refused as malformed).
@@ -240,6 +241,10 @@ async fn raft_messages_only_from_members() {
         let status = raft.install_snapshot(forged.clone()).await.expect_err("a non-member's snapshot is refused");
         assert_eq!(status.code(), tonic::Code::Unauthenticated, "{status:?}");
         let status = raft.append_entries(forged.clone()).await.expect_err("a non-member's entries are refused");
+        assert_eq!(status.code(), tonic::Code::Unauthenticated, "{status:?}");
+        let frames =
+            tonic::codegen::tokio_stream::iter([RaftFrame { head: forged.json.clone(), ..Default::default() }]);
+        let status = raft.append_entries_stream(frames).await.expect_err("a non-member's append stream is refused");
         assert_eq!(status.code(), tonic::Code::Unauthenticated, "{status:?}");
         let remove = RaftPayload { json: br#"{"op":"remove","id":1}"#.to_vec() };
         let status = raft.change_members(remove).await.expect_err("a non-member's membership change is refused");

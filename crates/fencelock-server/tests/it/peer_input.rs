@@ -122,7 +122,7 @@ async fn inv2_a_snapshot_with_a_lower_token_counter_is_refused() {
     assert!(token(&mut c, l2, "later").await > next, "INV-2 across the restart");
 }
 
-/// INV-9 for the framed calls (`AppendEntriesV2`, `InstallSnapshotV2`): a
+/// INV-9 for the framed calls (`AppendEntriesV2`, its stream, `InstallSnapshotV2`): a
 /// head that is not JSON, a head that carries entries of its own, an entry
 /// that does not decode, each is refused before Raft sees it; a framed
 /// snapshot goes through the same checks as a JSON one (INV-2: one that
@@ -155,8 +155,15 @@ async fn inv9_malformed_raft_frames_are_refused_and_a_framed_snapshot_is_checked
         (RaftFrame { head: head(vec![blank]), ..Default::default() }, "entries belong in the frame"),
         (RaftFrame { head: head(vec![]), entries: vec![vec![0xff, 0x01, 0x02]], data: vec![] }, "entry 0 of a peer"),
     ];
-    for (frame, needle) in cases {
+    for (frame, needle) in cases.clone() {
         let status = peer.append_entries_v2(frame).await.expect_err("a malformed frame must be refused");
+        assert_eq!(status.code(), Code::InvalidArgument, "{status:?}");
+        assert!(status.message().contains(needle), "{needle:?}: {}", status.message());
+    }
+    // The same frames on the append stream: each is refused, and ends its stream.
+    for (frame, needle) in cases {
+        let mut answers = peer.append_entries_stream(tokio_stream::iter([frame])).await.unwrap().into_inner();
+        let status = answers.message().await.expect_err("a malformed frame must be refused");
         assert_eq!(status.code(), Code::InvalidArgument, "{status:?}");
         assert!(status.message().contains(needle), "{needle:?}: {}", status.message());
     }
