@@ -110,7 +110,7 @@ pub fn machine(data_dir: &Path) -> Machine {
         kernel: fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default().trim().to_string(),
         data_fs: fs_type(data_dir),
         rustc: command_line("rustc", &["--version"]).unwrap_or_else(|| "unknown".into()),
-        commit: command_line("git", &["rev-parse", "--short=12", "HEAD"]).unwrap_or_else(|| "unknown".into()),
+        commit: git_head(Path::new(".")).unwrap_or_else(|| "unknown".into()),
     }
 }
 
@@ -131,6 +131,15 @@ fn fs_type(dir: &Path) -> String {
 }
 
 /// The first line a command prints, if it runs.
+/// The commit checked out at `dir` (where the bench runs); `None` outside a
+/// clone (git then fails, and its complaint is no commit).
+fn git_head(dir: &Path) -> Option<String> {
+    let out =
+        std::process::Command::new("git").args(["rev-parse", "--short=12", "HEAD"]).current_dir(dir).output().ok()?;
+    let head = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    (out.status.success() && !head.is_empty()).then_some(head)
+}
+
 pub fn command_line(program: &str, args: &[&str]) -> Option<String> {
     let out = std::process::Command::new(program).args(args).output().ok()?;
     let text = String::from_utf8_lossy(if out.stdout.is_empty() { &out.stderr } else { &out.stdout }).to_string();
@@ -140,6 +149,16 @@ pub fn command_line(program: &str, args: &[&str]) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A run inside the clone names its commit; one outside names none
+    /// (not git's complaint, as results run from /tmp once did).
+    #[test]
+    fn the_commit_is_git_s_or_none() {
+        let head = git_head(Path::new(env!("CARGO_MANIFEST_DIR"))).expect("the tests run in a clone");
+        assert!(head.len() == 12 && head.bytes().all(|b| b.is_ascii_hexdigit()), "{head:?}");
+        let outside = tempfile::tempdir().unwrap();
+        assert_eq!(git_head(outside.path()), None);
+    }
 
     /// Our own process exists, has used some CPU after spinning, and has a resident size.
     #[test]
