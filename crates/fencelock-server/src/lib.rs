@@ -288,6 +288,7 @@ pub async fn serve(
     let gate = conn_limits::Gate::new(config.connections.clone(), metrics.clone());
     let raft_svc = raft::network::RaftService::new(raft.clone(), ops.engine.clone(), metrics.clone())
         .with_tls(tls.clone())
+        .with_stop(stop_rx.clone())
         .with_snapshot_limits(config.snapshot_limits)
         .with_handover(Arc::new(handover::Owners {
             raft: raft.clone(),

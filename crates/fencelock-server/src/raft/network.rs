@@ -495,6 +495,9 @@ pub struct RaftService {
     tls: Option<Arc<ServerTls>>,
     /// Where changes handed over by a follower go; `None`: none are taken.
     handover: Option<Arc<dyn Handover>>,
+    /// Turns true on shutdown: open append streams end, so that a graceful
+    /// shutdown does not wait for the leader to close them (it never would).
+    stop: Option<tokio::sync::watch::Receiver<bool>>,
 }
 
 /// A change a follower hands over (see [`Handover`]).
@@ -531,7 +534,13 @@ impl RaftService {
     /// The service of `raft`, whose state machine's engine is `engine`.
     pub fn new(raft: super::Raft, engine: SharedEngine, metrics: Arc<Metrics>) -> Self {
         let id = raft.metrics().borrow().id;
-        Self { raft, id, engine, metrics, snapshots: Default::default(), tls: None, handover: None }
+        Self { raft, id, engine, metrics, snapshots: Default::default(), tls: None, handover: None, stop: None }
+    }
+
+    /// Ends the open append streams once `stop` turns true (the node's shutdown).
+    pub fn with_stop(mut self, stop: tokio::sync::watch::Receiver<bool>) -> Self {
+        self.stop = Some(stop);
+        self
     }
 
     /// Serves only callers whose connection presented a node certificate of
@@ -751,8 +760,8 @@ impl RaftRpc for RaftService {
     /// target do not change); then each message is served as an
     /// `AppendEntriesV2`, in order, when the sender reads the answer before
     /// it (no task of its own: the stream's poll drives it). A message that
-    /// is refused ends the stream with its error; so does the sender's end
-    /// of it.
+    /// is refused ends the stream with its error; so do the sender's end of
+    /// it and this node's shutdown (between two messages).
     async fn append_entries_stream(
         &self,
         request: Request<Streaming<RaftFrame>>,
@@ -761,7 +770,19 @@ impl RaftRpc for RaftService {
         let inbound = request.into_inner();
         let answers = futures::stream::unfold(Some((self.clone(), inbound)), |open| async move {
             let (svc, mut inbound) = open?;
-            let frame = match inbound.message().await {
+            let mut stop = svc.stop.clone();
+            let stopping = async {
+                match stop.as_mut() {
+                    Some(stop) => drop(stop.wait_for(|s| *s).await),
+                    None => std::future::pending().await,
+                }
+            };
+            let next = tokio::select! {
+                biased;
+                () = stopping => return None,
+                next = inbound.message() => next,
+            };
+            let frame = match next {
                 Ok(Some(frame)) => frame,
                 Ok(None) => return None,
                 Err(status) => return Some((Err(status), None)),

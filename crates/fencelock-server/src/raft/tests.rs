@@ -1409,6 +1409,53 @@ async fn the_append_stream_refuses_what_does_not_decode_and_ends() {
     raft.shutdown().await.unwrap();
 }
 
+/// A node's shutdown ends the append streams open to it: a graceful
+/// shutdown waits for every open stream, and the leader never closes its own
+/// (the container test's follower once waited out its 30 s for this).
+#[tokio::test]
+async fn a_shutdown_ends_the_open_append_streams() {
+    use fencelock_proto::raft::{raft_client::RaftClient, RaftFrame};
+
+    let dir = tempfile::tempdir().unwrap();
+    let (log, sm) = open_storage(dir.path()).unwrap();
+    let engine = sm.engine();
+    let raft = super::Raft::new(2, test_config(), Network::new(2, None), log, sm).await.unwrap();
+    let (stop, stop_rx) = tokio::sync::watch::channel(false);
+    let svc = RaftService::new(raft.clone(), engine, Default::default()).with_stop(stop_rx.clone()).into_server();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
+    let mut stopping = stop_rx.clone();
+    let server = tokio::spawn(tonic::transport::Server::builder().add_service(svc).serve_with_incoming_shutdown(
+        incoming,
+        async move {
+            let _ = stopping.wait_for(|s| *s).await;
+        },
+    ));
+    let mut client = RaftClient::connect(format!("http://{addr}")).await.unwrap();
+    let (tx, rx) = tokio::sync::mpsc::channel::<RaftFrame>(4);
+    let mut answers =
+        client.append_entries_stream(tokio_stream::wrappers::ReceiverStream::new(rx)).await.unwrap().into_inner();
+    let head = openraft::raft::AppendEntriesRequest::<TypeConfig> {
+        vote: Vote::new_committed(1, 1),
+        prev_log_id: None,
+        leader_commit: None,
+        entries: Vec::new(),
+    };
+    tx.send(RaftFrame { head: serde_json::to_vec(&head).unwrap(), ..Default::default() }).await.unwrap();
+    assert!(answers.message().await.unwrap().is_some(), "the stream is open and answers");
+
+    stop.send(true).unwrap();
+    let served = tokio::time::timeout(Duration::from_secs(20), server).await;
+    assert!(
+        served.is_ok(),
+        "the server did not finish its shutdown with a stream open (tx still held: {})",
+        !tx.is_closed()
+    );
+    assert!(!matches!(answers.message().await, Ok(Some(_))), "the stream ended");
+    raft.shutdown().await.unwrap();
+}
+
 /// A crash while the database was being created leaves only the temporary file
 /// (redb refuses a file whose header was cut between its two syncs): the next
 /// start deletes it and creates the database again, and boots.
