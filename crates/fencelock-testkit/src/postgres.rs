@@ -248,7 +248,7 @@ fn template(bin: &Path, user: Option<(u32, u32)>, run_initdb: impl FnOnce(&Path)
     let name = format!("fencelock-pg-template-{}-{uid}", version.unwrap_or_default());
     let template = std::env::temp_dir().join(&name);
     if template.join("PG_VERSION").is_file() {
-        return template;
+        return trusted(template, uid);
     }
     // A name no other test has: the template is renamed from it, never deleted with it.
     let partial = tempfile::Builder::new().prefix(&format!("{name}.partial-")).tempdir().unwrap().keep();
@@ -261,7 +261,23 @@ fn template(bin: &Path, user: Option<(u32, u32)>, run_initdb: impl FnOnce(&Path)
         // Another test's template is in place (a rename onto a non-empty dir fails).
         let _ = fs::remove_dir_all(&partial);
         assert!(template.join("PG_VERSION").is_file(), "no PostgreSQL cluster template at {}", template.display());
+        return trusted(template, uid);
     }
+    template
+}
+
+/// `template`, if it is what [`template`] makes: a directory (not a link)
+/// owned by `uid` that nobody else may read or write. The temp dir is shared:
+/// another user could have put a cluster of their own at that name before
+/// the first test of this one (every test's cluster would be a copy of it).
+fn trusted(template: PathBuf, uid: u32) -> PathBuf {
+    let meta = fs::symlink_metadata(&template).unwrap();
+    assert!(
+        meta.is_dir() && meta.uid() == uid && meta.mode() & 0o077 == 0,
+        "{} is not a PostgreSQL cluster template of this user's (a directory owned by uid {uid}, mode 0700): \
+         remove it, and the next test makes one",
+        template.display()
+    );
     template
 }
 
@@ -302,4 +318,43 @@ fn pg_ready(bin: &std::path::Path, port: u16) -> bool {
         .stderr(Stdio::null())
         .status()
         .is_ok_and(|s| s.success())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn my_uid() -> u32 {
+        fs::metadata("/proc/self").unwrap().uid()
+    }
+
+    /// A template of this user's, mode 0700, is used.
+    #[test]
+    fn a_private_template_is_trusted() {
+        let dir = tempfile::tempdir().unwrap();
+        fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o700)).unwrap();
+        assert_eq!(trusted(dir.path().to_path_buf(), my_uid()), dir.path());
+    }
+
+    /// One others may write into, one of another user, or a link is refused.
+    #[test]
+    fn a_template_others_could_have_planted_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let open = dir.path().join("open");
+        fs::create_dir(&open).unwrap();
+        fs::set_permissions(&open, fs::Permissions::from_mode(0o777)).unwrap();
+        let private = dir.path().join("private");
+        fs::create_dir(&private).unwrap();
+        fs::set_permissions(&private, fs::Permissions::from_mode(0o700)).unwrap();
+        let link = dir.path().join("link");
+        std::os::unix::fs::symlink(&private, &link).unwrap();
+        let refused = |p: &Path, uid: u32| {
+            let p = p.to_path_buf();
+            std::panic::catch_unwind(move || trusted(p, uid)).is_err()
+        };
+        assert!(refused(&open, my_uid()), "group and others may write");
+        assert!(refused(&private, my_uid() + 1), "another user's");
+        assert!(refused(&link, my_uid()), "a link");
+        assert!(!refused(&private, my_uid()));
+    }
 }
