@@ -213,7 +213,7 @@ fn tune_from_env(config: &mut fencelock_server::Config) -> anyhow::Result<()> {
     if let Ok(v) = std::env::var(SERVER_RAFT_ENV) {
         let ms = |x: Option<&str>| x.and_then(|x| x.trim().parse::<u64>().ok()).map(Duration::from_millis);
         let mut parts = v.split(',');
-        let (Some(heartbeat), Some(election)) = (ms(parts.next()), ms(parts.next())) else {
+        let (Some(heartbeat), Some(election), None) = (ms(parts.next()), ms(parts.next()), parts.next()) else {
             anyhow::bail!("{SERVER_RAFT_ENV}={v}: expected HEARTBEAT_MS,ELECTION_MS");
         };
         (config.heartbeat, config.election_timeout) = (heartbeat, election);

@@ -424,8 +424,10 @@ async fn metrics_text(State(a): State<Admin>, c: Caller) -> Response {
         })
         .await
     };
-    let Ok(Some(mut body)) = engine_part else {
-        return error_json(ErrorCode::Internal, "engine lock poisoned".into());
+    let mut body = match engine_part {
+        Ok(Some(body)) => body,
+        Ok(None) => return error_json(ErrorCode::Internal, "engine lock poisoned".into()),
+        Err(e) => return error_json(ErrorCode::Internal, format!("the metrics could not be read: {e}")),
     };
     crate::group_metrics::render(&mut body, &a.ops.raft, a.metrics.data_dir.as_deref());
     a.ops.quotas.render(&mut body);
