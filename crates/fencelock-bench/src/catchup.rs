@@ -24,7 +24,10 @@
 //! node empty (`--join`) on its old ports; add it back (the server makes it a
 //! learner, waits until it caught up, then a voter); poll until its applied
 //! index reaches the survivors', then until it votes; stop the grants and
-//! compare its state with the leader's. Every wait is bounded. A catch-up
+//! compare its state with the leader's. With `--kill-leader`, before the
+//! grants stop: kill the leader, time until another node leads and serves
+//! and until a grant client is served again, then start the killed node on
+//! its data and time until it caught up. Every wait is bounded. A catch-up
 //! that does not finish within `--catchup-limit` is written down as such,
 //! then the run fails; any other error ends it at once. On any end, SIGINT
 //! and SIGTERM included, the nodes are killed and the temp dir removed.
@@ -81,6 +84,12 @@ pub struct CatchupArgs {
     /// How long creating the leases (and every node applying them) may take.
     #[arg(long, default_value = "1h", value_parser = fencelock_http::parse_duration)]
     pub create_limit: Duration,
+    /// After the catch-up, kill the leader (SIGKILL) while the grants go on,
+    /// and measure until another node leads and serves, until the grant
+    /// clients are served again, and until the killed node, started again
+    /// on its data, has caught up.
+    #[arg(long)]
+    pub kill_leader: bool,
 }
 
 /// A grant client's lease TTL (it renews itself while it holds; it never holds long).
@@ -126,6 +135,27 @@ struct CatchupReport {
     nodes: Vec<NodeMemory>,
     /// `None` when the wiped node did not catch up.
     state: Option<StateCheck>,
+    /// With `--kill-leader` (and a catch-up that finished).
+    leader_change: Option<LeaderChange>,
+}
+
+/// The leader killed after the catch-up, with every lease still live.
+#[derive(Debug, Serialize)]
+struct LeaderChange {
+    killed: u64,
+    new_leader: u64,
+    term_before: u64,
+    term_after: u64,
+    /// From the SIGKILL until another node answered `/healthz` 200: it leads,
+    /// and its first entry (`LeaderStart`, which gives every lease a fresh
+    /// TTL) is applied, so it serves.
+    serving_seconds: f64,
+    /// From the SIGKILL until a grant client's next cycle was acknowledged.
+    first_grant_seconds: f64,
+    /// From the killed node's start on its own data until its applied index
+    /// reached the others' (it comes back by log or by snapshot).
+    rejoin_seconds: f64,
+    rejoined: bool,
 }
 
 /// The Raft term at four points: a term that grew means an election (the
@@ -356,6 +386,10 @@ async fn measure(
     let mut phases = vec![grants.phase("kill, wipe, remove, snapshot, restart empty")];
 
     let mut catch_up = catch_up(cluster, leader, wiped, a.catchup_limit, &grants, &mut phases).await?;
+    let leader_change = match a.kill_leader && catch_up.finished {
+        true => Some(kill_leader(cluster, a.catchup_limit, &grants, &mut phases).await?),
+        false => None,
+    };
     grants.stop().await;
     let end_leader = cluster.leader(Duration::from_secs(30)).await?;
     terms.at_end = term(cluster, end_leader).await?;
@@ -389,6 +423,65 @@ async fn measure(
         grants: phases,
         nodes: memory,
         state,
+        leader_change,
+    })
+}
+
+/// Kills the leader while the grants go on; measures until another node
+/// serves, until a grant client is served, and until the killed node,
+/// started again on its data, caught up with the others (within `limit`).
+async fn kill_leader(
+    cluster: &mut NativeCluster,
+    limit: Duration,
+    grants: &GrantLoad,
+    phases: &mut Vec<GrantPhase>,
+) -> anyhow::Result<LeaderChange> {
+    let killed = cluster.leader(Duration::from_secs(30)).await?;
+    let term_before = term(cluster, killed).await?;
+    let cycles = grants.shared.cycles.load(Ordering::Relaxed);
+    phases.push(grants.phase("voter again until the leader was killed"));
+    cluster.node_mut(killed)?.kill();
+    let from = Instant::now();
+    eprintln!("catchup: leader {killed} killed (SIGKILL)");
+    let new_leader = cluster.leader(limit).await?;
+    let serving_seconds = from.elapsed().as_secs_f64();
+    let term_after = term(cluster, new_leader).await?;
+    while grants.shared.cycles.load(Ordering::Relaxed) == cycles {
+        if from.elapsed() > limit {
+            bail!("no grant within {limit:?} of killing leader {killed} (node {new_leader} leads)");
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let first_grant_seconds = from.elapsed().as_secs_f64();
+    phases.push(grants.phase("leader killed until another served a grant"));
+    eprintln!(
+        "catchup: node {new_leader} leads and serves {serving_seconds:.2} s after the kill; the first grant after \
+         {first_grant_seconds:.2} s"
+    );
+    cluster.node_mut(killed)?.kill_and_restart()?;
+    let restarted = Instant::now();
+    let others: Vec<String> = cluster
+        .nodes()
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| *i as u64 + 1 != killed)
+        .map(|(_, n)| n.http_addr().to_string())
+        .collect();
+    let http = cluster.node_mut(killed)?.http_addr().to_string();
+    let mut streams = Streams::new(cluster.node_mut(killed)?.dir().join("snap"));
+    let progress = wait_caught_up(&others, &http, restarted, limit, &mut streams).await?;
+    let rejoin_seconds = restarted.elapsed().as_secs_f64();
+    phases.push(grants.phase("the killed node started again until it caught up"));
+    eprintln!("catchup: node {killed}, started again, caught up after {rejoin_seconds:.1} s: {}", progress.caught);
+    Ok(LeaderChange {
+        killed,
+        new_leader,
+        term_before,
+        term_after,
+        serving_seconds,
+        first_grant_seconds,
+        rejoin_seconds,
+        rejoined: progress.caught,
     })
 }
 
@@ -1100,6 +1193,7 @@ fn markdown(r: &CatchupReport) -> String {
         ("Catch-up", catch_up_note(k)),
         ("Installed", installed_note(k)),
         ("State afterwards", state_note(r.state.as_ref())),
+        ("Leader killed", leader_change_note(r.leader_change.as_ref())),
     ];
     for (k, v) in rows {
         let _ = writeln!(md, "| {k} | {v} |");
@@ -1107,6 +1201,25 @@ fn markdown(r: &CatchupReport) -> String {
     grants_table(&mut md, r);
     memory_table(&mut md, r);
     md
+}
+
+/// What killing the leader cost, if it was killed.
+fn leader_change_note(l: Option<&LeaderChange>) -> String {
+    let Some(l) = l else { return "not killed (`--kill-leader` not given, or no catch-up)".into() };
+    format!(
+        "node {} (SIGKILL), with every lease live: node {} led and served (`LeaderStart` applied) {:.2} s later \
+         (term {} → {}), the grant clients had their next grant after {:.2} s; node {}, started again on its data, {} \
+         after {:.1} s",
+        l.killed,
+        l.new_leader,
+        l.serving_seconds,
+        l.term_before,
+        l.term_after,
+        l.first_grant_seconds,
+        l.killed,
+        if l.rejoined { "had caught up" } else { "had not caught up" },
+        l.rejoin_seconds
+    )
 }
 
 /// How the catch-up went.
@@ -1295,6 +1408,28 @@ mod tests {
         g.grant(at(4_550)); // acknowledged out of order by two clients
         assert_eq!(g.close(at(4_700)), Duration::from_millis(3_200), "1400 to 4600");
         assert_eq!(g.close(at(4_700)), Duration::from_millis(100), "since 4600, not 4550");
+    }
+
+    /// The leader-change row says what was measured, or why nothing was.
+    #[test]
+    fn the_leader_change_row() {
+        assert!(leader_change_note(None).starts_with("not killed"));
+        let l = LeaderChange {
+            killed: 2,
+            new_leader: 3,
+            term_before: 4,
+            term_after: 5,
+            serving_seconds: 1.234,
+            first_grant_seconds: 1.5,
+            rejoin_seconds: 12.0,
+            rejoined: true,
+        };
+        assert_eq!(
+            leader_change_note(Some(&l)),
+            "node 2 (SIGKILL), with every lease live: node 3 led and served (`LeaderStart` applied) 1.23 s later \
+             (term 4 → 5), the grant clients had their next grant after 1.50 s; node 2, started again on its data, \
+             had caught up after 12.0 s"
+        );
     }
 
     /// The wiped follower is the one behind if one is, else the first
