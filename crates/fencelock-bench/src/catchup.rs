@@ -152,8 +152,9 @@ struct LeaderChange {
     serving_seconds: f64,
     /// From the SIGKILL until a grant client's next cycle was acknowledged.
     first_grant_seconds: f64,
-    /// From the killed node's start on its own data until its applied index
-    /// reached the others' (it comes back by log or by snapshot).
+    /// From the killed node's start on its own data (reading its snapshot and
+    /// log included) until its applied index reached the others' (it comes
+    /// back by log or by snapshot).
     rejoin_seconds: f64,
     rejoined: bool,
 }
@@ -458,8 +459,10 @@ async fn kill_leader(
         "catchup: node {new_leader} leads and serves {serving_seconds:.2} s after the kill; the first grant after \
          {first_grant_seconds:.2} s"
     );
-    cluster.node_mut(killed)?.kill_and_restart()?;
+    // From before the start: a node returns from its start only once it has
+    // read its state (tens of seconds at millions of leases).
     let restarted = Instant::now();
+    cluster.node_mut(killed)?.kill_and_restart()?;
     let others: Vec<String> = cluster
         .nodes()
         .iter()
