@@ -278,10 +278,13 @@ struct NodeMemory {
     peak_since_start: u64,
 }
 
-/// The wiped node's state against the leader's, once both applied the same index.
+/// The wiped node's state against the leader's (another node's, when the
+/// wiped one leads; see [`compared_with`]), once both applied the same index.
 #[derive(Debug, Serialize)]
 struct StateCheck {
     applied: u64,
+    /// The node compared with (see [`compared_with`]); its figures are `leader`.
+    node: u64,
     leader: EngineState,
     wiped: EngineState,
     /// Leases, held locks and token counter all equal (INV-2: the token
@@ -395,7 +398,7 @@ async fn measure(
     let end_leader = cluster.leader(Duration::from_secs(30)).await?;
     terms.at_end = term(cluster, end_leader).await?;
     let state = match catch_up.finished {
-        true => Some(settle_and_compare(cluster, end_leader, wiped).await?),
+        true => Some(settle_and_compare(cluster, compared_with(end_leader, wiped), wiped).await?),
         false => None,
     };
     installed(cluster, wiped, &mut catch_up)?;
@@ -462,7 +465,9 @@ async fn kill_leader(
     // From before the start: a node returns from its start only once it has
     // read its state (tens of seconds at millions of leases).
     let restarted = Instant::now();
-    cluster.node_mut(killed)?.kill_and_restart()?;
+    let node = cluster.node_mut(killed)?;
+    // Off the runtime's thread: the grant clients go on meanwhile.
+    tokio::task::block_in_place(|| node.kill_and_restart())?;
     let others: Vec<String> = cluster
         .nodes()
         .iter()
@@ -900,6 +905,15 @@ fn incoming_seq(name: &str) -> Option<u64> {
 /// ([`Control::State`]), until both are at the same index; then equal or
 /// not. Within [`SETTLE_LIMIT`]: writes still going on (expirations) may
 /// keep the two a few entries apart for a while.
+/// The node whose state the wiped one's is compared with: the leader, or
+/// (after `--kill-leader` made the wiped node the leader) the first other node.
+fn compared_with(leader: u64, wiped: u64) -> u64 {
+    match leader == wiped {
+        false => leader,
+        true => (1..).find(|&id| id != wiped).unwrap_or(1),
+    }
+}
+
 async fn settle_and_compare(cluster: &mut NativeCluster, leader: u64, wiped: u64) -> anyhow::Result<StateCheck> {
     let end = Instant::now() + SETTLE_LIMIT;
     let mut state = |id: u64| -> anyhow::Result<EngineState> {
@@ -918,7 +932,7 @@ async fn settle_and_compare(cluster: &mut NativeCluster, leader: u64, wiped: u64
         let equal = (l.leases, l.held_locks, l.token_counter) == (w.leases, w.held_locks, w.token_counter);
         if let (Some(index), true) = (l.applied, l.applied == w.applied) {
             if equal || Instant::now() > end {
-                return Ok(StateCheck { applied: index, leader: l, wiped: w, equal });
+                return Ok(StateCheck { applied: index, node: leader, leader: l, wiped: w, equal });
             }
         }
         if Instant::now() > end {
@@ -1259,7 +1273,7 @@ fn installed_note(k: &CatchUpFigures) -> String {
     }
 }
 
-/// The wiped node's state against the leader's.
+/// The wiped node's state against the node it was compared with.
 fn state_note(s: Option<&StateCheck>) -> String {
     let Some(s) = s else { return "not compared: the wiped node did not catch up".into() };
     let one = |e: &EngineState| {
@@ -1271,8 +1285,9 @@ fn state_note(s: Option<&StateCheck>) -> String {
         )
     };
     format!(
-        "at index {}: leader {}; wiped node {} ({})",
+        "at index {}: node {} {}; wiped node {} ({})",
         s.applied,
+        s.node,
         one(&s.leader),
         one(&s.wiped),
         if s.equal { "equal" } else { "**differ**" }
@@ -1411,6 +1426,15 @@ mod tests {
         g.grant(at(4_550)); // acknowledged out of order by two clients
         assert_eq!(g.close(at(4_700)), Duration::from_millis(3_200), "1400 to 4600");
         assert_eq!(g.close(at(4_700)), Duration::from_millis(100), "since 4600, not 4550");
+    }
+
+    /// The wiped node is compared with the leader, or with another node
+    /// when it leads itself (never with itself).
+    #[test]
+    fn the_wiped_node_is_compared_with_another() {
+        assert_eq!(compared_with(2, 1), 2);
+        assert_eq!(compared_with(1, 1), 2);
+        assert_eq!(compared_with(3, 3), 1);
     }
 
     /// The leader-change row says what was measured, or why nothing was.
