@@ -767,10 +767,9 @@ impl RaftRpc for RaftService {
         request: Request<Streaming<RaftFrame>>,
     ) -> Result<Response<AppendAnswers>, Status> {
         self.check_sender(&request)?;
-        let inbound = request.into_inner();
-        let answers = futures::stream::unfold(Some((self.clone(), inbound)), |open| async move {
-            let (svc, mut inbound) = open?;
-            let mut stop = svc.stop.clone();
+        let (inbound, stop) = (request.into_inner(), self.stop.clone());
+        let answers = futures::stream::unfold(Some((self.clone(), inbound, stop)), |open| async move {
+            let (svc, mut inbound, mut stop) = open?;
             let stopping = async {
                 match stop.as_mut() {
                     Some(stop) => drop(stop.wait_for(|s| *s).await),
@@ -788,7 +787,7 @@ impl RaftRpc for RaftService {
                 Err(status) => return Some((Err(status), None)),
             };
             match svc.append_framed(frame).await {
-                Ok(answer) => Some((Ok(answer), Some((svc, inbound)))),
+                Ok(answer) => Some((Ok(answer), Some((svc, inbound, stop)))),
                 Err(status) => Some((Err(status), None)),
             }
         });
