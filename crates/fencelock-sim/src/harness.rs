@@ -23,43 +23,75 @@ pub fn seeds() -> Vec<u64> {
     }
 }
 
-/// How to run `seed` again, from the test `test` or from the binary.
+/// How to run `seed` again, from the test `test` (a nextest filter) or from the binary.
 pub fn reproduce(test: &str, seed: u64) -> String {
     format!(
-        "reproduce: {SEED_ENV}={seed} cargo nextest run -p fencelock-sim {test}::\n       or: cargo run -p fencelock-sim -- --seed {seed} --trace"
+        "reproduce: {SEED_ENV}={seed} cargo nextest run -p fencelock-sim {test}\n       or: cargo run -p fencelock-sim -- --seed {seed} --trace"
     )
 }
 
-/// One seed's run and verdict.
-pub struct Outcome {
+/// One seed's run and one checker's verdict on it.
+pub struct Outcome<'a> {
     pub seed: u64,
-    pub report: Report,
+    pub report: &'a Report,
     pub verdict: Verdict,
 }
 
-/// Run `checker` on every seed of [`seeds`] with the config `config(seed)`.
-pub fn run_seeds(config: impl Fn(u64) -> SimConfig, checker: Checker) -> Vec<Outcome> {
-    seeds().into_iter().map(|seed| run_seed(config(seed), checker)).collect()
+/// Every seed of [`seeds`] simulated once with `SimConfig::new(seed)`, the
+/// runs every invariant is checked on. Each seed is simulated a second time
+/// and must give the identical trace (without that no failing seed could be
+/// reproduced), and two different seeds must give different traces.
+/// (Each invariant's test used to simulate the seeds again: the same runs
+/// six times over, most of the CPU of CI's test run.)
+pub fn simulate_every_seed(test: &str) -> Vec<Report> {
+    let seeds = seeds();
+    let mut reports = Vec::new();
+    for &seed in &seeds {
+        let report = sim::run(&SimConfig::new(seed));
+        let (first, again) = (report.trace(), sim::run(&SimConfig::new(seed)).trace());
+        assert!(
+            first == again,
+            "seed {seed} gave two different traces, first difference at {}\n{}",
+            first_difference(&first, &again),
+            reproduce(test, seed)
+        );
+        reports.push(report);
+    }
+    let mut traces: Vec<(u64, Vec<String>)> = reports.iter().map(|r| (r.config.seed, r.trace())).collect();
+    if traces.len() == 1 {
+        traces.push((seeds[0] + 1, sim::run(&SimConfig::new(seeds[0] + 1)).trace()));
+    }
+    for w in traces.windows(2) {
+        let ((s1, t1), (s2, t2)) = (&w[0], &w[1]);
+        assert_ne!(t1, t2, "seeds {s1} and {s2} gave the same trace");
+    }
+    println!("{} seeds, each run twice: identical traces", seeds.len());
+    reports
 }
 
-fn run_seed(config: SimConfig, checker: Checker) -> Outcome {
-    let report = sim::run(&config);
-    let verdict = check::run(checker, &report);
-    Outcome { seed: config.seed, report, verdict }
+fn first_difference(a: &[String], b: &[String]) -> String {
+    let i = a.iter().zip(b).take_while(|(x, y)| x == y).count();
+    format!("line {i}: {:?} vs {:?}", a.get(i), b.get(i))
 }
 
-/// Run `checker` on every seed and panic, naming each failing seed and how to
-/// reproduce it, unless it holds on all of them. Returns the outcomes, for
+/// Judge `reports` with `checker` and panic, naming each failing seed and how
+/// to reproduce it, unless it holds on all of them. Returns the outcomes, for
 /// assertions on the evidence across seeds.
-pub fn assert_holds(test: &str, checker: Checker) -> Vec<Outcome> {
-    assert_holds_where(test, checker, |_| true)
+pub fn assert_holds<'a>(test: &str, reports: &'a [Report], checker: Checker) -> Vec<Outcome<'a>> {
+    assert_holds_where(test, reports, checker, |_| true)
 }
 
 /// [`assert_holds`] on the seeds for which `keep` is true only (a checker
-/// that judges one workload need not run the others' seeds).
-pub fn assert_holds_where(test: &str, checker: Checker, keep: fn(u64) -> bool) -> Vec<Outcome> {
-    let kept = seeds().into_iter().filter(|s| keep(*s));
-    let outcomes: Vec<Outcome> = kept.map(|seed| run_seed(SimConfig::new(seed), checker)).collect();
+/// that judges one workload need not judge the others' seeds).
+pub fn assert_holds_where<'a>(
+    test: &str,
+    reports: &'a [Report],
+    checker: Checker,
+    keep: fn(u64) -> bool,
+) -> Vec<Outcome<'a>> {
+    let kept = reports.iter().filter(|r| keep(r.config.seed));
+    let outcomes: Vec<Outcome> =
+        kept.map(|report| Outcome { seed: report.config.seed, report, verdict: check::run(checker, report) }).collect();
     let failures: Vec<String> = outcomes
         .iter()
         .filter(|o| !o.verdict.holds())

@@ -13,13 +13,13 @@
 //! releases its grant and hands the lock on) must make INV-EXCL fail for some
 //! seed.
 //!
-//! Reproduce one seed: `FENCELOCK_SIM_SEED=N cargo nextest run -p fencelock-sim inv_exclusive::`.
+//! Checked on every seed by `every_invariant_holds_on_every_seed` (main.rs),
+//! from the seeds' one simulation. Reproduce one seed: `FENCELOCK_SIM_SEED=N cargo nextest run -p fencelock-sim every_invariant`.
 
-use fencelock_sim::{check::exclusive, config::Workload, harness, Mutant};
+use fencelock_sim::{check::exclusive, config::Workload, harness, Mutant, Report};
 
-#[test]
-fn inv_excl_one_believer_at_a_time() {
-    let outcomes = harness::assert_holds("inv_exclusive", exclusive::check);
+pub fn one_believer_at_a_time(test: &str, reports: &[Report]) {
+    let outcomes = harness::assert_holds(test, reports, exclusive::check);
     println!("beliefs checked over all seeds: {}", harness::total(&outcomes, "beliefs"));
     if outcomes.len() > 1 {
         // All the seeds, not one reproduced: the mixed workload is among them.
