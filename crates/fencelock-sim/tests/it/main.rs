@@ -17,6 +17,11 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use fencelock_sim::{harness, Report};
 
+/// An invariant's judgement of every seed's run: panics, naming the seeds, if
+/// it does not hold (its first argument is the test's name, for the
+/// reproduce line).
+type Judge = fn(&str, &[Report]);
+
 /// Determinism, then each invariant on the same runs. A failing invariant
 /// does not hide the others: each is judged, and the test fails naming all
 /// that failed (each one's seeds and message are printed above it).
@@ -24,7 +29,7 @@ use fencelock_sim::{harness, Report};
 fn every_invariant_holds_on_every_seed() {
     const TEST: &str = "every_invariant_holds_on_every_seed";
     let reports = harness::simulate_every_seed(TEST);
-    let invariants: [(&str, fn(&str, &[Report])); 6] = [
+    let invariants: [(&str, Judge); 6] = [
         ("INV-EXCL", inv_exclusive::one_believer_at_a_time),
         ("INV-FENCE", inv_fence::no_stale_accepts_and_pauses_are_rejected),
         ("INV-TOKENS", inv_tokens::strictly_increase_across_restarts),
