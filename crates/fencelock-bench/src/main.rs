@@ -180,6 +180,12 @@ fn profile_pid(a: ProfilePidArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The `fencelock` binary's allocator (see its `main.rs`): `serve-native`
+/// measures the server as it ships. The bench's clients use it too, for
+/// every engine alike.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let mut builder = tokio::runtime::Builder::new_multi_thread();
