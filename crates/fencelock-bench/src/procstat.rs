@@ -192,10 +192,20 @@ mod tests {
     /// A reset peak is no longer the process's past high-water mark.
     #[test]
     fn a_reset_peak_drops_to_the_current_size() {
+        use std::alloc::{GlobalAlloc, Layout, System};
         let me = std::process::id();
-        let big = vec![1u8; 64 << 20];
-        std::hint::black_box(&big);
-        drop(big);
+        // From glibc's allocator, not the binary's (mimalloc keeps what is
+        // freed a while): 64 MiB is a mapping of its own there, unmapped as it
+        // is freed, so the process's size falls back below its peak.
+        let layout = Layout::from_size_align(64 << 20, 4096).unwrap();
+        // SAFETY: a non-zero layout; the block is written within its size and
+        // freed once, with the layout it was allocated with.
+        unsafe {
+            let big = System.alloc(layout);
+            assert!(!big.is_null(), "64 MiB from the system allocator");
+            std::ptr::write_bytes(big, 1, layout.size());
+            System.dealloc(big, layout);
+        }
         let before = peak_rss_bytes(me).unwrap();
         if reset_peak(me).is_err() {
             return; // a kernel before 4.0, or /proc read-only: nothing to check
