@@ -193,16 +193,33 @@ async fn add(raft: &Raft, now: &Status, id: NodeId, node: Node) -> Result<(), Cl
     // Blocking: returns once the learner has caught up with the leader's log.
     let learner = raft.add_learner(id, node, true);
     match tokio::time::timeout(CATCH_UP_TIMEOUT, learner).await {
-        Err(_) => {
-            return Err(ClusterError::Failed(format!(
-                "node {id} at {addr} did not catch up within {} s (is it running, with an empty data dir and --join?)",
-                CATCH_UP_TIMEOUT.as_secs()
-            )))
-        }
+        Err(_) => return Err(ClusterError::Failed(not_caught_up(&status(raft), id, &addr))),
         Ok(r) => r.map_err(write_error)?,
     };
     raft.change_membership(ChangeMembers::AddVoterIds(BTreeSet::from([id])), false).await.map_err(write_error)?;
     Ok(())
+}
+
+/// Why adding node `id` at `addr` gave up, from the leader's view `now`: a
+/// learner that never answered is told apart from one that is merely slow
+/// (a big state takes minutes to send), which stays a learner and goes on
+/// catching up.
+fn not_caught_up(now: &Status, id: NodeId, addr: &str) -> String {
+    let waited = CATCH_UP_TIMEOUT.as_secs();
+    let matched = now.members.iter().find(|m| m.id == id).and_then(|m| m.matched);
+    match (matched, now.last_log_index) {
+        (None, _) => format!(
+            "node {id} at {addr} has not answered the leader within {waited} s: is it running, \
+             reachable at that address, and started with an empty data dir and --join?"
+        ),
+        (Some(matched), last) => format!(
+            "node {id} at {addr} is still catching up after {waited} s (it has the log up to index \
+             {matched} of {}); it stays a learner and goes on catching up: run the same add again \
+             once it has, to make it a voter (`fencelock cluster status`, asked of the leader, shows \
+             its progress)",
+            last.map_or_else(|| "none".to_string(), |l| l.to_string())
+        ),
+    }
 }
 
 async fn remove(raft: &Raft, now: &Status, id: NodeId) -> Result<(), ClusterError> {
@@ -368,5 +385,29 @@ mod tests {
         assert_eq!(c, Change::Add { id: 4, addr: "127.0.0.1:7470".into(), peer_addr: None });
         let c: Change = serde_json::from_str(r#"{"op":"remove","id":2}"#).unwrap();
         assert_eq!(c, Change::Remove { id: 2 });
+    }
+
+    /// A learner that gave `cluster add` up is told apart from one that never
+    /// answered: the slow one is still catching up, with its progress, and is
+    /// not sent to check its data dir.
+    #[test]
+    fn a_slow_learner_is_not_taken_for_a_missing_one() {
+        let member =
+            |id, voter, matched| Member { id, addr: format!("127.0.0.1:{id}070"), peer_addr: None, voter, matched };
+        let leader_view = |learner: Option<u64>| Status {
+            node_id: 1,
+            state: "leader".into(),
+            leader: Some(1),
+            leader_addr: Some("127.0.0.1:1070".into()),
+            term: 3,
+            last_log_index: Some(9_000),
+            last_applied: Some(9_000),
+            members: vec![member(1, true, Some(9_000)), member(4, false, learner)],
+        };
+        let silent = not_caught_up(&leader_view(None), 4, "127.0.0.1:4070");
+        assert!(silent.contains("has not answered") && silent.contains("--join"), "{silent}");
+        let slow = not_caught_up(&leader_view(Some(1_200)), 4, "127.0.0.1:4070");
+        assert!(slow.contains("still catching up") && slow.contains("up to index 1200 of 9000"), "{slow}");
+        assert!(slow.contains("run the same add again") && !slow.contains("--join"), "{slow}");
     }
 }
