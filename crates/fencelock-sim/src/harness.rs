@@ -46,6 +46,7 @@ pub struct Outcome<'a> {
 pub fn simulate_every_seed(test: &str) -> Vec<Report> {
     let seeds = seeds();
     let mut reports = Vec::new();
+    let mut traces: Vec<(u64, Vec<String>)> = Vec::new();
     for &seed in &seeds {
         let report = sim::run(&SimConfig::new(seed));
         let (first, again) = (report.trace(), sim::run(&SimConfig::new(seed)).trace());
@@ -56,8 +57,8 @@ pub fn simulate_every_seed(test: &str) -> Vec<Report> {
             reproduce(test, seed)
         );
         reports.push(report);
+        traces.push((seed, first));
     }
-    let mut traces: Vec<(u64, Vec<String>)> = reports.iter().map(|r| (r.config.seed, r.trace())).collect();
     if traces.len() == 1 {
         traces.push((seeds[0] + 1, sim::run(&SimConfig::new(seeds[0] + 1)).trace()));
     }
