@@ -377,6 +377,27 @@ pub struct NativeServer {
     http: String,
 }
 
+/// How long a starting node may take to print its addresses. A start reads
+/// the data dir's snapshot and replays its log first: minutes at 10M leases
+/// (`catchup`), well under a second on the data the workloads leave.
+const START_LIMIT: Duration = Duration::from_secs(600);
+
+/// The first line `from` prints, within `limit`; an error after it (the
+/// reader's thread is then left blocked until its writer ends, which the
+/// caller makes happen by killing the child), or if `from` ends first.
+fn first_line<R: BufRead + Send + 'static>(mut from: R, limit: Duration) -> anyhow::Result<(R, String)> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut line = String::new();
+        let read = from.read_line(&mut line).map(|_| line);
+        let _ = tx.send(read.map(|line| (from, line)));
+    });
+    match rx.recv_timeout(limit) {
+        Ok(read) => Ok(read?),
+        Err(_) => bail!("printed nothing in {limit:?}"),
+    }
+}
+
 impl NativeServer {
     /// Starts a group of one on free ports; returns once it listens.
     pub fn start(dir: &Path) -> anyhow::Result<NativeServer> {
@@ -406,9 +427,14 @@ impl NativeServer {
             let _ = child.wait();
             bail!("the native server's stdin and stdout were not piped");
         };
-        let mut answers = BufReader::new(stdout);
-        let mut line = String::new();
-        answers.read_line(&mut line)?;
+        let (answers, line) = match first_line(BufReader::new(stdout), START_LIMIT) {
+            Ok(read) => read,
+            Err(e) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(e.context(format!("start the native server on {}", dir.display())));
+            }
+        };
         let mut grpc = None;
         let mut http = None;
         for part in line.split_whitespace() {
@@ -916,6 +942,29 @@ mod tests {
         assert_eq!(ids(in_modes(engine("fencelock-3"), Some(ClientMode::PerProcess))), [("fencelock-3".into(), false)]);
         let shared = in_modes(engine("redis"), Some(ClientMode::Shared)).remove(0);
         assert!(shared.info.shared_connection && shared.url == "u" && shared.pids == [7]);
+    }
+
+    /// A starting node that prints nothing does not hold the bench forever:
+    /// the first line is awaited for a bounded time, and one printed in time
+    /// is read with the reader handed back.
+    #[test]
+    fn a_silent_child_is_given_up_on() {
+        let mut silent = Command::new("sleep").arg("30").stdout(Stdio::piped()).spawn().unwrap();
+        let out = BufReader::new(silent.stdout.take().unwrap());
+        // Without the bound this would wait out the sleep and read an empty line.
+        let err = first_line(out, Duration::from_millis(200)).unwrap_err();
+        assert!(err.to_string().contains("printed nothing in 200ms"), "{err}");
+        silent.kill().unwrap();
+        silent.wait().unwrap();
+
+        let mut talks = Command::new("printf").arg("grpc=a http=b\\nmore\\n").stdout(Stdio::piped()).spawn().unwrap();
+        let (mut rest, line) =
+            first_line(BufReader::new(talks.stdout.take().unwrap()), Duration::from_secs(30)).unwrap();
+        assert_eq!(line, "grpc=a http=b\n");
+        let mut next = String::new();
+        rest.read_line(&mut next).unwrap();
+        assert_eq!(next, "more\n");
+        talks.wait().unwrap();
     }
 
     /// Every control command's word reads back as that command; any other
