@@ -423,7 +423,7 @@ impl Engine {
     /// a lease with an owner is its owner's alone (INV-13). A lease that is gone
     /// or has no owner is left to the caller, which knows what to answer.
     pub fn check_lease_owner(&self, caller: &Caller, lease: LeaseId) -> Result<(), EngineError> {
-        match self.leases.get(&lease).and_then(|l| l.owner.as_deref()) {
+        match self.leases.get(&lease).and_then(|l| l.owner()) {
             Some(o) if o != caller.name => Err(EngineError::NotOwner { lease }),
             _ => Ok(()),
         }
@@ -457,7 +457,7 @@ impl Engine {
     fn recorded_reply(&mut self, lease: LeaseId, req: RequestId) -> Option<Reply> {
         let l = self.leases.get(&lease)?;
         if l.kept.as_ref().is_some_and(|k| k.contains(req)) {
-            return Some(Reply::LeaseKept { lease, ttl_ms: l.ttl_ms });
+            return Some(Reply::LeaseKept { lease, ttl_ms: l.ttl() });
         }
         match l.dedup.get(req) {
             None => {

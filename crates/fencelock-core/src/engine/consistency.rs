@@ -53,8 +53,8 @@ impl Engine {
     fn check_owned(&self) -> Result<(), String> {
         let mut want: std::collections::BTreeMap<&str, std::collections::BTreeSet<LeaseId>> = Default::default();
         for (id, lease) in &self.leases {
-            if let Some(o) = &lease.owner {
-                want.entry(&**o).or_default().insert(*id);
+            if let Some(o) = lease.owner() {
+                want.entry(o).or_default().insert(*id);
             }
         }
         let have: std::collections::BTreeMap<&str, std::collections::BTreeSet<LeaseId>> =
@@ -70,7 +70,7 @@ impl Engine {
             if id.0 == 0 {
                 return Err("lease id 0 is never issued".into());
             }
-            check_ttl(lease.ttl_ms).map_err(|e| format!("lease {id}: {e}"))?;
+            check_ttl(lease.ttl()).map_err(|e| format!("lease {id}: {e}"))?;
             let kept = lease.kept.as_ref().map_or(0, |k| k.len());
             if lease.dedup.len() > DEDUP_PER_LEASE || kept > KEEPALIVES_PER_LEASE {
                 return Err(format!(

@@ -52,10 +52,10 @@ impl Engine {
     /// The reply to a retried `GrantLease` whose lease still lives, for `owner`.
     fn lease_granted(&self, id: LeaseId, owner: Option<&str>) -> Reply {
         match self.leases.get(&id) {
-            Some(lease) if lease.owner.is_some() && lease.owner.as_deref() != owner => {
+            Some(lease) if lease.owner().is_some() && lease.owner() != owner => {
                 Reply::Rejected(EngineError::NotOwner { lease: id })
             }
-            Some(lease) => Reply::LeaseGranted { lease: id, ttl_ms: lease.ttl_ms },
+            Some(lease) => Reply::LeaseGranted { lease: id, ttl_ms: lease.ttl() },
             None => Reply::Rejected(EngineError::LeaseNotFound(id)),
         }
     }
@@ -73,7 +73,7 @@ impl Engine {
         let Some(lease) = self.leases.get_mut(&id) else {
             return Reply::Rejected(EngineError::LeaseNotFound(id));
         };
-        let (old, ttl_ms) = (lease.deadline, lease.ttl_ms);
+        let (old, ttl_ms) = (lease.deadline, lease.ttl());
         lease.deadline = self.now.saturating_add(ttl_ms);
         lease.extended = false;
         lease.kept.get_or_insert_with(Box::default).push(req);
@@ -125,7 +125,7 @@ impl Engine {
             return;
         };
         self.timers.remove(lease.deadline, TimerKind::LeaseEnd(id));
-        if let Some(o) = &lease.owner {
+        if let Some(o) = lease.owner() {
             self.disown(o, id);
         }
         if self.grant_reqs.get(&lease.grant_req) == Some(&id) {

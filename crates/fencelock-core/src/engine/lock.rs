@@ -11,7 +11,7 @@
 
 use super::{
     dedup::Outcome,
-    state::{Closed, Closing, Holder, Lock, LockKind, Share},
+    state::{ms32, Closed, Closing, Holder, Lock, LockKind, Share},
     Effects, Engine, TimerKind,
 };
 use crate::validate::{check_acquire, check_cancel, check_release, check_set_value};
@@ -176,7 +176,7 @@ impl Engine {
         self.next_token = self.next_token.saturating_add(1);
         self.tokens_issued = self.tokens_issued.saturating_add(1);
         let (granted_at, mode, weight) = (self.now, share.mode, share.weight);
-        let Closing { lock_delay_ms, hold_at_least_ms } = closing;
+        let (lock_delay_ms, hold_at_least_ms) = (ms32(closing.lock_delay_ms), ms32(closing.hold_at_least_ms));
         let holder = Holder { lease, req, token, granted_at, lock_delay_ms, tag, mode, weight, hold_at_least_ms };
         let (name, lock) = self.locks.get_or_insert_with(name.clone(), Default::default);
         let grant = holder.grant(&name);
@@ -325,10 +325,10 @@ impl Engine {
         self.counts.holders -= 1;
         let has_waiters = !lock.queue.is_empty();
         let held_ms = self.now.saturating_sub(holder.granted_at);
-        let hold_left = holder.hold_left(self.now);
+        let (hold_left, lock_delay) = (holder.hold_left(self.now), holder.lock_delay());
         fx.push(Effect::Released { grant: holder.grant(name), held_ms, cause, tag: holder.tag });
-        if cause == ReleaseCause::Expired && holder.lock_delay_ms > 0 {
-            self.close(name, holder.lock_delay_ms);
+        if cause == ReleaseCause::Expired && lock_delay > 0 {
+            self.close(name, lock_delay);
         }
         if hold_left > 0 {
             self.close(name, hold_left);

@@ -100,8 +100,8 @@ impl Engine {
         let locks = locks.map(|(token, lock)| Grant { lock: lock.clone(), lease, token: *token });
         Some(LeaseInfo {
             lease,
-            owner: l.owner.as_deref().map(str::to_owned),
-            ttl_ms: l.ttl_ms,
+            owner: l.owner().map(str::to_owned),
+            ttl_ms: l.ttl(),
             ttl_left_ms: l.deadline - now,
             locks: locks.collect(),
         })
@@ -197,7 +197,7 @@ impl Engine {
     fn reopens_at(&self, now: Millis, lock: &Lock) -> Option<Millis> {
         let pending = lock.holders.iter().filter(|h| h.lock_delay_ms > 0).filter_map(|h| {
             let deadline = self.lease_deadline(h.lease).filter(|&d| d <= now)?;
-            Some(deadline.saturating_add(h.lock_delay_ms))
+            Some(deadline.saturating_add(h.lock_delay()))
         });
         lock.closed.as_ref().map(|c| c.until).into_iter().chain(pending).max()
     }
@@ -205,11 +205,11 @@ impl Engine {
     fn holder_info(&self, now: Millis, h: &Holder) -> HolderInfo {
         HolderInfo {
             lease: h.lease,
-            owner: self.leases.get(&h.lease).and_then(|l| l.owner.as_deref().map(str::to_owned)),
+            owner: self.leases.get(&h.lease).and_then(|l| l.owner().map(str::to_owned)),
             token: h.token,
             held_ms: now.saturating_sub(h.granted_at),
             ttl_left_ms: self.lease_deadline(h.lease).unwrap_or(0).saturating_sub(now),
-            lock_delay_ms: h.lock_delay_ms,
+            lock_delay_ms: h.lock_delay(),
             mode: h.mode,
             weight: h.weight,
             identity: Tag::identity(h.tag.as_deref()).to_owned(),
