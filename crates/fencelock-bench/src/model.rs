@@ -165,8 +165,18 @@ pub struct Scale {
     pub creates_per_sec: f64,
     /// Server resident memory before creating anything, bytes.
     pub rss_before: u64,
-    /// Server resident memory with all leases live and idle, bytes.
+    /// Server resident memory a second after the last create, bytes (absent
+    /// in results written before [`Scale::rss_after`] waited for it to settle,
+    /// whose `rss_after` is this reading).
+    #[serde(default)]
+    pub rss_after_create: u64,
+    /// Server resident memory with all leases live and idle, once it stopped
+    /// falling (the last 2 s of readings within 1 MiB; at most 30 s after
+    /// `rss_after_create`), bytes.
     pub rss_after: u64,
+    /// Seconds from `rss_after_create` to `rss_after` (absent: not waited for).
+    #[serde(default)]
+    pub settle_seconds: f64,
     /// (rss_after - rss_before) / leases.
     pub bytes_per_lease: f64,
     /// Leases that renew during the CPU measurement.

@@ -857,6 +857,27 @@ fn ratios(md: &mut String, r: &Report) {
     let _ = writeln!(md);
 }
 
+/// W3's memory readings: before, a second after the creates and once settled
+/// (results from before the wait have the one reading after).
+fn memory_line(s: &Scale, grew: u64) -> String {
+    if s.rss_after_create == 0 {
+        return format!(
+            "- Server resident memory: {} before creating anything, {} with every lease live and idle (+{}).",
+            mib(s.rss_before),
+            mib(s.rss_after),
+            mib(grew)
+        );
+    }
+    format!(
+        "- Server resident memory: {} before creating anything, {} a second after the last create, {} with every lease live and idle once it stopped falling, {:.1} s later (+{}).",
+        mib(s.rss_before),
+        mib(s.rss_after_create),
+        mib(s.rss_after),
+        s.settle_seconds,
+        mib(grew)
+    )
+}
+
 fn w3(md: &mut String, s: &Scale) {
     let _ = writeln!(md, "## W3: scale (native server)\n");
     let grew = s.rss_after.saturating_sub(s.rss_before);
@@ -870,7 +891,7 @@ fn w3(md: &mut String, s: &Scale) {
             s.create_seconds,
             rate(s.creates_per_sec)
         ),
-        format!("- Server resident memory: {} before creating anything, {} with every lease live and idle (+{}).", mib(s.rss_before), mib(s.rss_after), mib(grew)),
+        memory_line(s, grew),
         format!("- Memory per live lease (growth ÷ leases): **{:.0} bytes**.", s.bytes_per_lease),
         format!(
             "- Then {} of the leases renewed (TTL {} ms, a keep-alive every TTL/3 ≈ {} ms) for {:.1} s: {} keep-alives acknowledged ({}/s).",

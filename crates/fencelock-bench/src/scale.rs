@@ -77,7 +77,8 @@ pub async fn run(native: &mut NativeServer, leases: u64, renewing: u64, measure:
         bail!("W3 gave up after {GIVE_UP_AFTER} failed creates in a row; {} not asked for", created.not_asked);
     }
     tokio::time::sleep(Duration::from_secs(1)).await;
-    let rss_after = procstat::rss_bytes(pid).context("read the server's resident memory")?;
+    let rss_after_create = procstat::rss_bytes(pid).context("read the server's resident memory")?;
+    let (rss_after, settle_seconds) = settle(pid, rss_after_create).await?;
 
     // The measurement: only the renewing leases are active.
     let cpu_before = procstat::cpu_time(pid).context("read the server's CPU time")?;
@@ -104,7 +105,9 @@ pub async fn run(native: &mut NativeServer, leases: u64, renewing: u64, measure:
         create_seconds_runs: vec![create_seconds],
         creates_per_sec: if create_seconds > 0.0 { leases as f64 / create_seconds } else { 0.0 },
         rss_before,
+        rss_after_create,
         rss_after,
+        settle_seconds,
         bytes_per_lease: if leases > 0 { rss_after.saturating_sub(rss_before) as f64 / leases as f64 } else { 0.0 },
         renewing,
         renew_ttl_ms: RENEW_TTL.as_millis() as u64,
@@ -127,6 +130,42 @@ pub async fn run(native: &mut NativeServer, leases: u64, renewing: u64, measure:
         held_locks_end: after.held_locks,
         lease_expirations: after.expirations,
     })
+}
+
+/// How often [`settle`] reads the server's resident memory.
+const SETTLE_EVERY: Duration = Duration::from_millis(500);
+/// The readings that must lie within [`SETTLE_BAND`] for the memory to count
+/// as settled: 2 s of them.
+const SETTLE_READINGS: usize = 4;
+/// How far apart the last [`SETTLE_READINGS`] may lie: 1 MiB.
+const SETTLE_BAND: u64 = 1 << 20;
+/// The longest [`settle`] waits; it then takes the last reading.
+const SETTLE_LIMIT: Duration = Duration::from_secs(30);
+
+/// The server's resident memory once it has stopped falling, and the seconds
+/// that took, starting from `first` (read a second after the creates). The
+/// allocator returns freed pages to the system a while after they were freed
+/// (mimalloc purges after a delay, on its next calls): at 1M leases the
+/// server's memory went on falling for about 8 s, by some 70 MB, after the
+/// creates (issue 38 §3). An idle lease's cost is what stays.
+async fn settle(pid: u32, first: u64) -> anyhow::Result<(u64, f64)> {
+    let from = Instant::now();
+    let mut readings = vec![first];
+    while !settled(&readings) && from.elapsed() < SETTLE_LIMIT {
+        tokio::time::sleep(SETTLE_EVERY).await;
+        readings.push(procstat::rss_bytes(pid).context("read the server's resident memory")?);
+    }
+    let last = readings.last().copied().unwrap_or(first);
+    Ok((last, from.elapsed().as_secs_f64()))
+}
+
+/// Whether the last [`SETTLE_READINGS`] of `readings` lie within [`SETTLE_BAND`].
+fn settled(readings: &[u64]) -> bool {
+    let Some(last) = readings.len().checked_sub(SETTLE_READINGS).map(|from| &readings[from..]) else {
+        return false;
+    };
+    let (lo, hi) = (last.iter().min(), last.iter().max());
+    matches!((lo, hi), (Some(lo), Some(hi)) if hi - lo <= SETTLE_BAND)
 }
 
 /// `count` sessions ([`SESSIONS`] in W3) to the server at `url`, each on a
@@ -384,6 +423,22 @@ impl ServerCounters {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Rule: the memory counts as settled only once the last 2 s of
+    /// readings lie within 1 MiB, not while it still falls, nor before there
+    /// are 2 s of readings.
+    #[test]
+    fn memory_settles_when_it_stops_falling() {
+        const MIB: u64 = 1 << 20;
+        assert!(!settled(&[]), "no reading");
+        assert!(!settled(&[500 * MIB; 3]), "fewer readings than 2 s of them");
+        assert!(settled(&[500 * MIB; 4]));
+        let falling = [576, 560, 540, 520, 510, 506].map(|m| m * MIB);
+        assert!(!settled(&falling), "still falling by MBs a reading");
+        let flat = [576, 560, 540, 520, 505, 505, 504, 505].map(|m| m * MIB);
+        assert!(settled(&flat), "the last four within 1 MiB");
+        assert!(!settled(&[505 * MIB, 505 * MIB, 505 * MIB, 505 * MIB + MIB + 1]), "one reading beyond the band");
+    }
 
     /// An excerpt of the server's real `/metrics`.
     #[test]
