@@ -46,42 +46,43 @@
 //! are rejected before any of this and leave no trace (INV-9).
 //!
 //! # Memory per lease (issue 19 §4, issue 38 §3)
-//! An idle lease holding one lock of its own costs the engine about 377 bytes
+//! An idle lease holding one lock of its own costs the engine about 329 bytes
 //! of heap at 1M leases (617 before issue 38's compact records, 1,505 before
 //! issue 19's compact layout), measured by the counting allocator of
 //! `tests/it/footprint.rs` with `FOOTPRINT_LEASES=1000000 cargo nextest run -p
 //! fencelock-core --release footprint:: --run-ignored only --no-capture` on a
 //! 2-core machine (of which 8 are the test's own list of lease ids):
-//! - the lease record, boxed (160 with its `Arc`'s counts), which keeps in
-//!   place its one hold (32, a [`small::Small`]) and its one remembered reply
-//!   (48, a [`dedup::Dedup`]), and its waits behind a pointer (8, boxed while
-//!   it waits: [`ondemand::OnDemand`]);
-//! - three map slots of 16 bytes, in the sorted vector chunks of a
-//!   [`cowmap::CowMap`]: its entry in the lease map, its `GrantLease` request
-//!   in `grant_reqs`, and its expiry timer (expiries have a set of their own,
-//!   by instant and id: [`timers`]);
-//! - the lock record, boxed (104), which keeps its one holder (64) in place
-//!   and its queue and lock-delay behind pointers (8 each), and its map slot
-//!   (~24);
+//! - the lease record (128), in place in its chunk of the lease map with its
+//!   id (8): it keeps in place its one hold (32, a [`small::Small`]) and its
+//!   one remembered reply (48, a [`dedup::Dedup`]), and behind a pointer each
+//!   its waits (boxed while it waits: [`ondemand::OnDemand`]), its keep-alives
+//!   and its owner; its TTL is 32 bits (`state::ms32`);
+//! - two more map slots of 16 bytes, in the sorted vector chunks of a
+//!   [`cowmap::CowMap`]: its `GrantLease` request in `grant_reqs`, and its
+//!   expiry timer (expiries have a set of their own, by instant and id:
+//!   [`timers`]);
+//! - the lock record behind its `Arc` (96), which keeps its one holder (56) in
+//!   place and its queue and lock-delay behind pointers (8 each), and its map
+//!   slot (~24 in chunks three-quarters full on average);
 //! - the name (~32), shared by the map key, the hold, the remembered reply and
 //!   any timer.
 //!
 //! Issue 38's steps, at 1M: a set of timers per kind 617 → 588, vector chunks
 //! → 513, waits, queue and lock-delay boxed while in use and the owner a
 //! `Box<str>` → 449, the hold, the holder and the remembered reply in place
-//! → 377. The server adds malloc's per-chunk overhead, the watch history (a
-//! bounded ring), redb's cache (at most 64 MiB) and what transient requests
-//! leave fragmented: `fencelock-bench` W3 saw ~1,000 bytes of RSS per lease
-//! at 500k, before issue 38. A copy of the engine (a snapshot's, taken
-//! while applies wait) shares its maps' chunks and its records, copied on
-//! their next change: 2 ms and 0.8 MB at 1M (0.26 s and 177 MB when the maps
-//! were `BTreeMap`s), and keep-alives to every tenth lease while it lives
-//! copy 60 MB (137 MB with `BTreeMap` chunks). The JSON snapshot of that
-//! state is ~416 bytes per lease (at 1M: 416 MB in ~1.2 s; the server streams
-//! it to a file), unchanged by the compact records. An engine read back from
-//! it holds ~375 bytes per lease (in ~3.5 s, at a peak of 437 MB above the
-//! state and its bytes): `decode.rs` shares the names again and trims the
-//! vectors serde grows.
+//! → 377, the lease records in place in their chunks → 353, 32-bit durations
+//! and a thin owner pointer → 329. The server adds its allocator's size
+//! classes and pages, the watch history (a bounded ring) and the Raft log's
+//! newest entries: `fencelock-bench` W3 saw 489 bytes of resident memory per
+//! idle lease at 1M once it settled (`docs/guide/performance.md`, "W3's
+//! memory, where it goes"). A copy of the engine (a snapshot's, taken while
+//! applies wait) shares its maps' chunks, copied on their next change: 3 ms
+//! and 0.8 MB at 1M (0.26 s and 177 MB when the maps were `BTreeMap`s), and
+//! keep-alives to every tenth lease while it lives copy 163 MB (a chunk of
+//! lease records is copied whole). The JSON snapshot of that state is ~416
+//! bytes per lease (at 1M: 416 MB in ~1.4 s; the server streams it to a
+//! file). An engine read back from it holds ~327 bytes per lease (in ~4 s):
+//! `decode.rs` shares the names again and trims the vectors serde grows.
 //!
 //! # Cost per command (issue 19 §4)
 //! A command searches its lease, its lock, and its lease's memory of outcomes

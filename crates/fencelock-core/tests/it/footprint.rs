@@ -1,6 +1,7 @@
 //! The engine's memory per idle lease, and the cost of one snapshot of it: a
 //! measurement, not a check of a bound (issue 19 §4; numbers belong in the
-//! bench and the report, see `docs/design.md`, "Memory per lease").
+//! bench and the report: the crate's docs, "Memory per lease", and
+//! `docs/guide/performance.md`, "W3's memory, where it goes").
 //!
 //! Where it sits: beside the model test, through the public API only, with a
 //! counting global allocator of its own (this test binary only). It builds
