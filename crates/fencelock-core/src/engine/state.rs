@@ -48,10 +48,8 @@ pub(crate) struct Lease {
     /// The identity that granted it (see [`crate::Command::As`], and
     /// [`Lease::owner`]); `None`: anyone. Boxed twice, so that the record
     /// holds a thin pointer: with it and the 32-bit TTL a record is 128 bytes,
-    /// and a chunk of leases (256 records) 32 KiB, a size mimalloc, the
-    /// allocator the server ships with, hands out as asked; at 144 bytes a
-    /// chunk was 36 KiB, handed out as 40 (issue 38 §3). An owned lease pays
-    /// 16 bytes for the second box.
+    /// not 144, in its chunk of the lease map (issue 38 §3). An owned lease
+    /// pays 16 bytes for the second box.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     owner: Option<Box<Box<str>>>,
 }
@@ -402,10 +400,10 @@ fn is_zero<T: Default + PartialEq>(n: &T) -> bool {
 /// holder's lock-delay and hold-at-least. Every bound a request is checked
 /// against fits (asserted below), so a checked value is kept as it is; one
 /// beyond 32 bits could only come from a record no request made, and
-/// saturates. A snapshot's record beyond 32 bits does not decode. Holders are
-/// the most of a lock's record and leases are kept in place in chunks: 32 bits
-/// make a lock (behind its `Arc`) 96 bytes, not 104 in an allocation of 112,
-/// and a lease record 128 bytes, not 144 (issue 38 §3).
+/// saturates. A snapshot's record beyond 32 bits does not decode. A holder is
+/// most of a lock's record, and leases are kept in place in chunks: 32 bits
+/// make a lock 80 bytes, not 88, and a lease record 128, not 144 (issue 38
+/// §3; the footprint test's idle lease with a lock went from 346 to 322 bytes).
 pub(crate) fn ms32(ms: u64) -> u32 {
     u32::try_from(ms).unwrap_or(u32::MAX)
 }
@@ -454,10 +452,9 @@ impl Lock {
 mod tests {
     use super::*;
 
-    /// Rule (issue 38 §3): a lease record is 128 bytes, so that a chunk of
-    /// 256 of them is an allocation of 32 KiB, and a lock 80, so that it
-    /// behind its `Arc` is 96 bytes: sizes mimalloc hands out as asked (see
-    /// [`ms32`]). A field added to either must find room or move these.
+    /// Rule (issue 38 §3): a lease record is 128 bytes and a lock 80 (see
+    /// [`ms32`]); every idle lease pays for one of each. A field added to
+    /// either must find room in it, or move these on purpose.
     #[test]
     fn records_keep_their_sizes() {
         assert_eq!(std::mem::size_of::<Lease>(), 128, "a lease record");
