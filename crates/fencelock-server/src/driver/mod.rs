@@ -533,7 +533,7 @@ impl Driver {
     /// Hands the entry to openraft now, after every earlier one (the send to
     /// its core does not wait), and keeps where its answer comes.
     async fn propose(&mut self, seq: u64, input: Input) {
-        let rx = self.raft.client_write_ff(input).await;
+        let rx = self.raft.client_write_ff(input.into()).await;
         self.writes.push_back((seq, rx.map_err(|fatal| DriverError::Unavailable(fatal.to_string()))));
     }
 

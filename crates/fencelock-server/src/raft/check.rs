@@ -138,8 +138,8 @@ fn read_all(db: &impl ReadableDatabase, dir: &Path) -> Result<DataReport, DbErro
         // committed ones, and the next leader commits the rest or replaces them
         // (a single node commits them all).
         let replay = snapshot_index.is_none_or(|s| index > s);
-        if let (true, EntryPayload::Normal(input)) = (replay, &entry.payload) {
-            engine.step(input);
+        if let (true, EntryPayload::Normal(d)) = (replay, &entry.payload) {
+            engine.step(d.input());
         }
         entries += 1;
         first = first.or(Some(index));

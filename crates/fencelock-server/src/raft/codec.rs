@@ -25,9 +25,14 @@
 //! malformed protobuf: each is a [`CodecError::Corrupt`] naming the record, never
 //! a panic. (The frame's CRC catches flipped bytes before the codec runs.)
 //!
-//! The codec is local to one node's storage: peers exchange entries in their
-//! own message format and every node re-encodes what it receives, so a group
-//! may mix versions freely. A node started on an older binary that lacks
+//! Peers send each other entries in codec 2 as well (the framed
+//! `AppendEntriesV2` and its stream, `network.rs`; the unary JSON call stays
+//! for older peers). An input keeps the bytes it was encoded to or decoded
+//! from ([`LogInput`]): the leader encodes an entry once, for its own log, and
+//! sends those bytes to every follower; a follower writes an input's bytes as
+//! they came. A field a newer leader adds to `log.proto` thus reaches an older
+//! follower's log intact (that follower skips it when it decodes), and a newer
+//! node again from there. A node started on an older binary that lacks
 //! codec 2 refuses the data dir: its segment log reports "unknown codec 2 of
 //! entry …", its redb log "unknown record format 0xf2" (frame V2). This binary
 //! names any codec it does not know, and that a newer version wrote it.
@@ -46,12 +51,13 @@
 //! The time is small against an fsync either way; the size is what each
 //! append writes (and each follower's log, and each record's CRC, covers).
 
+use bytes::Bytes;
 use fencelock_core::{Acquire, Caller, ClusterId, Command, Input, LeaseId, Mode, RequestId, Token};
 use fencelock_proto::log as pb;
 use openraft::{CommittedLeaderId, Entry, EntryPayload, LogId};
 use prost::Message;
 
-use super::TypeConfig;
+use super::{LogInput, NodeId, TypeConfig};
 
 /// Codec 1: the serde JSON of the entry.
 pub(crate) const CODEC_JSON: u8 = 1;
@@ -74,12 +80,26 @@ pub enum CodecError {
     Corrupt { record: String, why: String },
 }
 
-/// `entry` in the current codec ([`CODEC_CURRENT`]).
+/// `entry` in the current codec ([`CODEC_CURRENT`]). An input that carries
+/// its bytes ([`LogInput::encoded`]) is not encoded again: they are copied.
 pub(crate) fn encode_entry(entry: &Entry<TypeConfig>) -> Result<Vec<u8>, CodecError> {
-    Ok(entry_to_pb(entry)?.encode_to_vec())
+    let payload = raw_payload(&entry.payload)?;
+    Ok(RawEntry { log_id: Some(log_id_to_pb(&entry.log_id)), payload: Some(payload) }.encode_to_vec())
 }
 
-/// The entry `bytes` hold in `codec`; `record` names it for errors.
+/// [`encode_entry`], and an input left without its bytes keeps them, for
+/// whoever reads the entry next (the log store calls this as it appends).
+pub(crate) fn encode_and_keep(entry: &mut Entry<TypeConfig>) -> Result<Vec<u8>, CodecError> {
+    if let EntryPayload::Normal(d) = &mut entry.payload {
+        if d.encoded().is_none() {
+            d.keep_encoded(encode_input(d.input())?);
+        }
+    }
+    encode_entry(entry)
+}
+
+/// The entry `bytes` hold in `codec`; `record` names it for errors. In
+/// codec 2 an input keeps the bytes it was decoded from.
 pub(crate) fn decode_entry(
     record: &dyn Fn() -> String,
     codec: u8,
@@ -87,7 +107,7 @@ pub(crate) fn decode_entry(
 ) -> Result<Entry<TypeConfig>, CodecError> {
     let decoded = match codec {
         CODEC_JSON => serde_json::from_slice(bytes).map_err(|e| format!("JSON: {e}")),
-        CODEC_PROTO => pb::Entry::decode(bytes).map_err(|e| format!("protobuf: {e}")).and_then(entry_from_pb),
+        CODEC_PROTO => RawEntry::decode(bytes).map_err(|e| format!("protobuf: {e}")).and_then(entry_from_raw),
         other => Err(format!(
             "unknown entry codec {other}: this fencelock reads codecs {CODEC_JSON} (JSON) and {CODEC_PROTO} \
              (protobuf fencelock.log.v1); the entry was written by a newer version"
@@ -96,26 +116,63 @@ pub(crate) fn decode_entry(
     decoded.map_err(|why| CodecError::Corrupt { record: record(), why })
 }
 
-fn entry_to_pb(entry: &Entry<TypeConfig>) -> Result<pb::Entry, CodecError> {
-    use pb::entry::Payload;
-    let id = &entry.log_id;
-    let log_id = pb::LogId { term: id.leader_id.term, node_id: id.leader_id.node_id, index: id.index };
-    let payload = match &entry.payload {
-        EntryPayload::Blank => Payload::Blank(pb::Blank {}),
-        EntryPayload::Normal(input) => Payload::Normal(input_to_pb(input)?),
-        EntryPayload::Membership(m) => Payload::MembershipJson(serde_json::to_vec(m)?),
-    };
-    Ok(pb::Entry { log_id: Some(log_id), payload: Some(payload) })
+/// `fencelock.log.v1.Entry` with its `normal` input left as bytes: the same
+/// fields and tags as `log.proto`'s `Entry` (a message field is
+/// length-delimited, as bytes are), so that an input's bytes can be kept
+/// when it is decoded and written as they are when it is encoded.
+/// `tests::the_raw_entry_is_log_protos_entry` holds it to the generated type.
+#[derive(Clone, PartialEq, prost::Message)]
+struct RawEntry {
+    #[prost(message, optional, tag = "1")]
+    log_id: Option<pb::LogId>,
+    #[prost(oneof = "RawPayload", tags = "2, 3, 4")]
+    payload: Option<RawPayload>,
 }
 
-fn entry_from_pb(e: pb::Entry) -> Result<Entry<TypeConfig>, String> {
-    use pb::entry::Payload;
+/// The payload of a [`RawEntry`]: `log.proto`'s `Entry.payload`, `normal` as bytes.
+#[derive(Clone, PartialEq, prost::Oneof)]
+enum RawPayload {
+    #[prost(message, tag = "2")]
+    Blank(pb::Blank),
+    /// A `fencelock.log.v1.Input`, encoded.
+    #[prost(bytes = "bytes", tag = "3")]
+    Normal(Bytes),
+    #[prost(bytes = "vec", tag = "4")]
+    MembershipJson(Vec<u8>),
+}
+
+fn log_id_to_pb(id: &LogId<NodeId>) -> pb::LogId {
+    pb::LogId { term: id.leader_id.term, node_id: id.leader_id.node_id, index: id.index }
+}
+
+/// `payload` as it is encoded: a normal one's input from its bytes if it
+/// has them.
+fn raw_payload(payload: &EntryPayload<TypeConfig>) -> Result<RawPayload, CodecError> {
+    Ok(match payload {
+        EntryPayload::Blank => RawPayload::Blank(pb::Blank {}),
+        EntryPayload::Membership(m) => RawPayload::MembershipJson(serde_json::to_vec(m)?),
+        EntryPayload::Normal(d) => RawPayload::Normal(match d.encoded() {
+            Some(bytes) => bytes.clone(),
+            None => encode_input(d.input())?,
+        }),
+    })
+}
+
+/// `input` as a `fencelock.log.v1.Input`.
+fn encode_input(input: &Input) -> Result<Bytes, CodecError> {
+    Ok(input_to_pb(input)?.encode_to_vec().into())
+}
+
+fn entry_from_raw(e: RawEntry) -> Result<Entry<TypeConfig>, String> {
     let id = need(e.log_id, "an entry without its log id")?;
     let log_id = LogId::new(CommittedLeaderId::new(id.term, id.node_id), id.index);
     let payload = match need(e.payload, "an entry without a payload")? {
-        Payload::Blank(_) => EntryPayload::Blank,
-        Payload::Normal(input) => EntryPayload::Normal(input_from_pb(input)?),
-        Payload::MembershipJson(json) => {
+        RawPayload::Blank(_) => EntryPayload::Blank,
+        RawPayload::Normal(bytes) => {
+            let input = pb::Input::decode(bytes.as_ref()).map_err(|e| format!("protobuf: {e}"))?;
+            EntryPayload::Normal(LogInput::with_encoded(input_from_pb(input)?, bytes))
+        }
+        RawPayload::MembershipJson(json) => {
             EntryPayload::Membership(serde_json::from_slice(&json).map_err(|e| format!("membership: {e}"))?)
         }
     };

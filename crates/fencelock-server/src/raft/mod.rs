@@ -11,13 +11,15 @@
 //! it, sent from it in chunks, received into one and adopted by rename
 //! ([`snapshot_data::SnapshotData`]).
 
-use fencelock_core::{Input, Output};
+use fencelock_core::Output;
+pub use log_input::LogInput;
 
 pub mod check;
 pub(crate) mod codec;
 pub mod db;
 pub mod db_error;
 pub mod identity;
+pub mod log_input;
 pub mod log_store;
 pub mod network;
 pub(crate) mod record;
@@ -101,7 +103,7 @@ pub enum Bootstrap {
 openraft::declare_raft_types!(
     /// openraft types of fencelock.
     pub TypeConfig:
-        D = Input,
+        D = LogInput,
         R = Output,
         NodeId = u64,
         Node = Member,

@@ -382,10 +382,10 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             self.before_apply(entry.log_id.index);
             let out = match &entry.payload {
                 EntryPayload::Blank => Output::default(),
-                EntryPayload::Normal(input) if costs_the_state(input) => {
-                    off_the_runtime(|| self.step_and_publish(&entry.log_id, input))?
+                EntryPayload::Normal(d) if costs_the_state(d.input()) => {
+                    off_the_runtime(|| self.step_and_publish(&entry.log_id, d.input()))?
                 }
-                EntryPayload::Normal(input) => self.step_and_publish(&entry.log_id, input)?,
+                EntryPayload::Normal(d) => self.step_and_publish(&entry.log_id, d.input())?,
                 EntryPayload::Membership(m) => {
                     self.last_membership = StoredMembership::new(Some(entry.log_id), m.clone());
                     Output::default()

@@ -38,7 +38,7 @@ pub(super) fn membership(term: u64, index: u64, voters: &[NodeId]) -> Entry<Type
 }
 
 pub(super) fn normal(term: u64, index: u64, input: Input) -> Entry<TypeConfig> {
-    Entry { log_id: log_id(term, index), payload: EntryPayload::Normal(input) }
+    Entry { log_id: log_id(term, index), payload: EntryPayload::Normal(input.into()) }
 }
 
 pub(super) fn grant(req: u64, ttl_ms: u64) -> Command {
@@ -1083,9 +1083,12 @@ async fn replicate_and_install(learner: Peer) -> Arc<Calls> {
         .unwrap();
     let lraft = nodes[&leader].raft.clone();
 
-    let w = lraft.client_write(Input::leader_start(10)).await.unwrap();
+    let w = lraft.client_write(Input::leader_start(10).into()).await.unwrap();
     assert_eq!(w.data, Output { next_deadline: None, ..Output::default() });
-    let w = lraft.client_write(Input::Batch { now: 20, cmds: vec![grant(1, 60_000), grant(2, 60_000)] }).await.unwrap();
+    let w = lraft
+        .client_write(Input::Batch { now: 20, cmds: vec![grant(1, 60_000), grant(2, 60_000)] }.into())
+        .await
+        .unwrap();
     assert_eq!(
         w.data.replies,
         vec![
@@ -1146,10 +1149,10 @@ async fn grant_until(raft: super::Raft, stop: Arc<std::sync::atomic::AtomicBool>
     let mut i = 1_000;
     while !stop.load(Ordering::Relaxed) {
         i += 1;
-        let granted = raft.client_write(Input::Batch { now: i, cmds: vec![grant(i, 60_000)] }).await.unwrap();
+        let granted = raft.client_write(Input::Batch { now: i, cmds: vec![grant(i, 60_000)] }.into()).await.unwrap();
         let Reply::LeaseGranted { lease, .. } = granted.data.replies[0] else { panic!("{:?}", granted.data) };
         let acquire = Command::Acquire(Acquire::exclusive(RequestId(i), lease, format!("g/{i}"), 0));
-        let taken_now = raft.client_write(Input::Batch { now: i, cmds: vec![acquire] }).await.unwrap();
+        let taken_now = raft.client_write(Input::Batch { now: i, cmds: vec![acquire] }.into()).await.unwrap();
         assert!(matches!(taken_now.data.replies[0], Reply::Acquired(_)), "{:?}", taken_now.data);
         taken.fetch_add(1, Ordering::Relaxed);
     }
@@ -1188,9 +1191,9 @@ async fn a_wiped_follower_catches_up_by_a_chunked_snapshot_while_grants_go_on() 
     let leader = nodes[&1].raft.wait(timeout).metrics(|m| m.current_leader.is_some(), "a leader").await.unwrap();
     let leader = leader.current_leader.unwrap();
     let lraft = nodes[&leader].raft.clone();
-    lraft.client_write(Input::leader_start(10)).await.unwrap();
+    lraft.client_write(Input::leader_start(10).into()).await.unwrap();
     let grants: Vec<Command> = (1..=300).map(|r| grant(r, 60_000)).collect();
-    lraft.client_write(Input::Batch { now: 20, cmds: grants }).await.unwrap();
+    lraft.client_write(Input::Batch { now: 20, cmds: grants }.into()).await.unwrap();
 
     // Wipe a follower: out of the group, stopped, its data dir gone.
     let victim = *addrs.keys().find(|id| **id != leader).unwrap();

@@ -274,7 +274,7 @@ fn entries() -> Vec<Entry<TypeConfig>> {
     let mut entries: Vec<Entry<TypeConfig>> = inputs()
         .into_iter()
         .enumerate()
-        .map(|(i, input)| Entry { log_id: log_id(2, i as u64 + 3), payload: EntryPayload::Normal(input) })
+        .map(|(i, input)| Entry { log_id: log_id(2, i as u64 + 3), payload: EntryPayload::Normal(input.into()) })
         .collect();
     entries.push(Entry { log_id: log_id(2, 1), payload: EntryPayload::Blank });
     let members = Membership::new(vec![[1u64, 2, 3].into()], None);
@@ -375,7 +375,7 @@ fn log_entries_apply() {
         let EntryPayload::Normal(input) = entry.payload else { return Ok(Accepted) };
         let mut engine = base.clone();
         let before = engine.stats().token_counter;
-        engine.step(&input);
+        engine.step(input.input());
         if engine.stats().token_counter < before {
             return Err("an entry lowered the token counter".into());
         }

@@ -105,7 +105,7 @@ fn log_id(index: u64) -> LogId<u64> {
 /// Applies `cmds` as the entry at `index`; its replies.
 async fn apply(sm: &mut StateMachine, index: u64, cmds: Vec<Command>) -> Vec<Reply> {
     let input = Input::Batch { now: index, cmds };
-    let entry = Entry::<TypeConfig> { log_id: log_id(index), payload: EntryPayload::Normal(input) };
+    let entry = Entry::<TypeConfig> { log_id: log_id(index), payload: EntryPayload::Normal(input.into()) };
     sm.apply([entry]).await.expect("apply").pop().expect("one output").replies
 }
 

@@ -24,7 +24,7 @@ fn entry(payload: EntryPayload<TypeConfig>) -> Entry<TypeConfig> {
 }
 
 fn batch(cmds: Vec<Command>) -> Entry<TypeConfig> {
-    entry(EntryPayload::Normal(Input::Batch { now: 123_456, cmds }))
+    entry(EntryPayload::Normal(Input::Batch { now: 123_456, cmds }.into()))
 }
 
 /// The JSON text of `e` (text, not `serde_json::Value`, which cannot hold a
@@ -171,13 +171,16 @@ fn every_command_round_trips_to_the_same_json() {
 fn every_other_payload_round_trips_to_the_same_json() {
     let cases = [
         EntryPayload::Blank,
-        EntryPayload::Normal(Input::leader_start(0)),
-        EntryPayload::Normal(Input::LeaderStart {
-            now: u64::MAX,
-            token_floor: fencelock_core::token_floor(1_795_000_000),
-            cluster_id: Some(ClusterId(u128::MAX - 0x1234)),
-        }),
-        EntryPayload::Normal(Input::LeaderStart { now: 5, token_floor: 0, cluster_id: Some(ClusterId(7)) }),
+        EntryPayload::Normal(Input::leader_start(0).into()),
+        EntryPayload::Normal(
+            Input::LeaderStart {
+                now: u64::MAX,
+                token_floor: fencelock_core::token_floor(1_795_000_000),
+                cluster_id: Some(ClusterId(u128::MAX - 0x1234)),
+            }
+            .into(),
+        ),
+        EntryPayload::Normal(Input::LeaderStart { now: 5, token_floor: 0, cluster_id: Some(ClusterId(7)) }.into()),
         EntryPayload::Membership(membership(&[1, 2, 3])),
     ];
     for payload in cases {
@@ -230,6 +233,75 @@ fn a_flipped_byte_of_a_coded_entry_is_caught() {
         let err = db::decode_entry(7, &bad).expect_err("a flipped entry must not decode");
         assert!(matches!(err, DbError::Corrupt { .. }) && err.to_string().contains("raft_log[7]"), "{err}");
     }
+}
+
+/// `e` as the generated `fencelock.log.v1.Entry`, built field by field from
+/// `log.proto`'s own types (not through [`RawEntry`]).
+fn entry_to_pb(e: &Entry<TypeConfig>) -> Result<pb::Entry, CodecError> {
+    use pb::entry::Payload;
+    let payload = match &e.payload {
+        EntryPayload::Blank => Payload::Blank(pb::Blank {}),
+        EntryPayload::Normal(d) => Payload::Normal(input_to_pb(d.input())?),
+        EntryPayload::Membership(m) => Payload::MembershipJson(serde_json::to_vec(m)?),
+    };
+    Ok(pb::Entry { log_id: Some(log_id_to_pb(&e.log_id)), payload: Some(payload) })
+}
+
+/// Every kind of entry: a batch of every command, an empty one, the leader
+/// starts, a blank and a membership.
+fn every_kind() -> Vec<Entry<TypeConfig>> {
+    vec![
+        batch(commands()),
+        batch(Vec::new()),
+        entry(EntryPayload::Normal(Input::leader_start(0).into())),
+        entry(EntryPayload::Normal(
+            Input::LeaderStart { now: 5, token_floor: 9, cluster_id: Some(ClusterId(u128::MAX - 7)) }.into(),
+        )),
+        entry(EntryPayload::Blank),
+        entry(EntryPayload::Membership(membership(&[1, 2, 3]))),
+    ]
+}
+
+/// `RawEntry` is `log.proto`'s `Entry` on the wire: each kind of entry
+/// encodes to the bytes the generated type makes of it, and those decode to it.
+#[test]
+fn the_raw_entry_is_log_protos_entry() {
+    for e in every_kind() {
+        let generated = entry_to_pb(&e).unwrap().encode_to_vec();
+        assert_eq!(encode_entry(&e).unwrap(), generated, "{e:?}");
+        assert_eq!(json(&decode_entry(&name, CODEC_PROTO, &generated).unwrap()), json(&e));
+    }
+}
+
+/// An input keeps the bytes it was encoded to (the leader's log append) and
+/// decoded from (a follower's receipt), and the entry is then written from
+/// them, not encoded again: bytes a newer leader added to an input (here a
+/// field this build does not know, which a fresh encoding would drop)
+/// reach the log as they came, and still decode to the same input.
+#[test]
+fn an_input_keeps_its_bytes_and_is_written_from_them() {
+    for mut e in every_kind() {
+        let written = encode_and_keep(&mut e).unwrap();
+        if let EntryPayload::Normal(d) = &e.payload {
+            assert_eq!(d.encoded(), Some(&encode_input(d.input()).unwrap()), "{e:?} keeps its bytes");
+        }
+        let received = decode_entry(&name, CODEC_PROTO, &written).unwrap();
+        assert_eq!(encode_entry(&received).unwrap(), written);
+    }
+    let e = batch(commands());
+    let mut input = encode_input(match &e.payload {
+        EntryPayload::Normal(d) => d.input(),
+        _ => unreachable!(),
+    })
+    .unwrap()
+    .to_vec();
+    input.extend_from_slice(&[15 << 3, 42]); // field 15, varint 42: unknown here
+    let raw = RawEntry { log_id: Some(log_id_to_pb(&e.log_id)), payload: Some(RawPayload::Normal(input.into())) };
+    let sent = raw.encode_to_vec();
+    let received = decode_entry(&name, CODEC_PROTO, &sent).unwrap();
+    assert_eq!(json(&received), json(&e));
+    assert_eq!(encode_entry(&received).unwrap(), sent, "written as received");
+    assert_ne!(encode_entry(&e).unwrap(), sent, "a fresh encoding drops the unknown field");
 }
 
 /// `pb` encoded and decoded as codec 2 must be a Corrupt error naming the

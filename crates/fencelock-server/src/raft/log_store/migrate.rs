@@ -134,9 +134,9 @@ pub fn build(db: &Database, dir: &Path, seams: &Seams) -> Result<Migrated, DbErr
     let mut chunk = Vec::with_capacity(CHUNK);
     for item in txn.open_table(LOG)?.iter()? {
         let (k, v) = item?;
-        let entry = db::decode_entry(k.value(), v.value())?;
+        let mut entry = db::decode_entry(k.value(), v.value())?;
         check_entry(k.value(), &entry, moved.last, purged)?;
-        chunk.push(Rec::encode(&entry)?);
+        chunk.push(Rec::encode(&mut entry)?);
         moved = Migrated { entries: moved.entries + 1, first: moved.first.or(Some(k.value())), last: Some(k.value()) };
         if chunk.len() == CHUNK {
             segs.write(&std::mem::take(&mut chunk))?;

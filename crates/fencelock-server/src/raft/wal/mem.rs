@@ -29,7 +29,8 @@ use super::segments::{Loaded, Rec};
 use super::{NodeId, TypeConfig};
 
 /// The most encoded bytes of entries kept decoded: 1 MiB, about 35,000
-/// commands (some 8 MB decoded), far more than openraft has in flight. W3
+/// commands (some 8 MB decoded, and the 1 MiB of bytes each input keeps,
+/// `LogInput`), far more than openraft has in flight. W3
 /// counts what is kept decoded as memory per lease: 4 MiB was about 30 MB.
 pub const DECODED_BYTES: usize = 1 << 20;
 
@@ -189,13 +190,13 @@ mod tests {
 
     /// Entries `lo..hi`, each a batch of `commands` lease grants.
     fn batches(lo: u64, hi: u64, commands: u64) -> (Vec<Entry<TypeConfig>>, Vec<Rec>) {
-        let entries: Vec<_> = (lo..hi)
+        let mut entries: Vec<_> = (lo..hi)
             .map(|i| {
                 let cmds: Vec<Command> = (0..commands).map(|c| grant(i * 1000 + c, 5_000)).collect();
                 normal(1, i, Input::Batch { now: i, cmds })
             })
             .collect();
-        let recs = entries.iter().map(|e| Rec::encode(e).unwrap()).collect();
+        let recs = entries.iter_mut().map(|e| Rec::encode(e).unwrap()).collect();
         (entries, recs)
     }
 
@@ -219,7 +220,7 @@ mod tests {
 
     /// What a start-up scan of `entries` loads.
     fn loaded(entries: &[Entry<TypeConfig>]) -> Loaded {
-        let sizes = entries.iter().map(|e| Rec::encode(e).unwrap().payload.len()).collect();
+        let sizes = entries.iter().map(|e| Rec::encode(&mut e.clone()).unwrap().payload.len()).collect();
         Loaded { entries: entries.to_vec(), sizes }
     }
 

@@ -193,8 +193,8 @@ impl Wal {
     /// Puts `entries` in memory and queues them for the log thread, which
     /// calls `done` once they are durable (or failed). `done` is called with
     /// the error if this returns one.
-    pub fn append(&self, entries: Vec<Entry<TypeConfig>>, done: Done) -> Result<(), WalError> {
-        let recs: Result<Vec<_>, _> = entries.iter().map(segments::Rec::encode).collect();
+    pub fn append(&self, mut entries: Vec<Entry<TypeConfig>>, done: Done) -> Result<(), WalError> {
+        let recs: Result<Vec<_>, _> = entries.iter_mut().map(segments::Rec::encode).collect();
         let recs = match recs {
             Ok(r) => r,
             Err(e) => {

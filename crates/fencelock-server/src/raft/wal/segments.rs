@@ -35,9 +35,10 @@ pub struct Rec {
 }
 
 impl Rec {
-    /// `entry` encoded with the current codec (`codec::CODEC_CURRENT`).
-    pub fn encode(entry: &Entry<TypeConfig>) -> Result<Rec, WalError> {
-        let payload = codec::encode_entry(entry).map_err(|e| WalError::Encode(e.to_string()))?;
+    /// `entry` encoded with the current codec (`codec::CODEC_CURRENT`); its
+    /// input keeps its bytes (see `codec::encode_and_keep`).
+    pub fn encode(entry: &mut Entry<TypeConfig>) -> Result<Rec, WalError> {
+        let payload = codec::encode_and_keep(entry).map_err(|e| WalError::Encode(e.to_string()))?;
         Ok(Rec { index: entry.log_id.index, term: entry.log_id.leader_id.term, payload })
     }
 }

@@ -11,6 +11,7 @@ use std::sync::{mpsc, Arc, Condvar, Mutex};
 use std::time::Duration;
 
 use openraft::{CommittedLeaderId, Entry, EntryPayload, LogId};
+use prost::Message;
 
 use super::files::{LogFile, LogFiles, RealFiles};
 use super::format::{self, Parsed, HEADER_LEN};
@@ -405,7 +406,7 @@ fn grant_entry(index: u64) -> Entry<TypeConfig> {
     use fencelock_core::{Command, Input, RequestId};
     let cmd = Command::GrantLease { req: RequestId(index), ttl_ms: 10_000, id: None };
     let input = Input::Batch { now: 1_000 + index, cmds: vec![cmd] };
-    Entry { log_id: LogId::new(CommittedLeaderId::new(1, 1), index), payload: EntryPayload::Normal(input) }
+    Entry { log_id: LogId::new(CommittedLeaderId::new(1, 1), index), payload: EntryPayload::Normal(input.into()) }
 }
 
 /// Benchmark, not a test (ignored; timings are printed, not asserted):
@@ -832,6 +833,29 @@ fn entries_not_kept_decoded_are_read_back_from_the_segments() {
     let wal = open(dir.path(), ON_DISK, Some(15)).unwrap();
     assert_eq!(block_on(wal.entries(0, None)).unwrap(), all[15..].to_vec());
     assert_eq!(wal.last_log_id(), Some(all[23].log_id));
+}
+
+/// What the log hands out carries the bytes it wrote for each input, so that
+/// the leader sends a follower those bytes instead of encoding the entry
+/// again (`codec::encode_entry`; issue 38 §2), whether the entry was kept
+/// decoded (the newest) or read back from its segment (the older ones here).
+#[test]
+fn entries_read_carry_the_bytes_they_were_written_with() {
+    let dir = tempfile::tempdir().unwrap();
+    let wal = open(dir.path(), ON_DISK, None).unwrap();
+    let all: Vec<_> = (1..=12).map(grant_entry).collect();
+    append(&wal, all.clone());
+    let read = block_on(wal.entries(0, None)).unwrap();
+    assert_eq!(read, all);
+    for (e, original) in read.iter().zip(&all) {
+        let (EntryPayload::Normal(kept), EntryPayload::Normal(bare)) = (&e.payload, &original.payload) else {
+            panic!("not a normal entry: {e:?}")
+        };
+        assert!(bare.encoded().is_none());
+        let bytes = kept.encoded().unwrap_or_else(|| panic!("entry {} was read without its bytes", e.log_id));
+        assert_eq!(bytes.len(), fencelock_proto::log::Input::decode(bytes.as_ref()).unwrap().encoded_len());
+        assert_eq!(crate::raft::codec::encode_entry(e).unwrap(), crate::raft::codec::encode_entry(original).unwrap());
+    }
 }
 
 /// A read beside appends that are not yet durable sees each entry it is
