@@ -16,21 +16,25 @@
 //! or it was decoded from them), so no lookup can pair an entry with another
 //! entry's bytes: not a forged message's, not a deposed leader's.
 //!
+//! The input itself is shared, not copied, when an entry is cloned: openraft
+//! clones every entry it reads from the log (to apply it, and once per
+//! follower it sends it to), and a batch's commands each own their strings.
+//!
 //! Equality, `Debug` and serde see only the input: the bytes are a cache of
-//! it. Serde is transparent, so an entry in JSON (codec 1, the unary
-//! `AppendEntries` call) reads and writes as the input alone, as before.
+//! it. An entry in JSON (codec 1, the unary `AppendEntries` call) reads and
+//! writes as the input alone, as before.
+
+use std::sync::Arc;
 
 use bytes::Bytes;
 use fencelock_core::Input;
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 /// An engine input as a log entry's payload, with its codec-2 bytes when
 /// known (see the module docs).
-#[derive(Clone, Serialize, Deserialize)]
-#[serde(transparent)]
+#[derive(Clone)]
 pub struct LogInput {
-    input: Input,
-    #[serde(skip)]
+    input: Arc<Input>,
     encoded: Option<Bytes>,
 }
 
@@ -43,7 +47,7 @@ impl LogInput {
     /// `input` with `encoded`, which must be its codec-2 bytes (the codec's
     /// to call: it made them from the input, or the input from them).
     pub(crate) fn with_encoded(input: Input, encoded: Bytes) -> Self {
-        Self { input, encoded: Some(encoded) }
+        Self { input: Arc::new(input), encoded: Some(encoded) }
     }
 
     /// The input's codec-2 bytes, if known.
@@ -59,7 +63,19 @@ impl LogInput {
 
 impl From<Input> for LogInput {
     fn from(input: Input) -> Self {
-        Self { input, encoded: None }
+        Self { input: Arc::new(input), encoded: None }
+    }
+}
+
+impl Serialize for LogInput {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        self.input.serialize(serializer)
+    }
+}
+
+impl<'de> Deserialize<'de> for LogInput {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        Input::deserialize(deserializer).map(Self::from)
     }
 }
 
@@ -74,5 +90,33 @@ impl Eq for LogInput {}
 impl std::fmt::Debug for LogInput {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         self.input.fmt(f)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A clone shares the input, not a copy of its commands: openraft clones
+    /// every entry it reads from the log.
+    #[test]
+    fn a_clone_shares_the_input() {
+        let a = LogInput::from(Input::leader_start(1));
+        let b = a.clone();
+        assert!(std::ptr::eq(a.input(), b.input()));
+    }
+
+    /// Serde and equality see the input alone: its JSON is the input's, as
+    /// before there were bytes to keep, and reads back without them.
+    #[test]
+    fn serde_and_equality_see_the_input_alone() {
+        let input = Input::Batch { now: 3, cmds: Vec::new() };
+        let kept = LogInput::with_encoded(input.clone(), Bytes::from_static(b"\x12\x02\x08\x03"));
+        let json = serde_json::to_string(&kept).unwrap();
+        assert_eq!(json, serde_json::to_string(&input).unwrap());
+        let back: LogInput = serde_json::from_str(&json).unwrap();
+        assert_eq!(back.input(), &input);
+        assert!(back.encoded().is_none());
+        assert_eq!(back, kept);
     }
 }
