@@ -5,7 +5,8 @@
 //!
 //! A single node is a group of one; nothing here assumes one node. The replicated
 //! state machine is the [`fencelock_core::Engine`]: each log entry's payload is one
-//! engine [`Input`] (a batch of commands, or a `LeaderStart`), and applying it yields
+//! engine [`fencelock_core::Input`] (a batch of commands, or a `LeaderStart`), kept
+//! with its encoded bytes as a [`LogInput`], and applying it yields
 //! the engine's [`Output`], which openraft hands back to the leader's driver.
 //! A snapshot's data is a file of the data dir from end to end: built into
 //! it, sent from it in chunks, received into one and adopted by rename
