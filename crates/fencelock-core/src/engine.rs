@@ -71,9 +71,13 @@
 //! → 513, waits, queue and lock-delay boxed while in use and the owner a
 //! `Box<str>` → 449, the hold, the holder and the remembered reply in place
 //! → 377, the lease records in place in their chunks → 353, 32-bit durations
-//! and a thin owner pointer → 329. The server adds its allocator's size
-//! classes and pages, the watch history (a bounded ring) and the Raft log's
-//! newest entries: `fencelock-bench` W3 saw 489 bytes of resident memory per
+//! and a thin owner pointer → 329. Those counts number leases by the engine's
+//! counter; with random lease and request ids, as the server and its clients
+//! make them, the same state holds 345 bytes per lease (`FOOTPRINT_IDS`), and
+//! its grants take six to eight times as long: each map a random id keys is
+//! searched at a random place, and a lease record inserted in place moves half
+//! its chunk. The server adds its allocator's size classes and pages, the
+//! watch history (a bounded ring) and the Raft log's newest entries: `fencelock-bench` W3 saw 489 bytes of resident memory per
 //! idle lease at 1M once it settled (`docs/guide/performance.md`, "W3's
 //! memory, where it goes"). A copy of the engine (a snapshot's, taken while
 //! applies wait) shares its maps' chunks, copied on their next change: 3 ms

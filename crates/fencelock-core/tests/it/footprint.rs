@@ -14,7 +14,12 @@
 //! reading it back, with the bytes the engine read back holds (a restart
 //! installs such an engine). With `FOOTPRINT_KEEPALIVES=k` each lease is
 //! then kept alive `k` times first, as a live lease is (its memory of
-//! outcomes grows with them). Run it with
+//! outcomes grows with them). Lease ids and request ids are random, as the
+//! server's API and its clients make them (`Ops::grant_lease` proposes a
+//! random 63-bit id): a map keyed by them is filled at random places, not
+//! appended to. `FOOTPRINT_IDS=counter` takes the engine's counter and
+//! request ids in order instead (the best case, which the server never
+//! sees). Run it with
 //! `cargo nextest run -p fencelock-core --release footprint:: --run-ignored only --no-capture`.
 //!
 //! Its checks are the state's (every lease and lock is there; the snapshot
@@ -81,11 +86,49 @@ fn step(engine: &mut Engine, now: u64, cmds: Vec<Command>) -> Vec<Reply> {
     engine.step(&Input::Batch { now, cmds }).replies
 }
 
+/// How leases and requests get their ids (see the module docs).
+#[derive(Clone, Copy, PartialEq)]
+enum Ids {
+    /// Random, as the server's API proposes lease ids and clients choose request ids.
+    Random,
+    /// The engine's counter, and request ids in order.
+    Counter,
+}
+
+impl Ids {
+    fn from_env() -> Ids {
+        match std::env::var("FOOTPRINT_IDS").as_deref() {
+            Ok("counter") => Ids::Counter,
+            _ => Ids::Random,
+        }
+    }
+}
+
+/// splitmix64: a fixed sequence of well-spread values, so that runs compare.
+fn spread(i: u64) -> u64 {
+    let mut z = i.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// The `i`th lease's `GrantLease`, its ids made as `ids` says.
+fn grant(i: u64, ids: Ids) -> Command {
+    match ids {
+        Ids::Counter => Command::GrantLease { req: RequestId(i + 1), ttl_ms: HOUR_MS, id: None },
+        Ids::Random => Command::GrantLease {
+            req: RequestId(spread(2 * i) | 1),
+            ttl_ms: HOUR_MS,
+            id: Some(LeaseId((spread(2 * i + 1) >> 1).max(1))),
+        },
+    }
+}
+
 /// Grants `n` one-hour leases, [`BATCH`] per step; their ids.
-fn grant_all(engine: &mut Engine, n: u64) -> Vec<LeaseId> {
+fn grant_all(engine: &mut Engine, n: u64, ids: Ids) -> Vec<LeaseId> {
     let mut leases = Vec::with_capacity(n as usize);
     for chunk in (0..n).collect::<Vec<_>>().chunks(BATCH) {
-        let cmds = chunk.iter().map(|&i| Command::GrantLease { req: RequestId(i + 1), ttl_ms: HOUR_MS, id: None });
+        let cmds = chunk.iter().map(|&i| grant(i, ids));
         for reply in step(engine, 1, cmds.collect()) {
             let Reply::LeaseGranted { lease, .. } = reply else { panic!("grant refused: {reply:?}") };
             leases.push(lease);
@@ -94,12 +137,13 @@ fn grant_all(engine: &mut Engine, n: u64) -> Vec<LeaseId> {
     leases
 }
 
-/// Each lease takes the lock `w3/<its id>`, [`BATCH`] per step.
+/// The `i`th lease takes the lock `w3/<i>` (as W3 names them), [`BATCH`] per step.
 fn acquire_all(engine: &mut Engine, leases: &[LeaseId]) {
-    for chunk in leases.chunks(BATCH) {
-        let cmds = chunk
-            .iter()
-            .map(|&LeaseId(l)| Command::Acquire(Acquire::exclusive(RequestId(1), LeaseId(l), format!("w3/{l}"), 0)));
+    for (c, chunk) in leases.chunks(BATCH).enumerate() {
+        let first = c * BATCH;
+        let cmds = chunk.iter().enumerate().map(|(j, &lease)| {
+            Command::Acquire(Acquire::exclusive(RequestId(1), lease, format!("w3/{}", first + j + 1), 0))
+        });
         for reply in step(engine, 2, cmds.collect()) {
             assert!(matches!(reply, Reply::Acquired(_)), "every lock is free: {reply:?}");
         }
@@ -124,10 +168,11 @@ fn keep_all_alive(engine: &mut Engine, leases: &[LeaseId], reqs: std::ops::Range
 #[ignore = "a measurement: run it in release with --run-ignored only --no-capture"]
 fn idle_lease_footprint_and_snapshot_cost() {
     let n: u64 = std::env::var("FOOTPRINT_LEASES").ok().and_then(|v| v.parse().ok()).unwrap_or(100_000);
+    let ids = Ids::from_env();
     let mut engine = Engine::new();
     let start = held();
 
-    let (leases, grant_secs) = timed(|| grant_all(&mut engine, n));
+    let (leases, grant_secs) = timed(|| grant_all(&mut engine, n, ids));
     let after_grants = held();
 
     let ((), acquire_secs) = timed(|| acquire_all(&mut engine, &leases));
@@ -137,7 +182,8 @@ fn idle_lease_footprint_and_snapshot_cost() {
     assert_eq!((stats.leases, stats.held_locks), (n, n), "every lease holds its lock");
 
     let per = |bytes: usize| bytes as f64 / n as f64;
-    println!("engine, {n} idle leases with one lock each (bytes the allocator holds, per lease):");
+    let made = if ids == Ids::Random { "random ids, as the server's" } else { "the counter's ids" };
+    println!("engine, {n} idle leases with one lock each, {made} (bytes the allocator holds, per lease):");
     println!("  lease granted (lease, request map, timer): {:8.1}", per(after_grants - start));
     println!("  its lock taken (lock, name, hold, dedup):  {:8.1}", per(after_acquires - after_grants));
     println!("  total:                                     {:8.1}", per(after_acquires - start));
