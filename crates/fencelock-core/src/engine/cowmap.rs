@@ -221,6 +221,21 @@ impl<K: Ord + Clone, V: Clone, const N: usize> CowMap<K, V, N> {
         }
     }
 
+    /// Inserts `key` with `value` if the map has no entry for it, with one
+    /// search (where `contains_key` and then `insert` search twice); `value`
+    /// back if it has one, which is left as it was.
+    pub fn try_insert(&mut self, key: K, value: V) -> Result<(), V> {
+        let chunk = chunk_for::<K, V, N>(&mut self.chunks, &key);
+        match chunk.position(&key) {
+            Ok(_) => Err(value),
+            Err(i) => {
+                chunk.insert::<N>(i, key, value);
+                self.len += 1;
+                Ok(())
+            }
+        }
+    }
+
     /// The map's own copy of `key` and its value, inserted from `value` if
     /// absent (the key is returned so that callers can share it).
     pub fn get_or_insert_with(&mut self, key: K, value: impl FnOnce() -> V) -> (K, &mut V) {
@@ -326,19 +341,19 @@ fn chunk_for<'a, K: Ord + Clone, V: Clone, const N: usize>(
     chunks: &'a mut BTreeMap<K, Shared<K, V>>,
     key: &K,
 ) -> &'a mut Chunk<K, V> {
-    let filed = match chunks.range(..=key).next_back() {
-        Some((filed, _)) => filed.clone(),
+    // One search of the index finds the chunk and whether it is full.
+    let (filed, full) = match chunks.range(..=key).next_back() {
+        Some((filed, c)) => (filed.clone(), c.len() >= N && c.position(key).is_err()),
         None => {
-            // Below every chunk: the first one (or a new one) is filed under `key`.
+            // Below every chunk: the first one (or a new one) is filed under
+            // `key`, which is below all of its entries.
             let first = chunks.pop_first().map(|(_, c)| c).unwrap_or_default();
+            let full = first.len() >= N;
             chunks.insert(key.clone(), first);
-            key.clone()
+            (key.clone(), full)
         }
     };
-    let filed = match chunks.get(&filed) {
-        Some(c) if c.len() >= N && c.position(key).is_err() => split::<K, V>(chunks, filed, key),
-        _ => filed,
-    };
+    let filed = if full { split::<K, V>(chunks, filed, key) } else { filed };
     let chunk = chunks.entry(filed).or_default();
     Arc::make_mut(chunk)
 }
@@ -606,7 +621,7 @@ impl<'de, T: Ord + Clone + Deserialize<'de>, const N: usize> Deserialize<'de> fo
 
 #[cfg(test)]
 mod tests {
-    use std::collections::{BTreeMap, BTreeSet};
+    use std::collections::{btree_map, BTreeMap, BTreeSet};
 
     use proptest::prelude::*;
 
@@ -618,6 +633,8 @@ mod tests {
     #[derive(Debug, Clone)]
     enum Op {
         Insert(u16, u32),
+        /// Insert only if absent (what a proposed lease id does).
+        TryInsert(u16, u32),
         GetOrInsert(u16, u32),
         Change(u16, u32),
         Remove(u16),
@@ -632,6 +649,7 @@ mod tests {
         prop_oneof![
             3 => (key.clone(), any::<u32>()).prop_map(|(k, v)| Op::Insert(k, v)),
             1 => (key.clone(), any::<u32>()).prop_map(|(k, v)| Op::GetOrInsert(k, v)),
+            1 => (key.clone(), any::<u32>()).prop_map(|(k, v)| Op::TryInsert(k, v)),
             1 => (key.clone(), any::<u32>()).prop_map(|(k, v)| Op::Change(k, v)),
             2 => key.clone().prop_map(Op::Remove),
             1 => key.prop_map(Op::RemoveIfOdd),
@@ -644,6 +662,16 @@ mod tests {
     fn apply(map: &mut Small, model: &mut BTreeMap<u16, u32>, op: &Op) {
         match *op {
             Op::Insert(k, v) => assert_eq!(map.insert(k, v), model.insert(k, v)),
+            Op::TryInsert(k, v) => {
+                let expected = match model.entry(k) {
+                    btree_map::Entry::Vacant(e) => {
+                        e.insert(v);
+                        Ok(())
+                    }
+                    btree_map::Entry::Occupied(_) => Err(v),
+                };
+                assert_eq!(map.try_insert(k, v), expected, "an entry there is left as it was");
+            }
             Op::GetOrInsert(k, v) => {
                 let (key, got) = map.get_or_insert_with(k, || v);
                 assert_eq!((key, *got), (k, *model.entry(k).or_insert(v)));

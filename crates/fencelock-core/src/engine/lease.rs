@@ -20,18 +20,25 @@ impl Engine {
         if let Some(id) = self.grant_reqs.get(&req).copied() {
             return self.lease_granted(id, owner);
         }
-        let id = match proposed {
-            Some(id) if id.0 == 0 || self.leases.contains_key(&id) => {
-                return Reply::Rejected(EngineError::LeaseIdTaken(id))
-            }
-            Some(id) => id,
-            None => self.next_counter_id(),
-        };
         let deadline = self.now.saturating_add(ttl_ms);
+        let lease = Lease::new(ttl_ms, deadline, req, owner);
+        let id = match proposed {
+            Some(id) if id.0 == 0 => return Reply::Rejected(EngineError::LeaseIdTaken(id)),
+            // One search of the lease map, which the server's random ids make
+            // a cache miss at a random place (a taken id changes nothing).
+            Some(id) => match self.leases.try_insert(id, lease) {
+                Ok(()) => id,
+                Err(_) => return Reply::Rejected(EngineError::LeaseIdTaken(id)),
+            },
+            None => {
+                let id = self.next_counter_id();
+                self.leases.insert(id, lease);
+                id
+            }
+        };
         if let Some(o) = owner {
             self.owned.get_or_insert_with(o.to_string(), CowSet::default).1.insert(id);
         }
-        self.leases.insert(id, Lease::new(ttl_ms, deadline, req, owner));
         self.grant_reqs.insert(req, id);
         self.timers.insert(deadline, TimerKind::LeaseEnd(id));
         Reply::LeaseGranted { lease: id, ttl_ms }

@@ -130,6 +130,19 @@ fn a_proposed_lease_id_is_used_and_a_taken_one_refused() {
     );
 }
 
+/// INV-9: a grant refused for a taken id changes nothing, the lease that has
+/// the id included (the one search that finds it taken inserts nothing).
+#[test]
+fn a_grant_refused_for_a_taken_id_changes_nothing() {
+    let mut e = Engine::new();
+    let with_id = |req, id| Command::GrantLease { req: r(req), ttl_ms: TTL, id: Some(l(id)) };
+    batch(&mut e, 0, vec![with_id(1, 0x5eed_0000_0001)]);
+    let before = e.clone();
+    let o = batch(&mut e, 0, vec![with_id(2, 0x5eed_0000_0001)]);
+    assert_eq!(o.replies, vec![Reply::Rejected(EngineError::LeaseIdTaken(l(0x5eed_0000_0001)))]);
+    assert_eq!(e, before);
+}
+
 #[test]
 fn the_counter_skips_an_id_a_proposal_took() {
     let mut e = Engine::new();
