@@ -163,6 +163,14 @@ pub struct Scale {
     #[serde(default)]
     pub create_seconds_runs: Vec<f64>,
     pub creates_per_sec: f64,
+    /// Server CPU (user + system, every thread) per create while creating,
+    /// µs (0 in results written before W3 read it).
+    #[serde(default)]
+    pub create_server_cpu_us: f64,
+    /// The bench process's own CPU per create while creating, µs: the
+    /// client library and its sessions (0 in results written before W3 read it).
+    #[serde(default)]
+    pub create_client_cpu_us: f64,
     /// Server resident memory before creating anything, bytes.
     pub rss_before: u64,
     /// Server resident memory a second after the last create, bytes (absent

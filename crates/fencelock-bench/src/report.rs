@@ -891,6 +891,7 @@ fn w3(md: &mut String, s: &Scale) {
             s.create_seconds,
             rate(s.creates_per_sec)
         ),
+        create_cpu_line(s),
         memory_line(s, grew),
         format!("- Memory per live lease (growth ÷ leases): **{:.0} bytes**.", s.bytes_per_lease),
         format!(
@@ -915,6 +916,19 @@ fn w3(md: &mut String, s: &Scale) {
         let _ = writeln!(md, "{line}");
     }
     let _ = writeln!(md);
+}
+
+/// The CPU a create cost while W3 created (empty in results written before
+/// W3 read it).
+fn create_cpu_line(s: &Scale) -> String {
+    if s.create_server_cpu_us <= 0.0 {
+        return String::new();
+    }
+    format!(
+        "- CPU per create while creating (user + system): the server {} µs, the bench's client side {} µs.",
+        us(s.create_server_cpu_us),
+        us(s.create_client_cpu_us)
+    )
 }
 
 /// W3's runs, when there were several (empty otherwise): the figures that
@@ -1300,6 +1314,24 @@ pub(crate) mod tests {
         r.scale = Some(scale(1_000_000, 4.5));
         let full = targets(&r).into_iter().find(|t| t.name.starts_with("W3: time")).unwrap();
         assert_eq!((full.name.as_str(), full.goal, full.met), ("W3: time to create 1,000,000 leases", 5.0, Some(true)));
+    }
+
+    /// W3 states the CPU a create cost on each side when it was read, and
+    /// says nothing of it in results written before it was.
+    #[test]
+    fn w3_states_the_cpu_per_create_when_read() {
+        let mut s = scale(1_000_000, 21.6);
+        let mut md = String::new();
+        w3(&mut md, &s);
+        assert!(!md.contains("CPU per create"), "{md}");
+        (s.create_server_cpu_us, s.create_client_cpu_us) = (29.2, 9.9);
+        let mut md = String::new();
+        w3(&mut md, &s);
+        let line = md.lines().find(|l| l.contains("CPU per create")).unwrap_or_else(|| panic!("{md}"));
+        assert!(
+            line.contains(&format!("server {} µs", us(29.2))) && line.contains(&format!("side {} µs", us(9.9))),
+            "{line}"
+        );
     }
 
     #[test]

@@ -66,7 +66,9 @@ pub async fn run(native: &mut NativeServer, leases: u64, renewing: u64, measure:
     let renewer = Arc::new(Renewer::new(sessions.clone()));
     let renewing_task = tokio::spawn(renewer.clone().run());
     let renewing_ones = Some(Renewing { last: renewing, renewer: renewer.clone() });
+    let cpu_at_start = CpuSplit::read(pid)?;
     let created = create_leases(&sessions, 0..leases, renewing_ones).await?;
+    let create_cpu = CpuSplit::read(pid)?.since(&cpu_at_start).per(leases);
     let create_seconds = created.seconds;
     let after_create = ServerCounters::read(&http).await?;
     let create_failures = created.failures;
@@ -104,6 +106,8 @@ pub async fn run(native: &mut NativeServer, leases: u64, renewing: u64, measure:
         create_seconds,
         create_seconds_runs: vec![create_seconds],
         creates_per_sec: if create_seconds > 0.0 { leases as f64 / create_seconds } else { 0.0 },
+        create_server_cpu_us: create_cpu.server,
+        create_client_cpu_us: create_cpu.client,
         rss_before,
         rss_after_create,
         rss_after,
@@ -130,6 +134,31 @@ pub async fn run(native: &mut NativeServer, leases: u64, renewing: u64, measure:
         held_locks_end: after.held_locks,
         lease_expirations: after.expirations,
     })
+}
+
+/// CPU seconds (user + system) of the server and of this process, the
+/// bench's client side (or, after [`CpuSplit::per`], µs per operation).
+struct CpuSplit {
+    server: f64,
+    client: f64,
+}
+
+impl CpuSplit {
+    fn read(server_pid: u32) -> anyhow::Result<CpuSplit> {
+        let server = procstat::cpu_time(server_pid).context("read the server's CPU time")?;
+        let client = procstat::own_cpu_time(std::process::id()).context("read the bench's own CPU time")?;
+        Ok(CpuSplit { server: server.as_secs_f64(), client: client.as_secs_f64() })
+    }
+
+    fn since(&self, start: &CpuSplit) -> CpuSplit {
+        CpuSplit { server: self.server - start.server, client: self.client - start.client }
+    }
+
+    /// µs per one of `ops` operations (0 for none).
+    fn per(&self, ops: u64) -> CpuSplit {
+        let per = |s: f64| if ops > 0 { s * 1e6 / ops as f64 } else { 0.0 };
+        CpuSplit { server: per(self.server), client: per(self.client) }
+    }
 }
 
 /// How often [`settle`] reads the server's resident memory.
@@ -423,6 +452,19 @@ impl ServerCounters {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The CPU per create is what each side used between the two readings,
+    /// over the creates; nothing created costs nothing (not a division by 0).
+    #[test]
+    fn the_cpu_per_create_is_each_sides_use_over_the_creates() {
+        let (start, end) = (CpuSplit { server: 10.0, client: 4.0 }, CpuSplit { server: 39.0, client: 14.0 });
+        let per = end.since(&start).per(1_000_000);
+        assert!((per.server - 29.0).abs() < 1e-9 && (per.client - 10.0).abs() < 1e-9);
+        let none = end.since(&start).per(0);
+        assert_eq!((none.server, none.client), (0.0, 0.0));
+        let me = CpuSplit::read(std::process::id()).expect("this process's CPU");
+        assert!(me.server >= me.client, "a process and its children used at least what it did alone");
+    }
 
     /// Rule: the memory counts as settled only once the last 2 s of
     /// readings lie within 1 MiB, not while it still falls, nor before there
