@@ -219,7 +219,8 @@ pub async fn serve(
     let tls = config.tls.clone().map(tls::ServerTls::load).transpose()?;
     let auth_file = config.auth_file.as_deref().map(auth::Loaded::read).transpose()?;
     let node = own_member(&config, grpc_addr, peer_addr);
-    let raft = start_raft(&config, node, tls.clone()).await?;
+    let group_time = Arc::new(local_read::GroupTime::default());
+    let raft = start_raft(&config, node, tls.clone(), (group_time.clone(), clock.clone())).await?;
     // Only now accept connections: before, a client (or a peer) would connect
     // and hang on a handshake nobody answers, instead of being refused at once
     // and trying another node.
@@ -261,15 +262,11 @@ pub async fn serve(
         quotas,
         audit: audit.clone(),
         hub: hub.clone(),
-        group_time: Arc::default(),
+        group_time,
     };
 
     let mut tasks = vec![tokio::spawn(driver.run(stopped(stop_rx.clone())))];
-    let group_time =
-        local_read::track(raft.clone(), engine.clone(), ops.clock.clone(), ops.group_time.clone(), stop_rx.clone());
-    tasks.push(tokio::spawn(group_time));
-    let refusals = count_refusals(hub.clone(), metrics.clone(), ops.clock.clone(), stop_rx.clone());
-    tasks.push(tokio::spawn(refusals));
+    count_refusals(&hub, metrics.clone(), ops.clock.clone());
     tasks.push(tokio::spawn(stop_on(shutdown, stop.clone())));
     let watched = raft::identity::Watched {
         dir: config.data_dir.clone(),
@@ -343,10 +340,11 @@ async fn start_raft(
     config: &Config,
     node: raft::Member,
     tls: Option<Arc<tls::ServerTls>>,
+    (group_time, clock): (Arc<local_read::GroupTime>, Clock),
 ) -> Result<Started, ServerError> {
     let (log, sm, identity) =
         open_data_dir(config).map_err(|source| ServerError::Storage { dir: config.data_dir.clone(), source })?;
-    let sm = sm.with_watch_history(config.watch_history);
+    let sm = sm.with_watch_history(config.watch_history).with_group_time(group_time, clock);
     let engine = sm.engine();
     let hub = sm.watch_hub();
     let log_store = log.clone();
@@ -463,38 +461,18 @@ async fn stop_on(shutdown: impl std::future::Future<Output = ()>, stop: watch::S
 
 /// Resolves when `stop` turns true (or its sender is gone).
 /// Counts the `write_refused` events this node applies into its per-lock
-/// metrics ([`lock_metrics`]), until `stop`: any member's `/metrics` shows
-/// the refusals of the whole group. (Here, where the hub and the metrics
-/// meet, so that neither module imports the other.)
-async fn count_refusals(
-    hub: Arc<watching::Hub>,
-    metrics: Arc<Metrics>,
-    clock: crate::clock::Clock,
-    mut stop: tokio::sync::watch::Receiver<bool>,
-) {
+/// metrics ([`lock_metrics`]), as the hub publishes them: any member's
+/// `/metrics` shows the refusals of the whole group. (Here, where the hub and
+/// the metrics meet, so that neither module imports the other.)
+fn count_refusals(hub: &watching::Hub, metrics: Arc<Metrics>, clock: Clock) {
     use watching::events::Kind;
-    let Ok(mut events) = hub.subscribe(None) else { return };
-    loop {
-        let batch = tokio::select! {
-            b = events.recv() => b,
-            _ = stop.wait_for(|s| *s) => return,
-        };
-        match batch {
-            Ok(Some(batch)) => {
-                for e in batch.iter().filter(|e| e.kind == Kind::WriteRefused) {
-                    if let Ok(lock) = fencelock_core::LockName::new(e.lock.clone()) {
-                        metrics.locks.refused(clock.now(), &lock);
-                    }
-                }
+    hub.tap(Box::new(move |batch| {
+        for e in batch.iter().filter(|e| e.kind == Kind::WriteRefused) {
+            if let Ok(lock) = fencelock_core::LockName::new(e.lock.clone()) {
+                metrics.locks.refused(clock.now(), &lock);
             }
-            Ok(None) => return,
-            // Fell behind the history (a snapshot was installed): go on from now.
-            Err(_) => match hub.subscribe(None) {
-                Ok(s) => events = s,
-                Err(_) => return,
-            },
         }
-    }
+    }));
 }
 
 async fn stopped(mut stop: watch::Receiver<bool>) {

@@ -12,16 +12,13 @@
 //! a dashboard, never for a decision, which asks the leader (the default,
 //! `consistency=linearizable`).
 //!
-//! Where it sits: [`track`] runs beside the driver and feeds [`GroupTime`];
-//! [`crate::api::Ops`] reads it for a local read.
+//! Where it sits: the state machine feeds [`GroupTime`] as it applies each
+//! entry (`raft/state_machine.rs`); [`crate::api::Ops`] reads it for a local
+//! read.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 
 use fencelock_core::Millis;
-use tokio::sync::watch;
-
-use crate::clock::Clock;
-use crate::raft::{Raft, SharedEngine};
 
 /// A node's estimate of the group's clock: the engine's `now` when this node
 /// first saw it, and its own clock then.
@@ -52,31 +49,6 @@ impl GroupTime {
     pub fn at(&self, local: Millis) -> Option<Millis> {
         let last = *self.last.lock().unwrap_or_else(|p| p.into_inner());
         last.map(|s| s.group.saturating_add(local.saturating_sub(s.local)))
-    }
-}
-
-/// Keeps `time` current until `stop`: each time openraft's metrics change
-/// (an entry applied among them), the engine's `now` against this node's
-/// clock.
-pub async fn track(
-    raft: Raft,
-    engine: SharedEngine,
-    clock: Clock,
-    time: Arc<GroupTime>,
-    mut stop: watch::Receiver<bool>,
-) {
-    let mut metrics = raft.metrics();
-    loop {
-        // Not while an apply holds the engine (a runtime thread must not wait
-        // for it): the apply's end changes the metrics, and the next pass
-        // observes the time then.
-        if let Ok(e) = engine.try_read() {
-            time.observe(e.now(), clock.now());
-        }
-        tokio::select! {
-            changed = metrics.changed() => if changed.is_err() { return },
-            _ = stop.wait_for(|s| *s) => return,
-        }
     }
 }
 

@@ -43,6 +43,8 @@ use super::snapshot_file::Files;
 use super::snapshot_payload::{Membership, Meta};
 use super::snapshot_store::{self as store, Stored};
 use super::{NodeId, TypeConfig};
+use crate::clock::Clock;
+use crate::local_read::GroupTime;
 use crate::seams::{Applying, CrashPoint, Seams};
 use crate::watching::{self as watch, Hub};
 use fencelock_core::{Engine, Output};
@@ -90,6 +92,9 @@ pub struct StateMachine {
     first_new: Option<u64>,
     /// Where each applied entry's events go (see [`crate::watching`]).
     watch: Arc<Hub>,
+    /// Told the engine's `now` against this node's clock as each entry is
+    /// applied (see [`crate::local_read`]).
+    group_time: Option<(Arc<GroupTime>, Clock)>,
 }
 
 impl std::fmt::Debug for StateMachine {
@@ -150,6 +155,7 @@ impl StateMachine {
             seams,
             first_new: None,
             watch: Hub::new(watch::hub::DEFAULT_HISTORY, 0),
+            group_time: None,
         };
         if let Some((meta, stored)) = stored {
             // Read once, as it is decoded: openraft asks for the snapshot
@@ -186,6 +192,13 @@ impl StateMachine {
     /// starts: the history so far is dropped, and starts where it stood).
     pub(crate) fn with_watch_history(mut self, capacity: usize) -> Self {
         self.watch = Hub::new(capacity, self.watch.next().index);
+        self
+    }
+
+    /// Tells `time` the engine's `now` against `clock` as each entry is
+    /// applied: a follower's estimate of the group's clock for local reads.
+    pub(crate) fn with_group_time(mut self, time: Arc<GroupTime>, clock: Clock) -> Self {
+        self.group_time = Some((time, clock));
         self
     }
 
@@ -234,6 +247,9 @@ impl StateMachine {
         match catch_unwind(AssertUnwindSafe(|| guard.step(input))) {
             Ok(out) => {
                 self.watch.publish(log_id.index, watch::events::of_entry(log_id.index, input, &out, &pending));
+                if let Some((time, clock)) = &self.group_time {
+                    time.observe(guard.now(), clock.now());
+                }
                 Ok(out)
             }
             Err(payload) => {

@@ -18,7 +18,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use tokio::sync::broadcast;
 
@@ -102,6 +102,20 @@ pub struct Hub {
     max_watchers: usize,
     /// Watches of one lock by name, by lock (no entry: none).
     following: Mutex<HashMap<String, u32>>,
+    /// Given every batch as it is published (see [`Hub::tap`]).
+    tap: TapSlot,
+}
+
+/// A reader of every published batch, called on the applying thread.
+pub type Tap = Box<dyn Fn(&[Arc<Event>]) + Send + Sync>;
+
+#[derive(Default)]
+struct TapSlot(OnceLock<Tap>);
+
+impl std::fmt::Debug for TapSlot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.get().is_some() { "TapSlot(set)" } else { "TapSlot(none)" })
+    }
 }
 
 impl Hub {
@@ -121,6 +135,7 @@ impl Hub {
             watchers: AtomicUsize::new(0),
             max_watchers,
             following: Mutex::new(HashMap::new()),
+            tap: TapSlot::default(),
         })
     }
 
@@ -141,7 +156,20 @@ impl Hub {
         for e in events.iter() {
             ring.push(e.clone());
         }
-        let _ = self.live.send(Live::Events(events));
+        let _ = self.live.send(Live::Events(events.clone()));
+        drop(ring);
+        if let Some(tap) = self.tap.0.get() {
+            tap(&events);
+        }
+    }
+
+    /// Gives `tap` every batch of events published from now on, as it is
+    /// published, on the thread that applies the entry: unlike a
+    /// [`Subscription`] it takes no watcher's slot, wakes no task and never
+    /// falls behind, so it must be quick and must not block. A hub has one
+    /// tap; a second is refused (false).
+    pub fn tap(&self, tap: Tap) -> bool {
+        self.tap.0.set(tap).is_ok()
     }
 
     /// The state jumped to the snapshot ending at `last_index`: the events
@@ -355,6 +383,23 @@ mod tests {
 
     fn all(indexes: std::ops::RangeInclusive<u64>, per: u32) -> Vec<(u64, u32)> {
         indexes.flat_map(|i| (0..per).map(move |s| (i, s))).collect()
+    }
+
+    /// Rule: a tap is given every non-empty batch as it is published, in
+    /// order, and only one tap is taken per hub.
+    #[test]
+    fn a_tap_sees_every_published_batch_in_order() {
+        let hub = Hub::new(16, 1);
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let into = seen.clone();
+        let tap: Tap = Box::new(move |batch| into.lock().unwrap().push(revs(batch)));
+        assert!(hub.tap(tap));
+        assert!(!hub.tap(Box::new(|_| {})), "a second tap is refused");
+        publish(&hub, 1..=2, 2);
+        hub.publish(3, Vec::new());
+        publish(&hub, 4..=4, 1);
+        let batches = vec![vec![(1, 0), (1, 1)], vec![(2, 0), (2, 1)], vec![(4, 0)]];
+        assert_eq!(*seen.lock().unwrap(), batches);
     }
 
     /// Rule: the ring holds at most `capacity` events; the floor moves past
