@@ -459,22 +459,25 @@ async fn stop_on(shutdown: impl std::future::Future<Output = ()>, stop: watch::S
     }
 }
 
-/// Resolves when `stop` turns true (or its sender is gone).
 /// Counts the `write_refused` events this node applies into its per-lock
 /// metrics ([`lock_metrics`]), as the hub publishes them: any member's
 /// `/metrics` shows the refusals of the whole group. (Here, where the hub and
 /// the metrics meet, so that neither module imports the other.)
 fn count_refusals(hub: &watching::Hub, metrics: Arc<Metrics>, clock: Clock) {
     use watching::events::Kind;
-    hub.tap(Box::new(move |batch| {
+    let counted = hub.tap(Box::new(move |batch| {
         for e in batch.iter().filter(|e| e.kind == Kind::WriteRefused) {
             if let Ok(lock) = fencelock_core::LockName::new(e.lock.clone()) {
                 metrics.locks.refused(clock.now(), &lock);
             }
         }
     }));
+    if !counted {
+        tracing::error!("internal: the watch hub has a tap already; refused writes are not counted per lock");
+    }
 }
 
+/// Resolves when `stop` turns true (or its sender is gone).
 async fn stopped(mut stop: watch::Receiver<bool>) {
     let _ = stop.wait_for(|s| *s).await;
 }

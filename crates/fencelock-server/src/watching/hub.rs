@@ -168,6 +168,7 @@ impl Hub {
     /// [`Subscription`] it takes no watcher's slot, wakes no task and never
     /// falls behind, so it must be quick and must not block. A hub has one
     /// tap; a second is refused (false).
+    #[must_use = "a refused tap sees nothing"]
     pub fn tap(&self, tap: Tap) -> bool {
         self.tap.0.set(tap).is_ok()
     }
