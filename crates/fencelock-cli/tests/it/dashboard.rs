@@ -478,6 +478,35 @@ fn a_secure_nodes_page_is_served_over_its_tls() {
     assert!(s(&holder).contains("host-t"), "{holder}");
 }
 
+/// A refusal that answers a request sent before the sign-in, without a
+/// token, does not sign out the token signed in since: the page and its live
+/// stream stay. (A slow answer to the page's first requests once signed a
+/// fast sign-in out again, and stopped its live stream.)
+#[test]
+fn a_late_refusal_of_a_request_sent_before_the_sign_in_does_not_sign_out() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("auth.toml");
+    std::fs::write(&file, "").unwrap();
+    let admin = crate::support::secure::add_token(&file, "ops", "admin");
+    let server = Server::start_with_flags(dir.path(), &["--auth-file", file.to_str().unwrap()], None);
+    let b = Browser::start();
+    b.goto(&format!("http://{}/#/locks", server.http));
+    b.wait_for("the sign-in form", "return !document.querySelector('#login').hidden;", POLLS, EVERY);
+    // The page's fetch holds back a request without a token for 1.5 s, so
+    // that its refusal comes after the sign-in below.
+    b.eval(
+        "const f = window.fetch; window.lateDone = false; \
+         window.fetch = (u, o) => (o && o.headers && o.headers.Authorization) ? f(u, o) \
+           : new Promise((r) => setTimeout(r, 1500)).then(() => f(u, o)).finally(() => { window.lateDone = true; }); \
+         api('/v1/locks?limit=1').catch(() => null); return true;",
+    );
+    sign_in(&b, &admin);
+    b.wait_for("the late refusal", "return window.lateDone === true;", POLLS, EVERY);
+    b.wait_for("the live stream", "return document.querySelector('#live').dataset.state === 'live';", POLLS, EVERY);
+    let shown = b.eval("return [document.querySelector('#login').hidden, document.querySelector('#main').hidden];");
+    assert_eq!(shown, serde_json::json!([true, false]), "still signed in after the late refusal");
+}
+
 fn sign_in(b: &Browser, token: &str) {
     let token = serde_json::to_string(token).unwrap();
     b.eval(&format!(

@@ -138,7 +138,8 @@ function b64text(s) {
 
 async function api(path, opts = {}) {
   const headers = {};
-  if (S.token) headers.Authorization = `Bearer ${S.token}`;
+  const sent = S.token;
+  if (sent) headers.Authorization = `Bearer ${sent}`;
   if (opts.body !== undefined) headers["Content-Type"] = "application/json";
   const r = await fetch(path, {
     method: opts.method || "GET",
@@ -155,7 +156,10 @@ async function api(path, opts = {}) {
   }
   if (r.ok) return body;
   const e = body && body.error ? body.error : { code: `http_${r.status}`, message: String(text).slice(0, 300) };
-  if (r.status === 401) needLogin(e.message);
+  // Only a refusal of the token held now signs out: a request sent before
+  // a sign-in (without a token, or with the one before) can be answered
+  // after it.
+  if (r.status === 401 && sent === S.token) needLogin(e.message);
   throw new ApiError(r.status, e.code, e.message, body);
 }
 
@@ -233,7 +237,8 @@ async function runStream(prefix, gen) {
         S.liveFrom = health && health.last_applied !== undefined ? health.last_applied : 0;
       }
       const headers = { Accept: "text/event-stream" };
-      if (S.token) headers.Authorization = `Bearer ${S.token}`;
+      const sent = S.token;
+      if (sent) headers.Authorization = `Bearer ${sent}`;
       let url = `/v1/watch?prefix=${encodeURIComponent(prefix)}`;
       if (S.lastRev) headers["Last-Event-ID"] = S.lastRev;
       else url += `&from=${encodeURIComponent(from)}`;
@@ -244,7 +249,10 @@ async function runStream(prefix, gen) {
         S.lastRev = null;
         continue;
       }
-      if (r.status === 401) return needLogin("the token was refused");
+      if (r.status === 401) {
+        if (sent === S.token) return needLogin("the token was refused");
+        continue; // sent before a sign-in: ask again with the token held now
+      }
       if (!r.ok) {
         const b = await r.json().catch(() => null);
         setLive("error", b && b.error ? `stream: ${b.error.code}` : `stream: HTTP ${r.status}`);
