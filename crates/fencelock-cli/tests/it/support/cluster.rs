@@ -206,15 +206,24 @@ impl Cluster {
         c
     }
 
-    /// Waits until every node knows the leader and has applied an entry: the
-    /// group's first membership is committed everywhere. A workaround: until a
-    /// follower has learnt that commit, it answers a membership change with
-    /// 400 "already undergoing a configuration change" instead of handing it
-    /// to the leader (openraft checks that before leadership).
+    /// Waits until every node names the same leader, which serves, and has
+    /// applied an entry: the group's first membership is committed everywhere.
+    /// A workaround: until a follower has learnt that commit, it answers a
+    /// membership change with 400 "already undergoing a configuration change"
+    /// instead of handing it to the leader (openraft checks that before
+    /// leadership). The same leader on every node: a node that starts late can
+    /// stand for election while the first leader's appends to it back off,
+    /// and unseat it (seen in CI), so one node serving is not yet a group.
     fn wait_formed(&self, within: Duration) {
         let start = Instant::now();
-        let formed = |n: &Node| n.status().is_some_and(|s| s["leader"].is_u64() && s["last_applied"].is_u64());
-        while !self.nodes.iter().all(formed) {
+        let formed = || {
+            let statuses: Option<Vec<_>> = self.nodes.iter().map(Node::status).collect();
+            let Some(statuses) = statuses else { return false };
+            let leader = statuses[0]["leader"].as_u64();
+            let agreed = statuses.iter().all(|s| s["leader"].as_u64() == leader && s["last_applied"].is_u64());
+            agreed && self.nodes.iter().any(|n| Some(n.id) == leader && n.serves())
+        };
+        while !formed() {
             if start.elapsed() > within {
                 self.fail("the group did not form on every node");
             }
