@@ -16,6 +16,7 @@ use fencelock_testkit::browser::Browser;
 use serde_json::{json, Value};
 
 use crate::support::cluster::Cluster;
+use crate::support::secure::{server_with_tokens, READER_OF_JOBS};
 use crate::support::{acquire_at, bin, fencelock_at, kill_child, stderr, Server};
 
 /// How long the page may take to show a change: this many polls, 100 ms
@@ -337,11 +338,9 @@ fn the_dashboard_shows_grants_queues_handoffs_and_expiries_live() {
 #[test]
 fn with_authentication_the_page_shows_only_what_the_token_may_read() {
     let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("auth.toml");
-    std::fs::write(&file, "[roles.reader]\nrules = [{ prefix = \"jobs/\", verbs = [\"read\"] }]\n").unwrap();
-    let admin = crate::support::secure::add_token(&file, "ops", "admin");
-    let reader = crate::support::secure::add_token(&file, "jobs-viewer", "reader");
-    let server = Server::start_with_flags(dir.path(), &["--auth-file", file.to_str().unwrap()], None);
+    let (server, tokens) =
+        server_with_tokens(dir.path(), READER_OF_JOBS, &[("ops", "admin"), ("jobs-viewer", "reader")]);
+    let [admin, reader]: [String; 2] = tokens.try_into().unwrap();
     let url = server.url();
     let (_, lease_jobs) = acquire_at(&url, Some(&admin), "jobs/nightly", "host-a");
     acquire_at(&url, Some(&admin), "billing/close", "host-b");
@@ -485,10 +484,7 @@ fn a_secure_nodes_page_is_served_over_its_tls() {
 #[test]
 fn a_late_refusal_of_a_request_sent_before_the_sign_in_does_not_sign_out() {
     let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("auth.toml");
-    std::fs::write(&file, "").unwrap();
-    let admin = crate::support::secure::add_token(&file, "ops", "admin");
-    let server = Server::start_with_flags(dir.path(), &["--auth-file", file.to_str().unwrap()], None);
+    let (server, tokens) = server_with_tokens(dir.path(), "", &[("ops", "admin")]);
     let b = Browser::start();
     b.goto(&format!("http://{}/#/locks", server.http));
     b.wait_for("the sign-in form", "return !document.querySelector('#login').hidden;", POLLS, EVERY);
@@ -500,7 +496,7 @@ fn a_late_refusal_of_a_request_sent_before_the_sign_in_does_not_sign_out() {
            : new Promise((r) => setTimeout(r, 1500)).then(() => f(u, o)).finally(() => { window.lateDone = true; }); \
          api('/v1/locks?limit=1').catch(() => null); return true;",
     );
-    sign_in(&b, &admin);
+    sign_in(&b, &tokens[0]);
     b.wait_for("the late refusal", "return window.lateDone === true;", POLLS, EVERY);
     b.wait_for("the live stream", "return document.querySelector('#live').dataset.state === 'live';", POLLS, EVERY);
     let shown = b.eval("return [document.querySelector('#login').hidden, document.querySelector('#main').hidden];");

@@ -413,11 +413,10 @@ fn top_shows_a_three_node_group_and_follows_it_through_a_fail_over() {
 #[test]
 fn top_shows_a_refusal_on_the_filter_line_and_the_nodes_health() {
     let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("auth.toml");
-    std::fs::write(&file, "[roles.reader]\nrules = [{ prefix = \"jobs/\", verbs = [\"read\"] }]\n").unwrap();
-    let admin_token = crate::support::secure::add_token(&file, "ops", "admin");
-    let reader = crate::support::secure::add_token(&file, "jobs-viewer", "reader");
-    let server = Server::start_with_flags(dir.path(), &["--auth-file", file.to_str().unwrap()], None);
+    let roles = crate::support::secure::READER_OF_JOBS;
+    let tokens = [("ops", "admin"), ("jobs-viewer", "reader")];
+    let (server, tokens) = crate::support::secure::server_with_tokens(dir.path(), roles, &tokens);
+    let [admin_token, reader]: [String; 2] = tokens.try_into().unwrap();
     let url = server.url();
     acquire_at(&url, Some(&admin_token), "jobs/nightly", "host-a");
     acquire_at(&url, Some(&admin_token), "billing/close", "host-b");

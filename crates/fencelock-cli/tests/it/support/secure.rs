@@ -50,6 +50,20 @@ pub fn add_token(file: &Path, name: &str, role: &str) -> String {
     token
 }
 
+/// A role that may read the locks under `jobs/`.
+pub const READER_OF_JOBS: &str = "[roles.reader]\nrules = [{ prefix = \"jobs/\", verbs = [\"read\"] }]\n";
+
+/// A node in `dir` whose auth file holds `roles` (TOML) and a token for each
+/// `(name, role)` of `tokens`, added before it starts: the node, and the
+/// tokens in that order.
+pub fn server_with_tokens(dir: &Path, roles: &str, tokens: &[(&str, &str)]) -> (super::Server, Vec<String>) {
+    let file = dir.join("auth.toml");
+    std::fs::write(&file, roles).unwrap();
+    let tokens = tokens.iter().map(|(name, role)| add_token(&file, name, role)).collect();
+    let server = super::Server::start_with_flags(dir, &["--auth-file", file.to_str().unwrap()], None);
+    (server, tokens)
+}
+
 /// The role of [`Secure::client_token`]: locks, but not the group.
 const CLIENT_ROLE: &str = "[roles.app]\nrules = [{ prefix = \"\", verbs = [\"acquire\", \"check\", \"read\"] }]\n";
 
