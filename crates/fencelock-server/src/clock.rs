@@ -126,29 +126,39 @@ pub(crate) fn mono_now() -> tokio::time::Instant {
     tokio::time::Instant::now()
 }
 
+/// A source that reads what a test sets: for the crate's tests only.
+#[cfg(test)]
+#[derive(Debug, Default)]
+pub(crate) struct SetClock(std::sync::atomic::AtomicU64);
+
+#[cfg(test)]
+impl SetClock {
+    /// From now on the source reads `now`.
+    pub(crate) fn set(&self, now: Millis) {
+        self.0.store(now, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+impl TimeSource for SetClock {
+    fn now(&self) -> Millis {
+        self.0.load(std::sync::atomic::Ordering::Relaxed)
+    }
+    fn instant_at(&self, _at: Millis) -> Instant {
+        Monotonic::new().base()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    /// A source that reads what the test sets.
-    #[derive(Debug, Default)]
-    struct Fixed(std::sync::atomic::AtomicU64);
-
-    impl TimeSource for Fixed {
-        fn now(&self) -> Millis {
-            self.0.load(std::sync::atomic::Ordering::Relaxed)
-        }
-        fn instant_at(&self, _at: Millis) -> Instant {
-            Monotonic::new().base()
-        }
-    }
-
     #[test]
     fn a_clock_reads_its_source() {
-        let source = Arc::new(Fixed::default());
+        let source = Arc::new(SetClock::default());
         let clock = Clock::with_source(source.clone());
         assert_eq!(clock.now(), 0);
-        source.0.store(5_000, std::sync::atomic::Ordering::Relaxed);
+        source.set(5_000);
         assert_eq!(clock.now(), 5_000);
     }
 

@@ -1545,19 +1545,6 @@ async fn an_unnamed_snapshot_file_is_removed_and_a_missing_named_one_stops_the_s
     assert!(format!("{err:?}").contains("missing"), "{err:?}");
 }
 
-/// This node's clock, as a test sets it.
-#[derive(Debug, Default)]
-struct SetClock(AtomicU64);
-
-impl crate::clock::TimeSource for SetClock {
-    fn now(&self) -> fencelock_core::Millis {
-        self.0.load(Ordering::Relaxed)
-    }
-    fn instant_at(&self, _at: fencelock_core::Millis) -> std::time::Instant {
-        crate::clock::Monotonic::new().base()
-    }
-}
-
 /// Rule (local reads, `local_read.rs`): applying an entry tells the group's
 /// clock the engine's `now` against this node's clock then, so a follower
 /// estimates the group's time with no task of its own; nothing applied,
@@ -1566,16 +1553,16 @@ impl crate::clock::TimeSource for SetClock {
 async fn applying_an_entry_tells_the_group_clock_its_now() {
     let dir = tempfile::tempdir().unwrap();
     let (_log, sm) = open_storage(dir.path()).unwrap();
-    let local = Arc::new(SetClock::default());
+    let local = Arc::new(crate::clock::SetClock::default());
     let time = Arc::new(crate::local_read::GroupTime::default());
     let mut sm = sm.with_group_time(time.clone(), crate::clock::Clock::with_source(local.clone()));
-    local.0.store(300, Ordering::Relaxed);
+    local.set(300);
     sm.apply(vec![membership(1, 1, &[1])]).await.unwrap();
     assert_eq!(time.at(300), None, "a membership entry moves no engine clock");
     sm.apply(vec![normal(1, 2, Input::leader_start(1_000))]).await.unwrap();
     assert_eq!(time.at(300), Some(1_000));
     assert_eq!(time.at(340), Some(1_040), "moved on by this node's clock");
-    local.0.store(450, Ordering::Relaxed);
+    local.set(450);
     sm.apply(vec![normal(1, 3, Input::Batch { now: 1_100, cmds: vec![grant(7, 5_000)] })]).await.unwrap();
     assert_eq!(time.at(450), Some(1_100));
     assert_eq!(time.at(500), Some(1_150));
