@@ -17,14 +17,18 @@
 //! follower far behind, the log applied again after a start) is read back
 //! from the segments by the log thread, in its turn.
 //!
-//! Writes: a dedicated thread (`thread.rs`) owns the files. An append puts its
-//! entries in memory (readable at once, as openraft expects) and queues them,
-//! under the memory's lock (so a read that finds an entry no longer decoded
-//! queues its read back after the append that wrote it);
-//! the thread writes everything queued with one `write`, makes it durable
-//! with one `fdatasync`, then calls each append's `LogFlushed` callback in
-//! order. So while one batch syncs the next one gathers: many appends share
-//! one fsync. Truncations and purges go through the same queue, in order.
+//! Writes: the files are written only under the writer's lock (`thread.rs`).
+//! An append puts its entries in memory (readable at once, as openraft
+//! expects) and, under the memory's lock (so a read that finds an entry no
+//! longer decoded queues its read back after the append that wrote it),
+//! either takes the writer and writes them at once, when nothing is queued or
+//! being written, or queues them for the log thread. Written at once, the
+//! append returns durable, its `LogFlushed` callback called: a lone write
+//! wakes no thread on its way to the disk and back. The thread writes
+//! everything queued with one `write`, makes it durable with one
+//! `fdatasync`, then calls each append's callback in order: so appends made
+//! while a sync is under way share the next one. Truncations, purges and
+//! reads of older entries always go through the thread's queue, in order.
 //!
 //! Start-up ([`segments::Segments::open`]): the segments are scanned; the log
 //! is the longest valid prefix. A record that does not read (short, zeroed,
@@ -78,7 +82,7 @@
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
-use std::sync::{Arc, PoisonError, RwLock};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::thread::JoinHandle;
 
 use openraft::{Entry, LogId};
@@ -160,6 +164,9 @@ pub enum WalError {
 pub struct Wal {
     tx: Option<mpsc::Sender<thread::Op>>,
     thread: Option<JoinHandle<()>>,
+    writer: thread::Shared,
+    /// Requests handed to the writer and not done yet.
+    pending: Arc<thread::Pending>,
     mem: RwLock<mem::Mem>,
     /// One past the index of the last durable entry (or of the purge point):
     /// what the log thread has synced.
@@ -182,17 +189,20 @@ impl Wal {
         let durable_end = Arc::new(AtomicU64::new(end));
         let mem = mem::Mem::read_back(loaded, opts.decoded_bytes);
         let (tx, rx) = mpsc::channel();
-        let (seams, durable) = (seams.clone(), durable_end.clone());
+        let writer = Arc::new(Mutex::new(thread::Writer::new(segs, seams.clone(), durable_end.clone())));
+        let pending = Arc::new(thread::Pending::default());
+        let (w, p) = (writer.clone(), pending.clone());
         let thread = std::thread::Builder::new()
             .name("fencelock-log".into())
-            .spawn(move || thread::run(segs, seams, durable, rx))
+            .spawn(move || thread::run(w, p, rx))
             .map_err(|source| WalError::Io { what: "cannot start the log thread for", path: dir.into(), source })?;
-        Ok(Wal { tx: Some(tx), thread: Some(thread), mem: RwLock::new(mem), durable_end })
+        Ok(Wal { tx: Some(tx), thread: Some(thread), writer, pending, mem: RwLock::new(mem), durable_end })
     }
 
-    /// Puts `entries` in memory and queues them for the log thread, which
-    /// calls `done` once they are durable (or failed). `done` is called with
-    /// the error if this returns one.
+    /// Puts `entries` in memory and writes them, at once or through the log
+    /// thread (see the module docs); `done` is called once they are durable
+    /// (or failed), before this returns if they were written at once. `done`
+    /// is called with the error if this returns one.
     pub fn append(&self, mut entries: Vec<Entry<TypeConfig>>, done: Done) -> Result<(), WalError> {
         let recs: Result<Vec<_>, _> = entries.iter_mut().map(segments::Rec::encode).collect();
         let recs = match recs {
@@ -204,6 +214,15 @@ impl Wal {
         };
         let mut mem = self.mem.write().unwrap_or_else(PoisonError::into_inner);
         mem.extend(entries, &recs);
+        if self.pending.none() {
+            self.pending.add(1);
+            let mut writer = thread::lock(&self.writer);
+            drop(mem);
+            blocking(|| writer.append_now(recs, done));
+            drop(writer);
+            self.pending.done(1);
+            return Ok(());
+        }
         self.send(thread::Op::Append { recs, done }).map_err(|op| {
             let why = "the log thread has stopped".to_string();
             if let thread::Op::Append { done, .. } = op {
@@ -289,14 +308,35 @@ impl Wal {
         self.mem.read().unwrap_or_else(PoisonError::into_inner).last_log_id()
     }
 
+    /// Queues `op` for the log thread.
     fn send(&self, op: thread::Op) -> Result<(), thread::Op> {
-        match &self.tx {
+        self.pending.add(1);
+        let sent = match &self.tx {
             Some(tx) => tx.send(op).map_err(|e| e.0),
             None => Err(op),
+        };
+        if sent.is_err() {
+            self.pending.done(1);
         }
+        sent
     }
 }
 
+/// Runs `f`, which waits for the disk, on this thread. A worker of a
+/// multi-thread runtime with others beside it just blocks: the others go on
+/// serving the node's connections, and handing this worker's tasks over first
+/// (`block_in_place`) cost back most of what the write at once saves (W1 with
+/// one client and W2 no faster than through the log thread). A runtime's only
+/// worker does hand them over, so that a slow disk stalls the node's writes
+/// but not its reads, its metrics or its health check. Elsewhere (a
+/// current-thread runtime, a plain thread) `f` just runs.
+fn blocking<R>(f: impl FnOnce() -> R) -> R {
+    let Ok(rt) = tokio::runtime::Handle::try_current() else { return f() };
+    match rt.runtime_flavor() {
+        tokio::runtime::RuntimeFlavor::MultiThread if rt.metrics().num_workers() == 1 => tokio::task::block_in_place(f),
+        _ => f(),
+    }
+}
 /// The log thread's answer on `rx`.
 async fn answer<T>(rx: oneshot::Receiver<T>) -> Result<T, WalError> {
     rx.await.map_err(|_| stopped())

@@ -320,6 +320,8 @@ fn an_append_over_the_log_fails_closed() {
 #[derive(Debug, Default)]
 struct Gate {
     syncs: AtomicU64,
+    /// Syncs waiting for the gate to open.
+    held: AtomicU64,
     /// Every `sync_data` and crash point, in order.
     events: Mutex<Vec<&'static str>>,
     open: Mutex<bool>,
@@ -330,6 +332,17 @@ impl Gate {
     fn open(&self) {
         *self.open.lock().unwrap() = true;
         self.opened.notify_all();
+    }
+
+    /// Returns once a sync waits for the gate.
+    fn wait_for_a_held_sync(&self) {
+        for _ in 0..3_000 {
+            if self.held.load(Ordering::SeqCst) > 0 {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        panic!("no sync came to the gate within 30 s");
     }
 }
 
@@ -354,6 +367,7 @@ impl LogFile for GatedFile {
     }
     fn sync_data(&mut self) -> std::io::Result<()> {
         let open = self.1.open.lock().unwrap();
+        self.1.held.fetch_add(1, Ordering::SeqCst);
         drop(self.1.opened.wait_while(open, |o| !*o).unwrap());
         self.1.syncs.fetch_add(1, Ordering::SeqCst);
         self.1.events.lock().unwrap().push("sync");
@@ -370,10 +384,12 @@ impl LogFile for GatedFile {
     }
 }
 
-/// Group commit: appends queued while a sync is under way share the next
-/// fsync. 200 appends of one entry, issued without waiting (as openraft hands
-/// over the next append before the previous is flushed), while the log's
-/// syncs are held: they end in at most a few fsyncs (counted through the file
+/// Group commit: appends made while a sync is under way share the next
+/// fsync. The first of 200 appends of one entry finds nothing queued and is
+/// written at once, on a thread of its own, where its sync is held; the
+/// other 199, issued meanwhile without waiting (as openraft hands over the
+/// next append before the previous is flushed), find it pending and queue for
+/// the log thread. They end in at most a few fsyncs (counted through the file
 /// seam), and every callback is told, in order.
 #[test]
 fn queued_appends_share_one_fsync() {
@@ -381,24 +397,79 @@ fn queued_appends_share_one_fsync() {
     let dir = tempfile::tempdir().unwrap();
     let gate = Arc::new(Gate::default());
     let seams = Seams { log_files: Some(Arc::new(GatedFiles(gate.clone()))), ..Seams::default() };
-    let wal = Wal::open(dir.path(), ONE, None, &seams).unwrap();
+    let wal = Arc::new(Wal::open(dir.path(), ONE, None, &seams).unwrap());
     let (tx, rx) = mpsc::channel();
-    for i in 1..=N {
+    let first = {
+        let (wal, tx) = (wal.clone(), tx.clone());
+        std::thread::spawn(move || wal.append(vec![entry(1, 1)], Box::new(move |r| tx.send((1, r.is_ok())).unwrap())))
+    };
+    gate.wait_for_a_held_sync();
+    for i in 2..=N {
         let tx = tx.clone();
         wal.append(vec![entry(1, i)], Box::new(move |r| tx.send((i, r.is_ok())).unwrap())).unwrap();
     }
     gate.open();
+    first.join().unwrap().unwrap();
     let told: Vec<(u64, bool)> = (0..N).map(|_| rx.recv_timeout(Duration::from_secs(30)).unwrap()).collect();
     assert_eq!(told, (1..=N).map(|i| (i, true)).collect::<Vec<_>>(), "every append told, in order");
     let syncs = gate.syncs.load(Ordering::SeqCst);
-    // One for the new segment's header, one for the first append (taken before
-    // the others were queued), one for the rest.
+    // One for the new segment's header, one for the first append, one for the rest.
     assert!(syncs <= 3, "{syncs} fsyncs for {N} appends");
     let counts = block_on(wal.counts()).unwrap();
     assert!(counts.syncs <= 2 && counts.writes <= 2, "{counts:?}");
-    drop(wal);
+    drop(Arc::into_inner(wal));
     let wal = open(dir.path(), ONE, None).unwrap();
     assert_eq!(log_ids(&wal), ids(1, 1, N));
+}
+
+/// A lone append (nothing queued or being written) is written and synced on
+/// the caller's thread: it returns durable, its callback already called, and
+/// the log thread has done nothing. So a write with nothing ahead of it wakes
+/// no other thread (issue 38 §1); what it acknowledges is on disk all the
+/// same (read back after a reopen).
+#[test]
+fn a_lone_append_returns_durable() {
+    let dir = tempfile::tempdir().unwrap();
+    let wal = open(dir.path(), ONE, None).unwrap();
+    for i in 1..=3 {
+        let told = Arc::new(Mutex::new(None));
+        let t = told.clone();
+        wal.append(vec![entry(1, i)], Box::new(move |r| *t.lock().unwrap() = Some(r.is_ok()))).unwrap();
+        assert_eq!(*told.lock().unwrap(), Some(true), "append {i}: told before it returned");
+        assert!(wal.is_durable(i), "append {i}: durable when it returned");
+    }
+    let counts = block_on(wal.counts()).unwrap();
+    assert_eq!((counts.writes, counts.syncs), (3, 3), "one write and one sync each: {counts:?}");
+    drop(wal);
+    let wal = open(dir.path(), ONE, None).unwrap();
+    assert_eq!(log_ids(&wal), ids(1, 1, 3));
+}
+
+/// On a runtime's only worker the append hands the worker's tasks over
+/// before it waits for the disk (`block_in_place`), so that a slow disk
+/// stalls only the writes; the append still returns durable, and a task
+/// spawned before it runs while it syncs (here: before its callback is told).
+#[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+async fn an_append_on_the_only_worker_lets_its_other_tasks_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let gate = Arc::new(Gate::default());
+    let seams = Seams { log_files: Some(Arc::new(GatedFiles(gate.clone()))), ..Seams::default() };
+    let wal = Wal::open(dir.path(), ONE, None, &seams).unwrap();
+    let opener = {
+        let gate = gate.clone();
+        tokio::spawn(async move {
+            while gate.held.load(Ordering::SeqCst) == 0 {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            gate.open();
+        })
+    };
+    let told = Arc::new(Mutex::new(None));
+    let t = told.clone();
+    wal.append(vec![entry(1, 1)], Box::new(move |r| *t.lock().unwrap() = Some(r.is_ok()))).unwrap();
+    assert_eq!(*told.lock().unwrap(), Some(true));
+    assert!(wal.is_durable(1));
+    opener.await.unwrap();
 }
 
 /// Entry `index` as the driver writes it: one batch with one grant.
@@ -527,11 +598,18 @@ fn entries_are_durable_once_synced() {
     let dir = tempfile::tempdir().unwrap();
     let gate = Arc::new(Gate::default());
     let seams = Seams { log_files: Some(Arc::new(GatedFiles(gate.clone()))), ..Seams::default() };
-    let wal = Wal::open(dir.path(), ONE, None, &seams).unwrap();
+    let wal = Arc::new(Wal::open(dir.path(), ONE, None, &seams).unwrap());
     let (tx, rx) = mpsc::channel();
-    wal.append(vec![entry(1, 1), entry(1, 2)], Box::new(move |r| tx.send(r.is_ok()).unwrap())).unwrap();
-    assert!(!wal.is_durable(1), "queued, not synced");
+    let appending = {
+        let wal = wal.clone();
+        std::thread::spawn(move || {
+            wal.append(vec![entry(1, 1), entry(1, 2)], Box::new(move |r| tx.send(r.is_ok()).unwrap()))
+        })
+    };
+    gate.wait_for_a_held_sync();
+    assert!(!wal.is_durable(1), "written, not synced");
     gate.open();
+    appending.join().unwrap().unwrap();
     assert!(rx.recv_timeout(Duration::from_secs(30)).unwrap());
     assert!(wal.is_durable(2) && !wal.is_durable(3));
     block_on(wal.truncate(2)).unwrap();

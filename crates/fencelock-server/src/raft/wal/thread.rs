@@ -1,19 +1,25 @@
-//! The log thread: the only owner of the segment files once the log is open.
+//! The log's writer and its thread: the segment files are written only by
+//! whoever holds the [`Writer`]'s lock.
 //!
-//! Where it sits: [`super::Wal`] sends it appends, truncations and purges over
-//! a channel, in the order openraft issued them. The thread takes everything
-//! queued, writes the appends together (one `write` per segment touched), syncs
-//! once (one `fdatasync` for the whole batch: group commit), then tells each
-//! append's callback, in order. Truncations, purges and reads of older
-//! entries are done in their turn between batches (so a read sees every
-//! append queued before it). After an IO error the thread fails every later request
-//! with that error: the node stops (fails closed) rather than go on from a log
-//! whose state on disk is unknown.
+//! Where it sits: [`super::Wal`] hands it appends, truncations and purges in
+//! the order openraft issued them. An append that finds nothing queued or
+//! being written is written and synced at once, on the caller's thread
+//! ([`Writer::append_now`]): a lone write then wakes no other thread on its
+//! way to the disk and back (issue 38 §1; see `docs/design.md`, "Where a
+//! request's time goes"). Everything else goes over a channel to the log
+//! thread, which takes everything queued, writes the appends together (one
+//! `write` per segment touched), syncs once (one `fdatasync` for the whole
+//! batch: group commit), then tells each append's callback, in order; so
+//! appends made while a sync is under way share the next one. Truncations,
+//! purges and reads of older entries are done in their turn between batches
+//! (so a read sees every append queued before it). After an IO error the
+//! writer fails every later request with that error: the node stops (fails
+//! closed) rather than go on from a log whose state on disk is unknown.
 
 use std::io;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::Receiver;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use tokio::sync::oneshot;
 
@@ -68,7 +74,8 @@ struct Batch {
     done: Vec<Done>,
 }
 
-struct LogThread {
+/// The segment files and what was made durable: whoever holds it writes.
+pub struct Writer {
     segs: Segments,
     seams: Seams,
     /// One past the last durable entry (see [`super::Wal::is_durable`]).
@@ -77,12 +84,52 @@ struct LogThread {
     failed: Option<String>,
 }
 
-/// Runs the log thread until every sender is gone.
-pub fn run(segs: Segments, seams: Seams, durable_end: Arc<AtomicU64>, rx: Receiver<Op>) {
-    let mut t = LogThread { segs, seams, durable_end, failed: None };
+impl std::fmt::Debug for Writer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Writer").field("failed", &self.failed).finish_non_exhaustive()
+    }
+}
+
+/// The [`Writer`] behind its lock, shared by the log and its thread.
+pub type Shared = Arc<Mutex<Writer>>;
+
+/// Takes the writer's lock. A panic while it was held leaves nothing the
+/// next holder cannot see: a batch counts as durable only once synced.
+pub fn lock(writer: &Shared) -> MutexGuard<'_, Writer> {
+    writer.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// How many requests were handed to the writer and are not done yet, queued
+/// for its thread or being written on a caller's: an append is written at
+/// once only when there are none, so that it never passes one.
+#[derive(Debug, Default)]
+pub struct Pending(AtomicUsize);
+
+impl Pending {
+    pub fn none(&self) -> bool {
+        self.0.load(Ordering::SeqCst) == 0
+    }
+
+    pub fn add(&self, n: usize) {
+        self.0.fetch_add(n, Ordering::SeqCst);
+    }
+
+    pub fn done(&self, n: usize) {
+        self.0.fetch_sub(n, Ordering::SeqCst);
+    }
+}
+
+/// Runs the log thread until every sender is gone: each time everything
+/// queued, under the writer's lock.
+pub fn run(writer: Shared, pending: Arc<Pending>, rx: Receiver<Op>) {
     while let Ok(first) = rx.recv() {
+        // Everything queued by the time the writer is free: while a caller
+        // writes at once, what queues behind it gathers into one batch.
+        let mut t = lock(&writer);
+        let ops: Vec<Op> = std::iter::once(first).chain(rx.try_iter()).collect();
+        let taken = ops.len();
         let mut batch = Batch::default();
-        for op in std::iter::once(first).chain(rx.try_iter()) {
+        for op in ops {
             match op {
                 Op::Append { recs, done } => {
                     batch.recs.extend(recs);
@@ -95,10 +142,20 @@ pub fn run(segs: Segments, seams: Seams, durable_end: Arc<AtomicU64>, rx: Receiv
             }
         }
         t.commit(batch);
+        pending.done(taken);
     }
 }
 
-impl LogThread {
+impl Writer {
+    pub fn new(segs: Segments, seams: Seams, durable_end: Arc<AtomicU64>) -> Self {
+        Writer { segs, seams, durable_end, failed: None }
+    }
+
+    /// Writes and syncs `recs` now, on the caller's thread, then calls `done`.
+    pub fn append_now(&mut self, recs: Vec<Rec>, done: Done) {
+        self.commit(Batch { recs, done: vec![done] });
+    }
+
     /// Writes and syncs `batch`, then calls its callbacks in order.
     fn commit(&mut self, batch: Batch) {
         if batch.done.is_empty() {
