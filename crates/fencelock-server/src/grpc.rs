@@ -9,7 +9,7 @@
 //! the frame over) to the session task, which decodes it, checks the caller
 //! and runs the operation up to the driver; from there it takes the eight
 //! crossings counted in `driver`'s docs (handler → driver → openraft core →
-//! log thread → core → state machine worker → core → driver → handler, the
+//! log IO → core → state machine worker → core → driver → handler, the
 //! handler being the session task), which then
 //! queues the reply for the connection's task. Before, each operation was
 //! spawned as a task of its own (one crossing more, a task created and joined

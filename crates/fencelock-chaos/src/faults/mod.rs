@@ -18,7 +18,7 @@
 //! # Crash points
 //! | name | where | what a crash there means |
 //! |---|---|---|
-//! | `log-before-fsync` | `LogStore::append`, before `commit()` (segment log: the log thread, before a batch's `fdatasync`) | entries never durable: lost, none acknowledged |
+//! | `log-before-fsync` | `LogStore::append`, before `commit()` (segment log: its writer, before a batch's `fdatasync`) | entries never durable: lost, none acknowledged |
 //! | `log-after-fsync` | `LogStore::append`, after `commit()` (segment log: after the `fdatasync`, before the callbacks) | durable but not acknowledged: outcome unknown |
 //! | `reply-before-send` | driver, before replies and wake-ups | applied and durable, but nobody was told |
 //! | `sm-before-apply` | state machine, before each entry | committed but not applied: replayed at restart |

@@ -181,7 +181,7 @@ mod tests {
     use std::sync::{mpsc, Arc};
     use std::time::Duration;
 
-    use fencelock_server::raft::wal::{Options, Wal};
+    use fencelock_server::raft::wal::{Done, Options, Wal};
     use fencelock_server::raft::TypeConfig;
     use fencelock_server::seams::{CrashPoint, Hooks, Seams};
     use openraft::{CommittedLeaderId, Entry, EntryPayload, LogId};
@@ -238,8 +238,9 @@ mod tests {
         assert!(hole_before_kept, "no seed left a hole before a kept sector");
     }
 
-    /// The log thread dies at its `at`-th batch's `log-before-fsync` (that
-    /// batch is written, not synced, never acknowledged).
+    /// The log's writer dies at its `at`-th batch's `log-before-fsync` (that
+    /// batch is written, not synced, never acknowledged): a panic on whichever
+    /// thread writes it, the caller's or the log thread's.
     #[derive(Debug)]
     struct DieAt {
         at: u64,
@@ -258,7 +259,7 @@ mod tests {
         Entry { log_id: LogId::new(CommittedLeaderId::new(1, 1), index), payload: EntryPayload::Blank }
     }
 
-    /// Invariant (S5 on the segment log, end to end): the log thread dies
+    /// Invariant (S5 on the segment log, end to end): the writer dies
     /// while a batch of six entries is written but not synced, power is lost
     /// (every seed of [`simulate`], prefix and sector-subset tears), and the
     /// segment log then opens, never as corruption, to every acknowledged
@@ -277,15 +278,13 @@ mod tests {
             for b in 0..4u64 {
                 let (tx, rx) = mpsc::channel();
                 let batch = (b * BATCH + 1..=(b + 1) * BATCH).map(entry).collect();
-                if wal
-                    .append(
-                        batch,
-                        Box::new(move |r| {
-                            let _ = tx.send(r.is_ok());
-                        }),
-                    )
-                    .is_err()
-                {
+                let done: Done = Box::new(move |r| {
+                    let _ = tx.send(r.is_ok());
+                });
+                // A lone append is written on this thread: the writer's death
+                // is then this call's panic.
+                let appended = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| wal.append(batch, done)));
+                if !matches!(appended, Ok(Ok(()))) {
                     break;
                 }
                 match rx.recv_timeout(Duration::from_secs(30)) {
@@ -294,7 +293,7 @@ mod tests {
                 }
             }
             drop(wal);
-            let case = format!("log thread killed at batch {at}, power loss with seed {seed}");
+            let case = format!("writer killed at batch {at}, power loss with seed {seed}");
             assert_eq!(acked, at * BATCH, "{case}");
             let loss = simulate(data.path(), seed).unwrap();
             assert!(loss.undone_writes > 0, "{case}: the lost batch was unsynced");

@@ -42,10 +42,13 @@
 //!
 //! Crossings between tasks and threads from a request reaching its handler to
 //! its reply handed back (openraft 0.9.25, storage v2): handler task → driver
-//! (1) → openraft core (2) → log IO (3: the segment log's thread; with redb,
-//! tokio's blocking pool) → core (4: `LogFlushed`, called from the log thread
-//! itself) → openraft's state machine worker (5) → core (6) → driver (7, the
-//! write's oneshot) → handler (8): eight crossings over five tasks/threads.
+//! (1) → openraft core (2) → log IO (3: with redb, tokio's blocking pool;
+//! the segment log writes a lone append on the core's own thread, and only
+//! one that finds others queued crosses to its log thread) → core (4:
+//! `LogFlushed`, called by whoever wrote) → openraft's state machine worker
+//! (5) → core (6) → driver (7, the write's oneshot) → handler (8): eight
+//! crossings over five tasks/threads, six when the segment log writes at
+//! once.
 //! There were ten: openraft saves the committed log id before each apply, and
 //! that was a redb commit (without fsync) on the blocking pool and back; the
 //! id is now kept in memory and written with the next durable transaction

@@ -2,8 +2,8 @@
 //! "segment"`, the default, see [`super::LogEngine`]): the [`EntryLog`] of
 //! [`SegmentLog`].
 //!
-//! The log thread of [`Wal`] does the IO (and fires the append's crash
-//! points, around each batch's `fdatasync`). Only the last purged log id is
+//! The writer of [`Wal`] does the IO (and fires the append's crash points,
+//! around each batch's `fdatasync`), on the appending thread or the log's. Only the last purged log id is
 //! written to redb here: a purge records it durably first, then lets the log
 //! delete its segments (a crash in between leaves segments that the next
 //! start removes).

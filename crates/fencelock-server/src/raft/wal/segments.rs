@@ -2,9 +2,9 @@
 //! appending batches, cutting the log back (`truncate`) and dropping purged
 //! segments.
 //!
-//! Where it sits: owned by the log thread (`thread.rs`), which is the
-//! only caller once the log is open; [`Segments::open`] runs before, at
-//! start-up. All file IO goes through the [`LogFiles`] seam.
+//! Where it sits: owned by the log's writer (`thread.rs`), whose lock is
+//! held by every caller once the log is open (the log thread, or an append
+//! written at once); [`Segments::open`] runs before, at start-up. All file IO goes through the [`LogFiles`] seam.
 //!
 //! Invariants kept on disk:
 //! - a segment's records are consecutive indexes starting at the index in its
