@@ -169,7 +169,7 @@ pub struct Wal {
     pending: Arc<thread::Pending>,
     mem: RwLock<mem::Mem>,
     /// One past the index of the last durable entry (or of the purge point):
-    /// what the log thread has synced.
+    /// what the writer has synced.
     durable_end: Arc<AtomicU64>,
 }
 
@@ -337,6 +337,7 @@ fn blocking<R>(f: impl FnOnce() -> R) -> R {
         _ => f(),
     }
 }
+
 /// The log thread's answer on `rx`.
 async fn answer<T>(rx: oneshot::Receiver<T>) -> Result<T, WalError> {
     rx.await.map_err(|_| stopped())
