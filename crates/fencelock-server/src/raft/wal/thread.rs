@@ -93,8 +93,11 @@ impl std::fmt::Debug for Writer {
 /// The [`Writer`] behind its lock, shared by the log and its thread.
 pub type Shared = Arc<Mutex<Writer>>;
 
-/// Takes the writer's lock. A panic while it was held leaves nothing the
-/// next holder cannot see: a batch counts as durable only once synced.
+/// Takes the writer's lock, poisoned or not. A panic while it was held ends
+/// the node's writes anyway (it unwinds openraft's core, or ends the log
+/// thread, whose channel then refuses every later request), and what it
+/// left half-written was never acknowledged: a batch counts as durable only
+/// once synced.
 pub fn lock(writer: &Shared) -> MutexGuard<'_, Writer> {
     writer.lock().unwrap_or_else(PoisonError::into_inner)
 }
