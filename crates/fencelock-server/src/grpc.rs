@@ -2,18 +2,20 @@
 //! [`Ops`]; the session stream multiplexes the same operations by `op_id`;
 //! `WatchLeases` is `crate::lease_events`'.
 //!
-//! ## Crossings of a session write (issue 19 §3)
+//! ## Crossings of a session write (issue 19 §3, issue 38 §1)
 //!
-//! A session's operations run inside the session's own task (see
-//! `Session`): a write on a stream goes from the connection's task (h2 hands
-//! the frame over) to the session task, which decodes it, checks the caller
-//! and runs the operation up to the driver; from there it takes the eight
-//! crossings counted in `driver`'s docs (handler → driver → openraft core →
-//! log IO → core → state machine worker → core → driver → handler, the
-//! handler being the session task), which then
-//! queues the reply for the connection's task. Before, each operation was
-//! spawned as a task of its own (one crossing more, a task created and joined
-//! per operation, and the operation's whole future copied into it).
+//! A session's operations run inside the task hyper runs for the session's
+//! HTTP/2 stream (see `Session`): a write on a stream goes from the
+//! connection's task (h2 hands the frame over) to the stream's task, which
+//! decodes it, checks the caller and runs the operation up to the driver;
+//! from there it takes the crossings counted in `driver`'s docs (handler →
+//! driver → openraft core → log IO → core → state machine worker → core →
+//! driver → handler, the handler being the stream's task), which then hands
+//! the reply to the connection's task. Before, each operation was spawned as
+//! a task of its own (one crossing more, a task created and joined per
+//! operation, and the operation's whole future copied into it); later the
+//! session still had a task of its own, which passed each reply to the
+//! stream's task through a channel (one crossing more per reply).
 //!
 //! Measured (release build, 2 cores shared with two other builders, load
 //! 5-6, one run each, the two builds interleaved; noisy, the server CPU per
@@ -23,25 +25,38 @@
 //! 3.2-3.4 s now; 1M (`--leases 1000000`) 25.1 s then, 17.7 s now. W1 at 64
 //! clients on one connection (`--workloads W1 --clients 64 --seconds 5
 //! --runs 1 --client-mode shared`): server CPU 27.8-31.6 µs per cycle then,
-//! 21.0-21.1 now.
+//! 21.0-21.1 with the session's task.
+//!
+//! Without the session's task (eight alternated pairs of `fencelock-bench
+//! --engines fencelock --workloads W1 --clients C --client-mode per-process
+//! --runs 1 --seconds 5`, release builds, nothing else running; see
+//! `bench/results/2026-12-01-session-stream`): at one client the median
+//! server CPU per cycle was 232 against 259 µs (lower in 5 pairs of 8) and
+//! the median acquire p50 0.165 against 0.194 ms; at 64 clients 55.3
+//! against 58.2 µs (lower in 6 of 8). Each is inside the ±10 % that single
+//! runs spread: a direction, not a claimed gain. In the server's profile at
+//! one client, its parked workers went from 20.7 % of the samples to 15.8 %.
 
-use std::{collections::HashMap, future::Future, pin::Pin, sync::Arc};
+use std::{
+    collections::HashMap,
+    future::Future,
+    pin::Pin,
+    sync::Arc,
+    task::{Context, Poll},
+};
 
 use fencelock_proto::v1::{self as pb, lock_server, session_request::Op, session_response::Result as R};
 use futures::{
     future::{AbortHandle, AbortRegistration, Abortable},
-    stream::{FuturesUnordered, StreamExt},
+    stream::{FuturesUnordered, Stream, StreamExt},
 };
-use tokio::sync::{mpsc, watch};
+use tokio::sync::watch;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
 use crate::access::auth::{Auth, Refusal, Who};
 use crate::access::conn_limits::ConnInfo;
 use crate::api::Ops;
-
-/// How many responses a session buffers before its reader waits for the client.
-const SESSION_BUFFER: usize = 4096;
 
 /// Largest client request message tonic decodes (unary or one session
 /// message); a larger one is refused (`OUT_OF_RANGE`) before it is decoded.
@@ -212,7 +227,7 @@ impl lock_server::Lock for LockService {
         self.ops.list_locks(&who, r.into_inner()).await.map(Response::new)
     }
 
-    type SessionStream = ReceiverStream<Result<pb::SessionResponse, Status>>;
+    type SessionStream = Session;
 
     async fn session(
         &self,
@@ -220,10 +235,14 @@ impl lock_server::Lock for LockService {
     ) -> Result<Response<Self::SessionStream>, Status> {
         let credentials = Credentials::of(&r);
         credentials.authenticate(&self.auth, &self.ops)?;
-        let (tx, rx) = mpsc::channel(SESSION_BUFFER);
-        let session = Session::new(self.ops.clone(), (self.auth.clone(), credentials), tx, self.session_limits);
-        tokio::spawn(session.run(r.into_inner(), self.stop.clone()));
-        Ok(Response::new(ReceiverStream::new(rx)))
+        let caller = (self.auth.clone(), credentials);
+        Ok(Response::new(Session::new(
+            self.ops.clone(),
+            caller,
+            r.into_inner(),
+            self.stop.clone(),
+            self.session_limits,
+        )))
     }
 
     type WatchLeasesStream = ReceiverStream<Result<pb::LeaseEvent, Status>>;
@@ -253,8 +272,6 @@ impl lock_server::Lock for LockService {
     }
 }
 
-type Out = mpsc::Sender<Result<pb::SessionResponse, Status>>;
-
 /// How much one session stream may have in flight (from
 /// [`crate::access::conn_limits::ConnLimits`]): operations in all, and acquires.
 #[derive(Debug, Clone, Copy)]
@@ -271,28 +288,46 @@ impl SessionLimits {
     }
 }
 
-/// One operation of a session, from its start to its reply sent: yields its
-/// `op_id`, or `None` if it was aborted (a cancelled acquire).
-type Running = Pin<Box<dyn Future<Output = Option<u64>> + Send>>;
+/// One operation of a session, from its start to its reply: yields its
+/// `op_id` and reply, or `None` if it was aborted (a cancelled acquire).
+type Running = Pin<Box<dyn Future<Output = Option<(u64, R)>> + Send>>;
 
-/// One session stream: its operations run concurrently inside the session's
-/// own task (a [`FuturesUnordered`], which polls only the operations that were
-/// woken), so a queued acquire does not hold up the others, and starting one
-/// costs one allocation, not a task spawn (issue 19 §3: spawning a task per
-/// operation copied its whole future into the task and woke it through the
-/// scheduler, the largest server cost of W3 after the engine). Each operation
-/// is one boxed future whose captures are small (the operation's future is
-/// built inside it, at its first poll), so it is not copied from wrapper to
-/// wrapper. When the stream ends, unfinished operations are dropped, which
-/// cancels their queued acquires (see `DriverHandle::acquire`).
-struct Session {
+/// One session stream, as the stream of its replies: hyper's task for the
+/// HTTP/2 stream polls it, and each poll reads the requests that have arrived,
+/// starts them, and polls the operations that were woken, yielding each reply
+/// as its operation ends. The operations run concurrently (a
+/// [`FuturesUnordered`], which polls only the operations that were woken), so
+/// a queued acquire does not hold up the others, and starting one costs one
+/// allocation, not a task spawn (issue 19 §3: spawning a task per operation
+/// copied its whole future into the task and woke it through the scheduler,
+/// the largest server cost of W3 after the engine). Each operation is one
+/// boxed future whose captures are small (the operation's future is built
+/// inside it, at its first poll), so it is not copied from wrapper to wrapper.
+///
+/// The session has no task of its own (issue 38 §1): it ran in one and handed
+/// each reply through a channel to hyper's task for the stream, one wake-up
+/// more for every reply. Hyper polls it only while the stream has room for a
+/// reply under HTTP/2's flow control, and at its limit of operations in
+/// flight it reads no more requests: a client that stops reading holds up
+/// its own stream, and nothing piles up in the node.
+///
+/// The session ends (its stream with it) when the client's requests end or
+/// fail, or when the server stops: it stops reading, yields the replies of
+/// the operations that have ended, and drops the others, which cancels their
+/// queued acquires (see `DriverHandle::acquire`); so does dropping it, when
+/// the client resets the stream or the connection goes.
+pub struct Session {
     /// Shared by the session's operations: one reference count per operation
     /// where a clone of [`Ops`] is one per handle it holds.
     ops: Arc<Ops>,
     /// Checks each operation's caller (see [`Credentials`]).
     auth: Arc<Auth>,
     credentials: Credentials,
-    out: Out,
+    inbound: Streaming<pb::SessionRequest>,
+    /// Ready once the server stops.
+    stop: Pin<Box<dyn Future<Output = ()> + Send>>,
+    /// Set when the requests ended or failed, or the server stopped.
+    ending: bool,
     running: FuturesUnordered<Running>,
     /// Acquires in flight by op_id: (request id, lease, first lock), for
     /// `Cancel`. A multi-acquire is cancelled by its first lock: the engine's
@@ -310,10 +345,19 @@ enum Work {
 }
 
 impl Session {
-    fn new(ops: Ops, (auth, credentials): (Arc<Auth>, Credentials), out: Out, limits: SessionLimits) -> Self {
+    fn new(
+        ops: Ops,
+        (auth, credentials): (Arc<Auth>, Credentials),
+        inbound: Streaming<pb::SessionRequest>,
+        mut stop: watch::Receiver<bool>,
+        limits: SessionLimits,
+    ) -> Self {
         let ops = Arc::new(ops);
+        let stop = Box::pin(async move {
+            let _ = stop.wait_for(|s| *s).await;
+        });
         let (running, acquires) = (FuturesUnordered::new(), HashMap::new());
-        Self { ops, auth, credentials, out, running, acquires, limits }
+        Self { ops, auth, credentials, inbound, stop, ending: false, running, acquires, limits }
     }
 
     /// Who sends the stream's next operation, as the auth file says now.
@@ -321,24 +365,34 @@ impl Session {
         self.credentials.authenticate(&self.auth, &self.ops)
     }
 
-    async fn run(mut self, mut inbound: Streaming<pb::SessionRequest>, mut stop: watch::Receiver<bool>) {
+    /// The next reply of an operation that ended; reads and starts the
+    /// requests that arrived meanwhile, while under the limit. `None` once
+    /// the session has ended.
+    fn poll_reply(&mut self, cx: &mut Context<'_>) -> Poll<Option<pb::SessionResponse>> {
+        if !self.ending && self.stop.as_mut().poll(cx).is_ready() {
+            self.ending = true;
+        }
         loop {
-            tokio::select! {
-                _ = stop.wait_for(|s| *s) => break,
-                // At the limit the stream is not read until an operation ends.
-                msg = inbound.message(), if self.running.len() < self.limits.ops => match msg {
-                    Ok(Some(m)) => self.start(m),
-                    Ok(None) | Err(_) => break,
-                },
-                Some(done) = self.running.next(), if !self.running.is_empty() => {
-                    if let Some(op_id) = done {
-                        self.acquires.remove(&op_id);
-                    }
-                }
+            if let Poll::Ready(Some(done)) = self.running.poll_next_unpin(cx) {
+                let Some((op_id, result)) = done else { continue };
+                self.acquires.remove(&op_id);
+                return Poll::Ready(Some(pb::SessionResponse { op_id, result: Some(result) }));
+            }
+            if self.ending {
+                // Dropping the unfinished operations cancels their queued acquires.
+                self.running = FuturesUnordered::new();
+                return Poll::Ready(None);
+            }
+            // At the limit the stream is not read until an operation ends.
+            if self.running.len() >= self.limits.ops {
+                return Poll::Pending;
+            }
+            match self.inbound.poll_next_unpin(cx) {
+                Poll::Ready(Some(Ok(m))) => self.start(m),
+                Poll::Ready(Some(Err(_)) | None) => self.ending = true,
+                Poll::Pending => return Poll::Pending,
             }
         }
-        // Dropping the unfinished operations cancels their queued acquires.
-        drop(self.running);
     }
 
     fn start(&mut self, m: pb::SessionRequest) {
@@ -389,19 +443,25 @@ impl Session {
         self.push(op_id, work, None);
     }
 
-    /// Runs `work` among the session's operations and sends its result as the
-    /// reply to `op_id`, unless `abort` fires first (then nothing is sent).
+    /// Runs `work` among the session's operations; its result is the reply to
+    /// `op_id`, unless `abort` fires first (then nothing is sent).
     fn push(&mut self, op_id: u64, work: Work, abort: Option<AbortRegistration>) {
-        let (ops, out) = (self.ops.clone(), self.out.clone());
+        let ops = self.ops.clone();
         self.running.push(Box::pin(async move {
             let result = match abort {
                 Some(registration) => Abortable::new(work.run(&ops), registration).await.ok()?,
                 None => work.run(&ops).await,
             };
-            let result = result.unwrap_or_else(|s| R::Error(session_error(&s)));
-            let _ = out.send(Ok(pb::SessionResponse { op_id, result: Some(result) })).await;
-            Some(op_id)
+            Some((op_id, result.unwrap_or_else(|s| R::Error(session_error(&s)))))
         }));
+    }
+}
+
+impl Stream for Session {
+    type Item = Result<pb::SessionResponse, Status>;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        self.get_mut().poll_reply(cx).map(|reply| reply.map(Ok))
     }
 }
 

@@ -82,7 +82,7 @@ pub struct ConnLimits {
     /// closed (default 10 s).
     pub header_read_timeout: Duration,
     /// Most operations of one `Session` stream in flight at once (started,
-    /// reply not yet taken by the client; default 8,192). At the limit the
+    /// reply not yet handed to the stream; default 8,192). At the limit the
     /// node stops reading the stream until one finishes: a client that sends
     /// without reading its replies is held back by HTTP/2 flow control instead
     /// of growing the node's memory.

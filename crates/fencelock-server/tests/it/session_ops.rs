@@ -148,3 +148,34 @@ async fn a_stream_has_at_most_its_limit_of_acquires_in_flight() {
     drop(tx);
     running.shutdown().await;
 }
+
+/// A shutdown ends a stream whose client keeps it open (`grpc.rs`'s
+/// `Session` ends when the server stops), with the acquire it had queued: the
+/// shutdown returns, and the client sees its stream end, after at most an
+/// `UNAVAILABLE` for that acquire. A session that kept running would hold
+/// tonic's graceful shutdown open.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shutdown_ends_a_stream_its_client_keeps_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let (running, mut c) = start(dir.path()).await;
+    let (holder, waiter) = (lease(&mut c, 60_000).await, lease(&mut c, 60_000).await);
+    let first =
+        pb::AcquireRequest { request_id: request_id(), lease_id: holder, lock: LOCK.into(), ..Default::default() };
+    let held = c.acquire(first).await.unwrap().into_inner();
+    assert!(matches!(held.outcome, Some(Outcome::Acquired(_))), "{held:?}");
+    let (tx, mut responses) = open(&mut c).await;
+    tx.send(pb::SessionRequest { op_id: 1, op: Some(acquire(waiter, 60_000)) }).await.unwrap();
+    until_waiters(&mut c, 1).await;
+
+    let stopped = tokio::time::timeout(Duration::from_secs(30), running.shutdown()).await;
+    assert!(stopped.is_ok(), "the shutdown waited for a stream its client keeps open");
+    // The queued acquire may be told the node stops (a reply it can retry
+    // elsewhere), and then the stream ends.
+    loop {
+        let msg = tokio::time::timeout(Duration::from_secs(10), responses.message()).await.expect("the stream ends");
+        let Ok(Some(reply)) = msg else { break };
+        let Some(R::Error(e)) = &reply.result else { panic!("a reply after the shutdown: {reply:?}") };
+        assert!(reply.op_id == 1 && e.code == tonic::Code::Unavailable as i32, "{reply:?}");
+    }
+    drop(tx);
+}
