@@ -27,6 +27,9 @@ use crate::suite::{self, opts, within, Target, MS, SECS};
 
 pub struct Etcd {
     server: EtcdServer,
+    /// A raw KV client and a backend of the member, made at the first look
+    /// at a queue ([`Target::waiters`]).
+    inspect: tokio::sync::OnceCell<(KvClient<Channel>, Backend)>,
 }
 
 impl Etcd {
@@ -38,7 +41,7 @@ impl Etcd {
 impl Target for Etcd {
     async fn start() -> Etcd {
         let server = tokio::task::spawn_blocking(EtcdServer::start).await.unwrap();
-        Etcd { server }
+        Etcd { server, inspect: tokio::sync::OnceCell::new() }
     }
 
     fn url(&self) -> String {
@@ -52,9 +55,31 @@ impl Target for Etcd {
     fn short_ttl(&self) -> Duration {
         SECS
     }
+
+    /// The keys under the lock's prefix that do not hold it: an acquire puts
+    /// its key there when it queues (its place in line the key's create
+    /// revision, its token), and which keys hold is the recipe's rule, asked
+    /// of the backend (`check` is current for a holder's token only).
+    async fn waiters(&self, lock: &str) -> Option<usize> {
+        let (kv, b) = self
+            .inspect
+            .get_or_init(|| async { (raw(self.server.port()).await, suite::connect(&self.url()).await) })
+            .await;
+        let mut waiting = 0;
+        for key in keys(&mut kv.clone(), &encoded(lock)).await {
+            let held = within("check", b.check(lock, key.create_revision as u64)).await.unwrap().current;
+            waiting += usize::from(!held);
+        }
+        Some(waiting)
+    }
 }
 
 crate::conformance!(Etcd);
+
+/// Lock `name` as it appears in its keys: `%` and `/` percent-encoded.
+fn encoded(name: &str) -> String {
+    name.replace('%', "%25").replace('/', "%2F")
+}
 
 /// A raw KV client on etcd, to look at (and tamper with) the keys.
 async fn raw(port: u16) -> KvClient<Channel> {

@@ -16,6 +16,8 @@ pub struct Json {
     _running: fencelock_server::Running,
     addr: SocketAddr,
     _dir: tempfile::TempDir,
+    /// A gRPC client of the same node, to see its queues.
+    client: fencelock::Client,
 }
 
 impl Target for Json {
@@ -25,7 +27,7 @@ impl Target for Json {
             fencelock_server::start(fencelock_server::Config::for_test(dir.path().join("data"))).await.unwrap();
         let client = fencelock::Client::connect(format!("http://{}", running.grpc_addr)).await.unwrap();
         suite::within("server ready", client.describe("ready")).await.unwrap();
-        Json { addr: running.http_addr, _running: running, _dir: dir }
+        Json { addr: running.http_addr, _running: running, _dir: dir, client }
     }
 
     fn url(&self) -> String {
@@ -39,6 +41,12 @@ impl Target for Json {
 
     fn short_ttl(&self) -> std::time::Duration {
         500 * MS
+    }
+
+    /// The node's own queue, as its gRPC `DescribeLock` shows it (the HTTP
+    /// API's acquires wait in the same queue).
+    async fn waiters(&self, lock: &str) -> Option<usize> {
+        Some(crate::native::waiting(&self.client, lock).await)
     }
 }
 

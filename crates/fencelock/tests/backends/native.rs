@@ -14,6 +14,8 @@ pub struct Native {
     _running: fencelock_server::Running,
     addr: SocketAddr,
     _dir: tempfile::TempDir,
+    /// A client of the node, to see its queues.
+    client: fencelock::Client,
 }
 
 impl Target for Native {
@@ -25,7 +27,7 @@ impl Target for Native {
         // Wait until the node has elected itself (the client retries meanwhile).
         let client = fencelock::Client::connect(format!("http://{addr}")).await.unwrap();
         suite::within("server ready", client.describe("ready")).await.unwrap();
-        Native { _running: running, addr, _dir: dir }
+        Native { _running: running, addr, _dir: dir, client }
     }
 
     fn url(&self) -> String {
@@ -40,9 +42,21 @@ impl Target for Native {
     fn short_ttl(&self) -> std::time::Duration {
         500 * MS
     }
+
+    async fn waiters(&self, lock: &str) -> Option<usize> {
+        Some(waiting(&self.client, lock).await)
+    }
 }
 
 crate::conformance!(Native);
+
+/// How many acquires wait for `lock` on the node of `client`: the waiters
+/// its `DescribeLock` shows (the server's queue of the lock, first in line
+/// first; holders are apart).
+pub async fn waiting(client: &fencelock::Client, lock: &str) -> usize {
+    let info = within("describe", client.describe(lock)).await;
+    info.unwrap_or_else(|e| panic!("describe {lock:?}: {e}")).waiters.len()
+}
 
 /// The reference for the other backends: weighted permits are whole and in
 /// order on the fencelock server too (the suite's body).

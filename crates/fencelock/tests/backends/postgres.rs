@@ -35,6 +35,14 @@ async fn count(raw: &tokio_postgres::Client, query: &str) -> i64 {
     raw.query_one(query, &[]).await.unwrap().get(0)
 }
 
+/// The count `query` (a `count(*)` of `$1`, the lock's name) answers, on a
+/// connection of its own.
+async fn counted(pg: &PgServer, query: &str, lock: &str) -> usize {
+    let raw = within("sql connection", sql(pg)).await;
+    let n: i64 = within("count", raw.query_one(query, &[&lock])).await.unwrap().get(0);
+    usize::try_from(n).unwrap()
+}
+
 /// Polls `probe` until it is true (bounded by [`suite::LIMIT`]).
 async fn eventually<F, Fut>(what: &str, mut probe: F)
 where
@@ -72,6 +80,16 @@ pub mod lease {
         fn short_ttl(&self) -> Duration {
             500 * MS
         }
+
+        /// The live rows of the waiters table (`fencelock_locks_waiters`,
+        /// the default table's): a wait that is not granted inserts its row
+        /// (its place, by id), and the grant deletes it, so the holders have
+        /// none; a crashed waiter's row stops counting when it expires.
+        async fn waiters(&self, lock: &str) -> Option<usize> {
+            let live =
+                "SELECT count(*) FROM fencelock_locks_waiters WHERE name = $1 AND expires_at > clock_timestamp()";
+            Some(counted(&self.pg, live, lock).await)
+        }
     }
 
     crate::conformance!(PgLease);
@@ -99,6 +117,18 @@ pub mod advisory {
 
         fn short_ttl(&self) -> Duration {
             500 * MS
+        }
+
+        /// The lock manager's requests not granted on the lock's advisory
+        /// key (`hashtextextended(name, 0)`, which `pg_locks` shows split in
+        /// its high and low 32 bits, `objsubid` 1 for a one-key lock), in
+        /// this database: the holder's request is granted.
+        async fn waiters(&self, lock: &str) -> Option<usize> {
+            let waiting = "SELECT count(*) FROM pg_locks, (SELECT hashtextextended($1, 0) AS k) AS key \
+                WHERE locktype = 'advisory' AND NOT granted AND objsubid = 1 \
+                AND classid::bigint = (k >> 32) & 4294967295 AND objid::bigint = k & 4294967295 \
+                AND database = (SELECT oid FROM pg_database WHERE datname = current_database())";
+            Some(counted(&self.pg, waiting, lock).await)
         }
     }
 

@@ -40,6 +40,10 @@ impl Target for Volatile {
     fn short_ttl(&self) -> Duration {
         500 * MS
     }
+
+    async fn waiters(&self, lock: &str) -> Option<usize> {
+        Some(queue_len(&mut inspect(&self.server).await, lock).await)
+    }
 }
 
 crate::conformance!(Volatile);
@@ -69,6 +73,10 @@ mod durable {
         fn short_ttl(&self) -> Duration {
             500 * MS
         }
+
+        async fn waiters(&self, lock: &str) -> Option<usize> {
+            Some(queue_len(&mut inspect(&self.server).await, lock).await)
+        }
     }
 
     crate::conformance!(Durable);
@@ -90,7 +98,11 @@ async fn inspect(server: &RedisServer) -> MultiplexedConnection {
     within("inspect connection", client.get_multiplexed_async_connection()).await.unwrap()
 }
 
-async fn queue_len(conn: &mut MultiplexedConnection, name: &str) -> usize {
+/// The tickets in the queue of lock `name` (`fencelock:queue:{name}`): the
+/// acquire script appends the ticket of a wait it does not grant, and takes
+/// it off when it grants it (or a withdrawal does), so the holders are not
+/// in it. A dead waiter's ticket counts until an acquire drops it.
+pub async fn queue_len(conn: &mut MultiplexedConnection, name: &str) -> usize {
     redis::cmd("LLEN").arg(format!("fencelock:queue:{name}")).query_async(conn).await.unwrap()
 }
 

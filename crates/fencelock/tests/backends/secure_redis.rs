@@ -10,6 +10,7 @@ use fencelock::backend;
 use fencelock::Error;
 use fencelock_testkit::proxy::Proxy;
 use fencelock_testkit::{RedisSecurity, RedisServer, TestCerts};
+use redis::TlsCertificates;
 
 use crate::suite::{self, opts, within, Target, MS, SECS};
 
@@ -52,6 +53,16 @@ impl Target for SecureRedis {
 
     fn short_ttl(&self) -> Duration {
         500 * MS
+    }
+
+    /// The recipe's queue (see `redis::queue_len`), read over TLS as the ACL user.
+    async fn waiters(&self, lock: &str) -> Option<usize> {
+        let ca = std::fs::read(self.server.certs().expect("a TLS server").ca()).unwrap();
+        let tls = TlsCertificates { client_tls: None, root_cert: Some(ca) };
+        let client =
+            redis::Client::build_with_tls(url("rediss", &format!("{USER}:{PASSWORD}@"), self.server.port(), ""), tls);
+        let mut conn = within("inspect connection", client.unwrap().get_multiplexed_async_connection()).await.unwrap();
+        Some(crate::redis::queue_len(&mut conn, lock).await)
     }
 }
 

@@ -36,6 +36,14 @@ pub trait Target: Send + Sync + Sized + 'static {
     fn short_ttl(&self) -> Duration {
         SECS
     }
+    /// How many acquires wait in the queue of lock `lock` now, as the service
+    /// itself shows it (its holders not counted); `None` where the target
+    /// cannot see the queue (bodies then order their waiters by time, see
+    /// [`until_queued`]).
+    fn waiters(&self, lock: &str) -> impl Future<Output = Option<usize>> + Send {
+        let _ = lock;
+        async { None }
+    }
 }
 
 pub async fn connect(url: &str) -> Backend {
@@ -44,6 +52,33 @@ pub async fn connect(url: &str) -> Backend {
 
 pub async fn within<T>(what: &str, f: impl Future<Output = T>) -> T {
     tokio::time::timeout(LIMIT, f).await.unwrap_or_else(|_| panic!("{what}: no answer within {LIMIT:?}"))
+}
+
+/// Waits until at least `n` acquires wait in the queue of `lock` on the
+/// service (polled every 10 ms, bounded by [`LIMIT`]), so that a body can
+/// order its waiters by their places in the queue. Where the target cannot
+/// see the queue ([`Target::waiters`] is `None`), sleeps 300 ms instead: an
+/// order by time, which a loaded machine may break.
+pub async fn until_queued<T: Target>(t: &T, lock: &str, n: usize) {
+    if t.waiters(lock).await.is_none() {
+        tokio::time::sleep(300 * MS).await;
+        return;
+    }
+    within(&format!("{n} waiting in the queue of {lock:?}"), async {
+        while t.waiters(lock).await.expect("a queue seen once is seen again") < n {
+            tokio::time::sleep(10 * MS).await;
+        }
+    })
+    .await;
+}
+
+/// Where the target sees the queue of `lock`, it shows exactly `n` waiting
+/// (a count that took a holder for a waiter would let [`until_queued`] go on
+/// before a waiter queued).
+pub async fn assert_waiters<T: Target>(t: &T, lock: &str, n: usize) {
+    if let Some(seen) = t.waiters(lock).await {
+        assert_eq!(seen, n, "acquires waiting in the queue of {lock:?}");
+    }
 }
 
 /// Lock options with `ttl` and `wait`, the rest default.
@@ -226,13 +261,15 @@ pub async fn lost_fires_when_the_connection_is_cut<T: Target>(t: &T) {
 }
 
 /// Invariant (FIFO), where declared: five waiters queued one after the other
-/// are granted in that order when the holder releases.
+/// are granted in that order when the holder releases. Each waiter starts
+/// once the one before it is in the queue on the service ([`until_queued`]).
 pub async fn fifo_where_declared<T: Target>(t: &T) {
     let holder = connect(&t.url()).await;
     if !holder.capabilities().fifo {
         return;
     }
     let g = holder.acquire("fifo", &opts(30 * SECS, Duration::ZERO)).await.unwrap().acquired().unwrap();
+    assert_waiters(t, "fifo", 0).await;
     let order = Arc::new(Mutex::new(Vec::new()));
     let mut tasks = Vec::new();
     for i in 0..5 {
@@ -243,9 +280,10 @@ pub async fn fifo_where_declared<T: Target>(t: &T) {
             order.lock().unwrap().push(i);
             assert!(got.release().await.unwrap());
         }));
-        // Let this waiter reach the queue before the next one starts.
-        tokio::time::sleep(300 * MS).await;
+        // This waiter is in the queue before the next one starts.
+        until_queued(t, "fifo", i + 1).await;
     }
+    assert_waiters(t, "fifo", 5).await;
     assert!(g.release().await.unwrap());
     for task in tasks {
         within("waiters", task).await.unwrap();
@@ -602,8 +640,9 @@ pub async fn permits_return_with_the_lease_where_declared<T: Target>(t: &T) {
 }
 
 /// Invariant (weighted acquire, INV-16 across weights): with 2 of 3 permits
-/// held, a waiter for 2 is not granted, and a later try for the one free
-/// permit is busy (no barging by a smaller request); the first holder's
+/// held, a waiter for 2 is not granted, and once it is in the queue
+/// ([`until_queued`]) a later try for the one free permit is busy (no
+/// barging by a smaller request); the first holder's
 /// release grants the waiter its 2 at once, with a larger token where
 /// fenced. For backends whose semaphores take weights (called by their
 /// modules, not by `conformance!`).
@@ -611,12 +650,13 @@ pub async fn weighted_permits_are_whole_and_in_order<T: Target>(t: &T) {
     let b = connect(&t.url()).await;
     let sem = |weight, wait| opts(30 * SECS, wait).permits(3).weight(weight);
     let first = within("two permits", b.acquire("weights", &sem(2, Duration::ZERO))).await.unwrap().acquired().unwrap();
+    assert_waiters(t, "weights", 0).await;
     let c = connect(&t.url()).await;
     let waiter = tokio::spawn(async move {
         let got = c.acquire("weights", &sem(2, 25 * SECS)).await.unwrap().acquired().unwrap();
         (c, got)
     });
-    tokio::time::sleep(300 * MS).await;
+    until_queued(t, "weights", 1).await;
     match within("a try for one", b.acquire("weights", &sem(1, Duration::ZERO))).await.unwrap() {
         Outcome::Busy { .. } => {}
         other => panic!("a try for one free permit barged past a waiter for two: {other:?}"),

@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use fencelock::backend::zookeeper::encode_name;
-use fencelock::backend::{Capabilities, Fencing};
+use fencelock::backend::{Backend, Capabilities, Fencing};
 use fencelock::{CheckResult, Error, Leader, LeaseLost, Outcome};
 use fencelock_testkit::proxy::{Mode, Proxy};
 use fencelock_testkit::ZkServer;
@@ -21,6 +21,9 @@ use crate::suite::{self, opts, Target, MS, SECS};
 
 pub struct Zk {
     server: ZkServer,
+    /// A plain client and a backend of the server, made at the first look at
+    /// a queue ([`Target::waiters`]).
+    inspect: tokio::sync::OnceCell<(zk::Client, Backend)>,
 }
 
 impl Zk {
@@ -38,7 +41,7 @@ impl Zk {
 impl Target for Zk {
     async fn start() -> Zk {
         let server = tokio::task::spawn_blocking(ZkServer::start).await.unwrap();
-        Zk { server }
+        Zk { server, inspect: tokio::sync::OnceCell::new() }
     }
 
     fn url(&self) -> String {
@@ -52,9 +55,41 @@ impl Target for Zk {
     fn short_ttl(&self) -> Duration {
         SECS
     }
+
+    /// The contender nodes of the lock that do not hold it (an acquire
+    /// creates its node when it queues; which nodes hold is the recipe's
+    /// rule, asked of the backend: `check` is current for a holder's czxid
+    /// only), and the contenders for a semaphore's internal lock
+    /// (`{lock node}/locks`), every one of them an acquire of permits in
+    /// line: the first holds the internal lock while it waits for its
+    /// permits, and lets go of it once they are granted.
+    async fn waiters(&self, lock: &str) -> Option<usize> {
+        let (raw, b) =
+            self.inspect.get_or_init(|| async { (self.raw().await, suite::connect(&self.url()).await) }).await;
+        let parent = format!("/fencelock/{}", encode_name(lock));
+        let mut waiting = contenders(raw, &format!("{parent}/locks")).await.len();
+        for node in contenders(raw, &parent).await {
+            let Some(stat) = raw.check_stat(&node).await.unwrap() else {
+                continue; // gone since the listing
+            };
+            let held = suite::within("check", b.check(lock, stat.czxid as u64)).await.unwrap().current;
+            waiting += usize::from(!held);
+        }
+        Some(waiting)
+    }
 }
 
 crate::conformance!(Zk);
+
+/// The contender nodes (`lock-…`) under `parent`, in no order (full paths).
+async fn contenders(raw: &zk::Client, parent: &str) -> Vec<String> {
+    let children = match suite::within("list", raw.list_children(parent)).await {
+        Ok(children) => children,
+        Err(zk::Error::NoNode) => Vec::new(),
+        Err(e) => panic!("list {parent}: {e}"),
+    };
+    children.into_iter().filter(|c| c.starts_with("lock-")).map(|c| format!("{parent}/{c}")).collect()
+}
 
 /// The contender nodes of lock `name` under `base`, first in line first (full
 /// paths).
