@@ -11,6 +11,8 @@ pub mod v1 {
     include!("gen/fencelock.v1.rs");
 }
 
+pub mod framing;
+
 /// The Raft peer API (`proto/fencelock/v1/raft.proto`).
 pub mod raft {
     include!("gen/fencelock.raft.v1.rs");
