@@ -209,7 +209,7 @@ pub struct LimitArgs {
     /// at once [default: 768].
     #[arg(long, env = "FENCELOCK_MAX_CONNECTIONS")]
     max_connections: Option<usize>,
-    /// Most connections open at once from one IP address [default: 128].
+    /// Most connections open at once from one IP address [default: 256].
     #[arg(long, env = "FENCELOCK_MAX_CONNECTIONS_PER_SOURCE")]
     max_connections_per_source: Option<usize>,
     /// Most new connections a second from one IP address, after a burst of

@@ -239,7 +239,7 @@ impl lock_server::Lock for LockService {
         Ok(Response::new(Session::new(
             self.ops.clone(),
             caller,
-            r.into_inner(),
+            Box::pin(r.into_inner()),
             self.stop.clone(),
             self.session_limits,
         )))
@@ -323,7 +323,7 @@ pub struct Session {
     /// Checks each operation's caller (see [`Credentials`]).
     auth: Arc<Auth>,
     credentials: Credentials,
-    inbound: Streaming<pb::SessionRequest>,
+    inbound: Inbound,
     /// Ready once the server stops.
     stop: Pin<Box<dyn Future<Output = ()> + Send>>,
     /// Set when the requests ended or failed, or the server stopped.
@@ -334,6 +334,52 @@ pub struct Session {
     /// `CancelWait` withdraws it from every queue (or releases all its grants).
     acquires: HashMap<u64, (u64, u64, String, AbortHandle)>,
     limits: SessionLimits,
+}
+
+/// A session's requests: the gRPC call's, or a framed connection's
+/// ([`crate::framed`]).
+pub(crate) type Inbound = Pin<Box<dyn Stream<Item = Result<pb::SessionRequest, Status>> + Send>>;
+
+/// What opens a session outside a gRPC call: the framed protocol's
+/// connections ([`crate::framed`]) get theirs here, with the checks and
+/// limits of the `Session` call.
+#[derive(Clone)]
+pub(crate) struct Sessions {
+    ops: Ops,
+    auth: Arc<Auth>,
+    stop: watch::Receiver<bool>,
+    limits: SessionLimits,
+}
+
+impl LockService {
+    /// Opens sessions as this service's `Session` call does.
+    pub(crate) fn sessions(&self) -> Sessions {
+        Sessions {
+            ops: self.ops.clone(),
+            auth: self.auth.clone(),
+            stop: self.stop.clone(),
+            limits: self.session_limits,
+        }
+    }
+}
+
+impl Sessions {
+    /// A session for the connection `info` whose hello carried
+    /// `authorization` (the header value a gRPC call would), authenticated
+    /// as the `Session` call is: a refusal is audited and returned.
+    pub(crate) fn open(&self, authorization: &[u8], info: &ConnInfo, inbound: Inbound) -> Result<Session, Status> {
+        let token = match authorization {
+            [] => None,
+            bytes => Some(
+                tonic::metadata::AsciiMetadataValue::try_from(bytes)
+                    .map_err(|_| Status::unauthenticated("the hello's authorization is not a valid header value"))?,
+            ),
+        };
+        let credentials = Credentials { token, cn: info.client_cn.clone(), remote: info.remote };
+        credentials.authenticate(&self.auth, &self.ops)?;
+        let caller = (self.auth.clone(), credentials);
+        Ok(Session::new(self.ops.clone(), caller, inbound, self.stop.clone(), self.limits))
+    }
 }
 
 /// What a session operation does: the API operation, or a reply known at once.
@@ -348,7 +394,7 @@ impl Session {
     fn new(
         ops: Ops,
         (auth, credentials): (Arc<Auth>, Credentials),
-        inbound: Streaming<pb::SessionRequest>,
+        inbound: Inbound,
         mut stop: watch::Receiver<bool>,
         limits: SessionLimits,
     ) -> Self {

@@ -46,6 +46,7 @@ pub mod clock;
 pub mod cluster;
 mod config;
 mod driver;
+mod framed;
 mod group_metrics;
 mod grpc;
 mod handover;
@@ -281,6 +282,7 @@ pub async fn serve(
     let lock_svc = grpc::LockService::new(ops.clone(), auth.clone(), stop_rx.clone())
         .with_watch(hub.clone())
         .with_limits(&config.connections);
+    let sessions = lock_svc.sessions();
     let lock_svc = LockServer::new(lock_svc).max_decoding_message_size(grpc::MAX_REQUEST_BYTES);
     let gate = conn_limits::Gate::new(config.connections.clone(), metrics.clone());
     let raft_svc = raft::network::RaftService::new(raft.clone(), ops.engine.clone(), metrics.clone())
@@ -301,7 +303,10 @@ pub async fn serve(
     }
     tasks.push(tokio::spawn(audit.run(stop_rx.clone())));
     let grpc_stop = stopped(stop_rx.clone());
-    let grpc = incoming(grpc, &gate, tls.clone().map(|t| (t, tls::Port::Grpc)));
+    let (grpc, framed) = conn_limits::accept_grpc(grpc, gate.clone(), tls.clone().map(|t| (t, tls::Port::Grpc)));
+    let grpc = handed_over(grpc);
+    let hello_timeout = gate.limits().header_read_timeout;
+    tasks.push(tokio::spawn(framed::serve(framed, sessions, hello_timeout, stop_rx.clone())));
     let server = || tonic::transport::Server::builder().max_concurrent_streams(grpc::MAX_STREAMS_PER_CONNECTION);
     // With a peer port, Raft is served there only; else next to the client API.
     let (client_router, raft_svc) = match peer {
@@ -419,6 +424,12 @@ fn own_member(config: &Config, grpc_addr: SocketAddr, peer_addr: Option<SocketAd
 
 /// The gRPC port's connections as tonic takes them: admitted by `gate`, with
 /// Nagle's algorithm off, through TLS if on (see [`conn_limits::accept`]).
+/// The connections handed over on `rx`, as tonic takes them.
+fn handed_over(rx: conn_limits::Admitted) -> impl tokio_stream::Stream<Item = std::io::Result<conn_limits::Stream>> {
+    use tokio_stream::StreamExt as _;
+    ReceiverStream::new(rx).map(|(conn, _peer)| Ok(conn))
+}
+
 fn incoming(
     listener: TcpListener,
     gate: &Arc<conn_limits::Gate>,

@@ -29,7 +29,7 @@ const FD_LIMIT: u64 = 1024;
 /// Silent connections in the flood, as in the finding.
 const FLOOD: usize = 1100;
 /// The default per-source limit (`ConnLimits::default().max_per_source`).
-const PER_SOURCE: u64 = 128;
+const PER_SOURCE: u64 = 256;
 /// Upper bound on any one wait of these tests, so that they stop by themselves.
 const BOUND: Duration = Duration::from_secs(30);
 

@@ -67,8 +67,11 @@ pub struct ConnLimits {
     /// leaves a quarter of a 1,024-descriptor limit for the node's own files and
     /// its connections to peers.
     pub max_connections: usize,
-    /// Most connections open at once from one IP address. The default, 128, is a
-    /// sixth of the total: one address cannot take the rest from others.
+    /// Most connections open at once from one IP address. The default, 256, is a
+    /// third of the total: one address cannot take the rest from others. A
+    /// native client of a plaintext node holds two (its gRPC channel, and its
+    /// framed session: [`crate::framed`]), so that is 128 clients, as many as
+    /// the 128 of one connection each before the framed session.
     pub max_per_source: usize,
     /// Most new connections a second from one IP address, after a burst (see
     /// [`ConnLimits::rate_burst`]) (default 100; 0: no limit).
@@ -99,7 +102,7 @@ impl Default for ConnLimits {
     fn default() -> Self {
         Self {
             max_connections: 768,
-            max_per_source: 128,
+            max_per_source: 256,
             new_per_source_per_sec: 100,
             handshake_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(300),
@@ -329,13 +332,50 @@ pub type ListenerTls = Option<(Arc<ServerTls>, Port)>;
 /// timeout (and finish the TLS handshake within it, with `tls`), with
 /// `TCP_NODELAY` set: an answer written in several pieces (HTTP/2 headers,
 /// data, trailers) must not wait for the peer's delayed ACK.
-pub fn accept(listener: TcpListener, gate: Arc<Gate>, tls: ListenerTls) -> mpsc::Receiver<(Stream, SocketAddr)> {
+pub fn accept(listener: TcpListener, gate: Arc<Gate>, tls: ListenerTls) -> Admitted {
     let (tx, rx) = mpsc::channel(HANDOVER_BUFFER);
-    tokio::spawn(accept_loop(listener, gate, tls, tx));
+    tokio::spawn(accept_loop(listener, gate, tls, Handover { grpc: tx, framed: None }));
     rx
 }
 
-async fn accept_loop(listener: TcpListener, gate: Arc<Gate>, tls: ListenerTls, tx: mpsc::Sender<(Stream, SocketAddr)>) {
+/// The connections a listener admitted, with their peers, as handed over.
+pub type Admitted = mpsc::Receiver<(Stream, SocketAddr)>;
+
+/// As [`accept`], for the gRPC port: a plaintext connection whose first byte
+/// is the framed protocol's ([`fencelock_proto::framing::PREFACE`]) goes to
+/// the second receiver, every other to the first (an HTTP/2 connection
+/// begins with `P`).
+pub fn accept_grpc(listener: TcpListener, gate: Arc<Gate>, tls: ListenerTls) -> (Admitted, Admitted) {
+    let (grpc, grpc_rx) = mpsc::channel(HANDOVER_BUFFER);
+    let (framed, framed_rx) = mpsc::channel(HANDOVER_BUFFER);
+    tokio::spawn(accept_loop(listener, gate, tls, Handover { grpc, framed: Some(framed) }));
+    (grpc_rx, framed_rx)
+}
+
+/// Where admitted connections go: to the protocol server, or, on the gRPC
+/// port, the framed ones to theirs.
+#[derive(Clone)]
+struct Handover {
+    grpc: mpsc::Sender<(Stream, SocketAddr)>,
+    framed: Option<mpsc::Sender<(Stream, SocketAddr)>>,
+}
+
+impl Handover {
+    /// Closed once the protocol server stopped taking connections.
+    async fn closed(&self) {
+        self.grpc.closed().await
+    }
+
+    /// The channel of a connection whose first byte is `first`.
+    fn of(&self, first: Option<u8>) -> &mpsc::Sender<(Stream, SocketAddr)> {
+        match (&self.framed, first) {
+            (Some(framed), Some(b)) if b == fencelock_proto::framing::PREFACE[0] => framed,
+            _ => &self.grpc,
+        }
+    }
+}
+
+async fn accept_loop(listener: TcpListener, gate: Arc<Gate>, tls: ListenerTls, tx: Handover) {
     loop {
         let accepted = tokio::select! {
             _ = tx.closed() => return,
@@ -361,13 +401,7 @@ async fn accept_loop(listener: TcpListener, gate: Arc<Gate>, tls: ListenerTls, t
 /// Hands `stream` over once it has a byte to read (or is closed by its peer)
 /// and, with TLS, has finished the TLS handshake; closes it if either takes
 /// longer than the handshake timeout, or if the TLS handshake fails.
-async fn handshake(
-    stream: TcpStream,
-    peer: SocketAddr,
-    permit: Permit,
-    tls: ListenerTls,
-    tx: mpsc::Sender<(Stream, SocketAddr)>,
-) {
+async fn handshake(stream: TcpStream, peer: SocketAddr, permit: Permit, tls: ListenerTls, tx: Handover) {
     let gate = permit.gate.clone();
     let deadline = clock::mono_now() + gate.limits.handshake_timeout;
     let mut byte = [0u8; 1];
@@ -376,6 +410,8 @@ async fn handshake(
         _ = tx.closed() => return,
         r = first_byte => r.is_ok(),
     };
+    // Only a plaintext connection is told apart by its first byte.
+    let first = (tls.is_none() && arrived).then_some(byte[0]);
     if !arrived {
         drop(stream);
         return gate.refuse(Refusal::Handshake, peer.ip().to_canonical());
@@ -399,7 +435,7 @@ async fn handshake(
             }
         }
     };
-    let _ = tx.send((stream, peer)).await;
+    let _ = tx.of(first).send((stream, peer)).await;
 }
 
 impl Gate {

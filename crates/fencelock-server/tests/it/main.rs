@@ -7,6 +7,7 @@ mod auth_matrix;
 mod cancel_race;
 mod data_flips;
 mod flood;
+mod framed;
 mod fuzz_decoders;
 mod http_api;
 mod http_openapi;
