@@ -63,6 +63,7 @@ async fn a_lost_answer_is_retried_with_the_same_request_id_and_grants_once() {
 
     let (pending, granted) = acquire_with_the_answer_lost(&proxy, &client, &observer, "a").await;
     assert_eq!(granted.0, warm.lease_id(), "granted on the client's shared lease");
+    let connections = proxy.accepted();
     proxy.reset_then_pass();
     let guard = acquired(within("the retried acquire", pending).await.unwrap().unwrap());
 
@@ -70,7 +71,7 @@ async fn a_lost_answer_is_retried_with_the_same_request_id_and_grants_once() {
     assert_eq!(server.metric("fencelock_grants_total").await, grants + 1, "one grant, not two");
     assert_eq!(server.metric("fencelock_token_counter").await, granted.1, "no token issued after it");
     assert_eq!(holder(&observer, "a").await, Some(granted));
-    assert_eq!(proxy.accepted(), 2, "the retry went over a new connection");
+    assert!(proxy.accepted() > connections, "the retry went over a new connection");
     assert!(!guard.is_lost() && !warm.is_lost(), "the lease survived the reset");
     assert_eq!(guard.release().await, Ok(true));
     drop(warm);
@@ -223,6 +224,7 @@ async fn a_waiting_acquire_survives_a_connection_reset() {
     let pending = tokio::spawn(client.lock("q").wait(30 * SECS).acquire());
     eventually("queued", || async { waiters(&observer, "q").await == 1 }).await;
     let dropped = server.metric("fencelock_waits_dropped_total").await;
+    let connections = proxy.accepted();
 
     proxy.reset_then_pass();
     // The old wait is dropped and the retry is queued in its place.
@@ -230,7 +232,7 @@ async fn a_waiting_acquire_survives_a_connection_reset() {
         server.metric("fencelock_waits_dropped_total").await == dropped + 1 && waiters(&observer, "q").await == 1
     })
     .await;
-    assert_eq!(proxy.accepted(), 2);
+    assert!(proxy.accepted() > connections, "the retry went over a new connection");
     assert!(!pending.is_finished());
 
     let grants = server.metric("fencelock_grants_total").await;

@@ -8,6 +8,8 @@
 
 use crate::support;
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use fencelock::{Client, Error, Outcome, Transport};
@@ -135,4 +137,81 @@ async fn a_dropped_waiting_acquire_is_withdrawn_over_the_stream() {
     assert!(matches!(client.lock("q").acquire().await, Ok(Outcome::Acquired(_))), "the stream still serves");
     assert_eq!(client.streams_opened(), 1, "the cancel did not cost the stream");
     server.stop().await;
+}
+
+/// A TCP front for `server` that answers a connection beginning with the
+/// framed protocol's first byte as an HTTP/1 server would (a plain-text 400,
+/// then the end) and relays every other connection: a server, or a proxy,
+/// that does not speak the framed protocol. Counts the framed attempts.
+async fn front_without_framing(server: std::net::SocketAddr) -> (String, Arc<AtomicUsize>) {
+    use tokio::io::AsyncWriteExt;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let attempts = Arc::new(AtomicUsize::new(0));
+    let counted = attempts.clone();
+    tokio::spawn(async move {
+        while let Ok((mut conn, _)) = listener.accept().await {
+            let counted = counted.clone();
+            tokio::spawn(async move {
+                let mut first = [0u8; 1];
+                if conn.peek(&mut first).await.is_err() {
+                    return;
+                }
+                if first[0] == fencelock_proto::framing::PREFACE[0] {
+                    counted.fetch_add(1, Ordering::SeqCst);
+                    let _ = conn.write_all(b"HTTP/1.1 400 Bad Request\r\nConnection: close\r\n\r\n").await;
+                    return;
+                }
+                if let Ok(mut upstream) = tokio::net::TcpStream::connect(server).await {
+                    let _ = tokio::io::copy_bidirectional(&mut conn, &mut upstream).await;
+                }
+            });
+        }
+    });
+    (url, attempts)
+}
+
+/// Issue 38 §1: on a plaintext server the stream is the framed session on a
+/// connection of its own (two connections through a proxy: the gRPC channel
+/// and the session); through a front that does not speak it, the client
+/// opens the gRPC `Session` call instead, after one framed attempt.
+#[tokio::test]
+async fn the_stream_is_framed_where_the_server_speaks_it_and_grpc_elsewhere() {
+    let server = Server::start().await;
+    let proxy = Proxy::start(server.grpc_addr).await;
+    let client = Client::connect(proxy.url()).await.unwrap();
+    assert_eq!(many_locks(&client, 4).await.len(), 8);
+    assert_eq!((client.streams_opened(), proxy.accepted()), (1, 2), "the session on a connection of its own");
+
+    let (url, attempts) = front_without_framing(server.grpc_addr).await;
+    let client = Client::connect(url).await.unwrap();
+    assert_eq!(many_locks(&client, 4).await.len(), 8);
+    assert_eq!((client.streams_opened(), attempts.load(Ordering::SeqCst)), (1, 1), "one framed attempt, then gRPC");
+    server.stop().await;
+}
+
+/// A refused token on the framed session is the refusal a gRPC call gets
+/// (`Unauthenticated`), not a broken stream retried until the deadline.
+#[tokio::test]
+async fn a_refused_token_on_the_framed_session_is_unauthenticated() {
+    let dir = tempfile::tempdir().unwrap();
+    let app = fencelock_server::auth::new_token().unwrap();
+    let file = format!(
+        "[roles.app]\nrules = [{{ prefix = \"\", verbs = [\"acquire\", \"read\"] }}]\n\
+         [[tokens]]\nname = \"app\"\nid = \"{}\"\nhash = \"{}\"\nroles = [\"app\"]\n",
+        app.id, app.hash
+    );
+    std::fs::write(dir.path().join("auth.toml"), file).unwrap();
+    let mut config = fencelock_server::Config::for_test(dir.path().join("data"));
+    config.auth_file = Some(dir.path().join("auth.toml"));
+    let running = fencelock_server::start(config).await.unwrap();
+    let url = format!("http://{}", running.grpc_addr);
+    let as_token = |t: &str| Client::builder(url.clone()).token(t.to_string()).connect();
+    let good = as_token(&app.token).await.unwrap();
+    let guard = acquired(within("acquire", good.lock("a").acquire()).await.unwrap());
+    assert_eq!(guard.release().await, Ok(true));
+    let wrong = as_token("flt_00000000_AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA").await.unwrap();
+    let refused = within("a refusal", wrong.lock("a").acquire()).await;
+    assert!(matches!(refused, Err(Error::Unauthenticated(_))), "{refused:?}");
+    within("shutdown", running.shutdown()).await;
 }

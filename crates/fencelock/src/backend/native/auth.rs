@@ -79,6 +79,14 @@ impl Auth {
     }
 }
 
+impl Auth {
+    /// The `authorization` value every call carries (`Bearer <token>`), or
+    /// nothing: what a framed session's hello carries.
+    pub(crate) fn header_bytes(&self) -> &[u8] {
+        self.header.as_ref().map_or(&[], |h| h.as_bytes())
+    }
+}
+
 impl Interceptor for Auth {
     fn call(&mut self, mut req: Request<()>) -> Result<Request<()>, Status> {
         if let Some(h) = &self.header {

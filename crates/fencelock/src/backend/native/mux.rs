@@ -8,9 +8,13 @@
 //! releases and keep-alives over one shared [`Mux`] per server, under the
 //! retries of [`super::rpc::Rpc`].
 //!
-//! Requests go out through an unbounded channel that feeds the stream; each
-//! carries an `op_id`, and one reader task matches responses to waiting
-//! callers (responses come in any order; a queued acquire is answered when
+//! The stream is the framed session protocol where the server speaks it
+//! ([`Mux::open_framed`]: a plaintext connection of its own, no HTTP/2; the
+//! wire is in [`fencelock_proto::framing`]), else the gRPC `Session` call
+//! ([`Mux::open`]). Either way, requests go out through an unbounded channel
+//! that feeds the stream; each carries an `op_id`, and one task matches
+//! responses to waiting callers (framed: the connection's one task, which
+//! also writes the requests and pings the server) (responses come in any order; a queued acquire is answered when
 //! the server grants it). Many tasks may call one stream at once (`&self`,
 //! cheap clones). No retries here: if the stream breaks, every pending and
 //! later call fails with `UNAVAILABLE` (a refused token with its own status)
@@ -22,6 +26,13 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use fencelock_proto::framing::{self, Kind};
+use prost::Message;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
 
 use fencelock_proto::v1 as pb;
 use fencelock_proto::v1::session_request::Op;
@@ -31,7 +42,7 @@ use tokio_stream::wrappers::UnboundedReceiverStream;
 use tonic::{Status, Streaming};
 
 use crate::backend::native::proto::acquire_all_from_proto;
-use crate::backend::native::wire::{new_request_id, Grpc};
+use crate::backend::native::wire::{new_request_id, Grpc, KEEP_ALIVE_INTERVAL, KEEP_ALIVE_TIMEOUT};
 use crate::backend::Outcome;
 use crate::error::is_auth_refusal;
 
@@ -125,6 +136,210 @@ impl Drop for Waiting<'_> {
     }
 }
 
+/// Where a framed session goes: a plaintext server's `host:port`, the hello's
+/// authorization, and how long the connection and the hello may take.
+#[derive(Clone)]
+pub(crate) struct FramedDial {
+    pub addr: String,
+    pub authorization: Bytes,
+    pub timeout: Duration,
+}
+
+impl std::fmt::Debug for FramedDial {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never the token.
+        f.debug_struct("FramedDial").field("addr", &self.addr).finish_non_exhaustive()
+    }
+}
+
+impl Mux {
+    /// Opens a framed session on a connection of its own: `Ok(None)` when
+    /// the server does not speak the protocol (it answered something else,
+    /// or closed the connection: an older server, an HTTP/2 proxy), so that
+    /// the caller opens the gRPC call instead; `Err` when the server could
+    /// not be reached or refused the hello (its status: a refused token is
+    /// `UNAUTHENTICATED`, as from the gRPC call).
+    pub(crate) async fn open_framed(dial: &FramedDial) -> Result<Option<Mux>, Status> {
+        let unreachable = |what: &str| Status::unavailable(format!("{}: {what}", dial.addr));
+        let sock = tokio::time::timeout(dial.timeout, TcpStream::connect(&dial.addr))
+            .await
+            .map_err(|_| unreachable("no connection within the connect timeout"))?
+            .map_err(|e| unreachable(&format!("connect: {e}")))?;
+        let _ = sock.set_nodelay(true);
+        let mut sock = sock;
+        let mut hello = BytesMut::from(&framing::PREFACE[..]);
+        framing::put(&mut hello, Kind::Hello, &dial.authorization);
+        sock.write_all(&hello).await.map_err(|e| unreachable(&format!("hello: {e}")))?;
+        let mut inb = BytesMut::with_capacity(READ_CHUNK);
+        let answered = tokio::time::timeout(dial.timeout, answer(&mut sock, &mut inb)).await;
+        match answered.map_err(|_| unreachable("no answer to the hello within the connect timeout"))? {
+            Answer::NotSpoken => Ok(None),
+            Answer::Refused(status) => Err(status),
+            Answer::Ready => {
+                let (tx, rx) = mpsc::unbounded_channel();
+                let pending = Arc::new(Mutex::new(Pending { next_op: 1, ..Pending::default() }));
+                let conn = Framed { sock, inb, rx, pending: pending.clone(), tx: tx.downgrade() };
+                tokio::spawn(conn.run());
+                Ok(Some(Mux { inner: Arc::new(Inner { tx, pending }) }))
+            }
+        }
+    }
+}
+
+/// Bytes read from the socket at a time, at least.
+const READ_CHUNK: usize = 8 * 1024;
+
+/// What a server answered to a framed hello.
+enum Answer {
+    Ready,
+    Refused(Status),
+    NotSpoken,
+}
+
+/// Reads the server's preface and first frame; what follows them stays in
+/// `inb`.
+async fn answer(sock: &mut TcpStream, inb: &mut BytesMut) -> Answer {
+    let n = framing::PREFACE.len();
+    loop {
+        let seen = inb.len().min(n);
+        if inb[..seen] != framing::PREFACE[..seen] {
+            return Answer::NotSpoken;
+        }
+        if inb.len() > n {
+            let mut rest = BytesMut::from(&inb[n..]);
+            match framing::next(&mut rest) {
+                Ok(Some((Kind::Ready, _))) => {
+                    *inb = rest;
+                    return Answer::Ready;
+                }
+                Ok(Some((Kind::Close, body))) => return Answer::Refused(status_of_close(&body)),
+                Ok(Some(_)) | Err(_) => return Answer::NotSpoken,
+                Ok(None) => {}
+            }
+        }
+        match sock.read_buf(inb).await {
+            Ok(0) | Err(_) => return Answer::NotSpoken,
+            Ok(_) => {}
+        }
+    }
+}
+
+/// A `Close` frame's status.
+fn status_of_close(body: &[u8]) -> Status {
+    let (code, message) = framing::close_of(body);
+    Status::new(tonic::Code::from(code), message)
+}
+
+/// A framed session's connection: one task writes the requests, reads and
+/// delivers the answers, and pings the server.
+struct Framed {
+    sock: TcpStream,
+    inb: BytesMut,
+    rx: mpsc::UnboundedReceiver<pb::SessionRequest>,
+    pending: Arc<Mutex<Pending>>,
+    tx: mpsc::WeakUnboundedSender<pb::SessionRequest>,
+}
+
+impl Framed {
+    /// Runs until the connection ends or the last [`Mux`] clone is dropped,
+    /// then fails every pending and later call, as [`read`] does.
+    async fn run(mut self) {
+        let end = self.serve().await;
+        tracing::debug!(error = %end, "fencelock: framed session closed");
+        fail_all(&self.pending, end);
+    }
+
+    async fn serve(&mut self) -> Status {
+        let (mut rd, mut wr) = self.sock.split();
+        let mut out = BytesMut::with_capacity(READ_CHUNK);
+        let mut pings = tokio::time::interval(KEEP_ALIVE_INTERVAL);
+        pings.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        // Ticks in a row in which nothing arrived, though each sent a ping.
+        let mut silent = 0u32;
+        let mut heard = true;
+        loop {
+            if let Err(end) = deliver_frames(&mut self.inb, &self.pending, &self.tx) {
+                return end;
+            }
+            tokio::select! {
+                biased;
+                r = rd.read_buf(&mut self.inb) => match r {
+                    Ok(0) => return Status::unavailable("session stream ended"),
+                    Ok(_) => heard = true,
+                    Err(e) => return Status::unavailable(format!("session stream failed: {e}")),
+                },
+                m = self.rx.recv() => {
+                    let Some(m) = m else { return Status::unavailable("session stream closed") };
+                    framing::put_message(&mut out, &m);
+                    while let Ok(m) = self.rx.try_recv() {
+                        framing::put_message(&mut out, &m);
+                    }
+                    if let Err(e) = wr.write_all(&out).await {
+                        return Status::unavailable(format!("session stream failed: {e}"));
+                    }
+                    out.clear();
+                }
+                _ = pings.tick() => {
+                    silent = if heard { 0 } else { silent + 1 };
+                    heard = false;
+                    if KEEP_ALIVE_INTERVAL * silent > KEEP_ALIVE_TIMEOUT {
+                        return Status::unavailable("session stream failed: the server answered no ping");
+                    }
+                    framing::put(&mut out, Kind::Ping, &[0; 8]);
+                    if let Err(e) = wr.write_all(&out).await {
+                        return Status::unavailable(format!("session stream failed: {e}"));
+                    }
+                    out.clear();
+                }
+            }
+        }
+    }
+}
+
+/// Delivers every whole frame in `inb`; `Err` ends the connection.
+fn deliver_frames(
+    inb: &mut BytesMut,
+    pending: &Mutex<Pending>,
+    tx: &mpsc::WeakUnboundedSender<pb::SessionRequest>,
+) -> Result<(), Status> {
+    loop {
+        match framing::next(inb) {
+            Ok(None) => return Ok(()),
+            Ok(Some((Kind::Message, body))) => match pb::SessionResponse::decode(body) {
+                Ok(resp) => deliver(resp, pending, tx),
+                Err(e) => return Err(Status::internal(format!("a session reply that does not decode: {e}"))),
+            },
+            Ok(Some((Kind::Pong, _))) => {}
+            Ok(Some((Kind::Close, body))) => return Err(close_status(&body)),
+            Ok(Some((kind, _))) => return Err(Status::internal(format!("a {kind:?} frame from the server"))),
+            Err(e) => return Err(Status::internal(format!("session stream broken: {e}"))),
+        }
+    }
+}
+
+/// The status a server's `Close` ends the stream with: a refused token as
+/// such, anything else as a broken stream (its operations may be retried).
+fn close_status(body: &[u8]) -> Status {
+    let status = status_of_close(body);
+    if is_auth_refusal(&status) {
+        status
+    } else {
+        Status::unavailable(format!("session stream failed: {}", status.message()))
+    }
+}
+
+/// Ends the stream: `end` for every pending and later call.
+fn fail_all(pending: &Mutex<Pending>, end: Status) {
+    let waiters: Vec<_> = {
+        let mut p = lock(pending);
+        p.closed = Some(end.clone());
+        p.ops.drain().map(|(_, w)| w).collect()
+    };
+    for w in waiters {
+        let _ = w.send(Err(end.clone()));
+    }
+}
+
 /// The reader task: delivers answers until the stream ends, then fails every
 /// pending and later call.
 async fn read(
@@ -144,14 +359,7 @@ async fn read(
         }
     };
     tracing::debug!(error = %end, "fencelock: session closed");
-    let waiters: Vec<_> = {
-        let mut p = lock(&pending);
-        p.closed = Some(end.clone());
-        p.ops.drain().map(|(_, w)| w).collect()
-    };
-    for w in waiters {
-        let _ = w.send(Err(end.clone()));
-    }
+    fail_all(&pending, end);
 }
 
 /// Hands one answer to its caller. A grant whose caller has gone is released

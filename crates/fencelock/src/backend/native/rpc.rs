@@ -35,9 +35,10 @@ use tonic::transport::{Channel, Endpoint};
 use tonic::{Response, Status};
 
 use crate::backend::native::auth::Auth;
+use crate::backend::native::mux::FramedDial;
 use crate::backend::native::tls::ClientTls;
 use crate::backend::native::transport::{self, Conn, StreamOp, StreamSlot, Transport};
-use crate::backend::native::wire::{leader_hint, Grpc};
+use crate::backend::native::wire::{leader_hint, Grpc, KEEP_ALIVE_INTERVAL, KEEP_ALIVE_TIMEOUT};
 use crate::backoff::Backoff;
 use crate::error::{is_retryable, is_timeout, Error};
 use crate::metrics;
@@ -49,11 +50,6 @@ const HINT_JUMPS: u32 = 3;
 /// half the time left (but at least this): a server that hangs (stopped, cut
 /// off from its peers, still starting) leaves time to try another.
 const MIN_ATTEMPT: Duration = Duration::from_millis(250);
-
-/// HTTP/2 pings on a connection with calls in flight: one this often...
-const KEEP_ALIVE_INTERVAL: Duration = Duration::from_secs(1);
-/// ...and the connection is dead if a ping is not answered within this.
-const KEEP_ALIVE_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// The servers of one group, and the one this client talks to now.
 #[derive(Debug)]
@@ -80,6 +76,17 @@ impl Dial {
     /// The gRPC client of a connection to one server.
     fn client(&self, ch: Channel) -> Grpc {
         LockClient::with_interceptor(ch, self.auth.clone())
+    }
+
+    /// Where the framed session to the server at `url` goes: a plaintext
+    /// (`http://`) server only; over TLS the session is the gRPC call.
+    fn framed(&self, url: &str) -> Option<FramedDial> {
+        let addr = url.strip_prefix("http://")?.trim_end_matches('/');
+        Some(FramedDial {
+            addr: addr.to_string(),
+            authorization: bytes::Bytes::copy_from_slice(self.auth.header_bytes()),
+            timeout: self.connect_timeout,
+        })
     }
 }
 
@@ -182,7 +189,7 @@ impl Servers {
     fn with(urls: Vec<String>, dial: Dial, url: String, ch: Channel) -> Servers {
         let channels = HashMap::from([(url.clone(), ch.clone())]);
         let streams_opened = Arc::new(AtomicU64::new(0));
-        let stream = Arc::new(StreamSlot::new(streams_opened.clone()));
+        let stream = Arc::new(StreamSlot::new(streams_opened.clone(), dial.framed(&url)));
         let now = Current { gen: 0, url, client: dial.client(ch), stream, channels };
         Servers { urls, dial, now: Mutex::new(now), streams_opened }
     }
@@ -248,7 +255,7 @@ impl Servers {
         now.channels.insert(next.clone(), ch.clone());
         now.client = self.dial.client(ch);
         // A new server, a new stream: the old one closes once its calls end.
-        now.stream = Arc::new(StreamSlot::new(self.streams_opened.clone()));
+        now.stream = Arc::new(StreamSlot::new(self.streams_opened.clone(), self.dial.framed(&next)));
         now.url = next;
         now.gen += 1;
         true

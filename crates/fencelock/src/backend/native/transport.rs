@@ -49,7 +49,7 @@
 //! one gRPC call, visible as such to proxies and tracing): set it with
 //! [`crate::ClientBuilder::transport`] or the URL's `transport=unary`.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -58,7 +58,7 @@ use fencelock_proto::v1::session_request::Op;
 use fencelock_proto::v1::session_response::Result as Reply;
 use tonic::{Code, Response, Status};
 
-use crate::backend::native::mux::Mux;
+use crate::backend::native::mux::{FramedDial, Mux};
 use crate::backend::native::wire::{request, Grpc};
 use crate::backend::BoxFuture;
 use crate::error::Error;
@@ -149,6 +149,11 @@ stream_op!(pb::ReleaseRequest, pb::ReleaseResponse, Release, release, false);
 #[derive(Debug)]
 pub(crate) struct StreamSlot {
     open: Mutex<Option<Mux>>,
+    /// Where the framed session goes (a plaintext server), tried first.
+    framed: Option<FramedDial>,
+    /// Set once the server showed it does not speak the framed protocol:
+    /// from then on the slot opens the gRPC call at once.
+    grpc_only: AtomicBool,
     /// Held while a stream opens, so that concurrent first calls open one.
     opening: tokio::sync::Mutex<()>,
     /// Streams opened by the whole client (shared by its slots).
@@ -156,8 +161,9 @@ pub(crate) struct StreamSlot {
 }
 
 impl StreamSlot {
-    pub(crate) fn new(opened: Arc<AtomicU64>) -> StreamSlot {
-        StreamSlot { open: Mutex::new(None), opening: tokio::sync::Mutex::new(()), opened }
+    pub(crate) fn new(opened: Arc<AtomicU64>, framed: Option<FramedDial>) -> StreamSlot {
+        let (open, opening, grpc_only) = (Mutex::new(None), tokio::sync::Mutex::new(()), AtomicBool::new(false));
+        StreamSlot { open, framed, grpc_only, opening, opened }
     }
 
     /// The open stream, else a new one on `client`'s connection.
@@ -169,10 +175,24 @@ impl StreamSlot {
         if let Some(mux) = self.live() {
             return Ok(mux); // another call opened it meanwhile
         }
-        let mux = Mux::open(client.clone()).await?;
+        let mux = self.open_new(client).await?;
         self.opened.fetch_add(1, Ordering::Relaxed);
         *self.open.lock().unwrap_or_else(|p| p.into_inner()) = Some(mux.clone());
         Ok(mux)
+    }
+
+    /// A new stream: framed where the server speaks it, else the gRPC call.
+    async fn open_new(&self, client: &Grpc) -> Result<Mux, Status> {
+        if let Some(dial) = self.framed.as_ref().filter(|_| !self.grpc_only.load(Ordering::Relaxed)) {
+            match Mux::open_framed(dial).await? {
+                Some(mux) => return Ok(mux),
+                None => {
+                    tracing::debug!(server = %dial.addr, "fencelock: no framed sessions there; using the gRPC call");
+                    self.grpc_only.store(true, Ordering::Relaxed);
+                }
+            }
+        }
+        Mux::open(client.clone()).await
     }
 
     fn live(&self) -> Option<Mux> {

@@ -15,6 +15,12 @@ use tonic::Status;
 
 use crate::backend::native::auth::Auth;
 
+/// Pings on a connection with calls in flight (HTTP/2's, and the framed
+/// session's: see [`super::mux`]): one this often...
+pub(crate) const KEEP_ALIVE_INTERVAL: Duration = Duration::from_secs(1);
+/// ...and the connection is dead if a ping is not answered within this.
+pub(crate) const KEEP_ALIVE_TIMEOUT: Duration = Duration::from_secs(2);
+
 /// Metadata with which a follower names the leader's gRPC `host:port` (and
 /// what the retry loop reads of a session error's `leader` field).
 pub(crate) const LEADER_HEADER: &str = "fencelock-leader";
