@@ -70,7 +70,7 @@ pub struct ConnLimits {
     /// Most connections open at once from one IP address. The default, 256, is a
     /// third of the total: one address cannot take the rest from others. A
     /// native client of a plaintext node holds two (its gRPC channel, and its
-    /// framed session: [`crate::framed`]), so that is 128 clients, as many as
+    /// framed session: `framed.rs`), so that is 128 clients, as many as
     /// the 128 of one connection each before the framed session.
     pub max_per_source: usize,
     /// Most new connections a second from one IP address, after a burst (see
