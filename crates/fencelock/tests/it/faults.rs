@@ -4,9 +4,10 @@
 //! directly (a second client connected without the proxy, and the server's
 //! `/metrics`), so what they assert is what the server really did.
 //!
-//! The faults are per connection (HTTP/2 carries every call of a client on one),
-//! so each test arranges for the call under test to be the one in flight when
-//! the fault hits, and waits on server state, never on a timer.
+//! The proxy's faults hit every connection through it (a client's gRPC channel
+//! and its framed session), so each test arranges for the call under test to be
+//! the one in flight when the fault hits, and waits on server state, never on a
+//! timer.
 
 use crate::support;
 

@@ -5,7 +5,7 @@
 //! # The push stream
 //! One stream per lease, opened by its watchdog: a client shares one lease per
 //! TTL ([`super::registry`]), so it has a handful of leases and as many idle
-//! streams (HTTP/2 streams on its one connection); a stream per lease needs no
+//! streams (HTTP/2 streams on its gRPC connection); a stream per lease needs no
 //! re-subscription when the set of leases changes, and ends with its watchdog.
 //! When the server pushes that the lease was revoked or expired (or was not
 //! found when the stream opened), the cell is lost at once with
