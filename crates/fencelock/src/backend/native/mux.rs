@@ -13,9 +13,9 @@
 //! wire is in [`fencelock_proto::framing`]), else the gRPC `Session` call
 //! ([`Mux::open`]). Either way, requests go out through an unbounded channel
 //! that feeds the stream; each carries an `op_id`, and one task matches
-//! responses to waiting callers (framed: the connection's one task, which
-//! also writes the requests and pings the server) (responses come in any order; a queued acquire is answered when
-//! the server grants it). Many tasks may call one stream at once (`&self`,
+//! responses to waiting callers, in any order (a queued acquire is answered
+//! when the server grants it); framed, that task is the connection's one
+//! task, which also writes the requests and pings the server. Many tasks may call one stream at once (`&self`,
 //! cheap clones). No retries here: if the stream breaks, every pending and
 //! later call fails with `UNAVAILABLE` (a refused token with its own status)
 //! and the caller opens a new stream; the server cancels the stream's queued
